@@ -1,0 +1,36 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up on a fresh machine.
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint format bench eval clean
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/aiops demo --db out/demo.duckdb
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check aiops collectors guardrails tests bench evals
+	$(VENV)/bin/ruff format --check aiops collectors guardrails tests bench evals
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format aiops collectors guardrails tests bench evals
+	$(VENV)/bin/ruff check --fix aiops collectors guardrails tests bench evals
+
+eval: $(STAMP)
+	$(VENV)/bin/aiops eval --suite evals/scenarios
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b" >&2; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache

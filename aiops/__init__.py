@@ -1,0 +1,3 @@
+"""AIOps agent for AI/GPU training clusters."""
+
+__version__ = "0.1.0"

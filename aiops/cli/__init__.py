@@ -1,0 +1,1 @@
+"""The `aiops` command line. Each sub-command lives in its own module with a `register(subparsers)`."""

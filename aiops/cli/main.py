@@ -1,0 +1,49 @@
+"""Entry point of the `aiops` console script: builds the parser from the sub-command modules, prints errors
+as one line (never a traceback) and exits with the error's code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from aiops.errors import AiopsError
+
+# Sub-command modules, each with `register(subparsers)`; a module sets `func` on its parser.
+COMMAND_MODULES: tuple[str, ...] = (
+    "aiops.cli.demo",
+    "aiops.cli.evaluate",
+    "aiops.cli.simulate",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aiops", description="AIOps agent for GPU training clusters")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except AiopsError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The project's exception tree. The CLI prints `str(error)` (never a traceback) and exits with `exit_code`.
+
+AiopsError                    base; exit code 1
+├── ScenarioError             a scenario file is malformed; names the file, field and allowed values; exit 2
+├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
+├── IngestError               a batch does not fit its table (unknown table or column); exit 1
+└── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class AiopsError(Exception):
+    exit_code = 1
+
+
+class ScenarioError(AiopsError):
+    """A scenario file that does not follow the contract."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, field: str, problem: str, allowed: Sequence[str] | str | None = None) -> None:
+        self.path = path
+        self.field = field
+        self.problem = problem
+        self.allowed = allowed
+        message = f"{path}: field '{field}': {problem}"
+        if allowed:
+            shown = allowed if isinstance(allowed, str) else ", ".join(allowed)
+            message += f" (allowed: {shown})"
+        super().__init__(message)
+
+
+class SchemaError(AiopsError):
+    exit_code = 2
+
+
+class IngestError(AiopsError):
+    pass
+
+
+class PrerequisiteError(AiopsError):
+    exit_code = 3

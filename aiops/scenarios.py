@@ -1,0 +1,221 @@
+"""The scenario file contract (YAML), validated with pydantic; errors name the file, the field and the allowed
+values. A scenario describes the simulated cluster, its jobs, and the faults to inject. Only the simulator and the
+eval harness read `faults` and `expect`; the analyst never does.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from aiops.errors import ScenarioError
+from aiops.labels import FAULT_KINDS, TARGET_KINDS, Label, component_kind
+
+SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+# The simulator's default lane policy has these rule ids; a policy fault may also name a rule it adds.
+DEFAULT_RULE_IDS = ("collective-cgroup", "collective-dscp", "peer-prefix", "storage-prefix", "default")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSpec(_Strict):
+    racks: int = Field(2, ge=1, le=64)
+    nodes_per_rack: int = Field(4, ge=1, le=64)
+    gpus_per_node: int = Field(8, ge=1, le=16)
+    nics_per_node: int = Field(2, ge=1, le=16)
+
+    @property
+    def nodes(self) -> int:
+        return self.racks * self.nodes_per_rack
+
+
+class JobSpec(_Strict):
+    name: str
+    nodes: Literal["all"] | int | list[str] = "all"
+    step_compute_s: float = Field(1.0, gt=0, le=600)
+    allreduce_mb: float = Field(256.0, ge=0, le=1_000_000)
+    checkpoint_every_s: float | None = Field(None, gt=0)
+    checkpoint_gb: float = Field(20.0, ge=0, le=100_000)
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.-]+$", value):
+            raise ValueError("must be letters, digits, '_', '.', '-'")
+        return value
+
+
+class FaultSpec(_Strict):
+    kind: str
+    target: str
+    start_s: float = Field(0.0, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    severity: float = Field(0.7, gt=0, le=1)
+
+
+class Expect(_Strict):
+    root_cause: str
+    component: str = ""
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    duration_s: float = Field(600.0, gt=0, le=86_400)
+    cluster: ClusterSpec = ClusterSpec()
+    jobs: list[JobSpec] | None = None
+    lanes: Literal["enabled", "disabled"] = "enabled"
+    faults: list[FaultSpec] = []
+    expect: Expect | None = None
+
+    @property
+    def job_specs(self) -> list[JobSpec]:
+        return self.jobs if self.jobs is not None else [JobSpec(name="train")]
+
+    @property
+    def expected(self) -> Expect:
+        if self.expect is not None:
+            return self.expect
+        if self.faults:
+            return Expect(root_cause=self.faults[0].kind, component=self.faults[0].target)
+        return Expect(root_cause=Label.HEALTHY.value, component="")
+
+    def job_nodes(self, job: JobSpec) -> list[int]:
+        """Global node indices a job runs on."""
+        if job.nodes == "all":
+            return list(range(self.cluster.nodes))
+        if isinstance(job.nodes, int):
+            return list(range(job.nodes))
+        return [int(n.removeprefix("node")) for n in job.nodes]
+
+
+def components(cluster: ClusterSpec) -> set[str]:
+    names = {"fleet"}
+    for r in range(cluster.racks):
+        names.add(f"rack{r}")
+    for n in range(cluster.nodes):
+        names.add(f"node{n}")
+        names.update(f"node{n}/gpu{g}" for g in range(cluster.gpus_per_node))
+        names.update(f"node{n}/nic{k}" for k in range(cluster.nics_per_node))
+    return names
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
+    last = str(loc[-1]) if loc else ""
+    if error_type == "extra_forbidden":
+        model: type[BaseModel] = Scenario
+        for part in loc[:-1]:
+            if isinstance(part, int):
+                continue
+            annotation = model.model_fields[part].annotation if part in model.model_fields else None
+            nested = {"cluster": ClusterSpec, "jobs": JobSpec, "faults": FaultSpec, "expect": Expect}.get(part)
+            if nested is None or annotation is None:
+                break
+            model = nested
+        return ", ".join(model.model_fields)
+    if last == "lanes":
+        return "enabled, disabled"
+    if last == "nodes":
+        return "all, a node count, or a list of node names"
+    return None
+
+
+def _check_semantics(path: str, scenario: Scenario) -> None:
+    if not SLUG.match(scenario.name):
+        raise ScenarioError(path, "name", f"'{scenario.name}' is not a slug", "lower-case letters, digits, '_', '.', '-'")
+    names = components(scenario.cluster)
+    nodes = scenario.cluster.nodes
+    seen_jobs: set[str] = set()
+    for i, job in enumerate(scenario.job_specs):
+        if job.name in seen_jobs:
+            raise ScenarioError(path, f"jobs[{i}].name", f"duplicate job name '{job.name}'")
+        seen_jobs.add(job.name)
+        if isinstance(job.nodes, int) and not 1 <= job.nodes <= nodes:
+            raise ScenarioError(path, f"jobs[{i}].nodes", f"{job.nodes} nodes requested", f"1..{nodes}")
+        if isinstance(job.nodes, list):
+            for node in job.nodes:
+                if node not in names or component_kind(node) != "node":
+                    raise ScenarioError(path, f"jobs[{i}].nodes", f"'{node}' is not a node", f"node0..node{nodes - 1}")
+    for i, fault in enumerate(scenario.faults):
+        field = f"faults[{i}]"
+        if fault.kind not in FAULT_KINDS:
+            raise ScenarioError(path, f"{field}.kind", f"unknown kind '{fault.kind}'", FAULT_KINDS)
+        kinds = TARGET_KINDS[fault.kind]
+        kind = component_kind(fault.target)
+        if kind not in kinds:
+            raise ScenarioError(
+                path, f"{field}.target", f"'{fault.target}' is not a {' or '.join(kinds)} for {fault.kind}",
+                _examples(scenario, kinds),
+            )
+        if kind == "policy":
+            pass  # a rule id the policy lacks is a rule the fault adds (a stray rule), so any id is valid
+        elif fault.target not in names:
+            raise ScenarioError(path, f"{field}.target", f"'{fault.target}' does not exist in the cluster",
+                                _examples(scenario, kinds))
+        if fault.start_s >= scenario.duration_s:
+            raise ScenarioError(path, f"{field}.start_s", f"{fault.start_s} is not inside the run",
+                                f"0 <= start_s < duration_s ({scenario.duration_s:g})")
+    if scenario.expect is not None:
+        allowed = [label.value for label in Label]
+        if scenario.expect.root_cause not in allowed:
+            raise ScenarioError(path, "expect.root_cause", f"unknown label '{scenario.expect.root_cause}'", allowed)
+
+
+def _examples(scenario: Scenario, kinds: tuple[str, ...]) -> str:
+    c = scenario.cluster
+    shown = {
+        "gpu": f"node0/gpu0..node{c.nodes - 1}/gpu{c.gpus_per_node - 1}",
+        "node": f"node0..node{c.nodes - 1}",
+        "nic": f"node0/nic0..node{c.nodes - 1}/nic{c.nics_per_node - 1}",
+        "rack": f"rack0..rack{c.racks - 1}",
+        "fleet": "fleet",
+        "policy": ", ".join(f"policy:{r}" for r in DEFAULT_RULE_IDS),
+    }
+    return "; ".join(shown[k] for k in kinds)
+
+
+def parse_scenario(data: Any, path: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(path, "(top level)", "must be a mapping of keys to values", ", ".join(Scenario.model_fields))
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = tuple(error["loc"])
+        # pydantic reports each branch of a union; keep the field path up to the union member.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p in {"literal['all']", "int", "list[str]"}))
+        problem = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        if error["type"] == "missing":
+            problem = "is required"
+        raise ScenarioError(path, _field_path(loc) or "(top level)", problem, _allowed_for(loc, error["type"])) from exc
+    _check_semantics(path, scenario)
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    shown = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(shown, "(file)", f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ScenarioError(shown, "(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+    return parse_scenario(data, shown)

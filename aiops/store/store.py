@@ -1,0 +1,163 @@
+"""The telemetry store: one DuckDB file, schema applied by numbered migrations, batched ingest.
+
+Ingest takes a whole batch (a `pyarrow.Table`, or a mapping of column name to equal-length sequences) and
+inserts it with one `INSERT ... SELECT` over the registered Arrow table: never row-by-row INSERTs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from aiops.errors import IngestError, SchemaError
+from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
+
+Batch = pa.Table | Mapping[str, Sequence[Any]]
+
+
+def latest_version() -> int:
+    return max(m.version for m in MIGRATIONS)
+
+
+class Store:
+    """A DuckDB telemetry store. `Store(":memory:")` for tests, `Store(path)` for a file."""
+
+    def __init__(self, path: str | Path = ":memory:", *, read_only: bool = False) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = duckdb.connect(self.path, read_only=read_only)
+        except duckdb.Error as exc:
+            raise SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
+        self.read_only = read_only
+        self._columns: dict[str, list[str]] = {}
+        self._migrate()
+
+    # -- schema -------------------------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        exists = self.conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+        ).fetchone()
+        if not exists or exists[0] == 0:
+            return 0
+        row = self.conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        current = self.schema_version()
+        newest = latest_version()
+        if current > newest:
+            raise SchemaError(
+                f"{self.path}: schema version {current} is newer than this aiops understands ({newest}); "
+                "upgrade aiops or use another database file"
+            )
+        if current == newest:
+            return
+        if self.read_only:
+            raise SchemaError(f"{self.path}: schema version {current} needs migrations to {newest}; open it writable")
+        if current == 0:
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
+                "applied_ts_s DOUBLE)"
+            )
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            self.conn.execute("BEGIN TRANSACTION")
+            try:
+                migration.apply(self.conn)
+                self.conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                    [migration.version, migration.name, time.time()],
+                )
+                self.conn.execute("COMMIT")
+            except Exception:
+                self.conn.execute("ROLLBACK")
+                raise
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self._columns:
+            rows = self.conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                [table],
+            ).fetchall()
+            if not rows:
+                raise IngestError(f"unknown table '{table}'")
+            self._columns[table] = [str(r[0]) for r in rows]
+        return self._columns[table]
+
+    # -- ingest -------------------------------------------------------------------------------------------
+    def ingest(self, table: str, batch: Batch) -> int:
+        """Insert a whole batch into `table`; returns the row count. Missing nullable columns become NULL."""
+        arrow = batch if isinstance(batch, pa.Table) else pa.table(dict(batch))
+        if arrow.num_rows == 0:
+            return 0
+        known = self.columns(table)
+        unknown = [name for name in arrow.column_names if name not in known]
+        if unknown:
+            raise IngestError(f"table '{table}' has no column(s) {', '.join(unknown)}; columns: {', '.join(known)}")
+        names = ", ".join(f'"{name}"' for name in arrow.column_names)
+        view = f"_ingest_{table}"
+        self.conn.register(view, arrow)
+        try:
+            self.conn.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "{view}"')
+        except duckdb.Error as exc:
+            raise IngestError(f"table '{table}': {exc}") from exc
+        finally:
+            self.conn.unregister(view)
+        return int(arrow.num_rows)
+
+    def ingest_many(self, batches: Mapping[str, Batch]) -> int:
+        """Ingest several tables' batches in one transaction."""
+        total = 0
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            for table, batch in batches.items():
+                total += self.ingest(table, batch)
+            self.conn.execute("COMMIT")
+        except Exception:
+            self.conn.execute("ROLLBACK")
+            raise
+        return total
+
+    # -- queries ------------------------------------------------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Rows as dicts (column name -> value)."""
+        cursor = self.conn.execute(sql, list(params) if params is not None else [])
+        names = [d[0] for d in cursor.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        row = self.conn.execute(sql, list(params) if params is not None else []).fetchone()
+        return row[0] if row else None
+
+    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        result = self.conn.execute(sql, list(params) if params is not None else []).arrow()
+        return result if isinstance(result, pa.Table) else result.read_all()
+
+    # -- retention ----------------------------------------------------------------------------------------
+    def apply_retention(self, max_age_s: float, now_ts_s: float | None = None) -> dict[str, int]:
+        """Delete time-series rows older than `max_age_s` before `now_ts_s` (default: wall clock)."""
+        cutoff = (time.time() if now_ts_s is None else now_ts_s) - max_age_s
+        deleted: dict[str, int] = {}
+        for table in TIME_SERIES_TABLES:
+            before = int(self.scalar(f'SELECT count(*) FROM "{table}" WHERE ts_s < ?', [cutoff]) or 0)
+            if before:
+                self.conn.execute(f'DELETE FROM "{table}" WHERE ts_s < ?', [cutoff])
+            deleted[table] = before
+        return deleted
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
