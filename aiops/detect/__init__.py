@@ -1,0 +1,51 @@
+"""Streaming incident detection over stored telemetry (`detect(store)`), window by window in time order."""
+
+from __future__ import annotations
+
+import json
+
+from aiops.detect.incidents import IncidentTracker
+from aiops.detect.rules import Detector
+from aiops.detect.windows import time_range
+from aiops.models import Incident
+from aiops.store import Store
+
+
+def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> list[Incident]:
+    """Run the detectors over everything stored, as a daemon polling every `window_s` would have seen it."""
+    span = time_range(store)
+    if span is None:
+        return []
+    start, end = span
+    detector = Detector(store, window_s=window_s)
+    tracker = IncidentTracker()
+    t0 = start - 1e-6
+    while t0 < end:
+        t1 = min(t0 + window_s, end)
+        tracker.feed(detector.process(t0, t1), t1)
+        t0 = t1
+    incidents = tracker.incidents()
+    if persist:
+        save_incidents(store, incidents)
+    return incidents
+
+
+def save_incidents(store: Store, incidents: list[Incident]) -> None:
+    store.conn.execute("DELETE FROM incidents")
+    if not incidents:
+        return
+    store.ingest(
+        "incidents",
+        {
+            "incident_id": [i.incident_id for i in incidents],
+            "opened_ts_s": [i.opened_ts_s for i in incidents],
+            "last_ts_s": [i.last_ts_s for i in incidents],
+            "title": [i.title for i in incidents],
+            "severity": [i.severity for i in incidents],
+            "components": [i.components for i in incidents],
+            "symptoms": [json.dumps([s.model_dump() for s in i.symptoms]) for i in incidents],
+        },
+    )
+
+
+__all__ = ["detect", "save_incidents"]

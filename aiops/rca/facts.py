@@ -1,0 +1,204 @@
+"""The analyst's facts: SQL over stored telemetry for an incident's time window, each kept as `Evidence`
+(the SQL, its parameters and the rows it returned) so that every claim can be re-run and checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiops.models import Evidence, Incident
+from aiops.nvml_bits import GPU_IDLE, HW_POWER_BRAKE_SLOWDOWN, SW_POWER_CAP, THERMAL, THROTTLE
+from aiops.store import Store
+
+LOOKBACK_S = 120.0
+MAX_ROWS = 12
+
+
+@dataclass
+class Window:
+    run_start_s: float
+    start_s: float  # incident window start (opened minus look-back)
+    end_s: float
+    baseline_end_s: float  # telemetry before this is the reference
+
+
+@dataclass
+class Facts:
+    store: Store
+    window: Window
+    cache: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+
+    def run(self, key: str, claim: str, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+        if key not in self.cache:
+            rows = self.store.query(sql, params)
+            self.cache[key] = rows
+            self.evidence[key] = Evidence(claim=claim, sql=" ".join(sql.split()), params=params,
+                                          rows=[_jsonable(r) for r in rows[:MAX_ROWS]])
+        return self.cache[key]
+
+    def cite(self, key: str, claim: str | None = None, supports: bool = True) -> Evidence:
+        base = self.evidence[key]
+        return base.model_copy(update={"claim": claim or base.claim, "supports": supports})
+
+    # -- GPU facts --------------------------------------------------------------------------------------
+    def throttle_onsets(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "throttle_onsets", "GPUs with throttle reasons set during the incident, earliest first",
+            f"""SELECT gpu, node, min(ts_s) AS first_ts_s, count(*) AS samples,
+                   bit_or(clocks_event_reasons & {THROTTLE}) AS reasons,
+                   sum(CASE WHEN clocks_event_reasons & {THERMAL} <> 0 THEN 1 ELSE 0 END) AS thermal_samples,
+                   sum(CASE WHEN clocks_event_reasons & {SW_POWER_CAP} <> 0 THEN 1 ELSE 0 END) AS power_cap_samples,
+                   sum(CASE WHEN clocks_event_reasons & {HW_POWER_BRAKE_SLOWDOWN} <> 0 THEN 1 ELSE 0 END)
+                       AS brake_samples,
+                   max(temp_c) AS max_temp_c, max(slowdown_temp_c) AS slowdown_temp_c
+               FROM gpu_samples WHERE ts_s BETWEEN ? AND ? AND clocks_event_reasons & {THROTTLE} <> 0
+               GROUP BY gpu, node ORDER BY first_ts_s, max_temp_c DESC""",
+            [w.start_s, w.end_s],
+        )
+
+    def gpu_changes(self) -> list[dict[str, Any]]:
+        """Per GPU: temperature, power limit and error counters in the incident window against the reference."""
+        w = self.window
+        return self.run(
+            "gpu_changes", "Per-GPU temperature, power limit and error counters: incident window vs reference",
+            """WITH ref AS (
+                   SELECT gpu, avg(temp_c) AS ref_temp_c, max(power_limit_w) AS ref_limit_w,
+                          max(ecc_dbe_total) AS ref_dbe, max(pcie_replay_total) AS ref_replay,
+                          max(nvlink_crc_total) + max(nvlink_replay_total) AS ref_nvlink,
+                          min(pcie_link_width) AS ref_width
+                   FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY gpu),
+               cur AS (
+                   SELECT gpu, any_value(node) AS node, avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c,
+                          min(power_limit_w) AS limit_w, max(power_limit_max_w) AS max_limit_w,
+                          max(ecc_dbe_total) AS dbe, max(pcie_replay_total) AS replay,
+                          max(nvlink_crc_total) + max(nvlink_replay_total) AS nvlink,
+                          min(pcie_link_width) AS width, max(pcie_link_max_width) AS max_width,
+                          min(pcie_link_gen) AS gen, count(nvml_error) AS nvml_errors,
+                          any_value(nvml_error) AS nvml_error, avg(util_pct) AS util_pct,
+                          sum(CASE WHEN clocks_event_reasons & 1 <> 0 THEN 1 ELSE 0 END) AS idle_samples,
+                          count(*) AS samples
+                   FROM gpu_samples WHERE ts_s BETWEEN ? AND ? GROUP BY gpu)
+               SELECT cur.*, ref.ref_temp_c, ref.ref_limit_w, ref.ref_dbe, ref.ref_replay, ref.ref_nvlink,
+                      ref.ref_width
+               FROM cur LEFT JOIN ref USING (gpu) ORDER BY gpu""",
+            [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],
+        )
+
+    def first_samples(self) -> list[dict[str, Any]]:
+        return self.run(
+            "first_samples", "Per-GPU values in the first minute of telemetry (for faults present from the start)",
+            """SELECT gpu, min(power_limit_w) AS first_limit_w, max(power_limit_max_w) AS max_limit_w,
+                      min(ecc_dbe_total) AS first_dbe, min(pcie_replay_total) AS first_replay,
+                      min(nvlink_crc_total) + min(nvlink_replay_total) AS first_nvlink
+               FROM gpu_samples WHERE ts_s < ? + 60 GROUP BY gpu""",
+            [self.window.run_start_s],
+        )
+
+    def xids(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "xids", "XID events reported by the driver",
+            "SELECT ts_s, gpu, node, xid, message FROM gpu_events WHERE kind = 'xid' AND ts_s BETWEEN ? AND ? "
+            "ORDER BY ts_s",
+            [w.start_s - LOOKBACK_S, w.end_s],
+        )
+
+    def idle_gpus(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "idle_gpus", "GPUs of running jobs reporting GpuIdle (starved, not throttled)",
+            f"""SELECT s.gpu, s.node, count(*) AS idle_samples, avg(s.util_pct) AS util_pct
+               FROM gpu_samples s JOIN job_ranks r ON r.gpu = s.gpu
+               WHERE s.ts_s BETWEEN ? AND ? AND s.clocks_event_reasons & {GPU_IDLE} <> 0
+                 AND s.clocks_event_reasons & {THROTTLE} = 0
+               GROUP BY s.gpu, s.node ORDER BY idle_samples DESC""",
+            [w.start_s, w.end_s],
+        )
+
+    def stragglers(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "stragglers", "Which GPU was the slowest rank of each job's steps during the incident",
+            """SELECT job, slowest_gpu, count(*) AS steps, median(step_time_s) AS step_time_s
+               FROM job_steps WHERE ts_s BETWEEN ? AND ? AND slowest_gpu IS NOT NULL
+               GROUP BY job, slowest_gpu ORDER BY steps DESC""",
+            [w.start_s, w.end_s],
+        )
+
+    # -- facility facts ---------------------------------------------------------------------------------
+    def racks(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "racks", "Rack inlet, coolant flow and DCIM power cap: incident window vs reference",
+            """WITH ref AS (SELECT rack, avg(inlet_temp_c) AS ref_inlet_c, avg(coolant_flow_lpm) AS ref_flow_lpm
+                            FROM rack_samples WHERE ts_s >= ? AND ts_s < least(?, ? + 60) GROUP BY rack),
+                    cur AS (SELECT rack, avg(inlet_temp_c) AS inlet_c, max(inlet_temp_c) AS max_inlet_c,
+                                   min(coolant_flow_lpm) AS min_flow_lpm, max(power_cap_kw) AS power_cap_kw,
+                                   avg(power_kw) AS power_kw
+                            FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack)
+               SELECT cur.*, ref.ref_inlet_c, ref.ref_flow_lpm FROM cur LEFT JOIN ref USING (rack) ORDER BY rack""",
+            [w.run_start_s, w.baseline_end_s, w.run_start_s, w.start_s, w.end_s],
+        )
+
+    def hosts(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "hosts", "Host CPU and data-loader wait: incident window vs reference",
+            """WITH ref AS (SELECT node, avg(loader_wait_ms) AS ref_loader_ms, avg(cpu_util_pct) AS ref_cpu_pct
+                            FROM host_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY node),
+                    cur AS (SELECT node, avg(loader_wait_ms) AS loader_ms, avg(cpu_util_pct) AS cpu_pct
+                            FROM host_samples WHERE ts_s BETWEEN ? AND ? GROUP BY node)
+               SELECT cur.*, ref.ref_loader_ms, ref.ref_cpu_pct FROM cur LEFT JOIN ref USING (node)
+               ORDER BY loader_ms DESC""",
+            [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],
+        )
+
+    # -- network facts ----------------------------------------------------------------------------------
+    def nics(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "nics", "Per-NIC carrier changes, drops, retransmits, CE marks and queue delay: incident vs reference",
+            """WITH ref AS (SELECT nic, avg(queue_delay_ms) AS ref_queue_ms,
+                                   sum(drops + retransmits) / greatest(sum(interval_s), 1) AS ref_loss_per_s
+                            FROM nic_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY nic),
+                    cur AS (SELECT nic, any_value(node) AS node, bool_or(lane = 'fifo') AS fifo,
+                                   sum(carrier_changes) AS carrier_changes, sum(drops) AS drops,
+                                   sum(retransmits) AS retransmits, sum(ce_marks) AS ce_marks,
+                                   avg(queue_delay_ms) AS queue_ms, max(queue_delay_ms) AS max_queue_ms,
+                                   sum(drops + retransmits) / greatest(sum(interval_s), 1) AS loss_per_s,
+                                   sum(tx_bytes) AS tx_bytes
+                            FROM nic_samples WHERE ts_s BETWEEN ? AND ? GROUP BY nic)
+               SELECT cur.*, ref.ref_queue_ms, ref.ref_loss_per_s FROM cur LEFT JOIN ref USING (nic) ORDER BY nic""",
+            [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],
+        )
+
+    def flows(self) -> list[dict[str, Any]]:
+        w = self.window
+        return self.run(
+            "flows", "Bytes per traffic class, lane and matching rule on each NIC during the incident",
+            """SELECT f.nic, f.traffic_class, f.lane, f.rule_id, sum(f.tx_bytes) AS tx_bytes
+               FROM flow_class_samples f WHERE f.ts_s BETWEEN ? AND ? GROUP BY ALL ORDER BY f.nic, tx_bytes DESC""",
+            [w.start_s, w.end_s],
+        )
+
+    def lane_rules(self) -> list[dict[str, Any]]:
+        return self.run(
+            "lane_rules", "The traffic controller's lane rules in force",
+            """SELECT rule_id, match_kind, match_value, lane, scope FROM lane_rules
+               WHERE ts_s = (SELECT max(ts_s) FROM lane_rules WHERE ts_s <= ?) ORDER BY rule_id""",
+            [self.window.end_s],
+        )
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, float):
+            out[key] = round(value, 3)
+        elif isinstance(value, (int, str, bool)) or value is None:
+            out[key] = value
+        else:
+            out[key] = str(value)
+    return out

@@ -1,0 +1,203 @@
+"""Hypotheses whose cause sits on a GPU or its node: XIDs and counters, throttling, power limits, host stalls.
+
+Each scorer returns candidates (label, component, score in 0..1, summary, evidence). Scores reflect how specific
+the evidence is: an XID 79 names the GPU; a hot GPU might be a symptom of its rack, so the rack's evidence
+lowers it. Cause is separated from symptom by time (the first GPU to throttle) and by scope (all GPUs of one
+node, or of one rack).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from aiops.nvml_bits import describe
+from aiops.rca.candidate import Candidate
+from aiops.rca.facts import Facts
+
+ECC_XIDS = {48, 63, 64, 92, 94, 95}
+APP_XIDS = {13, 31, 43, 45, 68}
+NVLINK_XIDS = {74}
+OFF_BUS_XIDS = {79}
+
+
+def _xids_by_gpu(facts: Facts) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = defaultdict(set)
+    for r in facts.xids():
+        out[str(r["gpu"])].add(int(r["xid"]))
+    return out
+
+
+def _delta(row: dict[str, Any], now: str, ref: str, first: dict[str, Any] | None, first_key: str) -> float:
+    cur = row.get(now)
+    base = row.get(ref)
+    if base is None and first is not None:
+        base = first.get(first_key)
+    if cur is None or base is None:
+        return 0.0
+    return max(0.0, float(cur) - float(base))
+
+
+def gpu_health(facts: Facts) -> list[Candidate]:
+    """XID- and counter-backed GPU faults: off the bus, ECC, NVLink, PCIe, application errors."""
+    xids = _xids_by_gpu(facts)
+    first = {str(r["gpu"]): r for r in facts.first_samples()}
+    out: list[Candidate] = []
+    for row in facts.gpu_changes():
+        gpu = str(row["gpu"])
+        codes = xids.get(gpu, set())
+        f = first.get(gpu)
+        dbe = _delta(row, "dbe", "ref_dbe", f, "first_dbe")
+        replay = _delta(row, "replay", "ref_replay", f, "first_replay")
+        nvlink = _delta(row, "nvlink", "ref_nvlink", f, "first_nvlink")
+        downtrained = bool(row["width"] and row["max_width"] and row["width"] < row["max_width"])
+        lost = bool(row["nvml_errors"]) or bool(codes & OFF_BUS_XIDS)
+        if lost:
+            out.append(Candidate("gpu_fell_off_bus", gpu, 0.97,
+                                 f"{gpu} fell off the bus: NVML answers {row['nvml_error'] or 'errors'}"
+                                 f"{', XID 79' if 79 in codes else ''}",
+                                 [facts.cite("gpu_changes", f"NVML errors on {gpu}: {row['nvml_errors']} samples"),
+                                  facts.cite("xids")]))
+        if dbe > 0 or codes & ECC_XIDS:
+            out.append(Candidate("gpu_ecc_error", gpu, 0.95 if dbe > 0 else 0.85,
+                                 f"{gpu}: uncorrectable ECC errors (+{dbe:g} DBE, XIDs {sorted(codes & ECC_XIDS)})",
+                                 [facts.cite("gpu_changes", f"{gpu} DBE total rose by {dbe:g}"), facts.cite("xids")]))
+        if nvlink >= 5 or codes & NVLINK_XIDS:
+            out.append(Candidate("nvlink_degraded", gpu, min(0.93, 0.8 + 0.01 * min(nvlink, 13)),
+                                 f"{gpu}: NVLink CRC/replay counters +{nvlink:g}"
+                                 f"{', XID 74' if 74 in codes else ''}",
+                                 [facts.cite("gpu_changes", f"{gpu} NVLink error counters rose by {nvlink:g}"),
+                                  facts.cite("xids")]))
+        if replay >= 10 or downtrained:
+            score = 0.9 if (replay >= 10 and downtrained) else 0.82
+            out.append(Candidate("pcie_degraded", gpu, score,
+                                 f"{gpu}: PCIe replays +{replay:g}, link x{row['width']} of x{row['max_width']}"
+                                 f" gen{row['gen']}",
+                                 [facts.cite("gpu_changes", f"{gpu} PCIe replay counter rose by {replay:g}")]))
+        app = codes & APP_XIDS
+        if app:
+            clean = dbe == 0 and replay < 10 and nvlink < 5 and not lost
+            out.append(Candidate("application_error", gpu, 0.9 if clean else 0.4,
+                                 f"{gpu}: XID {sorted(app)} with {'clean' if clean else 'non-zero'} hardware counters",
+                                 [facts.cite("xids", f"XID {sorted(app)} on {gpu}"),
+                                  facts.cite("gpu_changes", "ECC, PCIe and NVLink counters", supports=clean)]))
+    return out
+
+
+def throttling(facts: Facts) -> list[Candidate]:
+    """Thermal throttle, power brake and power caps from clocks-event reasons and limits."""
+    onsets = facts.throttle_onsets()
+    changes = {str(r["gpu"]): r for r in facts.gpu_changes()}
+    first = {str(r["gpu"]): r for r in facts.first_samples()}
+    racks = {str(r["rack"]): r for r in facts.racks()}
+    gpus_per_node = Counter(str(r["node"]) for r in changes.values())
+    out: list[Candidate] = []
+
+    thermal = [r for r in onsets if r["thermal_samples"]]
+    hot = {g for g, r in changes.items() if _heated(r) >= 8.0}
+    thermal_gpus = {str(r["gpu"]) for r in thermal} | hot
+    if thermal_gpus:
+        by_node = Counter(changes[g]["node"] if g in changes else g.split("/")[0] for g in thermal_gpus)
+        node, count = by_node.most_common(1)[0]
+        ordered = [str(r["gpu"]) for r in thermal] or sorted(hot, key=lambda g: -_heated(changes[g]))
+        if count >= max(2, 0.75 * gpus_per_node.get(str(node), 8)) and len(by_node) <= 2:
+            component = str(node)
+            summary = f"{node}: {count} of {gpus_per_node.get(str(node), count)} GPUs overheating (local cooling)"
+        else:
+            component = ordered[0]
+            row = changes.get(component, {})
+            summary = (f"{component} throttles first: {_fmt(row.get('max_temp_c'))} °C against a reference of "
+                       f"{_fmt(row.get('ref_temp_c'))} °C")
+        rack_hot = _rack_cooling_signal(racks)
+        nodes_hot = len(by_node)
+        score = 0.86 if thermal else 0.6
+        if rack_hot and nodes_hot >= 2:
+            score = 0.35
+        out.append(Candidate("thermal_throttle", component, score, summary,
+                             [facts.cite("throttle_onsets"), facts.cite("gpu_changes"),
+                              facts.cite("racks", "rack coolant and inlet", supports=not rack_hot)]))
+
+    brake_nodes = Counter(str(r["node"]) for r in onsets if r["brake_samples"])
+    for node, count in brake_nodes.items():
+        if count >= max(1, 0.5 * gpus_per_node.get(node, 8)):
+            out.append(Candidate("power_brake", node, 0.93,
+                                 f"{node}: HwPowerBrakeSlowdown on {count} GPUs",
+                                 [facts.cite("throttle_onsets", f"{count} GPUs of {node} report HwPowerBrakeSlowdown")]))
+
+    capped_racks = {rack for rack, r in racks.items() if r["power_cap_kw"] is not None}
+    if capped_racks:
+        component = "fleet" if capped_racks == set(racks) and len(racks) > 1 else sorted(capped_racks)[0]
+        out.append(Candidate("facility_power_cap", component, 0.92,
+                             f"DCIM power cap in force on {', '.join(sorted(capped_racks))}",
+                             [facts.cite("racks", "DCIM power cap signal per rack")]))
+
+    lowered = []
+    for gpu, row in changes.items():
+        f = first.get(gpu, {})
+        reference = max(float(row.get("ref_limit_w") or 0), float(row.get("max_limit_w") or 0),
+                        float(f.get("first_limit_w") or 0))
+        if row["limit_w"] is not None and reference and float(row["limit_w"]) < 0.85 * reference:
+            lowered.append(gpu)
+    power_capped = {str(r["gpu"]) for r in onsets if r["power_cap_samples"]}
+    misconfig = [g for g in sorted(set(lowered) | power_capped) if g in lowered]
+    if misconfig:
+        nodes = Counter(changes[g]["node"] for g in misconfig)
+        node, count = nodes.most_common(1)[0]
+        if len(nodes) == 1 and count >= max(2, 0.75 * gpus_per_node.get(str(node), 8)):
+            component = str(node)
+        else:
+            component = min(misconfig, key=lambda g: float(changes[g]["limit_w"]))
+        row = changes[component] if component in changes else changes[misconfig[0]]
+        score = 0.9 if not capped_racks else 0.35
+        if len(nodes) > 2:
+            score = min(score, 0.5)
+        out.append(Candidate("power_cap_misconfig", component, score,
+                             f"power limit of {component} lowered to {_fmt(row['limit_w'])} W "
+                             f"(max {_fmt(row['max_limit_w'])} W), SwPowerCap",
+                             [facts.cite("gpu_changes", f"{len(misconfig)} GPUs with a lowered power limit"),
+                              facts.cite("throttle_onsets"),
+                              facts.cite("racks", "no DCIM cap signal", supports=not capped_racks)]))
+    return out
+
+
+def host_stalls(facts: Facts) -> list[Candidate]:
+    """A starved node: loader wait and CPU up, its GPUs idle, no hardware throttle."""
+    idle = Counter(str(r["node"]) for r in facts.idle_gpus() if r["idle_samples"] >= 3)
+    out: list[Candidate] = []
+    throttled_nodes = {str(r["node"]) for r in facts.throttle_onsets()}
+    for r in facts.hosts():
+        node = str(r["node"])
+        loader, ref = r["loader_ms"], r["ref_loader_ms"]
+        if loader is None:
+            continue
+        high = float(loader) > max(3.0 * float(ref or 0), float(ref or 0) + 50.0)
+        if high or (idle.get(node, 0) >= 2 and (r["cpu_pct"] or 0) >= 90):
+            score = 0.85 if node not in throttled_nodes else 0.45
+            out.append(Candidate("input_pipeline_bottleneck", node, score,
+                                 f"{node}: data-loader wait {_fmt(loader)} ms (reference {_fmt(ref)} ms), "
+                                 f"CPU {_fmt(r['cpu_pct'])} %, {idle.get(node, 0)} GPUs idle",
+                                 [facts.cite("hosts"), facts.cite("idle_gpus")]))
+    return out
+
+
+def _heated(row: dict[str, Any]) -> float:
+    if row.get("temp_c") is None or row.get("ref_temp_c") is None:
+        return 0.0
+    return float(row["temp_c"]) - float(row["ref_temp_c"])
+
+
+def _rack_cooling_signal(racks: dict[str, dict[str, Any]]) -> bool:
+    return any(_rack_abnormal(r) for r in racks.values())
+
+
+def _rack_abnormal(r: dict[str, Any]) -> bool:
+    flow_drop = bool(r["ref_flow_lpm"] and r["min_flow_lpm"] is not None and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"])
+    inlet_up = bool(r["ref_inlet_c"] is not None and r["max_inlet_c"] is not None and r["max_inlet_c"] > r["ref_inlet_c"] + 3)
+    return flow_drop or inlet_up
+
+
+def _fmt(value: Any) -> str:
+    return "?" if value is None else f"{float(value):.0f}"
+
+
+__all__ = ["gpu_health", "host_stalls", "throttling", "describe"]
