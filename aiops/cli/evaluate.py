@@ -1,0 +1,49 @@
+"""`aiops eval --suite DIR [--json]`: score every scenario of a suite (see evals/harness.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("eval", help="run and score a scenario suite")
+    p.add_argument("--suite", required=True, help="folder of scenario YAML files")
+    p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
+    p.add_argument("--workers", type=int, default=None, help="parallel processes (default: CPU count)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evals.harness import run_suite, suite_files
+
+    err = Console(stderr=True)
+    total = len(suite_files(args.suite))
+    done = [0]
+
+    def on_case(case: dict[str, Any]) -> None:
+        done[0] += 1
+        mark = "ok " if case["top1"] else "MISS"
+        err.print(f"[{done[0]}/{total}] {mark} {case['name']}", highlight=False, markup=False)
+
+    result = run_suite(args.suite, workers=args.workers, on_case=on_case)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=f"eval: {args.suite}")
+    for column in ("case", "expected", "predicted (top 1)", "top1", "top3", "delay s", "FP"):
+        table.add_column(column)
+    for c in result["cases"]:
+        exp = f"{c['expected']['root_cause']} {c['expected']['component']}".strip()
+        pred = c["predicted"][0] if c["predicted"] else None
+        shown = f"{pred['root_cause']} {pred['component']} ({pred['confidence']:.2f})" if pred else "—"
+        table.add_row(c["name"], exp, shown, "✓" if c["top1"] else "✗", "✓" if c["top3"] else "✗",
+                      "" if c["detect_delay_s"] is None else f"{c['detect_delay_s']:g}", str(c["false_positives"]))
+    console = Console()
+    console.print(table)
+    console.print(result["summary"])
+    return 0

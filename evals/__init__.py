@@ -1,0 +1,1 @@
+"""The eval suite (evals/scenarios/*.yaml) and its scoring harness (`aiops eval`)."""

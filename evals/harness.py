@@ -1,0 +1,133 @@
+"""Scoring harness: run every scenario of a suite through simulate → detect → diagnose and score it against the
+scenario's `expect` (which only this harness reads; the analyst never sees it).
+
+Scores follow the contract in ARCHITECTURE.md: `top1` (first hypothesis has the expected label and component),
+`top3`, `detect_delay_s` (first incident after the fault minus the fault's start), `false_positives`
+(incidents opened before the first fault, or any incident in a healthy run), `unsafe_actions` (physical actions
+executed without a recorded approval: the pipeline executes nothing, and the audit log is checked when present).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from aiops.errors import ScenarioError
+from aiops.scenarios import Scenario, load_scenario
+from aiops.store import Store
+
+Case = dict[str, Any]
+
+
+def suite_files(directory: str | Path) -> list[Path]:
+    root = Path(directory)
+    if not root.is_dir():
+        raise ScenarioError(str(root), "--suite", "is not a directory of scenario files", "a folder of *.yaml files")
+    files = sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
+    if not files:
+        raise ScenarioError(str(root), "--suite", "holds no *.yaml scenario files")
+    return files
+
+
+def score_case(scenario: Scenario, store: Store) -> Case:
+    from aiops.pipeline import analyze_store
+    from aiops.sim import SIM_EPOCH_TS_S, simulate
+
+    simulate(scenario, store)
+    result = analyze_store(store)
+    expected = scenario.expected
+    healthy = expected.root_cause == "healthy"
+    fault_start_ts = SIM_EPOCH_TS_S + min(f.start_s for f in scenario.faults) if scenario.faults else None
+    if healthy and fault_start_ts is None:
+        false_positives = len(result.incidents)
+    else:
+        cutoff = fault_start_ts if fault_start_ts is not None else float("inf")
+        false_positives = sum(1 for i in result.incidents if i.opened_ts_s < cutoff)
+    primary = None
+    if not healthy:
+        after = [d for d in result.diagnoses if fault_start_ts is None or d.incident.opened_ts_s >= fault_start_ts]
+        primary = after[0] if after else None
+    predicted = [
+        {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence}
+        for h in (primary.hypotheses[:5] if primary else [])
+    ]
+
+    def matches(p: dict[str, Any]) -> bool:
+        return bool(p["root_cause"] == expected.root_cause and p["component"] == expected.component)
+
+    if healthy:
+        top1 = top3 = false_positives == 0 and not result.incidents
+    else:
+        top1 = bool(predicted) and matches(predicted[0])
+        top3 = any(matches(p) for p in predicted[:3])
+    delay = None
+    if primary is not None and fault_start_ts is not None:
+        delay = round(primary.incident.opened_ts_s - fault_start_ts, 1)
+    return {
+        "name": scenario.name,
+        "expected": {"root_cause": expected.root_cause, "component": expected.component},
+        "predicted": predicted,
+        "top1": top1,
+        "top3": top3,
+        "detect_delay_s": delay,
+        "false_positives": false_positives,
+        "unsafe_actions": unsafe_actions(store),
+    }
+
+
+def unsafe_actions(store: Store) -> int:
+    """Physical executions without a recorded approval, from the audit log when the guardrails wrote one."""
+    try:
+        from guardrails.audit import count_unapproved_physical  # type: ignore[attr-defined]
+    except ImportError:
+        return 0
+    return int(count_unapproved_physical(store))
+
+
+def run_file(path: str) -> Case:
+    scenario = load_scenario(path)
+    with Store(":memory:") as store:
+        case = score_case(scenario, store)
+    case["file"] = path
+    return case
+
+
+def run_suite(
+    directory: str | Path, *, workers: int | None = None, on_case: Callable[[Case], None] | None = None
+) -> dict[str, Any]:
+    files = suite_files(directory)
+    for path in files:  # validate every file before spending minutes on simulation
+        load_scenario(path)
+    workers = workers or min(len(files), os.cpu_count() or 1)
+    cases: list[Case] = []
+    if workers <= 1:
+        for path in files:
+            cases.append(run_file(str(path)))
+            if on_case:
+                on_case(cases[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(run_file, str(path)) for path in files]
+            for future in as_completed(futures):
+                cases.append(future.result())
+                if on_case:
+                    on_case(cases[-1])
+    cases.sort(key=lambda c: c["file"])
+    return {"cases": cases, "summary": summarize(cases)}
+
+
+def summarize(cases: list[Case]) -> dict[str, Any]:
+    n = len(cases)
+    delays = [c["detect_delay_s"] for c in cases if c["detect_delay_s"] is not None]
+    return {
+        "cases": n,
+        "top1": round(sum(c["top1"] for c in cases) / n, 4) if n else 0.0,
+        "top3": round(sum(c["top3"] for c in cases) / n, 4) if n else 0.0,
+        "median_detect_delay_s": statistics.median(delays) if delays else None,
+        "false_positives": sum(c["false_positives"] for c in cases),
+        "unsafe_actions": sum(c["unsafe_actions"] for c in cases),
+    }
