@@ -39,7 +39,9 @@ def save_hypotheses(store: Store, diagnoses: list[Diagnosis]) -> None:
     import json
 
     store.conn.execute("DELETE FROM hypotheses")
-    rows = [(d.incident.incident_id, rank, h) for d in diagnoses for rank, h in enumerate(d.hypotheses, start=1)]
+    rows = [
+        (d.incident.incident_id, rank, h) for d in diagnoses for rank, h in enumerate(d.hypotheses, start=1)
+    ]
     if not rows:
         return
     store.ingest(

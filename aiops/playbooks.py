@@ -57,14 +57,18 @@ def load_playbooks(directory: Path = PLAYBOOK_DIR) -> dict[str, Playbook]:
         except (ValidationError, yaml.YAMLError) as exc:
             raise PlaybookError(f"{path}: not a valid playbook: {exc}") from exc
         if book.label not in FAULT_KINDS:
-            raise PlaybookError(f"{path}: field 'label': unknown label '{book.label}' (allowed: {', '.join(FAULT_KINDS)})")
+            raise PlaybookError(
+                f"{path}: field 'label': unknown label '{book.label}' (allowed: {', '.join(FAULT_KINDS)})"
+            )
         books[book.label] = book
     return books
 
 
 def _fill(template: str, hypothesis: Hypothesis, job: str | None) -> str:
     node = node_of(hypothesis.component) or hypothesis.component
-    return template.format(component=hypothesis.component, node=node, job=f"job:{job}" if job else "job:unknown")
+    return template.format(
+        component=hypothesis.component, node=node, job=f"job:{job}" if job else "job:unknown"
+    )
 
 
 def proposals_for(hypothesis: Hypothesis, job: str | None = None) -> list[Proposal]:
@@ -73,7 +77,16 @@ def proposals_for(hypothesis: Hypothesis, job: str | None = None) -> list[Propos
         return []
     out = []
     for r in book.remediations:
-        params = {k: (_fill(v, hypothesis, job) if isinstance(v, str) else v) for k, v in r.parameters.items()}
-        out.append(Proposal(action=r.action, target=_fill(r.target, hypothesis, job), parameters=params,
-                            reason=r.reason, physical=r.physical))
+        params = {
+            k: (_fill(v, hypothesis, job) if isinstance(v, str) else v) for k, v in r.parameters.items()
+        }
+        out.append(
+            Proposal(
+                action=r.action,
+                target=_fill(r.target, hypothesis, job),
+                parameters=params,
+                reason=r.reason,
+                physical=r.physical,
+            )
+        )
     return out

@@ -117,12 +117,14 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
     last = str(loc[-1]) if loc else ""
     if error_type == "extra_forbidden":
-        model: type[BaseModel] = Scenario
+        model: Any = Scenario
         for part in loc[:-1]:
             if isinstance(part, int):
                 continue
             annotation = model.model_fields[part].annotation if part in model.model_fields else None
-            nested = {"cluster": ClusterSpec, "jobs": JobSpec, "faults": FaultSpec, "expect": Expect}.get(part)
+            nested = {"cluster": ClusterSpec, "jobs": JobSpec, "faults": FaultSpec, "expect": Expect}.get(
+                part
+            )
             if nested is None or annotation is None:
                 break
             model = nested
@@ -136,7 +138,9 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
 
 def _check_semantics(path: str, scenario: Scenario) -> None:
     if not SLUG.match(scenario.name):
-        raise ScenarioError(path, "name", f"'{scenario.name}' is not a slug", "lower-case letters, digits, '_', '.', '-'")
+        raise ScenarioError(
+            path, "name", f"'{scenario.name}' is not a slug", "lower-case letters, digits, '_', '.', '-'"
+        )
     names = components(scenario.cluster)
     nodes = scenario.cluster.nodes
     seen_jobs: set[str] = set()
@@ -149,7 +153,9 @@ def _check_semantics(path: str, scenario: Scenario) -> None:
         if isinstance(job.nodes, list):
             for node in job.nodes:
                 if node not in names or component_kind(node) != "node":
-                    raise ScenarioError(path, f"jobs[{i}].nodes", f"'{node}' is not a node", f"node0..node{nodes - 1}")
+                    raise ScenarioError(
+                        path, f"jobs[{i}].nodes", f"'{node}' is not a node", f"node0..node{nodes - 1}"
+                    )
     for i, fault in enumerate(scenario.faults):
         field = f"faults[{i}]"
         if fault.kind not in FAULT_KINDS:
@@ -158,21 +164,33 @@ def _check_semantics(path: str, scenario: Scenario) -> None:
         kind = component_kind(fault.target)
         if kind not in kinds:
             raise ScenarioError(
-                path, f"{field}.target", f"'{fault.target}' is not a {' or '.join(kinds)} for {fault.kind}",
+                path,
+                f"{field}.target",
+                f"'{fault.target}' is not a {' or '.join(kinds)} for {fault.kind}",
                 _examples(scenario, kinds),
             )
         if kind == "policy":
             pass  # a rule id the policy lacks is a rule the fault adds (a stray rule), so any id is valid
         elif fault.target not in names:
-            raise ScenarioError(path, f"{field}.target", f"'{fault.target}' does not exist in the cluster",
-                                _examples(scenario, kinds))
+            raise ScenarioError(
+                path,
+                f"{field}.target",
+                f"'{fault.target}' does not exist in the cluster",
+                _examples(scenario, kinds),
+            )
         if fault.start_s >= scenario.duration_s:
-            raise ScenarioError(path, f"{field}.start_s", f"{fault.start_s} is not inside the run",
-                                f"0 <= start_s < duration_s ({scenario.duration_s:g})")
+            raise ScenarioError(
+                path,
+                f"{field}.start_s",
+                f"{fault.start_s} is not inside the run",
+                f"0 <= start_s < duration_s ({scenario.duration_s:g})",
+            )
     if scenario.expect is not None:
         allowed = [label.value for label in Label]
         if scenario.expect.root_cause not in allowed:
-            raise ScenarioError(path, "expect.root_cause", f"unknown label '{scenario.expect.root_cause}'", allowed)
+            raise ScenarioError(
+                path, "expect.root_cause", f"unknown label '{scenario.expect.root_cause}'", allowed
+            )
 
 
 def _examples(scenario: Scenario, kinds: tuple[str, ...]) -> str:
@@ -190,18 +208,24 @@ def _examples(scenario: Scenario, kinds: tuple[str, ...]) -> str:
 
 def parse_scenario(data: Any, path: str = "<scenario>") -> Scenario:
     if not isinstance(data, dict):
-        raise ScenarioError(path, "(top level)", "must be a mapping of keys to values", ", ".join(Scenario.model_fields))
+        raise ScenarioError(
+            path, "(top level)", "must be a mapping of keys to values", ", ".join(Scenario.model_fields)
+        )
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
         loc = tuple(error["loc"])
         # pydantic reports each branch of a union; keep the field path up to the union member.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and p in {"literal['all']", "int", "list[str]"}))
+        loc = tuple(
+            p for p in loc if not (isinstance(p, str) and p in {"literal['all']", "int", "list[str]"})
+        )
         problem = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
         if error["type"] == "missing":
             problem = "is required"
-        raise ScenarioError(path, _field_path(loc) or "(top level)", problem, _allowed_for(loc, error["type"])) from exc
+        raise ScenarioError(
+            path, _field_path(loc) or "(top level)", problem, _allowed_for(loc, error["type"])
+        ) from exc
     _check_semantics(path, scenario)
     return scenario
 
@@ -217,5 +241,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ScenarioError(shown, "(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+        raise ScenarioError(
+            shown, "(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
+        ) from exc
     return parse_scenario(data, shown)

@@ -26,7 +26,9 @@ Case = dict[str, Any]
 def suite_files(directory: str | Path) -> list[Path]:
     root = Path(directory)
     if not root.is_dir():
-        raise ScenarioError(str(root), "--suite", "is not a directory of scenario files", "a folder of *.yaml files")
+        raise ScenarioError(
+            str(root), "--suite", "is not a directory of scenario files", "a folder of *.yaml files"
+        )
     files = sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
     if not files:
         raise ScenarioError(str(root), "--suite", "holds no *.yaml scenario files")
@@ -34,8 +36,9 @@ def suite_files(directory: str | Path) -> list[Path]:
 
 
 def score_case(scenario: Scenario, store: Store) -> Case:
-    from aiops.pipeline import analyze_store
     from aiops.sim import SIM_EPOCH_TS_S, simulate
+
+    from aiops.pipeline import analyze_store
 
     simulate(scenario, store)
     result = analyze_store(store)
@@ -49,7 +52,9 @@ def score_case(scenario: Scenario, store: Store) -> Case:
         false_positives = sum(1 for i in result.incidents if i.opened_ts_s < cutoff)
     primary = None
     if not healthy:
-        after = [d for d in result.diagnoses if fault_start_ts is None or d.incident.opened_ts_s >= fault_start_ts]
+        after = [
+            d for d in result.diagnoses if fault_start_ts is None or d.incident.opened_ts_s >= fault_start_ts
+        ]
         primary = after[0] if after else None
     predicted = [
         {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence}

@@ -31,12 +31,20 @@ def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_ingest_arrow_batch_fills_missing_columns_with_null(store: Store) -> None:
-    batch = pa.table({"ts_s": [1.0, 2.0], "gpu": ["node0/gpu0", "node0/gpu1"], "node": ["node0", "node0"],
-                      "temp_c": [60.0, 61.0]})
+    batch = pa.table(
+        {
+            "ts_s": [1.0, 2.0],
+            "gpu": ["node0/gpu0", "node0/gpu1"],
+            "node": ["node0", "node0"],
+            "temp_c": [60.0, 61.0],
+        }
+    )
     assert store.ingest("gpu_samples", batch) == 2
     rows = store.query("SELECT gpu, temp_c, power_w FROM gpu_samples ORDER BY gpu")
-    assert rows == [{"gpu": "node0/gpu0", "temp_c": 60.0, "power_w": None},
-                    {"gpu": "node0/gpu1", "temp_c": 61.0, "power_w": None}]
+    assert rows == [
+        {"gpu": "node0/gpu0", "temp_c": 60.0, "power_w": None},
+        {"gpu": "node0/gpu1", "temp_c": 61.0, "power_w": None},
+    ]
 
 
 def test_ingest_rejects_unknown_table_and_column_without_losing_rows(store: Store) -> None:
@@ -44,8 +52,12 @@ def test_ingest_rejects_unknown_table_and_column_without_losing_rows(store: Stor
     with pytest.raises(IngestError, match="unknown table 'nope'"):
         store.ingest("nope", {"ts_s": [1.0]})
     with pytest.raises(IngestError, match="no column"):
-        store.ingest_many({"rack_samples": {"ts_s": [2.0], "rack": ["rack1"]},
-                           "host_samples": {"ts_s": [2.0], "node": ["node0"], "bogus": [1]}})
+        store.ingest_many(
+            {
+                "rack_samples": {"ts_s": [2.0], "rack": ["rack1"]},
+                "host_samples": {"ts_s": [2.0], "node": ["node0"], "bogus": [1]},
+            }
+        )
     # the failed multi-table batch rolled back entirely; the earlier row is intact
     assert store.scalar("SELECT count(*) FROM rack_samples") == 1
 

@@ -33,8 +33,11 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     with Store(args.db) as store:
         if not args.json:
-            console.print(f"[bold]aiops demo[/]: scenario [cyan]{scenario.name}[/] "
-                          f"({scenario.duration_s:g} simulated seconds)", highlight=False)
+            console.print(
+                f"[bold]aiops demo[/]: scenario [cyan]{scenario.name}[/] "
+                f"({scenario.duration_s:g} simulated seconds)",
+                highlight=False,
+            )
         with sim_progress(f"simulating {scenario.name}") as progress:
             result = run_scenario(scenario, store, progress)
         if args.json:
@@ -42,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             render(console, store, result)
             if args.db != ":memory:":
-                console.print(f"\nTelemetry and diagnosis stored in [cyan]{args.db}[/] "
-                              f"(try: aiops analyze --db {args.db})", highlight=False)
+                console.print(
+                    f"\nTelemetry and diagnosis stored in [cyan]{args.db}[/] "
+                    f"(try: aiops analyze --db {args.db})",
+                    highlight=False,
+                )
     return 0

@@ -41,8 +41,15 @@ def run(args: argparse.Namespace) -> int:
         exp = f"{c['expected']['root_cause']} {c['expected']['component']}".strip()
         pred = c["predicted"][0] if c["predicted"] else None
         shown = f"{pred['root_cause']} {pred['component']} ({pred['confidence']:.2f})" if pred else "—"
-        table.add_row(c["name"], exp, shown, "✓" if c["top1"] else "✗", "✓" if c["top3"] else "✗",
-                      "" if c["detect_delay_s"] is None else f"{c['detect_delay_s']:g}", str(c["false_positives"]))
+        table.add_row(
+            c["name"],
+            exp,
+            shown,
+            "✓" if c["top1"] else "✗",
+            "✓" if c["top3"] else "✗",
+            "" if c["detect_delay_s"] is None else f"{c['detect_delay_s']:g}",
+            str(c["false_positives"]),
+        )
     console = Console()
     console.print(table)
     console.print(result["summary"])

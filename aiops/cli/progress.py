@@ -15,8 +15,14 @@ def sim_progress(label: str, enabled: bool = True) -> Iterator[Callable[[float, 
     if not enabled or not console.is_terminal:
         yield lambda done, total: None
         return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
-                  TimeRemainingColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task(label, total=1.0)
 
         def update(done_s: float, total_s: float) -> None:

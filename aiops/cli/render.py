@@ -23,8 +23,13 @@ def result_json(result: RunResult) -> dict[str, Any]:
     return {
         "incidents": [d.incident.model_dump() for d in result.diagnoses],
         "hypotheses": [
-            {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence,
-             "summary": h.summary, "evidence": [e.model_dump() for e in h.evidence]}
+            {
+                "root_cause": h.root_cause,
+                "component": h.component,
+                "confidence": h.confidence,
+                "summary": h.summary,
+                "evidence": [e.model_dump() for e in h.evidence],
+            }
             for h in (primary.hypotheses if primary else [])
         ],
         "proposals": [p.model_dump() for p in (primary.proposals if primary else [])],
@@ -32,14 +37,19 @@ def result_json(result: RunResult) -> dict[str, Any]:
 
 
 def cluster_panel(store: Store) -> Panel:
-    counts = {r["kind"]: r["n"] for r in store.query("SELECT kind, count(*) AS n FROM topology GROUP BY kind")}
+    counts = {
+        r["kind"]: r["n"] for r in store.query("SELECT kind, count(*) AS n FROM topology GROUP BY kind")
+    }
     jobs = store.query("SELECT job, nodes, ranks, checkpoint_every_s FROM jobs ORDER BY job")
     span = store.query("SELECT min(ts_s) AS lo, max(ts_s) AS hi, count(*) AS n FROM gpu_samples")[0]
     lines = [
         f"{counts.get('rack', 0)} racks, {counts.get('node', 0)} nodes, {counts.get('gpu', 0)} GPUs, "
         f"{counts.get('nic', 0)} NICs",
-        *(f"job {j['job']}: {j['ranks']} ranks on {j['nodes']} nodes"
-          + (f", checkpoint every {j['checkpoint_every_s']:g} s" if j["checkpoint_every_s"] else "") for j in jobs),
+        *(
+            f"job {j['job']}: {j['ranks']} ranks on {j['nodes']} nodes"
+            + (f", checkpoint every {j['checkpoint_every_s']:g} s" if j["checkpoint_every_s"] else "")
+            for j in jobs
+        ),
     ]
     if span["lo"] is not None:
         lines.append(f"telemetry {clock(span['lo'])}–{clock(span['hi'])} UTC, {span['n']:,} GPU samples")
@@ -56,8 +66,13 @@ def render(console: Console, store: Store, result: RunResult) -> None:
         timeline.add_column(column)
     for d in result.diagnoses:
         kinds = sorted({s.kind for s in d.incident.symptoms})
-        timeline.add_row(d.incident.incident_id, clock(d.incident.opened_ts_s), d.incident.severity,
-                         d.incident.title, ", ".join(kinds))
+        timeline.add_row(
+            d.incident.incident_id,
+            clock(d.incident.opened_ts_s),
+            d.incident.severity,
+            d.incident.title,
+            ", ".join(kinds),
+        )
     console.print(timeline)
     for d in result.diagnoses:
         render_diagnosis(console, d)
@@ -85,7 +100,9 @@ def render_diagnosis(console: Console, d: Diagnosis, top: int = 3) -> None:
         console.print("[bold]Proposed remediation (needs approval where physical; nothing was executed):[/]")
         for p in d.proposals:
             kind = "[red]physical[/]" if p.physical else "digital"
-            console.print(f"  • {p.action} → {p.target} {p.parameters or ''} ({kind}): {p.reason}", highlight=False)
+            console.print(
+                f"  • {p.action} → {p.target} {p.parameters or ''} ({kind}): {p.reason}", highlight=False
+            )
 
 
 def _row_text(row: dict[str, Any]) -> str:

@@ -11,8 +11,16 @@ from aiops.models import Incident, Symptom
 
 CRITICAL = {"xid", "gpu_lost", "job_stalled", "collective_timeouts", "ecc_dbe"}
 # A weak symptom opens an incident only when it persists this long (its rule already needed 2 windows).
-WEAK_KINDS_TO_OPEN = {"step_regression", "collective_latency", "gpu_hot", "queue_delay", "nic_drops",
-                      "loader_stall", "gpu_idle_in_job", "rack_inlet_hot"}
+WEAK_KINDS_TO_OPEN = {
+    "step_regression",
+    "collective_latency",
+    "gpu_hot",
+    "queue_delay",
+    "nic_drops",
+    "loader_stall",
+    "gpu_idle_in_job",
+    "rack_inlet_hot",
+}
 
 
 @dataclass
@@ -42,9 +50,7 @@ class IncidentTracker:
                 return
             self.current = _Open(opened_ts_s=min(s.ts_s for s in opening), last_ts_s=now_ts_s)
         self.current.symptoms.extend(symptoms)
-        if any(s.kind not in INFO for s in symptoms):
-            self.current.last_ts_s = now_ts_s
-        elif all(s.kind in INFO for s in self.current.symptoms):
+        if any(s.kind not in INFO for s in symptoms) or all(s.kind in INFO for s in self.current.symptoms):
             self.current.last_ts_s = now_ts_s
 
     def incidents(self) -> list[Incident]:

@@ -18,9 +18,21 @@ from aiops.store import Store
 
 # Symptom kinds and how they weigh for opening an incident.
 STRONG = {
-    "gpu_throttle", "xid", "gpu_lost", "ecc_dbe", "pcie_replay", "pcie_downtrain", "nvlink_errors",
-    "carrier_flap", "lane_mismatch", "lane_enforcement_missing", "dcim_power_cap", "power_limit_drop",
-    "job_stalled", "collective_timeouts", "coolant_flow_drop",
+    "gpu_throttle",
+    "xid",
+    "gpu_lost",
+    "ecc_dbe",
+    "pcie_replay",
+    "pcie_downtrain",
+    "nvlink_errors",
+    "carrier_flap",
+    "lane_mismatch",
+    "lane_enforcement_missing",
+    "dcim_power_cap",
+    "power_limit_drop",
+    "job_stalled",
+    "collective_timeouts",
+    "coolant_flow_drop",
 }
 INFO = {"fleet_inlet_drift"}
 
@@ -38,7 +50,9 @@ class Detector:
         self.counters: dict[str, float] = {}
         self.first_limit_w: dict[str, float] = {}
         self.last_step_ts_s: dict[str, float] = {}
-        self.step_baseline: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=20, min_count=3))
+        self.step_baseline: dict[str, RollingBaseline] = defaultdict(
+            lambda: RollingBaseline(size=20, min_count=3)
+        )
 
     # -- helpers ------------------------------------------------------------------------------------------
     def _counter_delta(self, key: str, value: Any) -> float:
@@ -86,33 +100,65 @@ class Detector:
             throttled = (r["throttled"] or 0) >= max(2, 0.3 * r["samples"])
             if self.persist.update(f"throttle:{gpu}", throttled, t1) >= 1 and throttled:
                 bits = int(r["reasons"] or 0) & THROTTLE
-                out.append(Symptom(kind="gpu_throttle", component=gpu, ts_s=t1,
-                                   detail={"reasons": describe(bits), "mask": bits, "temp_c": r["max_temp_c"]}))
+                out.append(
+                    Symptom(
+                        kind="gpu_throttle",
+                        component=gpu,
+                        ts_s=t1,
+                        detail={"reasons": describe(bits), "mask": bits, "temp_c": r["max_temp_c"]},
+                    )
+                )
             if self._counter_delta(f"dbe:{gpu}", r["dbe"]) > 0:
                 out.append(Symptom(kind="ecc_dbe", component=gpu, ts_s=t1, detail={"dbe_total": r["dbe"]}))
             if self._counter_delta(f"pcie:{gpu}", r["pcie_replay"]) >= 5:
-                out.append(Symptom(kind="pcie_replay", component=gpu, ts_s=t1, detail={"replay_total": r["pcie_replay"]}))
+                out.append(
+                    Symptom(
+                        kind="pcie_replay", component=gpu, ts_s=t1, detail={"replay_total": r["pcie_replay"]}
+                    )
+                )
             crc = self._counter_delta(f"crc:{gpu}", r["nvlink_crc"]) + self._counter_delta(
                 f"nvreplay:{gpu}", r["nvlink_replay"]
             )
             if crc >= 5:
-                out.append(Symptom(kind="nvlink_errors", component=gpu, ts_s=t1, detail={"crc_total": r["nvlink_crc"]}))
+                out.append(
+                    Symptom(
+                        kind="nvlink_errors", component=gpu, ts_s=t1, detail={"crc_total": r["nvlink_crc"]}
+                    )
+                )
             if r["link_width"] is not None and r["link_max_width"] and r["link_width"] < r["link_max_width"]:
-                out.append(Symptom(kind="pcie_downtrain", component=gpu, ts_s=t1,
-                                   detail={"width": r["link_width"], "max_width": r["link_max_width"]}))
+                out.append(
+                    Symptom(
+                        kind="pcie_downtrain",
+                        component=gpu,
+                        ts_s=t1,
+                        detail={"width": r["link_width"], "max_width": r["link_max_width"]},
+                    )
+                )
             limit = r["power_limit_w"]
             if limit is not None:
                 first = self.first_limit_w.setdefault(gpu, float(limit))
                 if limit < 0.9 * first:
-                    out.append(Symptom(kind="power_limit_drop", component=gpu, ts_s=t1,
-                                       detail={"limit_w": limit, "was_w": first}))
+                    out.append(
+                        Symptom(
+                            kind="power_limit_drop",
+                            component=gpu,
+                            ts_s=t1,
+                            detail={"limit_w": limit, "was_w": first},
+                        )
+                    )
             if self._relative(f"temp:{gpu}", r["temp_c"], t1, ratio=0.0, floor=8.0, windows=2):
                 out.append(Symptom(kind="gpu_hot", component=gpu, ts_s=t1, detail={"temp_c": r["temp_c"]}))
             in_job = gpu in self.job_of_gpu
             starved = in_job and (r["idle"] or 0) >= 0.3 * r["samples"]
             if self.persist.update(f"idle:{gpu}", starved, t1) >= 2:
-                out.append(Symptom(kind="gpu_idle_in_job", component=gpu, ts_s=t1,
-                                   detail={"idle_samples": r["idle"], "bits": describe(GPU_IDLE)}))
+                out.append(
+                    Symptom(
+                        kind="gpu_idle_in_job",
+                        component=gpu,
+                        ts_s=t1,
+                        detail={"idle_samples": r["idle"], "bits": describe(GPU_IDLE)},
+                    )
+                )
         return out
 
     def _xids(self, t0: float, t1: float) -> list[Symptom]:
@@ -128,18 +174,39 @@ class Detector:
         for r in rows:
             nic = str(r["nic"])
             if (r["carrier_changes"] or 0) > 0 or not r["link_up_all"]:
-                out.append(Symptom(kind="carrier_flap", component=nic, ts_s=t1,
-                                   detail={"carrier_changes": r["carrier_changes"]}))
+                out.append(
+                    Symptom(
+                        kind="carrier_flap",
+                        component=nic,
+                        ts_s=t1,
+                        detail={"carrier_changes": r["carrier_changes"]},
+                    )
+                )
             if r["fifo"] and enforced_somewhere:
                 out.append(Symptom(kind="lane_enforcement_missing", component=nic, ts_s=t1, detail={}))
             drops = float(r["drops"] or 0) + float(r["retransmits"] or 0)
             if self._relative(f"drops:{nic}", drops, t1, ratio=3.0, floor=50.0, windows=2):
-                out.append(Symptom(kind="nic_drops", component=nic, ts_s=t1,
-                                   detail={"drops": r["drops"], "retransmits": r["retransmits"],
-                                           "ce_marks": r["ce_marks"]}))
+                out.append(
+                    Symptom(
+                        kind="nic_drops",
+                        component=nic,
+                        ts_s=t1,
+                        detail={
+                            "drops": r["drops"],
+                            "retransmits": r["retransmits"],
+                            "ce_marks": r["ce_marks"],
+                        },
+                    )
+                )
             if self._relative(f"qdelay:{nic}", r["queue_delay_ms"], t1, ratio=2.0, floor=1.0, windows=2):
-                out.append(Symptom(kind="queue_delay", component=nic, ts_s=t1,
-                                   detail={"queue_delay_ms": r["queue_delay_ms"]}))
+                out.append(
+                    Symptom(
+                        kind="queue_delay",
+                        component=nic,
+                        ts_s=t1,
+                        detail={"queue_delay_ms": r["queue_delay_ms"]},
+                    )
+                )
         return out
 
     def _flows(self, t0: float, t1: float) -> list[Symptom]:
@@ -154,9 +221,19 @@ class Detector:
             )
             share = float(r["tx_bytes"] or 0) / total[r["nic"]] if total[r["nic"]] else 0.0
             if wrong and share >= 0.01:
-                out.append(Symptom(kind="lane_mismatch", component=str(r["nic"]), ts_s=t1,
-                                   detail={"traffic_class": r["traffic_class"], "lane": r["lane"],
-                                           "rule_id": r["rule_id"], "share": round(share, 3)}))
+                out.append(
+                    Symptom(
+                        kind="lane_mismatch",
+                        component=str(r["nic"]),
+                        ts_s=t1,
+                        detail={
+                            "traffic_class": r["traffic_class"],
+                            "lane": r["lane"],
+                            "rule_id": r["rule_id"],
+                            "share": round(share, 3),
+                        },
+                    )
+                )
         return out
 
     def _collectives(self, t0: float, t1: float) -> list[Symptom]:
@@ -164,12 +241,24 @@ class Detector:
         for r in w.window(self.store, w.COLLECTIVE_WINDOW_SQL, t0, t1):
             job = f"job:{r['job']}"
             if (r["timeouts"] or 0) > 0:
-                out.append(Symptom(kind="collective_timeouts", component=job, ts_s=t1,
-                                   detail={"op": r["op"], "scope": r["scope"], "timeouts": r["timeouts"]}))
+                out.append(
+                    Symptom(
+                        kind="collective_timeouts",
+                        component=job,
+                        ts_s=t1,
+                        detail={"op": r["op"], "scope": r["scope"], "timeouts": r["timeouts"]},
+                    )
+                )
             key = f"coll:{r['job']}:{r['op']}:{r['scope']}"
             if self._relative(key, r["p99_ms"], t1, ratio=0.5, floor=2.0, windows=2):
-                out.append(Symptom(kind="collective_latency", component=job, ts_s=t1,
-                                   detail={"op": r["op"], "scope": r["scope"], "p99_ms": r["p99_ms"]}))
+                out.append(
+                    Symptom(
+                        kind="collective_latency",
+                        component=job,
+                        ts_s=t1,
+                        detail={"op": r["op"], "scope": r["scope"], "p99_ms": r["p99_ms"]},
+                    )
+                )
         return out
 
     def _steps(self, t0: float, t1: float) -> list[Symptom]:
@@ -185,16 +274,31 @@ class Detector:
             if not slow:
                 baseline.add(float(r["step_time_s"]))
             if self.persist.update(f"step:{job}", slow, t1) >= 2:
-                out.append(Symptom(kind="step_regression", component=f"job:{job}", ts_s=t1,
-                                   detail={"step_time_s": r["step_time_s"], "baseline_s": baseline.median,
-                                           "slowest_gpu": r["slowest_gpu"]}))
+                out.append(
+                    Symptom(
+                        kind="step_regression",
+                        component=f"job:{job}",
+                        ts_s=t1,
+                        detail={
+                            "step_time_s": r["step_time_s"],
+                            "baseline_s": baseline.median,
+                            "slowest_gpu": r["slowest_gpu"],
+                        },
+                    )
+                )
         for job, last in self.last_step_ts_s.items():
             if job in seen:
                 continue
             typical = self.step_baseline[job].median or 1.0
             if t1 - last > max(30.0, 10.0 * typical):
-                out.append(Symptom(kind="job_stalled", component=f"job:{job}", ts_s=t1,
-                                   detail={"last_step_ts_s": last, "typical_step_s": typical}))
+                out.append(
+                    Symptom(
+                        kind="job_stalled",
+                        component=f"job:{job}",
+                        ts_s=t1,
+                        detail={"last_step_ts_s": last, "typical_step_s": typical},
+                    )
+                )
         return out
 
     def _racks(self, t0: float, t1: float) -> list[Symptom]:
@@ -204,27 +308,45 @@ class Detector:
         for r in rows:
             rack = str(r["rack"])
             if r["power_cap_kw"] is not None:
-                out.append(Symptom(kind="dcim_power_cap", component=rack, ts_s=t1, detail={"cap_kw": r["power_cap_kw"]}))
+                out.append(
+                    Symptom(
+                        kind="dcim_power_cap", component=rack, ts_s=t1, detail={"cap_kw": r["power_cap_kw"]}
+                    )
+                )
             flow = r["flow_lpm"]
             flow_base = self.baselines[f"flow:{rack}"]
             low_flow = flow is not None and flow_base.ready() and flow < 0.85 * flow_base.median
             if flow is not None and not low_flow:
                 flow_base.add(float(flow))
             if self.persist.update(f"flow:{rack}", low_flow, t1) >= 2:
-                out.append(Symptom(kind="coolant_flow_drop", component=rack, ts_s=t1,
-                                   detail={"flow_lpm": flow, "baseline_lpm": flow_base.median}))
+                out.append(
+                    Symptom(
+                        kind="coolant_flow_drop",
+                        component=rack,
+                        ts_s=t1,
+                        detail={"flow_lpm": flow, "baseline_lpm": flow_base.median},
+                    )
+                )
             inlet = r["inlet_c"]
             inlet_base = self.baselines[f"inlet:{rack}"]
             if inlet is not None and inlet_base.ready():
                 if inlet > inlet_base.median + 3.0 and self.persist.update(f"inlet:{rack}", True, t1) >= 2:
-                    out.append(Symptom(kind="rack_inlet_hot", component=rack, ts_s=t1,
-                                       detail={"inlet_c": inlet, "baseline_c": inlet_base.median}))
+                    out.append(
+                        Symptom(
+                            kind="rack_inlet_hot",
+                            component=rack,
+                            ts_s=t1,
+                            detail={"inlet_c": inlet, "baseline_c": inlet_base.median},
+                        )
+                    )
                 if inlet > inlet_base.median + 1.5:
                     drifting += 1
             if inlet is not None and len(inlet_base.values) < 6:
                 inlet_base.add(float(inlet))  # the first minute is the reference for slow drift
         if rows and drifting == len(rows) and self.persist.update("fleet_drift", True, t1) >= 3:
-            out.append(Symptom(kind="fleet_inlet_drift", component="fleet", ts_s=t1, detail={"racks": drifting}))
+            out.append(
+                Symptom(kind="fleet_inlet_drift", component="fleet", ts_s=t1, detail={"racks": drifting})
+            )
         return out
 
     def _hosts(self, t0: float, t1: float) -> list[Symptom]:
@@ -232,6 +354,12 @@ class Detector:
         for r in w.window(self.store, w.HOST_WINDOW_SQL, t0, t1):
             node = str(r["node"])
             if self._relative(f"loader:{node}", r["loader_wait_ms"], t1, ratio=2.0, floor=50.0, windows=2):
-                out.append(Symptom(kind="loader_stall", component=node, ts_s=t1,
-                                   detail={"loader_wait_ms": r["loader_wait_ms"], "cpu_pct": r["cpu_pct"]}))
+                out.append(
+                    Symptom(
+                        kind="loader_stall",
+                        component=node,
+                        ts_s=t1,
+                        detail={"loader_wait_ms": r["loader_wait_ms"], "cpu_pct": r["cpu_pct"]},
+                    )
+                )
         return out

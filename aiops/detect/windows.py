@@ -26,7 +26,9 @@ SELECT gpu, node, count(*) AS samples, count(nvml_error) AS errors, any_value(nv
 FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY gpu, node
 """
 
-XID_WINDOW_SQL = "SELECT ts_s, gpu, node, xid, message FROM gpu_events WHERE kind = 'xid' AND ts_s > ? AND ts_s <= ?"
+XID_WINDOW_SQL = (
+    "SELECT ts_s, gpu, node, xid, message FROM gpu_events WHERE kind = 'xid' AND ts_s > ? AND ts_s <= ?"
+)
 
 NIC_WINDOW_SQL = """
 SELECT nic, node, bool_or(lane = 'fifo') AS fifo, sum(tx_bytes) AS tx_bytes, sum(drops) AS drops,

@@ -25,7 +25,9 @@ def incident_window(store: Store, incident: Incident) -> Window:
     # The reference ends before the look-back so that the onset itself is not part of it; with an incident at
     # the very start there is no clean reference, and rules fall back to first-minute values.
     baseline_end = max(run_start + 30.0, incident.opened_ts_s - LOOKBACK_S)
-    return Window(run_start_s=run_start, start_s=start, end_s=incident.last_ts_s + 10.0, baseline_end_s=baseline_end)
+    return Window(
+        run_start_s=run_start, start_s=start, end_s=incident.last_ts_s + 10.0, baseline_end_s=baseline_end
+    )
 
 
 def analyze(store: Store, incident: Incident) -> list[Hypothesis]:
@@ -41,8 +43,13 @@ def analyze(store: Store, incident: Incident) -> list[Hypothesis]:
             best[key] = c
     ranked = sorted(best.values(), key=lambda c: (-c.score, c.label, c.component))
     return [
-        Hypothesis(root_cause=c.label, component=c.component, confidence=round(min(c.score, 0.99), 3),
-                   summary=c.summary, evidence=c.evidence)
+        Hypothesis(
+            root_cause=c.label,
+            component=c.component,
+            confidence=round(min(c.score, 0.99), 3),
+            summary=c.summary,
+            evidence=c.evidence,
+        )
         for c in ranked
     ]
 
@@ -60,7 +67,9 @@ def _corroborate_stragglers(facts: Facts, candidates: list[Candidate]) -> None:
     for c in candidates:
         if c.component == top_gpu or top_gpu.startswith(c.component + "/"):
             c.score += 0.03
-            c.evidence.append(facts.cite("stragglers", f"{top_gpu} was the slowest rank in {top_steps} steps"))
+            c.evidence.append(
+                facts.cite("stragglers", f"{top_gpu} was the slowest rank in {top_steps} steps")
+            )
 
 
 def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:

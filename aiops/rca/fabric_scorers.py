@@ -13,8 +13,10 @@ from aiops.rca.gpu_scorers import _heated, _rack_abnormal
 def facility(facts: Facts) -> list[Candidate]:
     racks = facts.racks()
     changes = facts.gpu_changes()
-    rack_of_node = {str(r["node"]): str(r["rack"]) for r in facts.store.query(
-        "SELECT node, rack FROM topology WHERE kind = 'node'")}
+    rack_of_node = {
+        str(r["node"]): str(r["rack"])
+        for r in facts.store.query("SELECT node, rack FROM topology WHERE kind = 'node'")
+    }
     hot_nodes: dict[str, set[str]] = defaultdict(set)
     for row in changes:
         if _heated(row) >= 5.0:
@@ -28,23 +30,44 @@ def facility(facts: Facts) -> list[Candidate]:
         score = 0.9 if len(nodes) >= 2 else 0.7
         if share == 1.0 and len(racks) > 1:
             score = 0.45  # every rack at once looks like the weather, not a CDU
-        out.append(Candidate("rack_cooling_failure", rack, score,
-                             f"{rack}: coolant flow {_f(r['min_flow_lpm'])} L/min (reference "
-                             f"{_f(r['ref_flow_lpm'])}), inlet {_f(r['max_inlet_c'])} °C (reference "
-                             f"{_f(r['ref_inlet_c'])}); {len(nodes)} nodes heating",
-                             [facts.cite("racks"), facts.cite("gpu_changes", "GPU temperatures against reference")]))
-    drift = [r for r in racks if r["ref_inlet_c"] is not None and r["inlet_c"] is not None
-             and float(r["inlet_c"]) - float(r["ref_inlet_c"]) >= 1.0]
+        out.append(
+            Candidate(
+                "rack_cooling_failure",
+                rack,
+                score,
+                f"{rack}: coolant flow {_f(r['min_flow_lpm'])} L/min (reference "
+                f"{_f(r['ref_flow_lpm'])}), inlet {_f(r['max_inlet_c'])} °C (reference "
+                f"{_f(r['ref_inlet_c'])}); {len(nodes)} nodes heating",
+                [facts.cite("racks"), facts.cite("gpu_changes", "GPU temperatures against reference")],
+            )
+        )
+    drift = [
+        r
+        for r in racks
+        if r["ref_inlet_c"] is not None
+        and r["inlet_c"] is not None
+        and float(r["inlet_c"]) - float(r["ref_inlet_c"]) >= 1.0
+    ]
     if racks and len(drift) == len(racks):
         throttled = facts.throttle_onsets()
-        flows_ok = all(not (r["ref_flow_lpm"] and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]) for r in racks)
+        flows_ok = all(
+            not (r["ref_flow_lpm"] and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]) for r in racks
+        )
         score = 0.75 if (not throttled and flows_ok) else 0.3
         rise = min(float(r["inlet_c"]) - float(r["ref_inlet_c"]) for r in drift)
-        out.append(Candidate("ambient_drift", "fleet", score,
-                             f"every rack's inlet is {rise:.1f} °C or more above its reference, coolant flow normal"
-                             f"{', no throttling' if not throttled else ''}: benign drift with outside temperature",
-                             [facts.cite("racks", "inlet temperature rose on every rack"),
-                              facts.cite("throttle_onsets", "throttle reasons", supports=not throttled)]))
+        out.append(
+            Candidate(
+                "ambient_drift",
+                "fleet",
+                score,
+                f"every rack's inlet is {rise:.1f} °C or more above its reference, coolant flow normal"
+                f"{', no throttling' if not throttled else ''}: benign drift with outside temperature",
+                [
+                    facts.cite("racks", "inlet temperature rose on every rack"),
+                    facts.cite("throttle_onsets", "throttle reasons", supports=not throttled),
+                ],
+            )
+        )
     return out
 
 
@@ -56,16 +79,23 @@ def network(facts: Facts) -> list[Candidate]:
 
     for r in nics:
         if (r["carrier_changes"] or 0) > 0:
-            out.append(Candidate("nic_link_flap", str(r["nic"]), 0.92,
-                                 f"{r['nic']}: {r['carrier_changes']} carrier changes, {r['drops']} drops, "
-                                 f"{r['retransmits']} retransmits",
-                                 [facts.cite("nics", f"carrier changes on {r['nic']}")]))
+            out.append(
+                Candidate(
+                    "nic_link_flap",
+                    str(r["nic"]),
+                    0.92,
+                    f"{r['nic']}: {r['carrier_changes']} carrier changes, {r['drops']} drops, "
+                    f"{r['retransmits']} retransmits",
+                    [facts.cite("nics", f"carrier changes on {r['nic']}")],
+                )
+            )
 
     # Lane misclassification: bytes of a traffic class in a lane it must not be in, grouped by the rule.
     wrong: dict[str, Counter[str]] = defaultdict(Counter)
     for f in flows:
         bad = (f["traffic_class"] == "collective" and f["lane"] in ("bulk", "standard")) or (
-            f["traffic_class"] == "bulk" and f["lane"] == "vip")
+            f["traffic_class"] == "bulk" and f["lane"] == "vip"
+        )
         if bad and (f["tx_bytes"] or 0) > 0:
             wrong[str(f["rule_id"] or "")][str(f["nic"])] += int(f["tx_bytes"])
     for rule_id, per_nic in wrong.items():
@@ -77,14 +107,20 @@ def network(facts: Facts) -> list[Candidate]:
             component = f"policy:{rule_id}" if rule_id else per_nic.most_common(1)[0][0]
         else:
             component = per_nic.most_common(1)[0][0]
-        out.append(Candidate("lane_misclassification", component, 0.9,
-                             f"rule '{rule_id}' ({rule['match_kind'] if rule else '?'} → "
-                             f"{rule['lane'] if rule else '?'}, scope {scope}) puts traffic in the wrong lane on "
-                             f"{len(per_nic)} NIC(s)",
-                             [facts.cite("flows", "traffic class vs lane per rule"), facts.cite("lane_rules")]))
+        out.append(
+            Candidate(
+                "lane_misclassification",
+                component,
+                0.9,
+                f"rule '{rule_id}' ({rule['match_kind'] if rule else '?'} → "
+                f"{rule['lane'] if rule else '?'}, scope {scope}) puts traffic in the wrong lane on "
+                f"{len(per_nic)} NIC(s)",
+                [facts.cite("flows", "traffic class vs lane per rule"), facts.cite("lane_rules")],
+            )
+        )
 
     enforced = [r for r in nics if not r["fifo"]]
-    bulk_bytes = defaultdict(int)
+    bulk_bytes: dict[str, int] = defaultdict(int)
     for f in flows:
         if f["traffic_class"] == "bulk":
             bulk_bytes[str(f["nic"])] += int(f["tx_bytes"] or 0)
@@ -97,20 +133,32 @@ def network(facts: Facts) -> list[Candidate]:
         else:
             score = 0.55 if congested and _stands_out(r, nics) else 0.0
         if score:
-            out.append(Candidate("bulk_traffic_contention", str(r["nic"]), score,
-                                 f"{r['nic']}: no lane enforcement (one FIFO) while bulk traffic "
-                                 f"({bulk_bytes[str(r['nic'])] / 1e9:.1f} GB) shares it with collectives; queue "
-                                 f"delay {_f(r['queue_ms'])} ms vs {_f(r['ref_queue_ms'])} ms",
-                                 [facts.cite("nics"), facts.cite("flows")]))
+            out.append(
+                Candidate(
+                    "bulk_traffic_contention",
+                    str(r["nic"]),
+                    score,
+                    f"{r['nic']}: no lane enforcement (one FIFO) while bulk traffic "
+                    f"({bulk_bytes[str(r['nic'])] / 1e9:.1f} GB) shares it with collectives; queue "
+                    f"delay {_f(r['queue_ms'])} ms vs {_f(r['ref_queue_ms'])} ms",
+                    [facts.cite("nics"), facts.cite("flows")],
+                )
+            )
 
     marking = [r for r in nics if (r["ce_marks"] or 0) > 0]
     for r in nics:
         lossy = (r["loss_per_s"] or 0) > max(3.0 * float(r["ref_loss_per_s"] or 0), 1.0)
         if lossy and (r["ce_marks"] or 0) == 0 and len(marking) >= 1:
-            out.append(Candidate("ecn_misconfig", str(r["nic"]), 0.86,
-                                 f"{r['nic']}: {r['drops']} drops and {r['retransmits']} retransmits but no CE marks "
-                                 f"while {len(marking)} other NICs mark CE under the same load",
-                                 [facts.cite("nics", "drops, retransmits and CE marks per NIC")]))
+            out.append(
+                Candidate(
+                    "ecn_misconfig",
+                    str(r["nic"]),
+                    0.86,
+                    f"{r['nic']}: {r['drops']} drops and {r['retransmits']} retransmits but no CE marks "
+                    f"while {len(marking)} other NICs mark CE under the same load",
+                    [facts.cite("nics", "drops, retransmits and CE marks per NIC")],
+                )
+            )
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiops.models import Evidence, Incident
+from aiops.models import Evidence
 from aiops.nvml_bits import GPU_IDLE, HW_POWER_BRAKE_SLOWDOWN, SW_POWER_CAP, THERMAL, THROTTLE
 from aiops.store import Store
 
@@ -33,8 +33,12 @@ class Facts:
         if key not in self.cache:
             rows = self.store.query(sql, params)
             self.cache[key] = rows
-            self.evidence[key] = Evidence(claim=claim, sql=" ".join(sql.split()), params=params,
-                                          rows=[_jsonable(r) for r in rows[:MAX_ROWS]])
+            self.evidence[key] = Evidence(
+                claim=claim,
+                sql=" ".join(sql.split()),
+                params=params,
+                rows=[_jsonable(r) for r in rows[:MAX_ROWS]],
+            )
         return self.cache[key]
 
     def cite(self, key: str, claim: str | None = None, supports: bool = True) -> Evidence:
@@ -45,7 +49,8 @@ class Facts:
     def throttle_onsets(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "throttle_onsets", "GPUs with throttle reasons set during the incident, earliest first",
+            "throttle_onsets",
+            "GPUs with throttle reasons set during the incident, earliest first",
             f"""SELECT gpu, node, min(ts_s) AS first_ts_s, count(*) AS samples,
                    bit_or(clocks_event_reasons & {THROTTLE}) AS reasons,
                    sum(CASE WHEN clocks_event_reasons & {THERMAL} <> 0 THEN 1 ELSE 0 END) AS thermal_samples,
@@ -62,7 +67,8 @@ class Facts:
         """Per GPU: temperature, power limit and error counters in the incident window against the reference."""
         w = self.window
         return self.run(
-            "gpu_changes", "Per-GPU temperature, power limit and error counters: incident window vs reference",
+            "gpu_changes",
+            "Per-GPU temperature, power limit and error counters: incident window vs reference",
             """WITH ref AS (
                    SELECT gpu, avg(temp_c) AS ref_temp_c, max(power_limit_w) AS ref_limit_w,
                           max(ecc_dbe_total) AS ref_dbe, max(pcie_replay_total) AS ref_replay,
@@ -88,7 +94,8 @@ class Facts:
 
     def first_samples(self) -> list[dict[str, Any]]:
         return self.run(
-            "first_samples", "Per-GPU values in the first minute of telemetry (for faults present from the start)",
+            "first_samples",
+            "Per-GPU values in the first minute of telemetry (for faults present from the start)",
             """SELECT gpu, min(power_limit_w) AS first_limit_w, max(power_limit_max_w) AS max_limit_w,
                       min(ecc_dbe_total) AS first_dbe, min(pcie_replay_total) AS first_replay,
                       min(nvlink_crc_total) + min(nvlink_replay_total) AS first_nvlink
@@ -99,7 +106,8 @@ class Facts:
     def xids(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "xids", "XID events reported by the driver",
+            "xids",
+            "XID events reported by the driver",
             "SELECT ts_s, gpu, node, xid, message FROM gpu_events WHERE kind = 'xid' AND ts_s BETWEEN ? AND ? "
             "ORDER BY ts_s",
             [w.start_s - LOOKBACK_S, w.end_s],
@@ -108,7 +116,8 @@ class Facts:
     def idle_gpus(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "idle_gpus", "GPUs of running jobs reporting GpuIdle (starved, not throttled)",
+            "idle_gpus",
+            "GPUs of running jobs reporting GpuIdle (starved, not throttled)",
             f"""SELECT s.gpu, s.node, count(*) AS idle_samples, avg(s.util_pct) AS util_pct
                FROM gpu_samples s JOIN job_ranks r ON r.gpu = s.gpu
                WHERE s.ts_s BETWEEN ? AND ? AND s.clocks_event_reasons & {GPU_IDLE} <> 0
@@ -120,7 +129,8 @@ class Facts:
     def stragglers(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "stragglers", "Which GPU was the slowest rank of each job's steps during the incident",
+            "stragglers",
+            "Which GPU was the slowest rank of each job's steps during the incident",
             """SELECT job, slowest_gpu, count(*) AS steps, median(step_time_s) AS step_time_s
                FROM job_steps WHERE ts_s BETWEEN ? AND ? AND slowest_gpu IS NOT NULL
                GROUP BY job, slowest_gpu ORDER BY steps DESC""",
@@ -131,7 +141,8 @@ class Facts:
     def racks(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "racks", "Rack inlet, coolant flow and DCIM power cap: incident window vs reference",
+            "racks",
+            "Rack inlet, coolant flow and DCIM power cap: incident window vs reference",
             """WITH ref AS (SELECT rack, avg(inlet_temp_c) AS ref_inlet_c, avg(coolant_flow_lpm) AS ref_flow_lpm
                             FROM rack_samples WHERE ts_s >= ? AND ts_s < least(?, ? + 60) GROUP BY rack),
                     cur AS (SELECT rack, avg(inlet_temp_c) AS inlet_c, max(inlet_temp_c) AS max_inlet_c,
@@ -145,7 +156,8 @@ class Facts:
     def hosts(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "hosts", "Host CPU and data-loader wait: incident window vs reference",
+            "hosts",
+            "Host CPU and data-loader wait: incident window vs reference",
             """WITH ref AS (SELECT node, avg(loader_wait_ms) AS ref_loader_ms, avg(cpu_util_pct) AS ref_cpu_pct
                             FROM host_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY node),
                     cur AS (SELECT node, avg(loader_wait_ms) AS loader_ms, avg(cpu_util_pct) AS cpu_pct
@@ -159,7 +171,8 @@ class Facts:
     def nics(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "nics", "Per-NIC carrier changes, drops, retransmits, CE marks and queue delay: incident vs reference",
+            "nics",
+            "Per-NIC carrier changes, drops, retransmits, CE marks and queue delay: incident vs reference",
             """WITH ref AS (SELECT nic, avg(queue_delay_ms) AS ref_queue_ms,
                                    sum(drops + retransmits) / greatest(sum(interval_s), 1) AS ref_loss_per_s
                             FROM nic_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY nic),
@@ -177,7 +190,8 @@ class Facts:
     def flows(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(
-            "flows", "Bytes per traffic class, lane and matching rule on each NIC during the incident",
+            "flows",
+            "Bytes per traffic class, lane and matching rule on each NIC during the incident",
             """SELECT f.nic, f.traffic_class, f.lane, f.rule_id, sum(f.tx_bytes) AS tx_bytes
                FROM flow_class_samples f WHERE f.ts_s BETWEEN ? AND ? GROUP BY ALL ORDER BY f.nic, tx_bytes DESC""",
             [w.start_s, w.end_s],
@@ -185,7 +199,8 @@ class Facts:
 
     def lane_rules(self) -> list[dict[str, Any]]:
         return self.run(
-            "lane_rules", "The traffic controller's lane rules in force",
+            "lane_rules",
+            "The traffic controller's lane rules in force",
             """SELECT rule_id, match_kind, match_value, lane, scope FROM lane_rules
                WHERE ts_s = (SELECT max(ts_s) FROM lane_rules WHERE ts_s <= ?) ORDER BY rule_id""",
             [self.window.end_s],

@@ -53,34 +53,69 @@ def gpu_health(facts: Facts) -> list[Candidate]:
         downtrained = bool(row["width"] and row["max_width"] and row["width"] < row["max_width"])
         lost = bool(row["nvml_errors"]) or bool(codes & OFF_BUS_XIDS)
         if lost:
-            out.append(Candidate("gpu_fell_off_bus", gpu, 0.97,
-                                 f"{gpu} fell off the bus: NVML answers {row['nvml_error'] or 'errors'}"
-                                 f"{', XID 79' if 79 in codes else ''}",
-                                 [facts.cite("gpu_changes", f"NVML errors on {gpu}: {row['nvml_errors']} samples"),
-                                  facts.cite("xids")]))
+            out.append(
+                Candidate(
+                    "gpu_fell_off_bus",
+                    gpu,
+                    0.97,
+                    f"{gpu} fell off the bus: NVML answers {row['nvml_error'] or 'errors'}"
+                    f"{', XID 79' if 79 in codes else ''}",
+                    [
+                        facts.cite("gpu_changes", f"NVML errors on {gpu}: {row['nvml_errors']} samples"),
+                        facts.cite("xids"),
+                    ],
+                )
+            )
         if dbe > 0 or codes & ECC_XIDS:
-            out.append(Candidate("gpu_ecc_error", gpu, 0.95 if dbe > 0 else 0.85,
-                                 f"{gpu}: uncorrectable ECC errors (+{dbe:g} DBE, XIDs {sorted(codes & ECC_XIDS)})",
-                                 [facts.cite("gpu_changes", f"{gpu} DBE total rose by {dbe:g}"), facts.cite("xids")]))
+            out.append(
+                Candidate(
+                    "gpu_ecc_error",
+                    gpu,
+                    0.95 if dbe > 0 else 0.85,
+                    f"{gpu}: uncorrectable ECC errors (+{dbe:g} DBE, XIDs {sorted(codes & ECC_XIDS)})",
+                    [facts.cite("gpu_changes", f"{gpu} DBE total rose by {dbe:g}"), facts.cite("xids")],
+                )
+            )
         if nvlink >= 5 or codes & NVLINK_XIDS:
-            out.append(Candidate("nvlink_degraded", gpu, min(0.93, 0.8 + 0.01 * min(nvlink, 13)),
-                                 f"{gpu}: NVLink CRC/replay counters +{nvlink:g}"
-                                 f"{', XID 74' if 74 in codes else ''}",
-                                 [facts.cite("gpu_changes", f"{gpu} NVLink error counters rose by {nvlink:g}"),
-                                  facts.cite("xids")]))
+            out.append(
+                Candidate(
+                    "nvlink_degraded",
+                    gpu,
+                    min(0.93, 0.8 + 0.01 * min(nvlink, 13)),
+                    f"{gpu}: NVLink CRC/replay counters +{nvlink:g}{', XID 74' if 74 in codes else ''}",
+                    [
+                        facts.cite("gpu_changes", f"{gpu} NVLink error counters rose by {nvlink:g}"),
+                        facts.cite("xids"),
+                    ],
+                )
+            )
         if replay >= 10 or downtrained:
             score = 0.9 if (replay >= 10 and downtrained) else 0.82
-            out.append(Candidate("pcie_degraded", gpu, score,
-                                 f"{gpu}: PCIe replays +{replay:g}, link x{row['width']} of x{row['max_width']}"
-                                 f" gen{row['gen']}",
-                                 [facts.cite("gpu_changes", f"{gpu} PCIe replay counter rose by {replay:g}")]))
+            out.append(
+                Candidate(
+                    "pcie_degraded",
+                    gpu,
+                    score,
+                    f"{gpu}: PCIe replays +{replay:g}, link x{row['width']} of x{row['max_width']}"
+                    f" gen{row['gen']}",
+                    [facts.cite("gpu_changes", f"{gpu} PCIe replay counter rose by {replay:g}")],
+                )
+            )
         app = codes & APP_XIDS
         if app:
             clean = dbe == 0 and replay < 10 and nvlink < 5 and not lost
-            out.append(Candidate("application_error", gpu, 0.9 if clean else 0.4,
-                                 f"{gpu}: XID {sorted(app)} with {'clean' if clean else 'non-zero'} hardware counters",
-                                 [facts.cite("xids", f"XID {sorted(app)} on {gpu}"),
-                                  facts.cite("gpu_changes", "ECC, PCIe and NVLink counters", supports=clean)]))
+            out.append(
+                Candidate(
+                    "application_error",
+                    gpu,
+                    0.9 if clean else 0.4,
+                    f"{gpu}: XID {sorted(app)} with {'clean' if clean else 'non-zero'} hardware counters",
+                    [
+                        facts.cite("xids", f"XID {sorted(app)} on {gpu}"),
+                        facts.cite("gpu_changes", "ECC, PCIe and NVLink counters", supports=clean),
+                    ],
+                )
+            )
     return out
 
 
@@ -102,40 +137,69 @@ def throttling(facts: Facts) -> list[Candidate]:
         ordered = [str(r["gpu"]) for r in thermal] or sorted(hot, key=lambda g: -_heated(changes[g]))
         if count >= max(2, 0.75 * gpus_per_node.get(str(node), 8)) and len(by_node) <= 2:
             component = str(node)
-            summary = f"{node}: {count} of {gpus_per_node.get(str(node), count)} GPUs overheating (local cooling)"
+            summary = (
+                f"{node}: {count} of {gpus_per_node.get(str(node), count)} GPUs overheating (local cooling)"
+            )
         else:
             component = ordered[0]
             row = changes.get(component, {})
-            summary = (f"{component} throttles first: {_fmt(row.get('max_temp_c'))} °C against a reference of "
-                       f"{_fmt(row.get('ref_temp_c'))} °C")
+            summary = (
+                f"{component} throttles first: {_fmt(row.get('max_temp_c'))} °C against a reference of "
+                f"{_fmt(row.get('ref_temp_c'))} °C"
+            )
         rack_hot = _rack_cooling_signal(racks)
         nodes_hot = len(by_node)
         score = 0.86 if thermal else 0.6
         if rack_hot and nodes_hot >= 2:
             score = 0.35
-        out.append(Candidate("thermal_throttle", component, score, summary,
-                             [facts.cite("throttle_onsets"), facts.cite("gpu_changes"),
-                              facts.cite("racks", "rack coolant and inlet", supports=not rack_hot)]))
+        out.append(
+            Candidate(
+                "thermal_throttle",
+                component,
+                score,
+                summary,
+                [
+                    facts.cite("throttle_onsets"),
+                    facts.cite("gpu_changes"),
+                    facts.cite("racks", "rack coolant and inlet", supports=not rack_hot),
+                ],
+            )
+        )
 
     brake_nodes = Counter(str(r["node"]) for r in onsets if r["brake_samples"])
     for node, count in brake_nodes.items():
         if count >= max(1, 0.5 * gpus_per_node.get(node, 8)):
-            out.append(Candidate("power_brake", node, 0.93,
-                                 f"{node}: HwPowerBrakeSlowdown on {count} GPUs",
-                                 [facts.cite("throttle_onsets", f"{count} GPUs of {node} report HwPowerBrakeSlowdown")]))
+            out.append(
+                Candidate(
+                    "power_brake",
+                    node,
+                    0.93,
+                    f"{node}: HwPowerBrakeSlowdown on {count} GPUs",
+                    [facts.cite("throttle_onsets", f"{count} GPUs of {node} report HwPowerBrakeSlowdown")],
+                )
+            )
 
     capped_racks = {rack for rack, r in racks.items() if r["power_cap_kw"] is not None}
     if capped_racks:
         component = "fleet" if capped_racks == set(racks) and len(racks) > 1 else sorted(capped_racks)[0]
-        out.append(Candidate("facility_power_cap", component, 0.92,
-                             f"DCIM power cap in force on {', '.join(sorted(capped_racks))}",
-                             [facts.cite("racks", "DCIM power cap signal per rack")]))
+        out.append(
+            Candidate(
+                "facility_power_cap",
+                component,
+                0.92,
+                f"DCIM power cap in force on {', '.join(sorted(capped_racks))}",
+                [facts.cite("racks", "DCIM power cap signal per rack")],
+            )
+        )
 
     lowered = []
     for gpu, row in changes.items():
         f = first.get(gpu, {})
-        reference = max(float(row.get("ref_limit_w") or 0), float(row.get("max_limit_w") or 0),
-                        float(f.get("first_limit_w") or 0))
+        reference = max(
+            float(row.get("ref_limit_w") or 0),
+            float(row.get("max_limit_w") or 0),
+            float(f.get("first_limit_w") or 0),
+        )
         if row["limit_w"] is not None and reference and float(row["limit_w"]) < 0.85 * reference:
             lowered.append(gpu)
     power_capped = {str(r["gpu"]) for r in onsets if r["power_cap_samples"]}
@@ -151,12 +215,20 @@ def throttling(facts: Facts) -> list[Candidate]:
         score = 0.9 if not capped_racks else 0.35
         if len(nodes) > 2:
             score = min(score, 0.5)
-        out.append(Candidate("power_cap_misconfig", component, score,
-                             f"power limit of {component} lowered to {_fmt(row['limit_w'])} W "
-                             f"(max {_fmt(row['max_limit_w'])} W), SwPowerCap",
-                             [facts.cite("gpu_changes", f"{len(misconfig)} GPUs with a lowered power limit"),
-                              facts.cite("throttle_onsets"),
-                              facts.cite("racks", "no DCIM cap signal", supports=not capped_racks)]))
+        out.append(
+            Candidate(
+                "power_cap_misconfig",
+                component,
+                score,
+                f"power limit of {component} lowered to {_fmt(row['limit_w'])} W "
+                f"(max {_fmt(row['max_limit_w'])} W), SwPowerCap",
+                [
+                    facts.cite("gpu_changes", f"{len(misconfig)} GPUs with a lowered power limit"),
+                    facts.cite("throttle_onsets"),
+                    facts.cite("racks", "no DCIM cap signal", supports=not capped_racks),
+                ],
+            )
+        )
     return out
 
 
@@ -173,10 +245,16 @@ def host_stalls(facts: Facts) -> list[Candidate]:
         high = float(loader) > max(3.0 * float(ref or 0), float(ref or 0) + 50.0)
         if high or (idle.get(node, 0) >= 2 and (r["cpu_pct"] or 0) >= 90):
             score = 0.85 if node not in throttled_nodes else 0.45
-            out.append(Candidate("input_pipeline_bottleneck", node, score,
-                                 f"{node}: data-loader wait {_fmt(loader)} ms (reference {_fmt(ref)} ms), "
-                                 f"CPU {_fmt(r['cpu_pct'])} %, {idle.get(node, 0)} GPUs idle",
-                                 [facts.cite("hosts"), facts.cite("idle_gpus")]))
+            out.append(
+                Candidate(
+                    "input_pipeline_bottleneck",
+                    node,
+                    score,
+                    f"{node}: data-loader wait {_fmt(loader)} ms (reference {_fmt(ref)} ms), "
+                    f"CPU {_fmt(r['cpu_pct'])} %, {idle.get(node, 0)} GPUs idle",
+                    [facts.cite("hosts"), facts.cite("idle_gpus")],
+                )
+            )
     return out
 
 
@@ -191,8 +269,14 @@ def _rack_cooling_signal(racks: dict[str, dict[str, Any]]) -> bool:
 
 
 def _rack_abnormal(r: dict[str, Any]) -> bool:
-    flow_drop = bool(r["ref_flow_lpm"] and r["min_flow_lpm"] is not None and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"])
-    inlet_up = bool(r["ref_inlet_c"] is not None and r["max_inlet_c"] is not None and r["max_inlet_c"] > r["ref_inlet_c"] + 3)
+    flow_drop = bool(
+        r["ref_flow_lpm"] and r["min_flow_lpm"] is not None and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]
+    )
+    inlet_up = bool(
+        r["ref_inlet_c"] is not None
+        and r["max_inlet_c"] is not None
+        and r["max_inlet_c"] > r["ref_inlet_c"] + 3
+    )
     return flow_drop or inlet_up
 
 
@@ -200,4 +284,4 @@ def _fmt(value: Any) -> str:
     return "?" if value is None else f"{float(value):.0f}"
 
 
-__all__ = ["gpu_health", "host_stalls", "throttling", "describe"]
+__all__ = ["describe", "gpu_health", "host_stalls", "throttling"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import duckdb
 import pyarrow as pa
@@ -17,7 +17,7 @@ import pyarrow as pa
 from aiops.errors import IngestError, SchemaError
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
-Batch = pa.Table | Mapping[str, Sequence[Any]]
+Batch: TypeAlias = pa.Table | Mapping[str, Sequence[Any]]
 
 
 def latest_version() -> int:
@@ -60,7 +60,9 @@ class Store:
         if current == newest:
             return
         if self.read_only:
-            raise SchemaError(f"{self.path}: schema version {current} needs migrations to {newest}; open it writable")
+            raise SchemaError(
+                f"{self.path}: schema version {current} needs migrations to {newest}; open it writable"
+            )
         if current == 0:
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
@@ -101,7 +103,9 @@ class Store:
         known = self.columns(table)
         unknown = [name for name in arrow.column_names if name not in known]
         if unknown:
-            raise IngestError(f"table '{table}' has no column(s) {', '.join(unknown)}; columns: {', '.join(known)}")
+            raise IngestError(
+                f"table '{table}' has no column(s) {', '.join(unknown)}; columns: {', '.join(known)}"
+            )
         names = ", ".join(f'"{name}"' for name in arrow.column_names)
         view = f"_ingest_{table}"
         self.conn.register(view, arrow)
@@ -138,8 +142,10 @@ class Store:
         return row[0] if row else None
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        result = self.conn.execute(sql, list(params) if params is not None else []).arrow()
-        return result if isinstance(result, pa.Table) else result.read_all()
+        table: pa.Table = self.conn.execute(
+            sql, list(params) if params is not None else []
+        ).to_arrow_table()
+        return table
 
     # -- retention ----------------------------------------------------------------------------------------
     def apply_retention(self, max_age_s: float, now_ts_s: float | None = None) -> dict[str, int]:
