@@ -21,7 +21,9 @@ class ScenarioError(AiopsError):
 
     exit_code = 2
 
-    def __init__(self, path: str, field: str, problem: str, allowed: Sequence[str] | str | None = None) -> None:
+    def __init__(
+        self, path: str, field: str, problem: str, allowed: Sequence[str] | str | None = None
+    ) -> None:
         self.path = path
         self.field = field
         self.problem = problem
