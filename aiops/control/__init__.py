@@ -1,0 +1,1 @@
+"""Deterministic traffic control: the lanes policy, control laws, forecasting and the tc/BPF actuator."""

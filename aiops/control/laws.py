@@ -1,0 +1,107 @@
+"""Control laws of the lanes: pure functions over typed values, no I/O (the simulator runs these too).
+
+Shaping (HTB rates, changed live):
+  * VIP demand is tracked with a fast-attack, slow-decay estimate: a rise is believed at once, a fall
+    decays with `smoothing` per interval, so a collective burst right after a quiet spell still finds room.
+  * VIP reserve = clamp(estimate x vip_headroom_ratio, max(vip.min, vip_floor) .. link - standard.min -
+    bulk.min). Every non-VIP lane's ceil is link - reserve: the root always keeps `reserve` idle for VIP.
+  * VIP's HTB rate is everything the other lanes are not promised (link - standard.min - bulk.min) and its
+    prio is the lowest number: HTB serves classes under their rate before any borrowing class, by prio
+    (net/sched/sch_htb.c, htb_dequeue: levels then prio), so a VIP burst above the reserve still goes
+    first and bulk, which lives on borrowed capacity above bulk.min, yields.
+  * Bulk borrows what is idle: rate = bulk.min, ceil = link - reserve.
+  * Proactive: when a bulk spike (checkpoint) is due within forecast_lead_s, bulk's ceil shrinks to
+    forecast_bulk_share of the non-VIP capacity before the spike, so its slow start cannot overrun standard;
+    once the checkpoint runs, ECN and borrowing take over again.
+ECN: the BPF program marks CE on standard/bulk packets when their lane exceeds its budget; the budget is the
+lane's ceil, so a lane is told to slow down at the rate HTB would otherwise start queueing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiops.control.policy import LANES, LaneName, Policy
+
+
+@dataclass(frozen=True)
+class LaneRates:
+    rate_mbps: dict[LaneName, float]  # HTB rate: guaranteed
+    ceil_mbps: dict[LaneName, float]  # HTB ceil: most it may borrow
+    ecn_budget_mbps: dict[LaneName, float]  # BPF virtual-queue rate above which packets are CE-marked
+
+    def differs(self, other: LaneRates, deadband: float = 0.05) -> bool:
+        """True when any value moved by more than `deadband` (relative): avoids churning tc every tick."""
+        for lane in LANES:
+            for mine, theirs in (
+                (self.rate_mbps[lane], other.rate_mbps[lane]),
+                (self.ceil_mbps[lane], other.ceil_mbps[lane]),
+            ):
+                if abs(mine - theirs) > deadband * max(abs(theirs), 1e-9):
+                    return True
+        return False
+
+
+def initial_rates(policy: Policy) -> LaneRates:
+    """What apply installs before any controller runs: the shaping law at zero measured VIP demand (the
+    reserve is then the VIP floor), so the datapath is safe without a controller."""
+    rates, _ = shape(policy, ShapingState(), 0.0)
+    return rates
+
+
+@dataclass(frozen=True)
+class ShapingState:
+    vip_estimate_mbps: float = 0.0
+
+
+def track_demand(previous_mbps: float, sample_mbps: float, smoothing: float) -> float:
+    """Fast attack, slow decay."""
+    if sample_mbps >= previous_mbps:
+        return sample_mbps
+    return previous_mbps + smoothing * (sample_mbps - previous_mbps)
+
+
+def vip_reserve_mbps(policy: Policy, vip_estimate_mbps: float) -> float:
+    adaptive = policy.adaptive
+    upper = policy.link_mbps - policy.lanes.standard.min_mbps - policy.lanes.bulk.min_mbps
+    wanted = max(
+        adaptive.vip_floor_mbps, policy.lanes.vip.min_mbps, vip_estimate_mbps * adaptive.vip_headroom_ratio
+    )
+    return max(min(wanted, upper), 0.0)
+
+
+def shape(
+    policy: Policy, state: ShapingState, vip_demand_mbps: float, bulk_spike_due: bool = False
+) -> tuple[LaneRates, ShapingState]:
+    """One control step: measured VIP demand (and whether a bulk spike is due) -> lane rates."""
+    estimate = track_demand(state.vip_estimate_mbps, max(vip_demand_mbps, 0.0), policy.adaptive.smoothing)
+    reserve = vip_reserve_mbps(policy, estimate)
+    link = policy.link_mbps
+    standard_min = policy.lanes.standard.min_mbps
+    bulk_min = policy.lanes.bulk.min_mbps
+    others_ceil = max(link - reserve, standard_min, bulk_min)
+    bulk_ceil = others_ceil
+    if bulk_spike_due:
+        bulk_ceil = max(bulk_min, others_ceil * policy.adaptive.forecast_bulk_share)
+    bulk_ceil = min(bulk_ceil, policy.ceil_mbps("bulk"))
+    standard_ceil = min(others_ceil, policy.ceil_mbps("standard"))
+    vip_rate = max(link - standard_min - bulk_min, reserve)
+    rate: dict[LaneName, float] = {
+        "vip": vip_rate,
+        "standard": standard_min,
+        "bulk": min(bulk_min, bulk_ceil),
+    }
+    ceil: dict[LaneName, float] = {
+        "vip": policy.ceil_mbps("vip"),
+        "standard": standard_ceil,
+        "bulk": bulk_ceil,
+    }
+    budget: dict[LaneName, float] = {"vip": 0.0, "standard": standard_ceil, "bulk": bulk_ceil}
+    return LaneRates(rate, ceil, budget), ShapingState(estimate)
+
+
+def demand_mbps(bytes_now: int, bytes_before: int, interval_s: float) -> float:
+    """Rate of a cumulative byte counter over one interval (counter resets read as zero demand)."""
+    if interval_s <= 0 or bytes_now < bytes_before:
+        return 0.0
+    return (bytes_now - bytes_before) * 8 / interval_s / 1e6

@@ -1,0 +1,1 @@
+"""Network lab: namespaces, veth pairs, cgroups and traffic generators for the lanes (aiops lab net)."""

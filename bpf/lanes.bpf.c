@@ -1,0 +1,259 @@
+/* Lanes classifier: a cls_bpf filter (classic mode) under a NIC's HTB root that returns the HTB class id of
+ * the packet's lane. Loaded by collectors/ebpf/loader.py with bcc; map layouts in lanes.h.
+ *
+ * Classification, first match wins:
+ *   1. explicit 5-tuple rules (exact, then any source port, then any source address and port)
+ *   2. DSCP of the packet (NCCL_IB_TC / IP_TOS set by the job)
+ *   3. the sending socket's cgroup v2 (bpf_skb_cgroup_id), deepest ancestor level first
+ *   4. destination prefix in an LPM trie (peer sets -> vip, storage -> bulk)
+ *   5. the default rule in config
+ * Every rule lives in a map the control plane updates live; nothing here needs a reload.
+ *
+ * Fail-open: whenever something is missing (no config, unparsable packet) the program returns 0, which in
+ * classic mode means "no match" and HTB puts the packet into its default class; traffic always flows.
+ */
+#include <uapi/linux/bpf.h>
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/in.h>
+#include <uapi/linux/ip.h>
+#include <uapi/linux/ipv6.h>
+#include <uapi/linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <uapi/linux/udp.h>
+
+#include "lanes.h"
+
+BPF_ARRAY(config, struct lanes_config, 1);
+BPF_HASH(tuple_rules, struct tuple_key, struct lane_match, MAX_TUPLE_RULES);
+BPF_ARRAY(dscp_rules, struct dscp_entry, 64);
+BPF_HASH(cgroup_rules, __u64, struct lane_match, MAX_CGROUP_RULES);
+BPF_LPM_TRIE(prefix_rules, struct prefix_key, struct lane_match, MAX_PREFIX_RULES);
+BPF_PERCPU_ARRAY(lane_stats, struct counters, N_LANES);
+BPF_PERCPU_ARRAY(rule_stats, struct counters, MAX_RULES);
+BPF_ARRAY(lane_budget, struct lane_budget, N_LANES);
+/* lane of each TCP connection at its SYN, for attributing tcp_probe/retransmit samples to lanes */
+BPF_TABLE("lru_hash", struct tuple_key, struct lane_match, flow_lane, FLOW_LANE_ENTRIES);
+
+struct parsed {
+    struct tuple_key tuple;
+    __u32 dscp;
+    __u32 ecn_capable;
+    __u32 is_syn;
+    __u32 is_ipv6;
+};
+
+static __always_inline void v4_mapped(__u8 *out, __u32 addr_be) {
+    __builtin_memset(out, 0, 10);
+    out[10] = 0xff;
+    out[11] = 0xff;
+    __builtin_memcpy(out + 12, &addr_be, 4);
+}
+
+static __always_inline int parse_ports(void *l4, void *data_end, struct parsed *p) {
+    if (p->tuple.proto == IPPROTO_TCP) {
+        struct tcphdr *tcp = l4;
+        if ((void *)(tcp + 1) > data_end)
+            return 0;
+        p->tuple.sport = bpf_ntohs(tcp->source);
+        p->tuple.dport = bpf_ntohs(tcp->dest);
+        p->is_syn = tcp->syn;
+    } else if (p->tuple.proto == IPPROTO_UDP) {
+        struct udphdr *udp = l4;
+        if ((void *)(udp + 1) > data_end)
+            return 0;
+        p->tuple.sport = bpf_ntohs(udp->source);
+        p->tuple.dport = bpf_ntohs(udp->dest);
+    }
+    return 0;
+}
+
+/* Returns 0 when the packet is IPv4/IPv6 and `p` is filled, -1 otherwise. */
+static __always_inline int parse(struct __sk_buff *skb, struct parsed *p) {
+    void *data = (void *)(long)skb->data;
+    void *data_end = (void *)(long)skb->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > data_end)
+        return -1;
+    if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > data_end)
+            return -1;
+        v4_mapped(p->tuple.saddr, ip->saddr);
+        v4_mapped(p->tuple.daddr, ip->daddr);
+        p->tuple.proto = ip->protocol;
+        p->dscp = ip->tos >> 2;
+        p->ecn_capable = (ip->tos & 3) != 0;
+        /* ports only in the first fragment (offset 0); RFC 791 */
+        if ((ip->frag_off & bpf_htons(0x1fff)) == 0 && ip->ihl == 5)
+            parse_ports(ip + 1, data_end, p);
+        return 0;
+    }
+    if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) > data_end)
+            return -1;
+        __builtin_memcpy(p->tuple.saddr, &ip6->saddr, 16);
+        __builtin_memcpy(p->tuple.daddr, &ip6->daddr, 16);
+        p->tuple.proto = ip6->nexthdr; /* extension headers: no ports, classified without them */
+        __u32 tclass = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+        p->dscp = tclass >> 2;
+        p->ecn_capable = (tclass & 3) != 0;
+        p->is_ipv6 = 1;
+        parse_ports(ip6 + 1, data_end, p);
+        return 0;
+    }
+    return -1;
+}
+
+static __always_inline struct lane_match *match_tuple(struct lanes_config *cfg, struct parsed *p) {
+    struct lane_match *m;
+    struct tuple_key key = p->tuple;
+    if (cfg->kinds & KIND_TUPLE_EXACT) {
+        m = tuple_rules.lookup(&key);
+        if (m)
+            return m;
+    }
+    key.sport = 0;
+    if (cfg->kinds & KIND_TUPLE_ANY_SPORT) {
+        m = tuple_rules.lookup(&key);
+        if (m)
+            return m;
+    }
+    if (cfg->kinds & KIND_TUPLE_ANY_SRC) {
+        __builtin_memset(key.saddr, 0, 16);
+        m = tuple_rules.lookup(&key);
+        if (m)
+            return m;
+    }
+    return NULL;
+}
+
+static __always_inline struct lane_match *match_cgroup(struct __sk_buff *skb, struct lanes_config *cfg) {
+    __u64 id = bpf_skb_cgroup_id(skb);
+    if (id == 0)
+        return NULL; /* no socket (forwarded traffic) */
+    struct lane_match *m = cgroup_rules.lookup(&id);
+    if (m)
+        return m;
+#pragma unroll
+    for (int level = MAX_CGROUP_LEVEL; level >= 1; level--) {
+        if (!(cfg->cgroup_levels & (1u << level)))
+            continue;
+        __u64 ancestor = bpf_skb_ancestor_cgroup_id(skb, level);
+        if (ancestor == 0 || ancestor == id)
+            continue;
+        m = cgroup_rules.lookup(&ancestor);
+        if (m)
+            return m;
+    }
+    return NULL;
+}
+
+static __always_inline struct lane_match *classify(struct __sk_buff *skb, struct lanes_config *cfg,
+                                                   struct parsed *p) {
+    struct lane_match *m;
+    if (cfg->kinds & (KIND_TUPLE_EXACT | KIND_TUPLE_ANY_SPORT | KIND_TUPLE_ANY_SRC)) {
+        m = match_tuple(cfg, p);
+        if (m)
+            return m;
+    }
+    if (cfg->kinds & KIND_DSCP) {
+        __u32 dscp = p->dscp & 63;
+        struct dscp_entry *d = dscp_rules.lookup(&dscp);
+        if (d && d->valid)
+            return &d->match;
+    }
+    if (cfg->kinds & KIND_CGROUP) {
+        m = match_cgroup(skb, cfg);
+        if (m)
+            return m;
+    }
+    if (cfg->kinds & KIND_PREFIX) {
+        struct prefix_key key = {.prefixlen = 128};
+        __builtin_memcpy(key.addr, p->tuple.daddr, 16);
+        m = prefix_rules.lookup(&key);
+        if (m)
+            return m;
+    }
+    return &cfg->fallback;
+}
+
+static __always_inline void count(struct counters *c, __u64 bytes, __u64 marked, __u64 not_ect) {
+    if (!c)
+        return;
+    c->packets += 1;
+    c->bytes += bytes;
+    c->ce_marks += marked;
+    c->not_ect += not_ect;
+}
+
+/* The ECN budget: a virtual queue drained at the lane's budget rate. A packet over budget (the virtual
+ * queue is longer than threshold_ns) is marked CE. Concurrent CPUs race on vq_until_ns: the reset to `now`
+ * is a plain store and the increment an atomic add, so a race loses at most one packet's worth of
+ * backlog. That is accurate enough for a congestion signal and needs no lock. */
+static __always_inline int over_budget(__u32 lane, __u64 len) {
+    struct lane_budget *b = lane_budget.lookup(&lane);
+    if (!b || b->rate_bytes_per_s == 0)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    __u64 until = b->vq_until_ns;
+    if (until < now) {
+        b->vq_until_ns = now;
+        until = now;
+    }
+    __u64 delay_ns = len * 1000000000ULL / b->rate_bytes_per_s;
+    __sync_fetch_and_add(&b->vq_until_ns, delay_ns);
+    return until + delay_ns - now > b->threshold_ns;
+}
+
+static __always_inline void set_dscp(struct __sk_buff *skb, struct parsed *p, __u32 dscp) {
+    __u16 old_word, new_word;
+    if (bpf_skb_load_bytes(skb, ETH_HLEN, &old_word, 2) < 0)
+        return;
+    if (p->is_ipv6) {
+        /* version(4) | traffic class(8) | flow label: DSCP is bits 4..9 of the first word */
+        __u16 host = bpf_ntohs(old_word);
+        host = (host & 0xf03f) | ((dscp & 63) << 6);
+        new_word = bpf_htons(host);
+        bpf_skb_store_bytes(skb, ETH_HLEN, &new_word, 2, 0);
+        return;
+    }
+    __u16 host = bpf_ntohs(old_word);
+    host = (host & 0xff03) | ((dscp & 63) << 2);
+    new_word = bpf_htons(host);
+    bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), old_word, new_word, 2);
+    bpf_skb_store_bytes(skb, ETH_HLEN, &new_word, 2, 0);
+}
+
+int lanes_classify(struct __sk_buff *skb) {
+    __u32 zero = 0;
+    struct lanes_config *cfg = config.lookup(&zero);
+    if (!cfg)
+        return 0;
+    struct parsed p = {};
+    if (parse(skb, &p) < 0)
+        return 0;
+    struct lane_match *m = classify(skb, cfg, &p);
+    __u32 lane = m->lane;
+    __u32 rule_index = m->rule_index;
+    if (lane >= N_LANES)
+        return 0;
+    if (p.is_syn && p.tuple.proto == IPPROTO_TCP)
+        flow_lane.update(&p.tuple, m);
+
+    __u64 len = skb->len;
+    __u64 marked = 0, not_ect = 0;
+    if (lane != LANE_VIP && cfg->ecn_enabled && over_budget(lane, len)) {
+        if (p.ecn_capable && bpf_skb_ecn_set_ce(skb))
+            marked = 1;
+        else
+            not_ect = 1;
+    }
+    count(lane_stats.lookup(&lane), len, marked, not_ect);
+    __u32 slot = rule_index;
+    if (slot < MAX_RULES)
+        count(rule_stats.lookup(&slot), len, marked, not_ect);
+    if (lane == LANE_VIP && cfg->vip_dscp != DSCP_KEEP && p.dscp != cfg->vip_dscp)
+        set_dscp(skb, &p, cfg->vip_dscp);
+    return cfg->classid[lane];
+}

@@ -1,0 +1,1 @@
+"""eBPF collectors and loaders (bcc): lanes classifier maps, tcp tracepoints."""

@@ -1,0 +1,249 @@
+"""The lanes classifier's pinned maps: compile a policy into map entries, sync them live, read counters.
+
+Only bpf(2) through ctypes (collectors/ebpf/bpf_sys.py): no bcc, so a controller or `aiops lanes status`
+works from any process once the loader has pinned the maps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiops.control.policy import (
+    LANES,
+    CgroupRule,
+    DscpRule,
+    FiveTupleRule,
+    LaneName,
+    Policy,
+    PrefixRule,
+)
+from aiops.errors import AiopsError
+from collectors.ebpf import bpf_sys
+from collectors.ebpf.lanes_abi import (
+    DSCP_KEEP,
+    KIND_CGROUP,
+    KIND_DSCP,
+    KIND_PREFIX,
+    KIND_TUPLE_ANY_SPORT,
+    KIND_TUPLE_ANY_SRC,
+    KIND_TUPLE_EXACT,
+    MAP_SPECS,
+    MAX_CGROUP_LEVEL,
+    N_LANES,
+    U32,
+    U64,
+    Counters,
+    DscpEntry,
+    LaneBudget,
+    LaneMatch,
+    LanesConfig,
+    TupleKey,
+    addr_text,
+    prefix_key,
+    sum_per_cpu,
+    tuple_key,
+)
+
+CGROUP2_ROOT = (
+    Path("/sys/fs/cgroup/unified") if os.path.isdir("/sys/fs/cgroup/unified") else Path("/sys/fs/cgroup")
+)
+LANE_INDEX: dict[str, int] = {name: index for index, name in enumerate(LANES)}
+
+
+class AbiMismatch(AiopsError):
+    """A pinned map's layout differs from lanes_abi.py (an old or foreign pin directory)."""
+
+
+@dataclass
+class CompiledRules:
+    """A policy as map contents. `inactive` lists rules that cannot act here (rule_id -> why)."""
+
+    config: LanesConfig
+    tuples: dict[bytes, LaneMatch] = field(default_factory=dict)
+    dscp: dict[int, DscpEntry] = field(default_factory=dict)
+    cgroups: dict[int, LaneMatch] = field(default_factory=dict)
+    prefixes: dict[bytes, LaneMatch] = field(default_factory=dict)
+    inactive: dict[str, str] = field(default_factory=dict)
+
+
+def cgroup_id(path: str, root: Path = CGROUP2_ROOT) -> int | None:
+    """The cgroup v2 id of `path` below the mount (the kernfs inode number), or None when absent."""
+    try:
+        return os.stat(root / path.lstrip("/")).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def compile_policy(
+    policy: Policy, classids: dict[str, int], cgroup_root: Path = CGROUP2_ROOT
+) -> CompiledRules:
+    cfg = LanesConfig()
+    for lane, index in LANE_INDEX.items():
+        cfg.classid[index] = classids[lane]
+    fallback = policy.default_rule
+    cfg.fallback = LaneMatch(LANE_INDEX[fallback.lane], policy.rule_index(fallback.rule_id))
+    cfg.vip_dscp = DSCP_KEEP if policy.vip_dscp is None else policy.vip_dscp
+    cfg.ecn_enabled = int(policy.ecn.enabled)
+    out = CompiledRules(config=cfg)
+    for index, rule in enumerate(policy.rules):
+        match = LaneMatch(LANE_INDEX[rule.lane], index)
+        if isinstance(rule, FiveTupleRule):
+            proto = socket.IPPROTO_TCP if rule.proto == "tcp" else socket.IPPROTO_UDP
+            key = tuple_key(proto, rule.src, rule.dst, rule.sport or 0, rule.dport)
+            out.tuples[bytes(key)] = match
+            if rule.src is None:
+                cfg.kinds |= KIND_TUPLE_ANY_SRC
+            elif rule.sport is None:
+                cfg.kinds |= KIND_TUPLE_ANY_SPORT
+            else:
+                cfg.kinds |= KIND_TUPLE_EXACT
+        elif isinstance(rule, DscpRule):
+            for value in rule.dscp:
+                out.dscp[value] = DscpEntry(valid=1, match=match)
+            cfg.kinds |= KIND_DSCP
+        elif isinstance(rule, CgroupRule):
+            missing = []
+            for path in rule.cgroups:
+                ident = cgroup_id(path, cgroup_root)
+                if ident is None:
+                    missing.append(path)
+                    continue
+                out.cgroups[ident] = match
+                level = len([p for p in path.split("/") if p])
+                if 1 <= level <= MAX_CGROUP_LEVEL:
+                    cfg.cgroup_levels |= 1 << level
+                cfg.kinds |= KIND_CGROUP
+            if missing:
+                out.inactive[rule.rule_id] = f"no such cgroup below {cgroup_root}: {', '.join(missing)}"
+        elif isinstance(rule, PrefixRule):
+            for prefix in rule.prefixes:
+                out.prefixes[bytes(prefix_key(prefix))] = match
+            cfg.kinds |= KIND_PREFIX
+    return out
+
+
+@dataclass(frozen=True)
+class FlowLane:
+    proto: int
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    lane: LaneName
+    rule_index: int
+
+
+class LaneMaps:
+    """Open file descriptors on one pin directory's maps; `close()` (or `with`) releases them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.cpus = bpf_sys.possible_cpus()
+        self.fds: dict[str, int] = {}
+        try:
+            for name, spec in MAP_SPECS.items():
+                fd = bpf_sys.obj_get(directory / name)
+                self.fds[name] = fd
+                info = bpf_sys.map_info(fd)
+                want = (ctypes.sizeof(spec.key), ctypes.sizeof(spec.value))
+                if (info.key_size, info.value_size) != want:
+                    raise AbiMismatch(
+                        f"{directory / name}: key/value sizes {info.key_size}/{info.value_size}, "
+                        f"lanes_abi.py expects {want[0]}/{want[1]}: re-run `aiops lanes apply`"
+                    )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+    def __enter__(self) -> LaneMaps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes ---------------------------------------------------------------------------------------
+    def _sync(self, name: str, desired: dict[bytes, bytes]) -> None:
+        fd = self.fds[name]
+        key_size = ctypes.sizeof(MAP_SPECS[name].key)
+        for key in bpf_sys.keys(fd, key_size):
+            if key not in desired:
+                bpf_sys.delete(fd, key)
+        for key, value in desired.items():
+            bpf_sys.update(fd, key, value)
+
+    def sync(self, rules: CompiledRules) -> None:
+        """Make the rule maps equal `rules`, live: add and change first, then the config that enables them.
+
+        Removed entries are deleted last-but-one, so a packet never sees a rule set that is neither old nor
+        new for longer than one map operation.
+        """
+        self._sync("tuple_rules", {k: bytes(v) for k, v in rules.tuples.items()})
+        self._sync("cgroup_rules", {bytes(U64(k)): bytes(v) for k, v in rules.cgroups.items()})
+        self._sync("prefix_rules", {k: bytes(v) for k, v in rules.prefixes.items()})
+        dscp_fd = self.fds["dscp_rules"]
+        for value in range(64):
+            entry = rules.dscp.get(value, DscpEntry())
+            bpf_sys.update(dscp_fd, bytes(U32(value)), bytes(entry))
+        bpf_sys.update(self.fds["config"], bytes(U32(0)), bytes(rules.config))
+
+    def set_budget(self, lane: LaneName, rate_bytes_per_s: int, threshold_ns: int) -> None:
+        """The ECN budget of a lane (rate 0: never mark). Keeps the virtual queue's current state."""
+        key = bytes(U32(LANE_INDEX[lane]))
+        fd = self.fds["lane_budget"]
+        raw = bpf_sys.lookup(fd, key, ctypes.sizeof(LaneBudget))
+        budget = LaneBudget.from_buffer_copy(raw) if raw else LaneBudget()
+        budget.rate_bytes_per_s = max(rate_bytes_per_s, 0)
+        budget.threshold_ns = max(threshold_ns, 0)
+        bpf_sys.update(fd, key, bytes(budget))
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def config(self) -> LanesConfig:
+        raw = bpf_sys.lookup(self.fds["config"], bytes(U32(0)), ctypes.sizeof(LanesConfig))
+        return LanesConfig.from_buffer_copy(raw) if raw else LanesConfig()
+
+    def budget(self, lane: LaneName) -> LaneBudget:
+        raw = bpf_sys.lookup(self.fds["lane_budget"], bytes(U32(LANE_INDEX[lane])), ctypes.sizeof(LaneBudget))
+        return LaneBudget.from_buffer_copy(raw) if raw else LaneBudget()
+
+    def _per_cpu(self, name: str, index: int) -> Counters:
+        slot = (ctypes.sizeof(Counters) + 7) // 8 * 8
+        raw = bpf_sys.lookup(self.fds[name], bytes(U32(index)), slot * self.cpus)
+        return sum_per_cpu(raw, self.cpus) if raw else Counters()
+
+    def lane_counters(self) -> dict[LaneName, Counters]:
+        return {lane: self._per_cpu("lane_stats", LANE_INDEX[lane]) for lane in LANES[:N_LANES]}
+
+    def rule_counters(self, rule_count: int) -> list[Counters]:
+        return [self._per_cpu("rule_stats", index) for index in range(rule_count)]
+
+    def flow_lanes(self, limit: int = 16384) -> list[FlowLane]:
+        """TCP connections the classifier saw a SYN of, with their lane (LRU; oldest evicted)."""
+        fd = self.fds["flow_lane"]
+        flows = []
+        for raw_key in bpf_sys.keys(fd, ctypes.sizeof(TupleKey), limit):
+            raw = bpf_sys.lookup(fd, raw_key, ctypes.sizeof(LaneMatch))
+            if raw is None:
+                continue
+            key, match = TupleKey.from_buffer_copy(raw_key), LaneMatch.from_buffer_copy(raw)
+            lane: LaneName = LANES[match.lane] if match.lane < len(LANES) else "standard"
+            flows.append(
+                FlowLane(
+                    key.proto,
+                    addr_text(bytes(key.saddr)),
+                    addr_text(bytes(key.daddr)),
+                    key.sport,
+                    key.dport,
+                    lane,
+                    match.rule_index,
+                )
+            )
+        return flows
