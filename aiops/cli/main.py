@@ -18,6 +18,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.demo",
     "aiops.cli.evaluate",
     "aiops.cli.simulate",
+    "aiops.cli.lanes",
+    "aiops.cli.lab",
 )
 
 

@@ -1,0 +1,150 @@
+"""`aiops lanes apply|status|remove|control`: priority lanes for collective traffic on a NIC."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from aiops.control.policy import DEFAULT_POLICY_PATH, load_policy
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    lanes = sub.add_parser("lanes", help="priority lanes (eBPF classifier + HTB) on a NIC")
+    verbs = lanes.add_subparsers(dest="lanes_command", metavar="VERB", required=True)
+    apply = verbs.add_parser("apply", help="install or update lanes from a policy (idempotent)")
+    apply.add_argument("--dev", required=True)
+    apply.add_argument("--policy", default=str(DEFAULT_POLICY_PATH))
+    apply.add_argument("--netns", default=None, help="network namespace of the device (ip netns name)")
+    apply.set_defaults(func=run_apply)
+    status = verbs.add_parser("status", help="per-lane and per-rule counters and rates")
+    status.add_argument("--dev", default=None)
+    status.add_argument("--netns", default=None)
+    status.add_argument("--interval-s", type=float, default=0.5)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=run_status)
+    remove = verbs.add_parser("remove", help="remove exactly what apply added")
+    remove.add_argument("--dev", required=True)
+    remove.add_argument("--netns", default=None)
+    remove.set_defaults(func=run_remove)
+    control = verbs.add_parser("control", help="run the adaptive controller (shaping, ECN budgets, forecast)")
+    control.add_argument("--dev", required=True)
+    control.add_argument("--netns", default=None)
+    control.add_argument("--policy", default=str(DEFAULT_POLICY_PATH))
+    control.add_argument("--duration-s", type=float, default=3600.0)
+    control.set_defaults(func=run_control)
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    from aiops.control import lanes
+
+    policy = load_policy(args.policy)  # validation first: a bad file is exit 2 even without root
+    result = lanes.apply(args.dev, policy, args.policy, netns=args.netns)
+    console = Console(stderr=True)
+    for item in result.removed_stale:
+        console.print(f"removed stale {item}", highlight=False)
+    for rule_id, why in result.state.inactive_rules.items():
+        console.print(f"[yellow]rule {rule_id} inactive:[/] {why}", highlight=False)
+    console.print(f"{args.dev}: lanes {result.action} from {args.policy}", highlight=False)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from aiops.control.status import status
+
+    rows = status(args.dev, args.netns, args.interval_s)
+    if args.json:
+        print(json.dumps({"nics": rows}))
+        return 0
+    console = Console()
+    if not rows:
+        console.print("no NIC has lanes (aiops lanes apply --dev IFACE --policy FILE)")
+    for row in rows:
+        _render(console, row)
+    return 0
+
+
+def _render(console: Console, row: dict[str, Any]) -> None:
+    title = f"{row['dev']}" + (f" (netns {row['netns']})" if row["netns"] else "") + f" — {row['policy']}"
+    if "error" in row:
+        console.print(f"{title}: {row['error']}", highlight=False)
+        return
+    table = Table(title=title)
+    for column in ("lane", "Mbit/s", "packets", "CE marks", "HTB rate", "HTB ceil", "drops", "backlog B"):
+        table.add_column(column, justify="right" if column != "lane" else "left")
+    for lane, values in row["lanes"].items():
+        table.add_row(
+            lane,
+            f"{values['mbps']:.1f}",
+            str(values["packets"]),
+            str(values["ce_marks"]),
+            f"{values['htb_rate_mbps']:.0f}",
+            f"{values['htb_ceil_mbps']:.0f}",
+            str(values["drops"]),
+            str(values["backlog_bytes"]),
+        )
+    console.print(table)
+    rules = Table(title="rules")
+    for column in ("rule", "Mbit/s", "packets", "bytes", "note"):
+        rules.add_column(column)
+    for rule in row["rules"]:
+        rules.add_row(
+            rule["rule_id"],
+            f"{rule['mbps']:.1f}",
+            str(rule["packets"]),
+            str(rule["bytes"]),
+            rule["inactive"] or "",
+        )
+    console.print(rules)
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    from aiops.control import lanes
+
+    removed = lanes.remove(args.dev, args.netns)
+    console = Console(stderr=True)
+    console.print(
+        f"{args.dev}: removed {', '.join(removed)}" if removed else f"{args.dev}: no lanes to remove",
+        highlight=False,
+    )
+    return 0
+
+
+def run_control(args: argparse.Namespace) -> int:
+    from aiops.control.controller import KernelLanes, run_controller
+
+    policy = load_policy(args.policy)
+    actuator = KernelLanes(args.dev, args.netns, policy)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_controller(
+            policy,
+            actuator,
+            duration_s=args.duration_s,
+            should_stop=stop.is_set,
+            on_step=lambda step: (
+                print(
+                    json.dumps(
+                        {
+                            "ts_s": step.ts_s,
+                            "demand_mbps": step.demand_mbps,
+                            "ceil_mbps": step.rates.ceil_mbps,
+                            "spike_due": step.spike_due,
+                        }
+                    ),
+                    file=sys.stderr,
+                )
+                if step.actuated
+                else None
+            ),
+        )
+    finally:
+        actuator.close()
+    return 0
