@@ -26,7 +26,11 @@ def incident_window(store: Store, incident: Incident) -> Window:
     # the very start there is no clean reference, and rules fall back to first-minute values.
     baseline_end = max(run_start + 30.0, incident.opened_ts_s - LOOKBACK_S)
     return Window(
-        run_start_s=run_start, start_s=start, end_s=incident.last_ts_s + 10.0, baseline_end_s=baseline_end
+        run_start_s=run_start,
+        start_s=start,
+        end_s=incident.last_ts_s + 10.0,
+        baseline_end_s=baseline_end,
+        opened_s=incident.opened_ts_s,
     )
 
 

@@ -145,10 +145,12 @@ def network(facts: Facts) -> list[Candidate]:
                 )
             )
 
-    marking = [r for r in nics if (r["ce_marks"] or 0) > 0]
+    ce_rates = sorted(float(r["ce_per_s"] or 0) for r in nics)
+    peer_ce = ce_rates[len(ce_rates) // 2] if ce_rates else 0.0
+    marking = [r for r in nics if float(r["ce_per_s"] or 0) > 0.3 * peer_ce]
     for r in nics:
         lossy = (r["loss_per_s"] or 0) > max(3.0 * float(r["ref_loss_per_s"] or 0), 1.0)
-        if lossy and (r["ce_marks"] or 0) == 0 and len(marking) >= 1:
+        if lossy and peer_ce > 0 and float(r["ce_per_s"] or 0) < 0.3 * peer_ce and len(marking) >= 1:
             out.append(
                 Candidate(
                     "ecn_misconfig",

@@ -19,7 +19,8 @@ class Window:
     run_start_s: float
     start_s: float  # incident window start (opened minus look-back)
     end_s: float
-    baseline_end_s: float  # telemetry before this is the reference
+    baseline_end_s: float
+    opened_s: float = 0.0  # the incident's opening time  # telemetry before this is the reference
 
 
 @dataclass
@@ -181,10 +182,11 @@ class Facts:
                                    sum(retransmits) AS retransmits, sum(ce_marks) AS ce_marks,
                                    avg(queue_delay_ms) AS queue_ms, max(queue_delay_ms) AS max_queue_ms,
                                    sum(drops + retransmits) / greatest(sum(interval_s), 1) AS loss_per_s,
-                                   sum(tx_bytes) AS tx_bytes
+                                   sum(tx_bytes) AS tx_bytes,
+                                   sum(ce_marks) / greatest(sum(interval_s), 1) AS ce_per_s
                             FROM nic_samples WHERE ts_s BETWEEN ? AND ? GROUP BY nic)
                SELECT cur.*, ref.ref_queue_ms, ref.ref_loss_per_s FROM cur LEFT JOIN ref USING (nic) ORDER BY nic""",
-            [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],
+            [w.run_start_s, w.baseline_end_s, w.opened_s, w.end_s],
         )
 
     def flows(self) -> list[dict[str, Any]]:
