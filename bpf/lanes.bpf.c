@@ -28,41 +28,49 @@ BPF_HASH(tuple_rules, struct tuple_key, struct lane_match, MAX_TUPLE_RULES);
 BPF_ARRAY(dscp_rules, struct dscp_entry, 64);
 BPF_HASH(cgroup_rules, __u64, struct lane_match, MAX_CGROUP_RULES);
 BPF_LPM_TRIE(prefix_rules, struct prefix_key, struct lane_match, MAX_PREFIX_RULES);
-BPF_PERCPU_ARRAY(lane_stats, struct counters, N_LANES);
-BPF_PERCPU_ARRAY(rule_stats, struct counters, MAX_RULES);
+BPF_PERCPU_ARRAY(stats, struct counters, STATS_SLOTS);
 BPF_ARRAY(lane_budget, struct lane_budget, N_LANES);
 /* lane of each TCP connection at its SYN, for attributing tcp_probe/retransmit samples to lanes */
 BPF_TABLE("lru_hash", struct tuple_key, struct lane_match, flow_lane, FLOW_LANE_ENTRIES);
 
 struct parsed {
-    struct tuple_key tuple;
-    __u32 dscp;
-    __u32 ecn_capable;
-    __u32 is_syn;
-    __u32 is_ipv6;
+    void *l3;                  /* the IPv4 or IPv6 header, for building keys only when a stage needs them */
+    __u16 sport, dport;        /* host order; 0 when not TCP/UDP or not the first fragment */
+    __u8 proto;
+    __u8 dscp;
+    __u8 ecn_capable;
+    __u8 is_syn;
+    __u8 is_ipv6;
 };
 
-static __always_inline void v4_mapped(__u8 *out, __u32 addr_be) {
-    __builtin_memset(out, 0, 10);
-    out[10] = 0xff;
-    out[11] = 0xff;
-    __builtin_memcpy(out + 12, &addr_be, 4);
+/* 16-byte address words, IPv4 as v4-mapped (::ffff:a.b.c.d) */
+static __always_inline void addr_words(struct parsed *p, __u32 *out, int dst) {
+    if (p->is_ipv6) {
+        struct ipv6hdr *ip6 = p->l3;
+        __builtin_memcpy(out, dst ? (void *)&ip6->daddr : (void *)&ip6->saddr, 16);
+        return;
+    }
+    struct iphdr *ip = p->l3;
+    out[0] = 0;
+    out[1] = 0;
+    out[2] = bpf_htonl(0xffff);
+    out[3] = dst ? ip->daddr : ip->saddr;
 }
 
 static __always_inline int parse_ports(void *l4, void *data_end, struct parsed *p) {
-    if (p->tuple.proto == IPPROTO_TCP) {
+    if (p->proto == IPPROTO_TCP) {
         struct tcphdr *tcp = l4;
         if ((void *)(tcp + 1) > data_end)
             return 0;
-        p->tuple.sport = bpf_ntohs(tcp->source);
-        p->tuple.dport = bpf_ntohs(tcp->dest);
+        p->sport = bpf_ntohs(tcp->source);
+        p->dport = bpf_ntohs(tcp->dest);
         p->is_syn = tcp->syn;
-    } else if (p->tuple.proto == IPPROTO_UDP) {
+    } else if (p->proto == IPPROTO_UDP) {
         struct udphdr *udp = l4;
         if ((void *)(udp + 1) > data_end)
             return 0;
-        p->tuple.sport = bpf_ntohs(udp->source);
-        p->tuple.dport = bpf_ntohs(udp->dest);
+        p->sport = bpf_ntohs(udp->source);
+        p->dport = bpf_ntohs(udp->dest);
     }
     return 0;
 }
@@ -78,9 +86,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct parsed *p) {
         struct iphdr *ip = (void *)(eth + 1);
         if ((void *)(ip + 1) > data_end)
             return -1;
-        v4_mapped(p->tuple.saddr, ip->saddr);
-        v4_mapped(p->tuple.daddr, ip->daddr);
-        p->tuple.proto = ip->protocol;
+        p->l3 = ip;
+        p->proto = ip->protocol;
         p->dscp = ip->tos >> 2;
         p->ecn_capable = (ip->tos & 3) != 0;
         /* ports only in the first fragment (offset 0); RFC 791 */
@@ -92,9 +99,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct parsed *p) {
         struct ipv6hdr *ip6 = (void *)(eth + 1);
         if ((void *)(ip6 + 1) > data_end)
             return -1;
-        __builtin_memcpy(p->tuple.saddr, &ip6->saddr, 16);
-        __builtin_memcpy(p->tuple.daddr, &ip6->daddr, 16);
-        p->tuple.proto = ip6->nexthdr; /* extension headers: no ports, classified without them */
+        p->l3 = ip6;
+        p->proto = ip6->nexthdr; /* extension headers: no ports, classified without them */
         __u32 tclass = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
         p->dscp = tclass >> 2;
         p->ecn_capable = (tclass & 3) != 0;
@@ -105,9 +111,18 @@ static __always_inline int parse(struct __sk_buff *skb, struct parsed *p) {
     return -1;
 }
 
+static __always_inline void build_tuple(struct parsed *p, struct tuple_key *key) {
+    addr_words(p, key->saddr, 0);
+    addr_words(p, key->daddr, 1);
+    key->sport = p->sport;
+    key->dport = p->dport;
+    key->proto = p->proto;
+}
+
 static __always_inline struct lane_match *match_tuple(struct lanes_config *cfg, struct parsed *p) {
     struct lane_match *m;
-    struct tuple_key key = p->tuple;
+    struct tuple_key key = {};
+    build_tuple(p, &key);
     if (cfg->kinds & KIND_TUPLE_EXACT) {
         m = tuple_rules.lookup(&key);
         if (m)
@@ -120,7 +135,7 @@ static __always_inline struct lane_match *match_tuple(struct lanes_config *cfg, 
             return m;
     }
     if (cfg->kinds & KIND_TUPLE_ANY_SRC) {
-        __builtin_memset(key.saddr, 0, 16);
+        key.saddr[0] = key.saddr[1] = key.saddr[2] = key.saddr[3] = 0;
         m = tuple_rules.lookup(&key);
         if (m)
             return m;
@@ -170,7 +185,7 @@ static __always_inline struct lane_match *classify(struct __sk_buff *skb, struct
     }
     if (cfg->kinds & KIND_PREFIX) {
         struct prefix_key key = {.prefixlen = 128};
-        __builtin_memcpy(key.addr, p->tuple.daddr, 16);
+        addr_words(p, key.addr, 1);
         m = prefix_rules.lookup(&key);
         if (m)
             return m;
@@ -191,11 +206,15 @@ static __always_inline void count(struct counters *c, __u64 bytes, __u64 marked,
  * queue is longer than threshold_ns) is marked CE. Concurrent CPUs race on vq_until_ns: the reset to `now`
  * is a plain store and the increment an atomic add, so a race loses at most one packet's worth of
  * backlog. That is accurate enough for a congestion signal and needs no lock. */
-static __always_inline int over_budget(__u32 lane, __u64 len) {
+static __always_inline int over_budget(struct __sk_buff *skb, __u32 lane, __u64 len) {
     struct lane_budget *b = lane_budget.lookup(&lane);
     if (!b || b->rate_bytes_per_s == 0)
         return 0;
-    __u64 now = bpf_ktime_get_ns();
+    /* TCP stamps every skb with its departure time on CLOCK_MONOTONIC (tcp_wstamp_ns, net/ipv4/tcp_output.c),
+     * the clock of bpf_ktime_get_ns: use it when present, it saves a clock read per packet. */
+    __u64 now = skb->tstamp;
+    if (skb->tstamp_type != BPF_SKB_TSTAMP_DELIVERY_MONO || now == 0)
+        now = bpf_ktime_get_ns();
     __u64 until = b->vq_until_ns;
     if (until < now) {
         b->vq_until_ns = now;
@@ -236,23 +255,24 @@ int lanes_classify(struct __sk_buff *skb) {
     struct lane_match *m = classify(skb, cfg, &p);
     __u32 lane = m->lane;
     __u32 rule_index = m->rule_index;
-    if (lane >= N_LANES)
+    if (lane >= N_LANES || rule_index >= MAX_RULES)
         return 0;
-    if (p.is_syn && p.tuple.proto == IPPROTO_TCP)
-        flow_lane.update(&p.tuple, m);
+    if (p.is_syn && p.proto == IPPROTO_TCP) {
+        struct tuple_key flow = {};
+        build_tuple(&p, &flow);
+        flow_lane.update(&flow, m);
+    }
 
     __u64 len = skb->len;
     __u64 marked = 0, not_ect = 0;
-    if (lane != LANE_VIP && cfg->ecn_enabled && over_budget(lane, len)) {
+    if (lane != LANE_VIP && cfg->ecn_enabled && over_budget(skb, lane, len)) {
         if (p.ecn_capable && bpf_skb_ecn_set_ce(skb))
             marked = 1;
         else
             not_ect = 1;
     }
-    count(lane_stats.lookup(&lane), len, marked, not_ect);
-    __u32 slot = rule_index;
-    if (slot < MAX_RULES)
-        count(rule_stats.lookup(&slot), len, marked, not_ect);
+    __u32 slot = rule_index * N_LANES + lane;
+    count(stats.lookup(&slot), len, marked, not_ect);
     if (lane == LANE_VIP && cfg->vip_dscp != DSCP_KEEP && p.dscp != cfg->vip_dscp)
         set_dscp(skb, &p, cfg->vip_dscp);
     return cfg->classid[lane];

@@ -33,12 +33,12 @@
 
 struct lane_match {            /* value of every rule map */
     __u32 lane;                /* LANE_* */
-    __u32 rule_index;          /* slot in rule_stats */
+    __u32 rule_index;          /* position in the policy: stats slot rule_index * N_LANES + lane */
 };
 
 struct tuple_key {             /* tuple_rules key; zeroed fields are wildcards per KIND_TUPLE_* */
-    __u8 saddr[16];
-    __u8 daddr[16];
+    __u32 saddr[4];            /* network order words */
+    __u32 daddr[4];
     __u16 sport;               /* host order */
     __u16 dport;               /* host order */
     __u8 proto;                /* IPPROTO_TCP, IPPROTO_UDP */
@@ -47,7 +47,7 @@ struct tuple_key {             /* tuple_rules key; zeroed fields are wildcards p
 
 struct prefix_key {            /* prefix_rules key (BPF_MAP_TYPE_LPM_TRIE) */
     __u32 prefixlen;           /* bits of addr that count: IPv4 /n is 96 + n */
-    __u8 addr[16];
+    __u32 addr[4];             /* network order words */
 };
 
 struct dscp_entry {            /* dscp_rules value, indexed by DSCP 0..63 */
@@ -62,10 +62,14 @@ struct lanes_config {          /* config[0] */
     __u32 classid[N_LANES];    /* HTB class id (major:minor) returned for each lane */
     __u32 vip_dscp;            /* DSCP written into VIP packets, or DSCP_KEEP */
     __u32 ecn_enabled;         /* mark CE on standard/bulk when their budget is exceeded */
-    __u32 pad;
+    __u32 rule_count;          /* rules in the policy: readers sum stats over these slots only */
 };
 
-struct counters {              /* per-CPU: lane_stats[lane], rule_stats[rule_index] */
+/* One per-CPU counter update per packet: stats[rule_index * N_LANES + lane]. Per-lane totals are sums over
+ * rules, per-rule totals sums over lanes (a live update can move a rule to another lane). */
+#define STATS_SLOTS (MAX_RULES * N_LANES)
+
+struct counters {              /* per-CPU value of stats */
     __u64 packets;
     __u64 bytes;
     __u64 ce_marks;            /* packets this program marked CE */

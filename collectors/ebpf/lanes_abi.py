@@ -14,6 +14,7 @@ N_LANES = 3
 LANE_NAMES: tuple[str, ...] = ("vip", "standard", "bulk")
 
 MAX_RULES = 256
+STATS_SLOTS = MAX_RULES * N_LANES  # stats[rule_index * N_LANES + lane]
 MAX_CGROUP_LEVEL = 8
 
 KIND_TUPLE_EXACT = 0x1
@@ -30,6 +31,7 @@ class LaneMatch(ctypes.Structure):
     _fields_ = (("lane", ctypes.c_uint32), ("rule_index", ctypes.c_uint32))
 
 
+# The C structs hold addresses as __u32[4] in network order; the same 16 bytes are uint8[16] here.
 class TupleKey(ctypes.Structure):
     _fields_ = (
         ("saddr", ctypes.c_uint8 * 16),
@@ -57,7 +59,7 @@ class LanesConfig(ctypes.Structure):
         ("classid", ctypes.c_uint32 * N_LANES),
         ("vip_dscp", ctypes.c_uint32),
         ("ecn_enabled", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("rule_count", ctypes.c_uint32),
     )
 
 
@@ -96,8 +98,7 @@ MAPS: tuple[MapSpec, ...] = (
     MapSpec("dscp_rules", U32, DscpEntry),
     MapSpec("cgroup_rules", U64, LaneMatch),
     MapSpec("prefix_rules", PrefixKey, LaneMatch),
-    MapSpec("lane_stats", U32, Counters, per_cpu=True),
-    MapSpec("rule_stats", U32, Counters, per_cpu=True),
+    MapSpec("stats", U32, Counters, per_cpu=True),
     MapSpec("lane_budget", U32, LaneBudget),
     MapSpec("flow_lane", TupleKey, LaneMatch),
 )
@@ -133,14 +134,17 @@ def addr_text(raw: bytes) -> str:
     return str(ip.ipv4_mapped) if ip.ipv4_mapped is not None else str(ip)
 
 
+def add_counters(total: Counters, part: Counters) -> None:
+    total.packets += part.packets
+    total.bytes += part.bytes
+    total.ce_marks += part.ce_marks
+    total.not_ect += part.not_ect
+
+
 def sum_per_cpu(raw: bytes, cpus: int) -> Counters:
     """Add up a per-CPU `Counters` value (each CPU's slot is rounded up to 8 bytes by the kernel)."""
     slot = (ctypes.sizeof(Counters) + 7) // 8 * 8
     total = Counters()
     for cpu in range(cpus):
-        part = Counters.from_buffer_copy(raw, cpu * slot)
-        total.packets += part.packets
-        total.bytes += part.bytes
-        total.ce_marks += part.ce_marks
-        total.not_ect += part.not_ect
+        add_counters(total, Counters.from_buffer_copy(raw, cpu * slot))
     return total

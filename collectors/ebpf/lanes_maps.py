@@ -33,6 +33,7 @@ from collectors.ebpf.lanes_abi import (
     KIND_TUPLE_EXACT,
     MAP_SPECS,
     MAX_CGROUP_LEVEL,
+    MAX_RULES,
     N_LANES,
     U32,
     U64,
@@ -42,6 +43,7 @@ from collectors.ebpf.lanes_abi import (
     LaneMatch,
     LanesConfig,
     TupleKey,
+    add_counters,
     addr_text,
     prefix_key,
     sum_per_cpu,
@@ -88,6 +90,7 @@ def compile_policy(
     cfg.fallback = LaneMatch(LANE_INDEX[fallback.lane], policy.rule_index(fallback.rule_id))
     cfg.vip_dscp = DSCP_KEEP if policy.vip_dscp is None else policy.vip_dscp
     cfg.ecn_enabled = int(policy.ecn.enabled)
+    cfg.rule_count = len(policy.rules)
     out = CompiledRules(config=cfg)
     for index, rule in enumerate(policy.rules):
         match = LaneMatch(LANE_INDEX[rule.lane], index)
@@ -140,19 +143,21 @@ class FlowLane:
 class LaneMaps:
     """Open file descriptors on one pin directory's maps; `close()` (or `with`) releases them."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path | None = None, fds: dict[str, int] | None = None) -> None:
+        """Open the maps pinned in `directory`, or use `fds` of maps a caller holds (then not closed here)."""
         self.directory = directory
         self.cpus = bpf_sys.possible_cpus()
         self.fds: dict[str, int] = {}
+        self._owned = fds is None
         try:
             for name, spec in MAP_SPECS.items():
-                fd = bpf_sys.obj_get(directory / name)
+                fd = fds[name] if fds is not None else bpf_sys.obj_get(Path(str(directory)) / name)
                 self.fds[name] = fd
                 info = bpf_sys.map_info(fd)
                 want = (ctypes.sizeof(spec.key), ctypes.sizeof(spec.value))
                 if (info.key_size, info.value_size) != want:
                     raise AbiMismatch(
-                        f"{directory / name}: key/value sizes {info.key_size}/{info.value_size}, "
+                        f"{directory}/{name}: key/value sizes {info.key_size}/{info.value_size}, "
                         f"lanes_abi.py expects {want[0]}/{want[1]}: re-run `aiops lanes apply`"
                     )
         except BaseException:
@@ -160,8 +165,9 @@ class LaneMaps:
             raise
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
+        if self._owned:
+            for fd in self.fds.values():
+                os.close(fd)
         self.fds = {}
 
     def __enter__(self) -> LaneMaps:
@@ -219,11 +225,30 @@ class LaneMaps:
         raw = bpf_sys.lookup(self.fds[name], bytes(U32(index)), slot * self.cpus)
         return sum_per_cpu(raw, self.cpus) if raw else Counters()
 
-    def lane_counters(self) -> dict[LaneName, Counters]:
-        return {lane: self._per_cpu("lane_stats", LANE_INDEX[lane]) for lane in LANES[:N_LANES]}
+    def slot_counters(self, rule_count: int | None = None) -> list[list[Counters]]:
+        """[rule_index][lane_index] counters, for the first `rule_count` rules (default: the config's)."""
+        count = self.config().rule_count if rule_count is None else rule_count
+        return [
+            [self._per_cpu("stats", index * N_LANES + lane) for lane in range(N_LANES)]
+            for index in range(min(count, MAX_RULES))
+        ]
 
-    def rule_counters(self, rule_count: int) -> list[Counters]:
-        return [self._per_cpu("rule_stats", index) for index in range(rule_count)]
+    def lane_counters(self, slots: list[list[Counters]] | None = None) -> dict[LaneName, Counters]:
+        slots = self.slot_counters() if slots is None else slots
+        totals = {lane: Counters() for lane in LANES}
+        for per_lane in slots:
+            for lane, part in zip(LANES, per_lane, strict=True):
+                add_counters(totals[lane], part)
+        return totals
+
+    def rule_counters(self, rule_count: int | None = None) -> list[Counters]:
+        totals = []
+        for per_lane in self.slot_counters(rule_count):
+            total = Counters()
+            for part in per_lane:
+                add_counters(total, part)
+            totals.append(total)
+        return totals
 
     def flow_lanes(self, limit: int = 16384) -> list[FlowLane]:
         """TCP connections the classifier saw a SYN of, with their lane (LRU; oldest evicted)."""

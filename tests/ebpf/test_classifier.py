@@ -16,11 +16,11 @@ def deltas(nic: LabNic, send: object) -> tuple[dict[str, float], dict[str, tuple
     with nic.maps() as maps:
         classes_before = nic.class_packets()
         lanes_before = maps.lane_counters()
-        rules_before = maps.rule_counters(8)
+        rules_before = maps.rule_counters()
         send()  # type: ignore[operator]
         classes_after = nic.class_packets()
         lanes_after = maps.lane_counters()
-        rules_after = maps.rule_counters(8)
+        rules_after = maps.rule_counters()
     classes = {lane: classes_after[lane] - classes_before[lane] for lane in classes_after}
     lane_counts = {
         lane: (
@@ -29,7 +29,7 @@ def deltas(nic: LabNic, send: object) -> tuple[dict[str, float], dict[str, tuple
         )
         for lane in lanes_after
     }
-    rules = [a.packets - b.packets for a, b in zip(rules_after, rules_before, strict=True)]
+    rules = [a.packets - b.packets for a, b in zip(rules_after, rules_before, strict=False)]
     return classes, lane_counts, rules
 
 
