@@ -135,6 +135,8 @@ def _end(w: World, f: object) -> None:
         w.lanes_enforced[f.nic] = w.scenario.lanes == "enabled"
     elif k == "ecn_misconfig" and f.nic is not None:
         w.ecn_enabled[f.nic] = True
+    elif k == "lane_misclassification":
+        w.lanes_enforced[:] = w.scenario.lanes == "enabled"
     elif k == "nic_link_flap" and f.nic is not None:
         w.link_up[f.nic] = True
 
@@ -161,23 +163,22 @@ def _misclassify(w: World, f: object, rules: list[network.Rule]) -> list[network
     assert isinstance(f, ActiveFault)
     target = f.spec.target
     if f.nic is not None:
+        w.lanes_enforced[f.nic] = True
         nic = w.layout.nic_names[f.nic]
         w.nic_local_rules.append(network.Rule(f"{nic.replace('/', '-')}-override", "five_tuple",
                                               "* -> 198.18.0.0/16", "bulk", scope=nic, matches=("collective",)))
         return rules
     rule_id = target.removeprefix("policy:")
-    out = []
-    found = False
-    for rule in rules:
-        if rule.rule_id == rule_id:
-            found = True
-            wrong = "bulk" if rule.lane == "vip" else "vip"
-            out.append(network.Rule(rule.rule_id, rule.match_kind, rule.match_value, wrong, rule.scope, rule.matches))
-        else:
-            out.append(rule)
-    if not found:  # a stray rule, placed first, that sends collectives to bulk
-        out.insert(0, network.Rule(rule_id, "dst_prefix", "198.18.0.0/15", "bulk", matches=("collective",)))
-    return out
+    w.lanes_enforced[:] = True  # the fault is a wrong rule in a running controller
+    # The edited rule is moved to the front with the wrong lane (a rule that a higher one shadows would have
+    # no effect at all, and so would not be a fault anyone sees); an unknown id is a stray rule added first.
+    current = next((r for r in rules if r.rule_id == rule_id), None)
+    rest = [r for r in rules if r.rule_id != rule_id]
+    if current is None:
+        return [network.Rule(rule_id, "dst_prefix", "198.18.0.0/15", "bulk", matches=("collective",)), *rest]
+    wrong = "bulk" if current.lane == "vip" else "vip"
+    return [network.Rule(current.rule_id, current.match_kind, current.match_value, wrong, current.scope,
+                         current.matches), *rest]
 
 
 def facility(w: World, dt_s: float) -> None:

@@ -1,0 +1,106 @@
+"""Generate a randomised scenario suite (other seeds, targets, severities, shapes, decoys) to check that the
+analyst generalises beyond the public suite: `python -m evals.generate --out DIR [--count N] [--seed S]`."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aiops.labels import FAULT_KINDS, TARGET_KINDS
+from aiops.scenarios import DEFAULT_RULE_IDS, parse_scenario
+
+SHAPES = (
+    {"racks": 2, "nodes_per_rack": 4, "gpus_per_node": 8, "nics_per_node": 2},
+    {"racks": 1, "nodes_per_rack": 4, "gpus_per_node": 8, "nics_per_node": 1},
+    {"racks": 3, "nodes_per_rack": 2, "gpus_per_node": 4, "nics_per_node": 2},
+    {"racks": 2, "nodes_per_rack": 3, "gpus_per_node": 8, "nics_per_node": 2},
+)
+
+
+def _target(rng: random.Random, kind: str, shape: dict[str, int]) -> str:
+    nodes = shape["racks"] * shape["nodes_per_rack"]
+    choice = rng.choice(TARGET_KINDS[kind])
+    node = rng.randrange(nodes)
+    return {
+        "gpu": f"node{node}/gpu{rng.randrange(shape['gpus_per_node'])}",
+        "node": f"node{node}",
+        "nic": f"node{node}/nic{rng.randrange(shape['nics_per_node'])}",
+        "rack": f"rack{rng.randrange(shape['racks'])}",
+        "fleet": "fleet",
+        "policy": f"policy:{rng.choice([*DEFAULT_RULE_IDS[:-1], 'stray-rule'])}",
+    }[choice]
+
+
+def scenario(rng: random.Random, index: int, kind: str | None) -> dict[str, Any]:
+    shape = dict(rng.choice(SHAPES))
+    nodes = shape["racks"] * shape["nodes_per_rack"]
+    duration = rng.choice([480, 600, 720])
+    jobs: list[dict[str, Any]] = []
+    if rng.random() < 0.3 and nodes >= 4:
+        split = rng.randrange(2, nodes - 1)
+        jobs.append({"name": "big", "nodes": [f"node{n}" for n in range(split)], "step_compute_s": 1.2,
+                     "checkpoint_every_s": rng.choice([60, 120, 180]), "checkpoint_gb": rng.choice([20, 60])})
+        jobs.append({"name": "small", "nodes": [f"node{n}" for n in range(split, nodes - 1)],
+                     "step_compute_s": 0.7, "allreduce_mb": 128})
+    else:
+        job: dict[str, Any] = {"name": "train", "nodes": "all", "step_compute_s": rng.choice([0.8, 1.0, 1.5]),
+                               "allreduce_mb": rng.choice([128, 256, 512])}
+        if rng.random() < 0.6:
+            job.update(checkpoint_every_s=rng.choice([60, 90, 150]), checkpoint_gb=rng.choice([10, 40, 80]))
+        jobs.append(job)
+    faults = []
+    if kind is not None:
+        start = rng.randrange(90, duration // 2)
+        faults.append({"kind": kind, "target": _target(rng, kind, shape), "start_s": start,
+                       "severity": round(rng.uniform(0.25, 1.0), 2)})
+    doc: dict[str, Any] = {"name": f"gen-{index:03d}-{kind or 'healthy'}".replace("_", "-"), "seed": rng.randrange(10_000),
+                           "duration_s": duration, "cluster": shape, "jobs": jobs,
+                           "lanes": "enabled" if rng.random() < 0.85 else "disabled", "faults": faults}
+    if kind in ("bulk_traffic_contention", "lane_misclassification"):
+        doc["lanes"] = "enabled"
+    return doc
+
+
+def _usable(doc: dict[str, Any]) -> bool:
+    """The fault's target must be busy where the fault only shows under load (a job on it)."""
+    if not doc["faults"]:
+        return True
+    target = doc["faults"][0]["target"]
+    idle_nodes = set()
+    for job in doc["jobs"]:
+        if job["nodes"] == "all":
+            return True
+    busy = {n for job in doc["jobs"] for n in job["nodes"]}
+    nodes = doc["cluster"]["racks"] * doc["cluster"]["nodes_per_rack"]
+    idle_nodes = {f"node{n}" for n in range(nodes)} - busy
+    return target.split("/")[0] not in idle_nodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--count", type=int, default=2, help="scenarios per label")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    index = 0
+    for kind in [*FAULT_KINDS, None]:
+        made = 0
+        while made < args.count:
+            doc = scenario(rng, index, kind)
+            if not _usable(doc):
+                continue
+            parse_scenario(doc)
+            (out / f"{doc['name']}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+            index += 1
+            made += 1
+
+
+if __name__ == "__main__":
+    main()
