@@ -24,14 +24,17 @@
 #include "lanes.h"
 
 BPF_ARRAY(config, struct lanes_config, 1);
-BPF_HASH(tuple_rules, struct tuple_key, struct lane_match, MAX_TUPLE_RULES);
+BPF_HASH(tuple4_rules, struct tuple4_key, struct lane_match, MAX_TUPLE_RULES);
+BPF_HASH(tuple6_rules, struct tuple_key, struct lane_match, MAX_TUPLE_RULES);
 BPF_ARRAY(dscp_rules, struct dscp_entry, 64);
 BPF_HASH(cgroup_rules, __u64, struct lane_match, MAX_CGROUP_RULES);
-BPF_LPM_TRIE(prefix_rules, struct prefix_key, struct lane_match, MAX_PREFIX_RULES);
+BPF_LPM_TRIE(prefix4_rules, struct prefix4_key, struct lane_match, MAX_PREFIX_RULES);
+BPF_LPM_TRIE(prefix6_rules, struct prefix_key, struct lane_match, MAX_PREFIX_RULES);
 BPF_PERCPU_ARRAY(stats, struct counters, STATS_SLOTS);
 BPF_ARRAY(lane_budget, struct lane_budget, N_LANES);
 /* lane of each TCP connection at its SYN, for attributing tcp_probe/retransmit samples to lanes */
 BPF_TABLE("lru_hash", struct tuple_key, struct lane_match, flow_lane, FLOW_LANE_ENTRIES);
+
 
 struct parsed {
     void *l3;                  /* the IPv4 or IPv6 header, for building keys only when a stage needs them */
@@ -119,27 +122,48 @@ static __always_inline void build_tuple(struct parsed *p, struct tuple_key *key)
     key->proto = p->proto;
 }
 
-static __always_inline struct lane_match *match_tuple(struct lanes_config *cfg, struct parsed *p) {
+/* exact, then any source port, then any source address and port (bcc cannot take map calls in a macro,
+ * hence the two spelled-out copies) */
+static __always_inline struct lane_match *match_tuple4(struct lanes_config *cfg, struct parsed *p) {
     struct lane_match *m;
-    struct tuple_key key = {};
-    build_tuple(p, &key);
+    struct iphdr *ip = p->l3;
+    struct tuple4_key key = {.saddr = ip->saddr, .daddr = ip->daddr, .sport = p->sport, .dport = p->dport,
+                             .proto = p->proto};
     if (cfg->kinds & KIND_TUPLE_EXACT) {
-        m = tuple_rules.lookup(&key);
+        m = tuple4_rules.lookup(&key);
         if (m)
             return m;
     }
     key.sport = 0;
     if (cfg->kinds & KIND_TUPLE_ANY_SPORT) {
-        m = tuple_rules.lookup(&key);
+        m = tuple4_rules.lookup(&key);
         if (m)
             return m;
     }
-    if (cfg->kinds & KIND_TUPLE_ANY_SRC) {
-        key.saddr[0] = key.saddr[1] = key.saddr[2] = key.saddr[3] = 0;
-        m = tuple_rules.lookup(&key);
+    key.saddr = 0;
+    if (cfg->kinds & KIND_TUPLE_ANY_SRC)
+        return tuple4_rules.lookup(&key);
+    return NULL;
+}
+
+static __always_inline struct lane_match *match_tuple6(struct lanes_config *cfg, struct parsed *p) {
+    struct lane_match *m;
+    struct tuple_key key = {};
+    build_tuple(p, &key);
+    if (cfg->kinds & KIND_TUPLE_EXACT) {
+        m = tuple6_rules.lookup(&key);
         if (m)
             return m;
     }
+    key.sport = 0;
+    if (cfg->kinds & KIND_TUPLE_ANY_SPORT) {
+        m = tuple6_rules.lookup(&key);
+        if (m)
+            return m;
+    }
+    key.saddr[0] = key.saddr[1] = key.saddr[2] = key.saddr[3] = 0;
+    if (cfg->kinds & KIND_TUPLE_ANY_SRC)
+        return tuple6_rules.lookup(&key);
     return NULL;
 }
 
@@ -168,7 +192,7 @@ static __always_inline struct lane_match *classify(struct __sk_buff *skb, struct
                                                    struct parsed *p) {
     struct lane_match *m;
     if (cfg->kinds & (KIND_TUPLE_EXACT | KIND_TUPLE_ANY_SPORT | KIND_TUPLE_ANY_SRC)) {
-        m = match_tuple(cfg, p);
+        m = p->is_ipv6 ? match_tuple6(cfg, p) : match_tuple4(cfg, p);
         if (m)
             return m;
     }
@@ -184,9 +208,15 @@ static __always_inline struct lane_match *classify(struct __sk_buff *skb, struct
             return m;
     }
     if (cfg->kinds & KIND_PREFIX) {
-        struct prefix_key key = {.prefixlen = 128};
-        addr_words(p, key.addr, 1);
-        m = prefix_rules.lookup(&key);
+        if (p->is_ipv6) {
+            struct prefix_key key6 = {.prefixlen = 128};
+            addr_words(p, key6.addr, 1);
+            m = prefix6_rules.lookup(&key6);
+        } else {
+            struct iphdr *ip = p->l3;
+            struct prefix4_key key4 = {.prefixlen = 32, .addr = ip->daddr};
+            m = prefix4_rules.lookup(&key4);
+        }
         if (m)
             return m;
     }
@@ -252,7 +282,8 @@ int lanes_classify(struct __sk_buff *skb) {
     struct parsed p = {};
     if (parse(skb, &p) < 0)
         return 0;
-    struct lane_match *m = classify(skb, cfg, &p);
+    struct lane_match decision = *classify(skb, cfg, &p);
+    struct lane_match *m = &decision;
     __u32 lane = m->lane;
     __u32 rule_index = m->rule_index;
     if (lane >= N_LANES || rule_index >= MAX_RULES)
@@ -275,5 +306,10 @@ int lanes_classify(struct __sk_buff *skb) {
     count(stats.lookup(&slot), len, marked, not_ect);
     if (lane == LANE_VIP && cfg->vip_dscp != DSCP_KEEP && p.dscp != cfg->vip_dscp)
         set_dscp(skb, &p, cfg->vip_dscp);
-    return cfg->classid[lane];
+    /* constant indices: the verifier cannot always see the earlier lane < N_LANES check here */
+    if (lane == LANE_VIP)
+        return cfg->classid[LANE_VIP];
+    if (lane == LANE_BULK)
+        return cfg->classid[LANE_BULK];
+    return cfg->classid[LANE_STANDARD];
 }

@@ -3,8 +3,9 @@
  * The ctypes mirror is collectors/ebpf/lanes_abi.py: change both together. The loader checks every
  * pinned map's key and value sizes against the mirror (BPF_OBJ_GET_INFO_BY_FD) before it touches a map.
  *
- * Addresses are 16 bytes in network order: IPv4 as v4-mapped IPv6 (::ffff:a.b.c.d, RFC 4291 2.5.5.2),
- * so one LPM trie and one 5-tuple hash serve both families.
+ * IPv4 and IPv6 have their own 5-tuple hash and LPM trie: IPv4 keys are 4-byte addresses, which hash and
+ * compare faster than 16-byte ones (the common case pays for IPv4 only). flow_lane, written on SYNs only,
+ * keeps 16-byte addresses with IPv4 as v4-mapped IPv6 (::ffff:a.b.c.d, RFC 4291 2.5.5.2).
  */
 #ifndef AIOPS_LANES_H
 #define AIOPS_LANES_H
@@ -36,7 +37,21 @@ struct lane_match {            /* value of every rule map */
     __u32 rule_index;          /* position in the policy: stats slot rule_index * N_LANES + lane */
 };
 
-struct tuple_key {             /* tuple_rules key; zeroed fields are wildcards per KIND_TUPLE_* */
+struct tuple4_key {            /* tuple4_rules key; zeroed fields are wildcards per KIND_TUPLE_* */
+    __u32 saddr;               /* network order */
+    __u32 daddr;
+    __u16 sport;               /* host order */
+    __u16 dport;
+    __u8 proto;
+    __u8 pad[3];
+};
+
+struct prefix4_key {           /* prefix4_rules key (BPF_MAP_TYPE_LPM_TRIE) */
+    __u32 prefixlen;
+    __u32 addr;                /* network order */
+};
+
+struct tuple_key {             /* tuple6_rules and flow_lane key; zeroed fields are wildcards */
     __u32 saddr[4];            /* network order words */
     __u32 daddr[4];
     __u16 sport;               /* host order */
@@ -45,8 +60,8 @@ struct tuple_key {             /* tuple_rules key; zeroed fields are wildcards p
     __u8 pad[3];
 };
 
-struct prefix_key {            /* prefix_rules key (BPF_MAP_TYPE_LPM_TRIE) */
-    __u32 prefixlen;           /* bits of addr that count: IPv4 /n is 96 + n */
+struct prefix_key {            /* prefix6_rules key (BPF_MAP_TYPE_LPM_TRIE) */
+    __u32 prefixlen;
     __u32 addr[4];             /* network order words */
 };
 
@@ -63,6 +78,7 @@ struct lanes_config {          /* config[0] */
     __u32 vip_dscp;            /* DSCP written into VIP packets, or DSCP_KEEP */
     __u32 ecn_enabled;         /* mark CE on standard/bulk when their budget is exceeded */
     __u32 rule_count;          /* rules in the policy: readers sum stats over these slots only */
+    __u32 generation;          /* bumped by every rule update (the control plane's change counter) */
 };
 
 /* One per-CPU counter update per packet: stats[rule_index * N_LANES + lane]. Per-lane totals are sums over

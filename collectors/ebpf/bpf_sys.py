@@ -190,10 +190,12 @@ class TestRun:
     data_out: bytes
 
 
-def prog_test_run(prog_fd: int, packet: bytes, repeat: int) -> TestRun:
-    """BPF_PROG_TEST_RUN: run a program `repeat` times over `packet` in the kernel."""
+def prog_test_run(prog_fd: int, packet: bytes, repeat: int, ctx: bytes | None = None) -> TestRun:
+    """BPF_PROG_TEST_RUN: run a program `repeat` times over `packet` in the kernel; `ctx` is an optional
+    `struct __sk_buff` image (fields the kernel lets a test set, e.g. tstamp)."""
     data_in = ctypes.create_string_buffer(packet, len(packet))
     data_out = ctypes.create_string_buffer(len(packet) + 256)
+    ctx_in = ctypes.create_string_buffer(ctx, len(ctx)) if ctx else None
     attr = _TestRunAttr(
         prog_fd=prog_fd,
         data_size_in=len(packet),
@@ -201,6 +203,8 @@ def prog_test_run(prog_fd: int, packet: bytes, repeat: int) -> TestRun:
         data_in=_addr(data_in),
         data_out=_addr(data_out),
         repeat=repeat,
+        ctx_size_in=len(ctx) if ctx else 0,
+        ctx_in=_addr(ctx_in) if ctx_in is not None else 0,
     )
     _bpf(BPF_PROG_TEST_RUN, attr)
     return TestRun(int(attr.retval), int(attr.duration), data_out.raw[: attr.data_size_out])

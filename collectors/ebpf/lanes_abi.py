@@ -31,6 +31,21 @@ class LaneMatch(ctypes.Structure):
     _fields_ = (("lane", ctypes.c_uint32), ("rule_index", ctypes.c_uint32))
 
 
+class Tuple4Key(ctypes.Structure):
+    _fields_ = (
+        ("saddr", ctypes.c_uint8 * 4),  # network order
+        ("daddr", ctypes.c_uint8 * 4),
+        ("sport", ctypes.c_uint16),
+        ("dport", ctypes.c_uint16),
+        ("proto", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 3),
+    )
+
+
+class Prefix4Key(ctypes.Structure):
+    _fields_ = (("prefixlen", ctypes.c_uint32), ("addr", ctypes.c_uint8 * 4))
+
+
 # The C structs hold addresses as __u32[4] in network order; the same 16 bytes are uint8[16] here.
 class TupleKey(ctypes.Structure):
     _fields_ = (
@@ -60,6 +75,7 @@ class LanesConfig(ctypes.Structure):
         ("vip_dscp", ctypes.c_uint32),
         ("ecn_enabled", ctypes.c_uint32),
         ("rule_count", ctypes.c_uint32),
+        ("generation", ctypes.c_uint32),
     )
 
 
@@ -94,10 +110,12 @@ class MapSpec:
 
 MAPS: tuple[MapSpec, ...] = (
     MapSpec("config", U32, LanesConfig),
-    MapSpec("tuple_rules", TupleKey, LaneMatch),
+    MapSpec("tuple4_rules", Tuple4Key, LaneMatch),
+    MapSpec("tuple6_rules", TupleKey, LaneMatch),
     MapSpec("dscp_rules", U32, DscpEntry),
     MapSpec("cgroup_rules", U64, LaneMatch),
-    MapSpec("prefix_rules", PrefixKey, LaneMatch),
+    MapSpec("prefix4_rules", Prefix4Key, LaneMatch),
+    MapSpec("prefix6_rules", PrefixKey, LaneMatch),
     MapSpec("stats", U32, Counters, per_cpu=True),
     MapSpec("lane_budget", U32, LaneBudget),
     MapSpec("flow_lane", TupleKey, LaneMatch),
@@ -113,20 +131,33 @@ def addr16(address: str) -> bytes:
     return ip.packed
 
 
-def prefix_key(network: str) -> PrefixKey:
+def prefix_key(network: str) -> tuple[str, Prefix4Key | PrefixKey]:
+    """(map name, key) of a destination prefix."""
     net = ipaddress.ip_network(network, strict=False)
-    bits = net.prefixlen + (96 if net.version == 4 else 0)
-    key = PrefixKey(prefixlen=bits)
-    key.addr[:] = list(addr16(str(net.network_address)))
-    return key
+    if net.version == 4:
+        key4 = Prefix4Key(prefixlen=net.prefixlen)
+        key4.addr[:] = list(net.network_address.packed)
+        return "prefix4_rules", key4
+    key6 = PrefixKey(prefixlen=net.prefixlen)
+    key6.addr[:] = list(net.network_address.packed)
+    return "prefix6_rules", key6
 
 
-def tuple_key(proto: int, saddr: str | None, daddr: str, sport: int, dport: int) -> TupleKey:
-    key = TupleKey(sport=sport, dport=dport, proto=proto)
+def tuple_key(
+    proto: int, saddr: str | None, daddr: str, sport: int, dport: int
+) -> tuple[str, Tuple4Key | TupleKey]:
+    """(map name, key) of a 5-tuple rule; saddr None is the any-source wildcard."""
+    if ipaddress.ip_address(daddr).version == 4:
+        key4 = Tuple4Key(sport=sport, dport=dport, proto=proto)
+        if saddr is not None:
+            key4.saddr[:] = list(ipaddress.IPv4Address(saddr).packed)
+        key4.daddr[:] = list(ipaddress.IPv4Address(daddr).packed)
+        return "tuple4_rules", key4
+    key6 = TupleKey(sport=sport, dport=dport, proto=proto)
     if saddr is not None:
-        key.saddr[:] = list(addr16(saddr))
-    key.daddr[:] = list(addr16(daddr))
-    return key
+        key6.saddr[:] = list(addr16(saddr))
+    key6.daddr[:] = list(addr16(daddr))
+    return "tuple6_rules", key6
 
 
 def addr_text(raw: bytes) -> str:

@@ -65,10 +65,13 @@ class CompiledRules:
     """A policy as map contents. `inactive` lists rules that cannot act here (rule_id -> why)."""
 
     config: LanesConfig
-    tuples: dict[bytes, LaneMatch] = field(default_factory=dict)
+    hashed: dict[str, dict[bytes, LaneMatch]] = field(
+        default_factory=lambda: {
+            name: {} for name in ("tuple4_rules", "tuple6_rules", "prefix4_rules", "prefix6_rules")
+        }
+    )  # map name -> key bytes -> match (5-tuple and prefix maps)
     dscp: dict[int, DscpEntry] = field(default_factory=dict)
     cgroups: dict[int, LaneMatch] = field(default_factory=dict)
-    prefixes: dict[bytes, LaneMatch] = field(default_factory=dict)
     inactive: dict[str, str] = field(default_factory=dict)
 
 
@@ -96,8 +99,8 @@ def compile_policy(
         match = LaneMatch(LANE_INDEX[rule.lane], index)
         if isinstance(rule, FiveTupleRule):
             proto = socket.IPPROTO_TCP if rule.proto == "tcp" else socket.IPPROTO_UDP
-            key = tuple_key(proto, rule.src, rule.dst, rule.sport or 0, rule.dport)
-            out.tuples[bytes(key)] = match
+            map_name, key = tuple_key(proto, rule.src, rule.dst, rule.sport or 0, rule.dport)
+            out.hashed[map_name][bytes(key)] = match
             if rule.src is None:
                 cfg.kinds |= KIND_TUPLE_ANY_SRC
             elif rule.sport is None:
@@ -124,7 +127,8 @@ def compile_policy(
                 out.inactive[rule.rule_id] = f"no such cgroup below {cgroup_root}: {', '.join(missing)}"
         elif isinstance(rule, PrefixRule):
             for prefix in rule.prefixes:
-                out.prefixes[bytes(prefix_key(prefix))] = match
+                map_name, pkey = prefix_key(prefix)
+                out.hashed[map_name][bytes(pkey)] = match
             cfg.kinds |= KIND_PREFIX
     return out
 
@@ -192,14 +196,16 @@ class LaneMaps:
         Removed entries are deleted last-but-one, so a packet never sees a rule set that is neither old nor
         new for longer than one map operation.
         """
-        self._sync("tuple_rules", {k: bytes(v) for k, v in rules.tuples.items()})
+        for name, entries in rules.hashed.items():
+            self._sync(name, {k: bytes(v) for k, v in entries.items()})
         self._sync("cgroup_rules", {bytes(U64(k)): bytes(v) for k, v in rules.cgroups.items()})
-        self._sync("prefix_rules", {k: bytes(v) for k, v in rules.prefixes.items()})
         dscp_fd = self.fds["dscp_rules"]
         for value in range(64):
             entry = rules.dscp.get(value, DscpEntry())
             bpf_sys.update(dscp_fd, bytes(U32(value)), bytes(entry))
-        bpf_sys.update(self.fds["config"], bytes(U32(0)), bytes(rules.config))
+        config = LanesConfig.from_buffer_copy(bytes(rules.config))
+        config.generation = (self.config().generation + 1) & 0xFFFFFFFF
+        bpf_sys.update(self.fds["config"], bytes(U32(0)), bytes(config))
 
     def set_budget(self, lane: LaneName, rate_bytes_per_s: int, threshold_ns: int) -> None:
         """The ECN budget of a lane (rate 0: never mark). Keeps the virtual queue's current state."""
