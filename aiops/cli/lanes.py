@@ -39,6 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     control.add_argument("--policy", default=str(DEFAULT_POLICY_PATH))
     control.add_argument("--duration-s", type=float, default=3600.0)
     control.set_defaults(func=run_control)
+    collect = verbs.add_parser("collect", help="sample lane and TCP telemetry into a DuckDB file")
+    collect.add_argument("--dev", required=True)
+    collect.add_argument("--netns", default=None)
+    collect.add_argument("--db", required=True)
+    collect.add_argument("--node", default="node0", help="contract name of this host (node{n})")
+    collect.add_argument("--nic", default=None, help="contract name of the NIC (default: NODE/nic0)")
+    collect.add_argument("--interval-s", type=float, default=1.0)
+    collect.add_argument("--duration-s", type=float, default=60.0)
+    collect.add_argument("--no-tcp", action="store_true", help="skip the tcp_probe/retransmit tracepoints")
+    collect.add_argument("--flows-json", default=None, help="also write per-flow TCP aggregates (JSON lines)")
+    collect.set_defaults(func=run_collect)
 
 
 def run_apply(args: argparse.Namespace) -> int:
@@ -147,4 +158,43 @@ def run_control(args: argparse.Namespace) -> int:
         )
     finally:
         actuator.close()
+    return 0
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    import time
+
+    from aiops.control.lanes import read_state, state_key
+    from aiops.errors import AiopsError
+    from aiops.store import Store
+    from collectors.ebpf.loader import require_bcc
+    from collectors.ebpf.tcp_probe import TcpProbe
+    from collectors.ebpf.telemetry import LaneTelemetry
+
+    state = read_state(state_key(args.dev, args.netns))
+    if state is None:
+        raise AiopsError(f"{args.dev}: no lanes applied (aiops lanes apply --dev {args.dev} --policy FILE)")
+    policy = (
+        load_policy(state.policy_path) if state.policy_path != "<test>" else load_policy(DEFAULT_POLICY_PATH)
+    )
+    if not args.no_tcp:
+        require_bcc()
+    tcp = None if args.no_tcp else TcpProbe()
+    telemetry = LaneTelemetry(state, policy, node=args.node, nic=args.nic or f"{args.node}/nic0", tcp=tcp)
+    rows = 0
+    deadline = time.monotonic() + args.duration_s
+    try:
+        with Store(args.db) as store, open(args.flows_json or "/dev/null", "a") as flows_out:
+            for _ in range(int(args.duration_s / args.interval_s) + 2):
+                rows += store.ingest_many(telemetry.collect())
+                for flow in telemetry.last_flows:
+                    flows_out.write(json.dumps(flow) + "\n")
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(args.interval_s)
+    finally:
+        telemetry.close()
+        if tcp is not None:
+            tcp.close()
+    Console(stderr=True).print(f"{args.dev}: {rows} rows into {args.db}", highlight=False)
     return 0

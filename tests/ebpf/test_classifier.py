@@ -232,3 +232,64 @@ def test_ecn_marks_bulk_over_budget_and_records_flow_lane(lab_nic: LabNic) -> No
     assert after.packets - before.packets > 100
     assert after.ce_marks - before.ce_marks > 0
     assert any(f.dport == 7030 and f.lane == "bulk" and f.dst == nic.peer_ip for f in flows)
+
+
+def test_telemetry_lands_in_the_store(lab_nic: LabNic) -> None:
+    """Lane counters -> nic_samples, rule counters -> flow_class_samples, tcp_probe srtt/cwnd per flow."""
+    from aiops.control import lanes
+    from aiops.store import Store
+    from collectors.ebpf.tcp_probe import TcpProbe
+    from collectors.ebpf.telemetry import LaneTelemetry
+
+    nic = lab_nic
+    policy = policy_with(
+        [
+            {
+                "rule_id": "storage-prefix",
+                "match_kind": "dst_prefix",
+                "prefixes": [f"{nic.storage_ip}/32"],
+                "lane": "bulk",
+            }
+        ]
+    )
+    nic.apply(policy)
+    state = lanes.read_state(lanes.state_key(nic.dev, nic.sender))
+    assert state is not None
+    server = nic.sandbox.python(nic.receiver, ["bulk-server", "--port", "7040", "--max-s", "20"])
+    assert server.stdout is not None
+    server.stdout.readline()
+    tcp = TcpProbe()
+    telemetry = LaneTelemetry(state, policy, node="node0", nic="node0/nic0", tcp=tcp)
+    try:
+        with Store(":memory:") as store:
+            store.ingest_many(telemetry.collect(1000.0))
+            client = nic.sandbox.python(
+                nic.sender,
+                [
+                    "bulk-client",
+                    "--dst",
+                    nic.storage_ip,
+                    "--port",
+                    "7040",
+                    "--streams",
+                    "1",
+                    "--duration-s",
+                    "1",
+                ],
+            )
+            client.communicate(timeout=30)
+            store.ingest_many(telemetry.collect(1001.0))
+            bulk = store.query("SELECT * FROM nic_samples WHERE lane = 'bulk'")
+            classes = store.query("SELECT * FROM flow_class_samples WHERE rule_id = 'storage-prefix'")
+            rules = store.scalar("SELECT count(*) FROM lane_rules WHERE scope = 'node0/nic0'")
+    finally:
+        telemetry.close()
+        tcp.close()
+        nic.sandbox.stop(server)
+    assert len(bulk) == 1 and bulk[0]["tx_bytes"] > 100_000 and bulk[0]["interval_s"] == 1.0
+    assert bulk[0]["retransmits"] is not None
+    assert classes and classes[0]["traffic_class"] == "bulk" and classes[0]["lane"] == "bulk"
+    assert rules == 2
+    flows = [f for f in telemetry.last_flows if f["dport"] == 7040]
+    assert flows and flows[0]["lane"] == "bulk" and flows[0]["samples"] > 0 and flows[0]["srtt_us_mean"] > 0
+    assert flows[0]["cwnd_last"] > 0
