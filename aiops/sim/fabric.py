@@ -50,8 +50,7 @@ def step(w: World, dt_s: float) -> None:
     w.completed_steps = []
     duty = np.ones(lay.gpu_count)
     starved = np.zeros(lay.gpu_count)
-    loader_ms_node = np.where(np.isin(np.arange(lay.nodes), [n for j in lay.jobs for n in j.nodes]),
-                              5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0) + w.loader_extra_ms
+    loader_ms_node = np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0) + w.loader_extra_ms
     for job in lay.jobs:
         j = job.index
         gpus = job.gpus
@@ -107,8 +106,7 @@ def step(w: World, dt_s: float) -> None:
     w.rank_duty = duty
     w.rank_starved = starved
     _nic_rows(w, effects, coll_bps, bulk_fraction)
-    busy_nodes = np.isin(np.arange(lay.nodes), [n for j in lay.jobs for n in j.nodes])
-    cpu = np.where(busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
+    cpu = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
     cpu = np.where(w.loader_extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu)
     w.host_cpu_pct = cpu.clip(0, 100)
     w.host_loader_ms = loader_ms_node
@@ -130,8 +128,21 @@ def network_penalty_s(w: World, nics: np.ndarray, bulk_fraction: np.ndarray) -> 
 def _nic_rows(w: World, effects: list[tuple[network.EgressEffect, str, str, str, str]], coll_bps: np.ndarray,
               bulk_fraction: np.ndarray) -> None:
     lay, rng = w.layout, w.rng
+    n = lay.nic_count
+    activity = np.minimum(1.0, coll_bps / (network.LINK_BPS * 0.05)) + bulk_fraction * 3
+    ecn_sev = np.full(n, 0.5)
+    for f in w.faults:
+        if f.kind == "ecn_misconfig" and f.nic is not None:
+            ecn_sev[f.nic] = f.severity
+    marks = rng.poisson(120 * activity)
+    ce = np.where(w.ecn_enabled, marks, 0)
+    drops = np.where(w.ecn_enabled, rng.poisson(0.01, n), rng.poisson((30 + 150 * ecn_sev) * activity))
+    drops = drops + np.where(w.link_up, 0, rng.poisson(3000, n))
+    retrans = (drops * 0.9).astype(np.int64) + rng.poisson(0.05, n)
+    jitter = 1 + np.abs(rng.normal(0, 0.1, n))
     rows = []
     flows = []
+    rates = {"vip": 0.6, "standard": 0.2, "bulk": 0.2}
     for i, nic in enumerate(lay.nic_names):
         effect, coll_rule, coll_lane, bulk_rule, bulk_lane = effects[i]
         other_rule, other_lane = network.classify(w.rules, nic, "other")
@@ -141,36 +152,24 @@ def _nic_rows(w: World, effects: list[tuple[network.EgressEffect, str, str, str,
             "bulk": bulk_fraction[i] * network.LINK_BPS / 8 if up else 0.0,
             "other": OTHER_FRACTION * network.LINK_BPS / 8 if up else 0.0,
         }
-        enforced = bool(w.lanes_enforced[i])
-        lanes_of = {"collective": (coll_rule, coll_lane), "bulk": (bulk_rule, bulk_lane), "other": (other_rule, other_lane)}
-        activity = min(1.0, coll_bps[i] / (network.LINK_BPS * 0.05)) + float(bulk_fraction[i]) * 3
-        if w.ecn_enabled[i]:
-            ce = int(rng.poisson(120 * activity))
-            drops = int(rng.poisson(0.01))
-        else:
-            sev = next((f.severity for f in w.faults if f.kind == "ecn_misconfig" and f.nic == i), 0.5)
-            ce = 0
-            drops = int(rng.poisson((30 + 150 * sev) * activity))
-        if not up:
-            drops += int(rng.poisson(3000))
-        retrans = int(drops * 0.9 + rng.poisson(0.05))
-        if enforced:
-            lane_bytes = {lane: 0.0 for lane in network.LANES}
+        d, c, r = int(drops[i]), int(ce[i]), int(retrans[i])
+        if w.lanes_enforced[i]:
+            lanes_of = {"collective": (coll_rule, coll_lane), "bulk": (bulk_rule, bulk_lane),
+                        "other": (other_rule, other_lane)}
+            lane_bytes = dict.fromkeys(network.LANES, 0.0)
             for cls, (_, lane) in lanes_of.items():
                 lane_bytes[lane] += per_class[cls]
-            rates = {"vip": 0.6, "standard": 0.2, "bulk": 0.2}
+            total = max(1.0, sum(lane_bytes.values()))
             for lane in network.LANES:
-                share = lane_bytes[lane] / max(1.0, sum(lane_bytes.values()))
-                rows.append((i, lane, lane_bytes[lane], int(drops * share), int(ce * share), int(retrans * share),
-                             effect.lane_queue_ms.get(lane, 0.05) * (1 + abs(float(rng.normal(0, 0.1)))),
-                             rates[lane] * network.LINK_BPS, up))
+                share = lane_bytes[lane] / total
+                rows.append((i, lane, lane_bytes[lane], int(d * share), int(c * share), int(r * share),
+                             effect.lane_queue_ms.get(lane, 0.05) * float(jitter[i]), rates[lane] * network.LINK_BPS, up))
             for cls, (rule, lane) in lanes_of.items():
                 flows.append((i, cls, rule, lane, per_class[cls]))
         else:
-            total = sum(per_class.values())
-            rows.append((i, "fifo", total, drops, ce, retrans,
-                         effect.lane_queue_ms["fifo"] * (1 + abs(float(rng.normal(0, 0.1)))), None, up))
-            for cls in per_class:
-                flows.append((i, cls, None, "fifo", per_class[cls]))
+            rows.append((i, "fifo", sum(per_class.values()), d, c, r, effect.lane_queue_ms["fifo"] * float(jitter[i]),
+                         None, up))
+            for cls, value in per_class.items():
+                flows.append((i, cls, None, "fifo", value))
     w.lane_out = rows
     w.flow_out = flows

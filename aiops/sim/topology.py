@@ -47,6 +47,9 @@ class Layout:
             gpus = np.concatenate([np.arange(n * c.gpus_per_node, (n + 1) * c.gpus_per_node) for n in nodes])
             self.jobs.append(JobLayout(spec.name, j, gpus, nodes, spec.step_compute_s, spec.allreduce_mb,
                                        spec.checkpoint_every_s, spec.checkpoint_gb))
+        self.busy_nodes = np.zeros(self.nodes, dtype=bool)
+        for job in self.jobs:
+            self.busy_nodes[job.nodes] = True
         self.gpu_job = np.full(self.gpu_count, -1)
         for job in self.jobs:
             self.gpu_job[job.gpus] = job.index
