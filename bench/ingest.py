@@ -58,7 +58,9 @@ def main() -> None:
             conn.execute(f"INSERT INTO gpu_samples ({names}) SELECT * FROM arrow_table")
             raw = max(raw, args.rows / (time.perf_counter() - start))
         print(f"run {i + 1}/{args.repeats}: store {ours:,.0f} rows/s, raw {raw:,.0f} rows/s", file=sys.stderr)
-    print(json.dumps({"rows_per_s": round(ours), "raw_rows_per_s": round(raw), "ratio": round(ours / raw, 3)}))
+    print(
+        json.dumps({"rows_per_s": round(ours), "raw_rows_per_s": round(raw), "ratio": round(ours / raw, 3)})
+    )
 
 
 if __name__ == "__main__":

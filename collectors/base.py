@@ -23,7 +23,7 @@ class Collector(Protocol):
 def to_arrow(batches: dict[str, Columns], schemas: dict[str, pa.Schema] | None = None) -> dict[str, pa.Table]:
     out = {}
     for table, columns in batches.items():
-        if columns and next(iter(columns.values())):
+        if columns and any(len(values) for values in columns.values()):
             schema = (schemas or {}).get(table)
             out[table] = pa.table(columns, schema=schema) if schema is not None else pa.table(columns)
     return out
@@ -55,4 +55,6 @@ def merge(batches: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:
         for table, data in batch.items():
             if data.num_rows:
                 grouped.setdefault(table, []).append(data)
-    return {t: pa.concat_tables(parts, promote_options="default").combine_chunks() for t, parts in grouped.items()}
+    return {
+        t: pa.concat_tables(parts, promote_options="default").combine_chunks() for t, parts in grouped.items()
+    }

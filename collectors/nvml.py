@@ -16,28 +16,84 @@ import pynvml
 from collectors.base import Columns, to_arrow
 
 GPU_COLUMNS = (
-    "ts_s", "gpu", "node", "uuid", "util_pct", "mem_util_pct", "sm_clock_mhz", "max_sm_clock_mhz", "mem_clock_mhz",
-    "power_w", "power_limit_w", "power_limit_min_w", "power_limit_max_w", "temp_c", "mem_temp_c", "slowdown_temp_c",
-    "clocks_event_reasons", "ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "pcie_link_gen",
-    "pcie_link_width", "pcie_link_max_width", "nvlink_crc_total", "nvlink_replay_total", "nvml_error",
+    "ts_s",
+    "gpu",
+    "node",
+    "uuid",
+    "util_pct",
+    "mem_util_pct",
+    "sm_clock_mhz",
+    "max_sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "power_limit_w",
+    "power_limit_min_w",
+    "power_limit_max_w",
+    "temp_c",
+    "mem_temp_c",
+    "slowdown_temp_c",
+    "clocks_event_reasons",
+    "ecc_sbe_total",
+    "ecc_dbe_total",
+    "pcie_replay_total",
+    "pcie_link_gen",
+    "pcie_link_width",
+    "pcie_link_max_width",
+    "nvlink_crc_total",
+    "nvlink_replay_total",
+    "nvml_error",
 )
-GPU_SCHEMA = pa.schema([
-    ("ts_s", pa.float64()), ("gpu", pa.string()), ("node", pa.string()), ("uuid", pa.string()),
-    *[(c, pa.float64()) for c in ("util_pct", "mem_util_pct", "sm_clock_mhz", "max_sm_clock_mhz", "mem_clock_mhz",
-                                   "power_w", "power_limit_w", "power_limit_min_w", "power_limit_max_w", "temp_c",
-                                   "mem_temp_c", "slowdown_temp_c")],
-    ("clocks_event_reasons", pa.uint64()),
-    *[(c, pa.int64()) for c in ("ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "pcie_link_gen",
-                                 "pcie_link_width", "pcie_link_max_width", "nvlink_crc_total", "nvlink_replay_total")],
-    ("nvml_error", pa.string()),
-])
+GPU_SCHEMA = pa.schema(
+    [
+        ("ts_s", pa.float64()),
+        ("gpu", pa.string()),
+        ("node", pa.string()),
+        ("uuid", pa.string()),
+        *[
+            (c, pa.float64())
+            for c in (
+                "util_pct",
+                "mem_util_pct",
+                "sm_clock_mhz",
+                "max_sm_clock_mhz",
+                "mem_clock_mhz",
+                "power_w",
+                "power_limit_w",
+                "power_limit_min_w",
+                "power_limit_max_w",
+                "temp_c",
+                "mem_temp_c",
+                "slowdown_temp_c",
+            )
+        ],
+        ("clocks_event_reasons", pa.uint64()),
+        *[
+            (c, pa.int64())
+            for c in (
+                "ecc_sbe_total",
+                "ecc_dbe_total",
+                "pcie_replay_total",
+                "pcie_link_gen",
+                "pcie_link_width",
+                "pcie_link_max_width",
+                "nvlink_crc_total",
+                "nvlink_replay_total",
+            )
+        ],
+        ("nvml_error", pa.string()),
+    ]
+)
 SCHEMAS = {"gpu_samples": GPU_SCHEMA}
 NVLINK_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper
 
 
 def _error_name(exc: pynvml.NVMLError) -> str:
-    names = {pynvml.NVML_ERROR_GPU_IS_LOST: "GPU_IS_LOST", pynvml.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
-             pynvml.NVML_ERROR_UNKNOWN: "UNKNOWN", pynvml.NVML_ERROR_TIMEOUT: "TIMEOUT"}
+    names = {
+        pynvml.NVML_ERROR_GPU_IS_LOST: "GPU_IS_LOST",
+        pynvml.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
+        pynvml.NVML_ERROR_UNKNOWN: "UNKNOWN",
+        pynvml.NVML_ERROR_TIMEOUT: "TIMEOUT",
+    }
     return names.get(getattr(exc, "value", -1), f"NVML_ERROR_{getattr(exc, 'value', '?')}")
 
 
@@ -73,8 +129,11 @@ class NvmlCollector:
             n = self.nvml
             lo, hi = n.nvmlDeviceGetPowerManagementLimitConstraints(h)
             self._static[i] = (
-                n.nvmlDeviceGetUUID(h), float(n.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)), lo / 1000.0,
-                hi / 1000.0, float(n.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
+                n.nvmlDeviceGetUUID(h),
+                float(n.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                lo / 1000.0,
+                hi / 1000.0,
+                float(n.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
                 self._opt(n.nvmlDeviceGetMaxPcieLinkWidth, h),
             )
         return self._static[i]
@@ -89,18 +148,47 @@ class NvmlCollector:
             mem_temp = float(fields[0].value.uiVal)
         crc = replay = 0
         for link in range(self.nvlink_links):
-            crc += int(self._opt(n.nvmlDeviceGetNvLinkErrorCounter, h, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT) or 0)
-            replay += int(self._opt(n.nvmlDeviceGetNvLinkErrorCounter, h, link, pynvml.NVML_NVLINK_ERROR_DL_REPLAY) or 0)
+            crc += int(
+                self._opt(n.nvmlDeviceGetNvLinkErrorCounter, h, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+                or 0
+            )
+            replay += int(
+                self._opt(n.nvmlDeviceGetNvLinkErrorCounter, h, link, pynvml.NVML_NVLINK_ERROR_DL_REPLAY) or 0
+            )
         return [
-            uuid, float(util.gpu), float(util.memory), float(n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-            max_clock, float(n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
-            n.nvmlDeviceGetPowerUsage(h) / 1000.0, n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0, lo_w, hi_w,
-            float(n.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)), mem_temp, slowdown_c,
+            uuid,
+            float(util.gpu),
+            float(util.memory),
+            float(n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+            max_clock,
+            float(n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+            n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+            lo_w,
+            hi_w,
+            float(n.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+            mem_temp,
+            slowdown_c,
             int(n.nvmlDeviceGetCurrentClocksEventReasons(h)),
-            self._opt(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
-            self._opt(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
-            self._opt(n.nvmlDeviceGetPcieReplayCounter, h), self._opt(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            self._opt(n.nvmlDeviceGetCurrPcieLinkWidth, h), max_width, crc, replay, None,
+            self._opt(
+                n.nvmlDeviceGetTotalEccErrors,
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ),
+            self._opt(
+                n.nvmlDeviceGetTotalEccErrors,
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ),
+            self._opt(n.nvmlDeviceGetPcieReplayCounter, h),
+            self._opt(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            self._opt(n.nvmlDeviceGetCurrPcieLinkWidth, h),
+            max_width,
+            crc,
+            replay,
+            None,
         ]
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
@@ -108,15 +196,26 @@ class NvmlCollector:
 
     def rows(self, now_ts_s: float) -> dict[str, Columns]:
         columns: list[list[Any]] = [[] for _ in GPU_COLUMNS]
-        errors: dict[str, list[Any]] = {"ts_s": [], "collector": [], "component": [], "error": [], "detail": []}
+        errors: dict[str, list[Any]] = {
+            "ts_s": [],
+            "collector": [],
+            "component": [],
+            "error": [],
+            "detail": [],
+        }
         for i, h in enumerate(self.handles):
             gpu = f"{self.node}/gpu{i}"
             try:
                 values = self._sample(i, h)
             except pynvml.NVMLError as exc:
                 values = [None] * (len(GPU_COLUMNS) - 4) + [_error_name(exc)]
-                for key, value in (("ts_s", now_ts_s), ("collector", self.name), ("component", gpu),
-                                   ("error", _error_name(exc)), ("detail", str(exc))):
+                for key, value in (
+                    ("ts_s", now_ts_s),
+                    ("collector", self.name),
+                    ("component", gpu),
+                    ("error", _error_name(exc)),
+                    ("detail", str(exc)),
+                ):
                     errors[key].append(value)
             for col, value in zip(columns, [now_ts_s, gpu, self.node, *values], strict=True):
                 col.append(value)
@@ -138,8 +237,13 @@ class NvmlCollector:
             except pynvml.NVMLError:
                 break
             index = next((i for i, h in enumerate(self.handles) if h == data.device), -1)
-            for key, value in (("ts_s", now_ts_s), ("gpu", f"{self.node}/gpu{index}"), ("node", self.node),
-                               ("kind", "xid"), ("xid", int(data.eventData)),
-                               ("message", f"NVRM: Xid {int(data.eventData)}")):
+            for key, value in (
+                ("ts_s", now_ts_s),
+                ("gpu", f"{self.node}/gpu{index}"),
+                ("node", self.node),
+                ("kind", "xid"),
+                ("xid", int(data.eventData)),
+                ("message", f"NVRM: Xid {int(data.eventData)}"),
+            ):
                 out[key].append(value)
         return out if out["ts_s"] else {}

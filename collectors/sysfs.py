@@ -55,14 +55,19 @@ class ThermalZoneCollector(_Sysfs):
             temp = _int(zone / "temp")
             if temp is None:
                 continue
-            critical = None
+            critical: float | None = None
             for trip_type in sorted(zone.glob("trip_point_*_type")):
                 if _read(trip_type) == "critical":
-                    value = _int(trip_type.with_name(trip_type.name.replace("_type", "_temp")))
-                    critical = value / 1000.0 if value is not None else None
-            for key, value in (("ts_s", now_ts_s), ("node", self.node), ("zone", zone.name),
-                               ("type", _read(zone / "type")), ("temp_c", temp / 1000.0),
-                               ("trip_critical_c", critical)):
+                    trip_mc = _int(trip_type.with_name(trip_type.name.replace("_type", "_temp")))
+                    critical = trip_mc / 1000.0 if trip_mc is not None else None
+            for key, value in (
+                ("ts_s", now_ts_s),
+                ("node", self.node),
+                ("zone", zone.name),
+                ("type", _read(zone / "type")),
+                ("temp_c", temp / 1000.0),
+                ("trip_critical_c", critical),
+            ):
                 out[key].append(value)
         return {"thermal_zone_samples": out}
 
@@ -76,9 +81,14 @@ class CoolingDeviceCollector(_Sysfs):
             cur = _int(dev / "cur_state")
             if cur is None:
                 continue
-            for key, value in (("ts_s", now_ts_s), ("node", self.node), ("device", dev.name),
-                               ("type", _read(dev / "type")), ("cur_state", cur),
-                               ("max_state", _int(dev / "max_state"))):
+            for key, value in (
+                ("ts_s", now_ts_s),
+                ("node", self.node),
+                ("device", dev.name),
+                ("type", _read(dev / "type")),
+                ("cur_state", cur),
+                ("max_state", _int(dev / "max_state")),
+            ):
                 out[key].append(value)
         return {"cooling_device_samples": out}
 
@@ -87,15 +97,27 @@ class PowercapCollector(_Sysfs):
     name = "sysfs-powercap"
 
     def rows(self, now_ts_s: float) -> dict[str, Columns]:
-        out: Columns = {"ts_s": [], "node": [], "zone": [], "name": [], "energy_uj": [], "power_limit_uw": [],
-                        "enabled": []}
+        out: Columns = {
+            "ts_s": [],
+            "node": [],
+            "zone": [],
+            "name": [],
+            "energy_uj": [],
+            "power_limit_uw": [],
+            "enabled": [],
+        }
         base = self.root / "class" / "powercap"
         for zone in sorted(p for p in base.glob("*") if (p / "energy_uj").exists() or (p / "name").exists()):
             enabled = _int(zone / "enabled")
-            values: dict[str, Any] = {"ts_s": now_ts_s, "node": self.node, "zone": zone.name,
-                                      "name": _read(zone / "name"), "energy_uj": _int(zone / "energy_uj"),
-                                      "power_limit_uw": _int(zone / "constraint_0_power_limit_uw"),
-                                      "enabled": None if enabled is None else bool(enabled)}
+            values: dict[str, Any] = {
+                "ts_s": now_ts_s,
+                "node": self.node,
+                "zone": zone.name,
+                "name": _read(zone / "name"),
+                "energy_uj": _int(zone / "energy_uj"),
+                "power_limit_uw": _int(zone / "constraint_0_power_limit_uw"),
+                "enabled": None if enabled is None else bool(enabled),
+            }
             for key, value in values.items():
                 out[key].append(value)
         return {"powercap_samples": out}

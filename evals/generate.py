@@ -42,24 +42,53 @@ def scenario(rng: random.Random, index: int, kind: str | None) -> dict[str, Any]
     jobs: list[dict[str, Any]] = []
     if rng.random() < 0.3 and nodes >= 4:
         split = rng.randrange(2, nodes - 1)
-        jobs.append({"name": "big", "nodes": [f"node{n}" for n in range(split)], "step_compute_s": 1.2,
-                     "checkpoint_every_s": rng.choice([60, 120, 180]), "checkpoint_gb": rng.choice([20, 60])})
-        jobs.append({"name": "small", "nodes": [f"node{n}" for n in range(split, nodes - 1)],
-                     "step_compute_s": 0.7, "allreduce_mb": 128})
+        jobs.append(
+            {
+                "name": "big",
+                "nodes": [f"node{n}" for n in range(split)],
+                "step_compute_s": 1.2,
+                "checkpoint_every_s": rng.choice([60, 120, 180]),
+                "checkpoint_gb": rng.choice([20, 60]),
+            }
+        )
+        jobs.append(
+            {
+                "name": "small",
+                "nodes": [f"node{n}" for n in range(split, nodes - 1)],
+                "step_compute_s": 0.7,
+                "allreduce_mb": 128,
+            }
+        )
     else:
-        job: dict[str, Any] = {"name": "train", "nodes": "all", "step_compute_s": rng.choice([0.8, 1.0, 1.5]),
-                               "allreduce_mb": rng.choice([128, 256, 512])}
+        job: dict[str, Any] = {
+            "name": "train",
+            "nodes": "all",
+            "step_compute_s": rng.choice([0.8, 1.0, 1.5]),
+            "allreduce_mb": rng.choice([128, 256, 512]),
+        }
         if rng.random() < 0.6:
             job.update(checkpoint_every_s=rng.choice([60, 90, 150]), checkpoint_gb=rng.choice([10, 40, 80]))
         jobs.append(job)
     faults = []
     if kind is not None:
         start = rng.randrange(90, duration // 2)
-        faults.append({"kind": kind, "target": _target(rng, kind, shape), "start_s": start,
-                       "severity": round(rng.uniform(0.25, 1.0), 2)})
-    doc: dict[str, Any] = {"name": f"gen-{index:03d}-{kind or 'healthy'}".replace("_", "-"), "seed": rng.randrange(10_000),
-                           "duration_s": duration, "cluster": shape, "jobs": jobs,
-                           "lanes": "enabled" if rng.random() < 0.85 else "disabled", "faults": faults}
+        faults.append(
+            {
+                "kind": kind,
+                "target": _target(rng, kind, shape),
+                "start_s": start,
+                "severity": round(rng.uniform(0.25, 1.0), 2),
+            }
+        )
+    doc: dict[str, Any] = {
+        "name": f"gen-{index:03d}-{kind or 'healthy'}".replace("_", "-"),
+        "seed": rng.randrange(10_000),
+        "duration_s": duration,
+        "cluster": shape,
+        "jobs": jobs,
+        "lanes": "enabled" if rng.random() < 0.85 else "disabled",
+        "faults": faults,
+    }
     if kind in ("bulk_traffic_contention", "lane_misclassification"):
         doc["lanes"] = "enabled"
     return doc

@@ -33,21 +33,30 @@ def _tree(root: Path) -> None:
 
 def test_fixture_tree_is_read_and_stored(tmp_path: Path, store: Store) -> None:
     _tree(tmp_path)
-    for collector in (ThermalZoneCollector(tmp_path, "node3"), CoolingDeviceCollector(tmp_path, "node3"),
-                      PowercapCollector(tmp_path, "node3")):
+    for collector in (
+        ThermalZoneCollector(tmp_path, "node3"),
+        CoolingDeviceCollector(tmp_path, "node3"),
+        PowercapCollector(tmp_path, "node3"),
+    ):
         for table, batch in collector.collect(100.0).items():
             store.ingest(table, batch)
     assert store.query("SELECT zone, type, temp_c, trip_critical_c FROM thermal_zone_samples") == [
-        {"zone": "thermal_zone0", "type": "x86_pkg_temp", "temp_c": 54.5, "trip_critical_c": 105.0}]
+        {"zone": "thermal_zone0", "type": "x86_pkg_temp", "temp_c": 54.5, "trip_critical_c": 105.0}
+    ]
     assert store.query("SELECT device, cur_state, max_state FROM cooling_device_samples") == [
-        {"device": "cooling_device0", "cur_state": 3, "max_state": 10}]
+        {"device": "cooling_device0", "cur_state": 3, "max_state": 10}
+    ]
     assert store.query("SELECT name, energy_uj, power_limit_uw, enabled FROM powercap_samples") == [
-        {"name": "package-0", "energy_uj": 123456789, "power_limit_uw": 250000000, "enabled": True}]
+        {"name": "package-0", "energy_uj": 123456789, "power_limit_uw": 250000000, "enabled": True}
+    ]
 
 
 def test_missing_tree_yields_nothing(tmp_path: Path) -> None:
-    for collector in (ThermalZoneCollector(tmp_path / "nope"), CoolingDeviceCollector(tmp_path / "nope"),
-                      PowercapCollector(tmp_path / "nope")):
+    for collector in (
+        ThermalZoneCollector(tmp_path / "nope"),
+        CoolingDeviceCollector(tmp_path / "nope"),
+        PowercapCollector(tmp_path / "nope"),
+    ):
         assert collector.collect(1.0) == {}
 
 

@@ -24,7 +24,7 @@ def apply_faults(w: World) -> None:
     w.loader_extra_ms = np.zeros(lay.nodes)
     w.nvlink_slow_node = np.zeros(lay.nodes)
     w.extra_bulk_fraction = np.zeros(lay.nic_count)
-    w.nic_local_rules: list[network.Rule] = []
+    w.nic_local_rules = []
     w.ambient_c = 0.0
     supply_add = np.zeros(lay.racks)
     flow_mult = np.ones(lay.racks)
@@ -165,8 +165,16 @@ def _misclassify(w: World, f: object, rules: list[network.Rule]) -> list[network
     if f.nic is not None:
         w.lanes_enforced[f.nic] = True
         nic = w.layout.nic_names[f.nic]
-        w.nic_local_rules.append(network.Rule(f"{nic.replace('/', '-')}-override", "five_tuple",
-                                              "* -> 198.18.0.0/16", "bulk", scope=nic, matches=("collective",)))
+        w.nic_local_rules.append(
+            network.Rule(
+                f"{nic.replace('/', '-')}-override",
+                "five_tuple",
+                "* -> 198.18.0.0/16",
+                "bulk",
+                scope=nic,
+                matches=("collective",),
+            )
+        )
         return rules
     rule_id = target.removeprefix("policy:")
     w.lanes_enforced[:] = True  # the fault is a wrong rule in a running controller
@@ -177,8 +185,12 @@ def _misclassify(w: World, f: object, rules: list[network.Rule]) -> list[network
     if current is None:
         return [network.Rule(rule_id, "dst_prefix", "198.18.0.0/15", "bulk", matches=("collective",)), *rest]
     wrong = "bulk" if current.lane == "vip" else "vip"
-    return [network.Rule(current.rule_id, current.match_kind, current.match_value, wrong, current.scope,
-                         current.matches), *rest]
+    return [
+        network.Rule(
+            current.rule_id, current.match_kind, current.match_value, wrong, current.scope, current.matches
+        ),
+        *rest,
+    ]
 
 
 def facility(w: World, dt_s: float) -> None:
@@ -200,23 +212,22 @@ def gpus(w: World, dt_s: float) -> None:
     hung = np.zeros(lay.gpu_count, dtype=bool)
     if job_hung.size:
         hung = in_job & job_hung[np.maximum(lay.gpu_job, 0)]
-    duty = np.ones(lay.gpu_count)
-    if hasattr(w, "rank_duty"):
-        duty = w.rank_duty
-    starved = np.zeros(lay.gpu_count)
-    if hasattr(w, "rank_starved"):
-        starved = w.rank_starved
+    duty = w.rank_duty
+    starved = w.rank_starved
     active = in_job & ~w.dead
     demand = np.where(active, W.BUSY_POWER_W * (1 + w.rng.normal(0, 0.015, lay.gpu_count)), W.IDLE_POWER_W)
     # hung jobs: live ranks spin in NCCL, dead ranks idle
     spin = np.where(hung, 1.0, 1.0 - duty - starved).clip(0, 1)
-    demand = np.where(active, demand * ((1 - spin - starved) + spin * W.SPIN_POWER_FRACTION) + starved * 0,
-                      demand)
+    demand = np.where(
+        active, demand * ((1 - spin - starved) + spin * W.SPIN_POWER_FRACTION) + starved * 0, demand
+    )
     demand = np.maximum(demand, W.IDLE_POWER_W)
     reasons = np.zeros(lay.gpu_count, dtype=np.int64)
     f_power = np.where(demand > w.power_limit_w, (w.power_limit_w / demand) ** 0.4, 1.0)
     reasons |= np.where(demand > w.power_limit_w * 1.001, bits.SW_POWER_CAP, 0)
-    f_thermal = np.where(w.temp_c >= W.SLOWDOWN_C - 1.0, np.clip(1 - (w.temp_c - (W.SLOWDOWN_C - 1.0)) * 0.09, 0.5, 1), 1.0)
+    f_thermal = np.where(
+        w.temp_c >= W.SLOWDOWN_C - 1.0, np.clip(1 - (w.temp_c - (W.SLOWDOWN_C - 1.0)) * 0.09, 0.5, 1), 1.0
+    )
     reasons |= np.where(w.temp_c >= W.SLOWDOWN_C - 1.0, bits.SW_THERMAL_SLOWDOWN, 0)
     hw_hot = w.temp_c >= W.HW_SLOWDOWN_C
     f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)

@@ -9,7 +9,7 @@ import numpy as np
 from aiops.sim import network
 
 if TYPE_CHECKING:
-    from aiops.sim.world import World
+    from aiops.sim.world import FlowRow, LaneRow, World
 
 BACKGROUND_BULK_FRACTION = 0.03
 OTHER_FRACTION = 0.01
@@ -42,15 +42,28 @@ def step(w: World, dt_s: float) -> None:
     for i, nic in enumerate(lay.nic_names):
         coll_rule, coll_lane = network.classify(w.rules, nic, "collective")
         bulk_rule, bulk_lane = network.classify(w.rules, nic, "bulk")
-        effects.append((network.egress(enforced=bool(w.lanes_enforced[i]), collective_lane=coll_lane,
-                                       bulk_lane=bulk_lane, bulk_fraction=float(bulk_fraction[i])),
-                        coll_rule, coll_lane, bulk_rule, bulk_lane))
+        effects.append(
+            (
+                network.egress(
+                    enforced=bool(w.lanes_enforced[i]),
+                    collective_lane=coll_lane,
+                    bulk_lane=bulk_lane,
+                    bulk_fraction=float(bulk_fraction[i]),
+                ),
+                coll_rule,
+                coll_lane,
+                bulk_rule,
+                bulk_lane,
+            )
+        )
     coll_bps = np.zeros(lay.nic_count)
     w.collective_out = []
     w.completed_steps = []
     duty = np.ones(lay.gpu_count)
     starved = np.zeros(lay.gpu_count)
-    loader_ms_node = np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0) + w.loader_extra_ms
+    loader_ms_node = (
+        np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0) + w.loader_extra_ms
+    )
     for job in lay.jobs:
         j = job.index
         gpus = job.gpus
@@ -58,7 +71,7 @@ def step(w: World, dt_s: float) -> None:
             if w.hung_since[j] < 0:
                 w.hung_since[j] = w.elapsed_s
             hung_for = w.elapsed_s - w.hung_since[j]
-            for op, share in OP_SHARE.items():
+            for op in OP_SHARE:
                 w.collective_out.append((j, op, "inter_node", 0, 0.0, None, None, int(hung_for > 20.0)))
             duty[gpus] = 0.0
             continue
@@ -98,11 +111,31 @@ def step(w: World, dt_s: float) -> None:
             p50_inter = (inter_s / 24.0) * 1000.0 if n_nodes > 1 else None
             if p50_inter is not None:
                 p99 = p50_inter * 1.5 + 2.0 * queue_ms + abs(float(rng.normal(0, 0.05 * p50_inter)))
-                w.collective_out.append((j, op, "inter_node", int(ops * share), volume_bytes * steps_per_s * share,
-                                         p50_inter, p99, int(down)))
+                w.collective_out.append(
+                    (
+                        j,
+                        op,
+                        "inter_node",
+                        int(ops * share),
+                        volume_bytes * steps_per_s * share,
+                        p50_inter,
+                        p99,
+                        int(down),
+                    )
+                )
             p50_intra = intra_s / 24.0 * 1000.0
-            w.collective_out.append((j, op, "intra_node", int(ops * share), job.allreduce_mb * 1e6 * steps_per_s * share,
-                                     p50_intra, p50_intra * 1.4 * (1 + abs(float(rng.normal(0, 0.03)))), 0))
+            w.collective_out.append(
+                (
+                    j,
+                    op,
+                    "intra_node",
+                    int(ops * share),
+                    job.allreduce_mb * 1e6 * steps_per_s * share,
+                    p50_intra,
+                    p50_intra * 1.4 * (1 + abs(float(rng.normal(0, 0.03)))),
+                    0,
+                )
+            )
     w.rank_duty = duty
     w.rank_starved = starved
     _nic_rows(w, effects, coll_bps, bulk_fraction)
@@ -125,8 +158,12 @@ def network_penalty_s(w: World, nics: np.ndarray, bulk_fraction: np.ndarray) -> 
     return penalty
 
 
-def _nic_rows(w: World, effects: list[tuple[network.EgressEffect, str, str, str, str]], coll_bps: np.ndarray,
-              bulk_fraction: np.ndarray) -> None:
+def _nic_rows(
+    w: World,
+    effects: list[tuple[network.EgressEffect, str, str, str, str]],
+    coll_bps: np.ndarray,
+    bulk_fraction: np.ndarray,
+) -> None:
     lay, rng = w.layout, w.rng
     n = lay.nic_count
     activity = np.minimum(1.0, coll_bps / (network.LINK_BPS * 0.05)) + bulk_fraction * 3
@@ -140,8 +177,8 @@ def _nic_rows(w: World, effects: list[tuple[network.EgressEffect, str, str, str,
     drops = drops + np.where(w.link_up, 0, rng.poisson(3000, n))
     retrans = (drops * 0.9).astype(np.int64) + rng.poisson(0.05, n)
     jitter = 1 + np.abs(rng.normal(0, 0.1, n))
-    rows = []
-    flows = []
+    rows: list[LaneRow] = []
+    flows: list[FlowRow] = []
     rates = {"vip": 0.6, "standard": 0.2, "bulk": 0.2}
     for i, nic in enumerate(lay.nic_names):
         effect, coll_rule, coll_lane, bulk_rule, bulk_lane = effects[i]
@@ -154,21 +191,46 @@ def _nic_rows(w: World, effects: list[tuple[network.EgressEffect, str, str, str,
         }
         d, c, r = int(drops[i]), int(ce[i]), int(retrans[i])
         if w.lanes_enforced[i]:
-            lanes_of = {"collective": (coll_rule, coll_lane), "bulk": (bulk_rule, bulk_lane),
-                        "other": (other_rule, other_lane)}
+            lanes_of = {
+                "collective": (coll_rule, coll_lane),
+                "bulk": (bulk_rule, bulk_lane),
+                "other": (other_rule, other_lane),
+            }
             lane_bytes = dict.fromkeys(network.LANES, 0.0)
             for cls, (_, lane) in lanes_of.items():
                 lane_bytes[lane] += per_class[cls]
             total = max(1.0, sum(lane_bytes.values()))
             for lane in network.LANES:
                 share = lane_bytes[lane] / total
-                rows.append((i, lane, lane_bytes[lane], int(d * share), int(c * share), int(r * share),
-                             effect.lane_queue_ms.get(lane, 0.05) * float(jitter[i]), rates[lane] * network.LINK_BPS, up))
+                rows.append(
+                    (
+                        i,
+                        lane,
+                        lane_bytes[lane],
+                        int(d * share),
+                        int(c * share),
+                        int(r * share),
+                        effect.lane_queue_ms.get(lane, 0.05) * float(jitter[i]),
+                        rates[lane] * network.LINK_BPS,
+                        up,
+                    )
+                )
             for cls, (rule, lane) in lanes_of.items():
                 flows.append((i, cls, rule, lane, per_class[cls]))
         else:
-            rows.append((i, "fifo", sum(per_class.values()), d, c, r, effect.lane_queue_ms["fifo"] * float(jitter[i]),
-                         None, up))
+            rows.append(
+                (
+                    i,
+                    "fifo",
+                    sum(per_class.values()),
+                    d,
+                    c,
+                    r,
+                    effect.lane_queue_ms["fifo"] * float(jitter[i]),
+                    None,
+                    up,
+                )
+            )
             for cls, value in per_class.items():
                 flows.append((i, cls, None, "fifo", value))
     w.lane_out = rows

@@ -32,15 +32,15 @@ class Utilization:
 @dataclass
 class EventData:
     device: SimHandle
-    eventType: int  # noqa: N815 - pynvml's field name
-    eventData: int  # noqa: N815
+    eventType: int
+    eventData: int
     timestamp: int
 
 
 @dataclass
 class FieldValue:
-    fieldId: int  # noqa: N815
-    nvmlReturn: int  # noqa: N815
+    fieldId: int
+    nvmlReturn: int
     value: Any
 
 
@@ -218,7 +218,9 @@ class SimNvml:
             if gpu // per == self._node:
                 del pending[i]
                 handle = SimHandle(self._node, gpu % per, gpu)
-                return EventData(handle, pynvml.nvmlEventTypeXidCriticalError, xid, int(self._world.now_ts_s * 1e6))
+                return EventData(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, xid, int(self._world.now_ts_s * 1e6)
+                )
         raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
 
     def nvmlEventSetFree(self, event_set: int) -> None:

@@ -36,7 +36,7 @@ def simulate(
     buffer = ColumnBuffer(SCHEMAS)
     rows = 0
     last_flush = 0.0
-    steps = int(round(scenario.duration_s / sample_interval_s))
+    steps = round(scenario.duration_s / sample_interval_s)
     for _ in range(steps):
         world.step(sample_interval_s)
         now = world.now_ts_s

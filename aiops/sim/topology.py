@@ -45,8 +45,18 @@ class Layout:
         for j, spec in enumerate(scenario.job_specs):
             nodes = scenario.job_nodes(spec)
             gpus = np.concatenate([np.arange(n * c.gpus_per_node, (n + 1) * c.gpus_per_node) for n in nodes])
-            self.jobs.append(JobLayout(spec.name, j, gpus, nodes, spec.step_compute_s, spec.allreduce_mb,
-                                       spec.checkpoint_every_s, spec.checkpoint_gb))
+            self.jobs.append(
+                JobLayout(
+                    spec.name,
+                    j,
+                    gpus,
+                    nodes,
+                    spec.step_compute_s,
+                    spec.allreduce_mb,
+                    spec.checkpoint_every_s,
+                    spec.checkpoint_gb,
+                )
+            )
         self.busy_nodes = np.zeros(self.nodes, dtype=bool)
         for job in self.jobs:
             self.busy_nodes[job.nodes] = True

@@ -43,6 +43,13 @@ OPS_PER_STEP = 24  # collective calls per step (gradient buckets)
 APP_XIDS = (13, 31, 43)
 
 
+# What one simulated second produced for the collectors (see collectors/sim.py for the columns).
+LaneRow = tuple[int, str, float, int, int, int, float, float | None, bool]  # nic, lane, bytes, drops, ce, retx, q, rate, up
+FlowRow = tuple[int, str, str | None, str, float]  # nic, traffic class, rule id, lane, bytes
+CollectiveRow = tuple[int, str, str, int, float, float | None, float | None, int]  # job, op, scope, n, bytes, p50, p99, t/o
+StepRow = tuple[float, int, int, float, int]  # ts, job, step, step time, slowest gpu
+
+
 @dataclass
 class GpuView:
     temp_c: list[int]
@@ -104,14 +111,31 @@ class World:
         self.hung_since = np.full(n_jobs, -1.0)
         self.comm_factor = np.ones(n_jobs)
         # per-step outputs the collectors read
-        self.completed_steps: list[tuple[float, int, int, float, int]] = []  # ts, job, step, time, slowest gpu
+        self.completed_steps: list[
+            tuple[float, int, int, float, int]
+        ] = []  # ts, job, step, time, slowest gpu
         self.nic_out: dict[str, np.ndarray] = {}
-        self.lane_out: list[tuple[int, str, float, float, int, int, int, float]] = []
-        self.flow_out: list[tuple[int, str, str, str, float]] = []
-        self.collective_out: list[tuple[int, str, str, int, float, float, float, int]] = []
+        self.lane_out: list[LaneRow] = []
+        self.flow_out: list[FlowRow] = []
+        self.collective_out: list[CollectiveRow] = []
         self.host_cpu_pct = np.zeros(lay.nodes)
         self.host_loader_ms = np.zeros(lay.nodes)
         self.carrier_changes = np.zeros(lay.nic_count, dtype=np.int64)
+        # per-second modifiers that dynamics.apply_faults recomputes, and per-rank duty from the last step
+        self.r_mult = np.ones(g)
+        self.brake = np.ones(g)
+        self.pcie_factor = np.ones(g)
+        self.clock_factor = np.ones(g)
+        self.rank_duty = np.ones(g)
+        self.rank_starved = np.zeros(g)
+        self.loader_extra_ms = np.zeros(lay.nodes)
+        self.nvlink_slow_node = np.zeros(lay.nodes)
+        self.extra_bulk_fraction = np.zeros(lay.nic_count)
+        self.nic_local_rules: list[network.Rule] = []
+        self.ambient_c = 0.0
+        self.flow_mult = np.ones(r)
+        self.supply_add = np.zeros(r)
+        self.flow_lpm_now = self.flow_lpm.copy()
         self._nvml: dict[int, SimNvml] = {}
         self.temp_c = self._steady_temps()
         self.mem_temp_c = self.temp_c + 6.0
@@ -126,15 +150,24 @@ class World:
         target = spec.target
         nic = lay.nic_index.get(target)
         node = int(target[4:].split("/")[0]) if target.startswith("node") else None
-        gpus = lay.gpus_of(target) if nic is None and not target.startswith("policy:") else np.array([], dtype=int)
+        gpus = (
+            lay.gpus_of(target)
+            if nic is None and not target.startswith("policy:")
+            else np.array([], dtype=int)
+        )
         racks = lay.racks_of(target) if gpus.size or target == "fleet" else np.array([], dtype=int)
-        xid = APP_XIDS[(self.scenario.seed + index) % len(APP_XIDS)] if spec.kind == "application_error" else None
+        xid = (
+            APP_XIDS[(self.scenario.seed + index) % len(APP_XIDS)]
+            if spec.kind == "application_error"
+            else None
+        )
         return ActiveFault(spec=spec, gpus=gpus, racks=racks, nic=nic, node=node, xid=xid)
 
     def _steady_temps(self) -> np.ndarray:
         busy = self.layout.gpu_job >= 0
         power = np.where(busy, BUSY_POWER_W, IDLE_POWER_W)
-        return self.supply_c[self.layout.gpu_rack] + 1.0 + power * self.r_th + self.offset_c
+        temps: np.ndarray = self.supply_c[self.layout.gpu_rack] + 1.0 + power * self.r_th + self.offset_c
+        return temps
 
     @property
     def now_ts_s(self) -> float:
@@ -185,7 +218,9 @@ class World:
         self.v = GpuView(
             temp_c=np.rint(self.temp_c + 0.4 * noise[0]).astype(int).tolist(),
             mem_temp_c=np.rint(self.mem_temp_c).astype(int).tolist(),
-            power_mw=(np.minimum(self.power_w * (1 + 0.01 * noise[1]), self.power_limit_w) * 1000).astype(int).tolist(),
+            power_mw=(np.minimum(self.power_w * (1 + 0.01 * noise[1]), self.power_limit_w) * 1000)
+            .astype(int)
+            .tolist(),
             limit_mw=(self.power_limit_w * 1000).astype(int).tolist(),
             sm_clock_mhz=(np.rint(self.sm_clock_mhz / 15.0) * 15).astype(int).tolist(),
             reasons=self.reasons.astype(int).tolist(),
