@@ -12,7 +12,10 @@ class _Model(BaseModel):
 
 
 class Evidence(_Model):
-    """One fact, with the SQL that produced it and the values it returned (re-runnable to verify)."""
+    """One fact, with the SQL that produced it and the values it returned (re-runnable to verify).
+
+    `rows` holds at most a dozen of the rows the SQL returns, those about the hypothesis' component first; a
+    verifier checks that each recorded row is among the rows a re-run returns."""
 
     claim: str
     sql: str

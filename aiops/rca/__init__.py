@@ -46,6 +46,8 @@ def analyze(store: Store, incident: Incident) -> list[Hypothesis]:
         if key not in best or c.score > best[key].score:
             best[key] = c
     ranked = sorted(best.values(), key=lambda c: (-c.score, c.label, c.component))
+    for c in ranked:
+        c.evidence = [facts.focus(e, c.component) for e in c.evidence]
     return [
         Hypothesis(
             root_cause=c.label,

@@ -42,6 +42,26 @@ class Facts:
             )
         return self.cache[key]
 
+    def focus(self, evidence: Evidence, component: str) -> Evidence:
+        """The same evidence with the rows about `component` first (the SQL still returns all of them)."""
+        key = next(
+            (k for k, e in self.evidence.items() if e.sql == evidence.sql and e.params == evidence.params),
+            None,
+        )
+        if key is None:
+            return evidence
+        rows = self.cache[key]
+        node = component.split("/")[0]
+
+        def about(row: dict[str, Any]) -> int:
+            values = {str(v) for v in row.values() if isinstance(v, str)}
+            if component in values:
+                return 0
+            return 1 if node in values or any(v.startswith(component + "/") for v in values) else 2
+
+        ranked = sorted(rows, key=about)
+        return evidence.model_copy(update={"rows": [_jsonable(r) for r in ranked[:MAX_ROWS]]})
+
     def cite(self, key: str, claim: str | None = None, supports: bool = True) -> Evidence:
         base = self.evidence[key]
         return base.model_copy(update={"claim": claim or base.claim, "supports": supports})
