@@ -1,0 +1,42 @@
+"""`aiops lab net` end to end (short phases): the JSON contract, lanes protect VIP, nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiops.lab.netns import CGROUP2_ROOT
+from tests.ebpf.conftest import require_ebpf
+
+pytestmark = pytest.mark.ebpf
+
+
+def test_lab_net_json_and_cleanup() -> None:
+    require_ebpf()
+    netns_before = set(Path("/run/netns").iterdir()) if Path("/run/netns").exists() else set()
+    cgroups_before = set(CGROUP2_ROOT.iterdir())
+    done = subprocess.run(
+        [sys.executable, "-m", "aiops.cli.main", "lab", "net", "--json", "--phase-s", "3"],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"phases", "bottleneck_mbps"}
+    assert set(result["phases"]) == {"alone", "no_lanes", "lanes"}
+    for phase in result["phases"].values():
+        assert set(phase) == {"vip_p50_ms", "vip_p99_ms", "vip_mbps", "bulk_mbps"}
+    alone, no_lanes, with_lanes = (result["phases"][k] for k in ("alone", "no_lanes", "lanes"))
+    assert with_lanes["vip_p99_ms"] < no_lanes["vip_p99_ms"] / 3  # loose here; docs/BENCHMARKS.md has targets
+    assert with_lanes["bulk_mbps"] > 0.5 * (result["bottleneck_mbps"] - with_lanes["vip_mbps"])
+    assert alone["bulk_mbps"] == 0
+    assert "phase lanes" in done.stderr  # progress goes to stderr
+    after = set(Path("/run/netns").iterdir()) if Path("/run/netns").exists() else set()
+    assert after <= netns_before
+    assert set(CGROUP2_ROOT.iterdir()) <= cgroups_before
