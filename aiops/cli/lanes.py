@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     control = verbs.add_parser("control", help="run the adaptive controller (shaping, ECN budgets, forecast)")
     control.add_argument("--dev", required=True)
     control.add_argument("--netns", default=None)
-    control.add_argument("--policy", default=str(DEFAULT_POLICY_PATH))
+    control.add_argument("--policy", default=None, help="default: the policy the lanes were applied from")
     control.add_argument("--duration-s", type=float, default=3600.0)
     control.set_defaults(func=run_control)
     collect = verbs.add_parser("collect", help="sample lane and TCP telemetry into a DuckDB file")
@@ -129,8 +129,13 @@ def run_remove(args: argparse.Namespace) -> int:
 
 def run_control(args: argparse.Namespace) -> int:
     from aiops.control.controller import KernelLanes, run_controller
+    from aiops.control.lanes import applied_policy, read_state, state_key
+    from aiops.errors import AiopsError
 
-    policy = load_policy(args.policy)
+    state = read_state(state_key(args.dev, args.netns))
+    if state is None or not state.complete:
+        raise AiopsError(f"{args.dev}: no lanes applied (aiops lanes apply --dev {args.dev} --policy FILE)")
+    policy = load_policy(args.policy) if args.policy else applied_policy(state)
     actuator = KernelLanes(args.dev, args.netns, policy)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

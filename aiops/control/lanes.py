@@ -49,6 +49,7 @@ class LanesState:
     rates: dict[str, list[float]] = field(default_factory=dict)  # lane -> [rate_mbps, ceil_mbps]
     inactive_rules: dict[str, str] = field(default_factory=dict)
     rule_ids: list[str] = field(default_factory=list)
+    policy_json: dict[str, Any] = field(default_factory=dict)  # the applied policy, for control and collect
 
     def path(self) -> Path:
         return STATE_DIR / f"{self.key}.json"
@@ -88,6 +89,13 @@ def source_sha256() -> str:
 
 def policy_sha256(policy: Policy) -> str:
     return hashlib.sha256(policy.model_dump_json().encode()).hexdigest()
+
+
+def applied_policy(state: LanesState) -> Policy:
+    """The policy a state record was applied from (as recorded, whatever happened to the file since)."""
+    from aiops.control.policy import parse_policy
+
+    return parse_policy(state.policy_json, f"{state.path()} (policy_json)")
 
 
 def _require_root() -> None:
@@ -191,6 +199,7 @@ def _fill_state(
     state.pid = os.getpid()
     state.inactive_rules = dict(inactive)
     state.rule_ids = [r.rule_id for r in policy.rules]
+    state.policy_json = policy.model_dump(mode="json")
     state.rates = {lane: [rates.rate_mbps[lane], rates.ceil_mbps[lane]] for lane in LANES}
     state.rates["root"] = [policy.link_mbps, policy.link_mbps]
 

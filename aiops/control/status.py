@@ -3,6 +3,7 @@ maps (two reads `interval_s` apart) and the HTB classes (`tc -s class show`)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from aiops.control import tc
 from aiops.control.lanes import LanesState, all_states, read_state, state_key
 from aiops.control.policy import LANES
+from aiops.errors import PrerequisiteError
 
 
 def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
@@ -72,6 +74,10 @@ def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
 
 
 def status(dev: str | None = None, netns: str | None = None, interval_s: float = 0.5) -> list[dict[str, Any]]:
+    if os.geteuid() != 0:
+        raise PrerequisiteError(
+            "reading the lanes' pinned BPF maps needs root: run `aiops lanes status` as root"
+        )
     if dev is not None:
         state = read_state(state_key(dev, netns))
         states = [state] if state is not None else []
