@@ -84,9 +84,22 @@ def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
     out = []
     for incident in incidents:
         hypotheses = analyze(store, incident)
-        proposals = proposals_for(hypotheses[0]) if hypotheses else []
+        proposals = proposals_for(hypotheses[0], job=_job_of(store, incident, hypotheses[0])) if hypotheses else []
         out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
     return out
+
+
+def _job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:
+    """The job the hypothesis' component serves, else the first job among the incident's components."""
+    node = hypothesis.component.split("/")[0]
+    rows = store.query(
+        "SELECT job, count(*) AS n FROM job_ranks WHERE gpu = ? OR node = ? GROUP BY job ORDER BY n DESC",
+        [hypothesis.component, node],
+    )
+    if rows:
+        return str(rows[0]["job"])
+    jobs = [c.removeprefix("job:") for c in incident.components if c.startswith("job:")]
+    return jobs[0] if jobs else None
 
 
 __all__ = ["analyze", "diagnose", "incident_window"]
