@@ -65,7 +65,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def build(box: Sandbox, progress: Callable[[str], None]) -> Lab:
-    progress("building namespaces: sender, fabric, peer, storage")
+    progress(
+        f"building namespaces {box.tag}-{{snd,fab,peer,stor}} and cgroups {box.tag}/{{trainer,checkpoint}}"
+    )
     sender, fabric, peer, storage = (box.netns(r) for r in ("snd", "fab", "peer", "stor"))
     tag = box.tag[-6:]
     dev = f"bn{tag}"
