@@ -50,6 +50,9 @@ class LanesState:
     inactive_rules: dict[str, str] = field(default_factory=dict)
     rule_ids: list[str] = field(default_factory=list)
     policy_json: dict[str, Any] = field(default_factory=dict)  # the applied policy, for control and collect
+    rule_slots: dict[str, int] = field(
+        default_factory=dict
+    )  # rule id -> counter slot (stable across updates)
 
     def path(self) -> Path:
         return STATE_DIR / f"{self.key}.json"
@@ -138,7 +141,7 @@ class ApplyResult:
 def apply(dev: str, policy: Policy, policy_path: str, netns: str | None = None) -> ApplyResult:
     """Install or update the lanes on `dev` so that they match `policy`. Idempotent."""
     _require_root()
-    from collectors.ebpf.lanes_maps import LaneMaps, compile_policy
+    from collectors.ebpf.lanes_maps import LaneMaps, assign_slots, compile_policy
     from collectors.ebpf.loader import pin_dir
 
     key = state_key(dev, netns)
@@ -146,11 +149,14 @@ def apply(dev: str, policy: Policy, policy_path: str, netns: str | None = None) 
     state = read_state(key)
     ours = _ours_on_nic(dev, netns)
     source = source_sha256()
-    compiled = compile_policy(policy, _classids())
+    rule_ids = [r.rule_id for r in policy.rules]
     rates = initial_rates(policy)
     if state and state.complete and ours and state.source_sha256 == source and directory.exists():
+        slots, reused = assign_slots(state.rule_slots, rule_ids)
+        compiled = compile_policy(policy, _classids(), slots=slots)
         try:
             with LaneMaps(directory) as maps:
+                maps.zero_slots(reused)  # a new rule's counters start from zero
                 maps.sync(compiled)
                 if state.rates.get("root") != [policy.link_mbps, policy.link_mbps]:
                     root = tc.HtbClass(tc.ROOT_MINOR, policy.link_mbps, policy.link_mbps, 0, parent_minor=0)
@@ -162,9 +168,12 @@ def apply(dev: str, policy: Policy, policy_path: str, netns: str | None = None) 
             pass  # maps unusable: fall through to a rebuild
         else:
             _fill_state(state, policy, policy_path, compiled.inactive, rates)
+            state.rule_slots = slots
             state.save()
             return ApplyResult("updated", state, [])
     removed = _remove_stale(dev, netns, key, ours)
+    slots, _ = assign_slots({}, rule_ids)
+    compiled = compile_policy(policy, _classids(), slots=slots)
     existing = tc.root_qdisc(dev, netns)
     if existing is not None and not tc.is_default_root(existing):
         raise AiopsError(
@@ -175,6 +184,7 @@ def apply(dev: str, policy: Policy, policy_path: str, netns: str | None = None) 
         dev, netns, key, str(directory), policy_path, "", source, False, time.time(), os.getpid()
     )
     _fill_state(state, policy, policy_path, compiled.inactive, rates)
+    state.rule_slots = slots
     state.save()  # the intent, before the first change
     try:
         _build(dev, netns, key, policy, compiled, rates)

@@ -27,7 +27,8 @@ def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
     if state.netns and not Path(f"/run/netns/{state.netns}").exists():
         out["error"] = f"network namespace {state.netns} is gone: run `aiops lanes remove` to drop the record"
         return out
-    rule_count = len(state.rule_ids)
+    slots = state.rule_slots or {rule_id: index for index, rule_id in enumerate(state.rule_ids)}
+    rule_count = max(slots.values(), default=-1) + 1
     with LaneMaps(Path(state.pin_dir)) as maps:
         lanes_before, rules_before, t0 = (
             maps.lane_counters(),
@@ -57,8 +58,8 @@ def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
             "backlog_bytes": htb.get("backlog_bytes"),
         }
     rules_out = []
-    for index, rule_id in enumerate(state.rule_ids):
-        after, before = rules_after[index], rules_before[index]
+    for rule_id in state.rule_ids:
+        after, before = rules_after[slots[rule_id]], rules_before[slots[rule_id]]
         rules_out.append(
             {
                 "rule_id": rule_id,

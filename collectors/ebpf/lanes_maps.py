@@ -83,20 +83,40 @@ def cgroup_id(path: str, root: Path = CGROUP2_ROOT) -> int | None:
         return None
 
 
+def assign_slots(previous: dict[str, int], rule_ids: list[str]) -> tuple[dict[str, int], list[int]]:
+    """Counter slots per rule id, stable across live updates: a rule keeps its slot, a new rule takes the
+    lowest free one. Returns (slots, slots that changed owner: the caller zeroes them before use)."""
+    kept = {rule_id: slot for rule_id, slot in previous.items() if rule_id in rule_ids and slot < MAX_RULES}
+    used = set(kept.values())
+    free = (slot for slot in range(MAX_RULES) if slot not in used)
+    slots = dict(kept)
+    reused = []
+    for rule_id in rule_ids:
+        if rule_id not in slots:
+            slots[rule_id] = next(free)
+            reused.append(slots[rule_id])
+    return slots, reused
+
+
 def compile_policy(
-    policy: Policy, classids: dict[str, int], cgroup_root: Path = CGROUP2_ROOT
+    policy: Policy,
+    classids: dict[str, int],
+    cgroup_root: Path = CGROUP2_ROOT,
+    slots: dict[str, int] | None = None,
 ) -> CompiledRules:
+    """Map contents for `policy`; `slots` (rule id -> counter slot) default to the rules' positions."""
+    slots = slots or {rule.rule_id: index for index, rule in enumerate(policy.rules)}
     cfg = LanesConfig()
     for lane, index in LANE_INDEX.items():
         cfg.classid[index] = classids[lane]
     fallback = policy.default_rule
-    cfg.fallback = LaneMatch(LANE_INDEX[fallback.lane], policy.rule_index(fallback.rule_id))
+    cfg.fallback = LaneMatch(LANE_INDEX[fallback.lane], slots[fallback.rule_id])
     cfg.vip_dscp = DSCP_KEEP if policy.vip_dscp is None else policy.vip_dscp
     cfg.ecn_enabled = int(policy.ecn.enabled)
-    cfg.rule_count = len(policy.rules)
+    cfg.rule_count = max(slots.values()) + 1  # readers sum slots below this
     out = CompiledRules(config=cfg)
-    for index, rule in enumerate(policy.rules):
-        match = LaneMatch(LANE_INDEX[rule.lane], index)
+    for rule in policy.rules:
+        match = LaneMatch(LANE_INDEX[rule.lane], slots[rule.rule_id])
         if isinstance(rule, FiveTupleRule):
             proto = socket.IPPROTO_TCP if rule.proto == "tcp" else socket.IPPROTO_UDP
             map_name, key = tuple_key(proto, rule.src, rule.dst, rule.sport or 0, rule.dport)
@@ -207,6 +227,13 @@ class LaneMaps:
         config.generation = (self.config().generation + 1) & 0xFFFFFFFF
         bpf_sys.update(self.fds["config"], bytes(U32(0)), bytes(config))
 
+    def zero_slots(self, slots: list[int]) -> None:
+        """Reset the counters of rule slots (before a new rule takes them over)."""
+        zero = bytes(((ctypes.sizeof(Counters) + 7) // 8 * 8) * self.cpus)
+        for slot in slots:
+            for lane in range(N_LANES):
+                bpf_sys.update(self.fds["stats"], bytes(U32(slot * N_LANES + lane)), zero)
+
     def set_budget(self, lane: LaneName, rate_bytes_per_s: int, threshold_ns: int) -> None:
         """The ECN budget of a lane (rate 0: never mark). Keeps the virtual queue's current state."""
         key = bytes(U32(LANE_INDEX[lane]))
@@ -232,7 +259,7 @@ class LaneMaps:
         return sum_per_cpu(raw, self.cpus) if raw else Counters()
 
     def slot_counters(self, rule_count: int | None = None) -> list[list[Counters]]:
-        """[rule_index][lane_index] counters, for the first `rule_count` rules (default: the config's)."""
+        """[slot][lane_index] counters for slots below `rule_count` (default: the config's)."""
         count = self.config().rule_count if rule_count is None else rule_count
         return [
             [self._per_cpu("stats", index * N_LANES + lane) for lane in range(N_LANES)]

@@ -35,6 +35,17 @@ def rule_match_value(rule: Any) -> str | None:
     return None
 
 
+def _delta(after: Any, before: Any) -> tuple[int, int, int]:
+    """(bytes, packets, ce_marks) since `before`; a slot that went down was reset (reused by a new rule)."""
+    if after.packets < before.packets:
+        return int(after.bytes), int(after.packets), int(after.ce_marks)
+    return (
+        int(after.bytes - before.bytes),
+        int(after.packets - before.packets),
+        int(after.ce_marks - before.ce_marks),
+    )
+
+
 class LaneTelemetry:
     """The `Collector` of one NIC with lanes (name, collect(now_ts_s) -> {table: Arrow table})."""
 
@@ -45,6 +56,8 @@ class LaneTelemetry:
     ):
         self.state, self.policy, self.node, self.nic, self.tcp = state, policy, node, nic, tcp
         self.maps = LaneMaps(Path(state.pin_dir))
+        self.slots = state.rule_slots or {rule.rule_id: i for i, rule in enumerate(policy.rules)}
+        self.slot_count = max(self.slots.values()) + 1
         self._previous: tuple[float, list[list[Any]], dict[int, dict[str, float]]] | None = None
         self.last_flows: list[
             dict[str, Any]
@@ -80,7 +93,7 @@ class LaneTelemetry:
 
     def collect(self, now_ts_s: float | None = None) -> dict[str, pa.Table]:
         now = time.time() if now_ts_s is None else now_ts_s
-        slots = self.maps.slot_counters(len(self.policy.rules))
+        slots = self.maps.slot_counters(self.slot_count)
         classes = tc.class_stats(self.state.dev, self.state.netns)
         flows = self.tcp.read() if self.tcp is not None else []
         previous, self._previous = self._previous, (now, slots, classes)
@@ -108,8 +121,7 @@ class LaneTelemetry:
             )
         }
         for lane_index, lane in enumerate(LANES):
-            after = [slots[r][lane_index] for r in range(len(slots))]
-            prior = [before_slots[r][lane_index] for r in range(len(before_slots))]
+            sent = [_delta(slots[r][lane_index], before_slots[r][lane_index]) for r in range(len(slots))]
             htb = classes.get(tc.LANE_MINORS[lane], {})
             htb_before = before_classes.get(tc.LANE_MINORS[lane], {})
             ceil_bps = htb.get("ceil_bps") or 0.0
@@ -118,10 +130,10 @@ class LaneTelemetry:
             nic["node"].append(self.node)
             nic["lane"].append(lane)
             nic["interval_s"].append(interval_s)
-            nic["tx_bytes"].append(sum(c.bytes for c in after) - sum(c.bytes for c in prior))
-            nic["tx_packets"].append(sum(c.packets for c in after) - sum(c.packets for c in prior))
+            nic["tx_bytes"].append(sum(d[0] for d in sent))
+            nic["tx_packets"].append(sum(d[1] for d in sent))
             nic["drops"].append(int(htb.get("drops", 0) - htb_before.get("drops", 0)))
-            nic["ce_marks"].append(sum(c.ce_marks for c in after) - sum(c.ce_marks for c in prior))
+            nic["ce_marks"].append(sum(d[2] for d in sent))
             nic["retransmits"].append(retransmits[lane] if self.tcp is not None else None)
             # queueing delay estimate: the HTB class backlog drained at the lane's ceiling
             backlog = htb.get("backlog_bytes", 0.0)
@@ -132,10 +144,11 @@ class LaneTelemetry:
             k: []
             for k in ("ts_s", "nic", "node", "traffic_class", "rule_id", "lane", "interval_s", "tx_bytes")
         }
-        for index, rule in enumerate(self.policy.rules):
+        for rule in self.policy.rules:
+            slot = self.slots[rule.rule_id]
             for lane_index, lane in enumerate(LANES):
-                sent = slots[index][lane_index].bytes - before_slots[index][lane_index].bytes
-                if sent <= 0:
+                sent_bytes = _delta(slots[slot][lane_index], before_slots[slot][lane_index])[0]
+                if sent_bytes <= 0:
                     continue
                 flow["ts_s"].append(now)
                 flow["nic"].append(self.nic)
@@ -144,7 +157,7 @@ class LaneTelemetry:
                 flow["rule_id"].append(rule.rule_id)
                 flow["lane"].append(lane)
                 flow["interval_s"].append(interval_s)
-                flow["tx_bytes"].append(sent)
+                flow["tx_bytes"].append(sent_bytes)
         batches = {"nic_samples": pa.table(nic)}
         if flow["ts_s"]:
             batches["flow_class_samples"] = pa.table(flow)

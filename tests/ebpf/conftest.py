@@ -89,6 +89,12 @@ class LabNic:
         stats = tc.class_stats(self.dev, self.sender)
         return {lane: stats.get(minor, {}).get("packets", 0.0) for lane, minor in tc.LANE_MINORS.items()}
 
+    def slot(self, rule_id: str) -> int:
+        """The counter slot of a rule, as apply assigned it."""
+        state = lanes.read_state(lanes.state_key(self.dev, self.sender))
+        assert state is not None
+        return state.rule_slots[rule_id]
+
     def maps(self) -> Any:
         from collectors.ebpf.lanes_maps import LaneMaps
         from collectors.ebpf.loader import pin_dir

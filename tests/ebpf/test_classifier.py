@@ -16,11 +16,11 @@ def deltas(nic: LabNic, send: object) -> tuple[dict[str, float], dict[str, tuple
     with nic.maps() as maps:
         classes_before = nic.class_packets()
         lanes_before = maps.lane_counters()
-        rules_before = maps.rule_counters()
+        rules_before = maps.rule_counters(256)
         send()  # type: ignore[operator]
         classes_after = nic.class_packets()
         lanes_after = maps.lane_counters()
-        rules_after = maps.rule_counters()
+        rules_after = maps.rule_counters(256)
     classes = {lane: classes_after[lane] - classes_before[lane] for lane in classes_after}
     lane_counts = {
         lane: (
@@ -29,7 +29,7 @@ def deltas(nic: LabNic, send: object) -> tuple[dict[str, float], dict[str, tuple
         )
         for lane in lanes_after
     }
-    rules = [a.packets - b.packets for a, b in zip(rules_after, rules_before, strict=False)]
+    rules = [a.packets - b.packets for a, b in zip(rules_after, rules_before, strict=True)]
     return classes, lane_counts, rules
 
 
@@ -119,7 +119,7 @@ def test_each_kind_lands_in_its_lane(
         nic,
         lambda: nic.send_udp(dst, int(flow["dport"]), count=count, cgroup=cgroup, **extra),  # type: ignore[call-overload]
     )
-    matched = policy.rule_index(rule["rule_id"] if rule else "default")  # type: ignore[index]
+    matched = nic.slot(str(rule["rule_id"]) if rule else "default")
     assert rule_packets[matched] == count
     assert lane_counts[lane][0] == count
     assert lane_counts[lane][1] == count * (200 + 42)  # payload + UDP/IPv4/Ethernet headers
@@ -155,7 +155,7 @@ def test_first_match_wins_in_datapath_order(lab_nic: LabNic) -> None:
     )
     nic.apply(policy)
     _, lane_counts, rules = deltas(nic, lambda: nic.send_udp(nic.peer_ip, 7010, count=10, tos=8 << 2))
-    assert rules[policy.rule_index("bulk-dscp")] == 10
+    assert rules[nic.slot("bulk-dscp")] == 10
     assert lane_counts["bulk"][0] == 10
 
 
@@ -293,3 +293,31 @@ def test_telemetry_lands_in_the_store(lab_nic: LabNic) -> None:
     flows = [f for f in telemetry.last_flows if f["dport"] == 7040]
     assert flows and flows[0]["lane"] == "bulk" and flows[0]["samples"] > 0 and flows[0]["srtt_us_mean"] > 0
     assert flows[0]["cwnd_last"] > 0
+
+
+def test_rule_counters_follow_rule_ids_across_updates(lab_nic: LabNic) -> None:
+    """A live update that reorders, removes and adds rules keeps each rule's counters with its rule id."""
+    nic = lab_nic
+    first = policy_with(
+        [
+            {"rule_id": "keep-me", "match_kind": "dscp", "dscp": [12], "lane": "bulk"},
+            {"rule_id": "drop-me", "match_kind": "dscp", "dscp": [14], "lane": "bulk"},
+        ]
+    )
+    nic.apply(first)
+    nic.send_udp(nic.peer_ip, 7050, count=5, tos=12 << 2)
+    kept_slot = nic.slot("keep-me")
+    with nic.maps() as maps:
+        kept_before = maps.rule_counters(256)[kept_slot].packets
+    second = policy_with(
+        [
+            {"rule_id": "new-rule", "match_kind": "dscp", "dscp": [16], "lane": "vip"},
+            {"rule_id": "keep-me", "match_kind": "dscp", "dscp": [12], "lane": "bulk"},
+        ]
+    )
+    nic.apply(second)
+    assert nic.slot("keep-me") == kept_slot
+    with nic.maps() as maps:
+        counters = maps.rule_counters(256)
+    assert counters[kept_slot].packets == kept_before
+    assert counters[nic.slot("new-rule")].packets == 0  # a reused slot starts from zero
