@@ -33,6 +33,8 @@ STRONG = {
     "job_stalled",
     "collective_timeouts",
     "coolant_flow_drop",
+    "loss_without_ecn",
+    "loader_outlier",
 }
 INFO = {"fleet_inlet_drift"}
 
@@ -171,8 +173,22 @@ class Detector:
         rows = w.window(self.store, w.NIC_WINDOW_SQL, t0, t1)
         out: list[Symptom] = []
         enforced_somewhere = any(not r["fifo"] for r in rows)
+        ce_rates = sorted(float(r["ce_marks"] or 0) for r in rows)
+        peer_ce = ce_rates[len(ce_rates) // 2] if ce_rates else 0.0
         for r in rows:
             nic = str(r["nic"])
+            # Peer comparison needs no baseline: a NIC that drops where its peers mark CE under the same load.
+            loss = float(r["drops"] or 0) + float(r["retransmits"] or 0)
+            unmarked = peer_ce >= 20 and float(r["ce_marks"] or 0) < 0.1 * peer_ce and loss >= 20
+            if self.persist.update(f"noecn:{nic}", unmarked, t1) >= 2:
+                out.append(
+                    Symptom(
+                        kind="loss_without_ecn",
+                        component=nic,
+                        ts_s=t1,
+                        detail={"drops": r["drops"], "ce_marks": r["ce_marks"], "peer_ce_marks": peer_ce},
+                    )
+                )
             if (r["carrier_changes"] or 0) > 0 or not r["link_up_all"]:
                 out.append(
                     Symptom(
@@ -351,8 +367,22 @@ class Detector:
 
     def _hosts(self, t0: float, t1: float) -> list[Symptom]:
         out: list[Symptom] = []
-        for r in w.window(self.store, w.HOST_WINDOW_SQL, t0, t1):
+        rows = w.window(self.store, w.HOST_WINDOW_SQL, t0, t1)
+        waits = sorted(float(r["loader_wait_ms"] or 0) for r in rows if (r["loader_wait_ms"] or 0) > 0)
+        typical = waits[len(waits) // 2] if waits else 0.0
+        for r in rows:
             node = str(r["node"])
+            wait = float(r["loader_wait_ms"] or 0)
+            outlier = len(waits) >= 3 and wait > max(10.0 * typical, typical + 50.0)
+            if self.persist.update(f"loader-peer:{node}", outlier, t1) >= 2:
+                out.append(
+                    Symptom(
+                        kind="loader_outlier",
+                        component=node,
+                        ts_s=t1,
+                        detail={"loader_wait_ms": wait, "peer_median_ms": typical},
+                    )
+                )
             if self._relative(f"loader:{node}", r["loader_wait_ms"], t1, ratio=2.0, floor=50.0, windows=2):
                 out.append(
                     Symptom(

@@ -84,7 +84,9 @@ def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
     out = []
     for incident in incidents:
         hypotheses = analyze(store, incident)
-        proposals = proposals_for(hypotheses[0], job=_job_of(store, incident, hypotheses[0])) if hypotheses else []
+        proposals = (
+            proposals_for(hypotheses[0], job=_job_of(store, incident, hypotheses[0])) if hypotheses else []
+        )
         out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
     return out
 

@@ -148,8 +148,11 @@ def network(facts: Facts) -> list[Candidate]:
     ce_rates = sorted(float(r["ce_per_s"] or 0) for r in nics)
     peer_ce = ce_rates[len(ce_rates) // 2] if ce_rates else 0.0
     marking = [r for r in nics if float(r["ce_per_s"] or 0) > 0.3 * peer_ce]
+    losses = sorted(float(r["loss_per_s"] or 0) for r in nics)
+    peer_loss = losses[len(losses) // 2] if losses else 0.0
     for r in nics:
-        lossy = (r["loss_per_s"] or 0) > max(3.0 * float(r["ref_loss_per_s"] or 0), 1.0)
+        loss = float(r["loss_per_s"] or 0)
+        lossy = loss > max(3.0 * float(r["ref_loss_per_s"] or 0), 1.0) or loss > max(10.0 * peer_loss, 1.0)
         if lossy and peer_ce > 0 and float(r["ce_per_s"] or 0) < 0.3 * peer_ce and len(marking) >= 1:
             out.append(
                 Candidate(

@@ -237,12 +237,16 @@ def host_stalls(facts: Facts) -> list[Candidate]:
     idle = Counter(str(r["node"]) for r in facts.idle_gpus() if r["idle_samples"] >= 3)
     out: list[Candidate] = []
     throttled_nodes = {str(r["node"]) for r in facts.throttle_onsets()}
-    for r in facts.hosts():
+    hosts = facts.hosts()
+    waits = sorted(float(r["loader_ms"] or 0) for r in hosts if (r["loader_ms"] or 0) > 0)
+    peer = waits[len(waits) // 2] if waits else 0.0
+    for r in hosts:
         node = str(r["node"])
         loader, ref = r["loader_ms"], r["ref_loader_ms"]
         if loader is None:
             continue
         high = float(loader) > max(3.0 * float(ref or 0), float(ref or 0) + 50.0)
+        high = high or (len(waits) >= 3 and float(loader) > max(10.0 * peer, peer + 50.0))
         if high or (idle.get(node, 0) >= 2 and (r["cpu_pct"] or 0) >= 90):
             score = 0.85 if node not in throttled_nodes else 0.45
             out.append(
