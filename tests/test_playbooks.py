@@ -8,10 +8,26 @@ from aiops.labels import FAULT_KINDS
 from aiops.models import Hypothesis
 from aiops.playbooks import PlaybookError, load_playbooks, proposals_for
 
-PHYSICAL = {"set_power_limit", "reset_power_limit", "set_clock_limit", "set_cooling_state", "set_fan_speed",
-            "gpu_reset", "drain_node", "reboot_node", "migrate_job"}
-DIGITAL = {"set_lane_rate", "update_lane_rule", "enable_lanes", "enable_ecn", "open_ticket", "rerun_check",
-           "restart_job"}
+PHYSICAL = {
+    "set_power_limit",
+    "reset_power_limit",
+    "set_clock_limit",
+    "set_cooling_state",
+    "set_fan_speed",
+    "gpu_reset",
+    "drain_node",
+    "reboot_node",
+    "migrate_job",
+}
+DIGITAL = {
+    "set_lane_rate",
+    "update_lane_rule",
+    "enable_lanes",
+    "enable_ecn",
+    "open_ticket",
+    "rerun_check",
+    "restart_job",
+}
 
 
 def test_every_label_has_a_playbook_with_signature_checks_and_typed_remediations() -> None:
@@ -33,8 +49,9 @@ def test_proposals_fill_targets_from_the_hypothesis() -> None:
 
 
 def test_a_malformed_playbook_names_the_file(tmp_path: Path) -> None:
-    (tmp_path / "bad.yaml").write_text("label: nope\ntitle: x\nsignature: {supports: [], refutes: []}\n"
-                                       "checks: []\nremediations: []\n")
+    (tmp_path / "bad.yaml").write_text(
+        "label: nope\ntitle: x\nsignature: {supports: [], refutes: []}\nchecks: []\nremediations: []\n"
+    )
     load_playbooks.cache_clear()
     try:
         with pytest.raises(PlaybookError, match=r"bad.yaml: field 'label': unknown label 'nope'"):

@@ -142,9 +142,7 @@ class Store:
         return row[0] if row else None
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        table: pa.Table = self.conn.execute(
-            sql, list(params) if params is not None else []
-        ).to_arrow_table()
+        table: pa.Table = self.conn.execute(sql, list(params) if params is not None else []).to_arrow_table()
         return table
 
     # -- retention ----------------------------------------------------------------------------------------
