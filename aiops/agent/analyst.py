@@ -1,0 +1,182 @@
+"""The deterministic analyst as the agent sees it: incidents, ranked hypotheses, evidence and playbook actions,
+and the templated answer that stands whenever no LLM is configured or the LLM fails.
+
+Diagnoses come from the store's `incidents`/`hypotheses` tables when a run saved them (`aiops demo`,
+`aiops analyze`); otherwise detection and diagnosis run in memory (the store is read-only to the agent).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
+from aiops.playbooks import proposals_for
+from aiops.store import Store
+
+INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
+# Words that make a question one the analyst can answer alone (the rest is free-form: it needs an LLM).
+ANALYST_WORDS = (
+    "incident", "wrong", "cause", "why", "slow", "hypothes", "evidence", "diagnos", "fix", "action",
+    "remediat", "summary", "summar", "status", "happen", "problem", "issue", "broken", "straggler",
+)  # fmt: skip
+
+
+def load_diagnoses(store: Store) -> list[Diagnosis]:
+    stored = _stored_diagnoses(store)
+    if stored is not None:
+        return stored
+    from aiops.detect import detect
+    from aiops.rca import diagnose
+
+    return diagnose(store, detect(store, persist=False))
+
+
+def _stored_diagnoses(store: Store) -> list[Diagnosis] | None:
+    rows = store.query("SELECT * FROM incidents ORDER BY opened_ts_s, incident_id")
+    if not rows:
+        return None
+    by_incident: dict[str, list[Hypothesis]] = {}
+    for h in store.query("SELECT * FROM hypotheses ORDER BY incident_id, rank"):
+        by_incident.setdefault(str(h["incident_id"]), []).append(
+            Hypothesis(
+                root_cause=h["root_cause"],
+                component=h["component"],
+                confidence=float(h["confidence"]),
+                summary=h["summary"],
+                evidence=[Evidence.model_validate(e) for e in json.loads(h["evidence"])],
+            )
+        )
+    out = []
+    for r in rows:
+        incident = Incident(
+            incident_id=r["incident_id"],
+            opened_ts_s=float(r["opened_ts_s"]),
+            last_ts_s=float(r["last_ts_s"]),
+            title=r["title"],
+            severity=r["severity"],
+            components=list(r["components"]),
+            symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
+        )
+        hypotheses = by_incident.get(incident.incident_id, [])
+        proposals = (
+            proposals_for(hypotheses[0], _job_of(store, incident, hypotheses[0])) if hypotheses else []
+        )
+        out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
+    return out
+
+
+def _job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:
+    """The job the hypothesis' component serves (as `aiops.rca.diagnose` names it), else the incident's job."""
+    node = hypothesis.component.split("/")[0]
+    rows = store.query(
+        "SELECT job, count(*) AS n FROM job_ranks WHERE gpu = ? OR node = ? GROUP BY job ORDER BY n DESC",
+        [hypothesis.component, node],
+    )
+    if rows:
+        return str(rows[0]["job"])
+    jobs = [c.removeprefix("job:") for c in incident.components if c.startswith("job:")]
+    return jobs[0] if jobs else None
+
+
+@dataclass
+class AnalystAnswer:
+    """The analyst's reply: text, plus the evidence it rests on (each re-runnable as a citation)."""
+
+    text: str
+    incident_id: str | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+    free_form: bool = False
+
+
+class Analyst:
+    def __init__(self, diagnoses: list[Diagnosis]) -> None:
+        self.diagnoses = diagnoses
+
+    @classmethod
+    def from_store(cls, store: Store) -> Analyst:
+        return cls(load_diagnoses(store))
+
+    def get(self, incident_id: str) -> Diagnosis | None:
+        wanted = incident_id.upper()
+        return next((d for d in self.diagnoses if d.incident.incident_id.upper() == wanted), None)
+
+    def focus(self, question: str) -> Diagnosis | None:
+        """The incident a question is about: the one it names, else the most severe, most recent one."""
+        named = INCIDENT_ID.search(question)
+        if named:
+            return self.get(named.group(0))
+        order = {"critical": 0, "warning": 1, "info": 2}
+        ranked = sorted(
+            self.diagnoses, key=lambda d: (order.get(d.incident.severity, 3), -d.incident.last_ts_s)
+        )
+        return ranked[0] if ranked else None
+
+    @staticmethod
+    def is_analyst_question(question: str) -> bool:
+        text = question.lower()
+        return bool(INCIDENT_ID.search(question)) or any(w in text for w in ANALYST_WORDS)
+
+    def incidents_summary(self) -> list[dict[str, Any]]:
+        out = []
+        for d in self.diagnoses:
+            top = d.hypotheses[0] if d.hypotheses else None
+            out.append(
+                {
+                    "incident_id": d.incident.incident_id,
+                    "title": d.incident.title,
+                    "severity": d.incident.severity,
+                    "opened_ts_s": d.incident.opened_ts_s,
+                    "last_ts_s": d.incident.last_ts_s,
+                    "components": d.incident.components,
+                    "top_hypothesis": f"{top.root_cause} on {top.component} ({top.confidence:.2f})"
+                    if top
+                    else None,
+                }
+            )
+        return out
+
+    def answer(self, question: str) -> AnalystAnswer:
+        if not self.diagnoses:
+            return AnalystAnswer("No incident is open: the analyst finds the cluster healthy.")
+        diagnosis = self.focus(question)
+        if diagnosis is None:
+            named = INCIDENT_ID.search(question)
+            known = ", ".join(d.incident.incident_id for d in self.diagnoses)
+            return AnalystAnswer(f"No incident {named.group(0) if named else ''} (known: {known}).")
+        answer = self.explain(diagnosis)
+        if not self.is_analyst_question(question):
+            answer.free_form = True
+            answer.text = (
+                "That is a free-form question: answering it needs an LLM (set AIOPS_LLM_BASE_URL and "
+                "AIOPS_LLM_MODEL). The analyst's view of the current incident:\n" + answer.text
+            )
+        return answer
+
+    def explain(self, d: Diagnosis, top: int = 3) -> AnalystAnswer:
+        i = d.incident
+        lines = [f"{i.incident_id} ({i.severity}): {i.title}."]
+        if not d.hypotheses:
+            lines.append("The analyst has no hypothesis for it.")
+            return AnalystAnswer("\n".join(lines), i.incident_id)
+        best = d.hypotheses[0]
+        lines.append(
+            f"Top hypothesis: {best.root_cause} on {best.component} (confidence {best.confidence:.2f}): "
+            f"{best.summary}"
+        )
+        for rank, h in enumerate(d.hypotheses[1:top], start=2):
+            lines.append(f"  #{rank} {h.root_cause} on {h.component} ({h.confidence:.2f})")
+        evidence = best.evidence[:4]
+        if evidence:
+            lines.append("Evidence:")
+            lines.extend(f"  {'+' if e.supports else '-'} {e.claim}" for e in evidence)
+        if d.proposals:
+            lines.append("Playbook actions (each needs approval where physical):")
+            lines.extend(
+                f"  - {p.action} -> {p.target}{' ' + json.dumps(p.parameters) if p.parameters else ''}"
+                f" ({'physical' if p.physical else 'digital'}): {p.reason}"
+                for p in d.proposals
+            )
+        return AnalystAnswer("\n".join(lines), i.incident_id, list(evidence))

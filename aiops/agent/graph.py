@@ -1,0 +1,287 @@
+"""The agent as a LangGraph graph:
+
+    understand → gather (LLM + read-only tools) → hypothesise (ground the answer) → propose → guardrail
+      → approval (interrupt: a person decides) ⇄ execute (own node, idempotent by proposal id) → verify → report
+
+Nothing with an effect on the world happens before `interrupt()`. A resume value only ever comes from a person's
+`/approve` or `/reject` (the session records the approval in the guardrails first); the executor refuses an
+action without a recorded approval whatever the graph's state says. State is plain JSON, checkpointed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from aiops.agent.analyst import Analyst
+from aiops.agent.config import Limits
+from aiops.agent.gather import investigate
+from aiops.agent.grounding import Citation, Claim, claims_from_evidence, verified_citation_rate, verify_claims
+from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
+from aiops.agent.sqltool import ReadOnlySQL
+from aiops.agent.tools import ToolBox
+
+
+class AgentState(TypedDict, total=False):
+    thread_id: str
+    question: str
+    asked_by: str
+    intent: str  # analyst | free_form
+    incident_id: str | None
+    analyst_text: str
+    analyst_claims: list[dict[str, Any]]
+    llm: dict[str, Any]
+    draft: dict[str, Any] | None
+    plain_text: str
+    tool_log: list[dict[str, Any]]
+    failures: list[str]
+    source: str  # llm | analyst
+    answer: str
+    claims: list[dict[str, Any]]
+    citation_rate: float
+    proposals: list[dict[str, Any]]
+    executions: dict[str, dict[str, Any]]
+    verifications: dict[str, dict[str, Any]]
+    report: str
+
+
+@dataclass
+class Deps:
+    analyst: Analyst
+    tools: ToolBox
+    sql: ReadOnlySQL
+    guard: Guard
+    journal: Journal
+    llm: Chat | None
+    limits: Limits
+    world: World | None = None
+    settle_s: float = 60.0
+
+
+def proposal_id(thread_id: str, action: dict[str, Any]) -> str:
+    digest = hashlib.sha256((thread_id + json.dumps(action, sort_keys=True)).encode()).hexdigest()
+    return "P-" + digest[:8]
+
+
+def _claims_from_draft(draft: dict[str, Any], tool_log: list[dict[str, Any]]) -> list[Claim]:
+    sql_calls = {e["call_id"]: e for e in tool_log if e["name"] == "sql" and e["ok"]}
+    out = []
+    for item in draft.get("claims", []):
+        if isinstance(item, str):
+            out.append(Claim(text=item))
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+            out.append(Claim(text=json.dumps(item)[:200], status="unverifiable", note="malformed claim"))
+            continue
+        citation = None
+        call = sql_calls.get(str(item.get("tool_call_id", "")))
+        values = item.get("values")
+        if call is not None:
+            rows = call["result"]["rows"][:12]
+            citation = Citation(
+                sql=call["result"]["sql"], values=values if isinstance(values, list) else rows
+            )
+        elif isinstance(item.get("sql"), str):
+            citation = Citation(
+                sql=item["sql"],
+                params=item.get("params") or [],
+                values=values if isinstance(values, list) else [],
+            )
+        out.append(Claim(text=item["text"], citation=citation))
+    return out
+
+
+def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    def understand(state: AgentState) -> AgentState:
+        answer = deps.analyst.answer(state["question"])
+        deps.journal.record("question", {"question": state["question"], "asked_by": state.get("asked_by", ""),
+                                         "incident_id": answer.incident_id}, thread_id=state["thread_id"])  # fmt: skip
+        return {
+            "intent": "free_form" if answer.free_form else "analyst",
+            "incident_id": answer.incident_id,
+            "analyst_text": answer.text,
+            "analyst_claims": [c.model_dump() for c in claims_from_evidence(answer.evidence)],
+            "failures": [],
+            "tool_log": [],
+            "executions": {},
+            "verifications": {},
+        }
+
+    def gather(state: AgentState) -> AgentState:
+        if deps.llm is None:
+            return {"llm": {"used": False}, "draft": None, "plain_text": ""}
+        found = investigate(deps.llm, deps.tools, deps.journal, deps.limits, state["question"],
+                            deps.analyst.incidents_summary(), state["thread_id"])  # fmt: skip
+        failures = list(state.get("failures", [])) + ([found.failure] if found.failure else [])
+        return {"llm": {"used": True, **found.usage()}, "draft": found.draft, "plain_text": found.plain_text,
+                "tool_log": found.tool_log, "failures": failures}  # fmt: skip
+
+    def hypothesise(state: AgentState) -> AgentState:
+        analyst_claims = [Claim.model_validate(c) for c in state.get("analyst_claims", [])]
+        draft, failed = state.get("draft"), bool(state.get("failures"))
+        if draft is not None and not failed:
+            claims, text, source = (
+                _claims_from_draft(draft, state.get("tool_log", [])),
+                draft.get("answer", ""),
+                "llm",
+            )
+        elif state.get("plain_text") and not failed:
+            claims, text, source = [Claim(text=state["plain_text"])], state["plain_text"], "llm"
+        else:
+            claims, text, source = analyst_claims, state["analyst_text"], "analyst"
+        checked = verify_claims(claims, deps.sql)
+        rate = verified_citation_rate(checked)
+        deps.journal.record("answer", {"source": source, "answer": text, "citation_rate": rate,
+                                       "claims": [c.model_dump() for c in checked]}, thread_id=state["thread_id"])  # fmt: skip
+        return {
+            "source": source,
+            "answer": text,
+            "claims": [c.model_dump() for c in checked],
+            "citation_rate": rate,
+        }
+
+    def propose(state: AgentState) -> AgentState:
+        raw: list[Any] = []
+        if state["source"] == "llm":
+            raw = list((state.get("draft") or {}).get("proposals", []))
+        elif state["intent"] == "analyst" and state.get("incident_id"):
+            d = deps.analyst.get(str(state["incident_id"]))
+            raw = [{"kind": p.action, "target": p.target, "parameters": p.parameters, "reason": p.reason}
+                   for p in (d.proposals if d else [])]  # fmt: skip
+        proposals = []
+        for item in raw:
+            if (
+                not isinstance(item, dict)
+                or not isinstance(item.get("kind"), str)
+                or not isinstance(item.get("target"), str)
+            ):
+                proposals.append({"proposal_id": proposal_id(state["thread_id"], {"raw": str(item)}), "kind": "?",
+                                  "target": "?", "parameters": {}, "reason": "", "status": "denied",
+                                  "reasons": ["malformed proposal"], "source": state["source"]})  # fmt: skip
+                continue
+            params = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
+            action = {"kind": item["kind"], "target": item["target"], "parameters": params}
+            proposals.append({"proposal_id": proposal_id(state["thread_id"], action), **action,
+                              "reason": str(item.get("reason", ""))[:500], "status": "new", "source": state["source"]})  # fmt: skip
+        return {"proposals": proposals}
+
+    def guardrail(state: AgentState) -> AgentState:
+        out = []
+        for p in state["proposals"]:
+            if p["status"] != "new":
+                out.append(p)
+                continue
+            action = {k: p[k] for k in ("kind", "target", "parameters")}
+            verdict = deps.guard.check(action)
+            p = {**p, "physical": verdict.physical, "risk": verdict.risk, "action_hash": verdict.action_hash,
+                 "reasons": verdict.reasons}  # fmt: skip
+            if verdict.allowed:
+                p.update(
+                    status="pending", expires_ts_s=deps.guard.request(p["proposal_id"], action, p["reason"])
+                )
+            else:
+                p["status"] = "denied"
+            deps.journal.record("proposal", p, thread_id=state["thread_id"], proposal_id=p["proposal_id"])
+            out.append(p)
+        return {"proposals": out}
+
+    def approval(state: AgentState) -> AgentState:
+        pending = [p for p in state["proposals"] if p["status"] == "pending"]
+        decision = interrupt(
+            {"thread_id": state["thread_id"], "pending": [p["proposal_id"] for p in pending]}
+        )
+        wanted = decision.get("proposal_id") if isinstance(decision, dict) else None
+        verdicts = {"approve": "approved", "reject": "rejected", "expired": "expired"}
+        out = []
+        for p in state["proposals"]:
+            if (
+                p["proposal_id"] == wanted
+                and p["status"] == "pending"
+                and decision.get("decision") in verdicts
+            ):
+                p = {**p, "status": verdicts[decision["decision"]], "decided_by": str(decision.get("by", "")),
+                     "note": str(decision.get("reason", ""))}  # fmt: skip
+            out.append(p)
+        return {"proposals": out}
+
+    def execute(state: AgentState) -> AgentState:
+        executions = dict(state.get("executions", {}))
+        out = []
+        for p in state["proposals"]:
+            pid = p["proposal_id"]
+            if p["status"] == "approved" and pid not in executions:
+                action = {k: p[k] for k in ("kind", "target", "parameters")}
+                before = deps.world.metrics(p["target"]) if deps.world else {}
+                try:
+                    result = deps.guard.execute(pid, action)
+                    executions[pid] = {"ok": True, "result": result, "before": before}
+                    p = {**p, "status": "executed"}
+                except ExecutionRefused as exc:
+                    executions[pid] = {"ok": False, "error": str(exc), "reason": exc.reason}
+                    p = {**p, "status": "refused", "note": str(exc)}
+                deps.journal.record(
+                    "execution", executions[pid], thread_id=state["thread_id"], proposal_id=pid
+                )
+            out.append(p)
+        return {"proposals": out, "executions": executions}
+
+    def verify(state: AgentState) -> AgentState:
+        verifications = dict(state.get("verifications", {}))
+        todo = [
+            p
+            for p in state["proposals"]
+            if p["status"] == "executed" and p["proposal_id"] not in verifications
+        ]
+        if todo and deps.world is not None:
+            deps.world.advance(deps.settle_s)
+            for p in todo:
+                pid = p["proposal_id"]
+                before = state["executions"][pid].get("before", {})
+                after = deps.world.metrics(p["target"])
+                changed = {
+                    k: [before.get(k), v] for k, v in after.items() if k != "elapsed_s" and before.get(k) != v
+                }
+                verifications[pid] = {
+                    "settle_s": deps.settle_s,
+                    "before": before,
+                    "after": after,
+                    "changed": changed,
+                }
+                deps.journal.record(
+                    "verification", verifications[pid], thread_id=state["thread_id"], proposal_id=pid
+                )
+        return {"verifications": verifications}
+
+    def report(state: AgentState) -> AgentState:
+        counts: dict[str, int] = {}
+        for p in state.get("proposals", []):
+            counts[p["status"]] = counts.get(p["status"], 0) + 1
+        text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no proposals"
+        deps.journal.record("report", {"proposals": counts}, thread_id=state["thread_id"])
+        return {"report": text}
+
+    def after_checks(state: AgentState) -> str:
+        return "approval" if any(p["status"] == "pending" for p in state.get("proposals", [])) else "report"
+
+    graph = StateGraph(AgentState)
+    for name, node in (("understand", understand), ("gather", gather), ("hypothesise", hypothesise),
+                       ("propose", propose), ("guardrail", guardrail), ("approval", approval),
+                       ("execute", execute), ("verify", verify), ("report", report)):  # fmt: skip
+        graph.add_node(name, node)
+    graph.add_edge(START, "understand")
+    graph.add_edge("understand", "gather")
+    graph.add_edge("gather", "hypothesise")
+    graph.add_edge("hypothesise", "propose")
+    graph.add_edge("propose", "guardrail")
+    graph.add_conditional_edges("guardrail", after_checks, ["approval", "report"])
+    graph.add_edge("approval", "execute")
+    graph.add_edge("execute", "verify")
+    graph.add_conditional_edges("verify", after_checks, ["approval", "report"])
+    graph.add_edge("report", END)
+    return graph.compile(checkpointer=checkpointer)

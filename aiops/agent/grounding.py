@@ -1,0 +1,157 @@
+"""Grounded answers: every factual claim carries a citation (the SQL and the values it returned); before an
+answer is shown each citation is re-run over the read-only store and compared.
+
+A claim is `verified` when its SQL re-runs, every cited row is among the rows the re-run returns, and every
+number in the claim's text is one of the cited values (to the precision the text states). `mismatch` when the
+SQL runs but the values differ; `unverifiable` when there is no citation or it cannot be re-run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aiops.agent.sqltool import ReadOnlySQL, SQLRejected
+from aiops.models import Evidence
+
+Status = Literal["verified", "mismatch", "unverifiable", "pending"]
+# A number not glued to an identifier (node3, gpu5, INC-0001, policy:rule-2) or a clock (12:04); units may
+# follow it (88°C, 3.5s).
+_NUMBER = re.compile(r"(?<![\w/.#:-])-?\d+(?:\.\d+)?(?![\d:]|\.\d)")
+_NUMERIC = re.compile(r"^-?\d+(?:\.\d+)?$")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+
+
+class Citation(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    sql: str
+    params: list[Any] = Field(default_factory=list)
+    values: list[Any] = Field(default_factory=list)  # rows (dicts) the SQL returned, or scalar values
+
+
+class Claim(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str
+    citation: Citation | None = None
+    status: Status = "pending"
+    note: str = ""
+    check_numbers: bool = True  # the analyst's templated claims are checked by their rows only
+
+    def mark(self) -> str:
+        return {"verified": "✓", "mismatch": "✗", "unverifiable": "?", "pending": "…"}[self.status]
+
+
+def claims_from_evidence(evidence: list[Evidence]) -> list[Claim]:
+    return [
+        Claim(
+            text=e.claim,
+            citation=Citation(sql=e.sql, params=e.params, values=e.rows),
+            check_numbers=False,
+        )
+        for e in evidence
+    ]
+
+
+def numbers_in(text: str) -> list[tuple[float, int]]:
+    """(value, decimals) for each stand-alone number in `text`."""
+    out = []
+    for match in _NUMBER.finditer(_THOUSANDS.sub("", text)):
+        token = match.group(0)
+        decimals = len(token.split(".")[1]) if "." in token else 0
+        out.append((float(token), decimals))
+    return out
+
+
+def _close(claimed: float, actual: float, decimals: int) -> bool:
+    tolerance = max(0.5 * 10.0**-decimals, 1e-6 * abs(actual))
+    return math.isfinite(actual) and abs(claimed - actual) <= tolerance + 1e-9
+
+
+def _decimals(value: float) -> int:
+    text = repr(value)
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 0
+
+
+def values_equal(claimed: Any, actual: Any) -> bool:
+    if isinstance(claimed, bool) or isinstance(actual, bool):
+        return bool(claimed == actual)
+    if isinstance(claimed, int | float) and isinstance(actual, int | float):
+        return _close(
+            float(claimed), float(actual), _decimals(float(claimed)) if isinstance(claimed, float) else 0
+        )
+    if isinstance(claimed, list) and isinstance(actual, list):
+        return len(claimed) == len(actual) and all(
+            values_equal(c, a) for c, a in zip(claimed, actual, strict=True)
+        )
+    return str(claimed) == str(actual)
+
+
+def _row_matches(claimed: dict[str, Any], actual: dict[str, Any]) -> bool:
+    return all(k in actual and values_equal(v, actual[k]) for k, v in claimed.items())
+
+
+def _scalars(values: list[Any]) -> list[float]:
+    out: list[float] = []
+    for v in values:
+        if isinstance(v, dict):
+            out.extend(_scalars(list(v.values())))
+        elif isinstance(v, list):
+            out.extend(_scalars(v))
+        elif (isinstance(v, int | float) and not isinstance(v, bool)) or (
+            isinstance(v, str) and _NUMERIC.match(v.strip())
+        ):
+            out.append(float(v))
+    return out
+
+
+def verify_claim(claim: Claim, sql: ReadOnlySQL) -> Claim:
+    """A copy of `claim` with its status and a note saying what was checked."""
+    c = claim.citation
+    if c is None:
+        return claim.model_copy(update={"status": "unverifiable", "note": "no citation"})
+    try:
+        rerun = sql.run(c.sql, c.params)
+    except SQLRejected as exc:
+        return claim.model_copy(update={"status": "unverifiable", "note": f"citation does not re-run: {exc}"})
+    rows: list[dict[str, Any]] = rerun["rows"]
+    actual_scalars = _scalars(rows)
+    for value in c.values:
+        if isinstance(value, dict):
+            if not any(_row_matches(value, r) for r in rows):
+                return claim.model_copy(
+                    update={"status": "mismatch", "note": f"cited row not returned: {value}"}
+                )
+        elif not any(values_equal(value, a) for r in rows for a in r.values()):
+            return claim.model_copy(
+                update={"status": "mismatch", "note": f"cited value not returned: {value!r}"}
+            )
+    if claim.check_numbers:
+        # Numbers in the text must be what the SQL returned now, not only what the model said it returned.
+        cited = [
+            s for s in _scalars(c.values) if any(_close(s, a, 6) for a in actual_scalars)
+        ] or actual_scalars
+        for number, decimals in numbers_in(claim.text):
+            if not any(_close(number, v, decimals) for v in cited):
+                return claim.model_copy(
+                    update={
+                        "status": "mismatch",
+                        "note": f"{number:g} in the text is not among the cited values",
+                    }
+                )
+    if not c.values and not rows:
+        return claim.model_copy(update={"status": "verified", "note": "re-ran: no rows, as cited"})
+    return claim.model_copy(update={"status": "verified", "note": f"re-ran: {len(rows)} row(s) match"})
+
+
+def verify_claims(claims: list[Claim], sql: ReadOnlySQL) -> list[Claim]:
+    return [verify_claim(c, sql) for c in claims]
+
+
+def verified_citation_rate(claims: list[Claim]) -> float:
+    """Verified claims over all claims (0.0 when there are none: an answer with no claims grounds nothing)."""
+    if not claims:
+        return 0.0
+    return sum(1 for c in claims if c.status == "verified") / len(claims)

@@ -1,0 +1,180 @@
+"""The agent's tools. Every one is read-only: SQL over the read-only store, the analyst's incidents and
+hypotheses, playbooks, topology, and a what-if preview that runs copies of the simulated twin. None of them
+proposes, approves or executes anything; proposals travel in the final answer and go through guardrails.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiops.agent.analyst import Analyst
+from aiops.agent.sqltool import ReadOnlySQL, SQLRejected
+from aiops.errors import AiopsError
+from aiops.playbooks import load_playbooks
+from aiops.store import Store
+
+Preview = Callable[[dict[str, Any], float], dict[str, Any]]
+
+
+class ToolError(AiopsError):
+    """A tool refused its arguments or failed; the message goes back to the model as the tool's result."""
+
+
+class UnknownTool(AiopsError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        super().__init__(f"unknown tool '{name}' (tools: {', '.join(known)})")
+
+
+def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+_ACTION = {
+    "type": "object",
+    "properties": {
+        "kind": {"type": "string", "description": "an action kind, e.g. set_power_limit"},
+        "target": {"type": "string", "description": "a component name, e.g. node3/gpu5"},
+        "parameters": {"type": "object"},
+    },
+    "required": ["kind", "target"],
+}
+
+TOOL_SPECS: list[dict[str, Any]] = [
+    _spec(
+        "sql",
+        "Run one read-only SELECT over the telemetry DuckDB (tables: topology, jobs, job_ranks, gpu_samples, "
+        "gpu_events, nic_samples, flow_class_samples, lane_rules, collective_samples, job_steps, rack_samples, "
+        "host_samples, incidents, hypotheses). Timestamps are ts_s, Unix seconds. Row- and time-limited.",
+        {"query": {"type": "string"}},
+        ["query"],
+    ),
+    _spec("incidents", "List the detected incidents with the analyst's top hypothesis.", {}, []),
+    _spec(
+        "hypotheses",
+        "The analyst's ranked root-cause hypotheses for one incident, with evidence (SQL and rows).",
+        {"incident_id": {"type": "string"}},
+        ["incident_id"],
+    ),
+    _spec(
+        "playbook",
+        "The playbook for a root-cause label: signature, checks, safe remediations.",
+        {"label": {"type": "string"}},
+        ["label"],
+    ),
+    _spec(
+        "topology",
+        "A component's place in the cluster: parent chain, children, jobs and ranks on it.",
+        {"component": {"type": "string"}},
+        ["component"],
+    ),
+    _spec(
+        "whatif",
+        "Preview an action on a copy of the simulated twin: metrics after horizon_s without and with it. "
+        "Changes nothing.",
+        {"action": _ACTION, "horizon_s": {"type": "number"}},
+        ["action"],
+    ),
+]
+TOOL_NAMES = [s["function"]["name"] for s in TOOL_SPECS]
+
+
+class ToolBox:
+    def __init__(
+        self,
+        store: Store,
+        sql: ReadOnlySQL,
+        analyst: Analyst,
+        preview: Preview | None = None,
+        horizon_s: float = 120.0,
+    ) -> None:
+        self.store = store
+        self.sql = sql
+        self.analyst = analyst
+        self.preview = preview
+        self.horizon_s = horizon_s
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        handler = getattr(self, f"tool_{name}", None) if name in TOOL_NAMES else None
+        if handler is None:
+            raise UnknownTool(name, TOOL_NAMES)
+        try:
+            result: dict[str, Any] = handler(**arguments)
+        except TypeError as exc:
+            raise ToolError(f"{name}: bad arguments {json.dumps(arguments)[:200]}: {exc}") from exc
+        return result
+
+    def tool_sql(self, query: str) -> dict[str, Any]:
+        try:
+            return {"sql": query, **self.sql.run(query)}
+        except SQLRejected as exc:
+            raise ToolError(f"sql rejected: {exc}") from exc
+
+    def tool_incidents(self) -> dict[str, Any]:
+        return {"incidents": self.analyst.incidents_summary()}
+
+    def tool_hypotheses(self, incident_id: str) -> dict[str, Any]:
+        d = self.analyst.get(incident_id)
+        if d is None:
+            known = [x.incident.incident_id for x in self.analyst.diagnoses]
+            raise ToolError(f"no incident '{incident_id}' (known: {', '.join(known) or 'none'})")
+        return {
+            "incident": d.incident.model_dump(),
+            "hypotheses": [h.model_dump() for h in d.hypotheses[:5]],
+            "playbook_proposals": [p.model_dump() for p in d.proposals],
+        }
+
+    def tool_playbook(self, label: str) -> dict[str, Any]:
+        book = load_playbooks().get(label)
+        if book is None:
+            raise ToolError(f"no playbook for '{label}' (labels: {', '.join(sorted(load_playbooks()))})")
+        return book.model_dump()
+
+    def tool_topology(self, component: str) -> dict[str, Any]:
+        if component.startswith("job:"):
+            job = component.removeprefix("job:")
+            ranks = self.store.query(
+                "SELECT rank, gpu, node, nic FROM job_ranks WHERE job = ? ORDER BY rank", [job]
+            )
+            info = self.store.query("SELECT * FROM jobs WHERE job = ?", [job])
+            if not info:
+                raise ToolError(f"no job '{job}'")
+            return {"job": info[0], "ranks": ranks[:64], "ranks_total": len(ranks)}
+        rows = self.store.query("SELECT * FROM topology WHERE component = ?", [component])
+        if not rows:
+            raise ToolError(f"no component '{component}' in the topology")
+        chain, parent = [], rows[0]["parent"]
+        while parent:
+            chain.append(parent)
+            up = self.store.query("SELECT parent FROM topology WHERE component = ?", [parent])
+            parent = up[0]["parent"] if up else None
+        children = self.store.query(
+            "SELECT component, kind FROM topology WHERE parent = ? ORDER BY component", [component]
+        )
+        jobs = self.store.query(
+            "SELECT job, count(*) AS ranks FROM job_ranks WHERE gpu = ? OR node = ? OR nic = ? GROUP BY job ORDER BY job",
+            [component, component, component],
+        )
+        return {"component": rows[0], "parents": chain, "children": children[:64], "jobs": jobs}
+
+    def tool_whatif(self, action: dict[str, Any], horizon_s: float | None = None) -> dict[str, Any]:
+        if self.preview is None:
+            raise ToolError("what-if needs the simulated twin (start the chat with --scenario)")
+        if not isinstance(action, dict) or "kind" not in action or "target" not in action:
+            raise ToolError("whatif: action must be an object with kind, target and parameters")
+        horizon = min(float(horizon_s or self.horizon_s), 3600.0)
+        try:
+            return self.preview(action, horizon)
+        except AiopsError as exc:
+            raise ToolError(f"whatif: {exc}") from exc
+        except (ValueError, KeyError) as exc:
+            raise ToolError(f"whatif: the twin refused the action: {exc}") from exc
