@@ -168,10 +168,7 @@ class Analyst:
         )
         for rank, h in enumerate(d.hypotheses[1:top], start=2):
             lines.append(f"  #{rank} {h.root_cause} on {h.component} ({h.confidence:.2f})")
-        evidence = best.evidence[:4]
-        if evidence:
-            lines.append("Evidence:")
-            lines.extend(f"  {'+' if e.supports else '-'} {e.claim}" for e in evidence)
+        evidence = best.evidence[:4]  # shown as claims, each with its re-run citation
         if d.proposals:
             lines.append("Playbook actions (each needs approval where physical):")
             lines.extend(

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.simulate",
     "aiops.cli.lanes",
     "aiops.cli.lab",
+    "aiops.cli.chat",
 )
 
 

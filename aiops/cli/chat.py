@@ -1,0 +1,185 @@
+"""`aiops chat`: investigate in a REPL, with the LLM when one is configured and the analyst always.
+
+Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why ID, /help, /quit.
+Approvals carry the person's name (--as NAME, else $USER) and go through the guardrails; pending ones live in
+the checkpointer beside the database and survive restarts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from aiops.agent.session import AgentSession, Reply
+from aiops.errors import AiopsError
+
+HELP = (
+    "ask anything, or: /incidents  /actions  /approve ID  /reject ID REASON  /why ID  /help  /quit\n"
+    "nothing physical runs without your /approve; the model cannot approve anything"
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("chat", help="investigate incidents in chat; approve or reject proposed actions")
+    p.add_argument("--db", default="out/demo.duckdb", help="telemetry DuckDB (opened read-only)")
+    p.add_argument("--scenario", help="scenario YAML of a simulated run: the twin for what-if and execution")
+    p.add_argument("--as", dest="user", help="your name on approvals (default: $USER)")
+    p.add_argument("--approval-ttl", type=float, default=900.0, help="seconds an approval request stays open")
+    p.set_defaults(func=run)
+
+
+def _clock(ts_s: Any) -> str:
+    return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%H:%M:%S") if ts_s else "-"
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiops.agent.wiring import open_session
+
+    user = args.user or os.environ.get("USER") or getpass.getuser()
+    console = Console(highlight=False)
+    with open_session(args.db, scenario=args.scenario, ttl_s=args.approval_ttl) as session:
+        console.print(f"[bold]aiops chat[/] on [cyan]{escape(args.db)}[/] as [cyan]{escape(user)}[/]")
+        console.print(f"LLM: {escape(session.config.describe())}")
+        console.print(
+            "twin: "
+            + (
+                "simulated world attached"
+                if session.world
+                else "none (no --scenario): no what-if, no execution"
+            )
+        )
+        waiting = session.pending()
+        if waiting:
+            console.print(f"[yellow]{len(waiting)} action(s) waiting for approval[/] (/actions)")
+        console.print(f"[dim]{escape(HELP)}[/]")
+        while True:
+            try:
+                line = console.input("[bold]aiops>[/] ").strip()
+            except EOFError:
+                break
+            if not line:
+                continue
+            if line in ("/quit", "/exit", "/q"):
+                break
+            try:
+                handle(console, session, user, line)
+            except AiopsError as exc:
+                console.print(f"[bold red]error:[/] {escape(str(exc))}")
+    return 0
+
+
+def handle(console: Console, session: AgentSession, user: str, line: str) -> None:
+    command, _, rest = line.partition(" ")
+    rest = rest.strip()
+    if command == "/help":
+        console.print(escape(HELP))
+    elif command == "/incidents":
+        show_incidents(console, session)
+    elif command == "/actions":
+        show_actions(console, session.actions())
+    elif command == "/approve":
+        if not rest:
+            raise AiopsError("usage: /approve ID")
+        show_reply(console, session.approve(rest.split()[0], user))
+    elif command == "/reject":
+        pid, _, reason = rest.partition(" ")
+        if not pid or not reason.strip():
+            raise AiopsError("usage: /reject ID REASON")
+        show_reply(console, session.reject(pid, user, reason.strip()))
+    elif command == "/why":
+        if not rest:
+            raise AiopsError("usage: /why ID")
+        show_why(console, session.why(rest.split()[0]))
+    elif command.startswith("/"):
+        raise AiopsError(f"unknown command {command} (/help)")
+    else:
+        show_reply(console, session.ask(line, user))
+
+
+def show_incidents(console: Console, session: AgentSession) -> None:
+    rows = session.analyst.incidents_summary()
+    if not rows:
+        console.print("[green]No incident: the cluster looks healthy.[/]")
+        return
+    table = Table(title="incidents")
+    for column in ("id", "opened", "severity", "title", "top hypothesis"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r["incident_id"],
+            _clock(r["opened_ts_s"]),
+            r["severity"],
+            escape(r["title"]),
+            escape(r["top_hypothesis"] or "-"),
+        )
+    console.print(table)
+
+
+def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
+    if not actions:
+        console.print("No proposals yet.")
+        return
+    table = Table(title="proposed actions")
+    for column in ("id", "status", "action", "target", "parameters", "risk", "expires", "reason"):
+        table.add_column(column)
+    for a in actions:
+        status = a["status"] + (" (expired)" if a.get("overdue") else "")
+        table.add_row(a["proposal_id"], status, escape(a["kind"]), escape(a["target"]), escape(str(a.get("parameters") or "")),
+                      str(a.get("risk", "")), _clock(a.get("expires_ts_s")), escape(a.get("reason", "")))  # fmt: skip
+    console.print(table)
+
+
+def show_reply(console: Console, reply: Reply) -> None:
+    for failure in reply.failures:
+        console.print(f"[bold red]LLM failed:[/] {escape(failure)} — the analyst's answer stands.")
+    label = "agent" if reply.source == "llm" else "analyst"
+    console.print(f"[bold]{label}:[/] {escape(reply.answer)}")
+    for claim in reply.claims:
+        style = {"verified": "green", "mismatch": "red", "unverifiable": "yellow"}.get(claim.status, "white")
+        console.print(
+            f"  [{style}]{claim.mark()} {claim.status}[/] {escape(claim.text)} [dim]({escape(claim.note)})[/]"
+        )
+    if reply.claims:
+        console.print(f"  [dim]verified citations: {reply.citation_rate:.0%}[/]")
+    if reply.source == "llm" and reply.analyst_text:
+        first = reply.analyst_text.splitlines()[1:2]
+        if first:
+            console.print(f"[dim]analyst: {escape(first[0])}[/]")
+    for pid, execution in reply.executions.items():
+        if execution.get("ok"):
+            console.print(
+                f"[green]executed {pid}[/]: {escape(str(execution.get('result', {}).get('result', '')))}"
+            )
+        else:
+            console.print(f"[red]not executed {pid}[/]: {escape(str(execution.get('error')))}")
+    for pid, check in reply.verifications.items():
+        console.print(
+            f"[cyan]effect of {pid}[/] after {check['settle_s']:g} s: {escape(str(check['changed']))}"
+        )
+    if reply.proposals:
+        show_actions(console, reply.proposals)
+        if reply.waiting:
+            console.print("[yellow]waiting for a person:[/] /approve ID or /reject ID REASON")
+
+
+def show_why(console: Console, why: dict[str, Any]) -> None:
+    p = why["proposal"]
+    console.print(
+        f"[bold]{p['proposal_id']}[/]: {escape(p['kind'])} → {escape(p['target'])} ({p['status']}, from the {p.get('source')})"
+    )
+    console.print(f"reason: {escape(p.get('reason', ''))}")
+    for reason in p.get("reasons") or []:
+        console.print(f"guardrail: {escape(reason)}")
+    console.print(f"asked: {escape(p.get('question', ''))}")
+    show_reply(console, why["reply"])
+    for entry in why["log"]:
+        console.print(
+            f"[dim]{_clock(entry['ts_s'])} {entry['kind']} {escape(str(entry['payload'])[:200])}[/]"
+        )
