@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from aiops.store import Store
-from collectors.nvml import GPU_SCHEMA
+from collectors.schema import SCHEMAS
 
 
 def batch(rows: int) -> pa.Table:
@@ -22,7 +22,7 @@ def batch(rows: int) -> pa.Table:
     gpus = np.array([f"node{n}/gpu{g}" for n in range(8) for g in range(8)])
     index = np.arange(rows) % gpus.size
     columns: dict[str, object] = {}
-    for field in GPU_SCHEMA:
+    for field in SCHEMAS["gpu_samples"]:
         if field.name == "ts_s":
             columns[field.name] = 1_767_225_600.0 + np.arange(rows) // gpus.size
         elif field.name == "gpu":
@@ -35,7 +35,7 @@ def batch(rows: int) -> pa.Table:
             columns[field.name] = rng.uniform(0, 700, rows)
         else:
             columns[field.name] = rng.integers(0, 100, rows)
-    return pa.table(columns, schema=GPU_SCHEMA)
+    return pa.table(columns, schema=SCHEMAS["gpu_samples"])
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiops.scenarios import parse_scenario  # noqa: E402
-from aiops.sim import World, simulate  # noqa: E402
-from aiops.store import Store  # noqa: E402
+from aiops.scenarios import parse_scenario
+from aiops.sim import World, simulate
+from aiops.store import Store
 
 DURATION_S = 600.0
 SCENARIO = {
@@ -46,12 +46,16 @@ def main() -> None:
             rows = store.scalar("SELECT count(*) FROM gpu_samples")
         print(f"full path #{repeat + 1}: {rate:,.0f} sim-s/s ({rows:,} GPU samples)", file=sys.stderr)
         best = max(best, rate)
-    print(json.dumps({
-        "sim_seconds_per_wall_second": round(best, 1),
-        "world_only_sim_seconds_per_wall_second": round(world_rate, 1),
-        "gpus": 64,
-        "duration_s": DURATION_S,
-    }))
+    print(
+        json.dumps(
+            {
+                "sim_seconds_per_wall_second": round(best, 1),
+                "world_only_sim_seconds_per_wall_second": round(world_rate, 1),
+                "gpus": 64,
+                "duration_s": DURATION_S,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """NVML collector: one code path for nvidia-ml-py's `pynvml` on a real GPU node and the simulator's NVML.
 
-Per-GPU NVML errors are recorded (a gpu_samples row with `nvml_error` and NULL metrics, plus a
-collector_errors row), never fatal. A field the device does not support (NVML_ERROR_NOT_SUPPORTED) is NULL.
-XID events are drained from an event set registered for `nvmlEventTypeXidCriticalError`.
+`NvmlCollector(nvml, node)` takes the `pynvml` module itself or `world.nvml(n)`. Per-GPU NVML errors are
+recorded (a gpu_samples row with `nvml_error` set and NULL metrics, plus a collector_errors row), never fatal.
+A reading the device does not support (NVML_ERROR_NOT_SUPPORTED) leaves its column NULL: the first such answer
+moves that GPU to a per-reading path that tolerates it. XID events are drained from an event set registered for
+`nvmlEventTypeXidCriticalError`.
 """
 
 from __future__ import annotations
@@ -13,237 +15,201 @@ from typing import Any
 import pyarrow as pa
 import pynvml
 
-from collectors.base import Columns, to_arrow
+from collectors.base import Row, RowBatch, to_arrow
+from collectors.schema import SCHEMAS, columns
 
-GPU_COLUMNS = (
-    "ts_s",
-    "gpu",
-    "node",
-    "uuid",
-    "util_pct",
-    "mem_util_pct",
-    "sm_clock_mhz",
-    "max_sm_clock_mhz",
-    "mem_clock_mhz",
-    "power_w",
-    "power_limit_w",
-    "power_limit_min_w",
-    "power_limit_max_w",
-    "temp_c",
-    "mem_temp_c",
-    "slowdown_temp_c",
-    "clocks_event_reasons",
-    "ecc_sbe_total",
-    "ecc_dbe_total",
-    "pcie_replay_total",
-    "pcie_link_gen",
-    "pcie_link_width",
-    "pcie_link_max_width",
-    "nvlink_crc_total",
-    "nvlink_replay_total",
-    "nvml_error",
-)
-GPU_SCHEMA = pa.schema(
-    [
-        ("ts_s", pa.float64()),
-        ("gpu", pa.string()),
-        ("node", pa.string()),
-        ("uuid", pa.string()),
-        *[
-            (c, pa.float64())
-            for c in (
-                "util_pct",
-                "mem_util_pct",
-                "sm_clock_mhz",
-                "max_sm_clock_mhz",
-                "mem_clock_mhz",
-                "power_w",
-                "power_limit_w",
-                "power_limit_min_w",
-                "power_limit_max_w",
-                "temp_c",
-                "mem_temp_c",
-                "slowdown_temp_c",
-            )
-        ],
-        ("clocks_event_reasons", pa.uint64()),
-        *[
-            (c, pa.int64())
-            for c in (
-                "ecc_sbe_total",
-                "ecc_dbe_total",
-                "pcie_replay_total",
-                "pcie_link_gen",
-                "pcie_link_width",
-                "pcie_link_max_width",
-                "nvlink_crc_total",
-                "nvlink_replay_total",
-            )
-        ],
-        ("nvml_error", pa.string()),
-    ]
-)
-SCHEMAS = {"gpu_samples": GPU_SCHEMA}
-NVLINK_LINKS = 18  # NVML_NVLINK_MAX_LINKS on Hopper
+GPU_COLUMNS = columns("gpu_samples")
+GPU_SCHEMA = SCHEMAS["gpu_samples"]
+EVENT_COLUMNS = columns("gpu_events")
+ERROR_COLUMNS = columns("collector_errors")
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (nvml.h)
+MEM_TEMP_FIELD = [pynvml.NVML_FI_DEV_MEMORY_TEMP]
+MAX_EVENTS_PER_COLLECT = 256
+_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+_SM, _MEM, _GPU_SENSOR = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVML_TEMPERATURE_GPU
+_CRC, _REPLAY = pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_REPLAY
+_CORRECTED, _UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+_VOLATILE = pynvml.NVML_VOLATILE_ECC
+_NULL_METRICS = (None,) * (len(GPU_COLUMNS) - 5)  # all but ts_s, gpu, node, uuid, nvml_error
+
+_ERROR_NAMES = {
+    getattr(pynvml, name): name.removeprefix("NVML_ERROR_")
+    for name in dir(pynvml)
+    if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)
+}
 
 
-def _error_name(exc: pynvml.NVMLError) -> str:
-    names = {
-        pynvml.NVML_ERROR_GPU_IS_LOST: "GPU_IS_LOST",
-        pynvml.NVML_ERROR_NOT_SUPPORTED: "NOT_SUPPORTED",
-        pynvml.NVML_ERROR_UNKNOWN: "UNKNOWN",
-        pynvml.NVML_ERROR_TIMEOUT: "TIMEOUT",
-    }
-    return names.get(getattr(exc, "value", -1), f"NVML_ERROR_{getattr(exc, 'value', '?')}")
+def error_name(exc: pynvml.NVMLError) -> str:
+    """`GPU_IS_LOST` for NVML_ERROR_GPU_IS_LOST, and so on (nvml.h names without the prefix)."""
+    code = getattr(exc, "value", None)
+    return _ERROR_NAMES.get(code, f"NVML_ERROR_{code}") if isinstance(code, int) else type(exc).__name__
+
+
+class _Static:
+    """Readings that do not change while the driver runs, read once per GPU."""
+
+    __slots__ = ("hi_w", "links", "lo_w", "max_clock_mhz", "max_width", "slowdown_c", "uuid")
+
+    def __init__(self, nvml: Any, h: Any, opt: Callable[..., Any]) -> None:
+        lo_mw, hi_mw = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
+        self.lo_w, self.hi_w = lo_mw / 1000, hi_mw / 1000
+        self.uuid: str = nvml.nvmlDeviceGetUUID(h)
+        self.max_clock_mhz = nvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
+        self.slowdown_c = opt(
+            nvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        )
+        self.max_width = opt(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+        self.links: list[int] = []
+        for link in range(NVLINK_MAX_LINKS):
+            try:
+                state = nvml.nvmlDeviceGetNvLinkState(h, link)
+            except pynvml.NVMLError:
+                break  # no NVLink (NOT_SUPPORTED) or past the last link (INVALID_ARGUMENT)
+            if state == pynvml.NVML_FEATURE_ENABLED:
+                self.links.append(link)
 
 
 class NvmlCollector:
     name = "nvml"
 
-    def __init__(self, nvml: Any, node: str, *, nvlink_links: int = 1) -> None:
+    def __init__(self, nvml: Any, node: str) -> None:
         self.nvml = nvml
         self.node = node
-        self.nvlink_links = nvlink_links
         nvml.nvmlInit()
         self.count = int(nvml.nvmlDeviceGetCount())
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.count)]
+        self.gpu_names = [f"{node}/gpu{i}" for i in range(self.count)]
+        self._static: list[_Static | None] = [None] * self.count
+        self._tolerant = [False] * self.count  # GPUs that answered NOT_SUPPORTED to some reading
         self.events: Any = None
         try:
             self.events = nvml.nvmlEventSetCreate()
             for handle in self.handles:
                 nvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self.events)
         except pynvml.NVMLError:
-            self.events = None
-        self._static: dict[int, tuple[Any, ...]] = {}
+            self.events = None  # no event support (or a GPU already lost): gpu_events stays empty
 
-    def _opt(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def close(self) -> None:
+        if self.events is not None:
+            self.nvml.nvmlEventSetFree(self.events)
+            self.events = None
+        self.nvml.nvmlShutdown()
+
+    @staticmethod
+    def _opt(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            if getattr(exc, "value", None) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+            if getattr(exc, "value", None) == _NOT_SUPPORTED:
                 return None
             raise
 
-    def _static_info(self, i: int, h: Any) -> tuple[Any, ...]:
-        if i not in self._static:
-            n = self.nvml
-            lo, hi = n.nvmlDeviceGetPowerManagementLimitConstraints(h)
-            self._static[i] = (
-                n.nvmlDeviceGetUUID(h),
-                float(n.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                lo / 1000.0,
-                hi / 1000.0,
-                float(n.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
-                self._opt(n.nvmlDeviceGetMaxPcieLinkWidth, h),
-            )
-        return self._static[i]
+    def _sample(self, i: int, h: Any, now_ts_s: float) -> Row:
+        static = self._static[i]
+        if static is None:
+            static = self._static[i] = _Static(self.nvml, h, self._opt)
+        if not self._tolerant[i]:
+            try:
+                return self._read_direct(h, static, now_ts_s, i)
+            except pynvml.NVMLError as exc:
+                if getattr(exc, "value", None) != _NOT_SUPPORTED:
+                    raise
+                self._tolerant[i] = True
+        return self._read(h, static, now_ts_s, i, self._opt)
 
-    def _sample(self, i: int, h: Any) -> list[Any]:
+    def _read_direct(self, h: Any, s: _Static, now_ts_s: float, i: int) -> Row:
+        """`_read` with every call made directly: the per-second path of a fully supported GPU (a test checks
+        that both give the same row)."""
         n = self.nvml
-        uuid, max_clock, lo_w, hi_w, slowdown_c, max_width = self._static_info(i, h)
         util = n.nvmlDeviceGetUtilizationRates(h)
-        mem_temp = None
-        fields = self._opt(n.nvmlDeviceGetFieldValues, h, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
-        if fields and fields[0].nvmlReturn == pynvml.NVML_SUCCESS:
-            mem_temp = float(fields[0].value.uiVal)
-        crc = replay = 0
-        for link in range(self.nvlink_links):
-            crc += int(
-                self._opt(n.nvmlDeviceGetNvLinkErrorCounter, h, link, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
-                or 0
-            )
-            replay += int(
-                self._opt(n.nvmlDeviceGetNvLinkErrorCounter, h, link, pynvml.NVML_NVLINK_ERROR_DL_REPLAY) or 0
-            )
-        return [
-            uuid,
-            float(util.gpu),
-            float(util.memory),
-            float(n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-            max_clock,
-            float(n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
-            n.nvmlDeviceGetPowerUsage(h) / 1000.0,
-            n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
-            lo_w,
-            hi_w,
-            float(n.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
-            mem_temp,
-            slowdown_c,
-            int(n.nvmlDeviceGetCurrentClocksEventReasons(h)),
-            self._opt(
-                n.nvmlDeviceGetTotalEccErrors,
-                h,
-                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                pynvml.NVML_VOLATILE_ECC,
-            ),
-            self._opt(
-                n.nvmlDeviceGetTotalEccErrors,
-                h,
-                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                pynvml.NVML_VOLATILE_ECC,
-            ),
-            self._opt(n.nvmlDeviceGetPcieReplayCounter, h),
-            self._opt(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            self._opt(n.nvmlDeviceGetCurrPcieLinkWidth, h),
-            max_width,
-            crc,
-            replay,
-            None,
-        ]
+        field = n.nvmlDeviceGetFieldValues(h, MEM_TEMP_FIELD)[0]
+        crc = replay = None
+        if s.links:
+            crc = sum([n.nvmlDeviceGetNvLinkErrorCounter(h, k, _CRC) for k in s.links])
+            replay = sum([n.nvmlDeviceGetNvLinkErrorCounter(h, k, _REPLAY) for k in s.links])
+        return (
+            now_ts_s, self.gpu_names[i], self.node, s.uuid, util.gpu, util.memory,
+            n.nvmlDeviceGetClockInfo(h, _SM), s.max_clock_mhz, n.nvmlDeviceGetClockInfo(h, _MEM),
+            n.nvmlDeviceGetPowerUsage(h) / 1000, n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, s.lo_w, s.hi_w,
+            n.nvmlDeviceGetTemperature(h, _GPU_SENSOR), field.value.uiVal if field.nvmlReturn == 0 else None,
+            s.slowdown_c, n.nvmlDeviceGetCurrentClocksEventReasons(h),
+            n.nvmlDeviceGetTotalEccErrors(h, _CORRECTED, _VOLATILE),
+            n.nvmlDeviceGetTotalEccErrors(h, _UNCORRECTED, _VOLATILE),
+            n.nvmlDeviceGetPcieReplayCounter(h), n.nvmlDeviceGetCurrPcieLinkGeneration(h),
+            n.nvmlDeviceGetCurrPcieLinkWidth(h), s.max_width, crc, replay, None,
+        )  # fmt: skip
+
+    def _read(self, h: Any, s: _Static, now_ts_s: float, i: int, call: Callable[..., Any]) -> Row:
+        n = self.nvml
+        util = call(n.nvmlDeviceGetUtilizationRates, h)
+        fields = call(n.nvmlDeviceGetFieldValues, h, MEM_TEMP_FIELD)
+        mem_temp_c = fields[0].value.uiVal if fields and fields[0].nvmlReturn == pynvml.NVML_SUCCESS else None
+        crc = replay = None
+        if s.links:
+            crc_counts = [call(n.nvmlDeviceGetNvLinkErrorCounter, h, k, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+                          for k in s.links]  # fmt: skip
+            replay_counts = [call(n.nvmlDeviceGetNvLinkErrorCounter, h, k, pynvml.NVML_NVLINK_ERROR_DL_REPLAY)
+                             for k in s.links]  # fmt: skip
+            crc = sum(c for c in crc_counts if c is not None)
+            replay = sum(c for c in replay_counts if c is not None)
+        power_mw = call(n.nvmlDeviceGetPowerUsage, h)
+        limit_mw = call(n.nvmlDeviceGetEnforcedPowerLimit, h)
+        return (
+            now_ts_s, self.gpu_names[i], self.node, s.uuid,
+            None if util is None else util.gpu, None if util is None else util.memory,
+            call(n.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM), s.max_clock_mhz,
+            call(n.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
+            None if power_mw is None else power_mw / 1000, None if limit_mw is None else limit_mw / 1000, s.lo_w, s.hi_w,
+            call(n.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU), mem_temp_c, s.slowdown_c,
+            call(n.nvmlDeviceGetCurrentClocksEventReasons, h),
+            call(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
+            call(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+            call(n.nvmlDeviceGetPcieReplayCounter, h), call(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            call(n.nvmlDeviceGetCurrPcieLinkWidth, h), s.max_width, crc, replay, None,
+        )  # fmt: skip
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
-        return to_arrow(self.rows(now_ts_s), SCHEMAS)
+        return to_arrow(self.rows(now_ts_s))
 
-    def rows(self, now_ts_s: float) -> dict[str, Columns]:
-        columns: list[list[Any]] = [[] for _ in GPU_COLUMNS]
-        errors: dict[str, list[Any]] = {
-            "ts_s": [],
-            "collector": [],
-            "component": [],
-            "error": [],
-            "detail": [],
-        }
+    def rows(self, now_ts_s: float) -> dict[str, RowBatch]:
+        samples: list[Row] = []
+        errors: list[Row] = []
         for i, h in enumerate(self.handles):
-            gpu = f"{self.node}/gpu{i}"
             try:
-                values = self._sample(i, h)
+                samples.append(self._sample(i, h, now_ts_s))
             except pynvml.NVMLError as exc:
-                values = [None] * (len(GPU_COLUMNS) - 4) + [_error_name(exc)]
-                for key, value in (
-                    ("ts_s", now_ts_s),
-                    ("collector", self.name),
-                    ("component", gpu),
-                    ("error", _error_name(exc)),
-                    ("detail", str(exc)),
-                ):
-                    errors[key].append(value)
-            for col, value in zip(columns, [now_ts_s, gpu, self.node, *values], strict=True):
-                col.append(value)
-        out: dict[str, Columns] = {"gpu_samples": dict(zip(GPU_COLUMNS, columns, strict=True))}
-        if errors["ts_s"]:
-            out["collector_errors"] = errors
+                name = error_name(exc)
+                samples.append((now_ts_s, self.gpu_names[i], self.node, None, *_NULL_METRICS, name))
+                errors.append((now_ts_s, self.name, self.gpu_names[i], name, str(exc)))
+        out = {"gpu_samples": RowBatch(GPU_COLUMNS, samples)}
+        if errors:
+            out["collector_errors"] = RowBatch(ERROR_COLUMNS, errors)
         events = self._drain_xids(now_ts_s)
         if events:
-            out["gpu_events"] = events
+            out["gpu_events"] = RowBatch(EVENT_COLUMNS, events)
         return out
 
-    def _drain_xids(self, now_ts_s: float) -> dict[str, list[Any]]:
+    def _gpu_of(self, device: Any) -> str | None:
+        try:
+            return self.gpu_names[int(self.nvml.nvmlDeviceGetIndex(device))]
+        except (pynvml.NVMLError, IndexError, TypeError, ValueError):
+            index = next((i for i, h in enumerate(self.handles) if h == device), None)
+            return None if index is None else self.gpu_names[index]
+
+    def _drain_xids(self, now_ts_s: float) -> list[Row]:
         if self.events is None:
-            return {}
-        out: dict[str, list[Any]] = {"ts_s": [], "gpu": [], "node": [], "kind": [], "xid": [], "message": []}
-        for _ in range(256):  # bounded: at most 256 events per collection
+            return []
+        out: list[Row] = []
+        for _ in range(MAX_EVENTS_PER_COLLECT):  # bounded: an XID storm cannot stall the sample loop
             try:
                 data = self.nvml.nvmlEventSetWait_v2(self.events, 0)
             except pynvml.NVMLError:
-                break
-            index = next((i for i, h in enumerate(self.handles) if h == data.device), -1)
-            for key, value in (
-                ("ts_s", now_ts_s),
-                ("gpu", f"{self.node}/gpu{index}"),
-                ("node", self.node),
-                ("kind", "xid"),
-                ("xid", int(data.eventData)),
-                ("message", f"NVRM: Xid {int(data.eventData)}"),
-            ):
-                out[key].append(value)
-        return out if out["ts_s"] else {}
+                break  # NVML_ERROR_TIMEOUT: nothing pending
+            if data.eventType != pynvml.nvmlEventTypeXidCriticalError:
+                continue
+            gpu = self._gpu_of(data.device)
+            if gpu is None:
+                continue
+            xid = int(data.eventData)
+            out.append((now_ts_s, gpu, self.node, "xid", xid, f"NVRM: Xid {xid}"))
+        return out

@@ -1,5 +1,8 @@
-"""Adapter for what, on a real cluster, comes from eBPF lane counters, the NCCL profiler, the training framework,
-DCIM and node exporter; here it reads the simulated world. Emits only observable quantities."""
+"""Adapter for what, on a real cluster, comes from eBPF lane counters (nic_samples, flow_class_samples,
+lane_rules), the NCCL profiler (collective_samples), the training framework (job_steps, loader wait), DCIM
+(rack_samples) and node exporter (host_samples); here it reads the simulated world. It emits only observable
+quantities: nothing names a fault.
+"""
 
 from __future__ import annotations
 
@@ -8,73 +11,45 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from collectors.base import Columns, to_arrow
+from aiops.sim.gpu import HOST_POWER_KW
+from collectors.base import Row, RowBatch, to_arrow
+from collectors.schema import columns
 
 if TYPE_CHECKING:
     from aiops.sim.world import World
 
+WATER_HEAT_CAPACITY_KJ_PER_L_K = 4.186
+HOST_MEM_USED_PCT = 55.0
+BYTES_PER_PACKET = 4096
+
 
 def inventory(world: World) -> dict[str, pa.Table]:
-    """Topology and the scheduler's job/rank tables, written once."""
+    """Topology and the scheduler's job/rank tables, written once at the start of a run."""
     lay = world.layout
-    comp: dict[str, list[Any]] = {
-        "component": ["fleet"],
-        "kind": ["fleet"],
-        "parent": [None],
-        "rack": [None],
-        "node": [None],
-        "idx": [0],
-    }
-
-    def add(component: str, kind: str, parent: str, rack: str, node: str | None, idx: int) -> None:
-        for key, value in (
-            ("component", component),
-            ("kind", kind),
-            ("parent", parent),
-            ("rack", rack),
-            ("node", node),
-            ("idx", idx),
-        ):
-            comp[key].append(value)
-
-    for r in range(lay.racks):
-        add(f"rack{r}", "rack", "fleet", f"rack{r}", None, r)
-    for n in range(lay.nodes):
-        rack = f"rack{lay.node_rack[n]}"
-        add(f"node{n}", "node", rack, rack, f"node{n}", n % max(1, lay.nodes // lay.racks))
-        for g in range(lay.gpus_per_node):
-            add(f"node{n}/gpu{g}", "gpu", f"node{n}", rack, f"node{n}", g)
-        for k in range(lay.nics_per_node):
-            add(f"node{n}/nic{k}", "nic", f"node{n}", rack, f"node{n}", k)
-    jobs: dict[str, list[Any]] = {
-        "job": [],
-        "nodes": [],
-        "ranks": [],
-        "checkpoint_every_s": [],
-        "checkpoint_gb": [],
-        "started_ts_s": [],
-    }
-    ranks: dict[str, list[Any]] = {"job": [], "rank": [], "gpu": [], "node": [], "nic": []}
+    topo: list[Row] = [("fleet", "fleet", None, None, None, 0)]
+    for r, rack in enumerate(lay.rack_names):
+        topo.append((rack, "rack", "fleet", rack, None, r))
+    for n, node in enumerate(lay.node_names):
+        rack = lay.rack_names[lay.node_rack[n]]
+        topo.append((node, "node", rack, rack, node, n % lay.nodes_per_rack))
+        topo.extend((f"{node}/gpu{g}", "gpu", node, rack, node, g) for g in range(lay.gpus_per_node))
+        topo.extend((f"{node}/nic{k}", "nic", node, rack, node, k) for k in range(lay.nics_per_node))
+    jobs: list[Row] = []
+    ranks: list[Row] = []
     for job in lay.jobs:
-        for key, value in (
-            ("job", job.name),
-            ("nodes", len(job.nodes)),
-            ("ranks", int(job.gpus.size)),
-            ("checkpoint_every_s", job.checkpoint_every_s),
-            ("checkpoint_gb", job.checkpoint_gb if job.checkpoint_every_s else None),
-            ("started_ts_s", world.now_ts_s),
-        ):
-            jobs[key].append(value)
-        for rank, gpu in enumerate(job.gpus):
-            for key, value in (
-                ("job", job.name),
-                ("rank", rank),
-                ("gpu", lay.gpu_names[gpu]),
-                ("node", f"node{lay.gpu_node[gpu]}"),
-                ("nic", lay.nic_names[lay.gpu_nic[gpu]]),
-            ):
-                ranks[key].append(value)
-    return {"topology": pa.table(comp), "jobs": pa.table(jobs), "job_ranks": pa.table(ranks)}
+        every = job.checkpoint_every_s
+        jobs.append((job.name, len(job.nodes), int(job.gpus.size), every, job.checkpoint_gb if every else None,
+                     world.now_ts_s))  # fmt: skip
+        for rank, g in enumerate(job.gpus.tolist()):
+            node = lay.node_names[lay.gpu_node[g]]
+            ranks.append((job.name, rank, lay.gpu_names[g], node, lay.nic_names[lay.gpu_nic[g]]))
+    return to_arrow(
+        {
+            "topology": RowBatch(columns("topology"), topo),
+            "jobs": RowBatch(columns("jobs"), jobs),
+            "job_ranks": RowBatch(columns("job_ranks"), ranks),
+        }
+    )
 
 
 class SimFabricCollector:
@@ -83,102 +58,69 @@ class SimFabricCollector:
     def __init__(self, world: World, interval_s: float = 1.0) -> None:
         self.world = world
         self.interval_s = interval_s
-        self.rules_version = -1
+        self._rules_version = -1
+        lay = world.layout
+        self._nic_node = [lay.node_names[n] for n in lay.nic_node.tolist()]
+        self._carrier_totals: list[int] = world.carrier_changes.tolist()
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
 
-    def rows(self, now_ts_s: float) -> dict[str, Columns]:
-        w, lay = self.world, self.world.layout
-        out: dict[str, Columns] = {}
-        nic_names = [lay.nic_names[r[0]] for r in w.lane_out]
-        out["nic_samples"] = {
-            "ts_s": [now_ts_s] * len(w.lane_out),
-            "nic": nic_names,
-            "node": [n.split("/")[0] for n in nic_names],
-            "lane": [r[1] for r in w.lane_out],
-            "interval_s": [self.interval_s] * len(w.lane_out),
-            "tx_bytes": [int(r[2]) for r in w.lane_out],
-            "tx_packets": [int(r[2] / 4096) for r in w.lane_out],
-            "drops": [r[3] for r in w.lane_out],
-            "ce_marks": [r[4] for r in w.lane_out],
-            "retransmits": [r[5] for r in w.lane_out],
-            "queue_delay_ms": [float(r[6]) for r in w.lane_out],
-            "lane_rate_bps": [r[7] for r in w.lane_out],
-            "carrier_changes": [int(w.carrier_changes[r[0]]) for r in w.lane_out],
-            "link_up": [bool(r[8]) for r in w.lane_out],
-        }
-        w.carrier_changes[:] = 0  # delta counters: what changed during this interval
-        flows = w.flow_out
-        flow_nics = [lay.nic_names[f[0]] for f in flows]
-        out["flow_class_samples"] = {
-            "ts_s": [now_ts_s] * len(flows),
-            "nic": flow_nics,
-            "node": [n.split("/")[0] for n in flow_nics],
-            "traffic_class": [f[1] for f in flows],
-            "rule_id": [f[2] for f in flows],
-            "lane": [f[3] for f in flows],
-            "interval_s": [self.interval_s] * len(flows),
-            "tx_bytes": [int(f[4]) for f in flows],
-        }
-        if w.rules_version != self.rules_version:
-            self.rules_version = w.rules_version
-            rules = w.rules
-            out["lane_rules"] = {
-                "ts_s": [now_ts_s] * len(rules),
-                "rule_id": [r.rule_id for r in rules],
-                "match_kind": [r.match_kind for r in rules],
-                "match_value": [r.match_value for r in rules],
-                "lane": [r.lane for r in rules],
-                "scope": [r.scope for r in rules],
-            }
-        coll = w.collective_out
-        out["collective_samples"] = {
-            "ts_s": [now_ts_s] * len(coll),
-            "job": [lay.jobs[c[0]].name for c in coll],
-            "op": [c[1] for c in coll],
-            "scope": [c[2] for c in coll],
-            "interval_s": [self.interval_s] * len(coll),
-            "count": [c[3] for c in coll],
-            "bytes": [int(c[4]) for c in coll],
-            "latency_p50_ms": [c[5] for c in coll],
-            "latency_p99_ms": [c[6] for c in coll],
-            "timeouts": [c[7] for c in coll],
-        }
-        steps = w.completed_steps
-        out["job_steps"] = {
-            "ts_s": [s[0] for s in steps],
-            "job": [lay.jobs[s[1]].name for s in steps],
-            "step": [s[2] for s in steps],
-            "step_time_s": [s[3] for s in steps],
-            "slowest_rank": [int(np.flatnonzero(lay.jobs[s[1]].gpus == s[4])[0]) for s in steps],
-            "slowest_gpu": [lay.gpu_names[s[4]] for s in steps],
-            "ranks": [int(lay.jobs[s[1]].gpus.size) for s in steps],
-        }
-        racks = range(lay.racks)
-        rack_power_kw = np.bincount(lay.gpu_rack, weights=w.power_w, minlength=lay.racks) / 1000.0
-        rack_power_kw += 2.0 * np.bincount(lay.node_rack, minlength=lay.racks)
-        noise = w.rng.normal(0, 0.15, lay.racks)
-        out["rack_samples"] = {
-            "ts_s": [now_ts_s] * lay.racks,
-            "rack": [f"rack{r}" for r in racks],
-            "inlet_temp_c": (w.inlet_c + noise).round(2).tolist(),
-            "outlet_temp_c": (
-                w.inlet_c + rack_power_kw * 60.0 / np.maximum(w.flow_lpm_now, 10.0) / 4.186 + noise
+    def rows(self, now_ts_s: float) -> dict[str, RowBatch]:
+        w = self.world
+        out: dict[str, RowBatch] = {}
+        self._nics(now_ts_s, out)
+        if w.rules_version != self._rules_version:  # a snapshot at the start and whenever the rules change
+            self._rules_version = w.rules_version
+            out["lane_rules"] = RowBatch(
+                columns("lane_rules"),
+                [(now_ts_s, r.rule_id, r.match_kind, r.match_value, r.lane, r.scope) for r in w.rules],
             )
-            .round(2)
-            .tolist(),
-            "coolant_supply_temp_c": w.supply_c.round(2).tolist(),
-            "coolant_flow_lpm": w.flow_lpm_now.round(1).tolist(),
-            "power_kw": rack_power_kw.round(2).tolist(),
-            "power_cap_kw": list(w.power_cap_kw),
-        }
-        out["host_samples"] = {
-            "ts_s": [now_ts_s] * lay.nodes,
-            "node": [f"node{n}" for n in range(lay.nodes)],
-            "cpu_util_pct": w.host_cpu_pct.round(1).tolist(),
-            "iowait_pct": (w.rng.random(lay.nodes) * 2).round(2).tolist(),
-            "loader_wait_ms": w.host_loader_ms.round(1).tolist(),
-            "mem_used_pct": [55.0] * lay.nodes,
-        }
+        interval = self.interval_s
+        out["collective_samples"] = RowBatch(
+            columns("collective_samples"),
+            [(now_ts_s, c[0], c[1], c[2], interval, *c[3:]) for c in w.out.collectives],
+        )
+        if w.out.steps:
+            out["job_steps"] = RowBatch(columns("job_steps"), list(w.out.steps))
+        self._facility(now_ts_s, out)
         return out
+
+    def _nics(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
+        w, names, nodes, interval = self.world, self.world.layout.nic_names, self._nic_node, self.interval_s
+        totals = w.carrier_changes.tolist()  # cumulative, as /sys/class/net/*/carrier_changes
+        carrier = [now - before for now, before in zip(totals, self._carrier_totals, strict=True)]
+        self._carrier_totals = totals
+        out["nic_samples"] = RowBatch(
+            columns("nic_samples"),
+            [(now_ts_s, names[r[0]], nodes[r[0]], r[1], interval, int(r[2]), int(r[2]) // BYTES_PER_PACKET, r[3],
+              r[4], r[5], r[6], r[7], carrier[r[0]], r[8]) for r in w.out.nics],
+        )  # fmt: skip
+        out["flow_class_samples"] = RowBatch(
+            columns("flow_class_samples"),
+            [
+                (now_ts_s, names[f[0]], nodes[f[0]], f[1], f[2], f[3], interval, int(f[4]))
+                for f in w.out.flows
+            ],
+        )
+
+    def _facility(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
+        w, lay = self.world, self.world.layout
+        host_kw = HOST_POWER_KW * np.bincount(lay.node_rack, minlength=lay.racks)
+        rack_kw = np.bincount(lay.gpu_rack, weights=w.power_w, minlength=lay.racks) / 1000.0 + host_kw
+        inlet_c = w.inlet_c + w.rng.normal(0, 0.15, lay.racks)
+        # coolant outlet = inlet + heat / (flow × heat capacity); flow in L/min
+        outlet_c = inlet_c + rack_kw * 60.0 / np.maximum(w.flow_lpm, 10.0) / WATER_HEAT_CAPACITY_KJ_PER_L_K
+        racks: list[Any] = [
+            [now_ts_s] * lay.racks, lay.rack_names, inlet_c.round(2).tolist(), outlet_c.round(2).tolist(),
+            w.supply_c.round(2).tolist(), w.flow_lpm.round(1).tolist(), rack_kw.round(2).tolist(),
+            list(w.power_cap_kw),
+        ]  # fmt: skip
+        out["rack_samples"] = RowBatch(columns("rack_samples"), list(zip(*racks, strict=True)))
+        n = lay.nodes
+        hosts: list[Any] = [
+            [now_ts_s] * n, lay.node_names, w.host_cpu_pct.round(1).tolist(),
+            (w.rng.random(n) * 2).round(2).tolist(), w.host_loader_ms.round(1).tolist(),
+            [HOST_MEM_USED_PCT] * n,
+        ]  # fmt: skip
+        out["host_samples"] = RowBatch(columns("host_samples"), list(zip(*hosts, strict=True)))

@@ -1,24 +1,76 @@
-"""Network egress per NIC, job steps and host load for one simulated second."""
+"""Jobs and the network for one step: step times (slowest rank + collectives), NIC lanes, ECN, drops, host load.
+
+A job's step time is the slowest rank's compute (clock-, PCIe- and loader-bound) plus its collectives: a ring
+all-reduce of `allreduce_mb` over NVLink inside a node and over the NICs between nodes. So one slow GPU slows
+every rank; ranks that wait spin in NCCL kernels (high utilisation, lower power). A job with a dead rank hangs.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from aiops.sim import network
+from aiops.sim.topology import F64, I64
 
 if TYPE_CHECKING:
-    from aiops.sim.world import FlowRow, LaneRow, World
+    from aiops.sim.faults import Modifiers
+    from aiops.sim.world import World
 
-BACKGROUND_BULK_FRACTION = 0.03
+BACKGROUND_BULK_FRACTION = 0.03  # logs, metrics, dataset prefetch: a few % of every NIC
 OTHER_FRACTION = 0.01
-STORAGE_WRITE_BPS = 2e9 * 8  # per node
-BUS_EFFICIENCY = 0.1  # TCP/socket collectives reach ~10 % of line rate per NIC on average
+STORAGE_WRITE_BPS = 2e9 * 8  # checkpoint writes: 2 GB/s per node to storage
+BUS_EFFICIENCY = 0.1  # socket collectives reach ~10 % of line rate per NIC on average over a step
+OPS_PER_STEP = 24  # collective calls per step (gradient buckets)
 OP_SHARE = {"all_reduce": 0.7, "all_gather": 0.15, "reduce_scatter": 0.15}
+HANG_TIMEOUT_S = 20.0  # NCCL watchdog: collectives of a hung job start timing out after this
 
 
-def _checkpoint_fraction(w: World) -> np.ndarray:
+# (nic index, lane, tx_bytes, drops, ce_marks, retransmits, queue_delay_ms, lane_rate_bps, link_up)
+NicRow = tuple[int, str, float, int, int, int, float, float | None, bool]
+# (nic index, traffic_class, rule_id, lane, tx_bytes)
+FlowRow = tuple[int, str, str | None, str, float]
+# (job, op, scope, count, bytes, latency_p50_ms, latency_p99_ms, timeouts)
+CollectiveRow = tuple[str, str, str, int, int, float | None, float | None, int]
+# (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks): a job_steps row
+StepRow = tuple[float, str, int, float, int, str, int]
+LANE_RATE_BPS = tuple(f * network.LINK_BPS for f in network.LANE_RATE_FRACTION)
+
+
+@dataclass
+class FabricOut:
+    """What this step's fabric produced, for the sim adapter (collectors/sim.py)."""
+
+    nics: list[NicRow] = field(default_factory=list)
+    flows: list[FlowRow] = field(default_factory=list)
+    collectives: list[CollectiveRow] = field(default_factory=list)
+    steps: list[StepRow] = field(default_factory=list)
+
+
+@dataclass
+class Classes:
+    """Per NIC and traffic class: the matching rule and its lane (recomputed when the rules change)."""
+
+    rule_ids: list[list[str]]  # [nic][class]
+    lanes: I64  # [nic, class] lane index
+
+    @classmethod
+    def of(cls, rules: tuple[network.Rule, ...], nic_names: list[str]) -> Classes:
+        ids: list[list[str]] = []
+        lanes = np.zeros((len(nic_names), len(network.TRAFFIC_CLASSES)), dtype=np.int64)
+        for i, nic in enumerate(nic_names):
+            row = []
+            for c, traffic_class in enumerate(network.TRAFFIC_CLASSES):
+                rule_id, lane = network.classify(rules, nic, traffic_class)
+                row.append(rule_id)
+                lanes[i, c] = network.LANES.index(lane)
+            ids.append(row)
+        return cls(ids, lanes)
+
+
+def _checkpoint_fraction(w: World) -> F64:
     """Per node: bulk demand of checkpoint writes as a fraction of one NIC's link."""
     lay, t = w.layout, w.elapsed_s
     out = np.zeros(lay.nodes)
@@ -33,205 +85,162 @@ def _checkpoint_fraction(w: World) -> np.ndarray:
     return out
 
 
-def step(w: World, dt_s: float) -> None:
+def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     lay, rng = w.layout, w.rng
-    ckpt = _checkpoint_fraction(w)
-    bulk_fraction = BACKGROUND_BULK_FRACTION + ckpt[lay.nic_node] + w.extra_bulk_fraction
-    bulk_fraction = bulk_fraction * (1 + rng.normal(0, 0.05, lay.nic_count)).clip(0.5, 1.5)
-    effects = []
-    for i, nic in enumerate(lay.nic_names):
-        coll_rule, coll_lane = network.classify(w.rules, nic, "collective")
-        bulk_rule, bulk_lane = network.classify(w.rules, nic, "bulk")
-        effects.append(
-            (
-                network.egress(
-                    enforced=bool(w.lanes_enforced[i]),
-                    collective_lane=coll_lane,
-                    bulk_lane=bulk_lane,
-                    bulk_fraction=float(bulk_fraction[i]),
-                ),
-                coll_rule,
-                coll_lane,
-                bulk_rule,
-                bulk_lane,
-            )
-        )
+    out = FabricOut()
+    bulk_fraction = (
+        BACKGROUND_BULK_FRACTION + _checkpoint_fraction(w)[lay.nic_node] + mods.extra_bulk_fraction
+    )
+    bulk_fraction = bulk_fraction * (1.0 + rng.normal(0, 0.05, lay.nic_count)).clip(0.5, 1.5)
+    classes = w.classes()
+    eg = network.egress(w.lanes_enforced, classes.lanes[:, 0], classes.lanes[:, 1], bulk_fraction)
+    # drops instead of marks: retransmission time per step on NICs without ECN
+    ecn_penalty_s = np.where(w.ecn_enabled, 0.0, 0.03 + 0.15 * mods.ecn_severity * (0.4 + bulk_fraction * 3))
     coll_bps = np.zeros(lay.nic_count)
-    w.collective_out = []
-    w.completed_steps = []
     duty = np.ones(lay.gpu_count)
     starved = np.zeros(lay.gpu_count)
-    loader_ms_node = (
-        np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0) + w.loader_extra_ms
-    )
+    loader_ms = np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0)
+    loader_ms = loader_ms + mods.loader_extra_ms
     for job in lay.jobs:
-        j = job.index
-        gpus = job.gpus
+        j, gpus, nics = job.index, job.gpus, job.nics
         if w.dead[gpus].any():
             if w.hung_since[j] < 0:
                 w.hung_since[j] = w.elapsed_s
-            hung_for = w.elapsed_s - w.hung_since[j]
-            for op in OP_SHARE:
-                w.collective_out.append((j, op, "inter_node", 0, 0.0, None, None, int(hung_for > 20.0)))
+                w.step_progress[j] = 0.0  # the step in flight is lost; the job restarts from its checkpoint
+            timed_out = int(w.elapsed_s - w.hung_since[j] > HANG_TIMEOUT_S)
+            out.collectives.extend(
+                (job.name, op, "inter_node", 0, 0, None, None, timed_out) for op in OP_SHARE
+            )
             duty[gpus] = 0.0
             continue
         w.hung_since[j] = -1.0
-        compute = job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * w.pcie_factor[gpus]
-        loader_s = loader_ms_node[lay.gpu_node[gpus]] / 1000.0
-        ready = compute + loader_s + rng.normal(0, 0.004, gpus.size).clip(-0.01, 0.01)
-        slowest = int(gpus[int(np.argmax(ready))])
+        compute_s = (
+            job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * mods.pcie_factor[gpus]
+        )
+        loader_s = loader_ms[lay.gpu_node[gpus]] / 1000.0
+        ready_s = compute_s + loader_s + rng.normal(0, 0.004, gpus.size).clip(-0.01, 0.01)
+        slowest = int(np.argmax(ready_s))
         n_nodes = len(job.nodes)
-        nics = np.unique(lay.gpu_nic[gpus])
         volume_bytes = job.allreduce_mb * 1e6 * 2 * (n_nodes - 1) / max(1, n_nodes)
-        bus_bytes_per_s = lay.nics_per_node * network.LINK_BPS / 8 * BUS_EFFICIENCY
-        throughput = max(effects[i][0].throughput_factor for i in nics)
-        queue_ms = max(effects[i][0].queue_delay_ms for i in nics)
-        inter_s = (volume_bytes / bus_bytes_per_s) * throughput + network_penalty_s(w, nics, bulk_fraction)
-        inter_s += 24 * queue_ms / 1000.0 if n_nodes > 1 else 0.0
-        if n_nodes <= 1:
-            inter_s = 0.0
-        nvlink = float(w.nvlink_slow_node[job.nodes].max()) if job.nodes else 0.0
+        inter_s = 0.0
+        queue_ms = float(eg.collective_queue_ms[nics].max())
+        if n_nodes > 1:
+            bus_bytes_per_s = lay.nics_per_node * network.LINK_BPS / 8 * BUS_EFFICIENCY
+            throughput = float(eg.throughput_factor[nics].max())
+            inter_s = volume_bytes / bus_bytes_per_s * throughput + float(ecn_penalty_s[nics].max())
+            inter_s += OPS_PER_STEP * queue_ms / 1000.0
+        nvlink = float(mods.nvlink_slow[job.nodes].max())
         intra_s = 0.02 * (job.allreduce_mb / 256.0) ** 0.5 + nvlink * job.step_compute_s
-        down = any(not w.link_up[i] for i in nics)
-        step_time = float(ready.max()) + intra_s + inter_s
-        step_time *= 1.0 + float(rng.normal(0, 0.01))
-        w.step_time_s[j] = step_time
+        down = not bool(w.link_up[nics].all())
+        step_time_s = (float(ready_s[slowest]) + intra_s + inter_s) * (1.0 + float(rng.normal(0, 0.01)))
+        w.step_time_s[j] = step_time_s
         if not down:
-            w.step_progress[j] += dt_s / step_time
+            w.step_progress[j] += dt_s / step_time_s
         while w.step_progress[j] >= 1.0:
             w.step_progress[j] -= 1.0
             w.step_count[j] += 1
-            w.completed_steps.append((w.now_ts_s, j, int(w.step_count[j]), step_time, slowest))
-        duty[gpus] = np.clip(compute / step_time, 0, 1)
-        starved[gpus] = np.clip(loader_s / step_time, 0, 1) * (loader_s > 0.05)
-        steps_per_s = 0.0 if down else 1.0 / step_time
+            done_ts_s = w.now_ts_s - w.step_progress[j] * step_time_s  # when within this second it ended
+            out.steps.append(
+                (done_ts_s, job.name, int(w.step_count[j]), step_time_s, slowest, lay.gpu_names[gpus[slowest]],
+                 int(gpus.size))
+            )  # fmt: skip
+        duty[gpus] = np.clip(compute_s / step_time_s, 0, 1)
+        starved[gpus] = np.clip(loader_s / step_time_s, 0, 1) * (loader_s > 0.05)
+        steps_per_s = 0.0 if down else 1.0 / step_time_s
         coll_bps[nics] += volume_bytes * 8 * steps_per_s * n_nodes / len(nics)
-        ops = 24 * steps_per_s
-        for op, share in OP_SHARE.items():
-            p50_inter = (inter_s / 24.0) * 1000.0 if n_nodes > 1 else None
-            if p50_inter is not None:
-                p99 = p50_inter * 1.5 + 2.0 * queue_ms + abs(float(rng.normal(0, 0.05 * p50_inter)))
-                w.collective_out.append(
-                    (
-                        j,
-                        op,
-                        "inter_node",
-                        int(ops * share),
-                        volume_bytes * steps_per_s * share,
-                        p50_inter,
-                        p99,
-                        int(down),
-                    )
-                )
-            p50_intra = intra_s / 24.0 * 1000.0
-            w.collective_out.append(
-                (
-                    j,
-                    op,
-                    "intra_node",
-                    int(ops * share),
-                    job.allreduce_mb * 1e6 * steps_per_s * share,
-                    p50_intra,
-                    p50_intra * 1.4 * (1 + abs(float(rng.normal(0, 0.03)))),
-                    0,
-                )
-            )
+        _collective_rows(out, job.name, job.allreduce_mb, n_nodes, steps_per_s, volume_bytes, inter_s, intra_s,
+                         queue_ms, int(down), rng)  # fmt: skip
     w.rank_duty = duty
     w.rank_starved = starved
-    _nic_rows(w, effects, coll_bps, bulk_fraction)
-    cpu = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
-    cpu = np.where(w.loader_extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu)
-    w.host_cpu_pct = cpu.clip(0, 100)
-    w.host_loader_ms = loader_ms_node
+    class_bytes = _class_bytes(w, coll_bps, bulk_fraction)
+    out.nics = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
+    out.flows = _flow_rows(w, classes, class_bytes)
+    cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
+    cpu_pct = np.where(mods.loader_extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
+    w.host_cpu_pct = cpu_pct.clip(0, 100)
+    w.host_loader_ms = loader_ms
+    return out
 
 
-def network_penalty_s(w: World, nics: np.ndarray, bulk_fraction: np.ndarray) -> float:
-    """Retransmission time when a NIC drops instead of marking (ECN off), per step."""
-    penalty = 0.0
-    for i in nics:
-        if not w.ecn_enabled[i]:
-            sev = 0.5
-            for f in w.faults:
-                if f.kind == "ecn_misconfig" and f.nic == i:
-                    sev = f.severity
-            penalty = max(penalty, 0.03 + 0.15 * sev * (0.4 + float(bulk_fraction[i]) * 3))
-    return penalty
+def _collective_rows(out: FabricOut, job: str, allreduce_mb: float, n_nodes: int, steps_per_s: float,
+                     volume_bytes: float, inter_s: float, intra_s: float, queue_ms: float, down: int,
+                     rng: np.random.Generator) -> None:  # fmt: skip
+    ops = OPS_PER_STEP * steps_per_s
+    noise = rng.normal(0, 1.0, (2, len(OP_SHARE)))
+    p50_intra = intra_s / OPS_PER_STEP * 1000.0
+    for i, (op, share) in enumerate(OP_SHARE.items()):
+        count = int(ops * share)
+        if n_nodes > 1:
+            p50 = inter_s / OPS_PER_STEP * 1000.0
+            p99 = p50 * 1.5 + 2.0 * queue_ms + abs(float(noise[0, i]) * 0.05 * p50)
+            out.collectives.append(
+                (job, op, "inter_node", count, int(volume_bytes * steps_per_s * share), p50, p99, down)
+            )
+        p99_intra = p50_intra * 1.4 * (1 + abs(float(noise[1, i]) * 0.03))
+        intra_bytes = int(allreduce_mb * 1e6 * steps_per_s * share)
+        out.collectives.append((job, op, "intra_node", count, intra_bytes, p50_intra, p99_intra, 0))
 
 
-def _nic_rows(
-    w: World,
-    effects: list[tuple[network.EgressEffect, str, str, str, str]],
-    coll_bps: np.ndarray,
-    bulk_fraction: np.ndarray,
-) -> None:
-    lay, rng = w.layout, w.rng
-    n = lay.nic_count
+def _class_bytes(w: World, coll_bps: F64, bulk_fraction: F64) -> F64:
+    """[nic, class] bytes sent this second."""
+    up = w.link_up
+    link_bytes = network.LINK_BPS / 8
+    per = np.stack(
+        [coll_bps / 8, bulk_fraction * link_bytes, np.full_like(coll_bps, OTHER_FRACTION * link_bytes)], 1
+    )
+    return np.where(up[:, None], per, 0.0)
+
+
+def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, class_bytes: F64,
+              coll_bps: F64, bulk_fraction: F64) -> list[NicRow]:  # fmt: skip
+    """Per NIC: one row per lane when lanes are enforced, else one `fifo` row. Drops, CE marks and
+    retransmits of a NIC are shared among its lanes by bytes."""
+    rng, n = w.rng, w.layout.nic_count
     activity = np.minimum(1.0, coll_bps / (network.LINK_BPS * 0.05)) + bulk_fraction * 3
-    ecn_sev = np.full(n, 0.5)
-    for f in w.faults:
-        if f.kind == "ecn_misconfig" and f.nic is not None:
-            ecn_sev[f.nic] = f.severity
+    # incast bursts: a healthy NIC marks CE and drops (almost) nothing; without ECN it drops instead
     marks = rng.poisson(120 * activity)
+    lossy = rng.poisson((30 + 150 * mods.ecn_severity) * activity)
+    drops = np.where(w.ecn_enabled, rng.poisson(0.01, n), lossy) + np.where(
+        w.link_up, 0, rng.poisson(3000, n)
+    )
     ce = np.where(w.ecn_enabled, marks, 0)
-    drops = np.where(w.ecn_enabled, rng.poisson(0.01, n), rng.poisson((30 + 150 * ecn_sev) * activity))
-    drops = drops + np.where(w.link_up, 0, rng.poisson(3000, n))
     retrans = (drops * 0.9).astype(np.int64) + rng.poisson(0.05, n)
     jitter = 1 + np.abs(rng.normal(0, 0.1, n))
-    rows: list[LaneRow] = []
-    flows: list[FlowRow] = []
-    rates = {"vip": 0.6, "standard": 0.2, "bulk": 0.2}
-    for i, nic in enumerate(lay.nic_names):
-        effect, coll_rule, coll_lane, bulk_rule, bulk_lane = effects[i]
-        other_rule, other_lane = network.classify(w.rules, nic, "other")
-        up = bool(w.link_up[i])
-        per_class = {
-            "collective": coll_bps[i] / 8 if up else 0.0,
-            "bulk": bulk_fraction[i] * network.LINK_BPS / 8 if up else 0.0,
-            "other": OTHER_FRACTION * network.LINK_BPS / 8 if up else 0.0,
-        }
-        d, c, r = int(drops[i]), int(ce[i]), int(retrans[i])
-        if w.lanes_enforced[i]:
-            lanes_of = {
-                "collective": (coll_rule, coll_lane),
-                "bulk": (bulk_rule, bulk_lane),
-                "other": (other_rule, other_lane),
-            }
-            lane_bytes = dict.fromkeys(network.LANES, 0.0)
-            for cls, (_, lane) in lanes_of.items():
-                lane_bytes[lane] += per_class[cls]
-            total = max(1.0, sum(lane_bytes.values()))
-            for lane in network.LANES:
-                share = lane_bytes[lane] / total
-                rows.append(
-                    (
-                        i,
-                        lane,
-                        lane_bytes[lane],
-                        int(d * share),
-                        int(c * share),
-                        int(r * share),
-                        effect.lane_queue_ms.get(lane, 0.05) * float(jitter[i]),
-                        rates[lane] * network.LINK_BPS,
-                        up,
-                    )
+    lane_bytes = np.zeros((n, 3))
+    rows_idx = np.arange(n)
+    for c in range(len(network.TRAFFIC_CLASSES)):
+        lane_bytes[rows_idx, classes.lanes[:, c]] += class_bytes[:, c]
+    lane_q = (eg.lane_queue_ms * jitter[:, None]).tolist()
+    fifo_q = (eg.fifo_queue_ms * jitter).tolist()
+    totals = class_bytes.sum(axis=1).tolist()
+    per_lane = lane_bytes.tolist()
+    d_, c_, r_ = drops.tolist(), ce.tolist(), retrans.tolist()
+    ups = w.link_up.tolist()
+    rows: list[NicRow] = []
+    for i, enforced in enumerate(w.lanes_enforced.tolist()):
+        d, c, r, up = d_[i], c_[i], r_[i], ups[i]
+        if not enforced:
+            rows.append((i, "fifo", totals[i], d, c, r, fifo_q[i], None, up))
+            continue
+        total = max(1.0, totals[i])
+        for lane, lane_name in enumerate(network.LANES):
+            b = per_lane[i][lane]
+            share = b / total
+            rows.append((i, lane_name, b, int(d * share), int(c * share), int(r * share), lane_q[i][lane],
+                         LANE_RATE_BPS[lane], up))  # fmt: skip
+    return rows
+
+
+def _flow_rows(w: World, classes: Classes, class_bytes: F64) -> list[FlowRow]:
+    per_class = class_bytes.tolist()
+    lanes = classes.lanes.tolist()
+    out: list[FlowRow] = []
+    for i, on in enumerate(w.lanes_enforced.tolist()):
+        for c, traffic_class in enumerate(network.TRAFFIC_CLASSES):
+            if on:
+                out.append(
+                    (i, traffic_class, classes.rule_ids[i][c], network.LANES[lanes[i][c]], per_class[i][c])
                 )
-            for cls, (rule, lane) in lanes_of.items():
-                flows.append((i, cls, rule, lane, per_class[cls]))
-        else:
-            rows.append(
-                (
-                    i,
-                    "fifo",
-                    sum(per_class.values()),
-                    d,
-                    c,
-                    r,
-                    effect.lane_queue_ms["fifo"] * float(jitter[i]),
-                    None,
-                    up,
-                )
-            )
-            for cls, value in per_class.items():
-                flows.append((i, cls, None, "fifo", value))
-    w.lane_out = rows
-    w.flow_out = flows
+            else:
+                out.append((i, traffic_class, None, "fifo", per_class[i][c]))
+    return out

@@ -1,54 +1,80 @@
 """An NVML-shaped API over the simulated world, one object per node (as one NVML instance per host).
 
 Function names, argument order, units and return types follow nvidia-ml-py's `pynvml`: power in milliwatts,
-temperatures in °C, clocks in MHz, errors as `pynvml.NVMLError` subclasses with NVML's codes (a GPU off the
-bus raises NVML_ERROR_GPU_IS_LOST = 15 from every call). So the same collector code runs on both.
+temperatures in °C, clocks in MHz, errors as `pynvml.NVMLError` subclasses built from NVML's codes with
+`pynvml.NVMLError(code)` (a GPU off the bus raises NVML_ERROR_GPU_IS_LOST = 15 from every call). So the same
+collector code runs against a real GPU and against the simulator.
+
+Documented substitutes: memory temperature through nvmlDeviceGetFieldValues([NVML_FI_DEV_MEMORY_TEMP]) (what
+`nvidia-smi -q` reads on H100); NVLink error counters are reported as per-GPU totals on link 0 (the simulator
+does not model links separately), so nvmlDeviceGetNvLinkState reports link 0 active and the others inactive.
+Readings come from `world.v` (plain lists refreshed once per step), so a call costs a list index.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pynvml
 
+from aiops.sim import gpu as G
+
 if TYPE_CHECKING:
-    from aiops.sim.world import World
+    from aiops.sim.world import GpuView, World
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SimHandle:
     node: int
-    index: int  # local index on the node
+    index: int  # local index on the node (what nvmlDeviceGetHandleByIndex takes)
     gpu: int  # global index in the world
 
 
-@dataclass
+@dataclass(slots=True)
 class Utilization:
     gpu: int
     memory: int
 
 
-@dataclass
+@dataclass(slots=True)
 class EventData:
     device: SimHandle
     eventType: int
     eventData: int
-    timestamp: int
-
-
-@dataclass
-class FieldValue:
-    fieldId: int
-    nvmlReturn: int
-    value: Any
+    gpuInstanceId: int
+    computeInstanceId: int
+    timestamp: int  # µs since the epoch
 
 
 class _Value:
+    __slots__ = ("dVal", "siVal", "sllVal", "uiVal", "ulVal", "ullVal")
+
     def __init__(self, value: int) -> None:
-        self.uiVal = value
-        self.ullVal = value
-        self.siVal = value
+        self.uiVal = self.ulVal = self.ullVal = self.siVal = self.sllVal = value
+        self.dVal = float(value)
+
+
+@dataclass(slots=True)
+class FieldValue:
+    fieldId: int
+    scopeId: int
+    timestamp: int
+    latencyUsec: int
+    valueType: int
+    nvmlReturn: int
+    value: _Value
+
+
+@dataclass
+class _EventSet:
+    cursor: int  # position in world.xid_log: events before registration are not delivered
+    gpus: set[int]
+
+
+def _error(code: int) -> pynvml.NVMLError:
+    error: pynvml.NVMLError = pynvml.NVMLError(code)  # pynvml maps the code to its NVMLError_* subclass
+    return error
 
 
 class SimNvml:
@@ -59,169 +85,201 @@ class SimNvml:
     def __init__(self, world: World, node: int) -> None:
         self._world = world
         self._node = node
+        self._per_node = world.layout.gpus_per_node
         self._initialised = False
-        self._event_sets: list[list[EventData]] = []
+        self._event_sets: list[_EventSet | None] = []
+        self._handles = [SimHandle(node, i, node * self._per_node + i) for i in range(self._per_node)]
 
-    # -- library --------------------------------------------------------------------------------------
+    def _v(self, handle: SimHandle) -> GpuView:
+        if not self._initialised:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        view = self._world.v
+        if view.lost[handle.gpu]:
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return view
+
+    def _check(self) -> None:
+        if not self._initialised:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    # -- library ------------------------------------------------------------------------------------------
     def nvmlInit(self) -> None:
         self._initialised = True
 
     def nvmlShutdown(self) -> None:
+        self._check()
         self._initialised = False
 
-    def _check(self) -> None:
-        if not self._initialised:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-
     def nvmlSystemGetDriverVersion(self) -> str:
-        return "sim-580.65"
+        self._check()
+        return "580.65.06"
 
     def nvmlDeviceGetCount(self) -> int:
         self._check()
-        return self._world.layout.gpus_per_node
+        return self._per_node
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> SimHandle:
         self._check()
-        per = self._world.layout.gpus_per_node
-        if not 0 <= index < per:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return SimHandle(self._node, index, self._node * per + index)
+        if not 0 <= index < self._per_node:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._handles[index]
 
-    def _gpu(self, handle: SimHandle) -> int:
-        if not self._initialised:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-        if self._world.v.lost[handle.gpu]:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return handle.gpu
+    def nvmlDeviceGetIndex(self, handle: SimHandle) -> int:
+        self._check()  # host-side bookkeeping: answers even for a GPU that fell off the bus
+        return handle.index
 
-    # -- identity and state ---------------------------------------------------------------------------
+    # -- identity and limits ------------------------------------------------------------------------------
+    def nvmlDeviceGetName(self, handle: SimHandle) -> str:
+        self._v(handle)
+        return "NVIDIA H100 80GB HBM3"
+
     def nvmlDeviceGetUUID(self, handle: SimHandle) -> str:
-        g = self._gpu(handle)
-        return f"GPU-{self._world.scenario.seed:08x}-{g:04x}-sim0-0000-{handle.node:012x}"
-
-    def nvmlDeviceGetTemperature(self, handle: SimHandle, sensor: int) -> int:
-        return self._world.v.temp_c[self._gpu(handle)]
+        self._v(handle)
+        seed = self._world.scenario.seed & 0xFFFFFFFF
+        return f"GPU-{seed:08x}-{handle.node & 0xFFFF:04x}-{handle.index:04x}-5151-{handle.gpu:012x}"
 
     def nvmlDeviceGetTemperatureThreshold(self, handle: SimHandle, threshold: int) -> int:
-        from aiops.sim.world import SHUTDOWN_C, SLOWDOWN_C
-
-        self._gpu(handle)
+        self._v(handle)
         if threshold == pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
-            return int(SLOWDOWN_C)
+            return int(G.SLOWDOWN_C)
         if threshold == pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN:
-            return int(SHUTDOWN_C)
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return int(G.SHUTDOWN_C)
+        raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
-    def nvmlDeviceGetFieldValues(self, handle: SimHandle, field_ids: list[int]) -> list[FieldValue]:
-        g = self._gpu(handle)
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: SimHandle) -> list[int]:
+        self._v(handle)
+        return [int(G.MIN_LIMIT_W * 1000), int(G.TDP_W * 1000)]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: SimHandle) -> int:
+        self._v(handle)
+        return int(G.TDP_W * 1000)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: SimHandle) -> int:
+        return self._v(handle).limit_mw[handle.gpu]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimHandle) -> int:
+        return self._v(handle).limit_mw[handle.gpu]
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: SimHandle, limit: int) -> None:
+        """`limit` in mW; outside the constraints NVML answers NVML_ERROR_INVALID_ARGUMENT."""
+        lo, hi = self.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+        if not lo <= limit <= hi:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._world.set_power_limit_w(handle.gpu, limit / 1000.0)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: SimHandle, type: int) -> int:
+        self._v(handle)
+        return int(G.MEM_CLOCK_MHZ if type == pynvml.NVML_CLOCK_MEM else G.MAX_SM_CLOCK_MHZ)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: SimHandle) -> int:
+        self._v(handle)
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: SimHandle) -> int:
+        self._v(handle)
+        return 5
+
+    # -- readings -----------------------------------------------------------------------------------------
+    def nvmlDeviceGetTemperature(self, handle: SimHandle, sensor: int) -> int:
+        return self._v(handle).temp_c[handle.gpu]
+
+    def nvmlDeviceGetFieldValues(self, handle: SimHandle, fieldIds: list[int]) -> list[FieldValue]:
+        view = self._v(handle)
+        ts_us = int(self._world.now_ts_s * 1e6)
         out = []
-        for fid in field_ids:
+        for fid in fieldIds:
             if fid == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-                out.append(FieldValue(fid, pynvml.NVML_SUCCESS, _Value(self._world.v.mem_temp_c[g])))
+                value, code = view.mem_temp_c[handle.gpu], pynvml.NVML_SUCCESS
             else:
-                out.append(FieldValue(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, _Value(0)))
+                value, code = 0, pynvml.NVML_ERROR_NOT_SUPPORTED
+            out.append(FieldValue(fid, 0, ts_us, 0, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, code, _Value(value)))
         return out
 
     def nvmlDeviceGetPowerUsage(self, handle: SimHandle) -> int:
-        return self._world.v.power_mw[self._gpu(handle)]
+        return self._v(handle).power_mw[handle.gpu]
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimHandle) -> int:
-        return self._world.v.limit_mw[self._gpu(handle)]
-
-    def nvmlDeviceGetPowerManagementLimit(self, handle: SimHandle) -> int:
-        return self.nvmlDeviceGetEnforcedPowerLimit(handle)
-
-    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: SimHandle) -> list[int]:
-        from aiops.sim.world import MIN_LIMIT_W, TDP_W
-
-        self._gpu(handle)
-        return [int(MIN_LIMIT_W * 1000), int(TDP_W * 1000)]
-
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: SimHandle) -> int:
-        from aiops.sim.world import TDP_W
-
-        self._gpu(handle)
-        return int(TDP_W * 1000)
-
-    def nvmlDeviceSetPowerManagementLimit(self, handle: SimHandle, limit_mw: int) -> None:
-        lo, hi = self.nvmlDeviceGetPowerManagementLimitConstraints(handle)
-        if not lo <= limit_mw <= hi:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        self._world.set_power_limit_w(handle.gpu, limit_mw / 1000.0)
-
-    def nvmlDeviceGetClockInfo(self, handle: SimHandle, clock_type: int) -> int:
-        from aiops.sim.world import MEM_CLOCK_MHZ
-
-        g = self._gpu(handle)
-        if clock_type == pynvml.NVML_CLOCK_MEM:
-            return int(MEM_CLOCK_MHZ)
-        return self._world.v.sm_clock_mhz[g]
-
-    def nvmlDeviceGetMaxClockInfo(self, handle: SimHandle, clock_type: int) -> int:
-        from aiops.sim.world import MAX_SM_CLOCK_MHZ, MEM_CLOCK_MHZ
-
-        self._gpu(handle)
-        return int(MEM_CLOCK_MHZ if clock_type == pynvml.NVML_CLOCK_MEM else MAX_SM_CLOCK_MHZ)
+    def nvmlDeviceGetClockInfo(self, handle: SimHandle, type: int) -> int:
+        view = self._v(handle)
+        return int(G.MEM_CLOCK_MHZ) if type == pynvml.NVML_CLOCK_MEM else view.sm_clock_mhz[handle.gpu]
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: SimHandle) -> int:
-        return self._world.v.reasons[self._gpu(handle)]
+        return self._v(handle).reasons[handle.gpu]
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimHandle) -> Utilization:
-        util = self._world.v.util_pct[self._gpu(handle)]
-        return Utilization(gpu=util, memory=int(util * 0.6))
+        view = self._v(handle)
+        return Utilization(view.util_pct[handle.gpu], view.mem_util_pct[handle.gpu])
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: SimHandle, error_type: int, counter_type: int) -> int:
-        g = self._gpu(handle)
-        if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
-            return self._world.v.dbe[g]
-        return self._world.v.sbe[g]
+    def nvmlDeviceGetTotalEccErrors(self, handle: SimHandle, errorType: int, counterType: int) -> int:
+        view = self._v(handle)
+        if errorType == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return view.dbe[handle.gpu]
+        return view.sbe[handle.gpu]
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: SimHandle) -> int:
-        return self._world.v.pcie_replay[self._gpu(handle)]
+        return self._v(handle).pcie_replay[handle.gpu]
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: SimHandle) -> int:
-        return self._world.v.link_width[self._gpu(handle)]
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: SimHandle) -> int:
-        self._gpu(handle)
-        return 16
+        return self._v(handle).link_width[handle.gpu]
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
-        return self._world.v.link_gen[self._gpu(handle)]
+        return self._v(handle).link_gen[handle.gpu]
 
-    def nvmlDeviceGetNvLinkErrorCounter(self, handle: SimHandle, link: int, counter: int) -> int:
-        """Totals are reported on link 0 (the simulator does not model per-link counters)."""
-        g = self._gpu(handle)
+    def nvmlDeviceGetNvLinkState(self, device: SimHandle, link: int) -> int:
+        self._v(device)
+        if not 0 <= link < 18:  # NVML_NVLINK_MAX_LINKS
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        state: int = pynvml.NVML_FEATURE_ENABLED if link == 0 else pynvml.NVML_FEATURE_DISABLED
+        return state
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device: SimHandle, link: int, counter: int) -> int:
+        view = self._v(device)
         if link != 0:
             return 0
         if counter == pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT:
-            return self._world.v.nvlink_crc[g]
+            return view.nvlink_crc[device.gpu]
         if counter == pynvml.NVML_NVLINK_ERROR_DL_REPLAY:
-            return self._world.v.nvlink_replay[g]
+            return view.nvlink_replay[device.gpu]
         return 0
 
-    # -- XID events -----------------------------------------------------------------------------------
+    # -- XID events ---------------------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> int:
         self._check()
-        self._event_sets.append([])
+        self._event_sets.append(_EventSet(cursor=len(self._world.xid_log), gpus=set()))
         return len(self._event_sets) - 1
 
-    def nvmlDeviceRegisterEvents(self, handle: SimHandle, event_types: int, event_set: int) -> None:
+    def _event_set(self, event_set: int) -> _EventSet:
         self._check()
+        found = self._event_sets[event_set] if 0 <= event_set < len(self._event_sets) else None
+        if found is None:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return found
 
-    def nvmlEventSetWait_v2(self, event_set: int, timeout_ms: int) -> EventData:
-        """Pops one pending XID of this node; raises NVML_ERROR_TIMEOUT when none is pending."""
-        self._check()
-        pending = self._world.xid_events
-        per = self._world.layout.gpus_per_node
-        for i, (gpu, xid) in enumerate(pending):
-            if gpu // per == self._node:
-                del pending[i]
-                handle = SimHandle(self._node, gpu % per, gpu)
-                return EventData(
-                    handle, pynvml.nvmlEventTypeXidCriticalError, xid, int(self._world.now_ts_s * 1e6)
-                )
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+    def nvmlDeviceRegisterEvents(self, handle: SimHandle, eventTypes: int, eventSet: int) -> None:
+        self._v(handle)
+        if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
+            self._event_set(eventSet).gpus.add(handle.gpu)
 
-    def nvmlEventSetFree(self, event_set: int) -> None:
-        self._check()
+    def nvmlEventSetWait_v2(self, eventSet: int, timeoutms: int) -> EventData:
+        """The next XID of a registered GPU; NVML_ERROR_TIMEOUT when none is pending (never blocks)."""
+        events = self._event_set(eventSet)
+        log = self._world.xid_log
+        while events.cursor < len(log):
+            ts_s, gpu, xid = log[events.cursor]
+            events.cursor += 1
+            if gpu in events.gpus:
+                handle = self._handles[gpu - self._node * self._per_node]
+                return EventData(handle, pynvml.nvmlEventTypeXidCriticalError, xid, 0xFFFFFFFF, 0xFFFFFFFF,
+                                 int(ts_s * 1e6))  # fmt: skip
+        raise _error(pynvml.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, eventSet: int) -> None:
+        self._event_set(eventSet)
+        self._event_sets[eventSet] = None
+
+
+def call_names() -> list[str]:
+    """The pynvml functions this module implements (tests check each exists in pynvml with these names)."""
+    return [name for name in vars(SimNvml) if name.startswith("nvml")]
+
+
+__all__ = ["SimHandle", "SimNvml", "call_names"]

@@ -1,5 +1,6 @@
-"""Run a scenario: step the world at 1 Hz, collect with the same collectors a real node runs (NVML per node)
-plus the sim adapter, and ingest in batches."""
+"""Run a scenario: step the world at 1 Hz, collect with the same collectors a real node runs (NVML per node,
+against `world.nvml(n)`) plus the sim adapter, buffer rows and ingest them in batches (`Store.ingest_many`).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ from dataclasses import dataclass
 from aiops.scenarios import Scenario
 from aiops.sim.world import World
 from aiops.store import Store
-from collectors.base import ColumnBuffer
-from collectors.nvml import SCHEMAS, NvmlCollector
+from collectors.base import RowBuffer
+from collectors.nvml import NvmlCollector
 from collectors.sim import SimFabricCollector, inventory
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimSummary:
     simulated_s: float
     rows: int
+    flushes: int
 
 
 def simulate(
@@ -29,26 +31,34 @@ def simulate(
     progress: Callable[[float, float], None] | None = None,
     world: World | None = None,
 ) -> SimSummary:
+    """Simulate `scenario` for its duration into `store`. Pass `world` to continue from a given state (a
+    what-if preview from `World.copy()`); its inventory is written again only into a store without one."""
     world = world or World(scenario)
-    store.ingest_many(inventory(world))
+    if not store.scalar("SELECT count(*) FROM topology"):
+        store.ingest_many(inventory(world))
     nvml = [NvmlCollector(world.nvml(n), f"node{n}") for n in range(world.layout.nodes)]
     fabric = SimFabricCollector(world, interval_s=sample_interval_s)
-    buffer = ColumnBuffer(SCHEMAS)
-    rows = 0
-    last_flush = 0.0
-    steps = round(scenario.duration_s / sample_interval_s)
+    buffer = RowBuffer()
+    rows = flushes = 0
+    last_flush_s = world.elapsed_s
+    end_s = world.elapsed_s + scenario.duration_s
+    duration_s = scenario.duration_s
+    steps = round(duration_s / sample_interval_s)
     for _ in range(steps):
         world.step(sample_interval_s)
-        now = world.now_ts_s
+        now_ts_s = world.now_ts_s
         for collector in nvml:
-            buffer.add(collector.rows(now))
-        buffer.add(fabric.rows(now))
-        if world.elapsed_s - last_flush >= flush_every_s:
+            buffer.add(collector.rows(now_ts_s))
+        buffer.add(fabric.rows(now_ts_s))
+        if world.elapsed_s - last_flush_s >= flush_every_s:
             rows += store.ingest_many(buffer.drain())
-            last_flush = world.elapsed_s
+            flushes += 1
+            last_flush_s = world.elapsed_s
             if progress:
-                progress(world.elapsed_s, scenario.duration_s)
-    rows += store.ingest_many(buffer.drain())
+                progress(duration_s - (end_s - world.elapsed_s), duration_s)
+    if len(buffer):
+        rows += store.ingest_many(buffer.drain())
+        flushes += 1
     if progress:
-        progress(world.elapsed_s, scenario.duration_s)
-    return SimSummary(simulated_s=world.elapsed_s, rows=rows)
+        progress(duration_s, duration_s)
+    return SimSummary(simulated_s=duration_s, rows=rows, flushes=flushes)

@@ -1,20 +1,26 @@
-"""The simulated cluster's inventory: racks → nodes → GPUs and NICs, and jobs → ranks."""
+"""The simulated cluster's inventory: racks → nodes → GPUs and NICs, and jobs → ranks (one rank per GPU)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from aiops.scenarios import Scenario
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 
 
 @dataclass
 class JobLayout:
     name: str
     index: int
-    gpus: np.ndarray  # global GPU indices, rank order
+    gpus: I64  # global GPU indices, in rank order
     nodes: list[int]
+    nics: I64  # the NICs its ranks send through
     step_compute_s: float
     allreduce_mb: float
     checkpoint_every_s: float | None
@@ -22,61 +28,73 @@ class JobLayout:
 
 
 class Layout:
+    """Index maps between contract names and array positions. Immutable after construction."""
+
     def __init__(self, scenario: Scenario) -> None:
         c = scenario.cluster
         self.racks = c.racks
         self.nodes = c.nodes
+        self.nodes_per_rack = c.nodes_per_rack
         self.gpus_per_node = c.gpus_per_node
         self.nics_per_node = c.nics_per_node
         self.gpu_count = self.nodes * c.gpus_per_node
         self.nic_count = self.nodes * c.nics_per_node
-        self.gpu_node = np.repeat(np.arange(self.nodes), c.gpus_per_node)
-        self.gpu_local = np.tile(np.arange(c.gpus_per_node), self.nodes)
-        self.node_rack = np.arange(self.nodes) // c.nodes_per_rack
-        self.gpu_rack = self.node_rack[self.gpu_node]
-        self.nic_node = np.repeat(np.arange(self.nodes), c.nics_per_node)
+        self.gpu_node: I64 = np.repeat(np.arange(self.nodes, dtype=np.int64), c.gpus_per_node)
+        self.gpu_local: I64 = np.tile(np.arange(c.gpus_per_node, dtype=np.int64), self.nodes)
+        self.node_rack: I64 = np.arange(self.nodes, dtype=np.int64) // c.nodes_per_rack
+        self.gpu_rack: I64 = self.node_rack[self.gpu_node]
+        self.nic_node: I64 = np.repeat(np.arange(self.nodes, dtype=np.int64), c.nics_per_node)
+        self.rack_names = [f"rack{r}" for r in range(self.racks)]
+        self.node_names = [f"node{n}" for n in range(self.nodes)]
         self.gpu_names = [f"node{n}/gpu{g}" for n, g in zip(self.gpu_node, self.gpu_local, strict=True)]
         self.nic_names = [f"node{n}/nic{k}" for n in range(self.nodes) for k in range(c.nics_per_node)]
         self.gpu_index = {name: i for i, name in enumerate(self.gpu_names)}
         self.nic_index = {name: i for i, name in enumerate(self.nic_names)}
-        # each GPU sends through one NIC of its node (GPU g uses NIC g mod nics)
-        self.gpu_nic = self.gpu_node * c.nics_per_node + (self.gpu_local % c.nics_per_node)
+        # each GPU sends through one NIC of its node (GPU g uses NIC g mod nics), as rail-optimised clusters do
+        self.gpu_nic: I64 = self.gpu_node * c.nics_per_node + (self.gpu_local % c.nics_per_node)
         self.jobs: list[JobLayout] = []
         for j, spec in enumerate(scenario.job_specs):
             nodes = scenario.job_nodes(spec)
-            gpus = np.concatenate([np.arange(n * c.gpus_per_node, (n + 1) * c.gpus_per_node) for n in nodes])
+            gpus = np.concatenate(
+                [np.arange(n * c.gpus_per_node, (n + 1) * c.gpus_per_node, dtype=np.int64) for n in nodes]
+            )
+            nics = np.unique(self.gpu_nic[gpus])
             self.jobs.append(
                 JobLayout(
                     spec.name,
                     j,
                     gpus,
                     nodes,
+                    nics,
                     spec.step_compute_s,
                     spec.allreduce_mb,
                     spec.checkpoint_every_s,
                     spec.checkpoint_gb,
                 )
             )
-        self.busy_nodes = np.zeros(self.nodes, dtype=bool)
-        for job in self.jobs:
-            self.busy_nodes[job.nodes] = True
-        self.gpu_job = np.full(self.gpu_count, -1)
+        self.gpu_job: I64 = np.full(self.gpu_count, -1, dtype=np.int64)
+        self.busy_nodes: Bools = np.zeros(self.nodes, dtype=bool)
         for job in self.jobs:
             self.gpu_job[job.gpus] = job.index
+            self.busy_nodes[job.nodes] = True
+        self.in_job: Bools = self.gpu_job >= 0
 
-    def gpus_of(self, component: str) -> np.ndarray:
+    def gpus_of(self, component: str) -> I64:
         """GPU indices a component name covers (a GPU, a node, a rack, the fleet)."""
         if component == "fleet":
-            return np.arange(self.gpu_count)
+            return np.arange(self.gpu_count, dtype=np.int64)
         if component.startswith("rack"):
             return np.flatnonzero(self.gpu_rack == int(component[4:]))
         if "/gpu" in component:
-            return np.array([self.gpu_index[component]])
-        if component.startswith("node"):
-            return np.flatnonzero(self.gpu_node == int(component[4:].split("/")[0]))
-        return np.array([], dtype=int)
+            return np.array([self.gpu_index[component]], dtype=np.int64)
+        if component.startswith("node") and "/" not in component:
+            return np.flatnonzero(self.gpu_node == int(component[4:]))
+        return np.array([], dtype=np.int64)
 
-    def racks_of(self, component: str) -> np.ndarray:
+    def racks_of(self, component: str) -> I64:
         if component == "fleet":
-            return np.arange(self.racks)
+            return np.arange(self.racks, dtype=np.int64)
         return np.unique(self.gpu_rack[self.gpus_of(component)])
+
+    def rank_of(self, job: int, gpu: int) -> int:
+        return int(np.flatnonzero(self.jobs[job].gpus == gpu)[0])

@@ -1,0 +1,106 @@
+"""H100-like GPU and liquid-cooled rack physics for one step, vectorised over all GPUs of the world.
+
+Thermal: first-order, dT/dt = (T_coolant + P·R_th − T)/τ. Power follows work (busy, spinning in NCCL kernels
+while waiting for a straggler, idle) and is capped by the enforced power limit; the SM clock drops with the power
+cap, thermal slowdown and an external power brake, each reported with its NVML clocks-event-reason bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aiops import nvml_bits as bits
+
+if TYPE_CHECKING:
+    from aiops.sim.faults import Modifiers
+    from aiops.sim.world import World
+
+# H100 SXM5 (nvidia-smi -q): TDP / default / max power limit 700 W, min limit 200 W, max SM clock 1980 MHz,
+# memory clock 2619 MHz; NVML_TEMPERATURE_THRESHOLD_SLOWDOWN 87 °C, shutdown 95 °C.
+TDP_W = 700.0
+MIN_LIMIT_W = 200.0
+MAX_SM_CLOCK_MHZ = 1980.0
+IDLE_SM_CLOCK_MHZ = 345.0
+MEM_CLOCK_MHZ = 2619.0
+SLOWDOWN_C = 87.0
+SW_SLOWDOWN_ONSET_C = SLOWDOWN_C - 1.0  # the driver starts pulling clocks just below the threshold
+HW_SLOWDOWN_C = 90.0
+SHUTDOWN_C = 95.0
+BUSY_POWER_W = 610.0  # a dense training kernel at full clock
+IDLE_POWER_W = 80.0
+SPIN_POWER_FRACTION = 0.55  # ranks spinning in NCCL kernels while they wait draw ~55 % of busy power
+TAU_S = 30.0  # thermal time constant of die + cold plate
+R_TH_C_PER_W = 0.055  # die-to-coolant thermal resistance: 610 W → ~34 °C above coolant
+SUPPLY_C = 27.0  # rack coolant supply (CDU secondary loop)
+FLOW_LPM = 200.0  # rack coolant flow setpoint
+MAX_FLOW_LPM = 300.0  # what the CDU pump can deliver
+SUPPLY_TAU_S = 20.0
+HOST_POWER_KW = 2.0  # CPUs, NICs, fans of one node
+SBE_PROBABILITY_PER_S = 0.0015  # benign correctable single-bit ECC errors (a decoy)
+
+
+def blend(dt_s: float, tau_s: float) -> float:
+    return 1.0 - math.exp(-dt_s / tau_s)
+
+
+def facility(w: World, mods: Modifiers, dt_s: float) -> None:
+    """Rack coolant: supply temperature (ambient drift, CDU failure) and flow (pump setpoint × failure)."""
+    racks = w.layout.racks
+    target_supply_c = SUPPLY_C + mods.supply_add_c + mods.ambient_c
+    w.supply_c += (target_supply_c - w.supply_c) * blend(dt_s, SUPPLY_TAU_S) + w.rng.normal(0, 0.05, racks)
+    w.flow_lpm = w.flow_setpoint_lpm * mods.flow_mult * (1.0 + w.rng.normal(0, 0.01, racks))
+    w.inlet_c = w.supply_c.copy()
+
+
+def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
+    lay = w.layout
+    g = lay.gpu_count
+    noise = w.rng.normal(0.0, 1.0, (2, g))
+    job_hung = w.hung_since >= 0
+    hung = lay.in_job & job_hung[np.maximum(lay.gpu_job, 0)] if job_hung.size else np.zeros(g, dtype=bool)
+    duty, starved = w.rank_duty, w.rank_starved
+    active = lay.in_job & ~w.dead
+    # power demand of the work: busy compute, spinning in NCCL while waiting (live ranks of a hung job spin)
+    spin = np.where(hung, 1.0, 1.0 - duty - starved).clip(0.0, 1.0)
+    busy_w = BUSY_POWER_W * (1.0 + 0.015 * noise[0])
+    demand_w = np.where(active, busy_w * ((1.0 - spin - starved) + spin * SPIN_POWER_FRACTION), IDLE_POWER_W)
+    demand_w = np.maximum(demand_w, IDLE_POWER_W)
+    limit_w = w.power_limit_w
+    capped = demand_w > limit_w * 1.001
+    f_power = np.where(demand_w > limit_w, (limit_w / demand_w) ** 0.4, 1.0)
+    temp_c = w.temp_c
+    sw_hot = temp_c >= SW_SLOWDOWN_ONSET_C
+    hw_hot = temp_c >= HW_SLOWDOWN_C
+    f_thermal = np.where(sw_hot, np.clip(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * 0.09, 0.5, 1.0), 1.0)
+    f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
+    braked = mods.brake < 1.0
+    factor = np.minimum(np.minimum(f_power, f_thermal), mods.brake)
+    reasons = (
+        np.where(capped, bits.SW_POWER_CAP, 0)
+        | np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)
+        | np.where(hw_hot, bits.HW_THERMAL_SLOWDOWN, 0)
+        | np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN, 0)
+    )
+    idle_now = ~active | (w.rng.random(g) < starved)
+    reasons = reasons | np.where(idle_now, bits.GPU_IDLE, 0)
+    w.reasons = np.where(active, reasons, bits.GPU_IDLE | (reasons & bits.HW_POWER_BRAKE_SLOWDOWN)).astype(
+        np.int64
+    )
+    power_w = np.minimum(np.where(active, demand_w * factor**2.2, demand_w), limit_w)
+    w.power_w = power_w
+    w.clock_factor = np.where(active, factor, 1.0)
+    w.sm_clock_mhz = np.where(active, MAX_SM_CLOCK_MHZ * factor, IDLE_SM_CLOCK_MHZ)
+    busy_util = np.where(hung, 99.0, 100.0 * (1.0 - starved))
+    w.util_pct = np.where(active, np.clip(busy_util + noise[1], 0.0, 100.0), 0.0)
+    # thermal: coolant temperature at the cold plate rises as flow drops; so does the effective resistance
+    rack = lay.gpu_rack
+    flow_penalty = (FLOW_LPM / np.maximum(w.flow_lpm, 20.0))[rack] - 1.0
+    coolant_c = w.supply_c[rack] + 1.0 + 0.6 * flow_penalty
+    r_th = w.r_th * mods.r_mult * (1.0 + 0.25 * flow_penalty)
+    target_c = coolant_c + power_w * r_th + w.offset_c
+    w.temp_c = temp_c + (target_c - temp_c) * blend(dt_s, TAU_S)
+    w.mem_temp_c = w.temp_c + 6.0 + 0.004 * power_w
+    w.ecc_sbe += w.rng.random(g) < SBE_PROBABILITY_PER_S
