@@ -23,5 +23,13 @@ def citation_rate(db_path: str | Path, questions: list[str], config: AgentConfig
     return verified_citation_rate(claims)
 
 
-__all__ = ["AgentConfig", "AgentSession", "Claim", "Reply", "citation_rate", "load_config", "open_session",
-           "verified_citation_rate"]  # fmt: skip
+__all__ = [
+    "AgentConfig",
+    "AgentSession",
+    "Claim",
+    "Reply",
+    "citation_rate",
+    "load_config",
+    "open_session",
+    "verified_citation_rate",
+]

@@ -19,9 +19,26 @@ from aiops.store import Store
 INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
 # Words that make a question one the analyst can answer alone (the rest is free-form: it needs an LLM).
 ANALYST_WORDS = (
-    "incident", "wrong", "cause", "why", "slow", "hypothes", "evidence", "diagnos", "fix", "action",
-    "remediat", "summary", "summar", "status", "happen", "problem", "issue", "broken", "straggler",
-)  # fmt: skip
+    "incident",
+    "wrong",
+    "cause",
+    "why",
+    "slow",
+    "hypothes",
+    "evidence",
+    "diagnos",
+    "fix",
+    "action",
+    "remediat",
+    "summary",
+    "summar",
+    "status",
+    "happen",
+    "problem",
+    "issue",
+    "broken",
+    "straggler",
+)
 
 
 def load_diagnoses(store: Store) -> list[Diagnosis]:

@@ -72,8 +72,11 @@ def _loop(
         turn = llm.chat(messages, TOOL_SPECS)
         out.turns += 1
         out.tokens += turn.tokens
-        journal.record("llm_turn", {"request_tail": messages[-1], "reply": turn.as_message(), "tokens": turn.tokens},
-                       thread_id=thread_id)  # fmt: skip
+        journal.record(
+            "llm_turn",
+            {"request_tail": messages[-1], "reply": turn.as_message(), "tokens": turn.tokens},
+            thread_id=thread_id,
+        )
         if not turn.tool_calls:
             out.draft = parse_final(turn.content)
             if out.draft is None:
@@ -88,8 +91,16 @@ def _loop(
                 result = tools.call(call.name, call.arguments)
                 ok = True
             except UnknownTool as exc:
-                journal.record("tool_call", {"call_id": call.call_id, "name": call.name, "arguments": call.arguments,
-                                             "error": str(exc)}, thread_id=thread_id)  # fmt: skip
+                journal.record(
+                    "tool_call",
+                    {
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "error": str(exc),
+                    },
+                    thread_id=thread_id,
+                )
                 raise LLMFailure("unknown_tool", str(exc)) from exc
             except ToolError as exc:
                 result, ok = {"error": str(exc)}, False

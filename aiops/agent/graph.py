@@ -100,8 +100,15 @@ def _claims_from_draft(draft: dict[str, Any], tool_log: list[dict[str, Any]]) ->
 def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def understand(state: AgentState) -> AgentState:
         answer = deps.analyst.answer(state["question"])
-        deps.journal.record("question", {"question": state["question"], "asked_by": state.get("asked_by", ""),
-                                         "incident_id": answer.incident_id}, thread_id=state["thread_id"])  # fmt: skip
+        deps.journal.record(
+            "question",
+            {
+                "question": state["question"],
+                "asked_by": state.get("asked_by", ""),
+                "incident_id": answer.incident_id,
+            },
+            thread_id=state["thread_id"],
+        )
         return {
             "intent": "free_form" if answer.free_form else "analyst",
             "incident_id": answer.incident_id,
@@ -116,11 +123,23 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def gather(state: AgentState) -> AgentState:
         if deps.llm is None:
             return {"llm": {"used": False}, "draft": None, "plain_text": ""}
-        found = investigate(deps.llm, deps.tools, deps.journal, deps.limits, state["question"],
-                            deps.analyst.incidents_summary(), state["thread_id"])  # fmt: skip
+        found = investigate(
+            deps.llm,
+            deps.tools,
+            deps.journal,
+            deps.limits,
+            state["question"],
+            deps.analyst.incidents_summary(),
+            state["thread_id"],
+        )
         failures = list(state.get("failures", [])) + ([found.failure] if found.failure else [])
-        return {"llm": {"used": True, **found.usage()}, "draft": found.draft, "plain_text": found.plain_text,
-                "tool_log": found.tool_log, "failures": failures}  # fmt: skip
+        return {
+            "llm": {"used": True, **found.usage()},
+            "draft": found.draft,
+            "plain_text": found.plain_text,
+            "tool_log": found.tool_log,
+            "failures": failures,
+        }
 
     def hypothesise(state: AgentState) -> AgentState:
         analyst_claims = [Claim.model_validate(c) for c in state.get("analyst_claims", [])]
@@ -137,8 +156,16 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
         checked = verify_claims(claims, deps.sql)
         rate = verified_citation_rate(checked)
-        deps.journal.record("answer", {"source": source, "answer": text, "citation_rate": rate,
-                                       "claims": [c.model_dump() for c in checked]}, thread_id=state["thread_id"])  # fmt: skip
+        deps.journal.record(
+            "answer",
+            {
+                "source": source,
+                "answer": text,
+                "citation_rate": rate,
+                "claims": [c.model_dump() for c in checked],
+            },
+            thread_id=state["thread_id"],
+        )
         return {
             "source": source,
             "answer": text,
@@ -152,8 +179,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             raw = list((state.get("draft") or {}).get("proposals", []))
         elif state["intent"] == "analyst" and state.get("incident_id"):
             d = deps.analyst.get(str(state["incident_id"]))
-            raw = [{"kind": p.action, "target": p.target, "parameters": p.parameters, "reason": p.reason}
-                   for p in (d.proposals if d else [])]  # fmt: skip
+            raw = [
+                {"kind": p.action, "target": p.target, "parameters": p.parameters, "reason": p.reason}
+                for p in (d.proposals if d else [])
+            ]
         proposals = []
         for item in raw:
             if (
@@ -161,14 +190,30 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 or not isinstance(item.get("kind"), str)
                 or not isinstance(item.get("target"), str)
             ):
-                proposals.append({"proposal_id": proposal_id(state["thread_id"], {"raw": str(item)}), "kind": "?",
-                                  "target": "?", "parameters": {}, "reason": "", "status": "denied",
-                                  "reasons": ["malformed proposal"], "source": state["source"]})  # fmt: skip
+                proposals.append(
+                    {
+                        "proposal_id": proposal_id(state["thread_id"], {"raw": str(item)}),
+                        "kind": "?",
+                        "target": "?",
+                        "parameters": {},
+                        "reason": "",
+                        "status": "denied",
+                        "reasons": ["malformed proposal"],
+                        "source": state["source"],
+                    }
+                )
                 continue
             params = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
             action = {"kind": item["kind"], "target": item["target"], "parameters": params}
-            proposals.append({"proposal_id": proposal_id(state["thread_id"], action), **action,
-                              "reason": str(item.get("reason", ""))[:500], "status": "new", "source": state["source"]})  # fmt: skip
+            proposals.append(
+                {
+                    "proposal_id": proposal_id(state["thread_id"], action),
+                    **action,
+                    "reason": str(item.get("reason", ""))[:500],
+                    "status": "new",
+                    "source": state["source"],
+                }
+            )
         return {"proposals": proposals}
 
     def guardrail(state: AgentState) -> AgentState:
@@ -179,8 +224,13 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 continue
             action = {k: p[k] for k in ("kind", "target", "parameters")}
             verdict = deps.guard.check(action)
-            p = {**p, "physical": verdict.physical, "risk": verdict.risk, "action_hash": verdict.action_hash,
-                 "reasons": verdict.reasons}  # fmt: skip
+            p = {
+                **p,
+                "physical": verdict.physical,
+                "risk": verdict.risk,
+                "action_hash": verdict.action_hash,
+                "reasons": verdict.reasons,
+            }
             if verdict.allowed:
                 p.update(
                     status="pending", expires_ts_s=deps.guard.request(p["proposal_id"], action, p["reason"])
@@ -205,8 +255,12 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 and p["status"] == "pending"
                 and decision.get("decision") in verdicts
             ):
-                p = {**p, "status": verdicts[decision["decision"]], "decided_by": str(decision.get("by", "")),
-                     "note": str(decision.get("reason", ""))}  # fmt: skip
+                p = {
+                    **p,
+                    "status": verdicts[decision["decision"]],
+                    "decided_by": str(decision.get("by", "")),
+                    "note": str(decision.get("reason", "")),
+                }
             out.append(p)
         return {"proposals": out}
 
@@ -270,9 +324,17 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return "approval" if any(p["status"] == "pending" for p in state.get("proposals", [])) else "report"
 
     graph = StateGraph(AgentState)
-    for name, node in (("understand", understand), ("gather", gather), ("hypothesise", hypothesise),
-                       ("propose", propose), ("guardrail", guardrail), ("approval", approval),
-                       ("execute", execute), ("verify", verify), ("report", report)):  # fmt: skip
+    for name, node in (
+        ("understand", understand),
+        ("gather", gather),
+        ("hypothesise", hypothesise),
+        ("propose", propose),
+        ("guardrail", guardrail),
+        ("approval", approval),
+        ("execute", execute),
+        ("verify", verify),
+        ("report", report),
+    ):
         graph.add_node(name, node)
     graph.add_edge(START, "understand")
     graph.add_edge("understand", "gather")

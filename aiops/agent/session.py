@@ -101,8 +101,13 @@ class AgentSession:
         self.world = world
         if llm is None and self.config.online:
             llm = LLMClient(self.config)
-        self.tools = ToolBox(self.store, self.sql, self.analyst,
-                             preview=world.preview if world else None, horizon_s=limits.whatif_horizon_s)  # fmt: skip
+        self.tools = ToolBox(
+            self.store,
+            self.sql,
+            self.analyst,
+            preview=world.preview if world else None,
+            horizon_s=limits.whatif_horizon_s,
+        )
         self._checkpoints = sqlite3.connect(str(sidecar(db_path, ".agent.sqlite")), check_same_thread=False)
         self.saver = SqliteSaver(self._checkpoints)
         self.saver.setup()
@@ -159,10 +164,16 @@ class AgentSession:
         except ApprovalRefused as exc:
             if exc.reason != "expired":
                 raise
-            self.journal.record("approval_refused", {"by": by, "reason": str(exc)}, thread_id=action["thread_id"],
-                                proposal_id=proposal_id)  # fmt: skip
-            return self._resume(action["thread_id"], {"proposal_id": proposal_id, "decision": "expired", "by": by,
-                                                      "reason": str(exc)})  # fmt: skip
+            self.journal.record(
+                "approval_refused",
+                {"by": by, "reason": str(exc)},
+                thread_id=action["thread_id"],
+                proposal_id=proposal_id,
+            )
+            return self._resume(
+                action["thread_id"],
+                {"proposal_id": proposal_id, "decision": "expired", "by": by, "reason": str(exc)},
+            )
         self.journal.record("approval", {"by": by}, thread_id=action["thread_id"], proposal_id=proposal_id)
         return self._resume(
             action["thread_id"], {"proposal_id": proposal_id, "decision": "approve", "by": by}
@@ -171,10 +182,13 @@ class AgentSession:
     def reject(self, proposal_id: str, by: str, reason: str) -> Reply:
         action = self._waiting(proposal_id)
         self.guard.reject(proposal_id, by, reason)
-        self.journal.record("rejection", {"by": by, "reason": reason}, thread_id=action["thread_id"],
-                            proposal_id=proposal_id)  # fmt: skip
-        return self._resume(action["thread_id"], {"proposal_id": proposal_id, "decision": "reject", "by": by,
-                                                  "reason": reason})  # fmt: skip
+        self.journal.record(
+            "rejection", {"by": by, "reason": reason}, thread_id=action["thread_id"], proposal_id=proposal_id
+        )
+        return self._resume(
+            action["thread_id"],
+            {"proposal_id": proposal_id, "decision": "reject", "by": by, "reason": reason},
+        )
 
     def _waiting(self, proposal_id: str) -> dict[str, Any]:
         action = self.find(proposal_id)

@@ -72,7 +72,7 @@ def sim_actuate(world: Any, action: dict[str, Any]) -> dict[str, Any]:
         world.set_lanes_enforced(target, True)
         return {"lanes_enforced": True}
     if kind == "enable_ecn":
-        world.ecn_enabled[world.layout.nic_index[target]] = True
+        world.set_ecn_enabled(target, True)
         return {"ecn_enabled": True}
     if kind in ("open_ticket", "rerun_check"):
         return {"recorded": kind}
@@ -146,8 +146,13 @@ class StandInGuard:
         book = self.approvals.load()
         if proposal_id not in book:
             now = self.clock()
-            book[proposal_id] = {"action_hash": action_hash(action), "requested_ts_s": now,
-                                 "expires_ts_s": now + self.ttl_s, "status": "requested", "reason": reason}  # fmt: skip
+            book[proposal_id] = {
+                "action_hash": action_hash(action),
+                "requested_ts_s": now,
+                "expires_ts_s": now + self.ttl_s,
+                "status": "requested",
+                "reason": reason,
+            }
             self.approvals.save(book)
         return float(book[proposal_id]["expires_ts_s"])
 

@@ -131,8 +131,16 @@ def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
         table.add_column(column)
     for a in actions:
         status = a["status"] + (" (expired)" if a.get("overdue") else "")
-        table.add_row(a["proposal_id"], status, escape(a["kind"]), escape(a["target"]), escape(str(a.get("parameters") or "")),
-                      str(a.get("risk", "")), _clock(a.get("expires_ts_s")), escape(a.get("reason", "")))  # fmt: skip
+        table.add_row(
+            a["proposal_id"],
+            status,
+            escape(a["kind"]),
+            escape(a["target"]),
+            escape(str(a.get("parameters") or "")),
+            str(a.get("risk", "")),
+            _clock(a.get("expires_ts_s")),
+            escape(a.get("reason", "")),
+        )
     console.print(table)
 
 

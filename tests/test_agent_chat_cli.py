@@ -1,0 +1,129 @@
+"""`aiops chat` as a person uses it: offline through a pseudo-terminal on the demo database, and a process
+killed with SIGKILL whose pending approvals a restarted process finds and executes exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.agent_fakes import Repl, final, scripted_llm, tiny_demo_db
+
+PROMPT = r"aiops>"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
+    env.update(
+        HOME=str(tmp_path),
+        AIOPS_CONFIG=str(tmp_path / "none.toml"),
+        COLUMNS="200",
+        LINES="60",
+        TERM="xterm",
+        USER="tester",
+        **extra,
+    )
+    return env
+
+
+def _chat(db: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "aiops.cli.main", "chat", "--db", str(db), *args]
+
+
+def test_chat_offline_through_a_pty_lists_incidents_and_the_top_hypothesis(tmp_path: Path) -> None:
+    db, _ = tiny_demo_db(tmp_path)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        _chat(db), stdin=slave, stdout=slave, stderr=slave, env=_env(tmp_path), close_fds=True
+    )
+    os.close(slave)
+    repl = Repl(master, lambda data: os.write(master, data))
+    try:
+        repl.expect(r"LLM: offline")
+        repl.expect(PROMPT)
+        repl.send("/incidents")
+        listing = repl.expect(r"INC-0001 .*").group(0)
+        assert "thermal_throttle on node1/gpu1" in listing and "warning" in listing
+        repl.expect(PROMPT)
+        repl.send("why is the job slow?")
+        repl.expect(r"Top hypothesis: thermal_throttle on node1/gpu1 \(confidence 0\.\d\d\)")
+        repl.expect(r"✓ verified")
+        repl.expect(r"waiting for a person")
+        repl.expect(PROMPT)
+        repl.send("how many bytes did nic0 send on tuesday?")
+        repl.expect(r"free-form question: answering it needs an LLM")
+        repl.expect(PROMPT)
+        repl.send("/quit")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+
+
+def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Repl]:
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin = proc.stdin
+
+    def write(data: bytes) -> None:
+        stdin.write(data)
+        stdin.flush()
+
+    return proc, Repl(proc.stdout.fileno(), write)
+
+
+def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_path: Path) -> None:
+    db, scenario = tiny_demo_db(tmp_path)
+    cap = {
+        "kind": "set_power_limit",
+        "target": "node1/gpu1",
+        "parameters": {"fraction_of_tdp": 0.4},
+        "reason": "heat",
+    }
+    with scripted_llm([final("cap node1/gpu1", proposals=[cap])]) as llm:
+        env = _env(tmp_path, AIOPS_LLM_BASE_URL=llm.base_url, AIOPS_LLM_MODEL="scripted")
+        proc, repl = _start(_chat(db, "--scenario", str(scenario), "--as", "alice"), env)
+        try:
+            repl.expect(PROMPT, timeout_s=60)
+            repl.send("node1/gpu1 is hot, what now?")
+            pid = repl.expect(r"(P-[0-9a-f]{8}) +│ pending").group(1)
+            repl.expect(PROMPT)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+    # a new process, offline now: the proposal still waits, and approving it runs it once
+    proc, repl = _start(_chat(db, "--scenario", str(scenario), "--as", "bob"), _env(tmp_path))
+    try:
+        repl.expect(r"1 action\(s\) waiting for approval", timeout_s=60)
+        repl.expect(PROMPT)
+        repl.send("/actions")
+        repl.expect(re.escape(pid) + r" +│ pending +│ set_power_limit")
+        repl.expect(PROMPT)
+        repl.send(f"/approve {pid}")
+        repl.expect(r"executed " + re.escape(pid))
+        repl.expect(r"effect of " + re.escape(pid) + r".*power_limit_w.*700\.0, 280\.0")
+        repl.expect(PROMPT)
+        repl.send(f"/approve {pid}")
+        repl.expect(r"is executed, not waiting")
+        repl.expect(PROMPT)
+        repl.send("/quit")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ledger = json.loads(Path(str(db) + ".executions.json").read_text())
+    assert list(ledger) == [pid] and ledger[pid]["approved_by"] == "bob" and ledger[pid]["state"] == "done"
+    import duckdb
+
+    with duckdb.connect(str(db) + ".agent.duckdb", read_only=True) as conn:
+        executions = conn.execute("SELECT count(*) FROM agent_log WHERE kind = 'execution'").fetchone()
+    assert executions == (1,)
