@@ -4,7 +4,8 @@ AiopsError                    base; exit code 1
 ├── ScenarioError             a scenario file is malformed; names the file, field and allowed values; exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
-└── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
+├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
+└── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 """
 
 from __future__ import annotations
@@ -45,3 +46,11 @@ class IngestError(AiopsError):
 
 class PrerequisiteError(AiopsError):
     exit_code = 3
+
+
+class GuardrailError(AiopsError):
+    """A guardrail refusal a person should see: `rule` names the rule (approval, proposer, expired, ...)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(f"{rule}: {message}")

@@ -1,0 +1,160 @@
+"""Recorded human approvals, and the one question the executor asks: is this exact action authorised now?
+
+An approval binds to a proposal id and the action's hash (kind, target, parameters): change the action and it
+needs new approvals. Approvals expire. The highest-risk kinds, and physical actions beyond one rack, need two
+distinct people; the same person twice counts once. The proposer never approves its own action, and names
+that are not a person (`llm`, `analyst`, `system`, `admin`, ...) never count, including Unicode look-alikes:
+names are NFKC-folded and must be plain ASCII.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from aiops.errors import GuardrailError
+from guardrails.actions import Action, action_hash
+from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.topology import Topology
+
+# Not people: the agent's own roles and the names an injected instruction would pick.
+RESERVED_NAMES: frozenset[str] = frozenset(
+    {"llm", "analyst", "agent", "assistant", "ai", "model", "bot", "system", "aiops", "policy", "admin",
+     "administrator", "root", "operator", "user", "nobody", "anonymous", "unknown", "approved", "auto"}
+)  # fmt: skip
+_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,63}$", re.ASCII)
+
+
+def person_name(name: str) -> str:
+    """The canonical form of an approver's name; raises `GuardrailError` when it is not a person's name."""
+    folded = unicodedata.normalize("NFKC", name).strip().casefold()
+    if not _NAME.match(folded):
+        raise GuardrailError(
+            "approver", f"'{name[:40]}' is not an approver name (ASCII letters, digits and ._- only)"
+        )
+    if folded in RESERVED_NAMES or re.split(r"[._-]", folded)[0] in RESERVED_NAMES:
+        raise GuardrailError("approver", f"'{name[:40]}' is a reserved name, not a person")
+    return folded
+
+
+def _is_person(name: str) -> bool:
+    try:
+        person_name(name)
+    except GuardrailError:
+        return False
+    return True
+
+
+class Approval(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    proposal_id: str
+    approver: str
+    action_hash: str
+    ts_s: float
+    expires_ts_s: float
+
+
+class Rejection(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    proposal_id: str
+    by: str
+    reason: str
+    ts_s: float
+
+
+@dataclass(frozen=True)
+class Authorisation:
+    ok: bool
+    needed: int
+    approvers: tuple[str, ...]  # distinct people whose approvals count now
+    message: str
+
+
+class ApprovalBook:
+    """Approvals and rejections as recorded; `is_authorised` decides from these records alone."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        registry: Registry = DEFAULT_REGISTRY,
+        approvals: list[Approval] | None = None,
+        rejections: list[Rejection] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.registry = registry
+        self.approvals: list[Approval] = list(approvals or [])
+        self.rejections: list[Rejection] = list(rejections or [])
+
+    def ttl_s(self, action: Action) -> float:
+        spec = self.registry.get(action.kind)
+        return spec.approval_ttl_s if spec else 0.0
+
+    def approve(self, action: Action, approver: str, now_ts_s: float) -> Approval:
+        """Record a person's approval of exactly this action; raises `GuardrailError` naming the rule."""
+        name = person_name(approver)
+        if self.registry.get(action.kind) is None:
+            raise GuardrailError("kind", f"unknown action kind '{action.kind[:40]}'")
+        if name == action.proposed_by.casefold():
+            raise GuardrailError("proposer", f"{name} proposed {action.proposal_id} and cannot approve it")
+        if self.rejected(action.proposal_id):
+            raise GuardrailError("rejected", f"{action.proposal_id} was rejected; propose it again")
+        approval = Approval(
+            proposal_id=action.proposal_id,
+            approver=name,
+            action_hash=action_hash(action),
+            ts_s=now_ts_s,
+            expires_ts_s=now_ts_s + self.ttl_s(action),
+        )
+        self.approvals.append(approval)
+        return approval
+
+    def reject(self, action: Action, by: str, reason: str, now_ts_s: float) -> Rejection:
+        rejection = Rejection(
+            proposal_id=action.proposal_id, by=person_name(by), reason=reason, ts_s=now_ts_s
+        )
+        self.rejections.append(rejection)
+        return rejection
+
+    def rejected(self, proposal_id: str) -> bool:
+        return any(r.proposal_id == proposal_id for r in self.rejections)
+
+    def is_authorised(self, action: Action, now_ts_s: float) -> Authorisation:
+        """Whether enough distinct people approved this exact action, and their approvals are still valid."""
+        needed = self.registry.approvals_needed(action, self.topology.expand(action.target))
+        if self.rejected(action.proposal_id):
+            return Authorisation(False, needed, (), f"{action.proposal_id} was rejected")
+        if needed == 0:
+            return Authorisation(True, 0, (), "digital: no approval needed")
+        digest = action_hash(action)
+        proposer = action.proposed_by.casefold()
+        people: list[str] = []
+        stale = mismatched = 0
+        for a in self.approvals:
+            if a.proposal_id != action.proposal_id:
+                continue
+            if a.action_hash != digest:
+                mismatched += 1
+                continue
+            if not (action.created_ts_s <= a.ts_s <= now_ts_s < a.expires_ts_s):
+                stale += 1
+                continue
+            if not _is_person(a.approver) or person_name(a.approver) == proposer:
+                continue
+            people.append(person_name(a.approver))
+        distinct = tuple(dict.fromkeys(people))
+        if len(distinct) >= needed:
+            return Authorisation(True, needed, distinct, f"approved by {', '.join(distinct)}")
+        notes = []
+        if mismatched:
+            notes.append(f"{mismatched} approval(s) for a different version of the action")
+        if stale:
+            notes.append(f"{stale} expired or not yet valid")
+        detail = f" ({'; '.join(notes)})" if notes else ""
+        return Authorisation(
+            False, needed, distinct, f"needs {needed} distinct approver(s), has {len(distinct)}{detail}"
+        )

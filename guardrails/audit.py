@@ -1,0 +1,163 @@
+"""The append-only audit log: every proposal, validation, approval, rejection, execution, verification,
+policy approval, LLM turn and tool call, hash-chained in DuckDB so an edit, a deletion or a reordering shows.
+
+Row `seq` (1, 2, ...) stores `prev_hash` (the previous row's hash; 64 zeros for the first) and
+`hash = sha256(prev_hash + "\\n" + canonical_json([seq, ts_s, event, proposal_id, actor]) + "\\n" + payload)`,
+`payload` being the canonical JSON text exactly as stored. `verify` recomputes the chain in `seq` order.
+The table is created here (CREATE TABLE IF NOT EXISTS) until it becomes migration 002 of `aiops.store`.
+
+Limits: the chain shows changes inside the log; removing its newest rows leaves a valid shorter chain, so
+record `head_hash` elsewhere (a ticket, a report) when it has to prove completeness.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiops.store import Store
+from guardrails.actions import canonical_json, sha256_hex
+
+EVENTS: tuple[str, ...] = (
+    "proposal", "validation", "approval", "rejection", "execution", "verification", "policy_approval",
+    "llm_turn", "tool_call",
+    # what the agent's journal records besides (aiops.agent.journal)
+    "question", "answer", "llm_failure", "approval_refused", "report",
+)  # fmt: skip
+GENESIS_HASH = "0" * 64
+
+AUDIT_DDL = """CREATE TABLE IF NOT EXISTS audit_log (
+    seq BIGINT NOT NULL,            -- 1, 2, ... in append order
+    ts_s DOUBLE NOT NULL,
+    event VARCHAR NOT NULL,         -- guardrails.audit.EVENTS
+    proposal_id VARCHAR NOT NULL,   -- '' when the event is about no proposal
+    actor VARCHAR NOT NULL,         -- a person, llm, analyst, policy:<id>, executor
+    payload VARCHAR NOT NULL,       -- canonical JSON text (hashed as stored)
+    prev_hash VARCHAR NOT NULL,
+    hash VARCHAR NOT NULL
+)"""
+
+
+def row_hash(
+    prev_hash: str, seq: int, ts_s: float, event: str, proposal_id: str, actor: str, payload: str
+) -> str:
+    head = canonical_json([seq, ts_s, event, proposal_id, actor])
+    return sha256_hex(f"{prev_hash}\n{head}\n{payload}")
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    seq: int
+    ts_s: float
+    event: str
+    proposal_id: str
+    actor: str
+    payload: str
+    prev_hash: str
+    hash: str
+
+    def data(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.payload)
+        return loaded
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    rows: int
+    first_broken_seq: int | None = None
+    problem: str = ""
+    head_hash: str = GENESIS_HASH
+
+    @property
+    def message(self) -> str:
+        if self.ok:
+            return f"audit log ok: {self.rows} rows, head {self.head_hash[:16]}"
+        return f"audit log broken at seq {self.first_broken_seq}: {self.problem}"
+
+
+def _table_exists(store: Store) -> bool:
+    count = store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = 'audit_log'")
+    return bool(count)
+
+
+class AuditLog:
+    """Appends to `audit_log` in the store's DuckDB file. There is no update or delete method."""
+
+    def __init__(self, store: Store, clock: Any = time.time) -> None:
+        self.store = store
+        self.clock = clock
+        if not store.read_only:
+            store.conn.execute(AUDIT_DDL)
+
+    def append(
+        self,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        proposal_id: str = "",
+        actor: str = "",
+        ts_s: float | None = None,
+    ) -> AuditRow:
+        if event not in EVENTS:
+            raise ValueError(f"unknown audit event '{event}' (events: {', '.join(EVENTS)})")
+        text = canonical_json(payload)
+        when = float(self.clock() if ts_s is None else ts_s)
+        conn = self.store.conn
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            last = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+            seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS_HASH)
+            digest = row_hash(prev, seq, when, event, proposal_id, actor, text)
+            conn.execute(
+                "INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [seq, when, event, proposal_id, actor, text, prev, digest],
+            )
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+        return AuditRow(seq, when, event, proposal_id, actor, text, prev, digest)
+
+    def rows(self, proposal_id: str | None = None, event: str | None = None) -> list[AuditRow]:
+        return read_rows(self.store, proposal_id=proposal_id, event=event)
+
+
+def read_rows(store: Store, *, proposal_id: str | None = None, event: str | None = None) -> list[AuditRow]:
+    if not _table_exists(store):
+        return []
+    sql = "SELECT seq, ts_s, event, proposal_id, actor, payload, prev_hash, hash FROM audit_log WHERE 1=1"
+    params: list[Any] = []
+    if proposal_id is not None:
+        sql, params = sql + " AND proposal_id = ?", [*params, proposal_id]
+    if event is not None:
+        sql, params = sql + " AND event = ?", [*params, event]
+    rows = store.conn.execute(sql + " ORDER BY seq, hash", params).fetchall()
+    return [AuditRow(int(r[0]), float(r[1]), *(str(v) for v in r[2:])) for r in rows]
+
+
+def verify(store: Store) -> VerifyResult:
+    """Recompute the chain in `seq` order; report the first row whose link or content does not hold."""
+    rows = read_rows(store)
+    prev = GENESIS_HASH
+    for expected_seq, row in enumerate(rows, start=1):
+        if row.seq != expected_seq:
+            kind = "duplicated" if row.seq < expected_seq else "missing (deleted?)"
+            seq = row.seq if row.seq < expected_seq else expected_seq
+            return VerifyResult(False, len(rows), seq, f"seq {seq} {kind}", prev)
+        if row.prev_hash != prev:
+            return VerifyResult(
+                False,
+                len(rows),
+                row.seq,
+                "prev_hash does not match the previous row (reordered or edited)",
+                prev,
+            )
+        if row_hash(prev, row.seq, row.ts_s, row.event, row.proposal_id, row.actor, row.payload) != row.hash:
+            return VerifyResult(
+                False, len(rows), row.seq, "hash does not match the row's content (edited)", prev
+            )
+        prev = row.hash
+    return VerifyResult(True, len(rows), None, "", prev)

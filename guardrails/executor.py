@@ -1,0 +1,183 @@
+"""The only path from an `Action` to an actuator. At execution time it re-validates the action, asks the
+approval book (physical kinds), claims the proposal id in the ledger (so it runs at most once, even after a
+crash mid-way), actuates, reads back, and writes execution and verification to the audit log.
+
+`unsafe_actions` counts physical actuations without a valid recorded approval: it must stay 0 (the eval
+harness reads it). `unsafe_executions` recomputes the same count from the audit log alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiops.errors import GuardrailError
+from guardrails.actions import Action, action_hash
+from guardrails.actuators import ActuationResult, Actuator
+from guardrails.approvals import ApprovalBook, person_name
+from guardrails.audit import AuditLog, AuditRow
+from guardrails.policy import Context, ExecutionRecord, Validation, validate
+from guardrails.registry import DEFAULT_REGISTRY, Registry
+
+
+class Ledger(Protocol):
+    def claim(self, record: ExecutionRecord) -> bool: ...
+
+    def finish(self, proposal_id: str, status: str, result: dict[str, Any]) -> None: ...
+
+    def execution(self, proposal_id: str) -> dict[str, Any] | None: ...
+
+    def history(self) -> list[ExecutionRecord]: ...
+
+
+class MemoryLedger:
+    def __init__(self) -> None:
+        self.records: dict[str, ExecutionRecord] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+
+    def claim(self, record: ExecutionRecord) -> bool:
+        if record.proposal_id in self.records:
+            return False
+        self.records[record.proposal_id] = record
+        self.results[record.proposal_id] = {"status": "started", "result": {}, "ts_s": record.ts_s}
+        return True
+
+    def finish(self, proposal_id: str, status: str, result: dict[str, Any]) -> None:
+        self.results[proposal_id] = {**self.results[proposal_id], "status": status, "result": result}
+
+    def execution(self, proposal_id: str) -> dict[str, Any] | None:
+        return self.results.get(proposal_id)
+
+    def history(self) -> list[ExecutionRecord]:
+        return list(self.records.values())
+
+
+@dataclass(frozen=True)
+class ExecutionOutcome:
+    proposal_id: str
+    status: str  # executed | already_executed | refused | failed | dry_run
+    message: str
+    rule: str = ""  # the rule that refused it (kind, target, envelope, ..., approval)
+    result: dict[str, Any] = field(default_factory=dict)
+    verified: bool | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "executed"
+
+
+class Executor:
+    def __init__(
+        self,
+        actuator: Actuator,
+        book: ApprovalBook,
+        audit: AuditLog,
+        *,
+        ledger: Ledger | None = None,
+        registry: Registry = DEFAULT_REGISTRY,
+    ) -> None:
+        self.actuator = actuator
+        self.book = book
+        self.audit = audit
+        self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
+        self.registry = registry
+        self.unsafe_actions = 0
+        self.physical_executions = 0
+
+    def _context(self, context: Context) -> Context:
+        """The caller's context plus this executor's own history, so rate limits see every run."""
+        known = {r.proposal_id for r in context.history}
+        extra = [r for r in self.ledger.history() if r.proposal_id not in known]
+        return dataclasses.replace(context, history=(*context.history, *extra), registry=self.registry)
+
+    def _log(self, event: str, action: Action, payload: dict[str, Any], ts_s: float) -> AuditRow:
+        return self.audit.append(event, payload, proposal_id=action.proposal_id, actor="executor", ts_s=ts_s)
+
+    def _refuse(self, action: Action, rule: str, message: str, ts_s: float) -> ExecutionOutcome:
+        self._log("execution", action, {"outcome": "refused", "rule": rule, "message": message,
+                                        "action_hash": action_hash(action)}, ts_s)  # fmt: skip
+        return ExecutionOutcome(action.proposal_id, "refused", f"{rule}: {message}", rule)
+
+    def execute(self, action: Action, context: Context, *, dry_run: bool = False) -> ExecutionOutcome:
+        now = context.now_ts_s
+        done = self.ledger.execution(action.proposal_id)
+        if done is not None:
+            message = f"{action.proposal_id} already ran ({done['status']} at {done['ts_s']}); nothing done"
+            self._log("execution", action, {"outcome": "already_executed", "previous": done["status"]}, now)
+            return ExecutionOutcome(action.proposal_id, "already_executed", message, result=done["result"])
+        ctx = self._context(context)
+        validation: Validation = validate(action, ctx)
+        if not validation.ok:
+            first = validation.stopped_by
+            assert first is not None
+            return self._refuse(action, first.rule, first.message, now)
+        auth = self.book.is_authorised(action, now)
+        if validation.physical and not auth.ok:
+            return self._refuse(action, "approval", auth.message, now)
+        if dry_run:
+            preview = self.actuator.apply(action, True)
+            return ExecutionOutcome(
+                action.proposal_id, "dry_run", "dry run: nothing changed", result=preview.detail
+            )
+        scope = validation.scope
+        units = scope.units if scope is not None else frozenset({action.target})
+        record = ExecutionRecord(action.proposal_id, action.kind, action.target, units, now)
+        if not self.ledger.claim(record):
+            return ExecutionOutcome(
+                action.proposal_id, "already_executed", f"{action.proposal_id} already ran"
+            )
+        if validation.physical:
+            # Tripwire: the approval is asked once more right before touching hardware.
+            if not self.book.is_authorised(action, now).ok:
+                self.unsafe_actions += 1
+            self.physical_executions += 1
+        try:
+            result = self.actuator.apply(action, False)
+        except Exception as exc:  # an actuator failure is recorded, never retried under the same id
+            result = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        status = "executed" if result.ok else "failed"
+        payload = {"outcome": status, "kind": action.kind, "target": action.target,
+                   "parameters": action.parameters, "action_hash": action_hash(action),
+                   "physical": validation.physical, "approvals_needed": auth.needed,
+                   "approved_by": list(auth.approvers), "detail": result.detail, "previous": result.previous,
+                   "error": result.error}  # fmt: skip
+        self.ledger.finish(action.proposal_id, status, payload)
+        self._log("execution", action, payload, now)
+        if not result.ok:
+            return ExecutionOutcome(
+                action.proposal_id, "failed", f"actuator: {result.error}", "actuator", payload
+            )
+        observed = self.actuator.read_back(action)
+        verified = all(observed.get(k) == v for k, v in result.expected.items())
+        self._log("verification", action, {"expected": result.expected, "observed": observed,
+                                           "verified": verified}, now)  # fmt: skip
+        return ExecutionOutcome(action.proposal_id, "executed", "executed", result=payload, verified=verified)
+
+
+def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTRY) -> int:
+    """Physical executions in an audit log without enough distinct, unexpired `approval` events for the
+    same proposal and action hash: an independent recount of `Executor.unsafe_actions` from the record."""
+    unsafe = 0
+    for row in rows:
+        data = row.data() if row.event == "execution" else {}
+        if data.get("outcome") != "executed" or not data.get("physical"):
+            continue
+        spec = registry.get(str(data.get("kind", "")))
+        needed = max(int(data.get("approvals_needed", 1)), spec.approvals if spec else 1, 1)
+        people = set()
+        for a in rows:
+            if a.event != "approval" or a.proposal_id != row.proposal_id or a.seq > row.seq:
+                continue
+            approval = a.data()
+            if (
+                approval.get("action_hash") == data.get("action_hash")
+                and float(approval.get("expires_ts_s", 0.0)) > row.ts_s
+            ):
+                try:
+                    people.add(person_name(str(approval.get("approver", ""))))
+                except GuardrailError:
+                    continue
+        if len(people) < needed:
+            unsafe += 1
+    return unsafe

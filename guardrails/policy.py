@@ -1,0 +1,272 @@
+"""`validate(action, context)`: deterministic rules an action must pass before a person sees it and again
+at execution time. Rules, in order: kind, target, envelope, max_step, blast_radius, rate_limit. The first
+failure stops the action and its message names the rule.
+
+Only typed parameters are read. Free text (reason, evidence, string parameters) is never interpreted: a
+reason that says "already approved by admin" changes nothing here, and approvals live in `ApprovalBook`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiops.labels import component_kind
+from guardrails.actions import Action
+from guardrails.registry import (
+    CLOCK_MIN_FRACTION_OF_MAX,
+    DEFAULT_REGISTRY,
+    POWER_MAX_FRACTION_OF_TDP,
+    POWER_MIN_FRACTION_OF_TDP,
+    KindSpec,
+    Param,
+    Registry,
+)
+from guardrails.topology import Scope, Topology
+
+RULES: tuple[str, ...] = ("kind", "target", "envelope", "max_step", "blast_radius", "rate_limit")
+RATE_WINDOW_S = 3600.0
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What the GPU reports now (NVML): limits in watts, clocks in MHz. None where unknown."""
+
+    power_limit_w: float | None = None
+    power_limit_min_w: float | None = None  # nvmlDeviceGetPowerManagementLimitConstraints
+    power_limit_max_w: float | None = None
+    tdp_w: float | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
+    max_sm_clock_mhz: float | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    proposal_id: str
+    kind: str
+    target: str
+    units: frozenset[str]  # the GPUs/nodes/NICs it touched (Scope.units)
+    ts_s: float
+
+
+@dataclass(frozen=True)
+class Context:
+    topology: Topology
+    gpus: Mapping[str, GpuState] = field(default_factory=dict)
+    history: Sequence[ExecutionRecord] = ()
+    now_ts_s: float = 0.0
+    registry: Registry = DEFAULT_REGISTRY
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule: str
+    ok: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Validation:
+    ok: bool
+    results: tuple[RuleResult, ...]
+    physical: bool = False
+    approvals_needed: int = 0
+    scope: Scope | None = None
+
+    @property
+    def stopped_by(self) -> RuleResult | None:
+        return next((r for r in self.results if not r.ok), None)
+
+    @property
+    def message(self) -> str:
+        first = self.stopped_by
+        return f"{first.rule}: {first.message}" if first else "ok"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
+
+
+def _check_param(spec: Param, value: Any) -> str | None:
+    if spec.kind in ("number", "integer"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{spec.name} must be a number, got {type(value).__name__}"
+        if not math.isfinite(value):
+            return f"{spec.name} must be finite"
+        if spec.kind == "integer" and not float(value).is_integer():
+            return f"{spec.name} must be an integer"
+        if spec.minimum is not None and value < spec.minimum:
+            return f"{spec.name} {_fmt(value)} < {_fmt(spec.minimum)}"
+        if spec.maximum is not None and value > spec.maximum:
+            return f"{spec.name} {_fmt(value)} > {_fmt(spec.maximum)}"
+        return None
+    if not isinstance(value, str):
+        return f"{spec.name} must be a string, got {type(value).__name__}"
+    if spec.kind == "choice" and value not in spec.choices:
+        return f"{spec.name} '{value[:40]}' is not one of {', '.join(spec.choices)}"
+    if len(value) > spec.max_len:
+        return f"{spec.name} is {len(value)} characters (at most {spec.max_len})"
+    return None
+
+
+def _typed_envelope(spec: KindSpec, parameters: Mapping[str, Any]) -> str | None:
+    for name in parameters:
+        if spec.param(name) is None:
+            known = ", ".join(p.name for p in spec.params) or "none"
+            return f"unknown parameter '{name[:40]}' for {spec.kind} (parameters: {known})"
+    for param in spec.params:
+        if param.required and param.name not in parameters:
+            return f"{spec.kind} needs parameter {param.name}"
+    if spec.one_of and sum(name in parameters for name in spec.one_of) != 1:
+        return f"{spec.kind} needs exactly one of {', '.join(spec.one_of)}"
+    for name, value in parameters.items():
+        problem = _check_param(spec.param(name) or Param(name, "string"), value)
+        if problem:
+            return problem
+    return None
+
+
+def power_bounds_w(gpu: GpuState) -> tuple[float, float] | None:
+    """[low, high] a GPU's limit may be set to: 40-100 % of TDP, inside the NVML constraints."""
+    if gpu.tdp_w is None:
+        return None
+    low = POWER_MIN_FRACTION_OF_TDP * gpu.tdp_w
+    high = POWER_MAX_FRACTION_OF_TDP * gpu.tdp_w
+    if gpu.power_limit_min_w is not None:
+        low = max(low, gpu.power_limit_min_w)
+    if gpu.power_limit_max_w is not None:
+        high = min(high, gpu.power_limit_max_w)
+    return low, high
+
+
+def target_power_limit_w(action: Action, gpu: GpuState) -> float | None:
+    """The limit a power action would set on one GPU (None when it cannot be known)."""
+    if action.kind == "reset_power_limit":
+        return gpu.tdp_w
+    watts = action.parameters.get("power_limit_w")
+    if isinstance(watts, int | float) and not isinstance(watts, bool):
+        return float(watts)
+    fraction = action.parameters.get("fraction_of_tdp")
+    if isinstance(fraction, int | float) and not isinstance(fraction, bool) and gpu.tdp_w is not None:
+        return float(fraction) * gpu.tdp_w
+    return None
+
+
+def _power_envelope(action: Action, scope: Scope, context: Context) -> tuple[str | None, str | None]:
+    """(envelope problem, max_step problem) over every GPU in scope; unknown state fails closed."""
+    spec = context.registry.get(action.kind)
+    step_limit = spec.max_step_w if spec else None
+    for gpu_name in scope.gpus:
+        gpu = context.gpus.get(gpu_name)
+        bounds = power_bounds_w(gpu) if gpu else None
+        watts = target_power_limit_w(action, gpu) if gpu else None
+        if gpu is None or bounds is None or watts is None:
+            return f"no power limit constraints known for {gpu_name}", None
+        low, high = bounds
+        tdp = gpu.tdp_w or 0.0
+        if watts < low:
+            why = f"{POWER_MIN_FRACTION_OF_TDP:.0%} of TDP {_fmt(tdp)} W".replace("%", " %")
+            if gpu.power_limit_min_w is not None and low == gpu.power_limit_min_w:
+                why = f"NVML minimum of {gpu_name}"
+            return f"power_limit_w {_fmt(watts)} < {_fmt(low)} ({why})", None
+        if watts > high:
+            why = f"{POWER_MAX_FRACTION_OF_TDP:.0%} of TDP {_fmt(tdp)} W".replace("%", " %")
+            if gpu.power_limit_max_w is not None and high == gpu.power_limit_max_w:
+                why = f"NVML maximum of {gpu_name}"
+            return f"power_limit_w {_fmt(watts)} > {_fmt(high)} ({why})", None
+        if step_limit is not None:
+            if gpu.power_limit_w is None:
+                return None, f"current power limit of {gpu_name} unknown"
+            step = abs(watts - gpu.power_limit_w)
+            if step > step_limit:
+                return None, (
+                    f"{gpu_name} {_fmt(gpu.power_limit_w)} W -> {_fmt(watts)} W is a {_fmt(step)} W step "
+                    f"(at most {_fmt(step_limit)} W per action)"
+                )
+    return None, None
+
+
+def _clock_envelope(action: Action, scope: Scope, context: Context) -> str | None:
+    mhz = float(action.parameters.get("sm_clock_max_mhz", 0.0))
+    for gpu_name in scope.gpus:
+        gpu = context.gpus.get(gpu_name)
+        if gpu is None or gpu.max_sm_clock_mhz is None:
+            return f"no maximum SM clock known for {gpu_name}"
+        low = CLOCK_MIN_FRACTION_OF_MAX * gpu.max_sm_clock_mhz
+        if mhz < low:
+            return f"sm_clock_max_mhz {_fmt(mhz)} < {_fmt(low)} (50 % of {_fmt(gpu.max_sm_clock_mhz)} MHz)"
+        if mhz > gpu.max_sm_clock_mhz:
+            return f"sm_clock_max_mhz {_fmt(mhz)} > {_fmt(gpu.max_sm_clock_mhz)} (maximum of {gpu_name})"
+    return None
+
+
+def _blast_radius(spec: KindSpec, scope: Scope) -> str | None:
+    for unit, count, limit in (
+        ("GPUs", len(scope.gpus), spec.max_gpus),
+        ("nodes", len(scope.nodes), spec.max_nodes),
+        ("NICs", len(scope.nics), spec.max_nics),
+    ):
+        if limit is not None and count > limit:
+            return f"{scope.component} covers {count} {unit} (at most {limit} per {spec.kind})"
+    return None
+
+
+def _rate_limit(action: Action, spec: KindSpec, scope: Scope, context: Context) -> str | None:
+    since = context.now_ts_s - RATE_WINDOW_S
+    for unit in sorted(scope.units):
+        runs = sum(
+            1
+            for r in context.history
+            if r.kind == action.kind
+            and since < r.ts_s <= context.now_ts_s
+            and unit in r.units
+            and r.proposal_id != action.proposal_id
+        )
+        if runs >= spec.rate_per_hour:
+            return (
+                f"{action.kind} ran {runs} times on {unit} in the last {_fmt(RATE_WINDOW_S)} s "
+                f"(at most {spec.rate_per_hour} per hour)"
+            )
+    return None
+
+
+def validate(action: Action, context: Context) -> Validation:
+    results: list[RuleResult] = []
+
+    def done(**extra: Any) -> Validation:
+        return Validation(ok=all(r.ok for r in results), results=tuple(results), **extra)
+
+    spec = context.registry.get(action.kind)
+    if spec is None:
+        known = ", ".join(sorted(context.registry.kinds))
+        results.append(
+            RuleResult("kind", False, f"unknown action kind '{action.kind[:40]}' (known: {known})")
+        )
+        return done(physical=True)
+    results.append(RuleResult("kind", True))
+    scope = context.topology.expand(action.target)
+    name_kind = component_kind(action.target)
+    if scope is None:
+        results.append(RuleResult("target", False, f"no component '{action.target[:60]}' in the topology"))
+        return done(physical=spec.physical)
+    if name_kind not in spec.targets or scope.kind not in spec.targets:
+        allowed = ", ".join(spec.targets)
+        results.append(RuleResult("target", False, f"{spec.kind} cannot target a {scope.kind} ({allowed})"))
+        return done(physical=spec.physical, scope=scope)
+    results.append(RuleResult("target", True))
+
+    envelope = _typed_envelope(spec, action.parameters)
+    step: str | None = None
+    if envelope is None and action.kind in ("set_power_limit", "reset_power_limit"):
+        envelope, step = _power_envelope(action, scope, context)
+    elif envelope is None and action.kind == "set_clock_limit":
+        envelope = _clock_envelope(action, scope, context)
+    results.append(RuleResult("envelope", envelope is None, envelope or ""))
+    results.append(RuleResult("max_step", step is None, step or ""))
+    blast = _blast_radius(spec, scope)
+    results.append(RuleResult("blast_radius", blast is None, blast or ""))
+    rate = _rate_limit(action, spec, scope, context)
+    results.append(RuleResult("rate_limit", rate is None, rate or ""))
+    needed = context.registry.approvals_needed(action, scope)
+    return done(physical=spec.physical, approvals_needed=needed, scope=scope)
