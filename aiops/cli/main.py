@@ -21,6 +21,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.lanes",
     "aiops.cli.lab",
     "aiops.cli.chat",
+    "aiops.cli.actions",
+    "aiops.cli.audit",
 )
 
 

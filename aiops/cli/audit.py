@@ -1,0 +1,26 @@
+"""`aiops audit verify`: recompute the audit log's hash chain; exit 0 when intact, 1 at the first broken link."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from aiops.cli.actions import DEFAULT_DB, open_store
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("audit", help="the hash-chained audit log")
+    verbs = p.add_subparsers(dest="audit_command", metavar="VERB", required=True)
+    check = verbs.add_parser("verify", help="check the chain: an edited, deleted or reordered row shows")
+    check.add_argument("--db", default=DEFAULT_DB)
+    check.set_defaults(func=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from guardrails.audit import verify
+
+    with open_store(args.db, read_only=True) as store:
+        result = verify(store)
+    Console(highlight=False, stderr=not result.ok).print(result.message)
+    return 0 if result.ok else 1
