@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
+
 from tests.agent_fakes import Repl, final, scripted_llm, tiny_demo_db
 
 PROMPT = r"aiops>"
@@ -85,7 +87,7 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
     cap = {
         "kind": "set_power_limit",
         "target": "node1/gpu1",
-        "parameters": {"fraction_of_tdp": 0.4},
+        "parameters": {"fraction_of_tdp": 0.8},
         "reason": "heat",
     }
     with scripted_llm([final("cap node1/gpu1", proposals=[cap])]) as llm:
@@ -110,7 +112,7 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
         repl.expect(PROMPT)
         repl.send(f"/approve {pid}")
         repl.expect(r"executed " + re.escape(pid))
-        repl.expect(r"effect of " + re.escape(pid) + r".*power_limit_w.*700\.0, 280\.0")
+        repl.expect(r"effect of " + re.escape(pid) + r".*power_limit_w.*700\.0, 560\.0")
         repl.expect(PROMPT)
         repl.send(f"/approve {pid}")
         repl.expect(r"is executed, not waiting")
@@ -120,10 +122,12 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
     finally:
         if proc.poll() is None:
             proc.kill()
-    ledger = json.loads(Path(str(db) + ".executions.json").read_text())
-    assert list(ledger) == [pid] and ledger[pid]["approved_by"] == "bob" and ledger[pid]["state"] == "done"
-    import duckdb
-
     with duckdb.connect(str(db) + ".agent.duckdb", read_only=True) as conn:
-        executions = conn.execute("SELECT count(*) FROM agent_log WHERE kind = 'execution'").fetchone()
-    assert executions == (1,)
+        ledger = conn.execute("SELECT proposal_id, status FROM executions").fetchall()
+        approvers = conn.execute("SELECT approver FROM approvals").fetchall()
+        audited = conn.execute(
+            "SELECT payload FROM audit_log WHERE event = 'execution' AND proposal_id = ?", [pid]
+        ).fetchall()
+    assert ledger == [(pid, "executed")] and approvers == [("bob",)]
+    outcomes = [json.loads(p[0])["outcome"] for p in audited]
+    assert outcomes.count("executed") == 1 and set(outcomes) <= {"executed", "already_executed"}

@@ -217,26 +217,26 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"proposals": proposals}
 
     def guardrail(state: AgentState) -> AgentState:
+        evidence = [
+            f"{c['text']} [{c['status']}]" + (f": {c['citation']['sql']}" if c.get("citation") else "")
+            for c in state.get("claims", [])
+        ]
+        proposed_by = "llm" if state["source"] == "llm" else "analyst"
         out = []
         for p in state["proposals"]:
             if p["status"] != "new":
                 out.append(p)
                 continue
             action = {k: p[k] for k in ("kind", "target", "parameters")}
-            verdict = deps.guard.check(action)
+            verdict = deps.guard.propose(p["proposal_id"], action, p["reason"], proposed_by, evidence)
             p = {
                 **p,
                 "physical": verdict.physical,
-                "risk": verdict.risk,
+                "approvals_needed": verdict.approvals_needed,
                 "action_hash": verdict.action_hash,
                 "reasons": verdict.reasons,
+                "status": "pending" if verdict.allowed else "denied",
             }
-            if verdict.allowed:
-                p.update(
-                    status="pending", expires_ts_s=deps.guard.request(p["proposal_id"], action, p["reason"])
-                )
-            else:
-                p["status"] = "denied"
             deps.journal.record("proposal", p, thread_id=state["thread_id"], proposal_id=p["proposal_id"])
             out.append(p)
         return {"proposals": out}
@@ -247,7 +247,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             {"thread_id": state["thread_id"], "pending": [p["proposal_id"] for p in pending]}
         )
         wanted = decision.get("proposal_id") if isinstance(decision, dict) else None
-        verdicts = {"approve": "approved", "reject": "rejected", "expired": "expired"}
+        verdicts = {"approve": "approved", "reject": "rejected"}
         out = []
         for p in state["proposals"]:
             if (
@@ -269,16 +269,16 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         out = []
         for p in state["proposals"]:
             pid = p["proposal_id"]
-            if p["status"] == "approved" and pid not in executions:
-                action = {k: p[k] for k in ("kind", "target", "parameters")}
+            if p["status"] == "approved" and not executions.get(pid, {}).get("ok"):
                 before = deps.world.metrics(p["target"]) if deps.world else {}
                 try:
-                    result = deps.guard.execute(pid, action)
+                    result = deps.guard.execute(pid)
                     executions[pid] = {"ok": True, "result": result, "before": before}
                     p = {**p, "status": "executed"}
                 except ExecutionRefused as exc:
-                    executions[pid] = {"ok": False, "error": str(exc), "reason": exc.reason}
-                    p = {**p, "status": "refused", "note": str(exc)}
+                    executions[pid] = {"ok": False, "error": str(exc), "rule": exc.rule}
+                    # without enough valid approvals it waits again for people; other refusals are final
+                    p = {**p, "status": "pending" if exc.rule == "approval" else "refused", "note": str(exc)}
                 deps.journal.record(
                     "execution", executions[pid], thread_id=state["thread_id"], proposal_id=pid
                 )

@@ -1,8 +1,9 @@
 """Every LLM turn, tool call and result, answer, proposal, decision and execution, kept for review.
 
-`AuditJournal` appends to the guardrails' hash-chained audit log; `DuckDBJournal` writes the `agent_log` table
-(created here with CREATE TABLE IF NOT EXISTS) in a DuckDB file beside the telemetry database, which the agent
-only ever opens read-only. `TeeJournal` writes to several.
+`AuditJournal` appends the agent's own events (questions, LLM turns, tool calls and results, answers, LLM
+failures, reports) to the guardrails' hash-chained audit log; proposals, approvals, rejections and executions
+the guardrails service audits itself. `DuckDBJournal` writes everything the graph records to the `agent_log`
+table (created here with CREATE TABLE IF NOT EXISTS) of the agent's state file. `TeeJournal` writes to both.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 
@@ -28,10 +28,44 @@ AGENT_LOG_DDL = """CREATE TABLE IF NOT EXISTS agent_log (
 )"""
 
 
+# What the agent adds to the audit log; the rest the guardrails record in their own shape.
+AUDITED_KINDS = ("question", "llm_turn", "tool_call", "llm_failure", "answer", "approval_refused", "report")
+
+
+class AuditAppender(Protocol):
+    def append(
+        self,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        proposal_id: str = "",
+        actor: str = "",
+        ts_s: float | None = None,
+    ) -> Any: ...
+
+
+class AuditJournal:
+    def __init__(self, audit: AuditAppender) -> None:
+        self.audit = audit
+
+    def record(
+        self, kind: str, payload: dict[str, Any], *, thread_id: str = "", proposal_id: str = ""
+    ) -> None:
+        if kind not in AUDITED_KINDS:
+            return
+        actor = (
+            "llm"
+            if kind in ("llm_turn", "tool_call", "llm_failure")
+            else str(payload.get("asked_by") or "agent")
+        )
+        self.audit.append(
+            kind, {"thread_id": thread_id, **jsonable(payload)}, proposal_id=proposal_id, actor=actor
+        )
+
+
 class DuckDBJournal:
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        self.conn = duckdb.connect(self.path)
+    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+        self.conn = conn
         self.conn.execute(AGENT_LOG_DDL)
         self._lock = threading.Lock()
 
@@ -57,9 +91,6 @@ class DuckDBJournal:
             {"ts_s": r[0], "kind": r[1], "thread_id": r[2], "proposal_id": r[3], "payload": json.loads(r[4])}
             for r in rows
         ]
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 class TeeJournal:

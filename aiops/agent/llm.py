@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import openai
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiops.agent.config import AgentConfig
 from aiops.errors import AiopsError
@@ -57,12 +55,19 @@ class Turn:
         return message
 
 
+if TYPE_CHECKING:
+    import openai
+
+
 class LLMClient:
     def __init__(self, config: AgentConfig) -> None:
+        import openai  # imported here: offline sessions never pay for the client
+
         if not config.online:
             raise LLMFailure("connection", "no LLM endpoint configured")
         self.config = config
-        self.client = openai.OpenAI(
+        self.openai = openai
+        self.client: openai.OpenAI = openai.OpenAI(
             base_url=config.base_url,
             api_key=config.api_key or "not-needed",  # local servers ignore it; the client insists on one
             timeout=config.timeout_s,
@@ -70,6 +75,7 @@ class LLMClient:
         )
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
+        openai = self.openai
         try:
             response = self.client.chat.completions.create(
                 model=str(self.config.model),

@@ -1,6 +1,6 @@
 """What the agent's graph needs from the rest of the system, as small protocols (the httpx transport habit):
-the guardrails (check, approval book, executor), the world, the journal, and the LLM. Production wires guardrails and the
-simulated twin (`aiops.agent.wiring`); tests may wire the same seams with the real pieces on tiny inputs."""
+the guardrails (propose, approve, reject, execute), the world, the journal, and the LLM. `aiops.agent.wiring`
+plugs in the `guardrails` service and the simulated twin."""
 
 from __future__ import annotations
 
@@ -12,16 +12,18 @@ from aiops.errors import AiopsError
 
 
 class ApprovalRefused(AiopsError):
-    """An approval that cannot be recorded or used: unknown, expired, already decided. `reason` is one word."""
+    """An approval the guardrails would not record (`rule`: approver, proposer, rejected, status, ...)."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        self.reason = reason
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
         super().__init__(message)
 
 
 class ExecutionRefused(AiopsError):
-    def __init__(self, reason: str, message: str) -> None:
-        self.reason = reason
+    """The executor did not run the action (`rule`: approval, envelope, rate_limit, no_backend, failed, ...)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
         super().__init__(message)
 
 
@@ -29,24 +31,32 @@ class ExecutionRefused(AiopsError):
 class Verdict:
     allowed: bool
     physical: bool
-    risk: str
+    approvals_needed: int
     action_hash: str
     reasons: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """Whether the recorded approvals let the action run now, and the guardrails' words for why (not)."""
+
+    ok: bool
+    message: str
+
+
 class Guard(Protocol):
-    def check(self, action: dict[str, Any]) -> Verdict: ...
+    def propose(
+        self, proposal_id: str, action: dict[str, Any], reason: str, proposed_by: str, evidence: list[str]
+    ) -> Verdict: ...
 
-    def request(self, proposal_id: str, action: dict[str, Any], reason: str) -> float | None:
-        """Open an approval request; returns when it expires (Unix seconds) or None for never."""
-        ...
-
-    def approve(self, proposal_id: str, by: str) -> None: ...
+    def approve(self, proposal_id: str, by: str) -> Decision: ...
 
     def reject(self, proposal_id: str, by: str, reason: str) -> None: ...
 
-    def execute(self, proposal_id: str, action: dict[str, Any]) -> dict[str, Any]:
-        """Run an approved action once (idempotent by proposal id); raises `ExecutionRefused`."""
+    def authorisation(self, proposal_id: str) -> Decision: ...
+
+    def execute(self, proposal_id: str) -> dict[str, Any]:
+        """Run the recorded action once (idempotent by proposal id); raises `ExecutionRefused`."""
         ...
 
 

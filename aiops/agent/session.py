@@ -1,8 +1,9 @@
 """One agent over one database: ask questions, list pending actions, approve or reject them, explain them.
 
 Everything durable lives beside the database: the LangGraph checkpoints (`<db>.agent.sqlite`, so pending
-approvals survive a restart), the agent log (`<db>.agent.duckdb`), the guardrails' audit log and approval book,
-and the simulated twin's state. The telemetry database itself is opened read-only.
+approvals survive a restart); the agent state file `<db>.agent.duckdb` with the guardrails' proposals,
+approvals, execution ledger and hash-chained audit log, and the agent's own `agent_log`; the simulated twin's
+state (`<db>.twin.pkl`). The telemetry database itself is opened read-only.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from aiops.agent.analyst import Analyst
 from aiops.agent.config import AgentConfig, load_config
 from aiops.agent.graph import AgentState, Deps, build_graph
 from aiops.agent.grounding import Claim
-from aiops.agent.journal import DuckDBJournal, TeeJournal
+from aiops.agent.guarded import GuardrailsGuard
+from aiops.agent.journal import AuditJournal, DuckDBJournal, TeeJournal
 from aiops.agent.llm import LLMClient
-from aiops.agent.ports import ApprovalRefused, Chat, Guard, Journal, World
+from aiops.agent.ports import Chat
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
+from aiops.agent.twin import Twin, TwinWorld
 from aiops.errors import AiopsError
 from aiops.store import Store
 
@@ -51,6 +54,7 @@ class Reply:
     executions: dict[str, Any] = field(default_factory=dict)
     verifications: dict[str, Any] = field(default_factory=dict)
     waiting: bool = False
+    note: str = ""
 
     @classmethod
     def from_state(cls, values: AgentState, waiting: bool) -> Reply:
@@ -76,11 +80,9 @@ class AgentSession:
     def __init__(
         self,
         db_path: str | Path,
-        guard: Guard,
         *,
         config: AgentConfig | None = None,
-        world: World | None = None,
-        journal: Journal | None = None,
+        twin: Twin | None = None,
         llm: Chat | None = None,
         clock: Any = time.time,
         settle_s: float = 60.0,
@@ -95,23 +97,26 @@ class AgentSession:
         limits = self.config.limits
         self.sql = ReadOnlySQL(self.store.conn, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s)
         self.analyst = Analyst.from_store(self.store)
-        self.log = DuckDBJournal(sidecar(db_path, ".agent.duckdb"))
-        self.journal: Journal = TeeJournal(self.log, journal) if journal else self.log
-        self.guard = guard
-        self.world = world
+        self.state = Store(sidecar(db_path, ".agent.duckdb"))
+        self.guard = GuardrailsGuard(self.store, self.state, twin, clock)
+        self.log = DuckDBJournal(self.state.conn)
+        self.journal = TeeJournal(self.log, AuditJournal(self.guard.service.audit))
+        self.world = TwinWorld(twin, self.guard.actuate_copy) if twin else None
         if llm is None and self.config.online:
             llm = LLMClient(self.config)
         self.tools = ToolBox(
             self.store,
             self.sql,
             self.analyst,
-            preview=world.preview if world else None,
+            preview=self.world.preview if self.world else None,
             horizon_s=limits.whatif_horizon_s,
         )
         self._checkpoints = sqlite3.connect(str(sidecar(db_path, ".agent.sqlite")), check_same_thread=False)
         self.saver = SqliteSaver(self._checkpoints)
         self.saver.setup()
-        deps = Deps(self.analyst, self.tools, self.sql, guard, self.journal, llm, limits, world, settle_s)
+        deps = Deps(
+            self.analyst, self.tools, self.sql, self.guard, self.journal, llm, limits, self.world, settle_s
+        )
         self.graph = build_graph(deps, self.saver)
 
     # -- questions ----------------------------------------------------------------------------------------
@@ -136,17 +141,21 @@ class AgentSession:
         return [str(r[0]) for r in rows]
 
     def actions(self) -> list[dict[str, Any]]:
-        """Every proposal of every thread, with its thread, question and whether it is waiting for a person."""
+        """Every proposal of every thread, with its thread, question and the guardrails' approval state."""
         out = []
-        now = self.clock()
         for thread_id in self.threads():
-            snapshot = self.graph.get_state(self._config(thread_id))
-            values: AgentState = snapshot.values
+            values: AgentState = self.graph.get_state(self._config(thread_id)).values
             for p in values.get("proposals", []):
-                expires = p.get("expires_ts_s")
-                overdue = p["status"] == "pending" and expires is not None and now > float(expires)
+                approvals = (
+                    self.guard.authorisation(p["proposal_id"]).message if p["status"] == "pending" else ""
+                )
                 out.append(
-                    {**p, "thread_id": thread_id, "question": values.get("question", ""), "overdue": overdue}
+                    {
+                        **p,
+                        "thread_id": thread_id,
+                        "question": values.get("question", ""),
+                        "approvals": approvals,
+                    }
                 )
         return out
 
@@ -157,24 +166,20 @@ class AgentSession:
         return next((a for a in self.actions() if a["proposal_id"] == proposal_id), None)
 
     def approve(self, proposal_id: str, by: str) -> Reply:
-        """Record a person's approval in the guardrails, then let the graph execute it (once) and verify it."""
+        """Record a person's approval in the guardrails; once enough people approved, the graph executes the
+        action (exactly once, through the guardrails executor) and verifies its effect."""
         action = self._waiting(proposal_id)
-        try:
-            self.guard.approve(proposal_id, by)
-        except ApprovalRefused as exc:
-            if exc.reason != "expired":
-                raise
-            self.journal.record(
-                "approval_refused",
-                {"by": by, "reason": str(exc)},
-                thread_id=action["thread_id"],
-                proposal_id=proposal_id,
-            )
-            return self._resume(
-                action["thread_id"],
-                {"proposal_id": proposal_id, "decision": "expired", "by": by, "reason": str(exc)},
-            )
-        self.journal.record("approval", {"by": by}, thread_id=action["thread_id"], proposal_id=proposal_id)
+        decision = self.guard.approve(proposal_id, by)  # ApprovalRefused: the guardrails' rule, shown as is
+        self.journal.record(
+            "approval",
+            {"by": by, "authorised": decision.ok, "message": decision.message},
+            thread_id=action["thread_id"],
+            proposal_id=proposal_id,
+        )
+        if not decision.ok:
+            reply = self._reply(action["thread_id"])
+            reply.note = f"approval recorded; {decision.message}"
+            return reply
         return self._resume(
             action["thread_id"], {"proposal_id": proposal_id, "decision": "approve", "by": by}
         )
@@ -212,7 +217,7 @@ class AgentSession:
 
     def close(self) -> None:
         self._checkpoints.close()
-        self.log.close()
+        self.state.close()
         self.store.close()
 
     def __enter__(self) -> AgentSession:

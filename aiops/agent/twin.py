@@ -117,3 +117,21 @@ class Twin:
             "without_action": metrics(without, component),
             "with_action": metrics(with_action, component),
         }
+
+
+class TwinWorld:
+    """The agent's `World` port over a `Twin`: metrics, advancing time, and what-if previews on copies, with
+    actions applied by `actuate` (the guardrails' simulator actuator, the same code execution uses)."""
+
+    def __init__(self, twin: Twin, actuate: Actuate) -> None:
+        self.twin = twin
+        self.actuate = actuate
+
+    def metrics(self, component: str) -> dict[str, Any]:
+        return self.twin.metrics(component)
+
+    def advance(self, seconds: float) -> None:
+        self.twin.advance(seconds)
+
+    def preview(self, action: dict[str, Any], horizon_s: float) -> dict[str, Any]:
+        return self.twin.preview(self.actuate, action, action["target"], horizon_s)

@@ -11,14 +11,16 @@ import argparse
 import getpass
 import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from aiops.agent.session import AgentSession, Reply
 from aiops.errors import AiopsError
+
+if TYPE_CHECKING:  # the agent pulls in LangGraph: only `aiops chat` pays for that import
+    from aiops.agent.session import AgentSession, Reply
 
 HELP = (
     "ask anything, or: /incidents  /actions  /approve ID  /reject ID REASON  /why ID  /help  /quit\n"
@@ -31,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--db", default="out/demo.duckdb", help="telemetry DuckDB (opened read-only)")
     p.add_argument("--scenario", help="scenario YAML of a simulated run: the twin for what-if and execution")
     p.add_argument("--as", dest="user", help="your name on approvals (default: $USER)")
-    p.add_argument("--approval-ttl", type=float, default=900.0, help="seconds an approval request stays open")
     p.set_defaults(func=run)
 
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     user = args.user or os.environ.get("USER") or getpass.getuser()
     console = Console(highlight=False)
-    with open_session(args.db, scenario=args.scenario, ttl_s=args.approval_ttl) as session:
+    with open_session(args.db, scenario=args.scenario) as session:
         console.print(f"[bold]aiops chat[/] on [cyan]{escape(args.db)}[/] as [cyan]{escape(user)}[/]")
         console.print(f"LLM: {escape(session.config.describe())}")
         console.print(
@@ -127,24 +128,29 @@ def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
         console.print("No proposals yet.")
         return
     table = Table(title="proposed actions")
-    for column in ("id", "status", "action", "target", "parameters", "risk", "expires", "reason"):
+    for column in ("id", "status", "action", "target", "parameters", "risk", "approvals", "reason"):
         table.add_column(column)
     for a in actions:
-        status = a["status"] + (" (expired)" if a.get("overdue") else "")
+        risk = "physical" if a.get("physical") else ("digital" if "physical" in a else "")
+        approvals = a.get("approvals") or (
+            ", ".join(a.get("reasons") or []) if a["status"] == "denied" else ""
+        )
         table.add_row(
             a["proposal_id"],
-            status,
+            a["status"],
             escape(a["kind"]),
             escape(a["target"]),
             escape(str(a.get("parameters") or "")),
-            str(a.get("risk", "")),
-            _clock(a.get("expires_ts_s")),
+            risk,
+            escape(approvals or a.get("note", "")),
             escape(a.get("reason", "")),
         )
     console.print(table)
 
 
 def show_reply(console: Console, reply: Reply) -> None:
+    if reply.note:
+        console.print(f"[yellow]{escape(reply.note)}[/]")
     for failure in reply.failures:
         console.print(f"[bold red]LLM failed:[/] {escape(failure)} — the analyst's answer stands.")
     label = "agent" if reply.source == "llm" else "analyst"
@@ -162,9 +168,8 @@ def show_reply(console: Console, reply: Reply) -> None:
             console.print(f"[dim]analyst: {escape(first[0])}[/]")
     for pid, execution in reply.executions.items():
         if execution.get("ok"):
-            console.print(
-                f"[green]executed {pid}[/]: {escape(str(execution.get('result', {}).get('result', '')))}"
-            )
+            detail = execution.get("result", {}).get("result", {}).get("detail", "")
+            console.print(f"[green]executed {pid}[/]: {escape(str(detail))}")
         else:
             console.print(f"[red]not executed {pid}[/]: {escape(str(execution.get('error')))}")
     for pid, check in reply.verifications.items():
