@@ -50,6 +50,6 @@ def parse_final(content: str) -> dict[str, Any] | None:
     if not isinstance(value, dict) or not isinstance(value.get("answer", ""), str):
         return None
     for key in ("claims", "hypotheses", "proposals"):
-        if not isinstance(value.get(key, []), list):
+        if not isinstance(value.get(key), list):
             value[key] = []
     return value

@@ -1,0 +1,112 @@
+"""Pure parts of the agent: the SELECT-only SQL guard with limits, grounding checks, config, answer parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from aiops.agent.config import ConfigError, load_config
+from aiops.agent.grounding import Citation, Claim, numbers_in, verified_citation_rate, verify_claim
+from aiops.agent.prompts import parse_final
+from aiops.agent.sqltool import ReadOnlySQL, SQLRejected, open_read_only
+
+
+@pytest.fixture
+def sql(tmp_path: Path) -> ReadOnlySQL:
+    db = tmp_path / "t.duckdb"
+    with duckdb.connect(str(db)) as conn:
+        conn.execute(
+            "CREATE TABLE gpu_samples AS SELECT range AS i, 60.0 + range / 10 AS temp_c FROM range(500)"
+        )
+    return ReadOnlySQL(open_read_only(db), max_rows=5, timeout_s=0.3)
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        ("DELETE FROM gpu_samples", "only SELECT"),
+        ("SELECT 1; DROP TABLE gpu_samples", "exactly one statement"),
+        ("COPY gpu_samples TO '/tmp/x.csv'", "only SELECT"),
+        ("ATTACH '/tmp/other.duckdb' AS o", "only SELECT"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "disabled by configuration"),
+        ("SELEC 1", "not valid SQL"),
+    ],
+)
+def test_sql_guard_rejects_everything_but_one_select(sql: ReadOnlySQL, query: str, why: str) -> None:
+    with pytest.raises(SQLRejected, match=why):
+        sql.run(query)
+    assert sql.run("SELECT count(*) AS n FROM gpu_samples")["rows"] == [{"n": 500}]
+
+
+def test_sql_limits_rows_and_time(sql: ReadOnlySQL) -> None:
+    result = sql.run("SELECT i FROM gpu_samples ORDER BY i")
+    assert [r["i"] for r in result["rows"]] == [0, 1, 2, 3, 4] and result["truncated"]
+    with pytest.raises(SQLRejected, match=r"exceeded 0\.3 s"):
+        sql.run("SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3")
+
+
+def test_numbers_in_text_skip_identifiers_and_keep_units() -> None:
+    found = numbers_in("node3/gpu5 (INC-0001) hit 88.4 °C at 12:04 over 1,234 samples, 610W, rack1")
+    assert found == [(88.4, 1), (1234.0, 0), (610.0, 0)]
+
+
+def test_claims_are_verified_against_a_rerun(sql: ReadOnlySQL) -> None:
+    query = "SELECT max(temp_c) AS max_temp_c FROM gpu_samples"
+    good = verify_claim(
+        Claim(
+            text="the hottest sample was 109.9 °C",
+            citation=Citation(sql=query, values=[{"max_temp_c": 109.9}]),
+        ),
+        sql,
+    )
+    rounded = verify_claim(Claim(text="about 110 °C", citation=Citation(sql=query, values=[110])), sql)
+    wrong_value = verify_claim(
+        Claim(text="hot", citation=Citation(sql=query, values=[{"max_temp_c": 95.0}])), sql
+    )
+    wrong_text = verify_claim(
+        Claim(text="it hit 120 °C", citation=Citation(sql=query, values=[{"max_temp_c": 109.9}])), sql
+    )
+    broken = verify_claim(Claim(text="x", citation=Citation(sql="DROP TABLE gpu_samples")), sql)
+    bare = verify_claim(Claim(text="the fan failed"), sql)
+    assert [c.status for c in (good, rounded, wrong_value, wrong_text, broken, bare)] == [
+        "verified",
+        "verified",
+        "mismatch",
+        "mismatch",
+        "unverifiable",
+        "unverifiable",
+    ]
+    assert "120" in wrong_text.note and "no citation" in bare.note
+    assert verified_citation_rate([good, rounded, wrong_value, bare]) == 0.5
+    assert verified_citation_rate([]) == 0.0
+
+
+def test_config_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[llm]\nbase_url = "http://file/v1"\nmodel = "file-model"\nmax_tool_calls = 3\n')
+    from_file = load_config({"AIOPS_CONFIG": str(path)})
+    assert (from_file.base_url, from_file.model, from_file.limits.max_tool_calls) == (
+        "http://file/v1",
+        "file-model",
+        3,
+    )
+    both = load_config({"AIOPS_CONFIG": str(path), "AIOPS_LLM_MODEL": "env-model", "OPENAI_API_KEY": "k"})
+    assert (both.base_url, both.model, both.api_key) == ("http://file/v1", "env-model", "k") and both.online
+    assert not load_config({"AIOPS_CONFIG": str(tmp_path / "none.toml")}).online
+    path.write_text('[llm]\nmodle = "typo"\n')
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config({"AIOPS_CONFIG": str(path)})
+
+
+def test_final_answer_parsing() -> None:
+    assert parse_final('```json\n{"answer": "ok", "claims": []}\n```') == {
+        "answer": "ok",
+        "claims": [],
+        "hypotheses": [],
+        "proposals": [],
+    }
+    assert parse_final('Here: {"answer": "x", "proposals": "all"}')["proposals"] == []  # type: ignore[index]
+    assert parse_final("just text") is None
+    assert parse_final('{"answer": 3}') is None
