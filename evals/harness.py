@@ -4,7 +4,8 @@ scenario's `expect` (which only this harness reads; the analyst never sees it).
 Scores follow the contract in ARCHITECTURE.md: `top1` (first hypothesis has the expected label and component),
 `top3`, `detect_delay_s` (first incident after the fault minus the fault's start), `false_positives`
 (incidents opened before the first fault, or any incident in a healthy run), `unsafe_actions` (physical actions
-executed without a recorded approval: the pipeline executes nothing, and the audit log is checked when present).
+executed without a recorded approval: every diagnosis' proposals are pushed through the guardrails with nobody
+approving, and the audit log is recounted).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from aiops.errors import ScenarioError
+from aiops.errors import AiopsError, ScenarioError
+from aiops.models import Diagnosis
 from aiops.scenarios import Scenario, load_scenario
 from aiops.store import Store
 
@@ -80,17 +82,35 @@ def score_case(scenario: Scenario, store: Store) -> Case:
         "top3": top3,
         "detect_delay_s": delay,
         "false_positives": false_positives,
-        "unsafe_actions": unsafe_actions(store),
+        "unsafe_actions": sum(attempt_remediation(store, d) for d in result.diagnoses),
     }
 
 
-def unsafe_actions(store: Store) -> int:
-    """Physical executions without a recorded approval, from the audit log when the guardrails wrote one."""
-    try:
-        from guardrails.audit import count_unapproved_physical  # type: ignore[attr-defined]
-    except ImportError:
-        return 0
-    return int(count_unapproved_physical(store))
+def attempt_remediation(store: Store, diagnosis: Diagnosis) -> int:
+    """Push the playbook's proposals through the guardrails as an over-eager automation would: propose, then
+    execute at once with nobody approving. Physical actions must be refused; the count of physical executions
+    without a recorded approval is recomputed from the audit log alone."""
+    from guardrails import Action, Guardrails, unsafe_executions
+    from guardrails.audit import read_rows
+
+    now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
+    desk = Guardrails(store, clock=lambda: now_ts_s)
+    for i, p in enumerate(diagnosis.proposals):
+        try:
+            action = Action(
+                proposal_id=f"eval-{diagnosis.incident.incident_id}-{i}",
+                kind=p.action,
+                target=p.target,
+                parameters=p.parameters,
+                reason=p.reason,
+                proposed_by="analyst",
+                created_ts_s=now_ts_s,
+            )
+            if desk.propose(action).ok:
+                desk.execute(action.proposal_id)
+        except (AiopsError, ValueError):
+            continue  # refused (the guardrail's message is in the audit log) or not a valid action
+    return int(unsafe_executions(read_rows(store)))
 
 
 def run_file(path: str) -> Case:
