@@ -91,11 +91,15 @@ class SimFabricCollector:
         totals = w.carrier_changes.tolist()  # cumulative, as /sys/class/net/*/carrier_changes
         carrier = [now - before for now, before in zip(totals, self._carrier_totals, strict=True)]
         self._carrier_totals = totals
-        out["nic_samples"] = RowBatch(
-            columns("nic_samples"),
-            [(now_ts_s, names[r[0]], nodes[r[0]], r[1], interval, int(r[2]), int(r[2]) // BYTES_PER_PACKET, r[3],
-              r[4], r[5], r[6], r[7], carrier[r[0]], r[8]) for r in w.out.nics],
-        )  # fmt: skip
+        rows: list[Row] = []
+        previous = -1
+        for r in w.out.nics:
+            # carrier_changes is a NIC counter: reported once per NIC and interval, on its first lane row
+            changes = carrier[r[0]] if r[0] != previous else 0
+            previous = r[0]
+            rows.append((now_ts_s, names[r[0]], nodes[r[0]], r[1], interval, int(r[2]), int(r[2]) // BYTES_PER_PACKET,
+                         r[3], r[4], r[5], r[6], r[7], changes, r[8]))  # fmt: skip
+        out["nic_samples"] = RowBatch(columns("nic_samples"), rows)
         out["flow_class_samples"] = RowBatch(
             columns("flow_class_samples"),
             [

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 BACKGROUND_BULK_FRACTION = 0.03  # logs, metrics, dataset prefetch: a few % of every NIC
 OTHER_FRACTION = 0.01
 STORAGE_WRITE_BPS = 2e9 * 8  # checkpoint writes: 2 GB/s per node to storage
-BUS_EFFICIENCY = 0.1  # socket collectives reach ~10 % of line rate per NIC on average over a step
+BUS_EFFICIENCY = 0.08  # socket collectives reach ~8 % of line rate per NIC averaged over a step
 OPS_PER_STEP = 24  # collective calls per step (gradient buckets)
 OP_SHARE = {"all_reduce": 0.7, "all_gather": 0.15, "reduce_scatter": 0.15}
 HANG_TIMEOUT_S = 20.0  # NCCL watchdog: collectives of a hung job start timing out after this
@@ -166,17 +166,17 @@ def _collective_rows(out: FabricOut, job: str, allreduce_mb: float, n_nodes: int
                      volume_bytes: float, inter_s: float, intra_s: float, queue_ms: float, down: int,
                      rng: np.random.Generator) -> None:  # fmt: skip
     ops = OPS_PER_STEP * steps_per_s
-    noise = rng.normal(0, 1.0, (2, len(OP_SHARE)))
-    p50_intra = intra_s / OPS_PER_STEP * 1000.0
+    noise = rng.normal(0, 1.0, (4, len(OP_SHARE))).tolist()
     for i, (op, share) in enumerate(OP_SHARE.items()):
         count = int(ops * share)
         if n_nodes > 1:
-            p50 = inter_s / OPS_PER_STEP * 1000.0
-            p99 = p50 * 1.5 + 2.0 * queue_ms + abs(float(noise[0, i]) * 0.05 * p50)
+            p50 = inter_s / OPS_PER_STEP * 1000.0 * (1 + 0.02 * noise[2][i])
+            p99 = p50 * 1.5 + 2.0 * queue_ms + abs(noise[0][i] * 0.05 * p50)
             out.collectives.append(
                 (job, op, "inter_node", count, int(volume_bytes * steps_per_s * share), p50, p99, down)
             )
-        p99_intra = p50_intra * 1.4 * (1 + abs(float(noise[1, i]) * 0.03))
+        p50_intra = intra_s / OPS_PER_STEP * 1000.0 * (1 + 0.02 * noise[3][i])
+        p99_intra = p50_intra * 1.4 * (1 + abs(noise[1][i] * 0.03))
         intra_bytes = int(allreduce_mb * 1e6 * steps_per_s * share)
         out.collectives.append((job, op, "intra_node", count, intra_bytes, p50_intra, p99_intra, 0))
 
@@ -200,7 +200,7 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
     # incast bursts: a healthy NIC marks CE and drops (almost) nothing; without ECN it drops instead
     marks = rng.poisson(120 * activity)
     lossy = rng.poisson((30 + 150 * mods.ecn_severity) * activity)
-    drops = np.where(w.ecn_enabled, rng.poisson(0.01, n), lossy) + np.where(
+    drops = np.where(w.ecn_enabled, rng.poisson(0.002, n), lossy) + np.where(
         w.link_up, 0, rng.poisson(3000, n)
     )
     ce = np.where(w.ecn_enabled, marks, 0)
@@ -222,13 +222,21 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
         if not enforced:
             rows.append((i, "fifo", totals[i], d, c, r, fifo_q[i], None, up))
             continue
-        total = max(1.0, totals[i])
+        bytes_per_lane = per_lane[i]
+        total = totals[i]
+        shares = [b / total for b in bytes_per_lane] if total > 0 else [1.0, 0.0, 0.0]  # link down: on VIP
+        lanes_d, lanes_c, lanes_r = _split(d, shares), _split(c, shares), _split(r, shares)
         for lane, lane_name in enumerate(network.LANES):
-            b = per_lane[i][lane]
-            share = b / total
-            rows.append((i, lane_name, b, int(d * share), int(c * share), int(r * share), lane_q[i][lane],
-                         LANE_RATE_BPS[lane], up))  # fmt: skip
+            rows.append((i, lane_name, bytes_per_lane[lane], lanes_d[lane], lanes_c[lane], lanes_r[lane],
+                         lane_q[i][lane], LANE_RATE_BPS[lane], up))  # fmt: skip
     return rows
+
+
+def _split(count: int, shares: list[float]) -> list[int]:
+    """`count` events shared by `shares`, whole numbers that add up to `count` (the rest to the largest)."""
+    parts = [int(count * share) for share in shares]
+    parts[shares.index(max(shares))] += count - sum(parts)
+    return parts
 
 
 def _flow_rows(w: World, classes: Classes, class_bytes: F64) -> list[FlowRow]:

@@ -136,7 +136,7 @@ def _ongoing(w: World, f: ActiveFault, mods: Modifiers, caps: list[float | None]
     elif k == "power_brake":
         mods.brake[f.gpus] = 0.5 - 0.2 * s
     elif k == "facility_power_cap":
-        limit_w = G.TDP_W * (0.85 - 0.25 * s)
+        limit_w = G.TDP_W * (0.78 - 0.18 * s)  # a DCIM cap: 60–78 % of TDP
         w.power_limit_w[f.gpus] = np.minimum(w.power_limit_w[f.gpus], limit_w)
         for rack in f.racks:
             n_gpu = int(np.sum(lay.gpu_rack == rack))

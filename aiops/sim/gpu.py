@@ -27,6 +27,7 @@ IDLE_SM_CLOCK_MHZ = 345.0
 MEM_CLOCK_MHZ = 2619.0
 SLOWDOWN_C = 87.0
 SW_SLOWDOWN_ONSET_C = SLOWDOWN_C - 1.0  # the driver starts pulling clocks just below the threshold
+SW_SLOWDOWN_PER_C = 0.06  # clock factor lost per °C above the onset (floor 0.5)
 HW_SLOWDOWN_C = 90.0
 SHUTDOWN_C = 95.0
 BUSY_POWER_W = 610.0  # a dense training kernel at full clock
@@ -34,7 +35,8 @@ IDLE_POWER_W = 80.0
 SPIN_POWER_FRACTION = 0.55  # ranks spinning in NCCL kernels while they wait draw ~55 % of busy power
 TAU_S = 30.0  # thermal time constant of die + cold plate
 R_TH_C_PER_W = 0.055  # die-to-coolant thermal resistance: 610 W → ~34 °C above coolant
-SUPPLY_C = 27.0  # rack coolant supply (CDU secondary loop)
+SUPPLY_C = 25.0  # rack coolant supply (CDU secondary loop)
+PLATE_RISE_C = 6.0  # the coolant warms on its way through the rack manifold to a cold plate
 FLOW_LPM = 200.0  # rack coolant flow setpoint
 MAX_FLOW_LPM = 300.0  # what the CDU pump can deliver
 SUPPLY_TAU_S = 20.0
@@ -74,7 +76,9 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     temp_c = w.temp_c
     sw_hot = temp_c >= SW_SLOWDOWN_ONSET_C
     hw_hot = temp_c >= HW_SLOWDOWN_C
-    f_thermal = np.where(sw_hot, np.clip(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * 0.09, 0.5, 1.0), 1.0)
+    f_thermal = np.where(
+        sw_hot, np.clip(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
+    )
     f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
     braked = mods.brake < 1.0
     factor = np.minimum(np.minimum(f_power, f_thermal), mods.brake)
@@ -98,7 +102,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     # thermal: coolant temperature at the cold plate rises as flow drops; so does the effective resistance
     rack = lay.gpu_rack
     flow_penalty = (FLOW_LPM / np.maximum(w.flow_lpm, 20.0))[rack] - 1.0
-    coolant_c = w.supply_c[rack] + 1.0 + 0.6 * flow_penalty
+    coolant_c = w.supply_c[rack] + PLATE_RISE_C + 0.6 * flow_penalty
     r_th = w.r_th * mods.r_mult * (1.0 + 0.25 * flow_penalty)
     target_c = coolant_c + power_w * r_th + w.offset_c
     w.temp_c = temp_c + (target_c - temp_c) * blend(dt_s, TAU_S)

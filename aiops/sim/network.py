@@ -123,7 +123,7 @@ def egress(enforced: Bools, collective_lane: I64, bulk_lane: I64, bulk_fraction:
     same = collective_lane == bulk_lane
     share = np.maximum(0.05, ceil - np.where(same, bf, 0.0) * 0.5)
     demoted_q = 1.5 + 6.0 * bf
-    factor = np.where(coll_vip, np.where(shared_vip, 1.0 / (1.0 - 0.6 * bf) + 0.08, 1.01), 0.6 / share)
+    factor = np.where(coll_vip, np.where(shared_vip, 1.0 / (1.0 - 0.6 * bf) + 0.08, 1.01), 1.0 / share)
     coll_q = np.where(coll_vip, np.where(shared_vip, vip_shared_q, lane_q[:, VIP]), demoted_q)
     rows = np.arange(bf.size)
     lane_q[rows, collective_lane] = np.where(coll_vip & ~shared_vip, lane_q[rows, collective_lane], coll_q)

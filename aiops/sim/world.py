@@ -101,7 +101,7 @@ class World:
         self.faults = [faults.bind(lay, f, i, scenario.seed) for i, f in enumerate(scenario.faults)]
         self._nvml: dict[int, SimNvml] = {}
         busy_w = np.where(lay.in_job, gpu.BUSY_POWER_W, gpu.IDLE_POWER_W)
-        self.temp_c: F64 = self.supply_c[lay.gpu_rack] + 1.0 + busy_w * self.r_th + self.offset_c
+        self.temp_c: F64 = self.supply_c[lay.gpu_rack] + gpu.PLATE_RISE_C + busy_w * self.r_th + self.offset_c
         self.mem_temp_c: F64 = self.temp_c + 6.0
         self.v = self._view()
 
