@@ -1,0 +1,244 @@
+"""Power budget allocator: per-GPU power limits that fit a facility (or rack) budget. Pure, no I/O.
+
+The budget is on the sum of *limits* (what the GPUs may draw), not on this second's draw, so the result stays
+within the budget however the work changes. A synchronous data-parallel job runs at its slowest rank's pace, so
+every rank of a job gets the same limit: starving a few ranks slows the whole job as much as capping all of
+them, while saving a fraction of the watts.
+
+Order in which watts are taken, each stage only while the total is still over the budget:
+  1. idle GPUs (no job), down to their minimum limit;
+  2. headroom nobody uses: a busy GPU's limit down to its demand x (1 + headroom_frac), at no cost in speed;
+  3. jobs below the top priority, lowest priority first, down to `low_priority_floor_frac` x demand (a
+     bounded loss, ~4 % at 0.9) while higher-priority jobs keep their demand;
+  4. evenly: one common fraction of demand for every job (each job's limit = min(its limit so far, f x
+     demand)), lowered until the total fits. The throughput curve below is concave, so for a deep cut equal
+     fractions lose the least total work; priorities only decide who pays for shallow cuts (stage 3).
+  5. if even every GPU at its minimum exceeds the budget, the budget is infeasible: the result is the minimums,
+     marked infeasible.
+
+Throughput model (the simulator's clock model, aiops/sim/gpu.py): a GPU held below its demand runs its SM clock
+at (limit / demand)^0.4; the compute part of a step scales with the clock, the collectives do not, so
+(limit / demand)^0.4 is an upper bound on a job's slowdown. Expected throughput = min(1, limit/demand)^0.4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+THROUGHPUT_EXPONENT = 0.4  # throughput ∝ (limit / demand)^0.4 below demand
+_BISECT_STEPS = 60
+
+
+@dataclass(frozen=True)
+class GpuPower:
+    """One GPU as the allocator sees it: NVML limit constraints, the present draw, the job it serves."""
+
+    gpu: str
+    min_w: float
+    max_w: float
+    draw_w: float
+    job: str | None = None  # None: idle
+    demand_w: float | None = (
+        None  # what it would draw uncapped; defaults to draw_w (pass it if already capped)
+    )
+
+    @property
+    def want_w(self) -> float:
+        return self.draw_w if self.demand_w is None else self.demand_w
+
+
+@dataclass(frozen=True)
+class JobImpact:
+    job: str
+    priority: int
+    gpus: int
+    limit_w: float  # the one limit every rank gets (ranks clamp it to their own constraints)
+    demand_w: float  # the job's demand per rank (its hungriest rank)
+    expected_throughput: float  # fraction of uncapped steps/s
+    expected_loss: float  # 1 - expected_throughput
+
+
+@dataclass(frozen=True)
+class Allocation:
+    budget_w: float
+    limits_w: dict[str, float]  # per GPU
+    total_w: float  # sum of limits
+    feasible: bool
+    stage: str  # the stage that made it fit: "none", "idle", "headroom", "low_priority", "even", "infeasible"
+    jobs: dict[str, JobImpact]
+    notes: list[str] = field(default_factory=list)
+
+
+def expected_throughput(limit_w: float, demand_w: float, exponent: float = THROUGHPUT_EXPONENT) -> float:
+    """Fraction of uncapped throughput a rank keeps at `limit_w` when it wants `demand_w`."""
+    if demand_w <= 0 or limit_w >= demand_w:
+        return 1.0
+    return float((max(limit_w, 0.0) / demand_w) ** exponent)
+
+
+def _lerp(start: float, end: float, t: float) -> float:
+    """start → end as t goes 0 → 1, exactly `end` at t = 1 (so 'all at minimum' is exact)."""
+    return end if t >= 1.0 else start - t * (start - end)
+
+
+def _clamp(value_w: float, lo_w: float, hi_w: float) -> float:
+    return min(max(value_w, lo_w), hi_w)
+
+
+def allocate(
+    budget_w: float,
+    gpus: Sequence[GpuPower],
+    priorities: Mapping[str, int] | None = None,
+    *,
+    headroom_frac: float = 0.02,
+    low_priority_floor_frac: float = 0.9,
+) -> Allocation:
+    """Per-GPU limits with sum ≤ `budget_w` (unless infeasible), every rank of a job at the same limit.
+
+    `priorities`: job → priority (higher matters more; missing jobs get 0).
+    """
+    prio = dict(priorities or {})
+    names = [g.gpu for g in gpus]
+    if len(set(names)) != len(names):
+        raise ValueError("GPU names must be unique")
+    for g in gpus:
+        if g.min_w > g.max_w:
+            raise ValueError(f"{g.gpu}: min_w {g.min_w} > max_w {g.max_w}")
+    idle = [i for i, g in enumerate(gpus) if g.job is None]
+    by_job: dict[str, list[int]] = {}
+    for i, g in enumerate(gpus):
+        if g.job is not None:
+            by_job.setdefault(g.job, []).append(i)
+    demand = {j: max(gpus[i].want_w for i in idx) for j, idx in by_job.items()}
+    lo = [g.min_w for g in gpus]
+    hi = [g.max_w for g in gpus]
+
+    def total(limits: list[float]) -> float:
+        return sum(limits)
+
+    def job_limits(base: list[float], per_job_w: Mapping[str, float]) -> list[float]:
+        out = list(base)
+        for j, w in per_job_w.items():
+            for i in by_job[j]:
+                out[i] = _clamp(w, lo[i], hi[i])
+        return out
+
+    current = list(hi)
+    job_w = {j: max(hi[i] for i in idx) for j, idx in by_job.items()}
+    notes: list[str] = []
+
+    def fit(stage: Callable[[float], list[float]]) -> list[float] | None:
+        """stage(t): limits at progress t ∈ [0, 1], total non-increasing in t. The least t that fits."""
+        end = stage(1.0)
+        if total(end) > budget_w:
+            return None
+        if total(stage(0.0)) <= budget_w:
+            return stage(0.0)
+        a, b = 0.0, 1.0  # total(stage(a)) > budget ≥ total(stage(b))
+        for _ in range(_BISECT_STEPS):
+            mid = (a + b) / 2
+            if total(stage(mid)) <= budget_w:
+                b = mid
+            else:
+                a = mid
+        return stage(b)
+
+    def done(limits: list[float], stage_name: str, feasible: bool = True) -> Allocation:
+        return _result(budget_w, gpus, limits, feasible, stage_name, by_job, demand, prio, notes)
+
+    if total(current) <= budget_w:
+        return done(current, "none")
+
+    # 1. idle GPUs towards their minimum
+    def idle_stage(t: float) -> list[float]:
+        out = list(current)
+        for i in idle:
+            out[i] = _lerp(hi[i], lo[i], t)
+        return out
+
+    got = fit(idle_stage)
+    if got is not None:
+        return done(got, "idle")
+    current = idle_stage(1.0)
+
+    # 2. unused headroom of busy GPUs
+    head_w = {j: min(job_w[j], demand[j] * (1.0 + headroom_frac)) for j in by_job}
+
+    def headroom_stage(t: float) -> list[float]:
+        return job_limits(current, {j: _lerp(job_w[j], head_w[j], t) for j in by_job})
+
+    got = fit(headroom_stage)
+    if got is not None:
+        return done(got, "headroom")
+    current = headroom_stage(1.0)
+    job_w = dict(head_w)
+
+    # 3. jobs below the top priority, lowest first, down to a bounded floor
+    levels = sorted({prio.get(j, 0) for j in by_job})
+    for level in levels[:-1]:
+        group = [j for j in by_job if prio.get(j, 0) == level]
+        floor_w = {j: min(job_w[j], demand[j] * low_priority_floor_frac) for j in group}
+        start_w = {j: job_w[j] for j in group}
+
+        def low_stage(
+            t: float,
+            g: list[str] = group,
+            f: dict[str, float] = floor_w,
+            s: dict[str, float] = start_w,
+            base: list[float] = current,
+        ) -> list[float]:
+            return job_limits(base, {j: _lerp(s[j], f[j], t) for j in g})
+
+        got = fit(low_stage)
+        if got is not None:
+            notes.append(f"priority {level} jobs capped first: {', '.join(sorted(group))}")
+            return done(got, "low_priority")
+        current = low_stage(1.0)
+        job_w.update(floor_w)
+        notes.append(f"priority {level} jobs capped to {low_priority_floor_frac:.0%} of demand first")
+
+    # 4. evenly: one fraction of demand for every job
+    top_frac = max((job_w[j] / demand[j] for j in by_job if demand[j] > 0), default=1.0)
+
+    def even_stage(t: float) -> list[float]:
+        frac = top_frac * (1.0 - t)
+        return job_limits(current, {j: min(job_w[j], frac * demand[j]) for j in by_job})
+
+    got = fit(even_stage)
+    if got is not None:
+        return done(got, "even")
+
+    # 5. infeasible: every GPU at its minimum
+    mins = list(lo)
+    notes.append(
+        f"budget {budget_w:.0f} W is below the sum of minimum limits {total(mins):.0f} W: returning the minimums"
+    )
+    return done(mins, "infeasible", feasible=False)
+
+
+def _result(
+    budget_w: float,
+    gpus: Sequence[GpuPower],
+    limits: list[float],
+    feasible: bool,
+    stage: str,
+    by_job: Mapping[str, list[int]],
+    demand: Mapping[str, float],
+    prio: Mapping[str, int],
+    notes: list[str],
+) -> Allocation:
+    jobs: dict[str, JobImpact] = {}
+    for j, idx in by_job.items():
+        limit_w = min(limits[i] for i in idx)  # the slowest rank sets the pace
+        kept = min(expected_throughput(limits[i], gpus[i].want_w) for i in idx)
+        jobs[j] = JobImpact(j, prio.get(j, 0), len(idx), limit_w, demand[j], kept, 1.0 - kept)
+    return Allocation(
+        budget_w=budget_w,
+        limits_w={g.gpu: w for g, w in zip(gpus, limits, strict=True)},
+        total_w=sum(limits),
+        feasible=feasible,
+        stage=stage,
+        jobs=jobs,
+        notes=notes,
+    )
