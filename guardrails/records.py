@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails.actions import Action, action_hash, canonical_json
 from guardrails.approvals import Approval, ApprovalBook, Rejection
@@ -88,7 +89,9 @@ class GuardrailRecords:
         """Insert a proposal, or (same id) update its verdict; a different action under a known id is refused."""
         known = self.proposal(action.proposal_id)
         if known is not None and action_hash(known.action) != action_hash(action):
-            raise ValueError(f"proposal {action.proposal_id} exists with a different action")
+            raise GuardrailError(
+                "proposal_id", f"{action.proposal_id} exists with a different action; propose under a new id"
+            )
         if known is not None:
             self.set_status(action.proposal_id, status, action.created_ts_s, message)
             return

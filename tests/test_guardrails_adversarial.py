@@ -141,7 +141,7 @@ def test_a_proposal_cannot_be_swapped_under_an_approved_id(store: Store) -> None
     desk = Guardrails(store, context_for=_context_for(Case("", {}, "")), clock=FakeClock())
     desk.propose(action())
     desk.approve("P-1", "alice")
-    with pytest.raises(ValueError, match="different action"):
+    with pytest.raises(GuardrailError, match="different action"):
         desk.propose(action(parameters={"power_limit_w": 560}))
     # a re-proposal under a new id starts with no approvals
     desk.propose(action(proposal_id="P-2", parameters={"power_limit_w": 560}))

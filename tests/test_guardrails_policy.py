@@ -144,3 +144,24 @@ def test_clock_and_cooling_envelopes() -> None:
     cooling = validate(action(kind="set_cooling_state", target="rack1", parameters={"cooling_fraction": 0.7}),
                        context())  # fmt: skip
     assert cooling.ok
+
+
+def test_every_playbook_remediation_is_a_registry_kind_and_the_registry_decides_the_risk() -> None:
+    import glob
+
+    import yaml
+
+    seen = set()
+    for path in sorted(glob.glob("playbooks/*.yaml")):
+        with open(path, encoding="utf-8") as fh:
+            playbook = yaml.safe_load(fh)
+        for remediation in playbook["remediations"]:
+            spec = DEFAULT_REGISTRY.get(remediation["action"])
+            assert spec is not None, f"{path}: {remediation['action']} is not a guardrails kind"
+            seen.add(spec.kind)
+    assert {"set_power_limit", "drain_node", "open_ticket", "restart_job"} <= seen
+    # a playbook may call restart_job "physical: false"; the registry still treats it as physical
+    v = validate(
+        action(kind="restart_job", target="job:train", parameters={"exclude": "node3/gpu5"}), context()
+    )
+    assert v.ok and v.physical and v.approvals_needed == 2
