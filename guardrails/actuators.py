@@ -137,7 +137,7 @@ class SimActuator:
         if action.kind in ("set_power_limit", "reset_power_limit"):
             return self._power(action, dry_run)
         if action.kind == "enable_lanes":
-            previous = {"lanes_enforced": self._lanes.get(action.target, False)}
+            previous = {"lanes_enforced": self._lanes_enforced(action.target)}
             if not dry_run:
                 self.world.set_lanes_enforced(action.target, True)
                 self._lanes[action.target] = True
@@ -156,8 +156,16 @@ class SimActuator:
                 limits[name] = nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
             return {"power_limit_w": limits}
         if action.kind == "enable_lanes":
-            return {"lanes_enforced": self._lanes.get(action.target, False)}
+            return {"lanes_enforced": self._lanes_enforced(action.target)}
         return {}
+
+    def _lanes_enforced(self, nic: str) -> bool:
+        """The world's own flag when it exposes one (`aiops.sim.World.lanes_enforced`), else what we set."""
+        flags = getattr(self.world, "lanes_enforced", None)
+        index = getattr(getattr(self.world, "layout", None), "nic_index", {}).get(nic)
+        if flags is not None and index is not None:
+            return bool(flags[index])
+        return self._lanes.get(nic, False)
 
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
         if action.kind in ("set_power_limit", "reset_power_limit"):

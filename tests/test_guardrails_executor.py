@@ -161,3 +161,24 @@ def test_sim_actuator_rollback_restores_previous_limits() -> None:
     assert sim.read_back(a) == {"power_limit_w": {"node3/gpu5": 600.0}}
     sim.rollback(a, result.previous)
     assert world.limit_mw[(3, 5)] == 650_000
+
+
+def test_sim_actuator_on_the_real_simulator_when_it_is_there(tmp_path: Any, store: Store) -> None:
+    sim = pytest.importorskip("aiops.sim")
+    from aiops.scenarios import load_scenario
+
+    path = tmp_path / "calm.yaml"
+    path.write_text("name: calm\nduration_s: 60\n", encoding="utf-8")
+    world = sim.World(load_scenario(str(path)))
+    world.step(1.0)
+    executor = Executor(SimActuator(world, TOPOLOGY), ApprovalBook(TOPOLOGY), AuditLog(store))
+    cap = action(target="node3", parameters={"fraction_of_tdp": 0.8})
+    assert executor.execute(cap, context()).rule == "approval"
+    assert float(world.power_limit_w[3 * 8]) == 700.0  # refused: the world is untouched
+    executor.book.approve(cap, "alice", NOW_TS_S - 30)
+    outcome = executor.execute(cap, context())
+    assert outcome.ran and outcome.verified is True
+    assert [float(w) for w in world.power_limit_w[24:32]] == [560.0] * 8
+    lanes = action(proposal_id="P-l", kind="enable_lanes", target="node3/nic0", parameters={})
+    assert executor.execute(lanes, context()).verified is True
+    assert bool(world.lanes_enforced[world.layout.nic_index["node3/nic0"]])
