@@ -55,6 +55,17 @@ class _Value:
         self.dVal = float(value)
 
 
+_VALUES: dict[int, _Value] = {}
+
+
+def _value(value: int) -> _Value:
+    """Shared read-only value objects (a field value is read, never written, by callers)."""
+    found = _VALUES.get(value)
+    if found is None:
+        found = _VALUES[value] = _Value(value)
+    return found
+
+
 @dataclass(slots=True)
 class FieldValue:
     fieldId: int
@@ -192,7 +203,7 @@ class SimNvml:
                 value, code = view.mem_temp_c[handle.gpu], pynvml.NVML_SUCCESS
             else:
                 value, code = 0, pynvml.NVML_ERROR_NOT_SUPPORTED
-            out.append(FieldValue(fid, 0, ts_us, 0, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, code, _Value(value)))
+            out.append(FieldValue(fid, 0, ts_us, 0, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, code, _value(value)))
         return out
 
     def nvmlDeviceGetPowerUsage(self, handle: SimHandle) -> int:
