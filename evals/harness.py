@@ -38,9 +38,8 @@ def suite_files(directory: str | Path) -> list[Path]:
 
 
 def score_case(scenario: Scenario, store: Store) -> Case:
-    from aiops.sim import SIM_EPOCH_TS_S, simulate
-
     from aiops.pipeline import analyze_store
+    from aiops.sim import SIM_EPOCH_TS_S, simulate
 
     simulate(scenario, store)
     result = analyze_store(store)
