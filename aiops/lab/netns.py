@@ -88,6 +88,9 @@ class Sandbox:
         check_lab_address(addr_b)
         sh(["ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b])
         for ns, dev, addr in ((ns_a, dev_a, addr_a), (ns_b, dev_b, addr_b)):
+            # IPv4 only: without this, IPv6 router solicitations and MLD reports from a link coming up are
+            # stray packets in the lane counters the tests and the lab read.
+            sh([*in_ns(ns), "sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1"], check=False)
             sh([*in_ns(ns), "ip", "addr", "add", addr, "dev", dev])
             sh([*in_ns(ns), "ip", "link", "set", dev, "up"])
 
