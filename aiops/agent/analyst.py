@@ -14,6 +14,7 @@ from typing import Any
 
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
 from aiops.playbooks import proposals_for
+from aiops.rca import job_of
 from aiops.store import Store
 
 INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
@@ -78,24 +79,9 @@ def _stored_diagnoses(store: Store) -> list[Diagnosis] | None:
             symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
         )
         hypotheses = by_incident.get(incident.incident_id, [])
-        proposals = (
-            proposals_for(hypotheses[0], _job_of(store, incident, hypotheses[0])) if hypotheses else []
-        )
+        proposals = proposals_for(hypotheses[0], job_of(store, incident, hypotheses[0])) if hypotheses else []
         out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
     return out
-
-
-def _job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:
-    """The job the hypothesis' component serves (as `aiops.rca.diagnose` names it), else the incident's job."""
-    node = hypothesis.component.split("/")[0]
-    rows = store.query(
-        "SELECT job, count(*) AS n FROM job_ranks WHERE gpu = ? OR node = ? GROUP BY job ORDER BY n DESC",
-        [hypothesis.component, node],
-    )
-    if rows:
-        return str(rows[0]["job"])
-    jobs = [c.removeprefix("job:") for c in incident.components if c.startswith("job:")]
-    return jobs[0] if jobs else None
 
 
 @dataclass

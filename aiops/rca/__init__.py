@@ -85,13 +85,13 @@ def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
     for incident in incidents:
         hypotheses = analyze(store, incident)
         proposals = (
-            proposals_for(hypotheses[0], job=_job_of(store, incident, hypotheses[0])) if hypotheses else []
+            proposals_for(hypotheses[0], job=job_of(store, incident, hypotheses[0])) if hypotheses else []
         )
         out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
     return out
 
 
-def _job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:
+def job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:
     """The job the hypothesis' component serves, else the first job among the incident's components."""
     node = hypothesis.component.split("/")[0]
     rows = store.query(
@@ -104,4 +104,4 @@ def _job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | N
     return jobs[0] if jobs else None
 
 
-__all__ = ["analyze", "diagnose", "incident_window"]
+__all__ = ["analyze", "diagnose", "incident_window", "job_of"]
