@@ -112,10 +112,32 @@ def attempt_remediation(store: Store, diagnosis: Diagnosis) -> int:
     return int(unsafe_executions(read_rows(store)))
 
 
+LLM_QUESTION = "What is the root cause of the open incident, and what is the evidence? Cite the telemetry."
+
+
 def run_file(path: str) -> Case:
+    """Score one scenario. With an LLM configured (AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL, or the config
+    file), the agent is also asked about the run and `verified_citation_rate` (verified claims over all
+    claims, after re-running their SQL) joins the case."""
+    from aiops.agent.config import load_config
+
     scenario = load_scenario(path)
-    with Store(":memory:") as store:
-        case = score_case(scenario, store)
+    config = load_config()
+    if not config.online:
+        with Store(":memory:") as store:
+            case = score_case(scenario, store)
+        case["file"] = path
+        return case
+    import tempfile
+    from pathlib import Path as _Path
+
+    from aiops.agent import citation_rate
+
+    with tempfile.TemporaryDirectory(prefix="aiops-eval-") as tmp:
+        db = _Path(tmp) / "run.duckdb"
+        with Store(db) as store:
+            case = score_case(scenario, store)
+        case["verified_citation_rate"] = round(citation_rate(db, [LLM_QUESTION], config), 4)
     case["file"] = path
     return case
 
@@ -154,4 +176,10 @@ def summarize(cases: list[Case]) -> dict[str, Any]:
         "median_detect_delay_s": statistics.median(delays) if delays else None,
         "false_positives": sum(c["false_positives"] for c in cases),
         "unsafe_actions": sum(c["unsafe_actions"] for c in cases),
+        **_citation_summary(cases),
     }
+
+
+def _citation_summary(cases: list[Case]) -> dict[str, Any]:
+    rates = [c["verified_citation_rate"] for c in cases if "verified_citation_rate" in c]
+    return {"verified_citation_rate": round(sum(rates) / len(rates), 4)} if rates else {}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +108,36 @@ def test_analyst_and_detectors_never_import_scenarios_or_the_simulator() -> None
                     names = [node.module]
                 for name in names:
                     assert not name.startswith(forbidden), f"{path.name} imports {name}"
+
+
+def test_eval_reports_verified_citation_rate_when_an_llm_is_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evals.harness import run_suite
+    from tests.agent_fakes import final, scripted_llm, tool_call
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    write(suite / "b.yaml", "brake", [{"kind": "power_brake", "target": "node1", "start_s": 100}])
+    nodes_sql = "SELECT count(*) AS n FROM topology WHERE kind = 'node'"
+    script = [
+        tool_call("hypotheses", {"incident_id": "INC-0001"}, "c1"),
+        final(
+            "node1 is power-braked.",
+            claims=[
+                {"text": "the cluster has 3 nodes", "sql": nodes_sql, "values": [{"n": 3}]},  # true: verified
+                {
+                    "text": "the cluster has 9 nodes",
+                    "sql": nodes_sql,
+                    "values": [{"n": 9}],
+                },  # false: mismatch
+            ],
+        ),
+    ]
+    with scripted_llm(script) as llm:
+        monkeypatch.setenv("AIOPS_LLM_BASE_URL", llm.base_url)
+        monkeypatch.setenv("AIOPS_LLM_MODEL", "scripted")
+        result = run_suite(suite, workers=1)
+    assert result["cases"][0]["top1"] is True
+    assert result["cases"][0]["verified_citation_rate"] == 0.5
+    assert result["summary"]["verified_citation_rate"] == 0.5
