@@ -99,10 +99,8 @@ def _usable(doc: dict[str, Any]) -> bool:
     if not doc["faults"]:
         return True
     target = doc["faults"][0]["target"]
-    idle_nodes = set()
-    for job in doc["jobs"]:
-        if job["nodes"] == "all":
-            return True
+    if any(job["nodes"] == "all" for job in doc["jobs"]):
+        return True
     busy = {n for job in doc["jobs"] for n in job["nodes"]}
     nodes = doc["cluster"]["racks"] * doc["cluster"]["nodes_per_rack"]
     idle_nodes = {f"node{n}" for n in range(nodes)} - busy
