@@ -96,6 +96,17 @@ struct lane_budget {           /* lane_budget[lane]: the ECN token bucket, as a 
     __u64 rate_bytes_per_s;    /* 0 disables marking for the lane */
     __u64 threshold_ns;        /* bucket depth in time: mark when the virtual queue is longer */
     __u64 vq_until_ns;         /* when the virtual queue drains (ktime); racy by design, see lanes.bpf.c */
+    __u64 clock_ns;            /* the newest clock reading of this lane: a lower bound of now */
+};
+
+/* Per-socket cache of a classification (BPF_MAP_TYPE_SK_STORAGE, not pinned: it lives and dies with the
+ * program and with each socket). Valid while the packet's tuple and DSCP equal the ones it was made for and
+ * config.generation has not moved: a live rule update invalidates every entry at once. */
+struct sock_lane {
+    struct tuple_key tuple;    /* the packet it was made for (an unconnected UDP socket changes peers) */
+    __u32 dscp;
+    __u32 generation;          /* config.generation at classification; 0 = empty (sync starts at 1) */
+    struct lane_match match;
 };
 
 #endif

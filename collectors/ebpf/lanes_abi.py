@@ -93,6 +93,7 @@ class LaneBudget(ctypes.Structure):
         ("rate_bytes_per_s", ctypes.c_uint64),
         ("threshold_ns", ctypes.c_uint64),
         ("vq_until_ns", ctypes.c_uint64),
+        ("clock_ns", ctypes.c_uint64),
     )
 
 

@@ -224,7 +224,8 @@ class LaneMaps:
             entry = rules.dscp.get(value, DscpEntry())
             bpf_sys.update(dscp_fd, bytes(U32(value)), bytes(entry))
         config = LanesConfig.from_buffer_copy(bytes(rules.config))
-        config.generation = (self.config().generation + 1) & 0xFFFFFFFF
+        # 1..2^32-1, never 0: the datapath's per-socket cache treats generation 0 as "no entry"
+        config.generation = self.config().generation % 0xFFFFFFFF + 1
         bpf_sys.update(self.fds["config"], bytes(U32(0)), bytes(config))
 
     def zero_slots(self, slots: list[int]) -> None:

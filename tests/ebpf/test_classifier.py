@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -192,6 +193,42 @@ def test_live_update_moves_a_running_flow(lab_nic: LabNic) -> None:
     assert middle["standard"].packets - first["standard"].packets > 20
     assert last["bulk"].packets - middle["bulk"].packets > 20
     assert middle["bulk"].packets == first["bulk"].packets
+
+
+SAME_SOCKET_SENDER = """
+import socket, sys
+dst_a, dst_b, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # one unconnected socket for every packet below
+for i in range(count):  # alternating peers: the socket cache must not carry one peer's lane to the other
+    s.sendto(b"x" * 200, (dst_a if i % 2 == 0 else dst_b, port))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 46 << 2)  # same socket, same peer, new DSCP
+for _ in range(count):
+    s.sendto(b"x" * 200, (dst_b, port))
+"""
+
+
+def test_socket_cache_follows_each_packet(lab_nic: LabNic) -> None:
+    """One socket that changes peer every packet, then its DSCP: each packet lands where its own headers
+    say (the per-socket decision cache is keyed by tuple, DSCP and rule generation)."""
+    nic = lab_nic
+    rules = [
+        {"rule_id": "storage-prefix", "match_kind": "dst_prefix", "prefixes": [f"{nic.storage_ip}/32"],
+         "lane": "bulk"},
+        {"rule_id": "collective-dscp", "match_kind": "dscp", "dscp": [46], "lane": "vip"},
+    ]  # fmt: skip
+    assert nic.apply(policy_with(rules)).action == "updated"
+    count = 40
+
+    def send() -> None:
+        argv = [sys.executable, "-c", SAME_SOCKET_SENDER, nic.storage_ip, nic.other_ip, "7050", str(count)]
+        process = nic.sandbox.spawn(nic.sender, argv)
+        assert process.wait(timeout=30) == 0
+
+    _, lane_counts, rule_packets = deltas(nic, send)
+    assert lane_counts["bulk"][0] == count // 2  # to storage
+    assert lane_counts["standard"][0] == count // 2  # to the other host, plain DSCP
+    assert lane_counts["vip"][0] == count  # to the other host after IP_TOS 0xb8
+    assert rule_packets[nic.slot("collective-dscp")] == count
 
 
 def test_ecn_marks_bulk_over_budget_and_records_flow_lane(lab_nic: LabNic) -> None:
