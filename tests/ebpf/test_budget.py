@@ -105,3 +105,46 @@ def test_an_unmarkable_packet_over_budget_is_counted_not_marked(program: tuple[A
     packets, marks, not_ect, _ = run(program, 10**6, 1_000_000, tos=0x00, repeat=1_000)
     assert packets == 1_000 and marks == 0
     assert not_ect >= 1_000 - 2 * 1_000_000 // (PACKET_BYTES * 1_000) - 1
+
+
+def ipv6_tcp_packet(src: str, dst: str, sport: int, dport: int, tclass: int = 0) -> bytes:
+    import ipaddress
+
+    eth = b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x86\xdd"
+    first_word = (6 << 28) | (tclass << 20)
+    ip6 = struct.pack("!IHBB", first_word, 20 + PAYLOAD_BYTES, 6, 64)
+    ip6 += ipaddress.IPv6Address(src).packed + ipaddress.IPv6Address(dst).packed
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 5 << 4, 0x10, 65535, 0, 0)
+    return eth + ip6 + tcp + b"\x00" * PAYLOAD_BYTES
+
+
+def test_ipv6_packets_are_classified_by_every_stage() -> None:
+    """IPv6 keys (16-byte tuples, the IPv6 LPM trie, the traffic class as DSCP) through the same program."""
+    require_ebpf()
+    from collectors.ebpf.loader import load_test_programs
+
+    (lanes, _empty), fd, _ = load_test_programs()
+    policy = parse_policy(
+        {
+            "link_mbps": 100,
+            "rules": [
+                {"rule_id": "v6-tuple", "match_kind": "five_tuple", "proto": "tcp", "dst": "2001:db8:2::5",
+                 "dport": 5001, "lane": "vip"},
+                {"rule_id": "v6-dscp", "match_kind": "dscp", "dscp": [46], "lane": "vip"},
+                {"rule_id": "v6-storage", "match_kind": "dst_prefix", "prefixes": ["2001:db8:1::/48"],
+                 "lane": "bulk"},
+                {"rule_id": "default", "match_kind": "default", "lane": "standard"},
+            ],
+        },
+        "<test>",
+    )  # fmt: skip
+    with LaneMaps(fds={spec.name: int(lanes[spec.name.encode()].map_fd) for spec in MAPS}) as maps:
+        maps.sync(compile_policy(policy, CLASSIDS))
+    cases = [
+        (ipv6_tcp_packet("2001:db8::1", "2001:db8:2::5", 40000, 5001), "vip"),  # 5-tuple, any source
+        (ipv6_tcp_packet("2001:db8::1", "2001:db8:2::5", 40000, 5002, tclass=46 << 2), "vip"),  # DSCP
+        (ipv6_tcp_packet("2001:db8::1", "2001:db8:1:7::9", 40000, 2049), "bulk"),  # longest prefix
+        (ipv6_tcp_packet("2001:db8::1", "2001:db8:9::9", 40000, 2049), "standard"),  # default
+    ]
+    for packet, lane in cases:
+        assert bpf_sys.prog_test_run(fd, packet, 1).retval == CLASSIDS[lane], lane
