@@ -1,7 +1,11 @@
 """The project's exception tree. The CLI prints `str(error)` (never a traceback) and exits with `exit_code`.
 
 AiopsError                    base; exit code 1
-├── ScenarioError             a scenario file is malformed; names the file, field and allowed values; exit 2
+├── InputError                a file or argument does not validate; names the file, field and allowed values; exit 2
+│   ├── ScenarioError         a scenario file (aiops/scenarios.py)
+│   ├── PolicyError           a lanes policy (aiops/control/policy.py)
+│   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
+│   └── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/power_inputs.py)
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
 ├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
@@ -17,8 +21,8 @@ class AiopsError(Exception):
     exit_code = 1
 
 
-class ScenarioError(AiopsError):
-    """A scenario file that does not follow the contract."""
+class InputError(AiopsError):
+    """Input that does not validate: `path` (file or source), `field`, `problem`, `allowed` values."""
 
     exit_code = 2
 
@@ -34,6 +38,10 @@ class ScenarioError(AiopsError):
             shown = allowed if isinstance(allowed, str) else ", ".join(allowed)
             message += f" (allowed: {shown})"
         super().__init__(message)
+
+
+class ScenarioError(InputError):
+    """A scenario file that does not follow the contract."""
 
 
 class SchemaError(AiopsError):
