@@ -21,7 +21,7 @@ from aiops.store import Store
 from guardrails.actions import canonical_json, sha256_hex
 
 EVENTS: tuple[str, ...] = (
-    "proposal", "validation", "approval", "rejection", "execution", "verification", "policy_approval",
+    "proposal", "validation", "approval", "rejection", "execution", "verification", "rollback", "policy_approval",
     "llm_turn", "tool_call",
     # what the agent's journal records besides (aiops.agent.journal)
     "question", "answer", "llm_failure", "approval_refused", "report",
