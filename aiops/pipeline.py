@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiops.control.policy import Policy
 from aiops.detect import detect
 from aiops.models import Diagnosis, Incident
 from aiops.rca import diagnose
@@ -27,11 +28,14 @@ def analyze_store(store: Store) -> RunResult:
 
 
 def run_scenario(
-    scenario: Scenario, store: Store, progress: Callable[[float, float], None] | None = None
+    scenario: Scenario,
+    store: Store,
+    progress: Callable[[float, float], None] | None = None,
+    lanes_policy: Policy | None = None,
 ) -> RunResult:
     from aiops.sim import simulate
 
-    simulate(scenario, store, progress=progress)
+    simulate(scenario, store, progress=progress, lanes_policy=lanes_policy)
     return analyze_store(store)
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
+from aiops.control.policy import load_policy
 from aiops.pipeline import run_scenario
 from aiops.scenarios import load_scenario
 from aiops.store import Store
@@ -22,11 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--scenario", default=str(DEMO_SCENARIO), help="scenario YAML (default: the built-in one)")
     p.add_argument("--db", default=":memory:", help="DuckDB file to write (replaced if it exists)")
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
+    p.add_argument("--lanes-policy", default=None, help="lanes policy YAML the twin's controller runs")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
+    policy = load_policy(args.lanes_policy) if args.lanes_policy else None
     if args.db != ":memory:":
         for suffix in ("", ".wal"):
             Path(args.db + suffix).unlink(missing_ok=True)
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                 highlight=False,
             )
         with sim_progress(f"simulating {scenario.name}") as progress:
-            result = run_scenario(scenario, store, progress)
+            result = run_scenario(scenario, store, progress, lanes_policy=policy)
         if args.json:
             print(json.dumps(result_json(result), default=str))
         else:

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -39,6 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     control.add_argument("--policy", default=None, help="default: the policy the lanes were applied from")
     control.add_argument("--duration-s", type=float, default=3600.0)
     control.set_defaults(func=run_control)
+    trial = verbs.add_parser("try", help="try a policy on the digital twin before applying it (no root)")
+    trial.add_argument("--policy", default=str(DEFAULT_POLICY_PATH))
+    trial.add_argument("--scenario", default=None, help="cluster and jobs to try it on (faults are ignored)")
+    trial.add_argument(
+        "--duration-s", type=float, default=None, help="simulated seconds (default: scenario's)"
+    )
+    trial.add_argument("--json", action="store_true")
+    trial.set_defaults(func=run_try)
     collect = verbs.add_parser("collect", help="sample lane and TCP telemetry into a DuckDB file")
     collect.add_argument("--dev", required=True)
     collect.add_argument("--netns", default=None)
@@ -63,6 +72,43 @@ def run_apply(args: argparse.Namespace) -> int:
     for rule_id, why in result.state.inactive_rules.items():
         console.print(f"[yellow]rule {rule_id} inactive:[/] {why}", highlight=False)
     console.print(f"{args.dev}: lanes {result.action} from {args.policy}", highlight=False)
+    return 0
+
+
+def run_try(args: argparse.Namespace) -> int:
+    from aiops.scenarios import load_scenario
+    from aiops.sim.lanes_trial import try_policy
+
+    policy = load_policy(args.policy)
+    scenario = load_scenario(args.scenario) if args.scenario else None
+    with Console(stderr=True).status("simulating with lanes and with one FIFO queue"):
+        trial = try_policy(policy, scenario, args.duration_s)
+    if args.json:
+        print(json.dumps(trial.as_json()))
+        return 0
+    console = Console()
+    table = Table(title=f"{Path(args.policy).name} on the twin", title_justify="left")
+    for column in ("traffic", "rule", "lane"):
+        table.add_column(column)
+    for traffic_class, (rule_id, lane) in trial.classification.items():
+        table.add_row(traffic_class, rule_id, lane)
+    console.print(table)
+    runs = Table(show_header=True)
+    for column in ("run", "step s p50 / max", "all-reduce p99 ms p50 / max", "bulk ceil (of link)"):
+        runs.add_column(column)
+    for name, run in (("lanes", trial.lanes), ("no lanes", trial.no_lanes)):
+        ceil = (
+            f"{run.bulk_ceil_min_fraction:.0%}–{run.bulk_ceil_max_fraction:.0%}" if name == "lanes" else "—"
+        )
+        runs.add_row(
+            name,
+            f"{run.step_time_p50_s:.3f} / {run.step_time_max_s:.3f}",
+            f"{run.collective_p99_ms:.2f} / {run.collective_p99_max_ms:.2f}",
+            ceil,
+        )
+    console.print(runs)
+    for warning in trial.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     return 0
 
 

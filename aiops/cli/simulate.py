@@ -10,6 +10,7 @@ from rich.console import Console
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
+from aiops.control.policy import load_policy
 from aiops.errors import SchemaError
 from aiops.pipeline import analyze_store
 from aiops.scenarios import load_scenario
@@ -20,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="simulate a scenario's telemetry into a DuckDB file")
     p.add_argument("--scenario", required=True)
     p.add_argument("--db", required=True)
+    p.add_argument("--lanes-policy", default=None, help="lanes policy YAML the twin's controller runs")
     p.set_defaults(func=run_simulate)
     a = sub.add_parser("analyze", help="detect incidents and rank root causes over a DuckDB file")
     a.add_argument("--db", required=True)
@@ -31,8 +33,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     from aiops.sim import simulate
 
     scenario = load_scenario(args.scenario)
+    policy = load_policy(args.lanes_policy) if args.lanes_policy else None
     with Store(args.db) as store, sim_progress(f"simulating {scenario.name}") as progress:
-        simulate(scenario, store, progress=progress)
+        simulate(scenario, store, progress=progress, lanes_policy=policy)
         rows = store.scalar("SELECT count(*) FROM gpu_samples")
     Console(stderr=True).print(f"{args.scenario}: {rows:,} GPU samples in {args.db}", highlight=False)
     return 0

@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from aiops.control.policy import LANES, LaneName, Policy
+
+F64 = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True)
@@ -54,50 +60,73 @@ class ShapingState:
     vip_estimate_mbps: float = 0.0
 
 
+def _track(previous_mbps: F64, sample_mbps: F64, smoothing: float) -> F64:
+    return np.where(
+        sample_mbps >= previous_mbps, sample_mbps, previous_mbps + smoothing * (sample_mbps - previous_mbps)
+    )
+
+
+def _reserve(policy: Policy, vip_estimate_mbps: F64) -> F64:
+    adaptive = policy.adaptive
+    upper = policy.link_mbps - policy.lanes.standard.min_mbps - policy.lanes.bulk.min_mbps
+    wanted = np.maximum(
+        max(adaptive.vip_floor_mbps, policy.lanes.vip.min_mbps),
+        vip_estimate_mbps * adaptive.vip_headroom_ratio,
+    )
+    return np.maximum(np.minimum(wanted, upper), 0.0)
+
+
 def track_demand(previous_mbps: float, sample_mbps: float, smoothing: float) -> float:
     """Fast attack, slow decay."""
-    if sample_mbps >= previous_mbps:
-        return sample_mbps
-    return previous_mbps + smoothing * (sample_mbps - previous_mbps)
+    return float(_track(np.array([previous_mbps]), np.array([sample_mbps]), smoothing)[0])
 
 
 def vip_reserve_mbps(policy: Policy, vip_estimate_mbps: float) -> float:
-    adaptive = policy.adaptive
-    upper = policy.link_mbps - policy.lanes.standard.min_mbps - policy.lanes.bulk.min_mbps
-    wanted = max(
-        adaptive.vip_floor_mbps, policy.lanes.vip.min_mbps, vip_estimate_mbps * adaptive.vip_headroom_ratio
+    return float(_reserve(policy, np.array([vip_estimate_mbps]))[0])
+
+
+@dataclass(frozen=True)
+class LaneArrays:
+    """`shape_many`'s result for n NICs: [n, lane] in LANES order, and the new demand estimates."""
+
+    rate_mbps: F64
+    ceil_mbps: F64
+    vip_estimate_mbps: F64
+
+
+def shape_many(
+    policy: Policy, vip_estimate_mbps: F64, vip_demand_mbps: F64, bulk_spike_due: Bools
+) -> LaneArrays:
+    """The shaping law over n NICs at once (the twin runs it for every NIC each step); `shape` is this law
+    for one NIC, so the controller and the twin cannot drift apart."""
+    estimate = _track(vip_estimate_mbps, np.maximum(vip_demand_mbps, 0.0), policy.adaptive.smoothing)
+    reserve = _reserve(policy, estimate)
+    link = policy.link_mbps
+    standard_min = policy.lanes.standard.min_mbps
+    bulk_min = policy.lanes.bulk.min_mbps
+    others_ceil = np.maximum(link - reserve, max(standard_min, bulk_min))
+    bulk_ceil = np.where(
+        bulk_spike_due, np.maximum(bulk_min, others_ceil * policy.adaptive.forecast_bulk_share), others_ceil
     )
-    return max(min(wanted, upper), 0.0)
+    bulk_ceil = np.minimum(bulk_ceil, policy.ceil_mbps("bulk"))
+    standard_ceil = np.minimum(others_ceil, policy.ceil_mbps("standard"))
+    vip_rate = np.maximum(link - standard_min - bulk_min, reserve)
+    rate = np.stack([vip_rate, np.full_like(vip_rate, standard_min), np.minimum(bulk_min, bulk_ceil)], axis=1)
+    ceil = np.stack([np.full_like(vip_rate, policy.ceil_mbps("vip")), standard_ceil, bulk_ceil], axis=1)
+    return LaneArrays(rate, ceil, estimate)
 
 
 def shape(
     policy: Policy, state: ShapingState, vip_demand_mbps: float, bulk_spike_due: bool = False
 ) -> tuple[LaneRates, ShapingState]:
     """One control step: measured VIP demand (and whether a bulk spike is due) -> lane rates."""
-    estimate = track_demand(state.vip_estimate_mbps, max(vip_demand_mbps, 0.0), policy.adaptive.smoothing)
-    reserve = vip_reserve_mbps(policy, estimate)
-    link = policy.link_mbps
-    standard_min = policy.lanes.standard.min_mbps
-    bulk_min = policy.lanes.bulk.min_mbps
-    others_ceil = max(link - reserve, standard_min, bulk_min)
-    bulk_ceil = others_ceil
-    if bulk_spike_due:
-        bulk_ceil = max(bulk_min, others_ceil * policy.adaptive.forecast_bulk_share)
-    bulk_ceil = min(bulk_ceil, policy.ceil_mbps("bulk"))
-    standard_ceil = min(others_ceil, policy.ceil_mbps("standard"))
-    vip_rate = max(link - standard_min - bulk_min, reserve)
-    rate: dict[LaneName, float] = {
-        "vip": vip_rate,
-        "standard": standard_min,
-        "bulk": min(bulk_min, bulk_ceil),
-    }
-    ceil: dict[LaneName, float] = {
-        "vip": policy.ceil_mbps("vip"),
-        "standard": standard_ceil,
-        "bulk": bulk_ceil,
-    }
-    budget: dict[LaneName, float] = {"vip": 0.0, "standard": standard_ceil, "bulk": bulk_ceil}
-    return LaneRates(rate, ceil, budget), ShapingState(estimate)
+    out = shape_many(
+        policy, np.array([state.vip_estimate_mbps]), np.array([vip_demand_mbps]), np.array([bulk_spike_due])
+    )
+    rate = {lane: float(out.rate_mbps[0, i]) for i, lane in enumerate(LANES)}
+    ceil = {lane: float(out.ceil_mbps[0, i]) for i, lane in enumerate(LANES)}
+    budget: dict[LaneName, float] = {"vip": 0.0, "standard": ceil["standard"], "bulk": ceil["bulk"]}
+    return LaneRates(rate, ceil, budget), ShapingState(float(out.vip_estimate_mbps[0]))
 
 
 def demand_mbps(bytes_now: int, bytes_before: int, interval_s: float) -> float:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aiops.errors import AiopsError
+from aiops.errors import InputError
 
 _R = TypeVar("_R", bound="_Rule")
 LaneName = Literal["vip", "standard", "bulk"]
@@ -30,19 +30,8 @@ MAX_RULES = 256  # bpf/lanes.h MAX_RULES: per-rule counter slots
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default_policy.yaml")
 
 
-class PolicyError(AiopsError):
+class PolicyError(InputError):
     """A lanes policy file that does not validate: names the file, the field and the allowed values."""
-
-    exit_code = 2
-
-    def __init__(
-        self, path: str, field: str, problem: str, allowed: Sequence[str] | str | None = None
-    ) -> None:
-        self.path, self.field, self.problem, self.allowed = path, field, problem, allowed
-        message = f"{path}: field '{field}': {problem}"
-        if allowed:
-            message += f" (allowed: {allowed if isinstance(allowed, str) else ', '.join(allowed)})"
-        super().__init__(message)
 
 
 class _Strict(BaseModel):
@@ -184,6 +173,19 @@ class Policy(_Strict):
 
 def _tuple_text(rule: FiveTupleRule) -> str:
     return f"{rule.proto} {rule.src or '*'}:{rule.sport or '*'} -> {rule.dst}:{rule.dport}"
+
+
+def match_text(rule: Rule) -> str | None:
+    """A rule's match as one string: the `match_value` of the lane_rules table (None for the default)."""
+    if isinstance(rule, FiveTupleRule):
+        return _tuple_text(rule)
+    if isinstance(rule, DscpRule):
+        return ",".join(str(d) for d in rule.dscp)
+    if isinstance(rule, CgroupRule):
+        return ",".join(rule.cgroups)
+    if isinstance(rule, PrefixRule):
+        return ",".join(rule.prefixes)
+    return None
 
 
 def _unique(rules: Sequence[Any], kind: type[_R], values: Any, what: str) -> None:

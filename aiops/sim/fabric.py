@@ -2,7 +2,8 @@
 
 A job's step time is the slowest rank's compute (clock-, PCIe- and loader-bound) plus its collectives: a ring
 all-reduce of `allreduce_mb` over NVLink inside a node and over the NICs between nodes. So one slow GPU slows
-every rank; ranks that wait spin in NCCL kernels (high utilisation, lower power). A job with a dead rank hangs.
+every rank; ranks that wait spin in NCCL kernels (high utilisation, lower power). A job with a dead rank hangs;
+a migrated job (`World.move_job`) completes no step until its checkpoint-restart pause ends.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from aiops.sim import network
 from aiops.sim.topology import F64, I64
 
 if TYPE_CHECKING:
+    from aiops.control.policy import Policy
     from aiops.sim.faults import Modifiers
     from aiops.sim.world import World
 
@@ -36,7 +39,6 @@ FlowRow = tuple[int, str, str | None, str, float]
 CollectiveRow = tuple[str, str, str, int, int, float | None, float | None, int]
 # (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks): a job_steps row
 StepRow = tuple[float, str, int, float, int, str, int]
-LANE_RATE_BPS = tuple(f * network.LINK_BPS for f in network.LANE_RATE_FRACTION)
 
 
 @dataclass
@@ -57,13 +59,13 @@ class Classes:
     lanes: I64  # [nic, class] lane index
 
     @classmethod
-    def of(cls, rules: tuple[network.Rule, ...], nic_names: list[str]) -> Classes:
+    def of(cls, rules: tuple[network.Rule, ...], policy: Policy, nic_names: list[str]) -> Classes:
         ids: list[list[str]] = []
         lanes = np.zeros((len(nic_names), len(network.TRAFFIC_CLASSES)), dtype=np.int64)
         for i, nic in enumerate(nic_names):
             row = []
             for c, traffic_class in enumerate(network.TRAFFIC_CLASSES):
-                rule_id, lane = network.classify(rules, nic, traffic_class)
+                rule_id, lane = network.classify(rules, policy, nic, traffic_class)
                 row.append(rule_id)
                 lanes[i, c] = network.LANES.index(lane)
             ids.append(row)
@@ -76,12 +78,25 @@ def _checkpoint_fraction(w: World) -> F64:
     out = np.zeros(lay.nodes)
     for job in lay.jobs:
         every = job.checkpoint_every_s
-        if not every or t < every:
+        if not every or t < every or w.restart_until_s[job.index] >= t:
             continue
         per_node_bytes = job.checkpoint_gb * 1e9 / max(1, len(job.nodes))
         burst_s = per_node_bytes * 8 / STORAGE_WRITE_BPS
         if (t % every) < max(1.0, burst_s):
             out[job.nodes] += STORAGE_WRITE_BPS / lay.nics_per_node / network.LINK_BPS
+    return out
+
+
+def _checkpoint_due(w: World) -> npt.NDArray[np.bool_]:
+    """Per node: a checkpoint of one of its jobs starts within the policy's forecast lead (the controller is
+    told the checkpoint schedule, as `aiops lanes control` is by job context)."""
+    lay, t = w.layout, w.elapsed_s
+    lead_s = w.lanes_policy.adaptive.forecast_lead_s
+    out = np.zeros(lay.nodes, dtype=bool)
+    for job in lay.jobs:
+        every = job.checkpoint_every_s
+        if every and lead_s > 0 and every - (t % every) <= lead_s:
+            out[job.nodes] = True
     return out
 
 
@@ -93,7 +108,14 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     )
     bulk_fraction = bulk_fraction * (1.0 + rng.normal(0, 0.05, lay.nic_count)).clip(0.5, 1.5)
     classes = w.classes()
-    eg = network.egress(w.lanes_enforced, classes.lanes[:, 0], classes.lanes[:, 1], bulk_fraction)
+    w.lane_control.step(w.lanes_enforced, w.vip_demand_fraction, _checkpoint_due(w)[lay.nic_node])
+    eg = network.egress(
+        w.lanes_enforced,
+        classes.lanes[:, 0],
+        classes.lanes[:, 1],
+        bulk_fraction,
+        w.lane_control.ceil_fraction,
+    )
     # drops instead of marks: retransmission time per step on NICs without ECN
     ecn_penalty_s = np.where(w.ecn_enabled, 0.0, 0.03 + 0.15 * mods.ecn_severity * (0.4 + bulk_fraction * 3))
     coll_bps = np.zeros(lay.nic_count)
@@ -103,6 +125,9 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     loader_ms = loader_ms + mods.loader_extra_ms
     for job in lay.jobs:
         j, gpus, nics = job.index, job.gpus, job.nics
+        if w.restart_until_s[j] >= w.elapsed_s:  # migrated: relaunching and loading the checkpoint
+            duty[gpus], starved[gpus] = 0.0, 1.0  # GPUs idle (GpuIdle, ~80 W), no steps, no collectives
+            continue
         if w.dead[gpus].any():
             if w.hung_since[j] < 0:
                 w.hung_since[j] = w.elapsed_s
@@ -152,6 +177,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
                          queue_ms, int(down), rng)  # fmt: skip
     w.rank_duty = duty
     w.rank_starved = starved
+    w.vip_demand_fraction = coll_bps / network.LINK_BPS
     class_bytes = _class_bytes(w, coll_bps, bulk_fraction)
     out.nics = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
     out.flows = _flow_rows(w, classes, class_bytes)
@@ -211,6 +237,7 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
     for c in range(len(network.TRAFFIC_CLASSES)):
         lane_bytes[rows_idx, classes.lanes[:, c]] += class_bytes[:, c]
     lane_q = (eg.lane_queue_ms * jitter[:, None]).tolist()
+    lane_rate_bps = (w.lane_control.rate_fraction * network.LINK_BPS).tolist()
     fifo_q = (eg.fifo_queue_ms * jitter).tolist()
     totals = class_bytes.sum(axis=1).tolist()
     per_lane = lane_bytes.tolist()
@@ -228,7 +255,7 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
         lanes_d, lanes_c, lanes_r = _split(d, shares), _split(c, shares), _split(r, shares)
         for lane, lane_name in enumerate(network.LANES):
             rows.append((i, lane_name, bytes_per_lane[lane], lanes_d[lane], lanes_c[lane], lanes_r[lane],
-                         lane_q[i][lane], LANE_RATE_BPS[lane], up))  # fmt: skip
+                         lane_q[i][lane], lane_rate_bps[i][lane], up))  # fmt: skip
     return rows
 
 

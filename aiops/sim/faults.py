@@ -240,7 +240,12 @@ def _misclassified(w: World, f: ActiveFault) -> tuple[network.Rule, ...]:
         w.lanes_enforced[f.nic] = True
         nic = w.layout.nic_names[f.nic]
         local = network.Rule(
-            f"{nic.replace('/', '-')}-override", "five_tuple", f"tcp * -> {network.PEER_PREFIX}", "bulk", nic
+            f"{nic.replace('/', '-')}-override",
+            "five_tuple",
+            f"tcp * -> {network.PEER_PREFIX}",
+            "bulk",
+            nic,
+            True,
         )
         return (local, *rules)
     rule_id = f.spec.target.removeprefix("policy:")
@@ -250,9 +255,9 @@ def _misclassified(w: World, f: ActiveFault) -> tuple[network.Rule, ...]:
     current = next((r for r in rules if r.rule_id == rule_id), None)
     rest = [r for r in rules if r.rule_id != rule_id]
     if current is None:
-        return (network.Rule(rule_id, "dst_prefix", "198.18.0.0/15", "bulk"), *rest)
+        return (network.Rule(rule_id, "dst_prefix", "198.18.0.0/15", "bulk", override=True), *rest)
     wrong = "bulk" if current.lane == "vip" else "vip"
     return (
-        network.Rule(current.rule_id, current.match_kind, current.match_value, wrong, current.scope),
+        network.Rule(current.rule_id, current.match_kind, current.match_value, wrong, current.scope, True),
         *rest,
     )

@@ -1,16 +1,19 @@
 """Lane policy and a first-order model of what a NIC's egress does to collective traffic.
 
-Rules are plain data (`Rule`: rule_id, match_kind, match_value, lane, scope), the shape of the traffic
-controller's policy file (aiops/control/policy.py, aiops/control/default_policy.yaml: same cgroup, DSCP and
-prefixes), so a policy can be tried here before it is applied to a NIC. `classify` is the one seam: a pure
-function of (rules, NIC, traffic class) → (rule_id, lane). It matches each rule against the attributes of the
-simulated cluster's three kinds of flow (`FLOWS`), NIC-scoped rules first, then fleet rules in list order. The
-datapath's own decision procedure (`aiops.control.policy.classify`, kind-ordered) can replace it by adapting a
-`Flow` from `FLOWS`.
+The twin runs the traffic controller's own policy (aiops/control/policy.py; the default is
+aiops/control/default_policy.yaml, or any file given with --lanes-policy) through the datapath's own decision
+procedure, `aiops.control.policy.classify` (the pure twin of bpf/lanes.bpf.c), over the simulated cluster's
+three kinds of flow (`FLOWS`). So a policy classifies here exactly as it would on a NIC.
+
+`Rule` rows are the policy's rules as the lane_rules table shows them (`rules_from_policy`), plus what the
+fault layer injects: an `override` rule (a NIC-local debugging leftover, a wrongly edited or stray rule)
+takes precedence over the policy's order, first match in list order, so an injected misconfiguration always
+takes effect, as the fault asks.
 
 The queue model is deliberately simple and vectorised over NICs (`egress`): with lanes, an HTB-like
 strict-priority VIP lane, so bulk traffic barely touches collectives; without lanes (one FIFO), bulk traffic
-takes a share of the link and adds queueing delay in front of collective packets.
+takes a share of the link and adds queueing delay in front of collective packets. The lanes' ceilings come
+from the controller's shaping law (`aiops.control.laws.shape`, see fabric.py).
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aiops.control.policy import Flow, Policy, load_default_policy, match_text
+from aiops.control.policy import classify as datapath_classify
 from aiops.sim.topology import F64, I64, Bools
 
 TRAFFIC_CLASSES = ("collective", "bulk", "other")
 LANES = ("vip", "standard", "bulk")
 VIP, STANDARD, BULK = 0, 1, 2
-LINK_BPS = 200e9  # 200 Gbit/s per NIC
-BULK_CEIL_FRACTION = 0.4  # the bulk lane's HTB ceil: what bulk may borrow when VIP is busy
-LANE_RATE_FRACTION = (0.6, 0.2, 0.2)  # configured HTB rates of vip, standard, bulk (lane_rate_bps)
+LINK_BPS = 200e9  # 200 Gbit/s per NIC; a policy's rates apply as fractions of its link_mbps
+DEMOTED_EFFICIENCY = 0.6  # share of a low lane's ceil that bursty collectives reach there (calibration)
 PEER_PREFIX = "198.18.0.0/24"  # the training job's peers (collectives)
 STORAGE_PREFIX = "198.19.0.0/24"  # checkpoint / dataset storage (bulk)
 
@@ -36,34 +40,28 @@ STORAGE_PREFIX = "198.19.0.0/24"  # checkpoint / dataset storage (bulk)
 class Rule:
     rule_id: str
     match_kind: str  # five_tuple | dscp | cgroup | dst_prefix | default
-    match_value: str  # "/nccl.slice"; "46"; "198.18.0.0/24"; "tcp * -> 198.18.0.0/24"; "" for default
+    match_value: str  # "/nccl.slice"; "46"; "198.18.0.0/24"; "tcp *:* -> 198.18.0.17:5000"; "" for default
     lane: str
     scope: str = "fleet"  # fleet, or a NIC name for a NIC-local rule
+    override: bool = False  # injected: matched before the policy, in list order (NIC-local rules always)
 
 
-@dataclass(frozen=True)
-class FlowAttrs:
-    """What a classifier sees of a simulated flow."""
-
-    proto: str
-    cgroup: str
-    dscp: int
-    dst: str
-
-
-FLOWS: dict[str, FlowAttrs] = {
-    "collective": FlowAttrs("tcp", "/nccl.slice", 46, "198.18.0.17"),
-    "bulk": FlowAttrs("tcp", "/checkpoint.slice", 8, "198.19.0.5"),
-    "other": FlowAttrs("tcp", "/system.slice", 0, "10.20.0.9"),
+# What a classifier sees of each simulated flow: NCCL's socket transport on ephemeral ports from the node's
+# address, in the job's cgroup, with DSCP 46 (NCCL_IB_TC / IP_TOS); checkpoints to an NFS server.
+FLOWS: dict[str, Flow] = {
+    "collective": Flow("tcp", "198.18.0.1", "198.18.0.17", 43512, 39261, 46, "/nccl.slice"),
+    "bulk": Flow("tcp", "198.18.0.1", "198.19.0.5", 51234, 2049, 8, "/checkpoint.slice"),
+    "other": Flow("tcp", "198.18.0.1", "10.20.0.9", 55120, 443, 0, "/system.slice"),
 }
 
-DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("collective-cgroup", "cgroup", "/nccl.slice", "vip"),
-    Rule("collective-dscp", "dscp", "46", "vip"),
-    Rule("peer-prefix", "dst_prefix", PEER_PREFIX, "vip"),
-    Rule("storage-prefix", "dst_prefix", STORAGE_PREFIX, "bulk"),
-    Rule("default", "default", "", "standard"),
-)
+
+def default_policy() -> Policy:
+    return load_default_policy()
+
+
+def rules_from_policy(policy: Policy) -> tuple[Rule, ...]:
+    """The policy's rules as lane_rules rows (match_value as the eBPF telemetry writes it)."""
+    return tuple(Rule(r.rule_id, r.match_kind, match_text(r) or "", r.lane) for r in policy.rules)
 
 
 def _in_prefixes(address: str, prefixes: str) -> bool:
@@ -71,32 +69,51 @@ def _in_prefixes(address: str, prefixes: str) -> bool:
     return any(ip in ipaddress.ip_network(p.strip(), strict=False) for p in prefixes.split(",") if p.strip())
 
 
-def matches(rule: Rule, flow: FlowAttrs) -> bool:
-    """Whether `rule` selects `flow` (cgroup: path prefix; dst_prefix: comma-separated CIDRs)."""
+def _endpoint_matches(text: str, address: str, port: int) -> bool:
+    """`text` is '*', an address or prefix, optionally ':port' ('*' wildcards both)."""
+    host, _, port_text = text.strip().rpartition(":") if text.count(":") == 1 else (text.strip(), "", "*")
+    host = host or text.strip()
+    host_ok = host == "*" or _in_prefixes(address, host)
+    return host_ok and (port_text in ("", "*") or int(port_text) == port)
+
+
+def matches(rule: Rule, flow: Flow) -> bool:
+    """Whether an injected `rule` selects `flow` (cgroup: path prefix; dst_prefix: comma-separated CIDRs;
+    five_tuple: 'proto src[:sport] -> dst[:dport]' where src and dst may be prefixes and '*' is any)."""
     kind, value = rule.match_kind, rule.match_value
     if kind == "default":
         return True
     if kind == "cgroup":
-        return flow.cgroup == value or flow.cgroup.startswith(value.rstrip("/") + "/")
+        cgroup = flow.cgroup_path or ""
+        return any(
+            cgroup == v.rstrip("/") or cgroup.startswith(v.rstrip("/") + "/") for v in value.split(",")
+        )
     if kind == "dscp":
         return str(flow.dscp) in {v.strip() for v in value.split(",")}
     if kind == "dst_prefix":
         return _in_prefixes(flow.dst, value)
-    if kind == "five_tuple":  # "proto src -> dst[:port]" with * wildcards; dst may be a prefix
+    if kind == "five_tuple":
         proto, _, rest = value.partition(" ")
-        dst = rest.split("->")[-1].strip().rsplit(":", 1)[0] if "->" in rest else "*"
-        return proto in ("*", flow.proto) and (dst == "*" or _in_prefixes(flow.dst, dst))
+        src, _, dst = rest.partition("->")
+        if not dst:
+            src, dst = "*", rest
+        return (
+            proto in ("*", flow.proto)
+            and _endpoint_matches(src, flow.src, flow.sport)
+            and _endpoint_matches(dst, flow.dst, flow.dport)
+        )
     return False
 
 
-def classify(rules: tuple[Rule, ...], nic: str, traffic_class: str) -> tuple[str, str]:
-    """(rule_id, lane) of the first rule that selects `traffic_class`'s flow on `nic`."""
+def classify(rules: tuple[Rule, ...], policy: Policy, nic: str, traffic_class: str) -> tuple[str, str]:
+    """(rule_id, lane) for `traffic_class`'s flow on `nic`: injected rules first (NIC-local, then fleet, in
+    list order), then the policy through the datapath's own procedure."""
     flow = FLOWS[traffic_class]
-    ordered = [r for r in rules if r.scope == nic] + [r for r in rules if r.scope == "fleet"]
-    for rule in ordered:
+    injected = [r for r in rules if r.scope == nic] + [r for r in rules if r.scope == "fleet" and r.override]
+    for rule in injected:
         if matches(rule, flow):
             return rule.rule_id, rule.lane
-    return "default", "standard"
+    return datapath_classify(policy, flow)
 
 
 @dataclass
@@ -109,8 +126,11 @@ class Egress:
     fifo_queue_ms: F64  # the single queue of NICs without enforcement
 
 
-def egress(enforced: Bools, collective_lane: I64, bulk_lane: I64, bulk_fraction: F64) -> Egress:
-    """`bulk_fraction`: bulk demand per NIC as a fraction of the link while collectives are sending."""
+def egress(
+    enforced: Bools, collective_lane: I64, bulk_lane: I64, bulk_fraction: F64, ceil_fraction: F64
+) -> Egress:
+    """`bulk_fraction`: bulk demand per NIC as a fraction of the link while collectives are sending;
+    `ceil_fraction`: [nic, lane] each lane's HTB ceil as a fraction of the link (the shaping law's)."""
     bf = np.clip(bulk_fraction, 0.0, 0.98)
     fifo_queue = 0.05 + 10.0 * bf**2
     fifo_factor = 1.0 / (1.0 - 0.7 * bf)
@@ -119,13 +139,15 @@ def egress(enforced: Bools, collective_lane: I64, bulk_lane: I64, bulk_fraction:
     shared_vip = coll_vip & (bulk_lane == VIP)  # bulk admitted to the VIP lane: it contends there
     vip_shared_q = 0.05 + 8.0 * bf**2 + 0.3
     # collectives demoted into a low lane: capped at its ceil and queued behind bulk traffic there
-    ceil = np.where(collective_lane == BULK, BULK_CEIL_FRACTION, 0.6)
+    rows = np.arange(bf.size)
+    # a collective in a low lane is CE-marked by that lane's ECN budget (its ceil) during every burst and
+    # borrows after VIP (HTB prio): it reaches DEMOTED_EFFICIENCY of the ceiling
+    ceil = ceil_fraction[rows, collective_lane] * DEMOTED_EFFICIENCY
     same = collective_lane == bulk_lane
     share = np.maximum(0.05, ceil - np.where(same, bf, 0.0) * 0.5)
     demoted_q = 1.5 + 6.0 * bf
     factor = np.where(coll_vip, np.where(shared_vip, 1.0 / (1.0 - 0.6 * bf) + 0.08, 1.01), 1.0 / share)
     coll_q = np.where(coll_vip, np.where(shared_vip, vip_shared_q, lane_q[:, VIP]), demoted_q)
-    rows = np.arange(bf.size)
     lane_q[rows, collective_lane] = np.where(coll_vip & ~shared_vip, lane_q[rows, collective_lane], coll_q)
     return Egress(
         throughput_factor=np.where(enforced, factor, fifo_factor),

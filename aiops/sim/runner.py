@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiops.control.policy import Policy
 from aiops.scenarios import Scenario
 from aiops.sim.world import World
 from aiops.store import Store
@@ -30,10 +31,12 @@ def simulate(
     flush_every_s: float = 60.0,
     progress: Callable[[float, float], None] | None = None,
     world: World | None = None,
+    lanes_policy: Policy | None = None,
 ) -> SimSummary:
     """Simulate `scenario` for its duration into `store`. Pass `world` to continue from a given state (a
-    what-if preview from `World.copy()`); its inventory is written again only into a store without one."""
-    world = world or World(scenario)
+    what-if preview from `World.copy()`); its inventory is written again only into a store without one.
+    `lanes_policy`: the traffic controller's policy the twin runs (default: the built-in one)."""
+    world = world or World(scenario, lanes_policy)
     if not store.scalar("SELECT count(*) FROM topology"):
         store.ingest_many(inventory(world))
     nvml = [NvmlCollector(world.nvml(n), f"node{n}") for n in range(world.layout.nodes)]

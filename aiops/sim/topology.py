@@ -28,7 +28,9 @@ class JobLayout:
 
 
 class Layout:
-    """Index maps between contract names and array positions. Immutable after construction."""
+    """Index maps between contract names and array positions. The inventory (racks, nodes, GPUs, NICs) is fixed;
+    where jobs run changes only through `move_node`, which keeps every job map consistent (`JobLayout.gpus`,
+    `.nodes`, `.nics`, `gpu_job`, `busy_nodes`, `in_job`, updated in place) and bumps `placement_version`."""
 
     def __init__(self, scenario: Scenario) -> None:
         c = scenario.cluster
@@ -78,6 +80,38 @@ class Layout:
             self.gpu_job[job.gpus] = job.index
             self.busy_nodes[job.nodes] = True
         self.in_job: Bools = self.gpu_job >= 0
+        self.placement_version = 0  # bumped by every move, for readers that cache job placement
+
+    def node_gpus(self, node: int) -> I64:
+        return np.arange(node * self.gpus_per_node, (node + 1) * self.gpus_per_node, dtype=np.int64)
+
+    def job_on(self, node: int) -> JobLayout | None:
+        """The job whose ranks run on `node`, or None for an idle node."""
+        if not self.busy_nodes[node]:
+            return None
+        return self.jobs[int(self.gpu_job[node * self.gpus_per_node])]
+
+    def move_node(self, from_node: int, to_node: int) -> tuple[JobLayout, I64, I64]:
+        """Move the ranks on `from_node` onto idle `to_node`, GPU-local order kept (the rank on gpu k moves to
+        gpu k). Returns the job, the GPUs it left and the GPUs it now uses (same order). The caller checks that
+        `from_node` runs a job and `to_node` is idle."""
+        job = self.job_on(from_node)
+        if job is None or self.busy_nodes[to_node]:
+            raise ValueError(f"cannot move node{from_node} -> node{to_node}")
+        old, new = self.node_gpus(from_node), self.node_gpus(to_node)
+        gpus = job.gpus.copy()
+        for old_gpu, new_gpu in zip(old.tolist(), new.tolist(), strict=True):
+            gpus[gpus == old_gpu] = new_gpu
+        job.gpus = gpus
+        job.nodes = [to_node if n == from_node else n for n in job.nodes]
+        job.nics = np.unique(self.gpu_nic[gpus])
+        self.gpu_job[old] = -1
+        self.gpu_job[new] = job.index
+        self.busy_nodes[from_node] = False
+        self.busy_nodes[to_node] = True
+        self.in_job[:] = self.gpu_job >= 0
+        self.placement_version += 1
+        return job, old, new
 
     def gpus_of(self, component: str) -> I64:
         """GPU indices a component name covers (a GPU, a node, a rack, the fleet)."""

@@ -3,8 +3,8 @@
 `World(scenario)` holds the state as arrays (one entry per GPU, NIC, node, rack, job); `step(dt_s)` advances it:
 faults → facility (coolant) → GPUs (power, clocks, temperature) → jobs and network. Collectors read it through
 the NVML-shaped API (`world.nvml(node)`) and the sim adapter (collectors/sim.py); actuators write to it
-(`set_power_limit_w` via NVML, `set_lanes_enforced`, `set_coolant_flow`, `set_rules`, `set_ecn_enabled`).
-Deterministic from the scenario's seed.
+(`set_power_limit_w` via NVML, `set_lanes_enforced`, `set_coolant_flow`, `set_rules`, `set_ecn_enabled`,
+`move_job`). Deterministic from the scenario's seed.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aiops.control.policy import Policy
 from aiops.scenarios import Scenario
 from aiops.sim import fabric, faults, gpu
 from aiops.sim import network as net
 from aiops.sim.fabric import Classes, FabricOut
 from aiops.sim.gpu import MIN_LIMIT_W, TDP_W
+from aiops.sim.lane_control import TwinLaneController
 from aiops.sim.nvml import SimNvml
 from aiops.sim.topology import F64, I64, Bools, Layout
 
 SIM_EPOCH_TS_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated runs start here
+RESTART_S = 60.0  # checkpoint-restart pause of a migrated job: relaunch, NCCL init, checkpoint load
 
 
 @dataclass
@@ -48,7 +51,8 @@ class GpuView:
 
 
 class World:
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, lanes_policy: Policy | None = None) -> None:
+        """`lanes_policy`: the traffic controller's policy (default: aiops/control/default_policy.yaml)."""
         self.scenario = scenario
         self.layout = lay = Layout(scenario)
         self.rng = np.random.default_rng(scenario.seed)
@@ -85,7 +89,10 @@ class World:
         self.ecn_enabled: Bools = np.ones(k, dtype=bool)
         self.link_up: Bools = np.ones(k, dtype=bool)
         self.carrier_changes: I64 = np.zeros(k, dtype=np.int64)  # cumulative carrier up/down transitions
-        self.rules: tuple[net.Rule, ...] = net.DEFAULT_RULES
+        self.lanes_policy = lanes_policy if lanes_policy is not None else net.default_policy()
+        self.rules: tuple[net.Rule, ...] = net.rules_from_policy(self.lanes_policy)
+        self.lane_control = TwinLaneController(self.lanes_policy, k)
+        self.vip_demand_fraction: F64 = np.zeros(k)  # last step's collective traffic per NIC / link
         self.rules_version = 0
         self._classes: tuple[int, Classes] | None = None
         # nodes and jobs
@@ -95,6 +102,8 @@ class World:
         self.step_progress: F64 = np.zeros(j)
         self.step_count: I64 = np.zeros(j, dtype=np.int64)
         self.hung_since: F64 = np.full(j, -1.0)
+        self.restart_s = RESTART_S
+        self.restart_until_s: F64 = np.full(j, -1.0)  # a migrated job makes no progress until then
         # events and this step's fabric output, for the collectors
         self.xid_log: list[tuple[float, int, int]] = []  # (ts_s, gpu index, xid): what the driver reported
         self.out = FabricOut()
@@ -121,7 +130,10 @@ class World:
 
     def classes(self) -> Classes:
         if self._classes is None or self._classes[0] != self.rules_version:
-            self._classes = (self.rules_version, Classes.of(self.rules, self.layout.nic_names))
+            self._classes = (
+                self.rules_version,
+                Classes.of(self.rules, self.lanes_policy, self.layout.nic_names),
+            )
         return self._classes[1]
 
     def emit_xids(self, gpus: I64, xid: int) -> None:
@@ -133,7 +145,7 @@ class World:
         if not MIN_LIMIT_W <= watts <= TDP_W:
             raise ValueError(f"power limit {watts} W outside [{MIN_LIMIT_W}, {TDP_W}]")
         self.power_limit_w[gpu_index] = watts
-        self.v.limit_mw[gpu_index] = int(watts * 1000)
+        self.v.limit_mw[gpu_index] = round(watts * 1000)
 
     def set_lanes_enforced(self, nic: str, enforced: bool) -> None:
         self.lanes_enforced[self.layout.nic_index[nic]] = enforced
@@ -145,7 +157,62 @@ class World:
         """The CDU pump setpoint of a rack (a failing loop delivers a fraction of it)."""
         if not 0.0 <= lpm <= gpu.MAX_FLOW_LPM:
             raise ValueError(f"coolant flow {lpm} L/min outside [0, {gpu.MAX_FLOW_LPM}]")
-        self.flow_setpoint_lpm[int(rack.removeprefix("rack"))] = lpm
+        self.flow_setpoint_lpm[self._rack(rack)] = lpm
+
+    def coolant_flow_setpoint_lpm(self, rack: str) -> float:
+        return float(self.flow_setpoint_lpm[self._rack(rack)])
+
+    def max_coolant_flow_lpm(self) -> float:
+        """What the CDU pump can deliver (`set_coolant_flow`'s upper bound)."""
+        return gpu.MAX_FLOW_LPM
+
+    def node_job(self, node: str) -> str | None:
+        """The job whose ranks run on `node`, None when it is idle."""
+        job = self.layout.job_on(self._node(node))
+        return job.name if job is not None else None
+
+    def move_job(self, from_node: str, to_node: str, *, restart_s: float | None = None) -> None:
+        """Migrate the ranks of the job on `from_node` onto idle `to_node` (rank on gpu k → gpu k), as a
+        scheduler does: the job is stopped and restarted from its last checkpoint, so the step in flight is lost
+        and no step completes for `restart_s` (default `self.restart_s`) while the ranks relaunch and load it.
+        The new ranks start with fresh process state; what belongs to the hardware (temperatures, power limits,
+        ECC counters, a lost or faulty GPU) stays with the GPUs."""
+        src, dst = self._node(from_node), self._node(to_node)
+        job = self.layout.job_on(src)
+        if job is None:
+            raise ValueError(f"{from_node} runs no job: nothing to move")
+        if src == dst:
+            raise ValueError(f"{from_node} -> {to_node}: source and destination are the same node")
+        other = self.layout.job_on(dst)
+        if other is not None:
+            raise ValueError(f"{to_node} is busy (job {other.name}): a job moves only onto an idle node")
+        job, old, new = self.layout.move_node(src, dst)
+        self.rank_duty[old], self.rank_starved[old] = 1.0, 0.0  # what an idle GPU shows
+        self.rank_duty[new], self.rank_starved[new] = 0.0, 1.0  # relaunching: idle until the restart ends
+        self.step_progress[job.index] = 0.0
+        self.hung_since[job.index] = -1.0
+        pause_s = self.restart_s if restart_s is None else restart_s
+        self.restart_until_s[job.index] = max(self.restart_until_s[job.index], self.elapsed_s + pause_s)
+
+    def _node(self, name: str) -> int:
+        index = name.removeprefix("node")
+        if (
+            not name.startswith("node")
+            or not (index.isascii() and index.isdigit())
+            or int(index) >= self.layout.nodes
+        ):
+            raise ValueError(f"no node '{name}' (node0..node{self.layout.nodes - 1})")
+        return int(index)
+
+    def _rack(self, name: str) -> int:
+        index = name.removeprefix("rack")
+        if (
+            not name.startswith("rack")
+            or not (index.isascii() and index.isdigit())
+            or int(index) >= self.layout.racks
+        ):
+            raise ValueError(f"no rack '{name}' (rack0..rack{self.layout.racks - 1})")
+        return int(index)
 
     def set_rules(self, rules: tuple[net.Rule, ...]) -> None:
         """Replace the lane controller's rules (fleet and NIC-local); a lane_rules snapshot follows."""
@@ -169,7 +236,7 @@ class World:
             temp_c=np.rint(self.temp_c + 0.4 * noise[0]).astype(np.int64).tolist(),
             mem_temp_c=np.rint(self.mem_temp_c).astype(np.int64).tolist(),
             power_mw=power_mw.astype(np.int64).tolist(),
-            limit_mw=(self.power_limit_w * 1000).astype(np.int64).tolist(),
+            limit_mw=np.rint(self.power_limit_w * 1000).astype(np.int64).tolist(),
             sm_clock_mhz=(np.rint(self.sm_clock_mhz / 15.0) * 15).astype(np.int64).tolist(),
             reasons=self.reasons.tolist(),
             util_pct=util.astype(np.int64).tolist(),

@@ -16,23 +16,11 @@ import pyarrow as pa
 
 from aiops.control import tc
 from aiops.control.lanes import LanesState
-from aiops.control.policy import LANES, CgroupRule, DscpRule, FiveTupleRule, LaneName, Policy, PrefixRule
+from aiops.control.policy import LANES, LaneName, Policy, match_text
 from collectors.ebpf.lanes_maps import LaneMaps
 from collectors.ebpf.tcp_probe import TcpFlowSample, TcpProbe
 
 TRAFFIC_CLASS: dict[str, str] = {"vip": "collective", "bulk": "bulk", "standard": "other"}
-
-
-def rule_match_value(rule: Any) -> str | None:
-    if isinstance(rule, FiveTupleRule):
-        return f"{rule.proto} {rule.src or '*'}:{rule.sport or '*'} -> {rule.dst}:{rule.dport}"
-    if isinstance(rule, DscpRule):
-        return ",".join(str(d) for d in rule.dscp)
-    if isinstance(rule, CgroupRule):
-        return ",".join(rule.cgroups)
-    if isinstance(rule, PrefixRule):
-        return ",".join(rule.prefixes)
-    return None
 
 
 def _delta(after: Any, before: Any) -> tuple[int, int, int]:
@@ -73,7 +61,7 @@ class LaneTelemetry:
                 "ts_s": [now_ts_s] * len(rules),
                 "rule_id": [r.rule_id for r in rules],
                 "match_kind": [r.match_kind for r in rules],
-                "match_value": [rule_match_value(r) for r in rules],
+                "match_value": [match_text(r) for r in rules],
                 "lane": [r.lane for r in rules],
                 "scope": [self.nic] * len(rules),
             }
