@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 
 from aiops.control.power import GpuPower, allocate
+from aiops.control.power_inputs import gpu_power_from_world
 from aiops.scenarios import parse_scenario
 from aiops.sim.world import World
 
@@ -52,26 +53,7 @@ def new_world() -> World:
 
 def read_gpus(w: World) -> list[GpuPower]:
     """What an agent sees through NVML: constraints and draw per GPU, plus the scheduler's job map."""
-    lay = w.layout
-    out: list[GpuPower] = []
-    for node in range(lay.nodes):
-        nv = w.nvml(node)
-        nv.nvmlInit()
-        for local in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(local)
-            lo_mw, hi_mw = nv.nvmlDeviceGetPowerManagementLimitConstraints(h)
-            gi = node * lay.gpus_per_node + local
-            job = int(lay.gpu_job[gi])
-            out.append(
-                GpuPower(
-                    gpu=lay.gpu_names[gi],
-                    min_w=lo_mw / 1000,
-                    max_w=hi_mw / 1000,
-                    draw_w=nv.nvmlDeviceGetPowerUsage(h) / 1000,
-                    job=lay.jobs[job].name if job >= 0 else None,
-                )
-            )
-    return out
+    return gpu_power_from_world(w)
 
 
 def apply(w: World, limits: Limits) -> float:

@@ -148,16 +148,51 @@ class Executor:
             return ExecutionOutcome(
                 action.proposal_id, "failed", f"actuator: {result.error}", "actuator", payload
             )
-        observed = self.actuator.read_back(action)
+        try:
+            observed = self.actuator.read_back(action)
+        except Exception as exc:  # an unreadable result is an unverified one
+            observed = {"error": f"{type(exc).__name__}: {exc}"}
         verified = all(observed.get(k) == v for k, v in result.expected.items())
         self._log("verification", action, {"expected": result.expected, "observed": observed,
                                            "verified": verified}, now)  # fmt: skip
-        return ExecutionOutcome(action.proposal_id, "executed", "executed", result=payload, verified=verified)
+        if verified:
+            return ExecutionOutcome(action.proposal_id, "executed", "executed", result=payload, verified=True)
+        return self._roll_back(action, result, observed, payload, now)
+
+    def _roll_back(
+        self,
+        action: Action,
+        result: ActuationResult,
+        observed: dict[str, Any],
+        payload: dict[str, Any],
+        now: float,
+    ) -> ExecutionOutcome:
+        """The read-back disagrees with what the actuator expected: restore what was there before, audit a
+        `rollback` event, and fail the execution (rule `verification`). The `execution` event keeps outcome
+        `executed`: hardware was touched, so `unsafe_executions` still counts it."""
+        try:
+            undo = self.actuator.rollback(action, result.previous)
+        except Exception as exc:
+            undo = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        rollback = {"expected": result.expected, "observed": observed, "restored": result.previous,
+                    "ok": undo.ok, "error": undo.error, "detail": undo.detail}  # fmt: skip
+        self._log("rollback", action, rollback, now)
+        self.ledger.finish(action.proposal_id, "failed", {**payload, "verified": False, "rollback": rollback})
+        message = f"verification: read-back {observed} != expected {result.expected}; " + (
+            "rolled back to the previous state" if undo.ok else f"ROLLBACK FAILED: {undo.error}"
+        )
+        return ExecutionOutcome(action.proposal_id, "failed", message, "verification",
+                                {**payload, "rollback": rollback}, verified=False)  # fmt: skip
 
 
 def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTRY) -> int:
     """Physical executions in an audit log without enough distinct, unexpired `approval` events for the
-    same proposal and action hash: an independent recount of `Executor.unsafe_actions` from the record."""
+    same proposal and action hash: an independent recount of `Executor.unsafe_actions` from the record.
+    A run under an approved response policy counts as safe only when the log itself proves it: proposed by
+    `policy:<rule>`, recorded inside the rule's envelope before it ran, and the file's hash approved by
+    enough people, unexpired and unrevoked, before it ran (`guardrails.standing.policy_run_authorised`)."""
+    from guardrails.standing import policy_run_authorised  # imported here: standing builds on this layer
+
     unsafe = 0
     for row in rows:
         data = row.data() if row.event == "execution" else {}
@@ -178,6 +213,6 @@ def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTR
                     people.add(person_name(str(approval.get("approver", ""))))
                 except GuardrailError:
                     continue
-        if len(people) < needed:
+        if len(people) < needed and not policy_run_authorised(rows, row):
             unsafe += 1
     return unsafe

@@ -15,38 +15,14 @@ from typing import Any
 
 from aiops.agent.ports import ApprovalRefused, Decision, ExecutionRefused, Verdict
 from aiops.agent.twin import Twin
+from aiops.control.power_inputs import gpu_states_from_world
 from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import RecordingActuator, SimActuator
 from guardrails.context import gpu_states_from_store, topology_from_store
-from guardrails.policy import Context, GpuState
+from guardrails.policy import Context
 from guardrails.service import Guardrails
-
-NVML_MW = 1000.0
-
-
-def twin_gpu_states(world: Any) -> dict[str, GpuState]:
-    """Each GPU's power limits as the twin's NVML reports them (mW in nvml.h, W here)."""
-    out = {}
-    layout = world.layout
-    for name, index in layout.gpu_index.items():
-        node, local = int(layout.gpu_node[index]), int(layout.gpu_local[index])
-        nvml = world.nvml(node)
-        try:
-            nvml.nvmlInit()
-            handle = nvml.nvmlDeviceGetHandleByIndex(local)
-            low, high = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
-            out[name] = GpuState(
-                power_limit_w=nvml.nvmlDeviceGetPowerManagementLimit(handle) / NVML_MW,
-                power_limit_min_w=low / NVML_MW,
-                power_limit_max_w=high / NVML_MW,
-                tdp_w=nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / NVML_MW,
-                max_sm_clock_mhz=float(nvml.nvmlDeviceGetMaxClockInfo(handle, 1)),  # NVML_CLOCK_SM
-            )
-        except Exception:  # an NVMLError (GPU lost, ...): no state, so power envelopes fail closed
-            continue
-    return out
 
 
 class GuardrailsGuard:
@@ -61,7 +37,7 @@ class GuardrailsGuard:
         self.service = Guardrails(state, actuator=actuator, context_for=self._context, clock=clock)
 
     def _context(self, now_ts_s: float) -> Context:
-        gpus = twin_gpu_states(self.twin.world) if self.twin else gpu_states_from_store(self.telemetry)
+        gpus = gpu_states_from_world(self.twin.world) if self.twin else gpu_states_from_store(self.telemetry)
         return Context(self.topology, gpus, (), now_ts_s, self.service.registry)
 
     def action(

@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.chat",
     "aiops.cli.actions",
     "aiops.cli.audit",
+    "aiops.cli.dcim",
+    "aiops.cli.policy",
 )
 
 

@@ -214,7 +214,22 @@ CREATE TABLE hypotheses (
 )
 """
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "telemetry", _sql(M001_TELEMETRY)),)
+# DCIM power signals (aiops dcim cap/clear/watch): the newest row per scope is the signal in force. Not in
+# TIME_SERIES_TABLES: retention must never delete a cap that is still in force.
+M002_DCIM_SIGNALS = """
+CREATE TABLE dcim_signals (
+    ts_s DOUBLE NOT NULL,
+    scope VARCHAR NOT NULL,         -- fleet | rack{r}
+    kind VARCHAR NOT NULL,          -- cap | clear
+    budget_kw DOUBLE,               -- the cap on the scope's total power; NULL for clear
+    source VARCHAR NOT NULL         -- cli, or file:<path> for aiops dcim watch
+)
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "telemetry", _sql(M001_TELEMETRY)),
+    Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
+)
 
 # Tables with a `ts_s` column that retention by age applies to.
 TIME_SERIES_TABLES: tuple[str, ...] = (

@@ -1,0 +1,150 @@
+"""`aiops policy approve|revoke|show|status`: the response policy file (docs/POWER.md) and people's standing
+approval of its exact bytes. An approval is an audit event bound to the file's sha256; change one byte and the
+file is not approved any more, so nothing runs automatically until people approve the new content."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from aiops.cli.actions import DEFAULT_DB, open_store
+from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
+
+DAY_S = 86_400.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "policy", help="approve, revoke or show the response policy (automatic DCIM responses)"
+    )
+    verbs = p.add_subparsers(dest="policy_command", metavar="VERB", required=True)
+    approve = verbs.add_parser("approve", help="approve this exact file content (as a named person)")
+    approve.add_argument("file", metavar="FILE")
+    approve.add_argument("--as", dest="user", required=True, help="your name")
+    approve.add_argument(
+        "--valid-days", type=float, default=90.0, help="approval lifetime (default 90, max 365)"
+    )
+    approve.add_argument("--db", default=DEFAULT_DB)
+    approve.set_defaults(func=run_approve)
+    revoke = verbs.add_parser("revoke", help="withdraw every approval of this file content")
+    revoke.add_argument("file", metavar="FILE")
+    revoke.add_argument("--as", dest="user", required=True, help="your name")
+    revoke.add_argument("--reason", default="")
+    revoke.add_argument("--db", default=DEFAULT_DB)
+    revoke.set_defaults(func=run_revoke)
+    for name, helptext in (("show", "the file's rules and whether this exact content is approved"),
+                           ("status", "whether the policy in use is approved, and the approvals recorded")):  # fmt: skip
+        verb = verbs.add_parser(name, help=helptext)
+        verb.add_argument("file", metavar="FILE", nargs="?", default=str(DEFAULT_RESPONSES_PATH))
+        verb.add_argument("--db", default=DEFAULT_DB)
+        verb.add_argument("--json", action="store_true")
+        verb.set_defaults(func=run_show if name == "show" else run_status)
+
+
+def _clock(ts_s: float | None) -> str:
+    return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%Y-%m-%d %H:%M") if ts_s else "-"
+
+
+def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
+    """The approval state of the file's current bytes in `db` (read-only); 'no database' when there is none."""
+    from guardrails.audit import read_rows
+    from guardrails.standing import policy_status
+
+    if not Path(db).exists():
+        return {"approved": False, "message": f"{db}: no such database, so no approval", "approvers": [],
+                "needed": loaded.policy.approvals_required, "expires_ts_s": None, "events": []}  # fmt: skip
+    with open_store(db, read_only=True) as store:
+        rows = read_rows(store, event="policy_approval")
+    status = policy_status(rows, loaded.sha256, loaded.policy.approvals_required, time.time())
+    events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
+    return {"approved": status.approved, "message": status.message, "approvers": list(status.approvers),
+            "needed": status.needed, "expires_ts_s": status.expires_ts_s, "events": events}  # fmt: skip
+
+
+def _describe(loaded: LoadedPolicy) -> list[dict[str, Any]]:
+    return [{"rule_id": r.rule_id, "on": r.on, "respond": r.respond, "kind": r.spec.kind, "mode": r.mode,
+             "scopes": list(r.scopes), "when": r.when, "envelope": r.envelope.model_dump(mode="json"),
+             "step_interval_s": r.step_interval_s} for r in loaded.policy.rules]  # fmt: skip
+
+
+def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any]) -> None:
+    console.print(f"policy {escape(loaded.path)}")
+    console.print(f"sha256 {loaded.sha256}")
+    if state["approved"]:
+        console.print(f"[green]approved[/] by {', '.join(state['approvers'])} "
+                      f"until {_clock(state['expires_ts_s'])}: automatic rules run inside their envelopes")  # fmt: skip
+    else:
+        console.print(f"[yellow]not approved[/]: {escape(state['message'])}")
+        console.print("automatic rules only propose until people approve this content: "
+                      f"aiops policy approve {escape(loaded.path)} --as NAME")  # fmt: skip
+
+
+def run_show(args: argparse.Namespace) -> int:
+    loaded = load_response_policy(args.file)
+    state = status_of(loaded, args.db)
+    if args.json:
+        print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "rules": _describe(loaded),
+                          "approvals_required": loaded.policy.approvals_required,
+                          **{k: v for k, v in state.items() if k != "events"}}, indent=2))  # fmt: skip
+        return 0
+    console = Console(highlight=False)
+    table = Table("rule", "on", "respond", "action kind", "mode", "scopes", "envelope")
+    for r in _describe(loaded):
+        env = r["envelope"]
+        envelope = (f"{env['min_fraction_of_tdp']:.0%}-{env['max_fraction_of_tdp']:.0%} TDP, "
+                    f"≤{env['max_step_w']:g} W/step") if r["kind"] == "set_power_limit" else "-"  # fmt: skip
+        mode = r["mode"] + (" (when infeasible)" if r["when"] == "infeasible" else "")
+        table.add_row(r["rule_id"], r["on"], r["respond"], r["kind"], mode, ", ".join(r["scopes"]), envelope)
+    console.print(table)
+    console.print(f"approvals required: {loaded.policy.approvals_required} distinct people")
+    _print_status(console, loaded, state)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    loaded = load_response_policy(args.file)
+    state = status_of(loaded, args.db)
+    if args.json:
+        print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, **state}, indent=2))
+        return 0
+    console = Console(highlight=False)
+    _print_status(console, loaded, state)
+    for e in state["events"]:
+        mark = "" if e.get("policy_sha256") == loaded.sha256 else " (other content)"
+        console.print(f"  #{e['seq']} {e.get('decision')} {str(e.get('policy_sha256'))[:12]}{mark} by "
+                      f"{escape(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
+                      f"expires {_clock(e.get('expires_ts_s'))}")  # fmt: skip
+    return 0 if state["approved"] else 1
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    from guardrails.audit import AuditLog
+    from guardrails.standing import approve_policy
+
+    loaded = load_response_policy(args.file)
+    with open_store(args.db, read_only=False) as store:
+        approve_policy(AuditLog(store), loaded, args.user, time.time(), args.valid_days * DAY_S)
+    state = status_of(loaded, args.db)
+    console = Console(highlight=False)
+    console.print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
+    _print_status(console, loaded, state)
+    return 0
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    from guardrails.audit import AuditLog
+    from guardrails.standing import revoke_policy
+
+    loaded = load_response_policy(args.file)
+    with open_store(args.db, read_only=False) as store:
+        revoke_policy(AuditLog(store), loaded.sha256, args.user, time.time(), args.reason)
+    Console(highlight=False).print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
+    return 0

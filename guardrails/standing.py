@@ -1,0 +1,347 @@
+"""Standing approval of a response policy file: people approve its exact bytes (sha256) in the audit log, and
+while that approval holds, actions a rule of the file proposes (`proposed_by = "policy:<rule_id>"`) run
+without a person each time, but only inside the rule's envelope.
+
+- `approve_policy` / `revoke_policy` append `policy_approval` events (decision approve | revoke).
+- `policy_status` decides from the audit rows alone: enough distinct people, unexpired, not revoked since.
+- `envelope_check` is the pure per-GPU test: kind in `AUTOMATIC_KINDS`, `power_limit_w` inside
+  [min, max] x TDP and NVML's constraints, at most `max_step_w` from the current limit.
+- `PolicyBook` is the `ApprovalBook` the executor asks: people's approvals as always, else the standing
+  approval for a policy action inside its envelope. `PolicyActuator` stamps the policy's hash, rule and
+  approvers into the execution's `detail`, so the audit row says under which approval it ran.
+- `policy_run_authorised` re-checks a recorded execution from the audit log alone (`unsafe_executions`).
+
+Expiry: policies are long-lived, so an approval lasts `DEFAULT_POLICY_TTL_S` (90 days) unless the approver
+gives less; at most a year. Revoking, or changing one byte of the file, stops automatic runs at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiops.errors import GuardrailError
+from guardrails.actions import Action, action_hash
+from guardrails.actuators import ActuationResult, Actuator
+from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection, person_name
+from guardrails.audit import AuditLog, AuditRow
+from guardrails.policy import GpuState
+from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.responses import AUTOMATIC_KINDS, Envelope, LoadedPolicy, ResponseRule
+from guardrails.topology import Topology
+
+DAY_S = 86_400.0
+DEFAULT_POLICY_TTL_S = 90 * DAY_S
+MAX_POLICY_TTL_S = 365 * DAY_S
+_TOLERANCE_W = 1e-6
+
+
+@dataclass(frozen=True)
+class PolicyStatus:
+    sha256: str
+    approved: bool
+    needed: int
+    approvers: tuple[str, ...]  # distinct people whose approvals count now
+    expires_ts_s: float | None  # when fewer than `needed` approvals will remain valid
+    message: str
+    approved_elsewhere: tuple[str, ...] = ()  # other file hashes approved now (the file was changed?)
+
+
+def _person(name: object) -> str | None:
+    try:
+        return person_name(str(name))
+    except GuardrailError:
+        return None
+
+
+def policy_status(
+    rows: Sequence[AuditRow], sha256: str, needed: int, now_ts_s: float, *, before_seq: int | None = None
+) -> PolicyStatus:
+    """Whether `sha256` is approved at `now_ts_s` by the `policy_approval` events in `rows` (those before
+    `before_seq` when given). `needed` is at least the largest requirement an approval event recorded."""
+    events = [
+        (r, r.data())
+        for r in rows
+        if r.event == "policy_approval" and (before_seq is None or r.seq < before_seq)
+    ]
+    revoked_at = max(
+        (r.seq for r, d in events if d.get("decision") == "revoke" and d.get("policy_sha256") == sha256),
+        default=0,
+    )
+    people: dict[str, float] = {}
+    others: set[str] = set()
+    for row, data in events:
+        if data.get("decision") != "approve":
+            continue
+        expires = float(data.get("expires_ts_s", 0.0))
+        name = _person(data.get("approver", ""))
+        if name is None or not float(data.get("ts_s", row.ts_s)) <= now_ts_s < expires:
+            continue
+        if data.get("policy_sha256") != sha256:
+            others.add(str(data.get("policy_sha256", "")))
+            continue
+        if row.seq <= revoked_at:
+            continue
+        needed = max(needed, int(data.get("approvals_needed", 1)))
+        people[name] = max(people.get(name, 0.0), expires)
+    needed = max(needed, 1)
+    approvers = tuple(sorted(people))
+    expiries = sorted(people.values(), reverse=True)
+    expires_at = expiries[needed - 1] if len(expiries) >= needed else None
+    short = sha256[:12]
+    if len(approvers) >= needed:
+        message = f"policy {short} approved by {', '.join(approvers)}"
+    else:
+        message = f"policy {short} is not approved: needs {needed} distinct approver(s), has {len(approvers)}"
+        if revoked_at:
+            message += " (revoked)"
+        if others:
+            message += (
+                f"; approved content differs: {', '.join(sorted(o[:12] for o in others))} (file changed?)"
+            )
+    return PolicyStatus(
+        sha256, len(approvers) >= needed, needed, approvers, expires_at, message, tuple(sorted(others))
+    )
+
+
+def approve_policy(
+    audit: AuditLog, loaded: LoadedPolicy, approver: str, now_ts_s: float, ttl_s: float = DEFAULT_POLICY_TTL_S
+) -> AuditRow:
+    """Record a person's approval of the file's exact bytes; raises `GuardrailError` for non-person names."""
+    name = person_name(approver)
+    if not 0 < ttl_s <= MAX_POLICY_TTL_S:
+        raise GuardrailError("expiry", f"a policy approval lasts 1 s to {MAX_POLICY_TTL_S / DAY_S:.0f} days")
+    payload = {"decision": "approve", "policy_sha256": loaded.sha256, "path": loaded.path, "approver": name,
+               "ts_s": now_ts_s, "expires_ts_s": now_ts_s + ttl_s,
+               "approvals_needed": loaded.policy.approvals_required,
+               "automatic": loaded.policy.automatic_summary()}  # fmt: skip
+    return audit.append("policy_approval", payload, actor=name, ts_s=now_ts_s)
+
+
+def revoke_policy(audit: AuditLog, sha256: str, by: str, now_ts_s: float, reason: str = "") -> AuditRow:
+    name = person_name(by)
+    payload = {"decision": "revoke", "policy_sha256": sha256, "approver": name, "ts_s": now_ts_s,
+               "reason": reason[:200]}  # fmt: skip
+    return audit.append("policy_approval", payload, actor=name, ts_s=now_ts_s)
+
+
+# -- the envelope -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GpuBounds:
+    low_w: float
+    high_w: float
+    current_w: float
+    tdp_w: float
+
+
+def gpu_bounds(state: GpuState, envelope: Envelope) -> GpuBounds | None:
+    """[low, high] for one GPU: the envelope's fractions of TDP inside NVML's constraints; None if unknown."""
+    if state.tdp_w is None or state.power_limit_w is None:
+        return None
+    low = envelope.min_fraction_of_tdp * state.tdp_w
+    high = envelope.max_fraction_of_tdp * state.tdp_w
+    if state.power_limit_min_w is not None:
+        low = max(low, state.power_limit_min_w)
+    if state.power_limit_max_w is not None:
+        high = min(high, state.power_limit_max_w)
+    return GpuBounds(low, high, state.power_limit_w, state.tdp_w)
+
+
+def envelope_check(
+    action: Action, envelope: Envelope, states: Mapping[str, GpuState], topology: Topology
+) -> tuple[str | None, dict[str, GpuBounds]]:
+    """(problem or None, bounds per GPU). Fails closed on unknown kinds, parameters, targets and GPU state."""
+    if action.kind not in AUTOMATIC_KINDS:
+        return f"{action.kind} never runs automatically ({', '.join(sorted(AUTOMATIC_KINDS))} only)", {}
+    watts = action.parameters.get("power_limit_w")
+    if (
+        set(action.parameters) != {"power_limit_w"}
+        or isinstance(watts, bool)
+        or not isinstance(watts, int | float)
+    ):
+        return "a policy sets power_limit_w (a number) and nothing else", {}
+    scope = topology.expand(action.target)
+    if scope is None or not scope.gpus:
+        return f"no GPUs in {action.target[:60]}", {}
+    bounds: dict[str, GpuBounds] = {}
+    for gpu in scope.gpus:
+        state = states.get(gpu)
+        b = gpu_bounds(state, envelope) if state is not None else None
+        if b is None:
+            return f"no power limit state known for {gpu}", {}
+        if not b.low_w - _TOLERANCE_W <= watts <= b.high_w + _TOLERANCE_W:
+            return f"{gpu}: {watts:.0f} W outside the envelope [{b.low_w:.0f}, {b.high_w:.0f}] W", {}
+        if abs(watts - b.current_w) > envelope.max_step_w + _TOLERANCE_W:
+            return (
+                f"{gpu}: {b.current_w:.0f} W -> {watts:.0f} W is more than the envelope's "
+                f"{envelope.max_step_w:.0f} W step",
+                {},
+            )
+        bounds[gpu] = b
+    return None, bounds
+
+
+# -- what the executor asks -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Standing:
+    """An approved policy file, as loaded and as judged from the audit log."""
+
+    loaded: LoadedPolicy
+    status: PolicyStatus
+
+    def automatic_rule(self, proposed_by: str) -> ResponseRule | None:
+        if not self.status.approved or not proposed_by.startswith("policy:"):
+            return None
+        rule = self.loaded.policy.rule(proposed_by.removeprefix("policy:"))
+        return rule if rule is not None and rule.automatic else None
+
+
+class PolicyBook(ApprovalBook):
+    """People's approvals as always; else, for a `policy:<rule>` action of an approved file, the standing
+    approval, only while the action is inside the rule's envelope against `states` (the GPUs now)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        registry: Registry = DEFAULT_REGISTRY,
+        approvals: list[Approval] | None = None,
+        rejections: list[Rejection] | None = None,
+        *,
+        standing: Standing | None = None,
+        states: Mapping[str, GpuState] | None = None,
+    ) -> None:
+        super().__init__(topology, registry, approvals, rejections)
+        self.standing = standing
+        self.states: Mapping[str, GpuState] = states or {}
+
+    def is_authorised(self, action: Action, now_ts_s: float) -> Authorisation:
+        people = super().is_authorised(action, now_ts_s)
+        if people.ok or self.standing is None or self.rejected(action.proposal_id):
+            return people
+        rule = self.standing.automatic_rule(action.proposed_by)
+        if rule is None:
+            return people
+        status = self.standing.status
+        if status.expires_ts_s is not None and now_ts_s >= status.expires_ts_s:
+            return Authorisation(
+                False, people.needed, (), f"the approval of policy {status.sha256[:12]} expired"
+            )
+        problem, _ = envelope_check(action, rule.envelope, self.states, self.topology)
+        if problem:
+            return Authorisation(
+                False, people.needed, (), f"outside the envelope of {rule.proposer}: {problem}"
+            )
+        return Authorisation(
+            True,
+            people.needed,
+            status.approvers,
+            f"{status.message} (rule {rule.rule_id}, inside its envelope)",
+        )
+
+
+@dataclass
+class PolicyActuator:
+    """Wraps an actuator for automatic runs: `detail.policy` records the file hash, rule and approvers."""
+
+    inner: Actuator
+    stamp: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, action: Action, dry_run: bool) -> ActuationResult:
+        result = self.inner.apply(action, dry_run)
+        if not self.stamp:  # not an automatic run (a person approved it): nothing to add
+            return result
+        detail = {**result.detail, "policy": self.stamp}
+        return ActuationResult(result.ok, detail, result.previous, result.expected, result.error)
+
+    def read_back(self, action: Action) -> dict[str, Any]:
+        return self.inner.read_back(action)
+
+    def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
+        return self.inner.rollback(action, previous)
+
+
+def envelope_record(
+    action: Action, rule: ResponseRule, status: PolicyStatus, bounds: Mapping[str, GpuBounds]
+) -> dict[str, Any]:
+    """The audit payload that says an automatic action was inside its envelope (a `validation` event)."""
+    return {"policy_envelope": {
+        "ok": True, "policy_sha256": status.sha256, "rule_id": rule.rule_id, "action_hash": action_hash(action),
+        "approved_by": list(status.approvers), "envelope": rule.envelope.model_dump(mode="json"),
+        "gpus": {g: {"low_w": b.low_w, "high_w": b.high_w, "current_w": b.current_w, "tdp_w": b.tdp_w}
+                 for g, b in bounds.items()},
+    }}  # fmt: skip
+
+
+# -- the recount ------------------------------------------------------------------------------------------
+def _recorded_envelope(
+    rows: Sequence[AuditRow], row: AuditRow, proposer: str, digest: str
+) -> dict[str, Any] | None:
+    for r in rows:
+        if (
+            r.event != "validation"
+            or r.proposal_id != row.proposal_id
+            or r.seq >= row.seq
+            or r.actor != proposer
+        ):
+            continue
+        record = r.data().get("policy_envelope")
+        if isinstance(record, dict) and record.get("ok") is True and record.get("action_hash") == digest:
+            return record
+    return None
+
+
+def _proposer(rows: Sequence[AuditRow], row: AuditRow, digest: str) -> str | None:
+    for r in rows:
+        if r.event == "proposal" and r.proposal_id == row.proposal_id and r.seq < row.seq:
+            data = r.data()
+            if data.get("action_hash") == digest:
+                return str(data.get("action", {}).get("proposed_by", ""))
+    return None
+
+
+def _approved_envelope(rows: Sequence[AuditRow], row: AuditRow, sha256: str, rule_id: str) -> Envelope | None:
+    """The rule's envelope as the approvals of this file recorded it (approvals before the row only)."""
+    for r in reversed(rows):
+        if r.event != "policy_approval" or r.seq >= row.seq:
+            continue
+        data = r.data()
+        rule = (data.get("automatic") or {}).get(rule_id) if data.get("policy_sha256") == sha256 else None
+        if isinstance(rule, dict) and data.get("decision") == "approve":
+            try:
+                return Envelope.model_validate(rule.get("envelope", {}))
+            except ValueError:
+                return None
+    return None
+
+
+def policy_run_authorised(rows: Sequence[AuditRow], row: AuditRow) -> bool:
+    """An `execution` row of a policy action was authorised: proposed by `policy:<rule>`, recorded inside the
+    envelope before it ran, its file approved (enough people, unexpired, not revoked) before it ran, and its
+    parameters inside the envelope those approvals recorded, against the limits the actuator found."""
+    data = row.data()
+    digest = str(data.get("action_hash", ""))
+    proposer = _proposer(rows, row, digest)
+    if data.get("kind") not in AUTOMATIC_KINDS or proposer is None or not proposer.startswith("policy:"):
+        return False
+    record = _recorded_envelope(rows, row, proposer, digest)
+    if record is None or record.get("rule_id") != proposer.removeprefix("policy:"):
+        return False
+    sha256 = str(record.get("policy_sha256", ""))
+    if not policy_status(rows, sha256, 1, row.ts_s, before_seq=row.seq).approved:
+        return False
+    envelope = _approved_envelope(rows, row, sha256, str(record["rule_id"]))
+    watts = (data.get("parameters") or {}).get("power_limit_w")
+    gpus = record.get("gpus") or {}
+    if envelope is None or not isinstance(watts, int | float) or not gpus:
+        return False
+    previous = ((data.get("previous") or {}).get("power_limit_w")) or {}
+    for gpu, b in gpus.items():
+        low = max(envelope.min_fraction_of_tdp * float(b["tdp_w"]), float(b["low_w"]))
+        high = min(envelope.max_fraction_of_tdp * float(b["tdp_w"]), float(b["high_w"]))
+        current = float(previous.get(gpu, b["current_w"]))
+        if not low - _TOLERANCE_W <= watts <= high + _TOLERANCE_W:
+            return False
+        if abs(watts - current) > envelope.max_step_w + 1.0:  # 1 W: NVML's read-back resolution
+            return False
+    return True
