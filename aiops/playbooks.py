@@ -2,13 +2,22 @@
 
 Remediations are typed proposals (`Proposal`): an action kind, a target template (`{component}`, `{node}`,
 `{job}`), parameters and whether the action is physical. Executing them is the guardrails' business.
+
+A remediation marked `computed: thermal` or `computed: allocator` is worked out from telemetry when the caller
+has the store (`proposals_from_store`): the thermal manager's moves / capping fallback for the hypothesis'
+nodes (aiops/control/thermal.py), or the power allocator's limits for the DCIM budget in force in its racks
+(aiops/control/power.py). All of one source's actions take the place of that source's first remediation and
+its other remediations are dropped (the manager chose a move or a cap, not both). Without the store, or when
+the source has nothing for this component (no hotspot there; no budget in force), the templates stand.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -16,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from aiops.errors import AiopsError
 from aiops.labels import FAULT_KINDS, node_of
 from aiops.models import Hypothesis, Proposal
+
+if TYPE_CHECKING:
+    from aiops.store import Store
+    from guardrails.actions import Action
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
 
@@ -27,6 +40,7 @@ class Remediation(BaseModel):
     parameters: dict[str, Any] = {}
     physical: bool
     reason: str
+    computed: Literal["thermal", "allocator"] | None = None  # worked out from telemetry when available
 
 
 class Signature(BaseModel):
@@ -71,12 +85,25 @@ def _fill(template: str, hypothesis: Hypothesis, job: str | None) -> str:
     )
 
 
-def proposals_for(hypothesis: Hypothesis, job: str | None = None) -> list[Proposal]:
+def proposals_for(
+    hypothesis: Hypothesis,
+    job: str | None = None,
+    *,
+    computed: Mapping[str, Sequence[Proposal]] | None = None,
+) -> list[Proposal]:
+    """The playbook's remediations for a hypothesis, templates filled. `computed` (source -> proposals, from
+    `computed_proposals`) replaces the remediations marked with that source."""
     book = load_playbooks().get(hypothesis.root_cause)
     if book is None:
         return []
-    out = []
+    out: list[Proposal] = []
+    used: set[str] = set()
     for r in book.remediations:
+        if r.computed is not None and computed is not None and r.computed in computed:
+            if r.computed not in used:
+                used.add(r.computed)
+                out.extend(computed[r.computed])
+            continue
         params = {
             k: (_fill(v, hypothesis, job) if isinstance(v, str) else v) for k, v in r.parameters.items()
         }
@@ -90,3 +117,90 @@ def proposals_for(hypothesis: Hypothesis, job: str | None = None) -> list[Propos
             )
         )
     return out
+
+
+def _proposal(action: Action) -> Proposal:
+    from guardrails.registry import DEFAULT_REGISTRY
+
+    spec = DEFAULT_REGISTRY.get(action.kind)
+    return Proposal(
+        action=action.kind,
+        target=action.target,
+        parameters=dict(action.parameters),
+        reason=action.reason,
+        physical=spec.physical if spec else True,
+    )
+
+
+def _scope(store: Store, component: str) -> tuple[set[str], set[str]]:
+    """(nodes, racks) a hypothesis' component covers, from the store's topology."""
+    rows = store.query("SELECT component, parent FROM topology WHERE kind = 'node'")
+    rack_of = {str(r["component"]): str(r["parent"]) for r in rows}
+    if component == "fleet":
+        nodes = set(rack_of)
+    elif component in set(rack_of.values()):
+        nodes = {n for n, rack in rack_of.items() if rack == component}
+    else:
+        node = node_of(component)
+        nodes = {node} if node in rack_of else set()
+    return nodes, {rack_of[n] for n in nodes}
+
+
+def computed_proposals(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> dict[str, list[Proposal]]:
+    """What the thermal manager and the power allocator advise for this hypothesis' component from telemetry
+    at `now_ts_s`: "thermal" when the manager advises a move or a cap there, "allocator" when a DCIM budget
+    (the newest `rack_samples.power_cap_kw`, within 300 s) is in force in its racks. Only the sources the playbook uses are computed."""
+    from aiops.control.advice import allocation_advice_from_store, thermal_actions, thermal_advice_from_store
+
+    book = load_playbooks().get(hypothesis.root_cause)
+    sources = {r.computed for r in book.remediations if r.computed} if book else set()
+    if not sources:
+        return {}
+    nodes, racks = _scope(store, hypothesis.component)
+    out: dict[str, list[Proposal]] = {}
+    if "thermal" in sources and nodes:
+        advice = thermal_advice_from_store(store, now_ts_s)
+        report = advice.report
+        moves = [m for m in report.moves if m.from_node in nodes]
+        caps = [c for c in report.power_caps if set(c.nodes) & nodes]
+        if moves or caps:
+            mine = replace(report, moves=moves, power_caps=caps)
+            out["thermal"] = [_proposal(a) for a in thermal_actions(mine, advice.inputs)]
+    if "allocator" in sources and racks:
+        budgets = store.query(
+            "SELECT rack, cap_kw FROM (SELECT rack, arg_max_null(power_cap_kw, ts_s) AS cap_kw FROM rack_samples "
+            "WHERE ts_s <= ? AND ts_s > ? GROUP BY rack) WHERE cap_kw IS NOT NULL ORDER BY rack",
+            [now_ts_s, now_ts_s - 300.0],
+        )
+        in_scope = [r for r in budgets if str(r["rack"]) in racks]
+        if in_scope:
+            out["allocator"] = [
+                _proposal(a)
+                for r in in_scope
+                for a in allocation_advice_from_store(
+                    store,
+                    now_ts_s,
+                    float(r["cap_kw"]) * 1000.0,
+                    str(r["rack"]),
+                    id_prefix=f"power-{r['rack']}",
+                ).actions
+            ]
+    return out
+
+
+def proposals_from_store(
+    store: Store, hypothesis: Hypothesis, job: str | None, now_ts_s: float | None = None
+) -> list[Proposal]:
+    """`proposals_for` with the computed remediations worked out from the store at `now_ts_s` (default: the
+    newest GPU sample). Advice that cannot be computed (a store without the telemetry it reads) leaves the
+    templates in place."""
+    import duckdb
+
+    when = now_ts_s if now_ts_s is not None else store.scalar("SELECT max(ts_s) FROM gpu_samples")
+    computed: dict[str, list[Proposal]] = {}
+    if when is not None:
+        try:
+            computed = computed_proposals(store, hypothesis, float(when))
+        except (duckdb.Error, ValueError, KeyError):
+            computed = {}
+    return proposals_for(hypothesis, job, computed=computed)

@@ -1,19 +1,22 @@
 """Actuator backends behind one protocol (the httpx transport habit): `RecordingActuator` for tests and dry
 runs, `SimActuator` over the simulated world's NVML-shaped API. Thin: the executor decides, actuators do.
 
-`SimActuator` uses only `world.nvml(node)` (nvmlDeviceGetHandleByIndex, nvmlDeviceGetPowerManagementLimit,
+`SimActuator` sets power through `guardrails.actuators_nvml.NvmlPowerActuator` over `world.nvml(node)` (the
+code that drives a real GPU: nvmlDeviceGetHandleByIndex, nvmlDeviceGetPowerManagementLimit[Constraints],
 nvmlDeviceGetPowerManagementDefaultLimit, nvmlDeviceSetPowerManagementLimit; power in mW as in nvml.h) and
 `world.set_lanes_enforced(nic, enabled)`, typed by a protocol so nothing here imports `aiops.sim`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from guardrails.actions import Action
 from guardrails.topology import Topology
+
+if TYPE_CHECKING:
+    from guardrails.actuators_nvml import NvmlPowerActuator
 
 
 @dataclass(frozen=True)
@@ -78,13 +81,22 @@ class SimWorld(Protocol):
 
     def set_lanes_enforced(self, nic: str, enforced: bool) -> None: ...
 
+    def node_job(self, node: str) -> str | None: ...
 
-_GPU = re.compile(r"^node(\d+)/gpu(\d+)$", re.ASCII)
+    def move_job(self, from_node: str, to_node: str) -> None: ...
+
+    def coolant_flow_setpoint_lpm(self, rack: str) -> float: ...
+
+    def max_coolant_flow_lpm(self) -> float: ...
+
+    def set_coolant_flow(self, rack: str, lpm: float) -> None: ...
 
 
 class SimActuator:
-    """set_power_limit / reset_power_limit through NVML, enable_lanes through the world; tickets, checks and
-    acknowledgements are recorded only. Anything else answers ok=False (no backend)."""
+    """set_power_limit / reset_power_limit through NVML, enable_lanes through the world; migrate_job (node ->
+    idle node, `world.move_job`) and set_cooling_state (a rack's CDU flow setpoint, `world.set_coolant_flow`)
+    through the world; tickets, checks and acknowledgements are recorded only. Anything else answers ok=False
+    (no backend)."""
 
     RECORD_ONLY = ("open_ticket", "rerun_check", "ack_alert")
 
@@ -101,37 +113,18 @@ class SimActuator:
             self._initialised.add(node)
         return nvml
 
-    def _gpus(self, target: str) -> list[tuple[str, int, int]]:
-        scope = self.topology.expand(target)
-        out = []
-        for name in scope.gpus if scope else ():
-            match = _GPU.match(name)
-            if match:
-                out.append((name, int(match.group(1)), int(match.group(2))))
-        return out
-
     def _power(self, action: Action, dry_run: bool) -> ActuationResult:
-        previous: dict[str, Any] = {}
-        expected: dict[str, Any] = {}
-        gpus = self._gpus(action.target)
-        if not gpus:
-            return ActuationResult(False, error=f"no GPUs in {action.target}")
-        for name, node, index in gpus:
-            nvml = self._nvml(node)
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            tdp_w = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000.0
-            previous[name] = nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
-            if action.kind == "reset_power_limit":
-                watts = tdp_w
-            elif "power_limit_w" in action.parameters:
-                watts = float(action.parameters["power_limit_w"])
-            else:
-                watts = float(action.parameters["fraction_of_tdp"]) * tdp_w
-            expected[name] = round(watts * 1000) / 1000.0
-            if not dry_run:
-                nvml.nvmlDeviceSetPowerManagementLimit(handle, round(watts * 1000))  # mW, nvml.h
-        detail = {"power_limit_w": expected, "gpus": len(expected), "dry_run": dry_run}
-        return ActuationResult(True, detail, {"power_limit_w": previous}, {"power_limit_w": expected})
+        """The real-hardware NVML power actuator over `world.nvml(node)`: same code as on a GPU."""
+        return self._nvml_power().apply(action, dry_run)
+
+    def _nvml_power(self) -> NvmlPowerActuator:
+        # Imported here: guardrails.actuators_nvml imports ActuationResult from this module.
+        from guardrails.actuators_nvml import NvmlPowerActuator
+
+        found: NvmlPowerActuator | None = getattr(self, "_nvml_power_actuator", None)
+        if found is None:
+            found = self._nvml_power_actuator = NvmlPowerActuator(self._nvml, self.topology, initialise=False)
+        return found
 
     def apply(self, action: Action, dry_run: bool) -> ActuationResult:
         if action.kind in ("set_power_limit", "reset_power_limit"):
@@ -143,20 +136,23 @@ class SimActuator:
                 self._lanes[action.target] = True
             return ActuationResult(True, {"lanes_enforced": True, "dry_run": dry_run}, previous,
                                    {"lanes_enforced": True})  # fmt: skip
+        if action.kind == "migrate_job":
+            return self._migrate(action, dry_run)
+        if action.kind == "set_cooling_state":
+            return self._cooling(action, dry_run)
         if action.kind in self.RECORD_ONLY:
             return ActuationResult(True, {"recorded": action.kind, "dry_run": dry_run})
         return ActuationResult(False, error=f"the simulator has no actuator for {action.kind}")
 
     def read_back(self, action: Action) -> dict[str, Any]:
         if action.kind in ("set_power_limit", "reset_power_limit"):
-            limits = {}
-            for name, node, index in self._gpus(action.target):
-                nvml = self._nvml(node)
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                limits[name] = nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
-            return {"power_limit_w": limits}
+            return self._nvml_power().read_back(action)
         if action.kind == "enable_lanes":
             return {"lanes_enforced": self._lanes_enforced(action.target)}
+        if action.kind == "migrate_job":
+            return self._migrate_read_back(action)
+        if action.kind == "set_cooling_state":
+            return self._cooling_read_back(action)
         return {}
 
     def _lanes_enforced(self, nic: str) -> bool:
@@ -169,15 +165,121 @@ class SimActuator:
 
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
         if action.kind in ("set_power_limit", "reset_power_limit"):
-            limits: dict[str, float] = previous.get("power_limit_w", {})
-            for name, node, index in self._gpus(action.target):
-                if name in limits:
-                    nvml = self._nvml(node)
-                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                    nvml.nvmlDeviceSetPowerManagementLimit(handle, round(limits[name] * 1000))
-            return ActuationResult(True, {"restored": previous})
+            return self._nvml_power().rollback(action, previous)
         if action.kind == "enable_lanes" and "lanes_enforced" in previous:
             self.world.set_lanes_enforced(action.target, bool(previous["lanes_enforced"]))
             self._lanes[action.target] = bool(previous["lanes_enforced"])
             return ActuationResult(True, {"restored": previous})
+        if action.kind == "migrate_job":
+            return self._migrate_rollback(action, previous)
+        if action.kind == "set_cooling_state":
+            return self._cooling_rollback(action, previous)
         return ActuationResult(False, error=f"no rollback for {action.kind}")
+
+    # -- migrate_job: node -> node (World.move_job); read back World.node_job; rollback moves it back ------
+    @staticmethod
+    def _move(action: Action) -> tuple[str, str] | str:
+        """(from, to) nodes, or why the simulator cannot execute this shape of migrate_job."""
+        to = action.parameters.get("to")
+        if (
+            _is_node(action.target)
+            and isinstance(to, str)
+            and _is_node(to)
+            and set(action.parameters) == {"to"}
+        ):
+            return action.target, to
+        return (
+            'the simulator executes node->node moves only (target nodeN, parameters {"to": "nodeM"}); '
+            f"got target {action.target[:40]!r}, parameters {str(action.parameters)[:80]}"
+        )
+
+    def _migrate(self, action: Action, dry_run: bool) -> ActuationResult:
+        move = self._move(action)
+        if isinstance(move, str):
+            return ActuationResult(False, error=move)
+        src, dst = move
+        try:
+            job, busy = self.world.node_job(src), self.world.node_job(dst)
+            if job is None:
+                return ActuationResult(False, error=f"{src} runs no job: nothing to migrate")
+            if busy is not None:
+                return ActuationResult(
+                    False, error=f"{dst} is busy (job {busy}): a job moves only onto an idle node"
+                )
+            if not dry_run:
+                self.world.move_job(src, dst)
+        except ValueError as exc:
+            return ActuationResult(False, error=str(exc))
+        detail = {"job": job, "from": src, "to": dst, "dry_run": dry_run}
+        return ActuationResult(
+            True, detail, {"node_job": {src: job, dst: None}}, {"node_job": {src: None, dst: job}}
+        )
+
+    def _migrate_read_back(self, action: Action) -> dict[str, Any]:
+        move = self._move(action)
+        if isinstance(move, str):
+            return {}
+        try:
+            return {"node_job": {node: self.world.node_job(node) for node in move}}
+        except ValueError:
+            return {}
+
+    def _migrate_rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
+        move = self._move(action)
+        if isinstance(move, str):
+            return ActuationResult(False, error=move)
+        src, dst = move
+        job = previous.get("node_job", {}).get(src)
+        now = {src: self.world.node_job(src), dst: self.world.node_job(dst)}
+        if job is None or now != {src: None, dst: job}:
+            return ActuationResult(False, error=f"cannot move {job} back from {dst} to {src}: now {now}")
+        self.world.move_job(dst, src)
+        return ActuationResult(True, {"restored": previous})
+
+    # -- set_cooling_state: a rack's CDU pump setpoint = cooling_fraction x its maximum flow ---------------
+    def _cooling_setpoint(self, action: Action) -> tuple[str, float] | str:
+        if not action.target.startswith("rack"):
+            return (
+                f"the simulated twin models no per-node cooling: set_cooling_state acts on a rack's CDU "
+                f"(target rackN), not {action.target[:40]!r}"
+            )
+        fraction = action.parameters.get("cooling_fraction")
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            return "set_cooling_state needs a numeric cooling_fraction"
+        return action.target, float(fraction) * self.world.max_coolant_flow_lpm()
+
+    def _cooling(self, action: Action, dry_run: bool) -> ActuationResult:
+        setpoint = self._cooling_setpoint(action)
+        if isinstance(setpoint, str):
+            return ActuationResult(False, error=setpoint)
+        rack, lpm = setpoint
+        try:
+            before = self.world.coolant_flow_setpoint_lpm(rack)
+            if not dry_run:
+                self.world.set_coolant_flow(rack, lpm)
+        except ValueError as exc:
+            return ActuationResult(False, error=str(exc))
+        detail = {"rack": rack, "coolant_flow_setpoint_lpm": lpm, "dry_run": dry_run}
+        return ActuationResult(
+            True, detail, {"coolant_flow_setpoint_lpm": before}, {"coolant_flow_setpoint_lpm": lpm}
+        )
+
+    def _cooling_read_back(self, action: Action) -> dict[str, Any]:
+        try:
+            return {"coolant_flow_setpoint_lpm": self.world.coolant_flow_setpoint_lpm(action.target)}
+        except ValueError:
+            return {}
+
+    def _cooling_rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
+        if "coolant_flow_setpoint_lpm" not in previous:
+            return ActuationResult(False, error="no previous coolant flow setpoint recorded")
+        try:
+            self.world.set_coolant_flow(action.target, float(previous["coolant_flow_setpoint_lpm"]))
+        except ValueError as exc:
+            return ActuationResult(False, error=str(exc))
+        return ActuationResult(True, {"restored": previous})
+
+
+def _is_node(name: str) -> bool:
+    index = name.removeprefix("node")
+    return name.startswith("node") and index.isascii() and index.isdigit()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
-from aiops.playbooks import proposals_for
+from aiops.playbooks import proposals_from_store
 from aiops.rca import job_of
 from aiops.store import Store
 
@@ -79,7 +79,8 @@ def _stored_diagnoses(store: Store) -> list[Diagnosis] | None:
             symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
         )
         hypotheses = by_incident.get(incident.incident_id, [])
-        proposals = proposals_for(hypotheses[0], job_of(store, incident, hypotheses[0])) if hypotheses else []
+        job = job_of(store, incident, hypotheses[0]) if hypotheses else None
+        proposals = proposals_from_store(store, hypotheses[0], job, incident.last_ts_s) if hypotheses else []
         out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
     return out
 

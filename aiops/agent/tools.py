@@ -1,5 +1,6 @@
 """The agent's tools. Every one is read-only: SQL over the read-only store, the analyst's incidents and
-hypotheses, playbooks, topology, and a what-if preview that runs copies of the simulated twin. None of them
+hypotheses, playbooks, topology, the thermal manager's and the power allocator's recommendations (with the
+actions they would propose), and a what-if preview that runs copies of the simulated twin. None of them
 proposes, approves or executes anything; proposals travel in the final answer and go through guardrails.
 """
 
@@ -76,6 +77,30 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "A component's place in the cluster: parent chain, children, jobs and ranks on it.",
         {"component": {"type": "string"}},
         ["component"],
+    ),
+    _spec(
+        "thermal_advice",
+        "The thermal manager on the newest telemetry: hotspots (GPU, node, rack) with their projected headroom "
+        "to the 87 °C slowdown threshold, node capacity weights, advised job moves to cooler idle nodes (or the "
+        "power-capping fallback when no cool rack is left), and the typed actions it would propose (not proposed: "
+        "put the ones you want in your answer's proposals). preview: also run the first action as a what-if on "
+        "the twin.",
+        {"preview": {"type": "boolean"}, "horizon_s": {"type": "number"}},
+        [],
+    ),
+    _spec(
+        "power_allocation",
+        "The power budget allocator: per-GPU limits that fit budget_kw (the scope's whole power, hosts "
+        "included, as a DCIM cap is) over scope 'fleet' or 'rackN', every rank of a job at one limit, low "
+        "priority first; returns per-job limits, expected throughput loss and the typed set_power_limit actions "
+        "(within the guardrails' envelope). preview: also run the first action as a what-if on the twin.",
+        {
+            "budget_kw": {"type": "number"},
+            "scope": {"type": "string"},
+            "preview": {"type": "boolean"},
+            "horizon_s": {"type": "number"},
+        },
+        ["budget_kw"],
     ),
     _spec(
         "whatif",
@@ -165,6 +190,100 @@ class ToolBox:
             [component, component, component],
         )
         return {"component": rows[0], "parents": chain, "children": children[:64], "jobs": jobs}
+
+    def _now_ts_s(self) -> float:
+        """Advice is about the newest telemetry, not the wall clock (a stored run may be old)."""
+        newest = self.store.scalar("SELECT max(ts_s) FROM gpu_samples")
+        if newest is None:
+            raise ToolError("no GPU telemetry in the store")
+        return float(newest)
+
+    def _preview_first(self, actions: list[dict[str, Any]], horizon_s: float | None) -> dict[str, Any]:
+        if not actions:
+            return {"skipped": "no action to preview"}
+        if self.preview is None:
+            return {"skipped": "what-if needs the simulated twin (start the chat with --scenario)"}
+        first = {k: actions[0][k] for k in ("kind", "target", "parameters")}
+        try:
+            return self.tool_whatif(first, horizon_s)
+        except ToolError as exc:
+            return {"error": str(exc)}
+
+    def tool_thermal_advice(self, preview: bool = False, horizon_s: float | None = None) -> dict[str, Any]:
+        from aiops.control.advice import action_dicts, hotspot_dicts, thermal_advice_from_store
+
+        advice = thermal_advice_from_store(self.store, self._now_ts_s(), id_prefix="advice-thermal")
+        report = advice.report
+        out: dict[str, Any] = {
+            "ts_s": advice.inputs.now_ts_s,
+            "hotspots": hotspot_dicts(report.hotspots),
+            "node_headroom_c": {n: round(h, 1) for n, h in report.node_headroom_c.items()},
+            "capacity_weights": {n: round(w, 2) for n, w in report.capacity_weights.items()},
+            "moves": [
+                {"job": m.job, "from": m.from_node, "to": m.to_node, "gain_c": round(m.gain_c, 1)}
+                for m in report.moves
+            ],
+            "power_caps": [
+                {
+                    "job": c.job,
+                    "nodes": list(c.nodes),
+                    "shed_w_per_gpu": round(c.shed_w_per_gpu),
+                    "reason": c.reason,
+                }
+                for c in report.power_caps
+            ],
+            "notes": report.notes,
+            "actions": action_dicts(advice.actions),
+        }
+        if preview:
+            out["preview"] = self._preview_first(out["actions"], horizon_s)
+        return out
+
+    def tool_power_allocation(
+        self, budget_kw: float, scope: str = "fleet", preview: bool = False, horizon_s: float | None = None
+    ) -> dict[str, Any]:
+        from aiops.control.advice import action_dicts, allocation_advice_from_store
+
+        if isinstance(budget_kw, bool) or not isinstance(budget_kw, int | float) or not budget_kw > 0:
+            raise ToolError(f"power_allocation: budget_kw must be a positive number, got {budget_kw!r:.40}")
+        if scope != "fleet" and not (
+            scope.startswith("rack") and scope[4:].isascii() and scope[4:].isdigit()
+        ):
+            raise ToolError(f"power_allocation: scope must be 'fleet' or 'rackN', got {scope[:40]!r}")
+        try:
+            advice = allocation_advice_from_store(
+                self.store, self._now_ts_s(), float(budget_kw) * 1000.0, scope, id_prefix="advice-power"
+            )
+        except ValueError as exc:
+            raise ToolError(f"power_allocation: {exc}") from exc
+        if not advice.gpus:
+            raise ToolError(f"power_allocation: no GPU with NVML readings in {scope}")
+        alloc = advice.allocation
+        out: dict[str, Any] = {
+            "scope": scope,
+            "budget_kw": round(advice.budget_w / 1000.0, 3),
+            "non_gpu_kw": round(advice.non_gpu_w / 1000.0, 3),
+            "gpu_budget_w": round(alloc.budget_w, 1),
+            "total_limits_w": round(alloc.total_w, 1),
+            "feasible": alloc.feasible,
+            "stage": alloc.stage,
+            "jobs": {
+                j: {
+                    "priority": i.priority,
+                    "gpus": i.gpus,
+                    "limit_w": round(i.limit_w, 1),
+                    "demand_w": round(i.demand_w, 1),
+                    "expected_throughput": round(i.expected_throughput, 4),
+                    "expected_loss": round(i.expected_loss, 4),
+                }
+                for j, i in alloc.jobs.items()
+            },
+            "notes": alloc.notes,
+            "actions": action_dicts(advice.actions),
+        }
+        if preview:
+            out["preview"] = self._preview_first(out["actions"], horizon_s)
+        return out
 
     def tool_whatif(self, action: dict[str, Any], horizon_s: float | None = None) -> dict[str, Any]:
         if self.preview is None:

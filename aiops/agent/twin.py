@@ -43,6 +43,10 @@ def metrics(world: Any, component: str) -> dict[str, Any]:
                 out["step_time_s"] = _num(world.step_time_s[job.index])
                 gpus = np.asarray(job.gpus)
                 out["max_temp_c"] = _num(np.max(world.temp_c[gpus]))
+                out["nodes"] = [layout.node_names[n] for n in job.nodes]
+                restart_until_s = getattr(world, "restart_until_s", None)
+                if restart_until_s is not None and restart_until_s[job.index] >= world.elapsed_s:
+                    out["restarting_for_s"] = _num(restart_until_s[job.index] - world.elapsed_s + 1.0)
         return out
     if component in layout.nic_index:
         i = layout.nic_index[component]
@@ -134,4 +138,9 @@ class TwinWorld:
         self.twin.advance(seconds)
 
     def preview(self, action: dict[str, Any], horizon_s: float) -> dict[str, Any]:
-        return self.twin.preview(self.actuate, action, action["target"], horizon_s)
+        """A migration is judged on its job (step time, hottest GPU, where it runs), not on the node it leaves."""
+        component = action["target"]
+        if action.get("kind") == "migrate_job" and hasattr(self.twin.world, "node_job"):
+            job = self.twin.world.node_job(component)  # ValueError for an unknown node: the tool reports it
+            component = f"job:{job}" if job else component
+        return self.twin.preview(self.actuate, action, component, horizon_s)

@@ -79,13 +79,17 @@ def _corroborate_stragglers(facts: Facts, candidates: list[Candidate]) -> None:
 
 
 def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
-    from aiops.playbooks import proposals_for
+    from aiops.playbooks import proposals_from_store
 
     out = []
     for incident in incidents:
         hypotheses = analyze(store, incident)
         proposals = (
-            proposals_for(hypotheses[0], job=job_of(store, incident, hypotheses[0])) if hypotheses else []
+            proposals_from_store(
+                store, hypotheses[0], job_of(store, incident, hypotheses[0]), incident.last_ts_s
+            )
+            if hypotheses
+            else []
         )
         out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
     return out
