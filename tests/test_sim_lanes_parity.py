@@ -90,7 +90,7 @@ def test_the_twin_shapes_with_the_controllers_law() -> None:
             assert np.allclose(w.lane_control.ceil_fraction[nic], ceil)
             bulk_ceilings.add(round(ceil[network.BULK], 6))
         rows = [r for r in w.out.nics if r[1] == "bulk"]
-        expected_bps = rates.rate_mbps["bulk"] / policy.link_mbps * network.LINK_BPS
+        expected_bps = rates.ceil_mbps["bulk"] / policy.link_mbps * network.LINK_BPS  # the ceil, as eBPF
         assert rows and all(abs(float(r[7] or 0) - expected_bps) < 1.0 for r in rows)
     assert (
         len(bulk_ceilings) >= 2

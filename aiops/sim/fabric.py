@@ -237,7 +237,7 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
     for c in range(len(network.TRAFFIC_CLASSES)):
         lane_bytes[rows_idx, classes.lanes[:, c]] += class_bytes[:, c]
     lane_q = (eg.lane_queue_ms * jitter[:, None]).tolist()
-    lane_rate_bps = (w.lane_control.rate_fraction * network.LINK_BPS).tolist()
+    lane_rate_bps = (w.lane_control.ceil_fraction * network.LINK_BPS).tolist()  # as the eBPF telemetry: ceil
     fifo_q = (eg.fifo_queue_ms * jitter).tolist()
     totals = class_bytes.sum(axis=1).tolist()
     per_lane = lane_bytes.tolist()

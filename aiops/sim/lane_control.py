@@ -2,7 +2,8 @@
 
 Each step the controller sees what a real one measures, the previous step's VIP (collective) demand per NIC,
 and the jobs' checkpoint schedule (a checkpoint due within `adaptive.forecast_lead_s` shrinks bulk's ceiling
-beforehand), and returns each lane's HTB rate and ceil as fractions of the link. The policy's rates are in
+beforehand), and keeps each lane's HTB ceil as a fraction of the link (what the twin's egress model and its
+`lane_rate_bps` use, as the eBPF telemetry reports a lane's ceil). The policy's rates are in
 Mbps of its `link_mbps`; the twin applies them as fractions of its own NICs' link (network.LINK_BPS).
 """
 
@@ -21,7 +22,6 @@ class TwinLaneController:
         first = initial_rates(policy)
         link = policy.link_mbps
         self.vip_estimate_mbps: F64 = np.zeros(nic_count)
-        self.rate_fraction: F64 = np.tile([first.rate_mbps[lane] / link for lane in LANES], (nic_count, 1))
         self.ceil_fraction: F64 = np.tile([first.ceil_mbps[lane] / link for lane in LANES], (nic_count, 1))
 
     def step(self, enforced: Bools, vip_demand_fraction: F64, bulk_spike_due: Bools) -> None:
@@ -32,5 +32,4 @@ class TwinLaneController:
         link = self.policy.link_mbps
         out = shape_many(self.policy, self.vip_estimate_mbps, vip_demand_fraction * link, bulk_spike_due)
         self.vip_estimate_mbps = np.where(enforced, out.vip_estimate_mbps, self.vip_estimate_mbps)
-        self.rate_fraction = np.where(enforced[:, None], out.rate_mbps / link, self.rate_fraction)
         self.ceil_fraction = np.where(enforced[:, None], out.ceil_mbps / link, self.ceil_fraction)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -55,7 +56,9 @@ FLOWS: dict[str, Flow] = {
 }
 
 
+@cache
 def default_policy() -> Policy:
+    """The shipped policy, parsed once (a frozen model, shared by every World)."""
     return load_default_policy()
 
 
@@ -71,10 +74,10 @@ def _in_prefixes(address: str, prefixes: str) -> bool:
 
 def _endpoint_matches(text: str, address: str, port: int) -> bool:
     """`text` is '*', an address or prefix, optionally ':port' ('*' wildcards both)."""
-    host, _, port_text = text.strip().rpartition(":") if text.count(":") == 1 else (text.strip(), "", "*")
-    host = host or text.strip()
+    text = text.strip()
+    host, port_text = text.rsplit(":", 1) if text.count(":") == 1 else (text, "*")
     host_ok = host == "*" or _in_prefixes(address, host)
-    return host_ok and (port_text in ("", "*") or int(port_text) == port)
+    return host_ok and (port_text == "*" or int(port_text) == port)
 
 
 def matches(rule: Rule, flow: Flow) -> bool:

@@ -195,24 +195,10 @@ class World:
         self.restart_until_s[job.index] = max(self.restart_until_s[job.index], self.elapsed_s + pause_s)
 
     def _node(self, name: str) -> int:
-        index = name.removeprefix("node")
-        if (
-            not name.startswith("node")
-            or not (index.isascii() and index.isdigit())
-            or int(index) >= self.layout.nodes
-        ):
-            raise ValueError(f"no node '{name}' (node0..node{self.layout.nodes - 1})")
-        return int(index)
+        return _index(name, "node", self.layout.nodes)
 
     def _rack(self, name: str) -> int:
-        index = name.removeprefix("rack")
-        if (
-            not name.startswith("rack")
-            or not (index.isascii() and index.isdigit())
-            or int(index) >= self.layout.racks
-        ):
-            raise ValueError(f"no rack '{name}' (rack0..rack{self.layout.racks - 1})")
-        return int(index)
+        return _index(name, "rack", self.layout.racks)
 
     def set_rules(self, rules: tuple[net.Rule, ...]) -> None:
         """Replace the lane controller's rules (fleet and NIC-local); a lane_rules snapshot follows."""
@@ -250,3 +236,11 @@ class World:
             nvlink_replay=self.nvlink_replay.tolist(),
             lost=self.lost.tolist(),
         )
+
+
+def _index(name: str, prefix: str, count: int) -> int:
+    """`rack3` -> 3 for a component that exists, else ValueError naming the allowed range."""
+    index = name.removeprefix(prefix)
+    if not name.startswith(prefix) or not (index.isascii() and index.isdigit()) or int(index) >= count:
+        raise ValueError(f"no {prefix} '{name}' ({prefix}0..{prefix}{count - 1})")
+    return int(index)
