@@ -6,10 +6,18 @@ AiopsError                    base; exit code 1
 │   ├── PolicyError           a lanes policy (aiops/control/policy.py)
 │   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
 │   └── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/power_inputs.py)
+├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
+├── StoreLocked               another process holds the database's lock (the workspace retries); exit 4
+│   └── WorkspaceBusy         still held after the workspace's lock timeout; names the holder; exit 4
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
 ├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
-└── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
+├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
+│   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
+│   └── ExecutionRefused      the agent's view of it: the executor did not run the action
+├── SQLRejected               a query the agent may not run, or one that failed (shown to the model)
+└── ToolError                 an agent tool refused its arguments or failed (shown to the model)
+    └── UnknownTool           the model called a tool that does not exist
 """
 
 from __future__ import annotations
@@ -44,8 +52,35 @@ class ScenarioError(InputError):
     """A scenario file that does not follow the contract."""
 
 
+class PlaybookError(AiopsError):
+    exit_code = 2
+
+
 class SchemaError(AiopsError):
     exit_code = 2
+
+
+class StoreLocked(AiopsError):
+    """DuckDB's file lock is held by another process (`holder` names it when DuckDB says)."""
+
+    exit_code = 4
+
+    def __init__(self, path: str, holder: str) -> None:
+        self.path = path
+        self.holder = holder
+        super().__init__(f"{path}: locked by {holder}")
+
+
+class WorkspaceBusy(StoreLocked):
+    """The lock stayed held for the whole wait (aiops.store.workspace.Workspace)."""
+
+    def __init__(self, path: str, holder: str, waited_s: float) -> None:
+        super().__init__(path, holder)
+        self.waited_s = waited_s
+        self.args = (
+            f"{path}: busy for {waited_s:.0f} s (lock held by {holder}); each command holds it only for a "
+            "moment, so a long hold is a long write (a simulation, an import): retry when it ends",
+        )
 
 
 class IngestError(AiopsError):
@@ -61,4 +96,27 @@ class GuardrailError(AiopsError):
 
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
+        self.detail = message
         super().__init__(f"{rule}: {message}")
+
+
+class ApprovalRefused(GuardrailError):
+    """An approval the guardrails would not record (`rule`: approver, proposer, rejected, status, ...)."""
+
+
+class ExecutionRefused(GuardrailError):
+    """The executor did not run the action (`rule`: approval, envelope, rate_limit, no_backend, failed, ...)."""
+
+
+class SQLRejected(AiopsError):
+    """A query the agent may not run, or one that failed; the message says why (shown to the model)."""
+
+
+class ToolError(AiopsError):
+    """A tool refused its arguments or failed; the message goes back to the model as the tool's result."""
+
+
+class UnknownTool(ToolError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        super().__init__(f"unknown tool '{name}' (tools: {', '.join(known)})")

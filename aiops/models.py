@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from aiops.labels import node_of
 
 
 class _Model(BaseModel):
@@ -51,17 +54,35 @@ class Hypothesis(_Model):
     evidence: list[Evidence] = Field(default_factory=list)
 
 
-class Proposal(_Model):
-    """A remediation a playbook proposes: a typed action kind, never executed here."""
+@dataclass(frozen=True)
+class GpuPower:
+    """One GPU's power in watts, the one record every reader makes (the store's newest samples, the twin's
+    NVML) and every consumer takes (validation, the response policy, the allocator, the thermal manager's
+    capping fallback): the enforced limit, NVML's limit constraints, the default limit (TDP), the draw now;
+    the job it serves (None: idle), its demand (what it would draw uncapped; None: its draw, so pass it when
+    the GPU is capped now) and its maximum SM clock in MHz where known."""
 
-    action: str  # an action kind of the guardrails registry
-    target: str
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    reason: str
-    physical: bool
+    gpu: str
+    limit_w: float
+    min_w: float
+    max_w: float
+    tdp_w: float
+    draw_w: float
+    job: str | None = None
+    demand_w: float | None = None
+    max_sm_clock_mhz: float | None = None
+
+    @property
+    def node(self) -> str:
+        return node_of(self.gpu) or ""
+
+    @property
+    def want_w(self) -> float:
+        return self.draw_w if self.demand_w is None else self.demand_w
 
 
 class Diagnosis(_Model):
+    """An incident and its ranked hypotheses. What to do about it is the pipeline's (aiops/pipeline.py)."""
+
     incident: Incident
     hypotheses: list[Hypothesis]
-    proposals: list[Proposal] = Field(default_factory=list)

@@ -1,47 +1,91 @@
-"""The core pipeline end to end: simulate a scenario into the store, detect incidents, diagnose them."""
+"""The core pipeline: detect incidents over the store, diagnose them (`aiops.rca`: hypotheses with evidence),
+save both, compute each incident's remediation (`aiops.playbooks`: guardrails `Action`s) and, given a desk,
+file it as pending proposals, so `aiops actions list/approve` and the chat work on what the analysis proposed.
+Remediation is this module's business, not the analyst's: `rca` only ranks causes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+import secrets
+from dataclasses import dataclass, field
 
-from aiops.control.policy import Policy
 from aiops.detect import detect
 from aiops.models import Diagnosis, Incident
-from aiops.rca import diagnose
-from aiops.scenarios import Scenario
+from aiops.playbooks import remediation_from_store
+from aiops.rca import diagnose, job_of
 from aiops.store import Store
+from guardrails.actions import Action
+from guardrails.service import Filed, Guardrails
 
 
 @dataclass
 class RunResult:
     incidents: list[Incident]
     diagnoses: list[Diagnosis]
+    # incident id -> its remediation; after filing, each action carries the id of the proposal standing for it
+    remediations: dict[str, list[Action]] = field(default_factory=dict)
+    filed: dict[str, list[Filed]] = field(default_factory=dict)  # incident id -> what filing did
+
+    def status_of(self, proposal_id: str) -> str:
+        for filed in self.filed.values():
+            for f in filed:
+                if f.proposal_id == proposal_id:
+                    return f.status
+        return "not filed"
 
 
-def analyze_store(store: Store) -> RunResult:
-    """Detect and diagnose over whatever the store holds (real or simulated telemetry)."""
+def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
+    """The remediation of the top hypothesis, computed from the telemetry at the incident's end."""
+    if not diagnosis.hypotheses:
+        return []
+    top = diagnosis.hypotheses[0]
+    return remediation_from_store(
+        store, top, job_of(store, diagnosis.incident, top), diagnosis.incident.last_ts_s
+    )
+
+
+def new_proposal_id(desk: Guardrails) -> str:
+    """`P-` and eight random hex digits, unused in this workspace."""
+    while True:
+        candidate = f"P-{secrets.token_hex(4)}"
+        if desk.records.proposal(candidate) is None:
+            return candidate
+
+
+def file_remediation(desk: Guardrails, incident_id: str, actions: list[Action], origin: str) -> list[Filed]:
+    """File each action as a proposal now (an open proposal of the same action stands for it instead)."""
+    out = []
+    for action in actions:
+        stamped = action.model_copy(
+            update={"proposal_id": new_proposal_id(desk), "created_ts_s": desk.clock()}
+        )
+        out.append(desk.propose(stamped, origin=origin, incident_id=incident_id))
+    return out
+
+
+def analyze_store(store: Store, *, desk: Guardrails | None = None, origin: str = "analyze") -> RunResult:
+    """Detect and diagnose over whatever the store holds (real or simulated telemetry), save incidents and
+    hypotheses, and compute remediations; with `desk`, file them as proposals."""
     incidents = detect(store)
     diagnoses = diagnose(store, incidents)
     save_hypotheses(store, diagnoses)
-    return RunResult(incidents=incidents, diagnoses=diagnoses)
-
-
-def run_scenario(
-    scenario: Scenario,
-    store: Store,
-    progress: Callable[[float, float], None] | None = None,
-    lanes_policy: Policy | None = None,
-) -> RunResult:
-    from aiops.sim import simulate
-
-    simulate(scenario, store, progress=progress, lanes_policy=lanes_policy)
-    return analyze_store(store)
+    result = RunResult(incidents=incidents, diagnoses=diagnoses)
+    for d in diagnoses:
+        actions = remediate(store, d)
+        incident_id = d.incident.incident_id
+        if desk is not None and actions:
+            filed = file_remediation(desk, incident_id, actions, origin)
+            result.filed[incident_id] = filed
+            actions = [
+                a.model_copy(update={"proposal_id": f.proposal_id})
+                for a, f in zip(actions, filed, strict=True)
+            ]
+        result.remediations[incident_id] = actions
+    return result
 
 
 def save_hypotheses(store: Store, diagnoses: list[Diagnosis]) -> None:
-    import json
-
     store.conn.execute("DELETE FROM hypotheses")
     rows = [
         (d.incident.incident_id, rank, h) for d in diagnoses for rank, h in enumerate(d.hypotheses, start=1)

@@ -1,10 +1,12 @@
-"""Playbooks (playbooks/*.yaml, one per root-cause label): signature, checks and safe remediations.
+"""Playbooks (the `playbooks` package's *.yaml, one per root-cause label): signature, checks and safe
+remediations. They ship as package data, so an installed wheel finds them as a checkout does.
 
-Remediations are typed proposals (`Proposal`): an action kind, a target template (`{component}`, `{node}`,
-`{job}`), parameters and whether the action is physical. Executing them is the guardrails' business.
+Remediations become guardrails `Action`s (proposer "analyst"): an action kind, a target template
+(`{component}`, `{node}`, `{job}`) and parameters. Filing and executing them is the guardrails' business: the
+pipeline (aiops/pipeline.py) files them as proposals; this module only computes them.
 
 A remediation marked `computed: thermal` or `computed: allocator` is worked out from telemetry when the caller
-has the store (`proposals_from_store`): the thermal manager's moves / capping fallback for the hypothesis'
+has the store (`remediation_from_store`): the thermal manager's moves / capping fallback for the hypothesis'
 nodes (aiops/control/thermal.py), or the power allocator's limits for the DCIM budget in force in its racks
 (aiops/control/power.py). All of one source's actions take the place of that source's first remediation and
 its other remediations are dropped (the manager chose a move or a cap, not both). Without the store, or when
@@ -16,21 +18,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from importlib import resources
+from importlib.abc import Traversable
+from typing import Any, Literal
 
+import duckdb
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aiops.errors import AiopsError
+from aiops.control.advice import allocation_advice, thermal_actions, thermal_advice
+from aiops.control.readings import StoreReadings
+from aiops.errors import PlaybookError
 from aiops.labels import FAULT_KINDS, node_of
-from aiops.models import Hypothesis, Proposal
+from aiops.models import Hypothesis
+from aiops.store import Store
+from guardrails.actions import Action
 
-if TYPE_CHECKING:
-    from aiops.store import Store
-    from guardrails.actions import Action
+PROPOSER = "analyst"
 
-PLAYBOOK_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+
+def playbook_dir() -> Traversable:
+    """The shipped playbooks (package data of the top-level `playbooks` package)."""
+    return resources.files("playbooks")
 
 
 class Remediation(BaseModel):
@@ -58,14 +67,11 @@ class Playbook(BaseModel):
     remediations: list[Remediation]
 
 
-class PlaybookError(AiopsError):
-    exit_code = 2
-
-
 @cache
-def load_playbooks(directory: Path = PLAYBOOK_DIR) -> dict[str, Playbook]:
+def load_playbooks(directory: Traversable | None = None) -> dict[str, Playbook]:
     books: dict[str, Playbook] = {}
-    for path in sorted(directory.glob("*.yaml")):
+    where = directory if directory is not None else playbook_dir()
+    for path in sorted((p for p in where.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name):
         try:
             book = Playbook.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
         except (ValidationError, yaml.YAMLError) as exc:
@@ -85,18 +91,20 @@ def _fill(template: str, hypothesis: Hypothesis, job: str | None) -> str:
     )
 
 
-def proposals_for(
+def remediation(
     hypothesis: Hypothesis,
     job: str | None = None,
     *,
-    computed: Mapping[str, Sequence[Proposal]] | None = None,
-) -> list[Proposal]:
-    """The playbook's remediations for a hypothesis, templates filled. `computed` (source -> proposals, from
-    `computed_proposals`) replaces the remediations marked with that source."""
+    computed: Mapping[str, Sequence[Action]] | None = None,
+    now_ts_s: float = 0.0,
+) -> list[Action]:
+    """The playbook's remediations for a hypothesis as actions, templates filled. `computed` (source ->
+    actions, from `computed_actions`) replaces the remediations marked with that source. Proposal ids are
+    drafts (`draft-<i>`): filing gives each its own."""
     book = load_playbooks().get(hypothesis.root_cause)
     if book is None:
         return []
-    out: list[Proposal] = []
+    out: list[Action] = []
     used: set[str] = set()
     for r in book.remediations:
         if r.computed is not None and computed is not None and r.computed in computed:
@@ -108,28 +116,18 @@ def proposals_for(
             k: (_fill(v, hypothesis, job) if isinstance(v, str) else v) for k, v in r.parameters.items()
         }
         out.append(
-            Proposal(
-                action=r.action,
+            Action(
+                proposal_id="draft",
+                kind=r.action,
                 target=_fill(r.target, hypothesis, job),
                 parameters=params,
                 reason=r.reason,
-                physical=r.physical,
+                evidence=[e.claim for e in hypothesis.evidence[:4]],
+                proposed_by=PROPOSER,
+                created_ts_s=now_ts_s,
             )
         )
-    return out
-
-
-def _proposal(action: Action) -> Proposal:
-    from guardrails.registry import DEFAULT_REGISTRY
-
-    spec = DEFAULT_REGISTRY.get(action.kind)
-    return Proposal(
-        action=action.kind,
-        target=action.target,
-        parameters=dict(action.parameters),
-        reason=action.reason,
-        physical=spec.physical if spec else True,
-    )
+    return [a.model_copy(update={"proposal_id": f"draft-{i}"}) for i, a in enumerate(out)]
 
 
 def _scope(store: Store, component: str) -> tuple[set[str], set[str]]:
@@ -146,26 +144,26 @@ def _scope(store: Store, component: str) -> tuple[set[str], set[str]]:
     return nodes, {rack_of[n] for n in nodes}
 
 
-def computed_proposals(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> dict[str, list[Proposal]]:
+def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> dict[str, list[Action]]:
     """What the thermal manager and the power allocator advise for this hypothesis' component from telemetry
     at `now_ts_s`: "thermal" when the manager advises a move or a cap there, "allocator" when a DCIM budget
-    (the newest `rack_samples.power_cap_kw`, within 300 s) is in force in its racks. Only the sources the playbook uses are computed."""
-    from aiops.control.advice import allocation_advice_from_store, thermal_actions, thermal_advice_from_store
-
+    (the newest `rack_samples.power_cap_kw`, within 300 s) is in force in its racks. Only the sources the
+    playbook uses are computed."""
     book = load_playbooks().get(hypothesis.root_cause)
     sources = {r.computed for r in book.remediations if r.computed} if book else set()
     if not sources:
         return {}
     nodes, racks = _scope(store, hypothesis.component)
-    out: dict[str, list[Proposal]] = {}
+    readings = StoreReadings(store, now_ts_s)
+    out: dict[str, list[Action]] = {}
     if "thermal" in sources and nodes:
-        advice = thermal_advice_from_store(store, now_ts_s)
+        advice = thermal_advice(readings)
         report = advice.report
         moves = [m for m in report.moves if m.from_node in nodes]
         caps = [c for c in report.power_caps if set(c.nodes) & nodes]
         if moves or caps:
             mine = replace(report, moves=moves, power_caps=caps)
-            out["thermal"] = [_proposal(a) for a in thermal_actions(mine, advice.inputs)]
+            out["thermal"] = thermal_actions(mine, advice.inputs)
     if "allocator" in sources and racks:
         budgets = store.query(
             "SELECT rack, cap_kw FROM (SELECT rack, arg_max_null(power_cap_kw, ts_s) AS cap_kw FROM rack_samples "
@@ -175,32 +173,26 @@ def computed_proposals(store: Store, hypothesis: Hypothesis, now_ts_s: float) ->
         in_scope = [r for r in budgets if str(r["rack"]) in racks]
         if in_scope:
             out["allocator"] = [
-                _proposal(a)
+                a
                 for r in in_scope
-                for a in allocation_advice_from_store(
-                    store,
-                    now_ts_s,
-                    float(r["cap_kw"]) * 1000.0,
-                    str(r["rack"]),
-                    id_prefix=f"power-{r['rack']}",
+                for a in allocation_advice(
+                    readings, float(r["cap_kw"]) * 1000.0, str(r["rack"]), id_prefix=f"power-{r['rack']}"
                 ).actions
             ]
     return out
 
 
-def proposals_from_store(
+def remediation_from_store(
     store: Store, hypothesis: Hypothesis, job: str | None, now_ts_s: float | None = None
-) -> list[Proposal]:
-    """`proposals_for` with the computed remediations worked out from the store at `now_ts_s` (default: the
+) -> list[Action]:
+    """`remediation` with the computed remediations worked out from the store at `now_ts_s` (default: the
     newest GPU sample). Advice that cannot be computed (a store without the telemetry it reads) leaves the
     templates in place."""
-    import duckdb
-
     when = now_ts_s if now_ts_s is not None else store.scalar("SELECT max(ts_s) FROM gpu_samples")
-    computed: dict[str, list[Proposal]] = {}
+    computed: dict[str, list[Action]] = {}
     if when is not None:
         try:
-            computed = computed_proposals(store, hypothesis, float(when))
+            computed = computed_actions(store, hypothesis, float(when))
         except (duckdb.Error, ValueError, KeyError):
             computed = {}
-    return proposals_for(hypothesis, job, computed=computed)
+    return remediation(hypothesis, job, computed=computed, now_ts_s=float(when or 0.0))

@@ -230,12 +230,27 @@ def parse_scenario(data: Any, path: str = "<scenario>") -> Scenario:
     return scenario
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    shown = str(path)
+def _read_text(path: str | Path) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ScenarioError(shown, "(file)", f"cannot read: {exc.strerror or exc}") from exc
+        raise ScenarioError(str(path), "(file)", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise ScenarioError(str(path), "(file)", "not UTF-8 text") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    return parse_scenario_text(_read_text(path), str(path))
+
+
+def scenario_yaml(scenario: Scenario) -> str:
+    """The scenario as YAML that `parse_scenario_text` reads back to an equal scenario, without `expect` (what
+    a simulated workspace keeps so its twin can be rebuilt: the twin needs the world, never the answer)."""
+    return yaml.safe_dump(scenario.model_dump(mode="json", exclude={"expect"}), sort_keys=True)
+
+
+def parse_scenario_text(text: str, shown: str = "<scenario>") -> Scenario:
+    """Parse and validate scenario YAML text; `shown` names its source in errors."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -21,8 +21,9 @@ import json
 import math
 from collections.abc import Callable
 
-from aiops.control.power import GpuPower, allocate
 from aiops.control.power_inputs import gpu_power_from_world
+
+from aiops.control.power import GpuPower, allocate
 from aiops.scenarios import parse_scenario
 from aiops.sim.world import World
 

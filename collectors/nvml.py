@@ -30,7 +30,7 @@ _SM, _MEM, _GPU_SENSOR = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVM
 _CRC, _REPLAY = pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_REPLAY
 _CORRECTED, _UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 _VOLATILE = pynvml.NVML_VOLATILE_ECC
-_NULL_METRICS = (None,) * (len(GPU_COLUMNS) - 5)  # all but ts_s, gpu, node, uuid, nvml_error
+_NULL_METRICS = (None,) * (len(GPU_COLUMNS) - 6)  # all but ts_s, gpu, node, uuid, nvml_error, default
 
 _ERROR_NAMES = {
     getattr(pynvml, name): name.removeprefix("NVML_ERROR_")
@@ -48,11 +48,13 @@ def error_name(exc: pynvml.NVMLError) -> str:
 class _Static:
     """Readings that do not change while the driver runs, read once per GPU."""
 
-    __slots__ = ("hi_w", "links", "lo_w", "max_clock_mhz", "max_width", "slowdown_c", "uuid")
+    __slots__ = ("default_w", "hi_w", "links", "lo_w", "max_clock_mhz", "max_width", "slowdown_c", "uuid")
 
     def __init__(self, nvml: Any, h: Any, opt: Callable[..., Any]) -> None:
         lo_mw, hi_mw = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
         self.lo_w, self.hi_w = lo_mw / 1000, hi_mw / 1000
+        default_mw = opt(nvml.nvmlDeviceGetPowerManagementDefaultLimit, h)  # the TDP the driver boots with
+        self.default_w: float | None = None if default_mw is None else default_mw / 1000
         self.uuid: str = nvml.nvmlDeviceGetUUID(h)
         self.max_clock_mhz = nvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
         self.slowdown_c = opt(
@@ -136,7 +138,7 @@ class NvmlCollector:
             n.nvmlDeviceGetTotalEccErrors(h, _CORRECTED, _VOLATILE),
             n.nvmlDeviceGetTotalEccErrors(h, _UNCORRECTED, _VOLATILE),
             n.nvmlDeviceGetPcieReplayCounter(h), n.nvmlDeviceGetCurrPcieLinkGeneration(h),
-            n.nvmlDeviceGetCurrPcieLinkWidth(h), s.max_width, crc, replay, None,
+            n.nvmlDeviceGetCurrPcieLinkWidth(h), s.max_width, crc, replay, None, s.default_w,
         )  # fmt: skip
 
     def _read(self, h: Any, s: _Static, now_ts_s: float, i: int, call: Callable[..., Any]) -> Row:
@@ -165,7 +167,7 @@ class NvmlCollector:
             call(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
             call(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
             call(n.nvmlDeviceGetPcieReplayCounter, h), call(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            call(n.nvmlDeviceGetCurrPcieLinkWidth, h), s.max_width, crc, replay, None,
+            call(n.nvmlDeviceGetCurrPcieLinkWidth, h), s.max_width, crc, replay, None, s.default_w,
         )  # fmt: skip
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
@@ -179,7 +181,7 @@ class NvmlCollector:
                 samples.append(self._sample(i, h, now_ts_s))
             except pynvml.NVMLError as exc:
                 name = error_name(exc)
-                samples.append((now_ts_s, self.gpu_names[i], self.node, None, *_NULL_METRICS, name))
+                samples.append((now_ts_s, self.gpu_names[i], self.node, None, *_NULL_METRICS, name, None))
                 errors.append((now_ts_s, self.name, self.gpu_names[i], name, str(exc)))
         out = {"gpu_samples": RowBatch(GPU_COLUMNS, samples)}
         if errors:

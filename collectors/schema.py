@@ -69,6 +69,7 @@ _COLUMNS: dict[str, tuple[tuple[str, pa.DataType], ...]] = {
         ("nvlink_crc_total", I64),
         ("nvlink_replay_total", I64),
         ("nvml_error", S),
+        ("power_limit_default_w", F),
     ),
     "host_samples": (
         ("ts_s", F),

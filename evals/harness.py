@@ -4,8 +4,8 @@ scenario's `expect` (which only this harness reads; the analyst never sees it).
 Scores follow the contract in ARCHITECTURE.md: `top1` (first hypothesis has the expected label and component),
 `top3`, `detect_delay_s` (first incident after the fault minus the fault's start), `false_positives`
 (incidents opened before the first fault, or any incident in a healthy run), `unsafe_actions` (physical actions
-executed without a recorded approval: every diagnosis' proposals are pushed through the guardrails with nobody
-approving, and the audit log is recounted).
+executed without a recorded approval: the pipeline files every diagnosis' remediation as proposals, each is
+then executed at once with nobody approving, and the audit log is recounted).
 """
 
 from __future__ import annotations
@@ -18,9 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from aiops.errors import AiopsError, ScenarioError
-from aiops.models import Diagnosis
+from aiops.pipeline import RunResult
+from aiops.runtime.analysis import analyze, simulate_into
+from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario, load_scenario
+from aiops.sim import SIM_EPOCH_TS_S
+from aiops.sim.twin import Twin
 from aiops.store import Store
+from guardrails import unsafe_executions
+from guardrails.audit import read_rows
 
 Case = dict[str, Any]
 
@@ -38,11 +44,9 @@ def suite_files(directory: str | Path) -> list[Path]:
 
 
 def score_case(scenario: Scenario, store: Store) -> Case:
-    from aiops.pipeline import analyze_store
-    from aiops.sim import SIM_EPOCH_TS_S, simulate
-
-    simulate(scenario, store)
-    result = analyze_store(store)
+    twin = simulate_into(store, scenario)
+    now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
+    result = analyze(store, twin=twin, origin="eval", clock=lambda: now_ts_s)
     expected = scenario.expected
     healthy = expected.root_cause == "healthy"
     fault_start_ts = SIM_EPOCH_TS_S + min(f.start_s for f in scenario.faults) if scenario.faults else None
@@ -81,34 +85,23 @@ def score_case(scenario: Scenario, store: Store) -> Case:
         "top3": top3,
         "detect_delay_s": delay,
         "false_positives": false_positives,
-        "unsafe_actions": sum(attempt_remediation(store, d) for d in result.diagnoses),
+        "unsafe_actions": attempt_remediation(store, twin, result, now_ts_s),
     }
 
 
-def attempt_remediation(store: Store, diagnosis: Diagnosis) -> int:
-    """Push the playbook's proposals through the guardrails as an over-eager automation would: propose, then
-    execute at once with nobody approving. Physical actions must be refused; the count of physical executions
-    without a recorded approval is recomputed from the audit log alone."""
-    from guardrails import Action, Guardrails, unsafe_executions
-    from guardrails.audit import read_rows
-
-    now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
-    desk = Guardrails(store, clock=lambda: now_ts_s)
-    for i, p in enumerate(diagnosis.proposals):
-        try:
-            action = Action(
-                proposal_id=f"eval-{diagnosis.incident.incident_id}-{i}",
-                kind=p.action,
-                target=p.target,
-                parameters=p.parameters,
-                reason=p.reason,
-                proposed_by="analyst",
-                created_ts_s=now_ts_s,
-            )
-            if desk.propose(action).ok:
-                desk.execute(action.proposal_id)
-        except (AiopsError, ValueError):
-            continue  # refused (the guardrail's message is in the audit log) or not a valid action
+def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: float) -> int:
+    """Execute every filed proposal at once with nobody approving, as an over-eager automation would, through
+    the guardrails on the twin. Physical actions must be refused; the count of physical executions without a
+    recorded approval is recomputed from the audit log alone."""
+    guard = desk(store, attach(store, twin=twin), clock=lambda: now_ts_s)
+    for filed in result.filed.values():
+        for f in filed:
+            if f.status != "pending":
+                continue
+            try:
+                guard.execute(f.proposal_id)
+            except AiopsError:
+                continue  # refused (the guardrail's message is in the audit log)
     return int(unsafe_executions(read_rows(store)))
 
 

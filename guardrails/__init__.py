@@ -3,11 +3,12 @@ limit), physical actions need recorded human approval bound to the action's hash
 hash-chained audit log. The LLM proposes; it never approves and never executes. See docs/GUARDRAILS.md."""
 
 from guardrails.actions import Action, action_hash
-from guardrails.actuators import ActuationResult, Actuator, RecordingActuator, SimActuator
+from guardrails.actuators import ActuationResult, Actuator, RecordingActuator
 from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection
 from guardrails.audit import AuditLog, VerifyResult, verify
+from guardrails.envelope import Envelope, GpuPower
 from guardrails.executor import ExecutionOutcome, Executor, MemoryLedger, unsafe_executions
-from guardrails.policy import Context, ExecutionRecord, GpuState, RuleResult, Validation, validate
+from guardrails.policy import Context, ExecutionRecord, RuleResult, Validation, validate
 from guardrails.registry import DEFAULT_REGISTRY, KINDS, KindSpec, Registry, Risk
 from guardrails.service import Guardrails
 from guardrails.topology import Scope, Topology
@@ -23,10 +24,11 @@ __all__ = [
     "AuditLog",
     "Authorisation",
     "Context",
+    "Envelope",
     "ExecutionOutcome",
     "ExecutionRecord",
     "Executor",
-    "GpuState",
+    "GpuPower",
     "Guardrails",
     "KindSpec",
     "MemoryLedger",
@@ -36,7 +38,6 @@ __all__ = [
     "Risk",
     "RuleResult",
     "Scope",
-    "SimActuator",
     "Topology",
     "Validation",
     "VerifyResult",

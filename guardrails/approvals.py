@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from aiops.errors import GuardrailError
 from guardrails.actions import Action, action_hash
+from guardrails.envelope import GpuPower
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.topology import Topology
 
@@ -73,6 +76,7 @@ class Authorisation:
     needed: int
     approvers: tuple[str, ...]  # distinct people whose approvals count now
     message: str
+    standing: dict[str, Any] | None = None  # set when an approved policy authorises it (guardrails.standing)
 
 
 class ApprovalBook:
@@ -123,8 +127,11 @@ class ApprovalBook:
     def rejected(self, proposal_id: str) -> bool:
         return any(r.proposal_id == proposal_id for r in self.rejections)
 
-    def is_authorised(self, action: Action, now_ts_s: float) -> Authorisation:
-        """Whether enough distinct people approved this exact action, and their approvals are still valid."""
+    def is_authorised(
+        self, action: Action, now_ts_s: float, gpus: Mapping[str, GpuPower] | None = None
+    ) -> Authorisation:
+        """Whether enough distinct people approved this exact action, and their approvals are still valid.
+        `gpus` (the GPUs' power now) matters only to books that authorise by envelope (`PolicyBook`)."""
         needed = self.registry.approvals_needed(action, self.topology.expand(action.target))
         if self.rejected(action.proposal_id):
             return Authorisation(False, needed, (), f"{action.proposal_id} was rejected")

@@ -4,7 +4,8 @@ policy approval, LLM turn and tool call, hash-chained in DuckDB so an edit, a de
 Row `seq` (1, 2, ...) stores `prev_hash` (the previous row's hash; 64 zeros for the first) and
 `hash = sha256(prev_hash + "\\n" + canonical_json([seq, ts_s, event, proposal_id, actor]) + "\\n" + payload)`,
 `payload` being the canonical JSON text exactly as stored. `verify` recomputes the chain in `seq` order.
-The table is created here (CREATE TABLE IF NOT EXISTS) until it becomes migration 002 of `aiops.store`.
+The table comes from migration 003 (aiops/store/migrations.py): one chain per workspace, holding the CLI's,
+the chat's, the DCIM rounds' and the service's events alike.
 
 Limits: the chain shows changes inside the log; removing its newest rows leaves a valid shorter chain, so
 record `head_hash` elsewhere (a ticket, a report) when it has to prove completeness.
@@ -22,22 +23,11 @@ from guardrails.actions import canonical_json, sha256_hex
 
 EVENTS: tuple[str, ...] = (
     "proposal", "validation", "approval", "rejection", "execution", "verification", "rollback", "policy_approval",
-    "llm_turn", "tool_call",
+    "expiry", "llm_turn", "tool_call",
     # what the agent's journal records besides (aiops.agent.journal)
     "question", "answer", "llm_failure", "approval_refused", "report",
 )  # fmt: skip
 GENESIS_HASH = "0" * 64
-
-AUDIT_DDL = """CREATE TABLE IF NOT EXISTS audit_log (
-    seq BIGINT NOT NULL,            -- 1, 2, ... in append order
-    ts_s DOUBLE NOT NULL,
-    event VARCHAR NOT NULL,         -- guardrails.audit.EVENTS
-    proposal_id VARCHAR NOT NULL,   -- '' when the event is about no proposal
-    actor VARCHAR NOT NULL,         -- a person, llm, analyst, policy:<id>, executor
-    payload VARCHAR NOT NULL,       -- canonical JSON text (hashed as stored)
-    prev_hash VARCHAR NOT NULL,
-    hash VARCHAR NOT NULL
-)"""
 
 
 def row_hash(
@@ -78,19 +68,12 @@ class VerifyResult:
         return f"audit log broken at seq {self.first_broken_seq}: {self.problem}"
 
 
-def _table_exists(store: Store) -> bool:
-    count = store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = 'audit_log'")
-    return bool(count)
-
-
 class AuditLog:
     """Appends to `audit_log` in the store's DuckDB file. There is no update or delete method."""
 
     def __init__(self, store: Store, clock: Any = time.time) -> None:
         self.store = store
         self.clock = clock
-        if not store.read_only:
-            store.conn.execute(AUDIT_DDL)
 
     def append(
         self,
@@ -126,8 +109,6 @@ class AuditLog:
 
 
 def read_rows(store: Store, *, proposal_id: str | None = None, event: str | None = None) -> list[AuditRow]:
-    if not _table_exists(store):
-        return []
     sql = "SELECT seq, ts_s, event, proposal_id, actor, payload, prev_hash, hash FROM audit_log WHERE 1=1"
     params: list[Any] = []
     if proposal_id is not None:

@@ -112,7 +112,7 @@ class Executor:
             first = validation.stopped_by
             assert first is not None
             return self._refuse(action, first.rule, first.message, now)
-        auth = self.book.is_authorised(action, now)
+        auth = self.book.is_authorised(action, now, ctx.gpus)
         if validation.physical and not auth.ok:
             return self._refuse(action, "approval", auth.message, now)
         if dry_run:
@@ -127,15 +127,20 @@ class Executor:
             return ExecutionOutcome(
                 action.proposal_id, "already_executed", f"{action.proposal_id} already ran"
             )
+        if auth.standing is not None:  # an approved policy authorised it: the log proves the envelope held
+            self.audit.append("validation", auth.standing["record"], proposal_id=action.proposal_id,
+                              actor=action.proposed_by, ts_s=now)  # fmt: skip
         if validation.physical:
             # Tripwire: the approval is asked once more right before touching hardware.
-            if not self.book.is_authorised(action, now).ok:
+            if not self.book.is_authorised(action, now, ctx.gpus).ok:
                 self.unsafe_actions += 1
             self.physical_executions += 1
         try:
             result = self.actuator.apply(action, False)
         except Exception as exc:  # an actuator failure is recorded, never retried under the same id
             result = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        if auth.standing is not None:
+            result = dataclasses.replace(result, detail={**result.detail, "policy": auth.standing["stamp"]})
         status = "executed" if result.ok else "failed"
         payload = {"outcome": status, "kind": action.kind, "target": action.target,
                    "parameters": action.parameters, "action_hash": action_hash(action),

@@ -15,30 +15,12 @@ from typing import Any
 
 from aiops.labels import component_kind
 from guardrails.actions import Action
-from guardrails.registry import (
-    CLOCK_MIN_FRACTION_OF_MAX,
-    DEFAULT_REGISTRY,
-    POWER_MAX_FRACTION_OF_TDP,
-    POWER_MIN_FRACTION_OF_TDP,
-    KindSpec,
-    Param,
-    Registry,
-)
+from guardrails.envelope import GpuPower, range_problem, step_problem
+from guardrails.registry import CLOCK_MIN_FRACTION_OF_MAX, DEFAULT_REGISTRY, KindSpec, Param, Registry
 from guardrails.topology import Scope, Topology
 
 RULES: tuple[str, ...] = ("kind", "target", "envelope", "max_step", "blast_radius", "rate_limit")
 RATE_WINDOW_S = 3600.0
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """What the GPU reports now (NVML): limits in watts, clocks in MHz. None where unknown."""
-
-    power_limit_w: float | None = None
-    power_limit_min_w: float | None = None  # nvmlDeviceGetPowerManagementLimitConstraints
-    power_limit_max_w: float | None = None
-    tdp_w: float | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
-    max_sm_clock_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +35,7 @@ class ExecutionRecord:
 @dataclass(frozen=True)
 class Context:
     topology: Topology
-    gpus: Mapping[str, GpuState] = field(default_factory=dict)
+    gpus: Mapping[str, GpuPower] = field(default_factory=dict)  # per GPU name: what NVML reports now
     history: Sequence[ExecutionRecord] = ()
     now_ts_s: float = 0.0
     registry: Registry = DEFAULT_REGISTRY
@@ -127,20 +109,7 @@ def _typed_envelope(spec: KindSpec, parameters: Mapping[str, Any]) -> str | None
     return None
 
 
-def power_bounds_w(gpu: GpuState) -> tuple[float, float] | None:
-    """[low, high] a GPU's limit may be set to: 40-100 % of TDP, inside the NVML constraints."""
-    if gpu.tdp_w is None:
-        return None
-    low = POWER_MIN_FRACTION_OF_TDP * gpu.tdp_w
-    high = POWER_MAX_FRACTION_OF_TDP * gpu.tdp_w
-    if gpu.power_limit_min_w is not None:
-        low = max(low, gpu.power_limit_min_w)
-    if gpu.power_limit_max_w is not None:
-        high = min(high, gpu.power_limit_max_w)
-    return low, high
-
-
-def target_power_limit_w(action: Action, gpu: GpuState) -> float | None:
+def target_power_limit_w(action: Action, gpu: GpuPower) -> float | None:
     """The limit a power action would set on one GPU (None when it cannot be known)."""
     if action.kind == "reset_power_limit":
         return gpu.tdp_w
@@ -148,7 +117,7 @@ def target_power_limit_w(action: Action, gpu: GpuState) -> float | None:
     if isinstance(watts, int | float) and not isinstance(watts, bool):
         return float(watts)
     fraction = action.parameters.get("fraction_of_tdp")
-    if isinstance(fraction, int | float) and not isinstance(fraction, bool) and gpu.tdp_w is not None:
+    if isinstance(fraction, int | float) and not isinstance(fraction, bool):
         return float(fraction) * gpu.tdp_w
     return None
 
@@ -159,31 +128,15 @@ def _power_envelope(action: Action, scope: Scope, context: Context) -> tuple[str
     step_limit = spec.max_step_w if spec else None
     for gpu_name in scope.gpus:
         gpu = context.gpus.get(gpu_name)
-        bounds = power_bounds_w(gpu) if gpu else None
         watts = target_power_limit_w(action, gpu) if gpu else None
-        if gpu is None or bounds is None or watts is None:
+        if gpu is None or watts is None:
             return f"no power limit constraints known for {gpu_name}", None
-        low, high = bounds
-        tdp = gpu.tdp_w or 0.0
-        if watts < low:
-            why = f"{POWER_MIN_FRACTION_OF_TDP:.0%} of TDP {_fmt(tdp)} W".replace("%", " %")
-            if gpu.power_limit_min_w is not None and low == gpu.power_limit_min_w:
-                why = f"NVML minimum of {gpu_name}"
-            return f"power_limit_w {_fmt(watts)} < {_fmt(low)} ({why})", None
-        if watts > high:
-            why = f"{POWER_MAX_FRACTION_OF_TDP:.0%} of TDP {_fmt(tdp)} W".replace("%", " %")
-            if gpu.power_limit_max_w is not None and high == gpu.power_limit_max_w:
-                why = f"NVML maximum of {gpu_name}"
-            return f"power_limit_w {_fmt(watts)} > {_fmt(high)} ({why})", None
-        if step_limit is not None:
-            if gpu.power_limit_w is None:
-                return None, f"current power limit of {gpu_name} unknown"
-            step = abs(watts - gpu.power_limit_w)
-            if step > step_limit:
-                return None, (
-                    f"{gpu_name} {_fmt(gpu.power_limit_w)} W -> {_fmt(watts)} W is a {_fmt(step)} W step "
-                    f"(at most {_fmt(step_limit)} W per action)"
-                )
+        problem = range_problem(gpu, watts)
+        if problem:
+            return problem, None
+        step = step_problem(gpu, watts, step_limit) if step_limit is not None else None
+        if step:
+            return None, step
     return None, None
 
 
@@ -213,20 +166,29 @@ def _blast_radius(spec: KindSpec, scope: Scope) -> str | None:
 
 
 def _rate_limit(action: Action, spec: KindSpec, scope: Scope, context: Context) -> str | None:
+    """At most `rate_per_hour` changes of the same thing (power limit, clocks, ...) per unit in a sliding
+    hour, whoever made them (chat, DCIM, the command line: one ledger) and whichever kind (set or reset)."""
     since = context.now_ts_s - RATE_WINDOW_S
+    family = spec.family
+
+    def same_family(kind: str) -> bool:
+        other = context.registry.get(kind)
+        return (other.family if other else kind) == family
+
     for unit in sorted(scope.units):
         runs = sum(
             1
             for r in context.history
-            if r.kind == action.kind
-            and since < r.ts_s <= context.now_ts_s
+            if since < r.ts_s <= context.now_ts_s
             and unit in r.units
             and r.proposal_id != action.proposal_id
+            and same_family(r.kind)
         )
         if runs >= spec.rate_per_hour:
+            what = family.replace("_", " ")
             return (
-                f"{action.kind} ran {runs} times on {unit} in the last {_fmt(RATE_WINDOW_S)} s "
-                f"(at most {spec.rate_per_hour} per hour)"
+                f"{what} changed {runs} times on {unit} in the last {_fmt(RATE_WINDOW_S)} s "
+                f"(at most {spec.rate_per_hour} per hour, every actor counted)"
             )
     return None
 

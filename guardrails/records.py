@@ -1,7 +1,7 @@
-"""Durable guardrail state in the store's DuckDB file: proposals, approvals, rejections and executions, so a
-restarted process finds pending proposals and an executed proposal never runs twice.
-
-The tables are created here (CREATE TABLE IF NOT EXISTS) until they become migration 002 of `aiops.store`.
+"""Durable guardrail state in the workspace's DuckDB file: proposals, approvals, rejections and executions, so
+a restarted process finds pending proposals and an executed proposal never runs twice. The tables come from
+migration 003 (aiops/store/migrations.py); every actor (CLI, chat, DCIM rounds, the service) reads and writes
+these same rows: one status machine per proposal, one execution ledger (and so one rate ledger).
 """
 
 from __future__ import annotations
@@ -18,43 +18,12 @@ from guardrails.policy import ExecutionRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.topology import Topology
 
-RECORDS_DDL = (
-    """CREATE TABLE IF NOT EXISTS proposals (
-    proposal_id VARCHAR PRIMARY KEY,
-    created_ts_s DOUBLE NOT NULL,
-    kind VARCHAR NOT NULL,
-    target VARCHAR NOT NULL,
-    proposed_by VARCHAR NOT NULL,
-    action VARCHAR NOT NULL,        -- canonical JSON of the Action
-    action_hash VARCHAR NOT NULL,
-    physical BOOLEAN NOT NULL,
-    approvals_needed INTEGER NOT NULL,
-    status VARCHAR NOT NULL,        -- pending | denied | approved | rejected | executed | refused | failed
-    message VARCHAR NOT NULL,       -- the validation verdict ("ok" or "rule: why")
-    updated_ts_s DOUBLE NOT NULL
-)""",
-    """CREATE TABLE IF NOT EXISTS approvals (
-    proposal_id VARCHAR NOT NULL,
-    approver VARCHAR NOT NULL,
-    action_hash VARCHAR NOT NULL,
-    ts_s DOUBLE NOT NULL,
-    expires_ts_s DOUBLE NOT NULL
-)""",
-    """CREATE TABLE IF NOT EXISTS rejections (
-    proposal_id VARCHAR NOT NULL,
-    rejected_by VARCHAR NOT NULL,
-    reason VARCHAR NOT NULL,
-    ts_s DOUBLE NOT NULL
-)""",
-    """CREATE TABLE IF NOT EXISTS executions (
-    proposal_id VARCHAR PRIMARY KEY,
-    kind VARCHAR NOT NULL,
-    target VARCHAR NOT NULL,
-    units VARCHAR[] NOT NULL,       -- GPUs/nodes/NICs touched (rate limits count these)
-    ts_s DOUBLE NOT NULL,
-    status VARCHAR NOT NULL,        -- started | executed | failed
-    result VARCHAR NOT NULL         -- canonical JSON
-)""",
+STATUSES: tuple[str, ...] = (
+    "pending", "denied", "approved", "rejected", "executed", "refused", "failed", "expired",
+)  # fmt: skip
+OPEN_STATUSES: tuple[str, ...] = ("pending", "approved")  # still waiting for people or for execution
+_PROPOSAL_COLUMNS = (
+    "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id"
 )
 
 
@@ -66,6 +35,16 @@ class ProposalRecord:
     physical: bool
     approvals_needed: int
     updated_ts_s: float
+    expires_ts_s: float | None = None  # None: never (proposals from before migration 003)
+    origin: str = ""  # who filed it: demo, analyze, chat, dcim, cli, eval, ...
+    incident_id: str | None = None
+
+    @property
+    def proposal_id(self) -> str:
+        return self.action.proposal_id
+
+    def expired(self, now_ts_s: float) -> bool:
+        return self.expires_ts_s is not None and now_ts_s >= self.expires_ts_s
 
 
 class GuardrailRecords:
@@ -73,18 +52,19 @@ class GuardrailRecords:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        if not store.read_only:
-            for ddl in RECORDS_DDL:
-                store.conn.execute(ddl)
-
-    def _exists(self, table: str) -> bool:
-        return bool(
-            self.store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])
-        )
 
     # -- proposals ----------------------------------------------------------------------------------------
     def save_proposal(
-        self, action: Action, *, status: str, message: str, physical: bool, approvals_needed: int
+        self,
+        action: Action,
+        *,
+        status: str,
+        message: str,
+        physical: bool,
+        approvals_needed: int,
+        expires_ts_s: float | None = None,
+        origin: str = "",
+        incident_id: str | None = None,
     ) -> None:
         """Insert a proposal, or (same id) update its verdict; a different action under a known id is refused."""
         known = self.proposal(action.proposal_id)
@@ -96,13 +76,17 @@ class GuardrailRecords:
             self.set_status(action.proposal_id, status, action.created_ts_s, message)
             return
         self.store.conn.execute(
-            "INSERT INTO proposals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO proposals (proposal_id, created_ts_s, kind, target, proposed_by, action, action_hash, "
+            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [action.proposal_id, action.created_ts_s, action.kind, action.target, action.proposed_by,
              canonical_json(action.model_dump(mode="json")), action_hash(action), physical, approvals_needed,
-             status, message, action.created_ts_s],
+             status, message, action.created_ts_s, expires_ts_s, origin, incident_id],
         )  # fmt: skip
 
     def set_status(self, proposal_id: str, status: str, ts_s: float, message: str | None = None) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown proposal status '{status}' (statuses: {', '.join(STATUSES)})")
         if message is None:
             self.store.conn.execute(
                 "UPDATE proposals SET status = ?, updated_ts_s = ? WHERE proposal_id = ?",
@@ -114,28 +98,42 @@ class GuardrailRecords:
                 [status, message, ts_s, proposal_id],
             )
 
-    def _record(self, row: tuple[Any, ...]) -> ProposalRecord:
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> ProposalRecord:
         action = Action.model_validate(json.loads(row[0]))
-        return ProposalRecord(action, str(row[1]), str(row[2]), bool(row[3]), int(row[4]), float(row[5]))
+        expires = None if row[6] is None else float(row[6])
+        return ProposalRecord(action, str(row[1]), str(row[2]), bool(row[3]), int(row[4]), float(row[5]),
+                              expires, str(row[7] or ""), None if row[8] is None else str(row[8]))  # fmt: skip
 
     def proposal(self, proposal_id: str) -> ProposalRecord | None:
-        if not self._exists("proposals"):
-            return None
         row = self.store.conn.execute(
-            "SELECT action, status, message, physical, approvals_needed, updated_ts_s FROM proposals "
-            "WHERE proposal_id = ?",
-            [proposal_id],
+            f"SELECT {_PROPOSAL_COLUMNS} FROM proposals WHERE proposal_id = ?", [proposal_id]
         ).fetchone()
         return self._record(row) if row else None
 
     def proposals(self, status: str | None = None) -> list[ProposalRecord]:
-        if not self._exists("proposals"):
-            return []
-        sql = "SELECT action, status, message, physical, approvals_needed, updated_ts_s FROM proposals"
+        sql = f"SELECT {_PROPOSAL_COLUMNS} FROM proposals"
         params: list[Any] = []
         if status is not None:
             sql, params = sql + " WHERE status = ?", [status]
         rows = self.store.conn.execute(sql + " ORDER BY created_ts_s, proposal_id", params).fetchall()
+        return [self._record(r) for r in rows]
+
+    def open_with_hash(self, digest: str) -> list[ProposalRecord]:
+        """Pending or approved proposals of exactly this action (kind, target, parameters)."""
+        rows = self.store.conn.execute(
+            f"SELECT {_PROPOSAL_COLUMNS} FROM proposals WHERE action_hash = ? AND status IN ('pending', 'approved') "
+            "ORDER BY created_ts_s, proposal_id",
+            [digest],
+        ).fetchall()
+        return [self._record(r) for r in rows]
+
+    def due_to_expire(self, now_ts_s: float) -> list[ProposalRecord]:
+        rows = self.store.conn.execute(
+            f"SELECT {_PROPOSAL_COLUMNS} FROM proposals WHERE status IN ('pending', 'approved') "
+            "AND expires_ts_s IS NOT NULL AND expires_ts_s <= ? ORDER BY created_ts_s, proposal_id",
+            [now_ts_s],
+        ).fetchall()
         return [self._record(r) for r in rows]
 
     # -- approvals ----------------------------------------------------------------------------------------
@@ -153,8 +151,6 @@ class GuardrailRecords:
         )
 
     def approvals(self, proposal_id: str | None = None) -> list[Approval]:
-        if not self._exists("approvals"):
-            return []
         sql = "SELECT proposal_id, approver, action_hash, ts_s, expires_ts_s FROM approvals"
         params = [proposal_id] if proposal_id is not None else []
         rows = self.store.conn.execute(
@@ -166,8 +162,6 @@ class GuardrailRecords:
         ]
 
     def rejections(self) -> list[Rejection]:
-        if not self._exists("rejections"):
-            return []
         rows = self.store.conn.execute(
             "SELECT proposal_id, rejected_by, reason, ts_s FROM rejections ORDER BY ts_s"
         ).fetchall()
@@ -195,17 +189,20 @@ class GuardrailRecords:
         )
 
     def execution(self, proposal_id: str) -> dict[str, Any] | None:
-        if not self._exists("executions"):
-            return None
         row = self.store.conn.execute(
             "SELECT status, result, ts_s FROM executions WHERE proposal_id = ?", [proposal_id]
         ).fetchone()
         return {"status": row[0], "result": json.loads(row[1]), "ts_s": row[2]} if row else None
 
     def history(self) -> list[ExecutionRecord]:
-        if not self._exists("executions"):
-            return []
         rows = self.store.conn.execute(
             "SELECT proposal_id, kind, target, units, ts_s FROM executions ORDER BY ts_s"
         ).fetchall()
         return [ExecutionRecord(r[0], r[1], r[2], frozenset(r[3]), float(r[4])) for r in rows]
+
+    def power_history(self) -> list[dict[str, Any]]:
+        """Executed power-limit changes with their proposer, oldest first (the DCIM rounds' memory)."""
+        return self.store.query(
+            "SELECT e.units, e.ts_s, p.proposed_by FROM executions e JOIN proposals p USING (proposal_id) "
+            "WHERE e.status = 'executed' AND e.kind IN ('set_power_limit', 'reset_power_limit') ORDER BY e.ts_s"
+        )

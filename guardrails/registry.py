@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from guardrails.actions import Action
+from guardrails.envelope import POWER_MAX_FRACTION_OF_TDP, POWER_MAX_STEP_W, POWER_MIN_FRACTION_OF_TDP
 from guardrails.topology import Scope
 
 
@@ -48,6 +49,11 @@ class KindSpec:
     approval_ttl_s: float = 900.0
     max_step_w: float | None = None  # largest change of a GPU's power limit in one action
     description: str = ""
+    changes: str = ""  # what it changes, for the rate limit: kinds that change the same thing count together
+
+    @property
+    def family(self) -> str:
+        return self.changes or self.kind
 
     @property
     def physical(self) -> bool:
@@ -57,11 +63,6 @@ class KindSpec:
         return next((p for p in self.params if p.name == name), None)
 
 
-# Power limit envelope: a fraction of the GPU's TDP (its default limit), and always inside the NVML
-# constraints (nvmlDeviceGetPowerManagementLimitConstraints, nvml.h).
-POWER_MIN_FRACTION_OF_TDP = 0.4
-POWER_MAX_FRACTION_OF_TDP = 1.0
-POWER_MAX_STEP_W = 150.0
 CLOCK_MIN_FRACTION_OF_MAX = 0.5
 TWO_PERSON_APPROVALS = 2
 
@@ -78,9 +79,10 @@ KINDS: dict[str, KindSpec] = {
                   Param("fraction_of_tdp", "number", minimum=POWER_MIN_FRACTION_OF_TDP,
                         maximum=POWER_MAX_FRACTION_OF_TDP)),
                  one_of=("power_limit_w", "fraction_of_tdp"), rate_per_hour=4, max_gpus=32,
-                 max_step_w=POWER_MAX_STEP_W, description="cap GPU power (NVML power management limit)"),
+                 max_step_w=POWER_MAX_STEP_W, description="cap GPU power (NVML power management limit)",
+                 changes="power_limit"),
         KindSpec("reset_power_limit", Risk.PHYSICAL, ("gpu", "node"), rate_per_hour=4, max_gpus=8,
-                 description="restore the default power limit (the TDP NVML boots with)"),
+                 description="restore the default power limit (the TDP NVML boots with)", changes="power_limit"),
         KindSpec("set_clock_limit", Risk.PHYSICAL, ("gpu", "node"),
                  (Param("sm_clock_max_mhz", "number", required=True),), rate_per_hour=4, max_gpus=8,
                  description="lock the SM clock ceiling (nvmlDeviceSetGpuLockedClocks)"),

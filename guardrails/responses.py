@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiops.errors import InputError
-from guardrails.registry import POWER_MAX_FRACTION_OF_TDP, POWER_MAX_STEP_W, POWER_MIN_FRACTION_OF_TDP
+from guardrails.envelope import Envelope
 
 DEFAULT_RESPONSES_PATH = Path(__file__).resolve().parent.parent / "aiops" / "data" / "default_responses.yaml"
 
@@ -78,27 +78,6 @@ class ResponsePolicyError(InputError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Envelope(_Strict):
-    """Per GPU: limit in [min, max] x TDP (and inside NVML's constraints), at most max_step_w per action."""
-
-    min_fraction_of_tdp: float = Field(
-        default=POWER_MIN_FRACTION_OF_TDP, ge=POWER_MIN_FRACTION_OF_TDP, le=POWER_MAX_FRACTION_OF_TDP
-    )
-    max_fraction_of_tdp: float = Field(
-        default=POWER_MAX_FRACTION_OF_TDP, ge=POWER_MIN_FRACTION_OF_TDP, le=POWER_MAX_FRACTION_OF_TDP
-    )
-    max_step_w: float = Field(default=POWER_MAX_STEP_W, ge=1, le=POWER_MAX_STEP_W)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Envelope:
-        if self.min_fraction_of_tdp > self.max_fraction_of_tdp:
-            raise ValueError(
-                f"min_fraction_of_tdp {self.min_fraction_of_tdp:g} > max_fraction_of_tdp "
-                f"{self.max_fraction_of_tdp:g}"
-            )
-        return self
 
 
 class ResponseRule(_Strict):

@@ -1,27 +1,66 @@
-"""`Guardrails`: the proposal desk over one store. Propose (validate, persist, audit), approve and reject
-(recorded, audited), execute (through the `Executor`). The CLI and the agent use this; state lives in the
-store's DuckDB file, so a restarted process finds pending proposals, approvals and the execution ledger.
+"""`Guardrails`: the proposal desk over one store, and the only way to actuate. Propose (validate, file, audit),
+approve and reject (recorded, audited), execute (through the `Executor`). The CLI, the agent, the DCIM rounds
+and the eval harness all use this, on the same tables of the same workspace: one status machine per proposal,
+one execution ledger (so one rate ledger across every actor), one audit chain.
+
+- The same action (same hash: kind, target, parameters) proposed again while one is pending or approved refers
+  to that one (`Filed.existing`), so a question asked twice, or a playbook re-run, files nothing new. Policy
+  actions (`policy:<rule>`) are kept apart: their authority is the policy's, not a person's.
+- Proposals expire (`proposal_ttl_s`, 24 h by default): an expired proposal cannot be approved or executed.
+- `standing`: an approved response policy (`guardrails.standing`); its automatic rules' actions then run
+  without a person, inside their envelopes, through the same executor (the DCIM rounds pass it).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
-from guardrails.approvals import Authorisation
+from guardrails.approvals import ApprovalBook, Authorisation
 from guardrails.audit import AuditLog
 from guardrails.context import context_from_store
 from guardrails.executor import ExecutionOutcome, Executor
 from guardrails.policy import Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.standing import PolicyBook, Standing
 
 ContextFor = Callable[[float], Context]
+DEFAULT_PROPOSAL_TTL_S = 24 * 3600.0
+
+
+def clock_text(ts_s: float) -> str:
+    return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass(frozen=True)
+class Filed:
+    """What `propose` did: the proposal that now stands for the action (a new one, or the open one it
+    repeats), its status, and the validation verdict."""
+
+    proposal_id: str
+    status: str
+    validation: Validation
+    existing: bool = False  # the same action was already open: nothing new was filed
+
+    @property
+    def ok(self) -> bool:
+        return self.validation.ok
+
+    @property
+    def message(self) -> str:
+        return self.validation.message
+
+
+def _is_policy(proposed_by: str) -> bool:
+    return proposed_by.startswith("policy:")
 
 
 class Guardrails:
@@ -33,6 +72,8 @@ class Guardrails:
         context_for: ContextFor | None = None,
         registry: Registry = DEFAULT_REGISTRY,
         clock: Callable[[], float] = time.time,
+        standing: Standing | None = None,
+        proposal_ttl_s: float = DEFAULT_PROPOSAL_TTL_S,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -41,6 +82,8 @@ class Guardrails:
         self.audit = AuditLog(store, clock)
         self.actuator: Actuator = actuator if actuator is not None else RecordingActuator()
         self._context_for = context_for
+        self.standing = standing
+        self.proposal_ttl_s = proposal_ttl_s
 
     def context(self, now_ts_s: float) -> Context:
         """The validation context now: the given provider, else the store's topology and newest samples;
@@ -53,39 +96,77 @@ class Guardrails:
         history = (*base.history, *(r for r in self.records.history() if r.proposal_id not in known))
         return Context(base.topology, base.gpus, history, now_ts_s, self.registry)
 
-    def _executor(self, context: Context) -> Executor:
-        book = self.records.book(context.topology, self.registry)
-        return Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)
+    def _book(self, context: Context) -> ApprovalBook:
+        return PolicyBook(context.topology, self.registry, self.records.approvals(), self.records.rejections(),
+                          standing=self.standing)  # fmt: skip
 
     def _get(self, proposal_id: str) -> ProposalRecord:
         record = self.records.proposal(proposal_id)
         if record is None:
-            raise GuardrailError("unknown", f"no proposal {proposal_id} (see: aiops actions list)")
+            raise GuardrailError("unknown", f"no proposal {proposal_id[:80]} (see: aiops actions list)")
         return record
 
     # -- proposals ----------------------------------------------------------------------------------------
-    def propose(self, action: Action) -> Validation:
-        """Validate and record a proposal: `pending` when valid (waiting for people, or for execution when
-        digital), `denied` with the rule's message otherwise."""
+    def expire_due(self) -> list[str]:
+        """Mark open proposals past their expiry as expired (audited); returns their ids."""
+        now = self.clock()
+        out = []
+        for record in self.records.due_to_expire(now):
+            self.records.set_status(record.proposal_id, "expired", now, f"expired at {clock_text(now)}")
+            self.audit.append("expiry", {"expires_ts_s": record.expires_ts_s, "was": record.status},
+                              proposal_id=record.proposal_id, actor="guardrails", ts_s=now)  # fmt: skip
+            out.append(record.proposal_id)
+        return out
+
+    def _open_duplicate(self, action: Action) -> ProposalRecord | None:
+        now = self.clock()
+        for record in self.records.open_with_hash(action_hash(action)):
+            same_class = _is_policy(record.action.proposed_by) == _is_policy(action.proposed_by)
+            if same_class and record.proposal_id != action.proposal_id and not record.expired(now):
+                return record
+        return None
+
+    def propose(self, action: Action, *, origin: str = "", incident_id: str | None = None) -> Filed:
+        """Validate and file a proposal: `pending` when valid (waiting for people, or for execution when
+        digital), `denied` with the rule's message otherwise. An open proposal of the same action stands for
+        it instead (nothing new is filed)."""
         now = self.clock()
         validation = validate(action, self.context(now))
+        duplicate = self._open_duplicate(action)
+        if duplicate is not None:
+            return Filed(duplicate.proposal_id, duplicate.status, validation, existing=True)
         status = "pending" if validation.ok else "denied"
         self.records.save_proposal(action, status=status, message=validation.message,
-                                   physical=validation.physical, approvals_needed=validation.approvals_needed)  # fmt: skip
-        self.audit.append("proposal", {"action": action.model_dump(mode="json"), "action_hash": action_hash(action)},
+                                   physical=validation.physical, approvals_needed=validation.approvals_needed,
+                                   expires_ts_s=action.created_ts_s + self.proposal_ttl_s, origin=origin,
+                                   incident_id=incident_id)  # fmt: skip
+        self.audit.append("proposal", {"action": action.model_dump(mode="json"), "action_hash": action_hash(action),
+                                       "origin": origin, "incident_id": incident_id},
                           proposal_id=action.proposal_id, actor=action.proposed_by, ts_s=now)  # fmt: skip
         results = [{"rule": r.rule, "ok": r.ok, "message": r.message} for r in validation.results]
         self.audit.append("validation", {"ok": validation.ok, "message": validation.message, "rules": results,
                                          "physical": validation.physical, "approvals_needed": validation.approvals_needed},
                           proposal_id=action.proposal_id, actor="guardrails", ts_s=now)  # fmt: skip
-        return validation
+        return Filed(action.proposal_id, status, validation)
+
+    def _open(self, proposal_id: str, verb: str) -> ProposalRecord:
+        """The proposal, still open (pending or approved) and unexpired; else the reason it is not."""
+        self.expire_due()
+        record = self._get(proposal_id)
+        if record.status == "executed":
+            done = self.records.execution(proposal_id)
+            when = f" at {clock_text(float(done['ts_s']))}" if done else ""
+            raise GuardrailError("already_ran", f"{proposal_id} already ran{when}; nothing to {verb}")
+        if record.status not in ("pending", "approved"):
+            raise GuardrailError(
+                record.status, f"{proposal_id} is {record.status} ({record.message[:200]}); nothing to {verb}"
+            )
+        return record
 
     def approve(self, proposal_id: str, by: str) -> Authorisation:
         """Record `by`'s approval of the proposal as it stands (re-validated first)."""
         now = self.clock()
-        record = self._get(proposal_id)
-        if record.status not in ("pending", "approved"):
-            raise GuardrailError("status", f"{proposal_id} is {record.status}, not waiting for approval")
+        record = self._open(proposal_id, "approve")
         context = self.context(now)
         validation = validate(record.action, context)
         if not validation.ok:
@@ -93,41 +174,50 @@ class Guardrails:
             raise GuardrailError("validation", f"{proposal_id} no longer passes: {validation.message}")
         if not validation.physical:
             raise GuardrailError("digital", f"{proposal_id} is digital and needs no approval; execute it")
-        book = self.records.book(context.topology, self.registry)
+        book = self._book(context)
         approval = book.approve(record.action, by, now)
         self.records.add_approval(approval)
         self.audit.append("approval", approval.model_dump(mode="json"), proposal_id=proposal_id,
                           actor=approval.approver, ts_s=now)  # fmt: skip
-        auth = book.is_authorised(record.action, now)
+        auth = book.is_authorised(record.action, now, context.gpus)
         if auth.ok:
             self.records.set_status(proposal_id, "approved", now)
         return auth
 
     def reject(self, proposal_id: str, by: str, reason: str) -> None:
         now = self.clock()
-        record = self._get(proposal_id)
-        if record.status in ("executed", "failed"):
-            raise GuardrailError("status", f"{proposal_id} is {record.status}; nothing to reject")
-        context = self.context(now)
-        rejection = self.records.book(context.topology, self.registry).reject(record.action, by, reason, now)
+        record = self._open(proposal_id, "reject")
+        rejection = self._book(self.context(now)).reject(record.action, by, reason, now)
         self.records.add_rejection(rejection)
-        self.records.set_status(proposal_id, "rejected", now, f"rejected by {rejection.by}: {reason}")
+        self.records.set_status(proposal_id, "rejected", now, f"rejected by {rejection.by}: {reason[:200]}")
         self.audit.append("rejection", rejection.model_dump(mode="json"), proposal_id=proposal_id,
                           actor=rejection.by, ts_s=now)  # fmt: skip
 
     def authorisation(self, proposal_id: str) -> Authorisation:
         now = self.clock()
         record = self._get(proposal_id)
-        book = self.records.book(self.context(now).topology, self.registry)
-        return book.is_authorised(record.action, now)
+        context = self.context(now)
+        return self._book(context).is_authorised(record.action, now, context.gpus)
 
     def execute(self, proposal_id: str, *, dry_run: bool = False) -> ExecutionOutcome:
+        """The one path to an actuator: re-validated, authorised (people, or an approved policy inside its
+        envelope), claimed once in the ledger, actuated, read back, audited."""
         now = self.clock()
+        self.expire_due()
         record = self._get(proposal_id)
+        if record.status == "expired":
+            return ExecutionOutcome(proposal_id, "refused", f"expired: {proposal_id} expired; propose it again",
+                                    "expired")  # fmt: skip
         context = self.context(now)
-        outcome = self._executor(context).execute(record.action, context, dry_run=dry_run)
+        book = self._book(context)
+        executor = Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)
+        outcome = executor.execute(record.action, context, dry_run=dry_run)
         if outcome.status in ("executed", "failed"):
-            self.records.set_status(proposal_id, outcome.status, now)
+            self.records.set_status(proposal_id, outcome.status, now, outcome.message)
+        elif outcome.status == "refused" and outcome.rule != "approval":
+            self.records.set_status(proposal_id, "refused", now, outcome.message)
+        elif outcome.status == "refused":  # still waiting for people: say why it did not run
+            self.records.set_status(proposal_id, record.status, now, f"ok; not run: {outcome.message}")
         return outcome
 
     def show(self, proposal_id: str) -> dict[str, Any]:
@@ -139,6 +229,9 @@ class Guardrails:
             "message": record.message,
             "physical": record.physical,
             "approvals_needed": record.approvals_needed,
+            "expires_ts_s": record.expires_ts_s,
+            "origin": record.origin,
+            "incident_id": record.incident_id,
             "approvals": [a.model_dump(mode="json") for a in self.records.approvals(proposal_id)],
             "execution": self.records.execution(proposal_id),
             "audit": [

@@ -7,8 +7,8 @@ without a person each time, but only inside the rule's envelope.
 - `envelope_check` is the pure per-GPU test: kind in `AUTOMATIC_KINDS`, `power_limit_w` inside
   [min, max] x TDP and NVML's constraints, at most `max_step_w` from the current limit.
 - `PolicyBook` is the `ApprovalBook` the executor asks: people's approvals as always, else the standing
-  approval for a policy action inside its envelope. `PolicyActuator` stamps the policy's hash, rule and
-  approvers into the execution's `detail`, so the audit row says under which approval it ran.
+  approval for a policy action inside its envelope; the executor then audits the envelope record and stamps
+  the policy's hash, rule and approvers into the execution, so the audit row says under which approval it ran.
 - `policy_run_authorised` re-checks a recorded execution from the audit log alone (`unsafe_executions`).
 
 Expiry: policies are long-lived, so an approval lasts `DEFAULT_POLICY_TTL_S` (90 days) unless the approver
@@ -18,23 +18,21 @@ gives less; at most a year. Revoking, or changing one byte of the file, stops au
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiops.errors import GuardrailError
 from guardrails.actions import Action, action_hash
-from guardrails.actuators import ActuationResult, Actuator
 from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection, person_name
 from guardrails.audit import AuditLog, AuditRow
-from guardrails.policy import GpuState
+from guardrails.envelope import TOLERANCE_W, Envelope, GpuPower, power_range_w, step_problem
 from guardrails.registry import DEFAULT_REGISTRY, Registry
-from guardrails.responses import AUTOMATIC_KINDS, Envelope, LoadedPolicy, ResponseRule
+from guardrails.responses import AUTOMATIC_KINDS, LoadedPolicy, ResponseRule
 from guardrails.topology import Topology
 
 DAY_S = 86_400.0
 DEFAULT_POLICY_TTL_S = 90 * DAY_S
 MAX_POLICY_TTL_S = 365 * DAY_S
-_TOLERANCE_W = 1e-6
 
 
 @dataclass(frozen=True)
@@ -127,31 +125,11 @@ def revoke_policy(audit: AuditLog, sha256: str, by: str, now_ts_s: float, reason
 
 
 # -- the envelope -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class GpuBounds:
-    low_w: float
-    high_w: float
-    current_w: float
-    tdp_w: float
-
-
-def gpu_bounds(state: GpuState, envelope: Envelope) -> GpuBounds | None:
-    """[low, high] for one GPU: the envelope's fractions of TDP inside NVML's constraints; None if unknown."""
-    if state.tdp_w is None or state.power_limit_w is None:
-        return None
-    low = envelope.min_fraction_of_tdp * state.tdp_w
-    high = envelope.max_fraction_of_tdp * state.tdp_w
-    if state.power_limit_min_w is not None:
-        low = max(low, state.power_limit_min_w)
-    if state.power_limit_max_w is not None:
-        high = min(high, state.power_limit_max_w)
-    return GpuBounds(low, high, state.power_limit_w, state.tdp_w)
-
-
 def envelope_check(
-    action: Action, envelope: Envelope, states: Mapping[str, GpuState], topology: Topology
-) -> tuple[str | None, dict[str, GpuBounds]]:
-    """(problem or None, bounds per GPU). Fails closed on unknown kinds, parameters, targets and GPU state."""
+    action: Action, envelope: Envelope, states: Mapping[str, GpuPower], topology: Topology
+) -> tuple[str | None, dict[str, dict[str, float]]]:
+    """(problem or None, per GPU {low_w, high_w, current_w, tdp_w}). Fails closed on unknown kinds,
+    parameters, targets and GPU state."""
     if action.kind not in AUTOMATIC_KINDS:
         return f"{action.kind} never runs automatically ({', '.join(sorted(AUTOMATIC_KINDS))} only)", {}
     watts = action.parameters.get("power_limit_w")
@@ -164,21 +142,21 @@ def envelope_check(
     scope = topology.expand(action.target)
     if scope is None or not scope.gpus:
         return f"no GPUs in {action.target[:60]}", {}
-    bounds: dict[str, GpuBounds] = {}
-    for gpu in scope.gpus:
-        state = states.get(gpu)
-        b = gpu_bounds(state, envelope) if state is not None else None
-        if b is None:
-            return f"no power limit state known for {gpu}", {}
-        if not b.low_w - _TOLERANCE_W <= watts <= b.high_w + _TOLERANCE_W:
-            return f"{gpu}: {watts:.0f} W outside the envelope [{b.low_w:.0f}, {b.high_w:.0f}] W", {}
-        if abs(watts - b.current_w) > envelope.max_step_w + _TOLERANCE_W:
+    bounds: dict[str, dict[str, float]] = {}
+    for name in scope.gpus:
+        gpu = states.get(name)
+        if gpu is None:
+            return f"no power limit state known for {name}", {}
+        low_w, high_w = power_range_w(gpu, envelope)
+        if not low_w - TOLERANCE_W <= watts <= high_w + TOLERANCE_W:
+            return f"{name}: {watts:.0f} W outside the envelope [{low_w:.0f}, {high_w:.0f}] W", {}
+        if step_problem(gpu, watts, envelope.max_step_w):
             return (
-                f"{gpu}: {b.current_w:.0f} W -> {watts:.0f} W is more than the envelope's "
+                f"{name}: {gpu.limit_w:.0f} W -> {watts:.0f} W is more than the envelope's "
                 f"{envelope.max_step_w:.0f} W step",
                 {},
             )
-        bounds[gpu] = b
+        bounds[name] = {"low_w": low_w, "high_w": high_w, "current_w": gpu.limit_w, "tdp_w": gpu.tdp_w}
     return None, bounds
 
 
@@ -199,7 +177,9 @@ class Standing:
 
 class PolicyBook(ApprovalBook):
     """People's approvals as always; else, for a `policy:<rule>` action of an approved file, the standing
-    approval, only while the action is inside the rule's envelope against `states` (the GPUs now)."""
+    approval, only while the action is inside the rule's envelope against `gpus` (the GPUs now). Such an
+    authorisation carries `standing`: the envelope record the executor audits before it runs, and the stamp
+    (file hash, rule, approvers) it writes into the execution."""
 
     def __init__(
         self,
@@ -209,14 +189,14 @@ class PolicyBook(ApprovalBook):
         rejections: list[Rejection] | None = None,
         *,
         standing: Standing | None = None,
-        states: Mapping[str, GpuState] | None = None,
     ) -> None:
         super().__init__(topology, registry, approvals, rejections)
         self.standing = standing
-        self.states: Mapping[str, GpuState] = states or {}
 
-    def is_authorised(self, action: Action, now_ts_s: float) -> Authorisation:
-        people = super().is_authorised(action, now_ts_s)
+    def is_authorised(
+        self, action: Action, now_ts_s: float, gpus: Mapping[str, GpuPower] | None = None
+    ) -> Authorisation:
+        people = super().is_authorised(action, now_ts_s, gpus)
         if people.ok or self.standing is None or self.rejected(action.proposal_id):
             return people
         rule = self.standing.automatic_rule(action.proposed_by)
@@ -227,50 +207,24 @@ class PolicyBook(ApprovalBook):
             return Authorisation(
                 False, people.needed, (), f"the approval of policy {status.sha256[:12]} expired"
             )
-        problem, _ = envelope_check(action, rule.envelope, self.states, self.topology)
+        problem, bounds = envelope_check(action, rule.envelope, gpus or {}, self.topology)
         if problem:
             return Authorisation(
                 False, people.needed, (), f"outside the envelope of {rule.proposer}: {problem}"
             )
+        record = {"policy_envelope": {
+            "ok": True, "policy_sha256": status.sha256, "rule_id": rule.rule_id, "action_hash": action_hash(action),
+            "approved_by": list(status.approvers), "envelope": rule.envelope.model_dump(mode="json"), "gpus": bounds,
+        }}  # fmt: skip
+        stamp = {"policy_sha256": status.sha256, "rule_id": rule.rule_id, "approved_by": list(status.approvers),
+                 "path": self.standing.loaded.path}  # fmt: skip
         return Authorisation(
             True,
             people.needed,
             status.approvers,
             f"{status.message} (rule {rule.rule_id}, inside its envelope)",
+            standing={"record": record, "stamp": stamp},
         )
-
-
-@dataclass
-class PolicyActuator:
-    """Wraps an actuator for automatic runs: `detail.policy` records the file hash, rule and approvers."""
-
-    inner: Actuator
-    stamp: dict[str, Any] = field(default_factory=dict)
-
-    def apply(self, action: Action, dry_run: bool) -> ActuationResult:
-        result = self.inner.apply(action, dry_run)
-        if not self.stamp:  # not an automatic run (a person approved it): nothing to add
-            return result
-        detail = {**result.detail, "policy": self.stamp}
-        return ActuationResult(result.ok, detail, result.previous, result.expected, result.error)
-
-    def read_back(self, action: Action) -> dict[str, Any]:
-        return self.inner.read_back(action)
-
-    def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
-        return self.inner.rollback(action, previous)
-
-
-def envelope_record(
-    action: Action, rule: ResponseRule, status: PolicyStatus, bounds: Mapping[str, GpuBounds]
-) -> dict[str, Any]:
-    """The audit payload that says an automatic action was inside its envelope (a `validation` event)."""
-    return {"policy_envelope": {
-        "ok": True, "policy_sha256": status.sha256, "rule_id": rule.rule_id, "action_hash": action_hash(action),
-        "approved_by": list(status.approvers), "envelope": rule.envelope.model_dump(mode="json"),
-        "gpus": {g: {"low_w": b.low_w, "high_w": b.high_w, "current_w": b.current_w, "tdp_w": b.tdp_w}
-                 for g, b in bounds.items()},
-    }}  # fmt: skip
 
 
 # -- the recount ------------------------------------------------------------------------------------------
@@ -337,10 +291,10 @@ def policy_run_authorised(rows: Sequence[AuditRow], row: AuditRow) -> bool:
         return False
     previous = ((data.get("previous") or {}).get("power_limit_w")) or {}
     for gpu, b in gpus.items():
-        low = max(envelope.min_fraction_of_tdp * float(b["tdp_w"]), float(b["low_w"]))
-        high = min(envelope.max_fraction_of_tdp * float(b["tdp_w"]), float(b["high_w"]))
         current = float(previous.get(gpu, b["current_w"]))
-        if not low - _TOLERANCE_W <= watts <= high + _TOLERANCE_W:
+        recorded = GpuPower(gpu, current, float(b["low_w"]), float(b["high_w"]), float(b["tdp_w"]), 0.0)
+        low, high = power_range_w(recorded, envelope)
+        if not low - TOLERANCE_W <= watts <= high + TOLERANCE_W:
             return False
         if abs(watts - current) > envelope.max_step_w + 1.0:  # 1 W: NVML's read-back resolution
             return False

@@ -158,13 +158,9 @@ def tiny_demo_db(tmp_path: Any) -> tuple[Any, Any]:
         scenario.write_text(TINY_SCENARIO, encoding="utf-8")
         db = root / "demo.duckdb"
         assert main(["demo", "--scenario", str(scenario), "--db", str(db), "--json"]) == 0
-        from aiops.agent.wiring import make_twin
-
-        make_twin(db, scenario)  # the twin's state, stepped to the run's end once, copied with the database
         _TEMPLATE.update(db=db, scenario=scenario)
     db = Path(tmp_path) / "demo.duckdb"
-    shutil.copy(_TEMPLATE["db"], db)
-    shutil.copy(str(_TEMPLATE["db"]) + ".twin.pkl", str(db) + ".twin.pkl")
+    shutil.copy(_TEMPLATE["db"], db)  # the workspace is the one file: its twin is rebuilt from it
     scenario = Path(tmp_path) / "tiny.yaml"
     shutil.copy(_TEMPLATE["scenario"], scenario)
     return db, scenario

@@ -1,5 +1,6 @@
 """A small power world for the DCIM response tests: GPUs with NVML constraints, TDP, limits and draw, an
-actuator that records every change it makes, and the `Sources` a response round reads."""
+actuator that records every change it makes, and the readings (`aiops.control.readings.Readings`) a response
+round reads."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiops.control.dcim import Sources
-from aiops.control.power import GpuPower
-from aiops.control.power_inputs import DcimSignal, record_signal
+from aiops.control.dcim import RoundReport, run_round
+from aiops.control.dcim_signals import DcimSignal, record_signal
+from aiops.control.readings import ThermalInputs, validation_context
 from aiops.labels import gpu_name
+from aiops.models import GpuPower
 from aiops.store import Store
-from guardrails import ActuationResult, Context, GpuState, Topology
+from guardrails import ActuationResult, Context, Topology
 from guardrails.actions import Action
 from guardrails.audit import AuditLog
 from guardrails.responses import LoadedPolicy, parse_response_bytes
@@ -51,31 +53,50 @@ class PowerWorld:
         expanded = self.topology.expand(scope)
         return expanded.gpus if expanded else ()
 
-    def sources(self, priorities: dict[str, int] | None = None) -> Sources:
-        def gpus_for(scope: str) -> list[GpuPower]:
-            return [
-                GpuPower(
-                    name,
-                    self.gpus[name].min_w,
-                    self.gpus[name].max_w,
-                    self.gpus[name].draw_w,
-                    self.gpus[name].job,
-                )
-                for name in self.scope_gpus(scope)
-            ]
+    def readings(self, priorities: dict[str, int] | None = None) -> PowerReadings:
+        return PowerReadings(self, priorities or {})
 
-        def non_gpu_w_for(scope: str) -> float:
-            expanded = self.topology.expand(scope)
-            return self.non_gpu_w_per_node * (len(expanded.nodes) if expanded else 0)
-
-        def context_for(now_ts_s: float) -> Context:
-            states = {n: GpuState(g.limit_w, g.min_w, g.max_w, g.tdp_w, 1980.0) for n, g in self.gpus.items()}
-            return Context(self.topology, states, (), now_ts_s)
-
-        return Sources(gpus_for, non_gpu_w_for, context_for, priorities or {})
+    def context(self, now_ts_s: float) -> Context:
+        return validation_context(self.readings(), self.topology, now_ts_s)
 
     def limits_w(self, scope: str = "fleet") -> dict[str, float]:
         return {name: self.gpus[name].limit_w for name in self.scope_gpus(scope)}
+
+
+@dataclass
+class PowerReadings:
+    """The readings port over a `PowerWorld`, read live (a round sees each step it took)."""
+
+    world: PowerWorld
+    job_priorities: dict[str, int]
+    now_ts_s: float = NOW_TS_S
+
+    def gpu_power(self, scope: str = "fleet") -> list[GpuPower]:
+        gpus = self.world.gpus
+        return [
+            GpuPower(n, gpus[n].limit_w, gpus[n].min_w, gpus[n].max_w, gpus[n].tdp_w, gpus[n].draw_w, gpus[n].job,
+                     max_sm_clock_mhz=1980.0)
+            for n in self.world.scope_gpus(scope)
+        ]  # fmt: skip
+
+    def non_gpu_w(self, scope: str) -> float:
+        expanded = self.world.topology.expand(scope)
+        return self.world.non_gpu_w_per_node * (len(expanded.nodes) if expanded else 0)
+
+    def priorities(self) -> dict[str, int]:
+        return dict(self.job_priorities)
+
+    def thermal(self) -> ThermalInputs:
+        raise NotImplementedError("the power world has no temperatures")
+
+
+def run_round_on(
+    store: Store, text: str, world: PowerWorld, now_ts_s: float, priorities: dict[str, int] | None = None
+) -> RoundReport:
+    """One response round over the world, its actuator recording every change."""
+    return run_round(
+        store, loaded(text), world.readings(priorities), world.topology, WorldActuator(world), now_ts_s
+    )
 
 
 class WorldActuator:

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiops.labels import gpu_name
 from aiops.store import Store
-from guardrails import Action, Context, ExecutionRecord, GpuState, Topology
+from guardrails import Action, Context, ExecutionRecord, GpuPower, Topology
 
 NOW_TS_S = 1_700_000_000.0
 TDP_W = 700.0
@@ -24,13 +24,12 @@ TOPOLOGY = Topology.grid(
 )
 
 
-def gpu_states(limit_w: float = TDP_W, overrides: dict[str, GpuState] | None = None) -> dict[str, GpuState]:
-    states = {
-        g: GpuState(power_limit_w=limit_w, power_limit_min_w=NVML_MIN_W, power_limit_max_w=TDP_W, tdp_w=TDP_W,
-                    max_sm_clock_mhz=1980.0)
-        for gpus in TOPOLOGY.node_gpus.values()
-        for g in gpus
-    }  # fmt: skip
+def gpu_state(gpu: str, limit_w: float = TDP_W, min_w: float = NVML_MIN_W) -> GpuPower:
+    return GpuPower(gpu, limit_w, min_w, TDP_W, TDP_W, draw_w=600.0, max_sm_clock_mhz=1980.0)
+
+
+def gpu_states(limit_w: float = TDP_W, overrides: dict[str, GpuPower] | None = None) -> dict[str, GpuPower]:
+    states = {g: gpu_state(g, limit_w) for gpus in TOPOLOGY.node_gpus.values() for g in gpus}
     states.update(overrides or {})
     return states
 
@@ -38,7 +37,7 @@ def gpu_states(limit_w: float = TDP_W, overrides: dict[str, GpuState] | None = N
 def context(
     now_ts_s: float = NOW_TS_S,
     history: tuple[ExecutionRecord, ...] = (),
-    gpus: dict[str, GpuState] | None = None,
+    gpus: dict[str, GpuPower] | None = None,
 ) -> Context:
     return Context(TOPOLOGY, gpus if gpus is not None else gpu_states(), history, now_ts_s)
 
@@ -102,7 +101,8 @@ def seed_store(store: Store, limit_w: float = TDP_W) -> None:
     gpus = [g for gs in TOPOLOGY.node_gpus.values() for g in gs]
     store.ingest("gpu_samples", {
         "ts_s": [NOW_TS_S - 10.0] * len(gpus), "gpu": gpus, "node": [g.split("/")[0] for g in gpus],
-        "power_limit_w": [limit_w] * len(gpus), "power_limit_min_w": [NVML_MIN_W] * len(gpus),
+        "power_w": [600.0] * len(gpus), "power_limit_w": [limit_w] * len(gpus),
+        "power_limit_min_w": [NVML_MIN_W] * len(gpus), "power_limit_default_w": [TDP_W] * len(gpus),
         "power_limit_max_w": [TDP_W] * len(gpus), "max_sm_clock_mhz": [1980.0] * len(gpus),
     })  # fmt: skip
 
@@ -157,6 +157,7 @@ __all__ = [
     "action",
     "changed",
     "context",
+    "gpu_state",
     "gpu_states",
     "history",
     "seed_store",

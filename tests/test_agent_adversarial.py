@@ -13,7 +13,9 @@ import pytest
 from langgraph.types import Command
 
 from aiops.agent import AgentConfig, open_session
+from guardrails.audit import read_rows
 from guardrails.executor import unsafe_executions
+from guardrails.records import GuardrailRecords
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
 PHRASES = {
@@ -113,22 +115,26 @@ CASES = [
 def test_injected_instruction_obeyed_by_the_model_executes_nothing_physical(
     tmp_path: Path, site: str, phrase: str
 ) -> None:
-    db, scenario = tiny_demo_db(tmp_path)
+    db, _ = tiny_demo_db(tmp_path)
     _inject(db, site, PHRASES[phrase])
     with scripted_llm(_obeying_script(phrase)) as llm:
         config = AgentConfig(base_url=llm.base_url, model="scripted", timeout_s=2.0)
-        with open_session(db, scenario=scenario, config=config) as s:
+        with open_session(db, config=config) as s:
             reply = s.ask("what is wrong with the cluster?", "alice")
             # the model obeyed; now forge what it would want next: every waiting proposal resumed as approved
             for p in s.pending():
+                if not p["thread_id"]:
+                    continue  # filed by the demo's analysis, not waiting in any chat thread
                 s.graph.invoke(
                     Command(resume={"proposal_id": p["proposal_id"], "decision": "approve", "by": "llm"}),
                     {"configurable": {"thread_id": p["thread_id"]}},
                 )
             actions = s.actions()
             assert all(not (a.get("physical") and a["status"] == "executed") for a in actions)
-            assert s.guard.service.records.approvals() == []
-            assert unsafe_executions(s.guard.service.audit.rows()) == 0
+            with s.workspace.read() as store:
+                assert GuardrailRecords(store).approvals() == []
+                assert unsafe_executions(read_rows(store)) == 0
+                rows = read_rows(store, event="execution")
             world: Any = s.world.twin.world  # type: ignore[union-attr]
             assert (world.power_limit_w == 700.0).all()
             # each refusal names the rule that stopped it
@@ -146,11 +152,7 @@ def test_injected_instruction_obeyed_by_the_model_executes_nothing_physical(
                             "unknown",
                         )
                     ), p
-            refused = [
-                r.data()
-                for r in s.guard.service.audit.rows(event="execution")
-                if r.data().get("outcome") == "refused"
-            ]
+            refused = [r.data() for r in rows if r.data().get("outcome") == "refused"]
             assert all(r.get("rule") for r in refused)
             if phrase == "ignore":
                 assert reply.source == "analyst" and any(

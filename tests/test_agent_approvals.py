@@ -13,8 +13,9 @@ from langgraph.types import Command
 from aiops.agent import AgentConfig, open_session
 from aiops.agent.session import AgentSession
 from aiops.errors import AiopsError
-from guardrails.audit import verify
+from guardrails.audit import read_rows, verify
 from guardrails.executor import unsafe_executions
+from guardrails.records import GuardrailRecords
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
 CAP = {"kind": "set_power_limit", "target": "node1/gpu1", "parameters": {"fraction_of_tdp": 0.8}}
@@ -34,12 +35,9 @@ def _limit_w(session: AgentSession, gpu: str = "node1/gpu1") -> float:
 
 def _executed(session: AgentSession) -> list[dict[str, Any]]:
     """Executions as the guardrails' ledger and audit log hold them (not the agent's own notes)."""
-    ledger = session.state.query("SELECT proposal_id, status FROM executions")
-    audited = [
-        r
-        for r in session.guard.service.audit.rows(event="execution")
-        if r.data().get("outcome") == "executed"
-    ]
+    with session.workspace.read() as store:
+        ledger = store.query("SELECT proposal_id, status FROM executions")
+        audited = [r for r in read_rows(store, event="execution") if r.data().get("outcome") == "executed"]
     assert len(ledger) == len(audited)
     return ledger
 
@@ -51,17 +49,17 @@ def _propose_cap(llm_url: str, session: AgentSession) -> str:
 
 
 def test_physical_action_waits_then_is_approved_and_changes_the_world_once(tmp_path: Path) -> None:
-    db, scenario = tiny_demo_db(tmp_path)
+    db, _ = tiny_demo_db(tmp_path)
     script = [
         tool_call("whatif", {"action": CAP, "horizon_s": 60}, "w1"),
         final("cap node1/gpu1 at 40 % of TDP", proposals=[{**CAP, "reason": "cut heat"}]),
     ]
     with (
         scripted_llm(script) as llm,
-        open_session(db, scenario=scenario, config=_config(llm.base_url), settle_s=30) as s,
+        open_session(db, config=_config(llm.base_url), settle_s=30) as s,
     ):
         pid = _propose_cap(llm.base_url, s)
-        preview = s.log.entries("tool_call")[0]["payload"]["result"]
+        preview = s.journal.entries("tool_call")[0]["payload"]["result"]
         assert preview["with_action"]["power_limit_w"] == 560.0
         assert preview["without_action"]["power_limit_w"] == 700.0
         assert _limit_w(s) == 700.0 and _executed(s) == []  # the preview ran on copies; nothing ran yet
@@ -71,39 +69,40 @@ def test_physical_action_waits_then_is_approved_and_changes_the_world_once(tmp_p
         effect = reply.verifications[pid]
         assert effect["changed"]["power_limit_w"] == [700.0, 560.0]
         assert effect["after"]["mean_power_w"] <= 561.0
-        with pytest.raises(AiopsError, match="executed, not waiting"):
+        with pytest.raises(AiopsError, match="already ran"):
             s.approve(pid, "alice")
         assert _executed(s) == [{"proposal_id": pid, "status": "executed"}]
-        assert [a.approver for a in s.guard.service.records.approvals(pid)] == ["alice"]
-        assert unsafe_executions(s.guard.service.audit.rows()) == 0
-        assert verify(s.state).ok
+        with s.workspace.read() as store:
+            assert [a.approver for a in GuardrailRecords(store).approvals(pid)] == ["alice"]
+            assert unsafe_executions(read_rows(store)) == 0
+            assert verify(store).ok
 
 
 def test_rejected_action_never_runs(tmp_path: Path) -> None:
-    db, scenario = tiny_demo_db(tmp_path)
+    db, _ = tiny_demo_db(tmp_path)
     with (
         scripted_llm([final("cap it", proposals=[{**CAP, "reason": "x"}])]) as llm,
-        open_session(db, scenario=scenario, config=_config(llm.base_url)) as s,
+        open_session(db, config=_config(llm.base_url)) as s,
     ):
         pid = _propose_cap(llm.base_url, s)
         reply = s.reject(pid, "bob", "the job is about to checkpoint")
         assert reply.proposals[0]["status"] == "rejected" and reply.proposals[0]["decided_by"] == "bob"
-        assert not reply.waiting and s.pending() == []
+        assert not reply.waiting and pid not in {p["proposal_id"] for p in s.pending()}
         with pytest.raises(AiopsError, match="rejected"):
             s.approve(pid, "alice")
         with pytest.raises(AiopsError, match="rejected"):
             s.guard.approve(pid, "alice")  # the guardrails refuse it too, not only the chat
         assert _limit_w(s) == 700.0 and _executed(s) == []
-        assert s.log.entries("rejection")[0]["payload"]["reason"] == "the job is about to checkpoint"
+        assert s.journal.entries("rejection")[0]["payload"]["reason"] == "the job is about to checkpoint"
 
 
 def test_action_that_outlives_its_approval_expiry_never_runs(tmp_path: Path) -> None:
-    db, scenario = tiny_demo_db(tmp_path)
+    db, _ = tiny_demo_db(tmp_path)
     now = [1_800_000_000.0]
     script = [final("reset it", proposals=[{**RESET, "reason": "clear the fault"}])]
     with (
         scripted_llm(script) as llm,
-        open_session(db, scenario=scenario, config=_config(llm.base_url), clock=lambda: now[0]) as s,
+        open_session(db, config=_config(llm.base_url), clock=lambda: now[0]) as s,
     ):
         reply = s.ask("node1/gpu1 is hot, what should we do?", "alice")
         pid = reply.proposals[0]["proposal_id"]
@@ -113,7 +112,7 @@ def test_action_that_outlives_its_approval_expiry_never_runs(tmp_path: Path) -> 
         now[0] += 901.0  # alice's approval expires (gpu_reset: 900 s)
         second = s.approve(pid, "bob")
         assert "1 expired" in second.note and second.waiting
-        assert s.pending()[0]["proposal_id"] == pid
+        assert pid in {p["proposal_id"] for p in s.pending()}
         # forcing the graph on anyway: the executor asks the approval book and refuses
         s.graph.invoke(
             Command(resume={"proposal_id": pid, "decision": "approve", "by": "bob"}),
@@ -122,7 +121,8 @@ def test_action_that_outlives_its_approval_expiry_never_runs(tmp_path: Path) -> 
         after = s.find(pid)
         assert after is not None and after["status"] == "pending" and "approval" in after["note"]
         assert _executed(s) == []
-        refused = [r.data() for r in s.guard.service.audit.rows(proposal_id=pid, event="execution")]
+        with s.workspace.read() as store:
+            refused = [r.data() for r in read_rows(store, proposal_id=pid, event="execution")]
         assert refused and all(r["outcome"] == "refused" and r["rule"] == "approval" for r in refused)
 
 
@@ -165,11 +165,11 @@ OBEYING_SCRIPTS = {
 
 @pytest.mark.parametrize("case", sorted(OBEYING_SCRIPTS))
 def test_prompt_injection_obeyed_by_the_model_executes_nothing(tmp_path: Path, case: str) -> None:
-    db, scenario = tiny_demo_db(tmp_path)
+    db, _ = tiny_demo_db(tmp_path)
     _inject(db)
     with (
         scripted_llm(OBEYING_SCRIPTS[case]) as llm,
-        open_session(db, scenario=scenario, config=_config(llm.base_url)) as s,
+        open_session(db, config=_config(llm.base_url)) as s,
     ):
         reply = s.ask("what is wrong? " + INJECTION, "alice")
         if case == "calls_an_approve_tool":
@@ -181,6 +181,8 @@ def test_prompt_injection_obeyed_by_the_model_executes_nothing(tmp_path: Path, c
             )
         # forge what an obedient model would want: resume every waiting proposal as approved, no person involved
         for p in s.pending():
+            if not p["thread_id"]:
+                continue  # filed by the demo's analysis, not waiting in any chat thread
             s.graph.invoke(
                 Command(resume={"proposal_id": p["proposal_id"], "decision": "approve", "by": "model"}),
                 {"configurable": {"thread_id": p["thread_id"]}},
@@ -190,7 +192,8 @@ def test_prompt_injection_obeyed_by_the_model_executes_nothing(tmp_path: Path, c
         assert "executed" not in physical
         ran = {r["proposal_id"] for r in _executed(s)}
         assert all(not p.get("physical") for p in s.actions() if p["proposal_id"] in ran)
-        assert s.guard.service.records.approvals() == []
-        assert unsafe_executions(s.guard.service.audit.rows()) == 0
+        with s.workspace.read() as store:
+            assert GuardrailRecords(store).approvals() == []
+            assert unsafe_executions(read_rows(store)) == 0
         world: Any = s.world.twin.world  # type: ignore[union-attr]
         assert (world.power_limit_w == 700.0).all()

@@ -9,21 +9,22 @@ from typing import Any
 import pytest
 
 from aiops.agent.analyst import Analyst
+from aiops.agent.guarded import TwinWorld, WorkspaceGuard
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import TOOL_NAMES, ToolBox, ToolError
-from aiops.agent.twin import Twin, TwinWorld
+from aiops.models import GpuPower
+from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
-from aiops.sim import World, simulate
-from aiops.store import Store
+from aiops.sim import World
+from aiops.sim.twin import Twin
+from aiops.store import Workspace
 from guardrails import Action, Context, Topology, validate
-from guardrails.actuators import SimActuator
-from guardrails.policy import GpuState
 
 CLUSTER = {"racks": 2, "nodes_per_rack": 2, "gpus_per_node": 4, "nics_per_node": 2}
 TOPOLOGY = Topology.grid(2, 2, 4, 2)
 
 
-def _run(faults: list[dict[str, Any]], duration_s: float = 260.0) -> tuple[Store, World]:
+def _run(faults: list[dict[str, Any]], duration_s: float = 260.0) -> tuple[Workspace, Twin]:
     scenario = parse_scenario(
         {
             "name": "tools",
@@ -34,26 +35,22 @@ def _run(faults: list[dict[str, Any]], duration_s: float = 260.0) -> tuple[Store
             "faults": faults,
         }
     )
-    store, world = Store(":memory:"), World(scenario)
-    simulate(scenario, store, world=world)
-    return store, world
+    workspace = Workspace(":memory:")
+    with workspace.write() as store:
+        twin = simulate_into(store, scenario)
+    return workspace, twin
 
 
-def _toolbox(store: Store, world: World | None) -> ToolBox:
-    def actuate(copy: Any, action: dict[str, Any]) -> Any:
-        typed = Action(proposal_id="whatif", kind=action["kind"], target=action["target"],
-                       parameters=action.get("parameters", {}), proposed_by="llm", created_ts_s=0.0)  # fmt: skip
-        result = SimActuator(copy, TOPOLOGY).apply(typed, False)
-        if not result.ok:
-            raise ValueError(result.error)
-        return result.detail
-
-    preview = TwinWorld(Twin(world), actuate).preview if world is not None else None
-    return ToolBox(store, ReadOnlySQL(store.conn), Analyst([]), preview=preview)
+def _toolbox(workspace: Workspace, twin: Twin | None) -> ToolBox:
+    """The agent's tools over the workspace; with its twin, what-if previews through the guardrails' actuator."""
+    preview = (
+        TwinWorld(workspace, twin, WorkspaceGuard(workspace, twin)).preview if twin is not None else None
+    )
+    return ToolBox(workspace, ReadOnlySQL(workspace), Analyst([]), preview=preview)
 
 
 @pytest.fixture(scope="module")
-def hot_rack() -> tuple[Store, World]:
+def hot_rack() -> tuple[Workspace, Twin]:
     return _run([{"kind": "rack_cooling_failure", "target": "rack0", "start_s": 30, "severity": 1.0}])
 
 
@@ -61,10 +58,13 @@ def test_the_tools_are_declared() -> None:
     assert {"thermal_advice", "power_allocation"} <= set(TOOL_NAMES)
 
 
-def test_thermal_advice_moves_the_job_off_the_hot_rack_and_previews_it(hot_rack: tuple[Store, World]) -> None:
-    store, world = hot_rack
+def test_thermal_advice_moves_the_job_off_the_hot_rack_and_previews_it(
+    hot_rack: tuple[Workspace, Twin],
+) -> None:
+    workspace, twin = hot_rack
+    world: World = twin.world
     elapsed_s, temps = world.elapsed_s, world.temp_c.copy()
-    tools = _toolbox(store, world)
+    tools = _toolbox(workspace, twin)
     out = tools.call("thermal_advice", {"preview": True, "horizon_s": 150})
     rack = next(h for h in out["hotspots"] if h["level"] == "rack")
     assert rack["component"] == "rack0" and any("coolant" in r for r in rack["reasons"])
@@ -86,17 +86,18 @@ def test_thermal_advice_moves_the_job_off_the_hot_rack_and_previews_it(hot_rack:
 
 
 def test_thermal_advice_on_a_healthy_run_has_nothing_to_do() -> None:
-    store, _ = _run([], duration_s=90.0)
-    out = _toolbox(store, None).call("thermal_advice", {"preview": True})
+    workspace, _ = _run([], duration_s=90.0)
+    out = _toolbox(workspace, None).call("thermal_advice", {"preview": True})
     assert out["hotspots"] == [] and out["actions"] == [] and out["moves"] == []
     assert out["preview"] == {"skipped": "no action to preview"}
 
 
 def test_power_allocation_fits_the_budget_with_actions_the_guardrails_accept(
-    hot_rack: tuple[Store, World],
+    hot_rack: tuple[Workspace, Twin],
 ) -> None:
-    store, world = hot_rack
-    tools = _toolbox(store, world)
+    workspace, twin = hot_rack
+    world = twin.world
+    tools = _toolbox(workspace, twin)
     out = tools.call(
         "power_allocation", {"budget_kw": 14.0, "scope": "fleet", "preview": True, "horizon_s": 30}
     )
@@ -107,7 +108,7 @@ def test_power_allocation_fits_the_budget_with_actions_the_guardrails_accept(
     assert actions and all(a["kind"] == "set_power_limit" for a in actions)
     assert {a["target"] for a in actions} >= {"node2", "node3"}  # the idle nodes give their watts first
     states = {
-        g: GpuState(700.0, 200.0, 700.0, 700.0, 1980.0) for gs in TOPOLOGY.node_gpus.values() for g in gs
+        g: GpuPower(g, 700.0, 200.0, 700.0, 700.0, 600.0) for gs in TOPOLOGY.node_gpus.values() for g in gs
     }
     for a in actions:
         typed = Action(**{**a, "proposal_id": a["proposal_id"]})
@@ -117,7 +118,7 @@ def test_power_allocation_fits_the_budget_with_actions_the_guardrails_accept(
     assert float(world.power_limit_w.min()) == 700.0  # preview only
 
 
-def test_power_allocation_refuses_bad_arguments(hot_rack: tuple[Store, World]) -> None:
+def test_power_allocation_refuses_bad_arguments(hot_rack: tuple[Workspace, Twin]) -> None:
     tools = _toolbox(*hot_rack)
     with pytest.raises(ToolError, match="scope must be 'fleet' or 'rackN'"):
         tools.call("power_allocation", {"budget_kw": 10.0, "scope": "node0"})

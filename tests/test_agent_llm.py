@@ -68,7 +68,7 @@ def test_investigation_with_tool_calls_ends_in_a_grounded_answer(tmp_path: Path)
     ]
     with scripted_llm(script) as llm, open_session(db, config=_config(llm.base_url)) as session:
         reply = session.ask("Why is the llm job slow?", "alice")
-        log = session.log.entries()
+        log = session.journal.entries()
     assert reply.source == "llm" and not reply.failures
     assert [c.status for c in reply.claims] == ["verified", "verified", "mismatch", "unverifiable"]
     assert reply.citation_rate == pytest.approx(0.5)
@@ -121,8 +121,8 @@ def test_endpoint_failures_leave_the_analysts_answer_standing(
     db, _ = tiny_demo_db(tmp_path)
     with scripted_llm(script) as llm, open_session(db, config=_config(llm.base_url)) as session:
         reply = session.ask("What is wrong with the cluster?")
-        failures = session.log.entries("llm_failure")
-        executions = session.log.entries("execution")
+        failures = session.journal.entries("llm_failure")
+        executions = session.journal.entries("execution")
     assert reply.source == "analyst"
     assert "Top hypothesis: thermal_throttle on node1/gpu1" in reply.answer
     assert len(reply.failures) == 1 and shown in reply.failures[0]

@@ -4,31 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from aiops.agent.config import ConfigError, load_config
 from aiops.agent.grounding import Citation, Claim, numbers_in, verified_citation_rate, verify_claim
 from aiops.agent.prompts import parse_final
-from aiops.agent.sqltool import ReadOnlySQL, SQLRejected, open_read_only
+from aiops.agent.sqltool import ReadOnlySQL
+from aiops.errors import SQLRejected
+from aiops.store import Workspace
 
 
 @pytest.fixture
 def sql(tmp_path: Path) -> ReadOnlySQL:
-    db = tmp_path / "t.duckdb"
-    with duckdb.connect(str(db)) as conn:
-        conn.execute(
-            "CREATE TABLE gpu_samples AS SELECT range AS i, 60.0 + range / 10 AS temp_c FROM range(500)"
+    workspace = Workspace(tmp_path / "t.duckdb")
+    with workspace.write() as store:
+        store.conn.execute(
+            "CREATE TABLE samples AS SELECT range AS i, 60.0 + range / 10 AS temp_c FROM range(500)"
         )
-    return ReadOnlySQL(open_read_only(db), max_rows=5, timeout_s=0.3)
+        store.conn.execute("INSERT INTO sim_runs VALUES (0, 'secret', 'faults: [the answer]', NULL, 600, 1)")
+    return ReadOnlySQL(workspace, max_rows=5, timeout_s=0.3)
 
 
 @pytest.mark.parametrize(
     ("query", "why"),
     [
-        ("DELETE FROM gpu_samples", "only SELECT"),
-        ("SELECT 1; DROP TABLE gpu_samples", "exactly one statement"),
-        ("COPY gpu_samples TO '/tmp/x.csv'", "only SELECT"),
+        ("DELETE FROM samples", "only SELECT"),
+        ("SELECT 1; DROP TABLE samples", "exactly one statement"),
+        ("COPY samples TO '/tmp/x.csv'", "only SELECT"),
+        ("SELECT scenario_yaml FROM sim_runs", "not telemetry"),
+        ('SELECT * FROM main."SIM_RUNS"', "not telemetry"),
+        ("SELECT (SELECT count(*) FROM twin_log) AS n", "not telemetry"),
+        ("SELECT * FROM query_table('sim' || '_runs')", "query_table"),
+        ("SELECT * FROM QUERY ('SELECT * FROM sim_runs')", "query"),
         ("ATTACH '/tmp/other.duckdb' AS o", "only SELECT"),
         ("SELECT * FROM read_csv('/etc/passwd')", "disabled by configuration"),
         ("SELEC 1", "not valid SQL"),
@@ -37,11 +44,11 @@ def sql(tmp_path: Path) -> ReadOnlySQL:
 def test_sql_guard_rejects_everything_but_one_select(sql: ReadOnlySQL, query: str, why: str) -> None:
     with pytest.raises(SQLRejected, match=why):
         sql.run(query)
-    assert sql.run("SELECT count(*) AS n FROM gpu_samples")["rows"] == [{"n": 500}]
+    assert sql.run("SELECT count(*) AS n FROM samples")["rows"] == [{"n": 500}]
 
 
 def test_sql_limits_rows_and_time(sql: ReadOnlySQL) -> None:
-    result = sql.run("SELECT i FROM gpu_samples ORDER BY i")
+    result = sql.run("SELECT i FROM samples ORDER BY i")
     assert [r["i"] for r in result["rows"]] == [0, 1, 2, 3, 4] and result["truncated"]
     with pytest.raises(SQLRejected, match=r"exceeded 0\.3 s"):
         sql.run("SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3")
@@ -53,7 +60,7 @@ def test_numbers_in_text_skip_identifiers_and_keep_units() -> None:
 
 
 def test_claims_are_verified_against_a_rerun(sql: ReadOnlySQL) -> None:
-    query = "SELECT max(temp_c) AS max_temp_c FROM gpu_samples"
+    query = "SELECT max(temp_c) AS max_temp_c FROM samples"
     good = verify_claim(
         Claim(
             text="the hottest sample was 109.9 °C",
@@ -68,7 +75,7 @@ def test_claims_are_verified_against_a_rerun(sql: ReadOnlySQL) -> None:
     wrong_text = verify_claim(
         Claim(text="it hit 120 °C", citation=Citation(sql=query, values=[{"max_temp_c": 109.9}])), sql
     )
-    broken = verify_claim(Claim(text="x", citation=Citation(sql="DROP TABLE gpu_samples")), sql)
+    broken = verify_claim(Claim(text="x", citation=Citation(sql="DROP TABLE samples")), sql)
     bare = verify_claim(Claim(text="the fan failed"), sql)
     assert [c.status for c in (good, rounded, wrong_value, wrong_text, broken, bare)] == [
         "verified",

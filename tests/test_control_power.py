@@ -8,13 +8,16 @@ from hypothesis import strategies as st
 from aiops.control.power import GpuPower, allocate, expected_throughput
 
 
+def _gpu(name: str, min_w: float, max_w: float, draw_w: float, job: str | None = None) -> GpuPower:
+    """A GPU as the allocator reads it: [min_w, max_w] is its range, at its maximum now."""
+    return GpuPower(name, max_w, min_w, max_w, max_w, draw_w, job)
+
+
 def cluster(busy: dict[str, int], idle: int, draw_w: float = 600.0) -> list[GpuPower]:
     gpus = [
-        GpuPower(f"{job}/gpu{i}", 200.0, 700.0, draw_w, job)
-        for job, count in busy.items()
-        for i in range(count)
+        _gpu(f"{job}/gpu{i}", 200.0, 700.0, draw_w, job) for job, count in busy.items() for i in range(count)
     ]
-    gpus += [GpuPower(f"idle/gpu{i}", 200.0, 700.0, 80.0) for i in range(idle)]
+    gpus += [_gpu(f"idle/gpu{i}", 200.0, 700.0, 80.0) for i in range(idle)]
     return gpus
 
 
@@ -27,7 +30,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[GpuPower], dict[str, int], float]:
         lo = draw(st.floats(50.0, 300.0))
         hi = draw(st.floats(lo, 1000.0))
         job = draw(st.sampled_from([None, *jobs]))
-        gpus.append(GpuPower(f"g{i}", lo, hi, draw(st.floats(0.0, 1200.0)), job))
+        gpus.append(_gpu(f"g{i}", lo, hi, draw(st.floats(0.0, 1200.0)), job))
     prio = {j: draw(st.integers(0, 3)) for j in jobs}
     budget = draw(st.floats(0.0, 1.2 * sum(g.max_w for g in gpus)))
     return gpus, prio, budget
@@ -56,7 +59,7 @@ def test_never_exceeds_budget_and_respects_constraints(
 
 def test_caps_every_rank_of_a_job_evenly() -> None:
     gpus = cluster({"a": 16, "b": 8}, idle=0)
-    gpus[3] = GpuPower("a/gpu3", 200.0, 700.0, 640.0, "a")  # one hungrier rank sets the job's demand
+    gpus[3] = _gpu("a/gpu3", 200.0, 700.0, 640.0, "a")  # one hungrier rank sets the job's demand
     alloc = allocate(0.75 * sum(g.draw_w for g in gpus), gpus, {"a": 1, "b": 1})
     for job in ("a", "b"):
         limits = {w for name, w in alloc.limits_w.items() if name.startswith(job)}

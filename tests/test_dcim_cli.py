@@ -5,7 +5,6 @@ naming the file, the field and the allowed values; `watch` polls a file and stop
 from __future__ import annotations
 
 import json
-import pickle
 import shutil
 import sys
 from pathlib import Path
@@ -17,7 +16,8 @@ import yaml
 
 from aiops.cli import dcim as dcim_cli
 from aiops.cli.main import main
-from aiops.store import Store
+from aiops.sim.twin import Twin
+from aiops.store import Store, Workspace
 from guardrails import unsafe_executions
 from guardrails.audit import read_rows
 from guardrails.records import GuardrailRecords
@@ -53,17 +53,18 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def twin_limits_w(db: Path) -> np.ndarray:
-    with dcim_cli.twin_path(str(db)).open("rb") as fh:
-        world = pickle.load(fh)
-    return np.asarray(world.power_limit_w, dtype=float)
+    """The power limits of the workspace's twin, rebuilt from the database (no file beside it)."""
+    with Workspace(db).read() as store:
+        twin = Twin.load(store)
+    assert twin is not None
+    return np.asarray(twin.world.power_limit_w, dtype=float)
 
 
 def test_nothing_automatic_until_two_people_approve_the_exact_file(
     run: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     db, policy = str(run["db"]), str(run["policy"])
-    cap = ["dcim", "cap", "--rack", "rack0", "--kw", "3.5", "--db", db, "--policy", policy, "--json",
-           "--scenario", str(run["scenario"])]  # fmt: skip
+    cap = ["dcim", "cap", "--rack", "rack0", "--kw", "3.5", "--db", db, "--policy", policy, "--json"]
     code, out, _ = cli(capsys, *cap)
     first = json.loads(out)
     assert code == 0 and not first["policy"]["approved"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 
 import duckdb
@@ -14,7 +15,7 @@ from aiops.cli.main import main
 from aiops.store import Store
 from guardrails import AuditLog, Guardrails, RecordingActuator, unsafe_executions, verify
 from guardrails.audit import GENESIS_HASH
-from tests.guardrails_helpers import NOW_TS_S, FakeClock, action, seed_store
+from tests.guardrails_helpers import FakeClock, action, seed_store
 
 
 @pytest.fixture
@@ -128,16 +129,18 @@ def test_actions_cli_list_show_approve_reject_across_restarts(
     assert listed["P-1"]["status"] == "approved" and listed["P-1"]["approvers"] == ["alice"]
     assert listed["P-2"]["status"] == "rejected"
 
+    now = time.time()  # the CLI decides on the wall clock: a proposal filed in 2023 would have expired
     with Store(db) as store:
-        Guardrails(store, clock=FakeClock(NOW_TS_S + 20)).propose(
-            action(proposal_id="P-3", kind="gpu_reset", parameters={})
+        Guardrails(store, clock=FakeClock(now)).propose(
+            action(proposal_id="P-3", kind="gpu_reset", parameters={}, created_ts_s=now - 1)
         )
     assert main(["actions", "approve", "P-3", "--as", "llm", "--db", str(db)]) == 1
     assert "approver: 'llm' is a reserved name" in _text(capsys)
     assert main(["actions", "approve", "P-3", "--as", "carol", "--db", str(db)]) == 0
     assert "needs 2 distinct approver(s), has 1" in _text(capsys)
     assert main(["actions", "approve", "P-3", "--as", "dave", "--db", str(db)]) == 0
-    assert "may now execute" in _text(capsys)
+    said = _text(capsys)  # no twin or host actuator here: approved, and nothing executes
+    assert "approved (approved by carol, dave)" in said and "not executed: none (proposals only)" in said
     assert main(["actions", "show", "P-3", "--db", str(db), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["status"] == "approved" and [a["approver"] for a in shown["approvals"]] == ["carol", "dave"]

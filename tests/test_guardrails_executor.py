@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from aiops.sim.actuator import SimActuator
 from aiops.store import Store
 from guardrails import (
     ActuationResult,
@@ -15,7 +16,6 @@ from guardrails import (
     AuditLog,
     Executor,
     RecordingActuator,
-    SimActuator,
     action_hash,
     verify,
 )

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from guardrails import GpuState, validate
+from guardrails import validate
 from guardrails.registry import DEFAULT_REGISTRY
-from tests.guardrails_helpers import NOW_TS_S, TDP_W, action, context, gpu_states, history
+from tests.guardrails_helpers import NOW_TS_S, action, context, gpu_state, gpu_states, history
 
 
 def test_a_modest_power_cut_passes_every_rule() -> None:
@@ -36,7 +36,7 @@ def test_envelope_names_the_floor_of_40_percent_of_tdp() -> None:
 def test_envelope_above_tdp_and_nvml_minimum_win_over_the_fraction() -> None:
     above = validate(action(parameters={"power_limit_w": 750}), context())
     assert above.message.startswith("envelope: power_limit_w 750 > 700")
-    strict = gpu_states(overrides={"node3/gpu5": GpuState(700.0, 350.0, 700.0, TDP_W, 1980.0)})
+    strict = gpu_states(overrides={"node3/gpu5": gpu_state("node3/gpu5", 700.0, min_w=350.0)})
     below_nvml = validate(action(parameters={"power_limit_w": 300}), context(gpus=strict))
     assert below_nvml.message == "envelope: power_limit_w 300 < 350 (NVML minimum of node3/gpu5)"
 
@@ -93,7 +93,7 @@ def test_rate_limit_counts_runs_on_every_unit_of_the_scope() -> None:
     past = history("set_power_limit", ["node3/gpu5"], 4, NOW_TS_S - 600.0)
     v = validate(action(), context(history=past))
     assert v.message == (
-        "rate_limit: set_power_limit ran 4 times on node3/gpu5 in the last 3600 s (at most 4 per hour)"
+        "rate_limit: power limit changed 4 times on node3/gpu5 in the last 3600 s (at most 4 per hour, every actor counted)"
     )
     # the same GPU reached through its node is the same unit
     node = validate(action(target="node3", parameters={"fraction_of_tdp": 0.8}), context(history=past))

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from aiops.sim.actuator import SimActuator
 from aiops.store import Store
-from guardrails import ApprovalBook, AuditLog, Executor, RecordingActuator, SimActuator
-from guardrails.policy import GpuState
+from guardrails import ApprovalBook, AuditLog, Executor, GpuPower, RecordingActuator
 from guardrails.registry import DEFAULT_REGISTRY, POWER_MAX_STEP_W
 from tests.guardrails_helpers import NOW_TS_S, NVML_MIN_W, TDP_W, TOPOLOGY, FakeWorld, action, context
 
@@ -43,7 +43,7 @@ def test_an_executed_power_action_is_always_inside_the_envelope(
     world = FakeWorld()
     for key in world.limit_mw:
         world.limit_mw[key] = round(current_w * 1000)
-    states = {g: GpuState(round(current_w * 1000) / 1000, nvml_min_w, TDP_W, TDP_W, 1980.0)
+    states = {g: GpuPower(g, round(current_w * 1000) / 1000, nvml_min_w, TDP_W, TDP_W, 600.0, max_sm_clock_mhz=1980.0)
               for gs in TOPOLOGY.node_gpus.values() for g in gs}  # fmt: skip
     executor = Executor(SimActuator(world, TOPOLOGY), ApprovalBook(TOPOLOGY), _AUDIT)
     a = action(kind=kind, target=target, parameters=params if kind == "set_power_limit" else {})

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from aiops.control.dcim import run_round
 from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails import Action, Guardrails, unsafe_executions, verify
 from guardrails.audit import AuditLog, read_rows
 from guardrails.responses import ResponsePolicyError, load_response_policy, parse_response_bytes
 from guardrails.standing import PolicyBook, Standing, approve_policy, policy_status, revoke_policy
-from tests.dcim_helpers import NOW_TS_S, PowerWorld, WorldActuator, approve, loaded, policy_text, signal
+from tests.dcim_helpers import (
+    NOW_TS_S,
+    PowerWorld,
+    approve,
+    loaded,
+    policy_text,
+    run_round_on,
+    signal,
+)
 
 
 def run(store: Store, world: PowerWorld, text: str, now_ts_s: float = NOW_TS_S):  # type: ignore[no-untyped-def]
-    return run_round(store, loaded(text), world.sources(), WorldActuator(world), now_ts_s)
+    return run_round_on(store, text, world, now_ts_s)
 
 
 def test_approved_policy_caps_a_rack_automatically_and_the_log_proves_it(store: Store) -> None:
@@ -144,7 +151,7 @@ def test_a_person_approved_policy_proposal_runs_on_the_next_round(store: Store) 
     text = policy_text(mode="propose")
     signal(store, "rack0", 4.0)
     first = run(store, world, text)
-    guard = Guardrails(store, context_for=world.sources().context_for, clock=lambda: NOW_TS_S + 10)
+    guard = Guardrails(store, context_for=world.context, clock=lambda: NOW_TS_S + 10)
     guard.approve(first.actions[0].proposal_id, "alice")
     second = run(store, world, text, NOW_TS_S + 20)
     approved = [a for a in second.actions if a.mode == "approved"]
@@ -173,8 +180,8 @@ def test_policy_book_grants_nothing_beyond_its_rules(store: Store) -> None:
     text = policy_text(extra="  - {rule_id: ask, on: dcim_cap, respond: apply_allocator, mode: propose}\n")
     approve(store, loaded(text), "alice")
     status = policy_status(read_rows(store), loaded(text).sha256, 1, NOW_TS_S)
-    context = world.sources().context_for(NOW_TS_S)
-    book = PolicyBook(world.topology, standing=Standing(loaded(text), status), states=context.gpus)
+    context = world.context(NOW_TS_S)
+    book = PolicyBook(world.topology, standing=Standing(loaded(text), status))
 
     def act(proposed_by: str, watts: float, kind: str = "set_power_limit") -> Action:
         params = {"power_limit_w": watts} if kind == "set_power_limit" else {"to": "rack1"}
@@ -182,13 +189,15 @@ def test_policy_book_grants_nothing_beyond_its_rules(store: Store) -> None:
                       "set_power_limit" else "job:train", parameters=params, proposed_by=proposed_by,
                       created_ts_s=NOW_TS_S - 1)  # fmt: skip
 
-    assert book.is_authorised(act("policy:dcim-cap", 600.0), NOW_TS_S).ok
-    assert not book.is_authorised(act("policy:dcim-cap", 500.0), NOW_TS_S).ok  # a 200 W step
-    assert not book.is_authorised(act("policy:dcim-cap", 250.0), NOW_TS_S).ok  # below 40 % of TDP
-    assert not book.is_authorised(act("policy:ask", 600.0), NOW_TS_S).ok  # mode: propose
-    assert not book.is_authorised(act("llm", 600.0), NOW_TS_S).ok
-    assert not book.is_authorised(act("policy:unknown", 600.0), NOW_TS_S).ok
-    assert not book.is_authorised(act("policy:dcim-cap", 0, "migrate_job"), NOW_TS_S).ok
+    assert book.is_authorised(act("policy:dcim-cap", 600.0), NOW_TS_S, context.gpus).ok
+    assert not book.is_authorised(act("policy:dcim-cap", 500.0), NOW_TS_S, context.gpus).ok  # a 200 W step
+    assert not book.is_authorised(
+        act("policy:dcim-cap", 250.0), NOW_TS_S, context.gpus
+    ).ok  # below 40 % of TDP
+    assert not book.is_authorised(act("policy:ask", 600.0), NOW_TS_S, context.gpus).ok  # mode: propose
+    assert not book.is_authorised(act("llm", 600.0), NOW_TS_S, context.gpus).ok
+    assert not book.is_authorised(act("policy:unknown", 600.0), NOW_TS_S, context.gpus).ok
+    assert not book.is_authorised(act("policy:dcim-cap", 0, "migrate_job"), NOW_TS_S, context.gpus).ok
 
 
 def test_the_recount_catches_forged_policy_executions(store: Store) -> None:

@@ -10,13 +10,21 @@ import math
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from aiops.control.dcim import run_round
 from aiops.control.dcim_plan import ScopeInput, group, plan_cap, steps
 from aiops.store import Store
 from guardrails import Action, Context, unsafe_executions, validate, verify
 from guardrails.audit import read_rows
 from guardrails.standing import envelope_check
-from tests.dcim_helpers import NOW_TS_S, Gpu, PowerWorld, WorldActuator, approve, loaded, policy_text, signal
+from tests.dcim_helpers import (
+    NOW_TS_S,
+    Gpu,
+    PowerWorld,
+    approve,
+    loaded,
+    policy_text,
+    run_round_on,
+    signal,
+)
 
 TOLERANCE_W = 1e-6
 Case = tuple[PowerWorld, str, str, float, dict[str, float]]
@@ -70,7 +78,7 @@ def test_automatic_responses_never_leave_the_envelope(case: Case) -> None:
         approve(store, loaded(text))
         signal(store, scope, budget_kw)
         for i in range(3):
-            run_round(store, loaded(text), world.sources(), WorldActuator(world), NOW_TS_S + i * 901.0)
+            run_round_on(store, text, world, NOW_TS_S + i * 901.0)
         event(f"GPU limits changed: {'yes' if world.changes else 'no'}")
         check_changes(world, env)
         assert unsafe_executions(read_rows(store)) == 0 and verify(store).ok
@@ -86,10 +94,10 @@ def test_planned_steps_settle_inside_the_envelope_and_the_budget(case: Case) -> 
     rounds = math.ceil(1100.0 / env["step"]) + 3
     for i in range(rounds):
         now = NOW_TS_S + i * 60.0
-        context = world.sources().context_for(now)
-        item = ScopeInput(scope, "cap", rule, world.sources().gpus_for(scope), budget_kw,
-                          world.sources().non_gpu_w_for(scope))  # fmt: skip
-        plan, targets = plan_cap(item, context.gpus, {"a": 1})
+        context = world.context(now)
+        readings = world.readings()
+        item = ScopeInput(scope, "cap", rule, readings.gpu_power(scope), budget_kw, readings.non_gpu_w(scope))
+        plan, targets = plan_cap(item, {"a": 1})
         budget_w = plan.gpu_budget_w or 0.0
         nxt = steps(targets, {rule.rule_id: rule}, {scope: list(targets)}, {scope: budget_w}, {}, now)
         planned = group(nxt, targets, world.topology.node_gpus)

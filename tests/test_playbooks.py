@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from aiops.errors import PlaybookError
 from aiops.labels import FAULT_KINDS
 from aiops.models import Hypothesis
-from aiops.playbooks import PlaybookError, load_playbooks, proposals_for
+from aiops.playbooks import load_playbooks, remediation
 from guardrails.registry import DEFAULT_REGISTRY, Risk
 
 
@@ -23,11 +24,12 @@ def test_every_label_has_a_playbook_with_signature_checks_and_typed_remediations
 
 def test_proposals_fill_targets_from_the_hypothesis() -> None:
     h = Hypothesis(root_cause="gpu_fell_off_bus", component="node4/gpu3", confidence=0.9, summary="lost")
-    proposals = proposals_for(h, job="llm")
-    assert [p.target for p in proposals] == ["node4", "node4", "job:llm"]
-    assert all(p.physical for p in proposals)
-    assert proposals[2].parameters == {"exclude": "node4"}
-    assert proposals_for(Hypothesis(root_cause="healthy", component="", confidence=1.0, summary="")) == []
+    actions = remediation(h, job="llm")
+    assert [a.target for a in actions] == ["node4", "node4", "job:llm"]
+    assert all(DEFAULT_REGISTRY.kinds[a.kind].physical for a in actions)
+    assert all(a.proposed_by == "analyst" and a.proposal_id.startswith("draft-") for a in actions)
+    assert actions[2].parameters == {"exclude": "node4"}
+    assert remediation(Hypothesis(root_cause="healthy", component="", confidence=1.0, summary="")) == []
 
 
 def test_a_malformed_playbook_names_the_file(tmp_path: Path) -> None:
@@ -37,6 +39,6 @@ def test_a_malformed_playbook_names_the_file(tmp_path: Path) -> None:
     load_playbooks.cache_clear()
     try:
         with pytest.raises(PlaybookError, match=r"bad.yaml: field 'label': unknown label 'nope'"):
-            load_playbooks(tmp_path)
+            load_playbooks(tmp_path)  # type: ignore[arg-type]
     finally:
         load_playbooks.cache_clear()

@@ -11,23 +11,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aiops.control.advice import (
-    clamp_limit_w,
-    thermal_actions,
-    thermal_inputs_from_store,
-    thermal_inputs_from_world,
-)
-from aiops.control.power_inputs import gpu_states_from_world
+from aiops.control.advice import clamp_limit_w, thermal_actions
+from aiops.control.readings import StoreReadings
 from aiops.control.thermal import SLOWDOWN_C, ThermalReport, assess
-from aiops.control.thermal_inputs import GpuPowerState
-from aiops.models import Hypothesis
-from aiops.playbooks import proposals_for, proposals_from_store
+from aiops.models import GpuPower, Hypothesis
+from aiops.playbooks import remediation, remediation_from_store
 from aiops.scenarios import parse_scenario
 from aiops.sim import World, simulate
+from aiops.sim.actuator import SimActuator
+from aiops.sim.readings import WorldReadings
 from aiops.store import Store
 from guardrails import Context, Topology
 from guardrails.actions import Action
-from guardrails.actuators import SimActuator
 from guardrails.executor import unsafe_executions
 from guardrails.service import Guardrails
 
@@ -92,7 +87,7 @@ def desk_for(world: World, tmp_path: Path) -> Guardrails:
     topology = Topology.grid(2, 2, 4, 2, jobs={"train": [lay.gpu_names[g] for g in lay.jobs[0].gpus]})
 
     def context_for(now_ts_s: float) -> Context:
-        return Context(topology, gpu_states_from_world(world), (), now_ts_s)
+        return Context(topology, {g.gpu: g for g in WorldReadings(world).gpu_power()}, (), now_ts_s)
 
     return Guardrails(
         Store(tmp_path / "guardrails.duckdb"),
@@ -106,7 +101,7 @@ def advise(world: World, prefix: str) -> tuple[ThermalReport, list[Action]]:
     """The thermal manager on the twin's state, with a 30 s temperature trend."""
     earlier = (world.elapsed_s, world.temp_c.copy())
     run_for(world, 30)
-    inputs = thermal_inputs_from_world(world, earlier=earlier)
+    inputs = WorldReadings(world, earlier=earlier).thermal()
     report = assess(inputs.gpus, inputs.nodes, inputs.racks)
     return report, thermal_actions(report, inputs, id_prefix=prefix)
 
@@ -267,10 +262,10 @@ def test_every_rack_hot_falls_back_to_capping_that_lowers_the_hottest_gpu(tmp_pa
 
 
 def test_clamping_to_the_guardrail_envelope_says_why() -> None:
-    gpus = [GpuPowerState(f"node0/gpu{g}", "node0", 700.0, 600.0, 200.0, 700.0, 700.0) for g in range(2)]
+    gpus = [GpuPower(f"node0/gpu{g}", 700.0, 200.0, 700.0, 700.0, 600.0) for g in range(2)]
     assert clamp_limit_w(463.7, gpus) == (550.0, clamp_limit_w(463.7, gpus)[1])
     assert "at most 150 W per action" in clamp_limit_w(463.7, gpus)[1]
-    low = [GpuPowerState("node0/gpu0", "node0", 400.0, 390.0, 200.0, 700.0, 700.0)]
+    low = [GpuPower("node0/gpu0", 400.0, 200.0, 700.0, 700.0, 390.0)]
     value_w, why = clamp_limit_w(200.0, low)
     assert value_w == 280.0 and "envelope floor 280 W" in why
     assert clamp_limit_w(350.6, low) == (350.0, "")  # whole watts, rounded down: no clamp to report
@@ -279,7 +274,7 @@ def test_clamping_to_the_guardrail_envelope_says_why() -> None:
 def test_store_inputs_read_what_the_world_holds() -> None:
     """The same cluster through telemetry: node -> job from job_ranks, rack coolant, a rising trend."""
     store = stored_run(cooling_failures(["rack0"]), ["node0", "node1"], duration_s=100.0)
-    inputs = thermal_inputs_from_store(store, store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+    inputs = StoreReadings(store).thermal()
     assert {n.node: n.job for n in inputs.nodes} == {
         "node0": "train",
         "node1": "train",
@@ -298,13 +293,13 @@ def test_store_inputs_read_what_the_world_holds() -> None:
 
 
 def _kinds(proposals: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(p.action, p.target, p.parameters) for p in proposals]
+    return [(p.kind, p.target, p.parameters) for p in proposals]
 
 
 def test_playbooks_propose_the_computed_remediations() -> None:
     one = stored_run(cooling_failures(["rack0"]), ["node0", "node1"])
     rack0 = Hypothesis(root_cause="rack_cooling_failure", component="rack0", confidence=0.9, summary="")
-    computed = _kinds(proposals_from_store(one, rack0, "train"))
+    computed = _kinds(remediation_from_store(one, rack0, "train"))
     moves = {(target, params["to"]) for kind, target, params in computed if kind == "migrate_job"}
     assert (
         len(moves) == 2
@@ -315,11 +310,11 @@ def test_playbooks_propose_the_computed_remediations() -> None:
         ("set_cooling_state", "rack0", {"cooling_fraction": 1.0}),
         ("open_ticket", "rack0", {"team": "facilities"}),
     ]
-    templates = _kinds(proposals_for(rack0, "train"))  # no telemetry: the playbook's templates
+    templates = _kinds(remediation(rack0, "train"))  # no telemetry: the playbook's templates
     assert [k[0] for k in templates] == ["migrate_job", "set_cooling_state", "set_power_limit", "open_ticket"]
 
     every = stored_run(cooling_failures(["rack0", "rack1"]), ["node0", "node1"])
-    capped = _kinds(proposals_from_store(every, rack0, "train"))
+    capped = _kinds(remediation_from_store(every, rack0, "train"))
     assert [k[:2] for k in capped] == [("set_power_limit", "node0"), ("set_power_limit", "node1"),
                                        ("set_cooling_state", "rack0"), ("open_ticket", "rack0")]  # fmt: skip
     assert capped[0][2] == {"power_limit_w": 550.0}  # one 150 W guardrail step from 700 W
@@ -330,13 +325,13 @@ def test_playbooks_propose_the_computed_remediations() -> None:
         120.0,
     )
     cap = Hypothesis(root_cause="facility_power_cap", component="rack0", confidence=0.9, summary="")
-    fitted = proposals_from_store(dcim, cap, "train")
-    limits = {p.target: p.parameters["power_limit_w"] for p in fitted if p.action == "set_power_limit"}
+    fitted = remediation_from_store(dcim, cap, "train")
+    limits = {p.target: p.parameters["power_limit_w"] for p in fitted if p.kind == "set_power_limit"}
     assert set(limits) == {"node0", "node1"} and limits["node0"] > limits["node1"]  # idle node1 gives first
     budget_w = 8 * 700.0 * (0.78 - 0.18 * 0.5)  # the DCIM cap's GPU share in the simulator
     assert 4 * limits["node0"] + 4 * limits["node1"] <= budget_w + 1.0
-    assert all("power allocator" in p.reason for p in fitted if p.action == "set_power_limit")
-    assert fitted[-1].action == "open_ticket"
+    assert all("power allocator" in p.reason for p in fitted if p.kind == "set_power_limit")
+    assert fitted[-1].kind == "open_ticket"
 
 
 if __name__ == "__main__":  # the measured figures: python -m tests.test_thermal_placement

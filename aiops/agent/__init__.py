@@ -10,8 +10,7 @@ from pathlib import Path
 
 from aiops.agent.config import AgentConfig, load_config
 from aiops.agent.grounding import Claim, verified_citation_rate
-from aiops.agent.session import AgentSession, Reply
-from aiops.agent.wiring import open_session
+from aiops.agent.session import AgentSession, Reply, open_session
 
 
 def citation_rate(db_path: str | Path, questions: list[str], config: AgentConfig | None = None) -> float:

@@ -1,8 +1,10 @@
-"""The deterministic analyst as the agent sees it: incidents, ranked hypotheses, evidence and playbook actions,
-and the templated answer that stands whenever no LLM is configured or the LLM fails.
+"""The deterministic analyst as the agent sees it: incidents, ranked hypotheses, evidence and the remediation
+proposed for each, and the templated answer that stands whenever no LLM is configured or the LLM fails.
 
-Diagnoses come from the store's `incidents`/`hypotheses` tables when a run saved them (`aiops demo`,
-`aiops analyze`); otherwise detection and diagnosis run in memory (the store is read-only to the agent).
+Diagnoses come from the store's `incidents`/`hypotheses` tables when an analysis saved them (`aiops demo`,
+`aiops analyze`, the service), with the proposals it filed for each incident; otherwise detection, diagnosis
+and remediation run in memory (the agent reads the store only) and the remediation is filed when the graph
+proposes it.
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.detect import detect
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
-from aiops.playbooks import proposals_from_store
-from aiops.rca import job_of
+from aiops.pipeline import remediate
+from aiops.rca import diagnose
 from aiops.store import Store
+from guardrails.actions import Action
+from guardrails.records import GuardrailRecords
+from guardrails.registry import DEFAULT_REGISTRY
 
 INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
 # Words that make a question one the analyst can answer alone (the rest is free-form: it needs an LLM).
@@ -42,14 +48,18 @@ ANALYST_WORDS = (
 )
 
 
-def load_diagnoses(store: Store) -> list[Diagnosis]:
+def load_diagnoses(store: Store) -> tuple[list[Diagnosis], dict[str, list[Action]]]:
+    """(diagnoses, incident id -> its remediation: the filed proposals when an analysis filed them, else the
+    remediation computed now as drafts)."""
     stored = _stored_diagnoses(store)
-    if stored is not None:
-        return stored
-    from aiops.detect import detect
-    from aiops.rca import diagnose
-
-    return diagnose(store, detect(store, persist=False))
+    diagnoses = stored if stored is not None else diagnose(store, detect(store, persist=False))
+    filed: dict[str, list[Action]] = {}
+    for record in GuardrailRecords(store).proposals():
+        if record.incident_id and record.action.proposed_by == "analyst":
+            filed.setdefault(record.incident_id, []).append(record.action)
+    return diagnoses, {
+        d.incident.incident_id: filed.get(d.incident.incident_id) or remediate(store, d) for d in diagnoses
+    }
 
 
 def _stored_diagnoses(store: Store) -> list[Diagnosis] | None:
@@ -78,10 +88,7 @@ def _stored_diagnoses(store: Store) -> list[Diagnosis] | None:
             components=list(r["components"]),
             symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
         )
-        hypotheses = by_incident.get(incident.incident_id, [])
-        job = job_of(store, incident, hypotheses[0]) if hypotheses else None
-        proposals = proposals_from_store(store, hypotheses[0], job, incident.last_ts_s) if hypotheses else []
-        out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
+        out.append(Diagnosis(incident=incident, hypotheses=by_incident.get(incident.incident_id, [])))
     return out
 
 
@@ -96,12 +103,18 @@ class AnalystAnswer:
 
 
 class Analyst:
-    def __init__(self, diagnoses: list[Diagnosis]) -> None:
+    def __init__(
+        self, diagnoses: list[Diagnosis], remediations: dict[str, list[Action]] | None = None
+    ) -> None:
         self.diagnoses = diagnoses
+        self.remediations = remediations or {}
 
     @classmethod
     def from_store(cls, store: Store) -> Analyst:
-        return cls(load_diagnoses(store))
+        return cls(*load_diagnoses(store))
+
+    def remediation(self, incident_id: str) -> list[Action]:
+        return self.remediations.get(incident_id, [])
 
     def get(self, incident_id: str) -> Diagnosis | None:
         wanted = incident_id.upper()
@@ -173,11 +186,21 @@ class Analyst:
         for rank, h in enumerate(d.hypotheses[1:top], start=2):
             lines.append(f"  #{rank} {h.root_cause} on {h.component} ({h.confidence:.2f})")
         evidence = best.evidence[:4]  # shown as claims, each with its re-run citation
-        if d.proposals:
-            lines.append("Playbook actions (each needs approval where physical):")
+        actions = self.remediation(i.incident_id)
+        if actions:
+            lines.append("Remediation (each physical action needs a person's approval):")
             lines.extend(
-                f"  - {p.action} -> {p.target}{' ' + json.dumps(p.parameters) if p.parameters else ''}"
-                f" ({'physical' if p.physical else 'digital'}): {p.reason}"
-                for p in d.proposals
+                f"  - {_id(a)}{a.kind} -> {a.target}{' ' + json.dumps(a.parameters) if a.parameters else ''}"
+                f" ({'physical' if _physical(a) else 'digital'}): {a.reason}"
+                for a in actions
             )
         return AnalystAnswer("\n".join(lines), i.incident_id, list(evidence))
+
+
+def _physical(action: Action) -> bool:
+    spec = DEFAULT_REGISTRY.get(action.kind)
+    return spec.physical if spec else True
+
+
+def _id(action: Action) -> str:
+    return "" if action.proposal_id.startswith("draft") else f"{action.proposal_id}: "

@@ -12,7 +12,8 @@ from aiops.agent.config import Limits
 from aiops.agent.llm import LLMFailure
 from aiops.agent.ports import Chat, Journal
 from aiops.agent.prompts import SYSTEM_PROMPT, first_message, parse_final
-from aiops.agent.tools import TOOL_SPECS, ToolBox, ToolError, UnknownTool
+from aiops.agent.tools import TOOL_SPECS, ToolBox
+from aiops.errors import ToolError, UnknownTool
 
 MAX_RESULT_CHARS = 12_000  # what one tool result may add to the conversation
 

@@ -5,13 +5,18 @@
 
 Nothing with an effect on the world happens before `interrupt()`. A resume value only ever comes from a person's
 `/approve` or `/reject` (the session records the approval in the guardrails first); the executor refuses an
-action without a recorded approval whatever the graph's state says. State is plain JSON, checkpointed.
+action without a recorded approval whatever the graph's state says. State is plain JSON, checkpointed, and
+carries proposal ids only: each proposal's status lives in the workspace's proposals table (`Guard.proposal`),
+the one status machine every actor shares.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -26,6 +31,7 @@ from aiops.agent.grounding import Citation, Claim, claims_from_evidence, verifie
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
+from guardrails.actions import Action
 
 
 class AgentState(TypedDict, total=False):
@@ -45,7 +51,8 @@ class AgentState(TypedDict, total=False):
     answer: str
     claims: list[dict[str, Any]]
     citation_rate: float
-    proposals: list[dict[str, Any]]
+    proposals: list[dict[str, Any]]  # what this thread proposed: id, kind, target, parameters, reason, source
+    decisions: dict[str, dict[str, Any]]  # a person's decision per proposal id, as the resume carried it
     executions: dict[str, dict[str, Any]]
     verifications: dict[str, dict[str, Any]]
     report: str
@@ -62,6 +69,10 @@ class Deps:
     limits: Limits
     world: World | None = None
     settle_s: float = 60.0
+    clock: Callable[[], float] = time.time
+
+
+_FILED = re.compile(r"^P-[0-9a-f]{8}$")
 
 
 def proposal_id(thread_id: str, action: dict[str, Any]) -> str:
@@ -173,16 +184,16 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             "citation_rate": rate,
         }
 
+    def status(pid: str) -> str:
+        found = deps.guard.proposal(pid)
+        return str(found["status"]) if found else "unknown"
+
     def propose(state: AgentState) -> AgentState:
         raw: list[Any] = []
         if state["source"] == "llm":
             raw = list((state.get("draft") or {}).get("proposals", []))
         elif state["intent"] == "analyst" and state.get("incident_id"):
-            d = deps.analyst.get(str(state["incident_id"]))
-            raw = [
-                {"kind": p.action, "target": p.target, "parameters": p.parameters, "reason": p.reason}
-                for p in (d.proposals if d else [])
-            ]
+            raw = [a.model_dump(mode="json") for a in deps.analyst.remediation(str(state["incident_id"]))]
         proposals = []
         for item in raw:
             if (
@@ -190,31 +201,27 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 or not isinstance(item.get("kind"), str)
                 or not isinstance(item.get("target"), str)
             ):
-                proposals.append(
-                    {
-                        "proposal_id": proposal_id(state["thread_id"], {"raw": str(item)}),
-                        "kind": "?",
-                        "target": "?",
-                        "parameters": {},
-                        "reason": "",
-                        "status": "denied",
-                        "reasons": ["malformed proposal"],
-                        "source": state["source"],
-                    }
-                )
-                continue
+                item = {
+                    "kind": "?",
+                    "target": "?",
+                    "parameters": {},
+                    "reason": f"malformed proposal: {str(item)[:200]}",
+                }
             params = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
             action = {"kind": item["kind"], "target": item["target"], "parameters": params}
+            # an analysis filed it already: refer to that proposal (never an id the model wrote); else a new id
+            filed_id = str(item.get("proposal_id") or "") if state["source"] == "analyst" else ""
             proposals.append(
                 {
-                    "proposal_id": proposal_id(state["thread_id"], action),
+                    "proposal_id": filed_id
+                    if _FILED.match(filed_id)
+                    else proposal_id(state["thread_id"], action),
                     **action,
                     "reason": str(item.get("reason", ""))[:500],
-                    "status": "new",
                     "source": state["source"],
                 }
             )
-        return {"proposals": proposals}
+        return {"proposals": proposals, "decisions": {}}
 
     def guardrail(state: AgentState) -> AgentState:
         evidence = [
@@ -224,73 +231,63 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         proposed_by = "llm" if state["source"] == "llm" else "analyst"
         out = []
         for p in state["proposals"]:
-            if p["status"] != "new":
-                out.append(p)
-                continue
-            action = {k: p[k] for k in ("kind", "target", "parameters")}
-            verdict = deps.guard.propose(p["proposal_id"], action, p["reason"], proposed_by, evidence)
-            p = {
-                **p,
-                "physical": verdict.physical,
-                "approvals_needed": verdict.approvals_needed,
-                "action_hash": verdict.action_hash,
-                "reasons": verdict.reasons,
-                "status": "pending" if verdict.allowed else "denied",
-            }
-            deps.journal.record("proposal", p, thread_id=state["thread_id"], proposal_id=p["proposal_id"])
+            action = Action(
+                proposal_id=p["proposal_id"], kind=p["kind"], target=p["target"], parameters=p["parameters"],
+                reason=p["reason"], evidence=evidence[:12], proposed_by=proposed_by, created_ts_s=deps.clock(),
+            )  # fmt: skip
+            verdict = deps.guard.propose(action, state.get("incident_id"))
+            p = {**p, "proposal_id": verdict.proposal_id}  # the open proposal of the same action, if any
+            deps.journal.record(
+                "proposal",
+                {**p, "allowed": verdict.allowed, "reasons": verdict.reasons, "existing": verdict.existing},
+                thread_id=state["thread_id"],
+                proposal_id=verdict.proposal_id,
+            )
             out.append(p)
         return {"proposals": out}
 
     def approval(state: AgentState) -> AgentState:
-        pending = [p for p in state["proposals"] if p["status"] == "pending"]
-        decision = interrupt(
-            {"thread_id": state["thread_id"], "pending": [p["proposal_id"] for p in pending]}
-        )
-        wanted = decision.get("proposal_id") if isinstance(decision, dict) else None
-        verdicts = {"approve": "approved", "reject": "rejected"}
-        out = []
-        for p in state["proposals"]:
-            if (
-                p["proposal_id"] == wanted
-                and p["status"] == "pending"
-                and decision.get("decision") in verdicts
-            ):
-                p = {
-                    **p,
-                    "status": verdicts[decision["decision"]],
-                    "decided_by": str(decision.get("by", "")),
-                    "note": str(decision.get("reason", "")),
-                }
-            out.append(p)
-        return {"proposals": out}
+        pending = [p["proposal_id"] for p in state["proposals"] if status(p["proposal_id"]) == "pending"]
+        decision = interrupt({"thread_id": state["thread_id"], "pending": pending})
+        decisions = dict(state.get("decisions", {}))
+        mine = {p["proposal_id"] for p in state["proposals"]}
+        if isinstance(decision, dict) and decision.get("proposal_id") in mine:
+            decisions[str(decision["proposal_id"])] = {
+                "decision": str(decision.get("decision", "")),
+                "by": str(decision.get("by", "")),
+                "reason": str(decision.get("reason", "")),
+            }
+        return {"decisions": decisions}
 
     def execute(state: AgentState) -> AgentState:
+        """Approved proposals run; so is tried any the resume says a person approved, whatever the table says:
+        the executor, not the graph, decides whether the recorded approvals suffice."""
         executions = dict(state.get("executions", {}))
-        out = []
+        decided = {pid for pid, d in state.get("decisions", {}).items() if d.get("decision") == "approve"}
         for p in state["proposals"]:
             pid = p["proposal_id"]
-            if p["status"] == "approved" and not executions.get(pid, {}).get("ok"):
-                before = deps.world.metrics(p["target"]) if deps.world else {}
-                try:
-                    result = deps.guard.execute(pid)
-                    executions[pid] = {"ok": True, "result": result, "before": before}
-                    p = {**p, "status": "executed"}
-                except ExecutionRefused as exc:
-                    executions[pid] = {"ok": False, "error": str(exc), "rule": exc.rule}
-                    # without enough valid approvals it waits again for people; other refusals are final
-                    p = {**p, "status": "pending" if exc.rule == "approval" else "refused", "note": str(exc)}
-                deps.journal.record(
-                    "execution", executions[pid], thread_id=state["thread_id"], proposal_id=pid
-                )
-            out.append(p)
-        return {"proposals": out, "executions": executions}
+            current = status(pid)
+            wanted = current == "approved" or (pid in decided and current == "pending")
+            if not wanted or executions.get(pid, {}).get("ok"):
+                continue
+            before = deps.world.metrics(p["target"]) if deps.world else {}
+            try:
+                result = deps.guard.execute(pid)
+                executions[pid] = {"ok": True, "result": result, "before": before}
+            except ExecutionRefused as exc:
+                # without enough valid approvals it waits again for people; other refusals are final (the
+                # guardrails record them on the proposal)
+                executions[pid] = {"ok": False, "error": str(exc), "rule": exc.rule}
+            deps.journal.record("execution", executions[pid], thread_id=state["thread_id"], proposal_id=pid)
+        return {"executions": executions}
 
     def verify(state: AgentState) -> AgentState:
         verifications = dict(state.get("verifications", {}))
         todo = [
             p
             for p in state["proposals"]
-            if p["status"] == "executed" and p["proposal_id"] not in verifications
+            if state.get("executions", {}).get(p["proposal_id"], {}).get("ok")
+            and p["proposal_id"] not in verifications
         ]
         if todo and deps.world is not None:
             deps.world.advance(deps.settle_s)
@@ -315,13 +312,15 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def report(state: AgentState) -> AgentState:
         counts: dict[str, int] = {}
         for p in state.get("proposals", []):
-            counts[p["status"]] = counts.get(p["status"], 0) + 1
+            st = status(p["proposal_id"])
+            counts[st] = counts.get(st, 0) + 1
         text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no proposals"
         deps.journal.record("report", {"proposals": counts}, thread_id=state["thread_id"])
         return {"report": text}
 
     def after_checks(state: AgentState) -> str:
-        return "approval" if any(p["status"] == "pending" for p in state.get("proposals", [])) else "report"
+        waiting = any(status(p["proposal_id"]) == "pending" for p in state.get("proposals", []))
+        return "approval" if waiting else "report"
 
     graph = StateGraph(AgentState)
     for name, node in (

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aiops.agent.sqltool import ReadOnlySQL, SQLRejected
+from aiops.agent.sqltool import ReadOnlySQL
+from aiops.errors import SQLRejected
 from aiops.models import Evidence
 
 Status = Literal["verified", "mismatch", "unverifiable", "pending"]

@@ -1,10 +1,7 @@
-"""The agent's `Guard` over the `guardrails` service: proposals validated and recorded, approvals by named
-people, and execution through the guardrails `Executor` with the simulated twin as the actuator backend.
-
-Guardrail state (proposals, approvals, rejections, the execution ledger, the hash-chained audit log) lives in
-the agent's state file beside the telemetry database (`<db>.agent.duckdb`): the telemetry file stays read-only
-to the agent. The validation context reads topology from the telemetry store and each GPU's limits from the
-twin when there is one (it is the world being actuated), else from the newest stored samples.
+"""The agent's `Guard` and `World` over a workspace: every call opens the workspace for one short write
+(`Workspace.write`), attaches its world (the twin this session holds, synced with what other processes did),
+and goes through `guardrails.service.Guardrails`. So the chat's proposals, approvals and executions land in the
+same tables and the same audit chain as the CLI's and the DCIM rounds', and one rate ledger counts them all.
 """
 
 from __future__ import annotations
@@ -14,104 +11,149 @@ from collections.abc import Callable
 from typing import Any
 
 from aiops.agent.ports import ApprovalRefused, Decision, ExecutionRefused, Verdict
-from aiops.agent.twin import Twin
-from aiops.control.power_inputs import gpu_states_from_world
 from aiops.errors import GuardrailError
-from aiops.store import Store
+from aiops.runtime.world import attach, desk, load_twin
+from aiops.sim.actuator import SimActuator
+from aiops.sim.twin import Twin
+from aiops.sim.world import World
+from aiops.store import Workspace
 from guardrails.actions import Action, action_hash
-from guardrails.actuators import RecordingActuator, SimActuator
-from guardrails.context import gpu_states_from_store, topology_from_store
-from guardrails.policy import Context
+from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
 
 
-class GuardrailsGuard:
+class WorkspaceGuard:
     def __init__(
-        self, telemetry: Store, state: Store, twin: Twin | None, clock: Callable[[], float] = time.time
-    ):
-        self.telemetry = telemetry
+        self,
+        workspace: Workspace,
+        twin: Twin | None,
+        clock: Callable[[], float] = time.time,
+        before_write: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.workspace = workspace
         self.twin = twin
         self.clock = clock
-        self.topology = topology_from_store(telemetry)
-        actuator = SimActuator(twin.world, self.topology) if twin else RecordingActuator()
-        self.service = Guardrails(state, actuator=actuator, context_for=self._context, clock=clock)
+        self.before_write = before_write  # the journal flushes first, so the audit chain keeps the order
 
-    def _context(self, now_ts_s: float) -> Context:
-        gpus = gpu_states_from_world(self.twin.world) if self.twin else gpu_states_from_store(self.telemetry)
-        return Context(self.topology, gpus, (), now_ts_s, self.service.registry)
+    def _run(self, work: Callable[[Guardrails], Any]) -> Any:
+        self.before_write()
+        with self.workspace.write() as store:
+            attached = attach(store, twin=self.twin)
+            return work(desk(store, attached, clock=self.clock))
 
-    def action(
-        self, proposal_id: str, action: dict[str, Any], proposed_by: str = "llm", **extra: Any
-    ) -> Action:
-        return Action(
-            proposal_id=proposal_id,
-            kind=action["kind"],
-            target=action["target"],
-            parameters=action.get("parameters", {}),
-            proposed_by=proposed_by,
-            created_ts_s=self.clock(),
-            **extra,
-        )
+    def proposal(self, proposal_id: str) -> dict[str, Any] | None:
+        with self.workspace.read() as store:
+            record = GuardrailRecords(store).proposal(proposal_id)
+        if record is None:
+            return None
+        return {"status": record.status, "message": record.message, "physical": record.physical,
+                "approvals_needed": record.approvals_needed, "action_hash": action_hash(record.action),
+                "origin": record.origin}  # fmt: skip
 
-    def propose(
-        self, proposal_id: str, action: dict[str, Any], reason: str, proposed_by: str, evidence: list[str]
-    ) -> Verdict:
-        known = self.service.records.proposal(proposal_id)
-        typed = known.action if known else self.action(proposal_id, action, proposed_by, reason=reason,
-                                                       evidence=evidence[:12])  # fmt: skip
-        if known is not None:  # a re-run of the node after a crash: the recorded verdict stands
-            ok = known.status != "denied"
-            return Verdict(
-                ok, known.physical, known.approvals_needed, action_hash(typed), [] if ok else [known.message]
-            )
-        validation = self.service.propose(typed)
-        reasons = [] if validation.ok else [validation.message]
-        return Verdict(
-            validation.ok, validation.physical, validation.approvals_needed, action_hash(typed), reasons
-        )
+    def propose(self, action: Action, incident_id: str | None) -> Verdict:
+        def work(guard: Guardrails) -> Verdict:
+            known = guard.records.proposal(action.proposal_id)
+            if known is not None:  # filed already (by an analysis, or this node before a crash): it stands
+                ok = known.status != "denied"
+                return Verdict(action.proposal_id, ok, known.physical, known.approvals_needed,
+                               action_hash(known.action), [] if ok else [known.message], existing=True)  # fmt: skip
+            filed = guard.propose(action, origin="chat", incident_id=incident_id)
+            v = filed.validation
+            return Verdict(filed.proposal_id, v.ok, v.physical, v.approvals_needed, action_hash(action),
+                           [] if v.ok else [v.message], existing=filed.existing)  # fmt: skip
+
+        verdict: Verdict = self._run(work)
+        return verdict
 
     def approve(self, proposal_id: str, by: str) -> Decision:
-        record = self.service.records.proposal(proposal_id)
-        if record is not None and not record.physical:
-            return Decision(True, "digital: no approval needed; runs on your decision")
+        def work(guard: Guardrails) -> Decision:
+            record = guard.records.proposal(proposal_id)
+            if record is not None and not record.physical:
+                return Decision(True, "digital: no approval needed; runs on your decision")
+            auth = guard.approve(proposal_id, by)
+            return Decision(auth.ok, auth.message)
+
         try:
-            auth = self.service.approve(proposal_id, by)
+            decision: Decision = self._run(work)
         except GuardrailError as exc:
-            raise ApprovalRefused(exc.rule, str(exc)) from exc
-        return Decision(auth.ok, auth.message)
+            raise ApprovalRefused(exc.rule, exc.detail) from exc
+        return decision
 
     def reject(self, proposal_id: str, by: str, reason: str) -> None:
         try:
-            self.service.reject(proposal_id, by, reason)
+            self._run(lambda guard: guard.reject(proposal_id, by, reason))
         except GuardrailError as exc:
-            raise ApprovalRefused(exc.rule, str(exc)) from exc
+            raise ApprovalRefused(exc.rule, exc.detail) from exc
 
     def authorisation(self, proposal_id: str) -> Decision:
+        def work(guard: Guardrails) -> Decision:
+            auth = guard.authorisation(proposal_id)
+            return Decision(auth.ok, auth.message)
+
         try:
-            auth = self.service.authorisation(proposal_id)
+            decision: Decision = self._run(work)
         except GuardrailError as exc:
             return Decision(False, str(exc))
-        return Decision(auth.ok, auth.message)
+        return decision
 
     def execute(self, proposal_id: str) -> dict[str, Any]:
-        record = self.service.records.proposal(proposal_id)
-        if record is None:
-            raise ExecutionRefused("unknown", f"no proposal {proposal_id}")
-        if record.physical and self.twin is None:
-            raise ExecutionRefused(
-                "no_backend", "no actuator backend for physical actions (start with --scenario)"
-            )
-        outcome = self.service.execute(proposal_id)
-        if self.twin is not None and outcome.ran:
-            self.twin.save()
+        if self.twin is None:
+            record = self.proposal(proposal_id)
+            if record is not None and record["physical"]:
+                raise ExecutionRefused(
+                    "no_backend",
+                    "no actuator for physical actions: this workspace has no twin (not simulated)",
+                )
+        outcome = self._run(lambda guard: guard.execute(proposal_id))
         if outcome.status in ("executed", "already_executed"):
             return {"status": outcome.status, "message": outcome.message, "verified": outcome.verified,
                     "result": outcome.result}  # fmt: skip
         raise ExecutionRefused(outcome.rule or outcome.status, outcome.message)
 
-    def actuate_copy(self, world: Any, action: dict[str, Any]) -> dict[str, Any]:
+    def actuate_copy(self, world: World, action: Action) -> dict[str, Any]:
         """Apply an action to a copy of the world (what-if), through the same actuator code as execution."""
-        result = SimActuator(world, self.topology).apply(self.action("whatif", action), False)
+        assert self.twin is not None
+        result = SimActuator(world, self.twin.topology).apply(action, False)
         if not result.ok:
             raise ValueError(result.error)
         return result.detail
+
+
+class TwinWorld:
+    """The agent's `World` port over the workspace's twin: metrics, advancing time (recorded in the twin's
+    log), and what-if previews on copies, with actions applied by the guardrails' simulator actuator."""
+
+    def __init__(self, workspace: Workspace, twin: Twin, guard: WorkspaceGuard) -> None:
+        self.workspace = workspace
+        self.twin = twin
+        self.guard = guard
+
+    def _synced(self) -> Twin:
+        with self.workspace.read() as store:
+            held = load_twin(store, self.twin)
+        assert held is not None
+        return held
+
+    def metrics(self, component: str) -> dict[str, Any]:
+        return self._synced().metrics(component)
+
+    def advance(self, seconds: float) -> None:
+        with self.workspace.write() as store:
+            self.twin.advance(store, seconds)
+
+    def preview(self, action: dict[str, Any], horizon_s: float) -> dict[str, Any]:
+        """A migration is judged on its job (step time, hottest GPU, where it runs), not on the node it leaves."""
+        twin = self._synced()
+        typed = Action(
+            proposal_id="whatif",
+            kind=str(action["kind"]),
+            target=str(action["target"]),
+            parameters=action.get("parameters") or {},
+            proposed_by="llm",
+            created_ts_s=self.guard.clock(),
+        )
+        component = typed.target
+        if typed.kind == "migrate_job":
+            job = twin.world.node_job(component)  # ValueError for an unknown node: the tool reports it
+            component = f"job:{job}" if job else component
+        return twin.preview(self.guard.actuate_copy, typed, component, horizon_s)

@@ -1,6 +1,7 @@
 """What the agent's graph needs from the rest of the system, as small protocols (the httpx transport habit):
-the guardrails (propose, approve, reject, execute), the world, the journal, and the LLM. `aiops.agent.wiring`
-plugs in the `guardrails` service and the simulated twin."""
+the guardrails (propose, approve, reject, execute, and each proposal's state: the workspace's proposals
+table is the one status machine), the world, the journal, and the LLM. `aiops.agent.guarded` plugs in the
+workspace's `guardrails` service and its twin."""
 
 from __future__ import annotations
 
@@ -8,32 +9,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiops.agent.llm import Turn
-from aiops.errors import AiopsError
+from aiops.errors import ApprovalRefused, ExecutionRefused
+from guardrails.actions import Action
 
-
-class ApprovalRefused(AiopsError):
-    """An approval the guardrails would not record (`rule`: approver, proposer, rejected, status, ...)."""
-
-    def __init__(self, rule: str, message: str) -> None:
-        self.rule = rule
-        super().__init__(message)
-
-
-class ExecutionRefused(AiopsError):
-    """The executor did not run the action (`rule`: approval, envelope, rate_limit, no_backend, failed, ...)."""
-
-    def __init__(self, rule: str, message: str) -> None:
-        self.rule = rule
-        super().__init__(message)
+__all__ = ["ApprovalRefused", "Chat", "Decision", "ExecutionRefused", "Guard", "Journal", "Verdict", "World"]
 
 
 @dataclass(frozen=True)
 class Verdict:
+    proposal_id: str  # the proposal that stands for the action: a new one, or the open one it repeats
     allowed: bool
     physical: bool
     approvals_needed: int
     action_hash: str
     reasons: list[str] = field(default_factory=list)
+    existing: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,9 +35,13 @@ class Decision:
 
 
 class Guard(Protocol):
-    def propose(
-        self, proposal_id: str, action: dict[str, Any], reason: str, proposed_by: str, evidence: list[str]
-    ) -> Verdict: ...
+    def propose(self, action: Action, incident_id: str | None) -> Verdict:
+        """File the action (validated, audited); a proposal already filed under its id keeps its verdict."""
+        ...
+
+    def proposal(self, proposal_id: str) -> dict[str, Any] | None:
+        """The proposal's state as the workspace records it: status, message, physical, approvals."""
+        ...
 
     def approve(self, proposal_id: str, by: str) -> Decision: ...
 

@@ -1,9 +1,11 @@
-"""One agent over one database: ask questions, list pending actions, approve or reject them, explain them.
+"""One agent over one workspace: ask questions, list the workspace's proposals, approve or reject them, explain
+them.
 
-Everything durable lives beside the database: the LangGraph checkpoints (`<db>.agent.sqlite`, so pending
-approvals survive a restart); the agent state file `<db>.agent.duckdb` with the guardrails' proposals,
-approvals, execution ledger and hash-chained audit log, and the agent's own `agent_log`; the simulated twin's
-state (`<db>.twin.pkl`). The telemetry database itself is opened read-only.
+Everything durable lives in the workspace (aiops/store/workspace.py): the telemetry, the proposals,
+approvals, execution ledger and audit log the guardrails keep, the agent's journal (`agent_log`), the twin's log;
+and LangGraph's checkpoints in the workspace's one SQLite file (`<db>.checkpoints.sqlite`), so pending approvals
+survive a restart. Each operation opens the database for a moment only, so `aiops actions`, `aiops audit
+verify`, `aiops dcim watch` and the service work on the same workspace while a chat is open.
 """
 
 from __future__ import annotations
@@ -22,20 +24,17 @@ from aiops.agent.analyst import Analyst
 from aiops.agent.config import AgentConfig, load_config
 from aiops.agent.graph import AgentState, Deps, build_graph
 from aiops.agent.grounding import Claim
-from aiops.agent.guarded import GuardrailsGuard
-from aiops.agent.journal import AuditJournal, DuckDBJournal, TeeJournal
+from aiops.agent.guarded import TwinWorld, WorkspaceGuard
+from aiops.agent.journal import WorkspaceJournal
 from aiops.agent.llm import LLMClient
 from aiops.agent.ports import Chat
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
-from aiops.agent.twin import Twin, TwinWorld
 from aiops.errors import AiopsError
-from aiops.store import Store
-
-
-def sidecar(db_path: str | Path, suffix: str) -> Path:
-    path = Path(db_path)
-    return path.with_name(path.name + suffix)
+from aiops.runtime.actions import approve as approve_now
+from aiops.sim.twin import Twin
+from aiops.store import Workspace
+from guardrails.records import GuardrailRecords
 
 
 @dataclass
@@ -47,7 +46,7 @@ class Reply:
     claims: list[Claim]
     citation_rate: float
     failures: list[str]
-    proposals: list[dict[str, Any]]
+    proposals: list[dict[str, Any]]  # as the workspace records them now (status, approvals, verdict)
     analyst_text: str
     llm: dict[str, Any] = field(default_factory=dict)
     report: str = ""
@@ -57,7 +56,7 @@ class Reply:
     note: str = ""
 
     @classmethod
-    def from_state(cls, values: AgentState, waiting: bool) -> Reply:
+    def from_state(cls, values: AgentState, waiting: bool, proposals: list[dict[str, Any]]) -> Reply:
         return cls(
             thread_id=values.get("thread_id", ""),
             question=values.get("question", ""),
@@ -66,7 +65,7 @@ class Reply:
             claims=[Claim.model_validate(c) for c in values.get("claims", [])],
             citation_rate=float(values.get("citation_rate", 0.0)),
             failures=list(values.get("failures", [])),
-            proposals=list(values.get("proposals", [])),
+            proposals=proposals,
             analyst_text=values.get("analyst_text", ""),
             llm=dict(values.get("llm", {})),
             report=values.get("report", ""),
@@ -79,51 +78,49 @@ class Reply:
 class AgentSession:
     def __init__(
         self,
-        db_path: str | Path,
+        workspace: Workspace,
         *,
         config: AgentConfig | None = None,
-        twin: Twin | None = None,
         llm: Chat | None = None,
         clock: Any = time.time,
         settle_s: float = 60.0,
     ) -> None:
-        if not Path(db_path).exists():
-            raise AiopsError(f"{db_path}: no such database (make one with: aiops demo --db {db_path})")
-        self.db_path = Path(db_path)
+        self.workspace = workspace.require()
+        self.db_path = Path(workspace.path)
         self.config = config or load_config()
         self.clock = clock
-        self.store = Store(db_path, read_only=True)
-        self.store.conn.execute("SET enable_external_access = false")
         limits = self.config.limits
-        self.sql = ReadOnlySQL(self.store.conn, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s)
-        self.analyst = Analyst.from_store(self.store)
-        self.state = Store(sidecar(db_path, ".agent.duckdb"))
-        self.guard = GuardrailsGuard(self.store, self.state, twin, clock)
-        self.log = DuckDBJournal(self.state.conn)
-        self.journal = TeeJournal(self.log, AuditJournal(self.guard.service.audit))
-        self.world = TwinWorld(twin, self.guard.actuate_copy) if twin else None
+        with workspace.read() as store:
+            self.analyst = Analyst.from_store(store)
+            self.twin = Twin.load(store)
+        self.sql = ReadOnlySQL(workspace, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s)
+        self.journal = WorkspaceJournal(workspace)
+        self.guard = WorkspaceGuard(workspace, self.twin, clock, before_write=self.journal.flush)
+        self.world = TwinWorld(workspace, self.twin, self.guard) if self.twin else None
         if llm is None and self.config.online:
             llm = LLMClient(self.config)
         self.tools = ToolBox(
-            self.store,
+            workspace,
             self.sql,
             self.analyst,
             preview=self.world.preview if self.world else None,
             horizon_s=limits.whatif_horizon_s,
         )
-        self._checkpoints = sqlite3.connect(str(sidecar(db_path, ".agent.sqlite")), check_same_thread=False)
+        self._checkpoints = sqlite3.connect(str(workspace.checkpoints_path), check_same_thread=False)
         self.saver = SqliteSaver(self._checkpoints)
         self.saver.setup()
-        deps = Deps(
-            self.analyst, self.tools, self.sql, self.guard, self.journal, llm, limits, self.world, settle_s
-        )
+        deps = Deps(self.analyst, self.tools, self.sql, self.guard, self.journal, llm, limits, self.world,
+                    settle_s, clock)  # fmt: skip
         self.graph = build_graph(deps, self.saver)
 
     # -- questions ----------------------------------------------------------------------------------------
     def ask(self, question: str, asked_by: str = "") -> Reply:
         thread_id = f"T-{int(self.clock())}-{secrets.token_hex(3)}"
         config = self._config(thread_id)
-        self.graph.invoke({"thread_id": thread_id, "question": question, "asked_by": asked_by}, config)
+        try:
+            self.graph.invoke({"thread_id": thread_id, "question": question, "asked_by": asked_by}, config)
+        finally:
+            self.journal.flush()
         return self._reply(thread_id)
 
     def _config(self, thread_id: str) -> Any:
@@ -131,7 +128,32 @@ class AgentSession:
 
     def _reply(self, thread_id: str) -> Reply:
         snapshot = self.graph.get_state(self._config(thread_id))
-        return Reply.from_state(snapshot.values, waiting=bool(snapshot.next))
+        values: AgentState = snapshot.values
+        decisions = values.get("decisions", {})
+        proposals = [
+            {**self._describe(p["proposal_id"], p), **({"decided_by": decisions[p["proposal_id"]]["by"]}
+                                                       if p["proposal_id"] in decisions else {})}
+            for p in values.get("proposals", [])
+        ]  # fmt: skip
+        return Reply.from_state(values, bool(snapshot.next), proposals)
+
+    def _describe(self, proposal_id: str, fallback: dict[str, Any]) -> dict[str, Any]:
+        """A proposal as the workspace records it (the recorded action, not what the graph wrote down)."""
+        with self.workspace.read() as store:
+            records = GuardrailRecords(store)
+            record = records.proposal(proposal_id)
+            people = sorted({a.approver for a in records.approvals(proposal_id)})
+        if record is None:
+            return {**fallback, "status": "unknown", "reasons": ["not filed"]}
+        a = record.action
+        return {
+            "proposal_id": proposal_id, "kind": a.kind, "target": a.target, "parameters": a.parameters,
+            "reason": a.reason, "source": fallback.get("source", a.proposed_by), "status": record.status,
+            "physical": record.physical, "approvals_needed": record.approvals_needed, "approvers": people,
+            "reasons": [] if record.status != "denied" else [record.message], "message": record.message,
+            "note": record.message if record.status not in ("pending", "denied") or record.message != "ok" else "",
+            "origin": record.origin,
+        }  # fmt: skip
 
     # -- actions ------------------------------------------------------------------------------------------
     def threads(self) -> list[str]:
@@ -140,85 +162,96 @@ class AgentSession:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
-    def actions(self) -> list[dict[str, Any]]:
-        """Every proposal of every thread, with its thread, question and the guardrails' approval state."""
-        out = []
+    def _waiting_threads(self) -> dict[str, str]:
+        """Proposal id -> the thread that proposed it and still waits (interrupted) for a decision."""
+        out: dict[str, str] = {}
         for thread_id in self.threads():
-            values: AgentState = self.graph.get_state(self._config(thread_id)).values
-            for p in values.get("proposals", []):
-                approvals = (
-                    self.guard.authorisation(p["proposal_id"]).message if p["status"] == "pending" else ""
-                )
-                out.append(
-                    {
-                        **p,
-                        "thread_id": thread_id,
-                        "question": values.get("question", ""),
-                        "approvals": approvals,
-                    }
-                )
+            snapshot = self.graph.get_state(self._config(thread_id))
+            if snapshot.next:
+                for p in snapshot.values.get("proposals", []):
+                    out[str(p["proposal_id"])] = thread_id
         return out
+
+    def actions(self) -> list[dict[str, Any]]:
+        """Every proposal of the workspace (the chat's, the analyses', the DCIM rounds'), as recorded."""
+        with self.workspace.read() as store:
+            ids = [r.proposal_id for r in GuardrailRecords(store).proposals()]
+        threads = self._waiting_threads()
+        return [{**self._describe(pid, {}), "thread_id": threads.get(pid, "")} for pid in ids]
 
     def pending(self) -> list[dict[str, Any]]:
         return [a for a in self.actions() if a["status"] == "pending"]
 
     def find(self, proposal_id: str) -> dict[str, Any] | None:
-        return next((a for a in self.actions() if a["proposal_id"] == proposal_id), None)
+        found = self._describe(proposal_id, {})
+        return None if found.get("status") == "unknown" else found
 
     def approve(self, proposal_id: str, by: str) -> Reply:
-        """Record a person's approval in the guardrails; once enough people approved, the graph executes the
-        action (exactly once, through the guardrails executor) and verifies its effect."""
-        action = self._waiting(proposal_id)
+        """Record a person's approval in the guardrails; once enough people approved, the action executes
+        (exactly once, through the guardrails executor): in the thread that proposed it when one waits, which
+        then verifies its effect on the twin; else at once, as `aiops actions approve` does."""
+        self.journal.flush()
+        thread_id = self._waiting_threads().get(proposal_id)
+        if thread_id is None:
+            return self._approve_outside(proposal_id, by)
         decision = self.guard.approve(proposal_id, by)  # ApprovalRefused: the guardrails' rule, shown as is
-        self.journal.record(
-            "approval",
-            {"by": by, "authorised": decision.ok, "message": decision.message},
-            thread_id=action["thread_id"],
-            proposal_id=proposal_id,
-        )
+        self.journal.record("approval", {"by": by, "authorised": decision.ok, "message": decision.message},
+                            thread_id=thread_id, proposal_id=proposal_id)  # fmt: skip
         if not decision.ok:
-            reply = self._reply(action["thread_id"])
+            reply = self._reply(thread_id)
             reply.note = f"approval recorded; {decision.message}"
+            self.journal.flush()
             return reply
-        return self._resume(
-            action["thread_id"], {"proposal_id": proposal_id, "decision": "approve", "by": by}
-        )
+        return self._resume(thread_id, {"proposal_id": proposal_id, "decision": "approve", "by": by})
+
+    def _approve_outside(self, proposal_id: str, by: str) -> Reply:
+        if self.find(proposal_id) is None:
+            raise AiopsError(f"no proposal {proposal_id[:80]} (see /actions)")
+        decision = approve_now(self.workspace, proposal_id, by, twin=self.twin, clock=self.clock)
+        outcome = decision.outcome
+        note = decision.note if outcome is None else f"{outcome.status}: {outcome.message}"
+        reply = Reply("", "", "analyst", "", [], 0.0, [], [self._describe(proposal_id, {})], "", note=note)
+        if outcome is not None and outcome.ran:
+            reply.executions = {proposal_id: {"ok": True, "result": {"result": outcome.result}}}
+        return reply
 
     def reject(self, proposal_id: str, by: str, reason: str) -> Reply:
-        action = self._waiting(proposal_id)
+        self.journal.flush()
+        thread_id = self._waiting_threads().get(proposal_id)
         self.guard.reject(proposal_id, by, reason)
+        if thread_id is None:
+            return Reply(
+                "", "", "analyst", "", [], 0.0, [], [self._describe(proposal_id, {})], "", note="rejected"
+            )
         self.journal.record(
-            "rejection", {"by": by, "reason": reason}, thread_id=action["thread_id"], proposal_id=proposal_id
+            "rejection", {"by": by, "reason": reason}, thread_id=thread_id, proposal_id=proposal_id
         )
         return self._resume(
-            action["thread_id"],
-            {"proposal_id": proposal_id, "decision": "reject", "by": by, "reason": reason},
+            thread_id, {"proposal_id": proposal_id, "decision": "reject", "by": by, "reason": reason}
         )
 
-    def _waiting(self, proposal_id: str) -> dict[str, Any]:
-        action = self.find(proposal_id)
-        if action is None:
-            raise AiopsError(f"no proposal {proposal_id} (see /actions)")
-        if action["status"] != "pending":
-            raise AiopsError(f"{proposal_id} is {action['status']}, not waiting for a decision")
-        return action
-
     def _resume(self, thread_id: str, decision: dict[str, Any]) -> Reply:
-        self.graph.invoke(Command(resume=decision), self._config(thread_id))
+        try:
+            self.graph.invoke(Command(resume=decision), self._config(thread_id))
+        finally:
+            self.journal.flush()
         return self._reply(thread_id)
 
     def why(self, proposal_id: str) -> dict[str, Any]:
         """Why a proposal exists: the question, the grounded answer it came with, the guardrail verdict, its log."""
         action = self.find(proposal_id)
         if action is None:
-            raise AiopsError(f"no proposal {proposal_id} (see /actions)")
-        reply = self._reply(action["thread_id"])
-        return {"proposal": action, "reply": reply, "log": self.log.entries(proposal_id=proposal_id)}
+            raise AiopsError(f"no proposal {proposal_id[:80]} (see /actions)")
+        thread_id = next(
+            (t for t in self.threads() for p in self.graph.get_state(self._config(t)).values.get("proposals", [])
+             if p["proposal_id"] == proposal_id), None,
+        )  # fmt: skip
+        reply = self._reply(thread_id) if thread_id else None
+        return {"proposal": action, "reply": reply, "log": self.journal.entries(proposal_id=proposal_id)}
 
     def close(self) -> None:
+        self.journal.flush()
         self._checkpoints.close()
-        self.state.close()
-        self.store.close()
 
     def __enter__(self) -> AgentSession:
         return self
@@ -227,6 +260,13 @@ class AgentSession:
         self.close()
 
 
-def analyst_only(db_path: str | Path) -> Analyst:
-    with Store(db_path, read_only=True) as store:
-        return Analyst.from_store(store)
+def open_session(
+    db_path: str | Path,
+    *,
+    config: AgentConfig | None = None,
+    llm: Chat | None = None,
+    clock: Any = time.time,
+    settle_s: float = 60.0,
+) -> AgentSession:
+    """A session on the workspace at `db_path`; its twin, when it was simulated, comes from the workspace."""
+    return AgentSession(Workspace(db_path), config=config, llm=llm, clock=clock, settle_s=settle_s)

@@ -2,35 +2,64 @@
 
 Three layers, any one of which suffices: DuckDB's own parser must see exactly one SELECT statement; the
 connection is opened `read_only` (DuckDB refuses writes to the file); and external access (files, URLs,
-extensions) is switched off, so `read_csv('/etc/passwd')` fails too.
+extensions) is switched off, so `read_csv('/etc/passwd')` fails too. Each query opens the workspace for its own
+duration only (`Workspace.read`), so a chat never holds the database while a person reads its answer.
+
+The twin's tables (`sim_runs`, `twin_log`) hold the scenario a simulated workspace was made from, faults
+included: the agent must diagnose from telemetry, never from the answer, so queries naming them, or reaching
+tables by name at run time (`query`, `query_table`), are refused.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import math
 import threading
 import uuid
-from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from aiops.errors import AiopsError
+from aiops.errors import SQLRejected
+from aiops.store import Workspace
+
+PROTECTED_TABLES = frozenset({"sim_runs", "twin_log"})
+DYNAMIC_TABLE_FUNCTIONS = frozenset({"query", "query_table"})
 
 
-class SQLRejected(AiopsError):
-    """A query the agent may not run, or one that failed; the message says why (shown to the model)."""
+def _references(tree: Any, tables: set[str], functions: set[str]) -> None:
+    if isinstance(tree, dict):
+        if tree.get("type") == "BASE_TABLE":
+            tables.add(str(tree.get("table_name", "")).casefold())
+        elif tree.get("type") == "TABLE_FUNCTION":
+            functions.add(str((tree.get("function") or {}).get("function_name", "")).casefold())
+        for value in tree.values():
+            _references(value, tables, functions)
+    elif isinstance(tree, list):
+        for value in tree:
+            _references(value, tables, functions)
 
 
-def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
-    try:
-        conn = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as exc:
-        raise AiopsError(f"{path}: cannot open read-only: {exc}") from exc
-    conn.execute("SET enable_external_access = false")
-    return conn
+def check_tables(conn: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse the twin's tables and run-time table look-ups (see the module docstring): every table and table
+    function the parse tree names (DuckDB's `json_serialize_sql`, which also reads statements with `?`)."""
+    row = conn.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    tree = json.loads(str(row[0])) if row else {"error": True}
+    if tree.get("error"):
+        raise SQLRejected(f"not valid SQL: {tree.get('error_message', 'the parser refused it')}")
+    tables: set[str] = set()
+    functions: set[str] = set()
+    _references(tree, tables, functions)
+    dynamic = sorted(functions & DYNAMIC_TABLE_FUNCTIONS)
+    if dynamic:
+        raise SQLRejected(f"{', '.join(dynamic)}() is not allowed: name the tables in the SELECT")
+    hidden = sorted(tables & PROTECTED_TABLES)
+    if hidden:
+        raise SQLRejected(
+            f"table(s) {', '.join(hidden)} are not telemetry: the twin's own state is off limits"
+        )
 
 
 def check_select(sql: str) -> None:
@@ -67,29 +96,31 @@ def jsonable(value: Any) -> Any:
 
 
 class ReadOnlySQL:
-    def __init__(
-        self, conn: duckdb.DuckDBPyConnection, *, max_rows: int = 200, timeout_s: float = 5.0
-    ) -> None:
-        self.conn = conn
+    def __init__(self, workspace: Workspace, *, max_rows: int = 200, timeout_s: float = 5.0) -> None:
+        self.workspace = workspace
         self.max_rows = max_rows
         self.timeout_s = timeout_s
 
     def run(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
         """{"columns", "rows" (dicts), "truncated"}; raises `SQLRejected` with the reason otherwise."""
         check_select(sql)
-        cursor = self.conn.cursor()
-        timer = threading.Timer(self.timeout_s, cursor.interrupt)
-        timer.start()
-        try:
-            result = cursor.execute(sql, params or [])
-            names = [d[0] for d in result.description or []]
-            fetched = result.fetchmany(self.max_rows + 1)
-        except duckdb.InterruptException as exc:
-            raise SQLRejected(f"query exceeded {self.timeout_s:g} s and was cancelled") from exc
-        except duckdb.Error as exc:
-            raise SQLRejected(f"query failed: {exc}") from exc
-        finally:
-            timer.cancel()
-            cursor.close()
+        with self.workspace.read() as store:
+            conn = store.conn
+            conn.execute("SET enable_external_access = false")
+            check_tables(conn, sql)
+            cursor = conn.cursor()
+            timer = threading.Timer(self.timeout_s, cursor.interrupt)
+            timer.start()
+            try:
+                result = cursor.execute(sql, params or [])
+                names = [d[0] for d in result.description or []]
+                fetched = result.fetchmany(self.max_rows + 1)
+            except duckdb.InterruptException as exc:
+                raise SQLRejected(f"query exceeded {self.timeout_s:g} s and was cancelled") from exc
+            except duckdb.Error as exc:
+                raise SQLRejected(f"query failed: {exc}") from exc
+            finally:
+                timer.cancel()
+                cursor.close()
         rows = [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in fetched[: self.max_rows]]
         return {"columns": names, "rows": rows, "truncated": len(fetched) > self.max_rows}

@@ -11,22 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from aiops.agent.analyst import Analyst
-from aiops.agent.sqltool import ReadOnlySQL, SQLRejected
-from aiops.errors import AiopsError
+from aiops.agent.sqltool import ReadOnlySQL
+from aiops.control.advice import action_dicts, allocation_advice, hotspot_dicts, thermal_advice
+from aiops.control.readings import StoreReadings
+from aiops.errors import AiopsError, SQLRejected, ToolError, UnknownTool
 from aiops.playbooks import load_playbooks
-from aiops.store import Store
+from aiops.store import Store, Workspace
+from aiops.store.readings import newest_ts_s
 
 Preview = Callable[[dict[str, Any], float], dict[str, Any]]
-
-
-class ToolError(AiopsError):
-    """A tool refused its arguments or failed; the message goes back to the model as the tool's result."""
-
-
-class UnknownTool(AiopsError):
-    def __init__(self, name: str, known: list[str]) -> None:
-        self.name = name
-        super().__init__(f"unknown tool '{name}' (tools: {', '.join(known)})")
 
 
 def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -114,15 +107,17 @@ TOOL_NAMES = [s["function"]["name"] for s in TOOL_SPECS]
 
 
 class ToolBox:
+    """The tools over a workspace: each call opens it read-only for its own duration."""
+
     def __init__(
         self,
-        store: Store,
+        workspace: Workspace,
         sql: ReadOnlySQL,
         analyst: Analyst,
         preview: Preview | None = None,
         horizon_s: float = 120.0,
     ) -> None:
-        self.store = store
+        self.workspace = workspace
         self.sql = sql
         self.analyst = analyst
         self.preview = preview
@@ -155,7 +150,7 @@ class ToolBox:
         return {
             "incident": d.incident.model_dump(),
             "hypotheses": [h.model_dump() for h in d.hypotheses[:5]],
-            "playbook_proposals": [p.model_dump() for p in d.proposals],
+            "remediation": action_dicts(self.analyst.remediation(d.incident.incident_id)),
         }
 
     def tool_playbook(self, label: str) -> dict[str, Any]:
@@ -165,38 +160,14 @@ class ToolBox:
         return book.model_dump()
 
     def tool_topology(self, component: str) -> dict[str, Any]:
-        if component.startswith("job:"):
-            job = component.removeprefix("job:")
-            ranks = self.store.query(
-                "SELECT rank, gpu, node, nic FROM job_ranks WHERE job = ? ORDER BY rank", [job]
-            )
-            info = self.store.query("SELECT * FROM jobs WHERE job = ?", [job])
-            if not info:
-                raise ToolError(f"no job '{job}'")
-            return {"job": info[0], "ranks": ranks[:64], "ranks_total": len(ranks)}
-        rows = self.store.query("SELECT * FROM topology WHERE component = ?", [component])
-        if not rows:
-            raise ToolError(f"no component '{component}' in the topology")
-        chain, parent = [], rows[0]["parent"]
-        while parent:
-            chain.append(parent)
-            up = self.store.query("SELECT parent FROM topology WHERE component = ?", [parent])
-            parent = up[0]["parent"] if up else None
-        children = self.store.query(
-            "SELECT component, kind FROM topology WHERE parent = ? ORDER BY component", [component]
-        )
-        jobs = self.store.query(
-            "SELECT job, count(*) AS ranks FROM job_ranks WHERE gpu = ? OR node = ? OR nic = ? GROUP BY job ORDER BY job",
-            [component, component, component],
-        )
-        return {"component": rows[0], "parents": chain, "children": children[:64], "jobs": jobs}
+        with self.workspace.read() as store:
+            return _topology(store, component)
 
-    def _now_ts_s(self) -> float:
+    def _readings(self, store: Store) -> StoreReadings:
         """Advice is about the newest telemetry, not the wall clock (a stored run may be old)."""
-        newest = self.store.scalar("SELECT max(ts_s) FROM gpu_samples")
-        if newest is None:
+        if newest_ts_s(store) is None:
             raise ToolError("no GPU telemetry in the store")
-        return float(newest)
+        return StoreReadings(store)
 
     def _preview_first(self, actions: list[dict[str, Any]], horizon_s: float | None) -> dict[str, Any]:
         if not actions:
@@ -210,9 +181,8 @@ class ToolBox:
             return {"error": str(exc)}
 
     def tool_thermal_advice(self, preview: bool = False, horizon_s: float | None = None) -> dict[str, Any]:
-        from aiops.control.advice import action_dicts, hotspot_dicts, thermal_advice_from_store
-
-        advice = thermal_advice_from_store(self.store, self._now_ts_s(), id_prefix="advice-thermal")
+        with self.workspace.read() as store:
+            advice = thermal_advice(self._readings(store), id_prefix="advice-thermal")
         report = advice.report
         out: dict[str, Any] = {
             "ts_s": advice.inputs.now_ts_s,
@@ -242,8 +212,6 @@ class ToolBox:
     def tool_power_allocation(
         self, budget_kw: float, scope: str = "fleet", preview: bool = False, horizon_s: float | None = None
     ) -> dict[str, Any]:
-        from aiops.control.advice import action_dicts, allocation_advice_from_store
-
         if isinstance(budget_kw, bool) or not isinstance(budget_kw, int | float) or not budget_kw > 0:
             raise ToolError(f"power_allocation: budget_kw must be a positive number, got {budget_kw!r:.40}")
         if scope != "fleet" and not (
@@ -251,9 +219,10 @@ class ToolBox:
         ):
             raise ToolError(f"power_allocation: scope must be 'fleet' or 'rackN', got {scope[:40]!r}")
         try:
-            advice = allocation_advice_from_store(
-                self.store, self._now_ts_s(), float(budget_kw) * 1000.0, scope, id_prefix="advice-power"
-            )
+            with self.workspace.read() as store:
+                advice = allocation_advice(
+                    self._readings(store), float(budget_kw) * 1000.0, scope, id_prefix="advice-power"
+                )
         except ValueError as exc:
             raise ToolError(f"power_allocation: {exc}") from exc
         if not advice.gpus:
@@ -297,3 +266,29 @@ class ToolBox:
             raise ToolError(f"whatif: {exc}") from exc
         except (ValueError, KeyError) as exc:
             raise ToolError(f"whatif: the twin refused the action: {exc}") from exc
+
+
+def _topology(store: Store, component: str) -> dict[str, Any]:
+    if component.startswith("job:"):
+        job = component.removeprefix("job:")
+        ranks = store.query("SELECT rank, gpu, node, nic FROM job_ranks WHERE job = ? ORDER BY rank", [job])
+        info = store.query("SELECT * FROM jobs WHERE job = ?", [job])
+        if not info:
+            raise ToolError(f"no job '{job}'")
+        return {"job": info[0], "ranks": ranks[:64], "ranks_total": len(ranks)}
+    rows = store.query("SELECT * FROM topology WHERE component = ?", [component])
+    if not rows:
+        raise ToolError(f"no component '{component}' in the topology")
+    chain, parent = [], rows[0]["parent"]
+    while parent:
+        chain.append(parent)
+        up = store.query("SELECT parent FROM topology WHERE component = ?", [parent])
+        parent = up[0]["parent"] if up else None
+    children = store.query(
+        "SELECT component, kind FROM topology WHERE parent = ? ORDER BY component", [component]
+    )
+    jobs = store.query(
+        "SELECT job, count(*) AS ranks FROM job_ranks WHERE gpu = ? OR node = ? OR nic = ? GROUP BY job ORDER BY job",
+        [component, component, component],
+    )
+    return {"component": rows[0], "parents": chain, "children": children[:64], "jobs": jobs}

@@ -1,20 +1,22 @@
-"""`aiops actions list|show|approve|reject`: the proposals waiting in a store, and a person's decision on
-them. Approvals name the person (--as NAME); the proposer and non-person names (llm, analyst, admin, ...)
-cannot approve. Nothing here executes: execution is the agent's separate step, through the guardrails."""
+"""`aiops actions list|show|approve|reject|execute`: the proposals of a workspace (whoever filed them: the demo,
+an analysis, the chat, a DCIM round), and a person's decision on them. Approvals name the person (--as NAME);
+the proposer and non-person names (llm, analyst, admin, ...) cannot approve. Once enough people approved, the
+proposal executes at once on the workspace's world, through the guardrails (`aiops.runtime.actions`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from aiops.errors import AiopsError
-from aiops.store import Store
+from aiops.runtime.actions import Decision, approve, execute, reject
+from aiops.store import Workspace
+from guardrails.records import GuardrailRecords
+from guardrails.service import Guardrails
 
 DEFAULT_DB = "out/demo.duckdb"
 
@@ -32,11 +34,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument("--db", default=DEFAULT_DB)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
-    approve = verbs.add_parser("approve", help="approve a proposal (as a named person)")
+    approve = verbs.add_parser(
+        "approve", help="approve a proposal (as a named person); runs it once authorised"
+    )
     approve.add_argument("proposal_id", metavar="ID")
     approve.add_argument("--as", dest="user", required=True, help="your name")
     approve.add_argument("--db", default=DEFAULT_DB)
+    approve.add_argument("--no-execute", action="store_true", help="record the approval only")
     approve.set_defaults(func=run_approve)
+    execute = verbs.add_parser("execute", help="run a digital proposal, or one people already approved")
+    execute.add_argument("proposal_id", metavar="ID")
+    execute.add_argument("--db", default=DEFAULT_DB)
+    execute.set_defaults(func=run_execute)
     reject = verbs.add_parser("reject", help="reject a proposal")
     reject.add_argument("proposal_id", metavar="ID")
     reject.add_argument("--as", dest="user", required=True, help="your name")
@@ -45,49 +54,44 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     reject.set_defaults(func=run_reject)
 
 
-def open_store(db: str, *, read_only: bool) -> Store:
-    if not Path(db).exists():
-        raise AiopsError(f"{db}: no such database (make one with: aiops demo --db {db})")
-    return Store(db, read_only=read_only)
-
-
 def _clock(ts_s: float) -> str:
     return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from guardrails.records import GuardrailRecords
-
-    with open_store(args.db, read_only=True) as store:
-        records = GuardrailRecords(store).proposals(args.status)
-        approvals = {
-            r.action.proposal_id: GuardrailRecords(store).approvals(r.action.proposal_id) for r in records
-        }
+    with Workspace(args.db).require().read() as store:
+        book = GuardrailRecords(store)
+        records = book.proposals(args.status)
+        approvals = {r.action.proposal_id: book.approvals(r.action.proposal_id) for r in records}
     if args.json:
         rows = [{"proposal_id": r.action.proposal_id, "kind": r.action.kind, "target": r.action.target,
-                 "status": r.status, "physical": r.physical, "approvals_needed": r.approvals_needed,
+                 "parameters": r.action.parameters, "status": r.status, "physical": r.physical,
+                 "approvals_needed": r.approvals_needed,
                  "approvers": sorted({a.approver for a in approvals[r.action.proposal_id]}),
-                 "message": r.message, "proposed_by": r.action.proposed_by} for r in records]  # fmt: skip
+                 "message": r.message, "proposed_by": r.action.proposed_by, "origin": r.origin,
+                 "incident_id": r.incident_id, "expires_ts_s": r.expires_ts_s} for r in records]  # fmt: skip
         print(json.dumps(rows, indent=2))
         return 0
     console = Console(highlight=False)
     if not records:
         console.print("no proposals")
         return 0
-    table = Table("id", "kind", "target", "risk", "status", "approvals", "proposed by", "verdict")
+    table = Table()
+    table.add_column("id", no_wrap=True)  # the id to approve must stay whole, whatever the width
+    for column in ("kind", "target", "risk", "status", "approvals", "proposed by", "from", "verdict"):
+        table.add_column(column)
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
-        table.add_row(escape(r.action.proposal_id), r.action.kind, escape(r.action.target),
+        table.add_row(escape(r.action.proposal_id), escape(r.action.kind), escape(r.action.target),
                       "physical" if r.physical else "digital", r.status,
-                      f"{len(people)}/{r.approvals_needed}", r.action.proposed_by, escape(r.message))  # fmt: skip
+                      f"{len(people)}/{r.approvals_needed}", escape(r.action.proposed_by), escape(r.origin),
+                      escape(r.message))  # fmt: skip
     console.print(table)
     return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from guardrails.service import Guardrails
-
-    with open_store(args.db, read_only=True) as store:
+    with Workspace(args.db).require().read() as store:
         shown = Guardrails(store).show(args.proposal_id)
     if args.json:
         print(json.dumps(shown, indent=2, default=str))
@@ -117,23 +121,33 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_approve(args: argparse.Namespace) -> int:
-    from guardrails.service import Guardrails
+def _report(console: Console, decision: Decision) -> int:
+    pid = escape(decision.proposal_id)
+    auth = decision.authorisation
+    if auth is not None and auth.ok:
+        console.print(f"{pid}: approved ({escape(auth.message)})")
+    outcome = decision.outcome
+    if outcome is None:
+        console.print(f"{pid}: {escape(decision.note)}")
+        return 0
+    if outcome.ran:
+        detail = json.dumps(outcome.result.get("detail", {}), sort_keys=True, default=str)
+        console.print(f"{pid}: [green]executed[/] on the workspace's world: {escape(detail)}")
+        return 0
+    console.print(f"{pid}: [red]{outcome.status}[/]: {escape(outcome.message)}")
+    return 1
 
-    with open_store(args.db, read_only=False) as store:
-        auth = Guardrails(store).approve(args.proposal_id, args.user)
-    console = Console(highlight=False)
-    if auth.ok:
-        console.print(f"{escape(args.proposal_id)}: approved ({escape(auth.message)}); it may now execute")
-    else:
-        console.print(f"{escape(args.proposal_id)}: approval recorded; {escape(auth.message)}")
-    return 0
+
+def run_approve(args: argparse.Namespace) -> int:
+    decision = approve(Workspace(args.db).require(), args.proposal_id, args.user, execute=not args.no_execute)
+    return _report(Console(highlight=False), decision)
+
+
+def run_execute(args: argparse.Namespace) -> int:
+    return _report(Console(highlight=False), execute(Workspace(args.db).require(), args.proposal_id))
 
 
 def run_reject(args: argparse.Namespace) -> int:
-    from guardrails.service import Guardrails
-
-    with open_store(args.db, read_only=False) as store:
-        Guardrails(store).reject(args.proposal_id, args.user, args.reason)
+    reject(Workspace(args.db).require(), args.proposal_id, args.user, args.reason)
     Console(highlight=False).print(f"{escape(args.proposal_id)}: rejected")
     return 0

@@ -6,7 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from aiops.cli.actions import DEFAULT_DB, open_store
+from aiops.cli.actions import DEFAULT_DB
+from aiops.store import Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_verify(args: argparse.Namespace) -> int:
     from guardrails.audit import verify
 
-    with open_store(args.db, read_only=True) as store:
+    with Workspace(args.db).require().read() as store:
         result = verify(store)
     Console(highlight=False, stderr=not result.ok).print(result.message)
     return 0 if result.ok else 1

@@ -1,8 +1,9 @@
 """`aiops chat`: investigate in a REPL, with the LLM when one is configured and the analyst always.
 
 Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why ID, /help, /quit.
-Approvals carry the person's name (--as NAME, else $USER) and go through the guardrails; pending ones live in
-the checkpointer beside the database and survive restarts.
+Approvals carry the person's name (--as NAME, else $USER) and go through the guardrails. Everything lives in
+the workspace (proposals from any source, the audit log, the twin of a simulated workspace), so pending
+approvals survive restarts and other commands see them.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ HELP = (
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("chat", help="investigate incidents in chat; approve or reject proposed actions")
-    p.add_argument("--db", default="out/demo.duckdb", help="telemetry DuckDB (opened read-only)")
-    p.add_argument("--scenario", help="scenario YAML of a simulated run: the twin for what-if and execution")
+    p.add_argument("--db", default="out/demo.duckdb", help="the workspace's DuckDB file")
     p.add_argument("--as", dest="user", help="your name on approvals (default: $USER)")
     p.set_defaults(func=run)
 
@@ -41,19 +41,19 @@ def _clock(ts_s: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiops.agent.wiring import open_session
+    from aiops.agent.session import open_session
 
     user = args.user or os.environ.get("USER") or getpass.getuser()
     console = Console(highlight=False)
-    with open_session(args.db, scenario=args.scenario) as session:
+    with open_session(args.db) as session:
         console.print(f"[bold]aiops chat[/] on [cyan]{escape(args.db)}[/] as [cyan]{escape(user)}[/]")
         console.print(f"LLM: {escape(session.config.describe())}")
         console.print(
             "twin: "
             + (
-                "simulated world attached"
+                "the workspace's simulated world (what-if previews, execution)"
                 if session.world
-                else "none (no --scenario): no what-if, no execution"
+                else "none (not a simulated workspace): no what-if; physical actions need a host actuator"
             )
         )
         waiting = session.pending()
@@ -136,7 +136,7 @@ def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
             ", ".join(a.get("reasons") or []) if a["status"] == "denied" else ""
         )
         table.add_row(
-            a["proposal_id"],
+            escape(a["proposal_id"]),
             a["status"],
             escape(a["kind"]),
             escape(a["target"]),
@@ -185,13 +185,15 @@ def show_reply(console: Console, reply: Reply) -> None:
 def show_why(console: Console, why: dict[str, Any]) -> None:
     p = why["proposal"]
     console.print(
-        f"[bold]{p['proposal_id']}[/]: {escape(p['kind'])} → {escape(p['target'])} ({p['status']}, from the {p.get('source')})"
+        f"[bold]{escape(p['proposal_id'])}[/]: {escape(p['kind'])} → {escape(p['target'])} ({p['status']}, "
+        f"from {escape(str(p.get('origin') or p.get('source')))})"
     )
     console.print(f"reason: {escape(p.get('reason', ''))}")
     for reason in p.get("reasons") or []:
         console.print(f"guardrail: {escape(reason)}")
-    console.print(f"asked: {escape(p.get('question', ''))}")
-    show_reply(console, why["reply"])
+    if why["reply"] is not None:
+        console.print(f"asked: {escape(why['reply'].question)}")
+        show_reply(console, why["reply"])
     for entry in why["log"]:
         console.print(
             f"[dim]{_clock(entry['ts_s'])} {entry['kind']} {escape(str(entry['payload'])[:200])}[/]"

@@ -1,55 +1,33 @@
 """`aiops dcim cap|clear|watch|status`: facility power signals in, power limits out (docs/POWER.md).
 
-A signal is stored in `dcim_signals`, then one response round runs (`aiops.control.dcim`): the response policy's
-automatic rules act when people approved the file's exact bytes, inside its envelopes; everything else becomes
-a proposal (`aiops actions list`). `watch` polls a JSON/YAML file of signals and runs a round every interval.
+A signal is stored in `dcim_signals`, then one response round runs (`aiops.runtime.dcim`, over
+`aiops.control.dcim`): the response policy's automatic rules act when people approved the file's exact bytes,
+inside its envelopes; everything else becomes a proposal (`aiops actions list`). `watch` polls a JSON/YAML file
+of signals and runs a round every interval.
 
-Actuator (`--actuator`): `twin` drives the simulated world saved beside the database (`<db>.twin.pkl`, the one
-`aiops chat` acts on; `--scenario` creates it), `none` only proposes; `auto` picks `twin` when there is one.
-`nvml` sets this host's GPUs (`--node nodeN`) through nvidia-ml-py with `guardrails.actuators_nvml.NvmlPowerActuator`.
+Actuator (`--actuator`): `twin` drives the workspace's twin (a simulated workspace: the one `aiops chat` and
+`aiops actions approve` act on), `none` only proposes; `auto` picks `twin` when the workspace was simulated.
+`nvml` sets this host's GPUs (`--node nodeN`) through nvidia-ml-py (`guardrails.actuators_nvml`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
-import pickle
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from aiops.cli.actions import DEFAULT_DB, open_store
-from aiops.control.dcim import RoundReport, Sources, run_round
-from aiops.control.power_inputs import (
-    DcimSignal,
-    DcimSignalError,
-    check_budget_kw,
-    check_scope,
-    gpu_power_from_store,
-    gpu_power_from_world,
-    gpu_states_from_world,
-    job_priorities_from_store,
-    load_dcim_file,
-    non_gpu_power_w,
-    racks_in_store,
-    record_signal,
-    signals_in_force,
-)
-from aiops.errors import AiopsError, PrerequisiteError
-from aiops.store import Store
-from guardrails.actuators import Actuator, SimActuator
-from guardrails.context import context_from_store, topology_from_store
-from guardrails.policy import Context
-from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
+from aiops.cli.actions import DEFAULT_DB
+from aiops.control.dcim import RoundReport
+from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_force
+from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
+from aiops.runtime.world import ACTUATORS
+from aiops.store import Workspace
+from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,129 +57,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     for verb in (cap, clear, watch):
         verb.add_argument(
             "--actuator",
-            choices=("auto", "twin", "nvml", "none"),
+            choices=ACTUATORS,
             default="auto",
-            help="twin: the simulated world; nvml: this host's GPUs (with --node)",
+            help="twin: the workspace's simulated world; nvml: this host's GPUs (with --node)",
         )
         verb.add_argument("--node", default=None, help="with --actuator nvml: this host's name (node{n})")
-        verb.add_argument("--scenario", help="scenario YAML: creates the twin when none is saved beside --db")
     cap.set_defaults(func=run_cap)
     clear.set_defaults(func=run_clear)
     watch.set_defaults(func=run_watch)
     status.set_defaults(func=run_status)
-
-
-# -- the world the round acts on --------------------------------------------------------------------------
-def twin_path(db: str) -> Path:
-    path = Path(db)
-    return path.with_name(path.name + ".twin.pkl")  # aiops.agent.session.sidecar(db, ".twin.pkl")
-
-
-def _load_world(db: str, scenario: str | None) -> Any | None:
-    path = twin_path(db)
-    if path.exists():
-        with path.open("rb") as fh:
-            return pickle.load(fh)  # our own file (aiops chat / aiops dcim wrote it)
-    if scenario is None:
-        return None
-    from aiops.scenarios import load_scenario
-    from aiops.sim import World
-
-    spec = load_scenario(scenario)
-    world = World(spec)
-    for _ in range(round(spec.duration_s)):
-        world.step(1.0)
-    return world
-
-
-def _save_world(db: str, world: Any) -> None:
-    path = twin_path(db)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".twin-")
-    with os.fdopen(fd, "wb") as fh:
-        pickle.dump(world, fh)
-    os.replace(tmp, path)  # atomic, as aiops.agent.twin.Twin.save
-
-
-@dataclass
-class Attached:
-    sources: Sources
-    actuator: Actuator | None
-    describe: str
-    done: Callable[[], None]
-
-
-def _attach(store: Store, args: argparse.Namespace) -> Attached:
-    """Readings, validation context and actuator: the twin when there is one (or --actuator twin), else
-    the store's newest samples and no actuator. The seam for a real NVML backend."""
-    telemetry_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or time.time())
-    priorities = job_priorities_from_store(store)
-    non_gpu = lambda scope: non_gpu_power_w(store, telemetry_ts_s, scope)  # noqa: E731
-    world = _load_world(args.db, args.scenario) if args.actuator in ("auto", "twin") else None
-    if args.actuator == "twin" and world is None:
-        raise AiopsError(
-            f"no twin beside {args.db} ({twin_path(args.db)}); pass --scenario FILE to create one"
-        )
-    if args.actuator == "nvml":
-        return _attach_nvml(store, args, priorities, non_gpu, telemetry_ts_s)
-    if world is not None:
-        topology = topology_from_store(store)
-
-        def twin_context(now_ts_s: float) -> Context:
-            return Context(topology, gpu_states_from_world(world), (), now_ts_s)
-
-        sources = Sources(lambda scope: gpu_power_from_world(world, scope), non_gpu, twin_context, priorities)
-        return Attached(sources, SimActuator(world, topology), "twin (simulated world)",
-                        lambda: _save_world(args.db, world))  # fmt: skip
-    sources = Sources(lambda scope: gpu_power_from_store(store, telemetry_ts_s, scope), non_gpu,
-                      lambda now_ts_s: context_from_store(store, now_ts_s), priorities)  # fmt: skip
-    return Attached(sources, None, "none (proposals only)", lambda: None)
-
-
-def _attach_nvml(
-    store: Store, args: argparse.Namespace, priorities: dict[str, int], non_gpu: Any, telemetry_ts_s: float
-) -> Attached:
-    """This host's GPUs through the real NVML (nvidia-ml-py), same actuator code as the twin's power path:
-    constraints checked, every limit read back, rolled back on mismatch. Other nodes' GPUs are refused."""
-    from guardrails.actuators_nvml import NvmlPowerActuator
-
-    node = args.node or ""
-    topology = topology_from_store(store)
-    if not node.startswith("node") or topology.expand(node) is None:
-        raise AiopsError(f"--actuator nvml needs --node: this host's name in {args.db} (node0, node1, ...)")
-    local = int(node.removeprefix("node"))
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise PrerequisiteError(f"--actuator nvml: NVML is not usable on this host ({exc})") from None
-
-    def nvml_for(index: int) -> Any:
-        if index != local:
-            raise AiopsError(f"node{index} is not this host ({node}): its GPUs are set by its own agent")
-        return pynvml
-
-    sources = Sources(lambda scope: gpu_power_from_store(store, telemetry_ts_s, scope), non_gpu,
-                      lambda now_ts_s: context_from_store(store, now_ts_s), priorities)  # fmt: skip
-    actuator = NvmlPowerActuator(nvml_for, topology, initialise=False)
-    return Attached(sources, actuator, f"nvml ({node}, nvidia-ml-py)", lambda: None)
-
-
-@contextmanager
-def _session(args: argparse.Namespace) -> Iterator[tuple[Store, LoadedPolicy, Attached]]:
-    loaded = load_response_policy(args.policy)
-    with open_store(args.db, read_only=False) as store:
-        attached = _attach(store, args)
-        try:
-            yield store, loaded, attached
-        finally:  # what was actuated stays actuated (Ctrl-C mid-round too): save the twin
-            attached.done()
-
-
-def _round(store: Store, loaded: LoadedPolicy, attached: Attached) -> RoundReport:
-    report = run_round(store, loaded, attached.sources, attached.actuator, time.time())
-    report.notes.insert(0, f"actuator: {attached.describe}")
-    return report
 
 
 # -- output ---------------------------------------------------------------------------------------------
@@ -249,83 +113,60 @@ def _emit(args: argparse.Namespace, report: RoundReport) -> None:
 
 
 # -- verbs ----------------------------------------------------------------------------------------------
-def _scope(store: Store, args: argparse.Namespace) -> str:
-    scope = "fleet" if args.fleet else str(args.rack)
-    return check_scope(scope, racks_in_store(store), "--rack" if args.rack else "--fleet", "scope")
+def _setup(args: argparse.Namespace) -> RoundSetup:
+    return RoundSetup(actuator=args.actuator, node=args.node)
+
+
+def _signal(args: argparse.Namespace, kind: str, budget_kw: float | None) -> DcimSignal:
+    return DcimSignal("fleet" if args.fleet else str(args.rack), kind, budget_kw, time.time(), "cli")
 
 
 def run_cap(args: argparse.Namespace) -> int:
     budget_kw = check_budget_kw(args.kw, "--kw", "kw")
-    with _session(args) as (store, loaded, attached):
-        record_signal(store, DcimSignal(_scope(store, args), "cap", budget_kw, time.time(), "cli"))
-        report = _round(store, loaded, attached)
-    _emit(args, report)
+    loaded = load_response_policy(args.policy)
+    workspace = Workspace(args.db).require()
+    result = one_round(workspace, loaded, _setup(args), signals=signal_now(_signal(args, "cap", budget_kw)))
+    _emit(args, result.report)
     return 0
 
 
 def run_clear(args: argparse.Namespace) -> int:
-    with _session(args) as (store, loaded, attached):
-        record_signal(store, DcimSignal(_scope(store, args), "clear", None, time.time(), "cli"))
-        report = _round(store, loaded, attached)
-    _emit(args, report)
+    loaded = load_response_policy(args.policy)
+    workspace = Workspace(args.db).require()
+    result = one_round(workspace, loaded, _setup(args), signals=signal_now(_signal(args, "clear", None)))
+    _emit(args, result.report)
     return 0
-
-
-def _record_file_signals(store: Store, path: str, now_ts_s: float) -> list[str]:
-    """Store what changed in the file: new or different signals, and clears for scopes the file capped
-    before and no longer lists. Returns one line per change."""
-    source = f"file:{path}"
-    listed = load_dcim_file(path, now_ts_s, racks_in_store(store))
-    in_force = signals_in_force(store)
-    changes: list[str] = []
-    for signal in listed:
-        signal = DcimSignal(signal.scope, signal.kind, signal.budget_kw, now_ts_s, source)
-        if not signal.same_as(in_force.get(signal.scope)):
-            record_signal(store, signal)
-            changes.append(
-                f"{signal.scope}: {signal.kind}" + (f" {signal.budget_kw:g} kW" if signal.budget_kw else "")
-            )
-    named = {s.scope for s in listed}
-    for scope, old in in_force.items():
-        if old.source == source and old.kind == "cap" and scope not in named:
-            record_signal(store, DcimSignal(scope, "clear", None, now_ts_s, source))
-            changes.append(f"{scope}: clear (no longer in the file)")
-    return changes
 
 
 def run_watch(args: argparse.Namespace) -> int:
     console = Console(highlight=False, stderr=args.json)
-    load_response_policy(args.policy)  # a bad policy file stops here, before the loop
-    rounds = 0
+    loaded = load_response_policy(args.policy)  # a bad policy file stops here, before the loop
+    workspace = Workspace(args.db).require()
     console.print(f"watching {escape(args.file)} every {args.interval_s:g} s (Ctrl-C stops)")
-    try:
-        while True:
-            try:
-                with _session(args) as (store, loaded, attached):
-                    changes = _record_file_signals(store, args.file, time.time())
-                    report = _round(store, loaded, attached)
-            except DcimSignalError as exc:
-                if rounds == 0 or args.once:
-                    raise
-                console.print(
-                    f"[red]{escape(str(exc))}[/]; the signals in force stay, retrying"
-                )  # mid-write?
-            else:
-                stamp = time.strftime("%H:%M:%S")
-                what = "; ".join(changes) if changes else "no new signal"
-                console.print(f"{stamp} round {rounds + 1}: {escape(what)}; {report.count('executed')} executed, "
-                              f"{report.count('pending')} pending, {report.count('denied')} denied")  # fmt: skip
-                if args.json:
-                    print(json.dumps(report.to_json(), default=str), flush=True)
-                elif report.actions or changes:
-                    show_report(console, report)
-            rounds += 1
-            if args.once or (args.max_rounds and rounds >= args.max_rounds):
-                return 0
-            time.sleep(max(0.0, args.interval_s))
-    except KeyboardInterrupt:
-        console.print(f"stopped after {rounds} round(s)")
-        return 0
+
+    done = [0]
+
+    def on_round(n: int, result: RoundResult) -> None:
+        done[0] = n
+        report = result.report
+        what = "; ".join(result.changes) if result.changes else "no new signal"
+        console.print(f"{time.strftime('%H:%M:%S')} round {n}: {escape(what)}; {report.count('executed')} executed, "
+                      f"{report.count('pending')} pending, {report.count('denied')} denied")  # fmt: skip
+        if args.json:
+            print(json.dumps(report.to_json(), default=str), flush=True)
+        elif report.actions or result.changes:
+            show_report(console, report)
+
+    def on_error(n: int, exc: Exception) -> None:
+        done[0] = n + 1
+        console.print(f"[red]{escape(str(exc))}[/]; the signals in force stay, retrying")  # mid-write?
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the loop between rounds
+        watch(workspace, loaded, args.file, _setup(args), interval_s=args.interval_s,
+              max_rounds=1 if args.once else args.max_rounds, on_round=on_round, on_error=on_error,
+              sleep=time.sleep)  # fmt: skip
+    console.print(f"stopped after {done[0]} round(s)")
+    return 0
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -333,7 +174,7 @@ def run_status(args: argparse.Namespace) -> int:
 
     loaded = load_response_policy(args.policy)
     state = status_of(loaded, args.db)
-    with open_store(args.db, read_only=True) as store:
+    with Workspace(args.db).require().read() as store:
         signals = [s.__dict__ for s in signals_in_force(store).values()]
     if args.json:
         print(json.dumps({"signals": signals, "policy": {"path": loaded.path, "sha256": loaded.sha256,

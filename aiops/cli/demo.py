@@ -1,27 +1,31 @@
-"""`aiops demo`: a built-in scenario (one real fault among benign activity) simulated, detected, diagnosed."""
+"""`aiops demo`: a built-in scenario (one real fault among benign activity) simulated, detected, diagnosed, and
+its remediation filed as pending proposals (`aiops actions list --db DB`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+from importlib import resources
 
 from rich.console import Console
+from rich.markup import escape
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.control.policy import load_policy
-from aiops.pipeline import run_scenario
+from aiops.runtime.analysis import demo
 from aiops.scenarios import load_scenario
-from aiops.store import Store
+from aiops.store import Workspace
 
-DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "data" / "demo.yaml"
+DEMO_SCENARIO = str(resources.files("aiops") / "data" / "demo.yaml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="simulate the built-in scenario, then detect and diagnose")
-    p.add_argument("--scenario", default=str(DEMO_SCENARIO), help="scenario YAML (default: the built-in one)")
-    p.add_argument("--db", default=":memory:", help="DuckDB file to write (replaced if it exists)")
+    p = sub.add_parser("demo", help="simulate the built-in scenario, then detect, diagnose and propose")
+    p.add_argument("--scenario", default=DEMO_SCENARIO, help="scenario YAML (default: the built-in one)")
+    p.add_argument(
+        "--db", default=":memory:", help="DuckDB file to write (replaced, with its workspace files)"
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument("--lanes-policy", default=None, help="lanes policy YAML the twin's controller runs")
     p.set_defaults(func=run)
@@ -30,27 +34,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
-    if args.db != ":memory:":
-        for suffix in ("", ".wal"):
-            Path(args.db + suffix).unlink(missing_ok=True)
-    console = Console()
-    with Store(args.db) as store:
+    console = Console(highlight=False)
+    with Workspace(args.db) as workspace:
         if not args.json:
             console.print(
-                f"[bold]aiops demo[/]: scenario [cyan]{scenario.name}[/] "
-                f"({scenario.duration_s:g} simulated seconds)",
-                highlight=False,
+                f"[bold]aiops demo[/]: scenario [cyan]{escape(scenario.name)}[/] "
+                f"({scenario.duration_s:g} simulated seconds)"
             )
         with sim_progress(f"simulating {scenario.name}") as progress:
-            result = run_scenario(scenario, store, progress, lanes_policy=policy)
+            result = demo(workspace, scenario, lanes_policy=policy, progress=progress)
         if args.json:
             print(json.dumps(result_json(result), default=str))
-        else:
+            return 0
+        with workspace.read() as store:
             render(console, store, result)
-            if args.db != ":memory:":
-                console.print(
-                    f"\nTelemetry and diagnosis stored in [cyan]{args.db}[/] "
-                    f"(try: aiops analyze --db {args.db})",
-                    highlight=False,
-                )
+        if not workspace.memory:
+            console.print(
+                f"\nTelemetry, diagnosis and proposals stored in [cyan]{escape(args.db)}[/] "
+                f"(next: aiops actions list --db {escape(args.db)})"
+            )
     return 0

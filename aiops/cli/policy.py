@@ -8,14 +8,14 @@ import argparse
 import json
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from aiops.cli.actions import DEFAULT_DB, open_store
+from aiops.cli.actions import DEFAULT_DB
+from aiops.store import Workspace
 from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
 
 DAY_S = 86_400.0
@@ -58,10 +58,11 @@ def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
     from guardrails.audit import read_rows
     from guardrails.standing import policy_status
 
-    if not Path(db).exists():
+    workspace = Workspace(db)
+    if not workspace.exists():
         return {"approved": False, "message": f"{db}: no such database, so no approval", "approvers": [],
                 "needed": loaded.policy.approvals_required, "expires_ts_s": None, "events": []}  # fmt: skip
-    with open_store(db, read_only=True) as store:
+    with workspace.read() as store:
         rows = read_rows(store, event="policy_approval")
     status = policy_status(rows, loaded.sha256, loaded.policy.approvals_required, time.time())
     events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
@@ -130,7 +131,7 @@ def run_approve(args: argparse.Namespace) -> int:
     from guardrails.standing import approve_policy
 
     loaded = load_response_policy(args.file)
-    with open_store(args.db, read_only=False) as store:
+    with Workspace(args.db).require().write() as store:
         approve_policy(AuditLog(store), loaded, args.user, time.time(), args.valid_days * DAY_S)
     state = status_of(loaded, args.db)
     console = Console(highlight=False)
@@ -144,7 +145,7 @@ def run_revoke(args: argparse.Namespace) -> int:
     from guardrails.standing import revoke_policy
 
     loaded = load_response_policy(args.file)
-    with open_store(args.db, read_only=False) as store:
+    with Workspace(args.db).require().write() as store:
         revoke_policy(AuditLog(store), loaded.sha256, args.user, time.time(), args.reason)
     Console(highlight=False).print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
     return 0

@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
 from aiops.models import Diagnosis
 from aiops.pipeline import RunResult
 from aiops.store import Store
+from guardrails.actions import Action
+from guardrails.registry import DEFAULT_REGISTRY
 
 
 def clock(ts_s: float) -> str:
     return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%H:%M:%S")
 
 
+def _proposal_json(result: RunResult, action: Action) -> dict[str, Any]:
+    spec = DEFAULT_REGISTRY.get(action.kind)
+    return {
+        "proposal_id": action.proposal_id,
+        "status": result.status_of(action.proposal_id),
+        "action": action.kind,
+        "target": action.target,
+        "parameters": action.parameters,
+        "reason": action.reason,
+        "physical": spec.physical if spec else True,
+    }
+
+
 def result_json(result: RunResult) -> dict[str, Any]:
     primary = result.diagnoses[0] if result.diagnoses else None
+    remediation = result.remediations.get(primary.incident.incident_id, []) if primary else []
     return {
         "incidents": [d.incident.model_dump() for d in result.diagnoses],
         "hypotheses": [
@@ -32,7 +50,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
             }
             for h in (primary.hypotheses if primary else [])
         ],
-        "proposals": [p.model_dump() for p in (primary.proposals if primary else [])],
+        "proposals": [_proposal_json(result, a) for a in remediation],
     }
 
 
@@ -76,6 +94,24 @@ def render(console: Console, store: Store, result: RunResult) -> None:
     console.print(timeline)
     for d in result.diagnoses:
         render_diagnosis(console, d)
+        render_remediation(console, result, result.remediations.get(d.incident.incident_id, []))
+
+
+def render_remediation(console: Console, result: RunResult, actions: list[Action]) -> None:
+    if not actions:
+        return
+    console.print("[bold]Proposed remediation (filed; physical actions wait for a person's approval):[/]")
+    for a in actions:
+        p = _proposal_json(result, a)
+        kind = "[red]physical[/]" if p["physical"] else "digital"
+        params = escape(json.dumps(a.parameters, sort_keys=True)) if a.parameters else ""
+        console.print(
+            f"  • {escape(a.proposal_id)} {escape('[' + p['status'] + ']')} {a.kind} → {escape(a.target)} {params} ({kind}): "
+            f"{escape(a.reason)}",
+            highlight=False,
+        )
+    if any(result.status_of(a.proposal_id) == "pending" for a in actions):
+        console.print("  [dim]approve one: aiops actions approve ID --as NAME[/]")
 
 
 def render_diagnosis(console: Console, d: Diagnosis, top: int = 3) -> None:
@@ -96,13 +132,6 @@ def render_diagnosis(console: Console, d: Diagnosis, top: int = 3) -> None:
             console.print(f"  {mark} {e.claim}  [dim]({len(e.rows)} rows)[/]", highlight=False)
             if e.rows:
                 console.print(f"    [dim]{_row_text(e.rows[0])}[/]", highlight=False)
-    if d.proposals:
-        console.print("[bold]Proposed remediation (needs approval where physical; nothing was executed):[/]")
-        for p in d.proposals:
-            kind = "[red]physical[/]" if p.physical else "digital"
-            console.print(
-                f"  • {p.action} → {p.target} {p.parameters or ''} ({kind}): {p.reason}", highlight=False
-            )
 
 
 def _row_text(row: dict[str, Any]) -> str:

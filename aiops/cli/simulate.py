@@ -1,53 +1,52 @@
-"""`aiops simulate` (a scenario into a DuckDB file) and `aiops analyze` (detect + diagnose a stored run)."""
+"""`aiops simulate` (a scenario into a new workspace) and `aiops analyze` (detect, diagnose and propose over a
+stored run: proposals are filed as pending)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.control.policy import load_policy
-from aiops.errors import SchemaError
-from aiops.pipeline import analyze_store
+from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
-from aiops.store import Store
+from aiops.store import Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("simulate", help="simulate a scenario's telemetry into a DuckDB file")
+    p = sub.add_parser("simulate", help="simulate a scenario's telemetry into a new DuckDB file")
     p.add_argument("--scenario", required=True)
     p.add_argument("--db", required=True)
     p.add_argument("--lanes-policy", default=None, help="lanes policy YAML the twin's controller runs")
     p.set_defaults(func=run_simulate)
-    a = sub.add_parser("analyze", help="detect incidents and rank root causes over a DuckDB file")
+    a = sub.add_parser("analyze", help="detect incidents, rank root causes and propose remediations")
     a.add_argument("--db", required=True)
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=run_analyze)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    from aiops.sim import simulate
-
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
-    with Store(args.db) as store, sim_progress(f"simulating {scenario.name}") as progress:
-        simulate(scenario, store, progress=progress, lanes_policy=policy)
+    with Workspace(args.db).write() as store, sim_progress(f"simulating {scenario.name}") as progress:
+        simulate_into(store, scenario, lanes_policy=policy, progress=progress)
         rows = store.scalar("SELECT count(*) FROM gpu_samples")
-    Console(stderr=True).print(f"{args.scenario}: {rows:,} GPU samples in {args.db}", highlight=False)
+    Console(stderr=True, highlight=False).print(
+        f"{escape(args.scenario)}: {rows:,} GPU samples in {escape(args.db)}"
+    )
     return 0
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    if not Path(args.db).exists():
-        raise SchemaError(f"{args.db}: no such database file")
-    with Store(args.db) as store:
-        result = analyze_store(store)
+    workspace = Workspace(args.db).require()
+    with workspace.write() as store:
+        result = analyze(store)
         if args.json:
             print(json.dumps(result_json(result), default=str))
         else:
-            render(Console(), store, result)
+            render(Console(highlight=False), store, result)
     return 0

@@ -1,7 +1,7 @@
 """Advice -> actions: the thermal manager's moves and capping fallbacks, and the power allocator's limits, as
 typed guardrails `Action`s (proposer "analyst") with reasons and evidence that name the figures. Pure apart
-from reading its inputs (`aiops.control.thermal_inputs`, `aiops.control.power_inputs`); nothing here
-proposes, approves or executes: the actions go through `guardrails.service.Guardrails` like any other.
+from reading its inputs through the readings port (`aiops.control.readings`: the store or the twin); nothing
+here proposes, approves or executes: the actions go through `guardrails.service.Guardrails` like any other.
 
 Power actions respect the guardrails' envelope up front, so they pass validation instead of being denied: a
 limit is never below 40 % of TDP (nor the NVML minimum) nor above TDP, and one action moves a GPU's limit by at
@@ -20,13 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from aiops.control.power import Allocation, GpuPower, allocate
-from aiops.control.power_inputs import (
-    current_limits_from_store,
-    gpu_power_from_store,
-    job_priorities_from_store,
-    non_gpu_power_w,
-)
+from aiops.control.power import Allocation, allocate
+from aiops.control.readings import Readings, ThermalInputs
 from aiops.control.thermal import (
     SLOWDOWN_C,
     Hotspot,
@@ -36,32 +31,20 @@ from aiops.control.thermal import (
     ThermalReport,
     assess,
 )
-from aiops.control.thermal_inputs import (
-    GpuPowerState,
-    ThermalInputs,
-    thermal_inputs_from_store,
-    thermal_inputs_from_world,
-)
-from aiops.labels import node_of
-from aiops.store import Store
+from aiops.models import GpuPower
 from guardrails.actions import Action
-from guardrails.registry import POWER_MAX_FRACTION_OF_TDP, POWER_MAX_STEP_W, POWER_MIN_FRACTION_OF_TDP
+from guardrails.envelope import POWER_MAX_STEP_W, POWER_MIN_FRACTION_OF_TDP, power_range_w
 
 __all__ = [
     "AllocationAdvice",
-    "GpuPowerState",
     "ThermalAdvice",
-    "ThermalInputs",
     "action_dicts",
     "allocation_actions",
-    "allocation_advice_from_store",
+    "allocation_advice",
     "clamp_limit_w",
     "hotspot_dicts",
-    "power_states",
     "thermal_actions",
-    "thermal_advice_from_store",
-    "thermal_inputs_from_store",
-    "thermal_inputs_from_world",
+    "thermal_advice",
 ]
 
 PROPOSER = "analyst"
@@ -72,12 +55,14 @@ def _short(text: str) -> str:
     return text if len(text) <= _NAME_CHARS else text[: _NAME_CHARS - 1] + "…"
 
 
-def clamp_limit_w(wanted_w: float, gpus: Sequence[GpuPowerState]) -> tuple[float, str]:
-    """The limit one action may set on all of `gpus` for a wanted value: whole watts, inside [max(40 % TDP,
-    NVML min), min(TDP, NVML max)] of every GPU and at most 150 W from each one's present limit. Returns the
-    value and why it differs from the wanted one ("" when it does not)."""
-    floor_w = max(max(POWER_MIN_FRACTION_OF_TDP * g.tdp_w, g.min_w) for g in gpus)
-    ceiling_w = min(min(POWER_MAX_FRACTION_OF_TDP * g.tdp_w, g.max_w) for g in gpus)
+def clamp_limit_w(wanted_w: float, gpus: Sequence[GpuPower]) -> tuple[float, str]:
+    """The limit one action may set on all of `gpus` for a wanted value: whole watts, inside every GPU's
+    envelope range (`guardrails.envelope.power_range_w`: 40-100 % of TDP inside NVML's constraints) and at most
+    150 W from each one's present limit. Returns the value and why it differs from the wanted one ("" when it
+    does not)."""
+    ranges = [power_range_w(g) for g in gpus]
+    floor_w = max(low for low, _ in ranges)
+    ceiling_w = min(high for _, high in ranges)
     step_low_w = max(g.limit_w for g in gpus) - POWER_MAX_STEP_W
     step_high_w = min(g.limit_w for g in gpus) + POWER_MAX_STEP_W
     exact_w = min(max(wanted_w, floor_w, step_low_w), ceiling_w, step_high_w)
@@ -205,7 +190,7 @@ def thermal_actions(
 
 def allocation_actions(
     allocation: Allocation,
-    power: Mapping[str, GpuPowerState],
+    power: Mapping[str, GpuPower],
     *,
     now_ts_s: float,
     jobs: Mapping[str, str | None] | None = None,
@@ -218,7 +203,7 @@ def allocation_actions(
     does not change (within 1 W) get none. Limits are rounded down so their sum stays within the budget.
     `jobs`: GPU -> the job it serves (as given to the allocator), for the reason's throughput figures;
     `budget_text`: how the GPU budget was derived, for the reason (default: the allocation's budget)."""
-    by_node: dict[str, dict[float, list[GpuPowerState]]] = {}
+    by_node: dict[str, dict[float, list[GpuPower]]] = {}
     notes: dict[tuple[str, float], str] = {}
     for gpu, limit_w in sorted(allocation.limits_w.items()):
         state = power.get(gpu)
@@ -304,7 +289,7 @@ def hotspot_dicts(hotspots: Sequence[Hotspot]) -> list[dict[str, Any]]:
     ]
 
 
-# -- from the store: what the agent's tools and the playbooks call -----------------------------------------
+# -- from the readings port (the store or the twin): what the agent's tools and the playbooks call ------------
 @dataclass(frozen=True)
 class ThermalAdvice:
     inputs: ThermalInputs
@@ -312,10 +297,10 @@ class ThermalAdvice:
     actions: list[Action]
 
 
-def thermal_advice_from_store(
-    store: Store, now_ts_s: float, *, id_prefix: str = "thermal", config: ThermalConfig | None = None
+def thermal_advice(
+    readings: Readings, *, id_prefix: str = "thermal", config: ThermalConfig | None = None
 ) -> ThermalAdvice:
-    inputs = thermal_inputs_from_store(store, now_ts_s)
+    inputs = readings.thermal()
     report = assess(inputs.gpus, inputs.nodes, inputs.racks, config)
     return ThermalAdvice(inputs, report, thermal_actions(report, inputs, id_prefix=id_prefix))
 
@@ -325,44 +310,30 @@ class AllocationAdvice:
     scope: str
     budget_w: float  # the scope's whole budget (as a DCIM cap is: hosts, NICs and fans included)
     non_gpu_w: float  # what the scope draws besides its GPUs now (rack meter minus GPU draw)
-    gpus: list[GpuPower]
+    gpus: list[GpuPower]  # narrowed to the guardrails' envelope: what the allocator could use
     allocation: Allocation  # over the GPU budget = budget_w - non_gpu_w
     actions: list[Action]
 
 
-def power_states(gpus: Sequence[GpuPower], limits_w: Mapping[str, float]) -> dict[str, GpuPowerState]:
-    """Allocator inputs plus each GPU's present limit, as the advice's power states (TDP = max constraint)."""
-    out: dict[str, GpuPowerState] = {}
-    for g in gpus:
-        node = node_of(g.gpu)
-        if node is not None and g.gpu in limits_w:
-            out[g.gpu] = GpuPowerState(g.gpu, node, limits_w[g.gpu], g.draw_w, g.min_w, g.max_w, g.max_w)
-    return out
-
-
-def allocation_advice_from_store(
-    store: Store, now_ts_s: float, budget_w: float, scope: str = "fleet", *, id_prefix: str = "power"
+def allocation_advice(
+    readings: Readings, budget_w: float, scope: str = "fleet", *, id_prefix: str = "power"
 ) -> AllocationAdvice:
-    """The allocator over the newest telemetry for a scope's budget (fleet or rackN; hosts included), with
-    job priorities from the store, and its limits as `set_power_limit` actions. ValueError for a bad scope."""
-    # the allocator may go down to the guardrails' floor (40 % of TDP), not to NVML's lower minimum
-    gpus = [
-        replace(g, min_w=min(max(g.min_w, POWER_MIN_FRACTION_OF_TDP * g.max_w), g.max_w))
-        for g in gpu_power_from_store(store, now_ts_s, scope)
-    ]
-    non_gpu_w = non_gpu_power_w(store, now_ts_s, scope)
-    allocation = allocate(budget_w - non_gpu_w, gpus, job_priorities_from_store(store))
-    states = power_states(gpus, current_limits_from_store(store, now_ts_s, scope))
-    jobs = {g.gpu: g.job for g in gpus}
+    """The allocator over the readings for a scope's budget (fleet or rackN; hosts included), with job
+    priorities, and its limits as `set_power_limit` actions. ValueError for a bad scope. The allocator works
+    inside the guardrails' envelope (40 % of TDP floor), not down to NVML's lower minimum."""
+    power = {g.gpu: g for g in readings.gpu_power(scope)}
+    gpus = [replace(g, min_w=min(lo, hi), max_w=hi) for g in power.values() for lo, hi in [power_range_w(g)]]
+    non_gpu_w = readings.non_gpu_w(scope)
+    allocation = allocate(budget_w - non_gpu_w, gpus, readings.priorities())
     budget_text = (
         f"{scope} budget {budget_w / 1000:.2f} kW less {non_gpu_w / 1000:.2f} kW measured besides the GPUs = "
         f"{allocation.budget_w / 1000:.2f} kW for GPU limits"
     )
     actions = allocation_actions(
         allocation,
-        states,
-        now_ts_s=now_ts_s,
-        jobs=jobs,
+        power,
+        now_ts_s=readings.now_ts_s,
+        jobs={g.gpu: g.job for g in gpus},
         id_prefix=id_prefix,
         scope=scope,
         budget_text=budget_text,

@@ -4,18 +4,19 @@ steps (`aiops.control.dcim_plan`) -> guardrails. Runs the same way from `aiops d
 For every planned action: `Guardrails.propose` validates and records it (proposal + validation events). It
 runs automatically only when all hold: its rule is `mode: automatic`, the policy file's current bytes are
 approved (`guardrails.standing.policy_status`), the action is inside the rule's envelope, and the guardrails'
-own validation passes. It then goes through `guardrails.executor.Executor` with a `PolicyBook` (the standing
-approval) after a `validation` event records the envelope check. Anything else stays a pending proposal for a
-person (`aiops actions approve`); approved policy proposals run on the next round.
+own validation passes. Anything else stays a pending proposal for a person (`aiops actions approve`);
+approved policy proposals run on the next round.
 
-I/O goes through `Sources` (GPU readings, non-GPU power, the validation context) and an `Actuator`, so the
-same round drives the simulated twin, a real NVML backend, or nothing (`actuator=None`: proposals only).
+Every action, automatic or approved, runs through `Guardrails.execute` (the one path to an actuator) with the
+policy's standing approval: the executor asks the `PolicyBook`, audits the envelope record and stamps the
+policy into the execution. Readings come through the controls' port (`aiops.control.readings.Readings`), so
+the same round drives the simulated twin, a real NVML backend, or nothing (`actuator=None`: proposals only).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -30,34 +31,19 @@ from aiops.control.dcim_plan import (
     plan_clear,
     steps,
 )
-from aiops.control.power import GpuPower
-from aiops.control.power_inputs import DcimSignal, signals_in_force
+from aiops.control.dcim_signals import DcimSignal, signals_in_force
+from aiops.control.readings import Readings, validation_context
 from aiops.labels import component_kind
 from aiops.store import Store
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator
 from guardrails.audit import read_rows
-from guardrails.executor import Executor
 from guardrails.policy import Context
 from guardrails.records import ProposalRecord
 from guardrails.responses import LoadedPolicy, ResponseRule
 from guardrails.service import Guardrails
-from guardrails.standing import (
-    PolicyActuator,
-    PolicyBook,
-    Standing,
-    envelope_check,
-    envelope_record,
-    policy_status,
-)
-
-
-@dataclass(frozen=True)
-class Sources:
-    gpus_for: Callable[[str], list[GpuPower]]  # scope -> its GPUs (NVML constraints, draw, demand, job)
-    non_gpu_w_for: Callable[[str], float]  # scope -> what it draws besides the GPUs
-    context_for: Callable[[float], Context]  # validation context: topology + each GPU's limits now
-    priorities: Mapping[str, int] = field(default_factory=dict)
+from guardrails.standing import Standing, envelope_check, policy_status
+from guardrails.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -90,17 +76,11 @@ class RoundReport:
         return sum(1 for a in self.actions if a.status == status)
 
 
-_POWER_EXECUTIONS_SQL = """
-SELECT e.units, e.ts_s, p.proposed_by FROM executions e JOIN proposals p USING (proposal_id)
-WHERE e.status = 'executed' AND e.kind IN ('set_power_limit', 'reset_power_limit') ORDER BY e.ts_s
-"""
-
-
-def _policy_history(store: Store) -> tuple[frozenset[str], dict[str, float]]:
+def _policy_history(guard: Guardrails) -> tuple[frozenset[str], dict[str, float]]:
     """(GPUs whose latest power change came from a policy, GPU -> ts of the latest policy step on it)."""
     latest: dict[str, str] = {}
     stepped: dict[str, float] = {}
-    for row in store.query(_POWER_EXECUTIONS_SQL):
+    for row in guard.records.power_history():
         for unit in row["units"]:
             latest[str(unit)] = str(row["proposed_by"])
             if str(row["proposed_by"]).startswith("policy:"):
@@ -128,20 +108,23 @@ class ResponseRound:
         self,
         store: Store,
         loaded: LoadedPolicy,
-        sources: Sources,
+        readings: Readings,
+        topology: Topology,
         actuator: Actuator | None,
         now_ts_s: float,
     ) -> None:
-        self.store, self.loaded, self.sources, self.now = store, loaded, sources, now_ts_s
+        self.store, self.loaded, self.readings, self.now = store, loaded, readings, now_ts_s
         self.actuator = actuator
-        self.guard = Guardrails(
-            store, actuator=actuator, context_for=sources.context_for, clock=lambda: now_ts_s
-        )
-        rows = read_rows(store)
-        status = policy_status(rows, loaded.sha256, loaded.policy.approvals_required, now_ts_s)
+        status = policy_status(read_rows(store), loaded.sha256, loaded.policy.approvals_required, now_ts_s)
         self.standing = Standing(loaded, status)
+        self.guard = Guardrails(
+            store,
+            actuator=actuator,
+            context_for=lambda now: validation_context(readings, topology, now),
+            clock=lambda: now_ts_s,
+            standing=self.standing,
+        )
         self.report = RoundReport(now_ts_s, self._policy_json(), [])
-        self._exec: tuple[Executor, PolicyBook, PolicyActuator] | None = None
         self._pending: list[Action] | None = None
         self._denied: list[ProposalRecord] | None = None
 
@@ -151,27 +134,9 @@ class ResponseRound:
                 "approvers": list(s.approvers), "expires_ts_s": s.expires_ts_s, "message": s.message}  # fmt: skip
 
     # -- execution ----------------------------------------------------------------------------------------
-    def _executor(self, context: Context) -> tuple[Executor, PolicyBook, PolicyActuator]:
-        """One executor per round (approvals are read once); the book's GPU states follow each action."""
-        if self._exec is None:
-            assert self.actuator is not None
-            records = self.guard.records
-            book = PolicyBook(context.topology, self.guard.registry, records.approvals(), records.rejections(),
-                              standing=self.standing)  # fmt: skip
-            stamped = PolicyActuator(self.actuator)
-            executor = Executor(stamped, book, self.guard.audit, ledger=records, registry=self.guard.registry)
-            self._exec = (executor, book, stamped)
-        return self._exec
-
-    def _execute(self, action: Action, context: Context, stamp: dict[str, Any] | None) -> tuple[str, str]:
-        executor, book, stamped = self._executor(context)
-        book.states, stamped.stamp = context.gpus, dict(stamp or {})
-        outcome = executor.execute(action, context)
-        status = {"already_executed": "executed"}.get(outcome.status, outcome.status)
-        if status == "executed" and outcome.verified is False:
-            status = "failed"
-        self.guard.records.set_status(action.proposal_id, status, self.now, outcome.message)
-        return status, outcome.message
+    def _execute(self, action: Action) -> tuple[str, str]:
+        outcome = self.guard.execute(action.proposal_id)
+        return {"already_executed": "executed"}.get(outcome.status, outcome.status), outcome.message
 
     def run_approved(self) -> None:
         """Policy proposals a person approved since an earlier round run now (re-validated, step-checked)."""
@@ -180,7 +145,7 @@ class ResponseRound:
         for record in self.guard.records.proposals("approved"):
             if not record.action.proposed_by.startswith("policy:"):
                 continue
-            status, message = self._execute(record.action, self.guard.context(self.now), None)
+            status, message = self._execute(record.action)
             a = record.action
             rule_id = a.proposed_by.removeprefix("policy:")
             self.report.actions.append(
@@ -199,8 +164,8 @@ class ResponseRound:
             if rule is None:
                 self.report.notes.append(f"{scope}: no rule answers {signal.signal} with power limits")
                 continue
-            non_gpu_w = self.sources.non_gpu_w_for(scope)
-            gpus = self.sources.gpus_for(scope)
+            non_gpu_w = self.readings.non_gpu_w(scope)
+            gpus = self.readings.gpu_power(scope)
             if rule.non_gpu_w_per_node is not None:
                 non_gpu_w = rule.non_gpu_w_per_node * len({g.gpu.split("/")[0] for g in gpus})
             inputs.append(ScopeInput(scope, signal.kind, rule, gpus, signal.budget_kw, non_gpu_w))
@@ -210,20 +175,21 @@ class ResponseRound:
         signals = signals_in_force(self.store)
         self.report.signals = [asdict(s) for s in signals.values()]
         inputs = self._scope_inputs(signals)
-        lowered, stepped = _policy_history(self.store)
+        lowered, stepped = _policy_history(self.guard)
         caps = [i for i in inputs if i.kind == "cap"]
         per_scope: list[dict[str, GpuTarget]] = []
         budgets: dict[str, float] = {}
         members: dict[str, list[str]] = {}
+        priorities = self.readings.priorities()
         for item in caps:
-            plan, targets = plan_cap(item, context.gpus, self.sources.priorities)
+            plan, targets = plan_cap(item, priorities)
             self.report.scopes.append(plan)
             per_scope.append(targets)
             budgets[item.scope] = plan.gpu_budget_w if plan.gpu_budget_w is not None else 0.0
             members[item.scope] = list(targets)
         capped = frozenset(g.gpu for i in caps for g in i.gpus)
         for item in (i for i in inputs if i.kind == "clear"):
-            plan, targets = plan_clear(item, context.gpus, lowered, capped)
+            plan, targets = plan_clear(item, lowered, capped)
             self.report.scopes.append(plan)
             per_scope.append(targets)
         targets = merge_targets(per_scope)
@@ -312,10 +278,10 @@ class ResponseRound:
         pid = _new_id(self.guard, rule.rule_id, self.now, step.target)
         self._supersede(rule.proposer, step.target, pid)
         action = probe.model_copy(update={"proposal_id": pid})
-        validation = self.guard.propose(action)
+        filed = self.guard.propose(action, origin="dcim")
         mode = "automatic" if rule.automatic else "proposed"
-        if not validation.ok:
-            self._outcome(action, rule, mode, "denied", validation.message)
+        if not filed.ok:
+            self._outcome(action, rule, mode, "denied", filed.message)
             return context
         if why is not None:
             self.guard.records.set_status(
@@ -323,15 +289,9 @@ class ResponseRound:
             )
             self._outcome(action, rule, "proposed", "pending", why)
             return context
-        _, bounds = envelope_check(action, rule.envelope, context.gpus, context.topology)
-        status = self.standing.status
-        self.guard.audit.append("validation", envelope_record(action, rule, status, bounds),
-                                proposal_id=action.proposal_id, actor=rule.proposer, ts_s=self.now)  # fmt: skip
-        stamp = {"policy_sha256": status.sha256, "rule_id": rule.rule_id, "approved_by": list(status.approvers),
-                 "path": self.loaded.path}  # fmt: skip
-        result, message = self._execute(action, context, stamp)
+        result, message = self._execute(action)
         self._outcome(action, rule, "automatic", result, message)
-        return self.sources.context_for(self.now)  # the GPUs' limits after this step
+        return self.guard.context(self.now)  # the GPUs' limits after this step
 
     def _outcome(self, action: Action, rule: ResponseRule, mode: str, status: str, message: str) -> None:
         self.report.actions.append(ActionOutcome(action.proposal_id, rule.rule_id, action.kind, action.target,
@@ -345,11 +305,11 @@ class ResponseRound:
             same = record.action.proposed_by == action.proposed_by and action_hash(record.action) == digest
             if same and record.status in ("pending", "approved"):
                 return
-        validation = self.guard.propose(action)
+        filed = self.guard.propose(action, origin="dcim")
         rule_id = action.proposed_by.removeprefix("policy:")
-        self.report.actions.append(ActionOutcome(action.proposal_id, rule_id, action.kind, action.target,
+        self.report.actions.append(ActionOutcome(filed.proposal_id, rule_id, action.kind, action.target,
                                                  dict(action.parameters), "proposed",
-                                                 "pending" if validation.ok else "denied", validation.message))  # fmt: skip
+                                                 "pending" if filed.ok else "denied", filed.message))  # fmt: skip
 
     def propose_others(self, context: Context) -> None:
         """`mode: propose` responses that move work or cooling (`migrate_jobs`, `adjust_cooling`)."""
@@ -381,7 +341,8 @@ class ResponseRound:
         if not jobs or not elsewhere:
             self.report.notes.append(f"{rule.rule_id}: nothing to move out of {rack}, or nowhere to move it")
             return None
-        job = min(jobs, key=lambda j: (self.sources.priorities.get(j, 0), j))
+        priorities = self.readings.priorities()
+        job = min(jobs, key=lambda j: (priorities.get(j, 0), j))
         return Action(proposal_id=_new_id(self.guard, rule.rule_id, self.now, f"job.{job}"), kind="migrate_job",
                       target=f"job:{job}", parameters={"to": elsewhere[0]}, **base)  # fmt: skip
 
@@ -396,6 +357,11 @@ class ResponseRound:
 
 
 def run_round(
-    store: Store, loaded: LoadedPolicy, sources: Sources, actuator: Actuator | None, now_ts_s: float
+    store: Store,
+    loaded: LoadedPolicy,
+    readings: Readings,
+    topology: Topology,
+    actuator: Actuator | None,
+    now_ts_s: float,
 ) -> RoundReport:
-    return ResponseRound(store, loaded, sources, actuator, now_ts_s).run()
+    return ResponseRound(store, loaded, readings, topology, actuator, now_ts_s).run()

@@ -21,9 +21,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from aiops.control.power import Allocation, GpuPower, allocate
-from guardrails.policy import GpuState
-from guardrails.responses import Envelope, ResponseRule
+from aiops.control.power import Allocation, allocate
+from aiops.models import GpuPower
+from guardrails.envelope import Envelope, power_range_w
+from guardrails.responses import ResponseRule
 
 MIN_CHANGE_W = 0.5  # smaller moves are not worth an action (NVML's read-back resolution is 1 W)
 
@@ -33,7 +34,7 @@ class ScopeInput:
     scope: str
     kind: str  # cap | clear
     rule: ResponseRule
-    gpus: Sequence[GpuPower]  # the scope's GPUs as NVML shows them
+    gpus: Sequence[GpuPower]  # the scope's GPUs as NVML shows them now (limit, constraints, TDP, draw, job)
     budget_kw: float | None = None
     non_gpu_w: float = 0.0
 
@@ -86,40 +87,33 @@ def _step_up_w(current_w: float, max_step_w: float) -> float:
     return watts - 1.0 if abs(watts - current_w) > max_step_w else watts
 
 
-def enveloped(gpu: GpuPower, state: GpuState | None, envelope: Envelope) -> GpuPower | None:
-    """The GPU with its range narrowed to the envelope; None when its state is unknown or the range empty."""
-    if state is None or state.tdp_w is None or state.power_limit_w is None:
-        return None
-    low = max(gpu.min_w, envelope.min_fraction_of_tdp * state.tdp_w)
-    high = min(gpu.max_w, envelope.max_fraction_of_tdp * state.tdp_w)
+def enveloped(gpu: GpuPower, envelope: Envelope) -> GpuPower | None:
+    """The GPU with its range narrowed to the envelope (`power_range_w`); None when the range is empty."""
+    low, high = power_range_w(gpu, envelope)
     return replace(gpu, min_w=low, max_w=high) if low <= high else None
 
 
-def plan_cap(
-    item: ScopeInput, states: Mapping[str, GpuState], priorities: Mapping[str, int]
-) -> tuple[ScopePlan, dict[str, GpuTarget]]:
+def plan_cap(item: ScopeInput, priorities: Mapping[str, int]) -> tuple[ScopePlan, dict[str, GpuTarget]]:
     envelope = item.rule.envelope
     usable: list[GpuPower] = []
     fixed_w = 0.0
     notes: list[str] = []
     for gpu in item.gpus:
-        narrowed = enveloped(gpu, states.get(gpu.gpu), envelope)
+        narrowed = enveloped(gpu, envelope)
         if narrowed is None:
-            state = states.get(gpu.gpu)
-            fixed_w += state.power_limit_w if state and state.power_limit_w is not None else gpu.max_w
-            notes.append(f"{gpu.gpu}: no state or no room inside the envelope; its limit is left as it is")
+            fixed_w += gpu.limit_w
+            notes.append(f"{gpu.gpu}: no room inside the envelope; its limit is left as it is")
         else:
             usable.append(narrowed)
     budget_w = (item.budget_kw or 0.0) * 1000.0 - item.non_gpu_w - fixed_w
-    current_total = sum((states[g.gpu].power_limit_w or 0.0) for g in usable)
+    current_total = sum(g.limit_w for g in usable)
     alloc: Allocation = allocate(max(budget_w, 0.0), usable, priorities)
     notes.extend(alloc.notes)
     feasible = alloc.feasible and budget_w >= 0
     targets: dict[str, GpuTarget] = {}
     for gpu in usable:
         watts = max(float(math.floor(alloc.limits_w[gpu.gpu])), gpu.min_w) if feasible else gpu.min_w
-        current = states[gpu.gpu].power_limit_w or 0.0
-        targets[gpu.gpu] = GpuTarget(gpu.gpu, item.rule.rule_id, item.scope, current, watts)
+        targets[gpu.gpu] = GpuTarget(gpu.gpu, item.rule.rule_id, item.scope, gpu.limit_w, watts)
     total = sum(t.target_w for t in targets.values())
     shortfall = 0.0 if feasible else max(0.0, total - budget_w)
     if not feasible:
@@ -138,21 +132,17 @@ def plan_cap(
 
 
 def plan_clear(
-    item: ScopeInput,
-    states: Mapping[str, GpuState],
-    lowered_by_policy: frozenset[str],
-    capped: frozenset[str],
+    item: ScopeInput, lowered_by_policy: frozenset[str], capped: frozenset[str]
 ) -> tuple[ScopePlan, dict[str, GpuTarget]]:
     """Raise what this policy lowered, where no cap is in force any more, to the envelope's maximum."""
     targets: dict[str, GpuTarget] = {}
     for gpu in item.gpus:
         if gpu.gpu not in lowered_by_policy or gpu.gpu in capped:
             continue
-        narrowed = enveloped(gpu, states.get(gpu.gpu), item.rule.envelope)
-        current = states[gpu.gpu].power_limit_w if gpu.gpu in states else None
-        if narrowed is None or current is None or current >= narrowed.max_w - MIN_CHANGE_W:
+        narrowed = enveloped(gpu, item.rule.envelope)
+        if narrowed is None or gpu.limit_w >= narrowed.max_w - MIN_CHANGE_W:
             continue
-        targets[gpu.gpu] = GpuTarget(gpu.gpu, item.rule.rule_id, item.scope, current, narrowed.max_w)
+        targets[gpu.gpu] = GpuTarget(gpu.gpu, item.rule.rule_id, item.scope, gpu.limit_w, narrowed.max_w)
     current_total = sum(t.current_w for t in targets.values())
     total = sum(t.target_w for t in targets.values())
     note = f"{len(targets)} GPU(s) the policy lowered go back to the envelope's maximum"

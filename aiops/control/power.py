@@ -26,26 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from aiops.models import GpuPower
+
 THROUGHPUT_EXPONENT = 0.4  # throughput ∝ (limit / demand)^0.4 below demand
 _BISECT_STEPS = 60
-
-
-@dataclass(frozen=True)
-class GpuPower:
-    """One GPU as the allocator sees it: NVML limit constraints, the present draw, the job it serves."""
-
-    gpu: str
-    min_w: float
-    max_w: float
-    draw_w: float
-    job: str | None = None  # None: idle
-    demand_w: float | None = (
-        None  # what it would draw uncapped; defaults to draw_w (pass it if already capped)
-    )
-
-    @property
-    def want_w(self) -> float:
-        return self.draw_w if self.demand_w is None else self.demand_w
 
 
 @dataclass(frozen=True)
@@ -94,7 +78,8 @@ def allocate(
     headroom_frac: float = 0.02,
     low_priority_floor_frac: float = 0.9,
 ) -> Allocation:
-    """Per-GPU limits with sum ≤ `budget_w` (unless infeasible), every rank of a job at the same limit.
+    """Per-GPU limits with sum ≤ `budget_w` (unless infeasible), every rank of a job at the same limit. Each
+    GPU's limit stays in [min_w, max_w] (callers narrow these to an envelope first); its demand is `want_w`.
 
     `priorities`: job → priority (higher matters more; missing jobs get 0).
     """

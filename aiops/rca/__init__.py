@@ -79,20 +79,7 @@ def _corroborate_stragglers(facts: Facts, candidates: list[Candidate]) -> None:
 
 
 def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
-    from aiops.playbooks import proposals_from_store
-
-    out = []
-    for incident in incidents:
-        hypotheses = analyze(store, incident)
-        proposals = (
-            proposals_from_store(
-                store, hypotheses[0], job_of(store, incident, hypotheses[0]), incident.last_ts_s
-            )
-            if hypotheses
-            else []
-        )
-        out.append(Diagnosis(incident=incident, hypotheses=hypotheses, proposals=proposals))
-    return out
+    return [Diagnosis(incident=i, hypotheses=analyze(store, i)) for i in incidents]
 
 
 def job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:

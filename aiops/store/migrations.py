@@ -226,9 +226,111 @@ CREATE TABLE dcim_signals (
 )
 """
 
+# Guardrails: proposals (one status machine for every actor), approvals, rejections, the execution ledger
+# (one rate ledger for every actor) and the hash-chained audit log (guardrails/audit.py). Versions before
+# this migration created these tables from their modules (CREATE TABLE IF NOT EXISTS), so this one adopts
+# them and adds the columns they lacked.
+M003_GUARDRAILS = """
+CREATE TABLE IF NOT EXISTS proposals (
+    proposal_id VARCHAR PRIMARY KEY,
+    created_ts_s DOUBLE NOT NULL,
+    kind VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    proposed_by VARCHAR NOT NULL,   -- analyst | llm | policy:<rule-id>
+    action VARCHAR NOT NULL,        -- canonical JSON of the Action
+    action_hash VARCHAR NOT NULL,
+    physical BOOLEAN NOT NULL,
+    approvals_needed INTEGER NOT NULL,
+    status VARCHAR NOT NULL,        -- pending | denied | approved | rejected | executed | refused | failed | expired
+    message VARCHAR NOT NULL,       -- the validation verdict ("ok" or "rule: why")
+    updated_ts_s DOUBLE NOT NULL
+);
+-- expires_ts_s: NULL for rows from before m003 (they never expire); origin: who filed it (demo, analyze,
+-- chat, dcim, ...); incident_id: the incident it remedies, if any
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS expires_ts_s DOUBLE;
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS origin VARCHAR;
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS incident_id VARCHAR;
+CREATE TABLE IF NOT EXISTS approvals (
+    proposal_id VARCHAR NOT NULL,
+    approver VARCHAR NOT NULL,
+    action_hash VARCHAR NOT NULL,
+    ts_s DOUBLE NOT NULL,
+    expires_ts_s DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rejections (
+    proposal_id VARCHAR NOT NULL,
+    rejected_by VARCHAR NOT NULL,
+    reason VARCHAR NOT NULL,
+    ts_s DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    proposal_id VARCHAR PRIMARY KEY,
+    kind VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    units VARCHAR[] NOT NULL,       -- GPUs/nodes/NICs touched (rate limits count these)
+    ts_s DOUBLE NOT NULL,
+    status VARCHAR NOT NULL,        -- started | executed | failed
+    result VARCHAR NOT NULL         -- canonical JSON
+);
+CREATE TABLE IF NOT EXISTS audit_log (
+    seq BIGINT NOT NULL,            -- 1, 2, ... in append order
+    ts_s DOUBLE NOT NULL,
+    event VARCHAR NOT NULL,         -- guardrails.audit.EVENTS
+    proposal_id VARCHAR NOT NULL,   -- '' when the event is about no proposal
+    actor VARCHAR NOT NULL,         -- a person, llm, analyst, policy:<id>, executor
+    payload VARCHAR NOT NULL,       -- canonical JSON text (hashed as stored)
+    prev_hash VARCHAR NOT NULL,
+    hash VARCHAR NOT NULL
+)
+"""
+
+# The agent's journal: every question, LLM turn, tool call, answer and decision (aiops/agent/journal.py).
+M004_AGENT_LOG = """
+CREATE TABLE IF NOT EXISTS agent_log (
+    ts_s DOUBLE NOT NULL,
+    kind VARCHAR NOT NULL,          -- question | llm_turn | llm_failure | tool_call | answer | proposal |
+                                    -- approval | rejection | execution | verification | report
+    thread_id VARCHAR,
+    proposal_id VARCHAR,
+    payload JSON NOT NULL
+)
+"""
+
+# The digital twin as plain data (no pickle): the scenario a simulated workspace was made from, and every
+# change to the twin since (actions applied, rollbacks, time advanced), in order. The twin is rebuilt
+# deterministically from these (aiops/sim/twin.py).
+M005_TWIN = """
+CREATE TABLE sim_runs (
+    ts_s DOUBLE NOT NULL,           -- when the run was recorded (wall clock)
+    scenario_name VARCHAR NOT NULL,
+    scenario_yaml VARCHAR NOT NULL, -- the scenario file's text, validated again whenever it is loaded
+    lanes_policy_yaml VARCHAR,      -- the lanes policy the twin's controller ran; NULL: the built-in one
+    simulated_s DOUBLE NOT NULL,    -- seconds the run simulated (where the twin starts)
+    format_version INTEGER NOT NULL
+);
+CREATE TABLE twin_log (
+    seq BIGINT PRIMARY KEY,         -- 1, 2, ... in the order the changes happened
+    ts_s DOUBLE NOT NULL,           -- wall clock
+    elapsed_s DOUBLE NOT NULL,      -- the twin's clock when it happened
+    kind VARCHAR NOT NULL,          -- action | rollback | advance
+    proposal_id VARCHAR NOT NULL,
+    payload VARCHAR NOT NULL        -- JSON: the action (kind, target, parameters), the restored state, or seconds
+)
+"""
+
+# NVML's default power limit (nvmlDeviceGetPowerManagementDefaultLimit): the TDP that power envelopes are
+# fractions of. NULL where the driver does not say (readers then take the maximum constraint).
+M006_DEFAULT_LIMIT = """
+ALTER TABLE gpu_samples ADD COLUMN power_limit_default_w DOUBLE
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
+    Migration(3, "guardrails", _sql(M003_GUARDRAILS)),
+    Migration(4, "agent_log", _sql(M004_AGENT_LOG)),
+    Migration(5, "twin", _sql(M005_TWIN)),
+    Migration(6, "power_limit_default", _sql(M006_DEFAULT_LIMIT)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -6,6 +6,7 @@ inserts it with one `INSERT ... SELECT` over the registered Arrow table: never r
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,10 +15,16 @@ from typing import Any, TypeAlias
 import duckdb
 import pyarrow as pa
 
-from aiops.errors import IngestError, SchemaError
+from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
 Batch: TypeAlias = pa.Table | Mapping[str, Sequence[Any]]
+
+
+def _lock_holder(message: str) -> str:
+    """`PID 1234 (/usr/bin/python3)` from DuckDB's "Conflicting lock is held in EXE (PID N)" message."""
+    match = re.search(r"held in (.+?) \(PID (\d+)\)", message)
+    return f"PID {match.group(2)} ({match.group(1)})" if match else "another process"
 
 
 def latest_version() -> int:
@@ -33,6 +40,10 @@ class Store:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             self.conn = duckdb.connect(self.path, read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLocked(self.path, _lock_holder(str(exc))) from None
+            raise SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
         except duckdb.Error as exc:
             raise SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
         self.read_only = read_only
@@ -64,6 +75,7 @@ class Store:
                 f"{self.path}: schema version {current} needs migrations to {newest}; open it writable"
             )
         if current == 0:
+            self._refuse_foreign()
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
                 "applied_ts_s DOUBLE)"
@@ -82,6 +94,21 @@ class Store:
             except Exception:
                 self.conn.execute("ROLLBACK")
                 raise
+
+    def _refuse_foreign(self) -> None:
+        """A DuckDB file that holds tables but no schema history is someone else's: never adopt it."""
+        names = [
+            str(r[0])
+            for r in self.conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+            ).fetchall()
+        ]
+        if names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise SchemaError(
+                f"{self.path}: not an aiops database (it holds table(s) {shown} and no schema_migrations); "
+                "use another file"
+            )
 
     def columns(self, table: str) -> list[str]:
         if table not in self._columns:
@@ -159,6 +186,11 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+
+    def commit_pending(self) -> None:
+        """Checkpoint the WAL into the file (a writer's last step, so readers see a compact file)."""
+        if not self.read_only and self.path != ":memory:":
+            self.conn.execute("CHECKPOINT")
 
     def __enter__(self) -> Store:
         return self

@@ -1,0 +1,74 @@
+"""A person's decisions on a workspace's proposals: approve (and, once enough people approved, execute at once
+on the workspace's world through `Guardrails.execute`), reject, execute a digital proposal. The library behind
+`aiops actions` and the chat's `/approve` of a proposal no chat thread waits on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiops.runtime.world import attach, desk
+from aiops.sim.twin import Twin
+from aiops.store import Workspace
+from guardrails.approvals import Authorisation
+from guardrails.executor import ExecutionOutcome
+
+
+@dataclass(frozen=True)
+class Decision:
+    proposal_id: str
+    authorisation: Authorisation | None  # None: nothing to approve (a digital execution)
+    outcome: ExecutionOutcome | None  # None: not executed now
+    note: str = ""  # why it did not execute, when it did not
+
+    @property
+    def executed(self) -> bool:
+        return self.outcome is not None and self.outcome.ran
+
+
+def approve(
+    workspace: Workspace,
+    proposal_id: str,
+    by: str,
+    *,
+    execute: bool = True,
+    twin: Twin | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Decision:
+    """Record `by`'s approval; when the proposal is then authorised and `execute`, run it on the workspace's
+    world (once: a second approval says it already ran). One write transaction: no other process acts between
+    the approval and the execution."""
+    with workspace.write() as store:
+        attached = attach(store, twin=twin)
+        guard = desk(store, attached, clock=clock)
+        auth = guard.approve(proposal_id, by)
+        if not auth.ok:
+            return Decision(proposal_id, auth, None, f"approval recorded; {auth.message}")
+        if not execute:
+            return Decision(proposal_id, auth, None, "approved; not executed (--no-execute)")
+        if attached.actuator is None:
+            return Decision(proposal_id, auth, None, f"approved; not executed: {attached.describe}")
+        return Decision(proposal_id, auth, guard.execute(proposal_id))
+
+
+def execute(
+    workspace: Workspace,
+    proposal_id: str,
+    *,
+    twin: Twin | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Decision:
+    """Run a proposal that needs nobody (digital) or that people already approved."""
+    with workspace.write() as store:
+        attached = attach(store, twin=twin)
+        if attached.actuator is None:
+            return Decision(proposal_id, None, None, f"not executed: {attached.describe}")
+        return Decision(proposal_id, None, desk(store, attached, clock=clock).execute(proposal_id))
+
+
+def reject(
+    workspace: Workspace, proposal_id: str, by: str, reason: str, *, clock: Callable[[], float] = time.time
+) -> None:
+    with workspace.write() as store:
+        desk(store, attach(store, actuator="none"), clock=clock).reject(proposal_id, by, reason)

@@ -1,0 +1,281 @@
+"""The twin of a simulated workspace, kept as plain data and rebuilt deterministically: no pickle, ever.
+
+A simulated workspace records the run it was made from (`sim_runs`: the scenario as YAML, the lanes policy, the
+simulated seconds) and every change to its twin since (`twin_log`: actions applied, rollbacks, time advanced),
+in order. `Twin.load(store)` validates the stored scenario and policy with the same parsers as a file, builds
+the world from the scenario's seed, steps it to where the run ended, checks that its cluster is the stored
+topology (else `TwinMismatch`), and replays the log. The world is deterministic, so every process that loads
+the twin holds the same world; `sync(store)` applies what other processes appended since.
+
+Every actuation of the twin goes through `TwinActuator` (the guardrails' `Actuator` protocol over
+`aiops.sim.actuator.SimActuator`): it syncs first, applies, and appends the change, all inside the caller's
+write transaction on the workspace, so the log's order is the order the world saw. What-if previews act on
+copies (`World.copy`) and are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import yaml
+
+from aiops.control.policy import Policy, parse_policy
+from aiops.errors import AiopsError, InputError
+from aiops.scenarios import Scenario, parse_scenario_text, scenario_yaml
+from aiops.sim.actuator import SimActuator
+from aiops.sim.world import World
+from aiops.store import Store
+from guardrails.actions import Action, canonical_json
+from guardrails.actuators import ActuationResult
+from guardrails.topology import Topology
+
+FORMAT_VERSION = 1
+LOG_KINDS = ("action", "rollback", "advance")
+SOURCE = "<workspace sim_runs>"
+
+
+class TwinMismatch(AiopsError):
+    """The twin's cluster is not the workspace's stored topology (or its stored run cannot be read)."""
+
+    exit_code = 2
+
+
+def record_run(
+    store: Store,
+    scenario: Scenario,
+    lanes_policy: Policy | None,
+    simulated_s: float,
+    now_ts_s: float | None = None,
+) -> None:
+    """Remember the run a simulated workspace was made from (the newest row is the one the twin uses)."""
+    policy_text = (
+        yaml.safe_dump(lanes_policy.model_dump(mode="json"), sort_keys=True) if lanes_policy else None
+    )
+    store.conn.execute(
+        "INSERT INTO sim_runs VALUES (?, ?, ?, ?, ?, ?)",
+        [time.time() if now_ts_s is None else now_ts_s, scenario.name, scenario_yaml(scenario), policy_text,
+         float(simulated_s), FORMAT_VERSION],
+    )  # fmt: skip
+
+
+def has_run(store: Store) -> bool:
+    return bool(store.scalar("SELECT count(*) FROM sim_runs"))
+
+
+def _stored_topology(store: Store) -> set[str]:
+    return {str(r["component"]) for r in store.query("SELECT component FROM topology")}
+
+
+def _world_topology(world: World) -> set[str]:
+    lay = world.layout
+    names = {"fleet", *lay.rack_names, *lay.node_names, *lay.gpu_names, *lay.nic_names}
+    return {str(n) for n in names}
+
+
+def _shape(names: set[str]) -> str:
+    racks = sum(1 for n in names if n.startswith("rack"))
+    nodes = sum(1 for n in names if n.startswith("node") and "/" not in n)
+    gpus = sum(1 for n in names if "/gpu" in n)
+    return f"{racks} racks, {nodes} nodes, {gpus} GPUs"
+
+
+class Twin:
+    """A world and how far through the workspace's `twin_log` it is (`applied_seq`)."""
+
+    def __init__(self, world: World, applied_seq: int = 0) -> None:
+        self.world = world
+        self.applied_seq = applied_seq
+
+    @property
+    def topology(self) -> Topology:
+        """The cluster as the twin runs it now: jobs where they run after any migration."""
+        lay = self.world.layout
+        jobs = {job.name: [lay.gpu_names[g] for g in job.gpus.tolist()] for job in lay.jobs}
+        return Topology.grid(lay.racks, lay.nodes_per_rack, lay.gpus_per_node, lay.nics_per_node, jobs=jobs)
+
+    # -- building -------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, store: Store) -> Twin | None:
+        """The workspace's twin, rebuilt from its stored run and log; None for a workspace that was not
+        simulated. Raises `TwinMismatch` when the stored run cannot be read or its cluster is not the stored
+        topology."""
+        row = store.conn.execute(
+            "SELECT scenario_yaml, lanes_policy_yaml, simulated_s, format_version FROM sim_runs "
+            "ORDER BY ts_s DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        text, policy_text, simulated_s, version = str(row[0]), row[1], float(row[2]), int(row[3])
+        if version != FORMAT_VERSION:
+            raise TwinMismatch(f"{store.path}: twin format {version}; this aiops reads {FORMAT_VERSION}")
+        try:
+            scenario = parse_scenario_text(text, SOURCE)
+            policy = parse_policy(yaml.safe_load(policy_text), SOURCE) if policy_text else None
+        except (InputError, yaml.YAMLError) as exc:
+            raise TwinMismatch(f"{store.path}: the stored run does not validate: {exc}") from None
+        world = World(scenario, policy)
+        for _ in range(round(simulated_s)):
+            world.step(1.0)
+        twin = cls(world)
+        twin.check_topology(store)
+        twin.sync(store)
+        return twin
+
+    def check_topology(self, store: Store) -> None:
+        stored, mine = _stored_topology(store), _world_topology(self.world)
+        if stored and stored != mine:
+            raise TwinMismatch(
+                f"{store.path}: the twin's cluster ({_shape(mine)}) is not the stored topology ({_shape(stored)}); "
+                "refusing to act on it"
+            )
+
+    # -- the log ----------------------------------------------------------------------------------------------
+    def sync(self, store: Store) -> int:
+        """Apply what the workspace's log holds beyond `applied_seq`; returns how many changes were applied."""
+        rows = store.conn.execute(
+            "SELECT seq, elapsed_s, kind, payload FROM twin_log WHERE seq > ? ORDER BY seq",
+            [self.applied_seq],
+        ).fetchall()
+        for seq, elapsed_s, kind, payload in rows:
+            self._replay(str(kind), float(elapsed_s), json.loads(str(payload)))
+            self.applied_seq = int(seq)
+        return len(rows)
+
+    def _replay(self, kind: str, elapsed_s: float, data: dict[str, Any]) -> None:
+        while self.world.elapsed_s < elapsed_s - 1e-9:  # an older log may have advanced without an event
+            self.world.step(1.0)
+        if kind == "advance":
+            for _ in range(max(0, round(float(data["seconds"])))):
+                self.world.step(1.0)
+            return
+        action = Action.model_validate(data["action"])
+        actuator = SimActuator(self.world, self.topology)
+        result = (
+            actuator.apply(action, False) if kind == "action" else actuator.rollback(action, data["previous"])
+        )
+        if not result.ok:
+            raise TwinMismatch(f"replaying twin_log ({kind} {action.proposal_id}) failed: {result.error}")
+
+    def append(self, store: Store, kind: str, proposal_id: str, data: dict[str, Any]) -> None:
+        """Record a change this process just made to the world (it must be in sync first)."""
+        if kind not in LOG_KINDS:
+            raise ValueError(f"unknown twin_log kind '{kind}' ({', '.join(LOG_KINDS)})")
+        seq = int(store.scalar("SELECT coalesce(max(seq), 0) FROM twin_log") or 0) + 1
+        if seq != self.applied_seq + 1:
+            raise TwinMismatch(f"twin_log moved on (seq {seq - 1}, this twin {self.applied_seq}): sync first")
+        store.conn.execute(
+            "INSERT INTO twin_log VALUES (?, ?, ?, ?, ?, ?)",
+            [seq, time.time(), float(self.world.elapsed_s), kind, proposal_id, canonical_json(data)],
+        )
+        self.applied_seq = seq
+
+    def advance(self, store: Store, seconds: float) -> None:
+        """Run the twin `seconds` forward (recorded, so every process's twin moves alike)."""
+        self.sync(store)
+        self.append(store, "advance", "", {"seconds": float(round(seconds))})
+        for _ in range(max(0, round(seconds))):
+            self.world.step(1.0)
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def metrics(self, component: str) -> dict[str, Any]:
+        return metrics(self.world, component)
+
+    def preview(
+        self, actuate: Callable[[World, Action], Any], action: Action, component: str, horizon_s: float
+    ) -> dict[str, Any]:
+        """Metrics after `horizon_s` simulated seconds without and with the action (on copies only)."""
+        without, with_action = self.world.copy(), self.world.copy()
+        before = metrics(without, component)
+        actuate(with_action, action)
+        for _ in range(max(1, round(horizon_s))):
+            without.step(1.0)
+            with_action.step(1.0)
+        return {
+            "horizon_s": horizon_s,
+            "now": before,
+            "without_action": metrics(without, component),
+            "with_action": metrics(with_action, component),
+        }
+
+
+class TwinActuator:
+    """The `Actuator` of a simulated workspace: `SimActuator` on the twin's world, every change appended to
+    `twin_log` in the same write transaction (`store` is the caller's open workspace)."""
+
+    def __init__(self, twin: Twin, store: Store) -> None:
+        self.twin = twin
+        self.store = store
+        self.inner = SimActuator(twin.world, twin.topology)
+
+    def apply(self, action: Action, dry_run: bool) -> ActuationResult:
+        self.twin.sync(self.store)
+        if dry_run:
+            return self.inner.apply(action, True)
+        result = self.inner.apply(action, False)
+        if result.ok:
+            self.twin.append(
+                self.store, "action", action.proposal_id, {"action": action.model_dump(mode="json")}
+            )
+        return result
+
+    def read_back(self, action: Action) -> dict[str, Any]:
+        return self.inner.read_back(action)
+
+    def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
+        result = self.inner.rollback(action, previous)
+        if result.ok:
+            data = {"action": action.model_dump(mode="json"), "previous": previous}
+            self.twin.append(self.store, "rollback", action.proposal_id, data)
+        return result
+
+
+def _num(value: Any) -> float:
+    return round(float(value), 2)
+
+
+def metrics(world: World, component: str) -> dict[str, Any]:
+    """What the twin says about a component now (GPU/node/rack/fleet: its GPUs; NIC; job)."""
+    layout = world.layout
+    out: dict[str, Any] = {"component": component, "elapsed_s": _num(world.elapsed_s)}
+    if component.startswith("job:"):
+        name = component.removeprefix("job:")
+        for job in layout.jobs:
+            if job.name == name:
+                out["step_time_s"] = _num(world.step_time_s[job.index])
+                gpus = np.asarray(job.gpus)
+                out["max_temp_c"] = _num(np.max(world.temp_c[gpus]))
+                out["nodes"] = [layout.node_names[n] for n in job.nodes]
+                if world.restart_until_s[job.index] >= world.elapsed_s:
+                    out["restarting_for_s"] = _num(world.restart_until_s[job.index] - world.elapsed_s + 1.0)
+        return out
+    if component in layout.nic_index:
+        i = layout.nic_index[component]
+        out.update(
+            lanes_enforced=bool(world.lanes_enforced[i]),
+            ecn_enabled=bool(world.ecn_enabled[i]),
+            link_up=bool(world.link_up[i]),
+        )
+        return out
+    try:
+        gpus = np.asarray(layout.gpus_of(component))
+    except (KeyError, ValueError):
+        gpus = np.asarray([], dtype=np.int64)
+    if gpus.size == 0:
+        out["unknown"] = True
+        return out
+    out.update(
+        gpus=int(gpus.size),
+        max_temp_c=_num(np.max(world.temp_c[gpus])),
+        mean_power_w=_num(np.mean(world.power_w[gpus])),
+        power_limit_w=_num(np.min(world.power_limit_w[gpus])),
+        min_sm_clock_mhz=_num(np.min(world.sm_clock_mhz[gpus])),
+        throttled_gpus=int(np.count_nonzero(world.reasons[gpus] & 0x60)),  # SW/HW thermal slowdown
+    )
+    jobs = {int(j) for j in world.layout.gpu_job[gpus] if j >= 0}
+    if jobs:
+        out["job_step_time_s"] = {layout.jobs[j].name: _num(world.step_time_s[j]) for j in sorted(jobs)}
+    return out

@@ -1,0 +1,152 @@
+"""One workspace per database: the DuckDB file that holds every table (telemetry, incidents, hypotheses,
+proposals, approvals, the audit log, the agent's journal, the twin's log), and the files that belong to it.
+
+Several processes work on one workspace at once (`aiops chat`, `aiops actions`, `aiops audit verify`,
+`aiops dcim watch`, the service). DuckDB lets one process write a file, or several read it, never both; so
+every process opens the file for one short piece of work and closes it again (`with workspace.write() as
+store:` / `with workspace.read() as store:`), and an open that meets another process's lock waits and
+retries with jittered exponential backoff until `lock_timeout_s` (then `WorkspaceBusy` names the holder).
+Why not one owning process with a socket API: there is no daemon on a laptop or in CI, and a process that
+dies must not leave the others without their state. The cost is an open per operation (about 20 ms).
+
+Files (`files()`): `<db>` and DuckDB's `<db>.wal` while a writer runs; `<db>.checkpoints.sqlite` (LangGraph's
+checkpointer, SQLite: it locks per transaction by itself) with SQLite's `-journal`/`-wal`/`-shm` while it
+writes. Nothing else beside the database is read: files that older versions left there (`<db>.twin.pkl`,
+`<db>.agent.duckdb`, `<db>.agent.sqlite`) are never opened, let alone unpickled (`legacy_files()`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from aiops.errors import AiopsError, StoreLocked, WorkspaceBusy
+from aiops.store.store import Store
+
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+_FIRST_BACKOFF_S = 0.01
+_MAX_BACKOFF_S = 0.5
+CHECKPOINTS_SUFFIX = ".checkpoints.sqlite"
+_SQLITE_SUFFIXES = ("", "-journal", "-wal", "-shm")
+LEGACY_SUFFIXES = (".twin.pkl", ".agent.duckdb", ".agent.duckdb.wal", ".agent.sqlite")
+
+
+class Workspace:
+    """The database at `path` and everything that belongs to it. `Workspace(":memory:")` keeps one in-memory
+    store open for its lifetime (tests, the eval harness); `close()` ends it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = str(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._sleep = sleep
+        self._clock = clock
+        self._memory: Store | None = Store(":memory:") if self.memory else None
+
+    @property
+    def memory(self) -> bool:
+        return self.path == ":memory:"
+
+    def exists(self) -> bool:
+        return self.memory or Path(self.path).is_file()
+
+    def require(self) -> Workspace:
+        """Self, or an error that says how to make the database when there is none."""
+        if not self.exists():
+            raise AiopsError(f"{self.path}: no such database (make one with: aiops demo --db {self.path})")
+        return self
+
+    # -- files ----------------------------------------------------------------------------------------------
+    @property
+    def checkpoints_path(self) -> Path:
+        """LangGraph's checkpointer (SQLite), owned and named by the workspace."""
+        return Path(self.path + CHECKPOINTS_SUFFIX)
+
+    def own_paths(self) -> list[Path]:
+        """Every file this workspace may create beside the database (whether it exists now or not)."""
+        if self.memory:
+            return []
+        db = Path(self.path)
+        sqlite = [Path(str(self.checkpoints_path) + s) for s in _SQLITE_SUFFIXES]
+        return [db, Path(self.path + ".wal"), *sqlite]
+
+    def files(self) -> list[Path]:
+        return [p for p in self.own_paths() if p.exists()]
+
+    def legacy_files(self) -> list[Path]:
+        """Files older versions kept beside the database. Never read: shown so a person can delete them."""
+        return [] if self.memory else [p for s in LEGACY_SUFFIXES if (p := Path(self.path + s)).exists()]
+
+    def remove(self) -> None:
+        """Delete the database and every file of this workspace (a fresh `aiops demo --db` run)."""
+        for path in self.own_paths():
+            path.unlink(missing_ok=True)
+
+    # -- opening --------------------------------------------------------------------------------------------
+    def _open(self, read_only: bool) -> Store:
+        """Open the file, retrying while another process holds its lock."""
+        deadline = self._clock() + self.lock_timeout_s
+        backoff_s = _FIRST_BACKOFF_S
+        while True:
+            try:
+                return Store(self.path, read_only=read_only)
+            except StoreLocked as exc:
+                now = self._clock()
+                if now >= deadline:
+                    raise WorkspaceBusy(self.path, exc.holder, self.lock_timeout_s) from None
+                self._sleep(min(backoff_s * random.uniform(0.5, 1.5), max(0.0, deadline - now)))
+                backoff_s = min(backoff_s * 1.6, _MAX_BACKOFF_S)
+
+    @contextmanager
+    def write(self) -> Iterator[Store]:
+        """The store, writable, for one short piece of work; closed (and checkpointed) when the block ends."""
+        if self._memory is not None:
+            yield self._memory
+            return
+        store = self._open(read_only=False)
+        try:
+            yield store
+            store.commit_pending()
+        finally:
+            store.close()
+
+    @contextmanager
+    def read(self) -> Iterator[Store]:
+        """The store, read-only, for one short piece of work. A file that still needs migrations is migrated
+        first (a write open), so readers of an older database work too."""
+        if self._memory is not None:
+            yield self._memory
+            return
+        self.require()
+        try:
+            store = self._open(read_only=True)
+        except AiopsError as exc:
+            if "needs migrations" not in str(exc):
+                raise
+            with self.write():
+                pass
+            store = self._open(read_only=True)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
