@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.detect import detect
 from aiops.models import Diagnosis, Incident
 from aiops.rca import diagnose

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
-from aiops.control.policy import load_policy
+from aiops.datapath.policy import load_policy
 from aiops.pipeline import run_scenario
 from aiops.scenarios import load_scenario
 from aiops.store import Store

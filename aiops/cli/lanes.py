@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.control.policy import DEFAULT_POLICY_PATH, load_policy
+from aiops.datapath.policy import DEFAULT_POLICY_PATH, load_policy
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,10 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    from aiops.control import lanes
+    from aiops.control.laws import initial_rates
+    from aiops.datapath import lanes
 
     policy = load_policy(args.policy)  # validation first: a bad file is exit 2 even without root
-    result = lanes.apply(args.dev, policy, args.policy, netns=args.netns)
+    result = lanes.apply(args.dev, policy, args.policy, netns=args.netns, rates=initial_rates(policy))
     console = Console(stderr=True)
     for item in result.removed_stale:
         console.print(f"removed stale {item}", highlight=False)
@@ -113,7 +114,7 @@ def run_try(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from aiops.control.status import status
+    from aiops.datapath.status import status
 
     rows = status(args.dev, args.netns, args.interval_s)
     if args.json:
@@ -162,7 +163,7 @@ def _render(console: Console, row: dict[str, Any]) -> None:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from aiops.control import lanes
+    from aiops.datapath import lanes
 
     removed = lanes.remove(args.dev, args.netns)
     console = Console(stderr=True)
@@ -175,7 +176,7 @@ def run_remove(args: argparse.Namespace) -> int:
 
 def run_control(args: argparse.Namespace) -> int:
     from aiops.control.controller import KernelLanes, run_controller
-    from aiops.control.lanes import applied_policy, read_state, state_key
+    from aiops.datapath.lanes import applied_policy, read_state, state_key
     from aiops.errors import AiopsError
 
     state = read_state(state_key(args.dev, args.netns))
@@ -215,10 +216,10 @@ def run_control(args: argparse.Namespace) -> int:
 def run_collect(args: argparse.Namespace) -> int:
     import time
 
-    from aiops.control.lanes import read_state, state_key
+    from aiops.datapath.lanes import read_state, state_key
+    from aiops.datapath.loader import require_bcc
     from aiops.errors import AiopsError
     from aiops.store import Store
-    from collectors.ebpf.loader import require_bcc
     from collectors.ebpf.tcp_probe import TcpProbe
     from collectors.ebpf.telemetry import LaneTelemetry
 

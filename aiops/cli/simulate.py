@@ -10,7 +10,7 @@ from rich.console import Console
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
-from aiops.control.policy import load_policy
+from aiops.datapath.policy import load_policy
 from aiops.errors import SchemaError
 from aiops.pipeline import analyze_store
 from aiops.scenarios import load_scenario

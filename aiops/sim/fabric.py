@@ -18,7 +18,7 @@ from aiops.sim import network
 from aiops.sim.topology import F64, I64
 
 if TYPE_CHECKING:
-    from aiops.control.policy import Policy
+    from aiops.datapath.policy import Policy
     from aiops.sim.faults import Modifiers
     from aiops.sim.world import World
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
 from aiops.sim.world import World
 from aiops.store import Store

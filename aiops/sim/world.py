@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
 from aiops.sim import fabric, faults, gpu
 from aiops.sim import network as net
@@ -52,7 +52,7 @@ class GpuView:
 
 class World:
     def __init__(self, scenario: Scenario, lanes_policy: Policy | None = None) -> None:
-        """`lanes_policy`: the traffic controller's policy (default: aiops/control/default_policy.yaml)."""
+        """`lanes_policy`: the traffic controller's policy (default: aiops/datapath/default_policy.yaml)."""
         self.scenario = scenario
         self.layout = lay = Layout(scenario)
         self.rng = np.random.default_rng(scenario.seed)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from aiops.control import tc
-from aiops.control.lanes import LanesState
-from aiops.control.policy import LANES, LaneName, Policy, match_text
-from collectors.ebpf.lanes_maps import LaneMaps
+from aiops.datapath import tc
+from aiops.datapath.lanes import LanesState
+from aiops.datapath.maps import LaneMaps
+from aiops.datapath.policy import LANES, LaneName, Policy, match_text
 from collectors.ebpf.tcp_probe import TcpFlowSample, TcpProbe
 
 TRAFFIC_CLASS: dict[str, str] = {"vip": "collective", "bulk": "bulk", "standard": "other"}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from aiops.control import lanes
+from aiops.datapath import lanes
+from aiops.datapath.loader import pin_dir
 from aiops.lab.netns import Sandbox, in_ns
-from collectors.ebpf.loader import pin_dir
 from tests.ebpf.conftest import LabNic, build_lab_nic, wait_until
 
 pytestmark = pytest.mark.ebpf

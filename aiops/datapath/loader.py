@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from aiops.datapath import bpf_sys
+from aiops.datapath.abi import MAPS
 from aiops.errors import PrerequisiteError
-from collectors.ebpf import bpf_sys
-from collectors.ebpf.lanes_abi import MAPS
 
 BPF_SOURCE_DIR = Path(__file__).resolve().parents[2] / "bpf"
 BPFFS = Path("/sys/fs/bpf")
