@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
+from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.world import World
 from aiops.store import Store
 from collectors.base import RowBuffer
 from collectors.nvml import NvmlCollector
-from collectors.sim import SimFabricCollector, inventory
 
 
 @dataclass(frozen=True)

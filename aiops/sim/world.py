@@ -2,7 +2,7 @@
 
 `World(scenario)` holds the state as arrays (one entry per GPU, NIC, node, rack, job); `step(dt_s)` advances it:
 faults → facility (coolant) → GPUs (power, clocks, temperature) → jobs and network. Collectors read it through
-the NVML-shaped API (`world.nvml(node)`) and the sim adapter (collectors/sim.py); actuators write to it
+the NVML-shaped API (`world.nvml(node)`) and the sim adapter (aiops/sim/telemetry.py); actuators write to it
 (`set_power_limit_w` via NVML, `set_lanes_enforced`, `set_coolant_flow`, `set_rules`, `set_ecn_enabled`,
 `move_job`). Deterministic from the scenario's seed.
 """
