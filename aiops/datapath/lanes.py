@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aiops.datapath import tc
-from aiops.datapath.loader import BPF_SOURCE_DIR, PROG_PIN_NAME, load_lanes, pin_dir, unpin
+from aiops.datapath.loader import PROG_PIN_NAME, load_lanes, pin_dir, source_file, unpin
 from aiops.datapath.maps import CompiledRules, LaneMaps, assign_slots, compile_policy
 from aiops.datapath.policy import LANES, LaneName, Policy, parse_policy
 from aiops.datapath.rates import LaneRates
@@ -86,7 +86,7 @@ def all_states() -> list[LanesState]:
 def source_sha256() -> str:
     digest = hashlib.sha256()
     for name in SOURCE_FILES:
-        digest.update((BPF_SOURCE_DIR / name).read_bytes())
+        digest.update(source_file(name).read_bytes())
     return digest.hexdigest()
 
 
