@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -214,14 +215,12 @@ def run_control(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    import time
-
     from aiops.datapath.lanes import read_state, state_key
     from aiops.datapath.loader import require_bcc
     from aiops.errors import AiopsError
     from aiops.store import Store
     from collectors.ebpf.tcp_probe import TcpProbe
-    from collectors.ebpf.telemetry import LaneTelemetry
+    from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
 
     state = read_state(state_key(args.dev, args.netns))
     if state is None:
@@ -233,17 +232,15 @@ def run_collect(args: argparse.Namespace) -> int:
         require_bcc()
     tcp = None if args.no_tcp else TcpProbe()
     telemetry = LaneTelemetry(state, policy, node=args.node, nic=args.nic or f"{args.node}/nic0", tcp=tcp)
-    rows = 0
-    deadline = time.monotonic() + args.duration_s
     try:
-        with Store(args.db) as store, open(args.flows_json or "/dev/null", "a") as flows_out:
-            for _ in range(int(args.duration_s / args.interval_s) + 2):
-                rows += store.ingest_many(telemetry.collect())
-                for flow in telemetry.last_flows:
-                    flows_out.write(json.dumps(flow) + "\n")
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(args.interval_s)
+        with Store(args.db) as store, open(args.flows_json or os.devnull, "a") as flows_out:
+            rows = collect_lanes(
+                telemetry,
+                store.ingest_many,
+                interval_s=args.interval_s,
+                duration_s=args.duration_s,
+                on_flows=lambda flows: flows_out.writelines(json.dumps(flow) + "\n" for flow in flows),
+            )
     finally:
         telemetry.close()
         if tcp is not None:
