@@ -3,7 +3,7 @@
 AiopsError                    base; exit code 1
 ├── InputError                a file or argument does not validate; names the file, field and allowed values; exit 2
 │   ├── ScenarioError         a scenario file (aiops/scenarios.py)
-│   ├── PolicyError           a lanes policy (aiops/control/policy.py)
+│   ├── PolicyError           a lanes policy (aiops/datapath/policy.py)
 │   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
 │   └── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/power_inputs.py)
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2

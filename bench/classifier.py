@@ -30,11 +30,11 @@ import struct
 import sys
 from typing import Any
 
-from aiops.control.policy import load_default_policy, parse_policy
-from collectors.ebpf import bpf_sys
-from collectors.ebpf.lanes_abi import MAPS
-from collectors.ebpf.lanes_maps import LaneMaps, compile_policy
-from collectors.ebpf.loader import compile_source, load_test_programs, require_bcc
+from aiops.datapath import bpf_sys
+from aiops.datapath.abi import MAPS
+from aiops.datapath.loader import compile_source, load_test_programs, require_bcc
+from aiops.datapath.maps import LaneMaps, compile_policy
+from aiops.datapath.policy import load_default_policy, parse_policy
 
 CLASSIDS = {"vip": 0x10010, "standard": 0x10020, "bulk": 0x10030}
 UNDER_BUDGET_BYTES_PER_S = 12_500_000_000  # 100 Gbit/s: the bench's packets stay below it

@@ -21,10 +21,10 @@ import json
 import math
 from collections.abc import Callable
 
-from aiops.control.power_inputs import gpu_power_from_world
-
-from aiops.control.power import GpuPower, allocate
+from aiops.control.power import allocate
+from aiops.models import GpuPower
 from aiops.scenarios import parse_scenario
+from aiops.sim.readings import WorldReadings
 from aiops.sim.world import World
 
 WARMUP_S = 60
@@ -54,7 +54,7 @@ def new_world() -> World:
 
 def read_gpus(w: World) -> list[GpuPower]:
     """What an agent sees through NVML: constraints and draw per GPU, plus the scheduler's job map."""
-    return gpu_power_from_world(w)
+    return WorldReadings(w).gpu_power()
 
 
 def apply(w: World, limits: Limits) -> float:

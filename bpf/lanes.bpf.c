@@ -1,5 +1,5 @@
 /* Lanes classifier: a cls_bpf filter (classic mode) under a NIC's HTB root that returns the HTB class id of
- * the packet's lane. Loaded by collectors/ebpf/loader.py with bcc; map layouts in lanes.h.
+ * the packet's lane. Loaded by aiops/datapath/loader.py with bcc; map layouts in lanes.h.
  *
  * Classification, first match wins:
  *   1. explicit 5-tuple rules (exact, then any source port, then any source address and port)

@@ -1,6 +1,6 @@
 /* Map layouts of the lanes classifier, shared by bpf/lanes.bpf.c and its Python loader.
  *
- * The ctypes mirror is collectors/ebpf/lanes_abi.py: change both together. The loader checks every
+ * The ctypes mirror is aiops/datapath/abi.py: change both together. The loader checks every
  * pinned map's key and value sizes against the mirror (BPF_OBJ_GET_INFO_BY_FD) before it touches a map.
  *
  * IPv4 and IPv6 have their own 5-tuple hash and LPM trie: IPv4 keys are 4-byte addresses, which hash and

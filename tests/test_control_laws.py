@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from aiops.control.controller import RecordingActuator, run_controller
 from aiops.control.forecast import BulkForecast, CheckpointSchedule, Holt
 from aiops.control.laws import ShapingState, demand_mbps, initial_rates, shape, track_demand, vip_reserve_mbps
-from aiops.control.policy import LANES, Policy, parse_policy
+from aiops.datapath.policy import LANES, Policy, parse_policy
 
 
 def lab_policy(**adaptive: object) -> Policy:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiops.control.laws import ShapingState, shape
-from aiops.control.policy import LANES, classify, load_default_policy, match_text, parse_policy
+from aiops.datapath.policy import LANES, classify, load_default_policy, match_text, parse_policy
 from aiops.scenarios import parse_scenario
 from aiops.sim import network
 from aiops.sim.lanes_trial import try_policy

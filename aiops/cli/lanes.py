@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -13,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.control.policy import DEFAULT_POLICY_PATH, load_policy
+from aiops.datapath.policy import DEFAULT_POLICY_PATH, load_policy
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,10 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    from aiops.control import lanes
+    from aiops.control.laws import initial_rates
+    from aiops.datapath import lanes
 
     policy = load_policy(args.policy)  # validation first: a bad file is exit 2 even without root
-    result = lanes.apply(args.dev, policy, args.policy, netns=args.netns)
+    result = lanes.apply(args.dev, policy, args.policy, netns=args.netns, rates=initial_rates(policy))
     console = Console(stderr=True)
     for item in result.removed_stale:
         console.print(f"removed stale {item}", highlight=False)
@@ -113,7 +115,7 @@ def run_try(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from aiops.control.status import status
+    from aiops.datapath.status import status
 
     rows = status(args.dev, args.netns, args.interval_s)
     if args.json:
@@ -162,7 +164,7 @@ def _render(console: Console, row: dict[str, Any]) -> None:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from aiops.control import lanes
+    from aiops.datapath import lanes
 
     removed = lanes.remove(args.dev, args.netns)
     console = Console(stderr=True)
@@ -175,7 +177,7 @@ def run_remove(args: argparse.Namespace) -> int:
 
 def run_control(args: argparse.Namespace) -> int:
     from aiops.control.controller import KernelLanes, run_controller
-    from aiops.control.lanes import applied_policy, read_state, state_key
+    from aiops.datapath.lanes import applied_policy, read_state, state_key
     from aiops.errors import AiopsError
 
     state = read_state(state_key(args.dev, args.netns))
@@ -213,14 +215,12 @@ def run_control(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    import time
-
-    from aiops.control.lanes import read_state, state_key
+    from aiops.datapath.lanes import read_state, state_key
+    from aiops.datapath.loader import require_bcc
     from aiops.errors import AiopsError
     from aiops.store import Store
-    from collectors.ebpf.loader import require_bcc
     from collectors.ebpf.tcp_probe import TcpProbe
-    from collectors.ebpf.telemetry import LaneTelemetry
+    from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
 
     state = read_state(state_key(args.dev, args.netns))
     if state is None:
@@ -232,17 +232,15 @@ def run_collect(args: argparse.Namespace) -> int:
         require_bcc()
     tcp = None if args.no_tcp else TcpProbe()
     telemetry = LaneTelemetry(state, policy, node=args.node, nic=args.nic or f"{args.node}/nic0", tcp=tcp)
-    rows = 0
-    deadline = time.monotonic() + args.duration_s
     try:
-        with Store(args.db) as store, open(args.flows_json or "/dev/null", "a") as flows_out:
-            for _ in range(int(args.duration_s / args.interval_s) + 2):
-                rows += store.ingest_many(telemetry.collect())
-                for flow in telemetry.last_flows:
-                    flows_out.write(json.dumps(flow) + "\n")
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(args.interval_s)
+        with Store(args.db) as store, open(args.flows_json or os.devnull, "a") as flows_out:
+            rows = collect_lanes(
+                telemetry,
+                store.ingest_many,
+                interval_s=args.interval_s,
+                duration_s=args.duration_s,
+                on_flows=lambda flows: flows_out.writelines(json.dumps(flow) + "\n" for flow in flows),
+            )
     finally:
         telemetry.close()
         if tcp is not None:

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
-from aiops.control.policy import load_policy
+from aiops.datapath.policy import load_policy
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
 from aiops.store import Workspace

@@ -1,1 +1,2 @@
-"""Deterministic traffic control: the lanes policy, control laws, forecasting and the tc/BPF actuator."""
+"""Deterministic control: the lanes' control laws, forecast and adaptive controller (which actuates through
+aiops.datapath; the datapath never imports control), and the power and thermal managers."""

@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiops.control.forecast import BulkForecast
-from aiops.control.laws import LaneRates, ShapingState, demand_mbps, initial_rates, shape
-from aiops.control.policy import LANES, LaneName, Policy
+from aiops.control.laws import ShapingState, demand_mbps, initial_rates, shape
+from aiops.datapath.lanes import actuate_rates, state_key
+from aiops.datapath.loader import pin_dir
+from aiops.datapath.maps import LaneMaps
+from aiops.datapath.policy import LANES, LaneName, Policy
+from aiops.datapath.rates import LaneRates
 
 
 class LaneActuator(Protocol):
@@ -43,10 +47,6 @@ class KernelLanes:
     """The lanes of a real NIC: reads the classifier's per-lane counters, writes tc classes and budgets."""
 
     def __init__(self, dev: str, netns: str | None, policy: Policy) -> None:
-        from aiops.control.lanes import state_key
-        from collectors.ebpf.lanes_maps import LaneMaps
-        from collectors.ebpf.loader import pin_dir
-
         self.dev, self.netns, self.policy = dev, netns, policy
         self.maps = LaneMaps(pin_dir(state_key(dev, netns)))
 
@@ -54,8 +54,6 @@ class KernelLanes:
         return {lane: int(c.bytes) for lane, c in self.maps.lane_counters().items()}
 
     def set_rates(self, rates: LaneRates) -> None:
-        from aiops.control.lanes import actuate_rates
-
         actuate_rates(self.dev, self.netns, self.policy, rates, self.maps)
 
     def close(self) -> None:

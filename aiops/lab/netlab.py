@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from aiops.control import lanes, tc
 from aiops.control.controller import KernelLanes, run_controller
 from aiops.control.forecast import BulkForecast, CheckpointSchedule
-from aiops.control.policy import Policy, parse_policy
+from aiops.control.laws import initial_rates
+from aiops.datapath import lanes, tc
+from aiops.datapath.loader import require_bcc
+from aiops.datapath.policy import Policy, parse_policy
 from aiops.lab.netns import Sandbox, in_ns, lab_prerequisites, sh
 
 VIP_PORT = 18515
@@ -221,8 +223,6 @@ def _controller(lab: Lab, policy: Policy, schedule: CheckpointSchedule, max_s: f
 
 def run_lab(config: LabConfig, progress: Callable[[str], None]) -> dict[str, Any]:
     lab_prerequisites()
-    from collectors.ebpf.loader import require_bcc
-
     require_bcc()
     previous = signal.getsignal(signal.SIGTERM)
 
@@ -246,7 +246,7 @@ def run_lab(config: LabConfig, progress: Callable[[str], None]) -> dict[str, Any
                 progress("phase lanes: lanes classifier + ECN + adaptive controller")
                 tc.delete_root(lab.dev, lab.sender)
                 policy = lab_policy(lab, config)
-                lanes.apply(lab.dev, policy, "<lab policy>", netns=lab.sender)
+                lanes.apply(lab.dev, policy, "<lab policy>", netns=lab.sender, rates=initial_rates(policy))
                 checkpoint_at = time.time() + config.controller_lead_s + 0.5
                 schedule = CheckpointSchedule(
                     every_s=3600,

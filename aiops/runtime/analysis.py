@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.errors import AiopsError
 from aiops.pipeline import RunResult, analyze_store
 from aiops.runtime.world import attach, desk

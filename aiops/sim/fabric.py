@@ -18,7 +18,7 @@ from aiops.sim import network
 from aiops.sim.topology import F64, I64
 
 if TYPE_CHECKING:
-    from aiops.control.policy import Policy
+    from aiops.datapath.policy import Policy
     from aiops.sim.faults import Modifiers
     from aiops.sim.world import World
 
@@ -43,7 +43,7 @@ StepRow = tuple[float, str, int, float, int, str, int]
 
 @dataclass
 class FabricOut:
-    """What this step's fabric produced, for the sim adapter (collectors/sim.py)."""
+    """What this step's fabric produced, for the sim adapter (aiops/sim/telemetry.py)."""
 
     nics: list[NicRow] = field(default_factory=list)
     flows: list[FlowRow] = field(default_factory=list)

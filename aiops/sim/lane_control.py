@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiops.control.laws import initial_rates, shape_many
-from aiops.control.policy import LANES, Policy
+from aiops.datapath.policy import LANES, Policy
 from aiops.sim.topology import F64, Bools
 
 

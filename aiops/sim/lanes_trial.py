@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario, parse_scenario
 from aiops.sim import network
 from aiops.sim.world import World

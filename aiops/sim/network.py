@@ -1,8 +1,8 @@
 """Lane policy and a first-order model of what a NIC's egress does to collective traffic.
 
-The twin runs the traffic controller's own policy (aiops/control/policy.py; the default is
-aiops/control/default_policy.yaml, or any file given with --lanes-policy) through the datapath's own decision
-procedure, `aiops.control.policy.classify` (the pure twin of bpf/lanes.bpf.c), over the simulated cluster's
+The twin runs the traffic controller's own policy (aiops/datapath/policy.py; the default is
+aiops/datapath/default_policy.yaml, or any file given with --lanes-policy) through the datapath's own decision
+procedure, `aiops.datapath.policy.classify` (the pure twin of bpf/lanes.bpf.c), over the simulated cluster's
 three kinds of flow (`FLOWS`). So a policy classifies here exactly as it would on a NIC.
 
 `Rule` rows are the policy's rules as the lane_rules table shows them (`rules_from_policy`), plus what the
@@ -24,8 +24,8 @@ from functools import cache
 
 import numpy as np
 
-from aiops.control.policy import Flow, Policy, load_default_policy, match_text
-from aiops.control.policy import classify as datapath_classify
+from aiops.datapath.policy import Flow, Policy, load_default_policy, match_text
+from aiops.datapath.policy import classify as datapath_classify
 from aiops.sim.topology import F64, I64, Bools
 
 TRAFFIC_CLASSES = ("collective", "bulk", "other")

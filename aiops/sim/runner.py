@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
+from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.world import World
 from aiops.store import Store
 from collectors.base import RowBuffer
 from collectors.nvml import NvmlCollector
-from collectors.sim import SimFabricCollector, inventory
 
 
 @dataclass(frozen=True)

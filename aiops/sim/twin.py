@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from aiops.control.policy import Policy, parse_policy
+from aiops.datapath.policy import Policy, parse_policy
 from aiops.errors import AiopsError, InputError
 from aiops.scenarios import Scenario, parse_scenario_text, scenario_yaml
 from aiops.sim.actuator import SimActuator

@@ -2,7 +2,7 @@
 
 `World(scenario)` holds the state as arrays (one entry per GPU, NIC, node, rack, job); `step(dt_s)` advances it:
 faults → facility (coolant) → GPUs (power, clocks, temperature) → jobs and network. Collectors read it through
-the NVML-shaped API (`world.nvml(node)`) and the sim adapter (collectors/sim.py); actuators write to it
+the NVML-shaped API (`world.nvml(node)`) and the sim adapter (aiops/sim/telemetry.py); actuators write to it
 (`set_power_limit_w` via NVML, `set_lanes_enforced`, `set_coolant_flow`, `set_rules`, `set_ecn_enabled`,
 `move_job`). Deterministic from the scenario's seed.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aiops.control.policy import Policy
+from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
 from aiops.sim import fabric, faults, gpu
 from aiops.sim import network as net
@@ -52,7 +52,7 @@ class GpuView:
 
 class World:
     def __init__(self, scenario: Scenario, lanes_policy: Policy | None = None) -> None:
-        """`lanes_policy`: the traffic controller's policy (default: aiops/control/default_policy.yaml)."""
+        """`lanes_policy`: the traffic controller's policy (default: aiops/datapath/default_policy.yaml)."""
         self.scenario = scenario
         self.layout = lay = Layout(scenario)
         self.rng = np.random.default_rng(scenario.seed)

@@ -13,9 +13,9 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from aiops.datapath.abi import addr_text
+from aiops.datapath.loader import compile_source
 from aiops.errors import PrerequisiteError
-from collectors.ebpf.lanes_abi import addr_text
-from collectors.ebpf.loader import compile_source
 
 TRACEFS = "/sys/kernel/tracing"
 MAX_FLOWS_PER_READ = 16384

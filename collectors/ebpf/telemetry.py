@@ -4,20 +4,23 @@ flow_class_samples (one row per rule and lane that carried traffic), lane_rules 
 Counters come from the classifier's per-CPU map (one update per packet in the datapath), drops and backlog
 from the HTB classes, retransmits from the optional TcpProbe joined to the lane each connection's SYN took
 (flow_lane map). Each `collect()` covers the time since the previous one; the first call only primes.
+`collect_lanes` is the sampling loop of `aiops lanes collect`: collect every interval, hand batches to a writer.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
-from aiops.control import tc
-from aiops.control.lanes import LanesState
-from aiops.control.policy import LANES, LaneName, Policy, match_text
-from collectors.ebpf.lanes_maps import LaneMaps
+from aiops.datapath import tc
+from aiops.datapath.lanes import LanesState
+from aiops.datapath.maps import LaneMaps
+from aiops.datapath.policy import LANES, LaneName, Policy, match_text
+from aiops.errors import InputError
 from collectors.ebpf.tcp_probe import TcpFlowSample, TcpProbe
 
 TRAFFIC_CLASS: dict[str, str] = {"vip": "collective", "bulk": "bulk", "standard": "other"}
@@ -150,3 +153,41 @@ class LaneTelemetry:
         if flow["ts_s"]:
             batches["flow_class_samples"] = pa.table(flow)
         return batches
+
+
+class FlowTelemetry(Protocol):
+    """What `collect_lanes` samples: a collector whose last collect also left per-flow aggregates."""
+
+    last_flows: list[dict[str, Any]]
+
+    def collect(self, now_ts_s: float | None = None) -> dict[str, pa.Table]: ...
+
+
+def collect_lanes(
+    telemetry: FlowTelemetry,
+    write: Callable[[dict[str, pa.Table]], int],
+    *,
+    interval_s: float,
+    duration_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    on_flows: Callable[[list[dict[str, Any]]], object] | None = None,
+) -> int:
+    """Collect every `interval_s` until `duration_s` has passed on `clock`; returns the rows `write` took.
+
+    Each batch goes to `write` (e.g. `Store.ingest_many`), each interval's flows to `on_flows`. The first
+    collect only primes the counters, so a run makes at most duration_s / interval_s + 2 collects, however
+    slowly the clock moves.
+    """
+    if interval_s <= 0:
+        raise InputError("lanes collect", "interval_s", f"must be positive, not {interval_s:g}")
+    rows = 0
+    deadline = clock() + duration_s
+    for _ in range(int(duration_s / interval_s) + 2):
+        rows += write(telemetry.collect())
+        if on_flows is not None:
+            on_flows(telemetry.last_flows)
+        if clock() >= deadline:
+            break
+        sleep(interval_s)
+    return rows

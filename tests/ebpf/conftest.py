@@ -20,8 +20,11 @@ from typing import Any
 
 import pytest
 
-from aiops.control import lanes, tc
-from aiops.control.policy import Policy, parse_policy
+from aiops.control.laws import initial_rates
+from aiops.datapath import lanes, tc
+from aiops.datapath.loader import pin_dir
+from aiops.datapath.maps import LaneMaps
+from aiops.datapath.policy import Policy, parse_policy
 from aiops.lab.netns import CGROUP2_ROOT, Sandbox
 
 
@@ -72,7 +75,7 @@ class LabNic:
     checkpoint_cgroup: Path
 
     def apply(self, policy: Policy) -> lanes.ApplyResult:
-        return lanes.apply(self.dev, policy, "<test>", netns=self.sender)
+        return lanes.apply(self.dev, policy, "<test>", netns=self.sender, rates=initial_rates(policy))
 
     def send_udp(
         self, dst: str, dport: int, *, count: int = 20, cgroup: Path | None = None, **flags: int
@@ -95,10 +98,7 @@ class LabNic:
         assert state is not None
         return state.rule_slots[rule_id]
 
-    def maps(self) -> Any:
-        from collectors.ebpf.lanes_maps import LaneMaps
-        from collectors.ebpf.loader import pin_dir
-
+    def maps(self) -> LaneMaps:
         return LaneMaps(pin_dir(lanes.state_key(self.dev, self.sender)))
 
 

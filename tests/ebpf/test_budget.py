@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from aiops.control.policy import parse_policy
-from collectors.ebpf import bpf_sys
-from collectors.ebpf.lanes_abi import MAPS
-from collectors.ebpf.lanes_maps import LaneMaps, compile_policy
+from aiops.datapath import bpf_sys
+from aiops.datapath.abi import MAPS
+from aiops.datapath.loader import load_test_programs
+from aiops.datapath.maps import LaneMaps, compile_policy
+from aiops.datapath.policy import parse_policy
 from tests.ebpf.conftest import require_ebpf
 
 pytestmark = pytest.mark.ebpf
@@ -39,8 +40,6 @@ def tcp_packet(tos: int) -> bytes:
 @pytest.fixture(scope="module")
 def program() -> Iterator[tuple[Any, int]]:
     require_ebpf()
-    from collectors.ebpf.loader import load_test_programs
-
     (lanes, _empty), lanes_fd, _empty_fd = load_test_programs()
     policy = parse_policy(
         {
@@ -121,8 +120,6 @@ def ipv6_tcp_packet(src: str, dst: str, sport: int, dport: int, tclass: int = 0)
 def test_ipv6_packets_are_classified_by_every_stage() -> None:
     """IPv6 keys (16-byte tuples, the IPv6 LPM trie, the traffic class as DSCP) through the same program."""
     require_ebpf()
-    from collectors.ebpf.loader import load_test_programs
-
     (lanes, _empty), fd, _ = load_test_programs()
     policy = parse_policy(
         {

@@ -7,6 +7,10 @@ import sys
 
 import pytest
 
+from aiops.datapath import lanes
+from aiops.store import Store
+from collectors.ebpf.tcp_probe import TcpProbe
+from collectors.ebpf.telemetry import LaneTelemetry
 from tests.ebpf.conftest import LabNic, policy_with
 
 pytestmark = pytest.mark.ebpf
@@ -273,11 +277,6 @@ def test_ecn_marks_bulk_over_budget_and_records_flow_lane(lab_nic: LabNic) -> No
 
 def test_telemetry_lands_in_the_store(lab_nic: LabNic) -> None:
     """Lane counters -> nic_samples, rule counters -> flow_class_samples, tcp_probe srtt/cwnd per flow."""
-    from aiops.control import lanes
-    from aiops.store import Store
-    from collectors.ebpf.tcp_probe import TcpProbe
-    from collectors.ebpf.telemetry import LaneTelemetry
-
     nic = lab_nic
     policy = policy_with(
         [

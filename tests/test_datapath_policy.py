@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
-from aiops.control.policy import (
+from aiops.datapath.policy import (
     DEFAULT_POLICY_PATH,
     Flow,
     PolicyError,

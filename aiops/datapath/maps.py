@@ -1,6 +1,6 @@
 """The lanes classifier's pinned maps: compile a policy into map entries, sync them live, read counters.
 
-Only bpf(2) through ctypes (collectors/ebpf/bpf_sys.py): no bcc, so a controller or `aiops lanes status`
+Only bpf(2) through ctypes (aiops/datapath/bpf_sys.py): no bcc, so a controller or `aiops lanes status`
 works from any process once the loader has pinned the maps.
 """
 
@@ -12,18 +12,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiops.control.policy import (
-    LANES,
-    CgroupRule,
-    DscpRule,
-    FiveTupleRule,
-    LaneName,
-    Policy,
-    PrefixRule,
-)
-from aiops.errors import AiopsError
-from collectors.ebpf import bpf_sys
-from collectors.ebpf.lanes_abi import (
+from aiops.datapath import bpf_sys
+from aiops.datapath.abi import (
     DSCP_KEEP,
     KIND_CGROUP,
     KIND_DSCP,
@@ -49,6 +39,16 @@ from collectors.ebpf.lanes_abi import (
     sum_per_cpu,
     tuple_key,
 )
+from aiops.datapath.policy import (
+    LANES,
+    CgroupRule,
+    DscpRule,
+    FiveTupleRule,
+    LaneName,
+    Policy,
+    PrefixRule,
+)
+from aiops.errors import AiopsError
 
 CGROUP2_ROOT = (
     Path("/sys/fs/cgroup/unified") if os.path.isdir("/sys/fs/cgroup/unified") else Path("/sys/fs/cgroup")
@@ -57,7 +57,7 @@ LANE_INDEX: dict[str, int] = {name: index for index, name in enumerate(LANES)}
 
 
 class AbiMismatch(AiopsError):
-    """A pinned map's layout differs from lanes_abi.py (an old or foreign pin directory)."""
+    """A pinned map's layout differs from abi.py (an old or foreign pin directory)."""
 
 
 @dataclass
@@ -182,7 +182,7 @@ class LaneMaps:
                 if (info.key_size, info.value_size) != want:
                     raise AbiMismatch(
                         f"{directory}/{name}: key/value sizes {info.key_size}/{info.value_size}, "
-                        f"lanes_abi.py expects {want[0]}/{want[1]}: re-run `aiops lanes apply`"
+                        f"aiops/datapath/abi.py expects {want[0]}/{want[1]}: re-run `aiops lanes apply`"
                     )
         except BaseException:
             self.close()

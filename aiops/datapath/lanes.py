@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiops.control import tc
-from aiops.control.laws import LaneRates, initial_rates
-from aiops.control.policy import LANES, LaneName, Policy
+from aiops.datapath import tc
+from aiops.datapath.loader import PROG_PIN_NAME, load_lanes, pin_dir, source_file, unpin
+from aiops.datapath.maps import CompiledRules, LaneMaps, assign_slots, compile_policy
+from aiops.datapath.policy import LANES, LaneName, Policy, parse_policy
+from aiops.datapath.rates import LaneRates
 from aiops.errors import AiopsError, PrerequisiteError
 
 STATE_DIR = Path(os.environ.get("AIOPS_RUN_DIR", "/run/aiops")) / "lanes"
@@ -82,11 +84,9 @@ def all_states() -> list[LanesState]:
 
 
 def source_sha256() -> str:
-    from collectors.ebpf.loader import BPF_SOURCE_DIR
-
     digest = hashlib.sha256()
     for name in SOURCE_FILES:
-        digest.update((BPF_SOURCE_DIR / name).read_bytes())
+        digest.update(source_file(name).read_bytes())
     return digest.hexdigest()
 
 
@@ -96,8 +96,6 @@ def policy_sha256(policy: Policy) -> str:
 
 def applied_policy(state: LanesState) -> Policy:
     """The policy a state record was applied from (as recorded, whatever happened to the file since)."""
-    from aiops.control.policy import parse_policy
-
     return parse_policy(state.policy_json, f"{state.path()} (policy_json)")
 
 
@@ -121,7 +119,7 @@ def lane_class(lane: LaneName, policy: Policy, rate_mbps: float, ceil_mbps: floa
     return tc.HtbClass(tc.LANE_MINORS[lane], rate_mbps, ceil_mbps, policy.lanes.spec(lane).prio)
 
 
-def actuate_rates(dev: str, netns: str | None, policy: Policy, rates: LaneRates, maps: Any) -> None:
+def actuate_rates(dev: str, netns: str | None, policy: Policy, rates: LaneRates, maps: LaneMaps) -> None:
     """Write lane rates: HTB classes (tc class change) and the ECN budgets in the lane_budget map."""
     threshold_ns = int(policy.ecn.threshold_ms * 1e6)
     for lane in LANES:
@@ -138,19 +136,18 @@ class ApplyResult:
     removed_stale: list[str]
 
 
-def apply(dev: str, policy: Policy, policy_path: str, netns: str | None = None) -> ApplyResult:
-    """Install or update the lanes on `dev` so that they match `policy`. Idempotent."""
+def apply(
+    dev: str, policy: Policy, policy_path: str, netns: str | None = None, *, rates: LaneRates
+) -> ApplyResult:
+    """Install or update the lanes on `dev` so that they match `policy`, with lane rates `rates` (what the
+    control layer says a NIC starts with: `aiops.control.laws.initial_rates`). Idempotent."""
     _require_root()
-    from collectors.ebpf.lanes_maps import LaneMaps, assign_slots, compile_policy
-    from collectors.ebpf.loader import pin_dir
-
     key = state_key(dev, netns)
     directory = pin_dir(key)
     state = read_state(key)
     ours = _ours_on_nic(dev, netns)
     source = source_sha256()
     rule_ids = [r.rule_id for r in policy.rules]
-    rates = initial_rates(policy)
     if state and state.complete and ours and state.source_sha256 == source and directory.exists():
         slots, reused = assign_slots(state.rule_slots, rule_ids)
         compiled = compile_policy(policy, _classids(), slots=slots)
@@ -190,8 +187,6 @@ def apply(dev: str, policy: Policy, policy_path: str, netns: str | None = None) 
         _build(dev, netns, key, policy, compiled, rates)
     except BaseException:
         tc.delete_root(dev, netns)
-        from collectors.ebpf.loader import unpin
-
         unpin(key)
         state.path().unlink(missing_ok=True)
         raise
@@ -214,10 +209,9 @@ def _fill_state(
     state.rates["root"] = [policy.link_mbps, policy.link_mbps]
 
 
-def _build(dev: str, netns: str | None, key: str, policy: Policy, compiled: Any, rates: LaneRates) -> None:
-    from collectors.ebpf.lanes_maps import LaneMaps
-    from collectors.ebpf.loader import PROG_PIN_NAME, load_lanes
-
+def _build(
+    dev: str, netns: str | None, key: str, policy: Policy, compiled: CompiledRules, rates: LaneRates
+) -> None:
     directory = load_lanes(key)
     with LaneMaps(directory) as maps:
         maps.sync(compiled)  # config and rules before the filter sees its first packet
@@ -230,8 +224,6 @@ def _build(dev: str, netns: str | None, key: str, policy: Policy, compiled: Any,
 
 
 def _remove_stale(dev: str, netns: str | None, key: str, ours: bool) -> list[str]:
-    from collectors.ebpf.loader import unpin
-
     removed = []
     state = read_state(key)
     if ours or (

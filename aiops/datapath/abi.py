@@ -1,5 +1,5 @@
 """ctypes mirror of bpf/lanes.h: constants, structs and the maps the loader pins. Change both together;
-the loader refuses maps whose key or value size differs from these (see `check_map`)."""
+`LaneMaps` (maps.py) refuses pinned maps whose key or value size differs from these."""
 
 from __future__ import annotations
 

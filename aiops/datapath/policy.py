@@ -1,7 +1,7 @@
 """The lanes policy: lane rates, classification rules, ECN and controller settings (YAML, pydantic).
 
-The same model drives the eBPF datapath (`aiops lanes apply`) and, later, the simulator: `classify` below is
-the datapath's decision procedure in pure Python (bpf/lanes.bpf.c, same order, same tie-breaks).
+The same model drives the eBPF datapath (`aiops lanes apply`) and the simulator: `classify` below is the
+datapath's decision procedure in pure Python (bpf/lanes.bpf.c, same order, same tie-breaks).
 
 Classification, first match wins, by kind: five_tuple, dscp, cgroup, dst_prefix, default. Within
 dst_prefix the longest prefix wins (LPM trie); within five_tuple an exact rule beats one with any source

@@ -1,22 +1,21 @@
-"""Adapter for what, on a real cluster, comes from eBPF lane counters (nic_samples, flow_class_samples,
-lane_rules), the NCCL profiler (collective_samples), the training framework (job_steps, loader wait), DCIM
-(rack_samples) and node exporter (host_samples); here it reads the simulated world. It emits only observable
-quantities: nothing names a fault.
+"""The simulator's telemetry adapter: what, on a real cluster, comes from eBPF lane counters (nic_samples,
+flow_class_samples, lane_rules), the NCCL profiler (collective_samples), the training framework (job_steps,
+loader wait), DCIM (rack_samples) and node exporter (host_samples); here it reads the simulated world. It
+emits only observable quantities: nothing names a fault. Built on collectors.base (aiops.sim -> collectors,
+never the reverse).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from aiops.sim.gpu import HOST_POWER_KW
+from aiops.sim.world import World
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.schema import columns
-
-if TYPE_CHECKING:
-    from aiops.sim.world import World
 
 WATER_HEAT_CAPACITY_KJ_PER_L_K = 4.186
 HOST_MEM_USED_PCT = 55.0

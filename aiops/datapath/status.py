@@ -8,15 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiops.control import tc
-from aiops.control.lanes import LanesState, all_states, read_state, state_key
-from aiops.control.policy import LANES
+from aiops.datapath import tc
+from aiops.datapath.lanes import LanesState, all_states, read_state, state_key
+from aiops.datapath.maps import LaneMaps
+from aiops.datapath.policy import LANES
 from aiops.errors import PrerequisiteError
 
 
 def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
-    from collectors.ebpf.lanes_maps import LaneMaps
-
     out: dict[str, Any] = {
         "dev": state.dev,
         "netns": state.netns,

@@ -1,7 +1,9 @@
 """Compile bpf/*.bpf.c with bcc and pin programs and maps under /sys/fs/bpf/aiops/<key>/.
 
-bcc is imported lazily, inside the functions that need it: everything else in the CLI imports without it.
-Pinned objects outlive this process; the cls_bpf filter holds the program, the program holds its maps.
+The C sources are package data of the `bpf` package, found through importlib.resources, so an installed
+(non-editable) wheel compiles the same files as a checkout. bcc is imported lazily, inside the functions
+that need it: everything else in the CLI imports without it. Pinned objects outlive this process; the
+cls_bpf filter holds the program, the program holds its maps.
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from aiops.datapath import bpf_sys
+from aiops.datapath.abi import MAPS
 from aiops.errors import PrerequisiteError
-from collectors.ebpf import bpf_sys
-from collectors.ebpf.lanes_abi import MAPS
 
-BPF_SOURCE_DIR = Path(__file__).resolve().parents[2] / "bpf"
+BPF_PACKAGE = "bpf"  # bpf/__init__.py: the C sources ship as its package data
 BPFFS = Path("/sys/fs/bpf")
 PIN_ROOT = BPFFS / "aiops"
 PROG_PIN_NAME = "prog"
@@ -42,6 +46,21 @@ def require_bcc() -> Any:
     return bcc
 
 
+def source_file(name: str) -> Traversable:
+    """bpf/<name> as installed (readable whether or not it is a plain file)."""
+    return files(BPF_PACKAGE).joinpath(name)
+
+
+def source_dir() -> Path:
+    """The directory of the C sources, as a path: bcc compiles a file and includes its headers from there."""
+    directory = files(BPF_PACKAGE)
+    if not isinstance(directory, Path):  # a zipped install: bcc cannot read from an archive
+        raise PrerequisiteError(
+            f"the BPF sources are not plain files ({directory}): install aiops-gpu unzipped (pip install)"
+        )
+    return directory
+
+
 def ensure_bpffs() -> None:
     """Mount the BPF filesystem at /sys/fs/bpf when it is not (pins live there)."""
     if os.path.ismount(BPFFS):
@@ -56,7 +75,8 @@ def ensure_bpffs() -> None:
 def compile_source(name: str, cflags: list[str] | None = None) -> Any:
     """A bcc `BPF` object for bpf/<name> (include path: bpf/)."""
     bcc = require_bcc()
-    return bcc.BPF(src_file=str(BPF_SOURCE_DIR / name), cflags=[f"-I{BPF_SOURCE_DIR}", *(cflags or [])])
+    directory = source_dir()
+    return bcc.BPF(src_file=str(directory / name), cflags=[f"-I{directory}", *(cflags or [])])
 
 
 def pin_dir(key: str) -> Path:
