@@ -1,20 +1,28 @@
-"""The project's exception tree. The CLI prints `str(error)` (never a traceback) and exits with `exit_code`.
+"""The project's exception tree: every exception class of aiops, collectors and guardrails is here. The CLI
+prints `str(error)` (never a traceback) and exits with `exit_code`.
 
 AiopsError                    base; exit code 1
 ├── InputError                a file or argument does not validate; names the file, field and allowed values; exit 2
 │   ├── ScenarioError         a scenario file (aiops/scenarios.py)
 │   ├── PolicyError           a lanes policy (aiops/datapath/policy.py)
 │   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
-│   └── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/power_inputs.py)
+│   └── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/dcim_signals.py)
+├── ConfigError               the aiops config file (unknown key, wrong type); exit 2
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
+├── TwinMismatch              a workspace's twin does not match its stored topology or run; exit 2
 ├── StoreLocked               another process holds the database's lock (the workspace retries); exit 4
 │   └── WorkspaceBusy         still held after the workspace's lock timeout; names the holder; exit 4
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
 ├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
+├── TcError                   a tc command failed (aiops/datapath/tc.py); carries the command and tc's words
+├── AbiMismatch               a pinned BPF map's layout differs from aiops/datapath/abi.py
+├── BpfError                  a bpf(2) command failed; also an OSError with its errno
+├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
 │   └── ExecutionRefused      the agent's view of it: the executor did not run the action
+├── LLMFailure                the LLM endpoint gave no usable turn (`kind`, `detail`); the analyst's answer stands
 ├── SQLRejected               a query the agent may not run, or one that failed (shown to the model)
 └── ToolError                 an agent tool refused its arguments or failed (shown to the model)
     └── UnknownTool           the model called a tool that does not exist
@@ -23,6 +31,7 @@ AiopsError                    base; exit code 1
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class AiopsError(Exception):
@@ -120,3 +129,58 @@ class UnknownTool(ToolError):
     def __init__(self, name: str, known: list[str]) -> None:
         self.name = name
         super().__init__(f"unknown tool '{name}' (tools: {', '.join(known)})")
+
+
+class ConfigError(AiopsError):
+    exit_code = 2
+
+
+class TwinMismatch(AiopsError):
+    """The twin's cluster is not the workspace's stored topology (or its stored run cannot be read)."""
+
+    exit_code = 2
+
+
+class PolicyError(InputError):
+    """A lanes policy file that does not validate."""
+
+
+class ResponsePolicyError(InputError):
+    """A response policy file that does not validate: names the file, the field and the allowed values."""
+
+
+class DcimSignalError(InputError):
+    """A DCIM signal (file or command line) that does not validate: names the source, field and allowed values."""
+
+
+class TcError(AiopsError):
+    """A tc command failed; carries the command and tc's message."""
+
+    def __init__(self, argv: Sequence[str], stderr: str) -> None:
+        self.argv, self.stderr = list(argv), stderr.strip()
+        super().__init__(f"{' '.join(argv)}: {self.stderr or 'failed'}")
+
+
+class AbiMismatch(AiopsError):
+    """A pinned map's layout differs from abi.py (an old or foreign pin directory)."""
+
+
+class BpfError(OSError, AiopsError):
+    """A bpf(2) command failed; `errno` says why."""
+
+
+class SysfsError(AiopsError):
+    """A sysfs attribute that could not be read, parsed or written; `path` names the file."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+class LLMFailure(AiopsError):
+    """The endpoint did not give a usable turn. `kind` and `detail` are shown to the person."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"LLM {kind}: {detail}")

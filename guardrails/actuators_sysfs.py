@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiops.errors import SysfsError
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 from guardrails.topology import Topology
@@ -35,14 +36,6 @@ from guardrails.topology import Topology
 COMPUTE_THROTTLING_TYPES = ("Processor", "intel_powerclamp")
 COMPUTE_THROTTLING_MARKERS = ("cpufreq", "devfreq", "thermal-idle")
 _MAX_ATTR_BYTES = 4096  # a sysfs attribute is at most one page (Documentation/filesystems/sysfs.rst)
-
-
-class SysfsError(Exception):
-    """A sysfs attribute that could not be read, parsed or written; `path` names the file."""
-
-    def __init__(self, path: Path, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
 
 
 class SysfsFiles:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aiops.errors import InputError
+from aiops.errors import ResponsePolicyError
 from guardrails.envelope import Envelope
 
 DEFAULT_RESPONSES_PATH = Path(__file__).resolve().parent.parent / "aiops" / "data" / "default_responses.yaml"
@@ -70,10 +70,6 @@ RESPONSES: dict[str, ResponseSpec] = {
                      "set the capped rack's cooling to cooling_fraction"),
     )
 }  # fmt: skip
-
-
-class ResponsePolicyError(InputError):
-    """A response policy file that does not validate: names the file, the field and the allowed values."""
 
 
 class _Strict(BaseModel):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from aiops.agent.config import ConfigError, load_config
+from aiops.agent.config import load_config
 from aiops.agent.grounding import Citation, Claim, numbers_in, verified_citation_rate, verify_claim
 from aiops.agent.prompts import parse_final
 from aiops.agent.sqltool import ReadOnlySQL
-from aiops.errors import SQLRejected
+from aiops.errors import ConfigError, SQLRejected
 from aiops.store import Workspace
 
 

@@ -11,13 +11,14 @@ from typing import Any
 import pynvml
 import pytest
 
+from aiops.errors import SysfsError
 from aiops.sim import World
 from aiops.store import Store
 from guardrails import ApprovalBook, AuditLog, Executor, Topology, verify
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 from guardrails.actuators_nvml import NvmlPowerActuator
-from guardrails.actuators_sysfs import CoolingActuator, PowercapActuator, SysfsError, SysfsFiles
+from guardrails.actuators_sysfs import CoolingActuator, PowercapActuator, SysfsFiles
 from tests.guardrails_helpers import NOW_TS_S, TOPOLOGY, action, context
 from tests.simkit import scenario
 

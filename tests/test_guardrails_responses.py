@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from aiops.errors import GuardrailError
+from aiops.errors import GuardrailError, ResponsePolicyError
 from aiops.store import Store
 from guardrails import Action, Guardrails, unsafe_executions, verify
 from guardrails.audit import AuditLog, read_rows
-from guardrails.responses import ResponsePolicyError, load_response_policy, parse_response_bytes
+from guardrails.responses import load_response_policy, parse_response_bytes
 from guardrails.standing import PolicyBook, Standing, approve_policy, policy_status, revoke_policy
 from tests.dcim_helpers import (
     NOW_TS_S,

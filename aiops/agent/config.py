@@ -15,13 +15,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from aiops.errors import AiopsError
+from aiops.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("~/.config/aiops/config.toml")
-
-
-class ConfigError(AiopsError):
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.agent.config import Limits
-from aiops.agent.llm import LLMFailure
 from aiops.agent.ports import Chat, Journal
 from aiops.agent.prompts import SYSTEM_PROMPT, first_message, parse_final
 from aiops.agent.tools import TOOL_SPECS, ToolBox
-from aiops.errors import ToolError, UnknownTool
+from aiops.errors import LLMFailure, ToolError, UnknownTool
 
 MAX_RESULT_CHARS = 12_000  # what one tool result may add to the conversation
 

@@ -12,18 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiops.agent.config import AgentConfig
-from aiops.errors import AiopsError
+from aiops.errors import LLMFailure
 
 FailureKind = Literal["timeout", "http", "connection", "malformed", "unknown_tool", "limit"]
-
-
-class LLMFailure(AiopsError):
-    """The endpoint did not give a usable turn. `kind` and `detail` are shown to the person."""
-
-    def __init__(self, kind: FailureKind, detail: str) -> None:
-        self.kind = kind
-        self.detail = detail
-        super().__init__(f"LLM {kind}: {detail}")
 
 
 @dataclass(frozen=True)

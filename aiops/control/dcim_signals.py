@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from aiops.errors import InputError
+from aiops.errors import DcimSignalError
 from aiops.labels import component_kind
 from aiops.store import Store
 
@@ -26,10 +26,6 @@ def _float(value: object) -> float | None:
 # -- DCIM signals ---------------------------------------------------------------------------------------
 MAX_BUDGET_KW = 1_000_000.0
 SIGNAL_KEYS: tuple[str, ...] = ("kw", "clear")
-
-
-class DcimSignalError(InputError):
-    """A DCIM signal (file or command line) that does not validate: names the source, field and allowed values."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiops.errors import BpfError
+
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
@@ -29,10 +31,6 @@ BPF_ANY = 0
 _SYSCALL_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-class BpfError(OSError):
-    """A bpf(2) command failed; `errno` says why."""
 
 
 class _MapElemAttr(ctypes.Structure):

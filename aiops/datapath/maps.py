@@ -48,16 +48,12 @@ from aiops.datapath.policy import (
     Policy,
     PrefixRule,
 )
-from aiops.errors import AiopsError
+from aiops.errors import AbiMismatch
 
 CGROUP2_ROOT = (
     Path("/sys/fs/cgroup/unified") if os.path.isdir("/sys/fs/cgroup/unified") else Path("/sys/fs/cgroup")
 )
 LANE_INDEX: dict[str, int] = {name: index for index, name in enumerate(LANES)}
-
-
-class AbiMismatch(AiopsError):
-    """A pinned map's layout differs from abi.py (an old or foreign pin directory)."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aiops.errors import InputError
+from aiops.errors import PolicyError
 
 _R = TypeVar("_R", bound="_Rule")
 LaneName = Literal["vip", "standard", "bulk"]
@@ -28,10 +28,6 @@ LANES: tuple[LaneName, ...] = ("vip", "standard", "bulk")
 MATCH_KINDS: tuple[str, ...] = ("five_tuple", "dscp", "cgroup", "dst_prefix", "default")
 MAX_RULES = 256  # bpf/lanes.h MAX_RULES: per-rule counter slots
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default_policy.yaml")
-
-
-class PolicyError(InputError):
-    """A lanes policy file that does not validate: names the file, the field and the allowed values."""
 
 
 class _Strict(BaseModel):

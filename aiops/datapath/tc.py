@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiops.errors import AiopsError, PrerequisiteError
+from aiops.errors import PrerequisiteError, TcError
 
 HTB_MAJOR = 1
 ROOT_MINOR = 1
@@ -22,14 +22,6 @@ LANE_MINORS: dict[str, int] = {"vip": 0x10, "standard": 0x20, "bulk": 0x30}
 FILTER_PRIO = 1
 FILTER_HANDLE = 1
 TC_TIMEOUT_S = 10.0
-
-
-class TcError(AiopsError):
-    """A tc command failed; carries the command and tc's message."""
-
-    def __init__(self, argv: Sequence[str], stderr: str) -> None:
-        self.argv, self.stderr = list(argv), stderr.strip()
-        super().__init__(f"{' '.join(argv)}: {self.stderr or 'failed'}")
 
 
 def classid(minor: int, major: int = HTB_MAJOR) -> int:

@@ -15,12 +15,12 @@ from typing import Any
 from aiops.control.dcim import RoundReport, run_round
 from aiops.control.dcim_signals import (
     DcimSignal,
-    DcimSignalError,
     check_scope,
     load_dcim_file,
     record_signal,
     signals_in_force,
 )
+from aiops.errors import DcimSignalError
 from aiops.runtime.world import attach
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace

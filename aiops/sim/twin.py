@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from aiops.datapath.policy import Policy, parse_policy
-from aiops.errors import AiopsError, InputError
+from aiops.errors import InputError, TwinMismatch
 from aiops.scenarios import Scenario, parse_scenario_text, scenario_yaml
 from aiops.sim.actuator import SimActuator
 from aiops.sim.world import World
@@ -36,12 +36,6 @@ from guardrails.topology import Topology
 FORMAT_VERSION = 1
 LOG_KINDS = ("action", "rollback", "advance")
 SOURCE = "<workspace sim_runs>"
-
-
-class TwinMismatch(AiopsError):
-    """The twin's cluster is not the workspace's stored topology (or its stored run cannot be read)."""
-
-    exit_code = 2
 
 
 def record_run(
