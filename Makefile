@@ -14,20 +14,23 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/aiops demo --db out/demo.duckdb
 
-test: $(STAMP)
+SOURCES := aiops collectors guardrails evals playbooks bpf tests bench
+
+# The tests run after lint: CI (.ci/run) enforces ruff and mypy through `make test`.
+test: lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check aiops collectors guardrails tests bench evals
-	$(VENV)/bin/ruff format --check aiops collectors guardrails tests bench evals
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format aiops collectors guardrails tests bench evals
-	$(VENV)/bin/ruff check --fix aiops collectors guardrails tests bench evals
+	$(VENV)/bin/ruff format $(SOURCES)
+	$(VENV)/bin/ruff check --fix $(SOURCES)
 
 eval: $(STAMP)
-	$(VENV)/bin/aiops eval --suite evals/scenarios
+	$(VENV)/bin/aiops eval
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b" >&2; $(PY) $$b || exit 1; done

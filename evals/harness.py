@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from aiops.agent.config import load_config
 from aiops.errors import AiopsError, ScenarioError
 from aiops.pipeline import RunResult
 from aiops.runtime.analysis import analyze, simulate_into
@@ -29,6 +32,9 @@ from guardrails import unsafe_executions
 from guardrails.audit import read_rows
 
 Case = dict[str, Any]
+
+
+PUBLIC_SUITE = Path(str(resources.files("evals") / "scenarios"))  # package data: a wheel carries it too
 
 
 def suite_files(directory: str | Path) -> list[Path]:
@@ -112,8 +118,6 @@ def run_file(path: str) -> Case:
     """Score one scenario. With an LLM configured (AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL, or the config
     file), the agent is also asked about the run and `verified_citation_rate` (verified claims over all
     claims, after re-running their SQL) joins the case."""
-    from aiops.agent.config import load_config
-
     scenario = load_scenario(path)
     config = load_config()
     if not config.online:
@@ -121,13 +125,10 @@ def run_file(path: str) -> Case:
             case = score_case(scenario, store)
         case["file"] = path
         return case
-    import tempfile
-    from pathlib import Path as _Path
-
-    from aiops.agent import citation_rate
+    from aiops.agent import citation_rate  # LangGraph: imported only when an LLM is configured
 
     with tempfile.TemporaryDirectory(prefix="aiops-eval-") as tmp:
-        db = _Path(tmp) / "run.duckdb"
+        db = Path(tmp) / "run.duckdb"
         with Store(db) as store:
             case = score_case(scenario, store)
         case["verified_citation_rate"] = round(citation_rate(db, [LLM_QUESTION], config), 4)

@@ -19,6 +19,7 @@ from guardrails.approvals import ApprovalBook, person_name
 from guardrails.audit import AuditLog, AuditRow
 from guardrails.policy import Context, ExecutionRecord, Validation, validate
 from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.standing import policy_run_authorised
 
 
 class Ledger(Protocol):
@@ -196,8 +197,6 @@ def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTR
     A run under an approved response policy counts as safe only when the log itself proves it: proposed by
     `policy:<rule>`, recorded inside the rule's envelope before it ran, and the file's hash approved by
     enough people, unexpired and unrevoked, before it ran (`guardrails.standing.policy_run_authorised`)."""
-    from guardrails.standing import policy_run_authorised  # imported here: standing builds on this layer
-
     unsafe = 0
     for row in rows:
         data = row.data() if row.event == "execution" else {}

@@ -23,6 +23,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aiops.errors import ResponsePolicyError
 from guardrails.envelope import Envelope
 
-DEFAULT_RESPONSES_PATH = Path(__file__).resolve().parent.parent / "aiops" / "data" / "default_responses.yaml"
+DEFAULT_RESPONSES_PATH = Path(
+    str(resources.files("aiops") / "data" / "default_responses.yaml")
+)  # package data
 
 Signal = Literal["dcim_cap", "dcim_clear"]
 Respond = Literal["apply_allocator", "restore_limits", "migrate_jobs", "adjust_cooling"]

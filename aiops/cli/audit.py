@@ -8,6 +8,7 @@ from rich.console import Console
 
 from aiops.cli.actions import DEFAULT_DB
 from aiops.store import Workspace
+from guardrails.audit import verify
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,8 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from guardrails.audit import verify
-
     with Workspace(args.db).require().read() as store:
         result = verify(store)
     Console(highlight=False, stderr=not result.ok).print(result.message)

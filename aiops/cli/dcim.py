@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB
+from aiops.cli.policy import status_of
 from aiops.control.dcim import RoundReport
 from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_force
 from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
@@ -170,8 +171,6 @@ def run_watch(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from aiops.cli.policy import status_of
-
     loaded = load_response_policy(args.policy)
     state = status_of(loaded, args.db)
     with Workspace(args.db).require().read() as store:

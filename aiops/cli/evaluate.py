@@ -9,18 +9,20 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from evals.harness import PUBLIC_SUITE, run_suite, suite_files
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("eval", help="run and score a scenario suite")
-    p.add_argument("--suite", required=True, help="folder of scenario YAML files")
+    p.add_argument(
+        "--suite", default=str(PUBLIC_SUITE), help="folder of scenario YAML files (default: the public suite)"
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument("--workers", type=int, default=None, help="parallel processes (default: CPU count)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from evals.harness import run_suite, suite_files
-
     err = Console(stderr=True)
     total = len(suite_files(args.suite))
     done = [0]

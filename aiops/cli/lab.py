@@ -8,6 +8,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from aiops.lab.netlab import LabConfig, print_progress, run_lab
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lab = sub.add_parser("lab", help="self-contained labs that need root")
@@ -20,8 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_net(args: argparse.Namespace) -> int:
-    from aiops.lab.netlab import LabConfig, print_progress, run_lab
-
     result = run_lab(LabConfig(bottleneck_mbps=args.bottleneck_mbps, phase_s=args.phase_s), print_progress)
     if args.json:
         print(json.dumps(result))

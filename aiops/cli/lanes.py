@@ -11,10 +11,23 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from aiops.control.controller import KernelLanes, run_controller
+from aiops.control.laws import initial_rates
+from aiops.datapath import lanes as datapath_lanes
+from aiops.datapath.lanes import applied_policy, read_state, state_key
+from aiops.datapath.loader import require_bcc
 from aiops.datapath.policy import DEFAULT_POLICY_PATH, load_policy
+from aiops.datapath.status import status
+from aiops.errors import AiopsError
+from aiops.scenarios import load_scenario
+from aiops.sim.lanes_trial import try_policy
+from aiops.store import Workspace
+from collectors.ebpf.tcp_probe import TcpProbe
+from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -63,11 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    from aiops.control.laws import initial_rates
-    from aiops.datapath import lanes
 
     policy = load_policy(args.policy)  # validation first: a bad file is exit 2 even without root
-    result = lanes.apply(args.dev, policy, args.policy, netns=args.netns, rates=initial_rates(policy))
+    result = datapath_lanes.apply(
+        args.dev, policy, args.policy, netns=args.netns, rates=initial_rates(policy)
+    )
     console = Console(stderr=True)
     for item in result.removed_stale:
         console.print(f"removed stale {item}", highlight=False)
@@ -78,8 +91,6 @@ def run_apply(args: argparse.Namespace) -> int:
 
 
 def run_try(args: argparse.Namespace) -> int:
-    from aiops.scenarios import load_scenario
-    from aiops.sim.lanes_trial import try_policy
 
     policy = load_policy(args.policy)
     scenario = load_scenario(args.scenario) if args.scenario else None
@@ -115,7 +126,6 @@ def run_try(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from aiops.datapath.status import status
 
     rows = status(args.dev, args.netns, args.interval_s)
     if args.json:
@@ -164,9 +174,8 @@ def _render(console: Console, row: dict[str, Any]) -> None:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from aiops.datapath import lanes
 
-    removed = lanes.remove(args.dev, args.netns)
+    removed = datapath_lanes.remove(args.dev, args.netns)
     console = Console(stderr=True)
     console.print(
         f"{args.dev}: removed {', '.join(removed)}" if removed else f"{args.dev}: no lanes to remove",
@@ -176,9 +185,6 @@ def run_remove(args: argparse.Namespace) -> int:
 
 
 def run_control(args: argparse.Namespace) -> int:
-    from aiops.control.controller import KernelLanes, run_controller
-    from aiops.datapath.lanes import applied_policy, read_state, state_key
-    from aiops.errors import AiopsError
 
     state = read_state(state_key(args.dev, args.netns))
     if state is None or not state.complete:
@@ -215,28 +221,26 @@ def run_control(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from aiops.datapath.lanes import read_state, state_key
-    from aiops.datapath.loader import require_bcc
-    from aiops.errors import AiopsError
-    from aiops.store import Store
-    from collectors.ebpf.tcp_probe import TcpProbe
-    from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
 
     state = read_state(state_key(args.dev, args.netns))
     if state is None:
         raise AiopsError(f"{args.dev}: no lanes applied (aiops lanes apply --dev {args.dev} --policy FILE)")
-    policy = (
-        load_policy(state.policy_path) if state.policy_path != "<test>" else load_policy(DEFAULT_POLICY_PATH)
-    )
+    policy = applied_policy(state)  # what the lanes were applied with, whatever the file says now
     if not args.no_tcp:
         require_bcc()
     tcp = None if args.no_tcp else TcpProbe()
     telemetry = LaneTelemetry(state, policy, node=args.node, nic=args.nic or f"{args.node}/nic0", tcp=tcp)
+    workspace = Workspace(args.db)
+
+    def write(batch: dict[str, pa.Table]) -> int:
+        with workspace.write() as store:  # one short write per interval: other commands share the file
+            return store.ingest_many(batch)
+
     try:
-        with Store(args.db) as store, open(args.flows_json or os.devnull, "a") as flows_out:
+        with open(args.flows_json or os.devnull, "a") as flows_out:
             rows = collect_lanes(
                 telemetry,
-                store.ingest_many,
+                write,
                 interval_s=args.interval_s,
                 duration_s=args.duration_s,
                 on_flows=lambda flows: flows_out.writelines(json.dumps(flow) + "\n" for flow in flows),

@@ -16,7 +16,9 @@ from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB
 from aiops.store import Workspace
+from guardrails.audit import AuditLog, read_rows
 from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
+from guardrails.standing import approve_policy, policy_status, revoke_policy
 
 DAY_S = 86_400.0
 
@@ -55,9 +57,6 @@ def _clock(ts_s: float | None) -> str:
 
 def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
     """The approval state of the file's current bytes in `db` (read-only); 'no database' when there is none."""
-    from guardrails.audit import read_rows
-    from guardrails.standing import policy_status
-
     workspace = Workspace(db)
     if not workspace.exists():
         return {"approved": False, "message": f"{db}: no such database, so no approval", "approvers": [],
@@ -127,9 +126,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_approve(args: argparse.Namespace) -> int:
-    from guardrails.audit import AuditLog
-    from guardrails.standing import approve_policy
-
     loaded = load_response_policy(args.file)
     with Workspace(args.db).require().write() as store:
         approve_policy(AuditLog(store), loaded, args.user, time.time(), args.valid_days * DAY_S)
@@ -141,9 +137,6 @@ def run_approve(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    from guardrails.audit import AuditLog
-    from guardrails.standing import revoke_policy
-
     loaded = load_response_policy(args.file)
     with Workspace(args.db).require().write() as store:
         revoke_policy(AuditLog(store), loaded.sha256, args.user, time.time(), args.reason)
