@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
                 else "none (not a simulated workspace): no what-if; physical actions need a host actuator"
             )
         )
+        for old in session.workspace.legacy_files():
+            console.print(f"[dim]ignoring {escape(str(old))}: left by an older aiops, never read (delete it)[/]")
         waiting = session.pending()
         if waiting:
             console.print(f"[yellow]{len(waiting)} action(s) waiting for approval[/] (/actions)")

@@ -12,7 +12,6 @@ make a GPU "rising". Only GPUs whose newest sample is an NVML reading (no `nvml_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -144,7 +143,3 @@ class StoreReadings:
             if _num(r["inlet_c"]) is not None and _num(r["flow_lpm"]) is not None
         ]
         return ThermalInputs(gpus, nodes, racks, power, now)
-
-
-def limits_of(gpus: Mapping[str, GpuPower]) -> dict[str, float]:
-    return {name: g.limit_w for name, g in gpus.items()}
