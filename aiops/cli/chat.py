@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         for old in session.workspace.legacy_files():
-            console.print(f"[dim]ignoring {escape(str(old))}: left by an older aiops, never read (delete it)[/]")
+            console.print(
+                f"[dim]ignoring {escape(str(old))}: left by an older aiops, never read (delete it)[/]"
+            )
         waiting = session.pending()
         if waiting:
             console.print(f"[yellow]{len(waiting)} action(s) waiting for approval[/] (/actions)")
