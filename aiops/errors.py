@@ -6,8 +6,8 @@ AiopsError                    base; exit code 1
 │   ├── ScenarioError         a scenario file (aiops/scenarios.py)
 │   ├── PolicyError           a lanes policy (aiops/datapath/policy.py)
 │   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
-│   └── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/dcim_signals.py)
-├── ConfigError               the aiops config file (unknown key, wrong type); exit 2
+│   ├── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/dcim_signals.py)
+│   └── ConfigError           the aiops config file (aiops/config.py): unknown key, wrong type, out of range
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 ├── TwinMismatch              a workspace's twin does not match its stored topology or run; exit 2
@@ -131,8 +131,8 @@ class UnknownTool(ToolError):
         super().__init__(f"unknown tool '{name}' (tools: {', '.join(known)})")
 
 
-class ConfigError(AiopsError):
-    exit_code = 2
+class ConfigError(InputError):
+    """The aiops config file does not validate: names the file, the key and the allowed values."""
 
 
 class TwinMismatch(AiopsError):

@@ -23,7 +23,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
     env.update(
         HOME=str(tmp_path),
-        AIOPS_CONFIG=str(tmp_path / "none.toml"),
+        AIOPS_CONFIG=str(_empty_config(tmp_path)),
         COLUMNS="200",
         LINES="60",
         TERM="xterm",
@@ -131,3 +131,10 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
     assert ledger == [(pid, "executed")] and approvers == [("bob",)]
     outcomes = [json.loads(p[0])["outcome"] for p in audited]
     assert outcomes.count("executed") == 1 and set(outcomes) <= {"executed", "already_executed"}
+
+
+def _empty_config(directory: Path) -> Path:
+    """An empty aiops config file: every default (a named config file that is missing is an error)."""
+    path = directory / "aiops.toml"
+    path.write_text("")
+    return path

@@ -101,9 +101,10 @@ def test_config_environment_overrides_the_file(tmp_path: Path) -> None:
     )
     both = load_config({"AIOPS_CONFIG": str(path), "AIOPS_LLM_MODEL": "env-model", "OPENAI_API_KEY": "k"})
     assert (both.base_url, both.model, both.api_key) == ("http://file/v1", "env-model", "k") and both.online
-    assert not load_config({"AIOPS_CONFIG": str(tmp_path / "none.toml")}).online
+    with pytest.raises(ConfigError, match=r"none.toml: field '\(file\)': no such file"):
+        load_config({"AIOPS_CONFIG": str(tmp_path / "none.toml")})  # a named file that is missing is an error
     path.write_text('[llm]\nmodle = "typo"\n')
-    with pytest.raises(ConfigError, match="unknown key"):
+    with pytest.raises(ConfigError, match=r"field 'llm.modle': unknown key \(allowed: api_key, base_url"):
         load_config({"AIOPS_CONFIG": str(path)})
 
 

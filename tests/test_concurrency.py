@@ -55,7 +55,7 @@ def test_commands_chat_and_a_dcim_watch_share_one_workspace(tmp_path: Path) -> N
         questions_before = int(store.scalar("SELECT count(*) FROM agent_log WHERE kind = 'question'"))
     signals = tmp_path / "signals.json"
     signals.write_text(json.dumps({"rack0": {"kw": 20}}))
-    env = {**os.environ, "COLUMNS": "200", "AIOPS_CONFIG": str(tmp_path / "none.toml")}
+    env = {**os.environ, "COLUMNS": "200", "AIOPS_CONFIG": str(_empty_config(tmp_path))}
     env = {k: v for k, v in env.items() if not k.startswith(("AIOPS_LLM", "OPENAI_"))}
 
     watch_out = (tmp_path / "watch.log").open("w")
@@ -104,3 +104,10 @@ def test_commands_chat_and_a_dcim_watch_share_one_workspace(tmp_path: Path) -> N
     assert questions - questions_before == summary["asked"] == audited_questions  # nothing lost
     assert executed >= 2  # the watch's automatic steps landed too
     print(f"{len(runs)} CLI runs, {rounds} watch rounds, {summary['asked']} questions, {executed} executions")
+
+
+def _empty_config(directory: Path) -> Path:
+    """An empty aiops config file: every default (a named config file that is missing is an error)."""
+    path = directory / "aiops.toml"
+    path.write_text("")
+    return path

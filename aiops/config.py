@@ -1,0 +1,296 @@
+"""The aiops configuration file (TOML): one file for the node service (`aiops run`), the chat's LLM and the
+guardrails. Every key is validated; an error names the file, the key and the allowed values (exit 2).
+`aiops config example` prints a commented file with every default; `aiops config check FILE` validates one.
+
+With no file, the defaults run on this host with what exists: the collectors read the real /sys, /proc and
+/dev/kmsg, each one reporting once when what it reads is absent (no GPU driver, no InfiniBand), the store is
+`/var/lib/aiops/aiops.duckdb` for root (else under ~/.local/state/aiops), and the HTTP endpoint listens on
+127.0.0.1 only. Where the file is: `--config FILE`, else $AIOPS_CONFIG, else ~/.config/aiops/config.toml (a
+missing file named by --config or $AIOPS_CONFIG is an error, not a silent default).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from aiops.errors import ConfigError
+
+USER_CONFIG_PATH = Path("~/.config/aiops/config.toml")
+DEFAULT_LISTEN = "127.0.0.1:9484"
+_NODE = re.compile(r"^node\d+$", re.ASCII)
+_RACK = re.compile(r"^rack\d+$", re.ASCII)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def default_store_path() -> str:
+    """Root keeps its state under /var/lib; anyone else under their home."""
+    if os.geteuid() == 0:
+        return "/var/lib/aiops/aiops.duckdb"
+    return str(Path("~/.local/state/aiops/aiops.duckdb").expanduser())
+
+
+class NodeConfig(_Section):
+    name: str = Field(default="node0", description="this host's component name (node{n}, global index)")
+    rack: str = Field(default="rack0", description="the rack it stands in (rack{r})")
+
+    @field_validator("name")
+    @classmethod
+    def _node(cls, value: str) -> str:
+        if not _NODE.match(value):
+            raise ValueError("must be node<N> (the contract's component name), e.g. node0")
+        return value
+
+    @field_validator("rack")
+    @classmethod
+    def _rack(cls, value: str) -> str:
+        if not _RACK.match(value):
+            raise ValueError("must be rack<N>, e.g. rack0")
+        return value
+
+
+class StoreConfig(_Section):
+    path: str = Field(default_factory=default_store_path, description="the workspace's DuckDB file")
+    retention_days: float = Field(default=14.0, gt=0, le=3650, description="time series older than this go")
+    flush_interval_s: float = Field(default=2.0, gt=0, le=300, description="batched ingest every N seconds")
+
+
+class CollectorConfig(_Section):
+    enabled: bool = True
+    interval_s: float = Field(default=1.0, gt=0, le=3600)
+
+
+def _collector(interval_s: float, enabled: bool = True) -> Any:
+    return Field(default_factory=lambda: CollectorConfig(enabled=enabled, interval_s=interval_s))
+
+
+class CollectorsConfig(_Section):
+    root: str = Field(default="/", description="prefix of /sys, /proc and /dev (a fixture tree in tests)")
+    nvml: CollectorConfig = _collector(1.0)
+    sysfs: CollectorConfig = _collector(5.0)  # thermal zones, cooling devices, powercap, hwmon
+    procfs: CollectorConfig = _collector(1.0)  # /proc/stat, /proc/pressure (PSI)
+    net: CollectorConfig = _collector(1.0)  # /sys/class/net statistics and carrier changes
+    infiniband: CollectorConfig = _collector(5.0)  # /sys/class/infiniband port and hw counters
+    kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, AER, link, thermal, machine-check lines
+    accel: CollectorConfig = _collector(60.0)  # /sys/class/accel and DRM render nodes
+    lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
+
+
+class DetectionConfig(_Section):
+    window_s: float = Field(default=10.0, ge=1, le=300)
+    quiet_s: float = Field(
+        default=180.0, ge=10, le=86_400, description="an incident resolves after this quiet"
+    )
+    replay_s: float = Field(default=1800.0, ge=0, le=86_400, description="history replayed at start")
+
+
+class LanesConfig(_Section):
+    dev: str = Field(default="", description="the NIC whose lanes the service watches; empty: none")
+    netns: str = ""
+
+
+class DcimConfig(_Section):
+    enabled: bool = False
+    policy: str = Field(default="", description="response policy file; empty: the shipped one")
+    signals_file: str = Field(default="", description="JSON/YAML signals file a facility exporter writes")
+    interval_s: float = Field(default=5.0, gt=0, le=3600)
+    actuator: Literal["auto", "nvml", "none", "twin"] = "auto"
+
+
+class WebhookConfig(_Section):
+    url: str
+    kind: Literal["json", "slack", "alertmanager"] = "json"
+    token: str = Field(default="", description="sent as a bearer token; empty: none")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s]+$", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
+class NotifyConfig(_Section):
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    retry_max_s: float = Field(default=300.0, gt=0, le=86_400, description="longest wait between retries")
+    give_up_after_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    timeout_s: float = Field(default=5.0, gt=0, le=120)
+
+
+class LlmConfig(_Section):
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    max_steps: int = Field(default=8, ge=1, le=100)
+    max_tool_calls: int = Field(default=16, ge=0, le=500)
+    max_tokens: int = Field(default=60_000, ge=1000, le=10_000_000)
+    sql_max_rows: int = Field(default=200, ge=1, le=100_000)
+    sql_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    whatif_horizon_s: float = Field(default=120.0, gt=0, le=3600)
+
+
+class HttpConfig(_Section):
+    listen: str = Field(default=DEFAULT_LISTEN, description="host:port; empty: no HTTP endpoint")
+    token: str = Field(default="", description="bearer token for /api; empty: /api answers loopback only")
+    token_file: str = Field(default="", description="read the token from this file instead")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        if value:
+            parse_listen(value)
+        return value
+
+
+class GuardrailsConfig(_Section):
+    proposal_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+
+
+class Config(_Section):
+    node: NodeConfig = Field(default_factory=NodeConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    collectors: CollectorsConfig = Field(default_factory=CollectorsConfig)
+    detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    lanes: LanesConfig = Field(default_factory=LanesConfig)
+    dcim: DcimConfig = Field(default_factory=DcimConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
+    source: str = Field(default="defaults", exclude=True)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`host:port` (IPv6 in brackets) -> (host, port); ValueError naming what is wrong."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be host:port with a port 1-65535, e.g. 127.0.0.1:9484")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise ValueError("host must be an IP address or localhost") from None
+    return host, int(port)
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    name: field.annotation  # type: ignore[misc]
+    for name, field in Config.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+}
+_MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
+_MODELS["notify.webhooks"] = WebhookConfig
+
+
+def _key(loc: Sequence[int | str]) -> str:
+    return ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in loc).replace(".[", "[")
+
+
+def _allowed(loc: Sequence[int | str], error: Mapping[str, Any]) -> list[str] | str | None:
+    if error["type"] == "extra_forbidden":
+        parent = ".".join(str(p) for p in loc[:-1] if isinstance(p, str))
+        model = _MODELS.get(parent, Config)
+        return sorted(n for n in model.model_fields if n != "source")
+    expected = (error.get("ctx") or {}).get("expected")
+    if expected:
+        return [w.strip().strip("'") for w in re.split(r",| or ", str(expected)) if w.strip()]
+    return None
+
+
+def parse_config(data: Any, source: str) -> Config:
+    """Validate parsed TOML; raises ConfigError naming the file, the key and the allowed values."""
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = tuple(error["loc"])
+        problem = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
+        raise ConfigError(source, _key(loc) or "(top level)", problem.removeprefix("Value error, "),
+                          _allowed(loc, error)) from None  # fmt: skip
+    return config.model_copy(update={"source": source})
+
+
+def load_config_file(path: str | Path) -> Config:
+    where = Path(path).expanduser()
+    try:
+        text = where.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(where), "(file)", "no such file") from None
+    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
+        raise ConfigError(str(where), "(file)", f"cannot read: {type(exc).__name__}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(where), "(file)", f"not TOML: {exc}") from None
+    return parse_config(data, str(where))
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The configuration: `path`, else $AIOPS_CONFIG (both must exist), else ~/.config/aiops/config.toml if it
+    exists, else the defaults."""
+    env = os.environ if env is None else env
+    named = path or env.get("AIOPS_CONFIG")
+    if named:
+        return load_config_file(named)
+    user = USER_CONFIG_PATH.expanduser()
+    return load_config_file(user) if user.exists() else Config()
+
+
+def example_toml() -> str:
+    """A config file with every section, key and default, each explained."""
+    config = Config()
+    lines = [
+        "# aiops configuration (aiops config check FILE validates it; every key is optional).",
+        "# The values below are the defaults.",
+    ]
+
+    def emit(name: str, model: BaseModel) -> None:
+        lines.append("")
+        lines.append(f"[{name}]")
+        for key, field in type(model).model_fields.items():
+            value = getattr(model, key)
+            if key == "source" or isinstance(value, BaseModel | list):
+                continue
+            comment = f"  # {field.description}" if field.description else ""
+            lines.append(f"{key} = {_toml(value)}{comment}")
+
+    for section in Config.model_fields:
+        if section == "source":
+            continue
+        value = getattr(config, section)
+        emit(section, value)
+        for key in type(value).model_fields:
+            child = getattr(value, key)
+            if isinstance(child, BaseModel):
+                emit(f"{section}.{key}", child)
+        if section == "notify":
+            lines += [
+                "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts API)",
+                "# [[notify.webhooks]]",
+                '# url = "https://hooks.example.com/aiops"',
+                '# kind = "json"',
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return '""'
+    if isinstance(value, int | float):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
