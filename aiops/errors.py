@@ -12,7 +12,8 @@ AiopsError                    base; exit code 1
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 ├── TwinMismatch              a workspace's twin does not match its stored topology or run; exit 2
 ├── StoreLocked               another process holds the database's lock (the workspace retries); exit 4
-│   └── WorkspaceBusy         still held after the workspace's lock timeout; names the holder; exit 4
+│   ├── WorkspaceBusy         still held after the workspace's lock timeout; names the holder; exit 4
+│   └── ServiceRunning        another `aiops run` serves this workspace (one service per store); names its PID
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
 ├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
 ├── TcError                   a tc command failed (aiops/datapath/tc.py); carries the command and tc's words
@@ -89,6 +90,16 @@ class WorkspaceBusy(StoreLocked):
         self.args = (
             f"{path}: busy for {waited_s:.0f} s (lock held by {holder}); each command holds it only for a "
             "moment, so a long hold is a long write (a simulation, an import): retry when it ends",
+        )
+
+
+class ServiceRunning(StoreLocked):
+    """One service per workspace: the service lock is held (`holder` is its PID)."""
+
+    def __init__(self, path: str, holder: str) -> None:
+        super().__init__(path, f"PID {holder}")
+        self.args = (
+            f"{path}: another aiops run (PID {holder}) serves this workspace; one service per store",
         )
 
 

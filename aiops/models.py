@@ -44,6 +44,13 @@ class Incident(_Model):
     severity: str  # info | warning | critical
     components: list[str]
     symptoms: list[Symptom]
+    resolved_ts_s: float | None = None  # when it closed after its quiet period; None while open
+
+    @property
+    def number(self) -> int:
+        """4 for INC-0004 (0 for an id of another shape)."""
+        tail = self.incident_id.rpartition("-")[2]
+        return int(tail) if tail.isdigit() else 0
 
 
 class Hypothesis(_Model):

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiops.detect import detect
-from aiops.models import Diagnosis, Incident
+from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
 from aiops.playbooks import remediation_from_store
 from aiops.rca import diagnose, job_of
 from aiops.store import Store
@@ -85,8 +86,15 @@ def analyze_store(store: Store, *, desk: Guardrails | None = None, origin: str =
     return result
 
 
-def save_hypotheses(store: Store, diagnoses: list[Diagnosis]) -> None:
-    store.conn.execute("DELETE FROM hypotheses")
+def save_hypotheses(store: Store, diagnoses: list[Diagnosis], *, replace_all: bool = True) -> None:
+    """Store the ranked hypotheses: of every incident (an analysis), or only of these (the live service)."""
+    if replace_all:
+        store.conn.execute("DELETE FROM hypotheses")
+    else:
+        store.conn.execute(
+            "DELETE FROM hypotheses WHERE incident_id IN (SELECT unnest(?))",
+            [[d.incident.incident_id for d in diagnoses]],
+        )
     rows = [
         (d.incident.incident_id, rank, h) for d in diagnoses for rank, h in enumerate(d.hypotheses, start=1)
     ]
@@ -103,4 +111,42 @@ def save_hypotheses(store: Store, diagnoses: list[Diagnosis]) -> None:
             "summary": [r[2].summary for r in rows],
             "evidence": [json.dumps([e.model_dump() for e in r[2].evidence]) for r in rows],
         },
+    )
+
+
+def stored_diagnoses(store: Store, *, open_only: bool = False) -> list[Diagnosis]:
+    """The incidents and hypotheses an analysis or the service stored, oldest first."""
+    where = "WHERE resolved_ts_s IS NULL" if open_only else ""
+    rows = store.query(f"SELECT * FROM incidents {where} ORDER BY opened_ts_s, incident_id")
+    if not rows:
+        return []
+    by_incident: dict[str, list[Hypothesis]] = {}
+    for h in store.query("SELECT * FROM hypotheses ORDER BY incident_id, rank"):
+        by_incident.setdefault(str(h["incident_id"]), []).append(
+            Hypothesis(
+                root_cause=h["root_cause"],
+                component=h["component"],
+                confidence=float(h["confidence"]),
+                summary=h["summary"],
+                evidence=[Evidence.model_validate(e) for e in json.loads(h["evidence"])],
+            )
+        )
+    return [
+        Diagnosis(incident=incident_of(r), hypotheses=by_incident.get(str(r["incident_id"]), []))
+        for r in rows
+    ]
+
+
+def incident_of(row: dict[str, Any]) -> Incident:
+    """An `incidents` row as the model."""
+    resolved = row.get("resolved_ts_s")
+    return Incident(
+        incident_id=str(row["incident_id"]),
+        opened_ts_s=float(row["opened_ts_s"]),
+        last_ts_s=float(row["last_ts_s"]),
+        title=str(row["title"]),
+        severity=str(row["severity"]),
+        components=list(row["components"]),
+        symptoms=[Symptom.model_validate(s) for s in json.loads(row["symptoms"])],
+        resolved_ts_s=None if resolved is None else float(resolved),
     )

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# One-shot set-up for a fresh Debian/Ubuntu machine: system packages for bcc (when root),
+# One-shot set-up for a fresh Debian/Ubuntu machine: system packages for bcc and the real servers the tests
+# start (prometheus, with promtool) (when root),
 # kernel header links for bcc's tc programs, tracefs, then the project's venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2)
+DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus)
 
 install_debian_packages() {
     local missing=()

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from aiops.errors import IngestError, SchemaError
-from aiops.store import Store, latest_version
+from aiops.store import MIGRATIONS, Store, latest_version
 
 
 def test_migrations_apply_once_and_record_version(tmp_path: Path) -> None:
@@ -16,8 +16,21 @@ def test_migrations_apply_once_and_record_version(tmp_path: Path) -> None:
         assert s.schema_version() == latest_version()
         s.ingest("rack_samples", {"ts_s": [1.0], "rack": ["rack0"], "inlet_temp_c": [24.5]})
     with Store(path) as s:  # reopening applies nothing and keeps the data
-        assert s.scalar("SELECT count(*) FROM schema_migrations") == latest_version()
+        assert s.scalar("SELECT count(*) FROM schema_migrations") == len(MIGRATIONS)
         assert s.scalar("SELECT inlet_temp_c FROM rack_samples") == 24.5
+
+
+def test_a_migration_missing_below_the_newest_still_runs(tmp_path: Path) -> None:
+    """Migrations are a set: a file that recorded a later one but lacks an earlier one gets it."""
+    path = tmp_path / "gap.duckdb"
+    Store(path).close()
+    conn = duckdb.connect(str(path))
+    conn.execute("DELETE FROM schema_migrations WHERE version = 4")
+    conn.execute("DROP TABLE agent_log")
+    conn.close()
+    with Store(path) as s:
+        assert s.scalar("SELECT count(*) FROM agent_log") == 0
+        assert s.scalar("SELECT count(*) FROM schema_migrations") == len(MIGRATIONS)
 
 
 def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:

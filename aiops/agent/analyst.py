@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.detect import detect
-from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
-from aiops.pipeline import remediate
+from aiops.models import Diagnosis, Evidence
+from aiops.pipeline import remediate, stored_diagnoses
 from aiops.rca import diagnose
 from aiops.store import Store
 from guardrails.actions import Action
@@ -51,8 +51,8 @@ ANALYST_WORDS = (
 def load_diagnoses(store: Store) -> tuple[list[Diagnosis], dict[str, list[Action]]]:
     """(diagnoses, incident id -> its remediation: the filed proposals when an analysis filed them, else the
     remediation computed now as drafts)."""
-    stored = _stored_diagnoses(store)
-    diagnoses = stored if stored is not None else diagnose(store, detect(store, persist=False))
+    stored = stored_diagnoses(store)
+    diagnoses = stored if stored else diagnose(store, detect(store, persist=False))
     filed: dict[str, list[Action]] = {}
     for record in GuardrailRecords(store).proposals():
         if record.incident_id and record.action.proposed_by == "analyst":
@@ -60,36 +60,6 @@ def load_diagnoses(store: Store) -> tuple[list[Diagnosis], dict[str, list[Action
     return diagnoses, {
         d.incident.incident_id: filed.get(d.incident.incident_id) or remediate(store, d) for d in diagnoses
     }
-
-
-def _stored_diagnoses(store: Store) -> list[Diagnosis] | None:
-    rows = store.query("SELECT * FROM incidents ORDER BY opened_ts_s, incident_id")
-    if not rows:
-        return None
-    by_incident: dict[str, list[Hypothesis]] = {}
-    for h in store.query("SELECT * FROM hypotheses ORDER BY incident_id, rank"):
-        by_incident.setdefault(str(h["incident_id"]), []).append(
-            Hypothesis(
-                root_cause=h["root_cause"],
-                component=h["component"],
-                confidence=float(h["confidence"]),
-                summary=h["summary"],
-                evidence=[Evidence.model_validate(e) for e in json.loads(h["evidence"])],
-            )
-        )
-    out = []
-    for r in rows:
-        incident = Incident(
-            incident_id=r["incident_id"],
-            opened_ts_s=float(r["opened_ts_s"]),
-            last_ts_s=float(r["last_ts_s"]),
-            title=r["title"],
-            severity=r["severity"],
-            components=list(r["components"]),
-            symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
-        )
-        out.append(Diagnosis(incident=incident, hypotheses=by_incident.get(incident.incident_id, [])))
-    return out
 
 
 @dataclass

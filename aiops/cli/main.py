@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.audit",
     "aiops.cli.dcim",
     "aiops.cli.policy",
+    "aiops.cli.run",
+    "aiops.cli.config_cmd",
 )
 
 
@@ -45,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AiopsError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted")

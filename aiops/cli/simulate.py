@@ -12,9 +12,11 @@ from rich.markup import escape
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
+from aiops.errors import PrerequisiteError
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
 from aiops.store import Workspace
+from aiops.store.readings import newest_ts_s
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -43,6 +45,11 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def run_analyze(args: argparse.Namespace) -> int:
     workspace = Workspace(args.db).require()
+    with workspace.read() as store:
+        if not store.scalar("SELECT count(*) FROM topology") or newest_ts_s(store) is None:
+            raise PrerequisiteError(
+                f"no telemetry in {args.db}: nothing to analyse (it has no topology or no GPU samples)"
+            )
     with workspace.write() as store:
         result = analyze(store)
         if args.json:

@@ -30,8 +30,16 @@ def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> lis
     return incidents
 
 
-def save_incidents(store: Store, incidents: list[Incident]) -> None:
-    store.conn.execute("DELETE FROM incidents")
+def save_incidents(store: Store, incidents: list[Incident], *, replace_all: bool = True) -> None:
+    """Store incidents: all of them (an analysis replaces what was stored), or, with `replace_all=False`, just
+    these (the live service updates the one that changed)."""
+    if replace_all:
+        store.conn.execute("DELETE FROM incidents")
+    elif incidents:
+        store.conn.execute(
+            "DELETE FROM incidents WHERE incident_id IN (SELECT unnest(?))",
+            [[i.incident_id for i in incidents]],
+        )
     if not incidents:
         return
     store.ingest(
@@ -44,6 +52,7 @@ def save_incidents(store: Store, incidents: list[Incident]) -> None:
             "severity": [i.severity for i in incidents],
             "components": [i.components for i in incidents],
             "symptoms": [json.dumps([s.model_dump() for s in i.symptoms]) for i in incidents],
+            "resolved_ts_s": [i.resolved_ts_s for i in incidents],
         },
     )
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from aiops.errors import AiopsError, PrerequisiteError
 from aiops.sim.readings import WorldReadings
 from aiops.sim.twin import Twin, TwinActuator
 from aiops.store import Store
+from aiops.store.lease import service_pid
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult, Actuator
 from guardrails.actuators_nvml import NvmlPowerActuator
@@ -63,6 +65,10 @@ def attach(
     if actuator not in ACTUATORS:
         raise AiopsError(f"unknown actuator '{actuator[:40]}' (allowed: {', '.join(ACTUATORS)})")
     topology = topology_from_store(store)
+    owner = service_pid(store.path)
+    if owner is not None and owner != os.getpid():  # the service acts on this workspace's world, not us
+        return Attached("none", StoreReadings(store), topology, None,
+                        f"the service (PID {owner}) executes on this workspace; approvals wait for it")  # fmt: skip
     if actuator == "nvml":
         return _attach_nvml(store, topology, node, nvml)
     held = load_twin(store, twin) if actuator in ("auto", "twin") else None

@@ -27,7 +27,7 @@ from aiops.datapath.policy import Policy, parse_policy
 from aiops.errors import InputError, TwinMismatch
 from aiops.scenarios import Scenario, parse_scenario_text, scenario_yaml
 from aiops.sim.actuator import SimActuator
-from aiops.sim.world import World
+from aiops.sim.world import SIM_EPOCH_TS_S, World
 from aiops.store import Store
 from guardrails.actions import Action, canonical_json
 from guardrails.actuators import ActuationResult
@@ -44,15 +44,19 @@ def record_run(
     lanes_policy: Policy | None,
     simulated_s: float,
     now_ts_s: float | None = None,
+    *,
+    epoch_ts_s: float | None = None,
 ) -> None:
-    """Remember the run a simulated workspace was made from (the newest row is the one the twin uses)."""
+    """Remember the run a simulated workspace was made from (the newest row is the one the twin uses);
+    `epoch_ts_s`: the wall time of its elapsed 0 when not the simulator's epoch."""
     policy_text = (
         yaml.safe_dump(lanes_policy.model_dump(mode="json"), sort_keys=True) if lanes_policy else None
     )
     store.conn.execute(
-        "INSERT INTO sim_runs VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO sim_runs (ts_s, scenario_name, scenario_yaml, lanes_policy_yaml, simulated_s, format_version, "
+        "epoch_ts_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [time.time() if now_ts_s is None else now_ts_s, scenario.name, scenario_yaml(scenario), policy_text,
-         float(simulated_s), FORMAT_VERSION],
+         float(simulated_s), FORMAT_VERSION, epoch_ts_s],
     )  # fmt: skip
 
 
@@ -98,12 +102,13 @@ class Twin:
         simulated. Raises `TwinMismatch` when the stored run cannot be read or its cluster is not the stored
         topology."""
         row = store.conn.execute(
-            "SELECT scenario_yaml, lanes_policy_yaml, simulated_s, format_version FROM sim_runs "
+            "SELECT scenario_yaml, lanes_policy_yaml, simulated_s, format_version, epoch_ts_s FROM sim_runs "
             "ORDER BY ts_s DESC LIMIT 1"
         ).fetchone()
         if row is None:
             return None
         text, policy_text, simulated_s, version = str(row[0]), row[1], float(row[2]), int(row[3])
+        epoch_ts_s = SIM_EPOCH_TS_S if row[4] is None else float(row[4])
         if version != FORMAT_VERSION:
             raise TwinMismatch(f"{store.path}: twin format {version}; this aiops reads {FORMAT_VERSION}")
         try:
@@ -111,7 +116,7 @@ class Twin:
             policy = parse_policy(yaml.safe_load(policy_text), SOURCE) if policy_text else None
         except (InputError, yaml.YAMLError) as exc:
             raise TwinMismatch(f"{store.path}: the stored run does not validate: {exc}") from None
-        world = World(scenario, policy)
+        world = World(scenario, policy, epoch_ts_s=epoch_ts_s)
         for _ in range(round(simulated_s)):
             world.step(1.0)
         twin = cls(world)
@@ -154,8 +159,17 @@ class Twin:
         if not result.ok:
             raise TwinMismatch(f"replaying twin_log ({kind} {action.proposal_id}) failed: {result.error}")
 
-    def append(self, store: Store, kind: str, proposal_id: str, data: dict[str, Any]) -> None:
-        """Record a change this process just made to the world (it must be in sync first)."""
+    def append(
+        self,
+        store: Store,
+        kind: str,
+        proposal_id: str,
+        data: dict[str, Any],
+        *,
+        elapsed_s: float | None = None,
+    ) -> None:
+        """Record a change this process is making to the world (it must be in sync first); `elapsed_s`: the
+        twin's clock when it happened (default: now)."""
         if kind not in LOG_KINDS:
             raise ValueError(f"unknown twin_log kind '{kind}' ({', '.join(LOG_KINDS)})")
         seq = int(store.scalar("SELECT coalesce(max(seq), 0) FROM twin_log") or 0) + 1
@@ -163,7 +177,14 @@ class Twin:
             raise TwinMismatch(f"twin_log moved on (seq {seq - 1}, this twin {self.applied_seq}): sync first")
         store.conn.execute(
             "INSERT INTO twin_log VALUES (?, ?, ?, ?, ?, ?)",
-            [seq, time.time(), float(self.world.elapsed_s), kind, proposal_id, canonical_json(data)],
+            [
+                seq,
+                time.time(),
+                float(self.world.elapsed_s if elapsed_s is None else elapsed_s),
+                kind,
+                proposal_id,
+                canonical_json(data),
+            ],
         )
         self.applied_seq = seq
 
@@ -173,6 +194,13 @@ class Twin:
         self.append(store, "advance", "", {"seconds": float(round(seconds))})
         for _ in range(max(0, round(seconds))):
             self.world.step(1.0)
+
+    def log_steps(self, store: Store, seconds: float) -> None:
+        """Record that this process already stepped its world `seconds` forward (the service steps it as time
+        passes and records the steps with each flush)."""
+        if seconds > 0:
+            self.append(store, "advance", "", {"seconds": float(seconds)},
+                        elapsed_s=self.world.elapsed_s - seconds)  # fmt: skip
 
     # -- reading ----------------------------------------------------------------------------------------------
     def metrics(self, component: str) -> dict[str, Any]:

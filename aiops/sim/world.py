@@ -51,9 +51,13 @@ class GpuView:
 
 
 class World:
-    def __init__(self, scenario: Scenario, lanes_policy: Policy | None = None) -> None:
-        """`lanes_policy`: the traffic controller's policy (default: aiops/datapath/default_policy.yaml)."""
+    def __init__(
+        self, scenario: Scenario, lanes_policy: Policy | None = None, *, epoch_ts_s: float = SIM_EPOCH_TS_S
+    ) -> None:
+        """`lanes_policy`: the traffic controller's policy (default: aiops/datapath/default_policy.yaml);
+        `epoch_ts_s`: the wall-clock time of elapsed 0 (the service's twin starts at its own start)."""
         self.scenario = scenario
+        self.epoch_ts_s = epoch_ts_s
         self.layout = lay = Layout(scenario)
         self.rng = np.random.default_rng(scenario.seed)
         self.elapsed_s = 0.0
@@ -116,7 +120,7 @@ class World:
 
     @property
     def now_ts_s(self) -> float:
-        return SIM_EPOCH_TS_S + self.elapsed_s
+        return self.epoch_ts_s + self.elapsed_s
 
     def nvml(self, node: int) -> SimNvml:
         """The NVML-shaped API of one node (cached, so init state and event sets persist)."""

@@ -324,6 +324,19 @@ M006_DEFAULT_LIMIT = """
 ALTER TABLE gpu_samples ADD COLUMN power_limit_default_w DOUBLE
 """
 
+# The node service (aiops/service): when an incident resolved, the wall time a twin's clock starts at (the
+# service's twin runs on wall time; NULL: 2026-01-01, the simulator's epoch), and the service's progress (how
+# far live detection got, so a restart resumes there).
+M009_SERVICE = """
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS resolved_ts_s DOUBLE;
+ALTER TABLE sim_runs ADD COLUMN IF NOT EXISTS epoch_ts_s DOUBLE;
+CREATE TABLE IF NOT EXISTS service_state (
+    key VARCHAR PRIMARY KEY,
+    value VARCHAR NOT NULL,
+    ts_s DOUBLE NOT NULL
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -331,6 +344,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "agent_log", _sql(M004_AGENT_LOG)),
     Migration(5, "twin", _sql(M005_TWIN)),
     Migration(6, "power_limit_default", _sql(M006_DEFAULT_LIMIT)),
+    Migration(9, "service", _sql(M009_SERVICE)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

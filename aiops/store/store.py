@@ -60,7 +60,14 @@ class Store:
         row = self.conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
         return int(row[0]) if row else 0
 
+    def _applied(self, current: int) -> set[int]:
+        if current == 0:
+            return set()
+        return {int(r[0]) for r in self.conn.execute("SELECT version FROM schema_migrations").fetchall()}
+
     def _migrate(self) -> None:
+        """Apply every migration not yet recorded, in order (a set, not a high-water mark: a migration added
+        below the newest one recorded still runs)."""
         current = self.schema_version()
         newest = latest_version()
         if current > newest:
@@ -68,7 +75,9 @@ class Store:
                 f"{self.path}: schema version {current} is newer than this aiops understands ({newest}); "
                 "upgrade aiops or use another database file"
             )
-        if current == newest:
+        applied = self._applied(current)
+        missing = [m for m in MIGRATIONS if m.version not in applied]
+        if not missing:
             return
         if self.read_only:
             raise SchemaError(
@@ -80,9 +89,7 @@ class Store:
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
                 "applied_ts_s DOUBLE)"
             )
-        for migration in MIGRATIONS:
-            if migration.version <= current:
-                continue
+        for migration in missing:
             self.conn.execute("BEGIN TRANSACTION")
             try:
                 migration.apply(self.conn)

@@ -9,9 +9,13 @@ retries with jittered exponential backoff until `lock_timeout_s` (then `Workspac
 Why not one owning process with a socket API: there is no daemon on a laptop or in CI, and a process that
 dies must not leave the others without their state. The cost is an open per operation (about 20 ms).
 
+While the node service (`aiops run`) runs on the workspace it keeps the file open (its ingest and live
+detection need the connection held) and lends it on request (aiops/store/lease.py): `read()` and `write()`
+ask it first, so the other processes work on the workspace as before.
+
 Files (`files()`): `<db>` and DuckDB's `<db>.wal` while a writer runs; `<db>.checkpoints.sqlite` (LangGraph's
 checkpointer, SQLite: it locks per transaction by itself) with SQLite's `-journal`/`-wal`/`-shm` while it
-writes. Nothing else beside the database is read: files that older versions left there (`<db>.twin.pkl`,
+writes; while a service runs, its lock file `<db>.service.lock` (its PID) and socket `<db>.service.sock`. Nothing else beside the database is read: files that older versions left there (`<db>.twin.pkl`,
 `<db>.agent.duckdb`, `<db>.agent.sqlite`) are never opened, let alone unpickled (`legacy_files()`).
 """
 
@@ -24,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aiops.errors import AiopsError, StoreLocked, WorkspaceBusy
+from aiops.store.lease import LOCK_SUFFIX, SOCKET_SUFFIX, lease
 from aiops.store.store import Store
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
@@ -77,7 +82,8 @@ class Workspace:
             return []
         db = Path(self.path)
         sqlite = [Path(str(self.checkpoints_path) + s) for s in _SQLITE_SUFFIXES]
-        return [db, Path(self.path + ".wal"), *sqlite]
+        service = [Path(self.path + LOCK_SUFFIX), Path(self.path + SOCKET_SUFFIX)]
+        return [db, Path(self.path + ".wal"), *sqlite, *service]
 
     def files(self) -> list[Path]:
         return [p for p in self.own_paths() if p.exists()]
@@ -112,12 +118,13 @@ class Workspace:
         if self._memory is not None:
             yield self._memory
             return
-        store = self._open(read_only=False)
-        try:
-            yield store
-            store.commit_pending()
-        finally:
-            store.close()
+        with lease(self.path, self.lock_timeout_s):
+            store = self._open(read_only=False)
+            try:
+                yield store
+                store.commit_pending()
+            finally:
+                store.close()
 
     @contextmanager
     def read(self) -> Iterator[Store]:
@@ -127,18 +134,19 @@ class Workspace:
             yield self._memory
             return
         self.require()
-        try:
-            store = self._open(read_only=True)
-        except AiopsError as exc:
-            if "needs migrations" not in str(exc):
-                raise
-            with self.write():
-                pass
-            store = self._open(read_only=True)
-        try:
-            yield store
-        finally:
-            store.close()
+        with lease(self.path, self.lock_timeout_s):
+            try:
+                store = self._open(read_only=True)
+            except AiopsError as exc:
+                if "needs migrations" not in str(exc):
+                    raise
+                store = self._open(read_only=False)  # migrates on open
+                store.close()
+                store = self._open(read_only=True)
+            try:
+                yield store
+            finally:
+                store.close()
 
     def close(self) -> None:
         if self._memory is not None:

@@ -1,0 +1,37 @@
+"""`aiops config example` (a commented file with every default) and `aiops config check FILE` (validate it:
+errors name the file, the key and the allowed values; exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.markup import escape
+
+from aiops.config import example_toml, load_config_file
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("config", help="print an example config, or check one")
+    verbs = p.add_subparsers(dest="config_command", metavar="VERB", required=True)
+    verbs.add_parser("example", help="a config file with every key and its default").set_defaults(
+        func=run_example
+    )
+    check = verbs.add_parser("check", help="validate a config file")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(func=run_check)
+
+
+def run_example(args: argparse.Namespace) -> int:
+    print(example_toml(), end="")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    config = load_config_file(args.file)
+    hooks = len(config.notify.webhooks)
+    Console(highlight=False).print(
+        f"{escape(args.file)}: ok (node {config.node.name} in {config.node.rack}, store {escape(config.store.path)}, "
+        f"http {escape(config.http.listen or 'off')}, {hooks} webhook(s))"
+    )
+    return 0

@@ -1,0 +1,74 @@
+"""`aiops run [--config FILE] [--db PATH] [--listen HOST:PORT] [--sim SCENARIO [--speed N]]`: the node service.
+
+On a real host it collects what exists here; with `--sim` the same service runs against the twin. `--db` and
+`--listen` override the config file. SIGTERM and SIGINT end it after a last flush (exit 0). Logs are JSON lines
+on stderr. See docs/DEPLOY.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+from types import FrameType
+
+from aiops.config import Config, load_config, parse_listen
+from aiops.datapath.policy import load_policy
+from aiops.errors import ConfigError
+from aiops.scenarios import load_scenario
+from aiops.service import logs
+from aiops.service.service import Service, SimSetup
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="the node service: collect, detect live, serve metrics and an API, notify")
+    p.add_argument("--config", default=None, help="TOML config (default: $AIOPS_CONFIG or ~/.config/aiops)")
+    p.add_argument("--db", default=None, help="the workspace's DuckDB file (overrides [store] path)")
+    p.add_argument("--listen", default=None, help="HOST:PORT of the HTTP endpoint (overrides [http] listen)")
+    p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
+    p.add_argument("--speed", type=float, default=1.0, help="with --sim: simulated seconds per wall second")
+    p.add_argument("--lanes-policy", default=None, help="with --sim: the lanes policy the twin runs")
+    p.add_argument("--duration-s", type=float, default=None, help="stop after this many wall seconds")
+    p.set_defaults(func=run)
+
+
+def configured(args: argparse.Namespace) -> Config:
+    config = load_config(args.config)
+    store = config.store.model_copy(update={"path": args.db}) if args.db else config.store
+    if args.listen is not None:
+        try:
+            parse_listen(args.listen)
+        except ValueError as exc:
+            raise ConfigError("--listen", "listen", str(exc)) from None
+    http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
+    return config.model_copy(update={"store": store, "http": http})
+
+
+def token_of(config: Config) -> str:
+    if config.http.token_file:
+        try:
+            return Path(config.http.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                config.source, "http.token_file", f"cannot read: {exc.strerror or exc}"
+            ) from None
+    return config.http.token
+
+
+def run(args: argparse.Namespace) -> int:
+    config = configured(args)
+    if not 0 < args.speed <= 1000:
+        raise ConfigError("--speed", "speed", f"{args.speed:g} is out of range", "0 < speed <= 1000")
+    sim = None
+    if args.sim:
+        policy = load_policy(args.lanes_policy) if args.lanes_policy else None
+        sim = SimSetup(load_scenario(args.sim), policy, args.speed)
+    logs.setup()
+    service = Service(config, sim=sim, token=token_of(config))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        service.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return service.run(args.duration_s)

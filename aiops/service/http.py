@@ -1,0 +1,157 @@
+"""The service's HTTP endpoint (stdlib `ThreadingHTTPServer`):
+
+- `GET /metrics`: Prometheus text exposition of the metrics cache (aiops/service/metrics.py);
+- `GET /healthz`: 200 while the loop is alive (it ticked recently), else 503;
+- `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, else 503;
+- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`:
+  read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
+  without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from aiops.config import parse_listen
+from aiops.pipeline import stored_diagnoses
+from aiops.store import Workspace
+from guardrails.records import GuardrailRecords
+
+Probe = Callable[[], tuple[bool, str]]
+
+
+def _incident_json(d: Any) -> dict[str, Any]:
+    top = d.hypotheses[0] if d.hypotheses else None
+    return {
+        **d.incident.model_dump(exclude={"symptoms"}),
+        "status": "open" if d.incident.resolved_ts_s is None else "resolved",
+        "top_hypothesis": None
+        if top is None
+        else {"root_cause": top.root_cause, "component": top.component, "confidence": top.confidence},
+    }
+
+
+class Api:
+    """What the JSON API reads: the workspace (opened per request, through the service's own hold)."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    def incidents(self) -> dict[str, Any]:
+        with self.workspace.read() as store:
+            diagnoses = stored_diagnoses(store)
+        return {"incidents": [_incident_json(d) for d in diagnoses]}
+
+    def incident(self, incident_id: str) -> dict[str, Any] | None:
+        with self.workspace.read() as store:
+            found = [d for d in stored_diagnoses(store) if d.incident.incident_id == incident_id]
+        if not found:
+            return None
+        d = found[0]
+        return {**_incident_json(d), "symptoms": [s.model_dump() for s in d.incident.symptoms],
+                "hypotheses": [h.model_dump() for h in d.hypotheses]}  # fmt: skip
+
+    def proposals(self) -> dict[str, Any]:
+        with self.workspace.read() as store:
+            records = GuardrailRecords(store).proposals()
+        return {"proposals": [{"proposal_id": r.proposal_id, "kind": r.action.kind, "target": r.action.target,
+                               "parameters": r.action.parameters, "status": r.status, "physical": r.physical,
+                               "approvals_needed": r.approvals_needed, "origin": r.origin,
+                               "incident_id": r.incident_id, "expires_ts_s": r.expires_ts_s,
+                               "message": r.message} for r in records]}  # fmt: skip
+
+
+class HttpEndpoint:
+    def __init__(
+        self,
+        listen: str,
+        registry: CollectorRegistry,
+        api: Api,
+        healthy: Probe,
+        ready: Probe,
+        token: str = "",
+    ) -> None:
+        self.host, self.port = parse_listen(listen)
+        self.registry, self.api, self.healthy, self.ready, self.token = registry, api, healthy, ready, token
+        self.server: ThreadingHTTPServer | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "aiops"
+
+            def log_message(self, *args: Any) -> None:  # the service logs its own way
+                return
+
+            def do_GET(self) -> None:
+                endpoint.handle(self)
+
+        self.server = ThreadingHTTPServer((self.host, self.port), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, name="aiops-http", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    # -- routing ----------------------------------------------------------------------------------------------
+    def handle(self, req: BaseHTTPRequestHandler) -> None:
+        path = req.path.split("?", 1)[0]
+        try:
+            if path == "/metrics":
+                self._send(req, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok, why = (self.healthy if path == "/healthz" else self.ready)()
+                self._send(req, 200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
+            elif path.startswith("/api/"):
+                self._api(req, path)
+            else:
+                self._json(req, 404, {"error": "not found"})
+        except Exception as exc:  # a bad request never takes the service down
+            self._json(req, 500, {"error": type(exc).__name__})
+
+    def _authorised(self, req: BaseHTTPRequestHandler) -> bool:
+        if self.token:
+            given = req.headers.get("Authorization", "")
+            return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+        return ipaddress.ip_address(req.client_address[0]).is_loopback
+
+    def _api(self, req: BaseHTTPRequestHandler, path: str) -> None:
+        if not self._authorised(req):
+            self._json(req, 401, {"error": "a bearer token is needed (or ask from the node itself)"})
+            return
+        if path == "/api/incidents":
+            self._json(req, 200, self.api.incidents())
+        elif path.startswith("/api/incidents/"):
+            found = self.api.incident(path.removeprefix("/api/incidents/"))
+            self._json(req, 200 if found else 404, found or {"error": "no such incident"})
+        elif path == "/api/proposals":
+            self._json(req, 200, self.api.proposals())
+        else:
+            self._json(req, 404, {"error": "not found"})
+
+    @staticmethod
+    def _send(req: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+        req.send_response(status)
+        req.send_header("Content-Type", content_type)
+        req.send_header("Content-Length", str(len(body)))
+        req.send_header("X-Content-Type-Options", "nosniff")
+        req.end_headers()
+        req.wfile.write(body)
+
+    def _json(self, req: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+        self._send(req, status, json.dumps(payload, default=str).encode(), "application/json")

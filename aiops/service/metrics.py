@@ -1,0 +1,219 @@
+"""`/metrics`: the node's newest samples, its open incidents and the service's own health, in Prometheus text
+exposition through prometheus_client. Values come from a cache the loop updates as rows are collected, never
+from a query per scrape. Names follow Prometheus conventions: base units (celsius, watts, hertz, bytes,
+seconds, ratio), `_total` for counters, one time series per label set.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aiops import nvml_bits
+
+PREFIX = "aiops_"
+_GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
+    # (column, metric, help, scale to base units)
+    ("temp_c", "gpu_temperature_celsius", "GPU die temperature (nvmlDeviceGetTemperature)", 1.0),
+    ("mem_temp_c", "gpu_memory_temperature_celsius", "HBM temperature (NVML field 82)", 1.0),
+    ("power_w", "gpu_power_watts", "GPU power draw (nvmlDeviceGetPowerUsage)", 1.0),
+    ("power_limit_w", "gpu_power_limit_watts", "enforced power limit (nvmlDeviceGetEnforcedPowerLimit)", 1.0),
+    ("sm_clock_mhz", "gpu_sm_clock_hertz", "SM clock", 1e6),
+    ("max_sm_clock_mhz", "gpu_sm_clock_max_hertz", "maximum SM clock", 1e6),
+    ("util_pct", "gpu_utilization_ratio", "share of time a kernel ran (0-1)", 0.01),
+    ("slowdown_temp_c", "gpu_slowdown_temperature_celsius", "NVML slowdown threshold", 1.0),
+    ("pcie_link_width", "gpu_pcie_link_width_lanes", "current PCIe link width", 1.0),
+)
+_GPU_COUNTERS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("ecc_sbe_total", "gpu_ecc_errors_total", "ECC errors (volatile)", {"type": "corrected"}),
+    ("ecc_dbe_total", "gpu_ecc_errors_total", "ECC errors (volatile)", {"type": "uncorrected"}),
+    ("pcie_replay_total", "gpu_pcie_replays_total", "PCIe replay counter", {}),
+    ("nvlink_crc_total", "gpu_nvlink_errors_total", "NVLink errors", {"type": "crc"}),
+    ("nvlink_replay_total", "gpu_nvlink_errors_total", "NVLink errors", {"type": "replay"}),
+)
+
+
+class MetricsCache(Collector):
+    """Fed by the loop (`observe(table, columns, rows)`), read by scrapes (`collect()`). Thread-safe."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._lock = threading.Lock()
+        self.gpus: dict[str, dict[str, Any]] = {}
+        self.xids: dict[tuple[str, int], int] = defaultdict(int)
+        self.nic_totals: dict[tuple[str, str, str], float] = defaultdict(float)  # (nic, lane, column)
+        self.netdev: dict[str, dict[str, Any]] = {}
+        self.ib: dict[tuple[str, str], dict[str, Any]] = {}
+        self.incidents: list[dict[str, Any]] = []
+        self.collector_seconds: dict[str, float] = {}
+        self.collector_errors: dict[str, int] = defaultdict(int)
+        self.rows_ingested: dict[str, int] = defaultdict(int)
+        self.gauges: dict[str, tuple[str, float]] = {}  # name -> (help, value)
+        self.counters: dict[str, tuple[str, float]] = {}
+
+    # -- feeding ------------------------------------------------------------------------------------------------
+    def observe(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        with self._lock:
+            for row in rows:
+                values = dict(zip(columns, row, strict=False))
+                if table == "gpu_samples":
+                    self.gpus[str(values["gpu"])] = values
+                elif table == "gpu_events" and values.get("kind") == "xid":
+                    self.xids[(str(values["gpu"]), int(values.get("xid") or 0))] += 1
+                elif table == "nic_samples":
+                    for column in ("tx_bytes", "drops", "ce_marks", "retransmits", "carrier_changes"):
+                        if values.get(column) is not None:
+                            self.nic_totals[(str(values["nic"]), str(values["lane"]), column)] += float(
+                                values[column]
+                            )
+                elif table == "netdev_samples":
+                    self.netdev[str(values["dev"])] = values
+                elif table == "ib_port_samples":
+                    self.ib[(str(values["device"]), str(values["port"]))] = values
+                elif table == "collector_errors":
+                    self.collector_errors[str(values["collector"])] += 1
+
+    def set_incidents(self, incidents: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.incidents = list(incidents)
+
+    def timing(self, collector: str, seconds: float) -> None:
+        with self._lock:
+            self.collector_seconds[collector] = seconds
+
+    def ingested(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            for table, n in counts.items():
+                self.rows_ingested[table] += n
+
+    def gauge(self, name: str, help_text: str, value: float) -> None:
+        with self._lock:
+            self.gauges[name] = (help_text, float(value))
+
+    def count(self, name: str, help_text: str, increment: float = 1.0) -> None:
+        with self._lock:
+            old = self.counters.get(name, (help_text, 0.0))[1]
+            self.counters[name] = (help_text, old + increment)
+
+    def total(self, name: str, help_text: str, value: float) -> None:
+        """A counter whose running total is kept elsewhere."""
+        with self._lock:
+            self.counters[name] = (help_text, float(value))
+
+    # -- scraping -----------------------------------------------------------------------------------------------
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            yield from self._gpu_metrics()
+            yield from self._network_metrics()
+            yield from self._incident_metrics()
+            yield from self._self_metrics()
+
+    def _gpu_metrics(self) -> Iterable[Metric]:
+        labels = ["gpu", "node"]
+        for column, name, help_text, scale in _GPU_GAUGES:
+            family = GaugeMetricFamily(PREFIX + name, help_text, labels=labels)
+            for gpu, values in sorted(self.gpus.items()):
+                if values.get(column) is not None:
+                    family.add_metric([gpu, str(values["node"])], float(values[column]) * scale)
+            yield family
+        throttle = GaugeMetricFamily(PREFIX + "gpu_clocks_event_reason", "1 while NVML reports the clocks-event "
+                                     "reason (nvmlClocksEventReason*)", labels=[*labels, "reason"])  # fmt: skip
+        lost = GaugeMetricFamily(PREFIX + "gpu_nvml_error", "1 while NVML answers this GPU with an error",
+                                 labels=[*labels, "error"])  # fmt: skip
+        for gpu, values in sorted(self.gpus.items()):
+            mask = int(values.get("clocks_event_reasons") or 0)
+            for bit, reason in nvml_bits.NAMES.items():
+                throttle.add_metric([gpu, str(values["node"]), reason], 1.0 if mask & bit else 0.0)
+            if values.get("nvml_error"):
+                lost.add_metric([gpu, str(values["node"]), str(values["nvml_error"])], 1.0)
+        yield throttle
+        yield lost
+        counters: dict[str, CounterMetricFamily] = {}
+        for column, name, help_text, extra in _GPU_COUNTERS:
+            counter = counters.setdefault(
+                name,
+                CounterMetricFamily(
+                    PREFIX + name.removesuffix("_total"), help_text, labels=[*labels, *extra]
+                ),
+            )
+            for gpu, values in sorted(self.gpus.items()):
+                if values.get(column) is not None:
+                    counter.add_metric([gpu, str(values["node"]), *extra.values()], float(values[column]))
+        yield from counters.values()
+        xids = CounterMetricFamily(PREFIX + "gpu_xid_events", "XID events seen (NVML event sets, kernel log)",
+                                   labels=["gpu", "xid"])  # fmt: skip
+        for (gpu, xid), n in sorted(self.xids.items()):
+            xids.add_metric([gpu, str(xid)], float(n))
+        yield xids
+
+    def _network_metrics(self) -> Iterable[Metric]:
+        names = {"tx_bytes": ("nic_transmit_bytes", "bytes sent per lane"), "drops": ("nic_drops", "packets dropped"),
+                 "ce_marks": ("nic_ce_marks", "packets marked CE by the lanes"),
+                 "retransmits": ("nic_retransmits", "TCP retransmits"),
+                 "carrier_changes": ("nic_carrier_changes", "carrier up/down transitions")}  # fmt: skip
+        for column, (name, help_text) in names.items():
+            family = CounterMetricFamily(PREFIX + name, help_text, labels=["nic", "lane"])
+            for (nic, lane, col), total in sorted(self.nic_totals.items()):
+                if col == column:
+                    family.add_metric([nic, lane], total)
+            yield family
+        netdev = {"rx_bytes": "netdev_receive_bytes", "tx_bytes": "netdev_transmit_bytes",
+                  "rx_errors": "netdev_receive_errors", "tx_errors": "netdev_transmit_errors",
+                  "rx_dropped": "netdev_receive_drops", "tx_dropped": "netdev_transmit_drops",
+                  "carrier_changes": "netdev_carrier_changes"}  # fmt: skip
+        for column, name in netdev.items():
+            family = CounterMetricFamily(
+                PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev"]
+            )
+            for dev, values in sorted(self.netdev.items()):
+                if values.get(column) is not None:
+                    family.add_metric([dev], float(values[column]))
+            yield family
+        up = GaugeMetricFamily(PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev"])
+        for dev, values in sorted(self.netdev.items()):
+            if values.get("oper_up") is not None:
+                up.add_metric([dev], 1.0 if values["oper_up"] else 0.0)
+        yield up
+        ib_columns = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+                      "port_xmit_discards", "port_xmit_wait", "np_cnp_sent", "rp_cnp_handled",
+                      "np_ecn_marked_roce_packets", "out_of_sequence")  # fmt: skip
+        for column in ib_columns:
+            family = CounterMetricFamily(PREFIX + f"ib_{column}", f"InfiniBand port counter {column}",
+                                         labels=["device", "port"])  # fmt: skip
+            for (device, port), values in sorted(self.ib.items()):
+                if values.get(column) is not None:
+                    family.add_metric([device, port], float(values[column]))
+            yield family
+
+    def _incident_metrics(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(PREFIX + "incident_open", "1 for each open incident, with its top hypothesis",
+                                   labels=["incident_id", "severity", "root_cause", "component"])  # fmt: skip
+        for i in self.incidents:
+            family.add_metric([i["incident_id"], i["severity"], i.get("root_cause") or "",
+                               i.get("component") or ""], 1.0)  # fmt: skip
+        yield family
+
+    def _self_metrics(self) -> Iterable[Metric]:
+        seconds = GaugeMetricFamily(PREFIX + "collector_duration_seconds", "how long the last collect took",
+                                    labels=["collector"])  # fmt: skip
+        for name, value in sorted(self.collector_seconds.items()):
+            seconds.add_metric([name], value)
+        yield seconds
+        errors = CounterMetricFamily(PREFIX + "collector_errors", "rows collectors wrote to collector_errors",
+                                     labels=["collector"])  # fmt: skip
+        for name, value in sorted(self.collector_errors.items()):
+            errors.add_metric([name], float(value))
+        yield errors
+        rows = CounterMetricFamily(PREFIX + "ingested_rows", "rows written to the store", labels=["table"])
+        for table, value in sorted(self.rows_ingested.items()):
+            rows.add_metric([table], float(value))
+        yield rows
+        for name, (help_text, value) in sorted(self.gauges.items()):
+            yield GaugeMetricFamily(PREFIX + name, help_text, value=value)
+        for name, (help_text, value) in sorted(self.counters.items()):
+            yield CounterMetricFamily(PREFIX + name.removesuffix("_total"), help_text, value=value)

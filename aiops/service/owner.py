@@ -1,0 +1,150 @@
+"""The service's hold on its workspace: one service per workspace (an flock on `<db>.service.lock`, which names
+the holder's PID), the DuckDB file kept open, and leases for every other process (aiops/store/lease.py).
+
+`owner.store()` gives the open store under the owner's lock (the service's own threads take turns); a lease
+request from another process waits for the current holder, closes the file, answers `granted`, and keeps the
+lock until the other process says `done` or disconnects (or `lease_timeout_s` passes); the next `store()`
+reopens the file. `OwnedWorkspace` is the `Workspace` the service's own code uses: its `read()`/`write()` are
+the owner's store, never a lease from itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from aiops.errors import ServiceRunning
+from aiops.store import Store, Workspace
+from aiops.store.lease import lock_path, socket_path
+
+log = logging.getLogger("aiops.service")
+
+
+class FileOwner:
+    def __init__(self, db_path: str, *, lease_timeout_s: float = 60.0) -> None:
+        self.db_path = db_path
+        self.lease_timeout_s = lease_timeout_s
+        self.leases = 0
+        self._lock = threading.RLock()
+        self._store: Store | None = None
+        self._lock_fd: int | None = None
+        self._server: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # -- life -------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Take the service lock (or say who holds it), open the file, listen for lease requests."""
+        Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path(self.db_path), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise ServiceRunning(self.db_path, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._lock_fd = fd
+        with self.store():
+            pass  # opens (and migrates) the file now: a bad file fails at start, not later
+        path = socket_path(self.db_path)
+        path.unlink(missing_ok=True)  # a service killed with -9 leaves it behind; we hold the lock now
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            server.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        server.listen(16)
+        server.settimeout(0.5)
+        self._server = server
+        self._thread = threading.Thread(target=self._serve, name="aiops-leases", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._server is not None:
+            self._server.close()
+            socket_path(self.db_path).unlink(missing_ok=True)
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+        if self._lock_fd is not None:
+            os.ftruncate(self._lock_fd, 0)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- the store --------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def store(self) -> Iterator[Store]:
+        with self._lock:
+            if self._store is None:
+                self._store = Store(self.db_path)
+            yield self._store
+
+    def _release_file(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- leases -----------------------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        assert self._server is not None
+        while not self._stopping.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with client:
+                self._lend(client)
+
+    def _lend(self, client: socket.socket) -> None:
+        client.settimeout(5.0)
+        try:
+            request = client.recv(64).decode("ascii", "replace").strip()
+        except OSError:
+            return
+        if not request.startswith("lease"):
+            with contextlib.suppress(OSError):
+                client.sendall(b"busy unknown request\n")
+            return
+        with self._lock:
+            self._release_file()
+            try:
+                client.sendall(f"granted {os.getpid()}\n".encode("ascii"))
+                client.settimeout(self.lease_timeout_s)
+                client.recv(64)  # "done", or EOF when the borrower closed or died
+            except OSError as exc:
+                log.warning("lease ended without done", extra={"reason": str(exc)})
+            self.leases += 1
+
+
+class OwnedWorkspace(Workspace):
+    """The workspace as the service itself sees it: the owner's open store, under the owner's lock."""
+
+    def __init__(self, owner: FileOwner) -> None:
+        super().__init__(owner.db_path)
+        self.owner = owner
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Store]:
+        with self.owner.store() as store:
+            yield store
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Store]:
+        with self.owner.store() as store:
+            yield store

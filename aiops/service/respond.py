@@ -1,0 +1,63 @@
+"""What the service does when live detection reports a change: an incident that opened or gained new symptoms
+is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, the remediation
+is computed and filed as pending proposals (the pipeline's `remediate` and `file_remediation`, origin
+`service`); and people hear about it: opened, diagnosed (again when the top hypothesis changes), resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiops.detect.incidents import Transition
+from aiops.models import Diagnosis, Hypothesis, Incident
+from aiops.pipeline import file_remediation, remediate, save_hypotheses
+from aiops.rca import analyze
+from aiops.store import Store
+from guardrails.service import Guardrails
+
+# (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> queued for people
+Notify = Callable[[Store, str, Incident, Hypothesis | None], None]
+
+
+@dataclass
+class Responder:
+    notify: Notify | None = None
+    tops: dict[str, tuple[str, str]] = field(default_factory=dict)  # incident id -> (root cause, component)
+    diagnoses: int = 0
+    filed: int = 0
+
+    def handle(
+        self, store: Store, transitions: list[Transition], desk: Callable[[], Guardrails]
+    ) -> list[str]:
+        """Diagnose, file and queue notifications for these transitions; returns the events queued."""
+        events: list[str] = []
+        for t in transitions:
+            incident = t.incident
+            if t.kind == "resolved":
+                self.tops.pop(incident.incident_id, None)
+                events.append(self._emit(store, "resolved", incident, None))
+                continue
+            if t.kind == "opened":
+                events.append(self._emit(store, "opened", incident, None))
+            hypotheses = analyze(store, incident)
+            self.diagnoses += 1
+            diagnosis = Diagnosis(incident=incident, hypotheses=hypotheses)
+            save_hypotheses(store, [diagnosis], replace_all=False)
+            if not hypotheses:
+                continue
+            top = hypotheses[0]
+            key = (top.root_cause, top.component)
+            if self.tops.get(incident.incident_id) == key:
+                continue
+            self.tops[incident.incident_id] = key
+            actions = remediate(store, diagnosis)
+            if actions:
+                self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
+            events.append(self._emit(store, "diagnosed", incident, top))
+        return events
+
+    def _emit(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> str:
+        if self.notify is not None:
+            self.notify(store, kind, incident, top)
+        return f"{kind} {incident.incident_id}"

@@ -1,0 +1,244 @@
+"""`aiops run`: one long-running service per node (and per workspace).
+
+The loop, each tick: step the twin (sim), collect from every source that is due (timed; a collector's failure
+is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s`: ingest the batch in
+one transaction on the file the service holds open, record the twin's steps, run live detection over the new
+complete windows, diagnose and file what changed, execute proposals people approved (on the world the
+workspace acts on), queue notifications; hourly: retention. Around it: the service lock and leases
+(aiops/service/owner.py), the HTTP endpoint (metrics, health, API), notification delivery in its own thread.
+SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.registry import CollectorRegistry
+
+from aiops.config import Config
+from aiops.datapath.policy import Policy
+from aiops.runtime.world import attach, desk
+from aiops.scenarios import Scenario
+from aiops.service.http import Api, HttpEndpoint
+from aiops.service.live import LiveDetection
+from aiops.service.metrics import MetricsCache
+from aiops.service.owner import FileOwner, OwnedWorkspace
+from aiops.service.respond import Notify, Responder
+from aiops.service.sources import Sources, host_sources, sim_sources
+from aiops.store import Store
+from collectors.base import RowBatch, RowBuffer
+
+log = logging.getLogger("aiops.service")
+RETENTION_EVERY_S = 3600.0
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    scenario: Scenario
+    lanes_policy: Policy | None = None
+    speed: float = 1.0
+
+
+class Service:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sim: SimSetup | None = None,
+        notify: Notify | None = None,
+        token: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.sim = sim
+        self.clock, self.sleep = clock, sleep
+        self.owner = FileOwner(config.store.path)
+        self.workspace = OwnedWorkspace(self.owner)
+        self.metrics = MetricsCache(config.node.name)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        self.live = LiveDetection(window_s=config.detection.window_s, quiet_s=config.detection.quiet_s,
+                                  replay_s=config.detection.replay_s)  # fmt: skip
+        self.responder = Responder(notify=notify)
+        self.buffer = RowBuffer()
+        self.token = token
+        self.http: HttpEndpoint | None = None
+        self.sources: Sources | None = None
+        self.stopping = threading.Event()
+        self.ready = False
+        self.last_tick = 0.0
+        self.last_flush = 0.0
+        self.last_retention = 0.0
+        self.newest_ts_s: float | None = None
+        self.first_ts_s: float | None = None
+        self.oldest_unflushed_ts_s: float | None = None
+        self.flushes = 0
+
+    # -- life -------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.owner.start()
+        with self.owner.store() as store:
+            if self.sim is not None:
+                self.sources = sim_sources(store, self.sim.scenario, self.sim.lanes_policy, self.sim.speed)
+            else:
+                self.sources = host_sources(self.config)
+                self._register_inventory(store)
+            self.live.start(store)
+        if self.config.http.listen:
+            self.http = HttpEndpoint(self.config.http.listen, self.registry, Api(self.workspace),
+                                     self._healthy, self._ready, self.token)  # fmt: skip
+            self.http.start()
+        self.last_tick = self.last_flush = self.last_retention = self.clock()
+        log.info("started", extra={"db": self.config.store.path, "pid": os.getpid(),
+                                   "sources": self.sources.describe if self.sources else "",
+                                   "listen": f"{self.http.host}:{self.http.port}" if self.http else ""})  # fmt: skip
+
+    def _register_inventory(self, store: Store) -> None:
+        assert self.sources is not None
+        if not self.sources.inventory:
+            return
+        topology = self.sources.inventory.get("topology")
+        if topology is not None and topology.rows:
+            known = {str(r[0]) for r in store.conn.execute("SELECT component FROM topology").fetchall()}
+            topology = RowBatch(topology.columns, [r for r in topology.rows if str(r[0]) not in known])
+        batches = {t: b for t, b in {**self.sources.inventory, "topology": topology}.items() if b is not None}
+        buffer = RowBuffer()
+        buffer.add(batches)
+        store.ingest_many(buffer.drain())
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self, duration_s: float | None = None) -> int:
+        """Until `stop()` (a signal) or `duration_s` of wall time; always ends with a flush and closes."""
+        self.start()
+        started = self.clock()
+        try:
+            while not self.stopping.is_set():
+                if duration_s is not None and self.clock() - started >= duration_s:
+                    break
+                self.tick()
+        finally:
+            self.flush()
+            if self.http is not None:
+                self.http.close()
+            self.owner.close()
+            log.info("stopped", extra={"flushes": self.flushes, "windows": self.live.windows})
+        return 0
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        assert self.sources is not None
+        begun = self.clock()
+        self.sources.tick()
+        for source in self.sources.due():
+            self._collect(source.name, source.collector)
+        self.last_tick = self.clock()
+        if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
+            self.flush()
+        self.sleep(max(0.0, self.sources.tick_s - (self.clock() - begun)))
+
+    def _collect(self, name: str, collector: Any) -> None:
+        assert self.sources is not None
+        now_ts_s = self.sources.clock()
+        started = time.perf_counter()
+        try:
+            batches: dict[str, RowBatch] = collector.rows(now_ts_s)
+        except Exception as exc:  # a collector never takes the loop down: its failure is data
+            batches = {"collector_errors": RowBatch(("ts_s", "collector", "component", "error", "detail"),
+                                                    [(now_ts_s, name, None, type(exc).__name__, str(exc)[:500])])}  # fmt: skip
+        self.metrics.timing(name, time.perf_counter() - started)
+        self.buffer.add(batches)
+        for table, batch in batches.items():
+            self.metrics.observe(table, batch.columns, batch.rows)
+        self.newest_ts_s = now_ts_s
+        if self.first_ts_s is None:
+            self.first_ts_s = now_ts_s
+        if self.oldest_unflushed_ts_s is None:
+            self.oldest_unflushed_ts_s = now_ts_s
+
+    def flush(self) -> None:
+        """Ingest what was collected, then detect, diagnose, file, execute, notify: one transaction's worth."""
+        if self.sources is None:
+            return
+        started = time.perf_counter()
+        tables = self.buffer.drain()
+        with self.owner.store() as store:
+            counts = {name: int(table.num_rows) for name, table in tables.items()}
+            if tables:
+                store.ingest_many(tables)
+            twin = self.sources.twin
+            if twin is not None and self.sources.stepped_s:
+                twin.log_steps(store, self.sources.stepped_s)
+                self.sources.stepped_s = 0.0
+            if self.newest_ts_s is not None:
+                transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
+                attached = attach(store, twin=twin)
+                self.responder.handle(store, transitions, lambda: desk(store, attached))
+                self._execute_approved(store, attached)
+            self._retention(store)
+            self._observe_store(store)
+        self.metrics.ingested(counts)
+        lag_s = (
+            0.0 if self.oldest_unflushed_ts_s is None else self.sources.clock() - self.oldest_unflushed_ts_s
+        )
+        self.metrics.gauge("ingest_lag_seconds", "age of the oldest sample in the last flush", lag_s)
+        self.metrics.gauge(
+            "flush_duration_seconds", "how long the last flush took", time.perf_counter() - started
+        )
+        self.metrics.count("flushes_total", "flushes done")
+        self.oldest_unflushed_ts_s = None
+        self.last_flush = self.clock()
+        self.flushes += 1
+        self.ready = True
+
+    def _execute_approved(self, store: Store, attached: Any) -> None:
+        """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is."""
+        if attached.actuator is None:
+            return
+        guard = desk(store, attached)
+        for record in guard.records.proposals("approved"):
+            outcome = guard.execute(record.proposal_id)
+            log.info("executed", extra={"proposal_id": record.proposal_id, "status": outcome.status,
+                                        "why": outcome.message[:200]})  # fmt: skip
+
+    def _retention(self, store: Store) -> None:
+        if self.clock() - self.last_retention < RETENTION_EVERY_S:
+            return
+        self.last_retention = self.clock()
+        now = self.sources.clock() if self.sources else time.time()
+        deleted = store.apply_retention(self.config.store.retention_days * 86_400.0, now)
+        log.info("retention", extra={"deleted": sum(deleted.values())})
+
+    def _observe_store(self, store: Store) -> None:
+        open_rows = store.query(
+            "SELECT i.incident_id, i.severity, h.root_cause, h.component FROM incidents i LEFT JOIN hypotheses h "
+            "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
+        )
+        self.metrics.set_incidents(open_rows)
+        path = Path(self.config.store.path)
+        size = sum(p.stat().st_size for p in (path, Path(str(path) + ".wal")) if p.exists())
+        self.metrics.gauge("store_size_bytes", "size of the workspace's DuckDB file and WAL", size)
+        self.metrics.gauge(
+            "detection_windows", "windows live detection has judged since start", self.live.windows
+        )
+        self.metrics.gauge("leases", "times the service lent its file to another process", self.owner.leases)
+
+    # -- probes -----------------------------------------------------------------------------------------------
+    def _healthy(self) -> tuple[bool, str]:
+        tick_s = self.sources.tick_s if self.sources else 1.0
+        silent_s = self.clock() - self.last_tick
+        if silent_s > max(10.0, 10 * tick_s):
+            return False, f"the loop has not ticked for {silent_s:.0f} s"
+        return True, "ok"
+
+    def _ready(self) -> tuple[bool, str]:
+        return (True, "ready") if self.ready else (False, "starting: no flush yet")

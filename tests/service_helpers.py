@@ -1,0 +1,116 @@
+"""Starting `aiops run` and real servers in tests: free loopback ports, waiting for readiness, stopping by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TINY_SCENARIO = """\
+name: tiny-service
+seed: 5
+duration_s: 3600
+cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}
+jobs:
+  - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
+faults:
+  - {kind: thermal_throttle, target: node1/gpu2, start_s: 90, severity: 0.9}
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def require_binary(name: str) -> str:
+    """The path of a server binary the test runs for real; a skip without it, a failure in CI."""
+    found = shutil.which(name)
+    if found:
+        return found
+    if os.environ.get("AIOPS_REQUIRE_EBPF") == "1":
+        pytest.fail(f"{name} is not installed (scripts/setup.sh installs it as root)")
+    pytest.skip(f"{name} is not installed")
+
+
+def get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            return int(reply.status), reply.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def get_json(url: str) -> Any:
+    status, body = get(url)
+    assert status == 200, (url, status, body[:300])
+    return json.loads(body)
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except (OSError, ValueError, AssertionError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last: {last!r}"[:2000])
+
+
+def aiops_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aiops.cli.main", *args]
+
+
+def service_env(tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "aiops.toml"
+    if not config.exists():
+        config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
+    env.update(AIOPS_CONFIG=str(config), HOME=str(tmp_path))
+    if "AIOPS_REQUIRE_EBPF" in os.environ:
+        env["AIOPS_REQUIRE_EBPF"] = os.environ["AIOPS_REQUIRE_EBPF"]
+    return env
+
+
+@contextmanager
+def running_service(
+    tmp_path: Path, db: Path, *args: str, log_name: str = "service.log"
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`aiops run` on `db` with `args`, listening on a free loopback port, until it is ready; stopped after."""
+    port = free_port()
+    log = (tmp_path / log_name).open("ab")
+    proc = subprocess.Popen(aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{port}", *args),
+                            stdout=log, stderr=log, env=service_env(tmp_path))  # fmt: skip
+    try:
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
+                 60, "the service to be ready")  # fmt: skip
+        assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        log.close()
