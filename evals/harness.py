@@ -125,7 +125,7 @@ def run_file(path: str) -> Case:
             case = score_case(scenario, store)
         case["file"] = path
         return case
-    from aiops.agent import citation_rate  # LangGraph: imported only when an LLM is configured
+    from aiops.agent.session import citation_rate  # LangGraph: imported only when an LLM is configured
 
     with tempfile.TemporaryDirectory(prefix="aiops-eval-") as tmp:
         db = Path(tmp) / "run.duckdb"

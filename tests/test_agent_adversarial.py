@@ -12,7 +12,8 @@ import duckdb
 import pytest
 from langgraph.types import Command
 
-from aiops.agent import AgentConfig, open_session
+from aiops.agent.config import AgentConfig
+from aiops.agent.session import open_session
 from guardrails.audit import read_rows
 from guardrails.executor import unsafe_executions
 from guardrails.records import GuardrailRecords

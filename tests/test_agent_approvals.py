@@ -10,8 +10,8 @@ import duckdb
 import pytest
 from langgraph.types import Command
 
-from aiops.agent import AgentConfig, open_session
-from aiops.agent.session import AgentSession
+from aiops.agent.config import AgentConfig
+from aiops.agent.session import AgentSession, open_session
 from aiops.errors import AiopsError
 from guardrails.audit import read_rows, verify
 from guardrails.executor import unsafe_executions

@@ -9,8 +9,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from aiops.agent import AgentConfig, open_session
-from aiops.agent.config import Limits
+from aiops.agent.config import AgentConfig, Limits
+from aiops.agent.session import open_session
 from tests.agent_fakes import (
     final,
     http_error,

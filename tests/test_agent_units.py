@@ -21,7 +21,10 @@ def sql(tmp_path: Path) -> ReadOnlySQL:
         store.conn.execute(
             "CREATE TABLE samples AS SELECT range AS i, 60.0 + range / 10 AS temp_c FROM range(500)"
         )
-        store.conn.execute("INSERT INTO sim_runs VALUES (0, 'secret', 'faults: [the answer]', NULL, 600, 1)")
+        store.conn.execute(
+            "INSERT INTO sim_runs (ts_s, scenario_name, scenario_yaml, simulated_s, format_version) "
+            "VALUES (0, 'secret', 'faults: [the answer]', 600, 1)"
+        )
     return ReadOnlySQL(workspace, max_rows=5, timeout_s=0.3)
 
 

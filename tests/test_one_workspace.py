@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from aiops.agent import AgentConfig, open_session
+from aiops.agent.config import AgentConfig
+from aiops.agent.session import open_session
 from aiops.cli.main import main
 from aiops.control.dcim_signals import DcimSignal
 from aiops.errors import ApprovalRefused

@@ -23,7 +23,7 @@ from langgraph.types import Command
 from aiops.agent.analyst import Analyst
 from aiops.agent.config import AgentConfig, load_config
 from aiops.agent.graph import AgentState, Deps, build_graph
-from aiops.agent.grounding import Claim
+from aiops.agent.grounding import Claim, verified_citation_rate
 from aiops.agent.guarded import TwinWorld, WorkspaceGuard
 from aiops.agent.journal import WorkspaceJournal
 from aiops.agent.llm import LLMClient
@@ -270,3 +270,12 @@ def open_session(
 ) -> AgentSession:
     """A session on the workspace at `db_path`; its twin, when it was simulated, comes from the workspace."""
     return AgentSession(Workspace(db_path), config=config, llm=llm, clock=clock, settle_s=settle_s)
+
+
+def citation_rate(db_path: str | Path, questions: list[str], config: AgentConfig | None = None) -> float:
+    """Verified citations over all claims, across the answers to `questions` (needs an LLM to mean much)."""
+    claims: list[Claim] = []
+    with open_session(db_path, config=config or load_config()) as session:
+        for question in questions:
+            claims.extend(session.ask(question).claims)
+    return verified_citation_rate(claims)
