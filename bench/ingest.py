@@ -37,7 +37,9 @@ CLUSTER = {"racks": 16, "nodes_per_rack": 8, "gpus_per_node": 8, "nics_per_node"
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--flushes", type=int, default=15)
-    parser.add_argument("--flush-s", type=int, default=int(StoreConfig.model_fields["flush_interval_s"].default))
+    parser.add_argument(
+        "--flush-s", type=int, default=int(StoreConfig.model_fields["flush_interval_s"].default)
+    )
     args = parser.parse_args()
     world = World(parse_scenario({"name": "ingest-bench", "seed": 1, "duration_s": 3600, "cluster": CLUSTER}))
     nvml = [NvmlCollector(world.nvml(n), f"node{n}") for n in range(world.layout.nodes)]

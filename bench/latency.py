@@ -42,7 +42,7 @@ def _port() -> int:
 
 
 def _incidents(port: int) -> list[dict[str, object]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/incidents", timeout=5) as reply:  # noqa: S310
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/incidents", timeout=5) as reply:
         return list(json.loads(reply.read())["incidents"])
 
 
@@ -55,7 +55,13 @@ def main() -> None:
     faults = [{"kind": "thermal_throttle", "target": g, "start_s": FIRST_FAULT_S + i * args.spacing_s,
                "duration_s": FAULT_S, "severity": 1.0} for i, g in enumerate(gpus)]  # fmt: skip
     duration_s = FIRST_FAULT_S + args.faults * args.spacing_s + 60.0
-    scenario = {"name": "latency-1024", "seed": 3, "duration_s": duration_s, "cluster": CLUSTER, "faults": faults}
+    scenario = {
+        "name": "latency-1024",
+        "seed": 3,
+        "duration_s": duration_s,
+        "cluster": CLUSTER,
+        "faults": faults,
+    }
     seen: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="aiops-latency-") as tmp:
         port, db = _port(), Path(tmp) / "latency.duckdb"
