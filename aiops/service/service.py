@@ -180,11 +180,8 @@ class Service:
                 twin.log_steps(store, self.sources.stepped_s)
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
-                transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
-                attached = attach(store, twin=twin)
-                self.responder.handle(store, transitions, lambda: desk(store, attached))
-                self._execute_approved(store, attached)
-            self._retention(store)
+                self._guarded("detection", lambda: self._detect_and_respond(store))
+            self._guarded("retention", lambda: self._retention(store))
             self._observe_store(store)
         self.metrics.ingested(counts)
         lag_s = (
@@ -199,6 +196,21 @@ class Service:
         self.last_flush = self.clock()
         self.flushes += 1
         self.ready = True
+
+    def _detect_and_respond(self, store: Store) -> None:
+        assert self.sources is not None and self.newest_ts_s is not None
+        transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
+        attached = attach(store, twin=self.sources.twin)
+        self.responder.handle(store, transitions, lambda: desk(store, attached))
+        self._execute_approved(store, attached)
+
+    def _guarded(self, what: str, work: Callable[[], None]) -> None:
+        """A step of the flush that fails is logged and counted; the service goes on (the data is stored)."""
+        try:
+            work()
+        except Exception:
+            log.exception(f"{what} failed", extra={"step": what})
+            self.metrics.count("loop_errors_total", "flush steps that failed (the log says which and why)")
 
     def _execute_approved(self, store: Store, attached: Any) -> None:
         """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is."""
