@@ -63,6 +63,9 @@ class StoreConfig(_Section):
     path: str = Field(default_factory=default_store_path, description="the workspace's DuckDB file")
     retention_days: float = Field(default=14.0, gt=0, le=3650, description="time series older than this go")
     flush_interval_s: float = Field(default=2.0, gt=0, le=300, description="batched ingest every N seconds")
+    memory_limit_mb: int = Field(
+        default=256, ge=64, le=1_048_576, description="DuckDB's memory limit in the service"
+    )
 
 
 class CollectorConfig(_Section):

@@ -12,7 +12,9 @@ import signal
 from pathlib import Path
 from types import FrameType
 
-from aiops.config import Config, load_config, parse_listen
+from pydantic import ValidationError
+
+from aiops.config import Config, NodeConfig, load_config, parse_listen
 from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
 from aiops.scenarios import load_scenario
@@ -25,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--config", default=None, help="TOML config (default: $AIOPS_CONFIG or ~/.config/aiops)")
     p.add_argument("--db", default=None, help="the workspace's DuckDB file (overrides [store] path)")
     p.add_argument("--listen", default=None, help="HOST:PORT of the HTTP endpoint (overrides [http] listen)")
+    p.add_argument("--node", default=None, help="this host's component name, node<N> (overrides [node] name)")
     p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
     p.add_argument("--speed", type=float, default=1.0, help="with --sim: simulated seconds per wall second")
     p.add_argument("--lanes-policy", default=None, help="with --sim: the lanes policy the twin runs")
@@ -41,7 +44,15 @@ def configured(args: argparse.Namespace) -> Config:
         except ValueError as exc:
             raise ConfigError("--listen", "listen", str(exc)) from None
     http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
-    return config.model_copy(update={"store": store, "http": http})
+    node = config.node
+    if args.node is not None:
+        try:
+            node = NodeConfig(name=args.node, rack=config.node.rack)
+        except ValidationError as exc:
+            raise ConfigError(
+                "--node", "node", exc.errors()[0]["msg"].removeprefix("Value error, ")
+            ) from None
+    return config.model_copy(update={"store": store, "http": http, "node": node})
 
 
 def token_of(config: Config) -> str:

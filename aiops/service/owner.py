@@ -27,8 +27,9 @@ log = logging.getLogger("aiops.service")
 
 
 class FileOwner:
-    def __init__(self, db_path: str, *, lease_timeout_s: float = 60.0) -> None:
+    def __init__(self, db_path: str, *, lease_timeout_s: float = 60.0, memory_limit_mb: int = 256) -> None:
         self.db_path = db_path
+        self.memory_limit_mb = memory_limit_mb
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
         self._lock = threading.RLock()
@@ -91,6 +92,7 @@ class FileOwner:
         with self._lock:
             if self._store is None:
                 self._store = Store(self.db_path)
+                self._store.conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
             yield self._store
 
     def _release_file(self) -> None:
