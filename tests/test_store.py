@@ -87,3 +87,12 @@ def test_not_a_duckdb_file_is_a_schema_error(tmp_path: Path) -> None:
     path.write_text("this is not a database")
     with pytest.raises(SchemaError, match="cannot open"):
         Store(path)
+
+
+def test_ingest_after_scalar_on_the_same_table(store: Store) -> None:
+    # A scalar() that left its result unfinished made the next ingest fail with DuckDB's ResourceInUse.
+    batch = pa.table({"ts_s": [1.0], "gpu": ["node0/gpu0"], "node": ["node0"], "temp_c": [60.0]})
+    store.ingest("gpu_samples", batch)
+    assert store.scalar("SELECT count(*) FROM gpu_samples") == 1
+    store.ingest("gpu_samples", batch)
+    assert store.scalar("SELECT count(*) FROM gpu_samples") == 2

@@ -172,8 +172,10 @@ class Store:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        row = self.conn.execute(sql, list(params) if params is not None else []).fetchone()
-        return row[0] if row else None
+        # fetchall, not fetchone: an unfinished result left on the connection makes the next ingest of a
+        # cached table fail (DuckDB ResourceInUse).
+        rows = self.conn.execute(sql, list(params) if params is not None else []).fetchall()
+        return rows[0][0] if rows else None
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         table: pa.Table = self.conn.execute(sql, list(params) if params is not None else []).to_arrow_table()
