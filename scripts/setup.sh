@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2)
+# prometheus-alertmanager: tests/test_notify_alertmanager.py runs the real one on loopback (the package also
+# enables its own systemd unit on :9093 where systemd runs; the tests start their own on free ports).
+DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus-alertmanager)
 
 install_debian_packages() {
     local missing=()
