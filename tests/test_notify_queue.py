@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aiops.config import parse_config
 from aiops.service.notify import Notifier
 from aiops.service.notify_http import send
 from aiops.service.notify_queue import Delivery, Result, RetryPolicy, Sink, due, event_key, record
@@ -277,3 +280,14 @@ def test_send_does_not_follow_redirects() -> None:
         assert len(hook.got(None)) == 1
     assert result.outcome == "failed" and result.status_code == 307
     assert "redirects are not followed" in str(result.error)
+
+
+def test_the_documented_config_makes_three_sinks() -> None:
+    """docs/NOTIFY.md's TOML example validates and gives one sink per [[notify.webhooks]] table."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "NOTIFY.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = parse_config(tomllib.loads(example), "docs/NOTIFY.md").notify
+    notifier = Notifier(config)
+    assert sorted(s.kind for s in notifier.sinks.values()) == ["alertmanager", "json", "slack"]
+    assert [w.token for w in config.webhooks] == ["s3cret", "", ""]
+    assert "s3cret" not in repr(list(notifier.sinks.values()))
