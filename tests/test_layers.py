@@ -14,7 +14,7 @@ other package of its own layer (except the base modules, and the order inside th
   6 sim         aiops.sim (the twin: a world behind the same seams)
   7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
-  9 apps        aiops.agent, aiops.lab, evals
+  9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), evals
  10 cli         aiops.cli
 """
 
@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.sim",),
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline"),
     ("aiops.runtime",),
-    ("aiops.agent", "aiops.lab", "evals"),
+    ("aiops.agent", "aiops.lab", "aiops.service", "evals"),
     ("aiops.cli",),
 )
 # Within the pipeline layer the order is detect, rca -> playbooks -> pipeline (remediation is the pipeline's).

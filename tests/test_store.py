@@ -15,8 +15,9 @@ def test_migrations_apply_once_and_record_version(tmp_path: Path) -> None:
     with Store(path) as s:
         assert s.schema_version() == latest_version()
         s.ingest("rack_samples", {"ts_s": [1.0], "rack": ["rack0"], "inlet_temp_c": [24.5]})
-    with Store(path) as s:  # reopening applies nothing and keeps the data
-        assert s.scalar("SELECT count(*) FROM schema_migrations") == len(MIGRATIONS)
+    with Store(path) as s:  # reopening applies nothing and keeps the data; each migration recorded once
+        versions = [r["version"] for r in s.query("SELECT version FROM schema_migrations ORDER BY 1")]
+        assert versions == [m.version for m in MIGRATIONS]  # numbers may have gaps while branches merge
         assert s.scalar("SELECT inlet_temp_c FROM rack_samples") == 24.5
 
 

@@ -324,6 +324,28 @@ M006_DEFAULT_LIMIT = """
 ALTER TABLE gpu_samples ADD COLUMN power_limit_default_w DOUBLE
 """
 
+# The notification queue (aiops/service/notify_queue.py): one row per (sink, incident, event key), the payload
+# rendered when the event was enqueued, delivered with retries by the service. `sink` is a hash of the
+# webhook's kind and URL, never the URL (a Slack webhook URL is a secret). Rows are never deleted by retention.
+M008_NOTIFICATIONS = """
+CREATE TABLE notifications (
+    id BIGINT PRIMARY KEY,          -- 1, 2, ... in enqueue order (delivery order within a sink and incident)
+    ts_s DOUBLE NOT NULL,           -- when it was enqueued
+    sink VARCHAR NOT NULL,          -- aiops.service.notify_queue.sink_id(webhook)
+    sink_kind VARCHAR NOT NULL,     -- json | slack | alertmanager
+    kind VARCHAR NOT NULL,          -- opened | diagnosed | resolved
+    incident_id VARCHAR NOT NULL,
+    event_key VARCHAR NOT NULL,     -- opened | resolved | diagnosed:<root_cause>@<component>[#n]
+    payload JSON NOT NULL,          -- the exact body that is POSTed
+    attempts INTEGER NOT NULL,      -- HTTP attempts so far
+    next_attempt_ts_s DOUBLE NOT NULL,
+    status VARCHAR NOT NULL,        -- pending | delivered | failed | given_up
+    last_error VARCHAR,             -- the last attempt's error, NULL once delivered
+    delivered_ts_s DOUBLE,
+    UNIQUE (sink, incident_id, event_key)
+)
+"""
+
 # The node service (aiops/service): when an incident resolved, the wall time a twin's clock starts at (the
 # service's twin runs on wall time; NULL: 2026-01-01, the simulator's epoch), and the service's progress (how
 # far live detection got, so a restart resumes there).
@@ -344,6 +366,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "agent_log", _sql(M004_AGENT_LOG)),
     Migration(5, "twin", _sql(M005_TWIN)),
     Migration(6, "power_limit_default", _sql(M006_DEFAULT_LIMIT)),
+    Migration(8, "notifications", _sql(M008_NOTIFICATIONS)),
     Migration(9, "service", _sql(M009_SERVICE)),
 )
 
