@@ -22,6 +22,7 @@ from collectors.schema import columns
 HOST_COLUMNS = columns("host_samples")
 PSI_COLUMNS = columns("psi_samples")
 PSI_RESOURCES = ("cpu", "io", "memory")
+MIN_INTERVAL_JIFFIES_PER_CPU = 10  # 0.1 s at USER_HZ = 100, what /proc/stat counts in
 
 
 @dataclass(frozen=True)
@@ -31,27 +32,33 @@ class CpuTimes:
     busy: int
     iowait: int
     total: int
+    cpus: int = 1  # cpuN lines: the aggregate counts this many jiffies per jiffy of wall time
 
 
 def parse_cpu_line(text: str) -> CpuTimes | None:
     """`cpu  user nice system idle iowait irq softirq steal guest guest_nice` (the first line of /proc/stat)."""
+    found: CpuTimes | None = None
+    cpus = 0
     for line in text.splitlines():
         fields = line.split()
+        if fields and fields[0].startswith("cpu") and fields[0][3:].isdigit():
+            cpus += 1
         if not fields or fields[0] != "cpu":
             continue
         values = [int(v) for v in fields[1:9]]
         values += [0] * (8 - len(values))  # kernels before 2.6.11 lack steal, 2.6.0 lacks irq/softirq
         user, nice, system, idle, iowait, irq, softirq, steal = values
         total = user + nice + system + idle + iowait + irq + softirq + steal
-        return CpuTimes(busy=total - idle - iowait, iowait=iowait, total=total)
-    return None
+        found = CpuTimes(busy=total - idle - iowait, iowait=iowait, total=total)
+    return None if found is None else CpuTimes(found.busy, found.iowait, found.total, max(cpus, 1))
 
 
 def cpu_percentages(before: CpuTimes, after: CpuTimes) -> tuple[float | None, float | None]:
-    """(cpu_util_pct, iowait_pct) between two readings; None when no time passed. iowait may step backwards
-    on NO_HZ kernels (proc.rst: "the iowait field ... can decrease"), so negative deltas count as zero."""
+    """(cpu_util_pct, iowait_pct) between two readings; None when less than 0.1 s passed (a few jiffies give
+    0 % or 100 %, not a figure). iowait may step backwards on NO_HZ kernels (proc.rst: "the iowait field ... can
+    decrease"), so negative deltas count as zero."""
     total = after.total - before.total
-    if total <= 0:
+    if total < MIN_INTERVAL_JIFFIES_PER_CPU * after.cpus:
         return None, None
     busy = max(after.busy - before.busy, 0)
     iowait = max(after.iowait - before.iowait, 0)
