@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from aiops.labels import component_kind
 from collectors.base import Row, RowBatch
 from collectors.hostfs import HostCollector
 from collectors.kmsg_parse import KmsgRecord, classify, parse_record, pci_ids_in
@@ -38,6 +38,10 @@ EVENT_COLUMNS = columns("kernel_events")
 GPU_EVENT_COLUMNS = columns("gpu_events")
 RECORD_MAX_BYTES = 8192  # a record is at most ~1 KiB of text plus its dictionary; read(2) needs it whole
 MAX_RECORDS_PER_COLLECT = 4096  # a log storm cannot stall the sample loop; the rest is read next time
+
+
+# A GPU's contract name (aiops.labels has the contract; collectors import nothing from aiops but its errors)
+_GPU_NAME = re.compile(r"^node\d+/gpu\d+$")
 
 
 def boot_epoch_s() -> float:
@@ -151,7 +155,7 @@ class KmsgCollector(HostCollector):
                 continue
             events.append(row)
             kind, component, code = row[4], row[5], row[6]
-            if kind == "xid" and self.xid_gpu_events and component_kind(component) == "gpu":
+            if kind == "xid" and self.xid_gpu_events and _GPU_NAME.match(component) is not None:
                 gpu_events.append((row[0], component, self.node, "xid", code, record.message))
         out: dict[str, RowBatch] = {}
         if events:

@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from aiops.store import Store
+import duckdb
+
 from collectors.accel import discover_accelerators
 from collectors.base import Row, RowBatch
 from collectors.hostfs import entries
@@ -189,7 +190,13 @@ def gpus_of_nic(topology_rows: Iterable[Mapping[str, Any] | Sequence[Any]], nic:
     return sorted(str(r["component"]) for r in rows if r.get("kind") == "gpu" and r.get("rail_nic") == nic)
 
 
-def merge_topology(store: Store, rows: Sequence[Row]) -> int:
+class HasConnection(Protocol):
+    """An aiops.store.Store (collectors do not import the store: any object with its DuckDB connection)."""
+
+    conn: duckdb.DuckDBPyConnection
+
+
+def merge_topology(store: HasConnection, rows: Sequence[Row]) -> int:
     """Write topology rows without duplicates: fleet/rack rows only where missing, the rest replaced. A few
     dozen rows once at start, so plain parameterised statements (no Arrow view to register)."""
     names = ", ".join(f'"{name}"' for name in TOPOLOGY_COLUMNS)
