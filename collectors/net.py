@@ -49,7 +49,8 @@ class NetdevCollector(HostCollector):
         if not net.is_dir():
             self.errors.once(self.node, "unavailable", f"network devices unavailable: {net} does not exist")
             return {}
-        rows = [self._device(now_ts_s, dev) for dev in entries(net) if not skipped(dev.name, self.skip)]
+        devices = [dev for dev in entries(net) if dev.is_dir()]  # not bonding_masters, a file
+        rows = [self._device(now_ts_s, dev) for dev in devices if not skipped(dev.name, self.skip)]
         return {"netdev_samples": RowBatch(NETDEV_COLUMNS, rows)} if rows else {}
 
     def _device(self, now_ts_s: float, dev: Path) -> Row:

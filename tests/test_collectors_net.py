@@ -26,6 +26,7 @@ def _tree(root: Path) -> None:
     netdev(root, "lo", None, counters(), operstate="unknown", carrier_changes=0)
     netdev(root, "veth1a2b", None, counters(), operstate="up", carrier_changes=2, speed=10000)
     netdev(root, "docker0", None, counters(), operstate="down")
+    (root / "sys/class/net/bonding_masters").write_text("bond0\n")  # a file, not a device
 
 
 def test_physical_devices_with_contract_names(tmp_path: Path, store: Store) -> None:
