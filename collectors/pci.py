@@ -41,10 +41,14 @@ def is_bus_id(name: str) -> bool:
 
 def pci_ancestor(path: Path | None) -> Path | None:
     """The nearest PCI device at or above a resolved sysfs device path (a netdev's device may be a virtio
-    device whose parent is the PCI function)."""
+    device whose parent is the PCI function). A USB device (a BMC's USB network interface) is not its host
+    controller's PCI function: None."""
     while path is not None and path != path.parent:
         if is_bus_id(path.name):
             return path
+        subsystem = resolved(path / "subsystem")
+        if subsystem is not None and subsystem.name == "usb":
+            return None
         path = path.parent
     return None
 

@@ -49,6 +49,13 @@ def build(root: Path) -> None:
     netdev(root, "ens2f0np0", nic_b, counters())
     netdev(root, "enp178s0f0", nic_c, counters())
     netdev(root, "lo", None, counters())
+    # a BMC's USB network interface: under the xHCI controller's PCI function, but not that function
+    usb = root / "sys/devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0"
+    usb.mkdir(parents=True)
+    (root / "sys/bus/usb").mkdir(parents=True)
+    link(usb / "subsystem", root / "sys/bus/usb")
+    link(root / "sys/devices/pci0000:00/0000:00:14.0/usb1/1-1/subsystem", root / "sys/bus/usb")
+    netdev(root, "usb0", usb, counters())
     for ibdev, nic in (("mlx5_0", nic_a), ("mlx5_1", nic_b)):
         (root / "sys/class/infiniband" / ibdev).mkdir(parents=True)
         link(root / "sys/class/infiniband" / ibdev / "device", nic)
@@ -76,6 +83,7 @@ def test_nics_one_per_pci_function_by_bus_id(tmp_path: Path) -> None:
         ("0000:3f:00.0", "ens1f0np0", "mlx5_0"),
         ("0000:61:00.0", "ens2f0np0", "mlx5_1"),
         ("0000:b2:00.0", "enp178s0f0", None),
+        (None, "usb0", None),
     ]
 
 
@@ -114,6 +122,7 @@ def test_topology_without_nvml_rails_by_switch_then_numa(tmp_path: Path) -> None
         "node3/nic0": (0, "0000:3f:00.0", 0, "ens1f0np0", "mlx5_core 15b3:1021"),
         "node3/nic1": (1, "0000:61:00.0", 0, "ens2f0np0", "mlx5_core 15b3:1021"),
         "node3/nic2": (2, "0000:b2:00.0", 1, "enp178s0f0", "ixgbe 8086:1021"),
+        "node3/nic3": (3, None, None, "usb0", None),
     }
     accels = {c: (r[6], r[10]) for c, r in rows.items() if r[1] == "accel"}
     assert accels == {"node3/accel0": ("0000:9a:00.0", "accel0"), "node3/accel1": ("0000:c3:00.0", "renderD128"),
@@ -121,7 +130,8 @@ def test_topology_without_nvml_rails_by_switch_then_numa(tmp_path: Path) -> None
     assert found.components_by_pci["0000:3d:00.0"] == "node3/gpu0"
     assert found.components_by_pci["0000:9a:00.0"] == "node3/accel0"
     assert found.components_by_device == {"ens1f0np0": "node3/nic0", "ens2f0np0": "node3/nic1",
-                                          "enp178s0f0": "node3/nic2", "mlx5_0": "node3/nic0", "mlx5_1": "node3/nic1"}  # fmt: skip
+                                          "enp178s0f0": "node3/nic2", "usb0": "node3/nic3", "mlx5_0": "node3/nic0",
+                                          "mlx5_1": "node3/nic1"}  # fmt: skip
     assert gpus_of_nic(found.rows, "node3/nic0") == ["node3/gpu0", "node3/gpu1"]
     assert gpus_of_nic(found.rows, "node3/nic9") == []
 
