@@ -12,6 +12,7 @@ The first reading's interval starts when the collector is built, so the first co
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +147,13 @@ class ProcfsCollector(HostCollector):
             self.errors.once(self.node, "unavailable", f"PSI unavailable: {pressure} does not exist "
                              "(kernel before 4.20 or without CONFIG_PSI)")  # fmt: skip
             return []
+        try:
+            (pressure / "cpu").read_bytes()
+        except OSError as exc:
+            if exc.errno == errno.EOPNOTSUPP:
+                self.errors.once(self.node, "unavailable", "PSI unavailable: disabled (psi=0 on the kernel "
+                                 "command line, or CONFIG_PSI_DEFAULT_DISABLED without psi=1)")  # fmt: skip
+                return []
         rows: list[Row] = []
         for resource in PSI_RESOURCES:
             path = pressure / resource

@@ -3,6 +3,7 @@ rows (once while they last), never exceptions."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,19 @@ def test_unparsable_stat_is_a_row(tmp_path: Path, stat: str) -> None:
 def test_nothing_there_is_never_an_exception(tmp_path: Path) -> None:
     tables = ProcfsCollector("node0", tmp_path / "absent").collect(1.0)
     assert {e["error"] for e in tables["collector_errors"].to_pylist()} == {"missing", "unavailable"}
+
+
+def test_psi_disabled_at_boot_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _proc(tmp_path)
+    original = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:
+        if path.parent.name == "pressure":  # what a kernel booted with psi=0 answers
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return original(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    collector = ProcfsCollector("node0", tmp_path)
+    (status,) = collector.collect(1.0)["collector_errors"].to_pylist()
+    assert status["error"] == "unavailable" and "disabled" in status["detail"]
+    assert set(collector.collect(2.0)) == {"host_samples"}
