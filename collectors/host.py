@@ -36,6 +36,7 @@ from collectors.topology import Discovery, discover_topology
 
 @dataclass
 class HostCollectors:
+    node: str
     collectors: list[RowCollector]
     topology: Discovery
     nvml: NvmlCollector | None  # None where NVML is not running here
@@ -48,9 +49,8 @@ class HostCollectors:
                 out.append(collector.rows(now_ts_s))
             except Exception as exc:  # the loop must outlive any one source
                 detail = f"{type(exc).__name__}: {exc}"
-                out.append({"collector_errors": RowBatch(ERROR_COLUMNS, [(now_ts_s, collector.name,
-                                                                          self.topology.rows[2][0], "internal",
-                                                                          detail)])})  # fmt: skip
+                row = (now_ts_s, collector.name, self.node, "internal", detail)
+                out.append({"collector_errors": RowBatch(ERROR_COLUMNS, [row])})
         return out
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
@@ -110,4 +110,4 @@ def host_collectors(
                 xid_gpu_events=running is None or running.events is None,
             )
         )
-    return HostCollectors(collectors, topology, running)
+    return HostCollectors(node, collectors, topology, running)

@@ -82,7 +82,7 @@ class KmsgReader:
             except BlockingIOError:
                 break  # EAGAIN: nothing more now
             except OSError as exc:
-                if exc.errno == errno.EPIPE:
+                if exc.errno == errno.EPIPE and result.overruns < limit:
                     result.overruns += 1
                     continue  # the next read returns the oldest record still in the buffer
                 raise
