@@ -85,7 +85,6 @@ class CollectorsConfig(_Section):
     net: CollectorConfig = _collector(1.0)  # /sys/class/net statistics and carrier changes
     infiniband: CollectorConfig = _collector(5.0)  # /sys/class/infiniband port and hw counters
     kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, AER, link, thermal, machine-check lines
-    accel: CollectorConfig = _collector(60.0)  # /sys/class/accel and DRM render nodes
     lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
 
 

@@ -1,7 +1,8 @@
 """Root-cause labels (a closed vocabulary, shared with scenario fault kinds) and component names.
 
 Component names are a fixed contract: `fleet`, `rack{r}`, `node{n}` (global index from 0), `node{n}/gpu{g}`,
-`node{n}/nic{k}`, `job:{name}`, `policy:{rule-id}`.
+`node{n}/nic{k}`, `node{n}/accel{k}` (a compute accelerator that is not an NVML GPU: /sys/class/accel, DRM render
+nodes), `job:{name}`, `policy:{rule-id}`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "node": re.compile(r"^node(\d+)$"),
     "gpu": re.compile(r"^node(\d+)/gpu(\d+)$"),
     "nic": re.compile(r"^node(\d+)/nic(\d+)$"),
+    "accel": re.compile(r"^node(\d+)/accel(\d+)$"),
     "job": re.compile(r"^job:([A-Za-z0-9_.-]+)$"),
     "policy": re.compile(r"^policy:([A-Za-z0-9_.-]+)$"),
 }
@@ -85,6 +87,10 @@ def gpu_name(node: int, gpu: int) -> str:
 
 def nic_name(node: int, nic: int) -> str:
     return f"node{node}/nic{nic}"
+
+
+def accel_name(node: int, accel: int) -> str:
+    return f"node{node}/accel{accel}"
 
 
 def node_of(component: str) -> str | None:

@@ -5,17 +5,29 @@ recorded (a gpu_samples row with `nvml_error` set and NULL metrics, plus a colle
 A reading the device does not support (NVML_ERROR_NOT_SUPPORTED) leaves its column NULL: the first such answer
 moves that GPU to a per-reading path that tolerates it. XID events are drained from an event set registered for
 `nvmlEventTypeXidCriticalError`.
+
+`inventory()` reads what the topology needs once per GPU: PCI bus id (nvmlDeviceGetPciInfo's busId, normalised
+to the kernel's `0000:3b:00.0`), UUID, serial (NOT_SUPPORTED on GeForce: NULL), model and NUMA node
+(nvmlDeviceGetNumaNodeId where the binding has it, else /sys/bus/pci/devices/<bus id>/numa_node). A call the
+NVML at hand does not have (the simulator's has no PCI info) gives NULL. `nvml_collector()` is the factory a
+service calls: where nvmlInit fails (no driver: NVMLError_LibraryNotFound, DriverNotLoaded) it returns a
+stand-in that reports "NVML unavailable: <reason>" once, then yields nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pynvml
 
 from collectors.base import Row, RowBatch, to_arrow
+from collectors.hostfs import Unavailable
+from collectors.pci import pci_bus_id
 from collectors.schema import SCHEMAS, columns
 
 GPU_COLUMNS = columns("gpu_samples")
@@ -215,3 +227,72 @@ class NvmlCollector:
             xid = int(data.eventData)
             out.append((now_ts_s, gpu, self.node, "xid", xid, f"NVRM: Xid {xid}"))
         return out
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as the topology records it."""
+
+    gpu: str  # contract name, node3/gpu5 (NVML's index order)
+    pci_bus_id: str | None
+    uuid: str | None
+    serial: str | None
+    model: str | None
+    numa_node: int | None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return text.rstrip("\x00").strip() or None
+
+
+def _numa_from_sysfs(root: Path, bus_id: str | None) -> int | None:
+    if bus_id is None:
+        return None
+    try:
+        value = int((root / "sys" / "bus" / "pci" / "devices" / bus_id / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def inventory(collector: NvmlCollector, root: str | Path = "/") -> list[GpuInfo]:
+    """Identity and placement of every GPU of a collector's NVML; a reading NVML refuses (or lacks) is None."""
+    nvml = collector.nvml
+
+    def optional(name: str, handle: Any) -> Any:
+        fn = getattr(nvml, name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(handle)
+        except pynvml.NVMLError:
+            return None
+
+    out: list[GpuInfo] = []
+    for gpu, handle in zip(collector.gpu_names, collector.handles, strict=True):
+        pci = optional("nvmlDeviceGetPciInfo", handle)
+        bus_id = pci_bus_id(getattr(pci, "busId", None)) if pci is not None else None
+        numa = optional("nvmlDeviceGetNumaNodeId", handle)
+        numa_node = int(numa) if isinstance(numa, int) and numa >= 0 else _numa_from_sysfs(Path(root), bus_id)
+        out.append(GpuInfo(gpu, bus_id, _text(optional("nvmlDeviceGetUUID", handle)),
+                           _text(optional("nvmlDeviceGetSerial", handle)),
+                           _text(optional("nvmlDeviceGetName", handle)), numa_node))  # fmt: skip
+    return out
+
+
+def nvml_collector(node: str, nvml: Any = None) -> NvmlCollector | Unavailable:
+    """The NVML collector of this host (`nvml`: the pynvml module by default, or the simulator's), or, where
+    NVML cannot start, a stand-in that reports why once (collector_errors, error `unavailable`)."""
+    module = pynvml if nvml is None else nvml
+    try:
+        return NvmlCollector(module, node)
+    except pynvml.NVMLError as exc:
+        reason = f"{exc} ({error_name(exc)})"
+    except OSError as exc:  # a libnvidia-ml.so that cannot be loaded
+        reason = f"{exc}"
+    with contextlib.suppress(pynvml.NVMLError, OSError):
+        module.nvmlShutdown()  # nvmlInit may have succeeded before a later call failed
+    return Unavailable("nvml", node, f"NVML unavailable: {reason}")

@@ -6,7 +6,8 @@ way), so tests point them at fixture trees. On a machine without these classes t
 - powercap: class/powercap/<zone>/{name,energy_uj,constraint_0_power_limit_uw,enabled}
 (Documentation/driver-api/thermal/sysfs-api.rst, Documentation/power/powercap/powercap.rst)
 
-Unreadable or malformed files are skipped (a zone without a readable temperature yields no row): sysfs
+A host without any of them (a VM, a container without /sys) gets one `unavailable` row per collector in
+collector_errors, then nothing. Unreadable or malformed files are skipped (a zone without a readable temperature yields no row): sysfs
 attributes can vanish while a driver unbinds, and some return EIO or ENODATA on read.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from collectors.base import Row, RowBatch, to_arrow
+from collectors.hostfs import ERROR_COLUMNS, ErrorLog
 from collectors.schema import columns
 
 
@@ -45,16 +47,30 @@ def _entries(directory: Path, pattern: str) -> list[Path]:
 class _Sysfs:
     name = "sysfs"
     table = ""
+    what = ""  # what the host lacks when there are no rows, for the `unavailable` row
 
     def __init__(self, root: str | Path = "/sys", node: str = "node0") -> None:
         self.root = Path(root)
         self.node = node
+        self.errors = ErrorLog(self.name)
+        self._ever = False  # rows seen once: an empty interval later is not "unavailable"
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
 
     def rows(self, now_ts_s: float) -> dict[str, RowBatch]:
-        return {self.table: RowBatch(columns(self.table), self._rows(now_ts_s))}
+        found = self._rows(now_ts_s)
+        self._ever = self._ever or bool(found)
+        out = {self.table: RowBatch(columns(self.table), found)}
+        if not self._ever:
+            self.errors.begin(now_ts_s)
+            self.errors.once(
+                self.node, "unavailable", f"{self.what} unavailable: none under {self.root}/class"
+            )
+            errors = self.errors.end()
+            if errors:
+                out["collector_errors"] = RowBatch(ERROR_COLUMNS, errors)
+        return out
 
     def _rows(self, now_ts_s: float) -> list[Row]:
         raise NotImplementedError
@@ -63,6 +79,7 @@ class _Sysfs:
 class ThermalZoneCollector(_Sysfs):
     name = "sysfs-thermal"
     table = "thermal_zone_samples"
+    what = "thermal zones"
 
     def _rows(self, now_ts_s: float) -> list[Row]:
         out: list[Row] = []
@@ -82,6 +99,7 @@ class ThermalZoneCollector(_Sysfs):
 class CoolingDeviceCollector(_Sysfs):
     name = "sysfs-cooling"
     table = "cooling_device_samples"
+    what = "cooling devices"
 
     def _rows(self, now_ts_s: float) -> list[Row]:
         out: list[Row] = []
@@ -99,6 +117,7 @@ class PowercapCollector(_Sysfs):
 
     name = "sysfs-powercap"
     table = "powercap_samples"
+    what = "powercap zones"
 
     def _rows(self, now_ts_s: float) -> list[Row]:
         out: list[Row] = []

@@ -3,6 +3,8 @@ NOT_SUPPORTED leaves a column NULL; XIDs drained into gpu_events."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pynvml
@@ -11,7 +13,10 @@ import pytest
 from aiops.sim import World
 from aiops.sim.nvml import SimNvml
 from aiops.store import Store
-from collectors.nvml import GPU_COLUMNS, NvmlCollector, error_name
+from collectors.base import RowBatch
+from collectors.hostfs import Unavailable
+from collectors.nvml import GPU_COLUMNS, NvmlCollector, error_name, inventory, nvml_collector
+from tests.host_helpers import write
 from tests.simkit import scenario
 
 
@@ -128,3 +133,106 @@ def test_real_pynvml_without_a_driver_fails_at_init_not_later() -> None:
         assert batch["gpu_samples"].num_rows == pynvml.nvmlDeviceGetCount()
     finally:
         pynvml.nvmlShutdown()
+
+
+class WithPci:
+    """A SimNvml with the identity calls a driver has (the simulator has none of them): PCI info as pynvml
+    returns it (busId bytes, NVML's upper-case form) and a serial GPU 1 refuses (NOT_SUPPORTED, as GeForce)."""
+
+    def __init__(self, inner: SimNvml) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        return SimpleNamespace(busId=f"00000000:{0x3B + handle.index:02X}:00.0".encode(), domain=0)
+
+    def nvmlDeviceGetSerial(self, handle: Any) -> str:
+        if handle.index == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return f"165{handle.index:010d}"
+
+
+class WithNuma(WithPci):
+    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
+        return handle.index // 2
+
+
+def test_inventory_reads_pci_bus_id_serial_and_numa_node() -> None:
+    world = stepped()
+    found = inventory(NvmlCollector(WithNuma(world.nvml(1)), "node1"))
+    assert [(g.gpu, g.pci_bus_id, g.serial, g.numa_node) for g in found] == [
+        ("node1/gpu0", "0000:3b:00.0", "1650000000000", 0),
+        ("node1/gpu1", "0000:3c:00.0", None, 0),  # NOT_SUPPORTED: NULL
+        ("node1/gpu2", "0000:3d:00.0", "1650000000002", 1),
+        ("node1/gpu3", "0000:3e:00.0", "1650000000003", 1),
+    ]
+    assert all(g.uuid and g.uuid.startswith("GPU-") and g.model == "NVIDIA H100 80GB HBM3" for g in found)
+
+
+def test_inventory_numa_node_from_sysfs_where_nvml_has_no_call(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {"sys/bus/pci/devices/0000:3b:00.0/numa_node": 1, "sys/bus/pci/devices/0000:3c:00.0/numa_node": -1},
+    )
+    world = stepped()
+    found = inventory(NvmlCollector(WithPci(world.nvml(0)), "node0"), tmp_path)
+    assert [g.numa_node for g in found] == [1, None, None, None]
+
+
+def test_inventory_on_the_simulator_leaves_what_it_lacks_null() -> None:
+    world = stepped()
+    found = inventory(NvmlCollector(world.nvml(0), "node0"))
+    assert [(g.pci_bus_id, g.serial, g.numa_node) for g in found] == [(None, None, None)] * 4
+    assert all(g.uuid for g in found)
+
+
+class NoDriver:
+    """The pynvml module on a machine without the NVIDIA driver: nvmlInit refuses."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.inits = 0
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+        raise pynvml.NVMLError(self.code)
+
+    def nvmlShutdown(self) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded (DRIVER_NOT_LOADED)"),
+     (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found (LIBRARY_NOT_FOUND)")],
+)  # fmt: skip
+def test_no_driver_is_reported_once_then_nothing(code: int, reason: str) -> None:
+    module = NoDriver(code)
+    collector = nvml_collector("node2", module)
+    assert isinstance(collector, Unavailable) and module.inits == 1
+    (status,) = collector.collect(1.0)["collector_errors"].to_pylist()
+    assert (status["collector"], status["component"], status["error"]) == ("nvml", "node2", "unavailable")
+    assert status["detail"] == f"NVML unavailable: {reason}"
+    for ts in (2.0, 3.0, 4.0):
+        assert collector.collect(ts) == {} and collector.rows(ts) == {}
+    assert module.inits == 1  # no retry loop
+
+
+def test_factory_on_the_simulator_is_the_collector() -> None:
+    world = stepped()
+    collector = nvml_collector("node0", world.nvml(0))
+    assert isinstance(collector, NvmlCollector)
+    assert collector.collect(world.now_ts_s)["gpu_samples"].num_rows == 4
+
+
+def test_real_host_nvml_unavailable_exactly_once() -> None:
+    collector = nvml_collector("node0")  # the real pynvml
+    if isinstance(collector, NvmlCollector):
+        collector.close()
+        pytest.skip("this machine has a working NVIDIA driver")
+    rows = [
+        row for ts in range(5) for row in collector.rows(float(ts)).get("collector_errors", RowBatch(())).rows
+    ]
+    assert len(rows) == 1 and rows[0][3] == "unavailable" and rows[0][4].startswith("NVML unavailable: ")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from aiops.store import Store
+from aiops.store.migrations import TIME_SERIES_TABLES
 from collectors.base import RowBatch, RowBuffer, to_table
-from collectors.schema import SCHEMAS, columns
+from collectors.schema import SCHEMAS, TOPOLOGY_BASE_COLUMNS, columns
 
 DUCKDB_TO_ARROW = {
     "DOUBLE": pa.float64(), "VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
@@ -53,3 +54,15 @@ def test_buffer_concatenates_batches_and_tables(store: Store) -> None:
     assert len(buffer) == 0 and buffer.drain() == {}
     assert store.ingest_many(drained) == 3
     assert store.scalar("SELECT sum(cpu_util_pct) FROM host_samples") == 62.0
+
+
+def test_host_telemetry_tables_are_time_series_and_topology_keeps_its_first_columns(store: Store) -> None:
+    for table in ("psi_samples", "netdev_samples", "ib_port_samples", "hwmon_samples", "kernel_events"):
+        assert table in TIME_SERIES_TABLES and table in SCHEMAS
+    assert columns("topology")[: len(TOPOLOGY_BASE_COLUMNS)] == TOPOLOGY_BASE_COLUMNS
+    # a batch of the m001 columns only (what the simulator writes) leaves the host columns NULL
+    batch = RowBatch(TOPOLOGY_BASE_COLUMNS, [("node0/gpu0", "gpu", "node0", "rack0", "node0", 0)])
+    assert store.ingest("topology", to_table("topology", batch)) == 1
+    assert store.query("SELECT pci_bus_id, rail_nic FROM topology") == [
+        {"pci_bus_id": None, "rail_nic": None}
+    ]

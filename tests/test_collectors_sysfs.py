@@ -51,13 +51,18 @@ def test_fixture_tree_is_read_and_stored(tmp_path: Path, store: Store) -> None:
     ]
 
 
-def test_missing_tree_yields_nothing(tmp_path: Path) -> None:
+def test_missing_tree_yields_no_samples_and_says_so_once(tmp_path: Path) -> None:
     for collector in (
         ThermalZoneCollector(tmp_path / "nope"),
         CoolingDeviceCollector(tmp_path / "nope"),
         PowercapCollector(tmp_path / "nope"),
     ):
-        assert collector.collect(1.0) == {}
+        first = collector.collect(1.0)
+        assert list(first) == ["collector_errors"]
+        (row,) = first["collector_errors"].to_pylist()
+        assert row["collector"] == collector.name and row["error"] == "unavailable"
+        assert row["detail"].endswith(f"unavailable: none under {tmp_path / 'nope'}/class")
+        assert collector.collect(2.0) == {}
 
 
 def test_real_sys_does_not_fail() -> None:

@@ -54,8 +54,8 @@ def host_needs(config: Config) -> list[Need]:
     """Every host path the enabled collectors, the lanes and the store read or write."""
     root, c = PurePosixPath(config.collectors.root), config.collectors
     needs = []
-    if any(x.enabled for x in (c.sysfs, c.net, c.infiniband, c.accel)):
-        needs.append(Need(str(root / "sys"), "/sys", False, "sysfs, net, infiniband, accel"))
+    if any(x.enabled for x in (c.sysfs, c.net, c.infiniband)):
+        needs.append(Need(str(root / "sys"), "/sys", False, "sysfs, net, infiniband, topology"))
     if c.procfs.enabled:
         needs.append(Need(str(root / "proc"), "/proc", False, "procfs"))
     if c.kmsg.enabled:

@@ -49,6 +49,11 @@ class MetricsCache(Collector):
         self.nic_totals: dict[tuple[str, str, str], float] = defaultdict(float)  # (nic, lane, column)
         self.netdev: dict[str, dict[str, Any]] = {}
         self.ib: dict[tuple[str, str], dict[str, Any]] = {}
+        self.host: dict[str, Any] = {}
+        self.psi: dict[str, dict[str, Any]] = {}
+        self.hwmon: dict[tuple[str, str], dict[str, Any]] = {}
+        self.zones: dict[str, dict[str, Any]] = {}
+        self.kernel_events: dict[str, int] = defaultdict(int)
         self.incidents: list[dict[str, Any]] = []
         self.collector_seconds: dict[str, float] = {}
         self.collector_errors: dict[str, int] = defaultdict(int)
@@ -77,6 +82,20 @@ class MetricsCache(Collector):
                     self.ib[(str(values["device"]), str(values["port"]))] = values
                 elif table == "collector_errors":
                     self.collector_errors[str(values["collector"])] += 1
+                else:
+                    self._observe_host(table, values)
+
+    def _observe_host(self, table: str, values: dict[str, Any]) -> None:
+        if table == "host_samples":
+            self.host = values
+        elif table == "psi_samples":
+            self.psi[str(values["resource"])] = values
+        elif table == "hwmon_samples":
+            self.hwmon[(str(values["chip"]), str(values["sensor"]))] = values
+        elif table == "thermal_zone_samples":
+            self.zones[str(values["zone"])] = values
+        elif table == "kernel_events":
+            self.kernel_events[str(values["kind"])] += 1
 
     def set_incidents(self, incidents: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -110,6 +129,7 @@ class MetricsCache(Collector):
         with self._lock:
             yield from self._gpu_metrics()
             yield from self._network_metrics()
+            yield from self._host_metrics()
             yield from self._incident_metrics()
             yield from self._self_metrics()
 
@@ -189,6 +209,46 @@ class MetricsCache(Collector):
                 if values.get(column) is not None:
                     family.add_metric([device, port], float(values[column]))
             yield family
+
+    def _host_metrics(self) -> Iterable[Metric]:
+        for column, name in (("cpu_util_pct", "host_cpu_utilisation_ratio"), ("mem_used_pct", "host_memory_used_ratio"),
+                             ("iowait_pct", "host_cpu_iowait_ratio")):  # fmt: skip
+            if self.host.get(column) is not None:
+                yield GaugeMetricFamily(
+                    PREFIX + name, f"/proc: {column} / 100", value=float(self.host[column]) / 100
+                )
+        stalled = CounterMetricFamily(PREFIX + "pressure_stalled_seconds", "PSI: time tasks stalled on the resource "
+                                      "(/proc/pressure; some: at least one task, full: all)",
+                                      labels=["resource", "type"])  # fmt: skip
+        for resource, values in sorted(self.psi.items()):
+            for kind in ("some", "full"):
+                if values.get(f"{kind}_total_us") is not None:
+                    stalled.add_metric([resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
+        yield stalled
+        units = {"temp": ("celsius", 1.0), "power": ("watts", 1.0), "fan": ("rpm", 1.0), "in": ("volts", 1.0),
+                 "curr": ("amperes", 1.0), "energy": ("joules", 1.0)}  # fmt: skip
+        families: dict[str, GaugeMetricFamily] = {}
+        for (chip, sensor), values in sorted(self.hwmon.items()):
+            unit = units.get(str(values["kind"]))
+            if unit is None or values.get("value") is None:
+                continue
+            name = f"hwmon_{values['kind']}_{unit[0]}"
+            family = families.setdefault(name, GaugeMetricFamily(PREFIX + name, f"hwmon {values['kind']} sensors",
+                                                                 labels=["chip", "sensor", "label"]))  # fmt: skip
+            family.add_metric([chip, sensor, str(values.get("label") or "")], float(values["value"]))
+        yield from families.values()
+        zone = GaugeMetricFamily(
+            PREFIX + "thermal_zone_celsius", "sysfs thermal zones", labels=["zone", "type"]
+        )
+        for name, values in sorted(self.zones.items()):
+            if values.get("temp_c") is not None:
+                zone.add_metric([name, str(values.get("type") or "")], float(values["temp_c"]))
+        yield zone
+        kernel = CounterMetricFamily(PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)",
+                                     labels=["kind"])  # fmt: skip
+        for kind, n in sorted(self.kernel_events.items()):
+            kernel.add_metric([kind], float(n))
+        yield kernel
 
     def _incident_metrics(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(PREFIX + "incident_open", "1 for each open incident, with its top hypothesis",

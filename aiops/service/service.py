@@ -29,9 +29,10 @@ from aiops.scenarios import Scenario
 from aiops.service.http import Api, HttpEndpoint
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
+from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
 from aiops.service.respond import Notify, Responder
-from aiops.service.sources import Sources, host_sources, sim_sources
+from aiops.service.sources import Sources, host_sources, register_topology, sim_sources
 from aiops.store import Store
 from collectors.base import RowBatch, RowBuffer
 
@@ -67,7 +68,8 @@ class Service:
         self.registry.register(self.metrics)
         self.live = LiveDetection(window_s=config.detection.window_s, quiet_s=config.detection.quiet_s,
                                   replay_s=config.detection.replay_s)  # fmt: skip
-        self.responder = Responder(notify=notify)
+        self.outbox = Outbox(config.notify, config.node.name)
+        self.responder = Responder(notify=notify if notify is not None else self.outbox.notify)
         self.buffer = RowBuffer()
         self.token = token
         self.http: HttpEndpoint | None = None
@@ -90,29 +92,18 @@ class Service:
                 self.sources = sim_sources(store, self.sim.scenario, self.sim.lanes_policy, self.sim.speed)
             else:
                 self.sources = host_sources(self.config)
-                self._register_inventory(store)
+                register_topology(store, self.sources)
             self.live.start(store)
         if self.config.http.listen:
             self.http = HttpEndpoint(self.config.http.listen, self.registry, Api(self.workspace),
                                      self._healthy, self._ready, self.token)  # fmt: skip
             self.http.start()
+            self.outbox.link_base = f"http://{self.http.host}:{self.http.port}"
+        self.outbox.start(self.workspace)
         self.last_tick = self.last_flush = self.last_retention = self.clock()
         log.info("started", extra={"db": self.config.store.path, "pid": os.getpid(),
                                    "sources": self.sources.describe if self.sources else "",
                                    "listen": f"{self.http.host}:{self.http.port}" if self.http else ""})  # fmt: skip
-
-    def _register_inventory(self, store: Store) -> None:
-        assert self.sources is not None
-        if not self.sources.inventory:
-            return
-        topology = self.sources.inventory.get("topology")
-        if topology is not None and topology.rows:
-            known = {str(r[0]) for r in store.conn.execute("SELECT component FROM topology").fetchall()}
-            topology = RowBatch(topology.columns, [r for r in topology.rows if str(r[0]) not in known])
-        batches = {t: b for t, b in {**self.sources.inventory, "topology": topology}.items() if b is not None}
-        buffer = RowBuffer()
-        buffer.add(batches)
-        store.ingest_many(buffer.drain())
 
     def stop(self) -> None:
         self.stopping.set()
@@ -128,6 +119,9 @@ class Service:
                 self.tick()
         finally:
             self.flush()
+            self.outbox.stop()
+            if self.sources is not None:
+                self.sources.close()
             if self.http is not None:
                 self.http.close()
             self.owner.close()
@@ -243,6 +237,11 @@ class Service:
             "detection_windows", "windows live detection has judged since start", self.live.windows
         )
         self.metrics.gauge("leases", "times the service lent its file to another process", self.owner.leases)
+        if self.outbox.enabled:
+            self.metrics.total("notifications_queued_total", "notifications queued (each webhook counts)",
+                               self.outbox.queued)  # fmt: skip
+            self.metrics.total("notifications_delivered_total", "notifications a webhook accepted",
+                               self.outbox.delivered)  # fmt: skip
 
     # -- probes -----------------------------------------------------------------------------------------------
     def _healthy(self) -> tuple[bool, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiops.config import Config
 from aiops.datapath.policy import Policy
@@ -21,7 +22,7 @@ from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
 from aiops.sim.world import World
 from aiops.store import Store
-from collectors.base import RowBatch, RowCollector
+from collectors.base import RowCollector
 from collectors.nvml import NvmlCollector
 
 
@@ -40,9 +41,10 @@ class Sources:
     tick: Callable[[], None] = lambda: None  # advance the world one step (sim), nothing on a host
     tick_s: float = 0.25  # wall seconds between ticks
     twin: Twin | None = None
-    inventory: dict[str, RowBatch] = field(default_factory=dict)
     describe: str = ""
     stepped_s: float = 0.0  # simulated seconds stepped since the last flush recorded them
+    topology_rows: list[tuple[Any, ...]] = field(default_factory=list)  # discovered on a host, at start
+    close: Callable[[], None] = lambda: None  # release NVML, /dev/kmsg
 
     def due(self) -> list[Source]:
         now = self.clock()
@@ -86,11 +88,41 @@ def sim_sources(store: Store, scenario: Scenario, lanes_policy: Policy | None, s
     return out
 
 
+# collectors.host's collector names -> the [collectors] section that sets their interval and switch.
+_SECTION_OF = {
+    "nvml": "nvml",
+    "procfs": "procfs",
+    "netdev": "net",
+    "infiniband": "infiniband",
+    "hwmon": "sysfs",
+    "sysfs-thermal": "sysfs",
+    "sysfs-cooling": "sysfs",
+    "sysfs-powercap": "sysfs",
+    "kmsg": "kmsg",
+}
+
+
 def host_sources(config: Config) -> Sources:
-    """This host's collectors, each at its configured interval (what is absent reports itself once)."""
+    """This host's collectors, each at its configured interval (what is absent reports itself once), and the
+    topology discovered at start (written by `register_topology`)."""
     from collectors.host import host_collectors
 
-    made = host_collectors(config.node.name, config.node.rack, config.collectors)
-    sources = [Source(name, collector, interval_s) for name, collector, interval_s in made.collectors]
-    return Sources(sources, time.time, tick_s=min([0.25, *(s.interval_s for s in sources)]),
-                   inventory=made.inventory, describe=f"host {config.node.name}")  # fmt: skip
+    wanted = config.collectors
+    made = host_collectors(config.node.name, config.node.rack, wanted.root,
+                           use_nvml=wanted.nvml.enabled, use_kmsg=wanted.kmsg.enabled)  # fmt: skip
+    sources = []
+    for collector in made.collectors:
+        section = getattr(wanted, _SECTION_OF.get(collector.name, "sysfs"))
+        if section.enabled:
+            sources.append(Source(collector.name, collector, section.interval_s))
+    out = Sources(sources, time.time, tick_s=min([0.25, *(s.interval_s for s in sources)]),
+                  describe=f"host {config.node.name}", close=made.close)  # fmt: skip
+    out.topology_rows = list(made.topology.rows)
+    return out
+
+
+def register_topology(store: Store, sources: Sources) -> int:
+    """This node's discovered components into `topology` (again on every start: replaced, never doubled)."""
+    from collectors.topology import merge_topology
+
+    return merge_topology(store, sources.topology_rows) if sources.topology_rows else 0

@@ -15,7 +15,7 @@ import pyarrow as pa
 from aiops.sim.gpu import HOST_POWER_KW
 from aiops.sim.world import World
 from collectors.base import Row, RowBatch, to_arrow
-from collectors.schema import columns
+from collectors.schema import TOPOLOGY_BASE_COLUMNS, columns
 
 WATER_HEAT_CAPACITY_KJ_PER_L_K = 4.186
 HOST_MEM_USED_PCT = 55.0
@@ -44,7 +44,7 @@ def inventory(world: World) -> dict[str, pa.Table]:
             ranks.append((job.name, rank, lay.gpu_names[g], node, lay.nic_names[lay.gpu_nic[g]]))
     return to_arrow(
         {
-            "topology": RowBatch(columns("topology"), topo),
+            "topology": RowBatch(TOPOLOGY_BASE_COLUMNS, topo),
             "jobs": RowBatch(columns("jobs"), jobs),
             "job_ranks": RowBatch(columns("job_ranks"), ranks),
         }

@@ -324,6 +324,95 @@ M006_DEFAULT_LIMIT = """
 ALTER TABLE gpu_samples ADD COLUMN power_limit_default_w DOUBLE
 """
 
+# Host telemetry from a real node (collectors/procfs.py, net.py, infiniband.py, hwmon.py, kmsg.py, topology.py).
+# Counters are cumulative totals as the kernel reports them (rx_bytes, symbol_error, ...), not deltas.
+# topology gains what discovery on a host knows: PCI bus id (canonical lower-case `0000:3b:00.0`), NVML's UUID
+# and serial, NUMA node, the kernel's device name (eth0, mlx5_0, renderD128, accel0), model, and for a GPU its
+# rail NIC (the NIC under the same PCIe switch, else on the same NUMA node). kind gains `accel`.
+M007_HOST_TELEMETRY = """
+ALTER TABLE topology ADD COLUMN pci_bus_id VARCHAR;
+ALTER TABLE topology ADD COLUMN uuid VARCHAR;
+ALTER TABLE topology ADD COLUMN serial VARCHAR;
+ALTER TABLE topology ADD COLUMN numa_node INTEGER;
+ALTER TABLE topology ADD COLUMN device VARCHAR;
+ALTER TABLE topology ADD COLUMN model VARCHAR;
+ALTER TABLE topology ADD COLUMN rail_nic VARCHAR;
+CREATE TABLE psi_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    resource VARCHAR NOT NULL,      -- cpu | io | memory (/proc/pressure/<resource>)
+    some_avg10 DOUBLE,              -- % of wall time some task stalled, averaged over 10, 60, 300 s
+    some_avg60 DOUBLE,
+    some_avg300 DOUBLE,
+    some_total_us BIGINT,           -- cumulative stall time
+    full_avg10 DOUBLE,              -- all non-idle tasks stalled; NULL where the kernel has no full line
+    full_avg60 DOUBLE,
+    full_avg300 DOUBLE,
+    full_total_us BIGINT
+);
+CREATE TABLE netdev_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    dev VARCHAR NOT NULL,           -- kernel name (eth0, ens1f0np0)
+    nic VARCHAR,                    -- contract name (node3/nic0), NULL for a device the topology has no NIC for
+    rx_bytes BIGINT,                -- /sys/class/net/<dev>/statistics/*, cumulative
+    tx_bytes BIGINT,
+    rx_packets BIGINT,
+    tx_packets BIGINT,
+    rx_errors BIGINT,
+    tx_errors BIGINT,
+    rx_dropped BIGINT,
+    tx_dropped BIGINT,
+    carrier_changes BIGINT,
+    oper_up BOOLEAN,                -- operstate = up
+    speed_mbps INTEGER              -- NULL when the link is down or the driver does not say
+);
+CREATE TABLE ib_port_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    device VARCHAR NOT NULL,        -- mlx5_0
+    port INTEGER NOT NULL,
+    nic VARCHAR,
+    state VARCHAR,                  -- ACTIVE, DOWN, INIT, ... (the text after "4: ")
+    phys_state VARCHAR,             -- LinkUp, Polling, Disabled, ...
+    rate_gbps DOUBLE,
+    symbol_error BIGINT,            -- counters/*: NULL where the file is absent
+    link_downed BIGINT,
+    link_error_recovery BIGINT,
+    port_rcv_errors BIGINT,
+    port_xmit_discards BIGINT,
+    port_xmit_wait BIGINT,
+    port_rcv_data BIGINT,           -- in 4-octet words, as the IBA PortRcvData counter (x4 for bytes)
+    port_xmit_data BIGINT,          -- in 4-octet words
+    np_cnp_sent BIGINT,             -- hw_counters/* (mlx5, RoCE congestion control)
+    rp_cnp_handled BIGINT,
+    np_ecn_marked_roce_packets BIGINT,
+    out_of_sequence BIGINT
+);
+CREATE TABLE hwmon_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    chip VARCHAR NOT NULL,          -- <name>@<device> (coretemp@coretemp.0, amdgpu@0000:03:00.0)
+    sensor VARCHAR NOT NULL,        -- temp1, fan2, power1, in0, curr1, energy1
+    kind VARCHAR NOT NULL,          -- temp | fan | power | in | curr | energy
+    label VARCHAR,
+    value DOUBLE,                   -- SI units: degrees C, rpm, W, V, A, J
+    max_value DOUBLE,
+    crit_value DOUBLE
+);
+CREATE TABLE kernel_events (
+    ts_s DOUBLE NOT NULL,           -- boot time + the record's microseconds since boot
+    node VARCHAR NOT NULL,
+    seq BIGINT NOT NULL,            -- /dev/kmsg sequence number
+    level INTEGER NOT NULL,         -- syslog level 0 (emerg) .. 7 (debug)
+    kind VARCHAR NOT NULL,          -- xid | aer | link | thermal | mce | other
+    component VARCHAR,              -- the GPU/NIC/accelerator the line names, else the node
+    code INTEGER,                   -- xid: the Xid; aer: severity (include/linux/aer.h); link, thermal: 1 up/hot, 0 down/normal; mce: bank
+    pci_bus_id VARCHAR,             -- canonical 0000:3b:00.0
+    message VARCHAR NOT NULL        -- the raw line, never edited
+)
+"""
+
 # The notification queue (aiops/service/notify_queue.py): one row per (sink, incident, event key), the payload
 # rendered when the event was enqueued, delivered with retries by the service. `sink` is a hash of the
 # webhook's kind and URL, never the URL (a Slack webhook URL is a secret). Rows are never deleted by retention.
@@ -366,6 +455,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "agent_log", _sql(M004_AGENT_LOG)),
     Migration(5, "twin", _sql(M005_TWIN)),
     Migration(6, "power_limit_default", _sql(M006_DEFAULT_LIMIT)),
+    Migration(7, "host_telemetry", _sql(M007_HOST_TELEMETRY)),
     Migration(8, "notifications", _sql(M008_NOTIFICATIONS)),
     Migration(9, "service", _sql(M009_SERVICE)),
 )
@@ -384,4 +474,9 @@ TIME_SERIES_TABLES: tuple[str, ...] = (
     "cooling_device_samples",
     "powercap_samples",
     "collector_errors",
+    "psi_samples",
+    "netdev_samples",
+    "ib_port_samples",
+    "hwmon_samples",
+    "kernel_events",
 )

@@ -1,0 +1,75 @@
+"""The service's side of notifications: incident changes become queued events inside the flush's write
+(`Outbox.notify`, the Responder's callback), and a thread of their own delivers them (`Outbox.start`): every
+`pump_every_s` it calls `Notifier.pump`, which holds the workspace only for two brief writes and never during
+HTTP, so a slow or dead receiver never stalls collection or detection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import cast
+
+from aiops.config import NotifyConfig
+from aiops.models import Hypothesis, Incident
+from aiops.service.notify import Notifier, incident_event
+from aiops.service.notify_event import EVENT_KINDS, EventKind
+from aiops.store import Store, Workspace
+
+log = logging.getLogger("aiops.service.notify")
+
+
+class Outbox:
+    def __init__(
+        self, config: NotifyConfig, node: str, link_base: str = "", pump_every_s: float = 1.0
+    ) -> None:
+        self.notifier = Notifier(config)
+        self.node = node
+        self.link_base = link_base.rstrip("/")  # http://host:port of the service's API; "" for none
+        self.pump_every_s = pump_every_s
+        self.queued = 0
+        self.delivered = 0
+        self.pump_errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.notifier.sinks)
+
+    def notify(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
+        """Queue the event for every webhook, in the caller's transaction (so it exists iff the change does)."""
+        if not self.enabled or kind not in EVENT_KINDS:
+            return
+        link = f"{self.link_base}/api/incidents/{incident.incident_id}" if self.link_base else ""
+        hypotheses = [top] if top is not None else []
+        event = incident_event(cast(EventKind, kind), incident, hypotheses, node=self.node, link=link)
+        self.queued += self.notifier.enqueue(store, event)
+
+    def start(self, workspace: Workspace) -> None:
+        if not self.enabled:
+            return
+        self._thread = threading.Thread(target=self._run, args=(workspace,), name="aiops-notify", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def pump_once(self, workspace: Workspace) -> None:
+        try:
+            stats = self.notifier.pump(workspace)
+        except Exception:  # the queue stays as it was; the next pump tries again
+            self.pump_errors += 1
+            log.exception("notification pump failed")
+            return
+        self.delivered += stats.delivered
+        if stats.attempted:
+            log.info("notifications", extra={"attempted": stats.attempted, "delivered": stats.delivered,
+                                             "retrying": stats.retrying, "failed": stats.failed,
+                                             "given_up": stats.given_up})  # fmt: skip
+
+    def _run(self, workspace: Workspace) -> None:
+        while not self._stop.wait(self.pump_every_s):
+            self.pump_once(workspace)
