@@ -40,9 +40,9 @@ def default_store_path() -> str:
     return str(Path("~/.local/state/aiops/aiops.duckdb").expanduser())
 
 
-class NodeConfig(_Section):
-    name: str = Field(default="node0", description="this host's component name (node{n}, global index)")
-    rack: str = Field(default="rack0", description="the rack it stands in (rack{r})")
+class HostIdentity(_Section):
+    name: str
+    rack: str = "rack0"
 
     @field_validator("name")
     @classmethod
@@ -57,6 +57,29 @@ class NodeConfig(_Section):
         if not _RACK.match(value):
             raise ValueError("must be rack<N>, e.g. rack0")
         return value
+
+
+class NodeConfig(HostIdentity):
+    name: str = Field(default="node0", description="this host's component name (node{n}, global index)")
+    rack: str = Field(default="rack0", description="the rack it stands in (rack{r})")
+    hosts: dict[str, HostIdentity] = Field(
+        default_factory=dict,
+        description="hostname -> {name, rack}: one file for every node (a DaemonSet's ConfigMap); "
+        "when set, this host's hostname must be listed",
+    )
+
+
+def node_of(config: Config, hostname: str) -> NodeConfig:
+    """This host's identity: `[node.hosts]` by hostname when the file has that table, else `[node]`."""
+    hosts = config.node.hosts
+    if not hosts:
+        return config.node
+    found = hosts.get(hostname)
+    if found is None:
+        listed = sorted(hosts)
+        raise ConfigError(config.source, "node.hosts", f"this host's name '{hostname}' is not listed",
+                          listed[:20] + (["..."] if len(listed) > 20 else []))  # fmt: skip
+    return NodeConfig(name=found.name, rack=found.rack)
 
 
 class StoreConfig(_Section):
@@ -204,7 +227,7 @@ def _key(loc: Sequence[int | str]) -> str:
 def _allowed(loc: Sequence[int | str], error: Mapping[str, Any]) -> list[str] | str | None:
     if error["type"] == "extra_forbidden":
         parent = ".".join(str(p) for p in loc[:-1] if isinstance(p, str))
-        model = _MODELS.get(parent, Config)
+        model = HostIdentity if parent.startswith("node.hosts.") else _MODELS.get(parent, Config)
         return sorted(n for n in model.model_fields if n != "source")
     expected = (error.get("ctx") or {}).get("expected")
     if expected:
@@ -264,10 +287,11 @@ def example_toml() -> str:
         lines.append(f"[{name}]")
         for key, field in type(model).model_fields.items():
             value = getattr(model, key)
-            if key == "source" or isinstance(value, BaseModel | list):
+            if key == "source" or isinstance(value, BaseModel | list | dict):
                 continue
             comment = f"  # {field.description}" if field.description else ""
-            lines.append(f"{key} = {_toml(value)}{comment}")
+            unset = "# " if value is None else ""  # no default: left out (TOML has no null)
+            lines.append(f"{unset}{key} = {_toml(value)}{comment}")
 
     for section in Config.model_fields:
         if section == "source":
@@ -278,6 +302,12 @@ def example_toml() -> str:
             child = getattr(value, key)
             if isinstance(child, BaseModel):
                 emit(f"{section}.{key}", child)
+        if section == "node":
+            lines += [
+                "# one file for many nodes: each host finds itself by hostname (the pod's, with hostNetwork)",
+                "# [node.hosts]",
+                '# "gpu-a-17" = { name = "node17", rack = "rack2" }',
+            ]
         if section == "notify":
             lines += [
                 "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts API)",

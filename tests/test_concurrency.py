@@ -29,7 +29,7 @@ rules:
 CHAT = textwrap.dedent("""
     import json, sys, time
     from aiops.agent.config import AgentConfig
-from aiops.agent.session import open_session
+    from aiops.agent.session import open_session
     db, until = sys.argv[1], time.time() + float(sys.argv[2])
     asked = answered = 0
     with open_session(db, config=AgentConfig()) as chat:  # offline: the analyst answers

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 from pathlib import Path
 from types import FrameType
 
 from pydantic import ValidationError
 
-from aiops.config import Config, NodeConfig, load_config, parse_listen
+from aiops.config import Config, NodeConfig, load_config, node_of, parse_listen
 from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
 from aiops.scenarios import load_scenario
@@ -44,10 +45,10 @@ def configured(args: argparse.Namespace) -> Config:
         except ValueError as exc:
             raise ConfigError("--listen", "listen", str(exc)) from None
     http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
-    node = config.node
+    node = node_of(config, socket.gethostname())
     if args.node is not None:
         try:
-            node = NodeConfig(name=args.node, rack=config.node.rack)
+            node = NodeConfig(name=args.node, rack=node.rack)
         except ValidationError as exc:
             raise ConfigError(
                 "--node", "node", exc.errors()[0]["msg"].removeprefix("Value error, ")
