@@ -67,6 +67,9 @@ def test_a_real_prometheus_scrapes_the_twin_service(tmp_path: Path) -> None:
             wait_for(lambda: _query(prom_port, 'count_over_time(up{job="aiops"}[5m]) >= 3'), 60, "3 scrapes")
             temps = _query(prom_port, "aiops_gpu_temperature_celsius")
             assert len({str(r["metric"]["gpu"]) for r in temps}) == GPUS  # type: ignore[index]
+            # the twin's sysfs, read by the real sysfs collectors: a CPU package zone per node
+            zones = _query(prom_port, 'aiops_thermal_zone_celsius{type="x86_pkg_temp"}')
+            assert {str(r["metric"]["node"]) for r in zones} == {"node0", "node1"}  # type: ignore[index]
             # the fault begins at 90 simulated s (9 s of wall time at 10x): the open incident shows up
             found = wait_for(lambda: _query(prom_port, "aiops_incident_open == 1"), 90, "the open incident")
             labels = found[0]["metric"]

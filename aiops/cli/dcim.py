@@ -13,8 +13,9 @@ Actuator (`--actuator`): `twin` drives the workspace's twin (a simulated workspa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import signal
+import threading
 import time
 
 from rich.console import Console
@@ -162,10 +163,20 @@ def run_watch(args: argparse.Namespace) -> int:
         done[0] = n + 1
         console.print(f"[red]{escape(str(exc))}[/]; the signals in force stay, retrying")  # mid-write?
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the loop between rounds
+    # Ctrl-C and SIGTERM end the loop between rounds, never inside one (DuckDB would abandon a round's
+    # transaction half-way with "Query interrupted").
+    stopping = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: stopping.set())
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
         watch(workspace, loaded, args.file, _setup(args), interval_s=args.interval_s,
               max_rounds=1 if args.once else args.max_rounds, on_round=on_round, on_error=on_error,
-              sleep=time.sleep)  # fmt: skip
+              sleep=stopping.wait, stop=stopping.is_set)  # fmt: skip
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     console.print(f"stopped after {done[0]} round(s)")
     return 0
 

@@ -113,14 +113,15 @@ def watch(
     max_rounds: int = 0,
     on_round: Callable[[int, RoundResult], None] = lambda n, r: None,
     on_error: Callable[[int, Exception], None] = lambda n, e: None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
     clock: Callable[[], float] = time.time,
+    stop: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Poll the signals file and run a round every `interval_s` until `max_rounds` (0: until interrupted).
+    """Poll the signals file and run a round every `interval_s` until `max_rounds` (0: until `stop()`).
     A file that does not validate mid-run (being written?) keeps the signals in force and is retried; at the
     first round it is an error. Returns the rounds run."""
     rounds = 0
-    while True:
+    while not stop():
         try:
             result = one_round(workspace, loaded, setup, signals=file_signals(path), clock=clock)
         except DcimSignalError as exc:
@@ -133,3 +134,4 @@ def watch(
         if max_rounds and rounds >= max_rounds:
             return rounds
         sleep(max(0.0, interval_s))
+    return rounds

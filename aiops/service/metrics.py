@@ -49,10 +49,11 @@ class MetricsCache(Collector):
         self.nic_totals: dict[tuple[str, str, str], float] = defaultdict(float)  # (nic, lane, column)
         self.netdev: dict[str, dict[str, Any]] = {}
         self.ib: dict[tuple[str, str], dict[str, Any]] = {}
-        self.host: dict[str, Any] = {}
-        self.psi: dict[str, dict[str, Any]] = {}
-        self.hwmon: dict[tuple[str, str], dict[str, Any]] = {}
-        self.zones: dict[str, dict[str, Any]] = {}
+        # keyed by node first: the twin's service collects every simulated node
+        self.host: dict[str, dict[str, Any]] = {}
+        self.psi: dict[tuple[str, str], dict[str, Any]] = {}
+        self.hwmon: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.zones: dict[tuple[str, str], dict[str, Any]] = {}
         self.kernel_events: dict[str, int] = defaultdict(int)
         self.incidents: list[dict[str, Any]] = []
         self.collector_seconds: dict[str, float] = {}
@@ -86,14 +87,15 @@ class MetricsCache(Collector):
                     self._observe_host(table, values)
 
     def _observe_host(self, table: str, values: dict[str, Any]) -> None:
+        node = str(values.get("node"))
         if table == "host_samples":
-            self.host = values
+            self.host[node] = values
         elif table == "psi_samples":
-            self.psi[str(values["resource"])] = values
+            self.psi[(node, str(values["resource"]))] = values
         elif table == "hwmon_samples":
-            self.hwmon[(str(values["chip"]), str(values["sensor"]))] = values
+            self.hwmon[(node, str(values["chip"]), str(values["sensor"]))] = values
         elif table == "thermal_zone_samples":
-            self.zones[str(values["zone"])] = values
+            self.zones[(node, str(values["zone"]))] = values
         elif table == "kernel_events":
             self.kernel_events[str(values["kind"])] += 1
 
@@ -213,36 +215,37 @@ class MetricsCache(Collector):
     def _host_metrics(self) -> Iterable[Metric]:
         for column, name in (("cpu_util_pct", "host_cpu_utilisation_ratio"), ("mem_used_pct", "host_memory_used_ratio"),
                              ("iowait_pct", "host_cpu_iowait_ratio")):  # fmt: skip
-            if self.host.get(column) is not None:
-                yield GaugeMetricFamily(
-                    PREFIX + name, f"/proc: {column} / 100", value=float(self.host[column]) / 100
-                )
+            family = GaugeMetricFamily(PREFIX + name, f"/proc: {column} / 100", labels=["node"])
+            for node, values in sorted(self.host.items()):
+                if values.get(column) is not None:
+                    family.add_metric([node], float(values[column]) / 100)
+            yield family
         stalled = CounterMetricFamily(PREFIX + "pressure_stalled_seconds", "PSI: time tasks stalled on the resource "
                                       "(/proc/pressure; some: at least one task, full: all)",
-                                      labels=["resource", "type"])  # fmt: skip
-        for resource, values in sorted(self.psi.items()):
+                                      labels=["node", "resource", "type"])  # fmt: skip
+        for (node, resource), values in sorted(self.psi.items()):
             for kind in ("some", "full"):
                 if values.get(f"{kind}_total_us") is not None:
-                    stalled.add_metric([resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
+                    stalled.add_metric([node, resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
         yield stalled
         units = {"temp": ("celsius", 1.0), "power": ("watts", 1.0), "fan": ("rpm", 1.0), "in": ("volts", 1.0),
                  "curr": ("amperes", 1.0), "energy": ("joules", 1.0)}  # fmt: skip
         families: dict[str, GaugeMetricFamily] = {}
-        for (chip, sensor), values in sorted(self.hwmon.items()):
+        for (node, chip, sensor), values in sorted(self.hwmon.items()):
             unit = units.get(str(values["kind"]))
             if unit is None or values.get("value") is None:
                 continue
             name = f"hwmon_{values['kind']}_{unit[0]}"
             family = families.setdefault(name, GaugeMetricFamily(PREFIX + name, f"hwmon {values['kind']} sensors",
-                                                                 labels=["chip", "sensor", "label"]))  # fmt: skip
-            family.add_metric([chip, sensor, str(values.get("label") or "")], float(values["value"]))
+                                                                 labels=["node", "chip", "sensor", "label"]))  # fmt: skip
+            family.add_metric([node, chip, sensor, str(values.get("label") or "")], float(values["value"]))
         yield from families.values()
         zone = GaugeMetricFamily(
-            PREFIX + "thermal_zone_celsius", "sysfs thermal zones", labels=["zone", "type"]
+            PREFIX + "thermal_zone_celsius", "sysfs thermal zones", labels=["node", "zone", "type"]
         )
-        for name, values in sorted(self.zones.items()):
+        for (node, name), values in sorted(self.zones.items()):
             if values.get("temp_c") is not None:
-                zone.add_metric([name, str(values.get("type") or "")], float(values["temp_c"]))
+                zone.add_metric([node, name, str(values.get("type") or "")], float(values["temp_c"]))
         yield zone
         kernel = CounterMetricFamily(PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)",
                                      labels=["kind"])  # fmt: skip

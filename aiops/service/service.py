@@ -89,7 +89,8 @@ class Service:
         self.owner.start()
         with self.owner.store() as store:
             if self.sim is not None:
-                self.sources = sim_sources(store, self.sim.scenario, self.sim.lanes_policy, self.sim.speed)
+                self.sources = sim_sources(store, self.sim.scenario, self.sim.lanes_policy, self.sim.speed,
+                                           self.config.collectors.sysfs.interval_s)  # fmt: skip
             else:
                 self.sources = host_sources(self.config)
                 register_topology(store, self.sources)

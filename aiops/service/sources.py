@@ -1,5 +1,6 @@
 """What the service collects from: this host's collectors (`host_sources`), or the twin (`sim_sources`): the
-simulated world's NVML per node through the very `NvmlCollector` a real node runs, and its fabric adapter,
+simulated world's NVML per node through the very `NvmlCollector` a real node runs, its sysfs tree through the
+real sysfs collectors (aiops/sim/sysfs.py), and its fabric adapter,
 the world stepped one simulated second per tick (`--speed N`: N ticks per wall second).
 
 In sim mode the workspace records the run (the scenario, the wall time the twin starts at), and the service
@@ -18,6 +19,7 @@ from aiops.config import Config
 from aiops.datapath.policy import Policy
 from aiops.errors import TwinMismatch
 from aiops.scenarios import Scenario, scenario_yaml
+from aiops.sim.sysfs import SimSysfs
 from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
 from aiops.sim.world import World
@@ -54,8 +56,11 @@ class Sources:
         return out
 
 
-def sim_sources(store: Store, scenario: Scenario, lanes_policy: Policy | None, speed: float) -> Sources:
+def sim_sources(
+    store: Store, scenario: Scenario, lanes_policy: Policy | None, speed: float, sysfs_interval_s: float = 5.0
+) -> Sources:
     """The twin of this workspace (resumed when the workspace already runs this scenario), with its
+    collectors: NVML per node, the fabric adapter, and each node's sysfs tree read by the real sysfs
     collectors. A workspace of other telemetry, or of another scenario, is refused."""
     twin = Twin.load(store)
     if twin is None:
@@ -77,8 +82,12 @@ def sim_sources(store: Store, scenario: Scenario, lanes_policy: Policy | None, s
         for n in range(world.layout.nodes)
     ]
     sources.append(Source("sim-fabric", SimFabricCollector(world), 1.0))
+    tree = SimSysfs(world)
+    sources += [
+        Source(f"sysfs-node{n}", tree.collector(n), sysfs_interval_s) for n in range(world.layout.nodes)
+    ]
     out = Sources(sources, lambda: float(world.now_ts_s), tick_s=1.0 / speed, twin=twin,
-                  describe=f"twin of scenario {scenario.name} at {speed:g}x")  # fmt: skip
+                  describe=f"twin of scenario {scenario.name} at {speed:g}x", close=tree.close)  # fmt: skip
 
     def tick() -> None:
         world.step(1.0)
