@@ -31,11 +31,11 @@ def fill(store: Store, hours: float) -> float:
     it); returns the newest timestamp."""
     seconds = int(hours * 3600)
     store.conn.execute(
-        "INSERT INTO topology SELECT 'node' || n, 'node', 'rack0', 'rack0', 'node' || n, n FROM range(?) r(n)",
+        "INSERT INTO topology (component, kind, parent, rack, node, idx) SELECT 'node' || n, 'node', 'rack0', 'rack0', 'node' || n, n FROM range(?) r(n)",
         [NODES],
     )
     store.conn.execute(
-        "INSERT INTO job_ranks SELECT 'train', n * ? + g, 'node' || n || '/gpu' || g, 'node' || n, "
+        "INSERT INTO job_ranks (job, rank, gpu, node, nic) SELECT 'train', n * ? + g, 'node' || n || '/gpu' || g, 'node' || n, "
         "'node' || n || '/nic0' FROM range(?) a(n), range(?) b(g)",
         [GPUS, NODES, GPUS],
     )
@@ -56,7 +56,7 @@ def fill(store: Store, hours: float) -> float:
         [START_TS_S, seconds, NODES],
     )
     store.conn.execute(
-        "INSERT INTO job_steps SELECT ? + s, 'train', s, 1.0 + (hash(s) % 10) / 1000.0, 0, NULL, ? "
+        "INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks) SELECT ? + s, 'train', s, 1.0 + (hash(s) % 10) / 1000.0, 0, NULL, ? "
         "FROM range(?) t(s) ORDER BY 1",
         [START_TS_S, NODES * GPUS, seconds],
     )

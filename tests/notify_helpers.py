@@ -4,7 +4,6 @@ webhook receiver (http.server in a thread on 127.0.0.1, a free port, always stop
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +17,11 @@ import pytest
 from aiops.config import NotifyConfig, WebhookConfig
 from aiops.models import Hypothesis, Incident
 from aiops.service.notify_event import EventKind, IncidentEvent, incident_event
+from tests.guardrails_helpers import NOW_TS_S, FakeClock
+from tests.service_helpers import free_port
 
-NOW_TS_S = 1_700_000_000.0
+__all__ = ["NOW_TS_S", "FakeClock", "free_port"]  # re-exported for the notifier tests
+
 HOSTILE = "<!channel> <http://x|y> & <@U123>"
 LINK = "http://127.0.0.1:9484/api/incidents/inc-1"
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
@@ -85,23 +87,6 @@ def notify_config(*webhooks: tuple[str, str] | tuple[str, str, str], **limits: f
     """`notify_config((url, kind), (url, kind, token), retry_max_s=2.0)`."""
     hooks = [WebhookConfig(url=w[0], kind=w[1], token=w[2] if len(w) > 2 else "") for w in webhooks]  # type: ignore[arg-type, misc]
     return NotifyConfig(webhooks=hooks, **limits)
-
-
-@dataclass
-class FakeClock:
-    now_ts_s: float = NOW_TS_S
-
-    def __call__(self) -> float:
-        return self.now_ts_s
-
-    def advance(self, seconds: float) -> None:
-        self.now_ts_s += seconds
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
