@@ -5,7 +5,9 @@ naming the file, the field and the allowed values; `watch` polls a file and stop
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -150,12 +152,21 @@ def test_watch_polls_the_file_clears_what_it_drops_and_stops_on_ctrl_c(
     in_force = {s["scope"]: s["kind"] for s in json.loads(out)["signals"]}
     assert in_force == {"fleet": "cap", "rack0": "clear"}
 
-    def interrupt(_: float) -> None:
-        raise KeyboardInterrupt
+    # A real Ctrl-C (SIGINT to this process) right after the first round: the watch ends its wait and stops
+    # between rounds, exit 0, and puts the previous handler back.
+    real_watch = dcim_cli.watch
 
-    monkeypatch.setattr(dcim_cli.time, "sleep", interrupt)
-    code, out, _ = cli(capsys, *watch)
+    def watch_then_ctrl_c(*args: Any, on_round: Any, **kwargs: Any) -> int:
+        def round_then_interrupt(n: int, result: Any) -> None:
+            on_round(n, result)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        return real_watch(*args, on_round=round_then_interrupt, **kwargs)
+
+    monkeypatch.setattr(dcim_cli, "watch", watch_then_ctrl_c)
+    code, out, _ = cli(capsys, *watch[:-1], "30")  # a long interval: the Ctrl-C ends the wait
     assert code == 0 and "stopped after 1 round(s)" in out
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_the_nvml_actuator_sets_this_hosts_gpus_and_refuses_without_a_driver(
