@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aiops.errors import ScenarioError
 from aiops.labels import FAULT_KINDS, TARGET_KINDS, Label, component_kind
+from aiops.safeload import decode_text, parse_yaml, read_limited
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 # The simulator's default lane policy has these rule ids; a policy fault may also name a rule it adds.
@@ -231,12 +232,7 @@ def parse_scenario(data: Any, path: str = "<scenario>") -> Scenario:
 
 
 def _read_text(path: str | Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), "(file)", f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError:
-        raise ScenarioError(str(path), "(file)", "not UTF-8 text") from None
+    return decode_text(read_limited(path, ScenarioError), str(path), ScenarioError)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -251,12 +247,4 @@ def scenario_yaml(scenario: Scenario) -> str:
 
 def parse_scenario_text(text: str, shown: str = "<scenario>") -> Scenario:
     """Parse and validate scenario YAML text; `shown` names its source in errors."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ScenarioError(
-            shown, "(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
-        ) from exc
-    return parse_scenario(data, shown)
+    return parse_scenario(parse_yaml(text, shown, ScenarioError), shown)
