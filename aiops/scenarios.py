@@ -21,6 +21,14 @@ SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DEFAULT_RULE_IDS = ("collective-cgroup", "collective-dscp", "peer-prefix", "storage-prefix", "default")
 
 
+# The twin samples every GPU once per simulated second; a run buffers a minute of rows per flush. GPUs x
+# duration x rate above this would take gigabytes before the first row is written (65,536 GPUs for a day:
+# 3.9 GB), so a scenario is checked against it before anything is allocated.
+SAMPLE_RATE_HZ = 1.0
+MAX_GPU_SAMPLES = 20_000_000  # e.g. 1,024 GPUs for 5.4 h, or 64 GPUs for a day
+MAX_SEED = 2**63 - 1
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -68,7 +76,7 @@ class Expect(_Strict):
 class Scenario(_Strict):
     name: str
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     duration_s: float = Field(600.0, gt=0, le=86_400)
     cluster: ClusterSpec = ClusterSpec()
     jobs: list[JobSpec] | None = None
@@ -137,7 +145,22 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
     return None
 
 
+def check_size(path: str, cluster: ClusterSpec, duration_s: float) -> None:
+    """GPUs x duration x sample rate within `MAX_GPU_SAMPLES` (before a world is allocated)."""
+    gpus = cluster.nodes * cluster.gpus_per_node
+    samples = gpus * duration_s * SAMPLE_RATE_HZ
+    if samples > MAX_GPU_SAMPLES:
+        raise ScenarioError(
+            path,
+            "duration_s",
+            f"{gpus:,} GPUs x {duration_s:g} s x {SAMPLE_RATE_HZ:g} sample/s = {samples:,.0f} GPU samples, "
+            f"more than the limit of {MAX_GPU_SAMPLES:,}",
+            f"duration_s <= {MAX_GPU_SAMPLES / (gpus * SAMPLE_RATE_HZ):,.0f} for {gpus:,} GPUs",
+        )
+
+
 def _check_semantics(path: str, scenario: Scenario) -> None:
+    check_size(path, scenario.cluster, scenario.duration_s)
     if not SLUG.match(scenario.name):
         raise ScenarioError(
             path, "name", f"'{scenario.name}' is not a slug", "lower-case letters, digits, '_', '.', '-'"
