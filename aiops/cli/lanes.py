@@ -48,6 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     remove = verbs.add_parser("remove", help="remove exactly what apply added")
     remove.add_argument("--dev", required=True)
     remove.add_argument("--netns", default=None)
+    remove.add_argument(
+        "--force",
+        action="store_true",
+        help="the device or namespace is gone: remove the pins and record alone",
+    )
     remove.set_defaults(func=run_remove)
     control = verbs.add_parser("control", help="run the adaptive controller (shaping, ECN budgets, forecast)")
     control.add_argument("--dev", required=True)
@@ -179,7 +184,7 @@ def _render(console: Console, row: dict[str, Any]) -> None:
 
 def run_remove(args: argparse.Namespace) -> int:
 
-    removed = datapath_lanes.remove(args.dev, args.netns)
+    removed = datapath_lanes.remove(args.dev, args.netns, force=args.force)
     console = Console(stderr=True)
     console.print(
         f"{args.dev}: removed {', '.join(removed)}" if removed else f"{args.dev}: no lanes to remove",
