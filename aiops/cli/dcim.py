@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     watch.add_argument(
         "--file", required=True, help='signals, e.g. {"rack1": {"kw": 18}, "fleet": {"clear": true}}'
     )
-    watch.add_argument("--interval-s", type=seconds(), default=5.0)
+    watch.add_argument("--interval-s", type=seconds(allow_zero=True), default=5.0)
     watch.add_argument("--once", action="store_true", help="one round, then exit")
     watch.add_argument(
         "--max-rounds", type=count(low=0, high=10**9), default=0, help="stop after N rounds (0: until Ctrl-C)"
