@@ -59,7 +59,10 @@ class Store:
             self._migrate()
         except duckdb.Error as exc:  # a truncated file opens, then fails on its first read
             self.conn.close()
-            raise file_fault(self.path, exc) or exc from exc
+            fault = file_fault(self.path, exc)
+            if fault is None:
+                raise
+            raise fault from exc
 
     # -- schema -------------------------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -174,7 +177,10 @@ class Store:
         except Exception as exc:
             self._rollback()
             if isinstance(exc, duckdb.Error):
-                raise file_fault(self.path, exc) or exc from exc
+                fault = file_fault(self.path, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
             raise
         return total
 

@@ -127,7 +127,10 @@ class Workspace:
                 yield store
                 store.commit_pending()
             except (duckdb.Error, OSError) as exc:  # a damaged file, a full disk: one clear error, exit 2
-                raise file_fault(self.path, exc) or exc from exc
+                fault = file_fault(self.path, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
             finally:
                 store.close()
 
@@ -151,7 +154,10 @@ class Workspace:
             try:
                 yield store
             except (duckdb.Error, OSError) as exc:
-                raise file_fault(self.path, exc) or exc from exc
+                fault = file_fault(self.path, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
             finally:
                 store.close()
 
