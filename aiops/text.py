@@ -12,13 +12,13 @@ template goes through `markup` (both), and a value on its own goes in a `Text` (
 parses. Consoles from `terminal()` also turn emoji codes off.
 
 The backslash is left alone: a name that contains the four characters `\\x1b` shows as itself, which is text.
+JSON needs nothing from here: `json.dumps` (ASCII by default) escapes every control character, DEL and C1
+included, and nothing here turns that ASCII default off.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -60,9 +60,3 @@ def terminal(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
     """A console for the CLI: no automatic highlighting and no emoji codes (`:warning:` in a job name stays
     text). Markup stays on for our own templates: every hostile value in one goes through `markup`."""
     return Console(stderr=stderr, soft_wrap=soft_wrap, highlight=False, emoji=False)
-
-
-def json_text(value: Any, **dumps_kwargs: Any) -> str:
-    """`json.dumps` for a terminal: json escapes C0 controls, and ASCII mode the rest but DEL, escaped here
-    (a DEL byte only ever occurs inside a JSON string, where `\\u007f` is the same value)."""
-    return json.dumps(value, ensure_ascii=True, **dumps_kwargs).replace("\x7f", "\\u007f")

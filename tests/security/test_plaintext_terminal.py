@@ -9,6 +9,8 @@ Each test also finds the hostile text shown as escapes, so it fails if the text 
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import pty
 import re
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 
+from aiops.service.logs import JsonFormatter
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
 ESC_SEQUENCES = (
@@ -203,3 +206,23 @@ def test_chat_shows_a_scripted_model_answer_as_text(tmp_path: Path) -> None:
     assert r"\x1b[2J\x1b[H\x1b]8;;https://evil.example/\x07click" in text  # from the answer or the reason
     assert text.count(r"heat \x1b[2J\x1b[H") >= 3  # the proposal's reason: in the reply, and twice in /why
     assert "INC-0001 " in text  # /incidents
+
+
+def test_analyze_json_stays_json_with_the_names_exact_and_no_control_byte(tmp_path: Path) -> None:
+    db = hostile_workspace(tmp_path)
+    run = Pty(_aiops("analyze", "--db", str(db), "--json"), _env(tmp_path))
+    assert run.finish() == 0, run.raw.decode("utf-8", "replace")[-3000:]
+    text = screen_text(run.raw)  # json.dumps escapes every control character (ASCII output)
+    result = json.loads(text)
+    reasons = " ".join(p["reason"] for p in result["proposals"])
+    assert f"for job {HOSTILE_JOB[:20]}" in reasons  # the exact value, control characters and all
+
+
+def test_service_json_logs_escape_every_control_character() -> None:
+    formatter = JsonFormatter()
+    record = logging.LogRecord("aiops.service", logging.WARNING, __file__, 1, "job %s", (HOSTILE_JOB,), None)
+    record.rack = HOSTILE_RACK  # as `extra=` sets it
+    line = formatter.format(record)
+    assert all(0x20 <= ord(c) < 0x7F for c in line), repr(line)
+    parsed = json.loads(line)
+    assert parsed["msg"] == f"job {HOSTILE_JOB}" and parsed["rack"] == HOSTILE_RACK

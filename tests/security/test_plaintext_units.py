@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 from rich.table import Table
 
-from aiops.text import as_text, json_text, markup, plain, terminal
+from aiops.text import as_text, markup, plain, terminal
 
 C0 = [chr(c) for c in range(0x20)]
 C1 = [chr(c) for c in range(0x80, 0xA0)]
@@ -83,8 +84,20 @@ def test_terminal_consoles_do_not_turn_emoji_codes_into_emoji() -> None:
     assert _render(f"job {markup(':warning:')}", console=console).strip() == "job :warning:"
 
 
-def test_json_text_stays_json_with_no_raw_control_byte() -> None:
+def test_json_dumps_as_the_cli_calls_it_leaves_no_raw_control_byte() -> None:
     value = {"job": "a\x1b]52;c;ZXZpbA==\x07\x7f\x9b\ud800"}
-    shown = json_text(value)
-    assert all(0x20 <= ord(c) < 0x7F for c in shown)
+    shown = json.dumps(value, indent=2, default=str)
+    assert all(0x20 <= ord(c) < 0x7F or c == "\n" for c in shown)
     assert json.loads(shown) == value
+
+
+def test_nothing_writes_json_with_raw_non_ascii() -> None:
+    """The JSON paths (--json, the service's logs) rely on json.dumps' ASCII default: nobody turns it off."""
+    root = Path(__file__).resolve().parents[2]
+    offenders = [
+        str(path.relative_to(root))
+        for package in ("aiops", "guardrails", "collectors", "evals")
+        for path in (root / package).rglob("*.py")
+        if "ensure_ascii=False" in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
