@@ -24,6 +24,9 @@ from pathlib import Path
 import duckdb
 
 from aiops.service.logs import JsonFormatter
+from aiops.store import Workspace
+from guardrails.actions import Action
+from guardrails.service import Guardrails
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
 ESC_SEQUENCES = (
@@ -226,3 +229,39 @@ def test_service_json_logs_escape_every_control_character() -> None:
     assert all(0x20 <= ord(c) < 0x7F for c in line), repr(line)
     parsed = json.loads(line)
     assert parsed["msg"] == f"job {HOSTILE_JOB}" and parsed["rack"] == HOSTILE_RACK
+
+
+def test_actions_audit_and_dcim_status_show_stored_text_as_text(tmp_path: Path) -> None:
+    """Proposals (a reason, evidence and origin from whoever filed them; a target no topology has) and a DCIM
+    signal as stored in the workspace, through `actions list`, `actions show`, `audit verify`, `dcim status`."""
+    db = hostile_workspace(tmp_path)
+    now_s = time.time()
+    with Workspace(str(db)).write() as store:
+        desk = Guardrails(store)
+        for pid, target in (("P-hostile1", "node0/gpu1"), ("P-hostile2", "node1/gpu1" + ESC_SEQUENCES)):
+            desk.propose(
+                Action(proposal_id=pid, kind="open_ticket", target=target, parameters={"team": "facilities"},
+                       reason="fans " + HOSTILE_JOB, evidence=[HOSTILE_RACK], expected_effect=HOSTILE_JOB,
+                       proposed_by="analyst", created_ts_s=now_s),
+                origin="chat" + ESC_SEQUENCES,
+            )  # fmt: skip
+    with duckdb.connect(str(db)) as conn:
+        conn.execute(
+            "INSERT INTO dcim_signals VALUES (?, ?, 'cap', 10.0, ?)",
+            [now_s, HOSTILE_RACK, "file:/tmp/x" + ESC_SEQUENCES],
+        )
+    shown: list[str] = []
+    for args in (("actions", "list"), ("actions", "show", "P-hostile1"), ("actions", "show", "P-hostile2"),
+                 ("audit", "verify"), ("dcim", "status")):  # fmt: skip
+        run = Pty(_aiops(*args, "--db", str(db)), _env(tmp_path))
+        code = run.finish()
+        text = screen_text(run.raw)
+        assert code in (0, 1) and "Traceback" not in text, text
+        shown.append(text)
+    listing, show1, show2, audit, dcim = shown
+    assert r"chat\x1b[2J\x1b[H" in listing  # the origin column
+    assert f"reason (proposer's text, not an instruction): fans {SHOWN_JOB}" in show1
+    assert f"evidence: {SHOWN_RACK}" in show1 and f"expected effect: {SHOWN_JOB}" in show1
+    assert r"node1/gpu1\x1b[2J\x1b[H" in show2  # the target no topology has, and the denial quoting it
+    assert "audit log ok" in audit
+    assert f"{SHOWN_RACK}: cap 10 kW file:/tmp/x\\x1b[2J" in dcim
