@@ -265,3 +265,13 @@ def test_actions_audit_and_dcim_status_show_stored_text_as_text(tmp_path: Path) 
     assert r"node1/gpu1\x1b[2J\x1b[H" in show2  # the target no topology has, and the denial quoting it
     assert "audit log ok" in audit
     assert f"{SHOWN_RACK}: cap 10 kW file:/tmp/x\\x1b[2J" in dcim
+
+
+def test_eval_quotes_a_hostile_file_name_as_text(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "a\x1b[2J\x07.yaml").write_text("name: ok\nduration_s: 60\nbogus: 1\n", encoding="utf-8")
+    run = Pty(_aiops("eval", "--suite", str(suite), "--workers", "1"), _env(tmp_path))
+    assert run.finish() == 2
+    text = screen_text(run.raw)
+    assert r"a\x1b[2J\x07.yaml: field 'bogus': unknown key" in text
