@@ -183,7 +183,16 @@ def test_chat_shows_a_scripted_model_answer_as_text(tmp_path: Path) -> None:
         "reason": "heat " + ESC_SEQUENCES,
     }
     look = tool_call("sql", {"query": "SELECT job FROM jobs"}, "c1")  # the model reads the hostile job name
-    with scripted_llm([look, final(answer, proposals=[proposal])]) as llm:
+    nodes_sql = "SELECT count(*) AS n FROM topology WHERE kind = 'node'"
+    claims = [  # verified claims, so the answer stands whatever the rule for ungrounded answers
+        {"text": "the cluster has 2 nodes", "sql": nodes_sql, "values": [{"n": 2}]},
+        {
+            "text": "2 nodes \x1b[H\x1b[K\x07\r\x08[red]",
+            "sql": nodes_sql,
+            "values": [{"n": 2}],
+        },  # no other digit
+    ]
+    with scripted_llm([look, final(answer, claims=claims, proposals=[proposal])]) as llm:
         env = _env(tmp_path, AIOPS_LLM_BASE_URL=llm.base_url, AIOPS_LLM_MODEL="scripted")
         chat = Pty(_aiops("chat", "--db", str(db)), env)
         try:
@@ -208,6 +217,7 @@ def test_chat_shows_a_scripted_model_answer_as_text(tmp_path: Path) -> None:
     assert "[bold green]✓ APPROVED by alice[/] [/]" in text  # the answer's markup, shown as typed
     assert r"\x1b[2J\x1b[H\x1b]8;;https://evil.example/\x07click" in text  # from the answer or the reason
     assert text.count(r"heat \x1b[2J\x1b[H") >= 3  # the proposal's reason: in the reply, and twice in /why
+    assert r"verified 2 nodes \x1b[H\x1b[K\x07\x0d\x08[red]" in text  # a claim's text
     assert "INC-0001 " in text  # /incidents
 
 
