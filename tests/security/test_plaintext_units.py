@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from rich.table import Table
 
@@ -101,3 +103,28 @@ def test_nothing_writes_json_with_raw_non_ascii() -> None:
         if "ensure_ascii=False" in path.read_text(encoding="utf-8")
     ]
     assert offenders == []
+
+
+def _shown(renderable: object) -> str:
+    console = terminal()
+    console.file = io.StringIO()
+    console.width = 10_000
+    console.print(renderable, end="", soft_wrap=True)
+    return console.file.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())))
+@example("[/]")
+@example("\\[/] a\\\\[bold]b[/bold] \\")
+@example("[link=https://evil.example]x[/link] :warning: :red_heart-emoji:")
+@example("\x1b[2J\x9b31m\u202e\ud800")
+def test_any_text_is_shown_exactly_as_plain_makes_it(value: str) -> None:
+    shown = plain(value)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
+    assert plain(shown) == shown  # nothing left to escape
+    assert (
+        _shown(as_text(value)) == shown
+    )  # a Text: exactly the plain string, markup and emoji codes included
+    if not value.endswith("\\"):  # rich's escape leaves a trailing backslash to the template (`x\\` + `[/]`)
+        assert _shown(f"[bold]{markup(value)}[/]") == shown
