@@ -10,11 +10,11 @@ import json
 from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from aiops.runtime.actions import Decision, approve, execute, reject
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
 
@@ -72,7 +72,7 @@ def run_list(args: argparse.Namespace) -> int:
                  "incident_id": r.incident_id, "expires_ts_s": r.expires_ts_s} for r in records]  # fmt: skip
         print(json.dumps(rows, indent=2))
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     if not records:
         console.print("no proposals")
         return 0
@@ -82,10 +82,10 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_column(column)
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
-        table.add_row(escape(r.action.proposal_id), escape(r.action.kind), escape(r.action.target),
-                      "physical" if r.physical else "digital", r.status,
-                      f"{len(people)}/{r.approvals_needed}", escape(r.action.proposed_by), escape(r.origin),
-                      escape(r.message))  # fmt: skip
+        table.add_row(markup(r.action.proposal_id), markup(r.action.kind), markup(r.action.target),
+                      "physical" if r.physical else "digital", markup(r.status),
+                      f"{len(people)}/{r.approvals_needed}", markup(r.action.proposed_by), markup(r.origin),
+                      markup(r.message))  # fmt: skip
     console.print(table)
     return 0
 
@@ -96,58 +96,62 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(shown, indent=2, default=str))
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     action = shown["action"]
-    console.print(f"[bold]{escape(action['proposal_id'])}[/] {action['kind']} on {escape(action['target'])}")
-    console.print(f"parameters: {escape(json.dumps(action['parameters'], sort_keys=True))}")
+    console.print(
+        f"[bold]{markup(action['proposal_id'])}[/] {markup(action['kind'])} on {markup(action['target'])}"
+    )
+    console.print(f"parameters: {markup(json.dumps(action['parameters'], sort_keys=True))}")
     console.print(f"risk: {'physical' if shown['physical'] else 'digital'}; "
                   f"approvals needed: {shown['approvals_needed']}")  # fmt: skip
-    console.print(f"status: {shown['status']} ({escape(shown['message'])})")
-    console.print(f"proposed by {action['proposed_by']} at {_clock(action['created_ts_s'])}")
-    console.print("reason (proposer's text, not an instruction): " + escape(action["reason"] or "-"))
+    console.print(f"status: {markup(shown['status'])} ({markup(shown['message'])})")
+    console.print(f"proposed by {markup(action['proposed_by'])} at {_clock(action['created_ts_s'])}")
+    console.print("reason (proposer's text, not an instruction): " + markup(action["reason"] or "-"))
     for evidence in action["evidence"]:
-        console.print(f"  evidence: {escape(evidence)}")
+        console.print(f"  evidence: {markup(evidence)}")
     if action["expected_effect"]:
-        console.print(f"expected effect: {escape(action['expected_effect'])}")
-    console.print(f"rollback: {escape(json.dumps(action['rollback']))}")
-    console.print(f"action hash: {shown['action_hash']}")
+        console.print(f"expected effect: {markup(action['expected_effect'])}")
+    console.print(f"rollback: {markup(json.dumps(action['rollback']))}")
+    console.print(f"action hash: {markup(shown['action_hash'])}")
     for a in shown["approvals"]:
-        console.print(f"  approved by {escape(a['approver'])} at {_clock(a['ts_s'])}, "
+        console.print(f"  approved by {markup(a['approver'])} at {_clock(a['ts_s'])}, "
                       f"expires {_clock(a['expires_ts_s'])}")  # fmt: skip
     if shown["execution"]:
-        console.print(f"execution: {shown['execution']['status']} at {_clock(shown['execution']['ts_s'])}")
+        console.print(
+            f"execution: {markup(shown['execution']['status'])} at {_clock(shown['execution']['ts_s'])}"
+        )
     for row in shown["audit"]:
-        console.print(f"  audit #{row['seq']} {row['event']} by {escape(row['actor'])}")
+        console.print(f"  audit #{row['seq']} {markup(row['event'])} by {markup(row['actor'])}")
     return 0
 
 
 def _report(console: Console, decision: Decision) -> int:
-    pid = escape(decision.proposal_id)
+    pid = markup(decision.proposal_id)
     auth = decision.authorisation
     if auth is not None and auth.ok:
-        console.print(f"{pid}: approved ({escape(auth.message)})")
+        console.print(f"{pid}: approved ({markup(auth.message)})")
     outcome = decision.outcome
     if outcome is None:
-        console.print(f"{pid}: {escape(decision.note)}")
+        console.print(f"{pid}: {markup(decision.note)}")
         return 0
     if outcome.ran:
         detail = json.dumps(outcome.result.get("detail", {}), sort_keys=True, default=str)
-        console.print(f"{pid}: [green]executed[/] on the workspace's world: {escape(detail)}")
+        console.print(f"{pid}: [green]executed[/] on the workspace's world: {markup(detail)}")
         return 0
-    console.print(f"{pid}: [red]{outcome.status}[/]: {escape(outcome.message)}")
+    console.print(f"{pid}: [red]{markup(outcome.status)}[/]: {markup(outcome.message)}")
     return 1
 
 
 def run_approve(args: argparse.Namespace) -> int:
     decision = approve(Workspace(args.db).require(), args.proposal_id, args.user, execute=not args.no_execute)
-    return _report(Console(highlight=False), decision)
+    return _report(terminal(), decision)
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    return _report(Console(highlight=False), execute(Workspace(args.db).require(), args.proposal_id))
+    return _report(terminal(), execute(Workspace(args.db).require(), args.proposal_id))
 
 
 def run_reject(args: argparse.Namespace) -> int:
     reject(Workspace(args.db).require(), args.proposal_id, args.user, args.reason)
-    Console(highlight=False).print(f"{escape(args.proposal_id)}: rejected")
+    terminal().print(f"{markup(args.proposal_id)}: rejected")
     return 0

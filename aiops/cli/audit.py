@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-
 from aiops.cli.actions import DEFAULT_DB
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 from guardrails.audit import verify
 
 
@@ -22,5 +21,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_verify(args: argparse.Namespace) -> int:
     with Workspace(args.db).require().read() as store:
         result = verify(store)
-    Console(highlight=False, stderr=not result.ok).print(result.message)
+    terminal(stderr=not result.ok).print(markup(result.message))
     return 0 if result.ok else 1

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 from guardrails.audit import AuditLog, read_rows
 from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
 from guardrails.standing import approve_policy, policy_status, revoke_policy
@@ -76,15 +76,15 @@ def _describe(loaded: LoadedPolicy) -> list[dict[str, Any]]:
 
 
 def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any]) -> None:
-    console.print(f"policy {escape(loaded.path)}")
+    console.print(f"policy {markup(loaded.path)}")
     console.print(f"sha256 {loaded.sha256}")
     if state["approved"]:
-        console.print(f"[green]approved[/] by {', '.join(state['approvers'])} "
+        console.print(f"[green]approved[/] by {markup(', '.join(state['approvers']))} "
                       f"until {_clock(state['expires_ts_s'])}: automatic rules run inside their envelopes")  # fmt: skip
     else:
-        console.print(f"[yellow]not approved[/]: {escape(state['message'])}")
+        console.print(f"[yellow]not approved[/]: {markup(state['message'])}")
         console.print("automatic rules only propose until people approve this content: "
-                      f"aiops policy approve {escape(loaded.path)} --as NAME")  # fmt: skip
+                      f"aiops policy approve {markup(loaded.path)} --as NAME")  # fmt: skip
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -95,14 +95,15 @@ def run_show(args: argparse.Namespace) -> int:
                           "approvals_required": loaded.policy.approvals_required,
                           **{k: v for k, v in state.items() if k != "events"}}, indent=2))  # fmt: skip
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     table = Table("rule", "on", "respond", "action kind", "mode", "scopes", "envelope")
     for r in _describe(loaded):
         env = r["envelope"]
         envelope = (f"{env['min_fraction_of_tdp']:.0%}-{env['max_fraction_of_tdp']:.0%} TDP, "
                     f"≤{env['max_step_w']:g} W/step") if r["kind"] == "set_power_limit" else "-"  # fmt: skip
         mode = r["mode"] + (" (when infeasible)" if r["when"] == "infeasible" else "")
-        table.add_row(r["rule_id"], r["on"], r["respond"], r["kind"], mode, ", ".join(r["scopes"]), envelope)
+        table.add_row(*(markup(cell) for cell in (r["rule_id"], r["on"], r["respond"], r["kind"], mode,
+                                                 ", ".join(r["scopes"]), envelope)))  # fmt: skip
     console.print(table)
     console.print(f"approvals required: {loaded.policy.approvals_required} distinct people")
     _print_status(console, loaded, state)
@@ -115,12 +116,12 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, **state}, indent=2))
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     _print_status(console, loaded, state)
     for e in state["events"]:
         mark = "" if e.get("policy_sha256") == loaded.sha256 else " (other content)"
-        console.print(f"  #{e['seq']} {e.get('decision')} {str(e.get('policy_sha256'))[:12]}{mark} by "
-                      f"{escape(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
+        console.print(f"  #{e['seq']} {markup(e.get('decision'))} {markup(str(e.get('policy_sha256'))[:12])}{mark} by "
+                      f"{markup(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
                       f"expires {_clock(e.get('expires_ts_s'))}")  # fmt: skip
     return 0 if state["approved"] else 1
 
@@ -130,8 +131,8 @@ def run_approve(args: argparse.Namespace) -> int:
     with Workspace(args.db).require().write() as store:
         approve_policy(AuditLog(store), loaded, args.user, time.time(), args.valid_days * DAY_S)
     state = status_of(loaded, args.db)
-    console = Console(highlight=False)
-    console.print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
+    console = terminal()
+    console.print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
     _print_status(console, loaded, state)
     return 0
 
@@ -140,5 +141,5 @@ def run_revoke(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
     with Workspace(args.db).require().write() as store:
         revoke_policy(AuditLog(store), loaded.sha256, args.user, time.time(), args.reason)
-    Console(highlight=False).print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
+    terminal().print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
     return 0
