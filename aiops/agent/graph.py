@@ -171,6 +171,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def hypothesise(state: AgentState) -> AgentState:
         analyst_claims = [Claim.model_validate(c) for c in state.get("analyst_claims", [])]
         draft, failed = state.get("draft"), bool(state.get("failures"))
+        model_text: list[Claim] = []
         if draft is not None and not failed:
             claims, text, source = (
                 _claims_from_draft(draft, state.get("tool_log", [])),
@@ -180,19 +181,20 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         elif state.get("plain_text") and not failed:
             # not the structured answer, so nothing in it can be verified: the analyst's answer and proposals
             # stay, and the model's text is shown after the analyst's claims, marked unverifiable
-            model = Claim(text=state["plain_text"], status="unverifiable",
-                          note="the model's answer: not the structured answer, no citation")  # fmt: skip
+            model_text = [Claim(text=state["plain_text"], status="unverifiable",
+                                note="the model's answer: not the structured answer, no citation")]  # fmt: skip
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
         else:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
-        checked = verify_claims(
-            claims,
-            deps.sql,
-            max_claims=deps.limits.verify_max_claims,
-            budget_s=deps.limits.verify_budget_s,
+        checked = (
+            verify_claims(
+                claims,
+                deps.sql,
+                max_claims=deps.limits.verify_max_claims,
+                budget_s=deps.limits.verify_budget_s,
+            )
+            + model_text
         )
-        if state.get("plain_text") and draft is None and not failed:
-            checked.append(model)
         rate = verified_citation_rate(checked)
         deps.journal.record(
             "answer",
