@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from aiops.agent.config import AgentConfig, Limits
 from aiops.agent.grounding import Citation, Claim, verify_claims
@@ -21,9 +22,9 @@ from aiops.store import Workspace
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
 SLOW = "SELECT list(range(30000000)) AS x"  # one huge value in one vector: DuckDB's interrupt never sees it
-# Generous for a loaded 2-core CI machine (the kill itself comes at the limit); the code before this issue ran
-# this query for 22.7-43 s against its limit.
-CANCEL_BOUND_S = 5.0
+# 3x the 1 s limit: generous for a loaded 2-core CI machine (the kill itself comes at the limit, measured 1.1 s).
+# The code before this issue let this query run 5 s against a 1 s limit (22.7 s against 5 s).
+CANCEL_BOUND_S = 3.0
 
 
 def _config(base_url: str, **limits: Any) -> AgentConfig:
@@ -35,23 +36,16 @@ def test_sql_time_limit_cancels_a_query_duckdb_cannot_interrupt(tmp_path: Path) 
     sql = ReadOnlySQL(Workspace(db), timeout_s=1.0)
     try:
         assert sql.run("SELECT 1 AS one")["rows"] == [{"one": 1}]  # the worker is up: its start is not timed
-        worker = sql._worker
-        assert worker is not None
+        worker = getattr(sql, "_worker", None)
         start_s = time.monotonic()
-        try:
+        with pytest.raises(SQLRejected, match="exceeded 1 s and was cancelled"):
             sql.run(SLOW)
-            raise AssertionError("the query was not cancelled")
-        except SQLRejected as exc:
-            elapsed_s = time.monotonic() - start_s
-            assert "exceeded 1 s and was cancelled" in str(exc)
+        elapsed_s = time.monotonic() - start_s
         assert elapsed_s < CANCEL_BOUND_S, f"cancelled after {elapsed_s:.1f} s"
         # cancelled, not abandoned: the process that ran it is gone, and the next query runs at once
-        assert worker.process.poll() is not None
-        try:
+        assert worker is not None and worker.process.poll() is not None
+        with pytest.raises(ProcessLookupError):
             os.kill(worker.process.pid, 0)
-            raise AssertionError("the worker still runs")
-        except ProcessLookupError:
-            pass
         assert sql.run("SELECT 2 AS two")["rows"] == [{"two": 2}]
     finally:
         sql.close()
