@@ -250,8 +250,11 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"proposals": proposals, "decisions": {}}
 
     def guardrail(state: AgentState) -> AgentState:
-        evidence = [
-            f"{c['text']} [{c['status']}]" + (f": {c['citation']['sql']}" if c.get("citation") else "")
+        evidence = [  # each line bounded: the guardrails audit it with every proposal
+            (
+                f"{c['text'][:300]} [{c['status']}]"
+                + (f": {c['citation']['sql'][:500]}" if c.get("citation") else "")
+            )
             for c in state.get("claims", [])
         ]
         proposed_by = "llm" if state["source"] == "llm" else "analyst"
