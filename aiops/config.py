@@ -161,9 +161,25 @@ class LlmConfig(_Section):
     max_steps: int = Field(default=8, ge=1, le=100)
     max_tool_calls: int = Field(default=16, ge=0, le=500)
     max_tokens: int = Field(default=60_000, ge=1000, le=10_000_000)
+    completion_max_tokens: int = Field(
+        default=2048, ge=16, le=200_000, description="max_tokens sent with every completion request"
+    )
     sql_max_rows: int = Field(default=200, ge=1, le=100_000)
+    sql_max_bytes: int = Field(
+        default=65_536, ge=1024, le=64 * 1024 * 1024, description="JSON bytes of one SQL result"
+    )
     sql_timeout_s: float = Field(default=5.0, gt=0, le=300)
     whatif_horizon_s: float = Field(default=120.0, gt=0, le=3600)
+    verify_max_claims: int = Field(default=12, ge=0, le=1000, description="claims re-run per answer")
+    verify_budget_s: float = Field(
+        default=15.0, gt=0, le=600, description="total claim re-run time per answer"
+    )
+    record_max_bytes: int = Field(
+        default=65_536,
+        ge=4096,
+        le=64 * 1024 * 1024,
+        description="one journal/audit record or stored tool result",
+    )
 
 
 class HttpConfig(_Section):

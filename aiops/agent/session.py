@@ -93,8 +93,9 @@ class AgentSession:
         with workspace.read() as store:
             self.analyst = Analyst.from_store(store)
             self.twin = Twin.load(store)
-        self.sql = ReadOnlySQL(workspace, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s)
-        self.journal = WorkspaceJournal(workspace)
+        self.sql = ReadOnlySQL(workspace, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s,
+                               max_bytes=limits.sql_max_bytes)  # fmt: skip
+        self.journal = WorkspaceJournal(workspace, max_record_bytes=limits.record_max_bytes)
         self.guard = WorkspaceGuard(workspace, self.twin, clock, before_write=self.journal.flush)
         self.world = TwinWorld(workspace, self.twin, self.guard) if self.twin else None
         if llm is None and self.config.online:
@@ -250,8 +251,11 @@ class AgentSession:
         return {"proposal": action, "reply": reply, "log": self.journal.entries(proposal_id=proposal_id)}
 
     def close(self) -> None:
-        self.journal.flush()
-        self._checkpoints.close()
+        try:
+            self.journal.flush()
+        finally:
+            self.sql.close()
+            self._checkpoints.close()
 
     def __enter__(self) -> AgentSession:
         return self
