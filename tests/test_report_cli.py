@@ -131,3 +131,27 @@ def test_bad_arguments_exit_2(
     assert _report(demo_db, tmp_path, *args) == 2
     assert field in capsys.readouterr().err
     assert not list(tmp_path.glob("report-*"))
+
+
+def test_coverage_shows_fleet_gaps_and_silent_gpus(tmp_path: Path) -> None:
+    times = [EPOCH_S + i * 10 for i in range(60)]
+    times = [t for t in times if not (EPOCH_S + 200 <= t < EPOCH_S + 400)]  # nobody reported for 200 s
+    with Store(tmp_path / "gaps.duckdb") as store:
+        for gpu, kept in (("node0/gpu0", times), ("node0/gpu1", times[:10])):  # gpu1 went silent early
+            store.ingest(
+                "gpu_samples",
+                {
+                    "ts_s": kept,
+                    "gpu": [gpu] * len(kept),
+                    "node": ["node0"] * len(kept),
+                    "temp_c": [50.0] * len(kept),
+                },
+            )
+        report = build_report(store, Period(EPOCH_S, EPOCH_S + 3600), now_ts_s=EPOCH_S)
+    coverage = report.section("coverage")
+    assert coverage is not None
+    tables = {t.caption: t.rows for t in coverage.tables}
+    gaps = tables["Gaps in GPU telemetry: no GPU reported (longest first)"]
+    assert gaps == (("2026-01-01 00:03:10 UTC", "3.5 min"),)
+    silent = tables["GPUs that reported at fewer than 95 % of the sample times"]
+    assert silent == (("node0/gpu1", "10", "40", "0"),)

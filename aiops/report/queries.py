@@ -132,13 +132,27 @@ def coverage(store: Store, period: Period) -> list[Row]:
 
 
 def gaps(store: Store, period: Period, interval_s: float) -> list[Row]:
-    """Gaps in GPU telemetry longer than three sample intervals: where, from when, how long."""
+    """Gaps in fleet GPU telemetry (no GPU reported) longer than three sample intervals: from when, how long.
+    The window runs over the distinct timestamps (one per sample time), not over every GPU's rows."""
     return store.query(
-        """SELECT gpu, prev_ts_s AS from_ts_s, ts_s - prev_ts_s AS gap_s FROM (
-               SELECT gpu, ts_s, lag(ts_s) OVER (PARTITION BY gpu ORDER BY ts_s) AS prev_ts_s
-               FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? AND nvml_error IS NULL)
+        """SELECT prev_ts_s AS from_ts_s, ts_s - prev_ts_s AS gap_s FROM (
+               SELECT ts_s, lag(ts_s) OVER (ORDER BY ts_s) AS prev_ts_s
+               FROM (SELECT DISTINCT ts_s FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?))
            WHERE ts_s - prev_ts_s > ? ORDER BY gap_s DESC LIMIT 20""",
         [period.start_ts_s, period.end_ts_s, 3 * interval_s],
+    )
+
+
+def gpus_missing(store: Store, period: Period) -> list[Row]:
+    """GPUs that reported at fewer than 95 % of the fleet's sample times (or answered with an NVML error)."""
+    return store.query(
+        """WITH fleet AS (SELECT count(DISTINCT ts_s) AS times FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2)
+           SELECT gpu, count(*) FILTER (WHERE nvml_error IS NULL) AS samples, any_value(fleet.times) AS times,
+               count(nvml_error) AS errors
+           FROM gpu_samples, fleet WHERE ts_s >= $1 AND ts_s < $2 GROUP BY gpu
+           HAVING count(*) FILTER (WHERE nvml_error IS NULL) < 0.95 * any_value(fleet.times)
+           ORDER BY samples LIMIT 20""",
+        [period.start_ts_s, period.end_ts_s],
     )
 
 

@@ -295,13 +295,22 @@ def coverage(store: Store, period: Period, interval_s: float) -> Section:
     if gaps:
         section.tables.append(
             _t(
-                "Gaps in GPU telemetry (longest first)",
-                ("GPU", "from", "gap"),
-                [(r["gpu"], utc(r["from_ts_s"]), duration(r["gap_s"])) for r in gaps],
+                "Gaps in GPU telemetry: no GPU reported (longest first)",
+                ("from", "gap"),
+                [(utc(r["from_ts_s"]), duration(r["gap_s"])) for r in gaps],
             )
         )
     elif seen:
-        section.lines.append(f"No gap in GPU telemetry longer than {3 * interval_s:g} s.")
+        section.lines.append(f"No gap in fleet GPU telemetry longer than {3 * interval_s:g} s.")
+    missing_gpus = q.gpus_missing(store, period)
+    if missing_gpus:
+        section.tables.append(
+            _t(
+                "GPUs that reported at fewer than 95 % of the sample times",
+                ("GPU", "samples", "of", "NVML errors"),
+                [(r["gpu"], r["samples"], r["times"], r["errors"]) for r in missing_gpus],
+            )
+        )
     errors = q.collector_errors(store, period)
     if errors:
         section.tables.append(
