@@ -155,3 +155,24 @@ def test_coverage_shows_fleet_gaps_and_silent_gpus(tmp_path: Path) -> None:
     assert gaps == (("2026-01-01 00:03:10 UTC", "3.5 min"),)
     silent = tables["GPUs that reported at fewer than 95 % of the sample times"]
     assert silent == (("node0/gpu1", "10", "40", "0"),)
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [
+        ("[x](http://evil.example)", "\\[x\\]\\(http\\:\\/\\/evil.example\\)"),
+        ("see www.evil.example", "see www\\.evil.example"),
+        ("<b>&amp;", "\\<b\\>\\&amp;"),
+        ("a|b*c_d~e`f", "a\\|b\\*c\\_d\\~e\\`f"),
+        ("- item", "\\- item"),
+        ("1. item", "1\\. item"),
+        ("# heading", "\\# heading"),
+        (
+            "3.5 min at 2026-01-01 00:04:40 UTC",
+            "3.5 min at 2026-01-01 00:04:40 UTC",
+        ),  # plain text stays readable
+        ("tab\there\x1b[31m", "tab here \\[31m"),
+    ],
+)
+def test_markdown_escape(raw: str, escaped: str) -> None:
+    assert md_escape(raw) == escaped

@@ -9,11 +9,18 @@ import re
 from aiops.report.model import Report, Table
 from aiops.report.text import clean, utc
 
-_MARKUP = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&\"'=:])")
+# CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that make markup inline
+# (emphasis, code, links, images, HTML, tables, strikethrough, entities). URLs are broken up so that GFM's
+# autolinks do not turn `http://x` or `www.x` into links; a leading list or heading marker is escaped.
+_MARKUP = re.compile(r"([\\`*_{}\[\]()#!|<>~&])")
+_AUTOLINK = re.compile(r"(?i)(://|www\.)")
+_LEADING = re.compile(r"^(\s*)(\d*)([-+=.)])(?=[\s=-]|$)")
 
 
 def md_escape(value: object) -> str:
-    return _MARKUP.sub(r"\\\1", clean(value))
+    text = _MARKUP.sub(r"\\\1", clean(value))
+    text = _AUTOLINK.sub(lambda m: "".join("\\" + c if not c.isalnum() else c for c in m.group(1)), text)
+    return _LEADING.sub(lambda m: m.group(1) + m.group(2) + "\\" + m.group(3), text)
 
 
 def _table(table: Table) -> list[str]:
