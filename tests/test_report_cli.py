@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
-from aiops.report import Period, build_report
+from aiops.report.build import build_report
+from aiops.report.period import Period
 from aiops.report.render_html import render_html
 from aiops.report.render_md import md_escape, render_md
 from aiops.store import Store
@@ -176,3 +177,19 @@ def test_coverage_shows_fleet_gaps_and_silent_gpus(tmp_path: Path) -> None:
 )
 def test_markdown_escape(raw: str, escaped: str) -> None:
     assert md_escape(raw) == escaped
+
+
+def test_commands_and_the_service_do_not_load_matplotlib() -> None:
+    """Only a report draws: the CLI's parser and the service import neither matplotlib nor Jinja2."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, aiops.cli.main as m, aiops.service.service\n"
+        "m.build_parser()\n"
+        "print(sorted(n for n in ('matplotlib', 'jinja2') if n in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"

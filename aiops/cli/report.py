@@ -9,8 +9,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from aiops.report.period import parse_period
-from aiops.report.write import parse_formats, write_report
 from aiops.store import Workspace
 
 
@@ -26,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiops.report.period import parse_period  # here: matplotlib loads only for a report
+    from aiops.report.write import parse_formats, write_report
+
     formats = parse_formats(args.format)
     workspace = Workspace(args.db).require()
     with workspace.read() as store:

@@ -1,9 +1,6 @@
 """Health reports of a period: aggregates computed in DuckDB (`queries*`), plots drawn with matplotlib (`plots`),
 rendered as self-contained HTML, Markdown and PDF (`render_html`, `render_md`, `pdf`). `build.build_report`
-is the one entry point; `aiops report` and the service's schedule call it."""
+builds one, `write.write_report` writes it; `aiops report` and the service's schedule (`schedule`) call them.
 
-from aiops.report.build import build_report
-from aiops.report.model import Plot, Report, Section, Table
-from aiops.report.period import Period, parse_period
-
-__all__ = ["Period", "Plot", "Report", "Section", "Table", "build_report", "parse_period"]
+Nothing is imported here: `aiops` commands and the service import matplotlib only when they draw a report.
+"""

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiops.config import ReportConfig
 from aiops.cron import parse_cron
 from aiops.report.period import Period, parse_duration_s
-from aiops.report.write import Written, parse_formats, write_report
 from aiops.store import Store
+
+if TYPE_CHECKING:
+    from aiops.report.write import Written
 
 LAST_RUN_KEY = "report.last_run_ts_s"
 _SUFFIXES = (".html", ".md", ".pdf")
@@ -56,6 +59,8 @@ def prune(out_dir: Path, keep_last: int) -> list[Path]:
 
 def write_scheduled(store: Store, config: ReportConfig, out_dir: Path, end_ts_s: float) -> Written:
     """The report of the `since` period ending at `end_ts_s` (the telemetry's clock), then the old ones pruned."""
+    from aiops.report.write import parse_formats, write_report  # here: matplotlib loads only when one is due
+
     period = Period(end_ts_s - parse_duration_s(config.since, "report.since"), end_ts_s)
     written = write_report(store, period, out_dir, parse_formats(config.formats, "config", "report.formats"))
     prune(out_dir, config.keep_last)

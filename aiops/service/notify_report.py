@@ -6,13 +6,15 @@ the store and the file system: JSON-encoded for JSON sinks, escaped for Slack.""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiops.report.text import utc
-from aiops.report.write import Written
 from aiops.service.notify_payloads import PAYLOAD_VERSION, slack_escape
 from aiops.service.notify_queue import Sink
 from aiops.store import Store
+
+if TYPE_CHECKING:
+    from aiops.report.write import Written
 
 EVENT = "report"
 

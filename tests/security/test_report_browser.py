@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
-from aiops.report import Period, build_report
+from aiops.report.build import build_report
+from aiops.report.period import Period
 from aiops.store import Store
 from tests.report_browser import MIN_VARIANCE, browser, chromium, load, pdf_pages, variance
 from tests.report_helpers import simulate_day
