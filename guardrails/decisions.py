@@ -55,12 +55,20 @@ def signed_payload(
 
 
 def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
-    """The signer of a decision row; raises `GuardrailError` saying why the row does not hold."""
-    data = row.data()
+    """The signer of a decision row; raises `GuardrailError` saying why the row does not hold (rows are
+    hostile data: anyone with write access to the database can put anything there)."""
+    try:
+        data = row.data()
+        if not isinstance(data, dict):
+            raise GuardrailError("signature", "the payload is not an object")
+        message = message_of(row, data)
+    except (TypeError, ValueError):
+        raise GuardrailError(
+            "signature", "a malformed decision row (times or ids of the wrong type)"
+        ) from None
     signature = data.get("signature")
     if not isinstance(signature, str) or not signature:
         raise GuardrailError("signature", "unsigned decision")
-    message = message_of(row, data)
     if data.get("message") != message.decode("ascii"):
         raise GuardrailError("signature", "the recorded message does not match the row's fields (edited)")
     signed = verifier.verify(message, signature)
@@ -89,8 +97,8 @@ def signed_approvals(rows: Sequence[AuditRow], verifier: Verifier) -> list[Appro
             continue
         data = row.data()
         out.append(Approval(proposal_id=row.proposal_id, approver=signed.principal,
-                            action_hash=str(data.get("action_hash", "")), ts_s=float(data["ts_s"]),
-                            expires_ts_s=float(data["expires_ts_s"]), key_fingerprint=signed.fingerprint))  # fmt: skip
+                            action_hash=str(data.get("action_hash", "")), ts_s=float(data.get("ts_s", 0.0)),
+                            expires_ts_s=float(data.get("expires_ts_s", 0.0)), key_fingerprint=signed.fingerprint))  # fmt: skip
     return out
 
 
@@ -135,7 +143,7 @@ def problems(store: Store, verifier: Verifier) -> list[str]:
     rejected = {(r.proposal_id, r.actor) for r in good if r.event == "rejection"}
     for pid, by in store.conn.execute("SELECT proposal_id, rejected_by FROM rejections").fetchall():
         if (pid, by) not in rejected:
-            found.append(f"rejections row ({pid[:80]}, {by[:40]}) has no signed rejection event")
+            found.append(f"rejections row ({str(pid)[:80]}, {str(by)[:40]}) has no signed rejection event")
     people: dict[str, set[str]] = {}
     for r in good:
         if r.event == "approval":
@@ -144,8 +152,8 @@ def problems(store: Store, verifier: Verifier) -> list[str]:
         "SELECT proposal_id, approvals_needed FROM proposals WHERE status = 'approved' ORDER BY proposal_id"
     ).fetchall():
         have = len(people.get(pid, set()))
-        if have < int(needed):
+        if have < int(needed or 1):
             found.append(
-                f"proposal {pid[:80]} is marked approved with {have} of {needed} signed approval(s) (forged status?)"
+                f"proposal {str(pid)[:80]} is marked approved with {have} of {needed} signed approval(s) (forged status?)"
             )
     return found

@@ -310,7 +310,12 @@ class Guardrails:
             "expires_ts_s": record.expires_ts_s,
             "origin": record.origin,
             "incident_id": record.incident_id,
-            "approvals": [a.model_dump(mode="json") for a in self.records.approvals(proposal_id)],
+            "approvals": [  # the ones that count: signed audit events that verify (not the approvals table)
+                a.model_dump(mode="json")
+                for a in signed_approvals(
+                    self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
+                )
+            ],
             "execution": self.records.execution(proposal_id),
             "audit": [
                 {"seq": r.seq, "ts_s": r.ts_s, "event": r.event, "actor": r.actor}

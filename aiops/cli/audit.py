@@ -14,7 +14,7 @@ from aiops.cli.actions import DEFAULT_DB
 from aiops.errors import GuardrailError
 from aiops.store import Workspace
 from guardrails import witness
-from guardrails.audit import verify, verify_witness
+from guardrails.audit import chain_heads, verify, verify_witness
 from guardrails.decisions import problems
 from guardrails.signing import ConfiguredVerifier
 
@@ -44,7 +44,7 @@ def run_verify(args: argparse.Namespace) -> int:
         result = verify(store)
         if not result.ok:
             found.append(result.message)
-        else:
+        if chain_heads(store) is not None:
             found += problems(store, ConfiguredVerifier())
         default = witness.default_path(store.path)
         path = Path(args.witness) if args.witness else default

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
+from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails import Guardrails, RecordingActuator
 from guardrails.audit import AuditLog, verify
+from guardrails.decisions import check_row
 from guardrails.policy import ExecutionRecord
 from guardrails.records import GuardrailRecords
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
@@ -51,11 +53,15 @@ def test_a_forged_approvals_row_and_status_execute_nothing_and_verify_names_them
     assert "approvals row (P-1, mallory) has no signed approval event" in err
     assert "proposal P-1 is marked approved with 0 of 1 signed approval(s)" in err
     with Store(db) as store:
-        outcome = Guardrails(store, actuator=actuator, clock=clock).execute("P-1")
+        desk = Guardrails(store, actuator=actuator, clock=clock)
+        assert desk.show("P-1")["approvals"] == []  # what counts: signed events, none here
+        outcome = desk.execute("P-1")
     assert (outcome.status, outcome.rule) == ("refused", "approval") and actuator.applied == []
 
 
-def test_a_forged_approval_event_appended_to_the_chain_does_not_count(tmp_path: Path, signing: Keys) -> None:
+def test_a_forged_approval_event_appended_to_the_chain_does_not_count(
+    tmp_path: Path, signing: Keys, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Write access to the database lets one append a well-chained `approval` event; without a signature it
     counts for nothing, and with alice's signature of another proposal it does not verify."""
     db = _workspace(tmp_path)
@@ -73,9 +79,29 @@ def test_a_forged_approval_event_appended_to_the_chain_does_not_count(tmp_path: 
         desk.audit.append(
             "approval", {**unsigned, "approver": "bob"}, proposal_id="P-1", actor="bob", ts_s=clock()
         )
+        desk.audit.append(
+            "approval", {**forged, "ts_s": "abc"}, proposal_id="P-1", actor="alice", ts_s=clock()
+        )
+        store.conn.execute(
+            "UPDATE audit_log SET payload = '[1]' WHERE seq = 1"
+        )  # hostile rows: never a crash
         outcome = desk.execute("P-1")
     assert outcome.rule == "approval" and actuator.applied == []
     assert _verify(db) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "broken at seq 1" in said  # the edit breaks the chain, and every bad decision row is named too
+    assert said.count("approval by alice") == 2 and "approval by bob: unsigned decision" in said
+    with Store(db) as store:
+        rows = AuditLog(store).rows(event="approval")
+        problems_by_seq = {}
+        for row in rows:
+            try:
+                check_row(row, signing.verifier())
+            except GuardrailError as exc:
+                problems_by_seq[row.seq] = exc.detail
+    said = " | ".join(problems_by_seq.values())
+    assert "the recorded message does not match" in said and "unsigned decision" in said
+    assert "a malformed decision row" in said
 
 
 def test_deleting_a_revocation_is_reported_and_the_policy_stays_revoked(
