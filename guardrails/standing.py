@@ -59,6 +59,16 @@ def _person(name: object) -> str | None:
         return None
 
 
+def _number(value: object, unreadable: float) -> float:
+    """A recorded time; `unreadable` for anything that is not a number (rows are hostile data)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return unreadable
+    try:
+        return float(value)
+    except ValueError:
+        return unreadable
+
+
 def policy_status(
     rows: Sequence[AuditRow], sha256: str, needed: int, now_ts_s: float, *, before_seq: int | None = None
 ) -> PolicyStatus:
@@ -69,25 +79,28 @@ def policy_status(
         for r in rows
         if r.event == "policy_approval" and (before_seq is None or r.seq < before_seq)
     ]
-    revoked_at = max(
-        (r.seq for r, d in events if d.get("decision") == "revoke" and d.get("policy_sha256") == sha256),
-        default=0,
-    )
+    revokes = [
+        (r, d) for r, d in events if d.get("decision") == "revoke" and d.get("policy_sha256") == sha256
+    ]
+    revoked_at = max((r.seq for r, _ in revokes), default=0)
+    # the signed time as well as the position: an old approval replayed after a revocation stays revoked
+    revoked_ts_s = max((_number(d.get("ts_s"), float("inf")) for _, d in revokes), default=float("-inf"))
     people: dict[str, float] = {}
     others: set[str] = set()
     for row, data in events:
         if data.get("decision") != "approve":
             continue
-        expires = float(data.get("expires_ts_s", 0.0))
+        expires = _number(data.get("expires_ts_s"), float("-inf"))
+        signed_ts_s = _number(data.get("ts_s", row.ts_s), float("inf"))
         name = _person(data.get("approver", ""))
-        if name is None or not float(data.get("ts_s", row.ts_s)) <= now_ts_s < expires:
+        if name is None or not signed_ts_s <= now_ts_s < expires:
             continue
         if data.get("policy_sha256") != sha256:
             others.add(str(data.get("policy_sha256", "")))
             continue
-        if row.seq <= revoked_at:
+        if row.seq <= revoked_at or signed_ts_s <= revoked_ts_s:
             continue
-        needed = max(needed, int(data.get("approvals_needed", 1)))
+        needed = max(needed, int(_number(data.get("approvals_needed", 1), 10.0**6)))
         people[name] = max(people.get(name, 0.0), expires)
     needed = max(needed, 1)
     approvers = tuple(sorted(people))

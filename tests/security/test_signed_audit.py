@@ -130,6 +130,26 @@ def test_deleting_a_revocation_is_reported_and_the_policy_stays_revoked(
     assert main(["policy", "status", str(DEFAULT_RESPONSES_PATH), "--db", str(db)]) == 1
 
 
+def test_old_policy_approvals_replayed_after_a_revocation_stay_revoked(tmp_path: Path, signing: Keys) -> None:
+    """With the witness writable too (the default file beside the database), one could append well-chained,
+    witnessed copies of the old signed approvals after the revocation; their signed times are older than it."""
+    db = _workspace(tmp_path)
+    loaded = load_response_policy(DEFAULT_RESPONSES_PATH)
+    needed = loaded.policy.approvals_required
+    verifier = signing.verifier()
+    with Store(db) as store:
+        audit = AuditLog(store, clock=lambda: NOW_TS_S)
+        approvals = [
+            approve_policy(audit, loaded, signing.signer(n), verifier, NOW_TS_S) for n in ("alice", "bob")
+        ]
+        revoke_policy(audit, loaded.sha256, signing.signer("carol"), verifier, NOW_TS_S + 2, "fan failure")
+        for row in approvals:
+            audit.append("policy_approval", row.data(), actor=row.actor, ts_s=NOW_TS_S + 3)
+        status = standing_status(audit, loaded.sha256, needed, NOW_TS_S + 4, verifier)
+        assert verify(store).ok
+    assert not status.approved and "(revoked)" in status.message
+
+
 def test_re_chained_rows_and_a_dropped_table_fail_verification(
     tmp_path: Path, signing: Keys, capsys: pytest.CaptureFixture[str]
 ) -> None:
