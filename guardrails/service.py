@@ -220,7 +220,7 @@ class Guardrails:
         self.records.add_approval(approval)
         self.audit.append("approval", signed_payload(approval.model_dump(mode="json"), message, signature, signed),
                           proposal_id=proposal_id, actor=approval.approver, ts_s=now)  # fmt: skip
-        book.approvals.append(approval)
+        book.approvals[-1] = approval  # `book.approve` recorded it without the signed expiry and key
         auth = dataclasses.replace(
             book.is_authorised(record.action, now, context.gpus), signed_by=approval.approver
         )
