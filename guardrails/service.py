@@ -111,11 +111,15 @@ class Guardrails:
         return Context(base.topology, base.gpus, history, now_ts_s, self.registry)
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
-        """The approvals the signed audit events of this proposal hold (not the `approvals` table)."""
+        """The approvals the signed audit events of this proposal hold (not the `approvals` table); the
+        rejections of the table and of the audit log alike (a rejection only ever blocks, so deleting one of
+        the two records does not lift it)."""
         approvals = signed_approvals(
             self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
         )
-        return PolicyBook(context.topology, self.registry, approvals, self.records.rejections(),
+        logged = [Rejection(proposal_id=r.proposal_id, by=r.actor, reason="", ts_s=r.ts_s)
+                  for r in self.audit.rows(proposal_id=proposal_id, event="rejection")]  # fmt: skip
+        return PolicyBook(context.topology, self.registry, approvals, [*self.records.rejections(), *logged],
                           standing=self.standing)  # fmt: skip
 
     def expiry_ts_s(self, record: ProposalRecord) -> float:

@@ -220,3 +220,16 @@ def test_rows_written_around_the_witness_are_reported() -> None:
     assert not unwitnessed.ok and "rows not in the witness: seq 3" in unwitnessed.message
     assert "missing tail rows" in check(chain[:1], chain).message
     assert "the audit_log table is missing" in check(None, chain).message
+
+
+def test_a_rejection_deleted_from_the_table_still_blocks(store: Store, signing: Keys) -> None:
+    seed_store(store)
+    clock = FakeClock()
+    actuator = RecordingActuator()
+    desk = Guardrails(store, actuator=actuator, clock=clock)
+    desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
+    desk.approve("P-1", signing.signer("alice"))
+    desk.reject("P-1", signing.signer("bob"), "the job is about to checkpoint")
+    store.conn.execute("DELETE FROM rejections")
+    store.conn.execute("UPDATE proposals SET status = 'approved'")
+    assert desk.execute("P-1").rule == "approval" and actuator.applied == []
