@@ -199,6 +199,17 @@ class HttpConfig(_Section):
 
 class GuardrailsConfig(_Section):
     proposal_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    allowed_signers: str = Field(
+        default="",
+        description='OpenSSH allowed-signers file (namespaces="aiops-approval"); empty: nobody approves',
+    )
+    signing_key: str = Field(
+        default="", description="your key for approvals: a private key file, or a .pub held by ssh-agent"
+    )
+    witness: str = Field(default="", description="the audit chain's witness file; empty: <db>.witness")
+    approvers: dict[str, list[Literal["physical", "policy"]]] = Field(
+        default_factory=dict, description="principal -> risk classes they may approve"
+    )
 
 
 class ReportConfig(_Section):
@@ -360,6 +371,12 @@ def example_toml() -> str:
                 "# one file for many nodes: each host finds itself by hostname (the pod's, with hostNetwork)",
                 "# [node.hosts]",
                 '# "gpu-a-17" = { name = "node17", rack = "rack2" }',
+            ]
+        if section == "guardrails":
+            lines += [
+                "# who may approve what (docs/SECURITY.md): physical proposals and/or response policies",
+                "# [guardrails.approvers]",
+                '# alice = ["physical", "policy"]',
             ]
         if section == "notify":
             lines += [

@@ -6,10 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
             since=args.since, start=args.start, end=args.end, now_ts_s=time.time(), latest_ts_s=latest
         )
         written = write_report(store, period, Path(args.out), formats)
-    console = Console(highlight=False, soft_wrap=True)
-    console.print(escape(written.report.headline))
+    console = terminal(soft_wrap=True)
+    console.print(markup(written.report.headline))
     for kind, path in written.paths.items():
-        console.print(f"{kind}: {escape(str(path))}")
+        console.print(f"{kind}: {markup(str(path))}")
     return 0
