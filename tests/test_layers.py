@@ -5,7 +5,7 @@ lower layer up to a higher one. docs/ARCHITECTURE.md draws the same layers.
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
-  0 base        aiops (the package), aiops.errors, .labels, .nvml_bits, .models, .safeload, .scenarios
+  0 base        aiops (the package), aiops.errors, .labels, .nvml_bits, .models, .safeload, .scenarios, .text
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
   3 collectors  collectors (read-only telemetry sources)
@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "aiops.models",
         "aiops.safeload",
         "aiops.scenarios",
+        "aiops.text",
     ),
     ("aiops.store",),
     ("aiops.datapath",),
@@ -44,7 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.control",),
     ("aiops.sim",),
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline"),
-    ("aiops.runtime",),
+    ("aiops.runtime", "aiops.report"),
     ("aiops.agent", "aiops.lab", "aiops.service", "evals"),
     ("aiops.cli",),
 )

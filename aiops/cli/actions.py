@@ -1,6 +1,7 @@
 """`aiops actions list|show|approve|reject|execute`: the proposals of a workspace (whoever filed them: the demo,
-an analysis, the chat, a DCIM round), and a person's decision on them. Approvals name the person (--as NAME);
-the proposer and non-person names (llm, analyst, admin, ...) cannot approve. Once enough people approved, the
+an analysis, the chat, a DCIM round), and a person's decision on them. Approvals and rejections are signed
+with the person's SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the ssh-agent) and verified
+against the allowed-signers file, which names the person (docs/SECURITY.md). Once enough people approved, the
 proposal executes at once on the workspace's world, through the guardrails (`aiops.runtime.actions`)."""
 
 from __future__ import annotations
@@ -10,15 +11,19 @@ import json
 from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from aiops.runtime.actions import Decision, approve, execute, reject
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
+from guardrails.signing import configured_signer
 
 DEFAULT_DB = "out/demo.duckdb"
+KEY_HELP = (
+    "your SSH key: a private key file, or a .pub the ssh-agent holds (default: [guardrails] signing_key)"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
     approve = verbs.add_parser(
-        "approve", help="approve a proposal (as a named person); runs it once authorised"
+        "approve", help="approve a proposal (signed with your key); runs it once authorised"
     )
     approve.add_argument("proposal_id", metavar="ID")
-    approve.add_argument("--as", dest="user", required=True, help="your name")
+    approve.add_argument("--key", default=None, help=KEY_HELP)
     approve.add_argument("--db", default=DEFAULT_DB)
     approve.add_argument("--no-execute", action="store_true", help="record the approval only")
     approve.set_defaults(func=run_approve)
@@ -48,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     execute.set_defaults(func=run_execute)
     reject = verbs.add_parser("reject", help="reject a proposal")
     reject.add_argument("proposal_id", metavar="ID")
-    reject.add_argument("--as", dest="user", required=True, help="your name")
+    reject.add_argument("--key", default=None, help=KEY_HELP)
     reject.add_argument("--reason", required=True)
     reject.add_argument("--db", default=DEFAULT_DB)
     reject.set_defaults(func=run_reject)
@@ -72,7 +77,7 @@ def run_list(args: argparse.Namespace) -> int:
                  "incident_id": r.incident_id, "expires_ts_s": r.expires_ts_s} for r in records]  # fmt: skip
         print(json.dumps(rows, indent=2))
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     if not records:
         console.print("no proposals")
         return 0
@@ -82,10 +87,10 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_column(column)
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
-        table.add_row(escape(r.action.proposal_id), escape(r.action.kind), escape(r.action.target),
-                      "physical" if r.physical else "digital", r.status,
-                      f"{len(people)}/{r.approvals_needed}", escape(r.action.proposed_by), escape(r.origin),
-                      escape(r.message))  # fmt: skip
+        table.add_row(markup(r.action.proposal_id), markup(r.action.kind), markup(r.action.target),
+                      "physical" if r.physical else "digital", markup(r.status),
+                      f"{len(people)}/{r.approvals_needed}", markup(r.action.proposed_by), markup(r.origin),
+                      markup(r.message))  # fmt: skip
     console.print(table)
     return 0
 
@@ -96,58 +101,63 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(shown, indent=2, default=str))
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     action = shown["action"]
-    console.print(f"[bold]{escape(action['proposal_id'])}[/] {action['kind']} on {escape(action['target'])}")
-    console.print(f"parameters: {escape(json.dumps(action['parameters'], sort_keys=True))}")
+    console.print(
+        f"[bold]{markup(action['proposal_id'])}[/] {markup(action['kind'])} on {markup(action['target'])}"
+    )
+    console.print(f"parameters: {markup(json.dumps(action['parameters'], sort_keys=True))}")
     console.print(f"risk: {'physical' if shown['physical'] else 'digital'}; "
                   f"approvals needed: {shown['approvals_needed']}")  # fmt: skip
-    console.print(f"status: {shown['status']} ({escape(shown['message'])})")
-    console.print(f"proposed by {action['proposed_by']} at {_clock(action['created_ts_s'])}")
-    console.print("reason (proposer's text, not an instruction): " + escape(action["reason"] or "-"))
+    console.print(f"status: {markup(shown['status'])} ({markup(shown['message'])})")
+    console.print(f"proposed by {markup(action['proposed_by'])} at {_clock(action['created_ts_s'])}")
+    console.print("reason (proposer's text, not an instruction): " + markup(action["reason"] or "-"))
     for evidence in action["evidence"]:
-        console.print(f"  evidence: {escape(evidence)}")
+        console.print(f"  evidence: {markup(evidence)}")
     if action["expected_effect"]:
-        console.print(f"expected effect: {escape(action['expected_effect'])}")
-    console.print(f"rollback: {escape(json.dumps(action['rollback']))}")
-    console.print(f"action hash: {shown['action_hash']}")
+        console.print(f"expected effect: {markup(action['expected_effect'])}")
+    console.print(f"rollback: {markup(json.dumps(action['rollback']))}")
+    console.print(f"action hash: {markup(shown['action_hash'])}")
     for a in shown["approvals"]:
-        console.print(f"  approved by {escape(a['approver'])} at {_clock(a['ts_s'])}, "
+        console.print(f"  approved by {markup(a['approver'])} at {_clock(a['ts_s'])}, "
                       f"expires {_clock(a['expires_ts_s'])}")  # fmt: skip
     if shown["execution"]:
-        console.print(f"execution: {shown['execution']['status']} at {_clock(shown['execution']['ts_s'])}")
+        console.print(
+            f"execution: {markup(shown['execution']['status'])} at {_clock(shown['execution']['ts_s'])}"
+        )
     for row in shown["audit"]:
-        console.print(f"  audit #{row['seq']} {row['event']} by {escape(row['actor'])}")
+        console.print(f"  audit #{row['seq']} {markup(row['event'])} by {markup(row['actor'])}")
     return 0
 
 
 def _report(console: Console, decision: Decision) -> int:
-    pid = escape(decision.proposal_id)
+    pid = markup(decision.proposal_id)
     auth = decision.authorisation
     if auth is not None and auth.ok:
-        console.print(f"{pid}: approved ({escape(auth.message)})")
+        console.print(f"{pid}: approved ({markup(auth.message)})")
     outcome = decision.outcome
     if outcome is None:
-        console.print(f"{pid}: {escape(decision.note)}")
+        console.print(f"{pid}: {markup(decision.note)}")
         return 0
     if outcome.ran:
         detail = json.dumps(outcome.result.get("detail", {}), sort_keys=True, default=str)
-        console.print(f"{pid}: [green]executed[/] on the workspace's world: {escape(detail)}")
+        console.print(f"{pid}: [green]executed[/] on the workspace's world: {markup(detail)}")
         return 0
-    console.print(f"{pid}: [red]{outcome.status}[/]: {escape(outcome.message)}")
+    console.print(f"{pid}: [red]{markup(outcome.status)}[/]: {markup(outcome.message)}")
     return 1
 
 
 def run_approve(args: argparse.Namespace) -> int:
-    decision = approve(Workspace(args.db).require(), args.proposal_id, args.user, execute=not args.no_execute)
-    return _report(Console(highlight=False), decision)
+    signer = configured_signer(args.key)
+    decision = approve(Workspace(args.db).require(), args.proposal_id, signer, execute=not args.no_execute)
+    return _report(terminal(), decision)
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    return _report(Console(highlight=False), execute(Workspace(args.db).require(), args.proposal_id))
+    return _report(terminal(), execute(Workspace(args.db).require(), args.proposal_id))
 
 
 def run_reject(args: argparse.Namespace) -> int:
-    reject(Workspace(args.db).require(), args.proposal_id, args.user, args.reason)
-    Console(highlight=False).print(f"{escape(args.proposal_id)}: rejected")
+    reject(Workspace(args.db).require(), args.proposal_id, configured_signer(args.key), args.reason)
+    terminal().print(f"{markup(args.proposal_id)}: rejected")
     return 0

@@ -1,7 +1,9 @@
 """`aiops chat`: investigate in a REPL, with the LLM when one is configured and the analyst always.
 
 Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why ID, /help, /quit.
-Approvals carry the person's name (--as NAME, else $USER) and go through the guardrails. Everything lives in
+/approve and /reject are signed with your SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the
+ssh-agent), exactly as `aiops actions approve` signs; without a key they say so and name that command.
+Questions carry $USER (a label, never authority). Everything lives in
 the workspace (proposals from any source, the audit log, the twin of a simulated workspace), so pending
 approvals survive restarts and other commands see them.
 """
@@ -15,10 +17,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from aiops.errors import AiopsError
+from aiops.errors import AiopsError, GuardrailError
+from aiops.text import markup, terminal
+from guardrails.signing import SshSigner, configured_signer
 
 if TYPE_CHECKING:  # the agent pulls in LangGraph: only `aiops chat` pays for that import
     from aiops.agent.session import AgentSession, Reply
@@ -32,7 +35,11 @@ HELP = (
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("chat", help="investigate incidents in chat; approve or reject proposed actions")
     p.add_argument("--db", default="out/demo.duckdb", help="the workspace's DuckDB file")
-    p.add_argument("--as", dest="user", help="your name on approvals (default: $USER)")
+    p.add_argument(
+        "--key",
+        default=None,
+        help="your SSH key for /approve and /reject (default: [guardrails] signing_key)",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,11 +50,11 @@ def _clock(ts_s: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from aiops.agent.session import open_session
 
-    user = args.user or os.environ.get("USER") or getpass.getuser()
-    console = Console(highlight=False)
+    user = os.environ.get("USER") or getpass.getuser()
+    console = terminal()
     with open_session(args.db) as session:
-        console.print(f"[bold]aiops chat[/] on [cyan]{escape(args.db)}[/] as [cyan]{escape(user)}[/]")
-        console.print(f"LLM: {escape(session.config.describe())}")
+        console.print(f"[bold]aiops chat[/] on [cyan]{markup(args.db)}[/] as [cyan]{markup(user)}[/]")
+        console.print(f"LLM: {markup(session.config.describe())}")
         console.print(
             "twin: "
             + (
@@ -58,12 +65,12 @@ def run(args: argparse.Namespace) -> int:
         )
         for old in session.workspace.legacy_files():
             console.print(
-                f"[dim]ignoring {escape(str(old))}: left by an older aiops, never read (delete it)[/]"
+                f"[dim]ignoring {markup(str(old))}: left by an older aiops, never read (delete it)[/]"
             )
         waiting = session.pending()
         if waiting:
             console.print(f"[yellow]{len(waiting)} action(s) waiting for approval[/] (/actions)")
-        console.print(f"[dim]{escape(HELP)}[/]")
+        console.print(f"[dim]{markup(HELP, multiline=True)}[/]")
         while True:
             try:
                 line = console.input("[bold]aiops>[/] ").strip()
@@ -74,17 +81,26 @@ def run(args: argparse.Namespace) -> int:
             if line in ("/quit", "/exit", "/q"):
                 break
             try:
-                handle(console, session, user, line)
+                handle(console, session, user, line, key=args.key)
             except AiopsError as exc:
-                console.print(f"[bold red]error:[/] {escape(str(exc))}")
+                console.print(f"[bold red]error:[/] {markup(str(exc), multiline=True)}")
     return 0
 
 
-def handle(console: Console, session: AgentSession, user: str, line: str) -> None:
+def _signer(key: str | None, proposal_id: str) -> SshSigner:
+    try:
+        return configured_signer(key)
+    except GuardrailError as exc:
+        raise GuardrailError(
+            exc.rule, f"{exc.detail}; or, in a shell: aiops actions approve {proposal_id[:80]} --key FILE"
+        ) from None
+
+
+def handle(console: Console, session: AgentSession, user: str, line: str, key: str | None = None) -> None:
     command, _, rest = line.partition(" ")
     rest = rest.strip()
     if command == "/help":
-        console.print(escape(HELP))
+        console.print(markup(HELP, multiline=True))
     elif command == "/incidents":
         show_incidents(console, session)
     elif command == "/actions":
@@ -92,12 +108,13 @@ def handle(console: Console, session: AgentSession, user: str, line: str) -> Non
     elif command == "/approve":
         if not rest:
             raise AiopsError("usage: /approve ID")
-        show_reply(console, session.approve(rest.split()[0], user))
+        pid = rest.split()[0]
+        show_reply(console, session.approve(pid, _signer(key, pid)))
     elif command == "/reject":
         pid, _, reason = rest.partition(" ")
         if not pid or not reason.strip():
             raise AiopsError("usage: /reject ID REASON")
-        show_reply(console, session.reject(pid, user, reason.strip()))
+        show_reply(console, session.reject(pid, _signer(key, pid), reason.strip()))
     elif command == "/why":
         if not rest:
             raise AiopsError("usage: /why ID")
@@ -118,11 +135,11 @@ def show_incidents(console: Console, session: AgentSession) -> None:
         table.add_column(column)
     for r in rows:
         table.add_row(
-            r["incident_id"],
+            markup(r["incident_id"]),
             _clock(r["opened_ts_s"]),
-            r["severity"],
-            escape(r["title"]),
-            escape(r["top_hypothesis"] or "-"),
+            markup(r["severity"]),
+            markup(r["title"]),
+            markup(r["top_hypothesis"] or "-"),
         )
     console.print(table)
 
@@ -140,45 +157,45 @@ def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
             ", ".join(a.get("reasons") or []) if a["status"] == "denied" else ""
         )
         table.add_row(
-            escape(a["proposal_id"]),
-            a["status"],
-            escape(a["kind"]),
-            escape(a["target"]),
-            escape(str(a.get("parameters") or "")),
+            markup(a["proposal_id"]),
+            markup(a["status"]),
+            markup(a["kind"]),
+            markup(a["target"]),
+            markup(str(a.get("parameters") or "")),
             risk,
-            escape(approvals or a.get("note", "")),
-            escape(a.get("reason", "")),
+            markup(approvals or a.get("note", "")),
+            markup(a.get("reason", "")),
         )
     console.print(table)
 
 
 def show_reply(console: Console, reply: Reply) -> None:
     if reply.note:
-        console.print(f"[yellow]{escape(reply.note)}[/]")
+        console.print(f"[yellow]{markup(reply.note)}[/]")
     for failure in reply.failures:
-        console.print(f"[bold red]LLM failed:[/] {escape(failure)} — the analyst's answer stands.")
+        console.print(f"[bold red]LLM failed:[/] {markup(failure)} — the analyst's answer stands.")
     label = "agent" if reply.source == "llm" else "analyst"
-    console.print(f"[bold]{label}:[/] {escape(reply.answer)}")
+    console.print(f"[bold]{label}:[/] {markup(reply.answer, multiline=True)}")
     for claim in reply.claims:
         style = {"verified": "green", "mismatch": "red", "unverifiable": "yellow"}.get(claim.status, "white")
         console.print(
-            f"  [{style}]{claim.mark()} {claim.status}[/] {escape(claim.text)} [dim]({escape(claim.note)})[/]"
+            f"  [{style}]{claim.mark()} {markup(claim.status)}[/] {markup(claim.text)} [dim]({markup(claim.note)})[/]"
         )
     if reply.claims:
         console.print(f"  [dim]verified citations: {reply.citation_rate:.0%}[/]")
     if reply.source == "llm" and reply.analyst_text:
         first = reply.analyst_text.splitlines()[1:2]
         if first:
-            console.print(f"[dim]analyst: {escape(first[0])}[/]")
+            console.print(f"[dim]analyst: {markup(first[0])}[/]")
     for pid, execution in reply.executions.items():
         if execution.get("ok"):
             detail = execution.get("result", {}).get("result", {}).get("detail", "")
-            console.print(f"[green]executed {pid}[/]: {escape(str(detail))}")
+            console.print(f"[green]executed {markup(pid)}[/]: {markup(str(detail))}")
         else:
-            console.print(f"[red]not executed {pid}[/]: {escape(str(execution.get('error')))}")
+            console.print(f"[red]not executed {markup(pid)}[/]: {markup(str(execution.get('error')))}")
     for pid, check in reply.verifications.items():
         console.print(
-            f"[cyan]effect of {pid}[/] after {check['settle_s']:g} s: {escape(str(check['changed']))}"
+            f"[cyan]effect of {markup(pid)}[/] after {check['settle_s']:g} s: {markup(str(check['changed']))}"
         )
     if reply.proposals:
         show_actions(console, reply.proposals)
@@ -189,16 +206,16 @@ def show_reply(console: Console, reply: Reply) -> None:
 def show_why(console: Console, why: dict[str, Any]) -> None:
     p = why["proposal"]
     console.print(
-        f"[bold]{escape(p['proposal_id'])}[/]: {escape(p['kind'])} → {escape(p['target'])} ({p['status']}, "
-        f"from {escape(str(p.get('origin') or p.get('source')))})"
+        f"[bold]{markup(p['proposal_id'])}[/]: {markup(p['kind'])} → {markup(p['target'])} ({markup(p['status'])}, "
+        f"from {markup(str(p.get('origin') or p.get('source')))})"
     )
-    console.print(f"reason: {escape(p.get('reason', ''))}")
+    console.print(f"reason: {markup(p.get('reason', ''))}")
     for reason in p.get("reasons") or []:
-        console.print(f"guardrail: {escape(reason)}")
+        console.print(f"guardrail: {markup(reason)}")
     if why["reply"] is not None:
-        console.print(f"asked: {escape(why['reply'].question)}")
+        console.print(f"asked: {markup(why['reply'].question)}")
         show_reply(console, why["reply"])
     for entry in why["log"]:
         console.print(
-            f"[dim]{_clock(entry['ts_s'])} {entry['kind']} {escape(str(entry['payload'])[:200])}[/]"
+            f"[dim]{_clock(entry['ts_s'])} {markup(entry['kind'])} {markup(str(entry['payload'])[:200])}[/]"
         )

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-from rich.markup import escape
-
 from aiops.config import example_toml, load_config_file
+from aiops.text import markup, terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,8 +28,8 @@ def run_example(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     config = load_config_file(args.file)
     hooks = len(config.notify.webhooks)
-    Console(highlight=False).print(
-        f"{escape(args.file)}: ok (node {config.node.name} in {config.node.rack}, store {escape(config.store.path)}, "
-        f"http {escape(config.http.listen or 'off')}, {hooks} webhook(s))"
+    terminal().print(
+        f"{markup(args.file)}: ok (node {config.node.name} in {config.node.rack}, store {markup(config.store.path)}, "
+        f"http {markup(config.http.listen or 'off')}, {hooks} webhook(s))"
     )
     return 0

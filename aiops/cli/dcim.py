@@ -19,7 +19,6 @@ import threading
 import time
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB
@@ -30,6 +29,7 @@ from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_f
 from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
 from aiops.runtime.world import ACTUATORS
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
 
 
@@ -77,33 +77,33 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def show_report(console: Console, report: RoundReport) -> None:
     policy = report.policy
     if policy["approved"]:
-        console.print(f"policy {escape(policy['path'])} [green]approved[/] ({escape(policy['message'])})")
+        console.print(f"policy {markup(policy['path'])} [green]approved[/] ({markup(policy['message'])})")
     else:
-        console.print(f"policy {escape(policy['path'])} [yellow]not approved[/]: {escape(policy['message'])}")
+        console.print(f"policy {markup(policy['path'])} [yellow]not approved[/]: {markup(policy['message'])}")
         console.print("  nothing runs automatically: every response below waits for a person")
     for s in report.scopes:
         if s.kind == "cap":
             fit = "feasible" if s.feasible else f"[red]infeasible[/], short {s.shortfall_w:.0f} W"
-            console.print(f"{s.scope}: cap {s.budget_kw:g} kW -> GPU budget {(s.gpu_budget_w or 0) / 1000:.2f} kW "
+            console.print(f"{markup(s.scope)}: cap {s.budget_kw:g} kW -> GPU budget {(s.gpu_budget_w or 0) / 1000:.2f} kW "
                           f"(non-GPU {s.non_gpu_w / 1000:.2f} kW); limits {s.current_total_w / 1000:.2f} kW -> "
                           f"target {s.target_total_w / 1000:.2f} kW; {fit} (stage {s.stage})")  # fmt: skip
         else:
-            console.print(f"{s.scope}: cap cleared; {s.notes[0] if s.notes else ''}")
+            console.print(f"{markup(s.scope)}: cap cleared; {markup(s.notes[0] if s.notes else '')}")
         for note in s.notes if s.kind == "cap" else ():
-            console.print(f"  [dim]{escape(note)}[/]")
+            console.print(f"  [dim]{markup(note)}[/]")
     if report.actions:
         table = Table("id", "rule", "target", "change", "mode", "status", "why")
         for a in report.actions:
             change = json.dumps(a.parameters, sort_keys=True)
             style = {"executed": "green", "pending": "yellow"}.get(a.status, "red")
             why = a.message.split(";")[0][:80]  # the whole message: --json, aiops actions show ID
-            table.add_row(escape(a.proposal_id), a.rule_id, escape(a.target), escape(change), a.mode,
-                          f"[{style}]{a.status}[/]", escape(why))  # fmt: skip
+            table.add_row(markup(a.proposal_id), markup(a.rule_id), markup(a.target), markup(change),
+                          markup(a.mode), f"[{style}]{markup(a.status)}[/]", markup(why))  # fmt: skip
         console.print(table)
     else:
         console.print("no action needed this round")
     for note in report.notes:
-        console.print(f"[dim]{escape(note)}[/]")
+        console.print(f"[dim]{markup(note)}[/]")
     if report.count("pending"):
         console.print(
             f"{report.count('pending')} proposal(s) wait for a person: aiops actions list --status pending"
@@ -114,7 +114,7 @@ def _emit(args: argparse.Namespace, report: RoundReport) -> None:
     if args.json:
         print(json.dumps(report.to_json(), default=str))
     else:
-        show_report(Console(highlight=False), report)
+        show_report(terminal(), report)
 
 
 # -- verbs ----------------------------------------------------------------------------------------------
@@ -144,10 +144,10 @@ def run_clear(args: argparse.Namespace) -> int:
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, stderr=args.json)
+    console = terminal(stderr=args.json)
     loaded = load_response_policy(args.policy)  # a bad policy file stops here, before the loop
     workspace = Workspace(args.db).require()
-    console.print(f"watching {escape(args.file)} every {args.interval_s:g} s (Ctrl-C stops)")
+    console.print(f"watching {markup(args.file)} every {args.interval_s:g} s (Ctrl-C stops)")
 
     done = [0]
 
@@ -155,7 +155,7 @@ def run_watch(args: argparse.Namespace) -> int:
         done[0] = n
         report = result.report
         what = "; ".join(result.changes) if result.changes else "no new signal"
-        console.print(f"{time.strftime('%H:%M:%S')} round {n}: {escape(what)}; {report.count('executed')} executed, "
+        console.print(f"{time.strftime('%H:%M:%S')} round {n}: {markup(what)}; {report.count('executed')} executed, "
                       f"{report.count('pending')} pending, {report.count('denied')} denied")  # fmt: skip
         if args.json:
             print(json.dumps(report.to_json(), default=str), flush=True)
@@ -164,7 +164,7 @@ def run_watch(args: argparse.Namespace) -> int:
 
     def on_error(n: int, exc: Exception) -> None:
         done[0] = n + 1
-        console.print(f"[red]{escape(str(exc))}[/]; the signals in force stay, retrying")  # mid-write?
+        console.print(f"[red]{markup(str(exc))}[/]; the signals in force stay, retrying")  # mid-write?
 
     # Ctrl-C and SIGTERM end the loop between rounds, never inside one (DuckDB would abandon a round's
     # transaction half-way with "Query interrupted").
@@ -193,9 +193,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps({"signals": signals, "policy": {"path": loaded.path, "sha256": loaded.sha256,
                                                          **{k: v for k, v in state.items() if k != "events"}}}))  # fmt: skip
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     for s in signals or [{"scope": "-", "kind": "no signal", "budget_kw": None, "source": ""}]:
         kw = f" {s['budget_kw']:g} kW" if s["budget_kw"] else ""
-        console.print(f"{s['scope']}: {s['kind']}{kw} {escape(s['source'])}")
-    console.print(f"policy {escape(loaded.path)} {loaded.sha256[:12]}: {escape(state['message'])}")
+        console.print(f"{markup(s['scope'])}: {markup(s['kind'])}{kw} {markup(s['source'])}")
+    console.print(f"policy {markup(loaded.path)} {loaded.sha256[:12]}: {markup(state['message'])}")
     return 0

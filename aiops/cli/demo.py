@@ -7,15 +7,13 @@ import argparse
 import json
 from importlib import resources
 
-from rich.console import Console
-from rich.markup import escape
-
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
 from aiops.runtime.analysis import demo
 from aiops.scenarios import load_scenario
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 
 DEMO_SCENARIO = str(resources.files("aiops") / "data" / "demo.yaml")
 
@@ -35,11 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
-    console = Console(highlight=False)
+    console = terminal()
     with Workspace(args.db) as workspace:
         if not args.json:
             console.print(
-                f"[bold]aiops demo[/]: scenario [cyan]{escape(scenario.name)}[/] "
+                f"[bold]aiops demo[/]: scenario [cyan]{markup(scenario.name)}[/] "
                 f"({scenario.duration_s:g} simulated seconds)"
             )
         with sim_progress(f"simulating {scenario.name}") as progress:
@@ -51,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             render(console, store, result)
         if not workspace.memory:
             console.print(
-                f"\nTelemetry, diagnosis and proposals stored in [cyan]{escape(args.db)}[/] "
-                f"(next: aiops actions list --db {escape(args.db)})"
+                f"\nTelemetry, diagnosis and proposals stored in [cyan]{markup(args.db)}[/] "
+                f"(next: aiops actions list --db {markup(args.db)})"
             )
     return 0

@@ -6,10 +6,10 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.args import count
+from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
 
 
@@ -29,20 +29,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+    err = terminal(stderr=True)
     total = len(suite_files(args.suite))
     done = [0]
 
     def on_case(case: dict[str, Any]) -> None:
         done[0] += 1
         mark = "ok " if case["top1"] else "MISS"
-        err.print(f"[{done[0]}/{total}] {mark} {case['name']}", highlight=False, markup=False)
+        err.print(f"[{done[0]}/{total}] {mark} {plain(case['name'])}", highlight=False, markup=False)
 
     result = run_suite(args.suite, workers=args.workers, on_case=on_case)
     if args.json:
         print(json.dumps(result))
         return 0
-    table = Table(title=f"eval: {args.suite}")
+    table = Table(title=as_text(f"eval: {args.suite}"))
     for column in ("case", "expected", "predicted (top 1)", "top1", "top3", "delay s", "FP"):
         table.add_column(column)
     for c in result["cases"]:
@@ -50,15 +50,15 @@ def run(args: argparse.Namespace) -> int:
         pred = c["predicted"][0] if c["predicted"] else None
         shown = f"{pred['root_cause']} {pred['component']} ({pred['confidence']:.2f})" if pred else "—"
         table.add_row(
-            c["name"],
-            exp,
-            shown,
+            as_text(c["name"]),
+            as_text(exp),
+            as_text(shown),
             "✓" if c["top1"] else "✗",
             "✓" if c["top3"] else "✗",
             "" if c["detect_delay_s"] is None else f"{c['detect_delay_s']:g}",
             str(c["false_positives"]),
         )
-    console = Console()
+    console = terminal()
     console.print(table)
     console.print(result["summary"])
     return 0

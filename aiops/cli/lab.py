@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.args import positive_float, seconds
 from aiops.lab.netlab import LabConfig, print_progress, run_lab
+from aiops.text import terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,5 +36,5 @@ def run_net(args: argparse.Namespace) -> int:
         table.add_row(
             name, *(f"{phase[k]:.2f}" for k in ("vip_p50_ms", "vip_p99_ms", "vip_mbps", "bulk_mbps"))
         )
-    Console().print(table)
+    terminal().print(table)
     return 0

@@ -27,6 +27,7 @@ from aiops.errors import AiopsError
 from aiops.scenarios import load_scenario
 from aiops.sim.lanes_trial import try_policy
 from aiops.store import Workspace
+from aiops.text import as_text, markup, terminal
 from collectors.ebpf.tcp_probe import TcpProbe
 from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
 
@@ -90,12 +91,12 @@ def run_apply(args: argparse.Namespace) -> int:
     result = datapath_lanes.apply(
         args.dev, policy, args.policy, netns=args.netns, rates=initial_rates(policy)
     )
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     for item in result.removed_stale:
-        console.print(f"removed stale {item}", highlight=False)
+        console.print(f"removed stale {markup(item)}", highlight=False)
     for rule_id, why in result.state.inactive_rules.items():
-        console.print(f"[yellow]rule {rule_id} inactive:[/] {why}", highlight=False)
-    console.print(f"{args.dev}: lanes {result.action} from {args.policy}", highlight=False)
+        console.print(f"[yellow]rule {markup(rule_id)} inactive:[/] {markup(why)}", highlight=False)
+    console.print(f"{markup(args.dev)}: lanes {result.action} from {markup(args.policy)}", highlight=False)
     return 0
 
 
@@ -103,17 +104,17 @@ def run_try(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     scenario = load_scenario(args.scenario) if args.scenario else None
-    with Console(stderr=True).status("simulating with lanes and with one FIFO queue"):
+    with terminal(stderr=True).status("simulating with lanes and with one FIFO queue"):
         trial = try_policy(policy, scenario, args.duration_s)
     if args.json:
         print(json.dumps(trial.as_json()))
         return 0
-    console = Console()
-    table = Table(title=f"{Path(args.policy).name} on the twin", title_justify="left")
+    console = terminal()
+    table = Table(title=as_text(f"{Path(args.policy).name} on the twin"), title_justify="left")
     for column in ("traffic", "rule", "lane"):
         table.add_column(column)
     for traffic_class, (rule_id, lane) in trial.classification.items():
-        table.add_row(traffic_class, rule_id, lane)
+        table.add_row(as_text(traffic_class), as_text(rule_id), as_text(lane))
     console.print(table)
     runs = Table(show_header=True)
     for column in ("run", "step s p50 / max", "all-reduce p99 ms p50 / max", "bulk ceil (of link)"):
@@ -130,7 +131,7 @@ def run_try(args: argparse.Namespace) -> int:
         )
     console.print(runs)
     for warning in trial.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        console.print(f"[yellow]warning:[/] {markup(warning)}", highlight=False)
     return 0
 
 
@@ -140,7 +141,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"nics": rows}))
         return 0
-    console = Console()
+    console = terminal()
     if not rows:
         console.print("no NIC has lanes (aiops lanes apply --dev IFACE --policy FILE)")
     for row in rows:
@@ -151,14 +152,14 @@ def run_status(args: argparse.Namespace) -> int:
 def _render(console: Console, row: dict[str, Any]) -> None:
     title = f"{row['dev']}" + (f" (netns {row['netns']})" if row["netns"] else "") + f" — {row['policy']}"
     if "error" in row:
-        console.print(f"{title}: {row['error']}", highlight=False)
+        console.print(f"{markup(title)}: {markup(row['error'])}", highlight=False)
         return
-    table = Table(title=title)
+    table = Table(title=as_text(title))
     for column in ("lane", "Mbit/s", "packets", "CE marks", "HTB rate", "HTB ceil", "drops", "backlog B"):
         table.add_column(column, justify="right" if column != "lane" else "left")
     for lane, values in row["lanes"].items():
         table.add_row(
-            lane,
+            as_text(lane),
             f"{values['mbps']:.1f}",
             str(values["packets"]),
             str(values["ce_marks"]),
@@ -173,11 +174,11 @@ def _render(console: Console, row: dict[str, Any]) -> None:
         rules.add_column(column)
     for rule in row["rules"]:
         rules.add_row(
-            rule["rule_id"],
+            as_text(rule["rule_id"]),
             f"{rule['mbps']:.1f}",
             str(rule["packets"]),
             str(rule["bytes"]),
-            rule["inactive"] or "",
+            as_text(rule["inactive"] or ""),
         )
     console.print(rules)
 
@@ -185,9 +186,9 @@ def _render(console: Console, row: dict[str, Any]) -> None:
 def run_remove(args: argparse.Namespace) -> int:
 
     removed = datapath_lanes.remove(args.dev, args.netns, force=args.force)
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     console.print(
-        f"{args.dev}: removed {', '.join(removed)}" if removed else f"{args.dev}: no lanes to remove",
+        markup(f"{args.dev}: removed {', '.join(removed)}" if removed else f"{args.dev}: no lanes to remove"),
         highlight=False,
     )
     return 0
@@ -258,5 +259,5 @@ def run_collect(args: argparse.Namespace) -> int:
         telemetry.close()
         if tcp is not None:
             tcp.close()
-    Console(stderr=True).print(f"{args.dev}: {rows} rows into {args.db}", highlight=False)
+    terminal(stderr=True).print(f"{markup(args.dev)}: {rows} rows into {markup(args.db)}", highlight=False)
     return 0

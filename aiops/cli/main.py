@@ -8,10 +8,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
-from rich.markup import escape
-
 from aiops.errors import AiopsError
+from aiops.text import markup, terminal
 
 # Sub-command modules, each with `register(subparsers)`; a module sets `func` on its parser.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -27,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.policy",
     "aiops.cli.run",
     "aiops.cli.config_cmd",
+    "aiops.cli.report",
 )
 
 
@@ -47,10 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AiopsError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        terminal(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {markup(str(exc), multiline=True)}", highlight=False
+        )
         return exc.exit_code
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted")
+        terminal(stderr=True).print("interrupted")
         return 130
 
 

@@ -1,6 +1,8 @@
 """`aiops policy approve|revoke|show|status`: the response policy file (docs/POWER.md) and people's standing
-approval of its exact bytes. An approval is an audit event bound to the file's sha256; change one byte and the
-file is not approved any more, so nothing runs automatically until people approve the new content."""
+approval of its exact bytes. An approval is a signed audit event bound to the file's sha256 (--key FILE, else
+[guardrails] signing_key); change one byte and the file is not approved any more, so nothing runs automatically
+until people approve the new content. Revocations are signed the same way. The status shown is the one the DCIM
+rounds trust: verified signatures only, and the audit witness agreeing with the chain."""
 
 from __future__ import annotations
 
@@ -11,14 +13,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from aiops.cli.actions import DEFAULT_DB
+from aiops.cli.actions import DEFAULT_DB, KEY_HELP
 from aiops.store import Workspace
+from aiops.text import markup, terminal
 from guardrails.audit import AuditLog, read_rows
 from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
-from guardrails.standing import approve_policy, policy_status, revoke_policy
+from guardrails.signing import ConfiguredVerifier, configured_signer
+from guardrails.standing import approve_policy, revoke_policy, standing_status
 
 DAY_S = 86_400.0
 
@@ -28,9 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "policy", help="approve, revoke or show the response policy (automatic DCIM responses)"
     )
     verbs = p.add_subparsers(dest="policy_command", metavar="VERB", required=True)
-    approve = verbs.add_parser("approve", help="approve this exact file content (as a named person)")
+    approve = verbs.add_parser("approve", help="approve this exact file content (signed with your key)")
     approve.add_argument("file", metavar="FILE")
-    approve.add_argument("--as", dest="user", required=True, help="your name")
+    approve.add_argument("--key", default=None, help=KEY_HELP)
     approve.add_argument(
         "--valid-days", type=float, default=90.0, help="approval lifetime (default 90, max 365)"
     )
@@ -38,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     approve.set_defaults(func=run_approve)
     revoke = verbs.add_parser("revoke", help="withdraw every approval of this file content")
     revoke.add_argument("file", metavar="FILE")
-    revoke.add_argument("--as", dest="user", required=True, help="your name")
+    revoke.add_argument("--key", default=None, help=KEY_HELP)
     revoke.add_argument("--reason", default="")
     revoke.add_argument("--db", default=DEFAULT_DB)
     revoke.set_defaults(func=run_revoke)
@@ -63,7 +66,8 @@ def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
                 "needed": loaded.policy.approvals_required, "expires_ts_s": None, "events": []}  # fmt: skip
     with workspace.read() as store:
         rows = read_rows(store, event="policy_approval")
-    status = policy_status(rows, loaded.sha256, loaded.policy.approvals_required, time.time())
+        status = standing_status(AuditLog(store), loaded.sha256, loaded.policy.approvals_required, time.time(),
+                                 ConfiguredVerifier())  # fmt: skip
     events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
     return {"approved": status.approved, "message": status.message, "approvers": list(status.approvers),
             "needed": status.needed, "expires_ts_s": status.expires_ts_s, "events": events}  # fmt: skip
@@ -76,15 +80,15 @@ def _describe(loaded: LoadedPolicy) -> list[dict[str, Any]]:
 
 
 def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any]) -> None:
-    console.print(f"policy {escape(loaded.path)}")
+    console.print(f"policy {markup(loaded.path)}")
     console.print(f"sha256 {loaded.sha256}")
     if state["approved"]:
-        console.print(f"[green]approved[/] by {', '.join(state['approvers'])} "
+        console.print(f"[green]approved[/] by {markup(', '.join(state['approvers']))} "
                       f"until {_clock(state['expires_ts_s'])}: automatic rules run inside their envelopes")  # fmt: skip
     else:
-        console.print(f"[yellow]not approved[/]: {escape(state['message'])}")
+        console.print(f"[yellow]not approved[/]: {markup(state['message'])}")
         console.print("automatic rules only propose until people approve this content: "
-                      f"aiops policy approve {escape(loaded.path)} --as NAME")  # fmt: skip
+                      f"aiops policy approve {markup(loaded.path)} [--key FILE]")  # fmt: skip
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -95,14 +99,15 @@ def run_show(args: argparse.Namespace) -> int:
                           "approvals_required": loaded.policy.approvals_required,
                           **{k: v for k, v in state.items() if k != "events"}}, indent=2))  # fmt: skip
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     table = Table("rule", "on", "respond", "action kind", "mode", "scopes", "envelope")
     for r in _describe(loaded):
         env = r["envelope"]
         envelope = (f"{env['min_fraction_of_tdp']:.0%}-{env['max_fraction_of_tdp']:.0%} TDP, "
                     f"≤{env['max_step_w']:g} W/step") if r["kind"] == "set_power_limit" else "-"  # fmt: skip
         mode = r["mode"] + (" (when infeasible)" if r["when"] == "infeasible" else "")
-        table.add_row(r["rule_id"], r["on"], r["respond"], r["kind"], mode, ", ".join(r["scopes"]), envelope)
+        table.add_row(*(markup(cell) for cell in (r["rule_id"], r["on"], r["respond"], r["kind"], mode,
+                                                 ", ".join(r["scopes"]), envelope)))  # fmt: skip
     console.print(table)
     console.print(f"approvals required: {loaded.policy.approvals_required} distinct people")
     _print_status(console, loaded, state)
@@ -115,30 +120,34 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, **state}, indent=2))
         return 0
-    console = Console(highlight=False)
+    console = terminal()
     _print_status(console, loaded, state)
     for e in state["events"]:
         mark = "" if e.get("policy_sha256") == loaded.sha256 else " (other content)"
-        console.print(f"  #{e['seq']} {e.get('decision')} {str(e.get('policy_sha256'))[:12]}{mark} by "
-                      f"{escape(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
+        console.print(f"  #{e['seq']} {markup(e.get('decision'))} {markup(str(e.get('policy_sha256'))[:12])}{mark} by "
+                      f"{markup(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
                       f"expires {_clock(e.get('expires_ts_s'))}")  # fmt: skip
     return 0 if state["approved"] else 1
 
 
 def run_approve(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
+    signer = configured_signer(args.key)
     with Workspace(args.db).require().write() as store:
-        approve_policy(AuditLog(store), loaded, args.user, time.time(), args.valid_days * DAY_S)
+        approve_policy(
+            AuditLog(store), loaded, signer, ConfiguredVerifier(), time.time(), args.valid_days * DAY_S
+        )
     state = status_of(loaded, args.db)
-    console = Console(highlight=False)
-    console.print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
+    console = terminal()
+    console.print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
     _print_status(console, loaded, state)
     return 0
 
 
 def run_revoke(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
+    signer = configured_signer(args.key)
     with Workspace(args.db).require().write() as store:
-        revoke_policy(AuditLog(store), loaded.sha256, args.user, time.time(), args.reason)
-    Console(highlight=False).print(f"{escape(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
+        revoke_policy(AuditLog(store), loaded.sha256, signer, ConfiguredVerifier(), time.time(), args.reason)
+    terminal().print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
     return 0

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from aiops.text import markup, terminal
 
 
 @contextmanager
 def sim_progress(label: str, enabled: bool = True) -> Iterator[Callable[[float, float], None]]:
-    console = Console(stderr=True)
+    console = terminal(stderr=True)
     if not enabled or not console.is_terminal:
         yield lambda done, total: None
         return
@@ -23,7 +24,7 @@ def sim_progress(label: str, enabled: bool = True) -> Iterator[Callable[[float, 
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(label, total=1.0)
+        task = bar.add_task(markup(label), total=1.0)
 
         def update(done_s: float, total_s: float) -> None:
             bar.update(task, completed=done_s, total=total_s)

@@ -7,13 +7,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from aiops.models import Diagnosis
 from aiops.pipeline import RunResult
 from aiops.store import Store
+from aiops.text import as_text, markup, plain
 from guardrails.actions import Action
 from guardrails.registry import DEFAULT_REGISTRY
 
@@ -71,7 +72,7 @@ def cluster_panel(store: Store) -> Panel:
     ]
     if span["lo"] is not None:
         lines.append(f"telemetry {clock(span['lo'])}–{clock(span['hi'])} UTC, {span['n']:,} GPU samples")
-    return Panel("\n".join(lines), title="cluster", expand=False)
+    return Panel(Text("\n".join(plain(line) for line in lines)), title="cluster", expand=False)
 
 
 def render(console: Console, store: Store, result: RunResult) -> None:
@@ -85,11 +86,11 @@ def render(console: Console, store: Store, result: RunResult) -> None:
     for d in result.diagnoses:
         kinds = sorted({s.kind for s in d.incident.symptoms})
         timeline.add_row(
-            d.incident.incident_id,
+            as_text(d.incident.incident_id),
             clock(d.incident.opened_ts_s),
-            d.incident.severity,
-            d.incident.title,
-            ", ".join(kinds),
+            as_text(d.incident.severity),
+            as_text(d.incident.title),
+            as_text(", ".join(kinds)),
         )
     console.print(timeline)
     for d in result.diagnoses:
@@ -104,34 +105,36 @@ def render_remediation(console: Console, result: RunResult, actions: list[Action
     for a in actions:
         p = _proposal_json(result, a)
         kind = "[red]physical[/]" if p["physical"] else "digital"
-        params = escape(json.dumps(a.parameters, sort_keys=True)) if a.parameters else ""
+        params = markup(json.dumps(a.parameters, sort_keys=True)) if a.parameters else ""
         console.print(
-            f"  • {escape(a.proposal_id)} {escape('[' + p['status'] + ']')} {a.kind} → {escape(a.target)} {params} ({kind}): "
-            f"{escape(a.reason)}",
+            f"  • {markup(a.proposal_id)} {markup('[' + p['status'] + ']')} {markup(a.kind)} → {markup(a.target)} "
+            f"{params} ({kind}): {markup(a.reason)}",
             highlight=False,
         )
     if any(result.status_of(a.proposal_id) == "pending" for a in actions):
-        console.print("  [dim]approve one: aiops actions approve ID --as NAME[/]")
+        console.print("  [dim]approve one: aiops actions approve ID [--key FILE][/]")
 
 
 def render_diagnosis(console: Console, d: Diagnosis, top: int = 3) -> None:
-    table = Table(title=f"{d.incident.incident_id}: ranked root causes", show_lines=True)
+    table = Table(title=as_text(f"{d.incident.incident_id}: ranked root causes"), show_lines=True)
     table.add_column("#", justify="right")
     table.add_column("root cause")
     table.add_column("component")
     table.add_column("confidence", justify="right")
     table.add_column("why")
     for rank, h in enumerate(d.hypotheses[:top], start=1):
-        table.add_row(str(rank), h.root_cause, h.component, f"{h.confidence:.2f}", h.summary)
+        table.add_row(
+            str(rank), as_text(h.root_cause), as_text(h.component), f"{h.confidence:.2f}", as_text(h.summary)
+        )
     console.print(table)
     if d.hypotheses:
         best = d.hypotheses[0]
-        console.print(f"[bold]Evidence for {best.root_cause} on {best.component}:[/]")
+        console.print(f"[bold]Evidence for {markup(best.root_cause)} on {markup(best.component)}:[/]")
         for e in best.evidence[:4]:
             mark = "+" if e.supports else "−"
-            console.print(f"  {mark} {e.claim}  [dim]({len(e.rows)} rows)[/]", highlight=False)
+            console.print(f"  {mark} {markup(e.claim)}  [dim]({len(e.rows)} rows)[/]", highlight=False)
             if e.rows:
-                console.print(f"    [dim]{_row_text(e.rows[0])}[/]", highlight=False)
+                console.print(f"    [dim]{markup(_row_text(e.rows[0]))}[/]", highlight=False)
 
 
 def _row_text(row: dict[str, Any]) -> str:

@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
-from rich.markup import escape
-
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
@@ -17,6 +14,7 @@ from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
 from aiops.store import Workspace
 from aiops.store.readings import newest_ts_s
+from aiops.text import markup, terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,9 +43,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     with workspace.write() as store, sim_progress(f"simulating {scenario.name}") as progress:
         simulate_into(store, scenario, lanes_policy=policy, progress=progress)
         rows = store.scalar("SELECT count(*) FROM gpu_samples")
-    Console(stderr=True, highlight=False).print(
-        f"{escape(args.scenario)}: {rows:,} GPU samples in {escape(args.db)}"
-    )
+    terminal(stderr=True).print(f"{markup(args.scenario)}: {rows:,} GPU samples in {markup(args.db)}")
     return 0
 
 
@@ -63,5 +59,5 @@ def run_analyze(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(result_json(result), default=str))
         else:
-            render(Console(highlight=False), store, result)
+            render(terminal(), store, result)
     return 0

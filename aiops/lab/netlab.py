@@ -32,6 +32,7 @@ from aiops.datapath import lanes, tc
 from aiops.datapath.loader import require_bcc
 from aiops.datapath.policy import Policy, parse_policy
 from aiops.lab.netns import Sandbox, in_ns, lab_prerequisites, sh
+from aiops.text import plain
 
 VIP_PORT = 18515
 BULK_PORT = 18516
@@ -266,4 +267,4 @@ def run_lab(config: LabConfig, progress: Callable[[str], None]) -> dict[str, Any
 
 
 def print_progress(message: str) -> None:
-    print(f"lab: {message}", file=sys.stderr, flush=True)
+    print(f"lab: {plain(message)}", file=sys.stderr, flush=True)

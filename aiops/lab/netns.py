@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiops.errors import AiopsError, PrerequisiteError
+from aiops.text import plain
 
 LAB_NETWORK = ipaddress.ip_network("198.18.0.0/15")
 CGROUP2_ROOT = (
@@ -176,4 +177,4 @@ class Sandbox:
                 errors.append(f"cgroup {path} still busy")
         self.cgroups = []
         if errors:
-            print(f"lab cleanup: {'; '.join(errors)}", file=sys.stderr)
+            print(f"lab cleanup: {plain('; '.join(errors))}", file=sys.stderr)  # tc's and ip's words

@@ -1,0 +1,62 @@
+"""Text from hostile sources (telemetry, scenario and signal files, databases, tools, the LLM) made safe to show.
+
+A terminal obeys bytes, not intentions: ESC starts a sequence that can clear the screen, move the cursor over
+lines already printed, set the window title, write the clipboard (OSC 52) or hide a link (OSC 8); CR and
+backspace overwrite what was shown; BEL rings; the C1 range (0x80-0x9f, CSI is 0x9b) acts like ESC on some
+terminals; bidi overrides reorder what is shown (CVE-2021-42574, "Trojan Source"); a lone surrogate cannot be
+encoded and crashes the write. `plain` shows each such character as an escape (`\\x1b`, `\\u202e`) instead.
+
+rich adds two more ways in: console markup (`[/]` raises MarkupError, `[link=...]` hides a link) and emoji
+codes (`:warning:`). `rich.markup.escape` handles markup only and keeps ESC, so a string for a markup
+template goes through `markup` (both), and a value on its own goes in a `Text` (`as_text`), which rich never
+parses. Consoles from `terminal()` also turn emoji codes off.
+
+The backslash is left alone: a name that contains the four characters `\\x1b` shows as itself, which is text.
+JSON needs nothing from here: `json.dumps` (ASCII by default) escapes every control character, DEL and C1
+included, and nothing here turns that ASCII default off.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+# C0 controls but \t and \n, DEL, C1 controls, bidi marks/embeddings/overrides/isolates, the Unicode line and
+# paragraph separators, and lone surrogates.
+_FORMAT = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_MULTILINE_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}]")
+_LINE_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT}]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def plain(value: object, *, multiline: bool = False) -> str:
+    """`value` as text with no character a terminal acts on: controls become `\\xNN` (others `\\uNNNN`).
+
+    `multiline` keeps newlines and tabs (a model's answer, a list of lines); otherwise they are escaped too,
+    so one field (a job name, a title) stays on one line and cannot forge the lines after it."""
+    text = value if isinstance(value, str) else str(value)
+    pattern = _MULTILINE_UNSAFE if multiline else _LINE_UNSAFE
+    return pattern.sub(_shown, text)
+
+
+def markup(value: object, *, multiline: bool = False) -> str:
+    """`plain(value)`, escaped for a rich markup template (`f"[bold]{markup(name)}[/]"`)."""
+    return escape(plain(value, multiline=multiline))
+
+
+def as_text(value: object, style: str = "", *, multiline: bool = False) -> Text:
+    """`plain(value)` as a rich `Text`: a table cell or a print that rich never parses for markup."""
+    return Text(plain(value, multiline=multiline), style=style)
+
+
+def terminal(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
+    """A console for the CLI: no automatic highlighting and no emoji codes (`:warning:` in a job name stays
+    text). Markup stays on for our own templates: every hostile value in one goes through `markup`."""
+    return Console(stderr=stderr, soft_wrap=soft_wrap, highlight=False, emoji=False)
