@@ -10,6 +10,8 @@ AiopsError                    base; exit code 1
 │   └── ConfigError           the aiops config file (aiops/config.py): unknown key, wrong type, out of range
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
+│   └── DatabaseDamaged       the file is truncated or corrupt (aiops/store/faults.py); exit 2
+├── StorageError              the database cannot be written: disk full, read-only or no permission; exit 2
 ├── TwinMismatch              a workspace's twin does not match its stored topology or run; exit 2
 ├── StoreLocked               another process holds the database's lock (the workspace retries); exit 4
 │   ├── WorkspaceBusy         still held after the workspace's lock timeout; names the holder; exit 4
@@ -69,6 +71,30 @@ class PlaybookError(AiopsError):
 
 class SchemaError(AiopsError):
     exit_code = 2
+
+
+class DatabaseDamaged(SchemaError):
+    """The database file is truncated or corrupt (DuckDB could not read a block, or its checksum failed)."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"{path}: the database file is damaged (truncated or corrupt): {detail}; restore it from a backup "
+            "or start a new workspace with another --db"
+        )
+
+
+class StorageError(AiopsError):
+    """The database cannot be written (`problem`: the disk is full, a read-only directory); `fix` says what to do.
+    A batch that failed this way was rolled back: nothing of it is in the database."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, problem: str, fix: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}; {fix}")
 
 
 class StoreLocked(AiopsError):

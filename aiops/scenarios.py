@@ -14,10 +14,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aiops.errors import ScenarioError
 from aiops.labels import FAULT_KINDS, TARGET_KINDS, Label, component_kind
+from aiops.safeload import decode_text, parse_yaml, read_limited
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 # The simulator's default lane policy has these rule ids; a policy fault may also name a rule it adds.
 DEFAULT_RULE_IDS = ("collective-cgroup", "collective-dscp", "peer-prefix", "storage-prefix", "default")
+
+
+# The twin samples every GPU once per simulated second; a run buffers a minute of rows per flush. GPUs x
+# duration x rate above this would take gigabytes before the first row is written (65,536 GPUs for a day:
+# 3.9 GB), so a scenario is checked against it before anything is allocated.
+SAMPLE_RATE_HZ = 1.0
+MAX_GPU_SAMPLES = 20_000_000  # e.g. 1,024 GPUs for 5.4 h, or 64 GPUs for a day
+MAX_SEED = 2**63 - 1
 
 
 class _Strict(BaseModel):
@@ -67,7 +76,7 @@ class Expect(_Strict):
 class Scenario(_Strict):
     name: str
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     duration_s: float = Field(600.0, gt=0, le=86_400)
     cluster: ClusterSpec = ClusterSpec()
     jobs: list[JobSpec] | None = None
@@ -136,7 +145,22 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
     return None
 
 
+def check_size(path: str, cluster: ClusterSpec, duration_s: float) -> None:
+    """GPUs x duration x sample rate within `MAX_GPU_SAMPLES` (before a world is allocated)."""
+    gpus = cluster.nodes * cluster.gpus_per_node
+    samples = gpus * duration_s * SAMPLE_RATE_HZ
+    if samples > MAX_GPU_SAMPLES:
+        raise ScenarioError(
+            path,
+            "duration_s",
+            f"{gpus:,} GPUs x {duration_s:g} s x {SAMPLE_RATE_HZ:g} sample/s = {samples:,.0f} GPU samples, "
+            f"more than the limit of {MAX_GPU_SAMPLES:,}",
+            f"duration_s <= {MAX_GPU_SAMPLES / (gpus * SAMPLE_RATE_HZ):,.0f} for {gpus:,} GPUs",
+        )
+
+
 def _check_semantics(path: str, scenario: Scenario) -> None:
+    check_size(path, scenario.cluster, scenario.duration_s)
     if not SLUG.match(scenario.name):
         raise ScenarioError(
             path, "name", f"'{scenario.name}' is not a slug", "lower-case letters, digits, '_', '.', '-'"
@@ -231,12 +255,7 @@ def parse_scenario(data: Any, path: str = "<scenario>") -> Scenario:
 
 
 def _read_text(path: str | Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), "(file)", f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError:
-        raise ScenarioError(str(path), "(file)", "not UTF-8 text") from None
+    return decode_text(read_limited(path, ScenarioError), str(path), ScenarioError)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -251,12 +270,4 @@ def scenario_yaml(scenario: Scenario) -> str:
 
 def parse_scenario_text(text: str, shown: str = "<scenario>") -> Scenario:
     """Parse and validate scenario YAML text; `shown` names its source in errors."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ScenarioError(
-            shown, "(yaml)", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
-        ) from exc
-    return parse_scenario(data, shown)
+    return parse_scenario(parse_yaml(text, shown, ScenarioError), shown)

@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiops.errors import ResponsePolicyError
+from aiops.safeload import MAX_FILE_BYTES, decode_text, parse_yaml, read_limited
 from guardrails.envelope import Envelope
 
 DEFAULT_RESPONSES_PATH = Path(
@@ -232,22 +233,14 @@ def parse_response_policy(data: Any, path: str = "<responses>") -> ResponsePolic
 
 
 def parse_response_bytes(data: bytes, path: str) -> LoadedPolicy:
-    try:
-        parsed = yaml.load(data.decode("utf-8"), Loader=_Yaml12Loader)  # a SafeLoader subclass
-    except UnicodeDecodeError:
-        raise ResponsePolicyError(path, "(file)", "not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise ResponsePolicyError(path, "(file)", f"not YAML: {exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ResponsePolicyError(path, "(file)", f"larger than the limit of {MAX_FILE_BYTES} bytes")
+    text = decode_text(data, path, ResponsePolicyError)
+    parsed = parse_yaml(text, path, ResponsePolicyError, _Yaml12Loader)
     return LoadedPolicy(path, file_sha256(data), parse_response_policy(parsed, path))
 
 
 def load_response_policy(path: str | Path | None = None) -> LoadedPolicy:
     """Read, hash and validate a response policy file (the shipped default when `path` is None)."""
     where = Path(path) if path is not None else DEFAULT_RESPONSES_PATH
-    try:
-        data = where.read_bytes()
-    except FileNotFoundError:
-        raise ResponsePolicyError(str(where), "(file)", "no such file") from None
-    except IsADirectoryError:
-        raise ResponsePolicyError(str(where), "(file)", "is a directory, not a policy file") from None
-    return parse_response_bytes(data, str(where))
+    return parse_response_bytes(read_limited(where, ResponsePolicyError), str(where))

@@ -5,7 +5,7 @@ lower layer up to a higher one. docs/ARCHITECTURE.md draws the same layers.
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
-  0 base        aiops (the package), aiops.errors, .labels, .nvml_bits, .models, .scenarios, .text
+  0 base        aiops (the package), aiops.errors, .labels, .nvml_bits, .models, .safeload, .scenarios, .text
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
   3 collectors  collectors (read-only telemetry sources)
@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "aiops.labels",
         "aiops.nvml_bits",
         "aiops.models",
+        "aiops.safeload",
         "aiops.scenarios",
         "aiops.text",
     ),
@@ -202,8 +203,8 @@ def test_the_checks_catch_what_they_claim_to() -> None:
 def test_readers_and_the_datapath_stay_small(package: str) -> None:
     """The datapath imports only aiops.errors; collectors never import control, the twin or guardrails."""
     allowed = {
-        "aiops.datapath": {"aiops.errors", "aiops"},
-        "collectors": {"aiops.errors", "aiops.datapath", "aiops"},
+        "aiops.datapath": {"aiops.errors", "aiops.safeload", "aiops"},
+        "collectors": {"aiops.errors", "aiops.safeload", "aiops.datapath", "aiops"},
     }
     for module, targets in graph().items():
         if package_of(module) != package:

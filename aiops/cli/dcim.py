@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB
+from aiops.cli.args import count, seconds
 from aiops.cli.policy import status_of
 from aiops.control.dcim import RoundReport
 from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_force
@@ -49,9 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     watch.add_argument(
         "--file", required=True, help='signals, e.g. {"rack1": {"kw": 18}, "fleet": {"clear": true}}'
     )
-    watch.add_argument("--interval-s", type=float, default=5.0)
+    watch.add_argument("--interval-s", type=seconds(allow_zero=True), default=5.0)
     watch.add_argument("--once", action="store_true", help="one round, then exit")
-    watch.add_argument("--max-rounds", type=int, default=0, help="stop after N rounds (0: until Ctrl-C)")
+    watch.add_argument(
+        "--max-rounds", type=count(low=0, high=10**9), default=0, help="stop after N rounds (0: until Ctrl-C)"
+    )
     for verb in (cap, clear, watch, status):
         verb.add_argument("--db", default=DEFAULT_DB)
         verb.add_argument("--policy", default=str(DEFAULT_RESPONSES_PATH), help="response policy YAML")

@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--db", default=":memory:", help="DuckDB file to write (replaced, with its workspace files)"
     )
+    p.add_argument("--replace", action="store_true", help="replace the database if it exists (and its files)")
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument("--lanes-policy", default=None, help="lanes policy YAML the twin's controller runs")
     p.set_defaults(func=run)
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                 f"({scenario.duration_s:g} simulated seconds)"
             )
         with sim_progress(f"simulating {scenario.name}") as progress:
-            result = demo(workspace, scenario, lanes_policy=policy, progress=progress)
+            result = demo(workspace, scenario, lanes_policy=policy, progress=progress, replace=args.replace)
         if args.json:
             print(json.dumps(result_json(result), default=str))
             return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from aiops.cli.args import count
 from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
 
@@ -18,7 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--suite", default=str(PUBLIC_SUITE), help="folder of scenario YAML files (default: the public suite)"
     )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
-    p.add_argument("--workers", type=int, default=None, help="parallel processes (default: CPU count)")
+    p.add_argument(
+        "--workers",
+        type=count(low=1, high=1024),
+        default=None,
+        help="parallel processes (default: CPU count)",
+    )
     p.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ import json
 
 from rich.table import Table
 
+from aiops.cli.args import positive_float, seconds
 from aiops.lab.netlab import LabConfig, print_progress, run_lab
 from aiops.text import terminal
 
@@ -16,8 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     kinds = lab.add_subparsers(dest="lab_command", metavar="LAB", required=True)
     net = kinds.add_parser("net", help="VIP latency and bulk throughput: alone, no lanes, lanes")
     net.add_argument("--json", action="store_true")
-    net.add_argument("--phase-s", type=float, default=8.0, help="seconds of VIP traffic per phase")
-    net.add_argument("--bottleneck-mbps", type=float, default=200.0)
+    net.add_argument(
+        "--phase-s", type=seconds(max_s=3600.0), default=8.0, help="seconds of VIP traffic per phase"
+    )
+    net.add_argument("--bottleneck-mbps", type=positive_float(100_000.0), default=200.0)
     net.set_defaults(func=run_net)
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from aiops.cli.args import seconds
 from aiops.control.controller import KernelLanes, run_controller
 from aiops.control.laws import initial_rates
 from aiops.datapath import lanes as datapath_lanes
@@ -42,24 +43,32 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     status = verbs.add_parser("status", help="per-lane and per-rule counters and rates")
     status.add_argument("--dev", default=None)
     status.add_argument("--netns", default=None)
-    status.add_argument("--interval-s", type=float, default=0.5)
+    status.add_argument("--interval-s", type=seconds(), default=0.5)
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=run_status)
     remove = verbs.add_parser("remove", help="remove exactly what apply added")
     remove.add_argument("--dev", required=True)
     remove.add_argument("--netns", default=None)
+    remove.add_argument(
+        "--force",
+        action="store_true",
+        help="the device or namespace is gone: remove the pins and record alone",
+    )
     remove.set_defaults(func=run_remove)
     control = verbs.add_parser("control", help="run the adaptive controller (shaping, ECN budgets, forecast)")
     control.add_argument("--dev", required=True)
     control.add_argument("--netns", default=None)
     control.add_argument("--policy", default=None, help="default: the policy the lanes were applied from")
-    control.add_argument("--duration-s", type=float, default=3600.0)
+    control.add_argument("--duration-s", type=seconds(), default=3600.0)
     control.set_defaults(func=run_control)
     trial = verbs.add_parser("try", help="try a policy on the digital twin before applying it (no root)")
     trial.add_argument("--policy", default=str(DEFAULT_POLICY_PATH))
     trial.add_argument("--scenario", default=None, help="cluster and jobs to try it on (faults are ignored)")
     trial.add_argument(
-        "--duration-s", type=float, default=None, help="simulated seconds (default: scenario's)"
+        "--duration-s",
+        type=seconds(max_s=86_400.0),
+        default=None,
+        help="simulated seconds (default: scenario's)",
     )
     trial.add_argument("--json", action="store_true")
     trial.set_defaults(func=run_try)
@@ -69,8 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     collect.add_argument("--db", required=True)
     collect.add_argument("--node", default="node0", help="contract name of this host (node{n})")
     collect.add_argument("--nic", default=None, help="contract name of the NIC (default: NODE/nic0)")
-    collect.add_argument("--interval-s", type=float, default=1.0)
-    collect.add_argument("--duration-s", type=float, default=60.0)
+    collect.add_argument("--interval-s", type=seconds(), default=1.0)
+    collect.add_argument("--duration-s", type=seconds(), default=60.0)
     collect.add_argument("--no-tcp", action="store_true", help="skip the tcp_probe/retransmit tracepoints")
     collect.add_argument("--flows-json", default=None, help="also write per-flow TCP aggregates (JSON lines)")
     collect.set_defaults(func=run_collect)
@@ -176,7 +185,7 @@ def _render(console: Console, row: dict[str, Any]) -> None:
 
 def run_remove(args: argparse.Namespace) -> int:
 
-    removed = datapath_lanes.remove(args.dev, args.netns)
+    removed = datapath_lanes.remove(args.dev, args.netns, force=args.force)
     console = terminal(stderr=True)
     console.print(
         markup(f"{args.dev}: removed {', '.join(removed)}" if removed else f"{args.dev}: no lanes to remove"),

@@ -15,6 +15,7 @@ from types import FrameType
 
 from pydantic import ValidationError
 
+from aiops.cli.args import positive_float, seconds
 from aiops.config import Config, NodeConfig, load_config, node_of, parse_listen
 from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
@@ -30,9 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--listen", default=None, help="HOST:PORT of the HTTP endpoint (overrides [http] listen)")
     p.add_argument("--node", default=None, help="this host's component name, node<N> (overrides [node] name)")
     p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
-    p.add_argument("--speed", type=float, default=1.0, help="with --sim: simulated seconds per wall second")
+    p.add_argument(
+        "--speed",
+        type=positive_float(10_000.0),
+        default=1.0,
+        help="with --sim: simulated seconds per wall second",
+    )
     p.add_argument("--lanes-policy", default=None, help="with --sim: the lanes policy the twin runs")
-    p.add_argument("--duration-s", type=float, default=None, help="stop after this many wall seconds")
+    p.add_argument("--duration-s", type=seconds(), default=None, help="stop after this many wall seconds")
     p.set_defaults(func=run)
 
 

@@ -22,6 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--scenario", required=True)
     p.add_argument("--db", required=True)
     p.add_argument("--lanes-policy", default=None, help="lanes policy YAML the twin's controller runs")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="start a used database afresh (its telemetry, proposals, audit)",
+    )
     p.set_defaults(func=run_simulate)
     a = sub.add_parser("analyze", help="detect incidents, rank root causes and propose remediations")
     a.add_argument("--db", required=True)
@@ -32,7 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
-    with Workspace(args.db).write() as store, sim_progress(f"simulating {scenario.name}") as progress:
+    workspace = Workspace(args.db)
+    if args.replace:
+        workspace.remove()
+    with workspace.write() as store, sim_progress(f"simulating {scenario.name}") as progress:
         simulate_into(store, scenario, lanes_policy=policy, progress=progress)
         rows = store.scalar("SELECT count(*) FROM gpu_samples")
     terminal(stderr=True).print(f"{markup(args.scenario)}: {rows:,} GPU samples in {markup(args.db)}")

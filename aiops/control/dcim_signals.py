@@ -5,17 +5,15 @@ field and the allowed values; stored in `dcim_signals` (the newest row per scope
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from aiops.errors import DcimSignalError
 from aiops.labels import component_kind
+from aiops.safeload import load_file
 from aiops.store import Store
 
 
@@ -103,17 +101,8 @@ def load_dcim_file(
 ) -> list[DcimSignal]:
     """Read a JSON or YAML file of DCIM signals (see `parse_dcim_signals`)."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DcimSignalError(where, "(file)", "no such file") from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise DcimSignalError(where, "(file)", f"cannot read: {type(exc).__name__}") from None
-    try:
-        data = json.loads(text) if where.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise DcimSignalError(where, "(file)", f"not JSON/YAML: {str(exc).splitlines()[0]}") from None
-    return parse_dcim_signals(data if data is not None else {}, f"{where}", ts_s, known_racks)
+    data = load_file(path, DcimSignalError)
+    return parse_dcim_signals(data if data is not None else {}, where, ts_s, known_racks)
 
 
 def record_signal(store: Store, signal: DcimSignal) -> None:

@@ -25,7 +25,7 @@ from aiops.datapath.loader import PROG_PIN_NAME, load_lanes, pin_dir, source_fil
 from aiops.datapath.maps import CompiledRules, LaneMaps, assign_slots, compile_policy
 from aiops.datapath.policy import LANES, LaneName, Policy, parse_policy
 from aiops.datapath.rates import LaneRates
-from aiops.errors import AiopsError, PrerequisiteError
+from aiops.errors import AiopsError, PrerequisiteError, TcError
 
 STATE_DIR = Path(os.environ.get("AIOPS_RUN_DIR", "/run/aiops")) / "lanes"
 PROGRAM_NAME = "lanes_classify"
@@ -244,8 +244,38 @@ def _htb_1(dev: str, netns: str | None) -> bool:
     return bool(root and root.get("kind") == "htb" and root.get("handle") == f"{tc.HTB_MAJOR:x}:")
 
 
-def remove(dev: str, netns: str | None = None) -> list[str]:
-    """Remove what apply added on `dev` (qdisc tree, filter, pins, state); returns what was removed."""
+def nic_gone(dev: str, netns: str | None) -> str | None:
+    """Why `dev` (in `netns`) no longer exists, or None when it does: a deleted namespace or device."""
+    if netns and not Path(f"/run/netns/{netns}").exists():
+        return f"network namespace {netns} is gone"
+    try:
+        tc.root_qdisc(dev, netns)
+    except TcError as exc:
+        if "cannot find device" in exc.stderr.lower():
+            return f"device {dev} is gone"
+        raise
+    return None
+
+
+def remove(dev: str, netns: str | None = None, *, force: bool = False) -> list[str]:
+    """Remove what apply added on `dev` (qdisc tree, filter, pins, state); returns what was removed. When the
+    device or its namespace is gone (and with it the qdiscs), `force` removes the pins and the record alone."""
     _require_root()
     key = state_key(dev, netns)
-    return _remove_stale(dev, netns, key, _ours_on_nic(dev, netns))
+    gone = nic_gone(dev, netns)
+    if gone is None:
+        return _remove_stale(dev, netns, key, _ours_on_nic(dev, netns))
+    if not force:
+        where = f" --netns {netns}" if netns else ""
+        raise AiopsError(
+            f"{dev}: {gone}, so its qdiscs went with it; `aiops lanes remove --dev {dev}{where} --force` "
+            "removes the pins and the state record"
+        )
+    removed = []
+    if unpin(key):
+        removed.append(f"pins {key}")
+    state = read_state(key)
+    if state is not None:
+        state.path().unlink(missing_ok=True)
+        removed.append(f"state {state.path()}")
+    return removed

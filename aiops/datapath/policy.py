@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aiops.errors import PolicyError
+from aiops.safeload import load_file
 
 _R = TypeVar("_R", bound="_Rule")
 LaneName = Literal["vip", "standard", "bulk"]
@@ -264,14 +264,7 @@ def _known_keys(data: Any, loc: Sequence[int | str]) -> list[str]:
 
 
 def load_policy(path: str | Path) -> Policy:
-    text_path = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise PolicyError(text_path, "(file)", "no such file") from None
-    except yaml.YAMLError as exc:
-        raise PolicyError(text_path, "(file)", f"not YAML: {exc}") from None
-    return parse_policy(data, text_path)
+    return parse_policy(load_file(path, PolicyError), str(path))
 
 
 def load_default_policy() -> Policy:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from aiops.datapath import tc
-from aiops.datapath.lanes import LanesState, all_states, read_state, state_key
+from aiops.datapath.lanes import LanesState, all_states, nic_gone, read_state, state_key
 from aiops.datapath.maps import LaneMaps
 from aiops.datapath.policy import LANES
-from aiops.errors import PrerequisiteError
+from aiops.errors import AbiMismatch, PrerequisiteError, TcError
 
 
 def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
@@ -23,9 +23,21 @@ def nic_status(state: LanesState, interval_s: float = 0.5) -> dict[str, Any]:
         "applied_ts_s": state.applied_ts_s,
         "complete": state.complete,
     }
-    if state.netns and not Path(f"/run/netns/{state.netns}").exists():
-        out["error"] = f"network namespace {state.netns} is gone: run `aiops lanes remove` to drop the record"
+    cleanup = (
+        f"`aiops lanes remove --dev {state.dev}{f' --netns {state.netns}' if state.netns else ''} --force`"
+    )
+    gone = nic_gone(state.dev, state.netns)
+    if gone is not None:
+        out["error"] = f"{gone}: {cleanup} drops the pins and the record"
         return out
+    try:
+        return _counters(state, interval_s, out)
+    except (OSError, AbiMismatch, TcError) as exc:  # BpfError is an OSError: the pins are gone or foreign
+        out["error"] = f"pinned maps in {state.pin_dir} cannot be read ({exc}): {cleanup} drops them"
+        return out
+
+
+def _counters(state: LanesState, interval_s: float, out: dict[str, Any]) -> dict[str, Any]:
     slots = state.rule_slots or {rule_id: index for index, rule_id in enumerate(state.rule_ids)}
     rule_count = max(slots.values(), default=-1) + 1
     with LaneMaps(Path(state.pin_dir)) as maps:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from aiops.datapath.policy import Policy
-from aiops.errors import AiopsError
+from aiops.errors import InputError
 from aiops.pipeline import RunResult, analyze_store
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario
@@ -26,7 +26,12 @@ def simulate_into(
     """Simulate `scenario` into `store` and record the run; returns the twin (the world where the run ended).
     A workspace that already holds telemetry or a run is refused: a twin must be the world of its telemetry."""
     if has_run(store) or store.scalar("SELECT count(*) FROM gpu_samples"):
-        raise AiopsError(f"{store.path} already holds telemetry: simulate into a new database")
+        raise InputError(
+            store.path,
+            "--db",
+            "already holds telemetry (a run, or a killed run's rows): a second scenario would mix into it",
+            "--replace to start this workspace afresh, or a new --db",
+        )
     world = World(scenario, lanes_policy)
     simulate(scenario, store, progress=progress, lanes_policy=lanes_policy, world=world)
     record_run(store, scenario, lanes_policy, world.elapsed_s)
@@ -48,8 +53,17 @@ def demo(
     *,
     lanes_policy: Policy | None = None,
     progress: Progress | None = None,
+    replace: bool = False,
 ) -> RunResult:
-    """A fresh workspace (its files removed first), the scenario simulated into it, then analysed."""
+    """A fresh workspace, the scenario simulated into it, then analysed. A database file that exists already
+    (telemetry, proposals, an audit log) is removed with its workspace files only with `replace`."""
+    if workspace.exists() and not workspace.memory and not replace:
+        raise InputError(
+            workspace.path,
+            "--db",
+            "exists: the demo would replace its telemetry, proposals and audit log",
+            "--replace to start it afresh, or a new --db",
+        )
     workspace.remove()
     with workspace.write() as store:
         twin = simulate_into(store, scenario, lanes_policy=lanes_policy, progress=progress)

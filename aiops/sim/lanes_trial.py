@@ -91,7 +91,10 @@ def _run(scenario: Scenario, policy: Policy, lanes: bool, duration_s: float) -> 
 
 def try_policy(policy: Policy, scenario: Scenario | None = None, duration_s: float | None = None) -> Trial:
     base = trial_scenario(scenario)
-    seconds = float(duration_s if duration_s is not None else base.duration_s)
+    if duration_s is not None:  # the same limits as a scenario's own duration_s (positive, finite, size)
+        data = {**base.model_dump(mode="json", exclude={"expect"}), "duration_s": duration_s}
+        base = parse_scenario(data, "--duration-s")
+    seconds = float(base.duration_s)
     world = World(base, policy)
     classes = world.classes()
     classification = {

@@ -6,6 +6,7 @@ inserts it with one `INSERT ... SELECT` over the registered Arrow table: never r
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from aiops.errors import IngestError, SchemaError, StoreLocked
+from aiops.store.faults import file_fault
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
 Batch: TypeAlias = pa.Table | Mapping[str, Sequence[Any]]
@@ -36,19 +38,31 @@ class Store:
 
     def __init__(self, path: str | Path = ":memory:", *, read_only: bool = False) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self.conn = duckdb.connect(self.path, read_only=read_only)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreLocked(self.path, _lock_holder(str(exc))) from None
-            raise SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
-        except duckdb.Error as exc:
-            raise SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
+            raise file_fault(self.path, exc) or SchemaError(
+                f"{self.path}: cannot open as a DuckDB database: {exc}"
+            ) from exc
+        except (duckdb.Error, OSError) as exc:
+            fault = file_fault(self.path, exc)
+            if fault is None and isinstance(exc, OSError):
+                raise
+            raise fault or SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
-        self._migrate()
+        try:
+            self._migrate()
+        except duckdb.Error as exc:  # a truncated file opens, then fails on its first read
+            self.conn.close()
+            fault = file_fault(self.path, exc)
+            if fault is None:
+                raise
+            raise fault from exc
 
     # -- schema -------------------------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -146,23 +160,34 @@ class Store:
         try:
             self.conn.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "{view}"')
         except duckdb.Error as exc:
-            raise IngestError(f"table '{table}': {exc}") from exc
+            raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc
         finally:
             self.conn.unregister(view)
         return int(arrow.num_rows)
 
     def ingest_many(self, batches: Mapping[str, Batch]) -> int:
-        """Ingest several tables' batches in one transaction."""
+        """Ingest several tables' batches in one transaction: all of it or none (a full disk at COMMIT rolls
+        the whole batch back and is a StorageError)."""
         total = 0
         self.conn.execute("BEGIN TRANSACTION")
         try:
             for table, batch in batches.items():
                 total += self.ingest(table, batch)
             self.conn.execute("COMMIT")
-        except Exception:
-            self.conn.execute("ROLLBACK")
+        except Exception as exc:
+            self._rollback()
+            if isinstance(exc, duckdb.Error):
+                fault = file_fault(self.path, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
             raise
         return total
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction; one that a failed COMMIT already ended has nothing to roll back."""
+        with contextlib.suppress(duckdb.TransactionException):
+            self.conn.execute("ROLLBACK")
 
     # -- queries ------------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:

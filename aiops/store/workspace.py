@@ -27,7 +27,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import duckdb
+
 from aiops.errors import AiopsError, StoreLocked, WorkspaceBusy
+from aiops.store.faults import file_fault
 from aiops.store.lease import LOCK_SUFFIX, SOCKET_SUFFIX, lease
 from aiops.store.store import Store
 
@@ -125,6 +128,11 @@ class Workspace:
             try:
                 yield store
                 store.commit_pending()
+            except (duckdb.Error, OSError) as exc:  # a damaged file, a full disk: one clear error, exit 2
+                fault = file_fault(self.path, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
             finally:
                 store.close()
 
@@ -147,6 +155,11 @@ class Workspace:
                 store = self._open(read_only=True)
             try:
                 yield store
+            except (duckdb.Error, OSError) as exc:
+                fault = file_fault(self.path, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
             finally:
                 store.close()
 
