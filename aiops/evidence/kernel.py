@@ -47,6 +47,12 @@ _NIC_LINK = re.compile(
 _NVRM_FAIL = re.compile(r"NVRM.*(?:[Ee]rror|failed|Failed)")
 _BENIGN = re.compile(r"^(?:nvidia|nvidia-nvlink|nvidia-modeset|nvidia-uvm|NVRM|\[drm\]|input: HDA NVidia)\b")
 
+# A line with none of these words matches no rule below: skipped without running the patterns (speed on
+# large logs, most of whose lines are about other devices).
+_KEYWORDS = re.compile(
+    r"NVRM|NVIDIA|nvidia|NVidia|AER|Surprise|GSP|gsp|[Hh]eartbeat|[Ll]ink|fallen|PCIe|pcieport|drm|[Ee]rror"
+)
+
 SEVERITY_CODE = {"Corrected": 0, "Uncorrected (Non-Fatal)": 1, "Uncorrected (Fatal)": 2}
 
 
@@ -92,6 +98,8 @@ def parse_line(
         "host": host or line_host,
     }
     detail = {"time": wall} if wall else {}
+    if _KEYWORDS.search(message) is None:
+        return None
     if (m := _XID.search(message)) is not None:
         pci = canonical_bdf(m.group("pci"))
         rest = m.group("rest") or ""
