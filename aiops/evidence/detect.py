@@ -15,7 +15,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"^(?:\w{3} [ \d]\d \d{2}:\d{2}:\d{2} |\d{4}-\d{2}-\d{2}T\S+ )(?:[\w.-]+ )?kernel: "),
         re.compile(r"^kernel: "),
         re.compile(r"^\s*NVRM[: ]"),
-        re.compile(r'^\{.*"MESSAGE"\s*:.*"(?:_TRANSPORT|SYSLOG_IDENTIFIER|__REALTIME_TIMESTAMP)"'),
+        re.compile(r'^\{\s?"(?:__CURSOR|__REALTIME_TIMESTAMP|MESSAGE|_TRANSPORT|PRIORITY|_HOSTNAME)"\s?:'),
     ),
     "nvidia-smi-q": (
         re.compile(r"^=+NVSMI LOG=+$"),
@@ -30,7 +30,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b"),
         re.compile(r"ProcessGroupNCCL"),
         re.compile(r"ib_mlx5_log\.c|Transport retry count exceeded|\bUCX\b"),
-        re.compile(r"CUDA error: |RuntimeError: .*CUDA|CUDA_LAUNCH_BLOCKING"),
+        re.compile(r"CUDA error: |RuntimeError: .{0,200}CUDA|CUDA_LAUNCH_BLOCKING"),
     ),
     "ib": (
         re.compile(r"^CA '[^']+'$"),

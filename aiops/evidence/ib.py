@@ -12,12 +12,12 @@ from aiops.evidence.events import LogEvent
 
 _CA = re.compile(r"^CA '(?P<ca>[^']+)'")
 _PORT = re.compile(r"^\s*Port (?P<port>\d+):\s*$")
-_FIELD = re.compile(r"^\s*(?P<key>State|Physical state|Rate|Link layer):\s*(?P<value>.+?)\s*$")
+_FIELD = re.compile(r"^\s*(?P<key>State|Physical state|Rate|Link layer):(?P<value>.+)$")
 _RDMA_LINK = re.compile(
     r"^link (?P<dev>\S+)/(?P<port>\d+) .*?\bstate (?P<state>\w+) physical_state (?P<phys>\w+)"
 )
 _COUNTER = re.compile(
-    r"\[?(?P<name>[A-Z][A-Za-z]+(?:Counter|Errors|Discards|Wait|Errors\w*))\s*(?:==|:\.*|:)\s*(?P<value>\d+)\]?"
+    r"\[?(?P<name>[A-Z][A-Za-z]{1,40}?(?:Counter|Errors|Discards|Wait))\s*(?:==|:\.*|:)\s*(?P<value>\d+)\]?"
 )
 _IBQ_HEAD = re.compile(r"GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+):")
 
@@ -45,7 +45,7 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             yield LogEvent(kind="ib_info", component=f"{ca}:{port}", **base)
             continue
         if (m := _FIELD.match(raw)) is not None and ca is not None:
-            key, value = m.group("key"), m.group("value")
+            key, value = m.group("key"), m.group("value").strip()
             comp = f"{ca}:{port}" if port else ca
             if key == "State":
                 state = value.lower()

@@ -24,7 +24,7 @@ _SYSLOG = re.compile(
 )
 _KERNEL_TAG = re.compile(r"^kernel:\s?")
 
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
+_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,40})\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<xid>\d+)")
 _GPU_INDEX = re.compile(r"\bGPU(?P<idx>\d+)\b")
 _OFF_BUS = re.compile(r"fallen off the bus", re.I)
@@ -40,11 +40,13 @@ _SURPRISE_DOWN = re.compile(r"Surprise Down Error")
 _GSP_TIMEOUT = re.compile(
     r"heartbeat timed out|Heartbeat timed out|GSP Timeout|Timeout after \d+s of waiting for RPC"
 )
-_GSP_ERROR = re.compile(r"_kgsp\w*: |GSP kernel exception|PMU has halted|GSP \w+ (?:crash|error)", re.I)
-_NIC_LINK = re.compile(
-    r"(?P<dev>\b(?:eth|ib|ens|enp|eno|mlx5_)\S*?):? .*?\b[Ll]ink (?:is )?(?P<state>[Dd]own|[Uu]p)\b"
+_GSP_ERROR = re.compile(
+    r"_kgsp\w{0,60}: |GSP kernel exception|PMU has halted|GSP \w{1,40} (?:crash|error)", re.I
 )
-_NVRM_FAIL = re.compile(r"NVRM.*(?:[Ee]rror|failed|Failed)")
+_NIC_LINK = re.compile(
+    r"(?P<dev>\b(?:eth|ib|ens|enp|eno|mlx5_)\S{0,40}?):? .{0,200}?\b[Ll]ink (?:is )?(?P<state>[Dd]own|[Uu]p)\b"
+)
+_NVRM_FAIL = re.compile(r"NVRM.{0,300}?(?:[Ee]rror|failed|Failed)")
 _BENIGN = re.compile(r"^(?:nvidia|nvidia-nvlink|nvidia-modeset|nvidia-uvm|NVRM|\[drm\]|input: HDA NVidia)\b")
 
 # A line with none of these words matches no rule below: skipped without running the patterns (speed on

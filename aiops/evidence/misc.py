@@ -16,9 +16,9 @@ from aiops.evidence.events import LogEvent
 _SAMPLE = re.compile(
     r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
 )
-_LABEL = re.compile(r'(?P<k>[A-Za-z_]\w*)="(?P<v>(?:[^"\\]|\\.)*)"')
+_LABEL = re.compile(r'(?P<k>[A-Za-z_]\w{0,100})="(?P<v>(?:[^"\\]|\\.){0,1000})"')
 _SEL = re.compile(
-    r"^\s*(?P<id>[0-9a-fA-F]+)\s*\|\s*(?P<date>[^|]*)\|\s*(?P<time>[^|]*)\|\s*(?P<sensor>[^|]+)\|\s*(?P<event>[^|]+)(?:\|\s*(?P<dir>[^|]+))?"
+    r"^\s*(?P<id>[0-9a-fA-F]+) ?\|(?P<date>[^|]*)\|(?P<time>[^|]*)\|(?P<sensor>[^|]+)\|(?P<event>[^|]+)(?:\|(?P<dir>[^|]+))?"
 )
 _SYSFS = re.compile(r"^(?P<path>/sys/\S+?)[:=\s]\s*(?P<value>.*)$")
 

@@ -20,14 +20,18 @@ from aiops.evidence.timeparse import zoned_ts_s
 # `host:pid:tid [cuda-dev] file:line NCCL WARN ...` (NCCL's own prefix)
 _NCCL_PREFIX = re.compile(r"(?:^|\s)(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _COMPLETION = re.compile(
-    r"NET/IB ?: Got completion (?:from peer (?P<peer>\S+) )?with (?:error |status=)(?P<status>\d+)"
-    r"(?:,? opcode[ =](?P<opcode>\d+))?(?:.*?vendor err (?P<vendor>\d+))?"
+    r"NET/IB ?: Got completion (?:from peer (?P<peer>\S{1,80}) )?with (?:error |status=)(?P<status>\d+)"
+    r"(?:,? opcode[ =](?P<opcode>\d+))?(?:.{0,300}?vendor err (?P<vendor>\d+))?"
 )
-_GIDS = re.compile(r"localGid (?P<local>[0-9a-fA-F:.]+)\s+remoteGids?\s*(?P<remote>[0-9a-fA-F:.]+)")
-_ASYNC = re.compile(r"NET/IB ?: (?:(?P<dev>\S+) )?(?:Got async event|async fatal event)[^:]*: ?(?P<what>.+)$")
+_GIDS = re.compile(
+    r"localGid (?P<local>[0-9a-fA-F:.]{1,64})\s{1,8}remoteGids?\s{0,8}(?P<remote>[0-9a-fA-F:.]{1,64})"
+)
+_ASYNC = re.compile(
+    r"NET/IB ?: (?:(?P<dev>\S{1,40}) )?(?:Got async event|async fatal event)[^:]{0,60}: ?(?P<what>.+)$"
+)
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-    r"(?:.*?Timeout\(ms\)=(?P<timeout_ms>\d+))?"
+    r"(?:.{0,300}?Timeout\(ms\)=(?P<timeout_ms>\d+))?"
 )
 _RANK = re.compile(r"\[Rank (?P<rank>\d+)\]|\[rank(?P<rank2>\d+)\]")
 _WATCHDOG_AT = re.compile(r"detected by watchdog at work: (?P<seq>\d+)")

@@ -17,8 +17,8 @@ from aiops.evidence.events import LogEvent
 from aiops.evidence.pci import canonical_bdf
 
 _GPU_HEADER = re.compile(r"^GPU (?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
-_KEY_VALUE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:]+?)\s*:\s*(?P<value>.*)$")
-_SECTION = re.compile(r"^(?P<indent>\s*)(?P<name>[A-Za-z][^:]*?)\s*$")
+_KEY_VALUE = re.compile(r"^(?P<key>[^:]+):(?P<value>.*)$")  # on the stripped line; indent apart
+_SECTION = re.compile(r"^(?P<name>[A-Za-z][^:]*)$")  # on the stripped line
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?")
 
 # XML tag -> the text key it corresponds to (so one set of rules reads both).
@@ -191,14 +191,15 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
                 code=reader.gpu_count,
             )
             continue
-        if (m := _KEY_VALUE.match(text)) is not None and m.group("value").strip():
-            indent = len(m.group("indent"))
+        stripped = text.lstrip()
+        indent = len(text) - len(stripped)
+        if (m := _KEY_VALUE.match(stripped)) is not None and m.group("value").strip():
             while reader.sections and reader.sections[-1][0] >= indent:
                 reader.sections.pop()
             yield reader.reading(number, raw, m.group("key").strip(), m.group("value").strip())
             continue
-        if (m := _SECTION.match(text.rstrip(" :"))) is not None:
-            reader.enter(len(m.group("indent")), m.group("name").strip())
+        if (m := _SECTION.match(stripped.rstrip(" :"))) is not None:
+            reader.enter(indent, m.group("name").strip())
             yield LogEvent(source=source, line=number, raw=raw, kind="nvsmi_field")
             continue
         yield None

@@ -11,7 +11,7 @@ from aiops.evidence.events import LogEvent
 from aiops.evidence.timeparse import zoned_ts_s
 
 _STEP = re.compile(r"\btime: (?P<step>\d+(?:\.\d+)?), data_time: (?P<data>\d+(?:\.\d+)?)")
-_PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>\S+?),")
+_PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>\S{1,80}?),")
 _UNHEALTHY = re.compile(r"device marked unhealthy: (?P<dev>\S+)")
 _DCGM_HEALTH = re.compile(r"\[\[Health\]\] Detected a (?P<sev>\w+) in health system (?P<system>\w+)")
 _THERMAL_VIOLATION = re.compile(r"thermal violation in GPU (?P<gpu>\d+)")

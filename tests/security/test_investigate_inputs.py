@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from aiops.evidence.detect import detect_format
+from aiops.evidence.investigate import PARSERS
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "evals" / "real"
@@ -108,3 +112,28 @@ def test_refused_files_exit_2_without_traceback(tmp_path: Path, content: bytes, 
     )
     assert out.returncode == 2 and out.stdout == ""
     assert str(path) in out.stderr and message in out.stderr and "Traceback" not in out.stderr
+
+
+# Pieces that, repeated over a 64 Ki-character line, made an earlier version's patterns quadratic (11 s for one
+# line of "NVRM: Xid ("): every parser and the detector must stay linear in the line's length.
+_REDOS_PIECES = (
+    "NVRM: Xid (",
+    "NVRM: ",
+    "_kgsp",
+    "Chip",
+    "Down",
+    "a" + " " * 10,
+    "1 |      ",
+    'k="v",a',
+    "ib0 ",
+)
+
+
+@pytest.mark.parametrize("piece", _REDOS_PIECES)
+def test_hostile_long_lines_are_parsed_in_linear_time(piece: str) -> None:
+    line = (piece * (65536 // len(piece) + 1))[:65536]
+    start = time.perf_counter()
+    for parse in PARSERS.values():
+        list(parse("hostile.log", [(1, line)]))
+    detect_format([line])
+    assert time.perf_counter() - start < 2.0  # about 0.1 s here; the quadratic version took 11 s
