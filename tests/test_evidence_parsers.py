@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aiops.errors import EvidenceError
-from aiops.evidence import kernel, nccl
+from aiops.evidence import investigate, kernel, nccl
 from aiops.evidence.detect import detect_format
 from aiops.evidence.investigate import PARSERS, file_format
 from aiops.evidence.reader import lines
@@ -133,3 +133,22 @@ def test_unknown_lines_are_counted_not_fatal() -> None:
     path = REAL / "xid13-out-of-range-gpudirect-nvme-2020/dmesg.txt"
     items = list(kernel.parse(path.name, lines(path)))
     assert len(items) == 7 and sum(1 for e in items if e is None) == 4
+
+
+def test_nvidia_smi_xml_readings_match_the_text_ones(tmp_path: Path) -> None:
+    xml = tmp_path / "q.xml"
+    xml.write_text(
+        '<?xml version="1.0" ?>\n<nvidia_smi_log>\n\t<driver_version>550.54.15</driver_version>\n'
+        '\t<gpu id="00000000:18:00.0">\n\t\t<performance_state>P0</performance_state>\n'
+        "\t\t<clocks_event_reasons>\n"
+        "\t\t\t<clocks_event_reason_gpu_idle>Not Active</clocks_event_reason_gpu_idle>\n"
+        "\t\t\t<clocks_event_reason_hw_slowdown>Active</clocks_event_reason_hw_slowdown>\n"
+        "\t\t\t<clocks_event_reason_hw_power_brake_slowdown>Active</clocks_event_reason_hw_power_brake_slowdown>\n"
+        "\t\t</clocks_event_reasons>\n\t\t<remapped_rows>\n"
+        "\t\t\t<remapped_row_unc>2</remapped_row_unc>\n\t\t\t<remapped_row_pending>Yes</remapped_row_pending>\n"
+        "\t\t</remapped_rows>\n\t</gpu>\n</nvidia_smi_log>\n"
+    )
+    result = investigate([xml])
+    causes = [(h["root_cause"], h["component"]) for h in result["hypotheses"]]
+    assert ("power_brake", "node0/gpu0") in causes and ("gpu_ecc_error", "node0/gpu0") in causes
+    assert result["sources"][0]["format"] == "nvidia-smi-q" and result["sources"][0]["unknown"] == 0

@@ -132,13 +132,13 @@ class _Reader:
                 return event("remap_pending", code=int(value.lower() == "yes"))
             if key == "Remapping Failure Occurred":
                 return event("remap_failure", code=int(value.lower() == "yes"))
-            if key.startswith("Uncorrectable"):
+            if key.lower().startswith(("uncorrectable", "remapped_row_unc")):
                 return event("remap_uncorrectable", number_value=numeric)
             return event("nvsmi_field")
-        if "Retired Pages" in path and key.startswith("Pending"):
+        if "Retired Pages" in path and key.lower().startswith("pending"):
             return event("retire_pending", code=int(value.lower() == "yes"))
         if "ECC Errors" in path and (
-            "Double Bit" in path or "Uncorrectable" in key or "Uncorrectable" in where
+            "Double Bit" in path or "uncorrectable" in key.lower() or "Uncorrectable" in where
         ):
             if "Volatile" in path and numeric is not None and numeric > 0:
                 return event("ecc_uncorrectable", number_value=numeric)

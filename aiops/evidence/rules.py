@@ -330,9 +330,9 @@ def _pcie(c: Collected, n: Namer) -> list[Hyp]:
 def _thermal(c: Collected, n: Namer) -> list[Hyp]:
     out: list[Hyp] = []
     active = [e for e in c.of("clocks_event") if e.code == 1]
-    thermal = [e for e in active if "Thermal" in e.detail.get("key", "")]
-    brake = [e for e in active if "Power Brake" in e.detail.get("key", "")]
-    hw = [e for e in active if e.detail.get("key") == "HW Slowdown"]
+    thermal = [e for e in active if "thermal" in e.detail.get("key", "").lower()]
+    brake = [e for e in active if "power brake" in e.detail.get("key", "").lower()]
+    hw = [e for e in active if e.detail.get("key", "").lower() == "hw slowdown"]
     for comp, events in _by(thermal, n.gpu).items():
         h = Hyp("thermal_throttle", comp, 0.85, "clocks slowed for temperature (thermal slowdown active)")
         h.cite("clocks event reasons: thermal slowdown active", events)
@@ -537,8 +537,8 @@ def anomalies(c: Collected) -> list[LogEvent]:
         e
         for e in c.of("clocks_event")
         if e.code == 1
-        and e.detail.get("key")
-        not in ("Idle", "Gpu Idle", "Applications Clocks Setting", "Display Clock Setting", "Sync Boost")
+        and e.detail.get("key", "").lower()
+        not in ("idle", "gpu idle", "applications clocks setting", "display clock setting", "sync boost")
     ]
     out += [e for k in ("remap_pending", "remap_failure", "retire_pending") for e in c.of(k) if e.code == 1]
     out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
