@@ -152,3 +152,15 @@ def test_nvidia_smi_xml_readings_match_the_text_ones(tmp_path: Path) -> None:
     causes = [(h["root_cause"], h["component"]) for h in result["hypotheses"]]
     assert ("power_brake", "node0/gpu0") in causes and ("gpu_ecc_error", "node0/gpu0") in causes
     assert result["sources"][0]["format"] == "nvidia-smi-q" and result["sources"][0]["unknown"] == 0
+
+
+def test_journal_short_iso_and_dmesg_x_prefixes(tmp_path: Path) -> None:
+    log = tmp_path / "k.log"
+    log.write_text(
+        "2024-12-02T11:38:47+0100 worker4 kernel: NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', DBE\n"
+        "kern  :err   : [  219.471050] NVRM: Xid (PCI:0000:07:00): 64, pid='<unknown>', name=<unknown>\n"
+    )
+    assert file_format(log) == "kernel-log"
+    first, second = [e for e in PARSERS["kernel-log"]("k.log", lines(log)) if e is not None]
+    assert (first.code, first.host, first.ts_s) == (48, "worker4", 1733135927.0)  # 10:38:47 UTC
+    assert (second.code, second.uptime_s, second.ts_s) == (64, 219.47105, None)

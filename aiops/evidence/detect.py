@@ -14,6 +14,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}\] "),
         re.compile(r"^(?:\w{3} [ \d]\d \d{2}:\d{2}:\d{2} |\d{4}-\d{2}-\d{2}T\S+ )(?:[\w.-]+ )?kernel: "),
         re.compile(r"^kernel: "),
+        re.compile(r"^kern\s{0,8}:\w{3,6}\s{0,8}: "),
         re.compile(r"^\s*NVRM[: ]"),
         re.compile(r'^\{\s?"(?:__CURSOR|__REALTIME_TIMESTAMP|MESSAGE|_TRANSPORT|PRIORITY|_HOSTNAME)"\s?:'),
     ),

@@ -23,6 +23,9 @@ _SYSLOG = re.compile(
     r"^(?P<stamp>\w{3} [ \d]\d \d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}T\S+)\s+(?:(?P<host>[\w.-]+)\s+)?kernel:\s?"
 )
 _KERNEL_TAG = re.compile(r"^kernel:\s?")
+_DMESG_X = re.compile(
+    r"^(?:kern|user|daemon|syslog)\s{0,8}:(?P<level>emerg|alert|crit|err|warn|notice|info|debug)\s{0,8}: "
+)
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,40})\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<xid>\d+)")
@@ -76,7 +79,7 @@ def _split_prefix(text: str) -> tuple[str, float | None, float | None, str | Non
         host = match.group("host")
         text = text[match.end() :]
     else:
-        tag = _KERNEL_TAG.match(text)
+        tag = _KERNEL_TAG.match(text) or _DMESG_X.match(text)  # `dmesg -x`: facility and level first
         if tag is not None:
             text = text[tag.end() :]
     match_t = _DMESG_T.match(text)
