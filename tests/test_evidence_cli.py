@@ -115,3 +115,13 @@ def test_hostile_lines_are_shown_as_text(tmp_path: Path, capsys: pytest.CaptureF
     assert "\\x1b]0;pwned" in out and "[red]x[/]" in out
     result = _json(capsys, str(log))
     assert "\x1b]0;pwned" in result["hypotheses"][0]["evidence"][0]["rows"][0]  # type: ignore[index]
+
+
+def test_a_carriage_return_stays_inside_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "dmesg.txt"
+    log.write_text("[ 1.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen\roff the bus.\n[ 2.0] ok\n")
+    result = _json(capsys, str(log))
+    assert result["sources"][0]["lines"] == 2  # type: ignore[index]
+    assert result["hypotheses"][0]["evidence"][0]["rows"] == [  # type: ignore[index]
+        "[ 1.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen\roff the bus."
+    ]

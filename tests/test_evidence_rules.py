@@ -150,3 +150,11 @@ def test_prometheus_and_sel_and_sysfs_are_read(tmp_path: Path) -> None:
         "parsed": 1,
         "unknown": 0,
     }
+
+
+def test_a_job_log_mixing_iterations_and_nccl_errors_reads_both(tmp_path: Path) -> None:
+    steps = (REAL / "dataloader-data-time-dominates-mmdet-2019" / "train.log").read_text(encoding="utf-8")
+    port = (REAL / "nccl-ib-async-port-error-flapping-link-2023" / "nccl.log").read_text(encoding="utf-8")
+    result = _run(tmp_path, "job.log", steps + port)
+    assert result["sources"][0]["format"] == "train-log" and result["sources"][0]["unknown"] == 0
+    assert {h["root_cause"] for h in result["hypotheses"]} == {"input_pipeline_bottleneck", "nic_link_flap"}

@@ -20,16 +20,28 @@ DIAGNOSED_CONFIDENCE = 0.6
 MAX_FINDINGS = 20
 
 Parser = Callable[[str, Iterable[tuple[int, str]]], Iterator[LogEvent | None]]
+
+
+def application_log(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    """A job's own output mixes NCCL/PyTorch lines and iteration lines: both are read, whichever the file
+    was detected as."""
+    for number, raw in numbered:
+        if not raw.strip():
+            yield None
+            continue
+        yield nccl.parse_line(source, number, raw) or training.step_event(source, number, raw)
+
+
 PARSERS: dict[str, Parser] = {
     "kernel-log": kernel.parse,
     "nvidia-smi-q": nvsmi.parse,
-    "nccl-log": nccl.parse,
+    "nccl-log": application_log,
     "ib": ib.parse,
     "lspci-vv": lspci.parse,
     "prometheus-text": misc.parse_prometheus,
     "ipmi-sel": misc.parse_sel,
     "sysfs": misc.parse_sysfs,
-    "train-log": training.parse_train,
+    "train-log": application_log,
     "gpu-agent-log": training.parse_agent,
 }
 

@@ -41,16 +41,18 @@ def is_binary(head: bytes) -> bool:
 
 def lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, text without the newline), streamed; undecodable bytes become U+FFFD."""
-    with path.open("r", encoding="utf-8", errors="replace", newline="") as handle:
+    with path.open(
+        "r", encoding="utf-8", errors="replace", newline="\n"
+    ) as handle:  # split on LF only: a CR stays in its line
         number = 0
         while True:
             chunk = handle.readline(MAX_LINE_CHARS)
             if not chunk:
                 return
             number += 1
-            if not chunk.endswith(("\n", "\r")):
+            if not chunk.endswith("\n"):
                 # a cut line: skip the rest of it
                 rest = chunk
-                while rest and not rest.endswith(("\n", "\r")):
+                while rest and not rest.endswith("\n"):
                     rest = handle.readline(MAX_LINE_CHARS)
             yield number, chunk.rstrip("\r\n")

@@ -17,26 +17,30 @@ _DCGM_HEALTH = re.compile(r"\[\[Health\]\] Detected a (?P<sev>\w+) in health sys
 _THERMAL_VIOLATION = re.compile(r"thermal violation in GPU (?P<gpu>\d+)")
 
 
+def step_event(source: str, number: int, raw: str) -> LogEvent | None:
+    """The step/data time of an iteration line, else None."""
+    m = _STEP.search(raw)
+    if m is None:
+        return None
+    step_s, data_s = float(m.group("step")), float(m.group("data"))
+    return LogEvent(
+        source=source,
+        line=number,
+        raw=raw,
+        kind="train_step",
+        value=step_s,
+        ts_s=zoned_ts_s(raw),
+        detail={
+            "step_time_s": m.group("step"),
+            "data_time_s": m.group("data"),
+            "data_fraction": f"{data_s / step_s:.3f}" if step_s > 0 else "0",
+        },
+    )
+
+
 def parse_train(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
     for number, raw in numbered:
-        m = _STEP.search(raw)
-        if m is None:
-            yield None
-            continue
-        step_s, data_s = float(m.group("step")), float(m.group("data"))
-        yield LogEvent(
-            source=source,
-            line=number,
-            raw=raw,
-            kind="train_step",
-            value=step_s,
-            ts_s=zoned_ts_s(raw),
-            detail={
-                "step_time_s": m.group("step"),
-                "data_time_s": m.group("data"),
-                "data_fraction": f"{data_s / step_s:.3f}" if step_s > 0 else "0",
-            },
-        )
+        yield step_event(source, number, raw)
 
 
 def parse_agent(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
