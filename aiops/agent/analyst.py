@@ -125,7 +125,9 @@ class Analyst:
             )
         return out
 
-    def answer(self, question: str) -> AnalystAnswer:
+    def answer(self, question: str, *, llm_configured: bool = False) -> AnalystAnswer:
+        """The analyst's answer. A free-form question says it needs an LLM: how to configure one when none is,
+        else only that the model's answer, when it fails, is replaced by this one (the failure is shown)."""
         if not self.diagnoses:
             return AnalystAnswer("No incident is open: the analyst finds the cluster healthy.")
         diagnosis = self.focus(question)
@@ -136,9 +138,14 @@ class Analyst:
         answer = self.explain(diagnosis)
         if not self.is_analyst_question(question):
             answer.free_form = True
+            need = (
+                "the model is asked; when it fails, its failure is shown"
+                if llm_configured
+                else "answering it needs an LLM (set AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL)"
+            )
             answer.text = (
-                "That is a free-form question: answering it needs an LLM (set AIOPS_LLM_BASE_URL and "
-                "AIOPS_LLM_MODEL). The analyst's view of the current incident:\n" + answer.text
+                f"That is a free-form question: {need}. The analyst's view of the current incident:\n"
+                + answer.text
             )
         return answer
 

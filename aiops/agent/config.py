@@ -25,8 +25,12 @@ class Limits:
     max_tool_calls: int = 16
     max_tokens: int = 60_000  # prompt + completion, as the server reports usage
     sql_max_rows: int = 200
+    sql_max_bytes: int = 65_536  # JSON bytes of one SQL result (the rows stop there, `truncated`)
     sql_timeout_s: float = 5.0
     whatif_horizon_s: float = 120.0
+    verify_max_claims: int = 12  # claims re-run per answer; the rest are shown unverifiable
+    verify_budget_s: float = 15.0  # total re-run time per answer; claims past it are unverifiable
+    record_max_bytes: int = 65_536  # one journal/audit record, one tool result kept in the checkpoint
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class AgentConfig:
     api_key: str | None = None
     timeout_s: float = 30.0
     temperature: float = 0.0
+    completion_max_tokens: int = 2048  # `max_tokens` of every request
     limits: Limits = Limits()
     source: str = "defaults"
 
@@ -70,6 +75,7 @@ def load_config(env: Mapping[str, str] | None = None, path: Path | None = None) 
         api_key=values["api_key"] or None,
         timeout_s=float(values["timeout_s"]),
         temperature=float(values["temperature"]),
+        completion_max_tokens=int(values["completion_max_tokens"]),
         limits=limits,
         source=source,
     )

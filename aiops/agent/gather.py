@@ -1,6 +1,11 @@
 """The LLM's investigation loop: turns and tool calls within the per-question limits, every turn, call and
 result journaled. Any failure (timeout, HTTP error, malformed output, an unknown tool, a spent budget) ends the
-loop with an `LLMFailure`; the graph then lets the analyst's answer stand and shows the failure."""
+loop with an `LLMFailure`; the graph then lets the analyst's answer stand and shows the failure.
+
+A bad tool call (arguments that are not JSON, not an object, of the wrong type or out of bounds, a repeated
+call id) is answered with the tool error as the tool's result, and the model may try again within its
+budget. A tool result is kept in the conversation up to `MAX_RESULT_CHARS`, and in the tool log (journal,
+checkpoint) up to `record_max_bytes` of JSON."""
 
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.agent.config import Limits
+from aiops.agent.journal import bounded
+from aiops.agent.llm import ToolCall
 from aiops.agent.ports import Chat, Journal
 from aiops.agent.prompts import SYSTEM_PROMPT, first_message, parse_final
-from aiops.agent.tools import TOOL_SPECS, ToolBox
-from aiops.errors import LLMFailure, ToolError, UnknownTool
+from aiops.agent.tools import TOOL_NAMES, TOOL_SPECS, ToolBox
+from aiops.errors import AiopsError, LLMFailure, ToolError, UnknownTool
 
 MAX_RESULT_CHARS = 12_000  # what one tool result may add to the conversation
 
@@ -87,29 +94,14 @@ def _loop(
             if out.tool_calls >= limits.max_tool_calls:
                 raise LLMFailure("limit", f"tool-call budget spent ({limits.max_tool_calls} calls)")
             out.tool_calls += 1
-            try:
-                result = tools.call(call.name, call.arguments)
-                ok = True
-            except UnknownTool as exc:
-                journal.record(
-                    "tool_call",
-                    {
-                        "call_id": call.call_id,
-                        "name": call.name,
-                        "arguments": call.arguments,
-                        "error": str(exc),
-                    },
-                    thread_id=thread_id,
-                )
-                raise LLMFailure("unknown_tool", str(exc)) from exc
-            except ToolError as exc:
-                result, ok = {"error": str(exc)}, False
+            seen = {e["call_id"] for e in out.tool_log}
+            result, ok = _run(tools, call, seen, journal, thread_id)
             entry = {
                 "call_id": call.call_id,
                 "name": call.name,
-                "arguments": call.arguments,
+                "arguments": call.arguments if ok or not call.error else {"raw": call.raw_arguments[:500]},
                 "ok": ok,
-                "result": result,
+                "result": bounded(result, limits.record_max_bytes),
             }
             out.tool_log.append(entry)
             journal.record("tool_call", entry, thread_id=thread_id)
@@ -117,3 +109,30 @@ def _loop(
             if len(text) > MAX_RESULT_CHARS:
                 text = text[:MAX_RESULT_CHARS] + "…(truncated)"
             messages.append({"role": "tool", "tool_call_id": call.call_id, "content": text})
+
+
+def _run(
+    tools: ToolBox, call: ToolCall, seen: set[str], journal: Journal, thread_id: str
+) -> tuple[dict[str, Any], bool]:
+    """(result, ok) of one call; a bad call's result is its error. An unknown tool ends the investigation."""
+    if call.name not in TOOL_NAMES:
+        exc = UnknownTool(call.name, TOOL_NAMES)
+        journal.record(
+            "tool_call",
+            {"call_id": call.call_id, "name": call.name, "arguments": {"raw": call.raw_arguments[:500]},
+             "error": str(exc)},
+            thread_id=thread_id,
+        )  # fmt: skip
+        raise LLMFailure("unknown_tool", str(exc))
+    if call.call_id in seen:
+        return {
+            "error": f"duplicate tool call id '{call.call_id}': not run; give each call its own id"
+        }, False
+    if call.error:
+        return {"error": call.error}, False
+    try:
+        return tools.call(call.name, call.arguments), True
+    except ToolError as exc:
+        return {"error": str(exc)}, False
+    except AiopsError as exc:  # a tool's own refusal (no telemetry, a workspace busy): the model is told
+        return {"error": f"{call.name}: {exc}"}, False

@@ -31,7 +31,10 @@ from aiops.agent.grounding import Citation, Claim, claims_from_evidence, verifie
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
-from guardrails.actions import Action
+from guardrails.actions import Action, parameter_problem
+
+MAX_KIND_CHARS = 64
+MAX_TARGET_CHARS = 200
 
 
 class AgentState(TypedDict, total=False):
@@ -108,9 +111,22 @@ def _claims_from_draft(draft: dict[str, Any], tool_log: list[dict[str, Any]]) ->
     return out
 
 
+def _proposal_problem(item: Any) -> str | None:
+    """Why a proposal from the model's answer is not one (before any arithmetic on it), or None."""
+    if not isinstance(item, dict):
+        return f"not an object: {type(item).__name__}"
+    kind, target = item.get("kind"), item.get("target")
+    if not isinstance(kind, str) or not isinstance(target, str):
+        return "kind and target must be strings"
+    if not 0 < len(kind) <= MAX_KIND_CHARS or not 0 < len(target) <= MAX_TARGET_CHARS:
+        return f"kind (1-{MAX_KIND_CHARS} characters) or target (1-{MAX_TARGET_CHARS}) out of bounds"
+    params = item.get("parameters", {})
+    return parameter_problem(params) if params is not None else None
+
+
 def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def understand(state: AgentState) -> AgentState:
-        answer = deps.analyst.answer(state["question"])
+        answer = deps.analyst.answer(state["question"], llm_configured=deps.llm is not None)
         deps.journal.record(
             "question",
             {
@@ -155,6 +171,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def hypothesise(state: AgentState) -> AgentState:
         analyst_claims = [Claim.model_validate(c) for c in state.get("analyst_claims", [])]
         draft, failed = state.get("draft"), bool(state.get("failures"))
+        model_text: list[Claim] = []
         if draft is not None and not failed:
             claims, text, source = (
                 _claims_from_draft(draft, state.get("tool_log", [])),
@@ -162,10 +179,22 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 "llm",
             )
         elif state.get("plain_text") and not failed:
-            claims, text, source = [Claim(text=state["plain_text"])], state["plain_text"], "llm"
+            # not the structured answer, so nothing in it can be verified: the analyst's answer and proposals
+            # stay, and the model's text is shown after the analyst's claims, marked unverifiable
+            model_text = [Claim(text=state["plain_text"], status="unverifiable",
+                                note="the model's answer: not the structured answer, no citation")]  # fmt: skip
+            claims, text, source = analyst_claims, state["analyst_text"], "analyst"
         else:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
-        checked = verify_claims(claims, deps.sql)
+        checked = (
+            verify_claims(
+                claims,
+                deps.sql,
+                max_claims=deps.limits.verify_max_claims,
+                budget_s=deps.limits.verify_budget_s,
+            )
+            + model_text
+        )
         rate = verified_citation_rate(checked)
         deps.journal.record(
             "answer",
@@ -196,16 +225,13 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             raw = [a.model_dump(mode="json") for a in deps.analyst.remediation(str(state["incident_id"]))]
         proposals = []
         for item in raw:
-            if (
-                not isinstance(item, dict)
-                or not isinstance(item.get("kind"), str)
-                or not isinstance(item.get("target"), str)
-            ):
+            problem = _proposal_problem(item)
+            if problem:
                 item = {
                     "kind": "?",
                     "target": "?",
                     "parameters": {},
-                    "reason": f"malformed proposal: {str(item)[:200]}",
+                    "reason": f"malformed proposal: {problem}",
                 }
             params = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
             action = {"kind": item["kind"], "target": item["target"], "parameters": params}
@@ -224,8 +250,11 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"proposals": proposals, "decisions": {}}
 
     def guardrail(state: AgentState) -> AgentState:
-        evidence = [
-            f"{c['text']} [{c['status']}]" + (f": {c['citation']['sql']}" if c.get("citation") else "")
+        evidence = [  # each line bounded: the guardrails audit it with every proposal
+            (
+                f"{c['text'][:300]} [{c['status']}]"
+                + (f": {c['citation']['sql'][:500]}" if c.get("citation") else "")
+            )
             for c in state.get("claims", [])
         ]
         proposed_by = "llm" if state["source"] == "llm" else "analyst"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,14 +63,22 @@ def numbers_in(text: str) -> list[tuple[float, int]]:
     out = []
     for match in _NUMBER.finditer(_THOUSANDS.sub("", text)):
         token = match.group(0)
-        decimals = len(token.split(".")[1]) if "." in token else 0
-        out.append((float(token), decimals))
+        decimals = min(len(token.split(".")[1]) if "." in token else 0, 12)
+        out.append((_number(token), decimals))
     return out
 
 
 def _close(claimed: float, actual: float, decimals: int) -> bool:
     tolerance = max(0.5 * 10.0**-decimals, 1e-6 * abs(actual))
     return math.isfinite(actual) and abs(claimed - actual) <= tolerance + 1e-9
+
+
+def _number(value: int | float | str) -> float:
+    """A number as a float; one too large for a float (a 400-digit integer) is infinite, never an error."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if not str(value).lstrip().startswith("-") else -math.inf
 
 
 def _decimals(value: float) -> int:
@@ -81,7 +91,7 @@ def values_equal(claimed: Any, actual: Any) -> bool:
         return bool(claimed == actual)
     if isinstance(claimed, int | float) and isinstance(actual, int | float):
         return _close(
-            float(claimed), float(actual), _decimals(float(claimed)) if isinstance(claimed, float) else 0
+            _number(claimed), _number(actual), _decimals(float(claimed)) if isinstance(claimed, float) else 0
         )
     if isinstance(claimed, list) and isinstance(actual, list):
         return len(claimed) == len(actual) and all(
@@ -104,7 +114,7 @@ def _scalars(values: list[Any]) -> list[float]:
         elif (isinstance(v, int | float) and not isinstance(v, bool)) or (
             isinstance(v, str) and _NUMERIC.match(v.strip())
         ):
-            out.append(float(v))
+            out.append(_number(v))
     return out
 
 
@@ -147,8 +157,34 @@ def verify_claim(claim: Claim, sql: ReadOnlySQL) -> Claim:
     return claim.model_copy(update={"status": "verified", "note": f"re-ran: {len(rows)} row(s) match"})
 
 
-def verify_claims(claims: list[Claim], sql: ReadOnlySQL) -> list[Claim]:
-    return [verify_claim(c, sql) for c in claims]
+def verify_claims(
+    claims: list[Claim],
+    sql: ReadOnlySQL,
+    *,
+    max_claims: int = 12,
+    budget_s: float = 15.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Claim]:
+    """Each claim checked, within the answer's budget: at most `max_claims` re-runs, and none started after
+    `budget_s` seconds of re-running; the claims past either limit are `unverifiable` and say which limit.
+    (A re-run started inside the budget is bounded by the SQL time limit.)"""
+    out: list[Claim] = []
+    start_s, reruns = clock(), 0
+    for claim in claims:
+        if claim.citation is None:
+            out.append(verify_claim(claim, sql))
+            continue
+        if reruns >= max_claims:
+            note = f"not re-run: at most {max_claims} claims are checked per answer"
+            out.append(claim.model_copy(update={"status": "unverifiable", "note": note}))
+            continue
+        if clock() - start_s >= budget_s:
+            note = f"not re-run: the answer's {budget_s:g} s verification budget is spent"
+            out.append(claim.model_copy(update={"status": "unverifiable", "note": note}))
+            continue
+        reruns += 1
+        out.append(verify_claim(claim, sql))
+    return out
 
 
 def verified_citation_rate(claims: list[Claim]) -> float:

@@ -5,6 +5,9 @@ agent's own events (questions, LLM turns, tool calls and results, answers, LLM f
 workspace's hash-chained audit log too; proposals, approvals, rejections and executions the guardrails audit
 themselves. Records are buffered and written in one short transaction by `flush()`, which runs before every
 guardrails write and at the end of every graph run, so the audit chain keeps the order things happened in.
+
+A record is at most `max_record_bytes` of JSON: a bigger payload is stored as its kind, its size and the
+first bytes of its JSON (`bounded`), so a model that asks for huge results cannot grow the log without end.
 """
 
 from __future__ import annotations
@@ -22,9 +25,26 @@ from guardrails.audit import AuditLog
 AUDITED_KINDS = ("question", "llm_turn", "tool_call", "llm_failure", "answer", "approval_refused", "report")
 
 
+DEFAULT_RECORD_MAX_BYTES = 65_536
+
+
+def bounded(payload: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """`payload` when its JSON fits in `max_bytes`; else a stand-in that says so, with the JSON's head."""
+    text = json.dumps(payload)
+    size_bytes = len(text.encode())
+    if size_bytes <= max_bytes:
+        return payload
+    keep = {
+        k: v for k, v in payload.items() if isinstance(v, str | int | float | bool) and len(str(v)) <= 200
+    }
+    head_chars = max(0, max_bytes // 2 - len(json.dumps(keep)))
+    return {**keep, "truncated": True, "bytes": size_bytes, "head": text[:head_chars]}
+
+
 class WorkspaceJournal:
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, *, max_record_bytes: int = DEFAULT_RECORD_MAX_BYTES) -> None:
         self.workspace = workspace
+        self.max_record_bytes = max_record_bytes
         self._pending: list[tuple[float, str, str, str, dict[str, Any]]] = []
         self._lock = threading.Lock()
 
@@ -32,7 +52,8 @@ class WorkspaceJournal:
         self, kind: str, payload: dict[str, Any], *, thread_id: str = "", proposal_id: str = ""
     ) -> None:
         with self._lock:
-            self._pending.append((time.time(), kind, thread_id, proposal_id, jsonable(payload)))
+            kept = bounded(jsonable(payload), self.max_record_bytes)
+            self._pending.append((time.time(), kind, thread_id, proposal_id, kept))
 
     def flush(self) -> None:
         with self._lock:

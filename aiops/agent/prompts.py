@@ -29,6 +29,25 @@ def first_message(question: str, incidents: list[dict[str, Any]]) -> str:
     )
 
 
+MAX_ANSWER_DEPTH = 12
+
+
+def _bounded_int(text: str) -> int | float:
+    """Integers past 18 digits become floats (see aiops.agent.llm.bounded_int): the checkpoint holds 64 bits."""
+    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level >= limit:
+                return True
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -44,10 +63,12 @@ def parse_final(content: str) -> dict[str, Any] | None:
             return None
         text = text[start : end + 1]
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
+        value = json.loads(text, parse_int=_bounded_int)
+    except (ValueError, RecursionError):  # not JSON; a number over the digit limit; nesting past the stack
         return None
     if not isinstance(value, dict) or not isinstance(value.get("answer", ""), str):
+        return None
+    if _too_deep(value, MAX_ANSWER_DEPTH):
         return None
     for key in ("claims", "hypotheses", "proposals"):
         if not isinstance(value.get(key), list):

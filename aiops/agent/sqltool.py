@@ -8,22 +8,33 @@ duration only (`Workspace.read`), so a chat never holds the database while a per
 The twin's tables (`sim_runs`, `twin_log`) hold the scenario a simulated workspace was made from, faults
 included: the agent must diagnose from telemetry, never from the answer, so queries naming them, or reaching
 tables by name at run time (`query`, `query_table`), are refused.
+
+Limits: at most `max_rows` rows and `max_bytes` bytes of JSON come back (`truncated`, and `limit` says which
+stopped it). The time limit cancels the query: a file workspace's queries run in a worker process
+(aiops/agent/sqlworker.py) that is killed when `timeout_s` passes, because DuckDB's interrupt is not seen
+inside one huge value; an in-memory workspace's run here, interrupted by a timer (`conn.interrupt()`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import json
-import math
+import queue
+import subprocess
+import sys
 import threading
-import uuid
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import duckdb
 
+from aiops.agent import sqlworker
+from aiops.agent.sqlworker import fetch_bounded, jsonable
 from aiops.errors import SQLRejected
 from aiops.store import Workspace
+
+__all__ = ["ReadOnlySQL", "check_select", "check_tables", "jsonable"]
+
+WORKER_START_TIMEOUT_S = 60.0  # importing DuckDB in a fresh interpreter on a loaded machine
 
 PROTECTED_TABLES = frozenset({"sim_runs", "twin_log"})
 DYNAMIC_TABLE_FUNCTIONS = frozenset({"query", "query_table"})
@@ -74,53 +85,132 @@ def check_select(sql: str) -> None:
         raise SQLRejected(f"only SELECT is allowed (got {kind.name})")
 
 
-def jsonable(value: Any) -> Any:
-    """A value as JSON can carry it (DuckDB hands back decimals, dates, UUIDs, lists, structs)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return str(value)
+class _Worker:
+    """One child process running `sqlworker.py`, serving one query at a time."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(  # our own interpreter and script, no shell
+            [sys.executable, "-P", str(Path(sqlworker.__file__))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        stdout = self.process.stdout
+        assert stdout is not None
+        threading.Thread(target=self._read, args=(stdout,), daemon=True).start()
+        if self._next(WORKER_START_TIMEOUT_S) != "ready":
+            self.kill()
+            raise SQLRejected("the SQL worker did not start")
+
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put("")  # the worker ended
+
+    def _next(self, timeout_s: float) -> str | None:
+        try:
+            return self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """The worker's answer, or None when `timeout_s` passed (the worker is killed then)."""
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(json.dumps(request) + "\n")
+            stdin.flush()
+        except OSError as exc:
+            self.kill()
+            raise SQLRejected(f"the SQL worker is gone: {exc}") from exc
+        line = self._next(timeout_s)
+        if line is None:
+            self.kill()
+            return None
+        if not line:
+            self.kill()
+            raise SQLRejected("the SQL worker ended without an answer")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
 
 
 class ReadOnlySQL:
-    def __init__(self, workspace: Workspace, *, max_rows: int = 200, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        max_rows: int = 200,
+        timeout_s: float = 5.0,
+        max_bytes: int = 65_536,
+    ) -> None:
         self.workspace = workspace
         self.max_rows = max_rows
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self._worker: _Worker | None = None
+        self._lock = threading.Lock()
 
     def run(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
-        """{"columns", "rows" (dicts), "truncated"}; raises `SQLRejected` with the reason otherwise."""
+        """{"columns", "rows" (dicts), "truncated", "limit"}; raises `SQLRejected` with the reason otherwise."""
         check_select(sql)
+        params = jsonable(list(params or []))
         with self.workspace.read() as store:
             conn = store.conn
             conn.execute("SET enable_external_access = false")
             check_tables(conn, sql)
-            cursor = conn.cursor()
-            timer = threading.Timer(self.timeout_s, cursor.interrupt)
-            timer.start()
-            try:
-                result = cursor.execute(sql, params or [])
-                names = [d[0] for d in result.description or []]
-                fetched = result.fetchmany(self.max_rows + 1)
-            except duckdb.InterruptException as exc:
-                raise SQLRejected(f"query exceeded {self.timeout_s:g} s and was cancelled") from exc
-            except duckdb.Error as exc:
-                raise SQLRejected(f"query failed: {exc}") from exc
-            finally:
-                timer.cancel()
-                cursor.close()
-        rows = [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in fetched[: self.max_rows]]
-        return {"columns": names, "rows": rows, "truncated": len(fetched) > self.max_rows}
+            memory = self.workspace.memory
+            answer = self._here(conn, sql, params) if memory else self._in_worker(sql, params)
+        if not answer.get("ok"):
+            raise SQLRejected(str(answer.get("error", "query failed"))[:2000])
+        return {"columns": answer["columns"], "rows": answer["rows"], "truncated": answer["truncated"],
+                "limit": answer["limit"]}  # fmt: skip
+
+    def _cancelled(self) -> SQLRejected:
+        return SQLRejected(f"query exceeded {self.timeout_s:g} s and was cancelled")
+
+    def _in_worker(self, sql: str, params: list[Any]) -> dict[str, Any]:
+        request = {"path": str(Path(self.workspace.path).resolve()), "sql": sql, "params": params,
+                   "max_rows": self.max_rows, "max_bytes": self.max_bytes}  # fmt: skip
+        with self._lock:
+            if self._worker is None or not self._worker.alive:
+                self._worker = _Worker()
+            answer = self._worker.ask(request, self.timeout_s)
+            if answer is None:
+                self._worker = None
+                raise self._cancelled()
+        return answer
+
+    def _here(self, conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> dict[str, Any]:
+        cursor = conn.cursor()
+        timer = threading.Timer(self.timeout_s, conn.interrupt)
+        timer.start()
+        try:
+            result = cursor.execute(sql, params)
+            return {"ok": True, **fetch_bounded(result, self.max_rows, self.max_bytes)}
+        except duckdb.InterruptException as exc:
+            raise self._cancelled() from exc
+        except duckdb.Error as exc:
+            return {"ok": False, "error": f"query failed: {exc}"}
+        finally:
+            timer.cancel()
+            cursor.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                self._worker.kill()
+                self._worker = None

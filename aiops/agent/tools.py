@@ -2,13 +2,21 @@
 hypotheses, playbooks, topology, the thermal manager's and the power allocator's recommendations (with the
 actions they would propose), and a what-if preview that runs copies of the simulated twin. None of them
 proposes, approves or executes anything; proposals travel in the final answer and go through guardrails.
+
+Every call's arguments are validated by the tool's pydantic model before the tool runs (`ARGUMENT_MODELS`):
+unknown keys refused, types strict (no "5" for 5, no 5 for "5"), numbers finite and bounded, strings bounded
+in length. A call that does not validate raises `ToolError`, whose message goes back to the model as the
+tool's result; nothing the model writes reaches a tool's arithmetic unchecked.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from aiops.agent.analyst import Analyst
 from aiops.agent.sqltool import ReadOnlySQL
@@ -105,6 +113,111 @@ TOOL_SPECS: list[dict[str, Any]] = [
 ]
 TOOL_NAMES = [s["function"]["name"] for s in TOOL_SPECS]
 
+MAX_HORIZON_S = 3600.0
+MAX_BUDGET_KW = 1_000_000.0
+MAX_PARAMETER = 1e9  # any number in a what-if action's parameters
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Horizon = Annotated[float, Field(gt=0, le=MAX_HORIZON_S, allow_inf_nan=False)]
+ParamValue = (
+    Annotated[str, Field(max_length=200)]
+    | bool
+    | Annotated[int, Field(ge=-MAX_PARAMETER, le=MAX_PARAMETER)]
+    | Annotated[float, Field(ge=-MAX_PARAMETER, le=MAX_PARAMETER, allow_inf_nan=False)]
+)
+
+
+class NoArgs(_Args):
+    pass
+
+
+class SqlArgs(_Args):
+    query: Annotated[str, Field(min_length=1, max_length=8000)]
+
+
+class HypothesesArgs(_Args):
+    incident_id: Annotated[str, Field(min_length=1, max_length=80)]
+
+
+class PlaybookArgs(_Args):
+    label: Annotated[str, Field(min_length=1, max_length=80)]
+
+
+class TopologyArgs(_Args):
+    component: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class ThermalArgs(_Args):
+    preview: bool = False
+    horizon_s: Horizon | None = None
+
+
+class PowerArgs(_Args):
+    budget_kw: float
+    scope: Annotated[str, Field(max_length=10)] = "fleet"
+    preview: bool = False
+    horizon_s: Horizon | None = None
+
+    @field_validator("budget_kw")
+    @classmethod
+    def _budget(cls, value: float) -> float:
+        if not (math.isfinite(value) and 0 < value <= MAX_BUDGET_KW):
+            raise ValueError(f"budget_kw must be a positive number of kW, at most {MAX_BUDGET_KW:.0f}")
+        return value
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, value: str) -> str:
+        if not re.fullmatch(r"fleet|rack[0-9]{1,6}", value):
+            raise ValueError(f"scope must be 'fleet' or 'rackN', got {value[:40]!r}")
+        return value
+
+
+class ActionArg(_Args):
+    kind: Annotated[str, Field(min_length=1, max_length=64)]
+    target: Annotated[str, Field(min_length=1, max_length=200)]
+    parameters: Annotated[dict[Annotated[str, Field(max_length=64)], ParamValue], Field(max_length=16)] = (
+        Field(default_factory=dict)
+    )
+
+
+class WhatifArgs(_Args):
+    action: ActionArg
+    horizon_s: Horizon | None = None
+
+
+ARGUMENT_MODELS: dict[str, type[_Args]] = {
+    "sql": SqlArgs,
+    "incidents": NoArgs,
+    "hypotheses": HypothesesArgs,
+    "playbook": PlaybookArgs,
+    "topology": TopologyArgs,
+    "thermal_advice": ThermalArgs,
+    "power_allocation": PowerArgs,
+    "whatif": WhatifArgs,
+}
+
+
+def validate_arguments(name: str, arguments: Any) -> dict[str, Any]:
+    """The call's arguments as the tool's model accepts them, or `ToolError` naming each bad field."""
+    model = ARGUMENT_MODELS.get(name)
+    if model is None:
+        raise UnknownTool(name[:80], TOOL_NAMES)
+    if not isinstance(arguments, dict):
+        raise ToolError(f"{name}: arguments must be a JSON object, got {type(arguments).__name__}")
+    try:
+        checked = model.model_validate(arguments)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])[:80] or 'arguments'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise ToolError(f"{name}: bad arguments: {problems}") from None
+    return {k: getattr(checked, k) for k in type(checked).model_fields}
+
 
 class ToolBox:
     """The tools over a workspace: each call opens it read-only for its own duration."""
@@ -123,14 +236,15 @@ class ToolBox:
         self.preview = preview
         self.horizon_s = horizon_s
 
-    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        handler = getattr(self, f"tool_{name}", None) if name in TOOL_NAMES else None
-        if handler is None:
-            raise UnknownTool(name, TOOL_NAMES)
-        try:
-            result: dict[str, Any] = handler(**arguments)
-        except TypeError as exc:
-            raise ToolError(f"{name}: bad arguments {json.dumps(arguments)[:200]}: {exc}") from exc
+    def call(self, name: str, arguments: Any) -> dict[str, Any]:
+        """Run one tool on validated arguments; `UnknownTool`/`ToolError` for a call that is not one."""
+        if not isinstance(name, str) or name not in TOOL_NAMES:
+            raise UnknownTool(str(name)[:80], TOOL_NAMES)
+        checked = validate_arguments(name, arguments)
+        if name == "whatif":
+            checked["action"] = checked["action"].model_dump()
+        handler = getattr(self, f"tool_{name}")
+        result: dict[str, Any] = handler(**checked)
         return result
 
     def tool_sql(self, query: str) -> dict[str, Any]:
