@@ -8,6 +8,7 @@ AiopsError                    base; exit code 1
 │   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
 │   ├── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/dcim_signals.py)
 │   └── ConfigError           the aiops config file (aiops/config.py): unknown key, wrong type, out of range
+├── EvidenceError             an `aiops investigate` file is unreadable, empty, binary or of no known format; exit 2
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 │   └── DatabaseDamaged       the file is truncated or corrupt (aiops/store/faults.py); exit 2
@@ -229,3 +230,10 @@ class LLMFailure(AiopsError):
         self.kind = kind
         self.detail = detail
         super().__init__(f"LLM {kind}: {detail}")
+
+
+class EvidenceError(AiopsError):
+    """An evidence file for `aiops investigate` that cannot be read or whose format no parser recognises; the
+    message names the file and the formats accepted."""
+
+    exit_code = 2

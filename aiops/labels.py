@@ -28,10 +28,25 @@ class Label(StrEnum):
     INPUT_PIPELINE_BOTTLENECK = "input_pipeline_bottleneck"
     APPLICATION_ERROR = "application_error"
     AMBIENT_DRIFT = "ambient_drift"
+    # Labels that real incidents needed (issue 13, evals/real/README.md): the analyst gives them from evidence
+    # files; the twin cannot inject them, so they are no scenario fault kind.
+    GPU_DRIVER_FIRMWARE_FAULT = "gpu_driver_firmware_fault"
+    ROCE_CONFIG_ERROR = "roce_config_error"
     HEALTHY = "healthy"
 
 
-FAULT_KINDS: tuple[str, ...] = tuple(label.value for label in Label if label is not Label.HEALTHY)
+# Labels the analyst may give from evidence but the twin (aiops/sim) cannot inject.
+EVIDENCE_ONLY_LABELS: frozenset[str] = frozenset(
+    {Label.GPU_DRIVER_FIRMWARE_FAULT.value, Label.ROCE_CONFIG_ERROR.value}
+)
+
+# Scenario fault kinds: what the twin can inject (every label but `healthy` and the evidence-only ones).
+FAULT_KINDS: tuple[str, ...] = tuple(
+    label.value for label in Label if label is not Label.HEALTHY and label.value not in EVIDENCE_ONLY_LABELS
+)
+
+# Every root cause a diagnosis may name (each has a playbook): the fault kinds and the evidence-only labels.
+DIAGNOSIS_LABELS: tuple[str, ...] = tuple(label.value for label in Label if label is not Label.HEALTHY)
 
 # Which component kinds a fault of each label may target (the label table of the architecture).
 TARGET_KINDS: dict[str, tuple[str, ...]] = {
@@ -51,6 +66,8 @@ TARGET_KINDS: dict[str, tuple[str, ...]] = {
     "input_pipeline_bottleneck": ("node",),
     "application_error": ("gpu",),
     "ambient_drift": ("fleet",),
+    "gpu_driver_firmware_fault": ("gpu",),
+    "roce_config_error": ("nic", "node"),
 }
 
 _PATTERNS: dict[str, re.Pattern[str]] = {

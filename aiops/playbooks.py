@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from aiops.control.advice import allocation_advice, thermal_actions, thermal_advice
 from aiops.control.readings import StoreReadings
 from aiops.errors import PlaybookError
-from aiops.labels import FAULT_KINDS, node_of
+from aiops.labels import DIAGNOSIS_LABELS, node_of
 from aiops.models import Hypothesis
 from aiops.store import Store
 from guardrails.actions import Action
@@ -76,9 +76,9 @@ def load_playbooks(directory: Traversable | None = None) -> dict[str, Playbook]:
             book = Playbook.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
         except (ValidationError, yaml.YAMLError) as exc:
             raise PlaybookError(f"{path}: not a valid playbook: {exc}") from exc
-        if book.label not in FAULT_KINDS:
+        if book.label not in DIAGNOSIS_LABELS:
             raise PlaybookError(
-                f"{path}: field 'label': unknown label '{book.label}' (allowed: {', '.join(FAULT_KINDS)})"
+                f"{path}: field 'label': unknown label '{book.label}' (allowed: {', '.join(DIAGNOSIS_LABELS)})"
             )
         books[book.label] = book
     return books

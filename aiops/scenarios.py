@@ -210,7 +210,7 @@ def _check_semantics(path: str, scenario: Scenario) -> None:
                 f"0 <= start_s < duration_s ({scenario.duration_s:g})",
             )
     if scenario.expect is not None:
-        allowed = [label.value for label in Label]
+        allowed = [*FAULT_KINDS, Label.HEALTHY.value]  # what the twin can inject, or nothing
         if scenario.expect.root_cause not in allowed:
             raise ScenarioError(
                 path, "expect.root_cause", f"unknown label '{scenario.expect.root_cause}'", allowed

@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),
-    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline"),
+    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
     ("aiops.runtime", "aiops.report"),
     ("aiops.agent", "aiops.lab", "aiops.service", "evals"),
     ("aiops.cli",),

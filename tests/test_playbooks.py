@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from aiops.errors import PlaybookError
-from aiops.labels import FAULT_KINDS
+from aiops.labels import DIAGNOSIS_LABELS
 from aiops.models import Hypothesis
 from aiops.playbooks import load_playbooks, remediation
 from guardrails.registry import DEFAULT_REGISTRY, Risk
@@ -13,7 +13,7 @@ from guardrails.registry import DEFAULT_REGISTRY, Risk
 
 def test_every_label_has_a_playbook_with_signature_checks_and_typed_remediations() -> None:
     books = load_playbooks()
-    assert set(books) == set(FAULT_KINDS)
+    assert set(books) == set(DIAGNOSIS_LABELS)
     for label, book in books.items():
         assert book.signature.supports and book.checks and book.remediations, label
         for r in book.remediations:

@@ -62,6 +62,17 @@ def test_expect_defaults_to_first_fault() -> None:
         ({"name": "x", "lanes": "sometimes"}, "lanes", "enabled, disabled"),
         ({"name": "Bad Name"}, "name", "slug"),
         ({"name": "x", "jobs": [{"name": "a", "nodes": ["node42"]}]}, "jobs[0].nodes", "node0..node7"),
+        # evidence-only labels (aiops investigate): the twin cannot inject them, so no scenario uses them
+        (
+            {"name": "x", "faults": [{"kind": "roce_config_error", "target": "node1/nic0"}]},
+            "faults[0].kind",
+            "unknown kind",
+        ),
+        (
+            {"name": "x", "expect": {"root_cause": "gpu_driver_firmware_fault", "component": "node1/gpu0"}},
+            "expect.root_cause",
+            "unknown label",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_field_and_allowed_values(

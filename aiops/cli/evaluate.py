@@ -11,12 +11,19 @@ from rich.table import Table
 from aiops.cli.args import count
 from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
+from evals.real_harness import run_real
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("eval", help="run and score a scenario suite")
     p.add_argument(
         "--suite", default=str(PUBLIC_SUITE), help="folder of scenario YAML files (default: the public suite)"
+    )
+    p.add_argument(
+        "--real",
+        default=None,
+        metavar="DIR",
+        help="score `aiops investigate` on a corpus of real incidents instead (evals/real)",
     )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument(
@@ -29,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.real is not None:
+        return run_real_corpus(args)
     err = terminal(stderr=True)
     total = len(suite_files(args.suite))
     done = [0]
@@ -61,4 +70,31 @@ def run(args: argparse.Namespace) -> int:
     console = terminal()
     console.print(table)
     console.print(result["summary"])
+    return 0
+
+
+def run_real_corpus(args: argparse.Namespace) -> int:
+    result = run_real(args.real)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=as_text(f"eval --real: {args.real}"))
+    for column in ("case", "cause", "verdict", "top hypothesis", "right"):
+        table.add_column(column)
+    for c in result["cases"]:
+        top = c["top"]
+        shown = f"{top['root_cause']} {top['component']} ({top['confidence']:.2f})" if top else "—"
+        table.add_row(
+            as_text(c["id"]),
+            as_text(c["cause"]),
+            as_text(c["verdict"] or f"error: {c['error']}"),
+            as_text(shown),
+            "✓" if c["right"] else "✗",
+        )
+    console = terminal()
+    console.print(table)
+    s = result["summary"]
+    console.print(
+        as_text(f"right: {s['right']}/{s['cases']} = {s['right_fraction']:.3f}  by group: {s['by_group']}")
+    )
     return 0

@@ -15,6 +15,7 @@ from aiops.text import markup, terminal
 COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.demo",
     "aiops.cli.evaluate",
+    "aiops.cli.investigate",
     "aiops.cli.simulate",
     "aiops.cli.lanes",
     "aiops.cli.lab",

@@ -448,6 +448,26 @@ CREATE TABLE IF NOT EXISTS service_state (
 )
 """
 
+# Evidence from operators' files (`aiops investigate --db`, aiops/evidence): one row per recognised line.
+# `ts_s` only when the line says which instant it is (a zone or an epoch); `uptime_s` for dmesg's seconds since
+# boot; neither is guessed. `raw` is the line as read, never edited (hostile: shown only through aiops.text).
+# Numbered 13 (issue 13) so that it does not collide with migrations other branches add meanwhile.
+M013_LOG_EVENTS = """
+CREATE TABLE IF NOT EXISTS log_events (
+    investigation VARCHAR NOT NULL, -- one id per `aiops investigate` run
+    source VARCHAR NOT NULL,        -- the file as cited (`dmesg.txt`)
+    line BIGINT NOT NULL,           -- 1-based line number in it
+    ts_s DOUBLE,
+    uptime_s DOUBLE,
+    host VARCHAR,
+    component VARCHAR,              -- what the line names: PCI bus id, GPU5, mlx5_0:1
+    kind VARCHAR NOT NULL,          -- xid | aer | gsp_timeout | ib_completion_error | clocks_event | ...
+    code BIGINT,                    -- the Xid, the ibverbs status, 1/0 for active/pending flags
+    value DOUBLE,                   -- a reading (temperature C, link speed GT/s, step time s)
+    raw VARCHAR NOT NULL
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -458,6 +478,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "host_telemetry", _sql(M007_HOST_TELEMETRY)),
     Migration(8, "notifications", _sql(M008_NOTIFICATIONS)),
     Migration(9, "service", _sql(M009_SERVICE)),
+    Migration(13, "log_events", _sql(M013_LOG_EVENTS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -1,0 +1,44 @@
+"""The typed event every parser yields, and the formats `aiops investigate` accepts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Format names, as `detect.detect_format` returns them and the JSON `sources[].format` shows them.
+FORMATS: dict[str, str] = {
+    "kernel-log": "kernel log: dmesg, dmesg -T, journalctl -k (text or -o json), syslog kern.log",
+    "nvidia-smi-q": "nvidia-smi -q (text) or nvidia-smi -q -x (XML)",
+    "nccl-log": "NCCL (NCCL_DEBUG), PyTorch ProcessGroupNCCL, UCX and CUDA runtime error output",
+    "ib": "ibstat, ibqueryerrors, perfquery, rdma link",
+    "lspci-vv": "lspci -vv",
+    "prometheus-text": "Prometheus text exposition (dcgm-exporter, node_exporter)",
+    "ipmi-sel": "ipmitool sel list / sel elist",
+    "sysfs": "sysfs dump (grep -r . /sys/class/{powercap,hwmon}; path:value lines)",
+    "train-log": "training iteration log with step time and data time (mmcv/mmdet style)",
+    "gpu-agent-log": "NVIDIA k8s-device-plugin and DCGM nv-hostengine logs",
+}
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One recognised line. `ts_s` is UTC epoch seconds only when the line gives a date with a known zone (or
+    an epoch); `uptime_s` is seconds since boot (dmesg); neither is ever guessed. `component` is what the line
+    names (a PCI bus id `0000:07:00.0`, `GPU5`, an HCA port `mlx5_0:1`), `kind` a short event name (`xid`,
+    `aer`, `ib_port_state`, ...), `code` its number where it has one (the Xid, an error status), `value` a
+    reading, `detail` the rest. `raw` is the line as read, never edited: shown only through `aiops.text`."""
+
+    source: str
+    line: int
+    kind: str
+    raw: str
+    ts_s: float | None = None
+    uptime_s: float | None = None
+    host: str | None = None
+    component: str | None = None
+    code: int | None = None
+    value: float | None = None
+    detail: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cite(self) -> str:
+        return f"{self.source}:{self.line}"

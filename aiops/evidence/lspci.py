@@ -1,0 +1,51 @@
+"""`lspci -vv` as events: each device's header and its PCIe link capability (LnkCap) and status (LnkSta).
+
+A link trained below its capability is not by itself a fault: PCIe Active State Power Management and the GPU's
+own power saving train an idle GPU's link down to 2.5 GT/s (Gen1) and back up under load (NVIDIA's
+nvidia-smi manual: "PCIe Generation ... Current ... may be reduced when the GPU is not in use")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from aiops.evidence.events import LogEvent
+from aiops.evidence.pci import canonical_bdf
+
+_HEADER = re.compile(
+    r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<what>[^:]+): (?P<name>.*)$"
+)
+_LINK = re.compile(
+    r"^\s*(?P<which>LnkCap|LnkSta):\s.*?Speed (?P<speed>[\d.]+)GT/s(?P<down> \(downgraded\))?,\s*Width x(?P<width>\d+)"
+    r"(?P<wdown> \(downgraded\))?"
+)
+
+
+def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    device: str | None = None
+    for number, raw in numbered:
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if (m := _HEADER.match(raw)) is not None:
+            device = canonical_bdf(m.group("bdf"))
+            yield LogEvent(
+                kind="pci_device",
+                component=device,
+                detail={"class": m.group("what"), "name": m.group("name")},
+                **base,
+            )
+            continue
+        if (m := _LINK.match(raw)) is not None:
+            detail = {
+                "width": m.group("width"),
+                "speed_downgraded": str(bool(m.group("down"))),
+                "width_downgraded": str(bool(m.group("wdown"))),
+            }
+            kind = "pcie_link_cap" if m.group("which") == "LnkCap" else "pcie_link_sta"
+            yield LogEvent(kind=kind, component=device, value=float(m.group("speed")), detail=detail, **base)
+            continue
+        yield (
+            LogEvent(kind="pci_field", component=device, **base)
+            if raw.startswith(("\t", " ")) and raw.strip()
+            else None
+        )

@@ -1,0 +1,99 @@
+"""NCCL (`NCCL_DEBUG=WARN/INFO`), PyTorch ProcessGroupNCCL, UCX and CUDA runtime error lines as events.
+
+Meanings: NCCL's `NET/IB : Got completion ... error/status N` carries the ibverbs work-completion status
+(`enum ibv_wc_status`, libibverbs verbs.h: 4 LOC_PROT_ERR, 5 WR_FLUSH_ERR, 10 REM_ACCESS_ERR, 12 RETRY_EXC_ERR,
+13 RNR_RETRY_EXC_ERR); `Got async event : port error` is IBV_EVENT_PORT_ERR (the port's link went down);
+`local access violation work queue error` is IBV_EVENT_QP_ACCESS_ERR. PyTorch's watchdog line
+("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=...)") says a collective did not
+finish in time, which is a symptom of any slow or dead rank. UCX's "Transport retry count exceeded" is the
+same RETRY_EXC condition seen by UCX (synd 0x15)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from aiops.evidence.events import LogEvent
+from aiops.evidence.timeparse import zoned_ts_s
+
+# `host:pid:tid [cuda-dev] file:line NCCL WARN ...` (NCCL's own prefix)
+_NCCL_PREFIX = re.compile(r"(?:^|\s)(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+_COMPLETION = re.compile(
+    r"NET/IB ?: Got completion (?:from peer (?P<peer>\S{1,80}) )?with (?:error |status=)(?P<status>\d+)"
+    r"(?:,? opcode[ =](?P<opcode>\d+))?(?:.{0,300}?vendor err (?P<vendor>\d+))?"
+)
+_GIDS = re.compile(
+    r"localGid (?P<local>[0-9a-fA-F:.]{1,64})\s{1,8}remoteGids?\s{0,8}(?P<remote>[0-9a-fA-F:.]{1,64})"
+)
+_ASYNC = re.compile(
+    r"NET/IB ?: (?:(?P<dev>\S{1,40}) )?(?:Got async event|async fatal event)[^:]{0,60}: ?(?P<what>.+)$"
+)
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+    r"(?:.{0,300}?Timeout\(ms\)=(?P<timeout_ms>\d+))?"
+)
+_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]|\[rank(?P<rank2>\d+)\]")
+_WATCHDOG_AT = re.compile(r"detected by watchdog at work: (?P<seq>\d+)")
+_RETRY = re.compile(r"[Tt]ransport retry count(?:er)? exceeded(?: on (?P<dev>\S+))?")
+_CUDA_ECC = re.compile(
+    r"uncorrectable ECC error encountered|CUDA_ERROR_ECC_UNCORRECTABLE|cudaErrorECCUncorrectable"
+)
+_CUDA_ERR = re.compile(r"CUDA error: (?P<what>.+)$")
+_NCCL_ANY = re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b|ProcessGroupNCCL|ib_mlx5_log|\bUCX\b|NCCL error")
+
+
+def parse_line(source: str, number: int, raw: str) -> LogEvent | None:
+    prefix = _NCCL_PREFIX.search(raw)
+    host = prefix.group("host") if prefix else None
+    base: dict[str, Any] = {
+        "source": source,
+        "line": number,
+        "raw": raw,
+        "host": host,
+        "ts_s": zoned_ts_s(raw),
+    }
+    if (m := _COMPLETION.search(raw)) is not None:
+        detail = {
+            k: v
+            for k, v in (
+                ("peer", m.group("peer")),
+                ("opcode", m.group("opcode")),
+                ("vendor_err", m.group("vendor")),
+            )
+            if v
+        }
+        if (g := _GIDS.search(raw)) is not None:
+            detail["local_gid"] = g.group("local")
+            detail["remote_gid"] = g.group("remote")
+        if prefix:
+            detail["cuda_dev"] = prefix.group("dev")
+        return LogEvent(kind="ib_completion_error", code=int(m.group("status")), detail=detail, **base)
+    if (m := _ASYNC.search(raw)) is not None:
+        what = m.group("what").strip()
+        kind = "ib_port_error" if "port error" in what else "ib_async_event"
+        return LogEvent(kind=kind, component=m.group("dev"), detail={"event": what}, **base)
+    if (m := _WATCHDOG.search(raw)) is not None:
+        r = _RANK.search(raw)
+        detail = {"op": m.group("op"), "seq": m.group("seq")}
+        if r:
+            detail["rank"] = r.group("rank") or r.group("rank2") or ""
+        return LogEvent(kind="nccl_watchdog_timeout", code=int(m.group("seq")), detail=detail, **base)
+    if _WATCHDOG_AT.search(raw):
+        return LogEvent(kind="nccl_watchdog_detail", **base)
+    if (m := _RETRY.search(raw)) is not None:
+        return LogEvent(
+            kind="ib_completion_error", code=12, component=m.group("dev"), detail={"via": "ucx"}, **base
+        )
+    if _CUDA_ECC.search(raw):
+        return LogEvent(kind="cuda_ecc_uncorrectable", **base)
+    if (m := _CUDA_ERR.search(raw)) is not None:
+        return LogEvent(kind="cuda_error", detail={"what": m.group("what")}, **base)
+    if _NCCL_ANY.search(raw) or "CUDA kernel errors might be" in raw or "CUDA_LAUNCH_BLOCKING" in raw:
+        return LogEvent(kind="nccl_info", **base)
+    return None
+
+
+def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    for number, raw in numbered:
+        yield parse_line(source, number, raw) if raw.strip() else None

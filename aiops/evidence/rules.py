@@ -1,0 +1,96 @@
+"""Rules: what the evidence lines mean, as NVIDIA and NCCL document them, turned into ranked hypotheses.
+
+Sources (docs/INVESTIGATE.md has the table):
+- Xid meanings: NVIDIA "Xid Errors" (docs.nvidia.com/deploy/xid-errors): 79 GPU has fallen off the bus;
+  48 DBE; 63/64 ECC page retirement / row remapping event or failure; 94/95 contained / uncontained ECC;
+  74 NVLink error; 137/145 NVLink (Blackwell) link errors; 119/120 GSP RPC timeout / GSP error;
+  154 GPU recovery action changed; 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped
+  processing, 45 preemptive cleanup (user-application classes unless hardware Xids accompany them).
+- Remapped rows pending/failure and retired pages: NVIDIA "GPU Memory Error Management" (A100+ row remapping).
+- Clocks event reasons: NVML `nvmlClocksEventReasons` (HW thermal / SW thermal / HW power brake slowdown).
+- ibverbs completion status 12 = IBV_WC_RETRY_EXC_ERR (libibverbs verbs.h); NCCL's environment docs for
+  NCCL_IB_GID_INDEX (RoCE needs a routable RoCE v2 GID; a link-local fe80:: GID made from the MAC is the
+  default index 0/1 and is a common misconfiguration).
+- Watchdog timeouts: PyTorch ProcessGroupNCCL reports that a collective did not complete: a symptom.
+
+Confidence is the strength of the evidence, not of the label's prior: ≥ 0.6 diagnoses (investigate.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiops.evidence import rules_gpu, rules_net
+from aiops.evidence.collect import Collected
+from aiops.evidence.events import LogEvent
+from aiops.evidence.hyp import Hyp, Namer
+
+RULES = (
+    rules_gpu.fell_off_bus,
+    rules_gpu.ecc,
+    rules_gpu.nvlink,
+    rules_gpu.firmware,
+    rules_gpu.application,
+    rules_gpu.pcie,
+    rules_gpu.thermal,
+    rules_net.network,
+    rules_net.input_pipeline,
+)
+
+
+def hypotheses(c: Collected) -> list[Hyp]:
+    namer = Namer(c)
+    out: list[Hyp] = []
+    for rule in RULES:
+        out.extend(rule(c, namer))
+    out.sort(key=lambda h: -h.confidence)
+    return out
+
+
+ANOMALY_KINDS = frozenset(
+    {
+        "xid",
+        "fell_off_bus",
+        "aer",
+        "aer_surprise_down",
+        "gsp_timeout",
+        "gsp_error",
+        "init_failed",
+        "nvrm_error",
+        "ib_completion_error",
+        "ib_port_error",
+        "ib_async_event",
+        "nccl_watchdog_timeout",
+        "cuda_error",
+        "cuda_ecc_uncorrectable",
+        "dcgm_health",
+        "gpu_unhealthy",
+        "ecc_uncorrectable",
+    }
+)
+
+
+def anomalies(c: Collected) -> list[LogEvent]:
+    """Events that show something wrong, whether or not a rule explains them."""
+    out = [e for kind in ANOMALY_KINDS for e in c.of(kind)]
+    out += [
+        e
+        for e in c.of("clocks_event")
+        if e.code == 1
+        and e.detail.get("key", "").lower()
+        not in ("idle", "gpu idle", "applications clocks setting", "display clock setting", "sync boost")
+    ]
+    out += [e for k in ("remap_pending", "remap_failure", "retire_pending") for e in c.of(k) if e.code == 1]
+    out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
+    out += [e for e in c.of("nic_link") if e.code == 0]
+    out += [
+        e
+        for e in c.of("pcie_link_sta")
+        if "True" in (e.detail.get("speed_downgraded"), e.detail.get("width_downgraded"))
+    ]
+    out += [
+        e
+        for e in c.of("ipmi_sel")
+        if e.code == 1 and re.search(r"[Cc]ritical|[Ff]ail|[Ee]rror", e.detail.get("event", ""))
+    ]
+    return sorted(out, key=lambda e: (e.source, e.line))

@@ -1,0 +1,68 @@
+"""Training iteration logs (mmcv/mmdet style: `time: 2.013, data_time: 1.655`) and GPU agent logs (NVIDIA
+k8s-device-plugin, DCGM nv-hostengine) as events."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from aiops.evidence.events import LogEvent
+from aiops.evidence.timeparse import zoned_ts_s
+
+_STEP = re.compile(r"\btime: (?P<step>\d+(?:\.\d+)?), data_time: (?P<data>\d+(?:\.\d+)?)")
+_PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>\S{1,80}?),")
+_UNHEALTHY = re.compile(r"device marked unhealthy: (?P<dev>\S+)")
+_DCGM_HEALTH = re.compile(r"\[\[Health\]\] Detected a (?P<sev>\w+) in health system (?P<system>\w+)")
+_THERMAL_VIOLATION = re.compile(r"thermal violation in GPU (?P<gpu>\d+)")
+
+
+def step_event(source: str, number: int, raw: str) -> LogEvent | None:
+    """The step/data time of an iteration line, else None."""
+    m = _STEP.search(raw)
+    if m is None:
+        return None
+    step_s, data_s = float(m.group("step")), float(m.group("data"))
+    return LogEvent(
+        source=source,
+        line=number,
+        raw=raw,
+        kind="train_step",
+        value=step_s,
+        ts_s=zoned_ts_s(raw),
+        detail={
+            "step_time_s": m.group("step"),
+            "data_time_s": m.group("data"),
+            "data_fraction": f"{data_s / step_s:.3f}" if step_s > 0 else "0",
+        },
+    )
+
+
+def parse_train(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    for number, raw in numbered:
+        yield step_event(source, number, raw)
+
+
+def parse_agent(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    for number, raw in numbered:
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw, "ts_s": zoned_ts_s(raw)}
+        if (m := _PLUGIN_XID.search(raw)) is not None:
+            yield LogEvent(
+                kind="xid",
+                code=int(m.group("xid")),
+                component=m.group("dev"),
+                detail={"via": "k8s-device-plugin"},
+                **base,
+            )
+        elif (m := _UNHEALTHY.search(raw)) is not None:
+            yield LogEvent(kind="gpu_unhealthy", component=m.group("dev"), **base)
+        elif (m := _DCGM_HEALTH.search(raw)) is not None:
+            g = _THERMAL_VIOLATION.search(raw)
+            yield LogEvent(
+                kind="dcgm_health",
+                component=f"GPU{g.group('gpu')}" if g else None,
+                detail={"severity": m.group("sev"), "system": m.group("system")},
+                **base,
+            )
+        else:
+            yield None
