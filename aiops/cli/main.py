@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.policy",
     "aiops.cli.run",
     "aiops.cli.config_cmd",
+    "aiops.cli.profile",
 )
 
 
