@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import signal
+import socket
 import threading
 from pathlib import Path
 from types import FrameType
@@ -15,6 +16,8 @@ from aiops.profile.gpu import IDLE_BELOW_PCT, NvmlUtilSource, UtilSource
 from aiops.profile.outputs import summary, write_outputs
 from aiops.profile.probes import require_privilege, require_target
 from aiops.profile.session import DEFAULT_SLICE_S, run_profile
+from aiops.profile.store_rows import record_profile
+from aiops.store import Workspace
 from aiops.text import terminal
 
 MAX_DURATION_S = 24 * 3600.0
@@ -30,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--slice-s", type=float, default=DEFAULT_SLICE_S, help="GPU join granularity")
     parser.add_argument("--idle-below-pct", type=float, default=IDLE_BELOW_PCT)
     parser.add_argument("--no-nvml", action="store_true", help="do not read GPU utilisation")
+    parser.add_argument("--db", default=None, help="also store the summary (top stacks) in this workspace")
+    parser.add_argument("--node", default=socket.gethostname(), help="node name for the stored summary")
     parser.set_defaults(func=run)
 
 
@@ -82,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     written = write_outputs(result, out_dir)
+    run_id = None
+    if args.db is not None:
+        with Workspace(args.db).write() as store:
+            run_id = record_profile(store, result, args.node)
     facts = summary(result)
     console = terminal()
     console.print(
@@ -94,4 +103,6 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  {view}: {total['value']} {total['unit']}", markup=False, highlight=False)
     for name, path in written.items():
         console.print(f"  wrote {name}: {path}", markup=False, highlight=False)
+    if run_id is not None:
+        console.print(f"  stored run {run_id} in {args.db}", markup=False, highlight=False)
     return 0

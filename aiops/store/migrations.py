@@ -448,6 +448,35 @@ CREATE TABLE IF NOT EXISTS service_state (
 )
 """
 
+# AI flame graphs (aiops/profile, `aiops profile --db`): one row per profiling run, and its top stacks per view
+# (idle: on-CPU samples while the GPU idled; blocked: microseconds inside synchronising CUDA calls; launch:
+# calls that fed the GPU). `stack` is the folded stack, root first, frames joined by ';' (names are data from
+# the profiled binary: never instructions). Numbered 15 after issue 15 (numbers may have gaps while branches merge).
+M015_PROFILES = """
+CREATE TABLE IF NOT EXISTS profile_runs (
+    run_id VARCHAR PRIMARY KEY,      -- prof-<pid>-<start ms>
+    ts_s DOUBLE NOT NULL,            -- when the run started
+    node VARCHAR NOT NULL,           -- contract name, or the host name
+    pid INTEGER NOT NULL,
+    duration_s DOUBLE NOT NULL,
+    slices INTEGER NOT NULL,
+    idle_slices INTEGER NOT NULL,    -- slices whose GPU utilisation sample was below the idle threshold
+    gpu_util_mean_pct DOUBLE,        -- NULL: no utilisation source
+    probes VARCHAR NOT NULL,         -- attached symbols, comma-separated
+    calls BIGINT NOT NULL,           -- probed calls in the run
+    blocked_us BIGINT NOT NULL       -- time inside synchronising calls
+);
+CREATE TABLE IF NOT EXISTS profile_stacks (
+    run_id VARCHAR NOT NULL,
+    view VARCHAR NOT NULL,           -- idle | blocked | launch
+    rank INTEGER NOT NULL,           -- 1 = heaviest in its view
+    stack VARCHAR NOT NULL,
+    leaf VARCHAR NOT NULL,
+    weight BIGINT NOT NULL,          -- samples (idle), microseconds (blocked), calls (launch)
+    share DOUBLE NOT NULL            -- weight / the view's total in the run
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -458,6 +487,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "host_telemetry", _sql(M007_HOST_TELEMETRY)),
     Migration(8, "notifications", _sql(M008_NOTIFICATIONS)),
     Migration(9, "service", _sql(M009_SERVICE)),
+    Migration(15, "profiles", _sql(M015_PROFILES)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -21,6 +21,7 @@ from aiops.profile.outputs import write_outputs
 from aiops.profile.session import run_profile
 from aiops.scenarios import parse_scenario
 from aiops.sim.world import World
+from aiops.store import Store
 from tests.security.profile_helpers import (
     bpf_program_names,
     build_cuda_mix,
@@ -130,21 +131,11 @@ def test_gpu_idle_join_with_the_simulators_nvml(cuda_mix: Path) -> None:
     assert sum(idle_view.values()) + busy_cpu == sum(r.calls for r in result.records if r.kind == "cpu")
 
 
-def profiler(pid: int, out: Path, duration_s: float) -> subprocess.Popen[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "aiops.cli.main",
-        "profile",
-        "--pid",
-        str(pid),
-        "--duration-s",
-        str(duration_s),
-    ]
+def profiler(pid: int, out: Path, duration_s: float, *extra: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "aiops.cli.main", "profile", "--pid", str(pid)]
+    argv += ["--duration-s", str(duration_s), "--out", str(out), "--no-nvml", *extra]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    return subprocess.Popen(
-        [*argv, "--out", str(out), "--no-nvml"], stdout=subprocess.PIPE, text=True, env=env
-    )
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
 
 
 def wait_attached(process: subprocess.Popen[str]) -> str:
@@ -156,7 +147,9 @@ def wait_attached(process: subprocess.Popen[str]) -> str:
 
 def test_sigterm_detaches_and_writes_the_outputs(cuda_mix: Path, tmp_path: Path) -> None:
     with started([str(cuda_mix), "100000", "500"]) as target:
-        process = profiler(target.pid, tmp_path / "out", 60)
+        process = profiler(
+            target.pid, tmp_path / "out", 60, "--db", str(tmp_path / "ws.duckdb"), "--node", "node0"
+        )
         wait_attached(process)
         assert any(name.startswith("probe_entry") for name in bpf_program_names())
         time.sleep(1.0)
@@ -166,6 +159,10 @@ def test_sigterm_detaches_and_writes_the_outputs(cuda_mix: Path, tmp_path: Path)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["totals"]["calls"]["value"] > 0
     assert summary["duration_s"] < 30
+    with Store(tmp_path / "ws.duckdb", read_only=True) as store:
+        stored = store.query("SELECT stack, weight FROM profile_stacks WHERE view = 'blocked' ORDER BY rank")
+        assert store.scalar("SELECT node FROM profile_runs") == "node0"
+    assert any(row["stack"].endswith("wait_gpu;cudaDeviceSynchronize") for row in stored), stored
 
 
 def test_kill_9_leaves_no_probe_behind(cuda_mix: Path, tmp_path: Path) -> None:
