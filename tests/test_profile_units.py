@@ -3,8 +3,12 @@ NVML utilisation source, and the CLI's refusals (exit 2 with a message naming th
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
@@ -137,3 +141,34 @@ def test_cli_names_the_libraries_it_looked_for(tmp_path: Path, capsys: pytest.Ca
     assert main(["profile", "--pid", str(os.getpid()), "--duration-s", "1", "--out", str(tmp_path)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "no CUDA library" in err and "libcudart.so*" in err and "libnccl.so*" in err
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_svg_zoom_and_search_run_in_a_browser(tmp_path: Path) -> None:
+    """The inline script in headless Chromium: zooming to feed_launches widens it to the full panel and hides
+    its siblings; searching 'wait' matches wait_gpu and wait_inner under it, counted once (20 %, not 40 %)."""
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed")
+    weights = Counter({("main", "feed_launches", "cudaLaunchKernel"): 60, ("main", "wait_gpu", "wait_inner"): 20,
+                       ("main", "copy_inputs", "cudaMemcpy"): 20})  # fmt: skip
+    svg = flamegraph_svg({"calls": weights}, "t")
+    probe = """<script><![CDATA[
+var g = document.querySelector('g.f[data-n="feed_launches"]'); zoom(g); searchFor('wait');
+var out = document.createElementNS('http://www.w3.org/2000/svg', 'text'); out.setAttribute('id', 'result');
+out.textContent = JSON.stringify({feed: g.querySelector('rect').getAttribute('width'),
+  copy: document.querySelector('g.f[data-n="copy_inputs"]').style.display,
+  matched: document.getElementById('matched').textContent});
+document.documentElement.appendChild(out);
+]]></script></svg>"""
+    page = tmp_path / "flame.svg"
+    page.write_text(svg.replace("</svg>", probe))
+    done = subprocess.run(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    found = re.search(r'id="result">([^<]*)<', done.stdout)
+    assert found is not None, done.stdout[-2000:]
+    result = json.loads(html.unescape(found.group(1)))
+    assert result == {"feed": "1200.0", "copy": "none", "matched": "matched: calls 20.0%"}

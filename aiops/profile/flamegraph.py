@@ -1,7 +1,7 @@
 """A self-contained interactive flame graph SVG: one panel per view (calls, launch, blocked, idle), each in its
 own colour family, stacked top to bottom. Inline JavaScript (no external file): click a frame to zoom its panel
 to it, click the panel title to reset, the Search button (or Ctrl-F) highlights frames matching a regular
-expression and shows the matched share. Every frame name is escaped for XML (text and attributes).
+expression and shows the matched share per panel (a match inside another match is counted once). Every frame name is escaped for XML (text and attributes).
 """
 
 from __future__ import annotations
@@ -114,16 +114,18 @@ function zoom(g) { var s = g.getAttribute('data-s'), d = +g.getAttribute('data-d
     else { f.style.display = 'none'; } }); }
 function reset(s) { frames(s).forEach(function (f) { f.style.display = ''; f.style.opacity = 1;
   place(f, +f.getAttribute('data-a'), +f.getAttribute('data-b')); }); }
-function search() { var term = prompt('Search frames (regular expression)', ''); var status =
-  document.getElementById('matched'); var re; if (term === null) return;
+function searchFor(term) { var status = document.getElementById('matched'), re;
   try { re = new RegExp(term); } catch (e) { status.textContent = 'bad expression'; return; }
-  var shares = {}; document.querySelectorAll('g.f').forEach(function (f) {
-    var hit = term !== '' && re.test(f.getAttribute('data-n'));
+  var shares = {}, counted = {}; document.querySelectorAll('g.f').forEach(function (f) {
+    var hit = term !== '' && re.test(f.getAttribute('data-n')), s = f.getAttribute('data-s');
+    var a = +f.getAttribute('data-a'), b = +f.getAttribute('data-b');
     f.querySelector('rect').style.fill = hit ? 'rgb(230,0,230)' : '';
-    if (hit && +f.getAttribute('data-d') > 0) { var s = f.getAttribute('data-s');
-      shares[s] = (shares[s] || 0) + (+f.getAttribute('data-b') - +f.getAttribute('data-a')); } });
+    /* frames come in pre-order: a match inside the last counted match of its panel is not counted again */
+    if (hit && +f.getAttribute('data-d') > 0 && a >= (counted[s] || 0) - 1e-9) {
+      shares[s] = (shares[s] || 0) + (b - a); counted[s] = b; } });
   status.textContent = term === '' ? '' : 'matched: ' + Object.keys(shares).map(function (s) {
     return s + ' ' + (100 * Math.min(1, shares[s])).toFixed(1) + '%%'; }).join(', '); }
+function search() { var term = prompt('Search frames (regular expression)', ''); if (term !== null) searchFor(term); }
 document.querySelectorAll('g.f').forEach(function (g) { g.addEventListener('click', function () { zoom(g); }); });
 document.querySelectorAll('text.title').forEach(function (t) {
   t.addEventListener('click', function () { reset(t.getAttribute('data-s')); }); });

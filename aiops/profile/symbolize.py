@@ -29,9 +29,11 @@ class Symbolizer:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         # bcc answers "name [module]" or "[unknown] [module]"/"[unknown]"
         name, _, module = text.partition(" [")
-        module = module.rstrip("]")
+        module = module.removesuffix("]")  # "[vdso]]" -> "[vdso]", "libffi.so.8]" -> "libffi.so.8"
         if name == UNKNOWN or not name:
-            return f"[{module}]" if module and module != "unknown" else UNKNOWN
+            if not module or module == "unknown":
+                return UNKNOWN
+            return module if module.startswith("[") else f"[{module}]"
         return name
 
     def frames(self, addresses: tuple[int, ...]) -> tuple[str, ...]:
