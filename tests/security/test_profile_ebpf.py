@@ -23,6 +23,8 @@ from aiops.scenarios import parse_scenario
 from aiops.sim.world import World
 from aiops.store import Store
 from tests.security.profile_helpers import (
+    CUDART,
+    FIXTURES,
     bpf_program_names,
     build_cuda_mix,
     python_target,
@@ -187,3 +189,15 @@ def test_kill_9_leaves_no_probe_behind(cuda_mix: Path, tmp_path: Path) -> None:
         assert target.poll() is None  # the target never noticed
     assert during == before
     assert (uprobe_events.read_text() if uprobe_events.exists() else "") == before
+
+
+def test_a_thread_started_after_attaching_is_profiled() -> None:
+    """The uprobes are attached for the process (the kernel filters on its memory map), not for one thread."""
+    require_profile()
+    argv = [sys.executable, str(FIXTURES / "cuda_threads.py"), str(CUDART), "0.5"]
+    with started(argv) as target:
+        result = run_profile(target.pid, PROFILE_S)
+        threads = len(list(Path(f"/proc/{target.pid}/task").iterdir()))
+    assert threads >= 2
+    syncs = sum(r.calls for r in result.records if r.probe == "cudaDeviceSynchronize")
+    assert syncs > 100, result.records
