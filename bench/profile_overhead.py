@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from aiops.profile.probes import CPU_SAMPLE_PROBE, Attached, attach, require_target
-from aiops.profile.stacks import drain
+from aiops.profile.stacks import Drainer
 
 CUDA = Path("/usr/local/cuda")
 SOURCE = Path(__file__).with_name("profile_overhead_target.c")
@@ -142,7 +142,7 @@ def main() -> int:
             try:
                 on = measure(target, args.calls)
                 probed_calls = sum(
-                    count.calls for count in drain(attached.bpf) if count.probe != CPU_SAMPLE_PROBE
+                    count.calls for count in Drainer(attached.bpf).drain() if count.probe != CPU_SAMPLE_PROBE
                 )
                 paced_off_ns, paced_on_ns = paced(target, attached, args.calls // 2, work_steps, args.rounds)
             finally:

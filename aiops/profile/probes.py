@@ -174,6 +174,12 @@ def attach(pid: int, libraries: dict[str, str], *, cpu_sample_hz: int = CPU_SAMP
                 fn_name=b"cpu_sample",
                 sample_freq=cpu_sample_hz,
             )
+        if not attached:
+            symbols = ", ".join(probe.symbol for probe in wanted)
+            raise ProfileTargetError(
+                f"no probe could be attached to process {pid}: it exited while the probes were compiled, or "
+                f"its libraries ({', '.join(libraries.values())}) export none of {symbols}"
+            )
     except BaseException:
         bpf.cleanup()
         raise

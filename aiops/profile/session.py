@@ -4,16 +4,16 @@ new stacks while the target is alive, and merge; detach on the way out whatever 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiops.profile.folded import StackRecord
 from aiops.profile.gpu import IDLE_BELOW_PCT, UtilSource, gpu_state
 from aiops.profile.probes import CPU_SAMPLE_HZ, CPU_SAMPLE_PROBE, PROBE_BY_INDEX, attach, require_target
-from aiops.profile.stacks import RawCount, drain, stack_addresses
+from aiops.profile.stacks import Drainer, RawCount, stack_addresses
 from aiops.profile.symbolize import Symbolizer
 
 DEFAULT_SLICE_S = 0.1
@@ -34,7 +34,13 @@ class ProfileResult:
 
 
 def _alive(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}/maps")
+    """False once the process is gone or a zombie (exited, not yet reaped by its parent)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat.rpartition(")")[2].split()[:1]  # proc(5): the field after the command name in parentheses
+    return state not in (["Z"], ["X"])
 
 
 def _kind(probe: int) -> tuple[str, str]:
@@ -74,6 +80,7 @@ def run_profile(
         if on_attached is not None:
             on_attached(result.probes)
         symbolizer = Symbolizer(attached.bpf, pid)
+        drainer = Drainer(attached.bpf)
         slice_index = 0
         while True:
             remaining_s = duration_s - (time.monotonic() - started)
@@ -83,7 +90,7 @@ def run_profile(
             state = gpu_state(util_pct, idle_below_pct)
             result.util_pct.append(util_pct)
             result.idle_slices += state == "idle"
-            for count in drain(attached.bpf):
+            for count in drainer.drain():
                 _merge(merged, result, symbolizer, attached.bpf, count, state)
             if on_slice is not None:
                 on_slice(slice_index)

@@ -60,7 +60,7 @@ def build_cuda_mix(directory: Path) -> Path:
 @contextmanager
 def started(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
     """A target process, returned once it printed 'ready' (its libraries are mapped); killed on exit."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "ready"

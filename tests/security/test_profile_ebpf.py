@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aiops.errors import ProfileTargetError
 from aiops.profile.folded import parse_folded, view_weights
 from aiops.profile.gpu import NvmlUtilSource
 from aiops.profile.outputs import write_outputs
@@ -147,7 +148,8 @@ def wait_attached(process: subprocess.Popen[str]) -> str:
     return line
 
 
-def test_sigterm_detaches_and_writes_the_outputs(cuda_mix: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_detaches_and_writes_the_outputs(cuda_mix: Path, tmp_path: Path, signum: int) -> None:
     with started([str(cuda_mix), "100000", "500"]) as target:
         process = profiler(
             target.pid, tmp_path / "out", 60, "--db", str(tmp_path / "ws.duckdb"), "--node", "node0"
@@ -155,7 +157,7 @@ def test_sigterm_detaches_and_writes_the_outputs(cuda_mix: Path, tmp_path: Path)
         wait_attached(process)
         assert any(name.startswith("probe_entry") for name in bpf_program_names())
         time.sleep(1.0)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         assert process.wait(timeout=30) == 0
         assert not any(name.startswith("probe_entry") for name in bpf_program_names())
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -201,3 +203,24 @@ def test_a_thread_started_after_attaching_is_profiled() -> None:
     assert threads >= 2
     syncs = sum(r.calls for r in result.records if r.probe == "cudaDeviceSynchronize")
     assert syncs > 100, result.records
+
+
+def test_a_target_that_exits_ends_the_run_early(cuda_mix: Path) -> None:
+    with started([str(cuda_mix), "2000", "500", "0", "wait"]) as target:  # about 1-2 s of rounds, then exits
+
+        def go(probes: tuple[str, ...]) -> None:
+            assert target.stdin is not None
+            target.stdin.write("go\n")
+            target.stdin.flush()
+
+        result = run_profile(target.pid, 30.0, on_attached=go)
+    assert result.target_exited and result.duration_s < 15, result.duration_s
+    launches = sum(r.calls for r in result.records if r.probe == "cudaLaunchKernel")
+    assert launches == 3 * 2000  # every call of the run, none lost, none after the exit
+
+
+def test_a_target_gone_before_attaching_is_refused(cuda_mix: Path) -> None:
+    with started([str(cuda_mix), "1", "0"]) as target:
+        time.sleep(0.5)  # it has exited, not reaped yet: a zombie, its maps empty
+        with pytest.raises(ProfileTargetError, match="no CUDA library mapped"):
+            run_profile(target.pid, 1.0)

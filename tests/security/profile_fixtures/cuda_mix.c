@@ -3,11 +3,13 @@
  * Built by tests/security/test_profile_*.py with gcc -O0 -fno-omit-frame-pointer against libcudart. Without
  * a driver every call returns an error at once; the uprobes fire all the same. Runs at most argv[1] rounds
  * (default 20000) with argv[2] microseconds of sleep per round (default 500) and argv[3] microseconds of
- * on-CPU work in prepare_batch per round (default 0: a stand-in for a data loader), then exits.
+ * on-CPU work in prepare_batch per round (default 0: a stand-in for a data loader), then exits. With argv[4]
+ * "wait" it reads one line from stdin before the first round (a test starts it once the profiler attached).
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +53,11 @@ int main(int argc, char **argv) {
     long spin_us = argc > 3 ? atol(argv[3]) : 0;
     printf("ready\n");
     fflush(stdout);
+    if (argc > 4 && strcmp(argv[4], "wait") == 0) {
+        char line[16];
+        if (!fgets(line, sizeof line, stdin))
+            return 1;
+    }
     for (long round = 0; round < rounds; round++) {
         if (spin_us > 0)
             prepare_batch(spin_us);
