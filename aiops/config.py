@@ -21,12 +21,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from aiops.cron import parse_cron
 from aiops.errors import ConfigError
 
 USER_CONFIG_PATH = Path("~/.config/aiops/config.toml")
 DEFAULT_LISTEN = "127.0.0.1:9484"
 _NODE = re.compile(r"^node\d+$", re.ASCII)
 _RACK = re.compile(r"^rack\d+$", re.ASCII)
+REPORT_FORMATS = ("html", "md", "pdf")
 
 
 class _Section(BaseModel):
@@ -197,6 +199,51 @@ class HttpConfig(_Section):
 
 class GuardrailsConfig(_Section):
     proposal_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    allowed_signers: str = Field(
+        default="",
+        description='OpenSSH allowed-signers file (namespaces="aiops-approval"); empty: nobody approves',
+    )
+    signing_key: str = Field(
+        default="", description="your key for approvals: a private key file, or a .pub held by ssh-agent"
+    )
+    witness: str = Field(default="", description="the audit chain's witness file; empty: <db>.witness")
+    approvers: dict[str, list[Literal["physical", "policy"]]] = Field(
+        default_factory=dict, description="principal -> risk classes they may approve"
+    )
+
+
+class ReportConfig(_Section):
+    enabled: bool = False
+    cron: str = Field(default="0 6 * * *", description="when to write a report: 5 cron fields, UTC")
+    out_dir: str = Field(default="", description="where reports go; empty: <store path>.reports/")
+    keep_last: int = Field(default=30, ge=1, le=100_000, description="reports kept (older ones deleted)")
+    formats: str = Field(default="html,md", description="comma-separated: html, md, pdf (pdf needs chromium)")
+    since: str = Field(default="24h", description="the period each report covers, before its time")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        try:
+            parse_cron(value)
+        except ConfigError as exc:
+            allowed = exc.allowed if isinstance(exc.allowed, str) else ", ".join(exc.allowed or ())
+            raise ValueError(f"{exc.problem} (allowed: {allowed})") from None
+        return value
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, value: str) -> str:
+        names = [p.strip() for p in value.split(",") if p.strip()]
+        if not names or any(n not in REPORT_FORMATS for n in names):
+            raise ValueError(f"{value!r}: each must be one of {', '.join(REPORT_FORMATS)}")
+        return value
+
+    @field_validator("since")
+    @classmethod
+    def _since(cls, value: str) -> str:
+        if not re.match(r"^\s*\d+(\.\d+)?\s*[smhdw]\s*$", value) or not float(re.sub(r"[^\d.]", "", value)):
+            raise ValueError(f"{value!r} is not a duration (allowed: a number and s, m, h, d or w: 24h, 7d)")
+        return value
 
 
 class Config(_Section):
@@ -210,6 +257,7 @@ class Config(_Section):
     llm: LlmConfig = Field(default_factory=LlmConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     source: str = Field(default="defaults", exclude=True)
 
 
@@ -323,6 +371,12 @@ def example_toml() -> str:
                 "# one file for many nodes: each host finds itself by hostname (the pod's, with hostNetwork)",
                 "# [node.hosts]",
                 '# "gpu-a-17" = { name = "node17", rack = "rack2" }',
+            ]
+        if section == "guardrails":
+            lines += [
+                "# who may approve what (docs/SECURITY.md): physical proposals and/or response policies",
+                "# [guardrails.approvers]",
+                '# alice = ["physical", "policy"]',
             ]
         if section == "notify":
             lines += [

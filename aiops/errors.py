@@ -22,6 +22,7 @@ AiopsError                    base; exit code 1
 ├── BpfError                  a bpf(2) command failed; also an OSError with its errno
 ├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
+│   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
 │   └── ExecutionRefused      the agent's view of it: the executor did not run the action
 ├── LLMFailure                the LLM endpoint gave no usable turn (`kind`, `detail`); the analyst's answer stands
@@ -123,6 +124,13 @@ class GuardrailError(AiopsError):
         self.rule = rule
         self.detail = message
         super().__init__(f"{rule}: {message}")
+
+
+class SignatureRefused(GuardrailError):
+    """A signed decision that does not verify, or a signer who may not decide it (rule `signature`)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("signature", detail)
 
 
 class ApprovalRefused(GuardrailError):

@@ -26,19 +26,27 @@ from guardrails.topology import Topology
 # Not people: the agent's own roles and the names an injected instruction would pick.
 RESERVED_NAMES: frozenset[str] = frozenset(
     {"llm", "analyst", "agent", "assistant", "ai", "model", "bot", "system", "aiops", "policy", "admin",
-     "administrator", "root", "operator", "user", "nobody", "anonymous", "unknown", "approved", "auto"}
+     "administrator", "root", "operator", "user", "nobody", "anonymous", "unknown", "approved", "auto",
+     # model and vendor names, and the guardrails' own actors
+     "claude", "anthropic", "gpt", "chatgpt", "openai", "gemini", "llama", "mistral", "copilot", "qwen",
+     "deepseek", "executor", "guardrails", "service", "daemon", "dcim", "eval", "demo", "chat",
+     "sudo", "superuser", "su", "sysadmin", "approver", "everyone", "anybody"}
 )  # fmt: skip
-_NAME = re.compile(r"^[a-z][a-z0-9._-]{0,63}$", re.ASCII)
+# Words joined by single separators: no trailing, leading or doubled punctuation (`alice.` is not a name).
+_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*$", re.ASCII)
+_MAX_NAME = 64
 
 
 def person_name(name: str) -> str:
     """The canonical form of an approver's name; raises `GuardrailError` when it is not a person's name."""
     folded = unicodedata.normalize("NFKC", name).strip().casefold()
-    if not _NAME.match(folded):
+    if len(folded) > _MAX_NAME or not _NAME.match(folded):
         raise GuardrailError(
-            "approver", f"'{name[:40]}' is not an approver name (ASCII letters, digits and ._- only)"
+            "approver",
+            f"'{name[:40]}' is not an approver name (ASCII letters and digits, words joined by one . _ or -)",
         )
-    if folded in RESERVED_NAMES or re.split(r"[._-]", folded)[0] in RESERVED_NAMES:
+    words = re.split(r"[._-]", folded)
+    if any(w in RESERVED_NAMES or w.rstrip("0123456789") in RESERVED_NAMES for w in (folded, words[0])):
         raise GuardrailError("approver", f"'{name[:40]}' is a reserved name, not a person")
     return folded
 
@@ -59,6 +67,7 @@ class Approval(BaseModel):
     action_hash: str
     ts_s: float
     expires_ts_s: float
+    key_fingerprint: str = ""  # the signing key's SHA256 fingerprint ("" only for books built in memory)
 
 
 class Rejection(BaseModel):
@@ -77,6 +86,7 @@ class Authorisation:
     approvers: tuple[str, ...]  # distinct people whose approvals count now
     message: str
     standing: dict[str, Any] | None = None  # set when an approved policy authorises it (guardrails.standing)
+    signed_by: str = ""  # the principal whose signed approval was just recorded (Guardrails.approve)
 
 
 class ApprovalBook:
@@ -140,7 +150,8 @@ class ApprovalBook:
         digest = action_hash(action)
         proposer = action.proposed_by.casefold()
         people: list[str] = []
-        stale = mismatched = 0
+        keys: set[str] = set()
+        stale = mismatched = same_key = 0
         for a in self.approvals:
             if a.proposal_id != action.proposal_id:
                 continue
@@ -152,6 +163,12 @@ class ApprovalBook:
                 continue
             if not _is_person(a.approver) or person_name(a.approver) == proposer:
                 continue
+            if person_name(a.approver) in people:
+                continue
+            if a.key_fingerprint and a.key_fingerprint in keys:  # two names, one key: one person
+                same_key += 1
+                continue
+            keys.add(a.key_fingerprint)
             people.append(person_name(a.approver))
         distinct = tuple(dict.fromkeys(people))
         if len(distinct) >= needed:
@@ -161,6 +178,8 @@ class ApprovalBook:
             notes.append(f"{mismatched} approval(s) for a different version of the action")
         if stale:
             notes.append(f"{stale} expired or not yet valid")
+        if same_key:
+            notes.append(f"{same_key} signed with a key another approver used")
         detail = f" ({'; '.join(notes)})" if notes else ""
         return Authorisation(
             False, needed, distinct, f"needs {needed} distinct approver(s), has {len(distinct)}{detail}"

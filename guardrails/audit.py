@@ -7,8 +7,9 @@ Row `seq` (1, 2, ...) stores `prev_hash` (the previous row's hash; 64 zeros for 
 The table comes from migration 003 (aiops/store/migrations.py): one chain per workspace, holding the CLI's,
 the chat's, the DCIM rounds' and the service's events alike.
 
-Limits: the chain shows changes inside the log; removing its newest rows leaves a valid shorter chain, so
-record `head_hash` elsewhere (a ticket, a report) when it has to prove completeness.
+The chain shows changes inside the log; removing its newest rows leaves a valid shorter chain, so every
+append also publishes the new head to the witness (`guardrails.witness`, `<db>.witness`): `verify_witness`
+finds deleted tail rows, a dropped table and re-chained rows. A missing `audit_log` table fails `verify`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from aiops.store import Store
+from guardrails import witness
 from guardrails.actions import canonical_json, sha256_hex
 
 EVENTS: tuple[str, ...] = (
@@ -71,9 +76,10 @@ class VerifyResult:
 class AuditLog:
     """Appends to `audit_log` in the store's DuckDB file. There is no update or delete method."""
 
-    def __init__(self, store: Store, clock: Any = time.time) -> None:
+    def __init__(self, store: Store, clock: Any = time.time, witness_path: Path | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.witness_path = witness_path if witness_path is not None else witness.default_path(store.path)
 
     def append(
         self,
@@ -102,6 +108,8 @@ class AuditLog:
         except Exception:
             conn.execute("ROLLBACK")
             raise
+        if self.witness_path is not None:
+            witness.publish(self.witness_path, seq, digest)
         return AuditRow(seq, when, event, proposal_id, actor, text, prev, digest)
 
     def rows(self, proposal_id: str | None = None, event: str | None = None) -> list[AuditRow]:
@@ -119,8 +127,24 @@ def read_rows(store: Store, *, proposal_id: str | None = None, event: str | None
     return [AuditRow(int(r[0]), float(r[1]), *(str(v) for v in r[2:])) for r in rows]
 
 
+def chain_heads(store: Store) -> list[tuple[int, str]] | None:
+    """Every row's (seq, hash); None when the `audit_log` table is missing."""
+    try:
+        rows = store.conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq").fetchall()
+    except duckdb.CatalogException:
+        return None
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def verify_witness(store: Store, path: Path) -> witness.WitnessResult:
+    """The chain against the witness file at `path` (see `guardrails.witness.check`)."""
+    return witness.check(chain_heads(store), witness.read(path))
+
+
 def verify(store: Store) -> VerifyResult:
     """Recompute the chain in `seq` order; report the first row whose link or content does not hold."""
+    if chain_heads(store) is None:
+        return VerifyResult(False, 0, 0, "the audit_log table is missing (dropped?)")
     rows = read_rows(store)
     prev = GENESIS_HASH
     for expected_seq, row in enumerate(rows, start=1):

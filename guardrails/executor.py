@@ -124,9 +124,9 @@ class Executor:
         scope = validation.scope
         units = scope.units if scope is not None else frozenset({action.target})
         record = ExecutionRecord(action.proposal_id, action.kind, action.target, units, now)
-        if not self.ledger.claim(record):
+        if not self.ledger.claim(record):  # another executor claimed it between our check and now
             return ExecutionOutcome(
-                action.proposal_id, "already_executed", f"{action.proposal_id} already ran"
+                action.proposal_id, "already_executed", f"{action.proposal_id} already executed; nothing done"
             )
         if auth.standing is not None:  # an approved policy authorised it: the log proves the envelope held
             self.audit.append("validation", auth.standing["record"], proposal_id=action.proposal_id,

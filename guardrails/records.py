@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
+
 from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails.actions import Action, action_hash, canonical_json
@@ -173,13 +175,17 @@ class GuardrailRecords:
 
     # -- execution ledger (guardrails.executor.Ledger) ----------------------------------------------------
     def claim(self, record: ExecutionRecord) -> bool:
-        """Mark a proposal as executing; False when it already was (the primary key decides)."""
+        """Mark a proposal as executing; False when it already was (the primary key decides: the loser of a
+        race between two executors gets False, not the database's constraint error)."""
         if self.execution(record.proposal_id) is not None:
             return False
-        self.store.conn.execute(
-            "INSERT INTO executions VALUES (?, ?, ?, ?, ?, 'started', '{}')",
-            [record.proposal_id, record.kind, record.target, sorted(record.units), record.ts_s],
-        )
+        try:
+            self.store.conn.execute(
+                "INSERT INTO executions VALUES (?, ?, ?, ?, ?, 'started', '{}')",
+                [record.proposal_id, record.kind, record.target, sorted(record.units), record.ts_s],
+            )
+        except (duckdb.ConstraintException, duckdb.TransactionException):
+            return False
         return True
 
     def finish(self, proposal_id: str, status: str, result: dict[str, Any]) -> None:

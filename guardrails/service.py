@@ -7,12 +7,22 @@ one execution ledger (so one rate ledger across every actor), one audit chain.
   to that one (`Filed.existing`), so a question asked twice, or a playbook re-run, files nothing new. Policy
   actions (`policy:<rule>`) are kept apart: their authority is the policy's, not a person's.
 - Proposals expire (`proposal_ttl_s`, 24 h by default): an expired proposal cannot be approved or executed.
+- Approvals and rejections are signed (`guardrails.signing`): the desk builds the message, the person's
+  `Signer` signs it, the `Verifier` names the principal and key, and the audit event carries the signature.
+  What the executor counts is rebuilt from those signed audit events alone (`guardrails.decisions`), never
+  from the `approvals` table or a proposal's `status`. Two people: two principals with two keys.
+- A proposal is too old once `proposal_ttl_s` passed since the action was created, whatever its
+  `expires_ts_s` column says (an old or edited row cannot be approved or executed).
+- One person cannot approve a cross-rack change piecemeal: approving a physical action of a kind family
+  (`set_power_limit`/`reset_power_limit`, ...) is refused when the same person approved, within the
+  approval lifetime, another action of that family on another rack: together they would need two people.
 - `standing`: an approved response policy (`guardrails.standing`); its automatic rules' actions then run
   without a person, inside their envelopes, through the same executor (the DCIM rounds pass it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,13 +33,15 @@ from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
-from guardrails.approvals import ApprovalBook, Authorisation
+from guardrails.approvals import ApprovalBook, Authorisation, Rejection
 from guardrails.audit import AuditLog
 from guardrails.context import context_from_store
+from guardrails.decisions import signed_approvals, signed_payload
 from guardrails.executor import ExecutionOutcome, Executor
 from guardrails.policy import Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.signing import ConfiguredVerifier, Signer, Verifier, decision_message, require_class
 from guardrails.standing import PolicyBook, Standing
 
 ContextFor = Callable[[float], Context]
@@ -74,6 +86,7 @@ class Guardrails:
         clock: Callable[[], float] = time.time,
         standing: Standing | None = None,
         proposal_ttl_s: float = DEFAULT_PROPOSAL_TTL_S,
+        verifier: Verifier | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -84,6 +97,7 @@ class Guardrails:
         self._context_for = context_for
         self.standing = standing
         self.proposal_ttl_s = proposal_ttl_s
+        self.verifier: Verifier = verifier if verifier is not None else ConfiguredVerifier()
 
     def context(self, now_ts_s: float) -> Context:
         """The validation context now: the given provider, else the store's topology and newest samples;
@@ -96,9 +110,23 @@ class Guardrails:
         history = (*base.history, *(r for r in self.records.history() if r.proposal_id not in known))
         return Context(base.topology, base.gpus, history, now_ts_s, self.registry)
 
-    def _book(self, context: Context) -> ApprovalBook:
-        return PolicyBook(context.topology, self.registry, self.records.approvals(), self.records.rejections(),
+    def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
+        """The approvals the signed audit events of this proposal hold (not the `approvals` table); the
+        rejections of the table and of the audit log alike (a rejection only ever blocks, so deleting one of
+        the two records does not lift it)."""
+        approvals = signed_approvals(
+            self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
+        )
+        logged = [Rejection(proposal_id=r.proposal_id, by=r.actor, reason="", ts_s=r.ts_s)
+                  for r in self.audit.rows(proposal_id=proposal_id, event="rejection")]  # fmt: skip
+        return PolicyBook(context.topology, self.registry, approvals, [*self.records.rejections(), *logged],
                           standing=self.standing)  # fmt: skip
+
+    def expiry_ts_s(self, record: ProposalRecord) -> float:
+        """When the proposal stops being approvable: its recorded expiry, and never later than
+        `proposal_ttl_s` after the action was created."""
+        latest = record.action.created_ts_s + self.proposal_ttl_s
+        return latest if record.expires_ts_s is None else min(record.expires_ts_s, latest)
 
     def _get(self, proposal_id: str) -> ProposalRecord:
         record = self.records.proposal(proposal_id)
@@ -161,10 +189,16 @@ class Guardrails:
             raise GuardrailError(
                 record.status, f"{proposal_id} is {record.status} ({record.message[:200]}); nothing to {verb}"
             )
+        if self.clock() >= self.expiry_ts_s(record):
+            raise GuardrailError(
+                "expired",
+                f"{proposal_id} expired at {clock_text(self.expiry_ts_s(record))}; propose it again",
+            )
         return record
 
-    def approve(self, proposal_id: str, by: str) -> Authorisation:
-        """Record `by`'s approval of the proposal as it stands (re-validated first)."""
+    def approve(self, proposal_id: str, signer: Signer) -> Authorisation:
+        """Record a signed approval of the proposal as it stands (re-validated first): `signer` signs the
+        canonical message, the verifier names the principal; raises `GuardrailError` naming the rule."""
         now = self.clock()
         record = self._open(proposal_id, "approve")
         context = self.context(now)
@@ -174,30 +208,78 @@ class Guardrails:
             raise GuardrailError("validation", f"{proposal_id} no longer passes: {validation.message}")
         if not validation.physical:
             raise GuardrailError("digital", f"{proposal_id} is digital and needs no approval; execute it")
-        book = self._book(context)
-        approval = book.approve(record.action, by, now)
+        book = self._book(context, proposal_id)
+        digest = action_hash(record.action)
+        expires = min(now + book.ttl_s(record.action), self.expiry_ts_s(record))
+        message = decision_message("approve", ts_s=now, expires_ts_s=expires, proposal_id=proposal_id,
+                                   action_hash=digest)  # fmt: skip
+        signature = signer.sign(message)
+        signed = self.verifier.verify(message, signature)
+        require_class(signed, "physical")
+        approval = book.approve(record.action, signed.principal, now)
+        approval = approval.model_copy(
+            update={"expires_ts_s": expires, "key_fingerprint": signed.fingerprint}
+        )
+        self._refuse_piecemeal(record, signed.principal, now, context)
         self.records.add_approval(approval)
-        self.audit.append("approval", approval.model_dump(mode="json"), proposal_id=proposal_id,
-                          actor=approval.approver, ts_s=now)  # fmt: skip
-        auth = book.is_authorised(record.action, now, context.gpus)
+        self.audit.append("approval", signed_payload(approval.model_dump(mode="json"), message, signature, signed),
+                          proposal_id=proposal_id, actor=approval.approver, ts_s=now)  # fmt: skip
+        book.approvals[-1] = approval  # `book.approve` recorded it without the signed expiry and key
+        auth = dataclasses.replace(
+            book.is_authorised(record.action, now, context.gpus), signed_by=approval.approver
+        )
         if auth.ok:
             self.records.set_status(proposal_id, "approved", now)
         return auth
 
-    def reject(self, proposal_id: str, by: str, reason: str) -> None:
+    def _refuse_piecemeal(self, record: ProposalRecord, principal: str, now: float, context: Context) -> None:
+        """One person may not approve, within an approval's lifetime, actions of one kind family on more than
+        one rack: split from one cross-rack change, they would have needed two people."""
+        spec = self.registry.get(record.action.kind)
+        scope = context.topology.expand(record.action.target)
+        if spec is None or scope is None:
+            return
+        racks = set(scope.racks)
+        since = now - spec.approval_ttl_s
+        for row in self.audit.rows(event="approval"):
+            if row.actor != principal or row.ts_s < since or row.proposal_id == record.proposal_id:
+                continue
+            other = self.records.proposal(row.proposal_id)
+            other_spec = self.registry.get(other.action.kind) if other is not None else None
+            if other is None or other_spec is None or other_spec.family != spec.family:
+                continue
+            other_scope = context.topology.expand(other.action.target)
+            if other_scope is not None and len(set(other_scope.racks) | racks) > 1:
+                raise GuardrailError(
+                    "two_person",
+                    f"{principal} approved {row.proposal_id[:80]} ({other.action.target[:40]}) "
+                    f"{now - row.ts_s:.0f} s ago; with {record.action.target[:40]} that is a change across "
+                    "racks, which needs a second person: ask another approver",
+                )
+
+    def reject(self, proposal_id: str, signer: Signer, reason: str) -> Rejection:
+        """Record a signed rejection (any principal of the allowed-signers file may reject)."""
         now = self.clock()
         record = self._open(proposal_id, "reject")
-        rejection = self._book(self.context(now)).reject(record.action, by, reason, now)
+        message = decision_message("reject", ts_s=now, expires_ts_s=now, proposal_id=proposal_id,
+                                   action_hash=action_hash(record.action))  # fmt: skip
+        signature = signer.sign(message)
+        signed = self.verifier.verify(message, signature)
+        book = self._book(self.context(now), proposal_id)
+        rejection = book.reject(record.action, signed.principal, reason, now)
         self.records.add_rejection(rejection)
         self.records.set_status(proposal_id, "rejected", now, f"rejected by {rejection.by}: {reason[:200]}")
-        self.audit.append("rejection", rejection.model_dump(mode="json"), proposal_id=proposal_id,
-                          actor=rejection.by, ts_s=now)  # fmt: skip
+        fields = {**rejection.model_dump(mode="json"), "action_hash": action_hash(record.action),
+                  "expires_ts_s": now}  # fmt: skip
+        self.audit.append("rejection", signed_payload(fields, message, signature, signed),
+                          proposal_id=proposal_id, actor=rejection.by, ts_s=now)  # fmt: skip
+        return rejection
 
     def authorisation(self, proposal_id: str) -> Authorisation:
         now = self.clock()
         record = self._get(proposal_id)
         context = self.context(now)
-        return self._book(context).is_authorised(record.action, now, context.gpus)
+        return self._book(context, proposal_id).is_authorised(record.action, now, context.gpus)
 
     def execute(self, proposal_id: str, *, dry_run: bool = False) -> ExecutionOutcome:
         """The one path to an actuator: re-validated, authorised (people, or an approved policy inside its
@@ -205,11 +287,11 @@ class Guardrails:
         now = self.clock()
         self.expire_due()
         record = self._get(proposal_id)
-        if record.status == "expired":
+        if record.status == "expired" or (record.status != "executed" and now >= self.expiry_ts_s(record)):
             return ExecutionOutcome(proposal_id, "refused", f"expired: {proposal_id} expired; propose it again",
                                     "expired")  # fmt: skip
         context = self.context(now)
-        book = self._book(context)
+        book = self._book(context, proposal_id)
         executor = Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)
         outcome = executor.execute(record.action, context, dry_run=dry_run)
         if outcome.status in ("executed", "failed"):
@@ -232,7 +314,12 @@ class Guardrails:
             "expires_ts_s": record.expires_ts_s,
             "origin": record.origin,
             "incident_id": record.incident_id,
-            "approvals": [a.model_dump(mode="json") for a in self.records.approvals(proposal_id)],
+            "approvals": [  # the ones that count: signed audit events that verify (not the approvals table)
+                a.model_dump(mode="json")
+                for a in signed_approvals(
+                    self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
+                )
+            ],
             "execution": self.records.execution(proposal_id),
             "audit": [
                 {"seq": r.seq, "ts_s": r.ts_s, "event": r.event, "actor": r.actor}

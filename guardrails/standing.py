@@ -2,7 +2,11 @@
 while that approval holds, actions a rule of the file proposes (`proposed_by = "policy:<rule_id>"`) run
 without a person each time, but only inside the rule's envelope.
 
-- `approve_policy` / `revoke_policy` append `policy_approval` events (decision approve | revoke).
+- `approve_policy` / `revoke_policy` append signed `policy_approval` events (decision approve | revoke):
+  the person's `Signer` signs the file's sha256 and the verb, the `Verifier` names the principal.
+- `standing_status` is what the DCIM rounds and `aiops policy status` trust: the witness must agree with the
+  chain (a deleted revocation, a dropped or re-chained log: nothing is approved), and only decisions whose
+  signatures verify count.
 - `policy_status` decides from the audit rows alone: enough distinct people, unexpired, not revoked since.
 - `envelope_check` is the pure per-GPU test: kind in `AUTOMATIC_KINDS`, `power_limit_w` inside
   [min, max] x TDP and NVML's constraints, at most `max_step_w` from the current limit.
@@ -24,10 +28,12 @@ from typing import Any
 from aiops.errors import GuardrailError
 from guardrails.actions import Action, action_hash
 from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection, person_name
-from guardrails.audit import AuditLog, AuditRow
+from guardrails.audit import AuditLog, AuditRow, read_rows, verify, verify_witness
+from guardrails.decisions import signed_payload, signed_rows
 from guardrails.envelope import TOLERANCE_W, Envelope, GpuPower, power_range_w, step_problem
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.responses import AUTOMATIC_KINDS, LoadedPolicy, ResponseRule
+from guardrails.signing import Signer, Verifier, decision_message, require_class
 from guardrails.topology import Topology
 
 DAY_S = 86_400.0
@@ -53,6 +59,16 @@ def _person(name: object) -> str | None:
         return None
 
 
+def _number(value: object, unreadable: float) -> float:
+    """A recorded time; `unreadable` for anything that is not a number (rows are hostile data)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return unreadable
+    try:
+        return float(value)
+    except ValueError:
+        return unreadable
+
+
 def policy_status(
     rows: Sequence[AuditRow], sha256: str, needed: int, now_ts_s: float, *, before_seq: int | None = None
 ) -> PolicyStatus:
@@ -63,25 +79,28 @@ def policy_status(
         for r in rows
         if r.event == "policy_approval" and (before_seq is None or r.seq < before_seq)
     ]
-    revoked_at = max(
-        (r.seq for r, d in events if d.get("decision") == "revoke" and d.get("policy_sha256") == sha256),
-        default=0,
-    )
+    revokes = [
+        (r, d) for r, d in events if d.get("decision") == "revoke" and d.get("policy_sha256") == sha256
+    ]
+    revoked_at = max((r.seq for r, _ in revokes), default=0)
+    # the signed time as well as the position: an old approval replayed after a revocation stays revoked
+    revoked_ts_s = max((_number(d.get("ts_s"), float("inf")) for _, d in revokes), default=float("-inf"))
     people: dict[str, float] = {}
     others: set[str] = set()
     for row, data in events:
         if data.get("decision") != "approve":
             continue
-        expires = float(data.get("expires_ts_s", 0.0))
+        expires = _number(data.get("expires_ts_s"), float("-inf"))
+        signed_ts_s = _number(data.get("ts_s", row.ts_s), float("inf"))
         name = _person(data.get("approver", ""))
-        if name is None or not float(data.get("ts_s", row.ts_s)) <= now_ts_s < expires:
+        if name is None or not signed_ts_s <= now_ts_s < expires:
             continue
         if data.get("policy_sha256") != sha256:
             others.add(str(data.get("policy_sha256", "")))
             continue
-        if row.seq <= revoked_at:
+        if row.seq <= revoked_at or signed_ts_s <= revoked_ts_s:
             continue
-        needed = max(needed, int(data.get("approvals_needed", 1)))
+        needed = max(needed, int(_number(data.get("approvals_needed", 1), 10.0**6)))
         people[name] = max(people.get(name, 0.0), expires)
     needed = max(needed, 1)
     approvers = tuple(sorted(people))
@@ -104,24 +123,63 @@ def policy_status(
 
 
 def approve_policy(
-    audit: AuditLog, loaded: LoadedPolicy, approver: str, now_ts_s: float, ttl_s: float = DEFAULT_POLICY_TTL_S
+    audit: AuditLog,
+    loaded: LoadedPolicy,
+    signer: Signer,
+    verifier: Verifier,
+    now_ts_s: float,
+    ttl_s: float = DEFAULT_POLICY_TTL_S,
 ) -> AuditRow:
-    """Record a person's approval of the file's exact bytes; raises `GuardrailError` for non-person names."""
-    name = person_name(approver)
+    """Record a person's signed approval of the file's exact bytes; raises `GuardrailError` when the signature
+    does not verify or its principal may not approve policies."""
     if not 0 < ttl_s <= MAX_POLICY_TTL_S:
         raise GuardrailError("expiry", f"a policy approval lasts 1 s to {MAX_POLICY_TTL_S / DAY_S:.0f} days")
+    message = decision_message("policy_approve", ts_s=now_ts_s, expires_ts_s=now_ts_s + ttl_s,
+                               policy_sha256=loaded.sha256)  # fmt: skip
+    signature = signer.sign(message)
+    signed = verifier.verify(message, signature)
+    require_class(signed, "policy")
+    name = person_name(signed.principal)
     payload = {"decision": "approve", "policy_sha256": loaded.sha256, "path": loaded.path, "approver": name,
                "ts_s": now_ts_s, "expires_ts_s": now_ts_s + ttl_s,
                "approvals_needed": loaded.policy.approvals_required,
                "automatic": loaded.policy.automatic_summary()}  # fmt: skip
-    return audit.append("policy_approval", payload, actor=name, ts_s=now_ts_s)
+    return audit.append("policy_approval", signed_payload(payload, message, signature, signed), actor=name,
+                        ts_s=now_ts_s)  # fmt: skip
 
 
-def revoke_policy(audit: AuditLog, sha256: str, by: str, now_ts_s: float, reason: str = "") -> AuditRow:
-    name = person_name(by)
+def revoke_policy(
+    audit: AuditLog, sha256: str, signer: Signer, verifier: Verifier, now_ts_s: float, reason: str = ""
+) -> AuditRow:
+    """Record a signed revocation (any principal of the allowed-signers file may revoke: it stops actuation)."""
+    message = decision_message("policy_revoke", ts_s=now_ts_s, expires_ts_s=now_ts_s, policy_sha256=sha256)
+    signature = signer.sign(message)
+    signed = verifier.verify(message, signature)
+    name = person_name(signed.principal)
     payload = {"decision": "revoke", "policy_sha256": sha256, "approver": name, "ts_s": now_ts_s,
-               "reason": reason[:200]}  # fmt: skip
-    return audit.append("policy_approval", payload, actor=name, ts_s=now_ts_s)
+               "expires_ts_s": now_ts_s, "reason": reason[:200]}  # fmt: skip
+    return audit.append("policy_approval", signed_payload(payload, message, signature, signed), actor=name,
+                        ts_s=now_ts_s)  # fmt: skip
+
+
+def standing_status(
+    audit: AuditLog, sha256: str, needed: int, now_ts_s: float, verifier: Verifier
+) -> PolicyStatus:
+    """The policy's standing as far as it can be trusted: the chain intact, the witness agreeing with it
+    (else a deleted revocation could bring a policy back), and only verified signatures counting."""
+    chain = verify(audit.store)
+    problem = "" if chain.ok else chain.message
+    if not problem and audit.witness_path is not None:
+        try:
+            agreed = verify_witness(audit.store, audit.witness_path)
+            problem = "" if agreed.ok else agreed.message
+        except GuardrailError as exc:
+            problem = exc.detail
+    if problem:
+        return PolicyStatus(sha256, False, max(needed, 1), (), None,
+                            f"policy {sha256[:12]} is not approved: the audit log cannot be trusted ({problem})")  # fmt: skip
+    rows = signed_rows(read_rows(audit.store, event="policy_approval"), verifier)
+    return policy_status(rows, sha256, needed, now_ts_s)
 
 
 # -- the envelope -----------------------------------------------------------------------------------------

@@ -161,6 +161,7 @@ def tiny_demo_db(tmp_path: Any) -> tuple[Any, Any]:
         _TEMPLATE.update(db=db, scenario=scenario)
     db = Path(tmp_path) / "demo.duckdb"
     shutil.copy(_TEMPLATE["db"], db)  # the workspace is the one file: its twin is rebuilt from it
+    shutil.copy(f"{_TEMPLATE['db']}.witness", f"{db}.witness")  # and the audit chain's witness beside it
     scenario = Path(tmp_path) / "tiny.yaml"
     shutil.copy(_TEMPLATE["scenario"], scenario)
     return db, scenario

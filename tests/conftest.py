@@ -23,3 +23,6 @@ def _clean_llm_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may reach an outside LLM endpoint by inheriting the developer's environment."""
     for name in ("AIOPS_LLM_BASE_URL", "AIOPS_LLM_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+
+
+from tests.signing_helpers import shared_signing, signing  # noqa: E402,F401  (fixtures: real SSH keys)

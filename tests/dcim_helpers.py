@@ -19,6 +19,7 @@ from guardrails.actions import Action
 from guardrails.audit import AuditLog
 from guardrails.responses import LoadedPolicy, parse_response_bytes
 from guardrails.standing import approve_policy
+from tests.signing_helpers import shared_keys
 
 NOW_TS_S = 1_700_000_000.0
 RACKS, NODES_PER_RACK, GPUS_PER_NODE = 2, 2, 4
@@ -163,8 +164,10 @@ def write_policy(directory: Path, text: str, name: str = "responses.yaml") -> Pa
 def approve(
     store: Store, policy: LoadedPolicy, *people: str, ts_s: float = NOW_TS_S - 60, ttl_s: float = 86_400.0
 ) -> None:
+    """Signed approvals by `people` (keys from `tests.signing_helpers.shared_keys`)."""
+    keys = shared_keys()
     for person in people or ("alice", "bob")[: policy.policy.approvals_required]:
-        approve_policy(AuditLog(store), policy, person, ts_s, ttl_s)
+        approve_policy(AuditLog(store), policy, keys.signer(person), keys.verifier(), ts_s, ttl_s)
 
 
 def signal(store: Store, scope: str, budget_kw: float | None, ts_s: float = NOW_TS_S - 1) -> None:

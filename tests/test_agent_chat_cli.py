@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from tests.agent_fakes import Repl, final, scripted_llm, tiny_demo_db
+from tests.signing_helpers import shared_keys
 
 PROMPT = r"aiops>"
 
@@ -92,7 +93,7 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
     }
     with scripted_llm([final("cap node1/gpu1", proposals=[cap])]) as llm:
         env = _env(tmp_path, AIOPS_LLM_BASE_URL=llm.base_url, AIOPS_LLM_MODEL="scripted")
-        proc, repl = _start(_chat(db, "--as", "alice"), env)
+        proc, repl = _start(_chat(db), env)
         try:
             repl.expect(PROMPT, timeout_s=60)
             repl.send("node1/gpu1 is hot, what now?")
@@ -103,7 +104,7 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
             proc.wait(timeout=10)
         assert proc.returncode == -signal.SIGKILL
     # a new process, offline now: the proposal still waits, and approving it runs it once
-    proc, repl = _start(_chat(db, "--as", "bob"), _env(tmp_path))
+    proc, repl = _start(_chat(db, "--key", str(shared_keys().keys["bob"])), _env(tmp_path))
     try:
         repl.expect(r"\d+ action\(s\) waiting for approval", timeout_s=60)  # the demo's and the chat's
         repl.expect(PROMPT)
@@ -134,7 +135,7 @@ def test_killed_process_keeps_pending_approvals_and_a_restart_executes_once(tmp_
 
 
 def _empty_config(directory: Path) -> Path:
-    """An empty aiops config file: every default (a named config file that is missing is an error)."""
+    """An aiops config file with every default but the test keys' allowed signers (/approve is signed)."""
     path = directory / "aiops.toml"
-    path.write_text("")
+    path.write_text(shared_keys().config.read_text())
     return path

@@ -19,6 +19,7 @@ from aiops.store import Workspace
 from guardrails.audit import AuditLog, verify
 from guardrails.responses import parse_response_bytes
 from guardrails.standing import approve_policy
+from tests.signing_helpers import shared_keys
 
 DURATION_S = float(os.environ.get("AIOPS_CONCURRENCY_S", "60"))
 POLICY = b"""version: 1
@@ -52,7 +53,9 @@ def test_commands_chat_and_a_dcim_watch_share_one_workspace(tmp_path: Path) -> N
     policy = tmp_path / "responses.yaml"
     policy.write_bytes(POLICY)
     with Workspace(db).write() as store:
-        approve_policy(AuditLog(store), parse_response_bytes(POLICY, str(policy)), "carol", time.time() - 10)
+        keys = shared_keys()
+        loaded = parse_response_bytes(POLICY, str(policy))
+        approve_policy(AuditLog(store), loaded, keys.signer("carol"), keys.verifier(), time.time() - 10)
         questions_before = int(store.scalar("SELECT count(*) FROM agent_log WHERE kind = 'question'"))
     signals = tmp_path / "signals.json"
     signals.write_text(json.dumps({"rack0": {"kw": 20}}))
@@ -108,7 +111,8 @@ def test_commands_chat_and_a_dcim_watch_share_one_workspace(tmp_path: Path) -> N
 
 
 def _empty_config(directory: Path) -> Path:
-    """An empty aiops config file: every default (a named config file that is missing is an error)."""
+    """An aiops config file with every default but the test keys' allowed signers (the watch verifies the
+    policy's signed approvals)."""
     path = directory / "aiops.toml"
-    path.write_text("")
+    path.write_text(shared_keys().config.read_text())
     return path

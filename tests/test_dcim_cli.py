@@ -24,6 +24,7 @@ from guardrails import unsafe_executions
 from guardrails.audit import read_rows
 from guardrails.records import GuardrailRecords
 from guardrails.responses import DEFAULT_RESPONSES_PATH
+from tests.signing_helpers import make_keys, shared_keys
 
 SCENARIO = {
     "name": "dcim-cli",
@@ -44,6 +45,13 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Path]:
     shutil.copyfile(DEFAULT_RESPONSES_PATH, policy)
     capsys.readouterr()
     return {"db": db, "scenario": scenario, "policy": policy, "dir": tmp_path}
+
+
+pytestmark = pytest.mark.usefixtures("shared_signing")  # approvals are signed with these keys
+
+
+def _key(person: str) -> str:
+    return str(shared_keys().keys[person])
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -73,11 +81,12 @@ def test_nothing_automatic_until_two_people_approve_the_exact_file(
     assert first["actions"] and {a["status"] for a in first["actions"]} == {"pending"}
     assert set(twin_limits_w(run["db"])) == {700.0}  # the twin was saved untouched
 
-    assert cli(capsys, "policy", "approve", policy, "--as", "alice", "--db", db)[0] == 0
-    code, _, err = cli(capsys, "policy", "approve", policy, "--as", "llm", "--db", db)
-    assert code == 1 and "reserved name" in err
+    assert cli(capsys, "policy", "approve", policy, "--key", _key("alice"), "--db", db)[0] == 0
+    stranger = str(make_keys(run["dir"] / "stranger", ("eve",)).keys["eve"])  # "llm" has no allowed key
+    code, _, err = cli(capsys, "policy", "approve", policy, "--key", stranger, "--db", db)
+    assert code == 1 and "signature: the signing key is not" in err
     assert cli(capsys, "policy", "status", policy, "--db", db)[0] == 1  # one of two people
-    assert cli(capsys, "policy", "approve", policy, "--as", "bob", "--db", db)[0] == 0
+    assert cli(capsys, "policy", "approve", policy, "--key", _key("bob"), "--db", db)[0] == 0
     code, out, _ = cli(capsys, "policy", "status", policy, "--db", db)
     assert code == 0 and "approved by alice, bob" in out
 
@@ -112,7 +121,7 @@ def test_bad_files_and_arguments_exit_2_naming_file_field_and_allowed_values(
         "version: 1\nrules:\n  - {rule_id: move, on: dcim_cap, respond: migrate_jobs, mode: automatic}\n"
     )
     for args in (["dcim", "cap", "--rack", "rack0", "--kw", "3", "--db", db, "--policy", str(bad)],
-                 ["policy", "show", str(bad), "--db", db], ["policy", "approve", str(bad), "--as", "alice", "--db", db]):  # fmt: skip
+                 ["policy", "show", str(bad), "--db", db], ["policy", "approve", str(bad), "--key", _key("alice"), "--db", db]):  # fmt: skip
         code, _, err = cli(capsys, *args)
         assert code == 2 and f"{bad}: field 'rules[0].mode'" in err and "allowed: propose" in err
     code, _, err = cli(capsys, "dcim", "cap", "--rack", "rack9", "--kw", "3", "--db", db)
@@ -183,7 +192,7 @@ def test_the_nvml_actuator_sets_this_hosts_gpus_and_refuses_without_a_driver(
 
     db, policy = str(run["db"]), str(run["policy"])
     for person in ("alice", "bob"):
-        assert cli(capsys, "policy", "approve", policy, "--as", person, "--db", db)[0] == 0
+        assert cli(capsys, "policy", "approve", policy, "--key", _key(person), "--db", db)[0] == 0
     cap = ["dcim", "cap", "--rack", "rack0", "--kw", "3.5", "--db", db, "--policy", policy, "--json",
            "--actuator", "nvml", "--node", "node0"]  # fmt: skip
     if not _driver_present(real_pynvml):

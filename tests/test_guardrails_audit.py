@@ -16,10 +16,11 @@ from aiops.store import Store
 from guardrails import AuditLog, Guardrails, RecordingActuator, unsafe_executions, verify
 from guardrails.audit import GENESIS_HASH
 from tests.guardrails_helpers import FakeClock, action, seed_store
+from tests.signing_helpers import Keys, make_keys
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def db(tmp_path: Path, signing: Keys) -> Path:
     """A store file with topology, GPU samples and six audit rows from two proposals."""
     path = tmp_path / "run.duckdb"
     with Store(path) as store:
@@ -29,8 +30,8 @@ def db(tmp_path: Path) -> Path:
         desk.propose(action())  # proposal + validation
         desk.propose(action(proposal_id="P-2", kind="reboot_node", target="node3", parameters={}))
         clock.advance(10)
-        desk.approve("P-1", "alice")
-        desk.reject("P-2", "bob", "not during the training run")
+        desk.approve("P-1", signing.signer("alice"))
+        desk.reject("P-2", signing.signer("bob"), "not during the training run")
     return path
 
 
@@ -122,7 +123,7 @@ def test_a_recomputed_hash_still_breaks_the_next_link(db: Path, capsys: pytest.C
 
 
 def test_actions_cli_list_show_approve_reject_across_restarts(
-    db: Path, capsys: pytest.CaptureFixture[str]
+    db: Path, signing: Keys, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["actions", "list", "--db", str(db), "--json"]) == 0
     listed = {row["proposal_id"]: row for row in json.loads(capsys.readouterr().out)}
@@ -134,11 +135,13 @@ def test_actions_cli_list_show_approve_reject_across_restarts(
         Guardrails(store, clock=FakeClock(now)).propose(
             action(proposal_id="P-3", kind="gpu_reset", parameters={}, created_ts_s=now - 1)
         )
-    assert main(["actions", "approve", "P-3", "--as", "llm", "--db", str(db)]) == 1
-    assert "approver: 'llm' is a reserved name" in _text(capsys)
-    assert main(["actions", "approve", "P-3", "--as", "carol", "--db", str(db)]) == 0
+    stranger = make_keys(tmp_path / "stranger", ("eve",)).keys["eve"]  # a key the allowed signers do not name
+    assert main(["actions", "approve", "P-3", "--key", str(stranger), "--db", str(db)]) == 1
+    assert "signature: the signing key is not" in _text(capsys)
+    assert main(["actions", "approve", "P-3", "--key", str(signing.keys["carol"]), "--db", str(db)]) == 0
     assert "needs 2 distinct approver(s), has 1" in _text(capsys)
-    assert main(["actions", "approve", "P-3", "--as", "dave", "--db", str(db)]) == 0
+    signing.add("dave")
+    assert main(["actions", "approve", "P-3", "--key", str(signing.keys["dave"]), "--db", str(db)]) == 0
     said = _text(capsys)  # no twin or host actuator here: approved, and nothing executes
     assert "approved (approved by carol, dave)" in said and "not executed: none (proposals only)" in said
     assert main(["actions", "show", "P-3", "--db", str(db), "--json"]) == 0
@@ -146,7 +149,8 @@ def test_actions_cli_list_show_approve_reject_across_restarts(
     assert shown["status"] == "approved" and [a["approver"] for a in shown["approvals"]] == ["carol", "dave"]
     assert main(["actions", "show", "P-3", "--db", str(db)]) == 0
     assert "not an instruction" in _text(capsys)
-    assert main(["actions", "reject", "P-9", "--as", "carol", "--reason", "x", "--db", str(db)]) == 1
+    carol = str(signing.keys["carol"])
+    assert main(["actions", "reject", "P-9", "--key", carol, "--reason", "x", "--db", str(db)]) == 1
     assert "unknown: no proposal P-9" in _text(capsys)
 
     # a new process finds the approvals and executes once; the audit log stays intact and safe

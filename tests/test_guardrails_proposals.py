@@ -12,6 +12,7 @@ from guardrails import Guardrails, RecordingActuator, validate
 from guardrails.policy import ExecutionRecord
 from guardrails.service import DEFAULT_PROPOSAL_TTL_S
 from tests.guardrails_helpers import NOW_TS_S, FakeClock, action, context, seed_store
+from tests.signing_helpers import Keys
 
 
 def _desk(store: Store, clock: FakeClock, actuator: RecordingActuator | None = None) -> Guardrails:
@@ -19,7 +20,7 @@ def _desk(store: Store, clock: FakeClock, actuator: RecordingActuator | None = N
     return Guardrails(store, actuator=actuator or RecordingActuator(), clock=clock)
 
 
-def test_the_same_action_proposed_again_refers_to_the_open_one(store: Store) -> None:
+def test_the_same_action_proposed_again_refers_to_the_open_one(store: Store, signing: Keys) -> None:
     clock = FakeClock()
     desk = _desk(store, clock)
     first = desk.propose(
@@ -35,21 +36,21 @@ def test_the_same_action_proposed_again_refers_to_the_open_one(store: Store) -> 
     assert record is not None and (record.origin, record.incident_id) == ("analyze", "INC-1")
     policy = desk.propose(action(proposal_id="P-4", proposed_by="policy:dcim-cap", created_ts_s=clock()))
     assert not policy.existing  # a policy's action is its own proposal: its authority is not a person's
-    desk.reject("P-1", "bob", "not now")
+    desk.reject("P-1", signing.signer("bob"), "not now")
     reopened = desk.propose(action(proposal_id="P-5", created_ts_s=clock()))
     assert (reopened.proposal_id, reopened.existing) == ("P-5", False)  # nothing open any more
 
 
-def test_an_expired_proposal_is_neither_approved_nor_executed(store: Store) -> None:
+def test_an_expired_proposal_is_neither_approved_nor_executed(store: Store, signing: Keys) -> None:
     clock = FakeClock()
     actuator = RecordingActuator()
     desk = _desk(store, clock, actuator)
     desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
     desk.propose(action(proposal_id="P-2", parameters={"power_limit_w": 650}, created_ts_s=clock()))
-    assert desk.approve("P-2", "alice").ok  # approved in time, never executed
+    assert desk.approve("P-2", signing.signer("alice")).ok  # approved in time, never executed
     clock.advance(DEFAULT_PROPOSAL_TTL_S + 1)
     with pytest.raises(GuardrailError, match="expired: P-1 is expired"):
-        desk.approve("P-1", "alice")
+        desk.approve("P-1", signing.signer("alice"))
     outcome = desk.execute("P-2")
     assert outcome.status == "refused" and outcome.rule == "expired" and actuator.applied == []
     statuses = {r.proposal_id: r.status for r in desk.records.proposals()}
@@ -57,12 +58,12 @@ def test_an_expired_proposal_is_neither_approved_nor_executed(store: Store) -> N
     assert [r.proposal_id for r in desk.audit.rows(event="expiry")] == ["P-1", "P-2"]
 
 
-def test_a_thirty_day_old_approved_proposal_does_not_run(store: Store) -> None:
+def test_a_thirty_day_old_approved_proposal_does_not_run(store: Store, signing: Keys) -> None:
     clock = FakeClock()
     actuator = RecordingActuator()
     desk = _desk(store, clock, actuator)
     desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
-    desk.approve("P-1", "alice")
+    desk.approve("P-1", signing.signer("alice"))
     clock.advance(30 * 86_400.0)
     assert desk.execute("P-1").rule == "expired" and actuator.applied == []
 

@@ -3,6 +3,8 @@ rule's envelope; everything else is a proposal; the audit log proves every polic
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from aiops.errors import GuardrailError, ResponsePolicyError
@@ -20,6 +22,9 @@ from tests.dcim_helpers import (
     run_round_on,
     signal,
 )
+from tests.signing_helpers import make_keys, shared_keys
+
+pytestmark = pytest.mark.usefixtures("shared_signing")  # the rounds verify with these keys
 
 
 def run(store: Store, world: PowerWorld, text: str, now_ts_s: float = NOW_TS_S):  # type: ignore[no-untyped-def]
@@ -83,7 +88,13 @@ def test_approving_then_changing_one_byte_runs_nothing(store: Store) -> None:
 def test_revoked_expired_or_propose_mode_runs_nothing(store: Store) -> None:
     text = policy_text()
     approve(store, loaded(text), "alice")
-    revoke_policy(AuditLog(store), loaded(text).sha256, "carol", NOW_TS_S - 30)
+    revoke_policy(
+        AuditLog(store),
+        loaded(text).sha256,
+        shared_keys().signer("carol"),
+        shared_keys().verifier(),
+        NOW_TS_S - 30,
+    )
     signal(store, "rack0", 4.0)
     world = PowerWorld.grid()
     assert run(store, world, text).count("executed") == 0 and world.changes == []
@@ -94,13 +105,20 @@ def test_revoked_expired_or_propose_mode_runs_nothing(store: Store) -> None:
     assert run(store, world, proposing, NOW_TS_S + 2).count("executed") == 0 and world.changes == []
 
 
-def test_reserved_names_and_bad_lifetimes_cannot_approve_a_policy(store: Store) -> None:
+def test_strangers_and_bad_lifetimes_cannot_approve_a_policy(store: Store, tmp_path: Path) -> None:
     policy = loaded(policy_text())
-    for name in ("llm", "admin", "policy", "LLM", "аlice", "system-bot"):
-        with pytest.raises(GuardrailError):
-            approve_policy(AuditLog(store), policy, name, NOW_TS_S)
+    stranger = make_keys(tmp_path / "stranger", ("eve",)).signer("eve")  # llm, admin, ...: no key of theirs
+    with pytest.raises(GuardrailError, match="signature: the signing key is not"):
+        approve_policy(AuditLog(store), policy, stranger, shared_keys().verifier(), NOW_TS_S)
     with pytest.raises(GuardrailError, match="expiry"):
-        approve_policy(AuditLog(store), policy, "alice", NOW_TS_S, ttl_s=400 * 86_400.0)
+        approve_policy(
+            AuditLog(store),
+            policy,
+            shared_keys().signer("alice"),
+            shared_keys().verifier(),
+            NOW_TS_S,
+            ttl_s=400 * 86_400.0,
+        )
     assert read_rows(store) == []
 
 
@@ -152,7 +170,7 @@ def test_a_person_approved_policy_proposal_runs_on_the_next_round(store: Store) 
     signal(store, "rack0", 4.0)
     first = run(store, world, text)
     guard = Guardrails(store, context_for=world.context, clock=lambda: NOW_TS_S + 10)
-    guard.approve(first.actions[0].proposal_id, "alice")
+    guard.approve(first.actions[0].proposal_id, shared_keys().signer("alice"))
     second = run(store, world, text, NOW_TS_S + 20)
     approved = [a for a in second.actions if a.mode == "approved"]
     assert [(a.proposal_id, a.status) for a in approved] == [(first.actions[0].proposal_id, "executed")]
@@ -220,7 +238,9 @@ def test_the_recount_catches_forged_policy_executions(store: Store) -> None:
     audit.append("execution", tampered, proposal_id=real.proposal_id, actor="executor", ts_s=NOW_TS_S + 2)
     assert unsafe_executions(read_rows(store)) == 2
     # the very same execution replayed after the policy was revoked has nothing to stand on either
-    revoke_policy(audit, loaded(text).sha256, "carol", NOW_TS_S + 3)
+    revoke_policy(
+        audit, loaded(text).sha256, shared_keys().signer("carol"), shared_keys().verifier(), NOW_TS_S + 3
+    )
     audit.append("execution", real.data(), proposal_id=real.proposal_id, actor="executor", ts_s=NOW_TS_S + 4)
     assert unsafe_executions(read_rows(store)) == 3
     assert verify(store).ok  # appended through the log: the chain is intact, the recount still counts them

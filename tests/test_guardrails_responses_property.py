@@ -6,6 +6,8 @@ one leaves every GPU at the envelope's floor, never below."""
 from __future__ import annotations
 
 import math
+import os
+from unittest import mock
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -25,6 +27,7 @@ from tests.dcim_helpers import (
     run_round_on,
     signal,
 )
+from tests.signing_helpers import shared_keys
 
 TOLERANCE_W = 1e-6
 Case = tuple[PowerWorld, str, str, float, dict[str, float]]
@@ -74,7 +77,8 @@ def check_changes(world: PowerWorld, env: dict[str, float]) -> None:
 def test_automatic_responses_never_leave_the_envelope(case: Case) -> None:
     """The whole path: signals, policy approval, allocator, guardrails, executor, audit log."""
     world, text, scope, budget_kw, env = case
-    with Store(":memory:") as store:
+    keys = {"AIOPS_CONFIG": str(shared_keys().config)}  # the rounds verify the approvals with these keys
+    with Store(":memory:") as store, mock.patch.dict(os.environ, keys):
         approve(store, loaded(text))
         signal(store, scope, budget_kw)
         for i in range(3):

@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.control",),
     ("aiops.sim",),
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline"),
-    ("aiops.runtime",),
+    ("aiops.runtime", "aiops.report"),
     ("aiops.agent", "aiops.lab", "aiops.service", "evals"),
     ("aiops.cli",),
 )

@@ -31,12 +31,16 @@ from guardrails.audit import AuditLog, read_rows, verify
 from guardrails.responses import parse_response_bytes
 from guardrails.standing import approve_policy
 from tests.agent_fakes import final, scripted_llm
+from tests.signing_helpers import shared_keys
 
 POLICY = b"""version: 1
 rules:
   - {rule_id: dcim-cap, on: dcim_cap, respond: apply_allocator, mode: automatic, scopes: [rack],
      envelope: {min_fraction_of_tdp: 0.4, max_fraction_of_tdp: 1.0, max_step_w: 100}, step_interval_s: 0}
 """
+
+
+pytestmark = pytest.mark.usefixtures("shared_signing")  # approvals are signed with these keys
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +55,12 @@ def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def db(demo_template: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "demo.duckdb"
     copy.write_bytes(demo_template.read_bytes())
+    Path(f"{copy}.witness").write_bytes(Path(f"{demo_template}.witness").read_bytes())  # the chain's witness
     return copy
+
+
+def _key(person: str) -> str:
+    return str(shared_keys().keys[person])
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
@@ -84,7 +93,7 @@ def test_the_demos_physical_proposal_is_pending_and_runs_once_when_approved(
     to = move["parameters"]["to"]
     assert _twin(db).world.node_job("node3") == "llm" and _twin(db).world.node_job(to) is None
 
-    assert main(["actions", "approve", move["proposal_id"], "--as", "alice", "--db", str(db)]) == 0
+    assert main(["actions", "approve", move["proposal_id"], "--key", _key("alice"), "--db", str(db)]) == 0
     said = _said(capsys)
     assert "approved (approved by alice)" in said and "executed on the workspace's world" in said
     twin = _twin(db)  # rebuilt from the one file: the move is part of the workspace now
@@ -92,7 +101,7 @@ def test_the_demos_physical_proposal_is_pending_and_runs_once_when_approved(
     with Workspace(db).read() as store:
         assert store.scalar("SELECT count(*) FROM twin_log WHERE kind = 'action'") == 1
 
-    assert main(["actions", "approve", move["proposal_id"], "--as", "bob", "--db", str(db)]) == 1
+    assert main(["actions", "approve", move["proposal_id"], "--key", _key("bob"), "--db", str(db)]) == 1
     assert f"already_ran: {move['proposal_id']} already ran" in _said(capsys)
     with Workspace(db).read() as store:
         assert store.scalar("SELECT count(*) FROM executions WHERE status = 'executed'") == 1
@@ -114,7 +123,9 @@ def test_one_chain_for_chat_dcim_and_cli_and_only_the_workspaces_files(
         pid = reply.proposals[0]["proposal_id"]
     loaded = parse_response_bytes(POLICY, "responses.yaml")
     with Workspace(db).write() as store:
-        approve_policy(AuditLog(store), loaded, "carol", time.time() - 10)
+        approve_policy(
+            AuditLog(store), loaded, shared_keys().signer("carol"), shared_keys().verifier(), time.time() - 10
+        )
     policy = db.parent / "responses.yaml"
     policy.write_bytes(POLICY)
     assert (
@@ -162,7 +173,9 @@ def test_the_rate_limit_holds_across_actors(db: Path, tmp_path: Path) -> None:
         loaded = parse_response_bytes(POLICY, str(tmp_path / "responses.yaml"))
         now = time.time()
         with workspace.write() as store:
-            approve_policy(AuditLog(store), loaded, "carol", now - 300)
+            approve_policy(
+                AuditLog(store), loaded, shared_keys().signer("carol"), shared_keys().verifier(), now - 300
+            )
         # rack0: 4 nodes x 2 kW of hosts + 32 GPUs at 300 W: every round takes one 100 W step, 700 -> 300 W
         cap = DcimSignal("rack0", "cap", 8.0 + 32 * 0.3, now, "test")
         setup = RoundSetup()
@@ -174,7 +187,7 @@ def test_the_rate_limit_holds_across_actors(db: Path, tmp_path: Path) -> None:
         assert [a.parameters["power_limit_w"] for a in steps] == [600.0, 500.0, 400.0, 300.0]
 
         with pytest.raises(ApprovalRefused, match=r"rate_limit: power limit changed 4 times on node0/gpu\d"):
-            chat.approve(pid, "alice")
+            chat.approve(pid, shared_keys().signer("alice"))
         assert chat.find(pid)["status"] == "denied"  # type: ignore[index]
     twin = _twin(db)
     assert set(twin.world.power_limit_w[:8].tolist()) == {300.0}  # the reset never ran
@@ -200,7 +213,7 @@ def test_a_planted_pickle_beside_the_database_is_never_loaded(
     assert main(["dcim", "cap", "--rack", "rack0", "--kw", "40", "--db", str(db)]) == 0
     listed = _cli_json(capsys, "actions", "list", "--db", str(db))
     move = next(p for p in listed if p["kind"] == "migrate_job")
-    assert main(["actions", "approve", move["proposal_id"], "--as", "alice", "--db", str(db)]) == 0
+    assert main(["actions", "approve", move["proposal_id"], "--key", _key("alice"), "--db", str(db)]) == 0
     with open_session(db) as chat:
         chat.ask("what is wrong?", "alice")
     assert main(["analyze", "--db", str(db), "--json"]) == 0

@@ -24,6 +24,7 @@ from tests.service_helpers import (
     service_env,
     wait_for,
 )
+from tests.signing_helpers import shared_keys
 
 GPUS = 8  # TINY_SCENARIO: 2 nodes x 4 GPUs
 
@@ -151,6 +152,7 @@ def test_one_service_per_workspace_names_the_holder(tmp_path: Path) -> None:
 
 def test_commands_work_on_a_served_workspace_and_the_service_executes_approvals(tmp_path: Path) -> None:
     db, scenario = tmp_path / "svc.duckdb", _scenario(tmp_path)
+    (tmp_path / "aiops.toml").write_text(shared_keys().config.read_text())  # the service verifies signatures
     env = service_env(tmp_path)
     with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (_, port):
 
@@ -163,8 +165,8 @@ def test_commands_work_on_a_served_workspace_and_the_service_executes_approvals(
                                 text=True, timeout=60, env=env)  # fmt: skip
         assert listed.returncode == 0, listed.stderr
         proposal = next(p for p in json.loads(listed.stdout) if p["physical"] and p["status"] == "pending")
-        approved = subprocess.run(aiops_cmd("actions", "approve", proposal["proposal_id"], "--as", "alice", "--db",
-                                            str(db)), capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        approved = subprocess.run(aiops_cmd("actions", "approve", proposal["proposal_id"], "--key",
+                                            str(shared_keys().keys["alice"]), "--db", str(db)), capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
         assert approved.returncode == 0, approved.stderr
         assert "approvals wait for it" in " ".join(
             approved.stdout.split()

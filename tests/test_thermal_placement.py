@@ -25,6 +25,7 @@ from guardrails import Context, Topology
 from guardrails.actions import Action
 from guardrails.executor import unsafe_executions
 from guardrails.service import Guardrails
+from tests.signing_helpers import shared_keys
 
 FAULT_AT_S = 30.0
 HOT_AT_S = 250.0  # the coolant loop has failed (120 s ramp) and the GPUs have settled at their throttle point
@@ -33,6 +34,9 @@ RESTART_AND_SETTLE_S = 150  # 60 s checkpoint-restart pause, then the new GPUs w
 FIGURES: dict[
     str, Any
 ] = {}  # what the scenarios measured (python -m tests.test_thermal_placement prints them)
+
+
+pytestmark = pytest.mark.usefixtures("shared_signing")  # approvals are signed with these keys
 
 
 def scenario_doc(
@@ -132,7 +136,7 @@ def test_one_hot_rack_moves_the_job_to_the_cool_rack_after_approval(tmp_path: Pa
     assert world.node_job("node2") is world.node_job("node3") is None
 
     for a in actions:
-        assert desk.approve(a.proposal_id, "alice").ok
+        assert desk.approve(a.proposal_id, shared_keys().signer("alice")).ok
         outcome = desk.execute(a.proposal_id)
         assert outcome.status == "executed" and outcome.verified  # read back: node_job shows the move
     assert [world.node_job(n) for n in ("node0", "node1", "node2", "node3")] == [None, None, "train", "train"]
@@ -243,7 +247,7 @@ def test_every_rack_hot_falls_back_to_capping_that_lowers_the_hottest_gpu(tmp_pa
         for a in actions:
             assert desk.propose(a).ok, a
             assert desk.execute(a.proposal_id).status == "refused"
-            assert desk.approve(a.proposal_id, "bob").ok
+            assert desk.approve(a.proposal_id, shared_keys().signer("bob")).ok
             assert desk.execute(a.proposal_id).status == "executed"
         rounds.append(sorted({float(a.parameters["power_limit_w"]) for a in actions}))
         reasons += [a.reason for a in actions]

@@ -18,8 +18,10 @@ from aiops.sim.twin import Twin
 from aiops.sim.world import World
 from aiops.store import Workspace
 from guardrails.actions import Action, action_hash
+from guardrails.approvals import Rejection
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
+from guardrails.signing import Signer
 
 
 class WorkspaceGuard:
@@ -65,13 +67,13 @@ class WorkspaceGuard:
         verdict: Verdict = self._run(work)
         return verdict
 
-    def approve(self, proposal_id: str, by: str) -> Decision:
+    def approve(self, proposal_id: str, by: Signer) -> Decision:
         def work(guard: Guardrails) -> Decision:
             record = guard.records.proposal(proposal_id)
             if record is not None and not record.physical:
                 return Decision(True, "digital: no approval needed; runs on your decision")
             auth = guard.approve(proposal_id, by)
-            return Decision(auth.ok, auth.message)
+            return Decision(auth.ok, auth.message, auth.signed_by)
 
         try:
             decision: Decision = self._run(work)
@@ -79,11 +81,12 @@ class WorkspaceGuard:
             raise ApprovalRefused(exc.rule, exc.detail) from exc
         return decision
 
-    def reject(self, proposal_id: str, by: str, reason: str) -> None:
+    def reject(self, proposal_id: str, by: Signer, reason: str) -> str:
         try:
-            self._run(lambda guard: guard.reject(proposal_id, by, reason))
+            rejection: Rejection = self._run(lambda guard: guard.reject(proposal_id, by, reason))
         except GuardrailError as exc:
             raise ApprovalRefused(exc.rule, exc.detail) from exc
+        return rejection.by
 
     def authorisation(self, proposal_id: str) -> Decision:
         def work(guard: Guardrails) -> Decision:

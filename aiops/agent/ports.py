@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from aiops.agent.llm import Turn
 from aiops.errors import ApprovalRefused, ExecutionRefused
 from guardrails.actions import Action
+from guardrails.signing import Signer
 
 __all__ = ["ApprovalRefused", "Chat", "Decision", "ExecutionRefused", "Guard", "Journal", "Verdict", "World"]
 
@@ -32,6 +33,7 @@ class Decision:
 
     ok: bool
     message: str
+    by: str = ""  # the principal whose signature was recorded
 
 
 class Guard(Protocol):
@@ -43,9 +45,11 @@ class Guard(Protocol):
         """The proposal's state as the workspace records it: status, message, physical, approvals."""
         ...
 
-    def approve(self, proposal_id: str, by: str) -> Decision: ...
+    def approve(self, proposal_id: str, by: Signer) -> Decision: ...
 
-    def reject(self, proposal_id: str, by: str, reason: str) -> None: ...
+    def reject(self, proposal_id: str, by: Signer, reason: str) -> str:
+        """Record the signed rejection; the principal who signed it."""
+        ...
 
     def authorisation(self, proposal_id: str) -> Decision: ...
 

@@ -35,6 +35,7 @@ from aiops.runtime.actions import approve as approve_now
 from aiops.sim.twin import Twin
 from aiops.store import Workspace
 from guardrails.records import GuardrailRecords
+from guardrails.signing import Signer
 
 
 @dataclass
@@ -187,7 +188,7 @@ class AgentSession:
         found = self._describe(proposal_id, {})
         return None if found.get("status") == "unknown" else found
 
-    def approve(self, proposal_id: str, by: str) -> Reply:
+    def approve(self, proposal_id: str, by: Signer) -> Reply:
         """Record a person's approval in the guardrails; once enough people approved, the action executes
         (exactly once, through the guardrails executor): in the thread that proposed it when one waits, which
         then verifies its effect on the twin; else at once, as `aiops actions approve` does."""
@@ -196,16 +197,16 @@ class AgentSession:
         if thread_id is None:
             return self._approve_outside(proposal_id, by)
         decision = self.guard.approve(proposal_id, by)  # ApprovalRefused: the guardrails' rule, shown as is
-        self.journal.record("approval", {"by": by, "authorised": decision.ok, "message": decision.message},
+        self.journal.record("approval", {"by": decision.by, "authorised": decision.ok, "message": decision.message},
                             thread_id=thread_id, proposal_id=proposal_id)  # fmt: skip
         if not decision.ok:
             reply = self._reply(thread_id)
             reply.note = f"approval recorded; {decision.message}"
             self.journal.flush()
             return reply
-        return self._resume(thread_id, {"proposal_id": proposal_id, "decision": "approve", "by": by})
+        return self._resume(thread_id, {"proposal_id": proposal_id, "decision": "approve", "by": decision.by})
 
-    def _approve_outside(self, proposal_id: str, by: str) -> Reply:
+    def _approve_outside(self, proposal_id: str, by: Signer) -> Reply:
         if self.find(proposal_id) is None:
             raise AiopsError(f"no proposal {proposal_id[:80]} (see /actions)")
         decision = approve_now(self.workspace, proposal_id, by, twin=self.twin, clock=self.clock)
@@ -216,19 +217,19 @@ class AgentSession:
             reply.executions = {proposal_id: {"ok": True, "result": {"result": outcome.result}}}
         return reply
 
-    def reject(self, proposal_id: str, by: str, reason: str) -> Reply:
+    def reject(self, proposal_id: str, by: Signer, reason: str) -> Reply:
         self.journal.flush()
         thread_id = self._waiting_threads().get(proposal_id)
-        self.guard.reject(proposal_id, by, reason)
+        principal = self.guard.reject(proposal_id, by, reason)
         if thread_id is None:
             return Reply(
                 "", "", "analyst", "", [], 0.0, [], [self._describe(proposal_id, {})], "", note="rejected"
             )
         self.journal.record(
-            "rejection", {"by": by, "reason": reason}, thread_id=thread_id, proposal_id=proposal_id
+            "rejection", {"by": principal, "reason": reason}, thread_id=thread_id, proposal_id=proposal_id
         )
         return self._resume(
-            thread_id, {"proposal_id": proposal_id, "decision": "reject", "by": by, "reason": reason}
+            thread_id, {"proposal_id": proposal_id, "decision": "reject", "by": principal, "reason": reason}
         )
 
     def _resume(self, thread_id: str, decision: dict[str, Any]) -> Reply:

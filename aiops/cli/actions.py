@@ -1,6 +1,7 @@
 """`aiops actions list|show|approve|reject|execute`: the proposals of a workspace (whoever filed them: the demo,
-an analysis, the chat, a DCIM round), and a person's decision on them. Approvals name the person (--as NAME);
-the proposer and non-person names (llm, analyst, admin, ...) cannot approve. Once enough people approved, the
+an analysis, the chat, a DCIM round), and a person's decision on them. Approvals and rejections are signed
+with the person's SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the ssh-agent) and verified
+against the allowed-signers file, which names the person (docs/SECURITY.md). Once enough people approved, the
 proposal executes at once on the workspace's world, through the guardrails (`aiops.runtime.actions`)."""
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from aiops.store import Workspace
 from aiops.text import markup, terminal
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
+from guardrails.signing import configured_signer
 
 DEFAULT_DB = "out/demo.duckdb"
+KEY_HELP = (
+    "your SSH key: a private key file, or a .pub the ssh-agent holds (default: [guardrails] signing_key)"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
     approve = verbs.add_parser(
-        "approve", help="approve a proposal (as a named person); runs it once authorised"
+        "approve", help="approve a proposal (signed with your key); runs it once authorised"
     )
     approve.add_argument("proposal_id", metavar="ID")
-    approve.add_argument("--as", dest="user", required=True, help="your name")
+    approve.add_argument("--key", default=None, help=KEY_HELP)
     approve.add_argument("--db", default=DEFAULT_DB)
     approve.add_argument("--no-execute", action="store_true", help="record the approval only")
     approve.set_defaults(func=run_approve)
@@ -48,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     execute.set_defaults(func=run_execute)
     reject = verbs.add_parser("reject", help="reject a proposal")
     reject.add_argument("proposal_id", metavar="ID")
-    reject.add_argument("--as", dest="user", required=True, help="your name")
+    reject.add_argument("--key", default=None, help=KEY_HELP)
     reject.add_argument("--reason", required=True)
     reject.add_argument("--db", default=DEFAULT_DB)
     reject.set_defaults(func=run_reject)
@@ -143,7 +148,8 @@ def _report(console: Console, decision: Decision) -> int:
 
 
 def run_approve(args: argparse.Namespace) -> int:
-    decision = approve(Workspace(args.db).require(), args.proposal_id, args.user, execute=not args.no_execute)
+    signer = configured_signer(args.key)
+    decision = approve(Workspace(args.db).require(), args.proposal_id, signer, execute=not args.no_execute)
     return _report(terminal(), decision)
 
 
@@ -152,6 +158,6 @@ def run_execute(args: argparse.Namespace) -> int:
 
 
 def run_reject(args: argparse.Namespace) -> int:
-    reject(Workspace(args.db).require(), args.proposal_id, args.user, args.reason)
+    reject(Workspace(args.db).require(), args.proposal_id, configured_signer(args.key), args.reason)
     terminal().print(f"{markup(args.proposal_id)}: rejected")
     return 0

@@ -1,7 +1,9 @@
 """`aiops chat`: investigate in a REPL, with the LLM when one is configured and the analyst always.
 
 Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why ID, /help, /quit.
-Approvals carry the person's name (--as NAME, else $USER) and go through the guardrails. Everything lives in
+/approve and /reject are signed with your SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the
+ssh-agent), exactly as `aiops actions approve` signs; without a key they say so and name that command.
+Questions carry $USER (a label, never authority). Everything lives in
 the workspace (proposals from any source, the audit log, the twin of a simulated workspace), so pending
 approvals survive restarts and other commands see them.
 """
@@ -17,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.errors import AiopsError
+from aiops.errors import AiopsError, GuardrailError
 from aiops.text import markup, terminal
+from guardrails.signing import SshSigner, configured_signer
 
 if TYPE_CHECKING:  # the agent pulls in LangGraph: only `aiops chat` pays for that import
     from aiops.agent.session import AgentSession, Reply
@@ -32,7 +35,11 @@ HELP = (
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("chat", help="investigate incidents in chat; approve or reject proposed actions")
     p.add_argument("--db", default="out/demo.duckdb", help="the workspace's DuckDB file")
-    p.add_argument("--as", dest="user", help="your name on approvals (default: $USER)")
+    p.add_argument(
+        "--key",
+        default=None,
+        help="your SSH key for /approve and /reject (default: [guardrails] signing_key)",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,7 +50,7 @@ def _clock(ts_s: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from aiops.agent.session import open_session
 
-    user = args.user or os.environ.get("USER") or getpass.getuser()
+    user = os.environ.get("USER") or getpass.getuser()
     console = terminal()
     with open_session(args.db) as session:
         console.print(f"[bold]aiops chat[/] on [cyan]{markup(args.db)}[/] as [cyan]{markup(user)}[/]")
@@ -74,13 +81,22 @@ def run(args: argparse.Namespace) -> int:
             if line in ("/quit", "/exit", "/q"):
                 break
             try:
-                handle(console, session, user, line)
+                handle(console, session, user, line, key=args.key)
             except AiopsError as exc:
                 console.print(f"[bold red]error:[/] {markup(str(exc), multiline=True)}")
     return 0
 
 
-def handle(console: Console, session: AgentSession, user: str, line: str) -> None:
+def _signer(key: str | None, proposal_id: str) -> SshSigner:
+    try:
+        return configured_signer(key)
+    except GuardrailError as exc:
+        raise GuardrailError(
+            exc.rule, f"{exc.detail}; or, in a shell: aiops actions approve {proposal_id[:80]} --key FILE"
+        ) from None
+
+
+def handle(console: Console, session: AgentSession, user: str, line: str, key: str | None = None) -> None:
     command, _, rest = line.partition(" ")
     rest = rest.strip()
     if command == "/help":
@@ -92,12 +108,13 @@ def handle(console: Console, session: AgentSession, user: str, line: str) -> Non
     elif command == "/approve":
         if not rest:
             raise AiopsError("usage: /approve ID")
-        show_reply(console, session.approve(rest.split()[0], user))
+        pid = rest.split()[0]
+        show_reply(console, session.approve(pid, _signer(key, pid)))
     elif command == "/reject":
         pid, _, reason = rest.partition(" ")
         if not pid or not reason.strip():
             raise AiopsError("usage: /reject ID REASON")
-        show_reply(console, session.reject(pid, user, reason.strip()))
+        show_reply(console, session.reject(pid, _signer(key, pid), reason.strip()))
     elif command == "/why":
         if not rest:
             raise AiopsError("usage: /why ID")

@@ -1,6 +1,8 @@
 """`aiops policy approve|revoke|show|status`: the response policy file (docs/POWER.md) and people's standing
-approval of its exact bytes. An approval is an audit event bound to the file's sha256; change one byte and the
-file is not approved any more, so nothing runs automatically until people approve the new content."""
+approval of its exact bytes. An approval is a signed audit event bound to the file's sha256 (--key FILE, else
+[guardrails] signing_key); change one byte and the file is not approved any more, so nothing runs automatically
+until people approve the new content. Revocations are signed the same way. The status shown is the one the DCIM
+rounds trust: verified signatures only, and the audit witness agreeing with the chain."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.cli.actions import DEFAULT_DB
+from aiops.cli.actions import DEFAULT_DB, KEY_HELP
 from aiops.store import Workspace
 from aiops.text import markup, terminal
 from guardrails.audit import AuditLog, read_rows
 from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
-from guardrails.standing import approve_policy, policy_status, revoke_policy
+from guardrails.signing import ConfiguredVerifier, configured_signer
+from guardrails.standing import approve_policy, revoke_policy, standing_status
 
 DAY_S = 86_400.0
 
@@ -28,9 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "policy", help="approve, revoke or show the response policy (automatic DCIM responses)"
     )
     verbs = p.add_subparsers(dest="policy_command", metavar="VERB", required=True)
-    approve = verbs.add_parser("approve", help="approve this exact file content (as a named person)")
+    approve = verbs.add_parser("approve", help="approve this exact file content (signed with your key)")
     approve.add_argument("file", metavar="FILE")
-    approve.add_argument("--as", dest="user", required=True, help="your name")
+    approve.add_argument("--key", default=None, help=KEY_HELP)
     approve.add_argument(
         "--valid-days", type=float, default=90.0, help="approval lifetime (default 90, max 365)"
     )
@@ -38,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     approve.set_defaults(func=run_approve)
     revoke = verbs.add_parser("revoke", help="withdraw every approval of this file content")
     revoke.add_argument("file", metavar="FILE")
-    revoke.add_argument("--as", dest="user", required=True, help="your name")
+    revoke.add_argument("--key", default=None, help=KEY_HELP)
     revoke.add_argument("--reason", default="")
     revoke.add_argument("--db", default=DEFAULT_DB)
     revoke.set_defaults(func=run_revoke)
@@ -63,7 +66,8 @@ def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
                 "needed": loaded.policy.approvals_required, "expires_ts_s": None, "events": []}  # fmt: skip
     with workspace.read() as store:
         rows = read_rows(store, event="policy_approval")
-    status = policy_status(rows, loaded.sha256, loaded.policy.approvals_required, time.time())
+        status = standing_status(AuditLog(store), loaded.sha256, loaded.policy.approvals_required, time.time(),
+                                 ConfiguredVerifier())  # fmt: skip
     events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
     return {"approved": status.approved, "message": status.message, "approvers": list(status.approvers),
             "needed": status.needed, "expires_ts_s": status.expires_ts_s, "events": events}  # fmt: skip
@@ -84,7 +88,7 @@ def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any])
     else:
         console.print(f"[yellow]not approved[/]: {markup(state['message'])}")
         console.print("automatic rules only propose until people approve this content: "
-                      f"aiops policy approve {markup(loaded.path)} --as NAME")  # fmt: skip
+                      f"aiops policy approve {markup(loaded.path)} [--key FILE]")  # fmt: skip
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -128,8 +132,11 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_approve(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
+    signer = configured_signer(args.key)
     with Workspace(args.db).require().write() as store:
-        approve_policy(AuditLog(store), loaded, args.user, time.time(), args.valid_days * DAY_S)
+        approve_policy(
+            AuditLog(store), loaded, signer, ConfiguredVerifier(), time.time(), args.valid_days * DAY_S
+        )
     state = status_of(loaded, args.db)
     console = terminal()
     console.print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
@@ -139,7 +146,8 @@ def run_approve(args: argparse.Namespace) -> int:
 
 def run_revoke(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
+    signer = configured_signer(args.key)
     with Workspace(args.db).require().write() as store:
-        revoke_policy(AuditLog(store), loaded.sha256, args.user, time.time(), args.reason)
+        revoke_policy(AuditLog(store), loaded.sha256, signer, ConfiguredVerifier(), time.time(), args.reason)
     terminal().print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
     return 0

@@ -112,7 +112,7 @@ def render_remediation(console: Console, result: RunResult, actions: list[Action
             highlight=False,
         )
     if any(result.status_of(a.proposal_id) == "pending" for a in actions):
-        console.print("  [dim]approve one: aiops actions approve ID --as NAME[/]")
+        console.print("  [dim]approve one: aiops actions approve ID [--key FILE][/]")
 
 
 def render_diagnosis(console: Console, d: Diagnosis, top: int = 3) -> None:

@@ -37,12 +37,13 @@ from aiops.labels import component_kind
 from aiops.store import Store
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator
-from guardrails.audit import read_rows
+from guardrails.audit import AuditLog
 from guardrails.policy import Context
 from guardrails.records import ProposalRecord
 from guardrails.responses import LoadedPolicy, ResponseRule
 from guardrails.service import Guardrails
-from guardrails.standing import Standing, envelope_check, policy_status
+from guardrails.signing import ConfiguredVerifier, Verifier
+from guardrails.standing import Standing, envelope_check, standing_status
 from guardrails.topology import Topology
 
 
@@ -112,10 +113,13 @@ class ResponseRound:
         topology: Topology,
         actuator: Actuator | None,
         now_ts_s: float,
+        verifier: Verifier | None = None,
     ) -> None:
         self.store, self.loaded, self.readings, self.now = store, loaded, readings, now_ts_s
         self.actuator = actuator
-        status = policy_status(read_rows(store), loaded.sha256, loaded.policy.approvals_required, now_ts_s)
+        checker = verifier if verifier is not None else ConfiguredVerifier()
+        needed = loaded.policy.approvals_required
+        status = standing_status(AuditLog(store), loaded.sha256, needed, now_ts_s, checker)
         self.standing = Standing(loaded, status)
         self.guard = Guardrails(
             store,
@@ -123,6 +127,7 @@ class ResponseRound:
             context_for=lambda now: validation_context(readings, topology, now),
             clock=lambda: now_ts_s,
             standing=self.standing,
+            verifier=checker,
         )
         self.report = RoundReport(now_ts_s, self._policy_json(), [])
         self._pending: list[Action] | None = None
@@ -253,7 +258,7 @@ class ResponseRound:
         if not rule.automatic:
             return f"rule {rule.rule_id} is mode: propose"
         if not self.standing.status.approved:
-            return f"{self.standing.status.message}; approve it: aiops policy approve {self.loaded.path} --as NAME"
+            return f"{self.standing.status.message}; approve it: aiops policy approve {self.loaded.path} [--key FILE]"
         if self.actuator is None:
             return "no actuator attached (proposals only)"
         problem, _ = envelope_check(action, rule.envelope, context.gpus, context.topology)

@@ -13,6 +13,7 @@ from aiops.sim.twin import Twin
 from aiops.store import Workspace
 from guardrails.approvals import Authorisation
 from guardrails.executor import ExecutionOutcome
+from guardrails.signing import Signer
 
 
 @dataclass(frozen=True)
@@ -30,19 +31,19 @@ class Decision:
 def approve(
     workspace: Workspace,
     proposal_id: str,
-    by: str,
+    signer: Signer,
     *,
     execute: bool = True,
     twin: Twin | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Decision:
-    """Record `by`'s approval; when the proposal is then authorised and `execute`, run it on the workspace's
+    """Record the approval `signer` signs; when the proposal is then authorised and `execute`, run it on the workspace's
     world (once: a second approval says it already ran). One write transaction: no other process acts between
     the approval and the execution."""
     with workspace.write() as store:
         attached = attach(store, twin=twin)
         guard = desk(store, attached, clock=clock)
-        auth = guard.approve(proposal_id, by)
+        auth = guard.approve(proposal_id, signer)
         if not auth.ok:
             return Decision(proposal_id, auth, None, f"approval recorded; {auth.message}")
         if not execute:
@@ -68,7 +69,12 @@ def execute(
 
 
 def reject(
-    workspace: Workspace, proposal_id: str, by: str, reason: str, *, clock: Callable[[], float] = time.time
+    workspace: Workspace,
+    proposal_id: str,
+    signer: Signer,
+    reason: str,
+    *,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     with workspace.write() as store:
-        desk(store, attach(store, actuator="none"), clock=clock).reject(proposal_id, by, reason)
+        desk(store, attach(store, actuator="none"), clock=clock).reject(proposal_id, signer, reason)

@@ -4,7 +4,7 @@ The loop, each tick: step the twin (sim), collect from every source that is due 
 is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s`: ingest the batch in
 one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
-workspace acts on), queue notifications; hourly: retention. Around it: the service lock and leases
+workspace acts on), queue notifications, write the scheduled report when due ([report]); hourly: retention. Around it: the service lock and leases
 (aiops/service/owner.py), the HTTP endpoint (metrics, health, API), notification delivery in its own thread.
 SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
 """
@@ -31,6 +31,7 @@ from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
+from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
 from aiops.service.sources import Sources, host_sources, register_topology, sim_sources
 from aiops.store import Store
@@ -70,6 +71,8 @@ class Service:
                                   replay_s=config.detection.replay_s)  # fmt: skip
         self.outbox = Outbox(config.notify, config.node.name)
         self.responder = Responder(notify=notify if notify is not None else self.outbox.notify)
+        self.reports = ReportSchedule(config.report, config.store.path,
+                                      lambda: list(self.outbox.notifier.sinks.values()), config.node.name)  # fmt: skip
         self.buffer = RowBuffer()
         self.token = token
         self.http: HttpEndpoint | None = None
@@ -95,6 +98,7 @@ class Service:
                 self.sources = host_sources(self.config)
                 register_topology(store, self.sources)
             self.live.start(store)
+            self.reports.start(store)
         if self.config.http.listen:
             self.http = HttpEndpoint(self.config.http.listen, self.registry, Api(self.workspace),
                                      self._healthy, self._ready, self.token)  # fmt: skip
@@ -177,6 +181,7 @@ class Service:
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
             self._guarded("retention", lambda: self._retention(store))
+            self._guarded("report", lambda: self._report(store))
             self._observe_store(store)
         self.metrics.ingested(counts)
         lag_s = (
@@ -216,6 +221,12 @@ class Service:
             outcome = guard.execute(record.proposal_id)
             log.info("executed", extra={"proposal_id": record.proposal_id, "status": outcome.status,
                                         "why": outcome.message[:200]})  # fmt: skip
+
+    def _report(self, store: Store) -> None:
+        """A scheduled report when one is due (or was missed while the service was down), of the period up to
+        the telemetry's clock (the twin's, in a simulation)."""
+        assert self.sources is not None
+        self.reports.maybe_run(store, self.sources.clock())
 
     def _retention(self, store: Store) -> None:
         if self.clock() - self.last_retention < RETENTION_EVERY_S:

@@ -35,6 +35,7 @@ DEFAULT_LOCK_TIMEOUT_S = 30.0
 _FIRST_BACKOFF_S = 0.01
 _MAX_BACKOFF_S = 0.5
 CHECKPOINTS_SUFFIX = ".checkpoints.sqlite"
+WITNESS_SUFFIX = ".witness"  # the audit chain's witness (guardrails.witness; deleted with the workspace)
 _SQLITE_SUFFIXES = ("", "-journal", "-wal", "-shm")
 LEGACY_SUFFIXES = (".twin.pkl", ".agent.duckdb", ".agent.duckdb.wal", ".agent.sqlite")
 
@@ -83,7 +84,8 @@ class Workspace:
         db = Path(self.path)
         sqlite = [Path(str(self.checkpoints_path) + s) for s in _SQLITE_SUFFIXES]
         service = [Path(self.path + LOCK_SUFFIX), Path(self.path + SOCKET_SUFFIX)]
-        return [db, Path(self.path + ".wal"), *sqlite, *service]
+        witness = [Path(self.path + WITNESS_SUFFIX)]  # the audit chain's witness (guardrails.witness)
+        return [db, Path(self.path + ".wal"), *sqlite, *service, *witness]
 
     def files(self) -> list[Path]:
         return [p for p in self.own_paths() if p.exists()]

@@ -1,0 +1,40 @@
+"""`aiops report`: a health report of a period (HTML, Markdown, PDF) from a workspace, read-only."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from aiops.store import Workspace
+from aiops.text import markup, terminal
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("report", help="write a health report of a period (HTML with plots, Markdown, PDF)")
+    p.add_argument("--db", required=True)
+    p.add_argument("--since", default=None, help="the period before --end: 24h, 7d, 90m (default 24h)")
+    p.add_argument("--start", default=None, help="ISO 8601 (UTC unless it says), epoch seconds, or latest")
+    p.add_argument("--end", default=None, help="as --start; default now; latest: the newest GPU sample")
+    p.add_argument("--out", required=True, help="directory to write report-<end>.{html,md,pdf} into")
+    p.add_argument("--format", default="html,md", help="comma-separated: html, md, pdf (default html,md)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiops.report.period import parse_period  # here: matplotlib loads only for a report
+    from aiops.report.write import parse_formats, write_report
+
+    formats = parse_formats(args.format)
+    workspace = Workspace(args.db).require()
+    with workspace.read() as store:
+        latest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
+        period = parse_period(
+            since=args.since, start=args.start, end=args.end, now_ts_s=time.time(), latest_ts_s=latest
+        )
+        written = write_report(store, period, Path(args.out), formats)
+    console = terminal(soft_wrap=True)
+    console.print(markup(written.report.headline))
+    for kind, path in written.paths.items():
+        console.print(f"{kind}: {markup(str(path))}")
+    return 0

@@ -1,0 +1,82 @@
+"""The period a report covers: `--since 24h` (before `--end`, default now) or `--start T --end T`. T is ISO 8601
+(UTC when it names no zone), seconds since the epoch, `now`, or `latest` (the newest GPU sample in the store)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from aiops.errors import InputError
+
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+@dataclass(frozen=True)
+class Period:
+    start_ts_s: float
+    end_ts_s: float
+
+    @property
+    def length_s(self) -> float:
+        return self.end_ts_s - self.start_ts_s
+
+    def previous(self) -> Period:
+        """The period of the same length just before this one (the trend's reference)."""
+        return Period(self.start_ts_s - self.length_s, self.start_ts_s)
+
+
+def parse_duration_s(text: str, field: str = "--since") -> float:
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise InputError(
+            "command line", field, f"{text!r} is not a duration", "a number and s, m, h, d or w: 24h, 7d"
+        )
+    return float(match.group(1)) * _UNITS_S[match.group(2)]
+
+
+def parse_time_s(text: str, field: str, *, now_ts_s: float, latest_ts_s: float | None) -> float:
+    value = text.strip()
+    if value == "now":
+        return now_ts_s
+    if value == "latest":
+        # just past the newest sample, so that the period (end excluded) holds it
+        return math.nextafter(latest_ts_s, math.inf) if latest_ts_s is not None else now_ts_s
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InputError(
+            "command line",
+            field,
+            f"{text!r} is not a time",
+            "ISO 8601 (2026-01-01T00:00Z), epoch seconds, now, latest",
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def parse_period(
+    *, since: str | None, start: str | None, end: str | None, now_ts_s: float, latest_ts_s: float | None
+) -> Period:
+    """The period from the command line's words; errors name the option and what it accepts."""
+    if since is not None and start is not None:
+        raise InputError(
+            "command line", "--since", "give --since or --start, not both", "--since DUR | --start T"
+        )
+    end_ts_s = parse_time_s(end, "--end", now_ts_s=now_ts_s, latest_ts_s=latest_ts_s) if end else now_ts_s
+    if start is not None:
+        start_ts_s = parse_time_s(start, "--start", now_ts_s=now_ts_s, latest_ts_s=latest_ts_s)
+    else:
+        start_ts_s = end_ts_s - parse_duration_s(since or "24h")
+    if start_ts_s >= end_ts_s:
+        raise InputError(
+            "command line", "--start", "the period is empty: start is not before end", "start < end"
+        )
+    return Period(start_ts_s, end_ts_s)

@@ -1,0 +1,164 @@
+"""Aggregates of GPU telemetry for a period, computed in DuckDB (GROUP BY time bucket or component): a report
+never pulls raw sample rows into Python. Each function returns a few rows per bucket, GPU or reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiops.nvml_bits import NAMES, THROTTLE
+from aiops.report.period import Period
+from aiops.store import Store
+from aiops.store.migrations import TIME_SERIES_TABLES
+
+BUCKETS = 96  # points of a time-series plot over the period
+
+Row = dict[str, Any]
+
+
+def bucket_s(store: Store, period: Period) -> float:
+    """The time bucket of the period's plots: the span GPU telemetry covers in it over BUCKETS."""
+    row = store.query(
+        "SELECT min(ts_s) AS lo, max(ts_s) AS hi FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?",
+        [period.start_ts_s, period.end_ts_s],
+    )[0]
+    span_s = (row["hi"] - row["lo"]) if row["lo"] is not None else period.length_s
+    return max(span_s / BUCKETS, 1.0)
+
+
+def sample_interval_s(store: Store, period: Period) -> float:
+    """The median spacing of GPU sample timestamps in the period (1.0 when there are fewer than two)."""
+    value = store.scalar(
+        "SELECT median(d) FROM (SELECT ts_s - lag(ts_s) OVER (ORDER BY ts_s) AS d "
+        "FROM (SELECT DISTINCT ts_s FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?)) WHERE d > 0",
+        [period.start_ts_s, period.end_ts_s],
+    )
+    return float(value) if value else 1.0
+
+
+def fleet_summary(store: Store, period: Period) -> Row:
+    """GPU count, samples, mean utilisation, temperatures, power and the share of samples throttled."""
+    rows = store.query(
+        f"""SELECT count(*) AS samples, count(DISTINCT gpu) AS gpus,
+               avg(util_pct) AS util_pct, avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c,
+               avg(power_w) AS power_w,
+               avg(CASE WHEN clocks_event_reasons & {THROTTLE} != 0 THEN 1.0 ELSE 0.0 END) AS throttled_share,
+               count(nvml_error) AS nvml_errors
+           FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?""",
+        [period.start_ts_s, period.end_ts_s],
+    )
+    return rows[0]
+
+
+def gpu_series(store: Store, period: Period) -> list[Row]:
+    """Per time bucket: mean and max temperature, fleet power draw and limit (W), mean utilisation."""
+    size_s = bucket_s(store, period)
+    return store.query(
+        """SELECT floor((ts_s - $1) / $3) AS bucket, $1 + (floor((ts_s - $1) / $3) + 0.5) * $3 AS ts_s,
+               avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c, avg(util_pct) AS util_pct,
+               sum(power_w) / count(DISTINCT ts_s) AS power_w,
+               sum(power_limit_w) / count(DISTINCT ts_s) AS power_limit_w
+           FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 GROUP BY 1, 2 ORDER BY 1""",
+        [period.start_ts_s, period.end_ts_s, size_s],
+    )
+
+
+def gpu_thermal(store: Store, period: Period) -> list[Row]:
+    """Per GPU: its node and rack, max temperature, least headroom to the slowdown threshold (°C)."""
+    return store.query(
+        """SELECT s.gpu, s.node, coalesce(t.rack, '') AS rack, coalesce(t.idx, 0) AS idx,
+               max(s.temp_c) AS max_temp_c, avg(s.temp_c) AS temp_c,
+               min(s.slowdown_temp_c - s.temp_c) AS min_headroom_c
+           FROM gpu_samples s LEFT JOIN topology t ON t.component = s.gpu
+           WHERE s.ts_s >= ? AND s.ts_s < ? GROUP BY 1, 2, 3, 4 ORDER BY 3, 2, 4""",
+        [period.start_ts_s, period.end_ts_s],
+    )
+
+
+def throttle_by_reason(store: Store, period: Period, interval_s: float) -> list[Row]:
+    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched."""
+    parts = [
+        f"SELECT '{name}' AS reason, count(*) * {interval_s!r} AS gpu_s, count(DISTINCT gpu) AS gpus "
+        f"FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 AND clocks_event_reasons & {bit} != 0"
+        for bit, name in NAMES.items()
+        if bit & THROTTLE
+    ]
+    rows = store.query(" UNION ALL ".join(parts), [period.start_ts_s, period.end_ts_s])
+    return sorted((r for r in rows if r["gpu_s"]), key=lambda r: -float(r["gpu_s"]))
+
+
+def energy_kwh(store: Store, period: Period, interval_s: float) -> float:
+    value = store.scalar(
+        "SELECT sum(power_w) FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?",
+        [period.start_ts_s, period.end_ts_s],
+    )
+    return float(value or 0.0) * interval_s / 3.6e6
+
+
+def power_capping(store: Store, period: Period, interval_s: float) -> Row:
+    """GPU-seconds at the software power cap, GPUs that drew within 2 % of their limit, DCIM signals."""
+    rows = store.query(
+        """SELECT count(*) FILTER (WHERE clocks_event_reasons & 4 != 0) * ? AS capped_gpu_s,
+               count(DISTINCT gpu) FILTER (WHERE power_w >= 0.98 * power_limit_w) AS gpus_at_limit,
+               max(power_w / nullif(power_limit_w, 0)) AS max_draw_share
+           FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?""",
+        [interval_s, period.start_ts_s, period.end_ts_s],
+    )
+    signals = store.query(
+        "SELECT kind, count(*) AS n FROM dcim_signals WHERE ts_s >= ? AND ts_s < ? GROUP BY 1 ORDER BY 1",
+        [period.start_ts_s, period.end_ts_s],
+    )
+    return {**rows[0], "dcim_signals": {r["kind"]: int(r["n"]) for r in signals}}
+
+
+def rack_power(store: Store, period: Period) -> list[Row]:
+    """Per rack: mean and peak power (kW) against its DCIM cap, and time under a cap."""
+    return store.query(
+        """SELECT rack, avg(power_kw) AS power_kw, max(power_kw) AS max_power_kw,
+               min(power_cap_kw) AS min_cap_kw, count(power_cap_kw) AS capped_samples, count(*) AS samples
+           FROM rack_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY 1 ORDER BY 1""",
+        [period.start_ts_s, period.end_ts_s],
+    )
+
+
+def coverage(store: Store, period: Period) -> list[Row]:
+    """Per telemetry table: rows in the period, first and last timestamp."""
+    parts = [
+        f"SELECT '{table}' AS source, count(*) AS rows, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s "
+        f'FROM "{table}" WHERE ts_s >= $1 AND ts_s < $2'
+        for table in TIME_SERIES_TABLES
+        if table != "collector_errors"
+    ]
+    return store.query(" UNION ALL ".join(parts), [period.start_ts_s, period.end_ts_s])
+
+
+def gaps(store: Store, period: Period, interval_s: float) -> list[Row]:
+    """Gaps in fleet GPU telemetry (no GPU reported) longer than three sample intervals: from when, how long.
+    The window runs over the distinct timestamps (one per sample time), not over every GPU's rows."""
+    return store.query(
+        """SELECT prev_ts_s AS from_ts_s, ts_s - prev_ts_s AS gap_s FROM (
+               SELECT ts_s, lag(ts_s) OVER (ORDER BY ts_s) AS prev_ts_s
+               FROM (SELECT DISTINCT ts_s FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?))
+           WHERE ts_s - prev_ts_s > ? ORDER BY gap_s DESC LIMIT 20""",
+        [period.start_ts_s, period.end_ts_s, 3 * interval_s],
+    )
+
+
+def gpus_missing(store: Store, period: Period) -> list[Row]:
+    """GPUs that reported at fewer than 95 % of the fleet's sample times (or answered with an NVML error)."""
+    return store.query(
+        """WITH fleet AS (SELECT count(DISTINCT ts_s) AS times FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2)
+           SELECT gpu, count(*) FILTER (WHERE nvml_error IS NULL) AS samples, any_value(fleet.times) AS times,
+               count(nvml_error) AS errors
+           FROM gpu_samples, fleet WHERE ts_s >= $1 AND ts_s < $2 GROUP BY gpu
+           HAVING count(*) FILTER (WHERE nvml_error IS NULL) < 0.95 * any_value(fleet.times)
+           ORDER BY samples LIMIT 20""",
+        [period.start_ts_s, period.end_ts_s],
+    )
+
+
+def collector_errors(store: Store, period: Period) -> list[Row]:
+    return store.query(
+        """SELECT collector, error, count(*) AS n, max(ts_s) AS last_ts_s FROM collector_errors
+           WHERE ts_s >= ? AND ts_s < ? GROUP BY 1, 2 ORDER BY n DESC LIMIT 20""",
+        [period.start_ts_s, period.end_ts_s],
+    )

@@ -1,0 +1,58 @@
+"""The service's report schedule: inside a flush (the store held), write the report when the cron expression
+says one is due or one was missed while the service was down (once, at start), keep the last N, and queue its
+headline for every webhook (aiops/service/notify_report.py). A failing report is logged and counted by the
+flush's guard; the next due time tries again."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from aiops.config import ReportConfig
+from aiops.report.schedule import is_due, last_run_ts_s, reports_dir, set_last_run, write_scheduled
+from aiops.service.notify_queue import Sink
+from aiops.service.notify_report import enqueue_report
+from aiops.store import Store
+
+log = logging.getLogger("aiops.service.reports")
+
+
+class ReportSchedule:
+    def __init__(
+        self,
+        config: ReportConfig,
+        store_path: str,
+        sinks: Callable[[], list[Sink]],
+        node: str,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.out_dir = reports_dir(config, store_path)
+        self.sinks = sinks
+        self.node = node
+        self.wall_clock = wall_clock
+        self.written = 0
+        self.queued = 0
+
+    def start(self, store: Store) -> None:
+        """With no run recorded, record now (nothing was missed); else a missed schedule runs at the next flush."""
+        if self.config.enabled and last_run_ts_s(store) is None:
+            set_last_run(store, self.wall_clock())
+
+    def maybe_run(self, store: Store, telemetry_now_ts_s: float) -> bool:
+        if not self.config.enabled:
+            return False
+        now_ts_s = self.wall_clock()
+        if not is_due(self.config, now_ts_s, last_run_ts_s(store)):
+            return False
+        set_last_run(store, now_ts_s)  # first: a report that fails is not retried every flush
+        written = write_scheduled(store, self.config, self.out_dir, telemetry_now_ts_s)
+        self.written += 1
+        link = str(written.paths.get("html") or next(iter(written.paths.values()), self.out_dir))
+        self.queued += enqueue_report(
+            store, self.sinks(), written, link=link, node=self.node, now_ts_s=now_ts_s
+        )
+        log.info("report", extra={"paths": [str(p) for p in written.paths.values()],
+                                  "headline": written.report.headline})  # fmt: skip
+        return True

@@ -1,0 +1,159 @@
+"""People's decisions as the audit log records them, signed. An approval is whatever a valid signed audit event
+says, nothing else: the `approvals` and `rejections` tables and a proposal's `status` are views for people,
+never authority.
+
+- `signed_payload(...)`: the audit payload of a decision: its fields, the canonical message, the signature.
+- `check_row(row, verifier)`: re-verify a decision row (`approval`, `rejection`, `policy_approval`): the
+  message rebuilt from the row's fields, the signature over it, the principal (the row's approver and actor),
+  the key's fingerprint, and that the principal may decide this class.
+- `signed_approvals(rows, verifier)`: the `Approval`s the executor counts (each with its key fingerprint).
+- `signed_rows(rows, verifier)`: the rows with every unverifiable decision left out (policy standing).
+- `problems(store, verifier)`: what `aiops audit verify` reports: bad signatures by seq, and table rows no
+  signed event backs (a forged `approvals` row, a proposal set to approved by SQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aiops.errors import GuardrailError
+from aiops.store import Store
+from guardrails.approvals import Approval
+from guardrails.audit import AuditRow, read_rows
+from guardrails.signing import SignedBy, Verifier, decision_message, require_class
+
+DECISION_EVENTS: tuple[str, ...] = ("approval", "rejection", "policy_approval")
+
+
+def _decision(row: AuditRow, data: dict[str, Any]) -> str:
+    if row.event == "approval":
+        return "approve"
+    if row.event == "rejection":
+        return "reject"
+    return "policy_revoke" if data.get("decision") == "revoke" else "policy_approve"
+
+
+def message_of(row: AuditRow, data: dict[str, Any]) -> bytes:
+    """The canonical message the row's fields say was signed."""
+    ts_s = float(data.get("ts_s", 0.0))
+    return decision_message(
+        _decision(row, data),
+        ts_s=ts_s,
+        expires_ts_s=float(data.get("expires_ts_s", ts_s)),
+        proposal_id=str(data.get("proposal_id", "")),
+        action_hash=str(data.get("action_hash", "")),
+        policy_sha256=str(data.get("policy_sha256", "")),
+    )
+
+
+def signed_payload(
+    fields: dict[str, Any], message: bytes, signature: str, signed: SignedBy
+) -> dict[str, Any]:
+    return {**fields, "key_fingerprint": signed.fingerprint, "message": message.decode("ascii"),
+            "signature": signature}  # fmt: skip
+
+
+def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
+    """The signer of a decision row; raises `GuardrailError` saying why the row does not hold (rows are
+    hostile data: anyone with write access to the database can put anything there)."""
+    try:
+        data = row.data()
+        if not isinstance(data, dict):
+            raise GuardrailError("signature", "the payload is not an object")
+        message = message_of(row, data)
+    except (TypeError, ValueError):
+        raise GuardrailError(
+            "signature", "a malformed decision row (times or ids of the wrong type)"
+        ) from None
+    signature = data.get("signature")
+    if not isinstance(signature, str) or not signature:
+        raise GuardrailError("signature", "unsigned decision")
+    if data.get("message") != message.decode("ascii"):
+        raise GuardrailError("signature", "the recorded message does not match the row's fields (edited)")
+    signed = verifier.verify(message, signature)
+    person = data.get("by") if row.event == "rejection" else data.get("approver")
+    if signed.principal != person or signed.principal != row.actor:
+        raise GuardrailError("signature", f"signed by {signed.principal}, recorded as {str(person)[:40]}")
+    if data.get("key_fingerprint") != signed.fingerprint:
+        raise GuardrailError("signature", "the recorded key fingerprint is not the signing key's")
+    decision = _decision(row, data)
+    if decision == "approve":
+        require_class(signed, "physical")
+    elif decision == "policy_approve":
+        require_class(signed, "policy")
+    return signed
+
+
+def signed_approvals(rows: Sequence[AuditRow], verifier: Verifier) -> list[Approval]:
+    """The approvals that count: `approval` rows whose signatures verify (others are left out)."""
+    out = []
+    for row in rows:
+        if row.event != "approval":
+            continue
+        try:
+            signed = check_row(row, verifier)
+        except GuardrailError:
+            continue
+        data = row.data()
+        out.append(Approval(proposal_id=row.proposal_id, approver=signed.principal,
+                            action_hash=str(data.get("action_hash", "")), ts_s=float(data.get("ts_s", 0.0)),
+                            expires_ts_s=float(data.get("expires_ts_s", 0.0)), key_fingerprint=signed.fingerprint))  # fmt: skip
+    return out
+
+
+def signed_rows(rows: Sequence[AuditRow], verifier: Verifier) -> list[AuditRow]:
+    """`rows` without the decision rows whose signatures do not hold."""
+    out = []
+    for row in rows:
+        if row.event in DECISION_EVENTS:
+            try:
+                check_row(row, verifier)
+            except GuardrailError:
+                continue
+        out.append(row)
+    return out
+
+
+def problems(store: Store, verifier: Verifier) -> list[str]:
+    """Every decision row that does not verify, and every approvals/rejections row or approved proposal that
+    no valid signed audit event backs."""
+    found: list[str] = []
+    rows = read_rows(store)
+    good: list[AuditRow] = []
+    for row in rows:
+        if row.event not in DECISION_EVENTS:
+            continue
+        try:
+            check_row(row, verifier)
+        except GuardrailError as exc:
+            found.append(f"seq {row.seq} {row.event} by {row.actor[:40]}: {exc.detail}")
+            continue
+        good.append(row)
+    backed = {
+        (r.proposal_id, r.actor, str(r.data().get("action_hash"))) for r in good if r.event == "approval"
+    }
+    for pid, approver, digest in store.conn.execute(
+        "SELECT proposal_id, approver, action_hash FROM approvals ORDER BY ts_s"
+    ).fetchall():
+        if (pid, approver, digest) not in backed:
+            found.append(
+                f"approvals row ({pid[:80]}, {approver[:40]}) has no signed approval event (forged?)"
+            )
+    rejected = {(r.proposal_id, r.actor) for r in good if r.event == "rejection"}
+    for pid, by in store.conn.execute("SELECT proposal_id, rejected_by FROM rejections").fetchall():
+        if (pid, by) not in rejected:
+            found.append(f"rejections row ({str(pid)[:80]}, {str(by)[:40]}) has no signed rejection event")
+    people: dict[str, set[str]] = {}
+    for r in good:
+        if r.event == "approval":
+            people.setdefault(r.proposal_id, set()).add(r.actor)
+    for pid, needed in store.conn.execute(
+        "SELECT proposal_id, approvals_needed FROM proposals WHERE status = 'approved' ORDER BY proposal_id"
+    ).fetchall():
+        have = len(people.get(pid, set()))
+        if have < int(needed or 1):
+            found.append(
+                f"proposal {str(pid)[:80]} is marked approved with {have} of {needed} signed approval(s) (forged status?)"
+            )
+    return found
