@@ -4,7 +4,7 @@ probes.py      the probe table, finding the target's CUDA libraries in /proc/PID
 stacks.py      draining the BPF maps (user stacks, calls, blocked time) once per slice
 symbolize.py   native frames through bcc's symboliser
 gpu.py         GPU utilisation sources (NVML or the simulator's NVML) and the busy/idle join
-folded.py      the three views (launch, blocked, idle) as folded stacks
+folded.py      the four views (calls, launch, blocked, idle) as folded stacks
 speedscope.py  speedscope JSON
 flamegraph.py  a self-contained interactive SVG (inline JS: search, zoom)
 session.py     one profiling run: attach, slice, join
