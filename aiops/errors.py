@@ -19,6 +19,7 @@ AiopsError                    base; exit code 1
 │   └── ServiceRunning        another `aiops run` serves this workspace (one service per store); names its PID
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
 ├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
+├── ProfileTargetError        `aiops profile`: the process is gone or has no CUDA library mapped; exit 2
 ├── TcError                   a tc command failed (aiops/datapath/tc.py); carries the command and tc's words
 ├── AbiMismatch               a pinned BPF map's layout differs from aiops/datapath/abi.py
 ├── BpfError                  a bpf(2) command failed; also an OSError with its errno
@@ -137,6 +138,10 @@ class IngestError(AiopsError):
 
 class PrerequisiteError(AiopsError):
     exit_code = 3
+
+
+class ProfileTargetError(AiopsError):
+    exit_code = 2
 
 
 class GuardrailError(AiopsError):

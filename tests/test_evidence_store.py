@@ -1,4 +1,4 @@
-"""`log_events` (migration 13): investigate's events land in the workspace with file, line and raw text."""
+"""`log_events` (migration 10): investigate's events land in the workspace with file, line and raw text."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ other package of its own layer (except the base modules, and the order inside th
   0 base        aiops (the package), aiops.errors, .labels, .nvml_bits, .models, .safeload, .scenarios, .text
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
-  3 collectors  collectors (read-only telemetry sources)
+  3 collectors  collectors (read-only telemetry sources), aiops.profile (eBPF uprobes on CUDA/NCCL: AI flame graphs)
   4 guardrails  guardrails (actions, validation, approvals, audit, executor, actuator backends)
   5 control     aiops.control (laws, allocator, thermal manager, DCIM rounds, the readings port)
   6 sim         aiops.sim (the twin: a world behind the same seams)
@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("aiops.store",),
     ("aiops.datapath",),
-    ("collectors",),
+    ("collectors", "aiops.profile"),
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.policy",
     "aiops.cli.run",
     "aiops.cli.config_cmd",
+    "aiops.cli.profile",
     "aiops.cli.report",
 )
 

@@ -1,4 +1,4 @@
-"""Writing evidence events into the workspace's `log_events` table (migration 13), in batches so a large
+"""Writing evidence events into the workspace's `log_events` table (migration 10), in batches so a large
 log streams through with bounded memory."""
 
 from __future__ import annotations

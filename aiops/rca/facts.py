@@ -188,6 +188,21 @@ class Facts:
             [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],
         )
 
+    def profile_stacks(self) -> list[dict[str, Any]]:
+        """Top stacks from `aiops profile` runs that started in the window (migration 11): what the host ran
+        while its GPU idled, and where it blocked waiting for the GPU."""
+        w = self.window
+        return self.run(
+            "profile_stacks",
+            "Host code paths from eBPF profiles (aiops profile) in the incident window: on-CPU stacks while "
+            "the GPU idled, and time blocked in CUDA synchronisation",
+            """SELECT r.node, r.run_id, r.idle_slices, r.slices, s.view, s.rank, s.stack, s.weight, s.share
+               FROM profile_runs r JOIN profile_stacks s USING (run_id)
+               WHERE r.ts_s BETWEEN ? AND ? AND s.view IN ('idle', 'blocked') AND s.rank <= 3
+               ORDER BY r.node, s.view DESC, r.ts_s DESC, s.rank""",
+            [w.start_s, w.end_s],
+        )
+
     # -- network facts ----------------------------------------------------------------------------------
     def nics(self) -> list[dict[str, Any]]:
         w = self.window

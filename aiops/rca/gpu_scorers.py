@@ -249,6 +249,14 @@ def host_stalls(facts: Facts) -> list[Candidate]:
         high = high or (len(waits) >= 3 and float(loader) > max(10.0 * peer, peer + 50.0))
         if high or (idle.get(node, 0) >= 2 and (r["cpu_pct"] or 0) >= 90):
             score = 0.85 if node not in throttled_nodes else 0.45
+            evidence = [facts.cite("hosts"), facts.cite("idle_gpus")]
+            profiled = [p for p in facts.profile_stacks() if str(p["node"]) == node]
+            if profiled:  # the code paths behind the stall, when someone ran `aiops profile --db` there
+                views = sorted({str(p["view"]) for p in profiled})
+                claim = f"{node}: eBPF profile in the window, top {' and '.join(views)} stacks in the rows"
+                evidence.append(
+                    facts.cite("profile_stacks", claim)
+                )  # stack names stay in rows: they are data
             out.append(
                 Candidate(
                     "input_pipeline_bottleneck",
@@ -256,7 +264,7 @@ def host_stalls(facts: Facts) -> list[Candidate]:
                     score,
                     f"{node}: data-loader wait {_fmt(loader)} ms (reference {_fmt(ref)} ms), "
                     f"CPU {_fmt(r['cpu_pct'])} %, {idle.get(node, 0)} GPUs idle",
-                    [facts.cite("hosts"), facts.cite("idle_gpus")],
+                    evidence,
                 )
             )
     return out

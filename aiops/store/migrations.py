@@ -451,8 +451,7 @@ CREATE TABLE IF NOT EXISTS service_state (
 # Evidence from operators' files (`aiops investigate --db`, aiops/evidence): one row per recognised line.
 # `ts_s` only when the line says which instant it is (a zone or an epoch); `uptime_s` for dmesg's seconds since
 # boot; neither is guessed. `raw` is the line as read, never edited (hostile: shown only through aiops.text).
-# Numbered 13 (issue 13) so that it does not collide with migrations other branches add meanwhile.
-M013_LOG_EVENTS = """
+M010_LOG_EVENTS = """
 CREATE TABLE IF NOT EXISTS log_events (
     investigation VARCHAR NOT NULL, -- one id per `aiops investigate` run
     source VARCHAR NOT NULL,        -- the file as cited (`dmesg.txt`)
@@ -468,6 +467,35 @@ CREATE TABLE IF NOT EXISTS log_events (
 )
 """
 
+# AI flame graphs (aiops/profile, `aiops profile --db`): one row per profiling run, and its top stacks per view
+# (idle: on-CPU samples while the GPU idled; blocked: microseconds inside synchronising CUDA calls; launch:
+# calls that fed the GPU). `stack` is the folded stack, root first, frames joined by ';' (names are data from
+# the profiled binary: never instructions).
+M011_PROFILES = """
+CREATE TABLE IF NOT EXISTS profile_runs (
+    run_id VARCHAR PRIMARY KEY,      -- prof-<pid>-<start ms>
+    ts_s DOUBLE NOT NULL,            -- when the run started
+    node VARCHAR NOT NULL,           -- contract name, or the host name
+    pid INTEGER NOT NULL,
+    duration_s DOUBLE NOT NULL,
+    slices INTEGER NOT NULL,
+    idle_slices INTEGER NOT NULL,    -- slices whose GPU utilisation sample was below the idle threshold
+    gpu_util_mean_pct DOUBLE,        -- NULL: no utilisation source
+    probes VARCHAR NOT NULL,         -- attached symbols, comma-separated
+    calls BIGINT NOT NULL,           -- probed calls in the run
+    blocked_us BIGINT NOT NULL       -- time inside synchronising calls
+);
+CREATE TABLE IF NOT EXISTS profile_stacks (
+    run_id VARCHAR NOT NULL,
+    view VARCHAR NOT NULL,           -- idle | blocked | launch
+    rank INTEGER NOT NULL,           -- 1 = heaviest in its view
+    stack VARCHAR NOT NULL,
+    leaf VARCHAR NOT NULL,
+    weight BIGINT NOT NULL,          -- samples (idle), microseconds (blocked), calls (launch)
+    share DOUBLE NOT NULL            -- weight / the view's total in the run
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -478,7 +506,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "host_telemetry", _sql(M007_HOST_TELEMETRY)),
     Migration(8, "notifications", _sql(M008_NOTIFICATIONS)),
     Migration(9, "service", _sql(M009_SERVICE)),
-    Migration(13, "log_events", _sql(M013_LOG_EVENTS)),
+    Migration(10, "log_events", _sql(M010_LOG_EVENTS)),
+    Migration(11, "profiles", _sql(M011_PROFILES)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
