@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("aiops.store",),
     ("aiops.datapath",),
-    ("collectors",),
+    ("collectors", "aiops.sources"),
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),
