@@ -9,7 +9,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 
 # prometheus, prometheus-alertmanager: the tests run the real servers on loopback (the packages also enable
 # their own systemd units where systemd runs; the tests start their own on free ports).
-DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus prometheus-alertmanager)
+DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus prometheus-alertmanager victoria-metrics)
 
 install_debian_packages() {
     local missing=()

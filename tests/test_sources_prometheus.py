@@ -55,11 +55,23 @@ def stub() -> Iterator[str]:
 def test_query_range_is_chunked_without_overlap(stub: str) -> None:
     client = PrometheusClient(stub, token="s3cret")
     chunks = list(client.query_range("up", 0.0, 25_000.0, 1.0))
-    assert len(chunks) == 3
+    assert len(chunks) == 4
     ranges = [(float(q["start"]), float(q["end"])) for q in Stub.seen]
-    assert ranges == [(0.0, 10_999.0), (11_000.0, 21_999.0), (22_000.0, 25_000.0)]
+    assert ranges == [(0.0, 999.0), (1_000.0, 11_999.0), (12_000.0, 22_999.0), (23_000.0, 25_000.0)]
     assert all(end - start + 1 <= MAX_POINTS for start, end in ranges)
-    assert Stub.auth == ["Bearer s3cret"] * 3
+    assert Stub.auth == ["Bearer s3cret"] * 4
+
+
+def test_chunks_shrink_as_series_multiply(stub: str) -> None:
+    many = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": {}, "values": []}] * 500},
+    }
+    Stub.answers = [(200, json.dumps(many).encode())] * 4
+    list(PrometheusClient(stub).query_range("up", 0.0, 2_400.0, 1.0))
+    ranges = [(float(q["start"]), float(q["end"])) for q in Stub.seen]
+    # after the first answer: 250,000 samples / 500 series = 500 points a request
+    assert ranges == [(0.0, 999.0), (1_000.0, 1_499.0), (1_500.0, 1_999.0), (2_000.0, 2_400.0)]
 
 
 def test_http_error_names_url_status_and_escaped_body(stub: str) -> None:
@@ -77,6 +89,21 @@ def test_error_status_in_json_and_unreachable(stub: str) -> None:
         PrometheusClient(stub).get("/api/v1/query", {"query": "("})
     with pytest.raises(SourceError, match="no answer"):
         PrometheusClient("http://127.0.0.1:9", timeout_s=2).get("/api/v1/query", {"query": "up"})
+
+
+def test_hostile_labels_never_become_component_names() -> None:
+    from aiops.sources.mapping import Staging
+    from aiops.store import Store
+
+    store = Store(":memory:")
+    staging = Staging(store)
+    hostile = [{"metric": {"gpu": "\u00b2", "Hostname": "h"}, "values": [[1, "1"]]},
+               {"metric": {"gpu": "1", "Hostname": "\x1b[2J../node9"}, "values": [[1, "70"]]}]  # fmt: skip
+    assert staging.add("DCGM_FI_DEV_GPU_TEMP", hostile) == 1
+    staging.finish({})
+    assert [r["component"] for r in store.query("SELECT component FROM topology WHERE kind = 'gpu'")] == [
+        "node0/gpu1"
+    ]
 
 
 def test_hosts_map_by_config_then_name_then_order() -> None:

@@ -23,6 +23,7 @@ VIRTUAL_DEVICE = re.compile(
     r"^(lo|docker.*|veth.*|virbr.*|br-.*|cali.*|flannel.*|cni.*|tunl.*|kube-.*|vxlan.*)$"
 )
 _NODE = re.compile(r"^node(\d+)$", re.ASCII)
+_GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
 _STAGE_SQL = """
 CREATE TEMP TABLE IF NOT EXISTS prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR,
                                           ts_s DOUBLE, value DOUBLE);
@@ -91,7 +92,7 @@ class Staging:
             if host is None:
                 continue
             if name.startswith("DCGM_"):
-                if not labels.get("gpu", "").isdigit():
+                if not _GPU_INDEX.match(labels.get("gpu", "")):
                     continue
                 for ts, value in values:
                     gpu_rows["name"].append(name)

@@ -3,7 +3,9 @@ the analyst reads into a workspace. urllib only; every failure is a `SourceError
 status and the answer's body (escaped, cut to 300 characters).
 
 `query_range` is asked in chunks of at most `MAX_POINTS` points per series (Prometheus refuses more than
-11,000), each chunk staged into the store as it arrives, so memory holds one chunk's answer at a time.
+11,000) and about `SAMPLES_PER_REQUEST` samples in all (the chunk shrinks as the series multiply), each chunk
+staged into the store as it arrives, so memory holds one chunk's answer at a time; an answer over
+`MAX_BODY_BYTES` is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from aiops.sources.mapping import HostIdentity, Staging
 from aiops.sources.names import DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
 
-MAX_POINTS = 11_000
+MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per series
+SAMPLES_PER_REQUEST = 250_000  # series x points asked at once, so one answer stays ~10 MB of JSON
+FIRST_CHUNK_POINTS = 1_000  # before the number of series is known
+MAX_BODY_BYTES = 64 * 1024 * 1024
 PROBE_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 
 
@@ -51,10 +56,13 @@ class PrometheusClient:
         self.requests += 1
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                body = reply.read()
+                body = reply.read(MAX_BODY_BYTES + 1)
                 status = int(reply.status)
+            if len(body) > MAX_BODY_BYTES:
+                raise SourceError(self.url + path, status, f"answer larger than {MAX_BODY_BYTES} bytes: ask a "
+                                  "shorter range or fewer series (--selector)")  # fmt: skip
         except urllib.error.HTTPError as exc:
-            raise SourceError(self.url + path, int(exc.code), escaped(exc.read())) from None
+            raise SourceError(self.url + path, int(exc.code), escaped(exc.read(4096))) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             raise SourceError(self.url + path, None, escaped(str(reason).encode())) from None
@@ -68,16 +76,19 @@ class PrometheusClient:
         return answer.get("data")
 
     def query_range(self, query: str, start_s: float, end_s: float, step_s: float) -> Iterator[list[Any]]:
-        """The matrix of `query` over [start_s, end_s], chunk by chunk (each at most MAX_POINTS steps)."""
-        span_s = step_s * (MAX_POINTS - 1)
+        """The matrix of `query` over [start_s, end_s], chunk by chunk: consecutive, never overlapping, each at
+        most MAX_POINTS steps and about SAMPLES_PER_REQUEST samples once the number of series is known."""
+        points = FIRST_CHUNK_POINTS
         chunk_start_s = start_s
         while chunk_start_s <= end_s:
-            chunk_end_s = min(end_s, chunk_start_s + span_s)
+            chunk_end_s = min(end_s, chunk_start_s + step_s * (points - 1))
             data = self.get("/api/v1/query_range", {"query": query, "start": _ts(chunk_start_s),
                                                      "end": _ts(chunk_end_s), "step": _ts(step_s)})  # fmt: skip
             if not isinstance(data, dict) or data.get("resultType") != "matrix":
                 raise SourceError(self.url, 200, f"query_range of {query} did not answer a matrix")
-            yield list(data.get("result") or [])
+            result = list(data.get("result") or [])
+            yield result
+            points = max(1, min(MAX_POINTS, SAMPLES_PER_REQUEST // max(1, len(result))))
             chunk_start_s = chunk_end_s + step_s
 
     def scrape_interval_s(self, at_s: float, window_s: float = 300.0) -> float | None:

@@ -16,9 +16,18 @@ from tests.promsource_helpers import prometheus_with, simulated, victoria_metric
 
 # Faulted public scenarios across the label families the dcgm-exporter/node_exporter series carry.
 PROMETHEUS_SCENARIOS = (
-    "thermal-node-small",  # thermal_throttle
-    "link-flap-node6",  # nic_link_flap
-    "ecc-small-node3",  # gpu_ecc_error (Xid 48 + DBE)
+    "thermal-node-small",  # thermal_throttle: clocks-event reasons, temperature
+    "thermal-gpu-node3",
+    "link-flap-node6",  # nic_link_flap: node_network_carrier_changes_total, node_network_up
+    "from-start-nic-link-flap",
+    "ecc-small-node3",  # gpu_ecc_error: DCGM_FI_DEV_XID_ERRORS 48, ECC DBE
+    "ecc-gpu-node1",
+    "nvlink-small-node0",  # nvlink_degraded: NVLink CRC flit errors
+    "pcie-node7",  # pcie_degraded: PCIe replay counter
+    "power-cap-node-small",  # power_cap_misconfig: DCGM_FI_DEV_POWER_MGMT_LIMIT
+    "power-brake-node5",  # power_brake: clocks-event reasons
+    "off-bus-node4",  # gpu_fell_off_bus: Xid 79
+    "app-error-small-node1",  # application_error: Xid 13/43
 )
 VICTORIA_SCENARIOS = ("thermal-node-small", "link-flap-node6", "ecc-small-node3")
 
