@@ -3,11 +3,14 @@ mapping, the exposition's names and labels, the CLI's argument errors."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import threading
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -146,3 +149,55 @@ def test_snapshot_has_dcgm_exporter_names_and_labels() -> None:
 def test_cli_argument_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
     assert main(argv) == 2
     assert needle in capsys.readouterr().err
+
+
+def _matrices(text: str) -> dict[str, list[dict[str, Any]]]:
+    """Prometheus text with millisecond timestamps -> {metric: query_range's matrix}."""
+    series: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in text.splitlines():
+        head, value, stamp_ms = line.rsplit(" ", 2)
+        name, _, labels = head.partition("{")
+        key = (name, labels)
+        if key not in series:
+            pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)
+            series[key] = {"metric": {"__name__": name, **dict(pairs)}, "values": []}
+        series[key]["values"].append([int(stamp_ms) / 1000, value])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (name, _), found in series.items():
+        out.setdefault(name, []).append(found)
+    return out
+
+
+def test_history_read_back_through_the_mapping_gives_the_same_top(tmp_path: Path) -> None:
+    """Without a server: the twin's history, parsed as query_range would answer it, mapped and analysed."""
+    from aiops.pipeline import analyze_store
+    from aiops.runtime.analysis import simulate_into
+    from aiops.scenarios import load_scenario
+    from aiops.sources.exposition import write_history
+    from aiops.sources.mapping import Staging
+    from aiops.store import Store
+
+    scenario = Path(__file__).resolve().parent.parent / "evals" / "scenarios" / "ecc-small-node3.yaml"
+    with Store(tmp_path / "sim.duckdb") as simulated:
+        simulate_into(simulated, load_scenario(str(scenario)))
+        expected = analyze_store(simulated).diagnoses[0].hypotheses[0]
+        text = io.StringIO()
+        write_history(simulated, text, openmetrics=False)
+    with Store(tmp_path / "read.duckdb") as store:
+        staging = Staging(store)
+        for name, matrix in _matrices(text.getvalue()).items():
+            staging.add(name, matrix)
+        rows = staging.finish({})
+        assert rows["gpu_events"] >= 1 and rows["nic_samples"] > 0
+        assert not store.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'prom_%'"
+        )
+        got = analyze_store(store).diagnoses[0].hypotheses[0]
+    assert (
+        (got.root_cause, got.component)
+        == (expected.root_cause, expected.component)
+        == (
+            "gpu_ecc_error",
+            "node3/gpu0",
+        )
+    )

@@ -24,12 +24,15 @@ VIRTUAL_DEVICE = re.compile(
 )
 _NODE = re.compile(r"^node(\d+)$", re.ASCII)
 _GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
+# Staged in the workspace's file (not TEMP tables, which DuckDB keeps in memory), under a memory limit so a
+# long range spills to disk instead of growing the process; dropped once pivoted.
+STAGING_MEMORY_LIMIT_MB = 256
+_STAGING_TABLES = ("prom_gpu", "prom_nic", "prom_hosts", "prom_nics")
 _STAGE_SQL = """
-CREATE TEMP TABLE IF NOT EXISTS prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR,
-                                          ts_s DOUBLE, value DOUBLE);
-CREATE TEMP TABLE IF NOT EXISTS prom_nic (name VARCHAR, host VARCHAR, device VARCHAR, ts_s DOUBLE, value DOUBLE);
-CREATE TEMP TABLE IF NOT EXISTS prom_hosts (host VARCHAR, node VARCHAR, rack VARCHAR);
-CREATE TEMP TABLE IF NOT EXISTS prom_nics (host VARCHAR, device VARCHAR, nic VARCHAR)
+CREATE TABLE prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR, ts_s DOUBLE, value DOUBLE);
+CREATE TABLE prom_nic (name VARCHAR, host VARCHAR, device VARCHAR, ts_s DOUBLE, value DOUBLE);
+CREATE TABLE prom_hosts (host VARCHAR, node VARCHAR, rack VARCHAR);
+CREATE TABLE prom_nics (host VARCHAR, device VARCHAR, nic VARCHAR)
 """
 
 
@@ -77,6 +80,9 @@ class Staging:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        store.conn.execute(f"SET memory_limit = '{STAGING_MEMORY_LIMIT_MB}MB'")
+        for table in _STAGING_TABLES:
+            store.conn.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in _STAGE_SQL.split(";\n"):
             store.conn.execute(statement)
         self.samples = 0
@@ -140,6 +146,8 @@ class Staging:
         conn.execute(_gpu_samples_sql())
         conn.execute(_XID_SQL, [XID])
         conn.execute(_nic_samples_sql())
+        for table in _STAGING_TABLES:
+            conn.execute(f"DROP TABLE {table}")
         return {t: int(self.store.scalar(f"SELECT count(*) FROM {t}"))
                 for t in ("topology", "gpu_samples", "gpu_events", "nic_samples")}  # fmt: skip
 
