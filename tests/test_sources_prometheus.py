@@ -60,7 +60,7 @@ def test_query_range_is_chunked_without_overlap(stub: str) -> None:
     chunks = list(client.query_range("up", 0.0, 25_000.0, 1.0))
     assert len(chunks) == 4
     ranges = [(float(q["start"]), float(q["end"])) for q in Stub.seen]
-    assert ranges == [(0.0, 999.0), (1_000.0, 11_999.0), (12_000.0, 22_999.0), (23_000.0, 25_000.0)]
+    assert ranges == [(0.0, 99.0), (100.0, 11_099.0), (11_100.0, 22_099.0), (22_100.0, 25_000.0)]
     assert all(end - start + 1 <= MAX_POINTS for start, end in ranges)
     assert Stub.auth == ["Bearer s3cret"] * 4
 
@@ -71,10 +71,14 @@ def test_chunks_shrink_as_series_multiply(stub: str) -> None:
         "data": {"resultType": "matrix", "result": [{"metric": {}, "values": []}] * 500},
     }
     Stub.answers = [(200, json.dumps(many).encode())] * 4
-    list(PrometheusClient(stub).query_range("up", 0.0, 2_400.0, 1.0))
+    list(PrometheusClient(stub).query_range("up", 0.0, 1_100.0, 1.0))
     ranges = [(float(q["start"]), float(q["end"])) for q in Stub.seen]
     # after the first answer: 250,000 samples / 500 series = 500 points a request
-    assert ranges == [(0.0, 999.0), (1_000.0, 1_499.0), (1_500.0, 1_999.0), (2_000.0, 2_400.0)]
+    assert ranges == [(0.0, 99.0), (100.0, 599.0), (600.0, 1_099.0), (1_100.0, 1_100.0)]
+    Stub.seen.clear()
+    Stub.answers = [(200, json.dumps(many).encode())] * 2
+    list(PrometheusClient(stub).query_range("up", 0.0, 999.0, 1.0, series_hint=500))
+    assert [(float(q["start"]), float(q["end"])) for q in Stub.seen] == [(0.0, 499.0), (500.0, 999.0)]
 
 
 def test_http_error_names_url_status_and_escaped_body(stub: str) -> None:
@@ -201,3 +205,14 @@ def test_history_read_back_through_the_mapping_gives_the_same_top(tmp_path: Path
             "node3/gpu0",
         )
     )
+
+
+def test_a_failing_source_exits_3_and_leaves_no_half_filled_db(
+    stub: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Stub.answers = [(503, b"overloaded")]
+    keep = tmp_path / "keep.duckdb"
+    assert main(["analyze", "--prometheus", stub, "--db", str(keep), "--since", "1h"]) == 3
+    err = capsys.readouterr().err
+    assert "HTTP 503" in err and "overloaded" in err and "Traceback" not in err
+    assert not keep.exists()

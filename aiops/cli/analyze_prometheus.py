@@ -96,9 +96,14 @@ def run_prometheus(args: argparse.Namespace) -> int:
         if args.db and Path(args.db).exists():
             raise InputError(args.db, "--db", "exists: with --prometheus, --db names a new workspace to keep")
         workspace = Workspace(path)
+        try:
+            with workspace.write() as store:
+                report = fetch_into(store, client, start_s=start_s, end_s=end_s, step_s=step_s, hosts=hosts,
+                                    selector=args.selector)  # fmt: skip
+        except BaseException:
+            workspace.remove()  # a half-filled --db is not left behind
+            raise
         with workspace.write() as store:
-            report = fetch_into(store, client, start_s=start_s, end_s=end_s, step_s=step_s, hosts=hosts,
-                                selector=args.selector)  # fmt: skip
             result = analyze(store)
             if args.json:
                 out = result_json(result)

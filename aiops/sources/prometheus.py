@@ -3,7 +3,7 @@ the analyst reads into a workspace. urllib only; every failure is a `SourceError
 status and the answer's body (escaped, cut to 300 characters).
 
 `query_range` is asked in chunks of at most `MAX_POINTS` points per series (Prometheus refuses more than
-11,000) and about `SAMPLES_PER_REQUEST` samples in all (the chunk shrinks as the series multiply), each chunk
+11,000) and about `SAMPLES_PER_REQUEST` samples in all (the first chunk sized by the series count of the metric before, then by its own), each chunk
 staged into the store as it arrives, so memory holds one chunk's answer at a time; an answer over
 `MAX_BODY_BYTES` is refused.
 """
@@ -28,7 +28,7 @@ from aiops.store import Store
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per series
 SAMPLES_PER_REQUEST = 250_000  # series x points asked at once, so one answer stays ~10 MB of JSON
-FIRST_CHUNK_POINTS = 1_000  # before the number of series is known
+FIRST_CHUNK_POINTS = 100  # before the number of series is known (no hint)
 MAX_BODY_BYTES = 64 * 1024 * 1024
 PROBE_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 
@@ -75,10 +75,13 @@ class PrometheusClient:
             raise SourceError(self.url + path, status, escaped(body))
         return answer.get("data")
 
-    def query_range(self, query: str, start_s: float, end_s: float, step_s: float) -> Iterator[list[Any]]:
+    def query_range(
+        self, query: str, start_s: float, end_s: float, step_s: float, *, series_hint: int = 0
+    ) -> Iterator[list[Any]]:
         """The matrix of `query` over [start_s, end_s], chunk by chunk: consecutive, never overlapping, each at
-        most MAX_POINTS steps and about SAMPLES_PER_REQUEST samples once the number of series is known."""
-        points = FIRST_CHUNK_POINTS
+        most MAX_POINTS steps and about SAMPLES_PER_REQUEST samples (`series_hint`: how many series to expect
+        before the first answer says; the last metric's count, as every DCGM field has one series per GPU)."""
+        points = _points(series_hint) if series_hint else FIRST_CHUNK_POINTS
         chunk_start_s = start_s
         while chunk_start_s <= end_s:
             chunk_end_s = min(end_s, chunk_start_s + step_s * (points - 1))
@@ -88,7 +91,7 @@ class PrometheusClient:
                 raise SourceError(self.url, 200, f"query_range of {query} did not answer a matrix")
             result = list(data.get("result") or [])
             yield result
-            points = max(1, min(MAX_POINTS, SAMPLES_PER_REQUEST // max(1, len(result))))
+            points = _points(len(result))
             chunk_start_s = chunk_end_s + step_s
 
     def scrape_interval_s(self, at_s: float, window_s: float = 300.0) -> float | None:
@@ -100,6 +103,10 @@ class PrometheusClient:
             if gaps:
                 return float(statistics.median(gaps))
         return None
+
+
+def _points(series: int) -> int:
+    return max(1, min(MAX_POINTS, SAMPLES_PER_REQUEST // max(1, series)))
 
 
 def _ts(value_s: float) -> str:
@@ -139,14 +146,16 @@ def fetch_into(
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     step = step_s or client.scrape_interval_s(end_s) or 15.0
-    step = max(step, (end_s - start_s) / (MAX_POINTS * 1000))  # never more than 1000 chunks
+    step = max(step, (end_s - start_s) / (MAX_POINTS * 1000))  # at most 1,000 full chunks a series
     start = math.floor(start_s / step) * step
     report = FetchReport(client.url, start, end_s, step)
     staging = Staging(store)
+    series_hint = 0
     for name in series_names():
         matchers = ",".join(m for m in (f'__name__="{name}"', selector) if m)
-        for result in client.query_range("{" + matchers + "}", start, end_s, step):
+        for result in client.query_range("{" + matchers + "}", start, end_s, step, series_hint=series_hint):
             report.samples += staging.add(name, result)
+            series_hint = max(series_hint, len(result))
     if not report.samples:
         raise SourceError(client.url, 200, f"no dcgm-exporter or node_exporter series between {_ts(start)} and "
                                            f"{_ts(end_s)} (looked for {', '.join(series_names()[:3])}, ...)")  # fmt: skip
