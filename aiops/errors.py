@@ -24,6 +24,8 @@ AiopsError                    base; exit code 1
 ├── AbiMismatch               a pinned BPF map's layout differs from aiops/datapath/abi.py
 ├── BpfError                  a bpf(2) command failed; also an OSError with its errno
 ├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
+├── SourceError               a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
+│                             the URL and the HTTP status and body (escaped); exit 3
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 │   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
@@ -242,3 +244,15 @@ class EvidenceError(AiopsError):
     message names the file and the formats accepted."""
 
     exit_code = 2
+
+
+class SourceError(AiopsError):
+    """A time-series engine (`aiops analyze --prometheus`) failed: `url`, `status` (None without an answer)."""
+
+    exit_code = 3
+
+    def __init__(self, url: str, status: int | None, detail: str) -> None:
+        self.url = url
+        self.status = status
+        answer = "no answer" if status is None else f"HTTP {status}"
+        super().__init__(f"{url}: {answer}: {detail}")

@@ -10,7 +10,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # prometheus, prometheus-alertmanager: the tests run the real servers on loopback (the packages also enable
 # their own systemd units where systemd runs; the tests start their own on free ports).
 # openssh-client: ssh-keygen signs and verifies approvals (docs/SECURITY.md).
-DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus prometheus-alertmanager openssh-client chromium poppler-utils)
+DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus prometheus-alertmanager openssh-client chromium poppler-utils victoria-metrics)
 
 install_debian_packages() {
     local missing=()

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("aiops.store",),
     ("aiops.datapath",),
-    ("collectors", "aiops.profile"),
+    ("collectors", "aiops.profile", "aiops.sources"),
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),

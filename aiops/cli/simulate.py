@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from aiops.cli.analyze_prometheus import register_options, run_prometheus
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
-from aiops.errors import PrerequisiteError
+from aiops.errors import InputError, PrerequisiteError
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
 from aiops.store import Workspace
@@ -29,8 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.set_defaults(func=run_simulate)
     a = sub.add_parser("analyze", help="detect incidents, rank root causes and propose remediations")
-    a.add_argument("--db", required=True)
+    a.add_argument(
+        "--db", default=None, help="the workspace to analyse (with --prometheus: a new one to keep)"
+    )
     a.add_argument("--json", action="store_true")
+    register_options(a)
     a.set_defaults(func=run_analyze)
 
 
@@ -48,6 +52,10 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
+    if args.prometheus:
+        return run_prometheus(args)
+    if not args.db:
+        raise InputError("aiops analyze", "--db", "missing", "--db PATH, or --prometheus URL")
     workspace = Workspace(args.db).require()
     with workspace.read() as store:
         if not store.scalar("SELECT count(*) FROM topology") or newest_ts_s(store) is None:

@@ -1,6 +1,8 @@
 """The service's HTTP endpoint (stdlib `ThreadingHTTPServer`):
 
 - `GET /metrics`: Prometheus text exposition of the metrics cache (aiops/service/metrics.py);
+- `GET /metrics/dcgm`: the same GPU and NIC values in dcgm-exporter's and node_exporter's exact names and labels
+  (aiops/sources/exposition.py), so a Prometheus can scrape the twin as it would a GPU node (docs/PROMETHEUS.md);
 - `GET /healthz`: 200 while the loop is alive (it ticked recently), else 503;
 - `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, else 503;
 - `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`:
@@ -79,9 +81,11 @@ class HttpEndpoint:
         healthy: Probe,
         ready: Probe,
         token: str = "",
+        dcgm: Callable[[], str] | None = None,
     ) -> None:
         self.host, self.port = parse_listen(listen)
         self.registry, self.api, self.healthy, self.ready, self.token = registry, api, healthy, ready, token
+        self.dcgm = dcgm
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
 
@@ -114,6 +118,8 @@ class HttpEndpoint:
         try:
             if path == "/metrics":
                 self._send(req, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+            elif path == "/metrics/dcgm" and self.dcgm is not None:
+                self._send(req, 200, self.dcgm().encode(), "text/plain; version=0.0.4; charset=utf-8")
             elif path in ("/healthz", "/readyz"):
                 ok, why = (self.healthy if path == "/healthz" else self.ready)()
                 self._send(req, 200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")

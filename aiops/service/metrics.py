@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
+from aiops.sources.exposition import NicTotals, render_snapshot
 
 PREFIX = "aiops_"
 _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
@@ -46,6 +47,8 @@ class MetricsCache(Collector):
         self._lock = threading.Lock()
         self.gpus: dict[str, dict[str, Any]] = {}
         self.xids: dict[tuple[str, int], int] = defaultdict(int)
+        self.last_xid: dict[str, int] = {}  # dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last XID per GPU
+        self.nic_up: dict[str, bool] = {}
         self.nic_totals: dict[tuple[str, str, str], float] = defaultdict(float)  # (nic, lane, column)
         self.netdev: dict[str, dict[str, Any]] = {}
         self.ib: dict[tuple[str, str], dict[str, Any]] = {}
@@ -71,8 +74,18 @@ class MetricsCache(Collector):
                     self.gpus[str(values["gpu"])] = values
                 elif table == "gpu_events" and values.get("kind") == "xid":
                     self.xids[(str(values["gpu"]), int(values.get("xid") or 0))] += 1
+                    self.last_xid[str(values["gpu"])] = int(values.get("xid") or 0)
                 elif table == "nic_samples":
-                    for column in ("tx_bytes", "drops", "ce_marks", "retransmits", "carrier_changes"):
+                    if values.get("link_up") is not None:
+                        self.nic_up[str(values["nic"])] = bool(values["link_up"])
+                    for column in (
+                        "tx_bytes",
+                        "tx_packets",
+                        "drops",
+                        "ce_marks",
+                        "retransmits",
+                        "carrier_changes",
+                    ):
                         if values.get(column) is not None:
                             self.nic_totals[(str(values["nic"]), str(values["lane"]), column)] += float(
                                 values[column]
@@ -125,6 +138,17 @@ class MetricsCache(Collector):
         """A counter whose running total is kept elsewhere."""
         with self._lock:
             self.counters[name] = (help_text, float(value))
+
+    def dcgm_text(self) -> str:
+        """`/metrics/dcgm`: the same newest values in dcgm-exporter's and node_exporter's names and labels."""
+        with self._lock:
+            nics: dict[str, NicTotals] = {}
+            for (nic, _lane, column), total in self.nic_totals.items():
+                totals = nics.setdefault(nic, NicTotals(link_up=self.nic_up.get(nic, True)))
+                if column in ("tx_bytes", "tx_packets", "drops", "carrier_changes"):
+                    setattr(totals, column, getattr(totals, column) + total)
+            gpus = {gpu: dict(values) for gpu, values in self.gpus.items()}
+            return render_snapshot(gpus, dict(self.last_xid), nics)
 
     # -- scraping -----------------------------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:

@@ -101,7 +101,7 @@ class Service:
             self.reports.start(store)
         if self.config.http.listen:
             self.http = HttpEndpoint(self.config.http.listen, self.registry, Api(self.workspace),
-                                     self._healthy, self._ready, self.token)  # fmt: skip
+                                     self._healthy, self._ready, self.token, self.metrics.dcgm_text)  # fmt: skip
             self.http.start()
             self.outbox.link_base = f"http://{self.http.host}:{self.http.port}"
         self.outbox.start(self.workspace)

@@ -1,0 +1,233 @@
+"""Series from a time-series engine onto the store: staged long (one row per sample, as fetched), then pivoted
+into the tables the analyst reads (`topology`, `gpu_samples`, `gpu_events`, `nic_samples`).
+
+Hosts become nodes by, in order: `[node.hosts]` of the config (hostname -> {name, rack}); a host already named
+`node<N>`; else the order of appearance (hosts sorted by name -> node0, node1, ...). A series' host is its
+`Hostname` label (dcgm-exporter) or its `instance` without the port (node_exporter). The `gpu` label is the GPU's
+index on its node; a node's interfaces, virtual ones left out, are its NICs in name order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from aiops.sources.names import CLOCKS_EVENT_NAMES, DCGM_FIELDS, NETDEV_SERIES, XID
+from aiops.store import Store
+
+VIRTUAL_DEVICE = re.compile(
+    r"^(lo|docker.*|veth.*|virbr.*|br-.*|cali.*|flannel.*|cni.*|tunl.*|kube-.*|vxlan.*)$"
+)
+_NODE = re.compile(r"^node(\d+)$", re.ASCII)
+_GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
+# Staged in the workspace's file (not TEMP tables, which DuckDB keeps in memory), under a memory limit so a
+# long range spills to disk instead of growing the process; dropped once pivoted.
+STAGING_MEMORY_LIMIT_MB = 256
+_STAGING_TABLES = ("prom_gpu", "prom_nic", "prom_hosts", "prom_nics")
+_STAGE_SQL = """
+CREATE TABLE prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR, ts_s DOUBLE, value DOUBLE);
+CREATE TABLE prom_nic (name VARCHAR, host VARCHAR, device VARCHAR, ts_s DOUBLE, value DOUBLE);
+CREATE TABLE prom_hosts (host VARCHAR, node VARCHAR, rack VARCHAR);
+CREATE TABLE prom_nics (host VARCHAR, device VARCHAR, nic VARCHAR)
+"""
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    node: str
+    rack: str
+
+
+def host_of(labels: Mapping[str, str]) -> str | None:
+    """The host a series is about: dcgm-exporter's `Hostname`, else node_exporter's `instance` less its port."""
+    if labels.get("Hostname"):
+        return labels["Hostname"]
+    instance = labels.get("instance", "")
+    if not instance:
+        return None
+    if instance.startswith("["):  # [v6]:port
+        return instance[1:].split("]", 1)[0]
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+
+
+def assign_nodes(hosts: Sequence[str], configured: Mapping[str, HostIdentity]) -> dict[str, HostIdentity]:
+    """Each host's node and rack (see the module's docstring); node names are never given twice."""
+    out: dict[str, HostIdentity] = {}
+    taken: set[str] = set()
+    for host in sorted(hosts):
+        if host in configured:
+            out[host] = configured[host]
+        elif _NODE.match(host) and not configured:
+            out[host] = HostIdentity(host, "rack0")
+        else:
+            continue
+        taken.add(out[host].node)
+    index = 0
+    for host in sorted(set(hosts) - set(out)):
+        while f"node{index}" in taken:
+            index += 1
+        out[host] = HostIdentity(f"node{index}", "rack0")
+        taken.add(out[host].node)
+    return out
+
+
+class Staging:
+    """The fetched samples, long, in temporary tables of the workspace's connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.conn.execute(f"SET memory_limit = '{STAGING_MEMORY_LIMIT_MB}MB'")
+        for table in _STAGING_TABLES:
+            store.conn.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in _STAGE_SQL.split(";\n"):
+            store.conn.execute(statement)
+        self.samples = 0
+
+    def add(self, name: str, result: Sequence[Mapping[str, Any]]) -> int:
+        """One query_range answer's `result` (matrix) for metric `name`; returns the samples staged."""
+        gpu_rows: dict[str, list[Any]] = {k: [] for k in ("name", "host", "gpu_idx", "uuid", "ts_s", "value")}
+        nic_rows: dict[str, list[Any]] = {k: [] for k in ("name", "host", "device", "ts_s", "value")}
+        for series in result:
+            labels = {str(k): str(v) for k, v in dict(series.get("metric") or {}).items()}
+            host = host_of(labels)
+            values = series.get("values") or []
+            if host is None:
+                continue
+            if name.startswith("DCGM_"):
+                if not _GPU_INDEX.match(labels.get("gpu", "")):
+                    continue
+                for ts, value in values:
+                    gpu_rows["name"].append(name)
+                    gpu_rows["host"].append(host)
+                    gpu_rows["gpu_idx"].append(int(labels["gpu"]))
+                    gpu_rows["uuid"].append(labels.get("UUID"))
+                    gpu_rows["ts_s"].append(float(ts))
+                    gpu_rows["value"].append(_float(value))
+            else:
+                device = labels.get("device", "")
+                if not device or VIRTUAL_DEVICE.match(device):
+                    continue
+                for ts, value in values:
+                    nic_rows["name"].append(name)
+                    nic_rows["host"].append(host)
+                    nic_rows["device"].append(device)
+                    nic_rows["ts_s"].append(float(ts))
+                    nic_rows["value"].append(_float(value))
+        for table, rows in (("prom_gpu", gpu_rows), ("prom_nic", nic_rows)):
+            if rows["ts_s"]:
+                view = pa.table(rows)
+                self.store.conn.register("_prom_batch", view)
+                self.store.conn.execute(f"INSERT INTO {table} SELECT * FROM _prom_batch")
+                self.store.conn.unregister("_prom_batch")
+        staged = len(gpu_rows["ts_s"]) + len(nic_rows["ts_s"])
+        self.samples += staged
+        return staged
+
+    def hosts(self) -> list[str]:
+        rows = self.store.query("SELECT DISTINCT host FROM prom_gpu UNION SELECT DISTINCT host FROM prom_nic")
+        return sorted(str(r["host"]) for r in rows)
+
+    def finish(self, configured: Mapping[str, HostIdentity]) -> dict[str, int]:
+        """Pivot the staged samples into the store's tables; returns the rows written per table."""
+        conn = self.store.conn
+        identities = assign_nodes(self.hosts(), configured)
+        conn.register("_hosts", pa.table({"host": list(identities), "node": [i.node for i in identities.values()],
+                                          "rack": [i.rack for i in identities.values()]}))  # fmt: skip
+        conn.execute("INSERT INTO prom_hosts SELECT * FROM _hosts")
+        conn.unregister("_hosts")
+        conn.execute("""INSERT INTO prom_nics
+            SELECT host, device, 'nic' || (row_number() OVER (PARTITION BY host ORDER BY device) - 1)
+            FROM (SELECT DISTINCT host, device FROM prom_nic)""")  # fmt: skip
+        conn.execute(_TOPOLOGY_SQL)
+        conn.execute(_gpu_samples_sql())
+        conn.execute(_XID_SQL, [XID])
+        conn.execute(_nic_samples_sql())
+        for table in _STAGING_TABLES:
+            conn.execute(f"DROP TABLE {table}")
+        return {t: int(self.store.scalar(f"SELECT count(*) FROM {t}"))
+                for t in ("topology", "gpu_samples", "gpu_events", "nic_samples")}  # fmt: skip
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number  # NaN (a stale marker's value) -> NULL
+
+
+_TOPOLOGY_SQL = """
+INSERT INTO topology (component, kind, parent, rack, node, idx)
+SELECT 'fleet', 'fleet', NULL, NULL, NULL, 0
+UNION ALL SELECT DISTINCT rack, 'rack', 'fleet', rack, NULL, CAST(substr(rack, 5) AS INTEGER) FROM prom_hosts
+UNION ALL SELECT node, 'node', rack, rack, node, CAST(substr(node, 5) AS INTEGER) FROM prom_hosts
+UNION ALL SELECT DISTINCT h.node || '/gpu' || g.gpu_idx, 'gpu', h.node, h.rack, h.node, g.gpu_idx
+    FROM prom_gpu g JOIN prom_hosts h USING (host)
+UNION ALL SELECT h.node || '/' || n.nic, 'nic', h.node, h.rack, h.node, CAST(substr(n.nic, 4) AS INTEGER)
+    FROM prom_nics n JOIN prom_hosts h USING (host)
+"""
+
+
+def _gpu_samples_sql() -> str:
+    columns: dict[str, list[str]] = {}
+    for field in DCGM_FIELDS:
+        columns.setdefault(field.column, []).append(field.name)
+    picks = []
+    for column, names in columns.items():
+        ordered = [n for n in CLOCKS_EVENT_NAMES if n in names] if column == "clocks_event_reasons" else names
+        values = [f"max(value) FILTER (WHERE name = '{n}')" for n in ordered]
+        expr = values[0] if len(values) == 1 else f"coalesce({', '.join(values)})"
+        if column == "clocks_event_reasons":
+            expr = f"CAST({expr} AS UBIGINT)"
+        elif column.endswith("_total") or column in (
+            "pcie_link_gen",
+            "pcie_link_width",
+            "pcie_link_max_width",
+        ):
+            expr = f"CAST({expr} AS BIGINT)"
+        picks.append((column, expr))
+    targets = ", ".join(c for c, _ in picks)
+    return f"""
+INSERT INTO gpu_samples (ts_s, gpu, node, uuid, {targets})
+SELECT ts_s, h.node || '/gpu' || gpu_idx, h.node, max(uuid), {", ".join(e for _, e in picks)}
+FROM prom_gpu JOIN prom_hosts h USING (host)
+WHERE name <> '{XID}'
+GROUP BY ts_s, h.node, gpu_idx
+"""
+
+
+_XID_SQL = """
+INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message)
+SELECT ts_s, gpu, node, 'xid', CAST(value AS INTEGER), 'DCGM_FI_DEV_XID_ERRORS changed to ' || CAST(value AS INTEGER)
+FROM (SELECT ts_s, h.node || '/gpu' || gpu_idx AS gpu, h.node AS node, value,
+             lag(value) OVER (PARTITION BY host, gpu_idx ORDER BY ts_s) AS previous
+      FROM prom_gpu JOIN prom_hosts h USING (host) WHERE name = ?)
+WHERE previous IS NOT NULL AND value IS NOT NULL AND value <> previous AND value <> 0
+"""
+
+
+def _nic_samples_sql() -> str:
+    counters = {s.name: s.column for s in NETDEV_SERIES if s.kind == "counter"}
+
+    def delta(column: str) -> str:
+        names = ", ".join(f"'{n}'" for n, c in counters.items() if c == column)
+        return f"CAST(sum(d) FILTER (WHERE name IN ({names})) AS BIGINT)"
+
+    return f"""
+INSERT INTO nic_samples (ts_s, nic, node, lane, interval_s, tx_bytes, tx_packets, drops, carrier_changes, link_up)
+SELECT ts_s, h.node || '/' || n.nic, h.node, 'fifo', coalesce(max(interval_s), 0),
+       {delta("tx_bytes")}, {delta("tx_packets")}, {delta("drops")}, {delta("carrier_changes")},
+       bool_and(value > 0) FILTER (WHERE name = 'node_network_up')
+FROM (SELECT name, host, device, ts_s, value,
+             ts_s - lag(ts_s) OVER s AS interval_s,
+             -- a counter's increase since the previous sample; a reset (smaller value) counts from zero
+             CASE WHEN lag(value) OVER s IS NULL THEN 0
+                  WHEN value >= lag(value) OVER s THEN value - lag(value) OVER s ELSE value END AS d
+      FROM prom_nic WINDOW s AS (PARTITION BY name, host, device ORDER BY ts_s))
+JOIN prom_hosts h USING (host) JOIN prom_nics n USING (host, device)
+GROUP BY ts_s, h.node, n.nic
+"""

@@ -1,0 +1,100 @@
+"""A scenario's run put into a real Prometheus (TSDB backfill with promtool) or VictoriaMetrics (import API),
+for the `aiops analyze --prometheus` tests. Servers start on free loopback ports and are stopped by PID."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from aiops.pipeline import analyze_store
+from aiops.runtime.analysis import simulate_into
+from aiops.scenarios import load_scenario
+from aiops.sources.exposition import write_history
+from aiops.store import Store
+from tests.service_helpers import free_port, get, require_binary, wait_for
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "evals" / "scenarios"
+
+
+def top_of(result: Any) -> tuple[str, str] | None:
+    """(root cause, component) of the first incident's top hypothesis."""
+    for d in result.diagnoses:
+        if d.hypotheses:
+            return d.hypotheses[0].root_cause, d.hypotheses[0].component
+    return None
+
+
+def simulated(tmp_path: Path, scenario: str) -> tuple[Path, float, float, tuple[str, str] | None]:
+    """The scenario simulated into a workspace: its path, first and last sample time, store-based top."""
+    db = tmp_path / f"{scenario}.duckdb"
+    with Store(db) as store:
+        simulate_into(store, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+        start_s = float(store.scalar("SELECT min(ts_s) FROM gpu_samples"))
+        end_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+        top = top_of(analyze_store(store))
+    return db, start_s, end_s, top
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def prometheus_with(tmp_path: Path, db: Path) -> Iterator[str]:
+    """A real Prometheus whose TSDB holds the run's dcgm-exporter/node_exporter series (promtool backfill)."""
+    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
+    history, tsdb = tmp_path / "history.om", tmp_path / "tsdb"
+    with Store(db, read_only=True) as store, history.open("w") as out:
+        write_history(store, out, openmetrics=True)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(tsdb)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    history.unlink()
+    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1s}\n")
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("ab")
+    proc = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tsdb}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--storage.tsdb.retention.time=100y"], stdout=log, stderr=log)  # fmt: skip
+    try:
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2.0)[0] == 200, 60, "prometheus to be ready")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+        log.close()
+
+
+@contextmanager
+def victoria_metrics_with(tmp_path: Path, db: Path) -> Iterator[str]:
+    """A real VictoriaMetrics holding the run's series (Prometheus text with timestamps, its import API)."""
+    binary = require_binary("victoria-metrics")
+    port = free_port()
+    log = (tmp_path / "victoria-metrics.log").open("ab")
+    proc = subprocess.Popen([binary, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
+                             "-retentionPeriod=100y", "-search.latencyOffset=0s"], stdout=log, stderr=log)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(f"{url}/health", 2.0)[0] == 200, 60, "victoria-metrics to be ready")
+        text = io.StringIO()
+        with Store(db, read_only=True) as store:
+            write_history(store, text, openmetrics=False)
+        request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=text.getvalue().encode(),
+                                         method="POST")  # fmt: skip
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            assert reply.status == 204, reply.status
+        assert get(f"{url}/internal/force_flush", 30.0)[0] == 200
+        yield url
+    finally:
+        stop(proc)
+        log.close()
