@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 # C0 controls but \t and \n, DEL, C1 controls, bidi marks/embeddings/overrides/isolates, the Unicode line and
@@ -29,6 +28,24 @@ from rich.text import Text
 _FORMAT = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _MULTILINE_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}]")
 _LINE_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT}]")
+
+
+# A run of backslashes before `[`, and whether that bracket starts something rich would read as a tag.
+_BRACKET = re.compile(r"(\\*)\[(?=([a-z#/@][^\[]*?\])?)")
+
+
+def _escape_bracket(match: re.Match[str]) -> str:
+    backslashes, tag = match.group(1), match.group(2)
+    # rich reads `\\` before a tag as one literal backslash and `\[` as an escaped bracket; in plain text it only
+    # turns `\[` into `[`. So: before a tag, double the run and escape the bracket; elsewhere, escape the bracket.
+    return (backslashes * 2 if tag else backslashes) + "\\["
+
+
+def _markup_escape(text: str) -> str:
+    escaped = _BRACKET.sub(_escape_bracket, text)
+    trailing = len(escaped) - len(escaped.rstrip("\\"))
+    # A trailing run of backslashes would escape the template's next tag (`{name}[/]`): keep it even.
+    return escaped + "\\" if trailing % 2 else escaped
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -48,7 +65,7 @@ def plain(value: object, *, multiline: bool = False) -> str:
 
 def markup(value: object, *, multiline: bool = False) -> str:
     """`plain(value)`, escaped for a rich markup template (`f"[bold]{markup(name)}[/]"`)."""
-    return escape(plain(value, multiline=multiline))
+    return _markup_escape(plain(value, multiline=multiline))
 
 
 def as_text(value: object, style: str = "", *, multiline: bool = False) -> Text:

@@ -113,7 +113,7 @@ def _shown(renderable: object) -> str:
     return console.file.getvalue()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.text(alphabet=st.characters(codec=None, exclude_categories=())))
 @example("[/]")
 @example("\\[/] a\\\\[bold]b[/bold] \\")
