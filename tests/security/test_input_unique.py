@@ -12,12 +12,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiops.config import parse_config
 from aiops.scenarios import parse_scenario
 from aiops.service.service import Service, SimSetup
 from aiops.store import Store
-from aiops.store.keys import UNIQUE_KEYS
+from aiops.store.keys import UNIQUE_KEYS, first_per_key
 from aiops.store.migrations import TIME_SERIES_TABLES
 from tests.service_helpers import TINY_SCENARIO
 
@@ -72,12 +74,45 @@ def test_overlapping_batches_keep_the_first_row_of_each_key() -> None:
         }
 
 
-def test_a_batch_that_repeats_a_key_keeps_its_first_row() -> None:
+@pytest.mark.parametrize("seconds", [2, 20])  # 32 rows: compared as tuples; 320: as dictionary codes
+def test_a_batch_that_repeats_a_key_keeps_its_first_row(seconds: int) -> None:
     with Store() as store:
-        batch = pa.concat_tables([_gpu_batch(0, 2, 60.0), _gpu_batch(1, 2, 80.0)])  # ts 1 twice
-        assert store.ingest("gpu_samples", batch) == 3 * len(GPUS)
+        batch = pa.concat_tables([_gpu_batch(0, seconds, 60.0), _gpu_batch(1, seconds, 80.0)])  # ts 1.. twice
+        assert store.ingest("gpu_samples", batch) == (seconds + 1) * len(GPUS)
         rows = store.query("SELECT temp_c FROM gpu_samples WHERE ts_s = 1 ORDER BY gpu")
         assert [r["temp_c"] for r in rows] == [60.0] * len(GPUS)
+
+
+def test_a_key_of_five_wide_columns_is_not_confused_by_overflow() -> None:
+    # 5 columns of 7,000 distinct values: the combined code passes 2**62, so it is renumbered on the way.
+    n = 7_000
+    names = [f"v{i}" for i in range(n)]
+    flows = pa.table({
+        "ts_s": [float(i) for i in range(n)], "nic": names, "node": ["node0"] * n, "traffic_class": names,
+        "rule_id": names, "lane": names, "interval_s": [1.0] * n, "tx_bytes": list(range(n)),
+    })  # fmt: skip
+    shifted = flows.set_column(1, "nic", pa.array(names[1:] + names[:1]))  # same ts, other NICs: new keys
+    with Store() as store:
+        assert store.ingest("flow_class_samples", pa.concat_tables([flows, flows, shifted])) == 2 * n
+        assert _counts(store, "flow_class_samples") == (2 * n, 2 * n)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None]), st.integers(0, 2)), max_size=150)
+)
+def test_first_per_key_matches_a_plain_loop(rows: list[tuple[int, str | None, int]]) -> None:
+    batch = pa.table({
+        "ts_s": pa.array([float(r[0]) for r in rows], pa.float64()),
+        "component": pa.array([r[1] for r in rows], pa.string()), "row": pa.array([r[2] for r in rows], pa.int64()),
+    })  # fmt: skip
+    expected: dict[tuple[float, str | None], int] = {}
+    for index, (ts, component, _) in enumerate(rows):
+        expected.setdefault((float(ts), component), index)
+    kept = first_per_key(
+        batch.append_column("i", pa.array(range(len(rows)), pa.int64())), ("ts_s", "component")
+    )
+    assert kept["i"].to_pylist() == sorted(expected.values())
 
 
 def test_null_and_absent_key_columns_match_each_other() -> None:
