@@ -7,8 +7,11 @@ row group or two, and DuckDB's min-max zonemaps skip the rest). A replayed or ov
 not an error: what was stored first stays, and the repeat writes nothing.
 
 Why not PRIMARY KEY constraints: DuckDB enforces them with ART indexes that must fit in memory and that slow
-bulk loads (duckdb.org/docs/stable/sql/indexes, "Limitations of ART Indexes"); gpu_samples alone is 88 M keys
-a day for 1,024 GPUs at 1 Hz. Rows written by other means than `Store.ingest` (the Prometheus pivot, which
+bulk loads (duckdb.org/docs/stable/sql/indexes, "Limitations of ART Indexes"). Measured here (DuckDB 2.0.1) on
+gpu_samples: a UNIQUE (ts_s, gpu) index over 2.05 M rows took 57 bytes a key in the file and 247 MB of peak
+RSS to build; a 1,024-GPU day at 1 Hz is 88.5 M keys, ~5 GB of index against the service's 256 MB memory
+limit. A 2,048-row flush with `ON CONFLICT DO NOTHING` took 4.6 ms against 0.9 ms plain; this module's check
+costs ~0.2 ms for it. Rows written by other means than `Store.ingest` (the Prometheus pivot, which
 groups by the key) are not checked here.
 """
 
@@ -21,7 +24,7 @@ import pyarrow.compute as pc
 # Batches up to this many rows are checked with a set of tuples (cheaper than numpy's fixed costs there).
 SMALL_BATCH_ROWS = 64
 
-# Every table in TIME_SERIES_TABLES has a key (tests/test_store_keys.py checks). Columns that may be NULL are
+# Every table in TIME_SERIES_TABLES has a key (tests/security/test_input_unique.py checks). Columns that may be NULL are
 # compared with IS NOT DISTINCT FROM, so a NULL matches a NULL.
 UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "gpu_samples": ("ts_s", "gpu"),
