@@ -95,5 +95,5 @@ def test_ingest_after_scalar_on_the_same_table(store: Store) -> None:
     batch = pa.table({"ts_s": [1.0], "gpu": ["node0/gpu0"], "node": ["node0"], "temp_c": [60.0]})
     store.ingest("gpu_samples", batch)
     assert store.scalar("SELECT count(*) FROM gpu_samples") == 1
-    store.ingest("gpu_samples", batch)
+    store.ingest("gpu_samples", batch.set_column(0, "ts_s", pa.array([2.0])))
     assert store.scalar("SELECT count(*) FROM gpu_samples") == 2

@@ -1,7 +1,8 @@
 """The telemetry store: one DuckDB file, schema applied by numbered migrations, batched ingest.
 
 Ingest takes a whole batch (a `pyarrow.Table`, or a mapping of column name to equal-length sequences) and
-inserts it with one `INSERT ... SELECT` over the registered Arrow table: never row-by-row INSERTs.
+inserts it with one `INSERT ... SELECT` over the registered Arrow table: never row-by-row INSERTs. A
+time-series table's keys are written once (aiops/store/keys.py): a repeated batch writes nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any, TypeAlias
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
+from aiops.store.keys import UNIQUE_KEYS, first_per_key, stored_key_filter
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
 Batch: TypeAlias = pa.Table | Mapping[str, Sequence[Any]]
@@ -55,6 +58,7 @@ class Store:
             raise fault or SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
+        self._newest_ts_s: dict[str, float] = {}
         try:
             self._migrate()
         except duckdb.Error as exc:  # a truncated file opens, then fails on its first read
@@ -144,7 +148,11 @@ class Store:
 
     # -- ingest -------------------------------------------------------------------------------------------
     def ingest(self, table: str, batch: Batch) -> int:
-        """Insert a whole batch into `table`; returns the row count. Missing nullable columns become NULL."""
+        """Insert a whole batch into `table`; returns the rows written. Missing nullable columns become NULL.
+
+        A time-series table keeps each key (`aiops.store.keys.UNIQUE_KEYS`) once: rows whose key the batch
+        already had, or the table already holds, are left out (not an error: a replayed window writes nothing).
+        """
         arrow = batch if isinstance(batch, pa.Table) else pa.table(dict(batch))
         if arrow.num_rows == 0:
             return 0
@@ -155,15 +163,40 @@ class Store:
                 f"table '{table}' has no column(s) {', '.join(unknown)}; columns: {', '.join(known)}"
             )
         names = ", ".join(f'"{name}"' for name in arrow.column_names)
+        sql = f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "_ingest_{table}" b'
+        params: list[Any] = []
+        key = UNIQUE_KEYS.get(table)
+        if key is not None and "ts_s" in arrow.column_names:  # without ts_s the INSERT fails: NOT NULL
+            arrow = first_per_key(arrow, key)
+            bounds = pc.min_max(arrow["ts_s"])
+            oldest_ts_s, newest_ts_s = bounds["min"].as_py(), bounds["max"].as_py()
+            stored_ts_s = self._newest_stored_ts_s(table)
+            if oldest_ts_s is None or oldest_ts_s <= stored_ts_s:  # None: NULL ts_s, which the INSERT refuses
+                sql += f" WHERE {stored_key_filter(table, key, arrow.column_names)}"
+                params = [oldest_ts_s, newest_ts_s]
+            if newest_ts_s is not None:
+                self._newest_ts_s[table] = max(newest_ts_s, stored_ts_s)
         view = f"_ingest_{table}"
         self.conn.register(view, arrow)
         try:
-            self.conn.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "{view}"')
+            written = self.conn.execute(sql, params).fetchall()
         except duckdb.Error as exc:
             raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc
         finally:
             self.conn.unregister(view)
-        return int(arrow.num_rows)
+        return int(written[0][0]) if written else 0
+
+    def _newest_stored_ts_s(self, table: str) -> float:
+        """The newest `ts_s` the table may hold: read once per Store, then raised by each ingest. A batch that
+        starts after it cannot repeat a stored key, and skips the comparison (the service's flushes do).
+
+        Only this Store's ingests move it: rows written to a time-series table by other SQL on this connection
+        while it is open are not seen (none are; other processes open their own Store). A rolled-back batch
+        leaves it too high, which costs a comparison, never a duplicate."""
+        if table not in self._newest_ts_s:
+            newest = self.scalar(f'SELECT max(ts_s) FROM "{table}"')
+            self._newest_ts_s[table] = float("-inf") if newest is None else float(newest)
+        return self._newest_ts_s[table]
 
     def ingest_many(self, batches: Mapping[str, Batch]) -> int:
         """Ingest several tables' batches in one transaction: all of it or none (a full disk at COMMIT rolls
