@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aiops.nvml_bits import THROTTLE
+from aiops.nvml_bits import NAMES, THROTTLE
 from aiops.report import queries as q
 from aiops.report.period import Period
 from aiops.store import Store
@@ -105,6 +105,25 @@ def test_gpu_thermal_matches_the_plain_aggregate(store: Store) -> None:
     got = q.gpu_thermal(store, PERIOD)
     assert [r["rack"] for r in got] == ["", "rack0", "rack0"]  # gpu2 has no topology row
     assert got == _approx(plain)
+
+
+def test_throttle_by_reason_matches_one_query_per_reason(store: Store) -> None:
+    parts = [
+        f"SELECT '{name}' AS reason, count(*) * 10.0 AS gpu_s, count(DISTINCT gpu) AS gpus "
+        f"FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 AND clocks_event_reasons & {bit} != 0"
+        for bit, name in NAMES.items()
+        if bit & THROTTLE
+    ]
+    plain = store.query(" UNION ALL ".join(parts), [PERIOD.start_ts_s, PERIOD.end_ts_s])
+    expected = sorted((r for r in plain if r["gpu_s"]), key=lambda r: -float(r["gpu_s"]))
+    got = q.throttle_by_reason(store, PERIOD, 10.0)
+    assert got == expected
+    assert got == [
+        {"reason": "SwPowerCap", "gpu_s": 120.0, "gpus": 1},
+        {"reason": "SwThermalSlowdown", "gpu_s": 30.0, "gpus": 3},
+    ]
+    with Store(":memory:") as empty:
+        assert q.throttle_by_reason(empty, PERIOD, 10.0) == []
 
 
 def test_power_capping_matches_the_plain_aggregate(store: Store) -> None:

@@ -93,14 +93,26 @@ def gpu_thermal(store: Store, period: Period) -> list[Row]:
 
 
 def throttle_by_reason(store: Store, period: Period, interval_s: float) -> list[Row]:
-    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched."""
-    parts = [
-        f"SELECT '{name}' AS reason, count(*) * {interval_s!r} AS gpu_s, count(DISTINCT gpu) AS gpus "
-        f"FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 AND clocks_event_reasons & {bit} != 0"
-        for bit, name in NAMES.items()
-        if bit & THROTTLE
+    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched. One
+    pass over the throttled samples grouped by GPU, a FILTER per reason, then summed."""
+    bits = [(bit, name) for bit, name in NAMES.items() if bit & THROTTLE]
+    per_gpu = ", ".join(
+        f"count(*) FILTER (WHERE clocks_event_reasons & {bit} != 0) AS r{i}"
+        for i, (bit, _) in enumerate(bits)
+    )
+    totals = ", ".join(
+        f"coalesce(sum(r{i}), 0) AS n{i}, count(*) FILTER (WHERE r{i} > 0) AS g{i}" for i in range(len(bits))
+    )
+    row = store.query(
+        f"""WITH g AS (SELECT gpu, {per_gpu} FROM gpu_samples
+               WHERE ts_s >= ? AND ts_s < ? AND clocks_event_reasons & {THROTTLE} != 0 GROUP BY gpu)
+           SELECT {totals} FROM g""",
+        [period.start_ts_s, period.end_ts_s],
+    )[0]
+    rows: list[Row] = [
+        {"reason": name, "gpu_s": int(row[f"n{i}"]) * interval_s, "gpus": int(row[f"g{i}"])}
+        for i, (_, name) in enumerate(bits)
     ]
-    rows = store.query(" UNION ALL ".join(parts), [period.start_ts_s, period.end_ts_s])
     return sorted((r for r in rows if r["gpu_s"]), key=lambda r: -float(r["gpu_s"]))
 
 
