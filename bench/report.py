@@ -5,7 +5,12 @@ lanes, collectives, job steps, rack power, a few XIDs and incidents. Then `aiops
 child process. Prints {"gpus", "hours", "gpu_rows", "generate_s", "report_s", "peak_rss_mb"} (targets:
 report_s <= 60, peak_rss_mb <= 1024). Needs several GB of disk at --interval-s 1.
 
-    .venv/bin/python bench/report.py [--nodes 128] [--hours 24] [--interval-s 1] [--dir DIR]
+    .venv/bin/python bench/report.py [--nodes 128] [--hours 24] [--interval-s 1] [--dir DIR] [--reuse]
+
+--reuse keeps the database at DIR/bench.duckdb and uses it when it exists (generate_s then only counts its rows;
+the caller makes sure it was generated with the same --nodes/--hours/--interval-s).
+peak_rss_mb is the report child's own peak (RUSAGE_CHILDREN: the generator runs in this process, and the
+report is the only child).
 """
 
 from __future__ import annotations
@@ -97,11 +102,20 @@ def main() -> None:
     parser.add_argument(
         "--dir", default=None, help="where the database goes (default: a temporary directory)"
     )
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep DIR/bench.duckdb and use it when it exists (needs --dir)"
+    )
     args = parser.parse_args()
+    if args.reuse and not args.dir:
+        parser.error("--reuse needs --dir")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        db = Path(tmp) / "bench.duckdb"
+        db = Path(args.dir) / "bench.duckdb" if args.reuse else Path(tmp) / "bench.duckdb"
         started = time.perf_counter()
-        rows = generate(db, args.nodes, args.hours, args.interval_s)
+        if args.reuse and db.exists():
+            with Store(db, read_only=True) as store:
+                rows = int(store.scalar("SELECT count(*) FROM gpu_samples"))
+        else:
+            rows = generate(db, args.nodes, args.hours, args.interval_s)
         generate_s = time.perf_counter() - started
         end = str(EPOCH_S + args.hours * 3600)
         command = [sys.executable, "-m", "aiops.cli.main", "report", "--db", str(db), "--start", str(EPOCH_S),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,16 +19,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--end", default=None, help="as --start; default now; latest: the newest GPU sample")
     p.add_argument("--out", required=True, help="directory to write report-<end>.{html,md,pdf} into")
     p.add_argument("--format", default="html,md", help="comma-separated: html, md, pdf (default html,md)")
+    p.add_argument(
+        "--memory-limit-mb",
+        type=int,
+        default=None,
+        help="DuckDB memory for the report's queries, spilling to a temporary directory past it (default 512)",
+    )
+    p.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: cores, at most 4)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiops.report.period import parse_period  # here: matplotlib loads only for a report
+    from aiops.report import limits  # here: matplotlib loads only for a report
+    from aiops.report.period import parse_period
     from aiops.report.write import parse_formats, write_report
 
     formats = parse_formats(args.format)
+    memory_mb = limits.check_memory_limit_mb(
+        limits.DEFAULT_MEMORY_LIMIT_MB if args.memory_limit_mb is None else args.memory_limit_mb
+    )
+    threads = limits.check_threads(limits.default_threads() if args.threads is None else args.threads)
     workspace = Workspace(args.db).require()
-    with workspace.read() as store:
+    with tempfile.TemporaryDirectory(prefix="aiops-report-") as spill, workspace.read() as store:
+        limits.apply_report_limits(store, memory_limit_mb=memory_mb, threads=threads, temp_dir=Path(spill))
         latest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
         period = parse_period(
             since=args.since, start=args.start, end=args.end, now_ts_s=time.time(), latest_ts_s=latest

@@ -51,13 +51,15 @@ def build_report(store: Store, period: Period, *, now_ts_s: float | None = None)
         or 0
     )
     found: list[Section | None] = []
+    counters = qh.gpu_counters(store, period)
     if gpu_samples:
+        series = q.gpu_series(store, period)
         found += [
-            sections.summary(store, period, interval_s),
+            sections.summary(store, period, interval_s, series),
             sections_ops.incidents(store, period),
             sections.thermal(store, period, interval_s),
-            sections.power(store, period, interval_s),
-            sections_ops.health(store, period),
+            sections.power(store, period, interval_s, series),
+            sections_ops.health(store, period, counters),
         ]
     else:
         found.append(sections_ops.incidents(store, period) if qh.incidents(store, period) else None)
@@ -71,7 +73,7 @@ def build_report(store: Store, period: Period, *, now_ts_s: float | None = None)
     lost = sum(
         qh.gpu_hours_lost(store, r["opened_ts_s"], r["end_ts_s"], list(r["components"] or [])) for r in rows
     )
-    drain = sum(1 for r in qh.gpu_counters(store, period) if qh.drain_reason(r))
+    drain = sum(1 for r in counters if qh.drain_reason(r))
     report.headline = _headline(
         has_telemetry, len(rows), sum(1 for r in rows if not r["resolved"]), drain, f"{lost:,.2f}"
     )

@@ -36,28 +36,43 @@ def sample_interval_s(store: Store, period: Period) -> float:
 
 
 def fleet_summary(store: Store, period: Period) -> Row:
-    """GPU count, samples, mean utilisation, temperatures, power and the share of samples throttled."""
+    """GPU count, samples, mean utilisation, temperatures, power and the share of samples throttled. One pass
+    grouped by GPU (a few thousand groups), then summed: no DISTINCT over every sample row."""
     rows = store.query(
-        f"""SELECT count(*) AS samples, count(DISTINCT gpu) AS gpus,
-               avg(util_pct) AS util_pct, avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c,
-               avg(power_w) AS power_w,
-               avg(CASE WHEN clocks_event_reasons & {THROTTLE} != 0 THEN 1.0 ELSE 0.0 END) AS throttled_share,
-               count(nvml_error) AS nvml_errors
-           FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?""",
+        f"""WITH g AS (
+               SELECT count(*) AS n, sum(util_pct) AS util_sum, count(util_pct) AS util_n,
+                   sum(temp_c) AS temp_sum, count(temp_c) AS temp_n, max(temp_c) AS max_temp_c,
+                   sum(power_w) AS power_sum, count(power_w) AS power_n,
+                   count(*) FILTER (WHERE clocks_event_reasons & {THROTTLE} != 0) AS throttled,
+                   count(nvml_error) AS nvml_errors
+               FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY gpu)
+           SELECT CAST(coalesce(sum(n), 0) AS BIGINT) AS samples, count(*) AS gpus,
+               sum(util_sum) / nullif(sum(util_n), 0) AS util_pct,
+               sum(temp_sum) / nullif(sum(temp_n), 0) AS temp_c, max(max_temp_c) AS max_temp_c,
+               sum(power_sum) / nullif(sum(power_n), 0) AS power_w,
+               sum(throttled) / sum(n) AS throttled_share,
+               CAST(coalesce(sum(nvml_errors), 0) AS BIGINT) AS nvml_errors
+           FROM g""",
         [period.start_ts_s, period.end_ts_s],
     )
     return rows[0]
 
 
 def gpu_series(store: Store, period: Period) -> list[Row]:
-    """Per time bucket: mean and max temperature, fleet power draw and limit (W), mean utilisation."""
+    """Per time bucket: mean and max temperature, fleet power draw and limit (W), mean utilisation. Grouped by
+    sample time first (the fleet's power at each time), then by bucket: no DISTINCT over every row."""
     size_s = bucket_s(store, period)
     return store.query(
-        """SELECT floor((ts_s - $1) / $3) AS bucket, $1 + (floor((ts_s - $1) / $3) + 0.5) * $3 AS ts_s,
-               avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c, avg(util_pct) AS util_pct,
-               sum(power_w) / count(DISTINCT ts_s) AS power_w,
-               sum(power_limit_w) / count(DISTINCT ts_s) AS power_limit_w
-           FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 GROUP BY 1, 2 ORDER BY 1""",
+        """WITH t AS (
+               SELECT ts_s, sum(temp_c) AS temp_sum, count(temp_c) AS temp_n, max(temp_c) AS max_temp_c,
+                   sum(util_pct) AS util_sum, count(util_pct) AS util_n,
+                   sum(power_w) AS power_w, sum(power_limit_w) AS power_limit_w
+               FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 GROUP BY ts_s)
+           SELECT floor((ts_s - $1) / $3) AS bucket, $1 + (floor((ts_s - $1) / $3) + 0.5) * $3 AS ts_s,
+               sum(temp_sum) / nullif(sum(temp_n), 0) AS temp_c, max(max_temp_c) AS max_temp_c,
+               sum(util_sum) / nullif(sum(util_n), 0) AS util_pct,
+               sum(power_w) / count(*) AS power_w, sum(power_limit_w) / count(*) AS power_limit_w
+           FROM t GROUP BY 1, 2 ORDER BY 1""",
         [period.start_ts_s, period.end_ts_s, size_s],
     )
 
@@ -65,24 +80,39 @@ def gpu_series(store: Store, period: Period) -> list[Row]:
 def gpu_thermal(store: Store, period: Period) -> list[Row]:
     """Per GPU: its node and rack, max temperature, least headroom to the slowdown threshold (°C)."""
     return store.query(
-        """SELECT s.gpu, s.node, coalesce(t.rack, '') AS rack, coalesce(t.idx, 0) AS idx,
-               max(s.temp_c) AS max_temp_c, avg(s.temp_c) AS temp_c,
-               min(s.slowdown_temp_c - s.temp_c) AS min_headroom_c
-           FROM gpu_samples s LEFT JOIN topology t ON t.component = s.gpu
-           WHERE s.ts_s >= ? AND s.ts_s < ? GROUP BY 1, 2, 3, 4 ORDER BY 3, 2, 4""",
+        """WITH s AS (
+               SELECT gpu, node, max(temp_c) AS max_temp_c, sum(temp_c) AS temp_sum, count(temp_c) AS temp_n,
+                   min(slowdown_temp_c - temp_c) AS min_headroom_c
+               FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY gpu, node)
+           SELECT s.gpu, s.node, coalesce(t.rack, '') AS rack, coalesce(t.idx, 0) AS idx,
+               max(s.max_temp_c) AS max_temp_c, sum(s.temp_sum) / nullif(sum(s.temp_n), 0) AS temp_c,
+               min(s.min_headroom_c) AS min_headroom_c
+           FROM s LEFT JOIN topology t ON t.component = s.gpu GROUP BY 1, 2, 3, 4 ORDER BY 3, 2, 4""",
         [period.start_ts_s, period.end_ts_s],
     )
 
 
 def throttle_by_reason(store: Store, period: Period, interval_s: float) -> list[Row]:
-    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched."""
-    parts = [
-        f"SELECT '{name}' AS reason, count(*) * {interval_s!r} AS gpu_s, count(DISTINCT gpu) AS gpus "
-        f"FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 AND clocks_event_reasons & {bit} != 0"
-        for bit, name in NAMES.items()
-        if bit & THROTTLE
+    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched. One
+    pass over the throttled samples grouped by GPU, a FILTER per reason, then summed."""
+    bits = [(bit, name) for bit, name in NAMES.items() if bit & THROTTLE]
+    per_gpu = ", ".join(
+        f"count(*) FILTER (WHERE clocks_event_reasons & {bit} != 0) AS r{i}"
+        for i, (bit, _) in enumerate(bits)
+    )
+    totals = ", ".join(
+        f"coalesce(sum(r{i}), 0) AS n{i}, count(*) FILTER (WHERE r{i} > 0) AS g{i}" for i in range(len(bits))
+    )
+    row = store.query(
+        f"""WITH g AS (SELECT gpu, {per_gpu} FROM gpu_samples
+               WHERE ts_s >= ? AND ts_s < ? AND clocks_event_reasons & {THROTTLE} != 0 GROUP BY gpu)
+           SELECT {totals} FROM g""",
+        [period.start_ts_s, period.end_ts_s],
+    )[0]
+    rows: list[Row] = [
+        {"reason": name, "gpu_s": int(row[f"n{i}"]) * interval_s, "gpus": int(row[f"g{i}"])}
+        for i, (_, name) in enumerate(bits)
     ]
-    rows = store.query(" UNION ALL ".join(parts), [period.start_ts_s, period.end_ts_s])
     return sorted((r for r in rows if r["gpu_s"]), key=lambda r: -float(r["gpu_s"]))
 
 
@@ -97,11 +127,15 @@ def energy_kwh(store: Store, period: Period, interval_s: float) -> float:
 def power_capping(store: Store, period: Period, interval_s: float) -> Row:
     """GPU-seconds at the software power cap, GPUs that drew within 2 % of their limit, DCIM signals."""
     rows = store.query(
-        """SELECT count(*) FILTER (WHERE clocks_event_reasons & 4 != 0) * ? AS capped_gpu_s,
-               count(DISTINCT gpu) FILTER (WHERE power_w >= 0.98 * power_limit_w) AS gpus_at_limit,
-               max(power_w / nullif(power_limit_w, 0)) AS max_draw_share
-           FROM gpu_samples WHERE ts_s >= ? AND ts_s < ?""",
-        [interval_s, period.start_ts_s, period.end_ts_s],
+        """WITH g AS (
+               SELECT count(*) FILTER (WHERE clocks_event_reasons & 4 != 0) AS capped,
+                   bool_or(power_w >= 0.98 * power_limit_w) AS at_limit,
+                   max(power_w / nullif(power_limit_w, 0)) AS max_draw_share
+               FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY gpu)
+           SELECT coalesce(sum(capped), 0) * ? AS capped_gpu_s, count(*) FILTER (WHERE at_limit) AS gpus_at_limit,
+               max(max_draw_share) AS max_draw_share
+           FROM g""",
+        [period.start_ts_s, period.end_ts_s, interval_s],
     )
     signals = store.query(
         "SELECT kind, count(*) AS n FROM dcim_signals WHERE ts_s >= ? AND ts_s < ? GROUP BY 1 ORDER BY 1",
@@ -146,7 +180,8 @@ def gaps(store: Store, period: Period, interval_s: float) -> list[Row]:
 def gpus_missing(store: Store, period: Period) -> list[Row]:
     """GPUs that reported at fewer than 95 % of the fleet's sample times (or answered with an NVML error)."""
     return store.query(
-        """WITH fleet AS (SELECT count(DISTINCT ts_s) AS times FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2)
+        """WITH fleet AS (SELECT count(*) AS times FROM (
+               SELECT ts_s FROM gpu_samples WHERE ts_s >= $1 AND ts_s < $2 GROUP BY ts_s))
            SELECT gpu, count(*) FILTER (WHERE nvml_error IS NULL) AS samples, any_value(fleet.times) AS times,
                count(nvml_error) AS errors
            FROM gpu_samples, fleet WHERE ts_s >= $1 AND ts_s < $2 GROUP BY gpu

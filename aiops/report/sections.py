@@ -28,7 +28,8 @@ def _trend(now: object, before: object, unit: str, fmt: str = ",.1f") -> str:
     )
 
 
-def summary(store: Store, period: Period, interval_s: float) -> Section:
+def summary(store: Store, period: Period, interval_s: float, series: list[q.Row]) -> Section:
+    """series: `queries.gpu_series` of the period (computed once for this section and power's)."""
     now = q.fleet_summary(store, period)
     before = q.fleet_summary(store, period.previous())
     b = before if before["samples"] else {k: None for k in before}
@@ -59,7 +60,6 @@ def summary(store: Store, period: Period, interval_s: float) -> Section:
             rows,
         )
     )  # type: ignore[arg-type]
-    series = q.gpu_series(store, period)
     if len(series) > 1:
         ts = [r["ts_s"] for r in series]
         section.plots.append(
@@ -145,8 +145,8 @@ def thermal(store: Store, period: Period, interval_s: float) -> Section | None:
     return section
 
 
-def power(store: Store, period: Period, interval_s: float) -> Section | None:
-    series = q.gpu_series(store, period)
+def power(store: Store, period: Period, interval_s: float, series: list[q.Row]) -> Section | None:
+    """series: `queries.gpu_series` of the period, as for the summary."""
     if not series:
         return None
     section = Section("power", "Power")

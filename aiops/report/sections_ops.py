@@ -16,9 +16,9 @@ def _int(value: object) -> str:
     return "-" if value is None else f"{int(value):,}"  # type: ignore[call-overload]
 
 
-def health(store: Store, period: Period) -> Section | None:
+def health(store: Store, period: Period, counters: list[q.Row]) -> Section | None:
+    """counters: `queries_health.gpu_counters` of the period (computed once, the headline counts drains)."""
     xids = qh.xids_by_code(store, period)
-    counters = qh.gpu_counters(store, period)
     if not xids and not counters:
         return None
     section = Section("health", "GPU health counters")
