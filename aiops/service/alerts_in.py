@@ -40,7 +40,7 @@ def _check_labels(value: dict[str, str], max_chars: int) -> dict[str, str]:
     if len(value) > MAX_LABELS:
         raise ValueError(f"at most {MAX_LABELS} entries")
     for name, text in value.items():
-        if not _LABEL_NAME.match(name):
+        if not _LABEL_NAME.fullmatch(name):
             raise ValueError("a name is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
         if len(text) > max_chars:
             raise ValueError(f"a value is longer than {max_chars} characters")
@@ -117,7 +117,7 @@ def parse_webhook(body: bytes) -> WebhookPayload:
         return WebhookPayload.model_validate_json(body)
     except ValidationError as exc:
         error = exc.errors(include_input=False, include_url=False)[0]
-        where = ".".join(str(p) for p in error["loc"] if not isinstance(p, str) or _LABEL_NAME.match(p))
+        where = ".".join(str(p) for p in error["loc"] if not isinstance(p, str) or _LABEL_NAME.fullmatch(p))
         raise PayloadError(_short(f"{where or 'body'}: {error['msg']}")) from None
 
 
@@ -130,14 +130,14 @@ def component_of(
     host (`Hostname`, or `instance` without its port) through `hosts` (hostname -> node{n}, from
     `[node.hosts]`), or a host already named node{n}; with a `gpu` label (dcgm-exporter's index), that GPU."""
     component = labels.get("component", "")
-    if _COMPONENT.match(component) and (not known or component in known):
+    if _COMPONENT.fullmatch(component) and (not known or component in known):
         return component
     host = host_of(labels)
-    node = None if host is None else hosts.get(host, host if _NODE.match(host) else None)
+    node = None if host is None else hosts.get(host, host if _NODE.fullmatch(host) else None)
     if node is None or (known and node not in known):
         return None
     gpu = labels.get("gpu", "")
-    if _GPU_INDEX.match(gpu):
+    if _GPU_INDEX.fullmatch(gpu):
         candidate = f"{node}/gpu{int(gpu)}"
         if not known or candidate in known:
             return candidate

@@ -75,6 +75,8 @@ def test_a_v4_body_validates_and_its_times_are_read() -> None:
         (payload(alert(status="pending")), "alerts.0.status"),
         (payload(alert(fingerprint="../../etc")), "alerts.0.fingerprint"),
         (payload({**alert(), "labels": {HOSTILE: "x"}}), "alerts.0.labels"),
+        (payload({**alert(), "labels": {"name\n": "x"}}), "alerts.0.labels"),
+        (payload(alert(fingerprint="ab\n")), "alerts.0.fingerprint"),
         (payload({**alert(), "labels": {"a": "x" * 5000}}), "alerts.0.labels"),
         (payload({**alert(), "startsAt": "2024-01-01T00:00:00"}), "alerts.0.startsAt"),
         (payload({k: v for k, v in alert().items() if k != "fingerprint"}), "alerts.0.fingerprint"),
@@ -108,6 +110,8 @@ def test_labels_name_the_component() -> None:
     assert component_of({"component": HOSTILE, "Hostname": "node1"}, {}) == "node1"  # not a contract name
     assert component_of({"Hostname": "unknown-host", "gpu": "1"}, hosts) is None
     assert component_of({"Hostname": "node1", "gpu": "-1"}, {}) == "node1"
+    assert component_of({"component": "node3\n", "Hostname": "node1", "gpu": "2\n"}, {}) == "node1"
+    assert component_of({"Hostname": "node1\n"}, {}) is None
     known = {"node1", "node1/gpu0"}
     assert component_of({"Hostname": "node1", "gpu": "7"}, {}, known) == "node1"  # no such GPU
     assert component_of({"Hostname": "node9"}, {}, known) is None
