@@ -63,7 +63,8 @@ class AlertInvestigator:
     def run(self, store: Store, now_ts_s: float, to_store_ts_s: Callable[[float], float]) -> list[str]:
         """Handle what the inbox holds (at most `max_per_run` investigations; the rest wait for the next
         flush); `now_ts_s` is the newest sample's time on the store's clock. Returns what was done."""
-        self.waiting.extend(self.inbox.drain())
+        # at most the inbox's limit waits here too: past it the inbox fills and the route answers 503
+        self.waiting.extend(self.inbox.drain(self.inbox.limit - len(self.waiting)))
         done: list[str] = []
         runs = 0
         while self.waiting and runs < self.max_per_run:

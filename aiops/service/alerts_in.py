@@ -176,8 +176,8 @@ class AlertInbox:
             self._items.extend(Received(a, now_ts_s) for a in alerts)
             self.accepted += len(alerts)
 
-    def drain(self) -> list[Received]:
+    def drain(self, max_items: int | None = None) -> list[Received]:
+        """The oldest `max_items` waiting (all by default), taken out."""
         with self._lock:
-            out = list(self._items)
-            self._items.clear()
-        return out
+            count = len(self._items) if max_items is None else max(0, min(max_items, len(self._items)))
+            return [self._items.popleft() for _ in range(count)]

@@ -285,3 +285,25 @@ def test_a_firing_alert_is_investigated_once_and_a_resolved_one_closes_it(simula
         assert (
             store.scalar("SELECT count(*) FROM incidents WHERE incident_id LIKE 'am-%'") == 0
         )  # no duplicate
+
+
+def test_investigations_per_run_are_capped_and_what_waits_keeps_the_inbox_full(simulated: Path) -> None:
+    sent: list[IncidentEvent] = []
+    inbox = AlertInbox(limit=3)
+    investigator = AlertInvestigator(inbox, lambda store, event: sent.append(event), "node0", max_per_run=1)
+    with Store(simulated) as store:
+        start_ts_s = float(store.scalar("SELECT min(ts_s) FROM gpu_samples"))
+        end_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+        alerts = [WebhookAlert.model_validate(alert(fingerprint=f"{n:x}0", starts_ts_s=start_ts_s + 150 + n,
+                                                    Hostname="node1")) for n in range(3)]  # fmt: skip
+        inbox.put(alerts, end_ts_s)
+        assert len(investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)) == 1
+        inbox.put(alerts, end_ts_s)  # 2 wait in the investigator, the inbox holds 3 more
+        assert len(investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)) == 1
+        assert len(investigator.waiting) == 2  # it took one more: never more than the inbox's limit
+        with pytest.raises(InboxFull):
+            inbox.put(alerts[:2], end_ts_s)
+        while investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s):
+            pass
+    assert len(sent) == 3 and investigator.investigated == 3  # the repeats changed nothing
+    assert {e.components for e in sent} == {("node1",)}
