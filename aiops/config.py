@@ -197,6 +197,20 @@ class HttpConfig(_Section):
         return value
 
 
+class AlertmanagerInConfig(_Section):
+    token_file: str = Field(
+        default="",
+        description="bearer token Alertmanager sends to POST /api/alertmanager, read from this file; "
+        "empty: the route is off (404)",
+    )
+    max_investigations: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description="alert investigations run per flush at most (the rest wait)",
+    )
+
+
 class GuardrailsConfig(_Section):
     proposal_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
     allowed_signers: str = Field(
@@ -256,6 +270,7 @@ class Config(_Section):
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    alertmanager_in: AlertmanagerInConfig = Field(default_factory=AlertmanagerInConfig)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     source: str = Field(default="defaults", exclude=True)

@@ -72,6 +72,7 @@ def test_json_body_is_versioned_and_carries_the_incident_and_top_hypothesis() ->
         "component": "node3/gpu5",
         "confidence": 0.91,
         "summary": "node3/gpu5 throttles on temperature",
+        "evidence": [],
     }
     assert json.loads(json.dumps(body)) == body
     assert json_body(event("opened"), "k")["top_hypothesis"] is None

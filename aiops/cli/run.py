@@ -59,6 +59,7 @@ def configured(args: argparse.Namespace) -> Config:
             raise ConfigError(
                 "--node", "node", exc.errors()[0]["msg"].removeprefix("Value error, ")
             ) from None
+    node = node.model_copy(update={"hosts": config.node.hosts})  # alerts name hosts: keep the whole map
     return config.model_copy(update={"store": store, "http": http, "node": node})
 
 
@@ -73,6 +74,24 @@ def token_of(config: Config) -> str:
     return config.http.token
 
 
+def alert_token_of(config: Config) -> str:
+    """`[alertmanager_in] token_file`'s token (never logged); empty, the route off, when the key is unset. A
+    file that cannot be read or holds no token is an error (exit 2), not a route open to anyone."""
+    path = config.alertmanager_in.token_file
+    if not path:
+        return ""
+    key = "alertmanager_in.token_file"
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            config.source, key, f"cannot read: {getattr(exc, 'strerror', None) or type(exc).__name__}"
+        ) from None
+    if not token:
+        raise ConfigError(config.source, key, "the file holds no token")
+    return token
+
+
 def run(args: argparse.Namespace) -> int:
     config = configured(args)
     if not 0 < args.speed <= 1000:
@@ -82,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         policy = load_policy(args.lanes_policy) if args.lanes_policy else None
         sim = SimSetup(load_scenario(args.sim), policy, args.speed)
     logs.setup()
-    service = Service(config, sim=sim, token=token_of(config))
+    service = Service(config, sim=sim, token=token_of(config), alert_token=alert_token_of(config))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()

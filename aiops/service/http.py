@@ -7,7 +7,11 @@
 - `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, else 503;
 - `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`:
   read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
-  without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only.
+  without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only;
+- `POST /api/alertmanager`: Alertmanager's webhook (version 4), with `[alertmanager_in] token_file` set (else
+  404): the bearer token compared in constant time (401), a body of at most 1 MiB (413) that validates (400
+  with a short reason), queued for the service's loop (200; 503 when the inbox is full). Nothing is
+  investigated in the handler.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import hmac
 import ipaddress
 import json
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,10 +31,24 @@ from prometheus_client.registry import CollectorRegistry
 
 from aiops.config import parse_listen
 from aiops.pipeline import stored_diagnoses
+from aiops.service.alerts_in import MAX_BODY_BYTES, AlertInbox, InboxFull, PayloadError, parse_webhook
 from aiops.store import Workspace
 from guardrails.records import GuardrailRecords
 
 Probe = Callable[[], tuple[bool, str]]
+ALERTMANAGER_ROUTE = "/api/alertmanager"
+REQUEST_TIMEOUT_S = 10.0  # a client that sends its body slowly loses its connection, not a thread forever
+
+
+@dataclass(frozen=True)
+class AlertRoute:
+    """`POST /api/alertmanager`: the token Alertmanager must send, and where accepted alerts go."""
+
+    token: str
+    inbox: AlertInbox
+
+    def __repr__(self) -> str:  # never the token
+        return "AlertRoute(token=***)"
 
 
 def _incident_json(d: Any) -> dict[str, Any]:
@@ -82,10 +102,12 @@ class HttpEndpoint:
         ready: Probe,
         token: str = "",
         dcgm: Callable[[], str] | None = None,
+        alerts: AlertRoute | None = None,
     ) -> None:
         self.host, self.port = parse_listen(listen)
         self.registry, self.api, self.healthy, self.ready, self.token = registry, api, healthy, ready, token
         self.dcgm = dcgm
+        self.alerts = alerts
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
 
@@ -94,12 +116,16 @@ class HttpEndpoint:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "aiops"
+            timeout = REQUEST_TIMEOUT_S
 
             def log_message(self, *args: Any) -> None:  # the service logs its own way
                 return
 
             def do_GET(self) -> None:
                 endpoint.handle(self)
+
+            def do_POST(self) -> None:
+                endpoint.handle_post(self)
 
         self.server = ThreadingHTTPServer((self.host, self.port), Handler)
         self.server.daemon_threads = True
@@ -130,6 +156,44 @@ class HttpEndpoint:
         except Exception as exc:  # a bad request never takes the service down
             self._json(req, 500, {"error": type(exc).__name__})
 
+    def handle_post(self, req: BaseHTTPRequestHandler) -> None:
+        path = req.path.split("?", 1)[0]
+        try:
+            if path == ALERTMANAGER_ROUTE and self.alerts is not None:
+                self._alertmanager(req, self.alerts)
+            else:
+                self._json(req, 404, {"error": "not found"}, close=True)
+        except Exception as exc:  # a bad request never takes the service down
+            self._json(req, 500, {"error": type(exc).__name__}, close=True)
+
+    def _alertmanager(self, req: BaseHTTPRequestHandler, route: AlertRoute) -> None:
+        given = req.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {route.token}".encode()):
+            self._json(
+                req, 401, {"error": "a bearer token is needed ([alertmanager_in] token_file)"}, close=True
+            )
+            return
+        length_text = req.headers.get("Content-Length", "")
+        if not length_text.isdigit():
+            self._json(req, 411, {"error": "Content-Length is needed"}, close=True)
+            return
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            self._json(req, 413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}, close=True)
+            return
+        body = req.rfile.read(length)
+        try:
+            payload = parse_webhook(body)
+        except PayloadError as exc:
+            self._json(req, 400, {"error": exc.reason})
+            return
+        try:
+            route.inbox.put(payload.alerts, time.time())
+        except InboxFull:
+            self._json(req, 503, {"error": "busy: too many alerts wait; retry"})
+            return
+        self._json(req, 200, {"accepted": len(payload.alerts)})
+
     def _authorised(self, req: BaseHTTPRequestHandler) -> bool:
         if self.token:
             given = req.headers.get("Authorization", "")
@@ -151,13 +215,18 @@ class HttpEndpoint:
             self._json(req, 404, {"error": "not found"})
 
     @staticmethod
-    def _send(req: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+    def _send(
+        req: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str, close: bool = False
+    ) -> None:
         req.send_response(status)
+        if close:  # a body we did not read must not be parsed as the next request
+            req.send_header("Connection", "close")
+            req.close_connection = True
         req.send_header("Content-Type", content_type)
         req.send_header("Content-Length", str(len(body)))
         req.send_header("X-Content-Type-Options", "nosniff")
         req.end_headers()
         req.wfile.write(body)
 
-    def _json(self, req: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
-        self._send(req, status, json.dumps(payload, default=str).encode(), "application/json")
+    def _json(self, req: BaseHTTPRequestHandler, status: int, payload: Any, close: bool = False) -> None:
+        self._send(req, status, json.dumps(payload, default=str).encode(), "application/json", close)

@@ -18,6 +18,8 @@ from aiops.models import Hypothesis, Incident
 
 EventKind = Literal["opened", "diagnosed", "resolved"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
+EVIDENCE_TITLES = 5
+EVIDENCE_TITLE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class TopHypothesis:
     component: str
     confidence: float
     summary: str
+    evidence: tuple[str, ...] = ()  # the titles (claims) of its first pieces of evidence
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,8 @@ def incident_event(
     top = None
     if hypotheses:
         best = hypotheses[0]
-        top = TopHypothesis(best.root_cause, best.component, float(best.confidence), best.summary)
+        claims = tuple(e.claim[:EVIDENCE_TITLE_CHARS] for e in best.evidence[:EVIDENCE_TITLES])
+        top = TopHypothesis(best.root_cause, best.component, float(best.confidence), best.summary, claims)
     if kind == "resolved" and resolved_ts_s is None:
         resolved_ts_s = incident.last_ts_s
     return IncidentEvent(

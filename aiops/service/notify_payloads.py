@@ -65,6 +65,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "component": top.component,
             "confidence": top.confidence,
             "summary": top.summary,
+            "evidence": list(top.evidence),
         },
     }
 

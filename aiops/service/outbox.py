@@ -13,7 +13,7 @@ from typing import cast
 from aiops.config import NotifyConfig
 from aiops.models import Hypothesis, Incident
 from aiops.service.notify import Notifier, incident_event
-from aiops.service.notify_event import EVENT_KINDS, EventKind
+from aiops.service.notify_event import EVENT_KINDS, EventKind, IncidentEvent
 from aiops.store import Store, Workspace
 
 log = logging.getLogger("aiops.service.notify")
@@ -45,6 +45,11 @@ class Outbox:
         hypotheses = [top] if top is not None else []
         event = incident_event(cast(EventKind, kind), incident, hypotheses, node=self.node, link=link)
         self.queued += self.notifier.enqueue(store, event)
+
+    def enqueue_event(self, store: Store, event: IncidentEvent) -> None:
+        """Queue an event built elsewhere (an alert investigation's) for every webhook, in the caller's write."""
+        if self.enabled:
+            self.queued += self.notifier.enqueue(store, event)
 
     def start(self, workspace: Workspace) -> None:
         if not self.enabled:

@@ -4,7 +4,8 @@ The loop, each tick: step the twin (sim), collect from every source that is due 
 is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s`: ingest the batch in
 one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
-workspace acts on), queue notifications, write the scheduled report when due ([report]); hourly: retention. Around it: the service lock and leases
+workspace acts on), queue notifications, investigate the alerts Alertmanager's webhook brought
+(alert_investigate.py), write the scheduled report when due ([report]); hourly: retention. Around it: the service lock and leases
 (aiops/service/owner.py), the HTTP endpoint (metrics, health, API), notification delivery in its own thread.
 SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
 """
@@ -26,7 +27,9 @@ from aiops.config import Config
 from aiops.datapath.policy import Policy
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario
-from aiops.service.http import Api, HttpEndpoint
+from aiops.service.alert_investigate import AlertInvestigator
+from aiops.service.alerts_in import AlertInbox
+from aiops.service.http import AlertRoute, Api, HttpEndpoint
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
@@ -56,6 +59,7 @@ class Service:
         sim: SimSetup | None = None,
         notify: Notify | None = None,
         token: str = "",
+        alert_token: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -75,6 +79,15 @@ class Service:
                                       lambda: list(self.outbox.notifier.sinks.values()), config.node.name)  # fmt: skip
         self.buffer = RowBuffer()
         self.token = token
+        self.alert_token = alert_token  # [alertmanager_in]: empty, the route is off
+        self.alert_inbox = AlertInbox()
+        self.alerts = AlertInvestigator(
+            self.alert_inbox, self.outbox.enqueue_event, config.node.name,
+            hosts={host: identity.name for host, identity in config.node.hosts.items()},
+            link_base=lambda: self.outbox.link_base, max_per_run=config.alertmanager_in.max_investigations,
+        )  # fmt: skip
+        self.wall_started_ts_s = time.time()
+        self.source_started_ts_s = self.wall_started_ts_s
         self.http: HttpEndpoint | None = None
         self.sources: Sources | None = None
         self.stopping = threading.Event()
@@ -99,9 +112,11 @@ class Service:
                 register_topology(store, self.sources)
             self.live.start(store)
             self.reports.start(store)
+        self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
+            route = AlertRoute(self.alert_token, self.alert_inbox) if self.alert_token else None
             self.http = HttpEndpoint(self.config.http.listen, self.registry, Api(self.workspace),
-                                     self._healthy, self._ready, self.token, self.metrics.dcgm_text)  # fmt: skip
+                                     self._healthy, self._ready, self.token, self.metrics.dcgm_text, route)  # fmt: skip
             self.http.start()
             self.outbox.link_base = f"http://{self.http.host}:{self.http.port}"
         self.outbox.start(self.workspace)
@@ -180,6 +195,7 @@ class Service:
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
+                self._guarded("alerts", lambda: self._investigate_alerts(store))
             self._guarded("retention", lambda: self._retention(store))
             self._guarded("report", lambda: self._report(store))
             self._observe_store(store)
@@ -203,6 +219,18 @@ class Service:
         attached = attach(store, twin=self.sources.twin)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
+
+    def _investigate_alerts(self, store: Store) -> None:
+        assert self.newest_ts_s is not None
+        done = self.alerts.run(store, self.newest_ts_s, self.to_store_ts_s)
+        if done:
+            log.info("alerts", extra={"handled": len(done), "investigated": self.alerts.investigated,
+                                      "resolved": self.alerts.resolved})  # fmt: skip
+
+    def to_store_ts_s(self, wall_ts_s: float) -> float:
+        """A wall-clock time (an alert's startsAt) on the store's clock: the twin's runs `--speed` times faster."""
+        speed = self.sim.speed if self.sim is not None else 1.0
+        return self.source_started_ts_s + (wall_ts_s - self.wall_started_ts_s) * speed
 
     def _guarded(self, what: str, work: Callable[[], None]) -> None:
         """A step of the flush that fails is logged and counted; the service goes on (the data is stored)."""
@@ -249,6 +277,11 @@ class Service:
             "detection_windows", "windows live detection has judged since start", self.live.windows
         )
         self.metrics.gauge("leases", "times the service lent its file to another process", self.owner.leases)
+        if self.alert_token:
+            self.metrics.total("alerts_received_total", "alerts Alertmanager's webhook brought",
+                               self.alert_inbox.accepted)  # fmt: skip
+            self.metrics.total("alert_investigations_total", "firing alerts investigated",
+                               self.alerts.investigated)  # fmt: skip
         if self.outbox.enabled:
             self.metrics.total("notifications_queued_total", "notifications queued (each webhook counts)",
                                self.outbox.queued)  # fmt: skip

@@ -496,6 +496,31 @@ CREATE TABLE IF NOT EXISTS profile_stacks (
 )
 """
 
+# Alertmanager in (aiops/service/alert_investigate.py): one row per alert instance (fingerprint and start) the
+# webhook brought, the investigation the analyst made over its window, and the live incident it links to.
+# Numbered 13: 12 is left to the unique-keys change. Labels are hostile text, stored as JSON.
+M013_ALERT_INVESTIGATIONS = """
+CREATE TABLE IF NOT EXISTS alert_investigations (
+    alert_id VARCHAR NOT NULL,      -- am-<fingerprint>-<startsAt, epoch ms>
+    fingerprint VARCHAR NOT NULL,   -- Alertmanager's (hex)
+    alertname VARCHAR,
+    status VARCHAR NOT NULL,        -- firing | resolved
+    starts_ts_s DOUBLE NOT NULL,    -- the alert's startsAt (wall clock)
+    received_ts_s DOUBLE NOT NULL,
+    resolved_ts_s DOUBLE,
+    component VARCHAR,              -- what its labels name (NULL: none recognised)
+    window_start_ts_s DOUBLE,       -- the analyst's window, on the store's clock
+    window_end_ts_s DOUBLE,
+    incident_id VARCHAR,            -- the live incident it links to, if detection had one
+    root_cause VARCHAR,             -- the top hypothesis (NULL: none)
+    hypothesis_component VARCHAR,
+    confidence DOUBLE,
+    summary VARCHAR,
+    evidence JSON,                  -- the top hypothesis' evidence claims
+    labels JSON NOT NULL
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -508,6 +533,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "service", _sql(M009_SERVICE)),
     Migration(10, "log_events", _sql(M010_LOG_EVENTS)),
     Migration(11, "profiles", _sql(M011_PROFILES)),
+    Migration(13, "alert_investigations", _sql(M013_ALERT_INVESTIGATIONS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
