@@ -2,7 +2,7 @@
 (alerts_in.py). A firing alert not seen before (by fingerprint and start) is investigated: its labels name a
 component, the analyst ranks hypotheses over the window from its start (less the analyst's look-back) to
 now on the store, those about the alert's component first; the live incident detection already has for that
-component is linked, not duplicated; the result is a row of `alert_investigations` (m013) and a notification
+component is linked, not duplicated; the result is a row of `alert_investigations` (m012) and a notification
 to the sinks (`diagnosed`, or `opened` when nothing explains it). A resolved alert closes its row and sends
 `resolved`. Repeats (Alertmanager re-sends a group every group_interval/repeat_interval) change nothing.
 

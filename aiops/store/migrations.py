@@ -498,8 +498,8 @@ CREATE TABLE IF NOT EXISTS profile_stacks (
 
 # Alertmanager in (aiops/service/alert_investigate.py): one row per alert instance (fingerprint and start) the
 # webhook brought, the investigation the analyst made over its window, and the live incident it links to.
-# Numbered 13: 12 is left to the unique-keys change. Labels are hostile text, stored as JSON.
-M013_ALERT_INVESTIGATIONS = """
+# Labels are hostile text, stored as JSON.
+M012_ALERT_INVESTIGATIONS = """
 CREATE TABLE IF NOT EXISTS alert_investigations (
     alert_id VARCHAR NOT NULL,      -- am-<fingerprint>-<startsAt, epoch ms>
     fingerprint VARCHAR NOT NULL,   -- Alertmanager's (hex)
@@ -533,7 +533,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "service", _sql(M009_SERVICE)),
     Migration(10, "log_events", _sql(M010_LOG_EVENTS)),
     Migration(11, "profiles", _sql(M011_PROFILES)),
-    Migration(13, "alert_investigations", _sql(M013_ALERT_INVESTIGATIONS)),
+    Migration(12, "alert_investigations", _sql(M012_ALERT_INVESTIGATIONS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
