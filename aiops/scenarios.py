@@ -1,6 +1,7 @@
 """The scenario file contract (YAML), validated with pydantic; errors name the file, the field and the allowed
-values. A scenario describes the simulated cluster, its jobs, and the faults to inject. Only the simulator and the
-eval harness read `faults` and `expect`; the analyst never does.
+values. A scenario describes the simulated cluster, its jobs, the faults to inject and what the eval expects
+(`expect`: one cause, or a list of causes with optional fault windows). Only the simulator and the eval harness
+read `faults` and `expect`; the analyst never does.
 """
 
 from __future__ import annotations
