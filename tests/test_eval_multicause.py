@@ -284,3 +284,24 @@ def test_eval_json_scores_each_cause_of_a_two_fault_scenario(tmp_path: Path) -> 
     assert all(sum(row.values()) == 1 for row in rows.values())
     for key in ("top1", "top3", "false_positives", "unsafe_actions"):
         assert key in summary
+
+
+def test_human_output_prints_the_confusion_per_expected_label() -> None:
+    from rich.console import Console
+
+    from aiops.cli.evaluate import confusion_table
+
+    console = Console(width=200, record=True, color_system=None)
+    console.print(
+        confusion_table(
+            {
+                "nic_link_flap": {"nic_link_flap": 2, "power_cap_misconfig": 1, MISSED: 1},
+                "thermal_throttle": {"facility_power_cap": 1},
+            }
+        )
+    )
+    rows = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if "│" in line}
+    flap = [cell.strip() for cell in rows["nic_link_flap"].split("│")[1:-1]]
+    assert flap == ["nic_link_flap", "4", "2", "power_cap_misconfig x1", "1"]
+    thermal = [cell.strip() for cell in rows["thermal_throttle"].split("│")[1:-1]]
+    assert thermal == ["thermal_throttle", "1", "0", "facility_power_cap x1", "0"]
