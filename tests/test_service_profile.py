@@ -198,3 +198,34 @@ def test_config_section_validates_labels() -> None:
     assert caught.value.field == "profile.labels" and "thermal_throttle" in str(caught.value)
     with pytest.raises(ConfigError):
         parse_config({"profile": {"duration_s": 0}}, "f.toml")
+
+
+def test_the_service_wires_the_trigger_behind_notifications_and_stores_through_its_owner(
+    tmp_path: Path,
+) -> None:
+    from aiops.service.service import Service
+
+    config = parse_config(
+        {
+            "store": {"path": str(tmp_path / "ws.duckdb")},
+            "profile": {"on_incident": True, "duration_s": 1.0, "out_dir": str(tmp_path / "p")},
+        },
+        "f.toml",
+    )
+    service = Service(config)
+    made, _, profiled = trigger(tmp_path)
+    service.profiles.finder, service.profiles.privilege = made.finder, made.privilege
+    service.profiles.profiler = made.profiler
+    try:
+        with service.owner.store() as store:
+            assert service.responder.notify is not None
+            service.responder.notify(store, "diagnosed", incident(), top())
+            # the notification returned while the flush holds the store: the run waits for it in its thread
+            assert service.profiles.thread is not None and service.profiles.thread.is_alive()
+            assert store.scalar("SELECT count(*) FROM profile_runs") == 0
+        service.profiles.thread.join(timeout=10)
+        with service.owner.store() as store:
+            assert store.scalar("SELECT pid FROM profile_runs") == 42
+        assert service.profiles.runs == 1 and profiled == [666, 42]
+    finally:
+        service.owner.close()
