@@ -1,17 +1,19 @@
 """Scoring of several expected causes per scenario (the list form of `expect`), on the analyst's output alone.
 
 A cause's fault window is its own `start_s`/`end_s` when given, else the window of the fault with the same kind
-and target, else the whole run; the window's end is widened by `DETECT_GRACE_S` so a short fault found just
-after it ended still counts. An incident overlaps the window when [opened, resolved or last seen] meets it.
+and target, else the whole run. The contract (docs/ARCHITECTURE.md) counts a cause among "the incidents opened
+after each cause's fault began": an incident is a candidate for a cause when it opened at or after the start of
+the cause's window. An incident opened earlier (another fault's, into which this one was merged) does not find
+a later cause: the analyst must open an incident for it.
 
-- a cause is *found* (recall@3) when an incident overlapping its window has a hypothesis with the cause's label
-  on the cause's component among its first three;
-- an incident *explains* a cause when it overlaps the cause's window with the cause among its first three; incident precision = incidents explaining some expected
-  cause / incidents opened;
+- a cause is *found* (recall@3) when a candidate incident has a hypothesis with the cause's label on the cause's
+  component among its first three;
+- an incident *explains* a cause when it is a candidate with the cause among its first three; incident
+  precision = incidents explaining some expected cause / incidents opened;
 - the confusion table counts, per expected label, the top-1 label of the incident that found the cause (else
-  of the first incident overlapping its window, the answer the operator saw), or `missed` when no incident
-  overlaps it; a healthy run adds a `healthy` row: `healthy` when no incident opened, else the first incident's
-  top-1 label.
+  of the first candidate incident, the answer the operator saw), or `missed` when no incident opened after the
+  cause began; a healthy run adds a `healthy` row: `healthy` when no incident opened, else the first
+  incident's top-1 label.
 
 Only this module and evals/harness.py read a scenario's `faults` and `expect`.
 """
@@ -60,10 +62,9 @@ def cause_windows(scenario: Scenario, epoch_ts_s: float) -> list[CauseWindow]:
     return out
 
 
-def _overlaps(d: Diagnosis, w: CauseWindow) -> bool:
-    incident = d.incident
-    last_ts_s = incident.resolved_ts_s if incident.resolved_ts_s is not None else incident.last_ts_s
-    return incident.opened_ts_s <= w.end_ts_s and max(last_ts_s, incident.opened_ts_s) >= w.start_ts_s
+def _candidate(d: Diagnosis, w: CauseWindow) -> bool:
+    """The incident opened after the cause's fault began (the contract's rule)."""
+    return d.incident.opened_ts_s >= w.start_ts_s
 
 
 def _rank(d: Diagnosis, w: CauseWindow) -> int | None:
@@ -85,7 +86,7 @@ def score_causes(windows: Sequence[CauseWindow], diagnoses: Sequence[Diagnosis])
     explaining: set[str] = set()
     confusion: list[tuple[str, str]] = []
     for w in windows:
-        overlapping = [d for d in ordered if _overlaps(d, w)]
+        overlapping = [d for d in ordered if _candidate(d, w)]
         ranked = [(d, r) for d in overlapping if (r := _rank(d, w)) is not None]
         explaining.update(d.incident.incident_id for d, _ in ranked)
         hit = ranked[0] if ranked else None
