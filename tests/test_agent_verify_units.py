@@ -87,3 +87,38 @@ def test_parse_bounds_and_refusals() -> None:
     topology = frozenset({"node0/gpu0", "node0"})
     assert refusal(parsed[1], topology) is not None and "is not a label" in str(refusal(parsed[1], topology))
     assert refusal(parsed[2], topology) is None
+
+
+def test_chat_shows_each_model_hypothesis_with_its_status_as_plain_text() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from aiops.agent.session import Reply
+    from aiops.cli.chat import show_reply
+
+    reply = Reply("T", "q", "llm", "a", [], 0.0, [], [], "")
+    reply.llm_hypotheses = [
+        {
+            "root_cause": "gpu_fell_off_bus",
+            "component": "node0/gpu0",
+            "status": "verified",
+            "reason": "3 row(s)",
+        },
+        {
+            "root_cause": "[bold]x[/bold]",
+            "component": "node9/gpu9",
+            "status": "refused",
+            "reason": "not a label",
+        },
+    ]
+    reply.hypotheses = [
+        {"root_cause": "thermal_throttle", "component": "node1/gpu1", "source": "analyst"},
+        {"root_cause": "gpu_fell_off_bus", "component": "node0/gpu0", "source": "llm"},
+    ]
+    out = StringIO()
+    show_reply(Console(file=out, width=200, color_system=None), reply)
+    text = out.getvalue()
+    assert "model hypothesis verified gpu_fell_off_bus on node0/gpu0" in text
+    assert "model hypothesis refused [bold]x[/bold] on node9/gpu9 (not a label)" in text
+    assert "#2 gpu_fell_off_bus on node0/gpu0 (llm)" in text
