@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiops.agent.verify import SUPPORT, LLMHypothesis, mentions, merge, parse_hypotheses, refusal
 from aiops.labels import DIAGNOSIS_LABELS
@@ -122,3 +124,29 @@ def test_chat_shows_each_model_hypothesis_with_its_status_as_plain_text() -> Non
     assert "model hypothesis verified gpu_fell_off_bus on node0/gpu0" in text
     assert "model hypothesis refused [bold]x[/bold] on node9/gpu9 (not a label)" in text
     assert "#2 gpu_fell_off_bus on node0/gpu0 (llm)" in text
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(),
+    st.text(max_size=20),
+)
+_COLUMNS = st.sampled_from(
+    ["xid", "gpu", "node", "temp_c", "slowdown_temp_c", "clocks_event_reasons", "nvml_error", "drops", "ce_marks",
+     "power_limit_w", "power_limit_max_w", "carrier_changes", "link_up", "traffic_class", "lane", "tx_bytes"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(row=st.dictionaries(_COLUMNS, _SCALARS, max_size=8), confidence=_SCALARS)
+def test_hostile_rows_and_confidences_never_raise(row: dict[str, Any], confidence: Any) -> None:
+    for _, check in SUPPORT.values():
+        assert isinstance(check(row), bool)
+    assert isinstance(mentions(row, "node0/gpu0"), bool)
+    [h] = parse_hypotheses(
+        {"hypotheses": [{"root_cause": "x", "component": "y", "confidence": confidence}]}, []
+    )
+    assert 0.0 <= h.confidence <= 1.0
+    assert parse_hypotheses({"hypotheses": [{"confidence": 10**400}]}, [])[0].confidence == 0.0

@@ -243,9 +243,13 @@ def _text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
 
 
 def _confidence(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
-    return round(min(max(float(value), 0.0), 1.0), 3)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        return 0.0
+    return round(min(max(number, 0.0), 1.0), 3) if math.isfinite(number) else 0.0
 
 
 def parse_hypotheses(draft: dict[str, Any], tool_log: list[dict[str, Any]]) -> list[LLMHypothesis]:
