@@ -12,9 +12,13 @@ tool (same limits), returns a row that both
 - supports the label: the row passes the label's check in `SUPPORT` (derived from the analyst's own facts and
   thresholds in aiops/rca), e.g. `gpu_fell_off_bus` needs an XID 79 or an NVML error.
 
-A citation must read a telemetry table, and no column of its select list may be a constant expression (a literal
-with no column in it), nor may it read a VALUES list: `SELECT 1`, `SELECT 'node6/gpu2' AS gpu, 79 AS xid FROM
-gpu_events` verify nothing. (Arithmetic that folds a column away, `xid * 0 + 79`, is not caught by this rule.)
+A citation must read exactly one table, a telemetry one; no column of its select list may be a constant
+expression (a literal with no column in it), nor may it read a VALUES list: `SELECT 1`, `SELECT 'node6/gpu2' AS
+gpu, 79 AS xid FROM gpu_events` verify nothing. Only output columns that pass a stored column on unchanged are
+read: the column itself or one value-keeping aggregate of it (min, max, avg, any_value, ...; sum of a counter),
+named as the column, `max_`/`min_`/`avg_`/`ref_`/`first_` + the column, or one of the analyst's names (`ALIASES`).
+So `xid * 0 + 79 AS xid`, `count(xid) AS xid`, `message AS nvml_error` or `replace(gpu, ...) AS gpu` are ignored,
+and a join cannot pair one GPU's name with another's XID.
 Everything else is `unverified`, shown as such and never merged.
 
 `merge` adds verified hypotheses to the analyst's ranking without ever displacing the analyst's first
@@ -310,15 +314,61 @@ def mentions(row: Row, component: str) -> bool:
     return False
 
 
-def _tables_and_constants(sql: str) -> tuple[set[str], bool]:
-    """(tables the SELECT reads, whether any select-list column is a constant expression)."""
+# Output names a column may take besides its own (the analyst's facts' names); `max_x`, `min_x`, `avg_x`, `ref_x`,
+# `first_x` and `x` itself are always allowed.
+ALIASES = {
+    "limit_w": "power_limit_w", "max_limit_w": "power_limit_max_w", "dbe": "ecc_dbe_total",
+    "width": "pcie_link_width", "max_width": "pcie_link_max_width", "replay": "pcie_replay_total",
+    "reasons": "clocks_event_reasons", "min_flow_lpm": "coolant_flow_lpm", "inlet_c": "inlet_temp_c",
+    "max_inlet_c": "inlet_temp_c", "loader_ms": "loader_wait_ms", "queue_ms": "queue_delay_ms",
+    "nvml_errors": "nvml_error",
+}  # fmt: skip
+VALUE_AGGREGATES = frozenset(
+    {"min", "max", "any_value", "first", "last", "arg_max", "median", "avg", "bit_or"}
+)
+COUNTERS = frozenset(
+    {"drops", "retransmits", "ce_marks", "carrier_changes", "tx_bytes"}
+)  # sum() keeps the kind
+
+
+def _fits(out: str, column: str) -> bool:
+    prefixed = {f"{p}_{column}" for p in ("max", "min", "avg", "ref", "first")}
+    return out == column or out in prefixed or ALIASES.get(out) == column
+
+
+def _passes_on(expr: dict[str, Any]) -> tuple[str | None, bool]:
+    """(the output name, whether the column passes a stored column on unchanged under a name that fits it)."""
+    alias = str(expr.get("alias") or "").casefold()
+    if expr.get("type") == "COLUMN_REF":
+        column = str((expr.get("column_names") or [""])[-1]).casefold()
+        return alias or column, _fits(alias or column, column)
+    args = expr.get("arguments") or [] if expr.get("type") == "FUNCTION" else []
+    inner = args[0].get("expression", {}) if len(args) == 1 and isinstance(args[0], dict) else {}
+    if not alias or inner.get("type") != "COLUMN_REF":
+        return alias or None, False
+    column = str((inner.get("column_names") or [""])[-1]).casefold()
+    function = str(expr.get("function_name", "")).casefold()
+    kept = function in VALUE_AGGREGATES or (function == "sum" and column in COUNTERS)
+    kept = kept or (function == "count" and alias == "nvml_errors" and column == "nvml_error")
+    return alias, kept and _fits(alias, column)
+
+
+@dataclass
+class _Shape:
+    tables: set[str] = field(default_factory=set)
+    constant: bool = False  # a select-list column with a literal and no column, or a VALUES list
+    derived: set[str] = field(default_factory=set)  # output names some SELECT computes rather than passes on
+
+
+def _shape(sql: str) -> _Shape:
+    """What the SELECT reads and which of its output names carry stored values unchanged (every SELECT of
+    the statement, CTEs and subqueries included: a name computed anywhere is not trusted anywhere)."""
     with duckdb.connect() as conn:
         row = conn.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     tree = json.loads(str(row[0])) if row else {"error": True}
     if tree.get("error"):
         raise SQLRejected("not valid SQL")
-    tables: set[str] = set()
-    constant = False
+    shape = _Shape()
 
     def has(node: Any, wanted: str) -> bool:
         if isinstance(node, dict):
@@ -330,15 +380,19 @@ def _tables_and_constants(sql: str) -> tuple[set[str], bool]:
         node = stack.pop()
         if isinstance(node, dict):
             if node.get("type") == "BASE_TABLE":
-                tables.add(str(node.get("table_name", "")).casefold())
-            constant = constant or node.get("type") == "EXPRESSION_LIST"  # VALUES (...): literals as a table
+                shape.tables.add(str(node.get("table_name", "")).casefold())
+            shape.constant = shape.constant or node.get("type") == "EXPRESSION_LIST"  # VALUES (...)
             for column in node.get("select_list") or [] if node.get("type") == "SELECT_NODE" else []:
                 if has(column, "VALUE_CONSTANT") and not has(column, "COLUMN_REF"):
-                    constant = True
+                    shape.constant = True
+                if isinstance(column, dict) and column.get("type") != "STAR":
+                    name, kept = _passes_on(column)
+                    if name and not kept:
+                        shape.derived.add(name)
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return tables, constant
+    return shape
 
 
 def check_claim(claim: LLMClaim, h: LLMHypothesis, sql: ReadOnlySQL) -> LLMClaim:
@@ -351,14 +405,18 @@ def check_claim(claim: LLMClaim, h: LLMHypothesis, sql: ReadOnlySQL) -> LLMClaim
         return unverified("no citation")
     try:
         check_select(claim.sql)
-        tables, constant = _tables_and_constants(claim.sql)
-        if not tables & TELEMETRY_TABLES:
+        shape = _shape(claim.sql)
+        if not shape.tables & TELEMETRY_TABLES:
             return unverified("the citation reads no telemetry table")
-        if constant:
+        if len(shape.tables) > 1:
+            return unverified(f"the citation joins {len(shape.tables)} tables: cite one table's rows")
+        if shape.constant:
             return unverified("the citation selects a constant: a literal is not telemetry")
-        rows: list[Row] = sql.run(claim.sql, claim.params)["rows"]
+        ran: list[Row] = sql.run(claim.sql, claim.params)["rows"]
     except (SQLRejected, duckdb.Error) as exc:
         return unverified(f"citation does not run: {exc}")
+    # only the columns that carry stored values unchanged, under names that fit them, are read
+    rows = [{k: v for k, v in r.items() if k.casefold() not in shape.derived} for r in ran]
     about = [r for r in rows if mentions(r, h.component)]
     if not about:
         return unverified(f"none of the {len(rows)} row(s) mention {h.component}")

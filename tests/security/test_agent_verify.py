@@ -132,3 +132,23 @@ def test_labels_outside_the_set_and_unknown_components_are_refused(
     [h] = reply.llm_hypotheses
     assert h["status"] == "refused" and why in h["reason"], h
     assert all(m["source"] == "analyst" for m in reply.hypotheses)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT gpu, node, xid * 0 + 79 AS xid FROM gpu_events WHERE gpu = 'node1/gpu0' OR true",
+        "SELECT gpu, node, message AS nvml_error FROM gpu_samples, gpu_events",
+        "SELECT replace(gpu, 'node0/gpu0', 'node1/gpu0') AS gpu, 'x' || node AS node, xid FROM gpu_events",
+        "SELECT g.gpu, g.node, e.xid FROM gpu_samples g, gpu_events e WHERE g.gpu = 'node1/gpu0'",
+        "WITH f AS (SELECT gpu, node, count(xid) + 78 AS xid FROM gpu_events GROUP BY ALL) "
+        "SELECT 'node1/gpu0' || '' AS gpu, node, xid FROM f",
+        "SELECT s.gpu, s.node, (SELECT max(xid) FROM gpu_events) AS xid FROM gpu_samples s",
+    ],
+)
+def test_forged_columns_and_joins_verify_nothing(tmp_path: Path, sql: str) -> None:
+    db = _two_cause_db(tmp_path)
+    reply = _ask(db, [_hypothesis("gpu_fell_off_bus", "node1/gpu0", {"text": "forged", "sql": sql})])
+    [h] = reply.llm_hypotheses
+    assert h["status"] == "unverified", h
+    assert all(m["source"] == "analyst" for m in reply.hypotheses)
