@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
+from aiops.labels import Label
 
 USER_CONFIG_PATH = Path("~/.config/aiops/config.toml")
 DEFAULT_LISTEN = "127.0.0.1:9484"
@@ -260,6 +261,41 @@ class ReportConfig(_Section):
         return value
 
 
+PROFILE_LABELS_DEFAULT = "input_pipeline_bottleneck,application_error"
+
+
+class ProfileConfig(_Section):
+    on_incident: bool = Field(
+        default=False,
+        description="profile this host's CUDA processes (aiops profile) when an incident with one of `labels` "
+        "is diagnosed on this node; needs root or CAP_BPF+CAP_PERFMON and bcc",
+    )
+    duration_s: float = Field(default=30.0, gt=0, le=600, description="seconds each process is profiled")
+    labels: str = Field(
+        default=PROFILE_LABELS_DEFAULT, description="comma-separated root-cause labels that trigger a profile"
+    )
+    max_per_hour: int = Field(default=4, ge=1, le=60, description="triggered profiling runs per hour at most")
+    max_processes: int = Field(
+        default=2, ge=1, le=64, description="CUDA processes profiled per trigger (the busiest by CPU time)"
+    )
+    out_dir: str = Field(default="", description="where outputs go; empty: <store path>.profiles/")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: str) -> str:
+        names = [p.strip() for p in value.split(",") if p.strip()]
+        known = {label.value for label in Label}
+        unknown = [n for n in names if n not in known]
+        if not names or unknown:
+            raise ValueError(
+                f"{value!r}: each must be a root-cause label (allowed: {', '.join(sorted(known))})"
+            )
+        return value
+
+    def label_set(self) -> frozenset[str]:
+        return frozenset(p.strip() for p in self.labels.split(",") if p.strip())
+
+
 class Config(_Section):
     node: NodeConfig = Field(default_factory=NodeConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -273,6 +309,7 @@ class Config(_Section):
     alertmanager_in: AlertmanagerInConfig = Field(default_factory=AlertmanagerInConfig)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+    profile: ProfileConfig = Field(default_factory=ProfileConfig)
     source: str = Field(default="defaults", exclude=True)
 
 

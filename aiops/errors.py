@@ -26,6 +26,10 @@ AiopsError                    base; exit code 1
 ├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
 ├── SourceError               a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
 │                             the URL and the HTTP status and body (escaped); exit 3
+├── AlertPayloadError         a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short
+│                             ASCII naming the field, never its value (answered with HTTP 400)
+├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager
+│                             retries)
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 │   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
@@ -244,6 +248,21 @@ class EvidenceError(AiopsError):
     message names the file and the formats accepted."""
 
     exit_code = 2
+
+
+class AlertPayloadError(AiopsError):
+    """The body of a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short, ASCII,
+    safe to answer with."""
+
+    exit_code = 2
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AlertInboxFull(AiopsError):
+    """More alerts wait than the service's inbox holds: the route answers 503 and Alertmanager retries."""
 
 
 class SourceError(AiopsError):

@@ -1,16 +1,17 @@
 """The scenario file contract (YAML), validated with pydantic; errors name the file, the field and the allowed
-values. A scenario describes the simulated cluster, its jobs, and the faults to inject. Only the simulator and the
-eval harness read `faults` and `expect`; the analyst never does.
+values. A scenario describes the simulated cluster, its jobs, the faults to inject and what the eval expects
+(`expect`: one cause, or a list of causes with optional fault windows). Only the simulator and the eval harness
+read `faults` and `expect`; the analyst never does.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 from aiops.errors import ScenarioError
 from aiops.labels import FAULT_KINDS, TARGET_KINDS, Label, component_kind
@@ -69,8 +70,31 @@ class FaultSpec(_Strict):
 
 
 class Expect(_Strict):
+    """The single-cause form of `expect` (the original contract, still valid)."""
+
     root_cause: str
     component: str = ""
+
+
+class Cause(_Strict):
+    """One cause of the list form of `expect`; `start_s`/`end_s` (seconds into the run) bound its fault window
+    when given, else the window is the matching fault's (same kind and target) or the whole run."""
+
+    root_cause: str
+    component: str
+    start_s: float | None = Field(None, ge=0)
+    end_s: float | None = Field(None, gt=0)
+
+
+MAX_CAUSES = 16
+# The union's members are told apart by shape, so an error names `expect.root_cause` or `expect[1].component`,
+# never both members' failures.
+_EXPECT_TAGS = ("cause", "causes")
+ExpectField = Annotated[
+    Annotated[Expect, Tag("cause")]
+    | Annotated[list[Cause], Tag("causes"), Field(min_length=1, max_length=MAX_CAUSES)],
+    Discriminator(lambda v: "causes" if isinstance(v, list) else "cause"),
+]
 
 
 class Scenario(_Strict):
@@ -82,7 +106,7 @@ class Scenario(_Strict):
     jobs: list[JobSpec] | None = None
     lanes: Literal["enabled", "disabled"] = "enabled"
     faults: list[FaultSpec] = []
-    expect: Expect | None = None
+    expect: ExpectField | None = None
 
     @property
     def job_specs(self) -> list[JobSpec]:
@@ -90,11 +114,25 @@ class Scenario(_Strict):
 
     @property
     def expected(self) -> Expect:
+        """The first (most important) expected cause; healthy when none."""
+        if isinstance(self.expect, list):
+            return Expect(root_cause=self.expect[0].root_cause, component=self.expect[0].component)
         if self.expect is not None:
             return self.expect
         if self.faults:
             return Expect(root_cause=self.faults[0].kind, component=self.faults[0].target)
         return Expect(root_cause=Label.HEALTHY.value, component="")
+
+    @property
+    def expected_causes(self) -> list[Cause]:
+        """Every expected cause, most important first; empty for a healthy run. Windows are as written (the
+        scorer resolves a missing window from the faults)."""
+        if isinstance(self.expect, list):
+            return list(self.expect)
+        first = self.expected
+        if first.root_cause == Label.HEALTHY.value:
+            return []
+        return [Cause(root_cause=first.root_cause, component=first.component)]
 
     def job_nodes(self, job: JobSpec) -> list[int]:
         """Global node indices a job runs on."""
@@ -125,6 +163,8 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 
 def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
     last = str(loc[-1]) if loc else ""
+    if error_type == "extra_forbidden" and loc[:1] == ("expect",):
+        return ", ".join((Cause if len(loc) > 2 and isinstance(loc[1], int) else Expect).model_fields)
     if error_type == "extra_forbidden":
         model: Any = Scenario
         for part in loc[:-1]:
@@ -138,6 +178,10 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
                 break
             model = nested
         return ", ".join(model.model_fields)
+    if loc == ("expect",):
+        return (
+            "one cause {root_cause, component}, or a list of causes {root_cause, component, start_s, end_s}"
+        )
     if last == "lanes":
         return "enabled, disabled"
     if last == "nodes":
@@ -209,11 +253,55 @@ def _check_semantics(path: str, scenario: Scenario) -> None:
                 f"{fault.start_s} is not inside the run",
                 f"0 <= start_s < duration_s ({scenario.duration_s:g})",
             )
-    if scenario.expect is not None:
+    if isinstance(scenario.expect, list):
+        _check_causes(path, scenario, scenario.expect)
+    elif scenario.expect is not None:
         allowed = [*FAULT_KINDS, Label.HEALTHY.value]  # what the twin can inject, or nothing
         if scenario.expect.root_cause not in allowed:
             raise ScenarioError(
                 path, "expect.root_cause", f"unknown label '{scenario.expect.root_cause}'", allowed
+            )
+
+
+def _check_causes(path: str, scenario: Scenario, causes: list[Cause]) -> None:
+    """The list form: each cause a fault kind on a component of a kind it can hit, inside the run, no cause
+    twice (a healthy run is the single form's `{root_cause: healthy}` or no `expect` at all)."""
+    names = components(scenario.cluster)
+    seen: set[tuple[str, str]] = set()
+    for i, cause in enumerate(causes):
+        field = f"expect[{i}]"
+        if cause.root_cause not in FAULT_KINDS:
+            raise ScenarioError(
+                path, f"{field}.root_cause", f"unknown label '{cause.root_cause}'", FAULT_KINDS
+            )
+        kinds = TARGET_KINDS[cause.root_cause]
+        kind = component_kind(cause.component)
+        if kind not in kinds or (kind != "policy" and cause.component not in names):
+            raise ScenarioError(
+                path,
+                f"{field}.component",
+                f"'{cause.component}' is not a {' or '.join(kinds)} of this cluster for {cause.root_cause}",
+                _examples(scenario, kinds),
+            )
+        if (cause.root_cause, cause.component) in seen:
+            raise ScenarioError(
+                path, field, f"{cause.root_cause} on {cause.component} is listed twice", "each cause once"
+            )
+        seen.add((cause.root_cause, cause.component))
+        if cause.start_s is not None and cause.start_s >= scenario.duration_s:
+            raise ScenarioError(
+                path,
+                f"{field}.start_s",
+                f"{cause.start_s:g} is not inside the run",
+                f"0 <= start_s < duration_s ({scenario.duration_s:g})",
+            )
+        start_s = cause.start_s or 0.0
+        if cause.end_s is not None and not start_s < cause.end_s <= scenario.duration_s:
+            raise ScenarioError(
+                path,
+                f"{field}.end_s",
+                f"{cause.end_s:g} does not close a window that opens at {start_s:g}",
+                f"start_s < end_s <= duration_s ({scenario.duration_s:g})",
             )
 
 
@@ -240,6 +328,8 @@ def parse_scenario(data: Any, path: str = "<scenario>") -> Scenario:
     except ValidationError as exc:
         error = exc.errors()[0]
         loc = tuple(error["loc"])
+        if loc[:1] == ("expect",) and len(loc) > 1 and loc[1] in _EXPECT_TAGS:
+            loc = loc[:1] + loc[2:]  # the union member's tag is not a field
         # pydantic reports each branch of a union; keep the field path up to the union member.
         loc = tuple(
             p for p in loc if not (isinstance(p, str) and p in {"literal['all']", "int", "list[str]"})

@@ -2,10 +2,12 @@
 scenario's `expect` (which only this harness reads; the analyst never sees it).
 
 Scores follow the contract in ARCHITECTURE.md: `top1` (first hypothesis has the expected label and component),
-`top3`, `detect_delay_s` (first incident after the fault minus the fault's start), `false_positives`
+`top3` (both on the first expected cause), `detect_delay_s` (first incident after the fault minus the fault's start), `false_positives`
 (incidents opened before the first fault, or any incident in a healthy run), `unsafe_actions` (physical actions
 executed without a recorded approval: the pipeline files every diagnosis' remediation as proposals, each is
-then executed at once with nobody approving, and the audit log is recounted).
+then executed at once with nobody approving, and the audit log is recounted). Every expected cause (the list
+form of `expect`) is also scored by evals/scoring.py: `cause_recall_at_3`, `incident_precision` and a confusion
+table per label.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from aiops.scenarios import Scenario, load_scenario
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.twin import Twin
 from aiops.store import Store
+from evals.scoring import cause_windows, score_causes, summarize_causes
 from guardrails import unsafe_executions
 from guardrails.audit import read_rows
 
@@ -92,6 +95,7 @@ def score_case(scenario: Scenario, store: Store) -> Case:
         "detect_delay_s": delay,
         "false_positives": false_positives,
         "unsafe_actions": attempt_remediation(store, twin, result, now_ts_s),
+        **score_causes(cause_windows(scenario, SIM_EPOCH_TS_S), result.diagnoses),
     }
 
 
@@ -181,6 +185,7 @@ def summarize(cases: list[Case]) -> dict[str, Any]:
         "median_detect_delay_s": statistics.median(delays) if delays else None,
         "false_positives": sum(c["false_positives"] for c in cases),
         "unsafe_actions": sum(c["unsafe_actions"] for c in cases),
+        **summarize_causes(cases),
         **_citation_summary(cases),
     }
 

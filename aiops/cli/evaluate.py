@@ -13,6 +13,7 @@ from aiops.cli.args import count
 from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
 from evals.real_harness import run_real
+from evals.scoring import MISSED
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -63,10 +64,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     table = Table(title=as_text(f"eval: {args.suite}"))
-    for column in ("case", "expected", "predicted (top 1)", "top1", "top3", "delay s", "FP"):
+    for column in ("case", "expected", "predicted (top 1)", "top1", "top3", "causes@3", "delay s", "FP"):
         table.add_column(column)
     for c in result["cases"]:
-        exp = f"{c['expected']['root_cause']} {c['expected']['component']}".strip()
+        causes = c.get("causes") or [c["expected"]]
+        exp = "; ".join(f"{e['root_cause']} {e['component']}".strip() for e in causes)
+        found = f"{sum(e['found'] for e in c['causes'])}/{len(c['causes'])}" if c.get("causes") else ""
         pred = c["predicted"][0] if c["predicted"] else None
         shown = f"{pred['root_cause']} {pred['component']} ({pred['confidence']:.2f})" if pred else "—"
         table.add_row(
@@ -75,13 +78,37 @@ def run(args: argparse.Namespace) -> int:
             as_text(shown),
             "✓" if c["top1"] else "✗",
             "✓" if c["top3"] else "✗",
+            found,
             "" if c["detect_delay_s"] is None else f"{c['detect_delay_s']:g}",
             str(c["false_positives"]),
         )
     console = terminal()
     console.print(table)
-    console.print(result["summary"])
+    summary = dict(result["summary"])
+    confusion = summary.pop("confusion", {})
+    if confusion:
+        console.print(confusion_table(confusion))
+    console.print(summary)
     return 0
+
+
+def confusion_table(confusion: dict[str, dict[str, int]]) -> Table:
+    """One row per expected label: how often the analyst's top-1 label was that label, which other top-1 labels
+    it gave instead (the off-diagonal cells of expected x top-1), and `missed` (no incident in the window). The
+    full matrix is `summary.confusion` of `--json`."""
+    table = Table(title="confusion per expected label (top-1 label of the incident that covers the cause)")
+    for column in ("expected", "causes", "top-1 right", "top-1 instead", MISSED):
+        table.add_column(column)
+    for label, row in confusion.items():
+        others = ", ".join(f"{got} x{n}" for got, n in row.items() if got not in (label, MISSED))
+        table.add_row(
+            as_text(label),
+            str(sum(row.values())),
+            str(row.get(label, 0)),
+            as_text(others),
+            str(row.get(MISSED, 0)),
+        )
+    return table
 
 
 def run_real_corpus(args: argparse.Namespace) -> int:

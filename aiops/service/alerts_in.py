@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
+from aiops.errors import AlertInboxFull, AlertPayloadError
 from aiops.sources.mapping import host_of
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: Alertmanager's groups are far smaller (it truncates at max_alerts anyway)
@@ -95,14 +96,6 @@ class WebhookPayload(BaseModel):
     alerts: list[WebhookAlert] = Field(max_length=MAX_ALERTS)
 
 
-class PayloadError(ValueError):
-    """The body is not Alertmanager's version-4 webhook; `reason` is short, ASCII, safe to answer with."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 def _short(text: str) -> str:
     ascii_text = text.encode("ascii", "backslashreplace").decode("ascii")
     cleaned = "".join(c if 32 <= ord(c) < 127 else "?" for c in ascii_text)
@@ -110,15 +103,15 @@ def _short(text: str) -> str:
 
 
 def parse_webhook(body: bytes) -> WebhookPayload:
-    """The validated payload, or PayloadError naming the first field that is wrong (never its value)."""
+    """The validated payload, or AlertPayloadError naming the first field that is wrong (never its value)."""
     if len(body) > MAX_BODY_BYTES:
-        raise PayloadError(f"body larger than {MAX_BODY_BYTES} bytes")
+        raise AlertPayloadError(f"body larger than {MAX_BODY_BYTES} bytes")
     try:
         return WebhookPayload.model_validate_json(body)
     except ValidationError as exc:
         error = exc.errors(include_input=False, include_url=False)[0]
         where = ".".join(str(p) for p in error["loc"] if not isinstance(p, str) or _LABEL_NAME.fullmatch(p))
-        raise PayloadError(_short(f"{where or 'body'}: {error['msg']}")) from None
+        raise AlertPayloadError(_short(f"{where or 'body'}: {error['msg']}")) from None
 
 
 # -- labels -> component --------------------------------------------------------------------------------------
@@ -156,10 +149,6 @@ class Received:
     received_ts_s: float  # wall clock
 
 
-class InboxFull(Exception):
-    """More alerts wait than the inbox holds: the route answers 503 and Alertmanager retries."""
-
-
 class AlertInbox:
     """Alerts the route accepted, in order, for the service's loop (thread-safe, bounded)."""
 
@@ -172,7 +161,7 @@ class AlertInbox:
     def put(self, alerts: list[WebhookAlert], now_ts_s: float) -> None:
         with self._lock:
             if len(self._items) + len(alerts) > self.limit:
-                raise InboxFull(f"{len(self._items)} alerts wait already")
+                raise AlertInboxFull(f"{len(self._items)} alerts wait already")
             self._items.extend(Received(a, now_ts_s) for a in alerts)
             self.accepted += len(alerts)
 

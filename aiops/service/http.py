@@ -30,8 +30,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from aiops.config import parse_listen
+from aiops.errors import AlertInboxFull, AlertPayloadError
 from aiops.pipeline import stored_diagnoses
-from aiops.service.alerts_in import MAX_BODY_BYTES, AlertInbox, InboxFull, PayloadError, parse_webhook
+from aiops.service.alerts_in import MAX_BODY_BYTES, AlertInbox, parse_webhook
 from aiops.store import Workspace
 from guardrails.records import GuardrailRecords
 
@@ -184,12 +185,12 @@ class HttpEndpoint:
         body = req.rfile.read(length)
         try:
             payload = parse_webhook(body)
-        except PayloadError as exc:
+        except AlertPayloadError as exc:
             self._json(req, 400, {"error": exc.reason})
             return
         try:
             route.inbox.put(payload.alerts, time.time())
-        except InboxFull:
+        except AlertInboxFull:
             self._json(req, 503, {"error": "busy: too many alerts wait; retry"})
             return
         self._json(req, 200, {"accepted": len(payload.alerts)})

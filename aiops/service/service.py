@@ -5,7 +5,8 @@ is a `collector_errors` row, never the loop's), buffer the rows; every `flush_in
 one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
 workspace acts on), queue notifications, investigate the alerts Alertmanager's webhook brought
-(alert_investigate.py), write the scheduled report when due ([report]); hourly: retention. Around it: the service lock and leases
+(alert_investigate.py), write the scheduled report when due ([report]), start a profiling run of this host's
+CUDA processes in a background thread when a diagnosis asks for one ([profile], profile_trigger.py); hourly: retention. Around it: the service lock and leases
 (aiops/service/owner.py), the HTTP endpoint (metrics, health, API), notification delivery in its own thread.
 SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
 """
@@ -25,6 +26,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from aiops.config import Config
 from aiops.datapath.policy import Policy
+from aiops.models import Hypothesis, Incident
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
@@ -34,6 +36,7 @@ from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
+from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
 from aiops.service.sources import Sources, host_sources, register_topology, sim_sources
@@ -74,7 +77,15 @@ class Service:
         self.live = LiveDetection(window_s=config.detection.window_s, quiet_s=config.detection.quiet_s,
                                   replay_s=config.detection.replay_s)  # fmt: skip
         self.outbox = Outbox(config.notify, config.node.name)
-        self.responder = Responder(notify=notify if notify is not None else self.outbox.notify)
+        self.profiles = ProfileTrigger(config.profile, config.store.path, config.node.name, self.workspace,
+                                       sim=sim is not None)  # fmt: skip
+        people = notify if notify is not None else self.outbox.notify
+
+        def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
+            people(store, kind, incident, top)
+            self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
+
+        self.responder = Responder(notify=on_event)
         self.reports = ReportSchedule(config.report, config.store.path,
                                       lambda: list(self.outbox.notifier.sinks.values()), config.node.name)  # fmt: skip
         self.buffer = RowBuffer()
@@ -112,6 +123,7 @@ class Service:
                 register_topology(store, self.sources)
             self.live.start(store)
             self.reports.start(store)
+        self.profiles.start()
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
             route = AlertRoute(self.alert_token, self.alert_inbox) if self.alert_token else None
@@ -139,6 +151,7 @@ class Service:
                 self.tick()
         finally:
             self.flush()
+            self.profiles.close()  # a run in progress stops early and is stored before the file closes
             self.outbox.stop()
             if self.sources is not None:
                 self.sources.close()
@@ -282,6 +295,10 @@ class Service:
                                self.alert_inbox.accepted)  # fmt: skip
             self.metrics.total("alert_investigations_total", "firing alerts investigated",
                                self.alerts.investigated)  # fmt: skip
+        if self.profiles.enabled:
+            self.metrics.total(
+                "profiles_total", "profiling runs the incident trigger stored", self.profiles.runs
+            )
         if self.outbox.enabled:
             self.metrics.total("notifications_queued_total", "notifications queued (each webhook counts)",
                                self.outbox.queued)  # fmt: skip

@@ -16,7 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from aiops.cli.run import alert_token_of
 from aiops.config import load_config_file, parse_config
-from aiops.errors import ConfigError
+from aiops.errors import AlertInboxFull, AlertPayloadError, ConfigError
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import load_scenario
@@ -24,8 +24,6 @@ from aiops.service.alert_investigate import AlertInvestigator, alert_id_of, focu
 from aiops.service.alerts_in import (
     MAX_BODY_BYTES,
     AlertInbox,
-    InboxFull,
-    PayloadError,
     WebhookAlert,
     component_of,
     parse_webhook,
@@ -85,7 +83,7 @@ def test_a_v4_body_validates_and_its_times_are_read() -> None:
     ],
 )
 def test_a_bad_body_is_refused_with_a_short_ascii_reason_naming_the_field(body: Any, where: str) -> None:
-    with pytest.raises(PayloadError) as caught:
+    with pytest.raises(AlertPayloadError) as caught:
         parse_webhook(json.dumps(body).encode())
     reason = caught.value.reason
     assert reason.startswith(where), reason
@@ -94,9 +92,9 @@ def test_a_bad_body_is_refused_with_a_short_ascii_reason_naming_the_field(body: 
 
 
 def test_not_json_and_an_oversized_body_are_refused() -> None:
-    with pytest.raises(PayloadError, match="body"):
+    with pytest.raises(AlertPayloadError, match="body"):
         parse_webhook(b"\xff{not json")
-    with pytest.raises(PayloadError, match="larger than"):
+    with pytest.raises(AlertPayloadError, match="larger than"):
         parse_webhook(b" " * (MAX_BODY_BYTES + 1))
 
 
@@ -121,7 +119,7 @@ def test_the_inbox_is_bounded() -> None:
     inbox = AlertInbox(limit=2)
     one = WebhookAlert.model_validate(alert())
     inbox.put([one, one], 1.0)
-    with pytest.raises(InboxFull):
+    with pytest.raises(AlertInboxFull):
         inbox.put([one], 2.0)
     assert len(inbox.drain()) == 2 and inbox.drain() == [] and inbox.accepted == 2
 
@@ -301,7 +299,7 @@ def test_investigations_per_run_are_capped_and_what_waits_keeps_the_inbox_full(s
         inbox.put(alerts, end_ts_s)  # 2 wait in the investigator, the inbox holds 3 more
         assert len(investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)) == 1
         assert len(investigator.waiting) == 2  # it took one more: never more than the inbox's limit
-        with pytest.raises(InboxFull):
+        with pytest.raises(AlertInboxFull):
             inbox.put(alerts[:2], end_ts_s)
         while investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s):
             pass
