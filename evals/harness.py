@@ -139,7 +139,7 @@ def run_file(path: str, with_llm: bool = False) -> Case:
         if with_llm:
             from evals.with_llm import ask_and_rescore
 
-            case = ask_and_rescore(case, db, config, LLM_QUESTION)
+            case = ask_and_rescore(case, db, config, LLM_QUESTION, cause_windows(scenario, SIM_EPOCH_TS_S))
             case["file"] = path
             return case
         case["verified_citation_rate"] = round(citation_rate(db, [LLM_QUESTION], config), 4)

@@ -57,6 +57,7 @@ class Reply:
     note: str = ""
     hypotheses: list[dict[str, Any]] = field(default_factory=list)  # analyst's + verified LLM's, merged
     llm_hypotheses: list[dict[str, Any]] = field(default_factory=list)  # the model's, each with its status
+    incident_id: str | None = None  # the incident the answer is about (`hypotheses` rank its causes)
 
     @classmethod
     def from_state(cls, values: AgentState, waiting: bool, proposals: list[dict[str, Any]]) -> Reply:
@@ -77,6 +78,7 @@ class Reply:
             waiting=waiting,
             hypotheses=list(values.get("hypotheses", [])),
             llm_hypotheses=list(values.get("llm_hypotheses", [])),
+            incident_id=values.get("incident_id"),
         )
 
 

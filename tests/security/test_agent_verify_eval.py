@@ -78,6 +78,10 @@ def test_a_verified_missed_cause_raises_the_eval_score(
     assert merged["llm_hypotheses"] == {"verified": 1} and merged["llm_added"] == 1
     assert merged["top3"] and not merged["top1"]  # added below the analyst's first, never above it
     assert _ranked(merged)[0] == _ranked(alone)[0]
+    assert (alone["cause_recall_at_3"], merged["cause_recall_at_3"]) == (
+        0.0,
+        1.0,
+    )  # evals/scoring.py, same rule
 
 
 @pytest.mark.parametrize(
@@ -94,6 +98,7 @@ def test_a_wrong_or_trivial_citation_changes_nothing(
         merged = run_file(path, with_llm=True)
     assert merged["llm_hypotheses"] == {"unverified": 1} and merged["llm_added"] == 0
     assert (merged["top1"], merged["top3"], _ranked(merged)) == (alone["top1"], alone["top3"], _ranked(alone))
+    assert merged["causes"] == alone["causes"] and merged["confusion"] == alone["confusion"]
 
 
 def test_without_a_model_with_llm_changes_nothing(
