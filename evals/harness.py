@@ -118,10 +118,11 @@ def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: f
 LLM_QUESTION = "What is the root cause of the open incident, and what is the evidence? Cite the telemetry."
 
 
-def run_file(path: str) -> Case:
+def run_file(path: str, with_llm: bool = False) -> Case:
     """Score one scenario. With an LLM configured (AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL, or the config
     file), the agent is also asked about the run and `verified_citation_rate` (verified claims over all
-    claims, after re-running their SQL) joins the case."""
+    claims, after re-running their SQL) joins the case; `with_llm` also scores the ranking with the verified
+    LLM hypotheses merged in (evals/with_llm.py). Without a model `with_llm` changes nothing."""
     scenario = load_scenario(path)
     config = load_config()
     if not config.online:
@@ -135,13 +136,23 @@ def run_file(path: str) -> Case:
         db = Path(tmp) / "run.duckdb"
         with Store(db) as store:
             case = score_case(scenario, store)
+        if with_llm:
+            from evals.with_llm import ask_and_rescore
+
+            case = ask_and_rescore(case, db, config, LLM_QUESTION, cause_windows(scenario, SIM_EPOCH_TS_S))
+            case["file"] = path
+            return case
         case["verified_citation_rate"] = round(citation_rate(db, [LLM_QUESTION], config), 4)
     case["file"] = path
     return case
 
 
 def run_suite(
-    directory: str | Path, *, workers: int | None = None, on_case: Callable[[Case], None] | None = None
+    directory: str | Path,
+    *,
+    workers: int | None = None,
+    on_case: Callable[[Case], None] | None = None,
+    with_llm: bool = False,
 ) -> dict[str, Any]:
     files = suite_files(directory)
     for path in files:  # validate every file before spending minutes on simulation
@@ -150,12 +161,12 @@ def run_suite(
     cases: list[Case] = []
     if workers <= 1:
         for path in files:
-            cases.append(run_file(str(path)))
+            cases.append(run_file(str(path), with_llm))
             if on_case:
                 on_case(cases[-1])
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(run_file, str(path)) for path in files]
+            futures = [pool.submit(run_file, str(path), with_llm) for path in files]
             for future in as_completed(futures):
                 cases.append(future.result())
                 if on_case:

@@ -31,6 +31,7 @@ from aiops.agent.grounding import Citation, Claim, claims_from_evidence, verifie
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
+from aiops.agent.verify import check_hypotheses, merge, parse_hypotheses, topology_components
 from guardrails.actions import Action, parameter_problem
 
 MAX_KIND_CHARS = 64
@@ -54,6 +55,10 @@ class AgentState(TypedDict, total=False):
     answer: str
     claims: list[dict[str, Any]]
     citation_rate: float
+    hypotheses: list[dict[str, Any]]  # the analyst's ranking with the verified LLM hypotheses merged in
+    llm_hypotheses: list[
+        dict[str, Any]
+    ]  # every hypothesis of the model's answer: verified, unverified, refused
     proposals: list[dict[str, Any]]  # what this thread proposed: id, kind, target, parameters, reason, source
     decisions: dict[str, dict[str, Any]]  # a person's decision per proposal id, as the resume carried it
     executions: dict[str, dict[str, Any]]
@@ -196,6 +201,28 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             + model_text
         )
         rate = verified_citation_rate(checked)
+        focused = deps.analyst.get(str(state.get("incident_id") or ""))
+        analyst_ranking = [
+            {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence,
+             "summary": h.summary, "source": "analyst"}
+            for h in (focused.hypotheses if focused else [])
+        ]  # fmt: skip
+        llm_hypotheses = []
+        if draft is not None and not failed and draft.get("hypotheses"):
+            llm_hypotheses = check_hypotheses(
+                parse_hypotheses(draft, state.get("tool_log", [])),
+                topology_components(deps.sql),
+                deps.sql,
+                max_reruns=deps.limits.verify_max_claims,
+            )
+            deps.journal.record(
+                "llm_hypotheses",
+                {
+                    "incident_id": state.get("incident_id"),
+                    "hypotheses": [h.as_dict() for h in llm_hypotheses],
+                },
+                thread_id=state["thread_id"],
+            )
         deps.journal.record(
             "answer",
             {
@@ -211,6 +238,8 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             "answer": text,
             "claims": [c.model_dump() for c in checked],
             "citation_rate": rate,
+            "hypotheses": merge(analyst_ranking, llm_hypotheses),
+            "llm_hypotheses": [h.as_dict() for h in llm_hypotheses],
         }
 
     def status(pid: str) -> str:

@@ -55,6 +55,9 @@ class Reply:
     verifications: dict[str, Any] = field(default_factory=dict)
     waiting: bool = False
     note: str = ""
+    hypotheses: list[dict[str, Any]] = field(default_factory=list)  # analyst's + verified LLM's, merged
+    llm_hypotheses: list[dict[str, Any]] = field(default_factory=list)  # the model's, each with its status
+    incident_id: str | None = None  # the incident the answer is about (`hypotheses` rank its causes)
 
     @classmethod
     def from_state(cls, values: AgentState, waiting: bool, proposals: list[dict[str, Any]]) -> Reply:
@@ -73,6 +76,9 @@ class Reply:
             executions=dict(values.get("executions", {})),
             verifications=dict(values.get("verifications", {})),
             waiting=waiting,
+            hypotheses=list(values.get("hypotheses", [])),
+            llm_hypotheses=list(values.get("llm_hypotheses", [])),
+            incident_id=values.get("incident_id"),
         )
 
 

@@ -183,6 +183,7 @@ def show_reply(console: Console, reply: Reply) -> None:
         )
     if reply.claims:
         console.print(f"  [dim]verified citations: {reply.citation_rate:.0%}[/]")
+    show_llm_hypotheses(console, reply)
     if reply.source == "llm" and reply.analyst_text:
         first = reply.analyst_text.splitlines()[1:2]
         if first:
@@ -201,6 +202,23 @@ def show_reply(console: Console, reply: Reply) -> None:
         show_actions(console, reply.proposals)
         if reply.waiting:
             console.print("[yellow]waiting for a person:[/] /approve ID or /reject ID REASON")
+
+
+def show_llm_hypotheses(console: Console, reply: Reply) -> None:
+    """The model's hypotheses, each marked verified (merged into the ranking), unverified or refused, and why."""
+    style = {"verified": "green", "unverified": "yellow", "refused": "red"}
+    for h in reply.llm_hypotheses:
+        status = str(h.get("status", ""))
+        console.print(
+            f"  [{style.get(status, 'white')}]model hypothesis {markup(status)}[/] "
+            f"{markup(str(h.get('root_cause')))} on {markup(str(h.get('component')))} "
+            f"[dim]({markup(str(h.get('reason', '')))})[/]"
+        )
+    added = [h for h in reply.hypotheses if h.get("source") == "llm"]
+    if added:
+        ranking = ", ".join(f"#{i + 1} {h['root_cause']} on {h['component']} ({h['source']})"
+                            for i, h in enumerate(reply.hypotheses[:5]))  # fmt: skip
+        console.print(f"  [dim]ranking with verified model hypotheses: {markup(ranking)}[/]")
 
 
 def show_why(console: Console, why: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from aiops.agent.config import load_config
 from aiops.cli.args import count
 from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
@@ -25,6 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         metavar="DIR",
         help="score `aiops investigate` on a corpus of real incidents instead (evals/real)",
+    )
+    p.add_argument(
+        "--with-llm",
+        action="store_true",
+        help="with a model configured ([llm] or AIOPS_LLM_*), also score the verified LLM hypotheses merged "
+        "into the analyst's ranking (unverified ones never count); without a model nothing changes",
     )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument(
@@ -48,7 +55,11 @@ def run(args: argparse.Namespace) -> int:
         mark = "ok " if case["top1"] else "MISS"
         err.print(f"[{done[0]}/{total}] {mark} {plain(case['name'])}", highlight=False, markup=False)
 
-    result = run_suite(args.suite, workers=args.workers, on_case=on_case)
+    if args.with_llm and not load_config().online:
+        err.print(
+            "--with-llm: no model configured, the analyst alone is scored", highlight=False, markup=False
+        )
+    result = run_suite(args.suite, workers=args.workers, on_case=on_case, with_llm=args.with_llm)
     if args.json:
         print(json.dumps(result))
         return 0
