@@ -111,7 +111,7 @@ def bounded_int(text: str) -> int | float:
     return int(text) if len(text.lstrip("-")) <= 18 else float(text)
 
 
-def _depth(value: Any, limit: int) -> bool:
+def too_deep(value: Any, limit: int) -> bool:
     """Whether `value` nests deeper than `limit` (iterative: a depth bomb cannot exhaust the stack)."""
     stack = [(value, 0)]
     while stack:
@@ -141,7 +141,7 @@ def parse_arguments(name: str, raw: Any) -> tuple[dict[str, Any], str]:
         return {}, f"tool call {name}: arguments not usable: {_short(str(exc), 120)}"
     if not isinstance(parsed, dict):
         return {}, f"tool call {name}: arguments must be a JSON object, got {type(parsed).__name__}"
-    if _depth(parsed, MAX_ARGUMENTS_DEPTH):
+    if too_deep(parsed, MAX_ARGUMENTS_DEPTH):
         return {}, f"tool call {name}: arguments nest deeper than {MAX_ARGUMENTS_DEPTH} levels"
     return parsed, ""
 

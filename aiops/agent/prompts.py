@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from aiops.agent.llm import bounded_int, too_deep
+
 SYSTEM_PROMPT = """You are the investigating assistant of an AIOps system for GPU training clusters.
 Investigate with the tools (all read-only), then reply with ONE JSON object and no tool call:
 {"answer": "short answer for the operator",
@@ -35,22 +37,6 @@ def first_message(question: str, incidents: list[dict[str, Any]]) -> str:
 MAX_ANSWER_DEPTH = 12
 
 
-def _bounded_int(text: str) -> int | float:
-    """Integers past 18 digits become floats (see aiops.agent.llm.bounded_int): the checkpoint holds 64 bits."""
-    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    stack = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            if level >= limit:
-                return True
-            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return False
-
-
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -66,12 +52,12 @@ def parse_final(content: str) -> dict[str, Any] | None:
             return None
         text = text[start : end + 1]
     try:
-        value = json.loads(text, parse_int=_bounded_int)
+        value = json.loads(text, parse_int=bounded_int)
     except (ValueError, RecursionError):  # not JSON; a number over the digit limit; nesting past the stack
         return None
     if not isinstance(value, dict) or not isinstance(value.get("answer", ""), str):
         return None
-    if _too_deep(value, MAX_ANSWER_DEPTH):
+    if too_deep(value, MAX_ANSWER_DEPTH):
         return None
     for key in ("claims", "hypotheses", "proposals"):
         if not isinstance(value.get(key), list):
