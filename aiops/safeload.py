@@ -104,7 +104,7 @@ def parse_yaml(
         raise error(source, "(file)", f"larger than the limit of {MAX_FILE_BYTES} bytes")
     try:
         _check_yaml_shape(text, source, error, loader)
-        return yaml.load(text, Loader=loader)
+        return yaml.load(text, Loader=loader)  # a yaml.SafeLoader subclass (checked above)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
