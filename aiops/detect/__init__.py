@@ -18,7 +18,7 @@ def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> lis
         return []
     start, end = span
     detector = Detector(store, window_s=window_s)
-    tracker = IncidentTracker()
+    tracker = IncidentTracker(rack_of=racks_of_nodes(store))
     t0 = start - 1e-6
     while t0 < end:
         t1 = min(t0 + window_s, end)
@@ -28,6 +28,12 @@ def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> lis
     if persist:
         save_incidents(store, incidents)
     return incidents
+
+
+def racks_of_nodes(store: Store) -> dict[str, str]:
+    """node → rack from the topology table (empty when the store has no topology)."""
+    rows = store.query("SELECT node, rack FROM topology WHERE kind = 'node' AND rack IS NOT NULL")
+    return {str(r["node"]): str(r["rack"]) for r in rows}
 
 
 def save_incidents(store: Store, incidents: list[Incident], *, replace_all: bool = True) -> None:
@@ -57,4 +63,4 @@ def save_incidents(store: Store, incidents: list[Incident], *, replace_all: bool
     )
 
 
-__all__ = ["detect", "save_incidents"]
+__all__ = ["detect", "racks_of_nodes", "save_incidents"]

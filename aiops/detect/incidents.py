@@ -1,15 +1,23 @@
-"""Merging symptoms into incidents: symptoms of one cause arrive close together (the throttling GPU, the slow
-steps of its job, the collective latency of its peers), so an incident absorbs every symptom that appears while
-it is active and closes after `quiet_s` without one.
+"""Grouping symptoms into incidents. Symptoms of one cause arrive together or along one path of the dependency
+graph (the throttling GPU, the slow steps of its job, the collective latency of its peers), so a new symptom
+joins an open incident when it is on a component causally related to one of that incident's (`aiops.causal`:
+same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks), or when its onset comes
+within `join_s` of the incident's opening (one event seen on several components at once). A symptom on an
+unrelated component with a later onset opens an incident of its own: independent faults are separate
+incidents. A job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put
+with the open incident whose onset came last before it (the most recent change explains it). Each (kind,
+component) stays with the incident it first joined; an incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
 the live service: `feed` returns what changed (`Transition`s: opened, updated, resolved), numbering continues
-from `first_number`, and `resume` puts back an incident that was open when the service stopped."""
+from `first_number`, and `resume` puts back incidents that were open when the service stopped."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from aiops.causal import symptoms_related
 from aiops.detect.rules import INFO, STRONG
 from aiops.models import Incident, Symptom
 
@@ -25,6 +33,9 @@ WEAK_KINDS_TO_OPEN = {
     "gpu_idle_in_job",
     "rack_inlet_hot",
 }
+JOIN_S = 20.0  # onsets this close are one event seen on several components (two 10 s windows)
+
+Key = tuple[str, str]  # (kind, component)
 
 
 @dataclass
@@ -34,6 +45,12 @@ class _Open:
     last_ts_s: float
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
+    keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component) with its first ts
+
+    def add(self, symptoms: list[Symptom]) -> None:
+        self.symptoms.extend(symptoms)
+        for s in symptoms:
+            self.keys.setdefault((s.kind, s.component), s.ts_s)
 
 
 @dataclass(frozen=True)
@@ -43,53 +60,131 @@ class Transition:
 
 
 class IncidentTracker:
-    def __init__(self, *, quiet_s: float = 180.0, first_number: int = 1, keep_closed: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        quiet_s: float = 180.0,
+        first_number: int = 1,
+        keep_closed: bool = True,
+        rack_of: Mapping[str, str] | None = None,
+        join_s: float = JOIN_S,
+    ) -> None:
         self.quiet_s = quiet_s
-        self.current: _Open | None = None
+        self.join_s = join_s
+        self.rack_of: Mapping[str, str] = rack_of or {}  # node → rack; unknown racks merge (the safe error)
+        self.open: list[_Open] = []
         self.closed: list[_Open] = []
         self.next_number = first_number
         self.keep_closed = keep_closed  # a service forgets closed incidents once it has stored them
 
+    @property
+    def current(self) -> _Open | None:
+        """The open incident opened last (None when none is open)."""
+        return self.open[-1] if self.open else None
+
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
-        self.current = _Open(
-            incident.number, incident.opened_ts_s, incident.last_ts_s, list(incident.symptoms)
-        )
+        group = _Open(incident.number, incident.opened_ts_s, incident.last_ts_s)
+        group.add(list(incident.symptoms))
+        self.open.append(group)
+        self.open.sort(key=lambda g: (g.opened_ts_s, g.number))
         self.next_number = max(self.next_number, incident.number + 1)
 
     def feed(self, symptoms: list[Symptom], now_ts_s: float) -> list[Transition]:
         out: list[Transition] = []
-        if self.current is not None and now_ts_s - self.current.last_ts_s > self.quiet_s:
-            self.current.resolved_ts_s = now_ts_s
-            out.append(Transition("resolved", _to_incident(self.current)))
+        for group in [g for g in self.open if now_ts_s - g.last_ts_s > self.quiet_s]:
+            group.resolved_ts_s = now_ts_s
+            out.append(Transition("resolved", _to_incident(group)))
+            self.open.remove(group)
             if self.keep_closed:
-                self.closed.append(self.current)
-            self.current = None
+                self.closed.append(group)
         if not symptoms:
             return out
-        if self.current is None:
-            opening = [s for s in symptoms if s.kind in STRONG or s.kind in WEAK_KINDS_TO_OPEN]
-            if not opening:
-                opening = [s for s in symptoms if s.kind in INFO]
-            if not opening:
-                return out
-            self.current = _Open(
-                self.next_number, opened_ts_s=min(s.ts_s for s in opening), last_ts_s=now_ts_s
-            )
-            self.next_number += 1
-            kind = "opened"
-        else:
-            known = {(s.kind, s.component) for s in self.current.symptoms}
-            kind = "updated" if {(s.kind, s.component) for s in symptoms} - known else ""
-        self.current.symptoms.extend(symptoms)
-        if any(s.kind not in INFO for s in symptoms) or all(s.kind in INFO for s in self.current.symptoms):
-            self.current.last_ts_s = now_ts_s
-        if kind:
-            out.append(Transition(kind, _to_incident(self.current)))
+        known_keys = {g.number: set(g.keys) for g in self.open}
+        placed, opened = self._place(symptoms, now_ts_s)
+        for group in self.open:
+            batch = placed.get(group.number, [])
+            if not batch:
+                continue
+            was = known_keys.get(group.number, set())
+            group.add(batch)
+            if any(s.kind not in INFO for s in batch) or all(s.kind in INFO for s in group.symptoms):
+                group.last_ts_s = now_ts_s
+            if group in opened:
+                out.append(Transition("opened", _to_incident(group)))
+            elif {(s.kind, s.component) for s in batch} - was:
+                out.append(Transition("updated", _to_incident(group)))
         return out
 
+    def _place(
+        self, symptoms: list[Symptom], now_ts_s: float
+    ) -> tuple[dict[int, list[Symptom]], list[_Open]]:
+        """Which open incident each symptom joins (by incident number), and the incidents opened for them."""
+        owner = {key: g for g in self.open for key in g.keys}
+        placed: dict[int, list[Symptom]] = {}
+        fresh_hw: list[Symptom] = []
+        fresh_job: list[Symptom] = []
+        for s in symptoms:
+            known = owner.get((s.kind, s.component))
+            if known is not None:
+                placed.setdefault(known.number, []).append(s)
+            elif s.component.startswith("job:"):
+                fresh_job.append(s)
+            else:
+                fresh_hw.append(s)
+        opened: list[_Open] = []
+        orphans: list[Symptom] = []
+        for s in fresh_hw:
+            home = self._home(s, placed)
+            if home is None:
+                orphans.append(s)
+            else:
+                placed.setdefault(home.number, []).append(s)
+        if orphans:
+            opened.append(self._open_with(orphans, now_ts_s))
+            placed[opened[-1].number] = orphans
+        for s in fresh_job:
+            latest = self.current
+            if latest is None:
+                latest = self._open_with([s], now_ts_s)
+                opened.append(latest)
+            placed.setdefault(latest.number, []).append(s)
+        return placed, opened
+
+    def _home(self, s: Symptom, placed: dict[int, list[Symptom]]) -> _Open | None:
+        """The open incident a new hardware symptom belongs to: one with a symptom on a causally related
+        component, else one with no hardware symptom yet (only job-level ones: a job reaches every rank), else
+        one opened within `join_s` of this onset; None when it is independent of all."""
+        related: list[_Open] = []
+        job_only: list[_Open] = []
+        simultaneous: list[_Open] = []
+        for group in self.open:
+            members = [*group.keys, *((p.kind, p.component) for p in placed.get(group.number, []))]
+            hardware = [(k, c) for k, c in members if not c.startswith("job:")]
+            if any(symptoms_related(s.kind, s.component, k, c, self.rack_of) for k, c in hardware):
+                related.append(group)
+            elif not hardware:
+                job_only.append(group)
+            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s:
+                simultaneous.append(group)
+        for found in (related, job_only, simultaneous):
+            if found:
+                return found[-1]
+        return None
+
+    def _open_with(self, symptoms: list[Symptom], now_ts_s: float) -> _Open:
+        """A new incident for symptoms that no open incident explains (opened at their earliest onset)."""
+        opening = [s for s in symptoms if s.kind in STRONG or s.kind in WEAK_KINDS_TO_OPEN] or symptoms
+        group = _Open(self.next_number, opened_ts_s=min(s.ts_s for s in opening), last_ts_s=now_ts_s)
+        self.next_number += 1
+        self.open.append(group)
+        return group
+
+    def open_incidents(self) -> list[Incident]:
+        return [_to_incident(g) for g in self.open]
+
     def incidents(self) -> list[Incident]:
-        groups = [*self.closed, *([self.current] if self.current else [])]
+        groups = sorted([*self.closed, *self.open], key=lambda g: g.number)
         return [_to_incident(g) for g in groups]
 
 

@@ -7,13 +7,16 @@ explain the incident; a layer's symptom that a lower layer's cause explains is r
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Sequence
 
-from aiops.models import Diagnosis, Hypothesis, Incident
+from aiops.models import Diagnosis, Hypothesis, Incident, Symptom
 from aiops.rca.candidate import Candidate
 from aiops.rca.fabric_scorers import facility, network
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
 from aiops.rca.gpu_scorers import gpu_health, host_stalls, throttling
+from aiops.rca.ranking import rank
 from aiops.store import Store
 
 SCORERS = (gpu_health, throttling, host_stalls, facility, network)
@@ -34,8 +37,12 @@ def incident_window(store: Store, incident: Incident) -> Window:
     )
 
 
-def analyze(store: Store, incident: Incident) -> list[Hypothesis]:
+def analyze(store: Store, incident: Incident, others: Sequence[Incident] | None = None) -> list[Hypothesis]:
+    """Ranked hypotheses for `incident`; `others` are the other incidents of the run (see `ranking`), by
+    default the ones stored (the live service stores its incidents before diagnosing one)."""
     facts = Facts(store, incident_window(store, incident))
+    if others is None:
+        others = stored_incidents(store)
     candidates: list[Candidate] = []
     for scorer in SCORERS:
         candidates.extend(scorer(facts))
@@ -45,7 +52,7 @@ def analyze(store: Store, incident: Incident) -> list[Hypothesis]:
         key = (c.label, c.component)
         if key not in best or c.score > best[key].score:
             best[key] = c
-    ranked = sorted(best.values(), key=lambda c: (-c.score, c.label, c.component))
+    ranked = rank(facts, incident, others, list(best.values()))
     for c in ranked:
         c.evidence = [facts.focus(e, c.component) for e in c.evidence]
     return [
@@ -78,8 +85,28 @@ def _corroborate_stragglers(facts: Facts, candidates: list[Candidate]) -> None:
             )
 
 
+def stored_incidents(store: Store) -> list[Incident]:
+    """The incidents table as models (symptoms are JSON written by `aiops.detect.save_incidents`)."""
+    out = []
+    for r in store.query("SELECT * FROM incidents ORDER BY opened_ts_s, incident_id"):
+        resolved = r.get("resolved_ts_s")
+        out.append(
+            Incident(
+                incident_id=str(r["incident_id"]),
+                opened_ts_s=float(r["opened_ts_s"]),
+                last_ts_s=float(r["last_ts_s"]),
+                title=str(r["title"]),
+                severity=str(r["severity"]),
+                components=list(r["components"]),
+                symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
+                resolved_ts_s=None if resolved is None else float(resolved),
+            )
+        )
+    return out
+
+
 def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
-    return [Diagnosis(incident=i, hypotheses=analyze(store, i)) for i in incidents]
+    return [Diagnosis(incident=i, hypotheses=analyze(store, i, incidents)) for i in incidents]
 
 
 def job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | None:
@@ -95,4 +122,4 @@ def job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | No
     return jobs[0] if jobs else None
 
 
-__all__ = ["analyze", "diagnose", "incident_window", "job_of"]
+__all__ = ["analyze", "diagnose", "incident_window", "job_of", "stored_incidents"]

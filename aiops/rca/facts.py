@@ -158,6 +158,47 @@ class Facts:
             [w.start_s, w.end_s],
         )
 
+    def job_losses(self) -> list[dict[str, Any]]:
+        """GPU-seconds each job lost per 10 s of the window: each step's time over the job's reference
+        median, times the job's GPUs; a job that stopped stepping loses its GPUs for the time since."""
+        w = self.window
+        return self.run(
+            "job_losses",
+            "GPU-seconds lost per job and 10 s: step time over the reference, times the job's GPUs",
+            """WITH ref AS (SELECT job, median(step_time_s) AS ref_step_s FROM job_steps
+                            WHERE ts_s >= ? AND ts_s < ? GROUP BY job),
+                    gpus AS (SELECT job, count(*) AS gpus FROM job_ranks GROUP BY job),
+                    cur AS (SELECT s.job, s.ts_s, s.step_time_s FROM job_steps s WHERE s.ts_s BETWEEN ? AND ?),
+                    slow AS (SELECT cur.job, floor(cur.ts_s / 10) * 10 AS bucket_ts_s,
+                                    sum(greatest(cur.step_time_s - ref.ref_step_s, 0)) * any_value(gpus.gpus)
+                                        AS lost_gpu_s
+                             FROM cur JOIN ref USING (job) JOIN gpus USING (job) GROUP BY ALL),
+                    stall AS (SELECT cur.job, max(cur.ts_s) AS bucket_ts_s,
+                                     greatest(? - max(cur.ts_s) - any_value(ref.ref_step_s), 0)
+                                         * any_value(gpus.gpus) AS lost_gpu_s
+                              FROM cur JOIN ref USING (job) JOIN gpus USING (job) GROUP BY cur.job)
+               SELECT * FROM slow UNION ALL SELECT * FROM stall ORDER BY lost_gpu_s DESC""",
+            [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s, w.end_s],
+        )
+
+    def job_loss(self, nodes: set[str] | None, since_ts_s: float) -> float:
+        """GPU-seconds lost since `since_ts_s` by the jobs with ranks on `nodes` (None: every job)."""
+        if "job_nodes" not in self.cache:
+            self.cache["job_nodes"] = self.store.query("SELECT DISTINCT job, node FROM job_ranks")
+        jobs = {str(r["job"]) for r in self.cache["job_nodes"] if nodes is None or str(r["node"]) in nodes}
+        return sum(
+            float(r["lost_gpu_s"] or 0)
+            for r in self.job_losses()
+            if str(r["job"]) in jobs and float(r["bucket_ts_s"]) >= since_ts_s - 10.0
+        )
+
+    def racks_of_nodes(self) -> dict[str, str]:
+        if "rack_of" not in self.cache:
+            self.cache["rack_of"] = self.store.query(
+                "SELECT node, rack FROM topology WHERE kind = 'node' AND rack IS NOT NULL"
+            )
+        return {str(r["node"]): str(r["rack"]) for r in self.cache["rack_of"]}
+
     # -- facility facts ---------------------------------------------------------------------------------
     def racks(self) -> list[dict[str, Any]]:
         w = self.window

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from aiops.detect import save_incidents
+from aiops.detect import racks_of_nodes, save_incidents
 from aiops.detect.incidents import IncidentTracker, Transition
 from aiops.detect.rules import Detector
 from aiops.pipeline import incident_of
@@ -54,7 +54,10 @@ class LiveDetection:
         """Resume where the last run stopped (or, on a workspace with history and no progress, after it)."""
         numbers = store.scalar("SELECT max(CAST(split_part(incident_id, '-', 2) AS INTEGER)) FROM incidents")
         self.tracker = IncidentTracker(
-            quiet_s=self.quiet_s, first_number=int(numbers or 0) + 1, keep_closed=False
+            quiet_s=self.quiet_s,
+            first_number=int(numbers or 0) + 1,
+            keep_closed=False,
+            rack_of=racks_of_nodes(store),
         )
         span = _span(store)
         progress = _progress(store)
@@ -64,17 +67,14 @@ class LiveDetection:
         resume = progress if progress is not None else span[1]
         self.detector = Detector(store, window_s=self.window_s)
         t0 = max(span[0] - 1e-6, resume - self.replay_s)
-        scratch = IncidentTracker(quiet_s=self.quiet_s)
+        scratch = IncidentTracker(quiet_s=self.quiet_s, rack_of=self.tracker.rack_of)
         while t0 < resume - 1e-9:  # warm the baselines: these windows were judged before
             t1 = min(t0 + self.window_s, resume)
             scratch.feed(self.detector.process(t0, t1), t1)
             t0 = t1
         self.until_ts_s = resume
-        open_rows = store.query(
-            "SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s DESC LIMIT 1"
-        )
-        if open_rows:
-            self.tracker.resume(incident_of(open_rows[0]))
+        for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
+            self.tracker.resume(incident_of(row))  # independent faults: several may be open
 
     def advance(self, store: Store, newest_ts_s: float, first_ts_s: float | None = None) -> list[Transition]:
         """Process every complete window up to `newest_ts_s` (the newest sample stored); store what changed.
@@ -87,6 +87,7 @@ class LiveDetection:
             self.until_ts_s = start - 1e-6
         if self.detector is None:
             self.detector = Detector(store, window_s=self.window_s)
+            self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)
         self.detector.store = store  # the owner may have reopened the file since the last call
         out: list[Transition] = []
         while self.until_ts_s + self.window_s <= newest_ts_s + 1e-9:
@@ -95,8 +96,7 @@ class LiveDetection:
             self.until_ts_s = t1
             self.windows += 1
         changed = {t.incident.incident_id: t.incident for t in out}
-        if self.tracker.current is not None:
-            current = self.tracker.incidents()[-1]
+        for current in self.tracker.open_incidents():
             changed[current.incident_id] = current  # its last_ts_s moves on
         if changed:
             save_incidents(store, list(changed.values()), replace_all=False)

@@ -1,0 +1,111 @@
+"""Ranking the candidates of one incident among the others: by the incident's own symptoms, their onset and the
+jobs' loss.
+
+- **Anchors.** A candidate is *anchored* in an incident when one of the incident's hardware symptoms sits on a
+  component causally related to the candidate's (`aiops.causal`); its *onset* is the earliest such symptom.
+  A candidate anchored only in another incident that overlaps this one in time is that incident's cause seen
+  through a long window: it is lowered here (`FOREIGN_FACTOR`), so a later independent fault does not outrank
+  the fault that opened the incident, and a rack's DCIM cap explains only what lies in that rack.
+- **Onset and impact.** Among anchored candidates, the earliest onset gains `ONSET_BONUS` and the impact on jobs
+  gains up to `IMPACT_BONUS`: GPU-seconds lost by the jobs whose ranks sit under the candidate's component,
+  counted from its onset (`Facts.job_loss`: each step's time over the job's reference, times the job's GPUs,
+  plus a stall's wait). A fault on a node no job uses loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiops.causal import is_everywhere, is_facility, node_of, symptoms_related
+from aiops.models import Incident
+from aiops.rca.candidate import Candidate
+from aiops.rca.facts import Facts
+
+FOREIGN_FACTOR = 0.5
+ONSET_BONUS = 0.03
+IMPACT_BONUS = 0.02
+# Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
+HEAT_AND_POWER = {
+    "thermal_throttle",
+    "power_cap_misconfig",
+    "power_brake",
+    "rack_cooling_failure",
+    "facility_power_cap",
+    "ambient_drift",
+}
+
+
+@dataclass(frozen=True)
+class Anchor:
+    onset_ts_s: float
+    kind: str
+    component: str
+
+
+def anchor(candidate: Candidate, incident: Incident, rack_of: dict[str, str]) -> Anchor | None:
+    """The earliest of the incident's hardware symptoms that the candidate's component can explain."""
+    kind = "gpu_throttle" if candidate.label in HEAT_AND_POWER else candidate.label
+    found = [
+        s
+        for s in incident.symptoms
+        if not s.component.startswith("job:")
+        and symptoms_related(kind, candidate.component, s.kind, s.component, rack_of)
+    ]
+    if not found:
+        return None
+    first = min(found, key=lambda s: s.ts_s)
+    return Anchor(first.ts_s, first.kind, first.component)
+
+
+def rank(
+    facts: Facts, incident: Incident, others: Sequence[Incident], candidates: list[Candidate]
+) -> list[Candidate]:
+    """Adjust scores (foreign causes, onset, impact) and sort, best first."""
+    rack_of = facts.racks_of_nodes()
+    overlapping = [
+        o
+        for o in others
+        if o.incident_id != incident.incident_id
+        and o.opened_ts_s <= facts.window.end_s
+        and o.last_ts_s >= facts.window.start_s
+    ]
+    anchors: dict[int, Anchor] = {}
+    for i, c in enumerate(candidates):
+        own = anchor(c, incident, rack_of)
+        if own is not None:
+            anchors[i] = own
+            continue
+        foreign = next((o for o in overlapping if anchor(c, o, rack_of) is not None), None)
+        if foreign is not None and not is_everywhere(c.component):
+            c.score *= FOREIGN_FACTOR
+            c.summary += f" (its symptoms opened {foreign.incident_id}, not this incident)"
+    strong = {i: a for i, a in anchors.items() if candidates[i].score >= 0.5}
+    if len(strong) >= 2:
+        earliest = min(a.onset_ts_s for a in strong.values())
+        losses = {
+            i: facts.job_loss(_nodes(candidates[i].component, rack_of), a.onset_ts_s)
+            for i, a in strong.items()
+        }
+        top_loss = max(losses.values())
+        for i, a in strong.items():
+            c = candidates[i]
+            if a.onset_ts_s <= earliest:
+                c.score += ONSET_BONUS
+            if top_loss > 0:
+                c.score += IMPACT_BONUS * losses[i] / top_loss
+            c.summary += (
+                f"; onset {a.kind} on {a.component} at +{a.onset_ts_s - incident.opened_ts_s:.0f} s, "
+                f"{losses[i]:.0f} GPU-seconds lost by its jobs since"
+            )
+    return sorted(candidates, key=lambda c: (-c.score, c.label, c.component))
+
+
+def _nodes(component: str, rack_of: dict[str, str]) -> set[str] | None:
+    """The nodes under a component (None: every node)."""
+    if is_everywhere(component):
+        return None
+    if is_facility(component):
+        return {n for n, r in rack_of.items() if r == component}
+    node = node_of(component)
+    return {node} if node is not None else None
