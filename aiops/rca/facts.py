@@ -209,6 +209,7 @@ class Facts:
                             FROM rack_samples WHERE ts_s >= ? AND ts_s < least(?, ? + 60) GROUP BY rack),
                     cur AS (SELECT rack, avg(inlet_temp_c) AS inlet_c, max(inlet_temp_c) AS max_inlet_c,
                                    min(coolant_flow_lpm) AS min_flow_lpm, max(power_cap_kw) AS power_cap_kw,
+                                   min(ts_s) FILTER (WHERE power_cap_kw IS NOT NULL) AS cap_from_ts_s,
                                    avg(power_kw) AS power_kw
                             FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack)
                SELECT cur.*, ref.ref_inlet_c, ref.ref_flow_lpm FROM cur LEFT JOIN ref USING (rack) ORDER BY rack""",

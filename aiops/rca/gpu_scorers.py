@@ -147,7 +147,8 @@ def throttling(facts: Facts) -> list[Candidate]:
                 f"{component} throttles first: {_fmt(row.get('max_temp_c'))} °C against a reference of "
                 f"{_fmt(row.get('ref_temp_c'))} °C"
             )
-        rack_hot = _rack_cooling_signal(racks)
+        rack_of = facts.racks_of_nodes()
+        rack_hot = _rack_cooling_signal(racks, {rack_of.get(str(n), "?") for n in by_node}, bool(rack_of))
         nodes_hot = len(by_node)
         score = 0.86 if thermal else 0.6
         if rack_hot and nodes_hot >= 2:
@@ -204,32 +205,52 @@ def throttling(facts: Facts) -> list[Candidate]:
             lowered.append(gpu)
     power_capped = {str(r["gpu"]) for r in onsets if r["power_cap_samples"]}
     misconfig = [g for g in sorted(set(lowered) | power_capped) if g in lowered]
-    if misconfig:
-        nodes = Counter(changes[g]["node"] for g in misconfig)
-        node, count = nodes.most_common(1)[0]
-        if len(nodes) == 1 and count >= max(2, 0.75 * gpus_per_node.get(str(node), 8)):
-            component = str(node)
-        else:
-            component = min(misconfig, key=lambda g: float(changes[g]["limit_w"]))
-        row = changes[component] if component in changes else changes[misconfig[0]]
-        score = 0.9 if not capped_racks else 0.35
-        if len(nodes) > 2:
-            score = min(score, 0.5)
-        out.append(
-            Candidate(
-                "power_cap_misconfig",
-                component,
-                score,
-                f"power limit of {component} lowered to {_fmt(row['limit_w'])} W "
-                f"(max {_fmt(row['max_limit_w'])} W), SwPowerCap",
-                [
-                    facts.cite("gpu_changes", f"{len(misconfig)} GPUs with a lowered power limit"),
-                    facts.cite("throttle_onsets"),
-                    facts.cite("racks", "no DCIM cap signal", supports=not capped_racks),
-                ],
-            )
+    # A DCIM cap explains a lowered limit only inside the capped rack(s), from the cap's start on: the GPUs
+    # it does not cover are judged on their own.
+    uncovered = [g for g in misconfig if not _covering_caps(facts, racks, capped_racks, g, onsets)]
+    if uncovered:
+        out.append(_misconfig(facts, uncovered, changes, gpus_per_node, []))
+    elif misconfig:
+        covering = sorted(
+            {c for g in misconfig for c in _covering_caps(facts, racks, capped_racks, g, onsets)}
         )
+        out.append(_misconfig(facts, misconfig, changes, gpus_per_node, covering))
     return out
+
+
+def _misconfig(
+    facts: Facts,
+    misconfig: list[str],
+    changes: dict[str, dict[str, Any]],
+    gpus_per_node: Counter[str],
+    covering: list[str],
+) -> Candidate:
+    nodes = Counter(changes[g]["node"] for g in misconfig)
+    node, count = nodes.most_common(1)[0]
+    if len(nodes) == 1 and count >= max(2, 0.75 * gpus_per_node.get(str(node), 8)):
+        component = str(node)
+    else:
+        component = min(misconfig, key=lambda g: float(changes[g]["limit_w"]))
+    row = changes[component] if component in changes else changes[misconfig[0]]
+    score = 0.9 if not covering else 0.35
+    if len(nodes) > 2:
+        score = min(score, 0.5)
+    return Candidate(
+        "power_cap_misconfig",
+        component,
+        score,
+        f"power limit of {component} lowered to {_fmt(row['limit_w'])} W "
+        f"(max {_fmt(row['max_limit_w'])} W), SwPowerCap",
+        [
+            facts.cite("gpu_changes", f"{len(misconfig)} GPUs with a lowered power limit"),
+            facts.cite("throttle_onsets"),
+            facts.cite(
+                "racks",
+                f"DCIM cap on {', '.join(covering)}" if covering else "no DCIM cap over these GPUs",
+                supports=not covering,
+            ),
+        ],
+    )
 
 
 def host_stalls(facts: Facts) -> list[Candidate]:
@@ -276,8 +297,31 @@ def _heated(row: dict[str, Any]) -> float:
     return float(row["temp_c"]) - float(row["ref_temp_c"])
 
 
-def _rack_cooling_signal(racks: dict[str, dict[str, Any]]) -> bool:
-    return any(_rack_abnormal(r) for r in racks.values())
+def _rack_cooling_signal(racks: dict[str, dict[str, Any]], hot_racks: set[str], known: bool) -> bool:
+    """A rack's coolant or inlet is abnormal where the hot GPUs are (any rack when the topology is unknown)."""
+    return any(_rack_abnormal(r) for rack, r in racks.items() if not known or rack in hot_racks)
+
+
+def _covering_caps(
+    facts: Facts,
+    racks: dict[str, dict[str, Any]],
+    capped: set[str],
+    gpu: str,
+    onsets: list[dict[str, Any]],
+) -> list[str]:
+    """The capped racks that hold `gpu` (every one when the topology is unknown) and whose cap began before
+    that GPU throttled (10 s slack)."""
+    rack_of = facts.racks_of_nodes()
+    rack = rack_of.get(gpu.split("/")[0])
+    first = next((float(r["first_ts_s"]) for r in onsets if str(r["gpu"]) == gpu), None)
+    out = []
+    for cap in sorted(capped):
+        began = racks[cap].get("cap_from_ts_s")
+        inside = rack is None or cap == rack
+        in_time = began is None or first is None or float(began) <= first + 10.0
+        if inside and in_time:
+            out.append(cap)
+    return out
 
 
 def _rack_abnormal(r: dict[str, Any]) -> bool:
