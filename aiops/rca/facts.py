@@ -12,6 +12,7 @@ from aiops.store import Store
 
 LOOKBACK_S = 120.0
 MAX_ROWS = 12
+ONSET_S = 60.0  # evidence around a symptom's onset: this long before and after it
 
 
 @dataclass
@@ -192,6 +193,22 @@ class Facts:
             if str(r["job"]) in jobs and float(r["bucket_ts_s"]) >= since_ts_s - 10.0
         )
 
+    def around_onset(self, component: str, onset_ts_s: float) -> Evidence | None:
+        """The component's own telemetry in the `ONSET_S` before and after a symptom's onset (not averaged over
+        the whole incident, where a short fault inside a long incident would vanish); None for components
+        without telemetry of their own (jobs, policies, the fleet)."""
+        table, column, values = _onset_source(component)
+        if table is None:
+            return None
+        sql = f"""SELECT CASE WHEN ts_s < ? THEN 'before' ELSE 'after' END AS phase, ? AS {column},
+                         count(*) AS samples, {values}
+                  FROM {table} WHERE {column} = ? AND ts_s >= ? AND ts_s <= ?
+                  GROUP BY phase ORDER BY phase DESC"""
+        params: list[Any] = [onset_ts_s, component, component, onset_ts_s - ONSET_S, onset_ts_s + ONSET_S]
+        key = f"onset:{component}:{onset_ts_s:.3f}"
+        self.run(key, f"{component} in the {ONSET_S:.0f} s before and after its symptom's onset", sql, params)
+        return self.cite(key)
+
     def racks_of_nodes(self) -> dict[str, str]:
         if "rack_of" not in self.cache:
             self.cache["rack_of"] = self.store.query(
@@ -284,6 +301,32 @@ class Facts:
                WHERE ts_s = (SELECT max(ts_s) FROM lane_rules WHERE ts_s <= ?) ORDER BY rule_id""",
             [self.window.end_s],
         )
+
+
+def _onset_source(component: str) -> tuple[str | None, str, str]:
+    """(table, key column, aggregates) of a component's own telemetry."""
+    if component.startswith("rack") and "/" not in component:
+        return (
+            "rack_samples",
+            "rack",
+            "avg(inlet_temp_c) AS inlet_c, avg(coolant_flow_lpm) AS flow_lpm, avg(power_kw) AS power_kw",
+        )
+    if not component.startswith("node"):
+        return None, "", ""
+    if "/nic" in component:
+        return (
+            "nic_samples",
+            "nic",
+            "sum(carrier_changes) AS carrier_changes, sum(drops) AS drops, sum(retransmits) AS retransmits, "
+            "sum(ce_marks) AS ce_marks, avg(queue_delay_ms) AS queue_ms",
+        )
+    gpu = (
+        "avg(temp_c) AS temp_c, avg(power_w) AS power_w, min(power_limit_w) AS limit_w, avg(util_pct) AS util_pct, "
+        f"avg(sm_clock_mhz) AS sm_clock_mhz, bit_or(coalesce(clocks_event_reasons, 0) & {THROTTLE}) AS throttle, "
+        "count(nvml_error) AS nvml_errors, max(ecc_dbe_total) AS dbe, max(pcie_replay_total) AS pcie_replay, "
+        "max(nvlink_crc_total) AS nvlink_crc"
+    )
+    return "gpu_samples", "gpu" if "/gpu" in component else "node", gpu
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

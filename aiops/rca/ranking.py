@@ -75,6 +75,11 @@ def rank(
         own = anchor(c, incident, rack_of)
         if own is not None:
             anchors[i] = own
+            onset = facts.around_onset(own.component, own.onset_ts_s)
+            if onset is not None:
+                c.evidence.append(
+                    onset.model_copy(update={"claim": f"{own.kind} on {own.component}: {onset.claim}"})
+                )
             continue
         foreign = next((o for o in overlapping if anchor(c, o, rack_of) is not None), None)
         if foreign is not None and not is_everywhere(c.component):
