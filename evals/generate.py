@@ -1,5 +1,8 @@
 """Generate a randomised scenario suite (other seeds, targets, severities, shapes, decoys) to check that the
-analyst generalises beyond the public suite: `python -m evals.generate --out DIR [--count N] [--seed S]`."""
+analyst generalises beyond the public suite: `python -m evals.generate --out DIR [--count N] [--seed S]
+[--two-faults M]`. With `--two-faults M` the suite also holds M cases with two independent faults: other racks,
+onsets at least 100 s apart, the second often a 60-200 s transient inside the first's long incident, with
+checkpoint traffic and idle nodes as decoys (issue 14, item 1)."""
 
 from __future__ import annotations
 
@@ -107,11 +110,89 @@ def _usable(doc: dict[str, Any]) -> bool:
     return target.split("/")[0] not in idle_nodes
 
 
+# Kinds a second, independent fault may have: targets below the fleet, on one rack's side of the cluster.
+# (A lane policy or a fleet-wide condition reaches every node: it cannot be independent of anything.)
+PAIR_KINDS = tuple(
+    k for k in FAULT_KINDS if k not in ("ambient_drift",) and set(TARGET_KINDS[k]) - {"fleet", "policy"}
+)
+STALLING = {
+    "gpu_ecc_error",
+    "gpu_fell_off_bus",
+    "application_error",
+}  # the job stops: its peers see no traffic
+
+
+def _pair_target(rng: random.Random, kind: str, shape: dict[str, int], rack: int, nodes: list[int]) -> str:
+    choice = rng.choice([c for c in TARGET_KINDS[kind] if c not in ("fleet", "policy")])
+    node = rng.choice(nodes)
+    return {
+        "gpu": f"node{node}/gpu{rng.randrange(shape['gpus_per_node'])}",
+        "node": f"node{node}",
+        "nic": f"node{node}/nic{rng.randrange(shape['nics_per_node'])}",
+        "rack": f"rack{rack}",
+    }[choice]
+
+
+def two_fault_scenario(rng: random.Random, index: int) -> dict[str, Any]:
+    """Two independent faults on two racks, the second starting 100 s or more after the first."""
+    shape = dict(rng.choice([s for s in SHAPES if s["racks"] >= 2]))
+    per_rack = shape["nodes_per_rack"]
+    racks = rng.sample(range(shape["racks"]), 2)
+    sides = [[r * per_rack + n for n in range(per_rack)] for r in racks]
+    first_kind, second_kind = rng.choice(PAIR_KINDS), rng.choice(PAIR_KINDS)
+    duration = rng.choice([600, 700, 800])
+    checkpoints = {"checkpoint_every_s": rng.choice([60, 120]), "checkpoint_gb": rng.choice([20, 40])}
+    if (
+        first_kind in STALLING or rng.random() < 0.3
+    ):  # one job per side: a stalled job leaves the other running
+        jobs: list[dict[str, Any]] = [
+            {
+                "name": f"job{i}",
+                "nodes": [f"node{n}" for n in side],
+                "step_compute_s": rng.choice([0.8, 1.0, 1.2]),
+            }
+            for i, side in enumerate(sides)
+        ]
+    else:
+        jobs = [{"name": "train", "nodes": "all", "step_compute_s": rng.choice([0.8, 1.0, 1.5])}]
+    if rng.random() < 0.5:
+        jobs[-1].update(checkpoints)  # decoy: bulk bursts in their own lane
+    first_start = rng.randrange(90, 200)
+    second_start = rng.randrange(first_start + 100, duration - 220)
+    faults = [
+        {
+            "kind": first_kind,
+            "target": _pair_target(rng, first_kind, shape, racks[0], sides[0]),
+            "start_s": first_start,
+            "severity": round(rng.uniform(0.5, 1.0), 2),
+        },
+        {
+            "kind": second_kind,
+            "target": _pair_target(rng, second_kind, shape, racks[1], sides[1]),
+            "start_s": second_start,
+            "severity": round(rng.uniform(0.5, 1.0), 2),
+        },
+    ]
+    if rng.random() < 0.5:
+        faults[1]["duration_s"] = rng.randrange(60, 201)  # a transient inside the first fault's incident
+    return {
+        "name": f"gen-{index:03d}-two-{first_kind}-{second_kind}".replace("_", "-"),
+        "seed": rng.randrange(10_000),
+        "duration_s": duration,
+        "cluster": shape,
+        "jobs": jobs,
+        "lanes": "enabled",
+        "faults": faults,
+        "expect": [{"root_cause": f["kind"], "component": f["target"]} for f in faults],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--count", type=int, default=2, help="scenarios per label")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--two-faults", type=int, default=0, help="two-fault scenarios to add")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     out = Path(args.out)
@@ -127,6 +208,11 @@ def main() -> None:
             (out / f"{doc['name']}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             index += 1
             made += 1
+    for _ in range(args.two_faults):
+        doc = two_fault_scenario(rng, index)
+        parse_scenario(doc)
+        (out / f"{doc['name']}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        index += 1
 
 
 if __name__ == "__main__":

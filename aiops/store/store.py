@@ -56,6 +56,8 @@ class Store:
             if fault is None and isinstance(exc, OSError):
                 raise
             raise fault or SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
+        # no progress bar: DuckDB prints it to stdout, into `--json` output, when a query runs over 2 s
+        self.conn.execute("SET enable_progress_bar = false")
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
         self._newest_ts_s: dict[str, float] = {}
