@@ -85,3 +85,6 @@ def test_demo_and_the_public_eval_from_the_installed_wheel(installed: Path, tmp_
     report = json.loads(_run([str(installed / "aiops"), "eval", "--json", "--workers", "2"], tmp_path, 1200))
     summary = report["summary"]
     assert summary["cases"] >= 48 and summary["top1"] >= 0.98 and summary["unsafe_actions"] == 0, summary
+    # issue 14, item 1: two-fault cases in the public suite, every expected cause found, no false positive
+    assert summary["expected_causes"] >= 44 + 2 * 15 and summary["cause_recall_at_3"] >= 0.95, summary
+    assert summary["false_positives"] == 0, summary
