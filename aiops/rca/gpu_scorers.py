@@ -166,6 +166,29 @@ def throttling(facts: Facts) -> list[Candidate]:
                 ],
             )
         )
+        # Another node whose GPUs throttle for heat in the same window: a cause of its own (two local cooling
+        # faults), judged the same way; the ranking tells which incident each belongs to.
+        main_node = component.split("/")[0]
+        others = Counter(str(r["node"]) for r in thermal if str(r["node"]) != main_node)
+        for other, n_hot in sorted(others.items()):
+            first_gpu = next(str(r["gpu"]) for r in thermal if str(r["node"]) == other)
+            whole = n_hot >= max(2, 0.75 * gpus_per_node.get(other, 8))
+            own_rack_hot = _rack_cooling_signal(racks, {rack_of.get(other, "?")}, bool(rack_of))
+            out.append(
+                Candidate(
+                    "thermal_throttle",
+                    other if whole else first_gpu,
+                    0.35 if own_rack_hot else 0.86,
+                    f"{other}: {n_hot} GPUs throttle for heat"
+                    if whole
+                    else f"{first_gpu} throttles for heat",
+                    [
+                        facts.cite("throttle_onsets"),
+                        facts.cite("gpu_changes"),
+                        facts.cite("racks", "rack coolant and inlet", supports=not own_rack_hot),
+                    ],
+                )
+            )
 
     brake_nodes = Counter(str(r["node"]) for r in onsets if r["brake_samples"])
     for node, count in brake_nodes.items():
@@ -208,7 +231,12 @@ def throttling(facts: Facts) -> list[Candidate]:
     # A DCIM cap explains a lowered limit only inside the capped rack(s), from the cap's start on: the GPUs
     # it does not cover are judged on their own.
     uncovered = [g for g in misconfig if not _covering_caps(facts, racks, capped_racks, g, onsets)]
-    if uncovered:
+    lowered_by_node: dict[str, list[str]] = {}
+    for g in uncovered:
+        lowered_by_node.setdefault(str(changes[g]["node"]), []).append(g)
+    if 1 < len(lowered_by_node) <= 2:  # limits lowered on two nodes: two misconfigurations, a candidate each
+        out.extend(_misconfig(facts, gpus, changes, gpus_per_node, []) for gpus in lowered_by_node.values())
+    elif uncovered:
         out.append(_misconfig(facts, uncovered, changes, gpus_per_node, []))
     elif misconfig:
         covering = sorted(
