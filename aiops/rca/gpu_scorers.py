@@ -128,67 +128,7 @@ def throttling(facts: Facts) -> list[Candidate]:
     gpus_per_node = Counter(str(r["node"]) for r in changes.values())
     out: list[Candidate] = []
 
-    thermal = [r for r in onsets if r["thermal_samples"]]
-    hot = {g for g, r in changes.items() if _heated(r) >= 8.0}
-    thermal_gpus = {str(r["gpu"]) for r in thermal} | hot
-    if thermal_gpus:
-        by_node = Counter(changes[g]["node"] if g in changes else g.split("/")[0] for g in thermal_gpus)
-        node, count = by_node.most_common(1)[0]
-        ordered = [str(r["gpu"]) for r in thermal] or sorted(hot, key=lambda g: -_heated(changes[g]))
-        if count >= max(2, 0.75 * gpus_per_node.get(str(node), 8)) and len(by_node) <= 2:
-            component = str(node)
-            summary = (
-                f"{node}: {count} of {gpus_per_node.get(str(node), count)} GPUs overheating (local cooling)"
-            )
-        else:
-            component = ordered[0]
-            row = changes.get(component, {})
-            summary = (
-                f"{component} throttles first: {_fmt(row.get('max_temp_c'))} °C against a reference of "
-                f"{_fmt(row.get('ref_temp_c'))} °C"
-            )
-        rack_of = facts.racks_of_nodes()
-        rack_hot = _rack_cooling_signal(racks, {rack_of.get(str(n), "?") for n in by_node}, bool(rack_of))
-        nodes_hot = len(by_node)
-        score = 0.86 if thermal else 0.6
-        if rack_hot and nodes_hot >= 2:
-            score = 0.35
-        out.append(
-            Candidate(
-                "thermal_throttle",
-                component,
-                score,
-                summary,
-                [
-                    facts.cite("throttle_onsets"),
-                    facts.cite("gpu_changes"),
-                    facts.cite("racks", "rack coolant and inlet", supports=not rack_hot),
-                ],
-            )
-        )
-        # Another node whose GPUs throttle for heat in the same window: a cause of its own (two local cooling
-        # faults), judged the same way; the ranking tells which incident each belongs to.
-        main_node = component.split("/")[0]
-        others = Counter(str(r["node"]) for r in thermal if str(r["node"]) != main_node)
-        for other, n_hot in sorted(others.items()):
-            first_gpu = next(str(r["gpu"]) for r in thermal if str(r["node"]) == other)
-            whole = n_hot >= max(2, 0.75 * gpus_per_node.get(other, 8))
-            own_rack_hot = _rack_cooling_signal(racks, {rack_of.get(other, "?")}, bool(rack_of))
-            out.append(
-                Candidate(
-                    "thermal_throttle",
-                    other if whole else first_gpu,
-                    0.35 if own_rack_hot else 0.86,
-                    f"{other}: {n_hot} GPUs throttle for heat"
-                    if whole
-                    else f"{first_gpu} throttles for heat",
-                    [
-                        facts.cite("throttle_onsets"),
-                        facts.cite("gpu_changes"),
-                        facts.cite("racks", "rack coolant and inlet", supports=not own_rack_hot),
-                    ],
-                )
-            )
+    out.extend(_thermal(facts, onsets, changes, racks, gpus_per_node))
 
     brake_nodes = Counter(str(r["node"]) for r in onsets if r["brake_samples"])
     for node, count in brake_nodes.items():
@@ -279,6 +219,62 @@ def _misconfig(
             ),
         ],
     )
+
+
+def _thermal(
+    facts: Facts,
+    onsets: list[dict[str, Any]],
+    changes: dict[str, dict[str, Any]],
+    racks: dict[str, dict[str, Any]],
+    gpus_per_node: Counter[str],
+) -> list[Candidate]:
+    """A thermal candidate per node whose GPUs throttle for heat: the node when most of its GPUs do (local
+    cooling), else its first GPU to throttle; lowered where its own rack's coolant or inlet is abnormal and
+    several of that rack's nodes heat (the rack's cause). Without any thermal throttling, the hottest GPU."""
+    rack_of = facts.racks_of_nodes()
+    known = bool(rack_of)
+    thermal = [str(r["gpu"]) for r in onsets if r["thermal_samples"]]
+    hot = sorted((g for g, r in changes.items() if _heated(r) >= 8.0), key=lambda g: -_heated(changes[g]))
+    node_of = {g: str(changes[g]["node"]) if g in changes else g.split("/")[0] for g in {*thermal, *hot}}
+    heating = Counter(rack_of.get(n, "?") for n in set(node_of.values()))
+    groups: dict[str, list[str]] = {}
+    for g in [*thermal, *hot]:
+        members = groups.setdefault(node_of[g], [])
+        if g not in members:
+            members.append(g)
+    nodes = list(dict.fromkeys(node_of[g] for g in thermal))  # in order of first throttle
+    if not thermal and hot:
+        nodes = [node_of[hot[0]]]
+    out = []
+    for node in nodes:
+        gpus = groups[node] if thermal else [hot[0]]
+        whole = len(gpus) >= max(2, 0.75 * gpus_per_node.get(node, 8))
+        component = node if whole else gpus[0]
+        rack = rack_of.get(node, "?")
+        rack_hot = _rack_cooling_signal(racks, {rack}, known)
+        several = (heating[rack] if known else sum(heating.values())) >= 2
+        score = 0.35 if (rack_hot and several) else (0.86 if thermal else 0.6)
+        row = changes.get(component, {})
+        summary = (
+            f"{node}: {len(gpus)} of {gpus_per_node.get(node, len(gpus))} GPUs overheating (local cooling)"
+            if whole
+            else f"{component} throttles first: {_fmt(row.get('max_temp_c'))} °C against a reference of "
+            f"{_fmt(row.get('ref_temp_c'))} °C"
+        )
+        out.append(
+            Candidate(
+                "thermal_throttle",
+                component,
+                score,
+                summary,
+                [
+                    facts.cite("throttle_onsets"),
+                    facts.cite("gpu_changes"),
+                    facts.cite("racks", "rack coolant and inlet", supports=not rack_hot),
+                ],
+            )
+        )
+    return out
 
 
 def host_stalls(facts: Facts) -> list[Candidate]:
