@@ -42,7 +42,7 @@ class AgentState(TypedDict, total=False):
     thread_id: str
     question: str
     asked_by: str
-    intent: str  # analyst | free_form
+    intent: str  # analyst | free_form | component | window | none
     incident_id: str | None
     analyst_text: str
     analyst_claims: list[dict[str, Any]]
@@ -142,7 +142,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             thread_id=state["thread_id"],
         )
         return {
-            "intent": "free_form" if answer.free_form else "analyst",
+            # component, window and none answers file nothing: they list the actions pending on what they read
+            "intent": "free_form"
+            if answer.free_form
+            else ("analyst" if answer.kind == "incident" else answer.kind),
             "incident_id": answer.incident_id,
             "analyst_text": answer.text,
             "analyst_claims": [c.model_dump() for c in claims_from_evidence(answer.evidence)],

@@ -100,6 +100,7 @@ class AgentSession:
         with workspace.read() as store:
             self.analyst = Analyst.from_store(store)
             self.twin = Twin.load(store)
+        self.analyst.read = workspace.read  # component and time questions read stored rows
         self.sql = ReadOnlySQL(workspace, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s,
                                max_bytes=limits.sql_max_bytes)  # fmt: skip
         self.journal = WorkspaceJournal(workspace, max_record_bytes=limits.record_max_bytes)
