@@ -297,7 +297,8 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 reason=p["reason"], evidence=evidence[:12], proposed_by=proposed_by, created_ts_s=deps.clock(),
             )  # fmt: skip
             verdict = deps.guard.propose(action, state.get("incident_id"))
-            p = {**p, "proposal_id": verdict.proposal_id}  # the open proposal of the same action, if any
+            # the open proposal of the same action, if any: it stands for this one, and the reply says so
+            p = {**p, "proposal_id": verdict.proposal_id, "existing": verdict.existing}
             deps.journal.record(
                 "proposal",
                 {**p, "allowed": verdict.allowed, "reasons": verdict.reasons, "existing": verdict.existing},
