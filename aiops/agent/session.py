@@ -219,7 +219,15 @@ class AgentSession:
             raise AiopsError(f"no proposal {proposal_id[:80]} (see /actions)")
         decision = approve_now(self.workspace, proposal_id, by, twin=self.twin, clock=self.clock)
         outcome = decision.outcome
-        note = decision.note if outcome is None else f"{outcome.status}: {outcome.message}"
+        note = (
+            decision.note
+            if outcome is None
+            else (
+                outcome.status
+                if outcome.message in ("", outcome.status)
+                else f"{outcome.status}: {outcome.message}"
+            )
+        )
         reply = Reply("", "", "analyst", "", [], 0.0, [], [self._describe(proposal_id, {})], "", note=note)
         if outcome is not None and outcome.ran:
             reply.executions = {proposal_id: {"ok": True, "result": {"result": outcome.result}}}

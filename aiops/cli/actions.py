@@ -82,9 +82,7 @@ def run_list(args: argparse.Namespace) -> int:
         console.print("no proposals")
         return 0
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns: nothing cut, long cells fold
-    table.add_column(
-        "id", no_wrap=True, min_width=10
-    )  # the id to approve must stay whole, whatever the width
+    table.add_column("id", no_wrap=True)  # the id to approve must stay whole, whatever the width
     for column in ("status", "kind", "target", "risk", "approvals"):
         table.add_column(column, overflow="fold")
     for r in records:

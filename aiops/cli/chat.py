@@ -149,9 +149,9 @@ def show_incidents(console: Console, session: AgentSession) -> None:
     if not rows:
         console.print("[green]No incident: the cluster looks healthy.[/]")
         return
-    table = Table(title="incidents", box=box.SIMPLE_HEAD)
+    table = Table(title="incidents", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", no_wrap=True)  # the id to ask /why about stays whole, whatever the width
-    table.add_column("opened", no_wrap=True)
+    table.add_column("opened", overflow="fold")
     for column in ("severity", "title", "top hypothesis"):
         table.add_column(column, overflow="fold")
     for r in rows:
@@ -172,7 +172,7 @@ def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
         console.print("No proposals yet.")
         return
     table = Table(title="proposed actions")
-    table.add_column("id", no_wrap=True, min_width=10)
+    table.add_column("id", no_wrap=True)
     for column in ("status", "action", "target", "risk", "approvals"):
         table.add_column(column, overflow="fold")
     for a in actions:

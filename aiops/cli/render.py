@@ -76,8 +76,10 @@ def render(console: Console, store: Store, result: RunResult) -> None:
         console.print("[green]No incident: the cluster looks healthy.[/]")
         return
     timeline = Table(title="incident timeline", show_lines=False)
-    for column in ("id", "opened", "severity", "title", "symptoms"):
-        timeline.add_column(column)
+    timeline.add_column("id", no_wrap=True)
+    timeline.add_column("opened", overflow="fold")
+    for column in ("severity", "title", "symptoms"):
+        timeline.add_column(column, overflow="fold")  # folded, never cut: times and names stay whole
     for d in result.diagnoses:
         kinds = sorted({s.kind for s in d.incident.symptoms})
         timeline.add_row(
