@@ -29,7 +29,7 @@ from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_f
 from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
 from aiops.runtime.world import ACTUATORS
 from aiops.store import Workspace
-from aiops.text import markup, terminal
+from aiops.text import markup, plural, terminal
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
 
 
@@ -106,7 +106,7 @@ def show_report(console: Console, report: RoundReport) -> None:
         console.print(f"[dim]{markup(note)}[/]")
     if report.count("pending"):
         console.print(
-            f"{report.count('pending')} proposal(s) wait for a person: aiops actions list --status pending"
+            f"{plural(report.count('pending'), 'proposal')} waiting for a person: aiops actions list --status pending"
         )
 
 
@@ -180,7 +180,7 @@ def run_watch(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    console.print(f"stopped after {done[0]} round(s)")
+    console.print(f"stopped after {plural(done[0], 'round')}")
     return 0
 
 
