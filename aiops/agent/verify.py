@@ -420,7 +420,7 @@ def check_claim(claim: LLMClaim, h: LLMHypothesis, sql: ReadOnlySQL) -> LLMClaim
     rows = [{k: v for k, v in r.items() if k.casefold() not in shape.derived} for r in ran]
     about = [r for r in rows if mentions(r, h.component)]
     if not about:
-        return unverified(f"none of the {plural(len(rows), 'row')} mentions {h.component}")
+        return unverified(f"none of the {plural(len(rows), 'row')} mention {h.component}")
     what, supports = SUPPORT[h.root_cause]
     if not any(supports(r) for r in about):
         return unverified(f"no row about {h.component} shows {h.root_cause} ({what})")
