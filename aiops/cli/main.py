@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def check_config_env(named: str | None) -> None:
     """$AIOPS_CONFIG, when set, must name a file, whatever the command: one that reads no configuration would
     otherwise run on defaults while the person believes their file counts."""
-    if named is not None and not Path(named).expanduser().is_file():
+    if named and not Path(named).expanduser().is_file():  # empty: unset, as load_config reads it
         raise ConfigError(
             named[:200],
             "$AIOPS_CONFIG",
