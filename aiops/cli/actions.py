@@ -15,7 +15,7 @@ from rich.table import Table
 
 from aiops.runtime.actions import Decision, approve, execute, reject
 from aiops.store import Workspace
-from aiops.text import markup, plural, terminal, when
+from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
 from guardrails.signing import configured_signer
@@ -111,7 +111,7 @@ def run_show(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]{markup(action['proposal_id'])}[/] {markup(action['kind'])} on {markup(action['target'])}"
     )
-    console.print(f"parameters: {markup(json.dumps(action['parameters'], sort_keys=True))}")
+    console.print(f"parameters: {markup(fields_text(action['parameters']) or '-')}")
     console.print(f"risk: {'physical' if shown['physical'] else 'digital'}; "
                   f"approvals needed: {shown['approvals_needed']}")  # fmt: skip
     console.print(f"status: {markup(shown['status'])} ({markup(shown['message'])})")
