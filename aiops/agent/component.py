@@ -317,9 +317,11 @@ def _pending(store: Store, component: str, found: Findings) -> None:
         r for r in GuardrailRecords(store).proposals("pending") if _related(component, r.action.target)
     ]
     if not pending:
-        found.lines.append(f"No action is pending on {component}.")
+        found.lines.append(f"No action is pending on {component}, its parts or what holds it.")
         return
-    found.lines.append(f"{plural(len(pending), 'action')} pending on {component}:")
+    found.lines.append(
+        f"{plural(len(pending), 'action')} pending on {component}, its parts or what holds it:"
+    )
     for r in pending:
         a = r.action
         params = f" ({fields_text(a.parameters)})" if a.parameters else ""
