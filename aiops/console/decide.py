@@ -35,6 +35,8 @@ def _note(decision: Decision) -> str:
         parts.append(("approved: " if auth.ok else "approval recorded: ") + auth.message)
     if outcome is not None:
         parts.append(f"{outcome.status}: {outcome.message}")
+    elif auth is not None and auth.ok and "--no-execute" in decision.note:
+        parts.append("the service runs it at its next flush")
     elif decision.note:
         parts.append(decision.note)
     return "; ".join(parts)
