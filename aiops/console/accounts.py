@@ -6,8 +6,8 @@ no business in what a model can read; a file also lets `aiops console adduser` w
 the database. The file is written whole to a temporary file (0600) and renamed over the old one.
 
 Roles: `viewer` reads; `approver` also approves and rejects (and must be in `[guardrails.approvers]` for the
-guardrails to count it); `admin` is an approver who may also see the accounts page. There is no default
-account and no default password: the first one is made with `aiops console adduser NAME --role admin`.
+guardrails to count it); `admin` has an approver's rights (account management in the browser is not built).
+There is no default account and no default password: the first is made with `aiops console adduser`.
 """
 
 from __future__ import annotations

@@ -45,9 +45,6 @@ class ConsoleServer:
             if time.monotonic() > deadline:
                 raise AiopsError(f"the console did not start listening on {self.host}:{self.port}")
             time.sleep(0.02)
-        servers = getattr(self.server, "servers", [])
-        if self.port == 0 and servers and servers[0].sockets:
-            self.port = int(servers[0].sockets[0].getsockname()[1])
         log.info("console", extra={"listen": f"{self.host}:{self.port}"})
 
     def close(self) -> None:

@@ -80,11 +80,6 @@ class Sessions:
         with self._lock:
             self._sessions.pop(session_id or "", None)
 
-    def end_all(self, principal: str) -> None:
-        with self._lock:
-            for sid in [s.session_id for s in self._sessions.values() if s.principal == principal]:
-                del self._sessions[sid]
-
     def locked_out(self, name: str) -> bool:
         now = self.clock()
         with self._lock:
