@@ -46,6 +46,9 @@ class ChatDesk:
         if self._session is None:
             from aiops.agent.session import AgentSession  # LangGraph: paid for on the first question only
 
+            # the console's workspace: in the service, the service's own hold (a second connection to the file
+            # in the same process is refused by DuckDB); the agent's SQL tool then sets enable_external_access
+            # off on that connection, which the service's loop does not need (it reads no file through SQL)
             self._session = AgentSession(self.console.workspace)
         return self._session
 

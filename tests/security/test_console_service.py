@@ -1,7 +1,7 @@
 """`aiops run` serves the console when `[console] listen` is set: uvicorn in a thread beside the loop, over the
 service's own hold on the workspace. An account made while the service runs signs in; the approval of a
 physical proposal the service filed is signed by the session's principal, the service's loop executes it, and
-`aiops audit verify` holds; SIGTERM stops the service and its console (exit 0)."""
+`aiops audit verify` holds; the chat answers (the agent's workspace opens through the service's leases); SIGTERM stops the service and its console (exit 0)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,9 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
             assert decided.status_code == 303
             note = web.get(decided.headers["location"]).text
             assert "approved by alice" in note and "the service runs it at its next flush" in note
+            asked = web.post("/chat/ask", data={"question": "what is wrong?"},
+                             headers={"X-CSRF-Token": csrf.group(1)})  # fmt: skip
+            assert asked.status_code == 200 and '"done": true' in asked.text, asked.text[-500:]
 
         def executed() -> bool:
             found = [p for p in get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]
