@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--db", required=True)
     delete.set_defaults(func=run_deluser)
-    serve = verbs.add_parser("serve", help="serve the console over a workspace (no collection)")
+    serve = verbs.add_parser(
+        "serve", help="serve the console over a workspace (no collection; holds the file as `aiops run` does)"
+    )
     serve.add_argument("--db", required=True)
     serve.add_argument(
         "--listen", default=None, help=f"HOST:PORT (default: [console] listen or {DEFAULT_LISTEN})"
@@ -94,10 +96,21 @@ def run_serve(args: argparse.Namespace) -> int:
         parse_listen(listen)
     except ValueError as exc:
         raise InputError("--listen", "listen", str(exc)) from None
-    workspace = Workspace(args.db).require()
+    from aiops.service.owner import FileOwner, OwnedWorkspace
+
+    Workspace(args.db).require()
+    # held open as `aiops run` holds it (one holder per workspace; other commands borrow it through leases):
+    # a page then costs its queries, not opening a multi-GB file
+    owner = FileOwner(args.db, memory_limit_mb=config.store.memory_limit_mb)
+    owner.start()
+    workspace = OwnedWorkspace(owner)
     options = ConsoleOptions(secure_cookies=config.console.secure_cookies, idle_timeout_s=config.console.idle_timeout_s,
                              max_age_s=config.console.max_age_s)  # fmt: skip
-    server = ConsoleServer(create_app(workspace, options), listen)
+    try:
+        server = ConsoleServer(create_app(workspace, options), listen)
+    except BaseException:
+        owner.close()
+        raise
     stopping = threading.Event()
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -105,11 +118,12 @@ def run_serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    server.start()
-    print(f"console on http://{server.host}:{server.port}/", flush=True)
     try:
+        server.start()
+        print(f"console on http://{server.host}:{server.port}/ (holding {args.db})", flush=True)
         while not stopping.wait(0.5):
             pass
     finally:
         server.close()
+        owner.close()
     return 0

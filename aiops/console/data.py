@@ -62,10 +62,8 @@ def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
     for s in d.incident.symptoms:
         detail = json.dumps(s.detail, sort_keys=True, default=str)[:300]
         timeline.append({"ts_s": s.ts_s, "what": f"{s.kind} on {s.component}", "detail": detail})
-    ids = {p["id"] for p in proposals}
-    for row in read_rows(store):
-        if row.proposal_id in ids:
-            timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
+    for row in (r for p in proposals for r in read_rows(store, proposal_id=p["id"])):
+        timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
     if d.incident.resolved_ts_s is not None:
         timeline.append({"ts_s": d.incident.resolved_ts_s, "what": "resolved", "detail": ""})
     timeline.sort(key=lambda e: e["ts_s"])
