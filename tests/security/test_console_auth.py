@@ -279,3 +279,40 @@ def test_no_template_marks_data_safe() -> None:
     for template in folder.glob("*.html"):
         text = template.read_text()
         assert "|safe" not in text.replace(" ", "") and "autoescape false" not in text, template.name
+
+
+def test_a_rejection_is_signed_by_the_principal_and_blocks_the_proposal(demo: Path) -> None:
+    pid = demo_proposal(demo)
+    c = client(demo)
+    csrf = sign_in(c, "bob")
+    response = c.post(f"/proposals/{pid}/reject", data={"csrf_token": csrf, "reason": "<b>not now</b>"})
+    assert response.status_code == 200 and f"{pid}: rejected" in response.text
+    assert ("rejection", pid, "bob") in [(r[1], r[2], r[3]) for r in _audit(demo)]
+    late = c.post(f"/proposals/{pid}/approve", data={"csrf_token": csrf})
+    assert "refused" in late.text and "approval" not in [r[1] for r in _audit(demo)]
+    assert main(["audit", "verify", "--db", str(demo)]) == 0
+
+
+def test_signing_out_ends_the_session(demo: Path) -> None:
+    c = client(demo)
+    csrf = sign_in(c, "alice")
+    assert c.post("/logout", data={"csrf_token": csrf}, follow_redirects=False).status_code == 303
+    assert c.get("/", follow_redirects=False).headers["location"] == "/login"
+    assert c.post(f"/proposals/{demo_proposal(demo)}/approve", data={"csrf_token": csrf},
+                  follow_redirects=False).status_code == 303  # fmt: skip
+    assert [r for r in _audit(demo) if r[1] == "approval"] == []
+
+
+def test_reports_serve_only_listed_files_sandboxed(demo: Path) -> None:
+    folder = Path(str(demo) + ".reports")
+    folder.mkdir()
+    (folder / "report-1.html").write_text("<p>report</p><script>alert(1)</script>")
+    (folder / "notes.txt").write_text("not a report")
+    c = client(demo)
+    sign_in(c, "victor")
+    listing = c.get("/reports").text
+    assert "report-1.html" in listing and "notes.txt" not in listing
+    served = c.get("/reports/report-1.html")
+    assert served.status_code == 200 and served.headers["content-security-policy"].startswith("sandbox")
+    for name in ("notes.txt", "..%2F..%2Fdemo.duckdb", "%2Fetc%2Fpasswd"):
+        assert c.get(f"/reports/{name}").status_code == 404, name
