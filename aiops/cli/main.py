@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.config_cmd",
     "aiops.cli.profile",
     "aiops.cli.report",
+    "aiops.cli.console",
 )
 
 
