@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.models import Symptom
@@ -319,16 +320,19 @@ class Detector:
 
     def _racks(self, t0: float, t1: float) -> list[Symptom]:
         rows = w.window(self.store, w.RACK_WINDOW_SQL, t0, t1)
+        signals = dcim_caps_kw(self.store, t0, t1)
         out: list[Symptom] = []
         drifting = 0
         for r in rows:
             rack = str(r["rack"])
-            if r["power_cap_kw"] is not None:
-                out.append(
-                    Symptom(
-                        kind="dcim_power_cap", component=rack, ts_s=t1, detail={"cap_kw": r["power_cap_kw"]}
-                    )
-                )
+            # the cap a facility collector recorded with the rack's samples, else the DCIM signal in force
+            cap_kw = (
+                r["power_cap_kw"]
+                if r["power_cap_kw"] is not None
+                else signals.get(rack, signals.get("fleet"))
+            )
+            if cap_kw is not None:
+                out.append(Symptom(kind="dcim_power_cap", component=rack, ts_s=t1, detail={"cap_kw": cap_kw}))
             flow = r["flow_lpm"]
             flow_base = self.baselines[f"flow:{rack}"]
             low_flow = flow is not None and flow_base.ready() and flow < 0.85 * flow_base.median

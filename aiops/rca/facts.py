@@ -163,15 +163,22 @@ class Facts:
         w = self.window
         return self.run(
             "racks",
-            "Rack inlet, coolant flow and DCIM power cap: incident window vs reference",
+            "Rack inlet, coolant flow and the DCIM power cap in force (dcim_signals): incident window vs reference",
             """WITH ref AS (SELECT rack, avg(inlet_temp_c) AS ref_inlet_c, avg(coolant_flow_lpm) AS ref_flow_lpm
                             FROM rack_samples WHERE ts_s >= ? AND ts_s < least(?, ? + 60) GROUP BY rack),
                     cur AS (SELECT rack, avg(inlet_temp_c) AS inlet_c, max(inlet_temp_c) AS max_inlet_c,
                                    min(coolant_flow_lpm) AS min_flow_lpm, max(power_cap_kw) AS power_cap_kw,
                                    avg(power_kw) AS power_kw
-                            FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack)
-               SELECT cur.*, ref.ref_inlet_c, ref.ref_flow_lpm FROM cur LEFT JOIN ref USING (rack) ORDER BY rack""",
-            [w.run_start_s, w.baseline_end_s, w.run_start_s, w.start_s, w.end_s],
+                            FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack),
+                    dcim AS (SELECT s.scope, max(s.budget_kw) AS cap_kw FROM dcim_signals s
+                             WHERE s.kind = 'cap' AND s.ts_s <= ? AND NOT EXISTS (
+                                 SELECT 1 FROM dcim_signals c WHERE c.scope = s.scope AND c.ts_s > s.ts_s AND c.ts_s <= ?)
+                             GROUP BY s.scope)
+               SELECT cur.* REPLACE (coalesce(cur.power_cap_kw, dr.cap_kw, df.cap_kw) AS power_cap_kw),
+                      ref.ref_inlet_c, ref.ref_flow_lpm
+               FROM cur LEFT JOIN ref USING (rack) LEFT JOIN dcim dr ON dr.scope = cur.rack
+                    LEFT JOIN dcim df ON df.scope = 'fleet' ORDER BY rack""",
+            [w.run_start_s, w.baseline_end_s, w.run_start_s, w.start_s, w.end_s, w.end_s, w.start_s],
         )
 
     def hosts(self) -> list[dict[str, Any]]:

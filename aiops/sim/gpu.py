@@ -61,7 +61,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     lay = w.layout
     g = lay.gpu_count
     noise = w.rng.normal(0.0, 1.0, (2, g))
-    job_hung = w.hung_since >= 0
+    job_hung = (w.hung_since >= 0) & ~w.torn_down  # a torn-down job's ranks are gone: its GPUs idle
     hung = lay.in_job & job_hung[np.maximum(lay.gpu_job, 0)] if job_hung.size else np.zeros(g, dtype=bool)
     duty, starved = w.rank_duty, w.rank_starved
     active = lay.in_job & ~w.dead

@@ -1,0 +1,76 @@
+"""Issue 14 item 2: the twin's behaviours as their real sources give them (docs/SIMULATOR.md): the DCIM cap as a
+signal input, the framework's straggler report with its gaps and noise, watchdog timeouts as events."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aiops.control.dcim_signals import dcim_caps_kw
+from aiops.detect.rules import Detector
+from aiops.sim.fabric import STRAGGLER_REPORT_EVERY, STRAGGLER_REPORT_LOSS, _straggler_report
+from aiops.store import Store
+from tests.simkit import FAULT_TS, fault, run
+
+
+def test_dcim_caps_in_force_over_a_window() -> None:
+    store = Store(":memory:")
+    rows = [(100.0, "rack0", "cap", 20.0), (200.0, "rack0", "clear", None), (150.0, "fleet", "cap", 90.0)]
+    for ts_s, scope, kind, kw in rows:
+        store.ingest(
+            "dcim_signals",
+            {"ts_s": [ts_s], "scope": [scope], "kind": [kind], "budget_kw": [kw], "source": ["cli"]},
+        )
+    assert dcim_caps_kw(store, 90.0, 99.0) == {}
+    assert dcim_caps_kw(store, 95.0, 105.0) == {"rack0": 20.0}
+    assert dcim_caps_kw(store, 195.0, 205.0) == {"rack0": 20.0, "fleet": 90.0}  # cleared within the window
+    assert dcim_caps_kw(store, 200.0, 210.0) == {"fleet": 90.0}  # cleared before it
+
+
+def test_a_facility_cap_is_a_dcim_signal_and_the_detector_reads_it() -> None:
+    store = run([fault("facility_power_cap", "rack1", 0.5, duration_s=60)])
+    signals = store.query("SELECT ts_s, scope, kind, budget_kw > 0 AS kw FROM dcim_signals ORDER BY ts_s")
+    assert signals == [
+        {"ts_s": FAULT_TS, "scope": "rack1", "kind": "cap", "kw": True},
+        {"ts_s": FAULT_TS + 60, "scope": "rack1", "kind": "clear", "kw": None},
+    ]
+    assert store.scalar("SELECT count(power_cap_kw) FROM rack_samples") == 0
+    detector = Detector(store)
+    caps = [
+        (t, s.component)
+        for t in range(int(FAULT_TS) - 30, int(FAULT_TS) + 100, 10)
+        for s in detector.process(float(t), float(t + 10))
+        if s.kind == "dcim_power_cap"
+    ]
+    assert {c for _, c in caps} == {"rack1"}
+    assert min(t for t, _ in caps) + 10 >= FAULT_TS and max(t for t, _ in caps) < FAULT_TS + 60
+
+
+def test_the_straggler_report_covers_some_steps_with_noise_and_gaps() -> None:
+    store = run(duration_s=600)
+    rows = store.query("SELECT step, slowest_rank, slowest_gpu FROM job_steps ORDER BY step")
+    reported = [r for r in rows if r["slowest_gpu"] is not None]
+    assert all(r["step"] % STRAGGLER_REPORT_EVERY == 0 for r in reported)
+    due = sum(1 for r in rows if r["step"] % STRAGGLER_REPORT_EVERY == 0)
+    assert 0.7 * due <= len(reported) <= due and len(reported) <= 0.1 * len(rows) + 1
+    # healthy: near-ties, so the named rank wanders (no GPU is named in most reports)
+    named = [r["slowest_gpu"] for r in reported]
+    assert len(set(named)) >= 5 and max(named.count(g) for g in named) < 0.5 * len(named)
+
+
+def test_straggler_reports_are_lost_at_their_rate_and_the_timer_blurs_near_ties() -> None:
+    rng = np.random.default_rng(0)
+    ready_s = np.array([1.0, 1.0, 1.0, 1.003])  # rank 3 is 0.3 % slower: within the timer's noise
+    reports = [_straggler_report(rng, STRAGGLER_REPORT_EVERY, ready_s) for _ in range(2000)]
+    lost = reports.count(None) / len(reports)
+    assert abs(lost - STRAGGLER_REPORT_LOSS) < 0.03
+    named = [r for r in reports if r is not None]
+    assert 0.3 < named.count(3) / len(named) < 0.6  # named more often, far from always
+    assert _straggler_report(rng, STRAGGLER_REPORT_EVERY + 1, ready_s) is None  # not a reporting step
+    clear = np.array([1.0, 1.0, 1.15, 1.0])  # a real straggler (+15 %) is always named
+    assert {_straggler_report(rng, 0, clear) for _ in range(200)} <= {2, None}
+
+
+def test_a_flap_of_seconds_times_nothing_out() -> None:
+    flap = run([fault("nic_link_flap", "node2/nic0", 0.9)])
+    assert flap.scalar("SELECT sum(timeouts) FROM collective_samples") == 0
+    assert flap.scalar("SELECT sum(carrier_changes) FROM nic_samples") > 0
