@@ -11,13 +11,14 @@ from aiops.nvml_bits import GPU_IDLE, THROTTLE
 from aiops.store import Store
 from tests.simkit import FAULT_TS, fault, run, sql
 
-HW_THERMAL, SW_THERMAL, SW_POWER_CAP, BRAKE = 0x40, 0x20, 0x4, 0x80
+HW_THERMAL, SW_THERMAL, SW_POWER_CAP, BRAKE, HW_SLOWDOWN = 0x40, 0x20, 0x4, 0x80, 0x8
+NOT_ROUTINE = THROTTLE & ~SW_POWER_CAP  # SwPowerCap at the full 700 W limit is routine on healthy GPUs
 
 # (kind, target, severity, queries that must all be true in the faulty run)
 CASES: list[tuple[str, str, float, list[str]]] = [
     ("thermal_throttle", "node1/gpu2", 0.3, [
         f"SELECT bool_or(clocks_event_reasons & {SW_THERMAL} <> 0) AND max(temp_c) >= 86 FROM gpu_samples WHERE gpu = 'node1/gpu2' AND AFTER",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE gpu <> 'node1/gpu2' AND clocks_event_reasons & {THROTTLE} <> 0",
+        f"SELECT count(*) = 0 FROM gpu_samples WHERE gpu <> 'node1/gpu2' AND clocks_event_reasons & {NOT_ROUTINE} <> 0",
         "SELECT mode(slowest_gpu) = 'node1/gpu2' FROM job_steps WHERE AFTER",
         "SELECT max(inlet_temp_c) < 27 AND min(coolant_flow_lpm) > 190 FROM rack_samples",
     ]),
@@ -45,10 +46,14 @@ CASES: list[tuple[str, str, float, list[str]]] = [
         # the cap arrives as one DCIM signal (the facility's input), never as a per-sample column
         f"SELECT list(kind) = ['cap'] AND bool_and(scope = 'rack0' AND budget_kw > 0 AND ts_s = {FAULT_TS}) FROM dcim_signals",
         "SELECT count(*) = 0 FROM rack_samples WHERE power_cap_kw IS NOT NULL",
-        f"SELECT bool_and(clocks_event_reasons & {SW_POWER_CAP} <> 0) AND max(power_limit_w) BETWEEN 420 AND 595 FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER",
+        # SwPowerCap whenever the demand is above the lowered limit: most seconds, not all (power phases)
+        f"SELECT min(share) > 0.2 AND avg(share) > 0.5 FROM (SELECT avg((clocks_event_reasons & {SW_POWER_CAP} <> 0)::INT) AS share FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER GROUP BY gpu)",
+        "SELECT max(power_limit_w) BETWEEN 420 AND 595 FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER",
     ]),
     ("power_brake", "node3", 0.3, [
         f"SELECT bool_and(clocks_event_reasons & {BRAKE} <> 0) AND max(sm_clock_mhz) <= 0.5 * 1980 FROM gpu_samples WHERE node = 'node3' AND AFTER",
+        # DCGM/nvml.h: HW Slowdown (0x8) is reported with an external power brake
+        f"SELECT bool_and(clocks_event_reasons & {HW_SLOWDOWN} <> 0) FROM gpu_samples WHERE node = 'node3' AND AFTER",
         "SELECT min(power_limit_w) = 700 FROM gpu_samples WHERE node = 'node3'",
         "SELECT avg(power_w) FILTER (WHERE AFTER) < 0.6 * avg(power_w) FILTER (WHERE BEFORE) FROM gpu_samples WHERE node = 'node3'",
     ]),
@@ -121,7 +126,7 @@ CASES: list[tuple[str, str, float, list[str]]] = [
         "SELECT avg(loader_wait_ms) > 100 AND avg(cpu_util_pct) > 90 FROM host_samples WHERE node = 'node1' AND AFTER",
         "SELECT avg(loader_wait_ms) < 10 FROM host_samples WHERE node <> 'node1'",
         f"SELECT avg(util_pct) < 90 AND bool_or(clocks_event_reasons & {GPU_IDLE} <> 0) FROM gpu_samples WHERE node = 'node1' AND AFTER",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {THROTTLE} <> 0",
+        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
         "SELECT bool_and(slowest_gpu LIKE 'node1/%') FROM job_steps WHERE AFTER",
         "SELECT count(*) = 0 FROM gpu_events",
     ]),
@@ -132,8 +137,9 @@ CASES: list[tuple[str, str, float, list[str]]] = [
     ]),
     ("ambient_drift", "fleet", 0.5, [
         "SELECT max(inlet_temp_c) FILTER (WHERE LATE) - max(inlet_temp_c) FILTER (WHERE BEFORE) > 2 FROM rack_samples",
-        "SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE) > 1.5 FROM gpu_samples",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {THROTTLE} <> 0",
+        # against the settled seconds before the fault (the first 30 s still relax from the start state)
+        f"SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE AND ts_s > {FAULT_TS - 30}) > 1.5 FROM gpu_samples",
+        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
     ]),
 ]  # fmt: skip
 
@@ -153,9 +159,16 @@ def test_fault_produces_its_symptom(kind: str, target: str, severity: float, que
 
 
 def test_healthy_run_shows_no_fault_symptom(healthy: Store) -> None:
-    assert (
-        healthy.scalar(f"SELECT count(*) FROM gpu_samples WHERE clocks_event_reasons & ~{GPU_IDLE} <> 0") == 0
-    )
+    other = ~(GPU_IDLE | SW_POWER_CAP)
+    assert healthy.scalar(f"SELECT count(*) FROM gpu_samples WHERE clocks_event_reasons & {other} <> 0") == 0
+    # routine SwPowerCap: GEMM bursts at the full limit on most GPUs, a minority of samples, clocks a few % down
+    capped = healthy.query(
+        f"SELECT count(DISTINCT gpu) AS gpus, avg((clocks_event_reasons & {SW_POWER_CAP} <> 0)::INT) AS share, "
+        f"min(power_limit_w) AS limit_w, min(sm_clock_mhz) FILTER (WHERE clocks_event_reasons & {SW_POWER_CAP} <> 0) "
+        "AS clock FROM gpu_samples WHERE clocks_event_reasons & 1 = 0"
+    )[0]
+    assert capped["gpus"] >= 12 and 0.05 < capped["share"] < 0.3
+    assert capped["limit_w"] == 700 and capped["clock"] >= 0.93 * 1980
     assert healthy.scalar("SELECT count(*) FROM gpu_events") == 0
     assert healthy.scalar("SELECT count(*) FROM collector_errors") == 0
     assert healthy.scalar("SELECT count(*) FROM nic_samples WHERE lane = 'fifo' OR NOT link_up") == 0

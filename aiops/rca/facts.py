@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.models import Evidence
-from aiops.nvml_bits import GPU_IDLE, HW_POWER_BRAKE_SLOWDOWN, SW_POWER_CAP, THERMAL, THROTTLE
+from aiops.nvml_bits import (
+    GPU_IDLE,
+    HW_POWER_BRAKE_SLOWDOWN,
+    ROUTINE_POWER_CAP_SQL,
+    SW_POWER_CAP,
+    THERMAL,
+    THROTTLE,
+)
 from aiops.store import Store
 
 LOOKBACK_S = 120.0
@@ -71,7 +78,7 @@ class Facts:
         w = self.window
         return self.run(
             "throttle_onsets",
-            "GPUs with throttle reasons set during the incident, earliest first",
+            "GPUs with throttle reasons set during the incident (not SwPowerCap alone at the full limit), earliest first",
             f"""SELECT gpu, node, min(ts_s) AS first_ts_s, count(*) AS samples,
                    bit_or(clocks_event_reasons & {THROTTLE}) AS reasons,
                    sum(CASE WHEN clocks_event_reasons & {THERMAL} <> 0 THEN 1 ELSE 0 END) AS thermal_samples,
@@ -80,6 +87,7 @@ class Facts:
                        AS brake_samples,
                    max(temp_c) AS max_temp_c, max(slowdown_temp_c) AS slowdown_temp_c
                FROM gpu_samples WHERE ts_s BETWEEN ? AND ? AND clocks_event_reasons & {THROTTLE} <> 0
+                 AND NOT {ROUTINE_POWER_CAP_SQL}
                GROUP BY gpu, node ORDER BY first_ts_s, max_temp_c DESC""",
             [w.start_s, w.end_s],
         )

@@ -171,9 +171,10 @@ def _start(w: World, f: ActiveFault) -> None:
     elif k == "gpu_ecc_error":
         w.ecc_dbe[f.gpus] += 1 + int(s > 0.6)
         w.ecc_sbe[f.gpus] += w.rng.integers(5, 40)
-        w.emit_xids(f.gpus, 48)
+        w.emit_xids(f.gpus, 48)  # DBE
+        w.emit_xids(f.gpus, 63)  # row remapper: the row is marked for remapping, reset the GPU to activate it
         if s > 0.5:
-            w.emit_xids(f.gpus, 94)
+            w.emit_xids(f.gpus, 94)  # contained: only the process that touched the row is killed
         w.crashed[f.gpus] = True  # the rank gets cudaErrorECCUncorrectable and exits: the job restarts
     elif k == "gpu_fell_off_bus":
         w.emit_xids(f.gpus, 79)

@@ -61,11 +61,14 @@ class World:
         self.layout = lay = Layout(scenario)
         self.rng = np.random.default_rng(scenario.seed)
         self.hook_rng = np.random.default_rng([scenario.seed, 1])  # the framework's timers and lost reports
+        self.load_rng = np.random.default_rng([scenario.seed, 2])  # the workload's power phases
+        self.ecc_rng = np.random.default_rng([scenario.seed, 3])  # weak HBM cells (Xid 92 decoys)
         self.elapsed_s = 0.0
         g, r, k, n, j = lay.gpu_count, lay.racks, lay.nic_count, lay.nodes, len(lay.jobs)
         # GPUs: static per-GPU spread (some run naturally warmer: a decoy), then the dynamic state
         self.offset_c: F64 = self.rng.normal(0.0, 1.6, g).clip(-3.5, 3.5)
         self.r_th: F64 = gpu.R_TH_C_PER_W * self.rng.uniform(0.95, 1.05, g)
+        self.power_hunger: F64 = 1.0 + self.load_rng.uniform(-1, 1, g) * gpu.POWER_HUNGER_SPREAD
         self.power_limit_w: F64 = np.full(g, TDP_W)
         self.power_w: F64 = np.full(g, gpu.IDLE_POWER_W)
         self.util_pct: F64 = np.zeros(g)

@@ -4,9 +4,13 @@ signal input, the framework's straggler report with its gaps and noise, watchdog
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from aiops.control.dcim_signals import dcim_caps_kw
+from aiops.detect import detect
 from aiops.detect.rules import Detector
+from aiops.pipeline import analyze_store
+from aiops.sim import gpu
 from aiops.sim.fabric import STRAGGLER_REPORT_EVERY, STRAGGLER_REPORT_LOSS, _straggler_report
 from aiops.store import Store
 from tests.simkit import FAULT_TS, fault, run
@@ -74,3 +78,29 @@ def test_a_flap_of_seconds_times_nothing_out() -> None:
     flap = run([fault("nic_link_flap", "node2/nic0", 0.9)])
     assert flap.scalar("SELECT sum(timeouts) FROM collective_samples") == 0
     assert flap.scalar("SELECT sum(carrier_changes) FROM nic_samples") > 0
+
+
+def test_a_high_correctable_rate_xid_92_is_a_decoy_not_an_ecc_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Xid 92 (a weak HBM cell: many corrected single-bit errors) opens no incident; an ECC fault reports the
+    uncorrectable DBE (Xid 48) with the row remapper's Xid 63 and crashes the rank."""
+    monkeypatch.setattr(gpu, "SBE_BURST_PROBABILITY_PER_S", 2e-4)  # a few weak cells in a short run
+    store = run()
+    xids = store.query("SELECT DISTINCT xid FROM gpu_events")
+    assert xids == [{"xid": 92}]
+    assert store.scalar("SELECT max(ecc_sbe_total) FROM gpu_samples") >= gpu.SBE_BURST_ERRORS
+    assert store.scalar("SELECT max(ecc_dbe_total) FROM gpu_samples") == 0
+    assert detect(store) == []
+    monkeypatch.undo()
+    ecc = run([fault("gpu_ecc_error", "node2/gpu0", 0.4)])
+    assert [r["xid"] for r in ecc.query("SELECT xid FROM gpu_events ORDER BY ts_s, xid")] == [48, 63]
+
+
+def test_the_analyst_does_not_call_xid_92_an_uncorrectable_ecc_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "SBE_BURST_PROBABILITY_PER_S", 1e-3)
+    store = run([fault("pcie_degraded", "node3/gpu1", 0.9)])
+    decoys = {str(r["gpu"]) for r in store.query("SELECT gpu FROM gpu_events WHERE xid = 92")}
+    assert decoys
+    result = analyze_store(store)
+    assert result.diagnoses and result.diagnoses[0].hypotheses[0].root_cause == "pcie_degraded"
+    blamed = {h.component for d in result.diagnoses for h in d.hypotheses if h.root_cause == "gpu_ecc_error"}
+    assert not blamed & decoys
