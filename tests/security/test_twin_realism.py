@@ -10,10 +10,12 @@ from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import detect
 from aiops.detect.rules import Detector
 from aiops.pipeline import analyze_store
-from aiops.sim import gpu
+from aiops.sim import World, gpu
 from aiops.sim.fabric import STRAGGLER_REPORT_EVERY, STRAGGLER_REPORT_LOSS, _straggler_report
+from aiops.sim.twin import Twin
 from aiops.store import Store
-from tests.simkit import FAULT_TS, fault, run
+from guardrails.actions import Action
+from tests.simkit import FAULT_AT_S, FAULT_TS, fault, run, scenario
 
 
 def test_dcim_caps_in_force_over_a_window() -> None:
@@ -104,3 +106,23 @@ def test_the_analyst_does_not_call_xid_92_an_uncorrectable_ecc_error(monkeypatch
     assert result.diagnoses and result.diagnoses[0].hypotheses[0].root_cause == "pcie_degraded"
     blamed = {h.component for d in result.diagnoses for h in d.hypotheses if h.root_cause == "gpu_ecc_error"}
     assert not blamed & decoys
+
+
+def test_a_what_if_preview_knows_only_the_present() -> None:
+    """The preview must not see a fault that has not begun, nor the end of one in progress."""
+    faults = [
+        fault("power_cap_misconfig", "node0/gpu1", 0.8, duration_s=60),  # 60..120: ends inside the horizon
+        {"kind": "power_cap_misconfig", "target": "node1/gpu2", "start_s": 150, "severity": 0.8},  # later
+    ]
+    world = World(scenario(faults))
+    while world.elapsed_s < FAULT_AT_S + 30:
+        world.step(1.0)
+    twin = Twin(world)
+    action = Action(
+        proposal_id="p1", kind="open_ticket", target="node0", proposed_by="analyst", created_ts_s=0.0
+    )
+    for gpu_name, limit_w in (("node0/gpu1", "lowered"), ("node1/gpu2", "default")):
+        result = twin.preview(lambda w, a: None, action, gpu_name, 120.0)
+        seen = result["without_action"]["power_limit_w"]
+        assert (seen < 700.0) if limit_w == "lowered" else (seen == 700.0), (gpu_name, seen)
+    assert world.elapsed_s == FAULT_AT_S + 30 and len(world.faults) == 2  # the twin itself is untouched
