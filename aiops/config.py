@@ -198,6 +198,24 @@ class HttpConfig(_Section):
         return value
 
 
+class ConsoleConfig(_Section):
+    listen: str = Field(
+        default="", description="host:port of the web console (docs/CONSOLE.md); empty: no console"
+    )
+    secure_cookies: bool = Field(
+        default=False, description="behind a TLS reverse proxy: session cookies only over HTTPS"
+    )
+    idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
+    max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        if value:
+            parse_listen(value)
+        return value
+
+
 class AlertmanagerInConfig(_Section):
     token_file: str = Field(
         default="",
@@ -306,6 +324,7 @@ class Config(_Section):
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     alertmanager_in: AlertmanagerInConfig = Field(default_factory=AlertmanagerInConfig)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)

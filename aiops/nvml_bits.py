@@ -15,6 +15,21 @@ THERMAL = SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN
 # Bits that mean the GPU runs slower than it could for a reason outside the workload.
 THROTTLE = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN
 
+# SwPowerCap alone while the enforced limit is the GPU's maximum: the GPU draws its TDP and the driver trims the
+# clock a few % (nvml.h: "the SW power scaling algorithm is reducing the clocks below requested clocks"); routine
+# for a training kernel on an H100 at 700 W, not a fault. A lowered limit, or any other bit, is not routine.
+ROUTINE_POWER_CAP_SQL = (
+    f"(coalesce(clocks_event_reasons, 0) & {THROTTLE} = {SW_POWER_CAP} "
+    "AND coalesce(power_limit_w >= power_limit_max_w, false))"
+)
+
+
+def routine_power_cap(throttle_bits: int, limit_w: float | None, max_limit_w: float | None) -> bool:
+    """`ROUTINE_POWER_CAP_SQL` for a window's bits (throttle bits only) and its lowest enforced limit."""
+    at_max = limit_w is not None and max_limit_w is not None and float(limit_w) >= float(max_limit_w)
+    return throttle_bits == SW_POWER_CAP and at_max
+
+
 NAMES: dict[int, str] = {
     GPU_IDLE: "GpuIdle",
     APPLICATIONS_CLOCKS_SETTING: "ApplicationsClocksSetting",

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from aiops.control.advice import allocation_advice, thermal_actions, thermal_advice
+from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.control.readings import StoreReadings
 from aiops.errors import PlaybookError
 from aiops.labels import DIAGNOSIS_LABELS, node_of
@@ -147,7 +148,7 @@ def _scope(store: Store, component: str) -> tuple[set[str], set[str]]:
 def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> dict[str, list[Action]]:
     """What the thermal manager and the power allocator advise for this hypothesis' component from telemetry
     at `now_ts_s`: "thermal" when the manager advises a move or a cap there, "allocator" when a DCIM budget
-    (the newest `rack_samples.power_cap_kw`, within 300 s) is in force in its racks. Only the sources the
+    (the newest `rack_samples.power_cap_kw` within 300 s, else the DCIM signal in force) is in force in its racks. Only the sources the
     playbook uses are computed."""
     book = load_playbooks().get(hypothesis.root_cause)
     sources = {r.computed for r in book.remediations if r.computed} if book else set()
@@ -170,6 +171,12 @@ def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> d
             "WHERE ts_s <= ? AND ts_s > ? GROUP BY rack) WHERE cap_kw IS NOT NULL ORDER BY rack",
             [now_ts_s, now_ts_s - 300.0],
         )
+        recorded = {str(r["rack"]) for r in budgets}
+        signals = dcim_caps_kw(store, now_ts_s, now_ts_s)  # the DCIM signal in force now
+        for rack in sorted(racks - recorded):
+            cap_kw = signals.get(rack, signals.get("fleet"))
+            if cap_kw is not None:
+                budgets.append({"rack": rack, "cap_kw": cap_kw})
         in_scope = [r for r in budgets if str(r["rack"]) in racks]
         if in_scope:
             out["allocator"] = [

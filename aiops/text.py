@@ -18,7 +18,9 @@ included, and nothing here turns that ASCII default off.
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import UTC, datetime, tzinfo
 
 from rich.console import Console
 from rich.text import Text
@@ -77,3 +79,41 @@ def terminal(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
     """A console for the CLI: no automatic highlighting and no emoji codes (`:warning:` in a job name stays
     text). Markup stays on for our own templates: every hostile value in one goes through `markup`."""
     return Console(stderr=stderr, soft_wrap=soft_wrap, highlight=False, emoji=False)
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 rack`, `2 racks`, `0 rows`: a count with its noun in the right number (`nouns` when not noun + s)."""
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def when(ts_s: float | None, *, local_tz: tzinfo | None = None) -> str:
+    """A time as ISO 8601 in UTC and, when the local zone differs, local time too:
+    `2026-01-01T00:04:40Z (local 2026-01-01T01:04:40+01:00)`; `-` for no time."""
+    if ts_s is None or not math.isfinite(ts_s):
+        return "-"
+    utc = datetime.fromtimestamp(ts_s, tz=UTC)
+    local = utc.astimezone(local_tz) if local_tz is not None else utc.astimezone()
+    shown = utc.isoformat(timespec="seconds").replace("+00:00", "Z")
+    if local.utcoffset() == utc.utcoffset():
+        return shown
+    return f"{shown} (local {local.isoformat(timespec='seconds')})"
+
+
+def fields_text(values: object, *, limit: int = 12) -> str:
+    """A mapping as `key=value, key=value` (nested ones in braces), for effects and parameters shown as text;
+    any other value as itself. At most `limit` fields, then `…`."""
+    if not isinstance(values, dict):
+        return str(values)
+    parts = []
+    for key, value in list(values.items())[:limit]:
+        shown = f"{{{fields_text(value, limit=limit)}}}" if isinstance(value, dict) else _scalar_text(value)
+        parts.append(f"{key}={shown}")
+    return ", ".join(parts) + (", …" if len(values) > limit else "")
+
+
+def _scalar_text(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_scalar_text(v) for v in value) + "]"
+    return str(value)

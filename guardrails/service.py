@@ -97,7 +97,7 @@ class Guardrails:
         self._context_for = context_for
         self.standing = standing
         self.proposal_ttl_s = proposal_ttl_s
-        self.verifier: Verifier = verifier if verifier is not None else ConfiguredVerifier()
+        self.verifier: Verifier = verifier if verifier is not None else ConfiguredVerifier(store.path)
 
     def context(self, now_ts_s: float) -> Context:
         """The validation context now: the given provider, else the store's topology and newest samples;

@@ -29,6 +29,8 @@ from typing import Protocol
 from aiops.errors import GuardrailError, SignatureRefused
 from guardrails.actions import canonical_json
 from guardrails.approvals import person_name
+from guardrails.session_signing import SessionVerifier, is_session_signature, key_path, read_key
+from guardrails.signed import SignedBy as SignedBy  # re-exported: callers import it from here
 
 NAMESPACE = "aiops-approval"
 RISK_CLASSES: tuple[str, ...] = (
@@ -38,13 +40,6 @@ RISK_CLASSES: tuple[str, ...] = (
 DECISIONS: tuple[str, ...] = ("approve", "reject", "policy_approve", "policy_revoke")
 _TIMEOUT_S = 10.0
 _GOOD = re.compile(r'Good "[^"]*" signature for (\S+) with (\S+) key (SHA256:[A-Za-z0-9+/=]+)')
-
-
-@dataclass(frozen=True)
-class SignedBy:
-    principal: str  # a person's name, as the allowed-signers file names them
-    fingerprint: str  # the key's SHA256 fingerprint
-    risk_classes: frozenset[str]  # what this principal may approve
 
 
 class Verifier(Protocol):
@@ -217,12 +212,18 @@ def require_class(signed: SignedBy, risk_class: str) -> None:
 
 class ConfiguredVerifier:
     """An `SshVerifier` over the config's `[guardrails] allowed_signers` and `[guardrails.approvers]`, loaded
-    when first asked; with no allowed-signers file configured every signature is refused (nobody approves)."""
+    when first asked; with no allowed-signers file configured every SSH signature is refused (nobody approves).
+    Given the workspace's `db_path`, console-session signatures (`guardrails.session_signing`) verify against
+    the workspace's console key and the same `[guardrails.approvers]`; without the key file they are refused."""
 
-    def __init__(self) -> None:
+    def __init__(self, db_path: str = "") -> None:
         self._inner: SshVerifier | None = None
+        self._session: SessionVerifier | None = None
+        self.db_path = db_path
 
     def verify(self, message: bytes, signature: str) -> SignedBy:
+        if is_session_signature(signature):
+            return self._session_verifier().verify(message, signature)
         if self._inner is None:
             from aiops.config import load_config  # read when a signature is first checked
 
@@ -233,6 +234,20 @@ class ConfiguredVerifier:
                 )
             self._inner = SshVerifier(config.allowed_signers, config.approvers)
         return self._inner.verify(message, signature)
+
+    def _session_verifier(self) -> SessionVerifier:
+        if self._session is None:
+            path = key_path(self.db_path)
+            if path is None or not path.exists():
+                raise SignatureRefused("a console-session signature, and this workspace has no console key")
+            from aiops.config import load_config
+
+            try:
+                key = read_key(path)
+            except GuardrailError as exc:
+                raise SignatureRefused(exc.detail) from None
+            self._session = SessionVerifier(key, load_config().guardrails.approvers)
+        return self._session
 
 
 def configured_signer(key: str | None = None) -> SshSigner:

@@ -174,7 +174,7 @@ def test_watch_polls_the_file_clears_what_it_drops_and_stops_on_ctrl_c(
 
     monkeypatch.setattr(dcim_cli, "watch", watch_then_ctrl_c)
     code, out, _ = cli(capsys, *watch[:-1], "30")  # a long interval: the Ctrl-C ends the wait
-    assert code == 0 and "stopped after 1 round(s)" in out
+    assert code == 0 and "stopped after 1 round" in out
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 

@@ -15,7 +15,9 @@ other package of its own layer (except the base modules, and the order inside th
   7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
   9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), evals
- 10 cli         aiops.cli
+ 10 console     aiops.console (the web console: reads the pipeline's results, decides through the runtime,
+                chats through the agent; `aiops run` serves it as a companion of the service)
+ 11 cli         aiops.cli
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
     ("aiops.runtime", "aiops.report"),
     ("aiops.agent", "aiops.lab", "aiops.service", "evals"),
+    ("aiops.console",),
     ("aiops.cli",),
 )
 # Within the pipeline layer the order is detect, rca -> playbooks -> pipeline (remediation is the pipeline's).

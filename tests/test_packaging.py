@@ -57,13 +57,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_carries_its_data_and_runs_from_site_packages(installed: Path, tmp_path: Path) -> None:
     where = _run([str(installed / "python"), "-c", (
         "import json, aiops, bpf, evals, playbooks\n"
+        "from aiops.console.app import STATIC\n"
+        "from aiops.console.web import environment\n"
         "from aiops.datapath.loader import source_file\n"
         "from aiops.datapath.policy import DEFAULT_POLICY_PATH\n"
         "from aiops.playbooks import load_playbooks\n"
         "from evals.harness import PUBLIC_SUITE, suite_files\n"
         "from guardrails.responses import DEFAULT_RESPONSES_PATH\n"
         "print(json.dumps({'files': [aiops.__file__, bpf.__file__, evals.__file__, playbooks.__file__,"
-        " str(source_file('lanes.bpf.c')), str(DEFAULT_POLICY_PATH), str(DEFAULT_RESPONSES_PATH)],"
+        " str(source_file('lanes.bpf.c')), str(DEFAULT_POLICY_PATH), str(DEFAULT_RESPONSES_PATH),"
+        " str(STATIC / 'chat.js'), str(STATIC / 'console.css'), environment().get_template('incident.html').filename],"
         " 'playbooks': len(load_playbooks()), 'scenarios': len(suite_files(PUBLIC_SUITE))}))"
     )], tmp_path)  # fmt: skip
     found = json.loads(where)

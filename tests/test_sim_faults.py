@@ -11,13 +11,14 @@ from aiops.nvml_bits import GPU_IDLE, THROTTLE
 from aiops.store import Store
 from tests.simkit import FAULT_TS, fault, run, sql
 
-HW_THERMAL, SW_THERMAL, SW_POWER_CAP, BRAKE = 0x40, 0x20, 0x4, 0x80
+HW_THERMAL, SW_THERMAL, SW_POWER_CAP, BRAKE, HW_SLOWDOWN = 0x40, 0x20, 0x4, 0x80, 0x8
+NOT_ROUTINE = THROTTLE & ~SW_POWER_CAP  # SwPowerCap at the full 700 W limit is routine on healthy GPUs
 
 # (kind, target, severity, queries that must all be true in the faulty run)
 CASES: list[tuple[str, str, float, list[str]]] = [
     ("thermal_throttle", "node1/gpu2", 0.3, [
         f"SELECT bool_or(clocks_event_reasons & {SW_THERMAL} <> 0) AND max(temp_c) >= 86 FROM gpu_samples WHERE gpu = 'node1/gpu2' AND AFTER",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE gpu <> 'node1/gpu2' AND clocks_event_reasons & {THROTTLE} <> 0",
+        f"SELECT count(*) = 0 FROM gpu_samples WHERE gpu <> 'node1/gpu2' AND clocks_event_reasons & {NOT_ROUTINE} <> 0",
         "SELECT mode(slowest_gpu) = 'node1/gpu2' FROM job_steps WHERE AFTER",
         "SELECT max(inlet_temp_c) < 27 AND min(coolant_flow_lpm) > 190 FROM rack_samples",
     ]),
@@ -42,12 +43,17 @@ CASES: list[tuple[str, str, float, list[str]]] = [
         "SELECT count(DISTINCT gpu) = 4 AND max(power_limit_w) = 200 FROM gpu_samples WHERE node = 'node3' AND AFTER",
     ]),
     ("facility_power_cap", "rack0", 0.1, [
-        "SELECT bool_and(power_cap_kw IS NOT NULL) FROM rack_samples WHERE rack = 'rack0' AND AFTER",
-        "SELECT bool_and(power_cap_kw IS NULL) FROM rack_samples WHERE rack = 'rack1' OR BEFORE",
-        f"SELECT bool_and(clocks_event_reasons & {SW_POWER_CAP} <> 0) AND max(power_limit_w) BETWEEN 420 AND 595 FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER",
+        # the cap arrives as one DCIM signal (the facility's input), never as a per-sample column
+        f"SELECT list(kind) = ['cap'] AND bool_and(scope = 'rack0' AND budget_kw > 0 AND ts_s = {FAULT_TS}) FROM dcim_signals",
+        "SELECT count(*) = 0 FROM rack_samples WHERE power_cap_kw IS NOT NULL",
+        # SwPowerCap whenever the demand is above the lowered limit: most seconds, not all (power phases)
+        f"SELECT min(share) > 0.2 AND avg(share) > 0.5 FROM (SELECT avg((clocks_event_reasons & {SW_POWER_CAP} <> 0)::INT) AS share FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER GROUP BY gpu)",
+        "SELECT max(power_limit_w) BETWEEN 420 AND 595 FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER",
     ]),
     ("power_brake", "node3", 0.3, [
         f"SELECT bool_and(clocks_event_reasons & {BRAKE} <> 0) AND max(sm_clock_mhz) <= 0.5 * 1980 FROM gpu_samples WHERE node = 'node3' AND AFTER",
+        # DCGM/nvml.h: HW Slowdown (0x8) is reported with an external power brake
+        f"SELECT bool_and(clocks_event_reasons & {HW_SLOWDOWN} <> 0) FROM gpu_samples WHERE node = 'node3' AND AFTER",
         "SELECT min(power_limit_w) = 700 FROM gpu_samples WHERE node = 'node3'",
         "SELECT avg(power_w) FILTER (WHERE AFTER) < 0.6 * avg(power_w) FILTER (WHERE BEFORE) FROM gpu_samples WHERE node = 'node3'",
     ]),
@@ -55,8 +61,10 @@ CASES: list[tuple[str, str, float, list[str]]] = [
         "SELECT max(ecc_dbe_total) > 0 FROM gpu_samples WHERE gpu = 'node2/gpu0'",
         "SELECT max(ecc_dbe_total) = 0 FROM gpu_samples WHERE gpu <> 'node2/gpu0'",
         "SELECT bool_and(gpu = 'node2/gpu0') AND bool_or(xid = 48) FROM gpu_events",
-        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s > {FAULT_TS + 5}",
-        "SELECT sum(timeouts) > 0 FROM collective_samples WHERE AFTER",
+        # the rank crashes on its CUDA error, torchrun restarts the job: a gap, no watchdog timeout
+        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s BETWEEN {FAULT_TS} AND {FAULT_TS + 60}",
+        f"SELECT count(*) > 0 FROM job_steps WHERE ts_s > {FAULT_TS + 70}",
+        "SELECT sum(timeouts) = 0 FROM collective_samples",
     ]),
     ("gpu_fell_off_bus", "node1/gpu3", 0.5, [
         "SELECT bool_and(nvml_error = 'GPU_IS_LOST' AND temp_c IS NULL) FROM gpu_samples WHERE gpu = 'node1/gpu3' AND AFTER",
@@ -64,6 +72,7 @@ CASES: list[tuple[str, str, float, list[str]]] = [
         "SELECT list(DISTINCT xid) = [79] FROM gpu_events WHERE gpu = 'node1/gpu3'",
         "SELECT count(*) > 0 FROM collector_errors WHERE component = 'node1/gpu3' AND error = 'GPU_IS_LOST'",
         f"SELECT count(*) = 0 FROM job_steps WHERE ts_s > {FAULT_TS + 5}",
+        "SELECT sum(timeouts) = 0 FROM collective_samples",  # the watchdog waits its 10 minutes
     ]),
     ("nvlink_degraded", "node0/gpu0", 0.2, [
         "SELECT max(nvlink_crc_total) > 100 AND max(nvlink_replay_total) > 10 FROM gpu_samples WHERE gpu = 'node0/gpu0'",
@@ -105,7 +114,8 @@ CASES: list[tuple[str, str, float, list[str]]] = [
     ("nic_link_flap", "node2/nic0", 0.9, [
         "SELECT sum(carrier_changes) BETWEEN 4 AND 20 AND bool_or(NOT link_up) AND sum(drops) > 1000 FROM nic_samples WHERE nic = 'node2/nic0'",
         "SELECT bool_and(link_up) AND sum(carrier_changes) = 0 FROM nic_samples WHERE nic <> 'node2/nic0'",
-        "SELECT sum(timeouts) > 0 FROM collective_samples WHERE AFTER",
+        # a flap of seconds stalls the collectives (transport retries) but times nothing out
+        "SELECT sum(timeouts) = 0 FROM collective_samples",
     ]),
     ("ecn_misconfig", "node3/nic1", 0.1, [
         "SELECT sum(ce_marks) = 0 AND sum(drops) > 100 AND sum(retransmits) > 50 FROM nic_samples WHERE nic = 'node3/nic1' AND AFTER",
@@ -116,19 +126,20 @@ CASES: list[tuple[str, str, float, list[str]]] = [
         "SELECT avg(loader_wait_ms) > 100 AND avg(cpu_util_pct) > 90 FROM host_samples WHERE node = 'node1' AND AFTER",
         "SELECT avg(loader_wait_ms) < 10 FROM host_samples WHERE node <> 'node1'",
         f"SELECT avg(util_pct) < 90 AND bool_or(clocks_event_reasons & {GPU_IDLE} <> 0) FROM gpu_samples WHERE node = 'node1' AND AFTER",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {THROTTLE} <> 0",
+        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
         "SELECT bool_and(slowest_gpu LIKE 'node1/%') FROM job_steps WHERE AFTER",
         "SELECT count(*) = 0 FROM gpu_events",
     ]),
     ("application_error", "node0/gpu3", 0.5, [
         "SELECT bool_and(gpu = 'node0/gpu3' AND xid IN (13, 31, 43)) AND count(*) = 1 FROM gpu_events",
         "SELECT max(ecc_dbe_total) = 0 AND max(nvlink_crc_total) = 0 AND bool_and(nvml_error IS NULL) FROM gpu_samples",
-        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s > {FAULT_TS + 5}",
+        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s BETWEEN {FAULT_TS} AND {FAULT_TS + 60}",
     ]),
     ("ambient_drift", "fleet", 0.5, [
         "SELECT max(inlet_temp_c) FILTER (WHERE LATE) - max(inlet_temp_c) FILTER (WHERE BEFORE) > 2 FROM rack_samples",
-        "SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE) > 1.5 FROM gpu_samples",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {THROTTLE} <> 0",
+        # against the settled seconds before the fault (the first 30 s still relax from the start state)
+        f"SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE AND ts_s > {FAULT_TS - 30}) > 1.5 FROM gpu_samples",
+        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
     ]),
 ]  # fmt: skip
 
@@ -148,9 +159,16 @@ def test_fault_produces_its_symptom(kind: str, target: str, severity: float, que
 
 
 def test_healthy_run_shows_no_fault_symptom(healthy: Store) -> None:
-    assert (
-        healthy.scalar(f"SELECT count(*) FROM gpu_samples WHERE clocks_event_reasons & ~{GPU_IDLE} <> 0") == 0
-    )
+    other = ~(GPU_IDLE | SW_POWER_CAP)
+    assert healthy.scalar(f"SELECT count(*) FROM gpu_samples WHERE clocks_event_reasons & {other} <> 0") == 0
+    # routine SwPowerCap: GEMM bursts at the full limit on most GPUs, a minority of samples, clocks a few % down
+    capped = healthy.query(
+        f"SELECT count(DISTINCT gpu) AS gpus, avg((clocks_event_reasons & {SW_POWER_CAP} <> 0)::INT) AS share, "
+        f"min(power_limit_w) AS limit_w, min(sm_clock_mhz) FILTER (WHERE clocks_event_reasons & {SW_POWER_CAP} <> 0) "
+        "AS clock FROM gpu_samples WHERE clocks_event_reasons & 1 = 0"
+    )[0]
+    assert capped["gpus"] >= 12 and 0.05 < capped["share"] < 0.3
+    assert capped["limit_w"] == 700 and capped["clock"] >= 0.93 * 1980
     assert healthy.scalar("SELECT count(*) FROM gpu_events") == 0
     assert healthy.scalar("SELECT count(*) FROM collector_errors") == 0
     assert healthy.scalar("SELECT count(*) FROM nic_samples WHERE lane = 'fifo' OR NOT link_up") == 0

@@ -9,19 +9,30 @@ proposes it.
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.agent import component as about_component
+from aiops.agent.scope import ScopeError, TimeScope, components_in, time_scope
 from aiops.detect import detect
 from aiops.models import Diagnosis, Evidence
+from aiops.nvml_bits import THROTTLE
 from aiops.pipeline import remediate, stored_diagnoses
 from aiops.rca import diagnose
 from aiops.store import Store
+from aiops.text import fields_text, plural, when
 from guardrails.actions import Action
 from guardrails.records import GuardrailRecords
 from guardrails.registry import DEFAULT_REGISTRY
+
+Reader = Callable[[], AbstractContextManager[Store]]
+OFFLINE_SCOPE = (
+    "without an LLM the analyst answers questions about incidents (INC-0001, why, cause, fix), about a "
+    "component (node3/gpu5, node3, node3/nic0, rack1, job:llm) and about a time (since 10:00, last 5 min)"
+)
 
 INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
 # Words that make a question one the analyst can answer alone (the rest is free-form: it needs an LLM).
@@ -70,14 +81,19 @@ class AnalystAnswer:
     incident_id: str | None = None
     evidence: list[Evidence] = field(default_factory=list)
     free_form: bool = False
+    kind: str = "incident"  # incident | component | window | free_form | none: what the question was about
 
 
 class Analyst:
     def __init__(
-        self, diagnoses: list[Diagnosis], remediations: dict[str, list[Action]] | None = None
+        self,
+        diagnoses: list[Diagnosis],
+        remediations: dict[str, list[Action]] | None = None,
+        read: Reader | None = None,
     ) -> None:
         self.diagnoses = diagnoses
         self.remediations = remediations or {}
+        self.read = read  # opens the workspace read-only: component and time questions read stored rows
 
     @classmethod
     def from_store(cls, store: Store) -> Analyst:
@@ -126,22 +142,30 @@ class Analyst:
         return out
 
     def answer(self, question: str, *, llm_configured: bool = False) -> AnalystAnswer:
-        """The analyst's answer. A free-form question says it needs an LLM: how to configure one when none is,
-        else only that the model's answer, when it fails, is replaced by this one (the failure is shown)."""
+        """The analyst's answer: about the incident a question names; else about the components it names
+        (readings against peers, events, incidents, pending actions), within the time it names; else about
+        the incidents of the time it names; else about the current incident. A free-form question says it
+        needs an LLM (how to configure one when none is) and what the analyst answers alone."""
+        named = INCIDENT_ID.search(question)
+        if named is None and self.read is not None:
+            scoped = self.scoped(question)
+            if scoped is not None:
+                return scoped
         if not self.diagnoses:
-            return AnalystAnswer("No incident is open: the analyst finds the cluster healthy.")
+            return AnalystAnswer("No incident is open: the analyst finds the cluster healthy.", kind="none")
         diagnosis = self.focus(question)
         if diagnosis is None:
-            named = INCIDENT_ID.search(question)
             known = ", ".join(d.incident.incident_id for d in self.diagnoses)
-            return AnalystAnswer(f"No incident {named.group(0) if named else ''} (known: {known}).")
+            return AnalystAnswer(
+                f"No incident {named.group(0) if named else ''} (known: {known}).", kind="none"
+            )
         answer = self.explain(diagnosis)
         if not self.is_analyst_question(question):
-            answer.free_form = True
+            answer.free_form, answer.kind = True, "free_form"
             need = (
                 "the model is asked; when it fails, its failure is shown"
                 if llm_configured
-                else "answering it needs an LLM (set AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL)"
+                else f"answering it needs an LLM (set AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL); {OFFLINE_SCOPE}"
             )
             answer.text = (
                 f"That is a free-form question: {need}. The analyst's view of the current incident:\n"
@@ -149,9 +173,79 @@ class Analyst:
             )
         return answer
 
+    def scoped(self, question: str) -> AnalystAnswer | None:
+        """The answer to a question about components or a time window, from stored rows; None when the
+        question names neither."""
+        assert self.read is not None
+        with self.read() as store:
+            jobs = frozenset(str(r["job"]) for r in store.query("SELECT job FROM jobs"))
+            names = components_in(question, jobs)
+            newest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
+            try:
+                scope = time_scope(question, float(newest) if newest is not None else None)
+            except ScopeError as exc:
+                return AnalystAnswer(f"{exc}.", kind="none")
+            if not names and scope is None:
+                return None
+            unknown = [n for n in names if about_component.kind_of(store, n) is None]
+            if unknown:
+                return AnalystAnswer(self._unknown(store, unknown), kind="none")
+            if not names and scope is not None:
+                return self._window(store, scope)
+            lines: list[str] = [f"Window: {scope.describe()}."] if scope else []
+            evidence: list[Evidence] = []
+            for name in names[:4]:
+                found = about_component.about(store, name, scope, self.diagnoses)
+                lines.extend(found.lines)
+                evidence.extend(found.evidence)
+        return AnalystAnswer("\n".join(lines), None, evidence, kind="component")
+
+    @staticmethod
+    def _unknown(store: Store, unknown: list[str]) -> str:
+        rows = store.query("SELECT kind, min(component) AS first, max(component) AS last, count(*) AS n "
+                           "FROM topology WHERE kind IN ('rack', 'node', 'gpu', 'nic') GROUP BY kind ORDER BY kind")  # fmt: skip
+        jobs = [str(r["job"]) for r in store.query("SELECT job FROM jobs ORDER BY job")]
+        known = "; ".join(f"{plural(int(r['n']), str(r['kind']))} ({r['first']} … {r['last']})" for r in rows)
+        return (
+            f"{', '.join(unknown)}: not in this workspace's topology. It has {known or 'no topology'}"
+            + (f"; jobs: {', '.join('job:' + j for j in jobs)}" if jobs else "")
+            + "."
+        )
+
+    def _window(self, store: Store, scope: TimeScope) -> AnalystAnswer:
+        start, end = about_component.window(scope)
+        lines = [f"Window: {scope.describe()}."]
+        hits = [d for d in self.diagnoses if d.incident.last_ts_s >= start and d.incident.opened_ts_s <= end]
+        if not hits:
+            lines.append("no incident was open.")
+        for d in hits:
+            top = d.hypotheses[0] if d.hypotheses else None
+            cause = (
+                f"; top hypothesis {top.root_cause} on {top.component} ({top.confidence:.2f})" if top else ""
+            )
+            lines.append(f"{d.incident.incident_id} ({d.incident.severity}, opened {when(d.incident.opened_ts_s)}, "
+                         f"last seen {when(d.incident.last_ts_s)}): {d.incident.title}{cause}.")  # fmt: skip
+        params = [start, end]
+        rows = store.query(HOTTEST_SQL, params)
+        if rows:
+            lines.append("The hottest GPUs in this window:")
+            lines.extend(
+                f"  {r['gpu']}: max {r['max_temp_c']:g} °C, mean {r['mean_temp_c']:g} °C, "
+                f"{plural(int(r['throttled_samples']), 'throttled sample')}"
+                for r in rows
+            )
+        else:
+            lines.append("No GPU samples in this window.")
+        evidence = [
+            Evidence(claim="the hottest GPUs in the window", sql=HOTTEST_SQL, params=params, rows=rows)
+        ]
+        return AnalystAnswer("\n".join(lines), None, evidence if rows else [], kind="window")
+
     def explain(self, d: Diagnosis, top: int = 3) -> AnalystAnswer:
         i = d.incident
-        lines = [f"{i.incident_id} ({i.severity}): {i.title}."]
+        lines = [
+            f"{i.incident_id} ({i.severity}): {i.title}, opened {when(i.opened_ts_s)}, last seen {when(i.last_ts_s)}."
+        ]
         if not d.hypotheses:
             lines.append("The analyst has no hypothesis for it.")
             return AnalystAnswer("\n".join(lines), i.incident_id)
@@ -167,11 +261,18 @@ class Analyst:
         if actions:
             lines.append("Remediation (each physical action needs a person's approval):")
             lines.extend(
-                f"  - {_id(a)}{a.kind} -> {a.target}{' ' + json.dumps(a.parameters) if a.parameters else ''}"
-                f" ({'physical' if _physical(a) else 'digital'}): {a.reason}"
+                f"  - {_id(a)}{a.kind} {a.target}{' (' + fields_text(a.parameters) + ')' if a.parameters else ''}"
+                f", {'physical' if _physical(a) else 'digital'}: {a.reason}"
                 for a in actions
             )
         return AnalystAnswer("\n".join(lines), i.incident_id, list(evidence))
+
+
+HOTTEST_SQL = (
+    "SELECT gpu, round(max(temp_c), 1) AS max_temp_c, round(avg(temp_c), 1) AS mean_temp_c, "
+    f"count(*) FILTER (WHERE (clocks_event_reasons & {THROTTLE}) != 0) AS throttled_samples "
+    "FROM gpu_samples WHERE ts_s >= ? AND ts_s <= ? GROUP BY gpu ORDER BY max(temp_c) DESC, gpu LIMIT 3"
+)
 
 
 def _physical(action: Action) -> bool:

@@ -42,7 +42,7 @@ class AgentState(TypedDict, total=False):
     thread_id: str
     question: str
     asked_by: str
-    intent: str  # analyst | free_form
+    intent: str  # analyst | free_form | component | window | none
     incident_id: str | None
     analyst_text: str
     analyst_claims: list[dict[str, Any]]
@@ -142,7 +142,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             thread_id=state["thread_id"],
         )
         return {
-            "intent": "free_form" if answer.free_form else "analyst",
+            # component, window and none answers file nothing: they list the actions pending on what they read
+            "intent": "free_form"
+            if answer.free_form
+            else ("analyst" if answer.kind == "incident" else answer.kind),
             "incident_id": answer.incident_id,
             "analyst_text": answer.text,
             "analyst_claims": [c.model_dump() for c in claims_from_evidence(answer.evidence)],
@@ -294,7 +297,8 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 reason=p["reason"], evidence=evidence[:12], proposed_by=proposed_by, created_ts_s=deps.clock(),
             )  # fmt: skip
             verdict = deps.guard.propose(action, state.get("incident_id"))
-            p = {**p, "proposal_id": verdict.proposal_id}  # the open proposal of the same action, if any
+            # the open proposal of the same action, if any: it stands for this one, and the reply says so
+            p = {**p, "proposal_id": verdict.proposal_id, "existing": verdict.existing}
             deps.journal.record(
                 "proposal",
                 {**p, "allowed": verdict.allowed, "reasons": verdict.reasons, "existing": verdict.existing},

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.errors import SQLRejected
 from aiops.models import Evidence
+from aiops.text import plural
 
 Status = Literal["verified", "mismatch", "unverifiable", "pending"]
 # A number not glued to an identifier (node3, gpu5, INC-0001, policy:rule-2) or a clock (12:04); units may
@@ -154,7 +155,9 @@ def verify_claim(claim: Claim, sql: ReadOnlySQL) -> Claim:
                 )
     if not c.values and not rows:
         return claim.model_copy(update={"status": "verified", "note": "re-ran: no rows, as cited"})
-    return claim.model_copy(update={"status": "verified", "note": f"re-ran: {len(rows)} row(s) match"})
+    return claim.model_copy(
+        update={"status": "verified", "note": f"re-ran: {plural(len(rows), 'row')} match"}
+    )
 
 
 def verify_claims(

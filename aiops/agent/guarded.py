@@ -55,11 +55,15 @@ class WorkspaceGuard:
     def propose(self, action: Action, incident_id: str | None) -> Verdict:
         def work(guard: Guardrails) -> Verdict:
             known = guard.records.proposal(action.proposal_id)
-            if known is not None:  # filed already (by an analysis, or this node before a crash): it stands
+            if known is None:
+                filed = guard.propose(action, origin="chat", incident_id=incident_id)
+                # the same action open already: that proposal stands, with its own verdict (not this
+                # re-validation's, which could refuse the standing proposal in the journal)
+                known = guard.records.proposal(filed.proposal_id) if filed.existing else None
+            if known is not None:  # filed already (by an analysis, a question before, or a crash): it stands
                 ok = known.status != "denied"
-                return Verdict(action.proposal_id, ok, known.physical, known.approvals_needed,
+                return Verdict(known.action.proposal_id, ok, known.physical, known.approvals_needed,
                                action_hash(known.action), [] if ok else [known.message], existing=True)  # fmt: skip
-            filed = guard.propose(action, origin="chat", incident_id=incident_id)
             v = filed.validation
             return Verdict(filed.proposal_id, v.ok, v.physical, v.approvals_needed, action_hash(action),
                            [] if v.ok else [v.message], existing=filed.existing)  # fmt: skip

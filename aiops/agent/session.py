@@ -23,7 +23,7 @@ from langgraph.types import Command
 from aiops.agent.analyst import Analyst
 from aiops.agent.config import AgentConfig, load_config
 from aiops.agent.graph import AgentState, Deps, build_graph
-from aiops.agent.grounding import Claim, verified_citation_rate
+from aiops.agent.grounding import Claim, claims_from_evidence, verified_citation_rate, verify_claims
 from aiops.agent.guarded import TwinWorld, WorkspaceGuard
 from aiops.agent.journal import WorkspaceJournal
 from aiops.agent.llm import LLMClient
@@ -100,6 +100,7 @@ class AgentSession:
         with workspace.read() as store:
             self.analyst = Analyst.from_store(store)
             self.twin = Twin.load(store)
+        self.analyst.read = workspace.read  # component and time questions read stored rows
         self.sql = ReadOnlySQL(workspace, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s,
                                max_bytes=limits.sql_max_bytes)  # fmt: skip
         self.journal = WorkspaceJournal(workspace, max_record_bytes=limits.record_max_bytes)
@@ -160,7 +161,8 @@ class AgentSession:
             "physical": record.physical, "approvals_needed": record.approvals_needed, "approvers": people,
             "reasons": [] if record.status != "denied" else [record.message], "message": record.message,
             "note": record.message if record.status not in ("pending", "denied") or record.message != "ok" else "",
-            "origin": record.origin,
+            "origin": record.origin, "existing": bool(fallback.get("existing")),
+            "created_ts_s": a.created_ts_s,
         }  # fmt: skip
 
     # -- actions ------------------------------------------------------------------------------------------
@@ -217,7 +219,15 @@ class AgentSession:
             raise AiopsError(f"no proposal {proposal_id[:80]} (see /actions)")
         decision = approve_now(self.workspace, proposal_id, by, twin=self.twin, clock=self.clock)
         outcome = decision.outcome
-        note = decision.note if outcome is None else f"{outcome.status}: {outcome.message}"
+        note = (
+            decision.note
+            if outcome is None
+            else (
+                outcome.status
+                if outcome.message in ("", outcome.status)
+                else f"{outcome.status}: {outcome.message}"
+            )
+        )
         reply = Reply("", "", "analyst", "", [], 0.0, [], [self._describe(proposal_id, {})], "", note=note)
         if outcome is not None and outcome.ran:
             reply.executions = {proposal_id: {"ok": True, "result": {"result": outcome.result}}}
@@ -256,6 +266,22 @@ class AgentSession:
         )  # fmt: skip
         reply = self._reply(thread_id) if thread_id else None
         return {"proposal": action, "reply": reply, "log": self.journal.entries(proposal_id=proposal_id)}
+
+    def why_incident(self, incident_id: str) -> Reply:
+        """Why an incident: the analyst's ranked causes, its evidence re-run now, and the proposals filed for
+        it, without a new question (nothing is proposed)."""
+        diagnosis = self.analyst.get(incident_id)
+        if diagnosis is None:
+            known = ", ".join(d.incident.incident_id for d in self.analyst.diagnoses) or "none"
+            raise AiopsError(f"no incident {incident_id[:80]} (known: {known}; see /incidents)")
+        answer = self.analyst.explain(diagnosis)
+        limits = self.config.limits
+        claims = verify_claims(claims_from_evidence(answer.evidence), self.sql,
+                               max_claims=limits.verify_max_claims, budget_s=limits.verify_budget_s)  # fmt: skip
+        filed = [a.proposal_id for a in self.analyst.remediation(diagnosis.incident.incident_id)]
+        proposals = [p for p in (self.find(pid) for pid in filed) if p is not None]
+        return Reply("", f"/why {incident_id}", "analyst", answer.text, claims, verified_citation_rate(claims), [],
+                     proposals, answer.text, incident_id=diagnosis.incident.incident_id)  # fmt: skip
 
     def close(self) -> None:
         try:

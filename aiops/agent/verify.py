@@ -40,6 +40,7 @@ from aiops.agent.sqltool import ReadOnlySQL, check_select
 from aiops.errors import SQLRejected
 from aiops.labels import DIAGNOSIS_LABELS, TARGET_KINDS, component_kind, node_of
 from aiops.nvml_bits import GPU_IDLE, HW_POWER_BRAKE_SLOWDOWN, THERMAL
+from aiops.text import plural
 
 Status = Literal["verified", "unverified", "refused"]
 Row = dict[str, Any]
@@ -419,12 +420,12 @@ def check_claim(claim: LLMClaim, h: LLMHypothesis, sql: ReadOnlySQL) -> LLMClaim
     rows = [{k: v for k, v in r.items() if k.casefold() not in shape.derived} for r in ran]
     about = [r for r in rows if mentions(r, h.component)]
     if not about:
-        return unverified(f"none of the {len(rows)} row(s) mention {h.component}")
+        return unverified(f"none of the {plural(len(rows), 'row')} mention {h.component}")
     what, supports = SUPPORT[h.root_cause]
     if not any(supports(r) for r in about):
         return unverified(f"no row about {h.component} shows {h.root_cause} ({what})")
     return LLMClaim(
-        claim.text, claim.sql, claim.params, "verified", f"{len(about)} row(s) about it support it"
+        claim.text, claim.sql, claim.params, "verified", f"{plural(len(about), 'row')} about it support it"
     )
 
 

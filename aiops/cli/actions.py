@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from aiops.runtime.actions import Decision, approve, execute, reject
 from aiops.store import Workspace
-from aiops.text import markup, terminal
+from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
 from guardrails.signing import configured_signer
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _clock(ts_s: float) -> str:
-    return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return when(ts_s)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -81,17 +81,22 @@ def run_list(args: argparse.Namespace) -> int:
     if not records:
         console.print("no proposals")
         return 0
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns: nothing cut, long cells fold
     table.add_column("id", no_wrap=True)  # the id to approve must stay whole, whatever the width
-    for column in ("kind", "target", "risk", "status", "approvals", "proposed by", "from", "verdict"):
-        table.add_column(column)
+    for column in ("status", "kind", "target", "risk", "approvals"):
+        table.add_column(column, overflow="fold")
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
-        table.add_row(markup(r.action.proposal_id), markup(r.action.kind), markup(r.action.target),
-                      "physical" if r.physical else "digital", markup(r.status),
-                      f"{len(people)}/{r.approvals_needed}", markup(r.action.proposed_by), markup(r.origin),
-                      markup(r.message))  # fmt: skip
+        table.add_row(markup(r.action.proposal_id), markup(r.status), markup(r.action.kind),
+                      markup(r.action.target), "physical" if r.physical else "digital",
+                      f"{len(people)}/{r.approvals_needed}")  # fmt: skip
     console.print(table)
+    for r in records:  # who proposed it, from where, and the guardrails' verdict: on a line of their own
+        console.print(
+            f"  {markup(r.action.proposal_id)}: proposed by {markup(r.action.proposed_by)} from "
+            f"{markup(r.origin or '-')}; verdict: {markup(r.message)}"
+        )
+    console.print(f"{plural(len(records), 'proposal')} (aiops actions show ID for one)")
     return 0
 
 
@@ -106,7 +111,7 @@ def run_show(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]{markup(action['proposal_id'])}[/] {markup(action['kind'])} on {markup(action['target'])}"
     )
-    console.print(f"parameters: {markup(json.dumps(action['parameters'], sort_keys=True))}")
+    console.print(f"parameters: {markup(fields_text(action['parameters']) or '-')}")
     console.print(f"risk: {'physical' if shown['physical'] else 'digital'}; "
                   f"approvals needed: {shown['approvals_needed']}")  # fmt: skip
     console.print(f"status: {markup(shown['status'])} ({markup(shown['message'])})")

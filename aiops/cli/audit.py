@@ -43,7 +43,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if not result.ok:
             found.append(result.message)
         if chain_heads(store) is not None:
-            found += problems(store, ConfiguredVerifier())
+            found += problems(store, ConfiguredVerifier(store.path))
         default = witness.default_path(store.path)
         path = Path(args.witness) if args.witness else default
         if path is not None and (args.witness is not None or path.exists()):

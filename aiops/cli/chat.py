@@ -1,6 +1,7 @@
 """`aiops chat`: investigate in a REPL, with the LLM when one is configured and the analyst always.
 
-Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why ID, /help, /quit.
+Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why P-…|INC-…, /help, /quit.
+Without an LLM the analyst answers questions about incidents, components and times from stored rows.
 /approve and /reject are signed with your SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the
 ssh-agent), exactly as `aiops actions approve` signs; without a key they say so and name that command.
 Questions carry $USER (a label, never authority). Everything lives in
@@ -13,21 +14,24 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
-from datetime import UTC, datetime
+import re
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from aiops.cli.render import row_text
 from aiops.errors import AiopsError, GuardrailError
-from aiops.text import markup, terminal
+from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.signing import SshSigner, configured_signer
 
 if TYPE_CHECKING:  # the agent pulls in LangGraph: only `aiops chat` pays for that import
     from aiops.agent.session import AgentSession, Reply
 
 HELP = (
-    "ask anything, or: /incidents  /actions  /approve ID  /reject ID REASON  /why ID  /help  /quit\n"
+    "ask about an incident, a component (node3/gpu5, job llm) or a time (since 10:00)\n"
+    "/incidents /actions /approve ID /reject ID REASON /why P-…|INC-… /help /quit\n"
     "nothing physical runs without your /approve; the model cannot approve anything"
 )
 
@@ -43,8 +47,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _clock(ts_s: Any) -> str:
-    return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%H:%M:%S") if ts_s else "-"
+INCIDENT = re.compile(r"^INC-\d+$", re.IGNORECASE)
+
+
+def _when(ts_s: Any) -> str:
+    return when(float(ts_s)) if isinstance(ts_s, int | float) and not isinstance(ts_s, bool) else "-"
+
+
+def _identity(user: str, key: str | None) -> str:
+    """Who the chat says you are: $USER labels questions only; what counts is the key /approve signs with."""
+    try:
+        signer = configured_signer(key)
+        signs = f"/approve and /reject sign with {markup(str(signer.key))}"
+    except GuardrailError:
+        signs = markup("no signing key: /approve and /reject need --key FILE or [guardrails] signing_key")
+    return f"questions labelled [cyan]{markup(user)}[/] (a label, not authority); {signs}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     user = os.environ.get("USER") or getpass.getuser()
     console = terminal()
     with open_session(args.db) as session:
-        console.print(f"[bold]aiops chat[/] on [cyan]{markup(args.db)}[/] as [cyan]{markup(user)}[/]")
+        console.print(f"[bold]aiops chat[/] on [cyan]{markup(args.db)}[/]: {_identity(user, args.key)}")
         console.print(f"LLM: {markup(session.config.describe())}")
         console.print(
             "twin: "
@@ -69,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             )
         waiting = session.pending()
         if waiting:
-            console.print(f"[yellow]{len(waiting)} action(s) waiting for approval[/] (/actions)")
+            console.print(f"[yellow]{plural(len(waiting), 'action')} waiting for approval[/] (/actions)")
         console.print(f"[dim]{markup(HELP, multiline=True)}[/]")
         while True:
             try:
@@ -117,8 +134,12 @@ def handle(console: Console, session: AgentSession, user: str, line: str, key: s
         show_reply(console, session.reject(pid, _signer(key, pid), reason.strip()))
     elif command == "/why":
         if not rest:
-            raise AiopsError("usage: /why ID")
-        show_why(console, session.why(rest.split()[0]))
+            raise AiopsError("usage: /why ID (a proposal P-... or an incident INC-...)")
+        wanted = rest.split()[0]
+        if INCIDENT.match(wanted):
+            show_reply(console, session.why_incident(wanted), rows=True)
+        else:
+            show_why(console, session.why(wanted))
     elif command.startswith("/"):
         raise AiopsError(f"unknown command {command} (/help)")
     else:
@@ -130,13 +151,15 @@ def show_incidents(console: Console, session: AgentSession) -> None:
     if not rows:
         console.print("[green]No incident: the cluster looks healthy.[/]")
         return
-    table = Table(title="incidents")
-    for column in ("id", "opened", "severity", "title", "top hypothesis"):
-        table.add_column(column)
+    table = Table(title="incidents", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", no_wrap=True)  # the id to ask /why about stays whole, whatever the width
+    table.add_column("opened", overflow="fold")
+    for column in ("severity", "title", "top hypothesis"):
+        table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
             markup(r["incident_id"]),
-            _clock(r["opened_ts_s"]),
+            _when(r["opened_ts_s"]),
             markup(r["severity"]),
             markup(r["title"]),
             markup(r["top_hypothesis"] or "-"),
@@ -145,42 +168,60 @@ def show_incidents(console: Console, session: AgentSession) -> None:
 
 
 def show_actions(console: Console, actions: list[dict[str, Any]]) -> None:
+    """The proposals as a table that fits 80 columns with every id whole (the one to /approve), then each
+    one's reason and notes on its own lines."""
     if not actions:
         console.print("No proposals yet.")
         return
     table = Table(title="proposed actions")
-    for column in ("id", "status", "action", "target", "parameters", "risk", "approvals", "reason"):
-        table.add_column(column)
+    table.add_column("id", no_wrap=True)
+    for column in ("status", "action", "target", "risk", "approvals"):
+        table.add_column(column, overflow="fold")
     for a in actions:
         risk = "physical" if a.get("physical") else ("digital" if "physical" in a else "")
-        approvals = a.get("approvals") or (
-            ", ".join(a.get("reasons") or []) if a["status"] == "denied" else ""
-        )
+        params = f" ({fields_text(a['parameters'])})" if a.get("parameters") else ""
+        approvers = a.get("approvers") or []
+        needed = a.get("approvals_needed")
+        approvals = f"{len(approvers)}/{needed}" if isinstance(needed, int) and needed else "-"
         table.add_row(
             markup(a["proposal_id"]),
             markup(a["status"]),
             markup(a["kind"]),
-            markup(a["target"]),
-            markup(str(a.get("parameters") or "")),
+            markup(f"{a['target']}{params}"),
             risk,
-            markup(approvals or a.get("note", "")),
-            markup(a.get("reason", "")),
+            approvals,
         )
     console.print(table)
+    for a in actions:
+        notes = [a.get("reason", "")]
+        if a["status"] == "denied":
+            notes.append(
+                "refused by the guardrails: " + "; ".join(a.get("reasons") or [a.get("message", "")])
+            )
+        elif a.get("note"):
+            notes.append(str(a["note"]))
+        if a.get("existing"):
+            since = f" since {_when(a['created_ts_s'])}" if a.get("created_ts_s") else ""
+            notes.append(f"already proposed ({a['status']}{since}): nothing new filed")
+        console.print(f"  {markup(a['proposal_id'])}: {markup('; '.join(n for n in notes if n))}")
 
 
-def show_reply(console: Console, reply: Reply) -> None:
+def show_reply(console: Console, reply: Reply, *, rows: bool = False) -> None:
     if reply.note:
         console.print(f"[yellow]{markup(reply.note)}[/]")
     for failure in reply.failures:
         console.print(f"[bold red]LLM failed:[/] {markup(failure)} — the analyst's answer stands.")
     label = "agent" if reply.source == "llm" else "analyst"
-    console.print(f"[bold]{label}:[/] {markup(reply.answer, multiline=True)}")
+    if reply.answer:
+        console.print(f"[bold]{label}:[/] {markup(reply.answer, multiline=True)}")
     for claim in reply.claims:
         style = {"verified": "green", "mismatch": "red", "unverifiable": "yellow"}.get(claim.status, "white")
         console.print(
             f"  [{style}]{claim.mark()} {markup(claim.status)}[/] {markup(claim.text)} [dim]({markup(claim.note)})[/]"
         )
+        values = claim.citation.values if claim.citation else []
+        if rows and values and isinstance(values[0], dict):
+            console.print(f"    [dim]{markup(row_text(values[0]))}[/]")
     if reply.claims:
         console.print(f"  [dim]verified citations: {reply.citation_rate:.0%}[/]")
     show_llm_hypotheses(console, reply)
@@ -191,17 +232,35 @@ def show_reply(console: Console, reply: Reply) -> None:
     for pid, execution in reply.executions.items():
         if execution.get("ok"):
             detail = execution.get("result", {}).get("result", {}).get("detail", "")
-            console.print(f"[green]executed {markup(pid)}[/]: {markup(str(detail))}")
+            console.print(f"[green]executed {markup(pid)}[/]: {markup(fields_text(detail))}")
         else:
             console.print(f"[red]not executed {markup(pid)}[/]: {markup(str(execution.get('error')))}")
     for pid, check in reply.verifications.items():
         console.print(
-            f"[cyan]effect of {markup(pid)}[/] after {check['settle_s']:g} s: {markup(str(check['changed']))}"
+            f"[cyan]effect of {markup(pid)}[/] after {check['settle_s']:g} s: {markup(effect_text(check['changed']))}"
         )
     if reply.proposals:
         show_actions(console, reply.proposals)
         if reply.waiting:
             console.print("[yellow]waiting for a person:[/] /approve ID or /reject ID REASON")
+
+
+def effect_text(changed: Any) -> str:
+    """`{"temp_c": [90.0, 61.2]}` as `temp_c 90 -> 61.2`; nothing changed says so."""
+    if not isinstance(changed, dict) or not changed:
+        return "no metric changed"
+    parts = []
+    for name, values in list(changed.items())[:12]:
+        if isinstance(values, list) and len(values) == 2:
+            before, after = (fields_text(v) if isinstance(v, dict) else _number(v) for v in values)
+            parts.append(f"{name} {before} -> {after}")
+        else:
+            parts.append(f"{name} {fields_text(values)}")
+    return ", ".join(parts)
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def show_llm_hypotheses(console: Console, reply: Reply) -> None:
@@ -223,9 +282,10 @@ def show_llm_hypotheses(console: Console, reply: Reply) -> None:
 
 def show_why(console: Console, why: dict[str, Any]) -> None:
     p = why["proposal"]
+    params = f" ({fields_text(p['parameters'])})" if p.get("parameters") else ""
     console.print(
-        f"[bold]{markup(p['proposal_id'])}[/]: {markup(p['kind'])} → {markup(p['target'])} ({markup(p['status'])}, "
-        f"from {markup(str(p.get('origin') or p.get('source')))})"
+        f"[bold]{markup(p['proposal_id'])}[/]: {markup(p['kind'])} {markup(p['target'])}{markup(params)} "
+        f"({markup(p['status'])}, from {markup(str(p.get('origin') or p.get('source')))})"
     )
     console.print(f"reason: {markup(p.get('reason', ''))}")
     for reason in p.get("reasons") or []:
@@ -234,6 +294,39 @@ def show_why(console: Console, why: dict[str, Any]) -> None:
         console.print(f"asked: {markup(why['reply'].question)}")
         show_reply(console, why["reply"])
     for entry in why["log"]:
-        console.print(
-            f"[dim]{_clock(entry['ts_s'])} {markup(entry['kind'])} {markup(str(entry['payload'])[:200])}[/]"
+        console.print(f"[dim]{_when(entry['ts_s'])} {markup(entry['kind'])}: {markup(log_text(entry))}[/]")
+
+
+def log_text(entry: dict[str, Any]) -> str:
+    """One journal entry as a sentence: the fields that matter for its kind, never a dict cut mid-word."""
+    payload = entry.get("payload")
+    if not isinstance(payload, dict):
+        return str(payload)[:300]
+    kind = entry.get("kind")
+    if kind == "question":
+        return f"{payload.get('asked_by') or 'someone'} asked {str(payload.get('question'))[:200]!r}"
+    if kind == "proposal":
+        params = f" ({fields_text(payload['parameters'])})" if payload.get("parameters") else ""
+        verdict = (
+            "allowed" if payload.get("allowed") else "refused: " + "; ".join(payload.get("reasons") or [])
         )
+        again = ", already proposed: nothing new filed" if payload.get("existing") else ""
+        return f"{payload.get('kind')} {payload.get('target')}{params}, {verdict}{again}"
+    if kind in ("approval", "rejection"):
+        said = payload.get("message") or payload.get("reason") or ""
+        return f"by {payload.get('by')}: {said}"[:300]
+    if kind == "execution":
+        if payload.get("ok"):
+            return "executed: " + fields_text(
+                (payload.get("result") or {}).get("result", {}).get("detail", "")
+            )
+        return f"not executed: {payload.get('error')}"
+    if kind == "verification":
+        return f"after {payload.get('settle_s')} s: {effect_text(payload.get('changed'))}"
+    if kind == "answer":
+        return f"{payload.get('source')} answered, verified citations {float(payload.get('citation_rate') or 0):.0%}"
+    if kind == "report":
+        counts = payload.get("proposals") or {}
+        return ", ".join(f"{n} {status}" for status, n in counts.items()) if isinstance(counts, dict) else ""
+    text = fields_text(payload)
+    return text if len(text) <= 300 else text[:297] + "…"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from aiops.config import example_toml, load_config_file
-from aiops.text import markup, terminal
+from aiops.text import markup, plural, terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,6 +30,6 @@ def run_check(args: argparse.Namespace) -> int:
     hooks = len(config.notify.webhooks)
     terminal().print(
         f"{markup(args.file)}: ok (node {config.node.name} in {config.node.rack}, store {markup(config.store.path)}, "
-        f"http {markup(config.http.listen or 'off')}, {hooks} webhook(s))"
+        f"http {markup(config.http.listen or 'off')}, {plural(hooks, 'webhook')})"
     )
     return 0

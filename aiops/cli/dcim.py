@@ -29,7 +29,7 @@ from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_f
 from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
 from aiops.runtime.world import ACTUATORS
 from aiops.store import Workspace
-from aiops.text import markup, terminal
+from aiops.text import fields_text, markup, plural, terminal
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
 
 
@@ -92,9 +92,12 @@ def show_report(console: Console, report: RoundReport) -> None:
         for note in s.notes if s.kind == "cap" else ():
             console.print(f"  [dim]{markup(note)}[/]")
     if report.actions:
-        table = Table("id", "rule", "target", "change", "mode", "status", "why")
+        table = Table()
+        table.add_column("id", no_wrap=True)  # the id to approve stays whole, whatever the width
+        for column in ("rule", "target", "change", "mode", "status", "why"):
+            table.add_column(column, overflow="fold")
         for a in report.actions:
-            change = json.dumps(a.parameters, sort_keys=True)
+            change = fields_text(a.parameters)
             style = {"executed": "green", "pending": "yellow"}.get(a.status, "red")
             why = a.message.split(";")[0][:80]  # the whole message: --json, aiops actions show ID
             table.add_row(markup(a.proposal_id), markup(a.rule_id), markup(a.target), markup(change),
@@ -106,7 +109,7 @@ def show_report(console: Console, report: RoundReport) -> None:
         console.print(f"[dim]{markup(note)}[/]")
     if report.count("pending"):
         console.print(
-            f"{report.count('pending')} proposal(s) wait for a person: aiops actions list --status pending"
+            f"{plural(report.count('pending'), 'proposal')} waiting for a person: aiops actions list --status pending"
         )
 
 
@@ -180,7 +183,7 @@ def run_watch(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    console.print(f"stopped after {done[0]} round(s)")
+    console.print(f"stopped after {plural(done[0], 'round')}")
     return 0
 
 

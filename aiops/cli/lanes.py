@@ -27,7 +27,7 @@ from aiops.errors import AiopsError
 from aiops.scenarios import load_scenario
 from aiops.sim.lanes_trial import try_policy
 from aiops.store import Workspace
-from aiops.text import as_text, markup, terminal
+from aiops.text import as_text, markup, plural, terminal
 from collectors.ebpf.tcp_probe import TcpProbe
 from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
 
@@ -203,30 +203,33 @@ def run_control(args: argparse.Namespace) -> int:
     actuator = KernelLanes(args.dev, args.netns, policy)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    say = terminal(stderr=True)
+    say.print(
+        markup(f"{args.dev}: controlling lanes every {policy.adaptive.interval_s:g} s for up to "
+               f"{args.duration_s:g} s (adaptive shaping {'on' if policy.adaptive.enabled else 'off'}); "
+               "each rate change is one JSON line on stderr; Ctrl-C or SIGTERM stops"),
+        highlight=False,
+    )  # fmt: skip
+    steps: list[Any] = []
+
+    def on_step(step: Any) -> None:
+        steps.append(step)
+        if step.actuated:
+            record = {"ts_s": step.ts_s, "demand_mbps": step.demand_mbps, "ceil_mbps": step.rates.ceil_mbps,
+                      "spike_due": step.spike_due}  # fmt: skip
+            print(json.dumps(record), file=sys.stderr)
+
     try:
-        run_controller(
-            policy,
-            actuator,
-            duration_s=args.duration_s,
-            should_stop=stop.is_set,
-            on_step=lambda step: (
-                print(
-                    json.dumps(
-                        {
-                            "ts_s": step.ts_s,
-                            "demand_mbps": step.demand_mbps,
-                            "ceil_mbps": step.rates.ceil_mbps,
-                            "spike_due": step.spike_due,
-                        }
-                    ),
-                    file=sys.stderr,
-                )
-                if step.actuated
-                else None
-            ),
-        )
+        run_controller(policy, actuator, duration_s=args.duration_s, should_stop=stop.is_set, on_step=on_step)
     finally:
         actuator.close()
+        changes = sum(1 for step in steps if step.actuated)
+        say.print(
+            markup(
+                f"{args.dev}: stopped after {plural(len(steps), 'control step')}, {plural(changes, 'rate change')}"
+            ),
+            highlight=False,
+        )
     return 0
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from aiops.errors import AiopsError
+from aiops import __version__
+from aiops.errors import AiopsError, ConfigError
 from aiops.text import markup, terminal
 
 # Sub-command modules, each with `register(subparsers)`; a module sets `func` on its parser.
@@ -28,11 +31,13 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.config_cmd",
     "aiops.cli.profile",
     "aiops.cli.report",
+    "aiops.cli.console",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiops", description="AIOps agent for GPU training clusters")
+    parser.add_argument("--version", action="version", version=f"aiops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -46,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_config_env(os.environ.get("AIOPS_CONFIG"))
         return int(args.func(args) or 0)
     except AiopsError as exc:
         terminal(stderr=True, soft_wrap=True).print(
@@ -55,6 +61,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         terminal(stderr=True).print("interrupted")
         return 130
+
+
+def check_config_env(named: str | None) -> None:
+    """$AIOPS_CONFIG, when set, must name a file, whatever the command: one that reads no configuration would
+    otherwise run on defaults while the person believes their file counts."""
+    if named and not Path(named).expanduser().is_file():  # empty: unset, as load_config reads it
+        raise ConfigError(
+            named[:200],
+            "$AIOPS_CONFIG",
+            "no such file (unset AIOPS_CONFIG, or write one: aiops config example > FILE)",
+        )
 
 
 if __name__ == "__main__":

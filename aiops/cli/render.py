@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -14,13 +12,9 @@ from rich.text import Text
 from aiops.models import Diagnosis
 from aiops.pipeline import RunResult
 from aiops.store import Store
-from aiops.text import as_text, markup, plain
+from aiops.text import as_text, fields_text, markup, plain, plural, when
 from guardrails.actions import Action
 from guardrails.registry import DEFAULT_REGISTRY
-
-
-def clock(ts_s: float) -> str:
-    return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%H:%M:%S")
 
 
 def _proposal_json(result: RunResult, action: Action) -> dict[str, Any]:
@@ -62,16 +56,17 @@ def cluster_panel(store: Store) -> Panel:
     jobs = store.query("SELECT job, nodes, ranks, checkpoint_every_s FROM jobs ORDER BY job")
     span = store.query("SELECT min(ts_s) AS lo, max(ts_s) AS hi, count(*) AS n FROM gpu_samples")[0]
     lines = [
-        f"{counts.get('rack', 0)} racks, {counts.get('node', 0)} nodes, {counts.get('gpu', 0)} GPUs, "
-        f"{counts.get('nic', 0)} NICs",
+        f"{plural(counts.get('rack', 0), 'rack')}, {plural(counts.get('node', 0), 'node')}, "
+        f"{plural(counts.get('gpu', 0), 'GPU')}, {plural(counts.get('nic', 0), 'NIC')}",
         *(
-            f"job {j['job']}: {j['ranks']} ranks on {j['nodes']} nodes"
+            f"job {j['job']}: {plural(j['ranks'], 'rank')} on {plural(j['nodes'], 'node')}"
             + (f", checkpoint every {j['checkpoint_every_s']:g} s" if j["checkpoint_every_s"] else "")
             for j in jobs
         ),
     ]
     if span["lo"] is not None:
-        lines.append(f"telemetry {clock(span['lo'])}–{clock(span['hi'])} UTC, {span['n']:,} GPU samples")
+        lines.append(f"telemetry {when(span['lo'])} to {when(span['hi'])}")
+        lines.append(plural(span["n"], "GPU sample"))
     return Panel(Text("\n".join(plain(line) for line in lines)), title="cluster", expand=False)
 
 
@@ -81,13 +76,15 @@ def render(console: Console, store: Store, result: RunResult) -> None:
         console.print("[green]No incident: the cluster looks healthy.[/]")
         return
     timeline = Table(title="incident timeline", show_lines=False)
-    for column in ("id", "opened", "severity", "title", "symptoms"):
-        timeline.add_column(column)
+    timeline.add_column("id", no_wrap=True)
+    timeline.add_column("opened", overflow="fold")
+    for column in ("severity", "title", "symptoms"):
+        timeline.add_column(column, overflow="fold")  # folded, never cut: times and names stay whole
     for d in result.diagnoses:
         kinds = sorted({s.kind for s in d.incident.symptoms})
         timeline.add_row(
             as_text(d.incident.incident_id),
-            clock(d.incident.opened_ts_s),
+            when(d.incident.opened_ts_s),
             as_text(d.incident.severity),
             as_text(d.incident.title),
             as_text(", ".join(kinds)),
@@ -105,7 +102,7 @@ def render_remediation(console: Console, result: RunResult, actions: list[Action
     for a in actions:
         p = _proposal_json(result, a)
         kind = "[red]physical[/]" if p["physical"] else "digital"
-        params = markup(json.dumps(a.parameters, sort_keys=True)) if a.parameters else ""
+        params = markup(f"({fields_text(a.parameters)})") if a.parameters else ""
         console.print(
             f"  • {markup(a.proposal_id)} {markup('[' + p['status'] + ']')} {markup(a.kind)} → {markup(a.target)} "
             f"{params} ({kind}): {markup(a.reason)}",
@@ -132,10 +129,19 @@ def render_diagnosis(console: Console, d: Diagnosis, top: int = 3) -> None:
         console.print(f"[bold]Evidence for {markup(best.root_cause)} on {markup(best.component)}:[/]")
         for e in best.evidence[:4]:
             mark = "+" if e.supports else "−"
-            console.print(f"  {mark} {markup(e.claim)}  [dim]({len(e.rows)} rows)[/]", highlight=False)
+            console.print(
+                f"  {mark} {markup(e.claim)}  [dim]({plural(len(e.rows), 'row')})[/]", highlight=False
+            )
             if e.rows:
-                console.print(f"    [dim]{markup(_row_text(e.rows[0]))}[/]", highlight=False)
+                console.print(f"    [dim]{markup(row_text(e.rows[0]))}[/]", highlight=False)
 
 
-def _row_text(row: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in list(row.items())[:8])
+def row_text(row: dict[str, Any], limit: int = 8) -> str:
+    """A cited row as `key=value` text: times (`*_ts_s`, `ts_s`) as ISO 8601, no value as `-`."""
+    shown: dict[str, Any] = {}
+    for key, value in list(row.items())[:limit]:
+        is_time = (key == "ts_s" or key.endswith("_ts_s")) and isinstance(value, int | float)
+        shown[key.removesuffix("_s") if is_time else key] = (
+            when(float(value)) if is_time else ("-" if value is None else value)
+        )
+    return fields_text(shown)

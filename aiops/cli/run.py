@@ -12,6 +12,7 @@ import signal
 import socket
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -22,6 +23,9 @@ from aiops.errors import ConfigError
 from aiops.scenarios import load_scenario
 from aiops.service import logs
 from aiops.service.service import Service, SimSetup
+
+if TYPE_CHECKING:
+    from aiops.console.server import ConsoleServer
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -92,6 +96,18 @@ def alert_token_of(config: Config) -> str:
     return token
 
 
+def console_server(config: Config, service: Service) -> ConsoleServer:
+    """The web console over the service's own hold on the workspace; approved proposals run in the loop."""
+    from aiops.console.app import ConsoleOptions, create_app
+    from aiops.console.server import ConsoleServer
+    from aiops.report.schedule import reports_dir
+
+    options = ConsoleOptions(reports_dir=reports_dir(config.report, config.store.path),
+                             secure_cookies=config.console.secure_cookies, execute=False,
+                             idle_timeout_s=config.console.idle_timeout_s, max_age_s=config.console.max_age_s)  # fmt: skip
+    return ConsoleServer(create_app(service.workspace, options), config.console.listen)
+
+
 def run(args: argparse.Namespace) -> int:
     config = configured(args)
     if not 0 < args.speed <= 1000:
@@ -102,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         sim = SimSetup(load_scenario(args.sim), policy, args.speed)
     logs.setup()
     service = Service(config, sim=sim, token=token_of(config), alert_token=alert_token_of(config))
+    if config.console.listen:
+        service.companions.append(console_server(config, service))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()

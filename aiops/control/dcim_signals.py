@@ -124,3 +124,22 @@ def signals_in_force(store: Store) -> dict[str, DcimSignal]:
                                     str(r["source"]))
         for r in rows
     }  # fmt: skip
+
+
+# The signals up to a window's end, oldest first (the detector and the analyst read caps from here).
+DCIM_SIGNALS_SQL = (
+    "SELECT ts_s, scope, kind, budget_kw FROM dcim_signals WHERE ts_s <= ? ORDER BY ts_s, scope"
+)
+
+
+def dcim_caps_kw(store: Store, t0: float, t1: float) -> dict[str, float]:
+    """Scope (`fleet` or a rack) -> the DCIM cap in force at some time in (t0, t1]: the newest signal of the
+    scope is a cap, or a cap arrived within the window (and was cleared again in it)."""
+    caps: dict[str, float] = {}
+    for r in store.query(DCIM_SIGNALS_SQL, [t1]):
+        scope = str(r["scope"])
+        if r["kind"] == "cap" and r["budget_kw"] is not None:
+            caps[scope] = float(r["budget_kw"])
+        elif float(r["ts_s"]) <= t0:
+            caps.pop(scope, None)  # cleared before the window began
+    return caps

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.models import Symptom
-from aiops.nvml_bits import GPU_IDLE, THROTTLE, describe
+from aiops.nvml_bits import GPU_IDLE, THROTTLE, describe, routine_power_cap
 from aiops.store import Store
 
 # Symptom kinds and how they weigh for opening an incident.
@@ -39,6 +40,7 @@ STRONG = {
 INFO = {"fleet_inlet_drift"}
 
 WARMUP_S = 30.0
+CORRECTED_XIDS = frozenset({92})  # high single-bit (correctable) ECC error rate
 
 
 class Detector:
@@ -100,6 +102,10 @@ class Detector:
                 out.append(Symptom(kind="gpu_lost", component=gpu, ts_s=t1, detail={"error": r["error"]}))
                 continue
             throttled = (r["throttled"] or 0) >= max(2, 0.3 * r["samples"])
+            routine = routine_power_cap(
+                int(r["reasons"] or 0) & THROTTLE, r["power_limit_w"], r["power_max_w"]
+            )
+            throttled = throttled and not routine  # SwPowerCap at the full limit: the GPU at its TDP
             if self.persist.update(f"throttle:{gpu}", throttled, t1) >= 1 and throttled:
                 bits = int(r["reasons"] or 0) & THROTTLE
                 out.append(
@@ -164,9 +170,12 @@ class Detector:
         return out
 
     def _xids(self, t0: float, t1: float) -> list[Symptom]:
+        # Xid 92 reports a high rate of *corrected* errors (NVIDIA Xid catalogue): the data is intact and the job
+        # runs on, so it opens nothing; the analyst still reads it as evidence.
         return [
             Symptom(kind="xid", component=str(r["gpu"]), ts_s=float(r["ts_s"]), detail={"xid": r["xid"]})
             for r in w.window(self.store, w.XID_WINDOW_SQL, t0, t1)
+            if r["xid"] not in CORRECTED_XIDS
         ]
 
     def _nics(self, t0: float, t1: float) -> list[Symptom]:
@@ -319,16 +328,19 @@ class Detector:
 
     def _racks(self, t0: float, t1: float) -> list[Symptom]:
         rows = w.window(self.store, w.RACK_WINDOW_SQL, t0, t1)
+        signals = dcim_caps_kw(self.store, t0, t1)
         out: list[Symptom] = []
         drifting = 0
         for r in rows:
             rack = str(r["rack"])
-            if r["power_cap_kw"] is not None:
-                out.append(
-                    Symptom(
-                        kind="dcim_power_cap", component=rack, ts_s=t1, detail={"cap_kw": r["power_cap_kw"]}
-                    )
-                )
+            # the cap a facility collector recorded with the rack's samples, else the DCIM signal in force
+            cap_kw = (
+                r["power_cap_kw"]
+                if r["power_cap_kw"] is not None
+                else signals.get(rack, signals.get("fleet"))
+            )
+            if cap_kw is not None:
+                out.append(Symptom(kind="dcim_power_cap", component=rack, ts_s=t1, detail={"cap_kw": cap_kw}))
             flow = r["flow_lpm"]
             flow_base = self.baselines[f"flow:{rack}"]
             low_flow = flow is not None and flow_base.ready() and flow < 0.85 * flow_base.median

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.models import Evidence
-from aiops.nvml_bits import GPU_IDLE, HW_POWER_BRAKE_SLOWDOWN, SW_POWER_CAP, THERMAL, THROTTLE
+from aiops.nvml_bits import (
+    GPU_IDLE,
+    HW_POWER_BRAKE_SLOWDOWN,
+    ROUTINE_POWER_CAP_SQL,
+    SW_POWER_CAP,
+    THERMAL,
+    THROTTLE,
+)
 from aiops.store import Store
 
 LOOKBACK_S = 120.0
@@ -72,7 +79,7 @@ class Facts:
         w = self.window
         return self.run(
             "throttle_onsets",
-            "GPUs with throttle reasons set during the incident, earliest first",
+            "GPUs with throttle reasons set during the incident (not SwPowerCap alone at the full limit), earliest first",
             f"""SELECT gpu, node, min(ts_s) AS first_ts_s, count(*) AS samples,
                    bit_or(clocks_event_reasons & {THROTTLE}) AS reasons,
                    sum(CASE WHEN clocks_event_reasons & {THERMAL} <> 0 THEN 1 ELSE 0 END) AS thermal_samples,
@@ -81,6 +88,7 @@ class Facts:
                        AS brake_samples,
                    max(temp_c) AS max_temp_c, max(slowdown_temp_c) AS slowdown_temp_c
                FROM gpu_samples WHERE ts_s BETWEEN ? AND ? AND clocks_event_reasons & {THROTTLE} <> 0
+                 AND NOT {ROUTINE_POWER_CAP_SQL}
                GROUP BY gpu, node ORDER BY first_ts_s, max_temp_c DESC""",
             [w.start_s, w.end_s],
         )
@@ -221,16 +229,23 @@ class Facts:
         w = self.window
         return self.run(
             "racks",
-            "Rack inlet, coolant flow and DCIM power cap: incident window vs reference",
+            "Rack inlet, coolant flow and the DCIM power cap in force (dcim_signals): incident window vs reference",
             """WITH ref AS (SELECT rack, avg(inlet_temp_c) AS ref_inlet_c, avg(coolant_flow_lpm) AS ref_flow_lpm
                             FROM rack_samples WHERE ts_s >= ? AND ts_s < least(?, ? + 60) GROUP BY rack),
                     cur AS (SELECT rack, avg(inlet_temp_c) AS inlet_c, max(inlet_temp_c) AS max_inlet_c,
                                    min(coolant_flow_lpm) AS min_flow_lpm, max(power_cap_kw) AS power_cap_kw,
                                    min(ts_s) FILTER (WHERE power_cap_kw IS NOT NULL) AS cap_from_ts_s,
                                    avg(power_kw) AS power_kw
-                            FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack)
-               SELECT cur.*, ref.ref_inlet_c, ref.ref_flow_lpm FROM cur LEFT JOIN ref USING (rack) ORDER BY rack""",
-            [w.run_start_s, w.baseline_end_s, w.run_start_s, w.start_s, w.end_s],
+                            FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack),
+                    dcim AS (SELECT s.scope, max(s.budget_kw) AS cap_kw FROM dcim_signals s
+                             WHERE s.kind = 'cap' AND s.ts_s <= ? AND NOT EXISTS (
+                                 SELECT 1 FROM dcim_signals c WHERE c.scope = s.scope AND c.ts_s > s.ts_s AND c.ts_s <= ?)
+                             GROUP BY s.scope)
+               SELECT cur.* REPLACE (coalesce(cur.power_cap_kw, dr.cap_kw, df.cap_kw) AS power_cap_kw),
+                      ref.ref_inlet_c, ref.ref_flow_lpm
+               FROM cur LEFT JOIN ref USING (rack) LEFT JOIN dcim dr ON dr.scope = cur.rack
+                    LEFT JOIN dcim df ON df.scope = 'fleet' ORDER BY rack""",
+            [w.run_start_s, w.baseline_end_s, w.run_start_s, w.start_s, w.end_s, w.end_s, w.start_s],
         )
 
     def hosts(self) -> list[dict[str, Any]]:

@@ -16,6 +16,8 @@ from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
 
 ECC_XIDS = {48, 63, 64, 92, 94, 95}
+# Xid 92 is a high rate of corrected single-bit errors: a warning, not an uncorrectable error (Xid catalogue)
+UNCORRECTABLE_XIDS = ECC_XIDS - {92}
 APP_XIDS = {13, 31, 43, 45, 68}
 NVLINK_XIDS = {74}
 OFF_BUS_XIDS = {79}
@@ -66,7 +68,7 @@ def gpu_health(facts: Facts) -> list[Candidate]:
                     ],
                 )
             )
-        if dbe > 0 or codes & ECC_XIDS:
+        if dbe > 0 or codes & UNCORRECTABLE_XIDS:
             out.append(
                 Candidate(
                     "gpu_ecc_error",

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -45,6 +45,15 @@ from collectors.base import RowBatch, RowBuffer
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
+
+
+class Companion(Protocol):
+    """Something served beside the loop (the web console): started after the HTTP endpoint, closed before the
+    store is."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class Service:
         self.first_ts_s: float | None = None
         self.oldest_unflushed_ts_s: float | None = None
         self.flushes = 0
+        self.companions: list[Companion] = []
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,6 +142,8 @@ class Service:
             self.http.start()
             self.outbox.link_base = f"http://{self.http.host}:{self.http.port}"
         self.outbox.start(self.workspace)
+        for companion in self.companions:
+            companion.start()
         self.last_tick = self.last_flush = self.last_retention = self.clock()
         log.info("started", extra={"db": self.config.store.path, "pid": os.getpid(),
                                    "sources": self.sources.describe if self.sources else "",
@@ -153,6 +165,8 @@ class Service:
             self.flush()
             self.profiles.close()  # a run in progress stops early and is stored before the file closes
             self.outbox.stop()
+            for companion in self.companions:
+                companion.close()
             if self.sources is not None:
                 self.sources.close()
             if self.http is not None:

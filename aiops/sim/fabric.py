@@ -2,8 +2,11 @@
 
 A job's step time is the slowest rank's compute (clock-, PCIe- and loader-bound) plus its collectives: a ring
 all-reduce of `allreduce_mb` over NVLink inside a node and over the NICs between nodes. So one slow GPU slows
-every rank; ranks that wait spin in NCCL kernels (high utilisation, lower power). A job with a dead rank hangs;
-a migrated job (`World.move_job`) completes no step until its checkpoint-restart pause ends.
+every rank; ranks that wait spin in NCCL kernels (high utilisation, lower power). A rank whose process dies of a
+CUDA error (ECC, Xid 13/31/43) takes the job down within seconds and torchrun restarts it from its checkpoint; a
+rank that stops answering (GPU off the bus) hangs the job until PyTorch's NCCL watchdog times the collective out
+(one event per live rank) and tears it down; it restarts when the GPU is back. A migrated job
+(`World.move_job`) completes no step until its checkpoint-restart pause ends. Sources: docs/SIMULATOR.md.
 """
 
 from __future__ import annotations
@@ -28,7 +31,16 @@ STORAGE_WRITE_BPS = 2e9 * 8  # checkpoint writes: 2 GB/s per node to storage
 BUS_EFFICIENCY = 0.08  # socket collectives reach ~8 % of line rate per NIC averaged over a step
 OPS_PER_STEP = 24  # collective calls per step (gradient buckets)
 OP_SHARE = {"all_reduce": 0.7, "all_gather": 0.15, "reduce_scatter": 0.15}
-HANG_TIMEOUT_S = 20.0  # NCCL watchdog: collectives of a hung job start timing out after this
+# PyTorch's ProcessGroupNCCL watchdog aborts a collective that has not completed after the process group's
+# timeout: 10 min by default for NCCL (torch.distributed default_pg_nccl_timeout), then tears the process down.
+WATCHDOG_TIMEOUT_S = 600.0
+TEARDOWN_S = 5.0  # a worker exits on its CUDA error; torchrun's agent notices and stops the others (seconds)
+# The framework's straggler report (Megatron-Core StragglerDetector / nvidia-resiliency-ext straggler
+# detection): every `log_interval` steps, the rank whose step took longest by its own CUDA-event timer. Timer
+# noise makes near-ties random; some reports are lost (rank 0 skips the gather, the log line is not shipped).
+STRAGGLER_REPORT_EVERY = 10
+STRAGGLER_TIMER_NOISE = 0.01
+STRAGGLER_REPORT_LOSS = 0.1
 
 
 # (nic index, lane, tx_bytes, drops, ce_marks, retransmits, queue_delay_ms, lane_rate_bps, link_up)
@@ -37,8 +49,9 @@ NicRow = tuple[int, str, float, int, int, int, float, float | None, bool]
 FlowRow = tuple[int, str, str | None, str, float]
 # (job, op, scope, count, bytes, latency_p50_ms, latency_p99_ms, timeouts)
 CollectiveRow = tuple[str, str, str, int, int, float | None, float | None, int]
-# (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks): a job_steps row
-StepRow = tuple[float, str, int, float, int, str, int]
+# (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks): a job_steps row (slowest only on the
+# steps the framework's straggler report covers, else None)
+StepRow = tuple[float, str, int, float, int | None, str | None, int]
 
 
 @dataclass
@@ -125,26 +138,17 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     loader_ms = loader_ms + mods.loader_extra_ms
     for job in lay.jobs:
         j, gpus, nics = job.index, job.gpus, job.nics
-        if w.restart_until_s[j] >= w.elapsed_s:  # migrated: relaunching and loading the checkpoint
+        if _job_down(w, out, job.index, job.name, gpus, len(job.nodes)):
             duty[gpus], starved[gpus] = 0.0, 1.0  # GPUs idle (GpuIdle, ~80 W), no steps, no collectives
             continue
-        if w.dead[gpus].any():
-            if w.hung_since[j] < 0:
-                w.hung_since[j] = w.elapsed_s
-                w.step_progress[j] = 0.0  # the step in flight is lost; the job restarts from its checkpoint
-            timed_out = int(w.elapsed_s - w.hung_since[j] > HANG_TIMEOUT_S)
-            out.collectives.extend(
-                (job.name, op, "inter_node", 0, 0, None, None, timed_out) for op in OP_SHARE
-            )
+        if w.dead[gpus].any():  # hung: the live ranks spin in NCCL kernels, nothing completes
             duty[gpus] = 0.0
             continue
-        w.hung_since[j] = -1.0
         compute_s = (
             job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * mods.pcie_factor[gpus]
         )
         loader_s = loader_ms[lay.gpu_node[gpus]] / 1000.0
         ready_s = compute_s + loader_s + rng.normal(0, 0.004, gpus.size).clip(-0.01, 0.01)
-        slowest = int(np.argmax(ready_s))
         n_nodes = len(job.nodes)
         volume_bytes = job.allreduce_mb * 1e6 * 2 * (n_nodes - 1) / max(1, n_nodes)
         inter_s = 0.0
@@ -157,7 +161,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         nvlink = float(mods.nvlink_slow[job.nodes].max())
         intra_s = 0.02 * (job.allreduce_mb / 256.0) ** 0.5 + nvlink * job.step_compute_s
         down = not bool(w.link_up[nics].all())
-        step_time_s = (float(ready_s[slowest]) + intra_s + inter_s) * (1.0 + float(rng.normal(0, 0.01)))
+        step_time_s = (float(ready_s.max()) + intra_s + inter_s) * (1.0 + float(rng.normal(0, 0.01)))
         w.step_time_s[j] = step_time_s
         if not down:
             w.step_progress[j] += dt_s / step_time_s
@@ -165,16 +169,17 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
             w.step_progress[j] -= 1.0
             w.step_count[j] += 1
             done_ts_s = w.now_ts_s - w.step_progress[j] * step_time_s  # when within this second it ended
+            rank = _straggler_report(w.hook_rng, int(w.step_count[j]), ready_s)
+            gpu_name = lay.gpu_names[gpus[rank]] if rank is not None else None
             out.steps.append(
-                (done_ts_s, job.name, int(w.step_count[j]), step_time_s, slowest, lay.gpu_names[gpus[slowest]],
-                 int(gpus.size))
-            )  # fmt: skip
+                (done_ts_s, job.name, int(w.step_count[j]), step_time_s, rank, gpu_name, int(gpus.size))
+            )
         duty[gpus] = np.clip(compute_s / step_time_s, 0, 1)
         starved[gpus] = np.clip(loader_s / step_time_s, 0, 1) * (loader_s > 0.05)
         steps_per_s = 0.0 if down else 1.0 / step_time_s
         coll_bps[nics] += volume_bytes * 8 * steps_per_s * n_nodes / len(nics)
         _collective_rows(out, job.name, job.allreduce_mb, n_nodes, steps_per_s, volume_bytes, inter_s, intra_s,
-                         queue_ms, int(down), rng)  # fmt: skip
+                         queue_ms, rng)  # fmt: skip
     w.rank_duty = duty
     w.rank_starved = starved
     w.vip_demand_fraction = coll_bps / network.LINK_BPS
@@ -188,9 +193,52 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     return out
 
 
+def _job_down(w: World, out: FabricOut, j: int, name: str, gpus: I64, n_nodes: int) -> bool:
+    """Whether job `j` runs no rank this second: relaunching after a move or a crash, or torn down by the
+    watchdog while one of its GPUs is gone. Starts those states; the watchdog's timeouts go to `out`."""
+    t = w.elapsed_s
+    if w.restart_until_s[j] >= t:  # relaunching: NCCL init and checkpoint load
+        return True
+    if w.crashed[gpus].any():  # a worker died of a CUDA error: torchrun stops the rest and restarts them all
+        w.crashed[gpus] = False
+        w.restart_until_s[j] = t + TEARDOWN_S + w.restart_s
+        w.step_progress[j] = 0.0  # the step in flight is lost; the job restarts from its checkpoint
+        return True
+    if w.dead[gpus].any():
+        if w.hung_since[j] < 0:
+            w.hung_since[j] = t
+            w.step_progress[j] = 0.0
+        if not w.torn_down[j] and t - w.hung_since[j] >= WATCHDOG_TIMEOUT_S:
+            # every live rank's watchdog reports its collective timed out, then aborts its communicator
+            w.torn_down[j] = True
+            live = int((~w.dead[gpus]).sum())
+            scope = "inter_node" if n_nodes > 1 else "intra_node"
+            out.collectives.append((name, "all_reduce", scope, 0, 0, None, None, live))
+        return bool(w.torn_down[j])
+    w.hung_since[j] = -1.0
+    if w.torn_down[j]:  # the GPU is back: torchrun relaunches the job
+        w.torn_down[j] = False
+        w.restart_until_s[j] = t + w.restart_s
+        return True
+    return False
+
+
+def _straggler_report(rng: np.random.Generator, step: int, ready_s: F64) -> int | None:
+    """The rank the framework's straggler report names for this step (by its own noisy timer), or None: the
+    step is not a reporting step, or its report was lost. `rng` is the framework's own stream (its timers do
+    not disturb the world's)."""
+    if step % STRAGGLER_REPORT_EVERY or rng.random() < STRAGGLER_REPORT_LOSS:
+        return None
+    measured = ready_s * (1.0 + rng.normal(0.0, STRAGGLER_TIMER_NOISE, ready_s.size))
+    return int(np.argmax(measured))
+
+
 def _collective_rows(out: FabricOut, job: str, allreduce_mb: float, n_nodes: int, steps_per_s: float,
-                     volume_bytes: float, inter_s: float, intra_s: float, queue_ms: float, down: int,
+                     volume_bytes: float, inter_s: float, intra_s: float, queue_ms: float,
                      rng: np.random.Generator) -> None:  # fmt: skip
+    """What the NCCL profiler reports per op and second. A link that is down for seconds stalls the
+    collectives (TCP and IB retransmit underneath: NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT allow ~30 s) but does not
+    time them out; only the watchdog does (`_job_down`)."""
     ops = OPS_PER_STEP * steps_per_s
     noise = rng.normal(0, 1.0, (4, len(OP_SHARE))).tolist()
     for i, (op, share) in enumerate(OP_SHARE.items()):
@@ -199,7 +247,7 @@ def _collective_rows(out: FabricOut, job: str, allreduce_mb: float, n_nodes: int
             p50 = inter_s / OPS_PER_STEP * 1000.0 * (1 + 0.02 * noise[2][i])
             p99 = p50 * 1.5 + 2.0 * queue_ms + abs(noise[0][i] * 0.05 * p50)
             out.collectives.append(
-                (job, op, "inter_node", count, int(volume_bytes * steps_per_s * share), p50, p99, down)
+                (job, op, "inter_node", count, int(volume_bytes * steps_per_s * share), p50, p99, 0)
             )
         p50_intra = intra_s / OPS_PER_STEP * 1000.0 * (1 + 0.02 * noise[3][i])
         p99_intra = p50_intra * 1.4 * (1 + abs(noise[1][i] * 0.03))

@@ -171,17 +171,18 @@ def _start(w: World, f: ActiveFault) -> None:
     elif k == "gpu_ecc_error":
         w.ecc_dbe[f.gpus] += 1 + int(s > 0.6)
         w.ecc_sbe[f.gpus] += w.rng.integers(5, 40)
-        w.emit_xids(f.gpus, 48)
+        w.emit_xids(f.gpus, 48)  # DBE
+        w.emit_xids(f.gpus, 63)  # row remapper: the row is marked for remapping, reset the GPU to activate it
         if s > 0.5:
-            w.emit_xids(f.gpus, 94)
-        w.dead[f.gpus] = True
+            w.emit_xids(f.gpus, 94)  # contained: only the process that touched the row is killed
+        w.crashed[f.gpus] = True  # the rank gets cudaErrorECCUncorrectable and exits: the job restarts
     elif k == "gpu_fell_off_bus":
         w.emit_xids(f.gpus, 79)
         w.lost[f.gpus] = True
         w.dead[f.gpus] = True
     elif k == "application_error":
         w.emit_xids(f.gpus, int(f.xid or 13))
-        w.dead[f.gpus] = True
+        w.crashed[f.gpus] = True  # an illegal address / MMU fault kills the rank: the job restarts
     elif k == "pcie_degraded":
         w.link_width[f.gpus] = 8 if s < 0.6 else 4
         w.link_gen[f.gpus] = 4 if s < 0.8 else 3
@@ -199,7 +200,7 @@ def _end(w: World, f: ActiveFault) -> None:
     k = f.kind
     if k in ("power_cap_misconfig", "facility_power_cap") and f.saved_limits_w is not None:
         w.power_limit_w[f.gpus] = f.saved_limits_w
-    elif k in ("gpu_ecc_error", "application_error", "gpu_fell_off_bus"):
+    elif k == "gpu_fell_off_bus":  # the GPU is back (reset, node serviced)
         w.dead[f.gpus] = False
         w.lost[f.gpus] = False
     elif k == "pcie_degraded":

@@ -42,6 +42,21 @@ MAX_FLOW_LPM = 300.0  # what the CDU pump can deliver
 SUPPLY_TAU_S = 20.0
 HOST_POWER_KW = 2.0  # CPUs, NICs, fans of one node
 SBE_PROBABILITY_PER_S = 0.0015  # benign correctable single-bit ECC errors (a decoy)
+# A weak HBM cell: a burst of correctable errors that crosses the driver's rate threshold, reported as Xid 92
+# ("High single-bit ECC error rate", NVIDIA Xid catalogue): the data is corrected and the job runs on; a decoy
+# to tell apart from uncorrectable errors (Xid 48/63/64/94/95). Per GPU and second, from its own stream.
+SBE_BURST_PROBABILITY_PER_S = 2e-6
+SBE_BURST_ERRORS = 200
+XID_HIGH_SBE_RATE = 92
+# A training kernel's power is not flat: dense GEMM phases draw above TDP for a moment, and an H100 at its
+# default 700 W limit reports SwPowerCap for them (routine in training; the driver's power controller trims the
+# clock a few %). Per GPU a static leakage spread (power_hunger), per second a burst with probability P at X
+# times the demand, else QUIET times it: with bursts clipped at the limit the mean power stays where the thermal
+# calibration has it (a loaded GPU ≈ 57–69 °C).
+POWER_BURST_P = 0.12
+POWER_BURST_X = 1.3
+POWER_QUIET_X = 0.99
+POWER_HUNGER_SPREAD = 0.04  # ± per GPU (silicon leakage, VRM efficiency)
 
 
 def blend(dt_s: float, tau_s: float) -> float:
@@ -61,13 +76,15 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     lay = w.layout
     g = lay.gpu_count
     noise = w.rng.normal(0.0, 1.0, (2, g))
-    job_hung = w.hung_since >= 0
+    job_hung = (w.hung_since >= 0) & ~w.torn_down  # a torn-down job's ranks are gone: its GPUs idle
     hung = lay.in_job & job_hung[np.maximum(lay.gpu_job, 0)] if job_hung.size else np.zeros(g, dtype=bool)
     duty, starved = w.rank_duty, w.rank_starved
     active = lay.in_job & ~w.dead
     # power demand of the work: busy compute, spinning in NCCL while waiting (live ranks of a hung job spin)
     spin = np.where(hung, 1.0, 1.0 - duty - starved).clip(0.0, 1.0)
-    busy_w = BUSY_POWER_W * (1.0 + 0.015 * noise[0])
+    burst = w.load_rng.random(g) < POWER_BURST_P
+    phase = np.where(burst, POWER_BURST_X, POWER_QUIET_X)
+    busy_w = BUSY_POWER_W * (1.0 + 0.015 * noise[0]) * w.power_hunger * phase
     demand_w = np.where(active, busy_w * ((1.0 - spin - starved) + spin * SPIN_POWER_FRACTION), IDLE_POWER_W)
     demand_w = np.maximum(demand_w, IDLE_POWER_W)
     limit_w = w.power_limit_w
@@ -85,14 +102,13 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     reasons = (
         np.where(capped, bits.SW_POWER_CAP, 0)
         | np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)
-        | np.where(hw_hot, bits.HW_THERMAL_SLOWDOWN, 0)
-        | np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN, 0)
-    )
+        | np.where(hw_hot, bits.HW_THERMAL_SLOWDOWN | bits.HW_SLOWDOWN, 0)
+        | np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN, 0)
+    )  # HW Slowdown (0x8) comes with HW thermal and power-brake slowdown (nvml.h, DCGM clocks event reasons)
     idle_now = ~active | (w.rng.random(g) < starved)
     reasons = reasons | np.where(idle_now, bits.GPU_IDLE, 0)
-    w.reasons = np.where(active, reasons, bits.GPU_IDLE | (reasons & bits.HW_POWER_BRAKE_SLOWDOWN)).astype(
-        np.int64
-    )
+    brake_bits = bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN
+    w.reasons = np.where(active, reasons, bits.GPU_IDLE | (reasons & brake_bits)).astype(np.int64)
     power_w = np.minimum(np.where(active, demand_w * factor**2.2, demand_w), limit_w)
     w.power_w = power_w
     w.clock_factor = np.where(active, factor, 1.0)
@@ -108,3 +124,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     w.temp_c = temp_c + (target_c - temp_c) * blend(dt_s, TAU_S)
     w.mem_temp_c = w.temp_c + 6.0 + 0.004 * power_w
     w.ecc_sbe += w.rng.random(g) < SBE_PROBABILITY_PER_S
+    weak = np.flatnonzero(w.ecc_rng.random(g) < SBE_BURST_PROBABILITY_PER_S)
+    if weak.size:
+        w.ecc_sbe[weak] += SBE_BURST_ERRORS
+        w.emit_xids(weak, XID_HIGH_SBE_RATE)

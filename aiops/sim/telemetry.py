@@ -1,8 +1,10 @@
 """The simulator's telemetry adapter: what, on a real cluster, comes from eBPF lane counters (nic_samples,
-flow_class_samples, lane_rules), the NCCL profiler (collective_samples), the training framework (job_steps,
-loader wait), DCIM (rack_samples) and node exporter (host_samples); here it reads the simulated world. It
-emits only observable quantities: nothing names a fault. Built on collectors.base (aiops.sim -> collectors,
-never the reverse).
+flow_class_samples, lane_rules), the NCCL profiler and PyTorch's watchdog (collective_samples), the training
+framework's step hook and straggler report (job_steps, loader wait), the rack's CDU and PDU (rack_samples), the
+facility's DCIM signal input (dcim_signals: what `aiops dcim` records from an operator or a DCIM exporter) and
+node exporter (host_samples); here it reads the simulated world. It emits only observable quantities: nothing
+names a fault (tests/security/test_twin_leaks.py). Built on collectors.base (aiops.sim -> collectors, never the
+reverse).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collectors.schema import TOPOLOGY_BASE_COLUMNS, columns
 WATER_HEAT_CAPACITY_KJ_PER_L_K = 4.186
 HOST_MEM_USED_PCT = 55.0
 BYTES_PER_PACKET = 4096
+DCIM_SOURCE = "dcim"  # dcim_signals.source of the twin's facility: as a DCIM exporter's signal arrives
+DCIM_COLUMNS = ("ts_s", "scope", "kind", "budget_kw", "source")
 
 
 def inventory(world: World) -> dict[str, pa.Table]:
@@ -61,6 +65,7 @@ class SimFabricCollector:
         lay = world.layout
         self._nic_node = [lay.node_names[n] for n in lay.nic_node.tolist()]
         self._carrier_totals: list[int] = world.carrier_changes.tolist()
+        self._dcim_caps_kw: list[float | None] = [None] * lay.racks  # the signals sent so far, per rack
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -117,9 +122,10 @@ class SimFabricCollector:
         racks: list[Any] = [
             [now_ts_s] * lay.racks, lay.rack_names, inlet_c.round(2).tolist(), outlet_c.round(2).tolist(),
             w.supply_c.round(2).tolist(), w.flow_lpm.round(1).tolist(), rack_kw.round(2).tolist(),
-            list(w.power_cap_kw),
+            [None] * lay.racks,  # a CDU/PDU does not know the facility's cap: that comes as a DCIM signal
         ]  # fmt: skip
         out["rack_samples"] = RowBatch(columns("rack_samples"), list(zip(*racks, strict=True)))
+        self._dcim(now_ts_s, out)
         n = lay.nodes
         hosts: list[Any] = [
             [now_ts_s] * n, lay.node_names, w.host_cpu_pct.round(1).tolist(),
@@ -127,3 +133,17 @@ class SimFabricCollector:
             [HOST_MEM_USED_PCT] * n,
         ]  # fmt: skip
         out["host_samples"] = RowBatch(columns("host_samples"), list(zip(*hosts, strict=True)))
+
+    def _dcim(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
+        """The facility's DCIM signals, as `aiops dcim watch` stores them: one row when a rack's cap is set,
+        changed or cleared (the signal input an operator's DCIM exporter feeds), never a per-second copy."""
+        w, lay = self.world, self.world.layout
+        rows: list[Row] = []
+        for r, cap_kw in enumerate(w.power_cap_kw):
+            if cap_kw == self._dcim_caps_kw[r]:
+                continue
+            self._dcim_caps_kw[r] = cap_kw
+            kind = "clear" if cap_kw is None else "cap"
+            rows.append((now_ts_s, lay.rack_names[r], kind, cap_kw, DCIM_SOURCE))
+        if rows:
+            out["dcim_signals"] = RowBatch(DCIM_COLUMNS, rows)

@@ -209,8 +209,9 @@ class Twin:
     def preview(
         self, actuate: Callable[[World, Action], Any], action: Action, component: str, horizon_s: float
     ) -> dict[str, Any]:
-        """Metrics after `horizon_s` simulated seconds without and with the action (on copies only)."""
-        without, with_action = self.world.copy(), self.world.copy()
+        """Metrics after `horizon_s` simulated seconds without and with the action (on copies only). The copies
+        know only the present (`known_now`): no fault that has not begun, no end of one in progress."""
+        without, with_action = known_now(self.world.copy()), known_now(self.world.copy())
         before = metrics(without, component)
         actuate(with_action, action)
         for _ in range(max(1, round(horizon_s))):
@@ -253,6 +254,20 @@ class TwinActuator:
             data = {"action": action.model_dump(mode="json"), "previous": previous}
             self.twin.append(self.store, "rollback", action.proposal_id, data)
         return result
+
+
+def known_now(world: World) -> World:
+    """`world` (a copy) as an operator's what-if may see it: what has happened stays (a lowered limit, a lost
+    GPU, a hot cold plate), but a fault scheduled later is unknown and one in progress has no known end, so a
+    preview never shows a problem arriving or clearing by itself. Faults are still what drives a simulated
+    preview; a twin built from telemetry alone is not done yet (docs/SIMULATOR.md, "What-if")."""
+    kept = []
+    for f in world.faults:
+        if f.started and not f.ended:
+            f.spec = f.spec.model_copy(update={"duration_s": None})
+            kept.append(f)
+    world.faults = kept
+    return world
 
 
 def _num(value: Any) -> float:

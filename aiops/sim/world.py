@@ -60,11 +60,15 @@ class World:
         self.epoch_ts_s = epoch_ts_s
         self.layout = lay = Layout(scenario)
         self.rng = np.random.default_rng(scenario.seed)
+        self.hook_rng = np.random.default_rng([scenario.seed, 1])  # the framework's timers and lost reports
+        self.load_rng = np.random.default_rng([scenario.seed, 2])  # the workload's power phases
+        self.ecc_rng = np.random.default_rng([scenario.seed, 3])  # weak HBM cells (Xid 92 decoys)
         self.elapsed_s = 0.0
         g, r, k, n, j = lay.gpu_count, lay.racks, lay.nic_count, lay.nodes, len(lay.jobs)
         # GPUs: static per-GPU spread (some run naturally warmer: a decoy), then the dynamic state
         self.offset_c: F64 = self.rng.normal(0.0, 1.6, g).clip(-3.5, 3.5)
         self.r_th: F64 = gpu.R_TH_C_PER_W * self.rng.uniform(0.95, 1.05, g)
+        self.power_hunger: F64 = 1.0 + self.load_rng.uniform(-1, 1, g) * gpu.POWER_HUNGER_SPREAD
         self.power_limit_w: F64 = np.full(g, TDP_W)
         self.power_w: F64 = np.full(g, gpu.IDLE_POWER_W)
         self.util_pct: F64 = np.zeros(g)
@@ -79,7 +83,8 @@ class World:
         self.link_width: I64 = np.full(g, 16, dtype=np.int64)
         self.link_gen: I64 = np.full(g, 5, dtype=np.int64)
         self.lost: Bools = np.zeros(g, dtype=bool)  # off the bus: every NVML call raises GPU_IS_LOST
-        self.dead: Bools = np.zeros(g, dtype=bool)  # the rank process on this GPU died (its job hangs)
+        self.dead: Bools = np.zeros(g, dtype=bool)  # the rank on this GPU stopped answering (its job hangs)
+        self.crashed: Bools = np.zeros(g, dtype=bool)  # its rank just died of a CUDA error (the job restarts)
         self.rank_duty: F64 = np.ones(g)  # share of the step a rank computes (the rest it spins in NCCL)
         self.rank_starved: F64 = np.zeros(g)  # share of the step a rank waits for its data loader
         # racks: coolant
@@ -106,6 +111,9 @@ class World:
         self.step_progress: F64 = np.zeros(j)
         self.step_count: I64 = np.zeros(j, dtype=np.int64)
         self.hung_since: F64 = np.full(j, -1.0)
+        self.torn_down: Bools = np.zeros(
+            j, dtype=bool
+        )  # the watchdog aborted the hung job; it waits for its GPU
         self.restart_s = RESTART_S
         self.restart_until_s: F64 = np.full(j, -1.0)  # a migrated job makes no progress until then
         # events and this step's fabric output, for the collectors
@@ -195,6 +203,7 @@ class World:
         self.rank_duty[new], self.rank_starved[new] = 0.0, 1.0  # relaunching: idle until the restart ends
         self.step_progress[job.index] = 0.0
         self.hung_since[job.index] = -1.0
+        self.torn_down[job.index] = False
         pause_s = self.restart_s if restart_s is None else restart_s
         self.restart_until_s[job.index] = max(self.restart_until_s[job.index], self.elapsed_s + pause_s)
 

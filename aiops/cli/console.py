@@ -1,0 +1,129 @@
+"""`aiops console adduser|deluser|serve`: the web console's accounts, and the console served alone (without
+the node service) over a workspace. `aiops run` serves it too when `[console] listen` is set. Passwords come
+from a prompt (twice) or `--password-file` (its first line); there is no default account or password."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from aiops.config import load_config, parse_listen
+from aiops.errors import InputError
+from aiops.store import Workspace
+from aiops.text import markup, terminal
+
+DEFAULT_LISTEN = "127.0.0.1:9485"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("console", help="the web console: accounts, or serve it without the service")
+    verbs = p.add_subparsers(dest="console_command", metavar="VERB", required=True)
+    add = verbs.add_parser("adduser", help="make a console account (or --replace its password)")
+    add.add_argument("name", metavar="NAME", help="a person's name (approvers: as in [guardrails.approvers])")
+    add.add_argument("--role", required=True, help="viewer, approver or admin")
+    add.add_argument("--db", required=True, help="the workspace's DuckDB file")
+    add.add_argument("--password-file", default=None, help="read the password from this file's first line")
+    add.add_argument("--replace", action="store_true", help="set a new password or role for an account")
+    add.set_defaults(func=run_adduser)
+    delete = verbs.add_parser("deluser", help="remove a console account")
+    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("--db", required=True)
+    delete.set_defaults(func=run_deluser)
+    serve = verbs.add_parser(
+        "serve", help="serve the console over a workspace (no collection; holds the file as `aiops run` does)"
+    )
+    serve.add_argument("--db", required=True)
+    serve.add_argument(
+        "--listen", default=None, help=f"HOST:PORT (default: [console] listen or {DEFAULT_LISTEN})"
+    )
+    serve.add_argument(
+        "--config", default=None, help="TOML config (default: $AIOPS_CONFIG or ~/.config/aiops)"
+    )
+    serve.set_defaults(func=run_serve)
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password_file:
+        try:
+            lines = Path(args.password_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(args.password_file, "--password-file", f"cannot read: {exc}") from None
+        return lines[0] if lines else ""
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise InputError("prompt", "password", "the two passwords differ")
+    return first
+
+
+def run_adduser(args: argparse.Namespace) -> int:
+    from aiops.console.accounts import Accounts, accounts_path, check_role
+    from guardrails.session_signing import ensure_key, key_path
+
+    check_role(args.role)
+    workspace = Workspace(args.db).require()
+    account = Accounts(accounts_path(workspace.path)).add(
+        args.name, args.role, _password(args), replace=args.replace
+    )
+    path = key_path(workspace.path)
+    if path is not None:
+        ensure_key(path)
+    note = ""
+    if account.may_decide and account.name not in load_config().guardrails.approvers:
+        note = f" (add {account.name} to [guardrails.approvers] for the guardrails to count their approvals)"
+    terminal().print(f"console account {markup(account.name)} ({account.role}){markup(note)}")
+    return 0
+
+
+def run_deluser(args: argparse.Namespace) -> int:
+    from aiops.console.accounts import Accounts, accounts_path
+
+    gone = Accounts(accounts_path(Workspace(args.db).require().path)).remove(args.name)
+    terminal().print(f"{markup(args.name)}: {'removed' if gone else 'no such account'}")
+    return 0 if gone else 1
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from aiops.console.app import ConsoleOptions, create_app
+    from aiops.console.server import ConsoleServer
+
+    config = load_config(args.config)
+    listen = args.listen or config.console.listen or DEFAULT_LISTEN
+    try:
+        parse_listen(listen)
+    except ValueError as exc:
+        raise InputError("--listen", "listen", str(exc)) from None
+    from aiops.service.owner import FileOwner, OwnedWorkspace
+
+    Workspace(args.db).require()
+    # held open as `aiops run` holds it (one holder per workspace; other commands borrow it through leases):
+    # a page then costs its queries, not opening a multi-GB file
+    owner = FileOwner(args.db, memory_limit_mb=config.store.memory_limit_mb)
+    owner.start()
+    workspace = OwnedWorkspace(owner)
+    options = ConsoleOptions(secure_cookies=config.console.secure_cookies, idle_timeout_s=config.console.idle_timeout_s,
+                             max_age_s=config.console.max_age_s)  # fmt: skip
+    try:
+        server = ConsoleServer(create_app(workspace, options), listen)
+    except BaseException:
+        owner.close()
+        raise
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.start()
+        print(f"console on http://{server.host}:{server.port}/ (holding {args.db})", flush=True)
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        server.close()
+        owner.close()
+    return 0

@@ -1,0 +1,131 @@
+"""The console's local accounts: one JSON file beside the workspace (`<db>.console-users.json`, mode 0600),
+each account a person's canonical name (`guardrails.approvals.person_name`), a role and an argon2id hash.
+
+Why a file and not a DuckDB table: the agent's SQL tool reads the workspace's tables, and password hashes have
+no business in what a model can read; a file also lets `aiops console adduser` work while `aiops run` holds
+the database. The file is written whole to a temporary file (0600) and renamed over the old one.
+
+Roles: `viewer` reads; `approver` also approves and rejects (and must be in `[guardrails.approvers]` for the
+guardrails to count it); `admin` has an approver's rights (account management in the browser is not built).
+There is no default account and no default password: the first is made with `aiops console adduser`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from aiops.errors import GuardrailError, InputError
+from guardrails.approvals import person_name
+
+ROLES: tuple[str, ...] = ("viewer", "approver", "admin")
+MIN_PASSWORD_CHARS = 12
+MAX_PASSWORD_CHARS = 1024
+_HASHER = PasswordHasher()
+# Verifying an unknown name costs as much as a known one (no timing oracle for who has an account).
+_DUMMY_HASH = _HASHER.hash("not a password of anyone's")
+
+
+def accounts_path(db_path: str) -> Path:
+    return Path(db_path + ".console-users.json")
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    role: str
+    password_hash: str
+
+    @property
+    def may_decide(self) -> bool:
+        return self.role in ("approver", "admin")
+
+
+def check_role(role: str, source: str = "--role") -> str:
+    if role not in ROLES:
+        raise InputError(source, "role", f"'{role[:40]}' is not a role", ROLES)
+    return role
+
+
+def check_password(password: str, source: str = "password") -> str:
+    if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
+        raise InputError(source, "password", f"{len(password)} characters",
+                         f"{MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters")  # fmt: skip
+    return password
+
+
+class Accounts:
+    """The accounts file at `path` (read on each call: `adduser` may change it while the console runs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, Account]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            rows = data["accounts"]
+            found = {}
+            for row in rows:
+                role = check_role(str(row["role"]), str(self.path))
+                account = Account(str(row["name"]), role, str(row["password_hash"]))
+                found[account.name] = account
+        except InputError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InputError(str(self.path), "accounts", f"not a console accounts file ({type(exc).__name__})",
+                             "{accounts: [{name, role, password_hash}]}") from None  # fmt: skip
+        return found
+
+    def add(self, name: str, role: str, password: str, *, replace: bool = False) -> Account:
+        try:
+            canonical = person_name(name)
+        except GuardrailError as exc:
+            raise InputError("NAME", "name", exc.detail, "a person's name: letters, digits, . _ -") from None
+        accounts = self.load()
+        if canonical in accounts and not replace:
+            raise InputError(
+                "NAME", "name", f"{canonical} already has an account", "a new name, or --replace"
+            )
+        account = Account(canonical, check_role(role), _HASHER.hash(check_password(password)))
+        accounts[canonical] = account
+        self._save(accounts)
+        return account
+
+    def remove(self, name: str) -> bool:
+        accounts = self.load()
+        if accounts.pop(name, None) is None:
+            return False
+        self._save(accounts)
+        return True
+
+    def authenticate(self, name: str, password: str) -> Account | None:
+        """The account when `password` is its password; None otherwise (same work either way)."""
+        if len(password) > MAX_PASSWORD_CHARS or len(name) > 64:
+            return None
+        account = self.load().get(name.strip().casefold())
+        try:
+            _HASHER.verify(account.password_hash if account else _DUMMY_HASH, password)
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return None
+        return account
+
+    def _save(self, accounts: dict[str, Account]) -> None:
+        body = {"accounts": [{"name": a.name, "role": a.role, "password_hash": a.password_hash}
+                             for a in sorted(accounts.values(), key=lambda a: a.name)]}  # fmt: skip
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".console-users-", dir=self.path.parent)  # mkstemp: mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(body, out, indent=1)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

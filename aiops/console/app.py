@@ -1,0 +1,211 @@
+"""`create_app(workspace, ...)`: the web console as a Starlette app over one workspace.
+
+Pages (server-rendered Jinja2, autoescaped; one small same-origin script for the chat stream; no external
+request): incidents, an incident (timeline, hypotheses, evidence with its SQL and rows, proposals with approve
+and reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
+status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide.
+
+Decisions are signed by the signed-in principal through the console-session verifier
+(`guardrails.session_signing`) and recorded by the same guardrails path as SSH-signed ones
+(`aiops.runtime.actions.approve`/`reject`), so they land in the same audit chain and `aiops audit verify`
+re-checks them. A viewer's approve is refused with 403 before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from aiops.console import data
+from aiops.console.accounts import Accounts, accounts_path
+from aiops.console.chat import ChatDesk
+from aiops.console.decide import Decisions
+from aiops.console.sessions import Sessions
+from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
+from aiops.store import Store, Workspace
+from guardrails.session_signing import ensure_key, key_path
+from guardrails.signing import ConfiguredVerifier
+
+T = TypeVar("T")
+STATIC = Path(__file__).parent / "static"
+
+
+@dataclass(frozen=True)
+class ConsoleOptions:
+    reports_dir: Path | None = None  # where scheduled reports are written (None: <db>.reports)
+    secure_cookies: bool = False  # set behind a TLS proxy: cookies then go over HTTPS only
+    execute: bool = True  # run an approved proposal at once (False in the service: its loop executes)
+    idle_timeout_s: float = 30 * 60.0
+    max_age_s: float = 12 * 3600.0
+
+
+class Console:
+    def __init__(self, workspace: Workspace, options: ConsoleOptions,
+                 clock: Callable[[], float] | None = None) -> None:  # fmt: skip
+        self.workspace = workspace
+        self.options = options
+        self.accounts = Accounts(accounts_path(workspace.path))
+        path = key_path(workspace.path)
+        if path is None:
+            raise ValueError("the console needs a workspace file, not :memory:")
+        self.key = ensure_key(path)
+        kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
+        self.sessions = Sessions(idle_timeout_s=options.idle_timeout_s, max_age_s=options.max_age_s, **kwargs)
+        self.pages = Pages(self.sessions, secure_cookies=options.secure_cookies)
+        self.verifier = ConfiguredVerifier(workspace.path)
+        self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
+        self.decisions = Decisions(self)
+        self.chat = ChatDesk(self)
+        self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
+
+    async def read(self, work: Callable[[Store], T]) -> T:
+        def run() -> T:
+            with self.lock, self.workspace.read() as store:
+                return work(store)
+
+        return await run_in_threadpool(run)
+
+    # -- sign in ----------------------------------------------------------------------------------------------
+    async def login_form(self, request: Request) -> Response:
+        token = self.pages.login_token()
+        first_run = not self.accounts.load()
+        response = self.pages.render("login.html", login_csrf=token, error="", first_run=first_run)
+        self.pages.set_login_cookie(response, token)
+        return response
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        name, password, token = (str(form.get(k, ""))[:2048] for k in ("name", "password", "csrf_token"))
+        cookie = request.cookies.get(LOGIN_COOKIE, "")
+        if not token or not cookie or not _same(token, cookie):
+            return self.pages.refuse(
+                403, "the sign-in form's CSRF token is missing or wrong: reload the page"
+            )
+        key = name.strip().casefold()[:64]
+        if self.sessions.locked_out(key):
+            return self.pages.render("login.html", status=429, login_csrf=token, first_run=False,
+                                     error="too many failed sign-ins for this name: wait five minutes")  # fmt: skip
+        account = await run_in_threadpool(self.accounts.authenticate, name, password)
+        if account is None:
+            self.sessions.failed(key)
+            return self.pages.render("login.html", status=401, login_csrf=token, first_run=False,
+                                     error="wrong name or password")  # fmt: skip
+        session = self.sessions.create(account.name, account.role)
+        response = RedirectResponse("/", status_code=303)
+        self.pages.set_session_cookie(response, session)
+        response.delete_cookie(LOGIN_COOKIE, path="/login")
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        if not await self.pages.csrf_ok(request, session):
+            return self.pages.refuse(403, "missing or wrong CSRF token")
+        self.sessions.end(session.session_id)
+        response = self.pages.to_login()
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    # -- pages ------------------------------------------------------------------------------------------------
+    async def incidents(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        rows, proposals = await self.read(lambda s: (data.incidents(s), data.proposals(s)))
+        return self.pages.page(request, session, "incidents.html", incidents=rows, proposals=proposals)
+
+    async def incident(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        incident_id = str(request.path_params["incident_id"])[:200]
+        found = await self.read(lambda s: data.incident(s, incident_id))
+        if found is None:
+            return self.pages.refuse(404, "no such incident")
+        return self.pages.page(request, session, "incident.html", incident=found)
+
+    async def audit(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        found = await self.read(lambda s: data.audit(s, self.verifier))
+        return self.pages.page(request, session, "audit.html", audit=found)
+
+    async def collectors(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        found = await self.read(data.collectors)
+        return self.pages.page(request, session, "collectors.html", collected=found)
+
+    async def topology(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        racks = await self.read(data.topology)
+        return self.pages.page(request, session, "topology.html", racks=racks)
+
+    async def reports(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        files = await run_in_threadpool(data.report_files, self.reports_dir)
+        return self.pages.page(request, session, "reports.html", files=files, folder=str(self.reports_dir))
+
+    async def report_file(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        name = str(request.path_params["name"])
+        listed = {f["name"] for f in data.report_files(self.reports_dir)}
+        if name not in listed:  # only a file the listing shows: no path from the request reaches the disk
+            return self.pages.refuse(404, "no such report")
+        response = FileResponse(self.reports_dir / name)
+        response.headers["content-security-policy"] = (
+            "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+        )
+        return response
+
+
+def _same(a: str, b: str) -> bool:
+    import hmac
+
+    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
+def create_app(
+    workspace: Workspace, options: ConsoleOptions | None = None, *, clock: Callable[[], float] | None = None
+) -> Starlette:
+    console = Console(workspace, options or ConsoleOptions(), clock)
+    routes = [
+        Route("/", console.incidents),
+        Route("/login", console.login_form, methods=["GET"]),
+        Route("/login", console.login, methods=["POST"]),
+        Route("/logout", console.logout, methods=["POST"]),
+        Route("/incidents/{incident_id}", console.incident),
+        Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
+        Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
+        Route("/chat", console.chat.page, methods=["GET"]),
+        Route("/chat/ask", console.chat.ask, methods=["POST"]),
+        Route("/audit", console.audit),
+        Route("/collectors", console.collectors),
+        Route("/topology", console.topology),
+        Route("/reports", console.reports),
+        Route("/reports/{name}", console.report_file),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.state.console = console
+    app.add_middleware(SecurityHeaders)
+    return app

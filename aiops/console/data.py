@@ -1,0 +1,168 @@
+"""What the console's pages show, read from one open store: plain dicts and lists for the templates, every
+telemetry string left as it is (the templates escape it; nothing here builds HTML)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from aiops.pipeline import stored_diagnoses
+from aiops.store import Store
+from guardrails import witness
+from guardrails.audit import chain_heads, read_rows, verify, verify_witness
+from guardrails.decisions import problems
+from guardrails.records import GuardrailRecords
+from guardrails.signing import Verifier
+
+MAX_AUDIT_ROWS = 500
+MAX_EVIDENCE_ROWS = 12
+SAMPLE_TABLES = ("gpu_samples", "nic_samples", "host_samples", "thermal_zone_samples", "collective_samples",
+                 "job_steps", "psi_samples", "netdev_samples", "ib_port_samples", "hwmon_samples",
+                 "kernel_events", "powercap_samples")  # fmt: skip
+
+
+def incidents(store: Store) -> list[dict[str, Any]]:
+    out = []
+    for d in reversed(stored_diagnoses(store)):
+        top = d.hypotheses[0] if d.hypotheses else None
+        out.append({"id": d.incident.incident_id, "title": d.incident.title, "severity": d.incident.severity,
+                    "opened_ts_s": d.incident.opened_ts_s, "resolved": d.incident.resolved_ts_s is not None,
+                    "top": None if top is None else {"root_cause": top.root_cause, "component": top.component,
+                                                     "confidence": top.confidence}})  # fmt: skip
+    return out
+
+
+def _proposal(record: Any, approvers: list[str]) -> dict[str, Any]:
+    a = record.action
+    return {"id": a.proposal_id, "kind": a.kind, "target": a.target,
+            "parameters": json.dumps(a.parameters, sort_keys=True), "status": record.status,
+            "physical": record.physical, "needed": record.approvals_needed, "approvers": approvers,
+            "message": record.message, "reason": a.reason, "proposed_by": a.proposed_by,
+            "created_ts_s": a.created_ts_s, "expected_effect": a.expected_effect,
+            "open": record.status in ("pending", "approved")}  # fmt: skip
+
+
+def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
+    found = [d for d in stored_diagnoses(store) if d.incident.incident_id == incident_id]
+    if not found:
+        return None
+    d = found[0]
+    book = GuardrailRecords(store)
+    proposals = [
+        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}))
+        for r in book.proposals()
+        if r.incident_id == incident_id
+    ]
+    timeline: list[dict[str, Any]] = [
+        {"ts_s": d.incident.opened_ts_s, "what": "opened", "detail": d.incident.title}
+    ]
+    for s in d.incident.symptoms:
+        detail = json.dumps(s.detail, sort_keys=True, default=str)[:300]
+        timeline.append({"ts_s": s.ts_s, "what": f"{s.kind} on {s.component}", "detail": detail})
+    for row in (r for p in proposals for r in read_rows(store, proposal_id=p["id"])):
+        timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
+    if d.incident.resolved_ts_s is not None:
+        timeline.append({"ts_s": d.incident.resolved_ts_s, "what": "resolved", "detail": ""})
+    timeline.sort(key=lambda e: e["ts_s"])
+    hypotheses = []
+    for rank, h in enumerate(d.hypotheses, start=1):
+        evidence = []
+        for e in h.evidence:
+            columns = list(e.rows[0].keys()) if e.rows else []
+            rows = [[_cell(r.get(c)) for c in columns] for r in e.rows[:MAX_EVIDENCE_ROWS]]
+            evidence.append({"claim": e.claim, "sql": e.sql, "params": json.dumps(e.params, default=str),
+                             "columns": columns, "rows": rows, "supports": e.supports})  # fmt: skip
+        hypotheses.append({"rank": rank, "root_cause": h.root_cause, "component": h.component,
+                           "confidence": h.confidence, "summary": h.summary, "evidence": evidence})  # fmt: skip
+    return {"id": d.incident.incident_id, "title": d.incident.title, "severity": d.incident.severity,
+            "components": d.incident.components, "opened_ts_s": d.incident.opened_ts_s,
+            "resolved_ts_s": d.incident.resolved_ts_s, "timeline": timeline, "hypotheses": hypotheses,
+            "proposals": proposals}  # fmt: skip
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)[:200]
+
+
+def proposals(store: Store) -> list[dict[str, Any]]:
+    book = GuardrailRecords(store)
+    return [
+        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)})) for r in book.proposals()
+    ]
+
+
+def proposal_incident(store: Store, proposal_id: str) -> str | None:
+    record = GuardrailRecords(store).proposal(proposal_id)
+    return None if record is None else record.incident_id
+
+
+def audit(store: Store, verifier: Verifier) -> dict[str, Any]:
+    """The newest rows, and the same checks as `aiops audit verify` (chain, signatures, witness)."""
+    result = verify(store)
+    found = [] if result.ok else [result.message]
+    if chain_heads(store) is not None:
+        found += problems(store, verifier)
+    path = witness.default_path(store.path)
+    witness_note = "no witness file"
+    if path is not None and path.exists():
+        try:
+            agreed = verify_witness(store, path)
+            witness_note = agreed.message
+            if not agreed.ok:
+                found.append(agreed.message)
+        except Exception as exc:  # a witness that cannot be read is a finding, not a crash of the page
+            found.append(str(exc)[:300])
+    rows = read_rows(store)[-MAX_AUDIT_ROWS:]
+    shown = [{"seq": r.seq, "ts_s": r.ts_s, "event": r.event, "proposal_id": r.proposal_id, "actor": r.actor,
+              "hash": r.hash[:16], "payload": r.payload[:300]} for r in reversed(rows)]  # fmt: skip
+    return {"ok": not found, "message": result.message, "problems": found, "witness": witness_note,
+            "rows": shown}  # fmt: skip
+
+
+def collectors(store: Store) -> dict[str, Any]:
+    tables = []
+    for table in SAMPLE_TABLES:
+        try:
+            newest, count = store.conn.execute(f"SELECT max(ts_s), count(*) FROM {table}").fetchone() or (
+                None,
+                0,
+            )
+        except duckdb.Error:
+            continue
+        tables.append({"table": table, "newest_ts_s": newest, "rows": int(count or 0)})
+    errors = store.query(
+        "SELECT collector, count(*) AS errors, max(ts_s) AS last_ts_s, arg_max(error || ': ' || "
+        "coalesce(detail, ''), ts_s) AS last_error FROM collector_errors GROUP BY collector ORDER BY collector"
+    )
+    return {"tables": tables, "errors": errors}
+
+
+def topology(store: Store) -> list[dict[str, Any]]:
+    """Racks, each with its nodes, each with its GPUs and NICs (contract names)."""
+    rows = store.query("SELECT component, kind, parent FROM topology ORDER BY kind, parent, idx, component")
+    children: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        children.setdefault(str(r["parent"]), []).append(r)
+    racks = []
+    for rack in [r for r in rows if r["kind"] == "rack"]:
+        nodes = []
+        for node in [n for n in children.get(rack["component"], []) if n["kind"] == "node"]:
+            parts = children.get(node["component"], [])
+            nodes.append({"name": node["component"],
+                          "gpus": [p["component"] for p in parts if p["kind"] == "gpu"],
+                          "nics": [p["component"] for p in parts if p["kind"] == "nic"]})  # fmt: skip
+        racks.append({"name": rack["component"], "nodes": nodes})
+    return racks
+
+
+def report_files(folder: Path) -> list[dict[str, Any]]:
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.is_file() and p.suffix in (".html", ".md", ".pdf")]
+    found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return [{"name": p.name, "bytes": p.stat().st_size, "mtime_s": p.stat().st_mtime} for p in found[:500]]

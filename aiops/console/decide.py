@@ -1,0 +1,102 @@
+"""Approve and reject from the console: the signed-in principal signs through the console-session signer, and
+the decision goes through the same guardrails as `aiops actions approve|reject` (`aiops.runtime.actions`):
+re-validated, recorded as a signed audit event, counted by the executor from that event alone.
+
+Refusals before anything is recorded: no session (303 to sign in), a missing or wrong CSRF token (403), a
+viewer (403). The guardrails' own refusals (not in `[guardrails.approvers]`, the proposer, expired, rejected,
+two-person across racks) come back as a note on the incident's page, with nothing recorded either."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from aiops.console import data
+from aiops.errors import AiopsError, GuardrailError
+from aiops.runtime.actions import Decision, approve, reject
+from guardrails.session_signing import SessionSigner
+
+if TYPE_CHECKING:
+    from aiops.console.app import Console
+
+log = logging.getLogger("aiops.console")
+MAX_REASON_CHARS = 500
+
+
+def _note(decision: Decision) -> str:
+    auth, outcome = decision.authorisation, decision.outcome
+    parts = []
+    if auth is not None:
+        parts.append(("approved: " if auth.ok else "approval recorded: ") + auth.message)
+    if outcome is not None:
+        parts.append(f"{outcome.status}: {outcome.message}")
+    elif auth is not None and auth.ok and "--no-execute" in decision.note:
+        parts.append("the service runs it at its next flush")
+    elif decision.note:
+        parts.append(decision.note)
+    return "; ".join(parts)
+
+
+class Decisions:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    async def _checked(self, request: Request) -> tuple[Response | None, str, str]:
+        """(refusal, principal, proposal id): a refusal when the request may not decide."""
+        pages = self.console.pages
+        session = pages.session(request)
+        if session is None:
+            return pages.to_login(), "", ""
+        if not await pages.csrf_ok(request, session):
+            return pages.refuse(403, "missing or wrong CSRF token: nothing was recorded"), "", ""
+        if session.role not in ("approver", "admin"):
+            return pages.refuse(403, f"{session.principal} is a viewer: viewers cannot decide"), "", ""
+        return None, session.principal, str(request.path_params["proposal_id"])[:200]
+
+    async def _back(self, proposal_id: str, note: str) -> Response:
+        incident_id = await self.console.read(lambda s: data.proposal_incident(s, proposal_id))
+        where = f"/incidents/{quote(incident_id, safe='')}" if incident_id else "/"
+        return RedirectResponse(f"{where}?note={quote(note[:300], safe='')}", status_code=303)
+
+    async def approve(self, request: Request) -> Response:
+        refusal, principal, proposal_id = await self._checked(request)
+        if refusal is not None:
+            return refusal
+        signer = SessionSigner(principal, self.console.key)
+
+        def run() -> str:
+            with self.console.lock:
+                decision = approve(self.console.workspace, proposal_id, signer,
+                                   execute=self.console.options.execute)  # fmt: skip
+            return _note(decision)
+
+        try:
+            note = await run_in_threadpool(run)
+        except (GuardrailError, AiopsError) as exc:
+            note = f"refused: {exc}"
+        log.info("decision", extra={"principal": principal, "proposal_id": proposal_id, "note": note[:200]})
+        return await self._back(proposal_id, f"{proposal_id}: {note}")
+
+    async def reject(self, request: Request) -> Response:
+        refusal, principal, proposal_id = await self._checked(request)
+        if refusal is not None:
+            return refusal
+        form = await request.form()
+        reason = str(form.get("reason", "")).strip()[:MAX_REASON_CHARS] or "rejected in the console"
+        signer = SessionSigner(principal, self.console.key)
+
+        def run() -> None:
+            with self.console.lock:
+                reject(self.console.workspace, proposal_id, signer, reason)
+
+        try:
+            await run_in_threadpool(run)
+            note = "rejected"
+        except (GuardrailError, AiopsError) as exc:
+            note = f"refused: {exc}"
+        return await self._back(proposal_id, f"{proposal_id}: {note}")

@@ -1,0 +1,100 @@
+"""Signed-in sessions, held in the console's memory (a restart signs everyone out): a random 256-bit id in an
+HttpOnly, SameSite=Strict cookie, a per-session CSRF token every state-changing request must send back, an idle
+timeout and an absolute lifetime. Failed sign-ins are counted per name: after `MAX_FAILURES` within
+`LOCKOUT_S` that name is refused until the window passes (slows password guessing; argon2 slows it more).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+IDLE_TIMEOUT_S = 30 * 60.0
+MAX_AGE_S = 12 * 3600.0
+MAX_FAILURES = 5
+LOCKOUT_S = 300.0
+MAX_SESSIONS = 10_000
+
+
+@dataclass
+class Session:
+    session_id: str
+    principal: str
+    role: str
+    csrf_token: str
+    created_s: float
+    seen_s: float
+    chats: list[str] = field(default_factory=list)  # thread ids this session asked
+
+    def csrf_ok(self, token: str | None) -> bool:
+        return bool(token) and hmac.compare_digest(self.csrf_token, str(token))
+
+
+class Sessions:
+    def __init__(
+        self,
+        *,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_age_s: float = MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._sessions: dict[str, Session] = {}
+        self._failures: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, principal: str, role: str) -> Session:
+        now = self.clock()
+        with self._lock:
+            self._expire(now)
+            if len(self._sessions) >= MAX_SESSIONS:  # the oldest goes: memory stays bounded
+                oldest = min(self._sessions.values(), key=lambda s: s.created_s)
+                del self._sessions[oldest.session_id]
+            session = Session(secrets.token_urlsafe(32), principal, role, secrets.token_urlsafe(32), now, now)
+            self._sessions[session.session_id] = session
+            self._failures.pop(principal, None)
+        return session
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The live session with this id (its idle clock restarts), or None (unknown or expired)."""
+        if not session_id:
+            return None
+        now = self.clock()
+        with self._lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                return None
+            if now - session.seen_s > self.idle_timeout_s or now - session.created_s > self.max_age_s:
+                del self._sessions[session_id]
+                return None
+            session.seen_s = now
+            return session
+
+    def end(self, session_id: str | None) -> None:
+        with self._lock:
+            self._sessions.pop(session_id or "", None)
+
+    def locked_out(self, name: str) -> bool:
+        now = self.clock()
+        with self._lock:
+            recent = [t for t in self._failures.get(name, []) if now - t < LOCKOUT_S]
+            self._failures[name] = recent
+            return len(recent) >= MAX_FAILURES
+
+    def failed(self, name: str) -> None:
+        with self._lock:
+            if len(self._failures) >= MAX_SESSIONS:
+                self._failures.clear()
+            self._failures.setdefault(name, []).append(self.clock())
+
+    def _expire(self, now: float) -> None:
+        stale = [sid for sid, s in self._sessions.items()
+                 if now - s.seen_s > self.idle_timeout_s or now - s.created_s > self.max_age_s]  # fmt: skip
+        for sid in stale:
+            del self._sessions[sid]

@@ -1,0 +1,108 @@
+"""The console's request plumbing: templates (Jinja2, autoescape on everything), the security headers every
+response carries, the signed-in session of a request, CSRF checks and the session cookie."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from aiops.console.sessions import Session, Sessions
+
+SESSION_COOKIE = "aiops_session"
+LOGIN_COOKIE = "aiops_login"  # the sign-in form's CSRF token (double submit: cookie and form field)
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")  # fmt: skip
+HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy", CSP.encode("ascii")),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+)
+
+
+def _clock(ts_s: Any) -> str:
+    if ts_s is None:
+        return "-"
+    return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def environment() -> Environment:
+    """Autoescape for every template (not only .html): a telemetry string is always text."""
+    env = Environment(loader=PackageLoader("aiops.console", "templates"), autoescape=True,
+                      undefined=StrictUndefined)  # fmt: skip
+    env.filters["clock"] = _clock
+    return env
+
+
+class SecurityHeaders:
+    """ASGI middleware: the strict CSP and its companions on every response, whatever made it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in HEADERS if k not in names]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class Pages:
+    """Rendering and the session of a request, shared by every view."""
+
+    def __init__(self, sessions: Sessions, *, secure_cookies: bool) -> None:
+        self.sessions = sessions
+        self.secure_cookies = secure_cookies
+        self.env = environment()
+
+    def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
+
+    def page(self, request: Request, session: Session, name: str, **context: Any) -> HTMLResponse:
+        flash = request.query_params.get("note", "")[:300]
+        return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
+
+    def session(self, request: Request) -> Session | None:
+        return self.sessions.get(request.cookies.get(SESSION_COOKIE))
+
+    def to_login(self) -> RedirectResponse:
+        return RedirectResponse("/login", status_code=303)
+
+    def refuse(self, status: int, why: str) -> HTMLResponse:
+        return self.render("error.html", status=status, status_code=status, why=why)
+
+    async def csrf_ok(self, request: Request, session: Session) -> bool:
+        token = request.headers.get("x-csrf-token")
+        if token is None:
+            form = await request.form()
+            value = form.get("csrf_token")
+            token = value if isinstance(value, str) else None
+        return session.csrf_ok(token)
+
+    def set_session_cookie(self, response: Response, session: Session) -> None:
+        response.set_cookie(SESSION_COOKIE, session.session_id, httponly=True, samesite="strict",
+                            secure=self.secure_cookies, path="/", max_age=int(self.sessions.max_age_s))  # fmt: skip
+
+    def login_token(self) -> str:
+        return secrets.token_urlsafe(32)
+
+    def set_login_cookie(self, response: Response, token: str) -> None:
+        response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", secure=self.secure_cookies,
+                            path="/login", max_age=3600)  # fmt: skip

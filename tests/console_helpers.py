@@ -1,0 +1,103 @@
+"""The web console's test kit: a demo workspace (made once, copied per test), a config naming the approvers,
+accounts, a signed-in `TestClient`, and a two-person proposal filed on the demo's incident."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from aiops.cli.main import main
+from aiops.console.accounts import Accounts, accounts_path
+from aiops.console.app import ConsoleOptions, create_app
+from aiops.runtime.world import attach, desk
+from aiops.store import Workspace
+from guardrails.actions import Action
+from guardrails.records import GuardrailRecords
+
+PASSWORD = "correct horse battery staple"
+USERS = {"alice": "approver", "bob": "approver", "carol": "admin", "victor": "viewer"}
+APPROVERS = ("alice", "bob", "carol")
+TWO_PERSON = "P-gpu-reset"
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def make_demo(folder: Path) -> Path:
+    db = folder / "demo.duckdb"
+    assert main(["demo", "--db", str(db), "--json"]) == 0
+    return db
+
+
+def copy_demo(source: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / "demo.duckdb"
+    for path in source.parent.glob(source.name + "*"):
+        if path.is_file():
+            shutil.copy(path, folder / path.name)
+    return db
+
+
+def write_config(folder: Path, approvers: tuple[str, ...] = APPROVERS) -> Path:
+    config = folder / "aiops.toml"
+    table = "\n".join(f'{name} = ["physical"]' for name in approvers)
+    config.write_text(f"[guardrails.approvers]\n{table}\n")
+    return config
+
+
+def add_users(db: Path, users: dict[str, str] = USERS) -> None:
+    accounts = Accounts(accounts_path(str(db)))
+    for name, role in users.items():
+        accounts.add(name, role, PASSWORD)
+
+
+def demo_proposal(db: Path) -> str:
+    """The demo's physical proposal (migrate_job: one approver)."""
+    with Workspace(db).read() as store:
+        found = [r.proposal_id for r in GuardrailRecords(store).proposals() if r.physical]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def file_two_person(db: Path) -> str:
+    """A gpu_reset of the demo's hot GPU: two people must approve it."""
+    with Workspace(db).write() as store:
+        action = Action(proposal_id=TWO_PERSON, kind="gpu_reset", target="node3/gpu5", parameters={},
+                        reason="reset the hot GPU", evidence=[], expected_effect="", rollback={},
+                        proposed_by="analyst", created_ts_s=time.time())  # fmt: skip
+        filed = desk(store, attach(store)).propose(action, origin="test", incident_id="INC-0001")
+    assert filed.status == "pending" and filed.validation.approvals_needed == 2, filed
+    return TWO_PERSON
+
+
+def fresh_demo(source: Path, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the demo workspace in `folder`, its accounts, and AIOPS_CONFIG naming the approvers."""
+    db = copy_demo(source, folder / "ws")
+    monkeypatch.setenv("AIOPS_CONFIG", str(write_config(folder)))
+    add_users(db)
+    return db
+
+
+def client(db: Path, **options: object) -> TestClient:
+    return TestClient(create_app(Workspace(db), ConsoleOptions(**options)))  # type: ignore[arg-type]
+
+
+def login_csrf(c: TestClient) -> str:
+    match = _CSRF.search(c.get("/login").text)
+    assert match is not None
+    return match.group(1)
+
+
+def sign_in(c: TestClient, name: str, password: str = PASSWORD) -> str:
+    """Sign `name` in; returns the session's CSRF token (from a page's forms)."""
+    response = c.post("/login", data={"name": name, "password": password, "csrf_token": login_csrf(c)})
+    assert response.status_code == 200 and response.url.path == "/", (
+        response.status_code,
+        response.text[:300],
+    )
+    match = _CSRF.search(c.get("/").text)
+    assert match is not None
+    return match.group(1)

@@ -1,0 +1,89 @@
+"""Reading a question without an LLM (issue 16, item 4): the components it names and the time it asks about;
+and the text helpers the chat shows counts, times and effects with."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from aiops.agent.scope import ScopeError, components_in, time_scope
+from aiops.text import fields_text, plural, when
+
+NEWEST_S = datetime(2026, 1, 1, 10, 30, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("what about node5/gpu2?", ["node5/gpu2"]),
+        ("what about Node5/GPU2 and node5", ["node5/gpu2", "node5"]),
+        ("is node1/nic0 dropping, and rack1?", ["node1/nic0", "rack1"]),
+        ("how is job llm doing", ["job:llm"]),
+        ("how is job:other doing", ["job:other"]),
+        ("the job is slow", []),  # "job is": not a job of the workspace
+        ("node3 node3 node3/gpu5", ["node3", "node3/gpu5"]),
+        ("mynode3 or node3x or /node3", []),
+        ("INC-0001 on gpu5", []),
+    ],
+)
+def test_components_are_read_from_the_question(question: str, expected: list[str]) -> None:
+    assert components_in(question, frozenset({"llm"})) == expected
+
+
+def test_a_clock_time_is_local_on_the_day_of_the_newest_telemetry() -> None:
+    scope = time_scope("what happened since 10:00?", NEWEST_S, UTC)
+    assert scope is not None
+    assert scope.start_ts_s == datetime(2026, 1, 1, 10, 0, tzinfo=UTC).timestamp() and scope.end_ts_s is None
+    plus_one = timezone(timedelta(hours=1))
+    local = time_scope("since 11:00", NEWEST_S, plus_one)  # 11:00 at +01:00 is 10:00 UTC
+    assert local is not None and local.start_ts_s == datetime(2026, 1, 1, 10, 0, tzinfo=UTC).timestamp()
+
+
+def test_a_clock_time_after_the_newest_row_is_the_day_before() -> None:
+    scope = time_scope("since 23:00", NEWEST_S, UTC)
+    assert scope is not None and scope.start_ts_s == datetime(2025, 12, 31, 23, 0, tzinfo=UTC).timestamp()
+
+
+def test_windows_dates_and_durations() -> None:
+    both = time_scope("node3 from 10:00 to 10:10", NEWEST_S, UTC)
+    assert both is not None and both.end_ts_s is not None and both.start_ts_s is not None
+    assert both.end_ts_s - both.start_ts_s == 600
+    iso = time_scope("since 2026-01-01T09:00Z", NEWEST_S, UTC)
+    assert iso is not None and iso.start_ts_s == datetime(2026, 1, 1, 9, 0, tzinfo=UTC).timestamp()
+    last = time_scope("rack1 in the last 5 min", NEWEST_S, UTC)
+    assert last is not None and (last.start_ts_s, last.end_ts_s) == (NEWEST_S - 300, NEWEST_S)
+    assert time_scope("how is node3 since the job started", NEWEST_S, UTC) is None
+    assert time_scope("what happened to node3", NEWEST_S, UTC) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "words"),
+    [
+        ("since 25:00", "'25:00' is not a clock time"),
+        ("since 2026-13-01", "'2026-13-01' is not a time"),
+        ("from 10:10 to 10:00", "the end is not after the start"),
+    ],
+)
+def test_a_time_that_cannot_be_read_says_so(question: str, words: str) -> None:
+    with pytest.raises(ScopeError, match=words):
+        time_scope(question, NEWEST_S, UTC)
+
+
+def test_a_clock_time_needs_telemetry_to_date_it() -> None:
+    with pytest.raises(ScopeError, match="no telemetry"):
+        time_scope("since 10:00", None, UTC)
+
+
+def test_counts_times_and_effects_read_as_text() -> None:
+    assert [plural(1, "rack"), plural(2, "rack"), plural(0, "row"), plural(1200, "sample")] == [
+        "1 rack", "2 racks", "0 rows", "1,200 samples"
+    ]  # fmt: skip
+    assert when(NEWEST_S, local_tz=UTC) == "2026-01-01T10:30:00Z"
+    assert when(NEWEST_S, local_tz=timezone(timedelta(hours=1))) == (
+        "2026-01-01T10:30:00Z (local 2026-01-01T11:30:00+01:00)"
+    )
+    assert when(None) == "-"
+    assert fields_text({"to": "node7", "changed": {"temp_c": [90.0, 61.25]}}) == (
+        "to=node7, changed={temp_c=[90, 61.25]}"
+    )
