@@ -18,7 +18,7 @@ def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> lis
         return []
     start, end = span
     detector = Detector(store, window_s=window_s)
-    tracker = IncidentTracker(rack_of=racks_of_nodes(store))
+    tracker = IncidentTracker(rack_of=racks_of_nodes(store), job_of=detector.job_of_gpu)
     t0 = start - 1e-6
     while t0 < end:
         t1 = min(t0 + window_s, end)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aiops.causal import symptoms_related
+from aiops.causal import node_of, symptoms_related
 from aiops.detect.rules import INFO, STRONG
 from aiops.models import Incident, Symptom
 
@@ -33,6 +33,8 @@ WEAK_KINDS_TO_OPEN = {
     "gpu_idle_in_job",
     "rack_inlet_hot",
 }
+# A rank that idles while its job waits for a peer (a crash, a restart): on the job's path, not a cause.
+PEER_WAIT = {"gpu_idle_in_job"}
 JOIN_S = 20.0  # onsets this close are one event seen on several components (two 10 s windows)
 
 Key = tuple[str, str]  # (kind, component)
@@ -67,15 +69,26 @@ class IncidentTracker:
         first_number: int = 1,
         keep_closed: bool = True,
         rack_of: Mapping[str, str] | None = None,
+        job_of: Mapping[str, str] | None = None,
         join_s: float = JOIN_S,
     ) -> None:
         self.quiet_s = quiet_s
         self.join_s = join_s
         self.rack_of: Mapping[str, str] = rack_of or {}  # node → rack; unknown racks merge (the safe error)
+        self.job_of: Mapping[str, str] = {}  # GPU → the job its rank serves
+        self.job_nodes: dict[str, set[str | None]] = {}
+        self.set_jobs(job_of or {})
         self.open: list[_Open] = []
         self.closed: list[_Open] = []
         self.next_number = first_number
         self.keep_closed = keep_closed  # a service forgets closed incidents once it has stored them
+
+    def set_jobs(self, job_of: Mapping[str, str]) -> None:
+        """GPU → job (the scheduler's rank table): a rank idling while its job waits is on the job's path."""
+        self.job_of = job_of
+        self.job_nodes = {}
+        for gpu, job in job_of.items():
+            self.job_nodes.setdefault(job, set()).add(node_of(gpu))
 
     @property
     def current(self) -> _Open | None:
@@ -153,21 +166,31 @@ class IncidentTracker:
 
     def _home(self, s: Symptom, placed: dict[int, list[Symptom]]) -> _Open | None:
         """The open incident a new hardware symptom belongs to: one with a symptom on a causally related
-        component, else one with no hardware symptom yet (only job-level ones: a job reaches every rank), else
-        one opened within `join_s` of this onset; None when it is independent of all."""
+        component, else (for a rank waiting on its peers) one on a node of the same job, else one with no
+        hardware symptom yet (only job-level ones: a job reaches every rank), else one opened within `join_s`
+        of this onset; None when it is independent of all. A waiting rank anchors nothing itself, so a later
+        fault on its node is not taken for the cause it waited on."""
         related: list[_Open] = []
+        same_job: list[_Open] = []
         job_only: list[_Open] = []
         simultaneous: list[_Open] = []
+        job = self.job_of.get(s.component) if s.kind in PEER_WAIT else None
         for group in self.open:
             members = [*group.keys, *((p.kind, p.component) for p in placed.get(group.number, []))]
             hardware = [(k, c) for k, c in members if not c.startswith("job:")]
-            if any(symptoms_related(s.kind, s.component, k, c, self.rack_of) for k, c in hardware):
+            anchors = [(k, c) for k, c in hardware if k not in PEER_WAIT] or hardware
+            if any(symptoms_related(s.kind, s.component, k, c, self.rack_of) for k, c in anchors):
                 related.append(group)
+            elif job is not None and (
+                f"job:{job}" in {c for _, c in members}
+                or any(node_of(c) in self.job_nodes.get(job, set()) for _, c in anchors)
+            ):
+                same_job.append(group)
             elif not hardware:
                 job_only.append(group)
             elif abs(s.ts_s - group.opened_ts_s) <= self.join_s:
                 simultaneous.append(group)
-        for found in (related, job_only, simultaneous):
+        for found in (related, same_job, job_only, simultaneous):
             if found:
                 return found[-1]
         return None

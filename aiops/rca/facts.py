@@ -237,11 +237,12 @@ class Facts:
                                    min(ts_s) FILTER (WHERE power_cap_kw IS NOT NULL) AS cap_from_ts_s,
                                    avg(power_kw) AS power_kw
                             FROM rack_samples WHERE ts_s BETWEEN ? AND ? GROUP BY rack),
-                    dcim AS (SELECT s.scope, max(s.budget_kw) AS cap_kw FROM dcim_signals s
+                    dcim AS (SELECT s.scope, max(s.budget_kw) AS cap_kw, max(s.ts_s) AS cap_ts_s FROM dcim_signals s
                              WHERE s.kind = 'cap' AND s.ts_s <= ? AND NOT EXISTS (
                                  SELECT 1 FROM dcim_signals c WHERE c.scope = s.scope AND c.ts_s > s.ts_s AND c.ts_s <= ?)
                              GROUP BY s.scope)
-               SELECT cur.* REPLACE (coalesce(cur.power_cap_kw, dr.cap_kw, df.cap_kw) AS power_cap_kw),
+               SELECT cur.* REPLACE (coalesce(cur.power_cap_kw, dr.cap_kw, df.cap_kw) AS power_cap_kw,
+                                     coalesce(cur.cap_from_ts_s, dr.cap_ts_s, df.cap_ts_s) AS cap_from_ts_s),
                       ref.ref_inlet_c, ref.ref_flow_lpm
                FROM cur LEFT JOIN ref USING (rack) LEFT JOIN dcim dr ON dr.scope = cur.rack
                     LEFT JOIN dcim df ON df.scope = 'fleet' ORDER BY rack""",

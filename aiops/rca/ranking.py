@@ -23,6 +23,7 @@ from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
 
 FOREIGN_FACTOR = 0.5
+PEER_WAIT = {"gpu_idle_in_job"}  # as in aiops.detect.incidents (rca may not import detect)
 ONSET_BONUS = 0.03
 IMPACT_BONUS = 0.02
 # Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
@@ -46,12 +47,10 @@ class Anchor:
 def anchor(candidate: Candidate, incident: Incident, rack_of: dict[str, str]) -> Anchor | None:
     """The earliest of the incident's hardware symptoms that the candidate's component can explain."""
     kind = "gpu_throttle" if candidate.label in HEAT_AND_POWER else candidate.label
-    found = [
-        s
-        for s in incident.symptoms
-        if not s.component.startswith("job:")
-        and symptoms_related(kind, candidate.component, s.kind, s.component, rack_of)
-    ]
+    hardware = [s for s in incident.symptoms if not s.component.startswith("job:")]
+    # a rank idling while its job waits anchors nothing, unless the incident has nothing else
+    hardware = [s for s in hardware if s.kind not in PEER_WAIT] or hardware
+    found = [s for s in hardware if symptoms_related(kind, candidate.component, s.kind, s.component, rack_of)]
     if not found:
         return None
     first = min(found, key=lambda s: s.ts_s)

@@ -66,8 +66,11 @@ class LiveDetection:
             return
         resume = progress if progress is not None else span[1]
         self.detector = Detector(store, window_s=self.window_s)
+        self.tracker.set_jobs(self.detector.job_of_gpu)
         t0 = max(span[0] - 1e-6, resume - self.replay_s)
-        scratch = IncidentTracker(quiet_s=self.quiet_s, rack_of=self.tracker.rack_of)
+        scratch = IncidentTracker(
+            quiet_s=self.quiet_s, rack_of=self.tracker.rack_of, job_of=self.tracker.job_of
+        )
         while t0 < resume - 1e-9:  # warm the baselines: these windows were judged before
             t1 = min(t0 + self.window_s, resume)
             scratch.feed(self.detector.process(t0, t1), t1)
@@ -88,6 +91,7 @@ class LiveDetection:
         if self.detector is None:
             self.detector = Detector(store, window_s=self.window_s)
             self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)
+            self.tracker.set_jobs(self.detector.job_of_gpu)
         self.detector.store = store  # the owner may have reopened the file since the last call
         out: list[Transition] = []
         while self.until_ts_s + self.window_s <= newest_ts_s + 1e-9:

@@ -116,3 +116,28 @@ def test_a_resumed_service_keeps_every_open_incident() -> None:
     again.feed([Symptom(kind="carrier_flap", component="node6/nic0", ts_s=120.0)], 120.0)
     assert [i.incident_id for i in again.open_incidents()] == ["INC-0001", "INC-0002"]
     assert again.next_number == 3
+
+
+def test_ranks_idling_for_a_crashed_peer_join_its_incident_and_anchor_nothing() -> None:
+    job_of = {f"node{n}/gpu{g}": "train" for n in range(8) for g in range(2)}
+    tracker = IncidentTracker(rack_of=RACK_OF, job_of=job_of)
+    windows = merge(
+        {230.0: [("xid", "node1/gpu1"), ("ecc_dbe", "node1/gpu1")]},
+        # the job restarts: every rank idles 21 s later, on every node (other racks too)
+        repeat(250, 300, [("gpu_idle_in_job", gpu) for gpu in job_of]),
+        repeat(260, 290, [("job_stalled", "job:train")]),
+        # a power brake on node5, whose ranks idled in the restart: a fault of its own
+        repeat(330, 600, [("gpu_throttle", "node5/gpu0"), ("gpu_throttle", "node5/gpu1")]),
+    )
+    t = 10.0
+    while t <= 600.0:
+        tracker.feed([Symptom(kind=k, component=c, ts_s=t) for k, c in windows.get(t, [])], t)
+        t += 10.0
+    first, second = tracker.incidents()
+    assert first.opened_ts_s == 230.0 and set(job_of) <= set(first.components)
+    assert second.opened_ts_s == 330.0 and second.components == ["node5/gpu0", "node5/gpu1"]
+    # without the rank table a waiting rank on another rack is unrelated: it opens an incident of its own
+    alone = IncidentTracker(rack_of=RACK_OF)
+    alone.feed([Symptom(kind="xid", component="node1/gpu1", ts_s=230.0)], 230.0)
+    alone.feed([Symptom(kind="gpu_idle_in_job", component="node6/gpu0", ts_s=260.0)], 260.0)
+    assert len(alone.incidents()) == 2
