@@ -243,6 +243,8 @@ class Facts:
                              GROUP BY s.scope)
                SELECT cur.* REPLACE (coalesce(cur.power_cap_kw, dr.cap_kw, df.cap_kw) AS power_cap_kw,
                                      coalesce(cur.cap_from_ts_s, dr.cap_ts_s, df.cap_ts_s) AS cap_from_ts_s),
+                      CASE WHEN cur.power_cap_kw IS NOT NULL OR dr.cap_kw IS NOT NULL THEN cur.rack
+                           WHEN df.cap_kw IS NOT NULL THEN 'fleet' END AS cap_scope,
                       ref.ref_inlet_c, ref.ref_flow_lpm
                FROM cur LEFT JOIN ref USING (rack) LEFT JOIN dcim dr ON dr.scope = cur.rack
                     LEFT JOIN dcim df ON df.scope = 'fleet' ORDER BY rack""",

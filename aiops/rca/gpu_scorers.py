@@ -147,7 +147,11 @@ def throttling(facts: Facts) -> list[Candidate]:
 
     capped_racks = {rack for rack, r in racks.items() if r["power_cap_kw"] is not None}
     if capped_racks:
-        component = "fleet" if capped_racks == set(racks) and len(racks) > 1 else sorted(capped_racks)[0]
+        # the fleet when every rack is capped and there are several, or when the DCIM signal names the fleet
+        # (on a single rack the samples alone cannot tell the two apart)
+        fleet_signal = all(racks[r].get("cap_scope") == "fleet" for r in capped_racks)
+        every_rack = capped_racks == set(racks) and (len(racks) > 1 or fleet_signal)
+        component = "fleet" if every_rack else sorted(capped_racks)[0]
         out.append(
             Candidate(
                 "facility_power_cap",
