@@ -34,6 +34,10 @@ STAGING_MEMORY_LIMIT_MB = 128
 MAX_THREADS = 2  # DuckDB threads under that limit: each needs its own buffers (4 measured: +42 MB RSS)
 PIVOT_ROWS = 500_000  # staged samples pivoted at once (a time slice): 2,000,000 ran out of 128 MB
 MAX_PIVOT_SLICES = 1_000
+# DCGM's blank values (dcgm_structs.h, DCGM_*_IS_BLANK): FP64 from 2**47 up, INT64 from 0x7ffffffffffffff0 (above
+# 2**47 too), INT32 from 0x7ffffff0 to 2**31 - 1.
+DCGM_FP64_BLANK = 140_737_488_355_328.0
+DCGM_INT32_BLANK = 0x7FFFFFF0
 _STAGING_TABLES = ("prom_gpu", "prom_nic", "prom_hosts", "prom_nics")
 _STAGE_SQL = """
 CREATE TABLE prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR, ts_s DOUBLE, value DOUBLE);
@@ -121,7 +125,7 @@ class Staging:
                     gpu_rows["gpu_idx"].append(int(labels["gpu"]))
                     gpu_rows["uuid"].append(labels.get("UUID"))
                     gpu_rows["ts_s"].append(float(ts))
-                    gpu_rows["value"].append(_float(value))
+                    gpu_rows["value"].append(_dcgm_float(value))
             else:
                 device = labels.get("device", "")
                 if not device or VIRTUAL_DEVICE.match(device):
@@ -175,6 +179,16 @@ def _float(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if number != number else number  # NaN (a stale marker's value) -> NULL
+
+
+def _dcgm_float(value: Any) -> float | None:
+    """A dcgm-exporter sample; DCGM's blank values (not supported, not found, no permission: dcgm_structs.h,
+    written as numbers, e.g. `DCGM_FI_DEV_MEMORY_TEMP ... 9223372036854775794` on a GPU without HBM sensors) are
+    no reading: NULL, never a 9.2e18 degree temperature or a counter that overflows BIGINT."""
+    number = _float(value)
+    if number is None or number >= DCGM_FP64_BLANK or DCGM_INT32_BLANK <= number < 2**31:
+        return None
+    return number
 
 
 _TOPOLOGY_SQL = """
