@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from aiops import nvml_bits
 from aiops.sources.names import CLOCKS_EVENT_NAMES, DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
 
@@ -34,10 +35,6 @@ STAGING_MEMORY_LIMIT_MB = 128
 MAX_THREADS = 2  # DuckDB threads under that limit: each needs its own buffers (4 measured: +42 MB RSS)
 PIVOT_ROWS = 500_000  # staged samples pivoted at once (a time slice): 2,000,000 ran out of 128 MB
 MAX_PIVOT_SLICES = 1_000
-# DCGM's blank values (dcgm_structs.h, DCGM_*_IS_BLANK): FP64 from 2**47 up, INT64 from 0x7ffffffffffffff0 (above
-# 2**47 too), INT32 from 0x7ffffff0 to 2**31 - 1.
-DCGM_FP64_BLANK = 140_737_488_355_328.0
-DCGM_INT32_BLANK = 0x7FFFFFF0
 _STAGING_TABLES = ("prom_gpu", "prom_nic", "prom_hosts", "prom_nics")
 _STAGE_SQL = """
 CREATE TABLE prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR, ts_s DOUBLE, value DOUBLE);
@@ -186,7 +183,7 @@ def _dcgm_float(value: Any) -> float | None:
     written as numbers, e.g. `DCGM_FI_DEV_MEMORY_TEMP ... 9223372036854775794` on a GPU without HBM sensors) are
     no reading: NULL, never a 9.2e18 degree temperature or a counter that overflows BIGINT."""
     number = _float(value)
-    if number is None or number >= DCGM_FP64_BLANK or DCGM_INT32_BLANK <= number < 2**31:
+    if number is None or nvml_bits.dcgm_blank(number):
         return None
     return number
 
