@@ -213,7 +213,7 @@ def test_a_target_that_exits_ends_the_run_early(cuda_mix: Path) -> None:
             target.stdin.write("go\n")
             target.stdin.flush()
 
-        result = run_profile(target.pid, 30.0, on_attached=go)
+        result = run_profile(target.pid, 30.0, on_attached=go, duty=1.0)  # every call: nothing scaled
     assert result.target_exited and result.duration_s < 15, result.duration_s
     launches = sum(r.calls for r in result.records if r.probe == "cudaLaunchKernel")
     assert launches == 3 * 2000  # every call of the run, none lost, none after the exit
