@@ -6,11 +6,13 @@ return errors at once, the uprobes fire all the same), starts it, and measures:
   update; off before and after, best of three each),
 - `launch_ns_added_by_an_empty_uprobe`: the same with a BPF program that returns at once (the trap alone),
 - `sync_ns_added`: the same for cudaDeviceSynchronize (entry uprobe + uretprobe, blocked time),
-- `slowdown_pct_<mode>_*`: the run time change of a program that makes one cudaLaunchKernel per 10 us of its
-  own work (100k calls/s; target <= 5 %) for --paced-s seconds, probes off, then under `run_profile` with every
-  call probed (full, duty 1) and duty-cycled (sampled, the default of `aiops profile`): --rounds rounds of the
-  three, the order rotated each round so all see the same load on the machine; per-round slowdowns against
-  that round's off run, their median, and the slowdown of the medians,
+- `slowdown_pct_<mode>_wall` / `_cpu`: the change in wall time / in the target's CPU time of a program that
+  makes one cudaLaunchKernel per 10 us of its own work (100k calls/s; target <= 5 %) for --paced-s seconds,
+  probes off, then under `run_profile` with every call probed (full, duty 1) and duty-cycled (sampled, the
+  default of `aiops profile`): --rounds rounds of the three, the order rotated each round so all see the same
+  load on the machine; per-round slowdowns against that round's off run, their median and spread, and the
+  slowdown of the medians. Wall time is what the program feels; CPU time is the work the probes added to it,
+  far less disturbed by other work on a shared machine (it leaves out what the profiler costs elsewhere),
 - `<mode>_launches_estimated_over_made`: the profile's (scaled) cudaLaunchKernel count over the calls the
   program made: the sampling error of the duty-cycled mode on a steady program.
 Prints one JSON object. Needs root and bcc.
@@ -57,13 +59,16 @@ class Target:
         self.process = subprocess.Popen(
             [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+        self.cpu_ns = 0
         assert self.process.stdout is not None and self.process.stdout.readline().strip() == "ready"
 
     def ns(self, command: str) -> int:
+        """Wall nanoseconds of the command; its CPU nanoseconds are kept in `cpu_ns`."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        return int(self.process.stdout.readline())
+        wall_ns, self.cpu_ns = (int(field) for field in self.process.stdout.readline().split())
+        return wall_ns
 
     def close(self) -> None:
         self.process.kill()
@@ -80,7 +85,8 @@ def measure(target: Target, calls: int) -> dict[str, float]:
 
 @dataclass
 class ModeRun:
-    period_ns: float
+    period_ns: float  # wall time per iteration
+    cpu_period_ns: float  # the target's CPU time per iteration
     result: ProfileResult | None  # None: probes off
 
 
@@ -89,7 +95,7 @@ def paced_run(target: Target, iterations: int, work_steps: int, duty: float | No
     profiler has attached (its first window opens then) and the profile stopped when the run is over."""
     command = f"paced {iterations} {work_steps}"
     if duty is None:
-        return ModeRun(target.ns(command) / iterations, None)
+        return ModeRun(target.ns(command) / iterations, target.cpu_ns / iterations, None)
     attached, stop = threading.Event(), threading.Event()
     box: dict[str, ProfileResult] = {}
 
@@ -106,7 +112,7 @@ def paced_run(target: Target, iterations: int, work_steps: int, duty: float | No
     period_ns = target.ns(command) / iterations
     stop.set()
     thread.join()
-    return ModeRun(period_ns, box["result"])
+    return ModeRun(period_ns, target.cpu_ns / iterations, box["result"])
 
 
 def paced(target: Target, iterations: int, work_steps: int, rounds: int) -> dict[str, list[ModeRun]]:
@@ -120,18 +126,30 @@ def paced(target: Target, iterations: int, work_steps: int, rounds: int) -> dict
     return runs
 
 
+def _slowdowns(runs: dict[str, list[ModeRun]], mode: str, field: str) -> dict[str, Any]:
+    off = [getattr(run, field) for run in runs["off"]]
+    on = [getattr(run, field) for run in runs[mode]]
+    per_round = [100.0 * (value - base) / base for value, base in zip(on, off, strict=True)]
+    return {
+        "per_round": [round(pct, 2) for pct in per_round],
+        "median": round(statistics.median(per_round), 2),
+        "spread": [round(min(per_round), 2), round(max(per_round), 2)],
+        "of_medians": round(
+            100.0 * (statistics.median(on) - statistics.median(off)) / statistics.median(off), 2
+        ),
+    }
+
+
 def mode_figures(runs: dict[str, list[ModeRun]], iterations: int) -> dict[str, Any]:
-    off = [run.period_ns for run in runs["off"]]
-    figures: dict[str, Any] = {"paced_period_ns_off": [round(ns, 1) for ns in off]}
+    figures: dict[str, Any] = {
+        "paced_period_ns_off": [round(run.period_ns, 1) for run in runs["off"]],
+        "paced_cpu_ns_off": [round(run.cpu_period_ns, 1) for run in runs["off"]],
+    }
     for mode in ("full", "sampled"):
-        pairs = [100.0 * (run.period_ns - base) / base for run, base in zip(runs[mode], off, strict=True)]
         figures[f"paced_period_ns_{mode}"] = [round(run.period_ns, 1) for run in runs[mode]]
-        figures[f"slowdown_pct_{mode}_per_round"] = [round(pct, 2) for pct in pairs]
-        figures[f"slowdown_pct_{mode}_median"] = round(statistics.median(pairs), 2)
-        figures[f"slowdown_pct_{mode}_of_medians"] = round(
-            100.0 * (statistics.median(run.period_ns for run in runs[mode]) - statistics.median(off))
-            / statistics.median(off), 2
-        )  # fmt: skip
+        figures[f"paced_cpu_ns_{mode}"] = [round(run.cpu_period_ns, 1) for run in runs[mode]]
+        figures[f"slowdown_pct_{mode}_wall"] = _slowdowns(runs, mode, "period_ns")
+        figures[f"slowdown_pct_{mode}_cpu"] = _slowdowns(runs, mode, "cpu_period_ns")
         results = [run.result for run in runs[mode] if run.result is not None]
         figures[f"{mode}_probe_fraction"] = [round(result.probe_fraction, 4) for result in results]
         figures[f"{mode}_windows"] = [result.windows for result in results]
@@ -146,11 +164,16 @@ def mode_figures(runs: dict[str, list[ModeRun]], iterations: int) -> dict[str, A
 
 
 def calibrate(target: Target, iterations: int) -> int:
-    """Loop steps of work per call that make one period 10 us with the probes off (100k calls/s)."""
+    """Loop steps of work per call that make one period 10 us of the target's CPU time with the probes off:
+    100k calls/s for a program with a CPU to itself, whatever share of a CPU the shared machine gives it now
+    (calibrating on wall time under load made the work per call 2-3 times smaller than that)."""
     steps = 1000
     for _ in range(4):
-        period_ns = min(target.ns(f"paced {iterations} {steps}") for _ in range(3)) / iterations
-        steps = max(1, round(steps * PERIOD_NS / period_ns))
+        cpu_ns = []
+        for _ in range(3):
+            target.ns(f"paced {iterations} {steps}")
+            cpu_ns.append(target.cpu_ns)
+        steps = max(1, round(steps * PERIOD_NS / (min(cpu_ns) / iterations)))
     return steps
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
-from aiops.profile.duty import Cycler, DutyPlan, open_slices, plan
+from aiops.profile.duty import DEFAULT_DUTY, DEFAULT_PERIOD_S, Cycler, DutyPlan, open_slices, plan
 from aiops.profile.probes import PROBES, Attached, Link
 
 LAUNCH, MEMCPY, SYNC = (next(p for p in PROBES if p.symbol == name) for name in ("cudaLaunchKernel", "cudaMemcpy", "cudaDeviceSynchronize"))  # fmt: skip
@@ -60,6 +60,8 @@ def test_plan_refuses_a_duty_outside_0_1(duty: float) -> None:
 
 def test_plan_slices() -> None:
     assert plan(0.1, 5.0, 0.1, 30.0) == DutyPlan(50, 5)
+    assert plan(DEFAULT_DUTY, DEFAULT_PERIOD_S, 0.1, 30.0) == DutyPlan(50, 2)  # the default: 0.2 s of 5 s
+    assert plan(0.05, 5.0, 0.1, 30.0) == DutyPlan(50, 3)  # halves round up
     assert plan(0.1, 5.0, 0.1, 2.0) == DutyPlan(20, 2)  # a run shorter than the period: one period
     assert plan(0.01, 1.0, 0.1, 30.0) == DutyPlan(10, 1)  # at least one slice
     assert plan(1.0, 5.0, 0.1, 30.0).full and not plan(0.5, 5.0, 0.1, 30.0).full

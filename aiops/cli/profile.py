@@ -123,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = facts["sampling"]
     if sampling["duty"] < 1:
         console.print(
-            f"  probes attached {sampling['probe_fraction']:.1%} of the run ({sampling['windows']} windows of "
-            f"each {sampling['period_s']:g} s period): calls and blocked time scaled by "
+            f"  probes counted {sampling['probe_fraction']:.1%} of the run ({sampling['windows']} windows, one "
+            f"per {sampling['period_s']:g} s period): calls and blocked time scaled by "
             f"{1 / max(sampling['probe_fraction'], 1e-9):.1f} (--probe-duty 1 counts every call)",
             markup=False,
             highlight=False,

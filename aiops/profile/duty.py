@@ -16,6 +16,7 @@ are detached, the same instant for all.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from aiops.profile.probes import Attached, Link
 
-DEFAULT_DUTY = 0.1
+DEFAULT_DUTY = 0.04  # 2 slices of 0.1 s in each 5 s period
 DEFAULT_PERIOD_S = 5.0
 DETACH_ABOVE_CALLS_PER_S = 1000.0  # a colder probe stays attached: its trap costs < 0.1 % at ~1 us a call
 
@@ -49,7 +50,9 @@ def plan(duty: float, period_s: float, slice_s: float, duration_s: float) -> Dut
     if not 0 < duty <= 1:
         raise ValueError(f"duty must be in (0, 1], got {duty}")
     period_slices = max(1, round(min(period_s, duration_s) / slice_s))
-    window_slices = period_slices if duty >= 1 else min(period_slices, max(1, round(duty * period_slices)))
+    window_slices = (
+        period_slices if duty >= 1 else min(period_slices, max(1, math.floor(duty * period_slices + 0.5)))
+    )
     return DutyPlan(period_slices, window_slices)
 
 
@@ -77,7 +80,7 @@ class Cycler:
     ) -> None:
         """`heat()`: calls counted so far per probe index. After a window, the links of the probes called more
         than `detach_above_calls_per_s` in it are detached, hottest first; the others stay attached (a detach
-        costs the whole machine: the kernel's grace-period wait took ~25 % of a core's worth of speed from an
+        costs the whole machine: the kernel's grace-period waits slowed an
         unrelated program while links were detached back to back), their calls not counted (gate closed)."""
         self._attached = attached
         self._heat = heat

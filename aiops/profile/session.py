@@ -132,9 +132,11 @@ def run_profile(
             if finished:
                 break
     finally:
-        cycler.close()
-        result.duration_s = time.monotonic() - started
-        attached.close()
+        try:
+            cycler.close()  # the gate closed, a detach in flight stopped
+        finally:
+            result.duration_s = time.monotonic() - started
+            attached.close()
     result.probed_s, result.windows, result.detach_s = cycler.probed_s, cycler.windows, cycler.detach_s
     scale = 1.0 / result.probe_fraction if result.probe_fraction > 0 else 1.0
     for (frames, probe, kind, state), (calls, blocked_ns) in merged.items():

@@ -1,15 +1,18 @@
 """The duty-cycled mode of `aiops profile` (the default) against a real process, as root with bcc (fails instead of
 skipping with AIOPS_REQUIRE_EBPF=1): the uprobes are really detached between windows (their perf event file
 descriptors closed), the scaled counts estimate the calls the program made, in its 3:2:1 proportions, and the
-blocked time never pairs a return with an entry from an earlier window."""
+blocked time never pairs a return with an entry from an earlier window; the CLI says what it sampled."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from aiops.cli.main import main
+from aiops.profile.duty import DEFAULT_DUTY
 from aiops.profile.session import run_profile
 from tests.security.profile_helpers import build_cuda_mix, require_profile, started
 
@@ -76,3 +79,20 @@ def test_full_mode_keeps_every_probe_attached_and_scales_nothing(cuda_mix: Path)
     assert len(set(fds)) == 1, fds
     assert sum(r.calls for r in result.records if r.probe == "cudaLaunchKernel") == 3 * 2000
     assert result.observed_calls == 6 * 2000
+
+
+def test_the_cli_says_what_it_sampled_and_summary_json_records_it(
+    cuda_mix: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with started([str(cuda_mix), "100000", "500"]) as target:
+        code = main(
+            ["profile", "--pid", str(target.pid), "--duration-s", "3", "--out", str(tmp_path), "--no-nvml"]
+        )
+    assert code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "probes counted" in out and "--probe-duty 1 counts every call" in out, out
+    sampling = json.loads((tmp_path / "summary.json").read_text())["sampling"]
+    assert sampling["duty"] == DEFAULT_DUTY and sampling["scaled"] is True
+    assert 0 < sampling["probe_fraction"] < 0.2 and sampling["windows"] >= 1
+    totals = json.loads((tmp_path / "summary.json").read_text())["totals"]
+    assert 0 < sampling["observed_calls"] < totals["calls"]["value"]  # scaled up from what was counted
