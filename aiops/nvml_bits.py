@@ -30,6 +30,18 @@ def routine_power_cap(throttle_bits: int, limit_w: float | None, max_limit_w: fl
     return throttle_bits == SW_POWER_CAP and at_max
 
 
+# DCGM's blank values (dcgm_structs.h, DCGM_*_IS_BLANK): not supported, not found, no permission. dcgm-exporter
+# writes them as numbers (e.g. `DCGM_FI_DEV_MEMORY_TEMP ... 9223372036854775794` on a GPU without HBM sensors).
+# FP64 blanks from 2**47 up, INT64 from 0x7ffffffffffffff0 (above 2**47 too), INT32 from 0x7ffffff0 to 2**31 - 1.
+DCGM_FP64_BLANK = 140_737_488_355_328.0
+DCGM_INT32_BLANK = 0x7FFFFFF0
+
+
+def dcgm_blank(value: float) -> bool:
+    """True for a DCGM blank written as a number: no reading, never a 9.2e18 degree temperature."""
+    return value >= DCGM_FP64_BLANK or DCGM_INT32_BLANK <= value < 2**31
+
+
 NAMES: dict[int, str] = {
     GPU_IDLE: "GpuIdle",
     APPLICATIONS_CLOCKS_SETTING: "ApplicationsClocksSetting",

@@ -1,7 +1,13 @@
 /* AI flame graphs: uprobes on the CUDA runtime / driver API and NCCL in one target process, plus an on-CPU
  * sampler (cpu-clock perf event) for the same process. Everything is aggregated here, in BPF maps keyed by
- * (user stack id, caller address, probe): no per-event output. aiops/profile/stacks.py reads and clears the
- * maps once per slice (default 100 ms), so each slice can be joined with a GPU utilisation sample.
+ * (user stack id, caller address, probe): no per-event output. aiops/profile/stacks.py reads the maps
+ * once per slice (default 100 ms) and takes differences, so each slice can be joined with a GPU utilisation
+ * sample.
+ *
+ * The `gate` (one u32, set by the reader) opens and closes the counting windows of the duty-cycled mode
+ * (aiops/profile/duty.py): the uprobes are attached a little before a window and detached after it (a detach
+ * takes ~90 ms per link on 6.18, serialised in the kernel), and only the gate says exactly when counting ran,
+ * the same instant for every probe. The on-CPU sampler is not gated.
  *
  * TARGET_TGID and SYNC_MASK are set with -D by aiops/profile/probes.py. Probe numbers 0..MAX_PROBES-1 are
  * uprobes (the table lives in aiops/profile/probes.py); CPU_SAMPLE_PROBE is the on-CPU sampler.
@@ -35,6 +41,13 @@ struct call_start {
 BPF_STACK_TRACE(stacks, 16384);
 BPF_HASH(counts, struct stack_key, struct stack_value, 16384);
 BPF_HASH(starts, __u64, struct call_start, 8192);   /* pid_tgid -> open sync call */
+BPF_ARRAY(gate, __u32, 1);                          /* 1: count (a window is open), 0: return at once */
+
+static __always_inline int gate_open(void) {
+    int zero = 0;
+    __u32 *open = gate.lookup(&zero);
+    return open && *open;
+}
 
 static __always_inline void add(struct stack_key *key, __u64 calls, __u64 blocked_ns) {
     struct stack_value zero = {};
@@ -49,6 +62,12 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u32 probe) {
     __u64 pid_tgid = bpf_get_current_pid_tgid();
     if ((pid_tgid >> 32) != TARGET_TGID)
         return 0;
+    if (!gate_open()) {
+        /* no start may outlive a closed gate: a return seen later must not pair with an older entry */
+        if (SYNC_MASK & (1u << probe))
+            starts.delete(&pid_tgid);
+        return 0;
+    }
     struct stack_key key = {};
     key.user_stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
     key.probe = probe;

@@ -19,7 +19,7 @@ from aiops.cli.main import main
 from aiops.errors import SourceError
 from aiops.sources.exposition import NicTotals, render_snapshot
 from aiops.sources.mapping import HostIdentity, assign_nodes, host_of
-from aiops.sources.prometheus import MAX_POINTS, PrometheusClient
+from aiops.sources.prometheus import MAX_POINTS, SAMPLES_PER_REQUEST, PrometheusClient
 
 
 class Stub(BaseHTTPRequestHandler):
@@ -70,15 +70,20 @@ def test_chunks_shrink_as_series_multiply(stub: str) -> None:
         "status": "success",
         "data": {"resultType": "matrix", "result": [{"metric": {}, "values": []}] * 500},
     }
-    Stub.answers = [(200, json.dumps(many).encode())] * 4
+    # after the first answer: 100,000 samples / 500 series = 200 points a request
+    points = SAMPLES_PER_REQUEST // 500
+    assert points == 200
+    Stub.answers = [(200, json.dumps(many).encode())] * 7
     list(PrometheusClient(stub).query_range("up", 0.0, 1_100.0, 1.0))
     ranges = [(float(q["start"]), float(q["end"])) for q in Stub.seen]
-    # after the first answer: 250,000 samples / 500 series = 500 points a request
-    assert ranges == [(0.0, 99.0), (100.0, 599.0), (600.0, 1_099.0), (1_100.0, 1_100.0)]
+    assert ranges == [(0.0, 99.0), (100.0, 299.0), (300.0, 499.0), (500.0, 699.0), (700.0, 899.0),
+                      (900.0, 1_099.0), (1_100.0, 1_100.0)]  # fmt: skip
     Stub.seen.clear()
-    Stub.answers = [(200, json.dumps(many).encode())] * 2
+    Stub.answers = [(200, json.dumps(many).encode())] * 5
     list(PrometheusClient(stub).query_range("up", 0.0, 999.0, 1.0, series_hint=500))
-    assert [(float(q["start"]), float(q["end"])) for q in Stub.seen] == [(0.0, 499.0), (500.0, 999.0)]
+    assert [(float(q["start"]), float(q["end"])) for q in Stub.seen] == [
+        (float(a), float(a + points - 1)) for a in range(0, 1_000, points)
+    ]
 
 
 def test_http_error_names_url_status_and_escaped_body(stub: str) -> None:

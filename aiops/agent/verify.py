@@ -54,7 +54,7 @@ TELEMETRY_TABLES = frozenset(
 )  # fmt: skip
 
 # XID groups, as the analyst reads them (aiops/rca/gpu_scorers.py)
-ECC_XIDS = frozenset({48, 63, 64, 92, 94, 95})
+ECC_XIDS = frozenset({48, 63, 64, 94, 95})  # not 92: a high corrected-error rate, a warning (Xid catalogue)
 APP_XIDS = frozenset({13, 31, 43, 45, 68})
 NVLINK_XIDS = frozenset({74})
 OFF_BUS_XIDS = frozenset({79})
@@ -198,9 +198,9 @@ SUPPORT: dict[str, tuple[str, Callable[[Row], bool]]] = {
     "thermal_throttle": ("temp_c/max_temp_c >= slowdown_temp_c, a thermal clocks-event bit, thermal_samples > 0", _thermal),
     "rack_cooling_failure": ("min_flow_lpm < 0.85 ref_flow_lpm, or inlet (max_inlet_c) >= ref_inlet_c + 3", _cooling),
     "power_cap_misconfig": ("power_limit_w/limit_w < 0.85 x the default (ref_limit_w or power_limit_max_w)", _power_cap),
-    "facility_power_cap": ("rack_samples.power_cap_kw set (> 0)", _facility),
+    "facility_power_cap": ("a facility cap in force (power_cap_kw > 0: the DCIM signal input, dcim_signals)", _facility),
     "power_brake": ("HwPowerBrakeSlowdown bit (0x80), or brake_samples > 0", _brake),
-    "gpu_ecc_error": ("ecc_dbe_total/dbe above its reference, or an ECC XID (48, 63, 64, 92, 94, 95)", _ecc),
+    "gpu_ecc_error": ("ecc_dbe_total/dbe above its reference, or an uncorrectable ECC XID (48, 63, 64, 94, 95)", _ecc),
     "gpu_fell_off_bus": ("XID 79, or an nvml_error (nvml_errors > 0)", _off_bus),
     "nvlink_degraded": ("NVLink CRC/replay +5 over reference, nonzero counters, or XID 74", _nvlink),
     "pcie_degraded": ("pcie_link_width < pcie_link_max_width, or PCIe replays +10 over reference", _pcie),

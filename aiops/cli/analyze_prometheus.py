@@ -17,7 +17,7 @@ from aiops.cli.render import render, result_json
 from aiops.config import load_config
 from aiops.errors import InputError
 from aiops.runtime.analysis import analyze
-from aiops.sources.mapping import STAGING_MEMORY_LIMIT_MB, HostIdentity
+from aiops.sources.mapping import HostIdentity, bound_memory
 from aiops.sources.prometheus import PrometheusClient, fetch_into
 from aiops.store import Workspace
 from aiops.text import markup, terminal
@@ -104,8 +104,7 @@ def run_prometheus(args: argparse.Namespace) -> int:
             workspace.remove()  # a half-filled --db is not left behind
             raise
         with workspace.write() as store:
-            # DuckDB keeps what it reads cached up to its limit (80 % of RAM by default): bound it like staging.
-            store.conn.execute(f"SET memory_limit = '{STAGING_MEMORY_LIMIT_MB}MB'")
+            bound_memory(store.conn)  # the analysis too: DuckDB caches up to 80 % of RAM by default
             result = analyze(store)
             if args.json:
                 out = result_json(result)

@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from aiops.errors import InputError, PrerequisiteError
+from aiops.profile.duty import DEFAULT_DUTY, DEFAULT_PERIOD_S
 from aiops.profile.gpu import IDLE_BELOW_PCT, NvmlUtilSource, UtilSource
 from aiops.profile.outputs import summary, write_outputs
 from aiops.profile.probes import require_privilege, require_target
@@ -32,6 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     parser.add_argument("--slice-s", type=float, default=DEFAULT_SLICE_S, help="GPU join granularity")
     parser.add_argument("--idle-below-pct", type=float, default=IDLE_BELOW_PCT)
+    parser.add_argument(
+        "--probe-duty",
+        type=float,
+        default=DEFAULT_DUTY,
+        help="share of each period with the CUDA probes attached; counts are scaled by it (1: every call, "
+        "the highest overhead; docs/PROFILE.md)",
+    )
+    parser.add_argument(
+        "--probe-period-s", type=float, default=DEFAULT_PERIOD_S, help="duty cycle period (seconds)"
+    )
     parser.add_argument("--no-nvml", action="store_true", help="do not read GPU utilisation")
     parser.add_argument("--db", default=None, help="also store the summary (top stacks) in this workspace")
     parser.add_argument("--node", default=socket.gethostname(), help="node name for the stored summary")
@@ -59,6 +70,9 @@ def _nvml_source(pid: int) -> UtilSource | None:
 def run(args: argparse.Namespace) -> int:
     duration_s = _positive(args.duration_s, "--duration-s", MAX_DURATION_S)
     slice_s = _positive(args.slice_s, "--slice-s", 60.0)
+    period_s = _positive(args.probe_period_s, "--probe-period-s", MAX_DURATION_S)
+    if not (math.isfinite(args.probe_duty) and 0 < args.probe_duty <= 1):
+        raise InputError("<command line>", "--probe-duty", f"got {args.probe_duty}", "(0, 1]")
     if not 0 <= args.idle_below_pct <= 100:
         raise InputError("<command line>", "--idle-below-pct", f"got {args.idle_below_pct}", "0-100")
     require_target(args.pid)  # before compiling: a gone PID or a process without CUDA fails fast
@@ -79,7 +93,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = run_profile(
-            args.pid, duration_s, slice_s=slice_s, util=util, stop=stop, on_attached=on_attached
+            args.pid,
+            duration_s,
+            slice_s=slice_s,
+            util=util,
+            stop=stop,
+            on_attached=on_attached,
+            duty=args.probe_duty,
+            period_s=period_s,
         )
     except OSError as exc:
         raise PrerequisiteError(f"attaching probes failed: {exc}") from exc
@@ -99,6 +120,15 @@ def run(args: argparse.Namespace) -> int:
         markup=False,
         highlight=False,
     )
+    sampling = facts["sampling"]
+    if sampling["duty"] < 1:
+        console.print(
+            f"  probes counted {sampling['probe_fraction']:.1%} of the run ({sampling['windows']} windows, one "
+            f"per {sampling['period_s']:g} s period): calls and blocked time scaled by "
+            f"{1 / max(sampling['probe_fraction'], 1e-9):.1f} (--probe-duty 1 counts every call)",
+            markup=False,
+            highlight=False,
+        )
     for view, total in facts["totals"].items():
         console.print(f"  {view}: {total['value']} {total['unit']}", markup=False, highlight=False)
     for name, path in written.items():

@@ -66,6 +66,9 @@ def parse_prometheus(source: str, numbered: Iterable[tuple[int, str]]) -> Iterat
         if not math.isfinite(value):
             yield LogEvent(kind="prom_sample", detail={"metric": name}, **base)
             continue
+        if name.startswith("DCGM_FI_") and nvml_bits.dcgm_blank(value):  # not supported/found/permitted
+            yield LogEvent(kind="prom_sample", detail={"metric": name, "blank": "dcgm"}, **base)
+            continue
         if name in ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"):
             bits = int(value)
             active = [label for bit, label in nvml_bits.NAMES.items() if bits & bit]

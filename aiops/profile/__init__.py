@@ -7,7 +7,8 @@ gpu.py         GPU utilisation sources (NVML or the simulator's NVML) and the bu
 folded.py      the four views (calls, launch, blocked, idle) as folded stacks
 speedscope.py  speedscope JSON
 flamegraph.py  a self-contained interactive SVG (inline JS: search, zoom)
-session.py     one profiling run: attach, slice, join
+duty.py        duty-cycled probing: which slices are probed, the BPF gate, attaching and detaching per window
+session.py     one profiling run: attach, slice, join, scale
 outputs.py     writing the folded files, speedscope JSON, SVG and summary.json
 store_rows.py  the summary into the store (profile_runs, profile_stacks; migration 11)
 """

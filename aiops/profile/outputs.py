@@ -38,6 +38,15 @@ def summary(result: ProfileResult) -> dict[str, Any]:
         "libraries": result.libraries,
         "target_exited": result.target_exited,
         "unwalked_calls": result.unwalked_calls,
+        "sampling": {
+            "duty": result.duty,
+            "period_s": round(result.period_s, 3),
+            "probed_s": round(result.probed_s, 3),
+            "probe_fraction": round(result.probe_fraction, 4),
+            "windows": result.windows,
+            "observed_calls": result.observed_calls,
+            "scaled": result.probe_fraction < 1,
+        },
         "totals": {
             view: {"value": sum(weights.values()), "unit": VIEWS[view]} for view, weights in views.items()
         },

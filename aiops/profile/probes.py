@@ -9,7 +9,7 @@ profiler killed with -9 leaves no probe behind (tests/security/test_profile_ebpf
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,23 +114,98 @@ def require_target(pid: int) -> dict[str, str]:
     return libraries
 
 
+@dataclass(frozen=True)
+class Link:
+    """One perf-event uprobe: a probe's entry or its return, at a file offset resolved once."""
+
+    probe: ProbeSpec
+    returns: bool  # a uretprobe
+    path: bytes  # as bcc resolved it (the target's view of the library)
+    offset: int  # file offset of the symbol
+
+    @property
+    def fn_name(self) -> bytes:
+        return f"probe_{'return' if self.returns else 'entry'}_{self.probe.index}".encode()
+
+
 @dataclass
 class Attached:
-    """A compiled BPF object with its probes attached; `close()` detaches everything (idempotent)."""
+    """A compiled BPF object and its links. The links can be detached and attached again (`detach_link`,
+    `attach_links`) while the program stays loaded, and the `gate` map says when calls are counted.
+    `close()` detaches everything (idempotent)."""
 
     bpf: Any
     pid: int
-    probes: tuple[ProbeSpec, ...]  # the ones attached
+    probes: tuple[ProbeSpec, ...]  # the ones whose symbol resolved
     libraries: dict[str, str]
+    links: tuple[Link, ...] = ()
+    attached: dict[Link, bytes] = field(default_factory=dict)  # link -> bcc's event name
+    gate_is_open: bool = False
+
+    def set_gate(self, is_open: bool) -> None:
+        gate = self.bpf[b"gate"]
+        gate[gate.Key(0)] = gate.Leaf(1 if is_open else 0)
+        self.gate_is_open = is_open
+
+    def attach_links(self) -> None:
+        """Attach every link not attached now, entries before returns (a return probe never runs without
+        its entry probe: see bpf/cuda_uprobes.bpf.c on starts)."""
+        from bcc.libbcc import lib
+
+        for link in sorted(self.links, key=lambda link: link.returns):
+            if link in self.attached:
+                continue
+            fn = self.bpf.load_func(link.fn_name, self.bpf.KPROBE)  # loaded once, cached by bcc
+            kind = b"r" if link.returns else b"p"
+            event = self.bpf._get_uprobe_evname(kind, link.path, link.offset, self.pid)
+            fd = lib.bpf_attach_uprobe(fn.fd, int(link.returns), event, link.path, link.offset, self.pid)
+            if fd < 0:
+                raise OSError(f"attaching {link.probe.symbol} in {link.path.decode()} failed")
+            self.bpf._add_uprobe_fd(event, fd)
+            self.attached[link] = event
+
+    def detach_link(self, link: Link) -> None:
+        """Detach one link: its breakpoint goes at once, the call returns after the kernel's uprobe
+        unregister sync (~90 ms on 6.18, serialised with every other detach)."""
+        event = self.attached.pop(link, None)
+        if event is not None:
+            self.bpf.detach_uprobe_event(event)
 
     def close(self) -> None:
         if self.bpf is not None:
+            self.attached.clear()
             self.bpf.cleanup()
             self.bpf = None
 
 
-def attach(pid: int, libraries: dict[str, str], *, cpu_sample_hz: int = CPU_SAMPLE_HZ) -> Attached:
-    """Compile bpf/cuda_uprobes.bpf.c for `pid` and attach every probe whose library is loaded."""
+def _resolve(
+    bcc: Any, pid: int, libraries: dict[str, str], probes: tuple[ProbeSpec, ...]
+) -> tuple[Link, ...]:
+    links: list[Link] = []
+    for probe in probes:
+        try:
+            path, offset = bcc.BPF._check_path_symbol(
+                libraries[probe.library].encode(), probe.symbol.encode(), None, pid
+            )
+        except Exception:  # bcc raises bare Exception when a symbol is absent
+            continue
+        links.append(Link(probe, False, path, offset))
+        if probe.blocking:
+            links.append(Link(probe, True, path, offset))
+    return tuple(links)
+
+
+def attach(
+    pid: int,
+    libraries: dict[str, str],
+    *,
+    cpu_sample_hz: int = CPU_SAMPLE_HZ,
+    gate_open: bool = True,
+    link_now: bool = True,
+) -> Attached:
+    """Compile bpf/cuda_uprobes.bpf.c for `pid`, load the program of every probe whose library is loaded and
+    exports it, attach them (unless `link_now` is false: aiops/profile/duty.py attaches per window) and set
+    the gate (open: every call is counted from now on)."""
     require_privilege()
     try:
         import bcc  # Debian's python3-bpfcc; the PyPI package named bcc is unrelated
@@ -146,27 +221,21 @@ def attach(pid: int, libraries: dict[str, str], *, cpu_sample_hz: int = CPU_SAMP
         src_file=str(directory / "cuda_uprobes.bpf.c").encode(),
         cflags=[f"-I{directory}", f"-DTARGET_TGID={pid}", f"-DSYNC_MASK={sync_mask}u"],
     )
-    attached: list[ProbeSpec] = []
     try:
-        for probe in wanted:
-            path = libraries[probe.library].encode()
-            try:
-                bpf.attach_uprobe(
-                    name=path,
-                    sym=probe.symbol.encode(),
-                    fn_name=f"probe_entry_{probe.index}".encode(),
-                    pid=pid,
-                )
-            except Exception:  # bcc raises bare Exception when a symbol is absent
-                continue
-            if probe.blocking:
-                bpf.attach_uretprobe(
-                    name=path,
-                    sym=probe.symbol.encode(),
-                    fn_name=f"probe_return_{probe.index}".encode(),
-                    pid=pid,
-                )
-            attached.append(probe)
+        links = _resolve(bcc, pid, libraries, wanted)
+        probes = tuple(dict.fromkeys(link.probe for link in links))
+        attached = Attached(bpf=bpf, pid=pid, probes=probes, libraries=libraries, links=links)
+        if not links:
+            symbols = ", ".join(probe.symbol for probe in wanted)
+            raise ProfileTargetError(
+                f"no probe could be attached to process {pid}: it exited while the probes were compiled, or "
+                f"its libraries ({', '.join(libraries.values())}) export none of {symbols}"
+            )
+        for link in links:
+            bpf.load_func(link.fn_name, bpf.KPROBE)  # verified now, not at the first window
+        attached.set_gate(gate_open)
+        if link_now:
+            attached.attach_links()
         if cpu_sample_hz > 0:
             bpf.attach_perf_event(
                 ev_type=bcc.PerfType.SOFTWARE,
@@ -174,13 +243,7 @@ def attach(pid: int, libraries: dict[str, str], *, cpu_sample_hz: int = CPU_SAMP
                 fn_name=b"cpu_sample",
                 sample_freq=cpu_sample_hz,
             )
-        if not attached:
-            symbols = ", ".join(probe.symbol for probe in wanted)
-            raise ProfileTargetError(
-                f"no probe could be attached to process {pid}: it exited while the probes were compiled, or "
-                f"its libraries ({', '.join(libraries.values())}) export none of {symbols}"
-            )
     except BaseException:
         bpf.cleanup()
         raise
-    return Attached(bpf=bpf, pid=pid, probes=tuple(attached), libraries=libraries)
+    return attached

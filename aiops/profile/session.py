@@ -1,15 +1,19 @@
-"""One profiling run: attach, then every slice drain the BPF maps, read one GPU utilisation sample, resolve the
-new stacks while the target is alive, and merge; detach on the way out whatever happens (`finally`).
+"""One profiling run: attach, then every slice open or close the counting window (aiops/profile/duty.py),
+drain the BPF maps, read one GPU utilisation sample, resolve the new stacks while the target is alive, and
+merge; detach on the way out whatever happens (`finally`). With a duty below 1 the probed calls and blocked
+time are scaled by the share of the run that was probed (`ProfileResult.probe_fraction`).
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiops.profile.duty import DEFAULT_DUTY, DEFAULT_PERIOD_S, Cycler, open_slices, plan
 from aiops.profile.folded import StackRecord
 from aiops.profile.gpu import IDLE_BELOW_PCT, UtilSource, gpu_state
 from aiops.profile.probes import CPU_SAMPLE_HZ, CPU_SAMPLE_PROBE, PROBE_BY_INDEX, attach, require_target
@@ -31,6 +35,19 @@ class ProfileResult:
     idle_slices: int = 0
     unwalked_calls: int = 0  # calls whose user stack the kernel could not walk
     target_exited: bool = False
+    duty: float = 1.0  # asked for: the share of each period probed (1: every call)
+    period_s: float = 0.0  # the duty cycle's period as run (0: not cycled)
+    probed_s: float = 0.0  # time the counting gate was open
+    windows: int = 0
+    observed_calls: int = 0  # probed calls counted, before scaling
+    detach_s: list[float] = field(default_factory=list)  # wall time of each window's detach
+
+    @property
+    def probe_fraction(self) -> float:
+        """The share of the run whose calls were counted: calls and blocked time are scaled by its inverse."""
+        if self.duty >= 1 or self.duration_s <= 0:
+            return 1.0
+        return min(1.0, self.probed_s / self.duration_s)
 
 
 def _alive(pid: int) -> bool:
@@ -61,10 +78,17 @@ def run_profile(
     on_slice: Callable[[int], None] | None = None,
     cpu_sample_hz: int = CPU_SAMPLE_HZ,
     on_attached: Callable[[tuple[str, ...]], None] | None = None,
+    duty: float = DEFAULT_DUTY,
+    period_s: float = DEFAULT_PERIOD_S,
+    rng: random.Random | None = None,
 ) -> ProfileResult:
-    """Profile `pid` for `duration_s` (callers validate it); `on_slice(n)` runs after slice n (tests step a twin)."""
+    """Profile `pid` for `duration_s` (callers validate it); `on_slice(n)` runs after slice n (tests step a twin).
+    `duty` 1 counts every call (probes attached throughout); below 1, a random `duty` share of each
+    `period_s` is probed (aiops/profile/duty.py)."""
+    duty_plan = plan(duty, period_s, slice_s, duration_s)
     libraries = require_target(pid)
-    attached = attach(pid, libraries, cpu_sample_hz=cpu_sample_hz)
+    full = duty_plan.full  # every call counted: attached and open from the start
+    attached = attach(pid, libraries, cpu_sample_hz=cpu_sample_hz, gate_open=full, link_now=full)
     stop = stop or threading.Event()
     merged: dict[tuple[tuple[str, ...], str, str, str], list[int]] = {}
     result = ProfileResult(
@@ -74,7 +98,12 @@ def run_profile(
         probes=tuple(probe.symbol for probe in attached.probes),
         libraries=libraries,
         records=[],
+        duty=min(duty, 1.0),
+        period_s=0.0 if duty_plan.full else duty_plan.period_slices * slice_s,
     )
+    heat: dict[int, int] = {}
+    cycler = Cycler(attached, lambda: heat)
+    windows = open_slices(duty_plan, rng or random.Random())
     started = time.monotonic()
     try:
         if on_attached is not None:
@@ -83,6 +112,7 @@ def run_profile(
         drainer = Drainer(attached.bpf)
         slice_index = 0
         while True:
+            cycler.set_open(next(windows))
             remaining_s = duration_s - (time.monotonic() - started)
             finished = stop.wait(max(0.0, min(slice_s, remaining_s))) or remaining_s <= slice_s
             alive = _alive(pid)
@@ -92,6 +122,7 @@ def run_profile(
             result.idle_slices += state == "idle"
             for count in drainer.drain():
                 _merge(merged, result, symbolizer, attached.bpf, count, state)
+                heat[count.probe] = heat.get(count.probe, 0) + count.calls
             if on_slice is not None:
                 on_slice(slice_index)
             slice_index += 1
@@ -101,12 +132,18 @@ def run_profile(
             if finished:
                 break
     finally:
-        attached.close()
-        result.duration_s = time.monotonic() - started
-    result.records = [
-        StackRecord(frames, probe, kind, calls, blocked_ns, state)
-        for (frames, probe, kind, state), (calls, blocked_ns) in merged.items()
-    ]
+        try:
+            cycler.close()  # the gate closed, a detach in flight stopped
+        finally:
+            result.duration_s = time.monotonic() - started
+            attached.close()
+    result.probed_s, result.windows, result.detach_s = cycler.probed_s, cycler.windows, cycler.detach_s
+    scale = 1.0 / result.probe_fraction if result.probe_fraction > 0 else 1.0
+    for (frames, probe, kind, state), (calls, blocked_ns) in merged.items():
+        if kind != "cpu":
+            result.observed_calls += calls
+            calls, blocked_ns = round(calls * scale), round(blocked_ns * scale)
+        result.records.append(StackRecord(frames, probe, kind, calls, blocked_ns, state))
     return result
 
 

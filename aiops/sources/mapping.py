@@ -9,13 +9,18 @@ index on its node; a node's interfaces, virtual ones left out, are its NICs in n
 
 from __future__ import annotations
 
+import itertools
+import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
+from aiops import nvml_bits
 from aiops.sources.names import CLOCKS_EVENT_NAMES, DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
 
@@ -26,7 +31,10 @@ _NODE = re.compile(r"^node(\d+)$", re.ASCII)
 _GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
 # Staged in the workspace's file (not TEMP tables, which DuckDB keeps in memory), under a memory limit so a
 # long range spills to disk instead of growing the process; dropped once pivoted.
-STAGING_MEMORY_LIMIT_MB = 256
+STAGING_MEMORY_LIMIT_MB = 128
+MAX_THREADS = 2  # DuckDB threads under that limit: each needs its own buffers (4 measured: +42 MB RSS)
+PIVOT_ROWS = 500_000  # staged samples pivoted at once (a time slice): 2,000,000 ran out of 128 MB
+MAX_PIVOT_SLICES = 1_000
 _STAGING_TABLES = ("prom_gpu", "prom_nic", "prom_hosts", "prom_nics")
 _STAGE_SQL = """
 CREATE TABLE prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR, ts_s DOUBLE, value DOUBLE);
@@ -75,12 +83,20 @@ def assign_nodes(hosts: Sequence[str], configured: Mapping[str, HostIdentity]) -
     return out
 
 
+def bound_memory(conn: duckdb.DuckDBPyConnection) -> None:
+    """Bound DuckDB on `conn`'s database: it caches what it reads and writes up to its memory limit (80 % of RAM
+    by default) and sizes its buffers per thread; past the limit it spills to the workspace's temporary
+    directory instead of growing the process."""
+    conn.execute(f"SET memory_limit = '{STAGING_MEMORY_LIMIT_MB}MB'")
+    conn.execute(f"SET threads = {min(MAX_THREADS, os.cpu_count() or 1)}")
+
+
 class Staging:
     """The fetched samples, long, in temporary tables of the workspace's connection."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        store.conn.execute(f"SET memory_limit = '{STAGING_MEMORY_LIMIT_MB}MB'")
+        bound_memory(store.conn)
         for table in _STAGING_TABLES:
             store.conn.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in _STAGE_SQL.split(";\n"):
@@ -106,7 +122,7 @@ class Staging:
                     gpu_rows["gpu_idx"].append(int(labels["gpu"]))
                     gpu_rows["uuid"].append(labels.get("UUID"))
                     gpu_rows["ts_s"].append(float(ts))
-                    gpu_rows["value"].append(_float(value))
+                    gpu_rows["value"].append(_dcgm_float(value))
             else:
                 device = labels.get("device", "")
                 if not device or VIRTUAL_DEVICE.match(device):
@@ -143,7 +159,9 @@ class Staging:
             SELECT host, device, 'nic' || (row_number() OVER (PARTITION BY host ORDER BY device) - 1)
             FROM (SELECT DISTINCT host, device FROM prom_nic)""")  # fmt: skip
         conn.execute(_TOPOLOGY_SQL)
-        conn.execute(_gpu_samples_sql())
+        pivot = _gpu_samples_sql()
+        for lo_s, hi_s in _time_slices(conn):
+            conn.execute(pivot, [lo_s, hi_s])
         conn.execute(_XID_SQL, [XID])
         conn.execute(_nic_samples_sql())
         for table in _STAGING_TABLES:
@@ -160,6 +178,16 @@ def _float(value: Any) -> float | None:
     return None if number != number else number  # NaN (a stale marker's value) -> NULL
 
 
+def _dcgm_float(value: Any) -> float | None:
+    """A dcgm-exporter sample; DCGM's blank values (not supported, not found, no permission: dcgm_structs.h,
+    written as numbers, e.g. `DCGM_FI_DEV_MEMORY_TEMP ... 9223372036854775794` on a GPU without HBM sensors) are
+    no reading: NULL, never a 9.2e18 degree temperature or a counter that overflows BIGINT."""
+    number = _float(value)
+    if number is None or nvml_bits.dcgm_blank(number):
+        return None
+    return number
+
+
 _TOPOLOGY_SQL = """
 INSERT INTO topology (component, kind, parent, rack, node, idx)
 SELECT 'fleet', 'fleet', NULL, NULL, NULL, 0
@@ -170,6 +198,18 @@ UNION ALL SELECT DISTINCT h.node || '/gpu' || g.gpu_idx, 'gpu', h.node, h.rack, 
 UNION ALL SELECT h.node || '/' || n.nic, 'nic', h.node, h.rack, h.node, CAST(substr(n.nic, 4) AS INTEGER)
     FROM prom_nics n JOIN prom_hosts h USING (host)
 """
+
+
+def _time_slices(conn: duckdb.DuckDBPyConnection) -> list[tuple[float, float]]:
+    """Half-open [lo, hi) ranges of `ts_s` that together cover the staged GPU samples, each holding about
+    PIVOT_ROWS of them (by time, assuming an even spread): the pivot's hash table holds one slice at a time."""
+    row = conn.execute("SELECT min(ts_s), max(ts_s), count(*) FROM prom_gpu").fetchone()
+    if row is None or row[0] is None:
+        return []
+    lo_s, hi_s, rows = float(row[0]), float(row[1]), int(row[2])
+    slices = max(1, min(MAX_PIVOT_SLICES, math.ceil(rows / PIVOT_ROWS)))
+    edges = [lo_s + (hi_s - lo_s) * i / slices for i in range(slices)] + [math.inf]
+    return list(itertools.pairwise(edges))
 
 
 def _gpu_samples_sql() -> str:
@@ -195,7 +235,7 @@ def _gpu_samples_sql() -> str:
 INSERT INTO gpu_samples (ts_s, gpu, node, uuid, {targets})
 SELECT ts_s, h.node || '/gpu' || gpu_idx, h.node, max(uuid), {", ".join(e for _, e in picks)}
 FROM prom_gpu JOIN prom_hosts h USING (host)
-WHERE name <> '{XID}'
+WHERE name <> '{XID}' AND ts_s >= ? AND ts_s < ?
 GROUP BY ts_s, h.node, gpu_idx
 """
 

@@ -27,13 +27,14 @@ from aiops.sources.names import DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
 
 MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per series
-SAMPLES_PER_REQUEST = 250_000  # series x points asked at once, so one answer stays ~10 MB of JSON
+SAMPLES_PER_REQUEST = 100_000  # series x points asked at once: one answer is ~2.5-4 MB of JSON, ~20 MB parsed
 FIRST_CHUNK_POINTS = 100  # before the number of series is known (no hint)
 MAX_BODY_BYTES = 64 * 1024 * 1024
+READ_BYTES = 1024 * 1024  # an answer is read in pieces of this size
 PROBE_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 
 
-def escaped(body: bytes, limit: int = 300) -> str:
+def escaped(body: bytes | bytearray, limit: int = 300) -> str:
     """An answer's body as one printable line (hostile data: never echoed raw to a terminal)."""
     text = body[:limit].decode("utf-8", "replace")
     return text.encode("unicode_escape").decode("ascii") + ("..." if len(body) > limit else "")
@@ -56,7 +57,7 @@ class PrometheusClient:
         self.requests += 1
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                body = reply.read(MAX_BODY_BYTES + 1)
+                body = _read_capped(reply, MAX_BODY_BYTES + 1)
                 status = int(reply.status)
             if len(body) > MAX_BODY_BYTES:
                 raise SourceError(self.url + path, status, f"answer larger than {MAX_BODY_BYTES} bytes: ask a "
@@ -90,8 +91,11 @@ class PrometheusClient:
             if not isinstance(data, dict) or data.get("resultType") != "matrix":
                 raise SourceError(self.url, 200, f"query_range of {query} did not answer a matrix")
             result = list(data.get("result") or [])
+            series = len(result)
+            del data  # the caller holds the answer (result) while it stages it
             yield result
-            points = _points(len(result))
+            del result  # not kept alive while the next answer is read: memory holds one answer at a time
+            points = _points(series)
             chunk_start_s = chunk_end_s + step_s
 
     def scrape_interval_s(self, at_s: float, window_s: float = 300.0) -> float | None:
@@ -103,6 +107,17 @@ class PrometheusClient:
             if gaps:
                 return float(statistics.median(gaps))
         return None
+
+
+def _read_capped(reply: Any, limit_bytes: int) -> bytearray:
+    """At most `limit_bytes` of the answer, read in pieces: `read(limit)` would allocate the whole limit at once."""
+    body = bytearray()
+    while len(body) < limit_bytes:
+        piece = reply.read(min(READ_BYTES, limit_bytes - len(body)))
+        if not piece:
+            break
+        body += piece
+    return body
 
 
 def _points(series: int) -> int:
@@ -156,6 +171,7 @@ def fetch_into(
         for result in client.query_range("{" + matchers + "}", start, end_s, step, series_hint=series_hint):
             report.samples += staging.add(name, result)
             series_hint = max(series_hint, len(result))
+            del result  # dropped before the next answer is read
     if not report.samples:
         raise SourceError(client.url, 200, f"no dcgm-exporter or node_exporter series between {_ts(start)} and "
                                            f"{_ts(end_s)} (looked for {', '.join(series_names()[:3])}, ...)")  # fmt: skip

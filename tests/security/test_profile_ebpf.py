@@ -35,6 +35,7 @@ from tests.security.profile_helpers import (
 
 EXPECTED = {"feed_launches": ("cudaLaunchKernel", 3), "copy_inputs": ("cudaMemcpy", 2), "wait_gpu": ("cudaDeviceSynchronize", 1)}  # fmt: skip
 PROFILE_S = 2.0
+PROPORTIONS_S = 4.0  # the default duty-cycled mode probes 4 % of it: 0.2 s, hundreds of rounds
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,8 @@ def assert_proportions(counts: dict[str, int]) -> None:
 
 def test_c_program_functions_in_folded_stacks_in_their_proportions(cuda_mix: Path, tmp_path: Path) -> None:
     with started([str(cuda_mix), "100000", "500"]) as target:
-        result = run_profile(target.pid, PROFILE_S)
+        result = run_profile(target.pid, PROPORTIONS_S)  # the default mode: duty-cycled, counts scaled
+    assert result.probe_fraction < 0.2, result.probe_fraction
     written = write_outputs(result, tmp_path)
     calls = parse_folded(written["calls.folded"].read_text())
     counts = {function: calls_under(calls, function, leaf) for function, (leaf, _) in EXPECTED.items()}
@@ -78,7 +80,8 @@ def test_python_ctypes_program_in_its_proportions() -> None:
     so no Python function is visible and proportions are checked by the probed function."""
     require_profile()
     with started(python_target(100000, 0.0005)) as target:
-        result = run_profile(target.pid, PROFILE_S)
+        result = run_profile(target.pid, PROPORTIONS_S)
+    assert result.probe_fraction < 0.2, result.probe_fraction
     calls = view_weights(result.records, "calls")
     by_leaf: Counter[str] = Counter()
     for frames, weight in calls.items():
@@ -213,7 +216,7 @@ def test_a_target_that_exits_ends_the_run_early(cuda_mix: Path) -> None:
             target.stdin.write("go\n")
             target.stdin.flush()
 
-        result = run_profile(target.pid, 30.0, on_attached=go)
+        result = run_profile(target.pid, 30.0, on_attached=go, duty=1.0)  # every call: nothing scaled
     assert result.target_exited and result.duration_s < 15, result.duration_s
     launches = sum(r.calls for r in result.records if r.probe == "cudaLaunchKernel")
     assert launches == 3 * 2000  # every call of the run, none lost, none after the exit
