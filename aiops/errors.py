@@ -34,6 +34,8 @@ AiopsError                    base; exit code 1
 │   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
 │   └── ExecutionRefused      the agent's view of it: the executor did not run the action
+├── ScopeError                a chat question's time bound cannot be read (aiops/agent/scope.py); the chat says which
+│                             words and what it accepts
 ├── LLMFailure                the LLM endpoint gave no usable turn (`kind`, `detail`); the analyst's answer stands
 ├── SQLRejected               a query the agent may not run, or one that failed (shown to the model)
 └── ToolError                 an agent tool refused its arguments or failed (shown to the model)
@@ -232,6 +234,10 @@ class SysfsError(AiopsError):
     def __init__(self, path: Path, message: str) -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
+
+
+class ScopeError(AiopsError):
+    """A time the question gives that cannot be read: the message says which words and what is accepted."""
 
 
 class LLMFailure(AiopsError):

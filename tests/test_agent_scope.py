@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from aiops.agent.scope import ScopeError, components_in, time_scope
+from aiops.agent.scope import components_in, time_scope
+from aiops.errors import ScopeError
 from aiops.text import fields_text, plural, when
 
 NEWEST_S = datetime(2026, 1, 1, 10, 30, tzinfo=UTC).timestamp()

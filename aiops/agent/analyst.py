@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.agent import component as about_component
-from aiops.agent.scope import ScopeError, TimeScope, components_in, time_scope
+from aiops.agent.scope import TimeScope, components_in, time_scope
 from aiops.detect import detect
+from aiops.errors import ScopeError
 from aiops.models import Diagnosis, Evidence
 from aiops.nvml_bits import THROTTLE
 from aiops.pipeline import remediate, stored_diagnoses

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
+from aiops.errors import ScopeError
 from aiops.text import when
 
 MAX_QUESTION_CHARS = 4000  # a question longer than this is read up to here only
@@ -45,10 +46,6 @@ class TimeScope:
         if self.start_ts_s is not None:
             return f"since {when(self.start_ts_s)}"
         return f"until {when(self.end_ts_s)}"
-
-
-class ScopeError(ValueError):
-    """A time the question gives that cannot be read: the message says which words and what is accepted."""
 
 
 def components_in(question: str, jobs: frozenset[str] = frozenset()) -> list[str]:
