@@ -20,6 +20,7 @@ from aiops.cli import lanes
 from aiops.cli.chat import effect_text, log_text
 from aiops.cli.main import main
 from aiops.cli.render import row_text
+from aiops.control.dcim_signals import DcimSignal, record_signal
 from aiops.store import Workspace
 from tests.agent_fakes import tiny_demo_db
 
@@ -151,3 +152,20 @@ def test_the_analyst_says_what_it_knows_for_an_unknown_name_or_time(tmp_path: Pa
     assert window.kind == "window" and "The hottest GPUs in this window:" in window.text
     free = analyst.answer("tell me a joke")
     assert free.free_form and "node3/gpu5, node3, node3/nic0, rack1, job:llm" in free.text
+
+
+def test_a_rack_answer_reads_the_cap_from_the_dcim_input(tmp_path: Path, utc: None) -> None:
+    db, _ = tiny_demo_db(tmp_path)
+    workspace = Workspace(db)
+    with workspace.write() as store:
+        start_s = float(store.scalar("SELECT min(ts_s) FROM rack_samples"))
+        record_signal(store, DcimSignal("rack0", "cap", 42.0, start_s))
+    with workspace.read() as store:
+        analyst = Analyst.from_store(store)
+    analyst.read = workspace.read
+    capped = analyst.answer("and rack0?")
+    assert "rack0" in capped.text and "capped at 42 kW" in capped.text
+    assert any(r.get("power_cap_kw") == 42.0 for e in capped.evidence for r in e.rows)  # the number cited
+    with workspace.write() as store:
+        record_signal(store, DcimSignal("rack0", "clear", None, start_s + 1))
+    assert "no power cap" in analyst.answer("and rack0?").text

@@ -215,16 +215,23 @@ def _nic(store: Store, nic: str, span: list[float], found: Findings) -> None:
     )
 
 
+# The power cap is the DCIM input in force at the window's end (dcim_signals, the operator's signal: a rack's own,
+# else the fleet's), not a rack_samples column: no real rack reports the facility's cap.
 RACK_SQL = (
-    "SELECT rack, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s, round(avg(inlet_temp_c), 2) AS mean_inlet_c, "
-    "round(max(inlet_temp_c), 2) AS max_inlet_c, round(min(coolant_flow_lpm), 1) AS min_flow_lpm, "
-    "round(avg(power_kw), 2) AS mean_power_kw, min(power_cap_kw) AS power_cap_kw "
-    "FROM rack_samples WHERE ts_s >= ? AND ts_s <= ? GROUP BY rack ORDER BY rack = ? DESC, rack"
+    "WITH cur AS (SELECT rack, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s, "
+    "round(avg(inlet_temp_c), 2) AS mean_inlet_c, round(max(inlet_temp_c), 2) AS max_inlet_c, "
+    "round(min(coolant_flow_lpm), 1) AS min_flow_lpm, round(avg(power_kw), 2) AS mean_power_kw "
+    "FROM rack_samples WHERE ts_s >= ? AND ts_s <= ? GROUP BY rack), "
+    "caps AS (SELECT s.scope, max(s.budget_kw) AS cap_kw FROM dcim_signals s WHERE s.kind = 'cap' AND s.ts_s <= ? "
+    "AND NOT EXISTS (SELECT 1 FROM dcim_signals c WHERE c.scope = s.scope AND c.ts_s > s.ts_s AND c.ts_s <= ?) "
+    "GROUP BY s.scope) "
+    "SELECT cur.*, coalesce(r.cap_kw, f.cap_kw) AS power_cap_kw FROM cur LEFT JOIN caps r ON r.scope = cur.rack "
+    "LEFT JOIN caps f ON f.scope = 'fleet' ORDER BY cur.rack = ? DESC, cur.rack"
 )
 
 
 def _rack(store: Store, rack: str, span: list[float], found: Findings) -> None:
-    params = [*span, rack]
+    params = [*span, span[1], span[1], rack]
     rows = store.query(RACK_SQL, params)
     mine = [r for r in rows if r["rack"] == rack]
     if not mine:
