@@ -156,3 +156,23 @@ def test_gpus_missing_matches_the_plain_aggregate(store: Store) -> None:
     # each GPU samples at its own offset: 180 fleet sample times, 60 (or 54 and 6 errors) per GPU
     assert got[0] == {"gpu": "node1/gpu2", "samples": 54, "times": 180, "errors": 6}
     assert sorted(got, key=lambda r: r["gpu"]) == sorted(plain, key=lambda r: r["gpu"])
+
+
+def test_rack_power_reads_the_cap_in_force_from_the_dcim_input(tmp_path: Any) -> None:
+    """Two racks every 10 s for 10 min; rack0 capped at 30 kW from minute 2 to 5 (a `clear` ends it), then the
+    fleet at 50 kW from minute 8: each sample counts under the cap the DCIM input had in force at its time."""
+    with Store(tmp_path / "r.duckdb") as s:
+        ts = [EPOCH_S + 10 * i for i in range(60)]
+        s.ingest("rack_samples", {"ts_s": ts * 2, "rack": ["rack0"] * 60 + ["rack1"] * 60,
+                                  "power_kw": [20.0] * 60 + [25.0] * 60})  # fmt: skip
+        s.ingest("dcim_signals", {"ts_s": [EPOCH_S + 120, EPOCH_S + 300, EPOCH_S + 480],
+                                  "scope": ["rack0", "rack0", "fleet"], "kind": ["cap", "clear", "cap"],
+                                  "budget_kw": [30.0, None, 50.0], "source": ["cli"] * 3})  # fmt: skip
+        got = {r["rack"]: r for r in q.rack_power(s, PERIOD)}
+    # rack0: 18 samples under 30 kW (120 s .. 290 s), 12 under the fleet's 50 kW (480 s .. 590 s)
+    assert (got["rack0"]["min_cap_kw"], got["rack0"]["capped_samples"], got["rack0"]["samples"]) == (
+        30.0,
+        30,
+        60,
+    )
+    assert (got["rack1"]["min_cap_kw"], got["rack1"]["capped_samples"]) == (50.0, 12)

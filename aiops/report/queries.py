@@ -145,11 +145,19 @@ def power_capping(store: Store, period: Period, interval_s: float) -> Row:
 
 
 def rack_power(store: Store, period: Period) -> list[Row]:
-    """Per rack: mean and peak power (kW) against its DCIM cap, and time under a cap."""
+    """Per rack: mean and peak power (kW) against its DCIM cap, and time under a cap. The cap in force at each
+    sample is the DCIM input's (`dcim_signals`: the rack's newest signal, else the fleet's; a `clear` ends it),
+    or a cap the rack itself reported (`rack_samples.power_cap_kw`, which no simulated rack writes)."""
     return store.query(
-        """SELECT rack, avg(power_kw) AS power_kw, max(power_kw) AS max_power_kw,
-               min(power_cap_kw) AS min_cap_kw, count(power_cap_kw) AS capped_samples, count(*) AS samples
-           FROM rack_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY 1 ORDER BY 1""",
+        """WITH sig AS (SELECT scope, ts_s, CASE WHEN kind = 'cap' THEN budget_kw END AS cap_kw FROM dcim_signals),
+                s AS (SELECT r.rack, r.power_kw, coalesce(r.power_cap_kw, rc.cap_kw, fc.cap_kw) AS cap_kw
+                      FROM rack_samples r
+                      ASOF LEFT JOIN sig rc ON rc.scope = r.rack AND r.ts_s >= rc.ts_s
+                      ASOF LEFT JOIN sig fc ON fc.scope = 'fleet' AND r.ts_s >= fc.ts_s
+                      WHERE r.ts_s >= ? AND r.ts_s < ?)
+           SELECT rack, avg(power_kw) AS power_kw, max(power_kw) AS max_power_kw,
+                  min(cap_kw) AS min_cap_kw, count(cap_kw) AS capped_samples, count(*) AS samples
+           FROM s GROUP BY 1 ORDER BY 1""",
         [period.start_ts_s, period.end_ts_s],
     )
 
