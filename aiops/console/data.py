@@ -4,6 +4,7 @@ telemetry string left as it is (the templates escape it; nothing here builds HTM
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import duckdb
 
 from aiops.pipeline import stored_diagnoses
 from aiops.store import Store
+from aiops.text import when
 from guardrails import witness
 from guardrails.audit import chain_heads, read_rows, verify, verify_witness
 from guardrails.decisions import problems
@@ -72,7 +74,7 @@ def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
         evidence = []
         for e in h.evidence:
             columns = list(e.rows[0].keys()) if e.rows else []
-            rows = [[_cell(r.get(c)) for c in columns] for r in e.rows[:MAX_EVIDENCE_ROWS]]
+            rows = [[_cell(c, r.get(c)) for c in columns] for r in e.rows[:MAX_EVIDENCE_ROWS]]
             evidence.append({"claim": e.claim, "sql": e.sql, "params": json.dumps(e.params, default=str),
                              "columns": columns, "rows": rows, "supports": e.supports})  # fmt: skip
         hypotheses.append({"rank": rank, "root_cause": h.root_cause, "component": h.component,
@@ -83,7 +85,12 @@ def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
             "proposals": proposals}  # fmt: skip
 
 
-def _cell(value: Any) -> str:
+def _cell(column: str, value: Any) -> str:
+    """A cited value as text: times (`ts_s`, `*_ts_s`) in ISO 8601 UTC, as the CLI shows them; no value as `-`."""
+    if value is None:
+        return "-"
+    if (column == "ts_s" or column.endswith("_ts_s")) and isinstance(value, int | float):
+        return when(float(value), local_tz=UTC)
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)[:200]

@@ -316,3 +316,12 @@ def test_reports_serve_only_listed_files_sandboxed(demo: Path) -> None:
     assert served.status_code == 200 and served.headers["content-security-policy"].startswith("sandbox")
     for name in ("notes.txt", "..%2F..%2Fdemo.duckdb", "%2Fetc%2Fpasswd"):
         assert c.get(f"/reports/{name}").status_code == 404, name
+
+
+def test_evidence_times_read_as_iso_8601_not_epoch_seconds(demo: Path) -> None:
+    c = client(demo)
+    sign_in(c, "victor")
+    text = c.get("/incidents/INC-0001").text
+    assert "<th>first_ts_s</th>" in text  # the incident's evidence cites a first_ts_s column
+    assert re.search(r"<td>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</td>", text)
+    assert re.search(r"<td>1\.76\d*e\+09</td>", text) is None  # not epoch seconds in float notation
