@@ -14,7 +14,8 @@ from aiops.agent.ports import ApprovalRefused, Decision, ExecutionRefused, Verdi
 from aiops.errors import GuardrailError
 from aiops.runtime.world import attach, desk, load_twin
 from aiops.sim.actuator import SimActuator
-from aiops.sim.twin import Twin
+from aiops.sim.calibrate import world_from_store
+from aiops.sim.twin import Twin, preview_on, world_topology
 from aiops.sim.world import World
 from aiops.store import Workspace
 from guardrails.actions import Action, action_hash
@@ -119,8 +120,7 @@ class WorkspaceGuard:
 
     def actuate_copy(self, world: World, action: Action) -> dict[str, Any]:
         """Apply an action to a copy of the world (what-if), through the same actuator code as execution."""
-        assert self.twin is not None
-        result = SimActuator(world, self.twin.topology).apply(action, False)
+        result = SimActuator(world, world_topology(world)).apply(action, False)
         if not result.ok:
             raise ValueError(result.error)
         return result.detail
@@ -128,7 +128,8 @@ class WorkspaceGuard:
 
 class TwinWorld:
     """The agent's `World` port over the workspace's twin: metrics, advancing time (recorded in the twin's
-    log), and what-if previews on copies, with actions applied by the guardrails' simulator actuator."""
+    log), and what-if previews on a world calibrated from stored telemetry (no fault object), with actions applied
+    by the guardrails' simulator actuator."""
 
     def __init__(self, workspace: Workspace, twin: Twin, guard: WorkspaceGuard) -> None:
         self.workspace = workspace
@@ -148,9 +149,20 @@ class TwinWorld:
         with self.workspace.write() as store:
             self.twin.advance(store, seconds)
 
+    def calibrated(self) -> World:
+        """The what-if world: built from the workspace's stored telemetry and topology up to the twin's present
+        (`aiops.sim.calibrate`), never from the scenario's faults; the twin gives only its clock, the lanes
+        policy and the jobs' own description (step compute, all-reduce size)."""
+        with self.workspace.read() as store:
+            twin = load_twin(store, self.twin)
+            assert twin is not None
+            held = twin.world
+            return world_from_store(store, held.now_ts_s, epoch_ts_s=held.epoch_ts_s,
+                                    lanes_policy=held.lanes_policy, workload=held.scenario.job_specs)  # fmt: skip
+
     def preview(self, action: dict[str, Any], horizon_s: float) -> dict[str, Any]:
         """A migration is judged on its job (step time, hottest GPU, where it runs), not on the node it leaves."""
-        twin = self._synced()
+        world = self.calibrated()
         typed = Action(
             proposal_id="whatif",
             kind=str(action["kind"]),
@@ -161,6 +173,6 @@ class TwinWorld:
         )
         component = typed.target
         if typed.kind == "migrate_job":
-            job = twin.world.node_job(component)  # ValueError for an unknown node: the tool reports it
+            job = world.node_job(component)  # ValueError for an unknown node: the tool reports it
             component = f"job:{job}" if job else component
-        return twin.preview(self.guard.actuate_copy, typed, component, horizon_s)
+        return preview_on(world, self.guard.actuate_copy, typed, component, horizon_s)

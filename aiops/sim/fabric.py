@@ -135,7 +135,8 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     duty = np.ones(lay.gpu_count)
     starved = np.zeros(lay.gpu_count)
     loader_ms = np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0)
-    loader_ms = loader_ms + mods.loader_extra_ms
+    extra_ms = mods.loader_extra_ms + w.loader_extra_ms
+    loader_ms = loader_ms + extra_ms
     for job in lay.jobs:
         j, gpus, nics = job.index, job.gpus, job.nics
         if _job_down(w, out, job.index, job.name, gpus, len(job.nodes)):
@@ -187,7 +188,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     out.nics = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
     out.flows = _flow_rows(w, classes, class_bytes)
     cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
-    cpu_pct = np.where(mods.loader_extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
+    cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
     w.host_cpu_pct = cpu_pct.clip(0, 100)
     w.host_loader_ms = loader_ms
     return out

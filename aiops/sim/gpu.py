@@ -66,7 +66,7 @@ def blend(dt_s: float, tau_s: float) -> float:
 def facility(w: World, mods: Modifiers, dt_s: float) -> None:
     """Rack coolant: supply temperature (ambient drift, CDU failure) and flow (pump setpoint × failure)."""
     racks = w.layout.racks
-    target_supply_c = SUPPLY_C + mods.supply_add_c + mods.ambient_c
+    target_supply_c = w.supply_target_c + mods.supply_add_c + mods.ambient_c
     w.supply_c += (target_supply_c - w.supply_c) * blend(dt_s, SUPPLY_TAU_S) + w.rng.normal(0, 0.05, racks)
     w.flow_lpm = w.flow_setpoint_lpm * mods.flow_mult * (1.0 + w.rng.normal(0, 0.01, racks))
     w.inlet_c = w.supply_c.copy()

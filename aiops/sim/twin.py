@@ -91,9 +91,7 @@ class Twin:
     @property
     def topology(self) -> Topology:
         """The cluster as the twin runs it now: jobs where they run after any migration."""
-        lay = self.world.layout
-        jobs = {job.name: [lay.gpu_names[g] for g in job.gpus.tolist()] for job in lay.jobs}
-        return Topology.grid(lay.racks, lay.nodes_per_rack, lay.gpus_per_node, lay.nics_per_node, jobs=jobs)
+        return world_topology(self.world)
 
     # -- building -------------------------------------------------------------------------------------------
     @classmethod
@@ -210,19 +208,10 @@ class Twin:
         self, actuate: Callable[[World, Action], Any], action: Action, component: str, horizon_s: float
     ) -> dict[str, Any]:
         """Metrics after `horizon_s` simulated seconds without and with the action (on copies only). The copies
-        know only the present (`known_now`): no fault that has not begun, no end of one in progress."""
-        without, with_action = known_now(self.world.copy()), known_now(self.world.copy())
-        before = metrics(without, component)
-        actuate(with_action, action)
-        for _ in range(max(1, round(horizon_s))):
-            without.step(1.0)
-            with_action.step(1.0)
-        return {
-            "horizon_s": horizon_s,
-            "now": before,
-            "without_action": metrics(without, component),
-            "with_action": metrics(with_action, component),
-        }
+        know only the present (`known_now`): no fault that has not begun, no end of one in progress. The agent's
+        preview does not use this (it runs the fault-free `aiops.sim.calibrate.world_from_store`); this stays
+        for the simulator's own what-ifs."""
+        return preview_on(known_now(self.world.copy()), actuate, action, component, horizon_s)
 
 
 class TwinActuator:
@@ -256,11 +245,37 @@ class TwinActuator:
         return result
 
 
+def world_topology(world: World) -> Topology:
+    """A world's cluster as the guardrails see it: jobs where they run after any migration."""
+    lay = world.layout
+    jobs = {job.name: [lay.gpu_names[g] for g in job.gpus.tolist()] for job in lay.jobs}
+    return Topology.grid(lay.racks, lay.nodes_per_rack, lay.gpus_per_node, lay.nics_per_node, jobs=jobs)
+
+
+def preview_on(
+    world: World, actuate: Callable[[World, Action], Any], action: Action, component: str, horizon_s: float
+) -> dict[str, Any]:
+    """Metrics of `component` after `horizon_s` simulated seconds on two copies of `world`, without and with
+    the action; `world` itself is left as it is."""
+    without, with_action = world.copy(), world.copy()
+    before = metrics(without, component)
+    actuate(with_action, action)
+    for _ in range(max(1, round(horizon_s))):
+        without.step(1.0)
+        with_action.step(1.0)
+    return {
+        "horizon_s": horizon_s,
+        "now": before,
+        "without_action": metrics(without, component),
+        "with_action": metrics(with_action, component),
+    }
+
+
 def known_now(world: World) -> World:
     """`world` (a copy) as an operator's what-if may see it: what has happened stays (a lowered limit, a lost
     GPU, a hot cold plate), but a fault scheduled later is unknown and one in progress has no known end, so a
-    preview never shows a problem arriving or clearing by itself. Faults are still what drives a simulated
-    preview; a twin built from telemetry alone is not done yet (docs/SIMULATOR.md, "What-if")."""
+    preview never shows a problem arriving or clearing by itself. Ongoing faults still drive `Twin.preview`; the
+    agent's preview runs on a world calibrated from stored telemetry instead (docs/SIMULATOR.md, "What-if")."""
     kept = []
     for f in world.faults:
         if f.started and not f.ended:

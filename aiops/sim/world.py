@@ -89,6 +89,7 @@ class World:
         self.rank_starved: F64 = np.zeros(g)  # share of the step a rank waits for its data loader
         # racks: coolant
         self.supply_c: F64 = np.full(r, gpu.SUPPLY_C) + self.rng.normal(0, 0.3, r)
+        self.supply_target_c: F64 = np.full(r, gpu.SUPPLY_C)  # what the CDU holds the supply at (fault-free)
         self.flow_setpoint_lpm: F64 = np.full(r, gpu.FLOW_LPM)
         self.flow_lpm: F64 = self.flow_setpoint_lpm.copy()
         self.inlet_c: F64 = self.supply_c.copy()
@@ -107,6 +108,7 @@ class World:
         # nodes and jobs
         self.host_cpu_pct: F64 = np.zeros(n)
         self.host_loader_ms: F64 = np.zeros(n)
+        self.loader_extra_ms: F64 = np.zeros(n)  # a standing data-loader wait per step (a calibrated twin's)
         self.step_time_s: F64 = np.array([job.step_compute_s * 1.1 for job in lay.jobs], dtype=np.float64)
         self.step_progress: F64 = np.zeros(j)
         self.step_count: I64 = np.zeros(j, dtype=np.int64)
