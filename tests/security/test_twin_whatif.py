@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import aiops.agent.guarded
 import aiops.scenarios
 import aiops.sim.faults
 import aiops.sim.twin
@@ -16,13 +17,20 @@ from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import JobSpec, parse_scenario
 from aiops.sim import gpu
 from aiops.sim.calibrate import CalibrationError, implied_r_th, world_from_store
-from aiops.sim.twin import Twin
+from aiops.sim.twin import Twin, preview_on
+from aiops.sim.world import World
 from aiops.store import Workspace
 from guardrails.actions import Action
 
 CLUSTER = {"racks": 2, "nodes_per_rack": 2, "gpus_per_node": 4, "nics_per_node": 2}
 JOBS = [{"name": "train", "nodes": ["node0", "node1"]}]
 HOT_GPU = "node0/gpu1"
+NETWORK = [
+    {"kind": "ecn_misconfig", "target": "node0/nic0", "start_s": 10},
+    {"kind": "bulk_traffic_contention", "target": "node1/nic1", "start_s": 10},
+    {"kind": "lane_misclassification", "target": "node0/nic1", "start_s": 10},
+    {"kind": "input_pipeline_bottleneck", "target": "node1", "start_s": 10},
+]
 THERMAL = [{"kind": "thermal_throttle", "target": HOT_GPU, "start_s": 10, "severity": 1.0}]
 
 
@@ -67,9 +75,37 @@ def test_the_preview_world_holds_no_fault_and_never_reads_the_scenario(
     with workspace.read() as store:
         world = world_from_store(store, twin.world.now_ts_s, workload=[JobSpec(name="train")])
     assert world.faults == [] and world.scenario.faults == []
-    # the agent's preview path: built, stepped and measured with fault binding and scenario parsing refused
+    # the agent's preview path: built, stepped and measured with fault binding and scenario parsing refused,
+    # on a world that holds no fault object
+    seen: list[World] = []
+
+    def spy(world: World, *args: Any) -> dict[str, Any]:
+        seen.append(world)
+        return preview_on(world, *args)
+
+    monkeypatch.setattr(aiops.agent.guarded, "preview_on", spy)
     out = _preview(thermal, "set_power_limit", "node0", {"power_limit_w": 300.0})
     assert out["now"]["max_temp_c"] > 85.0  # hot from the stored readings alone
+    assert len(seen) == 1 and seen[0].faults == [] and seen[0] is not twin.world
+
+
+def test_the_network_and_loader_state_comes_from_the_stored_tables() -> None:
+    """Lanes off, ECN off, a NIC-local rule and a starved data loader, each read back from the store."""
+    workspace, twin = _run(NETWORK)
+    held = twin.world
+    with workspace.read() as store:
+        world = world_from_store(store, held.now_ts_s, workload=held.scenario.job_specs)
+    nic = world.layout.nic_index
+    assert not world.ecn_enabled[nic["node0/nic0"]] and world.ecn_enabled.sum() == world.layout.nic_count - 1
+    assert (
+        not world.lanes_enforced[nic["node1/nic1"]]
+        and world.lanes_enforced.sum() == world.layout.nic_count - 1
+    )
+    assert world.rules == held.rules and any(r.override and r.scope == "node0/nic1" for r in world.rules)
+    assert world.loader_extra_ms[1] > 100.0 and world.loader_extra_ms[0] == 0.0
+    assert world.faults == []
+    fixed = _preview((workspace, twin), "enable_lanes", "node1/nic1", {})
+    assert fixed["with_action"]["lanes_enforced"] and not fixed["without_action"]["lanes_enforced"]
 
 
 def test_a_stored_hot_gpu_stays_hot_for_its_power_and_cools_when_it_drops(
