@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             "twin: "
             + (
-                "the workspace's simulated world (what-if previews, execution)"
+                "the workspace's simulated world (execution; what-if previews from its stored telemetry)"
                 if session.world
                 else "none (not a simulated workspace): no what-if; physical actions need a host actuator"
             )

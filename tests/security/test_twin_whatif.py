@@ -16,7 +16,7 @@ from aiops.agent.guarded import TwinWorld, WorkspaceGuard
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import JobSpec, parse_scenario
 from aiops.sim import gpu
-from aiops.sim.calibrate import CalibrationError, implied_r_th, world_from_store
+from aiops.sim.calibrate import CalibrationError, world_from_store
 from aiops.sim.twin import Twin, preview_on
 from aiops.sim.world import World
 from aiops.store import Workspace
@@ -160,10 +160,25 @@ def test_a_preview_on_a_healthy_store_changes_little(healthy: tuple[Workspace, T
 
 
 def test_hostile_stored_values_are_clamped_and_a_missing_topology_is_refused() -> None:
-    temp = np.array([float("nan"), 500.0, 60.0])
-    r_th, offset = implied_r_th(np.nan_to_num(temp, nan=0.0).clip(0, 120), np.array([610.0] * 3),
-                                np.full(3, 31.0), np.ones(3))  # fmt: skip
-    assert (r_th <= 6 * gpu.R_TH_C_PER_W).all() and (np.abs(offset) <= 3.5).all()
-    workspace = Workspace(":memory:")
-    with workspace.write() as store, pytest.raises(CalibrationError, match="topology"):
+    workspace, twin = _run([])
+    ts_s = twin.world.now_ts_s
+    with workspace.write() as store:
+        store.conn.execute(
+            "INSERT INTO gpu_samples (ts_s, gpu, node, temp_c, power_w, power_limit_w) VALUES "
+            "(?, 'node0/gpu0', 'node0', 1e300, 'NaN', 5.0), (?, 'node0/gpu1', 'node0', 'Infinity', 600, 1e9)",
+            [ts_s, ts_s],
+        )
+        store.conn.execute(
+            "INSERT INTO lane_rules VALUES (?, 'evil', 'default', '', 'nowhere', 'fleet')", [ts_s]
+        )
+        world = world_from_store(store, ts_s, workload=twin.world.scenario.job_specs)
+    assert (
+        np.isfinite(world.temp_c).all() and np.isfinite(world.power_w).all() and np.isfinite(world.r_th).all()
+    )
+    assert float(world.temp_c.max()) <= 120.0 and float(world.r_th.max()) <= 6 * gpu.R_TH_C_PER_W
+    assert float(world.power_limit_w.min()) >= 200.0 and float(world.power_limit_w.max()) <= 700.0
+    assert all(r.rule_id != "evil" for r in world.rules)
+    world.step(1.0)  # and it still runs
+    empty = Workspace(":memory:")
+    with empty.write() as store, pytest.raises(CalibrationError, match="topology"):
         world_from_store(store, 0.0)
