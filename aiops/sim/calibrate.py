@@ -2,7 +2,7 @@
 
 `world_from_store(store, at_ts_s)` builds a `World` whose scenario holds no fault at all: its cluster comes from
 the `topology` table, its jobs and their placement from `jobs`/`job_ranks`, and its state from the readings
-of the `window_s` seconds before `at_ts_s`:
+of the `window_s` seconds up to the newest GPU reading at or before `at_ts_s`:
 - per GPU: the enforced power limit (newest), power draw, utilisation and temperature (means); the thermal
   resistance the temperature implies at that power and coolant (`implied_r_th`), so a GPU that runs hot for
   its power stays hot in a preview without any fault object, and cools when its power drops;
@@ -125,7 +125,11 @@ def world_from_store(
     if {"fleet", *lay.rack_names, *lay.node_names, *lay.gpu_names, *lay.nic_names} != names | {"fleet"}:
         raise CalibrationError(f"{store.path}: topology names are not the simulator's grid names")
     world.elapsed_s = max(0.0, at_ts_s - epoch_ts_s)
-    since = (at_ts_s - window_s, at_ts_s)
+    newest = _finite(
+        store.scalar("SELECT max(ts_s) FROM gpu_samples WHERE ts_s <= ?", [at_ts_s]), 0.0, at_ts_s
+    )
+    end_s = at_ts_s if newest is None else newest  # a twin advanced past its telemetry: the last readings
+    since = (end_s - window_s, end_s)
     _racks(world, store, since)
     _gpus(world, store, since)
     _nics(world, store, since)

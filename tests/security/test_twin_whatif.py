@@ -182,3 +182,15 @@ def test_hostile_stored_values_are_clamped_and_a_missing_topology_is_refused() -
     empty = Workspace(":memory:")
     with empty.write() as store, pytest.raises(CalibrationError, match="topology"):
         world_from_store(store, 0.0)
+
+
+def test_a_twin_advanced_past_its_telemetry_previews_from_its_last_readings(
+    thermal: tuple[Workspace, Twin],
+) -> None:
+    workspace, twin = thermal
+    later_s = twin.world.now_ts_s + 300.0  # e.g. the agent advanced the twin; nothing was stored since
+    with workspace.read() as store:
+        world = world_from_store(store, later_s, workload=twin.world.scenario.job_specs)
+    hot = world.layout.gpu_index[HOT_GPU]
+    assert world.now_ts_s == later_s
+    assert world.temp_c[hot] > 85.0 and world.r_th[hot] > 2.0 * gpu.R_TH_C_PER_W
