@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from aiops.errors import SysfsError
-from aiops.sim import World
+from aiops.sim import World, gpu
 from aiops.store import Store
 from guardrails import ApprovalBook, AuditLog, Executor, Topology, verify
 from guardrails.actions import Action
@@ -236,9 +236,14 @@ def test_a_gpu_lost_in_the_simulator_refuses_the_action_before_any_gpu_changes()
     assert preview.ok  # before the fault every GPU answers
     world.step(1.0)
     world.step(1.0)
+    result = actuator.apply(a, False)  # NVML blocks node-wide while the driver handles the loss
+    assert not result.ok and "node1/gpu0" in result.error and "NVMLError_Timeout" in result.error
+    assert [float(world.power_limit_w[4 + g]) for g in range(4)] == [700.0] * 4  # reading failed: nothing set
+    while world.elapsed_s < 1 + gpu.NVML_NODE_HANG_S:
+        world.step(1.0)
     result = actuator.apply(a, False)
     assert not result.ok and "node1/gpu2" in result.error and "NVMLError_GpuIsLost" in result.error
-    assert [float(world.power_limit_w[4 + g]) for g in range(4)] == [700.0] * 4  # reading failed: nothing set
+    assert [float(world.power_limit_w[4 + g]) for g in range(4)] == [700.0] * 4
 
 
 # -- the executor: a read-back that disagrees is rolled back and audited ----------------------------------------

@@ -9,6 +9,7 @@ import pynvml
 import pytest
 
 from aiops.sim import World
+from aiops.sim import gpu as G
 from aiops.sim.nvml import SimNvml, call_names
 from tests.simkit import scenario
 
@@ -113,7 +114,14 @@ def test_lost_gpu_raises_gpu_is_lost_from_every_call() -> None:
         with pytest.raises(pynvml.NVMLError_GpuIsLost) as info:
             getattr(nvml, name)(*args)
         assert info.value.value == pynvml.NVML_ERROR_GPU_IS_LOST == 15
-    assert nvml.nvmlDeviceGetTemperature(nvml.nvmlDeviceGetHandleByIndex(0), 0) > 0  # the others answer
+    other = nvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_Timeout):  # the driver blocks NVML node-wide for a while
+        nvml.nvmlDeviceGetTemperature(other, pynvml.NVML_TEMPERATURE_GPU)
+    while world.elapsed_s < 1 + G.NVML_NODE_HANG_S:
+        world.step(1.0)
+    assert nvml.nvmlDeviceGetTemperature(other, pynvml.NVML_TEMPERATURE_GPU) > 0  # then the others answer
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        nvml.nvmlDeviceGetTemperature(lost, pynvml.NVML_TEMPERATURE_GPU)
 
 
 def test_xid_events_need_registration_and_are_delivered_once() -> None:

@@ -112,7 +112,8 @@ class Facts:
                           max(nvlink_crc_total) + max(nvlink_replay_total) AS nvlink,
                           min(pcie_link_width) AS width, max(pcie_link_max_width) AS max_width,
                           min(pcie_link_gen) AS gen, count(nvml_error) AS nvml_errors,
-                          any_value(nvml_error) AS nvml_error, avg(util_pct) AS util_pct,
+                          coalesce(any_value(nvml_error) FILTER (WHERE nvml_error <> 'TIMEOUT'),
+                                   any_value(nvml_error)) AS nvml_error, avg(util_pct) AS util_pct,
                           sum(CASE WHEN clocks_event_reasons & 1 <> 0 THEN 1 ELSE 0 END) AS idle_samples,
                           count(*) AS samples
                    FROM gpu_samples WHERE ts_s BETWEEN ? AND ? GROUP BY gpu)

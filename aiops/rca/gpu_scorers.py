@@ -20,6 +20,7 @@ ECC_XIDS = {48, 63, 64, 92, 94, 95}
 UNCORRECTABLE_XIDS = ECC_XIDS - {92}
 APP_XIDS = {13, 31, 43, 45, 68}
 NVLINK_XIDS = {74}
+NVML_NODE_TIMEOUT = "TIMEOUT"  # facts' nvml_error is TIMEOUT only when every error of the GPU was a timeout
 OFF_BUS_XIDS = {79}
 
 
@@ -53,7 +54,11 @@ def gpu_health(facts: Facts) -> list[Candidate]:
         replay = _delta(row, "replay", "ref_replay", f, "first_replay")
         nvlink = _delta(row, "nvlink", "ref_nvlink", f, "first_nvlink")
         downtrained = bool(row["width"] and row["max_width"] and row["width"] < row["max_width"])
-        lost = bool(row["nvml_errors"]) or bool(codes & OFF_BUS_XIDS)
+        # NVML times out for every GPU of a node while one of them is off the bus: a TIMEOUT alone is the
+        # node's symptom, not this GPU's; GPU_IS_LOST or Xid 79 names the GPU that fell off
+        lost = (bool(row["nvml_errors"]) and row["nvml_error"] != NVML_NODE_TIMEOUT) or bool(
+            codes & OFF_BUS_XIDS
+        )
         if lost:
             out.append(
                 Candidate(

@@ -179,6 +179,10 @@ def _start(w: World, f: ActiveFault) -> None:
     elif k == "gpu_fell_off_bus":
         w.emit_xids(f.gpus, 79)
         w.lost[f.gpus] = True
+        nodes = w.layout.gpu_node[
+            f.gpus
+        ]  # the driver blocks NVML for the whole node while it handles the loss
+        w.nvml_hang_until_s[nodes] = w.elapsed_s + G.NVML_NODE_HANG_S
         w.dead[f.gpus] = True
     elif k == "application_error":
         w.emit_xids(f.gpus, int(f.xid or 13))

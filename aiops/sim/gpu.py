@@ -48,6 +48,9 @@ SBE_PROBABILITY_PER_S = 0.0015  # benign correctable single-bit ECC errors (a de
 SBE_BURST_PROBABILITY_PER_S = 2e-6
 SBE_BURST_ERRORS = 200
 XID_HIGH_SBE_RATE = 92
+# A GPU off the bus (Xid 79) blocks NVML for the whole node while the driver handles the loss: calls for the
+# node's other GPUs time out (NVML_ERROR_TIMEOUT) for this long. The twin's choice, not a measured figure.
+NVML_NODE_HANG_S = 30.0
 # A training kernel's power is not flat: dense GEMM phases draw above TDP for a moment, and an H100 at its
 # default 700 W limit reports SwPowerCap for them (routine in training; the driver's power controller trims the
 # clock a few %). Per GPU a static leakage spread (power_hunger), per second a burst with probability P at X

@@ -2,7 +2,8 @@
 
 Function names, argument order, units and return types follow nvidia-ml-py's `pynvml`: power in milliwatts,
 temperatures in °C, clocks in MHz, errors as `pynvml.NVMLError` subclasses built from NVML's codes with
-`pynvml.NVMLError(code)` (a GPU off the bus raises NVML_ERROR_GPU_IS_LOST = 15 from every call). So the same
+`pynvml.NVMLError(code)` (a GPU off the bus raises NVML_ERROR_GPU_IS_LOST = 15 from every call, and for NVML_NODE_HANG_S after it fell off the other GPUs of
+its node answer NVML_ERROR_TIMEOUT = 10: the driver blocks NVML node-wide while it handles the loss). So the same
 collector code runs against a real GPU and against the simulator.
 
 Documented substitutes: memory temperature through nvmlDeviceGetFieldValues([NVML_FI_DEV_MEMORY_TEMP]) (what
@@ -107,6 +108,8 @@ class SimNvml:
         view = self._world.v
         if view.lost[handle.gpu]:
             raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if view.nvml_hung[self._node]:
+            raise _error(pynvml.NVML_ERROR_TIMEOUT)
         return view
 
     def _check(self) -> None:

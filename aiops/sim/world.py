@@ -48,6 +48,7 @@ class GpuView:
     nvlink_crc: list[int]
     nvlink_replay: list[int]
     lost: list[bool]
+    nvml_hung: list[bool]  # per node: NVML calls time out for every GPU of the node (one fell off the bus)
 
 
 class World:
@@ -83,6 +84,8 @@ class World:
         self.link_width: I64 = np.full(g, 16, dtype=np.int64)
         self.link_gen: I64 = np.full(g, 5, dtype=np.int64)
         self.lost: Bools = np.zeros(g, dtype=bool)  # off the bus: every NVML call raises GPU_IS_LOST
+        # per node: elapsed second until which NVML times out for the whole node (a GPU fell off the bus)
+        self.nvml_hang_until_s: F64 = np.zeros(lay.nodes)
         self.dead: Bools = np.zeros(g, dtype=bool)  # the rank on this GPU stopped answering (its job hangs)
         self.crashed: Bools = np.zeros(g, dtype=bool)  # its rank just died of a CUDA error (the job restarts)
         self.rank_duty: F64 = np.ones(g)  # share of the step a rank computes (the rest it spins in NCCL)
@@ -250,6 +253,7 @@ class World:
             nvlink_crc=self.nvlink_crc.tolist(),
             nvlink_replay=self.nvlink_replay.tolist(),
             lost=self.lost.tolist(),
+            nvml_hung=(self.elapsed_s < self.nvml_hang_until_s).tolist(),
         )
 
 

@@ -57,7 +57,8 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ),
     ("gpu_samples", "nvml_error"): (
         frozenset({"gpu_fell_off_bus"}),
-        "NVML answers NVML_ERROR_GPU_IS_LOST for a GPU off the bus until it is reset",
+        "NVML answers NVML_ERROR_GPU_IS_LOST for a GPU off the bus until it is reset, and NVML_ERROR_TIMEOUT for the "
+        "node's other GPUs while the driver handles the loss (Xid 79, NVIDIA Xid catalogue)",
     ),
     ("nic_samples", "link_up"): (frozenset({"nic_link_flap"}), "/sys/class/net/*/carrier"),
     ("nic_samples", "drops"): (

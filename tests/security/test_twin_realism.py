@@ -4,6 +4,7 @@ signal input, the framework's straggler report with its gaps and noise, watchdog
 from __future__ import annotations
 
 import numpy as np
+import pynvml
 import pytest
 
 from aiops.control.dcim_signals import dcim_caps_kw
@@ -12,6 +13,7 @@ from aiops.detect.rules import Detector
 from aiops.pipeline import analyze_store
 from aiops.sim import World, gpu
 from aiops.sim.fabric import STRAGGLER_REPORT_EVERY, STRAGGLER_REPORT_LOSS, _straggler_report
+from aiops.sim.nvml import SimNvml
 from aiops.sim.twin import Twin
 from aiops.store import Store
 from guardrails.actions import Action
@@ -126,3 +128,59 @@ def test_a_what_if_preview_knows_only_the_present() -> None:
         seen = result["without_action"]["power_limit_w"]
         assert (seen < 700.0) if limit_w == "lowered" else (seen == 700.0), (gpu_name, seen)
     assert world.elapsed_s == FAULT_AT_S + 30 and len(world.faults) == 2  # the twin itself is untouched
+
+
+def test_a_gpu_off_the_bus_blocks_nvml_for_its_whole_node_for_a_while() -> None:
+    """Real NVML often blocks node-wide when one GPU falls off the bus: the node's other GPUs time out too, for a
+    while; only the lost GPU has Xid 79 and GPU_IS_LOST, and other nodes answer throughout."""
+    store = run([fault("gpu_fell_off_bus", "node2/gpu1", 0.9, duration_s=100)])
+    hang_s = gpu.NVML_NODE_HANG_S
+    rows = store.query(
+        "SELECT gpu, nvml_error, count(*) AS n, min(ts_s) AS t0, max(ts_s) AS t1, count(temp_c) AS temps "
+        "FROM gpu_samples WHERE nvml_error IS NOT NULL GROUP BY gpu, nvml_error ORDER BY gpu"
+    )
+    timeouts = {r["gpu"]: r for r in rows if r["nvml_error"] == "TIMEOUT"}
+    assert set(timeouts) == {"node2/gpu0", "node2/gpu2", "node2/gpu3"}
+    for r in timeouts.values():
+        assert (
+            r["t0"] == FAULT_TS and r["t1"] == FAULT_TS + hang_s - 1 and r["n"] == hang_s and r["temps"] == 0
+        )
+    assert [(r["gpu"], r["n"]) for r in rows if r["nvml_error"] == "GPU_IS_LOST"] == [("node2/gpu1", 100)]
+    after = store.scalar(
+        f"SELECT count(temp_c) FROM gpu_samples WHERE gpu = 'node2/gpu0' AND ts_s >= {FAULT_TS + hang_s}"
+    )
+    assert after > 0  # the node answers again once the driver is done with the loss
+    errors = store.scalar("SELECT count(DISTINCT component) FROM collector_errors WHERE error = 'TIMEOUT'")
+    assert errors == 3
+    assert store.query("SELECT DISTINCT gpu, xid FROM gpu_events WHERE xid = 79") == [
+        {"gpu": "node2/gpu1", "xid": 79}
+    ]
+
+
+def test_sim_nvml_times_out_for_the_node_while_it_hangs() -> None:
+    world = World(scenario([fault("gpu_fell_off_bus", "node2/gpu1", 0.9, duration_s=100)]))
+    nvml, other = SimNvml(world, 2), SimNvml(world, 1)
+    for lib in (nvml, other):
+        lib.nvmlInit()
+    while world.elapsed_s < FAULT_AT_S + 1:
+        world.step(1.0)
+    with pytest.raises(pynvml.NVMLError) as info:
+        nvml.nvmlDeviceGetTemperature(nvml.nvmlDeviceGetHandleByIndex(0), 0)
+    assert info.value.value == pynvml.NVML_ERROR_TIMEOUT
+    assert other.nvmlDeviceGetTemperature(other.nvmlDeviceGetHandleByIndex(0), 0) > 0
+    while world.elapsed_s < FAULT_AT_S + gpu.NVML_NODE_HANG_S + 1:
+        world.step(1.0)
+    assert nvml.nvmlDeviceGetTemperature(nvml.nvmlDeviceGetHandleByIndex(0), 0) > 0
+
+
+def test_the_analyst_pins_a_node_wide_nvml_hang_on_the_gpu_with_xid_79() -> None:
+    store = run([fault("gpu_fell_off_bus", "node2/gpu1", 0.9, duration_s=100)])
+    assert store.scalar("SELECT count(*) FROM gpu_samples WHERE nvml_error = 'TIMEOUT'") > 0
+    result = analyze_store(store)
+    assert result.diagnoses
+    top = result.diagnoses[0].hypotheses[0]
+    assert (top.root_cause, top.component) == ("gpu_fell_off_bus", "node2/gpu1")
+    blamed = {
+        h.component for d in result.diagnoses for h in d.hypotheses if h.root_cause == "gpu_fell_off_bus"
+    }
+    assert blamed == {"node2/gpu1"}
