@@ -23,6 +23,8 @@ def test_every_diagnosis_label_has_a_support_check() -> None:
         ("thermal_throttle", {"clocks_event_reasons": 0x20}, {"clocks_event_reasons": 0x4}),
         ("gpu_fell_off_bus", {"xid": 79}, {"xid": 13}),
         ("gpu_fell_off_bus", {"nvml_error": "GPU_IS_LOST"}, {"nvml_error": None}),
+        # a neighbour timing out in the node-wide NVML hang did not fall off the bus
+        ("gpu_fell_off_bus", {"nvml_error": "TIMEOUT", "xid": 79}, {"nvml_error": "TIMEOUT", "nvml_errors": 3}),
         ("power_cap_misconfig", {"power_limit_w": 400.0, "power_limit_max_w": 700.0},
          {"power_limit_w": 700.0, "power_limit_max_w": 700.0}),
         ("nic_link_flap", {"carrier_changes": 2}, {"carrier_changes": 0}),

@@ -125,6 +125,8 @@ def _ecc(row: Row) -> bool:
 
 def _off_bus(row: Row) -> bool:
     error = row.get("nvml_error")
+    if isinstance(error, str) and error.upper() == "TIMEOUT":  # a node-wide NVML hang: every GPU of the node
+        return _xid_in(row, OFF_BUS_XIDS)
     return (
         _xid_in(row, OFF_BUS_XIDS)
         or (isinstance(error, str) and bool(error))
@@ -201,7 +203,7 @@ SUPPORT: dict[str, tuple[str, Callable[[Row], bool]]] = {
     "facility_power_cap": ("a facility cap in force (power_cap_kw > 0: the DCIM signal input, dcim_signals)", _facility),
     "power_brake": ("HwPowerBrakeSlowdown bit (0x80), or brake_samples > 0", _brake),
     "gpu_ecc_error": ("ecc_dbe_total/dbe above its reference, or an uncorrectable ECC XID (48, 63, 64, 94, 95)", _ecc),
-    "gpu_fell_off_bus": ("XID 79, or an nvml_error (nvml_errors > 0)", _off_bus),
+    "gpu_fell_off_bus": ("XID 79, or an nvml_error other than a node-wide TIMEOUT (nvml_errors > 0)", _off_bus),
     "nvlink_degraded": ("NVLink CRC/replay +5 over reference, nonzero counters, or XID 74", _nvlink),
     "pcie_degraded": ("pcie_link_width < pcie_link_max_width, or PCIe replays +10 over reference", _pcie),
     "bulk_traffic_contention": ("bulk traffic_class bytes, or queue_ms >= 2 x ref_queue_ms", _bulk),
