@@ -14,6 +14,8 @@ AiopsError                    base; exit code 1
 │   └── DatabaseDamaged       the file is truncated or corrupt (aiops/store/faults.py); exit 2
 ├── StorageError              the database cannot be written: disk full, read-only or no permission; exit 2
 ├── TwinMismatch              a workspace's twin does not match its stored topology or run; exit 2
+├── CalibrationError          the store cannot calibrate a what-if world (no topology, or not a regular grid:
+│                             aiops/sim/calibrate.py); the what-if tool says so
 ├── StoreLocked               another process holds the database's lock (the workspace retries); exit 4
 │   ├── WorkspaceBusy         still held after the workspace's lock timeout; names the holder; exit 4
 │   └── ServiceRunning        another `aiops run` serves this workspace (one service per store); names its PID
@@ -198,6 +200,10 @@ class TwinMismatch(AiopsError):
     """The twin's cluster is not the workspace's stored topology (or its stored run cannot be read)."""
 
     exit_code = 2
+
+
+class CalibrationError(AiopsError):
+    """The store cannot calibrate a what-if world (no topology, or one that is not a regular grid)."""
 
 
 class PolicyError(InputError):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from aiops.datapath.policy import Policy
+from aiops.errors import CalibrationError
 from aiops.scenarios import ClusterSpec, JobSpec, Scenario
 from aiops.sim import gpu
 from aiops.sim import network as net
@@ -39,10 +40,6 @@ OFFSET_MAX_C = 3.5  # the per-GPU sensor/silicon spread the simulator allows; mo
 R_TH_MAX_MULT = 6.0  # an implied resistance is clamped to [nominal / 2, nominal × this]
 TEMP_RANGE_C = (0.0, 120.0)
 SUPPLY_RANGE_C = (5.0, 60.0)
-
-
-class CalibrationError(ValueError):
-    """The store cannot calibrate a world (no topology, or one that is not a regular grid)."""
 
 
 def _finite(value: Any, low: float, high: float) -> float | None:

@@ -13,10 +13,11 @@ import aiops.scenarios
 import aiops.sim.faults
 import aiops.sim.twin
 from aiops.agent.guarded import TwinWorld, WorkspaceGuard
+from aiops.errors import CalibrationError
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import JobSpec, parse_scenario
 from aiops.sim import gpu
-from aiops.sim.calibrate import CalibrationError, world_from_store
+from aiops.sim.calibrate import world_from_store
 from aiops.sim.twin import Twin, preview_on
 from aiops.sim.world import World
 from aiops.store import Workspace
