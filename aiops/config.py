@@ -17,9 +17,9 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
@@ -185,21 +185,24 @@ class LlmConfig(_Section):
     )
 
 
+def _listen_or_empty(value: str) -> str:
+    """A `listen` setting: `host:port` (checked by `parse_listen`), or empty for off."""
+    if value:
+        parse_listen(value)
+    return value
+
+
+ListenAddress = Annotated[str, AfterValidator(_listen_or_empty)]
+
+
 class HttpConfig(_Section):
-    listen: str = Field(default=DEFAULT_LISTEN, description="host:port; empty: no HTTP endpoint")
+    listen: ListenAddress = Field(default=DEFAULT_LISTEN, description="host:port; empty: no HTTP endpoint")
     token: str = Field(default="", description="bearer token for /api; empty: /api answers loopback only")
     token_file: str = Field(default="", description="read the token from this file instead")
 
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        if value:
-            parse_listen(value)
-        return value
-
 
 class ConsoleConfig(_Section):
-    listen: str = Field(
+    listen: ListenAddress = Field(
         default="", description="host:port of the web console (docs/CONSOLE.md); empty: no console"
     )
     secure_cookies: bool = Field(
@@ -207,13 +210,6 @@ class ConsoleConfig(_Section):
     )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        if value:
-            parse_listen(value)
-        return value
 
 
 class AlertmanagerInConfig(_Section):
