@@ -4,8 +4,10 @@ Reads /sys/class/infiniband/<dev>/ports/<port>/{state,phys_state,rate,counters/*
 (Documentation/ABI/stable/sysfs-class-infiniband). `state` reads "4: ACTIVE" and `phys_state` "5: LinkUp":
 the text after the number is stored. `rate` reads "100 Gb/sec (4X EDR)". port_rcv_data and port_xmit_data count
 4-octet words (the IBA PortRcvData/PortXmitData counters), stored as read. hw_counters are the driver's (mlx5:
-np_cnp_sent, rp_cnp_handled, np_ecn_marked_roce_packets, out_of_sequence); any counter file that is absent is
-NULL, not an error. A host without /sys/class/infiniband gets one `unavailable` row.
+np_cnp_sent, rp_cnp_handled, np_ecn_marked_roce_packets, out_of_sequence, local_ack_timeout_err, and
+req_transport_retries_exceeded since kernel 6.11, commit b339e0a "RDMA/mlx5: Add Qcounters
+req_transport_retries_exceeded"); any counter file that is absent is NULL, not an error. A host without
+/sys/class/infiniband gets one `unavailable` row.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collectors.schema import columns
 IB_COLUMNS = columns("ib_port_samples")
 COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards",
             "port_xmit_wait", "port_rcv_data", "port_xmit_data")  # fmt: skip
-HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence")
+HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence",
+               "local_ack_timeout_err", "req_transport_retries_exceeded")  # fmt: skip
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 
 

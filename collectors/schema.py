@@ -214,6 +214,8 @@ _COLUMNS: dict[str, tuple[tuple[str, pa.DataType], ...]] = {
         ("rp_cnp_handled", I64),
         ("np_ecn_marked_roce_packets", I64),
         ("out_of_sequence", I64),
+        ("local_ack_timeout_err", I64),  # m013
+        ("req_transport_retries_exceeded", I64),
     ),
     "hwmon_samples": (
         ("ts_s", F),

@@ -17,6 +17,8 @@ HW_COUNTERS = {
     "rp_cnp_handled": 12,
     "np_ecn_marked_roce_packets": 13,
     "out_of_sequence": 14,
+    "local_ack_timeout_err": 15,  # m013
+    "req_transport_retries_exceeded": 16,
 }
 
 

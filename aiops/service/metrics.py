@@ -227,7 +227,8 @@ class MetricsCache(Collector):
         yield up
         ib_columns = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
                       "port_xmit_discards", "port_xmit_wait", "np_cnp_sent", "rp_cnp_handled",
-                      "np_ecn_marked_roce_packets", "out_of_sequence")  # fmt: skip
+                      "np_ecn_marked_roce_packets", "out_of_sequence", "local_ack_timeout_err",
+                      "req_transport_retries_exceeded")  # fmt: skip
         for column in ib_columns:
             family = CounterMetricFamily(PREFIX + f"ib_{column}", f"InfiniBand port counter {column}",
                                          labels=["device", "port"])  # fmt: skip

@@ -521,6 +521,15 @@ CREATE TABLE IF NOT EXISTS alert_investigations (
 )
 """
 
+# RDMA transport retries (mlx5 hw_counters, Documentation/admin-guide/... and the kernel's mlx5 counters.c):
+# local_ack_timeout_err counts a QP's ack timer expiring with retries left (recoverable: a short link flap the
+# transport hides); req_transport_retries_exceeded counts the retry limit being exhausted (the QP errors, NCCL
+# reports completion status 12). NULL where the driver has no such file (the latter needs kernel >= 6.11).
+M013_IB_TRANSPORT_RETRIES = """
+ALTER TABLE ib_port_samples ADD COLUMN IF NOT EXISTS local_ack_timeout_err BIGINT;
+ALTER TABLE ib_port_samples ADD COLUMN IF NOT EXISTS req_transport_retries_exceeded BIGINT
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -534,6 +543,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "log_events", _sql(M010_LOG_EVENTS)),
     Migration(11, "profiles", _sql(M011_PROFILES)),
     Migration(12, "alert_investigations", _sql(M012_ALERT_INVESTIGATIONS)),
+    Migration(13, "ib_transport_retries", _sql(M013_IB_TRANSPORT_RETRIES)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
