@@ -18,13 +18,19 @@ import numpy as np
 
 from aiops.scenarios import FaultSpec
 from aiops.sim import gpu as G
-from aiops.sim import network
+from aiops.sim import network, rdma
 from aiops.sim.topology import F64, I64, Layout
 
 if TYPE_CHECKING:
     from aiops.sim.world import World
 
 APP_XIDS = (13, 31, 43)  # graphics engine exception, MMU fault, GPU stopped processing: software-induced
+# A flapping link stays down 1-3 s, which the IB transport's retries hide (aiops/sim/rdma.py). Only a fault this
+# severe also has outages longer than the retry window (every LONG_FLAP_EVERY-th flap, the first included): the
+# QPs give up, NCCL errors and the job restarts. Milder faults (every scenario written before) never do.
+LONG_FLAP_SEVERITY = 0.9
+LONG_FLAP_EVERY = 3
+LONG_FLAP_EXTRA_S = 6.0  # how far past the retry window a long outage lasts
 
 
 @dataclass
@@ -39,6 +45,7 @@ class ActiveFault:
     ended: bool = False
     next_event_s: float = 0.0
     flap_down_until_s: float = -1.0
+    flaps: int = 0  # outages so far
     saved_limits_w: F64 | None = None
     saved_rules: tuple[network.Rule, ...] | None = None
     saved_enforced: np.ndarray | None = None
@@ -231,6 +238,9 @@ def _flap(w: World, f: ActiveFault) -> None:
         w.link_up[f.nic] = False
         w.carrier_changes[f.nic] += 1
         f.flap_down_until_s = t + float(w.rng.integers(1, 4))
+        if f.severity >= LONG_FLAP_SEVERITY and f.flaps % LONG_FLAP_EVERY == 0:
+            f.flap_down_until_s += rdma.RETRY_WINDOW_S + LONG_FLAP_EXTRA_S
+        f.flaps += 1
         period_s = 60.0 - 45.0 * f.severity
         f.next_event_s = t + period_s * float(w.rng.uniform(0.7, 1.3))
     elif not w.link_up[f.nic] and t >= f.flap_down_until_s:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from aiops.sim import rdma
 from aiops.sim.gpu import HOST_POWER_KW
 from aiops.sim.world import World
 from collectors.base import Row, RowBatch, to_arrow
@@ -24,6 +25,10 @@ HOST_MEM_USED_PCT = 55.0
 BYTES_PER_PACKET = 4096
 DCIM_SOURCE = "dcim"  # dcim_signals.source of the twin's facility: as a DCIM exporter's signal arrives
 DCIM_COLUMNS = ("ts_s", "scope", "kind", "budget_kw", "source")
+# The ranks' NCCL logs (NCCL_DEBUG=WARN), shipped and recognised as `aiops investigate --db` stores them
+LOG_COLUMNS = ("investigation", "source", "line", "ts_s", "host", "kind", "code", "raw")
+NCCL_LOG_INVESTIGATION = "twin-nccl-log"
+NCCL_LOG_SOURCE = "nccl.log"
 
 
 def inventory(world: World) -> dict[str, pa.Table]:
@@ -66,6 +71,8 @@ class SimFabricCollector:
         self._nic_node = [lay.node_names[n] for n in lay.nic_node.tolist()]
         self._carrier_totals: list[int] = world.carrier_changes.tolist()
         self._dcim_caps_kw: list[float | None] = [None] * lay.racks  # the signals sent so far, per rack
+        self._nccl_lines_seen = len(world.hca.log)
+        self._nccl_line_numbers = [0] * lay.nodes  # per node: lines of its NCCL log so far
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -88,7 +95,23 @@ class SimFabricCollector:
         if w.out.steps:
             out["job_steps"] = RowBatch(columns("job_steps"), list(w.out.steps))
         self._facility(now_ts_s, out)
+        self._rdma(now_ts_s, out)
         return out
+
+    def _rdma(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
+        """The HCAs' counters (ib_port_samples, as collectors/infiniband.py reads them) and new NCCL log lines."""
+        w = self.world
+        out["ib_port_samples"] = RowBatch(columns("ib_port_samples"), rdma.port_rows(w, now_ts_s))
+        fresh = w.hca.log[self._nccl_lines_seen :]
+        self._nccl_lines_seen = len(w.hca.log)
+        rows: list[Row] = []
+        for ts_s, node, text in fresh:
+            self._nccl_line_numbers[node] += 1
+            source = f"{w.layout.node_names[node]}/{NCCL_LOG_SOURCE}"
+            rows.append((NCCL_LOG_INVESTIGATION, source, self._nccl_line_numbers[node], ts_s,
+                         w.layout.node_names[node], "ib_completion_error", 12, text))  # fmt: skip
+        if rows:
+            out["log_events"] = RowBatch(LOG_COLUMNS, rows)
 
     def _nics(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
         w, names, nodes, interval = self.world, self.world.layout.nic_names, self._nic_node, self.interval_s

@@ -16,7 +16,7 @@ import numpy as np
 
 from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
-from aiops.sim import fabric, faults, gpu
+from aiops.sim import fabric, faults, gpu, rdma
 from aiops.sim import network as net
 from aiops.sim.fabric import Classes, FabricOut
 from aiops.sim.gpu import MIN_LIMIT_W, TDP_W
@@ -124,6 +124,7 @@ class World:
         # events and this step's fabric output, for the collectors
         self.xid_log: list[tuple[float, int, int]] = []  # (ts_s, gpu index, xid): what the driver reported
         self.out = FabricOut()
+        self.hca = rdma.Hca.of(lay, scenario.seed)  # the NICs' RDMA counters, and the ranks' NCCL log lines
         self.faults = [faults.bind(lay, f, i, scenario.seed) for i, f in enumerate(scenario.faults)]
         self._nvml: dict[int, SimNvml] = {}
         busy_w = np.where(lay.in_job, gpu.BUSY_POWER_W, gpu.IDLE_POWER_W)
@@ -230,6 +231,7 @@ class World:
         gpu.facility(self, mods, dt_s)
         gpu.gpus(self, mods, dt_s)
         self.out = fabric.step(self, mods, dt_s)
+        rdma.step(self)
         self.v = self._view()
 
     def _view(self) -> GpuView:

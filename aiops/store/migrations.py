@@ -521,7 +521,7 @@ CREATE TABLE IF NOT EXISTS alert_investigations (
 )
 """
 
-# RDMA transport retries (mlx5 hw_counters, Documentation/admin-guide/... and the kernel's mlx5 counters.c):
+# RDMA transport retries (mlx5 hw_counters: NVIDIA's "Understanding mlx5 Linux Counters", drivers/infiniband/hw/mlx5/counters.c):
 # local_ack_timeout_err counts a QP's ack timer expiring with retries left (recoverable: a short link flap the
 # transport hides); req_transport_retries_exceeded counts the retry limit being exhausted (the QP errors, NCCL
 # reports completion status 12). NULL where the driver has no such file (the latter needs kernel >= 6.11).

@@ -70,6 +70,41 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"nic_link_flap", "ecn_misconfig"}),
         "TCP retransmits what was dropped (tcp:tcp_retransmit_skb)",
     ),
+    **{
+        ("ib_port_samples", column): (
+            frozenset({"nic_link_flap"}),
+            "/sys/class/infiniband/*/ports/*/{state,phys_state} and the IBA PortCounters in counters/ while the "
+            "link is down or has just been (Documentation/ABI/stable/sysfs-class-infiniband)",
+        )
+        for column in (
+            "state",
+            "phys_state",
+            "link_downed",
+            "link_error_recovery",
+            "symbol_error",
+            "port_xmit_discards",
+        )
+    },
+    ("ib_port_samples", "local_ack_timeout_err"): (
+        frozenset({"nic_link_flap"}),
+        "mlx5 hw_counters: a QP's ack timer expired with retries left (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT)",
+    ),
+    ("ib_port_samples", "req_transport_retries_exceeded"): (
+        frozenset({"nic_link_flap"}),
+        "mlx5 hw_counters (Linux >= 6.11, commit b339e0a): the retry limit ran out during a long outage",
+    ),
+    **{
+        ("ib_port_samples", column): (
+            frozenset({"ecn_misconfig"}),
+            "mlx5 hw_counters (RoCE congestion control, DCQCN): CE-marked packets received, CNPs sent and "
+            "handled; packets received out of PSN order after the switch's queue dropped some",
+        )
+        for column in ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "out_of_sequence")
+    },
+    ("log_events", "raw"): (
+        frozenset({"nic_link_flap"}),
+        "the rank's NCCL log: 'NET/IB : Got completion from peer ... with status=12' (IBV_WC_RETRY_EXC_ERR)",
+    ),
 }
 
 

@@ -7,11 +7,19 @@ np_cnp_sent, rp_cnp_handled); a port without ECN shows none of that, but out-of-
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from aiops.detect import detect
+from aiops.evidence.nccl import parse_line
+from aiops.models import Incident
+from aiops.sim import SIM_EPOCH_TS_S, World, simulate
+from aiops.sim.faults import LONG_FLAP_SEVERITY
+from aiops.sim.rdma import RETRY_WINDOW_S
 from aiops.store import Store
 from collectors.schema import columns
+from tests.simkit import scenario
 
 NEW_COLUMNS = ("local_ack_timeout_err", "req_transport_retries_exceeded")
 
@@ -36,3 +44,121 @@ def test_an_old_store_gains_the_retry_counters_as_null(tmp_path: Path) -> None:
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'ib_port_samples' ORDER BY ordinal_position"
         )]  # fmt: skip
         assert stored == list(columns("ib_port_samples"))
+
+
+# -- transport retries over a flapping link -------------------------------------------------------------------
+FLAP_NIC, SENDER_NIC = "node1/nic0", "node0/nic0"  # node0 precedes node1 in the job's ring on rail 0
+
+
+def _flap_run(severity: float, duration_s: float = 100.0) -> tuple[World, Store]:
+    spec = scenario(
+        [
+            {
+                "kind": "nic_link_flap",
+                "target": FLAP_NIC,
+                "start_s": 60,
+                "duration_s": duration_s,
+                "severity": severity,
+            }
+        ],
+        duration_s=240,
+    )
+    world, store = World(spec), Store(":memory:")
+    simulate(spec, store, world=world)
+    return world, store
+
+
+def _last(store: Store, nic: str) -> dict[str, Any]:
+    return store.query("SELECT * FROM ib_port_samples WHERE nic = ? ORDER BY ts_s DESC LIMIT 1", [nic])[0]
+
+
+def test_short_flaps_are_absorbed_by_transport_retries() -> None:
+    """Flaps of 1-3 s, far shorter than the retry window (4.096 us x 2^20 x 8 = 34 s): the HCA counts its ack
+    timer expiring (and so does the ring peer that sends to it), the port counts link_downed and
+    link_error_recovery, no QP gives up, NCCL logs nothing, the job does not restart."""
+    assert RETRY_WINDOW_S > 30  # 4.096 us x 2^20 x (7 + 1)
+    world, store = _flap_run(0.6)
+    flap = _last(store, FLAP_NIC)
+    assert flap["link_downed"] >= 2 and flap["link_error_recovery"] >= flap["link_downed"]
+    assert flap["local_ack_timeout_err"] > 0 and flap["req_transport_retries_exceeded"] == 0
+    assert _last(store, SENDER_NIC)["local_ack_timeout_err"] > 0
+    quiet = _last(store, "node2/nic1")
+    assert quiet["link_downed"] == 0 and quiet["local_ack_timeout_err"] == 0
+    states = {(r["state"], r["phys_state"]) for r in store.query("SELECT state, phys_state FROM ib_port_samples WHERE nic = ?", [FLAP_NIC])}  # fmt: skip
+    assert states == {("ACTIVE", "LinkUp"), ("DOWN", "Polling")}
+    assert store.scalar("SELECT count(*) FROM log_events") == 0
+    assert float(world.restart_until_s.max()) < 0  # never relaunched
+
+
+def test_an_outage_longer_than_the_retry_window_errors_and_restarts_the_job() -> None:
+    """Severity >= 0.9: the first outage outlasts the retry window. The QPs give up
+    (req_transport_retries_exceeded), the rank's NCCL logs one completion with status 12, and the job restarts
+    (no step completes for the relaunch pause)."""
+    world, store = _flap_run(0.95, duration_s=60.0)
+    flap = _last(store, FLAP_NIC)
+    assert flap["req_transport_retries_exceeded"] > 0
+    assert flap["local_ack_timeout_err"] >= 7  # the retries it used before giving up
+    (line,) = store.query("SELECT * FROM log_events")
+    assert (line["kind"], line["code"], line["host"]) == ("ib_completion_error", 12, "node1")
+    assert "with status=12" in line["raw"] and "vendor err 129" in line["raw"]
+    fault_ts = SIM_EPOCH_TS_S + 60
+    assert fault_ts + RETRY_WINDOW_S <= line["ts_s"] <= fault_ts + RETRY_WINDOW_S + 2
+    assert float(world.restart_until_s.max()) > 60 + RETRY_WINDOW_S  # torchrun relaunched it
+    steps_after = store.query(
+        "SELECT ts_s FROM job_steps WHERE ts_s > ? ORDER BY ts_s LIMIT 1", [line["ts_s"]]
+    )
+    assert steps_after and steps_after[0]["ts_s"] - line["ts_s"] >= 60  # relaunch: NCCL init, checkpoint load
+
+
+def test_the_twins_error_line_reads_as_nccls_own() -> None:
+    """The line parses with the evidence parser that reads real NCCL logs, to the row the twin stored."""
+    _, store = _flap_run(0.95, duration_s=60.0)
+    (line,) = store.query("SELECT * FROM log_events")
+    event = parse_line(str(line["source"]), int(line["line"]), str(line["raw"]))
+    assert event is not None and (event.kind, event.code, event.host) == ("ib_completion_error", 12, "node1")
+    assert event.detail["peer"].startswith("198.18.0.1<")
+
+
+def test_milder_flaps_never_exhaust_the_retries() -> None:
+    """Every severity below the threshold keeps the old 1-3 s outages (scenarios written before keep their
+    behaviour)."""
+    _, store = _flap_run(LONG_FLAP_SEVERITY - 0.01)
+    assert _last(store, FLAP_NIC)["req_transport_retries_exceeded"] == 0
+    assert store.scalar("SELECT count(*) FROM log_events") == 0
+
+
+# -- RoCE ECN on the HCA counters ------------------------------------------------------------------------------
+ECN_NIC = "node1/nic0"
+
+
+def _ecn_store() -> tuple[Store, list[Incident]]:
+    spec = scenario(
+        [{"kind": "ecn_misconfig", "target": ECN_NIC, "start_s": 60, "severity": 0.7}], duration_s=200
+    )
+    store = Store(":memory:")
+    simulate(spec, store)
+    return store, detect(store)
+
+
+def test_a_port_without_ecn_sends_no_cnps_where_its_peers_do() -> None:
+    store, _ = _ecn_store()
+    during = {
+        str(r["nic"]): r
+        for r in store.query(
+            "SELECT nic, max(np_cnp_sent) - min(np_cnp_sent) AS cnp, max(out_of_sequence) - min(out_of_sequence) AS oos, "
+            "max(np_ecn_marked_roce_packets) - min(np_ecn_marked_roce_packets) AS marked "
+            "FROM ib_port_samples WHERE ts_s > ? GROUP BY nic",
+            [SIM_EPOCH_TS_S + 61],
+        )
+    }
+    assert during[ECN_NIC]["cnp"] == 0 and during[ECN_NIC]["marked"] == 0 and during[ECN_NIC]["oos"] > 100
+    peers = [r for nic, r in during.items() if nic != ECN_NIC]
+    assert all(r["cnp"] > 100 and r["marked"] > r["cnp"] for r in peers)
+    handled = store.query(
+        "SELECT nic, max(rp_cnp_handled) - min(rp_cnp_handled) AS handled FROM ib_port_samples WHERE ts_s > ? "
+        "GROUP BY nic ORDER BY handled LIMIT 1",
+        [SIM_EPOCH_TS_S + 61],
+    )
+    assert (
+        handled[0]["nic"] == "node0/nic0" and handled[0]["handled"] == 0
+    )  # its ring predecessor hears nothing
