@@ -17,9 +17,10 @@ from aiops.rca.fabric_scorers import facility, network
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
 from aiops.rca.gpu_scorers import gpu_health, host_stalls, throttling
 from aiops.rca.ranking import rank
+from aiops.rca.rdma_scorers import roce_ecn
 from aiops.store import Store
 
-SCORERS = (gpu_health, throttling, host_stalls, facility, network)
+SCORERS = (gpu_health, throttling, host_stalls, facility, network, roce_ecn)
 
 
 def incident_window(store: Store, incident: Incident) -> Window:

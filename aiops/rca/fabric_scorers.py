@@ -8,6 +8,7 @@ from typing import Any
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
 from aiops.rca.gpu_scorers import _heated, _rack_abnormal
+from aiops.rca.rdma_scorers import hca_nics
 
 
 def facility(facts: Facts) -> list[Candidate]:
@@ -150,7 +151,10 @@ def network(facts: Facts) -> list[Candidate]:
     marking = [r for r in nics if float(r["ce_per_s"] or 0) > 0.3 * peer_ce]
     losses = sorted(float(r["loss_per_s"] or 0) for r in nics)
     peer_loss = losses[len(losses) // 2] if losses else 0.0
+    with_hca = hca_nics(facts)  # RDMA NICs: their HCA counters speak for ECN (rdma_scorers.roce_ecn)
     for r in nics:
+        if str(r["nic"]) in with_hca:
+            continue
         loss = float(r["loss_per_s"] or 0)
         lossy = loss > max(3.0 * float(r["ref_loss_per_s"] or 0), 1.0) or loss > max(10.0 * peer_loss, 1.0)
         if lossy and peer_ce > 0 and float(r["ce_per_s"] or 0) < 0.3 * peer_ce and len(marking) >= 1:

@@ -302,6 +302,31 @@ class Facts:
             [w.run_start_s, w.baseline_end_s, w.opened_s, w.end_s],
         )
 
+    def hca_congestion(self) -> list[dict[str, Any]]:
+        """Per NIC with RDMA port counters (ib_port_samples, cumulative: rates from first to last sample): CE
+        marks its HCA received, CNPs it sent and handled, packets out of sequence, link drops; incident vs
+        reference. Empty on hosts without RDMA NICs (the ECN rule then reads nic_samples.ce_marks)."""
+        w = self.window
+
+        def rate(column: str) -> str:
+            return f"(max({column}) - min({column})) / greatest(max(ts_s) - min(ts_s), 1)"
+
+        return self.run(
+            "hca_congestion",
+            "Per-NIC RoCE congestion counters of the HCA (CE marks received, CNPs sent and handled, "
+            "out-of-sequence packets): incident vs reference",
+            f"""WITH ref AS (SELECT nic, {rate("out_of_sequence")} AS ref_oos_per_s FROM ib_port_samples
+                            WHERE nic IS NOT NULL AND ts_s >= ? AND ts_s < ? GROUP BY nic),
+                    cur AS (SELECT nic, any_value(node) AS node, count(*) AS samples,
+                                   {rate("np_ecn_marked_roce_packets")} AS ecn_marked_per_s,
+                                   {rate("np_cnp_sent")} AS cnp_sent_per_s, {rate("rp_cnp_handled")} AS cnp_handled_per_s,
+                                   {rate("out_of_sequence")} AS oos_per_s,
+                                   max(link_downed) - min(link_downed) AS link_downed
+                            FROM ib_port_samples WHERE nic IS NOT NULL AND ts_s BETWEEN ? AND ? GROUP BY nic)
+               SELECT cur.*, ref.ref_oos_per_s FROM cur LEFT JOIN ref USING (nic) ORDER BY nic""",
+            [w.run_start_s, w.baseline_end_s, w.opened_s, w.end_s],
+        )
+
     def flows(self) -> list[dict[str, Any]]:
         w = self.window
         return self.run(

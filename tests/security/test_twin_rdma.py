@@ -14,6 +14,7 @@ import duckdb
 from aiops.detect import detect
 from aiops.evidence.nccl import parse_line
 from aiops.models import Incident
+from aiops.rca import diagnose
 from aiops.sim import SIM_EPOCH_TS_S, World, simulate
 from aiops.sim.faults import LONG_FLAP_SEVERITY
 from aiops.sim.rdma import RETRY_WINDOW_S
@@ -140,6 +141,10 @@ def _ecn_store() -> tuple[Store, list[Incident]]:
     return store, detect(store)
 
 
+def _ecn_hypotheses(store: Store, incidents: list[Incident]) -> list[tuple[str, str]]:
+    return [(h.root_cause, h.component) for d in diagnose(store, incidents) for h in d.hypotheses[:3]]
+
+
 def test_a_port_without_ecn_sends_no_cnps_where_its_peers_do() -> None:
     store, _ = _ecn_store()
     during = {
@@ -162,3 +167,24 @@ def test_a_port_without_ecn_sends_no_cnps_where_its_peers_do() -> None:
     assert (
         handled[0]["nic"] == "node0/nic0" and handled[0]["handled"] == 0
     )  # its ring predecessor hears nothing
+
+
+def test_the_analyst_names_ecn_misconfig_from_the_hca_counters_alone() -> None:
+    """With the host's CE marks gone (nic_samples.ce_marks NULL: RDMA bypasses the kernel), the HCA's CNP counters
+    name the NIC; without HCA rows as well, nothing does; a host without RDMA still gets the CE-mark rule."""
+    store, incidents = _ecn_store()
+    assert incidents
+    assert ("ecn_misconfig", ECN_NIC) in _ecn_hypotheses(store, incidents)
+    store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+    found = _ecn_hypotheses(store, incidents)
+    assert found[0] == ("ecn_misconfig", ECN_NIC), found
+    store.conn.execute("DELETE FROM ib_port_samples")
+    assert ("ecn_misconfig", ECN_NIC) not in _ecn_hypotheses(store, incidents)
+
+
+def test_hosts_without_rdma_keep_the_ce_mark_rule() -> None:
+    store, incidents = _ecn_store()
+    store.conn.execute("DELETE FROM ib_port_samples")
+    assert ("ecn_misconfig", ECN_NIC) in _ecn_hypotheses(store, incidents)
+    store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+    assert ("ecn_misconfig", ECN_NIC) not in _ecn_hypotheses(store, incidents)

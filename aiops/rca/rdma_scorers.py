@@ -1,0 +1,61 @@
+"""ECN on RoCE, from the HCAs' own counters. On RoCE the switch marks CE on a congested queue; the receiving HCA
+counts the marks (np_ecn_marked_roce_packets) and answers with CNPs (np_cnp_sent) that the sender's HCA handles
+(rp_cnp_handled, DCQCN). A switch port with ECN off marks nothing, so its NIC sends no CNPs while its peers do,
+and what the full queue drops reaches the receiver as sequence gaps (out_of_sequence). RDMA bypasses the
+kernel, so where a NIC has ib_port_samples rows this rule, not the host's CE marks (fabric_scorers.network),
+speaks for its ECN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiops.rca.candidate import Candidate
+from aiops.rca.facts import Facts
+
+SILENT_SHARE = 0.3  # a NIC sending fewer CNPs than this share of its peers' median sends none to speak of
+LOSS_OVER_REFERENCE = 3.0
+LOSS_OVER_PEERS = 10.0
+MIN_LOSS_PER_S = 1.0
+
+
+def hca_nics(facts: Facts) -> set[str]:
+    """NICs whose ECN the HCA counters describe (rows in the incident window)."""
+    return {str(r["nic"]) for r in facts.hca_congestion()}
+
+
+def roce_ecn(facts: Facts) -> list[Candidate]:
+    rows = facts.hca_congestion()
+    if not rows:
+        return []
+    peer_cnp = _median([_num(r["cnp_sent_per_s"]) for r in rows])
+    peer_oos = _median([_num(r["oos_per_s"]) for r in rows])
+    sending = [r for r in rows if _num(r["cnp_sent_per_s"]) > SILENT_SHARE * peer_cnp]
+    out: list[Candidate] = []
+    for r in rows:
+        oos, cnp = _num(r["oos_per_s"]), _num(r["cnp_sent_per_s"])
+        lossy = oos > max(LOSS_OVER_REFERENCE * _num(r["ref_oos_per_s"]), MIN_LOSS_PER_S) or oos > max(
+            LOSS_OVER_PEERS * peer_oos, MIN_LOSS_PER_S
+        )
+        if lossy and peer_cnp > 0 and cnp < SILENT_SHARE * peer_cnp and sending:
+            out.append(
+                Candidate(
+                    "ecn_misconfig",
+                    str(r["nic"]),
+                    0.86,
+                    f"{r['nic']}: {oos:.1f} packets/s out of sequence but {cnp:.1f} CNPs/s sent while "
+                    f"{len(sending)} other NICs send {peer_cnp:.1f}/s under the same load: the switch marks no "
+                    "CE towards it",
+                    [facts.cite("hca_congestion", "CE marks, CNPs and out-of-sequence packets per HCA")],
+                )
+            )
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def _num(value: Any) -> float:
+    return 0.0 if value is None else float(value)
