@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from collectors.base import RowBatch, RowBuffer, RowCollector
+from collectors.ethtool import pause_frames
 from collectors.hostfs import ERROR_COLUMNS
 from collectors.hwmon import HwmonCollector
 from collectors.infiniband import InfinibandCollector
@@ -93,7 +94,9 @@ def host_collectors(
     topology = discover_topology(node, rack, base, inventory(running, base) if running is not None else None)
     collectors += [
         ProcfsCollector(node, base),
-        NetdevCollector(node, base, topology.nic_by_netdev, net_skip),
+        NetdevCollector(
+            node, base, topology.nic_by_netdev, net_skip, pause_frames if base == Path("/") else None
+        ),
         InfinibandCollector(node, base, topology.nic_by_ibdev),
         HwmonCollector(node, base),
         ThermalZoneCollector(base / "sys", node),

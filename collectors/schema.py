@@ -192,6 +192,8 @@ _COLUMNS: dict[str, tuple[tuple[str, pa.DataType], ...]] = {
         ("carrier_changes", I64),
         ("oper_up", B),
         ("speed_mbps", I32),
+        ("rx_pause_frames", I64),  # m014
+        ("tx_pause_frames", I64),
     ),
     "ib_port_samples": (
         ("ts_s", F),

@@ -211,7 +211,8 @@ class MetricsCache(Collector):
         netdev = {"rx_bytes": "netdev_receive_bytes", "tx_bytes": "netdev_transmit_bytes",
                   "rx_errors": "netdev_receive_errors", "tx_errors": "netdev_transmit_errors",
                   "rx_dropped": "netdev_receive_drops", "tx_dropped": "netdev_transmit_drops",
-                  "carrier_changes": "netdev_carrier_changes"}  # fmt: skip
+                  "carrier_changes": "netdev_carrier_changes", "rx_pause_frames": "netdev_receive_pause_frames",
+                  "tx_pause_frames": "netdev_transmit_pause_frames"}  # fmt: skip
         for column, name in netdev.items():
             family = CounterMetricFamily(
                 PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev"]

@@ -530,6 +530,14 @@ ALTER TABLE ib_port_samples ADD COLUMN IF NOT EXISTS local_ack_timeout_err BIGIN
 ALTER TABLE ib_port_samples ADD COLUMN IF NOT EXISTS req_transport_retries_exceeded BIGINT
 """
 
+# Pause frames a network device sent and received (`ethtool -S` through SIOCETHTOOL, collectors/ethtool.py): on a
+# lossless (PFC) RoCE fabric a congested queue without ECN pauses its senders instead of dropping. Totals of the
+# global and per-priority counters (mlx5: rx/tx_pause_ctrl_phy, rx/tx_prio<N>_pause); NULL where the driver has none.
+M014_NETDEV_PAUSE_FRAMES = """
+ALTER TABLE netdev_samples ADD COLUMN IF NOT EXISTS rx_pause_frames BIGINT;
+ALTER TABLE netdev_samples ADD COLUMN IF NOT EXISTS tx_pause_frames BIGINT
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -544,6 +552,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "profiles", _sql(M011_PROFILES)),
     Migration(12, "alert_investigations", _sql(M012_ALERT_INVESTIGATIONS)),
     Migration(13, "ib_transport_retries", _sql(M013_IB_TRANSPORT_RETRIES)),
+    Migration(14, "netdev_pause_frames", _sql(M014_NETDEV_PAUSE_FRAMES)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -23,6 +23,7 @@ from collectors.schema import columns
 from tests.simkit import scenario
 
 NEW_COLUMNS = ("local_ack_timeout_err", "req_transport_retries_exceeded")
+PAUSE_COLUMNS = ("rx_pause_frames", "tx_pause_frames")
 
 
 def test_an_old_store_gains_the_retry_counters_as_null(tmp_path: Path) -> None:
@@ -33,6 +34,9 @@ def test_an_old_store_gains_the_retry_counters_as_null(tmp_path: Path) -> None:
     for column in NEW_COLUMNS:
         conn.execute(f"ALTER TABLE ib_port_samples DROP COLUMN {column}")
     conn.execute("DELETE FROM schema_migrations WHERE version = 13")
+    for column in PAUSE_COLUMNS:  # and migration 14's pause frames of netdev_samples
+        conn.execute(f"ALTER TABLE netdev_samples DROP COLUMN {column}")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 14")
     conn.execute(
         "INSERT INTO ib_port_samples (ts_s, node, device, port, link_downed) VALUES (1, 'node0', 'mlx5_0', 1, 2)"
     )
@@ -45,6 +49,10 @@ def test_an_old_store_gains_the_retry_counters_as_null(tmp_path: Path) -> None:
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'ib_port_samples' ORDER BY ordinal_position"
         )]  # fmt: skip
         assert stored == list(columns("ib_port_samples"))
+        netdev = [r["column_name"] for r in store.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'netdev_samples' ORDER BY ordinal_position"
+        )]  # fmt: skip
+        assert netdev == list(columns("netdev_samples"))
 
 
 # -- transport retries over a flapping link -------------------------------------------------------------------
