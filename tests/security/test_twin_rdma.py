@@ -149,7 +149,7 @@ def _ecn_store() -> tuple[Store, list[Incident]]:
     return store, detect(store)
 
 
-def _ecn_hypotheses(store: Store, incidents: list[Incident]) -> list[tuple[str, str]]:
+def _top_hypotheses(store: Store, incidents: list[Incident]) -> list[tuple[str, str]]:
     return [(h.root_cause, h.component) for d in diagnose(store, incidents) for h in d.hypotheses[:3]]
 
 
@@ -182,17 +182,25 @@ def test_the_analyst_names_ecn_misconfig_from_the_hca_counters_alone() -> None:
     name the NIC; without HCA rows as well, nothing does; a host without RDMA still gets the CE-mark rule."""
     store, incidents = _ecn_store()
     assert incidents
-    assert ("ecn_misconfig", ECN_NIC) in _ecn_hypotheses(store, incidents)
+    assert ("ecn_misconfig", ECN_NIC) in _top_hypotheses(store, incidents)
     store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
-    found = _ecn_hypotheses(store, incidents)
+    found = _top_hypotheses(store, incidents)
     assert found[0] == ("ecn_misconfig", ECN_NIC), found
     store.conn.execute("DELETE FROM ib_port_samples")
-    assert ("ecn_misconfig", ECN_NIC) not in _ecn_hypotheses(store, incidents)
+    assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
 
 
 def test_hosts_without_rdma_keep_the_ce_mark_rule() -> None:
     store, incidents = _ecn_store()
     store.conn.execute("DELETE FROM ib_port_samples")
-    assert ("ecn_misconfig", ECN_NIC) in _ecn_hypotheses(store, incidents)
+    assert ("ecn_misconfig", ECN_NIC) in _top_hypotheses(store, incidents)
     store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
-    assert ("ecn_misconfig", ECN_NIC) not in _ecn_hypotheses(store, incidents)
+    assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
+
+
+def test_the_analyst_still_names_a_flap_that_crashed_the_job() -> None:
+    """A long outage restarts the job (idle GPUs, no steps for a minute): the cause stays the flapping NIC."""
+    _, store = _flap_run(0.95, duration_s=60.0)
+    incidents = detect(store)
+    assert incidents
+    assert _top_hypotheses(store, incidents)[0] == ("nic_link_flap", FLAP_NIC)
