@@ -163,9 +163,14 @@ def _flap(row: Row) -> bool:
 
 
 def _ecn(row: Row) -> bool:
+    """Host view: losses without CE marks; RoCE HCA view (rca/rdma_scorers.py): packets out of sequence while the
+    NIC sends no CNPs (a delta or a rate: a cumulative total is not 0 once the NIC ever sent one)."""
     lossy = _positive(row, "drops") or _positive(row, "retransmits") or _positive(row, "loss_per_s")
     ce = _num(row, "ce_marks", "ce_per_s")
-    return lossy and ce is not None and ce == 0
+    host = lossy and ce is not None and ce == 0
+    out_of_order = _positive(row, "out_of_sequence") or _positive(row, "oos_per_s")
+    cnp = _num(row, "np_cnp_sent", "cnp_sent_per_s")
+    return host or (out_of_order and cnp is not None and cnp == 0)
 
 
 def _loader(row: Row) -> bool:
@@ -209,7 +214,11 @@ SUPPORT: dict[str, tuple[str, Callable[[Row], bool]]] = {
     "bulk_traffic_contention": ("bulk traffic_class bytes, or queue_ms >= 2 x ref_queue_ms", _bulk),
     "lane_misclassification": ("collective bytes in the bulk/standard lane, or bulk bytes in vip", _lane),
     "nic_link_flap": ("carrier_changes > 0, or link_up false", _flap),
-    "ecn_misconfig": ("drops/retransmits/loss with ce_marks (or ce_per_s) = 0", _ecn),
+    "ecn_misconfig": (
+        "drops/retransmits/loss with ce_marks (or ce_per_s) = 0, or out_of_sequence (oos_per_s) with np_cnp_sent "
+        "(cnp_sent_per_s) = 0",
+        _ecn,
+    ),
     "input_pipeline_bottleneck": ("loader_ms > max(3 x ref, ref + 50), GpuIdle bit, idle_samples >= 3", _loader),
     "application_error": ("an application XID (13, 31, 43, 45, 68)", _app),
     "ambient_drift": ("inlet_c >= ref_inlet_c + 1", _drift),

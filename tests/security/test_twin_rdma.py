@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 
+from aiops.agent.verify import SUPPORT
 from aiops.detect import detect
 from aiops.evidence.nccl import parse_line
 from aiops.models import Incident
@@ -204,3 +205,14 @@ def test_the_analyst_still_names_a_flap_that_crashed_the_job() -> None:
     incidents = detect(store)
     assert incidents
     assert _top_hypotheses(store, incidents)[0] == ("nic_link_flap", FLAP_NIC)
+
+
+def test_an_llm_claim_citing_the_hca_counters_can_verify_ecn_misconfig() -> None:
+    """The agent's verifier accepts the HCA view the analyst now uses (CNPs silent, packets out of sequence) and
+    still refuses a NIC that sends CNPs, or a cumulative total it cannot read as silence."""
+    check = SUPPORT["ecn_misconfig"][1]
+    assert check({"nic": ECN_NIC, "oos_per_s": 16.4, "cnp_sent_per_s": 0.0})
+    assert check({"nic": ECN_NIC, "out_of_sequence": 3279, "np_cnp_sent": 0})
+    assert not check({"nic": ECN_NIC, "oos_per_s": 16.4, "cnp_sent_per_s": 15.2})
+    assert not check({"nic": ECN_NIC, "out_of_sequence": 3279, "np_cnp_sent": 1888})
+    assert not check({"nic": ECN_NIC, "oos_per_s": 0.0, "cnp_sent_per_s": 0.0})
