@@ -105,6 +105,8 @@ class Scenario(_Strict):
     cluster: ClusterSpec = ClusterSpec()
     jobs: list[JobSpec] | None = None
     lanes: Literal["enabled", "disabled"] = "enabled"
+    # RoCE fabric: lossy (no PFC: a full queue drops) or lossless (PFC on the collectives' priority: it pauses)
+    fabric: Literal["lossy", "lossless"] = "lossy"
     faults: list[FaultSpec] = []
     expect: ExpectField | None = None
 
@@ -184,6 +186,8 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
         )
     if last == "lanes":
         return "enabled, disabled"
+    if last == "fabric":
+        return "lossy, lossless"
     if last == "nodes":
         return "all, a node count, or a list of node names"
     return None

@@ -62,6 +62,9 @@ class FabricOut:
     flows: list[FlowRow] = field(default_factory=list)
     collectives: list[CollectiveRow] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
+    pauses: list[int] = field(
+        default_factory=list
+    )  # per NIC: PFC pauses its full queue sent (lossless fabric)
 
 
 @dataclass
@@ -185,7 +188,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     w.rank_starved = starved
     w.vip_demand_fraction = coll_bps / network.LINK_BPS
     class_bytes = _class_bytes(w, coll_bps, bulk_fraction)
-    out.nics = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
+    out.nics, out.pauses = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
     out.flows = _flow_rows(w, classes, class_bytes)
     cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
     cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
@@ -267,7 +270,7 @@ def _class_bytes(w: World, coll_bps: F64, bulk_fraction: F64) -> F64:
 
 
 def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, class_bytes: F64,
-              coll_bps: F64, bulk_fraction: F64) -> list[NicRow]:  # fmt: skip
+              coll_bps: F64, bulk_fraction: F64) -> tuple[list[NicRow], list[int]]:  # fmt: skip
     """Per NIC: one row per lane when lanes are enforced, else one `fifo` row. Drops, CE marks and
     retransmits of a NIC are shared among its lanes by bytes."""
     rng, n = w.rng, w.layout.nic_count
@@ -275,6 +278,9 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
     # incast bursts: a healthy NIC marks CE and drops (almost) nothing; without ECN it drops instead
     marks = rng.poisson(120 * activity)
     lossy = rng.poisson((30 + 150 * mods.ecn_severity) * activity)
+    # on a lossless (PFC) fabric the queue that would drop pauses its senders instead (rdma.py books the pauses)
+    paused = np.where(w.ecn_enabled | ~w.lossless, 0, lossy)
+    lossy = np.where(w.lossless, 0, lossy)
     drops = np.where(w.ecn_enabled, rng.poisson(0.002, n), lossy) + np.where(
         w.link_up, 0, rng.poisson(3000, n)
     )
@@ -305,7 +311,7 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
         for lane, lane_name in enumerate(network.LANES):
             rows.append((i, lane_name, bytes_per_lane[lane], lanes_d[lane], lanes_c[lane], lanes_r[lane],
                          lane_q[i][lane], lane_rate_bps[i][lane], up))  # fmt: skip
-    return rows
+    return rows, paused.tolist()
 
 
 def _split(count: int, shares: list[float]) -> list[int]:

@@ -11,8 +11,12 @@ rises, the rank's NCCL logs `NET/IB : Got completion from peer ... with status=1
 
 RoCE congestion (DCQCN): the switch marks CE on the queue towards a receiver; the receiving HCA counts the marks
 (`np_ecn_marked_roce_packets`) and answers with CNPs (`np_cnp_sent`); the sender's HCA handles them
-(`rp_cnp_handled`) and slows down. A switch port without ECN marks nothing: no marks, no CNPs; on this lossy
-fabric its queue overflows and the receiver sees the gaps (`out_of_sequence`). The congestion itself (marks,
+(`rp_cnp_handled`) and slows down. A switch port without ECN marks nothing: no marks, no CNPs; on a lossy
+fabric its queue overflows and the receiver sees the gaps (`out_of_sequence`); on a lossless one (PFC on the
+collectives' priority) nothing is lost: the switch pauses the ports that feed the queue, so the senders' NICs
+count pause frames received (ethtool `rx_prio<N>_pause`, netdev_samples.rx_pause_frames) and wait to transmit.
+The host's netdev statistics (`netdev_rows`) see only kernel traffic (RDMA bypasses the kernel): bulk and other
+bytes, carrier changes, the PHY's pause frames. The congestion itself (marks,
 drops, queueing) is the fabric model's (fabric.py `_nic_rows`); this module only books it on the HCAs. It draws
 from its own random stream, so adding it changed nothing else the twin emits. Sources: docs/SIMULATOR.md.
 """
@@ -41,6 +45,11 @@ CNP_PER_MARK = 0.5  # the NP sends at most one CNP per QP per interval (mlx5 min
 BYTES_PER_WORD = 4  # port_xmit_data / port_rcv_data count 4-octet words (IBA PortXmitData)
 RATE_GBPS = 200.0
 XMIT_WAIT_TICKS_PER_MS = 1000  # port_xmit_wait ticks while the queue holds data
+PAUSES_PER_OVERFLOW = 2  # PFC pause frames (XOFF, refreshed while the queue stays above its threshold) per
+# packet a lossy queue would have dropped
+XMIT_WAIT_TICKS_PER_PAUSE = 500  # a paused port waits to transmit (pause quanta)
+NETDEV_BYTES_PER_PACKET = 4096
+NETDEV_SPEED_MBPS = 200_000
 COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards",
             "port_xmit_wait", "port_rcv_data", "port_xmit_data", "np_cnp_sent", "rp_cnp_handled",
             "np_ecn_marked_roce_packets", "out_of_sequence", "local_ack_timeout_err",
@@ -61,6 +70,7 @@ class Hca:
     down_since_s: F64  # elapsed second the link went down (-1 while up)
     exhausted: Bools  # this outage's retries are used up (the QPs errored)
     rng: np.random.Generator
+    netdev: I64  # [nic, 4]: kernel tx bytes, kernel rx bytes, pause frames received, pause frames sent
     log: list[NcclLine] = field(default_factory=list)
 
     @classmethod
@@ -72,6 +82,7 @@ class Hca:
             np.full(k, -1.0),
             np.zeros(k, dtype=bool),
             np.random.default_rng([seed, 4]),
+            np.zeros((k, 4), dtype=np.int64),
         )
 
 
@@ -118,6 +129,12 @@ def step(w: World) -> None:
         up, drops, 0
     )  # the receiver sees the sequence gaps of lost packets
     c[:, C["port_xmit_discards"]] += np.where(up, 0, drops)  # a port that is down discards what it would send
+    if w.out.pauses:  # lossless: the full queue towards a NIC pauses the port that feeds it (its ring sender)
+        pause_frames = np.asarray(w.out.pauses, dtype=np.int64) * PAUSES_PER_OVERFLOW
+        np.add.at(h.netdev[:, 2], send_from, pause_frames)
+        np.add.at(c[:, C["port_xmit_wait"]], send_from, pause_frames * XMIT_WAIT_TICKS_PER_PAUSE)
+    h.netdev[:, 0] += np.maximum(tx - collective.astype(np.int64), 0)  # the kernel path: not the RDMA traffic
+    h.netdev[:, 1] += other.astype(np.int64)
     _links(w, send_from, n)
     h.was_up = up.copy()
 
@@ -205,6 +222,22 @@ def nccl_retry_exceeded_line(
         f"from peer {there}<{port}> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:{here} "
         f"remoteGids::ffff:{there}"
     )
+
+
+def netdev_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
+    """netdev_samples rows (collectors/net.py with the ethtool pause reader), one per NIC: its RoCE netdev."""
+    lay, h = w.layout, w.hca
+    kernel = h.netdev.tolist()
+    discards = h.counters[:, C["port_xmit_discards"]].tolist()
+    rows: list[tuple[object, ...]] = []
+    for i, (nic, up, changes) in enumerate(zip(lay.nic_names, w.link_up.tolist(), w.carrier_changes.tolist(),
+                                               strict=True)):  # fmt: skip
+        node = lay.node_names[int(lay.nic_node[i])]
+        tx_bytes, rx_bytes, rx_pause, tx_pause = kernel[i]
+        rows.append((now_ts_s, node, f"ens{i % lay.nics_per_node + 1}f0np0", nic, rx_bytes, tx_bytes,
+                     rx_bytes // NETDEV_BYTES_PER_PACKET, tx_bytes // NETDEV_BYTES_PER_PACKET, 0, 0, 0, discards[i],
+                     changes, up, NETDEV_SPEED_MBPS if up else None, rx_pause, tx_pause))  # fmt: skip
+    return rows
 
 
 def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:

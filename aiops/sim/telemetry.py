@@ -102,6 +102,7 @@ class SimFabricCollector:
         """The HCAs' counters (ib_port_samples, as collectors/infiniband.py reads them) and new NCCL log lines."""
         w = self.world
         out["ib_port_samples"] = RowBatch(columns("ib_port_samples"), rdma.port_rows(w, now_ts_s))
+        out["netdev_samples"] = RowBatch(columns("netdev_samples"), rdma.netdev_rows(w, now_ts_s))
         fresh = w.hca.log[self._nccl_lines_seen :]
         self._nccl_lines_seen = len(w.hca.log)
         rows: list[Row] = []

@@ -100,6 +100,7 @@ class World:
         # NICs and the lane controller
         self.lanes_enforced: Bools = np.full(k, scenario.lanes == "enabled")
         self.ecn_enabled: Bools = np.ones(k, dtype=bool)
+        self.lossless: Bools = np.full(k, scenario.fabric == "lossless")  # PFC on the RoCE fabric
         self.link_up: Bools = np.ones(k, dtype=bool)
         self.carrier_changes: I64 = np.zeros(k, dtype=np.int64)  # cumulative carrier up/down transitions
         self.lanes_policy = lanes_policy if lanes_policy is not None else net.default_policy()

@@ -101,6 +101,10 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         )
         for column in ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "out_of_sequence")
     },
+    ("netdev_samples", "rx_pause_frames"): (
+        frozenset({"ecn_misconfig"}),
+        "ethtool rx_prio<N>_pause (mlx5): on a lossless fabric the switch pauses a sender whose queue does not mark",
+    ),
     ("log_events", "raw"): (
         frozenset({"nic_link_flap"}),
         "the rank's NCCL log: 'NET/IB : Got completion from peer ... with status=12' (IBV_WC_RETRY_EXC_ERR)",

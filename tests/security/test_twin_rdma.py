@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from aiops.agent.verify import SUPPORT
 from aiops.detect import detect
+from aiops.errors import ScenarioError
 from aiops.evidence.nccl import parse_line
 from aiops.models import Incident
 from aiops.rca import diagnose
@@ -216,3 +218,54 @@ def test_an_llm_claim_citing_the_hca_counters_can_verify_ecn_misconfig() -> None
     assert not check({"nic": ECN_NIC, "oos_per_s": 16.4, "cnp_sent_per_s": 15.2})
     assert not check({"nic": ECN_NIC, "out_of_sequence": 3279, "np_cnp_sent": 1888})
     assert not check({"nic": ECN_NIC, "oos_per_s": 0.0, "cnp_sent_per_s": 0.0})
+
+
+# -- a lossless (PFC) RoCE fabric: pauses instead of drops ------------------------------------------------------
+def _lossless_store() -> tuple[Store, list[Incident]]:
+    spec = scenario(
+        [{"kind": "ecn_misconfig", "target": ECN_NIC, "start_s": 60, "severity": 0.7}],
+        duration_s=200,
+        fabric="lossless",
+    )
+    store = Store(":memory:")
+    simulate(spec, store)
+    return store, detect(store)
+
+
+def test_a_lossless_fabric_pauses_the_sender_instead_of_dropping() -> None:
+    store, _ = _lossless_store()
+    after = [SIM_EPOCH_TS_S + 61]
+    pauses = {
+        str(r["nic"]): r["rx"]
+        for r in store.query(
+            "SELECT nic, max(rx_pause_frames) - min(rx_pause_frames) AS rx FROM netdev_samples WHERE ts_s > ? "
+            "GROUP BY nic",
+            after,
+        )
+    }
+    assert pauses[SENDER_NIC] > 1000 and all(v == 0 for nic, v in pauses.items() if nic != SENDER_NIC)
+    target = store.query(
+        "SELECT max(out_of_sequence) - min(out_of_sequence) AS oos, max(np_cnp_sent) - min(np_cnp_sent) AS cnp "
+        "FROM ib_port_samples WHERE nic = ? AND ts_s > ?",
+        [ECN_NIC, *after],
+    )[0]
+    assert target == {"oos": 0, "cnp": 0}
+    assert (
+        store.scalar("SELECT sum(drops) FROM nic_samples WHERE nic = ? AND ts_s > ?", [ECN_NIC, *after]) < 5
+    )
+    assert store.scalar("SELECT count(*) FROM netdev_samples WHERE tx_pause_frames > 0") == 0
+
+
+def test_the_analyst_names_ecn_misconfig_on_a_lossless_fabric_from_pauses_and_silent_cnps() -> None:
+    store, incidents = _lossless_store()
+    assert incidents
+    store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+    assert _top_hypotheses(store, incidents)[0] == ("ecn_misconfig", ECN_NIC)
+    store.conn.execute("UPDATE netdev_samples SET rx_pause_frames = NULL")  # a driver without pause counters
+    assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
+
+
+def test_the_fabric_key_is_optional_and_checked() -> None:
+    assert scenario([]).fabric == "lossy"
+    with pytest.raises(ScenarioError, match="lossy, lossless"):
+        scenario([], fabric="pfc")
