@@ -2,7 +2,7 @@
 
 Sources (docs/INVESTIGATE.md has the table):
 - Xid meanings: NVIDIA "Xid Errors" (docs.nvidia.com/deploy/xid-errors): 79 GPU has fallen off the bus;
-  48 DBE; 63/64 ECC page retirement / row remapping event or failure; 94/95 contained / uncontained ECC;
+  48 DBE; 92 high single-bit ECC error rate (corrected errors: a watch item, no hypothesis); 63/64 ECC page retirement / row remapping event or failure; 94/95 contained / uncontained ECC;
   74 NVLink error; 137/145 NVLink (Blackwell) link errors; 119/120 GSP RPC timeout / GSP error;
   154 GPU recovery action changed; 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped
   processing, 45 preemptive cleanup (user-application classes unless hardware Xids accompany them).
@@ -68,6 +68,34 @@ ANOMALY_KINDS = frozenset(
         "ecc_uncorrectable",
     }
 )
+
+
+# Lines that are warnings to watch, not evidence of a fault: (kind, code) -> (finding title, note).
+WATCH_ITEMS: dict[tuple[str, int], tuple[str, str]] = {
+    ("xid", rules_gpu.ECC_RATE_WARNING_XID): (
+        "xid92_corrected_ecc_rate",
+        "watch: Xid 92 is a high rate of corrected single-bit ECC errors (NVIDIA Xid catalogue), a warning; "
+        "it is evidence of no uncorrectable error",
+    ),
+}
+
+
+def watch_item(e: LogEvent) -> tuple[str, str] | None:
+    """(title, note) when the event is a warning to watch rather than a fault."""
+    return None if e.code is None else WATCH_ITEMS.get((e.kind, e.code))
+
+
+def finding(e: LogEvent) -> dict[str, object]:
+    """One entry of `findings`: the event kind (or its watch title and note) and the line as read."""
+    watch = watch_item(e)
+    out: dict[str, object] = {
+        "title": e.kind if watch is None else watch[0],
+        "source": e.cite,
+        "rows": [e.raw],
+    }
+    if watch is not None:
+        out["watch"] = watch[1]
+    return out
 
 
 def anomalies(c: Collected) -> list[LogEvent]:
