@@ -49,7 +49,9 @@ def _one(line: str) -> LogEvent | None:
 
 
 def test_corpus_kernel_events_are_those_of_the_parser_before() -> None:
+    """The 38 cases of the corpus when the parser moved (cases added later are checked by the tests below)."""
     before = json.loads(BEFORE.read_text(encoding="utf-8"))
+    files = {entry["file"] for entry in before}
     now = [
         {
             "file": str(path.relative_to(REAL)),
@@ -60,6 +62,7 @@ def test_corpus_kernel_events_are_those_of_the_parser_before() -> None:
             "detail": event.detail,
         }
         for path in _kernel_files()
+        if str(path.relative_to(REAL)) in files
         for _raw, event in _events(path)
         if event is not None
     ]
