@@ -2,7 +2,8 @@
 
 This is the one kernel-line parser: the /dev/kmsg collector (collectors/kmsg.py, through `classify`) and
 `aiops investigate`'s kernel-log reader (aiops/evidence/kernel.py, through `xid_line`, `aer_line`,
-`link_line`; the pipeline layer may import collectors, not the other way) read Xid, AER and link lines here.
+`link_line`, `thermal_line`, `mce_line`; the pipeline layer may import collectors, not the other way) read
+Xid, AER, link, CPU thermal and machine-check lines here.
 
 A record (Documentation/ABI/testing/dev-kmsg) is `priority,seq,timestamp_us,flags[,...];message` followed by
 continuation lines ` KEY=value` (dev_printk adds `SUBSYSTEM=pci` and `DEVICE=+pci:0000:3b:00.0`). The
@@ -23,7 +24,8 @@ function; NVIDIA GPUs are function 0) map to it, so one dictionary keyed by that
   include/linux/aer.h (AER_NONFATAL 0, AER_FATAL 1, AER_CORRECTABLE 2).
 - link: `mlx5_core 0000:5e:00.0 ens1f0np0: Link down` (mlx5e), `mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link
   DOWN` (IB core), `ixgbe 0000:05:00.0 enp5s0: NIC Link is Up 10 Gbps, ...` (Intel drivers, also
-  `e1000e: eth1 NIC Link is Down`), `bond0: (slave enp83s0f0np0): link status definitely down, ...`,
+  `e1000e: eth1 NIC Link is Down`), `bond0: (slave enp83s0f0np0): link status definitely down, ...` (older
+  kernels: `bond0: link status definitely down for interface eno50, disabling it`),
   `IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready`; code 1 up, 0 down.
 - thermal: `CPU0: Package temperature above threshold, cpu clock throttled (total events = 1)` (also with an
   `mce: ` prefix on older kernels), code 1; `CPU0: Core temperature/speed normal`, code 0
@@ -108,6 +110,11 @@ class LinkLine:
     device: str
 
 
+@dataclass(frozen=True)
+class MceLine:
+    bank: int | None  # the MCA bank when the line names one
+
+
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,40})\): (?P<code>\d+)(?:, (?P<rest>.*))?")
 _XID_PCI = re.compile(rf"(?:PCI:)?({_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.[0-7])?)")
 # dev_printk: "<driver> <bus id>: ..."; netdev_printk/ibdev_printk: "<driver> <bus id> <name>: ..."
@@ -122,6 +129,8 @@ _NIC_LINK = re.compile(r"^NIC Link is (Up|Down)")
 _IB_PORT = re.compile(r"^Port: (\d+) Link (\w+)")
 _NIC_LINK_NO_PCI = re.compile(r"^\S+: (\S+) NIC Link is (Up|Down)")
 _BOND = re.compile(r"^\S+: \(slave ([^)]+)\): link status definitely (up|down)")
+# older kernels' bonding driver: "bond0: link status definitely down for interface eno50, disabling it"
+_BOND_OLD = re.compile(r"^\S+: link status definitely (up|down) for interface ([^\s,]+)")
 _LINK_READY = re.compile(r"ADDRCONF\(NETDEV_CHANGE\): (\S+): link becomes ready")
 _THERMAL_HOT = re.compile(r"^(?:mce: )?CPU\d+: (?:(?:Package|Core) )?[Tt]emperature (?:is )?above threshold")
 _THERMAL_OK = re.compile(r"^(?:mce: )?CPU\d+: (?:(?:Package|Core) )?[Tt]emperature/speed normal")
@@ -177,9 +186,28 @@ def link_line(message: str) -> LinkLine | None:
         return LinkLine(link.group(2) == "Up", None, link.group(1))
     if (bond := _BOND.match(message)) is not None:
         return LinkLine(bond.group(2) == "up", None, bond.group(1))
+    if (bond := _BOND_OLD.match(message)) is not None:
+        return LinkLine(bond.group(1) == "up", None, bond.group(2))
     if (ready := _LINK_READY.search(message)) is not None:
         return LinkLine(True, None, ready.group(1))
     return None
+
+
+def thermal_line(message: str) -> int | None:
+    """1 for a CPU temperature-above-threshold (throttling) line, 0 for its `temperature/speed normal`."""
+    if _THERMAL_HOT.match(message):
+        return 1
+    if _THERMAL_OK.match(message):
+        return 0
+    return None
+
+
+def mce_line(message: str) -> MceLine | None:
+    """A machine-check, firmware-first (APEI GHES) or EDAC hardware error line."""
+    if not _MCE.match(message):
+        return None
+    bank = _MCE_BANK.search(message)
+    return MceLine(None if bank is None else int(bank.group(1) or bank.group(2)))
 
 
 def classify(message: str) -> KernelLine | None:
@@ -190,13 +218,10 @@ def classify(message: str) -> KernelLine | None:
         return KernelLine("aer", aer.severity, aer.source or aer.pci)
     if (link := link_line(message)) is not None:
         return KernelLine("link", int(link.up), link.pci, link.device)
-    if _THERMAL_HOT.match(message):
-        return KernelLine("thermal", 1)
-    if _THERMAL_OK.match(message):
-        return KernelLine("thermal", 0)
-    if _MCE.match(message):
-        bank = _MCE_BANK.search(message)
-        return KernelLine("mce", None if bank is None else int(bank.group(1) or bank.group(2)))
+    if (hot := thermal_line(message)) is not None:
+        return KernelLine("thermal", hot)
+    if (mce := mce_line(message)) is not None:
+        return KernelLine("mce", mce.bank)
     return None
 
 

@@ -4,9 +4,9 @@ What the lines mean follows NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-e
 driver (drivers/pci/pcie/aer.c prints "AER: Corrected/Uncorrected (Non-Fatal)/Uncorrected (Fatal) error
 received" and the named status bits, e.g. "Surprise Down Error").
 
-Xid, AER header and link lines are recognised by the one kernel-line parser, collectors/kmsg_parse.py (shared
-with the /dev/kmsg collector); this module adds what only a pasted log needs (prefixes, "fallen off the bus"
-with the line before, GSP messages, AER status bits)."""
+Xid, AER header, link, CPU thermal and machine-check (MCE, GHES, EDAC) lines are recognised by the one
+kernel-line parser, collectors/kmsg_parse.py (shared with the /dev/kmsg collector); this module adds what only
+a pasted log needs (prefixes, "fallen off the bus" with the line before, GSP messages, AER status bits)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ _BENIGN = re.compile(r"^(?:nvidia|nvidia-nvlink|nvidia-modeset|nvidia-uvm|NVRM|\
 # large logs, most of whose lines are about other devices).
 _KEYWORDS = re.compile(
     r"NVRM|NVIDIA|nvidia|NVidia|AER|Surprise|GSP|gsp|[Hh]eartbeat|[Ll]ink|fallen|PCIe|pcieport|drm|[Ee]rror"
+    r"|[Tt]emperature|EDAC"
 )
 
 # The `aer` event's code: 0 corrected, 1 uncorrected non-fatal, 2 uncorrected fatal (from the kernel's severities).
@@ -140,6 +141,10 @@ def parse_line(
         return LogEvent(kind="gsp_error", component=_gpu_of(message), detail=detail, **base)
     if (link := kmsg_parse.link_line(message)) is not None:
         return LogEvent(kind="nic_link", component=link.device, code=int(link.up), detail=detail, **base)
+    if (hot := kmsg_parse.thermal_line(message)) is not None:
+        return LogEvent(kind="cpu_thermal", code=hot, detail=detail, **base)
+    if (mce := kmsg_parse.mce_line(message)) is not None:
+        return LogEvent(kind="mce", code=mce.bank, detail=detail, **base)
     if "RmInitAdapter failed" in message or "rm_init_adapter failed" in message:
         m2 = _GPU_BDF.search(message)
         return LogEvent(kind="init_failed", component=m2.group("pci") if m2 else None, detail=detail, **base)
@@ -163,20 +168,23 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
     """One item per line: its event, or None for a line no rule knows (counted by the caller)."""
     state = _State()
     for number, raw in numbered:
-        if raw.lstrip().startswith("{"):
-            yield _json_line(source, number, raw, state)
-        else:
+        record = _json_record(raw) if raw.lstrip().startswith("{") else None
+        if record is not None:
+            yield _json_line(source, number, raw, record, state)
+        else:  # text, including a GHES line that starts with its `{1}` record number
             yield parse_line(source, number, raw, state)
 
 
-def _json_line(source: str, number: int, raw: str, state: _State) -> LogEvent | None:
-    """`journalctl -k -o json`: MESSAGE (text or a list of bytes), _HOSTNAME, __REALTIME_TIMESTAMP (µs)."""
+def _json_record(raw: str) -> dict[str, Any] | None:
     try:
         record = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(record, dict):
-        return None
+    return record if isinstance(record, dict) else None
+
+
+def _json_line(source: str, number: int, raw: str, record: dict[str, Any], state: _State) -> LogEvent | None:
+    """`journalctl -k -o json`: MESSAGE (text or a list of bytes), _HOSTNAME, __REALTIME_TIMESTAMP (µs)."""
     message = record.get("MESSAGE")
     if isinstance(message, list) and all(isinstance(b, int) and 0 <= b < 256 for b in message):
         message = bytes(message).decode("utf-8", errors="replace")

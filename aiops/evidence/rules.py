@@ -12,6 +12,10 @@ Sources (docs/INVESTIGATE.md has the table):
   NCCL_IB_GID_INDEX (RoCE needs a routable RoCE v2 GID; a link-local fe80:: GID made from the MAC is the
   default index 0/1 and is a common misconfiguration).
 - Watchdog timeouts: PyTorch ProcessGroupNCCL reports that a collective did not complete: a symptom.
+- NCCL shared-memory segment failures with "No space left on device": the container's /dev/shm is too small
+  or full (NCCL user guide, Troubleshooting, Docker): the job's setup (`application_error`), not hardware.
+- Machine checks, firmware-first (APEI GHES) and EDAC lines, CPU thermal throttling: abnormal, kept in
+  `findings` (inconclusive); they name no GPU, so no GPU label is given from them.
 
 Confidence is the strength of the evidence, not of the label's prior: ≥ 0.6 diagnoses (investigate.py).
 """
@@ -35,6 +39,7 @@ RULES = (
     rules_gpu.thermal,
     rules_net.network,
     rules_net.input_pipeline,
+    rules_net.job_setup,
 )
 
 
@@ -66,6 +71,8 @@ ANOMALY_KINDS = frozenset(
         "dcgm_health",
         "gpu_unhealthy",
         "ecc_uncorrectable",
+        "nccl_shm_error",
+        "mce",
     }
 )
 
@@ -111,6 +118,7 @@ def anomalies(c: Collected) -> list[LogEvent]:
     out += [e for k in ("remap_pending", "remap_failure", "retire_pending") for e in c.of(k) if e.code == 1]
     out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
     out += [e for e in c.of("nic_link") if e.code == 0]
+    out += [e for e in c.of("cpu_thermal") if e.code == 1]
     out += [
         e
         for e in c.of("pcie_link_sta")

@@ -120,3 +120,25 @@ def input_pipeline(c: Collected, n: Namer) -> list[Hyp]:
     )
     h.cite("step time vs data time", steps)
     return [h]
+
+
+def job_setup(c: Collected, n: Namer) -> list[Hyp]:
+    """NCCL could not create its shared-memory segment: the job's container setup, not the hardware."""
+    shm = c.of("nccl_shm_error")
+    if not shm:
+        return []
+    no_space = [e for e in shm if e.detail.get("no_space") == "True"]
+    h = Hyp(
+        "application_error",
+        n.node(shm[0]),
+        0.75 if no_space else 0.5,
+        "NCCL could not create its shared-memory segment"
+        + (
+            ": /dev/shm is full or too small (containers get 64 MB by default; raise --shm-size or mount a "
+            "larger /dev/shm): the job's setup, not the hardware"
+            if no_space
+            else "; the reason is not in the evidence"
+        ),
+    )
+    h.cite("NCCL shared-memory segment failed", no_space or shm)
+    return [h]

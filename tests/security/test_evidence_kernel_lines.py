@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aiops.evidence import kernel
+from aiops.evidence import investigate, kernel
 from aiops.evidence.detect import detect_format
 from aiops.evidence.events import LogEvent
 from aiops.evidence.reader import lines
@@ -91,8 +91,11 @@ def _agree(message: str, event: LogEvent | None) -> None:
     elif shared.kind == "link":
         assert event is not None
         assert (event.kind, event.code, event.component) == ("nic_link", shared.code, shared.device)
-    else:  # thermal and mce lines: the collector stores them; investigate has no rule for them yet
-        assert shared.kind in ("thermal", "mce")
+    elif shared.kind == "thermal":
+        assert event is not None and (event.kind, event.code) == ("cpu_thermal", shared.code)
+    else:
+        assert shared.kind == "mce"
+        assert event is not None and (event.kind, event.code) == ("mce", shared.code)
 
 
 def test_both_callers_read_every_corpus_kernel_line_alike() -> None:
@@ -128,12 +131,18 @@ CHANGED = [
     ("bond0: (slave enp83s0f0np0): link status definitely down, disabling slave",
      None, ("nic_link", "enp83s0f0np0", 0)),
     ("IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready", None, ("nic_link", "ib0", 1)),
+    # later: CPU thermal and machine-check lines (investigate had no reading of them), a GHES line that starts
+    # with its record number `{1}` (read as a failed JSON line before)
+    ("CPU0: Package temperature above threshold, cpu clock throttled (total events = 4128)",
+     None, ("cpu_thermal", None, 1)),
+    ("mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 5: bea0000000000108", None, ("mce", None, 5)),
+    ("{1}[Hardware Error]: event severity: corrected", None, ("mce", None, None)),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("line", "before", "now"), CHANGED)
 def test_lines_investigate_now_reads_as_the_collector_does(
-    line: str, before: tuple[str, str, int | None] | None, now: tuple[str, str, int | None]
+    line: str, before: tuple[str, str | None, int | None] | None, now: tuple[str, str | None, int | None]
 ) -> None:
     event = _one(line)
     assert event is not None
@@ -145,3 +154,26 @@ def test_a_redacted_xid_is_read_by_investigate_and_left_to_other_by_the_collecto
     event = _one(line)
     assert event is not None and (event.kind, event.code, event.component) == ("xid", 145, None)
     assert kmsg_parse.classify(kernel._split_prefix(line)[0]) is None  # /dev/kmsg never redacts a bus id
+
+
+def test_older_bonding_wording_is_a_link_change_for_both_callers() -> None:
+    down = "bond0: link status definitely down for interface eno50, disabling it"  # evals/real, coreos case
+    up = "bond0: link status definitely up for interface eno50, 10000 Mbps full duplex"
+    assert kmsg_parse.classify(down) == kmsg_parse.KernelLine("link", 0, None, "eno50")
+    assert kmsg_parse.classify(up) == kmsg_parse.KernelLine("link", 1, None, "eno50")
+    for line in (down, up):
+        _agree(line, _one(line))
+    assert kmsg_parse.classify("bond1: now running without any active interface!") is None
+
+
+def test_machine_checks_are_findings_and_name_no_gpu(tmp_path: Path) -> None:
+    path = tmp_path / "dmesg.txt"
+    path.write_text(
+        "[11189.970968] EDAC MC3: 1 UE memory read error on CPU_SrcID#1_MC#1_Chan#2_DIMM#0 (channel:2 slot:0)\n"
+        "[11219.196673] mce: [Hardware Error]: Machine check events logged\n",
+        encoding="utf-8",
+    )
+    result = investigate([path])
+    assert result["verdict"] == "inconclusive"
+    assert result["hypotheses"] == []
+    assert [f["title"] for f in result["findings"]] == ["mce", "mce"]
