@@ -16,7 +16,7 @@ function; NVIDIA GPUs are function 0) map to it, so one dictionary keyed by that
 
 `classify` knows these shapes (copied from real kernel logs, see tests/test_collectors_kmsg.py):
 - xid: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.` (older drivers
-  print `(0000:3b:00)`); code = the Xid.
+  print `(0000:3b:00)`, MIG adds the GPU instance: `(PCI:0000:01:00 GPU-I:05)`); code = the Xid.
 - aer: `pcieport 0000:00:1c.5: AER: Corrected error received: 0000:00:1c.5` (older: `id=00e5`; newer:
   `AER: Correctable error message received from 0000:80:1b.4`) and the per-device line
   `... PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)`. Both are rows: an
@@ -116,7 +116,8 @@ class MceLine:
 
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,40})\): (?P<code>\d+)(?:, (?P<rest>.*))?")
-_XID_PCI = re.compile(rf"(?:PCI:)?({_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.[0-7])?)")
+# the bus id, then (MIG) the GPU instance: `PCI:0000:01:00 GPU-I:05` (NVIDIA "GPU Memory Error Management")
+_XID_PCI = re.compile(rf"(?:PCI:)?({_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.[0-7])?)(?: GPU-I:\d+)?")
 # dev_printk: "<driver> <bus id>: ..."; netdev_printk/ibdev_printk: "<driver> <bus id> <name>: ..."
 _PREFIX = re.compile(rf"^\S+ ({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.[0-7])(?: ([^\s:]+))?: (.*)$")
 _AER_DETAIL = re.compile(r"^(?:AER: )?PCIe Bus Error: severity=([^,]+)")

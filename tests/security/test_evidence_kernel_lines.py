@@ -177,3 +177,12 @@ def test_machine_checks_are_findings_and_name_no_gpu(tmp_path: Path) -> None:
     assert result["verdict"] == "inconclusive"
     assert result["hypotheses"] == []
     assert [f["title"] for f in result["findings"]] == ["mce", "mce"]
+
+
+def test_a_mig_xid_names_its_gpu_for_both_callers() -> None:
+    # NVIDIA "GPU Memory Error Management", uncorrectable ECC Xid log examples (contained error, MIG enabled)
+    line = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    assert kmsg_parse.classify(line) == kmsg_parse.KernelLine("xid", 94, "0000:01:00.0")
+    event = _one(line)
+    assert event is not None and (event.kind, event.code, event.component) == ("xid", 94, "0000:01:00.0")
+    _agree(line, event)
