@@ -38,6 +38,7 @@ _OFF_BUS = re.compile(r"fallen off the bus", re.I)
 _NVIDIA_GPU_PCI = re.compile(r"NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _GPU_BDF = re.compile(r"NVRM: GPU (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)")
+_GPU_AT_BDF = re.compile(r"NVRM: GPU at (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d) has fallen")
 _AER_DETAIL = re.compile(r"^(?P<driver>\S+) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): ")
 _SURPRISE_DOWN = re.compile(r"Surprise Down Error")
 _GSP_TIMEOUT = re.compile(
@@ -115,7 +116,10 @@ def parse_line(
     if (m := _NVIDIA_GPU_PCI.search(message)) is not None:
         state.pending_pci = canonical_bdf(m.group("pci"))
     if _OFF_BUS.search(message):
-        pci = state.pending_pci
+        # the line's own bus id (`NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.`), else the one of the
+        # `The NVIDIA GPU <pci>` line before it (the multi-line message)
+        own = _GPU_BDF.search(message) or _GPU_AT_BDF.search(message)
+        pci = canonical_bdf(own.group("pci")) if own is not None else state.pending_pci
         state.pending_pci = None
         return LogEvent(kind="fell_off_bus", component=pci, detail=detail, **base)
     if (m := _GPU_AT.search(message)) is not None:
