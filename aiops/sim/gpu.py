@@ -100,8 +100,9 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
         sw_hot, np.clip(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
     )
     f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
-    braked = mods.brake < 1.0
-    factor = np.minimum(np.minimum(f_power, f_thermal), mods.brake)
+    brake = np.minimum(mods.brake, w.brake_factor)  # a fault's brake, or the one a calibrated world holds
+    braked = brake < 1.0
+    factor = np.minimum(np.minimum(f_power, f_thermal), brake)
     reasons = (
         np.where(capped, bits.SW_POWER_CAP, 0)
         | np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)
