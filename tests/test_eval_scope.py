@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from aiops.models import Diagnosis, Hypothesis, Incident
+from aiops.pipeline import analyze_store
 from aiops.scenarios import ClusterSpec, parse_scenario
+from aiops.sim import simulate
+from aiops.store import Store
 from evals.harness import top_hits
 from evals.scoring import cause_windows, same_scope, score_causes
 
@@ -91,3 +94,25 @@ def test_top1_and_top3_take_the_same_scope_under_either_name() -> None:
     two_racks = _scenario({"racks": 2, "nodes_per_rack": 2}, "rack0")
     assert top_hits(two_racks, answer) == (False, False)
     assert top_hits(one_rack, []) == (False, False)
+
+
+@pytest.mark.parametrize(("target", "scopes"), [("fleet", ["fleet"]), ("rack0", ["rack0"])])
+def test_the_twin_writes_a_fleet_cap_as_one_fleet_signal_and_the_analyst_names_it(
+    target: str, scopes: list[str]
+) -> None:
+    """`aiops dcim cap --fleet` can express a site-wide cap, so the twin's facility writes that form for a fleet
+    fault (not one signal per rack), and on a one-rack cluster the analyst can then tell it from a rack0 cap."""
+    cluster = {"racks": 1, "nodes_per_rack": 2, "gpus_per_node": 4, "nics_per_node": 1}
+    store = Store(":memory:")
+    fault = {"kind": "facility_power_cap", "target": target, "start_s": 60, "severity": 0.5}
+    simulate(
+        parse_scenario({"name": "x", "seed": 3, "duration_s": 180, "cluster": cluster, "faults": [fault]}),
+        store,
+    )
+    signals = store.query("SELECT scope, kind, budget_kw FROM dcim_signals")
+    assert [r["scope"] for r in signals] == scopes and signals[0]["kind"] == "cap"
+    assert signals[0]["budget_kw"] == pytest.approx(
+        8 * 0.69 * 0.7 + 2 * 2.0, abs=0.1
+    )  # 8 GPUs at 69 % TDP, 2 hosts
+    top = [(h.root_cause, h.component) for d in analyze_store(store).diagnoses for h in d.hypotheses[:1]]
+    assert ("facility_power_cap", target) in top, top
