@@ -10,6 +10,7 @@
 - link flaps: a NIC with carrier changes or a down row within `FLAP_WINDOW_S` keeps an outage rate
   (`World.flap_period_s`/`flap_down_s`); one down in its newest row with no carrier change stays down;
 - the lane controller's ceilings per NIC and lane (`lane_rate_bps`: the eBPF telemetry reports each lane's ceil);
+- the cooling controller: each rack's pump setpoint as last executed, and the share of it the loop delivers;
 - DCIM caps: the signal in force per scope at the preview time (newest row at or before it; `clear` ends it) as a
   ceiling on the limits of the GPUs it covers (`World.facility_limit_w`: the scope's budget less its hosts; limits
   in force that fit it keep their allocation plus an even part of the rest, else an even share each).
@@ -18,6 +19,7 @@ Every stored value is hostile: checked finite, clamped to the model's range; unk
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -149,6 +151,34 @@ def nic_state(world: World, store: Store, at_ts_s: float, window_s: float) -> No
         rate = _num(r["rate_bps"], 0.0, net.LINK_BPS)
         if i is not None and lane in net.LANES and rate is not None:
             world.lane_control.ceil_fraction[i, net.LANES.index(lane)] = rate / net.LINK_BPS
+
+
+def cooling(world: World, store: Store, at_ts_s: float) -> None:
+    """Each rack's CDU pump setpoint as last executed (`executions` of `set_cooling_state`, the detail's
+    `coolant_flow_setpoint_lpm`), else the nominal flow (or the measured one when above it); the measured flow
+    over it is what the loop delivers (`World.flow_health`), so a preview that raises the setpoint of a failing
+    loop gets that share of it. Runs after the readings (`World.flow_lpm` is the measured flow)."""
+    rows = store.query(
+        "SELECT target, arg_max(result, ts_s) AS result FROM executions WHERE kind = 'set_cooling_state' "
+        "AND status = 'executed' AND ts_s <= ? GROUP BY target",
+        [at_ts_s],
+    )
+    executed: dict[str, float] = {}
+    for r in rows:
+        try:
+            payload = json.loads(str(r["result"]))
+        except ValueError:
+            continue
+        detail = payload.get("detail") if isinstance(payload, dict) else None
+        if isinstance(detail, dict) and detail.get("dry_run") is not True:
+            lpm = _num(detail.get("coolant_flow_setpoint_lpm"), 0.0, gpu.MAX_FLOW_LPM)
+            if lpm is not None:
+                executed[str(r["target"])] = lpm
+    for i, rack in enumerate(world.layout.rack_names):
+        measured = float(world.flow_lpm[i])
+        setpoint = executed.get(rack, max(gpu.FLOW_LPM, measured))
+        world.flow_setpoint_lpm[i] = setpoint
+        world.flow_health[i] = min(1.0, measured / setpoint) if setpoint > 0.0 else 1.0
 
 
 def dcim_caps(world: World, store: Store, at_ts_s: float) -> None:

@@ -71,7 +71,8 @@ def facility(w: World, mods: Modifiers, dt_s: float) -> None:
     racks = w.layout.racks
     target_supply_c = w.supply_target_c + mods.supply_add_c + mods.ambient_c
     w.supply_c += (target_supply_c - w.supply_c) * blend(dt_s, SUPPLY_TAU_S) + w.rng.normal(0, 0.05, racks)
-    w.flow_lpm = w.flow_setpoint_lpm * mods.flow_mult * (1.0 + w.rng.normal(0, 0.01, racks))
+    delivered = mods.flow_mult * w.flow_health  # a failing loop's share (a fault's, or a calibrated world's)
+    w.flow_lpm = w.flow_setpoint_lpm * delivered * (1.0 + w.rng.normal(0, 0.01, racks))
     w.inlet_c = w.supply_c.copy()
 
 

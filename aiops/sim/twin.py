@@ -338,6 +338,8 @@ def metrics(world: World, component: str) -> dict[str, Any]:
         throttled_gpus=int(np.count_nonzero(world.reasons[gpus] & 0x60)),  # SW/HW thermal slowdown
         **_lost(world, gpus),
     )
+    if component in layout.rack_names:
+        out["coolant_flow_lpm"] = _num(world.flow_lpm[layout.rack_names.index(component)])
     jobs = {int(j) for j in world.layout.gpu_job[gpus] if j >= 0}
     if jobs:
         out["job_step_time_s"] = {layout.jobs[j].name: _num(world.step_time_s[j]) for j in sorted(jobs)}

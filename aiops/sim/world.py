@@ -128,6 +128,7 @@ class World:
         self.facility_limit_w: F64 = np.full(g, TDP_W)  # the ceiling of a DCIM cap in force on a GPU's limit
         self.flap_period_s: F64 = np.zeros(k)  # a NIC that flapped: one outage per period (0: none)
         self.flap_down_s: F64 = np.zeros(k)  # how long each outage lasts
+        self.flow_health: F64 = np.ones(r)  # the share of its pump setpoint a rack's coolant loop delivers
         # events and this step's fabric output, for the collectors
         self.xid_log: list[tuple[float, int, int]] = []  # (ts_s, gpu index, xid): what the driver reported
         self.out = FabricOut()

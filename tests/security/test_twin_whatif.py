@@ -405,3 +405,62 @@ def test_hostile_hardware_rows_are_clamped() -> None:
     assert ((world.lane_control.ceil_fraction >= 0) & (world.lane_control.ceil_fraction <= 1)).all()
     assert np.isfinite(world.flap_period_s).all() and np.isfinite(world.flap_down_s).all()
     world.step(1.0)  # and it still runs
+
+
+def test_a_failing_coolant_loop_delivers_its_share_of_a_raised_setpoint() -> None:
+    run = _run([{"kind": "rack_cooling_failure", "target": "rack0", "start_s": 10, "severity": 1.0}])
+    workspace, twin = run
+    world = _calibrated(run)
+    assert world.flow_health[0] < 0.5 and world.flow_health[1] == pytest.approx(1.0, abs=0.03)
+    assert world.flow_setpoint_lpm[0] == gpu.FLOW_LPM  # nothing executed: the nominal setpoint
+    out = _preview(run, "set_cooling_state", "rack0", {"cooling_fraction": 1.0})  # 300 L/min
+    guard = WorkspaceGuard(workspace, twin)
+    action = Action(proposal_id="x", kind="set_cooling_state", target="rack0",
+                    parameters={"cooling_fraction": 1.0}, proposed_by="llm", created_ts_s=0.0)  # fmt: skip
+    truth = twin.preview(guard.actuate_copy, action, "rack0", 120.0)  # what the fault itself does
+    assert out["with_action"]["coolant_flow_lpm"] < 0.5 * gpu.MAX_FLOW_LPM, out
+    assert out["with_action"]["coolant_flow_lpm"] == pytest.approx(
+        truth["with_action"]["coolant_flow_lpm"], rel=0.1
+    )
+
+
+def test_the_pump_setpoint_in_force_comes_from_the_executions() -> None:
+    workspace, twin = _run([])
+    ts_s = twin.world.now_ts_s
+    with workspace.write() as store:
+        rows = [  # rack1: 150 then 250 L/min executed; a failed one never counts, and a newer unreadable
+            (
+                "p1",
+                ts_s - 100,
+                "executed",
+                '{"detail": {"rack": "rack1", "coolant_flow_setpoint_lpm": 150.0}}',
+            ),
+            (
+                "p2",
+                ts_s - 50,
+                "executed",
+                '{"detail": {"rack": "rack1", "coolant_flow_setpoint_lpm": 250.0}}',
+            ),
+            ("p3", ts_s - 40, "failed", '{"detail": {"rack": "rack1", "coolant_flow_setpoint_lpm": 30.0}}'),
+            ("p4", ts_s - 30, "executed", "not json"),  # record or a dry run leaves the setpoint unknown
+            ("p5", ts_s - 20, "executed", '{"detail": {"coolant_flow_setpoint_lpm": 10.0, "dry_run": true}}'),
+        ]
+        for pid, at_s, status, result in rows:
+            store.conn.execute(
+                "INSERT INTO executions VALUES (?, 'set_cooling_state', 'rack1', ['rack1'], ?, ?, ?)",
+                [pid, at_s, status, result],
+            )
+        store.conn.execute(
+            "INSERT INTO executions VALUES ('p6', 'set_cooling_state', 'rack0', ['rack0'], ?, 'executed', ?)",
+            [ts_s - 10, '{"detail": {"coolant_flow_setpoint_lpm": "NaN"}}'],
+        )
+        world = world_from_store(store, ts_s, workload=twin.world.scenario.job_specs)
+    # p4 and p5 are newer than p2: unreadable or a dry run, so rack1's setpoint is unknown: the nominal one (or
+    # the measured flow when above it, as rack0's, whose NaN setpoint is dropped)
+    assert world.flow_setpoint_lpm[1] == max(gpu.FLOW_LPM, world.flow_lpm[1])
+    assert world.flow_setpoint_lpm[0] == max(gpu.FLOW_LPM, world.flow_lpm[0])
+    with workspace.write() as store:
+        store.conn.execute("DELETE FROM executions WHERE proposal_id IN ('p4', 'p5')")
+        world = world_from_store(store, ts_s, workload=twin.world.scenario.job_specs)
+    assert world.flow_setpoint_lpm[1] == 250.0 and world.flow_health[1] < 0.85  # ~200 measured of 250
+    assert np.isfinite(world.flow_health).all()
