@@ -4,11 +4,12 @@
   and no good reading since, is lost and its rank dead (a job on it hangs; a preview that puts work on it says
   so). A node-wide NVML `TIMEOUT` without an Xid 79 removes nothing;
 - power brakes: a GPU whose newest clocks-event reasons carry HwPowerBrakeSlowdown keeps the clock factor its
-  stored clocks imply (SM clock / max SM clock) as `World.brake_factor`, so more power limit is no speed-up;
+  stored clocks imply (SM clock / max SM clock) as `World.brake_factor`, so more power limit is no speed-up; an
+  idle braked GPU takes its last busy braked clock, else its node's braked GPUs', else half clock;
 - counters: ECC, PCIe replay, NVLink CRC/replay and the PCIe link width/generation from each GPU's newest row;
   carrier changes per NIC summed from the stored intervals;
-- link flaps: a NIC with carrier changes or a down row within `FLAP_WINDOW_S` keeps an outage rate
-  (`World.flap_period_s`/`flap_down_s`); one down in its newest row with no carrier change stays down;
+- link flaps: a NIC with two or more carrier changes within `FLAP_WINDOW_S` keeps an outage rate
+  (`World.flap_period_s`/`flap_down_s`); one down in its newest row with fewer stays down;
 - the lane controller's ceilings per NIC and lane (`lane_rate_bps`: the eBPF telemetry reports each lane's ceil);
 - the cooling controller: each rack's pump setpoint as last executed, and the share of it the loop delivers;
 - DCIM caps: the signal in force per scope at the preview time (newest row at or before it; `clear` ends it) as a
@@ -35,6 +36,7 @@ FLAP_WINDOW_S = 300.0  # carrier changes over this long give a NIC's outage rate
 XID_OFF_THE_BUS = 79
 LOST = "GPU_IS_LOST"
 BRAKE_MIN_FACTOR = 0.1  # the lowest clock factor a stored brake is taken at
+BRAKE_UNKNOWN_FACTOR = 0.5  # a brake seen only on idle GPUs: its depth is unknown, half clock is assumed
 COUNTER_MAX = 2**62
 COUNTERS = ("ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "nvlink_crc_total", "nvlink_replay_total")
 WORLD_COUNTERS = ("ecc_sbe", "ecc_dbe", "pcie_replay", "nvlink_crc", "nvlink_replay")
@@ -86,12 +88,16 @@ def gpu_state(world: World, store: Store, at_ts_s: float) -> None:
         "arg_max(clocks_event_reasons, ts_s) FILTER (WHERE clocks_event_reasons IS NOT NULL) AS reasons, "
         "arg_max(sm_clock_mhz / max_sm_clock_mhz, ts_s) FILTER (WHERE sm_clock_mhz IS NOT NULL "
         "AND max_sm_clock_mhz > 0) AS clock_factor, "
+        "arg_max(sm_clock_mhz / max_sm_clock_mhz, ts_s) FILTER (WHERE sm_clock_mhz IS NOT NULL "
+        "AND max_sm_clock_mhz > 0 AND clocks_event_reasons & ? <> 0 AND clocks_event_reasons & ? = 0) "
+        "AS busy_brake_factor, "
         "arg_max(pcie_link_width, ts_s) FILTER (WHERE pcie_link_width IS NOT NULL) AS width, "
         "arg_max(pcie_link_gen, ts_s) FILTER (WHERE pcie_link_gen IS NOT NULL) AS gen "
         "FROM gpu_samples WHERE ts_s <= ? GROUP BY gpu",
-        [at_ts_s],
+        [bits.HW_POWER_BRAKE_SLOWDOWN, bits.GPU_IDLE, at_ts_s],
     )
     index = world.layout.gpu_index
+    idle_braked: list[int] = []
     for r in rows:
         i = index.get(str(r["gpu"]))
         if i is None:
@@ -110,8 +116,22 @@ def gpu_state(world: World, store: Store, at_ts_s: float) -> None:
         if factor is not None:  # the clock as last read (the preview's `now`); stepping recomputes it
             world.clock_factor[i] = factor
             world.sm_clock_mhz[i] = factor * gpu.MAX_SM_CLOCK_MHZ
-        if reasons is not None and int(reasons) & bits.HW_POWER_BRAKE_SLOWDOWN and factor is not None:
+        if reasons is None or not int(reasons) & bits.HW_POWER_BRAKE_SLOWDOWN:
+            continue
+        # an idle GPU's clock says nothing of the brake's depth: its own last busy braked clock, else later
+        # its node's braked busy GPUs, else BRAKE_UNKNOWN_FACTOR
+        busy = _num(r["busy_brake_factor"], BRAKE_MIN_FACTOR, 1.0)
+        if int(reasons) & bits.GPU_IDLE:
+            if busy is None:
+                idle_braked.append(i)
+            else:
+                world.brake_factor[i] = busy
+        elif factor is not None:
             world.brake_factor[i] = factor
+    node = world.layout.gpu_node
+    for i in idle_braked:
+        known = world.brake_factor[(node == node[i]) & (world.brake_factor < 1.0)]
+        world.brake_factor[i] = float(known.min()) if known.size else BRAKE_UNKNOWN_FACTOR
 
 
 def nic_state(world: World, store: Store, at_ts_s: float, window_s: float) -> None:
@@ -132,8 +152,8 @@ def nic_state(world: World, store: Store, at_ts_s: float, window_s: float) -> No
         world.carrier_changes[i] = int(_num(r["total"], 0.0, COUNTER_MAX) or 0)
         world.link_up[i] = r["newest_up"] is not False
         changes = _num(r["changes"], 0.0, 1e9) or 0.0
-        if changes < (1.0 if world.link_up[i] else 2.0):
-            continue  # steady (a link down since its one change stays down)
+        if changes < 2.0:
+            continue  # steady: no flap (down and back up) in the window; a link down since then stays down
         first_ts_s = _num(r["first_ts_s"], since_s, at_ts_s)
         seen_s = max(1.0, at_ts_s - (since_s if first_ts_s is None else first_ts_s))
         interval_s = _num(r["interval_s"], 0.01, 60.0) or 1.0

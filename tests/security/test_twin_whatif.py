@@ -19,6 +19,7 @@ from aiops.scenarios import JobSpec, parse_scenario
 from aiops.sim import gpu
 from aiops.sim import network as net
 from aiops.sim.calibrate import world_from_store
+from aiops.sim.calibrate_hw import BRAKE_UNKNOWN_FACTOR
 from aiops.sim.twin import Twin, preview_on
 from aiops.sim.world import World
 from aiops.store import Workspace
@@ -207,6 +208,11 @@ HARDWARE = [
     {"kind": "power_brake", "target": BRAKED, "start_s": 100},
     {"kind": "pcie_degraded", "target": PCIE_GPU, "start_s": 60},
     {"kind": "facility_power_cap", "target": CAPPED_RACK, "start_s": 50},
+    {
+        "kind": "power_brake",
+        "target": "node3",
+        "start_s": 100,
+    },  # idle: its clocks cannot show the brake's depth
 ]
 FLAPPING = "node1/nic1"
 LOST_GPU = "node2/gpu1"  # on an idle node: the job can be moved onto it
@@ -277,9 +283,10 @@ def test_a_braked_gpu_keeps_its_stored_clock_so_more_power_is_no_speed_up(
     hardware: tuple[Workspace, Twin],
 ) -> None:
     world = _calibrated(hardware)
-    braked = world.layout.gpus_of(BRAKED)
+    braked, idle = world.layout.gpus_of(BRAKED), world.layout.gpus_of("node3")
     assert float(world.brake_factor[braked].max()) < 0.5  # SM clock / max clock of the newest braked rows
-    assert float(np.delete(world.brake_factor, braked).min()) == 1.0
+    assert np.allclose(world.brake_factor[idle], BRAKE_UNKNOWN_FACTOR)  # not the idle clock's 345/1980
+    assert float(np.delete(world.brake_factor, np.r_[braked, idle]).min()) == 1.0
     out = _preview(hardware, "set_power_limit", BRAKED, {"power_limit_w": 700.0})
     stored_step_s = out["now"]["job_step_time_s"]["train"]
     assert stored_step_s > 2.0  # the braked rank sets the pace
