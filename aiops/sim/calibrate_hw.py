@@ -7,7 +7,7 @@
   stored clocks imply (SM clock / max SM clock) as `World.brake_factor`, so more power limit is no speed-up; an
   idle braked GPU takes its last busy braked clock, else its node's braked GPUs', else half clock;
 - counters: ECC, PCIe replay, NVLink CRC/replay and the PCIe link width/generation from each GPU's newest row;
-  carrier changes per NIC summed from the stored intervals;
+  carrier changes per NIC summed from the stored intervals (within `HISTORY_S`);
 - link flaps: a NIC with two or more carrier changes within `FLAP_WINDOW_S` keeps an outage rate
   (`World.flap_period_s`/`flap_down_s`); one down in its newest row with fewer stays down;
 - the lane controller's ceilings per NIC and lane (`lane_rate_bps`: the eBPF telemetry reports each lane's ceil);
@@ -15,6 +15,9 @@
 - DCIM caps: the signal in force per scope at the preview time (newest row at or before it; `clear` ends it) as a
   ceiling on the limits of the GPUs it covers (`World.facility_limit_w`: the scope's budget less its hosts; limits
   in force that fit it keep their allocation plus an even part of the rest, else an even share each).
+Only the `HISTORY_S` before the preview time is read (a preview costs the same on a store of a day or a year;
+a state older than that is not "the newest"): a GPU silent that long is not marked lost, counters start from
+their newest value within it, carrier changes are summed over it.
 Every stored value is hostile: checked finite, clamped to the model's range; unknown names are skipped.
 """
 
@@ -32,6 +35,7 @@ from aiops.sim import network as net
 from aiops.sim.world import World
 from aiops.store import Store
 
+HISTORY_S = 6 * 3600.0  # the stored history a preview reads (module doc)
 FLAP_WINDOW_S = 300.0  # carrier changes over this long give a NIC's outage rate (a flap period is ~15–60 s)
 XID_OFF_THE_BUS = 79
 LOST = "GPU_IS_LOST"
@@ -54,20 +58,21 @@ def _num(value: Any, low: float, high: float) -> float | None:
 
 def lost_gpus(world: World, store: Store, at_ts_s: float) -> None:
     """Mark GPUs off the bus lost and their ranks dead (module doc)."""
+    since = (at_ts_s - HISTORY_S, at_ts_s)
     rows = store.query(
-        "WITH newest AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_samples WHERE ts_s <= ? GROUP BY gpu), "
-        "good AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_samples WHERE ts_s <= ? AND nvml_error IS NULL "
-        "AND temp_c IS NOT NULL GROUP BY gpu), "
-        "xid AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_events WHERE xid = ? AND ts_s <= ? GROUP BY gpu "
+        "WITH newest AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY gpu), "
+        "good AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? "
+        "AND nvml_error IS NULL AND temp_c IS NOT NULL GROUP BY gpu), "
+        "xid AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_events WHERE xid = ? AND ts_s > ? AND ts_s <= ? GROUP BY gpu "
         "UNION ALL SELECT component AS gpu, max(ts_s) AS ts_s FROM kernel_events WHERE kind = 'xid' AND code = ? "
-        "AND ts_s <= ? "
+        "AND ts_s > ? AND ts_s <= ? "
         "GROUP BY component) "
         "SELECT n.gpu, bool_or(s.nvml_error = ?) AS lost_row, max(x.ts_s) AS xid_ts_s, max(g.ts_s) AS good_ts_s "
         "FROM newest n JOIN gpu_samples s ON s.gpu = n.gpu AND s.ts_s = n.ts_s "
         "LEFT JOIN xid x ON x.gpu = n.gpu LEFT JOIN good g ON g.gpu = n.gpu GROUP BY n.gpu "
         "UNION ALL SELECT x.gpu, false, max(x.ts_s), NULL FROM xid x "
         "WHERE x.gpu NOT IN (SELECT gpu FROM newest) GROUP BY x.gpu",
-        [at_ts_s, at_ts_s, XID_OFF_THE_BUS, at_ts_s, XID_OFF_THE_BUS, at_ts_s, LOST],
+        [*since, *since, XID_OFF_THE_BUS, *since, XID_OFF_THE_BUS, *since, LOST],
     )
     index = world.layout.gpu_index
     for r in rows:
@@ -93,8 +98,8 @@ def gpu_state(world: World, store: Store, at_ts_s: float) -> None:
         "AS busy_brake_factor, "
         "arg_max(pcie_link_width, ts_s) FILTER (WHERE pcie_link_width IS NOT NULL) AS width, "
         "arg_max(pcie_link_gen, ts_s) FILTER (WHERE pcie_link_gen IS NOT NULL) AS gen "
-        "FROM gpu_samples WHERE ts_s <= ? GROUP BY gpu",
-        [bits.HW_POWER_BRAKE_SLOWDOWN, bits.GPU_IDLE, at_ts_s],
+        "FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY gpu",
+        [bits.HW_POWER_BRAKE_SLOWDOWN, bits.GPU_IDLE, at_ts_s - HISTORY_S, at_ts_s],
     )
     index = world.layout.gpu_index
     idle_braked: list[int] = []
@@ -142,8 +147,8 @@ def nic_state(world: World, store: Store, at_ts_s: float, window_s: float) -> No
         "SELECT nic, sum(carrier_changes) FILTER (WHERE ts_s > ?) AS changes, sum(carrier_changes) AS total, "
         "min(ts_s) FILTER (WHERE ts_s > ?) AS first_ts_s, avg(interval_s) FILTER (WHERE ts_s > ?) AS interval_s, "
         "count(DISTINCT ts_s) FILTER (WHERE ts_s > ? AND link_up = false) AS down, "
-        "arg_max(link_up, ts_s) AS newest_up FROM nic_samples WHERE ts_s <= ? GROUP BY nic",
-        [since_s] * 4 + [at_ts_s],
+        "arg_max(link_up, ts_s) AS newest_up FROM nic_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY nic",
+        [since_s] * 4 + [at_ts_s - HISTORY_S, at_ts_s],
     )
     for r in flaps:
         i = index.get(str(r["nic"]))

@@ -19,7 +19,7 @@ from aiops.scenarios import JobSpec, parse_scenario
 from aiops.sim import gpu
 from aiops.sim import network as net
 from aiops.sim.calibrate import world_from_store
-from aiops.sim.calibrate_hw import BRAKE_UNKNOWN_FACTOR
+from aiops.sim.calibrate_hw import BRAKE_UNKNOWN_FACTOR, HISTORY_S
 from aiops.sim.twin import Twin, preview_on
 from aiops.sim.world import World
 from aiops.store import Workspace
@@ -277,6 +277,30 @@ def test_an_xid_79_alone_marks_a_gpu_lost_until_it_reads_again() -> None:
         world = world_from_store(store, ts_s + 1.0, workload=twin.world.scenario.job_specs)
     lay = world.layout
     assert [lay.gpu_names[i] for i in np.flatnonzero(world.lost)] == ["node3/gpu0"]
+
+
+def test_only_the_history_window_is_read() -> None:
+    """A preview reads the `HISTORY_S` before it: a state older than that is not the newest (and a year-long
+    store costs what a day does)."""
+    workspace, twin = _run([])
+    ts_s = twin.world.now_ts_s
+    old_s = ts_s - HISTORY_S - 60.0
+    with workspace.write() as store:
+        store.conn.execute(  # node3/gpu0 fell off the bus long ago and was never read since (decommissioned)
+            "INSERT INTO gpu_events VALUES (?, 'node3/gpu0', 'node3', 'xid', 79, 'NVRM: Xid 79')", [old_s]
+        )
+        store.conn.execute(  # a flapping link, long ago
+            "INSERT INTO nic_samples (ts_s, nic, node, lane, interval_s, carrier_changes, link_up) "
+            "VALUES (?, 'node3/nic0', 'node3', 'fifo', 1.0, 1000, false)",
+            [old_s],
+        )
+        world = world_from_store(store, ts_s + 1.0, workload=twin.world.scenario.job_specs)
+        recent = world_from_store(store, old_s + 1.0, workload=twin.world.scenario.job_specs)
+    lay = world.layout
+    assert not world.lost.any()
+    assert int(world.carrier_changes[lay.nic_index["node3/nic0"]]) < 1000
+    assert [lay.gpu_names[i] for i in np.flatnonzero(recent.lost)] == ["node3/gpu0"]  # within it, it counts
+    assert int(recent.carrier_changes[lay.nic_index["node3/nic0"]]) >= 1000
 
 
 def test_a_braked_gpu_keeps_its_stored_clock_so_more_power_is_no_speed_up(
