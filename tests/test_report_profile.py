@@ -68,7 +68,7 @@ def test_section_has_top_stacks_per_view_with_shares_and_the_runs(store: Store) 
     assert blocked.rows[0][1] == "cudaDeviceSynchronize"
     assert [row[2:4] for row in launch.rows] == [("400", "100.0%")]
     assert [row[1:3] for row in runs.rows] == [("node1", "42"), ("node0", "41")]  # newest first
-    assert runs.rows[0][4:] == ("100/300", "54.0%", "110", "0.001 s")
+    assert runs.rows[0][4:] == ("100/300", "54.0%", "110", "0.001 s", "100%")
 
 
 def test_no_runs_in_the_period_no_section(store: Store) -> None:

@@ -134,5 +134,10 @@ def run(args: argparse.Namespace) -> int:
     for name, path in written.items():
         console.print(f"  wrote {name}: {path}", markup=False, highlight=False)
     if run_id is not None:
-        console.print(f"  stored run {run_id} in {args.db}", markup=False, highlight=False)
+        console.print(
+            f"  stored run {run_id} in {args.db} (probe_duty {result.probe_fraction:.4f}"
+            f"{', counts scaled' if result.probe_fraction < 1 else ''})",
+            markup=False,
+            highlight=False,
+        )
     return 0

@@ -1,5 +1,6 @@
 """A profiling run's summary as rows of profile_runs and profile_stacks (migration 11): the top stacks during
-GPU idle, by blocked time and by launches, so the analyst and reports can cite them."""
+GPU idle, by blocked time and by launches, so the analyst and reports can cite them. The run row says how much
+of the run the probes counted and whether its counts were scaled (probe_duty, scaled: migration 15)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def record_profile(store: Store, result: ProfileResult, node: str, started_ts_s:
         "probes": [",".join(result.probes)],
         "calls": [sum(views["calls"].values())],
         "blocked_us": [sum(views["blocked"].values())],
+        "probe_duty": [result.probe_fraction],  # migration 15: the share of the run counted
+        "scaled": [result.probe_fraction < 1],
     }
     rows = [row for view in STORED_VIEWS for row in _stack_rows(run_id, view, views[view])]
     batches: dict[str, dict[str, list[Any]]] = {"profile_runs": run}

@@ -4,7 +4,8 @@
 A stack's share is its weight over the view's total across the period's runs. Only each run's top stacks are
 stored, but every stored row carries its run's view total (weight / share), so the total is exact: the sum of
 those totals over the runs that have the view. Stack names are data from profiled binaries: cleaned here,
-escaped by each renderer.
+escaped by each renderer. A run's "probes counted" is the share of its time the probes counted (migration 15):
+below 100 % its calls and blocked time are scaled estimates.
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ def short_stack(stack: str, frames: int = SHOWN_FRAMES) -> str:
     return stack if len(parts) <= frames else "...;" + ";".join(parts[-frames:])
 
 
+def counted(duty: object, scaled: object) -> str:
+    """How much of a run the probes counted (migration 15): `100%`, `4.0%, scaled`; `-` for a run stored before
+    the fraction was recorded."""
+    if not isinstance(duty, int | float):
+        return "-"
+    return f"{100 * duty:.1f}%, scaled" if scaled else f"{100 * duty:.0f}%"
+
+
 def profile(store: Store, period: Period) -> Section | None:
     count = int(
         store.scalar(
@@ -108,7 +117,17 @@ def profile(store: Store, period: Period) -> Section | None:
     section.tables.append(
         _t(
             "Profiling runs",
-            ("started", "node", "pid", "duration", "GPU idle slices", "GPU util mean", "calls", "blocked"),
+            (
+                "started",
+                "node",
+                "pid",
+                "duration",
+                "GPU idle slices",
+                "GPU util mean",
+                "calls",
+                "blocked",
+                "probes counted",
+            ),
             [
                 (
                     utc(r["ts_s"]),
@@ -119,6 +138,7 @@ def profile(store: Store, period: Period) -> Section | None:
                     "-" if r["gpu_util_mean_pct"] is None else f"{num(r['gpu_util_mean_pct'])}%",
                     f"{int(r['calls']):,}",
                     f"{num(r['blocked_us'] / 1e6, ',.3f')} s",
+                    counted(r["probe_duty"], r["scaled"]),
                 )
                 for r in runs(store, period)
             ],

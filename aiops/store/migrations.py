@@ -538,6 +538,14 @@ ALTER TABLE netdev_samples ADD COLUMN IF NOT EXISTS rx_pause_frames BIGINT;
 ALTER TABLE netdev_samples ADD COLUMN IF NOT EXISTS tx_pause_frames BIGINT
 """
 
+# How much of a profiling run the probes counted (aiops/profile/duty.py): `probe_duty` is the fraction of the run
+# time the counting window was open (ProfileResult.probe_fraction: 1.0 with every call counted), `scaled` whether
+# calls and blocked time were scaled by its inverse. NULL for runs stored before this migration.
+M015_PROFILE_SAMPLING = """
+ALTER TABLE profile_runs ADD COLUMN IF NOT EXISTS probe_duty DOUBLE;
+ALTER TABLE profile_runs ADD COLUMN IF NOT EXISTS scaled BOOLEAN
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -553,6 +561,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "alert_investigations", _sql(M012_ALERT_INVESTIGATIONS)),
     Migration(13, "ib_transport_retries", _sql(M013_IB_TRANSPORT_RETRIES)),
     Migration(14, "netdev_pause_frames", _sql(M014_NETDEV_PAUSE_FRAMES)),
+    Migration(15, "profile_sampling", _sql(M015_PROFILE_SAMPLING)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
