@@ -2,7 +2,10 @@
 analyst generalises beyond the public suite: `python -m evals.generate --out DIR [--count N] [--seed S]
 [--two-faults M]`. With `--two-faults M` the suite also holds M cases with two independent faults: other racks,
 onsets at least 100 s apart, the second often a 60-200 s transient inside the first's long incident, with
-checkpoint traffic and idle nodes as decoys (issue 14, item 1)."""
+checkpoint traffic and idle nodes as decoys (issue 14, item 1). About 30 % of the cases run on a lossless (PFC)
+RoCE fabric (`fabric: lossless`), always every second healthy run and every second `ecn_misconfig` case; every
+second `nic_link_flap` of a kind has severity 0.9 or more (outages past the IB transport retry window: NCCL error
+12, the job restarts). The same seed writes the same files."""
 
 from __future__ import annotations
 
@@ -38,7 +41,29 @@ def _target(rng: random.Random, kind: str, shape: dict[str, int]) -> str:
     }[choice]
 
 
-def scenario(rng: random.Random, index: int, kind: str | None) -> dict[str, Any]:
+LOSSLESS_SHARE = 0.3  # of the cases on a lossless (PFC) RoCE fabric (scenario `fabric: lossless`)
+RETRIES_EXHAUSTED_SEVERITY = 0.9  # a nic_link_flap from here on outlasts the IB transport retry window
+
+
+def _fabric(rng: random.Random, kind: str | None, nth: int) -> str:
+    """Lossless in a share of the cases, and always for every second healthy run and ECN fault of a kind (so a
+    suite with two cases per kind holds a healthy lossless run and ECN off on a lossless fabric)."""
+    drawn = rng.random() < LOSSLESS_SHARE
+    if kind in (None, "ecn_misconfig") and nth % 2 == 1:
+        return "lossless"
+    return "lossless" if drawn else "lossy"
+
+
+def _severity(rng: random.Random, kind: str | None, nth: int, low: float) -> float:
+    """U(low, 1.0); every second nic_link_flap of a kind draws from [0.9, 1.0]: outages beyond the IB transport
+    retry window (NCCL error 12, the job restarts)."""
+    if kind == "nic_link_flap" and nth % 2 == 1:
+        return round(rng.uniform(RETRIES_EXHAUSTED_SEVERITY, 1.0), 2)
+    return round(rng.uniform(low, 1.0), 2)
+
+
+def scenario(rng: random.Random, index: int, kind: str | None, nth: int = 0) -> dict[str, Any]:
+    """The nth case of its kind (None: healthy)."""
     shape = dict(rng.choice(SHAPES))
     nodes = shape["racks"] * shape["nodes_per_rack"]
     duration = rng.choice([480, 600, 720])
@@ -80,7 +105,7 @@ def scenario(rng: random.Random, index: int, kind: str | None) -> dict[str, Any]
                 "kind": kind,
                 "target": _target(rng, kind, shape),
                 "start_s": start,
-                "severity": round(rng.uniform(0.25, 1.0), 2),
+                "severity": _severity(rng, kind, nth, 0.25),
             }
         )
     doc: dict[str, Any] = {
@@ -88,6 +113,7 @@ def scenario(rng: random.Random, index: int, kind: str | None) -> dict[str, Any]
         "seed": rng.randrange(10_000),
         "duration_s": duration,
         "cluster": shape,
+        "fabric": _fabric(rng, kind, nth),
         "jobs": jobs,
         "lanes": "enabled" if rng.random() < 0.85 else "disabled",
         "faults": faults,
@@ -164,13 +190,13 @@ def two_fault_scenario(rng: random.Random, index: int) -> dict[str, Any]:
             "kind": first_kind,
             "target": _pair_target(rng, first_kind, shape, racks[0], sides[0]),
             "start_s": first_start,
-            "severity": round(rng.uniform(0.5, 1.0), 2),
+            "severity": _severity(rng, first_kind, index, 0.5),
         },
         {
             "kind": second_kind,
             "target": _pair_target(rng, second_kind, shape, racks[1], sides[1]),
             "start_s": second_start,
-            "severity": round(rng.uniform(0.5, 1.0), 2),
+            "severity": _severity(rng, second_kind, index + 1, 0.5),
         },
     ]
     if rng.random() < 0.5:
@@ -180,6 +206,7 @@ def two_fault_scenario(rng: random.Random, index: int) -> dict[str, Any]:
         "seed": rng.randrange(10_000),
         "duration_s": duration,
         "cluster": shape,
+        "fabric": "lossless" if rng.random() < LOSSLESS_SHARE else "lossy",
         "jobs": jobs,
         "lanes": "enabled",
         "faults": faults,
@@ -187,13 +214,13 @@ def two_fault_scenario(rng: random.Random, index: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--count", type=int, default=2, help="scenarios per label")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--two-faults", type=int, default=0, help="two-fault scenarios to add")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -201,7 +228,7 @@ def main() -> None:
     for kind in [*FAULT_KINDS, None]:
         made = 0
         while made < args.count:
-            doc = scenario(rng, index, kind)
+            doc = scenario(rng, index, kind, made)
             if not _usable(doc):
                 continue
             parse_scenario(doc)

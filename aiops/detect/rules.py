@@ -40,7 +40,8 @@ STRONG = {
 INFO = {"fleet_inlet_drift"}
 
 WARMUP_S = 30.0
-CORRECTED_XIDS = frozenset({92})  # high single-bit (correctable) ECC error rate
+CORRECTED_XIDS = frozenset({92})
+PAUSE_FLOOR = 50.0  # pause frames per window a NIC may receive above its baseline without a symptom  # high single-bit (correctable) ECC error rate
 
 
 class Detector:
@@ -87,6 +88,7 @@ class Detector:
         out += self._gpus(t0, t1)
         out += self._xids(t0, t1)
         out += self._nics(t0, t1)
+        out += self._pauses(t0, t1)
         out += self._flows(t0, t1)
         out += self._collectives(t0, t1)
         out += self._steps(t0, t1)
@@ -231,6 +233,20 @@ class Detector:
                         ts_s=t1,
                         detail={"queue_delay_ms": r["queue_delay_ms"]},
                     )
+                )
+        return out
+
+    def _pauses(self, t0: float, t1: float) -> list[Symptom]:
+        """PFC pause frames received above the NIC's own baseline (relative, 2 windows): on a lossless fabric a
+        queue that overflows pauses the port feeding it instead of dropping, so this is the hardware trace of
+        congestion there (the NIC paused is the sender, not the congested port: the analyst names that)."""
+        out: list[Symptom] = []
+        for r in w.window(self.store, w.PAUSE_WINDOW_SQL, t0, t1):
+            nic = str(r["nic"])
+            pauses = self._counter_delta(f"pause:{nic}", r["rx_pause_total"])
+            if self._relative(f"pauses:{nic}", pauses, t1, ratio=3.0, floor=PAUSE_FLOOR, windows=2):
+                out.append(
+                    Symptom(kind="pfc_pauses", component=nic, ts_s=t1, detail={"rx_pause_frames": pauses})
                 )
         return out
 

@@ -38,6 +38,12 @@ SELECT nic, node, bool_or(lane = 'fifo') AS fifo, sum(tx_bytes) AS tx_bytes, sum
 FROM nic_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY nic, node
 """
 
+# PFC pause frames a NIC's port received (ethtool, netdev_samples.rx_pause_frames: cumulative; NULL without them).
+PAUSE_WINDOW_SQL = """
+SELECT nic, max(rx_pause_frames) AS rx_pause_total
+FROM netdev_samples WHERE ts_s > ? AND ts_s <= ? AND nic IS NOT NULL AND rx_pause_frames IS NOT NULL GROUP BY nic
+"""
+
 FLOW_WINDOW_SQL = """
 SELECT nic, traffic_class, lane, coalesce(rule_id, '') AS rule_id, sum(tx_bytes) AS tx_bytes
 FROM flow_class_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY ALL

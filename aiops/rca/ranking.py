@@ -3,6 +3,7 @@ jobs' loss.
 
 - **Anchors.** A candidate is *anchored* in an incident when one of the incident's hardware symptoms sits on a
   component causally related to the candidate's (`aiops.causal`); its *onset* is the earliest such symptom.
+  (PFC pauses received anchor an ECN candidate on any NIC: the paused port is its sender, `paused_by`.)
   A candidate anchored only in another incident that overlaps this one in time is that incident's cause seen
   through a long window: it is lowered here (`FOREIGN_FACTOR`), so a later independent fault does not outrank
   the fault that opened the incident, and a rack's DCIM cap explains only what lies in that rack.
@@ -50,11 +51,22 @@ def anchor(candidate: Candidate, incident: Incident, rack_of: dict[str, str]) ->
     hardware = [s for s in incident.symptoms if not s.component.startswith("job:")]
     # a rank idling while its job waits anchors nothing, unless the incident has nothing else
     hardware = [s for s in hardware if s.kind not in PEER_WAIT] or hardware
-    found = [s for s in hardware if symptoms_related(kind, candidate.component, s.kind, s.component, rack_of)]
+    found = [
+        s
+        for s in hardware
+        if symptoms_related(kind, candidate.component, s.kind, s.component, rack_of)
+        or paused_by(candidate, s.kind)
+    ]
     if not found:
         return None
     first = min(found, key=lambda s: s.ts_s)
     return Anchor(first.ts_s, first.kind, first.component)
+
+
+def paused_by(candidate: Candidate, symptom_kind: str) -> bool:
+    """On a lossless fabric a port without ECN pauses the NIC that sends to it (its ring peer, on any node): PFC
+    pauses received anchor an ECN candidate wherever they are seen."""
+    return candidate.label == "ecn_misconfig" and symptom_kind == "pfc_pauses"
 
 
 def rank(
