@@ -154,18 +154,16 @@ def throttling(facts: Facts) -> list[Candidate]:
     if capped_racks:
         # the fleet when every rack is capped and there are several, or when the DCIM signal names the fleet
         # (on a single rack the samples alone cannot tell the two apart)
-        fleet_signal = all(racks[r].get("cap_scope") == "fleet" for r in capped_racks)
-        every_rack = capped_racks == set(racks) and (len(racks) > 1 or fleet_signal)
-        component = "fleet" if every_rack else sorted(capped_racks)[0]
-        out.append(
-            Candidate(
-                "facility_power_cap",
-                component,
-                0.92,
-                f"DCIM power cap in force on {', '.join(sorted(capped_racks))}",
-                [facts.cite("racks", "DCIM power cap signal per rack")],
+        for component in _cap_components(racks, capped_racks):
+            out.append(
+                Candidate(
+                    "facility_power_cap",
+                    component,
+                    0.92,
+                    f"DCIM power cap in force on {', '.join(sorted(capped_racks))}",
+                    [facts.cite("racks", "DCIM power cap signal per rack")],
+                )
             )
-        )
 
     lowered = []
     for gpu, row in changes.items():
@@ -195,6 +193,26 @@ def throttling(facts: Facts) -> list[Candidate]:
         )
         out.append(_misconfig(facts, misconfig, changes, gpus_per_node, covering))
     return out
+
+
+SIMULTANEOUS_CAPS_S = 60.0  # rack caps that began this close together are one fleet-wide cap sent per rack
+
+
+def _cap_components(racks: dict[str, dict[str, Any]], capped_racks: set[str]) -> list[str]:
+    """What the DCIM caps in the window name: the fleet when the signal names it, or when every rack (of
+    several) was capped at once; otherwise the first capped rack, or each capped rack when their caps began
+    minutes apart (independent caps: incident ranking keeps each with the incident its symptoms opened)."""
+    fleet_signal = all(racks[r].get("cap_scope") == "fleet" for r in capped_racks)
+    starts = [racks[r].get("cap_from_ts_s") for r in capped_racks]
+    known = [float(t) for t in starts if t is not None]
+    apart = len(known) == len(starts) and len(known) > 1 and max(known) - min(known) > SIMULTANEOUS_CAPS_S
+    if fleet_signal and capped_racks == set(racks):
+        return ["fleet"]
+    if apart:
+        return sorted(capped_racks)
+    if capped_racks == set(racks) and len(racks) > 1:
+        return ["fleet"]
+    return [sorted(capped_racks)[0]]
 
 
 def _misconfig(
