@@ -248,3 +248,18 @@ class _Counting:
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         self.queries += 1
         return self.store.scalar(sql, params)
+
+
+@pytest.mark.parametrize("last", [float("nan"), float("inf"), -5.0, "soon", True, None, 1e300])
+def test_a_hostile_last_seen_time_keeps_the_window_inside_the_incident(last: object) -> None:
+    incident = _incident(
+        [("gpu_hot", "node1/gpu1", 100.0, 1400.0), ("nic_drops", "node1/nic0", 800.0, 860.0)]
+    )
+    with Store(":memory:") as store:
+        whole = incident_window(store, incident)
+        hostile = Symptom(
+            kind="loss_without_ecn", component="node1/nic0", ts_s=800.0, detail={"last_ts_s": last}
+        )
+        w = onset_window(hostile, whole)
+        assert whole.start_s <= w.start_s <= w.opened_s <= w.end_s <= whole.end_s
+        assert w.end_s in (800.0 + ONSET_S, whole.end_s) or w is whole
