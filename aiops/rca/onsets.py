@@ -189,8 +189,14 @@ def score_around_onsets(facts: Facts, incident: Incident, scorers: Sequence[Scor
             anchor = anchoring(label, component, incident, rack_of)
             own = by_symptom.get(index[id(anchor)]) if anchor is not None else None
             window_found = per_window.get(_key(own)) if own is not None and own is not facts.window else None
-            if window_found is not None and key in window_found:
-                chosen[key] = window_found[key]
+            if window_found is not None and key in window_found and anchor is not None and own is not None:
+                c = window_found[key]
+                c.summary += (
+                    f" (scored over +{own.start_s - incident.opened_ts_s:.0f} to "
+                    f"+{own.end_s - incident.opened_ts_s:.0f} s of the incident, around the onset of "
+                    f"{anchor.kind} on {anchor.component})"
+                )
+                chosen[key] = c
             elif key in whole:
                 chosen[key] = whole[key]
     return Scored(list(chosen.values()), len(windows))

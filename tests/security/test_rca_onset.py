@@ -125,6 +125,7 @@ def test_a_short_fault_inside_a_long_incident_is_scored_from_its_onset_window(
     found = next((h for h in top3 if (h.root_cause, h.component) == (label, component)), None)
     assert found is not None, [(h.root_cause, h.component, h.confidence) for h in d.hypotheses[:6]]
     assert any(h.root_cause == "thermal_throttle" and h.component == "node1/gpu1" for h in top3)
+    assert "around the onset of" in found.summary and f" on {component})" in found.summary, found.summary
     # the evidence its score came from is the onset window's, not the incident's
     evidence = _cited(found, claim)
     assert window.start_s in evidence.params or window.opened_s in evidence.params, evidence.params
