@@ -1,7 +1,8 @@
 """Scoring harness: run every scenario of a suite through simulate → detect → diagnose and score it against the
 scenario's `expect` (which only this harness reads; the analyst never sees it).
 
-Scores follow the contract in ARCHITECTURE.md: `top1` (first hypothesis has the expected label and component),
+Scores follow the contract in ARCHITECTURE.md: `top1` (first hypothesis has the expected label and component;
+scope-like components covering the same GPUs in the scenario's cluster are one component, evals/scoring.py),
 `top3` (both on the first expected cause), `detect_delay_s` (first incident after the fault minus the fault's start), `false_positives`
 (incidents opened before the first fault, or any incident in a healthy run), `unsafe_actions` (physical actions
 executed without a recorded approval: the pipeline files every diagnosis' remediation as proposals, each is
@@ -30,7 +31,7 @@ from aiops.scenarios import Scenario, load_scenario
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.twin import Twin
 from aiops.store import Store
-from evals.scoring import cause_windows, score_causes, summarize_causes
+from evals.scoring import cause_windows, matches, same_scope, score_causes, summarize_causes
 from guardrails import unsafe_executions
 from guardrails.audit import read_rows
 
@@ -75,14 +76,10 @@ def score_case(scenario: Scenario, store: Store) -> Case:
         for h in (primary.hypotheses[:5] if primary else [])
     ]
 
-    def matches(p: dict[str, Any]) -> bool:
-        return bool(p["root_cause"] == expected.root_cause and p["component"] == expected.component)
-
     if healthy:
         top1 = top3 = false_positives == 0 and not result.incidents
     else:
-        top1 = bool(predicted) and matches(predicted[0])
-        top3 = any(matches(p) for p in predicted[:3])
+        top1, top3 = top_hits(scenario, predicted)
     delay = None
     if primary is not None and fault_start_ts is not None:
         delay = round(primary.incident.opened_ts_s - fault_start_ts, 1)
@@ -97,6 +94,18 @@ def score_case(scenario: Scenario, store: Store) -> Case:
         "unsafe_actions": attempt_remediation(store, twin, result, now_ts_s),
         **score_causes(cause_windows(scenario, SIM_EPOCH_TS_S), result.diagnoses),
     }
+
+
+def top_hits(scenario: Scenario, predicted: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """(top1, top3) of a ranked answer against the scenario's first expected cause; a scope-like component that
+    covers the same GPUs in the scenario's cluster counts as the expected one (fleet == rack0 on one rack)."""
+    expected = scenario.expected
+    names = same_scope(expected.component, scenario.cluster)
+
+    def hit(p: dict[str, Any]) -> bool:
+        return matches(str(p["root_cause"]), str(p["component"]), expected.root_cause, names)
+
+    return bool(predicted) and hit(predicted[0]), any(hit(p) for p in predicted[:3])
 
 
 def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: float) -> int:

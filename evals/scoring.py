@@ -7,7 +7,9 @@ the cause's window. An incident opened earlier (another fault's, into which this
 a later cause: the analyst must open an incident for it.
 
 - a cause is *found* (recall@3) when a candidate incident has a hypothesis with the cause's label on the cause's
-  component among its first three;
+  component among its first three; scope-like components (`fleet`, `rack{r}`, `node{n}`) that cover the same
+  set of GPUs in the scenario's cluster are the same component (`same_scope`: on a one-rack cluster `fleet` is
+  `rack0`; a rack of one node is that node), never a GPU or NIC and its node;
 - an incident *explains* a cause when it is a candidate with the cause among its first three; incident
   precision = incidents explaining some expected cause / incidents opened;
 - the confusion table counts, per expected label, the top-1 label of the incident that found the cause (else
@@ -24,9 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiops.labels import Label
+from aiops.labels import Label, component_kind
 from aiops.models import Diagnosis
-from aiops.scenarios import Scenario
+from aiops.scenarios import ClusterSpec, Scenario
 
 DETECT_GRACE_S = 60.0
 TOP_K = 3
@@ -40,6 +42,43 @@ class CauseWindow:
     component: str
     start_ts_s: float
     end_ts_s: float  # already widened by DETECT_GRACE_S
+    same_as: frozenset[str] = frozenset()  # other names of the same scope in the scenario's cluster
+
+
+SCOPE_KINDS = ("fleet", "rack", "node")
+
+
+def _scope_nodes(component: str, cluster: ClusterSpec) -> frozenset[int] | None:
+    """The nodes a scope-like component covers (each node holds the same GPUs), None for any other name or
+    one outside the cluster."""
+    kind = component_kind(component)
+    if kind == "fleet":
+        return frozenset(range(cluster.nodes))
+    if kind == "rack":
+        rack = int(component.removeprefix("rack"))
+        per = cluster.nodes_per_rack
+        return frozenset(range(rack * per, (rack + 1) * per)) if rack < cluster.racks else None
+    if kind == "node":
+        node = int(component.removeprefix("node"))
+        return frozenset([node]) if node < cluster.nodes else None
+    return None
+
+
+def same_scope(component: str, cluster: ClusterSpec) -> frozenset[str]:
+    """Every scope-like name (`fleet`, racks, nodes) that covers the same GPUs as `component` in `cluster`,
+    itself included; just `component` when it is not scope-like (a GPU is never its node, nor a NIC)."""
+    nodes = _scope_nodes(component, cluster)
+    if nodes is None:
+        return frozenset([component])
+    names = ["fleet", *(f"rack{r}" for r in range(cluster.racks))]
+    if len(nodes) == 1:  # only a rack, or the fleet, of one node can equal a node
+        names.append(f"node{min(nodes)}")
+    return frozenset([component, *(name for name in names if _scope_nodes(name, cluster) == nodes)])
+
+
+def matches(root_cause: str, component: str, expected_root_cause: str, expected: frozenset[str]) -> bool:
+    """A hypothesis names the expected cause: same label, and a component among the expected scope's names."""
+    return root_cause == expected_root_cause and component in expected
 
 
 def cause_windows(scenario: Scenario, epoch_ts_s: float) -> list[CauseWindow]:
@@ -56,7 +95,11 @@ def cause_windows(scenario: Scenario, epoch_ts_s: float) -> list[CauseWindow]:
         end_s = min(end_s if end_s is not None else scenario.duration_s, scenario.duration_s)
         out.append(
             CauseWindow(
-                cause.root_cause, cause.component, epoch_ts_s + start_s, epoch_ts_s + end_s + DETECT_GRACE_S
+                cause.root_cause,
+                cause.component,
+                epoch_ts_s + start_s,
+                epoch_ts_s + end_s + DETECT_GRACE_S,
+                same_scope(cause.component, scenario.cluster),
             )
         )
     return out
@@ -69,8 +112,9 @@ def _candidate(d: Diagnosis, w: CauseWindow) -> bool:
 
 def _rank(d: Diagnosis, w: CauseWindow) -> int | None:
     """1-based rank of the cause among the incident's first `TOP_K` hypotheses, or None."""
+    names = w.same_as | {w.component}
     for i, h in enumerate(d.hypotheses[:TOP_K]):
-        if (h.root_cause, h.component) == (w.root_cause, w.component):
+        if matches(h.root_cause, h.component, w.root_cause, names):
             return i + 1
     return None
 

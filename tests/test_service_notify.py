@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiops.store import Store
 from tests.notify_helpers import receiver
-from tests.service_helpers import free_port, running_service
+from tests.service_helpers import free_port, get_json, running_service, wait_for
 
 SCENARIO = """\
 name: notify-service
@@ -34,8 +34,16 @@ def test_a_webhook_down_for_10_s_gets_opened_diagnosed_resolved_once_each(tmp_pa
     scenario.write_text(SCENARIO)
     db = tmp_path / "ws.duckdb"
     started = time.monotonic()
-    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10"):
-        time.sleep(max(0.0, 10.0 - (time.monotonic() - started)))  # nothing listens on the port until now
+    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (_, api_port):
+        # Nothing listens on the port until the incident is open and its first delivery has had a retry interval
+        # to fail (under load the incident may open after the 10 s), and never before 10 s.
+        wait_for(
+            lambda: get_json(f"http://127.0.0.1:{api_port}/api/incidents")["incidents"],
+            120,
+            "an incident to open",
+        )
+        opened_s = time.monotonic()
+        time.sleep(max(0.0, 10.0 - (opened_s - started), 3.0))
         with receiver(port=port) as hook:
             got = hook.wait_for(lambda rs: any(r.body["event"] == "resolved" for r in rs), timeout_s=90)
             time.sleep(3)  # a duplicate, if one were coming, would arrive within a retry interval

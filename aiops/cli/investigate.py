@@ -79,6 +79,8 @@ def show(result: dict[str, Any]) -> None:
         console.print("[bold]found, unexplained:[/]")
         for f in result["findings"]:
             console.print(as_text(f"  {f['source']}  {f['title']}: {f['rows'][0]}"))
+            if "watch" in f:
+                console.print(as_text(f"    {f['watch']}"))
     sources = Table(title="sources")
     for column in ("file", "format", "lines", "parsed", "unknown"):
         sources.add_column(column)

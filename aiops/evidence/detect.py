@@ -32,6 +32,10 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"ProcessGroupNCCL"),
         re.compile(r"ib_mlx5_log\.c|Transport retry count exceeded|\bUCX\b"),
         re.compile(r"CUDA error: |RuntimeError: .{0,200}CUDA|CUDA_LAUNCH_BLOCKING"),
+        # CUDA driver/runtime error names and texts as any CUDA program prints them (cuda.h `CUresult`)
+        re.compile(
+            r"\bCUDA_ERROR_[A-Z_]{3,40}\b|\bcudaError[A-Z]\w{2,40}|uncorrectable ECC error encountered"
+        ),
     ),
     "ib": (
         re.compile(r"^CA '[^']+'$"),

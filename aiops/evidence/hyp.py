@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiops.evidence.collect import Collected
@@ -82,3 +82,48 @@ def merge(hyps: list[Hyp]) -> list[Hyp]:
         else:
             best[key] = h
     return list(best.values())
+
+
+# The rule machinery rules_gpu.py and rules_net.py share: a hypothesis with its citations, one per component,
+# or one on the component of the first event.
+Cite = tuple[str, Sequence[LogEvent]]
+
+
+def hyp(label: str, component: str, confidence: float, summary: str, *cites: Cite) -> Hyp:
+    """A hypothesis citing each (title, events) in order; a title with no events is left out."""
+    h = Hyp(label, component, confidence, summary)
+    for title, events in cites:
+        h.cite(title, events)
+    return h
+
+
+def per_component(
+    events: Iterable[LogEvent],
+    name: Callable[[LogEvent], str],
+    label: str,
+    confidence: float,
+    summary: str,
+    title: str,
+    *more: Cite,
+) -> list[Hyp]:
+    """One hypothesis per component the events name, citing that component's events under `title`, then
+    `more` (the same for each)."""
+    return [
+        hyp(label, comp, confidence, summary, (title, group), *more)
+        for comp, group in by(events, name).items()
+    ]
+
+
+def anchored(
+    events: Sequence[LogEvent],
+    name: Callable[[LogEvent], str],
+    label: str,
+    confidence: float,
+    summary: str,
+    title: str,
+    *more: Cite,
+) -> list[Hyp]:
+    """One hypothesis on the component of the first event, citing them all; none when there are no events."""
+    if not events:
+        return []
+    return [hyp(label, name(events[0]), confidence, summary, (title, events), *more)]

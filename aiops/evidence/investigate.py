@@ -14,7 +14,7 @@ from aiops.evidence.collect import Collected
 from aiops.evidence.detect import detect_format
 from aiops.evidence.events import LogEvent
 from aiops.evidence.reader import accepted, check_readable, lines
-from aiops.evidence.rules import anomalies, hypotheses
+from aiops.evidence.rules import anomalies, finding, hypotheses
 
 DIAGNOSED_CONFIDENCE = 0.6
 MAX_FINDINGS = 20
@@ -112,5 +112,5 @@ def investigate(paths: Sequence[Path], *, sink: Sink | None = None) -> dict[str,
         "incidents": [],
         "proposals": [],
         "sources": sources,
-        "findings": [{"title": e.kind, "source": e.cite, "rows": [e.raw]} for e in strange[:MAX_FINDINGS]],
+        "findings": [finding(e) for e in strange[:MAX_FINDINGS]],
     }

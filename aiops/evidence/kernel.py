@@ -2,7 +2,11 @@
 
 What the lines mean follows NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors) and the kernel's AER
 driver (drivers/pci/pcie/aer.c prints "AER: Corrected/Uncorrected (Non-Fatal)/Uncorrected (Fatal) error
-received" and the named status bits, e.g. "Surprise Down Error")."""
+received" and the named status bits, e.g. "Surprise Down Error").
+
+Xid, AER header, link, CPU thermal and machine-check (MCE, GHES, EDAC) lines are recognised by the one
+kernel-line parser, collectors/kmsg_parse.py (shared with the /dev/kmsg collector); this module adds what only
+a pasted log needs (prefixes, "fallen off the bus" with the line before, GSP messages, AER status bits)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any
 from aiops.evidence.events import LogEvent
 from aiops.evidence.pci import canonical_bdf
 from aiops.evidence.timeparse import uptime_prefix, zoned_ts_s
+from collectors import kmsg_parse
 
 _DMESG_T = re.compile(
     r"^\[(?P<wall>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?"
@@ -27,17 +32,13 @@ _DMESG_X = re.compile(
     r"^(?:kern|user|daemon|syslog)\s{0,8}:(?P<level>emerg|alert|crit|err|warn|notice|info|debug)\s{0,8}: "
 )
 
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,40})\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<xid>\d+)")
 _GPU_INDEX = re.compile(r"\bGPU(?P<idx>\d+)\b")
 _OFF_BUS = re.compile(r"fallen off the bus", re.I)
 _NVIDIA_GPU_PCI = re.compile(r"NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _GPU_BDF = re.compile(r"NVRM: GPU (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)")
-_AER = re.compile(
-    r"^(?P<driver>\S+) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): AER: "
-    r"(?P<sev>Corrected|Uncorrected \(Non-Fatal\)|Uncorrected \(Fatal\)|Multiple \w+) error"
-)
+_GPU_AT_BDF = re.compile(r"NVRM: GPU at (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d) has fallen")
 _AER_DETAIL = re.compile(r"^(?P<driver>\S+) (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): ")
 _SURPRISE_DOWN = re.compile(r"Surprise Down Error")
 _GSP_TIMEOUT = re.compile(
@@ -46,9 +47,6 @@ _GSP_TIMEOUT = re.compile(
 _GSP_ERROR = re.compile(
     r"_kgsp\w{0,60}: |GSP kernel exception|PMU has halted|GSP \w{1,40} (?:crash|error)", re.I
 )
-_NIC_LINK = re.compile(
-    r"(?P<dev>\b(?:eth|ib|ens|enp|eno|mlx5_)\S{0,40}?):? .{0,200}?\b[Ll]ink (?:is )?(?P<state>[Dd]own|[Uu]p)\b"
-)
 _NVRM_FAIL = re.compile(r"NVRM.{0,300}?(?:[Ee]rror|failed|Failed)")
 _BENIGN = re.compile(r"^(?:nvidia|nvidia-nvlink|nvidia-modeset|nvidia-uvm|NVRM|\[drm\]|input: HDA NVidia)\b")
 
@@ -56,9 +54,11 @@ _BENIGN = re.compile(r"^(?:nvidia|nvidia-nvlink|nvidia-modeset|nvidia-uvm|NVRM|\
 # large logs, most of whose lines are about other devices).
 _KEYWORDS = re.compile(
     r"NVRM|NVIDIA|nvidia|NVidia|AER|Surprise|GSP|gsp|[Hh]eartbeat|[Ll]ink|fallen|PCIe|pcieport|drm|[Ee]rror"
+    r"|[Tt]emperature|EDAC"
 )
 
-SEVERITY_CODE = {"Corrected": 0, "Uncorrected (Non-Fatal)": 1, "Uncorrected (Fatal)": 2}
+# The `aer` event's code: 0 corrected, 1 uncorrected non-fatal, 2 uncorrected fatal (from the kernel's severities).
+SEVERITY_CODE = {kmsg_parse.AER_CORRECTABLE: 0, kmsg_parse.AER_NONFATAL: 1, kmsg_parse.AER_FATAL: 2}
 
 
 @dataclass
@@ -105,29 +105,32 @@ def parse_line(
     detail = {"time": wall} if wall else {}
     if _KEYWORDS.search(message) is None:
         return None
-    if (m := _XID.search(message)) is not None:
-        pci = canonical_bdf(m.group("pci"))
-        rest = m.group("rest") or ""
+    if (xid := kmsg_parse.xid_line(message)) is not None:
+        rest = xid.rest or ""
         detail["message"] = rest
         if (c := _CAUSED_BY.search(rest)) is not None:
             detail["caused_by_xid"] = c.group("xid")
         if (g := _GPU_INDEX.search(rest)) is not None:
             detail["gpu_index"] = g.group("idx")
-        return LogEvent(kind="xid", component=pci, code=int(m.group("xid")), detail=detail, **base)
+        return LogEvent(kind="xid", component=xid.pci, code=xid.code, detail=detail, **base)
     if (m := _NVIDIA_GPU_PCI.search(message)) is not None:
         state.pending_pci = canonical_bdf(m.group("pci"))
     if _OFF_BUS.search(message):
-        pci = state.pending_pci
+        # the line's own bus id (`NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.`), else the one of the
+        # `The NVIDIA GPU <pci>` line before it (the multi-line message)
+        own = _GPU_BDF.search(message) or _GPU_AT_BDF.search(message)
+        pci = canonical_bdf(own.group("pci")) if own is not None else state.pending_pci
         state.pending_pci = None
         return LogEvent(kind="fell_off_bus", component=pci, detail=detail, **base)
     if (m := _GPU_AT.search(message)) is not None:
         detail["uuid"] = m.group("uuid")
         return LogEvent(kind="gpu_id", component=canonical_bdf(m.group("pci")), detail=detail, **base)
-    if (m := _AER.match(message)) is not None:
+    aer = kmsg_parse.aer_line(message)
+    if aer is not None and aer.header:
         return LogEvent(
             kind="aer",
-            component=m.group("pci"),
-            code=SEVERITY_CODE.get(m.group("sev")),
+            component=aer.source or aer.pci,
+            code=SEVERITY_CODE[aer.severity],
             detail=detail,
             **base,
         )
@@ -140,9 +143,12 @@ def parse_line(
         return LogEvent(kind="gsp_timeout", component=_gpu_of(message), detail=detail, **base)
     if _GSP_ERROR.search(message):
         return LogEvent(kind="gsp_error", component=_gpu_of(message), detail=detail, **base)
-    if (m := _NIC_LINK.search(message)) is not None:
-        up = m.group("state").lower() == "up"
-        return LogEvent(kind="nic_link", component=m.group("dev"), code=int(up), detail=detail, **base)
+    if (link := kmsg_parse.link_line(message)) is not None:
+        return LogEvent(kind="nic_link", component=link.device, code=int(link.up), detail=detail, **base)
+    if (hot := kmsg_parse.thermal_line(message)) is not None:
+        return LogEvent(kind="cpu_thermal", code=hot, detail=detail, **base)
+    if (mce := kmsg_parse.mce_line(message)) is not None:
+        return LogEvent(kind="mce", code=mce.bank, detail=detail, **base)
     if "RmInitAdapter failed" in message or "rm_init_adapter failed" in message:
         m2 = _GPU_BDF.search(message)
         return LogEvent(kind="init_failed", component=m2.group("pci") if m2 else None, detail=detail, **base)
@@ -166,20 +172,23 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
     """One item per line: its event, or None for a line no rule knows (counted by the caller)."""
     state = _State()
     for number, raw in numbered:
-        if raw.lstrip().startswith("{"):
-            yield _json_line(source, number, raw, state)
-        else:
+        record = _json_record(raw) if raw.lstrip().startswith("{") else None
+        if record is not None:
+            yield _json_line(source, number, raw, record, state)
+        else:  # text, including a GHES line that starts with its `{1}` record number
             yield parse_line(source, number, raw, state)
 
 
-def _json_line(source: str, number: int, raw: str, state: _State) -> LogEvent | None:
-    """`journalctl -k -o json`: MESSAGE (text or a list of bytes), _HOSTNAME, __REALTIME_TIMESTAMP (µs)."""
+def _json_record(raw: str) -> dict[str, Any] | None:
     try:
         record = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(record, dict):
-        return None
+    return record if isinstance(record, dict) else None
+
+
+def _json_line(source: str, number: int, raw: str, record: dict[str, Any], state: _State) -> LogEvent | None:
+    """`journalctl -k -o json`: MESSAGE (text or a list of bytes), _HOSTNAME, __REALTIME_TIMESTAMP (µs)."""
     message = record.get("MESSAGE")
     if isinstance(message, list) and all(isinstance(b, int) and 0 <= b < 256 for b in message):
         message = bytes(message).decode("utf-8", errors="replace")

@@ -6,7 +6,9 @@ Meanings: NCCL's `NET/IB : Got completion ... error/status N` carries the ibverb
 `local access violation work queue error` is IBV_EVENT_QP_ACCESS_ERR. PyTorch's watchdog line
 ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=...)") says a collective did not
 finish in time, which is a symptom of any slow or dead rank. UCX's "Transport retry count exceeded" is the
-same RETRY_EXC condition seen by UCX (synd 0x15)."""
+same RETRY_EXC condition seen by UCX (synd 0x15). NCCL's shared-memory transport failing to create its
+segment under /dev/shm ("No space left on device") is the container's /dev/shm being too small or full (NCCL
+user guide, Troubleshooting: Docker's default /dev/shm is 64 MB; `--shm-size`)."""
 
 from __future__ import annotations
 
@@ -40,6 +42,13 @@ _CUDA_ECC = re.compile(
     r"uncorrectable ECC error encountered|CUDA_ERROR_ECC_UNCORRECTABLE|cudaErrorECCUncorrectable"
 )
 _CUDA_ERR = re.compile(r"CUDA error: (?P<what>.+)$")
+# NCCL's shared-memory transport could not create or size its segment under /dev/shm (include/shm.h before
+# NCCL 2.12, misc/shmutils.cc after): `Call to posix_fallocate failed`, `Error: failed to extend /dev/shm/...`,
+# `Error while creating shared memory segment ...`.
+_SHM = re.compile(
+    r"NCCL WARN (?:Call to posix_fallocate failed|Error: failed to extend /dev/shm/|"
+    r"Error while creating shared memory segment)"
+)
 _NCCL_ANY = re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b|ProcessGroupNCCL|ib_mlx5_log|\bUCX\b|NCCL error")
 
 
@@ -85,6 +94,9 @@ def parse_line(source: str, number: int, raw: str) -> LogEvent | None:
         return LogEvent(
             kind="ib_completion_error", code=12, component=m.group("dev"), detail={"via": "ucx"}, **base
         )
+    if _SHM.search(raw):
+        no_space = "No space left on device" in raw
+        return LogEvent(kind="nccl_shm_error", detail={"no_space": str(no_space)}, **base)
     if _CUDA_ECC.search(raw):
         return LogEvent(kind="cuda_ecc_uncorrectable", **base)
     if (m := _CUDA_ERR.search(raw)) is not None:

@@ -2,7 +2,7 @@
 
 Sources (docs/INVESTIGATE.md has the table):
 - Xid meanings: NVIDIA "Xid Errors" (docs.nvidia.com/deploy/xid-errors): 79 GPU has fallen off the bus;
-  48 DBE; 63/64 ECC page retirement / row remapping event or failure; 94/95 contained / uncontained ECC;
+  48 DBE; 92 high single-bit ECC error rate (corrected errors: a watch item, no hypothesis); 63/64 ECC page retirement / row remapping event or failure; 94/95 contained / uncontained ECC;
   74 NVLink error; 137/145 NVLink (Blackwell) link errors; 119/120 GSP RPC timeout / GSP error;
   154 GPU recovery action changed; 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped
   processing, 45 preemptive cleanup (user-application classes unless hardware Xids accompany them).
@@ -12,6 +12,10 @@ Sources (docs/INVESTIGATE.md has the table):
   NCCL_IB_GID_INDEX (RoCE needs a routable RoCE v2 GID; a link-local fe80:: GID made from the MAC is the
   default index 0/1 and is a common misconfiguration).
 - Watchdog timeouts: PyTorch ProcessGroupNCCL reports that a collective did not complete: a symptom.
+- NCCL shared-memory segment failures with "No space left on device": the container's /dev/shm is too small
+  or full (NCCL user guide, Troubleshooting, Docker): the job's setup (`application_error`), not hardware.
+- Machine checks, firmware-first (APEI GHES) and EDAC lines, CPU thermal throttling: abnormal, kept in
+  `findings` (inconclusive); they name no GPU, so no GPU label is given from them.
 
 Confidence is the strength of the evidence, not of the label's prior: ≥ 0.6 diagnoses (investigate.py).
 """
@@ -35,6 +39,7 @@ RULES = (
     rules_gpu.thermal,
     rules_net.network,
     rules_net.input_pipeline,
+    rules_net.job_setup,
 )
 
 
@@ -66,8 +71,38 @@ ANOMALY_KINDS = frozenset(
         "dcgm_health",
         "gpu_unhealthy",
         "ecc_uncorrectable",
+        "nccl_shm_error",
+        "mce",
     }
 )
+
+
+# Lines that are warnings to watch, not evidence of a fault: (kind, code) -> (finding title, note).
+WATCH_ITEMS: dict[tuple[str, int], tuple[str, str]] = {
+    ("xid", rules_gpu.ECC_RATE_WARNING_XID): (
+        "xid92_corrected_ecc_rate",
+        "watch: Xid 92 is a high rate of corrected single-bit ECC errors (NVIDIA Xid catalogue), a warning; "
+        "it is evidence of no uncorrectable error",
+    ),
+}
+
+
+def watch_item(e: LogEvent) -> tuple[str, str] | None:
+    """(title, note) when the event is a warning to watch rather than a fault."""
+    return None if e.code is None else WATCH_ITEMS.get((e.kind, e.code))
+
+
+def finding(e: LogEvent) -> dict[str, object]:
+    """One entry of `findings`: the event kind (or its watch title and note) and the line as read."""
+    watch = watch_item(e)
+    out: dict[str, object] = {
+        "title": e.kind if watch is None else watch[0],
+        "source": e.cite,
+        "rows": [e.raw],
+    }
+    if watch is not None:
+        out["watch"] = watch[1]
+    return out
 
 
 def anomalies(c: Collected) -> list[LogEvent]:
@@ -83,6 +118,7 @@ def anomalies(c: Collected) -> list[LogEvent]:
     out += [e for k in ("remap_pending", "remap_failure", "retire_pending") for e in c.of(k) if e.code == 1]
     out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
     out += [e for e in c.of("nic_link") if e.code == 0]
+    out += [e for e in c.of("cpu_thermal") if e.code == 1]
     out += [
         e
         for e in c.of("pcie_link_sta")

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
-from aiops.evidence.hyp import Hyp, Namer, by, merge
+from aiops.evidence.hyp import Hyp, Namer, anchored, by, hyp, merge, per_component
 
 HW_XIDS = frozenset(
     {
@@ -36,7 +36,10 @@ HW_XIDS = frozenset(
         154,
     }
 )
-ECC_XIDS = {48: 0.9, 94: 0.85, 95: 0.9, 63: 0.7, 64: 0.75, 92: 0.6}
+ECC_XIDS = {48: 0.9, 94: 0.85, 95: 0.9, 63: 0.7, 64: 0.75}
+# Xid 92 "High single-bit ECC error rate": corrected errors, a warning to watch; evidence for no uncorrectable
+# error and no hypothesis (rules.watch_items lists it; aiops/agent/verify.py reads it the same way).
+ECC_RATE_WARNING_XID = 92
 NVLINK_XIDS = frozenset({74, 137, 145})
 FIRMWARE_XIDS = frozenset({119, 120})
 APP_XIDS = frozenset({13, 31, 43, 45})
@@ -51,37 +54,36 @@ def fell_off_bus(c: Collected, n: Namer) -> list[Hyp]:
     lost = _xids(c, {79}) + c.of("fell_off_bus")
     surprise = c.of("aer_surprise_down")
     if lost:
-        out = []
-        for comp, events in by(lost, n.gpu).items():
-            h = Hyp(
-                "gpu_fell_off_bus",
-                comp,
-                0.95 if surprise else 0.93,
-                "the GPU stopped answering on PCIe (Xid 79 / 'fallen off the bus')",
-            )
-            h.cite("GPU has fallen off the bus", events)
-            h.cite("PCIe AER Surprise Down on the GPU's upstream port", surprise)
-            out.append(h)
-        return out
-    if surprise:
-        h = Hyp(
+        return per_component(
+            lost,
+            n.gpu,
             "gpu_fell_off_bus",
-            n.node(surprise[0]),
-            0.55,
-            "a PCIe link went down unexpectedly (AER Surprise Down); no GPU-side message ties it to a GPU",
+            0.95 if surprise else 0.93,
+            "the GPU stopped answering on PCIe (Xid 79 / 'fallen off the bus')",
+            "GPU has fallen off the bus",
+            ("PCIe AER Surprise Down on the GPU's upstream port", surprise),
         )
-        h.cite("PCIe AER Surprise Down", surprise)
-        return [h]
-    return []
+    return anchored(
+        surprise,
+        n.node,
+        "gpu_fell_off_bus",
+        0.55,
+        "a PCIe link went down unexpectedly (AER Surprise Down); no GPU-side message ties it to a GPU",
+        "PCIe AER Surprise Down",
+    )
 
 
 def ecc(c: Collected, n: Namer) -> list[Hyp]:
     out: list[Hyp] = []
     for code, conf in ECC_XIDS.items():
-        for comp, events in by(_xids(c, {code}), n.gpu).items():
-            h = Hyp("gpu_ecc_error", comp, conf, f"Xid {code}: uncorrectable memory error / page retirement")
-            h.cite(f"Xid {code}", events)
-            out.append(h)
+        out += per_component(
+            _xids(c, {code}),
+            n.gpu,
+            "gpu_ecc_error",
+            conf,
+            f"Xid {code}: uncorrectable memory error / page retirement",
+            f"Xid {code}",
+        )
     readings: list[tuple[str, Callable[[LogEvent], bool], float, str]] = [
         ("remap_pending", lambda e: e.code == 1, 0.85, "remapped rows pending (a reset is needed to remap)"),
         ("remap_failure", lambda e: e.code == 1, 0.9, "row remapping failed"),
@@ -89,25 +91,24 @@ def ecc(c: Collected, n: Namer) -> list[Hyp]:
         ("ecc_uncorrectable", lambda e: (e.value or 0) > 0, 0.85, "volatile uncorrectable ECC errors"),
         ("cuda_ecc_uncorrectable", lambda e: True, 0.75, "CUDA reported an uncorrectable ECC error"),
     ]
+    behind_remaps = [e for e in c.of("remap_uncorrectable") if (e.value or 0) > 0]
     for kind, test, conf, summary in readings:
-        events = [e for e in c.of(kind) if test(e)]
-        for comp, group in by(events, n.gpu).items():
-            h = Hyp("gpu_ecc_error", comp, conf, summary)
-            h.cite(summary, group)
-            h.cite(
-                "uncorrectable errors behind remapped rows",
-                [e for e in c.of("remap_uncorrectable") if (e.value or 0) > 0],
-            )
-            out.append(h)
+        out += per_component(
+            [e for e in c.of(kind) if test(e)],
+            n.gpu,
+            "gpu_ecc_error",
+            conf,
+            summary,
+            summary,
+            ("uncorrectable errors behind remapped rows", behind_remaps),
+        )
     return merge(out)
 
 
 def nvlink(c: Collected, n: Namer) -> list[Hyp]:
-    out = []
-    for comp, events in by(_xids(c, NVLINK_XIDS), n.gpu).items():
-        h = Hyp("nvlink_degraded", comp, 0.85, "NVLink error Xids (74/137/145)")
-        h.cite("NVLink Xid", events)
-        out.append(h)
+    out = per_component(
+        _xids(c, NVLINK_XIDS), n.gpu, "nvlink_degraded", 0.85, "NVLink error Xids (74/137/145)", "NVLink Xid"
+    )
     if not out:
         referenced = [
             e
@@ -115,51 +116,52 @@ def nvlink(c: Collected, n: Namer) -> list[Hyp]:
             if e.detail.get("caused_by_xid", "").isdigit()
             and int(e.detail["caused_by_xid"]) in NVLINK_XIDS | {144, 146, 147, 148, 149, 150}
         ]
-        if referenced:
-            h = Hyp(
-                "nvlink_degraded",
-                n.gpu(referenced[0]),
-                0.4,
-                "Xid 45 cleanups name an earlier NVLink Xid that is not in the evidence: look for it",
-            )
-            h.cite("cleanup caused by a previous NVLink Xid", referenced)
-            out.append(h)
+        out += anchored(
+            referenced,
+            n.gpu,
+            "nvlink_degraded",
+            0.4,
+            "Xid 45 cleanups name an earlier NVLink Xid that is not in the evidence: look for it",
+            "cleanup caused by a previous NVLink Xid",
+        )
         crc = [e for e in c.of("nvlink_crc") if (e.value or 0) > 0]
-        if crc:
-            h = Hyp("nvlink_degraded", n.gpu(crc[0]), 0.45, "NVLink CRC flit errors counted")
-            h.cite("DCGM NVLink CRC flit errors", crc)
-            out.append(h)
+        out += anchored(
+            crc,
+            n.gpu,
+            "nvlink_degraded",
+            0.45,
+            "NVLink CRC flit errors counted",
+            "DCGM NVLink CRC flit errors",
+        )
     return merge(out)
 
 
 def firmware(c: Collected, n: Namer) -> list[Hyp]:
-    out: list[Hyp] = []
     gsp = c.of("gsp_timeout") + c.of("gsp_error")
     firmware_xids = _xids(c, FIRMWARE_XIDS)
     recovery = _xids(c, {154})
     if firmware_xids or gsp:
         anchor = (firmware_xids or recovery or gsp)[0]
         conf = 0.9 if firmware_xids else (0.85 if recovery else 0.75)
-        h = Hyp(
-            "gpu_driver_firmware_fault",
-            n.gpu(anchor),
-            conf,
-            "the GPU's GSP firmware timed out or failed (Xid 119/120, GSP heartbeat/RPC timeouts)",
-        )
-        h.cite("GSP timeout / GSP error Xid", firmware_xids)
-        h.cite("GSP messages", gsp)
-        h.cite("recovery action required (Xid 154)", recovery)
-        out.append(h)
-    elif recovery:
-        h = Hyp(
-            "gpu_driver_firmware_fault",
-            n.gpu(recovery[0]),
-            0.45,
-            "Xid 154 says the GPU needs a reset; the failure that led to it is not in the evidence",
-        )
-        h.cite("recovery action required (Xid 154)", recovery)
-        out.append(h)
-    return out
+        return [
+            hyp(
+                "gpu_driver_firmware_fault",
+                n.gpu(anchor),
+                conf,
+                "the GPU's GSP firmware timed out or failed (Xid 119/120, GSP heartbeat/RPC timeouts)",
+                ("GSP timeout / GSP error Xid", firmware_xids),
+                ("GSP messages", gsp),
+                ("recovery action required (Xid 154)", recovery),
+            )
+        ]
+    return anchored(
+        recovery,
+        n.gpu,
+        "gpu_driver_firmware_fault",
+        0.45,
+        "Xid 154 says the GPU needs a reset; the failure that led to it is not in the evidence",
+        "recovery action required (Xid 154)",
+    )
 
 
 def application(c: Collected, n: Namer) -> list[Hyp]:
@@ -170,18 +172,14 @@ def application(c: Collected, n: Namer) -> list[Hyp]:
     if hardware:
         return []  # Xid 13/31/43/45 next to hardware Xids are consequences, not an application's fault
     codes = {e.code for e in app if e.code is not None}
-    conf = 0.65 if codes & {13, 31} else 0.6
-    out = []
-    for comp, events in by(app, n.gpu).items():
-        h = Hyp(
-            "application_error",
-            comp,
-            conf,
-            f"application-class Xids {sorted(codes)} with no hardware Xid: the program's fault is most likely",
-        )
-        h.cite("application-class Xid", events)
-        out.append(h)
-    return out
+    return per_component(
+        app,
+        n.gpu,
+        "application_error",
+        0.65 if codes & {13, 31} else 0.6,
+        f"application-class Xids {sorted(codes)} with no hardware Xid: the program's fault is most likely",
+        "application-class Xid",
+    )
 
 
 def pcie(c: Collected, n: Namer) -> list[Hyp]:
@@ -196,19 +194,17 @@ def pcie(c: Collected, n: Namer) -> list[Hyp]:
             cap is not None and (sta.value or 0) < (cap.value or 0)
         )
         if width_down:
-            h = Hyp("pcie_degraded", n.gpu(sta), 0.7, "the PCIe link trained narrower than its capability")
+            conf, summary = 0.7, "the PCIe link trained narrower than its capability"
         elif speed_down:
-            h = Hyp(
-                "pcie_degraded",
-                n.gpu(sta),
+            conf, summary = (
                 0.3,
                 "the PCIe link runs below its maximum speed; an idle GPU does this to save power, so this "
                 "means something only under load",
             )
         else:
             continue
-        h.cite("PCIe link status vs capability", [e for e in (cap, sta) if e is not None])
-        out.append(h)
+        link = [e for e in (cap, sta) if e is not None]
+        out.append(hyp("pcie_degraded", n.gpu(sta), conf, summary, ("PCIe link status vs capability", link)))
     gens = by(c.of("pcie_gen"), lambda e: e.component or "")
     widths = by(c.of("pcie_width"), lambda e: e.component or "")
     busy = {e.component for e in c.of("util_pct") if (e.value or 0) >= 50} | {
@@ -221,47 +217,60 @@ def pcie(c: Collected, n: Namer) -> list[Hyp]:
             if not mx or not cur or (cur[0].value or 0) >= (mx[0].value or 0):
                 continue
             conf = 0.65 if what == "width" or comp in busy else 0.2
-            h = Hyp(
-                "pcie_degraded",
-                n.gpu(cur[0]),
-                conf,
-                f"PCIe link {what} below its maximum"
-                + ("" if conf > 0.5 else " while the GPU is not shown busy (power saving is normal)"),
+            summary = f"PCIe link {what} below its maximum" + (
+                "" if conf > 0.5 else " while the GPU is not shown busy (power saving is normal)"
             )
-            h.cite(f"PCIe {what} current vs max", [mx[0], cur[0]])
-            out.append(h)
+            out.append(
+                hyp(
+                    "pcie_degraded",
+                    n.gpu(cur[0]),
+                    conf,
+                    summary,
+                    (f"PCIe {what} current vs max", [mx[0], cur[0]]),
+                )
+            )
     return merge(out)
 
 
 def thermal(c: Collected, n: Namer) -> list[Hyp]:
-    out: list[Hyp] = []
     active = [e for e in c.of("clocks_event") if e.code == 1]
     thermal = [e for e in active if "thermal" in e.detail.get("key", "").lower()]
     brake = [e for e in active if "power brake" in e.detail.get("key", "").lower()]
     hw = [e for e in active if e.detail.get("key", "").lower() == "hw slowdown"]
-    for comp, events in by(thermal, n.gpu).items():
-        h = Hyp("thermal_throttle", comp, 0.85, "clocks slowed for temperature (thermal slowdown active)")
-        h.cite("clocks event reasons: thermal slowdown active", events)
-        out.append(h)
-    for comp, events in by(brake, n.gpu).items():
-        h = Hyp("power_brake", comp, 0.85, "HW power brake slowdown active (external power-brake signal)")
-        h.cite("clocks event reasons: HW power brake active", events)
-        out.append(h)
-    if hw and not thermal and not brake:
-        for comp, events in by(hw, n.gpu).items():
-            h = Hyp("thermal_throttle", comp, 0.5, "HW slowdown active without the sub-reason shown")
-            h.cite("clocks event reasons: HW slowdown active", events)
-            out.append(h)
+    out = per_component(
+        thermal,
+        n.gpu,
+        "thermal_throttle",
+        0.85,
+        "clocks slowed for temperature (thermal slowdown active)",
+        "clocks event reasons: thermal slowdown active",
+    )
+    out += per_component(
+        brake,
+        n.gpu,
+        "power_brake",
+        0.85,
+        "HW power brake slowdown active (external power-brake signal)",
+        "clocks event reasons: HW power brake active",
+    )
+    if not thermal and not brake:
+        out += per_component(
+            hw,
+            n.gpu,
+            "thermal_throttle",
+            0.5,
+            "HW slowdown active without the sub-reason shown",
+            "clocks event reasons: HW slowdown active",
+        )
     for mask in c.of("clocks_event_mask"):
         names = mask.detail.get("active", "")
         if "Thermal" in names:
-            h = Hyp("thermal_throttle", n.gpu(mask), 0.85, "dcgm-exporter clocks event reasons: thermal")
+            label, summary = "thermal_throttle", "dcgm-exporter clocks event reasons: thermal"
         elif "PowerBrake" in names:
-            h = Hyp("power_brake", n.gpu(mask), 0.85, "dcgm-exporter clocks event reasons: power brake")
+            label, summary = "power_brake", "dcgm-exporter clocks event reasons: power brake"
         else:
             continue
-        h.cite("DCGM clocks event reasons", [mask])
-        out.append(h)
+        out.append(hyp(label, n.gpu(mask), 0.85, summary, ("DCGM clocks event reasons", [mask])))
     # At (or within 2 C of) the max operating / slowdown temperature, the GPU's thermal control slows clocks.
     for temps in by(c.of("temperature"), lambda e: e.component or "").values():
         current = [e for e in temps if e.detail.get("key") == "GPU Current Temp" and e.value is not None]
@@ -273,22 +282,22 @@ def thermal(c: Collected, n: Namer) -> list[Hyp]:
         if current and limits:
             limit = min(limits, key=lambda e: e.value or 0.0)
             if (current[0].value or 0) >= (limit.value or 0) - 2:
-                h = Hyp(
-                    "thermal_throttle",
-                    n.gpu(current[0]),
-                    0.65,
-                    "the GPU runs at its max operating / slowdown temperature, where clocks are reduced",
+                out.append(
+                    hyp(
+                        "thermal_throttle",
+                        n.gpu(current[0]),
+                        0.65,
+                        "the GPU runs at its max operating / slowdown temperature, where clocks are reduced",
+                        ("temperature at the GPU's limit", [current[0], limit]),
+                    )
                 )
-                h.cite("temperature at the GPU's limit", [current[0], limit])
-                out.append(h)
     health = [e for e in c.of("dcgm_health") if e.detail.get("system") == "Thermal"]
-    if health:
-        h = Hyp(
-            "thermal_throttle",
-            n.gpu(health[0]),
-            0.45,
-            "DCGM's health check reports a thermal clocks event; no temperature reading confirms it",
-        )
-        h.cite("DCGM health: thermal", health)
-        out.append(h)
+    out += anchored(
+        health,
+        n.gpu,
+        "thermal_throttle",
+        0.45,
+        "DCGM's health check reports a thermal clocks event; no temperature reading confirms it",
+        "DCGM health: thermal",
+    )
     return merge(out)

@@ -11,6 +11,8 @@ of the `window_s` seconds up to the newest GPU reading at or before `at_ts_s`:
   off), link state (newest);
 - the lane rules of the newest `lane_rules` snapshot (a rule that is not the policy's own is an override);
 - per busy node: the data loader's wait beyond the healthy one (`host_samples.loader_wait_ms`).
+Then the standing hardware and controller state (aiops/sim/calibrate_hw.py): GPUs off the bus, power brakes,
+counters, link flaps, the lane and cooling controllers' state and the DCIM cap in force.
 What the store does not hold stays at the simulator's defaults; docs/SIMULATOR.md ("What-if") lists it.
 Stored values are hostile data: every one is checked finite and clamped to the model's range.
 """
@@ -27,6 +29,7 @@ import numpy as np
 from aiops.datapath.policy import Policy
 from aiops.errors import CalibrationError
 from aiops.scenarios import ClusterSpec, JobSpec, Scenario
+from aiops.sim import calibrate_hw as hw
 from aiops.sim import gpu
 from aiops.sim import network as net
 from aiops.sim.topology import F64
@@ -133,6 +136,11 @@ def world_from_store(
     _rules(world, store, at_ts_s)
     _hosts(world, store, since)
     _steps(world, store, at_ts_s)
+    hw.lost_gpus(world, store, at_ts_s)
+    hw.gpu_state(world, store, end_s)
+    hw.nic_state(world, store, end_s, window_s)
+    hw.cooling(world, store, at_ts_s)
+    hw.dcim_caps(world, store, at_ts_s)
     world.v = world._view()
     return world
 

@@ -107,7 +107,7 @@ def apply(w: World) -> Modifiers:
     """Start and end faults whose time has come; return this step's continuous modifiers."""
     lay, t = w.layout, w.elapsed_s
     mods = Modifiers.neutral(lay)
-    caps: list[float | None] = [None] * lay.racks
+    caps: dict[str, float] = {}  # DCIM scope (a rack, or the fleet) -> its budget in kW
     for f in w.faults:
         on = f.active(t)
         if on and not f.started:
@@ -118,11 +118,12 @@ def apply(w: World) -> Modifiers:
             _end(w, f)
         if on:
             _ongoing(w, f, mods, caps)
-    w.power_cap_kw = caps
+    w.power_cap_kw = [caps.get(rack) for rack in lay.rack_names]
+    w.fleet_cap_kw = caps.get("fleet")
     return mods
 
 
-def _ongoing(w: World, f: ActiveFault, mods: Modifiers, caps: list[float | None]) -> None:
+def _ongoing(w: World, f: ActiveFault, mods: Modifiers, caps: dict[str, float]) -> None:
     lay, t, s, k = w.layout, w.elapsed_s, f.severity, f.kind
     if k == "thermal_throttle":
         mods.r_mult[f.gpus] *= 1.0 + (1.2 + 1.5 * s) * f.progress(t, 60.0)
@@ -138,9 +139,13 @@ def _ongoing(w: World, f: ActiveFault, mods: Modifiers, caps: list[float | None]
     elif k == "facility_power_cap":
         limit_w = G.TDP_W * (0.78 - 0.18 * s)  # a DCIM cap: 60–78 % of TDP
         w.power_limit_w[f.gpus] = np.minimum(w.power_limit_w[f.gpus], limit_w)
+        if f.spec.target == "fleet":  # a site-wide cap is one signal on the fleet (`aiops dcim cap --fleet`)
+            caps["fleet"] = round(lay.gpu_count * limit_w / 1000.0 + G.HOST_POWER_KW * lay.nodes, 1)
+            return
         for rack in f.racks:
             n_gpu = int(np.sum(lay.gpu_rack == rack))
-            caps[int(rack)] = round(n_gpu * limit_w / 1000.0 + G.HOST_POWER_KW * lay.nodes_per_rack, 1)
+            budget_kw = round(n_gpu * limit_w / 1000.0 + G.HOST_POWER_KW * lay.nodes_per_rack, 1)
+            caps[lay.rack_names[int(rack)]] = budget_kw
     elif k == "pcie_degraded":
         mods.pcie_factor[f.gpus] = 1.15 + 0.5 * s
         w.pcie_replay[f.gpus] += w.rng.poisson(4 + 20 * s, f.gpus.size)

@@ -71,7 +71,8 @@ def facility(w: World, mods: Modifiers, dt_s: float) -> None:
     racks = w.layout.racks
     target_supply_c = w.supply_target_c + mods.supply_add_c + mods.ambient_c
     w.supply_c += (target_supply_c - w.supply_c) * blend(dt_s, SUPPLY_TAU_S) + w.rng.normal(0, 0.05, racks)
-    w.flow_lpm = w.flow_setpoint_lpm * mods.flow_mult * (1.0 + w.rng.normal(0, 0.01, racks))
+    delivered = mods.flow_mult * w.flow_health  # a failing loop's share (a fault's, or a calibrated world's)
+    w.flow_lpm = w.flow_setpoint_lpm * delivered * (1.0 + w.rng.normal(0, 0.01, racks))
     w.inlet_c = w.supply_c.copy()
 
 
@@ -100,8 +101,9 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
         sw_hot, np.clip(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
     )
     f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
-    braked = mods.brake < 1.0
-    factor = np.minimum(np.minimum(f_power, f_thermal), mods.brake)
+    brake = np.minimum(mods.brake, w.brake_factor)  # a fault's brake, or the one a calibrated world holds
+    braked = brake < 1.0
+    factor = np.minimum(np.minimum(f_power, f_thermal), brake)
     reasons = (
         np.where(capped, bits.SW_POWER_CAP, 0)
         | np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)

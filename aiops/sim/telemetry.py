@@ -65,7 +65,7 @@ class SimFabricCollector:
         lay = world.layout
         self._nic_node = [lay.node_names[n] for n in lay.nic_node.tolist()]
         self._carrier_totals: list[int] = world.carrier_changes.tolist()
-        self._dcim_caps_kw: list[float | None] = [None] * lay.racks  # the signals sent so far, per rack
+        self._dcim_caps_kw: dict[str, float | None] = {}  # the signals sent so far, per scope
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -135,15 +135,17 @@ class SimFabricCollector:
         out["host_samples"] = RowBatch(columns("host_samples"), list(zip(*hosts, strict=True)))
 
     def _dcim(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
-        """The facility's DCIM signals, as `aiops dcim watch` stores them: one row when a rack's cap is set,
-        changed or cleared (the signal input an operator's DCIM exporter feeds), never a per-second copy."""
+        """The facility's DCIM signals, as `aiops dcim watch` stores them: one row when a rack's or the fleet's
+        cap is set, changed or cleared (the signal input an operator's DCIM exporter feeds), never a per-second
+        copy. A site-wide cap is one `fleet` signal, as `aiops dcim cap --fleet` records it."""
         w, lay = self.world, self.world.layout
         rows: list[Row] = []
-        for r, cap_kw in enumerate(w.power_cap_kw):
-            if cap_kw == self._dcim_caps_kw[r]:
+        scopes = [("fleet", w.fleet_cap_kw), *zip(lay.rack_names, w.power_cap_kw, strict=True)]
+        for scope, cap_kw in scopes:
+            if cap_kw == self._dcim_caps_kw.get(scope):
                 continue
-            self._dcim_caps_kw[r] = cap_kw
+            self._dcim_caps_kw[scope] = cap_kw
             kind = "clear" if cap_kw is None else "cap"
-            rows.append((now_ts_s, lay.rack_names[r], kind, cap_kw, DCIM_SOURCE))
+            rows.append((now_ts_s, scope, kind, cap_kw, DCIM_SOURCE))
         if rows:
             out["dcim_signals"] = RowBatch(DCIM_COLUMNS, rows)

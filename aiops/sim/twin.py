@@ -289,6 +289,12 @@ def _num(value: Any) -> float:
     return round(float(value), 2)
 
 
+def _lost(world: World, gpus: np.ndarray) -> dict[str, Any]:
+    """`lost_gpus`: the GPUs off the bus among `gpus` (absent when none): work placed there cannot run."""
+    lost = [world.layout.gpu_names[int(g)] for g in gpus if world.lost[int(g)]]
+    return {"lost_gpus": lost} if lost else {}
+
+
 def metrics(world: World, component: str) -> dict[str, Any]:
     """What the twin says about a component now (GPU/node/rack/fleet: its GPUs; NIC; job)."""
     layout = world.layout
@@ -303,6 +309,9 @@ def metrics(world: World, component: str) -> dict[str, Any]:
                 out["nodes"] = [layout.node_names[n] for n in job.nodes]
                 if world.restart_until_s[job.index] >= world.elapsed_s:
                     out["restarting_for_s"] = _num(world.restart_until_s[job.index] - world.elapsed_s + 1.0)
+                out.update(_lost(world, gpus))
+                if world.dead[gpus].any() or world.hung_since[job.index] >= 0:
+                    out["hung"] = True  # a rank is gone: no step completes
         return out
     if component in layout.nic_index:
         i = layout.nic_index[component]
@@ -310,6 +319,7 @@ def metrics(world: World, component: str) -> dict[str, Any]:
             lanes_enforced=bool(world.lanes_enforced[i]),
             ecn_enabled=bool(world.ecn_enabled[i]),
             link_up=bool(world.link_up[i]),
+            carrier_changes=int(world.carrier_changes[i]),  # cumulative: a flapping link's count climbs
         )
         return out
     try:
@@ -326,7 +336,10 @@ def metrics(world: World, component: str) -> dict[str, Any]:
         power_limit_w=_num(np.min(world.power_limit_w[gpus])),
         min_sm_clock_mhz=_num(np.min(world.sm_clock_mhz[gpus])),
         throttled_gpus=int(np.count_nonzero(world.reasons[gpus] & 0x60)),  # SW/HW thermal slowdown
+        **_lost(world, gpus),
     )
+    if component in layout.rack_names:
+        out["coolant_flow_lpm"] = _num(world.flow_lpm[layout.rack_names.index(component)])
     jobs = {int(j) for j in world.layout.gpu_job[gpus] if j >= 0}
     if jobs:
         out["job_step_time_s"] = {layout.jobs[j].name: _num(world.step_time_s[j]) for j in sorted(jobs)}

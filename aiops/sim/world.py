@@ -96,7 +96,8 @@ class World:
         self.flow_setpoint_lpm: F64 = np.full(r, gpu.FLOW_LPM)
         self.flow_lpm: F64 = self.flow_setpoint_lpm.copy()
         self.inlet_c: F64 = self.supply_c.copy()
-        self.power_cap_kw: list[float | None] = [None] * r
+        self.power_cap_kw: list[float | None] = [None] * r  # per rack: a facility cap's budget (DCIM signal)
+        self.fleet_cap_kw: float | None = None  # a site-wide cap's budget (the DCIM signal on `fleet`)
         # NICs and the lane controller
         self.lanes_enforced: Bools = np.full(k, scenario.lanes == "enabled")
         self.ecn_enabled: Bools = np.ones(k, dtype=bool)
@@ -121,6 +122,13 @@ class World:
         )  # the watchdog aborted the hung job; it waits for its GPU
         self.restart_s = RESTART_S
         self.restart_until_s: F64 = np.full(j, -1.0)  # a migrated job makes no progress until then
+        # standing state a calibrated what-if world takes from the store (aiops/sim/calibrate_hw.py); neutral in a
+        # scenario's world, where faults drive these effects instead
+        self.brake_factor: F64 = np.ones(g)  # clock factor of a power brake the stored clocks showed
+        self.facility_limit_w: F64 = np.full(g, TDP_W)  # the ceiling of a DCIM cap in force on a GPU's limit
+        self.flap_period_s: F64 = np.zeros(k)  # a NIC that flapped: one outage per period (0: none)
+        self.flap_down_s: F64 = np.zeros(k)  # how long each outage lasts
+        self.flow_health: F64 = np.ones(r)  # the share of its pump setpoint a rack's coolant loop delivers
         # events and this step's fabric output, for the collectors
         self.xid_log: list[tuple[float, int, int]] = []  # (ts_s, gpu index, xid): what the driver reported
         self.out = FabricOut()
@@ -227,10 +235,22 @@ class World:
     def step(self, dt_s: float = 1.0) -> None:
         self.elapsed_s += dt_s
         mods = faults.apply(self)
+        self._standing()
         gpu.facility(self, mods, dt_s)
         gpu.gpus(self, mods, dt_s)
         self.out = fabric.step(self, mods, dt_s)
         self.v = self._view()
+
+    def _standing(self) -> None:
+        """A calibrated world's standing DCIM ceiling and link flaps (no-ops at their neutral values; no random
+        draw, so a scenario's run is unchanged)."""
+        np.minimum(self.power_limit_w, self.facility_limit_w, out=self.power_limit_w)
+        flapping = self.flap_period_s > 0.0
+        if flapping.any():
+            phase_s = np.mod(self.elapsed_s, np.where(flapping, self.flap_period_s, 1.0))
+            up = np.where(flapping, phase_s >= self.flap_down_s, self.link_up)
+            self.carrier_changes += (up != self.link_up).astype(np.int64)
+            self.link_up = up
 
     def _view(self) -> GpuView:
         noise = self.rng.normal(0, 1, (2, self.layout.gpu_count))
