@@ -89,7 +89,12 @@ def runs() -> Iterator[Callable[[str], Run]]:
 
 # what each short fault's anchoring symptom is, its hypothesis, and the fact its score is computed from
 CASES = {
-    "ecn": ("loss_without_ecn", "node1/nic0", "ecn_misconfig", "drops, retransmits and CE marks per NIC"),
+    "ecn": (
+        "loss_without_ecn",
+        "node1/nic0",
+        "ecn_misconfig",
+        "CE marks, CNPs, out-of-sequence packets and pause frames per HCA",
+    ),
     "loader": ("loader_outlier", "node1", "input_pipeline_bottleneck", "Host CPU and data-loader wait"),
     "power": ("power_limit_drop", "node1/gpu2", "power_cap_misconfig", "GPUs with a lowered power limit"),
 }
