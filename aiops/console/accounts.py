@@ -12,9 +12,11 @@ There is no default account and no default password: the first is made with `aio
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +48,13 @@ class Account:
     def may_decide(self) -> bool:
         return self.role in ("approver", "admin")
 
+    @property
+    def stamp(self) -> str:
+        """What a session remembers of its account: a digest of the name, the role and the password hash, so a
+        new password or role (or a deleted and re-made account) no longer matches an older session."""
+        text = f"{self.name}\n{self.role}\n{self.password_hash}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 
 def check_role(role: str, source: str = "--role") -> str:
     if role not in ROLES:
@@ -61,14 +70,31 @@ def check_password(password: str, source: str = "password") -> str:
 
 
 class Accounts:
-    """The accounts file at `path` (read on each call: `adduser` may change it while the console runs)."""
+    """The accounts file at `path`, looked at on each call (`adduser` may change it while the console runs):
+    parsed again only when its inode, size or modification time changed, so every request can afford it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._cache: tuple[tuple[int, int, int], dict[str, Account]] | None = None
+        self._lock = threading.Lock()
 
     def load(self) -> dict[str, Account]:
-        if not self.path.exists():
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise InputError(str(self.path), "accounts", f"cannot read ({type(exc).__name__})") from None
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            if self._cache is not None and self._cache[0] == key:
+                return dict(self._cache[1])
+        found = self._parse()
+        with self._lock:
+            self._cache = (key, found)
+        return dict(found)
+
+    def _parse(self) -> dict[str, Account]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             rows = data["accounts"]

@@ -61,7 +61,7 @@ class Console:
         self.key = ensure_key(path)
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.sessions = Sessions(idle_timeout_s=options.idle_timeout_s, max_age_s=options.max_age_s, **kwargs)
-        self.pages = Pages(self.sessions, secure_cookies=options.secure_cookies)
+        self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies)
         self.verifier = ConfiguredVerifier(workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
@@ -100,7 +100,7 @@ class Console:
             self.sessions.failed(key)
             return self.pages.render("login.html", status=401, login_csrf=token, first_run=False,
                                      error="wrong name or password")  # fmt: skip
-        session = self.sessions.create(account.name, account.role)
+        session = self.sessions.create(account.name, account.role, account.stamp)
         response = RedirectResponse("/", status_code=303)
         self.pages.set_session_cookie(response, session)
         response.delete_cookie(LOGIN_COOKIE, path="/login")
