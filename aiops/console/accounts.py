@@ -6,7 +6,7 @@ no business in what a model can read; a file also lets `aiops console adduser` w
 the database. The file is written whole to a temporary file (0600) and renamed over the old one.
 
 Roles: `viewer` reads; `approver` also approves and rejects (and must be in `[guardrails.approvers]` for the
-guardrails to count it); `admin` has an approver's rights (account management in the browser is not built).
+guardrails to count it); `admin` has an approver's rights and manages accounts in the browser (`aiops.console.admin`).
 There is no default account and no default password: the first is made with `aiops console adduser`.
 """
 
@@ -69,6 +69,18 @@ def check_password(password: str, source: str = "password") -> str:
     return password
 
 
+def check_name(name: str, source: str = "NAME") -> str:
+    """The canonical form of a person's name (`guardrails.approvals.person_name`), or InputError."""
+    try:
+        return person_name(name)
+    except GuardrailError as exc:
+        raise InputError(source, "name", exc.detail, "a person's name: letters, digits, . _ -") from None
+
+
+def hash_password(password: str, source: str = "password") -> str:
+    return _HASHER.hash(check_password(password, source))
+
+
 class Accounts:
     """The accounts file at `path`, looked at on each call (`adduser` may change it while the console runs):
     parsed again only when its inode, size or modification time changed, so every request can afford it."""
@@ -111,25 +123,22 @@ class Accounts:
         return found
 
     def add(self, name: str, role: str, password: str, *, replace: bool = False) -> Account:
-        try:
-            canonical = person_name(name)
-        except GuardrailError as exc:
-            raise InputError("NAME", "name", exc.detail, "a person's name: letters, digits, . _ -") from None
+        canonical = check_name(name)
         accounts = self.load()
         if canonical in accounts and not replace:
             raise InputError(
                 "NAME", "name", f"{canonical} already has an account", "a new name, or --replace"
             )
-        account = Account(canonical, check_role(role), _HASHER.hash(check_password(password)))
+        account = Account(canonical, check_role(role), hash_password(password))
         accounts[canonical] = account
-        self._save(accounts)
+        self.save(accounts)
         return account
 
     def remove(self, name: str) -> bool:
         accounts = self.load()
         if accounts.pop(name, None) is None:
             return False
-        self._save(accounts)
+        self.save(accounts)
         return True
 
     def authenticate(self, name: str, password: str) -> Account | None:
@@ -143,7 +152,7 @@ class Accounts:
             return None
         return account
 
-    def _save(self, accounts: dict[str, Account]) -> None:
+    def save(self, accounts: dict[str, Account]) -> None:
         body = {"accounts": [{"name": a.name, "role": a.role, "password_hash": a.password_hash}
                              for a in sorted(accounts.values(), key=lambda a: a.name)]}  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 Pages (server-rendered Jinja2, autoescaped; one small same-origin script for the chat stream; no external
 request): incidents, an incident (timeline, hypotheses, evidence with its SQL and rows, proposals with approve
 and reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
-status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide.
+status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide;
+admins also manage accounts (`/admin/accounts`, `aiops.console.admin`).
 
 Decisions are signed by the signed-in principal through the console-session verifier
 (`guardrails.session_signing`) and recorded by the same guardrails path as SSH-signed ones
@@ -28,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from aiops.console import data
 from aiops.console.accounts import Accounts, accounts_path
+from aiops.console.admin import Admin
 from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions
 from aiops.console.sessions import Sessions
@@ -65,6 +67,7 @@ class Console:
         self.verifier = ConfiguredVerifier(workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
+        self.admin = Admin(self)
         self.chat = ChatDesk(self)
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
 
@@ -198,6 +201,11 @@ def create_app(
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/chat", console.chat.page, methods=["GET"]),
         Route("/chat/ask", console.chat.ask, methods=["POST"]),
+        Route("/admin/accounts", console.admin.page, methods=["GET"]),
+        Route("/admin/accounts/add", console.admin.add, methods=["POST"]),
+        Route("/admin/accounts/{name}/role", console.admin.role, methods=["POST"]),
+        Route("/admin/accounts/{name}/password", console.admin.password, methods=["POST"]),
+        Route("/admin/accounts/{name}/delete", console.admin.delete, methods=["POST"]),
         Route("/audit", console.audit),
         Route("/collectors", console.collectors),
         Route("/topology", console.topology),
