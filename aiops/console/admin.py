@@ -116,6 +116,46 @@ class Admin:
 
         return await self._change(request, change, "deleted {name}")
 
+    # -- first run: the one-time set-up URL (aiops.console.setup) -----------------------------------------------
+    async def setup_form(self, request: Request) -> Response:
+        token = str(request.path_params["token"])
+        setup = self.console.setup
+
+        def check() -> bool:
+            with setup.lock:
+                return setup.valid(token)
+
+        live = await run_in_threadpool(check)
+        if not live:
+            return self.console.pages.refuse(404, "not found")
+        return self.console.pages.render("setup.html", token=token, error="")
+
+    async def setup(self, request: Request) -> Response:
+        token = str(request.path_params["token"])
+        form = await request.form()
+        fields = {k: str(v)[: MAX_PASSWORD_CHARS + 1] for k, v in form.items() if isinstance(v, str)}
+        setup = self.console.setup
+
+        def run() -> Account | None:
+            with setup.lock:  # checked, used and spent under one lock: a token makes one admin
+                if not setup.valid(token):
+                    return None
+                with self.console.lock:
+                    account = add_account(self.console.workspace, self.console.accounts, "setup",
+                                          fields.get("name", "")[:64], "admin", self._twice(fields))  # fmt: skip
+                setup.spend()
+                return account
+
+        try:
+            account = await run_in_threadpool(run)
+        except InputError as exc:
+            error = exc.problem + (f" (allowed: {_allowed(exc)})" if exc.allowed else "")
+            return self.console.pages.render("setup.html", status=400, token=token, error=error)
+        if account is None:
+            return self.console.pages.refuse(404, "not found")
+        log.info("first admin made", extra={"principal": account.name})
+        return RedirectResponse("/login", status_code=303)
+
 
 def _allowed(exc: InputError) -> str:
     return exc.allowed if isinstance(exc.allowed, str) else ", ".join(exc.allowed or ())

@@ -33,6 +33,7 @@ from aiops.console.admin import Admin
 from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions
 from aiops.console.sessions import Sessions
+from aiops.console.setup import SetupToken, setup_path
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.store import Store, Workspace
 from guardrails.session_signing import ensure_key, key_path
@@ -57,6 +58,7 @@ class Console:
         self.workspace = workspace
         self.options = options
         self.accounts = Accounts(accounts_path(workspace.path))
+        self.setup = SetupToken(setup_path(workspace.path), self.accounts)
         path = key_path(workspace.path)
         if path is None:
             raise ValueError("the console needs a workspace file, not :memory:")
@@ -206,6 +208,8 @@ def create_app(
         Route("/admin/accounts/{name}/role", console.admin.role, methods=["POST"]),
         Route("/admin/accounts/{name}/password", console.admin.password, methods=["POST"]),
         Route("/admin/accounts/{name}/delete", console.admin.delete, methods=["POST"]),
+        Route("/setup/{token}", console.admin.setup_form, methods=["GET"]),
+        Route("/setup/{token}", console.admin.setup, methods=["POST"]),
         Route("/audit", console.audit),
         Route("/collectors", console.collectors),
         Route("/topology", console.topology),
