@@ -1,4 +1,4 @@
-"""`aiops console adduser|deluser|role|passwd|serve`: the web console's accounts, and the console served alone (without
+"""`aiops console adduser|deluser|role|passwd|disable|enable|serve`: the web console's accounts, and the console served alone (without
 the node service) over a workspace. `aiops run` serves it too when `[console] listen` is set. Passwords come
 from a prompt (twice) or `--password-file` (its first line); there is no default account or password."""
 
@@ -43,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     passwd.add_argument("--db", required=True)
     passwd.add_argument("--password-file", default=None, help="read the password from this file's first line")
     passwd.set_defaults(func=run_passwd)
+    for verb, what in (("disable", "stop a console account signing in (its sessions end)"),
+                       ("enable", "let a disabled console account sign in again")):  # fmt: skip
+        toggle = verbs.add_parser(verb, help=what)
+        toggle.add_argument("name", metavar="NAME")
+        toggle.add_argument("--db", required=True)
+        toggle.set_defaults(func=run_disable if verb == "disable" else run_enable)
     serve = verbs.add_parser(
         "serve", help="serve the console over a workspace (no collection; holds the file as `aiops run` does)"
     )
@@ -169,3 +175,23 @@ def run_serve(args: argparse.Namespace) -> int:
         server.close()
         owner.close()
     return 0
+
+
+def _set_disabled(args: argparse.Namespace, disabled: bool) -> int:
+    from aiops.console.accounts import Accounts, accounts_path
+    from aiops.console.manage import set_disabled
+
+    workspace = Workspace(args.db).require()
+    account = set_disabled(
+        workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, disabled
+    )
+    terminal().print(f"console account {markup(account.name)}: {'disabled' if disabled else 'enabled'}")
+    return 0
+
+
+def run_disable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, True)
+
+
+def run_enable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, False)

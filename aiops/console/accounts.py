@@ -43,6 +43,7 @@ class Account:
     name: str
     role: str
     password_hash: str
+    disabled: bool = False  # kept, but signs in no more (and its sessions end)
 
     @property
     def may_decide(self) -> bool:
@@ -52,7 +53,7 @@ class Account:
     def stamp(self) -> str:
         """What a session remembers of its account: a digest of the name, the role and the password hash, so a
         new password or role (or a deleted and re-made account) no longer matches an older session."""
-        text = f"{self.name}\n{self.role}\n{self.password_hash}"
+        text = f"{self.name}\n{self.role}\n{self.password_hash}\n{self.disabled}"
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -113,7 +114,10 @@ class Accounts:
             found = {}
             for row in rows:
                 role = check_role(str(row["role"]), str(self.path))
-                account = Account(str(row["name"]), role, str(row["password_hash"]))
+                disabled = row.get("disabled", False)
+                if not isinstance(disabled, bool):
+                    raise InputError(str(self.path), "disabled", f"{str(disabled)[:40]!r}", ("true", "false"))
+                account = Account(str(row["name"]), role, str(row["password_hash"]), disabled)
                 found[account.name] = account
         except InputError:
             raise
@@ -150,10 +154,11 @@ class Accounts:
             _HASHER.verify(account.password_hash if account else _DUMMY_HASH, password)
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             return None
-        return account
+        return None if account is None or account.disabled else account
 
     def save(self, accounts: dict[str, Account]) -> None:
         body = {"accounts": [{"name": a.name, "role": a.role, "password_hash": a.password_hash}
+                             | ({"disabled": True} if a.disabled else {})
                              for a in sorted(accounts.values(), key=lambda a: a.name)]}  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".console-users-", dir=self.path.parent)  # mkstemp: mode 0600

@@ -1,5 +1,5 @@
 """`/admin/accounts`: an admin's account management in the browser (add an account, change a role, reset a
-password, delete an account) through the same functions as the CLI (`aiops.console.manage`), so the same
+password, disable or enable, delete an account) through the same functions as the CLI (`aiops.console.manage`), so the same
 checks hold: names as `aiops console adduser` takes them, passwords of 12 to 1024 characters typed twice, the
 last admin neither deleted nor demoted, every change an `account` row in the audit chain naming the admin.
 
@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from aiops.console.accounts import MAX_PASSWORD_CHARS, ROLES, Account
-from aiops.console.manage import add_account, delete_account, reset_password, set_role
+from aiops.console.manage import add_account, delete_account, reset_password, set_disabled, set_role
 from aiops.console.sessions import Session
 from aiops.errors import InputError
 
@@ -51,7 +51,8 @@ class Admin:
         if refusal is not None or session is None:
             return refusal or self.console.pages.to_login()
         found = await run_in_threadpool(self.console.accounts.load)
-        rows = [{"name": a.name, "role": a.role} for a in sorted(found.values(), key=lambda a: a.name)]
+        rows = [{"name": a.name, "role": a.role, "disabled": a.disabled}
+                for a in sorted(found.values(), key=lambda a: a.name)]  # fmt: skip
         return self.console.pages.page(request, session, "admin.html", accounts=rows, roles=ROLES)
 
     async def _change(self, request: Request, change: Callable[[str, dict[str, str]], Account | None],
@@ -107,6 +108,22 @@ class Admin:
             return reset_password(self.console.workspace, self.console.accounts, actor, name, self._twice(f))
 
         return await self._change(request, change, "new password for {name}")
+
+    async def disable(self, request: Request) -> Response:
+        name = self._name(request)
+
+        def change(actor: str, f: dict[str, str]) -> Account:
+            return set_disabled(self.console.workspace, self.console.accounts, actor, name, True)
+
+        return await self._change(request, change, "disabled {name}")
+
+    async def enable(self, request: Request) -> Response:
+        name = self._name(request)
+
+        def change(actor: str, f: dict[str, str]) -> Account:
+            return set_disabled(self.console.workspace, self.console.accounts, actor, name, False)
+
+        return await self._change(request, change, "enabled {name}")
 
     async def delete(self, request: Request) -> Response:
         name = self._name(request)

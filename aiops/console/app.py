@@ -208,6 +208,8 @@ def create_app(
         Route("/admin/accounts/{name}/role", console.admin.role, methods=["POST"]),
         Route("/admin/accounts/{name}/password", console.admin.password, methods=["POST"]),
         Route("/admin/accounts/{name}/delete", console.admin.delete, methods=["POST"]),
+        Route("/admin/accounts/{name}/disable", console.admin.disable, methods=["POST"]),
+        Route("/admin/accounts/{name}/enable", console.admin.enable, methods=["POST"]),
         Route("/setup/{token}", console.admin.setup_form, methods=["GET"]),
         Route("/setup/{token}", console.admin.setup, methods=["POST"]),
         Route("/audit", console.audit),

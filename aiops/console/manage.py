@@ -1,8 +1,10 @@
 """Account management, one function per operation, shared by the CLI (`aiops console adduser|deluser|role|
-passwd`) and the console's admin page (`/admin/accounts`): add, change a role, reset a password, delete.
+passwd|disable|enable`) and the console's admin page (`/admin/accounts`): add, change a role, reset a password,
+disable or enable, delete.
 
 Each checks its input (name: `check_name`; role: `ROLES`; password: 12 to 1024 characters), refuses to leave
-the accounts without an admin when they had one (the last admin is neither deleted nor demoted), writes the
+the accounts without an enabled admin when they had one (the last admin is neither deleted, demoted nor
+disabled), writes the
 accounts file, then records an `account` row in the workspace's audit chain naming who did it (`actor`: the
 signed-in admin, or `cli:<user>` for the CLI) and what changed (never a password or its hash). When the audit
 row cannot be written, the file is put back as it was: no change goes unrecorded. A change ends the sessions
@@ -11,6 +13,7 @@ begun under the account's old state at their next request (`aiops.console.web.Pa
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -23,7 +26,7 @@ _LOCK = threading.Lock()  # one change at a time in this process (the CLI and th
 
 
 def _admins(accounts: dict[str, Account]) -> set[str]:
-    return {a.name for a in accounts.values() if a.role == "admin"}
+    return {a.name for a in accounts.values() if a.role == "admin" and not a.disabled}
 
 
 def _keep_an_admin(before: dict[str, Account], after: dict[str, Account], name: str) -> None:
@@ -77,7 +80,7 @@ def set_role(workspace: Workspace, accounts: Accounts, actor: str, name: str, ro
     with _LOCK:
         before = accounts.load()
         old = _existing(before, name)
-        account = Account(old.name, role, old.password_hash)
+        account = dataclasses.replace(old, role=role)
         after = {**before, old.name: account}
         _keep_an_admin(before, after, old.name)
         _commit(workspace, accounts, before, after, actor,
@@ -90,9 +93,22 @@ def reset_password(workspace: Workspace, accounts: Accounts, actor: str, name: s
     with _LOCK:
         before = accounts.load()
         old = _existing(before, name)
-        account = Account(old.name, old.role, password_hash)
+        account = dataclasses.replace(old, password_hash=password_hash)
         _commit(workspace, accounts, before, {**before, old.name: account}, actor,
                 {"op": "password", "name": old.name, "role": old.role})  # fmt: skip
+    return account
+
+
+def set_disabled(workspace: Workspace, accounts: Accounts, actor: str, name: str, disabled: bool) -> Account:
+    """Disable an account (it keeps its name and role, signs in no more, its sessions end) or enable it again."""
+    with _LOCK:
+        before = accounts.load()
+        old = _existing(before, name)
+        account = dataclasses.replace(old, disabled=disabled)
+        after = {**before, old.name: account}
+        _keep_an_admin(before, after, old.name)
+        _commit(workspace, accounts, before, after, actor,
+                {"op": "disable" if disabled else "enable", "name": old.name, "role": old.role})  # fmt: skip
     return account
 
 

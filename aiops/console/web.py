@@ -86,8 +86,8 @@ class Pages:
         return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
 
     def session(self, request: Request) -> Session | None:
-        """The request's live session, only while its account is as it was at sign-in: an account deleted, or
-        whose role or password changed since, ends the session here (the request then acts as signed out).
+        """The request's live session, only while its account is as it was at sign-in: an account deleted or
+        disabled, or whose role or password changed since, ends the session here (the request then acts as signed out).
         An unreadable accounts file signs nobody in (fail closed) but ends nothing."""
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
         if session is None:
@@ -97,9 +97,9 @@ class Pages:
         except InputError as exc:
             log.warning("console accounts unreadable", extra={"detail": str(exc)[:300]})
             return None
-        if account is None or account.role != session.role or account.stamp != session.account_stamp:
+        if account is None or account.disabled or account.stamp != session.account_stamp:
             ended = self.sessions.end_stale(session.principal, None if account is None else account.stamp)
-            why = "deleted" if account is None else "changed"
+            why = "deleted" if account is None else "disabled" if account.disabled else "changed"
             log.info(
                 "sessions ended", extra={"principal": session.principal, "account": why, "sessions": ended}
             )

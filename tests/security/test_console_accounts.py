@@ -112,3 +112,15 @@ def test_the_accounts_file_is_parsed_again_only_when_it_changed(
     loaded = accounts.load()
     loaded.clear()  # a caller's copy: the cache is untouched
     assert "alice" in accounts.load() and len(parsed) == 2
+
+
+def test_a_disabled_accounts_session_ends_and_it_cannot_sign_in_until_enabled(demo: Path) -> None:
+    pid = demo_proposal(demo)
+    c = client(demo)
+    csrf = sign_in(c, "alice")
+    assert main(["console", "disable", "alice", "--db", str(demo)]) == 0
+    _signed_out(c, csrf, pid)
+    assert _decisions(demo) == []
+    assert Accounts(accounts_path(str(demo))).authenticate("alice", PASSWORD) is None  # the right password
+    assert main(["console", "enable", "alice", "--db", str(demo)]) == 0
+    sign_in(c, "alice")

@@ -166,3 +166,18 @@ def test_a_change_that_cannot_be_audited_is_undone(demo: Path, monkeypatch: pyte
     with pytest.raises(OSError, match="disk full"):
         manage.delete_account(Workspace(demo), accounts, "carol", "bob")
     assert _roles(demo) == before
+
+
+def test_an_admin_disables_and_enables_an_account_but_never_the_last_admin(demo: Path) -> None:
+    c = client(demo)
+    csrf = sign_in(c, "carol")
+    assert _post(c, "/admin/accounts/bob/disable", csrf) == "disabled bob"
+    assert 'action="/admin/accounts/bob/enable"' in c.get("/admin/accounts").text
+    assert Accounts(accounts_path(str(demo))).authenticate("bob", PASSWORD) is None
+    assert _post(c, "/admin/accounts/bob/enable", csrf) == "enabled bob"
+    assert Accounts(accounts_path(str(demo))).authenticate("bob", PASSWORD) is not None
+    assert "carol is the last admin" in _post(c, "/admin/accounts/carol/disable", csrf)
+    assert main(["console", "disable", "carol", "--db", str(demo)]) == 2
+    assert [(a, r["op"], r["name"]) for a, r in _account_rows(demo)] == [
+        ("carol", "disable", "bob"), ("carol", "enable", "bob"),
+    ]  # fmt: skip
