@@ -31,6 +31,8 @@ EVENTS: tuple[str, ...] = (
     "expiry", "llm_turn", "tool_call",
     # what the agent's journal records besides (aiops.agent.journal)
     "question", "answer", "llm_failure", "approval_refused", "report",
+    # console account management (aiops.console.manage): who added, changed or deleted which account
+    "account",
 )  # fmt: skip
 GENESIS_HASH = "0" * 64
 

@@ -74,3 +74,18 @@ def test_a_clock_that_does_not_move_still_ends_the_loop() -> None:
 def test_interval_must_be_positive() -> None:
     with pytest.raises(InputError, match="interval_s"):
         collect_lanes(FakeTelemetry(), lambda batches: 0, interval_s=0, duration_s=1)
+
+
+def test_a_first_collect_slower_than_the_duration_still_gets_one_interval_of_rows() -> None:
+    """Under load the priming collect and its write can outlast a short run: the run still makes the collect
+    that reads one interval (a run of 0.4 s wrote no lane rows on a loaded machine)."""
+    telemetry, clock = FakeTelemetry(), FakeClock(step_s=0.2)
+
+    def slow_write(batches: dict[str, pa.Table]) -> int:
+        clock.now_s += 1.0  # the first write alone passes the 0.4 s deadline
+        return sum(table.num_rows for table in batches.values())
+
+    rows = collect_lanes(
+        telemetry, slow_write, interval_s=0.2, duration_s=0.4, clock=clock, sleep=clock.sleep
+    )
+    assert telemetry.collects == 2 and rows == 4

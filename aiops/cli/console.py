@@ -1,4 +1,4 @@
-"""`aiops console adduser|deluser|serve`: the web console's accounts, and the console served alone (without
+"""`aiops console adduser|deluser|role|passwd|disable|enable|serve`: the web console's accounts, and the console served alone (without
 the node service) over a workspace. `aiops run` serves it too when `[console] listen` is set. Passwords come
 from a prompt (twice) or `--password-file` (its first line); there is no default account or password."""
 
@@ -29,10 +29,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add.add_argument("--password-file", default=None, help="read the password from this file's first line")
     add.add_argument("--replace", action="store_true", help="set a new password or role for an account")
     add.set_defaults(func=run_adduser)
-    delete = verbs.add_parser("deluser", help="remove a console account")
+    delete = verbs.add_parser("deluser", help="remove a console account (never the last admin)")
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--db", required=True)
     delete.set_defaults(func=run_deluser)
+    role = verbs.add_parser("role", help="change a console account's role (never demote the last admin)")
+    role.add_argument("name", metavar="NAME")
+    role.add_argument("--role", required=True, help="viewer, approver or admin")
+    role.add_argument("--db", required=True)
+    role.set_defaults(func=run_role)
+    passwd = verbs.add_parser("passwd", help="set a new password for a console account")
+    passwd.add_argument("name", metavar="NAME")
+    passwd.add_argument("--db", required=True)
+    passwd.add_argument("--password-file", default=None, help="read the password from this file's first line")
+    passwd.set_defaults(func=run_passwd)
+    for verb, what in (("disable", "stop a console account signing in (its sessions end)"),
+                       ("enable", "let a disabled console account sign in again")):  # fmt: skip
+        toggle = verbs.add_parser(verb, help=what)
+        toggle.add_argument("name", metavar="NAME")
+        toggle.add_argument("--db", required=True)
+        toggle.set_defaults(func=run_disable if verb == "disable" else run_enable)
     serve = verbs.add_parser(
         "serve", help="serve the console over a workspace (no collection; holds the file as `aiops run` does)"
     )
@@ -59,15 +75,24 @@ def _password(args: argparse.Namespace) -> str:
     return first
 
 
+def cli_actor() -> str:
+    """Who made an account change from the command line, for the audit row: `cli:<login name>`."""
+    try:
+        return f"cli:{getpass.getuser()}"[:80]
+    except (KeyError, OSError):
+        return "cli:unknown"
+
+
 def run_adduser(args: argparse.Namespace) -> int:
     from aiops.console.accounts import Accounts, accounts_path, check_role
+    from aiops.console.manage import add_account
     from guardrails.session_signing import ensure_key, key_path
 
     check_role(args.role)
     workspace = Workspace(args.db).require()
-    account = Accounts(accounts_path(workspace.path)).add(
-        args.name, args.role, _password(args), replace=args.replace
-    )
+    accounts = Accounts(accounts_path(workspace.path))
+    account = add_account(workspace, accounts, cli_actor(), args.name, args.role, _password(args),
+                          replace=args.replace)  # fmt: skip
     path = key_path(workspace.path)
     if path is not None:
         ensure_key(path)
@@ -80,10 +105,33 @@ def run_adduser(args: argparse.Namespace) -> int:
 
 def run_deluser(args: argparse.Namespace) -> int:
     from aiops.console.accounts import Accounts, accounts_path
+    from aiops.console.manage import delete_account
 
-    gone = Accounts(accounts_path(Workspace(args.db).require().path)).remove(args.name)
-    terminal().print(f"{markup(args.name)}: {'removed' if gone else 'no such account'}")
-    return 0 if gone else 1
+    workspace = Workspace(args.db).require()
+    gone = delete_account(workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name)
+    terminal().print(f"{markup(gone.name)}: removed")
+    return 0
+
+
+def run_role(args: argparse.Namespace) -> int:
+    from aiops.console.accounts import Accounts, accounts_path
+    from aiops.console.manage import set_role
+
+    workspace = Workspace(args.db).require()
+    account = set_role(workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, args.role)
+    terminal().print(f"console account {markup(account.name)} ({account.role})")
+    return 0
+
+
+def run_passwd(args: argparse.Namespace) -> int:
+    from aiops.console.accounts import Accounts, accounts_path
+    from aiops.console.manage import reset_password
+
+    workspace = Workspace(args.db).require()
+    account = reset_password(workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name,
+                             _password(args))  # fmt: skip
+    terminal().print(f"console account {markup(account.name)}: new password")
+    return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -127,3 +175,23 @@ def run_serve(args: argparse.Namespace) -> int:
         server.close()
         owner.close()
     return 0
+
+
+def _set_disabled(args: argparse.Namespace, disabled: bool) -> int:
+    from aiops.console.accounts import Accounts, accounts_path
+    from aiops.console.manage import set_disabled
+
+    workspace = Workspace(args.db).require()
+    account = set_disabled(
+        workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, disabled
+    )
+    terminal().print(f"console account {markup(account.name)}: {'disabled' if disabled else 'enabled'}")
+    return 0
+
+
+def run_disable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, True)
+
+
+def run_enable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, False)

@@ -6,15 +6,17 @@ no business in what a model can read; a file also lets `aiops console adduser` w
 the database. The file is written whole to a temporary file (0600) and renamed over the old one.
 
 Roles: `viewer` reads; `approver` also approves and rejects (and must be in `[guardrails.approvers]` for the
-guardrails to count it); `admin` has an approver's rights (account management in the browser is not built).
+guardrails to count it); `admin` has an approver's rights and manages accounts in the browser (`aiops.console.admin`).
 There is no default account and no default password: the first is made with `aiops console adduser`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +43,18 @@ class Account:
     name: str
     role: str
     password_hash: str
+    disabled: bool = False  # kept, but signs in no more (and its sessions end)
 
     @property
     def may_decide(self) -> bool:
         return self.role in ("approver", "admin")
+
+    @property
+    def stamp(self) -> str:
+        """What a session remembers of its account: a digest of the name, the role and the password hash, so a
+        new password or role (or a deleted and re-made account) no longer matches an older session."""
+        text = f"{self.name}\n{self.role}\n{self.password_hash}\n{self.disabled}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def check_role(role: str, source: str = "--role") -> str:
@@ -60,22 +70,54 @@ def check_password(password: str, source: str = "password") -> str:
     return password
 
 
+def check_name(name: str, source: str = "NAME") -> str:
+    """The canonical form of a person's name (`guardrails.approvals.person_name`), or InputError."""
+    try:
+        return person_name(name)
+    except GuardrailError as exc:
+        raise InputError(source, "name", exc.detail, "a person's name: letters, digits, . _ -") from None
+
+
+def hash_password(password: str, source: str = "password") -> str:
+    return _HASHER.hash(check_password(password, source))
+
+
 class Accounts:
-    """The accounts file at `path` (read on each call: `adduser` may change it while the console runs)."""
+    """The accounts file at `path`, looked at on each call (`adduser` may change it while the console runs):
+    parsed again only when its inode, size or modification time changed, so every request can afford it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._cache: tuple[tuple[int, int, int], dict[str, Account]] | None = None
+        self._lock = threading.Lock()
 
     def load(self) -> dict[str, Account]:
-        if not self.path.exists():
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise InputError(str(self.path), "accounts", f"cannot read ({type(exc).__name__})") from None
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            if self._cache is not None and self._cache[0] == key:
+                return dict(self._cache[1])
+        found = self._parse()
+        with self._lock:
+            self._cache = (key, found)
+        return dict(found)
+
+    def _parse(self) -> dict[str, Account]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             rows = data["accounts"]
             found = {}
             for row in rows:
                 role = check_role(str(row["role"]), str(self.path))
-                account = Account(str(row["name"]), role, str(row["password_hash"]))
+                disabled = row.get("disabled", False)
+                if not isinstance(disabled, bool):
+                    raise InputError(str(self.path), "disabled", f"{str(disabled)[:40]!r}", ("true", "false"))
+                account = Account(str(row["name"]), role, str(row["password_hash"]), disabled)
                 found[account.name] = account
         except InputError:
             raise
@@ -85,25 +127,22 @@ class Accounts:
         return found
 
     def add(self, name: str, role: str, password: str, *, replace: bool = False) -> Account:
-        try:
-            canonical = person_name(name)
-        except GuardrailError as exc:
-            raise InputError("NAME", "name", exc.detail, "a person's name: letters, digits, . _ -") from None
+        canonical = check_name(name)
         accounts = self.load()
         if canonical in accounts and not replace:
             raise InputError(
                 "NAME", "name", f"{canonical} already has an account", "a new name, or --replace"
             )
-        account = Account(canonical, check_role(role), _HASHER.hash(check_password(password)))
+        account = Account(canonical, check_role(role), hash_password(password))
         accounts[canonical] = account
-        self._save(accounts)
+        self.save(accounts)
         return account
 
     def remove(self, name: str) -> bool:
         accounts = self.load()
         if accounts.pop(name, None) is None:
             return False
-        self._save(accounts)
+        self.save(accounts)
         return True
 
     def authenticate(self, name: str, password: str) -> Account | None:
@@ -115,10 +154,11 @@ class Accounts:
             _HASHER.verify(account.password_hash if account else _DUMMY_HASH, password)
         except (VerifyMismatchError, VerificationError, InvalidHashError):
             return None
-        return account
+        return None if account is None or account.disabled else account
 
-    def _save(self, accounts: dict[str, Account]) -> None:
+    def save(self, accounts: dict[str, Account]) -> None:
         body = {"accounts": [{"name": a.name, "role": a.role, "password_hash": a.password_hash}
+                             | ({"disabled": True} if a.disabled else {})
                              for a in sorted(accounts.values(), key=lambda a: a.name)]}  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".console-users-", dir=self.path.parent)  # mkstemp: mode 0600

@@ -3,7 +3,8 @@
 Pages (server-rendered Jinja2, autoescaped; one small same-origin script for the chat stream; no external
 request): incidents, an incident (timeline, hypotheses, evidence with its SQL and rows, proposals with approve
 and reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
-status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide.
+status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide;
+admins also manage accounts (`/admin/accounts`, `aiops.console.admin`).
 
 Decisions are signed by the signed-in principal through the console-session verifier
 (`guardrails.session_signing`) and recorded by the same guardrails path as SSH-signed ones
@@ -28,9 +29,11 @@ from starlette.staticfiles import StaticFiles
 
 from aiops.console import data
 from aiops.console.accounts import Accounts, accounts_path
+from aiops.console.admin import Admin
 from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions
 from aiops.console.sessions import Sessions
+from aiops.console.setup import SetupToken, setup_path
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.store import Store, Workspace
 from guardrails.session_signing import ensure_key, key_path
@@ -55,16 +58,18 @@ class Console:
         self.workspace = workspace
         self.options = options
         self.accounts = Accounts(accounts_path(workspace.path))
+        self.setup = SetupToken(setup_path(workspace.path), self.accounts)
         path = key_path(workspace.path)
         if path is None:
             raise ValueError("the console needs a workspace file, not :memory:")
         self.key = ensure_key(path)
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.sessions = Sessions(idle_timeout_s=options.idle_timeout_s, max_age_s=options.max_age_s, **kwargs)
-        self.pages = Pages(self.sessions, secure_cookies=options.secure_cookies)
+        self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies)
         self.verifier = ConfiguredVerifier(workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
+        self.admin = Admin(self)
         self.chat = ChatDesk(self)
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
 
@@ -100,7 +105,7 @@ class Console:
             self.sessions.failed(key)
             return self.pages.render("login.html", status=401, login_csrf=token, first_run=False,
                                      error="wrong name or password")  # fmt: skip
-        session = self.sessions.create(account.name, account.role)
+        session = self.sessions.create(account.name, account.role, account.stamp)
         response = RedirectResponse("/", status_code=303)
         self.pages.set_session_cookie(response, session)
         response.delete_cookie(LOGIN_COOKIE, path="/login")
@@ -198,6 +203,15 @@ def create_app(
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/chat", console.chat.page, methods=["GET"]),
         Route("/chat/ask", console.chat.ask, methods=["POST"]),
+        Route("/admin/accounts", console.admin.page, methods=["GET"]),
+        Route("/admin/accounts/add", console.admin.add, methods=["POST"]),
+        Route("/admin/accounts/{name}/role", console.admin.role, methods=["POST"]),
+        Route("/admin/accounts/{name}/password", console.admin.password, methods=["POST"]),
+        Route("/admin/accounts/{name}/delete", console.admin.delete, methods=["POST"]),
+        Route("/admin/accounts/{name}/disable", console.admin.disable, methods=["POST"]),
+        Route("/admin/accounts/{name}/enable", console.admin.enable, methods=["POST"]),
+        Route("/setup/{token}", console.admin.setup_form, methods=["GET"]),
+        Route("/setup/{token}", console.admin.setup, methods=["POST"]),
         Route("/audit", console.audit),
         Route("/collectors", console.collectors),
         Route("/topology", console.topology),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 
@@ -13,6 +14,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from aiops.config import parse_listen
+from aiops.console.setup import SETUP_TTL_S
 from aiops.errors import AiopsError
 
 log = logging.getLogger("aiops.console")
@@ -46,6 +48,20 @@ class ConsoleServer:
                 raise AiopsError(f"the console did not start listening on {self.host}:{self.port}")
             time.sleep(0.02)
         log.info("console", extra={"listen": f"{self.host}:{self.port}"})
+        self.announce_setup()
+
+    def announce_setup(self) -> str | None:
+        """With no account yet: a new one-time set-up URL, printed on stderr and logged here, once."""
+        console = getattr(self.app.state, "console", None)
+        token = console.setup.issue() if console is not None else None
+        if token is None:
+            return None
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        url = f"http://{host}:{self.port}/setup/{token}"
+        print(f"no console account yet: make the first admin at {url} (one use, within the hour)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        log.warning("console set-up", extra={"url": url, "valid_s": SETUP_TTL_S})
+        return url
 
     def close(self) -> None:
         self.server.should_exit = True

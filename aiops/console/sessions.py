@@ -28,6 +28,7 @@ class Session:
     csrf_token: str
     created_s: float
     seen_s: float
+    account_stamp: str = ""  # the account as it was at sign-in (`Account.stamp`): a change ends the session
     chats: list[str] = field(default_factory=list)  # thread ids this session asked
 
     def csrf_ok(self, token: str | None) -> bool:
@@ -49,14 +50,16 @@ class Sessions:
         self._failures: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
-    def create(self, principal: str, role: str) -> Session:
+    def create(self, principal: str, role: str, account_stamp: str = "") -> Session:
         now = self.clock()
         with self._lock:
             self._expire(now)
             if len(self._sessions) >= MAX_SESSIONS:  # the oldest goes: memory stays bounded
                 oldest = min(self._sessions.values(), key=lambda s: s.created_s)
                 del self._sessions[oldest.session_id]
-            session = Session(secrets.token_urlsafe(32), principal, role, secrets.token_urlsafe(32), now, now)
+            session = Session(
+                secrets.token_urlsafe(32), principal, role, secrets.token_urlsafe(32), now, now, account_stamp
+            )
             self._sessions[session.session_id] = session
             self._failures.pop(principal, None)
         return session
@@ -79,6 +82,16 @@ class Sessions:
     def end(self, session_id: str | None) -> None:
         with self._lock:
             self._sessions.pop(session_id or "", None)
+
+    def end_stale(self, principal: str, account_stamp: str | None) -> int:
+        """End `principal`'s sessions begun under another state of the account (`account_stamp`: as it is now,
+        None when deleted); how many ended. A session begun since the change lives on."""
+        with self._lock:
+            gone = [sid for sid, s in self._sessions.items()
+                    if s.principal == principal and s.account_stamp != account_stamp]  # fmt: skip
+            for sid in gone:
+                del self._sessions[sid]
+        return len(gone)
 
     def locked_out(self, name: str) -> bool:
         now = self.clock()

@@ -3,6 +3,7 @@ response carries, the signed-in session of a request, CSRF checks and the sessio
 
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +13,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from aiops.console.accounts import Accounts
 from aiops.console.sessions import Session, Sessions
+from aiops.errors import InputError
+
+log = logging.getLogger("aiops.console")
 
 SESSION_COOKIE = "aiops_session"
 LOGIN_COOKIE = "aiops_login"  # the sign-in form's CSRF token (double submit: cookie and form field)
@@ -67,8 +72,9 @@ class SecurityHeaders:
 class Pages:
     """Rendering and the session of a request, shared by every view."""
 
-    def __init__(self, sessions: Sessions, *, secure_cookies: bool) -> None:
+    def __init__(self, sessions: Sessions, accounts: Accounts, *, secure_cookies: bool) -> None:
         self.sessions = sessions
+        self.accounts = accounts
         self.secure_cookies = secure_cookies
         self.env = environment()
 
@@ -80,7 +86,25 @@ class Pages:
         return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
 
     def session(self, request: Request) -> Session | None:
-        return self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        """The request's live session, only while its account is as it was at sign-in: an account deleted or
+        disabled, or whose role or password changed since, ends the session here (the request then acts as signed out).
+        An unreadable accounts file signs nobody in (fail closed) but ends nothing."""
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        if session is None:
+            return None
+        try:
+            account = self.accounts.load().get(session.principal)
+        except InputError as exc:
+            log.warning("console accounts unreadable", extra={"detail": str(exc)[:300]})
+            return None
+        if account is None or account.disabled or account.stamp != session.account_stamp:
+            ended = self.sessions.end_stale(session.principal, None if account is None else account.stamp)
+            why = "deleted" if account is None else "disabled" if account.disabled else "changed"
+            log.info(
+                "sessions ended", extra={"principal": session.principal, "account": why, "sessions": ended}
+            )
+            return None
+        return session
 
     def to_login(self) -> RedirectResponse:
         return RedirectResponse("/login", status_code=303)

@@ -2,7 +2,9 @@
 
 It reads only stored telemetry (never a scenario's faults or expectations). It walks the dependency graph
 job → ranks → GPUs → node → NICs → rack → fleet by asking, for every layer, whether that layer's own signals
-explain the incident; a layer's symptom that a lower layer's cause explains is ranked below that cause.
+explain the incident; a layer's symptom that a lower layer's cause explains is ranked below that cause. Each
+cause is scored from the facts around its anchoring symptom's onset (`aiops.rca.onsets`), not averaged over the
+incident.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from aiops.rca.candidate import Candidate
 from aiops.rca.fabric_scorers import facility, network
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
 from aiops.rca.gpu_scorers import gpu_health, host_stalls, throttling
+from aiops.rca.onsets import score_around_onsets
 from aiops.rca.ranking import rank
 from aiops.rca.rdma_scorers import roce_ecn
 from aiops.store import Store
@@ -44,16 +47,10 @@ def analyze(store: Store, incident: Incident, others: Sequence[Incident] | None 
     facts = Facts(store, incident_window(store, incident))
     if others is None:
         others = stored_incidents(store)
-    candidates: list[Candidate] = []
-    for scorer in SCORERS:
-        candidates.extend(scorer(facts))
+    # each cause scored from the facts around its symptom's onset, the incident's as the fallback
+    candidates = score_around_onsets(facts, incident, SCORERS).candidates
     _corroborate_stragglers(facts, candidates)
-    best: dict[tuple[str, str], Candidate] = {}
-    for c in candidates:
-        key = (c.label, c.component)
-        if key not in best or c.score > best[key].score:
-            best[key] = c
-    ranked = rank(facts, incident, others, list(best.values()))
+    ranked = rank(facts, incident, others, candidates)
     for c in ranked:
         c.evidence = [facts.focus(e, c.component) for e in c.evidence]
     return [

@@ -20,6 +20,7 @@ from aiops.store import Store
 LOOKBACK_S = 120.0
 MAX_ROWS = 12
 ONSET_S = 60.0  # evidence around a symptom's onset: this long before and after it
+WINDOWLESS = frozenset({"first_samples"})  # facts that do not depend on the window (one query per incident)
 
 
 @dataclass
@@ -37,8 +38,19 @@ class Facts:
     window: Window
     cache: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     evidence: dict[str, Evidence] = field(default_factory=dict)
+    scope: str = ""  # key prefix of a symptom's onset window (`at`); "" for the incident's window
+
+    def at(self, window: Window) -> Facts:
+        """The same facts over another window (a symptom's onset, `aiops.rca.onsets`): one query per fact and
+        window, sharing the cache and evidence (so `focus` finds them) under keys prefixed by the window."""
+        scope = f"@{window.start_s:.3f}-{window.end_s:.3f}/{window.opened_s:.3f}:"
+        return Facts(self.store, window, self.cache, self.evidence, scope)
+
+    def _scoped(self, key: str) -> str:
+        return key if key in WINDOWLESS else self.scope + key
 
     def run(self, key: str, claim: str, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+        key = self._scoped(key)
         if key not in self.cache:
             rows = self.store.query(sql, params)
             self.cache[key] = rows
@@ -71,7 +83,7 @@ class Facts:
         return evidence.model_copy(update={"rows": [_jsonable(r) for r in ranked[:MAX_ROWS]]})
 
     def cite(self, key: str, claim: str | None = None, supports: bool = True) -> Evidence:
-        base = self.evidence[key]
+        base = self.evidence[self._scoped(key)]
         return base.model_copy(update={"claim": claim or base.claim, "supports": supports})
 
     # -- GPU facts --------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 jobs' loss.
 
 - **Anchors.** A candidate is *anchored* in an incident when one of the incident's hardware symptoms sits on a
-  component causally related to the candidate's (`aiops.causal`); its *onset* is the earliest such symptom.
-  (PFC pauses received anchor an ECN candidate on any NIC: the paused port is its sender, `paused_by`.)
+  component causally related to the candidate's (`aiops.causal`); its *onset* is that of its anchoring symptom
+  (`aiops.rca.onsets.anchoring`: the earliest of those its label produces on its own component, else the
+  earliest of the nearest others), the symptom whose onset window it was scored from.
   A candidate anchored only in another incident that overlaps this one in time is that incident's cause seen
   through a long window: it is lowered here (`FOREIGN_FACTOR`), so a later independent fault does not outrank
   the fault that opened the incident, and a rack's DCIM cap explains only what lies in that rack.
@@ -18,24 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiops.causal import is_everywhere, is_facility, node_of, symptoms_related
+from aiops.causal import is_everywhere, is_facility, node_of
 from aiops.models import Incident
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
+from aiops.rca.onsets import anchoring
 
 FOREIGN_FACTOR = 0.5
-PEER_WAIT = {"gpu_idle_in_job"}  # as in aiops.detect.incidents (rca may not import detect)
 ONSET_BONUS = 0.03
 IMPACT_BONUS = 0.02
-# Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
-HEAT_AND_POWER = {
-    "thermal_throttle",
-    "power_cap_misconfig",
-    "power_brake",
-    "rack_cooling_failure",
-    "facility_power_cap",
-    "ambient_drift",
-}
 
 
 @dataclass(frozen=True)
@@ -46,27 +38,10 @@ class Anchor:
 
 
 def anchor(candidate: Candidate, incident: Incident, rack_of: dict[str, str]) -> Anchor | None:
-    """The earliest of the incident's hardware symptoms that the candidate's component can explain."""
-    kind = "gpu_throttle" if candidate.label in HEAT_AND_POWER else candidate.label
-    hardware = [s for s in incident.symptoms if not s.component.startswith("job:")]
-    # a rank idling while its job waits anchors nothing, unless the incident has nothing else
-    hardware = [s for s in hardware if s.kind not in PEER_WAIT] or hardware
-    found = [
-        s
-        for s in hardware
-        if symptoms_related(kind, candidate.component, s.kind, s.component, rack_of)
-        or paused_by(candidate, s.kind)
-    ]
-    if not found:
-        return None
-    first = min(found, key=lambda s: s.ts_s)
-    return Anchor(first.ts_s, first.kind, first.component)
-
-
-def paused_by(candidate: Candidate, symptom_kind: str) -> bool:
-    """On a lossless fabric a port without ECN pauses the NIC that sends to it (its ring peer, on any node): PFC
-    pauses received anchor an ECN candidate wherever they are seen."""
-    return candidate.label == "ecn_misconfig" and symptom_kind == "pfc_pauses"
+    """The incident's hardware symptom that the candidate's component explains and that dates it
+    (`aiops.rca.onsets.anchoring`: its label's own signs and its own component first, then the earliest)."""
+    found = anchoring(candidate.label, candidate.component, incident, rack_of)
+    return None if found is None else Anchor(found.ts_s, found.kind, found.component)
 
 
 def rank(

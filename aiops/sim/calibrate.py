@@ -19,7 +19,6 @@ Stored values are hostile data: every one is checked finite and clamped to the m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -43,17 +42,6 @@ OFFSET_MAX_C = 3.5  # the per-GPU sensor/silicon spread the simulator allows; mo
 R_TH_MAX_MULT = 6.0  # an implied resistance is clamped to [nominal / 2, nominal × this]
 TEMP_RANGE_C = (0.0, 120.0)
 SUPPLY_RANGE_C = (5.0, 60.0)
-
-
-def _finite(value: Any, low: float, high: float) -> float | None:
-    """A stored number clamped to [low, high]; None when it is missing or not a finite number."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return min(high, max(low, number)) if math.isfinite(number) else None
 
 
 def _cluster(store: Store) -> tuple[ClusterSpec, set[str]]:
@@ -87,9 +75,9 @@ def _jobs(store: Store, workload: Sequence[JobSpec], nodes: int) -> list[JobSpec
             raise CalibrationError(f"job_ranks: job '{name}' names a node outside node0..node{nodes - 1}")
         base = known.get(name) or JobSpec(name=name)
         row = schedule.get(name, {})
-        every = _finite(row.get("checkpoint_every_s"), 1.0, 1e9)
+        every = hw.finite(row.get("checkpoint_every_s"), 1.0, 1e9)
         update: dict[str, Any] = {"nodes": order, "checkpoint_every_s": every if every else None}
-        gb = _finite(row.get("checkpoint_gb"), 0.0, 100_000.0)
+        gb = hw.finite(row.get("checkpoint_gb"), 0.0, 100_000.0)
         if gb is not None:
             update["checkpoint_gb"] = gb
         out.append(base.model_copy(update=update))
@@ -125,7 +113,7 @@ def world_from_store(
     if {"fleet", *lay.rack_names, *lay.node_names, *lay.gpu_names, *lay.nic_names} != names | {"fleet"}:
         raise CalibrationError(f"{store.path}: topology names are not the simulator's grid names")
     world.elapsed_s = max(0.0, at_ts_s - epoch_ts_s)
-    newest = _finite(
+    newest = hw.finite(
         store.scalar("SELECT max(ts_s) FROM gpu_samples WHERE ts_s <= ?", [at_ts_s]), 0.0, at_ts_s
     )
     end_s = at_ts_s if newest is None else newest  # a twin advanced past its telemetry: the last readings
@@ -156,10 +144,10 @@ def _racks(world: World, store: Store, since: tuple[float, float]) -> None:
         i = index.get(str(r["rack"]))
         if i is None:
             continue
-        supply = _finite(r["supply_c"], *SUPPLY_RANGE_C)
+        supply = hw.finite(r["supply_c"], *SUPPLY_RANGE_C)
         if supply is not None:
             world.supply_target_c[i] = world.supply_c[i] = world.inlet_c[i] = supply
-        flow = _finite(r["flow_lpm"], 0.0, gpu.MAX_FLOW_LPM)
+        flow = hw.finite(r["flow_lpm"], 0.0, gpu.MAX_FLOW_LPM)
         if flow is not None:
             world.flow_setpoint_lpm[i] = world.flow_lpm[i] = flow
 
@@ -174,14 +162,14 @@ def _gpus(world: World, store: Store, since: tuple[float, float]) -> None:
     seen = np.zeros(lay.gpu_count, dtype=bool)
     for r in rows:
         i = lay.gpu_index.get(str(r["gpu"]))
-        temp = _finite(r["temp_c"], *TEMP_RANGE_C)
-        power = _finite(r["power_w"], 0.0, gpu.TDP_W * 1.5)
+        temp = hw.finite(r["temp_c"], *TEMP_RANGE_C)
+        power = hw.finite(r["power_w"], 0.0, gpu.TDP_W * 1.5)
         if i is None or temp is None or power is None:
             continue
         seen[i] = True
         world.temp_c[i], world.power_w[i] = temp, power
-        world.util_pct[i] = _finite(r["util_pct"], 0.0, 100.0) or 0.0
-        limit = _finite(r["limit_w"], gpu.MIN_LIMIT_W, gpu.TDP_W)
+        world.util_pct[i] = hw.finite(r["util_pct"], 0.0, 100.0) or 0.0
+        limit = hw.finite(r["limit_w"], gpu.MIN_LIMIT_W, gpu.TDP_W)
         if limit is not None:
             world.power_limit_w[i] = limit
     rack = lay.gpu_rack
@@ -207,7 +195,7 @@ def _nics(world: World, store: Store, since: tuple[float, float]) -> None:
             continue
         world.lanes_enforced[i] = str(r["lane"]) != "fifo"
         world.link_up[i] = r["link_up"] is not False
-        ce, drops = _finite(r["ce"], 0.0, 1e18) or 0.0, _finite(r["drops"], 0.0, 1e18) or 0.0
+        ce, drops = hw.finite(r["ce"], 0.0, 1e18) or 0.0, hw.finite(r["drops"], 0.0, 1e18) or 0.0
         world.ecn_enabled[i] = not (ce == 0.0 and drops > 0.0)  # drops instead of marks: ECN is off
 
 
@@ -238,7 +226,7 @@ def _hosts(world: World, store: Store, since: tuple[float, float]) -> None:
     )
     lay = world.layout
     for r in rows:
-        name, wait = str(r["node"]), _finite(r["loader_ms"], 0.0, 60_000.0)
+        name, wait = str(r["node"]), hw.finite(r["loader_ms"], 0.0, 60_000.0)
         if wait is None or name not in lay.node_names:
             continue
         node = lay.node_names.index(name)
@@ -252,6 +240,6 @@ def _steps(world: World, store: Store, at_ts_s: float) -> None:
             "SELECT arg_max(step_time_s, ts_s) FROM job_steps WHERE job = ? AND ts_s <= ?",
             [job.name, at_ts_s],
         )
-        step_s = _finite(value, 1e-3, 1e6)
+        step_s = hw.finite(value, 1e-3, 1e6)
         if step_s is not None:
             world.step_time_s[job.index] = step_s

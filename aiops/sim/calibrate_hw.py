@@ -46,7 +46,8 @@ COUNTERS = ("ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "nvlink_crc_t
 WORLD_COUNTERS = ("ecc_sbe", "ecc_dbe", "pcie_replay", "nvlink_crc", "nvlink_replay")
 
 
-def _num(value: Any, low: float, high: float) -> float | None:
+def finite(value: Any, low: float, high: float) -> float | None:
+    """A stored number clamped to [low, high]; None when it is missing or not a finite number."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -79,7 +80,7 @@ def lost_gpus(world: World, store: Store, at_ts_s: float) -> None:
         i = index.get(str(r["gpu"]))
         if i is None:
             continue
-        xid_ts_s, good_ts_s = _num(r["xid_ts_s"], 0.0, at_ts_s), _num(r["good_ts_s"], 0.0, at_ts_s)
+        xid_ts_s, good_ts_s = finite(r["xid_ts_s"], 0.0, at_ts_s), finite(r["good_ts_s"], 0.0, at_ts_s)
         xid_unanswered = xid_ts_s is not None and (good_ts_s is None or good_ts_s <= xid_ts_s)
         if r["lost_row"] is True or xid_unanswered:
             world.lost[i] = world.dead[i] = True
@@ -108,16 +109,16 @@ def gpu_state(world: World, store: Store, at_ts_s: float) -> None:
         if i is None:
             continue
         for column, attribute in zip(COUNTERS, WORLD_COUNTERS, strict=True):
-            value = _num(r[column], 0.0, COUNTER_MAX)
+            value = finite(r[column], 0.0, COUNTER_MAX)
             if value is not None:
                 getattr(world, attribute)[i] = int(value)
-        width, gen = _num(r["width"], 1.0, 32.0), _num(r["gen"], 1.0, 6.0)
+        width, gen = finite(r["width"], 1.0, 32.0), finite(r["gen"], 1.0, 6.0)
         if width is not None:
             world.link_width[i] = int(width)
         if gen is not None:
             world.link_gen[i] = int(gen)
-        reasons = _num(r["reasons"], 0.0, 2.0**63)
-        factor = _num(r["clock_factor"], BRAKE_MIN_FACTOR, 1.0)
+        reasons = finite(r["reasons"], 0.0, 2.0**63)
+        factor = finite(r["clock_factor"], BRAKE_MIN_FACTOR, 1.0)
         if factor is not None:  # the clock as last read (the preview's `now`); stepping recomputes it
             world.clock_factor[i] = factor
             world.sm_clock_mhz[i] = factor * gpu.MAX_SM_CLOCK_MHZ
@@ -125,7 +126,7 @@ def gpu_state(world: World, store: Store, at_ts_s: float) -> None:
             continue
         # an idle GPU's clock says nothing of the brake's depth: its own last busy braked clock, else later
         # its node's braked busy GPUs, else BRAKE_UNKNOWN_FACTOR
-        busy = _num(r["busy_brake_factor"], BRAKE_MIN_FACTOR, 1.0)
+        busy = finite(r["busy_brake_factor"], BRAKE_MIN_FACTOR, 1.0)
         if int(reasons) & bits.GPU_IDLE:
             if busy is None:
                 idle_braked.append(i)
@@ -154,16 +155,16 @@ def nic_state(world: World, store: Store, at_ts_s: float, window_s: float) -> No
         i = index.get(str(r["nic"]))
         if i is None:
             continue
-        world.carrier_changes[i] = int(_num(r["total"], 0.0, COUNTER_MAX) or 0)
+        world.carrier_changes[i] = int(finite(r["total"], 0.0, COUNTER_MAX) or 0)
         world.link_up[i] = r["newest_up"] is not False
-        changes = _num(r["changes"], 0.0, 1e9) or 0.0
+        changes = finite(r["changes"], 0.0, 1e9) or 0.0
         if changes < 2.0:
             continue  # steady: no flap (down and back up) in the window; a link down since then stays down
-        first_ts_s = _num(r["first_ts_s"], since_s, at_ts_s)
+        first_ts_s = finite(r["first_ts_s"], since_s, at_ts_s)
         seen_s = max(1.0, at_ts_s - (since_s if first_ts_s is None else first_ts_s))
-        interval_s = _num(r["interval_s"], 0.01, 60.0) or 1.0
+        interval_s = finite(r["interval_s"], 0.01, 60.0) or 1.0
         outages = max(1.0, changes / 2.0)  # a flap is a change down and one back up
-        down_s = (_num(r["down"], 0.0, 1e9) or 0.0) * interval_s / outages
+        down_s = (finite(r["down"], 0.0, 1e9) or 0.0) * interval_s / outages
         world.flap_period_s[i] = period_s = max(2.0, seen_s / outages)
         world.flap_down_s[i] = min(period_s / 2.0, max(1.0, down_s))
     ceilings = store.query(
@@ -173,7 +174,7 @@ def nic_state(world: World, store: Store, at_ts_s: float, window_s: float) -> No
     )
     for r in ceilings:
         i, lane = index.get(str(r["nic"])), str(r["lane"])
-        rate = _num(r["rate_bps"], 0.0, net.LINK_BPS)
+        rate = finite(r["rate_bps"], 0.0, net.LINK_BPS)
         if i is not None and lane in net.LANES and rate is not None:
             world.lane_control.ceil_fraction[i, net.LANES.index(lane)] = rate / net.LINK_BPS
 
@@ -196,7 +197,7 @@ def cooling(world: World, store: Store, at_ts_s: float) -> None:
             continue
         detail = payload.get("detail") if isinstance(payload, dict) else None
         if isinstance(detail, dict) and detail.get("dry_run") is not True:
-            lpm = _num(detail.get("coolant_flow_setpoint_lpm"), 0.0, gpu.MAX_FLOW_LPM)
+            lpm = finite(detail.get("coolant_flow_setpoint_lpm"), 0.0, gpu.MAX_FLOW_LPM)
             if lpm is not None:
                 executed[str(r["target"])] = lpm
     for i, rack in enumerate(world.layout.rack_names):
@@ -216,7 +217,7 @@ def dcim_caps(world: World, store: Store, at_ts_s: float) -> None:
     lay = world.layout
     for r in rows:
         scope = str(r["scope"])
-        budget_kw = _num(r["budget_kw"], 0.0, 1e6)
+        budget_kw = finite(r["budget_kw"], 0.0, 1e6)
         if r["kind"] != "cap" or budget_kw is None or (scope != "fleet" and scope not in lay.rack_names):
             continue
         gpus = lay.gpus_of(scope)

@@ -176,18 +176,19 @@ def collect_lanes(
     """Collect every `interval_s` until `duration_s` has passed on `clock`; returns the rows `write` took.
 
     Each batch goes to `write` (e.g. `Store.ingest_many`), each interval's flows to `on_flows`. The first
-    collect only primes the counters, so a run makes at most duration_s / interval_s + 2 collects, however
-    slowly the clock moves.
+    collect only primes the counters, so a run makes at least two collects (one interval of rows, however
+    slowly the first collect and write ran) and at most duration_s / interval_s + 2, however slowly the clock
+    moves.
     """
     if interval_s <= 0:
         raise InputError("lanes collect", "interval_s", f"must be positive, not {interval_s:g}")
     rows = 0
     deadline = clock() + duration_s
-    for _ in range(int(duration_s / interval_s) + 2):
+    for collects in range(1, int(duration_s / interval_s) + 3):
         rows += write(telemetry.collect())
         if on_flows is not None:
             on_flows(telemetry.last_flows)
-        if clock() >= deadline:
+        if clock() >= deadline and collects >= 2:
             break
         sleep(interval_s)
     return rows

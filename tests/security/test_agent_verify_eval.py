@@ -1,6 +1,7 @@
 """Issue 14, item 4 through `aiops eval --with-llm` (evals/harness.run_file): a scripted model (the real `openai`
-client against the loopback OpenAI-protocol server) on a scenario whose 90 s ECN fault on node0/nic0, inside a
-thermal incident on node1/gpu1, the analyst misses. A verified hypothesis with a real citation raises the case's
+client against the loopback OpenAI-protocol server) on a scenario whose 20 s ECN blip on node0/nic0, inside a
+thermal incident on node1/gpu1, the analyst misses (it scores each cause over its symptom's onset window, at
+least 60 s after the onset: a 20 s blip stays under its threshold there, while a 60-200 s fault does not). A verified hypothesis with a real citation raises the case's
 score; a wrong one citing `SELECT 1` changes nothing; without a model `--with-llm` changes nothing."""
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ jobs:
   - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
 faults:
   - {kind: thermal_throttle, target: node1/gpu1, start_s: 90, severity: 0.8}
-  - {kind: ecn_misconfig, target: node0/nic0, start_s: 120, duration_s: 90, severity: 0.6}
+  - {kind: ecn_misconfig, target: node0/nic0, start_s: 120, duration_s: 20, severity: 0.6}
 expect: {root_cause: ecn_misconfig, component: node0/nic0}
 """
-# losses without CE marks on node0/nic0 while the fault lasts (over the whole run its CE marks look normal)
+# losses without CE marks on node0/nic0 while the blip lasts (over the onset window its CE marks look normal)
 ECN_SQL = (
     "SELECT nic, node, sum(drops) AS drops, sum(retransmits) AS retransmits, sum(ce_marks) AS ce_marks "
-    f"FROM nic_samples WHERE ts_s BETWEEN {SIM_EPOCH_TS_S + 130} AND {SIM_EPOCH_TS_S + 200} GROUP BY nic, node"
+    f"FROM nic_samples WHERE ts_s BETWEEN {SIM_EPOCH_TS_S + 121} AND {SIM_EPOCH_TS_S + 139} GROUP BY nic, node"
 )
 
 

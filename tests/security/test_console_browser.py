@@ -3,7 +3,8 @@ downloaded): `aiops console serve` on the demo's workspace on a free loopback po
 demo's incident, see its evidence, approve its physical proposal, approve a two-person proposal as two
 different people, see the audit rows; a viewer's approve is refused; a job named `<script>...` and a model
 answer holding HTML render inert; a POST without the CSRF token is refused; no request leaves the console's
-origin. Screenshots of the main pages go to $AIOPS_ARTEFACTS/console (default out/artefacts/console).
+origin; an admin adds an approver in the accounts page, the approver signs in, the admin deletes them and
+the approver's next click lands on the sign-in page. Screenshots of the main pages go to $AIOPS_ARTEFACTS/console (default out/artefacts/console).
 
 The model is a scripted OpenAI-protocol server (tests/agent_fakes.py) whose answer is HTML. Needs `chromium`:
 skipped without it, failed under AIOPS_REQUIRE_EBPF=1."""
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from aiops.store import Workspace
+from guardrails.audit import read_rows
 from tests.agent_fakes import final, scripted_llm
 from tests.console_helpers import (
     PASSWORD,
@@ -211,3 +213,42 @@ def test_a_model_answer_with_html_streams_in_as_text(served: dict[str, Any]) -> 
         alice.shot("chat")
         alice.inert()
         alice.close()
+
+
+def test_an_admin_adds_an_approver_then_deletes_them_and_their_next_click_lands_on_sign_in(
+    served: dict[str, Any],
+) -> None:
+    """Console accounts: the admin page in a browser; a deleted account's open session ends at once."""
+    with browser() as instance:
+        carol = Tab(instance, served["base"])
+        carol.sign_in("carol")
+        carol.page.click("#nav-accounts")
+        carol.page.wait_for_selector("#accounts")
+        form = carol.page.locator("form.add")
+        form.locator("input[name=name]").fill("dana")
+        form.locator("select[name=role]").select_option("approver")
+        form.locator("input[name=password]").fill(PASSWORD)
+        form.locator("input[name=password2]").fill(PASSWORD)
+        form.locator("button").click()
+        carol.page.wait_for_selector("#note")
+        assert carol.page.inner_text("#note") == "added dana (approver)"
+        assert carol.page.inner_text("#account-dana td.role") == "approver"
+        carol.shot("accounts")
+        dana = Tab(instance, served["base"])
+        dana.sign_in("dana")
+        dana.page.goto(f"{served['base']}/incidents/INC-0001")
+        assert dana.page.inner_text("#whoami") == "dana (approver)"
+        carol.page.click("#account-dana form.delete button")
+        carol.page.wait_for_selector("#note")
+        assert carol.page.inner_text("#note") == "deleted dana"
+        assert carol.page.locator("#account-dana").count() == 0
+        dana.page.click("nav a[href='/audit']")
+        dana.page.wait_for_url(served["base"] + "/login")
+        assert dana.page.locator("form.login").count() == 1
+        carol.inert()
+        dana.inert()
+        carol.close()
+        dana.close()
+    with Workspace(served["db"]).read() as store:
+        rows = [(r.actor, r.data()["op"], r.data()["name"]) for r in read_rows(store, event="account")]
+    assert rows == [("carol", "add", "dana"), ("carol", "delete", "dana")]

@@ -1,7 +1,8 @@
 """`aiops run` serves the console when `[console] listen` is set: uvicorn in a thread beside the loop, over the
 service's own hold on the workspace. An account made while the service runs signs in; the approval of a
 physical proposal the service filed is signed by the session's principal, the service's loop executes it, and
-`aiops audit verify` holds; the chat answers (the agent's workspace opens through the service's leases); SIGTERM stops the service and its console (exit 0)."""
+`aiops audit verify` holds; with no account at start, one set-up URL is printed (dead once an account
+exists); the chat answers (the agent's workspace opens through the service's leases); SIGTERM stops the service and its console (exit 0)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
                                          "--password-file", str(secret)), capture_output=True, text=True,
                                timeout=60, env=env)  # fmt: skip
         assert added.returncode == 0, added.stderr
+        printed = set(re.findall(r"/setup/([A-Za-z0-9_-]{20,})", (tmp_path / "service.log").read_text()))
+        assert len(printed) == 1  # first run: one set-up URL, on stderr and in the log
+        assert get(f"{base}/setup/{printed.pop()}")[0] == 404  # an account exists now: the token is dead
 
         def physical_pending() -> str:
             proposals = get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]

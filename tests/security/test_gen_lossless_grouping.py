@@ -3,7 +3,7 @@
 hardware symptom): generated seed 21, `gen-040` (ECN off on node4/nic1, then an input pipeline stall on node1)
 found the second cause in no incident opened after it. PFC pauses received above a NIC's own baseline are now a
 hardware symptom (`pfc_pauses`, aiops/detect/rules.py), and they anchor an ECN candidate on any NIC
-(aiops/rca/ranking.py `paused_by`: the paused port is the silent port's sender)."""
+(aiops/rca/onsets.py `paused_by`: the paused port is the silent port's sender)."""
 
 from __future__ import annotations
 
