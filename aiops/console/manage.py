@@ -13,8 +13,12 @@ begun under the account's old state at their next request (`aiops.console.web.Pa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from aiops.console.accounts import Account, Accounts, check_name, check_role, hash_password
@@ -22,7 +26,23 @@ from aiops.errors import InputError
 from aiops.store import Workspace
 from guardrails.audit import AuditLog
 
-_LOCK = threading.Lock()  # one change at a time in this process (the CLI and the console: one file, renamed)
+# One change at a time among this process's threads; `_changing` adds other processes.
+_LOCK = threading.Lock()
+LOCK_SUFFIX = ".lock"  # beside the accounts file: `<db>.console-users.json.lock`, 0600, empty
+
+
+@contextlib.contextmanager
+def _changing(accounts: Accounts) -> Iterator[None]:
+    """One change at a time: among this process's threads, and across processes (the CLI beside a running
+    console) through an exclusive flock on the lock file, so a read-change-write never loses another's change."""
+    with _LOCK:
+        accounts.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(str(accounts.path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor closes
+            yield
+        finally:
+            os.close(fd)
 
 
 def _admins(accounts: dict[str, Account]) -> set[str]:
@@ -61,7 +81,7 @@ def add_account(workspace: Workspace, accounts: Accounts, actor: str, name: str,
     """A new account (or, with `replace`, a new role and password for an existing one)."""
     canonical, role = check_name(name), check_role(role)
     password_hash = hash_password(password)
-    with _LOCK:
+    with _changing(accounts):
         before = accounts.load()
         if canonical in before and not replace:
             raise InputError(
@@ -77,7 +97,7 @@ def add_account(workspace: Workspace, accounts: Accounts, actor: str, name: str,
 
 def set_role(workspace: Workspace, accounts: Accounts, actor: str, name: str, role: str) -> Account:
     role = check_role(role)
-    with _LOCK:
+    with _changing(accounts):
         before = accounts.load()
         old = _existing(before, name)
         account = dataclasses.replace(old, role=role)
@@ -90,7 +110,7 @@ def set_role(workspace: Workspace, accounts: Accounts, actor: str, name: str, ro
 
 def reset_password(workspace: Workspace, accounts: Accounts, actor: str, name: str, password: str) -> Account:
     password_hash = hash_password(password)
-    with _LOCK:
+    with _changing(accounts):
         before = accounts.load()
         old = _existing(before, name)
         account = dataclasses.replace(old, password_hash=password_hash)
@@ -101,7 +121,7 @@ def reset_password(workspace: Workspace, accounts: Accounts, actor: str, name: s
 
 def set_disabled(workspace: Workspace, accounts: Accounts, actor: str, name: str, disabled: bool) -> Account:
     """Disable an account (it keeps its name and role, signs in no more, its sessions end) or enable it again."""
-    with _LOCK:
+    with _changing(accounts):
         before = accounts.load()
         old = _existing(before, name)
         account = dataclasses.replace(old, disabled=disabled)
@@ -113,7 +133,7 @@ def set_disabled(workspace: Workspace, accounts: Accounts, actor: str, name: str
 
 
 def delete_account(workspace: Workspace, accounts: Accounts, actor: str, name: str) -> Account:
-    with _LOCK:
+    with _changing(accounts):
         before = accounts.load()
         old = _existing(before, name)
         after = {k: v for k, v in before.items() if k != old.name}

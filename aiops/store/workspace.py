@@ -40,7 +40,7 @@ _MAX_BACKOFF_S = 0.5
 CHECKPOINTS_SUFFIX = ".checkpoints.sqlite"
 WITNESS_SUFFIX = ".witness"  # the audit chain's witness (guardrails.witness; deleted with the workspace)
 # The web console's (aiops/console): its signing key (guardrails.session_signing) and accounts, both 0600.
-CONSOLE_SUFFIXES = (".console-key", ".console-users.json")
+CONSOLE_SUFFIXES = (".console-key", ".console-users.json", ".console-users.json.lock", ".console-setup.json")
 _SQLITE_SUFFIXES = ("", "-journal", "-wal", "-shm")
 LEGACY_SUFFIXES = (".twin.pkl", ".agent.duckdb", ".agent.duckdb.wal", ".agent.sqlite")
 
