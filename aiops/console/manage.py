@@ -18,7 +18,7 @@ import dataclasses
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from aiops.console.accounts import Account, Accounts, check_name, check_role, hash_password
@@ -95,41 +95,36 @@ def add_account(workspace: Workspace, accounts: Accounts, actor: str, name: str,
     return account
 
 
-def set_role(workspace: Workspace, accounts: Accounts, actor: str, name: str, role: str) -> Account:
-    role = check_role(role)
+def _update(workspace: Workspace, accounts: Accounts, actor: str, name: str, op: str,
+            change: Callable[[Account], Account], *, was_role: bool = False) -> Account:  # fmt: skip
+    """One existing account changed by `change`, under the lock, the last admin kept, audited as `op`."""
     with _changing(accounts):
         before = accounts.load()
         old = _existing(before, name)
-        account = dataclasses.replace(old, role=role)
+        account = change(old)
         after = {**before, old.name: account}
         _keep_an_admin(before, after, old.name)
-        _commit(workspace, accounts, before, after, actor,
-                {"op": "role", "name": old.name, "role": role, "was": old.role})  # fmt: skip
+        payload = {"op": op, "name": old.name, "role": account.role} | ({"was": old.role} if was_role else {})
+        _commit(workspace, accounts, before, after, actor, payload)
     return account
+
+
+def set_role(workspace: Workspace, accounts: Accounts, actor: str, name: str, role: str) -> Account:
+    role = check_role(role)
+    return _update(workspace, accounts, actor, name, "role", lambda a: dataclasses.replace(a, role=role),
+                   was_role=True)  # fmt: skip
 
 
 def reset_password(workspace: Workspace, accounts: Accounts, actor: str, name: str, password: str) -> Account:
     password_hash = hash_password(password)
-    with _changing(accounts):
-        before = accounts.load()
-        old = _existing(before, name)
-        account = dataclasses.replace(old, password_hash=password_hash)
-        _commit(workspace, accounts, before, {**before, old.name: account}, actor,
-                {"op": "password", "name": old.name, "role": old.role})  # fmt: skip
-    return account
+    return _update(workspace, accounts, actor, name, "password",
+                   lambda a: dataclasses.replace(a, password_hash=password_hash))  # fmt: skip
 
 
 def set_disabled(workspace: Workspace, accounts: Accounts, actor: str, name: str, disabled: bool) -> Account:
     """Disable an account (it keeps its name and role, signs in no more, its sessions end) or enable it again."""
-    with _changing(accounts):
-        before = accounts.load()
-        old = _existing(before, name)
-        account = dataclasses.replace(old, disabled=disabled)
-        after = {**before, old.name: account}
-        _keep_an_admin(before, after, old.name)
-        _commit(workspace, accounts, before, after, actor,
-                {"op": "disable" if disabled else "enable", "name": old.name, "role": old.role})  # fmt: skip
-    return account
+    return _update(workspace, accounts, actor, name, "disable" if disabled else "enable",
+                   lambda a: dataclasses.replace(a, disabled=disabled))  # fmt: skip
 
 
 def delete_account(workspace: Workspace, accounts: Accounts, actor: str, name: str) -> Account:
