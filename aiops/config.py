@@ -80,8 +80,12 @@ def node_of(config: Config, hostname: str) -> NodeConfig:
     found = hosts.get(hostname)
     if found is None:
         listed = sorted(hosts)
-        raise ConfigError(config.source, "node.hosts", f"this host's name '{hostname}' is not listed",
-                          listed[:20] + (["..."] if len(listed) > 20 else []))  # fmt: skip
+        raise ConfigError(
+            config.source,
+            "node.hosts",
+            f"this host's name '{hostname}' is not listed",
+            listed[:20] + (["..."] if len(listed) > 20 else []),
+        )
     return NodeConfig(name=found.name, rack=found.rack)
 
 
@@ -374,8 +378,9 @@ def parse_config(data: Any, source: str) -> Config:
         error = exc.errors()[0]
         loc = tuple(error["loc"])
         problem = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
-        raise ConfigError(source, _key(loc) or "(top level)", problem.removeprefix("Value error, "),
-                          _allowed(loc, error)) from None  # fmt: skip
+        raise ConfigError(
+            source, _key(loc) or "(top level)", problem.removeprefix("Value error, "), _allowed(loc, error)
+        ) from None
     return config.model_copy(update={"source": source})
 
 

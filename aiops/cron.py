@@ -86,9 +86,11 @@ def parse_cron(text: str, source: str = "<config>", key: str = "report.cron") ->
     parts = text.split()
     if len(parts) != 5:
         raise ConfigError(
-            source, key, f"{text!r} has {len(parts)} fields, a cron expression has 5",
+            source,
+            key,
+            f"{text!r} has {len(parts)} fields, a cron expression has 5",
             "minute hour day-of-month month day-of-week, e.g. '0 6 * * *' (06:00 UTC daily)",
-        )  # fmt: skip
+        )
     sets = [
         _field(p, name, low, high, source, key) for p, (name, low, high) in zip(parts, _FIELDS, strict=True)
     ]

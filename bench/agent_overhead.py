@@ -57,8 +57,11 @@ def _status_kb(pid: int, key: str) -> int:
 def _rows(port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("aiops_ingested_rows_total{"))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("aiops_ingested_rows_total{")
+    )
 
 
 def main() -> None:
@@ -87,9 +90,17 @@ def main() -> None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
     wall_s = t1 - t0
-    print(json.dumps({"mode": args.mode, "cpu_fraction": round((cpu1 - cpu0) / wall_s, 4),
-                      "rss_mb": round(rss_mb, 1), "samples_per_s": round((rows1 - rows0) / wall_s, 1),
-                      "measured_s": round(wall_s, 1)}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "mode": args.mode,
+                "cpu_fraction": round((cpu1 - cpu0) / wall_s, 4),
+                "rss_mb": round(rss_mb, 1),
+                "samples_per_s": round((rows1 - rows0) / wall_s, 1),
+                "measured_s": round(wall_s, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -110,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             run = bpf_sys.prog_test_run(fd, packet, args.repeat)
             retval[name] = run.retval
             rounds[name].append(run.duration_ns)
-    marks = {"lanes": marked_fraction(lanes), "over_budget": marked_fraction(over),
-             "worst_case": marked_fraction(worst)}  # fmt: skip
+    marks = {
+        "lanes": marked_fraction(lanes),
+        "over_budget": marked_fraction(over),
+        "worst_case": marked_fraction(worst),
+    }
     if marks["lanes"] > 0.01 or min(marks["over_budget"], marks["worst_case"]) < 0.99:
         print(f"a case left its regime (CE marks per packet: {marks})", file=sys.stderr)
         return 1

@@ -44,17 +44,33 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 def dress(db: Path) -> None:
     """Evidence with rows on the incident's hypothesis, a pending proposal of it, an approver's account."""
     rows = [{"gpu": f"node3/gpu{g}", "max_temp_c": 60.0 + g, "samples": 86400} for g in range(12)]
-    evidence = [{"claim": "GPUs throttling", "sql": "SELECT gpu, max(temp_c) AS max_temp_c, count(*) AS samples "
-                 "FROM gpu_samples WHERE ts_s BETWEEN ? AND ? GROUP BY gpu", "params": [EPOCH_S, EPOCH_S + 86400],
-                 "rows": rows, "supports": True}] * 3  # fmt: skip
+    evidence = [
+        {
+            "claim": "GPUs throttling",
+            "sql": "SELECT gpu, max(temp_c) AS max_temp_c, count(*) AS samples "
+            "FROM gpu_samples WHERE ts_s BETWEEN ? AND ? GROUP BY gpu",
+            "params": [EPOCH_S, EPOCH_S + 86400],
+            "rows": rows,
+            "supports": True,
+        }
+    ] * 3
     with Store(db) as store:
         store.conn.execute(
             "UPDATE hypotheses SET evidence = ? WHERE incident_id = 'INC-0001'", [json.dumps(evidence)]
         )
         if not store.scalar("SELECT count(*) FROM proposals"):
-            action = Action(proposal_id="P-bench", kind="migrate_job", target="node3", parameters={"to": "node7"},
-                            reason="move the job off the hot node", evidence=[], expected_effect="", rollback={},
-                            proposed_by="analyst", created_ts_s=time.time())  # fmt: skip
+            action = Action(
+                proposal_id="P-bench",
+                kind="migrate_job",
+                target="node3",
+                parameters={"to": "node7"},
+                reason="move the job off the hot node",
+                evidence=[],
+                expected_effect="",
+                rollback={},
+                proposed_by="analyst",
+                created_ts_s=time.time(),
+            )
             Guardrails(store).propose(action, origin="bench", incident_id="INC-0001")
     accounts = Accounts(accounts_path(str(db)))
     if "alice" not in accounts.load():
@@ -89,9 +105,11 @@ def measure(db: Path, requests: int, warmup: int, every: list[float]) -> dict[st
                     if i >= warmup:
                         took_ms.append(elapsed_ms)
                 took_ms.sort()
-                out[page] = {"p50_ms": round(statistics.median(took_ms), 1),
-                             "p95_ms": round(took_ms[max(0, int(0.95 * len(took_ms)) - 1)], 1),
-                             "max_ms": round(took_ms[-1], 1)}  # fmt: skip
+                out[page] = {
+                    "p50_ms": round(statistics.median(took_ms), 1),
+                    "p95_ms": round(took_ms[max(0, int(0.95 * len(took_ms)) - 1)], 1),
+                    "max_ms": round(took_ms[-1], 1),
+                }
                 every.extend(took_ms)
             return out
     finally:
@@ -130,10 +148,20 @@ def main() -> None:
         every: list[float] = []
         pages = measure(db, args.requests, args.warmup, every)
     every.sort()
-    print(json.dumps({"gpus": args.nodes * 8, "hours": args.hours, "interval_s": args.interval_s, "gpu_rows": rows,
-                      "generate_s": round(generate_s, 1), "pages": pages,
-                      "p95_ms": round(every[max(0, int(0.95 * len(every)) - 1)], 1),
-                      "worst_page_p95_ms": max(p["p95_ms"] for p in pages.values())}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gpus": args.nodes * 8,
+                "hours": args.hours,
+                "interval_s": args.interval_s,
+                "gpu_rows": rows,
+                "generate_s": round(generate_s, 1),
+                "pages": pages,
+                "p95_ms": round(every[max(0, int(0.95 * len(every)) - 1)], 1),
+                "worst_page_p95_ms": max(p["p95_ms"] for p in pages.values()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -101,9 +101,20 @@ def main() -> None:
         for store in stores.values():
             store.close()
     ms_1h, ms_24h = statistics.median(results["1h"]), statistics.median(results["24h"])
-    print(json.dumps({"window_ms_1h": round(ms_1h, 2), "window_ms_24h": round(ms_24h, 2),
-                      "ratio": round(ms_24h / ms_1h, 3), "gpu_rows_1h": rows["1h"], "gpu_rows_24h": rows["24h"],
-                      "gpus": NODES * GPUS, "windows": args.windows, "rounds": args.rounds}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "window_ms_1h": round(ms_1h, 2),
+                "window_ms_24h": round(ms_24h, 2),
+                "ratio": round(ms_24h / ms_1h, 3),
+                "gpu_rows_1h": rows["1h"],
+                "gpu_rows_24h": rows["24h"],
+                "gpus": NODES * GPUS,
+                "windows": args.windows,
+                "rounds": args.rounds,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

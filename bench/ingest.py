@@ -73,9 +73,19 @@ def main() -> None:
         service.close()
         raw.close()
     service_med, raw_med = statistics.median(service_ms[1:]), statistics.median(raw_ms[1:])  # first: warm-up
-    print(json.dumps({"gpus": world.layout.gpu_count, "flush_s": args.flush_s, "rows_per_flush": rows,
-                      "service_ms": round(service_med, 2), "raw_ms": round(raw_med, 2),
-                      "ratio": round(raw_med / service_med, 3), "flushes": args.flushes}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gpus": world.layout.gpu_count,
+                "flush_s": args.flush_s,
+                "rows_per_flush": rows,
+                "service_ms": round(service_med, 2),
+                "raw_ms": round(raw_med, 2),
+                "ratio": round(raw_med / service_med, 3),
+                "flushes": args.flushes,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

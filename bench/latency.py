@@ -52,8 +52,16 @@ def main() -> None:
     parser.add_argument("--spacing-s", type=float, default=120.0)
     args = parser.parse_args()
     gpus = [f"node{17 * i % 128}/gpu{i % 8}" for i in range(args.faults)]
-    faults = [{"kind": "thermal_throttle", "target": g, "start_s": FIRST_FAULT_S + i * args.spacing_s,
-               "duration_s": FAULT_S, "severity": 1.0} for i, g in enumerate(gpus)]  # fmt: skip
+    faults = [
+        {
+            "kind": "thermal_throttle",
+            "target": g,
+            "start_s": FIRST_FAULT_S + i * args.spacing_s,
+            "duration_s": FAULT_S,
+            "severity": 1.0,
+        }
+        for i, g in enumerate(gpus)
+    ]
     duration_s = FIRST_FAULT_S + args.faults * args.spacing_s + 60.0
     scenario = {
         "name": "latency-1024",
@@ -69,9 +77,22 @@ def main() -> None:
         (Path(tmp) / "aiops.toml").write_text(
             f'[store]\npath = "{db}"\n[http]\nlisten = "127.0.0.1:{port}"\n[detection]\nquiet_s = 30\n'
         )
-        proc = subprocess.Popen([sys.executable, "-m", "aiops.cli.main", "run", "--config", str(Path(tmp) / "aiops.toml"),
-                                 "--sim", str(Path(tmp) / "s.yaml"), "--speed", "1"],
-                                stdout=subprocess.DEVNULL, stderr=(Path(tmp) / "log").open("w"))  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aiops.cli.main",
+                "run",
+                "--config",
+                str(Path(tmp) / "aiops.toml"),
+                "--sim",
+                str(Path(tmp) / "s.yaml"),
+                "--speed",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(Path(tmp) / "log").open("w"),
+        )
         try:
             deadline = time.monotonic() + duration_s + 60.0
             while time.monotonic() < deadline and proc.poll() is None:
@@ -100,11 +121,19 @@ def main() -> None:
                 latencies.append(seen[str(opened[0]["incident_id"])] - float(first))
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))] if latencies else None
-    print(json.dumps({"gpus": 1024, "faults": args.faults, "incidents": len(latencies),
-                      "p50_s": round(statistics.median(latencies), 2) if latencies else None,
-                      "p95_s": None if p95 is None else round(p95, 2),
-                      "max_s": round(max(latencies), 2) if latencies else None,
-                      "latencies_s": [round(x, 2) for x in latencies]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gpus": 1024,
+                "faults": args.faults,
+                "incidents": len(latencies),
+                "p50_s": round(statistics.median(latencies), 2) if latencies else None,
+                "p95_s": None if p95 is None else round(p95, 2),
+                "max_s": round(max(latencies), 2) if latencies else None,
+                "latencies_s": [round(x, 2) for x in latencies],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -47,10 +47,20 @@ def build(directory: Path) -> Path:
     binary = directory / "profile_overhead_target"
     lib = CUDA / "lib64"
     subprocess.run(
-        ["gcc", "-O2", "-fno-omit-frame-pointer", f"-I{CUDA / 'include'}", str(SOURCE), f"-L{lib}", "-lcudart",
-         f"-Wl,-rpath,{lib}", "-o", str(binary)],
+        [
+            "gcc",
+            "-O2",
+            "-fno-omit-frame-pointer",
+            f"-I{CUDA / 'include'}",
+            str(SOURCE),
+            f"-L{lib}",
+            "-lcudart",
+            f"-Wl,-rpath,{lib}",
+            "-o",
+            str(binary),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return binary
 
 
@@ -101,9 +111,13 @@ def paced_run(target: Target, iterations: int, work_steps: int, duty: float | No
 
     def profile() -> None:
         box["result"] = run_profile(
-            target.process.pid, 3600.0, stop=stop, duty=duty, cpu_sample_hz=CPU_SAMPLE_HZ,
+            target.process.pid,
+            3600.0,
+            stop=stop,
+            duty=duty,
+            cpu_sample_hz=CPU_SAMPLE_HZ,
             on_attached=lambda probes: attached.set(),
-        )  # fmt: skip
+        )
 
     thread = threading.Thread(target=profile)
     thread.start()

@@ -71,9 +71,13 @@ def main() -> int:
     _phase[0] = (
         "setup"  # parsing, the workspace; "between": after a phase, before the next (store reopened, output)
     )
-    for module, name, phase in ((cli, "fetch_into", "fetch"), (mapping.Staging, "finish", "pivot"),
-                                (pipeline, "detect", "detect"), (pipeline, "diagnose", "diagnose"),
-                                (pipeline, "remediate", "remediate")):  # fmt: skip
+    for module, name, phase in (
+        (cli, "fetch_into", "fetch"),
+        (mapping.Staging, "finish", "pivot"),
+        (pipeline, "detect", "detect"),
+        (pipeline, "diagnose", "diagnose"),
+        (pipeline, "remediate", "remediate"),
+    ):
         setattr(module, name, _timed(phase, getattr(module, name)))
     captured = io.StringIO()
     with redirect_stdout(captured):
@@ -85,10 +89,18 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(answer, sort_keys=True, default=str))
     top = (answer.get("hypotheses") or [{}])[0]
-    print(json.dumps({"code": code, "peak_rss_mb": {k: round(v) for k, v in _peaks_mb.items()},
-                      "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                      "wall_s": _wall_s, "top": [top.get("root_cause"), top.get("component")],
-                      "source": answer.get("source")}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "code": code,
+                "peak_rss_mb": {k: round(v) for k, v in _peaks_mb.items()},
+                "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "wall_s": _wall_s,
+                "top": [top.get("root_cause"), top.get("component")],
+                "source": answer.get("source"),
+            }
+        )
+    )
     return 0 if code == 0 else 1
 
 

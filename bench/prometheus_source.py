@@ -37,14 +37,26 @@ FAULT_GPU = "node0/gpu3"
 THERMAL_BITS = 0x20 | 0x40  # nvmlClocksEventReasonSwThermalSlowdown | HwThermalSlowdown (nvml.h)
 
 
-BASE = {"DCGM_FI_DEV_GPU_TEMP": 64.0, "DCGM_FI_DEV_MEMORY_TEMP": 72.0, "DCGM_FI_DEV_POWER_USAGE": 610.0,
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0, "DCGM_FI_DEV_GPU_UTIL": 100.0, "DCGM_FI_DEV_SM_CLOCK": 1980.0,
-        "DCGM_FI_DEV_MAX_SM_CLOCK": 1980.0, "DCGM_FI_DEV_SLOWDOWN_TEMP": 87.0,
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0.0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0.0, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 0.0,
-        "DCGM_FI_DEV_XID_ERRORS": 0.0}  # fmt: skip
-HOT = {"DCGM_FI_DEV_GPU_TEMP": 91.0, "DCGM_FI_DEV_SM_CLOCK": 1500.0,
-       "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": float(THERMAL_BITS)}  # fmt: skip
+BASE = {
+    "DCGM_FI_DEV_GPU_TEMP": 64.0,
+    "DCGM_FI_DEV_MEMORY_TEMP": 72.0,
+    "DCGM_FI_DEV_POWER_USAGE": 610.0,
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0,
+    "DCGM_FI_DEV_GPU_UTIL": 100.0,
+    "DCGM_FI_DEV_SM_CLOCK": 1980.0,
+    "DCGM_FI_DEV_MAX_SM_CLOCK": 1980.0,
+    "DCGM_FI_DEV_SLOWDOWN_TEMP": 87.0,
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0.0,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0.0,
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 0.0,
+    "DCGM_FI_DEV_XID_ERRORS": 0.0,
+}
+HOT = {
+    "DCGM_FI_DEV_GPU_TEMP": 91.0,
+    "DCGM_FI_DEV_SM_CLOCK": 1500.0,
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": float(THERMAL_BITS),
+}
 NOISY = {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"}
 
 
@@ -67,8 +79,11 @@ def write_openmetrics(path: Path, gpus: int, hours: float, interval_s: int) -> i
                     buffer.write(f"{name}{labels} {value:.3f} {t}\n")
                 out.write(buffer.getvalue())
                 written += len(stamps)
-        for name, per_s in (("node_network_transmit_bytes_total", 25e9), ("node_network_carrier_changes_total", 0),
-                            ("node_network_up", 0)):  # fmt: skip
+        for name, per_s in (
+            ("node_network_transmit_bytes_total", 25e9),
+            ("node_network_carrier_changes_total", 0),
+            ("node_network_up", 0),
+        ):
             for host in range((gpus + GPUS_PER_HOST - 1) // GPUS_PER_HOST):
                 labels = f'{{device="eth0",instance="node{host}:9100",job="node"}}'
                 for t in stamps:
@@ -92,10 +107,18 @@ def measure(url: str, start_s: float, end_s: float) -> None:
     wall_s = time.perf_counter() - started
     answer = json.loads(captured.getvalue()) if code == 0 else {}
     top = (answer.get("hypotheses") or [{}])[0]
-    print(json.dumps({"code": code, "wall_s": round(wall_s, 2), "bytes_fetched": answer.get("source", {}).get(
-        "bytes_fetched"), "requests": answer.get("source", {}).get("requests"),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "top": [top.get("root_cause"), top.get("component")]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "code": code,
+                "wall_s": round(wall_s, 2),
+                "bytes_fetched": answer.get("source", {}).get("bytes_fetched"),
+                "requests": answer.get("source", {}).get("requests"),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "top": [top.get("root_cause"), top.get("component")],
+            }
+        )
+    )
 
 
 def main() -> int:
@@ -117,8 +140,11 @@ def main() -> int:
         history = work / "history.om"
         samples = write_openmetrics(history, args.gpus, args.hours, args.scrape_interval_s)
         started = time.perf_counter()
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(work / "tsdb")],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(work / "tsdb")],
+            check=True,
+            capture_output=True,
+        )
         backfill_s = time.perf_counter() - started
         history.unlink()
         (work / "prometheus.yml").write_text(f"global: {{scrape_interval: {args.scrape_interval_s}s}}\n")
@@ -126,10 +152,17 @@ def main() -> int:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         url = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen([prometheus, f"--config.file={work / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-                                 "--storage.tsdb.retention.time=100y"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=100y",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             for _ in range(240):
                 try:
@@ -139,8 +172,12 @@ def main() -> int:
                 except OSError:
                     time.sleep(0.5)
             end_s = START_S + args.hours * 3600
-            child = subprocess.run([sys.executable, __file__, "--measure", url, str(START_S), str(end_s)],
-                                   capture_output=True, text=True, check=False)  # fmt: skip
+            child = subprocess.run(
+                [sys.executable, __file__, "--measure", url, str(START_S), str(end_s)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -148,8 +185,18 @@ def main() -> int:
         print(child.stderr[-2000:], file=sys.stderr)
         return 1
     result = json.loads(child.stdout.strip().splitlines()[-1])
-    print(json.dumps({"gpus": args.gpus, "hours": args.hours, "scrape_interval_s": args.scrape_interval_s,
-                      "samples_in_tsdb": samples, "backfill_s": round(backfill_s, 2), **result}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gpus": args.gpus,
+                "hours": args.hours,
+                "scrape_interval_s": args.scrape_interval_s,
+                "samples_in_tsdb": samples,
+                "backfill_s": round(backfill_s, 2),
+                **result,
+            }
+        )
+    )
     return 0
 
 

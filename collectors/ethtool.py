@@ -72,8 +72,9 @@ def driver_stats(dev: str) -> dict[str, int]:
             return {}
         if count > MAX_STATS:
             raise ValueError(f"{dev}: the driver reports {count} statistics, more than {MAX_STATS}")
-        strings = ctypes.create_string_buffer(struct.pack("III", ETHTOOL_GSTRINGS, ETH_SS_STATS, count),
-                                              12 + count * ETH_GSTRING_LEN)  # fmt: skip
+        strings = ctypes.create_string_buffer(
+            struct.pack("III", ETHTOOL_GSTRINGS, ETH_SS_STATS, count), 12 + count * ETH_GSTRING_LEN
+        )
         _ioctl(sock, dev, strings)
         stats = ctypes.create_string_buffer(struct.pack("II", ETHTOOL_GSTATS, count), 8 + count * 8)
         _ioctl(sock, dev, stats)

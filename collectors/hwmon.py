@@ -59,9 +59,22 @@ class HwmonCollector(HostCollector):
                 scale = SCALE[kind]
                 value = self.files.integer(path, self.node)
                 label = self.files.text(chip_dir / f"{sensor}_label", self.node, required=False)
-                limits = [self.files.integer(chip_dir / f"{sensor}_{limit}", self.node, required=False)
-                          for limit in ("max", "crit")]  # fmt: skip
+                limits = [
+                    self.files.integer(chip_dir / f"{sensor}_{limit}", self.node, required=False)
+                    for limit in ("max", "crit")
+                ]
                 max_value, crit_value = (None if v is None else v * scale for v in limits)
-                rows.append((now_ts_s, self.node, chip, sensor, kind, label,
-                             None if value is None else value * scale, max_value, crit_value))  # fmt: skip
+                rows.append(
+                    (
+                        now_ts_s,
+                        self.node,
+                        chip,
+                        sensor,
+                        kind,
+                        label,
+                        None if value is None else value * scale,
+                        max_value,
+                        crit_value,
+                    )
+                )
         return {"hwmon_samples": RowBatch(HWMON_COLUMNS, rows)} if rows else {}

@@ -21,10 +21,24 @@ from collectors.hostfs import HostCollector, entries
 from collectors.schema import columns
 
 IB_COLUMNS = columns("ib_port_samples")
-COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards",
-            "port_xmit_wait", "port_rcv_data", "port_xmit_data")  # fmt: skip
-HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence",
-               "local_ack_timeout_err", "req_transport_retries_exceeded")  # fmt: skip
+COUNTERS = (
+    "symbol_error",
+    "link_downed",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "port_xmit_wait",
+    "port_rcv_data",
+    "port_xmit_data",
+)
+HW_COUNTERS = (
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+    "out_of_sequence",
+    "local_ack_timeout_err",
+    "req_transport_retries_exceeded",
+)
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 
 

@@ -183,12 +183,22 @@ class KmsgCollector(HostCollector):
         if line is not None and line.device and line.device in self.components_by_device:
             component = self.components_by_device[line.device]
         if line is None:
-            component = component or next((self.components_by_pci[p] for p in pcis if p in self.components_by_pci),
-                                          None)  # fmt: skip
+            component = component or next(
+                (self.components_by_pci[p] for p in pcis if p in self.components_by_pci), None
+            )
             if component is None:
                 return None
         kind = "other" if line is None else line.kind
         code = None if line is None else line.code
         ts_s = epoch_s + record.ts_us / 1e6
-        return (ts_s, self.node, record.seq, record.level, kind, component or self.node, code, pci,
-                record.message)  # fmt: skip
+        return (
+            ts_s,
+            self.node,
+            record.seq,
+            record.level,
+            kind,
+            component or self.node,
+            code,
+            pci,
+            record.message,
+        )

@@ -23,8 +23,16 @@ from collectors.hostfs import HostCollector, entries
 from collectors.schema import columns
 
 NETDEV_COLUMNS = columns("netdev_samples")
-STATISTICS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors", "rx_dropped",
-              "tx_dropped")  # fmt: skip
+STATISTICS = (
+    "rx_bytes",
+    "tx_bytes",
+    "rx_packets",
+    "tx_packets",
+    "rx_errors",
+    "tx_errors",
+    "rx_dropped",
+    "tx_dropped",
+)
 # lo, veth pairs, docker and libvirt bridges, and ifb (the lanes datapath's ingress redirect devices)
 DEFAULT_SKIP: tuple[str, ...] = ("lo", "veth*", "docker*", "br-*", "virbr*", "ifb*")
 
@@ -69,7 +77,14 @@ class NetdevCollector(HostCollector):
         speed = self.files.integer(dev / "speed", component, required=False)
         pause = self.pause(name) if self.pause is not None else PauseFrames(None, None)
         return (
-            now_ts_s, self.node, name, self.nics.get(name), *stats, carrier_changes,
-            None if operstate is None else operstate == "up", speed if speed is not None and speed >= 0 else None,
-            pause.rx_pause_frames, pause.tx_pause_frames,
-        )  # fmt: skip
+            now_ts_s,
+            self.node,
+            name,
+            self.nics.get(name),
+            *stats,
+            carrier_changes,
+            None if operstate is None else operstate == "up",
+            speed if speed is not None and speed >= 0 else None,
+            pause.rx_pause_frames,
+            pause.tx_pause_frames,
+        )

@@ -142,16 +142,34 @@ class NvmlCollector:
             crc = sum([n.nvmlDeviceGetNvLinkErrorCounter(h, k, _CRC) for k in s.links])
             replay = sum([n.nvmlDeviceGetNvLinkErrorCounter(h, k, _REPLAY) for k in s.links])
         return (
-            now_ts_s, self.gpu_names[i], self.node, s.uuid, util.gpu, util.memory,
-            n.nvmlDeviceGetClockInfo(h, _SM), s.max_clock_mhz, n.nvmlDeviceGetClockInfo(h, _MEM),
-            n.nvmlDeviceGetPowerUsage(h) / 1000, n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, s.lo_w, s.hi_w,
-            n.nvmlDeviceGetTemperature(h, _GPU_SENSOR), field.value.uiVal if field.nvmlReturn == 0 else None,
-            s.slowdown_c, n.nvmlDeviceGetCurrentClocksEventReasons(h),
+            now_ts_s,
+            self.gpu_names[i],
+            self.node,
+            s.uuid,
+            util.gpu,
+            util.memory,
+            n.nvmlDeviceGetClockInfo(h, _SM),
+            s.max_clock_mhz,
+            n.nvmlDeviceGetClockInfo(h, _MEM),
+            n.nvmlDeviceGetPowerUsage(h) / 1000,
+            n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+            s.lo_w,
+            s.hi_w,
+            n.nvmlDeviceGetTemperature(h, _GPU_SENSOR),
+            field.value.uiVal if field.nvmlReturn == 0 else None,
+            s.slowdown_c,
+            n.nvmlDeviceGetCurrentClocksEventReasons(h),
             n.nvmlDeviceGetTotalEccErrors(h, _CORRECTED, _VOLATILE),
             n.nvmlDeviceGetTotalEccErrors(h, _UNCORRECTED, _VOLATILE),
-            n.nvmlDeviceGetPcieReplayCounter(h), n.nvmlDeviceGetCurrPcieLinkGeneration(h),
-            n.nvmlDeviceGetCurrPcieLinkWidth(h), s.max_width, crc, replay, None, s.default_w,
-        )  # fmt: skip
+            n.nvmlDeviceGetPcieReplayCounter(h),
+            n.nvmlDeviceGetCurrPcieLinkGeneration(h),
+            n.nvmlDeviceGetCurrPcieLinkWidth(h),
+            s.max_width,
+            crc,
+            replay,
+            None,
+            s.default_w,
+        )
 
     def _read(self, h: Any, s: _Static, now_ts_s: float, i: int, call: Callable[..., Any]) -> Row:
         n = self.nvml
@@ -160,27 +178,57 @@ class NvmlCollector:
         mem_temp_c = fields[0].value.uiVal if fields and fields[0].nvmlReturn == pynvml.NVML_SUCCESS else None
         crc = replay = None
         if s.links:
-            crc_counts = [call(n.nvmlDeviceGetNvLinkErrorCounter, h, k, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
-                          for k in s.links]  # fmt: skip
-            replay_counts = [call(n.nvmlDeviceGetNvLinkErrorCounter, h, k, pynvml.NVML_NVLINK_ERROR_DL_REPLAY)
-                             for k in s.links]  # fmt: skip
+            crc_counts = [
+                call(n.nvmlDeviceGetNvLinkErrorCounter, h, k, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+                for k in s.links
+            ]
+            replay_counts = [
+                call(n.nvmlDeviceGetNvLinkErrorCounter, h, k, pynvml.NVML_NVLINK_ERROR_DL_REPLAY)
+                for k in s.links
+            ]
             crc = sum(c for c in crc_counts if c is not None)
             replay = sum(c for c in replay_counts if c is not None)
         power_mw = call(n.nvmlDeviceGetPowerUsage, h)
         limit_mw = call(n.nvmlDeviceGetEnforcedPowerLimit, h)
         return (
-            now_ts_s, self.gpu_names[i], self.node, s.uuid,
-            None if util is None else util.gpu, None if util is None else util.memory,
-            call(n.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM), s.max_clock_mhz,
+            now_ts_s,
+            self.gpu_names[i],
+            self.node,
+            s.uuid,
+            None if util is None else util.gpu,
+            None if util is None else util.memory,
+            call(n.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+            s.max_clock_mhz,
             call(n.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
-            None if power_mw is None else power_mw / 1000, None if limit_mw is None else limit_mw / 1000, s.lo_w, s.hi_w,
-            call(n.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU), mem_temp_c, s.slowdown_c,
+            None if power_mw is None else power_mw / 1000,
+            None if limit_mw is None else limit_mw / 1000,
+            s.lo_w,
+            s.hi_w,
+            call(n.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+            mem_temp_c,
+            s.slowdown_c,
             call(n.nvmlDeviceGetCurrentClocksEventReasons, h),
-            call(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
-            call(n.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
-            call(n.nvmlDeviceGetPcieReplayCounter, h), call(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            call(n.nvmlDeviceGetCurrPcieLinkWidth, h), s.max_width, crc, replay, None, s.default_w,
-        )  # fmt: skip
+            call(
+                n.nvmlDeviceGetTotalEccErrors,
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ),
+            call(
+                n.nvmlDeviceGetTotalEccErrors,
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ),
+            call(n.nvmlDeviceGetPcieReplayCounter, h),
+            call(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
+            call(n.nvmlDeviceGetCurrPcieLinkWidth, h),
+            s.max_width,
+            crc,
+            replay,
+            None,
+            s.default_w,
+        )
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -277,9 +325,16 @@ def inventory(collector: NvmlCollector, root: str | Path = "/") -> list[GpuInfo]
         bus_id = pci_bus_id(getattr(pci, "busId", None)) if pci is not None else None
         numa = optional("nvmlDeviceGetNumaNodeId", handle)
         numa_node = int(numa) if isinstance(numa, int) and numa >= 0 else _numa_from_sysfs(Path(root), bus_id)
-        out.append(GpuInfo(gpu, bus_id, _text(optional("nvmlDeviceGetUUID", handle)),
-                           _text(optional("nvmlDeviceGetSerial", handle)),
-                           _text(optional("nvmlDeviceGetName", handle)), numa_node))  # fmt: skip
+        out.append(
+            GpuInfo(
+                gpu,
+                bus_id,
+                _text(optional("nvmlDeviceGetUUID", handle)),
+                _text(optional("nvmlDeviceGetSerial", handle)),
+                _text(optional("nvmlDeviceGetName", handle)),
+                numa_node,
+            )
+        )
     return out
 
 

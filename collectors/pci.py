@@ -119,6 +119,12 @@ def pci_devices(root: Path) -> list[PciDevice]:
 
 
 def is_nvidia_gpu(dev: PciDevice) -> bool:
-    return dev.vendor == NVIDIA_VENDOR and dev.pci_class is not None and (dev.pci_class >> 8) in (
-        DISPLAY_VGA, DISPLAY_3D,
-    )  # fmt: skip
+    return (
+        dev.vendor == NVIDIA_VENDOR
+        and dev.pci_class is not None
+        and (dev.pci_class >> 8)
+        in (
+            DISPLAY_VGA,
+            DISPLAY_3D,
+        )
+    )

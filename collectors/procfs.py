@@ -93,8 +93,12 @@ def parse_psi(text: str) -> dict[str, PsiLine]:
         kind, _, rest = line.partition(" ")
         values = dict(item.split("=", 1) for item in rest.split() if "=" in item)
         if kind in ("some", "full"):
-            out[kind] = (float(values["avg10"]), float(values["avg60"]), float(values["avg300"]),
-                         int(values["total"]))  # fmt: skip
+            out[kind] = (
+                float(values["avg10"]),
+                float(values["avg60"]),
+                float(values["avg300"]),
+                int(values["total"]),
+            )
     return out
 
 
@@ -144,15 +148,22 @@ class ProcfsCollector(HostCollector):
     def _psi(self, now_ts_s: float) -> list[Row]:
         pressure = self.proc / "pressure"
         if not pressure.is_dir():
-            self.errors.once(self.node, "unavailable", f"PSI unavailable: {pressure} does not exist "
-                             "(kernel before 4.20 or without CONFIG_PSI)")  # fmt: skip
+            self.errors.once(
+                self.node,
+                "unavailable",
+                f"PSI unavailable: {pressure} does not exist (kernel before 4.20 or without CONFIG_PSI)",
+            )
             return []
         try:
             (pressure / "cpu").read_bytes()
         except OSError as exc:
             if exc.errno == errno.EOPNOTSUPP:
-                self.errors.once(self.node, "unavailable", "PSI unavailable: disabled (psi=0 on the kernel "
-                                 "command line, or CONFIG_PSI_DEFAULT_DISABLED without psi=1)")  # fmt: skip
+                self.errors.once(
+                    self.node,
+                    "unavailable",
+                    "PSI unavailable: disabled (psi=0 on the kernel "
+                    "command line, or CONFIG_PSI_DEFAULT_DISABLED without psi=1)",
+                )
                 return []
         rows: list[Row] = []
         for resource in PSI_RESOURCES:

@@ -126,7 +126,14 @@ class PowercapCollector(_Sysfs):
                 continue
             enabled = _int(zone / "enabled")
             out.append(
-                (now_ts_s, self.node, zone.name, _read(zone / "name"), _int(zone / "energy_uj"),
-                 _int(zone / "constraint_0_power_limit_uw"), None if enabled is None else bool(enabled))
-            )  # fmt: skip
+                (
+                    now_ts_s,
+                    self.node,
+                    zone.name,
+                    _read(zone / "name"),
+                    _int(zone / "energy_uj"),
+                    _int(zone / "constraint_0_power_limit_uw"),
+                    None if enabled is None else bool(enabled),
+                )
+            )
         return out

@@ -156,14 +156,44 @@ def discover_topology(
     for g, gpu in enumerate(gpu_list):
         pci = pci_device(pci_base / gpu.pci_bus_id) if gpu.pci_bus_id else None
         rail = rail_nic(pci, gpu.numa_node, nics)
-        rows.append((gpu.gpu, "gpu", node, rack, node, g, gpu.pci_bus_id, gpu.uuid, gpu.serial, gpu.numa_node,
-                     None, gpu.model, rail))  # fmt: skip
+        rows.append(
+            (
+                gpu.gpu,
+                "gpu",
+                node,
+                rack,
+                node,
+                g,
+                gpu.pci_bus_id,
+                gpu.uuid,
+                gpu.serial,
+                gpu.numa_node,
+                None,
+                gpu.model,
+                rail,
+            )
+        )
         if gpu.pci_bus_id:
             found.components_by_pci[gpu.pci_bus_id] = gpu.gpu
     for k, (name, nic) in enumerate(nics):
         bus_id = nic.pci.bus_id if nic.pci else None
-        rows.append((name, "nic", node, rack, node, k, bus_id, None, None, nic.pci.numa_node if nic.pci else None,
-                     nic.device, _model(nic.pci), None))  # fmt: skip
+        rows.append(
+            (
+                name,
+                "nic",
+                node,
+                rack,
+                node,
+                k,
+                bus_id,
+                None,
+                None,
+                nic.pci.numa_node if nic.pci else None,
+                nic.device,
+                _model(nic.pci),
+                None,
+            )
+        )
         if bus_id:
             found.components_by_pci[bus_id] = name
         if nic.netdev:
@@ -173,8 +203,23 @@ def discover_topology(
     for k, accel in enumerate(discover_accelerators(base)):
         name = f"{node}/accel{k}"
         numa = accel.pci.numa_node if accel.pci else None
-        rows.append((name, "accel", node, rack, node, k, accel.bus_id, None, None, numa, accel.device, accel.model,
-                     None))  # fmt: skip
+        rows.append(
+            (
+                name,
+                "accel",
+                node,
+                rack,
+                node,
+                k,
+                accel.bus_id,
+                None,
+                None,
+                numa,
+                accel.device,
+                accel.model,
+                None,
+            )
+        )
         if accel.bus_id:
             found.components_by_pci.setdefault(accel.bus_id, name)
     return found

@@ -62,10 +62,14 @@ def merged_diagnoses(
         own = {(h.root_cause, h.component): h for h in d.hypotheses}
         ranked = [
             own.get((h["root_cause"], h["component"]))
-            or Hypothesis(root_cause=h["root_cause"], component=h["component"],
-                          confidence=float(h["confidence"]), summary=str(h.get("summary", "")))
+            or Hypothesis(
+                root_cause=h["root_cause"],
+                component=h["component"],
+                confidence=float(h["confidence"]),
+                summary=str(h.get("summary", "")),
+            )
             for h in merged
-        ]  # fmt: skip
+        ]
         out.append(d.model_copy(update={"hypotheses": ranked}))
     return out
 

@@ -212,8 +212,12 @@ class NvmlPowerActuator:
                 message = f"{plan.gpu.name}: {error}; restored {len(restored)} GPU(s) to their previous limit"
                 if rollback_errors:
                     message += "; ROLLBACK FAILED: " + "; ".join(rollback_errors)
-                detail = {"failed_gpu": plan.gpu.name, "restored": restored,
-                          "rollback_errors": rollback_errors, "dry_run": False}  # fmt: skip
+                detail = {
+                    "failed_gpu": plan.gpu.name,
+                    "restored": restored,
+                    "rollback_errors": rollback_errors,
+                    "dry_run": False,
+                }
                 return ActuationResult(False, detail, {"power_limit_w": previous}, error=message)
             assert reported_mw is not None
             observed[plan.gpu.name] = _w(reported_mw)

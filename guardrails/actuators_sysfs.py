@@ -177,10 +177,14 @@ class PowercapActuator:
         value = round(watts * 1e6) if math.isfinite(watts) else -1
         if value < low or (high is not None and value > high):
             allowed = f"[{low / 1e6:g}, {'-' if high is None else f'{high / 1e6:g}'}] W"
-            return ActuationResult(False, {"dry_run": dry_run}, error=(
-                f"{path}: {watts:g} W outside the allowed range {allowed} "
-                f"(constraint_{constraint}_min/max_power_uw); nothing changed"
-            ))  # fmt: skip
+            return ActuationResult(
+                False,
+                {"dry_run": dry_run},
+                error=(
+                    f"{path}: {watts:g} W outside the allowed range {allowed} "
+                    f"(constraint_{constraint}_min/max_power_uw); nothing changed"
+                ),
+            )
         before = {"power_limit_uw": {zone: previous}}
         if dry_run:
             detail = {"power_limit_uw": {zone: value}, "changes": int(value != previous), "dry_run": True}
@@ -188,8 +192,9 @@ class PowercapActuator:
         observed, error, undo = _transaction(self.files, [_Write(zone, path, previous, value)])
         if error:
             return ActuationResult(False, {**undo, "dry_run": False}, before, error=error)
-        return ActuationResult(True, {"power_limit_uw": observed, "dry_run": False}, before,
-                               {"power_limit_uw": observed})  # fmt: skip
+        return ActuationResult(
+            True, {"power_limit_uw": observed, "dry_run": False}, before, {"power_limit_uw": observed}
+        )
 
     def restore(self, previous: dict[str, Any], constraint: int = 0) -> ActuationResult:
         """Write back `previous["power_limit_uw"]` (what `set_limit_w` returned as `previous`)."""

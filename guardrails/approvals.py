@@ -25,13 +25,56 @@ from guardrails.topology import Topology
 
 # Not people: the agent's own roles and the names an injected instruction would pick.
 RESERVED_NAMES: frozenset[str] = frozenset(
-    {"llm", "analyst", "agent", "assistant", "ai", "model", "bot", "system", "aiops", "policy", "admin",
-     "administrator", "root", "operator", "user", "nobody", "anonymous", "unknown", "approved", "auto",
-     # model and vendor names, and the guardrails' own actors
-     "claude", "anthropic", "gpt", "chatgpt", "openai", "gemini", "llama", "mistral", "copilot", "qwen",
-     "deepseek", "executor", "guardrails", "service", "daemon", "dcim", "eval", "demo", "chat",
-     "sudo", "superuser", "su", "sysadmin", "approver", "everyone", "anybody"}
-)  # fmt: skip
+    {
+        "llm",
+        "analyst",
+        "agent",
+        "assistant",
+        "ai",
+        "model",
+        "bot",
+        "system",
+        "aiops",
+        "policy",
+        "admin",
+        "administrator",
+        "root",
+        "operator",
+        "user",
+        "nobody",
+        "anonymous",
+        "unknown",
+        "approved",
+        "auto",
+        # model and vendor names, and the guardrails' own actors
+        "claude",
+        "anthropic",
+        "gpt",
+        "chatgpt",
+        "openai",
+        "gemini",
+        "llama",
+        "mistral",
+        "copilot",
+        "qwen",
+        "deepseek",
+        "executor",
+        "guardrails",
+        "service",
+        "daemon",
+        "dcim",
+        "eval",
+        "demo",
+        "chat",
+        "sudo",
+        "superuser",
+        "su",
+        "sysadmin",
+        "approver",
+        "everyone",
+        "anybody",
+    }
+)
 # Words joined by single separators: no trailing, leading or doubled punctuation (`alice.` is not a name).
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*$", re.ASCII)
 _MAX_NAME = 64

@@ -27,13 +27,26 @@ from guardrails import witness
 from guardrails.actions import canonical_json, sha256_hex
 
 EVENTS: tuple[str, ...] = (
-    "proposal", "validation", "approval", "rejection", "execution", "verification", "rollback", "policy_approval",
-    "expiry", "llm_turn", "tool_call",
+    "proposal",
+    "validation",
+    "approval",
+    "rejection",
+    "execution",
+    "verification",
+    "rollback",
+    "policy_approval",
+    "expiry",
+    "llm_turn",
+    "tool_call",
     # what the agent's journal records besides (aiops.agent.journal)
-    "question", "answer", "llm_failure", "approval_refused", "report",
+    "question",
+    "answer",
+    "llm_failure",
+    "approval_refused",
+    "report",
     # console account management (aiops.console.manage): who added, changed or deleted which account
     "account",
-)  # fmt: skip
+)
 GENESIS_HASH = "0" * 64
 
 

@@ -50,8 +50,12 @@ def message_of(row: AuditRow, data: dict[str, Any]) -> bytes:
 def signed_payload(
     fields: dict[str, Any], message: bytes, signature: str, signed: SignedBy
 ) -> dict[str, Any]:
-    return {**fields, "key_fingerprint": signed.fingerprint, "message": message.decode("ascii"),
-            "signature": signature}  # fmt: skip
+    return {
+        **fields,
+        "key_fingerprint": signed.fingerprint,
+        "message": message.decode("ascii"),
+        "signature": signature,
+    }
 
 
 def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
@@ -96,9 +100,16 @@ def signed_approvals(rows: Sequence[AuditRow], verifier: Verifier) -> list[Appro
         except GuardrailError:
             continue
         data = row.data()
-        out.append(Approval(proposal_id=row.proposal_id, approver=signed.principal,
-                            action_hash=str(data.get("action_hash", "")), ts_s=float(data.get("ts_s", 0.0)),
-                            expires_ts_s=float(data.get("expires_ts_s", 0.0)), key_fingerprint=signed.fingerprint))  # fmt: skip
+        out.append(
+            Approval(
+                proposal_id=row.proposal_id,
+                approver=signed.principal,
+                action_hash=str(data.get("action_hash", "")),
+                ts_s=float(data.get("ts_s", 0.0)),
+                expires_ts_s=float(data.get("expires_ts_s", 0.0)),
+                key_fingerprint=signed.fingerprint,
+            )
+        )
     return out
 
 

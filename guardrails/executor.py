@@ -96,8 +96,12 @@ class Executor:
         return self.audit.append(event, payload, proposal_id=action.proposal_id, actor="executor", ts_s=ts_s)
 
     def _refuse(self, action: Action, rule: str, message: str, ts_s: float) -> ExecutionOutcome:
-        self._log("execution", action, {"outcome": "refused", "rule": rule, "message": message,
-                                        "action_hash": action_hash(action)}, ts_s)  # fmt: skip
+        self._log(
+            "execution",
+            action,
+            {"outcome": "refused", "rule": rule, "message": message, "action_hash": action_hash(action)},
+            ts_s,
+        )
         return ExecutionOutcome(action.proposal_id, "refused", f"{rule}: {message}", rule)
 
     def execute(self, action: Action, context: Context, *, dry_run: bool = False) -> ExecutionOutcome:
@@ -129,8 +133,13 @@ class Executor:
                 action.proposal_id, "already_executed", f"{action.proposal_id} already executed; nothing done"
             )
         if auth.standing is not None:  # an approved policy authorised it: the log proves the envelope held
-            self.audit.append("validation", auth.standing["record"], proposal_id=action.proposal_id,
-                              actor=action.proposed_by, ts_s=now)  # fmt: skip
+            self.audit.append(
+                "validation",
+                auth.standing["record"],
+                proposal_id=action.proposal_id,
+                actor=action.proposed_by,
+                ts_s=now,
+            )
         if validation.physical:
             # Tripwire: the approval is asked once more right before touching hardware.
             if not self.book.is_authorised(action, now, ctx.gpus).ok:
@@ -143,11 +152,19 @@ class Executor:
         if auth.standing is not None:
             result = dataclasses.replace(result, detail={**result.detail, "policy": auth.standing["stamp"]})
         status = "executed" if result.ok else "failed"
-        payload = {"outcome": status, "kind": action.kind, "target": action.target,
-                   "parameters": action.parameters, "action_hash": action_hash(action),
-                   "physical": validation.physical, "approvals_needed": auth.needed,
-                   "approved_by": list(auth.approvers), "detail": result.detail, "previous": result.previous,
-                   "error": result.error}  # fmt: skip
+        payload = {
+            "outcome": status,
+            "kind": action.kind,
+            "target": action.target,
+            "parameters": action.parameters,
+            "action_hash": action_hash(action),
+            "physical": validation.physical,
+            "approvals_needed": auth.needed,
+            "approved_by": list(auth.approvers),
+            "detail": result.detail,
+            "previous": result.previous,
+            "error": result.error,
+        }
         self.ledger.finish(action.proposal_id, status, payload)
         self._log("execution", action, payload, now)
         if not result.ok:
@@ -159,8 +176,12 @@ class Executor:
         except Exception as exc:  # an unreadable result is an unverified one
             observed = {"error": f"{type(exc).__name__}: {exc}"}
         verified = all(observed.get(k) == v for k, v in result.expected.items())
-        self._log("verification", action, {"expected": result.expected, "observed": observed,
-                                           "verified": verified}, now)  # fmt: skip
+        self._log(
+            "verification",
+            action,
+            {"expected": result.expected, "observed": observed, "verified": verified},
+            now,
+        )
         if verified:
             return ExecutionOutcome(action.proposal_id, "executed", "executed", result=payload, verified=True)
         return self._roll_back(action, result, observed, payload, now)
@@ -180,15 +201,27 @@ class Executor:
             undo = self.actuator.rollback(action, result.previous)
         except Exception as exc:
             undo = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
-        rollback = {"expected": result.expected, "observed": observed, "restored": result.previous,
-                    "ok": undo.ok, "error": undo.error, "detail": undo.detail}  # fmt: skip
+        rollback = {
+            "expected": result.expected,
+            "observed": observed,
+            "restored": result.previous,
+            "ok": undo.ok,
+            "error": undo.error,
+            "detail": undo.detail,
+        }
         self._log("rollback", action, rollback, now)
         self.ledger.finish(action.proposal_id, "failed", {**payload, "verified": False, "rollback": rollback})
         message = f"verification: read-back {observed} != expected {result.expected}; " + (
             "rolled back to the previous state" if undo.ok else f"ROLLBACK FAILED: {undo.error}"
         )
-        return ExecutionOutcome(action.proposal_id, "failed", message, "verification",
-                                {**payload, "rollback": rollback}, verified=False)  # fmt: skip
+        return ExecutionOutcome(
+            action.proposal_id,
+            "failed",
+            message,
+            "verification",
+            {**payload, "rollback": rollback},
+            verified=False,
+        )
 
 
 def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTRY) -> int:

@@ -21,8 +21,15 @@ from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.topology import Topology
 
 STATUSES: tuple[str, ...] = (
-    "pending", "denied", "approved", "rejected", "executed", "refused", "failed", "expired",
-)  # fmt: skip
+    "pending",
+    "denied",
+    "approved",
+    "rejected",
+    "executed",
+    "refused",
+    "failed",
+    "expired",
+)
 OPEN_STATUSES: tuple[str, ...] = ("pending", "approved")  # still waiting for people or for execution
 _PROPOSAL_COLUMNS = (
     "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id"
@@ -81,10 +88,24 @@ class GuardrailRecords:
             "INSERT INTO proposals (proposal_id, created_ts_s, kind, target, proposed_by, action, action_hash, "
             "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [action.proposal_id, action.created_ts_s, action.kind, action.target, action.proposed_by,
-             canonical_json(action.model_dump(mode="json")), action_hash(action), physical, approvals_needed,
-             status, message, action.created_ts_s, expires_ts_s, origin, incident_id],
-        )  # fmt: skip
+            [
+                action.proposal_id,
+                action.created_ts_s,
+                action.kind,
+                action.target,
+                action.proposed_by,
+                canonical_json(action.model_dump(mode="json")),
+                action_hash(action),
+                physical,
+                approvals_needed,
+                status,
+                message,
+                action.created_ts_s,
+                expires_ts_s,
+                origin,
+                incident_id,
+            ],
+        )
 
     def set_status(self, proposal_id: str, status: str, ts_s: float, message: str | None = None) -> None:
         if status not in STATUSES:
@@ -104,8 +125,17 @@ class GuardrailRecords:
     def _record(row: tuple[Any, ...]) -> ProposalRecord:
         action = Action.model_validate(json.loads(row[0]))
         expires = None if row[6] is None else float(row[6])
-        return ProposalRecord(action, str(row[1]), str(row[2]), bool(row[3]), int(row[4]), float(row[5]),
-                              expires, str(row[7] or ""), None if row[8] is None else str(row[8]))  # fmt: skip
+        return ProposalRecord(
+            action,
+            str(row[1]),
+            str(row[2]),
+            bool(row[3]),
+            int(row[4]),
+            float(row[5]),
+            expires,
+            str(row[7] or ""),
+            None if row[8] is None else str(row[8]),
+        )
 
     def proposal(self, proposal_id: str) -> ProposalRecord | None:
         row = self.store.conn.execute(
@@ -142,9 +172,14 @@ class GuardrailRecords:
     def add_approval(self, approval: Approval) -> None:
         self.store.conn.execute(
             "INSERT INTO approvals VALUES (?, ?, ?, ?, ?)",
-            [approval.proposal_id, approval.approver, approval.action_hash, approval.ts_s,
-             approval.expires_ts_s],
-        )  # fmt: skip
+            [
+                approval.proposal_id,
+                approval.approver,
+                approval.action_hash,
+                approval.ts_s,
+                approval.expires_ts_s,
+            ],
+        )
 
     def add_rejection(self, rejection: Rejection) -> None:
         self.store.conn.execute(

@@ -64,16 +64,32 @@ class ResponseSpec:
 RESPONSES: dict[str, ResponseSpec] = {
     s.respond: s
     for s in (
-        ResponseSpec("apply_allocator", "set_power_limit", ("dcim_cap",),
-                     "per-GPU power limits from the budget allocator (aiops.control.power)"),
-        ResponseSpec("restore_limits", "set_power_limit", ("dcim_clear",),
-                     "raise limits this policy lowered back to the envelope's maximum"),
-        ResponseSpec("migrate_jobs", "migrate_job", ("dcim_cap",),
-                     "move the lowest-priority job out of the capped rack"),
-        ResponseSpec("adjust_cooling", "set_cooling_state", ("dcim_cap", "dcim_clear"),
-                     "set the capped rack's cooling to cooling_fraction"),
+        ResponseSpec(
+            "apply_allocator",
+            "set_power_limit",
+            ("dcim_cap",),
+            "per-GPU power limits from the budget allocator (aiops.control.power)",
+        ),
+        ResponseSpec(
+            "restore_limits",
+            "set_power_limit",
+            ("dcim_clear",),
+            "raise limits this policy lowered back to the envelope's maximum",
+        ),
+        ResponseSpec(
+            "migrate_jobs",
+            "migrate_job",
+            ("dcim_cap",),
+            "move the lowest-priority job out of the capped rack",
+        ),
+        ResponseSpec(
+            "adjust_cooling",
+            "set_cooling_state",
+            ("dcim_cap", "dcim_clear"),
+            "set the capped rack's cooling to cooling_fraction",
+        ),
     )
-}  # fmt: skip
+}
 
 
 class _Strict(BaseModel):
@@ -126,11 +142,15 @@ class ResponsePolicy(_Strict):
     def automatic_summary(self) -> dict[str, dict[str, Any]]:
         """What the automatic rules may do: recorded with each approval (the audit log stands alone)."""
         return {
-            r.rule_id: {"kinds": [r.spec.kind], "on": r.on, "scopes": list(r.scopes),
-                        "envelope": r.envelope.model_dump(mode="json")}
+            r.rule_id: {
+                "kinds": [r.spec.kind],
+                "on": r.on,
+                "scopes": list(r.scopes),
+                "envelope": r.envelope.model_dump(mode="json"),
+            }
             for r in self.rules
             if r.automatic
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)

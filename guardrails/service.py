@@ -117,10 +117,17 @@ class Guardrails:
         approvals = signed_approvals(
             self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
         )
-        logged = [Rejection(proposal_id=r.proposal_id, by=r.actor, reason="", ts_s=r.ts_s)
-                  for r in self.audit.rows(proposal_id=proposal_id, event="rejection")]  # fmt: skip
-        return PolicyBook(context.topology, self.registry, approvals, [*self.records.rejections(), *logged],
-                          standing=self.standing)  # fmt: skip
+        logged = [
+            Rejection(proposal_id=r.proposal_id, by=r.actor, reason="", ts_s=r.ts_s)
+            for r in self.audit.rows(proposal_id=proposal_id, event="rejection")
+        ]
+        return PolicyBook(
+            context.topology,
+            self.registry,
+            approvals,
+            [*self.records.rejections(), *logged],
+            standing=self.standing,
+        )
 
     def expiry_ts_s(self, record: ProposalRecord) -> float:
         """When the proposal stops being approvable: its recorded expiry, and never later than
@@ -141,8 +148,13 @@ class Guardrails:
         out = []
         for record in self.records.due_to_expire(now):
             self.records.set_status(record.proposal_id, "expired", now, f"expired at {clock_text(now)}")
-            self.audit.append("expiry", {"expires_ts_s": record.expires_ts_s, "was": record.status},
-                              proposal_id=record.proposal_id, actor="guardrails", ts_s=now)  # fmt: skip
+            self.audit.append(
+                "expiry",
+                {"expires_ts_s": record.expires_ts_s, "was": record.status},
+                proposal_id=record.proposal_id,
+                actor="guardrails",
+                ts_s=now,
+            )
             out.append(record.proposal_id)
         return out
 
@@ -164,17 +176,42 @@ class Guardrails:
         if duplicate is not None:
             return Filed(duplicate.proposal_id, duplicate.status, validation, existing=True)
         status = "pending" if validation.ok else "denied"
-        self.records.save_proposal(action, status=status, message=validation.message,
-                                   physical=validation.physical, approvals_needed=validation.approvals_needed,
-                                   expires_ts_s=action.created_ts_s + self.proposal_ttl_s, origin=origin,
-                                   incident_id=incident_id)  # fmt: skip
-        self.audit.append("proposal", {"action": action.model_dump(mode="json"), "action_hash": action_hash(action),
-                                       "origin": origin, "incident_id": incident_id},
-                          proposal_id=action.proposal_id, actor=action.proposed_by, ts_s=now)  # fmt: skip
+        self.records.save_proposal(
+            action,
+            status=status,
+            message=validation.message,
+            physical=validation.physical,
+            approvals_needed=validation.approvals_needed,
+            expires_ts_s=action.created_ts_s + self.proposal_ttl_s,
+            origin=origin,
+            incident_id=incident_id,
+        )
+        self.audit.append(
+            "proposal",
+            {
+                "action": action.model_dump(mode="json"),
+                "action_hash": action_hash(action),
+                "origin": origin,
+                "incident_id": incident_id,
+            },
+            proposal_id=action.proposal_id,
+            actor=action.proposed_by,
+            ts_s=now,
+        )
         results = [{"rule": r.rule, "ok": r.ok, "message": r.message} for r in validation.results]
-        self.audit.append("validation", {"ok": validation.ok, "message": validation.message, "rules": results,
-                                         "physical": validation.physical, "approvals_needed": validation.approvals_needed},
-                          proposal_id=action.proposal_id, actor="guardrails", ts_s=now)  # fmt: skip
+        self.audit.append(
+            "validation",
+            {
+                "ok": validation.ok,
+                "message": validation.message,
+                "rules": results,
+                "physical": validation.physical,
+                "approvals_needed": validation.approvals_needed,
+            },
+            proposal_id=action.proposal_id,
+            actor="guardrails",
+            ts_s=now,
+        )
         return Filed(action.proposal_id, status, validation)
 
     def _open(self, proposal_id: str, verb: str) -> ProposalRecord:
@@ -211,8 +248,9 @@ class Guardrails:
         book = self._book(context, proposal_id)
         digest = action_hash(record.action)
         expires = min(now + book.ttl_s(record.action), self.expiry_ts_s(record))
-        message = decision_message("approve", ts_s=now, expires_ts_s=expires, proposal_id=proposal_id,
-                                   action_hash=digest)  # fmt: skip
+        message = decision_message(
+            "approve", ts_s=now, expires_ts_s=expires, proposal_id=proposal_id, action_hash=digest
+        )
         signature = signer.sign(message)
         signed = self.verifier.verify(message, signature)
         require_class(signed, "physical")
@@ -222,8 +260,13 @@ class Guardrails:
         )
         self._refuse_piecemeal(record, signed.principal, now, context)
         self.records.add_approval(approval)
-        self.audit.append("approval", signed_payload(approval.model_dump(mode="json"), message, signature, signed),
-                          proposal_id=proposal_id, actor=approval.approver, ts_s=now)  # fmt: skip
+        self.audit.append(
+            "approval",
+            signed_payload(approval.model_dump(mode="json"), message, signature, signed),
+            proposal_id=proposal_id,
+            actor=approval.approver,
+            ts_s=now,
+        )
         book.approvals[-1] = approval  # `book.approve` recorded it without the signed expiry and key
         auth = dataclasses.replace(
             book.is_authorised(record.action, now, context.gpus), signed_by=approval.approver
@@ -261,18 +304,31 @@ class Guardrails:
         """Record a signed rejection (any principal of the allowed-signers file may reject)."""
         now = self.clock()
         record = self._open(proposal_id, "reject")
-        message = decision_message("reject", ts_s=now, expires_ts_s=now, proposal_id=proposal_id,
-                                   action_hash=action_hash(record.action))  # fmt: skip
+        message = decision_message(
+            "reject",
+            ts_s=now,
+            expires_ts_s=now,
+            proposal_id=proposal_id,
+            action_hash=action_hash(record.action),
+        )
         signature = signer.sign(message)
         signed = self.verifier.verify(message, signature)
         book = self._book(self.context(now), proposal_id)
         rejection = book.reject(record.action, signed.principal, reason, now)
         self.records.add_rejection(rejection)
         self.records.set_status(proposal_id, "rejected", now, f"rejected by {rejection.by}: {reason[:200]}")
-        fields = {**rejection.model_dump(mode="json"), "action_hash": action_hash(record.action),
-                  "expires_ts_s": now}  # fmt: skip
-        self.audit.append("rejection", signed_payload(fields, message, signature, signed),
-                          proposal_id=proposal_id, actor=rejection.by, ts_s=now)  # fmt: skip
+        fields = {
+            **rejection.model_dump(mode="json"),
+            "action_hash": action_hash(record.action),
+            "expires_ts_s": now,
+        }
+        self.audit.append(
+            "rejection",
+            signed_payload(fields, message, signature, signed),
+            proposal_id=proposal_id,
+            actor=rejection.by,
+            ts_s=now,
+        )
         return rejection
 
     def authorisation(self, proposal_id: str) -> Authorisation:
@@ -288,8 +344,9 @@ class Guardrails:
         self.expire_due()
         record = self._get(proposal_id)
         if record.status == "expired" or (record.status != "executed" and now >= self.expiry_ts_s(record)):
-            return ExecutionOutcome(proposal_id, "refused", f"expired: {proposal_id} expired; propose it again",
-                                    "expired")  # fmt: skip
+            return ExecutionOutcome(
+                proposal_id, "refused", f"expired: {proposal_id} expired; propose it again", "expired"
+            )
         context = self.context(now)
         book = self._book(context, proposal_id)
         executor = Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)

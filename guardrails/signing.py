@@ -65,9 +65,16 @@ def decision_message(
     """The canonical bytes signed for one decision (sorted-key JSON, ASCII escapes)."""
     if decision not in DECISIONS:
         raise ValueError(f"unknown decision '{decision}' (decisions: {', '.join(DECISIONS)})")
-    body = {"namespace": NAMESPACE, "v": 1, "decision": decision, "ts_s": float(ts_s),
-            "expires_ts_s": float(expires_ts_s), "proposal_id": proposal_id, "action_hash": action_hash,
-            "policy_sha256": policy_sha256}  # fmt: skip
+    body = {
+        "namespace": NAMESPACE,
+        "v": 1,
+        "decision": decision,
+        "ts_s": float(ts_s),
+        "expires_ts_s": float(expires_ts_s),
+        "proposal_id": proposal_id,
+        "action_hash": action_hash,
+        "policy_sha256": policy_sha256,
+    }
     return canonical_json(body).encode("ascii")
 
 

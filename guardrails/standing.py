@@ -134,18 +134,26 @@ def approve_policy(
     does not verify or its principal may not approve policies."""
     if not 0 < ttl_s <= MAX_POLICY_TTL_S:
         raise GuardrailError("expiry", f"a policy approval lasts 1 s to {MAX_POLICY_TTL_S / DAY_S:.0f} days")
-    message = decision_message("policy_approve", ts_s=now_ts_s, expires_ts_s=now_ts_s + ttl_s,
-                               policy_sha256=loaded.sha256)  # fmt: skip
+    message = decision_message(
+        "policy_approve", ts_s=now_ts_s, expires_ts_s=now_ts_s + ttl_s, policy_sha256=loaded.sha256
+    )
     signature = signer.sign(message)
     signed = verifier.verify(message, signature)
     require_class(signed, "policy")
     name = person_name(signed.principal)
-    payload = {"decision": "approve", "policy_sha256": loaded.sha256, "path": loaded.path, "approver": name,
-               "ts_s": now_ts_s, "expires_ts_s": now_ts_s + ttl_s,
-               "approvals_needed": loaded.policy.approvals_required,
-               "automatic": loaded.policy.automatic_summary()}  # fmt: skip
-    return audit.append("policy_approval", signed_payload(payload, message, signature, signed), actor=name,
-                        ts_s=now_ts_s)  # fmt: skip
+    payload = {
+        "decision": "approve",
+        "policy_sha256": loaded.sha256,
+        "path": loaded.path,
+        "approver": name,
+        "ts_s": now_ts_s,
+        "expires_ts_s": now_ts_s + ttl_s,
+        "approvals_needed": loaded.policy.approvals_required,
+        "automatic": loaded.policy.automatic_summary(),
+    }
+    return audit.append(
+        "policy_approval", signed_payload(payload, message, signature, signed), actor=name, ts_s=now_ts_s
+    )
 
 
 def revoke_policy(
@@ -156,10 +164,17 @@ def revoke_policy(
     signature = signer.sign(message)
     signed = verifier.verify(message, signature)
     name = person_name(signed.principal)
-    payload = {"decision": "revoke", "policy_sha256": sha256, "approver": name, "ts_s": now_ts_s,
-               "expires_ts_s": now_ts_s, "reason": reason[:200]}  # fmt: skip
-    return audit.append("policy_approval", signed_payload(payload, message, signature, signed), actor=name,
-                        ts_s=now_ts_s)  # fmt: skip
+    payload = {
+        "decision": "revoke",
+        "policy_sha256": sha256,
+        "approver": name,
+        "ts_s": now_ts_s,
+        "expires_ts_s": now_ts_s,
+        "reason": reason[:200],
+    }
+    return audit.append(
+        "policy_approval", signed_payload(payload, message, signature, signed), actor=name, ts_s=now_ts_s
+    )
 
 
 def standing_status(
@@ -176,8 +191,14 @@ def standing_status(
         except GuardrailError as exc:
             problem = exc.detail
     if problem:
-        return PolicyStatus(sha256, False, max(needed, 1), (), None,
-                            f"policy {sha256[:12]} is not approved: the audit log cannot be trusted ({problem})")  # fmt: skip
+        return PolicyStatus(
+            sha256,
+            False,
+            max(needed, 1),
+            (),
+            None,
+            f"policy {sha256[:12]} is not approved: the audit log cannot be trusted ({problem})",
+        )
     rows = signed_rows(read_rows(audit.store, event="policy_approval"), verifier)
     return policy_status(rows, sha256, needed, now_ts_s)
 
@@ -270,12 +291,23 @@ class PolicyBook(ApprovalBook):
             return Authorisation(
                 False, people.needed, (), f"outside the envelope of {rule.proposer}: {problem}"
             )
-        record = {"policy_envelope": {
-            "ok": True, "policy_sha256": status.sha256, "rule_id": rule.rule_id, "action_hash": action_hash(action),
-            "approved_by": list(status.approvers), "envelope": rule.envelope.model_dump(mode="json"), "gpus": bounds,
-        }}  # fmt: skip
-        stamp = {"policy_sha256": status.sha256, "rule_id": rule.rule_id, "approved_by": list(status.approvers),
-                 "path": self.standing.loaded.path}  # fmt: skip
+        record = {
+            "policy_envelope": {
+                "ok": True,
+                "policy_sha256": status.sha256,
+                "rule_id": rule.rule_id,
+                "action_hash": action_hash(action),
+                "approved_by": list(status.approvers),
+                "envelope": rule.envelope.model_dump(mode="json"),
+                "gpus": bounds,
+            }
+        }
+        stamp = {
+            "policy_sha256": status.sha256,
+            "rule_id": rule.rule_id,
+            "approved_by": list(status.approvers),
+            "path": self.standing.loaded.path,
+        }
         return Authorisation(
             True,
             people.needed,

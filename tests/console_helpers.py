@@ -65,9 +65,18 @@ def demo_proposal(db: Path) -> str:
 def file_two_person(db: Path) -> str:
     """A gpu_reset of the demo's hot GPU: two people must approve it."""
     with Workspace(db).write() as store:
-        action = Action(proposal_id=TWO_PERSON, kind="gpu_reset", target="node3/gpu5", parameters={},
-                        reason="reset the hot GPU", evidence=[], expected_effect="", rollback={},
-                        proposed_by="analyst", created_ts_s=time.time())  # fmt: skip
+        action = Action(
+            proposal_id=TWO_PERSON,
+            kind="gpu_reset",
+            target="node3/gpu5",
+            parameters={},
+            reason="reset the hot GPU",
+            evidence=[],
+            expected_effect="",
+            rollback={},
+            proposed_by="analyst",
+            created_ts_s=time.time(),
+        )
         filed = desk(store, attach(store)).propose(action, origin="test", incident_id="INC-0001")
     assert filed.status == "pending" and filed.validation.approvals_needed == 2, filed
     return TWO_PERSON

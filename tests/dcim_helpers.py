@@ -75,10 +75,18 @@ class PowerReadings:
     def gpu_power(self, scope: str = "fleet") -> list[GpuPower]:
         gpus = self.world.gpus
         return [
-            GpuPower(n, gpus[n].limit_w, gpus[n].min_w, gpus[n].max_w, gpus[n].tdp_w, gpus[n].draw_w, gpus[n].job,
-                     max_sm_clock_mhz=1980.0)
+            GpuPower(
+                n,
+                gpus[n].limit_w,
+                gpus[n].min_w,
+                gpus[n].max_w,
+                gpus[n].tdp_w,
+                gpus[n].draw_w,
+                gpus[n].job,
+                max_sm_clock_mhz=1980.0,
+            )
             for n in self.world.scope_gpus(scope)
-        ]  # fmt: skip
+        ]
 
     def non_gpu_w(self, scope: str) -> float:
         expanded = self.world.topology.expand(scope)

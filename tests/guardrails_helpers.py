@@ -99,12 +99,20 @@ def seed_store(store: Store, limit_w: float = TDP_W) -> None:
                 add(nic, "nic", node, rack, node, k)
     store.ingest("topology", rows)
     gpus = [g for gs in TOPOLOGY.node_gpus.values() for g in gs]
-    store.ingest("gpu_samples", {
-        "ts_s": [NOW_TS_S - 10.0] * len(gpus), "gpu": gpus, "node": [g.split("/")[0] for g in gpus],
-        "power_w": [600.0] * len(gpus), "power_limit_w": [limit_w] * len(gpus),
-        "power_limit_min_w": [NVML_MIN_W] * len(gpus), "power_limit_default_w": [TDP_W] * len(gpus),
-        "power_limit_max_w": [TDP_W] * len(gpus), "max_sm_clock_mhz": [1980.0] * len(gpus),
-    })  # fmt: skip
+    store.ingest(
+        "gpu_samples",
+        {
+            "ts_s": [NOW_TS_S - 10.0] * len(gpus),
+            "gpu": gpus,
+            "node": [g.split("/")[0] for g in gpus],
+            "power_w": [600.0] * len(gpus),
+            "power_limit_w": [limit_w] * len(gpus),
+            "power_limit_min_w": [NVML_MIN_W] * len(gpus),
+            "power_limit_default_w": [TDP_W] * len(gpus),
+            "power_limit_max_w": [TDP_W] * len(gpus),
+            "max_sm_clock_mhz": [1980.0] * len(gpus),
+        },
+    )
 
 
 class FakeNvml:

@@ -45,8 +45,16 @@ def pci_device(
     """A PCI device at /sys/devices/<hierarchy> (`pci0000:3a/0000:3a:00.0/0000:3b:00.0`), linked from
     /sys/bus/pci/devices/<bus id> and, with `driver`, to /sys/bus/pci/drivers/<driver>."""
     path = root / "sys" / "devices" / hierarchy
-    write(path, {"vendor": f"0x{vendor:04x}", "device": f"0x{device:04x}", "class": f"0x{pci_class:06x}",
-                 "numa_node": numa_node, **(extra or {})})  # fmt: skip
+    write(
+        path,
+        {
+            "vendor": f"0x{vendor:04x}",
+            "device": f"0x{device:04x}",
+            "class": f"0x{pci_class:06x}",
+            "numa_node": numa_node,
+            **(extra or {}),
+        },
+    )
     link(root / "sys" / "bus" / "pci" / "devices" / path.name, path)
     if driver is not None:
         drivers = root / "sys" / "bus" / "pci" / "drivers" / driver
@@ -70,6 +78,14 @@ def netdev(
 
 
 def counters(**values: int) -> dict[str, int]:
-    base = {"rx_bytes": 1000, "tx_bytes": 2000, "rx_packets": 10, "tx_packets": 20, "rx_errors": 0,
-            "tx_errors": 0, "rx_dropped": 1, "tx_dropped": 0}  # fmt: skip
+    base = {
+        "rx_bytes": 1000,
+        "tx_bytes": 2000,
+        "rx_packets": 10,
+        "tx_packets": 20,
+        "rx_errors": 0,
+        "tx_errors": 0,
+        "rx_dropped": 1,
+        "tx_dropped": 0,
+    }
     return {**base, **values}

@@ -58,15 +58,27 @@ def prometheus_with(tmp_path: Path, db: Path) -> Iterator[str]:
     history, tsdb = tmp_path / "history.om", tmp_path / "tsdb"
     with Store(db, read_only=True) as store, history.open("w") as out:
         write_history(store, out, openmetrics=True)
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(tsdb)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(tsdb)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     history.unlink()
     (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1s}\n")
     port = free_port()
     log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tsdb}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--storage.tsdb.retention.time=100y"], stdout=log, stderr=log)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tsdb}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=100y",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     try:
         wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2.0)[0] == 200, 60, "prometheus to be ready")
         yield f"http://127.0.0.1:{port}"
@@ -81,16 +93,26 @@ def victoria_metrics_with(tmp_path: Path, db: Path) -> Iterator[str]:
     binary = require_binary("victoria-metrics")
     port = free_port()
     log = (tmp_path / "victoria-metrics.log").open("ab")
-    proc = subprocess.Popen([binary, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
-                             "-retentionPeriod=100y", "-search.latencyOffset=0s"], stdout=log, stderr=log)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"-storageDataPath={tmp_path / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",
+            "-search.latencyOffset=0s",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/health", 2.0)[0] == 200, 60, "victoria-metrics to be ready")
         text = io.StringIO()
         with Store(db, read_only=True) as store:
             write_history(store, text, openmetrics=False)
-        request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=text.getvalue().encode(),
-                                         method="POST")  # fmt: skip
+        request = urllib.request.Request(
+            f"{url}/api/v1/import/prometheus", data=text.getvalue().encode(), method="POST"
+        )
         with urllib.request.urlopen(request, timeout=120) as reply:
             assert reply.status == 204, reply.status
         assert get(f"{url}/internal/force_flush", 30.0)[0] == 200

@@ -98,11 +98,18 @@ def running_service(
     """`aiops run` on `db` with `args`, listening on a free loopback port, until it is ready; stopped after."""
     port = free_port()
     log = (tmp_path / log_name).open("ab")
-    proc = subprocess.Popen(aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{port}", *args),
-                            stdout=log, stderr=log, env=service_env(tmp_path))  # fmt: skip
+    proc = subprocess.Popen(
+        aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{port}", *args),
+        stdout=log,
+        stderr=log,
+        env=service_env(tmp_path),
+    )
     try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
-                 60, "the service to be ready")  # fmt: skip
+        wait_for(
+            lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
+            60,
+            "the service to be ready",
+        )
         assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
         yield proc, port
     finally:

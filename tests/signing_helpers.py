@@ -39,8 +39,11 @@ class Keys:
     def make_key(self, file_name: str) -> Path:
         key = self.folder / file_name
         if not key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", file_name, "-f", str(key)],
-                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", file_name, "-f", str(key)],
+                check=True,
+                capture_output=True,
+            )
         return key
 
     def add(self, name: str, classes: Sequence[str] = EVERYTHING, *, key: Path | None = None) -> Path:

@@ -56,8 +56,9 @@ def test_a_different_action_is_filed(tmp_path: Path) -> None:
     workspace, actions = _open(db)
     guard = WorkspaceGuard(workspace, None)
     before = _count(workspace)
-    other = _again(actions[0], "P-0000000a", target="node0/gpu0", parameters={"team": "facilities"},
-                   kind="open_ticket")  # fmt: skip
+    other = _again(
+        actions[0], "P-0000000a", target="node0/gpu0", parameters={"team": "facilities"}, kind="open_ticket"
+    )
     verdict = guard.propose(other, None)
     assert not verdict.existing and verdict.proposal_id == "P-0000000a"
     assert _count(workspace) == before + 1

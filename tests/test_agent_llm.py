@@ -76,8 +76,16 @@ def test_investigation_with_tool_calls_ends_in_a_grounded_answer(tmp_path: Path)
     # the real client spoke the protocol: three POSTs, the tools offered, the tool results sent back
     assert [r["path"] for r in llm.requests] == ["/v1/chat/completions"] * 3
     offered = {t["function"]["name"] for t in llm.requests[0]["body"]["tools"]}
-    assert offered == {"sql", "incidents", "hypotheses", "playbook", "topology", "thermal_advice",
-                       "power_allocation", "whatif"}  # fmt: skip
+    assert offered == {
+        "sql",
+        "incidents",
+        "hypotheses",
+        "playbook",
+        "topology",
+        "thermal_advice",
+        "power_allocation",
+        "whatif",
+    }
     tool_messages = [m for m in llm.requests[2]["body"]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_1", "call_2"]
     assert "thermal_throttle" in tool_messages[1]["content"]

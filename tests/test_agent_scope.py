@@ -78,8 +78,11 @@ def test_a_clock_time_needs_telemetry_to_date_it() -> None:
 
 def test_counts_times_and_effects_read_as_text() -> None:
     assert [plural(1, "rack"), plural(2, "rack"), plural(0, "row"), plural(1200, "sample")] == [
-        "1 rack", "2 racks", "0 rows", "1,200 samples"
-    ]  # fmt: skip
+        "1 rack",
+        "2 racks",
+        "0 rows",
+        "1,200 samples",
+    ]
     assert when(NEWEST_S, local_tz=UTC) == "2026-01-01T10:30:00Z"
     assert when(NEWEST_S, local_tz=timezone(timedelta(hours=1))) == (
         "2026-01-01T10:30:00Z (local 2026-01-01T11:30:00+01:00)"

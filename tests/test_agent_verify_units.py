@@ -19,24 +19,38 @@ def test_every_diagnosis_label_has_a_support_check() -> None:
 @pytest.mark.parametrize(
     ("label", "supporting", "not_supporting"),
     [
-        ("thermal_throttle", {"temp_c": 91.0, "slowdown_temp_c": 90.0}, {"temp_c": 70.0, "slowdown_temp_c": 90.0}),
+        (
+            "thermal_throttle",
+            {"temp_c": 91.0, "slowdown_temp_c": 90.0},
+            {"temp_c": 70.0, "slowdown_temp_c": 90.0},
+        ),
         ("thermal_throttle", {"clocks_event_reasons": 0x20}, {"clocks_event_reasons": 0x4}),
         ("gpu_fell_off_bus", {"xid": 79}, {"xid": 13}),
         ("gpu_fell_off_bus", {"nvml_error": "GPU_IS_LOST"}, {"nvml_error": None}),
         # a neighbour timing out in the node-wide NVML hang did not fall off the bus
-        ("gpu_fell_off_bus", {"nvml_error": "TIMEOUT", "xid": 79}, {"nvml_error": "TIMEOUT", "nvml_errors": 3}),
-        ("power_cap_misconfig", {"power_limit_w": 400.0, "power_limit_max_w": 700.0},
-         {"power_limit_w": 700.0, "power_limit_max_w": 700.0}),
+        (
+            "gpu_fell_off_bus",
+            {"nvml_error": "TIMEOUT", "xid": 79},
+            {"nvml_error": "TIMEOUT", "nvml_errors": 3},
+        ),
+        (
+            "power_cap_misconfig",
+            {"power_limit_w": 400.0, "power_limit_max_w": 700.0},
+            {"power_limit_w": 700.0, "power_limit_max_w": 700.0},
+        ),
         ("nic_link_flap", {"carrier_changes": 2}, {"carrier_changes": 0}),
         ("ecn_misconfig", {"drops": 5, "ce_marks": 0}, {"drops": 5, "ce_marks": 40}),
         ("power_brake", {"clocks_event_reasons": 0x88}, {"clocks_event_reasons": 0x8}),
         ("facility_power_cap", {"power_cap_kw": 30.0}, {"power_cap_kw": None}),
         ("gpu_ecc_error", {"dbe": 3, "ref_dbe": 0}, {"dbe": 3, "ref_dbe": 3}),
-        ("pcie_degraded", {"pcie_link_width": 8, "pcie_link_max_width": 16},
-         {"pcie_link_width": 16, "pcie_link_max_width": 16}),
+        (
+            "pcie_degraded",
+            {"pcie_link_width": 8, "pcie_link_max_width": 16},
+            {"pcie_link_width": 16, "pcie_link_max_width": 16},
+        ),
         ("gpu_driver_firmware_fault", {}, {"xid": 79}),
     ],
-)  # fmt: skip
+)
 def test_support_checks(label: str, supporting: dict[str, Any], not_supporting: dict[str, Any]) -> None:
     check = SUPPORT[label][1]
     assert check(supporting) is (label != "gpu_driver_firmware_fault")
@@ -83,8 +97,13 @@ def test_merge_never_displaces_the_analysts_first_or_same_component() -> None:
 
 
 def test_parse_bounds_and_refusals() -> None:
-    draft = {"hypotheses": ["junk", {"root_cause": 5, "component": None, "confidence": "high", "claims": "x"},
-                           *[{"root_cause": "gpu_fell_off_bus", "component": "node0/gpu0"}] * 20]}  # fmt: skip
+    draft = {
+        "hypotheses": [
+            "junk",
+            {"root_cause": 5, "component": None, "confidence": "high", "claims": "x"},
+            *[{"root_cause": "gpu_fell_off_bus", "component": "node0/gpu0"}] * 20,
+        ]
+    }
     parsed = parse_hypotheses(draft, [])
     assert len(parsed) == 8 and parsed[0].status == "refused"
     assert parsed[1].confidence == 0.0 and parsed[1].claims == []
@@ -136,9 +155,25 @@ _SCALARS = st.one_of(
     st.text(max_size=20),
 )
 _COLUMNS = st.sampled_from(
-    ["xid", "gpu", "node", "temp_c", "slowdown_temp_c", "clocks_event_reasons", "nvml_error", "drops", "ce_marks",
-     "power_limit_w", "power_limit_max_w", "carrier_changes", "link_up", "traffic_class", "lane", "tx_bytes"]
-)  # fmt: skip
+    [
+        "xid",
+        "gpu",
+        "node",
+        "temp_c",
+        "slowdown_temp_c",
+        "clocks_event_reasons",
+        "nvml_error",
+        "drops",
+        "ce_marks",
+        "power_limit_w",
+        "power_limit_max_w",
+        "carrier_changes",
+        "link_up",
+        "traffic_class",
+        "lane",
+        "tx_bytes",
+    ]
+)
 
 
 @settings(max_examples=300, derandomize=True, deadline=None)

@@ -87,8 +87,9 @@ def test_lanes_control_says_when_it_starts_and_what_it_did(
     def controller(policy: Any, actuator: Any, **kwargs: Any) -> list[Any]:
         rates = SimpleNamespace(ceil_mbps={"bulk": 100.0})
         for actuated in (True, False):
-            kwargs["on_step"](SimpleNamespace(ts_s=1.0, demand_mbps={}, rates=rates, spike_due=False,
-                                              actuated=actuated))  # fmt: skip
+            kwargs["on_step"](
+                SimpleNamespace(ts_s=1.0, demand_mbps={}, rates=rates, spike_due=False, actuated=actuated)
+            )
         return []
 
     monkeypatch.setattr(lanes, "run_controller", controller)
@@ -107,8 +108,17 @@ def test_cited_rows_entries_and_effects_read_as_text(utc: None) -> None:
         "power_limit_w 700 -> 560, temp_c 90.12 -> 61.2"
     )
     assert effect_text({}) == "no metric changed"
-    proposal = {"kind": "proposal", "payload": {"kind": "migrate_job", "target": "node3",
-                "parameters": {"to": "node7"}, "allowed": True, "reasons": [], "existing": True}}  # fmt: skip
+    proposal = {
+        "kind": "proposal",
+        "payload": {
+            "kind": "migrate_job",
+            "target": "node3",
+            "parameters": {"to": "node7"},
+            "allowed": True,
+            "reasons": [],
+            "existing": True,
+        },
+    }
     assert log_text(proposal) == "migrate_job node3 (to=node7), allowed, already proposed: nothing new filed"
     question = {"kind": "question", "payload": {"question": "why?", "asked_by": "alice"}}
     assert log_text(question) == "alice asked 'why?'"

@@ -71,8 +71,14 @@ def test_the_ioctl_reads_a_real_veth_pair(veth_netns: str) -> None:
         "print(json.dumps({'stats': driver_stats('vetha'), 'pause': list(vars(pause_frames('vetha')).values())}))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(["ip", "netns", "exec", veth_netns, sys.executable, "-c", probe],
-                          capture_output=True, text=True, env=env, check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["ip", "netns", "exec", veth_netns, sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
     out = json.loads(done.stdout)
     assert "peer_ifindex" in out["stats"]  # veth's own statistic (drivers/net/veth.c), read by name
     assert out["pause"] == [None, None]
@@ -100,8 +106,14 @@ def test_the_netdev_collector_reads_pause_counters_of_a_real_veth(veth_netns: st
         "print(json.dumps(t.select(['dev', 'rx_pause_frames', 'tx_pause_frames']).to_pylist()))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(["ip", "netns", "exec", veth_netns, sys.executable, "-c", probe],
-                          capture_output=True, text=True, env=env, check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["ip", "netns", "exec", veth_netns, sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
     rows = json.loads(done.stdout)
     assert sorted(r["dev"] for r in rows) == ["vetha", "vethb"]
     assert all(r["rx_pause_frames"] is None and r["tx_pause_frames"] is None for r in rows)

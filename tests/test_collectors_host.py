@@ -63,16 +63,37 @@ def test_fixture_host_without_nvml(tmp_path: Path, store: Store) -> None:
     second = host.collect(101.0)
     assert _errors(second) == []  # said once
     store.ingest_many(second)
-    counts = {t: store.scalar(f"SELECT count(*) FROM {t}") for t in (
-        "host_samples", "psi_samples", "netdev_samples", "ib_port_samples", "hwmon_samples",
-        "thermal_zone_samples", "collector_errors", "topology")}  # fmt: skip
-    assert counts == {"host_samples": 2, "psi_samples": 6, "netdev_samples": 10, "ib_port_samples": 4,
-                      "hwmon_samples": 16, "thermal_zone_samples": 2, "collector_errors": 4,
-                      "topology": 15}  # fmt: skip
+    counts = {
+        t: store.scalar(f"SELECT count(*) FROM {t}")
+        for t in (
+            "host_samples",
+            "psi_samples",
+            "netdev_samples",
+            "ib_port_samples",
+            "hwmon_samples",
+            "thermal_zone_samples",
+            "collector_errors",
+            "topology",
+        )
+    }
+    assert counts == {
+        "host_samples": 2,
+        "psi_samples": 6,
+        "netdev_samples": 10,
+        "ib_port_samples": 4,
+        "hwmon_samples": 16,
+        "thermal_zone_samples": 2,
+        "collector_errors": 4,
+        "topology": 15,
+    }
     nics = store.query("SELECT DISTINCT dev, nic FROM netdev_samples ORDER BY dev")
-    assert nics == [{"dev": "enp178s0f0", "nic": "node3/nic2"}, {"dev": "ens1f0np0", "nic": "node3/nic0"},
-                    {"dev": "ens1f0v0", "nic": None}, {"dev": "ens2f0np0", "nic": "node3/nic1"},
-                    {"dev": "usb0", "nic": "node3/nic3"}]  # fmt: skip
+    assert nics == [
+        {"dev": "enp178s0f0", "nic": "node3/nic2"},
+        {"dev": "ens1f0np0", "nic": "node3/nic0"},
+        {"dev": "ens1f0v0", "nic": None},
+        {"dev": "ens2f0np0", "nic": "node3/nic1"},
+        {"dev": "usb0", "nic": "node3/nic3"},
+    ]
     assert store.scalar("SELECT nic FROM ib_port_samples WHERE device = 'mlx5_0'") == "node3/nic0"
     (kmsg,) = [c for c in host.collectors if isinstance(c, KmsgCollector)]
     assert kmsg.components_by_pci["0000:3d:00.0"] == "node3/gpu0" and kmsg.xid_gpu_events

@@ -14,18 +14,40 @@ from tests.host_helpers import link, pci_device, write
 
 def _tree(root: Path) -> None:
     cpu = root / "sys/devices/platform/coretemp.0"
-    write(root / "sys/class/hwmon/hwmon0", {
-        "name": "coretemp", "temp1_input": 54000, "temp1_label": "Package id 0", "temp1_max": 80000,
-        "temp1_crit": 100000, "temp2_input": 51000,
-    })  # fmt: skip
+    write(
+        root / "sys/class/hwmon/hwmon0",
+        {
+            "name": "coretemp",
+            "temp1_input": 54000,
+            "temp1_label": "Package id 0",
+            "temp1_max": 80000,
+            "temp1_crit": 100000,
+            "temp2_input": 51000,
+        },
+    )
     cpu.mkdir(parents=True)
     link(root / "sys/class/hwmon/hwmon0/device", cpu)
-    gpu = pci_device(root, "pci0000:00/0000:00:01.0/0000:03:00.0", vendor=0x1002, device=0x74A1, pci_class=0x038000,
-                     driver="amdgpu")  # fmt: skip
-    write(root / "sys/class/hwmon/hwmon3", {
-        "name": "amdgpu", "power1_average": 350000000, "power1_cap": 750000000, "fan1_input": 2100,
-        "in0_input": 850, "in0_label": "vddgfx", "curr1_input": 1500, "energy1_input": 12345678,
-    })  # fmt: skip
+    gpu = pci_device(
+        root,
+        "pci0000:00/0000:00:01.0/0000:03:00.0",
+        vendor=0x1002,
+        device=0x74A1,
+        pci_class=0x038000,
+        driver="amdgpu",
+    )
+    write(
+        root / "sys/class/hwmon/hwmon3",
+        {
+            "name": "amdgpu",
+            "power1_average": 350000000,
+            "power1_cap": 750000000,
+            "fan1_input": 2100,
+            "in0_input": 850,
+            "in0_label": "vddgfx",
+            "curr1_input": 1500,
+            "energy1_input": 12345678,
+        },
+    )
     link(root / "sys/class/hwmon/hwmon3/device", gpu)
     write(root / "sys/class/hwmon/hwmon7", {"name": "acpitz", "temp1_input": 27800, "temp1_crit": 119000})
 
@@ -37,14 +59,23 @@ def test_every_kind_in_si_units(tmp_path: Path, store: Store) -> None:
     store.ingest_many(tables)
     rows = {(r["chip"], r["sensor"]): r for r in store.query("SELECT * FROM hwmon_samples")}
     assert set(rows) == {
-        ("coretemp@coretemp.0", "temp1"), ("coretemp@coretemp.0", "temp2"),
-        ("amdgpu@0000:03:00.0", "power1"), ("amdgpu@0000:03:00.0", "fan1"), ("amdgpu@0000:03:00.0", "in0"),
-        ("amdgpu@0000:03:00.0", "curr1"), ("amdgpu@0000:03:00.0", "energy1"), ("acpitz@hwmon7", "temp1"),
-    }  # fmt: skip
+        ("coretemp@coretemp.0", "temp1"),
+        ("coretemp@coretemp.0", "temp2"),
+        ("amdgpu@0000:03:00.0", "power1"),
+        ("amdgpu@0000:03:00.0", "fan1"),
+        ("amdgpu@0000:03:00.0", "in0"),
+        ("amdgpu@0000:03:00.0", "curr1"),
+        ("amdgpu@0000:03:00.0", "energy1"),
+        ("acpitz@hwmon7", "temp1"),
+    }
     package = rows["coretemp@coretemp.0", "temp1"]
-    assert (package["kind"], package["label"], package["value"], package["max_value"], package["crit_value"]) == (
-        "temp", "Package id 0", 54.0, 80.0, 100.0
-    )  # fmt: skip
+    assert (
+        package["kind"],
+        package["label"],
+        package["value"],
+        package["max_value"],
+        package["crit_value"],
+    ) == ("temp", "Package id 0", 54.0, 80.0, 100.0)
     gpu = "amdgpu@0000:03:00.0"
     assert rows[gpu, "power1"]["value"] == pytest.approx(350.0) and rows[gpu, "power1"]["kind"] == "power"
     assert rows[gpu, "fan1"]["value"] == 2100.0

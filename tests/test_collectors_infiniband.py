@@ -9,9 +9,16 @@ from aiops.store import Store
 from collectors.infiniband import InfinibandCollector, rate_gbps, state_name
 from tests.host_helpers import write
 
-COUNTERS = {"symbol_error": 3, "link_downed": 1, "link_error_recovery": 2, "port_rcv_errors": 0,
-            "port_xmit_discards": 7, "port_xmit_wait": 123456, "port_rcv_data": 4000000000,
-            "port_xmit_data": 5000000000}  # fmt: skip
+COUNTERS = {
+    "symbol_error": 3,
+    "link_downed": 1,
+    "link_error_recovery": 2,
+    "port_rcv_errors": 0,
+    "port_xmit_discards": 7,
+    "port_xmit_wait": 123456,
+    "port_rcv_data": 4000000000,
+    "port_xmit_data": 5000000000,
+}
 HW_COUNTERS = {
     "np_cnp_sent": 11,
     "rp_cnp_handled": 12,
@@ -24,8 +31,14 @@ HW_COUNTERS = {
 
 def _tree(root: Path) -> None:
     port = "sys/class/infiniband/mlx5_0/ports/1"
-    write(root, {f"{port}/state": "4: ACTIVE", f"{port}/phys_state": "5: LinkUp",
-                 f"{port}/rate": "400 Gb/sec (4X NDR)"})  # fmt: skip
+    write(
+        root,
+        {
+            f"{port}/state": "4: ACTIVE",
+            f"{port}/phys_state": "5: LinkUp",
+            f"{port}/rate": "400 Gb/sec (4X NDR)",
+        },
+    )
     write(root, {f"{port}/counters/{name}": value for name, value in COUNTERS.items()})
     write(root, {f"{port}/hw_counters/{name}": value for name, value in HW_COUNTERS.items()})
     other = "sys/class/infiniband/mlx5_1/ports/1"  # an older driver: counters only, no phys_state
@@ -53,8 +66,12 @@ def test_ports_land_with_counters_and_nulls(tmp_path: Path, store: Store) -> Non
     rows = {r["device"]: r for r in store.query("SELECT * FROM ib_port_samples")}
     first = rows["mlx5_0"]
     assert (first["port"], first["nic"], first["state"], first["phys_state"], first["rate_gbps"]) == (
-        1, "node1/nic0", "ACTIVE", "LinkUp", 400.0
-    )  # fmt: skip
+        1,
+        "node1/nic0",
+        "ACTIVE",
+        "LinkUp",
+        400.0,
+    )
     assert {name: first[name] for name in COUNTERS} == COUNTERS
     assert {name: first[name] for name in HW_COUNTERS} == HW_COUNTERS
     second = rows["mlx5_1"]

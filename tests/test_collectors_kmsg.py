@@ -20,67 +20,117 @@ from tests.host_helpers import require_root
 
 LINES: list[tuple[str, KernelLine | None]] = [
     # NVIDIA Xid: current drivers, the `pid='<unknown>'` form, an older driver's, and before the PCI: prefix
-    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.",
-     KernelLine("xid", 79, "0000:3b:00.0")),
-    ("NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-     KernelLine("xid", 79, "0000:05:00.0")),
-    ("NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000009 intr 00800000", KernelLine("xid", 32, "0000:01:00.0")),
-    ("NVRM: Xid (0000:03:00): 13, 0003 00000000 00008297 00001098 00000000 00000044",
-     KernelLine("xid", 13, "0000:03:00.0")),
+    (
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.",
+        KernelLine("xid", 79, "0000:3b:00.0"),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        KernelLine("xid", 79, "0000:05:00.0"),
+    ),
+    (
+        "NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000009 intr 00800000",
+        KernelLine("xid", 32, "0000:01:00.0"),
+    ),
+    (
+        "NVRM: Xid (0000:03:00): 13, 0003 00000000 00008297 00001098 00000000 00000044",
+        KernelLine("xid", 13, "0000:03:00.0"),
+    ),
     # PCIe AER (drivers/pci/pcie/aer.c): header lines of three kernel generations and per-device lines
     ("pcieport 0000:00:1c.5: AER: Corrected error received: id=00e5", KernelLine("aer", 2, "0000:00:1c.5")),
-    ("pcieport 0000:00:1c.1: AER: Corrected error received: 0000:00:1c.1", KernelLine("aer", 2, "0000:00:1c.1")),
-    ("pcieport 0000:00:1d.0: AER: Multiple Corrected error received: id=00e8", KernelLine("aer", 2, "0000:00:1d.0")),
-    ("pcieport 0000:00:1d.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e8(Receiver ID)",
-     KernelLine("aer", 2, "0000:00:1d.0")),
-    ("pcieport 0000:00:1c.0: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)",
-     KernelLine("aer", 2, "0000:00:1c.0")),
-    ("pcieport 0000:00:00.0: AER: Uncorrected (Non-Fatal) error received: 0000:00:00.0",
-     KernelLine("aer", 0, "0000:00:00.0")),
-    ("pcieport 0000:00:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)",
-     KernelLine("aer", 0, "0000:00:00.0")),
-    ("pcieport 0000:80:1b.4: AER: Uncorrectable (Non-Fatal) error message received from 0000:80:1b.4",
-     KernelLine("aer", 0, "0000:80:1b.4")),
-    ("pcieport 0000:80:1b.4: AER: Correctable error message received from 0000:80:1b.4",
-     KernelLine("aer", 2, "0000:80:1b.4")),
-    ("pcieport 0000:3a:00.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0",
-     KernelLine("aer", 1, "0000:3b:00.0")),  # the source device behind the port: the GPU
-    ("nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Inaccessible, (Unregistered Agent ID)",
-     KernelLine("aer", 1, "0000:3b:00.0")),
+    (
+        "pcieport 0000:00:1c.1: AER: Corrected error received: 0000:00:1c.1",
+        KernelLine("aer", 2, "0000:00:1c.1"),
+    ),
+    (
+        "pcieport 0000:00:1d.0: AER: Multiple Corrected error received: id=00e8",
+        KernelLine("aer", 2, "0000:00:1d.0"),
+    ),
+    (
+        "pcieport 0000:00:1d.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e8(Receiver ID)",
+        KernelLine("aer", 2, "0000:00:1d.0"),
+    ),
+    (
+        "pcieport 0000:00:1c.0: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)",
+        KernelLine("aer", 2, "0000:00:1c.0"),
+    ),
+    (
+        "pcieport 0000:00:00.0: AER: Uncorrected (Non-Fatal) error received: 0000:00:00.0",
+        KernelLine("aer", 0, "0000:00:00.0"),
+    ),
+    (
+        "pcieport 0000:00:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)",
+        KernelLine("aer", 0, "0000:00:00.0"),
+    ),
+    (
+        "pcieport 0000:80:1b.4: AER: Uncorrectable (Non-Fatal) error message received from 0000:80:1b.4",
+        KernelLine("aer", 0, "0000:80:1b.4"),
+    ),
+    (
+        "pcieport 0000:80:1b.4: AER: Correctable error message received from 0000:80:1b.4",
+        KernelLine("aer", 2, "0000:80:1b.4"),
+    ),
+    (
+        "pcieport 0000:3a:00.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0",
+        KernelLine("aer", 1, "0000:3b:00.0"),
+    ),  # the source device behind the port: the GPU
+    (
+        "nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Inaccessible, (Unregistered Agent ID)",
+        KernelLine("aer", 1, "0000:3b:00.0"),
+    ),
     ("pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000", None),
     ("pcieport 0000:00:1c.5:    [ 0] Receiver Error        ", None),
     # links: mlx5e, the IB core's port state, Intel drivers, bonding, addrconf
     ("mlx5_core 0000:01:00.0 enp1s0f0np0: Link down", KernelLine("link", 0, "0000:01:00.0", "enp1s0f0np0")),
     ("mlx5_core 0000:01:00.1 enp1s0f1np1: Link up", KernelLine("link", 1, "0000:01:00.1", "enp1s0f1np1")),
     ("mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link DOWN", KernelLine("link", 0, "0000:53:00.0", "mlx5_3")),
-    ("mlx5_core 0000:08:00.0 rdmap8s0f0: Port: 2 Link ACTIVE", KernelLine("link", 1, "0000:08:00.0", "rdmap8s0f0")),
-    ("ixgbe 0000:05:00.0 enp5s0: NIC Link is Up 10 Gbps, Flow Control: RX/TX",
-     KernelLine("link", 1, "0000:05:00.0", "enp5s0")),
+    (
+        "mlx5_core 0000:08:00.0 rdmap8s0f0: Port: 2 Link ACTIVE",
+        KernelLine("link", 1, "0000:08:00.0", "rdmap8s0f0"),
+    ),
+    (
+        "ixgbe 0000:05:00.0 enp5s0: NIC Link is Up 10 Gbps, Flow Control: RX/TX",
+        KernelLine("link", 1, "0000:05:00.0", "enp5s0"),
+    ),
     ("igc 0000:05:00.0 eth5: NIC Link is Down", KernelLine("link", 0, "0000:05:00.0", "eth5")),
     ("e1000e: enp0s31f6 NIC Link is Down", KernelLine("link", 0, None, "enp0s31f6")),
-    ("bond0: (slave enp83s0f0np0): link status definitely down, disabling slave",
-     KernelLine("link", 0, None, "enp83s0f0np0")),
+    (
+        "bond0: (slave enp83s0f0np0): link status definitely down, disabling slave",
+        KernelLine("link", 0, None, "enp83s0f0np0"),
+    ),
     ("IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready", KernelLine("link", 1, None, "ib0")),
     # CPU thermal throttling (arch/x86/kernel/cpu/mce/therm_throt.c), older kernels with an mce: prefix
-    ("CPU0: Package temperature above threshold, cpu clock throttled (total events = 4128)", KernelLine("thermal", 1)),
-    ("mce: CPU7: Package temperature above threshold, cpu clock throttled (total events = 144933)",
-     KernelLine("thermal", 1)),
+    (
+        "CPU0: Package temperature above threshold, cpu clock throttled (total events = 4128)",
+        KernelLine("thermal", 1),
+    ),
+    (
+        "mce: CPU7: Package temperature above threshold, cpu clock throttled (total events = 144933)",
+        KernelLine("thermal", 1),
+    ),
     ("CPU3: Package temperature/speed normal", KernelLine("thermal", 0)),
     # machine checks: the mce core, AMD's decoder, GHES, EDAC
     ("mce: [Hardware Error]: Machine check events logged", KernelLine("mce")),
     ("mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 5: bea0000000000108", KernelLine("mce", 5)),
-    ("[Hardware Error]: CPU:0 (19:61:2) MC21_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: 0xdc2040000400011b",
-     KernelLine("mce", 21)),
+    (
+        "[Hardware Error]: CPU:0 (19:61:2) MC21_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: 0xdc2040000400011b",
+        KernelLine("mce", 21),
+    ),
     ("{1}[Hardware Error]: event severity: corrected", KernelLine("mce")),
-    ("EDAC MC0: 4858 CE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0 (channel:0 slot:0 page:0x1021ad "
-     "offset:0x180 grain:32 syndrome:0x0 -  OVERFLOW area:DRAM err_code:0001:0092 socket:0 ha:0 channel_mask:1 "
-     "rank:1 )", KernelLine("mce")),
+    (
+        "EDAC MC0: 4858 CE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0 (channel:0 slot:0 page:0x1021ad "
+        "offset:0x180 grain:32 syndrome:0x0 -  OVERFLOW area:DRAM err_code:0001:0092 socket:0 ha:0 channel_mask:1 "
+        "rank:1 )",
+        KernelLine("mce"),
+    ),
     # not ours
     ("EXT4-fs (md127p3): re-mounted 0f3cd65a-338b-4574-bba3-ecef214e1917 r/w. Quota mode: none.", None),
-    ("workqueue: ib_cache_event_task [ib_core] hogged CPU for >10000us 4 times, consider switching to WQ_UNBOUND",
-     None),
+    (
+        "workqueue: ib_cache_event_task [ib_core] hogged CPU for >10000us 4 times, consider switching to WQ_UNBOUND",
+        None,
+    ),
     ("nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 11001, Fatal, Link 04 ingress invalid command", None),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("line", "expected"), LINES)
@@ -104,8 +154,14 @@ def test_pci_bus_ids_are_canonical() -> None:
 
 def test_parse_record() -> None:
     raw = b"6,1234,5678901,-;mlx5_core 0000:01:00.0 enp1s0f0np0: Link down\n SUBSYSTEM=pci\n DEVICE=+pci:0000:01:00.0\n"
-    assert parse_record(raw) == KmsgRecord(1234, 6, 0, 5678901, "mlx5_core 0000:01:00.0 enp1s0f0np0: Link down",
-                                           {"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:01:00.0"})  # fmt: skip
+    assert parse_record(raw) == KmsgRecord(
+        1234,
+        6,
+        0,
+        5678901,
+        "mlx5_core 0000:01:00.0 enp1s0f0np0: Link down",
+        {"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:01:00.0"},
+    )
     written = parse_record(b"14,99,1,-;aiops-test \\x01 kept as the kernel escaped it\n")
     assert written is not None and (written.facility, written.level) == (1, 6)
     assert written.message == "aiops-test \\x01 kept as the kernel escaped it"
@@ -156,9 +212,14 @@ def test_collector_places_lines_and_feeds_gpu_events(store: Store) -> None:
             level=4,
         ),
     ]
-    collector = KmsgCollector("node0", "/nonexistent", components_by_pci=GPU_MAP,
-                              components_by_device={"ens1f0np0": "node0/nic0"}, reader=Records(ReadResult(records)),
-                              boot_epoch=lambda: 1_700_000_000.0)  # fmt: skip
+    collector = KmsgCollector(
+        "node0",
+        "/nonexistent",
+        components_by_pci=GPU_MAP,
+        components_by_device={"ens1f0np0": "node0/nic0"},
+        reader=Records(ReadResult(records)),
+        boot_epoch=lambda: 1_700_000_000.0,
+    )
     tables = collector.collect(1_700_000_100.0)
     assert set(tables) == {"kernel_events", "gpu_events"}
     store.ingest_many(tables)
@@ -185,8 +246,13 @@ def test_collector_places_lines_and_feeds_gpu_events(store: Store) -> None:
 
 def test_xids_can_stay_out_of_gpu_events() -> None:
     records = [_record(1, "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.")]
-    collector = KmsgCollector("node0", "/nonexistent", components_by_pci=GPU_MAP, xid_gpu_events=False,
-                              reader=Records(ReadResult(records)))  # fmt: skip
+    collector = KmsgCollector(
+        "node0",
+        "/nonexistent",
+        components_by_pci=GPU_MAP,
+        xid_gpu_events=False,
+        reader=Records(ReadResult(records)),
+    )
     assert set(collector.collect(1.0)) == {"kernel_events"}
 
 
@@ -195,10 +261,12 @@ def test_epipe_is_an_overrun_row_and_reading_goes_on(tmp_path: Path) -> None:
     log.write_bytes(b"")
     reader = KmsgReader(log)
     answers: list[bytes | OSError] = [
-        b"6,5,100,-;first\n", BlockingIOError(errno.EAGAIN, "again"),
-        OSError(errno.EPIPE, "Broken pipe"), b"3,10,200,-;mlx5_core 0000:5e:00.0 ens1f0np0: Link up\n",
+        b"6,5,100,-;first\n",
         BlockingIOError(errno.EAGAIN, "again"),
-    ]  # fmt: skip
+        OSError(errno.EPIPE, "Broken pipe"),
+        b"3,10,200,-;mlx5_core 0000:5e:00.0 ens1f0np0: Link up\n",
+        BlockingIOError(errno.EAGAIN, "again"),
+    ]
 
     def read(fd: int, size: int) -> bytes:
         answer = answers.pop(0)
@@ -268,8 +336,11 @@ def test_real_dev_kmsg_collector_places_a_line_in_time() -> None:
         tables = collector.collect(time.time())
         (row,) = [r for r in tables["kernel_events"].to_pylist() if r["message"] == line]
         assert (row["kind"], row["component"], row["pci_bus_id"], row["level"]) == (
-            "other", "node0/nic0", "0000:00:03.0", 6
-        )  # fmt: skip
+            "other",
+            "node0/nic0",
+            "0000:00:03.0",
+            6,
+        )
         assert abs(row["ts_s"] - time.time()) < 5.0  # boot epoch + µs since boot is the wall clock
     finally:
         collector.close()

@@ -11,8 +11,15 @@ from tests.host_helpers import counters, netdev, pci_device
 
 
 def _tree(root: Path) -> None:
-    nic = pci_device(root, "pci0000:5d/0000:5d:00.0/0000:5e:00.0", vendor=0x15B3, device=0x1021,
-                     pci_class=0x020000, numa_node=0, driver="mlx5_core")  # fmt: skip
+    nic = pci_device(
+        root,
+        "pci0000:5d/0000:5d:00.0/0000:5e:00.0",
+        vendor=0x15B3,
+        device=0x1021,
+        pci_class=0x020000,
+        numa_node=0,
+        driver="mlx5_core",
+    )
     netdev(
         root,
         "ens1f0np0",
@@ -53,8 +60,12 @@ def test_skip_patterns_are_configurable(tmp_path: Path) -> None:
     _tree(tmp_path)
     everything = NetdevCollector("node3", tmp_path, skip=())
     assert {r["dev"] for r in everything.collect(1.0)["netdev_samples"].to_pylist()} == {
-        "docker0", "ens1f0np0", "ib0", "lo", "veth1a2b"
-    }  # fmt: skip
+        "docker0",
+        "ens1f0np0",
+        "ib0",
+        "lo",
+        "veth1a2b",
+    }
     no_ib = NetdevCollector("node3", tmp_path, skip=("lo", "ib*", "veth*", "docker*"))
     assert [r["dev"] for r in no_ib.collect(1.0)["netdev_samples"].to_pylist()] == ["ens1f0np0"]
 

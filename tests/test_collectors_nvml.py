@@ -70,8 +70,11 @@ def test_lost_gpu_is_recorded_and_the_others_are_sampled_after_the_node_wide_han
 
 def test_not_supported_leaves_only_that_column_null() -> None:
     world = stepped()
-    refusing = Refusing(world.nvml(0), {"nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetNvLinkState"},
-                        pynvml.NVML_ERROR_NOT_SUPPORTED)  # fmt: skip
+    refusing = Refusing(
+        world.nvml(0),
+        {"nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetNvLinkState"},
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+    )
     rows = NvmlCollector(refusing, "node0").collect(world.now_ts_s)["gpu_samples"].to_pylist()
     assert all(r["pcie_replay_total"] is None and r["nvlink_crc_total"] is None for r in rows)
     assert all(
@@ -116,8 +119,10 @@ def test_rows_fit_the_store(store: Store) -> None:
     )
     assert store.scalar("SELECT count(*) FROM gpu_samples") == 8
     assert store.query("SELECT gpu, xid FROM gpu_events ORDER BY xid") == [
-        {"gpu": "node1/gpu0", "xid": 48}, {"gpu": "node1/gpu0", "xid": 63},  # DBE, row remap
-        {"gpu": "node1/gpu0", "xid": 94}]  # fmt: skip
+        {"gpu": "node1/gpu0", "xid": 48},
+        {"gpu": "node1/gpu0", "xid": 63},  # DBE, row remap
+        {"gpu": "node1/gpu0", "xid": 94},
+    ]
 
 
 def test_error_names_follow_nvml_h() -> None:
@@ -210,9 +215,11 @@ class NoDriver:
 
 @pytest.mark.parametrize(
     ("code", "reason"),
-    [(pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded (DRIVER_NOT_LOADED)"),
-     (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found (LIBRARY_NOT_FOUND)")],
-)  # fmt: skip
+    [
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded (DRIVER_NOT_LOADED)"),
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found (LIBRARY_NOT_FOUND)"),
+    ],
+)
 def test_no_driver_is_reported_once_then_nothing(code: int, reason: str) -> None:
     module = NoDriver(code)
     collector = nvml_collector("node2", module)

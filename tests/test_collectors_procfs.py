@@ -38,8 +38,14 @@ def _proc(root: Path, stat: str = STAT_1) -> None:
     (root / "proc").mkdir(parents=True, exist_ok=True)
     (root / "proc" / "stat").write_text(stat)
     (root / "proc" / "meminfo").write_text(MEMINFO)
-    write(root, {"proc/pressure/cpu": PSI_CPU_OLD.strip(), "proc/pressure/io": PSI_IO.strip(),
-                 "proc/pressure/memory": PSI_MEM.strip()})  # fmt: skip
+    write(
+        root,
+        {
+            "proc/pressure/cpu": PSI_CPU_OLD.strip(),
+            "proc/pressure/io": PSI_IO.strip(),
+            "proc/pressure/memory": PSI_MEM.strip(),
+        },
+    )
 
 
 def test_parsers() -> None:
@@ -90,8 +96,9 @@ def test_missing_and_malformed_files_are_rows_once_while_they_last(tmp_path: Pat
     first = collector.collect(1.0)
     errors = first["collector_errors"].to_pylist()
     assert sorted((e["error"], e["component"], e["collector"]) for e in errors) == [
-        ("malformed", "node0", "procfs"), ("missing", "node0", "procfs")
-    ]  # fmt: skip
+        ("malformed", "node0", "procfs"),
+        ("missing", "node0", "procfs"),
+    ]
     assert first["host_samples"].to_pylist()[0]["mem_used_pct"] is None
     assert {r["resource"] for r in first["psi_samples"].to_pylist()} == {"cpu", "memory"}
     assert "collector_errors" not in collector.collect(2.0)  # still broken: already reported

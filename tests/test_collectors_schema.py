@@ -11,9 +11,13 @@ from collectors.base import RowBatch, RowBuffer, to_table
 from collectors.schema import SCHEMAS, TOPOLOGY_BASE_COLUMNS, columns
 
 DUCKDB_TO_ARROW = {
-    "DOUBLE": pa.float64(), "VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
-    "UBIGINT": pa.uint64(), "BOOLEAN": pa.bool_(),
-}  # fmt: skip
+    "DOUBLE": pa.float64(),
+    "VARCHAR": pa.string(),
+    "BIGINT": pa.int64(),
+    "INTEGER": pa.int32(),
+    "UBIGINT": pa.uint64(),
+    "BOOLEAN": pa.bool_(),
+}
 
 
 def test_schemas_match_the_store(store: Store) -> None:

@@ -17,13 +17,15 @@ NVIDIA_3D, NIC_CLASS = 0x030200, 0x020000
 
 
 def _gpu(root: Path, hierarchy: str, numa: int = 0) -> Path:
-    return pci_device(root, hierarchy, vendor=0x10DE, device=0x2330, pci_class=NVIDIA_3D, numa_node=numa,
-                      driver="nvidia")  # fmt: skip
+    return pci_device(
+        root, hierarchy, vendor=0x10DE, device=0x2330, pci_class=NVIDIA_3D, numa_node=numa, driver="nvidia"
+    )
 
 
 def _nic(root: Path, hierarchy: str, numa: int, driver: str = "mlx5_core", vendor: int = 0x15B3) -> Path:
-    return pci_device(root, hierarchy, vendor=vendor, device=0x1021, pci_class=NIC_CLASS, numa_node=numa,
-                      driver=driver)  # fmt: skip
+    return pci_device(
+        root, hierarchy, vendor=vendor, device=0x1021, pci_class=NIC_CLASS, numa_node=numa, driver=driver
+    )
 
 
 def build(root: Path) -> None:
@@ -59,10 +61,23 @@ def build(root: Path) -> None:
     for ibdev, nic in (("mlx5_0", nic_a), ("mlx5_1", nic_b)):
         (root / "sys/class/infiniband" / ibdev).mkdir(parents=True)
         link(root / "sys/class/infiniband" / ibdev / "device", nic)
-    gaudi = pci_device(root, "pci0000:98/0000:98:01.0/0000:9a:00.0", vendor=0x1DA3, device=0x1020,
-                       pci_class=0x120000, numa_node=1, driver="habanalabs")  # fmt: skip
-    amd = pci_device(root, "pci0000:c0/0000:c0:03.0/0000:c3:00.0", vendor=0x1002, device=0x74A1, pci_class=0x038000,
-                     driver="amdgpu")  # fmt: skip
+    gaudi = pci_device(
+        root,
+        "pci0000:98/0000:98:01.0/0000:9a:00.0",
+        vendor=0x1DA3,
+        device=0x1020,
+        pci_class=0x120000,
+        numa_node=1,
+        driver="habanalabs",
+    )
+    amd = pci_device(
+        root,
+        "pci0000:c0/0000:c0:03.0/0000:c3:00.0",
+        vendor=0x1002,
+        device=0x74A1,
+        pci_class=0x038000,
+        driver="amdgpu",
+    )
     (root / "sys/class/accel/accel0").mkdir(parents=True)
     link(root / "sys/class/accel/accel0/device", gaudi)
     write(root, {"dev/accel/accel0": "", "dev/accel/accel1": ""})  # accel1: no class directory (a container)
@@ -125,21 +140,31 @@ def test_topology_without_nvml_rails_by_switch_then_numa(tmp_path: Path) -> None
         "node3/nic3": (3, None, None, "usb0", None),
     }
     accels = {c: (r[6], r[10]) for c, r in rows.items() if r[1] == "accel"}
-    assert accels == {"node3/accel0": ("0000:9a:00.0", "accel0"), "node3/accel1": ("0000:c3:00.0", "renderD128"),
-                      "node3/accel2": (None, "accel1")}  # fmt: skip
+    assert accels == {
+        "node3/accel0": ("0000:9a:00.0", "accel0"),
+        "node3/accel1": ("0000:c3:00.0", "renderD128"),
+        "node3/accel2": (None, "accel1"),
+    }
     assert found.components_by_pci["0000:3d:00.0"] == "node3/gpu0"
     assert found.components_by_pci["0000:9a:00.0"] == "node3/accel0"
-    assert found.components_by_device == {"ens1f0np0": "node3/nic0", "ens2f0np0": "node3/nic1",
-                                          "enp178s0f0": "node3/nic2", "usb0": "node3/nic3", "mlx5_0": "node3/nic0",
-                                          "mlx5_1": "node3/nic1"}  # fmt: skip
+    assert found.components_by_device == {
+        "ens1f0np0": "node3/nic0",
+        "ens2f0np0": "node3/nic1",
+        "enp178s0f0": "node3/nic2",
+        "usb0": "node3/nic3",
+        "mlx5_0": "node3/nic0",
+        "mlx5_1": "node3/nic1",
+    }
     assert gpus_of_nic(found.rows, "node3/nic0") == ["node3/gpu0", "node3/gpu1"]
     assert gpus_of_nic(found.rows, "node3/nic9") == []
 
 
 def test_nvml_inventory_names_the_gpus(tmp_path: Path) -> None:
     build(tmp_path)
-    gpus = [GpuInfo("node3/gpu0", "0000:60:00.0", "GPU-aaaa", "1650", "NVIDIA H100 80GB HBM3", 0),
-            GpuInfo("node3/gpu1", "0000:3d:00.0", "GPU-bbbb", None, "NVIDIA H100 80GB HBM3", 0)]  # fmt: skip
+    gpus = [
+        GpuInfo("node3/gpu0", "0000:60:00.0", "GPU-aaaa", "1650", "NVIDIA H100 80GB HBM3", 0),
+        GpuInfo("node3/gpu1", "0000:3d:00.0", "GPU-bbbb", None, "NVIDIA H100 80GB HBM3", 0),
+    ]
     rows = _by_component(discover_topology("node3", "rack1", tmp_path, gpus).rows)
     assert rows["node3/gpu0"][6:] == (
         "0000:60:00.0",

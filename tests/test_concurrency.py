@@ -64,11 +64,30 @@ def test_commands_chat_and_a_dcim_watch_share_one_workspace(tmp_path: Path) -> N
 
     watch_out = (tmp_path / "watch.log").open("w")
     watch = subprocess.Popen(
-        _aiops("dcim", "watch", "--file", str(signals), "--db", str(db), "--policy", str(policy), "--interval-s", "1"),
-        stdout=watch_out, stderr=subprocess.STDOUT, env=env, text=True,
-    )  # fmt: skip
-    chat = subprocess.Popen([sys.executable, "-c", CHAT, str(db), str(DURATION_S)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, text=True)  # fmt: skip
+        _aiops(
+            "dcim",
+            "watch",
+            "--file",
+            str(signals),
+            "--db",
+            str(db),
+            "--policy",
+            str(policy),
+            "--interval-s",
+            "1",
+        ),
+        stdout=watch_out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
+    )
+    chat = subprocess.Popen(
+        [sys.executable, "-c", CHAT, str(db), str(DURATION_S)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     runs: list[tuple[str, int, str]] = []
     try:
         deadline = time.monotonic() + DURATION_S

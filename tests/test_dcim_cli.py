@@ -120,8 +120,11 @@ def test_bad_files_and_arguments_exit_2_naming_file_field_and_allowed_values(
     bad.write_text(
         "version: 1\nrules:\n  - {rule_id: move, on: dcim_cap, respond: migrate_jobs, mode: automatic}\n"
     )
-    for args in (["dcim", "cap", "--rack", "rack0", "--kw", "3", "--db", db, "--policy", str(bad)],
-                 ["policy", "show", str(bad), "--db", db], ["policy", "approve", str(bad), "--key", _key("alice"), "--db", db]):  # fmt: skip
+    for args in (
+        ["dcim", "cap", "--rack", "rack0", "--kw", "3", "--db", db, "--policy", str(bad)],
+        ["policy", "show", str(bad), "--db", db],
+        ["policy", "approve", str(bad), "--key", _key("alice"), "--db", db],
+    ):
         code, _, err = cli(capsys, *args)
         assert code == 2 and f"{bad}: field 'rules[0].mode'" in err and "allowed: propose" in err
     code, _, err = cli(capsys, "dcim", "cap", "--rack", "rack9", "--kw", "3", "--db", db)
@@ -193,8 +196,23 @@ def test_the_nvml_actuator_sets_this_hosts_gpus_and_refuses_without_a_driver(
     db, policy = str(run["db"]), str(run["policy"])
     for person in ("alice", "bob"):
         assert cli(capsys, "policy", "approve", policy, "--key", _key(person), "--db", db)[0] == 0
-    cap = ["dcim", "cap", "--rack", "rack0", "--kw", "3.5", "--db", db, "--policy", policy, "--json",
-           "--actuator", "nvml", "--node", "node0"]  # fmt: skip
+    cap = [
+        "dcim",
+        "cap",
+        "--rack",
+        "rack0",
+        "--kw",
+        "3.5",
+        "--db",
+        db,
+        "--policy",
+        policy,
+        "--json",
+        "--actuator",
+        "nvml",
+        "--node",
+        "node0",
+    ]
     if not _driver_present(real_pynvml):
         code, _, err = cli(capsys, *cap)
         assert code == 3 and "NVML is not usable on this host" in err

@@ -380,9 +380,18 @@ def test_the_unit_keeps_the_store_state_and_capabilities_the_collectors_need() -
     assert bounding == {f"CAP_{c}" for c in required_capabilities(config)}
     assert set(unit_value("AmbientCapabilities").split()) == bounding
     # Each of these would hide what a collector or bcc reads (the unit says which, and why).
-    for setting in ("PrivateDevices", "ProtectKernelTunables", "ProtectKernelLogs", "ProtectKernelModules",
-                    "ProtectClock", "MemoryDenyWriteExecute", "DevicePolicy", "PrivateNetwork",
-                    "SystemCallFilter", "InaccessiblePaths"):  # fmt: skip
+    for setting in (
+        "PrivateDevices",
+        "ProtectKernelTunables",
+        "ProtectKernelLogs",
+        "ProtectKernelModules",
+        "ProtectClock",
+        "MemoryDenyWriteExecute",
+        "DevicePolicy",
+        "PrivateNetwork",
+        "SystemCallFilter",
+        "InaccessiblePaths",
+    ):
         assert not unit_values(setting), f"{setting}= breaks a collector"
 
 

@@ -47,8 +47,16 @@ def test_same_scope_names_the_scopes_with_the_same_gpus(
 
 
 def _diagnosis(hypotheses: list[tuple[str, str]]) -> Diagnosis:
-    incident = Incident(incident_id="INC-0001", opened_ts_s=T0 + 300, last_ts_s=T0 + 400, resolved_ts_s=None,
-                        title="t", severity="warning", components=[], symptoms=[])  # fmt: skip
+    incident = Incident(
+        incident_id="INC-0001",
+        opened_ts_s=T0 + 300,
+        last_ts_s=T0 + 400,
+        resolved_ts_s=None,
+        title="t",
+        severity="warning",
+        components=[],
+        symptoms=[],
+    )
     ranked = [
         Hypothesis(root_cause=label, component=comp, confidence=0.9, summary="") for label, comp in hypotheses
     ]

@@ -56,8 +56,15 @@ def test_approvals_expire() -> None:
 
 def test_an_approval_older_than_the_action_does_not_count() -> None:
     b, a = book(), action()
-    b.approvals.append(Approval(proposal_id=a.proposal_id, approver="alice", action_hash=action_hash(a),
-                                ts_s=a.created_ts_s - 1, expires_ts_s=NOW_TS_S + 900))  # fmt: skip
+    b.approvals.append(
+        Approval(
+            proposal_id=a.proposal_id,
+            approver="alice",
+            action_hash=action_hash(a),
+            ts_s=a.created_ts_s - 1,
+            expires_ts_s=NOW_TS_S + 900,
+        )
+    )
     assert not b.is_authorised(a, NOW_TS_S).ok
 
 
@@ -105,17 +112,32 @@ def test_a_person_named_like_the_policy_proposer_cannot_approve_its_action() -> 
 def test_recorded_approvals_by_non_people_are_ignored_even_if_written_directly() -> None:
     b, a = book(), action()
     for name in ("llm", "LLM", "ｌｌｍ", "admin", "system", "", "аlice"):  # the last starts with a Cyrillic а
-        b.approvals.append(Approval(proposal_id=a.proposal_id, approver=name, action_hash=action_hash(a),
-                                    ts_s=NOW_TS_S, expires_ts_s=NOW_TS_S + 900))  # fmt: skip
+        b.approvals.append(
+            Approval(
+                proposal_id=a.proposal_id,
+                approver=name,
+                action_hash=action_hash(a),
+                ts_s=NOW_TS_S,
+                expires_ts_s=NOW_TS_S + 900,
+            )
+        )
     auth = b.is_authorised(a, NOW_TS_S + 1)
     assert not auth.ok and auth.approvers == ()
 
 
 @pytest.mark.parametrize(
     ("name", "rule_text"),
-    [("llm", "reserved"), ("ＬＬＭ", "reserved"), ("admin", "reserved"), ("llm-bot", "reserved"),
-     ("аlice", "ASCII"), ("alice bob", "ASCII"), ("", "ASCII"), ("root", "reserved")],
-)  # fmt: skip
+    [
+        ("llm", "reserved"),
+        ("ＬＬＭ", "reserved"),
+        ("admin", "reserved"),
+        ("llm-bot", "reserved"),
+        ("аlice", "ASCII"),
+        ("alice bob", "ASCII"),
+        ("", "ASCII"),
+        ("root", "reserved"),
+    ],
+)
 def test_names_that_are_not_people(name: str, rule_text: str) -> None:
     with pytest.raises(GuardrailError) as raised:
         person_name(name)

@@ -115,8 +115,10 @@ def test_a_recomputed_hash_still_breaks_the_next_link(db: Path, capsys: pytest.C
     seq, ts_s, event, pid, actor, payload, prev = row
     forged = payload.replace('"approvals_needed":2', '"approvals_needed":0')
     assert forged != payload
-    conn.execute("UPDATE audit_log SET payload = ?, hash = ? WHERE seq = 4",
-                 [forged, row_hash(prev, seq, ts_s, event, pid, actor, forged)])  # fmt: skip
+    conn.execute(
+        "UPDATE audit_log SET payload = ?, hash = ? WHERE seq = 4",
+        [forged, row_hash(prev, seq, ts_s, event, pid, actor, forged)],
+    )
     conn.close()
     code, out = _verify_cli(db, capsys)
     assert code == 1 and "broken at seq 5" in out

@@ -61,8 +61,12 @@ def test_digital_runs_without_approval_only_when_valid(rig: tuple[Executor, Reco
     executor, actuator = rig
     ticket = action(proposal_id="P-t", kind="open_ticket", parameters={"team": "facilities"})
     assert executor.execute(ticket, context()).ran
-    bad = action(proposal_id="P-r", kind="set_lane_rate", target="node3/nic0",
-                 parameters={"lane": "bulk", "fraction": 0.99})  # fmt: skip
+    bad = action(
+        proposal_id="P-r",
+        kind="set_lane_rate",
+        target="node3/nic0",
+        parameters={"lane": "bulk", "fraction": 0.99},
+    )
     refused = executor.execute(bad, context())
     assert refused.status == "refused" and refused.message == "envelope: fraction 0.99 > 0.9"
     assert actuator.applied == [ticket]

@@ -82,8 +82,9 @@ def test_blast_radius_counts_the_gpus_a_target_expands_to() -> None:
     assert v.message == "blast_radius: fleet covers 64 GPUs (at most 32 per set_power_limit)"
     reset = validate(action(kind="reset_power_limit", target="node3", parameters={}), context())
     assert reset.ok
-    clocks = validate(action(kind="set_clock_limit", target="rack0", parameters={"sm_clock_max_mhz": 1500}),
-                      context())  # fmt: skip
+    clocks = validate(
+        action(kind="set_clock_limit", target="rack0", parameters={"sm_clock_max_mhz": 1500}), context()
+    )
     assert clocks.message == "target: set_clock_limit cannot target a rack (gpu, node)"
     lanes = validate(action(kind="enable_lanes", target="node3", parameters={}), context())
     assert lanes.message == "target: enable_lanes cannot target a node (nic)"
@@ -126,10 +127,27 @@ def test_approvals_needed_escalate_for_highest_risk_and_multi_rack() -> None:
 
 
 def test_every_kind_has_a_risk_class_and_the_physical_ones_need_people() -> None:
-    physical = {"set_power_limit", "reset_power_limit", "set_clock_limit", "set_cooling_state", "set_fan_speed",
-                "gpu_reset", "drain_node", "reboot_node", "migrate_job", "restart_job"}  # fmt: skip
-    digital = {"set_lane_rate", "update_lane_rule", "enable_lanes", "enable_ecn", "open_ticket", "rerun_check",
-               "ack_alert"}  # fmt: skip
+    physical = {
+        "set_power_limit",
+        "reset_power_limit",
+        "set_clock_limit",
+        "set_cooling_state",
+        "set_fan_speed",
+        "gpu_reset",
+        "drain_node",
+        "reboot_node",
+        "migrate_job",
+        "restart_job",
+    }
+    digital = {
+        "set_lane_rate",
+        "update_lane_rule",
+        "enable_lanes",
+        "enable_ecn",
+        "open_ticket",
+        "rerun_check",
+        "ack_alert",
+    }
     assert set(DEFAULT_REGISTRY.kinds) == physical | digital
     for kind, spec in DEFAULT_REGISTRY.kinds.items():
         assert spec.physical == (kind in physical)
@@ -141,8 +159,9 @@ def test_clock_and_cooling_envelopes() -> None:
     assert clock.message == "envelope: sm_clock_max_mhz 800 < 990 (50 % of 1980 MHz)"
     fan = validate(action(kind="set_fan_speed", target="node3", parameters={"fan_speed_pct": 10}), context())
     assert fan.message == "envelope: fan_speed_pct 10 < 40"
-    cooling = validate(action(kind="set_cooling_state", target="rack1", parameters={"cooling_fraction": 0.7}),
-                       context())  # fmt: skip
+    cooling = validate(
+        action(kind="set_cooling_state", target="rack1", parameters={"cooling_fraction": 0.7}), context()
+    )
     assert cooling.ok
 
 

@@ -19,9 +19,10 @@ numbers = st.floats(min_value=-2000, max_value=5000, allow_nan=False) | st.integ
 power_params = st.one_of(
     st.fixed_dictionaries({"power_limit_w": numbers | junk}),
     st.fixed_dictionaries({"fraction_of_tdp": st.floats(-1, 3, allow_nan=False) | junk}),
-    st.dictionaries(st.sampled_from(["power_limit_w", "fraction_of_tdp", "approved", "watts"]),
-                    numbers | junk, max_size=3),
-)  # fmt: skip
+    st.dictionaries(
+        st.sampled_from(["power_limit_w", "fraction_of_tdp", "approved", "watts"]), numbers | junk, max_size=3
+    ),
+)
 # One store for every example (opening one costs ~0.1 s); each example gets its own executor and ledger.
 _STORE = Store(":memory:")
 _AUDIT = AuditLog(_STORE)
@@ -43,8 +44,13 @@ def test_an_executed_power_action_is_always_inside_the_envelope(
     world = FakeWorld()
     for key in world.limit_mw:
         world.limit_mw[key] = round(current_w * 1000)
-    states = {g: GpuPower(g, round(current_w * 1000) / 1000, nvml_min_w, TDP_W, TDP_W, 600.0, max_sm_clock_mhz=1980.0)
-              for gs in TOPOLOGY.node_gpus.values() for g in gs}  # fmt: skip
+    states = {
+        g: GpuPower(
+            g, round(current_w * 1000) / 1000, nvml_min_w, TDP_W, TDP_W, 600.0, max_sm_clock_mhz=1980.0
+        )
+        for gs in TOPOLOGY.node_gpus.values()
+        for g in gs
+    }
     executor = Executor(SimActuator(world, TOPOLOGY), ApprovalBook(TOPOLOGY), _AUDIT)
     a = action(kind=kind, target=target, parameters=params if kind == "set_power_limit" else {})
     for person in ("alice", "bob"):  # everything is approved: only the envelope can stop it
@@ -76,8 +82,12 @@ def test_an_executed_action_has_every_number_inside_its_bounds(kind: str, value:
     params: dict[str, Any] = {name: value}
     if kind == "set_lane_rate":
         params["lane"] = "bulk"
-    target = {"set_lane_rate": "node3/nic0", "set_fan_speed": "node3", "set_cooling_state": "rack1",
-              "set_clock_limit": "node3/gpu5"}[kind]  # fmt: skip
+    target = {
+        "set_lane_rate": "node3/nic0",
+        "set_fan_speed": "node3",
+        "set_cooling_state": "rack1",
+        "set_clock_limit": "node3/gpu5",
+    }[kind]
     actuator = RecordingActuator()
     executor = Executor(actuator, ApprovalBook(TOPOLOGY), _AUDIT)
     a = action(kind=kind, target=target, parameters=params)

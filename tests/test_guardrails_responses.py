@@ -203,9 +203,14 @@ def test_policy_book_grants_nothing_beyond_its_rules(store: Store) -> None:
 
     def act(proposed_by: str, watts: float, kind: str = "set_power_limit") -> Action:
         params = {"power_limit_w": watts} if kind == "set_power_limit" else {"to": "rack1"}
-        return Action(proposal_id=f"P-{proposed_by}-{watts}-{kind}", kind=kind, target="node0" if kind ==
-                      "set_power_limit" else "job:train", parameters=params, proposed_by=proposed_by,
-                      created_ts_s=NOW_TS_S - 1)  # fmt: skip
+        return Action(
+            proposal_id=f"P-{proposed_by}-{watts}-{kind}",
+            kind=kind,
+            target="node0" if kind == "set_power_limit" else "job:train",
+            parameters=params,
+            proposed_by=proposed_by,
+            created_ts_s=NOW_TS_S - 1,
+        )
 
     assert book.is_authorised(act("policy:dcim-cap", 600.0), NOW_TS_S, context.gpus).ok
     assert not book.is_authorised(act("policy:dcim-cap", 500.0), NOW_TS_S, context.gpus).ok  # a 200 W step
@@ -227,9 +232,17 @@ def test_the_recount_catches_forged_policy_executions(store: Store) -> None:
     rows = read_rows(store)
     assert unsafe_executions(rows) == 0
     audit = AuditLog(store)
-    forged = {"outcome": "executed", "kind": "set_power_limit", "target": "node3", "physical": True,
-              "parameters": {"power_limit_w": 300}, "action_hash": "f" * 64, "approvals_needed": 1,
-              "approved_by": ["alice"], "detail": {"policy": {"policy_sha256": loaded(text).sha256}}}  # fmt: skip
+    forged = {
+        "outcome": "executed",
+        "kind": "set_power_limit",
+        "target": "node3",
+        "physical": True,
+        "parameters": {"power_limit_w": 300},
+        "action_hash": "f" * 64,
+        "approvals_needed": 1,
+        "approved_by": ["alice"],
+        "detail": {"policy": {"policy_sha256": loaded(text).sha256}},
+    }
     audit.append("execution", forged, proposal_id="X-1", actor="executor", ts_s=NOW_TS_S + 1)
     assert unsafe_executions(read_rows(store)) == 1
     # a forged run that copies a real proposal and envelope record but sets a value outside the envelope
@@ -261,24 +274,49 @@ def test_an_execution_before_the_policy_approval_is_unsafe(store: Store) -> None
 @pytest.mark.parametrize(
     ("yaml_text", "field", "allowed"),
     [
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: migrate_jobs, mode: automatic}\n",
-         "rules[0].mode", "propose"),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: adjust_cooling, mode: automatic, cooling_fraction: 0.8}\n",
-         "rules[0].mode", "propose"),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: reboot_nodes, mode: automatic}\n",
-         "rules[0].respond", "apply_allocator"),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator, envelope: {min_fraction_of_tdp: 0.3}}\n",
-         "rules[0].envelope.min_fraction_of_tdp", None),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator, envelope: {max_step_w: 500}}\n",
-         "rules[0].envelope.max_step_w", None),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator, approved: true}\n",
-         "rules[0].approved", "mode"),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_clear, respond: apply_allocator}\n",
-         "rules[0].respond", "restore_limits"),
-        ("version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator}\n"
-         "  - {rule_id: a, on: dcim_clear, respond: restore_limits}\n", "rules[1].rule_id", None),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: migrate_jobs, mode: automatic}\n",
+            "rules[0].mode",
+            "propose",
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: adjust_cooling, mode: automatic, cooling_fraction: 0.8}\n",
+            "rules[0].mode",
+            "propose",
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: reboot_nodes, mode: automatic}\n",
+            "rules[0].respond",
+            "apply_allocator",
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator, envelope: {min_fraction_of_tdp: 0.3}}\n",
+            "rules[0].envelope.min_fraction_of_tdp",
+            None,
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator, envelope: {max_step_w: 500}}\n",
+            "rules[0].envelope.max_step_w",
+            None,
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator, approved: true}\n",
+            "rules[0].approved",
+            "mode",
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_clear, respond: apply_allocator}\n",
+            "rules[0].respond",
+            "restore_limits",
+        ),
+        (
+            "version: 1\nrules:\n  - {rule_id: a, on: dcim_cap, respond: apply_allocator}\n"
+            "  - {rule_id: a, on: dcim_clear, respond: restore_limits}\n",
+            "rules[1].rule_id",
+            None,
+        ),
     ],
-)  # fmt: skip
+)
 def test_policy_file_errors_name_the_field_and_allowed_values(
     yaml_text: str, field: str, allowed: str | None
 ) -> None:

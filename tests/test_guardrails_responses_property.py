@@ -47,8 +47,14 @@ def cases(draw: st.DrawFn, inside: bool, nodes_per_rack: int, gpus_per_node: int
         nvml_max = draw(st.floats(max(nvml_min, 0.75 * tdp), 1.1 * tdp))
         low, high = max(min_frac * tdp, nvml_min), min(max_frac * tdp, nvml_max)
         limit = draw(st.floats(low, high) if inside and low <= high else st.floats(nvml_min, nvml_max))
-        world.gpus[name] = Gpu(tdp, nvml_min, nvml_max, limit, draw(st.floats(0.0, 1.2 * tdp)),
-                               draw(st.sampled_from([None, "a", "b"])))  # fmt: skip
+        world.gpus[name] = Gpu(
+            tdp,
+            nvml_min,
+            nvml_max,
+            limit,
+            draw(st.floats(0.0, 1.2 * tdp)),
+            draw(st.sampled_from([None, "a", "b"])),
+        )
     scope = draw(st.sampled_from(["rack0", "rack1", "fleet"]))
     nodes = len(world.topology.node_gpus)
     uncapped_kw = (sum(g.max_w for g in world.gpus.values()) + nodes * world.non_gpu_w_per_node) / 1000.0
@@ -108,9 +114,14 @@ def test_planned_steps_settle_inside_the_envelope_and_the_budget(case: Case) -> 
         if not planned:
             break
         for step in planned:
-            action = Action(proposal_id=f"S-{i}-{step.target.replace('/', '.')}", kind="set_power_limit", target=step.target,
-                            parameters={"power_limit_w": step.power_limit_w}, proposed_by=rule.proposer,
-                            created_ts_s=now)  # fmt: skip
+            action = Action(
+                proposal_id=f"S-{i}-{step.target.replace('/', '.')}",
+                kind="set_power_limit",
+                target=step.target,
+                parameters={"power_limit_w": step.power_limit_w},
+                proposed_by=rule.proposer,
+                created_ts_s=now,
+            )
             problem, _ = envelope_check(action, rule.envelope, context.gpus, world.topology)
             assert problem is None, problem
             verdict = validate(action, Context(world.topology, context.gpus, (), now))

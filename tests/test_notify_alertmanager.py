@@ -70,10 +70,17 @@ def alertmanager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tu
         port = free_port()
         log = (tmp_path / "alertmanager.log").open("wb")
         process = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=info"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",
+                "--log.level=info",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         base_url = f"http://127.0.0.1:{port}"
         try:
             wait_ready(base_url, process, tmp_path / "alertmanager.log")
@@ -110,8 +117,14 @@ def live_event(kind: str, opened_ts_s: float, with_top: str | None = None) -> In
         update={"opened_ts_s": opened_ts_s, "last_ts_s": now_ts_s}
     )
     tops = [hypothesis(with_top)] if with_top else []
-    return incident_event(kind, base, tops, node="node3", link="http://127.0.0.1:9484/api/incidents/inc-am-1",
-                          resolved_ts_s=now_ts_s)  # type: ignore[arg-type]  # fmt: skip
+    return incident_event(
+        kind,
+        base,
+        tops,
+        node="node3",
+        link="http://127.0.0.1:9484/api/incidents/inc-am-1",
+        resolved_ts_s=now_ts_s,
+    )  # type: ignore[arg-type]
 
 
 def deliver(notifier: Notifier, workspace: Workspace, event: IncidentEvent) -> None:
@@ -156,8 +169,13 @@ def test_alertmanager_routes_our_alerts_and_resolves_them(
     hook.wait_for(lambda got: ("resolved", "undiagnosed") in alerts_in(got[1:]))
 
     deliver(notifier, workspace, live_event("resolved", opened_ts_s, "thermal_throttle"))
-    got = hook.wait_for(lambda got: any(r.body["status"] == "resolved" for r in got[1:]
-                                        if ("resolved", "thermal_throttle") in alerts_in([r])))  # fmt: skip
+    got = hook.wait_for(
+        lambda got: any(
+            r.body["status"] == "resolved"
+            for r in got[1:]
+            if ("resolved", "thermal_throttle") in alerts_in([r])
+        )
+    )
     final = got[-1].body
     assert final["status"] == "resolved" and final["commonLabels"]["incident_id"] == "inc-am-1"
     assert all(status == "resolved" for status, _ in alerts_in([got[-1]]))

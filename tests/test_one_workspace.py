@@ -181,8 +181,13 @@ def test_the_rate_limit_holds_across_actors(db: Path, tmp_path: Path) -> None:
         setup = RoundSetup()
         steps = []
         for i in range(4):
-            result = one_round(workspace, loaded, setup, signals=signal_now(cap) if i == 0 else None,
-                               clock=lambda i=i: now - 200 + i)  # fmt: skip
+            result = one_round(
+                workspace,
+                loaded,
+                setup,
+                signals=signal_now(cap) if i == 0 else None,
+                clock=lambda i=i: now - 200 + i,
+            )
             steps += [a for a in result.report.actions if a.target == "node0" and a.status == "executed"]
         assert [a.parameters["power_limit_w"] for a in steps] == [600.0, 500.0, 400.0, 300.0]
 

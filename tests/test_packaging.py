@@ -23,8 +23,19 @@ import pytest
 from aiops.labels import DIAGNOSIS_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
-IGNORED = shutil.ignore_patterns(".git", ".venv", "out", "build", "*.egg-info", "__pycache__", "*.duckdb*",
-                                 ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis")  # fmt: skip
+IGNORED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "out",
+    "build",
+    "*.egg-info",
+    "__pycache__",
+    "*.duckdb*",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
+)
 
 
 def _run(argv: list[str], cwd: Path, timeout_s: float = 600) -> str:
@@ -39,8 +50,21 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("packaging")
     source = work / "src"
     shutil.copytree(ROOT, source, ignore=IGNORED)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
-          str(source)], work)  # fmt: skip
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work / "dist"),
+            str(source),
+        ],
+        work,
+    )
     wheel = next((work / "dist").glob("aiops_gpu-*.whl"))
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], work)
@@ -55,20 +79,27 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_carries_its_data_and_runs_from_site_packages(installed: Path, tmp_path: Path) -> None:
-    where = _run([str(installed / "python"), "-c", (
-        "import json, aiops, bpf, evals, playbooks\n"
-        "from aiops.console.app import STATIC\n"
-        "from aiops.console.web import environment\n"
-        "from aiops.datapath.loader import source_file\n"
-        "from aiops.datapath.policy import DEFAULT_POLICY_PATH\n"
-        "from aiops.playbooks import load_playbooks\n"
-        "from evals.harness import PUBLIC_SUITE, suite_files\n"
-        "from guardrails.responses import DEFAULT_RESPONSES_PATH\n"
-        "print(json.dumps({'files': [aiops.__file__, bpf.__file__, evals.__file__, playbooks.__file__,"
-        " str(source_file('lanes.bpf.c')), str(DEFAULT_POLICY_PATH), str(DEFAULT_RESPONSES_PATH),"
-        " str(STATIC / 'chat.js'), str(STATIC / 'console.css'), environment().get_template('incident.html').filename],"
-        " 'playbooks': len(load_playbooks()), 'scenarios': len(suite_files(PUBLIC_SUITE))}))"
-    )], tmp_path)  # fmt: skip
+    where = _run(
+        [
+            str(installed / "python"),
+            "-c",
+            (
+                "import json, aiops, bpf, evals, playbooks\n"
+                "from aiops.console.app import STATIC\n"
+                "from aiops.console.web import environment\n"
+                "from aiops.datapath.loader import source_file\n"
+                "from aiops.datapath.policy import DEFAULT_POLICY_PATH\n"
+                "from aiops.playbooks import load_playbooks\n"
+                "from evals.harness import PUBLIC_SUITE, suite_files\n"
+                "from guardrails.responses import DEFAULT_RESPONSES_PATH\n"
+                "print(json.dumps({'files': [aiops.__file__, bpf.__file__, evals.__file__, playbooks.__file__,"
+                " str(source_file('lanes.bpf.c')), str(DEFAULT_POLICY_PATH), str(DEFAULT_RESPONSES_PATH),"
+                " str(STATIC / 'chat.js'), str(STATIC / 'console.css'), environment().get_template('incident.html').filename],"
+                " 'playbooks': len(load_playbooks()), 'scenarios': len(suite_files(PUBLIC_SUITE))}))"
+            ),
+        ],
+        tmp_path,
+    )
     found = json.loads(where)
     venv = str(installed.parent)
     assert all(f.startswith(venv) for f in found["files"]), found["files"]  # not the checkout

@@ -19,8 +19,10 @@ FAULT_START_S = 120.0
 def profile(pid: int) -> ProfileResult:
     records = [
         StackRecord(("main", "loader", "decode_jpeg"), "cpu", "cpu", 40, 0, "idle"),
-        StackRecord(("main", "step", "cudaStreamSynchronize"), "cudaStreamSynchronize", "sync", 9, 4_000_000, "idle"),
-    ]  # fmt: skip
+        StackRecord(
+            ("main", "step", "cudaStreamSynchronize"), "cudaStreamSynchronize", "sync", 9, 4_000_000, "idle"
+        ),
+    ]
     return ProfileResult(pid, 30.0, 0.1, ("cudaStreamSynchronize",), {}, records, [5.0] * 300, 300)
 
 

@@ -17,7 +17,10 @@ from aiops.cli.main import main
 from aiops.profile.duty import DEFAULT_DUTY, DEFAULT_PERIOD_S, Cycler, DutyPlan, open_slices, plan
 from aiops.profile.probes import PROBES, Attached, Link
 
-LAUNCH, MEMCPY, SYNC = (next(p for p in PROBES if p.symbol == name) for name in ("cudaLaunchKernel", "cudaMemcpy", "cudaDeviceSynchronize"))  # fmt: skip
+LAUNCH, MEMCPY, SYNC = (
+    next(p for p in PROBES if p.symbol == name)
+    for name in ("cudaLaunchKernel", "cudaMemcpy", "cudaDeviceSynchronize")
+)
 
 
 class FakeAttached(Attached):

@@ -151,8 +151,13 @@ def test_svg_zoom_and_search_run_in_a_browser(tmp_path: Path) -> None:
     its siblings; searching 'wait' matches wait_gpu and wait_inner under it, counted once (20 %, not 40 %)."""
     if CHROMIUM is None:
         pytest.skip("chromium not installed")
-    weights = Counter({("main", "feed_launches", "cudaLaunchKernel"): 60, ("main", "wait_gpu", "wait_inner"): 20,
-                       ("main", "copy_inputs", "cudaMemcpy"): 20})  # fmt: skip
+    weights = Counter(
+        {
+            ("main", "feed_launches", "cudaLaunchKernel"): 60,
+            ("main", "wait_gpu", "wait_inner"): 20,
+            ("main", "copy_inputs", "cudaMemcpy"): 20,
+        }
+    )
     svg = flamegraph_svg({"calls": weights}, "t")
     probe = """<script><![CDATA[
 var g = document.querySelector('g.f[data-n="feed_launches"]'); zoom(g); searchFor('wait');
@@ -166,8 +171,11 @@ document.documentElement.appendChild(out);
     page.write_text(svg.replace("</svg>", probe))
     done = subprocess.run(
         [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     found = re.search(r'id="result">([^<]*)<', done.stdout)
     assert found is not None, done.stdout[-2000:]
     result = json.loads(html.unescape(found.group(1)))

@@ -33,9 +33,16 @@ def result(pid: int, decode: int, hostile: int, launches: int, blocked_ns: int) 
         ),
         StackRecord(("main", "busy_on_cpu"), "cpu", "cpu", 99, 0, "busy"),  # GPU busy: not in the idle view
     ]
-    return ProfileResult(pid=pid, duration_s=30.0, slice_s=0.1, probes=("cudaLaunchKernel",),
-                         libraries={"libcudart": "/x/libcudart.so.13"}, records=records,
-                         util_pct=[80.0] * 200 + [2.0] * 100, idle_slices=100)  # fmt: skip
+    return ProfileResult(
+        pid=pid,
+        duration_s=30.0,
+        slice_s=0.1,
+        probes=("cudaLaunchKernel",),
+        libraries={"libcudart": "/x/libcudart.so.13"},
+        records=records,
+        util_pct=[80.0] * 200 + [2.0] * 100,
+        idle_slices=100,
+    )
 
 
 @pytest.fixture()

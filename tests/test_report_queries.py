@@ -20,9 +20,21 @@ PERIOD = Period(EPOCH_S, EPOCH_S + 600)
 def _fill(store: Store) -> None:
     """Three GPUs on two nodes every 10 s; gpu2 answers NVML errors (NULL metrics) for a minute, gpu1 is
     throttled and at its power limit now and then, and the samples' values vary with time and GPU."""
-    rows: dict[str, list[Any]] = {k: [] for k in ("ts_s", "gpu", "node", "util_pct", "temp_c", "power_w",
-                                                  "power_limit_w", "slowdown_temp_c", "clocks_event_reasons",
-                                                  "nvml_error")}  # fmt: skip
+    rows: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "ts_s",
+            "gpu",
+            "node",
+            "util_pct",
+            "temp_c",
+            "power_w",
+            "power_limit_w",
+            "slowdown_temp_c",
+            "clocks_event_reasons",
+            "nvml_error",
+        )
+    }
     for i in range(60):
         for g, gpu in enumerate(("node0/gpu0", "node0/gpu1", "node1/gpu2")):
             error = gpu == "node1/gpu2" and 20 <= i < 26
@@ -163,11 +175,20 @@ def test_rack_power_reads_the_cap_in_force_from_the_dcim_input(tmp_path: Any) ->
     fleet at 50 kW from minute 8: each sample counts under the cap the DCIM input had in force at its time."""
     with Store(tmp_path / "r.duckdb") as s:
         ts = [EPOCH_S + 10 * i for i in range(60)]
-        s.ingest("rack_samples", {"ts_s": ts * 2, "rack": ["rack0"] * 60 + ["rack1"] * 60,
-                                  "power_kw": [20.0] * 60 + [25.0] * 60})  # fmt: skip
-        s.ingest("dcim_signals", {"ts_s": [EPOCH_S + 120, EPOCH_S + 300, EPOCH_S + 480],
-                                  "scope": ["rack0", "rack0", "fleet"], "kind": ["cap", "clear", "cap"],
-                                  "budget_kw": [30.0, None, 50.0], "source": ["cli"] * 3})  # fmt: skip
+        s.ingest(
+            "rack_samples",
+            {"ts_s": ts * 2, "rack": ["rack0"] * 60 + ["rack1"] * 60, "power_kw": [20.0] * 60 + [25.0] * 60},
+        )
+        s.ingest(
+            "dcim_signals",
+            {
+                "ts_s": [EPOCH_S + 120, EPOCH_S + 300, EPOCH_S + 480],
+                "scope": ["rack0", "rack0", "fleet"],
+                "kind": ["cap", "clear", "cap"],
+                "budget_kw": [30.0, None, 50.0],
+                "source": ["cli"] * 3,
+            },
+        )
         got = {r["rack"]: r for r in q.rack_power(s, PERIOD)}
     # rack0: 18 samples under 30 kW (120 s .. 290 s), 12 under the fleet's 50 kW (480 s .. 590 s)
     assert (got["rack0"]["min_cap_kw"], got["rack0"]["capped_samples"], got["rack0"]["samples"]) == (

@@ -39,9 +39,15 @@ def test_previous_due(expr: str, due: tuple[int, ...]) -> None:
 
 @pytest.mark.parametrize(
     ("expr", "words"),
-    [("* * *", "has 3 fields"), ("61 * * * *", "out of range"), ("a * * * *", "not a cron field"),
-     ("0 0 31 2 *", "no day that exists"), ("*/0 * * * *", "out of range"), ("0 24 * * *", "hour")],
-)  # fmt: skip
+    [
+        ("* * *", "has 3 fields"),
+        ("61 * * * *", "out of range"),
+        ("a * * * *", "not a cron field"),
+        ("0 0 31 2 *", "no day that exists"),
+        ("*/0 * * * *", "out of range"),
+        ("0 24 * * *", "hour"),
+    ],
+)
 def test_bad_cron_names_file_key_and_allowed(expr: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"report": {"cron": expr}}, "aiops.toml")
@@ -51,9 +57,13 @@ def test_bad_cron_names_file_key_and_allowed(expr: str, words: str) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value", "words"),
-    [("formats", "html,docx", "html, md, pdf"), ("since", "yesterday", "not a duration"),
-     ("keep_last", 0, "greater than or equal to 1"), ("colour", "x", "unknown key")],
-)  # fmt: skip
+    [
+        ("formats", "html,docx", "html, md, pdf"),
+        ("since", "yesterday", "not a duration"),
+        ("keep_last", 0, "greater than or equal to 1"),
+        ("colour", "x", "unknown key"),
+    ],
+)
 def test_bad_report_keys(key: str, value: object, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"report": {key: value}}, "aiops.toml")
@@ -76,6 +86,9 @@ def test_prune_keeps_the_newest_stems(tmp_path: Path) -> None:
     removed = prune(tmp_path, 2)
     assert len(removed) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "notes.txt", "report-20260103T000000Z.html", "report-20260103T000000Z.md",
-        "report-20260104T000000Z.html", "report-20260104T000000Z.md",
-    ]  # fmt: skip
+        "notes.txt",
+        "report-20260103T000000Z.html",
+        "report-20260103T000000Z.md",
+        "report-20260104T000000Z.html",
+        "report-20260104T000000Z.md",
+    ]

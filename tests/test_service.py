@@ -45,8 +45,16 @@ def _prometheus(tmp_path: Path, target_port: int) -> tuple[subprocess.Popen[byte
         f"  - job_name: aiops\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
     )
     log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     return proc, port
 
 
@@ -113,8 +121,12 @@ def test_sigterm_flushes_and_a_killed_service_restarts_where_it_was(tmp_path: Pa
         db
     ).read() as store:  # everything it collected landed: the last flush came after the last tick
         newest = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
-        twin_elapsed = float(store.scalar("SELECT max(elapsed_s + CAST(json_extract(payload, '$.seconds') AS DOUBLE)) "
-                                          "FROM twin_log WHERE kind = 'advance'"))  # fmt: skip
+        twin_elapsed = float(
+            store.scalar(
+                "SELECT max(elapsed_s + CAST(json_extract(payload, '$.seconds') AS DOUBLE)) "
+                "FROM twin_log WHERE kind = 'advance'"
+            )
+        )
         epoch = float(store.scalar("SELECT epoch_ts_s FROM sim_runs"))
     assert abs((newest - epoch) - twin_elapsed) < 1e-6  # the twin's log and the telemetry agree to the second
 
@@ -143,9 +155,13 @@ def test_sigterm_flushes_and_a_killed_service_restarts_where_it_was(tmp_path: Pa
 def test_one_service_per_workspace_names_the_holder(tmp_path: Path) -> None:
     db, scenario = tmp_path / "svc.duckdb", _scenario(tmp_path)
     with running_service(tmp_path, db, "--sim", str(scenario)) as (proc, _):
-        second = subprocess.run(aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{free_port()}", "--sim",
-                                          str(scenario)), capture_output=True, text=True, timeout=60,
-                                env=service_env(tmp_path))  # fmt: skip
+        second = subprocess.run(
+            aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{free_port()}", "--sim", str(scenario)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=service_env(tmp_path),
+        )
         assert second.returncode == 4
         assert f"another aiops run (PID {proc.pid}) serves this workspace" in second.stderr
 
@@ -161,25 +177,47 @@ def test_commands_work_on_a_served_workspace_and_the_service_executes_approvals(
             return any(p["status"] == "pending" and p["physical"] for p in proposals)
 
         wait_for(physical_pending, 120, "the service to file a physical proposal")
-        listed = subprocess.run(aiops_cmd("actions", "list", "--db", str(db), "--json"), capture_output=True,
-                                text=True, timeout=60, env=env)  # fmt: skip
+        listed = subprocess.run(
+            aiops_cmd("actions", "list", "--db", str(db), "--json"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert listed.returncode == 0, listed.stderr
         proposal = next(p for p in json.loads(listed.stdout) if p["physical"] and p["status"] == "pending")
-        approved = subprocess.run(aiops_cmd("actions", "approve", proposal["proposal_id"], "--key",
-                                            str(shared_keys().keys["alice"]), "--db", str(db)), capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        approved = subprocess.run(
+            aiops_cmd(
+                "actions",
+                "approve",
+                proposal["proposal_id"],
+                "--key",
+                str(shared_keys().keys["alice"]),
+                "--db",
+                str(db),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert approved.returncode == 0, approved.stderr
         assert "approvals wait for it" in " ".join(
             approved.stdout.split()
         )  # the service executes, not the CLI
 
         def executed() -> bool:
-            found = [p for p in get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
-                     if p["proposal_id"] == proposal["proposal_id"]]  # fmt: skip
+            found = [
+                p
+                for p in get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
+                if p["proposal_id"] == proposal["proposal_id"]
+            ]
             return bool(found) and found[0]["status"] == "executed"
 
         wait_for(executed, 60, "the service to execute the approved proposal")
-        verify = subprocess.run(aiops_cmd("audit", "verify", "--db", str(db)), capture_output=True, text=True,
-                                timeout=60, env=env)  # fmt: skip
+        verify = subprocess.run(
+            aiops_cmd("audit", "verify", "--db", str(db)), capture_output=True, text=True, timeout=60, env=env
+        )
         assert verify.returncode == 0 and "audit log ok" in verify.stdout
     with Workspace(db).read() as store:
         assert store.scalar("SELECT count(*) FROM twin_log WHERE kind = 'action'") == 1
@@ -189,6 +227,11 @@ def test_analyze_without_telemetry_says_so_never_healthy(tmp_path: Path) -> None
     db = tmp_path / "empty.duckdb"
     with Workspace(db).write():
         pass
-    done = subprocess.run(aiops_cmd("analyze", "--db", str(db)), capture_output=True, text=True, timeout=60,
-                          env=service_env(tmp_path))  # fmt: skip
+    done = subprocess.run(
+        aiops_cmd("analyze", "--db", str(db)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=service_env(tmp_path),
+    )
     assert done.returncode == 3 and f"no telemetry in {db}" in done.stderr and "healthy" not in done.stdout

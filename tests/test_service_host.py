@@ -33,9 +33,15 @@ def test_aiops_run_with_no_config_collects_this_host_for_30_s(tmp_path: Path) ->
     log = tmp_path / "service.log"
     with log.open("wb") as out:
         done = subprocess.run(
-            aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{free_port()}", "--duration-s", str(RUN_S)),
-            stdout=out, stderr=out, env=env, timeout=RUN_S + 60, check=False,
-        )  # fmt: skip
+            aiops_cmd(
+                "run", "--db", str(db), "--listen", f"127.0.0.1:{free_port()}", "--duration-s", str(RUN_S)
+            ),
+            stdout=out,
+            stderr=out,
+            env=env,
+            timeout=RUN_S + 60,
+            check=False,
+        )
     assert done.returncode == 0, log.read_text()[-3000:]
     with Store(db, read_only=True) as store:
 

@@ -33,8 +33,15 @@ class FakeWorkspace:
 
 
 def incident(incident_id: str = "INC-0007") -> Incident:
-    return Incident(incident_id=incident_id, opened_ts_s=0.0, last_ts_s=1.0, title="t", severity="warning",
-                    components=["node0"], symptoms=[])  # fmt: skip
+    return Incident(
+        incident_id=incident_id,
+        opened_ts_s=0.0,
+        last_ts_s=1.0,
+        title="t",
+        severity="warning",
+        components=["node0"],
+        symptoms=[],
+    )
 
 
 def top(root_cause: str = "input_pipeline_bottleneck", component: str = "node0") -> Hypothesis:
@@ -46,9 +53,16 @@ def fake_result(pid: int, duration_s: float, stop: threading.Event) -> ProfileRe
         StackRecord(("main", "loader", "decode"), "cpu", "cpu", 30, 0, "idle"),
         StackRecord(("main", "step", "cudaLaunchKernel"), "cudaLaunchKernel", "launch", 300, 0, "busy"),
     ]
-    return ProfileResult(pid=pid, duration_s=duration_s, slice_s=0.1, probes=("cudaLaunchKernel",),
-                         libraries={"libcudart": "/x/libcudart.so.13"}, records=records,
-                         util_pct=[5.0] * 4, idle_slices=4)  # fmt: skip
+    return ProfileResult(
+        pid=pid,
+        duration_s=duration_s,
+        slice_s=0.1,
+        probes=("cudaLaunchKernel",),
+        libraries={"libcudart": "/x/libcudart.so.13"},
+        records=records,
+        util_pct=[5.0] * 4,
+        idle_slices=4,
+    )
 
 
 def trigger(tmp_path: Path, **overrides: object) -> tuple[ProfileTrigger, FakeWorkspace, list[int]]:
@@ -180,7 +194,13 @@ def write_proc(root: Path, pid: int, maps: str, utime: int, stime: int, name: st
 def test_find_cuda_processes_scans_maps_busiest_first(tmp_path: Path) -> None:
     lib = "7f0000000000-7f0000001000 r-xp 00000000 08:01 123 "
     write_proc(tmp_path, 10, lib + "/usr/local/cuda/lib64/libcudart.so.13.0.48\n", 5, 5)
-    write_proc(tmp_path, 11, lib + "/usr/lib/x86_64-linux-gnu/libcuda.so.1 (deleted)\n" + lib + "/x/libnccl.so.2\n", 50, 1)  # fmt: skip
+    write_proc(
+        tmp_path,
+        11,
+        lib + "/usr/lib/x86_64-linux-gnu/libcuda.so.1 (deleted)\n" + lib + "/x/libnccl.so.2\n",
+        50,
+        1,
+    )
     write_proc(tmp_path, 12, lib + "/usr/lib/libc.so.6\n", 900, 0)  # no CUDA
     write_proc(tmp_path, 13, lib + "/usr/local/cuda/lib64/libcudart.so.13\n", 999, 0)  # excluded (ourselves)
     (tmp_path / "14").mkdir()  # vanished: no maps

@@ -16,135 +16,240 @@ NOT_ROUTINE = THROTTLE & ~SW_POWER_CAP  # SwPowerCap at the full 700 W limit is 
 
 # (kind, target, severity, queries that must all be true in the faulty run)
 CASES: list[tuple[str, str, float, list[str]]] = [
-    ("thermal_throttle", "node1/gpu2", 0.3, [
-        f"SELECT bool_or(clocks_event_reasons & {SW_THERMAL} <> 0) AND max(temp_c) >= 86 FROM gpu_samples WHERE gpu = 'node1/gpu2' AND AFTER",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE gpu <> 'node1/gpu2' AND clocks_event_reasons & {NOT_ROUTINE} <> 0",
-        "SELECT mode(slowest_gpu) = 'node1/gpu2' FROM job_steps WHERE AFTER",
-        "SELECT max(inlet_temp_c) < 27 AND min(coolant_flow_lpm) > 190 FROM rack_samples",
-    ]),
-    ("thermal_throttle", "node2", 0.9, [
-        f"SELECT count(DISTINCT gpu) = 4 FROM gpu_samples WHERE node = 'node2' AND clocks_event_reasons & {SW_THERMAL} <> 0",
-        f"SELECT bool_or(clocks_event_reasons & {HW_THERMAL} <> 0) FROM gpu_samples WHERE node = 'node2'",
-        "SELECT avg(sm_clock_mhz) < 0.85 * 1980 FROM gpu_samples WHERE node = 'node2' AND AFTER",
-    ]),
-    ("rack_cooling_failure", "rack1", 0.8, [
-        "SELECT min(coolant_flow_lpm) < 100 AND max(inlet_temp_c) > 35 FROM rack_samples WHERE rack = 'rack1' AND LATE",
-        "SELECT max(inlet_temp_c) < 27 AND min(coolant_flow_lpm) > 190 FROM rack_samples WHERE rack = 'rack0'",
-        "SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE) > 12 FROM gpu_samples WHERE node IN ('node2', 'node3')",
-        "SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE) < 1 FROM gpu_samples WHERE node IN ('node0', 'node1')",
-    ]),
-    ("power_cap_misconfig", "node0/gpu1", 0.2, [
-        f"SELECT max(power_limit_w) < 400 AND bool_and(clocks_event_reasons & {SW_POWER_CAP} <> 0) FROM gpu_samples WHERE gpu = 'node0/gpu1' AND AFTER",
-        "SELECT avg(power_w / power_limit_w) > 0.9 FROM gpu_samples WHERE gpu = 'node0/gpu1' AND AFTER",
-        "SELECT avg(temp_c) FILTER (WHERE AFTER) < avg(temp_c) FILTER (WHERE BEFORE) - 5 FROM gpu_samples WHERE gpu = 'node0/gpu1'",
-        "SELECT mode(slowest_gpu) = 'node0/gpu1' FROM job_steps WHERE AFTER",
-    ]),
-    ("power_cap_misconfig", "node3", 0.9, [
-        "SELECT count(DISTINCT gpu) = 4 AND max(power_limit_w) = 200 FROM gpu_samples WHERE node = 'node3' AND AFTER",
-    ]),
-    ("facility_power_cap", "rack0", 0.1, [
-        # the cap arrives as one DCIM signal (the facility's input), never as a per-sample column
-        f"SELECT list(kind) = ['cap'] AND bool_and(scope = 'rack0' AND budget_kw > 0 AND ts_s = {FAULT_TS}) FROM dcim_signals",
-        "SELECT count(*) = 0 FROM rack_samples WHERE power_cap_kw IS NOT NULL",
-        # SwPowerCap whenever the demand is above the lowered limit: most seconds, not all (power phases)
-        f"SELECT min(share) > 0.2 AND avg(share) > 0.5 FROM (SELECT avg((clocks_event_reasons & {SW_POWER_CAP} <> 0)::INT) AS share FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER GROUP BY gpu)",
-        "SELECT max(power_limit_w) BETWEEN 420 AND 595 FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER",
-    ]),
-    ("power_brake", "node3", 0.3, [
-        f"SELECT bool_and(clocks_event_reasons & {BRAKE} <> 0) AND max(sm_clock_mhz) <= 0.5 * 1980 FROM gpu_samples WHERE node = 'node3' AND AFTER",
-        # DCGM/nvml.h: HW Slowdown (0x8) is reported with an external power brake
-        f"SELECT bool_and(clocks_event_reasons & {HW_SLOWDOWN} <> 0) FROM gpu_samples WHERE node = 'node3' AND AFTER",
-        "SELECT min(power_limit_w) = 700 FROM gpu_samples WHERE node = 'node3'",
-        "SELECT avg(power_w) FILTER (WHERE AFTER) < 0.6 * avg(power_w) FILTER (WHERE BEFORE) FROM gpu_samples WHERE node = 'node3'",
-    ]),
-    ("gpu_ecc_error", "node2/gpu0", 0.4, [
-        "SELECT max(ecc_dbe_total) > 0 FROM gpu_samples WHERE gpu = 'node2/gpu0'",
-        "SELECT max(ecc_dbe_total) = 0 FROM gpu_samples WHERE gpu <> 'node2/gpu0'",
-        "SELECT bool_and(gpu = 'node2/gpu0') AND bool_or(xid = 48) FROM gpu_events",
-        # the rank crashes on its CUDA error, torchrun restarts the job: a gap, no watchdog timeout
-        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s BETWEEN {FAULT_TS} AND {FAULT_TS + 60}",
-        f"SELECT count(*) > 0 FROM job_steps WHERE ts_s > {FAULT_TS + 70}",
-        "SELECT sum(timeouts) = 0 FROM collective_samples",
-    ]),
-    ("gpu_fell_off_bus", "node1/gpu3", 0.5, [
-        "SELECT bool_and(nvml_error = 'GPU_IS_LOST' AND temp_c IS NULL) FROM gpu_samples WHERE gpu = 'node1/gpu3' AND AFTER",
-        "SELECT bool_and(nvml_error IS NULL) FROM gpu_samples WHERE node <> 'node1'",
-        # NVML blocks node-wide for a while: the node's other GPUs time out, nothing else
-        "SELECT bool_and(nvml_error IS NULL OR nvml_error = 'TIMEOUT') FROM gpu_samples "
-        "WHERE node = 'node1' AND gpu <> 'node1/gpu3'",
-        "SELECT list(DISTINCT xid) = [79] FROM gpu_events WHERE gpu = 'node1/gpu3'",
-        "SELECT count(*) > 0 FROM collector_errors WHERE component = 'node1/gpu3' AND error = 'GPU_IS_LOST'",
-        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s > {FAULT_TS + 5}",
-        "SELECT sum(timeouts) = 0 FROM collective_samples",  # the watchdog waits its 10 minutes
-    ]),
-    ("nvlink_degraded", "node0/gpu0", 0.2, [
-        "SELECT max(nvlink_crc_total) > 100 AND max(nvlink_replay_total) > 10 FROM gpu_samples WHERE gpu = 'node0/gpu0'",
-        "SELECT max(nvlink_crc_total) = 0 FROM gpu_samples WHERE gpu <> 'node0/gpu0'",
-        "SELECT bool_and(xid = 74 AND gpu = 'node0/gpu0') FROM gpu_events",
-        "SELECT avg(latency_p50_ms) FILTER (WHERE AFTER) > 2 * avg(latency_p50_ms) FILTER (WHERE BEFORE) FROM collective_samples WHERE scope = 'intra_node'",
-        "SELECT median(step_time_s) FILTER (WHERE AFTER) / median(step_time_s) FILTER (WHERE BEFORE) BETWEEN 1.05 AND 2 FROM job_steps",
-    ]),
-    ("pcie_degraded", "node3/gpu1", 0.9, [
-        "SELECT min(pcie_link_width) = 4 AND min(pcie_link_gen) = 3 AND max(pcie_link_max_width) = 16 FROM gpu_samples WHERE gpu = 'node3/gpu1' AND AFTER",
-        "SELECT max(pcie_replay_total) FILTER (WHERE AFTER) - max(pcie_replay_total) FILTER (WHERE BEFORE) > 100 FROM gpu_samples WHERE gpu = 'node3/gpu1'",
-        "SELECT mode(slowest_gpu) = 'node3/gpu1' FROM job_steps WHERE AFTER",
-        "SELECT count(*) = 0 FROM gpu_events",
-    ]),
-    ("bulk_traffic_contention", "node1/nic1", 0.1, [
-        "SELECT bool_and(lane = 'fifo') AND avg(queue_delay_ms) > 1 FROM nic_samples WHERE nic = 'node1/nic1' AND AFTER",
-        "SELECT count(*) = 0 FROM nic_samples WHERE lane = 'fifo' AND nic <> 'node1/nic1'",
-        "SELECT avg(latency_p99_ms) FILTER (WHERE AFTER) > 2 * avg(latency_p99_ms) FILTER (WHERE BEFORE) FROM collective_samples WHERE scope = 'inter_node'",
-        "SELECT median(step_time_s) FILTER (WHERE AFTER) > 1.1 * median(step_time_s) FILTER (WHERE BEFORE) FROM job_steps",
-    ]),
-    ("lane_misclassification", "node0/nic0", 0.5, [
-        "SELECT bool_and(rule_id = 'node0-nic0-override') AND sum(tx_bytes) > 0 FROM flow_class_samples WHERE nic = 'node0/nic0' AND traffic_class = 'collective' AND AFTER",
-        "SELECT bool_and(lane = 'bulk') FROM flow_class_samples WHERE nic = 'node0/nic0' AND traffic_class = 'collective' AND AFTER",
-        "SELECT bool_and(lane = 'vip') FROM flow_class_samples WHERE nic <> 'node0/nic0' AND traffic_class = 'collective'",
-        f"SELECT count(*) = 1 FROM lane_rules WHERE scope = 'node0/nic0' AND lane = 'bulk' AND ts_s >= {FAULT_TS}",
-        "SELECT median(step_time_s) FILTER (WHERE AFTER) > 1.1 * median(step_time_s) FILTER (WHERE BEFORE) FROM job_steps",
-    ]),
-    ("lane_misclassification", "policy:storage-prefix", 0.6, [
-        "SELECT count(DISTINCT nic) = 8 FROM flow_class_samples WHERE traffic_class = 'bulk' AND lane = 'vip' AND rule_id = 'storage-prefix'",
-        f"SELECT any_value(lane) = 'vip' FROM lane_rules WHERE rule_id = 'storage-prefix' AND ts_s >= {FAULT_TS}",
-    ]),
-    ("lane_misclassification", "policy:collective-cgroup", 0.6, [
-        "SELECT bool_and(lane = 'bulk' AND rule_id = 'collective-cgroup') FROM flow_class_samples WHERE traffic_class = 'collective' AND AFTER",
-    ]),
-    ("lane_misclassification", "policy:stray-rule", 0.6, [
-        "SELECT bool_and(lane = 'bulk' AND rule_id = 'stray-rule') FROM flow_class_samples WHERE traffic_class = 'collective' AND AFTER",
-        f"SELECT count(*) = 1 FROM lane_rules WHERE rule_id = 'stray-rule' AND scope = 'fleet' AND ts_s >= {FAULT_TS}",
-    ]),
-    ("nic_link_flap", "node2/nic0", 0.9, [
-        "SELECT sum(carrier_changes) BETWEEN 4 AND 20 AND bool_or(NOT link_up) AND sum(drops) > 1000 FROM nic_samples WHERE nic = 'node2/nic0'",
-        "SELECT bool_and(link_up) AND sum(carrier_changes) = 0 FROM nic_samples WHERE nic <> 'node2/nic0'",
-        # a flap of seconds stalls the collectives (transport retries) but times nothing out
-        "SELECT sum(timeouts) = 0 FROM collective_samples",
-    ]),
-    ("ecn_misconfig", "node3/nic1", 0.1, [
-        "SELECT sum(ce_marks) = 0 AND sum(drops) > 100 AND sum(retransmits) > 50 FROM nic_samples WHERE nic = 'node3/nic1' AND AFTER",
-        "SELECT min(ce) > 0 FROM (SELECT sum(ce_marks) AS ce FROM nic_samples WHERE nic <> 'node3/nic1' AND AFTER GROUP BY nic)",
-        "SELECT avg(latency_p99_ms) FILTER (WHERE AFTER) > 1.2 * avg(latency_p99_ms) FILTER (WHERE BEFORE) FROM collective_samples WHERE scope = 'inter_node'",
-    ]),
-    ("input_pipeline_bottleneck", "node1", 0.3, [
-        "SELECT avg(loader_wait_ms) > 100 AND avg(cpu_util_pct) > 90 FROM host_samples WHERE node = 'node1' AND AFTER",
-        "SELECT avg(loader_wait_ms) < 10 FROM host_samples WHERE node <> 'node1'",
-        f"SELECT avg(util_pct) < 90 AND bool_or(clocks_event_reasons & {GPU_IDLE} <> 0) FROM gpu_samples WHERE node = 'node1' AND AFTER",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
-        "SELECT bool_and(slowest_gpu LIKE 'node1/%') FROM job_steps WHERE AFTER",
-        "SELECT count(*) = 0 FROM gpu_events",
-    ]),
-    ("application_error", "node0/gpu3", 0.5, [
-        "SELECT bool_and(gpu = 'node0/gpu3' AND xid IN (13, 31, 43)) AND count(*) = 1 FROM gpu_events",
-        "SELECT max(ecc_dbe_total) = 0 AND max(nvlink_crc_total) = 0 AND bool_and(nvml_error IS NULL) FROM gpu_samples",
-        f"SELECT count(*) = 0 FROM job_steps WHERE ts_s BETWEEN {FAULT_TS} AND {FAULT_TS + 60}",
-    ]),
-    ("ambient_drift", "fleet", 0.5, [
-        "SELECT max(inlet_temp_c) FILTER (WHERE LATE) - max(inlet_temp_c) FILTER (WHERE BEFORE) > 2 FROM rack_samples",
-        # against the settled seconds before the fault (the first 30 s still relax from the start state)
-        f"SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE AND ts_s > {FAULT_TS - 30}) > 1.5 FROM gpu_samples",
-        f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
-    ]),
-]  # fmt: skip
+    (
+        "thermal_throttle",
+        "node1/gpu2",
+        0.3,
+        [
+            f"SELECT bool_or(clocks_event_reasons & {SW_THERMAL} <> 0) AND max(temp_c) >= 86 FROM gpu_samples WHERE gpu = 'node1/gpu2' AND AFTER",
+            f"SELECT count(*) = 0 FROM gpu_samples WHERE gpu <> 'node1/gpu2' AND clocks_event_reasons & {NOT_ROUTINE} <> 0",
+            "SELECT mode(slowest_gpu) = 'node1/gpu2' FROM job_steps WHERE AFTER",
+            "SELECT max(inlet_temp_c) < 27 AND min(coolant_flow_lpm) > 190 FROM rack_samples",
+        ],
+    ),
+    (
+        "thermal_throttle",
+        "node2",
+        0.9,
+        [
+            f"SELECT count(DISTINCT gpu) = 4 FROM gpu_samples WHERE node = 'node2' AND clocks_event_reasons & {SW_THERMAL} <> 0",
+            f"SELECT bool_or(clocks_event_reasons & {HW_THERMAL} <> 0) FROM gpu_samples WHERE node = 'node2'",
+            "SELECT avg(sm_clock_mhz) < 0.85 * 1980 FROM gpu_samples WHERE node = 'node2' AND AFTER",
+        ],
+    ),
+    (
+        "rack_cooling_failure",
+        "rack1",
+        0.8,
+        [
+            "SELECT min(coolant_flow_lpm) < 100 AND max(inlet_temp_c) > 35 FROM rack_samples WHERE rack = 'rack1' AND LATE",
+            "SELECT max(inlet_temp_c) < 27 AND min(coolant_flow_lpm) > 190 FROM rack_samples WHERE rack = 'rack0'",
+            "SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE) > 12 FROM gpu_samples WHERE node IN ('node2', 'node3')",
+            "SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE) < 1 FROM gpu_samples WHERE node IN ('node0', 'node1')",
+        ],
+    ),
+    (
+        "power_cap_misconfig",
+        "node0/gpu1",
+        0.2,
+        [
+            f"SELECT max(power_limit_w) < 400 AND bool_and(clocks_event_reasons & {SW_POWER_CAP} <> 0) FROM gpu_samples WHERE gpu = 'node0/gpu1' AND AFTER",
+            "SELECT avg(power_w / power_limit_w) > 0.9 FROM gpu_samples WHERE gpu = 'node0/gpu1' AND AFTER",
+            "SELECT avg(temp_c) FILTER (WHERE AFTER) < avg(temp_c) FILTER (WHERE BEFORE) - 5 FROM gpu_samples WHERE gpu = 'node0/gpu1'",
+            "SELECT mode(slowest_gpu) = 'node0/gpu1' FROM job_steps WHERE AFTER",
+        ],
+    ),
+    (
+        "power_cap_misconfig",
+        "node3",
+        0.9,
+        [
+            "SELECT count(DISTINCT gpu) = 4 AND max(power_limit_w) = 200 FROM gpu_samples WHERE node = 'node3' AND AFTER",
+        ],
+    ),
+    (
+        "facility_power_cap",
+        "rack0",
+        0.1,
+        [
+            # the cap arrives as one DCIM signal (the facility's input), never as a per-sample column
+            f"SELECT list(kind) = ['cap'] AND bool_and(scope = 'rack0' AND budget_kw > 0 AND ts_s = {FAULT_TS}) FROM dcim_signals",
+            "SELECT count(*) = 0 FROM rack_samples WHERE power_cap_kw IS NOT NULL",
+            # SwPowerCap whenever the demand is above the lowered limit: most seconds, not all (power phases)
+            f"SELECT min(share) > 0.2 AND avg(share) > 0.5 FROM (SELECT avg((clocks_event_reasons & {SW_POWER_CAP} <> 0)::INT) AS share FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER GROUP BY gpu)",
+            "SELECT max(power_limit_w) BETWEEN 420 AND 595 FROM gpu_samples WHERE node IN ('node0', 'node1') AND AFTER",
+        ],
+    ),
+    (
+        "power_brake",
+        "node3",
+        0.3,
+        [
+            f"SELECT bool_and(clocks_event_reasons & {BRAKE} <> 0) AND max(sm_clock_mhz) <= 0.5 * 1980 FROM gpu_samples WHERE node = 'node3' AND AFTER",
+            # DCGM/nvml.h: HW Slowdown (0x8) is reported with an external power brake
+            f"SELECT bool_and(clocks_event_reasons & {HW_SLOWDOWN} <> 0) FROM gpu_samples WHERE node = 'node3' AND AFTER",
+            "SELECT min(power_limit_w) = 700 FROM gpu_samples WHERE node = 'node3'",
+            "SELECT avg(power_w) FILTER (WHERE AFTER) < 0.6 * avg(power_w) FILTER (WHERE BEFORE) FROM gpu_samples WHERE node = 'node3'",
+        ],
+    ),
+    (
+        "gpu_ecc_error",
+        "node2/gpu0",
+        0.4,
+        [
+            "SELECT max(ecc_dbe_total) > 0 FROM gpu_samples WHERE gpu = 'node2/gpu0'",
+            "SELECT max(ecc_dbe_total) = 0 FROM gpu_samples WHERE gpu <> 'node2/gpu0'",
+            "SELECT bool_and(gpu = 'node2/gpu0') AND bool_or(xid = 48) FROM gpu_events",
+            # the rank crashes on its CUDA error, torchrun restarts the job: a gap, no watchdog timeout
+            f"SELECT count(*) = 0 FROM job_steps WHERE ts_s BETWEEN {FAULT_TS} AND {FAULT_TS + 60}",
+            f"SELECT count(*) > 0 FROM job_steps WHERE ts_s > {FAULT_TS + 70}",
+            "SELECT sum(timeouts) = 0 FROM collective_samples",
+        ],
+    ),
+    (
+        "gpu_fell_off_bus",
+        "node1/gpu3",
+        0.5,
+        [
+            "SELECT bool_and(nvml_error = 'GPU_IS_LOST' AND temp_c IS NULL) FROM gpu_samples WHERE gpu = 'node1/gpu3' AND AFTER",
+            "SELECT bool_and(nvml_error IS NULL) FROM gpu_samples WHERE node <> 'node1'",
+            # NVML blocks node-wide for a while: the node's other GPUs time out, nothing else
+            "SELECT bool_and(nvml_error IS NULL OR nvml_error = 'TIMEOUT') FROM gpu_samples "
+            "WHERE node = 'node1' AND gpu <> 'node1/gpu3'",
+            "SELECT list(DISTINCT xid) = [79] FROM gpu_events WHERE gpu = 'node1/gpu3'",
+            "SELECT count(*) > 0 FROM collector_errors WHERE component = 'node1/gpu3' AND error = 'GPU_IS_LOST'",
+            f"SELECT count(*) = 0 FROM job_steps WHERE ts_s > {FAULT_TS + 5}",
+            "SELECT sum(timeouts) = 0 FROM collective_samples",  # the watchdog waits its 10 minutes
+        ],
+    ),
+    (
+        "nvlink_degraded",
+        "node0/gpu0",
+        0.2,
+        [
+            "SELECT max(nvlink_crc_total) > 100 AND max(nvlink_replay_total) > 10 FROM gpu_samples WHERE gpu = 'node0/gpu0'",
+            "SELECT max(nvlink_crc_total) = 0 FROM gpu_samples WHERE gpu <> 'node0/gpu0'",
+            "SELECT bool_and(xid = 74 AND gpu = 'node0/gpu0') FROM gpu_events",
+            "SELECT avg(latency_p50_ms) FILTER (WHERE AFTER) > 2 * avg(latency_p50_ms) FILTER (WHERE BEFORE) FROM collective_samples WHERE scope = 'intra_node'",
+            "SELECT median(step_time_s) FILTER (WHERE AFTER) / median(step_time_s) FILTER (WHERE BEFORE) BETWEEN 1.05 AND 2 FROM job_steps",
+        ],
+    ),
+    (
+        "pcie_degraded",
+        "node3/gpu1",
+        0.9,
+        [
+            "SELECT min(pcie_link_width) = 4 AND min(pcie_link_gen) = 3 AND max(pcie_link_max_width) = 16 FROM gpu_samples WHERE gpu = 'node3/gpu1' AND AFTER",
+            "SELECT max(pcie_replay_total) FILTER (WHERE AFTER) - max(pcie_replay_total) FILTER (WHERE BEFORE) > 100 FROM gpu_samples WHERE gpu = 'node3/gpu1'",
+            "SELECT mode(slowest_gpu) = 'node3/gpu1' FROM job_steps WHERE AFTER",
+            "SELECT count(*) = 0 FROM gpu_events",
+        ],
+    ),
+    (
+        "bulk_traffic_contention",
+        "node1/nic1",
+        0.1,
+        [
+            "SELECT bool_and(lane = 'fifo') AND avg(queue_delay_ms) > 1 FROM nic_samples WHERE nic = 'node1/nic1' AND AFTER",
+            "SELECT count(*) = 0 FROM nic_samples WHERE lane = 'fifo' AND nic <> 'node1/nic1'",
+            "SELECT avg(latency_p99_ms) FILTER (WHERE AFTER) > 2 * avg(latency_p99_ms) FILTER (WHERE BEFORE) FROM collective_samples WHERE scope = 'inter_node'",
+            "SELECT median(step_time_s) FILTER (WHERE AFTER) > 1.1 * median(step_time_s) FILTER (WHERE BEFORE) FROM job_steps",
+        ],
+    ),
+    (
+        "lane_misclassification",
+        "node0/nic0",
+        0.5,
+        [
+            "SELECT bool_and(rule_id = 'node0-nic0-override') AND sum(tx_bytes) > 0 FROM flow_class_samples WHERE nic = 'node0/nic0' AND traffic_class = 'collective' AND AFTER",
+            "SELECT bool_and(lane = 'bulk') FROM flow_class_samples WHERE nic = 'node0/nic0' AND traffic_class = 'collective' AND AFTER",
+            "SELECT bool_and(lane = 'vip') FROM flow_class_samples WHERE nic <> 'node0/nic0' AND traffic_class = 'collective'",
+            f"SELECT count(*) = 1 FROM lane_rules WHERE scope = 'node0/nic0' AND lane = 'bulk' AND ts_s >= {FAULT_TS}",
+            "SELECT median(step_time_s) FILTER (WHERE AFTER) > 1.1 * median(step_time_s) FILTER (WHERE BEFORE) FROM job_steps",
+        ],
+    ),
+    (
+        "lane_misclassification",
+        "policy:storage-prefix",
+        0.6,
+        [
+            "SELECT count(DISTINCT nic) = 8 FROM flow_class_samples WHERE traffic_class = 'bulk' AND lane = 'vip' AND rule_id = 'storage-prefix'",
+            f"SELECT any_value(lane) = 'vip' FROM lane_rules WHERE rule_id = 'storage-prefix' AND ts_s >= {FAULT_TS}",
+        ],
+    ),
+    (
+        "lane_misclassification",
+        "policy:collective-cgroup",
+        0.6,
+        [
+            "SELECT bool_and(lane = 'bulk' AND rule_id = 'collective-cgroup') FROM flow_class_samples WHERE traffic_class = 'collective' AND AFTER",
+        ],
+    ),
+    (
+        "lane_misclassification",
+        "policy:stray-rule",
+        0.6,
+        [
+            "SELECT bool_and(lane = 'bulk' AND rule_id = 'stray-rule') FROM flow_class_samples WHERE traffic_class = 'collective' AND AFTER",
+            f"SELECT count(*) = 1 FROM lane_rules WHERE rule_id = 'stray-rule' AND scope = 'fleet' AND ts_s >= {FAULT_TS}",
+        ],
+    ),
+    (
+        "nic_link_flap",
+        "node2/nic0",
+        0.9,
+        [
+            "SELECT sum(carrier_changes) BETWEEN 4 AND 20 AND bool_or(NOT link_up) AND sum(drops) > 1000 FROM nic_samples WHERE nic = 'node2/nic0'",
+            "SELECT bool_and(link_up) AND sum(carrier_changes) = 0 FROM nic_samples WHERE nic <> 'node2/nic0'",
+            # a flap of seconds stalls the collectives (transport retries) but times nothing out
+            "SELECT sum(timeouts) = 0 FROM collective_samples",
+        ],
+    ),
+    (
+        "ecn_misconfig",
+        "node3/nic1",
+        0.1,
+        [
+            "SELECT sum(ce_marks) = 0 AND sum(drops) > 100 AND sum(retransmits) > 50 FROM nic_samples WHERE nic = 'node3/nic1' AND AFTER",
+            "SELECT min(ce) > 0 FROM (SELECT sum(ce_marks) AS ce FROM nic_samples WHERE nic <> 'node3/nic1' AND AFTER GROUP BY nic)",
+            "SELECT avg(latency_p99_ms) FILTER (WHERE AFTER) > 1.2 * avg(latency_p99_ms) FILTER (WHERE BEFORE) FROM collective_samples WHERE scope = 'inter_node'",
+        ],
+    ),
+    (
+        "input_pipeline_bottleneck",
+        "node1",
+        0.3,
+        [
+            "SELECT avg(loader_wait_ms) > 100 AND avg(cpu_util_pct) > 90 FROM host_samples WHERE node = 'node1' AND AFTER",
+            "SELECT avg(loader_wait_ms) < 10 FROM host_samples WHERE node <> 'node1'",
+            f"SELECT avg(util_pct) < 90 AND bool_or(clocks_event_reasons & {GPU_IDLE} <> 0) FROM gpu_samples WHERE node = 'node1' AND AFTER",
+            f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
+            "SELECT bool_and(slowest_gpu LIKE 'node1/%') FROM job_steps WHERE AFTER",
+            "SELECT count(*) = 0 FROM gpu_events",
+        ],
+    ),
+    (
+        "application_error",
+        "node0/gpu3",
+        0.5,
+        [
+            "SELECT bool_and(gpu = 'node0/gpu3' AND xid IN (13, 31, 43)) AND count(*) = 1 FROM gpu_events",
+            "SELECT max(ecc_dbe_total) = 0 AND max(nvlink_crc_total) = 0 AND bool_and(nvml_error IS NULL) FROM gpu_samples",
+            f"SELECT count(*) = 0 FROM job_steps WHERE ts_s BETWEEN {FAULT_TS} AND {FAULT_TS + 60}",
+        ],
+    ),
+    (
+        "ambient_drift",
+        "fleet",
+        0.5,
+        [
+            "SELECT max(inlet_temp_c) FILTER (WHERE LATE) - max(inlet_temp_c) FILTER (WHERE BEFORE) > 2 FROM rack_samples",
+            # against the settled seconds before the fault (the first 30 s still relax from the start state)
+            f"SELECT avg(temp_c) FILTER (WHERE LATE) - avg(temp_c) FILTER (WHERE BEFORE AND ts_s > {FAULT_TS - 30}) > 1.5 FROM gpu_samples",
+            f"SELECT count(*) = 0 FROM gpu_samples WHERE clocks_event_reasons & {NOT_ROUTINE} <> 0",
+        ],
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -54,8 +54,16 @@ def policies(draw: st.DrawFn) -> Any:
         )
     if draw(st.booleans()):
         flow = draw(st.sampled_from(list(network.FLOWS.values())))
-        rules.append({"rule_id": "tuple", "match_kind": "five_tuple", "proto": flow.proto, "dst": flow.dst,
-                      "dport": flow.dport, "lane": draw(lanes)})  # fmt: skip
+        rules.append(
+            {
+                "rule_id": "tuple",
+                "match_kind": "five_tuple",
+                "proto": flow.proto,
+                "dst": flow.dst,
+                "dport": flow.dport,
+                "lane": draw(lanes),
+            }
+        )
     rules = draw(st.permutations(rules))
     rules.append({"rule_id": "default", "match_kind": "default", "lane": draw(lanes)})
     return parse_policy({"link_mbps": 100_000, "rules": rules}, "<hypothesis>")

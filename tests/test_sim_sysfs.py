@@ -28,10 +28,14 @@ def test_the_real_collectors_read_the_twins_tree() -> None:
             for collector in collectors:
                 batches = collector.rows(world.now_ts_s)
                 assert "collector_errors" not in batches
-                zones = [dict(zip(batches["thermal_zone_samples"].columns, r, strict=True))
-                         for r in batches["thermal_zone_samples"].rows]  # fmt: skip
-                caps = [dict(zip(batches["powercap_samples"].columns, r, strict=True))
-                        for r in batches["powercap_samples"].rows]  # fmt: skip
+                zones = [
+                    dict(zip(batches["thermal_zone_samples"].columns, r, strict=True))
+                    for r in batches["thermal_zone_samples"].rows
+                ]
+                caps = [
+                    dict(zip(batches["powercap_samples"].columns, r, strict=True))
+                    for r in batches["powercap_samples"].rows
+                ]
                 assert [(z["node"], z["type"], z["trip_critical_c"]) for z in zones] == [
                     (collector.tree.world.layout.node_names[collector.node], "x86_pkg_temp", 100.0)
                 ]

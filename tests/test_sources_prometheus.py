@@ -76,8 +76,15 @@ def test_chunks_shrink_as_series_multiply(stub: str) -> None:
     Stub.answers = [(200, json.dumps(many).encode())] * 7
     list(PrometheusClient(stub).query_range("up", 0.0, 1_100.0, 1.0))
     ranges = [(float(q["start"]), float(q["end"])) for q in Stub.seen]
-    assert ranges == [(0.0, 99.0), (100.0, 299.0), (300.0, 499.0), (500.0, 699.0), (700.0, 899.0),
-                      (900.0, 1_099.0), (1_100.0, 1_100.0)]  # fmt: skip
+    assert ranges == [
+        (0.0, 99.0),
+        (100.0, 299.0),
+        (300.0, 499.0),
+        (500.0, 699.0),
+        (700.0, 899.0),
+        (900.0, 1_099.0),
+        (1_100.0, 1_100.0),
+    ]
     Stub.seen.clear()
     Stub.answers = [(200, json.dumps(many).encode())] * 5
     list(PrometheusClient(stub).query_range("up", 0.0, 999.0, 1.0, series_hint=500))
@@ -109,8 +116,10 @@ def test_hostile_labels_never_become_component_names() -> None:
 
     store = Store(":memory:")
     staging = Staging(store)
-    hostile = [{"metric": {"gpu": "\u00b2", "Hostname": "h"}, "values": [[1, "1"]]},
-               {"metric": {"gpu": "1", "Hostname": "\x1b[2J../node9"}, "values": [[1, "70"]]}]  # fmt: skip
+    hostile = [
+        {"metric": {"gpu": "\u00b2", "Hostname": "h"}, "values": [[1, "1"]]},
+        {"metric": {"gpu": "1", "Hostname": "\x1b[2J../node9"}, "values": [[1, "70"]]},
+    ]
     assert staging.add("DCGM_FI_DEV_GPU_TEMP", hostile) == 1
     staging.finish({})
     assert [r["component"] for r in store.query("SELECT component FROM topology WHERE kind = 'gpu'")] == [
@@ -121,10 +130,15 @@ def test_hostile_labels_never_become_component_names() -> None:
 def test_hosts_map_by_config_then_name_then_order() -> None:
     configured = {"gpu-a-17": HostIdentity("node17", "rack2")}
     got = assign_nodes(["gpu-b", "gpu-a-17", "gpu-a"], configured)
-    assert got == {"gpu-a-17": HostIdentity("node17", "rack2"), "gpu-a": HostIdentity("node0", "rack0"),
-                   "gpu-b": HostIdentity("node1", "rack0")}  # fmt: skip
-    assert assign_nodes(["node3", "other"], {}) == {"node3": HostIdentity("node3", "rack0"),
-                                                     "other": HostIdentity("node0", "rack0")}  # fmt: skip
+    assert got == {
+        "gpu-a-17": HostIdentity("node17", "rack2"),
+        "gpu-a": HostIdentity("node0", "rack0"),
+        "gpu-b": HostIdentity("node1", "rack0"),
+    }
+    assert assign_nodes(["node3", "other"], {}) == {
+        "node3": HostIdentity("node3", "rack0"),
+        "other": HostIdentity("node0", "rack0"),
+    }
     assert host_of({"Hostname": "h1", "instance": "x:9400"}) == "h1"
     assert host_of({"instance": "h2:9100"}) == "h2"
     assert host_of({"instance": "[fe80::1]:9100"}) == "fe80::1"
@@ -136,8 +150,10 @@ def test_snapshot_has_dcgm_exporter_names_and_labels() -> None:
     text = render_snapshot(
         {"node1/gpu3": row}, {"node1/gpu3": 48}, {"node1/nic0": NicTotals(carrier_changes=4)}
     )
-    labels = ('{gpu="3",UUID="GPU-1",pci_bus_id="00000000:48:00.0",device="nvidia3",'
-              'modelName="NVIDIA H100 80GB HBM3",Hostname="node1",DCGM_FI_DRIVER_VERSION="550.54.15"}')  # fmt: skip
+    labels = (
+        '{gpu="3",UUID="GPU-1",pci_bus_id="00000000:48:00.0",device="nvidia3",'
+        'modelName="NVIDIA H100 80GB HBM3",Hostname="node1",DCGM_FI_DRIVER_VERSION="550.54.15"}'
+    )
     assert f"DCGM_FI_DEV_GPU_TEMP{labels} 71\n" in text
     assert f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{labels} 64\n" in text
     assert f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{labels} 64\n" in text

@@ -147,9 +147,13 @@ def test_one_hot_rack_moves_the_job_to_the_cool_rack_after_approval(tmp_path: Pa
     assert int(world.step_count[0]) == steps  # the checkpoint-restart pause: no progress yet
     after_s = float(np.median(run_for(world, RESTART_AND_SETTLE_S)[-30:]))
     cool_c = job_hottest_c(world)
-    FIGURES["one_hot_rack"] = {"step_time_before_fault_s": round(before_fault_s, 3), "hottest_faulted_c": round(hot_c, 1),
-                               "step_time_faulted_s": round(slow_s, 3), "hottest_after_move_c": round(cool_c, 1),
-                               "step_time_after_move_s": round(after_s, 3)}  # fmt: skip
+    FIGURES["one_hot_rack"] = {
+        "step_time_before_fault_s": round(before_fault_s, 3),
+        "hottest_faulted_c": round(hot_c, 1),
+        "step_time_faulted_s": round(slow_s, 3),
+        "hottest_after_move_c": round(cool_c, 1),
+        "step_time_after_move_s": round(after_s, 3),
+    }
     assert cool_c < SLOWDOWN_C - 10
     assert abs(after_s - before_fault_s) <= STEP_TOLERANCE * before_fault_s
     assert unsafe_executions(desk.audit.rows()) == 0
@@ -190,8 +194,14 @@ def test_a_migration_is_deterministic_and_a_copy_keeps_its_own_placement() -> No
 
 
 def _act(kind: str, target: str, **parameters: Any) -> Action:
-    return Action(proposal_id="P", kind=kind, target=target, parameters=parameters, proposed_by="analyst",
-                  created_ts_s=0.0)  # fmt: skip
+    return Action(
+        proposal_id="P",
+        kind=kind,
+        target=target,
+        parameters=parameters,
+        proposed_by="analyst",
+        created_ts_s=0.0,
+    )
 
 
 def test_sim_actuator_migrates_and_sets_cooling_with_dry_run_read_back_and_rollback() -> None:
@@ -256,9 +266,14 @@ def test_every_rack_hot_falls_back_to_capping_that_lowers_the_hottest_gpu(tmp_pa
     assert len(rounds) >= 2 and rounds[-1][0] < rounds[0][0]
     cool_c = job_hottest_c(world)
     capped_s = float(np.median(run_for(world, 30)))
-    FIGURES["every_rack_hot"] = {"step_time_before_fault_s": round(before_fault_s, 3), "hottest_faulted_c": round(hot_c, 1),
-                                 "step_time_faulted_s": round(faulted_s, 3), "cap_rounds_w": rounds,
-                                 "hottest_after_caps_c": round(cool_c, 1), "step_time_capped_s": round(capped_s, 3)}  # fmt: skip
+    FIGURES["every_rack_hot"] = {
+        "step_time_before_fault_s": round(before_fault_s, 3),
+        "hottest_faulted_c": round(hot_c, 1),
+        "step_time_faulted_s": round(faulted_s, 3),
+        "cap_rounds_w": rounds,
+        "hottest_after_caps_c": round(cool_c, 1),
+        "step_time_capped_s": round(capped_s, 3),
+    }
     assert cool_c < hot_c - 3 and cool_c < SLOWDOWN_C
     assert world.power_limit_w[world.layout.jobs[0].gpus].max() < 700.0
     assert world.node_job("node0") == "train"  # nothing moved
@@ -319,8 +334,12 @@ def test_playbooks_propose_the_computed_remediations() -> None:
 
     every = stored_run(cooling_failures(["rack0", "rack1"]), ["node0", "node1"])
     capped = _kinds(remediation_from_store(every, rack0, "train"))
-    assert [k[:2] for k in capped] == [("set_power_limit", "node0"), ("set_power_limit", "node1"),
-                                       ("set_cooling_state", "rack0"), ("open_ticket", "rack0")]  # fmt: skip
+    assert [k[:2] for k in capped] == [
+        ("set_power_limit", "node0"),
+        ("set_power_limit", "node1"),
+        ("set_cooling_state", "rack0"),
+        ("open_ticket", "rack0"),
+    ]
     assert capped[0][2] == {"power_limit_w": 550.0}  # one 150 W guardrail step from 700 W
 
     dcim = stored_run(

@@ -17,9 +17,19 @@ from aiops.errors import SchemaError, WorkspaceBusy
 from aiops.store import MIGRATIONS, Store, Workspace
 
 TABLES_OUTSIDE_TELEMETRY = {
-    "proposals", "approvals", "rejections", "executions", "audit_log", "agent_log", "sim_runs", "twin_log",
-    "dcim_signals", "incidents", "hypotheses", "schema_migrations",
-}  # fmt: skip
+    "proposals",
+    "approvals",
+    "rejections",
+    "executions",
+    "audit_log",
+    "agent_log",
+    "sim_runs",
+    "twin_log",
+    "dcim_signals",
+    "incidents",
+    "hypotheses",
+    "schema_migrations",
+}
 
 
 def _hold_lock(db: Path, seconds: float) -> subprocess.Popen[str]:

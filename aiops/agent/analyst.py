@@ -203,8 +203,10 @@ class Analyst:
 
     @staticmethod
     def _unknown(store: Store, unknown: list[str]) -> str:
-        rows = store.query("SELECT kind, min(component) AS first, max(component) AS last, count(*) AS n "
-                           "FROM topology WHERE kind IN ('rack', 'node', 'gpu', 'nic') GROUP BY kind ORDER BY kind")  # fmt: skip
+        rows = store.query(
+            "SELECT kind, min(component) AS first, max(component) AS last, count(*) AS n "
+            "FROM topology WHERE kind IN ('rack', 'node', 'gpu', 'nic') GROUP BY kind ORDER BY kind"
+        )
         jobs = [str(r["job"]) for r in store.query("SELECT job FROM jobs ORDER BY job")]
         known = "; ".join(f"{plural(int(r['n']), str(r['kind']))} ({r['first']} … {r['last']})" for r in rows)
         return (
@@ -224,8 +226,10 @@ class Analyst:
             cause = (
                 f"; top hypothesis {top.root_cause} on {top.component} ({top.confidence:.2f})" if top else ""
             )
-            lines.append(f"{d.incident.incident_id} ({d.incident.severity}, opened {when(d.incident.opened_ts_s)}, "
-                         f"last seen {when(d.incident.last_ts_s)}): {d.incident.title}{cause}.")  # fmt: skip
+            lines.append(
+                f"{d.incident.incident_id} ({d.incident.severity}, opened {when(d.incident.opened_ts_s)}, "
+                f"last seen {when(d.incident.last_ts_s)}): {d.incident.title}{cause}."
+            )
         params = [start, end]
         rows = store.query(HOTTEST_SQL, params)
         if rows:

@@ -177,9 +177,10 @@ def _node(store: Store, node: str, span: list[float], found: Findings) -> None:
         me, peers = mine[0], [r for r in hosts if r["node"] != node]
         found.lines.append(
             f"  host: CPU {me['mean_cpu_pct']:g} %, data-loader wait {me['mean_loader_wait_ms']:g} ms, iowait "
-            f"{me['mean_iowait_pct']:g} %" + (f" (other nodes' loader wait {_peer_range(peers, 'mean_loader_wait_ms')} ms)"
-                                               if peers else "") + "."
-        )  # fmt: skip
+            f"{me['mean_iowait_pct']:g} %"
+            + (f" (other nodes' loader wait {_peer_range(peers, 'mean_loader_wait_ms')} ms)" if peers else "")
+            + "."
+        )
         found.fact(f"{node}'s host against the other hosts: CPU, data-loader wait", HOST_SQL, params, hosts)
     _events(store, "node = ?", node, span, found)
 

@@ -119,10 +119,14 @@ def _run(
         exc = UnknownTool(call.name, TOOL_NAMES)
         journal.record(
             "tool_call",
-            {"call_id": call.call_id, "name": call.name, "arguments": {"raw": call.raw_arguments[:500]},
-             "error": str(exc)},
+            {
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": {"raw": call.raw_arguments[:500]},
+                "error": str(exc),
+            },
             thread_id=thread_id,
-        )  # fmt: skip
+        )
         raise LLMFailure("unknown_tool", str(exc))
     if call.call_id in seen:
         return {

@@ -189,8 +189,13 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         elif state.get("plain_text") and not failed:
             # not the structured answer, so nothing in it can be verified: the analyst's answer and proposals
             # stay, and the model's text is shown after the analyst's claims, marked unverifiable
-            model_text = [Claim(text=state["plain_text"], status="unverifiable",
-                                note="the model's answer: not the structured answer, no citation")]  # fmt: skip
+            model_text = [
+                Claim(
+                    text=state["plain_text"],
+                    status="unverifiable",
+                    note="the model's answer: not the structured answer, no citation",
+                )
+            ]
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
         else:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
@@ -206,10 +211,15 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         rate = verified_citation_rate(checked)
         focused = deps.analyst.get(str(state.get("incident_id") or ""))
         analyst_ranking = [
-            {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence,
-             "summary": h.summary, "source": "analyst"}
+            {
+                "root_cause": h.root_cause,
+                "component": h.component,
+                "confidence": h.confidence,
+                "summary": h.summary,
+                "source": "analyst",
+            }
             for h in (focused.hypotheses if focused else [])
-        ]  # fmt: skip
+        ]
         llm_hypotheses = []
         if draft is not None and not failed and draft.get("hypotheses"):
             llm_hypotheses = check_hypotheses(
@@ -293,9 +303,15 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         out = []
         for p in state["proposals"]:
             action = Action(
-                proposal_id=p["proposal_id"], kind=p["kind"], target=p["target"], parameters=p["parameters"],
-                reason=p["reason"], evidence=evidence[:12], proposed_by=proposed_by, created_ts_s=deps.clock(),
-            )  # fmt: skip
+                proposal_id=p["proposal_id"],
+                kind=p["kind"],
+                target=p["target"],
+                parameters=p["parameters"],
+                reason=p["reason"],
+                evidence=evidence[:12],
+                proposed_by=proposed_by,
+                created_ts_s=deps.clock(),
+            )
             verdict = deps.guard.propose(action, state.get("incident_id"))
             # the open proposal of the same action, if any: it stands for this one, and the reply says so
             p = {**p, "proposal_id": verdict.proposal_id, "existing": verdict.existing}

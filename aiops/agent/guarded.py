@@ -49,9 +49,14 @@ class WorkspaceGuard:
             record = GuardrailRecords(store).proposal(proposal_id)
         if record is None:
             return None
-        return {"status": record.status, "message": record.message, "physical": record.physical,
-                "approvals_needed": record.approvals_needed, "action_hash": action_hash(record.action),
-                "origin": record.origin}  # fmt: skip
+        return {
+            "status": record.status,
+            "message": record.message,
+            "physical": record.physical,
+            "approvals_needed": record.approvals_needed,
+            "action_hash": action_hash(record.action),
+            "origin": record.origin,
+        }
 
     def propose(self, action: Action, incident_id: str | None) -> Verdict:
         def work(guard: Guardrails) -> Verdict:
@@ -63,11 +68,25 @@ class WorkspaceGuard:
                 known = guard.records.proposal(filed.proposal_id) if filed.existing else None
             if known is not None:  # filed already (by an analysis, a question before, or a crash): it stands
                 ok = known.status != "denied"
-                return Verdict(known.action.proposal_id, ok, known.physical, known.approvals_needed,
-                               action_hash(known.action), [] if ok else [known.message], existing=True)  # fmt: skip
+                return Verdict(
+                    known.action.proposal_id,
+                    ok,
+                    known.physical,
+                    known.approvals_needed,
+                    action_hash(known.action),
+                    [] if ok else [known.message],
+                    existing=True,
+                )
             v = filed.validation
-            return Verdict(filed.proposal_id, v.ok, v.physical, v.approvals_needed, action_hash(action),
-                           [] if v.ok else [v.message], existing=filed.existing)  # fmt: skip
+            return Verdict(
+                filed.proposal_id,
+                v.ok,
+                v.physical,
+                v.approvals_needed,
+                action_hash(action),
+                [] if v.ok else [v.message],
+                existing=filed.existing,
+            )
 
         verdict: Verdict = self._run(work)
         return verdict
@@ -114,8 +133,12 @@ class WorkspaceGuard:
                 )
         outcome = self._run(lambda guard: guard.execute(proposal_id))
         if outcome.status in ("executed", "already_executed"):
-            return {"status": outcome.status, "message": outcome.message, "verified": outcome.verified,
-                    "result": outcome.result}  # fmt: skip
+            return {
+                "status": outcome.status,
+                "message": outcome.message,
+                "verified": outcome.verified,
+                "result": outcome.result,
+            }
         raise ExecutionRefused(outcome.rule or outcome.status, outcome.message)
 
     def actuate_copy(self, world: World, action: Action) -> dict[str, Any]:
@@ -157,8 +180,13 @@ class TwinWorld:
             twin = load_twin(store, self.twin)
             assert twin is not None
             held = twin.world
-            return world_from_store(store, held.now_ts_s, epoch_ts_s=held.epoch_ts_s,
-                                    lanes_policy=held.lanes_policy, workload=held.scenario.job_specs)  # fmt: skip
+            return world_from_store(
+                store,
+                held.now_ts_s,
+                epoch_ts_s=held.epoch_ts_s,
+                lanes_policy=held.lanes_policy,
+                workload=held.scenario.job_specs,
+            )
 
     def preview(self, action: dict[str, Any], horizon_s: float) -> dict[str, Any]:
         """A migration is judged on its job (step time, hottest GPU, where it runs), not on the node it leaves."""

@@ -73,8 +73,13 @@ class WorkspaceJournal:
                         if kind in ("llm_turn", "tool_call", "llm_failure")
                         else str(payload.get("asked_by") or "agent")
                     )
-                    audit.append(kind, {"thread_id": thread_id, **payload}, proposal_id=proposal_id,
-                                 actor=actor, ts_s=ts_s)  # fmt: skip
+                    audit.append(
+                        kind,
+                        {"thread_id": thread_id, **payload},
+                        proposal_id=proposal_id,
+                        actor=actor,
+                        ts_s=ts_s,
+                    )
 
     def entries(self, kind: str | None = None, proposal_id: str | None = None) -> list[dict[str, Any]]:
         self.flush()

@@ -22,8 +22,18 @@ _COMPONENT = re.compile(
     r"|job[: ](?P<job>[A-Za-z0-9][\w.-]{0,63}))(?![\w/])",
     re.IGNORECASE,
 )
-_UNITS_S = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600,
-            "d": 86400, "day": 86400}  # fmt: skip
+_UNITS_S = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hour": 3600,
+    "d": 86400,
+    "day": 86400,
+}
 _LAST = re.compile(
     r"\b(?:last|past)\s+(\d{1,5})\s*(s|sec|seconds?|m|mins?|minutes?|h|hours?|d|days?)\b", re.I
 )

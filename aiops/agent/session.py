@@ -101,8 +101,12 @@ class AgentSession:
             self.analyst = Analyst.from_store(store)
             self.twin = Twin.load(store)
         self.analyst.read = workspace.read  # component and time questions read stored rows
-        self.sql = ReadOnlySQL(workspace, max_rows=limits.sql_max_rows, timeout_s=limits.sql_timeout_s,
-                               max_bytes=limits.sql_max_bytes)  # fmt: skip
+        self.sql = ReadOnlySQL(
+            workspace,
+            max_rows=limits.sql_max_rows,
+            timeout_s=limits.sql_timeout_s,
+            max_bytes=limits.sql_max_bytes,
+        )
         self.journal = WorkspaceJournal(workspace, max_record_bytes=limits.record_max_bytes)
         self.guard = WorkspaceGuard(workspace, self.twin, clock, before_write=self.journal.flush)
         self.world = TwinWorld(workspace, self.twin, self.guard) if self.twin else None
@@ -118,8 +122,18 @@ class AgentSession:
         self._checkpoints = sqlite3.connect(str(workspace.checkpoints_path), check_same_thread=False)
         self.saver = SqliteSaver(self._checkpoints)
         self.saver.setup()
-        deps = Deps(self.analyst, self.tools, self.sql, self.guard, self.journal, llm, limits, self.world,
-                    settle_s, clock)  # fmt: skip
+        deps = Deps(
+            self.analyst,
+            self.tools,
+            self.sql,
+            self.guard,
+            self.journal,
+            llm,
+            limits,
+            self.world,
+            settle_s,
+            clock,
+        )
         self.graph = build_graph(deps, self.saver)
 
     # -- questions ----------------------------------------------------------------------------------------
@@ -140,10 +154,14 @@ class AgentSession:
         values: AgentState = snapshot.values
         decisions = values.get("decisions", {})
         proposals = [
-            {**self._describe(p["proposal_id"], p), **({"decided_by": decisions[p["proposal_id"]]["by"]}
-                                                       if p["proposal_id"] in decisions else {})}
+            {
+                **self._describe(p["proposal_id"], p),
+                **(
+                    {"decided_by": decisions[p["proposal_id"]]["by"]} if p["proposal_id"] in decisions else {}
+                ),
+            }
             for p in values.get("proposals", [])
-        ]  # fmt: skip
+        ]
         return Reply.from_state(values, bool(snapshot.next), proposals)
 
     def _describe(self, proposal_id: str, fallback: dict[str, Any]) -> dict[str, Any]:
@@ -156,14 +174,25 @@ class AgentSession:
             return {**fallback, "status": "unknown", "reasons": ["not filed"]}
         a = record.action
         return {
-            "proposal_id": proposal_id, "kind": a.kind, "target": a.target, "parameters": a.parameters,
-            "reason": a.reason, "source": fallback.get("source", a.proposed_by), "status": record.status,
-            "physical": record.physical, "approvals_needed": record.approvals_needed, "approvers": people,
-            "reasons": [] if record.status != "denied" else [record.message], "message": record.message,
-            "note": record.message if record.status not in ("pending", "denied") or record.message != "ok" else "",
-            "origin": record.origin, "existing": bool(fallback.get("existing")),
+            "proposal_id": proposal_id,
+            "kind": a.kind,
+            "target": a.target,
+            "parameters": a.parameters,
+            "reason": a.reason,
+            "source": fallback.get("source", a.proposed_by),
+            "status": record.status,
+            "physical": record.physical,
+            "approvals_needed": record.approvals_needed,
+            "approvers": people,
+            "reasons": [] if record.status != "denied" else [record.message],
+            "message": record.message,
+            "note": record.message
+            if record.status not in ("pending", "denied") or record.message != "ok"
+            else "",
+            "origin": record.origin,
+            "existing": bool(fallback.get("existing")),
             "created_ts_s": a.created_ts_s,
-        }  # fmt: skip
+        }
 
     # -- actions ------------------------------------------------------------------------------------------
     def threads(self) -> list[str]:
@@ -205,8 +234,12 @@ class AgentSession:
         if thread_id is None:
             return self._approve_outside(proposal_id, by)
         decision = self.guard.approve(proposal_id, by)  # ApprovalRefused: the guardrails' rule, shown as is
-        self.journal.record("approval", {"by": decision.by, "authorised": decision.ok, "message": decision.message},
-                            thread_id=thread_id, proposal_id=proposal_id)  # fmt: skip
+        self.journal.record(
+            "approval",
+            {"by": decision.by, "authorised": decision.ok, "message": decision.message},
+            thread_id=thread_id,
+            proposal_id=proposal_id,
+        )
         if not decision.ok:
             reply = self._reply(thread_id)
             reply.note = f"approval recorded; {decision.message}"
@@ -261,9 +294,14 @@ class AgentSession:
         if action is None:
             raise AiopsError(f"no proposal {proposal_id[:80]} (see /actions)")
         thread_id = next(
-            (t for t in self.threads() for p in self.graph.get_state(self._config(t)).values.get("proposals", [])
-             if p["proposal_id"] == proposal_id), None,
-        )  # fmt: skip
+            (
+                t
+                for t in self.threads()
+                for p in self.graph.get_state(self._config(t)).values.get("proposals", [])
+                if p["proposal_id"] == proposal_id
+            ),
+            None,
+        )
         reply = self._reply(thread_id) if thread_id else None
         return {"proposal": action, "reply": reply, "log": self.journal.entries(proposal_id=proposal_id)}
 
@@ -276,12 +314,26 @@ class AgentSession:
             raise AiopsError(f"no incident {incident_id[:80]} (known: {known}; see /incidents)")
         answer = self.analyst.explain(diagnosis)
         limits = self.config.limits
-        claims = verify_claims(claims_from_evidence(answer.evidence), self.sql,
-                               max_claims=limits.verify_max_claims, budget_s=limits.verify_budget_s)  # fmt: skip
+        claims = verify_claims(
+            claims_from_evidence(answer.evidence),
+            self.sql,
+            max_claims=limits.verify_max_claims,
+            budget_s=limits.verify_budget_s,
+        )
         filed = [a.proposal_id for a in self.analyst.remediation(diagnosis.incident.incident_id)]
         proposals = [p for p in (self.find(pid) for pid in filed) if p is not None]
-        return Reply("", f"/why {incident_id}", "analyst", answer.text, claims, verified_citation_rate(claims), [],
-                     proposals, answer.text, incident_id=diagnosis.incident.incident_id)  # fmt: skip
+        return Reply(
+            "",
+            f"/why {incident_id}",
+            "analyst",
+            answer.text,
+            claims,
+            verified_citation_rate(claims),
+            [],
+            proposals,
+            answer.text,
+            incident_id=diagnosis.incident.incident_id,
+        )
 
     def close(self) -> None:
         try:

@@ -176,15 +176,24 @@ class ReadOnlySQL:
             answer = self._here(conn, sql, params) if memory else self._in_worker(sql, params)
         if not answer.get("ok"):
             raise SQLRejected(str(answer.get("error", "query failed"))[:2000])
-        return {"columns": answer["columns"], "rows": answer["rows"], "truncated": answer["truncated"],
-                "limit": answer["limit"]}  # fmt: skip
+        return {
+            "columns": answer["columns"],
+            "rows": answer["rows"],
+            "truncated": answer["truncated"],
+            "limit": answer["limit"],
+        }
 
     def _cancelled(self) -> SQLRejected:
         return SQLRejected(f"query exceeded {self.timeout_s:g} s and was cancelled")
 
     def _in_worker(self, sql: str, params: list[Any]) -> dict[str, Any]:
-        request = {"path": str(Path(self.workspace.path).resolve()), "sql": sql, "params": params,
-                   "max_rows": self.max_rows, "max_bytes": self.max_bytes}  # fmt: skip
+        request = {
+            "path": str(Path(self.workspace.path).resolve()),
+            "sql": sql,
+            "params": params,
+            "max_rows": self.max_rows,
+            "max_bytes": self.max_bytes,
+        }
         with self._lock:
             if self._worker is None or not self._worker.alive:
                 self._worker = _Worker()

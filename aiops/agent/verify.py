@@ -49,9 +49,20 @@ MAX_HYPOTHESES = 8
 MAX_CLAIMS_PER_HYPOTHESIS = 4
 MAX_TEXT_CHARS = 500
 TELEMETRY_TABLES = frozenset(
-    {"gpu_samples", "gpu_events", "nic_samples", "flow_class_samples", "lane_rules", "collective_samples",
-     "job_steps", "rack_samples", "host_samples", "job_ranks", "jobs"}
-)  # fmt: skip
+    {
+        "gpu_samples",
+        "gpu_events",
+        "nic_samples",
+        "flow_class_samples",
+        "lane_rules",
+        "collective_samples",
+        "job_steps",
+        "rack_samples",
+        "host_samples",
+        "job_ranks",
+        "jobs",
+    }
+)
 
 # XID groups, as the analyst reads them (aiops/rca/gpu_scorers.py)
 ECC_XIDS = frozenset({48, 63, 64, 94, 95})  # not 92: a high corrected-error rate, a warning (Xid catalogue)
@@ -202,13 +213,31 @@ def _nothing(row: Row) -> bool:
 
 # label -> (what a supporting row shows, the check); docs/AGENT.md prints this table.
 SUPPORT: dict[str, tuple[str, Callable[[Row], bool]]] = {
-    "thermal_throttle": ("temp_c/max_temp_c >= slowdown_temp_c, a thermal clocks-event bit, thermal_samples > 0", _thermal),
-    "rack_cooling_failure": ("min_flow_lpm < 0.85 ref_flow_lpm, or inlet (max_inlet_c) >= ref_inlet_c + 3", _cooling),
-    "power_cap_misconfig": ("power_limit_w/limit_w < 0.85 x the default (ref_limit_w or power_limit_max_w)", _power_cap),
-    "facility_power_cap": ("a facility cap in force (power_cap_kw > 0: the DCIM signal input, dcim_signals)", _facility),
+    "thermal_throttle": (
+        "temp_c/max_temp_c >= slowdown_temp_c, a thermal clocks-event bit, thermal_samples > 0",
+        _thermal,
+    ),
+    "rack_cooling_failure": (
+        "min_flow_lpm < 0.85 ref_flow_lpm, or inlet (max_inlet_c) >= ref_inlet_c + 3",
+        _cooling,
+    ),
+    "power_cap_misconfig": (
+        "power_limit_w/limit_w < 0.85 x the default (ref_limit_w or power_limit_max_w)",
+        _power_cap,
+    ),
+    "facility_power_cap": (
+        "a facility cap in force (power_cap_kw > 0: the DCIM signal input, dcim_signals)",
+        _facility,
+    ),
     "power_brake": ("HwPowerBrakeSlowdown bit (0x80), or brake_samples > 0", _brake),
-    "gpu_ecc_error": ("ecc_dbe_total/dbe above its reference, or an uncorrectable ECC XID (48, 63, 64, 94, 95)", _ecc),
-    "gpu_fell_off_bus": ("XID 79, or an nvml_error other than a node-wide TIMEOUT (nvml_errors > 0)", _off_bus),
+    "gpu_ecc_error": (
+        "ecc_dbe_total/dbe above its reference, or an uncorrectable ECC XID (48, 63, 64, 94, 95)",
+        _ecc,
+    ),
+    "gpu_fell_off_bus": (
+        "XID 79, or an nvml_error other than a node-wide TIMEOUT (nvml_errors > 0)",
+        _off_bus,
+    ),
     "nvlink_degraded": ("NVLink CRC/replay +5 over reference, nonzero counters, or XID 74", _nvlink),
     "pcie_degraded": ("pcie_link_width < pcie_link_max_width, or PCIe replays +10 over reference", _pcie),
     "bulk_traffic_contention": ("bulk traffic_class bytes, or queue_ms >= 2 x ref_queue_ms", _bulk),
@@ -219,12 +248,15 @@ SUPPORT: dict[str, tuple[str, Callable[[Row], bool]]] = {
         "(cnp_sent_per_s) = 0",
         _ecn,
     ),
-    "input_pipeline_bottleneck": ("loader_ms > max(3 x ref, ref + 50), GpuIdle bit, idle_samples >= 3", _loader),
+    "input_pipeline_bottleneck": (
+        "loader_ms > max(3 x ref, ref + 50), GpuIdle bit, idle_samples >= 3",
+        _loader,
+    ),
     "application_error": ("an application XID (13, 31, 43, 45, 68)", _app),
     "ambient_drift": ("inlet_c >= ref_inlet_c + 1", _drift),
     "gpu_driver_firmware_fault": ("nothing in telemetry: evidence files only", _nothing),
     "roce_config_error": ("nothing in telemetry: evidence files only", _nothing),
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -248,10 +280,15 @@ class LLMHypothesis:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "root_cause": self.root_cause, "component": self.component, "confidence": self.confidence,
-            "summary": self.summary, "status": self.status, "reason": self.reason, "source": "llm",
+            "root_cause": self.root_cause,
+            "component": self.component,
+            "confidence": self.confidence,
+            "summary": self.summary,
+            "status": self.status,
+            "reason": self.reason,
+            "source": "llm",
             "claims": [c.__dict__ for c in self.claims],
-        }  # fmt: skip
+        }
 
 
 def _text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
@@ -329,12 +366,20 @@ def mentions(row: Row, component: str) -> bool:
 # Output names a column may take besides its own (the analyst's facts' names); `max_x`, `min_x`, `avg_x`, `ref_x`,
 # `first_x` and `x` itself are always allowed.
 ALIASES = {
-    "limit_w": "power_limit_w", "max_limit_w": "power_limit_max_w", "dbe": "ecc_dbe_total",
-    "width": "pcie_link_width", "max_width": "pcie_link_max_width", "replay": "pcie_replay_total",
-    "reasons": "clocks_event_reasons", "min_flow_lpm": "coolant_flow_lpm", "inlet_c": "inlet_temp_c",
-    "max_inlet_c": "inlet_temp_c", "loader_ms": "loader_wait_ms", "queue_ms": "queue_delay_ms",
+    "limit_w": "power_limit_w",
+    "max_limit_w": "power_limit_max_w",
+    "dbe": "ecc_dbe_total",
+    "width": "pcie_link_width",
+    "max_width": "pcie_link_max_width",
+    "replay": "pcie_replay_total",
+    "reasons": "clocks_event_reasons",
+    "min_flow_lpm": "coolant_flow_lpm",
+    "inlet_c": "inlet_temp_c",
+    "max_inlet_c": "inlet_temp_c",
+    "loader_ms": "loader_wait_ms",
+    "queue_ms": "queue_delay_ms",
     "nvml_errors": "nvml_error",
-}  # fmt: skip
+}
 VALUE_AGGREGATES = frozenset(
     {"min", "max", "any_value", "first", "last", "arg_max", "median", "avg", "bit_or"}
 )
@@ -477,15 +522,19 @@ def merge(analyst: list[dict[str, Any]], llm: list[LLMHypothesis]) -> list[dict[
         if (h.root_cause, h.component) in have:
             continue
         floor = max(
-            [1 if merged else 0]
-            + [i + 1 for i, a in enumerate(merged) if a["component"] == h.component]
-        )  # fmt: skip
+            [1 if merged else 0] + [i + 1 for i, a in enumerate(merged) if a["component"] == h.component]
+        )
         at = next(
             (i for i in range(floor, len(merged)) if float(merged[i]["confidence"]) < h.confidence),
             len(merged),
         )
-        entry = {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence,
-                 "summary": h.summary, "source": "llm"}  # fmt: skip
+        entry = {
+            "root_cause": h.root_cause,
+            "component": h.component,
+            "confidence": h.confidence,
+            "summary": h.summary,
+            "source": "llm",
+        }
         merged.insert(at, entry)
         have.add((h.root_cause, h.component))
     return merged

@@ -69,12 +69,24 @@ def run_list(args: argparse.Namespace) -> int:
         records = book.proposals(args.status)
         approvals = {r.action.proposal_id: book.approvals(r.action.proposal_id) for r in records}
     if args.json:
-        rows = [{"proposal_id": r.action.proposal_id, "kind": r.action.kind, "target": r.action.target,
-                 "parameters": r.action.parameters, "status": r.status, "physical": r.physical,
-                 "approvals_needed": r.approvals_needed,
-                 "approvers": sorted({a.approver for a in approvals[r.action.proposal_id]}),
-                 "message": r.message, "proposed_by": r.action.proposed_by, "origin": r.origin,
-                 "incident_id": r.incident_id, "expires_ts_s": r.expires_ts_s} for r in records]  # fmt: skip
+        rows = [
+            {
+                "proposal_id": r.action.proposal_id,
+                "kind": r.action.kind,
+                "target": r.action.target,
+                "parameters": r.action.parameters,
+                "status": r.status,
+                "physical": r.physical,
+                "approvals_needed": r.approvals_needed,
+                "approvers": sorted({a.approver for a in approvals[r.action.proposal_id]}),
+                "message": r.message,
+                "proposed_by": r.action.proposed_by,
+                "origin": r.origin,
+                "incident_id": r.incident_id,
+                "expires_ts_s": r.expires_ts_s,
+            }
+            for r in records
+        ]
         print(json.dumps(rows, indent=2))
         return 0
     console = terminal()
@@ -87,9 +99,14 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
-        table.add_row(markup(r.action.proposal_id), markup(r.status), markup(r.action.kind),
-                      markup(r.action.target), "physical" if r.physical else "digital",
-                      f"{len(people)}/{r.approvals_needed}")  # fmt: skip
+        table.add_row(
+            markup(r.action.proposal_id),
+            markup(r.status),
+            markup(r.action.kind),
+            markup(r.action.target),
+            "physical" if r.physical else "digital",
+            f"{len(people)}/{r.approvals_needed}",
+        )
     console.print(table)
     for r in records:  # who proposed it, from where, and the guardrails' verdict: on a line of their own
         console.print(
@@ -112,8 +129,10 @@ def run_show(args: argparse.Namespace) -> int:
         f"[bold]{markup(action['proposal_id'])}[/] {markup(action['kind'])} on {markup(action['target'])}"
     )
     console.print(f"parameters: {markup(fields_text(action['parameters']) or '-')}")
-    console.print(f"risk: {'physical' if shown['physical'] else 'digital'}; "
-                  f"approvals needed: {shown['approvals_needed']}")  # fmt: skip
+    console.print(
+        f"risk: {'physical' if shown['physical'] else 'digital'}; "
+        f"approvals needed: {shown['approvals_needed']}"
+    )
     console.print(f"status: {markup(shown['status'])} ({markup(shown['message'])})")
     console.print(f"proposed by {markup(action['proposed_by'])} at {_clock(action['created_ts_s'])}")
     console.print("reason (proposer's text, not an instruction): " + markup(action["reason"] or "-"))
@@ -124,8 +143,10 @@ def run_show(args: argparse.Namespace) -> int:
     console.print(f"rollback: {markup(json.dumps(action['rollback']))}")
     console.print(f"action hash: {markup(shown['action_hash'])}")
     for a in shown["approvals"]:
-        console.print(f"  approved by {markup(a['approver'])} at {_clock(a['ts_s'])}, "
-                      f"expires {_clock(a['expires_ts_s'])}")  # fmt: skip
+        console.print(
+            f"  approved by {markup(a['approver'])} at {_clock(a['ts_s'])}, "
+            f"expires {_clock(a['expires_ts_s'])}"
+        )
     if shown["execution"]:
         console.print(
             f"execution: {markup(shown['execution']['status'])} at {_clock(shown['execution']['ts_s'])}"

@@ -27,8 +27,12 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def register_options(a: argparse.ArgumentParser) -> None:
-    a.add_argument("--prometheus", metavar="URL", help="read dcgm-exporter/node_exporter series from this "
-                   "Prometheus or VictoriaMetrics instead of --db")  # fmt: skip
+    a.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read dcgm-exporter/node_exporter series from this "
+        "Prometheus or VictoriaMetrics instead of --db",
+    )
     a.add_argument(
         "--since", default=None, help="with --prometheus: how far back from now (90s, 30m, 2h, 1d)"
     )
@@ -58,8 +62,12 @@ def timestamp_s(text: str, option: str) -> float:
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InputError(option, option.lstrip("-"), f"'{text}' is not a time",
-                         "RFC 3339 (2026-01-01T00:00:00Z) or Unix seconds") from None  # fmt: skip
+        raise InputError(
+            option,
+            option.lstrip("-"),
+            f"'{text}' is not a time",
+            "RFC 3339 (2026-01-01T00:00:00Z) or Unix seconds",
+        ) from None
     if parsed.tzinfo is None:
         raise InputError(option, option.lstrip("-"), f"'{text}' has no time zone", "add Z or +HH:MM")
     return parsed.timestamp()
@@ -98,8 +106,15 @@ def run_prometheus(args: argparse.Namespace) -> int:
         workspace = Workspace(path)
         try:
             with workspace.write() as store:
-                report = fetch_into(store, client, start_s=start_s, end_s=end_s, step_s=step_s, hosts=hosts,
-                                    selector=args.selector)  # fmt: skip
+                report = fetch_into(
+                    store,
+                    client,
+                    start_s=start_s,
+                    end_s=end_s,
+                    step_s=step_s,
+                    hosts=hosts,
+                    selector=args.selector,
+                )
         except BaseException:
             workspace.remove()  # a half-filled --db is not left behind
             raise
@@ -108,9 +123,16 @@ def run_prometheus(args: argparse.Namespace) -> int:
             result = analyze(store)
             if args.json:
                 out = result_json(result)
-                out["source"] = {"url": report.url, "start_s": report.start_s, "end_s": report.end_s,
-                                 "step_s": report.step_s, "samples": report.samples, "rows": report.rows,
-                                 "bytes_fetched": report.bytes_fetched, "requests": report.requests}  # fmt: skip
+                out["source"] = {
+                    "url": report.url,
+                    "start_s": report.start_s,
+                    "end_s": report.end_s,
+                    "step_s": report.step_s,
+                    "samples": report.samples,
+                    "rows": report.rows,
+                    "bytes_fetched": report.bytes_fetched,
+                    "requests": report.requests,
+                }
                 print(json.dumps(out, default=str))
             else:
                 terminal(stderr=True).print(

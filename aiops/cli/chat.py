@@ -275,8 +275,10 @@ def show_llm_hypotheses(console: Console, reply: Reply) -> None:
         )
     added = [h for h in reply.hypotheses if h.get("source") == "llm"]
     if added:
-        ranking = ", ".join(f"#{i + 1} {h['root_cause']} on {h['component']} ({h['source']})"
-                            for i, h in enumerate(reply.hypotheses[:5]))  # fmt: skip
+        ranking = ", ".join(
+            f"#{i + 1} {h['root_cause']} on {h['component']} ({h['source']})"
+            for i, h in enumerate(reply.hypotheses[:5])
+        )
         console.print(f"  [dim]ranking with verified model hypotheses: {markup(ranking)}[/]")
 
 

@@ -43,8 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     passwd.add_argument("--db", required=True)
     passwd.add_argument("--password-file", default=None, help="read the password from this file's first line")
     passwd.set_defaults(func=run_passwd)
-    for verb, what in (("disable", "stop a console account signing in (its sessions end)"),
-                       ("enable", "let a disabled console account sign in again")):  # fmt: skip
+    for verb, what in (
+        ("disable", "stop a console account signing in (its sessions end)"),
+        ("enable", "let a disabled console account sign in again"),
+    ):
         toggle = verbs.add_parser(verb, help=what)
         toggle.add_argument("name", metavar="NAME")
         toggle.add_argument("--db", required=True)
@@ -91,8 +93,9 @@ def run_adduser(args: argparse.Namespace) -> int:
     check_role(args.role)
     workspace = Workspace(args.db).require()
     accounts = Accounts(accounts_path(workspace.path))
-    account = add_account(workspace, accounts, cli_actor(), args.name, args.role, _password(args),
-                          replace=args.replace)  # fmt: skip
+    account = add_account(
+        workspace, accounts, cli_actor(), args.name, args.role, _password(args), replace=args.replace
+    )
     path = key_path(workspace.path)
     if path is not None:
         ensure_key(path)
@@ -128,8 +131,9 @@ def run_passwd(args: argparse.Namespace) -> int:
     from aiops.console.manage import reset_password
 
     workspace = Workspace(args.db).require()
-    account = reset_password(workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name,
-                             _password(args))  # fmt: skip
+    account = reset_password(
+        workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, _password(args)
+    )
     terminal().print(f"console account {markup(account.name)}: new password")
     return 0
 
@@ -152,8 +156,11 @@ def run_serve(args: argparse.Namespace) -> int:
     owner = FileOwner(args.db, memory_limit_mb=config.store.memory_limit_mb)
     owner.start()
     workspace = OwnedWorkspace(owner)
-    options = ConsoleOptions(secure_cookies=config.console.secure_cookies, idle_timeout_s=config.console.idle_timeout_s,
-                             max_age_s=config.console.max_age_s)  # fmt: skip
+    options = ConsoleOptions(
+        secure_cookies=config.console.secure_cookies,
+        idle_timeout_s=config.console.idle_timeout_s,
+        max_age_s=config.console.max_age_s,
+    )
     try:
         server = ConsoleServer(create_app(workspace, options), listen)
     except BaseException:

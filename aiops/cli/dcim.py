@@ -84,9 +84,11 @@ def show_report(console: Console, report: RoundReport) -> None:
     for s in report.scopes:
         if s.kind == "cap":
             fit = "feasible" if s.feasible else f"[red]infeasible[/], short {s.shortfall_w:.0f} W"
-            console.print(f"{markup(s.scope)}: cap {s.budget_kw:g} kW -> GPU budget {(s.gpu_budget_w or 0) / 1000:.2f} kW "
-                          f"(non-GPU {s.non_gpu_w / 1000:.2f} kW); limits {s.current_total_w / 1000:.2f} kW -> "
-                          f"target {s.target_total_w / 1000:.2f} kW; {fit} (stage {s.stage})")  # fmt: skip
+            console.print(
+                f"{markup(s.scope)}: cap {s.budget_kw:g} kW -> GPU budget {(s.gpu_budget_w or 0) / 1000:.2f} kW "
+                f"(non-GPU {s.non_gpu_w / 1000:.2f} kW); limits {s.current_total_w / 1000:.2f} kW -> "
+                f"target {s.target_total_w / 1000:.2f} kW; {fit} (stage {s.stage})"
+            )
         else:
             console.print(f"{markup(s.scope)}: cap cleared; {markup(s.notes[0] if s.notes else '')}")
         for note in s.notes if s.kind == "cap" else ():
@@ -100,8 +102,15 @@ def show_report(console: Console, report: RoundReport) -> None:
             change = fields_text(a.parameters)
             style = {"executed": "green", "pending": "yellow"}.get(a.status, "red")
             why = a.message.split(";")[0][:80]  # the whole message: --json, aiops actions show ID
-            table.add_row(markup(a.proposal_id), markup(a.rule_id), markup(a.target), markup(change),
-                          markup(a.mode), f"[{style}]{markup(a.status)}[/]", markup(why))  # fmt: skip
+            table.add_row(
+                markup(a.proposal_id),
+                markup(a.rule_id),
+                markup(a.target),
+                markup(change),
+                markup(a.mode),
+                f"[{style}]{markup(a.status)}[/]",
+                markup(why),
+            )
         console.print(table)
     else:
         console.print("no action needed this round")
@@ -158,8 +167,10 @@ def run_watch(args: argparse.Namespace) -> int:
         done[0] = n
         report = result.report
         what = "; ".join(result.changes) if result.changes else "no new signal"
-        console.print(f"{time.strftime('%H:%M:%S')} round {n}: {markup(what)}; {report.count('executed')} executed, "
-                      f"{report.count('pending')} pending, {report.count('denied')} denied")  # fmt: skip
+        console.print(
+            f"{time.strftime('%H:%M:%S')} round {n}: {markup(what)}; {report.count('executed')} executed, "
+            f"{report.count('pending')} pending, {report.count('denied')} denied"
+        )
         if args.json:
             print(json.dumps(report.to_json(), default=str), flush=True)
         elif report.actions or result.changes:
@@ -177,9 +188,18 @@ def run_watch(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
-        watch(workspace, loaded, args.file, _setup(args), interval_s=args.interval_s,
-              max_rounds=1 if args.once else args.max_rounds, on_round=on_round, on_error=on_error,
-              sleep=stopping.wait, stop=stopping.is_set)  # fmt: skip
+        watch(
+            workspace,
+            loaded,
+            args.file,
+            _setup(args),
+            interval_s=args.interval_s,
+            max_rounds=1 if args.once else args.max_rounds,
+            on_round=on_round,
+            on_error=on_error,
+            sleep=stopping.wait,
+            stop=stopping.is_set,
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -193,8 +213,18 @@ def run_status(args: argparse.Namespace) -> int:
     with Workspace(args.db).require().read() as store:
         signals = [s.__dict__ for s in signals_in_force(store).values()]
     if args.json:
-        print(json.dumps({"signals": signals, "policy": {"path": loaded.path, "sha256": loaded.sha256,
-                                                         **{k: v for k, v in state.items() if k != "events"}}}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "signals": signals,
+                    "policy": {
+                        "path": loaded.path,
+                        "sha256": loaded.sha256,
+                        **{k: v for k, v in state.items() if k != "events"},
+                    },
+                }
+            )
+        )
         return 0
     console = terminal()
     for s in signals or [{"scope": "-", "kind": "no signal", "budget_kw": None, "source": ""}]:

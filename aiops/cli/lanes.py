@@ -205,18 +205,24 @@ def run_control(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     say = terminal(stderr=True)
     say.print(
-        markup(f"{args.dev}: controlling lanes every {policy.adaptive.interval_s:g} s for up to "
-               f"{args.duration_s:g} s (adaptive shaping {'on' if policy.adaptive.enabled else 'off'}); "
-               "each rate change is one JSON line on stderr; Ctrl-C or SIGTERM stops"),
+        markup(
+            f"{args.dev}: controlling lanes every {policy.adaptive.interval_s:g} s for up to "
+            f"{args.duration_s:g} s (adaptive shaping {'on' if policy.adaptive.enabled else 'off'}); "
+            "each rate change is one JSON line on stderr; Ctrl-C or SIGTERM stops"
+        ),
         highlight=False,
-    )  # fmt: skip
+    )
     steps: list[Any] = []
 
     def on_step(step: Any) -> None:
         steps.append(step)
         if step.actuated:
-            record = {"ts_s": step.ts_s, "demand_mbps": step.demand_mbps, "ceil_mbps": step.rates.ceil_mbps,
-                      "spike_due": step.spike_due}  # fmt: skip
+            record = {
+                "ts_s": step.ts_s,
+                "demand_mbps": step.demand_mbps,
+                "ceil_mbps": step.rates.ceil_mbps,
+                "spike_due": step.spike_due,
+            }
             print(json.dumps(record), file=sys.stderr)
 
     try:

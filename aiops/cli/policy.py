@@ -45,8 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     revoke.add_argument("--reason", default="")
     revoke.add_argument("--db", default=DEFAULT_DB)
     revoke.set_defaults(func=run_revoke)
-    for name, helptext in (("show", "the file's rules and whether this exact content is approved"),
-                           ("status", "whether the policy in use is approved, and the approvals recorded")):  # fmt: skip
+    for name, helptext in (
+        ("show", "the file's rules and whether this exact content is approved"),
+        ("status", "whether the policy in use is approved, and the approvals recorded"),
+    ):
         verb = verbs.add_parser(name, help=helptext)
         verb.add_argument("file", metavar="FILE", nargs="?", default=str(DEFAULT_RESPONSES_PATH))
         verb.add_argument("--db", default=DEFAULT_DB)
@@ -62,52 +64,111 @@ def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
     """The approval state of the file's current bytes in `db` (read-only); 'no database' when there is none."""
     workspace = Workspace(db)
     if not workspace.exists():
-        return {"approved": False, "message": f"{db}: no such database, so no approval", "approvers": [],
-                "needed": loaded.policy.approvals_required, "expires_ts_s": None, "events": []}  # fmt: skip
+        return {
+            "approved": False,
+            "message": f"{db}: no such database, so no approval",
+            "approvers": [],
+            "needed": loaded.policy.approvals_required,
+            "expires_ts_s": None,
+            "events": [],
+        }
     with workspace.read() as store:
         rows = read_rows(store, event="policy_approval")
-        status = standing_status(AuditLog(store), loaded.sha256, loaded.policy.approvals_required, time.time(),
-                                 ConfiguredVerifier())  # fmt: skip
+        status = standing_status(
+            AuditLog(store),
+            loaded.sha256,
+            loaded.policy.approvals_required,
+            time.time(),
+            ConfiguredVerifier(),
+        )
     events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
-    return {"approved": status.approved, "message": status.message, "approvers": list(status.approvers),
-            "needed": status.needed, "expires_ts_s": status.expires_ts_s, "events": events}  # fmt: skip
+    return {
+        "approved": status.approved,
+        "message": status.message,
+        "approvers": list(status.approvers),
+        "needed": status.needed,
+        "expires_ts_s": status.expires_ts_s,
+        "events": events,
+    }
 
 
 def _describe(loaded: LoadedPolicy) -> list[dict[str, Any]]:
-    return [{"rule_id": r.rule_id, "on": r.on, "respond": r.respond, "kind": r.spec.kind, "mode": r.mode,
-             "scopes": list(r.scopes), "when": r.when, "envelope": r.envelope.model_dump(mode="json"),
-             "step_interval_s": r.step_interval_s} for r in loaded.policy.rules]  # fmt: skip
+    return [
+        {
+            "rule_id": r.rule_id,
+            "on": r.on,
+            "respond": r.respond,
+            "kind": r.spec.kind,
+            "mode": r.mode,
+            "scopes": list(r.scopes),
+            "when": r.when,
+            "envelope": r.envelope.model_dump(mode="json"),
+            "step_interval_s": r.step_interval_s,
+        }
+        for r in loaded.policy.rules
+    ]
 
 
 def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any]) -> None:
     console.print(f"policy {markup(loaded.path)}")
     console.print(f"sha256 {loaded.sha256}")
     if state["approved"]:
-        console.print(f"[green]approved[/] by {markup(', '.join(state['approvers']))} "
-                      f"until {_clock(state['expires_ts_s'])}: automatic rules run inside their envelopes")  # fmt: skip
+        console.print(
+            f"[green]approved[/] by {markup(', '.join(state['approvers']))} "
+            f"until {_clock(state['expires_ts_s'])}: automatic rules run inside their envelopes"
+        )
     else:
         console.print(f"[yellow]not approved[/]: {markup(state['message'])}")
-        console.print("automatic rules only propose until people approve this content: "
-                      f"aiops policy approve {markup(loaded.path)} [--key FILE]")  # fmt: skip
+        console.print(
+            "automatic rules only propose until people approve this content: "
+            f"aiops policy approve {markup(loaded.path)} [--key FILE]"
+        )
 
 
 def run_show(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
     state = status_of(loaded, args.db)
     if args.json:
-        print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "rules": _describe(loaded),
-                          "approvals_required": loaded.policy.approvals_required,
-                          **{k: v for k, v in state.items() if k != "events"}}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "path": loaded.path,
+                    "sha256": loaded.sha256,
+                    "rules": _describe(loaded),
+                    "approvals_required": loaded.policy.approvals_required,
+                    **{k: v for k, v in state.items() if k != "events"},
+                },
+                indent=2,
+            )
+        )
         return 0
     console = terminal()
     table = Table("rule", "on", "respond", "action kind", "mode", "scopes", "envelope")
     for r in _describe(loaded):
         env = r["envelope"]
-        envelope = (f"{env['min_fraction_of_tdp']:.0%}-{env['max_fraction_of_tdp']:.0%} TDP, "
-                    f"≤{env['max_step_w']:g} W/step") if r["kind"] == "set_power_limit" else "-"  # fmt: skip
+        envelope = (
+            (
+                f"{env['min_fraction_of_tdp']:.0%}-{env['max_fraction_of_tdp']:.0%} TDP, "
+                f"≤{env['max_step_w']:g} W/step"
+            )
+            if r["kind"] == "set_power_limit"
+            else "-"
+        )
         mode = r["mode"] + (" (when infeasible)" if r["when"] == "infeasible" else "")
-        table.add_row(*(markup(cell) for cell in (r["rule_id"], r["on"], r["respond"], r["kind"], mode,
-                                                 ", ".join(r["scopes"]), envelope)))  # fmt: skip
+        table.add_row(
+            *(
+                markup(cell)
+                for cell in (
+                    r["rule_id"],
+                    r["on"],
+                    r["respond"],
+                    r["kind"],
+                    mode,
+                    ", ".join(r["scopes"]),
+                    envelope,
+                )
+            )
+        )
     console.print(table)
     console.print(f"approvals required: {loaded.policy.approvals_required} distinct people")
     _print_status(console, loaded, state)
@@ -124,9 +185,11 @@ def run_status(args: argparse.Namespace) -> int:
     _print_status(console, loaded, state)
     for e in state["events"]:
         mark = "" if e.get("policy_sha256") == loaded.sha256 else " (other content)"
-        console.print(f"  #{e['seq']} {markup(e.get('decision'))} {markup(str(e.get('policy_sha256'))[:12])}{mark} by "
-                      f"{markup(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
-                      f"expires {_clock(e.get('expires_ts_s'))}")  # fmt: skip
+        console.print(
+            f"  #{e['seq']} {markup(e.get('decision'))} {markup(str(e.get('policy_sha256'))[:12])}{mark} by "
+            f"{markup(str(e.get('approver')))} at {_clock(e['ts_s'])}, "
+            f"expires {_clock(e.get('expires_ts_s'))}"
+        )
     return 0 if state["approved"] else 1
 
 

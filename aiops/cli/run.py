@@ -102,9 +102,13 @@ def console_server(config: Config, service: Service) -> ConsoleServer:
     from aiops.console.server import ConsoleServer
     from aiops.report.schedule import reports_dir
 
-    options = ConsoleOptions(reports_dir=reports_dir(config.report, config.store.path),
-                             secure_cookies=config.console.secure_cookies, execute=False,
-                             idle_timeout_s=config.console.idle_timeout_s, max_age_s=config.console.max_age_s)  # fmt: skip
+    options = ConsoleOptions(
+        reports_dir=reports_dir(config.report, config.store.path),
+        secure_cookies=config.console.secure_cookies,
+        execute=False,
+        idle_timeout_s=config.console.idle_timeout_s,
+        max_age_s=config.console.max_age_s,
+    )
     return ConsoleServer(create_app(service.workspace, options), config.console.listen)
 
 

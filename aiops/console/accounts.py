@@ -65,8 +65,12 @@ def check_role(role: str, source: str = "--role") -> str:
 
 def check_password(password: str, source: str = "password") -> str:
     if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
-        raise InputError(source, "password", f"{len(password)} characters",
-                         f"{MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters")  # fmt: skip
+        raise InputError(
+            source,
+            "password",
+            f"{len(password)} characters",
+            f"{MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters",
+        )
     return password
 
 
@@ -122,8 +126,12 @@ class Accounts:
         except InputError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InputError(str(self.path), "accounts", f"not a console accounts file ({type(exc).__name__})",
-                             "{accounts: [{name, role, password_hash}]}") from None  # fmt: skip
+            raise InputError(
+                str(self.path),
+                "accounts",
+                f"not a console accounts file ({type(exc).__name__})",
+                "{accounts: [{name, role, password_hash}]}",
+            ) from None
         return found
 
     def add(self, name: str, role: str, password: str, *, replace: bool = False) -> Account:
@@ -157,9 +165,13 @@ class Accounts:
         return None if account is None or account.disabled else account
 
     def save(self, accounts: dict[str, Account]) -> None:
-        body = {"accounts": [{"name": a.name, "role": a.role, "password_hash": a.password_hash}
-                             | ({"disabled": True} if a.disabled else {})
-                             for a in sorted(accounts.values(), key=lambda a: a.name)]}  # fmt: skip
+        body = {
+            "accounts": [
+                {"name": a.name, "role": a.role, "password_hash": a.password_hash}
+                | ({"disabled": True} if a.disabled else {})
+                for a in sorted(accounts.values(), key=lambda a: a.name)
+            ]
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".console-users-", dir=self.path.parent)  # mkstemp: mode 0600
         try:

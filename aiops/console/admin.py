@@ -51,12 +51,15 @@ class Admin:
         if refusal is not None or session is None:
             return refusal or self.console.pages.to_login()
         found = await run_in_threadpool(self.console.accounts.load)
-        rows = [{"name": a.name, "role": a.role, "disabled": a.disabled}
-                for a in sorted(found.values(), key=lambda a: a.name)]  # fmt: skip
+        rows = [
+            {"name": a.name, "role": a.role, "disabled": a.disabled}
+            for a in sorted(found.values(), key=lambda a: a.name)
+        ]
         return self.console.pages.page(request, session, "admin.html", accounts=rows, roles=ROLES)
 
-    async def _change(self, request: Request, change: Callable[[str, dict[str, str]], Account | None],
-                      done: str) -> Response:  # fmt: skip
+    async def _change(
+        self, request: Request, change: Callable[[str, dict[str, str]], Account | None], done: str
+    ) -> Response:
         refusal, session = await self._admin(request, post=True)
         if refusal is not None or session is None:
             return refusal or self.console.pages.to_login()
@@ -88,8 +91,14 @@ class Admin:
     async def add(self, request: Request) -> Response:
         def change(actor: str, f: dict[str, str]) -> Account:
             password = self._twice(f)
-            return add_account(self.console.workspace, self.console.accounts, actor, f.get("name", "")[:64],
-                               f.get("role", ""), password)  # fmt: skip
+            return add_account(
+                self.console.workspace,
+                self.console.accounts,
+                actor,
+                f.get("name", "")[:64],
+                f.get("role", ""),
+                password,
+            )
 
         return await self._change(request, change, "added {name} ({role})")
 
@@ -158,8 +167,14 @@ class Admin:
                 if not setup.valid(token):
                     return None
                 with self.console.lock:
-                    account = add_account(self.console.workspace, self.console.accounts, "setup",
-                                          fields.get("name", "")[:64], "admin", self._twice(fields))  # fmt: skip
+                    account = add_account(
+                        self.console.workspace,
+                        self.console.accounts,
+                        "setup",
+                        fields.get("name", "")[:64],
+                        "admin",
+                        self._twice(fields),
+                    )
                 setup.spend()
                 return account
 

@@ -53,8 +53,9 @@ class ConsoleOptions:
 
 
 class Console:
-    def __init__(self, workspace: Workspace, options: ConsoleOptions,
-                 clock: Callable[[], float] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, workspace: Workspace, options: ConsoleOptions, clock: Callable[[], float] | None = None
+    ) -> None:
         self.workspace = workspace
         self.options = options
         self.accounts = Accounts(accounts_path(workspace.path))
@@ -98,13 +99,19 @@ class Console:
             )
         key = name.strip().casefold()[:64]
         if self.sessions.locked_out(key):
-            return self.pages.render("login.html", status=429, login_csrf=token, first_run=False,
-                                     error="too many failed sign-ins for this name: wait five minutes")  # fmt: skip
+            return self.pages.render(
+                "login.html",
+                status=429,
+                login_csrf=token,
+                first_run=False,
+                error="too many failed sign-ins for this name: wait five minutes",
+            )
         account = await run_in_threadpool(self.accounts.authenticate, name, password)
         if account is None:
             self.sessions.failed(key)
-            return self.pages.render("login.html", status=401, login_csrf=token, first_run=False,
-                                     error="wrong name or password")  # fmt: skip
+            return self.pages.render(
+                "login.html", status=401, login_csrf=token, first_run=False, error="wrong name or password"
+            )
         session = self.sessions.create(account.name, account.role, account.stamp)
         response = RedirectResponse("/", status_code=303)
         self.pages.set_session_cookie(response, session)

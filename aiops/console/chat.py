@@ -66,11 +66,21 @@ class ChatDesk:
     def _ask(self, question: str, principal: str) -> dict[str, Any]:
         with self._asking, self.console.lock:
             reply = self._agent().ask(question, principal)
-        proposals = [{"id": str(p.get("proposal_id", "")), "kind": str(p.get("kind", "")),
-                      "target": str(p.get("target", "")), "status": str(p.get("status", ""))}
-                     for p in reply.proposals]  # fmt: skip
-        return {"answer": reply.answer, "source": reply.source, "proposals": proposals,
-                "incident_id": reply.incident_id or ""}  # fmt: skip
+        proposals = [
+            {
+                "id": str(p.get("proposal_id", "")),
+                "kind": str(p.get("kind", "")),
+                "target": str(p.get("target", "")),
+                "status": str(p.get("status", "")),
+            }
+            for p in reply.proposals
+        ]
+        return {
+            "answer": reply.answer,
+            "source": reply.source,
+            "proposals": proposals,
+            "incident_id": reply.incident_id or "",
+        }
 
     async def ask(self, request: Request) -> Response:
         pages = self.console.pages

@@ -21,30 +21,59 @@ from guardrails.signing import Verifier
 
 MAX_AUDIT_ROWS = 500
 MAX_EVIDENCE_ROWS = 12
-SAMPLE_TABLES = ("gpu_samples", "nic_samples", "host_samples", "thermal_zone_samples", "collective_samples",
-                 "job_steps", "psi_samples", "netdev_samples", "ib_port_samples", "hwmon_samples",
-                 "kernel_events", "powercap_samples")  # fmt: skip
+SAMPLE_TABLES = (
+    "gpu_samples",
+    "nic_samples",
+    "host_samples",
+    "thermal_zone_samples",
+    "collective_samples",
+    "job_steps",
+    "psi_samples",
+    "netdev_samples",
+    "ib_port_samples",
+    "hwmon_samples",
+    "kernel_events",
+    "powercap_samples",
+)
 
 
 def incidents(store: Store) -> list[dict[str, Any]]:
     out = []
     for d in reversed(stored_diagnoses(store)):
         top = d.hypotheses[0] if d.hypotheses else None
-        out.append({"id": d.incident.incident_id, "title": d.incident.title, "severity": d.incident.severity,
-                    "opened_ts_s": d.incident.opened_ts_s, "resolved": d.incident.resolved_ts_s is not None,
-                    "top": None if top is None else {"root_cause": top.root_cause, "component": top.component,
-                                                     "confidence": top.confidence}})  # fmt: skip
+        out.append(
+            {
+                "id": d.incident.incident_id,
+                "title": d.incident.title,
+                "severity": d.incident.severity,
+                "opened_ts_s": d.incident.opened_ts_s,
+                "resolved": d.incident.resolved_ts_s is not None,
+                "top": None
+                if top is None
+                else {"root_cause": top.root_cause, "component": top.component, "confidence": top.confidence},
+            }
+        )
     return out
 
 
 def _proposal(record: Any, approvers: list[str]) -> dict[str, Any]:
     a = record.action
-    return {"id": a.proposal_id, "kind": a.kind, "target": a.target,
-            "parameters": json.dumps(a.parameters, sort_keys=True), "status": record.status,
-            "physical": record.physical, "needed": record.approvals_needed, "approvers": approvers,
-            "message": record.message, "reason": a.reason, "proposed_by": a.proposed_by,
-            "created_ts_s": a.created_ts_s, "expected_effect": a.expected_effect,
-            "open": record.status in ("pending", "approved")}  # fmt: skip
+    return {
+        "id": a.proposal_id,
+        "kind": a.kind,
+        "target": a.target,
+        "parameters": json.dumps(a.parameters, sort_keys=True),
+        "status": record.status,
+        "physical": record.physical,
+        "needed": record.approvals_needed,
+        "approvers": approvers,
+        "message": record.message,
+        "reason": a.reason,
+        "proposed_by": a.proposed_by,
+        "created_ts_s": a.created_ts_s,
+        "expected_effect": a.expected_effect,
+        "open": record.status in ("pending", "approved"),
+    }
 
 
 def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
@@ -75,14 +104,37 @@ def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
         for e in h.evidence:
             columns = list(e.rows[0].keys()) if e.rows else []
             rows = [[_cell(c, r.get(c)) for c in columns] for r in e.rows[:MAX_EVIDENCE_ROWS]]
-            evidence.append({"claim": e.claim, "sql": e.sql, "params": json.dumps(e.params, default=str),
-                             "columns": columns, "rows": rows, "supports": e.supports})  # fmt: skip
-        hypotheses.append({"rank": rank, "root_cause": h.root_cause, "component": h.component,
-                           "confidence": h.confidence, "summary": h.summary, "evidence": evidence})  # fmt: skip
-    return {"id": d.incident.incident_id, "title": d.incident.title, "severity": d.incident.severity,
-            "components": d.incident.components, "opened_ts_s": d.incident.opened_ts_s,
-            "resolved_ts_s": d.incident.resolved_ts_s, "timeline": timeline, "hypotheses": hypotheses,
-            "proposals": proposals}  # fmt: skip
+            evidence.append(
+                {
+                    "claim": e.claim,
+                    "sql": e.sql,
+                    "params": json.dumps(e.params, default=str),
+                    "columns": columns,
+                    "rows": rows,
+                    "supports": e.supports,
+                }
+            )
+        hypotheses.append(
+            {
+                "rank": rank,
+                "root_cause": h.root_cause,
+                "component": h.component,
+                "confidence": h.confidence,
+                "summary": h.summary,
+                "evidence": evidence,
+            }
+        )
+    return {
+        "id": d.incident.incident_id,
+        "title": d.incident.title,
+        "severity": d.incident.severity,
+        "components": d.incident.components,
+        "opened_ts_s": d.incident.opened_ts_s,
+        "resolved_ts_s": d.incident.resolved_ts_s,
+        "timeline": timeline,
+        "hypotheses": hypotheses,
+        "proposals": proposals,
+    }
 
 
 def _cell(column: str, value: Any) -> str:
@@ -125,10 +177,25 @@ def audit(store: Store, verifier: Verifier) -> dict[str, Any]:
         except Exception as exc:  # a witness that cannot be read is a finding, not a crash of the page
             found.append(str(exc)[:300])
     rows = read_rows(store)[-MAX_AUDIT_ROWS:]
-    shown = [{"seq": r.seq, "ts_s": r.ts_s, "event": r.event, "proposal_id": r.proposal_id, "actor": r.actor,
-              "hash": r.hash[:16], "payload": r.payload[:300]} for r in reversed(rows)]  # fmt: skip
-    return {"ok": not found, "message": result.message, "problems": found, "witness": witness_note,
-            "rows": shown}  # fmt: skip
+    shown = [
+        {
+            "seq": r.seq,
+            "ts_s": r.ts_s,
+            "event": r.event,
+            "proposal_id": r.proposal_id,
+            "actor": r.actor,
+            "hash": r.hash[:16],
+            "payload": r.payload[:300],
+        }
+        for r in reversed(rows)
+    ]
+    return {
+        "ok": not found,
+        "message": result.message,
+        "problems": found,
+        "witness": witness_note,
+        "rows": shown,
+    }
 
 
 def collectors(store: Store) -> dict[str, Any]:
@@ -160,9 +227,13 @@ def topology(store: Store) -> list[dict[str, Any]]:
         nodes = []
         for node in [n for n in children.get(rack["component"], []) if n["kind"] == "node"]:
             parts = children.get(node["component"], [])
-            nodes.append({"name": node["component"],
-                          "gpus": [p["component"] for p in parts if p["kind"] == "gpu"],
-                          "nics": [p["component"] for p in parts if p["kind"] == "nic"]})  # fmt: skip
+            nodes.append(
+                {
+                    "name": node["component"],
+                    "gpus": [p["component"] for p in parts if p["kind"] == "gpu"],
+                    "nics": [p["component"] for p in parts if p["kind"] == "nic"],
+                }
+            )
         racks.append({"name": rack["component"], "nodes": nodes})
     return racks
 

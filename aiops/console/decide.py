@@ -71,8 +71,9 @@ class Decisions:
 
         def run() -> str:
             with self.console.lock:
-                decision = approve(self.console.workspace, proposal_id, signer,
-                                   execute=self.console.options.execute)  # fmt: skip
+                decision = approve(
+                    self.console.workspace, proposal_id, signer, execute=self.console.options.execute
+                )
             return _note(decision)
 
         try:

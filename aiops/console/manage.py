@@ -51,12 +51,17 @@ def _admins(accounts: dict[str, Account]) -> set[str]:
 
 def _keep_an_admin(before: dict[str, Account], after: dict[str, Account], name: str) -> None:
     if _admins(before) and not _admins(after):
-        raise InputError("NAME", "name", f"{name} is the last admin",
-                         "make another account admin first")  # fmt: skip
+        raise InputError("NAME", "name", f"{name} is the last admin", "make another account admin first")
 
 
-def _commit(workspace: Workspace, accounts: Accounts, before: dict[str, Account], after: dict[str, Account],
-            actor: str, payload: dict[str, Any]) -> None:  # fmt: skip
+def _commit(
+    workspace: Workspace,
+    accounts: Accounts,
+    before: dict[str, Account],
+    after: dict[str, Account],
+    actor: str,
+    payload: dict[str, Any],
+) -> None:
     accounts.save(after)
     try:
         with workspace.write() as store:
@@ -76,8 +81,16 @@ def _existing(before: dict[str, Account], name: str) -> Account:
     return account
 
 
-def add_account(workspace: Workspace, accounts: Accounts, actor: str, name: str, role: str, password: str,
-                *, replace: bool = False) -> Account:  # fmt: skip
+def add_account(
+    workspace: Workspace,
+    accounts: Accounts,
+    actor: str,
+    name: str,
+    role: str,
+    password: str,
+    *,
+    replace: bool = False,
+) -> Account:
     """A new account (or, with `replace`, a new role and password for an existing one)."""
     canonical, role = check_name(name), check_role(role)
     password_hash = hash_password(password)
@@ -95,8 +108,16 @@ def add_account(workspace: Workspace, accounts: Accounts, actor: str, name: str,
     return account
 
 
-def _update(workspace: Workspace, accounts: Accounts, actor: str, name: str, op: str,
-            change: Callable[[Account], Account], *, was_role: bool = False) -> Account:  # fmt: skip
+def _update(
+    workspace: Workspace,
+    accounts: Accounts,
+    actor: str,
+    name: str,
+    op: str,
+    change: Callable[[Account], Account],
+    *,
+    was_role: bool = False,
+) -> Account:
     """One existing account changed by `change`, under the lock, the last admin kept, audited as `op`."""
     with _changing(accounts):
         before = accounts.load()
@@ -111,20 +132,33 @@ def _update(workspace: Workspace, accounts: Accounts, actor: str, name: str, op:
 
 def set_role(workspace: Workspace, accounts: Accounts, actor: str, name: str, role: str) -> Account:
     role = check_role(role)
-    return _update(workspace, accounts, actor, name, "role", lambda a: dataclasses.replace(a, role=role),
-                   was_role=True)  # fmt: skip
+    return _update(
+        workspace, accounts, actor, name, "role", lambda a: dataclasses.replace(a, role=role), was_role=True
+    )
 
 
 def reset_password(workspace: Workspace, accounts: Accounts, actor: str, name: str, password: str) -> Account:
     password_hash = hash_password(password)
-    return _update(workspace, accounts, actor, name, "password",
-                   lambda a: dataclasses.replace(a, password_hash=password_hash))  # fmt: skip
+    return _update(
+        workspace,
+        accounts,
+        actor,
+        name,
+        "password",
+        lambda a: dataclasses.replace(a, password_hash=password_hash),
+    )
 
 
 def set_disabled(workspace: Workspace, accounts: Accounts, actor: str, name: str, disabled: bool) -> Account:
     """Disable an account (it keeps its name and role, signs in no more, its sessions end) or enable it again."""
-    return _update(workspace, accounts, actor, name, "disable" if disabled else "enable",
-                   lambda a: dataclasses.replace(a, disabled=disabled))  # fmt: skip
+    return _update(
+        workspace,
+        accounts,
+        actor,
+        name,
+        "disable" if disabled else "enable",
+        lambda a: dataclasses.replace(a, disabled=disabled),
+    )
 
 
 def delete_account(workspace: Workspace, accounts: Accounts, actor: str, name: str) -> Account:

@@ -25,8 +25,16 @@ class ConsoleServer:
     def __init__(self, app: Starlette, listen: str) -> None:
         self.app = app
         self.host, self.port = parse_listen(listen)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="off", server_header=False, timeout_graceful_shutdown=5)  # fmt: skip
+        config = uvicorn.Config(
+            app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=5,
+        )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
@@ -58,8 +66,11 @@ class ConsoleServer:
             return None
         host = f"[{self.host}]" if ":" in self.host else self.host
         url = f"http://{host}:{self.port}/setup/{token}"
-        print(f"no console account yet: make the first admin at {url} (one use, within the hour)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"no console account yet: make the first admin at {url} (one use, within the hour)",
+            file=sys.stderr,
+            flush=True,
+        )
         log.warning("console set-up", extra={"url": url, "valid_s": SETUP_TTL_S})
         return url
 

@@ -87,8 +87,11 @@ class Sessions:
         """End `principal`'s sessions begun under another state of the account (`account_stamp`: as it is now,
         None when deleted); how many ended. A session begun since the change lives on."""
         with self._lock:
-            gone = [sid for sid, s in self._sessions.items()
-                    if s.principal == principal and s.account_stamp != account_stamp]  # fmt: skip
+            gone = [
+                sid
+                for sid, s in self._sessions.items()
+                if s.principal == principal and s.account_stamp != account_stamp
+            ]
             for sid in gone:
                 del self._sessions[sid]
         return len(gone)
@@ -107,7 +110,10 @@ class Sessions:
             self._failures.setdefault(name, []).append(self.clock())
 
     def _expire(self, now: float) -> None:
-        stale = [sid for sid, s in self._sessions.items()
-                 if now - s.seen_s > self.idle_timeout_s or now - s.created_s > self.max_age_s]  # fmt: skip
+        stale = [
+            sid
+            for sid, s in self._sessions.items()
+            if now - s.seen_s > self.idle_timeout_s or now - s.created_s > self.max_age_s
+        ]
         for sid in stale:
             del self._sessions[sid]

@@ -21,8 +21,10 @@ log = logging.getLogger("aiops.console")
 
 SESSION_COOKIE = "aiops_session"
 LOGIN_COOKIE = "aiops_login"  # the sign-in form's CSRF token (double submit: cookie and form field)
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")  # fmt: skip
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode("ascii")),
     (b"x-content-type-options", b"nosniff"),
@@ -42,8 +44,9 @@ def _clock(ts_s: Any) -> str:
 
 def environment() -> Environment:
     """Autoescape for every template (not only .html): a telemetry string is always text."""
-    env = Environment(loader=PackageLoader("aiops.console", "templates"), autoescape=True,
-                      undefined=StrictUndefined)  # fmt: skip
+    env = Environment(
+        loader=PackageLoader("aiops.console", "templates"), autoescape=True, undefined=StrictUndefined
+    )
     env.filters["clock"] = _clock
     return env
 
@@ -121,12 +124,26 @@ class Pages:
         return session.csrf_ok(token)
 
     def set_session_cookie(self, response: Response, session: Session) -> None:
-        response.set_cookie(SESSION_COOKIE, session.session_id, httponly=True, samesite="strict",
-                            secure=self.secure_cookies, path="/", max_age=int(self.sessions.max_age_s))  # fmt: skip
+        response.set_cookie(
+            SESSION_COOKIE,
+            session.session_id,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/",
+            max_age=int(self.sessions.max_age_s),
+        )
 
     def login_token(self) -> str:
         return secrets.token_urlsafe(32)
 
     def set_login_cookie(self, response: Response, token: str) -> None:
-        response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", secure=self.secure_cookies,
-                            path="/login", max_age=3600)  # fmt: skip
+        response.set_cookie(
+            LOGIN_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/login",
+            max_age=3600,
+        )

@@ -69,9 +69,14 @@ class RoundReport:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ts_s": self.ts_s, "policy": self.policy, "signals": self.signals,
-                "scopes": [asdict(s) for s in self.scopes], "actions": [asdict(a) for a in self.actions],
-                "notes": self.notes}  # fmt: skip
+        return {
+            "ts_s": self.ts_s,
+            "policy": self.policy,
+            "signals": self.signals,
+            "scopes": [asdict(s) for s in self.scopes],
+            "actions": [asdict(a) for a in self.actions],
+            "notes": self.notes,
+        }
 
     def count(self, status: str) -> int:
         return sum(1 for a in self.actions if a.status == status)
@@ -135,8 +140,15 @@ class ResponseRound:
 
     def _policy_json(self) -> dict[str, Any]:
         s = self.standing.status
-        return {"path": self.loaded.path, "sha256": s.sha256, "approved": s.approved, "needed": s.needed,
-                "approvers": list(s.approvers), "expires_ts_s": s.expires_ts_s, "message": s.message}  # fmt: skip
+        return {
+            "path": self.loaded.path,
+            "sha256": s.sha256,
+            "approved": s.approved,
+            "needed": s.needed,
+            "approvers": list(s.approvers),
+            "expires_ts_s": s.expires_ts_s,
+            "message": s.message,
+        }
 
     # -- execution ----------------------------------------------------------------------------------------
     def _execute(self, action: Action) -> tuple[str, str]:
@@ -242,17 +254,26 @@ class ResponseRound:
     def _power_action(self, step: PlannedStep, rule: ResponseRule, pid: str) -> Action:
         rollback: dict[str, Any] | str = ""
         if len(set(step.current_w)) == 1:
-            rollback = {"kind": "set_power_limit", "target": step.target,
-                        "parameters": {"power_limit_w": step.current_w[0]}}  # fmt: skip
+            rollback = {
+                "kind": "set_power_limit",
+                "target": step.target,
+                "parameters": {"power_limit_w": step.current_w[0]},
+            }
         return Action(
-            proposal_id=pid, kind="set_power_limit", target=step.target,
+            proposal_id=pid,
+            kind="set_power_limit",
+            target=step.target,
             parameters={"power_limit_w": step.power_limit_w},
             reason=f"DCIM response ({rule.on}) under policy {self.loaded.sha256[:12]} rule {rule.rule_id}",
-            evidence=[f"policy file {self.loaded.path} sha256 {self.loaded.sha256}",
-                      "SELECT * FROM dcim_signals ORDER BY ts_s DESC LIMIT 5"],
+            evidence=[
+                f"policy file {self.loaded.path} sha256 {self.loaded.sha256}",
+                "SELECT * FROM dcim_signals ORDER BY ts_s DESC LIMIT 5",
+            ],
             expected_effect=f"{len(step.gpus)} GPU(s) at {step.power_limit_w:.0f} W, heading to {step.final_w:.0f} W",
-            rollback=rollback, proposed_by=rule.proposer, created_ts_s=self.now,
-        )  # fmt: skip
+            rollback=rollback,
+            proposed_by=rule.proposer,
+            created_ts_s=self.now,
+        )
 
     def _why_not_automatic(self, action: Action, rule: ResponseRule, context: Context) -> str | None:
         if not rule.automatic:
@@ -277,8 +298,13 @@ class ResponseRound:
             return context
         refused = self._recently_denied(probe, rule)
         if refused is not None:  # e.g. the rate limit: asking again every tick changes nothing
-            self._outcome(refused.action, rule, "automatic" if why is None else "proposed", "denied",
-                          f"still refused: {refused.message}")  # fmt: skip
+            self._outcome(
+                refused.action,
+                rule,
+                "automatic" if why is None else "proposed",
+                "denied",
+                f"still refused: {refused.message}",
+            )
             return context
         pid = _new_id(self.guard, rule.rule_id, self.now, step.target)
         self._supersede(rule.proposer, step.target, pid)
@@ -299,8 +325,18 @@ class ResponseRound:
         return self.guard.context(self.now)  # the GPUs' limits after this step
 
     def _outcome(self, action: Action, rule: ResponseRule, mode: str, status: str, message: str) -> None:
-        self.report.actions.append(ActionOutcome(action.proposal_id, rule.rule_id, action.kind, action.target,
-                                                 dict(action.parameters), mode, status, message))  # fmt: skip
+        self.report.actions.append(
+            ActionOutcome(
+                action.proposal_id,
+                rule.rule_id,
+                action.kind,
+                action.target,
+                dict(action.parameters),
+                mode,
+                status,
+                message,
+            )
+        )
 
     # -- proposals for a person -----------------------------------------------------------------------------
     def _propose_once(self, action: Action) -> None:
@@ -312,9 +348,18 @@ class ResponseRound:
                 return
         filed = self.guard.propose(action, origin="dcim")
         rule_id = action.proposed_by.removeprefix("policy:")
-        self.report.actions.append(ActionOutcome(filed.proposal_id, rule_id, action.kind, action.target,
-                                                 dict(action.parameters), "proposed",
-                                                 "pending" if filed.ok else "denied", filed.message))  # fmt: skip
+        self.report.actions.append(
+            ActionOutcome(
+                filed.proposal_id,
+                rule_id,
+                action.kind,
+                action.target,
+                dict(action.parameters),
+                "proposed",
+                "pending" if filed.ok else "denied",
+                filed.message,
+            )
+        )
 
     def propose_others(self, context: Context) -> None:
         """`mode: propose` responses that move work or cooling (`migrate_jobs`, `adjust_cooling`)."""
@@ -334,11 +379,19 @@ class ResponseRound:
     def _other_action(
         self, rule: ResponseRule, rack: str, capped: set[str], context: Context
     ) -> Action | None:
-        base = {"proposed_by": rule.proposer, "created_ts_s": self.now,
-                "reason": f"DCIM response ({rule.on}) on {rack}: rule {rule.rule_id} (a person decides)"}  # fmt: skip
+        base = {
+            "proposed_by": rule.proposer,
+            "created_ts_s": self.now,
+            "reason": f"DCIM response ({rule.on}) on {rack}: rule {rule.rule_id} (a person decides)",
+        }
         if rule.respond == "adjust_cooling":
-            return Action(proposal_id=_new_id(self.guard, rule.rule_id, self.now, rack), kind="set_cooling_state",
-                          target=rack, parameters={"cooling_fraction": rule.cooling_fraction}, **base)  # fmt: skip
+            return Action(
+                proposal_id=_new_id(self.guard, rule.rule_id, self.now, rack),
+                kind="set_cooling_state",
+                target=rack,
+                parameters={"cooling_fraction": rule.cooling_fraction},
+                **base,
+            )
         scope = context.topology.expand(rack)
         gpus = set(scope.gpus) if scope else set()
         jobs = [j for j, js in context.topology.job_gpus.items() if gpus & set(js)]
@@ -348,8 +401,13 @@ class ResponseRound:
             return None
         priorities = self.readings.priorities()
         job = min(jobs, key=lambda j: (priorities.get(j, 0), j))
-        return Action(proposal_id=_new_id(self.guard, rule.rule_id, self.now, f"job.{job}"), kind="migrate_job",
-                      target=f"job:{job}", parameters={"to": elsewhere[0]}, **base)  # fmt: skip
+        return Action(
+            proposal_id=_new_id(self.guard, rule.rule_id, self.now, f"job.{job}"),
+            kind="migrate_job",
+            target=f"job:{job}",
+            parameters={"to": elsewhere[0]},
+            **base,
+        )
 
     def run(self) -> RoundReport:
         self.run_approved()

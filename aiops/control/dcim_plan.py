@@ -125,9 +125,21 @@ def plan_cap(item: ScopeInput, priorities: Mapping[str, int]) -> tuple[ScopePlan
         j.job: {"limit_w": round(j.limit_w, 1), "expected_loss": round(j.expected_loss, 4)}
         for j in alloc.jobs.values()
     }
-    plan = ScopePlan(item.scope, "cap", item.rule.rule_id, item.budget_kw, item.non_gpu_w, budget_w, feasible,
-                     alloc.stage if feasible else "infeasible", current_total, total, shortfall, jobs,
-                     tuple(notes))  # fmt: skip
+    plan = ScopePlan(
+        item.scope,
+        "cap",
+        item.rule.rule_id,
+        item.budget_kw,
+        item.non_gpu_w,
+        budget_w,
+        feasible,
+        alloc.stage if feasible else "infeasible",
+        current_total,
+        total,
+        shortfall,
+        jobs,
+        tuple(notes),
+    )
     return plan, targets
 
 
@@ -146,8 +158,21 @@ def plan_clear(
     current_total = sum(t.current_w for t in targets.values())
     total = sum(t.target_w for t in targets.values())
     note = f"{len(targets)} GPU(s) the policy lowered go back to the envelope's maximum"
-    plan = ScopePlan(item.scope, "clear", item.rule.rule_id, None, item.non_gpu_w, None, True, "restore",
-                     current_total, total, 0.0, {}, (note,))  # fmt: skip
+    plan = ScopePlan(
+        item.scope,
+        "clear",
+        item.rule.rule_id,
+        None,
+        item.non_gpu_w,
+        None,
+        True,
+        "restore",
+        current_total,
+        total,
+        0.0,
+        {},
+        (note,),
+    )
     return plan, targets
 
 
@@ -216,8 +241,16 @@ def group(
         same = {(nxt[g], targets[g].rule_id) for g in moving}
         if len(moving) == len(gpus) and len(same) == 1:
             (watts, rule_id) = same.pop()
-            out.append(PlannedStep(rule_id, node, tuple(gpus), tuple(targets[g].current_w for g in gpus), watts,
-                                   min(targets[g].target_w for g in gpus)))  # fmt: skip
+            out.append(
+                PlannedStep(
+                    rule_id,
+                    node,
+                    tuple(gpus),
+                    tuple(targets[g].current_w for g in gpus),
+                    watts,
+                    min(targets[g].target_w for g in gpus),
+                )
+            )
             done.update(gpus)
     for gpu in sorted(set(nxt) - done):
         t = targets[gpu]

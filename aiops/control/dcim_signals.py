@@ -108,9 +108,14 @@ def load_dcim_file(
 def record_signal(store: Store, signal: DcimSignal) -> None:
     store.ingest(
         "dcim_signals",
-        {"ts_s": [signal.ts_s], "scope": [signal.scope], "kind": [signal.kind],
-         "budget_kw": [signal.budget_kw], "source": [signal.source]},
-    )  # fmt: skip
+        {
+            "ts_s": [signal.ts_s],
+            "scope": [signal.scope],
+            "kind": [signal.kind],
+            "budget_kw": [signal.budget_kw],
+            "source": [signal.source],
+        },
+    )
 
 
 def signals_in_force(store: Store) -> dict[str, DcimSignal]:
@@ -120,10 +125,11 @@ def signals_in_force(store: Store) -> dict[str, DcimSignal]:
         "arg_max(source, ts_s) AS source FROM dcim_signals GROUP BY scope ORDER BY scope"
     )
     return {
-        str(r["scope"]): DcimSignal(str(r["scope"]), str(r["kind"]), _float(r["budget_kw"]), float(r["ts_s"]),
-                                    str(r["source"]))
+        str(r["scope"]): DcimSignal(
+            str(r["scope"]), str(r["kind"]), _float(r["budget_kw"]), float(r["ts_s"]), str(r["source"])
+        )
         for r in rows
-    }  # fmt: skip
+    }
 
 
 # The signals up to a window's end, oldest first (the detector and the analyst read caps from here).

@@ -67,8 +67,13 @@ def attach(
     topology = topology_from_store(store)
     owner = service_pid(store.path)
     if owner is not None and owner != os.getpid():  # the service acts on this workspace's world, not us
-        return Attached("none", StoreReadings(store), topology, None,
-                        f"the service (PID {owner}) executes on this workspace; approvals wait for it")  # fmt: skip
+        return Attached(
+            "none",
+            StoreReadings(store),
+            topology,
+            None,
+            f"the service (PID {owner}) executes on this workspace; approvals wait for it",
+        )
     if actuator == "nvml":
         return _attach_nvml(store, topology, node, nvml)
     held = load_twin(store, twin) if actuator in ("auto", "twin") else None
@@ -78,8 +83,14 @@ def attach(
         )
     if held is not None:
         topology = dataclasses.replace(topology, job_gpus=held.topology.job_gpus)  # jobs where they run now
-        return Attached("twin", WorldReadings(held.world), topology, TwinActuator(held, store),
-                        "twin (the workspace's simulated world)", held)  # fmt: skip
+        return Attached(
+            "twin",
+            WorldReadings(held.world),
+            topology,
+            TwinActuator(held, store),
+            "twin (the workspace's simulated world)",
+            held,
+        )
     return Attached("none", StoreReadings(store), topology, None, "none (proposals only)")
 
 

@@ -88,32 +88,63 @@ class AlertInvestigator:
         known = {str(r["component"]) for r in store.query("SELECT component FROM topology")}
         component = component_of(alert.labels, self.hosts, known)
         opened_ts_s = min(to_store_ts_s(alert.starts_ts_s), now_ts_s)
-        window = Incident(incident_id=alert_id, opened_ts_s=opened_ts_s, last_ts_s=now_ts_s,
-                          title=title_of(alert), severity=_severity(alert),
-                          components=[component] if component else [], symptoms=[])  # fmt: skip
+        window = Incident(
+            incident_id=alert_id,
+            opened_ts_s=opened_ts_s,
+            last_ts_s=now_ts_s,
+            title=title_of(alert),
+            severity=_severity(alert),
+            components=[component] if component else [],
+            symptoms=[],
+        )
         hypotheses = focus(analyze(store, window), component)
         top = hypotheses[0] if hypotheses else None
         linked = _linked_incident(store, component or (top.component if top else None), window)
         self._record(store, alert, alert_id, item.received_ts_s, component, window, linked, top)
         event = incident_event(
-            "diagnosed" if top else "opened", _as_incident(alert, alert_id, component, item.received_ts_s),
-            hypotheses[:1], node=self.node, link=self._link(linked),
-        )  # fmt: skip
+            "diagnosed" if top else "opened",
+            _as_incident(alert, alert_id, component, item.received_ts_s),
+            hypotheses[:1],
+            node=self.node,
+            link=self._link(linked),
+        )
         self.enqueue(store, event)
         self.investigated += 1
         return f"investigated {alert_id}"
 
-    def _record(self, store: Store, alert: WebhookAlert, alert_id: str, received_ts_s: float,
-                component: str | None, window: Incident, linked: str | None, top: Hypothesis | None) -> None:  # fmt: skip
+    def _record(
+        self,
+        store: Store,
+        alert: WebhookAlert,
+        alert_id: str,
+        received_ts_s: float,
+        component: str | None,
+        window: Incident,
+        linked: str | None,
+        top: Hypothesis | None,
+    ) -> None:
         evidence = json.dumps([e.claim for e in top.evidence]) if top else None
         start_ts_s = window.opened_ts_s
         store.conn.execute(
             "INSERT INTO alert_investigations VALUES (?, ?, ?, 'firing', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [alert_id, alert.fingerprint, alert.labels.get("alertname"), alert.starts_ts_s, received_ts_s,
-             component, start_ts_s, window.last_ts_s, linked, top.root_cause if top else None,
-             top.component if top else None, top.confidence if top else None, top.summary if top else None,
-             evidence, json.dumps(alert.labels)],
-        )  # fmt: skip
+            [
+                alert_id,
+                alert.fingerprint,
+                alert.labels.get("alertname"),
+                alert.starts_ts_s,
+                received_ts_s,
+                component,
+                start_ts_s,
+                window.last_ts_s,
+                linked,
+                top.root_cause if top else None,
+                top.component if top else None,
+                top.confidence if top else None,
+                top.summary if top else None,
+                evidence,
+                json.dumps(alert.labels),
+            ],
+        )
 
     # -- resolved ---------------------------------------------------------------------------------------------
     def _resolve(self, store: Store, item: Received) -> str:
@@ -132,8 +163,14 @@ class AlertInvestigator:
         )
         top = _stored_top(row)
         incident = _as_incident(alert, alert_id, row["component"], item.received_ts_s)
-        event = incident_event("resolved", incident, [top] if top else [], node=self.node,
-                               link=self._link(row["incident_id"]), resolved_ts_s=resolved_ts_s)  # fmt: skip
+        event = incident_event(
+            "resolved",
+            incident,
+            [top] if top else [],
+            node=self.node,
+            link=self._link(row["incident_id"]),
+            resolved_ts_s=resolved_ts_s,
+        )
         self.enqueue(store, event)
         self.resolved += 1
         return f"resolved {alert_id}"
@@ -150,9 +187,15 @@ def _severity(alert: WebhookAlert) -> str:
 
 def _as_incident(alert: WebhookAlert, alert_id: str, component: str | None, received_ts_s: float) -> Incident:
     """The alert as the notifier shows it: its own id, title, times (wall clock) and component."""
-    return Incident(incident_id=alert_id, opened_ts_s=alert.starts_ts_s,
-                    last_ts_s=max(received_ts_s, alert.starts_ts_s), title=title_of(alert),
-                    severity=_severity(alert), components=[component] if component else [], symptoms=[])  # fmt: skip
+    return Incident(
+        incident_id=alert_id,
+        opened_ts_s=alert.starts_ts_s,
+        last_ts_s=max(received_ts_s, alert.starts_ts_s),
+        title=title_of(alert),
+        severity=_severity(alert),
+        components=[component] if component else [],
+        symptoms=[],
+    )
 
 
 def _linked_incident(store: Store, component: str | None, window: Incident) -> str | None:
@@ -174,5 +217,9 @@ def _linked_incident(store: Store, component: str | None, window: Incident) -> s
 def _stored_top(row: Mapping[str, Any]) -> Hypothesis | None:
     if row["root_cause"] is None:
         return None
-    return Hypothesis(root_cause=row["root_cause"], component=row["hypothesis_component"],
-                      confidence=float(row["confidence"]), summary=row["summary"] or "")  # fmt: skip
+    return Hypothesis(
+        root_cause=row["root_cause"],
+        component=row["hypothesis_component"],
+        confidence=float(row["confidence"]),
+        summary=row["summary"] or "",
+    )

@@ -80,17 +80,33 @@ class Api:
         if not found:
             return None
         d = found[0]
-        return {**_incident_json(d), "symptoms": [s.model_dump() for s in d.incident.symptoms],
-                "hypotheses": [h.model_dump() for h in d.hypotheses]}  # fmt: skip
+        return {
+            **_incident_json(d),
+            "symptoms": [s.model_dump() for s in d.incident.symptoms],
+            "hypotheses": [h.model_dump() for h in d.hypotheses],
+        }
 
     def proposals(self) -> dict[str, Any]:
         with self.workspace.read() as store:
             records = GuardrailRecords(store).proposals()
-        return {"proposals": [{"proposal_id": r.proposal_id, "kind": r.action.kind, "target": r.action.target,
-                               "parameters": r.action.parameters, "status": r.status, "physical": r.physical,
-                               "approvals_needed": r.approvals_needed, "origin": r.origin,
-                               "incident_id": r.incident_id, "expires_ts_s": r.expires_ts_s,
-                               "message": r.message} for r in records]}  # fmt: skip
+        return {
+            "proposals": [
+                {
+                    "proposal_id": r.proposal_id,
+                    "kind": r.action.kind,
+                    "target": r.action.target,
+                    "parameters": r.action.parameters,
+                    "status": r.status,
+                    "physical": r.physical,
+                    "approvals_needed": r.approvals_needed,
+                    "origin": r.origin,
+                    "incident_id": r.incident_id,
+                    "expires_ts_s": r.expires_ts_s,
+                    "message": r.message,
+                }
+                for r in records
+            ]
+        }
 
 
 class HttpEndpoint:

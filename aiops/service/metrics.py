@@ -167,10 +167,16 @@ class MetricsCache(Collector):
                 if values.get(column) is not None:
                     family.add_metric([gpu, str(values["node"])], float(values[column]) * scale)
             yield family
-        throttle = GaugeMetricFamily(PREFIX + "gpu_clocks_event_reason", "1 while NVML reports the clocks-event "
-                                     "reason (nvmlClocksEventReason*)", labels=[*labels, "reason"])  # fmt: skip
-        lost = GaugeMetricFamily(PREFIX + "gpu_nvml_error", "1 while NVML answers this GPU with an error",
-                                 labels=[*labels, "error"])  # fmt: skip
+        throttle = GaugeMetricFamily(
+            PREFIX + "gpu_clocks_event_reason",
+            "1 while NVML reports the clocks-event reason (nvmlClocksEventReason*)",
+            labels=[*labels, "reason"],
+        )
+        lost = GaugeMetricFamily(
+            PREFIX + "gpu_nvml_error",
+            "1 while NVML answers this GPU with an error",
+            labels=[*labels, "error"],
+        )
         for gpu, values in sorted(self.gpus.items()):
             mask = int(values.get("clocks_event_reasons") or 0)
             for bit, reason in nvml_bits.NAMES.items():
@@ -191,28 +197,38 @@ class MetricsCache(Collector):
                 if values.get(column) is not None:
                     counter.add_metric([gpu, str(values["node"]), *extra.values()], float(values[column]))
         yield from counters.values()
-        xids = CounterMetricFamily(PREFIX + "gpu_xid_events", "XID events seen (NVML event sets, kernel log)",
-                                   labels=["gpu", "xid"])  # fmt: skip
+        xids = CounterMetricFamily(
+            PREFIX + "gpu_xid_events", "XID events seen (NVML event sets, kernel log)", labels=["gpu", "xid"]
+        )
         for (gpu, xid), n in sorted(self.xids.items()):
             xids.add_metric([gpu, str(xid)], float(n))
         yield xids
 
     def _network_metrics(self) -> Iterable[Metric]:
-        names = {"tx_bytes": ("nic_transmit_bytes", "bytes sent per lane"), "drops": ("nic_drops", "packets dropped"),
-                 "ce_marks": ("nic_ce_marks", "packets marked CE by the lanes"),
-                 "retransmits": ("nic_retransmits", "TCP retransmits"),
-                 "carrier_changes": ("nic_carrier_changes", "carrier up/down transitions")}  # fmt: skip
+        names = {
+            "tx_bytes": ("nic_transmit_bytes", "bytes sent per lane"),
+            "drops": ("nic_drops", "packets dropped"),
+            "ce_marks": ("nic_ce_marks", "packets marked CE by the lanes"),
+            "retransmits": ("nic_retransmits", "TCP retransmits"),
+            "carrier_changes": ("nic_carrier_changes", "carrier up/down transitions"),
+        }
         for column, (name, help_text) in names.items():
             family = CounterMetricFamily(PREFIX + name, help_text, labels=["nic", "lane"])
             for (nic, lane, col), total in sorted(self.nic_totals.items()):
                 if col == column:
                     family.add_metric([nic, lane], total)
             yield family
-        netdev = {"rx_bytes": "netdev_receive_bytes", "tx_bytes": "netdev_transmit_bytes",
-                  "rx_errors": "netdev_receive_errors", "tx_errors": "netdev_transmit_errors",
-                  "rx_dropped": "netdev_receive_drops", "tx_dropped": "netdev_transmit_drops",
-                  "carrier_changes": "netdev_carrier_changes", "rx_pause_frames": "netdev_receive_pause_frames",
-                  "tx_pause_frames": "netdev_transmit_pause_frames"}  # fmt: skip
+        netdev = {
+            "rx_bytes": "netdev_receive_bytes",
+            "tx_bytes": "netdev_transmit_bytes",
+            "rx_errors": "netdev_receive_errors",
+            "tx_errors": "netdev_transmit_errors",
+            "rx_dropped": "netdev_receive_drops",
+            "tx_dropped": "netdev_transmit_drops",
+            "carrier_changes": "netdev_carrier_changes",
+            "rx_pause_frames": "netdev_receive_pause_frames",
+            "tx_pause_frames": "netdev_transmit_pause_frames",
+        }
         for column, name in netdev.items():
             family = CounterMetricFamily(
                 PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev"]
@@ -226,44 +242,72 @@ class MetricsCache(Collector):
             if values.get("oper_up") is not None:
                 up.add_metric([dev], 1.0 if values["oper_up"] else 0.0)
         yield up
-        ib_columns = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
-                      "port_xmit_discards", "port_xmit_wait", "np_cnp_sent", "rp_cnp_handled",
-                      "np_ecn_marked_roce_packets", "out_of_sequence", "local_ack_timeout_err",
-                      "req_transport_retries_exceeded")  # fmt: skip
+        ib_columns = (
+            "symbol_error",
+            "link_downed",
+            "link_error_recovery",
+            "port_rcv_errors",
+            "port_xmit_discards",
+            "port_xmit_wait",
+            "np_cnp_sent",
+            "rp_cnp_handled",
+            "np_ecn_marked_roce_packets",
+            "out_of_sequence",
+            "local_ack_timeout_err",
+            "req_transport_retries_exceeded",
+        )
         for column in ib_columns:
-            family = CounterMetricFamily(PREFIX + f"ib_{column}", f"InfiniBand port counter {column}",
-                                         labels=["device", "port"])  # fmt: skip
+            family = CounterMetricFamily(
+                PREFIX + f"ib_{column}", f"InfiniBand port counter {column}", labels=["device", "port"]
+            )
             for (device, port), values in sorted(self.ib.items()):
                 if values.get(column) is not None:
                     family.add_metric([device, port], float(values[column]))
             yield family
 
     def _host_metrics(self) -> Iterable[Metric]:
-        for column, name in (("cpu_util_pct", "host_cpu_utilisation_ratio"), ("mem_used_pct", "host_memory_used_ratio"),
-                             ("iowait_pct", "host_cpu_iowait_ratio")):  # fmt: skip
+        for column, name in (
+            ("cpu_util_pct", "host_cpu_utilisation_ratio"),
+            ("mem_used_pct", "host_memory_used_ratio"),
+            ("iowait_pct", "host_cpu_iowait_ratio"),
+        ):
             family = GaugeMetricFamily(PREFIX + name, f"/proc: {column} / 100", labels=["node"])
             for node, values in sorted(self.host.items()):
                 if values.get(column) is not None:
                     family.add_metric([node], float(values[column]) / 100)
             yield family
-        stalled = CounterMetricFamily(PREFIX + "pressure_stalled_seconds", "PSI: time tasks stalled on the resource "
-                                      "(/proc/pressure; some: at least one task, full: all)",
-                                      labels=["node", "resource", "type"])  # fmt: skip
+        stalled = CounterMetricFamily(
+            PREFIX + "pressure_stalled_seconds",
+            "PSI: time tasks stalled on the resource (/proc/pressure; some: at least one task, full: all)",
+            labels=["node", "resource", "type"],
+        )
         for (node, resource), values in sorted(self.psi.items()):
             for kind in ("some", "full"):
                 if values.get(f"{kind}_total_us") is not None:
                     stalled.add_metric([node, resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
         yield stalled
-        units = {"temp": ("celsius", 1.0), "power": ("watts", 1.0), "fan": ("rpm", 1.0), "in": ("volts", 1.0),
-                 "curr": ("amperes", 1.0), "energy": ("joules", 1.0)}  # fmt: skip
+        units = {
+            "temp": ("celsius", 1.0),
+            "power": ("watts", 1.0),
+            "fan": ("rpm", 1.0),
+            "in": ("volts", 1.0),
+            "curr": ("amperes", 1.0),
+            "energy": ("joules", 1.0),
+        }
         families: dict[str, GaugeMetricFamily] = {}
         for (node, chip, sensor), values in sorted(self.hwmon.items()):
             unit = units.get(str(values["kind"]))
             if unit is None or values.get("value") is None:
                 continue
             name = f"hwmon_{values['kind']}_{unit[0]}"
-            family = families.setdefault(name, GaugeMetricFamily(PREFIX + name, f"hwmon {values['kind']} sensors",
-                                                                 labels=["node", "chip", "sensor", "label"]))  # fmt: skip
+            family = families.setdefault(
+                name,
+                GaugeMetricFamily(
+                    PREFIX + name,
+                    f"hwmon {values['kind']} sensors",
+                    labels=["node", "chip", "sensor", "label"],
+                ),
+            )
             family.add_metric([node, chip, sensor, str(values.get("label") or "")], float(values["value"]))
         yield from families.values()
         zone = GaugeMetricFamily(
@@ -273,28 +317,35 @@ class MetricsCache(Collector):
             if values.get("temp_c") is not None:
                 zone.add_metric([node, name, str(values.get("type") or "")], float(values["temp_c"]))
         yield zone
-        kernel = CounterMetricFamily(PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)",
-                                     labels=["kind"])  # fmt: skip
+        kernel = CounterMetricFamily(
+            PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)", labels=["kind"]
+        )
         for kind, n in sorted(self.kernel_events.items()):
             kernel.add_metric([kind], float(n))
         yield kernel
 
     def _incident_metrics(self) -> Iterable[Metric]:
-        family = GaugeMetricFamily(PREFIX + "incident_open", "1 for each open incident, with its top hypothesis",
-                                   labels=["incident_id", "severity", "root_cause", "component"])  # fmt: skip
+        family = GaugeMetricFamily(
+            PREFIX + "incident_open",
+            "1 for each open incident, with its top hypothesis",
+            labels=["incident_id", "severity", "root_cause", "component"],
+        )
         for i in self.incidents:
-            family.add_metric([i["incident_id"], i["severity"], i.get("root_cause") or "",
-                               i.get("component") or ""], 1.0)  # fmt: skip
+            family.add_metric(
+                [i["incident_id"], i["severity"], i.get("root_cause") or "", i.get("component") or ""], 1.0
+            )
         yield family
 
     def _self_metrics(self) -> Iterable[Metric]:
-        seconds = GaugeMetricFamily(PREFIX + "collector_duration_seconds", "how long the last collect took",
-                                    labels=["collector"])  # fmt: skip
+        seconds = GaugeMetricFamily(
+            PREFIX + "collector_duration_seconds", "how long the last collect took", labels=["collector"]
+        )
         for name, value in sorted(self.collector_seconds.items()):
             seconds.add_metric([name], value)
         yield seconds
-        errors = CounterMetricFamily(PREFIX + "collector_errors", "rows collectors wrote to collector_errors",
-                                     labels=["collector"])  # fmt: skip
+        errors = CounterMetricFamily(
+            PREFIX + "collector_errors", "rows collectors wrote to collector_errors", labels=["collector"]
+        )
         for name, value in sorted(self.collector_errors.items()):
             errors.add_metric([name], float(value))
         yield errors

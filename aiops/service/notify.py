@@ -72,8 +72,14 @@ class Notifier:
         if not self.sinks:
             return PumpStats()
         with workspace.write() as store:
-            deliveries = due(store, self._clock(), self.sinks, self.policy,
-                             timeout_s=self.config.timeout_s, limit=self.batch_limit)  # fmt: skip
+            deliveries = due(
+                store,
+                self._clock(),
+                self.sinks,
+                self.policy,
+                timeout_s=self.config.timeout_s,
+                limit=self.batch_limit,
+            )
         if not deliveries:
             return PumpStats()
         results = [(delivery, self._attempt(delivery)) for delivery in deliveries]

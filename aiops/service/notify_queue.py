@@ -135,9 +135,18 @@ def enqueue(store: Store, event: IncidentEvent, sinks: Iterable[Sink], now_ts_s:
         inserted = store.query(
             "INSERT INTO notifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 'pending', NULL, NULL) "
             "ON CONFLICT DO NOTHING RETURNING id",
-            [next_id, now_ts_s, sink.sink_id, sink.kind, event.kind, event.incident_id, sink_key,
-             json.dumps(payload), now_ts_s],
-        )  # fmt: skip
+            [
+                next_id,
+                now_ts_s,
+                sink.sink_id,
+                sink.kind,
+                event.kind,
+                event.incident_id,
+                sink_key,
+                json.dumps(payload),
+                now_ts_s,
+            ],
+        )
         added.extend(int(row["id"]) for row in inserted)
     return added
 
@@ -173,10 +182,20 @@ def due(
             continue
         if len(deliveries) < limit:
             deliveries.append(
-                Delivery(int(row["id"]), sink.sink_id, sink.kind, sink.url, str(row["payload"]).encode(),
-                         timeout_s, int(row["attempts"]), float(row["ts_s"]), str(row["incident_id"]),
-                         str(row["event_key"]), token=sink.token)
-            )  # fmt: skip
+                Delivery(
+                    int(row["id"]),
+                    sink.sink_id,
+                    sink.kind,
+                    sink.url,
+                    str(row["payload"]).encode(),
+                    timeout_s,
+                    int(row["attempts"]),
+                    float(row["ts_s"]),
+                    str(row["incident_id"]),
+                    str(row["event_key"]),
+                    token=sink.token,
+                )
+            )
     if deliveries:
         lease_until_ts_s = now_ts_s + timeout_s * len(deliveries) + LEASE_MARGIN_S
         ids = [d.notification_id for d in deliveries]

@@ -71,9 +71,16 @@ class Outbox:
             return
         self.delivered += stats.delivered
         if stats.attempted:
-            log.info("notifications", extra={"attempted": stats.attempted, "delivered": stats.delivered,
-                                             "retrying": stats.retrying, "failed": stats.failed,
-                                             "given_up": stats.given_up})  # fmt: skip
+            log.info(
+                "notifications",
+                extra={
+                    "attempted": stats.attempted,
+                    "delivered": stats.delivered,
+                    "retrying": stats.retrying,
+                    "failed": stats.failed,
+                    "given_up": stats.given_up,
+                },
+            )
 
     def _run(self, workspace: Workspace) -> None:
         while not self._stop.wait(self.pump_every_s):

@@ -154,9 +154,10 @@ class ProfileTrigger:
     def start(self) -> None:
         if self.enabled and self.sim:
             self.say_once(
-                "sim", "profile on_incident: the simulator's twin has no CUDA processes; nothing will be profiled",
+                "sim",
+                "profile on_incident: the simulator's twin has no CUDA processes; nothing will be profiled",
                 logging.INFO,
-            )  # fmt: skip
+            )
 
     def on_event(self, kind: str, incident: Incident, top: Hypothesis | None) -> bool:
         """The responder's notification hook: start a profiling run for a diagnosis that asks for one.
@@ -172,8 +173,12 @@ class ProfileTrigger:
         while self.started and now - self.started[0] >= HOUR_S:
             self.started.popleft()
         if len(self.started) >= self.config.max_per_hour:
-            self.say_once("rate", "profile on_incident: max_per_hour reached, incidents go unprofiled for now",
-                          logging.INFO, max_per_hour=self.config.max_per_hour)  # fmt: skip
+            self.say_once(
+                "rate",
+                "profile on_incident: max_per_hour reached, incidents go unprofiled for now",
+                logging.INFO,
+                max_per_hour=self.config.max_per_hour,
+            )
             return False
         if self.thread is not None and self.thread.is_alive():
             log.info("profile skipped: a run is in progress", extra={"incident_id": incident.incident_id})
@@ -202,8 +207,12 @@ class ProfileTrigger:
             return []
         processes = self.finder()[: self.config.max_processes]
         if not processes:
-            self.say_once("no-cuda", "profile on_incident: no process on this host has libcudart, libcuda or "
-                          "libnccl mapped (a statically linked CUDA runtime cannot be probed)", logging.INFO)  # fmt: skip
+            self.say_once(
+                "no-cuda",
+                "profile on_incident: no process on this host has libcudart, libcuda or "
+                "libnccl mapped (a statically linked CUDA runtime cannot be probed)",
+                logging.INFO,
+            )
             return []
         stored: list[str] = []
         try:
@@ -229,8 +238,17 @@ class ProfileTrigger:
             run_id = record_profile(store, result, self.node, started_ts_s)
         self.runs += 1
         self.run_ids.append(run_id)
-        log.info("profiled", extra={"incident_id": incident_id, "root_cause": root_cause, "pid": process.pid,
-                                    "run_id": run_id, "out": str(out_dir), "probes": list(result.probes)})  # fmt: skip
+        log.info(
+            "profiled",
+            extra={
+                "incident_id": incident_id,
+                "root_cause": root_cause,
+                "pid": process.pid,
+                "run_id": run_id,
+                "out": str(out_dir),
+                "probes": list(result.probes),
+            },
+        )
         return [run_id]
 
     def close(self, timeout_s: float | None = None) -> None:

@@ -53,6 +53,8 @@ class ReportSchedule:
         self.queued += enqueue_report(
             store, self.sinks(), written, link=link, node=self.node, now_ts_s=now_ts_s
         )
-        log.info("report", extra={"paths": [str(p) for p in written.paths.values()],
-                                  "headline": written.report.headline})  # fmt: skip
+        log.info(
+            "report",
+            extra={"paths": [str(p) for p in written.paths.values()], "headline": written.report.headline},
+        )
         return True

@@ -83,11 +83,15 @@ class Service:
         self.metrics = MetricsCache(config.node.name)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
-        self.live = LiveDetection(window_s=config.detection.window_s, quiet_s=config.detection.quiet_s,
-                                  replay_s=config.detection.replay_s)  # fmt: skip
+        self.live = LiveDetection(
+            window_s=config.detection.window_s,
+            quiet_s=config.detection.quiet_s,
+            replay_s=config.detection.replay_s,
+        )
         self.outbox = Outbox(config.notify, config.node.name)
-        self.profiles = ProfileTrigger(config.profile, config.store.path, config.node.name, self.workspace,
-                                       sim=sim is not None)  # fmt: skip
+        self.profiles = ProfileTrigger(
+            config.profile, config.store.path, config.node.name, self.workspace, sim=sim is not None
+        )
         people = notify if notify is not None else self.outbox.notify
 
         def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
@@ -95,17 +99,24 @@ class Service:
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
         self.responder = Responder(notify=on_event)
-        self.reports = ReportSchedule(config.report, config.store.path,
-                                      lambda: list(self.outbox.notifier.sinks.values()), config.node.name)  # fmt: skip
+        self.reports = ReportSchedule(
+            config.report,
+            config.store.path,
+            lambda: list(self.outbox.notifier.sinks.values()),
+            config.node.name,
+        )
         self.buffer = RowBuffer()
         self.token = token
         self.alert_token = alert_token  # [alertmanager_in]: empty, the route is off
         self.alert_inbox = AlertInbox()
         self.alerts = AlertInvestigator(
-            self.alert_inbox, self.outbox.enqueue_event, config.node.name,
+            self.alert_inbox,
+            self.outbox.enqueue_event,
+            config.node.name,
             hosts={host: identity.name for host, identity in config.node.hosts.items()},
-            link_base=lambda: self.outbox.link_base, max_per_run=config.alertmanager_in.max_investigations,
-        )  # fmt: skip
+            link_base=lambda: self.outbox.link_base,
+            max_per_run=config.alertmanager_in.max_investigations,
+        )
         self.wall_started_ts_s = time.time()
         self.source_started_ts_s = self.wall_started_ts_s
         self.http: HttpEndpoint | None = None
@@ -126,8 +137,13 @@ class Service:
         self.owner.start()
         with self.owner.store() as store:
             if self.sim is not None:
-                self.sources = sim_sources(store, self.sim.scenario, self.sim.lanes_policy, self.sim.speed,
-                                           self.config.collectors.sysfs.interval_s)  # fmt: skip
+                self.sources = sim_sources(
+                    store,
+                    self.sim.scenario,
+                    self.sim.lanes_policy,
+                    self.sim.speed,
+                    self.config.collectors.sysfs.interval_s,
+                )
             else:
                 self.sources = host_sources(self.config)
                 register_topology(store, self.sources)
@@ -137,17 +153,31 @@ class Service:
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
             route = AlertRoute(self.alert_token, self.alert_inbox) if self.alert_token else None
-            self.http = HttpEndpoint(self.config.http.listen, self.registry, Api(self.workspace),
-                                     self._healthy, self._ready, self.token, self.metrics.dcgm_text, route)  # fmt: skip
+            self.http = HttpEndpoint(
+                self.config.http.listen,
+                self.registry,
+                Api(self.workspace),
+                self._healthy,
+                self._ready,
+                self.token,
+                self.metrics.dcgm_text,
+                route,
+            )
             self.http.start()
             self.outbox.link_base = f"http://{self.http.host}:{self.http.port}"
         self.outbox.start(self.workspace)
         for companion in self.companions:
             companion.start()
         self.last_tick = self.last_flush = self.last_retention = self.clock()
-        log.info("started", extra={"db": self.config.store.path, "pid": os.getpid(),
-                                   "sources": self.sources.describe if self.sources else "",
-                                   "listen": f"{self.http.host}:{self.http.port}" if self.http else ""})  # fmt: skip
+        log.info(
+            "started",
+            extra={
+                "db": self.config.store.path,
+                "pid": os.getpid(),
+                "sources": self.sources.describe if self.sources else "",
+                "listen": f"{self.http.host}:{self.http.port}" if self.http else "",
+            },
+        )
 
     def stop(self) -> None:
         self.stopping.set()
@@ -194,8 +224,12 @@ class Service:
         try:
             batches: dict[str, RowBatch] = collector.rows(now_ts_s)
         except Exception as exc:  # a collector never takes the loop down: its failure is data
-            batches = {"collector_errors": RowBatch(("ts_s", "collector", "component", "error", "detail"),
-                                                    [(now_ts_s, name, None, type(exc).__name__, str(exc)[:500])])}  # fmt: skip
+            batches = {
+                "collector_errors": RowBatch(
+                    ("ts_s", "collector", "component", "error", "detail"),
+                    [(now_ts_s, name, None, type(exc).__name__, str(exc)[:500])],
+                )
+            }
         self.metrics.timing(name, time.perf_counter() - started)
         self.buffer.add(batches)
         for table, batch in batches.items():
@@ -251,8 +285,14 @@ class Service:
         assert self.newest_ts_s is not None
         done = self.alerts.run(store, self.newest_ts_s, self.to_store_ts_s)
         if done:
-            log.info("alerts", extra={"handled": len(done), "investigated": self.alerts.investigated,
-                                      "resolved": self.alerts.resolved})  # fmt: skip
+            log.info(
+                "alerts",
+                extra={
+                    "handled": len(done),
+                    "investigated": self.alerts.investigated,
+                    "resolved": self.alerts.resolved,
+                },
+            )
 
     def to_store_ts_s(self, wall_ts_s: float) -> float:
         """A wall-clock time (an alert's startsAt) on the store's clock: the twin's runs `--speed` times faster."""
@@ -274,8 +314,14 @@ class Service:
         guard = desk(store, attached)
         for record in guard.records.proposals("approved"):
             outcome = guard.execute(record.proposal_id)
-            log.info("executed", extra={"proposal_id": record.proposal_id, "status": outcome.status,
-                                        "why": outcome.message[:200]})  # fmt: skip
+            log.info(
+                "executed",
+                extra={
+                    "proposal_id": record.proposal_id,
+                    "status": outcome.status,
+                    "why": outcome.message[:200],
+                },
+            )
 
     def _report(self, store: Store) -> None:
         """A scheduled report when one is due (or was missed while the service was down), of the period up to
@@ -305,19 +351,23 @@ class Service:
         )
         self.metrics.gauge("leases", "times the service lent its file to another process", self.owner.leases)
         if self.alert_token:
-            self.metrics.total("alerts_received_total", "alerts Alertmanager's webhook brought",
-                               self.alert_inbox.accepted)  # fmt: skip
-            self.metrics.total("alert_investigations_total", "firing alerts investigated",
-                               self.alerts.investigated)  # fmt: skip
+            self.metrics.total(
+                "alerts_received_total", "alerts Alertmanager's webhook brought", self.alert_inbox.accepted
+            )
+            self.metrics.total(
+                "alert_investigations_total", "firing alerts investigated", self.alerts.investigated
+            )
         if self.profiles.enabled:
             self.metrics.total(
                 "profiles_total", "profiling runs the incident trigger stored", self.profiles.runs
             )
         if self.outbox.enabled:
-            self.metrics.total("notifications_queued_total", "notifications queued (each webhook counts)",
-                               self.outbox.queued)  # fmt: skip
-            self.metrics.total("notifications_delivered_total", "notifications a webhook accepted",
-                               self.outbox.delivered)  # fmt: skip
+            self.metrics.total(
+                "notifications_queued_total", "notifications queued (each webhook counts)", self.outbox.queued
+            )
+            self.metrics.total(
+                "notifications_delivered_total", "notifications a webhook accepted", self.outbox.delivered
+            )
 
     # -- probes -----------------------------------------------------------------------------------------------
     def _healthy(self) -> tuple[bool, str]:

@@ -86,8 +86,14 @@ def sim_sources(
     sources += [
         Source(f"sysfs-node{n}", tree.collector(n), sysfs_interval_s) for n in range(world.layout.nodes)
     ]
-    out = Sources(sources, lambda: float(world.now_ts_s), tick_s=1.0 / speed, twin=twin,
-                  describe=f"twin of scenario {scenario.name} at {speed:g}x", close=tree.close)  # fmt: skip
+    out = Sources(
+        sources,
+        lambda: float(world.now_ts_s),
+        tick_s=1.0 / speed,
+        twin=twin,
+        describe=f"twin of scenario {scenario.name} at {speed:g}x",
+        close=tree.close,
+    )
 
     def tick() -> None:
         world.step(1.0)
@@ -117,15 +123,25 @@ def host_sources(config: Config) -> Sources:
     from collectors.host import host_collectors
 
     wanted = config.collectors
-    made = host_collectors(config.node.name, config.node.rack, wanted.root,
-                           use_nvml=wanted.nvml.enabled, use_kmsg=wanted.kmsg.enabled)  # fmt: skip
+    made = host_collectors(
+        config.node.name,
+        config.node.rack,
+        wanted.root,
+        use_nvml=wanted.nvml.enabled,
+        use_kmsg=wanted.kmsg.enabled,
+    )
     sources = []
     for collector in made.collectors:
         section = getattr(wanted, _SECTION_OF.get(collector.name, "sysfs"))
         if section.enabled:
             sources.append(Source(collector.name, collector, section.interval_s))
-    out = Sources(sources, time.time, tick_s=min([0.25, *(s.interval_s for s in sources)]),
-                  describe=f"host {config.node.name}", close=made.close)  # fmt: skip
+    out = Sources(
+        sources,
+        time.time,
+        tick_s=min([0.25, *(s.interval_s for s in sources)]),
+        describe=f"host {config.node.name}",
+        close=made.close,
+    )
     out.topology_rows = list(made.topology.rows)
     return out
 

@@ -70,8 +70,9 @@ class SimActuator:
             if not dry_run:
                 self.world.set_lanes_enforced(action.target, True)
                 self._lanes[action.target] = True
-            return ActuationResult(True, {"lanes_enforced": True, "dry_run": dry_run}, previous,
-                                   {"lanes_enforced": True})  # fmt: skip
+            return ActuationResult(
+                True, {"lanes_enforced": True, "dry_run": dry_run}, previous, {"lanes_enforced": True}
+            )
         if action.kind == "migrate_job":
             return self._migrate(action, dry_run)
         if action.kind == "set_cooling_state":

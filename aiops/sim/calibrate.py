@@ -212,8 +212,13 @@ def _rules(world: World, store: Store, at_ts_s: float) -> None:
     for r in rows:
         if str(r["lane"]) not in net.LANES:
             continue  # a lane the datapath does not have: never trusted into the model
-        rule = net.Rule(str(r["rule_id"]), str(r["match_kind"]), str(r["match_value"] or ""), str(r["lane"]),
-                        str(r["scope"]))  # fmt: skip
+        rule = net.Rule(
+            str(r["rule_id"]),
+            str(r["match_kind"]),
+            str(r["match_value"] or ""),
+            str(r["lane"]),
+            str(r["scope"]),
+        )
         rules.append(rule if rule in own else replace(rule, override=True))
     world.set_rules(tuple(rules))
 

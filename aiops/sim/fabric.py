@@ -182,8 +182,18 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         starved[gpus] = np.clip(loader_s / step_time_s, 0, 1) * (loader_s > 0.05)
         steps_per_s = 0.0 if down else 1.0 / step_time_s
         coll_bps[nics] += volume_bytes * 8 * steps_per_s * n_nodes / len(nics)
-        _collective_rows(out, job.name, job.allreduce_mb, n_nodes, steps_per_s, volume_bytes, inter_s, intra_s,
-                         queue_ms, rng)  # fmt: skip
+        _collective_rows(
+            out,
+            job.name,
+            job.allreduce_mb,
+            n_nodes,
+            steps_per_s,
+            volume_bytes,
+            inter_s,
+            intra_s,
+            queue_ms,
+            rng,
+        )
     w.rank_duty = duty
     w.rank_starved = starved
     w.vip_demand_fraction = coll_bps / network.LINK_BPS
@@ -237,9 +247,18 @@ def _straggler_report(rng: np.random.Generator, step: int, ready_s: F64) -> int 
     return int(np.argmax(measured))
 
 
-def _collective_rows(out: FabricOut, job: str, allreduce_mb: float, n_nodes: int, steps_per_s: float,
-                     volume_bytes: float, inter_s: float, intra_s: float, queue_ms: float,
-                     rng: np.random.Generator) -> None:  # fmt: skip
+def _collective_rows(
+    out: FabricOut,
+    job: str,
+    allreduce_mb: float,
+    n_nodes: int,
+    steps_per_s: float,
+    volume_bytes: float,
+    inter_s: float,
+    intra_s: float,
+    queue_ms: float,
+    rng: np.random.Generator,
+) -> None:
     """What the NCCL profiler reports per op and second. A link that is down for seconds stalls the
     collectives (TCP and IB retransmit underneath: NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT allow ~30 s) but does not
     time them out; only the watchdog does (`_job_down`)."""
@@ -269,8 +288,15 @@ def _class_bytes(w: World, coll_bps: F64, bulk_fraction: F64) -> F64:
     return np.where(up[:, None], per, 0.0)
 
 
-def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, class_bytes: F64,
-              coll_bps: F64, bulk_fraction: F64) -> tuple[list[NicRow], list[int]]:  # fmt: skip
+def _nic_rows(
+    w: World,
+    mods: Modifiers,
+    eg: network.Egress,
+    classes: Classes,
+    class_bytes: F64,
+    coll_bps: F64,
+    bulk_fraction: F64,
+) -> tuple[list[NicRow], list[int]]:
     """Per NIC: one row per lane when lanes are enforced, else one `fifo` row. Drops, CE marks and
     retransmits of a NIC are shared among its lanes by bytes."""
     rng, n = w.rng, w.layout.nic_count
@@ -309,8 +335,19 @@ def _nic_rows(w: World, mods: Modifiers, eg: network.Egress, classes: Classes, c
         shares = [b / total for b in bytes_per_lane] if total > 0 else [1.0, 0.0, 0.0]  # link down: on VIP
         lanes_d, lanes_c, lanes_r = _split(d, shares), _split(c, shares), _split(r, shares)
         for lane, lane_name in enumerate(network.LANES):
-            rows.append((i, lane_name, bytes_per_lane[lane], lanes_d[lane], lanes_c[lane], lanes_r[lane],
-                         lane_q[i][lane], lane_rate_bps[i][lane], up))  # fmt: skip
+            rows.append(
+                (
+                    i,
+                    lane_name,
+                    bytes_per_lane[lane],
+                    lanes_d[lane],
+                    lanes_c[lane],
+                    lanes_r[lane],
+                    lane_q[i][lane],
+                    lane_rate_bps[i][lane],
+                    up,
+                )
+            )
     return rows, paused.tolist()
 
 

@@ -24,10 +24,16 @@ TRIAL_SCENARIO: dict[str, Any] = {
     "duration_s": 600,
     "cluster": {"racks": 1, "nodes_per_rack": 4, "gpus_per_node": 8, "nics_per_node": 2},
     "jobs": [
-        {"name": "train", "nodes": "all", "step_compute_s": 1.0, "allreduce_mb": 512,
-         "checkpoint_every_s": 120, "checkpoint_gb": 40}
+        {
+            "name": "train",
+            "nodes": "all",
+            "step_compute_s": 1.0,
+            "allreduce_mb": 512,
+            "checkpoint_every_s": 120,
+            "checkpoint_gb": 40,
+        }
     ],
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)

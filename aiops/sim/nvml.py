@@ -282,8 +282,9 @@ class SimNvml:
             events.cursor += 1
             if gpu in events.gpus:
                 handle = self._handles[gpu - self._node * self._per_node]
-                return EventData(handle, pynvml.nvmlEventTypeXidCriticalError, xid, 0xFFFFFFFF, 0xFFFFFFFF,
-                                 int(ts_s * 1e6))  # fmt: skip
+                return EventData(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, xid, 0xFFFFFFFF, 0xFFFFFFFF, int(ts_s * 1e6)
+                )
         raise _error(pynvml.NVML_ERROR_TIMEOUT)
 
     def nvmlEventSetFree(self, eventSet: int) -> None:

@@ -50,10 +50,22 @@ PAUSES_PER_OVERFLOW = 2  # PFC pause frames (XOFF, refreshed while the queue sta
 XMIT_WAIT_TICKS_PER_PAUSE = 500  # a paused port waits to transmit (pause quanta)
 NETDEV_BYTES_PER_PACKET = 4096
 NETDEV_SPEED_MBPS = 200_000
-COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards",
-            "port_xmit_wait", "port_rcv_data", "port_xmit_data", "np_cnp_sent", "rp_cnp_handled",
-            "np_ecn_marked_roce_packets", "out_of_sequence", "local_ack_timeout_err",
-            "req_transport_retries_exceeded")  # fmt: skip
+COUNTERS = (
+    "symbol_error",
+    "link_downed",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "port_xmit_wait",
+    "port_rcv_data",
+    "port_xmit_data",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+    "out_of_sequence",
+    "local_ack_timeout_err",
+    "req_transport_retries_exceeded",
+)
 C = {name: i for i, name in enumerate(COUNTERS)}
 NODE_SUBNET = "198.18.0."  # the job's peers (network.PEER_PREFIX): node n is .n+1
 NCCL_PORT_BASE = 40000
@@ -230,13 +242,32 @@ def netdev_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
     kernel = h.netdev.tolist()
     discards = h.counters[:, C["port_xmit_discards"]].tolist()
     rows: list[tuple[object, ...]] = []
-    for i, (nic, up, changes) in enumerate(zip(lay.nic_names, w.link_up.tolist(), w.carrier_changes.tolist(),
-                                               strict=True)):  # fmt: skip
+    for i, (nic, up, changes) in enumerate(
+        zip(lay.nic_names, w.link_up.tolist(), w.carrier_changes.tolist(), strict=True)
+    ):
         node = lay.node_names[int(lay.nic_node[i])]
         tx_bytes, rx_bytes, rx_pause, tx_pause = kernel[i]
-        rows.append((now_ts_s, node, f"ens{i % lay.nics_per_node + 1}f0np0", nic, rx_bytes, tx_bytes,
-                     rx_bytes // NETDEV_BYTES_PER_PACKET, tx_bytes // NETDEV_BYTES_PER_PACKET, 0, 0, 0, discards[i],
-                     changes, up, NETDEV_SPEED_MBPS if up else None, rx_pause, tx_pause))  # fmt: skip
+        rows.append(
+            (
+                now_ts_s,
+                node,
+                f"ens{i % lay.nics_per_node + 1}f0np0",
+                nic,
+                rx_bytes,
+                tx_bytes,
+                rx_bytes // NETDEV_BYTES_PER_PACKET,
+                tx_bytes // NETDEV_BYTES_PER_PACKET,
+                0,
+                0,
+                0,
+                discards[i],
+                changes,
+                up,
+                NETDEV_SPEED_MBPS if up else None,
+                rx_pause,
+                tx_pause,
+            )
+        )
     return rows
 
 

@@ -61,10 +61,18 @@ class WorldReadings:
             max_w = high_mw / NVML_MW
             demand_w = max(max_w, draw_w) if reasons & SW_POWER_CAP else None
             out.append(
-                GpuPower(layout.gpu_names[index], limit_mw / NVML_MW, low_mw / NVML_MW, max_w,
-                         default_mw / NVML_MW, draw_w, layout.jobs[job].name if job >= 0 else None, demand_w,
-                         clock_mhz)
-            )  # fmt: skip
+                GpuPower(
+                    layout.gpu_names[index],
+                    limit_mw / NVML_MW,
+                    low_mw / NVML_MW,
+                    max_w,
+                    default_mw / NVML_MW,
+                    draw_w,
+                    layout.jobs[job].name if job >= 0 else None,
+                    demand_w,
+                    clock_mhz,
+                )
+            )
         return sorted(out, key=lambda g: g.gpu)
 
     def non_gpu_w(self, scope: str) -> float:

@@ -46,8 +46,16 @@ def inventory(world: World) -> dict[str, pa.Table]:
     ranks: list[Row] = []
     for job in lay.jobs:
         every = job.checkpoint_every_s
-        jobs.append((job.name, len(job.nodes), int(job.gpus.size), every, job.checkpoint_gb if every else None,
-                     world.now_ts_s))  # fmt: skip
+        jobs.append(
+            (
+                job.name,
+                len(job.nodes),
+                int(job.gpus.size),
+                every,
+                job.checkpoint_gb if every else None,
+                world.now_ts_s,
+            )
+        )
         for rank, g in enumerate(job.gpus.tolist()):
             node = lay.node_names[lay.gpu_node[g]]
             ranks.append((job.name, rank, lay.gpu_names[g], node, lay.nic_names[lay.gpu_nic[g]]))
@@ -109,8 +117,18 @@ class SimFabricCollector:
         for ts_s, node, text in fresh:
             self._nccl_line_numbers[node] += 1
             source = f"{w.layout.node_names[node]}/{NCCL_LOG_SOURCE}"
-            rows.append((NCCL_LOG_INVESTIGATION, source, self._nccl_line_numbers[node], ts_s,
-                         w.layout.node_names[node], "ib_completion_error", 12, text))  # fmt: skip
+            rows.append(
+                (
+                    NCCL_LOG_INVESTIGATION,
+                    source,
+                    self._nccl_line_numbers[node],
+                    ts_s,
+                    w.layout.node_names[node],
+                    "ib_completion_error",
+                    12,
+                    text,
+                )
+            )
         if rows:
             out["log_events"] = RowBatch(LOG_COLUMNS, rows)
 
@@ -125,8 +143,24 @@ class SimFabricCollector:
             # carrier_changes is a NIC counter: reported once per NIC and interval, on its first lane row
             changes = carrier[r[0]] if r[0] != previous else 0
             previous = r[0]
-            rows.append((now_ts_s, names[r[0]], nodes[r[0]], r[1], interval, int(r[2]), int(r[2]) // BYTES_PER_PACKET,
-                         r[3], r[4], r[5], r[6], r[7], changes, r[8]))  # fmt: skip
+            rows.append(
+                (
+                    now_ts_s,
+                    names[r[0]],
+                    nodes[r[0]],
+                    r[1],
+                    interval,
+                    int(r[2]),
+                    int(r[2]) // BYTES_PER_PACKET,
+                    r[3],
+                    r[4],
+                    r[5],
+                    r[6],
+                    r[7],
+                    changes,
+                    r[8],
+                )
+            )
         out["nic_samples"] = RowBatch(columns("nic_samples"), rows)
         out["flow_class_samples"] = RowBatch(
             columns("flow_class_samples"),
@@ -144,18 +178,26 @@ class SimFabricCollector:
         # coolant outlet = inlet + heat / (flow × heat capacity); flow in L/min
         outlet_c = inlet_c + rack_kw * 60.0 / np.maximum(w.flow_lpm, 10.0) / WATER_HEAT_CAPACITY_KJ_PER_L_K
         racks: list[Any] = [
-            [now_ts_s] * lay.racks, lay.rack_names, inlet_c.round(2).tolist(), outlet_c.round(2).tolist(),
-            w.supply_c.round(2).tolist(), w.flow_lpm.round(1).tolist(), rack_kw.round(2).tolist(),
+            [now_ts_s] * lay.racks,
+            lay.rack_names,
+            inlet_c.round(2).tolist(),
+            outlet_c.round(2).tolist(),
+            w.supply_c.round(2).tolist(),
+            w.flow_lpm.round(1).tolist(),
+            rack_kw.round(2).tolist(),
             [None] * lay.racks,  # a CDU/PDU does not know the facility's cap: that comes as a DCIM signal
-        ]  # fmt: skip
+        ]
         out["rack_samples"] = RowBatch(columns("rack_samples"), list(zip(*racks, strict=True)))
         self._dcim(now_ts_s, out)
         n = lay.nodes
         hosts: list[Any] = [
-            [now_ts_s] * n, lay.node_names, w.host_cpu_pct.round(1).tolist(),
-            (w.rng.random(n) * 2).round(2).tolist(), w.host_loader_ms.round(1).tolist(),
+            [now_ts_s] * n,
+            lay.node_names,
+            w.host_cpu_pct.round(1).tolist(),
+            (w.rng.random(n) * 2).round(2).tolist(),
+            w.host_loader_ms.round(1).tolist(),
             [HOST_MEM_USED_PCT] * n,
-        ]  # fmt: skip
+        ]
         out["host_samples"] = RowBatch(columns("host_samples"), list(zip(*hosts, strict=True)))
 
     def _dcim(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:

@@ -55,9 +55,16 @@ def record_run(
     store.conn.execute(
         "INSERT INTO sim_runs (ts_s, scenario_name, scenario_yaml, lanes_policy_yaml, simulated_s, format_version, "
         "epoch_ts_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [time.time() if now_ts_s is None else now_ts_s, scenario.name, scenario_yaml(scenario), policy_text,
-         float(simulated_s), FORMAT_VERSION, epoch_ts_s],
-    )  # fmt: skip
+        [
+            time.time() if now_ts_s is None else now_ts_s,
+            scenario.name,
+            scenario_yaml(scenario),
+            policy_text,
+            float(simulated_s),
+            FORMAT_VERSION,
+            epoch_ts_s,
+        ],
+    )
 
 
 def has_run(store: Store) -> bool:
@@ -197,8 +204,9 @@ class Twin:
         """Record that this process already stepped its world `seconds` forward (the service steps it as time
         passes and records the steps with each flush)."""
         if seconds > 0:
-            self.append(store, "advance", "", {"seconds": float(seconds)},
-                        elapsed_s=self.world.elapsed_s - seconds)  # fmt: skip
+            self.append(
+                store, "advance", "", {"seconds": float(seconds)}, elapsed_s=self.world.elapsed_s - seconds
+            )
 
     # -- reading ----------------------------------------------------------------------------------------------
     def metrics(self, component: str) -> dict[str, Any]:

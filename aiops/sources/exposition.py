@@ -41,8 +41,15 @@ def labels_text(labels: Mapping[str, str]) -> str:
 def dcgm_labels(gpu: str, uuid: str | None, hostname: str) -> dict[str, str]:
     """dcgm-exporter's label set, in its order (gpu, UUID, pci_bus_id, device, modelName, Hostname, driver)."""
     index = gpu_index(gpu)
-    values = (str(index), uuid or "", f"00000000:{0x18 + 0x10 * index:02X}:00.0", f"nvidia{index}", MODEL_NAME,
-              hostname, DRIVER_VERSION)  # fmt: skip
+    values = (
+        str(index),
+        uuid or "",
+        f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+        f"nvidia{index}",
+        MODEL_NAME,
+        hostname,
+        DRIVER_VERSION,
+    )
     return dict(zip(DCGM_LABELS, values, strict=True))
 
 
@@ -142,15 +149,24 @@ def write_history(
 
     written = 0
     for field in DCGM_FIELDS:
-        sql = (f"SELECT gpu, node, uuid, ts_s, {field.column} AS value FROM gpu_samples "
-               f"WHERE {field.column} IS NOT NULL AND nvml_error IS NULL ORDER BY gpu, ts_s")  # fmt: skip
+        sql = (
+            f"SELECT gpu, node, uuid, ts_s, {field.column} AS value FROM gpu_samples "
+            f"WHERE {field.column} IS NOT NULL AND nvml_error IS NULL ORDER BY gpu, ts_s"
+        )
         written += _write_series(out, field.name, _batches(store, sql), hostname, stamp)
     written += _write_series(out, XID, _batches(store, _XID_HISTORY_SQL), hostname, stamp)
     for series in NETDEV_SERIES:
         for row in _batches(store, _NIC_HISTORY_SQL):
-            value = _netdev_value(series.name, NicTotals(
-                float(row["tx_bytes"]), float(row["tx_packets"]), float(row["drops"]),
-                float(row["carrier_changes"]), bool(row["link_up"])))  # fmt: skip
+            value = _netdev_value(
+                series.name,
+                NicTotals(
+                    float(row["tx_bytes"]),
+                    float(row["tx_packets"]),
+                    float(row["drops"]),
+                    float(row["carrier_changes"]),
+                    bool(row["link_up"]),
+                ),
+            )
             labels = netdev_labels(str(row["nic"]), hostname(str(row["node"])))
             out.write(f"{series.name}{labels_text(labels)} {_number(value)} {stamp(float(row['ts_s']))}\n")
             written += 1

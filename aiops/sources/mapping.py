@@ -151,13 +151,21 @@ class Staging:
         """Pivot the staged samples into the store's tables; returns the rows written per table."""
         conn = self.store.conn
         identities = assign_nodes(self.hosts(), configured)
-        conn.register("_hosts", pa.table({"host": list(identities), "node": [i.node for i in identities.values()],
-                                          "rack": [i.rack for i in identities.values()]}))  # fmt: skip
+        conn.register(
+            "_hosts",
+            pa.table(
+                {
+                    "host": list(identities),
+                    "node": [i.node for i in identities.values()],
+                    "rack": [i.rack for i in identities.values()],
+                }
+            ),
+        )
         conn.execute("INSERT INTO prom_hosts SELECT * FROM _hosts")
         conn.unregister("_hosts")
         conn.execute("""INSERT INTO prom_nics
             SELECT host, device, 'nic' || (row_number() OVER (PARTITION BY host ORDER BY device) - 1)
-            FROM (SELECT DISTINCT host, device FROM prom_nic)""")  # fmt: skip
+            FROM (SELECT DISTINCT host, device FROM prom_nic)""")
         conn.execute(_TOPOLOGY_SQL)
         pivot = _gpu_samples_sql()
         for lo_s, hi_s in _time_slices(conn):
@@ -166,8 +174,10 @@ class Staging:
         conn.execute(_nic_samples_sql())
         for table in _STAGING_TABLES:
             conn.execute(f"DROP TABLE {table}")
-        return {t: int(self.store.scalar(f"SELECT count(*) FROM {t}"))
-                for t in ("topology", "gpu_samples", "gpu_events", "nic_samples")}  # fmt: skip
+        return {
+            t: int(self.store.scalar(f"SELECT count(*) FROM {t}"))
+            for t in ("topology", "gpu_samples", "gpu_events", "nic_samples")
+        }
 
 
 def _float(value: Any) -> float | None:

@@ -60,8 +60,12 @@ class PrometheusClient:
                 body = _read_capped(reply, MAX_BODY_BYTES + 1)
                 status = int(reply.status)
             if len(body) > MAX_BODY_BYTES:
-                raise SourceError(self.url + path, status, f"answer larger than {MAX_BODY_BYTES} bytes: ask a "
-                                  "shorter range or fewer series (--selector)")  # fmt: skip
+                raise SourceError(
+                    self.url + path,
+                    status,
+                    f"answer larger than {MAX_BODY_BYTES} bytes: ask a "
+                    "shorter range or fewer series (--selector)",
+                )
         except urllib.error.HTTPError as exc:
             raise SourceError(self.url + path, int(exc.code), escaped(exc.read(4096))) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
@@ -86,8 +90,10 @@ class PrometheusClient:
         chunk_start_s = start_s
         while chunk_start_s <= end_s:
             chunk_end_s = min(end_s, chunk_start_s + step_s * (points - 1))
-            data = self.get("/api/v1/query_range", {"query": query, "start": _ts(chunk_start_s),
-                                                     "end": _ts(chunk_end_s), "step": _ts(step_s)})  # fmt: skip
+            data = self.get(
+                "/api/v1/query_range",
+                {"query": query, "start": _ts(chunk_start_s), "end": _ts(chunk_end_s), "step": _ts(step_s)},
+            )
             if not isinstance(data, dict) or data.get("resultType") != "matrix":
                 raise SourceError(self.url, 200, f"query_range of {query} did not answer a matrix")
             result = list(data.get("result") or [])
@@ -173,8 +179,12 @@ def fetch_into(
             series_hint = max(series_hint, len(result))
             del result  # dropped before the next answer is read
     if not report.samples:
-        raise SourceError(client.url, 200, f"no dcgm-exporter or node_exporter series between {_ts(start)} and "
-                                           f"{_ts(end_s)} (looked for {', '.join(series_names()[:3])}, ...)")  # fmt: skip
+        raise SourceError(
+            client.url,
+            200,
+            f"no dcgm-exporter or node_exporter series between {_ts(start)} and "
+            f"{_ts(end_s)} (looked for {', '.join(series_names()[:3])}, ...)",
+        )
     report.rows = staging.finish(hosts or {})
     report.bytes_fetched = client.bytes_fetched
     report.requests = client.requests

@@ -111,9 +111,18 @@ def gpu_power_from_store(
         demand_w = max(pre_cap.get(name, max_w), draw_w) if name in capped else None
         tdp_w = _float(row["default_w"]) or max_w
         out.append(
-            GpuPower(name, float(row["limit_w"]), min(min_w, max_w), max_w, tdp_w, draw_w, jobs.get(name),
-                     demand_w, _float(row["clock_mhz"]))
-        )  # fmt: skip
+            GpuPower(
+                name,
+                float(row["limit_w"]),
+                min(min_w, max_w),
+                max_w,
+                tdp_w,
+                draw_w,
+                jobs.get(name),
+                demand_w,
+                _float(row["clock_mhz"]),
+            )
+        )
     return out
 
 

@@ -125,16 +125,26 @@ def test_ipv6_packets_are_classified_by_every_stage() -> None:
         {
             "link_mbps": 100,
             "rules": [
-                {"rule_id": "v6-tuple", "match_kind": "five_tuple", "proto": "tcp", "dst": "2001:db8:2::5",
-                 "dport": 5001, "lane": "vip"},
+                {
+                    "rule_id": "v6-tuple",
+                    "match_kind": "five_tuple",
+                    "proto": "tcp",
+                    "dst": "2001:db8:2::5",
+                    "dport": 5001,
+                    "lane": "vip",
+                },
                 {"rule_id": "v6-dscp", "match_kind": "dscp", "dscp": [46], "lane": "vip"},
-                {"rule_id": "v6-storage", "match_kind": "dst_prefix", "prefixes": ["2001:db8:1::/48"],
-                 "lane": "bulk"},
+                {
+                    "rule_id": "v6-storage",
+                    "match_kind": "dst_prefix",
+                    "prefixes": ["2001:db8:1::/48"],
+                    "lane": "bulk",
+                },
                 {"rule_id": "default", "match_kind": "default", "lane": "standard"},
             ],
         },
         "<test>",
-    )  # fmt: skip
+    )
     with LaneMaps(fds={spec.name: int(lanes[spec.name.encode()].map_fd) for spec in MAPS}) as maps:
         maps.sync(compile_policy(policy, CLASSIDS))
     cases = [

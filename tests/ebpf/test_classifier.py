@@ -216,10 +216,14 @@ def test_socket_cache_follows_each_packet(lab_nic: LabNic) -> None:
     say (the per-socket decision cache is keyed by tuple, DSCP and rule generation)."""
     nic = lab_nic
     rules = [
-        {"rule_id": "storage-prefix", "match_kind": "dst_prefix", "prefixes": [f"{nic.storage_ip}/32"],
-         "lane": "bulk"},
+        {
+            "rule_id": "storage-prefix",
+            "match_kind": "dst_prefix",
+            "prefixes": [f"{nic.storage_ip}/32"],
+            "lane": "bulk",
+        },
         {"rule_id": "collective-dscp", "match_kind": "dscp", "dscp": [46], "lane": "vip"},
-    ]  # fmt: skip
+    ]
     assert nic.apply(policy_with(rules)).action == "updated"
     count = 40
 

@@ -48,12 +48,19 @@ def build_cuda_mix(directory: Path) -> Path:
     binary = directory / "cuda_mix"
     subprocess.run(
         [
-            "gcc", "-O0", "-fno-omit-frame-pointer", f"-I{CUDA_ROOT / 'include'}",
-            str(FIXTURES / "cuda_mix.c"), f"-L{CUDART.parent}", "-lcudart", f"-Wl,-rpath,{CUDART.parent}",
-            "-o", str(binary),
+            "gcc",
+            "-O0",
+            "-fno-omit-frame-pointer",
+            f"-I{CUDA_ROOT / 'include'}",
+            str(FIXTURES / "cuda_mix.c"),
+            f"-L{CUDART.parent}",
+            "-lcudart",
+            f"-Wl,-rpath,{CUDART.parent}",
+            "-o",
+            str(binary),
         ],
         check=True,
-    )  # fmt: skip
+    )
     return binary
 
 

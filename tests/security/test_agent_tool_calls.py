@@ -129,8 +129,14 @@ def test_a_400_digit_power_limit_is_refused_before_arithmetic(tmp_path: Path) ->
     denied by the envelope rule, with the reason; no OverflowError in the guardrail node. Given as a Python int,
     the action itself refuses it."""
     with pytest.raises(ValidationError, match="power_limit_w is beyond"):
-        Action(proposal_id="P-1", kind="set_power_limit", target="node1/gpu1",
-               parameters={"power_limit_w": int(BIG)}, proposed_by="llm", created_ts_s=0.0)  # fmt: skip
+        Action(
+            proposal_id="P-1",
+            kind="set_power_limit",
+            target="node1/gpu1",
+            parameters={"power_limit_w": int(BIG)},
+            proposed_by="llm",
+            created_ts_s=0.0,
+        )
     db, _ = tiny_demo_db(tmp_path)
     body = (
         '{"answer": "cap it", "claims": [], "proposals": [{"kind": "set_power_limit", "target": "node1/gpu1", '

@@ -49,8 +49,13 @@ def recall_at_3(hypotheses: list[dict[str, Any]]) -> float:
 def _hypothesis(
     label: str, component: str, *claims: dict[str, Any], confidence: float = 0.8
 ) -> dict[str, Any]:
-    return {"root_cause": label, "component": component, "confidence": confidence, "summary": "s",
-            "claims": list(claims)}  # fmt: skip
+    return {
+        "root_cause": label,
+        "component": component,
+        "confidence": confidence,
+        "summary": "s",
+        "claims": list(claims),
+    }
 
 
 def _ask(db: Path, hypotheses: list[dict[str, Any]], pre: list[dict[str, Any]] | None = None) -> Reply:
@@ -107,8 +112,14 @@ def test_a_verified_second_cause_is_merged_and_raises_the_score(tmp_path: Path) 
 def test_a_wrong_cause_with_a_trivial_citation_changes_nothing(tmp_path: Path, sql: str, why: str) -> None:
     db = _two_cause_db(tmp_path)
     before = _analyst_only(db)
-    reply = _ask(db, [_hypothesis("gpu_fell_off_bus", "node1/gpu0", {"text": "node1/gpu0 is gone", "sql": sql},
-                                  confidence=0.99)])  # fmt: skip
+    reply = _ask(
+        db,
+        [
+            _hypothesis(
+                "gpu_fell_off_bus", "node1/gpu0", {"text": "node1/gpu0 is gone", "sql": sql}, confidence=0.99
+            )
+        ],
+    )
     [h] = reply.llm_hypotheses
     assert h["status"] == "unverified" and why in h["reason"], h
     assert reply.hypotheses == [{**b, "source": "analyst"} for b in before]

@@ -56,8 +56,15 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
 def _answer(sql: str) -> dict[str, Any]:
     step = final("ECN is off on node0/nic0")
     doc = json.loads(step["message"]["content"])
-    doc["hypotheses"] = [{"root_cause": "ecn_misconfig", "component": "node0/nic0", "confidence": 0.8,
-                          "summary": "drops without CE marks", "claims": [{"text": "losses, no CE", "sql": sql}]}]  # fmt: skip
+    doc["hypotheses"] = [
+        {
+            "root_cause": "ecn_misconfig",
+            "component": "node0/nic0",
+            "confidence": 0.8,
+            "summary": "drops without CE marks",
+            "claims": [{"text": "losses, no CE", "sql": sql}],
+        }
+    ]
     step["message"]["content"] = json.dumps(doc)
     return step
 

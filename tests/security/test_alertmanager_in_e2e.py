@@ -118,10 +118,19 @@ def test_a_prometheus_alert_through_alertmanager_is_diagnosed_and_resolved(
             am_config.write_text(ALERTMANAGER.format(aiops_port=port, token_file=token_file))
             rules.write_text(RULES)
             prom_config.write_text(PROMETHEUS.format(rules=rules, am_port=am_port, aiops_port=port))
-            am_cmd = [alertmanager, f"--config.file={am_config}", f"--storage.path={tmp_path / 'am'}",
-                      f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="]  # fmt: skip
-            prom_cmd = [prometheus, f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{prom_port}"]  # fmt: skip
+            am_cmd = [
+                alertmanager,
+                f"--config.file={am_config}",
+                f"--storage.path={tmp_path / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+            ]
+            prom_cmd = [
+                prometheus,
+                f"--config.file={prom_config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ]
             with (
                 server(am_cmd, tmp_path / "alertmanager.log", f"http://127.0.0.1:{am_port}/-/ready"),
                 server(prom_cmd, tmp_path / "prometheus.log", f"http://127.0.0.1:{prom_port}/-/ready"),

@@ -38,8 +38,9 @@ TOKEN = "s3cret-token-for-tests"
 HOSTILE = '\x1b[2J<!channel> "\u202e'
 
 
-def alert(status: str = "firing", fingerprint: str = "2e9c85895f984351", starts_ts_s: float = 1.7e9,
-          **labels: str) -> dict[str, Any]:  # fmt: skip
+def alert(
+    status: str = "firing", fingerprint: str = "2e9c85895f984351", starts_ts_s: float = 1.7e9, **labels: str
+) -> dict[str, Any]:
     return {
         "status": status,
         "labels": {"alertname": "GpuHot", **labels},
@@ -52,9 +53,19 @@ def alert(status: str = "firing", fingerprint: str = "2e9c85895f984351", starts_
 
 
 def payload(*alerts: dict[str, Any], **top: Any) -> dict[str, Any]:
-    return {"version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing",
-            "receiver": "aiops", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-            "externalURL": "http://am", "alerts": list(alerts), **top}  # fmt: skip
+    return {
+        "version": "4",
+        "groupKey": "{}:{}",
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "aiops",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://am",
+        "alerts": list(alerts),
+        **top,
+    }
 
 
 # -- the body ---------------------------------------------------------------------------------------------------
@@ -138,8 +149,14 @@ def test_the_analysts_hypotheses_about_the_alerts_component_come_first() -> None
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Iterator[tuple[HttpEndpoint, AlertInbox]]:
     inbox = AlertInbox(limit=3)
-    http = HttpEndpoint(f"127.0.0.1:{free_port()}", CollectorRegistry(), Api(Workspace(tmp_path / "ws.duckdb")),
-                        lambda: (True, "ok"), lambda: (True, "ok"), alerts=AlertRoute(TOKEN, inbox))  # fmt: skip
+    http = HttpEndpoint(
+        f"127.0.0.1:{free_port()}",
+        CollectorRegistry(),
+        Api(Workspace(tmp_path / "ws.duckdb")),
+        lambda: (True, "ok"),
+        lambda: (True, "ok"),
+        alerts=AlertRoute(TOKEN, inbox),
+    )
     http.start()
     try:
         yield http, inbox
@@ -199,8 +216,13 @@ def test_an_oversized_or_unsized_body_is_refused_unread(endpoint: tuple[HttpEndp
 
 
 def test_the_route_is_off_without_a_token(tmp_path: Path) -> None:
-    http = HttpEndpoint(f"127.0.0.1:{free_port()}", CollectorRegistry(), Api(Workspace(tmp_path / "ws.duckdb")),
-                        lambda: (True, "ok"), lambda: (True, "ok"))  # fmt: skip
+    http = HttpEndpoint(
+        f"127.0.0.1:{free_port()}",
+        CollectorRegistry(),
+        Api(Workspace(tmp_path / "ws.duckdb")),
+        lambda: (True, "ok"),
+        lambda: (True, "ok"),
+    )
     http.start()
     try:
         body = json.dumps(payload(alert())).encode()
@@ -292,8 +314,12 @@ def test_investigations_per_run_are_capped_and_what_waits_keeps_the_inbox_full(s
     with Store(simulated) as store:
         start_ts_s = float(store.scalar("SELECT min(ts_s) FROM gpu_samples"))
         end_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
-        alerts = [WebhookAlert.model_validate(alert(fingerprint=f"{n:x}0", starts_ts_s=start_ts_s + 150 + n,
-                                                    Hostname="node1")) for n in range(3)]  # fmt: skip
+        alerts = [
+            WebhookAlert.model_validate(
+                alert(fingerprint=f"{n:x}0", starts_ts_s=start_ts_s + 150 + n, Hostname="node1")
+            )
+            for n in range(3)
+        ]
         inbox.put(alerts, end_ts_s)
         assert len(investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)) == 1
         inbox.put(alerts, end_ts_s)  # 2 wait in the investigator, the inbox holds 3 more

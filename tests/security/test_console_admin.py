@@ -59,8 +59,18 @@ def test_an_admin_adds_changes_resets_and_deletes_and_each_change_is_audited(dem
     page = c.get("/admin/accounts")
     assert page.status_code == 200 and 'id="account-victor"' in page.text
     assert 'href="/admin/accounts"' in c.get("/").text  # the admin's nav shows the page
-    assert _post(c, "/admin/accounts/add", csrf, name="Dave", role="approver", password=PASSWORD,
-                 password2=PASSWORD) == "added dave (approver)"  # fmt: skip
+    assert (
+        _post(
+            c,
+            "/admin/accounts/add",
+            csrf,
+            name="Dave",
+            role="approver",
+            password=PASSWORD,
+            password2=PASSWORD,
+        )
+        == "added dave (approver)"
+    )
     assert Accounts(accounts_path(str(demo))).authenticate("dave", PASSWORD) is not None
     assert _post(c, "/admin/accounts/dave/role", csrf, role="viewer") == "dave is now viewer"
     assert (
@@ -72,9 +82,11 @@ def test_an_admin_adds_changes_resets_and_deletes_and_each_change_is_audited(dem
     assert "dave" not in _roles(demo)
     rows = _account_rows(demo)
     assert [(actor, row["op"], row["name"]) for actor, row in rows] == [
-        ("carol", "add", "dave"), ("carol", "role", "dave"), ("carol", "password", "dave"),
+        ("carol", "add", "dave"),
+        ("carol", "role", "dave"),
+        ("carol", "password", "dave"),
         ("carol", "delete", "dave"),
-    ]  # fmt: skip
+    ]
     assert rows[1][1]["was"] == "approver" and rows[1][1]["role"] == "viewer"
     text = json.dumps([r for _, r in rows])
     assert PASSWORD not in text and NEW not in text and "argon2" not in text  # never a password or hash
@@ -126,10 +138,15 @@ def test_viewers_and_approvers_get_403_and_a_post_without_csrf_changes_nothing(d
         csrf = sign_in(c, name)
         assert c.get("/admin/accounts").status_code == 403
         assert 'href="/admin/accounts"' not in c.get("/").text
-        for path, fields in (("/admin/accounts/add", {"name": "eve", "role": "admin", "password": PASSWORD,
-                                                      "password2": PASSWORD}),
-                             ("/admin/accounts/carol/delete", {}), ("/admin/accounts/bob/role", {"role": "viewer"}),
-                             ("/admin/accounts/carol/password", {"password": NEW, "password2": NEW})):  # fmt: skip
+        for path, fields in (
+            (
+                "/admin/accounts/add",
+                {"name": "eve", "role": "admin", "password": PASSWORD, "password2": PASSWORD},
+            ),
+            ("/admin/accounts/carol/delete", {}),
+            ("/admin/accounts/bob/role", {"role": "viewer"}),
+            ("/admin/accounts/carol/password", {"password": NEW, "password2": NEW}),
+        ):
             assert c.post(path, data={"csrf_token": csrf, **fields}).status_code == 403, (name, path)
     admin = client(demo)
     csrf = sign_in(admin, "carol")
@@ -145,8 +162,22 @@ def test_viewers_and_approvers_get_403_and_a_post_without_csrf_changes_nothing(d
 def test_the_cli_writes_the_same_audit_rows(demo: Path, tmp_path: Path) -> None:
     secret = tmp_path / "pw"
     secret.write_text(PASSWORD + "\n")
-    assert main(["console", "adduser", "erin", "--role", "viewer", "--db", str(demo),
-                 "--password-file", str(secret)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "console",
+                "adduser",
+                "erin",
+                "--role",
+                "viewer",
+                "--db",
+                str(demo),
+                "--password-file",
+                str(secret),
+            ]
+        )
+        == 0
+    )
     assert main(["console", "role", "erin", "--role", "approver", "--db", str(demo)]) == 0
     secret.write_text(NEW + "\n")
     assert main(["console", "passwd", "erin", "--db", str(demo), "--password-file", str(secret)]) == 0
@@ -179,5 +210,6 @@ def test_an_admin_disables_and_enables_an_account_but_never_the_last_admin(demo:
     assert "carol is the last admin" in _post(c, "/admin/accounts/carol/disable", csrf)
     assert main(["console", "disable", "carol", "--db", str(demo)]) == 2
     assert [(a, r["op"], r["name"]) for a, r in _account_rows(demo)] == [
-        ("carol", "disable", "bob"), ("carol", "enable", "bob"),
-    ]  # fmt: skip
+        ("carol", "disable", "bob"),
+        ("carol", "enable", "bob"),
+    ]

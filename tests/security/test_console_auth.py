@@ -136,13 +136,41 @@ def test_adduser_reads_a_password_file_and_says_who_is_missing_from_the_approver
 ) -> None:
     secret = tmp_path / "pw"
     secret.write_text(PASSWORD + "\n")
-    assert main(["console", "adduser", "dave", "--role", "approver", "--db", str(demo),
-                 "--password-file", str(secret)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "console",
+                "adduser",
+                "dave",
+                "--role",
+                "approver",
+                "--db",
+                str(demo),
+                "--password-file",
+                str(secret),
+            ]
+        )
+        == 0
+    )
     assert "add dave to [guardrails.approvers]" in capsys.readouterr().out
     assert Accounts(accounts_path(str(demo))).authenticate("dave", PASSWORD) is not None
     secret.write_text("short\n")
-    assert main(["console", "adduser", "erin", "--role", "viewer", "--db", str(demo),
-                 "--password-file", str(secret)]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "console",
+                "adduser",
+                "erin",
+                "--role",
+                "viewer",
+                "--db",
+                str(demo),
+                "--password-file",
+                str(secret),
+            ]
+        )
+        == 2
+    )
 
 
 # -- the app --------------------------------------------------------------------------------------------------
@@ -166,8 +194,9 @@ def test_sign_in_needs_its_csrf_token_sets_strict_cookies_and_slows_guessing(dem
     c = client(demo)
     assert c.post("/login", data={"name": "alice", "password": PASSWORD}).status_code == 403
     token = login_csrf(c)
-    response = c.post("/login", data={"name": "alice", "password": PASSWORD, "csrf_token": token},
-                      follow_redirects=False)  # fmt: skip
+    response = c.post(
+        "/login", data={"name": "alice", "password": PASSWORD, "csrf_token": token}, follow_redirects=False
+    )
     cookie = response.headers["set-cookie"]
     assert (
         response.status_code == 303
@@ -298,8 +327,12 @@ def test_signing_out_ends_the_session(demo: Path) -> None:
     csrf = sign_in(c, "alice")
     assert c.post("/logout", data={"csrf_token": csrf}, follow_redirects=False).status_code == 303
     assert c.get("/", follow_redirects=False).headers["location"] == "/login"
-    assert c.post(f"/proposals/{demo_proposal(demo)}/approve", data={"csrf_token": csrf},
-                  follow_redirects=False).status_code == 303  # fmt: skip
+    assert (
+        c.post(
+            f"/proposals/{demo_proposal(demo)}/approve", data={"csrf_token": csrf}, follow_redirects=False
+        ).status_code
+        == 303
+    )
     assert [r for r in _audit(demo) if r[1] == "approval"] == []
 
 

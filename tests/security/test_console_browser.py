@@ -54,8 +54,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     folder = tmp_path_factory.mktemp("console-browser")
     db = make_demo(folder)
     with Workspace(db).write() as store:  # a job named like a script, everywhere the console shows it
-        store.conn.execute("UPDATE incidents SET title = title || ' of job ' || ? WHERE incident_id = 'INC-0001'",
-                           [HOSTILE_JOB])  # fmt: skip
+        store.conn.execute(
+            "UPDATE incidents SET title = title || ' of job ' || ? WHERE incident_id = 'INC-0001'",
+            [HOSTILE_JOB],
+        )
     config = write_config(folder)
     add_users(db)
     pid = demo_proposal(db)
@@ -66,8 +68,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         env.update(AIOPS_LLM_BASE_URL=llm.base_url, AIOPS_LLM_MODEL="scripted")
         port = free_port()
         log = (folder / "console.log").open("ab")
-        proc = subprocess.Popen(aiops_cmd("console", "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}"),
-                                stdout=log, stderr=log, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            aiops_cmd("console", "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}"),
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             wait_for(
@@ -172,8 +178,13 @@ def test_sign_in_see_the_evidence_approve_and_find_the_audit_row(served: dict[st
         bob.inert()
         alice.close()
         bob.close()
-    verify = subprocess.run(aiops_cmd("audit", "verify", "--db", str(served["db"]), "--witness"),
-                            capture_output=True, text=True, timeout=60, env=served["env"])  # fmt: skip
+    verify = subprocess.run(
+        aiops_cmd("audit", "verify", "--db", str(served["db"]), "--witness"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=served["env"],
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
@@ -202,8 +213,9 @@ def test_a_model_answer_with_html_streams_in_as_text(served: dict[str, Any]) -> 
         alice.page.goto(served["base"] + "/chat")
         alice.page.fill("#question", "what is wrong with node3?")
         alice.page.click("#chat-form button")
-        alice.page.wait_for_function("() => document.getElementById('chat-status').textContent.includes('done')",
-                                     timeout=60_000)  # fmt: skip
+        alice.page.wait_for_function(
+            "() => document.getElementById('chat-status').textContent.includes('done')", timeout=60_000
+        )
         answer = alice.page.inner_text("#answer")
         status = alice.page.inner_text("#chat-status")
         print(f"chat status: {status}")

@@ -40,9 +40,23 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
         assert status == 200 and b"aiops console adduser NAME --role admin" in body  # first run: no account
         secret = tmp_path / "pw"
         secret.write_text(PASSWORD)
-        added = subprocess.run(aiops_cmd("console", "adduser", "alice", "--role", "approver", "--db", str(db),
-                                         "--password-file", str(secret)), capture_output=True, text=True,
-                               timeout=60, env=env)  # fmt: skip
+        added = subprocess.run(
+            aiops_cmd(
+                "console",
+                "adduser",
+                "alice",
+                "--role",
+                "approver",
+                "--db",
+                str(db),
+                "--password-file",
+                str(secret),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert added.returncode == 0, added.stderr
         printed = set(re.findall(r"/setup/([A-Za-z0-9_-]{20,})", (tmp_path / "service.log").read_text()))
         assert len(printed) == 1  # first run: one set-up URL, on stderr and in the log
@@ -59,8 +73,9 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
             assert "content-security-policy" in login.headers
             token = _CSRF.search(login.text)
             assert token is not None
-            signed_in = web.post("/login", data={"name": "alice", "password": PASSWORD,
-                                                 "csrf_token": token.group(1)})  # fmt: skip
+            signed_in = web.post(
+                "/login", data={"name": "alice", "password": PASSWORD, "csrf_token": token.group(1)}
+            )
             assert signed_in.status_code == 303, signed_in.text[:500]
             csrf = _CSRF.search(web.get("/").text)
             assert csrf is not None
@@ -68,18 +83,23 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
             assert decided.status_code == 303
             note = web.get(decided.headers["location"]).text
             assert "approved by alice" in note and "the service runs it at its next flush" in note
-            asked = web.post("/chat/ask", data={"question": "what is wrong?"},
-                             headers={"X-CSRF-Token": csrf.group(1)})  # fmt: skip
+            asked = web.post(
+                "/chat/ask", data={"question": "what is wrong?"}, headers={"X-CSRF-Token": csrf.group(1)}
+            )
             assert asked.status_code == 200 and '"done": true' in asked.text, asked.text[-500:]
 
         def executed() -> bool:
-            found = [p for p in get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]
-                     if p["proposal_id"] == pid]  # fmt: skip
+            found = [
+                p
+                for p in get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]
+                if p["proposal_id"] == pid
+            ]
             return bool(found) and found[0]["status"] == "executed"
 
         wait_for(executed, 60, "the service to execute the approval made in the console")
-        verify = subprocess.run(aiops_cmd("audit", "verify", "--db", str(db)), capture_output=True, text=True,
-                                timeout=60, env=env)  # fmt: skip
+        verify = subprocess.run(
+            aiops_cmd("audit", "verify", "--db", str(db)), capture_output=True, text=True, timeout=60, env=env
+        )
         assert verify.returncode == 0, verify.stdout + verify.stderr
     assert proc.returncode == 0
     assert not _listening(port)  # the console stopped with the service

@@ -118,26 +118,48 @@ def test_both_callers_read_every_kmsg_fixture_alike(
 
 # What investigate read on these lines before the shared parser -> now (kind, component, code).
 CHANGED = [
-    ("pcieport 0000:00:1d.0: AER: Multiple Corrected error received: id=00e8",
-     ("aer", "0000:00:1d.0", None), ("aer", "0000:00:1d.0", 0)),
-    ("pcieport 0000:80:1b.4: AER: Uncorrectable (Non-Fatal) error message received from 0000:80:1b.4",
-     ("aer_detail", "0000:80:1b.4", None), ("aer", "0000:80:1b.4", 1)),
-    ("pcieport 0000:80:1b.4: AER: Correctable error message received from 0000:80:1b.4",
-     ("aer_detail", "0000:80:1b.4", None), ("aer", "0000:80:1b.4", 0)),
-    ("pcieport 0000:3a:00.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0",
-     ("aer", "0000:3a:00.0", 2), ("aer", "0000:3b:00.0", 2)),  # the error source behind the port
-    ("mlx5_core 0000:01:00.0 enp1s0f0np0: Link down", ("nic_link", "mlx5_core", 0), ("nic_link", "enp1s0f0np0", 0)),
+    (
+        "pcieport 0000:00:1d.0: AER: Multiple Corrected error received: id=00e8",
+        ("aer", "0000:00:1d.0", None),
+        ("aer", "0000:00:1d.0", 0),
+    ),
+    (
+        "pcieport 0000:80:1b.4: AER: Uncorrectable (Non-Fatal) error message received from 0000:80:1b.4",
+        ("aer_detail", "0000:80:1b.4", None),
+        ("aer", "0000:80:1b.4", 1),
+    ),
+    (
+        "pcieport 0000:80:1b.4: AER: Correctable error message received from 0000:80:1b.4",
+        ("aer_detail", "0000:80:1b.4", None),
+        ("aer", "0000:80:1b.4", 0),
+    ),
+    (
+        "pcieport 0000:3a:00.0: AER: Uncorrected (Fatal) error received: 0000:3b:00.0",
+        ("aer", "0000:3a:00.0", 2),
+        ("aer", "0000:3b:00.0", 2),
+    ),  # the error source behind the port
+    (
+        "mlx5_core 0000:01:00.0 enp1s0f0np0: Link down",
+        ("nic_link", "mlx5_core", 0),
+        ("nic_link", "enp1s0f0np0", 0),
+    ),
     ("mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link DOWN", None, ("nic_link", "mlx5_3", 0)),
-    ("bond0: (slave enp83s0f0np0): link status definitely down, disabling slave",
-     None, ("nic_link", "enp83s0f0np0", 0)),
+    (
+        "bond0: (slave enp83s0f0np0): link status definitely down, disabling slave",
+        None,
+        ("nic_link", "enp83s0f0np0", 0),
+    ),
     ("IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready", None, ("nic_link", "ib0", 1)),
     # later: CPU thermal and machine-check lines (investigate had no reading of them), a GHES line that starts
     # with its record number `{1}` (read as a failed JSON line before)
-    ("CPU0: Package temperature above threshold, cpu clock throttled (total events = 4128)",
-     None, ("cpu_thermal", None, 1)),
+    (
+        "CPU0: Package temperature above threshold, cpu clock throttled (total events = 4128)",
+        None,
+        ("cpu_thermal", None, 1),
+    ),
     ("mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 5: bea0000000000108", None, ("mce", None, 5)),
     ("{1}[Hardware Error]: event severity: corrected", None, ("mce", None, None)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("line", "before", "now"), CHANGED)

@@ -41,13 +41,28 @@ SCENARIO: dict[str, Any] = {
     "seed": 7,
     "duration_s": 120,
     "cluster": {"racks": 2, "nodes_per_rack": 2, "gpus_per_node": 4, "nics_per_node": 2},
-    "jobs": [{"name": "llm", "nodes": "all", "step_compute_s": 1.2, "allreduce_mb": 512,
-              "checkpoint_every_s": 60, "checkpoint_gb": 40}],
+    "jobs": [
+        {
+            "name": "llm",
+            "nodes": "all",
+            "step_compute_s": 1.2,
+            "allreduce_mb": 512,
+            "checkpoint_every_s": 60,
+            "checkpoint_gb": 40,
+        }
+    ],
     "lanes": "enabled",
-    "faults": [{"kind": "thermal_throttle", "target": "node3/gpu1", "start_s": 30, "duration_s": None,
-                "severity": 0.8}],
+    "faults": [
+        {
+            "kind": "thermal_throttle",
+            "target": "node3/gpu1",
+            "start_s": 30,
+            "duration_s": None,
+            "severity": 0.8,
+        }
+    ],
     "expect": {"root_cause": "thermal_throttle", "component": "node3/gpu1"},
-}  # fmt: skip
+}
 LANES: dict[str, Any] = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
 RESPONSES: dict[str, Any] = yaml.safe_load(DEFAULT_RESPONSES_PATH.read_text().replace("on:", "'on':"))
 DCIM: dict[str, Any] = {"rack0": {"kw": 18}, "fleet": {"kw": 120}, "rack1": {"clear": True}}

@@ -52,11 +52,18 @@ def test_pause_frames_above_the_nics_baseline_are_a_symptom(burst: int, expected
 
 
 def test_pauses_anchor_an_ecn_candidate_on_another_node_and_nothing_else() -> None:
-    incident = Incident(incident_id="INC-0001", opened_ts_s=100.0, last_ts_s=200.0, title="t", severity="warning",
-                        components=["node3/nic1", "job:train"],
-                        symptoms=[Symptom(kind="pfc_pauses", component="node3/nic1", ts_s=100.0, detail={}),
-                                  Symptom(kind="collective_latency", component="job:train", ts_s=100.0,
-                                          detail={})])  # fmt: skip
+    incident = Incident(
+        incident_id="INC-0001",
+        opened_ts_s=100.0,
+        last_ts_s=200.0,
+        title="t",
+        severity="warning",
+        components=["node3/nic1", "job:train"],
+        symptoms=[
+            Symptom(kind="pfc_pauses", component="node3/nic1", ts_s=100.0, detail={}),
+            Symptom(kind="collective_latency", component="job:train", ts_s=100.0, detail={}),
+        ],
+    )
     racks = {"node1": "rack0", "node3": "rack0", "node4": "rack1"}
     ecn = Candidate("ecn_misconfig", "node4/nic1", 0.86, "s", [])
     found = anchor(ecn, incident, racks)
@@ -74,10 +81,15 @@ SCENARIO = {  # generated seed 21, gen-040
     "lanes": "enabled",
     "faults": [
         {"kind": "ecn_misconfig", "target": "node4/nic1", "start_s": 113, "severity": 0.54},
-        {"kind": "input_pipeline_bottleneck", "target": "node1", "start_s": 260, "severity": 0.86,
-         "duration_s": 139},
+        {
+            "kind": "input_pipeline_bottleneck",
+            "target": "node1",
+            "start_s": 260,
+            "severity": 0.86,
+            "duration_s": 139,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_a_later_fault_on_another_rack_opens_its_own_incident_on_a_lossless_fabric() -> None:

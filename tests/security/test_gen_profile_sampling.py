@@ -26,9 +26,19 @@ def result(pid: int, duty: float = 1.0, probed_s: float = 0.0) -> ProfileResult:
         StackRecord(("main", "step", "cudaLaunchKernel"), "cudaLaunchKernel", "launch", 250, 0, "busy"),
         StackRecord(("main", "loader"), "cpu", "cpu", 10, 0, "idle"),
     ]
-    return ProfileResult(pid=pid, duration_s=30.0, slice_s=0.1, probes=("cudaLaunchKernel",), libraries={},
-                         records=records, util_pct=[90.0] * 300, idle_slices=0, duty=duty,
-                         period_s=5.0 if duty < 1 else 0.0, probed_s=probed_s)  # fmt: skip
+    return ProfileResult(
+        pid=pid,
+        duration_s=30.0,
+        slice_s=0.1,
+        probes=("cudaLaunchKernel",),
+        libraries={},
+        records=records,
+        util_pct=[90.0] * 300,
+        idle_slices=0,
+        duty=duty,
+        period_s=5.0 if duty < 1 else 0.0,
+        probed_s=probed_s,
+    )
 
 
 def runs_table_counted(store: Store) -> list[str]:
@@ -66,10 +76,23 @@ def test_an_old_store_upgrades_with_null_sampling(tmp_path: Path, monkeypatch: p
         with Store(db) as old:
             assert old.schema_version() == 14
             assert "probe_duty" not in old.columns("profile_runs")
-            old.ingest_many({"profile_runs": {"run_id": ["prof-7-1"], "ts_s": [EPOCH_S + 60], "node": ["node0"],
-                                              "pid": [7], "duration_s": [30.0], "slices": [300],
-                                              "idle_slices": [0], "gpu_util_mean_pct": [None], "probes": ["x"],
-                                              "calls": [250], "blocked_us": [0]}})  # fmt: skip
+            old.ingest_many(
+                {
+                    "profile_runs": {
+                        "run_id": ["prof-7-1"],
+                        "ts_s": [EPOCH_S + 60],
+                        "node": ["node0"],
+                        "pid": [7],
+                        "duration_s": [30.0],
+                        "slices": [300],
+                        "idle_slices": [0],
+                        "gpu_util_mean_pct": [None],
+                        "probes": ["x"],
+                        "calls": [250],
+                        "blocked_us": [0],
+                    }
+                }
+            )
     with Store(db) as upgraded:
         assert upgraded.schema_version() == 15
         row = upgraded.query("SELECT probe_duty, scaled, calls FROM profile_runs")[0]

@@ -86,9 +86,12 @@ def test_chat_and_the_service_refuse_a_truncated_database(
     argv = [f"127.0.0.1:{free_port()}" if a == "LISTEN" else a for a in argv]
     done = subprocess.run(
         [sys.executable, "-m", "aiops.cli.main", *argv, str(db)],
-        input="", capture_output=True, text=True, timeout=120,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )  # fmt: skip
+    )
     assert done.returncode == 2, done.stderr
     assert "damaged" in done.stderr and "Traceback" not in done.stderr
 

@@ -73,10 +73,15 @@ def _commands(path: Path, db: Path, tmp: Path) -> dict[str, list[str]]:
         "dcim watch": ["dcim", "watch", "--file", str(path), "--once", "--db", str(db)],
         "simulate": ["simulate", "--scenario", str(path), "--db", str(tmp / "new.duckdb")],
         "simulate lanes policy": [
-            "simulate", "--scenario", str(tmp / "ok.yaml"), "--lanes-policy", str(path),
-            "--db", str(tmp / "new2.duckdb"),
+            "simulate",
+            "--scenario",
+            str(tmp / "ok.yaml"),
+            "--lanes-policy",
+            str(path),
+            "--db",
+            str(tmp / "new2.duckdb"),
         ],
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

@@ -24,9 +24,19 @@ from tests.host_helpers import require_root
 def _state(dev: str, netns: str | None) -> lanes.LanesState:
     key = lanes.state_key(dev, netns)
     return lanes.LanesState(
-        dev=dev, netns=netns, key=key, pin_dir=str(pin_dir(key)), policy_path="lanes.yaml", policy_sha256="0",
-        source_sha256="0", complete=True, applied_ts_s=1.0, pid=1, rule_ids=["default"], rule_slots={"default": 0},
-    )  # fmt: skip
+        dev=dev,
+        netns=netns,
+        key=key,
+        pin_dir=str(pin_dir(key)),
+        policy_path="lanes.yaml",
+        policy_sha256="0",
+        source_sha256="0",
+        complete=True,
+        applied_ts_s=1.0,
+        pid=1,
+        rule_ids=["default"],
+        rule_slots={"default": 0},
+    )
 
 
 def test_status_and_remove_with_records_of_vanished_nics(

@@ -28,10 +28,14 @@ GPUS = [f"node{n}/gpu{g}" for n in range(2) for g in range(4)]
 
 def _gpu_batch(first_s: int, seconds: int, temp_c: float) -> pa.Table:
     rows = [(float(ts), gpu) for ts in range(first_s, first_s + seconds) for gpu in GPUS]
-    return pa.table({
-        "ts_s": [r[0] for r in rows], "gpu": [r[1] for r in rows], "node": [r[1].split("/")[0] for r in rows],
-        "temp_c": [temp_c] * len(rows),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "ts_s": [r[0] for r in rows],
+            "gpu": [r[1] for r in rows],
+            "node": [r[1].split("/")[0] for r in rows],
+            "temp_c": [temp_c] * len(rows),
+        }
+    )
 
 
 def _counts(store: Store, table: str) -> tuple[int, int]:
@@ -87,10 +91,18 @@ def test_a_key_of_five_wide_columns_is_not_confused_by_overflow() -> None:
     # 5 columns of 7,000 distinct values: the combined code passes 2**62, so it is renumbered on the way.
     n = 7_000
     names = [f"v{i}" for i in range(n)]
-    flows = pa.table({
-        "ts_s": [float(i) for i in range(n)], "nic": names, "node": ["node0"] * n, "traffic_class": names,
-        "rule_id": names, "lane": names, "interval_s": [1.0] * n, "tx_bytes": list(range(n)),
-    })  # fmt: skip
+    flows = pa.table(
+        {
+            "ts_s": [float(i) for i in range(n)],
+            "nic": names,
+            "node": ["node0"] * n,
+            "traffic_class": names,
+            "rule_id": names,
+            "lane": names,
+            "interval_s": [1.0] * n,
+            "tx_bytes": list(range(n)),
+        }
+    )
     shifted = flows.set_column(1, "nic", pa.array(names[1:] + names[:1]))  # same ts, other NICs: new keys
     with Store() as store:
         assert store.ingest("flow_class_samples", pa.concat_tables([flows, flows, shifted])) == 2 * n
@@ -102,10 +114,13 @@ def test_a_key_of_five_wide_columns_is_not_confused_by_overflow() -> None:
     st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None]), st.integers(0, 2)), max_size=150)
 )
 def test_first_per_key_matches_a_plain_loop(rows: list[tuple[int, str | None, int]]) -> None:
-    batch = pa.table({
-        "ts_s": pa.array([float(r[0]) for r in rows], pa.float64()),
-        "component": pa.array([r[1] for r in rows], pa.string()), "row": pa.array([r[2] for r in rows], pa.int64()),
-    })  # fmt: skip
+    batch = pa.table(
+        {
+            "ts_s": pa.array([float(r[0]) for r in rows], pa.float64()),
+            "component": pa.array([r[1] for r in rows], pa.string()),
+            "row": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
     expected: dict[tuple[float, str | None], int] = {}
     for index, (ts, component, _) in enumerate(rows):
         expected.setdefault((float(ts), component), index)
@@ -137,8 +152,12 @@ def test_null_and_absent_key_columns_match_each_other() -> None:
 def _service(db: Path, monkeypatch: pytest.MonkeyPatch) -> Service:
     config = parse_config({"store": {"path": str(db)}, "http": {"listen": ""}}, "test")
     ticks = itertools.count(0.0, 0.5)
-    return Service(config, sim=SimSetup(parse_scenario(yaml.safe_load(TINY_SCENARIO))), clock=lambda: next(ticks),
-                   sleep=lambda _s: None)  # fmt: skip
+    return Service(
+        config,
+        sim=SimSetup(parse_scenario(yaml.safe_load(TINY_SCENARIO))),
+        clock=lambda: next(ticks),
+        sleep=lambda _s: None,
+    )
 
 
 def test_a_restarted_service_that_replays_a_window_stores_each_key_once(

@@ -64,8 +64,9 @@ def test_a_killed_simulation_is_rerun_without_duplicates(
     child = subprocess.Popen(
         [sys.executable, "-m", "aiops.cli.main", "simulate", "--scenario", str(scenario), "--db", str(db)],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (db.exists() and db.stat().st_size > 1 << 20):

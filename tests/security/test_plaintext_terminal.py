@@ -250,19 +250,32 @@ def test_actions_audit_and_dcim_status_show_stored_text_as_text(tmp_path: Path) 
         desk = Guardrails(store)
         for pid, target in (("P-hostile1", "node0/gpu1"), ("P-hostile2", "node1/gpu1" + ESC_SEQUENCES)):
             desk.propose(
-                Action(proposal_id=pid, kind="open_ticket", target=target, parameters={"team": "facilities"},
-                       reason="fans " + HOSTILE_JOB, evidence=[HOSTILE_RACK], expected_effect=HOSTILE_JOB,
-                       proposed_by="analyst", created_ts_s=now_s),
+                Action(
+                    proposal_id=pid,
+                    kind="open_ticket",
+                    target=target,
+                    parameters={"team": "facilities"},
+                    reason="fans " + HOSTILE_JOB,
+                    evidence=[HOSTILE_RACK],
+                    expected_effect=HOSTILE_JOB,
+                    proposed_by="analyst",
+                    created_ts_s=now_s,
+                ),
                 origin="chat" + ESC_SEQUENCES,
-            )  # fmt: skip
+            )
     with duckdb.connect(str(db)) as conn:
         conn.execute(
             "INSERT INTO dcim_signals VALUES (?, ?, 'cap', 10.0, ?)",
             [now_s, HOSTILE_RACK, "file:/tmp/x" + ESC_SEQUENCES],
         )
     shown: list[str] = []
-    for args in (("actions", "list"), ("actions", "show", "P-hostile1"), ("actions", "show", "P-hostile2"),
-                 ("audit", "verify"), ("dcim", "status")):  # fmt: skip
+    for args in (
+        ("actions", "list"),
+        ("actions", "show", "P-hostile1"),
+        ("actions", "show", "P-hostile2"),
+        ("audit", "verify"),
+        ("dcim", "status"),
+    ):
         run = Pty(_aiops(*args, "--db", str(db)), _env(tmp_path))
         code = run.finish()
         text = screen_text(run.raw)

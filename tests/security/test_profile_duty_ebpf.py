@@ -46,8 +46,13 @@ def test_windows_detach_between_and_the_scaled_counts_match_the_calls_made(cuda_
             target.stdin.flush()
 
         result = run_profile(
-            target.pid, 60.0, duty=0.1, period_s=2.0, on_attached=go, on_slice=lambda _: fds.append(perf_event_fds())
-        )  # fmt: skip
+            target.pid,
+            60.0,
+            duty=0.1,
+            period_s=2.0,
+            on_attached=go,
+            on_slice=lambda _: fds.append(perf_event_fds()),
+        )
     assert result.target_exited
     assert result.windows >= 1 and 0.02 < result.probe_fraction < 0.5, (result.windows, result.probe_fraction)
     # between windows every uprobe's perf event is closed: only the sampler's descriptors remain
@@ -74,7 +79,9 @@ def test_full_mode_keeps_every_probe_attached_and_scales_nothing(cuda_mix: Path)
             target.stdin.write("go\n")
             target.stdin.flush()
 
-        result = run_profile(target.pid, 60.0, duty=1.0, on_attached=go, on_slice=lambda _: fds.append(perf_event_fds()))  # fmt: skip
+        result = run_profile(
+            target.pid, 60.0, duty=1.0, on_attached=go, on_slice=lambda _: fds.append(perf_event_fds())
+        )
     assert result.target_exited and result.probe_fraction == 1.0 and result.windows == 1
     assert len(set(fds)) == 1, fds
     assert sum(r.calls for r in result.records if r.probe == "cudaLaunchKernel") == 3 * 2000

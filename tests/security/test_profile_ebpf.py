@@ -33,7 +33,11 @@ from tests.security.profile_helpers import (
     started,
 )
 
-EXPECTED = {"feed_launches": ("cudaLaunchKernel", 3), "copy_inputs": ("cudaMemcpy", 2), "wait_gpu": ("cudaDeviceSynchronize", 1)}  # fmt: skip
+EXPECTED = {
+    "feed_launches": ("cudaLaunchKernel", 3),
+    "copy_inputs": ("cudaMemcpy", 2),
+    "wait_gpu": ("cudaDeviceSynchronize", 1),
+}
 PROFILE_S = 2.0
 PROPORTIONS_S = 4.0  # the default duty-cycled mode probes 4 % of it: 0.2 s, hundreds of rounds
 
@@ -100,10 +104,12 @@ def input_pipeline_world() -> World:
                 "name": "profile-join",
                 "duration_s": 120,
                 "cluster": {"racks": 1, "nodes_per_rack": 1, "gpus_per_node": 1, "nics_per_node": 1},
-                "faults": [{"kind": "input_pipeline_bottleneck", "target": "node0", "start_s": 8, "severity": 0.8}],
+                "faults": [
+                    {"kind": "input_pipeline_bottleneck", "target": "node0", "start_s": 8, "severity": 0.8}
+                ],
             }
         )
-    )  # fmt: skip
+    )
 
 
 def test_gpu_idle_join_with_the_simulators_nvml(cuda_mix: Path) -> None:

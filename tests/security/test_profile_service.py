@@ -40,10 +40,23 @@ def test_trigger_profiles_a_real_cuda_process_and_stores_its_stacks(tmp_path: Pa
             return run_profile(pid, duration_s, stop=stop)
 
         config = ProfileConfig(on_incident=True, duration_s=2.0, out_dir=str(tmp_path / "profiles"))
-        made = ProfileTrigger(config, str(tmp_path / "db"), "node0", OneStore(store), profiler=profiler,
-                              finder=lambda: only_target)  # fmt: skip
-        incident = Incident(incident_id="INC-0001", opened_ts_s=0.0, last_ts_s=1.0, title="t",
-                            severity="warning", components=["node0"], symptoms=[])  # fmt: skip
+        made = ProfileTrigger(
+            config,
+            str(tmp_path / "db"),
+            "node0",
+            OneStore(store),
+            profiler=profiler,
+            finder=lambda: only_target,
+        )
+        incident = Incident(
+            incident_id="INC-0001",
+            opened_ts_s=0.0,
+            last_ts_s=1.0,
+            title="t",
+            severity="warning",
+            components=["node0"],
+            symptoms=[],
+        )
         top = Hypothesis(
             root_cause="input_pipeline_bottleneck", component="node0", confidence=0.7, summary="s"
         )

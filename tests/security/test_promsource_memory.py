@@ -43,10 +43,12 @@ def _matrices(seed: int) -> dict[str, list[dict[str, Any]]]:
             for g in range(4)
         ]
     out["node_network_transmit_bytes_total"] = [
-        {"metric": {"instance": f"host-{h}:9100", "device": "eth0"},
-         "values": [[ts, str(1e9 * i)] for i, ts in enumerate(stamps)]}
+        {
+            "metric": {"instance": f"host-{h}:9100", "device": "eth0"},
+            "values": [[ts, str(1e9 * i)] for i, ts in enumerate(stamps)],
+        }
         for h in range(3)
-    ]  # fmt: skip
+    ]
     return out
 
 
@@ -112,10 +114,12 @@ def test_the_fetch_holds_one_parsed_answer_at_a_time(answers: str) -> None:
     """Python's side of the fetch (tracemalloc; DuckDB's and Arrow's memory is bounded by the memory limit): the
     peak stays well under two parsed answers, so the previous answer is freed before the next one is read."""
     series = [
-        {"metric": {"Hostname": f"h{i // 8}", "gpu": str(i % 8), "UUID": f"GPU-{i}"},
-         "values": [[1_000 + 15 * j, f"{60 + j % 9}.125"] for j in range(100)]}
+        {
+            "metric": {"Hostname": f"h{i // 8}", "gpu": str(i % 8), "UUID": f"GPU-{i}"},
+            "values": [[1_000 + 15 * j, f"{60 + j % 9}.125"] for j in range(100)],
+        }
         for i in range(400)
-    ]  # fmt: skip
+    ]
     body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
     del series
     tracemalloc.start()
@@ -164,6 +168,19 @@ def test_staging_and_analysis_connections_are_under_the_memory_limit(
         json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
     ]
     with pytest.raises(SystemExit):
-        main(["analyze", "--prometheus", answers, "--start", "1000", "--end", "1015", "--step", "15s",
-              "--db", str(tmp_path / "kept.duckdb")])  # fmt: skip
+        main(
+            [
+                "analyze",
+                "--prometheus",
+                answers,
+                "--start",
+                "1000",
+                "--end",
+                "1015",
+                "--step",
+                "15s",
+                "--db",
+                str(tmp_path / "kept.duckdb"),
+            ]
+        )
     assert seen == [expected]

@@ -87,10 +87,17 @@ def test_prometheus_source_maps_the_real_exposition(name: str, tmp_path: Path) -
         {"component": "node0/gpu0", "kind": "gpu", "node": "node0"},
     ]
     assert samples == [
-        {"ts_s": ts, "gpu": "node0/gpu0", "node": "node0", "uuid": UUID, "sm_clock_mhz": 139.0,
-         "mem_clock_mhz": 405.0, "mem_temp_c": None}
+        {
+            "ts_s": ts,
+            "gpu": "node0/gpu0",
+            "node": "node0",
+            "uuid": UUID,
+            "sm_clock_mhz": 139.0,
+            "mem_clock_mhz": 405.0,
+            "mem_temp_c": None,
+        }
         for ts in SCRAPED_S
-    ]  # fmt: skip
+    ]
     assert result.incidents == []  # idle clocks and a missing sensor are not a fault
 
 

@@ -54,12 +54,22 @@ def test_prometheus_scrapes_the_twins_dcgm_exposition_and_the_analyst_reads_it(t
         prom_port = free_port()
         config = tmp_path / "prometheus.yml"
         # honor_labels: one twin stands for every node, so node_exporter's `instance` of each host is kept
-        config.write_text("global: {scrape_interval: 1s}\nscrape_configs:\n"
-                          f"  - {{job_name: dcgm, metrics_path: /metrics/dcgm, honor_labels: true, "
-                          f"static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}\n")  # fmt: skip
+        config.write_text(
+            "global: {scrape_interval: 1s}\nscrape_configs:\n"
+            f"  - {{job_name: dcgm, metrics_path: /metrics/dcgm, honor_labels: true, "
+            f"static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}\n"
+        )
         log = (tmp_path / "prometheus.log").open("ab")
-        proc = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=log, stderr=log)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
         try:
             wait_for(
                 lambda: get(f"http://127.0.0.1:{prom_port}/-/ready", 2)[0] == 200, 60, "prometheus ready"
@@ -72,9 +82,14 @@ def test_prometheus_scrapes_the_twins_dcgm_exposition_and_the_analyst_reads_it(t
             wait_for(lambda: _query(prom_port, f"count_over_time(({hot})[1m:1s]) >= 20"), 90, "20 s of it")
             carrier = _query(prom_port, "node_network_carrier_changes_total")
             assert {r["metric"]["instance"] for r in carrier} == {"node0:9100", "node1:9100"}
-            done = subprocess.run(aiops_cmd("analyze", "--prometheus", f"http://127.0.0.1:{prom_port}",
-                                            "--since", "5m", "--json"),
-                                  capture_output=True, env=service_env(tmp_path), timeout=300)  # fmt: skip
+            done = subprocess.run(
+                aiops_cmd(
+                    "analyze", "--prometheus", f"http://127.0.0.1:{prom_port}", "--since", "5m", "--json"
+                ),
+                capture_output=True,
+                env=service_env(tmp_path),
+                timeout=300,
+            )
         finally:
             stop(proc)
             log.close()

@@ -31,9 +31,13 @@ def _db(tmp_path: Path) -> Path:
     with Store(path) as store:
         store.ingest(
             "gpu_samples",
-            {"ts_s": [EPOCH_S + i for i in range(30)], "gpu": ["node0/gpu0"] * 30, "node": ["node0"] * 30,
-             "temp_c": [50.0] * 30},
-        )  # fmt: skip
+            {
+                "ts_s": [EPOCH_S + i for i in range(30)],
+                "gpu": ["node0/gpu0"] * 30,
+                "node": ["node0"] * 30,
+                "temp_c": [50.0] * 30,
+            },
+        )
         store.commit_pending()
     return path
 

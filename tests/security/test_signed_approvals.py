@@ -61,8 +61,14 @@ def test_two_names_presenting_one_key_fingerprint_count_once() -> None:
     reset = action(kind="gpu_reset", parameters={}, created_ts_s=NOW_TS_S - 60)
 
     def signed(name: str, key: str) -> Approval:
-        return Approval(proposal_id="P-1", approver=name, action_hash=action_hash(reset), ts_s=NOW_TS_S - 10,
-                        expires_ts_s=NOW_TS_S + 600, key_fingerprint=key)  # fmt: skip
+        return Approval(
+            proposal_id="P-1",
+            approver=name,
+            action_hash=action_hash(reset),
+            ts_s=NOW_TS_S - 10,
+            expires_ts_s=NOW_TS_S + 600,
+            key_fingerprint=key,
+        )
 
     one_key = ApprovalBook(TOPOLOGY, approvals=[signed("alice", "SHA256:k1"), signed("bob", "SHA256:k1")])
     assert not one_key.is_authorised(reset, NOW_TS_S).ok
@@ -70,8 +76,22 @@ def test_two_names_presenting_one_key_fingerprint_count_once() -> None:
     assert two_keys.is_authorised(reset, NOW_TS_S).ok
 
 
-@pytest.mark.parametrize("name", ["alice.", "alice..x", "-alice", "alice_", "claude", "gpt4", "executor", "admin1",
-                                  "root", "llm-helper", "openai"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "alice.",
+        "alice..x",
+        "-alice",
+        "alice_",
+        "claude",
+        "gpt4",
+        "executor",
+        "admin1",
+        "root",
+        "llm-helper",
+        "openai",
+    ],
+)
 def test_look_alike_and_non_person_principals_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(GuardrailError):
         person_name(name)

@@ -45,8 +45,9 @@ def test_a_forged_approvals_row_and_status_execute_nothing_and_verify_names_them
         desk = Guardrails(store, actuator=actuator, clock=clock)
         desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
         digest = str(desk.show("P-1")["action_hash"])
-        store.conn.execute("INSERT INTO approvals VALUES ('P-1', 'mallory', ?, ?, ?)",
-                           [digest, clock(), clock() + 900])  # fmt: skip
+        store.conn.execute(
+            "INSERT INTO approvals VALUES ('P-1', 'mallory', ?, ?, ?)", [digest, clock(), clock() + 900]
+        )
         store.conn.execute("UPDATE proposals SET status = 'approved' WHERE proposal_id = 'P-1'")
     assert _verify(db) == 1
     err = capsys.readouterr().err
@@ -164,8 +165,13 @@ def test_re_chained_rows_and_a_dropped_table_fail_verification(
         store.conn.execute("DELETE FROM audit_log WHERE seq >= 2")
         forger = AuditLog(store, clock=clock, witness_path=tmp_path / "elsewhere.witness")
         for row in rows[1:]:
-            forger.append(row.event, {**row.data(), "note": "edited"}, proposal_id=row.proposal_id,
-                          actor=row.actor, ts_s=row.ts_s)  # fmt: skip
+            forger.append(
+                row.event,
+                {**row.data(), "note": "edited"},
+                proposal_id=row.proposal_id,
+                actor=row.actor,
+                ts_s=row.ts_s,
+            )
         assert verify(store).ok  # the chain alone cannot tell
     assert _verify(db, "--witness") == 1
     assert "re-chained rows: seq 2" in capsys.readouterr().err

@@ -48,13 +48,19 @@ def test_an_old_store_gains_the_retry_counters_as_null(tmp_path: Path) -> None:
         row = store.query("SELECT * FROM ib_port_samples")[0]
         assert row["link_downed"] == 2 and all(row[c] is None for c in NEW_COLUMNS)
         assert store.scalar("SELECT max(version) FROM schema_migrations") >= 13
-        stored = [r["column_name"] for r in store.query(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'ib_port_samples' ORDER BY ordinal_position"
-        )]  # fmt: skip
+        stored = [
+            r["column_name"]
+            for r in store.query(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'ib_port_samples' ORDER BY ordinal_position"
+            )
+        ]
         assert stored == list(columns("ib_port_samples"))
-        netdev = [r["column_name"] for r in store.query(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'netdev_samples' ORDER BY ordinal_position"
-        )]  # fmt: skip
+        netdev = [
+            r["column_name"]
+            for r in store.query(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'netdev_samples' ORDER BY ordinal_position"
+            )
+        ]
         assert netdev == list(columns("netdev_samples"))
 
 
@@ -96,7 +102,10 @@ def test_short_flaps_are_absorbed_by_transport_retries() -> None:
     assert _last(store, SENDER_NIC)["local_ack_timeout_err"] > 0
     quiet = _last(store, "node2/nic1")
     assert quiet["link_downed"] == 0 and quiet["local_ack_timeout_err"] == 0
-    states = {(r["state"], r["phys_state"]) for r in store.query("SELECT state, phys_state FROM ib_port_samples WHERE nic = ?", [FLAP_NIC])}  # fmt: skip
+    states = {
+        (r["state"], r["phys_state"])
+        for r in store.query("SELECT state, phys_state FROM ib_port_samples WHERE nic = ?", [FLAP_NIC])
+    }
     assert states == {("ACTIVE", "LinkUp"), ("DOWN", "Polling")}
     assert store.scalar("SELECT count(*) FROM log_events") == 0
     assert float(world.restart_until_s.max()) < 0  # never relaunched

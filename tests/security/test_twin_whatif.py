@@ -72,8 +72,12 @@ def test_the_preview_world_holds_no_fault_and_never_reads_the_scenario(
 ) -> None:
     workspace, twin = thermal
     assert twin.world.faults  # the twin that simulated the store does run the fault
-    for module, name in [(aiops.sim.faults, "bind"), (aiops.sim.faults, "ActiveFault"),
-                         (aiops.scenarios, "parse_scenario_text"), (aiops.sim.twin, "parse_scenario_text")]:  # fmt: skip
+    for module, name in [
+        (aiops.sim.faults, "bind"),
+        (aiops.sim.faults, "ActiveFault"),
+        (aiops.scenarios, "parse_scenario_text"),
+        (aiops.sim.twin, "parse_scenario_text"),
+    ]:
         monkeypatch.setattr(module, name, _no_faults)
     with workspace.read() as store:
         world = world_from_store(store, twin.world.now_ts_s, workload=[JobSpec(name="train")])
@@ -140,8 +144,9 @@ def test_a_stored_hot_gpu_stays_hot_for_its_power_and_cools_when_it_drops(
     ]
     for out, target, params in checks:
         kind = "migrate_job" if "to" in params else "set_power_limit"
-        action = Action(proposal_id="x", kind=kind, target=target, parameters=params, proposed_by="llm",
-                        created_ts_s=0.0)  # fmt: skip
+        action = Action(
+            proposal_id="x", kind=kind, target=target, parameters=params, proposed_by="llm", created_ts_s=0.0
+        )
         truth = twin.preview(guard.actuate_copy, action, "job:train" if "to" in params else target, 120.0)
         assert abs(out["with_action"]["max_temp_c"] - truth["with_action"]["max_temp_c"]) < 5.0
     # the twin itself is untouched by previews
@@ -446,8 +451,14 @@ def test_a_failing_coolant_loop_delivers_its_share_of_a_raised_setpoint() -> Non
     assert world.flow_setpoint_lpm[0] == gpu.FLOW_LPM  # nothing executed: the nominal setpoint
     out = _preview(run, "set_cooling_state", "rack0", {"cooling_fraction": 1.0})  # 300 L/min
     guard = WorkspaceGuard(workspace, twin)
-    action = Action(proposal_id="x", kind="set_cooling_state", target="rack0",
-                    parameters={"cooling_fraction": 1.0}, proposed_by="llm", created_ts_s=0.0)  # fmt: skip
+    action = Action(
+        proposal_id="x",
+        kind="set_cooling_state",
+        target="rack0",
+        parameters={"cooling_fraction": 1.0},
+        proposed_by="llm",
+        created_ts_s=0.0,
+    )
     truth = twin.preview(guard.actuate_copy, action, "rack0", 120.0)  # what the fault itself does
     assert out["with_action"]["coolant_flow_lpm"] < 0.5 * gpu.MAX_FLOW_LPM, out
     assert out["with_action"]["coolant_flow_lpm"] == pytest.approx(
