@@ -176,9 +176,12 @@ def test_watch_polls_the_file_clears_what_it_drops_and_stops_on_ctrl_c(
         return real_watch(*args, on_round=round_then_interrupt, **kwargs)
 
     monkeypatch.setattr(dcim_cli, "watch", watch_then_ctrl_c)
+    # The handler this process started with: Python's default in a terminal, SIG_IGN when a shell started it in
+    # the background. The watch installs its own for its run and must put back whichever it found.
+    found = signal.getsignal(signal.SIGINT)
     code, out, _ = cli(capsys, *watch[:-1], "30")  # a long interval: the Ctrl-C ends the wait
     assert code == 0 and "stopped after 1 round" in out
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is found
 
 
 def test_the_nvml_actuator_sets_this_hosts_gpus_and_refuses_without_a_driver(

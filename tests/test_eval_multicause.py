@@ -4,8 +4,6 @@ incident precision and confusion table (hand-made analyst outputs, then one shor
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from aiops.models import Diagnosis, Hypothesis, Incident
 from aiops.scenarios import Cause, load_scenario, parse_scenario
 from evals.harness import PUBLIC_SUITE, suite_files
 from evals.scoring import DETECT_GRACE_S, MISSED, CauseWindow, cause_windows, score_causes, summarize_causes
+from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = [
@@ -118,13 +117,7 @@ def test_bad_expect_exits_2_from_the_cli(tmp_path: Path) -> None:
         [{"root_cause": "thermal_throttle", "component": "node1/gpu2"}, {"root_cause": "nic_link_flap"}]
     )
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiops.cli.main", "eval", "--suite", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    proc = run_cli("eval", "--suite", str(tmp_path), "--json", cwd=ROOT)
     assert proc.returncode == 2 and proc.stdout == ""
     assert "expect[1].component" in proc.stderr and "bad.yaml" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -262,13 +255,7 @@ def test_eval_json_scores_each_cause_of_a_two_fault_scenario(tmp_path: Path) -> 
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "two.yaml").write_text((PUBLIC_SUITE / "two-powercap-then-linkflap.yaml").read_text())
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiops.cli.main", "eval", "--suite", str(suite), "--json", "--workers", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    proc = run_cli("eval", "--suite", str(suite), "--json", "--workers", "1", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     (case,) = result["cases"]

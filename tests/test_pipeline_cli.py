@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.clirun import CliResult, run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = {"racks": 1, "nodes_per_rack": 3, "gpus_per_node": 4, "nics_per_node": 1}
 
 
-def aiops(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aiops.cli.main", *args], capture_output=True, text=True, timeout=600, cwd=ROOT
-    )
+def aiops(*args: str) -> CliResult:
+    return run_cli(*args, cwd=ROOT)
 
 
 def write(

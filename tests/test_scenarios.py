@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from aiops.errors import ScenarioError
 from aiops.scenarios import load_scenario, parse_scenario
+from tests.clirun import run_cli
 
 SUITE = Path(__file__).resolve().parent.parent / "evals" / "scenarios"
 
@@ -95,12 +94,7 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
 def test_cli_exits_2_with_the_message(tmp_path: Path) -> None:
     path = tmp_path / "unknown-kind.yaml"
     path.write_text("name: x\nfaults:\n  - {kind: gremlins, target: node1, start_s: 5}\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiops.cli.main", "demo", "--scenario", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_cli("demo", "--scenario", str(path))
     assert proc.returncode == 2
     assert "faults[0].kind" in proc.stderr and "unknown kind 'gremlins'" in proc.stderr
     assert "Traceback" not in proc.stderr

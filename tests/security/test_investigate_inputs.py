@@ -13,6 +13,7 @@ import pytest
 
 from aiops.evidence.detect import detect_format
 from aiops.evidence.investigate import PARSERS
+from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "evals" / "real"
@@ -103,13 +104,7 @@ def test_one_huge_line_does_not_load_whole(tmp_path: Path) -> None:
 def test_refused_files_exit_2_without_traceback(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "evidence.txt"
     path.write_bytes(content)
-    out = subprocess.run(
-        [sys.executable, "-m", "aiops.cli.main", "investigate", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        timeout=60,
-    )
+    out = run_cli("investigate", str(path), "--json")
     assert out.returncode == 2 and out.stdout == ""
     assert str(path) in out.stderr and message in out.stderr and "Traceback" not in out.stderr
 

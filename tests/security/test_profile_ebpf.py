@@ -26,8 +26,9 @@ from aiops.store import Store
 from tests.security.profile_helpers import (
     CUDART,
     FIXTURES,
-    bpf_program_names,
+    all_gone,
     build_cuda_mix,
+    probe_programs,
     python_target,
     require_profile,
     started,
@@ -164,11 +165,12 @@ def test_sigterm_detaches_and_writes_the_outputs(cuda_mix: Path, tmp_path: Path,
             target.pid, tmp_path / "out", 60, "--db", str(tmp_path / "ws.duckdb"), "--node", "node0"
         )
         wait_attached(process)
-        assert any(name.startswith("probe_entry") for name in bpf_program_names())
+        held = probe_programs(process.pid)  # the profiler's own programs, not the host's
+        assert held
         time.sleep(1.0)
         process.send_signal(signum)
         assert process.wait(timeout=30) == 0
-        assert not any(name.startswith("probe_entry") for name in bpf_program_names())
+        assert all_gone(held)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["totals"]["calls"]["value"] > 0
     assert summary["duration_s"] < 30
@@ -186,17 +188,15 @@ def test_kill_9_leaves_no_probe_behind(cuda_mix: Path, tmp_path: Path) -> None:
     with started([str(cuda_mix), "100000", "500"]) as target:
         process = profiler(target.pid, tmp_path / "out", 60)
         wait_attached(process)
-        assert any(name.startswith("probe_entry") for name in bpf_program_names())
+        held = probe_programs(process.pid)  # the profiler's own programs, not the host's
+        assert held
         during = uprobe_events.read_text() if uprobe_events.exists() else ""
         process.kill()
         process.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while (
-            any(name.startswith("probe_entry") for name in bpf_program_names())
-            and time.monotonic() < deadline
-        ):
+        while not all_gone(held) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(name.startswith("probe_entry") for name in bpf_program_names())
+        assert all_gone(held)
         assert target.poll() is None  # the target never noticed
     assert during == before
     assert (uprobe_events.read_text() if uprobe_events.exists() else "") == before

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from aiops.models import Hypothesis, Incident
 from aiops.profile.session import ProfileResult, run_profile
 from aiops.service.profile_trigger import ProfileTrigger, find_cuda_processes
 from aiops.store import Store
-from tests.security.profile_helpers import bpf_program_names, build_cuda_mix, require_profile, started
+from tests.security.profile_helpers import build_cuda_mix, probe_programs, require_profile, started
 
 
 class OneStore:
@@ -30,7 +31,7 @@ class OneStore:
 def test_trigger_profiles_a_real_cuda_process_and_stores_its_stacks(tmp_path: Path) -> None:
     require_profile()
     binary = build_cuda_mix(tmp_path)
-    before = bpf_program_names().count("probe_entry_0")
+    before = probe_programs(os.getpid())  # this process only: other profilers on the host are not ours
     with started([str(binary), "100000", "500"]) as target, Store() as store:
         found = find_cuda_processes()
         assert target.pid in [process.pid for process in found]
@@ -79,4 +80,4 @@ def test_trigger_profiles_a_real_cuda_process_and_stores_its_stacks(tmp_path: Pa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pid"] == target.pid and "cudaLaunchKernel" in summary["probes"]
     assert "feed_launches" in (out / "calls.folded").read_text()
-    assert bpf_program_names().count("probe_entry_0") == before  # detached after the run
+    assert probe_programs(os.getpid()) == before  # detached after the run
