@@ -17,7 +17,7 @@ Machines authenticate here with bearer tokens; people sign in to the console, wh
 `/` (its own sessions and CSRF checks) when the service is given one. Every service answer carries
 `X-Content-Type-Options: nosniff`; an endpoint that fails answers 500 naming the exception's type only. The
 endpoints that read the store or the registry are sync (Starlette runs them in its threadpool, off the event
-loop); the webhook reads its body on the loop and only queues.
+loop); the probes (two fields) and the webhook (it reads its body and only queues) run on the loop.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _guarded_async(
         try:
             return await endpoint(request)
         except Exception as exc:  # a bad request never takes the service down
-            return _json(500, {"error": type(exc).__name__}, close=True)
+            return _json(500, {"error": type(exc).__name__}, close=request.method != "GET")
 
     return guarded
 
@@ -106,8 +106,8 @@ class ServiceRoutes:
     def routes(self) -> list[BaseRoute]:
         found: list[BaseRoute] = [
             Route("/metrics", _guarded_sync(self.metrics), methods=["GET"]),
-            Route("/healthz", _guarded_sync(self.health), methods=["GET"]),
-            Route("/readyz", _guarded_sync(self.readiness), methods=["GET"]),
+            Route("/healthz", _guarded_async(self.health), methods=["GET"]),
+            Route("/readyz", _guarded_async(self.readiness), methods=["GET"]),
             Route("/api/incidents", _guarded_sync(self.incidents), methods=["GET"]),
             Route("/api/incidents/{incident_id:path}", _guarded_sync(self.incident), methods=["GET"]),
             Route("/api/proposals", _guarded_sync(self.proposals), methods=["GET"]),
@@ -131,10 +131,12 @@ class ServiceRoutes:
         ok, why = probe()
         return _send(200 if ok else 503, (why + "\n").encode(), TEXT)
 
-    def health(self, request: Request) -> Response:
+    # the probes read two fields and never block: on the event loop, so a threadpool busy with slow /api
+    # requests never makes the node look dead
+    async def health(self, request: Request) -> Response:
         return self._probe(self.healthy)
 
-    def readiness(self, request: Request) -> Response:
+    async def readiness(self, request: Request) -> Response:
         return self._probe(self.ready)
 
     # -- the JSON API -------------------------------------------------------------------------------------------
