@@ -206,8 +206,14 @@ class HttpConfig(_Section):
 
 
 class ConsoleConfig(_Section):
+    enabled: bool = Field(
+        default=False,
+        description="aiops run serves the web console at / on [http] listen (docs/CONSOLE.md)",
+    )
     listen: ListenAddress = Field(
-        default="", description="host:port of the web console (docs/CONSOLE.md); empty: no console"
+        default="",
+        description="host:port of `aiops console serve` (the console alone); aiops run ignores it once "
+        "`enabled` is written, and refuses it without",
     )
     secure_cookies: bool = Field(
         default=False, description="behind a TLS reverse proxy: session cookies only over HTTPS"

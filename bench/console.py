@@ -1,9 +1,9 @@
 """How fast the web console's pages answer with 1024 GPUs x 24 h stored: the database bench/report.py generates
 (128 nodes of 8 GPUs in 16 racks, GPU samples every `--interval-s`, NIC lanes, collectives, job steps, rack
 power, an incident), plus evidence rows on its hypothesis, a pending physical proposal and an approver's
-account. The console is served for real as `aiops run` and `aiops console serve` serve it (the file held open by
-a `FileOwner`, uvicorn in a thread on a loopback port) and each page is fetched `--requests` times, signed in,
-by one client after `--warmup` fetches.
+account. The console is served for real as `aiops run` serves it (the file held open by a `FileOwner`, its app
+mounted after the service's routes on one uvicorn listener in a thread, on a loopback port) and each page is
+fetched `--requests` times, signed in, by one client after `--warmup` fetches.
 
 Prints {"gpus", "hours", "interval_s", "gpu_rows", "generate_s", "pages": {path: {"p50_ms", "p95_ms",
 "max_ms"}}, "p95_ms" (all pages), "worst_page_p95_ms"}. Target: every page's p95 <= 200 ms.
@@ -24,13 +24,17 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.app import create_app
-from aiops.console.server import ConsoleServer
+from aiops.console.server import ServedConsole
+from aiops.service.api import Api
 from aiops.service.owner import FileOwner, OwnedWorkspace
+from aiops.service.server import WebServer
+from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
 from bench.report import EPOCH_S, generate
 from guardrails.actions import Action
@@ -84,8 +88,12 @@ def measure(db: Path, requests: int, warmup: int, every: list[float]) -> dict[st
         port = int(probe.getsockname()[1])
     owner = FileOwner(str(db))  # the file held open, as `aiops run` and `aiops console serve` hold it
     owner.start()
-    server = ConsoleServer(create_app(OwnedWorkspace(owner)), f"127.0.0.1:{port}")
+    workspace = OwnedWorkspace(owner)
+    console = ServedConsole(create_app(workspace))
+    routes = ServiceRoutes(CollectorRegistry(), Api(workspace), lambda: (True, "ok"), lambda: (True, "ok"))
+    server = WebServer(service_app(routes.routes(), console.app), f"127.0.0.1:{port}")
     server.start()
+    console.start(server.host, server.port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60) as web:
             token = _CSRF.search(web.get("/login").text)
@@ -114,6 +122,7 @@ def measure(db: Path, requests: int, warmup: int, every: list[float]) -> dict[st
             return out
     finally:
         server.close()
+        console.close()
         owner.close()
 
 

@@ -16,7 +16,7 @@ other package of its own layer (except the base modules, and the order inside th
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
   9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), evals
  10 console     aiops.console (the web console: reads the pipeline's results, decides through the runtime,
-                chats through the agent; `aiops run` serves it as a companion of the service)
+                chats through the agent; `aiops run` mounts its app on the service's one listener)
  11 cli         aiops.cli
 """
 

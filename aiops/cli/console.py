@@ -1,6 +1,7 @@
-"""`aiops console adduser|deluser|role|passwd|disable|enable|serve`: the web console's accounts, and the console served alone (without
-the node service) over a workspace. `aiops run` serves it too when `[console] listen` is set. Passwords come
-from a prompt (twice) or `--password-file` (its first line); there is no default account or password."""
+"""`aiops console adduser|deluser|role|passwd|disable|enable|serve`: the web console's accounts, and the console
+served alone (without the node service) over a workspace, on `--listen` or `[console] listen`. `aiops run` serves
+it too, at `/` on the service's one listener, with `[console] enabled = true`. Passwords come from a prompt
+(twice) or `--password-file` (its first line); there is no default account or password."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from aiops.service import logs
 from aiops.service.service import Service, SimSetup
 
 if TYPE_CHECKING:
-    from aiops.console.server import ConsoleServer
+    from aiops.console.server import ServedConsole
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -96,10 +96,35 @@ def alert_token_of(config: Config) -> str:
     return token
 
 
-def console_server(config: Config, service: Service) -> ConsoleServer:
-    """The web console over the service's own hold on the workspace; approved proposals run in the loop."""
+def console_enabled(config: Config) -> bool:
+    """Whether `aiops run` serves the console (at `/` on `[http] listen`). `[console] listen` alone, the old
+    way to ask for it on a port of its own, is refused: the service has one listener now, and moving the
+    console silently could put it on an address it never listened on (0.0.0.0 instead of 127.0.0.1)."""
+    section = config.console
+    if "enabled" not in section.model_fields_set:
+        if section.listen:
+            raise ConfigError(
+                config.source,
+                "console.listen",
+                "aiops run serves the console at / on [http] listen now, not on an address of its own",
+                "[console] enabled = true (or false); listen is then only `aiops console serve`'s address",
+            )
+        return False
+    if section.enabled and not config.http.listen:
+        raise ConfigError(
+            config.source,
+            "console.enabled",
+            "the console is served on [http] listen, which is empty",
+            "an [http] listen address, or enabled = false",
+        )
+    return section.enabled
+
+
+def served_console(config: Config, service: Service) -> ServedConsole:
+    """The web console over the service's own hold on the workspace, for the service's listener; approved
+    proposals run in the loop."""
     from aiops.console.app import ConsoleOptions, create_app
-    from aiops.console.server import ConsoleServer
+    from aiops.console.server import ServedConsole
     from aiops.report.schedule import reports_dir
 
     options = ConsoleOptions(
@@ -109,11 +134,12 @@ def console_server(config: Config, service: Service) -> ConsoleServer:
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
     )
-    return ConsoleServer(create_app(service.workspace, options), config.console.listen)
+    return ServedConsole(create_app(service.workspace, options))
 
 
 def run(args: argparse.Namespace) -> int:
     config = configured(args)
+    console = console_enabled(config)
     if not 0 < args.speed <= 1000:
         raise ConfigError("--speed", "speed", f"{args.speed:g} is out of range", "0 < speed <= 1000")
     sim = None
@@ -122,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
         sim = SimSetup(load_scenario(args.sim), policy, args.speed)
     logs.setup()
     service = Service(config, sim=sim, token=token_of(config), alert_token=alert_token_of(config))
-    if config.console.listen:
-        service.companions.append(console_server(config, service))
+    if console:
+        service.companion = served_console(config, service)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()

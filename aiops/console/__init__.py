@@ -1,2 +1,3 @@
-"""The web console (docs/CONSOLE.md): `create_app` (app.py) over a workspace, served by `aiops run` when
-`[console] listen` is set, or by `aiops console serve`; accounts with `aiops console adduser`."""
+"""The web console (docs/CONSOLE.md): `create_app` (app.py) over a workspace, served by `aiops run` at `/` on the
+service's one listener when `[console] enabled = true`, or alone by `aiops console serve`; accounts with
+`aiops console adduser`."""

@@ -1,14 +1,14 @@
 """First run: a one-time set-up URL that makes the first admin account.
 
-When the console starts (`aiops run` with `[console] listen`, or `aiops console serve`) and the accounts file has
-no account, `issue()` makes a random token (`secrets.token_urlsafe(32)`), keeps only its SHA-256 and an expiry
-(`SETUP_TTL_S`, one hour) in `<db>.console-setup.json` (0600, beside the database), and the server prints
-`http://HOST:PORT/setup/TOKEN` once, on stderr and in the service log. `/setup/TOKEN` shows a form for the first
-admin's name and password (typed twice; the same rules as `aiops console adduser`, through
-`aiops.console.manage.add_account`). The token dies on use (the file is removed once the admin exists) and on
-expiry; a wrong, used or expired token, or any token once an account exists, gets 404. The comparison is of
-SHA-256 digests with `hmac.compare_digest` (constant time). The token itself is the form's CSRF defence: a
-cross-site page cannot know it. A restart while there is still no account issues a new token (the old dies).
+When the console starts (`aiops run` with `[console] enabled = true`, or `aiops console serve`) and the
+accounts file has no account, `issue()` makes a random token (`secrets.token_urlsafe(32)`), keeps only its
+SHA-256 and an expiry (`SETUP_TTL_S`, one hour) in `<db>.console-setup.json` (0600, beside the database), and
+the server prints `http://HOST:PORT/setup/TOKEN` once, on stderr and in the service log. `/setup/TOKEN` shows
+a form for the first admin's name and password (typed twice; the same rules as `aiops console adduser`,
+through `aiops.console.manage.add_account`). The token dies on use (the file is removed once the admin exists)
+and on expiry; a wrong, used or expired token, or any token once an account exists, gets 404. The comparison
+is of SHA-256 digests with `hmac.compare_digest` (constant time). The token itself is the form's CSRF defence:
+a cross-site page cannot know it. A restart while there is still no account issues a new token (the old dies).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ onto contract components; the `AlertInbox` the HTTP handler fills and the servic
 Everything in a body is hostile text: label names must be Prometheus label names, values and annotations are
 bounded, the fingerprint must be hex (it becomes part of an id), and nothing of it is ever logged, put in a
 URL or a header, or shown but JSON-encoded. Pure logic and a locked deque: no I/O here (the route is in
-http.py, the investigation in alert_investigate.py).
+web.py, the investigation in alert_investigate.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ complete windows, diagnose and file what changed, execute proposals people appro
 workspace acts on), queue notifications, investigate the alerts Alertmanager's webhook brought
 (alert_investigate.py), write the scheduled report when due ([report]), start a profiling run of this host's
 CUDA processes in a background thread when a diagnosis asks for one ([profile], profile_trigger.py); hourly: retention. Around it: the service lock and leases
-(aiops/service/owner.py), the HTTP endpoint (metrics, health, API), notification delivery in its own thread.
+(aiops/service/owner.py), the one HTTP listener (metrics, health, API, the Alertmanager webhook, and the console
+at `/` when one is given: web.py, server.py), notification delivery in its own thread.
 SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client.registry import CollectorRegistry
+from starlette.types import ASGIApp
 
 from aiops.config import Config
 from aiops.datapath.policy import Policy
@@ -31,7 +33,7 @@ from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
-from aiops.service.http import AlertRoute, Api, HttpEndpoint
+from aiops.service.api import AlertRoute, Api
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
@@ -39,7 +41,9 @@ from aiops.service.owner import FileOwner, OwnedWorkspace
 from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
+from aiops.service.server import WebServer
 from aiops.service.sources import Sources, host_sources, register_topology, sim_sources
+from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
 from collectors.base import RowBatch, RowBuffer
 
@@ -48,10 +52,14 @@ RETENTION_EVERY_S = 3600.0
 
 
 class Companion(Protocol):
-    """Something served beside the loop (the web console): started after the HTTP endpoint, closed before the
-    store is."""
+    """Something served beside the loop on the service's listener (the web console): its `app` answers at `/`
+    every path the service's own routes do not; `start` is told the address once the listener listens, `close`
+    comes before the store closes."""
 
-    def start(self) -> None: ...
+    @property
+    def app(self) -> ASGIApp: ...
+
+    def start(self, host: str, port: int) -> None: ...
 
     def close(self) -> None: ...
 
@@ -119,7 +127,7 @@ class Service:
         )
         self.wall_started_ts_s = time.time()
         self.source_started_ts_s = self.wall_started_ts_s
-        self.http: HttpEndpoint | None = None
+        self.http: WebServer | None = None
         self.sources: Sources | None = None
         self.stopping = threading.Event()
         self.ready = False
@@ -130,7 +138,7 @@ class Service:
         self.first_ts_s: float | None = None
         self.oldest_unflushed_ts_s: float | None = None
         self.flushes = 0
-        self.companions: list[Companion] = []
+        self.companion: Companion | None = None  # set before start()
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -153,8 +161,7 @@ class Service:
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
             route = AlertRoute(self.alert_token, self.alert_inbox) if self.alert_token else None
-            self.http = HttpEndpoint(
-                self.config.http.listen,
+            routes = ServiceRoutes(
                 self.registry,
                 Api(self.workspace),
                 self._healthy,
@@ -163,11 +170,13 @@ class Service:
                 self.metrics.dcgm_text,
                 route,
             )
+            root = self.companion.app if self.companion is not None else None
+            self.http = WebServer(service_app(routes.routes(), root), self.config.http.listen)
             self.http.start()
-            self.outbox.link_base = f"http://{self.http.host}:{self.http.port}"
+            self.outbox.link_base = f"http://{self.http.address}"
         self.outbox.start(self.workspace)
-        for companion in self.companions:
-            companion.start()
+        if self.companion is not None and self.http is not None:
+            self.companion.start(self.http.host, self.http.port)
         self.last_tick = self.last_flush = self.last_retention = self.clock()
         log.info(
             "started",
@@ -175,7 +184,7 @@ class Service:
                 "db": self.config.store.path,
                 "pid": os.getpid(),
                 "sources": self.sources.describe if self.sources else "",
-                "listen": f"{self.http.host}:{self.http.port}" if self.http else "",
+                "listen": self.http.address if self.http else "",
             },
         )
 
@@ -195,12 +204,12 @@ class Service:
             self.flush()
             self.profiles.close()  # a run in progress stops early and is stored before the file closes
             self.outbox.stop()
-            for companion in self.companions:
-                companion.close()
+            if self.http is not None:
+                self.http.close()  # the listener first: no request reaches what closes next
+            if self.companion is not None:
+                self.companion.close()
             if self.sources is not None:
                 self.sources.close()
-            if self.http is not None:
-                self.http.close()
             self.owner.close()
             log.info("stopped", extra={"flushes": self.flushes, "windows": self.live.windows})
         return 0

@@ -28,8 +28,10 @@ from aiops.service.alerts_in import (
     component_of,
     parse_webhook,
 )
-from aiops.service.http import AlertRoute, Api, HttpEndpoint
+from aiops.service.api import AlertRoute, Api
 from aiops.service.notify_event import IncidentEvent
+from aiops.service.server import WebServer
+from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store, Workspace
 from tests.notify_helpers import hypothesis
 from tests.service_helpers import free_port
@@ -146,17 +148,21 @@ def test_the_analysts_hypotheses_about_the_alerts_component_come_first() -> None
 
 
 # -- the route ------------------------------------------------------------------------------------------------
-@pytest.fixture
-def endpoint(tmp_path: Path) -> Iterator[tuple[HttpEndpoint, AlertInbox]]:
-    inbox = AlertInbox(limit=3)
-    http = HttpEndpoint(
-        f"127.0.0.1:{free_port()}",
+def served(tmp_path: Path, alerts: AlertRoute | None) -> WebServer:
+    routes = ServiceRoutes(
         CollectorRegistry(),
         Api(Workspace(tmp_path / "ws.duckdb")),
         lambda: (True, "ok"),
         lambda: (True, "ok"),
-        alerts=AlertRoute(TOKEN, inbox),
+        alerts=alerts,
     )
+    return WebServer(service_app(routes.routes()), f"127.0.0.1:{free_port()}")
+
+
+@pytest.fixture
+def endpoint(tmp_path: Path) -> Iterator[tuple[WebServer, AlertInbox]]:
+    inbox = AlertInbox(limit=3)
+    http = served(tmp_path, AlertRoute(TOKEN, inbox))
     http.start()
     try:
         yield http, inbox
@@ -165,7 +171,7 @@ def endpoint(tmp_path: Path) -> Iterator[tuple[HttpEndpoint, AlertInbox]]:
 
 
 def post(
-    http: HttpEndpoint, body: bytes, headers: dict[str, str], path: str = "/api/alertmanager"
+    http: WebServer, body: bytes, headers: dict[str, str], path: str = "/api/alertmanager"
 ) -> tuple[int, Any]:
     conn = http_conn(http)
     conn.request("POST", path, body=body, headers=headers)
@@ -175,11 +181,11 @@ def post(
     return reply.status, json.loads(data)
 
 
-def http_conn(http: HttpEndpoint) -> HTTPConnection:
+def http_conn(http: WebServer) -> HTTPConnection:
     return HTTPConnection(http.host, http.port, timeout=10)
 
 
-def test_the_route_needs_the_token_and_a_valid_body(endpoint: tuple[HttpEndpoint, AlertInbox]) -> None:
+def test_the_route_needs_the_token_and_a_valid_body(endpoint: tuple[WebServer, AlertInbox]) -> None:
     http, inbox = endpoint
     body = json.dumps(payload(alert(Hostname="node1", gpu="2"))).encode()
     bearer = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -197,7 +203,7 @@ def test_the_route_needs_the_token_and_a_valid_body(endpoint: tuple[HttpEndpoint
     assert post(http, body, bearer, path="/api/other")[0] == 404
 
 
-def test_an_oversized_or_unsized_body_is_refused_unread(endpoint: tuple[HttpEndpoint, AlertInbox]) -> None:
+def test_an_oversized_or_unsized_body_is_refused_unread(endpoint: tuple[WebServer, AlertInbox]) -> None:
     http, _ = endpoint
     conn = http_conn(http)
     conn.putrequest("POST", "/api/alertmanager")
@@ -216,13 +222,7 @@ def test_an_oversized_or_unsized_body_is_refused_unread(endpoint: tuple[HttpEndp
 
 
 def test_the_route_is_off_without_a_token(tmp_path: Path) -> None:
-    http = HttpEndpoint(
-        f"127.0.0.1:{free_port()}",
-        CollectorRegistry(),
-        Api(Workspace(tmp_path / "ws.duckdb")),
-        lambda: (True, "ok"),
-        lambda: (True, "ok"),
-    )
+    http = served(tmp_path, None)
     http.start()
     try:
         body = json.dumps(payload(alert())).encode()

@@ -1,5 +1,5 @@
-"""`aiops run` serves the console when `[console] listen` is set: uvicorn in a thread beside the loop, over the
-service's own hold on the workspace. An account made while the service runs signs in; the approval of a
+"""`aiops run` serves the console at `/` on its one listener when `[console] enabled = true`, over the service's
+own hold on the workspace. An account made while the service runs signs in; the approval of a
 physical proposal the service filed is signed by the session's principal, the service's loop executes it, and
 `aiops audit verify` holds; with no account at start, one set-up URL is printed (dead once an account
 exists); the chat answers (the agent's workspace opens through the service's leases); SIGTERM stops the service and its console (exit 0)."""
@@ -16,7 +16,6 @@ from tests.console_helpers import PASSWORD
 from tests.service_helpers import (
     TINY_SCENARIO,
     aiops_cmd,
-    free_port,
     get,
     get_json,
     running_service,
@@ -28,14 +27,14 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tmp_path: Path) -> None:
-    db, scenario, port = tmp_path / "svc.duckdb", tmp_path / "tiny.yaml", free_port()
+    db, scenario = tmp_path / "svc.duckdb", tmp_path / "tiny.yaml"
     scenario.write_text(TINY_SCENARIO)
     (tmp_path / "aiops.toml").write_text(
-        f'[console]\nlisten = "127.0.0.1:{port}"\n\n[guardrails.approvers]\nalice = ["physical"]\n'
+        '[console]\nenabled = true\n\n[guardrails.approvers]\nalice = ["physical"]\n'
     )
-    base = f"http://127.0.0.1:{port}"
     env = service_env(tmp_path)
-    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (proc, api_port):
+    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (proc, port):
+        base = api = f"http://127.0.0.1:{port}"  # one listener: the console and the API
         status, body = get(base + "/login")
         assert status == 200 and b"aiops console adduser NAME --role admin" in body  # first run: no account
         secret = tmp_path / "pw"
@@ -63,7 +62,7 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
         assert get(f"{base}/setup/{printed.pop()}")[0] == 404  # an account exists now: the token is dead
 
         def physical_pending() -> str:
-            proposals = get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]
+            proposals = get_json(f"{api}/api/proposals")["proposals"]
             found = [p["proposal_id"] for p in proposals if p["status"] == "pending" and p["physical"]]
             return found[0] if found else ""
 
@@ -89,11 +88,7 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
             assert asked.status_code == 200 and '"done": true' in asked.text, asked.text[-500:]
 
         def executed() -> bool:
-            found = [
-                p
-                for p in get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]
-                if p["proposal_id"] == pid
-            ]
+            found = [p for p in get_json(f"{api}/api/proposals")["proposals"] if p["proposal_id"] == pid]
             return bool(found) and found[0]["status"] == "executed"
 
         wait_for(executed, 60, "the service to execute the approval made in the console")

@@ -1,0 +1,212 @@
+"""`WebServer(app, listen)`: an ASGI app served by uvicorn in a background thread, on one socket.
+
+`start()` binds the socket itself (so a taken or foreign address raises `AiopsError` naming it and why), then
+returns once uvicorn serves it; `close()` asks uvicorn to exit and joins the thread. `aiops run` serves its
+one listener this way (the service's routes, and the console at `/` when enabled); `aiops console serve`
+serves the console alone.
+
+What a slow client can hold (docs/SECURITY.md): uvicorn closes a connection idle `KEEP_ALIVE_S` after a
+response and caps a request head's size (h11: 16 KiB); it has no deadline for a request head or body, so this
+module adds both: a connection whose request head has not arrived `HEAD_TIMEOUT_S` after it opened (or after
+its last response) is closed, and a request whose body has not arrived `BODY_TIMEOUT_S` after it began is
+answered 408 and its connection closed. A held connection costs a socket and a coroutine, never a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from aiops.config import parse_listen
+from aiops.errors import AiopsError
+
+log = logging.getLogger("aiops.http")
+START_TIMEOUT_S = 15.0
+KEEP_ALIVE_S = 5
+HEAD_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 10.0
+
+
+def _head_deadline(timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, plus: a connection that sends no complete request head within `timeout_s` of
+    opening (or of its last response) is closed, however slowly it trickles bytes."""
+
+    class HeadDeadline(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            armed = self.cycle  # the request when armed: None (none yet), or one answered (or in progress)
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+
+            def expire() -> None:
+                idle = armed is None or armed.response_complete
+                if self.cycle is armed and idle and not self.transport.is_closing():
+                    self.transport.close()  # no new request head arrived in time
+
+            self._head_timer = self.loop.call_later(timeout_s, expire)
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+    return HeadDeadline
+
+
+class BodyDeadline:
+    """ASGI middleware: a request body that has not fully arrived `timeout_s` after the request began is
+    answered 408 (connection closed); the app then sees the client gone, and what it sends is dropped."""
+
+    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
+        self.app, self.timeout_s = app, timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        state = {"body_done": False, "timed_out": False, "started": False}
+
+        async def guarded_receive() -> Message:
+            if state["timed_out"]:
+                return {"type": "http.disconnect"}
+            if state["body_done"]:
+                return await receive()  # after the body: waits for a disconnect, as long as it takes
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                state["timed_out"] = True
+                if not state["started"]:
+                    await _refuse_slow(send)
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                state["body_done"] = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if state["timed_out"]:
+                return
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        except Exception:
+            if not state["timed_out"]:
+                raise  # the slow client's request ends here; anything else is the app's to report
+
+
+async def _refuse_slow(send: Send) -> None:
+    body = b'{"error": "the request body did not arrive in time"}'
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"x-content-type-options", b"nosniff"),
+    ]
+    await send({"type": "http.response.start", "status": 408, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise AiopsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise AiopsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+class WebServer:
+    def __init__(
+        self,
+        app: ASGIApp,
+        listen: str,
+        *,
+        name: str = "aiops-http",
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
+        self.app = app
+        self.host, self.port = parse_listen(listen)
+        self.name = name
+        self.config = uvicorn.Config(
+            BodyDeadline(app, body_timeout_s),
+            http=_head_deadline(head_timeout_s),
+            log_config=None,  # uvicorn's warnings go to the process's own log (JSON lines in `aiops run`)
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=5,
+        )
+        self.server = uvicorn.Server(self.config)
+        self._socket: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self.server.serve(sockets=[self._socket] if self._socket else None))
+        except BaseException as exc:  # kept for start(); the thread ends
+            self._failed = exc
+
+    def start(self) -> None:
+        self._socket = _bind(self.host, self.port)
+        self.port = int(self._socket.getsockname()[1])
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started:
+            if self._failed is not None or not self._thread.is_alive():
+                self._close_socket()
+                raise AiopsError(f"could not serve on {self.address}: {self._why()}")
+            if time.monotonic() > deadline:
+                raise AiopsError(f"did not start serving on {self.address} within {START_TIMEOUT_S:g} s")
+            time.sleep(0.02)
+        log.info("listening", extra={"listen": self.address, "server": self.name})
+
+    def _why(self) -> str:
+        failed: Any = self._failed
+        return type(failed).__name__ if failed is not None else "the server thread ended"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._close_socket()
+
+    def _close_socket(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None

@@ -1,0 +1,208 @@
+"""The service's HTTP routes (Starlette), served on its one listener (aiops/service/server.py):
+
+- `GET /metrics`: Prometheus text exposition of the metrics cache (aiops/service/metrics.py);
+- `GET /metrics/dcgm`: the same GPU and NIC values in dcgm-exporter's and node_exporter's exact names and labels
+  (aiops/sources/exposition.py), so a Prometheus can scrape the twin as it would a GPU node (docs/PROMETHEUS.md);
+- `GET /healthz`: 200 while the loop is alive (it ticked recently), else 503; a reason line either way;
+- `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, else 503;
+- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`:
+  read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
+  without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only;
+- `POST /api/alertmanager`: Alertmanager's webhook (version 4), with `[alertmanager_in] token_file` set (else
+  404): the bearer token compared in constant time (401), a Content-Length (411) of at most 1 MiB (413) and a
+  body, read up to that cap whatever the header said, that validates (400 with a short reason), queued for the
+  service's loop (200; 503 when the inbox is full). Nothing is investigated in the handler.
+
+Machines authenticate here with bearer tokens; people sign in to the console, which `service_app` mounts at
+`/` (its own sessions and CSRF checks) when the service is given one. Every service answer carries
+`X-Content-Type-Options: nosniff`; an endpoint that fails answers 500 naming the exception's type only. The
+endpoints that read the store or the registry are sync (Starlette runs them in its threadpool, off the event
+loop); the probes (two fields) and the webhook (it reads its body and only queues) run on the loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import ipaddress
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from aiops.errors import AlertInboxFull, AlertPayloadError
+from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
+from aiops.service.api import AlertRoute, Api
+
+Probe = Callable[[], tuple[bool, str]]
+ALERTMANAGER_ROUTE = "/api/alertmanager"
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+TEXT = "text/plain; charset=utf-8"
+DCGM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _send(status: int, body: bytes, content_type: str, close: bool = False) -> Response:
+    headers = {"X-Content-Type-Options": "nosniff"}
+    if close:  # a body we did not read must not be parsed as the next request
+        headers["Connection"] = "close"
+    return Response(
+        body, status_code=status, media_type=None, headers={"Content-Type": content_type, **headers}
+    )
+
+
+def _json(status: int, payload: Any, close: bool = False) -> Response:
+    return _send(status, json.dumps(payload, default=str).encode(), "application/json", close)
+
+
+def _guarded_sync(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    @functools.wraps(endpoint)
+    def guarded(request: Request) -> Response:
+        try:
+            return endpoint(request)
+        except Exception as exc:  # a bad request never takes the service down
+            return _json(500, {"error": type(exc).__name__})
+
+    return guarded
+
+
+def _guarded_async(
+    endpoint: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    @functools.wraps(endpoint)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as exc:  # a bad request never takes the service down
+            return _json(500, {"error": type(exc).__name__}, close=request.method != "GET")
+
+    return guarded
+
+
+class ServiceRoutes:
+    """The routes of one service: what they read and who may ask."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        api: Api,
+        healthy: Probe,
+        ready: Probe,
+        token: str = "",
+        dcgm: Callable[[], str] | None = None,
+        alerts: AlertRoute | None = None,
+    ) -> None:
+        self.registry, self.api, self.healthy, self.ready, self.token = registry, api, healthy, ready, token
+        self.dcgm = dcgm
+        self.alerts = alerts
+
+    def routes(self) -> list[BaseRoute]:
+        found: list[BaseRoute] = [
+            Route("/metrics", _guarded_sync(self.metrics), methods=["GET"]),
+            Route("/healthz", _guarded_async(self.health), methods=["GET"]),
+            Route("/readyz", _guarded_async(self.readiness), methods=["GET"]),
+            Route("/api/incidents", _guarded_sync(self.incidents), methods=["GET"]),
+            Route("/api/incidents/{incident_id:path}", _guarded_sync(self.incident), methods=["GET"]),
+            Route("/api/proposals", _guarded_sync(self.proposals), methods=["GET"]),
+        ]
+        if self.dcgm is not None:
+            found.append(Route("/metrics/dcgm", _guarded_sync(self.dcgm_metrics), methods=["GET"]))
+        if self.alerts is not None:
+            found.append(Route(ALERTMANAGER_ROUTE, _guarded_async(self.alertmanager), methods=["POST"]))
+        found.append(Route("/api/{rest:path}", _guarded_sync(self.api_not_found), methods=ALL_METHODS))
+        return found
+
+    # -- metrics and probes -----------------------------------------------------------------------------------
+    def metrics(self, request: Request) -> Response:
+        return _send(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+
+    def dcgm_metrics(self, request: Request) -> Response:
+        assert self.dcgm is not None
+        return _send(200, self.dcgm().encode(), DCGM_TEXT)
+
+    def _probe(self, probe: Probe) -> Response:
+        ok, why = probe()
+        return _send(200 if ok else 503, (why + "\n").encode(), TEXT)
+
+    # the probes read two fields and never block: on the event loop, so a threadpool busy with slow /api
+    # requests never makes the node look dead
+    async def health(self, request: Request) -> Response:
+        return self._probe(self.healthy)
+
+    async def readiness(self, request: Request) -> Response:
+        return self._probe(self.ready)
+
+    # -- the JSON API -------------------------------------------------------------------------------------------
+    def _authorised(self, request: Request) -> bool:
+        if self.token:
+            given = request.headers.get("Authorization", "")
+            return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+        client = request.client
+        return client is not None and ipaddress.ip_address(client.host).is_loopback
+
+    def _refused(self, request: Request) -> Response | None:
+        if self._authorised(request):
+            return None
+        return _json(401, {"error": "a bearer token is needed (or ask from the node itself)"})
+
+    def incidents(self, request: Request) -> Response:
+        return self._refused(request) or _json(200, self.api.incidents())
+
+    def incident(self, request: Request) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        found = self.api.incident(str(request.path_params["incident_id"]))
+        return _json(200 if found else 404, found or {"error": "no such incident"})
+
+    def proposals(self, request: Request) -> Response:
+        return self._refused(request) or _json(200, self.api.proposals())
+
+    def api_not_found(self, request: Request) -> Response:
+        return self._refused(request) or _json(404, {"error": "not found"}, close=request.method != "GET")
+
+    # -- Alertmanager's webhook ---------------------------------------------------------------------------------
+    async def alertmanager(self, request: Request) -> Response:
+        route = self.alerts
+        assert route is not None
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {route.token}".encode()):
+            return _json(
+                401, {"error": "a bearer token is needed ([alertmanager_in] token_file)"}, close=True
+            )
+        length_text = request.headers.get("Content-Length", "")
+        if not length_text.isdigit():
+            return _json(411, {"error": "Content-Length is needed"}, close=True)
+        if int(length_text) > MAX_BODY_BYTES:
+            return _json(413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}, close=True)
+        body = bytearray()
+        async for chunk in request.stream():  # never more than the cap, whatever the header said
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                return _json(413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}, close=True)
+        try:
+            payload = parse_webhook(bytes(body))
+        except AlertPayloadError as exc:
+            return _json(400, {"error": exc.reason})
+        try:
+            route.inbox.put(payload.alerts, time.time())
+        except AlertInboxFull:
+            return _json(503, {"error": "busy: too many alerts wait; retry"})
+        return _json(200, {"accepted": len(payload.alerts)})
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    await _json(404, {"error": "not found"}, close=scope.get("method") != "GET")(scope, receive, send)
+
+
+def service_app(routes: list[BaseRoute], root: ASGIApp | None = None) -> Starlette:
+    """One app for the one listener: the service's routes first, then `root` (the console) at `/` for every
+    other path, or a JSON 404 without one."""
+    return Starlette(routes=[*routes, Mount("/", app=root if root is not None else _not_found)])
