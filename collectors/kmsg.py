@@ -18,7 +18,8 @@ aer_surprise_down, gsp_timeout, gsp_error, link, thermal, mce, init_failed, nvrm
 driver's informational line) only when it names a PCI device this node knows (a bus id in `components_by_pci`),
 as kind `other` (e.g. `mlx5_core 0000:5e:00.0: ... insufficient power on the PCIe slot`). Everything else is
 counted in `unknown_lines`, not stored. `component` is the GPU/NIC/accelerator the line names
-(`components_by_pci`, `components_by_device`), else the node. An Xid whose PCI bus id is a GPU also
+(`components_by_pci`, `components_by_device`), else the node; `device` the network or IB device of a link line,
+NVRM's `GPU<n>` of a GSP line (m016). An Xid whose PCI bus id is a GPU also
 becomes a gpu_events row (kind xid), what the XID detection rules read; `xid_gpu_events=False` turns that off
 where NVML's event set already delivers the same Xids.
 """
@@ -207,4 +208,5 @@ class KmsgCollector(HostCollector):
             code,
             pci,
             record.message,
+            None if line is None else line.device,
         )

@@ -95,7 +95,9 @@ class KernelLine:
     kind: str  # a `read_line` kind (module doc) other than nvidia_info
     code: int | None = None
     pci_bus_id: str | None = None
-    device: str | None = None  # the network or IB device a link line names (ens1f0np0, mlx5_3, ib0)
+    device: str | None = (
+        None  # a link line's network or IB device (ens1f0np0, mlx5_3, ib0); a GSP line's GPU<n>
+    )
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,10 @@ class KernelEvent:
     kind: str  # xid, fell_off_bus, gpu_id, aer, ... (module doc)
     code: int | None = None  # xid: the Xid; aer: severity; link, thermal: 1 up/hot, 0 down/normal; mce: bank
     pci: str | None = None  # canonical bus id of the device the line is about, None when it names none
-    device: str | None = None  # link: the network or IB device
+    device: str | None = None  # link: the network or IB device; gsp_*: NVRM's `GPU<n>` (its own numbering)
     header: bool = False  # aer: the `AER: ... error received` line (else a `PCIe Bus Error:` detail line)
     text: str | None = None  # xid: what follows `<code>, `; gpu_id: the GPU's UUID
-    gpu_index: str | None = None  # NVRM's `GPU<n>` the line names (an Xid's description, a GSP message)
+    gpu_index: str | None = None  # xid: NVRM's `GPU<n>` its description names
     caused_by_xid: str | None = None  # xid: `caused by previous Xid <n>`
 
 
@@ -265,7 +267,7 @@ def _gsp(message: str) -> KernelEvent | None:
     for kind, pattern in (("gsp_timeout", _GSP_TIMEOUT), ("gsp_error", _GSP_ERROR)):
         if pattern.search(message):
             index = _GPU_INDEX.search(message)
-            return KernelEvent(kind, gpu_index=index.group(1) if index else None)
+            return KernelEvent(kind, device=f"GPU{index.group(1)}" if index else None)
     return None
 
 

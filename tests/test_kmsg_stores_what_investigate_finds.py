@@ -1,7 +1,7 @@
 """The live node stores what `aiops investigate` finds (issue 22, item 4): real GPU-off-the-bus and GSP lines of
 the corpus (evals/real, never edited), written to the /dev/kmsg collector's reader as the kernel hands them out
-(one record per read(2)), become kernel_events rows of the same kind, code and bus id as investigate's events on
-the pasted file. Before one parser served both, the collector counted these lines as unknown and stored none.
+(one record per read(2)), become kernel_events rows of the same kind, code and bus id (or NVRM's GPU<n>, column
+`device`, m016) as investigate's events on the pasted file. Before one parser served both, the collector counted these lines as unknown and stored none.
 
 A record is what the kernel logged with one printk: the dmesg print of the multi-line `The NVIDIA GPU ... has
 fallen off the bus` message (gpu-fell-off-bus-no-xid-fleet-2025) shows its continuation lines indented under one
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+import aiops.store.store as store_module
 from aiops.evidence import kernel
 from aiops.evidence.reader import lines
-from aiops.store import Store
+from aiops.store import MIGRATIONS, Store
 from collectors.kmsg import KmsgCollector, KmsgReader
 
 REAL = Path(__file__).resolve().parents[1] / "evals" / "real"
@@ -78,7 +79,7 @@ def test_off_the_bus_and_gsp_lines_are_stored_as_investigate_reads_them(tmp_path
     finally:
         collector.close()
     rows = store.query(
-        "SELECT seq, kind, component, code, pci_bus_id, message FROM kernel_events ORDER BY seq"
+        "SELECT seq, kind, component, code, pci_bus_id, device FROM kernel_events ORDER BY seq"
     )
     assert [r["seq"] for r in rows] == [100, 101, 102, 103, 104] and collector.unknown_lines == 0
 
@@ -88,9 +89,8 @@ def test_off_the_bus_and_gsp_lines_are_stored_as_investigate_reads_them(tmp_path
         assert (row["kind"], row["code"]) == (kind, code), name
         if kind == "fell_off_bus":  # investigate names the GPU by its bus id; the store by it and the GPU
             assert component in GPUS and (row["pci_bus_id"], row["component"]) == (component, GPUS[component])
-        else:  # a GSP line names no bus id; investigate keeps NVRM's `GPU<n>` (if any), the store the raw line
-            assert row["pci_bus_id"] is None and row["component"] == "node0"
-            assert component is None or component in row["message"]
+        else:  # a GSP line names no bus id: both keep NVRM's `GPU<n>` when it names one (the store as `device`)
+            assert (row["pci_bus_id"], row["component"], row["device"]) == (None, "node0", component)
     assert [r["kind"] for r in rows] == [
         "fell_off_bus",
         "fell_off_bus",
@@ -98,6 +98,7 @@ def test_off_the_bus_and_gsp_lines_are_stored_as_investigate_reads_them(tmp_path
         "gsp_timeout",
         "gsp_error",
     ]
+    assert rows[-1]["device"] == "GPU0"  # `NVRM: GPU0 _kgspRpcGspEventPmuHalted: ...`
 
 
 @pytest.mark.parametrize(("name", "numbers"), CASES)
@@ -107,3 +108,22 @@ def test_the_record_is_the_real_line(name: str, numbers: tuple[int, ...]) -> Non
     text = dict(lines(REAL / name))
     for part, n in zip(record.partition(";")[2].rstrip("\n").split("\\x0a"), numbers, strict=True):
         assert text[n].rstrip().endswith(part) and len(part) > 30
+
+
+def test_a_store_from_before_m016_keeps_its_rows_and_gains_the_device_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "old.duckdb"
+    with monkeypatch.context() as m:  # a store as aiops wrote it before migration 16
+        m.setattr(store_module, "MIGRATIONS", tuple(m for m in MIGRATIONS if m.version < 16))
+        with Store(db) as old:
+            assert "device" not in old.columns("kernel_events")
+            old.conn.execute(
+                "INSERT INTO kernel_events (ts_s, node, seq, level, kind, component, code, message) VALUES "
+                "(1.0, 'node0', 1, 3, 'xid', 'node0/gpu0', 79, 'NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.')"
+            )
+    with Store(db) as upgraded:
+        assert upgraded.schema_version() >= 16
+        assert upgraded.query("SELECT kind, code, device FROM kernel_events") == [
+            {"kind": "xid", "code": 79, "device": None}
+        ]

@@ -94,10 +94,8 @@ def parse_line(
         detail["uuid"] = event.text
     elif event.kind == "aer":
         kind, code = ("aer", SEVERITY_CODE[code or 0]) if event.header else ("aer_detail", None)
-    elif event.kind == "link":
-        component = event.device
-    elif event.kind in ("gsp_timeout", "gsp_error"):
-        component = None if event.gpu_index is None else f"GPU{event.gpu_index}"
+    elif event.kind in ("link", "gsp_timeout", "gsp_error"):
+        component = event.device  # the network or IB device; NVRM's GPU<n>
     return LogEvent(kind=kind, component=component, code=code, detail=detail, **base)
 
 

@@ -89,8 +89,8 @@ def _agree(message: str, event: LogEvent | None, state: kmsg_parse.LineState | N
         assert (event.kind, event.code) == ("cpu_thermal", shared.code)
     else:  # xid, mce, fell_off_bus, gpu_id, aer_surprise_down, aer_detail, gsp_*, init_failed, nvrm_error
         assert (event.kind, event.code) == (shared.kind, shared.code)
-        if shared.pci_bus_id is not None:
-            assert event.component == shared.pci_bus_id
+        if shared.pci_bus_id is not None or shared.device is not None:  # a bus id, or a GSP line's GPU<n>
+            assert event.component == (shared.pci_bus_id or shared.device)
 
 
 def test_both_callers_read_every_corpus_kernel_line_alike() -> None:
