@@ -95,9 +95,7 @@ class KernelLine:
     kind: str  # a `read_line` kind (module doc) other than nvidia_info
     code: int | None = None
     pci_bus_id: str | None = None
-    device: str | None = (
-        None  # a link line's network or IB device (ens1f0np0, mlx5_3, ib0); a GSP line's GPU<n>
-    )
+    device: str | None = None  # a link's network or IB device (ens1f0np0, mlx5_3, ib0); a GSP line's GPU<n>
 
 
 @dataclass(frozen=True)
