@@ -114,7 +114,7 @@ class CollectorsConfig(_Section):
     procfs: CollectorConfig = _collector(1.0)  # /proc/stat, /proc/pressure (PSI)
     net: CollectorConfig = _collector(1.0)  # /sys/class/net statistics and carrier changes
     infiniband: CollectorConfig = _collector(5.0)  # /sys/class/infiniband port and hw counters
-    kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, AER, link, thermal, machine-check lines
+    kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, off the bus, AER, GSP, link, thermal, MCE, ...
     lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
 
 

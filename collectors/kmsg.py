@@ -10,10 +10,16 @@ CLOCK_MONOTONIC, does not count time spent suspended. ts_s = boot epoch + that, 
 time.time() - clock_gettime(CLOCK_MONOTONIC), taken at every collect (so NTP steps of the wall clock follow).
 /proc/stat's btime is whole seconds only, hence not used.
 
-What is stored (collectors/kmsg_parse.py classifies): xid, aer, link, thermal and mce lines always; any other
-line only when it names a PCI device this node knows (a bus id in `components_by_pci`), as kind `other` (e.g. `mlx5_core 0000:5e:00.0: ... insufficient power on the PCIe slot`).
-Everything else is counted in `unknown_lines`, not stored. `component` is the GPU/NIC/accelerator the line
-names (`components_by_pci`, `components_by_device`), else the node. An Xid whose PCI bus id is a GPU also
+What is stored: every line the one kernel-line parser (collectors/kmsg_parse.py, shared with `aiops
+investigate`) recognises, as its kind: xid, fell_off_bus (with the bus id of the `The NVIDIA GPU <bus id>` line
+before it when the line names none), gpu_id, aer (header and `PCIe Bus Error` lines), aer_detail,
+aer_surprise_down, gsp_timeout, gsp_error, link, thermal, mce, init_failed, nvrm_error. The parser's state
+(the pending bus id of a multi-line message) lives as long as the collector. Any other line (also an NVIDIA
+driver's informational line) only when it names a PCI device this node knows (a bus id in `components_by_pci`),
+as kind `other` (e.g. `mlx5_core 0000:5e:00.0: ... insufficient power on the PCIe slot`). Everything else is
+counted in `unknown_lines`, not stored. `component` is the GPU/NIC/accelerator the line names
+(`components_by_pci`, `components_by_device`), else the node; `device` the network or IB device of a link line,
+NVRM's `GPU<n>` of a GSP line (m016). An Xid whose PCI bus id is a GPU also
 becomes a gpu_events row (kind xid), what the XID detection rules read; `xid_gpu_events=False` turns that off
 where NVML's event set already delivers the same Xids.
 """
@@ -31,7 +37,7 @@ from typing import Protocol
 
 from collectors.base import Row, RowBatch
 from collectors.hostfs import HostCollector
-from collectors.kmsg_parse import KmsgRecord, classify, parse_record, pci_ids_in
+from collectors.kmsg_parse import KmsgRecord, LineState, classify, parse_record, pci_ids_in
 from collectors.schema import columns
 
 EVENT_COLUMNS = columns("kernel_events")
@@ -120,6 +126,7 @@ class KmsgCollector(HostCollector):
         self.boot_epoch = boot_epoch
         self.unknown_lines = 0
         self.last_seq: int | None = None
+        self.line_state = LineState()  # what a line tells about the next (kmsg_parse.read_line)
         self.reader: RecordSource | None = reader
         self._open_error: str | None = None
         if reader is None:
@@ -176,7 +183,7 @@ class KmsgCollector(HostCollector):
 
     def event(self, record: KmsgRecord, epoch_s: float) -> Row | None:
         """The kernel_events row of one record, or None for a line we neither know nor can place."""
-        line = classify(record.message)
+        line = classify(record.message, self.line_state)
         pcis = pci_ids_in(record.message, record.fields)
         pci = line.pci_bus_id if line is not None and line.pci_bus_id else (pcis[0] if pcis else None)
         component = self.components_by_pci.get(pci) if pci else None
@@ -201,4 +208,5 @@ class KmsgCollector(HostCollector):
             code,
             pci,
             record.message,
+            None if line is None else line.device,
         )

@@ -1,20 +1,21 @@
 """Pure parsers for /dev/kmsg records and the kernel lines that matter on a GPU node (no I/O here).
 
-This is the one kernel-line parser: the /dev/kmsg collector (collectors/kmsg.py, through `classify`) and
-`aiops investigate`'s kernel-log reader (aiops/evidence/kernel.py, through `xid_line`, `aer_line`,
-`link_line`, `thermal_line`, `mce_line`; the pipeline layer may import collectors, not the other way) read
-Xid, AER, link, CPU thermal and machine-check lines here.
+This is the one kernel-line parser: `read_line` reads what a kernel line says, for the /dev/kmsg collector
+(collectors/kmsg.py, through `classify`: the kernel_events row) and for `aiops investigate`'s kernel-log reader
+(aiops/evidence/kernel.py, which strips a pasted file's prefixes and names the events as its rules do; the
+pipeline layer may import collectors, not the other way). Neither caller recognises a line by itself.
 
 A record (Documentation/ABI/testing/dev-kmsg) is `priority,seq,timestamp_us,flags[,...];message` followed by
 continuation lines ` KEY=value` (dev_printk adds `SUBSYSTEM=pci` and `DEVICE=+pci:0000:3b:00.0`). The
 priority is `facility << 3 | level`. The message is kept exactly as the kernel gave it (non-printable bytes
 arrive escaped as \\xNN).
 
-PCI bus ids are normalised (collectors.pci.pci_bus_id) to the kernel's canonical lower-case form `0000:3b:00.0`
-(what /sys/bus/pci/devices names): NVML's `00000000:3B:00.0` and an Xid's `0000:3b:00` (NVRM prints no
-function; NVIDIA GPUs are function 0) map to it, so one dictionary keyed by that form finds the GPU, NIC or accelerator a line names.
+PCI bus ids are normalised by collectors.pci.pci_bus_id (the one normaliser) to the kernel's canonical
+lower-case form `0000:3b:00.0`, so one dictionary keyed by that form finds the GPU, NIC or accelerator a line
+names.
 
-`classify` knows these shapes (copied from real kernel logs, see tests/test_collectors_kmsg.py):
+`read_line` knows these shapes (copied from real kernel logs, see tests/test_collectors_kmsg.py and the corpus
+evals/real), first match wins:
 - xid: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.` (older drivers
   print `(0000:3b:00)`, MIG adds the GPU instance: `(PCI:0000:01:00 GPU-I:05)`); code = the Xid.
 - aer: `pcieport 0000:00:1c.5: AER: Corrected error received: 0000:00:1c.5` (older: `id=00e5`; newer:
@@ -33,6 +34,16 @@ function; NVIDIA GPUs are function 0) map to it, so one dictionary keyed by that
 - mce: `mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 5: bea0000000000108`, `[Hardware Error]: ...`
   (AMD decoding, GHES `{1}[Hardware Error]: ...`), EDAC `EDAC MC0: 1 CE memory read error on ...`; code = the
   MCA bank when the line names one.
+- fell_off_bus: `NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.`, or the multi-line `NVRM: The NVIDIA GPU
+  0000:b3:00.0 / (PCI ID: ...) installed in this system has / fallen off the bus ...` (one record on /dev/kmsg,
+  three lines in a pasted dmesg: the bus id of the line before is kept in `LineState`).
+- gpu_id: `NVRM: GPU at PCI:0000:06:00: GPU-0b6b7808-...` (the GPU's UUID at driver load).
+- aer_surprise_down: the AER status bit `[ 5] Surprise Down Error`; aer_detail: a PCI device's other AER or
+  error line (`error status/mask=...`).
+- gsp_timeout (`GSP RM heartbeat timed out`, `GSP Timeout`, `Timeout after 45s of waiting for RPC`), gsp_error
+  (`_kgsp...:`, `GSP kernel exception`, `PMU has halted`): the GPU's firmware (Xid 119/120 context).
+- init_failed (`RmInitAdapter failed`), nvrm_error (another NVRM error or failure), nvidia_info (any other
+  NVIDIA driver line: context for investigate, not stored by the collector).
 """
 
 from __future__ import annotations
@@ -79,52 +90,50 @@ def parse_record(raw: bytes | str) -> KmsgRecord | None:
 
 @dataclass(frozen=True)
 class KernelLine:
-    kind: str  # xid | aer | link | thermal | mce
+    """What the collector stores of a line: a kernel_events row's kind, code, bus id (and the device it names)."""
+
+    kind: str  # a `read_line` kind (module doc) other than nvidia_info
     code: int | None = None
     pci_bus_id: str | None = None
-    device: str | None = None  # the network or IB device a link line names (ens1f0np0, mlx5_3, ib0)
+    device: str | None = None  # a link's network or IB device (ens1f0np0, mlx5_3, ib0); a GSP line's GPU<n>
 
 
 @dataclass(frozen=True)
-class XidLine:
-    code: int
-    pci_text: (
-        str  # what the parentheses hold, as printed (`PCI:0000:3b:00`; a pasted log may redact it: `PCI:...`)
-    )
-    pci: str | None  # canonical bus id, None when the text is not one
-    rest: str | None  # the text after `<code>, ` (pid, name, the driver's description)
+class KernelEvent:
+    """Everything the parser reads in one kernel line (`read_line`)."""
+
+    kind: str  # xid, fell_off_bus, gpu_id, aer, ... (module doc)
+    code: int | None = None  # xid: the Xid; aer: severity; link, thermal: 1 up/hot, 0 down/normal; mce: bank
+    pci: str | None = None  # canonical bus id of the device the line is about, None when it names none
+    device: str | None = None  # link: the network or IB device; gsp_*: NVRM's `GPU<n>` (its own numbering)
+    header: bool = False  # aer: the `AER: ... error received` line (else a `PCIe Bus Error:` detail line)
+    text: str | None = None  # xid: what follows `<code>, `; gpu_id: the GPU's UUID
+    gpu_index: str | None = None  # xid: NVRM's `GPU<n>` its description names
+    caused_by_xid: str | None = None  # xid: `caused by previous Xid <n>`
 
 
-@dataclass(frozen=True)
-class AerLine:
-    severity: int  # AER_NONFATAL | AER_FATAL | AER_CORRECTABLE
-    pci: str  # the device that printed the line (the root port for a header)
-    source: str | None  # a header's error source when it names one (the device behind the port)
-    header: bool  # the `AER: ... error received` line (one per event), else a `PCIe Bus Error:` detail line
+@dataclass
+class LineState:
+    """What one line tells about the next: the multi-line `The NVIDIA GPU <bus id> ... has fallen off the bus`
+    message names its GPU on a line before the one that says it fell off. One per log (reader)."""
 
-
-@dataclass(frozen=True)
-class LinkLine:
-    up: bool
-    pci: str | None
-    device: str
-
-
-@dataclass(frozen=True)
-class MceLine:
-    bank: int | None  # the MCA bank when the line names one
+    pending_pci: str | None = None
 
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]{0,40})\): (?P<code>\d+)(?:, (?P<rest>.*))?")
 # the bus id, then (MIG) the GPU instance: `PCI:0000:01:00 GPU-I:05` (NVIDIA "GPU Memory Error Management")
 _XID_PCI = re.compile(rf"(?:PCI:)?({_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.[0-7])?)(?: GPU-I:\d+)?")
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
+_GPU_INDEX = re.compile(r"\bGPU(\d+)\b")
 # dev_printk: "<driver> <bus id>: ..."; netdev_printk/ibdev_printk: "<driver> <bus id> <name>: ..."
 _PREFIX = re.compile(rf"^\S+ ({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.[0-7])(?: ([^\s:]+))?: (.*)$")
+_DEV_PREFIX = re.compile(rf"^\S+ ({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.\d): ")  # dev_printk only
 _AER_DETAIL = re.compile(r"^(?:AER: )?PCIe Bus Error: severity=([^,]+)")
 _AER_HEADER = re.compile(
     r"^AER: (?:Multiple )?(Corrected|Correctable|Uncorrected \((?:Non-)?Fatal\)|Uncorrectable \((?:Non-)?Fatal\))"
     rf" error (?:message )?received(?::| from)? ?({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.[0-7])?"
 )
+_SURPRISE_DOWN = re.compile(r"Surprise Down Error")
 _MLX5E_LINK = re.compile(r"^Link (up|down)$")
 _NIC_LINK = re.compile(r"^NIC Link is (Up|Down)")
 _IB_PORT = re.compile(r"^Port: (\d+) Link (\w+)")
@@ -137,6 +146,30 @@ _THERMAL_HOT = re.compile(r"^(?:mce: )?CPU\d+: (?:(?:Package|Core) )?[Tt]emperat
 _THERMAL_OK = re.compile(r"^(?:mce: )?CPU\d+: (?:(?:Package|Core) )?[Tt]emperature/speed normal")
 _MCE = re.compile(r"^(?:mce: |\{\d+\})?\[Hardware Error\]: |^EDAC (?:\S+ )?MC\d+: \d+ (?:CE|UE) ")
 _MCE_BANK = re.compile(r"\bBank (\d+)\b|\bMC(\d+)_STATUS\b")
+# NVRM: the multi-line "The NVIDIA GPU <bus id> (PCI ID: ...) / installed in this system has / fallen off the
+# bus ..." message, the one-line `NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.`, the GPU's UUID at load
+_NVIDIA_GPU_PCI = re.compile(r"NVIDIA GPU ([0-9a-fA-F:.]+)")
+_OFF_BUS = re.compile(r"fallen off the bus", re.I)
+_GPU_BDF = re.compile(rf"NVRM: GPU ({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.\d)")
+_GPU_AT_BDF = re.compile(rf"NVRM: GPU at ({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.\d) has fallen")
+_GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]+)")
+# GSP firmware: RPC timeouts and lost heartbeats, exceptions and halts (NVIDIA Xid catalogue: Xid 119, 120)
+_GSP_TIMEOUT = re.compile(
+    r"heartbeat timed out|Heartbeat timed out|GSP Timeout|Timeout after \d+s of waiting for RPC"
+)
+_GSP_ERROR = re.compile(
+    r"_kgsp\w{0,60}: |GSP kernel exception|PMU has halted|GSP \w{1,40} (?:crash|error)", re.I
+)
+_NVRM_FAIL = re.compile(r"NVRM.{0,300}?(?:[Ee]rror|failed|Failed)")
+_NVIDIA_INFO = re.compile(
+    r"^(?:nvidia|nvidia-nvlink|nvidia-modeset|nvidia-uvm|NVRM|\[drm\]|input: HDA NVidia)\b"
+)
+# A line with none of these words matches no rule: skipped without running the patterns (speed on large logs,
+# most of whose lines are about other devices).
+_KEYWORDS = re.compile(
+    r"NVRM|NVIDIA|nvidia|NVidia|AER|Surprise|GSP|gsp|[Hh]eartbeat|[Ll]ink|fallen|PCIe|pcieport|drm|[Ee]rror"
+    r"|[Tt]emperature|EDAC"
+)
 
 
 def aer_severity(text: str) -> int:
@@ -145,85 +178,138 @@ def aer_severity(text: str) -> int:
     return AER_NONFATAL if "Non-Fatal" in text else AER_FATAL
 
 
-def xid_line(message: str) -> XidLine | None:
-    """An NVRM Xid line anywhere in the message (dmesg prefixes, syslog, journal text before it)."""
+def _xid(message: str) -> KernelEvent | None:
+    """An NVRM Xid line anywhere in the message; a pasted log may redact the bus id (`PCI:...`): pci None."""
     match = _XID.search(message)
     if match is None:
         return None
-    text = match.group("pci")
-    bus = _XID_PCI.fullmatch(text)
-    pci = pci_bus_id(bus.group(1)) if bus is not None else None
-    return XidLine(int(match.group("code")), text, pci, match.group("rest"))
+    bus = _XID_PCI.fullmatch(match.group("pci"))
+    rest = match.group("rest")
+    index = _GPU_INDEX.search(rest or "")
+    caused = _CAUSED_BY.search(rest or "")
+    return KernelEvent(
+        "xid",
+        int(match.group("code")),
+        pci_bus_id(bus.group(1)) if bus is not None else None,
+        text=rest,
+        gpu_index=index.group(1) if index else None,
+        caused_by_xid=caused.group(1) if caused else None,
+    )
 
 
-def aer_line(message: str) -> AerLine | None:
-    """A PCIe AER header (`<driver> <bdf>: AER: <severity> error received...`) or detail line (`PCIe Bus Error:
-    severity=...`); the status-bit lines that follow them are not read here."""
+def _aer(message: str) -> KernelEvent | None:
+    """A PCIe AER header (`<driver> <bdf>: AER: <severity> error received...`; pci: the error source it names,
+    else the port) or detail line (`PCIe Bus Error: severity=...`), code the severity."""
     prefix = _PREFIX.match(message)
     if prefix is None:
         return None
     pci, rest = prefix.group(1).lower(), prefix.group(3)
     if (detail := _AER_DETAIL.match(rest)) is not None:
-        return AerLine(aer_severity(detail.group(1)), pci, None, header=False)
+        return KernelEvent("aer", aer_severity(detail.group(1)), pci)
     if (header := _AER_HEADER.match(rest)) is not None:
         source = header.group(2)
-        return AerLine(
-            aer_severity(header.group(1)), pci, None if source is None else source.lower(), header=True
-        )
+        return KernelEvent("aer", aer_severity(header.group(1)), (source or pci).lower(), header=True)
     return None
 
 
-def link_line(message: str) -> LinkLine | None:
+def _link(message: str) -> KernelEvent | None:
     """A link change of a network or IB device: mlx5e, Intel `NIC Link is`, IB core `Port: N Link`, bonding,
-    IPv6 `link becomes ready`."""
+    IPv6 `link becomes ready`; code 1 up, 0 down."""
     prefix = _PREFIX.match(message)
     if prefix is not None and prefix.group(2) is not None:
         pci, name, rest = prefix.group(1).lower(), prefix.group(2), prefix.group(3)
         if (link := _MLX5E_LINK.match(rest) or _NIC_LINK.match(rest)) is not None:
-            return LinkLine(link.group(1).lower() == "up", pci, name)
+            return KernelEvent("link", int(link.group(1).lower() == "up"), pci, name)
         if (port := _IB_PORT.match(rest)) is not None:
-            return LinkLine(port.group(2) == "ACTIVE", pci, name)
+            return KernelEvent("link", int(port.group(2) == "ACTIVE"), pci, name)
     if (link := _NIC_LINK_NO_PCI.match(message)) is not None:
-        return LinkLine(link.group(2) == "Up", None, link.group(1))
+        return KernelEvent("link", int(link.group(2) == "Up"), None, link.group(1))
     if (bond := _BOND.match(message)) is not None:
-        return LinkLine(bond.group(2) == "up", None, bond.group(1))
+        return KernelEvent("link", int(bond.group(2) == "up"), None, bond.group(1))
     if (bond := _BOND_OLD.match(message)) is not None:
-        return LinkLine(bond.group(1) == "up", None, bond.group(2))
+        return KernelEvent("link", int(bond.group(1) == "up"), None, bond.group(2))
     if (ready := _LINK_READY.search(message)) is not None:
-        return LinkLine(True, None, ready.group(1))
+        return KernelEvent("link", 1, None, ready.group(1))
     return None
 
 
-def thermal_line(message: str) -> int | None:
-    """1 for a CPU temperature-above-threshold (throttling) line, 0 for its `temperature/speed normal`."""
+def _cpu(message: str) -> KernelEvent | None:
+    """CPU thermal throttling (code 1 above threshold, 0 normal again); a machine-check, firmware-first (APEI
+    GHES) or EDAC hardware error (code the MCA bank when the line names one)."""
     if _THERMAL_HOT.match(message):
-        return 1
+        return KernelEvent("thermal", 1)
     if _THERMAL_OK.match(message):
-        return 0
+        return KernelEvent("thermal", 0)
+    if _MCE.match(message):
+        bank = _MCE_BANK.search(message)
+        return KernelEvent("mce", None if bank is None else int(bank.group(1) or bank.group(2)))
     return None
 
 
-def mce_line(message: str) -> MceLine | None:
-    """A machine-check, firmware-first (APEI GHES) or EDAC hardware error line."""
-    if not _MCE.match(message):
+def _nvidia(message: str, state: LineState) -> KernelEvent | None:
+    """A GPU off the bus (pci: its own bus id, else the one of `The NVIDIA GPU <bus id>` lines before) or the
+    GPU's UUID as the driver names it at load."""
+    if (gpu := _NVIDIA_GPU_PCI.search(message)) is not None:
+        state.pending_pci = pci_bus_id(gpu.group(1))
+    if _OFF_BUS.search(message):
+        own = _GPU_BDF.search(message) or _GPU_AT_BDF.search(message)
+        pci = pci_bus_id(own.group(1)) if own is not None else state.pending_pci
+        state.pending_pci = None
+        return KernelEvent("fell_off_bus", None, pci)
+    if (at := _GPU_AT.search(message)) is not None:
+        return KernelEvent("gpu_id", None, pci_bus_id(at.group(1)), text=at.group(2))
+    return None
+
+
+def _gsp(message: str) -> KernelEvent | None:
+    for kind, pattern in (("gsp_timeout", _GSP_TIMEOUT), ("gsp_error", _GSP_ERROR)):
+        if pattern.search(message):
+            index = _GPU_INDEX.search(message)
+            return KernelEvent(kind, device=f"GPU{index.group(1)}" if index else None)
+    return None
+
+
+def read_line(message: str, state: LineState | None = None) -> KernelEvent | None:
+    """What a kernel line (its message, without dmesg/syslog prefixes) says, or None; the first rule that
+    matches wins, in this order: Xid, GPU off the bus / UUID, AER header, Surprise Down, GSP, link, CPU thermal
+    and machine checks, RmInitAdapter, other NVRM errors, AER details, other NVIDIA driver lines."""
+    if _KEYWORDS.search(message) is None:
         return None
-    bank = _MCE_BANK.search(message)
-    return MceLine(None if bank is None else int(bank.group(1) or bank.group(2)))
-
-
-def classify(message: str) -> KernelLine | None:
-    """The kind of a kernel line we know, or None (the caller counts those, or keeps them as `other`)."""
-    if (xid := xid_line(message)) is not None and xid.pci is not None:
-        return KernelLine("xid", xid.code, xid.pci)
-    if (aer := aer_line(message)) is not None:
-        return KernelLine("aer", aer.severity, aer.source or aer.pci)
-    if (link := link_line(message)) is not None:
-        return KernelLine("link", int(link.up), link.pci, link.device)
-    if (hot := thermal_line(message)) is not None:
-        return KernelLine("thermal", hot)
-    if (mce := mce_line(message)) is not None:
-        return KernelLine("mce", mce.bank)
+    if (xid := _xid(message)) is not None:
+        return xid
+    if (gpu := _nvidia(message, state if state is not None else LineState())) is not None:
+        return gpu
+    aer = _aer(message)
+    if aer is not None and aer.header:
+        return aer
+    if _SURPRISE_DOWN.search(message):
+        device = _DEV_PREFIX.match(message)
+        return KernelEvent("aer_surprise_down", None, pci_bus_id(device.group(1)) if device else None)
+    if (found := _gsp(message) or _link(message) or _cpu(message)) is not None:
+        return found
+    if "RmInitAdapter failed" in message or "rm_init_adapter failed" in message:
+        gpu_bdf = _GPU_BDF.search(message)
+        return KernelEvent("init_failed", None, pci_bus_id(gpu_bdf.group(1)) if gpu_bdf else None)
+    if _NVRM_FAIL.search(message):
+        return KernelEvent("nvrm_error")
+    if aer is not None:  # a `PCIe Bus Error: severity=...` line
+        return aer
+    if (device := _DEV_PREFIX.match(message)) is not None and (
+        "AER" in message or "PCIe Bus Error" in message or "error" in message
+    ):  # `error status/mask=...` after an AER header, a driver's error about its device
+        return KernelEvent("aer_detail", None, pci_bus_id(device.group(1)))
+    if _NVIDIA_INFO.match(message) or "NVRM:" in message:
+        return KernelEvent("nvidia_info")
     return None
+
+
+def classify(message: str, state: LineState | None = None) -> KernelLine | None:
+    """The kernel_events row of a line (`read_line`), or None for a line the collector does not store as
+    itself: an NVIDIA driver's informational line, an Xid without a bus id (only a pasted log redacts it)."""
+    event = read_line(message, state)
+    if event is None or event.kind == "nvidia_info" or (event.kind == "xid" and event.pci is None):
+        return None
+    return KernelLine(event.kind, event.code, event.pci, event.device)
 
 
 def pci_ids_in(message: str, fields: dict[str, str] | None = None) -> list[str]:

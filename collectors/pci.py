@@ -1,8 +1,15 @@
 """PCI bus ids and PCI devices in sysfs (/sys/bus/pci/devices/<bus id>/{vendor,device,class,numa_node,driver}).
 
-One canonical form for bus ids everywhere in the store: the kernel's lower-case `0000:3b:00.0` (what
-/sys/bus/pci/devices names and dev_printk prints). NVML reports `00000000:3B:00.0` and the NVRM Xid line
-`0000:3b:00`; `pci_bus_id` maps both to it.
+One canonical form for bus ids everywhere (the store, the collectors, `aiops investigate`'s pasted files): the
+kernel's lower-case `0000:3b:00.0` (what /sys/bus/pci/devices names and dev_printk prints). `pci_bus_id` is the
+one normaliser; it maps every form a tool or log writes to it:
+- NVML's `00000000:3B:00.0` (pynvml may give bytes, NUL-terminated: `b"00000000:3B:00.0\\x00"`),
+- the NVRM Xid's `PCI:0000:3b:00` / older `0000:3b:00` (no function: NVIDIA GPUs are function 0),
+- lspci's `3b:00.0` (no domain: domain 0).
+The domain rule: a domain is a number, written as the kernel writes it (`%04x`: lower-case hex, at least four
+digits). NVML pads it to eight digits, so `00000000` is domain `0000`; a domain above 0xffff (Intel VMD puts
+its devices in domains from 0x10000) keeps all its digits: `00010000:e1:00.0` is `10000:e1:00.0`, the name
+sysfs gives it, never cut to four digits.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ from pathlib import Path
 from collectors.hostfs import resolved
 
 _HEX = "[0-9a-fA-F]"
-_BDF = re.compile(rf"^(?:({_HEX}{{4,8}}):)?({_HEX}{{2}}):({_HEX}{{2}})(?:\.([0-7]))?$")
-_CANONICAL = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_BDF = re.compile(rf"^(?:PCI:)?(?:({_HEX}{{4,8}}):)?({_HEX}{{2}}):({_HEX}{{2}})(?:\.([0-7]))?$", re.I)
+_CANONICAL = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 NVIDIA_VENDOR = 0x10DE
 # PCI class codes (PCI Code and ID Assignment Specification): base class 03 display: 00 VGA, 02 3D controller
@@ -23,12 +30,14 @@ DISPLAY_VGA, DISPLAY_3D = 0x0300, 0x0302
 
 
 def pci_bus_id(text: str | bytes | None) -> str | None:
-    """`0000:3b:00.0` from `0000:3b:00.0`, `00000000:3B:00.0` (NVML), `0000:3b:00` (Xid) or `3b:00.0`."""
+    """`0000:3b:00.0` from `0000:3b:00.0`, `00000000:3B:00.0` (NVML, also bytes and NUL-terminated),
+    `PCI:0000:3b:00` / `0000:3b:00` (Xid) or `3b:00.0` (lspci); None for anything else (a redacted `PCI:...`).
+    The domain keeps its value (module doc): `00010000:e1:00.0` is `10000:e1:00.0`."""
     if text is None:
         return None
     if isinstance(text, bytes):
         text = text.decode("ascii", "replace")
-    match = _BDF.match(text.strip().rstrip("\x00"))
+    match = _BDF.match(text.strip(" \t\r\n\x00"))
     if match is None:
         return None
     domain, bus, device, function = match.groups()

@@ -240,6 +240,7 @@ _COLUMNS: dict[str, tuple[tuple[str, pa.DataType], ...]] = {
         ("code", I32),
         ("pci_bus_id", S),
         ("message", S),
+        ("device", S),  # m016
     ),
 }
 

@@ -78,7 +78,11 @@ LINES: list[tuple[str, KernelLine | None]] = [
         "nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Inaccessible, (Unregistered Agent ID)",
         KernelLine("aer", 1, "0000:3b:00.0"),
     ),
-    ("pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000", None),
+    # the status/mask line after a header: an AER detail `aiops investigate` reads, so the collector stores it too
+    (
+        "pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000",
+        KernelLine("aer_detail", None, "0000:00:1c.5"),
+    ),
     ("pcieport 0000:00:1c.5:    [ 0] Receiver Error        ", None),
     # links: mlx5e, the IB core's port state, Intel drivers, bonding, addrconf
     ("mlx5_core 0000:01:00.0 enp1s0f0np0: Link down", KernelLine("link", 0, "0000:01:00.0", "enp1s0f0np0")),
@@ -138,12 +142,41 @@ def test_classify_real_lines(line: str, expected: KernelLine | None) -> None:
     assert classify(line) == expected
 
 
-def test_pci_bus_ids_are_canonical() -> None:
-    assert pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0"  # NVML
-    assert pci_bus_id(b"00000000:3B:00.0\x00") == "0000:3b:00.0"  # pynvml's busId is bytes
-    assert pci_bus_id("0000:3b:00") == "0000:3b:00.0"  # an Xid
-    assert pci_bus_id("3b:00.1") == "0000:3b:00.1"
-    assert pci_bus_id("GPU-1234") is None and pci_bus_id(None) is None
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("0000:3b:00.0", "0000:3b:00.0"),  # sysfs, dev_printk
+        ("00000000:3B:00.0", "0000:3b:00.0"),  # NVML (eight-digit domain, upper case)
+        ("00000000:2D:00.0", "0000:2d:00.0"),
+        (b"00000000:3B:00.0\x00", "0000:3b:00.0"),  # pynvml's busId: bytes, NUL-terminated
+        ("00000000:3B:00.0\x00\x00", "0000:3b:00.0"),
+        ("PCI:0000:07:00", "0000:07:00.0"),  # an Xid: the PCI: prefix, no function
+        ("pci:0000:07:00", "0000:07:00.0"),
+        ("0000:3b:00", "0000:3b:00.0"),  # an older driver's Xid
+        ("07:00.0", "0000:07:00.0"),  # lspci: no domain
+        ("3b:00.1", "0000:3b:00.1"),
+        (" 0000:3b:00.0\n", "0000:3b:00.0"),
+        ("0001:6c:00", "0001:6c:00.0"),  # a second PCI segment (evals/real, xid119 case)
+        (
+            "00010000:E1:00.0",
+            "10000:e1:00.0",
+        ),  # a VMD domain above 0xffff keeps its digits, as sysfs names it
+        ("10000:e1:00.0", "10000:e1:00.0"),
+    ],
+)
+def test_pci_bus_ids_are_canonical(text: str | bytes, canonical: str) -> None:
+    assert pci_bus_id(text) == canonical
+    assert pci_bus_id(canonical) == canonical  # the canonical form is a fixed point
+
+
+@pytest.mark.parametrize(
+    "text", [None, "", "GPU-1234", "PCI:...", "0000:3b:00.8", "3b:0.0", "0000:3b:00.0 x"]
+)
+def test_what_is_not_a_bus_id_is_none(text: str | None) -> None:
+    assert pci_bus_id(text) is None
+
+
+def test_pci_ids_in_lines() -> None:
     line = "mlx5_core 0000:5c:00.0: mlx5_pcie_event:299:(pid 268269): Detected insufficient power on the PCIe slot (27W)."
     assert pci_ids_in(line) == ["0000:5c:00.0"]
     assert pci_ids_in("NVRM: GPU at PCI:0000:01:00: GPU-34d7319c-5b19-1e75-186d-c187099e4fe5") == [

@@ -12,6 +12,7 @@ from aiops.evidence.detect import detect_format
 from aiops.evidence.investigate import PARSERS, file_format
 from aiops.evidence.reader import lines
 from aiops.evidence.timeparse import zoned_ts_s
+from collectors.kmsg_parse import LineState
 
 REAL = Path(__file__).resolve().parent.parent / "evals" / "real"
 
@@ -62,7 +63,7 @@ def test_xid_lines_carry_code_pci_and_line_numbers() -> None:
 
 
 def test_year_less_and_zone_less_times_are_not_invented() -> None:
-    state = kernel._State()
+    state = LineState()
     syslog = kernel.parse_line("k", 1, "Mar 29 15:38:59 kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP", state)
     dmesg_t = kernel.parse_line(
         "k", 2, "[Sun Apr 26 23:12:26 2026] NVRM: Xid (PCI:0001:6c:00): 119, x", state

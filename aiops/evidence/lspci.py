@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiops.evidence.events import LogEvent
-from aiops.evidence.pci import canonical_bdf
+from collectors.pci import pci_bus_id
 
 _HEADER = re.compile(
     r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<what>[^:]+): (?P<name>.*)$"
@@ -27,7 +27,7 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
     for number, raw in numbered:
         base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
         if (m := _HEADER.match(raw)) is not None:
-            device = canonical_bdf(m.group("bdf"))
+            device = pci_bus_id(m.group("bdf"))
             yield LogEvent(
                 kind="pci_device",
                 component=device,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aiops.errors import EvidenceError
 from aiops.evidence.events import LogEvent
-from aiops.evidence.pci import canonical_bdf
+from collectors.pci import pci_bus_id
 
 _GPU_HEADER = re.compile(r"^GPU (?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]+):(?P<value>.*)$")  # on the stripped line; indent apart
@@ -179,7 +179,7 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             yield _xml_line(reader, number, raw)
             continue
         if (m := _GPU_HEADER.match(text)) is not None:
-            reader.gpu = canonical_bdf(m.group("pci"))
+            reader.gpu = pci_bus_id(m.group("pci"))
             reader.gpu_count += 1
             reader.sections = []
             yield LogEvent(
@@ -224,7 +224,7 @@ def _xml_line(reader: _Reader, number: int, raw: str) -> LogEvent | None:
     if (m := _XML_OPEN.match(raw)) is not None:
         tag = m.group("tag")
         if tag == "gpu" and (g := _XML_GPU.search(m.group("attrs"))) is not None:
-            reader.gpu = canonical_bdf(g.group("pci"))
+            reader.gpu = pci_bus_id(g.group("pci"))
             reader.gpu_count += 1
             reader.sections = []
             return LogEvent(

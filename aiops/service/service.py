@@ -139,6 +139,7 @@ class Service:
         self.oldest_unflushed_ts_s: float | None = None
         self.flushes = 0
         self.companion: Companion | None = None  # set before start()
+        self.said_unavailable: set[tuple[str, str]] = set()  # (collector, why) logged (_say_unavailable)
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -240,6 +241,7 @@ class Service:
                 )
             }
         self.metrics.timing(name, time.perf_counter() - started)
+        self._say_unavailable(name, batches.get("collector_errors"))
         self.buffer.add(batches)
         for table, batch in batches.items():
             self.metrics.observe(table, batch.columns, batch.rows)
@@ -248,6 +250,19 @@ class Service:
             self.first_ts_s = now_ts_s
         if self.oldest_unflushed_ts_s is None:
             self.oldest_unflushed_ts_s = now_ts_s
+
+    def _say_unavailable(self, name: str, batch: RowBatch | None) -> None:
+        """A collector that finds nothing to read (no GPU driver, no InfiniBand) writes its `unavailable` row once
+        at its first collect; the log says it once too, so `journalctl -u aiops` shows what this node lacks."""
+        if batch is None or "error" not in batch.columns or "detail" not in batch.columns:
+            return
+        error_at, detail_at = batch.columns.index("error"), batch.columns.index("detail")
+        who_at = batch.columns.index("collector") if "collector" in batch.columns else None
+        for row in batch.rows:
+            said = (name if who_at is None else str(row[who_at]), str(row[detail_at]))
+            if row[error_at] == "unavailable" and said not in self.said_unavailable:
+                self.said_unavailable.add(said)
+                log.warning("collector unavailable", extra={"collector": said[0], "detail": said[1]})
 
     def flush(self) -> None:
         """Ingest what was collected, then detect, diagnose, file, execute, notify: one transaction's worth."""

@@ -1,8 +1,8 @@
 """The standing hardware and controller state of a what-if world, from stored rows only (issue 14, item 2;
 `aiops.sim.calibrate.world_from_store` calls these after the readings):
 - GPUs off the bus: a GPU whose newest NVML row says `GPU_IS_LOST`, or with an Xid 79 (gpu_events, kernel_events)
-  and no good reading since, is lost and its rank dead (a job on it hangs; a preview that puts work on it says
-  so). A node-wide NVML `TIMEOUT` without an Xid 79 removes nothing;
+  or a kernel `fallen off the bus` line (kernel_events kind fell_off_bus) and no good reading since, is lost
+  and its rank dead (a job on it hangs; a preview that puts work on it says so). A node-wide NVML `TIMEOUT` without an Xid 79 removes nothing;
 - power brakes: a GPU whose newest clocks-event reasons carry HwPowerBrakeSlowdown keeps the clock factor its
   stored clocks imply (SM clock / max SM clock) as `World.brake_factor`, so more power limit is no speed-up; an
   idle braked GPU takes its last busy braked clock, else its node's braked GPUs', else half clock;
@@ -65,7 +65,8 @@ def lost_gpus(world: World, store: Store, at_ts_s: float) -> None:
         "good AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? "
         "AND nvml_error IS NULL AND temp_c IS NOT NULL GROUP BY gpu), "
         "xid AS (SELECT gpu, max(ts_s) AS ts_s FROM gpu_events WHERE xid = ? AND ts_s > ? AND ts_s <= ? GROUP BY gpu "
-        "UNION ALL SELECT component AS gpu, max(ts_s) AS ts_s FROM kernel_events WHERE kind = 'xid' AND code = ? "
+        "UNION ALL SELECT component AS gpu, max(ts_s) AS ts_s FROM kernel_events "
+        "WHERE ((kind = 'xid' AND code = ?) OR kind = 'fell_off_bus') "
         "AND ts_s > ? AND ts_s <= ? "
         "GROUP BY component) "
         "SELECT n.gpu, bool_or(s.nvml_error = ?) AS lost_row, max(x.ts_s) AS xid_ts_s, max(g.ts_s) AS good_ts_s "

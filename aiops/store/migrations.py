@@ -546,6 +546,14 @@ ALTER TABLE profile_runs ADD COLUMN IF NOT EXISTS probe_duty DOUBLE;
 ALTER TABLE profile_runs ADD COLUMN IF NOT EXISTS scaled BOOLEAN
 """
 
+# The device a kernel line names besides its bus id (collectors/kmsg_parse.py): a link line's network or IB device
+# (ens1f0np0, mlx5_3, ib0), a GSP line's NVRM `GPU<n>`; what `aiops investigate` names those events by. NULL for
+# rows stored before this migration and for lines that name none. kernel_events.kind also takes every kind the
+# one kernel-line parser recognises (fell_off_bus, gsp_timeout, ...: docs/COLLECTORS.md), not only m007's list.
+M016_KERNEL_EVENT_DEVICE = """
+ALTER TABLE kernel_events ADD COLUMN IF NOT EXISTS device VARCHAR
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -562,6 +570,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "ib_transport_retries", _sql(M013_IB_TRANSPORT_RETRIES)),
     Migration(14, "netdev_pause_frames", _sql(M014_NETDEV_PAUSE_FRAMES)),
     Migration(15, "profile_sampling", _sql(M015_PROFILE_SAMPLING)),
+    Migration(16, "kernel_event_device", _sql(M016_KERNEL_EVENT_DEVICE)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -70,42 +70,41 @@ def test_corpus_kernel_events_are_those_of_the_parser_before() -> None:
     assert now == before
 
 
-def _agree(message: str, event: LogEvent | None) -> None:
-    """The collector's reading of a line and investigate's are the same fact."""
-    shared = kmsg_parse.classify(message)
+def _agree(message: str, event: LogEvent | None, state: kmsg_parse.LineState | None = None) -> None:
+    """The collector's reading of a line and investigate's are the same fact (state: the log's lines before)."""
+    shared = kmsg_parse.classify(message, state)
     if shared is None:
         assert event is None or event.kind not in ("aer", "nic_link")
         assert event is None or event.kind != "xid" or event.component is None  # a redacted bus id only
         return
-    if shared.kind == "xid":
-        assert event is not None and (event.kind, event.code, event.component) == (
-            "xid",
-            shared.code,
-            shared.pci_bus_id,
-        )
-    elif shared.kind == "aer":
+    assert event is not None
+    if shared.kind == "aer":
         severity = {kmsg_parse.AER_CORRECTABLE: 0, kmsg_parse.AER_NONFATAL: 1, kmsg_parse.AER_FATAL: 2}
-        assert event is not None and event.kind in ("aer", "aer_detail")
+        assert event.kind in ("aer", "aer_detail")
         if event.kind == "aer":
             assert (event.code, event.component) == (severity[shared.code or 0], shared.pci_bus_id)
     elif shared.kind == "link":
-        assert event is not None
         assert (event.kind, event.code, event.component) == ("nic_link", shared.code, shared.device)
     elif shared.kind == "thermal":
-        assert event is not None and (event.kind, event.code) == ("cpu_thermal", shared.code)
-    else:
-        assert shared.kind == "mce"
-        assert event is not None and (event.kind, event.code) == ("mce", shared.code)
+        assert (event.kind, event.code) == ("cpu_thermal", shared.code)
+    else:  # xid, mce, fell_off_bus, gpu_id, aer_surprise_down, aer_detail, gsp_*, init_failed, nvrm_error
+        assert (event.kind, event.code) == (shared.kind, shared.code)
+        if shared.pci_bus_id is not None or shared.device is not None:  # a bus id, or a GSP line's GPU<n>
+            assert event.component == (shared.pci_bus_id or shared.device)
 
 
 def test_both_callers_read_every_corpus_kernel_line_alike() -> None:
-    checked = 0
+    checked, kinds = 0, set()
     for path in _kernel_files():
+        state = kmsg_parse.LineState()
         for raw, event in _events(path):
             message = kernel._split_prefix(raw)[0]
-            _agree(message, event)
-            checked += kmsg_parse.classify(message) is not None
+            _agree(message, event, state)
+            shared = kmsg_parse.classify(message)
+            checked += shared is not None
+            kinds |= {shared.kind} if shared is not None else set()
     assert checked >= 35  # the corpus's Xid and AER lines
+    assert {"xid", "aer", "fell_off_bus", "gsp_timeout", "gsp_error", "aer_surprise_down"} <= kinds
 
 
 @pytest.mark.parametrize(("line", "expected"), KMSG_LINES)

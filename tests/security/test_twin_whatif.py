@@ -272,6 +272,11 @@ def test_an_xid_79_alone_marks_a_gpu_lost_until_it_reads_again() -> None:
             "(?, 'node3', 1, 3, 'xid', 'node3/gpu0', 79, 'NVRM: Xid 79')",
             [ts_s + 0.5],
         )
+        store.conn.execute(  # node3/gpu3: the driver's `fallen off the bus` line without an Xid (old drivers)
+            "INSERT INTO kernel_events (ts_s, node, seq, level, kind, component, pci_bus_id, message) VALUES "
+            "(?, 'node3', 2, 3, 'fell_off_bus', 'node3/gpu3', '0000:b3:00.0', 'NVRM: GPU has fallen off the bus.')",
+            [ts_s + 0.5],
+        )
         store.conn.execute(  # node3/gpu1 fell off earlier and has read normally since (it was reset)
             "INSERT INTO gpu_events VALUES (?, 'node3/gpu1', 'node3', 'xid', 79, 'NVRM: Xid 79')", [ts_s - 60]
         )
@@ -281,7 +286,7 @@ def test_an_xid_79_alone_marks_a_gpu_lost_until_it_reads_again() -> None:
         )
         world = world_from_store(store, ts_s + 1.0, workload=twin.world.scenario.job_specs)
     lay = world.layout
-    assert [lay.gpu_names[i] for i in np.flatnonzero(world.lost)] == ["node3/gpu0"]
+    assert [lay.gpu_names[i] for i in np.flatnonzero(world.lost)] == ["node3/gpu0", "node3/gpu3"]
 
 
 def test_only_the_history_window_is_read() -> None:
