@@ -97,7 +97,8 @@ class Leak:
 
     def __str__(self) -> str:
         where = f" of {self.entity}" if self.entity else ""
-        return f"{self.table}.{self.column}{where}: {self.how} {self.state} (separation {self.score:.2f})"
+        score = f" {self.state} (separation {self.score:.2f})" if self.state else ""
+        return f"{self.table}.{self.column}{where}: {self.how}{score}"
 
 
 class _World(World):
@@ -330,3 +331,29 @@ def test_no_stored_column_carries_the_injected_fault(
     assert not bad, f"{kind}: stored columns that carry the fault:\n" + "\n".join(
         sorted({str(b) for b in bad})
     )
+
+
+def test_the_leak_test_catches_planted_leaks(
+    healthy: tuple[Store, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shapes that passed the previous version: a level (20 outside, 12.5 inside), a 0/1 flag, a string naming
+    the fault's kind, a string that changes value; and a table without ts_s that differs from the fault-free
+    run's. Each is caught, and nothing else."""
+    store, states = run("thermal_throttle", monkeypatch)
+    window = f"ts_s >= {SIM_EPOCH_TS_S + START_S} AND ts_s < {SIM_EPOCH_TS_S + START_S + FAULT_S}"
+    for planted in (
+        f"UPDATE host_samples SET mem_used_pct = CASE WHEN {window} THEN 12.5 ELSE 20 END",
+        f"UPDATE collective_samples SET timeouts = CASE WHEN {window} THEN 1 ELSE 0 END",
+        f"UPDATE gpu_samples SET uuid = 'thermal_throttle' WHERE {window} AND gpu = 'node0/gpu0'",
+        f"UPDATE flow_class_samples SET rule_id = 'hot' WHERE {window}",
+        "UPDATE jobs SET checkpoint_gb = checkpoint_gb + 1",
+    ):
+        store.conn.execute(planted)
+    caught = {(b.table, b.column) for b in unexplained(leaks(store, healthy[0], states), "thermal_throttle")}
+    assert caught == {
+        ("host_samples", "mem_used_pct"),
+        ("collective_samples", "timeouts"),
+        ("gpu_samples", "uuid"),
+        ("flow_class_samples", "rule_id"),
+        ("jobs", "<content>"),
+    }
