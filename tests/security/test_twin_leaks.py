@@ -6,8 +6,9 @@ judged by whether it carries information about the fault:
 - a table with a `ts_s`: per entity (GPU, NIC and lane, rack, job and op and scope, ...), each column's values
   inside the fault window against outside it (for a flap also the seconds the fault held the link down, read
   from the world as it ran): numbers and booleans by their level and by their change from the previous sample
-  (how well one threshold separates inside from outside: the Kolmogorov-Smirnov distance; so a level shift, a
-  flag, a counter that only grows during the fault), nulls by their rate, strings by their value set (the share
+  (how well one threshold separates inside from outside, and inside from the time before the fault: the
+  Kolmogorov-Smirnov distance; so a level shift, a flag, a counter that only grows during the fault, a value
+  raised at its start and never lowered), nulls by their rate, strings by their value set (the share
   of samples whose value never occurs on the other side), and the table's rows by their rate per second;
 - a table without `ts_s`: its content, which must be the fault-free run's;
 - every string anywhere: it must not name a fault kind, nor say `fault` or `inject`.
@@ -57,6 +58,7 @@ MIN_ON, MIN_OFF = (
     10,
 )  # samples of an entity inside and outside the fault for a comparison to mean anything
 SEPARATION = 0.5  # a threshold that tells inside from outside for half the samples more than chance does
+SEPARATION_FROM_BEFORE = 0.9  # inside against the time before the fault only (slow drifts reach ~0.8 there)
 TWIN_TABLES = frozenset({"sim_runs", "twin_log"})
 WALL_CLOCK = {("schema_migrations", "applied_ts_s"): "when the migration ran (the store's, not the twin's)"}
 NAMES_A_FAULT = re.compile(
@@ -215,25 +217,26 @@ def series_leaks(store: Store, table: str, cols: list[tuple[str, str]], states: 
             continue
         best: dict[tuple[str, str], Leak] = {}
         for a, b in itertools.pairwise(bounds):
+            before = ts[a:b] < SIM_EPOCH_TS_S + START_S
             for state_name, state in states.items():
                 on = state(ts[a:b])
-                if on.sum() < MIN_ON or (~on).sum() < MIN_OFF:
-                    continue
-                for how, values, mask in _features(data[name][a:b], _numeric(data_type)):
-                    inside, outside = values[on[mask]], values[~on[mask]]
-                    if len(inside) < MIN_ON or len(outside) < MIN_OFF:
-                        continue
-                    score = (
-                        ks(inside, outside)
-                        if how != "changes its value set"
-                        else value_set_change(inside, outside)
-                    )
-                    leak = Leak(table, name, how, entity_of[a], f"with the {state_name}", score)
-                    if (
-                        score >= SEPARATION
-                        and score > best.get((how, state_name), Leak("", "", "", score=0)).score
-                    ):
-                        best[(how, state_name)] = leak
+                refs = (
+                    ("the rest of the run", ~on, SEPARATION),
+                    ("the time before it", ~on & before, SEPARATION_FROM_BEFORE),
+                )
+                for ref, off, threshold in refs:
+                    for how, values, mask in _features(data[name][a:b], _numeric(data_type)):
+                        inside, outside = values[on[mask]], values[off[mask]]
+                        if len(inside) < MIN_ON or len(outside) < MIN_OFF:
+                            continue
+                        score = (
+                            ks(inside, outside)
+                            if how != "changes its value set"
+                            else value_set_change(inside, outside)
+                        )
+                        key = (how, f"with the {state_name} (against {ref})")
+                        if score >= threshold and score > (best[key].score if key in best else 0.0):
+                            best[key] = Leak(table, name, how, entity_of[a], key[1], score)
         found += best.values()
     return found
 
@@ -337,8 +340,8 @@ def test_the_leak_test_catches_planted_leaks(
     healthy: tuple[Store, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Shapes that passed the previous version: a level (20 outside, 12.5 inside), a 0/1 flag, a string naming
-    the fault's kind, a string that changes value; and a table without ts_s that differs from the fault-free
-    run's. Each is caught, and nothing else."""
+    the fault's kind, a string that changes value, a value raised at the fault's start and never lowered; and a
+    table without ts_s that differs from the fault-free run's. Each is caught, and nothing else."""
     store, states = run("thermal_throttle", monkeypatch)
     window = f"ts_s >= {SIM_EPOCH_TS_S + START_S} AND ts_s < {SIM_EPOCH_TS_S + START_S + FAULT_S}"
     for planted in (
@@ -346,6 +349,7 @@ def test_the_leak_test_catches_planted_leaks(
         f"UPDATE collective_samples SET timeouts = CASE WHEN {window} THEN 1 ELSE 0 END",
         f"UPDATE gpu_samples SET uuid = 'thermal_throttle' WHERE {window} AND gpu = 'node0/gpu0'",
         f"UPDATE flow_class_samples SET rule_id = 'hot' WHERE {window}",
+        f"UPDATE host_samples SET iowait_pct = 7 WHERE ts_s >= {SIM_EPOCH_TS_S + START_S}",  # raised, never lowered
         "UPDATE jobs SET checkpoint_gb = checkpoint_gb + 1",
     ):
         store.conn.execute(planted)
@@ -355,5 +359,6 @@ def test_the_leak_test_catches_planted_leaks(
         ("collective_samples", "timeouts"),
         ("gpu_samples", "uuid"),
         ("flow_class_samples", "rule_id"),
+        ("host_samples", "iowait_pct"),
         ("jobs", "<content>"),
     }

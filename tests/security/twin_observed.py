@@ -114,6 +114,11 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ),
     ("nic_samples", "retransmits"): (FLAP | ECN, "TCP retransmits what was dropped (tcp:tcp_retransmit_skb)"),
     ("netdev_samples", "oper_up"): (FLAP, "/sys/class/net/*/operstate"),
+    ("netdev_samples", "carrier_changes"): (FLAP, "/sys/class/net/*/carrier_changes"),
+    ("nic_samples", "carrier_changes"): (
+        FLAP,
+        "/sys/class/net/*/carrier_changes (on the NIC's first lane row)",
+    ),
     ("netdev_samples", "speed_mbps"): (FLAP, "/sys/class/net/*/speed reads unknown while the link is down"),
     ("netdev_samples", "tx_dropped"): (
         FLAP,
