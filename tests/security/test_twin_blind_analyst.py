@@ -17,7 +17,7 @@ import pytest
 from aiops.pipeline import RunResult, analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.store import Store
-from tests.security.test_twin_leaks import TWIN_TABLES
+from tests.security.twin_observed import TWIN_TABLES
 from tests.simkit import fault, scenario
 
 SCENARIOS: dict[str, list[dict[str, Any]]] = {

@@ -36,7 +36,7 @@ from aiops.labels import FAULT_KINDS
 from aiops.runtime import analysis
 from aiops.sim import SIM_EPOCH_TS_S, World
 from aiops.store import Store
-from tests.security.twin_observed import LOST_GPU, OBSERVED
+from tests.security.twin_observed import LOST_GPU, OBSERVED, TWIN_TABLES
 from tests.simkit import scenario
 
 START_S, FAULT_S, DURATION_S = 90.0, 150.0, 360.0  # the fault ends well before the run does
@@ -59,7 +59,6 @@ MIN_ON, MIN_OFF = (
 )  # samples of an entity inside and outside the fault for a comparison to mean anything
 SEPARATION = 0.5  # a threshold that tells inside from outside for half the samples more than chance does
 SEPARATION_FROM_BEFORE = 0.9  # inside against the time before the fault only (slow drifts reach ~0.8 there)
-TWIN_TABLES = frozenset({"sim_runs", "twin_log"})
 WALL_CLOCK = {("schema_migrations", "applied_ts_s"): "when the migration ran (the store's, not the twin's)"}
 NAMES_A_FAULT = re.compile(
     "|".join(

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from aiops.labels import FAULT_KINDS
 
+TWIN_TABLES = frozenset(
+    {"sim_runs", "twin_log"}
+)  # the twin's own: the scenario it ran (faults included), its log
 ANY = frozenset(FAULT_KINDS)  # a measurement that follows the work, heat and traffic of the cluster
 CAPS = frozenset({"power_cap_misconfig", "facility_power_cap", "power_brake", "thermal_throttle"})
 HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
