@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from aiops.sim import World
 from aiops.sim.actuator import SimActuator
 from aiops.store import Store
 from guardrails import (
@@ -167,13 +168,12 @@ def test_sim_actuator_rollback_restores_previous_limits() -> None:
     assert world.limit_mw[(3, 5)] == 650_000
 
 
-def test_sim_actuator_on_the_real_simulator_when_it_is_there(tmp_path: Any, store: Store) -> None:
-    sim = pytest.importorskip("aiops.sim")
+def test_sim_actuator_on_the_real_simulator(tmp_path: Any, store: Store) -> None:
     from aiops.scenarios import load_scenario
 
     path = tmp_path / "calm.yaml"
     path.write_text("name: calm\nduration_s: 60\n", encoding="utf-8")
-    world = sim.World(load_scenario(str(path)))
+    world = World(load_scenario(str(path)))
     world.step(1.0)
     executor = Executor(SimActuator(world, TOPOLOGY), ApprovalBook(TOPOLOGY), AuditLog(store))
     cap = action(target="node3", parameters={"fraction_of_tdp": 0.8})

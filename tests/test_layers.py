@@ -1,6 +1,9 @@
-"""The first-party import graph, built from the source (every import statement, inside functions too; only
-`if TYPE_CHECKING:` blocks, which never run, are left out): no cycle between modules, and no import from a
-lower layer up to a higher one. docs/ARCHITECTURE.md draws the same layers.
+"""The first-party import graph, built from the source (every import statement, inside functions too, relative
+imports resolved to their module; importlib.import_module, __import__ and importlib.util.spec_from_*/find_spec
+of a literal name count as imports, and a name known only at run time fails unless DYNAMIC_ALLOWED lists the
+module with why; only `if TYPE_CHECKING:` blocks, which never run, are left out): no cycle between modules, no
+import from a lower layer up to a higher one, and no import path from the analyst (detect, rca, playbooks,
+pipeline, evidence) to the twin (aiops.sim). docs/ARCHITECTURE.md draws the same layers.
 
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
@@ -53,6 +56,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.console",),
     ("aiops.cli",),
 )
+# The analyst (detection, diagnosis, remediation, evidence) never sees the twin: no import path to it.
+ANALYST = ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence")
+TWIN = ("aiops.sim",)
 # Within the pipeline layer the order is detect, rca -> playbooks -> pipeline (remediation is the pipeline's).
 SAME_LAYER_ALLOWED = {
     ("aiops.playbooks", "aiops.rca"),
@@ -90,30 +96,99 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[str]:
+# First-party modules that import a module named at run time, and why that is safe. Every literal name passed
+# to importlib.import_module, __import__ or importlib.util.spec_from_* is checked as an import edge.
+DYNAMIC_ALLOWED = {
+    "aiops.cli.main": "imports each name of COMMAND_MODULES, a tuple of literal aiops.cli.* modules "
+    "(test_the_cli_commands_are_cli_modules)",
+}
+DYNAMIC_CALLS = {"import_module", "__import__", "spec_from_file_location", "spec_from_loader", "find_spec"}
+
+
+def _relative(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute name `from .x import y` (level dots) means inside `module`."""
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+    return ".".join([*parts, *([node.module] if node.module else [])])
+
+
+def _call_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _dynamic(node: ast.Call, module: str, is_package: bool) -> str | None:
+    """The module a dynamic import names (a literal), "" for a name known only at run time, None if the call
+    is not a dynamic import."""
+    if _call_name(node.func) not in DYNAMIC_CALLS:
+        return None
+    arg = node.args[0] if node.args else None
+    if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+        return ""
+    name = arg.value
+    if name.startswith("."):  # import_module(".x", package="aiops.y")
+        package = next((k.value for k in node.keywords if k.arg == "package"), None)
+        if len(node.args) > 1:
+            package = node.args[1]
+        if not (isinstance(package, ast.Constant) and isinstance(package.value, str)):
+            return ""
+        level = len(name) - len(name.lstrip("."))
+        base = package.value.split(".")
+        return ".".join([*base[: len(base) - (level - 1)], name.lstrip(".")]).rstrip(".")
+    if _call_name(node.func).startswith("spec_from"):
+        return name if name.split(".")[0] in PACKAGES else None  # a file path is not a module name
+    return name
+
+
+def _imports(
+    tree: ast.AST, module: str = "", is_package: bool = False, unresolved: list[str] | None = None
+) -> list[str]:
+    """Every module `tree` (the source of `module`) imports; names dynamic imports cannot resolve are appended
+    to `unresolved` as `line N: call`."""
     out: list[str] = []
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.If) and _is_type_checking(node):
-            out.extend(name for child in node.orelse for name in _imports(child))
+            out.extend(
+                name for child in node.orelse for name in _imports(child, module, is_package, unresolved)
+            )
             continue
         if isinstance(node, ast.Import):
             out.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            submodules = [
-                f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES
-            ]
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            base = _relative(node, module, is_package) if node.level else str(node.module)
+            submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
             # `from pkg import module` is an import of that module; anything else imports `pkg` itself
-            out.extend(submodules if len(submodules) == len(node.names) else [node.module, *submodules])
-        out.extend(_imports(node))
+            out.extend(submodules if len(submodules) == len(node.names) else [base, *submodules])
+        elif isinstance(node, ast.Call):
+            named = _dynamic(node, module, is_package)
+            if named:
+                out.append(named)
+            elif named == "" and unresolved is not None:
+                unresolved.append(f"line {node.lineno}: {ast.unparse(node)}")
+        out.extend(_imports(node, module, is_package, unresolved))
     return out
+
+
+def _parse(name: str) -> ast.AST:
+    return ast.parse(MODULES[name].read_text(), str(MODULES[name]))
 
 
 def graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for name, path in MODULES.items():
-        targets = {_resolve(imported) for imported in _imports(ast.parse(path.read_text(), str(path)))}
+        imported = _imports(_parse(name), name, path.name == "__init__.py")
+        targets = {_resolve(i) for i in imported}
         edges[name] = {t for t in targets if t and t != name and t.split(".")[0] in PACKAGES}
     return edges
+
+
+def unresolved_dynamic_imports() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        calls: list[str] = []
+        _imports(_parse(name), name, path.name == "__init__.py", calls)
+        if calls:
+            found[name] = calls
+    return found
 
 
 def package_of(module: str) -> str:
@@ -172,9 +247,9 @@ def test_there_is_no_import_cycle() -> None:
     assert cycles(graph()) == []
 
 
-def test_no_import_goes_up_a_layer() -> None:
-    upward = []
-    for module, targets in graph().items():
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in edges.items():
         source = package_of(module)
         for target in targets:
             dest = package_of(target)
@@ -185,10 +260,49 @@ def test_no_import_goes_up_a_layer() -> None:
             ):
                 continue  # the base modules build on each other (the cycle check still holds them)
             if layer_of(dest) >= layer_of(source):
-                upward.append(
+                found.append(
                     f"{module} ({source}, layer {layer_of(source)}) imports {target} (layer {layer_of(dest)})"
                 )
-    assert upward == []
+    return found
+
+
+def forbidden(edges: dict[str, set[str]]) -> list[str]:
+    """Analyst modules that reach the twin through any chain of imports."""
+    found = []
+    for module in sorted(edges):
+        if package_of(module) not in ANALYST:
+            continue
+        seen, todo = {module}, [module]
+        while todo:
+            for target in edges.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        found += [f"{module} reaches {t}" for t in sorted(seen) if package_of(t) in TWIN]
+    return found
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    assert upward(graph()) == []
+
+
+def test_the_analyst_cannot_import_the_twin() -> None:
+    """Detection, diagnosis and remediation judge telemetry only: no path of imports from them to aiops.sim
+    (tests/security/test_twin_blind_analyst.py checks they never read the twin's tables either)."""
+    assert forbidden(graph()) == []
+
+
+def test_dynamic_imports_are_named_or_listed() -> None:
+    """A module named only at run time is an edge this test cannot see: allowed only where listed, with why."""
+    found = unresolved_dynamic_imports()
+    assert sorted(found) == sorted(DYNAMIC_ALLOWED), found
+
+
+def test_the_cli_commands_are_cli_modules() -> None:
+    """What aiops.cli.main imports at run time: literal names of aiops.cli modules (the top layer)."""
+    from aiops.cli.main import COMMAND_MODULES
+
+    assert COMMAND_MODULES and all(m in MODULES and package_of(m) == "aiops.cli" for m in COMMAND_MODULES)
 
 
 def test_the_checks_catch_what_they_claim_to() -> None:
@@ -201,6 +315,39 @@ def test_the_checks_catch_what_they_claim_to() -> None:
         "def f():\n    from aiops.store import Store\n"
     )
     assert _imports(tree) == ["typing", "aiops.store"]
+
+
+def test_relative_and_dynamic_imports_are_edges() -> None:
+    """`from ..cli.main import main` inside a store function, `from . import x`, importlib and __import__ with
+    a literal name are edges; a name known only at run time is reported."""
+    planted = ast.parse(
+        "import importlib\n"
+        "def f():\n    from ..cli.main import main\n    from . import workspace\n"
+        "    from .. import errors\n"
+        "def g(name):\n    importlib.import_module('aiops.console')\n    __import__('aiops.agent.graph')\n"
+        "    importlib.import_module('.report', package='aiops')\n    importlib.import_module(name)\n"
+    )
+    unresolved: list[str] = []
+    imported = _imports(planted, "aiops.store.ingest", False, unresolved)
+    assert imported == [
+        "importlib",
+        "aiops.cli.main",
+        "aiops.store.workspace",
+        "aiops.errors",
+        "aiops.console",
+        "aiops.agent.graph",
+        "aiops.report",
+    ]
+    assert unresolved == ["line 10: importlib.import_module(name)"]
+    assert _imports(ast.parse("from .world import World\n"), "aiops.sim", True) == ["aiops.sim.world"]
+    edges = {"aiops.store.ingest": {_resolve(i) for i in imported} - {""}}
+    assert sorted(upward(edges)) == [
+        f"aiops.store.ingest (aiops.store, layer 1) imports {t} (layer {layer_of(package_of(t))})"
+        for t in ("aiops.agent.graph", "aiops.cli.main", "aiops.console", "aiops.report")
+    ]
+    assert forbidden({"aiops.detect.x": {"aiops.store"}, "aiops.store": {"aiops.sim.world"}}) == [
+        "aiops.detect.x reaches aiops.sim.world"
+    ]
 
 
 @pytest.mark.parametrize("package", ["aiops.datapath", "collectors"])

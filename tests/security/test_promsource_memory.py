@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
-import tracemalloc
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,9 +23,9 @@ from aiops.cli.main import main
 from aiops.sources import mapping
 from aiops.sources.mapping import MAX_THREADS, STAGING_MEMORY_LIMIT_MB, Staging
 from aiops.sources.names import XID
-from aiops.sources.prometheus import PrometheusClient, fetch_into
 from aiops.store import Store
 
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("topology", "gpu_samples", "gpu_events", "nic_samples")
 
 
@@ -87,10 +88,13 @@ def test_the_pivot_in_time_slices_gives_exactly_the_rows_of_one_pivot(
 
 
 class _Answers(BaseHTTPRequestHandler):
-    bodies: ClassVar[list[bytes]] = []
+    """Serves `bodies[prefix]` in order to requests under /<prefix>/, then empty matrices."""
+
+    bodies: ClassVar[dict[str, list[bytes]]] = {}
 
     def do_GET(self) -> None:
-        body = type(self).bodies.pop(0) if type(self).bodies else b""
+        queue = type(self).bodies.get(self.path.split("/")[1], [])
+        body = queue.pop(0) if queue else b""
         if not body:
             body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode()
         self.send_response(200)
@@ -108,35 +112,87 @@ def answers() -> Iterator[str]:
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+    _Answers.bodies = {}
+
+
+def _matrix(series: int, points: int) -> bytes:
+    result = [
+        {
+            "metric": {"Hostname": f"h{i // 8}", "gpu": str(i % 8), "UUID": f"GPU-{i}"},
+            "values": [[1_000 + 15 * j, f"{60 + j % 9}.125"] for j in range(points)],
+        }
+        for i in range(series)
+    ]
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+
+
+# Runs in a child process: warms up on a small fetch through the same code (imports, DuckDB, Arrow resident),
+# resets the process's peak RSS (/proc/self/clear_refs: 5), then either holds one answer as the client parses
+# it ("one") or runs the whole fetch ("fetch"); prints the peak RSS above the warm process in kB, for the fetch
+# as the staging's pivot begins (the fetch proper; with what DuckDB holds then: the staged samples, bounded by
+# its memory limit) and at its end.
+CHILD = """
+import json, sys
+from aiops.sources import mapping
+from aiops.sources.prometheus import PrometheusClient, fetch_into
+from aiops.store import Store
+
+def kb(field):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
+
+mode, url = sys.argv[1:]
+span = dict(start_s=1_000.0, end_s=2_485.0, step_s=15.0)
+with Store(":memory:") as warm:
+    fetch_into(warm, PrometheusClient(url + "/warm"), **span)
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")
+base = kb("VmRSS")
+out = {}
+if mode == "one":
+    held = next(PrometheusClient(url + "/one").query_range("x", span["start_s"], span["end_s"], span["step_s"]))
+    out["samples"] = sum(len(s["values"]) for s in held)
+else:
+    finish = mapping.Staging.finish
+    def measured(self, *args, **kwargs):
+        out["fetch_kb"] = kb("VmHWM") - base
+        sql = "SELECT sum(memory_usage_bytes) // 1024 FROM duckdb_memory()"
+        out["duckdb_kb"] = int(self.store.conn.execute(sql).fetchone()[0])
+        return finish(self, *args, **kwargs)
+    mapping.Staging.finish = measured
+    with Store(":memory:") as store:
+        out["samples"] = fetch_into(store, PrometheusClient(url + "/fetch"), **span).samples
+out["peak_kb"] = kb("VmHWM") - base
+print(json.dumps(out))
+"""
+
+
+def _child(mode: str, url: str) -> dict[str, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, url], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def test_the_fetch_holds_one_parsed_answer_at_a_time(answers: str) -> None:
-    """Python's side of the fetch (tracemalloc; DuckDB's and Arrow's memory is bounded by the memory limit): the
-    peak stays well under two parsed answers, so the previous answer is freed before the next one is read."""
-    series = [
-        {
-            "metric": {"Hostname": f"h{i // 8}", "gpu": str(i % 8), "UUID": f"GPU-{i}"},
-            "values": [[1_000 + 15 * j, f"{60 + j % 9}.125"] for j in range(100)],
-        }
-        for i in range(400)
-    ]
-    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
-    del series
-    tracemalloc.start()
-    try:
-        parsed = json.loads(body)
-        one_answer_bytes = tracemalloc.get_traced_memory()[0]
-        del parsed
-        _Answers.bodies = [body] * 6
-        with Store(":memory:") as store:
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            report = fetch_into(store, PrometheusClient(answers), start_s=1_000.0, end_s=2_485.0, step_s=15.0)
-            peak_bytes = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
-    assert report.samples == 6 * 400 * 100
-    assert peak_bytes < 2 * one_answer_bytes, (peak_bytes, one_answer_bytes)
+    """The process's memory (peak RSS of a child that does only this, above its warmed-up self): fetching six
+    answers instead of one adds, besides the samples DuckDB stages, less than one parsed answer, so each answer
+    is freed before the next one is read. Holding them all would add five."""
+    body, small = _matrix(600, 100), _matrix(8, 100)
+    _Answers.bodies = {"warm": [small] * 6, "one": [body]}
+    one = _child("one", answers)
+    fetched = {}
+    for n in (1, 6):
+        _Answers.bodies = {"warm": [small] * 6, "fetch": [body] * n}
+        fetched[n] = _child("fetch", answers)
+        assert fetched[n]["samples"] == n * 600 * 100
+    assert one["samples"] == 600 * 100
+    assert one["peak_kb"] > 10_000, one  # an answer big enough to stand out of the allocator's noise
+    more_kb = (fetched[6]["fetch_kb"] - fetched[6]["duckdb_kb"]) - (
+        fetched[1]["fetch_kb"] - fetched[1]["duckdb_kb"]
+    )
+    assert more_kb < one["peak_kb"], (more_kb, one, fetched)
 
 
 def _limits(conn: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
@@ -164,15 +220,17 @@ def test_staging_and_analysis_connections_are_under_the_memory_limit(
 
     monkeypatch.setattr(analyze_prometheus, "analyze", analyze)
     series = [{"metric": {"Hostname": "h", "gpu": "0"}, "values": [[1_000, "60"], [1_015, "61"]]}]
-    _Answers.bodies = [
-        json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
-    ]
+    _Answers.bodies = {
+        "limits": [
+            json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
+        ]
+    }
     with pytest.raises(SystemExit):
         main(
             [
                 "analyze",
                 "--prometheus",
-                answers,
+                answers + "/limits",
                 "--start",
                 "1000",
                 "--end",

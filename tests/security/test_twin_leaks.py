@@ -1,34 +1,71 @@
-"""Issue 14 item 2: the twin does not leak its faults. For a run of every fault kind, every column of every stored
-table with a timestamp is compared, per entity (GPU, NIC, rack, job and op, ...), with the injected fault's
-on/off state as a time series: a column that is non-null, non-zero or names the fault's target exactly while
-the fault is on (and not otherwise) is a function of the fault model, not of anything a real source reports.
+"""Issue 14 item 2, issue 22 item 5: the twin does not leak its faults. Every fault kind is simulated into a
+workspace the way `aiops simulate` and `aiops demo` make one (`simulate_into`: telemetry, then the run recorded
+in `sim_runs`), and EVERY column of EVERY table of the store's schema (information_schema, not a hand list) is
+judged by whether it carries information about the fault:
 
-Columns that a real source does report while such a fault lasts (NVML's clocks-event reasons under a cap, the
-carrier state of a flapping link, NVML's GPU_IS_LOST) are listed in OBSERVED with their source
-(docs/SIMULATOR.md, "What is observable, and by whom"); everything else that matches fails the test.
+- a table with a `ts_s`: per entity (GPU, NIC and lane, rack, job and op and scope, ...), each column's values
+  inside the fault window against outside it (for a flap also the seconds the fault held the link down, read
+  from the world as it ran): numbers and booleans by their level and by their change from the previous sample
+  (how well one threshold separates inside from outside, and inside from the time before the fault: the
+  Kolmogorov-Smirnov distance; so a level shift, a flag, a counter that only grows during the fault, a value
+  raised at its start and never lowered), nulls by their rate, strings by their value set (the share
+  of samples whose value never occurs on the other side), and the table's rows by their rate per second;
+- a table without `ts_s`: its content, which must be the fault-free run's;
+- every string anywhere: it must not name a fault kind, nor say `fault` or `inject`.
+
+What a real source reports while such a fault lasts (temperatures, clocks, throttle reasons, the counters the
+NIC and HCA keep) is listed in OBSERVED with that source, for the fault kinds it reacts to (docs/SIMULATOR.md,
+"What is observable, and by whom"); everything else that carries fault information fails. Only the twin's own
+tables (TWIN_TABLES: the scenario it ran and its log) may name faults; the agent's SQL tool refuses them and
+the analyst never reads them (tests/security/test_twin_blind_analyst.py).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
+import itertools
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 
-from aiops.sim import SIM_EPOCH_TS_S, World, simulate
+from aiops.agent.sqltool import PROTECTED_TABLES
+from aiops.labels import FAULT_KINDS
+from aiops.runtime import analysis
+from aiops.sim import SIM_EPOCH_TS_S, World
 from aiops.store import Store
+from tests.security.twin_observed import LOST_GPU, OBSERVED, TWIN_TABLES
 from tests.simkit import scenario
 
-START_S, FAULT_S, DURATION_S = 90.0, 150.0, 360.0  # the fault ends well before the run: counters that only
-# grow (ECC, replays) then stay up after it and are not "on exactly while the fault is on"
-ENTITY_KEYS = ("gpu", "node", "nic", "rack", "job", "op", "scope", "lane", "traffic_class", "component")
+START_S, FAULT_S, DURATION_S = 90.0, 150.0, 360.0  # the fault ends well before the run does
+ENTITY_KEYS = (
+    "gpu",
+    "node",
+    "nic",
+    "rack",
+    "job",
+    "op",
+    "scope",
+    "lane",
+    "traffic_class",
+    "component",
+    "dev",
+)
 MIN_ON, MIN_OFF = (
     10,
     10,
 )  # samples of an entity inside and outside the fault for a comparison to mean anything
-PRECISION, RECALL = 0.97, 0.8  # "on only while the fault is on" and "on for most of it" (lags are allowed)
+SEPARATION = 0.5  # a threshold that tells inside from outside for half the samples more than chance does
+SEPARATION_FROM_BEFORE = 0.9  # inside against the time before the fault only (slow drifts reach ~0.8 there)
+WALL_CLOCK = {("schema_migrations", "applied_ts_s"): "when the migration ran (the store's, not the twin's)"}
+NAMES_A_FAULT = re.compile(
+    "|".join(
+        [r"\bfaults?\b", r"\binject", *(re.escape(k).replace("_", "[ _-]?") for k in sorted(FAULT_KINDS))]
+    ),
+    re.IGNORECASE,
+)
 
 TARGETS: dict[str, str] = {
     "thermal_throttle": "node3/gpu2",
@@ -49,203 +86,278 @@ TARGETS: dict[str, str] = {
     "ambient_drift": "fleet",
 }
 
-# (table, column) -> (fault kinds, the real source that reports it while such a fault lasts)
-OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
-    ("gpu_samples", "clocks_event_reasons"): (
-        frozenset({"power_cap_misconfig", "facility_power_cap", "power_brake", "thermal_throttle"}),
-        "nvmlDeviceGetCurrentClocksEventReasons: SwPowerCap / HW slowdown bits while the cap or brake holds",
-    ),
-    ("gpu_samples", "nvml_error"): (
-        frozenset({"gpu_fell_off_bus"}),
-        "NVML answers NVML_ERROR_GPU_IS_LOST for a GPU off the bus until it is reset, and NVML_ERROR_TIMEOUT for the "
-        "node's other GPUs while the driver handles the loss (Xid 79, NVIDIA Xid catalogue)",
-    ),
-    ("nic_samples", "link_up"): (frozenset({"nic_link_flap"}), "/sys/class/net/*/carrier"),
-    ("nic_samples", "drops"): (
-        frozenset({"nic_link_flap", "ecn_misconfig"}),
-        "tx_dropped/tx_carrier_errors while the carrier is down; without ECN a congested queue drops what it "
-        "would have marked (RFC 3168 section 5)",
-    ),
-    ("nic_samples", "retransmits"): (
-        frozenset({"nic_link_flap", "ecn_misconfig"}),
-        "TCP retransmits what was dropped (tcp:tcp_retransmit_skb)",
-    ),
-    **{
-        ("ib_port_samples", column): (
-            frozenset({"nic_link_flap"}),
-            "/sys/class/infiniband/*/ports/*/{state,phys_state} and the IBA PortCounters in counters/ while the "
-            "link is down or has just been (Documentation/ABI/stable/sysfs-class-infiniband)",
-        )
-        for column in (
-            "state",
-            "phys_state",
-            "link_downed",
-            "link_error_recovery",
-            "symbol_error",
-            "port_xmit_discards",
-        )
-    },
-    ("ib_port_samples", "local_ack_timeout_err"): (
-        frozenset({"nic_link_flap"}),
-        "mlx5 hw_counters: a QP's ack timer expired with retries left (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT)",
-    ),
-    ("ib_port_samples", "req_transport_retries_exceeded"): (
-        frozenset({"nic_link_flap"}),
-        "mlx5 hw_counters (Linux >= 6.11, commit b339e0a): the retry limit ran out during a long outage",
-    ),
-    **{
-        ("ib_port_samples", column): (
-            frozenset({"ecn_misconfig"}),
-            "mlx5 hw_counters (RoCE congestion control, DCQCN): CE-marked packets received, CNPs sent and "
-            "handled; packets received out of PSN order after the switch's queue dropped some",
-        )
-        for column in ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "out_of_sequence")
-    },
-    ("netdev_samples", "rx_pause_frames"): (
-        frozenset({"ecn_misconfig"}),
-        "ethtool rx_prio<N>_pause (mlx5): on a lossless fabric the switch pauses a sender whose queue does not mark",
-    ),
-    ("log_events", "raw"): (
-        frozenset({"nic_link_flap"}),
-        "the rank's NCCL log: 'NET/IB : Got completion from peer ... with status=12' (IBV_WC_RETRY_EXC_ERR)",
-    ),
-}
-
 
 @dataclass(frozen=True)
 class Leak:
     table: str
-    column: str
-    entity: tuple[Any, ...]
-    state: str
+    column: str  # a column, or `<rows>` (the table's row rate) or `<content>` (a table without ts_s)
     how: str
-    precision: float
-    recall: float
+    entity: tuple[Any, ...] = ()
+    state: str = ""
+    score: float = 1.0
 
     def __str__(self) -> str:
-        return (
-            f"{self.table}.{self.column} {self.how} {self.entity} follows {self.state} "
-            f"(precision {self.precision:.2f}, recall {self.recall:.2f})"
-        )
+        where = f" of {self.entity}" if self.entity else ""
+        score = f" {self.state} (separation {self.score:.2f})" if self.state else ""
+        return f"{self.table}.{self.column}{where}: {self.how}{score}"
 
 
-def run(kind: str) -> tuple[Store, dict[str, Callable[[float], bool]]]:
-    """Simulate one fault into a store; return it with the fault's state as functions of a sample's ts_s: the
-    fault window and, for a flap, the seconds the fault held the link down (read from the world as it ran,
-    never from telemetry)."""
-    spec = _scenario(kind)
-    world = World(spec)
-    held_down: set[float] = set()
-    nic = world.layout.nic_index.get(TARGETS[kind])
-    world_step = world.step
+class _World(World):
+    """The world `simulate_into` builds, remembering the seconds a flap held its link down."""
 
-    def step(dt_s: float = 1.0) -> None:
-        world_step(dt_s)
-        if kind == "nic_link_flap" and nic is not None and not world.link_up[nic]:
-            held_down.add(world.now_ts_s)
+    held_down: set[float]
+    watched: int | None = None
 
-    world.step = step  # type: ignore[method-assign]
+    def step(self, dt_s: float = 1.0) -> None:
+        super().step(dt_s)
+        if self.watched is not None and not self.link_up[self.watched]:
+            self.held_down.add(self.now_ts_s)
+
+
+def run(kind: str | None, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, dict[str, Callable[[Any], Any]]]:
+    """Simulate one fault (or none) into a store as `aiops simulate` does; return it with the fault's states as
+    functions of an array of ts_s (never read from telemetry)."""
+    faults = []
+    if kind is not None:
+        faults = [
+            {
+                "kind": kind,
+                "target": TARGETS[kind],
+                "start_s": START_S,
+                "duration_s": FAULT_S,
+                "severity": 0.8,
+            }
+        ]
+    held: set[float] = set()
+
+    def world(spec: Any, policy: Any = None) -> _World:
+        w = _World(spec, policy)
+        w.held_down = held
+        w.watched = w.layout.nic_index.get(TARGETS[kind]) if kind == "nic_link_flap" else None
+        return w
+
+    monkeypatch.setattr(analysis, "World", world)
     store = Store(":memory:")
-    simulate(spec, store, world=world)
-
-    def window(ts_s: float) -> bool:
-        return START_S <= ts_s - SIM_EPOCH_TS_S < START_S + FAULT_S
-
-    states: dict[str, Callable[[float], bool]] = {"fault window": window}
+    analysis.simulate_into(store, scenario(faults, duration_s=DURATION_S))
+    lo, hi = SIM_EPOCH_TS_S + START_S, SIM_EPOCH_TS_S + START_S + FAULT_S
+    states: dict[str, Callable[[Any], Any]] = {"fault window": lambda ts: (ts >= lo) & (ts < hi)}
     if kind == "nic_link_flap":
-        assert len(held_down) >= MIN_ON, "the flap scenario must hold the link down long enough to compare"
-        states["link held down"] = lambda ts_s: ts_s in held_down
+        assert len(held) >= MIN_ON, "the flap scenario must hold the link down long enough to compare"
+        down = np.array(sorted(held))
+        states["link held down"] = lambda ts: np.isin(ts, down)
     return store, states
 
 
-def _scenario(kind: str) -> Any:
-    target = TARGETS[kind]
-    fault = {"kind": kind, "target": target, "start_s": START_S, "duration_s": FAULT_S, "severity": 0.8}
-    return scenario([fault], duration_s=DURATION_S)
-
-
-def _indicators(value: Any, target: str) -> dict[str, bool]:
-    out = {"is non-null for": value is not None}
-    if isinstance(value, bool | int | float):
-        out["is non-zero for"] = bool(value)
-    if isinstance(value, str):
-        out["names the target for"] = value == target or value.startswith(target + "/")
+def tables(store: Store) -> dict[str, list[tuple[str, str]]]:
+    """Every table of the store's schema with its columns and their types."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for r in store.query(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+    ):
+        out.setdefault(str(r["table_name"]), []).append((str(r["column_name"]), str(r["data_type"])))
     return out
 
 
-def leaks(store: Store, kind: str, states: dict[str, Callable[[float], bool]]) -> list[Leak]:
-    target = TARGETS[kind]
-    found: list[Leak] = []
-    tables = [
-        str(r["table_name"])
-        for r in store.query(
-            "SELECT DISTINCT table_name FROM information_schema.columns WHERE column_name = 'ts_s' "
-            "ORDER BY table_name"
-        )
-    ]
-    for table in tables:
-        rows = store.query(f'SELECT * FROM "{table}"')  # table names from the catalogue
-        if not rows:
+def _numeric(data_type: str) -> bool:
+    return data_type in {"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT"} or (
+        data_type.startswith(("DOUBLE", "FLOAT", "REAL", "DECIMAL", "UINTEGER", "UBIGINT", "USMALLINT"))
+    )
+
+
+def ks(inside: Any, outside: Any) -> float:
+    """How much better than chance one threshold tells the two samples apart (Kolmogorov-Smirnov D)."""
+    if not len(inside) or not len(outside):
+        return 0.0
+    grid = np.union1d(inside, outside)
+    f_in = np.searchsorted(np.sort(inside), grid, side="right") / len(inside)
+    f_out = np.searchsorted(np.sort(outside), grid, side="right") / len(outside)
+    return float(np.max(np.abs(f_in - f_out)))
+
+
+def value_set_change(inside: Any, outside: Any) -> float:
+    """The share of samples (on the side where it is larger) whose value never occurs on the other side."""
+    only_in = ~np.isin(inside, outside)
+    only_out = ~np.isin(outside, inside)
+    return max(float(only_in.mean()), float(only_out.mean()))
+
+
+def _features(column: Any, numeric: bool) -> Iterator[tuple[str, Any, Any]]:
+    """(how, values, mask of the samples they belong to) for one entity's column in time order."""
+    null = np.array([v is None for v in column], dtype=bool)
+    yield "is null more or less often", null.astype(float), np.ones(len(column), dtype=bool)
+    if numeric:
+        values = np.array([np.nan if v is None else float(v) for v in column])
+        known_values = values[~null]
+        if len(known_values) < 2 or np.any(np.diff(known_values) < 0):  # a counter's level is its history
+            yield "shifts its level", known_values, ~null
+        change = np.diff(values, prepend=np.nan)
+        known = ~np.isnan(change)
+        yield "changes differently", change[known], known
+    else:
+        yield "changes its value set", np.array([str(v) for v in column[~null]]), ~null
+
+
+def series_leaks(store: Store, table: str, cols: list[tuple[str, str]], states: dict[str, Any]) -> list[Leak]:
+    names = [c for c, _ in cols]
+    keys = [k for k in ENTITY_KEYS if k in names]
+    order = ", ".join(f'"{k}"' for k in [*keys, "ts_s"])
+    result = store.conn.execute(f'SELECT * FROM "{table}" ORDER BY {order}')  # names from the catalogue
+    rows = result.fetchall()
+    if not rows:
+        return []
+    data = {name: np.array([r[i] for r in rows], dtype=object) for i, name in enumerate(names)}
+    ts = data["ts_s"].astype(float)
+    found = _row_rate(table, ts, states)
+    entity_of = [tuple(r[names.index(k)] for k in keys) for r in rows]
+    bounds = [0, *[i for i in range(1, len(rows)) if entity_of[i] != entity_of[i - 1]], len(rows)]
+    for name, data_type in cols:
+        if name == "ts_s" or name in keys:
             continue
-        keys = [k for k in ENTITY_KEYS if k in rows[0]]
-        for column in rows[0]:
-            if column == "ts_s" or column in keys:
-                continue
-            found += _column_leaks(table, column, rows, keys, states, target)
+        best: dict[tuple[str, str], Leak] = {}
+        for a, b in itertools.pairwise(bounds):
+            before = ts[a:b] < SIM_EPOCH_TS_S + START_S
+            for state_name, state in states.items():
+                on = state(ts[a:b])
+                refs = (
+                    ("the rest of the run", ~on, SEPARATION),
+                    ("the time before it", ~on & before, SEPARATION_FROM_BEFORE),
+                )
+                for ref, off, threshold in refs:
+                    for how, values, mask in _features(data[name][a:b], _numeric(data_type)):
+                        inside, outside = values[on[mask]], values[off[mask]]
+                        if len(inside) < MIN_ON or len(outside) < MIN_OFF:
+                            continue
+                        score = (
+                            ks(inside, outside)
+                            if how != "changes its value set"
+                            else value_set_change(inside, outside)
+                        )
+                        key = (how, f"with the {state_name} (against {ref})")
+                        if score >= threshold and score > (best[key].score if key in best else 0.0):
+                            best[key] = Leak(table, name, how, entity_of[a], key[1], score)
+        found += best.values()
     return found
 
 
-def _column_leaks(
-    table: str,
-    column: str,
-    rows: list[dict[str, Any]],
-    keys: list[str],
-    states: dict[str, Callable[[float], bool]],
-    target: str,
-) -> list[Leak]:
-    series: dict[tuple[Any, ...], list[tuple[float, dict[str, bool]]]] = defaultdict(list)
-    for r in rows:
-        series[tuple(r[k] for k in keys)].append((float(r["ts_s"]), _indicators(r[column], target)))
+def _row_rate(table: str, ts: Any, states: dict[str, Any]) -> list[Leak]:
+    """Rows per second inside the fault against outside: events that only the fault writes."""
+    seconds = np.arange(SIM_EPOCH_TS_S, SIM_EPOCH_TS_S + DURATION_S + 1.0)
+    counts = np.bincount(
+        np.clip(np.floor(ts - SIM_EPOCH_TS_S).astype(int), 0, len(seconds) - 1), minlength=len(seconds)
+    )
+    found = []
+    for state_name, state in states.items():
+        on = state(seconds)
+        inside, outside = counts[on], counts[~on]
+        score = ks(inside, outside)
+        only_inside = inside.sum() > 0 and outside.sum() == 0
+        if score >= SEPARATION or only_inside:
+            how = "has rows only" if only_inside else "has more or fewer rows"
+            found.append(
+                Leak(table, "<rows>", how, (), f"within the {state_name}", max(score, float(only_inside)))
+            )
+    return found
+
+
+def content(store: Store, table: str, cols: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    kept = ", ".join(f'"{c}"' for c, _ in cols if (table, c) not in WALL_CLOCK)
+    return sorted(store.conn.execute(f'SELECT {kept} FROM "{table}"').fetchall(), key=repr)
+
+
+def naming(store: Store, table: str, cols: list[tuple[str, str]]) -> dict[str, str]:
+    """Columns of `table` holding a string that names a fault kind or says fault/inject, with one such value."""
+    out = {}
+    for column, _ in cols:
+        hit = store.scalar(
+            f'SELECT any_value(CAST("{column}" AS VARCHAR)) FROM "{table}" '
+            f'WHERE regexp_matches(CAST("{column}" AS VARCHAR), ?)',
+            ["(?i)" + NAMES_A_FAULT.pattern],
+        )
+        if hit is not None:
+            out[column] = str(hit)
+    return out
+
+
+def leaks(store: Store, healthy: Store | None, states: dict[str, Any]) -> list[Leak]:
+    """Everything in `store` outside the twin's tables that carries information about the fault; a table
+    without ts_s is compared with the fault-free run's (`healthy`)."""
     found: list[Leak] = []
-    for entity, points in series.items():
-        for state_name, state in states.items():
-            on = [state(ts) for ts, _ in points]
-            if sum(on) < MIN_ON or len(on) - sum(on) < MIN_OFF:
-                continue
-            for how in points[0][1]:
-                marks = [ind.get(how, False) for _, ind in points]
-                hits = sum(m and o for m, o in zip(marks, on, strict=True))
-                if not hits:
-                    continue
-                precision, recall = hits / sum(marks), hits / sum(on)
-                if precision >= PRECISION and recall >= RECALL:
-                    found.append(Leak(table, column, entity, state_name, how, precision, recall))
+    for table, cols in tables(store).items():
+        if table in TWIN_TABLES:
+            continue
+        found += [
+            Leak(table, c, f"names a fault ({v[:60]!r})") for c, v in naming(store, table, cols).items()
+        ]
+        if any(c == "ts_s" for c, _ in cols):
+            found += series_leaks(store, table, cols, states)
+        elif healthy is not None and content(store, table, cols) != content(healthy, table, cols):
+            found.append(Leak(table, "<content>", "differs from the fault-free run's"))
     return found
+
+
+def explained(leak: Leak, kind: str) -> bool:
+    if (leak.table, leak.how, kind in LOST_GPU[2]) == (*LOST_GPU[:2], True):
+        return True
+    return kind in OBSERVED.get((leak.table, leak.column), (frozenset[str](), ""))[0]
 
 
 def unexplained(found: list[Leak], kind: str) -> list[Leak]:
-    return [
-        leak
-        for leak in found
-        if kind not in OBSERVED.get((leak.table, leak.column), (frozenset[str](), ""))[0]
-    ]
+    return [leak for leak in found if not explained(leak, kind)]
+
+
+@pytest.fixture(scope="module")
+def healthy() -> Iterator[tuple[Store, dict[str, Any]]]:
+    with pytest.MonkeyPatch.context() as mp:
+        store, states = run(None, mp)
+    yield store, states
+    store.close()
+
+
+def test_a_fault_free_run_carries_nothing_about_a_window(healthy: tuple[Store, dict[str, Any]]) -> None:
+    """The statistics do not flag a run without a fault: nothing separates the would-be window from the rest."""
+    store, states = healthy
+    assert [str(leak) for leak in leaks(store, None, states)] == []
 
 
 @pytest.mark.parametrize("kind", sorted(TARGETS))
-def test_no_stored_column_follows_the_injected_fault(kind: str) -> None:
-    store, states = run(kind)
-    bad = unexplained(leaks(store, kind, states), kind)
-    assert not bad, f"{kind}: columns that follow the fault's state:\n" + "\n".join(
+def test_no_stored_column_carries_the_injected_fault(
+    kind: str, healthy: tuple[Store, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, states = run(kind, monkeypatch)
+    schema = tables(store)
+    assert set(schema) >= TWIN_TABLES and TWIN_TABLES == PROTECTED_TABLES
+    # sim_runs holds the scenario, faults included: the name check sees it there (and allows it there only)
+    assert kind in naming(store, "sim_runs", schema["sim_runs"]).get("scenario_yaml", ""), "sim_runs is empty"
+    bad = unexplained(leaks(store, healthy[0], states), kind)
+    assert not bad, f"{kind}: stored columns that carry the fault:\n" + "\n".join(
         sorted({str(b) for b in bad})
     )
 
 
-def test_the_leak_test_catches_a_leak() -> None:
-    """A column written from the fault's own state (what `rack_samples.power_cap_kw` was) is caught."""
-    store, states = run("thermal_throttle")
-    store.conn.execute(
-        "UPDATE rack_samples SET power_cap_kw = 12.5 WHERE ts_s >= ? AND ts_s < ?",
-        [SIM_EPOCH_TS_S + START_S, SIM_EPOCH_TS_S + START_S + FAULT_S],
-    )
-    bad = unexplained(leaks(store, "thermal_throttle", states), "thermal_throttle")
-    assert {(b.table, b.column) for b in bad} == {("rack_samples", "power_cap_kw")}
+def test_the_leak_test_catches_planted_leaks(
+    healthy: tuple[Store, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shapes that passed the previous version: a level (20 outside, 12.5 inside), a 0/1 flag, a string naming
+    the fault's kind, a string that changes value, a value raised at the fault's start and never lowered; and a
+    table without ts_s that differs from the fault-free run's. Each is caught, and nothing else."""
+    store, states = run("thermal_throttle", monkeypatch)
+    window = f"ts_s >= {SIM_EPOCH_TS_S + START_S} AND ts_s < {SIM_EPOCH_TS_S + START_S + FAULT_S}"
+    for planted in (
+        f"UPDATE host_samples SET mem_used_pct = CASE WHEN {window} THEN 12.5 ELSE 20 END",
+        f"UPDATE collective_samples SET timeouts = CASE WHEN {window} THEN 1 ELSE 0 END",
+        f"UPDATE gpu_samples SET uuid = 'thermal_throttle' WHERE {window} AND gpu = 'node0/gpu0'",
+        f"UPDATE flow_class_samples SET rule_id = 'hot' WHERE {window}",
+        f"UPDATE host_samples SET iowait_pct = 7 WHERE ts_s >= {SIM_EPOCH_TS_S + START_S}",  # raised, never lowered
+        "UPDATE jobs SET checkpoint_gb = checkpoint_gb + 1",
+    ):
+        store.conn.execute(planted)
+    caught = {(b.table, b.column) for b in unexplained(leaks(store, healthy[0], states), "thermal_throttle")}
+    assert caught == {
+        ("host_samples", "mem_used_pct"),
+        ("collective_samples", "timeouts"),
+        ("gpu_samples", "uuid"),
+        ("flow_class_samples", "rule_id"),
+        ("host_samples", "iowait_pct"),
+        ("jobs", "<content>"),
+    }

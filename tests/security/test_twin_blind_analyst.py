@@ -1,0 +1,74 @@
+"""Issue 22 item 2: the analyst cannot see the twin. A simulated workspace holds the scenario it was made from
+(`sim_runs`, faults included) and the twin's log (`twin_log`); detection, diagnosis and remediation
+(`aiops.pipeline.analyze_store`: aiops.detect, aiops.rca, aiops.playbooks) must judge the telemetry alone. Each
+scenario is simulated once the way `aiops simulate` does, copied, the copy's twin tables dropped (any read of
+them fails there), and both analysed: the incidents, the hypotheses (root cause, component, confidence,
+evidence) and the remediation must be identical. tests/test_layers.py forbids the import path to aiops.sim.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiops.pipeline import RunResult, analyze_store
+from aiops.runtime.analysis import simulate_into
+from aiops.store import Store
+from tests.security.twin_observed import TWIN_TABLES
+from tests.simkit import fault, scenario
+
+SCENARIOS: dict[str, list[dict[str, Any]]] = {
+    "thermal": [fault("thermal_throttle", "node3/gpu2", 0.8)],
+    "flap": [fault("nic_link_flap", "node1/nic0", 0.9)],
+    "loader": [fault("input_pipeline_bottleneck", "node2", 0.8)],
+    "ecc and cap": [fault("gpu_ecc_error", "node2/gpu1", 0.8), fault("power_cap_misconfig", "node0", 0.8)],
+}
+
+
+def _simulated(path: Path, faults: list[dict[str, Any]]) -> None:
+    with Store(path) as store:
+        simulate_into(store, scenario(faults))
+        assert (
+            store.scalar("SELECT count(*) FROM sim_runs") == 1
+        )  # the run is recorded: there is something to hide
+
+
+def _hide_the_twin(path: Path) -> None:
+    with Store(path) as store:
+        for table in sorted(TWIN_TABLES):
+            store.conn.execute(f"DROP TABLE {table}")
+
+
+def diagnosis(result: RunResult) -> dict[str, Any]:
+    """What the analyst concluded, in full."""
+    return {
+        "incidents": [i.model_dump() for i in result.incidents],
+        "diagnoses": [d.model_dump() for d in result.diagnoses],
+        "remediations": {
+            k: [a.model_dump(exclude={"proposal_id", "created_ts_s"}) for a in v]
+            for k, v in result.remediations.items()
+        },
+    }
+
+
+def analysed(path: Path) -> dict[str, Any]:
+    with Store(path) as store:
+        return diagnosis(analyze_store(store))
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_analyst_concludes_the_same_without_the_twins_tables(name: str, tmp_path: Path) -> None:
+    seen, blind = tmp_path / "seen.duckdb", tmp_path / "blind.duckdb"
+    _simulated(seen, SCENARIOS[name])
+    shutil.copyfile(seen, blind)
+    _hide_the_twin(blind)
+    with Store(blind) as store, pytest.raises(Exception, match="sim_runs"):
+        store.query("SELECT * FROM sim_runs")
+    normal = analysed(seen)
+    assert normal["diagnoses"] and all(d["hypotheses"] for d in normal["diagnoses"]), normal["incidents"]
+    causes = {d["hypotheses"][0]["root_cause"] for d in normal["diagnoses"]}
+    assert causes & {f["kind"] for f in SCENARIOS[name]}, causes  # a real diagnosis, not an empty one
+    assert analysed(blind) == normal

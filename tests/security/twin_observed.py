@@ -1,0 +1,165 @@
+"""What a real source reports while a fault lasts: the columns tests/security/test_twin_leaks.py lets carry
+information about a fault, each with the fault kinds it may react to and the source that reports it on a real
+cluster (docs/SIMULATOR.md, "What is observable, and by whom"). `<rows>` is a table's row rate.
+"""
+
+from __future__ import annotations
+
+from aiops.labels import FAULT_KINDS
+
+TWIN_TABLES = frozenset(
+    {"sim_runs", "twin_log"}
+)  # the twin's own: the scenario it ran (faults included), its log
+ANY = frozenset(FAULT_KINDS)  # a measurement that follows the work, heat and traffic of the cluster
+CAPS = frozenset({"power_cap_misconfig", "facility_power_cap", "power_brake", "thermal_throttle"})
+HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
+FLAP = frozenset({"nic_link_flap"})
+ECN = frozenset({"ecn_misconfig"})
+XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
+
+_MEASURED: dict[tuple[str, str], str] = {
+    ("gpu_samples", "temp_c"): "nvmlDeviceGetTemperature (follows the GPU's power and its coolant)",
+    ("gpu_samples", "mem_temp_c"): "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
+    ("gpu_samples", "power_w"): "nvmlDeviceGetPowerUsage (follows the work the GPU does)",
+    ("gpu_samples", "util_pct"): "nvmlDeviceGetUtilizationRates (a GPU that waits is idle)",
+    ("gpu_samples", "mem_util_pct"): "nvmlDeviceGetUtilizationRates",
+    ("rack_samples", "power_kw"): "the rack PDU's power meter",
+    ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
+    ("nic_samples", "tx_bytes"): "the eBPF lane counters (bytes a lane sent)",
+    ("nic_samples", "tx_packets"): "the eBPF lane counters",
+    (
+        "nic_samples",
+        "ce_marks",
+    ): "the eBPF lane counters (CE-marked packets: queues fill when traffic changes)",
+    ("nic_samples", "queue_delay_ms"): "the eBPF lane counters (sojourn time of the HTB class)",
+    ("flow_class_samples", "tx_bytes"): "the eBPF classifier's per-class byte counters",
+    ("netdev_samples", "rx_bytes"): "/sys/class/net/*/statistics",
+    ("netdev_samples", "tx_bytes"): "/sys/class/net/*/statistics",
+    ("netdev_samples", "rx_packets"): "/sys/class/net/*/statistics",
+    ("netdev_samples", "tx_packets"): "/sys/class/net/*/statistics",
+    ("ib_port_samples", "port_rcv_data"): "IBA PortCounters PortRcvData (counters/)",
+    ("ib_port_samples", "port_xmit_data"): "IBA PortCounters PortXmitData (counters/)",
+    (
+        "ib_port_samples",
+        "port_xmit_wait",
+    ): "IBA PortCounters PortXmitWait: a port waits when its peer is busy",
+    ("ib_port_samples", "np_ecn_marked_roce_packets"): "mlx5 hw_counters (DCQCN: CE-marked packets received)",
+    ("ib_port_samples", "np_cnp_sent"): "mlx5 hw_counters (DCQCN: CNPs sent for CE marks)",
+    ("ib_port_samples", "rp_cnp_handled"): "mlx5 hw_counters (DCQCN: CNPs handled by the sender)",
+    (
+        "collective_samples",
+        "count",
+    ): "the NCCL profiler plugin (collectives completed; a slow job runs fewer)",
+    ("collective_samples", "bytes"): "the NCCL profiler plugin",
+    ("collective_samples", "latency_p50_ms"): "the NCCL profiler plugin",
+    ("collective_samples", "latency_p99_ms"): "the NCCL profiler plugin",
+    ("collective_samples", "<rows>"): "the NCCL profiler plugin reports nothing while the job stands",
+    ("job_steps", "step_time_s"): "the training framework's step hook",
+    ("job_steps", "slowest_gpu"): "the framework's straggler report (the rank that arrived last)",
+    ("job_steps", "<rows>"): "the step hook: a job that stalls or restarts takes fewer steps",
+}
+
+OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
+    **{key: (ANY, source) for key, source in _MEASURED.items()},
+    ("gpu_samples", "sm_clock_mhz"): (
+        CAPS | HEAT,
+        "nvmlDeviceGetClockInfo(NVML_CLOCK_SM): lower under a cap or heat",
+    ),
+    ("gpu_samples", "clocks_event_reasons"): (
+        CAPS,
+        "nvmlDeviceGetCurrentClocksEventReasons: SwPowerCap / HW slowdown bits while the cap or brake holds",
+    ),
+    ("gpu_samples", "power_limit_w"): (
+        frozenset({"power_cap_misconfig", "facility_power_cap"}),
+        "nvmlDeviceGetEnforcedPowerLimit: the limit a misconfiguration or the facility's cap set",
+    ),
+    ("gpu_samples", "nvml_error"): (
+        frozenset({"gpu_fell_off_bus"}),
+        "NVML answers NVML_ERROR_GPU_IS_LOST for a GPU off the bus until it is reset, and NVML_ERROR_TIMEOUT for the "
+        "node's other GPUs while the driver handles the loss (Xid 79, NVIDIA Xid catalogue)",
+    ),
+    ("gpu_samples", "nvlink_crc_total"): (
+        frozenset({"nvlink_degraded"}),
+        "nvmlDeviceGetNvLinkErrorCounter (CRC)",
+    ),
+    ("gpu_samples", "nvlink_replay_total"): (
+        frozenset({"nvlink_degraded"}),
+        "nvmlDeviceGetNvLinkErrorCounter (replay)",
+    ),
+    ("gpu_samples", "pcie_link_gen"): (frozenset({"pcie_degraded"}), "nvmlDeviceGetCurrPcieLinkGeneration"),
+    ("gpu_samples", "pcie_link_width"): (frozenset({"pcie_degraded"}), "nvmlDeviceGetCurrPcieLinkWidth"),
+    ("gpu_samples", "pcie_replay_total"): (frozenset({"pcie_degraded"}), "nvmlDeviceGetPcieReplayCounter"),
+    ("gpu_events", "<rows>"): (XIDS, "NVML's event set (nvmlEventSetWait: Xid 13/31/43, 48/63/94, 74, 79)"),
+    ("collector_errors", "<rows>"): (
+        frozenset({"gpu_fell_off_bus"}),
+        "the NVML collector records each read that fails (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT)",
+    ),
+    ("host_samples", "cpu_util_pct"): (
+        frozenset({"input_pipeline_bottleneck"}),
+        "node exporter (/proc/stat)",
+    ),
+    ("host_samples", "loader_wait_ms"): (
+        frozenset({"input_pipeline_bottleneck"}),
+        "the training framework's data loader hook (time a step waited for its batch)",
+    ),
+    ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
+    ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
+    ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
+    ("nic_samples", "<rows>"): (
+        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
+        "the eBPF lane counters report a row for each lane that carried traffic",
+    ),
+    ("nic_samples", "link_up"): (FLAP, "/sys/class/net/*/carrier"),
+    ("nic_samples", "drops"): (
+        FLAP | ECN,
+        "tx_dropped/tx_carrier_errors while the carrier is down; without ECN a congested queue drops what it "
+        "would have marked (RFC 3168 section 5)",
+    ),
+    ("nic_samples", "retransmits"): (FLAP | ECN, "TCP retransmits what was dropped (tcp:tcp_retransmit_skb)"),
+    ("netdev_samples", "oper_up"): (FLAP, "/sys/class/net/*/operstate"),
+    ("netdev_samples", "carrier_changes"): (FLAP, "/sys/class/net/*/carrier_changes"),
+    ("nic_samples", "carrier_changes"): (
+        FLAP,
+        "/sys/class/net/*/carrier_changes (on the NIC's first lane row)",
+    ),
+    ("netdev_samples", "speed_mbps"): (FLAP, "/sys/class/net/*/speed reads unknown while the link is down"),
+    ("netdev_samples", "tx_dropped"): (
+        FLAP,
+        "/sys/class/net/*/statistics/tx_dropped while the carrier is down",
+    ),
+    ("netdev_samples", "rx_pause_frames"): (
+        ECN,
+        "ethtool rx_prio<N>_pause (mlx5): on a lossless fabric the switch pauses a sender whose queue does not mark",
+    ),
+    **{
+        ("ib_port_samples", column): (
+            FLAP,
+            "/sys/class/infiniband/*/ports/*/{state,phys_state} and the IBA PortCounters in counters/ while the "
+            "link is down or has just been (Documentation/ABI/stable/sysfs-class-infiniband)",
+        )
+        for column in (
+            "state",
+            "phys_state",
+            "link_downed",
+            "link_error_recovery",
+            "symbol_error",
+            "port_xmit_discards",
+        )
+    },
+    ("ib_port_samples", "local_ack_timeout_err"): (
+        FLAP,
+        "mlx5 hw_counters: a QP's ack timer expired with retries left (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT)",
+    ),
+    ("ib_port_samples", "req_transport_retries_exceeded"): (
+        FLAP,
+        "mlx5 hw_counters (Linux >= 6.11, commit b339e0a): the retry limit ran out during a long outage",
+    ),
+    ("ib_port_samples", "out_of_sequence"): (ECN, "mlx5 hw_counters: packets out of PSN order after drops"),
+    ("log_events", "<rows>"): (
+        FLAP,
+        "the rank's NCCL log: 'NET/IB : Got completion from peer ... with status=12' (IBV_WC_RETRY_EXC_ERR)",
+    ),
+}
+
+# A GPU off the bus answers no NVML query: every field of its samples is null (NVML_ERROR_GPU_IS_LOST)
+LOST_GPU = ("gpu_samples", "is null more or less often", frozenset({"gpu_fell_off_bus"}))
