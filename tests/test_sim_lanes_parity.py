@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from aiops.scenarios import parse_scenario
 from aiops.sim import network
 from aiops.sim.lanes_trial import try_policy
 from aiops.sim.world import World
+from tests.clirun import CliResult, run_cli
 
 SCENARIO = {
     "name": "parity",
@@ -138,9 +137,8 @@ def test_a_policy_that_demotes_collectives_is_caught_on_the_twin() -> None:
 
 
 def test_lanes_try_cli(tmp_path: Path) -> None:
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "aiops.cli.main", "lanes", "try", *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    def cli(*args: str) -> CliResult:
+        return run_cli("lanes", "try", *args)
 
     done = cli("--duration-s", "60", "--json")
     assert done.returncode == 0, done.stderr
