@@ -339,10 +339,11 @@ class Config(_Section):
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """`host:port` (IPv6 in brackets) -> (host, port); ValueError naming what is wrong."""
+    """`host:port` (IPv6 in brackets) -> (host, port); ValueError naming what is wrong. Port 0 asks the kernel
+    for any free port (the one bound is logged at start): what tests and side-by-side agents use."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("must be host:port with a port 1-65535, e.g. 127.0.0.1:9484")
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536:
+        raise ValueError("must be host:port with a port 0-65535 (0: any free port), e.g. 127.0.0.1:9484")
     host = host.strip("[]")
     try:
         ipaddress.ip_address(host)

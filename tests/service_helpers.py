@@ -32,9 +32,30 @@ faults:
 
 
 def free_port() -> int:
+    """A port free a moment ago, for servers that must be told theirs (Prometheus, Alertmanager): another process
+    may take it before they bind, so prefer `--listen 127.0.0.1:0` and `listening_ports` where the server allows."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process `pid` listens on: its socket inodes found in /proc/net/tcp{,6} in state LISTEN."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def require_binary(name: str) -> str:
@@ -95,16 +116,25 @@ def service_env(tmp_path: Path) -> dict[str, str]:
 def running_service(
     tmp_path: Path, db: Path, *args: str, log_name: str = "service.log"
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """`aiops run` on `db` with `args`, listening on a free loopback port, until it is ready; stopped after."""
-    port = free_port()
+    """`aiops run` on `db` with `args`, listening on a loopback port the kernel chose (`:0`, read back from /proc:
+    no port picked beforehand that another process could take), until it is ready; stopped after."""
     log = (tmp_path / log_name).open("ab")
     proc = subprocess.Popen(
-        aiops_cmd("run", "--db", str(db), "--listen", f"127.0.0.1:{port}", *args),
+        aiops_cmd("run", "--db", str(db), "--listen", "127.0.0.1:0", *args),
         stdout=log,
         stderr=log,
         env=service_env(tmp_path),
     )
     try:
+
+        def bound() -> int | None:
+            if proc.poll() is not None:
+                return -1  # it ended: said below, with its log
+            ports = listening_ports(proc.pid)
+            return min(ports) if ports else None
+
+        port = int(wait_for(bound, 60, "the service to listen", interval_s=0.1))
+        assert port > 0, (tmp_path / log_name).read_text()[-3000:]
         wait_for(
             lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
             60,

@@ -6,7 +6,6 @@ still names `[console] listen` alone is refused with a line that says what to wr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tests.service_helpers import (
     TINY_SCENARIO,
     aiops_cmd,
     free_port,
+    listening_ports,
     require_binary,
     running_service,
     service_env,
@@ -49,25 +49,6 @@ ALERT = {
 }
 
 
-def _listening_ports(pid: int) -> set[int]:
-    """The TCP ports process `pid` listens on: its socket inodes found in /proc/net/tcp{,6} in state LISTEN."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
 def test_aiops_run_serves_console_metrics_probes_api_and_webhook_on_one_port(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
     scenario, token_file = tmp_path / "tiny.yaml", tmp_path / "am.token"
@@ -78,7 +59,7 @@ def test_aiops_run_serves_console_metrics_probes_api_and_webhook_on_one_port(tmp
     )
     db = tmp_path / "svc.duckdb"
     with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (proc, port):
-        assert _listening_ports(proc.pid) == {port}  # one listener
+        assert listening_ports(proc.pid) == {port}  # one listener
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, follow_redirects=False) as web:
             home = web.get("/")
             assert (home.status_code, home.headers["location"]) == (303, "/login")
