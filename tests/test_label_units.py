@@ -64,7 +64,7 @@ def test_every_label_has_one_spec_in_the_vocabulary_order() -> None:
     assert [spec.label for spec in SPECS] == [label.value for label in Label if label is not Label.HEALTHY]
     assert set(SPEC) == VOCABULARY and len(SPEC) == len(SPECS)
     assert tuple(DIAGNOSIS_LABELS) == tuple(spec.label for spec in SPECS)
-    assert set(FAULT_KINDS) == _with("twin_fault") and EVIDENCE_ONLY_LABELS == VOCABULARY - set(FAULT_KINDS)
+    assert set(FAULT_KINDS) == _with("twin_fault") and VOCABULARY - set(FAULT_KINDS) == EVIDENCE_ONLY_LABELS
 
 
 def test_targets_are_component_kinds() -> None:
@@ -90,16 +90,22 @@ def test_detection_reports_exactly_the_registered_symptom_kinds() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Symptom":
                 kinds = [k.value for k in node.keywords if k.arg == "kind"]
-                assert kinds and isinstance(kinds[0], ast.Constant), f"{path}:{node.lineno}: kind not a literal"
+                assert kinds and isinstance(kinds[0], ast.Constant), (
+                    f"{path}:{node.lineno}: kind not a literal"
+                )
                 reported.add(str(kinds[0].value))
     assert reported == set(SYMPTOM_KINDS)
 
 
 def test_scorers_give_the_labels_their_specs_say() -> None:
     declared = {label for entry in SCORER_ENTRIES for label in entry.labels}
-    assert declared <= VOCABULARY, f"scorers name labels outside the vocabulary: {sorted(declared - VOCABULARY)}"
+    assert declared <= VOCABULARY, (
+        f"scorers name labels outside the vocabulary: {sorted(declared - VOCABULARY)}"
+    )
     missing = _with("scorer") - set(SCORED_LABELS)
-    assert not missing, f"labels whose spec has a scorer but aiops/rca/scorers.py gives none: {sorted(missing)}"
+    assert not missing, (
+        f"labels whose spec has a scorer but aiops/rca/scorers.py gives none: {sorted(missing)}"
+    )
     extra = set(SCORED_LABELS) - _with("scorer")
     assert not extra, f"labels the analyst scores whose spec says scorer=False: {sorted(extra)}"
     # what each module's candidates can carry is what its registered scorers declare
@@ -114,7 +120,9 @@ def test_evidence_rules_give_the_labels_their_specs_say() -> None:
     declared = {label for entry in EVIDENCE_RULES for label in entry.labels}
     assert declared <= VOCABULARY, f"evidence rules name unknown labels: {sorted(declared - VOCABULARY)}"
     missing = _with("evidence_rule") - declared
-    assert not missing, f"labels whose spec has an evidence rule but aiops/evidence has none: {sorted(missing)}"
+    assert not missing, (
+        f"labels whose spec has an evidence rule but aiops/evidence has none: {sorted(missing)}"
+    )
     assert declared <= _with("evidence_rule"), sorted(declared - _with("evidence_rule"))
     for module in (rules_gpu, rules_net):
         named = {label for e in EVIDENCE_RULES if e.rule.__module__ == module.__name__ for label in e.labels}
