@@ -23,13 +23,12 @@ import numpy as np
 from aiops.scenarios import FaultSpec
 from aiops.sim import network
 from aiops.sim.fault_models import FAULT_MODELS
+from aiops.sim.fault_models.devices import APP_XIDS
 from aiops.sim.fault_models.fabric import LONG_FLAP_EVERY, LONG_FLAP_EXTRA_S, LONG_FLAP_SEVERITY
 from aiops.sim.topology import F64, I64, Layout
 
 if TYPE_CHECKING:
     from aiops.sim.world import World
-
-APP_XIDS = (13, 31, 43)  # graphics engine exception, MMU fault, GPU stopped processing: software-induced
 
 
 @dataclass
@@ -74,7 +73,8 @@ def bind(layout: Layout, spec: FaultSpec, index: int, seed: int) -> ActiveFault:
     is_gpu_scope = nic is None and not target.startswith("policy:")
     gpus = layout.gpus_of(target) if is_gpu_scope else np.array([], dtype=np.int64)
     racks = layout.racks_of(target) if is_gpu_scope else np.array([], dtype=np.int64)
-    xid = APP_XIDS[(seed + index) % len(APP_XIDS)] if spec.kind == "application_error" else None
+    xids = FAULT_MODELS[spec.kind].xids
+    xid = xids[(seed + index) % len(xids)] if xids else None
     return ActiveFault(spec=spec, gpus=gpus, racks=racks, nic=nic, node=node, xid=xid)
 
 

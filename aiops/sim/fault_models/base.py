@@ -28,8 +28,10 @@ def no_effect(w: World, f: ActiveFault, mods: Modifiers, caps: dict[str, float])
 class FaultModel:
     """`start`: discrete changes when the fault begins; `ongoing`: the continuous effects of one step (it may
     draw from the world's random generator: draws happen in the order of the scenario's faults); `end`: undo
-    the start's changes when the fault ends (an operator's later fix stays in force)."""
+    the start's changes when the fault ends (an operator's later fix stays in force); `xids`: the XIDs a fault
+    of this kind may report, one picked per fault by the scenario's seed and the fault's index (`ActiveFault.xid`)."""
 
     start: Change = no_change
     ongoing: Ongoing = no_effect
     end: Change = no_change
+    xids: tuple[int, ...] = ()

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from aiops.sim.world import World
 
 
+APP_XIDS = (13, 31, 43)  # graphics engine exception, MMU fault, GPU stopped processing: software-induced
+
+
 def _ecc_start(w: World, f: ActiveFault) -> None:
     s = f.severity
     w.ecc_dbe[f.gpus] += 1 + int(s > 0.6)
@@ -75,7 +78,7 @@ def _loader_ongoing(w: World, f: ActiveFault, mods: Modifiers, caps: dict[str, f
 MODELS: dict[str, FaultModel] = {
     "gpu_ecc_error": FaultModel(start=_ecc_start),
     "gpu_fell_off_bus": FaultModel(start=_off_bus_start, end=_off_bus_end),
-    "application_error": FaultModel(start=_application_start),
+    "application_error": FaultModel(start=_application_start, xids=APP_XIDS),
     "pcie_degraded": FaultModel(start=_pcie_start, ongoing=_pcie_ongoing, end=_pcie_end),
     "nvlink_degraded": FaultModel(ongoing=_nvlink_ongoing),
     "input_pipeline_bottleneck": FaultModel(ongoing=_loader_ongoing),
