@@ -8,6 +8,7 @@ nodes), `job:{name}`, `policy:{rule-id}`.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -35,40 +36,123 @@ class Label(StrEnum):
     HEALTHY = "healthy"
 
 
-# Labels the analyst may give from evidence but the twin (aiops/sim) cannot inject.
-EVIDENCE_ONLY_LABELS: frozenset[str] = frozenset(
-    {Label.GPU_DRIVER_FIRMWARE_FAULT.value, Label.ROCE_CONFIG_ERROR.value}
+@dataclass(frozen=True)
+class LabelSpec:
+    """Everything a root-cause label is made of, in one place (docs/ARCHITECTURE.md "Recipes: add a label").
+
+    Each layer registers its part against the label in its own package; tests/test_label_units.py fails when a
+    piece the spec names is missing from its registry (or a registry names a label that is not here):
+    - `target_kinds`: the component kinds a fault (or a diagnosis) of the label may name;
+    - `anchors`, `shared_anchors`: the symptom kinds of aiops/detect/rules.py (`SYMPTOM_KINDS`) the label
+      produces, its own signs first, then those it shares with other causes (aiops/rca/onsets.py dates a
+      cause by them); `paused_by`: symptom kinds that anchor it wherever they are seen (PFC pauses received
+      anchor an ECN candidate on any node); `heat_or_power`: its effects reach a GPU through heat or power,
+      so a rack or fleet condition can explain it (aiops/causal);
+    - `scorer`: the analyst scores it from telemetry (aiops/rca/scorers.py `SCORERS`);
+    - `evidence_rule`: an operator's files can name it (aiops/evidence/rules.py `RULES`);
+    - `twin_fault`: the twin can inject it, so it is a scenario fault kind (aiops/sim/fault_models `FAULT_MODELS`);
+    - `telemetry_check`: the agent re-checks an LLM's claim of it against telemetry rows (aiops/agent/
+      verify_checks.py `SUPPORT`; every label has an entry there, the evidence-only ones one that no row passes);
+    - every label but `healthy` has a playbook, playbooks/<label>.yaml (aiops/playbooks.py).
+    """
+
+    label: str
+    target_kinds: tuple[str, ...]
+    anchors: frozenset[str] = frozenset()
+    shared_anchors: frozenset[str] = frozenset()
+    paused_by: frozenset[str] = frozenset()
+    heat_or_power: bool = False
+    scorer: bool = True
+    evidence_rule: bool = False
+    twin_fault: bool = True
+    telemetry_check: bool = True
+
+
+def _f(*kinds: str) -> frozenset[str]:
+    return frozenset(kinds)
+
+
+# One entry per label but `healthy`, in the order of `Label` (FAULT_KINDS keeps that order).
+SPECS: tuple[LabelSpec, ...] = (
+    LabelSpec(
+        "thermal_throttle",
+        ("gpu", "node"),
+        _f("gpu_hot", "gpu_throttle"),
+        heat_or_power=True,
+        evidence_rule=True,
+    ),
+    LabelSpec(
+        "rack_cooling_failure",
+        ("rack",),
+        _f("coolant_flow_drop", "rack_inlet_hot"),
+        _f("gpu_hot", "gpu_throttle"),
+        heat_or_power=True,
+    ),
+    LabelSpec(
+        "power_cap_misconfig", ("gpu", "node"), _f("power_limit_drop"), _f("gpu_throttle"), heat_or_power=True
+    ),
+    LabelSpec(
+        "facility_power_cap",
+        ("rack", "fleet"),
+        _f("dcim_power_cap"),
+        _f("power_limit_drop", "gpu_throttle"),
+        heat_or_power=True,
+    ),
+    LabelSpec("power_brake", ("node",), _f("gpu_throttle"), heat_or_power=True, evidence_rule=True),
+    LabelSpec("gpu_ecc_error", ("gpu",), _f("ecc_dbe", "xid"), _f("gpu_lost"), evidence_rule=True),
+    LabelSpec("gpu_fell_off_bus", ("gpu",), _f("gpu_lost", "xid"), evidence_rule=True),
+    LabelSpec("nvlink_degraded", ("gpu",), _f("nvlink_errors", "xid"), evidence_rule=True),
+    LabelSpec("pcie_degraded", ("gpu",), _f("pcie_replay", "pcie_downtrain"), evidence_rule=True),
+    LabelSpec(
+        "bulk_traffic_contention", ("nic",), _f("lane_enforcement_missing", "queue_delay"), _f("nic_drops")
+    ),
+    LabelSpec("lane_misclassification", ("nic", "policy"), _f("lane_mismatch")),
+    LabelSpec("nic_link_flap", ("nic",), _f("carrier_flap"), _f("nic_drops"), evidence_rule=True),
+    LabelSpec("ecn_misconfig", ("nic",), _f("loss_without_ecn"), _f("nic_drops"), paused_by=_f("pfc_pauses")),
+    LabelSpec(
+        "input_pipeline_bottleneck",
+        ("node",),
+        _f("loader_outlier", "loader_stall"),
+        _f("gpu_idle_in_job"),
+        evidence_rule=True,
+    ),
+    LabelSpec("application_error", ("gpu",), _f("xid"), evidence_rule=True),
+    LabelSpec("ambient_drift", ("fleet",), _f("fleet_inlet_drift"), heat_or_power=True),
+    # Labels that real incidents needed (issue 13, evals/real/README.md): the analyst gives them from evidence
+    # files only; the twin cannot inject them and telemetry shows nothing of them.
+    LabelSpec(
+        "gpu_driver_firmware_fault",
+        ("gpu",),
+        scorer=False,
+        evidence_rule=True,
+        twin_fault=False,
+        telemetry_check=False,
+    ),
+    LabelSpec(
+        "roce_config_error",
+        ("nic", "node"),
+        scorer=False,
+        evidence_rule=True,
+        twin_fault=False,
+        telemetry_check=False,
+    ),
 )
+SPEC: dict[str, LabelSpec] = {spec.label: spec for spec in SPECS}
+
+# Labels the analyst may give from evidence but the twin (aiops/sim) cannot inject.
+EVIDENCE_ONLY_LABELS: frozenset[str] = frozenset(spec.label for spec in SPECS if not spec.twin_fault)
 
 # Scenario fault kinds: what the twin can inject (every label but `healthy` and the evidence-only ones).
-FAULT_KINDS: tuple[str, ...] = tuple(
-    label.value for label in Label if label is not Label.HEALTHY and label.value not in EVIDENCE_ONLY_LABELS
-)
+FAULT_KINDS: tuple[str, ...] = tuple(spec.label for spec in SPECS if spec.twin_fault)
 
 # Every root cause a diagnosis may name (each has a playbook): the fault kinds and the evidence-only labels.
-DIAGNOSIS_LABELS: tuple[str, ...] = tuple(label.value for label in Label if label is not Label.HEALTHY)
+DIAGNOSIS_LABELS: tuple[str, ...] = tuple(spec.label for spec in SPECS)
 
 # Which component kinds a fault of each label may target (the label table of the architecture).
-TARGET_KINDS: dict[str, tuple[str, ...]] = {
-    "thermal_throttle": ("gpu", "node"),
-    "rack_cooling_failure": ("rack",),
-    "power_cap_misconfig": ("gpu", "node"),
-    "facility_power_cap": ("rack", "fleet"),
-    "power_brake": ("node",),
-    "gpu_ecc_error": ("gpu",),
-    "gpu_fell_off_bus": ("gpu",),
-    "nvlink_degraded": ("gpu",),
-    "pcie_degraded": ("gpu",),
-    "bulk_traffic_contention": ("nic",),
-    "lane_misclassification": ("nic", "policy"),
-    "nic_link_flap": ("nic",),
-    "ecn_misconfig": ("nic",),
-    "input_pipeline_bottleneck": ("node",),
-    "application_error": ("gpu",),
-    "ambient_drift": ("fleet",),
-    "gpu_driver_firmware_fault": ("gpu",),
-    "roce_config_error": ("nic", "node"),
-}
+TARGET_KINDS: dict[str, tuple[str, ...]] = {spec.label: spec.target_kinds for spec in SPECS}
+
+# Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
+HEAT_AND_POWER: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.heat_or_power)
 
 _PATTERNS: dict[str, re.Pattern[str]] = {
     "fleet": re.compile(r"^fleet$"),

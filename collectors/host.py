@@ -15,7 +15,7 @@ gpu_events only when NVML's event set is not running (otherwise NVML already del
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,81 @@ class HostCollectors:
                     close()
 
 
+@dataclass(frozen=True)
+class HostContext:
+    """What a host collector is built from: the node, the root it reads under, the topology discovered at
+    start, NVML when it runs here, and the network devices to leave out."""
+
+    node: str
+    base: Path
+    topology: Discovery
+    nvml: NvmlCollector | None
+    net_skip: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostCollectorKind:
+    """One registered kind of host collector: the `[collectors]` section of the config that switches it and
+    sets its interval (aiops/config.py `CollectorsConfig`), the names its collectors report as, and how to
+    build them."""
+
+    section: str
+    names: tuple[str, ...]
+    build: Callable[[HostContext], list[RowCollector]]
+
+
+def _netdev(c: HostContext) -> list[RowCollector]:
+    ethtool = pause_frames if c.base == Path("/") else None
+    return [NetdevCollector(c.node, c.base, c.topology.nic_by_netdev, c.net_skip, ethtool)]
+
+
+def _kmsg(c: HostContext) -> list[RowCollector]:
+    return [
+        KmsgCollector(
+            c.node,
+            c.base,
+            components_by_pci=c.topology.components_by_pci,
+            components_by_device=c.topology.components_by_device,
+            xid_gpu_events=c.nvml is None or c.nvml.events is None,
+        )
+    ]
+
+
+# The collectors a host runs besides NVML, in order (NVML comes first and is built before the topology, whose
+# inventory it gives). Adding a collector: its module in collectors/, one entry here, and its section in
+# aiops/config.py when it needs a switch of its own (docs/ARCHITECTURE.md "Recipes").
+NVML_KIND = HostCollectorKind("nvml", ("nvml",), lambda c: [] if c.nvml is None else [c.nvml])
+HOST_COLLECTORS: tuple[HostCollectorKind, ...] = (
+    HostCollectorKind("procfs", ("procfs",), lambda c: [ProcfsCollector(c.node, c.base)]),
+    HostCollectorKind("net", ("netdev",), _netdev),
+    HostCollectorKind(
+        "infiniband",
+        ("infiniband",),
+        lambda c: [InfinibandCollector(c.node, c.base, c.topology.nic_by_ibdev)],
+    ),
+    HostCollectorKind("sysfs", ("hwmon",), lambda c: [HwmonCollector(c.node, c.base)]),
+    HostCollectorKind(
+        "sysfs",
+        ("sysfs-thermal", "sysfs-cooling", "sysfs-powercap"),
+        lambda c: [
+            ThermalZoneCollector(c.base / "sys", c.node),
+            CoolingDeviceCollector(c.base / "sys", c.node),
+            PowercapCollector(c.base / "sys", c.node),
+        ],
+    ),
+    HostCollectorKind("kmsg", ("kmsg",), _kmsg),
+)
+DEFAULT_SECTION = "sysfs"
+
+
+def collector_section(name: str) -> str:
+    """The `[collectors]` section that switches the collector called `name` (and sets its interval)."""
+    for kind in (NVML_KIND, *HOST_COLLECTORS):
+        if name in kind.names:
+            return kind.section
+    return DEFAULT_SECTION
+
+
 def host_collectors(
     node: str,
     rack: str,
@@ -79,7 +154,8 @@ def host_collectors(
     use_kmsg: bool = True,
     net_skip: Iterable[str] = DEFAULT_SKIP,
 ) -> HostCollectors:
-    """Collectors for node `node` (config `[node] name`, e.g. node0) in `rack` reading under `root`.
+    """Collectors for node `node` (config `[node] name`, e.g. node0) in `rack` reading under `root`: NVML, then
+    every kind of `HOST_COLLECTORS` in order.
 
     `nvml`: the pynvml module (default) or an NVML-shaped object (the simulator's); `use_nvml=False` leaves
     NVML out entirely (no status row). `use_kmsg=False` leaves the kernel log out (tests, unprivileged runs).
@@ -92,25 +168,9 @@ def host_collectors(
         running = found if isinstance(found, NvmlCollector) else None
         collectors.append(found)
     topology = discover_topology(node, rack, base, inventory(running, base) if running is not None else None)
-    collectors += [
-        ProcfsCollector(node, base),
-        NetdevCollector(
-            node, base, topology.nic_by_netdev, net_skip, pause_frames if base == Path("/") else None
-        ),
-        InfinibandCollector(node, base, topology.nic_by_ibdev),
-        HwmonCollector(node, base),
-        ThermalZoneCollector(base / "sys", node),
-        CoolingDeviceCollector(base / "sys", node),
-        PowercapCollector(base / "sys", node),
-    ]
-    if use_kmsg:
-        collectors.append(
-            KmsgCollector(
-                node,
-                base,
-                components_by_pci=topology.components_by_pci,
-                components_by_device=topology.components_by_device,
-                xid_gpu_events=running is None or running.events is None,
-            )
-        )
+    context = HostContext(node, base, topology, running, tuple(net_skip))
+    for kind in HOST_COLLECTORS:
+        if kind.section == "kmsg" and not use_kmsg:
+            continue
+        collectors += kind.build(context)
     return HostCollectors(node, collectors, topology, running)

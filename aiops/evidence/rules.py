@@ -23,24 +23,39 @@ Confidence is the strength of the evidence, not of the label's prior: ≥ 0.6 di
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiops.evidence import rules_gpu, rules_net
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
 from aiops.evidence.hyp import Hyp, Namer
 
-RULES = (
-    rules_gpu.fell_off_bus,
-    rules_gpu.ecc,
-    rules_gpu.nvlink,
-    rules_gpu.firmware,
-    rules_gpu.application,
-    rules_gpu.pcie,
-    rules_gpu.thermal,
-    rules_net.network,
-    rules_net.input_pipeline,
-    rules_net.job_setup,
+Rule = Callable[[Collected, Namer], list[Hyp]]
+
+
+@dataclass(frozen=True)
+class EvidenceRule:
+    """A rule over an operator's files and the labels its hypotheses may carry (the evidence layer's registry
+    of labels: tests/test_label_units.py checks it against the labels' specs in aiops/labels.py)."""
+
+    rule: Rule
+    labels: tuple[str, ...]
+
+
+EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
+    EvidenceRule(rules_gpu.fell_off_bus, ("gpu_fell_off_bus",)),
+    EvidenceRule(rules_gpu.ecc, ("gpu_ecc_error",)),
+    EvidenceRule(rules_gpu.nvlink, ("nvlink_degraded",)),
+    EvidenceRule(rules_gpu.firmware, ("gpu_driver_firmware_fault",)),
+    EvidenceRule(rules_gpu.application, ("application_error",)),
+    EvidenceRule(rules_gpu.pcie, ("pcie_degraded",)),
+    EvidenceRule(rules_gpu.thermal, ("thermal_throttle", "power_brake")),
+    EvidenceRule(rules_net.network, ("nic_link_flap", "roce_config_error")),
+    EvidenceRule(rules_net.input_pipeline, ("input_pipeline_bottleneck",)),
+    EvidenceRule(rules_net.job_setup, ("application_error",)),
 )
+RULES: tuple[Rule, ...] = tuple(entry.rule for entry in EVIDENCE_RULES)
 
 
 def hypotheses(c: Collected) -> list[Hyp]:

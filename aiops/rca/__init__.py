@@ -15,15 +15,11 @@ from collections.abc import Sequence
 
 from aiops.models import Diagnosis, Hypothesis, Incident, Symptom
 from aiops.rca.candidate import Candidate
-from aiops.rca.fabric_scorers import facility, network
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
-from aiops.rca.gpu_scorers import gpu_health, host_stalls, throttling
 from aiops.rca.onsets import score_around_onsets
 from aiops.rca.ranking import rank
-from aiops.rca.rdma_scorers import roce_ecn
+from aiops.rca.scorers import SCORERS
 from aiops.store import Store
-
-SCORERS = (gpu_health, throttling, host_stalls, facility, network, roce_ecn)
 
 
 def incident_window(store: Store, incident: Incident) -> Window:
@@ -120,4 +116,4 @@ def job_of(store: Store, incident: Incident, hypothesis: Hypothesis) -> str | No
     return jobs[0] if jobs else None
 
 
-__all__ = ["analyze", "diagnose", "incident_window", "job_of", "stored_incidents"]
+__all__ = ["SCORERS", "analyze", "diagnose", "incident_window", "job_of", "stored_incidents"]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from aiops.causal import node_of, symptoms_related
+from aiops.labels import HEAT_AND_POWER, SPEC, SPECS
 from aiops.models import Incident, Symptom
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import ONSET_S, Facts, Window
@@ -33,45 +34,11 @@ WHOLE_SHARE = 0.8  # an onset window this much of the incident's is the incident
 MERGE_S = 20.0  # onset windows whose start and end are this close are one
 MAX_WINDOWS = 12  # onset windows per incident (earliest first); later symptoms use the incident's facts
 PEER_WAIT = frozenset({"gpu_idle_in_job"})  # as in aiops.detect.incidents (rca may not import detect)
-# Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
-HEAT_AND_POWER = frozenset(
-    {
-        "thermal_throttle",
-        "power_cap_misconfig",
-        "power_brake",
-        "rack_cooling_failure",
-        "facility_power_cap",
-        "ambient_drift",
-    }
-)
-# The symptom kinds each label produces: its own signs first, then those it shares with other causes. A cause
-# is anchored preferably on its own signs, so a NIC's ECN fault is not dated by a GPU's heat on the same node.
+# The symptom kinds each label produces (its spec in aiops/labels.py): its own signs first, then those it
+# shares with other causes. A cause is anchored preferably on its own signs, so a NIC's ECN fault is not dated
+# by a GPU's heat on the same node.
 SIGNS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "thermal_throttle": (frozenset({"gpu_hot", "gpu_throttle"}), frozenset()),
-    "rack_cooling_failure": (
-        frozenset({"coolant_flow_drop", "rack_inlet_hot"}),
-        frozenset({"gpu_hot", "gpu_throttle"}),
-    ),
-    "power_cap_misconfig": (frozenset({"power_limit_drop"}), frozenset({"gpu_throttle"})),
-    "facility_power_cap": (frozenset({"dcim_power_cap"}), frozenset({"power_limit_drop", "gpu_throttle"})),
-    "power_brake": (frozenset({"gpu_throttle"}), frozenset()),
-    "gpu_ecc_error": (frozenset({"ecc_dbe", "xid"}), frozenset({"gpu_lost"})),
-    "gpu_fell_off_bus": (frozenset({"gpu_lost", "xid"}), frozenset()),
-    "nvlink_degraded": (frozenset({"nvlink_errors", "xid"}), frozenset()),
-    "pcie_degraded": (frozenset({"pcie_replay", "pcie_downtrain"}), frozenset()),
-    "bulk_traffic_contention": (
-        frozenset({"lane_enforcement_missing", "queue_delay"}),
-        frozenset({"nic_drops"}),
-    ),
-    "lane_misclassification": (frozenset({"lane_mismatch"}), frozenset()),
-    "nic_link_flap": (frozenset({"carrier_flap"}), frozenset({"nic_drops"})),
-    "ecn_misconfig": (frozenset({"loss_without_ecn"}), frozenset({"nic_drops"})),
-    "input_pipeline_bottleneck": (
-        frozenset({"loader_outlier", "loader_stall"}),
-        frozenset({"gpu_idle_in_job"}),
-    ),
-    "application_error": (frozenset({"xid"}), frozenset()),
-    "ambient_drift": (frozenset({"fleet_inlet_drift"}), frozenset()),
+    spec.label: (spec.anchors, spec.shared_anchors) for spec in SPECS if spec.anchors or spec.shared_anchors
 }
 
 
@@ -103,9 +70,11 @@ def anchoring(label: str, component: str, incident: Incident, rack_of: dict[str,
 
 
 def paused_by(label: str, symptom_kind: str) -> bool:
-    """On a lossless fabric a port without ECN pauses the NIC that sends to it (its ring peer, on any node): PFC
-    pauses received anchor an ECN candidate wherever they are seen."""
-    return label == "ecn_misconfig" and symptom_kind == "pfc_pauses"
+    """Symptoms that anchor the label wherever they are seen (its spec's `paused_by`): on a lossless fabric a
+    port without ECN pauses the NIC that sends to it (its ring peer, on any node), so PFC pauses received
+    anchor an ECN candidate."""
+    spec = SPEC.get(label)
+    return spec is not None and symptom_kind in spec.paused_by
 
 
 def _distance(a: str, b: str) -> int:

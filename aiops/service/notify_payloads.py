@@ -6,7 +6,9 @@
   for mrkdwn (`slack_escape`) and clipped to Slack's block limits;
 - `alertmanager_alerts`: the body of Alertmanager's `POST /api/v2/alerts` (a list of alerts), labelled so
   existing routes match (`alertname="AiopsIncident"`, `incident_id`, `severity`, `node`, `root_cause`,
-  `component`).
+  `component`);
+- `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/service/notify_report.py);
+- `SINK_FORMATS`: the registry of sink kinds, each kind's incident body and report body (or none).
 
 An Alertmanager alert is identified by its label set, and `root_cause`/`component` are labels: a diagnosis
 that changes them starts a new alert, so the body also ends (`endsAt`) the label sets this sink was sent
@@ -15,15 +17,21 @@ for the incident before (`firing_label_sets` folds the earlier bodies), and a re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
+from aiops.report.text import utc
 from aiops.service.notify_event import IncidentEvent, rfc3339
+
+if TYPE_CHECKING:
+    from aiops.report.write import Written
 
 SinkKind = Literal["json", "slack", "alertmanager"]
 PAYLOAD_VERSION = 1
 ALERT_NAME = "AiopsIncident"
 UNDIAGNOSED = "undiagnosed"  # the root_cause label before the analyst has a hypothesis
+REPORT_EVENT = "report"  # the event of a scheduled report's headline (aiops/service/notify_report.py)
 
 # Slack's limits (https://api.slack.com/reference/block-kit/blocks#section): section text 3000 characters,
 # context text 2000; we stay well inside them so a hostile title cannot make Slack reject the message.
@@ -187,6 +195,71 @@ def alertmanager_alerts(
     return [alert(labels, None), *(alert(label_set, event.event_ts_s) for label_set in superseded)]
 
 
+# -- scheduled reports (aiops/service/notify_report.py) ---------------------------------------------------------
+
+
+def report_json_body(written: Written, key: str, link: str, node: str) -> dict[str, Any]:
+    report = written.report
+    return {
+        "version": PAYLOAD_VERSION,
+        "event": REPORT_EVENT,
+        "dedup_key": key,
+        "report": {
+            "headline": report.headline,
+            "has_telemetry": report.has_telemetry,
+            "start_ts_s": report.start_ts_s,
+            "end_ts_s": report.end_ts_s,
+            "node": node,
+            "link": link,
+            "files": {fmt: str(path) for fmt, path in written.paths.items()},
+        },
+    }
+
+
+def report_slack_body(written: Written, key: str, link: str, node: str) -> dict[str, Any]:
+    report = written.report
+    text = f"Health report {utc(report.start_ts_s)} to {utc(report.end_ts_s)}: {report.headline}"
+    return {
+        "text": slack_escape(text, 300),
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "*" + slack_escape(text, 2500) + "*"}},
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"Report: {slack_escape(link, 500)}"}],
+            },
+        ],
+    }
+
+
+# -- the registry of sink kinds -------------------------------------------------------------------------------
+
+# (event, dedup key, the bodies this sink was sent for the incident before, oldest first) -> the JSON to POST
+IncidentBody = Callable[[IncidentEvent, str, Iterable[Any]], Any]
+# (the written report, its dedup key, the link to it, the node) -> the JSON to POST
+ReportBody = Callable[["Written", str, str, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SinkFormat:
+    """What a kind of sink is sent: an incident event's body, and a scheduled report's (None: the kind takes
+    no reports, as Alertmanager, which is for alerts)."""
+
+    incident: IncidentBody
+    report: ReportBody | None = None
+
+
+# Every sink kind a `[[notify.webhooks]]` entry may name (aiops/config.py `WebhookConfig.kind` lists the same
+# words; tests/test_notify_sinks.py checks both). Adding a kind: its body functions in a module of their own,
+# one entry here, its word in the config's `kind` (docs/ARCHITECTURE.md "Recipes").
+SINK_FORMATS: dict[str, SinkFormat] = {
+    "json": SinkFormat(lambda event, key, _: json_body(event, key), report_json_body),
+    "slack": SinkFormat(lambda event, _key, _previous: slack_body(event), report_slack_body),
+    "alertmanager": SinkFormat(
+        lambda event, _key, previous: alertmanager_alerts(event, firing_label_sets(previous))
+    ),
+}
+
+
 def render(
     sink_kind: SinkKind,
     event: IncidentEvent,
@@ -195,8 +268,4 @@ def render(
 ) -> Any:
     """The JSON value to POST to a sink of `sink_kind`; `previous_bodies` are the bodies this sink was sent
     for the same incident before, oldest first (only Alertmanager's depend on them)."""
-    if sink_kind == "json":
-        return json_body(event, dedup_key)
-    if sink_kind == "slack":
-        return slack_body(event)
-    return alertmanager_alerts(event, firing_label_sets(previous_bodies))
+    return SINK_FORMATS[sink_kind].incident(event, dedup_key, previous_bodies)

@@ -103,24 +103,10 @@ def sim_sources(
     return out
 
 
-# collectors.host's collector names -> the [collectors] section that sets their interval and switch.
-_SECTION_OF = {
-    "nvml": "nvml",
-    "procfs": "procfs",
-    "netdev": "net",
-    "infiniband": "infiniband",
-    "hwmon": "sysfs",
-    "sysfs-thermal": "sysfs",
-    "sysfs-cooling": "sysfs",
-    "sysfs-powercap": "sysfs",
-    "kmsg": "kmsg",
-}
-
-
 def host_sources(config: Config) -> Sources:
     """This host's collectors, each at its configured interval (what is absent reports itself once), and the
     topology discovered at start (written by `register_topology`)."""
-    from collectors.host import host_collectors
+    from collectors.host import collector_section, host_collectors
 
     wanted = config.collectors
     made = host_collectors(
@@ -132,7 +118,7 @@ def host_sources(config: Config) -> Sources:
     )
     sources = []
     for collector in made.collectors:
-        section = getattr(wanted, _SECTION_OF.get(collector.name, "sysfs"))
+        section = getattr(wanted, collector_section(collector.name))
         if section.enabled:
             sources.append(Source(collector.name, collector, section.interval_s))
     out = Sources(

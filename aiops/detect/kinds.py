@@ -1,0 +1,19 @@
+"""Every symptom kind the detection rules (aiops/detect/rules.py) report: the detect layer's registry of the
+words a label's spec anchors on (`LabelSpec.anchors`, aiops/labels.py). tests/test_label_units.py checks that
+the rules report exactly these kinds and that every label's anchors are among them.
+"""
+
+from __future__ import annotations
+
+GPU_KINDS = frozenset(
+    {"gpu_lost", "gpu_throttle", "ecc_dbe", "pcie_replay", "pcie_downtrain", "nvlink_errors", "xid"}
+    | {"power_limit_drop", "gpu_hot", "gpu_idle_in_job"}
+)
+NIC_KINDS = frozenset(
+    {"loss_without_ecn", "carrier_flap", "lane_enforcement_missing", "nic_drops", "queue_delay", "pfc_pauses"}
+    | {"lane_mismatch"}
+)
+JOB_KINDS = frozenset({"collective_timeouts", "collective_latency", "step_regression", "job_stalled"})
+FACILITY_KINDS = frozenset({"dcim_power_cap", "coolant_flow_drop", "rack_inlet_hot", "fleet_inlet_drift"})
+HOST_KINDS = frozenset({"loader_outlier", "loader_stall"})
+SYMPTOM_KINDS: frozenset[str] = GPU_KINDS | NIC_KINDS | JOB_KINDS | FACILITY_KINDS | HOST_KINDS
