@@ -1,5 +1,6 @@
-"""Where the agent's LLM lives and how much it may spend: the environment first, then the `[llm]` table of the
-aiops config file (aiops/config.py: `--config`/$AIOPS_CONFIG, else ~/.config/aiops/config.toml).
+"""Where the agent's LLM lives and how much it may spend: the environment the command was started with first,
+then the `[llm]` table of the config the command loaded (aiops/cli/configured.py passes both down; nothing
+here reads a file, the environment or the home directory by itself).
 
 Environment: AIOPS_LLM_BASE_URL (e.g. http://localhost:8000/v1 for vLLM, http://localhost:11434/v1 for Ollama,
 http://localhost:8080/v1 for llama.cpp, https://api.openai.com/v1), AIOPS_LLM_MODEL, OPENAI_API_KEY. The file's
@@ -9,12 +10,10 @@ and no model: the agent runs offline.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 
-from aiops.config import load_config as load_file
+from aiops.config import Config
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,9 @@ class AgentConfig:
         return f"{self.model} at {self.base_url} (from {self.source})"
 
 
-def load_config(env: Mapping[str, str] | None = None, path: Path | None = None) -> AgentConfig:
-    """The agent's configuration: environment variables override the config file, which overrides defaults."""
-    env = os.environ if env is None else env
-    config = load_file(path, env)
+def agent_config_of(config: Config, env: Mapping[str, str]) -> AgentConfig:
+    """The agent's configuration: `env`'s AIOPS_LLM_BASE_URL, AIOPS_LLM_MODEL and OPENAI_API_KEY override
+    `config`'s `[llm]`, which overrides the defaults."""
     llm = config.llm
     source = config.source
     overrides = {

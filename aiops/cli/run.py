@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from aiops.cli.args import positive_float, seconds
+from aiops.cli.configured import agent_config
 from aiops.config import Config, NodeConfig, load_config, node_of, parse_listen
 from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
@@ -108,6 +109,7 @@ def console_server(config: Config, service: Service) -> ConsoleServer:
         execute=False,
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
+        agent=agent_config(config),
     )
     return ConsoleServer(create_app(service.workspace, options), config.console.listen)
 

@@ -78,7 +78,9 @@ class Service:
         self.config = config
         self.sim = sim
         self.clock, self.sleep = clock, sleep
-        self.owner = FileOwner(config.store.path, memory_limit_mb=config.store.memory_limit_mb)
+        self.owner = FileOwner(
+            config.store.path, memory_limit_mb=config.store.memory_limit_mb, guardrails=config.guardrails
+        )
         self.workspace = OwnedWorkspace(self.owner)
         self.metrics = MetricsCache(config.node.name)
         self.registry = CollectorRegistry(auto_describe=False)
