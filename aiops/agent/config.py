@@ -32,6 +32,9 @@ class Limits:
     record_max_bytes: int = 65_536  # one journal/audit record, one tool result kept in the checkpoint
 
 
+TIMEOUT_SHARE = 0.8  # of the timeout spent generating; the rest for the prompt and the network
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     base_url: str | None = None
@@ -39,9 +42,18 @@ class AgentConfig:
     api_key: str | None = None
     timeout_s: float = 30.0
     temperature: float = 0.0
-    completion_max_tokens: int = 2048  # `max_tokens` of every request
+    completion_max_tokens: int = 2048  # the most `max_tokens` of any request
+    tokens_per_s: float = 30.0  # the generation speed assumed of the endpoint (a small local model's)
     limits: Limits = Limits()
     source: str = "defaults"
+
+    @property
+    def request_max_tokens(self) -> int:
+        """`max_tokens` of every request: what the endpoint generates in `TIMEOUT_SHARE` of the timeout at
+        `tokens_per_s`, at most `completion_max_tokens`, at least 16: a request the chat gives up on at its
+        timeout does not hold a local server long after (2,048 tokens at 30 tokens/s took 70 s against 30 s)."""
+        fits = int(self.timeout_s * TIMEOUT_SHARE * self.tokens_per_s)
+        return max(16, min(self.completion_max_tokens, fits))
 
     @property
     def online(self) -> bool:
@@ -74,6 +86,7 @@ def agent_config_of(config: Config, env: Mapping[str, str]) -> AgentConfig:
         timeout_s=float(values["timeout_s"]),
         temperature=float(values["temperature"]),
         completion_max_tokens=int(values["completion_max_tokens"]),
+        tokens_per_s=float(values["tokens_per_s"]),
         limits=limits,
         source=source,
     )
