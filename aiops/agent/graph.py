@@ -27,7 +27,14 @@ from langgraph.types import interrupt
 from aiops.agent.analyst import Analyst
 from aiops.agent.config import Limits
 from aiops.agent.gather import investigate
-from aiops.agent.grounding import Citation, Claim, claims_from_evidence, verified_citation_rate, verify_claims
+from aiops.agent.grounding import (
+    Citation,
+    Claim,
+    claims_from_evidence,
+    rated_claims,
+    verified_citation_rate,
+    verify_claims,
+)
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
@@ -183,10 +190,9 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         draft, failed = state.get("draft"), bool(state.get("failures"))
         model_text: list[Claim] = []
         if draft is not None and not failed:
-            # the model's answer counts (it passed the schema); the analyst's evidence stays beside its claims,
-            # first, so the verification budget never leaves it unverified
+            # the model's answer counts (it passed the schema); the analyst's evidence stays, after its claims
             claims, text, source = (
-                analyst_claims + _claims_from_draft(draft, state.get("tool_log", [])),
+                _claims_from_draft(draft, state.get("tool_log", [])),
                 draft.get("answer", ""),
                 "llm",
             )
@@ -204,16 +210,15 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
         else:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
-        checked = (
-            verify_claims(
-                claims,
-                deps.sql,
-                max_claims=deps.limits.verify_max_claims,
-                budget_s=deps.limits.verify_budget_s,
-            )
-            + model_text
+        kept = analyst_claims if source == "llm" else []  # the analyst's evidence beside the model's answer
+        checked = verify_claims(  # the analyst's first: the re-run budget never leaves its evidence unchecked
+            kept + claims,
+            deps.sql,
+            max_claims=deps.limits.verify_max_claims,
+            budget_s=deps.limits.verify_budget_s,
         )
-        rate = verified_citation_rate(checked)
+        checked = checked[len(kept) :] + checked[: len(kept)] + model_text  # shown: the answer's claims first
+        rate = verified_citation_rate(rated_claims(checked, source))
         focused = deps.analyst.get(str(state.get("incident_id") or ""))
         analyst_ranking = [
             {

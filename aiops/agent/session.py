@@ -23,7 +23,13 @@ from langgraph.types import Command
 from aiops.agent.analyst import Analyst
 from aiops.agent.config import AgentConfig
 from aiops.agent.graph import AgentState, Deps, build_graph
-from aiops.agent.grounding import Claim, claims_from_evidence, verified_citation_rate, verify_claims
+from aiops.agent.grounding import (
+    Claim,
+    claims_from_evidence,
+    rated_claims,
+    verified_citation_rate,
+    verify_claims,
+)
 from aiops.agent.guarded import TwinWorld, WorkspaceGuard
 from aiops.agent.journal import WorkspaceJournal
 from aiops.agent.llm import LLMClient
@@ -370,5 +376,6 @@ def citation_rate(db_path: str | Path, questions: list[str], config: AgentConfig
     claims: list[Claim] = []
     with open_session(db_path, config=config) as session:
         for question in questions:
-            claims.extend(session.ask(question).claims)
+            reply = session.ask(question)
+            claims.extend(rated_claims(reply.claims, reply.source))
     return verified_citation_rate(claims)
