@@ -235,6 +235,18 @@ class AlertmanagerInConfig(_Section):
         le=100_000,
         description="alert investigations run per flush at most (the rest wait)",
     )
+    budget_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="seconds of alert investigations per flush at most (the rest wait)",
+    )
+    max_waiting: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="firing alerts waiting past a flush at most; the oldest beyond are shed and counted",
+    )
 
 
 class GuardrailsConfig(_Section):
