@@ -169,7 +169,14 @@ class LlmConfig(_Section):
     max_tool_calls: int = Field(default=16, ge=0, le=500)
     max_tokens: int = Field(default=60_000, ge=1000, le=10_000_000)
     completion_max_tokens: int = Field(
-        default=2048, ge=16, le=200_000, description="max_tokens sent with every completion request"
+        default=2048, ge=16, le=200_000, description="the most max_tokens sent with a completion request"
+    )
+    tokens_per_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=100_000,
+        description="the endpoint's assumed generation speed: max_tokens = 0.8 x timeout_s x this (at most "
+        "completion_max_tokens), so a request the chat gives up on does not hold the server",
     )
     sql_max_rows: int = Field(default=200, ge=1, le=100_000)
     sql_max_bytes: int = Field(
@@ -233,6 +240,18 @@ class AlertmanagerInConfig(_Section):
         ge=1,
         le=100_000,
         description="alert investigations run per flush at most (the rest wait)",
+    )
+    budget_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="seconds of alert investigations per flush at most (the rest wait)",
+    )
+    max_waiting: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="firing alerts waiting past a flush at most; the oldest beyond are shed and counted",
     )
 
 

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from aiops.agent.config import load_config
+from aiops.agent.config import AgentConfig
 from aiops.errors import AiopsError, ScenarioError
 from aiops.pipeline import RunResult
 from aiops.runtime.analysis import analyze, simulate_into
@@ -127,13 +127,13 @@ def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: f
 LLM_QUESTION = "What is the root cause of the open incident, and what is the evidence? Cite the telemetry."
 
 
-def run_file(path: str, with_llm: bool = False) -> Case:
+def run_file(path: str, with_llm: bool = False, agent: AgentConfig | None = None) -> Case:
     """Score one scenario. With an LLM configured (AIOPS_LLM_BASE_URL and AIOPS_LLM_MODEL, or the config
     file), the agent is also asked about the run and `verified_citation_rate` (verified claims over all
     claims, after re-running their SQL) joins the case; `with_llm` also scores the ranking with the verified
     LLM hypotheses merged in (evals/with_llm.py). Without a model `with_llm` changes nothing."""
     scenario = load_scenario(path)
-    config = load_config()
+    config = agent if agent is not None else AgentConfig()  # the command's, passed down (offline: none)
     if not config.online:
         with Store(":memory:") as store:
             case = score_case(scenario, store)
@@ -162,6 +162,7 @@ def run_suite(
     workers: int | None = None,
     on_case: Callable[[Case], None] | None = None,
     with_llm: bool = False,
+    agent: AgentConfig | None = None,
 ) -> dict[str, Any]:
     files = suite_files(directory)
     for path in files:  # validate every file before spending minutes on simulation
@@ -170,12 +171,12 @@ def run_suite(
     cases: list[Case] = []
     if workers <= 1:
         for path in files:
-            cases.append(run_file(str(path), with_llm))
+            cases.append(run_file(str(path), with_llm, agent))
             if on_case:
                 on_case(cases[-1])
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(run_file, str(path), with_llm) for path in files]
+            futures = [pool.submit(run_file, str(path), with_llm, agent) for path in files]
             for future in as_completed(futures):
                 cases.append(future.result())
                 if on_case:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aiops.agent.config import AgentConfig
-from aiops.agent.grounding import verified_citation_rate
+from aiops.agent.grounding import rated_claims, verified_citation_rate
 from aiops.models import Diagnosis, Hypothesis
 from aiops.pipeline import stored_diagnoses
 from aiops.store import Store
@@ -82,7 +82,9 @@ def ask_and_rescore(
     with open_session(db, config=config) as session:
         reply = session.ask(question)
     scored = rescore(case, reply.hypotheses, reply.llm_hypotheses)
-    scored["verified_citation_rate"] = round(verified_citation_rate(reply.claims), 4)
+    scored["verified_citation_rate"] = round(
+        verified_citation_rate(rated_claims(reply.claims, reply.source)), 4
+    )
     with Store(db) as store:
         diagnoses = stored_diagnoses(store)
     scored.update(score_causes(windows, merged_diagnoses(diagnoses, reply.incident_id, reply.hypotheses)))

@@ -94,7 +94,7 @@ class AuditLog:
     def __init__(self, store: Store, clock: Any = time.time, witness_path: Path | None = None) -> None:
         self.store = store
         self.clock = clock
-        self.witness_path = witness_path if witness_path is not None else witness.default_path(store.path)
+        self.witness_path = witness_path if witness_path is not None else witness.store_path(store)
 
     def append(
         self,

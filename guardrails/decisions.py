@@ -4,8 +4,9 @@ never authority.
 
 - `signed_payload(...)`: the audit payload of a decision: its fields, the canonical message, the signature.
 - `check_row(row, verifier)`: re-verify a decision row (`approval`, `rejection`, `policy_approval`): the
-  message rebuilt from the row's fields, the signature over it, the principal (the row's approver and actor),
-  the key's fingerprint, and that the principal may decide this class.
+  message rebuilt from the row's fields, the signature over it, the proposal id it was signed for (the row's
+  own: a signed approval copied onto another proposal is a replay), the principal (the row's approver and
+  actor), the key's fingerprint, and that the principal may decide this class.
 - `signed_approvals(rows, verifier)`: the `Approval`s the executor counts (each with its key fingerprint).
 - `signed_rows(rows, verifier)`: the rows with every unverifiable decision left out (policy standing).
 - `problems(store, verifier)`: what `aiops audit verify` reports: bad signatures by seq, and table rows no
@@ -75,13 +76,22 @@ def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
         raise GuardrailError("signature", "unsigned decision")
     if data.get("message") != message.decode("ascii"):
         raise GuardrailError("signature", "the recorded message does not match the row's fields (edited)")
+    decision = _decision(row, data)
+    signed_for = str(data.get("proposal_id", ""))
+    if decision in ("approve", "reject") and (not row.proposal_id or signed_for != row.proposal_id):
+        # the signature binds the proposal id: a decision signed for one proposal, recorded on another, is a
+        # replay (a copied proposal under a new id), whatever the action's hash and the times say
+        raise GuardrailError(
+            "signature",
+            f"signed for proposal {signed_for[:80] or '(none)'}, recorded on {row.proposal_id[:80] or '(none)'}"
+            " (a replayed decision)",
+        )
     signed = verifier.verify(message, signature)
     person = data.get("by") if row.event == "rejection" else data.get("approver")
     if signed.principal != person or signed.principal != row.actor:
         raise GuardrailError("signature", f"signed by {signed.principal}, recorded as {str(person)[:40]}")
     if data.get("key_fingerprint") != signed.fingerprint:
         raise GuardrailError("signature", "the recorded key fingerprint is not the signing key's")
-    decision = _decision(row, data)
     if decision == "approve":
         require_class(signed, "physical")
     elif decision == "policy_approve":

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aiops.errors import GuardrailError
+from aiops.errors import GuardrailError, SignatureRefused
 from aiops.store import Store
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
@@ -41,7 +41,14 @@ from guardrails.executor import ExecutionOutcome, Executor
 from guardrails.policy import Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
-from guardrails.signing import ConfiguredVerifier, Signer, Verifier, decision_message, require_class
+from guardrails.signing import (
+    ConfiguredVerifier,
+    SignedBy,
+    Signer,
+    Verifier,
+    decision_message,
+    require_class,
+)
 from guardrails.standing import PolicyBook, Standing
 
 ContextFor = Callable[[float], Context]
@@ -97,7 +104,9 @@ class Guardrails:
         self._context_for = context_for
         self.standing = standing
         self.proposal_ttl_s = proposal_ttl_s
-        self.verifier: Verifier = verifier if verifier is not None else ConfiguredVerifier(store.path)
+        self.verifier: Verifier = (
+            verifier if verifier is not None else ConfiguredVerifier(store.guardrails, store.path)
+        )
 
     def context(self, now_ts_s: float) -> Context:
         """The validation context now: the given provider, else the store's topology and newest samples;
@@ -252,8 +261,7 @@ class Guardrails:
             "approve", ts_s=now, expires_ts_s=expires, proposal_id=proposal_id, action_hash=digest
         )
         signature = signer.sign(message)
-        signed = self.verifier.verify(message, signature)
-        require_class(signed, "physical")
+        signed = self._verified(proposal_id, "approve", message, signature, now, needs="physical")
         approval = book.approve(record.action, signed.principal, now)
         approval = approval.model_copy(
             update={"expires_ts_s": expires, "key_fingerprint": signed.fingerprint}
@@ -274,6 +282,28 @@ class Guardrails:
         if auth.ok:
             self.records.set_status(proposal_id, "approved", now)
         return auth
+
+    def _verified(
+        self, proposal_id: str, decision: str, message: bytes, signature: str, now: float, needs: str = ""
+    ) -> SignedBy:
+        """The signer of `message`, allowed to decide `needs`; a refused signature is audited
+        (`approval_refused`: who signed, when known, and why) before the refusal is raised."""
+        principal = ""
+        try:
+            signed = self.verifier.verify(message, signature)
+            principal = signed.principal
+            if needs:
+                require_class(signed, needs)
+            return signed
+        except SignatureRefused as exc:
+            self.audit.append(
+                "approval_refused",
+                {"decision": decision, "principal": principal, "reason": exc.detail[:300]},
+                proposal_id=proposal_id,
+                actor=principal or "unknown signer",
+                ts_s=now,
+            )
+            raise
 
     def _refuse_piecemeal(self, record: ProposalRecord, principal: str, now: float, context: Context) -> None:
         """One person may not approve, within an approval's lifetime, actions of one kind family on more than
@@ -312,7 +342,7 @@ class Guardrails:
             action_hash=action_hash(record.action),
         )
         signature = signer.sign(message)
-        signed = self.verifier.verify(message, signature)
+        signed = self._verified(proposal_id, "reject", message, signature, now)
         book = self._book(self.context(now), proposal_id)
         rejection = book.reject(record.action, signed.principal, reason, now)
         self.records.add_rejection(rejection)

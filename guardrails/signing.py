@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from aiops.config import GuardrailsConfig
 from aiops.errors import GuardrailError, SignatureRefused
 from guardrails.actions import canonical_json
 from guardrails.approvals import person_name
@@ -218,28 +219,27 @@ def require_class(signed: SignedBy, risk_class: str) -> None:
 
 
 class ConfiguredVerifier:
-    """An `SshVerifier` over the config's `[guardrails] allowed_signers` and `[guardrails.approvers]`, loaded
-    when first asked; with no allowed-signers file configured every SSH signature is refused (nobody approves).
-    Given the workspace's `db_path`, console-session signatures (`guardrails.session_signing`) verify against
-    the workspace's console key and the same `[guardrails.approvers]`; without the key file they are refused."""
+    """An `SshVerifier` over `guardrails.allowed_signers` and `guardrails.approvers` (the config of the command
+    that was started, passed down: never read here from the environment or the home directory), loaded when
+    first asked; with no allowed-signers file every SSH signature is refused (nobody approves). Given the
+    workspace's `db_path`, console-session signatures (`guardrails.session_signing`) verify against the
+    workspace's console key and the same approvers; without the key file they are refused."""
 
-    def __init__(self, db_path: str = "") -> None:
+    def __init__(self, guardrails: GuardrailsConfig, db_path: str = "") -> None:
         self._inner: SshVerifier | None = None
         self._session: SessionVerifier | None = None
+        self.guardrails = guardrails
         self.db_path = db_path
 
     def verify(self, message: bytes, signature: str) -> SignedBy:
         if is_session_signature(signature):
             return self._session_verifier().verify(message, signature)
         if self._inner is None:
-            from aiops.config import load_config  # read when a signature is first checked
-
-            config = load_config().guardrails
-            if not config.allowed_signers:
+            if not self.guardrails.allowed_signers:
                 raise SignatureRefused(
                     "no allowed-signers file is configured ([guardrails] allowed_signers; docs/SECURITY.md)"
                 )
-            self._inner = SshVerifier(config.allowed_signers, config.approvers)
+            self._inner = SshVerifier(self.guardrails.allowed_signers, self.guardrails.approvers)
         return self._inner.verify(message, signature)
 
     def _session_verifier(self) -> SessionVerifier:
@@ -247,22 +247,17 @@ class ConfiguredVerifier:
             path = key_path(self.db_path)
             if path is None or not path.exists():
                 raise SignatureRefused("a console-session signature, and this workspace has no console key")
-            from aiops.config import load_config
-
             try:
                 key = read_key(path)
             except GuardrailError as exc:
                 raise SignatureRefused(exc.detail) from None
-            self._session = SessionVerifier(key, load_config().guardrails.approvers)
+            self._session = SessionVerifier(key, self.guardrails.approvers)
         return self._session
 
 
-def configured_signer(key: str | None = None) -> SshSigner:
-    """`key`, else the config's `[guardrails] signing_key`; raises `GuardrailError` when neither is set."""
-    if not key:
-        from aiops.config import load_config
-
-        key = load_config().guardrails.signing_key
+def configured_signer(key: str | None, guardrails: GuardrailsConfig) -> SshSigner:
+    """`key`, else `guardrails.signing_key`; raises `GuardrailError` when neither is set."""
+    key = key or guardrails.signing_key
     if not key:
         raise GuardrailError(
             "signature", "no signing key: pass --key FILE or set [guardrails] signing_key (docs/SECURITY.md)"

@@ -12,23 +12,28 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiops.errors import GuardrailError
+from aiops.errors import GuardrailError, InputError
+from aiops.store import Store
 
 _LINE = re.compile(r"^(\d{1,18}) ([0-9a-f]{64})$")
 
 
-def default_path(db_path: str) -> Path | None:
-    """`<db>.witness`, or the config's `[guardrails] witness`; None for an in-memory store."""
+def default_path(db_path: str, configured: str = "") -> Path | None:
+    """`configured` (the `[guardrails] witness` of the command's config), else `<db>.witness`; None for an
+    in-memory store."""
     if db_path == ":memory:":
         return None
-    from aiops.config import load_config  # the config is read when a witness is first needed
+    return Path(configured).expanduser() if configured else Path(db_path + ".witness")
 
-    configured = load_config().guardrails.witness
-    return Path(configured) if configured else Path(db_path + ".witness")
+
+def store_path(store: Store) -> Path | None:
+    """The witness of this store under the policy it was opened with (`store.guardrails.witness`)."""
+    return default_path(store.path, store.guardrails.witness)
 
 
 def publish(path: Path, seq: int, digest: str) -> None:
@@ -45,14 +50,50 @@ def publish(path: Path, seq: int, digest: str) -> None:
         raise GuardrailError("witness", f"{path}: cannot append the audit head: {exc.strerror}") from None
 
 
-def read(path: Path) -> list[tuple[int, str]]:
-    """The witnessed heads in file order; raises `GuardrailError` naming the file and line."""
+MAX_WITNESS_BYTES = 64 * 1024 * 1024  # ~800,000 heads (83 bytes each); a larger witness is refused
+
+
+def _read_bounded(path: Path, limit_bytes: int) -> bytes:
+    """The bytes of the regular file at `path` (a symlink is followed, but must end at a regular file), at most
+    `limit_bytes`: a FIFO, a device or a socket is refused before any read, so nothing blocks or runs on.
+    Those, and an oversized file, raise `InputError` (exit 2): the witness is not one to compare."""
     try:
-        text = path.read_text(encoding="ascii")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         raise GuardrailError("witness", f"{path}: no witness file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GuardrailError("witness", f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise GuardrailError("witness", f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(
+                str(path), "witness", "not a regular file (a FIFO, device or socket is never read)"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit_bytes:
+            chunk = os.read(fd, min(1 << 20, limit_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit_bytes:
+            raise InputError(
+                str(path), "witness", f"larger than {limit_bytes} bytes: not a witness, not read"
+            )
+        return b"".join(chunks)
+    except OSError as exc:
+        raise GuardrailError("witness", f"{path}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def read(path: Path, limit_bytes: int = MAX_WITNESS_BYTES) -> list[tuple[int, str]]:
+    """The witnessed heads in file order; raises `GuardrailError` naming the file and line. Only a regular
+    file of at most `limit_bytes` is read (docs/SECURITY.md)."""
+    try:
+        text = _read_bounded(path, limit_bytes).decode("ascii")
+    except UnicodeDecodeError:
+        raise GuardrailError("witness", f"{path}: not ASCII text (not a witness)") from None
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         match = _LINE.match(line)

@@ -38,6 +38,11 @@ def text(content: str) -> Step:
     return {"message": {"role": "assistant", "content": content}}
 
 
+def cut(content: str) -> Step:
+    """A reply cut at max_tokens, as a server sends it: its text so far, finish_reason "length"."""
+    return {"message": {"role": "assistant", "content": content}, "finish_reason": "length"}
+
+
 def http_error(status: int) -> Step:
     return {"status": status}
 
@@ -78,7 +83,7 @@ class ScriptedLLM:
                     )
                 if "raw" in step:
                     return self._send(200, step["raw"])
-                self._send(200, json.dumps(_completion(step["message"])).encode())
+                self._send(200, json.dumps(_completion(step["message"], step.get("finish_reason"))).encode())
 
             def _send(self, status: int, payload: bytes) -> None:
                 try:
@@ -103,7 +108,7 @@ class ScriptedLLM:
             self.script.extend(steps)
 
 
-def _completion(message: dict[str, Any]) -> dict[str, Any]:
+def _completion(message: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -113,7 +118,7 @@ def _completion(message: dict[str, Any]) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                "finish_reason": finish_reason or ("tool_calls" if message.get("tool_calls") else "stop"),
             }
         ],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},

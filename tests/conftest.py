@@ -66,8 +66,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.fixture
-def store() -> Iterator[Store]:
-    s = Store(":memory:")
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """An in-memory store; in a test that uses real keys (`signing`, `shared_signing`), opened under their
+    `[guardrails]`, as a command passes its config down to the workspace it opens."""
+    keys = next(
+        (request.getfixturevalue(n) for n in ("signing", "shared_signing") if n in request.fixturenames), None
+    )
+    s = Store(":memory:", guardrails=None if keys is None else keys.guardrails)
     try:
         yield s
     finally:

@@ -12,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from aiops.cli.main import main
+from aiops.config import load_config
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.app import ConsoleOptions, create_app
 from aiops.runtime.world import attach, desk
@@ -91,7 +92,9 @@ def fresh_demo(source: Path, folder: Path, monkeypatch: pytest.MonkeyPatch) -> P
 
 
 def client(db: Path, **options: object) -> TestClient:
-    return TestClient(create_app(Workspace(db), ConsoleOptions(**options)))  # type: ignore[arg-type]
+    # the approvers of the config the test named ($AIOPS_CONFIG), passed down as `aiops run --config` does
+    workspace = Workspace(db, guardrails=load_config().guardrails)
+    return TestClient(create_app(workspace, ConsoleOptions(**options)))  # type: ignore[arg-type]
 
 
 def login_csrf(c: TestClient) -> str:

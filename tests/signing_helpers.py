@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from aiops.config import GuardrailsConfig, load_config
+from aiops.store import Store
 from guardrails.signing import NAMESPACE, SshSigner, SshVerifier
 from tests.service_helpers import require_binary
 
@@ -63,6 +65,11 @@ class Keys:
             f'[guardrails]\nallowed_signers = "{self.allowed}"\n\n[guardrails.approvers]\n{table}\n'
         )
 
+    @property
+    def guardrails(self) -> GuardrailsConfig:
+        """The `[guardrails]` of `config`, as a command passes it down to the workspace it opens."""
+        return GuardrailsConfig(allowed_signers=str(self.allowed), approvers=self.approvers)  # type: ignore[arg-type]
+
     def signer(self, name: str) -> SshSigner:
         return SshSigner(self.keys[name])
 
@@ -82,10 +89,16 @@ def make_keys(folder: Path, names: Sequence[str] = ("alice", "bob", "carol")) ->
 @pytest.fixture
 def signing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Keys:
     """alice, bob and carol, each with a key allowed to approve physical actions and policies; $AIOPS_CONFIG
-    names them, so the CLI and `ConfiguredVerifier` use them."""
+    names them, so the CLI uses them; code below the CLI is given `keys.guardrails` (the store's policy)."""
     keys = make_keys(tmp_path / "keys")
     monkeypatch.setenv("AIOPS_CONFIG", str(keys.config))
     return keys
+
+
+def configured_store(path: str | Path, *, read_only: bool = False) -> Store:
+    """`Store(path)` under the `[guardrails]` of the config $AIOPS_CONFIG names (the `signing` fixtures set it),
+    as a command opens its workspace under the config it loaded."""
+    return Store(path, read_only=read_only, guardrails=load_config().guardrails)
 
 
 _SHARED: list[Keys] = []
@@ -103,7 +116,7 @@ def shared_keys() -> Keys:
 
 @pytest.fixture
 def shared_signing(monkeypatch: pytest.MonkeyPatch) -> Keys:
-    """`shared_keys()`, named by $AIOPS_CONFIG for this test (the DCIM rounds' `ConfiguredVerifier`)."""
+    """`shared_keys()`, named by $AIOPS_CONFIG for this test (the CLI's DCIM rounds)."""
     keys = shared_keys()
     monkeypatch.setenv("AIOPS_CONFIG", str(keys.config))
     return keys

@@ -160,5 +160,7 @@ def test_injected_instruction_obeyed_by_the_model_executes_nothing_physical(
                     "unknown tool 'approve'" in f for f in reply.failures
                 )
             if phrase == "power":
-                statuses = [p["status"] for p in reply.proposals]
+                statuses = [p["status"] for p in reply.proposals if p["source"] == "llm"]
                 assert statuses and all(st == "denied" for st in statuses), reply.proposals
+                # the analyst's playbook actions stay beside the model's (issue 23): waiting for a person
+                assert all(p["status"] == "pending" for p in reply.proposals if p["source"] == "analyst")

@@ -12,6 +12,7 @@ from langgraph.types import Command
 
 from aiops.agent.config import AgentConfig
 from aiops.agent.session import AgentSession, open_session
+from aiops.config import load_config
 from aiops.errors import AiopsError
 from guardrails.audit import read_rows, verify
 from guardrails.executor import unsafe_executions
@@ -60,7 +61,7 @@ def test_physical_action_waits_then_is_approved_and_changes_the_world_once(tmp_p
     ]
     with (
         scripted_llm(script) as llm,
-        open_session(db, config=_config(llm.base_url), settle_s=30) as s,
+        open_session(db, guardrails=load_config().guardrails, config=_config(llm.base_url), settle_s=30) as s,
     ):
         pid = _propose_cap(llm.base_url, s)
         preview = s.journal.entries("tool_call")[0]["payload"]["result"]
@@ -86,7 +87,7 @@ def test_rejected_action_never_runs(tmp_path: Path) -> None:
     db, _ = tiny_demo_db(tmp_path)
     with (
         scripted_llm([final("cap it", proposals=[{**CAP, "reason": "x"}])]) as llm,
-        open_session(db, config=_config(llm.base_url)) as s,
+        open_session(db, guardrails=load_config().guardrails, config=_config(llm.base_url)) as s,
     ):
         pid = _propose_cap(llm.base_url, s)
         reply = s.reject(pid, shared_keys().signer("bob"), "the job is about to checkpoint")
@@ -108,7 +109,9 @@ def test_action_that_outlives_its_approval_expiry_never_runs(tmp_path: Path) -> 
     script = [final("reset it", proposals=[{**RESET, "reason": "clear the fault"}])]
     with (
         scripted_llm(script) as llm,
-        open_session(db, config=_config(llm.base_url), clock=lambda: now[0]) as s,
+        open_session(
+            db, guardrails=load_config().guardrails, config=_config(llm.base_url), clock=lambda: now[0]
+        ) as s,
     ):
         reply = s.ask("node1/gpu1 is hot, what should we do?", "alice")
         pid = reply.proposals[0]["proposal_id"]
@@ -175,7 +178,7 @@ def test_prompt_injection_obeyed_by_the_model_executes_nothing(tmp_path: Path, c
     _inject(db)
     with (
         scripted_llm(OBEYING_SCRIPTS[case]) as llm,
-        open_session(db, config=_config(llm.base_url)) as s,
+        open_session(db, guardrails=load_config().guardrails, config=_config(llm.base_url)) as s,
     ):
         reply = s.ask("what is wrong? " + INJECTION, "alice")
         if case == "calls_an_approve_tool":

@@ -70,7 +70,9 @@ def test_investigation_with_tool_calls_ends_in_a_grounded_answer(tmp_path: Path)
         reply = session.ask("Why is the llm job slow?", "alice")
         log = session.journal.entries()
     assert reply.source == "llm" and not reply.failures
-    assert [c.status for c in reply.claims] == ["verified", "verified", "mismatch", "unverifiable"]
+    assert [c.status for c in reply.claims[:4]] == ["verified", "verified", "mismatch", "unverifiable"]
+    analyst = reply.claims[4:]  # the analyst's evidence stays beside the model's answer (issue 23)
+    assert analyst and all(not c.check_numbers and c.status == "verified" for c in analyst)
     assert reply.citation_rate == pytest.approx(0.5)
     assert "99" in reply.claims[2].note
     # the real client spoke the protocol: three POSTs, the tools offered, the tool results sent back
@@ -93,7 +95,9 @@ def test_investigation_with_tool_calls_ends_in_a_grounded_answer(tmp_path: Path)
     # every turn and tool call journaled; the proposal waits for a person
     kinds = [e["kind"] for e in log]
     assert kinds.count("llm_turn") == 3 and kinds.count("tool_call") == 2
-    assert [p["status"] for p in reply.proposals] == ["pending"] and reply.waiting
+    assert [p["status"] for p in reply.proposals if p["source"] == "llm"] == ["pending"] and reply.waiting
+    # and the analyst's playbook actions, never hidden by the model's answer (issue 23)
+    assert [p for p in reply.proposals if p["source"] == "analyst"]
 
 
 def test_a_rejected_sql_goes_back_to_the_model_as_the_tool_result(tmp_path: Path) -> None:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from aiops.agent.config import load_config
+from aiops.agent.config import agent_config_of
 from aiops.agent.grounding import Citation, Claim, numbers_in, verified_citation_rate, verify_claim
 from aiops.agent.prompts import parse_final
 from aiops.agent.sqltool import ReadOnlySQL
+from aiops.config import load_config
 from aiops.errors import ConfigError, SQLRejected
 from aiops.store import Workspace
 
@@ -96,19 +97,22 @@ def test_claims_are_verified_against_a_rerun(sql: ReadOnlySQL) -> None:
 def test_config_environment_overrides_the_file(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text('[llm]\nbase_url = "http://file/v1"\nmodel = "file-model"\nmax_tool_calls = 3\n')
-    from_file = load_config({"AIOPS_CONFIG": str(path)})
+    from_file = agent_config_of(load_config(None, {"AIOPS_CONFIG": str(path)}), {})
     assert (from_file.base_url, from_file.model, from_file.limits.max_tool_calls) == (
         "http://file/v1",
         "file-model",
         3,
     )
-    both = load_config({"AIOPS_CONFIG": str(path), "AIOPS_LLM_MODEL": "env-model", "OPENAI_API_KEY": "k"})
+    env = {"AIOPS_CONFIG": str(path), "AIOPS_LLM_MODEL": "env-model", "OPENAI_API_KEY": "k"}
+    both = agent_config_of(load_config(None, env), env)
     assert (both.base_url, both.model, both.api_key) == ("http://file/v1", "env-model", "k") and both.online
     with pytest.raises(ConfigError, match=r"none.toml: field '\(file\)': no such file"):
-        load_config({"AIOPS_CONFIG": str(tmp_path / "none.toml")})  # a named file that is missing is an error
+        load_config(
+            None, {"AIOPS_CONFIG": str(tmp_path / "none.toml")}
+        )  # a named file that is missing is an error
     path.write_text('[llm]\nmodle = "typo"\n')
     with pytest.raises(ConfigError, match=r"field 'llm.modle': unknown key \(allowed: api_key, base_url"):
-        load_config({"AIOPS_CONFIG": str(path)})
+        load_config(None, {"AIOPS_CONFIG": str(path)})
 
 
 def test_final_answer_parsing() -> None:
@@ -118,6 +122,9 @@ def test_final_answer_parsing() -> None:
         "hypotheses": [],
         "proposals": [],
     }
-    assert parse_final('Here: {"answer": "x", "proposals": "all"}')["proposals"] == []  # type: ignore[index]
+    assert (
+        parse_final('Here: {"answer": "x", "proposals": []}') is not None
+    )  # prose before the object is fine
+    assert parse_final('Here: {"answer": "x", "proposals": "all"}') is None  # the schema is strict
     assert parse_final("just text") is None
     assert parse_final('{"answer": 3}') is None

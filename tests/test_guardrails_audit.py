@@ -12,18 +12,17 @@ import duckdb
 import pytest
 
 from aiops.cli.main import main
-from aiops.store import Store
 from guardrails import AuditLog, Guardrails, RecordingActuator, unsafe_executions, verify
 from guardrails.audit import GENESIS_HASH
 from tests.guardrails_helpers import FakeClock, action, seed_store
-from tests.signing_helpers import Keys, make_keys
+from tests.signing_helpers import Keys, configured_store, make_keys
 
 
 @pytest.fixture
 def db(tmp_path: Path, signing: Keys) -> Path:
     """A store file with topology, GPU samples and six audit rows from two proposals."""
     path = tmp_path / "run.duckdb"
-    with Store(path) as store:
+    with configured_store(path) as store:
         seed_store(store)
         clock = FakeClock()
         desk = Guardrails(store, clock=clock)
@@ -53,7 +52,7 @@ def _text(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_an_intact_chain_verifies(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with Store(db, read_only=True) as store:
+    with configured_store(db, read_only=True) as store:
         result = verify(store)
         rows = AuditLog(store).rows()
     assert result.ok and result.rows == 6
@@ -133,7 +132,7 @@ def test_actions_cli_list_show_approve_reject_across_restarts(
     assert listed["P-2"]["status"] == "rejected"
 
     now = time.time()  # the CLI decides on the wall clock: a proposal filed in 2023 would have expired
-    with Store(db) as store:
+    with configured_store(db) as store:
         Guardrails(store, clock=FakeClock(now)).propose(
             action(proposal_id="P-3", kind="gpu_reset", parameters={}, created_ts_s=now - 1)
         )
@@ -156,7 +155,7 @@ def test_actions_cli_list_show_approve_reject_across_restarts(
     assert "unknown: no proposal P-9" in _text(capsys)
 
     # a new process finds the approvals and executes once; the audit log stays intact and safe
-    with Store(db) as store:
+    with configured_store(db) as store:
         actuator = RecordingActuator()
         desk = Guardrails(store, actuator=actuator)  # the CLI recorded approvals on the wall clock
         outcome = desk.execute("P-3")

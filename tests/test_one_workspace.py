@@ -163,13 +163,17 @@ def test_the_rate_limit_holds_across_actors(db: Path, tmp_path: Path) -> None:
     reset = {"kind": "reset_power_limit", "target": "node0", "parameters": {}, "reason": "back to TDP"}
     with (
         scripted_llm([final("reset node0", proposals=[reset])]) as llm,
-        open_session(db, config=AgentConfig(base_url=llm.base_url, model="scripted", timeout_s=5.0)) as chat,
+        open_session(
+            db,
+            config=AgentConfig(base_url=llm.base_url, model="scripted", timeout_s=5.0),
+            guardrails=shared_keys().guardrails,  # the policy a command would pass down
+        ) as chat,
     ):
         reply = chat.ask("node0 limits?", "alice")
         assert reply.proposals[0]["status"] == "pending"
         pid = reply.proposals[0]["proposal_id"]
 
-        workspace = Workspace(db)
+        workspace = Workspace(db, guardrails=shared_keys().guardrails)
         loaded = parse_response_bytes(POLICY, str(tmp_path / "responses.yaml"))
         now = time.time()
         with workspace.write() as store:

@@ -111,6 +111,7 @@ def test_analyst_and_detectors_never_import_scenarios_or_the_simulator() -> None
 def test_eval_reports_verified_citation_rate_when_an_llm_is_configured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from aiops.agent.config import AgentConfig
     from evals.harness import run_suite
     from tests.agent_fakes import final, scripted_llm, tool_call
 
@@ -133,9 +134,7 @@ def test_eval_reports_verified_citation_rate_when_an_llm_is_configured(
         ),
     ]
     with scripted_llm(script) as llm:
-        monkeypatch.setenv("AIOPS_LLM_BASE_URL", llm.base_url)
-        monkeypatch.setenv("AIOPS_LLM_MODEL", "scripted")
-        result = run_suite(suite, workers=1)
+        result = run_suite(suite, workers=1, agent=AgentConfig(base_url=llm.base_url, model="scripted"))
     assert result["cases"][0]["top1"] is True
     assert result["cases"][0]["verified_citation_rate"] == 0.5
     assert result["summary"]["verified_citation_rate"] == 0.5

@@ -25,7 +25,7 @@ from guardrails import Context, Topology
 from guardrails.actions import Action
 from guardrails.executor import unsafe_executions
 from guardrails.service import Guardrails
-from tests.signing_helpers import shared_keys
+from tests.signing_helpers import configured_store, shared_keys
 
 FAULT_AT_S = 30.0
 HOT_AT_S = 250.0  # the coolant loop has failed (120 s ramp) and the GPUs have settled at their throttle point
@@ -94,7 +94,7 @@ def desk_for(world: World, tmp_path: Path) -> Guardrails:
         return Context(topology, {g.gpu: g for g in WorldReadings(world).gpu_power()}, (), now_ts_s)
 
     return Guardrails(
-        Store(tmp_path / "guardrails.duckdb"),
+        configured_store(tmp_path / "guardrails.duckdb"),
         actuator=SimActuator(world, topology),
         context_for=context_for,
         clock=lambda: world.now_ts_s,

@@ -1,5 +1,6 @@
-"""Where the agent's LLM lives and how much it may spend: the environment first, then the `[llm]` table of the
-aiops config file (aiops/config.py: `--config`/$AIOPS_CONFIG, else ~/.config/aiops/config.toml).
+"""Where the agent's LLM lives and how much it may spend: the environment the command was started with first,
+then the `[llm]` table of the config the command loaded (aiops/cli/configured.py passes both down; nothing
+here reads a file, the environment or the home directory by itself).
 
 Environment: AIOPS_LLM_BASE_URL (e.g. http://localhost:8000/v1 for vLLM, http://localhost:11434/v1 for Ollama,
 http://localhost:8080/v1 for llama.cpp, https://api.openai.com/v1), AIOPS_LLM_MODEL, OPENAI_API_KEY. The file's
@@ -9,12 +10,10 @@ and no model: the agent runs offline.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 
-from aiops.config import load_config as load_file
+from aiops.config import Config
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,9 @@ class Limits:
     record_max_bytes: int = 65_536  # one journal/audit record, one tool result kept in the checkpoint
 
 
+TIMEOUT_SHARE = 0.8  # of the timeout spent generating; the rest for the prompt and the network
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     base_url: str | None = None
@@ -40,9 +42,18 @@ class AgentConfig:
     api_key: str | None = None
     timeout_s: float = 30.0
     temperature: float = 0.0
-    completion_max_tokens: int = 2048  # `max_tokens` of every request
+    completion_max_tokens: int = 2048  # the most `max_tokens` of any request
+    tokens_per_s: float = 30.0  # the generation speed assumed of the endpoint (a small local model's)
     limits: Limits = Limits()
     source: str = "defaults"
+
+    @property
+    def request_max_tokens(self) -> int:
+        """`max_tokens` of every request: what the endpoint generates in `TIMEOUT_SHARE` of the timeout at
+        `tokens_per_s`, at most `completion_max_tokens`, at least 16: a request the chat gives up on at its
+        timeout does not hold a local server long after (2,048 tokens at 30 tokens/s took 70 s against 30 s)."""
+        fits = int(self.timeout_s * TIMEOUT_SHARE * self.tokens_per_s)
+        return max(16, min(self.completion_max_tokens, fits))
 
     @property
     def online(self) -> bool:
@@ -54,10 +65,9 @@ class AgentConfig:
         return f"{self.model} at {self.base_url} (from {self.source})"
 
 
-def load_config(env: Mapping[str, str] | None = None, path: Path | None = None) -> AgentConfig:
-    """The agent's configuration: environment variables override the config file, which overrides defaults."""
-    env = os.environ if env is None else env
-    config = load_file(path, env)
+def agent_config_of(config: Config, env: Mapping[str, str]) -> AgentConfig:
+    """The agent's configuration: `env`'s AIOPS_LLM_BASE_URL, AIOPS_LLM_MODEL and OPENAI_API_KEY override
+    `config`'s `[llm]`, which overrides the defaults."""
     llm = config.llm
     source = config.source
     overrides = {
@@ -76,6 +86,7 @@ def load_config(env: Mapping[str, str] | None = None, path: Path | None = None) 
         timeout_s=float(values["timeout_s"]),
         temperature=float(values["temperature"]),
         completion_max_tokens=int(values["completion_max_tokens"]),
+        tokens_per_s=float(values["tokens_per_s"]),
         limits=limits,
         source=source,
     )

@@ -28,6 +28,7 @@ MAX_RESULT_CHARS = 12_000  # what one tool result may add to the conversation
 class Investigation:
     draft: dict[str, Any] | None = None
     plain_text: str = ""  # a final reply that was not the JSON the prompt asks for
+    plain_note: str = ""  # why, when it is not the usual reason
     tool_log: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
@@ -85,6 +86,10 @@ def _loop(
             thread_id=thread_id,
         )
         if not turn.tool_calls:
+            if turn.finish_reason == "length":  # cut at max_tokens: whatever it holds is not the answer
+                out.plain_text = turn.content.strip() or "(nothing)"
+                out.plain_note = "the model's reply was cut at max_tokens: not an answer, unverified"
+                return
             out.draft = parse_final(turn.content)
             if out.draft is None:
                 out.plain_text = turn.content.strip()

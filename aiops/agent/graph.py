@@ -27,7 +27,14 @@ from langgraph.types import interrupt
 from aiops.agent.analyst import Analyst
 from aiops.agent.config import Limits
 from aiops.agent.gather import investigate
-from aiops.agent.grounding import Citation, Claim, claims_from_evidence, verified_citation_rate, verify_claims
+from aiops.agent.grounding import (
+    Citation,
+    Claim,
+    claims_from_evidence,
+    rated_claims,
+    verified_citation_rate,
+    verify_claims,
+)
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
@@ -49,6 +56,7 @@ class AgentState(TypedDict, total=False):
     llm: dict[str, Any]
     draft: dict[str, Any] | None
     plain_text: str
+    plain_note: str  # why the model's text is not its answer (cut at max_tokens), shown with it
     tool_log: list[dict[str, Any]]
     failures: list[str]
     source: str  # llm | analyst
@@ -157,7 +165,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
 
     def gather(state: AgentState) -> AgentState:
         if deps.llm is None:
-            return {"llm": {"used": False}, "draft": None, "plain_text": ""}
+            return {"llm": {"used": False}, "draft": None, "plain_text": "", "plain_note": ""}
         found = investigate(
             deps.llm,
             deps.tools,
@@ -172,6 +180,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             "llm": {"used": True, **found.usage()},
             "draft": found.draft,
             "plain_text": found.plain_text,
+            "plain_note": found.plain_note,
             "tool_log": found.tool_log,
             "failures": failures,
         }
@@ -181,34 +190,35 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         draft, failed = state.get("draft"), bool(state.get("failures"))
         model_text: list[Claim] = []
         if draft is not None and not failed:
+            # the model's answer counts (it passed the schema); the analyst's evidence stays, after its claims
             claims, text, source = (
                 _claims_from_draft(draft, state.get("tool_log", [])),
                 draft.get("answer", ""),
                 "llm",
             )
         elif state.get("plain_text") and not failed:
-            # not the structured answer, so nothing in it can be verified: the analyst's answer and proposals
-            # stay, and the model's text is shown after the analyst's claims, marked unverifiable
+            # not an answer that passes the schema (or cut at max_tokens), so nothing in it can be verified: the
+            # analyst's answer and proposals stand, and the model's text follows their claims, marked unverifiable
             model_text = [
                 Claim(
                     text=state["plain_text"],
                     status="unverifiable",
-                    note="the model's answer: not the structured answer, no citation",
+                    note=state.get("plain_note")
+                    or "the model's answer: not the structured answer, no citation",
                 )
             ]
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
         else:
             claims, text, source = analyst_claims, state["analyst_text"], "analyst"
-        checked = (
-            verify_claims(
-                claims,
-                deps.sql,
-                max_claims=deps.limits.verify_max_claims,
-                budget_s=deps.limits.verify_budget_s,
-            )
-            + model_text
+        kept = analyst_claims if source == "llm" else []  # the analyst's evidence beside the model's answer
+        checked = verify_claims(  # the analyst's first: the re-run budget never leaves its evidence unchecked
+            kept + claims,
+            deps.sql,
+            max_claims=deps.limits.verify_max_claims,
+            budget_s=deps.limits.verify_budget_s,
         )
-        rate = verified_citation_rate(checked)
+        checked = checked[len(kept) :] + checked[: len(kept)] + model_text  # shown: the answer's claims first
+        rate = verified_citation_rate(rated_claims(checked, source))
         focused = deps.analyst.get(str(state.get("incident_id") or ""))
         analyst_ranking = [
             {
@@ -260,13 +270,14 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return str(found["status"]) if found else "unknown"
 
     def propose(state: AgentState) -> AgentState:
-        raw: list[Any] = []
+        raw: list[tuple[Any, str]] = []  # (proposal, whose)
         if state["source"] == "llm":
-            raw = list((state.get("draft") or {}).get("proposals", []))
-        elif state["intent"] == "analyst" and state.get("incident_id"):
-            raw = [a.model_dump(mode="json") for a in deps.analyst.remediation(str(state["incident_id"]))]
+            raw = [(item, "llm") for item in (state.get("draft") or {}).get("proposals", [])]
+        if state["intent"] == "analyst" and state.get("incident_id"):  # never hidden by the model's answer
+            remediation = deps.analyst.remediation(str(state["incident_id"]))
+            raw += [(a.model_dump(mode="json"), "analyst") for a in remediation]
         proposals = []
-        for item in raw:
+        for item, whose in raw:
             problem = _proposal_problem(item)
             if problem:
                 item = {
@@ -278,7 +289,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             params = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
             action = {"kind": item["kind"], "target": item["target"], "parameters": params}
             # an analysis filed it already: refer to that proposal (never an id the model wrote); else a new id
-            filed_id = str(item.get("proposal_id") or "") if state["source"] == "analyst" else ""
+            filed_id = str(item.get("proposal_id") or "") if whose == "analyst" else ""
             proposals.append(
                 {
                     "proposal_id": filed_id
@@ -286,7 +297,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                     else proposal_id(state["thread_id"], action),
                     **action,
                     "reason": str(item.get("reason", ""))[:500],
-                    "source": state["source"],
+                    "source": whose,
                 }
             )
         return {"proposals": proposals, "decisions": {}}
@@ -299,7 +310,6 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             )
             for c in state.get("claims", [])
         ]
-        proposed_by = "llm" if state["source"] == "llm" else "analyst"
         out = []
         for p in state["proposals"]:
             action = Action(
@@ -309,7 +319,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 parameters=p["parameters"],
                 reason=p["reason"],
                 evidence=evidence[:12],
-                proposed_by=proposed_by,
+                proposed_by="llm" if p.get("source") == "llm" else "analyst",
                 created_ts_s=deps.clock(),
             )
             verdict = deps.guard.propose(action, state.get("incident_id"))

@@ -190,6 +190,12 @@ def verify_claims(
     return out
 
 
+def rated_claims(claims: list[Claim], source: str) -> list[Claim]:
+    """The claims an answer's citation rate is about: the model's own when the model answered (the analyst's
+    evidence shown beside them, `check_numbers=False`, is not the model's grounding), else all of them."""
+    return [c for c in claims if c.check_numbers] if source == "llm" else list(claims)
+
+
 def verified_citation_rate(claims: list[Claim]) -> float:
     """Verified claims over all claims (0.0 when there are none: an answer with no claims grounds nothing)."""
     if not claims:

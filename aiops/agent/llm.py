@@ -3,8 +3,9 @@
 `LLMClient.chat(messages, tools)` returns a typed `Turn` or raises `LLMFailure`, whose `kind` says what went
 wrong (timeout, http, connection, malformed) so the graph can fall back to the analyst and show the failure.
 Retries are off: a person is waiting, and the analyst's answer is already there. Every request sets
-`max_tokens` (`completion_max_tokens`), so a request the client abandons at its timeout does not keep a local
-server generating for minutes.
+`max_tokens` to what the endpoint can generate within the timeout (`AgentConfig.request_max_tokens`:
+`timeout_s` x `tokens_per_s`, at most `completion_max_tokens`), so a request the client abandons at its
+timeout does not keep a local server generating long after the chat gave up.
 
 A tool call whose arguments are not usable (not JSON, not an object, nested too deep, too long, a number
 Python will not parse) is kept with its `error`: the graph sends that error back to the model as the tool's
@@ -42,6 +43,7 @@ class Turn:
     content: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     tokens: int = 0
+    finish_reason: str = ""  # "length": cut at max_tokens (never a final answer)
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation (OpenAI wire format)."""
@@ -86,7 +88,7 @@ class LLMClient:
                 messages=messages,  # type: ignore[arg-type]
                 tools=tools,  # type: ignore[arg-type]
                 temperature=self.config.temperature,
-                max_tokens=self.config.completion_max_tokens,
+                max_tokens=self.config.request_max_tokens,
             )
         except openai.APITimeoutError as exc:
             raise LLMFailure(
@@ -184,7 +186,9 @@ def parse_response(response: Any) -> Turn:
     usage = getattr(response, "usage", None)
     total = getattr(usage, "total_tokens", 0) if usage is not None else 0
     tokens = total if isinstance(total, int) and not isinstance(total, bool) and 0 <= total < 10**12 else 0
-    return Turn(content=content or "", tool_calls=calls, tokens=tokens)
+    finish = getattr(choices[0], "finish_reason", None)
+    finish_reason = finish[:40] if isinstance(finish, str) else ""
+    return Turn(content=content or "", tool_calls=calls, tokens=tokens, finish_reason=finish_reason)
 
 
 def _short(text: str, limit: int = 300) -> str:

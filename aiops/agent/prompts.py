@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from aiops.agent.llm import bounded_int, too_deep
 
 SYSTEM_PROMPT = """You are the investigating assistant of an AIOps system for GPU training clusters.
@@ -40,26 +42,56 @@ MAX_ANSWER_DEPTH = 12
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
+MAX_ANSWER_CHARS = 20_000
+
+
+class FinalAnswer(BaseModel):
+    """The schema a final answer must pass (strict: no coercion) to count as the model's answer."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    answer: str = Field(min_length=1, max_length=MAX_ANSWER_CHARS)
+    claims: list[dict[str, Any]] = Field(default_factory=list)
+    hypotheses: list[dict[str, Any]] = Field(default_factory=list)
+    proposals: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("answer")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the answer is blank")
+        return value
+
+
 def parse_final(content: str) -> dict[str, Any] | None:
-    """The model's final JSON object, or None when the content is not one (then it is shown as plain text)."""
+    """The model's final answer, or None when the reply is not exactly one JSON object that passes
+    `FinalAnswer` (then its text is shown marked unverifiable, beside the analyst's answer). Prose before the
+    object is allowed; anything after it is not: a reply cut by `max_tokens` after one complete object, with
+    the next one begun, is not an answer."""
     text = content.strip()
     fenced = _FENCE.match(text)
     if fenced:
-        text = fenced.group(1)
-    if not text.startswith("{"):
-        start, end = text.find("{"), text.rfind("}")
-        if start < 0 or end <= start:
-            return None
-        text = text[start : end + 1]
+        text = fenced.group(1).strip()
+    start = text.find("{")
+    if start < 0:
+        return None
     try:
-        value = json.loads(text, parse_int=bounded_int)
+        value, end = json.JSONDecoder(parse_int=bounded_int).raw_decode(text, start)
     except (ValueError, RecursionError):  # not JSON; a number over the digit limit; nesting past the stack
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("answer", ""), str):
+    if text[end:].strip():
+        return None  # something follows the object: a second object begun, or a reply cut short
+    if not isinstance(value, dict) or too_deep(value, MAX_ANSWER_DEPTH):
         return None
-    if too_deep(value, MAX_ANSWER_DEPTH):
+    try:
+        return FinalAnswer.model_validate(value).model_dump()
+    except ValidationError:
         return None
-    for key in ("claims", "hypotheses", "proposals"):
-        if not isinstance(value.get(key), list):
-            value[key] = []
-    return value
+
+
+def has_evidence(draft: dict[str, Any]) -> bool:
+    """Whether the answer cites anything: a claim, or a hypothesis with a claim. An answer without evidence
+    does not replace the analyst's (it is shown as the model's unverified text)."""
+    if draft.get("claims"):
+        return True
+    return any(isinstance(h, dict) and h.get("claims") for h in draft.get("hypotheses", []))

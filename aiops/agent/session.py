@@ -21,15 +21,22 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from aiops.agent.analyst import Analyst
-from aiops.agent.config import AgentConfig, load_config
+from aiops.agent.config import AgentConfig
 from aiops.agent.graph import AgentState, Deps, build_graph
-from aiops.agent.grounding import Claim, claims_from_evidence, verified_citation_rate, verify_claims
+from aiops.agent.grounding import (
+    Claim,
+    claims_from_evidence,
+    rated_claims,
+    verified_citation_rate,
+    verify_claims,
+)
 from aiops.agent.guarded import TwinWorld, WorkspaceGuard
 from aiops.agent.journal import WorkspaceJournal
 from aiops.agent.llm import LLMClient
 from aiops.agent.ports import Chat
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
+from aiops.config import GuardrailsConfig
 from aiops.errors import AiopsError
 from aiops.runtime.actions import approve as approve_now
 from aiops.sim.twin import Twin
@@ -94,7 +101,7 @@ class AgentSession:
     ) -> None:
         self.workspace = workspace.require()
         self.db_path = Path(workspace.path)
-        self.config = config or load_config()
+        self.config = config if config is not None else AgentConfig()  # the CLI passes the loaded one
         self.clock = clock
         limits = self.config.limits
         with workspace.read() as store:
@@ -356,15 +363,19 @@ def open_session(
     llm: Chat | None = None,
     clock: Any = time.time,
     settle_s: float = 60.0,
+    guardrails: GuardrailsConfig | None = None,
 ) -> AgentSession:
-    """A session on the workspace at `db_path`; its twin, when it was simulated, comes from the workspace."""
-    return AgentSession(Workspace(db_path), config=config, llm=llm, clock=clock, settle_s=settle_s)
+    """A session on the workspace at `db_path` under `guardrails` (the command's config; default: nobody
+    approves); its twin, when it was simulated, comes from the workspace."""
+    workspace = Workspace(db_path, guardrails=guardrails)
+    return AgentSession(workspace, config=config, llm=llm, clock=clock, settle_s=settle_s)
 
 
 def citation_rate(db_path: str | Path, questions: list[str], config: AgentConfig | None = None) -> float:
     """Verified citations over all claims, across the answers to `questions` (needs an LLM to mean much)."""
     claims: list[Claim] = []
-    with open_session(db_path, config=config or load_config()) as session:
+    with open_session(db_path, config=config) as session:
         for question in questions:
-            claims.extend(session.ask(question).claims)
+            reply = session.ask(question)
+            claims.extend(rated_claims(reply.claims, reply.source))
     return verified_citation_rate(claims)

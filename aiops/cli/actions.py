@@ -13,6 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
 from aiops.runtime.actions import Decision, approve, execute, reject
 from aiops.store import Workspace
 from aiops.text import fields_text, markup, plural, terminal, when
@@ -31,12 +32,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verbs = p.add_subparsers(dest="actions_command", metavar="VERB", required=True)
     ls = verbs.add_parser("list", help="proposals and their state")
     ls.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(ls)
     ls.add_argument("--status", default=None, help="only this status (pending, approved, denied, ...)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)
     show = verbs.add_parser("show", help="one proposal: action, verdict, approvals, audit trail")
     show.add_argument("proposal_id", metavar="ID")
     show.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(show)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
     approve = verbs.add_parser(
@@ -45,18 +48,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     approve.add_argument("proposal_id", metavar="ID")
     approve.add_argument("--key", default=None, help=KEY_HELP)
     approve.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(approve)
     approve.add_argument("--no-execute", action="store_true", help="record the approval only")
     approve.set_defaults(func=run_approve)
     execute = verbs.add_parser("execute", help="run a digital proposal, or one people already approved")
     execute.add_argument("proposal_id", metavar="ID")
     execute.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(execute)
     execute.set_defaults(func=run_execute)
     reject = verbs.add_parser("reject", help="reject a proposal")
     reject.add_argument("proposal_id", metavar="ID")
     reject.add_argument("--key", default=None, help=KEY_HELP)
     reject.add_argument("--reason", required=True)
     reject.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(reject)
     reject.set_defaults(func=run_reject)
+
+
+def _workspace(args: argparse.Namespace) -> Workspace:
+    """The workspace under the command's config (its guardrails: approvers, allowed signers, witness)."""
+    return configured_workspace(args.db, cli_config(args))
 
 
 def _clock(ts_s: float) -> str:
@@ -64,7 +75,7 @@ def _clock(ts_s: float) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with Workspace(args.db).require().read() as store:
+    with _workspace(args).require().read() as store:
         book = GuardrailRecords(store)
         records = book.proposals(args.status)
         approvals = {r.action.proposal_id: book.approvals(r.action.proposal_id) for r in records}
@@ -118,7 +129,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with Workspace(args.db).require().read() as store:
+    with _workspace(args).require().read() as store:
         shown = Guardrails(store).show(args.proposal_id)
     if args.json:
         print(json.dumps(shown, indent=2, default=str))
@@ -174,16 +185,20 @@ def _report(console: Console, decision: Decision) -> int:
 
 
 def run_approve(args: argparse.Namespace) -> int:
-    signer = configured_signer(args.key)
-    decision = approve(Workspace(args.db).require(), args.proposal_id, signer, execute=not args.no_execute)
+    config = cli_config(args)
+    signer = configured_signer(args.key, config.guardrails)
+    place = configured_workspace(args.db, config).require()
+    decision = approve(place, args.proposal_id, signer, execute=not args.no_execute)
     return _report(terminal(), decision)
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    return _report(terminal(), execute(Workspace(args.db).require(), args.proposal_id))
+    return _report(terminal(), execute(_workspace(args).require(), args.proposal_id))
 
 
 def run_reject(args: argparse.Namespace) -> int:
-    reject(Workspace(args.db).require(), args.proposal_id, configured_signer(args.key), args.reason)
+    config = cli_config(args)
+    signer = configured_signer(args.key, config.guardrails)
+    reject(configured_workspace(args.db, config).require(), args.proposal_id, signer, args.reason)
     terminal().print(f"{markup(args.proposal_id)}: rejected")
     return 0

@@ -97,13 +97,14 @@ def run_prometheus(args: argparse.Namespace) -> int:
             raise InputError(
                 args.bearer_token_file, "(file)", f"cannot read: {exc.strerror or exc}"
             ) from None
-    hosts = {h: HostIdentity(i.name, i.rack) for h, i in load_config(args.config).node.hosts.items()}
+    config = load_config(args.config)
+    hosts = {h: HostIdentity(i.name, i.rack) for h, i in config.node.hosts.items()}
     client = PrometheusClient(args.prometheus, token=token, timeout_s=args.timeout_s)
     with tempfile.TemporaryDirectory(prefix="aiops-prometheus-") as scratch:
         path = args.db or os.path.join(scratch, "prometheus.duckdb")
         if args.db and Path(args.db).exists():
             raise InputError(args.db, "--db", "exists: with --prometheus, --db names a new workspace to keep")
-        workspace = Workspace(path)
+        workspace = Workspace(path, guardrails=config.guardrails)
         try:
             with workspace.write() as store:
                 report = fetch_into(

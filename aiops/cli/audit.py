@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from aiops.cli.actions import DEFAULT_DB
+from aiops.cli.configured import add_config_argument, cli_config
 from aiops.errors import GuardrailError
 from aiops.store import Workspace
 from aiops.text import markup, terminal
@@ -25,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="check the chain, the signatures and the witness: an edited, deleted or forged row shows",
     )
     check.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(check)
     check.add_argument(
         "--witness",
         nargs="?",
@@ -38,13 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run_verify(args: argparse.Namespace) -> int:
     found: list[str] = []
-    with Workspace(args.db).require().read() as store:
+    guardrails = cli_config(args).guardrails
+    with Workspace(args.db, guardrails=guardrails).require().read() as store:
         result = verify(store)
         if not result.ok:
             found.append(result.message)
         if chain_heads(store) is not None:
-            found += problems(store, ConfiguredVerifier(store.path))
-        default = witness.default_path(store.path)
+            found += problems(store, ConfiguredVerifier(guardrails, store.path))
+        default = witness.store_path(store)
         path = Path(args.witness) if args.witness else default
         if path is not None and (args.witness is not None or path.exists()):
             try:

@@ -21,7 +21,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from aiops.cli.configured import add_config_argument, agent_config, cli_config
 from aiops.cli.render import row_text
+from aiops.config import GuardrailsConfig
 from aiops.errors import AiopsError, GuardrailError
 from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.signing import SshSigner, configured_signer
@@ -44,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         help="your SSH key for /approve and /reject (default: [guardrails] signing_key)",
     )
+    add_config_argument(p)
     p.set_defaults(func=run)
 
 
@@ -54,10 +57,10 @@ def _when(ts_s: Any) -> str:
     return when(float(ts_s)) if isinstance(ts_s, int | float) and not isinstance(ts_s, bool) else "-"
 
 
-def _identity(user: str, key: str | None) -> str:
+def _identity(user: str, key: str | None, guardrails: GuardrailsConfig) -> str:
     """Who the chat says you are: $USER labels questions only; what counts is the key /approve signs with."""
     try:
-        signer = configured_signer(key)
+        signer = configured_signer(key, guardrails)
         signs = f"/approve and /reject sign with {markup(str(signer.key))}"
     except GuardrailError:
         signs = markup("no signing key: /approve and /reject need --key FILE or [guardrails] signing_key")
@@ -69,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
     user = os.environ.get("USER") or getpass.getuser()
     console = terminal()
-    with open_session(args.db) as session:
-        console.print(f"[bold]aiops chat[/] on [cyan]{markup(args.db)}[/]: {_identity(user, args.key)}")
+    config = cli_config(args)
+    with open_session(args.db, config=agent_config(config), guardrails=config.guardrails) as session:
+        identity = _identity(user, args.key, config.guardrails)
+        console.print(f"[bold]aiops chat[/] on [cyan]{markup(args.db)}[/]: {identity}")
         console.print(f"LLM: {markup(session.config.describe())}")
         console.print(
             "twin: "
@@ -104,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _signer(key: str | None, proposal_id: str) -> SshSigner:
+def _signer(key: str | None, proposal_id: str, guardrails: GuardrailsConfig) -> SshSigner:
     try:
-        return configured_signer(key)
+        return configured_signer(key, guardrails)
     except GuardrailError as exc:
         raise GuardrailError(
             exc.rule, f"{exc.detail}; or, in a shell: aiops actions approve {proposal_id[:80]} --key FILE"
@@ -126,12 +131,14 @@ def handle(console: Console, session: AgentSession, user: str, line: str, key: s
         if not rest:
             raise AiopsError("usage: /approve ID")
         pid = rest.split()[0]
-        show_reply(console, session.approve(pid, _signer(key, pid)))
+        show_reply(console, session.approve(pid, _signer(key, pid, session.workspace.guardrails)))
     elif command == "/reject":
         pid, _, reason = rest.partition(" ")
         if not pid or not reason.strip():
             raise AiopsError("usage: /reject ID REASON")
-        show_reply(console, session.reject(pid, _signer(key, pid), reason.strip()))
+        show_reply(
+            console, session.reject(pid, _signer(key, pid, session.workspace.guardrails), reason.strip())
+        )
     elif command == "/why":
         if not rest:
             raise AiopsError("usage: /why ID (a proposal P-... or an incident INC-...)")

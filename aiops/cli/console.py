@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from aiops.config import load_config, parse_listen
+from aiops.cli.configured import add_config_argument, agent_config, cli_config, configured_workspace
+from aiops.config import parse_listen
 from aiops.errors import InputError
-from aiops.store import Workspace
 from aiops.text import markup, terminal
 
 DEFAULT_LISTEN = "127.0.0.1:9485"
@@ -27,21 +27,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add.add_argument("name", metavar="NAME", help="a person's name (approvers: as in [guardrails.approvers])")
     add.add_argument("--role", required=True, help="viewer, approver or admin")
     add.add_argument("--db", required=True, help="the workspace's DuckDB file")
+    add_config_argument(add)
     add.add_argument("--password-file", default=None, help="read the password from this file's first line")
     add.add_argument("--replace", action="store_true", help="set a new password or role for an account")
     add.set_defaults(func=run_adduser)
     delete = verbs.add_parser("deluser", help="remove a console account (never the last admin)")
     delete.add_argument("name", metavar="NAME")
     delete.add_argument("--db", required=True)
+    add_config_argument(delete)
     delete.set_defaults(func=run_deluser)
     role = verbs.add_parser("role", help="change a console account's role (never demote the last admin)")
     role.add_argument("name", metavar="NAME")
     role.add_argument("--role", required=True, help="viewer, approver or admin")
     role.add_argument("--db", required=True)
+    add_config_argument(role)
     role.set_defaults(func=run_role)
     passwd = verbs.add_parser("passwd", help="set a new password for a console account")
     passwd.add_argument("name", metavar="NAME")
     passwd.add_argument("--db", required=True)
+    add_config_argument(passwd)
     passwd.add_argument("--password-file", default=None, help="read the password from this file's first line")
     passwd.set_defaults(func=run_passwd)
     for verb, what in (
@@ -51,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         toggle = verbs.add_parser(verb, help=what)
         toggle.add_argument("name", metavar="NAME")
         toggle.add_argument("--db", required=True)
+        add_config_argument(toggle)
         toggle.set_defaults(func=run_disable if verb == "disable" else run_enable)
     serve = verbs.add_parser(
         "serve", help="serve the console over a workspace (no collection; holds the file as `aiops run` does)"
@@ -59,9 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument(
         "--listen", default=None, help=f"HOST:PORT (default: [console] listen or {DEFAULT_LISTEN})"
     )
-    serve.add_argument(
-        "--config", default=None, help="TOML config (default: $AIOPS_CONFIG or ~/.config/aiops)"
-    )
+    add_config_argument(serve)
     serve.set_defaults(func=run_serve)
 
 
@@ -92,7 +95,7 @@ def run_adduser(args: argparse.Namespace) -> int:
     from guardrails.session_signing import ensure_key, key_path
 
     check_role(args.role)
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     accounts = Accounts(accounts_path(workspace.path))
     account = add_account(
         workspace, accounts, cli_actor(), args.name, args.role, _password(args), replace=args.replace
@@ -101,7 +104,7 @@ def run_adduser(args: argparse.Namespace) -> int:
     if path is not None:
         ensure_key(path)
     note = ""
-    if account.may_decide and account.name not in load_config().guardrails.approvers:
+    if account.may_decide and account.name not in cli_config(args).guardrails.approvers:
         note = f" (add {account.name} to [guardrails.approvers] for the guardrails to count their approvals)"
     terminal().print(f"console account {markup(account.name)} ({account.role}){markup(note)}")
     return 0
@@ -111,7 +114,7 @@ def run_deluser(args: argparse.Namespace) -> int:
     from aiops.console.accounts import Accounts, accounts_path
     from aiops.console.manage import delete_account
 
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     gone = delete_account(workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name)
     terminal().print(f"{markup(gone.name)}: removed")
     return 0
@@ -121,7 +124,7 @@ def run_role(args: argparse.Namespace) -> int:
     from aiops.console.accounts import Accounts, accounts_path
     from aiops.console.manage import set_role
 
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     account = set_role(workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, args.role)
     terminal().print(f"console account {markup(account.name)} ({account.role})")
     return 0
@@ -131,7 +134,7 @@ def run_passwd(args: argparse.Namespace) -> int:
     from aiops.console.accounts import Accounts, accounts_path
     from aiops.console.manage import reset_password
 
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     account = reset_password(
         workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, _password(args)
     )
@@ -143,7 +146,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from aiops.console.app import ConsoleOptions, create_app
     from aiops.console.server import ConsoleServer
 
-    config = load_config(args.config)
+    config = cli_config(args)
     listen = args.listen or config.console.listen or DEFAULT_LISTEN
     try:
         parse_listen(listen)
@@ -151,16 +154,17 @@ def run_serve(args: argparse.Namespace) -> int:
         raise InputError("--listen", "listen", str(exc)) from None
     from aiops.service.owner import FileOwner, OwnedWorkspace
 
-    Workspace(args.db).require()
+    configured_workspace(args.db, cli_config(args)).require()
     # held open as `aiops run` holds it (one holder per workspace; other commands borrow it through leases):
     # a page then costs its queries, not opening a multi-GB file
-    owner = FileOwner(args.db, memory_limit_mb=config.store.memory_limit_mb)
+    owner = FileOwner(args.db, memory_limit_mb=config.store.memory_limit_mb, guardrails=config.guardrails)
     owner.start()
     workspace = OwnedWorkspace(owner)
     options = ConsoleOptions(
         secure_cookies=config.console.secure_cookies,
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
+        agent=agent_config(config),
     )
     try:
         server = ConsoleServer(create_app(workspace, options), listen)
@@ -189,7 +193,7 @@ def _set_disabled(args: argparse.Namespace, disabled: bool) -> int:
     from aiops.console.accounts import Accounts, accounts_path
     from aiops.console.manage import set_disabled
 
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     account = set_disabled(
         workspace, Accounts(accounts_path(workspace.path)), cli_actor(), args.name, disabled
     )

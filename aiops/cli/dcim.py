@@ -23,12 +23,12 @@ from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB
 from aiops.cli.args import count, seconds
+from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
 from aiops.cli.policy import status_of
 from aiops.control.dcim import RoundReport
 from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_force
 from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
 from aiops.runtime.world import ACTUATORS
-from aiops.store import Workspace
 from aiops.text import fields_text, markup, plural, terminal
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
 
@@ -57,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     for verb in (cap, clear, watch, status):
         verb.add_argument("--db", default=DEFAULT_DB)
+        add_config_argument(verb)
         verb.add_argument("--policy", default=str(DEFAULT_RESPONSES_PATH), help="response policy YAML")
         verb.add_argument("--json", action="store_true")
     for verb in (cap, clear, watch):
@@ -141,16 +142,16 @@ def _signal(args: argparse.Namespace, kind: str, budget_kw: float | None) -> Dci
 def run_cap(args: argparse.Namespace) -> int:
     budget_kw = check_budget_kw(args.kw, "--kw", "kw")
     loaded = load_response_policy(args.policy)
-    workspace = Workspace(args.db).require()
-    result = one_round(workspace, loaded, _setup(args), signals=signal_now(_signal(args, "cap", budget_kw)))
+    place = configured_workspace(args.db, cli_config(args)).require()
+    result = one_round(place, loaded, _setup(args), signals=signal_now(_signal(args, "cap", budget_kw)))
     _emit(args, result.report)
     return 0
 
 
 def run_clear(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.policy)
-    workspace = Workspace(args.db).require()
-    result = one_round(workspace, loaded, _setup(args), signals=signal_now(_signal(args, "clear", None)))
+    place = configured_workspace(args.db, cli_config(args)).require()
+    result = one_round(place, loaded, _setup(args), signals=signal_now(_signal(args, "clear", None)))
     _emit(args, result.report)
     return 0
 
@@ -158,7 +159,7 @@ def run_clear(args: argparse.Namespace) -> int:
 def run_watch(args: argparse.Namespace) -> int:
     console = terminal(stderr=args.json)
     loaded = load_response_policy(args.policy)  # a bad policy file stops here, before the loop
-    workspace = Workspace(args.db).require()
+    place = configured_workspace(args.db, cli_config(args)).require()
     console.print(f"watching {markup(args.file)} every {args.interval_s:g} s (Ctrl-C stops)")
 
     done = [0]
@@ -189,7 +190,7 @@ def run_watch(args: argparse.Namespace) -> int:
     }
     try:
         watch(
-            workspace,
+            place,
             loaded,
             args.file,
             _setup(args),
@@ -209,8 +210,9 @@ def run_watch(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.policy)
-    state = status_of(loaded, args.db)
-    with Workspace(args.db).require().read() as store:
+    config = cli_config(args)
+    state = status_of(loaded, args.db, config)
+    with configured_workspace(args.db, config).require().read() as store:
         signals = [s.__dict__ for s in signals_in_force(store).values()]
     if args.json:
         print(

@@ -7,12 +7,12 @@ import argparse
 import json
 from importlib import resources
 
+from aiops.cli.configured import cli_config, configured_workspace
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
 from aiops.runtime.analysis import demo
 from aiops.scenarios import load_scenario
-from aiops.store import Workspace
 from aiops.text import markup, terminal
 
 DEMO_SCENARIO = str(resources.files("aiops") / "data" / "demo.yaml")
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
     console = terminal()
-    with Workspace(args.db) as workspace:
+    with configured_workspace(args.db, cli_config(args)) as workspace:
         if not args.json:
             console.print(
                 f"[bold]aiops demo[/]: scenario [cyan]{markup(scenario.name)}[/] "

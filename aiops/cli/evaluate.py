@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
-from aiops.agent.config import load_config
 from aiops.cli.args import count
+from aiops.cli.configured import agent_config, cli_config
 from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
 from evals.real_harness import run_real
@@ -55,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
         mark = "ok " if case["top1"] else "MISS"
         err.print(f"[{done[0]}/{total}] {mark} {plain(case['name'])}", highlight=False, markup=False)
 
-    if args.with_llm and not load_config().online:
+    agent = agent_config(cli_config(args))
+    if args.with_llm and not agent.online:
         err.print(
             "--with-llm: no model configured, the analyst alone is scored", highlight=False, markup=False
         )
-    result = run_suite(args.suite, workers=args.workers, on_case=on_case, with_llm=args.with_llm)
+    result = run_suite(args.suite, workers=args.workers, on_case=on_case, with_llm=args.with_llm, agent=agent)
     if args.json:
         print(json.dumps(result))
         return 0

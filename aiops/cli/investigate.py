@@ -14,10 +14,10 @@ from typing import Any
 
 from rich.table import Table
 
+from aiops.cli.configured import cli_config, configured_workspace
 from aiops.evidence import investigate
 from aiops.evidence.events import FORMATS
 from aiops.evidence.storage import EventWriter
-from aiops.store import Workspace
 from aiops.text import as_text, markup, terminal
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     paths = [Path(f) for f in args.files]
     if args.db:
         investigation = uuid.uuid4().hex[:12]
-        with Workspace(args.db).write() as store:
+        with configured_workspace(args.db, cli_config(args)).write() as store:
             writer = EventWriter(store, investigation)
             result = investigate(paths, sink=writer)
             writer.flush()

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.args import seconds
+from aiops.cli.configured import cli_config, configured_workspace
 from aiops.control.controller import KernelLanes, run_controller
 from aiops.control.laws import initial_rates
 from aiops.datapath import lanes as datapath_lanes
@@ -26,7 +27,6 @@ from aiops.datapath.status import status
 from aiops.errors import AiopsError
 from aiops.scenarios import load_scenario
 from aiops.sim.lanes_trial import try_policy
-from aiops.store import Workspace
 from aiops.text import as_text, markup, plural, terminal
 from collectors.ebpf.tcp_probe import TcpProbe
 from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
@@ -249,7 +249,7 @@ def run_collect(args: argparse.Namespace) -> int:
         require_bcc()
     tcp = None if args.no_tcp else TcpProbe()
     telemetry = LaneTelemetry(state, policy, node=args.node, nic=args.nic or f"{args.node}/nic0", tcp=tcp)
-    workspace = Workspace(args.db)
+    workspace = configured_workspace(args.db, cli_config(args))
 
     def write(batch: dict[str, pa.Table]) -> int:
         with workspace.write() as store:  # one short write per interval: other commands share the file

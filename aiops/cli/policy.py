@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.actions import DEFAULT_DB, KEY_HELP
+from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
+from aiops.config import Config
 from aiops.store import Workspace
 from aiops.text import markup, terminal
 from guardrails.audit import AuditLog, read_rows
@@ -38,12 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--valid-days", type=float, default=90.0, help="approval lifetime (default 90, max 365)"
     )
     approve.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(approve)
     approve.set_defaults(func=run_approve)
     revoke = verbs.add_parser("revoke", help="withdraw every approval of this file content")
     revoke.add_argument("file", metavar="FILE")
     revoke.add_argument("--key", default=None, help=KEY_HELP)
     revoke.add_argument("--reason", default="")
     revoke.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(revoke)
     revoke.set_defaults(func=run_revoke)
     for name, helptext in (
         ("show", "the file's rules and whether this exact content is approved"),
@@ -52,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         verb = verbs.add_parser(name, help=helptext)
         verb.add_argument("file", metavar="FILE", nargs="?", default=str(DEFAULT_RESPONSES_PATH))
         verb.add_argument("--db", default=DEFAULT_DB)
+        add_config_argument(verb)
         verb.add_argument("--json", action="store_true")
         verb.set_defaults(func=run_show if name == "show" else run_status)
 
@@ -60,9 +65,10 @@ def _clock(ts_s: float | None) -> str:
     return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%Y-%m-%d %H:%M") if ts_s else "-"
 
 
-def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
-    """The approval state of the file's current bytes in `db` (read-only); 'no database' when there is none."""
-    workspace = Workspace(db)
+def status_of(loaded: LoadedPolicy, db: str, config: Config) -> dict[str, Any]:
+    """The approval state of the file's current bytes in `db` (read-only) under `config`'s guardrails; 'no
+    database' when there is none."""
+    workspace = Workspace(db, guardrails=config.guardrails)
     if not workspace.exists():
         return {
             "approved": False,
@@ -79,7 +85,7 @@ def status_of(loaded: LoadedPolicy, db: str) -> dict[str, Any]:
             loaded.sha256,
             loaded.policy.approvals_required,
             time.time(),
-            ConfiguredVerifier(),
+            ConfiguredVerifier(store.guardrails, store.path),
         )
     events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
     return {
@@ -127,7 +133,7 @@ def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any])
 
 def run_show(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
-    state = status_of(loaded, args.db)
+    state = status_of(loaded, args.db, cli_config(args))
     if args.json:
         print(
             json.dumps(
@@ -177,7 +183,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
-    state = status_of(loaded, args.db)
+    state = status_of(loaded, args.db, cli_config(args))
     if args.json:
         print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, **state}, indent=2))
         return 0
@@ -195,12 +201,12 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_approve(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
-    signer = configured_signer(args.key)
-    with Workspace(args.db).require().write() as store:
-        approve_policy(
-            AuditLog(store), loaded, signer, ConfiguredVerifier(), time.time(), args.valid_days * DAY_S
-        )
-    state = status_of(loaded, args.db)
+    config = cli_config(args)
+    signer = configured_signer(args.key, config.guardrails)
+    with configured_workspace(args.db, config).require().write() as store:
+        verifier = ConfiguredVerifier(store.guardrails, store.path)
+        approve_policy(AuditLog(store), loaded, signer, verifier, time.time(), args.valid_days * DAY_S)
+    state = status_of(loaded, args.db, config)
     console = terminal()
     console.print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approval recorded")
     _print_status(console, loaded, state)
@@ -209,8 +215,10 @@ def run_approve(args: argparse.Namespace) -> int:
 
 def run_revoke(args: argparse.Namespace) -> int:
     loaded = load_response_policy(args.file)
-    signer = configured_signer(args.key)
-    with Workspace(args.db).require().write() as store:
-        revoke_policy(AuditLog(store), loaded.sha256, signer, ConfiguredVerifier(), time.time(), args.reason)
+    config = cli_config(args)
+    signer = configured_signer(args.key, config.guardrails)
+    with configured_workspace(args.db, config).require().write() as store:
+        verifier = ConfiguredVerifier(store.guardrails, store.path)
+        revoke_policy(AuditLog(store), loaded.sha256, signer, verifier, time.time(), args.reason)
     terminal().print(f"{markup(loaded.path)} ({loaded.sha256[:12]}): approvals revoked")
     return 0

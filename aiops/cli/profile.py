@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from aiops.cli.configured import cli_config, configured_workspace
 from aiops.errors import InputError, PrerequisiteError
 from aiops.profile.duty import DEFAULT_DUTY, DEFAULT_PERIOD_S
 from aiops.profile.gpu import IDLE_BELOW_PCT, NvmlUtilSource, UtilSource
@@ -18,7 +19,6 @@ from aiops.profile.outputs import summary, write_outputs
 from aiops.profile.probes import require_privilege, require_target
 from aiops.profile.session import DEFAULT_SLICE_S, run_profile
 from aiops.profile.store_rows import record_profile
-from aiops.store import Workspace
 from aiops.text import terminal
 
 MAX_DURATION_S = 24 * 3600.0
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     written = write_outputs(result, out_dir)
     run_id = None
     if args.db is not None:
-        with Workspace(args.db).write() as store:
+        with configured_workspace(args.db, cli_config(args)).write() as store:
             run_id = record_profile(store, result, args.node)
     facts = summary(result)
     console = terminal()

@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from aiops.store import Workspace
+from aiops.cli.configured import cli_config, configured_workspace
 from aiops.text import markup, terminal
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         limits.DEFAULT_MEMORY_LIMIT_MB if args.memory_limit_mb is None else args.memory_limit_mb
     )
     threads = limits.check_threads(limits.default_threads() if args.threads is None else args.threads)
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     with tempfile.TemporaryDirectory(prefix="aiops-report-") as spill, workspace.read() as store:
         limits.apply_report_limits(store, memory_limit_mb=memory_mb, threads=threads, temp_dir=Path(spill))
         latest = store.scalar("SELECT max(ts_s) FROM gpu_samples")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from aiops.cli.args import positive_float, seconds
+from aiops.cli.configured import agent_config
 from aiops.config import Config, NodeConfig, load_config, node_of, parse_listen
 from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
@@ -133,6 +134,7 @@ def served_console(config: Config, service: Service) -> ServedConsole:
         execute=False,
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
+        agent=agent_config(config),
     )
     return ServedConsole(create_app(service.workspace, options))
 

@@ -7,13 +7,13 @@ import argparse
 import json
 
 from aiops.cli.analyze_prometheus import register_options, run_prometheus
+from aiops.cli.configured import cli_config, configured_workspace
 from aiops.cli.progress import sim_progress
 from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
 from aiops.errors import InputError, PrerequisiteError
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
-from aiops.store import Workspace
 from aiops.store.readings import newest_ts_s
 from aiops.text import markup, terminal
 
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
-    workspace = Workspace(args.db)
+    workspace = configured_workspace(args.db, cli_config(args))
     if args.replace:
         workspace.remove()
     with workspace.write() as store, sim_progress(f"simulating {scenario.name}") as progress:
@@ -56,7 +56,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         return run_prometheus(args)
     if not args.db:
         raise InputError("aiops analyze", "--db", "missing", "--db PATH, or --prometheus URL")
-    workspace = Workspace(args.db).require()
+    workspace = configured_workspace(args.db, cli_config(args)).require()
     with workspace.read() as store:
         if not store.scalar("SELECT count(*) FROM topology") or newest_ts_s(store) is None:
             raise PrerequisiteError(

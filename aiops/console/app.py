@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from aiops.agent.config import AgentConfig
 from aiops.console import data
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.admin import Admin
@@ -50,6 +51,9 @@ class ConsoleOptions:
     execute: bool = True  # run an approved proposal at once (False in the service: its loop executes)
     idle_timeout_s: float = 30 * 60.0
     max_age_s: float = 12 * 3600.0
+    agent: AgentConfig = field(
+        default_factory=AgentConfig
+    )  # the model's settings of the command that started the console
 
 
 class Console:
@@ -67,7 +71,7 @@ class Console:
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.sessions = Sessions(idle_timeout_s=options.idle_timeout_s, max_age_s=options.max_age_s, **kwargs)
         self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies)
-        self.verifier = ConfiguredVerifier(workspace.path)
+        self.verifier = ConfiguredVerifier(workspace.guardrails, workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
         self.admin = Admin(self)

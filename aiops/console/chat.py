@@ -49,7 +49,7 @@ class ChatDesk:
             # the console's workspace: in the service, the service's own hold (a second connection to the file
             # in the same process is refused by DuckDB); the agent's SQL tool then sets enable_external_access
             # off on that connection, which the service's loop does not need (it reads no file through SQL)
-            self._session = AgentSession(self.console.workspace)
+            self._session = AgentSession(self.console.workspace, config=self.console.options.agent)
         return self._session
 
     def close(self) -> None:

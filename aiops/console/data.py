@@ -166,7 +166,7 @@ def audit(store: Store, verifier: Verifier) -> dict[str, Any]:
     found = [] if result.ok else [result.message]
     if chain_heads(store) is not None:
         found += problems(store, verifier)
-    path = witness.default_path(store.path)
+    path = witness.store_path(store)
     witness_note = "no witness file"
     if path is not None and path.exists():
         try:

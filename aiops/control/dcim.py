@@ -122,7 +122,7 @@ class ResponseRound:
     ) -> None:
         self.store, self.loaded, self.readings, self.now = store, loaded, readings, now_ts_s
         self.actuator = actuator
-        checker = verifier if verifier is not None else ConfiguredVerifier()
+        checker = verifier if verifier is not None else ConfiguredVerifier(store.guardrails, store.path)
         needed = loaded.policy.approvals_required
         status = standing_status(AuditLog(store), loaded.sha256, needed, now_ts_s, checker)
         self.standing = Standing(loaded, status)

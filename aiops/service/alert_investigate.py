@@ -6,6 +6,10 @@ component is linked, not duplicated; the result is a row of `alert_investigation
 to the sinks (`diagnosed`, or `opened` when nothing explains it). A resolved alert closes its row and sends
 `resolved`. Repeats (Alertmanager re-sends a group every group_interval/repeat_interval) change nothing.
 
+A flood is bounded: each flush investigates for at most `budget_s` seconds (and `max_per_run` alerts), the
+rest wait in a queue of at most `max_waiting` firing alerts, and the oldest past it are shed and counted
+(`aiops_alerts_shed_total`): the loop, and so `/healthz`, never stall on thousands of distinct alerts.
+
 Notifications are keyed by the alert id (`am-<fingerprint>-<start ms>`), so the queue's de-duplication
 holds per alert instance. Times in notifications are the alert's (wall clock); the analyst's window is on
 the store's clock (`to_store_ts_s`: a twin's clock runs `--speed` times faster than the wall).
@@ -14,6 +18,7 @@ the store's clock (`to_store_ts_s`: a twin's clock runs `--speed` times faster t
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,18 +61,25 @@ class AlertInvestigator:
     hosts: Mapping[str, str] = field(default_factory=dict)  # hostname -> node{n} ([node.hosts])
     link_base: Callable[[], str] = lambda: ""
     max_per_run: int = 200
+    budget_s: float = 2.0  # of investigating per flush: the loop (and /healthz) never waits on a flood
+    max_waiting: int = 1000  # firing alerts queued past the flush; beyond, the oldest are shed (counted)
+    clock: Callable[[], float] = time.monotonic
     investigated: int = 0
     resolved: int = 0
+    shed: int = 0  # firing alerts dropped uninvestigated because the queue was full
     waiting: list[Received] = field(default_factory=list)
 
     def run(self, store: Store, now_ts_s: float, to_store_ts_s: Callable[[float], float]) -> list[str]:
-        """Handle what the inbox holds (at most `max_per_run` investigations; the rest wait for the next
-        flush); `now_ts_s` is the newest sample's time on the store's clock. Returns what was done."""
-        # at most the inbox's limit waits here too: past it the inbox fills and the route answers 503
-        self.waiting.extend(self.inbox.drain(self.inbox.limit - len(self.waiting)))
+        """Handle what the inbox holds: at most `max_per_run` investigations and `budget_s` seconds of them
+        per flush, the rest waiting for the next; past `max_waiting` queued firing alerts the oldest are shed
+        (`shed`, exported as `aiops_alerts_shed_total`). `now_ts_s` is the newest sample's time on the store's
+        clock. Returns what was done."""
+        self.waiting.extend(self.inbox.drain(self.inbox.limit))  # the inbox empties every flush
+        self._shed()
         done: list[str] = []
         runs = 0
-        while self.waiting and runs < self.max_per_run:
+        started_s = self.clock()
+        while self.waiting and runs < self.max_per_run and self.clock() - started_s < self.budget_s:
             item = self.waiting.pop(0)
             if item.alert.status == "firing":
                 outcome = self._fire(store, item, now_ts_s, to_store_ts_s)
@@ -76,6 +88,21 @@ class AlertInvestigator:
                 outcome = self._resolve(store, item)
             done.append(outcome)
         return done
+
+    def _shed(self) -> None:
+        """Drop the oldest firing alerts past `max_waiting` (resolutions are cheap and stay)."""
+        firing = sum(1 for item in self.waiting if item.alert.status == "firing")
+        over = firing - self.max_waiting
+        if over <= 0:
+            return
+        kept: list[Received] = []
+        for item in self.waiting:
+            if over > 0 and item.alert.status == "firing":
+                over -= 1
+                self.shed += 1
+                continue
+            kept.append(item)
+        self.waiting = kept
 
     # -- firing -----------------------------------------------------------------------------------------------
     def _fire(

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from aiops.config import GuardrailsConfig
 from aiops.errors import ServiceRunning
 from aiops.store import Store, Workspace
 from aiops.store.lease import lock_path, socket_path
@@ -27,8 +28,16 @@ log = logging.getLogger("aiops.service")
 
 
 class FileOwner:
-    def __init__(self, db_path: str, *, lease_timeout_s: float = 60.0, memory_limit_mb: int = 256) -> None:
+    def __init__(
+        self,
+        db_path: str,
+        *,
+        lease_timeout_s: float = 60.0,
+        memory_limit_mb: int = 256,
+        guardrails: GuardrailsConfig | None = None,
+    ) -> None:
         self.db_path = db_path
+        self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
         self.memory_limit_mb = memory_limit_mb
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
@@ -91,7 +100,7 @@ class FileOwner:
     def store(self) -> Iterator[Store]:
         with self._lock:
             if self._store is None:
-                self._store = Store(self.db_path)
+                self._store = Store(self.db_path, guardrails=self.guardrails)
                 self._store.conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
             yield self._store
 
@@ -138,7 +147,7 @@ class OwnedWorkspace(Workspace):
     """The workspace as the service itself sees it: the owner's open store, under the owner's lock."""
 
     def __init__(self, owner: FileOwner) -> None:
-        super().__init__(owner.db_path)
+        super().__init__(owner.db_path, guardrails=owner.guardrails)
         self.owner = owner
 
     @contextlib.contextmanager

@@ -86,7 +86,9 @@ class Service:
         self.config = config
         self.sim = sim
         self.clock, self.sleep = clock, sleep
-        self.owner = FileOwner(config.store.path, memory_limit_mb=config.store.memory_limit_mb)
+        self.owner = FileOwner(
+            config.store.path, memory_limit_mb=config.store.memory_limit_mb, guardrails=config.guardrails
+        )
         self.workspace = OwnedWorkspace(self.owner)
         self.metrics = MetricsCache(config.node.name)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -124,6 +126,8 @@ class Service:
             hosts={host: identity.name for host, identity in config.node.hosts.items()},
             link_base=lambda: self.outbox.link_base,
             max_per_run=config.alertmanager_in.max_investigations,
+            budget_s=config.alertmanager_in.budget_s,
+            max_waiting=config.alertmanager_in.max_waiting,
         )
         self.wall_started_ts_s = time.time()
         self.source_started_ts_s = self.wall_started_ts_s
@@ -315,6 +319,8 @@ class Service:
                     "handled": len(done),
                     "investigated": self.alerts.investigated,
                     "resolved": self.alerts.resolved,
+                    "shed": self.alerts.shed,
+                    "waiting": len(self.alerts.waiting),
                 },
             )
 
@@ -381,6 +387,12 @@ class Service:
             self.metrics.total(
                 "alert_investigations_total", "firing alerts investigated", self.alerts.investigated
             )
+            self.metrics.total(
+                "alerts_shed_total",
+                "firing alerts dropped uninvestigated: the queue was full",
+                self.alerts.shed,
+            )
+            self.metrics.gauge("alerts_waiting", "alerts queued for investigation", len(self.alerts.waiting))
         if self.profiles.enabled:
             self.metrics.total(
                 "profiles_total", "profiling runs the incident trigger stored", self.profiles.runs

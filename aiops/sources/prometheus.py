@@ -40,6 +40,40 @@ def escaped(body: bytes | bytearray, limit: int = 300) -> str:
     return text.encode("unicode_escape").decode("ascii") + ("..." if len(body) > limit else "")
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of `url`, the default port filled in: what a credential is bound to."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects as urllib does, but the bearer token goes along only to the same origin (scheme, host,
+    port): a Prometheus (or a proxy in front of it) that redirects elsewhere never receives it there."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        token = req.unredirected_hdrs.get("Authorization")
+        if new is not None and token and origin(newurl) == origin(req.full_url):
+            new.add_unredirected_header("Authorization", token)
+        return new
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
+
+
 @dataclass
 class PrometheusClient:
     url: str
@@ -52,11 +86,11 @@ class PrometheusClient:
         """GET `path` with `params`; the answer's `data`, or a SourceError."""
         url = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
+        if self.token:  # unredirected: `_SameOriginRedirects` puts it back only for the same origin
+            request.add_unredirected_header("Authorization", f"Bearer {self.token}")
         self.requests += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+            with _OPENER.open(request, timeout=self.timeout_s) as reply:
                 body = _read_capped(reply, MAX_BODY_BYTES + 1)
                 status = int(reply.status)
             if len(body) > MAX_BODY_BYTES:

@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aiops.config import GuardrailsConfig
 from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
 from aiops.store.keys import UNIQUE_KEYS, first_per_key, stored_key_filter
@@ -39,8 +40,17 @@ def latest_version() -> int:
 class Store:
     """A DuckDB telemetry store. `Store(":memory:")` for tests, `Store(path)` for a file."""
 
-    def __init__(self, path: str | Path = ":memory:", *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path = ":memory:",
+        *,
+        read_only: bool = False,
+        guardrails: GuardrailsConfig | None = None,
+    ) -> None:
         self.path = str(path)
+        # the guardrails policy of the command that opened this store (its config file, passed down from the
+        # CLI): who may approve, the allowed signers, the witness. Defaults: nobody approves, `<db>.witness`.
+        self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)

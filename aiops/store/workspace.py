@@ -29,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 
+from aiops.config import GuardrailsConfig
 from aiops.errors import AiopsError, StoreLocked, WorkspaceBusy
 from aiops.store.faults import file_fault
 from aiops.store.lease import LOCK_SUFFIX, SOCKET_SUFFIX, lease
@@ -56,12 +57,16 @@ class Workspace:
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        guardrails: GuardrailsConfig | None = None,
     ) -> None:
         self.path = str(path)
+        # the guardrails policy of the command that opened the workspace (its config, passed down from the
+        # CLI), handed to every store it opens; never read from the environment here
+        self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
         self.lock_timeout_s = lock_timeout_s
         self._sleep = sleep
         self._clock = clock
-        self._memory: Store | None = Store(":memory:") if self.memory else None
+        self._memory: Store | None = Store(":memory:", guardrails=self.guardrails) if self.memory else None
 
     @property
     def memory(self) -> bool:
@@ -112,7 +117,7 @@ class Workspace:
         backoff_s = _FIRST_BACKOFF_S
         while True:
             try:
-                return Store(self.path, read_only=read_only)
+                return Store(self.path, read_only=read_only, guardrails=self.guardrails)
             except StoreLocked as exc:
                 now = self._clock()
                 if now >= deadline:

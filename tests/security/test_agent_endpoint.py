@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from aiops.agent.config import AgentConfig, Limits, load_config
+from aiops.agent.config import AgentConfig, Limits, agent_config_of
 from aiops.agent.session import open_session
+from aiops.config import load_config
 from aiops.errors import ConfigError
 from tests.agent_fakes import final, http_error, scripted_llm, stall, tiny_demo_db, tool_call
 
@@ -23,7 +24,9 @@ def test_every_completion_sets_max_tokens(tmp_path: Path) -> None:
         with open_session(db, config=config) as session:
             session.ask("what is wrong?")
     assert len(llm.requests) == 3
-    assert [r["body"].get("max_tokens") for r in llm.requests] == [777, 777, 777]
+    # 0.8 x 5 s x 30 tokens/s = 120 fits the timeout, under completion_max_tokens (issue 23)
+    assert config.request_max_tokens == 120
+    assert [r["body"].get("max_tokens") for r in llm.requests] == [120, 120, 120]
 
 
 @pytest.mark.parametrize(
@@ -50,15 +53,15 @@ def test_limits_are_config_keys(tmp_path: Path) -> None:
         "sql_max_bytes = 8192\nrecord_max_bytes = 16384\n",
         encoding="utf-8",
     )
-    config = load_config(env={}, path=path)
+    config = agent_config_of(load_config(path, {}), {})
     assert config.completion_max_tokens == 512
     limits = config.limits
     assert (limits.verify_max_claims, limits.verify_budget_s) == (4, 3.5)
     assert (limits.sql_max_bytes, limits.record_max_bytes) == (8192, 16384)
     empty = tmp_path / "empty.toml"
     empty.write_text("", encoding="utf-8")
-    defaults = load_config(env={}, path=empty)
+    defaults = agent_config_of(load_config(empty, {}), {})
     assert defaults.completion_max_tokens == 2048 and defaults.limits.verify_max_claims == 12
     path.write_text("[llm]\ncompletion_max_tokens = 0\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="completion_max_tokens"):
-        load_config(env={}, path=path)
+        agent_config_of(load_config(path, {}), {})

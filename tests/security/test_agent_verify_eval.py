@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from aiops.agent.config import AgentConfig
 from aiops.cli.main import main
 from aiops.sim import SIM_EPOCH_TS_S
 from evals.harness import run_file
@@ -42,10 +43,9 @@ def _scenario(tmp_path: Path) -> str:
     return str(path)
 
 
-def _model(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
-    monkeypatch.setenv("AIOPS_LLM_BASE_URL", base_url)
-    monkeypatch.setenv("AIOPS_LLM_MODEL", "scripted")
-    monkeypatch.setenv("OPENAI_API_KEY", "k")
+def _model(base_url: str) -> AgentConfig:
+    """The model's settings, as `aiops eval` passes them down from its config and environment."""
+    return AgentConfig(base_url=base_url, model="scripted", api_key="k")
 
 
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,8 +81,7 @@ def test_a_verified_missed_cause_raises_the_eval_score(
     alone = run_file(path)
     assert not alone["top3"] and ("ecn_misconfig", "node0/nic0") not in _ranked(alone)
     with scripted_llm([_answer(ECN_SQL)]) as llm:
-        _model(monkeypatch, llm.base_url)
-        merged = run_file(path, with_llm=True)
+        merged = run_file(path, with_llm=True, agent=_model(llm.base_url))
     assert merged["llm_hypotheses"] == {"verified": 1} and merged["llm_added"] == 1
     assert merged["top3"] and not merged["top1"]  # added below the analyst's first, never above it
     assert _ranked(merged)[0] == _ranked(alone)[0]
@@ -102,8 +101,7 @@ def test_a_wrong_or_trivial_citation_changes_nothing(
     _offline(monkeypatch)
     alone = run_file(path)
     with scripted_llm([_answer(sql)]) as llm:
-        _model(monkeypatch, llm.base_url)
-        merged = run_file(path, with_llm=True)
+        merged = run_file(path, with_llm=True, agent=_model(llm.base_url))
     assert merged["llm_hypotheses"] == {"unverified": 1} and merged["llm_added"] == 0
     assert (merged["top1"], merged["top3"], _ranked(merged)) == (alone["top1"], alone["top3"], _ranked(alone))
     assert merged["causes"] == alone["causes"] and merged["confusion"] == alone["confusion"]

@@ -307,10 +307,14 @@ def test_a_firing_alert_is_investigated_once_and_a_resolved_one_closes_it(simula
         )  # no duplicate
 
 
-def test_investigations_per_run_are_capped_and_what_waits_keeps_the_inbox_full(simulated: Path) -> None:
+def test_investigations_per_run_are_capped_and_what_waits_past_the_queue_is_shed(simulated: Path) -> None:
+    """Each run empties the inbox (the route never answers 503 for a slow loop), investigates at most
+    `max_per_run`, and sheds the oldest firing alerts past `max_waiting`, counted (issue 23, M4)."""
     sent: list[IncidentEvent] = []
     inbox = AlertInbox(limit=3)
-    investigator = AlertInvestigator(inbox, lambda store, event: sent.append(event), "node0", max_per_run=1)
+    investigator = AlertInvestigator(
+        inbox, lambda store, event: sent.append(event), "node0", max_per_run=1, max_waiting=3
+    )
     with Store(simulated) as store:
         start_ts_s = float(store.scalar("SELECT min(ts_s) FROM gpu_samples"))
         end_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
@@ -322,11 +326,12 @@ def test_investigations_per_run_are_capped_and_what_waits_keeps_the_inbox_full(s
         ]
         inbox.put(alerts, end_ts_s)
         assert len(investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)) == 1
-        inbox.put(alerts, end_ts_s)  # 2 wait in the investigator, the inbox holds 3 more
-        assert len(investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)) == 1
-        assert len(investigator.waiting) == 2  # it took one more: never more than the inbox's limit
-        with pytest.raises(AlertInboxFull):
-            inbox.put(alerts[:2], end_ts_s)
+        assert len(investigator.waiting) == 2 and investigator.shed == 0
+        inbox.put(alerts, end_ts_s)  # Alertmanager's repeat: 2 wait in the investigator, 3 in the inbox
+        done = investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s)
+        assert investigator.shed == 2  # 5 firing past a queue of 3: the two oldest are shed
+        assert [d.split()[0] for d in done] == ["repeat", "investigated"] and len(investigator.waiting) == 1
+        inbox.put(alerts[:2], end_ts_s)  # the inbox was emptied: it takes more
         while investigator.run(store, end_ts_s, lambda wall_ts_s: wall_ts_s):
             pass
     assert len(sent) == 3 and investigator.investigated == 3  # the repeats changed nothing

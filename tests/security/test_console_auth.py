@@ -14,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from aiops.cli.main import main
+from aiops.config import GuardrailsConfig, load_config
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.app import ConsoleOptions, create_app
 from aiops.console.sessions import Sessions
@@ -83,15 +84,18 @@ def test_the_configured_verifier_refuses_session_signatures_without_the_workspac
     db = str(tmp_path / "w.duckdb")
     signature = SessionSigner("alice", bytes(32)).sign(MESSAGE)
     with pytest.raises(GuardrailError, match="no console key"):
-        ConfiguredVerifier(db).verify(MESSAGE, signature)
+        ConfiguredVerifier(GuardrailsConfig(), db).verify(MESSAGE, signature)
     with pytest.raises(GuardrailError, match="no console key"):
-        ConfiguredVerifier().verify(MESSAGE, signature)  # no workspace: never
+        ConfiguredVerifier(GuardrailsConfig()).verify(MESSAGE, signature)  # no workspace: never
     path = key_path(db)
     assert path is not None
     key = ensure_key(path)
     assert ensure_key(path) == key  # made once, then read
     assert (
-        ConfiguredVerifier(db).verify(MESSAGE, SessionSigner("alice", key).sign(MESSAGE)).principal == "alice"
+        ConfiguredVerifier(GuardrailsConfig(), db)
+        .verify(MESSAGE, SessionSigner("alice", key).sign(MESSAGE))
+        .principal
+        == "alice"
     )
 
 
@@ -254,7 +258,9 @@ def test_an_approval_is_signed_by_the_principal_and_lands_in_the_audit_chain(dem
     assert ("approval", "alice") in [(r[1], r[3]) for r in rows]
     assert "execution" in [r[1] for r in rows]  # executed on the demo's twin, through the executor
     with Workspace(demo).read() as store:
-        assert problems(store, ConfiguredVerifier(str(demo))) == []  # `aiops audit verify`'s checks
+        assert (
+            problems(store, ConfiguredVerifier(load_config().guardrails, str(demo))) == []
+        )  # `aiops audit verify`'s checks
     assert main(["audit", "verify", "--db", str(demo), "--witness"]) == 0
     audit_page = c.get("/audit").text
     assert "every signature verifies" in audit_page and 'class="actor">alice<' in audit_page

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aiops.config import GuardrailsConfig
 from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails import DEFAULT_REGISTRY, Guardrails, RecordingActuator, action_hash
@@ -208,5 +209,5 @@ def test_chat_without_a_key_names_the_command_that_signs(signing: Keys) -> None:
     from aiops.cli.chat import _signer
 
     with pytest.raises(GuardrailError, match=r"no signing key.*aiops actions approve P-1 --key FILE"):
-        _signer(None, "P-1")
-    assert _signer(str(signing.keys["bob"]), "P-1").key == signing.keys["bob"]
+        _signer(None, "P-1", GuardrailsConfig())
+    assert _signer(str(signing.keys["bob"]), "P-1", signing.guardrails).key == signing.keys["bob"]

@@ -21,12 +21,12 @@ from guardrails.records import GuardrailRecords
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy
 from guardrails.standing import approve_policy, revoke_policy, standing_status
 from tests.guardrails_helpers import NOW_TS_S, FakeClock, action, seed_store
-from tests.signing_helpers import Keys
+from tests.signing_helpers import Keys, configured_store
 
 
 def _workspace(tmp_path: Path) -> Path:
     db = tmp_path / "ws.duckdb"
-    with Store(db) as store:
+    with configured_store(db) as store:
         seed_store(store)
     return db
 
@@ -41,7 +41,7 @@ def test_a_forged_approvals_row_and_status_execute_nothing_and_verify_names_them
     db = _workspace(tmp_path)
     clock = FakeClock()
     actuator = RecordingActuator()
-    with Store(db) as store:
+    with configured_store(db) as store:
         desk = Guardrails(store, actuator=actuator, clock=clock)
         desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
         digest = str(desk.show("P-1")["action_hash"])
@@ -53,7 +53,7 @@ def test_a_forged_approvals_row_and_status_execute_nothing_and_verify_names_them
     err = capsys.readouterr().err
     assert "approvals row (P-1, mallory) has no signed approval event" in err
     assert "proposal P-1 is marked approved with 0 of 1 signed approval(s)" in err
-    with Store(db) as store:
+    with configured_store(db) as store:
         desk = Guardrails(store, actuator=actuator, clock=clock)
         assert desk.show("P-1")["approvals"] == []  # what counts: signed events, none here
         outcome = desk.execute("P-1")
@@ -68,7 +68,7 @@ def test_a_forged_approval_event_appended_to_the_chain_does_not_count(
     db = _workspace(tmp_path)
     clock = FakeClock()
     actuator = RecordingActuator()
-    with Store(db) as store:
+    with configured_store(db) as store:
         desk = Guardrails(store, actuator=actuator, clock=clock)
         desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
         desk.propose(action(proposal_id="P-2", parameters={"power_limit_w": 650}, created_ts_s=clock()))
@@ -92,7 +92,7 @@ def test_a_forged_approval_event_appended_to_the_chain_does_not_count(
     said = " ".join(capsys.readouterr().err.split())
     assert "broken at seq 1" in said  # the edit breaks the chain, and every bad decision row is named too
     assert said.count("approval by alice") == 2 and "approval by bob: unsigned decision" in said
-    with Store(db) as store:
+    with configured_store(db) as store:
         rows = AuditLog(store).rows(event="approval")
         problems_by_seq = {}
         for row in rows:
@@ -112,7 +112,7 @@ def test_deleting_a_revocation_is_reported_and_the_policy_stays_revoked(
     loaded = load_response_policy(DEFAULT_RESPONSES_PATH)
     needed = loaded.policy.approvals_required
     verifier = signing.verifier()
-    with Store(db) as store:
+    with configured_store(db) as store:
         audit = AuditLog(store, clock=lambda: NOW_TS_S)
         for name in ("alice", "bob"):
             approve_policy(audit, loaded, signing.signer(name), verifier, NOW_TS_S)
@@ -121,7 +121,7 @@ def test_deleting_a_revocation_is_reported_and_the_policy_stays_revoked(
         assert not standing_status(audit, loaded.sha256, needed, NOW_TS_S + 3, verifier).approved
     assert _verify(db, "--witness") == 0
     capsys.readouterr()
-    with Store(db) as store:  # the attacker deletes the revocation: the chain alone is still valid
+    with configured_store(db) as store:  # the attacker deletes the revocation: the chain alone is still valid
         store.conn.execute("DELETE FROM audit_log WHERE seq = (SELECT max(seq) FROM audit_log)")
         assert verify(store).ok
         status = standing_status(AuditLog(store), loaded.sha256, needed, NOW_TS_S + 4, verifier)
@@ -138,7 +138,7 @@ def test_old_policy_approvals_replayed_after_a_revocation_stay_revoked(tmp_path:
     loaded = load_response_policy(DEFAULT_RESPONSES_PATH)
     needed = loaded.policy.approvals_required
     verifier = signing.verifier()
-    with Store(db) as store:
+    with configured_store(db) as store:
         audit = AuditLog(store, clock=lambda: NOW_TS_S)
         approvals = [
             approve_policy(audit, loaded, signing.signer(n), verifier, NOW_TS_S) for n in ("alice", "bob")
@@ -156,7 +156,7 @@ def test_re_chained_rows_and_a_dropped_table_fail_verification(
 ) -> None:
     db = _workspace(tmp_path)
     clock = FakeClock()
-    with Store(db) as store:
+    with configured_store(db) as store:
         desk = Guardrails(store, actuator=RecordingActuator(), clock=clock)
         desk.propose(action(proposal_id="P-1", created_ts_s=clock()))
         desk.approve("P-1", signing.signer("alice"))
@@ -175,7 +175,7 @@ def test_re_chained_rows_and_a_dropped_table_fail_verification(
         assert verify(store).ok  # the chain alone cannot tell
     assert _verify(db, "--witness") == 1
     assert "re-chained rows: seq 2" in capsys.readouterr().err
-    with Store(db) as store:
+    with configured_store(db) as store:
         store.conn.execute("DROP TABLE audit_log")
         assert not verify(store).ok
     assert _verify(db) == 1

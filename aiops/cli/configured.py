@@ -1,0 +1,38 @@
+"""The one configuration a command runs under, loaded here, at the top, and passed down.
+
+`cli_config(args)` reads `--config FILE` when the command has one, else $AIOPS_CONFIG, else
+~/.config/aiops/config.toml (aiops/config.py `load_config`); nothing below the CLI reads the environment or the
+home directory for policy again (tests/security/test_config_passed_down.py checks that only aiops/cli and
+aiops/config.py call `load_config`). `configured_workspace(path, config)` opens the workspace under that config's
+guardrails (approvers, allowed signers, witness); `agent_config(config)` is the model's settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from aiops.agent.config import AgentConfig, agent_config_of
+from aiops.config import Config, load_config
+from aiops.store import Workspace
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", default=None, help="TOML config (default: $AIOPS_CONFIG or ~/.config/aiops/config.toml)"
+    )
+
+
+def cli_config(args: argparse.Namespace) -> Config:
+    return load_config(getattr(args, "config", None))
+
+
+def configured_workspace(path: str, config: Config) -> Workspace:
+    """The workspace at `path` under `config`'s guardrails."""
+    return Workspace(path, guardrails=config.guardrails)
+
+
+def agent_config(config: Config) -> AgentConfig:
+    """The model's settings: `config`'s `[llm]`, overridden by AIOPS_LLM_BASE_URL, AIOPS_LLM_MODEL and
+    OPENAI_API_KEY from this command's environment."""
+    return agent_config_of(config, os.environ)

@@ -1,0 +1,150 @@
+"""Issue 23, the high finding: `aiops run --config FILE` enforces FILE's guardrails, not those of $AIOPS_CONFIG or
+~/.config/aiops/config.toml. A real service process is started with FILE allowing only carol while the home
+config allows bob: bob's approval in the console is refused and audited, carol's is accepted and executed, and
+the audit witness is written where FILE says (not `<db>.witness`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from aiops.config import GuardrailsConfig
+from aiops.store import Workspace
+from guardrails.audit import read_rows
+from tests.console_helpers import PASSWORD
+from tests.service_helpers import TINY_SCENARIO, aiops_cmd, free_port, get, get_json, wait_for
+
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
+    env["HOME"] = str(home)
+    if "AIOPS_REQUIRE_EBPF" in os.environ:
+        env["AIOPS_REQUIRE_EBPF"] = os.environ["AIOPS_REQUIRE_EBPF"]
+    return env
+
+
+@contextmanager
+def _service(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[int]:
+    port = free_port()
+    log = (tmp_path / "service.log").open("ab")
+    proc = subprocess.Popen(
+        aiops_cmd("run", "--listen", f"127.0.0.1:{port}", *args), stdout=log, stderr=log, env=env
+    )
+    try:
+        wait_for(
+            lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
+            60,
+            "the service to be ready",
+        )
+        assert proc.poll() is None, (tmp_path / "service.log").read_text()[-3000:]
+        yield port
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        log.close()
+
+
+def _approve_in_console(base: str, name: str, pid: str) -> str:
+    with httpx.Client(base_url=base, timeout=30) as web:
+        token = _CSRF.search(web.get("/login").text)
+        assert token is not None
+        signed_in = web.post(
+            "/login", data={"name": name, "password": PASSWORD, "csrf_token": token.group(1)}
+        )
+        assert signed_in.status_code == 303, signed_in.text[:500]
+        csrf = _CSRF.search(web.get("/").text)
+        assert csrf is not None
+        decided = web.post(f"/proposals/{pid}/approve", data={"csrf_token": csrf.group(1)})
+        assert decided.status_code == 303
+        return str(web.get(decided.headers["location"]).text)
+
+
+def test_aiops_run_enforces_the_approvers_and_witness_of_its_config_file(tmp_path: Path) -> None:
+    home, db, scenario = tmp_path / "home", tmp_path / "svc.duckdb", tmp_path / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO)
+    witness = tmp_path / "elsewhere" / "audit.witness"
+    witness.parent.mkdir()
+    console_port = free_port()
+    config_file = tmp_path / "etc" / "config.toml"
+    config_file.parent.mkdir()
+    config_file.write_text(
+        f'[console]\nlisten = "127.0.0.1:{console_port}"\n\n[guardrails]\nwitness = "{witness}"\n\n'
+        '[guardrails.approvers]\ncarol = ["physical"]\n'
+    )
+    (home / ".config" / "aiops").mkdir(parents=True)  # the home config: bob may approve, the default witness
+    (home / ".config" / "aiops" / "config.toml").write_text('[guardrails.approvers]\nbob = ["physical"]\n')
+    env = _env(home)
+    secret = tmp_path / "pw"
+    secret.write_text(PASSWORD)
+    base = f"http://127.0.0.1:{console_port}"
+    with _service(
+        tmp_path, env, "--config", str(config_file), "--db", str(db), "--sim", str(scenario), "--speed", "10"
+    ) as api_port:
+        for name in ("bob", "carol"):
+            added = subprocess.run(
+                aiops_cmd(
+                    "console",
+                    "adduser",
+                    name,
+                    "--role",
+                    "approver",
+                    "--db",
+                    str(db),
+                    "--password-file",
+                    str(secret),
+                    "--config",
+                    str(config_file),
+                ),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            assert added.returncode == 0, added.stderr
+
+        def proposal(pid: str = "") -> dict[str, object]:
+            for p in get_json(f"http://127.0.0.1:{api_port}/api/proposals")["proposals"]:
+                if (p["proposal_id"] == pid) or (not pid and p["status"] == "pending" and p["physical"]):
+                    return dict(p)
+            return {}
+
+        pid = str(wait_for(lambda: proposal().get("proposal_id", ""), 120, "a physical proposal"))
+        refused = _approve_in_console(base, "bob", pid)
+        assert "refused" in refused and "bob may not approve physical" in refused, refused[-2000:]
+        assert proposal(pid)["status"] == "pending"
+        accepted = _approve_in_console(base, "carol", pid)
+        assert "approved by carol" in accepted, accepted[-2000:]
+        wait_for(
+            lambda: proposal(pid).get("status") == "executed", 60, "the service to execute carol's approval"
+        )
+        with Workspace(db, guardrails=GuardrailsConfig(witness=str(witness))).read() as store:
+            rows = read_rows(store, proposal_id=pid)
+        refusals = [r for r in rows if r.event == "approval_refused"]
+        assert [r.actor for r in refusals] == ["bob"] and "may not approve physical" in refusals[0].payload
+        assert [r.actor for r in rows if r.event == "approval"] == ["carol"]
+        verify = subprocess.run(
+            aiops_cmd("audit", "verify", "--db", str(db), "--config", str(config_file), "--witness"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        flat = "".join(verify.stdout.split())  # the terminal may wrap the long path
+        assert verify.returncode == 0 and f"witness{witness}agrees" in flat, verify.stdout + verify.stderr
+    heads = witness.read_text().splitlines()
+    assert heads and int(heads[-1].split()[0]) >= max(r.seq for r in rows)  # every append witnessed there
+    assert not Path(f"{db}.witness").exists()  # nothing went to the default beside the database
