@@ -34,6 +34,7 @@ from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
+from aiops.console.signin import Refusal, SignInBusy, SignInGate
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.store import Store, Workspace
 from guardrails.session_signing import ensure_key, key_path
@@ -66,7 +67,8 @@ class Console:
         self.key = ensure_key(path)
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.sessions = Sessions(idle_timeout_s=options.idle_timeout_s, max_age_s=options.max_age_s, **kwargs)
-        self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies)
+        self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies, key=self.key)
+        self.signin = SignInGate()
         self.verifier = ConfiguredVerifier(workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
@@ -86,35 +88,43 @@ class Console:
         token = self.pages.login_token()
         first_run = not self.accounts.load()
         response = self.pages.render("login.html", login_csrf=token, error="", first_run=first_run)
-        self.pages.set_login_cookie(response, token)
+        self.pages.set_login_cookie(request, response, token)
+        return response
+
+    def _login_again(self, status: int, token: str, error: str, retry_after_s: int = 0) -> Response:
+        response = self.pages.render(
+            "login.html", status=status, login_csrf=token, first_run=False, error=error
+        )
+        if retry_after_s:
+            response.headers["retry-after"] = str(retry_after_s)
         return response
 
     async def login(self, request: Request) -> Response:
         form = await request.form()
         name, password, token = (str(form.get(k, ""))[:2048] for k in ("name", "password", "csrf_token"))
         cookie = request.cookies.get(LOGIN_COOKIE, "")
-        if not token or not cookie or not _same(token, cookie):
+        if not token or not cookie or not _same(token, cookie) or not self.pages.login_token_ok(token):
             return self.pages.refuse(
                 403, "the sign-in form's CSRF token is missing or wrong: reload the page"
             )
         key = name.strip().casefold()[:64]
-        if self.sessions.locked_out(key):
-            return self.pages.render(
-                "login.html",
-                status=429,
-                login_csrf=token,
-                first_run=False,
-                error="too many failed sign-ins for this name: wait five minutes",
-            )
-        account = await run_in_threadpool(self.accounts.authenticate, name, password)
+        address = request.client.host if request.client is not None else "?"
+        admitted = self.signin.admit(key, address)  # counted now, before any hash (aiops.console.signin)
+        if isinstance(admitted, Refusal):
+            why = f"{admitted.why}: wait {admitted.retry_after_s} s"
+            return self._login_again(429, token, why, admitted.retry_after_s)
+        try:
+            async with self.signin.hashing():
+                account = await run_in_threadpool(self.accounts.authenticate, name, password)
+        except SignInBusy as exc:
+            self.signin.withdraw(admitted)
+            return self._login_again(503, token, str(exc), 5)
         if account is None:
-            self.sessions.failed(key)
-            return self.pages.render(
-                "login.html", status=401, login_csrf=token, first_run=False, error="wrong name or password"
-            )
+            return self._login_again(401, token, "wrong name or password")
+        self.signin.succeeded(admitted)
         session = self.sessions.create(account.name, account.role, account.stamp)
         response = RedirectResponse("/", status_code=303)
-        self.pages.set_session_cookie(response, session)
+        self.pages.set_session_cookie(request, response, session)
         response.delete_cookie(LOGIN_COOKIE, path="/login")
         return response
 
