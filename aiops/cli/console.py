@@ -163,7 +163,9 @@ def run_serve(args: argparse.Namespace) -> int:
         max_age_s=config.console.max_age_s,
     )
     try:
-        server = ConsoleServer(create_app(workspace, options), listen)
+        server = ConsoleServer(
+            create_app(workspace, options), listen, allowed_hosts=tuple(config.http.allowed_hosts)
+        )
     except BaseException:
         owner.close()
         raise

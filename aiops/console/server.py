@@ -62,9 +62,9 @@ class ServedConsole:
 class ConsoleServer:
     """The console alone on its own listener."""
 
-    def __init__(self, app: Starlette, listen: str) -> None:
+    def __init__(self, app: Starlette, listen: str, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.app = app
-        self.web = WebServer(app, listen, name="aiops-console")
+        self.web = WebServer(app, listen, name="aiops-console", allowed_hosts=allowed_hosts)
 
     @property
     def host(self) -> str:
