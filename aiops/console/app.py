@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -42,6 +42,11 @@ from guardrails.signing import ConfiguredVerifier
 
 T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
+REPORT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".pdf": "application/pdf",
+}
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,10 @@ class Console:
         listed = {f["name"] for f in data.report_files(self.reports_dir)}
         if name not in listed:  # only a file the listing shows: no path from the request reaches the disk
             return self.pages.refuse(404, "no such report")
-        response = FileResponse(self.reports_dir / name)
+        body = await run_in_threadpool(data.read_report, self.reports_dir, name)
+        if body is None:  # replaced by a link or a device since it was listed, or too large
+            return self.pages.refuse(404, "no such report")
+        response = Response(body, media_type=REPORT_TYPES[Path(name).suffix])
         response.headers["content-security-policy"] = (
             "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
         )
