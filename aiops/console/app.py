@@ -36,6 +36,7 @@ from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInBusy, SignInGate
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
+from aiops.errors import InputError
 from aiops.store import Store, Workspace
 from guardrails.session_signing import ensure_key, key_path
 from guardrails.signing import ConfiguredVerifier
@@ -91,7 +92,10 @@ class Console:
     # -- sign in ----------------------------------------------------------------------------------------------
     async def login_form(self, request: Request) -> Response:
         token = self.pages.login_token()
-        first_run = not self.accounts.load()
+        try:
+            first_run = not self.accounts.load()
+        except InputError:  # damaged: not a first run (the log and stderr say so at start)
+            first_run = False
         response = self.pages.render("login.html", login_csrf=token, error="", first_run=first_run)
         self.pages.set_login_cookie(request, response, token)
         return response
@@ -124,6 +128,11 @@ class Console:
         except SignInBusy as exc:
             self.signin.withdraw(admitted)
             return self._login_again(503, token, str(exc), 5)
+        except InputError:
+            self.signin.withdraw(admitted)
+            return self._login_again(
+                503, token, "the console's accounts file cannot be read: ask the node's admin"
+            )
         if account is None:
             return self._login_again(401, token, "wrong name or password")
         self.signin.succeeded(admitted)
