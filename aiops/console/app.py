@@ -34,9 +34,9 @@ from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
-from aiops.console.signin import Refusal, SignInBusy, SignInGate
+from aiops.console.signin import Refusal, SignInGate
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
-from aiops.errors import InputError
+from aiops.errors import InputError, SignInBusy
 from aiops.store import Store, Workspace
 from guardrails.session_signing import ensure_key, key_path
 from guardrails.signing import ConfiguredVerifier

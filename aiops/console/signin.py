@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aiops.errors import AiopsError
+from aiops.errors import SignInBusy
 
 WINDOW_S = 300.0
 PAIR_FAILURES = 5
@@ -40,10 +40,6 @@ HASH_WAIT_S = 10.0
 MAX_WAITING = 32  # requests waiting for a hashing turn at most; past it, refused at once
 _K = TypeVar("_K", str, tuple[str, str])
 MAX_KEYS = 20_000  # names, addresses and pairs remembered at most (memory stays bounded)
-
-
-class SignInBusy(AiopsError):
-    """Every hashing turn stayed taken for the whole wait: retry shortly (HTTP 503)."""
 
 
 @dataclass(frozen=True)
