@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -109,6 +109,10 @@ class Console:
         return response
 
     async def login(self, request: Request) -> Response:
+        if self.signin.saturated():  # a flood: refused at the cost of a few bytes, before the form is parsed
+            return PlainTextResponse(
+                "sign-in is busy: try again in a few seconds\n", status_code=503, headers={"retry-after": "5"}
+            )
         form = await request.form()
         name, password, token = (str(form.get(k, ""))[:2048] for k in ("name", "password", "csrf_token"))
         cookie = request.cookies.get(LOGIN_COOKIE, "")

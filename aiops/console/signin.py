@@ -135,13 +135,17 @@ class SignInGate:
         _prune_table(self._accounts, now_s)
 
     # -- hashing ----------------------------------------------------------------------------------------------
+    def saturated(self) -> bool:
+        """Every turn taken and `MAX_WAITING` waiting: a new sign-in is refused before its form is even read."""
+        return self._semaphore is not None and self._semaphore.locked() and self._waiting >= MAX_WAITING
+
     @asynccontextmanager
     async def hashing(self) -> AsyncIterator[None]:
         """A turn to compute one password hash (at most `max_hashes` at once), or `SignInBusy` after `wait_s`."""
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.max_hashes)
         semaphore = self._semaphore
-        if semaphore.locked() and self._waiting >= MAX_WAITING:
+        if self.saturated():
             raise SignInBusy("sign-in is busy: try again in a few seconds")
         self._waiting += 1
         try:
