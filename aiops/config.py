@@ -210,6 +210,11 @@ class HttpConfig(_Section):
     listen: ListenAddress = Field(default=DEFAULT_LISTEN, description="host:port; empty: no HTTP endpoint")
     token: str = Field(default="", description="bearer token for /api; empty: /api answers loopback only")
     token_file: str = Field(default="", description="read the token from this file instead")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names requests may carry besides IP addresses, localhost and the listen host "
+        "(a name a proxy or DNS gives the node); others get 421",
+    )
 
 
 class ConsoleConfig(_Section):

@@ -32,6 +32,7 @@ AiopsError                    base; exit code 1
 │                             ASCII naming the field, never its value (answered with HTTP 400)
 ├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager
 │                             retries)
+├── SignInBusy                every console sign-in hashing turn stayed taken (HTTP 503: retry shortly)
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 │   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
@@ -275,6 +276,10 @@ class AlertPayloadError(AiopsError):
 
 class AlertInboxFull(AiopsError):
     """More alerts wait than the service's inbox holds: the route answers 503 and Alertmanager retries."""
+
+
+class SignInBusy(AiopsError):
+    """Every console sign-in hashing turn stayed taken for the whole wait (aiops.console.signin): HTTP 503."""
 
 
 class SourceError(AiopsError):

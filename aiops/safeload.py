@@ -15,7 +15,9 @@ Every refusal is the caller's `InputError` subclass naming the file, so the CLI 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -33,10 +35,14 @@ _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def read_limited(path: str | Path, error: type[InputError]) -> bytes:
-    """The file's bytes, or `error` naming it: missing, a directory, unreadable, or over `MAX_FILE_BYTES`."""
+    """The file's bytes, or `error` naming it: missing, a directory or another file that is not a regular one,
+    unreadable, or over `MAX_FILE_BYTES`."""
     where = str(path)
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise error(where, "(file)", "not a regular file (a FIFO, a device or a socket)")
             data = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise error(where, "(file)", "no such file") from None

@@ -2,8 +2,11 @@
 
 Three layers, any one of which suffices: DuckDB's own parser must see exactly one SELECT statement; the
 connection is opened `read_only` (DuckDB refuses writes to the file); and external access (files, URLs,
-extensions) is switched off, so `read_csv('/etc/passwd')` fails too. Each query opens the workspace for its own
-duration only (`Workspace.read`), so a chat never holds the database while a person reads its answer.
+extensions) is switched off, so `read_csv('/etc/passwd')` fails too. Each query has the file for its own
+duration only (`Workspace.lend`: a lease from the service, or, inside the service, the service's own hold set
+down for the query), so a chat never holds the database while a person reads its answer. The table checks
+parse the SQL on a connection of their own, never the workspace's. An error handed back names no file path
+and no process id (DuckDB's lock errors name both: the model has no business with either).
 
 The twin's tables (`sim_runs`, `twin_log`) hold the scenario a simulated workspace was made from, faults
 included: the agent must diagnose from telemetry, never from the answer, so queries naming them, or reaching
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -29,12 +33,15 @@ import duckdb
 
 from aiops.agent import sqlworker
 from aiops.agent.sqlworker import fetch_bounded, jsonable
-from aiops.errors import SQLRejected
+from aiops.errors import AiopsError, SQLRejected
 from aiops.store import Workspace
 
 __all__ = ["ReadOnlySQL", "check_select", "check_tables", "jsonable"]
 
 WORKER_START_TIMEOUT_S = 60.0  # importing DuckDB in a fresh interpreter on a loaded machine
+
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s\"'/:]+/)*[^\s\"'/:]+")  # an absolute path in an error text
+_PID = re.compile(r"\bPID\s*\d+", re.IGNORECASE)
 
 PROTECTED_TABLES = frozenset({"sim_runs", "twin_log"})
 DYNAMIC_TABLE_FUNCTIONS = frozenset({"query", "query_table"})
@@ -168,20 +175,40 @@ class ReadOnlySQL:
         """{"columns", "rows" (dicts), "truncated", "limit"}; raises `SQLRejected` with the reason otherwise."""
         check_select(sql)
         params = jsonable(list(params or []))
-        with self.workspace.read() as store:
-            conn = store.conn
-            conn.execute("SET enable_external_access = false")
-            check_tables(conn, sql)
-            memory = self.workspace.memory
-            answer = self._here(conn, sql, params) if memory else self._in_worker(sql, params)
+        with duckdb.connect(":memory:") as parser:  # parsing needs no data: never the workspace's connection
+            check_tables(parser, sql)
+        if self.workspace.memory:
+            with self.workspace.read() as store:
+                store.conn.execute("SET enable_external_access = false")
+                answer = self._here(store.conn, sql, params)
+        else:
+            try:
+                with (
+                    self.workspace.lend()
+                ):  # the service's hold or lease: the worker opens the file read-only
+                    answer = self._in_worker(sql, params)
+            except (AiopsError, RuntimeError) as exc:
+                if isinstance(exc, SQLRejected):
+                    raise
+                raise SQLRejected(f"the store cannot be read now ({type(exc).__name__}): retry") from None
         if not answer.get("ok"):
-            raise SQLRejected(str(answer.get("error", "query failed"))[:2000])
+            raise SQLRejected(self._clean(str(answer.get("error", "query failed")))[:2000])
         return {
             "columns": answer["columns"],
             "rows": answer["rows"],
             "truncated": answer["truncated"],
             "limit": answer["limit"],
         }
+
+    def _clean(self, text: str) -> str:
+        """An error for the model: no file path and no process id (the store's absolute path and the service's
+        PID are the node's business, not the model's)."""
+        if text.startswith("cannot open the database"):
+            return "the store cannot be read now (busy or damaged): retry"
+        for path in {self.workspace.path, str(Path(self.workspace.path).resolve())}:
+            text = text.replace(path, "<store>")
+        text = _PATH.sub("<path>", text)
+        return _PID.sub("PID ?", text)
 
     def _cancelled(self) -> SQLRejected:
         return SQLRejected(f"query exceeded {self.timeout_s:g} s and was cancelled")

@@ -3,7 +3,7 @@
 DuckDB's `interrupt()` is checked between vectors; a query whose work is one huge value computed inside one
 vector (`SELECT list(range(30000000))` ran 22.7 s against a 5 s limit) does not see it. The parent
 (`aiops.agent.sqltool.ReadOnlySQL`) therefore sends each query, after its own checks and under its own
-read lease, to this worker and kills the worker when the limit passes; the next query starts a new one.
+read lease (or, in the service, the service's hold set down), to this worker and kills the worker when the limit passes; the next query starts a new one.
 
 Protocol: one JSON request per line on stdin (`path`, `sql`, `params`, `max_rows`, `max_bytes`), one JSON
 answer per line on stdout. The worker imports nothing of aiops (it runs as a script) and opens the database

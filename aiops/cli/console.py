@@ -167,7 +167,9 @@ def run_serve(args: argparse.Namespace) -> int:
         agent=agent_config(config),
     )
     try:
-        server = ConsoleServer(create_app(workspace, options), listen)
+        server = ConsoleServer(
+            create_app(workspace, options), listen, allowed_hosts=tuple(config.http.allowed_hosts)
+        )
     except BaseException:
         owner.close()
         raise

@@ -99,6 +99,8 @@ class Accounts:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
+            if os.path.lexists(self.path):  # a link to nothing: damaged, not "no account yet" (no set-up URL)
+                raise InputError(str(self.path), "accounts", "a link to a missing file") from None
             return {}
         except OSError as exc:
             raise InputError(str(self.path), "accounts", f"cannot read ({type(exc).__name__})") from None
@@ -125,7 +127,7 @@ class Accounts:
                 found[account.name] = account
         except InputError:
             raise
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise InputError(
                 str(self.path),
                 "accounts",

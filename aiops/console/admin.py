@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -77,7 +76,7 @@ class Admin:
         except InputError as exc:
             note = f"refused: {exc.problem}" + (f" (allowed: {_allowed(exc)})" if exc.allowed else "")
         log.info("account change", extra={"principal": actor, "note": note[:200]})
-        return RedirectResponse(f"{PAGE}?note={quote(note[:300], safe='')}", status_code=303)
+        return self.console.pages.back_with_note(session, PAGE, note)
 
     def _twice(self, fields: dict[str, str]) -> str:
         password = fields.get("password", "")

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -35,13 +35,20 @@ from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
+from aiops.console.signin import Refusal, SignInGate
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
+from aiops.errors import InputError, SignInBusy
 from aiops.store import Store, Workspace
 from guardrails.session_signing import ensure_key, key_path
 from guardrails.signing import ConfiguredVerifier
 
 T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
+REPORT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".pdf": "application/pdf",
+}
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,8 @@ class Console:
         self.key = ensure_key(path)
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         self.sessions = Sessions(idle_timeout_s=options.idle_timeout_s, max_age_s=options.max_age_s, **kwargs)
-        self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies)
+        self.pages = Pages(self.sessions, self.accounts, secure_cookies=options.secure_cookies, key=self.key)
+        self.signin = SignInGate()
         self.verifier = ConfiguredVerifier(workspace.guardrails, workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
@@ -88,37 +96,57 @@ class Console:
     # -- sign in ----------------------------------------------------------------------------------------------
     async def login_form(self, request: Request) -> Response:
         token = self.pages.login_token()
-        first_run = not self.accounts.load()
+        try:
+            first_run = not self.accounts.load()
+        except InputError:  # damaged: not a first run (the log and stderr say so at start)
+            first_run = False
         response = self.pages.render("login.html", login_csrf=token, error="", first_run=first_run)
-        self.pages.set_login_cookie(response, token)
+        self.pages.set_login_cookie(request, response, token)
+        return response
+
+    def _login_again(self, status: int, token: str, error: str, retry_after_s: int = 0) -> Response:
+        response = self.pages.render(
+            "login.html", status=status, login_csrf=token, first_run=False, error=error
+        )
+        if retry_after_s:
+            response.headers["retry-after"] = str(retry_after_s)
         return response
 
     async def login(self, request: Request) -> Response:
+        if self.signin.saturated():  # a flood: refused at the cost of a few bytes, before the form is parsed
+            return PlainTextResponse(
+                "sign-in is busy: try again in a few seconds\n", status_code=503, headers={"retry-after": "5"}
+            )
         form = await request.form()
         name, password, token = (str(form.get(k, ""))[:2048] for k in ("name", "password", "csrf_token"))
         cookie = request.cookies.get(LOGIN_COOKIE, "")
-        if not token or not cookie or not _same(token, cookie):
+        if not token or not cookie or not _same(token, cookie) or not self.pages.login_token_ok(token):
             return self.pages.refuse(
                 403, "the sign-in form's CSRF token is missing or wrong: reload the page"
             )
         key = name.strip().casefold()[:64]
-        if self.sessions.locked_out(key):
-            return self.pages.render(
-                "login.html",
-                status=429,
-                login_csrf=token,
-                first_run=False,
-                error="too many failed sign-ins for this name: wait five minutes",
+        address = request.client.host if request.client is not None else "?"
+        admitted = self.signin.admit(key, address)  # counted now, before any hash (aiops.console.signin)
+        if isinstance(admitted, Refusal):
+            why = f"{admitted.why}: wait {admitted.retry_after_s} s"
+            return self._login_again(429, token, why, admitted.retry_after_s)
+        try:
+            async with self.signin.hashing():
+                account = await run_in_threadpool(self.accounts.authenticate, name, password)
+        except SignInBusy as exc:
+            self.signin.withdraw(admitted)
+            return self._login_again(503, token, str(exc), 5)
+        except InputError:
+            self.signin.withdraw(admitted)
+            return self._login_again(
+                503, token, "the console's accounts file cannot be read: ask the node's admin"
             )
-        account = await run_in_threadpool(self.accounts.authenticate, name, password)
         if account is None:
-            self.sessions.failed(key)
-            return self.pages.render(
-                "login.html", status=401, login_csrf=token, first_run=False, error="wrong name or password"
-            )
+            return self._login_again(401, token, "wrong name or password")
+        self.signin.succeeded(admitted)
         session = self.sessions.create(account.name, account.role, account.stamp)
         response = RedirectResponse("/", status_code=303)
-        self.pages.set_session_cookie(response, session)
+        self.pages.set_session_cookie(request, response, session)
         response.delete_cookie(LOGIN_COOKIE, path="/login")
         return response
 
@@ -187,7 +215,10 @@ class Console:
         listed = {f["name"] for f in data.report_files(self.reports_dir)}
         if name not in listed:  # only a file the listing shows: no path from the request reaches the disk
             return self.pages.refuse(404, "no such report")
-        response = FileResponse(self.reports_dir / name)
+        body = await run_in_threadpool(data.read_report, self.reports_dir, name)
+        if body is None:  # replaced by a link or a device since it was listed, or too large
+            return self.pages.refuse(404, "no such report")
+        response = Response(body, media_type=REPORT_TYPES[Path(name).suffix])
         response.headers["content-security-policy"] = (
             "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
         )

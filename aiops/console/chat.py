@@ -47,8 +47,8 @@ class ChatDesk:
             from aiops.agent.session import AgentSession  # LangGraph: paid for on the first question only
 
             # the console's workspace: in the service, the service's own hold (a second connection to the file
-            # in the same process is refused by DuckDB); the agent's SQL tool then sets enable_external_access
-            # off on that connection, which the service's loop does not need (it reads no file through SQL)
+            # in the same process is refused by DuckDB); the agent's SQL tool runs its queries in a worker
+            # process, for which the service sets its hold down for the query (`OwnedWorkspace.lend`)
             self._session = AgentSession(self.console.workspace, config=self.console.options.agent)
         return self._session
 

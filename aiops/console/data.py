@@ -4,6 +4,8 @@ telemetry string left as it is (the templates escape it; nothing here builds HTM
 from __future__ import annotations
 
 import json
+import os
+import stat
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -238,9 +240,47 @@ def topology(store: Store) -> list[dict[str, Any]]:
     return racks
 
 
+REPORT_SUFFIXES = (".html", ".md", ".pdf")
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
+
 def report_files(folder: Path) -> list[dict[str, Any]]:
-    if not folder.is_dir():
+    """The reports in `folder`: regular files only, never a symlink (the service runs as root: a link in the
+    folder must not make a viewer read /etc/shadow), newest first, at most 500."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
         return []
-    found = [p for p in folder.iterdir() if p.is_file() and p.suffix in (".html", ".md", ".pdf")]
-    found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    return [{"name": p.name, "bytes": p.stat().st_size, "mtime_s": p.stat().st_mtime} for p in found[:500]]
+    found: list[dict[str, Any]] = []
+    for entry in entries:
+        try:
+            if entry.name.endswith(REPORT_SUFFIXES) and entry.is_file(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)
+                found.append({"name": entry.name, "bytes": st.st_size, "mtime_s": st.st_mtime})
+        except OSError:
+            continue
+    found.sort(key=lambda f: f["mtime_s"], reverse=True)
+    return found[:500]
+
+
+def read_report(folder: Path, name: str) -> bytes | None:
+    """A report's bytes: `name` opened inside `folder` without following a link (O_NOFOLLOW, relative to the
+    folder's own descriptor), a regular file of at most `MAX_REPORT_BYTES`; None otherwise."""
+    if "/" in name or name in ("", ".", "..") or not name.endswith(REPORT_SUFFIXES):
+        return None
+    try:
+        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(folder_fd)
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_REPORT_BYTES:
+            return None
+        data = file.read(MAX_REPORT_BYTES + 1)
+    return data if len(data) <= MAX_REPORT_BYTES else None

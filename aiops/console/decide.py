@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from aiops.console import data
 from aiops.errors import AiopsError, GuardrailError
@@ -58,10 +58,13 @@ class Decisions:
             return pages.refuse(403, f"{session.principal} is a viewer: viewers cannot decide"), "", ""
         return None, session.principal, str(request.path_params["proposal_id"])[:200]
 
-    async def _back(self, proposal_id: str, note: str) -> Response:
+    async def _back(self, request: Request, proposal_id: str, note: str) -> Response:
+        session = self.console.pages.session(request)
+        if session is None:
+            return self.console.pages.to_login()
         incident_id = await self.console.read(lambda s: data.proposal_incident(s, proposal_id))
         where = f"/incidents/{quote(incident_id, safe='')}" if incident_id else "/"
-        return RedirectResponse(f"{where}?note={quote(note[:300], safe='')}", status_code=303)
+        return self.console.pages.back_with_note(session, where, note)
 
     async def approve(self, request: Request) -> Response:
         refusal, principal, proposal_id = await self._checked(request)
@@ -81,7 +84,7 @@ class Decisions:
         except (GuardrailError, AiopsError) as exc:
             note = f"refused: {exc}"
         log.info("decision", extra={"principal": principal, "proposal_id": proposal_id, "note": note[:200]})
-        return await self._back(proposal_id, f"{proposal_id}: {note}")
+        return await self._back(request, proposal_id, f"{proposal_id}: {note}")
 
     async def reject(self, request: Request) -> Response:
         refusal, principal, proposal_id = await self._checked(request)
@@ -100,4 +103,4 @@ class Decisions:
             note = "rejected"
         except (GuardrailError, AiopsError) as exc:
             note = f"refused: {exc}"
-        return await self._back(proposal_id, f"{proposal_id}: {note}")
+        return await self._back(request, proposal_id, f"{proposal_id}: {note}")

@@ -13,6 +13,7 @@ import sys
 from starlette.applications import Starlette
 
 from aiops.console.setup import SETUP_TTL_S
+from aiops.errors import InputError
 from aiops.service.server import WebServer
 
 log = logging.getLogger("aiops.console")
@@ -21,7 +22,12 @@ log = logging.getLogger("aiops.console")
 def announce_setup(app: Starlette, host: str, port: int) -> str | None:
     """With no account yet: a new one-time set-up URL, printed on stderr and logged here, once."""
     console = getattr(app.state, "console", None)
-    token = console.setup.issue() if console is not None else None
+    try:
+        token = console.setup.issue() if console is not None else None
+    except InputError as exc:  # an accounts file that exists but cannot be read: no set-up URL, one line
+        print(f"error: {exc} (no set-up URL offered: repair or remove the file)", file=sys.stderr, flush=True)
+        log.error("console accounts unreadable", extra={"detail": str(exc)[:300]})
+        return None
     if token is None:
         return None
     shown = f"[{host}]" if ":" in host else host
@@ -62,9 +68,9 @@ class ServedConsole:
 class ConsoleServer:
     """The console alone on its own listener."""
 
-    def __init__(self, app: Starlette, listen: str) -> None:
+    def __init__(self, app: Starlette, listen: str, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.app = app
-        self.web = WebServer(app, listen, name="aiops-console")
+        self.web = WebServer(app, listen, name="aiops-console", allowed_hosts=allowed_hosts)
 
     @property
     def host(self) -> str:

@@ -1,7 +1,6 @@
 """Signed-in sessions, held in the console's memory (a restart signs everyone out): a random 256-bit id in an
 HttpOnly, SameSite=Strict cookie, a per-session CSRF token every state-changing request must send back, an idle
-timeout and an absolute lifetime. Failed sign-ins are counted per name: after `MAX_FAILURES` within
-`LOCKOUT_S` that name is refused until the window passes (slows password guessing; argon2 slows it more).
+timeout and an absolute lifetime. Failed sign-ins are counted by `aiops.console.signin` (before the hash).
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ from dataclasses import dataclass, field
 
 IDLE_TIMEOUT_S = 30 * 60.0
 MAX_AGE_S = 12 * 3600.0
-MAX_FAILURES = 5
-LOCKOUT_S = 300.0
 MAX_SESSIONS = 10_000
+MAX_NOTES = 16
 
 
 @dataclass
@@ -30,6 +28,15 @@ class Session:
     seen_s: float
     account_stamp: str = ""  # the account as it was at sign-in (`Account.stamp`): a change ends the session
     chats: list[str] = field(default_factory=list)  # thread ids this session asked
+    notes: dict[str, str] = field(default_factory=dict)  # notices for the next page, by a random key
+
+    def note(self, text: str) -> str:
+        """Keep `text` as a notice for this session's next page; its key (the last `MAX_NOTES` are kept)."""
+        key = secrets.token_urlsafe(12)
+        self.notes[key] = text
+        while len(self.notes) > MAX_NOTES:
+            del self.notes[next(iter(self.notes))]
+        return key
 
     def csrf_ok(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(self.csrf_token, str(token))
@@ -47,7 +54,6 @@ class Sessions:
         self.max_age_s = max_age_s
         self.clock = clock
         self._sessions: dict[str, Session] = {}
-        self._failures: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     def create(self, principal: str, role: str, account_stamp: str = "") -> Session:
@@ -61,7 +67,6 @@ class Sessions:
                 secrets.token_urlsafe(32), principal, role, secrets.token_urlsafe(32), now, now, account_stamp
             )
             self._sessions[session.session_id] = session
-            self._failures.pop(principal, None)
         return session
 
     def get(self, session_id: str | None) -> Session | None:
@@ -95,19 +100,6 @@ class Sessions:
             for sid in gone:
                 del self._sessions[sid]
         return len(gone)
-
-    def locked_out(self, name: str) -> bool:
-        now = self.clock()
-        with self._lock:
-            recent = [t for t in self._failures.get(name, []) if now - t < LOCKOUT_S]
-            self._failures[name] = recent
-            return len(recent) >= MAX_FAILURES
-
-    def failed(self, name: str) -> None:
-        with self._lock:
-            if len(self._failures) >= MAX_SESSIONS:
-                self._failures.clear()
-            self._failures.setdefault(name, []).append(self.clock())
 
     def _expire(self, now: float) -> None:
         stale = [

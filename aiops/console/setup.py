@@ -71,7 +71,7 @@ class SetupToken:
         try:
             stored = json.loads(self.path.read_text(encoding="utf-8"))
             digest, expires_ts_s = str(stored["sha256"]), float(stored["expires_ts_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             return False
         if self.clock() >= expires_ts_s or self.accounts.load():
             self.path.unlink(missing_ok=True)

@@ -3,8 +3,11 @@ response carries, the signed-in session of a request, CSRF checks and the sessio
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +24,7 @@ log = logging.getLogger("aiops.console")
 
 SESSION_COOKIE = "aiops_session"
 LOGIN_COOKIE = "aiops_login"  # the sign-in form's CSRF token (double submit: cookie and form field)
+LOGIN_TOKEN_TTL_S = 3600  # a sign-in form's token, issued by this console and signed with its key
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -75,17 +79,18 @@ class SecurityHeaders:
 class Pages:
     """Rendering and the session of a request, shared by every view."""
 
-    def __init__(self, sessions: Sessions, accounts: Accounts, *, secure_cookies: bool) -> None:
+    def __init__(self, sessions: Sessions, accounts: Accounts, *, secure_cookies: bool, key: bytes) -> None:
         self.sessions = sessions
         self.accounts = accounts
         self.secure_cookies = secure_cookies
+        self._key = key
         self.env = environment()
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
 
     def page(self, request: Request, session: Session, name: str, **context: Any) -> HTMLResponse:
-        flash = request.query_params.get("note", "")[:300]
+        flash = session.notes.get(request.query_params.get("note", "")[:64], "")
         return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
 
     def session(self, request: Request) -> Session | None:
@@ -109,6 +114,11 @@ class Pages:
             return None
         return session
 
+    def back_with_note(self, session: Session, where: str, text: str) -> RedirectResponse:
+        """A redirect to `where` that shows `text` there: the text stays in the session, the URL carries only its
+        key (`?note=` never shows text from a URL, so a link cannot make the console say anything)."""
+        return RedirectResponse(f"{where}?note={session.note(text[:300])}", status_code=303)
+
     def to_login(self) -> RedirectResponse:
         return RedirectResponse("/login", status_code=303)
 
@@ -123,27 +133,48 @@ class Pages:
             token = value if isinstance(value, str) else None
         return session.csrf_ok(token)
 
-    def set_session_cookie(self, response: Response, session: Session) -> None:
+    def secure(self, request: Request) -> bool:
+        """Cookies carry `Secure` when configured, and always when the request came over HTTPS (directly, or
+        from a proxy on loopback that says so in X-Forwarded-Proto: uvicorn trusts 127.0.0.1 for that)."""
+        return self.secure_cookies or request.url.scheme == "https"
+
+    def set_session_cookie(self, request: Request, response: Response, session: Session) -> None:
         response.set_cookie(
             SESSION_COOKIE,
             session.session_id,
             httponly=True,
             samesite="strict",
-            secure=self.secure_cookies,
+            secure=self.secure(request),
             path="/",
             max_age=int(self.sessions.max_age_s),
         )
 
-    def login_token(self) -> str:
-        return secrets.token_urlsafe(32)
+    def _login_mac(self, nonce: str, issued_s: str) -> str:
+        message = f"aiops-console-login\0{nonce}\0{issued_s}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def set_login_cookie(self, response: Response, token: str) -> None:
+    def login_token(self) -> str:
+        """A sign-in form's CSRF token: a nonce and its time, signed with the console's key (a token an attacker
+        made up, planted in both the cookie and the form, is refused)."""
+        nonce, issued_s = secrets.token_urlsafe(24), str(int(time.time()))
+        return f"{nonce}.{issued_s}.{self._login_mac(nonce, issued_s)}"
+
+    def login_token_ok(self, token: str) -> bool:
+        nonce, _, rest = token.partition(".")
+        issued_s, _, mac = rest.partition(".")
+        if not nonce or not issued_s.isascii() or not issued_s.isdigit() or len(issued_s) > 12:
+            return False
+        if not hmac.compare_digest(mac.encode(), self._login_mac(nonce, issued_s).encode()):
+            return False
+        return 0 <= time.time() - int(issued_s) <= LOGIN_TOKEN_TTL_S
+
+    def set_login_cookie(self, request: Request, response: Response, token: str) -> None:
         response.set_cookie(
             LOGIN_COOKIE,
             token,
             httponly=True,
             samesite="strict",
-            secure=self.secure_cookies,
+            secure=self.secure(request),
             path="/login",
-            max_age=3600,
+            max_age=LOGIN_TOKEN_TTL_S,
         )

@@ -113,7 +113,7 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
 def _json_record(raw: str) -> dict[str, Any] | None:
     try:
         record = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # a line of 30,000 nested arrays: not a journal record, text
         return None
     return record if isinstance(record, dict) else None
 
@@ -129,7 +129,8 @@ def _json_line(
         return None
     host = record.get("_HOSTNAME")
     stamp = record.get("__REALTIME_TIMESTAMP")
-    ts_s = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
+    digits = isinstance(stamp, str) and stamp.isascii() and stamp.isdigit() and len(stamp) <= 20  # not "²"
+    ts_s = int(str(stamp)) / 1e6 if digits else None
     event = parse_line(
         source, number, message, state, host=host if isinstance(host, str) else None, ts_s=ts_s
     )

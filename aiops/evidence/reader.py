@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,12 +19,22 @@ def accepted() -> str:
 
 
 def check_readable(path: Path) -> bytes:
-    """The file's first bytes; EvidenceError (exit 2) for a missing, empty or binary file."""
+    """The file's first bytes; EvidenceError (exit 2) for a missing, empty or binary file, or one that is not
+    a regular file (a FIFO would block the read for ever, a device never end: opened without blocking, then
+    refused by its type)."""
     try:
-        with path.open("rb") as handle:
-            head = handle.read(SNIFF_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise EvidenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        kind = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(kind):
+            what = "a FIFO" if stat.S_ISFIFO(kind) else "a directory" if stat.S_ISDIR(kind) else "a device"
+            raise EvidenceError(f"{path}: {what}, not a regular file (give a log file)")
+        try:
+            head = handle.read(SNIFF_BYTES)
+        except OSError as exc:
+            raise EvidenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if not head.strip():
         raise EvidenceError(f"{path}: empty file: nothing to investigate (accepted formats: {accepted()})")
     if is_binary(head):

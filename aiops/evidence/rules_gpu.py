@@ -113,7 +113,8 @@ def nvlink(c: Collected, n: Namer) -> list[Hyp]:
         referenced = [
             e
             for e in c.of("xid")
-            if e.detail.get("caused_by_xid", "").isdigit()
+            if e.detail.get("caused_by_xid", "").isascii()
+            and e.detail.get("caused_by_xid", "").isdigit()
             and int(e.detail["caused_by_xid"]) in NVLINK_XIDS | {144, 146, 147, 148, 149, 150}
         ]
         out += anchored(

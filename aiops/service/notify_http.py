@@ -31,7 +31,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def _retry_after_s(headers: Message | None) -> float | None:
     """Retry-After in delta-seconds (RFC 9110 §10.2.3); an HTTP date is ignored (the backoff applies)."""
     value = headers.get("Retry-After") if headers is not None else None
-    if value is None or not value.strip().isdigit():
+    if value is None or not (value.strip().isascii() and value.strip().isdigit()):
         return None
     return float(value.strip())
 

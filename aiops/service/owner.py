@@ -47,6 +47,7 @@ class FileOwner:
         self._server: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._depth = _Depth()  # how deep this thread is in store() (lent() refuses inside it)
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -102,7 +103,23 @@ class FileOwner:
             if self._store is None:
                 self._store = Store(self.db_path, guardrails=self.guardrails)
                 self._store.conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
-            yield self._store
+            self._depth.value += 1
+            try:
+                yield self._store
+            finally:
+                self._depth.value -= 1
+
+    @contextlib.contextmanager
+    def lent(self) -> Iterator[None]:
+        """The file closed in this process for the block, under the owner's lock, so a child process of the
+        service (the agent's SQL worker) can open it read-only; the next `store()` reopens it. Refused in a
+        thread that holds the store itself (its connection would close beneath it)."""
+        if self._depth.value:
+            raise RuntimeError("the workspace cannot be lent by a thread that holds it")
+        with self._lock:
+            self._release_file()
+            self.leases += 1
+            yield
 
     def _release_file(self) -> None:
         if self._store is not None:
@@ -143,6 +160,10 @@ class FileOwner:
             self.leases += 1
 
 
+class _Depth(threading.local):
+    value = 0
+
+
 class OwnedWorkspace(Workspace):
     """The workspace as the service itself sees it: the owner's open store, under the owner's lock."""
 
@@ -159,3 +180,8 @@ class OwnedWorkspace(Workspace):
     def read(self) -> Iterator[Store]:
         with self.owner.store() as store:
             yield store
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[None]:
+        with self.owner.lent():
+            yield

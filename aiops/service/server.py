@@ -10,11 +10,14 @@ response and caps a request head's size (h11: 16 KiB); it has no deadline for a 
 module adds both: a connection whose request head has not arrived `HEAD_TIMEOUT_S` after it opened (or after
 its last response) is closed, and a request whose body has not arrived `BODY_TIMEOUT_S` after it began is
 answered 408 and its connection closed. A held connection costs a socket and a coroutine, never a thread.
+A request whose Host header is not an IP address, `localhost`, the listen host or one of `allowed_hosts`
+(`[http] allowed_hosts`) is answered 421 before any route (DNS rebinding: docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 import threading
@@ -110,16 +113,63 @@ class BodyDeadline:
                 raise  # the slow client's request ends here; anything else is the app's to report
 
 
-async def _refuse_slow(send: Send) -> None:
-    body = b'{"error": "the request body did not arrive in time"}'
+LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+def host_allowed(header: str, allowed: frozenset[str]) -> bool:
+    """Whether a request's Host names this server: an IP address literal (a DNS-rebinding page cannot send
+    one: its Host is the attacker's name), `localhost`, or one of `allowed` (`[http] allowed_hosts`; the
+    listen address's own name included). The port is not looked at; case is ignored."""
+    host = header.strip().casefold()
+    if host.startswith("["):  # [v6]:port
+        literal, _, _ = host[1:].partition("]")
+        try:
+            ipaddress.ip_address(literal)
+        except ValueError:
+            return False
+        return True
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if not name:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return name.rstrip(".") in LOCAL_NAMES or name.rstrip(".") in allowed
+
+
+class HostCheck:
+    """ASGI middleware: a request whose Host header is not one of this server's names is answered 421 and its
+    connection closed, before any route sees it (a browser on the node fooled by DNS rebinding sends the
+    attacker's name)."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str]) -> None:
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            hosts = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"]
+            if len(hosts) != 1 or not host_allowed(hosts[0], self.allowed):
+                body = b'{"error": "this server does not answer to that Host name ([http] allowed_hosts)"}'
+                await _refuse(send, 421, body)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, status: int, body: bytes) -> None:
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
         (b"x-content-type-options", b"nosniff"),
     ]
-    await send({"type": "http.response.start", "status": 408, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse_slow(send: Send) -> None:
+    await _refuse(send, 408, b'{"error": "the request body did not arrive in time"}')
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -148,14 +198,16 @@ class WebServer:
         listen: str,
         *,
         name: str = "aiops-http",
+        allowed_hosts: tuple[str, ...] = (),
         head_timeout_s: float = HEAD_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.host, self.port = parse_listen(listen)
         self.name = name
+        allowed = frozenset(h.strip().casefold().rstrip(".") for h in (*allowed_hosts, self.host))
         self.config = uvicorn.Config(
-            BodyDeadline(app, body_timeout_s),
+            HostCheck(BodyDeadline(app, body_timeout_s), allowed),
             http=_head_deadline(head_timeout_s),
             log_config=None,  # uvicorn's warnings go to the process's own log (JSON lines in `aiops run`)
             log_level="warning",

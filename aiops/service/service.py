@@ -176,7 +176,11 @@ class Service:
                 route,
             )
             root = self.companion.app if self.companion is not None else None
-            self.http = WebServer(service_app(routes.routes(), root), self.config.http.listen)
+            self.http = WebServer(
+                service_app(routes.routes(), root),
+                self.config.http.listen,
+                allowed_hosts=tuple(self.config.http.allowed_hosts),
+            )
             self.http.start()
             self.outbox.link_base = f"http://{self.http.address}"
         self.outbox.start(self.workspace)

@@ -178,7 +178,7 @@ class ServiceRoutes:
                 401, {"error": "a bearer token is needed ([alertmanager_in] token_file)"}, close=True
             )
         length_text = request.headers.get("Content-Length", "")
-        if not length_text.isdigit():
+        if not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() is True: ASCII digits only
             return _json(411, {"error": "Content-Length is needed"}, close=True)
         if int(length_text) > MAX_BODY_BYTES:
             return _json(413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}, close=True)

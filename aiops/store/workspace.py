@@ -171,6 +171,18 @@ class Workspace:
             finally:
                 store.close()
 
+    @contextmanager
+    def lend(self) -> Iterator[None]:
+        """The file free, for the block, for a child process of ours to open read-only (the agent's SQL worker):
+        on loan from the workspace's service when one runs (aiops/store/lease.py), as `read()` would be. The
+        service itself lends its own hold instead (`aiops.service.owner.OwnedWorkspace.lend`)."""
+        if self._memory is not None:
+            yield
+            return
+        self.require()
+        with lease(self.path, self.lock_timeout_s):
+            yield
+
     def close(self) -> None:
         if self._memory is not None:
             self._memory.close()

@@ -123,7 +123,7 @@ def test_a_slow_body_gets_408_and_a_slow_head_loses_its_connection(served: WebSe
     for path in ("/api/alertmanager", "/login"):  # the service's webhook, and the root app's form
         sock = _connect(served)
         sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALERT_TOKEN}\r\nContent-Length: 100\r\n\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ALERT_TOKEN}\r\nContent-Length: 100\r\n\r\n"
             "0123456789".encode()
         )
         started = time.monotonic()
@@ -133,7 +133,9 @@ def test_a_slow_body_gets_408_and_a_slow_head_loses_its_connection(served: WebSe
         sock.close()
     sock = _connect(served)
     started = time.monotonic()
-    for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ":  # a byte every 0.1 s: never a whole head
+    for (
+        byte
+    ) in b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ":  # a byte every 0.1 s: never a whole head
         try:
             sock.sendall(bytes([byte]))
         except OSError:
@@ -162,3 +164,15 @@ def test_a_taken_address_is_refused_naming_it(tmp_path: Path) -> None:
         server = WebServer(ROOT, f"127.0.0.1:{port}")
         with pytest.raises(AiopsError, match=rf"cannot listen on 127\.0\.0\.1:{port}: .*in use"):
             server.start()
+
+
+def test_a_non_ascii_digit_content_length_is_411_not_500(served: WebServer) -> None:
+    """Issue 23, low: `Content-Length: ²` ("²".isdigit() is True, int("²") raises) gave 500."""
+    sock = _connect(served)
+    sock.sendall(
+        f"POST /api/alertmanager HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ALERT_TOKEN}\r\n".encode()
+        + "Content-Length: ²\r\n\r\n".encode("latin-1")
+    )
+    reply = sock.recv(4096)
+    sock.close()
+    assert reply.split(b" ", 2)[1] in (b"400", b"411"), reply[:200]
