@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import statistics
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -90,8 +91,9 @@ class PrometheusClient:
             request.add_unredirected_header("Authorization", f"Bearer {self.token}")
         self.requests += 1
         try:
+            deadline_s = time.monotonic() + self.timeout_s  # the whole answer, not each read
             with _OPENER.open(request, timeout=self.timeout_s) as reply:
-                body = _read_capped(reply, MAX_BODY_BYTES + 1)
+                body = _read_capped(reply, MAX_BODY_BYTES + 1, deadline_s)
                 status = int(reply.status)
             if len(body) > MAX_BODY_BYTES:
                 raise SourceError(
@@ -149,11 +151,15 @@ class PrometheusClient:
         return None
 
 
-def _read_capped(reply: Any, limit_bytes: int) -> bytearray:
-    """At most `limit_bytes` of the answer, read in pieces: `read(limit)` would allocate the whole limit at once."""
+def _read_capped(reply: Any, limit_bytes: int, deadline_s: float) -> bytearray:
+    """At most `limit_bytes` of the answer, read in pieces (`read(limit)` would allocate the whole limit at once)
+    until `deadline_s` (time.monotonic): `read1` returns what one receive brings, so a server that trickles a
+    byte a second is cut off at the deadline instead of holding the fetch for as long as it keeps trickling."""
     body = bytearray()
     while len(body) < limit_bytes:
-        piece = reply.read(min(READ_BYTES, limit_bytes - len(body)))
+        if time.monotonic() > deadline_s:
+            raise TimeoutError(f"the answer did not arrive within the timeout ({len(body)} bytes by then)")
+        piece = reply.read1(min(READ_BYTES, limit_bytes - len(body)))
         if not piece:
             break
         body += piece
