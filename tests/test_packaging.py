@@ -11,7 +11,9 @@ checks. `pip install .` with its dependencies from PyPI is the same wheel (see t
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -39,9 +41,19 @@ IGNORED = shutil.ignore_patterns(
 
 
 def _run(argv: list[str], cwd: Path, timeout_s: float = 600) -> str:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
-    assert done.returncode == 0, f"{' '.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
+    """Run a command in its own process group: on a timeout the whole group ends (`aiops eval --workers N`
+    forks workers that would outlive a killed parent)."""
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, f"{' '.join(argv)}\n{out[-3000:]}\n{err[-3000:]}"
+    return out
 
 
 @pytest.fixture(scope="module")
