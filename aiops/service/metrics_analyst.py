@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -34,6 +35,18 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
+@dataclass
+class StepTotals:
+    """One job's completed steps: count and summed time (the histogram's _count and _sum), the newest step, and
+    the cumulative count at or under each of STEP_BUCKETS_S."""
+
+    steps: int = 0
+    sum_s: float = 0.0
+    last_s: float = 0.0
+    last_ts_s: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_BUCKETS_S))
+
+
 class AnalystExports:
     """Per-node state for the analyst's families. Not locked itself: MetricsCache calls it under its lock."""
 
@@ -47,7 +60,7 @@ class AnalystExports:
         self.gpu_throttled: dict[tuple[str, str], int] = defaultdict(int)
         self.gpu_reasons: dict[tuple[str, str, str], int] = defaultdict(int)  # (gpu, node, reason)
         self.gpu_errors: dict[tuple[str, str], int] = defaultdict(int)
-        self.steps: dict[str, list[float]] = {}  # job -> [count, sum_s, last_s, last_ts_s, *bucket counts]
+        self.steps: dict[str, StepTotals] = {}  # job ->
         self.slowest: dict[tuple[str, int, str], int] = defaultdict(int)  # (job, rank, gpu) -> steps
         self.collectives: dict[tuple[str, str, str], dict[str, float]] = {}  # (job, op, scope)
         self.flows: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
@@ -59,7 +72,7 @@ class AnalystExports:
         self.ib_words: dict[tuple[str, str, str, str], dict[str, float]] = {}  # (node, nic, device, port)
         self.kernel: dict[tuple[str, str, str, str, str], int] = defaultdict(int)
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
-        self.unavailable: dict[tuple[str, str], str] = {}  # (collector, component) -> error
+        self.unavailable: set[tuple[str, str]] = set()  # (collector, component) that found nothing to read
         self.incidents: list[dict[str, Any]] = []
 
     # -- feeding ------------------------------------------------------------------------------------------------
@@ -144,13 +157,13 @@ class AnalystExports:
 
     def _step(self, values: Mapping[str, Any]) -> None:
         job, step_s = str(values["job"]), float(values["step_time_s"])
-        state = self.steps.setdefault(job, [0.0, 0.0, 0.0, 0.0] + [0.0] * len(STEP_BUCKETS_S))
-        state[0] += 1
-        state[1] += step_s
-        state[2], state[3] = step_s, float(values["ts_s"])
+        totals = self.steps.setdefault(job, StepTotals())
+        totals.steps += 1
+        totals.sum_s += step_s
+        totals.last_s, totals.last_ts_s = step_s, float(values["ts_s"])
         for i, bound in enumerate(STEP_BUCKETS_S):
             if step_s <= bound:
-                state[4 + i] += 1
+                totals.buckets[i] += 1
         if values.get("slowest_rank") is not None:
             self.slowest[(job, int(values["slowest_rank"]), _text(values.get("slowest_gpu")))] += 1
 
@@ -177,7 +190,7 @@ class AnalystExports:
         collector, error = str(values["collector"]), _bounded(values.get("error"))
         self.collector_errors[(collector, error)] += 1
         if error == "unavailable":
-            self.unavailable[(collector, _text(values.get("component")))] = error
+            self.unavailable.add((collector, _text(values.get("component"))))
 
     def set_incidents(self, incidents: Sequence[Mapping[str, Any]]) -> None:
         self.incidents = [dict(i) for i in incidents]

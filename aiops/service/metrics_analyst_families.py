@@ -133,12 +133,12 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
     )
     last = _gauge("job_last_step_duration_seconds", "time of the newest completed step", labels)
     last_ts = _gauge("job_last_step_timestamp_seconds", "when the newest step completed (unix time)", labels)
-    for job, state in sorted(s.steps.items()):
-        buckets = [(str(bound), state[4 + i]) for i, bound in enumerate(STEP_BUCKETS_S)]
-        buckets.append(("+Inf", state[0]))
-        steps.add_metric([s.node, job], buckets, state[1])
-        last.add_metric([s.node, job], state[2])
-        last_ts.add_metric([s.node, job], state[3])
+    for job, totals in sorted(s.steps.items()):
+        buckets = [(str(bound), float(n)) for bound, n in zip(STEP_BUCKETS_S, totals.buckets, strict=True)]
+        buckets.append(("+Inf", float(totals.steps)))
+        steps.add_metric([s.node, job], buckets, totals.sum_s)
+        last.add_metric([s.node, job], totals.last_s)
+        last_ts.add_metric([s.node, job], totals.last_ts_s)
     yield steps
     yield last
     yield last_ts
@@ -167,10 +167,10 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
         ),
     }
     families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {**counters, **latency}
-    for (job, op, scope), totals in sorted(s.collectives.items()):
+    for (job, op, scope), interval in sorted(s.collectives.items()):
         for column, family in families.items():
-            if column in totals:
-                family.add_metric([s.node, job, op, scope], totals[column])
+            if column in interval:
+                family.add_metric([s.node, job, op, scope], interval[column])
     yield from counters.values()
     yield from latency.values()
 
