@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
+from aiops.service.metrics_analyst import AnalystExports
 from aiops.sources.exposition import NicTotals, render_snapshot
 
 PREFIX = "aiops_"
@@ -50,8 +51,10 @@ class MetricsCache(Collector):
         self.last_xid: dict[str, int] = {}  # dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last XID per GPU
         self.nic_up: dict[str, bool] = {}
         self.nic_totals: dict[tuple[str, str, str], float] = defaultdict(float)  # (nic, lane, column)
-        self.netdev: dict[str, dict[str, Any]] = {}
-        self.ib: dict[tuple[str, str], dict[str, Any]] = {}
+        self.netdev: dict[
+            tuple[str, str], dict[str, Any]
+        ] = {}  # (node, dev): the twin's nodes share dev names
+        self.ib: dict[tuple[str, str, str], dict[str, Any]] = {}  # (node, device, port)
         # keyed by node first: the twin's service collects every simulated node
         self.host: dict[str, dict[str, Any]] = {}
         self.psi: dict[tuple[str, str], dict[str, Any]] = {}
@@ -64,12 +67,14 @@ class MetricsCache(Collector):
         self.rows_ingested: dict[str, int] = defaultdict(int)
         self.gauges: dict[str, tuple[str, float]] = {}  # name -> (help, value)
         self.counters: dict[str, tuple[str, float]] = {}
+        self.analyst = AnalystExports(node)  # what the cluster analyst reads (metrics_analyst.py)
 
     # -- feeding ------------------------------------------------------------------------------------------------
     def observe(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         with self._lock:
             for row in rows:
                 values = dict(zip(columns, row, strict=False))
+                self.analyst.observe(table, values)
                 if table == "gpu_samples":
                     self.gpus[str(values["gpu"])] = values
                 elif table == "gpu_events" and values.get("kind") == "xid":
@@ -91,9 +96,9 @@ class MetricsCache(Collector):
                                 values[column]
                             )
                 elif table == "netdev_samples":
-                    self.netdev[str(values["dev"])] = values
+                    self.netdev[(str(values["node"]), str(values["dev"]))] = values
                 elif table == "ib_port_samples":
-                    self.ib[(str(values["device"]), str(values["port"]))] = values
+                    self.ib[(str(values["node"]), str(values["device"]), str(values["port"]))] = values
                 elif table == "collector_errors":
                     self.collector_errors[str(values["collector"])] += 1
                 else:
@@ -115,6 +120,12 @@ class MetricsCache(Collector):
     def set_incidents(self, incidents: list[dict[str, Any]]) -> None:
         with self._lock:
             self.incidents = list(incidents)
+            self.analyst.set_incidents(incidents)
+
+    def inventory(self, topology: Sequence[Mapping[str, Any]], ranks: Sequence[Mapping[str, Any]]) -> None:
+        """The store's topology and job_ranks rows: node → rack, GPU index and UUID, the jobs' ranks."""
+        with self._lock:
+            self.analyst.inventory(topology, ranks)
 
     def timing(self, collector: str, seconds: float) -> None:
         with self._lock:
@@ -158,6 +169,7 @@ class MetricsCache(Collector):
             yield from self._host_metrics()
             yield from self._incident_metrics()
             yield from self._self_metrics()
+            yield from self.analyst.families(self.gpus)
 
     def _gpu_metrics(self) -> Iterable[Metric]:
         labels = ["gpu", "node"]
@@ -231,16 +243,18 @@ class MetricsCache(Collector):
         }
         for column, name in netdev.items():
             family = CounterMetricFamily(
-                PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev"]
+                PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev", "node", "nic"]
             )
-            for dev, values in sorted(self.netdev.items()):
+            for (node, dev), values in sorted(self.netdev.items()):
                 if values.get(column) is not None:
-                    family.add_metric([dev], float(values[column]))
+                    family.add_metric([dev, node, str(values.get("nic") or "")], float(values[column]))
             yield family
-        up = GaugeMetricFamily(PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev"])
-        for dev, values in sorted(self.netdev.items()):
+        up = GaugeMetricFamily(
+            PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev", "node", "nic"]
+        )
+        for (node, dev), values in sorted(self.netdev.items()):
             if values.get("oper_up") is not None:
-                up.add_metric([dev], 1.0 if values["oper_up"] else 0.0)
+                up.add_metric([dev, node, str(values.get("nic") or "")], 1.0 if values["oper_up"] else 0.0)
         yield up
         ib_columns = (
             "symbol_error",
@@ -258,11 +272,14 @@ class MetricsCache(Collector):
         )
         for column in ib_columns:
             family = CounterMetricFamily(
-                PREFIX + f"ib_{column}", f"InfiniBand port counter {column}", labels=["device", "port"]
+                PREFIX + f"ib_{column}",
+                f"InfiniBand port counter {column}",
+                labels=["device", "port", "node", "nic"],
             )
-            for (device, port), values in sorted(self.ib.items()):
+            for (node, device, port), values in sorted(self.ib.items()):
                 if values.get(column) is not None:
-                    family.add_metric([device, port], float(values[column]))
+                    nic = str(values.get("nic") or "")
+                    family.add_metric([device, port, node, nic], float(values[column]))
             yield family
 
     def _host_metrics(self) -> Iterable[Metric]:

@@ -162,6 +162,10 @@ class Service:
                 register_topology(store, self.sources)
             self.live.start(store)
             self.reports.start(store)
+            self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: labels of the exports
+                store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+                store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+            )
         self.profiles.start()
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
@@ -373,7 +377,8 @@ class Service:
 
     def _observe_store(self, store: Store) -> None:
         open_rows = store.query(
-            "SELECT i.incident_id, i.severity, h.root_cause, h.component FROM incidents i LEFT JOIN hypotheses h "
+            "SELECT i.incident_id, i.severity, h.root_cause, h.component, i.opened_ts_s, h.confidence "
+            "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )
         self.metrics.set_incidents(open_rows)

@@ -1,0 +1,272 @@
+"""The analyst's families (aiops/service/metrics_analyst.py holds their state): one function per group, each
+yielding prometheus_client families with HELP, base units and `_total` counters. docs/METRICS.md lists them with
+the analyst input each feeds; tests/test_service_metrics_export.py checks names, labels and values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from aiops import nvml_bits
+
+if TYPE_CHECKING:
+    from aiops.service.metrics_analyst import AnalystExports
+
+PREFIX = "aiops_"
+# GPU gauges the analyst reads besides metrics.py's _GPU_GAUGES: (column, metric, help, scale to base units)
+_GPU_LIMITS: tuple[tuple[str, str, str, float], ...] = (
+    (
+        "power_limit_max_w",
+        "gpu_power_limit_max_watts",
+        "highest settable power limit (NVML constraints)",
+        1.0,
+    ),
+    ("power_limit_min_w", "gpu_power_limit_min_watts", "lowest settable power limit (NVML constraints)", 1.0),
+    (
+        "power_limit_default_w",
+        "gpu_power_limit_default_watts",
+        "default power limit (nvmlDeviceGetPowerManagementDefaultLimit)",
+        1.0,
+    ),
+    ("pcie_link_max_width", "gpu_pcie_link_width_max_lanes", "maximum PCIe link width", 1.0),
+    ("pcie_link_gen", "gpu_pcie_link_generation", "current PCIe link generation", 1.0),
+)
+# Step times of training jobs run from ~0.1 s (small models) to minutes (a stalled collective); buckets wide
+# enough that histogram_quantile(0.5, ...) places a 2x slowdown in another bucket at every step time.
+STEP_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+RULE_MATCH_CHARS = (
+    200  # a rule's match value (a prefix, a cgroup path) is configuration, bounded by the rules
+)
+
+
+def _gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, help_text, labels=labels)
+
+
+def _counter(name: str, help_text: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name.removesuffix("_total"), help_text, labels=labels)
+
+
+def inventory(s: AnalystExports) -> Iterable[Metric]:
+    nodes = _gauge(
+        "node_info", "1 per node this agent reports, with the rack it is in (topology)", ["node", "rack"]
+    )
+    for node, rack in sorted(s.rack_of.items()):
+        nodes.add_metric([node, rack], 1.0)
+    yield nodes
+    gpus = _gauge(
+        "gpu_info",
+        "1 per GPU: its node, rack, index on the node and NVML UUID (join on node and gpu)",
+        ["node", "rack", "gpu", "index", "uuid"],
+    )
+    for gpu, info in sorted(s.gpu_info.items()):
+        node = info.get("node", "")
+        rack = info.get("rack") or s.rack_of.get(node, "")
+        gpus.add_metric([node, rack, gpu, info.get("index", ""), info.get("uuid", "")], 1.0)
+    yield gpus
+    nics = _gauge(
+        "nic_info",
+        "1 per NIC: its node, rack, index on the node and kernel device",
+        ["node", "rack", "nic", "index", "device"],
+    )
+    for nic, info in sorted(s.nic_info.items()):
+        nics.add_metric([info["node"], info["rack"], nic, info["index"], info["device"]], 1.0)
+    yield nics
+    ranks = _gauge(
+        "job_rank_info",
+        "1 per rank of a job the scheduler placed on this agent's GPUs (job_ranks)",
+        ["job", "rank", "node", "rack", "gpu", "uuid", "nic"],
+    )
+    for (job, rank), where in sorted(s.ranks.items()):
+        info = s.gpu_info.get(where["gpu"], {})
+        rack = s.rack_of.get(where["node"], info.get("rack", ""))
+        ranks.add_metric(
+            [job, str(rank), where["node"], rack, where["gpu"], info.get("uuid", ""), where["nic"]], 1.0
+        )
+    yield ranks
+
+
+def gpus(s: AnalystExports, newest: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
+    labels = ["gpu", "node"]
+    for column, name, help_text, scale in _GPU_LIMITS:
+        family = _gauge(name, help_text, labels)
+        for gpu, values in sorted(newest.items()):
+            if values.get(column) is not None:
+                family.add_metric([gpu, str(values["node"])], float(values[column]) * scale)
+        yield family
+    samples = _counter(
+        "gpu_samples_total", "NVML samples taken (the denominator of the per-sample counts)", labels
+    )
+    throttled = _counter(
+        "gpu_throttled_samples_total",
+        "samples with a throttle reason set (SwPowerCap, HwSlowdown, thermal, power brake: nvml_bits.THROTTLE)",
+        labels,
+    )
+    errors = _counter("gpu_nvml_error_samples_total", "samples NVML answered with an error", labels)
+    for key, n in sorted(s.gpu_samples.items()):
+        samples.add_metric(list(key), float(n))
+        throttled.add_metric(list(key), float(s.gpu_throttled.get(key, 0)))
+        errors.add_metric(list(key), float(s.gpu_errors.get(key, 0)))
+    yield samples
+    yield throttled
+    yield errors
+    reasons = _counter(
+        "gpu_clocks_event_samples_total",
+        "samples with the clocks-event reason set (nvmlClocksEventReason*): countable at any scrape interval",
+        [*labels, "reason"],
+    )
+    for gpu, node in sorted(s.gpu_samples):
+        for reason in nvml_bits.NAMES.values():
+            reasons.add_metric([gpu, node, reason], float(s.gpu_reasons.get((gpu, node, reason), 0)))
+    yield reasons
+
+
+def jobs(s: AnalystExports) -> Iterable[Metric]:
+    labels = ["node", "job"]
+    steps = HistogramMetricFamily(
+        PREFIX + "job_step_duration_seconds",
+        "training steps completed and their time (the framework's step hook)",
+        labels=labels,
+    )
+    last = _gauge("job_last_step_duration_seconds", "time of the newest completed step", labels)
+    last_ts = _gauge("job_last_step_timestamp_seconds", "when the newest step completed (unix time)", labels)
+    for job, totals in sorted(s.steps.items()):
+        buckets = [(str(bound), float(n)) for bound, n in zip(STEP_BUCKETS_S, totals.buckets, strict=True)]
+        buckets.append(("+Inf", float(totals.steps)))
+        steps.add_metric([s.node, job], buckets, totals.sum_s)
+        last.add_metric([s.node, job], totals.last_s)
+        last_ts.add_metric([s.node, job], totals.last_ts_s)
+    yield steps
+    yield last
+    yield last_ts
+    slowest = _counter(
+        "job_slowest_rank_steps_total",
+        "steps in which this rank reached the step's first collective last (the straggler report)",
+        [*labels, "rank", "gpu"],
+    )
+    for (job, rank, gpu), n in sorted(s.slowest.items()):
+        slowest.add_metric([s.node, job, str(rank), gpu], float(n))
+    yield slowest
+    keys = ["node", "job", "op", "scope"]
+    counters = {
+        "count": _counter(
+            "collective_operations_total", "collective operations completed (NCCL profiler)", keys
+        ),
+        "bytes": _counter("collective_bytes_total", "bytes the collectives moved", keys),
+        "timeouts": _counter("collective_timeouts_total", "collectives that timed out (watchdog)", keys),
+    }
+    latency = {
+        "latency_p50_ms": _gauge(
+            "collective_latency_p50_seconds", "median latency in the last interval", keys
+        ),
+        "latency_p99_ms": _gauge(
+            "collective_latency_p99_seconds", "99th percentile latency, last interval", keys
+        ),
+    }
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {**counters, **latency}
+    for (job, op, scope), interval in sorted(s.collectives.items()):
+        for column, family in families.items():
+            if column in interval:
+                family.add_metric([s.node, job, op, scope], interval[column])
+    yield from counters.values()
+    yield from latency.values()
+
+
+def network(s: AnalystExports) -> Iterable[Metric]:
+    flows = _counter(
+        "flow_class_transmit_bytes_total",
+        "bytes sent per traffic class, the lane it landed in and the classifier rule that matched ('' for none)",
+        ["node", "nic", "traffic_class", "lane", "rule_id"],
+    )
+    for flow, total in sorted(s.flows.items()):
+        flows.add_metric(list(flow), total)
+    yield flows
+    rules = _gauge(
+        "lane_rule_info",
+        "1 per lane rule in force (the traffic controller's newest snapshot)",
+        ["node", "rule_id", "match_kind", "match_value", "lane", "scope"],
+    )
+    for r in s.rules:
+        match = "" if r.get("match_value") is None else str(r["match_value"])[:RULE_MATCH_CHARS]
+        rules.add_metric(
+            [s.node, str(r["rule_id"]), str(r["match_kind"]), match, str(r["lane"]), str(r["scope"])], 1.0
+        )
+    yield rules
+    taken = _gauge("lane_rules_timestamp_seconds", "when the rules in force were read (unix time)", ["node"])
+    if s.rules_ts_s is not None:
+        taken.add_metric([s.node], s.rules_ts_s)
+    yield taken
+    queue = _gauge(
+        "nic_queue_delay_seconds", "queueing delay in the lane, last interval", ["node", "nic", "lane"]
+    )
+    for lane, seconds in sorted(s.queue.items()):
+        queue.add_metric(list(lane), seconds)
+    yield queue
+    link = _gauge("nic_link_up", "1 while the NIC's link is up", ["node", "nic"])
+    for nic, up in sorted(s.links.items()):
+        link.add_metric(list(nic), 1.0 if up else 0.0)
+    yield link
+    ib_labels = ["node", "nic", "device", "port"]
+    received = _counter("ib_port_receive_bytes_total", "bytes received (PortRcvData x 4)", ib_labels)
+    sent = _counter("ib_port_transmit_bytes_total", "bytes sent (PortXmitData x 4)", ib_labels)
+    for port, words in sorted(s.ib_words.items()):
+        if "port_rcv_data" in words:
+            received.add_metric(list(port), words["port_rcv_data"] * 4)
+        if "port_xmit_data" in words:
+            sent.add_metric(list(port), words["port_xmit_data"] * 4)
+    yield received
+    yield sent
+
+
+def node(s: AnalystExports) -> Iterable[Metric]:
+    loader = _gauge("host_loader_wait_seconds", "data-loader wait per step (the framework's hooks)", ["node"])
+    for name, seconds in sorted(s.loader.items()):
+        loader.add_metric([name], seconds)
+    yield loader
+    kernel = _counter(
+        "kernel_device_events_total",
+        "kernel log lines recognised, by kind, the component and device they name and their code (Xid, AER "
+        "severity, link up/down; '' for none)",
+        ["node", "kind", "component", "device", "code"],
+    )
+    for event, n in sorted(s.kernel.items()):
+        kernel.add_metric(list(event), float(n))
+    yield kernel
+    errors = _counter(
+        "collector_error_rows_total",
+        "rows collectors wrote to collector_errors, by error kind (unavailable, an exception class)",
+        ["node", "collector", "error"],
+    )
+    for (collector, error), n in sorted(s.collector_errors.items()):
+        errors.add_metric([s.node, collector, error], float(n))
+    yield errors
+    unavailable = _gauge(
+        "collector_unavailable",
+        "1 for a collector that found nothing to read",
+        ["node", "collector", "component"],
+    )
+    for collector, component in sorted(s.unavailable):
+        unavailable.add_metric([s.node, collector, component], 1.0)
+    yield unavailable
+    keys = ["node", "incident_id", "severity", "root_cause", "component"]
+    opened = _gauge("incident_opened_timestamp_seconds", "when each open incident opened (store clock)", keys)
+    confidence = _gauge(
+        "incident_confidence_ratio", "confidence of each open incident's top hypothesis", keys
+    )
+    for i in s.incidents:
+        labels = [
+            s.node,
+            str(i["incident_id"]),
+            str(i["severity"]),
+            i.get("root_cause") or "",
+            i.get("component") or "",
+        ]
+        if i.get("opened_ts_s") is not None:
+            opened.add_metric(labels, float(i["opened_ts_s"]))
+        if i.get("confidence") is not None:
+            confidence.add_metric(labels, float(i["confidence"]))
+    yield opened
+    yield confidence
