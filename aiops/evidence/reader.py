@@ -26,11 +26,12 @@ def check_readable(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise EvidenceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    kind = os.fstat(fd).st_mode  # before fdopen, which refuses a directory with its own exception
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        what = "a FIFO" if stat.S_ISFIFO(kind) else "a directory" if stat.S_ISDIR(kind) else "a device"
+        raise EvidenceError(f"{path}: cannot read: {what}, not a regular file (give a log file)")
     with os.fdopen(fd, "rb") as handle:
-        kind = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(kind):
-            what = "a FIFO" if stat.S_ISFIFO(kind) else "a directory" if stat.S_ISDIR(kind) else "a device"
-            raise EvidenceError(f"{path}: {what}, not a regular file (give a log file)")
         try:
             head = handle.read(SNIFF_BYTES)
         except OSError as exc:

@@ -139,6 +139,9 @@ def test_slow_cited_claims_stay_within_the_turns_budget(tmp_path: Path) -> None:
         reply = session.ask("what is wrong?")
         elapsed_s = time.monotonic() - start_s
     assert elapsed_s < 15.0, f"{elapsed_s:.1f} s"
-    notes = [c.note for c in reply.claims]
-    assert sum("budget is spent" in n for n in notes) >= 8
-    assert all(c.status == "unverifiable" for c in reply.claims)
+    # the model's twelve claims come first; the analyst's own evidence follows them (issue 23: a counted model
+    # answer never hides it), verified from its stored rows, not re-run within the model's budget
+    model = reply.claims[: len(claims)]
+    assert [c.text for c in model] == [c["text"] for c in claims]
+    assert sum("budget is spent" in c.note for c in model) >= 8
+    assert all(c.status == "unverifiable" for c in model)

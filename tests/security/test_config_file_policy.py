@@ -19,7 +19,7 @@ from aiops.config import GuardrailsConfig
 from aiops.store import Workspace
 from guardrails.audit import read_rows
 from tests.console_helpers import PASSWORD
-from tests.service_helpers import TINY_SCENARIO, aiops_cmd, free_port, get, get_json, wait_for
+from tests.service_helpers import TINY_SCENARIO, aiops_cmd, get, get_json, listening_ports, wait_for
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -34,12 +34,20 @@ def _env(home: Path) -> dict[str, str]:
 
 @contextmanager
 def _service(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[int]:
-    port = free_port()
     log = (tmp_path / "service.log").open("ab")
     proc = subprocess.Popen(
-        aiops_cmd("run", "--listen", f"127.0.0.1:{port}", *args), stdout=log, stderr=log, env=env
+        aiops_cmd("run", "--listen", "127.0.0.1:0", *args), stdout=log, stderr=log, env=env
     )
     try:
+        port = int(
+            wait_for(
+                lambda: -1 if proc.poll() is not None else min(listening_ports(proc.pid), default=None),
+                60,
+                "the service to listen",
+                interval_s=0.1,
+            )
+        )
+        assert port > 0, (tmp_path / "service.log").read_text()[-3000:]
         wait_for(
             lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
             60,
@@ -78,11 +86,10 @@ def test_aiops_run_enforces_the_approvers_and_witness_of_its_config_file(tmp_pat
     scenario.write_text(TINY_SCENARIO)
     witness = tmp_path / "elsewhere" / "audit.witness"
     witness.parent.mkdir()
-    console_port = free_port()
     config_file = tmp_path / "etc" / "config.toml"
     config_file.parent.mkdir()
     config_file.write_text(
-        f'[console]\nlisten = "127.0.0.1:{console_port}"\n\n[guardrails]\nwitness = "{witness}"\n\n'
+        f'[console]\nenabled = true\n\n[guardrails]\nwitness = "{witness}"\n\n'
         '[guardrails.approvers]\ncarol = ["physical"]\n'
     )
     (home / ".config" / "aiops").mkdir(parents=True)  # the home config: bob may approve, the default witness
@@ -90,10 +97,10 @@ def test_aiops_run_enforces_the_approvers_and_witness_of_its_config_file(tmp_pat
     env = _env(home)
     secret = tmp_path / "pw"
     secret.write_text(PASSWORD)
-    base = f"http://127.0.0.1:{console_port}"
     with _service(
         tmp_path, env, "--config", str(config_file), "--db", str(db), "--sim", str(scenario), "--speed", "10"
     ) as api_port:
+        base = f"http://127.0.0.1:{api_port}"  # the console is on the service's one listener
         for name in ("bob", "carol"):
             added = subprocess.run(
                 aiops_cmd(
