@@ -43,7 +43,12 @@ def register_options(a: argparse.ArgumentParser) -> None:
     )
     a.add_argument("--selector", default="", help='with --prometheus: extra label matchers, e.g. job="dcgm"')
     a.add_argument("--bearer-token-file", default=None, help="with --prometheus: file holding a bearer token")
-    a.add_argument("--timeout-s", type=float, default=30.0, help="with --prometheus: the time one answer may take, whole (seconds)")
+    a.add_argument(
+        "--timeout-s",
+        type=float,
+        default=30.0,
+        help="with --prometheus: the time one answer may take, whole (seconds)",
+    )
     a.add_argument("--config", default=None, help="config whose [node.hosts] maps hostnames to nodes")
 
 
