@@ -18,7 +18,7 @@ SOURCES := aiops collectors guardrails evals playbooks bpf tests bench
 
 # The tests run after lint: CI (.ci/run) enforces ruff and mypy through `make test`.
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $$(nproc) --dist loadgroup --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $$(nproc) + 1 )) --dist loadgroup --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(SOURCES)

@@ -1,6 +1,6 @@
 """Shared fixtures (an isolated in-memory store per test, a clean environment) and the suite's scheduling.
 
-`make test` runs the suite on every core (`pytest -n <cores> --dist loadgroup`, pytest-xdist). Two rules keep
+`make test` runs the suite on every core (`pytest -n <cores + 1> --dist loadgroup`, pytest-xdist). Two rules keep
 that fast and correct: a module whose tests share a module-scoped fixture is one group, run on one worker, so
 the fixture is built once; and the slowest modules start first (longest-processing-time first), so no worker is
 left with a long test while the other idles at the end. SLOW_FIRST is measured, not guessed: the

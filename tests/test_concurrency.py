@@ -21,7 +21,7 @@ from guardrails.responses import parse_response_bytes
 from guardrails.standing import approve_policy
 from tests.signing_helpers import shared_keys
 
-DURATION_S = float(os.environ.get("AIOPS_CONCURRENCY_S", "60"))
+DURATION_S = float(os.environ.get("AIOPS_CONCURRENCY_S", "20"))  # a longer soak: AIOPS_CONCURRENCY_S=600
 POLICY = b"""version: 1
 rules:
   - {rule_id: dcim-cap, on: dcim_cap, respond: apply_allocator, mode: automatic, scopes: [rack],

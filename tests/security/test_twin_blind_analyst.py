@@ -8,6 +8,7 @@ evidence) and the remediation must be identical. tests/test_layers.py forbids th
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,36 @@ def _hide_the_twin(path: Path) -> None:
             store.conn.execute(f"DROP TABLE {table}")
 
 
+def _canonical(value: Any) -> Any:
+    """Lists of rows and symptoms in one order: a DuckDB answer without ORDER BY may come back in another order
+    on a loaded machine (parallel aggregation); what is in them, and the ranking of hypotheses, must match."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_canonical(v) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, default=str))
+    return value
+
+
+def _unordered(d: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: (_canonical(v) if k in keys else v) for k, v in d.items()}
+
+
 def diagnosis(result: RunResult) -> dict[str, Any]:
-    """What the analyst concluded, in full."""
+    """What the analyst concluded, in full (hypotheses in their ranked order; symptoms and evidence rows as sets)."""
     return {
-        "incidents": [i.model_dump() for i in result.incidents],
-        "diagnoses": [d.model_dump() for d in result.diagnoses],
+        "incidents": [_unordered(i.model_dump(), "symptoms", "components") for i in result.incidents],
+        "diagnoses": [
+            {
+                **d.model_dump(exclude={"hypotheses"}),
+                "incident": _unordered(d.incident.model_dump(), "symptoms", "components"),
+                "hypotheses": [
+                    {**h.model_dump(exclude={"evidence"}), "evidence": _canonical(h.model_dump()["evidence"])}
+                    for h in d.hypotheses
+                ],
+            }
+            for d in result.diagnoses
+        ],
         "remediations": {
             k: [a.model_dump(exclude={"proposal_id", "created_ts_s"}) for a in v]
             for k, v in result.remediations.items()
