@@ -114,7 +114,7 @@ def service_env(tmp_path: Path) -> dict[str, str]:
 
 @contextmanager
 def running_service(
-    tmp_path: Path, db: Path, *args: str, log_name: str = "service.log"
+    tmp_path: Path, db: Path, *args: str, log_name: str = "service.log", env: dict[str, str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """`aiops run` on `db` with `args`, listening on a loopback port the kernel chose (`:0`, read back from /proc:
     no port picked beforehand that another process could take), until it is ready; stopped after."""
@@ -123,7 +123,7 @@ def running_service(
         aiops_cmd("run", "--db", str(db), "--listen", "127.0.0.1:0", *args),
         stdout=log,
         stderr=log,
-        env=service_env(tmp_path),
+        env=service_env(tmp_path) if env is None else env,
     )
     try:
 

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,7 +16,7 @@ from aiops.config import GuardrailsConfig
 from aiops.store import Workspace
 from guardrails.audit import read_rows
 from tests.console_helpers import PASSWORD
-from tests.service_helpers import TINY_SCENARIO, aiops_cmd, get, get_json, listening_ports, wait_for
+from tests.service_helpers import TINY_SCENARIO, aiops_cmd, get_json, running_service, wait_for
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -30,40 +27,6 @@ def _env(home: Path) -> dict[str, str]:
     if "AIOPS_REQUIRE_EBPF" in os.environ:
         env["AIOPS_REQUIRE_EBPF"] = os.environ["AIOPS_REQUIRE_EBPF"]
     return env
-
-
-@contextmanager
-def _service(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[int]:
-    log = (tmp_path / "service.log").open("ab")
-    proc = subprocess.Popen(
-        aiops_cmd("run", "--listen", "127.0.0.1:0", *args), stdout=log, stderr=log, env=env
-    )
-    try:
-        port = int(
-            wait_for(
-                lambda: -1 if proc.poll() is not None else min(listening_ports(proc.pid), default=None),
-                60,
-                "the service to listen",
-                interval_s=0.1,
-            )
-        )
-        assert port > 0, (tmp_path / "service.log").read_text()[-3000:]
-        wait_for(
-            lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
-            60,
-            "the service to be ready",
-        )
-        assert proc.poll() is None, (tmp_path / "service.log").read_text()[-3000:]
-        yield port
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        log.close()
 
 
 def _approve_in_console(base: str, name: str, pid: str) -> str:
@@ -97,9 +60,9 @@ def test_aiops_run_enforces_the_approvers_and_witness_of_its_config_file(tmp_pat
     env = _env(home)
     secret = tmp_path / "pw"
     secret.write_text(PASSWORD)
-    with _service(
-        tmp_path, env, "--config", str(config_file), "--db", str(db), "--sim", str(scenario), "--speed", "10"
-    ) as api_port:
+    with running_service(
+        tmp_path, db, "--config", str(config_file), "--sim", str(scenario), "--speed", "10", env=env
+    ) as (_, api_port):
         base = f"http://127.0.0.1:{api_port}"  # the console is on the service's one listener
         for name in ("bob", "carol"):
             added = subprocess.run(
