@@ -1,5 +1,5 @@
 """Workspaces for the report tests: the demo database, and a simulated day with three incidents
-(aiops/data/report-day.yaml) sampled every 30 s and analysed with 60 s detection windows, so that one day of
+(aiops/data/report-day.yaml) sampled every 60 s and analysed with 120 s detection windows, so that one day of
 simulated time takes about a minute here instead of the many minutes of 1 Hz samples and 10 s windows."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from aiops.sim.twin import record_run
 from aiops.store import Store
 
 DAY_SCENARIO = str(resources.files("aiops") / "data" / "report-day.yaml")
-DAY_SAMPLE_INTERVAL_S = 30.0
-DAY_WINDOW_S = 60.0
+DAY_SAMPLE_INTERVAL_S = 60.0
+DAY_WINDOW_S = 120.0
 
 
 def simulate_day(path: Path) -> Path:

@@ -266,8 +266,11 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         }
 
     def status(pid: str) -> str:
-        found = deps.guard.proposal(pid)
-        return str(found["status"]) if found else "unknown"
+        return deps.guard.statuses([pid]).get(pid, "unknown")
+
+    def statuses(state: AgentState) -> dict[str, str]:
+        """Every proposal of the state, one read of the workspace."""
+        return deps.guard.statuses([p["proposal_id"] for p in state.get("proposals", [])])
 
     def propose(state: AgentState) -> AgentState:
         raw: list[tuple[Any, str]] = []  # (proposal, whose)
@@ -335,7 +338,8 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"proposals": out}
 
     def approval(state: AgentState) -> AgentState:
-        pending = [p["proposal_id"] for p in state["proposals"] if status(p["proposal_id"]) == "pending"]
+        now = statuses(state)
+        pending = [p["proposal_id"] for p in state["proposals"] if now.get(p["proposal_id"]) == "pending"]
         decision = interrupt({"thread_id": state["thread_id"], "pending": pending})
         decisions = dict(state.get("decisions", {}))
         mine = {p["proposal_id"] for p in state["proposals"]}
@@ -399,15 +403,16 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
 
     def report(state: AgentState) -> AgentState:
         counts: dict[str, int] = {}
+        now = statuses(state)
         for p in state.get("proposals", []):
-            st = status(p["proposal_id"])
+            st = now.get(p["proposal_id"], "unknown")
             counts[st] = counts.get(st, 0) + 1
         text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no proposals"
         deps.journal.record("report", {"proposals": counts}, thread_id=state["thread_id"])
         return {"report": text}
 
     def after_checks(state: AgentState) -> str:
-        waiting = any(status(p["proposal_id"]) == "pending" for p in state.get("proposals", []))
+        waiting = "pending" in statuses(state).values()
         return "approval" if waiting else "report"
 
     graph = StateGraph(AgentState)

@@ -44,6 +44,15 @@ class WorkspaceGuard:
             attached = attach(store, twin=self.twin)
             return work(desk(store, attached, clock=self.clock))
 
+    def statuses(self, proposal_ids: list[str]) -> dict[str, str]:
+        """One open of the workspace for every id (the graph asks about all its proposals at each step)."""
+        if not proposal_ids:
+            return {}
+        with self.workspace.read() as store:
+            records = GuardrailRecords(store)
+            found = {pid: records.proposal(pid) for pid in dict.fromkeys(proposal_ids)}
+        return {pid: record.status if record is not None else "unknown" for pid, record in found.items()}
+
     def proposal(self, proposal_id: str) -> dict[str, Any] | None:
         with self.workspace.read() as store:
             record = GuardrailRecords(store).proposal(proposal_id)

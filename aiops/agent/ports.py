@@ -45,6 +45,10 @@ class Guard(Protocol):
         """The proposal's state as the workspace records it: status, message, physical, approvals."""
         ...
 
+    def statuses(self, proposal_ids: list[str]) -> dict[str, str]:
+        """Each proposal's status (`unknown` for an id the workspace does not hold), read in one go."""
+        ...
+
     def approve(self, proposal_id: str, by: Signer) -> Decision: ...
 
     def reject(self, proposal_id: str, by: Signer, reason: str) -> str:

@@ -4,8 +4,8 @@ content, every image has a title or alt text, the page makes no external request
 print-to-PDF) converts with pdftoppm into pages that are not blank. Needs `chromium` and `pdftoppm`: skipped
 without them, failed under AIOPS_REQUIRE_EBPF=1.
 
-The simulated day (aiops/data/report-day.yaml, 24 h at a 30 s sample interval, 60 s detection windows) is
-made once per session: about 80 s on this machine (simulation about 35 s, detection and diagnosis the rest)."""
+The simulated day (aiops/data/report-day.yaml, 24 h at a 60 s sample interval, 120 s detection windows) is
+made once per session: about 55 s on this machine."""
 
 from __future__ import annotations
 
