@@ -2,10 +2,12 @@
 2,416 MiB and halved its flush rate. Now at most two hashes run at once (aiops.console.signin): 40 concurrent
 sign-in workers, each from its own loopback address and with a new name every attempt (so no lockout stops
 them: the hash bound alone is under test), leave the real `aiops run --sim` process under 400 MB (its VmHWM,
-the peak, from /proc) and its flush rate within 20 % of its idle rate (`aiops_flushes_total` from /metrics).
+the peak, from /proc) and its flush rate within 20 % of an identical service flushing beside it without a flood
+(`aiops_flushes_total` from /metrics over the same seconds: the control shares the machine's other load, which
+an idle-before/flood-after comparison on a shared machine counted against the flood).
 
-Sized for a 2-core CI machine: 12 s idle and 20 s of flood, not the issue's 40 s (the bound is reached within
-the first second, when the first 40 requests arrive; the rest of the flood only repeats it)."""
+Sized for a 2-core CI machine: 20 s of flood, not the issue's 40 s (the bound is reached within the first
+second, when the first 40 requests arrive; the rest of the flood only repeats it)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ import httpx
 from tests.service_helpers import TINY_SCENARIO, get, running_service
 
 WORKERS = 40
-IDLE_S = 12.0
 FLOOD_S = 20.0
 MAX_RSS_MB = 400.0
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -59,15 +60,22 @@ def _worker(base: str, address: str, stop: threading.Event, codes: list[int]) ->
 
 
 def test_a_sign_in_flood_keeps_the_service_small_and_flushing(tmp_path: Path) -> None:
-    db, scenario = tmp_path / "svc.duckdb", tmp_path / "tiny.yaml"
-    scenario.write_text(TINY_SCENARIO)
-    (tmp_path / "aiops.toml").write_text("[console]\nenabled = true\n\n[store]\nflush_interval_s = 0.5\n")
-    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "4") as (proc, port):
-        base = f"http://127.0.0.1:{port}"
+    config = "[console]\nenabled = true\n\n[store]\nflush_interval_s = 0.5\n"
+    flooded_dir, control_dir = tmp_path / "flooded", tmp_path / "control"
+    for folder in (flooded_dir, control_dir):
+        folder.mkdir()
+        (folder / "tiny.yaml").write_text(TINY_SCENARIO)
+        (folder / "aiops.toml").write_text(config)
+    with (
+        running_service(
+            flooded_dir, flooded_dir / "svc.duckdb", "--sim", str(flooded_dir / "tiny.yaml"), "--speed", "4"
+        ) as (proc, port),
+        running_service(
+            control_dir, control_dir / "svc.duckdb", "--sim", str(control_dir / "tiny.yaml"), "--speed", "4"
+        ) as (_, control_port),
+    ):
+        base, control = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{control_port}"
         time.sleep(2.0)  # past start-up
-        before = _flushes(base)
-        time.sleep(IDLE_S)
-        idle_rate = (_flushes(base) - before) / IDLE_S
         idle_rss_mb = _memory_mb(proc.pid, "VmRSS")
 
         stop, codes = threading.Event(), list[int]()
@@ -78,9 +86,10 @@ def test_a_sign_in_flood_keeps_the_service_small_and_flushing(tmp_path: Path) ->
         for worker in workers:
             worker.start()
         time.sleep(2.0)  # every worker is flooding
-        begun, before = time.monotonic(), _flushes(base)
+        before, control_before = _flushes(base), _flushes(control)
         time.sleep(FLOOD_S)
-        flood_rate = (_flushes(base) - before) / (time.monotonic() - begun)
+        flood_rate = (_flushes(base) - before) / FLOOD_S
+        control_rate = (_flushes(control) - control_before) / FLOOD_S
         peak_mb = _memory_mb(proc.pid, "VmHWM")
         stop.set()
         for worker in workers:
@@ -88,9 +97,10 @@ def test_a_sign_in_flood_keeps_the_service_small_and_flushing(tmp_path: Path) ->
         assert proc.poll() is None
 
     print(
-        f"idle {idle_rate:.2f}/s rss {idle_rss_mb:.0f} MB; flood {flood_rate:.2f}/s peak {peak_mb:.0f} MB; {len(codes)} tries"
+        f"control {control_rate:.2f}/s; flood {flood_rate:.2f}/s rss {idle_rss_mb:.0f} MB before, peak "
+        f"{peak_mb:.0f} MB; {len(codes)} tries"
     )
     hashed = codes.count(401)
     assert hashed > 0 and set(codes) <= {401, 503}, sorted(set(codes))  # each refused: checked, or busy
     assert peak_mb < MAX_RSS_MB, (peak_mb, idle_rss_mb)
-    assert flood_rate >= 0.8 * idle_rate, (flood_rate, idle_rate, len(codes))
+    assert control_rate > 0 and flood_rate >= 0.8 * control_rate, (flood_rate, control_rate, len(codes))
