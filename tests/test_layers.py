@@ -17,7 +17,7 @@ other package of its own layer (except the base modules, and the order inside th
   6 sim         aiops.sim (the twin: a world behind the same seams)
   7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
-  9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), evals
+  9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), aiops.fleet, evals
  10 console     aiops.console (the web console: reads the pipeline's results, decides through the runtime,
                 chats through the agent; `aiops run` mounts its app on the service's one listener)
  11 cli         aiops.cli
@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.sim",),
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
     ("aiops.runtime", "aiops.report"),
-    ("aiops.agent", "aiops.lab", "aiops.service", "evals"),
+    ("aiops.agent", "aiops.lab", "aiops.service", "aiops.fleet", "evals"),
     ("aiops.console",),
     ("aiops.cli",),
 )
@@ -67,6 +67,8 @@ SAME_LAYER_ALLOWED = {
     ("aiops.pipeline", "aiops.playbooks"),
     ("aiops.agent", "evals"),
     ("evals", "aiops.agent"),
+    ("aiops.fleet", "aiops.service"),  # the fleet replays and serves what a node agent exports
+    ("evals", "aiops.fleet"),  # `aiops eval --via prometheus` scores the fleet path
 }
 
 
