@@ -554,6 +554,16 @@ M016_KERNEL_EVENT_DEVICE = """
 ALTER TABLE kernel_events ADD COLUMN IF NOT EXISTS device VARCHAR
 """
 
+# A row that stands for several samples: the fleet analyst reads a node's GPUs at the scrape interval (aiops/fleet),
+# so one of its gpu_samples rows covers the node's samples since the previous scrape: `samples` of them, of which
+# `throttled_samples` had a throttle reason and `idle_samples` GpuIdle (the node's per-sample counters,
+# aiops_gpu_samples_total and friends). NULL on a node's own rows, each of which is one sample.
+M017_SAMPLE_WEIGHTS = """
+ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS samples INTEGER;
+ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS throttled_samples INTEGER;
+ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS idle_samples INTEGER
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -571,6 +581,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "netdev_pause_frames", _sql(M014_NETDEV_PAUSE_FRAMES)),
     Migration(15, "profile_sampling", _sql(M015_PROFILE_SAMPLING)),
     Migration(16, "kernel_event_device", _sql(M016_KERNEL_EVENT_DEVICE)),
+    Migration(17, "sample_weights", _sql(M017_SAMPLE_WEIGHTS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
