@@ -126,6 +126,22 @@ class DetectionConfig(_Section):
     replay_s: float = Field(default=1800.0, ge=0, le=86_400, description="history replayed at start")
 
 
+class FleetConfig(_Section):
+    """`aiops fleet`: where the node agents' exports are read (docs/FLEET.md)."""
+
+    prometheus: str = Field(default="", description="Prometheus or VictoriaMetrics base URL (--prometheus)")
+    bearer_token_file: str = Field(default="", description="file holding a bearer token for it; empty: none")
+    step_s: float = Field(default=15.0, ge=1, le=600, description="the scrape interval: one row per step")
+    lookback_s: float = Field(
+        default=600.0, ge=0, le=86_400, description="read at the first start: a fault under way is found"
+    )
+    delay_s: float = Field(
+        default=5.0, ge=0, le=600, description="how far behind now to read (VictoriaMetrics: >= 30)"
+    )
+    selector: str = Field(default="", description='extra label matchers for every query, e.g. cluster="a"')
+    timeout_s: float = Field(default=30.0, gt=0, le=600, description="one answer's whole time")
+
+
 class LanesConfig(_Section):
     dev: str = Field(default="", description="the NIC whose lanes the service watches; empty: none")
     netns: str = ""
@@ -349,6 +365,7 @@ class Config(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     collectors: CollectorsConfig = Field(default_factory=CollectorsConfig)
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     lanes: LanesConfig = Field(default_factory=LanesConfig)
     dcim: DcimConfig = Field(default_factory=DcimConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)

@@ -24,14 +24,16 @@ from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
 from aiops.sim.world import World
 from aiops.store import Store
-from collectors.base import RowCollector
+from collectors.base import Collector, RowCollector
 from collectors.nvml import NvmlCollector
 
 
 @dataclass
 class Source:
     name: str
-    collector: RowCollector
+    collector: (
+        RowCollector | Collector
+    )  # rows (tuples, re-exported at /metrics) or Arrow tables (stored only)
     interval_s: float
     due_ts_s: float = 0.0  # on the sources' clock
 
