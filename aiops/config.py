@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
@@ -220,6 +228,18 @@ class FacilityConfig(_Section):
             if not _RACK.match(rack):
                 raise ValueError(f"'{instance[:60]}' -> '{rack[:20]}': a rack must be rack<N>, e.g. rack0")
         return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> FacilityConfig:
+        seen: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        for name, field in type(self).model_fields.items():
+            series = getattr(self, name)
+            if field.annotation is FacilitySeries:
+                key = (series.metric, tuple(sorted(series.match.items())))
+                if key in seen:
+                    raise ValueError(f"{name} reads the same series as {seen[key]}: add a match label to one")
+                seen[key] = name
+        return self
 
     @field_validator("dcim")
     @classmethod

@@ -101,6 +101,11 @@ def test_an_unknown_key_or_value_names_file_key_and_allowed(
         ('[facility.racks]\n"10.0.0.7:623" = "row3"\n', "facility.racks", "rack<N>"),
         ('[facility]\ndcim = "ftp://dcim/caps"\n', "facility.dcim", "http"),
         ("[facility.power_kw]\nscale = 0.001\n", "facility.power_kw.metric", "required"),
+        (
+            '[facility.outlet_temp_c]\nmetric = "ipmi_temperature_celsius"\nmatch = { name = "Inlet Temp" }\n',
+            "facility",
+            "same series as inlet_temp_c",
+        ),
     ],
 )
 def test_a_bad_value_names_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:

@@ -6,9 +6,11 @@ fleet's dcim_signals. Both rack mappings: the `rack` label, and `[facility.racks
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -186,3 +188,37 @@ def test_facility_cap_round_trips_with_instance_mapping_and_the_dcim_document(tm
         assert changes == ["rack0: clear (no longer listed)"]
         assert signals_in_force(fleet)["rack0"].kind == "clear"
         assert dcim_caps_kw(fleet, end_s + 10, end_s + 20) == {}
+
+
+def test_the_prometheus_text_history_round_trips_through_victoria_metrics(tmp_path: Path) -> None:
+    """The millisecond-timestamp format, imported by a real VictoriaMetrics, reads back the same."""
+    rows, _ = _twin(tmp_path, "rack-cooling-rack1")
+    text = io.StringIO()
+    assert render_facility_history(rows, text, step_s=STEP_S, openmetrics=False) > 0
+    seen, (start_s, end_s) = scrapes(rows, STEP_S), (float(rows[0]["ts_s"]), float(rows[-1]["ts_s"]))
+    binary = require_binary("victoria-metrics")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "vm.log").open("ab")
+    flags = [
+        f"-storageDataPath={tmp_path / 'vm'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+    ]
+    proc = subprocess.Popen([binary, *flags, "-search.latencyOffset=0s"], stdout=log, stderr=log)
+    try:
+        wait_for(lambda: get(f"{url}/health", 2.0)[0] == 200, 60, "victoria-metrics to be ready")
+        request = urllib.request.Request(
+            f"{url}/api/v1/import/prometheus", data=text.getvalue().encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            assert reply.status == 204, reply.status
+        assert get(f"{url}/internal/force_flush", 30.0)[0] == 200
+        with Store(tmp_path / "f.db") as fleet:
+            report = fetch_facility(fleet, PrometheusClient(url), start_s=start_s, end_s=end_s, step_s=STEP_S)
+            fetched = fleet.query("SELECT * FROM rack_samples ORDER BY ts_s, rack")
+    finally:
+        stop(proc)
+        log.close()
+    assert report.racks == ["rack0", "rack1"] and report.columns == list(COLUMNS)
+    _assert_matches(fetched, seen)
