@@ -209,7 +209,7 @@ class FacilityConfig(_Section):
     # DMTF Redfish CoolantConnector FlowLitersPerMinute of the rack's CDU loop, through json_exporter
     coolant_flow_lpm: FacilitySeries = _series("redfish_cdu_coolant_flow_liters_per_minute", "sum")
     # ipmi_exporter's DCMI power reading of every node in the rack, summed, W -> kW
-    power_kw: FacilitySeries = _series("ipmi_dcmi_power_consumption_current_watts", "sum", 0.001)
+    power_kw: FacilitySeries = _series("ipmi_dcmi_power_consumption_watts", "sum", 0.001)
     dcim: str = Field(
         default="",
         description="the DCIM caps document: a file path or an http(s):// URL; empty: none",

@@ -39,7 +39,7 @@ def test_the_defaults_name_the_exporters_series() -> None:
     config = Config().facility
     assert selector(config.inlet_temp_c) == '{__name__="ipmi_temperature_celsius",name="Inlet Temp"}'
     assert (config.power_kw.metric, config.power_kw.aggregate, config.power_kw.scale) == (
-        "ipmi_dcmi_power_consumption_current_watts",
+        "ipmi_dcmi_power_consumption_watts",
         "sum",
         0.001,
     )
@@ -144,9 +144,7 @@ def test_history_is_one_scrape_per_step_in_either_format() -> None:
     assert written == 3 * 5 + 3 * 4
     lines = om.getvalue().splitlines()
     assert lines[-1] == "# EOF"
-    assert (
-        'ipmi_dcmi_power_consumption_current_watts{instance="rack0-power",rack="rack0"} 27830 1015' in lines
-    )
+    assert 'ipmi_dcmi_power_consumption_watts{instance="rack0-power",rack="rack0"} 27830 1015' in lines
     assert 'ipmi_temperature_celsius{name="Inlet Temp",instance="rack1-inlet",rack="rack1"} 28 1030' in lines
     assert 'ipmi_temperature_celsius{name="Inlet Temp",instance="rack1-inlet",rack="rack1"} 28 1030000' in (
         text.getvalue().splitlines()
@@ -202,7 +200,7 @@ def _series(name: str, labels: dict[str, str], values: list[tuple[float, str]]) 
 
 
 def test_fetch_combines_a_racks_bmcs_skips_nan_and_reports_the_unclaimed(matrix: str, tmp_path: Path) -> None:
-    power = "ipmi_dcmi_power_consumption_current_watts"
+    power = "ipmi_dcmi_power_consumption_watts"
     inlet = "ipmi_temperature_celsius"
     Matrix.result = [
         _series(power, {"instance": "n0:623", "rack": "rack0"}, [(1015, "3000"), (1030, "3500")]),
@@ -230,7 +228,7 @@ def test_fetch_combines_a_racks_bmcs_skips_nan_and_reports_the_unclaimed(matrix:
         {"ts_s": 1030.0, "rack": "rack0", "inlet_temp_c": 25.0, "power_kw": 3.5, "coolant_flow_lpm": None},
     ]
     assert report.columns == ["inlet_temp_c", "power_kw"] and report.racks == ["rack0"]
-    assert report.unmapped == ['{__name__="ipmi_dcmi_power_consumption_current_watts",instance="n9:623"}']
+    assert report.unmapped == ['{__name__="ipmi_dcmi_power_consumption_watts",instance="n9:623"}']
     assert '{__name__="ipmi_temperature_celsius",name="Inlet Temp"}' in Matrix.queries
 
 

@@ -43,7 +43,7 @@ _RACK = re.compile(r"^rack\d+$", re.ASCII)
 # HELP of the default series, as their exporters (or the MIB / Redfish property they come from) describe them.
 HELP: dict[str, str] = {
     "ipmi_temperature_celsius": "Current temperature reading of sensor.",
-    "ipmi_dcmi_power_consumption_current_watts": "Current power consumption in Watts.",
+    "ipmi_dcmi_power_consumption_watts": "Current power consumption in Watts.",
     "cpqRackThermalControllerWaterTempSupply": "Water temperature supply in C - 1.3.6.1.4.1.232.22.2.9.1.1.1.21",
     "cpqRackThermalControllerWaterTempReturn": "Water temperature return in C - 1.3.6.1.4.1.232.22.2.9.1.1.1.22",
     "redfish_cdu_coolant_flow_liters_per_minute": "CoolantConnector FlowLitersPerMinute of the CDU loop.",
