@@ -2,7 +2,8 @@
 exporters' series every 15 s, backfilled with promtool, read back with `fetch_facility` into a fresh workspace:
 every row the scrape saw comes back within rounding (W -> kW included), the fault is visible in what came back,
 a range fetched again writes nothing new; a facility cap's DCIM document served over loopback HTTP lands in the
-fleet's dcim_signals. Both rack mappings: the `rack` label, and `[facility.racks]` instance -> rack."""
+fleet's dcim_signals. Both rack mappings: the `rack` label, and `[facility.racks]` instance -> rack. With the
+node exporters' series beside them at a 15 s scrape, the analyst names rack cooling and the facility cap."""
 
 from __future__ import annotations
 
@@ -17,11 +18,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from aiops.config import FacilityConfig
 from aiops.control.dcim_signals import dcim_caps_kw, signals_in_force
 from aiops.control.dcim_source import dcim_document, read_dcim, record_changes
+from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import load_scenario
+from aiops.sources.exposition import write_history
 from aiops.sources.facility import (
     COLUMNS,
     facility_rows,
@@ -29,9 +34,10 @@ from aiops.sources.facility import (
     render_facility_history,
     scrapes,
 )
-from aiops.sources.prometheus import PrometheusClient
+from aiops.sources.mapping import HostIdentity
+from aiops.sources.prometheus import PrometheusClient, fetch_into
 from aiops.store import Store
-from tests.promsource_helpers import SCENARIOS, stop
+from tests.promsource_helpers import SCENARIOS, stop, top_of
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
 STEP_S = 15.0
@@ -222,3 +228,53 @@ def test_the_prometheus_text_history_round_trips_through_victoria_metrics(tmp_pa
         log.close()
     assert report.racks == ["rack0", "rack1"] and report.columns == list(COLUMNS)
     _assert_matches(fetched, seen)
+
+
+def _every_step(lines: list[str], first_s: float) -> Iterator[str]:
+    """The samples of a 1 s history that a scrape every STEP_S from `first_s` takes (no `# EOF`)."""
+    for line in lines:
+        if not line.startswith("#") and (float(line.rsplit(" ", 1)[1]) - first_s) % STEP_S < 1e-6:
+            yield line
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        ("rack-cooling-rack1", ("rack_cooling_failure", "rack1")),
+        ("facility-cap-rack", ("facility_power_cap", "rack0")),
+    ],
+)
+def test_the_analyst_names_them_as_such_from_prometheus_at_a_15_s_step(
+    tmp_path: Path, scenario: str, expected: tuple[str, str]
+) -> None:
+    """The node exporters' series and the facility's through one Prometheus at a 15 s step, the DCIM caps read
+    over HTTP when the DCIM lists them: the analyst names the rack cooling failure and the facility cap (with
+    the node series alone it says thermal_throttle on one node, and power_cap_misconfig on one GPU)."""
+    with Store(tmp_path / "twin.duckdb") as twin:
+        simulate_into(twin, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+        start_s = float(twin.scalar("SELECT min(ts_s) FROM gpu_samples"))
+        end_s = float(twin.scalar("SELECT max(ts_s) FROM gpu_samples"))
+        racks = twin.query("SELECT component, rack FROM topology WHERE kind = 'node'")
+        history = tmp_path / "history.om"
+        text = io.StringIO()
+        write_history(twin, text, openmetrics=True)
+        text_lines = text.getvalue().splitlines(keepends=True)
+        del text
+        rows = facility_rows(twin)
+        cap_times = [
+            float(t) for (t,) in twin.conn.execute("SELECT DISTINCT ts_s FROM dcim_signals").fetchall()
+        ]
+        documents = {t: dcim_document(twin, t) for t in cap_times}
+    with history.open("w") as out:  # the node exporters as a 15 s scrape saw them, then the facility's
+        out.writelines(_every_step(text_lines, start_s))
+        render_facility_history(rows, out, step_s=STEP_S, openmetrics=True)
+    hosts = {str(r["component"]): HostIdentity(str(r["component"]), str(r["rack"])) for r in racks}
+    with prometheus_holding(tmp_path, history) as url, Store(tmp_path / "fleet.duckdb") as fleet:
+        client = PrometheusClient(url)
+        fetch_into(fleet, client, start_s=start_s, end_s=end_s, step_s=STEP_S, hosts=hosts)
+        fetch_facility(fleet, client, start_s=start_s, end_s=end_s, step_s=STEP_S)
+        with serving(b"{}") as dcim_url:
+            for at_s in cap_times:  # the DCIM's document changes when the twin's cap does
+                _Dcim.body[0] = json.dumps(documents[at_s]).encode()
+                record_changes(fleet, read_dcim(dcim_url, at_s), at_s, f"http:{dcim_url}")
+        assert top_of(analyze_store(fleet)) == expected
