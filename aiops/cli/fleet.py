@@ -100,7 +100,7 @@ def bearer_token(config: Config) -> str | None:
 def run(args: argparse.Namespace) -> int:
     config = configured(args)
     console = console_enabled(config)
-    setup = FleetSetup(config.fleet, bearer_token(config))
+    setup = FleetSetup(config.fleet, bearer_token(config), config.facility)
     logs.setup()
     service = Service(
         config,

@@ -14,17 +14,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from aiops.config import FleetConfig
-from aiops.fleet.ingest import IngestReport, fetch_interval
+from aiops.config import FacilityConfig, FleetConfig
+from aiops.fleet.cycle import CycleReport, read_cycle
 from aiops.service.sources import Source, Sources
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
-INVENTORY = ("topology", "job_ranks", "jobs", "lane_rules")
+INVENTORY = ("topology", "job_ranks", "jobs", "lane_rules", "dcim_signals")  # only grow: new rows handed over
 SAMPLES = (
     "gpu_samples",
     "gpu_events",
@@ -35,6 +35,7 @@ SAMPLES = (
     "host_samples",
     "netdev_samples",
     "ib_port_samples",
+    "rack_samples",
 )
 
 
@@ -42,6 +43,7 @@ SAMPLES = (
 class FleetSetup:
     config: FleetConfig
     token: str | None = None
+    facility: FacilityConfig = field(default_factory=FacilityConfig)
 
 
 class FleetCollector:
@@ -63,7 +65,8 @@ class FleetCollector:
         newest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
         start_s = float(newest) if newest is not None else clock() - setup.config.lookback_s
         self.horizon_ts_s = math.floor(start_s / self.step_s) * self.step_s  # read up to here
-        self.last: IngestReport | None = None
+        self.facility = setup.facility
+        self.last: CycleReport | None = None
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
@@ -71,13 +74,14 @@ class FleetCollector:
         end_s = self.clock() - self.config.delay_s
         if end_s - self.horizon_ts_s < self.step_s:
             return {}
-        report = fetch_interval(
+        report = read_cycle(
             self.scratch,
             self.client,
             start_s=self.horizon_ts_s,
             end_s=end_s,
             step_s=self.step_s,
             selector=self.config.selector,
+            facility=self.facility,
         )
         self.last = report
         out: dict[str, pa.Table] = {}
@@ -93,7 +97,7 @@ class FleetCollector:
             if rows.num_rows:
                 out[table] = rows
                 self.scratch.conn.execute(f"DELETE FROM {table}")
-        self.horizon_ts_s = max(self.horizon_ts_s, report.end_s)
+        self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         return out
 
     def close(self) -> None:
