@@ -266,15 +266,16 @@ class Service:
         self.buffer.add_tables(tables)
         for table, batch in batches.items():
             self.metrics.observe(table, batch.columns, batch.rows)
+        read_from_ts_s = now_ts_s  # a reader's data starts at its clock before the read, ends at it after
         if not hasattr(collector, "rows"):
             if not tables and not batches:
                 return  # nothing read yet: the data clock has not moved
-            now_ts_s = max(now_ts_s, self.sources.clock())  # the reader's data clock moved as it read
+            now_ts_s = max(now_ts_s, self.sources.clock())
         self.newest_ts_s = now_ts_s
         if self.first_ts_s is None:
-            self.first_ts_s = now_ts_s
+            self.first_ts_s = read_from_ts_s  # detection starts there (a fleet's look-back included)
         if self.oldest_unflushed_ts_s is None:
-            self.oldest_unflushed_ts_s = now_ts_s
+            self.oldest_unflushed_ts_s = read_from_ts_s
 
     def _say_unavailable(self, name: str, batch: RowBatch | None) -> None:
         """A collector that finds nothing to read (no GPU driver, no InfiniBand) writes its `unavailable` row once
