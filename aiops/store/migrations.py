@@ -554,6 +554,12 @@ M016_KERNEL_EVENT_DEVICE = """
 ALTER TABLE kernel_events ADD COLUMN IF NOT EXISTS device VARCHAR
 """
 
+# The node a twin workspace serves (`aiops run --sim S --node nodeK`: one node agent of the twin's cluster, its
+# own slice of the rows, aiops/service/node_slice.py); NULL: the whole cluster in one workspace.
+M017_TWIN_NODE = """
+ALTER TABLE sim_runs ADD COLUMN IF NOT EXISTS node VARCHAR
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -571,6 +577,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "netdev_pause_frames", _sql(M014_NETDEV_PAUSE_FRAMES)),
     Migration(15, "profile_sampling", _sql(M015_PROFILE_SAMPLING)),
     Migration(16, "kernel_event_device", _sql(M016_KERNEL_EVENT_DEVICE)),
+    Migration(17, "twin_node", _sql(M017_TWIN_NODE)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
