@@ -157,6 +157,14 @@ def test_a_shared_epoch_catches_up_and_is_kept(tmp_path: Path) -> None:
             30 <= sources.twin.world.elapsed_s <= 40
         )  # 3 s late at 10x: 30 s caught up (a slow start: more)
         assert sources.stepped_s == sources.twin.world.elapsed_s  # recorded with the first flush
+        sources.twin.log_steps(store, sources.stepped_s)
+        time.sleep(0.3)
+        again = sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch)
+        again.close()
+        assert again.twin is not None and again.twin.world.elapsed_s >= sources.twin.world.elapsed_s + 2
+        assert (
+            again.stepped_s == again.twin.world.elapsed_s - sources.twin.world.elapsed_s
+        )  # a restart catches up
         with pytest.raises(TwinMismatch, match="epoch"):
             sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch - 1)
     with Store(tmp_path / "b.duckdb") as store, pytest.raises(ConfigError, match="future"):
