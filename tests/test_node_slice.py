@@ -167,8 +167,16 @@ def test_a_shared_epoch_catches_up_and_is_kept(tmp_path: Path) -> None:
         )  # a restart catches up
         with pytest.raises(TwinMismatch, match="epoch"):
             sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch - 1)
-    with Store(tmp_path / "b.duckdb") as store, pytest.raises(ConfigError, match="future"):
-        sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=time.time() + 60)
+    with Store(tmp_path / "b.duckdb") as store:
+        with pytest.raises(ConfigError, match="future"):
+            sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=time.time() + 60)
+        with pytest.raises(
+            ConfigError, match="catch up"
+        ):  # a day of simulated seconds at most, not hours spent
+            sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=time.time() - 9000)
+        assert (
+            store.scalar("SELECT count(*) FROM sim_runs") == 0
+        )  # refused before the workspace was made a twin
 
 
 def test_the_cli_names_an_unknown_node_and_an_epoch_without_a_twin(tmp_path: Path) -> None:
@@ -180,6 +188,8 @@ def test_the_cli_names_an_unknown_node_and_an_epoch_without_a_twin(tmp_path: Pat
     assert done.returncode == 2 and "--node" in done.stderr and "node0..node2" in done.stderr, done
     done = run_cli("run", "--epoch-ts-s", "1", "--db", db, env=env)
     assert done.returncode == 2 and "--epoch-ts-s" in done.stderr and "--sim" in done.stderr, done
+    done = run_cli("run", "--sim", str(path), "--epoch-ts-s", "nan", "--db", db, env=env)
+    assert done.returncode == 2 and "--epoch-ts-s" in done.stderr, done
     assert not Path(db).exists()  # refused before any workspace was made
 
 

@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--lanes-policy", default=None, help="with --sim: the lanes policy the twin runs")
     p.add_argument(
         "--epoch-ts-s",
-        type=float,
+        type=positive_float(4e9),
         default=None,
         help="with --sim: unix time of the twin's simulated second 0 (agents of one cluster share it)",
     )

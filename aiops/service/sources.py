@@ -40,6 +40,7 @@ from collectors.base import RowBatch, RowCollector, to_arrow
 from collectors.nvml import NvmlCollector
 
 log = logging.getLogger("aiops.service")
+MAX_CATCH_UP_S = 86_400.0  # simulated seconds an agent may step at start to reach the shared clock
 
 
 @dataclass
@@ -130,13 +131,21 @@ def _workspace_of(served: str | None) -> str:
 
 def _catch_up(world: World, epoch_ts_s: float | None, speed: float) -> float:
     """Step the world (uncollected, as a node whose agent was down) to the simulated second the shared clock
-    is at: `(now - epoch_ts_s) × speed`. Returns the seconds stepped (recorded with the first flush)."""
+    is at: `(now - epoch_ts_s) × speed`. Returns the seconds stepped (recorded with the first flush). More than
+    MAX_CATCH_UP_S behind (a step costs about 1 ms) is refused rather than spent at start."""
     if epoch_ts_s is None:
         return 0.0
-    behind_s = math.floor((time.time() - epoch_ts_s) * speed) - world.elapsed_s
-    for _ in range(max(0, int(behind_s))):
+    behind_s = max(0, int(math.floor((time.time() - epoch_ts_s) * speed) - world.elapsed_s))
+    if behind_s > MAX_CATCH_UP_S:
+        raise ConfigError(
+            "--epoch-ts-s",
+            "epoch_ts_s",
+            f"the twin would have to catch up {behind_s} simulated seconds",
+            f"at most {MAX_CATCH_UP_S:g} behind the shared clock (T >= now - {MAX_CATCH_UP_S / speed:g} s)",
+        )
+    for _ in range(behind_s):
         world.step(1.0)
-    return float(max(0, int(behind_s)))
+    return float(behind_s)
 
 
 def sim_sources(
@@ -168,8 +177,10 @@ def sim_sources(
                 f"{store.path} holds telemetry of a real host: run the twin in another database"
             )
         world = World(scenario, lanes_policy, epoch_ts_s=time.time() if epoch_ts_s is None else epoch_ts_s)
+        held = sliced_inventory(world, None if node is None else node_slice(world, node))  # as at second 0
+        caught_up_s = _catch_up(world, epoch_ts_s, speed)  # before anything is written: it may refuse
         record_run(store, scenario, lanes_policy, 0.0, epoch_ts_s=world.epoch_ts_s, node=node)
-        store.ingest_many(sliced_inventory(world, None if node is None else node_slice(world, node)))
+        store.ingest_many(held)
         twin = Twin(world, node=node)
     elif scenario_yaml(twin.world.scenario) != scenario_yaml(scenario):
         raise TwinMismatch(
@@ -185,8 +196,9 @@ def sim_sources(
             f"{store.path} runs on epoch {twin.world.epoch_ts_s:.3f}, not --epoch-ts-s {epoch_ts_s:.3f}: "
             "use another database"
         )
+    else:
+        caught_up_s = _catch_up(twin.world, epoch_ts_s, speed)
     world = twin.world
-    caught_up_s = _catch_up(world, epoch_ts_s, speed)
     if caught_up_s:
         log.info("caught up", extra={"simulated_s": caught_up_s, "elapsed_s": world.elapsed_s})
     mine = range(world.layout.nodes) if node is None else [world.layout.node_names.index(node)]
