@@ -1,12 +1,14 @@
 """The twin as a cluster of node agents, end to end (issue 24 item 5): three `aiops run --sim S --node nodeK`
 processes of one faulted scenario, sharing the twin's epoch, each on its own loopback port, and a real Prometheus
-scraping all three every second with `honor_labels: true`. Through Prometheus' HTTP API: every GPU series comes
-from exactly one agent, labelled with that agent's node and rack; the job series come from each job's home (the
-node of its rank 0) only; the faulted GPU's node shows the fault in its own series (throttled samples, the open
+(started beside them, its targets written to a file it watches once they listen) scraping all three every second
+with `honor_labels: true`. Through Prometheus' HTTP API: every GPU series comes from exactly one agent, labelled
+with that agent's node and rack; the job series come from each job's home (the node of its rank 0) only; the
+faulted GPU's node shows the fault in its own series (thermal clocks-event samples, the hottest GPU, the open
 incident) and the others do not; no flush step failed on a slice without rack sensors or DCIM signals."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -108,15 +110,18 @@ def _agents(tmp_path: Path, scenario: Path, epoch_ts_s: float) -> Iterator[dict[
 
 
 @contextmanager
-def _prometheus(tmp_path: Path, ports: dict[str, int]) -> Iterator[int]:
+def _prometheus(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A real Prometheus scraping every second the targets of a file (`file_sd_configs`, watched: the test
+    writes the agents' ports there once they listen), started while the agents start."""
     binary = require_binary("prometheus")
     port = free_port()
-    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports.values())
+    targets = tmp_path / "targets.json"
+    targets.write_text("[]")
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n"
-        f"  - job_name: aiops\n    honor_labels: true\n    static_configs: [{{targets: [{targets}]}}]\n"
+        f"  - job_name: aiops\n    honor_labels: true\n    file_sd_configs: [{{files: ['{targets}']}}]\n"
     )
     log = (tmp_path / "prometheus.log").open("ab")
     proc = subprocess.Popen(
@@ -130,11 +135,17 @@ def _prometheus(tmp_path: Path, ports: dict[str, int]) -> Iterator[int]:
         stderr=log,
     )
     try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2)[0] == 200, 60, "prometheus ready")
-        yield port
+        yield port, targets
     finally:
         _stop(proc)
         log.close()
+
+
+def _scrape(prom: int, targets: Path, ports: dict[str, int]) -> None:
+    wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
+    tmp = targets.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}]))
+    tmp.rename(targets)  # whole, at once: Prometheus reads the file when it changes
 
 
 def _query(port: int, promql: str) -> list[dict[str, dict[str, str] | list[object]]]:
@@ -151,7 +162,8 @@ def test_three_node_agents_scraped_by_one_prometheus_each_export_their_own_slice
     scenario = tmp_path / "three-agents.yaml"
     scenario.write_text(SCENARIO)
     epoch_ts_s = time.time()
-    with _agents(tmp_path, scenario, epoch_ts_s) as ports, _prometheus(tmp_path, ports) as prom:
+    with _prometheus(tmp_path) as (prom, targets), _agents(tmp_path, scenario, epoch_ts_s) as ports:
+        _scrape(prom, targets, ports)
         node_of = {f"127.0.0.1:{port}": node for node, port in ports.items()}
         wait_for(
             lambda: len(_query(prom, 'count_over_time(up{job="aiops"}[1m]) >= 2')) == 3, 30, "2 scrapes each"
