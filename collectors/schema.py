@@ -244,6 +244,12 @@ _COLUMNS: dict[str, tuple[tuple[str, pa.DataType], ...]] = {
     ),
 }
 
+# Columns no collector writes: a fleet row's sample weights (m017), set by aiops/fleet when it reads a node's
+# GPUs at the scrape interval; NULL (one sample) on every row a collector writes.
+FLEET_ONLY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gpu_samples": ("samples", "throttled_samples", "idle_samples")
+}
+
 # The topology columns of m001; the rest (m007) are what discovery on a real host adds.
 TOPOLOGY_BASE_COLUMNS: tuple[str, ...] = ("component", "kind", "parent", "rack", "node", "idx")
 

@@ -24,12 +24,16 @@ from typing import Any
 
 from aiops.agent.config import AgentConfig
 from aiops.errors import AiopsError, ScenarioError
+from aiops.fleet.backfill import backfill, serving
+from aiops.fleet.history import replay, write
+from aiops.fleet.ingest import fetch_interval
 from aiops.pipeline import RunResult
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario, load_scenario
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.twin import Twin
+from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 from evals.scoring import cause_windows, matches, same_scope, score_causes, summarize_causes
 from guardrails import unsafe_executions
@@ -54,7 +58,12 @@ def suite_files(directory: str | Path) -> list[Path]:
 
 
 def score_case(scenario: Scenario, store: Store) -> Case:
-    twin = simulate_into(store, scenario)
+    return score_analysis(scenario, store, simulate_into(store, scenario))
+
+
+def score_analysis(scenario: Scenario, store: Store, twin: Twin) -> Case:
+    """Analyse `store` (the twin's own workspace, or a fleet workspace read back from its exports), file the
+    remediations, try them unapproved on `twin`, and score the answer against the scenario."""
     now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
     result = analyze(store, twin=twin, origin="eval", clock=lambda: now_ts_s)
     expected = scenario.expected
@@ -124,6 +133,37 @@ def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: f
     return int(unsafe_executions(read_rows(store)))
 
 
+def run_file_via_prometheus(path: str, step_s: float) -> Case:
+    """Score one scenario through the fleet path: the twin runs it; every node agent's exports over the run
+    (what `aiops run --sim S --node N` serves, scraped every `step_s`: aiops/fleet/history.py) are imported into
+    a real Prometheus with promtool; the fleet analyst reads them back (aiops/fleet/ingest.py) into a workspace
+    of its own, which is analysed and scored as the twin's is. Nothing of the twin's workspace reaches the
+    fleet's but what went through Prometheus."""
+    scenario = load_scenario(path)
+    with tempfile.TemporaryDirectory(prefix="aiops-eval-prom-") as tmp:
+        work = Path(tmp)
+        with Store(":memory:") as twin_store:
+            twin = simulate_into(twin_store, scenario)
+            first_s = float(twin_store.scalar("SELECT min(ts_s) FROM gpu_samples"))
+            last_s = float(twin_store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+            history = replay(twin_store, step_s)
+        om = work / "history.om"
+        with om.open("w") as out:
+            write(history, out, openmetrics=True)
+        del history
+        backfill(om, work / "tsdb")
+        om.unlink()
+        with serving(work / "tsdb", work) as url, Store(":memory:") as fleet:
+            client = PrometheusClient(url, timeout_s=60.0)
+            report = fetch_interval(
+                fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s
+            )
+            case = score_analysis(scenario, fleet, twin)
+    case["file"] = path
+    case["via"] = {"prometheus": True, "step_s": step_s, "samples": report.samples, "series": report.series}
+    return case
+
+
 LLM_QUESTION = "What is the root cause of the open incident, and what is the evidence? Cite the telemetry."
 
 
@@ -163,20 +203,34 @@ def run_suite(
     on_case: Callable[[Case], None] | None = None,
     with_llm: bool = False,
     agent: AgentConfig | None = None,
+    via_prometheus_step_s: float | None = None,
 ) -> dict[str, Any]:
+    """Score every scenario of `directory`; with `via_prometheus_step_s`, through the fleet path (each node's
+    exports scraped at that step into a real Prometheus, read back by the fleet analyst: evals/via_prometheus.py)."""
     files = suite_files(directory)
     for path in files:  # validate every file before spending minutes on simulation
         load_scenario(path)
     workers = workers or min(len(files), os.cpu_count() or 1)
     cases: list[Case] = []
+
+    def one(path: Path) -> Case:
+        if via_prometheus_step_s is not None:
+            return run_file_via_prometheus(str(path), via_prometheus_step_s)
+        return run_file(str(path), with_llm, agent)
+
     if workers <= 1:
         for path in files:
-            cases.append(run_file(str(path), with_llm, agent))
+            cases.append(one(path))
             if on_case:
                 on_case(cases[-1])
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(run_file, str(path), with_llm, agent) for path in files]
+            futures = [
+                pool.submit(run_file_via_prometheus, str(path), via_prometheus_step_s)
+                if via_prometheus_step_s is not None
+                else pool.submit(run_file, str(path), with_llm, agent)
+                for path in files
+            ]
             for future in as_completed(futures):
                 cases.append(future.result())
                 if on_case:

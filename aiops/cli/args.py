@@ -21,6 +21,26 @@ def seconds(*, allow_zero: bool = False, max_s: float = MAX_SECONDS_S) -> Callab
     return parse
 
 
+_DURATION_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(*, max_s: float = MAX_SECONDS_S) -> Callable[[str], float]:
+    """A duration as Prometheus writes one (`15s`, `500ms`, `1m`, `2h`) or bare seconds; > 0 and <= `max_s`."""
+
+    def parse(text: str) -> float:
+        stripped = text.strip()
+        for unit in ("ms", "s", "m", "h"):
+            if stripped.endswith(unit) and stripped[: -len(unit)].replace(".", "", 1).isdigit():
+                value = bounded_float(stripped[: -len(unit)], 0.0, math.inf, allow_low=False)
+                return bounded_float(
+                    str(value * _DURATION_UNITS_S[unit]), 0.0, max_s, allow_low=False, unit=" s"
+                )
+        return bounded_float(stripped, 0.0, max_s, allow_low=False, unit=" s")
+
+    parse.__name__ = "duration"
+    return parse
+
+
 def positive_float(max_value: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         return bounded_float(text, 0.0, max_value, allow_low=False)

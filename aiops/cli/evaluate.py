@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from aiops.cli.args import count
+from aiops.cli.args import count, duration
 from aiops.cli.configured import agent_config, cli_config
 from aiops.text import as_text, plain, terminal
 from evals.harness import PUBLIC_SUITE, run_suite, suite_files
@@ -32,6 +32,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="store_true",
         help="with a model configured ([llm] or AIOPS_LLM_*), also score the verified LLM hypotheses merged "
         "into the analyst's ranking (unverified ones never count); without a model nothing changes",
+    )
+    p.add_argument(
+        "--via",
+        choices=("store", "prometheus"),
+        default="store",
+        help="prometheus: score the fleet path (each node's exports through a real Prometheus, read back by "
+        "the fleet analyst; needs prometheus and promtool)",
+    )
+    p.add_argument(
+        "--step",
+        type=duration(max_s=3600.0),
+        default=15.0,
+        help="with --via prometheus: the scrape interval (15s, 30s, 1m; default 15s)",
     )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument(
@@ -60,7 +73,14 @@ def run(args: argparse.Namespace) -> int:
         err.print(
             "--with-llm: no model configured, the analyst alone is scored", highlight=False, markup=False
         )
-    result = run_suite(args.suite, workers=args.workers, on_case=on_case, with_llm=args.with_llm, agent=agent)
+    result = run_suite(
+        args.suite,
+        workers=args.workers,
+        on_case=on_case,
+        with_llm=args.with_llm,
+        agent=agent,
+        via_prometheus_step_s=args.step if args.via == "prometheus" else None,
+    )
     if args.json:
         print(json.dumps(result))
         return 0

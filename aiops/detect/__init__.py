@@ -6,17 +6,19 @@ import json
 
 from aiops.detect.incidents import IncidentTracker
 from aiops.detect.rules import Detector
-from aiops.detect.windows import time_range
+from aiops.detect.windows import sample_interval_s, time_range
 from aiops.models import Incident
 from aiops.store import Store
 
 
 def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> list[Incident]:
-    """Run the detectors over everything stored, as a daemon polling every `window_s` would have seen it."""
+    """Run the detectors over everything stored, as a daemon polling every `window_s` would have seen it (or
+    every sample interval, when the samples are further apart: a fleet workspace read at the scrape interval)."""
     span = time_range(store)
     if span is None:
         return []
     start, end = span
+    window_s = detection_window_s(store, window_s)
     detector = Detector(store, window_s=window_s)
     tracker = IncidentTracker(rack_of=racks_of_nodes(store), job_of=detector.job_of_gpu)
     t0 = start - 1e-6
@@ -28,6 +30,12 @@ def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> lis
     if persist:
         save_incidents(store, incidents)
     return incidents
+
+
+def detection_window_s(store: Store, window_s: float = 10.0) -> float:
+    """`window_s`, or the samples' spacing when that is longer: a window holds at least one scrape."""
+    interval_s = sample_interval_s(store)
+    return max(window_s, interval_s) if interval_s else window_s
 
 
 def racks_of_nodes(store: Store) -> dict[str, str]:
@@ -63,4 +71,4 @@ def save_incidents(store: Store, incidents: list[Incident], *, replace_all: bool
     )
 
 
-__all__ = ["detect", "racks_of_nodes", "save_incidents"]
+__all__ = ["detect", "detection_window_s", "racks_of_nodes", "save_incidents"]

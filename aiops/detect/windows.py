@@ -1,6 +1,8 @@
 """Per-window aggregates over stored telemetry: what a detector polling the store every `window_s` sees.
 
-Each function returns one dict per entity for the half-open window (t0, t1].
+Each function returns one dict per entity for the half-open window (t0, t1]. A gpu_samples row counts as the
+samples it stands for (`samples`, `throttled_samples`, `idle_samples`: a fleet row read at the scrape interval;
+NULL, one sample, on a node's own rows).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from aiops.store import Store
 Row = dict[str, Any]
 
 GPU_WINDOW_SQL = f"""
-SELECT gpu, node, count(*) AS samples, count(nvml_error) AS errors, any_value(nvml_error) AS error,
-       bit_or(coalesce(clocks_event_reasons, 0)) AS reasons,
-       sum(CASE WHEN coalesce(clocks_event_reasons, 0) & {THROTTLE} <> 0 THEN 1 ELSE 0 END) AS throttled,
-       sum(CASE WHEN coalesce(clocks_event_reasons, 0) & {GPU_IDLE} <> 0 THEN 1 ELSE 0 END) AS idle,
+SELECT gpu, node, sum(coalesce(samples, 1)) AS samples, count(nvml_error) AS errors,
+       any_value(nvml_error) AS error, bit_or(coalesce(clocks_event_reasons, 0)) AS reasons,
+       sum(coalesce(throttled_samples,
+                    CASE WHEN coalesce(clocks_event_reasons, 0) & {THROTTLE} <> 0 THEN 1 ELSE 0 END)) AS throttled,
+       sum(coalesce(idle_samples,
+                    CASE WHEN coalesce(clocks_event_reasons, 0) & {GPU_IDLE} <> 0 THEN 1 ELSE 0 END)) AS idle,
        avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c, max(slowdown_temp_c) AS slowdown_c,
        avg(power_w) AS power_w, min(power_limit_w) AS power_limit_w, max(power_limit_max_w) AS power_max_w,
        avg(util_pct) AS util_pct, avg(sm_clock_mhz) AS sm_clock_mhz, max(max_sm_clock_mhz) AS max_clock_mhz,
@@ -84,6 +88,17 @@ def time_range(store: Store) -> tuple[float, float] | None:
     if row["lo"] is None:
         return None
     return float(row["lo"]), float(row["hi"])
+
+
+def sample_interval_s(store: Store) -> float | None:
+    """The spacing of one GPU's stored samples (the median gap): 1 s on a node, the scrape interval in a fleet
+    workspace read from Prometheus. None without two samples."""
+    value = store.scalar(
+        """SELECT median(gap) FROM (
+             SELECT ts_s - lag(ts_s) OVER (ORDER BY ts_s) AS gap FROM gpu_samples
+             WHERE gpu = (SELECT min(gpu) FROM gpu_samples) ORDER BY ts_s LIMIT 200)"""
+    )
+    return float(value) if value else None
 
 
 def job_gpus(store: Store) -> dict[str, str]:

@@ -554,9 +554,19 @@ M016_KERNEL_EVENT_DEVICE = """
 ALTER TABLE kernel_events ADD COLUMN IF NOT EXISTS device VARCHAR
 """
 
+# A row that stands for several samples: the fleet analyst reads a node's GPUs at the scrape interval (aiops/fleet),
+# so one of its gpu_samples rows covers the node's samples since the previous scrape: `samples` of them, of which
+# `throttled_samples` had a throttle reason and `idle_samples` GpuIdle (the node's per-sample counters,
+# aiops_gpu_samples_total and friends). NULL on a node's own rows, each of which is one sample.
+M017_SAMPLE_WEIGHTS = """
+ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS samples INTEGER;
+ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS throttled_samples INTEGER;
+ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS idle_samples INTEGER
+"""
+
 # The node a twin workspace serves (`aiops run --sim S --node nodeK`: one node agent of the twin's cluster, its
 # own slice of the rows, aiops/service/node_slice.py); NULL: the whole cluster in one workspace.
-M017_TWIN_NODE = """
+M018_TWIN_NODE = """
 ALTER TABLE sim_runs ADD COLUMN IF NOT EXISTS node VARCHAR
 """
 
@@ -577,7 +587,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "netdev_pause_frames", _sql(M014_NETDEV_PAUSE_FRAMES)),
     Migration(15, "profile_sampling", _sql(M015_PROFILE_SAMPLING)),
     Migration(16, "kernel_event_device", _sql(M016_KERNEL_EVENT_DEVICE)),
-    Migration(17, "twin_node", _sql(M017_TWIN_NODE)),
+    Migration(17, "sample_weights", _sql(M017_SAMPLE_WEIGHTS)),
+    Migration(18, "twin_node", _sql(M018_TWIN_NODE)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

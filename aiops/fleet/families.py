@@ -1,0 +1,137 @@
+"""The node agents' families the fleet analyst reads (docs/METRICS.md), and the label columns it keeps.
+
+Every name here is a sample name as Prometheus stores it (counters with `_total`, a histogram's `_count` and
+`_sum`). Counters are read as their increase since the previous scrape; gauges as the newest value within one
+step, so a series that stopped being exported (a GPU gone, a rule removed) is absent from the next step on, as it
+is on a live Prometheus after its staleness marker.
+"""
+
+from __future__ import annotations
+
+# label columns of the staging table: every label the families below carry (others are dropped)
+LABELS: tuple[str, ...] = (
+    "node",
+    "rack",
+    "gpu",
+    "index",
+    "uuid",
+    "reason",
+    "error",
+    "type",
+    "xid",
+    "nic",
+    "lane",
+    "device",
+    "dev",
+    "port",
+    "traffic_class",
+    "rule_id",
+    "match_kind",
+    "match_value",
+    "scope",
+    "job",
+    "rank",
+    "op",
+)
+
+INFO = (
+    "aiops_node_info",
+    "aiops_gpu_info",
+    "aiops_nic_info",
+    "aiops_job_rank_info",
+    "aiops_lane_rule_info",
+    "aiops_lane_rules_timestamp_seconds",
+)
+GPU_GAUGES = (
+    "aiops_gpu_temperature_celsius",
+    "aiops_gpu_memory_temperature_celsius",
+    "aiops_gpu_power_watts",
+    "aiops_gpu_power_limit_watts",
+    "aiops_gpu_power_limit_max_watts",
+    "aiops_gpu_power_limit_min_watts",
+    "aiops_gpu_power_limit_default_watts",
+    "aiops_gpu_sm_clock_hertz",
+    "aiops_gpu_sm_clock_max_hertz",
+    "aiops_gpu_utilization_ratio",
+    "aiops_gpu_slowdown_temperature_celsius",
+    "aiops_gpu_pcie_link_width_lanes",
+    "aiops_gpu_pcie_link_width_max_lanes",
+    "aiops_gpu_pcie_link_generation",
+    "aiops_gpu_clocks_event_reason",
+    "aiops_gpu_nvml_error",
+)
+GPU_COUNTERS = (
+    "aiops_gpu_ecc_errors_total",
+    "aiops_gpu_pcie_replays_total",
+    "aiops_gpu_nvlink_errors_total",
+    "aiops_gpu_xid_events_total",
+    "aiops_gpu_samples_total",
+    "aiops_gpu_throttled_samples_total",
+    "aiops_gpu_nvml_error_samples_total",
+    "aiops_gpu_clocks_event_samples_total",
+)
+NIC = (
+    "aiops_nic_transmit_bytes_total",
+    "aiops_nic_drops_total",
+    "aiops_nic_ce_marks_total",
+    "aiops_nic_retransmits_total",
+    "aiops_nic_carrier_changes_total",
+    "aiops_nic_queue_delay_seconds",
+    "aiops_nic_link_up",
+    "aiops_flow_class_transmit_bytes_total",
+)
+JOB = (
+    "aiops_job_step_duration_seconds_count",
+    "aiops_job_step_duration_seconds_sum",
+    "aiops_job_last_step_timestamp_seconds",
+    "aiops_job_slowest_rank_steps_total",
+    "aiops_collective_operations_total",
+    "aiops_collective_bytes_total",
+    "aiops_collective_timeouts_total",
+    "aiops_collective_latency_p50_seconds",
+    "aiops_collective_latency_p99_seconds",
+)
+HOST = (
+    "aiops_host_cpu_utilisation_ratio",
+    "aiops_host_memory_used_ratio",
+    "aiops_host_cpu_iowait_ratio",
+    "aiops_host_loader_wait_seconds",
+)
+NETDEV_COLUMNS: dict[str, str] = {
+    "aiops_netdev_receive_bytes_total": "rx_bytes",
+    "aiops_netdev_transmit_bytes_total": "tx_bytes",
+    "aiops_netdev_receive_errors_total": "rx_errors",
+    "aiops_netdev_transmit_errors_total": "tx_errors",
+    "aiops_netdev_receive_drops_total": "rx_dropped",
+    "aiops_netdev_transmit_drops_total": "tx_dropped",
+    "aiops_netdev_carrier_changes_total": "carrier_changes",
+    "aiops_netdev_receive_pause_frames_total": "rx_pause_frames",
+    "aiops_netdev_transmit_pause_frames_total": "tx_pause_frames",
+}
+IB_COLUMNS: tuple[str, ...] = (
+    "symbol_error",
+    "link_downed",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "port_xmit_wait",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+    "out_of_sequence",
+    "local_ack_timeout_err",
+    "req_transport_retries_exceeded",
+)
+NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
+IB = (
+    *(f"aiops_ib_{c}_total" for c in IB_COLUMNS),
+    "aiops_ib_port_receive_bytes_total",
+    "aiops_ib_port_transmit_bytes_total",
+)
+
+ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *NETDEV, *IB)
+
+
+def is_counter(name: str) -> bool:
+    """Read as the increase since the previous scrape (a histogram's `_count` and `_sum` too)."""
+    return name.endswith(("_total", "_count", "_sum"))

@@ -1,0 +1,237 @@
+"""SQL that turns the staged node-agent samples (`fleet_d`: one row per sample, its labels as columns, `d` the
+counter's increase since the previous scrape) into the tables the analyst reads. Each statement inserts only
+what the workspace lacks, so a cycle that re-reads an interval does not double it."""
+
+from __future__ import annotations
+
+from aiops import nvml_bits
+from aiops.fleet import families as f
+
+
+def _in(names: tuple[str, ...] | list[str]) -> str:
+    return "(" + ", ".join(f"'{n}'" for n in names) + ")"
+
+
+def _pick(name: str, expr: str = "value", where: str = "") -> str:
+    extra = f" AND {where}" if where else ""
+    return f"max({expr}) FILTER (WHERE name = '{name}'{extra})"
+
+
+def _total(name: str, kind: str = "") -> str:
+    """A cumulative counter as the node stores it (gpu_samples' `_total` columns)."""
+    where = f"type = '{kind}'" if kind else ""
+    return f"CAST({_pick(name, where=where)} AS BIGINT)"
+
+
+_REASON_BIT = "CASE reason " + " ".join(f"WHEN '{n}' THEN {b}" for b, n in nvml_bits.NAMES.items()) + " END"
+
+TOPOLOGY = """
+INSERT INTO topology (component, kind, parent, rack, node, idx)
+SELECT 'fleet', 'fleet', NULL, NULL, NULL, 0 WHERE NOT EXISTS (SELECT 1 FROM topology WHERE component = 'fleet');
+INSERT INTO topology (component, kind, parent, rack, node, idx)
+SELECT rack, 'rack', 'fleet', rack, NULL, CAST(dense_rank() OVER (ORDER BY rack) - 1 AS INTEGER)
+FROM (SELECT DISTINCT rack FROM fleet_d WHERE name IN ('aiops_node_info', 'aiops_gpu_info', 'aiops_nic_info')
+      AND rack <> '')
+WHERE rack NOT IN (SELECT component FROM topology);
+INSERT INTO topology (component, kind, parent, rack, node, idx)
+SELECT node, 'node', rack, rack, node, CAST(row_number() OVER (PARTITION BY rack ORDER BY node) - 1 AS INTEGER)
+FROM (SELECT node, max(rack) AS rack FROM fleet_d
+      WHERE name IN ('aiops_node_info', 'aiops_gpu_info', 'aiops_nic_info') AND node <> '' AND rack <> ''
+      GROUP BY node)
+WHERE node NOT IN (SELECT component FROM topology);
+INSERT INTO topology (component, kind, parent, rack, node, idx, uuid)
+SELECT gpu, 'gpu', max(node), max(rack), max(node), max(TRY_CAST("index" AS INTEGER)), max(NULLIF(uuid, ''))
+FROM fleet_d WHERE name = 'aiops_gpu_info' AND gpu <> '' AND gpu NOT IN (SELECT component FROM topology)
+GROUP BY gpu;
+INSERT INTO topology (component, kind, parent, rack, node, idx, device)
+SELECT nic, 'nic', max(node), max(rack), max(node), max(TRY_CAST("index" AS INTEGER)), max(NULLIF(device, ''))
+FROM fleet_d WHERE name = 'aiops_nic_info' AND nic <> '' AND nic NOT IN (SELECT component FROM topology)
+GROUP BY nic
+"""
+
+JOBS = """
+INSERT INTO job_ranks (job, rank, gpu, node, nic)
+SELECT job, CAST(rank AS INTEGER), max(gpu), max(node), max(nic)
+FROM fleet_d WHERE name = 'aiops_job_rank_info' AND job <> '' AND TRY_CAST(rank AS INTEGER) IS NOT NULL
+  AND (job, CAST(rank AS INTEGER)) NOT IN (SELECT (job, rank) FROM job_ranks)
+GROUP BY job, rank;
+INSERT INTO jobs (job, nodes, ranks, started_ts_s)
+SELECT job, count(DISTINCT node), count(*), NULL FROM job_ranks
+WHERE job NOT IN (SELECT job FROM jobs) GROUP BY job
+"""
+
+
+def gpu_samples_sql() -> str:
+    gauges = {
+        "temp_c": _pick("aiops_gpu_temperature_celsius"),
+        "mem_temp_c": _pick("aiops_gpu_memory_temperature_celsius"),
+        "power_w": _pick("aiops_gpu_power_watts"),
+        "power_limit_w": _pick("aiops_gpu_power_limit_watts"),
+        "power_limit_max_w": _pick("aiops_gpu_power_limit_max_watts"),
+        "power_limit_min_w": _pick("aiops_gpu_power_limit_min_watts"),
+        "power_limit_default_w": _pick("aiops_gpu_power_limit_default_watts"),
+        "sm_clock_mhz": _pick("aiops_gpu_sm_clock_hertz", "value / 1e6"),
+        "max_sm_clock_mhz": _pick("aiops_gpu_sm_clock_max_hertz", "value / 1e6"),
+        "util_pct": _pick("aiops_gpu_utilization_ratio", "value * 100"),
+        "slowdown_temp_c": _pick("aiops_gpu_slowdown_temperature_celsius"),
+        "pcie_link_width": f"CAST({_pick('aiops_gpu_pcie_link_width_lanes')} AS INTEGER)",
+        "pcie_link_max_width": f"CAST({_pick('aiops_gpu_pcie_link_width_max_lanes')} AS INTEGER)",
+        "pcie_link_gen": f"CAST({_pick('aiops_gpu_pcie_link_generation')} AS INTEGER)",
+        "ecc_sbe_total": _total("aiops_gpu_ecc_errors_total", "corrected"),
+        "ecc_dbe_total": _total("aiops_gpu_ecc_errors_total", "uncorrected"),
+        "pcie_replay_total": _total("aiops_gpu_pcie_replays_total"),
+        "nvlink_crc_total": _total("aiops_gpu_nvlink_errors_total", "crc"),
+        "nvlink_replay_total": _total("aiops_gpu_nvlink_errors_total", "replay"),
+        # the reasons seen in any of the interval's samples (the counters), else the newest sample's (the gauge)
+        "clocks_event_reasons": "CAST(coalesce("
+        f"bit_or({_REASON_BIT}) FILTER (WHERE name = 'aiops_gpu_clocks_event_samples_total' AND d > 0), "
+        f"bit_or({_REASON_BIT}) FILTER (WHERE name = 'aiops_gpu_clocks_event_reason' AND value > 0), 0)"
+        " AS UBIGINT)",
+        "nvml_error": "max(NULLIF(error, '')) FILTER (WHERE name = 'aiops_gpu_nvml_error' AND value > 0)",
+        "samples": _pick("aiops_gpu_samples_total", "CAST(d AS INTEGER)"),
+        "throttled_samples": _pick("aiops_gpu_throttled_samples_total", "CAST(d AS INTEGER)"),
+        "idle_samples": _pick(
+            "aiops_gpu_clocks_event_samples_total", "CAST(d AS INTEGER)", "reason = 'GpuIdle'"
+        ),
+    }
+    names = [n for n in (*f.GPU_GAUGES, *f.GPU_COUNTERS) if n != "aiops_gpu_xid_events_total"]
+    return f"""
+INSERT INTO gpu_samples (ts_s, gpu, node, uuid, {", ".join(gauges)})
+SELECT s.ts_s, s.gpu, coalesce(s.node, t.node, split_part(s.gpu, '/', 1)), t.uuid, {", ".join(f"s.{c}" for c in gauges)}
+FROM (SELECT ts_s, gpu, max(NULLIF(node, '')) AS node, {", ".join(f"{e} AS {c}" for c, e in gauges.items())}
+      FROM fleet_d WHERE gpu <> '' AND name IN {_in(names)} GROUP BY ts_s, gpu) s
+LEFT JOIN topology t ON t.component = s.gpu
+WHERE s.temp_c IS NOT NULL OR s.nvml_error IS NOT NULL OR s.samples IS NOT NULL
+"""
+
+
+GPU_EVENTS = """
+INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message)
+SELECT x.ts_s, x.gpu, coalesce(t.node, split_part(x.gpu, '/', 1)), 'xid', CAST(x.xid AS INTEGER),
+       'Xid ' || x.xid || ' (aiops_gpu_xid_events_total rose)'
+FROM fleet_d x, range(CAST(least(x.d, 100) AS BIGINT)) AS r
+LEFT JOIN topology t ON t.component = x.gpu
+WHERE x.name = 'aiops_gpu_xid_events_total' AND x.d > 0 AND TRY_CAST(x.xid AS INTEGER) IS NOT NULL
+"""
+
+
+def nic_samples_sql() -> str:
+    counters = {
+        "tx_bytes": "aiops_nic_transmit_bytes_total",
+        "drops": "aiops_nic_drops_total",
+        "ce_marks": "aiops_nic_ce_marks_total",
+        "retransmits": "aiops_nic_retransmits_total",
+        "carrier_changes": "aiops_nic_carrier_changes_total",
+    }
+    picks = ", ".join(f"CAST({_pick(n, 'd')} AS BIGINT) AS {c}" for c, n in counters.items())
+    return f"""
+INSERT INTO nic_samples (ts_s, nic, node, lane, interval_s, {", ".join(counters)}, queue_delay_ms, link_up)
+SELECT l.ts_s, l.nic, coalesce(l.node, t.node, split_part(l.nic, '/', 1)), l.lane, $step,
+       {", ".join(f"l.{c}" for c in counters)}, l.queue_delay_ms, k.up > 0
+FROM (SELECT ts_s, nic, lane, max(NULLIF(node, '')) AS node, {picks},
+             {_pick("aiops_nic_queue_delay_seconds", "value * 1000")} AS queue_delay_ms
+      FROM fleet_d WHERE nic <> '' AND lane <> '' AND name IN {_in([*counters.values(), "aiops_nic_queue_delay_seconds"])}
+      GROUP BY ts_s, nic, lane) l
+LEFT JOIN (SELECT ts_s, nic, max(value) AS up FROM fleet_d WHERE name = 'aiops_nic_link_up' GROUP BY ts_s, nic) k
+  USING (ts_s, nic)
+LEFT JOIN topology t ON t.component = l.nic
+WHERE l.tx_bytes IS NOT NULL OR l.drops IS NOT NULL
+"""
+
+
+FLOWS = """
+INSERT INTO flow_class_samples (ts_s, nic, node, traffic_class, rule_id, lane, interval_s, tx_bytes)
+SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, CAST(d AS BIGINT)
+FROM fleet_d WHERE name = 'aiops_flow_class_transmit_bytes_total' AND d IS NOT NULL AND nic <> ''
+"""
+
+LANE_RULES = """
+INSERT INTO lane_rules (ts_s, rule_id, match_kind, match_value, lane, scope)
+SELECT DISTINCT t.value, r.rule_id, r.match_kind, NULLIF(r.match_value, ''), r.lane, r.scope
+FROM fleet_d r JOIN fleet_d t
+  ON t.name = 'aiops_lane_rules_timestamp_seconds' AND t.node = r.node AND t.ts_s = r.ts_s
+WHERE r.name = 'aiops_lane_rule_info' AND r.rule_id <> ''
+  AND (t.value, r.rule_id) NOT IN (SELECT (ts_s, rule_id) FROM lane_rules)
+"""
+
+COLLECTIVES = f"""
+INSERT INTO collective_samples (ts_s, job, op, scope, interval_s, count, bytes, latency_p50_ms, latency_p99_ms,
+                                timeouts)
+SELECT * FROM (
+  SELECT ts_s, job, op, scope, $step,
+         CAST({_pick("aiops_collective_operations_total", "d")} AS BIGINT) AS n,
+         CAST({_pick("aiops_collective_bytes_total", "d")} AS BIGINT),
+         {_pick("aiops_collective_latency_p50_seconds", "value * 1000")},
+         {_pick("aiops_collective_latency_p99_seconds", "value * 1000")},
+         CAST({_pick("aiops_collective_timeouts_total", "d")} AS BIGINT)
+  FROM fleet_d WHERE job <> '' AND op <> '' AND name LIKE 'aiops_collective_%' GROUP BY ts_s, job, op, scope)
+WHERE n IS NOT NULL
+"""
+
+# One row per scrape interval in which steps completed: at the newest step's time, the interval's mean step time
+# (the histogram's sum and count), the rank that was slowest most often in it.
+JOB_STEPS = f"""
+INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks)
+SELECT coalesce(s.last_ts_s, s.ts_s), s.job, CAST(s.step AS BIGINT), s.total_s / s.n,
+       TRY_CAST(split_part(w.slowest, '|', 1) AS INTEGER), NULLIF(split_part(w.slowest, '|', 2), ''), r.ranks
+FROM (SELECT ts_s, job, {_pick("aiops_job_step_duration_seconds_count", "d")} AS n,
+             {_pick("aiops_job_step_duration_seconds_sum", "d")} AS total_s,
+             {_pick("aiops_job_step_duration_seconds_count")} AS step,
+             {_pick("aiops_job_last_step_timestamp_seconds")} AS last_ts_s
+      FROM fleet_d WHERE job <> '' AND name IN {_in(f.JOB[:3])} GROUP BY ts_s, job) s
+LEFT JOIN (SELECT ts_s, job, arg_max(rank || '|' || gpu, d) AS slowest FROM fleet_d
+           WHERE name = 'aiops_job_slowest_rank_steps_total' AND d > 0 GROUP BY ts_s, job) w USING (ts_s, job)
+LEFT JOIN (SELECT job, CAST(count(*) AS INTEGER) AS ranks FROM job_ranks GROUP BY job) r USING (job)
+WHERE s.n > 0
+"""
+
+HOSTS = f"""
+INSERT INTO host_samples (ts_s, node, cpu_util_pct, iowait_pct, loader_wait_ms, mem_used_pct)
+SELECT ts_s, node, {_pick("aiops_host_cpu_utilisation_ratio", "value * 100")},
+       {_pick("aiops_host_cpu_iowait_ratio", "value * 100")},
+       {_pick("aiops_host_loader_wait_seconds", "value * 1000")},
+       {_pick("aiops_host_memory_used_ratio", "value * 100")}
+FROM fleet_d WHERE node <> '' AND name IN {_in(f.HOST)} GROUP BY ts_s, node
+"""
+
+
+def netdev_sql() -> str:
+    picks = ", ".join(f"CAST({_pick(n)} AS BIGINT)" for n in f.NETDEV_COLUMNS)
+    return f"""
+INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(f.NETDEV_COLUMNS.values())}, oper_up)
+SELECT ts_s, node, dev, max(NULLIF(nic, '')), {picks}, {_pick("aiops_netdev_up")} > 0
+FROM fleet_d WHERE node <> '' AND dev <> '' AND name IN {_in(f.NETDEV)} GROUP BY ts_s, node, dev
+"""
+
+
+def ib_sql() -> str:
+    picks = [f"CAST({_pick(f'aiops_ib_{c}_total')} AS BIGINT)" for c in f.IB_COLUMNS]
+    words = [
+        f"CAST({_pick('aiops_ib_port_receive_bytes_total', 'value / 4')} AS BIGINT)",
+        f"CAST({_pick('aiops_ib_port_transmit_bytes_total', 'value / 4')} AS BIGINT)",
+    ]
+    return f"""
+INSERT INTO ib_port_samples (ts_s, node, device, port, nic, {", ".join(f.IB_COLUMNS)}, port_rcv_data, port_xmit_data)
+SELECT ts_s, node, device, CAST(port AS INTEGER), max(NULLIF(nic, '')), {", ".join([*picks, *words])}
+FROM fleet_d WHERE node <> '' AND device <> '' AND TRY_CAST(port AS INTEGER) IS NOT NULL AND name IN {_in(f.IB)}
+GROUP BY ts_s, node, device, port
+"""
+
+
+def statements() -> list[tuple[str, str]]:
+    """(table, statement) in the order they run: inventory first (the samples join it)."""
+    out = [("topology", s) for s in TOPOLOGY.split(";\n")]
+    out += [("job_ranks", s) for s in JOBS.split(";\n")]
+    out += [
+        ("gpu_samples", gpu_samples_sql()),
+        ("gpu_events", GPU_EVENTS),
+        ("nic_samples", nic_samples_sql()),
+        ("flow_class_samples", FLOWS),
+        ("lane_rules", LANE_RULES),
+        ("collective_samples", COLLECTIVES),
+        ("job_steps", JOB_STEPS),
+        ("host_samples", HOSTS),
+        ("netdev_samples", netdev_sql()),
+        ("ib_port_samples", ib_sql()),
+    ]
+    return out
