@@ -145,38 +145,40 @@ def test_a_node_workspace_records_its_node_and_refuses_another_slice(tmp_path: P
             sim_sources(store, scenario, None, 10.0, node="node0")
 
 
-def test_a_shared_epoch_catches_up_and_is_kept(tmp_path: Path) -> None:
+def test_a_shared_epoch_catches_up_keeps_pace_and_is_kept(tmp_path: Path) -> None:
     scenario = _scenario()
     epoch = time.time() - 3.0
     with Store(tmp_path / "a.duckdb") as store:
-        sources = sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch)
-        sources.close()
-        assert sources.twin is not None
-        assert sources.twin.world.epoch_ts_s == epoch
-        assert (
-            30 <= sources.twin.world.elapsed_s <= 40
-        )  # 3 s late at 10x: 30 s caught up (a slow start: more)
-        assert sources.stepped_s == sources.twin.world.elapsed_s  # recorded with the first flush
-        sources.twin.log_steps(store, sources.stepped_s)
+        first = sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch)
+        first.close()
+        assert first.twin is not None
+        world = first.twin.world
+        assert world.epoch_ts_s == epoch
+        # 3 s late at 10x: 30 simulated seconds caught up (a slow start: more), recorded with the first flush
+        assert 30 <= world.elapsed_s <= 40 and first.stepped_s == world.elapsed_s
+        first.twin.log_steps(store, first.stepped_s)
         time.sleep(0.3)
+        # a restart rebuilds the twin where it was and catches up the 3 simulated seconds since
         again = sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch)
         again.close()
-        assert again.twin is not None and again.twin.world.elapsed_s >= sources.twin.world.elapsed_s + 2
-        assert (
-            again.stepped_s == again.twin.world.elapsed_s - sources.twin.world.elapsed_s
-        )  # a restart catches up
+        assert again.twin is not None and again.twin.world.elapsed_s >= world.elapsed_s + 2
+        assert again.stepped_s == again.twin.world.elapsed_s - world.elapsed_s
+        # simulated second e is due at epoch + e / speed: none to wait while behind, the rest when ahead
+        due_s = epoch + (again.twin.world.elapsed_s + 1) / 10.0 - time.time()
+        assert again.pace is not None and abs(again.wait_s(0.0) - max(0.0, due_s)) < 0.05
+        assert again.wait_s(0.0) <= 0.1
+        for _ in range(20):  # two wall seconds ahead of the shared clock: the loop waits them out
+            again.tick()
+        assert 1.5 <= again.wait_s(0.0) <= 2.1
         with pytest.raises(TwinMismatch, match="epoch"):
             sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=epoch - 1)
     with Store(tmp_path / "b.duckdb") as store:
         with pytest.raises(ConfigError, match="future"):
             sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=time.time() + 60)
-        with pytest.raises(
-            ConfigError, match="catch up"
-        ):  # a day of simulated seconds at most, not hours spent
+        # at most a simulated day to step at start, not hours of start-up
+        with pytest.raises(ConfigError, match="catch up"):
             sim_sources(store, scenario, None, 10.0, node="node0", epoch_ts_s=time.time() - 9000)
-        assert (
-            store.scalar("SELECT count(*) FROM sim_runs") == 0
-        )  # refused before the workspace was made a twin
+        assert store.scalar("SELECT count(*) FROM sim_runs") == 0  # refused before anything was written
 
 
 def test_the_cli_names_an_unknown_node_and_an_epoch_without_a_twin(tmp_path: Path) -> None:

@@ -244,7 +244,7 @@ class Service:
         self.last_tick = self.clock()
         if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
-        self.sleep(max(0.0, self.sources.tick_s - (self.clock() - begun)))
+        self.sleep(self.sources.wait_s(self.clock() - begun))
 
     def _collect(self, name: str, collector: Any) -> None:
         assert self.sources is not None

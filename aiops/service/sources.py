@@ -12,7 +12,8 @@ whole world (collectives and stragglers couple the nodes) but collects, stores a
 (aiops/service/node_slice.py): its own NVML and sysfs collectors, the fabric adapter's rows it owns, the
 inventory it would discover or be told (its topology, the jobs whose rank 0 it hosts, its ranks). Rack sensors and
 DCIM signals are no node agent's. With a shared `epoch_ts_s` (`--epoch-ts-s`), agents started apart catch up to
-the same simulated second before they collect, so their series line up.
+the same simulated second before they collect, and each then steps simulated second e at wall time
+`epoch + e / speed` (`Sources.pace`), so their series line up and stay lined up.
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ class Sources:
     stepped_s: float = 0.0  # simulated seconds stepped since the last flush recorded them
     topology_rows: list[tuple[Any, ...]] = field(default_factory=list)  # discovered on a host, at start
     close: Callable[[], None] = lambda: None  # release NVML, /dev/kmsg
+    pace: Callable[[], float] | None = (
+        None  # seconds until the next tick is due on a shared clock (sim epoch)
+    )
+
+    def wait_s(self, spent_s: float) -> float:
+        """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared
+        clock, until the next simulated second is due (none while behind it: ticks run back to back)."""
+        return max(0.0, self.pace() if self.pace is not None else self.tick_s - spent_s)
 
     def due(self) -> list[Source]:
         now = self.clock()
@@ -226,6 +235,8 @@ def sim_sources(
         out.stepped_s += 1.0
 
     out.tick = tick
+    if epoch_ts_s is not None:  # simulated second e is due at epoch + e / speed: no drift between agents
+        out.pace = lambda: world.epoch_ts_s + (world.elapsed_s + 1.0) / speed - time.time()
     return out
 
 
