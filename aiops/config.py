@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
@@ -126,6 +134,22 @@ class DetectionConfig(_Section):
     replay_s: float = Field(default=1800.0, ge=0, le=86_400, description="history replayed at start")
 
 
+class FleetConfig(_Section):
+    """`aiops fleet`: where the node agents' exports are read (docs/FLEET.md)."""
+
+    prometheus: str = Field(default="", description="Prometheus or VictoriaMetrics base URL (--prometheus)")
+    bearer_token_file: str = Field(default="", description="file holding a bearer token for it; empty: none")
+    step_s: float = Field(default=15.0, ge=1, le=600, description="the scrape interval: one row per step")
+    lookback_s: float = Field(
+        default=600.0, ge=0, le=86_400, description="read at the first start: a fault under way is found"
+    )
+    delay_s: float = Field(
+        default=5.0, ge=0, le=600, description="how far behind now to read (VictoriaMetrics: >= 30)"
+    )
+    selector: str = Field(default="", description='extra label matchers for every query, e.g. cluster="a"')
+    timeout_s: float = Field(default=30.0, gt=0, le=600, description="one answer's whole time")
+
+
 class LanesConfig(_Section):
     dev: str = Field(default="", description="the NIC whose lanes the service watches; empty: none")
     netns: str = ""
@@ -137,6 +161,108 @@ class DcimConfig(_Section):
     signals_file: str = Field(default="", description="JSON/YAML signals file a facility exporter writes")
     interval_s: float = Field(default=5.0, gt=0, le=3600)
     actuator: Literal["auto", "nvml", "none", "twin"] = "auto"
+
+
+_METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", re.ASCII)
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$", re.ASCII)
+
+
+def _label_name(value: str) -> str:
+    if not _LABEL.match(value) or value.startswith("__"):
+        raise ValueError("must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __reserved)")
+    return value
+
+
+class FacilitySeries(_Section):
+    """One rack_samples column read from one exporter series: `metric{match...}`, its series combined per rack
+    by `aggregate`, times `scale` (to the column's unit: W -> kW is 0.001)."""
+
+    metric: str = Field(description="the exporter's metric name")
+    match: dict[str, str] = Field(
+        default_factory=dict, description="label = exact value the series must have"
+    )
+    aggregate: Literal["avg", "sum", "max", "min"] = Field(
+        default="avg", description="how a rack's series combine (its BMCs' inlets: avg; their power: sum)"
+    )
+    scale: float = Field(default=1.0, gt=0, le=1e6, description="the value times this is the column's unit")
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        if not _METRIC.match(value):
+            raise ValueError("must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+        return value
+
+    @field_validator("match")
+    @classmethod
+    def _match(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            _label_name(name)
+        return value
+
+
+def _series(metric: str, aggregate: str = "avg", scale: float = 1.0, **match: str) -> Any:
+    return Field(
+        default_factory=lambda: FacilitySeries(metric=metric, match=match, aggregate=aggregate, scale=scale)
+    )
+
+
+class FacilityConfig(_Section):
+    """Rack sensors no node agent has, read from the facility's exporters through Prometheus (docs/FACILITY.md):
+    which series feed which rack_samples column, which rack a series belongs to, and the DCIM input."""
+
+    rack_label: str = Field(default="rack", description="the label naming a series' rack (rack<N>)")
+    instance_label: str = Field(default="instance", description="the label `racks` maps to a rack")
+    racks: dict[str, str] = Field(
+        default_factory=dict,
+        description="instance -> rack<N>, for series without the rack label (e.g. a BMC's address)",
+    )
+    # prometheus-community/ipmi_exporter (docs/metrics.md): every BMC's inlet sensor, averaged per rack
+    inlet_temp_c: FacilitySeries = _series("ipmi_temperature_celsius", "avg", name="Inlet Temp")
+    # HPE CPQRACK-MIB rack thermal controller through snmp_exporter: water return and supply, INTEGER in C
+    outlet_temp_c: FacilitySeries = _series("cpqRackThermalControllerWaterTempReturn", "max")
+    coolant_supply_temp_c: FacilitySeries = _series("cpqRackThermalControllerWaterTempSupply", "max")
+    # DMTF Redfish CoolantConnector FlowLitersPerMinute of the rack's CDU loop, through json_exporter
+    coolant_flow_lpm: FacilitySeries = _series("redfish_cdu_coolant_flow_liters_per_minute", "sum")
+    # ipmi_exporter's DCMI power reading of every node in the rack, summed, W -> kW
+    power_kw: FacilitySeries = _series("ipmi_dcmi_power_consumption_watts", "sum", 0.001)
+    dcim: str = Field(
+        default="",
+        description="the DCIM caps document: a file path or an http(s):// URL; empty: none",
+    )
+    dcim_timeout_s: float = Field(default=5.0, gt=0, le=120, description="one DCIM read, whole answer")
+
+    @field_validator("rack_label", "instance_label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return _label_name(value)
+
+    @field_validator("racks")
+    @classmethod
+    def _racks(cls, value: dict[str, str]) -> dict[str, str]:
+        for instance, rack in value.items():
+            if not _RACK.match(rack):
+                raise ValueError(f"'{instance[:60]}' -> '{rack[:20]}': a rack must be rack<N>, e.g. rack0")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> FacilityConfig:
+        seen: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+        for name, field in type(self).model_fields.items():
+            series = getattr(self, name)
+            if field.annotation is FacilitySeries:
+                key = (series.metric, tuple(sorted(series.match.items())))
+                if key in seen:
+                    raise ValueError(f"{name} reads the same series as {seen[key]}: add a match label to one")
+                seen[key] = name
+        return self
+
+    @field_validator("dcim")
+    @classmethod
+    def _dcim(cls, value: str) -> str:
+        if "://" in value and not re.match(r"^https?://[^\s]+$", value):
+            raise ValueError("must be a file path or an http:// or https:// URL")
+        return value
 
 
 class WebhookConfig(_Section):
@@ -349,8 +475,10 @@ class Config(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     collectors: CollectorsConfig = Field(default_factory=CollectorsConfig)
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     lanes: LanesConfig = Field(default_factory=LanesConfig)
     dcim: DcimConfig = Field(default_factory=DcimConfig)
+    facility: FacilityConfig = Field(default_factory=FacilityConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
@@ -384,6 +512,13 @@ _MODELS: dict[str, type[BaseModel]] = {
 }
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
+_MODELS.update(
+    {
+        f"facility.{n}": FacilitySeries
+        for n, f in FacilityConfig.model_fields.items()
+        if f.annotation is FacilitySeries
+    }
+)
 
 
 def _key(loc: Sequence[int | str]) -> str:
@@ -454,7 +589,14 @@ def example_toml() -> str:
         lines.append(f"[{name}]")
         for key, field in type(model).model_fields.items():
             value = getattr(model, key)
-            if key == "source" or isinstance(value, BaseModel | list | dict):
+            inline = (
+                isinstance(value, dict) and bool(value) and all(isinstance(v, str) for v in value.values())
+            )
+            if (
+                key == "source"
+                or isinstance(value, BaseModel | list)
+                or (isinstance(value, dict) and not inline)
+            ):
                 continue
             comment = f"  # {field.description}" if field.description else ""
             unset = "# " if value is None else ""  # no default: left out (TOML has no null)
@@ -474,6 +616,13 @@ def example_toml() -> str:
                 "# one file for many nodes: each host finds itself by hostname (the pod's, with hostNetwork)",
                 "# [node.hosts]",
                 '# "gpu-a-17" = { name = "node17", rack = "rack2" }',
+            ]
+        if section == "facility":
+            lines += [
+                "# a series without the rack label: its instance label -> rack (docs/FACILITY.md)",
+                "# [facility.racks]",
+                '# "10.0.4.17:623" = "rack2"',
+                "# another exporter for a column: set metric, match, aggregate and scale in its section above",
             ]
         if section == "guardrails":
             lines += [
@@ -498,4 +647,6 @@ def _toml(value: Any) -> str:
         return '""'
     if isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml(str(k))} = {_toml(v)}" for k, v in value.items()) + " }"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

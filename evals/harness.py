@@ -23,16 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from aiops.agent.config import AgentConfig
+from aiops.control.dcim_signals import parse_dcim_signals
+from aiops.control.dcim_source import dcim_document, record_changes
 from aiops.errors import AiopsError, ScenarioError
 from aiops.fleet.backfill import backfill, serving
+from aiops.fleet.cycle import read_cycle
 from aiops.fleet.history import replay, write
-from aiops.fleet.ingest import fetch_interval
 from aiops.pipeline import RunResult
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario, load_scenario
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.twin import Twin
+from aiops.sources.facility import facility_rows, render_facility_history
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 from evals.scoring import cause_windows, matches, same_scope, score_causes, summarize_causes
@@ -142,25 +145,30 @@ def run_file_via_prometheus(path: str, step_s: float) -> Case:
     scenario = load_scenario(path)
     with tempfile.TemporaryDirectory(prefix="aiops-eval-prom-") as tmp:
         work = Path(tmp)
+        om = work / "history.om"
         with Store(":memory:") as twin_store:
             twin = simulate_into(twin_store, scenario)
             first_s = float(twin_store.scalar("SELECT min(ts_s) FROM gpu_samples"))
             last_s = float(twin_store.scalar("SELECT max(ts_s) FROM gpu_samples"))
-            history = replay(twin_store, step_s)
-        om = work / "history.om"
-        with om.open("w") as out:
-            write(history, out, openmetrics=True)
-        del history
+            with om.open("w") as out:
+                write(replay(twin_store, step_s), out, openmetrics=True, end=False)
+                render_facility_history(facility_rows(twin_store), out, step_s=step_s, openmetrics=True)
+            grid = [first_s + step_s * (k + 1) for k in range(int((last_s - first_s) // step_s) + 1)]
+            documents = [(t, dcim_document(twin_store, t)) for t in grid]  # what the DCIM served then
         backfill(om, work / "tsdb")
         om.unlink()
         with serving(work / "tsdb", work) as url, Store(":memory:") as fleet:
             client = PrometheusClient(url, timeout_s=60.0)
-            report = fetch_interval(
-                fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s
-            )
+            report = read_cycle(fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s)
+            racks = [
+                str(r["component"]) for r in fleet.query("SELECT component FROM topology WHERE kind = 'rack'")
+            ]
+            for t, document in documents:  # the fleet's DCIM input, read every step
+                record_changes(fleet, parse_dcim_signals(document, "dcim", t, racks), t, "http:dcim")
             case = score_analysis(scenario, fleet, twin)
     case["file"] = path
-    case["via"] = {"prometheus": True, "step_s": step_s, "samples": report.samples, "series": report.series}
+    nodes = report.nodes
+    case["via"] = {"prometheus": True, "step_s": step_s, "samples": nodes.samples, "series": nodes.series}
     return case
 
 

@@ -26,7 +26,7 @@ def sql(tmp_path: Path) -> ReadOnlySQL:
             "INSERT INTO sim_runs (ts_s, scenario_name, scenario_yaml, simulated_s, format_version) "
             "VALUES (0, 'secret', 'faults: [the answer]', 600, 1)"
         )
-    return ReadOnlySQL(workspace, max_rows=5, timeout_s=0.3)
+    return ReadOnlySQL(workspace, max_rows=5, timeout_s=3.0)  # a busy machine starts the worker slowly
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_sql_guard_rejects_everything_but_one_select(sql: ReadOnlySQL, query: st
 def test_sql_limits_rows_and_time(sql: ReadOnlySQL) -> None:
     result = sql.run("SELECT i FROM samples ORDER BY i")
     assert [r["i"] for r in result["rows"]] == [0, 1, 2, 3, 4] and result["truncated"]
-    with pytest.raises(SQLRejected, match=r"exceeded 0\.3 s"):
+    with pytest.raises(SQLRejected, match=r"exceeded 3 s"):
         sql.run("SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3")
 
 

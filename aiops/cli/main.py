@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.dcim",
     "aiops.cli.policy",
     "aiops.cli.run",
+    "aiops.cli.fleet",
     "aiops.cli.config_cmd",
     "aiops.cli.profile",
     "aiops.cli.report",

@@ -153,10 +153,12 @@ def _feed(
             cache.observe(table, columns, owned)
 
 
-def write(history: History, out: TextIO, *, openmetrics: bool) -> int:
-    """The history in one exposition document; returns the samples written."""
+def write(history: History, out: TextIO, *, openmetrics: bool, end: bool = True) -> int:
+    """The history in one exposition document; returns the samples written. `end=False` leaves OpenMetrics'
+    `# EOF` out, for more families (the facility's) to follow in the same document."""
     writer = openmetrics_latest if openmetrics else text_latest
-    out.write(writer(_Registry(history)).decode())  # type: ignore[arg-type]
+    text = writer(_Registry(history)).decode()  # type: ignore[arg-type]
+    out.write(text if end or not openmetrics else text.removesuffix("# EOF\n"))
     return history.samples
 
 

@@ -1,7 +1,8 @@
 """The node agents' exports, read from Prometheus or VictoriaMetrics into a workspace's tables (`fetch_interval`).
 
 Each family is asked as `last_over_time(name[step])` over one step more than the interval: the extra, first step
-is the base every counter's increase is measured from, and a series that stopped being exported is absent from
+is the base every counter's increase is measured from (a counter first seen later, an XID's, counts from zero),
+and a series that stopped being exported is absent from
 the next step on. Samples are staged long (`fleet_raw`, in the workspace's file under a memory limit), counters
 turned into increases (`fleet_d`), then pivoted (aiops/fleet/pivot.py) into the tables detect and rca read,
 rows stamped at the scrape times. A gpu_samples row carries the samples it stands for (m017) so the detector's
@@ -33,7 +34,9 @@ _STAGE_SQL = (
 _PARTITION = ", ".join(f'"{label}"' for label in ("name", *families.LABELS))
 _DELTA_SQL = f"""
 CREATE TABLE fleet_d AS
-SELECT *, CASE WHEN prev IS NULL THEN NULL WHEN value >= prev THEN value - prev ELSE value END AS d
+SELECT *, CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
+                WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
+                ELSE NULL END AS d  -- the base step: what the increases are measured from
 FROM (SELECT *, lag(value) OVER (PARTITION BY {_PARTITION} ORDER BY ts_s) AS prev FROM fleet_raw)
 """
 
@@ -121,7 +124,7 @@ def fetch_interval(
                 report.samples += samples
                 report.series += series
                 hint = max(hint, series)
-        conn.execute(_DELTA_SQL)
+        conn.execute(_DELTA_SQL, {"base": first_s - step_s / 2})
         conn.execute("DELETE FROM fleet_d WHERE ts_s < ?", [first_s - step_s / 2])
         for table, sql in statements():
             before = int(store.scalar(f"SELECT count(*) FROM {table}"))

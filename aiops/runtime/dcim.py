@@ -18,8 +18,8 @@ from aiops.control.dcim_signals import (
     check_scope,
     load_dcim_file,
     record_signal,
-    signals_in_force,
 )
+from aiops.control.dcim_source import record_changes
 from aiops.errors import DcimSignalError
 from aiops.runtime.world import attach
 from aiops.sim.twin import Twin
@@ -81,24 +81,7 @@ def file_signals(path: str) -> Callable[[Store, float], list[str]]:
     and no longer lists."""
 
     def record(store: Store, now: float) -> list[str]:
-        source = f"file:{path}"
-        listed = load_dcim_file(path, now, racks_in_store(store))
-        in_force = signals_in_force(store)
-        changes: list[str] = []
-        for signal in listed:
-            signal = DcimSignal(signal.scope, signal.kind, signal.budget_kw, now, source)
-            if not signal.same_as(in_force.get(signal.scope)):
-                record_signal(store, signal)
-                changes.append(
-                    f"{signal.scope}: {signal.kind}"
-                    + (f" {signal.budget_kw:g} kW" if signal.budget_kw else "")
-                )
-        named = {s.scope for s in listed}
-        for scope, old in in_force.items():
-            if old.source == source and old.kind == "cap" and scope not in named:
-                record_signal(store, DcimSignal(scope, "clear", None, now, source))
-                changes.append(f"{scope}: clear (no longer in the file)")
-        return changes
+        return record_changes(store, load_dcim_file(path, now, racks_in_store(store)), now, f"file:{path}")
 
     return record
 

@@ -14,6 +14,7 @@ import time
 from aiops.detect import racks_of_nodes, save_incidents
 from aiops.detect.incidents import IncidentTracker, Transition
 from aiops.detect.rules import Detector
+from aiops.detect.windows import job_gpus
 from aiops.pipeline import incident_of
 from aiops.store import Store
 
@@ -49,6 +50,7 @@ class LiveDetection:
         self.tracker = IncidentTracker(quiet_s=quiet_s, keep_closed=False)
         self.until_ts_s: float | None = None  # end of the last window processed
         self.windows = 0
+        self.inventory_rows = -1  # topology + job_ranks rows when racks and ranks were last read
 
     def start(self, store: Store) -> None:
         """Resume where the last run stopped (or, on a workspace with history and no progress, after it)."""
@@ -79,6 +81,18 @@ class LiveDetection:
         for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
             self.tracker.resume(incident_of(row))  # independent faults: several may be open
 
+    def _refresh_inventory(self, store: Store) -> None:
+        """Racks and ranks read again when the topology or the ranks changed (a fleet workspace learns its
+        nodes as their exports arrive; a node's own is fixed at start)."""
+        assert self.detector is not None
+        size = int(store.scalar("SELECT (SELECT count(*) FROM topology) + (SELECT count(*) FROM job_ranks)"))
+        if size == self.inventory_rows:
+            return
+        self.inventory_rows = size
+        self.tracker.rack_of = racks_of_nodes(store)
+        self.detector.job_of_gpu = job_gpus(store)
+        self.tracker.set_jobs(self.detector.job_of_gpu)
+
     def advance(self, store: Store, newest_ts_s: float, first_ts_s: float | None = None) -> list[Transition]:
         """Process every complete window up to `newest_ts_s` (the newest sample stored); store what changed.
         `first_ts_s`: where a service that has judged nothing yet starts (its first sample)."""
@@ -93,6 +107,7 @@ class LiveDetection:
             self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)
             self.tracker.set_jobs(self.detector.job_of_gpu)
         self.detector.store = store  # the owner may have reopened the file since the last call
+        self._refresh_inventory(store)
         out: list[Transition] = []
         while self.until_ts_s + self.window_s <= newest_ts_s + 1e-9:
             t0, t1 = self.until_ts_s, self.until_ts_s + self.window_s

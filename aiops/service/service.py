@@ -84,12 +84,14 @@ class Service:
         alert_token: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        sources: Callable[[Store], Sources] | None = None,
     ) -> None:
         if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
             identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
             config = config.model_copy(update={"node": config.node.model_copy(update=identity)})
         self.config = config
         self.sim = sim
+        self.make_sources = sources  # another source than this host or the twin (`aiops fleet`: Prometheus)
         self.clock, self.sleep = clock, sleep
         self.owner = FileOwner(
             config.store.path, memory_limit_mb=config.store.memory_limit_mb, guardrails=config.guardrails
@@ -154,7 +156,9 @@ class Service:
     def start(self) -> None:
         self.owner.start()
         with self.owner.store() as store:
-            if self.sim is not None:
+            if self.make_sources is not None:
+                self.sources = self.make_sources(store)
+            elif self.sim is not None:
                 self.sources = sim_sources(
                     store,
                     self.sim.scenario,
@@ -250,8 +254,12 @@ class Service:
         assert self.sources is not None
         now_ts_s = self.sources.clock()
         started = time.perf_counter()
+        tables: dict[str, Any] = {}
         try:
-            batches: dict[str, RowBatch] = collector.rows(now_ts_s)
+            if hasattr(collector, "rows"):
+                batches: dict[str, RowBatch] = collector.rows(now_ts_s)
+            else:  # Arrow tables (the fleet's Prometheus reader): stored, not re-exported at /metrics
+                tables, batches = collector.collect(now_ts_s), {}
         except Exception as exc:  # a collector never takes the loop down: its failure is data
             batches = {
                 "collector_errors": RowBatch(
@@ -262,8 +270,13 @@ class Service:
         self.metrics.timing(name, time.perf_counter() - started)
         self._say_unavailable(name, batches.get("collector_errors"))
         self.buffer.add(batches)
+        self.buffer.add_tables(tables)
         for table, batch in batches.items():
             self.metrics.observe(table, batch.columns, batch.rows)
+        if not hasattr(collector, "rows"):
+            if not tables and not batches:
+                return  # nothing read yet: the data clock has not moved
+            now_ts_s = max(now_ts_s, self.sources.clock())  # the reader's data clock moved as it read
         self.newest_ts_s = now_ts_s
         if self.first_ts_s is None:
             self.first_ts_s = now_ts_s

@@ -37,7 +37,7 @@ from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
 from aiops.sim.world import World
 from aiops.store import Store
-from collectors.base import RowBatch, RowCollector, to_arrow
+from collectors.base import Collector, RowBatch, RowCollector, to_arrow
 from collectors.nvml import NvmlCollector
 
 log = logging.getLogger("aiops.service")
@@ -47,7 +47,9 @@ MAX_CATCH_UP_S = 86_400.0  # simulated seconds an agent may step at start to rea
 @dataclass
 class Source:
     name: str
-    collector: RowCollector
+    collector: (
+        RowCollector | Collector
+    )  # rows (tuples, re-exported at /metrics) or Arrow tables (stored only)
     interval_s: float
     due_ts_s: float = 0.0  # on the sources' clock
 
@@ -63,9 +65,8 @@ class Sources:
     stepped_s: float = 0.0  # simulated seconds stepped since the last flush recorded them
     topology_rows: list[tuple[Any, ...]] = field(default_factory=list)  # discovered on a host, at start
     close: Callable[[], None] = lambda: None  # release NVML, /dev/kmsg
-    pace: Callable[[], float] | None = (
-        None  # seconds until the next tick is due on a shared clock (sim epoch)
-    )
+    # seconds until the next tick is due on a shared clock (a twin on `--epoch-ts-s`); None: every tick_s
+    pace: Callable[[], float] | None = None
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared

@@ -248,7 +248,10 @@ class Store:
         return rows[0][0] if rows else None
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        table: pa.Table = self.conn.execute(sql, list(params) if params is not None else []).to_arrow_table()
+        # a relation, not a DB-API result: its Arrow output is not copied an extra time
+        table: pa.Table = self.conn.sql(
+            sql, params=list(params) if params is not None else None
+        ).to_arrow_table()
         return table
 
     # -- retention ----------------------------------------------------------------------------------------
