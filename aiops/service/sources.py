@@ -70,8 +70,12 @@ class Sources:
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared
-        clock, until the next simulated second is due (none while behind it: ticks run back to back)."""
-        return max(0.0, self.pace() if self.pace is not None else self.tick_s - spent_s)
+        clock, until the next simulated second is due (none while behind it: ticks run back to back). Never
+        more than `tick_s`: a twin ahead of the clock (the wall clock stepped back) keeps its own pace, and a
+        signal is never kept waiting."""
+        if self.pace is None:
+            return max(0.0, self.tick_s - spent_s)
+        return min(self.tick_s, max(0.0, self.pace()))
 
     def due(self) -> list[Source]:
         now = self.clock()
