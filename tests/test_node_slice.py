@@ -205,7 +205,7 @@ def test_the_analyst_on_a_node_slice_finds_the_fault_without_rack_sensors_or_dci
             for _ in range(150):
                 sources.tick()
                 for source in sources.due():
-                    buffer.add(source.collector.rows(sources.clock()))
+                    buffer.add_tables(source.collector.collect(sources.clock()))
         finally:
             sources.close()
         store.ingest_many(buffer.drain())
