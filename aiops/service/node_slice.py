@@ -33,6 +33,8 @@ NODE_TABLES = frozenset(
         "profile_runs",
     }
 )
+# The column that names the node where it is not `node`: a log line names the host it came from.
+NODE_COLUMN = {"log_events": "host"}
 JOB_TABLES = frozenset({"job_steps", "collective_samples", "jobs"})  # rows name a job, not a node
 EVERY_NODE_TABLES = frozenset({"lane_rules", "collector_errors"})  # each agent has its own copy
 FACILITY_TABLES = frozenset({"rack_samples", "dcim_signals"})  # no node agent's
@@ -60,7 +62,7 @@ class NodeSlice:
     def owns(self, table: str, values: Mapping[str, Any]) -> bool:
         """Whether this node's agent holds this row of `table`."""
         if table in NODE_TABLES:
-            return str(values.get("node")) == self.node
+            return str(values.get(NODE_COLUMN.get(table, "node"))) == self.node
         if table in JOB_TABLES:
             return self.homes.get(str(values.get("job"))) == self.node
         if table in EVERY_NODE_TABLES:

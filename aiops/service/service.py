@@ -42,7 +42,7 @@ from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
-from aiops.service.sources import Sources, host_sources, register_topology, sim_sources
+from aiops.service.sources import Sources, check_node, host_sources, register_topology, sim_sources
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
 from collectors.base import RowBatch, RowBuffer
@@ -69,6 +69,8 @@ class SimSetup:
     scenario: Scenario
     lanes_policy: Policy | None = None
     speed: float = 1.0
+    node: str | None = None  # one node agent of the twin's cluster (sources.py); None: the whole cluster
+    epoch_ts_s: float | None = None  # the wall time of the twin's simulated second 0 (default: the start)
 
 
 class Service:
@@ -84,6 +86,9 @@ class Service:
         sleep: Callable[[float], None] = time.sleep,
         sources: Callable[[Store], Sources] | None = None,
     ) -> None:
+        if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
+            identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
+            config = config.model_copy(update={"node": config.node.model_copy(update=identity)})
         self.config = config
         self.sim = sim
         self.make_sources = sources  # another source than this host or the twin (`aiops fleet`: Prometheus)
@@ -160,6 +165,8 @@ class Service:
                     self.sim.lanes_policy,
                     self.sim.speed,
                     self.config.collectors.sysfs.interval_s,
+                    node=self.sim.node,
+                    epoch_ts_s=self.sim.epoch_ts_s,
                 )
             else:
                 self.sources = host_sources(self.config)
@@ -241,7 +248,7 @@ class Service:
         self.last_tick = self.clock()
         if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
-        self.sleep(max(0.0, self.sources.tick_s - (self.clock() - begun)))
+        self.sleep(self.sources.wait_s(self.clock() - begun))
 
     def _collect(self, name: str, collector: Any) -> None:
         assert self.sources is not None
