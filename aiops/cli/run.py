@@ -25,6 +25,7 @@ from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
 from aiops.scenarios import load_scenario
 from aiops.service import logs
+from aiops.service.node_slice import FACILITY
 from aiops.service.service import Service, SimSetup
 from aiops.service.sources import check_node
 
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--node",
         default=None,
-        help="this host's component name, node<N> (overrides [node] name); with --sim: serve that node's slice",
+        help="this host's component name, node<N> (overrides [node] name); with --sim: serve that node's slice, "
+        "or `facility`: the racks' sensors (/metrics/facility) and the DCIM caps (/api/dcim)",
     )
     p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
     p.add_argument(
@@ -70,7 +72,9 @@ def configured(args: argparse.Namespace) -> Config:
             raise ConfigError("--listen", "listen", str(exc)) from None
     http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
     node = node_of(config, socket.gethostname())
-    if args.node is not None:
+    if args.node == FACILITY and args.sim:  # the twin's racks and DCIM: no node<N> (Service names it)
+        node = NodeConfig.model_construct(name=FACILITY, rack="", hosts={})
+    elif args.node is not None:
         try:
             node = NodeConfig(name=args.node, rack=node.rack)
         except ValidationError as exc:

@@ -88,7 +88,9 @@ class Service:
     ) -> None:
         if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
             identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
-            config = config.model_copy(update={"node": config.node.model_copy(update=identity)})
+            config = config.model_copy(
+                update={"node": config.node.model_copy(update=identity)}
+            )  # no validation
         self.config = config
         self.sim = sim
         self.make_sources = sources  # another source than this host or the twin (`aiops fleet`: Prometheus)
@@ -189,6 +191,8 @@ class Service:
                 self.token,
                 self.metrics.dcgm_text,
                 route,
+                facility=self.metrics.facility_text,
+                dcim=self.metrics.dcim_document,
             )
             root = self.companion.app if self.companion is not None else None
             self.http = WebServer(

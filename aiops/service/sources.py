@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from aiops.config import Config
 from aiops.datapath.policy import Policy
 from aiops.errors import ConfigError, TwinMismatch
 from aiops.scenarios import Scenario, scenario_yaml
-from aiops.service.node_slice import NodeSlice, job_homes
+from aiops.service.node_slice import FACILITY, NodeSlice, job_homes
 from aiops.sim.sysfs import SimSysfs
 from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
@@ -89,12 +89,14 @@ def check_node(scenario: Scenario, node: str) -> str:
     """`node` when it is a node of the scenario's cluster (its rack returned), else a ConfigError naming `--node`
     and the names allowed."""
     nodes = scenario.cluster.nodes
+    if node == FACILITY:
+        return ""  # the facility agent stands in no rack
     if node not in {f"node{n}" for n in range(nodes)}:
         raise ConfigError(
             "--node",
             "node",
             f"'{node}' is not a node of scenario '{scenario.name}'",
-            f"node0..node{nodes - 1}",
+            f"node0..node{nodes - 1}, or {FACILITY} (the racks' sensors and the DCIM)",
         )
     return f"rack{int(node.removeprefix('node')) // scenario.cluster.nodes_per_rack}"
 
@@ -102,8 +104,10 @@ def check_node(scenario: Scenario, node: str) -> str:
 def node_slice(world: World, node: str) -> NodeSlice:
     """What the agent of `node` owns of the world's rows: its rack, and each job's home (the node of rank 0)."""
     lay = world.layout
-    n = lay.node_names.index(node)
     ranks = inventory(world)["job_ranks"].to_pylist()
+    if node == FACILITY:
+        return NodeSlice(FACILITY, None, job_homes(ranks))
+    n = lay.node_names.index(node)
     return NodeSlice(node, str(lay.rack_names[lay.node_rack[n]]), job_homes(ranks))
 
 
@@ -215,7 +219,10 @@ def sim_sources(
     world = twin.world
     if caught_up_s:
         log.info("caught up", extra={"simulated_s": caught_up_s, "elapsed_s": world.elapsed_s})
-    mine = range(world.layout.nodes) if node is None else [world.layout.node_names.index(node)]
+    if node is None:
+        mine: Sequence[int] = range(world.layout.nodes)
+    else:
+        mine = [] if node == FACILITY else [world.layout.node_names.index(node)]
     sources = [Source(f"nvml-node{n}", NvmlCollector(world.nvml(n), f"node{n}"), 1.0) for n in mine]
     fabric = SimFabricCollector(world)
     sources.append(
