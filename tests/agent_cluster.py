@@ -123,9 +123,20 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 
 def scrape(prom: int, targets: Path, ports: dict[str, int]) -> None:
+    """Prometheus scrapes every agent's /metrics, and the facility agent's (node `facility`) /metrics/facility."""
     wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
     tmp = targets.with_suffix(".tmp")
-    tmp.write_text(json.dumps([{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}]))
+    groups: list[dict[str, object]] = [
+        {"targets": [f"127.0.0.1:{p}" for n, p in ports.items() if n != "facility"]}
+    ]
+    if "facility" in ports:
+        groups.append(
+            {
+                "targets": [f"127.0.0.1:{ports['facility']}"],
+                "labels": {"__metrics_path__": "/metrics/facility"},
+            }
+        )
+    tmp.write_text(json.dumps(groups))
     tmp.rename(targets)  # whole, at once: Prometheus reads the file when it changes
 
 

@@ -5,7 +5,10 @@ finds it. The cluster incident opens once, is diagnosed (thermal_throttle on the
 loopback receiver. Then kill -9 of the fleet and a restart on the same workspace: the incident keeps its id and is
 not notified again, no sample is stored twice and no scrape step of a GPU is missing across the restart.
 
-The default is four agents and the thermal fault; AIOPS_FLEET_E2E_AGENTS=8 runs the issue's eight."""
+A rack cooling failure and a facility cap (the twin's facility agent, `--node facility`, serving the racks'
+sensors as facility exporters' series and the DCIM caps document the fleet reads) are each named as such by the
+fleet in a run of their own. The default is four agents and the thermal fault; AIOPS_FLEET_E2E_AGENTS=8 runs the
+issue's eight, AIOPS_FLEET_E2E_FAULTS=all the three faults."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from aiops.store import Workspace
 from tests.agent_cluster import agents, labels, prometheus, scrape, stop
 from tests.notify_helpers import receiver
@@ -26,15 +31,26 @@ from tests.service_helpers import aiops_cmd, get, get_json, listening_ports, ser
 AGENTS = int(os.environ.get("AIOPS_FLEET_E2E_AGENTS", "4"))
 NODES = tuple(f"node{n}" for n in range(AGENTS))
 FAULTED = f"node{AGENTS - 1}"
-SCENARIO = f"""\
-name: fleet-live-thermal
+FACILITY_FAULTS = {  # kind, target -> what the fleet must name
+    "rack_cooling_failure": ("rack1", ("rack_cooling_failure", "rack1")),
+    "facility_power_cap": ("rack0", ("facility_power_cap", "rack0")),
+}
+RUN_ALL = os.environ.get("AIOPS_FLEET_E2E_FAULTS") == "all"
+SPEED = "10"
+
+
+def scenario_text(kind: str, target: str, gpus: int = 2, start_s: int = 40) -> str:
+    return f"""\
+name: fleet-live-{kind.replace("_", "-")}
 seed: 11
 duration_s: 3600
-cluster: {{racks: 2, nodes_per_rack: {AGENTS // 2}, gpus_per_node: 2, nics_per_node: 1}}
+cluster: {{racks: 2, nodes_per_rack: {AGENTS // 2}, gpus_per_node: {gpus}, nics_per_node: 1}}
 faults:
-  - {{kind: thermal_throttle, target: {FAULTED}/gpu1, start_s: 40, severity: 0.9}}
+  - {{kind: {kind}, target: {target}, start_s: {start_s}, severity: 0.9}}
 """
-SPEED = "10"
+
+
+SCENARIO = scenario_text("thermal_throttle", f"{FAULTED}/gpu1")
 
 
 @contextmanager
@@ -83,10 +99,8 @@ def incidents(port: int) -> list[dict[str, Any]]:
     return list(get_json(f"http://127.0.0.1:{port}/api/incidents")["incidents"])
 
 
-def diagnosed(port: int) -> list[dict[str, Any]]:
-    return [
-        i for i in incidents(port) if (i.get("top_hypothesis") or {}).get("root_cause") == "thermal_throttle"
-    ]
+def diagnosed(port: int, root_cause: str = "thermal_throttle") -> list[dict[str, Any]]:
+    return [i for i in incidents(port) if (i.get("top_hypothesis") or {}).get("root_cause") == root_cause]
 
 
 def test_the_fleet_finds_a_fault_under_way_notifies_once_and_survives_kill_9(tmp_path: Path) -> None:
@@ -147,3 +161,27 @@ def test_the_fleet_finds_a_fault_under_way_notifies_once_and_survives_kill_9(tmp
         )
         assert len(gaps) == 2 * AGENTS and all(g["widest"] <= 2.0 for g in gaps), gaps
         assert store.scalar("SELECT count(*) FROM topology WHERE kind = 'node'") == AGENTS
+
+
+@pytest.mark.parametrize("kind", list(FACILITY_FAULTS) if RUN_ALL else [])
+def test_the_fleet_names_rack_and_facility_causes_from_the_facility_series(tmp_path: Path, kind: str) -> None:
+    target, (root_cause, component) = FACILITY_FAULTS[kind]
+    scenario = tmp_path / "fleet-live.yaml"
+    # from 50 wall seconds on: the fleet has read the racks' normal state first (their rules are relative)
+    scenario.write_text(scenario_text(kind, target, gpus=4, start_s=500))
+    with (
+        receiver() as sink,
+        prometheus(tmp_path) as (prom, targets),
+        agents(tmp_path, scenario, time.time(), (*NODES, "facility"), SPEED) as ports,
+    ):
+        config = tmp_path / "fleet.toml"
+        config.write_text(
+            f'[facility]\ndcim = "http://127.0.0.1:{ports["facility"]}/api/dcim"\n\n'
+            f'[[notify.webhooks]]\nurl = "{sink.url}/hook"\nkind = "json"\n'
+        )
+        scrape(prom, targets, ports)
+        wait_for(lambda: labels(prom, "ipmi_temperature_celsius"), 60, "the facility series in Prometheus")
+        with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
+            found = wait_for(lambda: diagnosed(port, root_cause), 120, f"the fleet's {root_cause}")
+            assert [i["top_hypothesis"]["component"] for i in found] == [component], incidents(port)
+            sink.wait_for(lambda got: any((r.body or {}).get("event") == "diagnosed" for r in got), 30)
