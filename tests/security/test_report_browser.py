@@ -5,7 +5,7 @@ print-to-PDF) converts with pdftoppm into pages that are not blank. Needs `chrom
 without them, failed under AIOPS_REQUIRE_EBPF=1.
 
 The simulated day (aiops/data/report-day.yaml, 24 h at a 60 s sample interval, 120 s detection windows) is
-made once per session: about 55 s on this machine."""
+made once per module: about 20 s on this machine (tests/report_helpers.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def day_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    chromium()  # fail or skip before spending a minute on the simulation
+    chromium()  # fail or skip before spending 20 s on the simulation
     started = time.monotonic()
     path = simulate_day(tmp_path_factory.mktemp("day") / "day.duckdb")
     print(f"simulated day made in {time.monotonic() - started:.0f} s")
