@@ -11,7 +11,7 @@ notification thread (on wall time: it delivers while the loop waits) and the rec
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,17 @@ class HeldClock:
         if self.failure is not None:
             raise AssertionError("the service loop failed") from self.failure
 
+    def run_until_true(self, check: Callable[[], Any], max_s: float, what: str, step_s: float = 1.0) -> Any:
+        """Run the loop `step_s` of service time at a time until `check()` is true (returned), at most until
+        `max_s` of service time."""
+        while True:
+            found = check()
+            if found:
+                return found
+            if self.monotonic() >= max_s:
+                raise AssertionError(f"no {what} within {max_s:g} s of service time")
+            self.run_until(self.monotonic() + step_s)
+
     def fail(self, exc: BaseException) -> None:
         """The loop ended with `exc`: every wait ends, and says so."""
         self.failure = exc
@@ -103,6 +114,7 @@ def service_in_process(
     thread = threading.Thread(target=loop, name="aiops-service-under-test", daemon=True)
     thread.start()
     try:
+        held.run_until(held.monotonic())  # started (listening, if it listens) and waiting at its first tick
         yield service
     finally:
         service.stop()
