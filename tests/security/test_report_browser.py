@@ -18,6 +18,7 @@ from aiops.cli.main import main
 from aiops.report.build import build_report
 from aiops.report.period import Period
 from aiops.store import Store
+from tests.demo_template import demo_copy
 from tests.report_browser import MIN_VARIANCE, browser, chromium, load, pdf_pages, variance
 from tests.report_helpers import simulate_day
 
@@ -27,9 +28,7 @@ DAY_S = 86400.0
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    assert main(["demo", "--db", str(path), "--json"]) == 0
-    return path
+    return demo_copy(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")
