@@ -1,5 +1,5 @@
 """The default `aiops demo` workspace (the built-in scenario), made once per test process and copied for each
-module that needs one: ten modules made their own, at about 3 s of CPU each, the same workspace every time (the
+module that needs one: eight modules made their own, at about 3 s of CPU each, the same workspace every time (the
 simulation is seeded; its proposals are stamped with the wall time they were filed at, valid for a day)."""
 
 from __future__ import annotations
