@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from aiops.cli.main import main
 from aiops.config import load_config
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.app import ConsoleOptions, create_app
@@ -19,6 +18,7 @@ from aiops.runtime.world import attach, desk
 from aiops.store import Workspace
 from guardrails.actions import Action
 from guardrails.records import GuardrailRecords
+from tests.demo_template import demo_copy
 
 PASSWORD = "correct horse battery staple"
 USERS = {"alice": "approver", "bob": "approver", "carol": "admin", "victor": "viewer"}
@@ -28,9 +28,7 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 def make_demo(folder: Path) -> Path:
-    db = folder / "demo.duckdb"
-    assert main(["demo", "--db", str(db), "--json"]) == 0
-    return db
+    return demo_copy(folder)  # `aiops demo --db folder/demo.duckdb`, made once per test process
 
 
 def copy_demo(source: Path, folder: Path) -> Path:

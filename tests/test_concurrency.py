@@ -14,11 +14,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from aiops.cli.main import main
 from aiops.store import Workspace
 from guardrails.audit import AuditLog, verify
 from guardrails.responses import parse_response_bytes
 from guardrails.standing import approve_policy
+from tests.demo_template import demo_copy
 from tests.signing_helpers import shared_keys
 
 DURATION_S = float(os.environ.get("AIOPS_CONCURRENCY_S", "20"))  # a longer soak: AIOPS_CONCURRENCY_S=600
@@ -48,8 +48,7 @@ def _aiops(*args: str) -> list[str]:
 
 
 def test_commands_chat_and_a_dcim_watch_share_one_workspace(tmp_path: Path) -> None:
-    db = tmp_path / "demo.duckdb"
-    assert main(["demo", "--db", str(db), "--json"]) == 0
+    db = demo_copy(tmp_path)
     policy = tmp_path / "responses.yaml"
     policy.write_bytes(POLICY)
     with Workspace(db).write() as store:

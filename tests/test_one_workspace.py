@@ -31,6 +31,7 @@ from guardrails.audit import AuditLog, read_rows, verify
 from guardrails.responses import parse_response_bytes
 from guardrails.standing import approve_policy
 from tests.agent_fakes import final, scripted_llm
+from tests.demo_template import demo_copy
 from tests.signing_helpers import shared_keys
 
 POLICY = b"""version: 1
@@ -46,9 +47,7 @@ pytestmark = pytest.mark.usefixtures("shared_signing")  # approvals are signed w
 @pytest.fixture(scope="module")
 def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`aiops demo --db D` once (the built-in scenario); each test works on its own copy of the one file."""
-    db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    assert main(["demo", "--db", str(db), "--json"]) == 0
-    return db
+    return demo_copy(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from aiops.report.period import Period
 from aiops.report.render_html import render_html
 from aiops.report.render_md import md_escape, render_md
 from aiops.store import Store
+from tests.demo_template import demo_copy
 
 EPOCH_S = 1767225600.0  # 2026-01-01, the simulator's clock
 HOSTILE = "<script>alert(1)</script>\x1b[31m[x](http://evil.example)\u202e|*_"
@@ -21,9 +22,7 @@ HOSTILE = "<script>alert(1)</script>\x1b[31m[x](http://evil.example)\u202e|*_"
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    assert main(["demo", "--db", str(path), "--json"]) == 0
-    return path
+    return demo_copy(tmp_path_factory.mktemp("demo"))
 
 
 def _report(db: Path, out: Path, *extra: str) -> int:

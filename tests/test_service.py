@@ -1,7 +1,8 @@
 """`aiops run --sim` end to end, with real servers: a real Prometheus scrapes the service (its HTTP API then
 returns the temperature of every simulated GPU and, once the fault has begun, the open incident), promtool
 checks /metrics; SIGTERM flushes and exits 0, kill -9 loses at most a batch and a restart continues; one
-service per workspace; commands work on a served workspace and the service executes what people approve."""
+service per workspace; commands work on a served workspace and the service executes what people approve (that
+one with the service in-process on a held clock: tests/service_inprocess.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import signal
 import subprocess
 import time
+import tomllib
 import urllib.parse
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from tests.service_helpers import (
     service_env,
     wait_for,
 )
+from tests.service_inprocess import HeldClock, service_in_process
 from tests.signing_helpers import shared_keys
 
 GPUS = 8  # TINY_SCENARIO: 2 nodes x 4 GPUs
@@ -167,16 +170,22 @@ def test_one_service_per_workspace_names_the_holder(tmp_path: Path) -> None:
 
 
 def test_commands_work_on_a_served_workspace_and_the_service_executes_approvals(tmp_path: Path) -> None:
-    db, scenario = tmp_path / "svc.duckdb", _scenario(tmp_path)
+    """The service in-process on a held clock (tests/service_inprocess.py): the fault's proposal comes when the
+    test runs the loop to it, not after wall seconds; the commands are real processes, through its leases."""
+    db = tmp_path / "svc.duckdb"
     (tmp_path / "aiops.toml").write_text(shared_keys().config.read_text())  # the service verifies signatures
     env = service_env(tmp_path)
-    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (_, port):
+    config = tomllib.loads(shared_keys().config.read_text()) | {"http": {"listen": "127.0.0.1:0"}}
+    held = HeldClock(time.time())
+    with service_in_process(db, TINY_SCENARIO, config, held, speed=10) as service:
+        assert service.http is not None
+        port = service.http.port
 
         def physical_pending() -> bool:
             proposals = get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
             return any(p["status"] == "pending" and p["physical"] for p in proposals)
 
-        wait_for(physical_pending, 120, "the service to file a physical proposal")
+        held.run_until_true(physical_pending, 120, "physical proposal filed by the service")
         listed = subprocess.run(
             aiops_cmd("actions", "list", "--db", str(db), "--json"),
             capture_output=True,
@@ -214,7 +223,7 @@ def test_commands_work_on_a_served_workspace_and_the_service_executes_approvals(
             ]
             return bool(found) and found[0]["status"] == "executed"
 
-        wait_for(executed, 60, "the service to execute the approved proposal")
+        held.run_until_true(executed, held.monotonic() + 60, "execution of the approved proposal")
         verify = subprocess.run(
             aiops_cmd("audit", "verify", "--db", str(db)), capture_output=True, text=True, timeout=60, env=env
         )

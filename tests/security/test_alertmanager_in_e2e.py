@@ -31,7 +31,7 @@ cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}
 jobs:
   - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
 faults:
-  - {kind: thermal_throttle, target: node1/gpu2, start_s: 30, duration_s: 150, severity: 0.9}
+  - {kind: thermal_throttle, target: node1/gpu2, start_s: 60, duration_s: 150, severity: 0.9}
 """
 RULES = """\
 groups:
@@ -112,7 +112,7 @@ def test_a_prometheus_alert_through_alertmanager_is_diagnosed_and_resolved(
             f'[[notify.webhooks]]\nurl = "{hook.url}/hook"\nkind = "json"\n\n'
             f'[alertmanager_in]\ntoken_file = "{token_file}"\n'
         )
-        with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "5") as (_, port):
+        with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (_, port):
             am_port, prom_port = free_port(), free_port()
             am_config, rules, prom_config = (tmp_path / n for n in ("am.yml", "rules.yml", "prom.yml"))
             am_config.write_text(ALERTMANAGER.format(aiops_port=port, token_file=token_file))

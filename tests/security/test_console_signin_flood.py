@@ -6,8 +6,10 @@ the peak, from /proc) and its flush rate within 20 % of an identical service flu
 (`aiops_flushes_total` from /metrics over the same seconds: the control shares the machine's other load, which
 an idle-before/flood-after comparison on a shared machine counted against the flood).
 
-Sized for a 2-core CI machine: 20 s of flood, not the issue's 40 s (the bound is reached within the first
-second, when the first 40 requests arrive; the rest of the flood only repeats it)."""
+Sized for a 2-core CI machine: 10 s of flood, not the issue's 40 s (the bound is reached within the first
+second, when the first 40 requests arrive; the rest of the flood only repeats it, two argon2id hashes at a time,
+which keeps both cores busy: 20 s of it cost the suite ~20 s of CPU more for no other check). The flush rates are
+compared over those 10 s: about 20 flushes each at 0.5 s, so one flush more or less is 5 % of the 20 % allowed."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import httpx
 from tests.service_helpers import TINY_SCENARIO, get, running_service
 
 WORKERS = 40
-FLOOD_S = 20.0
+FLOOD_S = 10.0
 MAX_RSS_MB = 400.0
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 _FLUSHES = re.compile(rb"^aiops_flushes_total (\S+)$", re.M)

@@ -5,7 +5,7 @@ print-to-PDF) converts with pdftoppm into pages that are not blank. Needs `chrom
 without them, failed under AIOPS_REQUIRE_EBPF=1.
 
 The simulated day (aiops/data/report-day.yaml, 24 h at a 60 s sample interval, 120 s detection windows) is
-made once per session: about 55 s on this machine."""
+made once per module: about 20 s on this machine (tests/report_helpers.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from aiops.cli.main import main
 from aiops.report.build import build_report
 from aiops.report.period import Period
 from aiops.store import Store
+from tests.demo_template import demo_copy
 from tests.report_browser import MIN_VARIANCE, browser, chromium, load, pdf_pages, variance
 from tests.report_helpers import simulate_day
 
@@ -27,14 +28,12 @@ DAY_S = 86400.0
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    assert main(["demo", "--db", str(path), "--json"]) == 0
-    return path
+    return demo_copy(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")
 def day_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    chromium()  # fail or skip before spending a minute on the simulation
+    chromium()  # fail or skip before spending 20 s on the simulation
     started = time.monotonic()
     path = simulate_day(tmp_path_factory.mktemp("day") / "day.duckdb")
     print(f"simulated day made in {time.monotonic() - started:.0f} s")
