@@ -331,7 +331,9 @@ class Detector:
             if job in seen:
                 continue
             typical = self.step_baseline[job].median or 1.0
-            if t1 - last > max(30.0, 10.0 * typical):
+            # no step for 30 s and 10 typical steps, and two windows: at a 30 s scrape interval one window
+            # without a step row is one scrape that had not seen the next step yet, not a stall
+            if t1 - last > max(30.0, 10.0 * typical, 2.0 * self.window_s):
                 out.append(
                     Symptom(
                         kind="job_stalled",

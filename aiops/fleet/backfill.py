@@ -5,6 +5,7 @@ $AIOPS_PROMETHEUS and $AIOPS_PROMTOOL."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -46,6 +47,16 @@ def backfill(history_file: Path, tsdb: Path) -> None:
         raise PrometheusUnavailable(f"promtool could not import {history_file}: {tail}")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel sends it SIGTERM when the process that started it dies (a killed
+    `aiops eval` worker never leaves a Prometheus behind). Linux's prctl(PR_SET_PDEATHSIG); elsewhere nothing."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,6 +91,7 @@ def serving(tsdb: Path, workdir: Path, attempts: int = 3) -> Iterator[str]:
                 ],
                 stdout=log,
                 stderr=log,
+                preexec_fn=_die_with_parent,  # one prctl call: nothing that could deadlock after fork
             )
         try:
             deadline_s = time.monotonic() + READY_TIMEOUT_S
