@@ -2,7 +2,8 @@
 epoch), a real Prometheus scraping them every second, and `aiops fleet` reading that Prometheus as a real process.
 The fault (a GPU's cooling, from 40 simulated seconds) is already under way when the fleet starts: its look-back
 finds it. The cluster incident opens once, is diagnosed (thermal_throttle on the faulted node), and is notified to a
-loopback receiver. Then kill -9 of the fleet and a restart on the same workspace: the incident keeps its id and is
+loopback receiver; the faulted node's agent's own incident about it is attached to the fleet's (one incident in the
+fleet's view). Then kill -9 of the fleet and a restart on the same workspace: the incident keeps its id and is
 not notified again, no sample is stored twice and no scrape step of a GPU is missing across the restart.
 
 A rack cooling failure and a facility cap (the twin's facility agent, `--node facility`, serving the racks'
@@ -127,6 +128,16 @@ def test_the_fleet_finds_a_fault_under_way_notifies_once_and_survives_kill_9(tmp
             # opened at the end of the first detection window (10 s) that holds the throttled scrapes
             assert first["opened_ts_s"] < started_s + 25.0, first
             sink.wait_for(lambda got: any((r.body or {}).get("event") == "diagnosed" for r in got), 30)
+            # the faulted node's agent diagnosed it too: in the fleet's view, one incident with the node's attached
+            joined = wait_for(
+                lambda: [n for i in diagnosed(port) for n in i.get("node_incidents") or []],
+                30,
+                "the node's own",
+            )
+            assert {(n["node"], n["root_cause"]) for n in joined} == {(FAULTED, "thermal_throttle")}, joined
+            assert not get_json(f"http://127.0.0.1:{port}/api/incidents").get("node_incidents"), (
+                "none left apart"
+            )
             wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200, 30, "fleet ready")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
@@ -163,25 +174,31 @@ def test_the_fleet_finds_a_fault_under_way_notifies_once_and_survives_kill_9(tmp
         assert store.scalar("SELECT count(*) FROM topology WHERE kind = 'node'") == AGENTS
 
 
-@pytest.mark.parametrize("kind", list(FACILITY_FAULTS) if RUN_ALL else [])
-def test_the_fleet_names_rack_and_facility_causes_from_the_facility_series(tmp_path: Path, kind: str) -> None:
-    target, (root_cause, component) = FACILITY_FAULTS[kind]
-    scenario = tmp_path / "fleet-live.yaml"
-    # from 50 wall seconds on: the fleet has read the racks' normal state first (their rules are relative)
-    scenario.write_text(scenario_text(kind, target, gpus=4, start_s=500))
-    with (
-        receiver() as sink,
-        prometheus(tmp_path) as (prom, targets),
-        agents(tmp_path, scenario, time.time(), (*NODES, "facility"), SPEED) as ports,
-    ):
-        config = tmp_path / "fleet.toml"
-        config.write_text(
-            f'[facility]\ndcim = "http://127.0.0.1:{ports["facility"]}/api/dcim"\n\n'
-            f'[[notify.webhooks]]\nurl = "{sink.url}/hook"\nkind = "json"\n'
-        )
-        scrape(prom, targets, ports)
-        wait_for(lambda: labels(prom, "ipmi_temperature_celsius"), 60, "the facility series in Prometheus")
-        with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
-            found = wait_for(lambda: diagnosed(port, root_cause), 120, f"the fleet's {root_cause}")
-            assert [i["top_hypothesis"]["component"] for i in found] == [component], incidents(port)
-            sink.wait_for(lambda got: any((r.body or {}).get("event") == "diagnosed" for r in got), 30)
+if RUN_ALL:  # about two minutes each with five processes: defined only when asked for (not a skip)
+
+    @pytest.mark.parametrize("kind", list(FACILITY_FAULTS))
+    def test_the_fleet_names_rack_and_facility_causes_from_the_facility_series(
+        tmp_path: Path, kind: str
+    ) -> None:
+        target, (root_cause, component) = FACILITY_FAULTS[kind]
+        scenario = tmp_path / "fleet-live.yaml"
+        # from 50 wall seconds on: the fleet has read the racks' normal state first (their rules are relative)
+        scenario.write_text(scenario_text(kind, target, gpus=4, start_s=500))
+        with (
+            receiver() as sink,
+            prometheus(tmp_path) as (prom, targets),
+            agents(tmp_path, scenario, time.time(), (*NODES, "facility"), SPEED) as ports,
+        ):
+            config = tmp_path / "fleet.toml"
+            config.write_text(
+                f'[facility]\ndcim = "http://127.0.0.1:{ports["facility"]}/api/dcim"\n\n'
+                f'[[notify.webhooks]]\nurl = "{sink.url}/hook"\nkind = "json"\n'
+            )
+            scrape(prom, targets, ports)
+            wait_for(
+                lambda: labels(prom, "ipmi_temperature_celsius"), 60, "the facility series in Prometheus"
+            )
+            with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
+                found = wait_for(lambda: diagnosed(port, root_cause), 120, f"the fleet's {root_cause}")
+                assert [i["top_hypothesis"]["component"] for i in found] == [component], incidents(port)
+                sink.wait_for(lambda got: any((r.body or {}).get("event") == "diagnosed" for r in got), 30)

@@ -32,6 +32,10 @@ LABELS: tuple[str, ...] = (
     "job",
     "rank",
     "op",
+    "incident_id",
+    "severity",
+    "root_cause",
+    "component",
 )
 
 INFO = (
@@ -123,13 +127,14 @@ IB_COLUMNS: tuple[str, ...] = (
     "req_transport_retries_exceeded",
 )
 NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
+INCIDENTS = ("aiops_incident_opened_timestamp_seconds", "aiops_incident_confidence_ratio")
 IB = (
     *(f"aiops_ib_{c}_total" for c in IB_COLUMNS),
     "aiops_ib_port_receive_bytes_total",
     "aiops_ib_port_transmit_bytes_total",
 )
 
-ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *NETDEV, *IB)
+ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *NETDEV, *IB, *INCIDENTS)
 
 
 def is_counter(name: str) -> bool:

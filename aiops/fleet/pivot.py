@@ -218,6 +218,18 @@ GROUP BY ts_s, node, device, port
 """
 
 
+NODE_INCIDENTS = """
+INSERT INTO node_incidents (node, incident_id, component, root_cause, severity, opened_ts_s, confidence, seen_ts_s)
+SELECT node, incident_id, max(component), max(root_cause), max(severity),
+       max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'),
+       max(value) FILTER (WHERE name = 'aiops_incident_confidence_ratio'), min(ts_s)
+FROM fleet_d WHERE name IN ('aiops_incident_opened_timestamp_seconds', 'aiops_incident_confidence_ratio')
+  AND node <> '' AND incident_id <> '' AND (node, incident_id) NOT IN (SELECT (node, incident_id) FROM node_incidents)
+GROUP BY node, incident_id
+HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds') IS NOT NULL
+"""
+
+
 def statements() -> list[tuple[str, str]]:
     """(table, statement) in the order they run: inventory first (the samples join it)."""
     out = [("topology", s) for s in TOPOLOGY.split(";\n")]
@@ -233,5 +245,6 @@ def statements() -> list[tuple[str, str]]:
         ("host_samples", HOSTS),
         ("netdev_samples", netdev_sql()),
         ("ib_port_samples", ib_sql()),
+        ("node_incidents", NODE_INCIDENTS),
     ]
     return out

@@ -24,7 +24,14 @@ from aiops.service.sources import Source, Sources
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
-INVENTORY = ("topology", "job_ranks", "jobs", "lane_rules", "dcim_signals")  # only grow: new rows handed over
+INVENTORY = (
+    "topology",
+    "job_ranks",
+    "jobs",
+    "lane_rules",
+    "dcim_signals",
+    "node_incidents",
+)  # only grow: new rows handed over
 SAMPLES = (
     "gpu_samples",
     "gpu_events",

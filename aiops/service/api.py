@@ -34,6 +34,29 @@ def _incident_json(d: Any) -> dict[str, Any]:
     }
 
 
+def _covers(component: str, node_component: str) -> bool:
+    """A fleet incident's component covers a node's: the same, or the node's component lies under it."""
+    return bool(component) and (node_component == component or node_component.startswith(component + "/"))
+
+
+def _with_node_incidents(
+    incidents: list[dict[str, Any]], from_nodes: list[dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Fleet incident id -> the node incidents about its components (each node incident joins the newest fleet
+    incident that covers it and opened before it was resolved): one incident in the fleet's view."""
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for node_incident in from_nodes:
+        for incident in reversed(incidents):
+            components = [str(c) for c in incident.get("components") or []]
+            top = (incident.get("top_hypothesis") or {}).get("component")
+            if any(
+                _covers(c, str(node_incident["component"])) for c in [*components, *([top] if top else [])]
+            ):
+                merged.setdefault(str(incident["incident_id"]), []).append(node_incident)
+                break
+    return merged
+
+
 class Api:
     """What the JSON API reads: the workspace (opened per request, through the service's own hold)."""
 
@@ -43,7 +66,16 @@ class Api:
     def incidents(self) -> dict[str, Any]:
         with self.workspace.read() as store:
             diagnoses = stored_diagnoses(store)
-        return {"incidents": [_incident_json(d) for d in diagnoses]}
+            from_nodes = store.query("SELECT * FROM node_incidents ORDER BY opened_ts_s, node, incident_id")
+        out: dict[str, Any] = {"incidents": [_incident_json(d) for d in diagnoses]}
+        if (
+            from_nodes
+        ):  # a fleet workspace: the node agents' own incidents, each with the fleet's one about it
+            merged = _with_node_incidents(out["incidents"], from_nodes)
+            out["node_incidents"] = [n for n in from_nodes if not any(n in m for m in merged.values())]
+            for incident in out["incidents"]:
+                incident["node_incidents"] = merged.get(str(incident["incident_id"]), [])
+        return out
 
     def incident(self, incident_id: str) -> dict[str, Any] | None:
         with self.workspace.read() as store:

@@ -570,6 +570,22 @@ M018_TWIN_NODE = """
 ALTER TABLE sim_runs ADD COLUMN IF NOT EXISTS node VARCHAR
 """
 
+# The fleet's view of the node agents' own incidents (aiops/fleet: read from `aiops_incident_opened_timestamp_seconds`
+# and `aiops_incident_confidence_ratio`): one row per node incident, the first time the fleet saw it open, so the
+# fleet's incident and a node's about the same component show as one (the JSON API's `node_incidents`).
+M019_NODE_INCIDENTS = """
+CREATE TABLE IF NOT EXISTS node_incidents (
+    node VARCHAR NOT NULL,          -- the agent that opened it (its `node` label)
+    incident_id VARCHAR NOT NULL,   -- the node's own id (every agent numbers from INC-0001)
+    component VARCHAR NOT NULL,     -- the top hypothesis' component, else empty
+    root_cause VARCHAR NOT NULL,    -- the top hypothesis' label, else empty
+    severity VARCHAR NOT NULL,
+    opened_ts_s DOUBLE NOT NULL,
+    confidence DOUBLE,
+    seen_ts_s DOUBLE NOT NULL       -- the scrape the fleet first read it at
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -589,6 +605,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "kernel_event_device", _sql(M016_KERNEL_EVENT_DEVICE)),
     Migration(17, "sample_weights", _sql(M017_SAMPLE_WEIGHTS)),
     Migration(18, "twin_node", _sql(M018_TWIN_NODE)),
+    Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
