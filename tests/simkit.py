@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from aiops.scenarios import Scenario, parse_scenario
@@ -31,8 +32,10 @@ def scenario(faults: list[dict[str, Any]] | None = None, **extra: Any) -> Scenar
 
 
 def run(faults: list[dict[str, Any]] | None = None, **extra: Any) -> Store:
+    """The run in one batch at its end: the store holds the same rows, in the same order, as with the runner's
+    60 s flushes (compared table by table), without the per-flush cost."""
     store = Store(":memory:")
-    simulate(scenario(faults, **extra), store)
+    simulate(scenario(faults, **extra), store, flush_every_s=math.inf)
     return store
 
 

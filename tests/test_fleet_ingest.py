@@ -125,7 +125,7 @@ def test_counters_become_increases_and_gpu_rows_carry_their_samples(prometheus: 
         again = fetch_interval(store, client, start_s=T0 + STEP_S * 5, end_s=T0 + STEP_S * 7, step_s=STEP_S)
         assert again.rows["topology"] == 0
         # the detector's per-window counts are the node's samples, not the rows: 10 of 15 throttled per scrape
-        window = store.query(GPU_WINDOW_SQL, [T0 + STEP_S * 3.5, T0 + STEP_S * 4.5])
+        window = store.query(GPU_WINDOW_SQL.sql, [T0 + STEP_S * 3.5, T0 + STEP_S * 4.5])
         assert window[0]["samples"] == 15 and window[0]["throttled"] == 10
 
 

@@ -1,21 +1,69 @@
 """Per-window aggregates over stored telemetry: what a detector polling the store every `window_s` sees.
 
-Each function returns one dict per entity for the half-open window (t0, t1]. A gpu_samples row counts as the
-samples it stands for (`samples`, `throttled_samples`, `idle_samples`: a fleet row read at the scrape interval;
-NULL, one sample, on a node's own rows).
+Each query returns one dict per entity for the half-open window (t0, t1]. The live service asks for each window
+as its data lands (one query per window). `detect(store)` knows every window of the stored range in advance:
+inside `reading_ahead`, a query reads the next `READ_AHEAD` windows' rows in one pass, bucketed by window with
+the same boundaries (a few thousand small queries become a few dozen; the aggregates are the same SQL).
+A gpu_samples row counts as the samples it stands for (`samples`, `throttled_samples`, `idle_samples`: a fleet
+row read at the scrape interval; NULL, one sample, on a node's own rows).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from aiops.nvml_bits import GPU_IDLE, THROTTLE
 from aiops.store import Store
 
 Row = dict[str, Any]
+READ_AHEAD = 360  # windows read in one pass (an hour of 10 s windows): bounds what is held in memory
 
-GPU_WINDOW_SQL = f"""
-SELECT gpu, node, sum(coalesce(samples, 1)) AS samples, count(nvml_error) AS errors,
+
+@dataclass(frozen=True)
+class WindowQuery:
+    """`select` over the rows of `table` in a window (and `where`), grouped by `group_by` ("" = every row, in
+    stored order) and in its order (not the hash table's, which differs between runs under load)."""
+
+    select: str
+    table: str
+    group_by: str = ""
+    where: str = ""
+
+    @property
+    def sql(self) -> str:
+        """One window: parameters t0, t1."""
+        where = f" AND {self.where}" if self.where else ""
+        group = f" GROUP BY {self.group_by} ORDER BY {self.group_by}" if self.group_by else ""
+        return f"SELECT {self.select} FROM {self.table} WHERE ts_s > ? AND ts_s <= ?{where}{group}"
+
+    @property
+    def batched_sql(self) -> str:
+        """Consecutive windows: $1 their boundaries b (b[i] < ts_s <= b[i+1] is window i, 1-based), $2 the
+        number of windows, $3 their width. Each row's window is guessed from its time and then settled by the
+        boundaries themselves, so a row lands where the one-window query would find it. `_window` is 1-based."""
+        where = f" AND {self.where}" if self.where else ""
+        if self.group_by == "ALL":
+            group = " GROUP BY ALL ORDER BY ALL"
+        elif self.group_by:
+            group = f" GROUP BY _window, {self.group_by} ORDER BY _window, {self.group_by}"
+        else:
+            group = ""
+        guess = "least(greatest(CAST(floor((ts_s - $1[1]) / $3) AS BIGINT) + 1, 1), $2)"
+        settle = "_guess + CAST(ts_s > $1[_guess + 1] AS BIGINT) - CAST(ts_s <= $1[_guess] AS BIGINT)"
+        return (
+            f"SELECT _window, {self.select} FROM (SELECT *, {settle} AS _window FROM "
+            f"(SELECT *, {guess} AS _guess FROM {self.table} WHERE ts_s > $1[1] AND ts_s <= $1[$2 + 1]{where}))"
+            f"{group}"
+        )
+
+
+GPU_WINDOW_SQL = WindowQuery(
+    f"""gpu, node, sum(coalesce(samples, 1)) AS samples, count(nvml_error) AS errors,
        any_value(nvml_error) AS error, bit_or(coalesce(clocks_event_reasons, 0)) AS reasons,
        sum(coalesce(throttled_samples,
                     CASE WHEN coalesce(clocks_event_reasons, 0) & {THROTTLE} <> 0 THEN 1 ELSE 0 END)) AS throttled,
@@ -26,59 +74,115 @@ SELECT gpu, node, sum(coalesce(samples, 1)) AS samples, count(nvml_error) AS err
        avg(util_pct) AS util_pct, avg(sm_clock_mhz) AS sm_clock_mhz, max(max_sm_clock_mhz) AS max_clock_mhz,
        max(ecc_dbe_total) AS dbe, max(pcie_replay_total) AS pcie_replay,
        min(pcie_link_width) AS link_width, max(pcie_link_max_width) AS link_max_width,
-       min(pcie_link_gen) AS link_gen, max(nvlink_crc_total) AS nvlink_crc, max(nvlink_replay_total) AS nvlink_replay
-FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY gpu, node
-"""
-
-XID_WINDOW_SQL = (
-    "SELECT ts_s, gpu, node, xid, message FROM gpu_events WHERE kind = 'xid' AND ts_s > ? AND ts_s <= ?"
+       min(pcie_link_gen) AS link_gen, max(nvlink_crc_total) AS nvlink_crc, max(nvlink_replay_total) AS nvlink_replay""",
+    "gpu_samples",
+    group_by="gpu, node",
 )
 
-NIC_WINDOW_SQL = """
-SELECT nic, node, bool_or(lane = 'fifo') AS fifo, sum(tx_bytes) AS tx_bytes, sum(drops) AS drops,
+XID_WINDOW_SQL = WindowQuery("ts_s, gpu, node, xid, message", "gpu_events", where="kind = 'xid'")
+
+NIC_WINDOW_SQL = WindowQuery(
+    """nic, node, bool_or(lane = 'fifo') AS fifo, sum(tx_bytes) AS tx_bytes, sum(drops) AS drops,
        sum(ce_marks) AS ce_marks, sum(retransmits) AS retransmits, max(queue_delay_ms) AS max_queue_delay_ms,
        avg(queue_delay_ms) AS queue_delay_ms, sum(carrier_changes) AS carrier_changes,
-       bool_and(coalesce(link_up, true)) AS link_up_all, sum(interval_s) / count(DISTINCT lane) AS seconds
-FROM nic_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY nic, node
-"""
+       bool_and(coalesce(link_up, true)) AS link_up_all, sum(interval_s) / count(DISTINCT lane) AS seconds""",
+    "nic_samples",
+    group_by="nic, node",
+)
 
 # PFC pause frames a NIC's port received (ethtool, netdev_samples.rx_pause_frames: cumulative; NULL without them).
-PAUSE_WINDOW_SQL = """
-SELECT nic, max(rx_pause_frames) AS rx_pause_total
-FROM netdev_samples WHERE ts_s > ? AND ts_s <= ? AND nic IS NOT NULL AND rx_pause_frames IS NOT NULL GROUP BY nic
-"""
+PAUSE_WINDOW_SQL = WindowQuery(
+    "nic, max(rx_pause_frames) AS rx_pause_total",
+    "netdev_samples",
+    group_by="nic",
+    where="nic IS NOT NULL AND rx_pause_frames IS NOT NULL",
+)
 
-FLOW_WINDOW_SQL = """
-SELECT nic, traffic_class, lane, coalesce(rule_id, '') AS rule_id, sum(tx_bytes) AS tx_bytes
-FROM flow_class_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY ALL
-"""
+FLOW_WINDOW_SQL = WindowQuery(
+    "nic, traffic_class, lane, coalesce(rule_id, '') AS rule_id, sum(tx_bytes) AS tx_bytes",
+    "flow_class_samples",
+    group_by="ALL",
+)
 
-COLLECTIVE_WINDOW_SQL = """
-SELECT job, op, scope, max(latency_p99_ms) AS p99_ms, median(latency_p50_ms) AS p50_ms,
-       sum(timeouts) AS timeouts, sum(count) AS ops
-FROM collective_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY job, op, scope
-"""
+COLLECTIVE_WINDOW_SQL = WindowQuery(
+    """job, op, scope, max(latency_p99_ms) AS p99_ms, median(latency_p50_ms) AS p50_ms,
+       sum(timeouts) AS timeouts, sum(count) AS ops""",
+    "collective_samples",
+    group_by="job, op, scope",
+)
 
-STEP_WINDOW_SQL = """
-SELECT job, count(*) AS steps, median(step_time_s) AS step_time_s, max(ts_s) AS last_ts_s,
-       mode(slowest_gpu) AS slowest_gpu
-FROM job_steps WHERE ts_s > ? AND ts_s <= ? GROUP BY job
-"""
+STEP_WINDOW_SQL = WindowQuery(
+    """job, count(*) AS steps, median(step_time_s) AS step_time_s, max(ts_s) AS last_ts_s,
+       mode(slowest_gpu) AS slowest_gpu""",
+    "job_steps",
+    group_by="job",
+)
 
-RACK_WINDOW_SQL = """
-SELECT rack, avg(inlet_temp_c) AS inlet_c, avg(coolant_flow_lpm) AS flow_lpm,
-       avg(coolant_supply_temp_c) AS supply_c, max(power_cap_kw) AS power_cap_kw, avg(power_kw) AS power_kw
-FROM rack_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY rack
-"""
+RACK_WINDOW_SQL = WindowQuery(
+    """rack, avg(inlet_temp_c) AS inlet_c, avg(coolant_flow_lpm) AS flow_lpm,
+       avg(coolant_supply_temp_c) AS supply_c, max(power_cap_kw) AS power_cap_kw, avg(power_kw) AS power_kw""",
+    "rack_samples",
+    group_by="rack",
+)
 
-HOST_WINDOW_SQL = """
-SELECT node, avg(cpu_util_pct) AS cpu_pct, avg(loader_wait_ms) AS loader_wait_ms
-FROM host_samples WHERE ts_s > ? AND ts_s <= ? GROUP BY node
-"""
+HOST_WINDOW_SQL = WindowQuery(
+    "node, avg(cpu_util_pct) AS cpu_pct, avg(loader_wait_ms) AS loader_wait_ms",
+    "host_samples",
+    group_by="node",
+)
 
 
-def window(store: Store, sql: str, t0: float, t1: float) -> list[Row]:
-    return store.query(sql, [t0, t1])
+class ReadAhead:
+    """The windows (bounds[i], bounds[i + 1]] of one pass over a store, each query's rows read `READ_AHEAD`
+    windows at a time."""
+
+    def __init__(self, store: Store, bounds: Sequence[float], window_s: float) -> None:
+        self.store = store
+        self.bounds = list(bounds)
+        self.window_s = window_s
+        self.index = {(t0, t1): i for i, (t0, t1) in enumerate(itertools.pairwise(self.bounds))}
+        self.read: dict[WindowQuery, tuple[int, dict[int, list[Row]]]] = {}
+
+    def rows(self, query: WindowQuery, t0: float, t1: float) -> list[Row] | None:
+        """The window's rows, or None when (t0, t1] is not one of this pass's windows."""
+        i = self.index.get((t0, t1))
+        if i is None:
+            return None
+        first, held = self.read.get(query, (-1, {}))
+        if first < 0 or not first <= i < first + READ_AHEAD:
+            first, held = i, self._read(query, i)
+            self.read[query] = (first, held)
+        return held.get(i - first, [])
+
+    def _read(self, query: WindowQuery, first: int) -> dict[int, list[Row]]:
+        bounds = self.bounds[first : first + READ_AHEAD + 1]
+        held: dict[int, list[Row]] = {}
+        for row in self.store.query(query.batched_sql, [bounds, len(bounds) - 1, self.window_s]):
+            held.setdefault(int(row.pop("_window")) - 1, []).append(row)
+        return held
+
+
+_READING_AHEAD: ContextVar[ReadAhead | None] = ContextVar("_READING_AHEAD", default=None)
+
+
+@contextmanager
+def reading_ahead(store: Store, bounds: Sequence[float], window_s: float) -> Iterator[ReadAhead]:
+    """Within it, `window(store, ...)` for one of these windows is answered from rows read ahead."""
+    ahead = ReadAhead(store, bounds, window_s)
+    token = _READING_AHEAD.set(ahead)
+    try:
+        yield ahead
+    finally:
+        _READING_AHEAD.reset(token)
+
+
+def window(store: Store, query: WindowQuery, t0: float, t1: float) -> list[Row]:
+    ahead = _READING_AHEAD.get()
+    if ahead is not None and ahead.store is store:
+        rows = ahead.rows(query, t0, t1)
+        if rows is not None:
+            return rows
+    return store.query(query.sql, [t0, t1])
 
 
 def time_range(store: Store) -> tuple[float, float] | None:

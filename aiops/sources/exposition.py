@@ -130,12 +130,11 @@ ORDER BY nic, ts_s
 """
 
 
-def _batches(store: Store, sql: str) -> Iterator[dict[str, Any]]:
+def _batches(store: Store, sql: str) -> Iterator[list[tuple[Any, ...]]]:
+    """The answer's rows as tuples, 10,000 at a time (never the whole answer in memory)."""
     cursor = store.conn.execute(sql)
-    columns = [d[0] for d in cursor.description or ()]
     while batch := cursor.fetchmany(10_000):
-        for row in batch:
-            yield dict(zip(columns, row, strict=True))
+        yield batch
 
 
 def write_history(
@@ -143,52 +142,67 @@ def write_history(
 ) -> int:
     """Every stored GPU and NIC sample as timestamped series (streamed: one query per metric); returns the
     number of samples written. OpenMetrics (seconds, `# EOF`) or Prometheus text (milliseconds)."""
-
-    def stamp(ts_s: float) -> str:
-        return _number(ts_s) if openmetrics else str(round(ts_s * 1000))
-
     written = 0
     for field in DCGM_FIELDS:
         sql = (
             f"SELECT gpu, node, uuid, ts_s, {field.column} AS value FROM gpu_samples "
             f"WHERE {field.column} IS NOT NULL AND nvml_error IS NULL ORDER BY gpu, ts_s"
         )
-        written += _write_series(out, field.name, _batches(store, sql), hostname, stamp)
-    written += _write_series(out, XID, _batches(store, _XID_HISTORY_SQL), hostname, stamp)
+        written += _write_series(out, field.name, _batches(store, sql), hostname, _Stamps(openmetrics))
+    written += _write_series(out, XID, _batches(store, _XID_HISTORY_SQL), hostname, _Stamps(openmetrics))
     for series in NETDEV_SERIES:
-        for row in _batches(store, _NIC_HISTORY_SQL):
-            value = _netdev_value(
-                series.name,
-                NicTotals(
-                    float(row["tx_bytes"]),
-                    float(row["tx_packets"]),
-                    float(row["drops"]),
-                    float(row["carrier_changes"]),
-                    bool(row["link_up"]),
-                ),
-            )
-            labels = netdev_labels(str(row["nic"]), hostname(str(row["node"])))
-            out.write(f"{series.name}{labels_text(labels)} {_number(value)} {stamp(float(row['ts_s']))}\n")
-            written += 1
+        stamp = _Stamps(openmetrics)
+        for batch in _batches(store, _NIC_HISTORY_SQL):
+            lines = []
+            for nic, node, ts_s, tx_bytes, tx_packets, drops, carrier_changes, link_up in batch:
+                totals = NicTotals(
+                    float(tx_bytes), float(tx_packets), float(drops), float(carrier_changes), bool(link_up)
+                )
+                labels = labels_text(netdev_labels(str(nic), hostname(str(node))))
+                value = _number(_netdev_value(series.name, totals))
+                lines.append(f"{series.name}{labels} {value} {stamp(float(ts_s))}\n")
+            out.write("".join(lines))
+            written += len(lines)
     if openmetrics:
         out.write("# EOF\n")
     return written
 
 
+class _Stamps(dict[float, str]):
+    """A sample time as written: OpenMetrics seconds or Prometheus milliseconds (each time formatted once: the
+    GPUs of one metric share their times)."""
+
+    def __init__(self, openmetrics: bool) -> None:
+        super().__init__()
+        self.openmetrics = openmetrics
+
+    def __missing__(self, ts_s: float) -> str:
+        text = _number(ts_s) if self.openmetrics else str(round(ts_s * 1000))
+        self[ts_s] = text
+        return text
+
+    def __call__(self, ts_s: float) -> str:
+        return self[ts_s]
+
+
 def _write_series(
     out: TextIO,
     name: str,
-    rows: Iterator[dict[str, Any]],
+    batches: Iterator[list[tuple[Any, ...]]],
     hostname: Callable[[str], str],
-    stamp: Callable[[float], str],
+    stamp: _Stamps,
 ) -> int:
+    """Rows (gpu, node, uuid, ts_s, value), one GPU after another, as samples of `name`."""
     written = 0
     last_gpu = ""
     text = ""
-    for row in rows:
-        if row["gpu"] != last_gpu:
-            last_gpu = str(row["gpu"])
-            text = labels_text(dcgm_labels(last_gpu, row["uuid"], hostname(str(row["node"]))))
-        out.write(f"{name}{text} {_number(float(row['value']))} {stamp(float(row['ts_s']))}\n")
-        written += 1
+    for batch in batches:
+        lines = []
+        for gpu, node, uuid, ts_s, value in batch:
+            if gpu != last_gpu:
+                last_gpu = str(gpu)
+                text = labels_text(dcgm_labels(last_gpu, uuid, hostname(str(node))))
+            lines.append(f"{name}{text} {_number(float(value))} {stamp[float(ts_s)]}\n")
+        out.write("".join(lines))
+        written += len(lines)
     return written

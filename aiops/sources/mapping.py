@@ -13,7 +13,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,23 +116,18 @@ class Staging:
             if name.startswith("DCGM_"):
                 if not _GPU_INDEX.match(labels.get("gpu", "")):
                     continue
-                for ts, value in values:
-                    gpu_rows["name"].append(name)
-                    gpu_rows["host"].append(host)
-                    gpu_rows["gpu_idx"].append(int(labels["gpu"]))
-                    gpu_rows["uuid"].append(labels.get("UUID"))
-                    gpu_rows["ts_s"].append(float(ts))
-                    gpu_rows["value"].append(_dcgm_float(value))
+                constant = {
+                    "name": name,
+                    "host": host,
+                    "gpu_idx": int(labels["gpu"]),
+                    "uuid": labels.get("UUID"),
+                }
+                _extend(gpu_rows, constant, values, _dcgm_float)
             else:
                 device = labels.get("device", "")
                 if not device or VIRTUAL_DEVICE.match(device):
                     continue
-                for ts, value in values:
-                    nic_rows["name"].append(name)
-                    nic_rows["host"].append(host)
-                    nic_rows["device"].append(device)
-                    nic_rows["ts_s"].append(float(ts))
-                    nic_rows["value"].append(_float(value))
+                _extend(nic_rows, {"name": name, "host": host, "device": device}, values, _float)
         for table, rows in (("prom_gpu", gpu_rows), ("prom_nic", nic_rows)):
             if rows["ts_s"]:
                 view = pa.table(rows)
@@ -178,6 +173,19 @@ class Staging:
             t: int(self.store.scalar(f"SELECT count(*) FROM {t}"))
             for t in ("topology", "gpu_samples", "gpu_events", "nic_samples")
         }
+
+
+def _extend(
+    rows: dict[str, list[Any]],
+    constant: Mapping[str, Any],
+    values: Sequence[Sequence[Any]],
+    parse: Callable[[Any], float | None],
+) -> None:
+    """One series' `[ts, value]` pairs as rows: its label columns repeated, each time a float, each value parsed."""
+    for column, value in constant.items():
+        rows[column].extend([value] * len(values))
+    rows["ts_s"].extend([float(ts) for ts, _ in values])
+    rows["value"].extend([parse(value) for _, value in values])
 
 
 def _float(value: Any) -> float | None:

@@ -75,8 +75,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_real_lanes_after_pins_and_namespace_are_deleted(tmp_path: Path) -> None:
-    """Lanes applied for real on a veth in a namespace; then the pins are deleted, then the namespace."""
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The CLI in this process (it only reads state, pins and namespaces): exit code, stdout, stderr."""
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_real_lanes_after_pins_and_namespace_are_deleted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lanes applied for real on a veth in a namespace (by a real `aiops` process); then the pins are deleted,
+    then the namespace; status and remove run in this process."""
     require_ebpf()
     with Sandbox("bi") as sandbox:
         nic = build_lab_nic(sandbox, 61)
@@ -89,14 +99,14 @@ def test_real_lanes_after_pins_and_namespace_are_deleted(tmp_path: Path) -> None
         key = lanes.state_key(nic.dev, nic.sender)
         where = ("--dev", nic.dev, "--netns", nic.sender)
         shutil.rmtree(pin_dir(key))
-        status = _cli("lanes", "status", *where, "--json", "--interval-s", "0.05")
-        assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
-        assert "cannot be read" in json.loads(status.stdout)["nics"][0]["error"]
+        code, out, err = _main(capsys, "lanes", "status", *where, "--json", "--interval-s", "0.05")
+        assert code == 0 and "Traceback" not in err, err
+        assert "cannot be read" in json.loads(out)["nics"][0]["error"]
         subprocess.run(["ip", "netns", "del", nic.sender], check=True)
-        status = _cli("lanes", "status", *where, "--json", "--interval-s", "0.05")
-        assert status.returncode == 0 and f"network namespace {nic.sender} is gone" in status.stdout
-        refused = _cli("lanes", "remove", *where)
-        assert refused.returncode == 1 and "--force" in refused.stderr and "Traceback" not in refused.stderr
-        forced = _cli("lanes", "remove", *where, "--force")
-        assert forced.returncode == 0, forced.stderr
+        code, out, err = _main(capsys, "lanes", "status", *where, "--json", "--interval-s", "0.05")
+        assert code == 0 and f"network namespace {nic.sender} is gone" in out
+        code, out, err = _main(capsys, "lanes", "remove", *where)
+        assert code == 1 and "--force" in err and "Traceback" not in err
+        code, out, err = _main(capsys, "lanes", "remove", *where, "--force")
+        assert code == 0, err
         assert lanes.read_state(key) is None and not pin_dir(key).exists()

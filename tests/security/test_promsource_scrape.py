@@ -5,14 +5,17 @@ over what it scraped, in real time, names the faulted GPU."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.parse
 from pathlib import Path
 
+import pytest
+
+from aiops.cli.main import main
 from tests.promsource_helpers import stop
 from tests.service_helpers import (
     TINY_SCENARIO,
-    aiops_cmd,
     free_port,
     get,
     get_json,
@@ -36,7 +39,9 @@ def _query(port: int, promql: str) -> list[dict[str, dict[str, str]]]:
     return list(body["data"]["result"])
 
 
-def test_prometheus_scrapes_the_twins_dcgm_exposition_and_the_analyst_reads_it(tmp_path: Path) -> None:
+def test_prometheus_scrapes_the_twins_dcgm_exposition_and_the_analyst_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY_SCENARIO)  # thermal_throttle on node1/gpu2 from 90 simulated s
@@ -82,19 +87,21 @@ def test_prometheus_scrapes_the_twins_dcgm_exposition_and_the_analyst_reads_it(t
             wait_for(lambda: _query(prom_port, f"count_over_time(({hot})[1m:1s]) >= 20"), 90, "20 s of it")
             carrier = _query(prom_port, "node_network_carrier_changes_total")
             assert {r["metric"]["instance"] for r in carrier} == {"node0:9100", "node1:9100"}
-            done = subprocess.run(
-                aiops_cmd(
-                    "analyze", "--prometheus", f"http://127.0.0.1:{prom_port}", "--since", "5m", "--json"
-                ),
-                capture_output=True,
-                env=service_env(tmp_path),
-                timeout=300,
+            # the analyst in this process (it only prints): the service's environment, the CLI's exit code and JSON
+            env = service_env(tmp_path)
+            for name in set(os.environ) - set(env):
+                monkeypatch.delenv(name)
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            code = main(
+                ["analyze", "--prometheus", f"http://127.0.0.1:{prom_port}", "--since", "5m", "--json"]
             )
+            out, err = capsys.readouterr()
         finally:
             stop(proc)
             log.close()
-    assert done.returncode == 0, done.stderr[-2000:]
-    answer = json.loads(done.stdout)
+    assert code == 0, err[-2000:]
+    answer = json.loads(out)
     top = answer["hypotheses"][0]
     assert top["root_cause"] == "thermal_throttle" and top["component"] == "node1/gpu2", top
     assert answer["source"]["step_s"] == 1.0
