@@ -3,20 +3,25 @@
 Each family is asked as `last_over_time(name[step])` over one step more than the interval: the extra, first step
 is the base every counter's increase is measured from (a counter first seen later, an XID's, counts from zero),
 and a series that stopped being exported is absent from
-the next step on. Samples are staged long (`fleet_raw`, in the workspace's file under a memory limit), counters
-turned into increases (`fleet_d`), then pivoted (aiops/fleet/pivot.py) into the tables detect and rca read,
-rows stamped at the scrape times. A gpu_samples row carries the samples it stands for (m017) so the detector's
+the next step on (families read only where positive: `_queries`). Samples are staged long in temporary tables
+under a memory limit, each series' labels once (`fleet_series`) and its samples as (series id, time, value)
+(`fleet_raw`), counters turned into increases (`fleet_x`), then pivoted (aiops/fleet/pivot.py, through the view
+`fleet_d`: one row per sample with its labels) into the tables detect and rca read, rows stamped at the scrape
+times. A gpu_samples row carries the samples it stands for (m017) so the detector's
 per-sample rules count what the node counted.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aiops.errors import SourceError
 from aiops.fleet import families
@@ -25,20 +30,35 @@ from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
-_COLUMNS = ("name", "ts_s", "value", *families.LABELS)
-_STAGE_SQL = (
-    "CREATE TABLE fleet_raw (name VARCHAR, ts_s DOUBLE, value DOUBLE, "
+_STAGE_SQL = [
+    "CREATE TEMP TABLE fleet_series (sid BIGINT, name VARCHAR, "
     + ", ".join(f'"{label}" VARCHAR' for label in families.LABELS)
-    + ")"
-)
-_PARTITION = ", ".join(f'"{label}"' for label in ("name", *families.LABELS))
-_DELTA_SQL = f"""
-CREATE TABLE fleet_d AS
-SELECT *, CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
-                WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
-                ELSE NULL END AS d  -- the base step: what the increases are measured from
-FROM (SELECT *, lag(value) OVER (PARTITION BY {_PARTITION} ORDER BY ts_s) AS prev FROM fleet_raw)
+    + ")",
+    "CREATE TEMP TABLE fleet_raw (sid BIGINT, ts_s DOUBLE, value DOUBLE)",
+]
+_DELTA_SQL = """
+CREATE TEMP TABLE fleet_x AS
+SELECT sid, ts_s, value,
+       CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
+            WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
+            ELSE NULL END AS d  -- the base step: what the increases are measured from
+FROM (SELECT *, lag(value) OVER (PARTITION BY sid ORDER BY ts_s) AS prev FROM fleet_raw)
+WHERE ts_s >= $base
 """
+# what the pivots read: one row per sample, its series' labels as columns (a view: the labels are stored once per
+# series, not once per sample)
+_VIEW_SQL = (
+    "CREATE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
+    + ", ".join(f's."{label}"' for label in families.LABELS)
+    + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid)"
+)
+FLUSH_ROWS = 250_000  # staged rows (samples, series) held in Arrow before they are inserted
+_DROP_SQL = (
+    "DROP VIEW IF EXISTS temp.main.fleet_d",
+    "DROP TABLE IF EXISTS temp.main.fleet_x",
+    "DROP TABLE IF EXISTS temp.main.fleet_raw",
+    "DROP TABLE IF EXISTS temp.main.fleet_series",
+)
 
 
 @dataclass
@@ -59,34 +79,129 @@ def _window(step_s: float) -> str:
     return f"{max(1, math.ceil(step_s * 1000) - 1)}ms"
 
 
-def _query(name: str, step_s: float, selector: str) -> str:
-    matchers = ",".join(m for m in (f'__name__="{name}"', selector) if m)
-    return f"last_over_time({{{matchers}}}[{_window(step_s)}])"
+def _queries(name: str, step_s: float, selector: str) -> list[str]:
+    """The queries that read family `name`. A series the pivots read only when positive (a 0/1 gauge; a
+    throttle reason's sample counter, whose increase counts only when above 0: one still at 0 adds nothing, and
+    one that leaves 0 inside the interval counts from zero as a series born there) is asked with `> 0`, so the
+    GPUs' idle reasons, most of the series, are not fetched at all."""
+
+    def one(*extra: str, positive: bool = False) -> str:
+        matchers = ",".join(m for m in (f'__name__="{name}"', *extra, selector) if m)
+        return f"last_over_time({{{matchers}}}[{_window(step_s)}])" + (" > 0" if positive else "")
+
+    if name in families.POSITIVE_GAUGES:
+        return [one(positive=True)]
+    if name == families.REASON_SAMPLES:  # GpuIdle's counts are read at 0 too: the idle rule's numerator
+        return [
+            one(f'reason="{families.IDLE_REASON}"'),
+            one(f'reason!="{families.IDLE_REASON}"', positive=True),
+        ]
+    return [one()]
 
 
-def _stage(store: Store, name: str, result: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
-    rows: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
-    series = 0
-    for one in result:
-        labels = {str(k): str(v) for k, v in dict(one.get("metric") or {}).items()}
-        series += 1
-        for ts, value in one.get("values") or []:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                continue
-            if number != number:  # NaN: no reading
-                continue
-            rows["name"].append(name)
-            rows["ts_s"].append(float(ts))
-            rows["value"].append(number)
+class _Stager:
+    """A query's answer into the staging tables: each series' labels once (`fleet_series`, under an id kept for
+    the label set across the chunks of the interval), its samples as (id, time, value) (`fleet_raw`)."""
+
+    def __init__(self, store: Store, url: str) -> None:
+        self.store, self.url = store, url
+        self.sids: dict[tuple[str, Any], int] = {}
+        self.pending: dict[str, list[pa.Table]] = {"fleet_series": [], "fleet_raw": []}
+        self.pending_rows = 0
+
+    def flush(self) -> None:
+        """The answers staged since the last flush into their tables: one insert each, not one per answer."""
+        conn = self.store.conn
+        for table, parts in self.pending.items():
+            if parts:
+                conn.register("_fleet_batch", pa.concat_tables(parts))
+                conn.execute(f"INSERT INTO {table} SELECT * FROM _fleet_batch")
+                conn.unregister("_fleet_batch")
+                parts.clear()
+        self.pending_rows = 0
+
+    def _add(self, table: str, rows: pa.Table) -> None:
+        self.pending[table].append(rows)
+        self.pending_rows += rows.num_rows
+        if self.pending_rows >= FLUSH_ROWS:
+            self.flush()
+
+    def stage(self, name: str, result: list[Mapping[str, Any]]) -> int:
+        """Stages one answer; returns the samples kept (a NaN or a value that is no number is no reading)."""
+        fresh: list[Mapping[str, Any]] = []
+        fresh_sids: list[int] = []
+        sids: list[int] = []
+        points: list[Any] = []
+        for one in result:
+            metric = one.get("metric") or {}
+            if not isinstance(metric, Mapping):
+                raise SourceError(self.url, 200, f"{name}: a series' metric is not an object")
+            key = (name, _key(metric))
+            sid = self.sids.get(key)
+            if sid is None:
+                sid = self.sids[key] = len(self.sids)
+                fresh.append(metric)
+                fresh_sids.append(sid)
+            values = one.get("values") or []
+            sids.extend([sid] * len(values))
+            points.extend(values)
+        if fresh:
+            self._series(name, fresh, fresh_sids)
+        if not points:
+            return 0
+        stamps, numbers = self._numbers(name, points)
+        keep = ~np.isnan(numbers)
+        batch = {"sid": np.asarray(sids, dtype=np.int64)[keep], "ts_s": stamps[keep], "value": numbers[keep]}
+        self._add("fleet_raw", pa.table(batch))
+        return int(keep.sum())
+
+    def _numbers(self, name: str, points: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of [time, "value"] pairs; a value that is no number becomes NaN."""
+        try:
+            stamps = [p[0] for p in points]
+            values = [p[1] for p in points]
+        except (IndexError, KeyError, TypeError):
+            raise SourceError(self.url, 200, f"{name}: a sample is not a [time, value] pair") from None
+        try:
+            times = pa.array(stamps, pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            raise SourceError(self.url, 200, f"{name}: a sample's time is not a number") from None
+        try:
+            return times, pa.array(values, pa.string()).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # one odd value: each parsed on its own
+            return times, np.array([_number(v) for v in values], dtype=np.float64)
+
+    def _series(self, name: str, metrics: list[Mapping[str, Any]], sids: list[int]) -> None:
+        columns: dict[str, Any] = {"sid": pa.array(sids, pa.int64()), "name": pa.array([name] * len(sids))}
+        try:
+            labels = pa.array(metrics)
+            if not pa.types.is_struct(labels.type):
+                raise TypeError
+            present = {labels.type.field(i).name for i in range(labels.type.num_fields)}
             for label in families.LABELS:
-                rows[label].append(labels.get(label, ""))
-    if rows["ts_s"]:
-        store.conn.register("_fleet_batch", pa.table(rows))
-        store.conn.execute("INSERT INTO fleet_raw SELECT * FROM _fleet_batch")
-        store.conn.unregister("_fleet_batch")
-    return len(rows["ts_s"]), series
+                column = labels.field(label) if label in present else pa.nulls(len(sids), pa.string())
+                columns[label] = pc.fill_null(column.cast(pa.string()), "")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+            # labels of other types than strings (hostile data): each written as text
+            for label in families.LABELS:
+                columns[label] = pa.array([str(m.get(label, "")) for m in metrics], pa.string())
+        self._add("fleet_series", pa.table(columns))
+
+
+def _key(metric: Mapping[str, Any]) -> Any:
+    items = tuple(metric.items())
+    try:
+        hash(items)
+    except TypeError:  # a label value that is a list or an object (hostile data)
+        return tuple((str(k), str(v)) for k, v in items)
+    return items
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def fetch_interval(
@@ -111,28 +226,33 @@ def fetch_interval(
         return report
     conn = store.conn
     bound_memory(conn)
-    for table in ("fleet_raw", "fleet_d"):
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-    conn.execute(_STAGE_SQL)
+    for sql in (*_DROP_SQL, *_STAGE_SQL):
+        conn.execute(sql)
+    stager = _Stager(store, client.url)
     hint = 0
+    collecting = gc.isenabled()
+    gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
         for name in names:
-            for result in client.query_range(
-                _query(name, step_s, selector), first_s - step_s, last_s, step_s, series_hint=hint
-            ):
-                samples, series = _stage(store, name, result)
-                report.samples += samples
-                report.series += series
-                hint = max(hint, series)
+            for query in _queries(name, step_s, selector):
+                for result in client.query_range(query, first_s - step_s, last_s, step_s, series_hint=hint):
+                    report.samples += stager.stage(name, result)
+                    report.series += len(result)
+                    hint = max(hint, len(result))
+        stager.flush()
+        if collecting:
+            gc.enable()
         conn.execute(_DELTA_SQL, {"base": first_s - step_s / 2})
-        conn.execute("DELETE FROM fleet_d WHERE ts_s < ?", [first_s - step_s / 2])
+        conn.execute(_VIEW_SQL)
         for table, sql in statements():
             before = int(store.scalar(f"SELECT count(*) FROM {table}"))
             conn.execute(sql, {"step": step_s} if "$step" in sql else None)
             written = int(store.scalar(f"SELECT count(*) FROM {table}")) - before
             report.rows[table] = report.rows.get(table, 0) + written
     finally:
-        for table in ("fleet_raw", "fleet_d"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        if collecting:
+            gc.enable()
+        for sql in _DROP_SQL:
+            conn.execute(sql)
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
