@@ -14,12 +14,13 @@ at 10,240 GPUs: <= 0.5 core per steady cycle (mean CPU s / 15 s), peak RSS <= 1 
 intervals + 30 s after the fault's first sample (judged on the wall latency). Prints one JSON object.
 
     .venv/bin/python bench/fleet.py --gpus 1024 10240
-    .venv/bin/python bench/fleet.py --quick          # 256 GPUs, a 2 min look-back, 8 cycles (the test's run)
+    .venv/bin/python bench/fleet.py --quick          # 128 GPUs, a 1 min look-back, 7 cycles (the test's run)
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import resource
@@ -44,6 +45,7 @@ CLOCK_PAST_SCRAPE_S = 1.0  # the fake wall clock runs this far past the scrape g
 TARGET_CORES = 0.5
 TARGET_RSS_MB = 1024.0
 TICKS_S = os.sysconf("SC_CLK_TCK")
+PROFILED_CYCLE = 2  # a steady cycle (after the look-back read), profiled with --profile
 
 
 def _cpu_of(pid: int) -> float:
@@ -93,8 +95,11 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     cycles: list[dict[str, Any]] = []
     opened: dict[str, Any] | None = None
     vm_pid = int(plan["vm_pid"])
+    profiler = cProfile.Profile() if plan.get("profile") else None
     for j in range(int(plan["cycles"])):
         now[0] = float(plan["clock0_s"]) + j * step_s
+        if profiler is not None and j == PROFILED_CYCLE:
+            profiler.enable()
         cpu0, wall0, vm0 = time.process_time(), time.perf_counter(), _cpu_of(vm_pid)
         bytes0 = collector.client.bytes_fetched
         tables = collector.collect(collector.horizon_ts_s)
@@ -114,6 +119,9 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
                     "components": t.incident.components[:5],
                     "top": [top.root_cause, top.component] if top else None,
                 }
+        if profiler is not None and j == PROFILED_CYCLE:
+            profiler.disable()
+            profiler.dump_stats(plan["profile"])
         report = collector.last.nodes if collector.last else None
         cycles.append(
             {
@@ -210,6 +218,7 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
                 "lookback_s": args.lookback_s,
                 "delay_s": args.delay_s,
                 "cycles": args.cycles,
+                "profile": args.profile and f"{args.profile}.{gpus}",
             }
             child = subprocess.run(
                 [sys.executable, __file__, "--measure", json.dumps(plan)],
@@ -290,7 +299,7 @@ def _figures(
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--gpus", type=int, nargs="+", default=[1024, 10240], help="GPU counts (8 per node)")
-    parser.add_argument("--quick", action="store_true", help="256 GPUs, 2 min look-back, 8 cycles (tests)")
+    parser.add_argument("--quick", action="store_true", help="128 GPUs, 1 min look-back, 7 cycles (tests)")
     parser.add_argument("--cycles", type=int, default=12, help="cycles after the first (look-back) one, + 1")
     parser.add_argument("--lookback-s", type=float, default=600.0, help="the first cycle's look-back (600)")
     parser.add_argument("--delay-s", type=float, default=30.0, help="read this far behind the clock (30: VM)")
@@ -299,13 +308,14 @@ def main() -> int:
         "--fault-cycle", type=int, default=3, help="the cycle whose read first shows the fault"
     )
     parser.add_argument("--per-cycle", action="store_true", help="every cycle's figures in the JSON")
+    parser.add_argument("--profile", default=None, metavar="PATH", help="cProfile cycle 2 into PATH.<gpus>")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(json.loads(args.measure))))
         return 0
     if args.quick:
-        args.gpus, args.lookback_s, args.cycles = [256], 120.0, 8
+        args.gpus, args.lookback_s, args.cycles = [128], 60.0, 7
     if args.fault_cycle < 1 or args.cycles < args.fault_cycle + 4:
         print("--fault-cycle must be >= 1 and --cycles >= --fault-cycle + 4", file=sys.stderr)
         return 2
