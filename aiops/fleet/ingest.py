@@ -52,6 +52,7 @@ _VIEW_SQL = (
     + ", ".join(f's."{label}"' for label in families.LABELS)
     + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid)"
 )
+PIECE_SAMPLES = 1_200_000  # samples staged at once (a piece of a long interval): ~70 MB, under the 128 MB limit
 FLUSH_ROWS = 250_000  # staged rows (samples, series) held in Arrow before they are inserted
 _DROP_SQL = (
     "DROP VIEW IF EXISTS temp.main.fleet_d",
@@ -216,7 +217,11 @@ def fetch_interval(
 ) -> IngestReport:
     """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it, into
     `store`'s tables; the step before `start_s` is read as the counters' base. Returns what was read and
-    written."""
+    written.
+
+    A long interval (the first cycle's look-back, a whole recorded run) is read in pieces of about
+    `PIECE_SAMPLES` samples, each with its own base step, so the staging stays within DuckDB's memory limit
+    whatever the cluster's size: the first piece is one step (it tells how many series there are)."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     first_s = (math.floor(start_s / step_s) + 1) * step_s  # the first grid point inside the interval
@@ -224,12 +229,38 @@ def fetch_interval(
     report = IngestReport(client.url, first_s, last_s, step_s)
     if last_s < first_s:
         return report
+    bound_memory(store.conn)
+    wanted = tuple(names)
+    total = round((last_s - first_s) / step_s) + 1
+    done, steps = 0, 1
+    while done < total:
+        steps = min(steps, total - done)
+        piece_first_s = first_s + done * step_s
+        piece_last_s = first_s + (done + steps - 1) * step_s
+        series = _fetch_piece(store, client, piece_first_s, piece_last_s, step_s, selector, wanted, report)
+        done += steps
+        steps = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
+    report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
+    return report
+
+
+def _fetch_piece(
+    store: Store,
+    client: PrometheusClient,
+    first_s: float,
+    last_s: float,
+    step_s: float,
+    selector: str,
+    names: tuple[str, ...],
+    report: IngestReport,
+) -> int:
+    """Grid points first_s..last_s (and the base step before) staged, pivoted, added to `report`; returns how
+    many series the answers held."""
     conn = store.conn
-    bound_memory(conn)
     for sql in (*_DROP_SQL, *_STAGE_SQL):
         conn.execute(sql)
     stager = _Stager(store, client.url)
-    hint = 0
+    hint = series = 0
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
@@ -237,8 +268,9 @@ def fetch_interval(
             for query in _queries(name, step_s, selector):
                 for result in client.query_range(query, first_s - step_s, last_s, step_s, series_hint=hint):
                     report.samples += stager.stage(name, result)
-                    report.series += len(result)
+                    series += len(result)
                     hint = max(hint, len(result))
+        report.series += series
         stager.flush()
         if collecting:
             gc.enable()
@@ -254,5 +286,4 @@ def fetch_interval(
             gc.enable()
         for sql in _DROP_SQL:
             conn.execute(sql)
-    report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
-    return report
+    return series
