@@ -30,12 +30,6 @@ from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
-_STAGE_SQL = [
-    "CREATE TEMP TABLE fleet_series (sid BIGINT, name VARCHAR, "
-    + ", ".join(f'"{label}" VARCHAR' for label in families.LABELS)
-    + ")",
-    "CREATE TEMP TABLE fleet_raw (sid BIGINT, ts_s DOUBLE, value DOUBLE)",
-]
 _DELTA_SQL = """
 CREATE TEMP TABLE fleet_x AS
 SELECT sid, ts_s, value,
@@ -45,6 +39,15 @@ SELECT sid, ts_s, value,
 FROM (SELECT *, lag(value) OVER (PARTITION BY sid ORDER BY ts_s) AS prev FROM fleet_raw)
 WHERE ts_s >= $base
 """
+# A series asked in several chunks (a long piece of a big family) came back once per chunk, under an id each:
+# the ids of one label set made one, as the label set identifies the series.
+_MERGE_SQL = (
+    "CREATE TEMP TABLE fleet_alias AS SELECT sid, min(sid) OVER (PARTITION BY name, "
+    + ", ".join(f'"{label}"' for label in families.LABELS)
+    + ") AS canon FROM fleet_series",
+    "CREATE TEMP TABLE fleet_merged AS SELECT coalesce(a.canon, r.sid) AS sid, r.ts_s, r.value "
+    "FROM fleet_raw r LEFT JOIN fleet_alias a USING (sid)",
+)
 # what the pivots read: one row per sample, its series' labels as columns (a view: the labels are stored once per
 # series, not once per sample)
 _VIEW_SQL = (
@@ -52,13 +55,15 @@ _VIEW_SQL = (
     + ", ".join(f's."{label}"' for label in families.LABELS)
     + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid)"
 )
-PIECE_SAMPLES = 1_200_000  # samples staged at once (a piece of a long interval): ~70 MB, under the 128 MB limit
-FLUSH_ROWS = 250_000  # staged rows (samples, series) held in Arrow before they are inserted
 _DROP_SQL = (
     "DROP VIEW IF EXISTS temp.main.fleet_d",
     "DROP TABLE IF EXISTS temp.main.fleet_x",
-    "DROP TABLE IF EXISTS temp.main.fleet_raw",
-    "DROP TABLE IF EXISTS temp.main.fleet_series",
+    "DROP TABLE IF EXISTS temp.main.fleet_alias",
+    "DROP TABLE IF EXISTS temp.main.fleet_merged",
+)
+_STAGED = ("fleet_series", "fleet_raw")  # Arrow tables registered on the connection: scanned in place
+PIECE_SAMPLES = (
+    1_200_000  # samples staged at once (a piece of a long interval): ~70 MB, under the 128 MB limit
 )
 
 
@@ -101,60 +106,53 @@ def _queries(name: str, step_s: float, selector: str) -> list[str]:
 
 
 class _Stager:
-    """A query's answer into the staging tables: each series' labels once (`fleet_series`, under an id kept for
-    the label set across the chunks of the interval), its samples as (id, time, value) (`fleet_raw`)."""
+    """A piece's answers, staged as Arrow tables that DuckDB scans in place: each series' labels once
+    (`fleet_series`, under an id of its own), its samples as (id, time, value) (`fleet_raw`)."""
 
-    def __init__(self, store: Store, url: str) -> None:
-        self.store, self.url = store, url
-        self.sids: dict[tuple[str, Any], int] = {}
-        self.pending: dict[str, list[pa.Table]] = {"fleet_series": [], "fleet_raw": []}
-        self.pending_rows = 0
-
-    def flush(self) -> None:
-        """The answers staged since the last flush into their tables: one insert each, not one per answer."""
-        conn = self.store.conn
-        for table, parts in self.pending.items():
-            if parts:
-                conn.register("_fleet_batch", pa.concat_tables(parts))
-                conn.execute(f"INSERT INTO {table} SELECT * FROM _fleet_batch")
-                conn.unregister("_fleet_batch")
-                parts.clear()
-        self.pending_rows = 0
-
-    def _add(self, table: str, rows: pa.Table) -> None:
-        self.pending[table].append(rows)
-        self.pending_rows += rows.num_rows
-        if self.pending_rows >= FLUSH_ROWS:
-            self.flush()
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.series: list[pa.Table] = []
+        self.samples: list[pa.Table] = []
+        self.next_sid = 0
 
     def stage(self, name: str, result: list[Mapping[str, Any]]) -> int:
         """Stages one answer; returns the samples kept (a NaN or a value that is no number is no reading)."""
-        fresh: list[Mapping[str, Any]] = []
-        fresh_sids: list[int] = []
-        sids: list[int] = []
+        metrics: list[Mapping[str, Any]] = []
+        counts: list[int] = []
         points: list[Any] = []
         for one in result:
             metric = one.get("metric") or {}
             if not isinstance(metric, Mapping):
                 raise SourceError(self.url, 200, f"{name}: a series' metric is not an object")
-            key = (name, _key(metric))
-            sid = self.sids.get(key)
-            if sid is None:
-                sid = self.sids[key] = len(self.sids)
-                fresh.append(metric)
-                fresh_sids.append(sid)
             values = one.get("values") or []
-            sids.extend([sid] * len(values))
+            metrics.append(metric)
+            counts.append(len(values))
             points.extend(values)
-        if fresh:
-            self._series(name, fresh, fresh_sids)
+        first_sid, self.next_sid = self.next_sid, self.next_sid + len(metrics)
+        if metrics:
+            self.series.append(self._series(name, metrics, first_sid))
         if not points:
             return 0
+        sids = np.repeat(np.arange(first_sid, self.next_sid, dtype=np.int64), counts)
         stamps, numbers = self._numbers(name, points)
         keep = ~np.isnan(numbers)
-        batch = {"sid": np.asarray(sids, dtype=np.int64)[keep], "ts_s": stamps[keep], "value": numbers[keep]}
-        self._add("fleet_raw", pa.table(batch))
+        self.samples.append(pa.table({"sid": sids[keep], "ts_s": stamps[keep], "value": numbers[keep]}))
         return int(keep.sum())
+
+    def register(self, conn: Any) -> None:
+        """The staged tables under their names on `conn` (empty ones with their columns when nothing came)."""
+        text = {label: pa.array([], pa.string()) for label in ("name", *families.LABELS)}
+        no_series = pa.table({"sid": pa.array([], pa.int64()), **text})
+        no_samples = pa.table(
+            {
+                "sid": pa.array([], pa.int64()),
+                "ts_s": pa.array([], pa.float64()),
+                "value": pa.array([], pa.float64()),
+            }
+        )
+        conn.register("fleet_series", pa.concat_tables(self.series) if self.series else no_series)
+        conn.register("fleet_raw", pa.concat_tables(self.samples) if self.samples else no_samples)
+        self.series, self.samples = [], []
 
     def _numbers(self, name: str, points: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of [time, "value"] pairs; a value that is no number becomes NaN."""
@@ -172,30 +170,25 @@ class _Stager:
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # one odd value: each parsed on its own
             return times, np.array([_number(v) for v in values], dtype=np.float64)
 
-    def _series(self, name: str, metrics: list[Mapping[str, Any]], sids: list[int]) -> None:
-        columns: dict[str, Any] = {"sid": pa.array(sids, pa.int64()), "name": pa.array([name] * len(sids))}
+    def _series(self, name: str, metrics: list[Mapping[str, Any]], first_sid: int) -> pa.Table:
+        n = len(metrics)
+        columns: dict[str, Any] = {
+            "sid": pa.array(np.arange(first_sid, first_sid + n, dtype=np.int64)),
+            "name": pa.array([name] * n, pa.string()),
+        }
         try:
             labels = pa.array(metrics)
             if not pa.types.is_struct(labels.type):
                 raise TypeError
             present = {labels.type.field(i).name for i in range(labels.type.num_fields)}
             for label in families.LABELS:
-                column = labels.field(label) if label in present else pa.nulls(len(sids), pa.string())
+                column = labels.field(label) if label in present else pa.nulls(n, pa.string())
                 columns[label] = pc.fill_null(column.cast(pa.string()), "")
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
             # labels of other types than strings (hostile data): each written as text
             for label in families.LABELS:
                 columns[label] = pa.array([str(m.get(label, "")) for m in metrics], pa.string())
-        self._add("fleet_series", pa.table(columns))
-
-
-def _key(metric: Mapping[str, Any]) -> Any:
-    items = tuple(metric.items())
-    try:
-        hash(items)
-    except TypeError:  # a label value that is a list or an object (hostile data)
-        return tuple((str(k), str(v)) for k, v in items)
-    return items
+        return pa.table(columns)
 
 
 def _number(value: Any) -> float:
@@ -257,24 +250,31 @@ def _fetch_piece(
     """Grid points first_s..last_s (and the base step before) staged, pivoted, added to `report`; returns how
     many series the answers held."""
     conn = store.conn
-    for sql in (*_DROP_SQL, *_STAGE_SQL):
+    for sql in _DROP_SQL:
         conn.execute(sql)
-    stager = _Stager(store, client.url)
+    stager = _Stager(client.url)
     hint = series = 0
+    chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
         for name in names:
             for query in _queries(name, step_s, selector):
-                for result in client.query_range(query, first_s - step_s, last_s, step_s, series_hint=hint):
+                chunks = client.query_range(query, first_s - step_s, last_s, step_s, series_hint=hint)
+                for k, result in enumerate(chunks):
                     report.samples += stager.stage(name, result)
                     series += len(result)
                     hint = max(hint, len(result))
+                    chunked = chunked or k > 0
         report.series += series
-        stager.flush()
+        stager.register(conn)
         if collecting:
             gc.enable()
-        conn.execute(_DELTA_SQL, {"base": first_s - step_s / 2})
+        if chunked:
+            for sql in _MERGE_SQL:
+                conn.execute(sql)
+        delta = _DELTA_SQL.replace("FROM fleet_raw)", "FROM fleet_merged)") if chunked else _DELTA_SQL
+        conn.execute(delta, {"base": first_s - step_s / 2})
         conn.execute(_VIEW_SQL)
         for table, sql in statements():
             before = int(store.scalar(f"SELECT count(*) FROM {table}"))
@@ -286,4 +286,6 @@ def _fetch_piece(
             gc.enable()
         for sql in _DROP_SQL:
             conn.execute(sql)
+        for name in _STAGED:
+            conn.unregister(name)
     return series
