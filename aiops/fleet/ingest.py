@@ -3,11 +3,12 @@
 Each family is asked as `last_over_time(name[step])` over one step more than the interval: the extra, first step
 is the base every counter's increase is measured from (a counter first seen later, an XID's, counts from zero),
 and a series that stopped being exported is absent from
-the next step on (families read only where positive: `_queries`). Samples are staged long in temporary tables
-under a memory limit, each series' labels once (`fleet_series`) and its samples as (series id, time, value)
-(`fleet_raw`), counters turned into increases (`fleet_x`), then pivoted (aiops/fleet/pivot.py, through the view
-`fleet_d`: one row per sample with its labels) into the tables detect and rca read, rows stamped at the scrape
-times. A gpu_samples row carries the samples it stands for (m017) so the detector's
+the next step on (families read only where positive: `_queries`). Samples are staged long as Arrow tables DuckDB
+scans in place, each series' labels once (`fleet_series`) and its samples as (series id, time, value)
+(`fleet_raw`), counters turned into increases (`fleet_x`, a temporary table), then pivoted (aiops/fleet/pivot.py,
+through the view `fleet_d`: one row per sample with its labels) into the tables detect and rca read, rows stamped
+at the scrape times. A long interval is read in pieces (`PIECE_SAMPLES`), so memory stays bounded at any
+cluster size. A gpu_samples row carries the samples it stands for (m017) so the detector's
 per-sample rules count what the node counted.
 """
 
