@@ -134,6 +134,12 @@ IB = (
     "aiops_ib_port_transmit_bytes_total",
 )
 
+# read only where positive (aiops/fleet/ingest.py `_queries`): 0/1 gauges the pivots read only when 1, and the
+# throttle reasons' sample counters but GpuIdle's (the idle rule counts those at 0 too)
+POSITIVE_GAUGES = ("aiops_gpu_clocks_event_reason", "aiops_gpu_nvml_error")
+REASON_SAMPLES = "aiops_gpu_clocks_event_samples_total"
+IDLE_REASON = "GpuIdle"
+
 ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *NETDEV, *IB, *INCIDENTS)
 
 

@@ -3,20 +3,26 @@
 Each family is asked as `last_over_time(name[step])` over one step more than the interval: the extra, first step
 is the base every counter's increase is measured from (a counter first seen later, an XID's, counts from zero),
 and a series that stopped being exported is absent from
-the next step on. Samples are staged long (`fleet_raw`, in the workspace's file under a memory limit), counters
-turned into increases (`fleet_d`), then pivoted (aiops/fleet/pivot.py) into the tables detect and rca read,
-rows stamped at the scrape times. A gpu_samples row carries the samples it stands for (m017) so the detector's
+the next step on (families read only where positive: `_queries`). Samples are staged long as Arrow tables DuckDB
+scans in place, each series' labels once (`fleet_series`) and its samples as (series id, time, value)
+(`fleet_raw`), counters turned into increases (`fleet_x`, a temporary table), then pivoted (aiops/fleet/pivot.py,
+through the view `fleet_d`: one row per sample with its labels) into the tables detect and rca read, rows stamped
+at the scrape times. A long interval is read in pieces (`PIECE_SAMPLES`), so memory stays bounded at any
+cluster size. A gpu_samples row carries the samples it stands for (m017) so the detector's
 per-sample rules count what the node counted.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aiops.errors import SourceError
 from aiops.fleet import families
@@ -25,20 +31,41 @@ from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
-_COLUMNS = ("name", "ts_s", "value", *families.LABELS)
-_STAGE_SQL = (
-    "CREATE TABLE fleet_raw (name VARCHAR, ts_s DOUBLE, value DOUBLE, "
-    + ", ".join(f'"{label}" VARCHAR' for label in families.LABELS)
-    + ")"
-)
-_PARTITION = ", ".join(f'"{label}"' for label in ("name", *families.LABELS))
-_DELTA_SQL = f"""
-CREATE TABLE fleet_d AS
-SELECT *, CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
-                WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
-                ELSE NULL END AS d  -- the base step: what the increases are measured from
-FROM (SELECT *, lag(value) OVER (PARTITION BY {_PARTITION} ORDER BY ts_s) AS prev FROM fleet_raw)
+_DELTA_SQL = """
+CREATE TEMP TABLE fleet_x AS
+SELECT sid, ts_s, value,
+       CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
+            WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
+            ELSE NULL END AS d  -- the base step: what the increases are measured from
+FROM (SELECT *, lag(value) OVER (PARTITION BY sid ORDER BY ts_s) AS prev FROM fleet_raw)
+WHERE ts_s >= $base
 """
+# A series asked in several chunks (a long piece of a big family) came back once per chunk, under an id each:
+# the ids of one label set made one, as the label set identifies the series.
+_MERGE_SQL = (
+    "CREATE TEMP TABLE fleet_alias AS SELECT sid, min(sid) OVER (PARTITION BY name, "
+    + ", ".join(f'"{label}"' for label in families.LABELS)
+    + ") AS canon FROM fleet_series",
+    "CREATE TEMP TABLE fleet_merged AS SELECT coalesce(a.canon, r.sid) AS sid, r.ts_s, r.value "
+    "FROM fleet_raw r LEFT JOIN fleet_alias a USING (sid)",
+)
+# what the pivots read: one row per sample, its series' labels as columns (a view: the labels are stored once per
+# series, not once per sample)
+_VIEW_SQL = (
+    "CREATE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
+    + ", ".join(f's."{label}"' for label in families.LABELS)
+    + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid)"
+)
+_DROP_SQL = (
+    "DROP VIEW IF EXISTS temp.main.fleet_d",
+    "DROP TABLE IF EXISTS temp.main.fleet_x",
+    "DROP TABLE IF EXISTS temp.main.fleet_alias",
+    "DROP TABLE IF EXISTS temp.main.fleet_merged",
+)
+_STAGED = ("fleet_series", "fleet_raw")  # Arrow tables registered on the connection: scanned in place
+PIECE_SAMPLES = (
+    1_200_000  # samples staged at once (a piece of a long interval): ~70 MB, under the 128 MB limit
+)
 
 
 @dataclass
@@ -59,34 +86,117 @@ def _window(step_s: float) -> str:
     return f"{max(1, math.ceil(step_s * 1000) - 1)}ms"
 
 
-def _query(name: str, step_s: float, selector: str) -> str:
-    matchers = ",".join(m for m in (f'__name__="{name}"', selector) if m)
-    return f"last_over_time({{{matchers}}}[{_window(step_s)}])"
+def _queries(name: str, step_s: float, selector: str) -> list[str]:
+    """The queries that read family `name`. A series the pivots read only when positive (a 0/1 gauge; a
+    throttle reason's sample counter, whose increase counts only when above 0: one still at 0 adds nothing, and
+    one that leaves 0 inside the interval counts from zero as a series born there) is asked with `> 0`, so the
+    GPUs' idle reasons, most of the series, are not fetched at all."""
+
+    def one(*extra: str, positive: bool = False) -> str:
+        matchers = ",".join(m for m in (f'__name__="{name}"', *extra, selector) if m)
+        return f"last_over_time({{{matchers}}}[{_window(step_s)}])" + (" > 0" if positive else "")
+
+    if name in families.POSITIVE_GAUGES:
+        return [one(positive=True)]
+    if name == families.REASON_SAMPLES:  # GpuIdle's counts are read at 0 too: the idle rule's numerator
+        return [
+            one(f'reason="{families.IDLE_REASON}"'),
+            one(f'reason!="{families.IDLE_REASON}"', positive=True),
+        ]
+    return [one()]
 
 
-def _stage(store: Store, name: str, result: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
-    rows: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
-    series = 0
-    for one in result:
-        labels = {str(k): str(v) for k, v in dict(one.get("metric") or {}).items()}
-        series += 1
-        for ts, value in one.get("values") or []:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                continue
-            if number != number:  # NaN: no reading
-                continue
-            rows["name"].append(name)
-            rows["ts_s"].append(float(ts))
-            rows["value"].append(number)
+class _Stager:
+    """A piece's answers, staged as Arrow tables that DuckDB scans in place: each series' labels once
+    (`fleet_series`, under an id of its own), its samples as (id, time, value) (`fleet_raw`)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.series: list[pa.Table] = []
+        self.samples: list[pa.Table] = []
+        self.next_sid = 0
+
+    def stage(self, name: str, result: list[Mapping[str, Any]]) -> int:
+        """Stages one answer; returns the samples kept (a NaN or a value that is no number is no reading)."""
+        metrics: list[Mapping[str, Any]] = []
+        counts: list[int] = []
+        points: list[Any] = []
+        for one in result:
+            metric = one.get("metric") or {}
+            if not isinstance(metric, Mapping):
+                raise SourceError(self.url, 200, f"{name}: a series' metric is not an object")
+            values = one.get("values") or []
+            metrics.append(metric)
+            counts.append(len(values))
+            points.extend(values)
+        first_sid, self.next_sid = self.next_sid, self.next_sid + len(metrics)
+        if metrics:
+            self.series.append(self._series(name, metrics, first_sid))
+        if not points:
+            return 0
+        sids = np.repeat(np.arange(first_sid, self.next_sid, dtype=np.int64), counts)
+        stamps, numbers = self._numbers(name, points)
+        keep = ~np.isnan(numbers)
+        self.samples.append(pa.table({"sid": sids[keep], "ts_s": stamps[keep], "value": numbers[keep]}))
+        return int(keep.sum())
+
+    def register(self, conn: Any) -> None:
+        """The staged tables under their names on `conn` (empty ones with their columns when nothing came)."""
+        text = {label: pa.array([], pa.string()) for label in ("name", *families.LABELS)}
+        no_series = pa.table({"sid": pa.array([], pa.int64()), **text})
+        no_samples = pa.table(
+            {
+                "sid": pa.array([], pa.int64()),
+                "ts_s": pa.array([], pa.float64()),
+                "value": pa.array([], pa.float64()),
+            }
+        )
+        conn.register("fleet_series", pa.concat_tables(self.series) if self.series else no_series)
+        conn.register("fleet_raw", pa.concat_tables(self.samples) if self.samples else no_samples)
+        self.series, self.samples = [], []
+
+    def _numbers(self, name: str, points: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of [time, "value"] pairs; a value that is no number becomes NaN."""
+        try:
+            stamps = [p[0] for p in points]
+            values = [p[1] for p in points]
+        except (IndexError, KeyError, TypeError):
+            raise SourceError(self.url, 200, f"{name}: a sample is not a [time, value] pair") from None
+        try:
+            times = pa.array(stamps, pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            raise SourceError(self.url, 200, f"{name}: a sample's time is not a number") from None
+        try:
+            return times, pa.array(values, pa.string()).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # one odd value: each parsed on its own
+            return times, np.array([_number(v) for v in values], dtype=np.float64)
+
+    def _series(self, name: str, metrics: list[Mapping[str, Any]], first_sid: int) -> pa.Table:
+        n = len(metrics)
+        columns: dict[str, Any] = {
+            "sid": pa.array(np.arange(first_sid, first_sid + n, dtype=np.int64)),
+            "name": pa.array([name] * n, pa.string()),
+        }
+        try:
+            labels = pa.array(metrics)
+            if not pa.types.is_struct(labels.type):
+                raise TypeError
+            present = {labels.type.field(i).name for i in range(labels.type.num_fields)}
             for label in families.LABELS:
-                rows[label].append(labels.get(label, ""))
-    if rows["ts_s"]:
-        store.conn.register("_fleet_batch", pa.table(rows))
-        store.conn.execute("INSERT INTO fleet_raw SELECT * FROM _fleet_batch")
-        store.conn.unregister("_fleet_batch")
-    return len(rows["ts_s"]), series
+                column = labels.field(label) if label in present else pa.nulls(n, pa.string())
+                columns[label] = pc.fill_null(column.cast(pa.string()), "")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+            # labels of other types than strings (hostile data): each written as text
+            for label in families.LABELS:
+                columns[label] = pa.array([str(m.get(label, "")) for m in metrics], pa.string())
+        return pa.table(columns)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def fetch_interval(
@@ -101,7 +211,11 @@ def fetch_interval(
 ) -> IngestReport:
     """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it, into
     `store`'s tables; the step before `start_s` is read as the counters' base. Returns what was read and
-    written."""
+    written.
+
+    A long interval (the first cycle's look-back, a whole recorded run) is read in pieces of about
+    `PIECE_SAMPLES` samples, each with its own base step, so the staging stays within DuckDB's memory limit
+    whatever the cluster's size: the first piece is one step (it tells how many series there are)."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     first_s = (math.floor(start_s / step_s) + 1) * step_s  # the first grid point inside the interval
@@ -109,30 +223,70 @@ def fetch_interval(
     report = IngestReport(client.url, first_s, last_s, step_s)
     if last_s < first_s:
         return report
+    bound_memory(store.conn)
+    wanted = tuple(names)
+    total = round((last_s - first_s) / step_s) + 1
+    done, steps = 0, 1
+    while done < total:
+        steps = min(steps, total - done)
+        piece_first_s = first_s + done * step_s
+        piece_last_s = first_s + (done + steps - 1) * step_s
+        series = _fetch_piece(store, client, piece_first_s, piece_last_s, step_s, selector, wanted, report)
+        done += steps
+        steps = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
+    report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
+    return report
+
+
+def _fetch_piece(
+    store: Store,
+    client: PrometheusClient,
+    first_s: float,
+    last_s: float,
+    step_s: float,
+    selector: str,
+    names: tuple[str, ...],
+    report: IngestReport,
+) -> int:
+    """Grid points first_s..last_s (and the base step before) staged, pivoted, added to `report`; returns how
+    many series the answers held."""
     conn = store.conn
-    bound_memory(conn)
-    for table in ("fleet_raw", "fleet_d"):
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-    conn.execute(_STAGE_SQL)
-    hint = 0
+    for sql in _DROP_SQL:
+        conn.execute(sql)
+    stager = _Stager(client.url)
+    hint = series = 0
+    chunked = False  # a query answered in more than one chunk: its series came back once per chunk
+    collecting = gc.isenabled()
+    gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
         for name in names:
-            for result in client.query_range(
-                _query(name, step_s, selector), first_s - step_s, last_s, step_s, series_hint=hint
-            ):
-                samples, series = _stage(store, name, result)
-                report.samples += samples
-                report.series += series
-                hint = max(hint, series)
-        conn.execute(_DELTA_SQL, {"base": first_s - step_s / 2})
-        conn.execute("DELETE FROM fleet_d WHERE ts_s < ?", [first_s - step_s / 2])
+            for query in _queries(name, step_s, selector):
+                chunks = client.query_range(query, first_s - step_s, last_s, step_s, series_hint=hint)
+                for k, result in enumerate(chunks):
+                    report.samples += stager.stage(name, result)
+                    series += len(result)
+                    hint = max(hint, len(result))
+                    chunked = chunked or k > 0
+        report.series += series
+        stager.register(conn)
+        if collecting:
+            gc.enable()
+        if chunked:
+            for sql in _MERGE_SQL:
+                conn.execute(sql)
+        delta = _DELTA_SQL.replace("FROM fleet_raw)", "FROM fleet_merged)") if chunked else _DELTA_SQL
+        conn.execute(delta, {"base": first_s - step_s / 2})
+        conn.execute(_VIEW_SQL)
         for table, sql in statements():
             before = int(store.scalar(f"SELECT count(*) FROM {table}"))
             conn.execute(sql, {"step": step_s} if "$step" in sql else None)
             written = int(store.scalar(f"SELECT count(*) FROM {table}")) - before
             report.rows[table] = report.rows.get(table, 0) + written
     finally:
-        for table in ("fleet_raw", "fleet_d"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
-    report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
-    return report
+        if collecting:
+            gc.enable()
+        for sql in _DROP_SQL:
+            conn.execute(sql)
+        for name in _STAGED:
+            conn.unregister(name)
+    return series
