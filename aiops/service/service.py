@@ -34,6 +34,7 @@ from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
+from aiops.service.dispatch_in import DispatchInbox
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
@@ -83,6 +84,7 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         sources: Callable[[Store], Sources] | None = None,
+        dispatcher: Callable[[Store], None] | None = None,
     ) -> None:
         self.config = config
         self.sim = sim
@@ -121,6 +123,8 @@ class Service:
         self.token = token
         self.alert_token = alert_token  # [alertmanager_in]: empty, the route is off
         self.alert_inbox = AlertInbox()
+        self.dispatches = DispatchInbox()  # POST /api/dispatch: judged and run in the flush (dispatch_in.py)
+        self.dispatcher = dispatcher  # `aiops fleet`: sends approved proposals to their nodes (aiops/fleet)
         self.alerts = AlertInvestigator(
             self.alert_inbox,
             self.outbox.enqueue_event,
@@ -182,6 +186,7 @@ class Service:
                 self.token,
                 self.metrics.dcgm_text,
                 route,
+                self.dispatches,
             )
             root = self.companion.app if self.companion is not None else None
             self.http = WebServer(
@@ -306,6 +311,10 @@ class Service:
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
+            if len(self.dispatches):
+                self._guarded("dispatch", lambda: self._judge_dispatches(store))
+            if self.dispatcher is not None:
+                self._guarded("dispatcher", lambda: self.dispatcher(store) if self.dispatcher else None)
             self._guarded("retention", lambda: self._retention(store))
             self._guarded("report", lambda: self._report(store))
             self._observe_store(store)
@@ -373,6 +382,14 @@ class Service:
                     "why": outcome.message[:200],
                 },
             )
+
+    def _judge_dispatches(self, store: Store) -> None:
+        """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world."""
+        attached = attach(store, twin=self.sources.twin if self.sources else None)
+        done = self.dispatches.run(
+            lambda: desk(store, attached), self.config.node.name, attached.actuator is not None
+        )
+        log.info("dispatches", extra={"judged": done})
 
     def _report(self, store: Store) -> None:
         """A scheduled report when one is due (or was missed while the service was down), of the period up to
