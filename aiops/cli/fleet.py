@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         dispatcher=FleetDispatcher(config.fleet, node_token(config), name=FLEET_NAME),
     )
     if console:
-        service.companion = served_console(config, service)
+        service.companion = served_console(config, service, dispatch=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()
