@@ -105,6 +105,7 @@ class FleetDispatcher:
     ) -> None:
         self.fleet, self.token, self.name, self.post, self.clock = fleet, token, name, post, clock
         self._retry_at: dict[str, float] = {}
+        self._verifier: Verifier | None = None
 
     def __repr__(self) -> str:  # never the token
         return f"FleetDispatcher(node_url={self.fleet.node_url!r}, token=***)"
@@ -118,7 +119,10 @@ class FleetDispatcher:
 
     def run(self, store: Store, verifier: Verifier | None = None) -> list[str]:
         """Dispatch what is due; returns the proposal ids the nodes answered (executed, failed or refused)."""
-        verifier = verifier if verifier is not None else ConfiguredVerifier(store.guardrails, store.path)
+        if verifier is None:  # one per dispatcher: its verdicts are cached (each signature checked once)
+            if self._verifier is None:
+                self._verifier = ConfiguredVerifier(store.guardrails, store.path)
+            verifier = self._verifier
         records, audit = GuardrailRecords(store), AuditLog(store)
         now = self.clock()
         answered, sent = [], 0
@@ -129,8 +133,14 @@ class FleetDispatcher:
             if record.expires_ts_s is not None and now >= record.expires_ts_s:
                 continue  # the desk's expiry marks it
             approvals = self._ssh_approvals(audit, pid, verifier)
-            if len({a["principal"] for a in approvals}) < max(1, record.approvals_needed):
-                self._note(records, record, CONSOLE_ONLY, now)
+            have, needed = len({a["principal"] for a in approvals}), max(1, record.approvals_needed)
+            if have < needed:
+                note = (
+                    CONSOLE_ONLY
+                    if have == 0
+                    else f"{have} of {needed} approvals are SSH-signed: {CONSOLE_ONLY}"
+                )
+                self._note(records, record, note, now)
                 continue
             host = self._host(store, record.action.target)
             if host is None:
