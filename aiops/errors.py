@@ -10,6 +10,7 @@ AiopsError                    base; exit code 1
 │   └── ConfigError           the aiops config file (aiops/config.py): unknown key, wrong type, out of range
 ├── EvidenceError             an `aiops investigate` file is unreadable, empty, binary or of no known format; exit 2
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
+├── PrometheusUnavailable     `--via prometheus`: prometheus/promtool missing, or the server would not start; exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 │   └── DatabaseDamaged       the file is truncated or corrupt (aiops/store/faults.py); exit 2
 ├── StorageError              the database cannot be written: disk full, read-only or no permission; exit 2
@@ -82,6 +83,12 @@ class ScenarioError(InputError):
 
 
 class PlaybookError(AiopsError):
+    exit_code = 2
+
+
+class PrometheusUnavailable(AiopsError):
+    """`aiops eval --via prometheus`: the Prometheus binaries are missing, or the server would not start."""
+
     exit_code = 2
 
 

@@ -1,6 +1,8 @@
-"""`aiops run [--config FILE] [--db PATH] [--listen HOST:PORT] [--sim SCENARIO [--speed N]]`: the node service.
+"""`aiops run [--config FILE] [--db PATH] [--listen HOST:PORT] [--node NAME] [--sim SCENARIO [--speed N]
+[--epoch-ts-s T]]`: the node service.
 
-On a real host it collects what exists here; with `--sim` the same service runs against the twin. `--db` and
+On a real host it collects what exists here; with `--sim` the same service runs against the twin: the whole
+cluster, or with `--node nodeK` one node agent of it (its own slice, aiops/service/sources.py). `--db` and
 `--listen` override the config file. SIGTERM and SIGINT end it after a last flush (exit 0). Logs are JSON lines
 on stderr. See docs/DEPLOY.md.
 """
@@ -23,7 +25,9 @@ from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
 from aiops.scenarios import load_scenario
 from aiops.service import logs
+from aiops.service.node_slice import FACILITY
 from aiops.service.service import Service, SimSetup
+from aiops.service.sources import check_node
 
 if TYPE_CHECKING:
     from aiops.console.server import ServedConsole
@@ -34,7 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--config", default=None, help="TOML config (default: $AIOPS_CONFIG or ~/.config/aiops)")
     p.add_argument("--db", default=None, help="the workspace's DuckDB file (overrides [store] path)")
     p.add_argument("--listen", default=None, help="HOST:PORT of the HTTP endpoint (overrides [http] listen)")
-    p.add_argument("--node", default=None, help="this host's component name, node<N> (overrides [node] name)")
+    p.add_argument(
+        "--node",
+        default=None,
+        help="this host's component name, node<N> (overrides [node] name); with --sim: serve that node's slice, "
+        "or `facility`: the racks' sensors (/metrics/facility) and the DCIM caps (/api/dcim)",
+    )
     p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
     p.add_argument(
         "--speed",
@@ -43,6 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="with --sim: simulated seconds per wall second",
     )
     p.add_argument("--lanes-policy", default=None, help="with --sim: the lanes policy the twin runs")
+    p.add_argument(
+        "--epoch-ts-s",
+        type=positive_float(4e9),
+        default=None,
+        help="with --sim: unix time of the twin's simulated second 0 (agents of one cluster share it)",
+    )
     p.add_argument("--duration-s", type=seconds(), default=None, help="stop after this many wall seconds")
     p.set_defaults(func=run)
 
@@ -57,7 +72,9 @@ def configured(args: argparse.Namespace) -> Config:
             raise ConfigError("--listen", "listen", str(exc)) from None
     http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
     node = node_of(config, socket.gethostname())
-    if args.node is not None:
+    if args.node == FACILITY and args.sim:  # the twin's racks and DCIM: no node<N> (Service names it)
+        node = NodeConfig.model_construct(name=FACILITY, rack="", hosts={})
+    elif args.node is not None:
         try:
             node = NodeConfig(name=args.node, rack=node.rack)
         except ValidationError as exc:
@@ -148,7 +165,12 @@ def run(args: argparse.Namespace) -> int:
     sim = None
     if args.sim:
         policy = load_policy(args.lanes_policy) if args.lanes_policy else None
-        sim = SimSetup(load_scenario(args.sim), policy, args.speed)
+        scenario = load_scenario(args.sim)
+        if args.node is not None:
+            check_node(scenario, args.node)
+        sim = SimSetup(scenario, policy, args.speed, node=args.node, epoch_ts_s=args.epoch_ts_s)
+    elif args.epoch_ts_s is not None:
+        raise ConfigError("--epoch-ts-s", "epoch_ts_s", "only a twin has an epoch", "--sim SCENARIO")
     logs.setup()
     service = Service(config, sim=sim, token=token_of(config), alert_token=alert_token_of(config))
     if console:

@@ -16,14 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from aiops.errors import AiopsError
+from aiops.errors import PrometheusUnavailable
 
 READY_TIMEOUT_S = 60.0
 BACKFILL_TIMEOUT_S = 600.0
-
-
-class PrometheusUnavailable(AiopsError):
-    """The Prometheus binaries are missing, or the server would not start."""
 
 
 def binary(name: str, env: str) -> str:

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from aiops import nvml_bits
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.sources.exposition import NicTotals, render_snapshot
+from aiops.sources.facility import render_facility_snapshot
 
 PREFIX = "aiops_"
 _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
@@ -67,6 +68,8 @@ class MetricsCache(Collector):
         self.rows_ingested: dict[str, int] = defaultdict(int)
         self.gauges: dict[str, tuple[str, float]] = {}  # name -> (help, value)
         self.counters: dict[str, tuple[str, float]] = {}
+        self.racks: dict[str, dict[str, Any]] = {}  # rack -> newest rack_samples row (the twin's facility)
+        self.dcim_caps: dict[str, float] = {}  # scope -> kW of the DCIM caps in force
         self.analyst = AnalystExports(node)  # what the cluster analyst reads (metrics_analyst.py)
 
     # -- feeding ------------------------------------------------------------------------------------------------
@@ -101,6 +104,13 @@ class MetricsCache(Collector):
                     self.ib[(str(values["node"]), str(values["device"]), str(values["port"]))] = values
                 elif table == "collector_errors":
                     self.collector_errors[str(values["collector"])] += 1
+                elif table == "rack_samples":
+                    self.racks[str(values["rack"])] = values
+                elif table == "dcim_signals":
+                    if values.get("kind") == "cap" and values.get("budget_kw") is not None:
+                        self.dcim_caps[str(values["scope"])] = float(values["budget_kw"])
+                    else:
+                        self.dcim_caps.pop(str(values["scope"]), None)
                 else:
                     self._observe_host(table, values)
 
@@ -160,6 +170,18 @@ class MetricsCache(Collector):
                     setattr(totals, column, getattr(totals, column) + total)
             gpus = {gpu: dict(values) for gpu, values in self.gpus.items()}
             return render_snapshot(gpus, dict(self.last_xid), nics)
+
+    def facility_text(self) -> str:
+        """`/metrics/facility`: the racks' newest sensor rows as the facility exporters' series (the twin's
+        facility agent; empty elsewhere)."""
+        with self._lock:
+            rows = [dict(r) for r in self.racks.values()]
+        return render_facility_snapshot(rows) if rows else ""
+
+    def dcim_document(self) -> dict[str, Any]:
+        """`/api/dcim`: the caps in force as the DCIM document (`{"rack0": {"kw": 23.1}}`)."""
+        with self._lock:
+            return {scope: {"kw": kw} for scope, kw in sorted(self.dcim_caps.items())}
 
     # -- scraping -----------------------------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:

@@ -33,9 +33,14 @@ NODE_TABLES = frozenset(
         "profile_runs",
     }
 )
+# The column that names the node where it is not `node`: a log line names the host it came from.
+NODE_COLUMN = {"log_events": "host"}
 JOB_TABLES = frozenset({"job_steps", "collective_samples", "jobs"})  # rows name a job, not a node
 EVERY_NODE_TABLES = frozenset({"lane_rules", "collector_errors"})  # each agent has its own copy
 FACILITY_TABLES = frozenset({"rack_samples", "dcim_signals"})  # no node agent's
+FACILITY = (
+    "facility"  # the twin's facility agent (`aiops run --sim S --node facility`): rack sensors and DCIM
+)
 
 
 def job_homes(ranks: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -59,8 +64,12 @@ class NodeSlice:
 
     def owns(self, table: str, values: Mapping[str, Any]) -> bool:
         """Whether this node's agent holds this row of `table`."""
+        if self.node == FACILITY:  # the facility's exporters and DCIM: the racks, nothing of any node
+            if table == "topology":
+                return values.get("kind") in ("fleet", "rack")
+            return table in FACILITY_TABLES
         if table in NODE_TABLES:
-            return str(values.get("node")) == self.node
+            return str(values.get(NODE_COLUMN.get(table, "node"))) == self.node
         if table in JOB_TABLES:
             return self.homes.get(str(values.get("job"))) == self.node
         if table in EVERY_NODE_TABLES:
@@ -78,6 +87,6 @@ class NodeSlice:
 
     def rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Sequence[Any]]:
         """The rows of one batch this node owns (column order as given)."""
-        if table in EVERY_NODE_TABLES:
+        if table in EVERY_NODE_TABLES and self.node != FACILITY:
             return list(rows)
         return [row for row in rows if self.owns(table, dict(zip(columns, row, strict=True)))]

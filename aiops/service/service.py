@@ -43,7 +43,7 @@ from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
-from aiops.service.sources import Sources, host_sources, register_topology, sim_sources
+from aiops.service.sources import Sources, check_node, host_sources, register_topology, sim_sources
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
 from collectors.base import RowBatch, RowBuffer
@@ -70,6 +70,8 @@ class SimSetup:
     scenario: Scenario
     lanes_policy: Policy | None = None
     speed: float = 1.0
+    node: str | None = None  # one node agent of the twin's cluster (sources.py); None: the whole cluster
+    epoch_ts_s: float | None = None  # the wall time of the twin's simulated second 0 (default: the start)
 
 
 class Service:
@@ -86,6 +88,11 @@ class Service:
         sources: Callable[[Store], Sources] | None = None,
         dispatcher: Callable[[Store], None] | None = None,
     ) -> None:
+        if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
+            identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
+            config = config.model_copy(
+                update={"node": config.node.model_copy(update=identity)}
+            )  # no validation
         self.config = config
         self.sim = sim
         self.make_sources = sources  # another source than this host or the twin (`aiops fleet`: Prometheus)
@@ -164,6 +171,8 @@ class Service:
                     self.sim.lanes_policy,
                     self.sim.speed,
                     self.config.collectors.sysfs.interval_s,
+                    node=self.sim.node,
+                    epoch_ts_s=self.sim.epoch_ts_s,
                 )
             else:
                 self.sources = host_sources(self.config)
@@ -186,7 +195,9 @@ class Service:
                 self.token,
                 self.metrics.dcgm_text,
                 route,
-                self.dispatches,
+                facility=self.metrics.facility_text,
+                dcim=self.metrics.dcim_document,
+                dispatches=self.dispatches,
             )
             root = self.companion.app if self.companion is not None else None
             self.http = WebServer(
@@ -246,7 +257,7 @@ class Service:
         self.last_tick = self.clock()
         if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
-        self.sleep(max(0.0, self.sources.tick_s - (self.clock() - begun)))
+        self.sleep(self.sources.wait_s(self.clock() - begun))
 
     def _collect(self, name: str, collector: Any) -> None:
         assert self.sources is not None
@@ -271,15 +282,16 @@ class Service:
         self.buffer.add_tables(tables)
         for table, batch in batches.items():
             self.metrics.observe(table, batch.columns, batch.rows)
+        read_from_ts_s = now_ts_s  # a reader's data starts at its clock before the read, ends at it after
         if not hasattr(collector, "rows"):
             if not tables and not batches:
                 return  # nothing read yet: the data clock has not moved
-            now_ts_s = max(now_ts_s, self.sources.clock())  # the reader's data clock moved as it read
+            now_ts_s = max(now_ts_s, self.sources.clock())
         self.newest_ts_s = now_ts_s
         if self.first_ts_s is None:
-            self.first_ts_s = now_ts_s
+            self.first_ts_s = read_from_ts_s  # detection starts there (a fleet's look-back included)
         if self.oldest_unflushed_ts_s is None:
-            self.oldest_unflushed_ts_s = now_ts_s
+            self.oldest_unflushed_ts_s = read_from_ts_s
 
     def _say_unavailable(self, name: str, batch: RowBatch | None) -> None:
         """A collector that finds nothing to read (no GPU driver, no InfiniBand) writes its `unavailable` row once

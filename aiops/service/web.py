@@ -106,11 +106,16 @@ class ServiceRoutes:
         token: str = "",
         dcgm: Callable[[], str] | None = None,
         alerts: AlertRoute | None = None,
+        *,
+        facility: Callable[[], str] | None = None,
+        dcim: Callable[[], dict[str, Any]] | None = None,
         dispatches: dispatch_in.DispatchInbox | None = None,
     ) -> None:
         self.registry, self.api, self.healthy, self.ready, self.token = registry, api, healthy, ready, token
         self.dcgm = dcgm
         self.alerts = alerts
+        self.facility = facility  # the twin's rack sensors as facility exporters' series (docs/FACILITY.md)
+        self.dcim = dcim  # the DCIM caps in force, as the document the fleet's DCIM input reads
         self.dispatches = dispatches
 
     def routes(self) -> list[BaseRoute]:
@@ -124,6 +129,10 @@ class ServiceRoutes:
         ]
         if self.dcgm is not None:
             found.append(Route("/metrics/dcgm", _guarded_sync(self.dcgm_metrics), methods=["GET"]))
+        if self.facility is not None:
+            found.append(Route("/metrics/facility", _guarded_sync(self.facility_metrics), methods=["GET"]))
+        if self.dcim is not None:
+            found.append(Route("/api/dcim", _guarded_sync(self.dcim_document), methods=["GET"]))
         if self.alerts is not None:
             found.append(Route(ALERTMANAGER_ROUTE, _guarded_async(self.alertmanager), methods=["POST"]))
         if self.dispatches is not None:
@@ -138,6 +147,14 @@ class ServiceRoutes:
     def dcgm_metrics(self, request: Request) -> Response:
         assert self.dcgm is not None
         return _send(200, self.dcgm().encode(), DCGM_TEXT)
+
+    def facility_metrics(self, request: Request) -> Response:
+        assert self.facility is not None
+        return _send(200, self.facility().encode(), DCGM_TEXT)
+
+    def dcim_document(self, request: Request) -> Response:
+        assert self.dcim is not None
+        return self._refused(request) or _json(200, self.dcim())
 
     def _probe(self, probe: Probe) -> Response:
         ok, why = probe()

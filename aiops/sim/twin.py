@@ -46,15 +46,17 @@ def record_run(
     now_ts_s: float | None = None,
     *,
     epoch_ts_s: float | None = None,
+    node: str | None = None,
 ) -> None:
     """Remember the run a simulated workspace was made from (the newest row is the one the twin uses);
-    `epoch_ts_s`: the wall time of its elapsed 0 when not the simulator's epoch."""
+    `epoch_ts_s`: the wall time of its elapsed 0 when not the simulator's epoch; `node`: the one node of the
+    cluster the workspace serves (a node agent's slice), None for the whole cluster."""
     policy_text = (
         yaml.safe_dump(lanes_policy.model_dump(mode="json"), sort_keys=True) if lanes_policy else None
     )
     store.conn.execute(
         "INSERT INTO sim_runs (ts_s, scenario_name, scenario_yaml, lanes_policy_yaml, simulated_s, format_version, "
-        "epoch_ts_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "epoch_ts_s, node) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
             time.time() if now_ts_s is None else now_ts_s,
             scenario.name,
@@ -63,6 +65,7 @@ def record_run(
             float(simulated_s),
             FORMAT_VERSION,
             epoch_ts_s,
+            node,
         ],
     )
 
@@ -75,8 +78,15 @@ def _stored_topology(store: Store) -> set[str]:
     return {str(r["component"]) for r in store.query("SELECT component FROM topology")}
 
 
-def _world_topology(world: World) -> set[str]:
+def _world_topology(world: World, node: str | None = None) -> set[str]:
+    """The components of the world's cluster; with `node`, those its node agent stores (the fleet, its rack,
+    itself, its GPUs and NICs: `NodeSlice.owns` on `topology`)."""
     lay = world.layout
+    if node is not None:
+        n = lay.node_names.index(node)
+        gpus = [g for g, at in zip(lay.gpu_names, lay.gpu_node.tolist(), strict=True) if at == n]
+        nics = [k for k, at in zip(lay.nic_names, lay.nic_node.tolist(), strict=True) if at == n]
+        return {"fleet", str(lay.rack_names[lay.node_rack[n]]), node, *map(str, gpus), *map(str, nics)}
     names = {"fleet", *lay.rack_names, *lay.node_names, *lay.gpu_names, *lay.nic_names}
     return {str(n) for n in names}
 
@@ -89,11 +99,14 @@ def _shape(names: set[str]) -> str:
 
 
 class Twin:
-    """A world and how far through the workspace's `twin_log` it is (`applied_seq`)."""
+    """A world and how far through the workspace's `twin_log` it is (`applied_seq`); `node`: the node whose slice
+    the workspace holds (`aiops run --sim S --node N`), None for the whole cluster. The world is always the whole
+    cluster: the simulation is coupled (collectives, stragglers, racks)."""
 
-    def __init__(self, world: World, applied_seq: int = 0) -> None:
+    def __init__(self, world: World, applied_seq: int = 0, node: str | None = None) -> None:
         self.world = world
         self.applied_seq = applied_seq
+        self.node = node
 
     @property
     def topology(self) -> Topology:
@@ -107,7 +120,7 @@ class Twin:
         simulated. Raises `TwinMismatch` when the stored run cannot be read or its cluster is not the stored
         topology."""
         row = store.conn.execute(
-            "SELECT scenario_yaml, lanes_policy_yaml, simulated_s, format_version, epoch_ts_s FROM sim_runs "
+            "SELECT scenario_yaml, lanes_policy_yaml, simulated_s, format_version, epoch_ts_s, node FROM sim_runs "
             "ORDER BY ts_s DESC LIMIT 1"
         ).fetchone()
         if row is None:
@@ -121,16 +134,19 @@ class Twin:
             policy = parse_policy(yaml.safe_load(policy_text), SOURCE) if policy_text else None
         except (InputError, yaml.YAMLError) as exc:
             raise TwinMismatch(f"{store.path}: the stored run does not validate: {exc}") from None
+        node = None if row[5] is None else str(row[5])
         world = World(scenario, policy, epoch_ts_s=epoch_ts_s)
+        if node is not None and node not in world.layout.node_names:
+            raise TwinMismatch(f"{store.path}: serves {node}, which scenario '{scenario.name}' does not have")
         for _ in range(round(simulated_s)):
             world.step(1.0)
-        twin = cls(world)
+        twin = cls(world, node=node)
         twin.check_topology(store)
         twin.sync(store)
         return twin
 
     def check_topology(self, store: Store) -> None:
-        stored, mine = _stored_topology(store), _world_topology(self.world)
+        stored, mine = _stored_topology(store), _world_topology(self.world, self.node)
         if stored and stored != mine:
             raise TwinMismatch(
                 f"{store.path}: the twin's cluster ({_shape(mine)}) is not the stored topology ({_shape(stored)}); "

@@ -564,6 +564,12 @@ ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS throttled_samples INTEGER;
 ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS idle_samples INTEGER
 """
 
+# The node a twin workspace serves (`aiops run --sim S --node nodeK`: one node agent of the twin's cluster, its
+# own slice of the rows, aiops/service/node_slice.py); NULL: the whole cluster in one workspace.
+M018_TWIN_NODE = """
+ALTER TABLE sim_runs ADD COLUMN IF NOT EXISTS node VARCHAR
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -582,6 +588,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "profile_sampling", _sql(M015_PROFILE_SAMPLING)),
     Migration(16, "kernel_event_device", _sql(M016_KERNEL_EVENT_DEVICE)),
     Migration(17, "sample_weights", _sql(M017_SAMPLE_WEIGHTS)),
+    Migration(18, "twin_node", _sql(M018_TWIN_NODE)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

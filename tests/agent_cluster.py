@@ -1,0 +1,139 @@
+"""A cluster of the twin's node agents (`aiops run --sim S --node nodeK`, sharing `--epoch-ts-s`) and a real
+Prometheus scraping them (its targets in a watched file, written once the agents listen), for the tests of the
+node agents and of the fleet analyst. Everything runs on 127.0.0.1 and is stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.service_helpers import (
+    aiops_cmd,
+    free_port,
+    get,
+    get_json,
+    listening_ports,
+    require_binary,
+    service_env,
+    wait_for,
+)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def agents(
+    tmp_path: Path, scenario: Path, epoch_ts_s: float, nodes: tuple[str, ...], speed: str
+) -> Iterator[dict[str, int]]:
+    """One agent per node, started together (not one after another's readiness), each on a port the kernel
+    chose; node -> port once all are ready; all stopped by PID after."""
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    logs = []
+    try:
+        for node in nodes:
+            log = (tmp_path / f"{node}.log").open("ab")
+            logs.append(log)
+            procs[node] = subprocess.Popen(
+                aiops_cmd(
+                    "run",
+                    "--sim",
+                    str(scenario),
+                    "--node",
+                    node,
+                    "--speed",
+                    speed,
+                    "--epoch-ts-s",
+                    repr(epoch_ts_s),
+                    "--db",
+                    str(tmp_path / f"{node}.duckdb"),
+                    "--listen",
+                    "127.0.0.1:0",
+                ),
+                stdout=log,
+                stderr=log,
+                env=service_env(tmp_path),
+            )
+        ports: dict[str, int] = {}
+        for node, proc in procs.items():
+
+            def bound(proc: subprocess.Popen[bytes] = proc) -> int | None:
+                if proc.poll() is not None:
+                    return -1
+                found = listening_ports(proc.pid)
+                return min(found) if found else None
+
+            port = int(wait_for(bound, 60, f"{node}'s agent to listen", interval_s=0.1))
+            assert port > 0, (tmp_path / f"{node}.log").read_text()[-3000:]
+            ports[node] = port
+        for node, port in ports.items():
+            wait_for(
+                lambda port=port: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200, 60, f"{node} ready"
+            )
+        yield ports
+    finally:
+        for proc in procs.values():
+            stop(proc)
+        for log in logs:
+            log.close()
+
+
+@contextmanager
+def prometheus(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A real Prometheus scraping every second the targets of a file (`file_sd_configs`, watched: the test
+    writes the agents' ports there once they listen), started while the agents start."""
+    binary = require_binary("prometheus")
+    port = free_port()
+    targets = tmp_path / "targets.json"
+    targets.write_text("[]")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: aiops\n    honor_labels: true\n    file_sd_configs: [{{files: ['{targets}']}}]\n"
+    )
+    log = (tmp_path / "prometheus.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        yield port, targets
+    finally:
+        stop(proc)
+        log.close()
+
+
+def scrape(prom: int, targets: Path, ports: dict[str, int]) -> None:
+    wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
+    tmp = targets.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}]))
+    tmp.rename(targets)  # whole, at once: Prometheus reads the file when it changes
+
+
+def query(port: int, promql: str) -> list[dict[str, dict[str, str] | list[object]]]:
+    body = get_json(f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+def labels(port: int, promql: str) -> list[dict[str, str]]:
+    return [dict(r["metric"]) for r in query(port, promql)]  # type: ignore[arg-type]
