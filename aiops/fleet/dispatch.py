@@ -15,7 +15,8 @@ Each flush of `aiops fleet`, `FleetDispatcher` takes the proposals that are `app
   (status, message, rule, the node's audit seq and hash) when it answers; the proposal becomes `executed`,
   `failed` or `refused`, and an executed one joins the fleet's execution ledger (its rate limits count it).
   A 409 replay whose earlier run executed counts as executed (the fleet crashed between sending and recording).
-- no answer, 401, 5xx: retried after `RETRY_S`, at most `MAX_PER_FLUSH` sends per flush. The answer is
+- no answer, 401, 5xx: retried after `RETRY_S`, doubled at each failure up to `MAX_RETRY_S` (each attempt is
+  a `dispatch` event), at most `MAX_PER_FLUSH` sends per flush. The answer is
   hostile data: JSON-decoded, size-capped, each field cut to length; the HTTP client follows no redirect.
 """
 
@@ -46,7 +47,8 @@ CONSOLE_ONLY = (
     "approved in the console only: a node verifies SSH signatures; paste one (ssh-keygen -Y sign -n "
     "aiops-approval) on the proposal's page, or aiops actions approve --key"
 )
-RETRY_S = 30.0
+RETRY_S = 30.0  # after a send without an answer; doubled each time, at most MAX_RETRY_S
+MAX_RETRY_S = 3600.0
 MAX_PER_FLUSH = 4
 MAX_ANSWER_BYTES = 64 * 1024
 DISPATCHED = "dispatch_result"
@@ -105,6 +107,7 @@ class FleetDispatcher:
     ) -> None:
         self.fleet, self.token, self.name, self.post, self.clock = fleet, token, name, post, clock
         self._retry_at: dict[str, float] = {}
+        self._failures: dict[str, int] = {}  # sends without an answer in a row, per proposal (the backoff)
         self._verifier: Verifier | None = None
 
     def __repr__(self) -> str:  # never the token
@@ -205,7 +208,8 @@ class FleetDispatcher:
         answer = self.post(url, body, self.token, self.fleet.dispatch_timeout_s)
         if answer.http_status is None or answer.http_status == 401 or answer.http_status >= 500:
             why = answer.error or _text(answer.body.get("error") or answer.body.get("message"))
-            self._retry_at[pid] = now + RETRY_S
+            self._failures[pid] = failures = self._failures.get(pid, 0) + 1
+            self._retry_at[pid] = now + min(RETRY_S * 2 ** (failures - 1), MAX_RETRY_S)
             self._note(
                 records,
                 record,

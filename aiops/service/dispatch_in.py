@@ -12,14 +12,19 @@ is guardrails/dispatched.py; the answer is its JSON (200 executed or failed, 403
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from aiops.runtime.world import attach, desk
+from aiops.sim.twin import Twin
+from aiops.store import Store
 from guardrails.dispatched import Dispatch, DispatchAnswer, NodeDispatch
 from guardrails.service import Guardrails
 
+log = logging.getLogger("aiops.service")
 DISPATCH_ROUTE = "/api/dispatch"
 MAX_BODY_BYTES = 64 * 1024
 WAIT_S = 30.0  # the loop flushes every few seconds; a dispatch not taken by then is withdrawn
@@ -54,7 +59,14 @@ class DispatchInbox:
         with self._lock:
             return len(self._waiting)
 
-    def run(self, desk: Callable[[], Guardrails], node: str, can_act: bool) -> int:
+    def judge(self, store: Store, twin: Twin | None, node: str) -> None:
+        """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world (the
+        twin's, or none: then every dispatch is answered 503)."""
+        attached = attach(store, twin=twin)
+        done = self.run(lambda: desk(store, attached), node, attached.actuator is not None)
+        log.info("dispatches", extra={"judged": done})
+
+    def run(self, desk_for: Callable[[], Guardrails], node: str, can_act: bool) -> int:
         """Judge every waiting dispatch on this node's desk (in the loop's flush); returns how many."""
         with self._lock:
             taken, self._waiting = self._waiting, []
@@ -63,7 +75,7 @@ class DispatchInbox:
             if not item.answer.set_running_or_notify_cancel():
                 continue  # the request gave up waiting: nothing was judged, nothing recorded
             try:
-                answer = NodeDispatch(desk(), node, can_act=can_act).accept(item.dispatch)
+                answer = NodeDispatch(desk_for(), node, can_act=can_act).accept(item.dispatch)
             except Exception as exc:  # the loop goes on; the caller hears which exception, not a traceback
                 item.answer.set_exception(exc)
                 continue

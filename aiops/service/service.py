@@ -324,7 +324,8 @@ class Service:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
             if len(self.dispatches):
-                self._guarded("dispatch", lambda: self._judge_dispatches(store))
+                twin = self.sources.twin
+                self._guarded("dispatch", lambda: self.dispatches.judge(store, twin, self.config.node.name))
             if self.dispatcher is not None:
                 self._guarded("dispatcher", lambda: self.dispatcher(store) if self.dispatcher else None)
             self._guarded("retention", lambda: self._retention(store))
@@ -394,14 +395,6 @@ class Service:
                     "why": outcome.message[:200],
                 },
             )
-
-    def _judge_dispatches(self, store: Store) -> None:
-        """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world."""
-        attached = attach(store, twin=self.sources.twin if self.sources else None)
-        done = self.dispatches.run(
-            lambda: desk(store, attached), self.config.node.name, attached.actuator is not None
-        )
-        log.info("dispatches", extra={"judged": done})
 
     def _report(self, store: Store) -> None:
         """A scheduled report when one is due (or was missed while the service was down), of the period up to
