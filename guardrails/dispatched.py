@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -44,6 +46,7 @@ MAX_APPROVALS = 8
 MAX_SIGNATURE_CHARS = 8192
 MAX_FLEET_CHARS = 80
 _HEX = frozenset("0123456789abcdef")
+_FLEET_NAME = re.compile(rf"^[A-Za-z0-9_.:-]{{0,{MAX_FLEET_CHARS}}}$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,8 @@ def parse_dispatch(body: bytes) -> Dispatch:
     if not isinstance(approvals, list) or len(approvals) > MAX_APPROVALS:
         raise DispatchError(f"approvals must be a list of at most {MAX_APPROVALS}")
     fleet = data.get("fleet", "")
-    if not isinstance(fleet, str) or len(fleet) > MAX_FLEET_CHARS:
-        raise DispatchError(f"fleet must be text of at most {MAX_FLEET_CHARS} characters")
+    if not isinstance(fleet, str) or not _FLEET_NAME.match(fleet):
+        raise DispatchError(f"fleet must be at most {MAX_FLEET_CHARS} ASCII letters, digits or _.:-")
     return Dispatch(
         action,
         sent,
@@ -198,7 +201,11 @@ class NodeDispatch:
             raise DispatchRefused(403, "expired", f"{action.proposal_id} expired before it reached this node")
         if not dispatch.approvals:
             raise DispatchRefused(403, "unsigned", "no signed approval: a node runs only what people signed")
-        verified = [self._verify(action, digest, a, now) for a in dispatch.approvals]
+        verified: list[_Verified] = []
+        for approval in dispatch.approvals:
+            one = self._verify(action, digest, approval, now)
+            if all(v.signed.principal != one.signed.principal for v in verified):  # a person counts once
+                verified.append(one)
         people = {v.signed.principal for v in verified}
         keys = {v.signed.fingerprint for v in verified}
         needed = guard.registry.approvals_needed(action, scope)
@@ -251,8 +258,12 @@ class NodeDispatch:
         try:
             signed = self.guard.verifier.verify(message, approval.signature)
             require_class(signed, "physical")
-        except SignatureRefused as exc:
-            raise DispatchRefused(403, "signature", exc.detail[:300]) from None
+        except SignatureRefused as exc:  # the node's file paths stay on the node
+            detail = exc.detail
+            allowed = self.guard.store.guardrails.allowed_signers
+            for shown in {allowed, str(Path(allowed))} if allowed else ():
+                detail = detail.replace(shown, "this node's allowed-signers file")
+            raise DispatchRefused(403, "signature", detail[:300]) from None
         self.signers.append(signed.principal)
         spec = self.guard.registry.get(action.kind)
         lifetime_s = spec.approval_ttl_s if spec is not None else 0.0

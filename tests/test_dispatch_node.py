@@ -89,6 +89,7 @@ def test_forged_unsigned_and_misdirected_dispatches_are_refused_and_audited(
     status, answer = post(node.url, body(a, approvals, **extra))
     refused_and_audited(node, pid, status, answer, rule)
     assert "execution" not in [event for event, _, _ in audit(node, pid)]
+    assert str(node.keys.allowed) not in answer["message"]  # the node's paths stay on the node
 
 
 def test_one_forged_signature_beside_a_good_one_refuses_the_dispatch(node: Node) -> None:
@@ -110,6 +111,7 @@ def test_bad_requests_get_a_short_4xx(node: Node) -> None:
         ({**good, "action": {**good["action"], "proposed_by": "alice"}}, "action.proposed_by"),
         ({**good, "approvals": [{"ts_s": "NaN", "expires_ts_s": 1, "signature": "x"}]}, "approvals[0].ts_s"),
         ({**good, "approvals": [good["approvals"][0]] * 9}, "at most 8"),
+        ({**good, "fleet": "fleet\x1b[31m"}, "fleet must be"),
     ]:
         status, answer = post(node.url, payload)
         assert status == 400 and words in answer["error"], (
@@ -119,3 +121,11 @@ def test_bad_requests_get_a_short_4xx(node: Node) -> None:
     status, answer = post(node.url, b"x" * (64 * 1024 + 1))
     assert status == 413
     assert audit(node, "fleet-malformed") == []  # nothing parsed: nothing filed, nothing judged
+
+
+def test_one_person_signing_twice_counts_once(node: Node) -> None:
+    a = action("fleet-twice", target="node0/gpu2", limit_w=600.0)
+    alice = node.keys.keys["alice"]
+    status, answer = post(node.url, body(a, [signed(a, alice), signed(a, alice)]))
+    assert status == 200 and answer["approved_by"] == ["alice"], answer
+    assert [actor for event, actor, _ in audit(node, "fleet-twice") if event == "approval"] == ["alice"]
