@@ -148,6 +148,32 @@ class FleetConfig(_Section):
     )
     selector: str = Field(default="", description='extra label matchers for every query, e.g. cluster="a"')
     timeout_s: float = Field(default=30.0, gt=0, le=600, description="one answer's whole time")
+    node_url: str = Field(
+        default="http://{host}:9484",
+        description="a node agent's base URL; {host} is the node's name (approved actions go there)",
+    )
+    nodes: dict[str, str] = Field(
+        default_factory=dict, description="host -> its agent's base URL, where the template does not fit"
+    )
+    node_token_file: str = Field(default="", description="file holding the node agents' /api bearer token")
+    dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+
+    @field_validator("node_url")
+    @classmethod
+    def _node_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or "{host}" not in value:
+            raise ValueError("must be an http(s) URL naming {host}, e.g. http://{host}:9484")
+        if value.replace("{host}", "").count("{") or value.count("}") != value.count("{host}"):
+            raise ValueError("{host} is the only placeholder allowed")
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: dict[str, str]) -> dict[str, str]:
+        for host, url in value.items():
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{host[:40]}: must be an http(s) URL")
+        return value
 
 
 class LanesConfig(_Section):

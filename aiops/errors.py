@@ -31,13 +31,16 @@ AiopsError                    base; exit code 1
 │                             the URL and the HTTP status and body (escaped); exit 3
 ├── AlertPayloadError         a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short
 │                             ASCII naming the field, never its value (answered with HTTP 400)
+├── DispatchError             a POST to /api/dispatch is not a dispatch (guardrails/dispatched.py); `reason` is short
+│                             ASCII naming the field, never its value (answered with HTTP 400)
 ├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager
 │                             retries)
 ├── SignInBusy                every console sign-in hashing turn stayed taken (HTTP 503: retry shortly)
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 │   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
-│   └── ExecutionRefused      the agent's view of it: the executor did not run the action
+│   ├── ExecutionRefused      the agent's view of it: the executor did not run the action
+│   └── DispatchRefused       a node refused a dispatched proposal (guardrails/dispatched.py): `http_status`, `rule`
 ├── ScopeError                a chat question's time bound cannot be read (aiops/agent/scope.py); the chat says which
 │                             words and what it accepts
 ├── LLMFailure                the LLM endpoint gave no usable turn (`kind`, `detail`); the analyst's answer stands
@@ -186,6 +189,16 @@ class ExecutionRefused(GuardrailError):
     """The executor did not run the action (`rule`: approval, envelope, rate_limit, no_backend, failed, ...)."""
 
 
+class DispatchRefused(GuardrailError):
+    """A node refused a proposal the fleet dispatched (`rule`: hash, replay, target, expired, unsigned, signature,
+    window, two_person, validation, no_actuator); `http_status` is the answer's, `previous` a replay's status."""
+
+    def __init__(self, http_status: int, rule: str, message: str, previous: str = "") -> None:
+        super().__init__(rule, message)
+        self.http_status = http_status
+        self.previous = previous
+
+
 class SQLRejected(AiopsError):
     """A query the agent may not run, or one that failed; the message says why (shown to the model)."""
 
@@ -273,6 +286,16 @@ class EvidenceError(AiopsError):
 class AlertPayloadError(AiopsError):
     """The body of a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short, ASCII,
     safe to answer with."""
+
+    exit_code = 2
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class DispatchError(AiopsError):
+    """The body of a POST to /api/dispatch is not a dispatch; `reason` is short, names the field, echoes no value."""
 
     exit_code = 2
 

@@ -46,6 +46,11 @@ EVENTS: tuple[str, ...] = (
     "report",
     # console account management (aiops.console.manage): who added, changed or deleted which account
     "account",
+    # actions run where they act: a node's refusal of a fleet's dispatch (guardrails.dispatched); the fleet's
+    # record of sending one and of the node's answer (aiops.fleet.dispatch)
+    "dispatch_refused",
+    "dispatch",
+    "dispatch_result",
 )
 GENESIS_HASH = "0" * 64
 

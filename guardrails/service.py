@@ -242,9 +242,13 @@ class Guardrails:
             )
         return record
 
-    def approve(self, proposal_id: str, signer: Signer) -> Authorisation:
+    def approve(
+        self, proposal_id: str, signer: Signer, *, signed_at: tuple[float, float] | None = None
+    ) -> Authorisation:
         """Record a signed approval of the proposal as it stands (re-validated first): `signer` signs the
-        canonical message, the verifier names the principal; raises `GuardrailError` naming the rule."""
+        canonical message, the verifier names the principal; raises `GuardrailError` naming the rule.
+        `signed_at`: the (ts, expiry) of a message signed earlier (guardrails.pasted), within the kind's
+        approval lifetime and the proposal's expiry."""
         now = self.clock()
         record = self._open(proposal_id, "approve")
         context = self.context(now)
@@ -256,13 +260,20 @@ class Guardrails:
             raise GuardrailError("digital", f"{proposal_id} is digital and needs no approval; execute it")
         book = self._book(context, proposal_id)
         digest = action_hash(record.action)
-        expires = min(now + book.ttl_s(record.action), self.expiry_ts_s(record))
+        signed_ts, expires = now, min(now + book.ttl_s(record.action), self.expiry_ts_s(record))
+        if signed_at is not None:
+            signed_ts, expires = signed_at
+            latest = min(signed_ts + book.ttl_s(record.action), self.expiry_ts_s(record))
+            if not record.action.created_ts_s <= signed_ts <= now < expires <= latest:
+                raise GuardrailError(
+                    "window", "the signed approval expired or its times are not an approval's: sign again"
+                )
         message = decision_message(
-            "approve", ts_s=now, expires_ts_s=expires, proposal_id=proposal_id, action_hash=digest
+            "approve", ts_s=signed_ts, expires_ts_s=expires, proposal_id=proposal_id, action_hash=digest
         )
         signature = signer.sign(message)
         signed = self._verified(proposal_id, "approve", message, signature, now, needs="physical")
-        approval = book.approve(record.action, signed.principal, now)
+        approval = book.approve(record.action, signed.principal, signed_ts)
         approval = approval.model_copy(
             update={"expires_ts_s": expires, "key_fingerprint": signed.fingerprint}
         )

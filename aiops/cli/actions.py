@@ -2,24 +2,30 @@
 an analysis, the chat, a DCIM round), and a person's decision on them. Approvals and rejections are signed
 with the person's SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the ssh-agent) and verified
 against the allowed-signers file, which names the person (docs/SECURITY.md). Once enough people approved, the
-proposal executes at once on the workspace's world, through the guardrails (`aiops.runtime.actions`)."""
+proposal executes at once on the workspace's world, through the guardrails (`aiops.runtime.actions`).
+`aiops actions message ID --out FILE` writes the approval message to sign elsewhere (`ssh-keygen -Y sign -n
+aiops-approval -f KEY FILE`); `approve ID --signature FILE.sig` records that signature (guardrails/pasted.py):
+on a fleet's workspace, the approval a node agent verifies again when the proposal is dispatched to it."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
-from aiops.runtime.actions import Decision, approve, execute, reject
+from aiops.errors import InputError
+from aiops.runtime.actions import Decision, approve, execute, reject, to_sign
 from aiops.store import Workspace
 from aiops.text import fields_text, markup, plural, terminal, when
+from guardrails.pasted import PastedSignature
 from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
-from guardrails.signing import configured_signer
+from guardrails.signing import configured_signer, decision_message
 
 DEFAULT_DB = "out/demo.duckdb"
 KEY_HELP = (
@@ -50,7 +56,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     approve.add_argument("--db", default=DEFAULT_DB)
     add_config_argument(approve)
     approve.add_argument("--no-execute", action="store_true", help="record the approval only")
+    approve.add_argument(
+        "--signature",
+        default=None,
+        metavar="FILE",
+        help="a signature made with ssh-keygen -Y sign over the file `aiops actions message` wrote",
+    )
+    approve.add_argument(
+        "--message", default=None, metavar="FILE", help="the signed message file (default: FILE without .sig)"
+    )
     approve.set_defaults(func=run_approve)
+    message = verbs.add_parser("message", help="write a proposal's approval message, to sign with ssh-keygen")
+    message.add_argument("proposal_id", metavar="ID")
+    message.add_argument("--out", required=True, metavar="FILE", help="where the exact bytes to sign go")
+    message.add_argument("--db", default=DEFAULT_DB)
+    add_config_argument(message)
+    message.set_defaults(func=run_message)
     execute = verbs.add_parser("execute", help="run a digital proposal, or one people already approved")
     execute.add_argument("proposal_id", metavar="ID")
     execute.add_argument("--db", default=DEFAULT_DB)
@@ -186,10 +207,68 @@ def _report(console: Console, decision: Decision) -> int:
 
 def run_approve(args: argparse.Namespace) -> int:
     config = cli_config(args)
-    signer = configured_signer(args.key, config.guardrails)
     place = configured_workspace(args.db, config).require()
-    decision = approve(place, args.proposal_id, signer, execute=not args.no_execute)
+    if args.signature is None:
+        signer = configured_signer(args.key, config.guardrails)
+        decision = approve(place, args.proposal_id, signer, execute=not args.no_execute)
+        return _report(terminal(), decision)
+    signature_path = Path(args.signature)
+    message_path = Path(args.message or (args.signature.removesuffix(".sig")))
+    window = signed_window(message_path, args.proposal_id)
+    pasted = PastedSignature(_read(signature_path, "--signature", 8192))
+    decision = approve(place, args.proposal_id, pasted, execute=not args.no_execute, signed_at=window)
     return _report(terminal(), decision)
+
+
+def _read(path: Path, flag: str, limit: int) -> str:
+    try:
+        text = path.read_bytes()[: limit + 1].decode("ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not ASCII text"
+        raise InputError(str(path), flag, f"cannot read: {why}") from None
+    if len(text) > limit:
+        raise InputError(str(path), flag, f"larger than {limit} bytes")
+    return text
+
+
+def signed_window(path: Path, proposal_id: str) -> tuple[float, float]:
+    """The (ts, expiry) of the approval message in `path`, which must be exactly what `aiops actions message`
+    wrote for this proposal (the signature is over those bytes)."""
+    text = _read(path, "--message", 4096)
+    allowed = f"the file aiops actions message {proposal_id[:80]} --out FILE wrote, unchanged"
+    try:
+        fields = json.loads(text)
+        window = (float(fields["ts_s"]), float(fields["expires_ts_s"]))
+        rebuilt = decision_message(
+            "approve",
+            ts_s=window[0],
+            expires_ts_s=window[1],
+            proposal_id=proposal_id,
+            action_hash=str(fields["action_hash"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        raise InputError(str(path), "--message", "not an approval message", allowed) from None
+    if fields.get("decision") != "approve" or fields.get("proposal_id") != proposal_id:
+        raise InputError(str(path), "--message", "the approval message of another proposal", allowed)
+    if rebuilt.decode("ascii") != text:
+        raise InputError(
+            str(path), "--message", "not the exact bytes signed (edited, or a newline added)", allowed
+        )
+    return window
+
+
+def run_message(args: argparse.Namespace) -> int:
+    signing = to_sign(_workspace(args).require(), args.proposal_id)
+    Path(args.out).write_bytes(signing.message)
+    console = terminal()
+    console.print(
+        f"{markup(args.out)}: the approval of {markup(args.proposal_id)}, valid until {_clock(signing.expires_ts_s)}"
+    )
+    console.print(f"sign it: ssh-keygen -Y sign -n aiops-approval -f ~/.ssh/id_ed25519 {markup(args.out)}")
+    console.print(
+        f"then: aiops actions approve {markup(args.proposal_id)} --signature {markup(args.out)}.sig"
+    )
+    return 0
 
 
 def run_execute(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 cluster. The node agents' exports are read from Prometheus or VictoriaMetrics every scrape interval into the fleet's
 own workspace (aiops/fleet/source.py), and the node's service runs on them: live detection kept across cycles and
 restarts, diagnosis, remediation filed as proposals, notifications, reports, `/metrics`, `/api` and the console
-for the whole cluster. SIGTERM and SIGINT end it after a last flush (exit 0). See docs/FLEET.md.
+for the whole cluster; proposals people approved with SSH signatures are dispatched to the node agent that acts
+(aiops/fleet/dispatch.py), which checks the signatures itself. SIGTERM and SIGINT end it after a last flush (exit 0). See docs/FLEET.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from aiops.cli.args import duration, seconds
 from aiops.cli.run import alert_token_of, console_enabled, served_console, token_of
 from aiops.config import Config, NodeConfig, load_config, parse_listen
 from aiops.errors import ConfigError
+from aiops.fleet.dispatch import FleetDispatcher
 from aiops.fleet.source import FleetSetup, fleet_sources
 from aiops.service import logs
 from aiops.service.service import Service
@@ -83,8 +85,7 @@ def configured(args: argparse.Namespace) -> Config:
     )
 
 
-def bearer_token(config: Config) -> str | None:
-    path = config.fleet.bearer_token_file
+def _token_file(config: Config, key: str, path: str) -> str | None:
     if not path:
         return None
     try:
@@ -92,9 +93,18 @@ def bearer_token(config: Config) -> str | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
             config.source,
-            "fleet.bearer_token_file",
+            f"fleet.{key}",
             f"cannot read: {getattr(exc, 'strerror', None) or type(exc).__name__}",
         ) from None
+
+
+def bearer_token(config: Config) -> str | None:
+    return _token_file(config, "bearer_token_file", config.fleet.bearer_token_file)
+
+
+def node_token(config: Config) -> str:
+    """The node agents' /api token ([fleet] node_token_file): approved proposals are dispatched with it."""
+    return _token_file(config, "node_token_file", config.fleet.node_token_file) or ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,9 +117,10 @@ def run(args: argparse.Namespace) -> int:
         token=token_of(config),
         alert_token=alert_token_of(config),
         sources=lambda store: fleet_sources(store, setup),
+        dispatcher=FleetDispatcher(config.fleet, node_token(config), name=FLEET_NAME),
     )
     if console:
-        service.companion = served_console(config, service)
+        service.companion = served_console(config, service, dispatch=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()

@@ -138,9 +138,9 @@ def console_enabled(config: Config) -> bool:
     return section.enabled
 
 
-def served_console(config: Config, service: Service) -> ServedConsole:
+def served_console(config: Config, service: Service, *, dispatch: bool = False) -> ServedConsole:
     """The web console over the service's own hold on the workspace, for the service's listener; approved
-    proposals run in the loop."""
+    proposals run in the loop (`dispatch`: `aiops fleet`'s, sent to the node agents that act)."""
     from aiops.console.app import ConsoleOptions, create_app
     from aiops.console.server import ServedConsole
     from aiops.report.schedule import reports_dir
@@ -149,6 +149,7 @@ def served_console(config: Config, service: Service) -> ServedConsole:
         reports_dir=reports_dir(config.report, config.store.path),
         secure_cookies=config.console.secure_cookies,
         execute=False,
+        dispatch=dispatch,
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
         agent=agent_config(config),

@@ -32,7 +32,7 @@ from aiops.console import data
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.admin import Admin
 from aiops.console.chat import ChatDesk
-from aiops.console.decide import Decisions
+from aiops.console.decide import Decisions, messages_to_sign
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
@@ -56,6 +56,9 @@ class ConsoleOptions:
     reports_dir: Path | None = None  # where scheduled reports are written (None: <db>.reports)
     secure_cookies: bool = False  # set behind a TLS proxy: cookies then go over HTTPS only
     execute: bool = True  # run an approved proposal at once (False in the service: its loop executes)
+    dispatch: bool = (
+        False  # a fleet's console: node agents act, and verify SSH signatures (paste one: decide.py)
+    )
     idle_timeout_s: float = 30 * 60.0
     max_age_s: float = 12 * 3600.0
     agent: AgentConfig = field(
@@ -177,7 +180,11 @@ class Console:
         found = await self.read(lambda s: data.incident(s, incident_id))
         if found is None:
             return self.pages.refuse(404, "no such incident")
-        return self.pages.page(request, session, "incident.html", incident=found)
+        if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now
+            await self.read(lambda s: messages_to_sign(s, found["proposals"]))
+        return self.pages.page(
+            request, session, "incident.html", incident=found, dispatch=self.options.dispatch
+        )
 
     async def audit(self, request: Request) -> Response:
         session = self.pages.session(request)
@@ -243,6 +250,7 @@ def create_app(
         Route("/incidents/{incident_id}", console.incident),
         Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
+        Route("/proposals/{proposal_id}/approve-signed", console.decisions.approve_signed, methods=["POST"]),
         Route("/chat", console.chat.page, methods=["GET"]),
         Route("/chat/ask", console.chat.ask, methods=["POST"]),
         Route("/admin/accounts", console.admin.page, methods=["GET"]),

@@ -4,12 +4,19 @@ re-validated, recorded as a signed audit event, counted by the executor from tha
 
 Refusals before anything is recorded: no session (303 to sign in), a missing or wrong CSRF token (403), a
 viewer (403). The guardrails' own refusals (not in `[guardrails.approvers]`, the proposer, expired, rejected,
-two-person across racks) come back as a note on the incident's page, with nothing recorded either."""
+two-person across racks) come back as a note on the incident's page, with nothing recorded either.
+
+In a fleet's console (`ConsoleOptions.dispatch`) the node agents act, and a node verifies SSH signatures only
+(the session's HMAC is the fleet's own key). The page then shows, for each open physical proposal, the approval
+message dated when the page was drawn and the `ssh-keygen -Y sign -n aiops-approval` line that signs it; the
+person pastes the signature (`approve_signed`), recorded through the same guardrails with that message's window
+(guardrails/pasted.py). The key that signed names who approved, whoever is signed in; an approval by console
+session alone is recorded but not dispatched (aiops/fleet/dispatch.py)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
@@ -19,6 +26,9 @@ from starlette.responses import Response
 from aiops.console import data
 from aiops.errors import AiopsError, GuardrailError
 from aiops.runtime.actions import Decision, approve, reject
+from aiops.store import Store
+from guardrails.pasted import MAX_SIGNATURE_CHARS, PastedSignature, approval_to_sign
+from guardrails.service import Guardrails
 from guardrails.session_signing import SessionSigner
 
 if TYPE_CHECKING:
@@ -26,6 +36,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiops.console")
 MAX_REASON_CHARS = 500
+
+
+def messages_to_sign(store: Store, proposals: list[dict[str, Any]]) -> None:
+    """Add `to_sign` (message, window, the command that signs it) to each open physical proposal's dict."""
+    guard = Guardrails(store)
+    for p in proposals:
+        if not (p["open"] and p["physical"]):
+            continue
+        try:
+            signing = approval_to_sign(guard, p["id"])
+        except GuardrailError:
+            continue
+        p["to_sign"] = {
+            "message": signing.message.decode("ascii"),
+            "ts_s": repr(signing.ts_s),
+            "expires_ts_s": repr(signing.expires_ts_s),
+            "command": signing.command(),
+        }
 
 
 def _note(decision: Decision) -> str:
@@ -78,6 +106,37 @@ class Decisions:
                     self.console.workspace, proposal_id, signer, execute=self.console.options.execute
                 )
             return _note(decision)
+
+        try:
+            note = await run_in_threadpool(run)
+        except (GuardrailError, AiopsError) as exc:
+            note = f"refused: {exc}"
+        log.info("decision", extra={"principal": principal, "proposal_id": proposal_id, "note": note[:200]})
+        return await self._back(request, proposal_id, f"{proposal_id}: {note}")
+
+    async def approve_signed(self, request: Request) -> Response:
+        """A pasted SSH signature over the approval message the page showed (its window in the form)."""
+        refusal, principal, proposal_id = await self._checked(request)
+        if refusal is not None:
+            return refusal
+        form = await request.form()
+        signature = str(form.get("signature", ""))[: MAX_SIGNATURE_CHARS + 1]
+        try:
+            window = (float(str(form.get("ts_s", ""))[:40]), float(str(form.get("expires_ts_s", ""))[:40]))
+        except ValueError:
+            return await self._back(request, proposal_id, f"{proposal_id}: refused: the form lost its times")
+
+        def run() -> str:
+            with self.console.lock:
+                decision = approve(
+                    self.console.workspace,
+                    proposal_id,
+                    PastedSignature(signature),
+                    execute=self.console.options.execute,
+                    signed_at=window,
+                )
+            signer = decision.authorisation.signed_by if decision.authorisation else ""
+            return f"signed by {signer}: {_note(decision)}"
 
         try:
             note = await run_in_threadpool(run)

@@ -13,6 +13,7 @@ from aiops.sim.twin import Twin
 from aiops.store import Workspace
 from guardrails.approvals import Authorisation
 from guardrails.executor import ExecutionOutcome
+from guardrails.pasted import ApprovalToSign, approval_to_sign
 from guardrails.signing import Signer
 
 
@@ -36,14 +37,15 @@ def approve(
     execute: bool = True,
     twin: Twin | None = None,
     clock: Callable[[], float] = time.time,
+    signed_at: tuple[float, float] | None = None,
 ) -> Decision:
-    """Record the approval `signer` signs; when the proposal is then authorised and `execute`, run it on the workspace's
+    """Record the approval `signer` signs (`signed_at`: the window of a message signed earlier, guardrails.pasted); when the proposal is then authorised and `execute`, run it on the workspace's
     world (once: a second approval says it already ran). One write transaction: no other process acts between
     the approval and the execution."""
     with workspace.write() as store:
         attached = attach(store, twin=twin)
         guard = desk(store, attached, clock=clock)
-        auth = guard.approve(proposal_id, signer)
+        auth = guard.approve(proposal_id, signer, signed_at=signed_at)
         if not auth.ok:
             return Decision(proposal_id, auth, None, f"approval recorded; {auth.message}")
         if not execute:
@@ -51,6 +53,14 @@ def approve(
         if attached.actuator is None:
             return Decision(proposal_id, auth, None, f"approved; not executed: {attached.describe}")
         return Decision(proposal_id, auth, guard.execute(proposal_id))
+
+
+def to_sign(
+    workspace: Workspace, proposal_id: str, *, clock: Callable[[], float] = time.time
+) -> ApprovalToSign:
+    """The approval message of a proposal, dated now, for a person to sign elsewhere."""
+    with workspace.read() as store:
+        return approval_to_sign(desk(store, attach(store, actuator="none"), clock=clock), proposal_id)
 
 
 def execute(

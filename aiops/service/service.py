@@ -34,6 +34,7 @@ from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
+from aiops.service.dispatch_in import DispatchInbox
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
@@ -85,6 +86,7 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         sources: Callable[[Store], Sources] | None = None,
+        dispatcher: Callable[[Store], None] | None = None,
     ) -> None:
         if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
             identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
@@ -128,6 +130,8 @@ class Service:
         self.token = token
         self.alert_token = alert_token  # [alertmanager_in]: empty, the route is off
         self.alert_inbox = AlertInbox()
+        self.dispatches = DispatchInbox()  # POST /api/dispatch: judged and run in the flush (dispatch_in.py)
+        self.dispatcher = dispatcher  # `aiops fleet`: sends approved proposals to their nodes (aiops/fleet)
         self.alerts = AlertInvestigator(
             self.alert_inbox,
             self.outbox.enqueue_event,
@@ -193,6 +197,7 @@ class Service:
                 route,
                 facility=self.metrics.facility_text,
                 dcim=self.metrics.dcim_document,
+                dispatches=self.dispatches,
             )
             root = self.companion.app if self.companion is not None else None
             self.http = WebServer(
@@ -318,6 +323,11 @@ class Service:
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
+            if len(self.dispatches):
+                twin = self.sources.twin
+                self._guarded("dispatch", lambda: self.dispatches.judge(store, twin, self.config.node.name))
+            if self.dispatcher is not None:
+                self._guarded("dispatcher", lambda: self.dispatcher(store) if self.dispatcher else None)
             self._guarded("retention", lambda: self._retention(store))
             self._guarded("report", lambda: self._report(store))
             self._observe_store(store)

@@ -12,6 +12,11 @@
   404): the bearer token compared in constant time (401), a Content-Length (411) of at most 1 MiB (413) and a
   body, read up to that cap whatever the header said, that validates (400 with a short reason), queued for the
   service's loop (200; 503 when the inbox is full). Nothing is investigated in the handler.
+- `POST /api/dispatch`: a proposal the fleet's people signed, judged and run by this node's loop
+  (aiops/service/dispatch_in.py, guardrails/dispatched.py): the /api token (or a loopback client without one),
+  a Content-Length (411) of at most 64 KiB (413), a body that parses (400 with a short reason); the node's
+  answer (200 executed or failed, 403 refused, 409 a replay, 503 nothing acts here or the inbox is full, 504 the
+  loop did not take it in time).
 
 Machines authenticate here with bearer tokens; people sign in to the console, which `service_app` mounts at
 `/` (its own sessions and CSRF checks) when the service is given one. Every service answer carries
@@ -22,6 +27,7 @@ loop); the probes (two fields) and the webhook (it reads its body and only queue
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import ipaddress
@@ -38,9 +44,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from aiops.errors import AlertInboxFull, AlertPayloadError
+from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError
+from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
+from guardrails.dispatched import parse_dispatch
 
 Probe = Callable[[], tuple[bool, str]]
 ALERTMANAGER_ROUTE = "/api/alertmanager"
@@ -101,12 +109,14 @@ class ServiceRoutes:
         *,
         facility: Callable[[], str] | None = None,
         dcim: Callable[[], dict[str, Any]] | None = None,
+        dispatches: dispatch_in.DispatchInbox | None = None,
     ) -> None:
         self.registry, self.api, self.healthy, self.ready, self.token = registry, api, healthy, ready, token
         self.dcgm = dcgm
         self.alerts = alerts
         self.facility = facility  # the twin's rack sensors as facility exporters' series (docs/FACILITY.md)
         self.dcim = dcim  # the DCIM caps in force, as the document the fleet's DCIM input reads
+        self.dispatches = dispatches
 
     def routes(self) -> list[BaseRoute]:
         found: list[BaseRoute] = [
@@ -125,6 +135,8 @@ class ServiceRoutes:
             found.append(Route("/api/dcim", _guarded_sync(self.dcim_document), methods=["GET"]))
         if self.alerts is not None:
             found.append(Route(ALERTMANAGER_ROUTE, _guarded_async(self.alertmanager), methods=["POST"]))
+        if self.dispatches is not None:
+            found.append(Route(dispatch_in.DISPATCH_ROUTE, _guarded_async(self.dispatch), methods=["POST"]))
         found.append(Route("/api/{rest:path}", _guarded_sync(self.api_not_found), methods=ALL_METHODS))
         return found
 
@@ -185,6 +197,31 @@ class ServiceRoutes:
     def api_not_found(self, request: Request) -> Response:
         return self._refused(request) or _json(404, {"error": "not found"}, close=request.method != "GET")
 
+    # -- the fleet's dispatches ------------------------------------------------------------------------------------
+    async def dispatch(self, request: Request) -> Response:
+        inbox = self.dispatches
+        assert inbox is not None
+        if not self._authorised(request):
+            return _json(401, {"error": "a bearer token is needed ([http] token_file)"}, close=True)
+        body = await _bounded_body(request, dispatch_in.MAX_BODY_BYTES)
+        if isinstance(body, Response):
+            return body
+        try:
+            dispatch = parse_dispatch(body)
+        except DispatchError as exc:
+            return _json(400, {"error": exc.reason})
+        answer = inbox.put(dispatch)
+        if answer is None:
+            return _json(503, {"error": "busy: too many dispatches wait; retry"})
+        waiting = asyncio.wrap_future(answer)
+        done, _ = await asyncio.wait({waiting}, timeout=dispatch_in.WAIT_S)
+        if not done and answer.cancel():
+            return _json(
+                504, {"error": "the node's loop did not take the dispatch in time; nothing was done"}
+            )
+        judged = await waiting
+        return _json(judged.http_status, judged.json())
+
     # -- Alertmanager's webhook ---------------------------------------------------------------------------------
     async def alertmanager(self, request: Request) -> Response:
         route = self.alerts
@@ -194,18 +231,11 @@ class ServiceRoutes:
             return _json(
                 401, {"error": "a bearer token is needed ([alertmanager_in] token_file)"}, close=True
             )
-        length_text = request.headers.get("Content-Length", "")
-        if not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() is True: ASCII digits only
-            return _json(411, {"error": "Content-Length is needed"}, close=True)
-        if int(length_text) > MAX_BODY_BYTES:
-            return _json(413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}, close=True)
-        body = bytearray()
-        async for chunk in request.stream():  # never more than the cap, whatever the header said
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                return _json(413, {"error": f"body larger than {MAX_BODY_BYTES} bytes"}, close=True)
+        body = await _bounded_body(request, MAX_BODY_BYTES)
+        if isinstance(body, Response):
+            return body
         try:
-            payload = parse_webhook(bytes(body))
+            payload = parse_webhook(body)
         except AlertPayloadError as exc:
             return _json(400, {"error": exc.reason})
         try:
@@ -213,6 +243,21 @@ class ServiceRoutes:
         except AlertInboxFull:
             return _json(503, {"error": "busy: too many alerts wait; retry"})
         return _json(200, {"accepted": len(payload.alerts)})
+
+
+async def _bounded_body(request: Request, max_bytes: int) -> bytes | Response:
+    """The request's body, read up to `max_bytes` whatever the header said; else the answer refusing it."""
+    length_text = request.headers.get("Content-Length", "")
+    if not (length_text.isascii() and length_text.isdigit()):  # "²".isdigit() is True: ASCII digits only
+        return _json(411, {"error": "Content-Length is needed"}, close=True)
+    if int(length_text) > max_bytes:
+        return _json(413, {"error": f"body larger than {max_bytes} bytes"}, close=True)
+    body = bytearray()
+    async for chunk in request.stream():  # never more than the cap, whatever the header said
+        body += chunk
+        if len(body) > max_bytes:
+            return _json(413, {"error": f"body larger than {max_bytes} bytes"}, close=True)
+    return bytes(body)
 
 
 async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:

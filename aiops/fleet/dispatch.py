@@ -1,0 +1,254 @@
+"""Approved fleet proposals, sent to the node agent that acts on them (`POST /api/dispatch`), and the node's
+answer recorded in the fleet's own audit chain.
+
+The fleet service has no actuator and cannot approve for anyone: it sends the proposal as it filed it and the
+people's SSH signatures, and the node checks them against its own allowed-signers (guardrails/dispatched.py).
+Each flush of `aiops fleet`, `FleetDispatcher` takes the proposals that are `approved`:
+
+- only signed `approval` events that verify here and are SSH signatures are sent; a proposal approved only
+  with console sessions (the fleet's own key, which no node can check) is not sent, and its status message
+  says so (`CONSOLE_ONLY`);
+- the node is the target's host (a GPU, NIC or node of one host; rack, job and fleet targets have no node
+  agent to act, and say so); its URL is `[fleet.nodes]` host -> URL, else `[fleet] node_url` with `{host}`;
+  the node's /api token comes from `[fleet] node_token_file`;
+- a `dispatch` audit event is written before each attempt, a `dispatch_result` one with the node's answer
+  (status, message, rule, the node's audit seq and hash) when it answers; the proposal becomes `executed`,
+  `failed` or `refused`, and an executed one joins the fleet's execution ledger (its rate limits count it).
+  A 409 replay whose earlier run executed counts as executed (the fleet crashed between sending and recording).
+- no answer, 401, 5xx: retried after `RETRY_S`, doubled at each failure up to `MAX_RETRY_S` (each attempt is
+  a `dispatch` event), at most `MAX_PER_FLUSH` sends per flush. The answer is
+  hostile data: JSON-decoded, size-capped, each field cut to length; the HTTP client follows no redirect.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiops.config import FleetConfig
+from aiops.store import Store
+from guardrails.actions import action_hash
+from guardrails.audit import AuditLog
+from guardrails.context import topology_from_store
+from guardrails.decisions import check_row
+from guardrails.policy import ExecutionRecord
+from guardrails.records import GuardrailRecords, ProposalRecord
+from guardrails.session_signing import is_session_signature
+from guardrails.signing import ConfiguredVerifier, Verifier
+
+log = logging.getLogger("aiops.fleet")
+CONSOLE_ONLY = (
+    "approved in the console only: a node verifies SSH signatures; paste one (ssh-keygen -Y sign -n "
+    "aiops-approval) on the proposal's page, or aiops actions approve --key"
+)
+RETRY_S = 30.0  # after a send without an answer; doubled each time, at most MAX_RETRY_S
+MAX_RETRY_S = 3600.0
+MAX_PER_FLUSH = 4
+MAX_ANSWER_BYTES = 64 * 1024
+DISPATCHED = "dispatch_result"
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    http_status: int | None  # None: no answer (connection refused, timeout)
+    body: dict[str, Any]
+    error: str = ""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a node agent never redirects: a 3xx is an error, not a new destination
+
+
+def post_json(url: str, body: dict[str, Any], token: str, timeout_s: float) -> NodeAnswer:
+    """POST `body` to `url`; the answer's JSON object (at most `MAX_ANSWER_BYTES`), or why there is none."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=timeout_s) as reply:
+            status, raw = int(reply.status), reply.read(MAX_ANSWER_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        status, raw = int(exc.code), exc.read(MAX_ANSWER_BYTES + 1)
+    except (OSError, ValueError) as exc:  # refused, unreachable, timed out, a malformed URL
+        return NodeAnswer(None, {}, f"{type(exc).__name__}: {str(exc)[:200]}")
+    try:
+        decoded = json.loads(raw[:MAX_ANSWER_BYTES].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        decoded = None
+    if not isinstance(decoded, dict):
+        return NodeAnswer(status, {}, "the answer is not a JSON object")
+    return NodeAnswer(status, decoded)
+
+
+def _text(value: Any, limit: int = 300) -> str:
+    return str(value)[:limit] if isinstance(value, str | int | float) else ""
+
+
+class FleetDispatcher:
+    """Sends the fleet workspace's approved proposals to their nodes (called once per flush)."""
+
+    def __init__(
+        self,
+        fleet: FleetConfig,
+        token: str = "",
+        *,
+        name: str = "fleet",
+        post: Callable[[str, dict[str, Any], str, float], NodeAnswer] = post_json,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.fleet, self.token, self.name, self.post, self.clock = fleet, token, name, post, clock
+        self._retry_at: dict[str, float] = {}
+        self._failures: dict[str, int] = {}  # sends without an answer in a row, per proposal (the backoff)
+        self._verifier: Verifier | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"FleetDispatcher(node_url={self.fleet.node_url!r}, token=***)"
+
+    def node_url(self, host: str) -> str:
+        base = self.fleet.nodes.get(host) or self.fleet.node_url.replace("{host}", host)
+        return base.rstrip("/") + "/api/dispatch"
+
+    def __call__(self, store: Store) -> None:
+        self.run(store)
+
+    def run(self, store: Store, verifier: Verifier | None = None) -> list[str]:
+        """Dispatch what is due; returns the proposal ids the nodes answered (executed, failed or refused)."""
+        if verifier is None:  # one per dispatcher: its verdicts are cached (each signature checked once)
+            if self._verifier is None:
+                self._verifier = ConfiguredVerifier(store.guardrails, store.path)
+            verifier = self._verifier
+        records, audit = GuardrailRecords(store), AuditLog(store)
+        now = self.clock()
+        answered, sent = [], 0
+        for record in records.proposals("approved"):
+            pid = record.proposal_id
+            if sent >= MAX_PER_FLUSH or self._retry_at.get(pid, 0.0) > now or audit.rows(pid, DISPATCHED):
+                continue
+            if record.expires_ts_s is not None and now >= record.expires_ts_s:
+                continue  # the desk's expiry marks it
+            approvals = self._ssh_approvals(audit, pid, verifier)
+            have, needed = len({a["principal"] for a in approvals}), max(1, record.approvals_needed)
+            if have < needed:
+                note = (
+                    CONSOLE_ONLY
+                    if have == 0
+                    else f"{have} of {needed} approvals are SSH-signed: {CONSOLE_ONLY}"
+                )
+                self._note(records, record, note, now)
+                continue
+            host = self._host(store, record.action.target)
+            if host is None:
+                note = f"no node agent acts on {record.action.target[:80]} (scheduler and DCIM dispatch: not built)"
+                self._note(records, record, note, now)
+                continue
+            sent += 1
+            if self._send(store, record, approvals, host, now):
+                answered.append(pid)
+        return answered
+
+    def _ssh_approvals(self, audit: AuditLog, pid: str, verifier: Verifier) -> list[dict[str, Any]]:
+        """The proposal's signed approvals that verify here and that a node can verify (SSH, not session)."""
+        found = []
+        for row in audit.rows(pid, "approval"):
+            data = row.data()
+            signature = data.get("signature")
+            if not isinstance(signature, str) or is_session_signature(signature):
+                continue
+            try:
+                signed = check_row(row, verifier)
+            except Exception:  # a row that does not hold is not sent (aiops audit verify reports it)
+                continue
+            found.append(
+                {
+                    "principal": signed.principal,
+                    "ts_s": float(data["ts_s"]),
+                    "expires_ts_s": float(data["expires_ts_s"]),
+                    "signature": signature,
+                }
+            )
+        return found
+
+    @staticmethod
+    def _host(store: Store, target: str) -> str | None:
+        scope = topology_from_store(store).expand(target)
+        if scope is None or scope.kind not in ("node", "gpu", "nic") or len(scope.nodes) != 1:
+            return None
+        return scope.nodes[0]
+
+    @staticmethod
+    def _note(records: GuardrailRecords, record: ProposalRecord, note: str, now: float) -> None:
+        if record.message != note:
+            records.set_status(record.proposal_id, "approved", now, note)
+
+    def _send(
+        self, store: Store, record: ProposalRecord, approvals: list[dict[str, Any]], host: str, now: float
+    ) -> bool:
+        records, audit, pid = GuardrailRecords(store), AuditLog(store), record.proposal_id
+        url = self.node_url(host)
+        body = {
+            "action": record.action.model_dump(mode="json"),
+            "action_hash": action_hash(record.action),
+            "expires_ts_s": record.expires_ts_s,
+            "approvals": [{k: a[k] for k in ("ts_s", "expires_ts_s", "signature")} for a in approvals],
+            "fleet": self.name,
+        }
+        principals = sorted({a["principal"] for a in approvals})
+        audit.append(
+            "dispatch", {"node": host, "url": url, "signers": principals}, proposal_id=pid, actor="fleet"
+        )
+        answer = self.post(url, body, self.token, self.fleet.dispatch_timeout_s)
+        if answer.http_status is None or answer.http_status == 401 or answer.http_status >= 500:
+            why = answer.error or _text(answer.body.get("error") or answer.body.get("message"))
+            self._failures[pid] = failures = self._failures.get(pid, 0) + 1
+            self._retry_at[pid] = now + min(RETRY_S * 2 ** (failures - 1), MAX_RETRY_S)
+            self._note(
+                records,
+                record,
+                f"dispatch to {host} failed ({answer.http_status or 'no answer'}: {why}); retrying",
+                now,
+            )
+            log.warning("dispatch failed", extra={"proposal_id": pid, "node": host, "why": why[:200]})
+            return False
+        node = answer.body
+        result = {
+            "node": host,
+            "http_status": answer.http_status,
+            "status": _text(node.get("status"), 20),
+            "message": _text(node.get("message") or node.get("error")),
+            "rule": _text(node.get("rule"), 40),
+            "previous": _text(node.get("previous"), 20),
+            "approved_by": [_text(p, 64) for p in node.get("approved_by", [])][:8]
+            if isinstance(node.get("approved_by"), list)
+            else [],
+            "node_audit_seq": node.get("audit_seq") if isinstance(node.get("audit_seq"), int) else None,
+            "node_audit_hash": _text(node.get("audit_hash"), 64),
+        }
+        status = self._status(answer.http_status, result)
+        audit.append(DISPATCHED, {**result, "outcome": status}, proposal_id=pid, actor=f"node:{host}")
+        if status == "executed":
+            scope = topology_from_store(store).expand(record.action.target)
+            units = scope.units if scope is not None else frozenset({record.action.target})
+            if records.claim(ExecutionRecord(pid, record.action.kind, record.action.target, units, now)):
+                records.finish(pid, "executed", result)
+        records.set_status(
+            pid, status, now, f"{host}: {result['status'] or status}: {result['message']}"[:500]
+        )
+        log.info("dispatched", extra={"proposal_id": pid, "node": host, "outcome": status})
+        return True
+
+    @staticmethod
+    def _status(http_status: int, result: dict[str, Any]) -> str:
+        if http_status == 200 and result["status"] in ("executed", "failed"):
+            return str(result["status"])
+        if http_status == 409 and result["previous"] == "executed":
+            return "executed"  # it ran on the node at an earlier dispatch whose answer was lost
+        return "refused"

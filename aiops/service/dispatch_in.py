@@ -1,0 +1,85 @@
+"""`POST /api/dispatch`: a proposal the fleet's people approved, handed to the node agent that acts on it.
+
+The route (aiops/service/web.py) authenticates the machine (the /api bearer token), reads a bounded body
+(`MAX_BODY_BYTES`, Content-Length required), parses it (`guardrails.dispatched.parse_dispatch`: 400 with a
+short reason) and hands it to the service's loop through `DispatchInbox`, then waits at most `WAIT_S` for the
+answer (504 after that: the dispatch is withdrawn unless the loop already took it). The loop judges and runs it
+in its flush, where the world is (`run`): the same store transaction and actuator as every other execution,
+so nothing acts on the twin or the hardware from a request thread. What the node checks, and what it audits,
+is guardrails/dispatched.py; the answer is its JSON (200 executed or failed, 403 refused, 409 a replay,
+503 nothing can act here).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from aiops.runtime.world import attach, desk
+from aiops.sim.twin import Twin
+from aiops.store import Store
+from guardrails.dispatched import Dispatch, DispatchAnswer, NodeDispatch
+from guardrails.service import Guardrails
+
+log = logging.getLogger("aiops.service")
+DISPATCH_ROUTE = "/api/dispatch"
+MAX_BODY_BYTES = 64 * 1024
+WAIT_S = 30.0  # the loop flushes every few seconds; a dispatch not taken by then is withdrawn
+MAX_WAITING = 16
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    dispatch: Dispatch
+    answer: Future[DispatchAnswer]
+
+
+class DispatchInbox:
+    """Dispatches waiting for the loop; each request waits on its own future."""
+
+    def __init__(self, max_waiting: int = MAX_WAITING) -> None:
+        self.max_waiting = max_waiting
+        self._lock = threading.Lock()
+        self._waiting: list[_Waiting] = []
+        self.answered = 0
+
+    def put(self, dispatch: Dispatch) -> Future[DispatchAnswer] | None:
+        """A future the loop answers, or None when too many wait already (the route answers 503)."""
+        with self._lock:
+            if len(self._waiting) >= self.max_waiting:
+                return None
+            answer: Future[DispatchAnswer] = Future()
+            self._waiting.append(_Waiting(dispatch, answer))
+            return answer
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def judge(self, store: Store, twin: Twin | None, node: str) -> None:
+        """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world (the
+        twin's, or none: then every dispatch is answered 503)."""
+        attached = attach(store, twin=twin)
+        done = self.run(lambda: desk(store, attached), node, attached.actuator is not None)
+        log.info("dispatches", extra={"judged": done})
+
+    def run(self, desk_for: Callable[[], Guardrails], node: str, can_act: bool) -> int:
+        """Judge every waiting dispatch on this node's desk (in the loop's flush); returns how many."""
+        with self._lock:
+            taken, self._waiting = self._waiting, []
+        done = 0
+        for item in taken:
+            if not item.answer.set_running_or_notify_cancel():
+                continue  # the request gave up waiting: nothing was judged, nothing recorded
+            try:
+                answer = NodeDispatch(desk_for(), node, can_act=can_act).accept(item.dispatch)
+            except Exception as exc:  # the loop goes on; the caller hears which exception, not a traceback
+                item.answer.set_exception(exc)
+                continue
+            item.answer.set_result(answer)
+            done += 1
+        self.answered += done
+        return done

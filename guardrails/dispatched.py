@@ -1,0 +1,362 @@
+"""A proposal the fleet dispatched to this node (`POST /api/dispatch`), judged here before anything runs.
+
+The fleet service cannot approve on anyone's behalf: what it sends is the proposal as it filed it and the
+people's SSH signatures, and this node checks everything itself, with its own configuration:
+
+- the action's hash is derived here from the proposal (kind, target, parameters); a hash sent that differs is
+  refused, and the signatures are checked over the message rebuilt with the hash derived here;
+- the target is one of this node's own components (a GPU, a NIC or the node itself, named by `node`);
+- the proposal has not expired (its expiry, and never later than this node's `proposal_ttl_s` after it was
+  created), and its id was never filed here before (a replay is refused, whatever became of the first);
+- every signature is an SSH signature (a console session's HMAC is the fleet's own key: refused) that
+  verifies against this node's allowed-signers file, by a principal this node's `[guardrails.approvers]`
+  lets approve physical actions, inside its approval window (signed no later than now, expiring no later than
+  the kind's approval lifetime after signing); a signature that does not hold refuses the whole dispatch;
+- enough distinct people (and keys) signed for the kind and its blast radius (the two-person rule);
+- the action passes this node's own guardrails (envelopes, bounds, rate limits) when filed here.
+
+Then the proposal, each signed approval and the execution land in this node's audit chain, and it runs
+through `Guardrails.execute`, the one path to an actuator. Every refusal of a parsed dispatch is audited here
+(`dispatch_refused`: the rule, why, who signed when known). Parsing is `parse_dispatch` (hostile bytes in,
+`DispatchError` with a short reason out, never a value echoed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from aiops.errors import DispatchError, DispatchRefused, GuardrailError, SignatureRefused
+from guardrails.actions import Action, action_hash
+from guardrails.approvals import Approval, ApprovalBook
+from guardrails.audit import AuditRow
+from guardrails.decisions import signed_payload
+from guardrails.policy import validate
+from guardrails.service import Guardrails
+from guardrails.session_signing import is_session_signature
+from guardrails.signing import SignedBy, decision_message, require_class
+
+MAX_APPROVALS = 8
+MAX_SIGNATURE_CHARS = 8192
+MAX_FLEET_CHARS = 80
+_HEX = frozenset("0123456789abcdef")
+_FLEET_NAME = re.compile(rf"^[A-Za-z0-9_.:-]{{0,{MAX_FLEET_CHARS}}}$", re.ASCII)
+
+
+@dataclass(frozen=True)
+class SignedApproval:
+    """One person's approval as signed: the window of the canonical message and the armored signature."""
+
+    ts_s: float
+    expires_ts_s: float
+    signature: str
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    action: Action
+    sent_hash: str  # what the fleet said the hash is: compared, never used
+    expires_ts_s: float | None
+    approvals: tuple[SignedApproval, ...]
+    fleet: str = ""  # the sender's name, for the audit
+
+
+@dataclass(frozen=True)
+class DispatchAnswer:
+    http_status: int
+    status: str  # executed | failed | refused
+    message: str
+    rule: str = ""
+    proposal_id: str = ""
+    approved_by: tuple[str, ...] = ()
+    previous: str = ""  # a replay: what became of the proposal filed here under that id
+    audit_seq: int = 0
+    audit_hash: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "message": self.message,
+            "rule": self.rule,
+            "proposal_id": self.proposal_id,
+            "approved_by": list(self.approved_by),
+            "previous": self.previous,
+            "audit_seq": self.audit_seq,
+            "audit_hash": self.audit_hash,
+            "result": self.result,
+        }
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
+        raise DispatchError(f"{name} must be a finite number")
+    return float(value)
+
+
+def _approval(raw: Any, index: int) -> SignedApproval:
+    if not isinstance(raw, dict):
+        raise DispatchError(f"approvals[{index}] must be an object")
+    signature = raw.get("signature")
+    if not isinstance(signature, str) or not signature.isascii() or len(signature) > MAX_SIGNATURE_CHARS:
+        raise DispatchError(
+            f"approvals[{index}].signature must be ASCII text of at most {MAX_SIGNATURE_CHARS}"
+        )
+    return SignedApproval(
+        _number(raw.get("ts_s"), f"approvals[{index}].ts_s"),
+        _number(raw.get("expires_ts_s"), f"approvals[{index}].expires_ts_s"),
+        signature,
+    )
+
+
+def parse_dispatch(body: bytes) -> Dispatch:
+    """The dispatch in a request body; raises `DispatchError` naming the field that does not hold."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise DispatchError("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise DispatchError("the body must be a JSON object")
+    raw_action = data.get("action")
+    if not isinstance(raw_action, dict):
+        raise DispatchError("action must be an object (the proposal as the fleet filed it)")
+    try:
+        action = Action.model_validate(raw_action)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])[:60]
+        raise DispatchError(f"action.{where}: {str(first['msg'])[:120]}") from None
+    sent = data.get("action_hash", "")
+    if not isinstance(sent, str) or len(sent) > 64 or not set(sent) <= _HEX:
+        raise DispatchError("action_hash must be a sha256 in lowercase hex")
+    expires = data.get("expires_ts_s")
+    approvals = data.get("approvals", [])
+    if not isinstance(approvals, list) or len(approvals) > MAX_APPROVALS:
+        raise DispatchError(f"approvals must be a list of at most {MAX_APPROVALS}")
+    fleet = data.get("fleet", "")
+    if not isinstance(fleet, str) or not _FLEET_NAME.match(fleet):
+        raise DispatchError(f"fleet must be at most {MAX_FLEET_CHARS} ASCII letters, digits or _.:-")
+    return Dispatch(
+        action,
+        sent,
+        None if expires is None else _number(expires, "expires_ts_s"),
+        tuple(_approval(a, i) for i, a in enumerate(approvals)),
+        fleet,
+    )
+
+
+@dataclass(frozen=True)
+class _Verified:
+    approval: SignedApproval
+    message: bytes
+    signed: SignedBy
+
+
+class NodeDispatch:
+    """Judge and run dispatches on this node's desk (`guard`: its store, world, verifier and clock)."""
+
+    def __init__(self, guard: Guardrails, node: str, *, can_act: bool = True) -> None:
+        self.guard = guard
+        self.node = node
+        self.can_act = can_act  # False: no actuator is attached here (nothing could run)
+        self.signers: list[str] = []  # principals verified so far (named in a refusal's audit)
+
+    def accept(self, dispatch: Dispatch) -> DispatchAnswer:
+        self.signers = []
+        try:
+            return self._accept(dispatch)
+        except DispatchRefused as refusal:
+            return self._refused(dispatch, refusal)
+
+    def _accept(self, dispatch: Dispatch) -> DispatchAnswer:
+        guard, action = self.guard, dispatch.action
+        now = guard.clock()
+        digest = action_hash(action)
+        if dispatch.sent_hash and dispatch.sent_hash != digest:
+            raise DispatchRefused(403, "hash", "the action hash sent is not the hash of the action sent")
+        known = guard.records.proposal(action.proposal_id)
+        if known is not None:
+            raise DispatchRefused(
+                409,
+                "replay",
+                f"{action.proposal_id} was dispatched here before ({known.status})",
+                known.status,
+            )
+        context = guard.context(now)
+        scope = context.topology.expand(action.target)
+        if scope is None or scope.kind not in ("node", "gpu", "nic") or set(scope.nodes) != {self.node}:
+            raise DispatchRefused(
+                403, "target", f"{action.target[:80]} is not a component of this node ({self.node})"
+            )
+        expiry = action.created_ts_s + guard.proposal_ttl_s
+        if dispatch.expires_ts_s is not None:
+            expiry = min(expiry, dispatch.expires_ts_s)
+        if now >= expiry:
+            raise DispatchRefused(403, "expired", f"{action.proposal_id} expired before it reached this node")
+        if not dispatch.approvals:
+            raise DispatchRefused(403, "unsigned", "no signed approval: a node runs only what people signed")
+        verified: list[_Verified] = []
+        for approval in dispatch.approvals:
+            one = self._verify(action, digest, approval, now)
+            if all(v.signed.principal != one.signed.principal for v in verified):  # a person counts once
+                verified.append(one)
+        people = {v.signed.principal for v in verified}
+        keys = {v.signed.fingerprint for v in verified}
+        needed = guard.registry.approvals_needed(action, scope)
+        if min(len(people), len(keys)) < needed:
+            raise DispatchRefused(
+                403,
+                "two_person",
+                f"needs {needed} distinct approver(s) with their own keys, has {len(people)}",
+            )
+        if not self.can_act:
+            raise DispatchRefused(
+                503, "no_actuator", "no actuator is attached on this node: nothing can run here"
+            )
+        validation = validate(action, context)
+        self._file(dispatch, digest, validation.ok, validation.message, validation.physical, needed, now)
+        if not validation.ok:
+            raise DispatchRefused(403, "validation", validation.message[:300])
+        for v in verified:
+            self._record_approval(action, digest, v, now)
+        guard.records.set_status(action.proposal_id, "approved", now)
+        outcome = guard.execute(action.proposal_id)
+        last = guard.audit.rows(proposal_id=action.proposal_id)[-1]
+        http = 200 if outcome.status in ("executed", "failed") else 403
+        return DispatchAnswer(
+            http,
+            "refused" if http == 403 else outcome.status,
+            outcome.message[:500],
+            outcome.rule,
+            action.proposal_id,
+            tuple(sorted(people)),
+            audit_seq=last.seq,
+            audit_hash=last.hash,
+            result={k: v for k, v in outcome.result.items() if k in ("detail", "previous", "error")},
+        )
+
+    def _verify(self, action: Action, digest: str, approval: SignedApproval, now: float) -> _Verified:
+        if is_session_signature(approval.signature):
+            raise DispatchRefused(
+                403,
+                "signature",
+                "a console-session signature: a node verifies SSH signatures only; paste one",
+            )
+        message = decision_message(
+            "approve",
+            ts_s=approval.ts_s,
+            expires_ts_s=approval.expires_ts_s,
+            proposal_id=action.proposal_id,
+            action_hash=digest,
+        )
+        try:
+            signed = self.guard.verifier.verify(message, approval.signature)
+            require_class(signed, "physical")
+        except SignatureRefused as exc:  # the node's file paths stay on the node
+            detail = exc.detail
+            allowed = self.guard.store.guardrails.allowed_signers
+            for shown in {allowed, str(Path(allowed))} if allowed else ():
+                detail = detail.replace(shown, "this node's allowed-signers file")
+            raise DispatchRefused(403, "signature", detail[:300]) from None
+        self.signers.append(signed.principal)
+        spec = self.guard.registry.get(action.kind)
+        lifetime_s = spec.approval_ttl_s if spec is not None else 0.0
+        if not action.created_ts_s <= approval.ts_s <= now:
+            raise DispatchRefused(
+                403, "window", f"{signed.principal}'s approval is not dated between proposal and now"
+            )
+        if not now < approval.expires_ts_s <= approval.ts_s + lifetime_s:
+            raise DispatchRefused(
+                403, "window", f"{signed.principal}'s approval expired, or outlives {lifetime_s:g} s"
+            )
+        try:  # a person, not the proposer, the proposal not rejected: the book's own rules
+            ApprovalBook(self.guard.context(now).topology, self.guard.registry).approve(
+                action, signed.principal, approval.ts_s
+            )
+        except GuardrailError as exc:
+            raise DispatchRefused(403, exc.rule, exc.detail[:300]) from None
+        return _Verified(approval, message, signed)
+
+    def _file(
+        self, dispatch: Dispatch, digest: str, ok: bool, message: str, physical: bool, needed: int, now: float
+    ) -> None:
+        """The proposal, filed here as the fleet sent it (origin `fleet:<name>`), and this node's verdict."""
+        action, guard = dispatch.action, self.guard
+        origin = f"fleet:{dispatch.fleet or 'unnamed'}"
+        guard.records.save_proposal(
+            action,
+            status="pending" if ok else "denied",
+            message=message,
+            physical=physical,
+            approvals_needed=needed,
+            expires_ts_s=min(action.created_ts_s + guard.proposal_ttl_s, dispatch.expires_ts_s or math.inf),
+            origin=origin,
+        )
+        guard.audit.append(
+            "proposal",
+            {"action": action.model_dump(mode="json"), "action_hash": digest, "origin": origin},
+            proposal_id=action.proposal_id,
+            actor=action.proposed_by,
+            ts_s=now,
+        )
+        guard.audit.append(
+            "validation",
+            {"ok": ok, "message": message, "physical": physical, "approvals_needed": needed},
+            proposal_id=action.proposal_id,
+            actor="guardrails",
+            ts_s=now,
+        )
+
+    def _record_approval(self, action: Action, digest: str, v: _Verified, now: float) -> None:
+        approval = Approval(
+            proposal_id=action.proposal_id,
+            approver=v.signed.principal,
+            action_hash=digest,
+            ts_s=v.approval.ts_s,
+            expires_ts_s=v.approval.expires_ts_s,
+            key_fingerprint=v.signed.fingerprint,
+        )
+        self.guard.records.add_approval(approval)
+        self.guard.audit.append(
+            "approval",
+            signed_payload(approval.model_dump(mode="json"), v.message, v.approval.signature, v.signed),
+            proposal_id=action.proposal_id,
+            actor=approval.approver,
+            ts_s=now,
+        )
+
+    def _refused(self, dispatch: Dispatch, refusal: DispatchRefused) -> DispatchAnswer:
+        action = dispatch.action
+        row: AuditRow = self.guard.audit.append(
+            "dispatch_refused",
+            {
+                "rule": refusal.rule,
+                "reason": refusal.detail,
+                "kind": action.kind,
+                "target": action.target,
+                "action_hash": action_hash(action),
+                "sent_hash": dispatch.sent_hash,
+                "signers": self.signers,
+                "signatures": len(dispatch.approvals),
+                "fleet": dispatch.fleet,
+            },
+            proposal_id=action.proposal_id,
+            actor=self.signers[0] if self.signers else f"fleet:{dispatch.fleet or 'unnamed'}",
+        )
+        return DispatchAnswer(
+            refusal.http_status,
+            "refused",
+            str(refusal),
+            refusal.rule,
+            action.proposal_id,
+            tuple(self.signers),
+            refusal.previous,
+            row.seq,
+            row.hash,
+        )

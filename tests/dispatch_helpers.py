@@ -1,0 +1,127 @@
+"""A real node agent for dispatch tests (`aiops run --sim S --node node0` on 127.0.0.1:0, its own allowed-signers
+file of alice and bob made by ssh-keygen, an /api token) and the pieces of a dispatch: an action, a signed
+approval, the body, the POST, the node's audit and exported power limit."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiops.store import Workspace
+from guardrails.actions import Action, action_hash
+from guardrails.audit import read_rows
+from guardrails.signing import SshSigner, decision_message
+from tests.service_helpers import TINY_SCENARIO, get, running_service
+from tests.signing_helpers import Keys, make_keys
+
+TOKEN = "node-token-for-tests"
+
+
+@dataclass
+class Node:
+    port: int
+    db: Path
+    keys: Keys
+    mallory: Path  # a key the node's allowed-signers file does not list
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/dispatch"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    tmp = tmp_path_factory.mktemp("dispatch-node")
+    keys = make_keys(tmp / "keys", ("alice", "bob"))
+    mallory = keys.make_key("id_mallory")
+    (tmp / "token").write_text(TOKEN + "\n")
+    (tmp / "aiops.toml").write_text(keys.config.read_text() + f'\n[http]\ntoken_file = "{tmp / "token"}"\n')
+    scenario = tmp / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO)
+    db = tmp / "node0.duckdb"
+    with running_service(tmp, db, "--sim", str(scenario), "--node", "node0") as (_, port):
+        yield Node(port, db, keys, mallory)
+
+
+def action(
+    pid: str, target: str = "node0/gpu1", limit_w: float = 550.0, created_ago_s: float = 5.0
+) -> Action:
+    return Action(
+        proposal_id=pid,
+        kind="set_power_limit",
+        target=target,
+        parameters={"power_limit_w": limit_w},
+        reason="the fleet's analyst: a hot GPU",
+        proposed_by="analyst",
+        created_ts_s=time.time() - created_ago_s,
+    )
+
+
+def signed(a: Action, key: Path, *, over: Action | None = None) -> dict[str, Any]:
+    """An approval of `a` (or, forged, of `over`'s proposal) signed with `key` over the canonical message."""
+    now = time.time()
+    basis = over or a
+    message = decision_message(
+        "approve",
+        ts_s=now - 1,
+        expires_ts_s=now + 600,
+        proposal_id=basis.proposal_id,
+        action_hash=action_hash(basis),
+    )
+    return {"ts_s": now - 1, "expires_ts_s": now + 600, "signature": SshSigner(key).sign(message)}
+
+
+def body(a: Action, approvals: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "action": a.model_dump(mode="json"),
+        "action_hash": action_hash(a),
+        "expires_ts_s": time.time() + 3600,
+        "approvals": approvals,
+        "fleet": "test-fleet",
+        **extra,
+    }
+
+
+def post(url: str, payload: bytes | dict[str, Any], token: str = TOKEN) -> tuple[int, dict[str, Any]]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return int(reply.status), json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read())
+
+
+def power_limit_w(node: Node, gpu: str) -> float:
+    status, text = get(f"http://127.0.0.1:{node.port}/metrics")
+    assert status == 200
+    for line in text.decode().splitlines():
+        if line.startswith("aiops_gpu_power_limit_watts{") and f'gpu="{gpu}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no power limit exported for {gpu}")
+
+
+def audit(node: Node, pid: str) -> list[tuple[str, str, dict[str, Any]]]:
+    with Workspace(node.db).read() as store:
+        return [(r.event, r.actor, r.data()) for r in read_rows(store, proposal_id=pid)]
+
+
+def refused_and_audited(node: Node, pid: str, status: int, answer: dict[str, Any], rule: str) -> None:
+    assert (status, answer["status"], answer["rule"]) == (
+        403 if rule != "replay" else 409,
+        "refused",
+        rule,
+    ), answer
+    events = audit(node, pid)
+    refusals = [data for event, _, data in events if event == "dispatch_refused"]
+    assert refusals and refusals[-1]["rule"] == rule, events
+    assert answer["audit_seq"] > 0 and len(answer["audit_hash"]) == 64
