@@ -15,6 +15,9 @@ import pytest
 from aiops.store import Store
 
 SLOW_FIRST: tuple[str, ...] = (
+    "tests/test_fleet_live.py",
+    "tests/test_dispatch_live.py",
+    "tests/security/test_alert_flood.py",
     "tests/security/test_report_browser.py",
     "tests/security/test_promsource_analyze.py",
     "tests/test_packaging.py",
@@ -25,13 +28,15 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/security/test_twin_leaks.py",
     "tests/security/test_console_browser.py",
     "tests/security/test_console_auth.py",
-    "tests/security/test_report_schedule.py",
     "tests/test_pipeline_cli.py",
     "tests/security/test_rca_onset.py",
     "tests/security/test_promsource_scrape.py",
     "tests/test_agent_approvals.py",
     "tests/test_sources_prometheus.py",
     "tests/security/test_alertmanager_in_e2e.py",
+    "tests/test_service_node_agents.py",
+    "tests/test_dispatch_node.py",
+    "tests/security/test_report_schedule.py",
 )
 
 
