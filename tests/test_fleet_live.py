@@ -135,9 +135,10 @@ def test_the_fleet_finds_a_fault_under_way_notifies_once_and_survives_kill_9(tmp
                 "the node's own",
             )
             assert {(n["node"], n["root_cause"]) for n in joined} == {(FAULTED, "thermal_throttle")}, joined
-            assert not get_json(f"http://127.0.0.1:{port}/api/incidents").get("node_incidents"), (
-                "none left apart"
-            )
+            apart = get_json(f"http://127.0.0.1:{port}/api/incidents").get("node_incidents") or []
+            # a job's home may open an undiagnosed incident of its own (the job slowed; its cause is on another
+            # node): listed apart, never the faulted node's
+            assert all(n["node"] != FAULTED for n in apart), apart
             wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200, 30, "fleet ready")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
