@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aiops.service.metrics import IB_COLUMNS
+
 GPUS_PER_NODE = 8
 NICS_PER_NODE = 2
 NODES_PER_RACK = 16
@@ -42,20 +44,7 @@ REASONS = (
     "HwPowerBrakeSlowdown",
 )
 FAULT_REASONS = ("SwThermalSlowdown", "HwThermalSlowdown")
-IB_COUNTERS = (
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_xmit_wait",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-    "out_of_sequence",
-    "local_ack_timeout_err",
-    "req_transport_retries_exceeded",
-)
+IB_COUNTERS = IB_COLUMNS  # the exporter's own list
 NETDEV_ZERO = (
     "receive_errors",
     "transmit_errors",

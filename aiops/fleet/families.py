@@ -8,6 +8,8 @@ is on a live Prometheus after its staleness marker.
 
 from __future__ import annotations
 
+from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
+
 # label columns of the staging table: every label the families below carry (others are dropped)
 LABELS: tuple[str, ...] = (
     "node",
@@ -112,20 +114,6 @@ NETDEV_COLUMNS: dict[str, str] = {
     "aiops_netdev_receive_pause_frames_total": "rx_pause_frames",
     "aiops_netdev_transmit_pause_frames_total": "tx_pause_frames",
 }
-IB_COLUMNS: tuple[str, ...] = (
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_xmit_wait",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-    "out_of_sequence",
-    "local_ack_timeout_err",
-    "req_transport_retries_exceeded",
-)
 NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
 INCIDENTS = ("aiops_incident_opened_timestamp_seconds", "aiops_incident_confidence_ratio")
 IB = (

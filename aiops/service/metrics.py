@@ -41,6 +41,22 @@ _GPU_COUNTERS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )
 
 
+IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiops_ib_<column>_total
+    "symbol_error",
+    "link_downed",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "port_xmit_wait",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+    "out_of_sequence",
+    "local_ack_timeout_err",
+    "req_transport_retries_exceeded",
+)
+
+
 class MetricsCache(Collector):
     """Fed by the loop (`observe(table, columns, rows)`), read by scrapes (`collect()`). Thread-safe."""
 
@@ -278,21 +294,7 @@ class MetricsCache(Collector):
             if values.get("oper_up") is not None:
                 up.add_metric([dev, node, str(values.get("nic") or "")], 1.0 if values["oper_up"] else 0.0)
         yield up
-        ib_columns = (
-            "symbol_error",
-            "link_downed",
-            "link_error_recovery",
-            "port_rcv_errors",
-            "port_xmit_discards",
-            "port_xmit_wait",
-            "np_cnp_sent",
-            "rp_cnp_handled",
-            "np_ecn_marked_roce_packets",
-            "out_of_sequence",
-            "local_ack_timeout_err",
-            "req_transport_retries_exceeded",
-        )
-        for column in ib_columns:
+        for column in IB_COLUMNS:
             family = CounterMetricFamily(
                 PREFIX + f"ib_{column}",
                 f"InfiniBand port counter {column}",
