@@ -17,8 +17,10 @@ from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "evals" / "real"
-LARGE_BYTES = 160 * 1024 * 1024
-PEAK_RSS_LIMIT_MB = 300
+# 48 MiB: read whole (bytes, text and the list of lines) it peaks at ~135 MB; streamed, at ~56 MB (measured).
+# The limit sits between the two, so a regression to whole-file reading fails. bench/ covers 1 GiB.
+LARGE_BYTES = 48 * 1024 * 1024
+PEAK_RSS_LIMIT_MB = 100
 
 # In a child process: run the investigation, then report its own peak RSS. VmHWM (/proc/self/status) is
 # counted for this program image only; getrusage's ru_maxrss keeps the forking parent's peak across exec
@@ -66,7 +68,7 @@ def test_a_large_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     report = json.loads(out.stdout)
     result = report["result"]
     source = result["sources"][0]
-    assert source["format"] == "kernel-log" and source["lines"] > 1_000_000
+    assert source["format"] == "kernel-log" and source["lines"] > 450_000
     assert source["parsed"] + source["unknown"] == source["lines"]
     assert result["verdict"] == "diagnosed" and result["hypotheses"][0]["root_cause"] == "gpu_fell_off_bus"
     assert report["peak_rss_mb"] <= PEAK_RSS_LIMIT_MB, report["peak_rss_mb"]
