@@ -265,9 +265,6 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             "llm_hypotheses": [h.as_dict() for h in llm_hypotheses],
         }
 
-    def status(pid: str) -> str:
-        return deps.guard.statuses([pid]).get(pid, "unknown")
-
     def statuses(state: AgentState) -> dict[str, str]:
         """Every proposal of the state, one read of the workspace."""
         return deps.guard.statuses([p["proposal_id"] for p in state.get("proposals", [])])
@@ -356,9 +353,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         the executor, not the graph, decides whether the recorded approvals suffice."""
         executions = dict(state.get("executions", {}))
         decided = {pid for pid, d in state.get("decisions", {}).items() if d.get("decision") == "approve"}
+        now = statuses(state)  # one read: running one proposal never changes another's recorded status
         for p in state["proposals"]:
             pid = p["proposal_id"]
-            current = status(pid)
+            current = now.get(pid, "unknown")
             wanted = current == "approved" or (pid in decided and current == "pending")
             if not wanted or executions.get(pid, {}).get("ok"):
                 continue

@@ -160,23 +160,35 @@ class AgentSession:
         snapshot = self.graph.get_state(self._config(thread_id))
         values: AgentState = snapshot.values
         decisions = values.get("decisions", {})
+        found = values.get("proposals", [])
+        described = self._describe_all([(p["proposal_id"], p) for p in found])
         proposals = [
             {
-                **self._describe(p["proposal_id"], p),
+                **d,
                 **(
                     {"decided_by": decisions[p["proposal_id"]]["by"]} if p["proposal_id"] in decisions else {}
                 ),
             }
-            for p in values.get("proposals", [])
+            for p, d in zip(found, described, strict=True)
         ]
         return Reply.from_state(values, bool(snapshot.next), proposals)
 
     def _describe(self, proposal_id: str, fallback: dict[str, Any]) -> dict[str, Any]:
-        """A proposal as the workspace records it (the recorded action, not what the graph wrote down)."""
+        return self._describe_all([(proposal_id, fallback)])[0]
+
+    def _describe_all(self, wanted: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Proposals as the workspace records them (the recorded action, not what the graph wrote down): one
+        open of the workspace for all of them."""
+        if not wanted:
+            return []
         with self.workspace.read() as store:
             records = GuardrailRecords(store)
-            record = records.proposal(proposal_id)
-            people = sorted({a.approver for a in records.approvals(proposal_id)})
+            return [self._described(records, pid, fallback) for pid, fallback in wanted]
+
+    @staticmethod
+    def _described(records: GuardrailRecords, proposal_id: str, fallback: dict[str, Any]) -> dict[str, Any]:
+        record = records.proposal(proposal_id)
+        people = sorted({a.approver for a in records.approvals(proposal_id)})
         if record is None:
             return {**fallback, "status": "unknown", "reasons": ["not filed"]}
         a = record.action
@@ -223,7 +235,8 @@ class AgentSession:
         with self.workspace.read() as store:
             ids = [r.proposal_id for r in GuardrailRecords(store).proposals()]
         threads = self._waiting_threads()
-        return [{**self._describe(pid, {}), "thread_id": threads.get(pid, "")} for pid in ids]
+        described = self._describe_all([(pid, {}) for pid in ids])
+        return [{**d, "thread_id": threads.get(pid, "")} for pid, d in zip(ids, described, strict=True)]
 
     def pending(self) -> list[dict[str, Any]]:
         return [a for a in self.actions() if a["status"] == "pending"]

@@ -81,31 +81,29 @@ class Store:
             raise fault from exc
 
     # -- schema -------------------------------------------------------------------------------------------
-    def schema_version(self) -> int:
-        exists = self.conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-        ).fetchone()
-        if not exists or exists[0] == 0:
-            return 0
-        row = self.conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
-        return int(row[0]) if row else 0
-
-    def _applied(self, current: int) -> set[int]:
-        if current == 0:
+    def _versions(self) -> set[int]:
+        """The migrations recorded in this file (empty: none, or no schema history at all). One direct read:
+        it is the first query of every open, and information_schema costs ~6 ms more on a fresh connection."""
+        try:
+            rows = self.conn.execute("SELECT version FROM schema_migrations").fetchall()
+        except duckdb.CatalogException:
             return set()
-        return {int(r[0]) for r in self.conn.execute("SELECT version FROM schema_migrations").fetchall()}
+        return {int(r[0]) for r in rows}
+
+    def schema_version(self) -> int:
+        return max(self._versions(), default=0)
 
     def _migrate(self) -> None:
         """Apply every migration not yet recorded, in order (a set, not a high-water mark: a migration added
         below the newest one recorded still runs)."""
-        current = self.schema_version()
+        applied = self._versions()
+        current = max(applied, default=0)
         newest = latest_version()
         if current > newest:
             raise SchemaError(
                 f"{self.path}: schema version {current} is newer than this aiops understands ({newest}); "
                 "upgrade aiops or use another database file"
             )
-        applied = self._applied(current)
         missing = [m for m in MIGRATIONS if m.version not in applied]
         if not missing:
             return
