@@ -91,8 +91,8 @@ def agents(
 
 
 @contextmanager
-def prometheus(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """A real Prometheus scraping every second the targets of a file (`file_sd_configs`, watched: the test
+def prometheus(tmp_path: Path, scrape_s: float = 1.0) -> Iterator[tuple[int, Path]]:
+    """A real Prometheus scraping every `scrape_s` the targets of a file (`file_sd_configs`, watched: the test
     writes the agents' ports there once they listen), started while the agents start."""
     binary = require_binary("prometheus")
     port = free_port()
@@ -100,7 +100,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     targets.write_text("[]")
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"global: {{scrape_interval: {scrape_s:g}s, evaluation_interval: {scrape_s:g}s}}\n"
         "scrape_configs:\n"
         f"  - job_name: aiops\n    honor_labels: true\n    file_sd_configs: [{{files: ['{targets}']}}]\n"
     )
