@@ -51,16 +51,31 @@ def test_demo_report_has_its_sections_and_numbers(demo_db: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    "window", [["--start", "2020-01-01T00:00", "--end", "2020-01-02T00:00"], ["--since", "1h"]]
+    "window",
+    [["--start", "2020-01-01T00:00", "--end", "2020-01-02T00:00"], ["--since", "1h", "--end", "now"]],
 )
-def test_empty_period_says_so_and_exits_0(demo_db: Path, tmp_path: Path, window: list[str]) -> None:
+def test_empty_period_says_so_and_where_the_data_is(demo_db: Path, tmp_path: Path, window: list[str]) -> None:
     assert _report(demo_db, tmp_path, *window, "--format", "md,html") == 0
     md = next(tmp_path.glob("report-*.md")).read_text()
     html = next(tmp_path.glob("report-*.html")).read_text()
     assert "No telemetry in this period" in md.replace("\\", "")
     assert "No telemetry in this period" in html
+    # where the data is and how to ask for it: the demo's simulated day (2026-01-01)
+    assert "holds GPU telemetry from 2026-01-01" in html and "--end latest" in html
     assert "healthy" not in md.lower() and "no incidents" not in md.lower()
     assert "Data coverage" in html
+
+
+def test_no_period_asked_on_a_recorded_workspace_reports_its_newest_data(
+    demo_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's data is not in the last 24 h: with no --start/--end the report covers the 24 h up to its newest
+    sample, and says so (before: an empty report)."""
+    assert _report(demo_db, tmp_path, "--format", "html") == 0
+    assert "reporting the same length up to the newest GPU sample" in capsys.readouterr().out
+    html = next(tmp_path.glob("report-*.html")).read_text()
+    assert "No telemetry in this period" not in html
+    assert "thermal_throttle" in html and "node3/gpu5" in html
 
 
 def test_store_without_telemetry(tmp_path: Path) -> None:

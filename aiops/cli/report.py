@@ -16,7 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--db", required=True)
     p.add_argument("--since", default=None, help="the period before --end: 24h, 7d, 90m (default 24h)")
     p.add_argument("--start", default=None, help="ISO 8601 (UTC unless it says), epoch seconds, or latest")
-    p.add_argument("--end", default=None, help="as --start; default now; latest: the newest GPU sample")
+    p.add_argument(
+        "--end",
+        default=None,
+        help="as --start; default now (or the newest GPU sample when nothing is in the period up to now); "
+        "latest: the newest GPU sample",
+    )
     p.add_argument("--out", required=True, help="directory to write report-<end>.{html,md,pdf} into")
     p.add_argument("--format", default="html,md", help="comma-separated: html, md, pdf (default html,md)")
     p.add_argument(
@@ -43,11 +48,25 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="aiops-report-") as spill, workspace.read() as store:
         limits.apply_report_limits(store, memory_limit_mb=memory_mb, threads=threads, temp_dir=Path(spill))
         latest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
+        now_ts_s = time.time()
+        end, note = args.end, ""
         period = parse_period(
-            since=args.since, start=args.start, end=args.end, now_ts_s=time.time(), latest_ts_s=latest
+            since=args.since, start=args.start, end=end, now_ts_s=now_ts_s, latest_ts_s=latest
         )
+        if args.end is None and args.start is None and latest is not None and latest < period.start_ts_s:
+            # no period asked for and nothing in the default one (a recorded or simulated workspace): the
+            # same length up to the newest sample, said so; an explicit period is reported as asked
+            end = "latest"
+            period = parse_period(
+                since=args.since, start=None, end=end, now_ts_s=now_ts_s, latest_ts_s=latest
+            )
+            note = (
+                "no telemetry in the period up to now: reporting the same length up to the newest GPU sample"
+            )
         written = write_report(store, period, Path(args.out), formats)
     console = terminal(soft_wrap=True)
+    if note:
+        console.print(markup(note))
     console.print(markup(written.report.headline))
     for kind, path in written.paths.items():
         console.print(f"{kind}: {markup(str(path))}")

@@ -173,6 +173,12 @@ def coverage(store: Store, period: Period) -> list[Row]:
     return store.query(" UNION ALL ".join(parts), [period.start_ts_s, period.end_ts_s])
 
 
+def data_range(store: Store) -> Row | None:
+    """The oldest and newest GPU sample of the whole workspace (where to ask a report for), or None."""
+    rows = store.query("SELECT min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s FROM gpu_samples")
+    return rows[0] if rows and rows[0]["last_ts_s"] is not None else None
+
+
 def gaps(store: Store, period: Period, interval_s: float) -> list[Row]:
     """Gaps in fleet GPU telemetry (no GPU reported) longer than three sample intervals: from when, how long.
     The window runs over the distinct timestamps (one per sample time), not over every GPU's rows."""

@@ -289,6 +289,12 @@ def coverage(store: Store, period: Period, interval_s: float) -> Section:
         )
     else:
         section.lines.append("No telemetry in this period: no collector wrote anything between these times.")
+        held = q.data_range(store)
+        if held is not None:  # say where the data is, and how to ask for it
+            section.lines.append(
+                f"This workspace holds GPU telemetry from {utc(held['first_ts_s'])} to {utc(held['last_ts_s'])}: "
+                "ask for that period with --end latest (or --start/--end)."
+            )
     if missing:
         section.lines.append("No rows from: " + ", ".join(missing) + ".")
     gaps = q.gaps(store, period, interval_s)
