@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from aiops.causal import node_of, symptoms_related
 from aiops.detect.rules import INFO, STRONG
+from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
 
 CRITICAL = {"xid", "gpu_lost", "job_stalled", "collective_timeouts", "ecc_dbe"}
@@ -222,8 +223,13 @@ def _to_incident(group: _Open) -> Incident:
     components = sorted({s.component for s in group.symptoms})
     first = min(group.symptoms, key=lambda s: s.ts_s)
     title = f"{first.kind.replace('_', ' ')} on {first.component}"
-    if len(components) > 1:
-        title += f" (+{len(components) - 1} more components)"
+    others = [c for c in components if c != first.component]
+    if others:  # a count by kind, not a list: "(also 63 GPUs, 1 job)"
+        counts: dict[str, int] = {}
+        for c in others:
+            kind = component_kind(c) or "other"
+            counts[kind] = counts.get(kind, 0) + 1
+        title += " (also " + ", ".join(_counted(n, k) for k, n in sorted(counts.items(), key=_by_count)) + ")"
     return Incident(
         incident_id=f"INC-{group.number:04d}",
         opened_ts_s=group.opened_ts_s,
@@ -234,6 +240,25 @@ def _to_incident(group: _Open) -> Incident:
         symptoms=_compact(group.symptoms),
         resolved_ts_s=group.resolved_ts_s,
     )
+
+
+_PLURAL = {
+    "gpu": "GPUs",
+    "nic": "NICs",
+    "node": "nodes",
+    "rack": "racks",
+    "job": "jobs",
+    "accel": "accelerators",
+}
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
+def _counted(n: int, kind: str) -> str:
+    word = _PLURAL.get(kind, "components")
+    return f"{n} {word[:-1] if n == 1 and word.endswith('s') else word}"
 
 
 def _compact(symptoms: list[Symptom]) -> list[Symptom]:
