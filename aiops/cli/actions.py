@@ -17,7 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
+from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.errors import InputError
 from aiops.runtime.actions import Decision, approve, execute, reject, to_sign
 from aiops.store import Workspace
@@ -27,7 +27,6 @@ from guardrails.records import GuardrailRecords
 from guardrails.service import Guardrails
 from guardrails.signing import configured_signer, decision_message
 
-DEFAULT_DB = "out/demo.duckdb"
 KEY_HELP = (
     "your SSH key: a private key file, or a .pub the ssh-agent holds (default: [guardrails] signing_key)"
 )
@@ -37,14 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("actions", help="list, show, approve or reject proposed actions")
     verbs = p.add_subparsers(dest="actions_command", metavar="VERB", required=True)
     ls = verbs.add_parser("list", help="proposals and their state")
-    ls.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(ls)
     add_config_argument(ls)
     ls.add_argument("--status", default=None, help="only this status (pending, approved, denied, ...)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run_list)
     show = verbs.add_parser("show", help="one proposal: action, verdict, approvals, audit trail")
     show.add_argument("proposal_id", metavar="ID")
-    show.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(show)
     add_config_argument(show)
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
@@ -53,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     approve.add_argument("proposal_id", metavar="ID")
     approve.add_argument("--key", default=None, help=KEY_HELP)
-    approve.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(approve)
     add_config_argument(approve)
     approve.add_argument("--no-execute", action="store_true", help="record the approval only")
     approve.add_argument(
@@ -69,19 +68,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     message = verbs.add_parser("message", help="write a proposal's approval message, to sign with ssh-keygen")
     message.add_argument("proposal_id", metavar="ID")
     message.add_argument("--out", required=True, metavar="FILE", help="where the exact bytes to sign go")
-    message.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(message)
     add_config_argument(message)
     message.set_defaults(func=run_message)
     execute = verbs.add_parser("execute", help="run a digital proposal, or one people already approved")
     execute.add_argument("proposal_id", metavar="ID")
-    execute.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(execute)
     add_config_argument(execute)
     execute.set_defaults(func=run_execute)
     reject = verbs.add_parser("reject", help="reject a proposal")
     reject.add_argument("proposal_id", metavar="ID")
     reject.add_argument("--key", default=None, help=KEY_HELP)
     reject.add_argument("--reason", required=True)
-    reject.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(reject)
     add_config_argument(reject)
     reject.set_defaults(func=run_reject)
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiops.cli.actions import DEFAULT_DB
-from aiops.cli.configured import add_config_argument, cli_config
+from aiops.cli.configured import add_config_argument, add_db_argument, cli_config
 from aiops.errors import GuardrailError
 from aiops.store import Workspace
 from aiops.text import markup, terminal
@@ -25,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "verify",
         help="check the chain, the signatures and the witness: an edited, deleted or forged row shows",
     )
-    check.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(check)
     add_config_argument(check)
     check.add_argument(
         "--witness",

@@ -21,7 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from aiops.cli.configured import add_config_argument, agent_config, cli_config
+from aiops.cli.configured import add_config_argument, add_db_argument, agent_config, cli_config
 from aiops.cli.render import row_text
 from aiops.config import GuardrailsConfig
 from aiops.errors import AiopsError, GuardrailError
@@ -40,7 +40,7 @@ HELP = (
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("chat", help="investigate incidents in chat; approve or reject proposed actions")
-    p.add_argument("--db", default="out/demo.duckdb", help="the workspace's DuckDB file")
+    add_db_argument(p)
     p.add_argument(
         "--key",
         default=None,

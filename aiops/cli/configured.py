@@ -23,6 +23,26 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEMO_DB = "out/demo.duckdb"  # `make demo`'s workspace: the default where no config names one
+DB_HELP = f"the workspace's DuckDB file (default: the config's [store] path when it sets one, else {DEMO_DB})"
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    """`--db`, defaulting to the configured workspace: on a node, the service's (`[store] path`)."""
+    parser.add_argument("--db", default=None, help=DB_HELP)
+    parser.set_defaults(db_from_config=True)
+
+
+def workspace_path(db: str | None, config: Config) -> str:
+    """--db, else the config's `[store] path` when the file sets one (the node service's workspace), else the
+    demo's."""
+    if db:
+        return db
+    if "path" in config.store.model_fields_set:
+        return config.store.path
+    return DEMO_DB
+
+
 def cli_config(args: argparse.Namespace) -> Config:
     return load_config(getattr(args, "config", None))
 

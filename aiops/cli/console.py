@@ -12,7 +12,13 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from aiops.cli.configured import add_config_argument, agent_config, cli_config, configured_workspace
+from aiops.cli.configured import (
+    add_config_argument,
+    add_db_argument,
+    agent_config,
+    cli_config,
+    configured_workspace,
+)
 from aiops.config import parse_listen
 from aiops.errors import InputError
 from aiops.text import markup, terminal
@@ -26,25 +32,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add = verbs.add_parser("adduser", help="make a console account (or --replace its password)")
     add.add_argument("name", metavar="NAME", help="a person's name (approvers: as in [guardrails.approvers])")
     add.add_argument("--role", required=True, help="viewer, approver or admin")
-    add.add_argument("--db", required=True, help="the workspace's DuckDB file")
+    add_db_argument(add)
     add_config_argument(add)
     add.add_argument("--password-file", default=None, help="read the password from this file's first line")
     add.add_argument("--replace", action="store_true", help="set a new password or role for an account")
     add.set_defaults(func=run_adduser)
     delete = verbs.add_parser("deluser", help="remove a console account (never the last admin)")
     delete.add_argument("name", metavar="NAME")
-    delete.add_argument("--db", required=True)
+    add_db_argument(delete)
     add_config_argument(delete)
     delete.set_defaults(func=run_deluser)
     role = verbs.add_parser("role", help="change a console account's role (never demote the last admin)")
     role.add_argument("name", metavar="NAME")
     role.add_argument("--role", required=True, help="viewer, approver or admin")
-    role.add_argument("--db", required=True)
+    add_db_argument(role)
     add_config_argument(role)
     role.set_defaults(func=run_role)
     passwd = verbs.add_parser("passwd", help="set a new password for a console account")
     passwd.add_argument("name", metavar="NAME")
-    passwd.add_argument("--db", required=True)
+    add_db_argument(passwd)
     add_config_argument(passwd)
     passwd.add_argument("--password-file", default=None, help="read the password from this file's first line")
     passwd.set_defaults(func=run_passwd)
@@ -54,13 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ):
         toggle = verbs.add_parser(verb, help=what)
         toggle.add_argument("name", metavar="NAME")
-        toggle.add_argument("--db", required=True)
+        add_db_argument(toggle)
         add_config_argument(toggle)
         toggle.set_defaults(func=run_disable if verb == "disable" else run_enable)
     serve = verbs.add_parser(
         "serve", help="serve the console over a workspace (no collection; holds the file as `aiops run` does)"
     )
-    serve.add_argument("--db", required=True)
+    add_db_argument(serve)
     serve.add_argument(
         "--listen", default=None, help=f"HOST:PORT (default: [console] listen or {DEFAULT_LISTEN})"
     )

@@ -21,9 +21,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from aiops.cli.actions import DEFAULT_DB
 from aiops.cli.args import count, seconds
-from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
+from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.cli.policy import status_of
 from aiops.control.dcim import RoundReport
 from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_force
@@ -56,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--max-rounds", type=count(low=0, high=10**9), default=0, help="stop after N rounds (0: until Ctrl-C)"
     )
     for verb in (cap, clear, watch, status):
-        verb.add_argument("--db", default=DEFAULT_DB)
+        add_db_argument(verb)
         add_config_argument(verb)
         verb.add_argument("--policy", default=str(DEFAULT_RESPONSES_PATH), help="response policy YAML")
         verb.add_argument("--json", action="store_true")

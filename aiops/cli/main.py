@@ -53,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_config_env(os.environ.get("AIOPS_CONFIG"))
+        if getattr(args, "db_from_config", False) and args.db is None:
+            from aiops.cli.configured import cli_config, workspace_path
+
+            args.db = workspace_path(None, cli_config(args))
         return int(args.func(args) or 0)
     except AiopsError as exc:
         terminal(stderr=True, soft_wrap=True).print(

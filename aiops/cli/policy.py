@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from aiops.cli.actions import DEFAULT_DB, KEY_HELP
-from aiops.cli.configured import add_config_argument, cli_config, configured_workspace
+from aiops.cli.actions import KEY_HELP
+from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.config import Config
 from aiops.store import Workspace
 from aiops.text import markup, terminal
@@ -39,14 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     approve.add_argument(
         "--valid-days", type=float, default=90.0, help="approval lifetime (default 90, max 365)"
     )
-    approve.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(approve)
     add_config_argument(approve)
     approve.set_defaults(func=run_approve)
     revoke = verbs.add_parser("revoke", help="withdraw every approval of this file content")
     revoke.add_argument("file", metavar="FILE")
     revoke.add_argument("--key", default=None, help=KEY_HELP)
     revoke.add_argument("--reason", default="")
-    revoke.add_argument("--db", default=DEFAULT_DB)
+    add_db_argument(revoke)
     add_config_argument(revoke)
     revoke.set_defaults(func=run_revoke)
     for name, helptext in (
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ):
         verb = verbs.add_parser(name, help=helptext)
         verb.add_argument("file", metavar="FILE", nargs="?", default=str(DEFAULT_RESPONSES_PATH))
-        verb.add_argument("--db", default=DEFAULT_DB)
+        add_db_argument(verb)
         add_config_argument(verb)
         verb.add_argument("--json", action="store_true")
         verb.set_defaults(func=run_show if name == "show" else run_status)

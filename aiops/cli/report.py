@@ -7,13 +7,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from aiops.cli.configured import cli_config, configured_workspace
+from aiops.cli.configured import add_db_argument, cli_config, configured_workspace
 from aiops.text import markup, terminal
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("report", help="write a health report of a period (HTML with plots, Markdown, PDF)")
-    p.add_argument("--db", required=True)
+    add_db_argument(p)
     p.add_argument("--since", default=None, help="the period before --end: 24h, 7d, 90m (default 24h)")
     p.add_argument("--start", default=None, help="ISO 8601 (UTC unless it says), epoch seconds, or latest")
     p.add_argument(
