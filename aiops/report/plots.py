@@ -88,15 +88,31 @@ def _time_axis(ax: Axes) -> None:
 
 
 def time_series(
-    key: str, title: str, ylabel: str, ts_s: Sequence[float], series: dict[str, Sequence[float | None]]
+    key: str,
+    title: str,
+    ylabel: str,
+    ts_s: Sequence[float],
+    series: dict[str, Sequence[float | None]],
+    *,
+    y_limits: tuple[float, float] | None = None,
+    min_span: float = 0.0,
 ) -> Plot:
+    """A line per series. `y_limits` fixes the axis (utilisation: 0-100 %); else the axis spans at least
+    `min_span` around the data, so noise of a few tenths never fills the plot as if it were a swing."""
     with plt.rc_context(_STYLE):
         fig = _figure()
         ax = fig.add_subplot()
         times = _times(ts_s)
+        seen: list[float] = []
         for name, values in series.items():
             ys = [float("nan") if v is None else v for v in values]
+            seen.extend(v for v in values if v is not None)
             ax.plot(times, ys, label=clean(name, 40), lw=1.4)  # type: ignore[arg-type]
+        if y_limits is not None:
+            ax.set_ylim(*y_limits)
+        elif seen and max(seen) - min(seen) < min_span:
+            middle = (max(seen) + min(seen)) / 2
+            ax.set_ylim(middle - min_span / 2, middle + min_span / 2)
         ax.set_title(clean(title))
         ax.set_ylabel(ylabel)
         _time_axis(ax)

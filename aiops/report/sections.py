@@ -69,6 +69,7 @@ def summary(store: Store, period: Period, interval_s: float, series: list[q.Row]
                 "temperature (°C)",
                 ts,
                 {"mean": [r["temp_c"] for r in series], "max": [r["max_temp_c"] for r in series]},
+                min_span=10.0,
             )
         )
         section.plots.append(
@@ -78,6 +79,7 @@ def summary(store: Store, period: Period, interval_s: float, series: list[q.Row]
                 "utilisation (%)",
                 ts,
                 {"mean": [r["util_pct"] for r in series]},
+                y_limits=(0.0, 100.0),
             )
         )
     return section
@@ -177,6 +179,7 @@ def power(store: Store, period: Period, interval_s: float, series: list[q.Row]) 
                 "draw": [(r["power_w"] or 0) / 1000 for r in series],
                 "limit": [(r["power_limit_w"] or 0) / 1000 for r in series],
             },
+            min_span=1.0,
         )
     )
     racks = q.rack_power(store, period)
