@@ -55,7 +55,7 @@ NVSMI_510 = """Thu Jun  2 21:32:25 2022
 | N/A   51C    P0    15W /  N/A |      0MiB /  4096MiB |      0%      Default |
 |                               |                      |                  N/A |
 +-------------------------------+----------------------+----------------------+
-"""  # the date line ends in spaces, as printed
+"""  # noqa: W291 (the date line ends in spaces, as printed)
 
 
 def test_the_older_nvidia_smi_table_layout(tmp_path: Path) -> None:
@@ -296,7 +296,7 @@ pcieport 0000:00:1c.5: can't find device of ID00e5
 pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e5(Receiver ID)
 pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000
 pcieport 0000:00:1c.5:    [ 0] Receiver Error        
-"""  # the last line ends in spaces, as the kernel printed it
+"""  # noqa: W291 (the last line ends in spaces, as the kernel printed it)
 
 
 def test_bare_kernel_aer_lines(tmp_path: Path) -> None:
