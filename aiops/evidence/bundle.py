@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
+from aiops.errors import BundleLimit
+
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -34,10 +36,6 @@ BZ2_MAGIC = b"BZh"
 TAR_MAGIC_AT = 257  # "ustar" in a POSIX tar header
 # Errors a corrupt or truncated archive raises while it is read.
 ARCHIVE_ERRORS = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError, OSError)
-
-
-class BundleLimit(Exception):
-    """A bound of `Limits` was reached: the rest of the bundle is not read."""
 
 
 @dataclass(frozen=True)

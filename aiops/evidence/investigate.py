@@ -29,7 +29,8 @@ from aiops.evidence import (
     nvsmi_table,
     training,
 )
-from aiops.evidence.bundle import ARCHIVE_ERRORS, BundleLimit, Limits
+from aiops.errors import BundleLimit
+from aiops.evidence.bundle import ARCHIVE_ERRORS, Limits
 from aiops.evidence.collect import Collected, failures
 from aiops.evidence.detect import SNIFF_LINES, detect_format
 from aiops.evidence.events import LogEvent
@@ -189,6 +190,8 @@ class _Run:
     def text(self, name: str, numbered: Iterator[tuple[int, str]], extra: dict[str, Any]) -> None:
         """Recognise numbered lines by their first lines, then parse them all (or list them unrecognised)."""
         first = _head(numbered)
+        if not any(text.strip() for _n, text in first):
+            return  # an empty section (the bug report opens with a marker): nothing to list
         if "section" in extra:
             extra = {**extra, "section": title(first)}
         style = style_of([text for _n, text in first])
