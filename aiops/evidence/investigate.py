@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from aiops.errors import EvidenceError
+from aiops.errors import BundleLimit, EvidenceError
 from aiops.evidence import (
     bmc,
     bundle,
@@ -29,7 +29,6 @@ from aiops.evidence import (
     nvsmi_table,
     training,
 )
-from aiops.errors import BundleLimit
 from aiops.evidence.bundle import ARCHIVE_ERRORS, Limits
 from aiops.evidence.collect import Collected, failures
 from aiops.evidence.detect import SNIFF_LINES, detect_format
