@@ -86,7 +86,11 @@ def show(result: dict[str, Any]) -> None:
     for column in ("file", "format", "lines", "parsed", "unknown"):
         sources.add_column(column)
     for s in result["sources"]:
+        name = s["file"] + (f" [{s['section']}]" if s.get("section") else "")
         sources.add_row(
-            as_text(s["file"]), as_text(s["format"]), str(s["lines"]), str(s["parsed"]), str(s["unknown"])
+            as_text(name), as_text(s["format"]), str(s["lines"]), str(s["parsed"]), str(s["unknown"])
         )
     console.print(sources)
+    for s in result["sources"]:
+        if "reason" in s:
+            console.print(as_text(f"skipped: {s['reason']}"))
