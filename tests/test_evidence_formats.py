@@ -334,3 +334,21 @@ def test_driver_module_parameters(tmp_path: Path) -> None:
     source = result["sources"][0]
     assert source["format"] == "driver-params" and source["unknown"] == 0 and source["parsed"] == 32
     assert result["verdict"] == "healthy"
+
+
+# `dmesg -H` relative stamps, from https://github.com/rwth-i6/returnn/issues/1500 (an excerpt of its dmesg).
+DMESG_RELTIME = """[  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)
+[  +0.000001] snd_hda_intel 0000:03:00.1: AER: can't recover (no error_detected callback)
+[  +0.000008] pcieport 0000:00:03.0: AER: device recovery failed
+[  +0.000001] pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0
+[  +0.000004] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)
+[  +0.000898] pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00004020/00000000
+"""
+
+
+def test_dmesg_relative_stamps_are_read(tmp_path: Path) -> None:
+    events = _events(tmp_path, "dmesg-H.txt", DMESG_RELTIME)
+    fatal = [e for e in events if e.kind == "aer" and e.code == 2]
+    assert [e.line for e in fatal] == [4] and fatal[0].raw.startswith("[  +0.000001]")
+    source = investigate([tmp_path / "dmesg-H.txt"])["sources"][0]
+    assert source["format"] == "kernel-log" and source["prefix"] == "reltime"

@@ -2,7 +2,8 @@
 event's `raw` keeps the line as read):
 
 - Open MPI's `mpirun --tag-output`: `[1,0]<stdout>:` (job, rank and stream);
-- Slurm's `srun --label` (`0: `) and line numbers from `cat -n` (`     12\t`) or an editor paste (`12 | `).
+- Slurm's `srun --label` (`0: `) and line numbers from `cat -n` (`     12\t`) or an editor paste (`12 | `);
+- `dmesg -H` / `--reltime` stamps (`[  +0.000844]`, relative to the line before: no instant to keep).
 
 A style is chosen from a file's first lines (most of its non-empty lines carry it) and then removed from
 each line that carries it."""
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 STYLES: dict[str, re.Pattern[str]] = {
     "mpirun": re.compile(r"^\[\d{1,6},\d{1,7}\]<(?:stdout|stderr|stddiag)>:"),
     "numbered": re.compile(r"^\s{0,8}\d{1,7}(?:\t|\s?\|\s?|: )"),
+    # `dmesg -H` / `dmesg --reltime`: `[Jan21 10:00]` on a line that starts a minute, `[  +0.000844]` after it
+    "reltime": re.compile(r"^\[(?:\s{0,8}\+\s{0,4}\d{1,10}\.\d{1,9}|[A-Z][a-z]{2}\d{1,2} \d{2}:\d{2})\]\s?"),
 }
 KEEP_ORIGINALS = 4096  # lines whose original text is kept to restore `raw` (parsers cite the line just read)
 
