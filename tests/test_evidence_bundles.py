@@ -33,6 +33,7 @@ IBSTAT = REAL / "ib-port-polling-rate10-gpud-2025" / "ibstat.txt"
 NVSMI_Q = REAL / "healthy-nvidia-smi-q-p8-idle-2019" / "nvidia-smi-q.txt"
 PLUGIN = REAL / "device-plugin-xid69-unhealthy-2020" / "device-plugin.log"
 NVSMI_TABLE = ROOT / "tests" / "evidence_samples" / "nvidia-smi-h200.txt"
+PARAMS = ROOT / "tests" / "evidence_samples" / "driver-params-h200.txt"
 MARKER = "_" * 44  # nvidia-bug-report.sh's section line
 
 
@@ -120,6 +121,7 @@ def _bug_report(tmp_path: Path) -> Path:
         "or by sending email to 'linux-bugs@nvidia.com'.\n\n"
         f"nvidia-bug-report.sh Version: 390.48\n\nDate: {time.ctime()}\nuname: {uname}\ncommand line flags: \n\n",
         f"{MARKER}\n\n*** /proc/cpuinfo\n*** ls: {ls}{cpuinfo}\n",
+        f"{MARKER}\n\n*** /proc/driver/nvidia/params\n{PARAMS.read_text()}\n",
         f"{MARKER}\n\ndmesg:\n\n{XID79.read_text()}",
         f"{MARKER}\n\n/usr/bin/nvidia-smi --query\n\n{NVSMI_Q.read_text()}\n",
         f"{MARKER}\n\nEnd of NVIDIA bug report log file.\n",
@@ -139,6 +141,7 @@ def test_an_nvidia_bug_report_is_split_into_its_sections(
     assert sections["dmesg"]["format"] == "kernel-log"
     assert sections["/usr/bin/nvidia-smi --query"]["format"] == "nvidia-smi-q"
     assert sections["/proc/cpuinfo"]["format"] == "unrecognised"  # listed, skipped
+    assert sections["/proc/driver/nvidia/params"]["format"] == "driver-params"
     assert sections["Start of NVIDIA bug report log file.  Please include this file, along"]["format"] == (
         "unrecognised"
     )

@@ -352,3 +352,10 @@ def test_dmesg_relative_stamps_are_read(tmp_path: Path) -> None:
     assert [e.line for e in fatal] == [4] and fatal[0].raw.startswith("[  +0.000001]")
     source = investigate([tmp_path / "dmesg-H.txt"])["sources"][0]
     assert source["format"] == "kernel-log" and source["prefix"] == "reltime"
+
+
+# /proc/driver/nvidia/params of the H200 above (driver 580.159.04), read on the device machine, used as read.
+def test_driver_module_parameters_of_a_real_h200() -> None:
+    result = investigate([SAMPLES / "driver-params-h200.txt"])
+    source = result["sources"][0]
+    assert source["format"] == "driver-params" and source["lines"] == 42 and source["unknown"] == 0
