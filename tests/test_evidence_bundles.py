@@ -175,6 +175,13 @@ def test_sosreport_and_must_gather_layouts_are_named(tmp_path: Path) -> None:
     assert files_out[f"{sos.name}/etc/os-release"]["format"] == "unrecognised"
     plugin = next(s for s in result["sources"] if s["file"].endswith("current.log"))
     assert plugin["format"] == "gpu-agent-log" and plugin["layout"] == "must-gather"
+    # a sosreport as it is handed over: one .tar.xz
+    packed = tmp_path / f"{sos.name}.tar.xz"
+    with tarfile.open(packed, "w:xz") as tar:
+        tar.add(sos, arcname=sos.name)
+    again = _by_file(investigate([packed]))
+    assert again[f"{packed.name}/{sos.name}/sos_commands/kernel/dmesg"]["layout"] == "sosreport"
+    assert again[f"{packed.name}/{sos.name}/sos_commands/kernel/dmesg"]["format"] == "kernel-log"
 
 
 def _hostile_tar(path: Path) -> Path:

@@ -21,6 +21,8 @@ from aiops.evidence.events import FORMATS
 from aiops.evidence.storage import EventWriter
 from aiops.text import as_text, markup, terminal
 
+SHOWN_SKIPPED = 20  # reasons printed for skipped files; a bundle may hold thousands
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -91,6 +93,8 @@ def show(result: dict[str, Any]) -> None:
             as_text(name), as_text(s["format"]), str(s["lines"]), str(s["parsed"]), str(s["unknown"])
         )
     console.print(sources)
-    for s in result["sources"]:
-        if "reason" in s:
-            console.print(as_text(f"skipped: {s['reason']}"))
+    skipped = [s["reason"] for s in result["sources"] if "reason" in s]
+    for reason in skipped[:SHOWN_SKIPPED]:
+        console.print(as_text(f"skipped: {reason}"))
+    if len(skipped) > SHOWN_SKIPPED:
+        console.print(f"skipped: {len(skipped) - SHOWN_SKIPPED} more (all of them are in --json's sources)")
