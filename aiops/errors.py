@@ -8,7 +8,9 @@ AiopsError                    base; exit code 1
 │   ├── ResponsePolicyError   a response policy (guardrails/responses.py)
 │   ├── DcimSignalError       a DCIM signal, from a file or the command line (aiops/control/dcim_signals.py)
 │   └── ConfigError           the aiops config file (aiops/config.py): unknown key, wrong type, out of range
-├── EvidenceError             an `aiops investigate` file is unreadable, empty, binary or of no known format; exit 2
+├── EvidenceError             nothing of what `aiops investigate` was given could be read or recognised; exit 2
+│   └── BundleLimit           a bundle passed a bound (members, decompressed bytes, seconds): the rest is not
+│                             read, the bundle is listed as refused (aiops/evidence/bundle.py)
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
 ├── PrometheusUnavailable     `--via prometheus`: prometheus/promtool missing, or the server would not start; exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
@@ -281,6 +283,11 @@ class EvidenceError(AiopsError):
     message names the file and the formats accepted."""
 
     exit_code = 2
+
+
+class BundleLimit(EvidenceError):
+    """A bundle passed one of its bounds (aiops/evidence/bundle.py `Limits`); caught by the investigation,
+    which lists the bundle as refused."""
 
 
 class AlertPayloadError(AiopsError):

@@ -64,13 +64,37 @@ def test_several_files_are_read_together(capsys: pytest.CaptureFixture[str]) -> 
 def test_bad_input_exits_2_naming_the_file_and_formats(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
 ) -> None:
+    """Alone, a file that cannot be read as evidence exits 2 naming it and the formats accepted
+    (../shared/ARCHITECTURE.md: exit 2 only when no file at all could be read or recognised)."""
     path = tmp_path / "evidence.log"
     path.write_bytes(content)
-    assert main(["investigate", str(XID79), str(path), "--json"]) == 2
+    assert main(["investigate", str(path), "--json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # no partial JSON
     assert str(path) in captured.err and message in captured.err
     assert "kernel-log" in captured.err and "nvidia-smi-q" in captured.err and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00" * 50, "binary file"),
+        (b"2025-06-24 14:36:25 startup archives unpack\n", "no recognised format"),
+    ],
+)
+def test_bad_input_beside_good_evidence_is_listed_not_fatal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    """Beside a readable file, the bad one is listed in `sources` with its reason and skipped: the rest of
+    the evidence is still diagnosed (issue 26: one unrecognised file aborted the whole run)."""
+    path = tmp_path / "evidence.log"
+    path.write_bytes(content)
+    result = _json(capsys, str(XID79), str(path))
+    assert result["verdict"] == "diagnosed"
+    skipped = result["sources"][1]  # type: ignore[index]
+    assert skipped["file"] == "evidence.log" and skipped["format"] == "unrecognised"
+    assert message in skipped["reason"] and skipped["parsed"] == 0
 
 
 def test_a_real_log_of_another_program_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -83,10 +107,20 @@ def test_a_real_log_of_another_program_exits_2(capsys: pytest.CaptureFixture[str
     assert "no recognised format" in capsys.readouterr().err
 
 
-def test_missing_file_and_directory_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_file_and_empty_directory_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["investigate", str(tmp_path / "nope.log")]) == 2
-    assert main(["investigate", str(tmp_path)]) == 2
     assert "cannot read" in capsys.readouterr().err
+    assert main(["investigate", str(tmp_path)]) == 2  # a directory is a bundle: this one holds nothing
+    assert "nothing could be read" in capsys.readouterr().err
+
+
+def test_a_missing_file_beside_good_evidence_is_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _json(capsys, str(XID79), str(tmp_path / "nope.log"))
+    assert result["verdict"] == "diagnosed"
+    assert result["sources"][1]["format"] == "unreadable"  # type: ignore[index]
+    assert "cannot read" in result["sources"][1]["reason"]  # type: ignore[index]
 
 
 def test_db_keeps_the_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,8 @@
 """`aiops investigate FILE [FILE ...] [--json] [--db D]`: the analyst on the logs operators already have.
 
-Formats are detected from content (aiops/evidence/detect.py). Exit 0 whatever the verdict; 2 when a file is
-unreadable, empty, binary or of no recognised format. With `--db`, every recognised line is also stored in the
+FILE may be a directory or an archive (a bundle: tar/tgz/txz/zip, nvidia-bug-report.log.gz, a sosreport,
+a must-gather). Formats are detected from content (aiops/evidence/detect.py); a file no parser recognises is
+listed in `sources` and skipped. Exit 0 whatever the verdict; 2 only when nothing at all could be read. With `--db`, every recognised line is also stored in the
 workspace's `log_events` table; without it nothing is written (docs/INVESTIGATE.md)."""
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from aiops.evidence.events import FORMATS
 from aiops.evidence.storage import EventWriter
 from aiops.text import as_text, markup, terminal
 
+SHOWN_SKIPPED = 20  # reasons printed for skipped files; a bundle may hold thousands
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "investigate",
-        help="diagnose from log files (dmesg, nvidia-smi -q, NCCL/PyTorch, ibstat, lspci -vv, ...)",
+        help="diagnose from log files and bundles (dmesg, nvidia-smi, NCCL/PyTorch, ibstat, nvidia-bug-report...)",
         description="Formats accepted (detected from content): " + "; ".join(FORMATS.values()),
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="evidence files")
+    p.add_argument("files", nargs="+", metavar="FILE", help="evidence files, directories or archives")
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument(
         "--db", default=None, help="also store the recognised lines in this workspace (log_events)"
@@ -85,7 +88,13 @@ def show(result: dict[str, Any]) -> None:
     for column in ("file", "format", "lines", "parsed", "unknown"):
         sources.add_column(column)
     for s in result["sources"]:
+        name = s["file"] + (f" [{s['section']}]" if s.get("section") else "")
         sources.add_row(
-            as_text(s["file"]), as_text(s["format"]), str(s["lines"]), str(s["parsed"]), str(s["unknown"])
+            as_text(name), as_text(s["format"]), str(s["lines"]), str(s["parsed"]), str(s["unknown"])
         )
     console.print(sources)
+    skipped = [s["reason"] for s in result["sources"] if "reason" in s]
+    for reason in skipped[:SHOWN_SKIPPED]:
+        console.print(as_text(f"skipped: {reason}"))
+    if len(skipped) > SHOWN_SKIPPED:
+        console.print(f"skipped: {len(skipped) - SHOWN_SKIPPED} more (all of them are in --json's sources)")

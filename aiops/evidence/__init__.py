@@ -1,5 +1,7 @@
-"""Evidence from files operators already have (issue 13): kernel logs, `nvidia-smi -q`, NCCL/PyTorch/UCX logs,
-InfiniBand tools, `lspci -vv`, Prometheus text, `ipmitool sel list`, sysfs dumps.
+"""Evidence from files operators already have (issues 13 and 26): kernel logs, `nvidia-smi -q` and the plain
+table, NCCL/PyTorch/UCX logs, InfiniBand tools, `ethtool -S`, `lspci -vv`, `dcgmi`, Prometheus text, `ipmitool
+sel`, BMC/Redfish logs, the fabric manager log, driver parameters, sysfs dumps; alone or in bundles (directories,
+tar/zip archives, nvidia-bug-report.log.gz, sosreports, must-gathers: `bundle`, `sections`).
 
 `detect` names a file's format from its content, one parser module per family turns lines into `LogEvent`s,
 `rules` turns events into hypotheses citing `file:line`, and `investigate` puts it together (docs/INVESTIGATE.md).

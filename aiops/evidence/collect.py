@@ -23,8 +23,23 @@ COUNT_ONLY = frozenset(
         "nccl_watchdog_detail",
         "aer_detail",
         "sysfs_value",
+        "nic_counter",
+        "nic_info",
+        "dcgm_info",
+        "bmc_info",
+        "fm_info",
+        "driver_param",
     }
 )
+
+
+def failures(c: Collected) -> list[LogEvent]:
+    """Events of the formats read from bundles (nvidia-smi table, ethtool, dcgmi, BMC logs, fabric manager)
+    that show a failure: with the rules' anomalies, they keep a verdict from being `healthy`."""
+    out = [e for kind in ("nvsmi_error", "nic_error_counter", "fm_error") for e in c.of(kind)]
+    out += [e for e in c.of("dcgm_diag") if e.code == 1]
+    out += [e for e in c.of("bmc_log") if e.code == 1]
+    return out
 
 
 @dataclass

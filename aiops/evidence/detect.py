@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from aiops.evidence import driver
+
 SNIFF_LINES = 400
 
 _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
@@ -17,6 +19,9 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"^kern\s{0,8}:\w{3,6}\s{0,8}: "),
         re.compile(r"^\s*NVRM[: ]"),
         re.compile(r'^\{\s?"(?:__CURSOR|__REALTIME_TIMESTAMP|MESSAGE|_TRANSPORT|PRIORITY|_HOSTNAME)"\s?:'),
+        # a kernel line pasted bare, without timestamp or `kernel:`: a driver's dev_printk prefix
+        # (`pcieport 0000:00:1c.5: AER: ...`, `nvidia 0000:03:00.0: ...`)
+        re.compile(r"^\s{0,4}[\w-]{2,30} [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: "),
     ),
     "nvidia-smi-q": (
         re.compile(r"^=+NVSMI LOG=+$"),
@@ -27,6 +32,22 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         ),
         re.compile(r"^\s*(?:<\?xml|<nvidia_smi_log>|<!DOCTYPE nvidia_smi_log)"),
     ),
+    "nvidia-smi": (
+        re.compile(r"^\|\s{0,4}NVIDIA-SMI \d"),
+        re.compile(
+            r"^\|\s{0,4}(?:GPU\s+Name\s+Persistence-M|Fan\s+Temp\s+Perf|GPU\s+GI\s+CI\s+PID|Processes:)"
+        ),
+        re.compile(
+            r"^\|\s{1,8}\d{1,3}\s.{1,60}\|\s{0,8}[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s"
+        ),
+        re.compile(
+            r"^\|\s{0,8}(?:N/A|ERR!|\d{1,3}%)\s{1,8}(?:N/A|ERR!|\d{1,3}C)\s{1,8}(?:P\d{1,2}|ERR!|N/A)\s"
+        ),
+        re.compile(
+            r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|^No devices were found"
+            r"|Unable to determine the device handle for GPU"
+        ),
+    ),
     "nccl-log": (
         re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b"),
         re.compile(r"ProcessGroupNCCL"),
@@ -36,6 +57,11 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(
             r"\bCUDA_ERROR_[A-Z_]{3,40}\b|\bcudaError[A-Z]\w{2,40}|uncorrectable ECC error encountered"
         ),
+        # NCCL's result codes and PyTorch's wrappers of them, as any NCCL program prints them
+        re.compile(
+            r"\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|RemoteError|InvalidArgument)\b"
+            r"|NCCL error in: |DistBackendError|\bNCCL version \d|Cuda failure '|NCCL communicator"
+        ),
     ),
     "ib": (
         re.compile(r"^CA '[^']+'$"),
@@ -43,6 +69,40 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"^link \S+/\d+ .*\bstate \w+ physical_state \w+"),
         re.compile(r"LinkDownedCounter|SymbolErrorCounter|PortRcvErrors|PortXmitDiscards"),
     ),
+    "ibv-devinfo": (
+        re.compile(r"^hca_id:\s*\S+"),
+        re.compile(
+            r"^\s+(?:transport|fw_ver|node_guid|sys_image_guid|vendor_part_id|board_id|phys_port_cnt|max_mtu|"
+            r"active_mtu|port_lid|port_lmc|link_layer|phys_state|state):\s+\S"
+        ),
+    ),
+    "ethtool-stats": (
+        re.compile(r"^NIC statistics:\s*$"),
+        re.compile(r"^\s+(?:\[\d{1,4}\]: )?(?:rx|tx)[\w.-]{0,60}: \d{1,20}\s*$"),
+        re.compile(
+            r"^\s+\w{0,40}(?:_phy|_errors|_dropped|_discards|_packets|_bytes|_pause)\w{0,20}: \d{1,20}\s*$"
+        ),
+    ),
+    "dcgmi": (
+        re.compile(r"Successfully ran diagnostic for group|Health Monitor Report|Overall Health: \w"),
+        re.compile(r"^\|-{3,}\s{1,4}\w[\w ]{0,30}-{2,}\+"),
+        re.compile(
+            r"^\|\s{0,4}[\w /.-]{1,40}\|\s{0,4}(?:GPU\d{1,3}: )?(?:Pass|Fail|Warn|Skip)\w{0,4}\s{1,60}\|"
+        ),
+        re.compile(r"^\|\s{0,34}\|\s{0,4}[\w ]{1,30}(?: system)?: (?:Warning|Failure|Error)\b"),
+    ),
+    "bmc-log": (
+        re.compile(r'"@odata\.type":\s?"#LogEntry\.|"EntryType":\s?"(?:SEL|Event|Oem)"'),
+        re.compile(r"^(?:Record|SeqNumber|Message ID|MessageId|Date/Time|Timestamp)\s*[:=]\s+\S"),
+        re.compile(r"^\s*\"?Severity\"?\s*[:=]\s*\"?(?:Critical|Warning|OK|Ok|Informational)\b"),
+    ),
+    "fabric-manager": (
+        re.compile(
+            r"^\[[A-Z][a-z]{2} \d{2} \d{4} \d{2}:\d{2}:\d{2}\] \[(?:INFO|ERROR|WARNING|WARN|DEBUG|FATAL)\] \[tid"
+        ),
+        re.compile(r"\b(?:nv-fabricmanager|nvidia-fabricmanager[\w.-]{0,20})\[\d{1,9}\]: "),
+    ),
+    "driver-params": (driver.PARAM_NAMES,),
     "lspci-vv": (
         re.compile(
             r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [\w ]+(?:controller|bridge|device)\b"
@@ -55,6 +115,10 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
     ),
     "ipmi-sel": (
         re.compile(r"^\s*[0-9a-fA-F]+ \| [^|]+\| [^|]+\| [^|]+\| [^|]+(?:\| (?:Asserted|Deasserted))?\s*$"),
+        # `sel elist` before the BMC's clock is set: `   1 |  Pre-Init  |0000198492| ... | Asserted`
+        re.compile(
+            r"^\s*[0-9a-fA-F]+ \|\s*Pre-Init\s*\|\s*\d+\|[^|]+\|[^|]+\|\s*(?:Asserted|Deasserted)\s*$"
+        ),
     ),
     "sysfs": (re.compile(r"^/sys/\S+?[:=]\s*\S"),),
     "train-log": (re.compile(r"\btime: \d+(?:\.\d+)?, data_time: \d+(?:\.\d+)?"),),

@@ -1,0 +1,57 @@
+"""NVIDIA driver services and state as events: the fabric manager's log and the driver's module parameters.
+
+Fabric manager (nv-fabricmanager, NVSwitch systems) writes `/var/log/fabricmanager.log` lines as
+`[Jul 21 2020 09:14:04] [INFO] [tid 841] message`, and to the journal as `nv-fabricmanager[1120]: message`
+(its start script as `nvidia-fabricmanager-start.sh[...]`). A line at ERROR/FATAL or one that says the
+service failed (`failed`, `NV_WARN_NOTHING_TO_DO`, `non-fatal`/`fatal error`) is an `fm_error` event; the
+others are `fm_info`.
+
+`/proc/driver/nvidia/params` (and the bug report's copy of it) lists `Name: value` per parameter
+(`ResmanDebugLevel: 4294967295`, `EnableGpuFirmware: 18`, `NvLinkDisable: 0`): each is a `driver_param`
+event (counted, not kept), so the section is recognised rather than thrown away."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from aiops.evidence.events import LogEvent
+
+_FM_BRACKET = re.compile(r"^\[(?P<stamp>[^\]]{8,40})\] \[(?P<level>[A-Z]{3,8})\] \[tid \d+\] (?P<msg>.*)$")
+_FM_JOURNAL = re.compile(r"\b(?P<prog>nv-fabricmanager|nvidia-fabricmanager[\w.-]*)\[\d+\]: (?P<msg>.*)$")
+_FM_FAILED = re.compile(
+    r"\bfail(?:ed|ure)?\b|NV_WARN_NOTHING_TO_DO|\bfatal error\b|\bnon-fatal error\b|\berror\b", re.IGNORECASE
+)
+PARAM = re.compile(r"^(?P<name>[A-Z][A-Za-z0-9]{2,60}|NVreg_\w{2,60}): ?(?P<value>\S{0,200})$")
+PARAM_NAMES = re.compile(
+    r"^(?:NVreg_)?(?:ResmanDebugLevel|RmLogonRC|ModifyDeviceFiles|DeviceFileUID|DeviceFileGID|DeviceFileMode|"
+    r"EnableMSI|NvLinkDisable|EnableGpuFirmware|DmaRemapPeerMmio|RegistryDwords|EnableResizableBar|"
+    r"DynamicPowerManagement|UsePageAttributeTable|EnableStreamMemOPs|RegisterPCIDriver): "
+)
+
+
+def parse_fabric_manager(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    for number, raw in numbered:
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        level = ""
+        if (m := _FM_BRACKET.match(raw)) is not None:
+            level, msg = m.group("level"), m.group("msg")
+        elif (m := _FM_JOURNAL.search(raw)) is not None:
+            msg = m.group("msg")
+        else:
+            yield None
+            continue
+        bad = level in ("ERROR", "FATAL") or (level not in ("INFO", "DEBUG") and bool(_FM_FAILED.search(msg)))
+        kind = "fm_error" if bad else "fm_info"
+        yield LogEvent(kind=kind, detail={"level": level, "message": msg}, **base)
+
+
+def parse_params(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    for number, raw in numbered:
+        m = PARAM.match(raw.strip())
+        if m is None:
+            yield None
+            continue
+        detail = {"name": m.group("name"), "value": m.group("value")}
+        yield LogEvent(source=source, line=number, raw=raw, kind="driver_param", detail=detail)

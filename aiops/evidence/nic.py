@@ -1,0 +1,99 @@
+"""Network adapters as events: `ethtool -S` counters and `ibv_devinfo` ports.
+
+`ethtool -S <if>` prints "NIC statistics:" and one `name: value` line per counter (names are the driver's:
+mlx5 `rx_crc_errors_phy`, `link_down_events_phy`, `rx_discards_phy`; be2net `rx_crc_errors`, ...). A counter
+whose name says error, drop, discard, CRC, timeout or link-down and whose value is above 0 is an
+`nic_error_counter`; the others are counted only.
+
+`ibv_devinfo` prints `hca_id: mlx5_0`, then per port `port:   1`, `state:  PORT_ACTIVE (4)`, and with -v
+`phys_state: LINK_UP (5)`; states follow the IBA PortState / PortPhysicalState names (as ibstat's)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from aiops.evidence.events import LogEvent
+
+_NIC_STATS = re.compile(r"^(?:NIC statistics|Statistics for \S+):\s*$")
+_COUNTER = re.compile(
+    r"^\s+(?:\[\d{1,4}\]: )?(?P<name>[\w.\[\]-]{1,80}(?:: [\w.-]{1,80})?): (?P<value>\d{1,20})\s*$"
+)
+ERROR_NAME = re.compile(r"err|drop|discard|crc|timeout|link_down|lost|fail|symbol|fcs|abort", re.IGNORECASE)
+_HCA = re.compile(r"^hca_id:\s*(?P<hca>\S+)")
+_PORT = re.compile(r"^\s+port:\s*(?P<port>\d+)\s*$")
+_STATE = re.compile(r"^\s+(?P<key>state|phys_state):\s+(?P<value>[A-Z_]+)(?: \(\d+\))?\s*$")
+MAX_HELD = 256
+_FIELD = re.compile(r"^\s+[a-z_]{2,40}:\s+\S")
+# ibv_devinfo's names as ibstat's (lower case), which the rules read: PORT_DOWN -> down, POLLING -> polling.
+_STATE_NAMES = {
+    "PORT_ACTIVE": "active",
+    "PORT_DOWN": "down",
+    "PORT_INIT": "initializing",
+    "PORT_ARMED": "armed",
+}
+_PHYS_NAMES = {"LINK_UP": "linkup", "POLLING": "polling", "DISABLED": "disabled", "SLEEP": "sleep"}
+
+
+def parse_ethtool(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    for number, raw in numbered:
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if _NIC_STATS.match(raw):
+            yield LogEvent(kind="nic_info", **base)
+            continue
+        m = _COUNTER.match(raw)
+        if m is None:
+            yield None
+            continue
+        name, value = m.group("name"), int(m.group("value"))
+        kind = "nic_error_counter" if value > 0 and ERROR_NAME.search(name) else "nic_counter"
+        yield LogEvent(kind=kind, value=float(value), detail={"counter": name}, **base)
+
+
+def parse_ibv_devinfo(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    """A port's lines are held until the port ends (at most MAX_HELD): a `PORT_DOWN` state is an
+    `ib_port_state` of unknown physical state only when no `phys_state` line (ibv_devinfo -v) follows."""
+    hca: str | None = None
+    port: str | None = None
+    state = ""
+    held: list[LogEvent | None] = []
+    down_at = -1  # index in `held` of the port's PORT_DOWN state line
+
+    def flush() -> Iterator[LogEvent | None]:
+        nonlocal down_at
+        if down_at >= 0 and (event := held[down_at]) is not None:
+            detail = {"state": "down", "physical": "unknown"}
+            held[down_at] = LogEvent(**{**event.__dict__, "kind": "ib_port_state", "detail": detail})
+        yield from held
+        held.clear()
+        down_at = -1
+
+    for number, raw in numbered:
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if (m := _HCA.match(raw)) is not None or ((m := _PORT.match(raw)) is not None and hca is not None):
+            yield from flush()
+            if "hca" in m.groupdict():
+                hca, port, state = m.group("hca"), None, ""
+                held.append(LogEvent(kind="ib_info", component=hca, **base))
+            else:
+                port, state = m.group("port"), ""
+                held.append(LogEvent(kind="ib_info", component=f"{hca}:{port}", **base))
+        elif (m := _STATE.match(raw)) is not None and hca is not None and port is not None:
+            value, comp = m.group("value"), f"{hca}:{port}"
+            if m.group("key") == "state":
+                state = _STATE_NAMES.get(value, value.lower())
+                if state == "down":
+                    down_at = len(held)
+                held.append(LogEvent(kind="ib_info", component=comp, detail={"state": state}, **base))
+            else:
+                down_at = -1  # the physical state is known: this line carries the port's state
+                detail = {"state": state, "physical": _PHYS_NAMES.get(value, value.lower())}
+                held.append(LogEvent(kind="ib_port_state", component=comp, detail=detail, **base))
+        elif _FIELD.match(raw) and hca is not None:
+            held.append(LogEvent(kind="ib_info", component=hca, **base))
+        else:
+            held.append(None)
+        if len(held) >= MAX_HELD:
+            yield from flush()
+    yield from flush()
