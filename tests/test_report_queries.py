@@ -197,3 +197,25 @@ def test_rack_power_reads_the_cap_in_force_from_the_dcim_input(tmp_path: Any) ->
         60,
     )
     assert (got["rack1"]["min_cap_kw"], got["rack1"]["capped_samples"]) == (50.0, 12)
+
+
+def test_swpowercap_alone_at_the_full_limit_is_routine_not_a_throttle() -> None:
+    """Issue 27 item 7: a GPU drawing its full power shows SwPowerCap at its maximum limit (routine): summarised
+    apart, never a bar; SwPowerCap under a lowered limit, or beside a thermal reason, stays a throttle."""
+    with Store(":memory:") as s:
+        s.ingest(
+            "gpu_samples",
+            {
+                "ts_s": [EPOCH_S + i for i in range(6)],
+                "gpu": ["node0/gpu0"] * 3 + ["node0/gpu1"] * 3,
+                "node": ["node0"] * 6,
+                "clocks_event_reasons": [4, 4, 4 | 32, 4, 4, 0],
+                "power_limit_w": [700.0, 700.0, 700.0, 500.0, 500.0, 500.0],
+                "power_limit_max_w": [700.0] * 6,
+            },
+        )
+        assert q.routine_power_cap(s, PERIOD, 1.0) == {"gpu_s": 2.0, "gpus": 1}
+        assert q.throttle_by_reason(s, PERIOD, 1.0) == [
+            {"reason": "SwPowerCap", "gpu_s": 3.0, "gpus": 2},
+            {"reason": "SwThermalSlowdown", "gpu_s": 1.0, "gpus": 1},
+        ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiops.nvml_bits import NAMES, THROTTLE
+from aiops.nvml_bits import NAMES, SW_POWER_CAP, THROTTLE
 from aiops.report.period import Period
 from aiops.store import Store
 from aiops.store.migrations import TIME_SERIES_TABLES
@@ -92,12 +92,20 @@ def gpu_thermal(store: Store, period: Period) -> list[Row]:
     )
 
 
+# SwPowerCap alone while the limit is the GPU's maximum: a GPU drawing its full power (routine in training, as
+# on H100s and H200s at 700 W), not a throttle anyone set: counted apart (`routine_power_cap_s`), never as a bar.
+_ROUTINE_CAP = f"clocks_event_reasons & {THROTTLE} = {SW_POWER_CAP} AND coalesce(power_limit_w >= power_limit_max_w, false)"
+
+
 def throttle_by_reason(store: Store, period: Period, interval_s: float) -> list[Row]:
-    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched. One
-    pass over the throttled samples grouped by GPU, a FILTER per reason, then summed."""
+    """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched, routine
+    full-limit SwPowerCap left out (see `routine_power_cap_s`). One pass over the throttled samples grouped by
+    GPU, a FILTER per reason, then summed."""
     bits = [(bit, name) for bit, name in NAMES.items() if bit & THROTTLE]
     per_gpu = ", ".join(
-        f"count(*) FILTER (WHERE clocks_event_reasons & {bit} != 0) AS r{i}"
+        f"count(*) FILTER (WHERE clocks_event_reasons & {bit} != 0"
+        + (f" AND NOT ({_ROUTINE_CAP})" if bit == SW_POWER_CAP else "")
+        + f") AS r{i}"
         for i, (bit, _) in enumerate(bits)
     )
     totals = ", ".join(
@@ -114,6 +122,16 @@ def throttle_by_reason(store: Store, period: Period, interval_s: float) -> list[
         for i, (_, name) in enumerate(bits)
     ]
     return sorted((r for r in rows if r["gpu_s"]), key=lambda r: -float(r["gpu_s"]))
+
+
+def routine_power_cap(store: Store, period: Period, interval_s: float) -> Row:
+    """GPU-seconds of SwPowerCap alone at the GPU's maximum limit, and how many GPUs: one summary line."""
+    row = store.query(
+        f"""SELECT count(*) AS n, count(DISTINCT gpu) AS gpus FROM gpu_samples
+           WHERE ts_s >= ? AND ts_s < ? AND {_ROUTINE_CAP}""",
+        [period.start_ts_s, period.end_ts_s],
+    )[0]
+    return {"gpu_s": int(row["n"]) * interval_s, "gpus": int(row["gpus"])}
 
 
 def energy_kwh(store: Store, period: Period, interval_s: float) -> float:

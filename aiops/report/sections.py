@@ -125,6 +125,12 @@ def thermal(store: Store, period: Period, interval_s: float) -> Section | None:
         )
     )
     reasons = q.throttle_by_reason(store, period, interval_s)
+    routine = q.routine_power_cap(store, period, interval_s)
+    if routine["gpu_s"]:
+        section.lines.append(
+            f"Routine: {num(routine['gpu_s'] / 3600, ',.2f')} GPU-hours of SwPowerCap alone at the full power limit "
+            f"on {routine['gpus']} GPUs (drawing their maximum power, no limit set below it): not counted as throttling."
+        )
     if reasons:
         section.tables.append(
             _t(
@@ -143,7 +149,10 @@ def thermal(store: Store, period: Period, interval_s: float) -> Section | None:
             )
         )
     else:
-        section.lines.append("No GPU sample in the period carried a throttle reason.")
+        section.lines.append(
+            "No GPU was throttled in the period"
+            + (" beyond that routine capping." if routine["gpu_s"] else ": no sample carried a throttle reason.")
+        )
     return section
 
 
