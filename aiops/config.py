@@ -115,6 +115,21 @@ def _collector(interval_s: float, enabled: bool = True) -> Any:
     return Field(default_factory=lambda: CollectorConfig(enabled=enabled, interval_s=interval_s))
 
 
+class WorkloadsConfig(CollectorConfig):
+    """Who runs on each GPU (collectors/workloads, docs/JOBS.md): NVML's processes resolved to jobs."""
+
+    interval_s: float = Field(default=5.0, gt=0, le=3600)
+    kubernetes: bool = Field(default=True, description="resolve processes in kubepods cgroups to their pods")
+    kube_api: str = Field(
+        default="", description="API server URL; empty: kubeconfig, else in-cluster account"
+    )
+    kubeconfig: str = Field(default="", description="a kubeconfig file for the API server; empty: none")
+    pod_resources_socket: str = Field(
+        default="/var/lib/kubelet/pod-resources/kubelet.sock", description="the kubelet's pod-resources API"
+    )
+    rack_label: str = Field(default="", description="the node label naming its rack; empty: [node] rack")
+
+
 class CollectorsConfig(_Section):
     root: str = Field(default="/", description="prefix of /sys, /proc and /dev (a fixture tree in tests)")
     nvml: CollectorConfig = _collector(1.0)
@@ -124,6 +139,7 @@ class CollectorsConfig(_Section):
     infiniband: CollectorConfig = _collector(5.0)  # /sys/class/infiniband port and hw counters
     kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, off the bus, AER, GSP, link, thermal, MCE, ...
     lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
+    workloads: WorkloadsConfig = Field(default_factory=WorkloadsConfig)  # GPU -> process -> job (JOBS.md)
 
 
 class DetectionConfig(_Section):
