@@ -73,6 +73,7 @@ class HostIdentity(_Section):
 class NodeConfig(HostIdentity):
     name: str = Field(default="node0", description="this host's component name (node{n}, global index)")
     rack: str = Field(default="rack0", description="the rack it stands in (rack{r})")
+    row: str = Field(default="", max_length=63, description="the row of racks it stands in; empty: unknown")
     hosts: dict[str, HostIdentity] = Field(
         default_factory=dict,
         description="hostname -> {name, rack}: one file for every node (a DaemonSet's ConfigMap); "
@@ -94,7 +95,7 @@ def node_of(config: Config, hostname: str) -> NodeConfig:
             f"this host's name '{hostname}' is not listed",
             listed[:20] + (["..."] if len(listed) > 20 else []),
         )
-    return NodeConfig(name=found.name, rack=found.rack)
+    return NodeConfig(name=found.name, rack=found.rack, row=config.node.row)
 
 
 class StoreConfig(_Section):
@@ -127,7 +128,8 @@ class WorkloadsConfig(CollectorConfig):
     pod_resources_socket: str = Field(
         default="/var/lib/kubelet/pod-resources/kubelet.sock", description="the kubelet's pod-resources API"
     )
-    rack_label: str = Field(default="", description="the node label naming its rack; empty: [node] rack")
+    node_rack_label: str = Field(default="", description="the node label naming its rack; empty: [node] rack")
+    node_row_label: str = Field(default="", description="the node label naming its row; empty: [node] row")
 
 
 class CollectorsConfig(_Section):

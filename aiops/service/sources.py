@@ -40,7 +40,9 @@ from aiops.store import Store
 from aiops.workload import WorkloadResolver
 from collectors.base import Collector, RowBatch, RowCollector, to_arrow
 from collectors.nvml import NvmlCollector
+from collectors.placement import Placement, read_placement, write_placement
 from collectors.workloads import default_resolvers, workload_collector
+from collectors.workloads.kubernetes import kube_api
 from collectors.workloads.proc import HostProcessScan
 
 log = logging.getLogger("aiops.service")
@@ -70,6 +72,7 @@ class Sources:
     close: Callable[[], None] = lambda: None  # release NVML, /dev/kmsg
     # seconds until the next tick is due on a shared clock (a twin on `--epoch-ts-s`); None: every tick_s
     pace: Callable[[], float] | None = None
+    placement: Placement | None = None  # where a real node stands (collectors/placement.py), written at start
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared
@@ -269,9 +272,16 @@ def host_sources(config: Config) -> Sources:
     from collectors.host import collector_section, host_collectors
 
     wanted = config.collectors
+    w = wanted.workloads
+    api = kube_api(config.node.name, w.kube_api or None, w.kubeconfig or None) if w.kubernetes else None
+    where = read_placement(
+        config.node.name, config.node.rack, config.node.row, api, w.node_rack_label, w.node_row_label
+    )
+    if where.error:
+        log.warning("node labels unreadable", extra={"detail": where.error})
     made = host_collectors(
         config.node.name,
-        config.node.rack,
+        where.rack,
         wanted.root,
         use_nvml=wanted.nvml.enabled,
         use_kmsg=wanted.kmsg.enabled,
@@ -293,6 +303,7 @@ def host_sources(config: Config) -> Sources:
         close=made.close,
     )
     out.topology_rows = list(made.topology.rows)
+    out.placement = where
     return out
 
 
@@ -312,4 +323,6 @@ def register_topology(store: Store, sources: Sources) -> int:
     """This node's discovered components into `topology` (again on every start: replaced, never doubled)."""
     from collectors.topology import merge_topology
 
+    if sources.placement is not None:
+        write_placement(store.conn, sources.placement)
     return merge_topology(store, sources.topology_rows) if sources.topology_rows else 0

@@ -607,6 +607,14 @@ CREATE TABLE IF NOT EXISTS gpu_processes (
     pod VARCHAR,
     container VARCHAR,
     owner VARCHAR                   -- the pod's controller, Kind/name
+);
+CREATE TABLE IF NOT EXISTS node_placement (
+    node VARCHAR PRIMARY KEY,       -- where a real node stands (collectors/placement.py), written at start
+    rack VARCHAR NOT NULL,
+    "row" VARCHAR,
+    zone VARCHAR,                   -- topology.kubernetes.io/zone
+    region VARCHAR,                 -- topology.kubernetes.io/region
+    source VARCHAR NOT NULL         -- config | kubernetes
 )
 """
 
