@@ -17,6 +17,7 @@ cluster: the tests serve the real proto and the API's JSON shapes on 127.0.0.1 (
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -129,7 +130,10 @@ class KubeApi:
 
 def kube_api(node: str, host: str | None = None, kubeconfig: str | None = None) -> KubeApi | None:
     """The API client: `host` (http(s)://...) as given, else a kubeconfig file, else the in-cluster service
-    account (a DaemonSet pod); None when none of them is there."""
+    account (a DaemonSet pod); None when none of them is there (the client is not even imported then: it costs
+    about a second at every start)."""
+    if not host and not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
     from kubernetes import client
     from kubernetes import config as kube_config
 
