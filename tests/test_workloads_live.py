@@ -188,3 +188,19 @@ def test_a_process_in_a_kubepods_cgroup_is_attributed_to_its_pod(run: Run) -> No
         for r in run.api_requests
     )
     assert "List" in run.pod_resources_calls
+
+
+def test_the_agents_job_lookup_reads_the_attributed_job_unchanged(run: Run) -> None:
+    from aiops.agent.tools import _topology
+    from aiops.store import Store
+
+    store = Store(str(run.db))
+    try:
+        found = _topology(store, f"job:{run.job}")
+    finally:
+        store.close()
+    assert found["job"]["ranks"] == 2 and found["job"]["nodes"] == 1
+    assert [(r["rank"], r["gpu"], r["node"]) for r in found["ranks"]] == [
+        (0, "node0/gpu0", "node0"),
+        (1, "node0/gpu1", "node0"),
+    ]
