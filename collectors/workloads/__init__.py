@@ -22,11 +22,12 @@ def default_resolvers(
     kube_api_url: str = "",
     kubeconfig: str = "",
     pod_resources_socket: str = "",
+    first: Sequence[WorkloadResolver] = (),
 ) -> list[WorkloadResolver]:
-    """Kubernetes first (a pod's processes carry torchrun's variables too: the pod names the job), then a bare
-    torchrun. The API client is built only where an API is configured or the service account is mounted; the
-    pod-resources client where its socket exists."""
-    out: list[WorkloadResolver] = []
+    """`first` (a scheduler's own resolver: Slurm's), then Kubernetes (a pod's processes carry torchrun's
+    variables too: the pod names the job), then a bare torchrun. The API client is built only where an API is
+    configured or the service account is mounted; the pod-resources client where its socket exists at start."""
+    out: list[WorkloadResolver] = list(first)  # a scheduler's own resolver (Slurm) before the generic ones
     if kubernetes:
         api = kube_api(node, kube_api_url or None, kubeconfig or None)
         held = (
