@@ -293,7 +293,9 @@ class Service:
                 )
             }
         self.metrics.timing(name, time.perf_counter() - started)
-        if getattr(collector, "name", None) == "workloads":
+        if (
+            getattr(collector, "name", None) == "workloads" and "gpu_processes" in batches
+        ):  # a collect, even empty
             self.workloads_ts_s, self.workloads_node = now_ts_s, getattr(collector, "node", None)
         self._say_unavailable(name, batches.get("collector_errors"))
         self.buffer.add(batches)
