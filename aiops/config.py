@@ -73,6 +73,7 @@ class HostIdentity(_Section):
 class NodeConfig(HostIdentity):
     name: str = Field(default="node0", description="this host's component name (node{n}, global index)")
     rack: str = Field(default="rack0", description="the rack it stands in (rack{r})")
+    row: str = Field(default="", max_length=63, description="the row of racks it stands in; empty: unknown")
     hosts: dict[str, HostIdentity] = Field(
         default_factory=dict,
         description="hostname -> {name, rack}: one file for every node (a DaemonSet's ConfigMap); "
@@ -94,7 +95,7 @@ def node_of(config: Config, hostname: str) -> NodeConfig:
             f"this host's name '{hostname}' is not listed",
             listed[:20] + (["..."] if len(listed) > 20 else []),
         )
-    return NodeConfig(name=found.name, rack=found.rack)
+    return NodeConfig(name=found.name, rack=found.rack, row=config.node.row)
 
 
 class StoreConfig(_Section):
@@ -115,6 +116,22 @@ def _collector(interval_s: float, enabled: bool = True) -> Any:
     return Field(default_factory=lambda: CollectorConfig(enabled=enabled, interval_s=interval_s))
 
 
+class WorkloadsConfig(CollectorConfig):
+    """Who runs on each GPU (collectors/workloads, docs/JOBS.md): NVML's processes resolved to jobs."""
+
+    interval_s: float = Field(default=5.0, gt=0, le=3600)
+    kubernetes: bool = Field(default=True, description="resolve processes in kubepods cgroups to their pods")
+    kube_api: str = Field(
+        default="", description="API server URL; empty: kubeconfig, else in-cluster account"
+    )
+    kubeconfig: str = Field(default="", description="a kubeconfig file for the API server; empty: none")
+    pod_resources_socket: str = Field(
+        default="/var/lib/kubelet/pod-resources/kubelet.sock", description="the kubelet's pod-resources API"
+    )
+    node_rack_label: str = Field(default="", description="the node label naming its rack; empty: [node] rack")
+    node_row_label: str = Field(default="", description="the node label naming its row; empty: [node] row")
+
+
 class CollectorsConfig(_Section):
     root: str = Field(default="/", description="prefix of /sys, /proc and /dev (a fixture tree in tests)")
     nvml: CollectorConfig = _collector(1.0)
@@ -124,6 +141,7 @@ class CollectorsConfig(_Section):
     infiniband: CollectorConfig = _collector(5.0)  # /sys/class/infiniband port and hw counters
     kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, off the bus, AER, GSP, link, thermal, MCE, ...
     lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
+    workloads: WorkloadsConfig = Field(default_factory=WorkloadsConfig)  # GPU -> process -> job (JOBS.md)
 
 
 class DetectionConfig(_Section):

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
 from aiops.service.metrics_analyst import AnalystExports
+from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
 from aiops.sources.facility import render_facility_snapshot
 
@@ -86,11 +87,15 @@ class MetricsCache(Collector):
         self.counters: dict[str, tuple[str, float]] = {}
         self.racks: dict[str, dict[str, Any]] = {}  # rack -> newest rack_samples row (the twin's facility)
         self.dcim_caps: dict[str, float] = {}  # scope -> kW of the DCIM caps in force
+        self.workloads = WorkloadExports(PREFIX)  # aiops_gpu_workload_info (metrics_workloads.py)
         self.analyst = AnalystExports(node)  # what the cluster analyst reads (metrics_analyst.py)
 
     # -- feeding ------------------------------------------------------------------------------------------------
     def observe(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         with self._lock:
+            if table == "gpu_processes":  # one collect's batch, empty when nothing runs: it replaces the last
+                self.workloads.replace(dict(zip(columns, row, strict=False)) for row in rows)
+                return
             for row in rows:
                 values = dict(zip(columns, row, strict=False))
                 self.analyst.observe(table, values)
@@ -203,6 +208,7 @@ class MetricsCache(Collector):
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             yield from self._gpu_metrics()
+            yield from self.workloads.metrics()
             yield from self._network_metrics()
             yield from self._host_metrics()
             yield from self._incident_metrics()

@@ -43,9 +43,17 @@ from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
-from aiops.service.sources import Sources, check_node, host_sources, register_topology, sim_sources
+from aiops.service.sources import (
+    Sources,
+    check_node,
+    config_resolvers,
+    host_sources,
+    register_topology,
+    sim_sources,
+)
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
+from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
 
 log = logging.getLogger("aiops.service")
@@ -157,6 +165,8 @@ class Service:
         self.flushes = 0
         self.companion: Companion | None = None  # set before start()
         self.said_unavailable: set[tuple[str, str]] = set()  # (collector, why) logged (_say_unavailable)
+        self.workloads_ts_s: float | None = None  # the workload collector's last collect, until refresh_jobs
+        self.workloads_node: str | None = None
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -173,6 +183,12 @@ class Service:
                     self.config.collectors.sysfs.interval_s,
                     node=self.sim.node,
                     epoch_ts_s=self.sim.epoch_ts_s,
+                    resolvers=(
+                        config_resolvers(self.config, self.sim.node)
+                        if self.sim.node and self.config.collectors.workloads.enabled
+                        else None
+                    ),
+                    workloads_interval_s=self.config.collectors.workloads.interval_s,
                 )
             else:
                 self.sources = host_sources(self.config)
@@ -277,6 +293,10 @@ class Service:
                 )
             }
         self.metrics.timing(name, time.perf_counter() - started)
+        if (
+            getattr(collector, "name", None) == "workloads" and "gpu_processes" in batches
+        ):  # a collect, even empty
+            self.workloads_ts_s, self.workloads_node = now_ts_s, getattr(collector, "node", None)
         self._say_unavailable(name, batches.get("collector_errors"))
         self.buffer.add(batches)
         self.buffer.add_tables(tables)
@@ -292,6 +312,17 @@ class Service:
             self.first_ts_s = read_from_ts_s  # detection starts there (a fleet's look-back included)
         if self.oldest_unflushed_ts_s is None:
             self.oldest_unflushed_ts_s = read_from_ts_s
+
+    def _refresh_jobs(self, store: Store) -> None:
+        """This node's job_ranks and jobs from the newest collect of who runs on its GPUs, and the export labels
+        that follow them (aiops/store/workloads.py)."""
+        assert self.workloads_ts_s is not None and self.workloads_node is not None
+        refresh_jobs(store, self.workloads_node, self.workloads_ts_s)
+        self.workloads_ts_s = None
+        self.metrics.inventory(
+            store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+            store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+        )
 
     def _say_unavailable(self, name: str, batch: RowBatch | None) -> None:
         """A collector that finds nothing to read (no GPU driver, no InfiniBand) writes its `unavailable` row once
@@ -316,6 +347,8 @@ class Service:
             counts = {name: int(table.num_rows) for name, table in tables.items()}
             if tables:
                 store.ingest_many(tables)
+            if self.workloads_ts_s is not None:
+                self._guarded("jobs", lambda: self._refresh_jobs(store))
             twin = self.sources.twin
             if twin is not None and self.sources.stepped_s:
                 twin.log_steps(store, self.sources.stepped_s)

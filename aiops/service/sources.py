@@ -37,8 +37,13 @@ from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
 from aiops.sim.world import World
 from aiops.store import Store
+from aiops.workload import WorkloadResolver
 from collectors.base import Collector, RowBatch, RowCollector, to_arrow
 from collectors.nvml import NvmlCollector
+from collectors.placement import Placement, read_placement, write_placement
+from collectors.workloads import default_resolvers, workload_collector
+from collectors.workloads.kubernetes import kube_api
+from collectors.workloads.proc import HostProcessScan
 
 log = logging.getLogger("aiops.service")
 MAX_CATCH_UP_S = 86_400.0  # simulated seconds an agent may step at start to reach the shared clock
@@ -67,6 +72,7 @@ class Sources:
     close: Callable[[], None] = lambda: None  # release NVML, /dev/kmsg
     # seconds until the next tick is due on a shared clock (a twin on `--epoch-ts-s`); None: every tick_s
     pace: Callable[[], float] | None = None
+    placement: Placement | None = None  # where a real node stands (collectors/placement.py), written at start
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared
@@ -175,6 +181,8 @@ def sim_sources(
     *,
     node: str | None = None,
     epoch_ts_s: float | None = None,
+    resolvers: Sequence[WorkloadResolver] | None = None,
+    workloads_interval_s: float = 1.0,
 ) -> Sources:
     """The twin of this workspace (resumed when the workspace already runs this scenario), with its
     collectors: NVML per node, the fabric adapter, and each node's sysfs tree read by the real sysfs
@@ -224,6 +232,12 @@ def sim_sources(
     else:
         mine = [] if node == FACILITY else [world.layout.node_names.index(node)]
     sources = [Source(f"nvml-node{n}", NvmlCollector(world.nvml(n), f"node{n}"), 1.0) for n in mine]
+    if node is not None and resolvers is not None and mine:
+        # the i25 "driver" contract: this node's NVML reports the host's processes pinned to one of its GPUs
+        world.nvml(mine[0]).host_processes = HostProcessScan()
+        nvml = sources[0].collector
+        assert isinstance(nvml, NvmlCollector)
+        sources.append(Source("workloads", workload_collector(nvml, resolvers), workloads_interval_s))
     fabric = SimFabricCollector(world)
     sources.append(
         Source(
@@ -258,9 +272,16 @@ def host_sources(config: Config) -> Sources:
     from collectors.host import collector_section, host_collectors
 
     wanted = config.collectors
+    w = wanted.workloads
+    api = kube_api(config.node.name, w.kube_api or None, w.kubeconfig or None) if w.kubernetes else None
+    where = read_placement(
+        config.node.name, config.node.rack, config.node.row, api, w.node_rack_label, w.node_row_label
+    )
+    if where.error:
+        log.warning("node labels unreadable", extra={"detail": where.error})
     made = host_collectors(
         config.node.name,
-        config.node.rack,
+        where.rack,
         wanted.root,
         use_nvml=wanted.nvml.enabled,
         use_kmsg=wanted.kmsg.enabled,
@@ -270,6 +291,10 @@ def host_sources(config: Config) -> Sources:
         section = getattr(wanted, collector_section(collector.name))
         if section.enabled:
             sources.append(Source(collector.name, collector, section.interval_s))
+    if made.nvml is not None and wanted.workloads.enabled:
+        resolvers = config_resolvers(config, config.node.name)
+        found = workload_collector(made.nvml, resolvers, wanted.root)
+        sources.append(Source(found.name, found, wanted.workloads.interval_s))
     out = Sources(
         sources,
         time.time,
@@ -278,11 +303,26 @@ def host_sources(config: Config) -> Sources:
         close=made.close,
     )
     out.topology_rows = list(made.topology.rows)
+    out.placement = where
     return out
+
+
+def config_resolvers(config: Config, node: str) -> list[WorkloadResolver]:
+    """The workload resolvers `[collectors.workloads]` asks for (collectors/workloads `default_resolvers`)."""
+    w = config.collectors.workloads
+    return default_resolvers(
+        node,
+        kubernetes=w.kubernetes,
+        kube_api_url=w.kube_api,
+        kubeconfig=w.kubeconfig,
+        pod_resources_socket=w.pod_resources_socket,
+    )
 
 
 def register_topology(store: Store, sources: Sources) -> int:
     """This node's discovered components into `topology` (again on every start: replaced, never doubled)."""
     from collectors.topology import merge_topology
 
+    if sources.placement is not None:
+        write_placement(store.conn, sources.placement)
     return merge_topology(store, sources.topology_rows) if sources.topology_rows else 0

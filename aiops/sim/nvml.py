@@ -14,6 +14,7 @@ Readings come from `world.v` (plain lists refreshed once per step), so a call co
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,19 @@ class SimHandle:
     node: int
     index: int  # local index on the node (what nvmlDeviceGetHandleByIndex takes)
     gpu: int  # global index in the world
+
+
+@dataclass(slots=True)
+class ProcessInfo:
+    """pynvml's c_nvmlProcessInfo_t as nvmlDeviceGetComputeRunningProcesses returns it."""
+
+    pid: int
+    usedGpuMemory: int
+    gpuInstanceId: int
+    computeInstanceId: int
+
+
+NO_INSTANCE = 0xFFFFFFFF  # no MIG instance
 
 
 @dataclass(slots=True)
@@ -101,6 +115,9 @@ class SimNvml:
         self._initialised = False
         self._event_sets: list[_EventSet | None] = []
         self._handles = [SimHandle(node, i, node * self._per_node + i) for i in range(self._per_node)]
+        # The host's processes this node's "driver" reports (i25 contract: `aiops run --sim S --node nodeK` sets it
+        # to a scan of the host's processes pinned to one GPU by CUDA_VISIBLE_DEVICES): GPU index -> pids.
+        self.host_processes: Callable[[], Mapping[int, Sequence[int]]] | None = None
 
     def _v(self, handle: SimHandle) -> GpuView:
         if not self._initialised:
@@ -141,6 +158,14 @@ class SimNvml:
     def nvmlDeviceGetIndex(self, handle: SimHandle) -> int:
         self._check()  # host-side bookkeeping: answers even for a GPU that fell off the bus
         return handle.index
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: SimHandle) -> list[ProcessInfo]:
+        """The host processes pinned to this GPU (used memory 0); none unless `host_processes` is set."""
+        self._v(handle)
+        if self.host_processes is None:
+            return []
+        pids = self.host_processes().get(handle.index, ())
+        return [ProcessInfo(int(pid), 0, NO_INSTANCE, NO_INSTANCE) for pid in pids]
 
     # -- identity and limits ------------------------------------------------------------------------------
     def nvmlDeviceGetName(self, handle: SimHandle) -> str:

@@ -586,6 +586,38 @@ CREATE TABLE IF NOT EXISTS node_incidents (
 )
 """
 
+# Who runs on each GPU of a real host (collectors/workloads): NVML's compute processes, each resolved through
+# its cgroup and environment to a scheduler's job (Kubernetes, Slurm, torchrun); one row per GPU, process and
+# interval. `job_ranks` and `jobs` are refreshed from the newest rows (aiops/store/workloads.py).
+M020_GPU_PROCESSES = """
+CREATE TABLE IF NOT EXISTS gpu_processes (
+    ts_s DOUBLE NOT NULL,
+    gpu VARCHAR NOT NULL,
+    node VARCHAR NOT NULL,
+    pid BIGINT NOT NULL,
+    used_memory_bytes BIGINT,       -- NVML's usedGpuMemory; NULL where the driver does not say (the twin: 0)
+    scheduler VARCHAR,              -- kubernetes, slurm, torchrun; NULL: no resolver knows the process
+    job VARCHAR,                    -- aiops/workload.py's name, the same on every node of the job
+    rank INTEGER,
+    local_rank INTEGER,
+    world_size INTEGER,
+    "user" VARCHAR,
+    step VARCHAR,                   -- a Slurm step id
+    namespace VARCHAR,              -- Kubernetes
+    pod VARCHAR,
+    container VARCHAR,
+    owner VARCHAR                   -- the pod's controller, Kind/name
+);
+CREATE TABLE IF NOT EXISTS node_placement (
+    node VARCHAR PRIMARY KEY,       -- where a real node stands (collectors/placement.py), written at start
+    rack VARCHAR NOT NULL,
+    "row" VARCHAR,
+    zone VARCHAR,                   -- topology.kubernetes.io/zone
+    region VARCHAR,                 -- topology.kubernetes.io/region
+    source VARCHAR NOT NULL         -- config | kubernetes
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -606,6 +638,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(17, "sample_weights", _sql(M017_SAMPLE_WEIGHTS)),
     Migration(18, "twin_node", _sql(M018_TWIN_NODE)),
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
+    Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
@@ -627,4 +660,5 @@ TIME_SERIES_TABLES: tuple[str, ...] = (
     "ib_port_samples",
     "hwmon_samples",
     "kernel_events",
+    "gpu_processes",
 )
