@@ -151,7 +151,11 @@ def thermal(store: Store, period: Period, interval_s: float) -> Section | None:
     else:
         section.lines.append(
             "No GPU was throttled in the period"
-            + (" beyond that routine capping." if routine["gpu_s"] else ": no sample carried a throttle reason.")
+            + (
+                " beyond that routine capping."
+                if routine["gpu_s"]
+                else ": no sample carried a throttle reason."
+            )
         )
     return section
 
