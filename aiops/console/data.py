@@ -13,12 +13,14 @@ from typing import Any
 import duckdb
 
 from aiops.pipeline import stored_diagnoses
+from aiops.runtime.world import executors_here
 from aiops.store import Store
 from aiops.text import when
 from guardrails import witness
 from guardrails.audit import chain_heads, read_rows, verify, verify_witness
 from guardrails.decisions import problems
 from guardrails.records import GuardrailRecords
+from guardrails.routing import TICKET
 from guardrails.signing import Verifier
 
 MAX_AUDIT_ROWS = 500
@@ -58,9 +60,13 @@ def incidents(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def _proposal(record: Any, approvers: list[str]) -> dict[str, Any]:
+def _proposal(record: Any, approvers: list[str], executors: dict[str, str] | None = None) -> dict[str, Any]:
     a = record.action
+    backend = (executors or {}).get(a.kind, TICKET)
     return {
+        "backend": backend,
+        "ticket": backend
+        == TICKET,  # no executor on this host: shown as a ticket, never with an approve button
         "id": a.proposal_id,
         "kind": a.kind,
         "target": a.target,
@@ -84,8 +90,9 @@ def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
         return None
     d = found[0]
     book = GuardrailRecords(store)
+    executors = executors_here(store)
     proposals = [
-        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}))
+        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}), executors)
         for r in book.proposals()
         if r.incident_id == incident_id
     ]
@@ -152,8 +159,10 @@ def _cell(column: str, value: Any) -> str:
 
 def proposals(store: Store) -> list[dict[str, Any]]:
     book = GuardrailRecords(store)
+    executors = executors_here(store)
     return [
-        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)})) for r in book.proposals()
+        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}), executors)
+        for r in book.proposals()
     ]
 
 

@@ -8,12 +8,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiops.runtime.world import attach, desk
+from aiops.runtime.world import attach, desk, executors_here
 from aiops.sim.twin import Twin
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
 from guardrails.approvals import Authorisation
 from guardrails.executor import ExecutionOutcome
 from guardrails.pasted import ApprovalToSign, approval_to_sign
+from guardrails.records import GuardrailRecords
+from guardrails.routing import TICKET, ticket_error
 from guardrails.signing import Signer
 
 
@@ -23,6 +25,7 @@ class Decision:
     authorisation: Authorisation | None  # None: nothing to approve (a digital execution)
     outcome: ExecutionOutcome | None  # None: not executed now
     note: str = ""  # why it did not execute, when it did not
+    ticket: bool = False  # its kind has no executor on this host: not approved, it stands as a ticket
 
     @property
     def executed(self) -> bool:
@@ -43,6 +46,9 @@ def approve(
     world (once: a second approval says it already ran). One write transaction: no other process acts between
     the approval and the execution."""
     with workspace.write() as store:
+        ticket = ticket_only(store, proposal_id)
+        if ticket:
+            return Decision(proposal_id, None, None, ticket, ticket=True)
         attached = attach(store, twin=twin)
         guard = desk(store, attached, clock=clock)
         auth = guard.approve(proposal_id, signer, signed_at=signed_at)
@@ -53,6 +59,17 @@ def approve(
         if attached.actuator is None:
             return Decision(proposal_id, auth, None, f"approved; not executed: {attached.describe}")
         return Decision(proposal_id, auth, guard.execute(proposal_id))
+
+
+def ticket_only(store: Store, proposal_id: str) -> str:
+    """Why `proposal_id` is not offered for approval (its kind has no executor on this host: it stands as a
+    ticket), or "" when it may be approved. An unknown id is the guardrails' to refuse."""
+    record = GuardrailRecords(store).proposal(proposal_id)
+    if record is None or executors_here(store).get(record.action.kind, TICKET) != TICKET:
+        return ""
+    if not record.physical:
+        return ""  # digital kinds need nobody's approval; executing one without a backend fails and says why
+    return f"{ticket_error(record.action.kind)}; nothing to approve"
 
 
 def to_sign(
