@@ -125,6 +125,7 @@ class KubernetesActuator:
 
     def _job_pods(self, job: str) -> tuple[str, str, list[Any]]:
         """(namespace, owner, the owner's running pods in the namespace) for job `job` seen on this node."""
+        job = job.removeprefix("job:")  # the component form names the same job
         for pod in self._pods():
             if pod_job(pod) == job:
                 namespace, owner = str(pod.metadata.namespace), _owner(pod)

@@ -37,6 +37,8 @@ def _node(world: World, name: str) -> int:
 
 
 def job_index(world: World, name: str) -> int:
+    """A job's index by its name (the component form `job:<name>` too)."""
+    name = name.removeprefix("job:")
     for job in world.layout.jobs:
         if job.name == name:
             return job.index
@@ -103,13 +105,12 @@ def restart_job(world: World, name: str, exclude: str | None = None) -> str | No
     moved = None
     if exclude:
         node = _node(world, exclude.split("/", 1)[0])
-        if node not in job.nodes:
-            raise ValueError(f"{exclude[:40]} is not on job {name[:60]}'s nodes")
-        target = _idle_node(world, node)
-        if target is None:
-            raise ValueError(f"no idle node to move job {name[:60]} off {exclude[:40]}")
-        world.move_job(f"node{node}", f"node{target}")
-        moved = f"node{target}"
+        if node in job.nodes:  # else the job already runs elsewhere (a drain requeued it): nothing to move
+            target = _idle_node(world, node)
+            if target is None:
+                raise ValueError(f"no idle node to move job {name[:60]} off {exclude[:40]}")
+            world.move_job(f"node{node}", f"node{target}")
+            moved = f"node{target}"
     _relaunch(world, job.index)
     return moved
 
