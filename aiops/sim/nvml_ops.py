@@ -89,7 +89,7 @@ class Operations:
 
     # -- the reset path: drain state on, remove, discover (the GPU re-initialises), drain state off ----------
     def nvmlDeviceGetPciInfo(self, handle: SimHandle) -> PciInfo:
-        self._v(handle)
+        self._check()  # the PCI address is the host's bookkeeping: it answers for a lost GPU too
         return PciInfo(_bus_id(handle.index))
 
     def _by_pci(self, pci: PciInfo) -> SimHandle:
