@@ -153,7 +153,7 @@ def test_what_a_kubernetes_host_attaches_is_what_the_console_is_told() -> None:
         api = core_api(host=url)
         for actuator in ("auto", "nvml"):
             attached = attach(store, actuator=actuator, node="node0", nvml=world.nvml(0), kube_api=api)
-            told = executors_here(store, actuator=actuator, node="node0")
+            told = executors_here(store, actuator=actuator, node="node0", nvml=world.nvml(0))
             assert attached.executors == told, actuator
             assert told["drain_node"] == "kubernetes" and told["reboot_node"] == TICKET
             assert (told["gpu_reset"] == "nvml") is (actuator == "nvml")

@@ -151,10 +151,16 @@ def _scheduler_routes(store: Store, node: str | None, kube_api: Any) -> dict[str
 
 
 def executors_here(
-    store: Store, *, actuator: str = "auto", node: str | None = None, sysfs_root: str = "/sys"
+    store: Store,
+    *,
+    actuator: str = "auto",
+    node: str | None = None,
+    sysfs_root: str = "/sys",
+    nvml: Any = None,
 ) -> dict[str, str]:
     """kind -> backend (or "ticket") that `attach(store, actuator=...)` executes with, from the workspace and
-    its configuration alone (nothing is connected): a simulated workspace's twin executes every kind."""
+    its configuration alone (nothing is connected): a simulated workspace's twin executes every kind. Under
+    `nvml`, fan speed counts only when the (initialised) NVML given says the GPUs have fans."""
     simulated = actuator in ("auto", "twin") and int(store.scalar("SELECT count(*) FROM sim_runs") or 0) > 0
     if simulated:
         return dict.fromkeys(DEFAULT_REGISTRY.kinds, "twin")
@@ -162,7 +168,17 @@ def executors_here(
         return dict.fromkeys(DEFAULT_REGISTRY.kinds, TICKET)
     cooling = actuator == "nvml" and node is not None and _cools(node, sysfs_root, None)
     backends = host_backends(store.scheduler.kind, nvml=actuator == "nvml", cooling=cooling)
+    if backends.get("set_fan_speed") and not (nvml is not None and _has_fans(nvml)):
+        del backends["set_fan_speed"]
     return {kind: backends.get(kind, TICKET) for kind in DEFAULT_REGISTRY.kinds}
+
+
+def _has_fans(nvml: Any) -> bool:
+    """Whether this host's first GPU has fans NVML controls (nvmlDeviceGetNumFans > 0)."""
+    try:
+        return int(nvml.nvmlDeviceGetNumFans(nvml.nvmlDeviceGetHandleByIndex(0))) > 0
+    except Exception:
+        return False
 
 
 def _cools(node: str, sysfs_root: str, topology: Topology | None) -> bool:
@@ -201,7 +217,9 @@ def _attach_nvml(
     drain = scheduled.get("drain_node")
     is_drained = getattr(drain.actuator, "is_drained", None) if drain is not None else None
     ops = NvmlOpsActuator(nvml_for, topology, node_drained=is_drained, initialise=False)
-    routes.update({kind: Route("nvml", ops) for kind in ("set_clock_limit", "set_fan_speed")})
+    routes["set_clock_limit"] = Route("nvml", ops)
+    if _has_fans(nvml):  # an SXM GPU reports 0 fans (an H200 does): fan speed then stands as a ticket
+        routes["set_fan_speed"] = Route("nvml", ops)
     if is_drained is not None:  # a reset only where a scheduler says the node is drained
         routes["gpu_reset"] = Route("nvml", ops)
     if _cools(node, sysfs_root, topology):  # cooling devices that do not throttle compute
