@@ -10,21 +10,22 @@ from typing import Any
 
 import pytest
 
-from aiops.config import SchedulerConfig
+from aiops.config import SchedulerConfig, parse_config
+from aiops.errors import ConfigError
 from aiops.labels import TARGET_KINDS
 from aiops.models import Hypothesis
 from aiops.playbooks import load_playbooks, remediation
 from aiops.runtime.world import attach, executors_here
 from aiops.sim import World
 from aiops.sim.actuator import SimActuator
-from aiops.sim.twin import world_topology
+from aiops.sim.twin import Twin, TwinActuator, record_run, world_topology
 from aiops.store import Store
 from guardrails.actions import Action
 from guardrails.actuators_k8s import core_api
 from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.routing import HOST_TICKET_ONLY, SCHEDULER_KINDS, TICKET, host_backends
 from tests.k8s_api import Cluster, k8s_api, pod
-from tests.simkit import run, scenario
+from tests.simkit import DURATION_S, run, scenario
 
 PROPOSABLE = set(DEFAULT_REGISTRY.kinds)  # the agent may propose any registry kind (aiops/agent/verify.py)
 PLAYBOOK_KINDS = {r.action for book in load_playbooks().values() for r in book.remediations}
@@ -176,3 +177,43 @@ def test_a_host_without_a_scheduler_executes_nothing_and_shows_tickets() -> None
     store = _host_store("none")
     assert set(executors_here(store).values()) == {TICKET}
     assert attach(store).actuator is None
+
+
+def test_scheduler_config_names_the_field_and_the_allowed_values() -> None:
+    with pytest.raises(ConfigError, match=r"scheduler\.kind.*allowed: none, slurm, kubernetes"):
+        parse_config({"scheduler": {"kind": "pbs"}}, "aiops.toml")
+    with pytest.raises(ConfigError, match=r"scheduler\.kubeconf': unknown key .*kubeconfig"):
+        parse_config({"scheduler": {"kubeconf": "/etc/k"}}, "aiops.toml")
+
+
+def test_a_drain_on_the_twin_is_logged_and_every_process_replays_it() -> None:
+    jobs = [{"name": "j", "nodes": ["node0", "node1"]}]
+    store = run(jobs=jobs)
+    record_run(store, scenario(jobs=jobs), None, DURATION_S)  # what `aiops simulate` records
+    twin = Twin.load(store)
+    assert twin is not None
+    actuator = TwinActuator(twin, store)
+    drain = _one("drain_node")
+    result = actuator.apply(drain, False)
+    assert result.ok and result.detail["requeued_to"] == "node2"
+    again = Twin.load(store)  # another process: built from the scenario and the log
+    assert again is not None and bool(again.world.drained[0]) and again.world.node_job("node2") == "j"
+    assert actuator.rollback(drain, result.previous).ok
+    third = Twin.load(store)
+    assert third is not None and not third.world.drained.any()
+
+
+def test_a_host_whose_gpus_have_no_fans_leaves_fan_speed_a_ticket() -> None:
+    store = _host_store("none")
+    world = _world()
+
+    class Fanless:  # an SXM GPU: nvmlDeviceGetNumFans answers 0 (a real H200 does)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(world.nvml(0), name)
+
+        def nvmlDeviceGetNumFans(self, device: Any) -> int:
+            return 0
+
+    attached = attach(store, actuator="nvml", node="node0", nvml=Fanless())
+    assert attached.executors["set_fan_speed"] == TICKET and attached.executors["set_clock_limit"] == "nvml"
+    assert executors_here(store, actuator="nvml", node="node0", nvml=Fanless()) == attached.executors
