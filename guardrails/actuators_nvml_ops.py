@@ -12,7 +12,8 @@
 - gpu_reset: refused unless `node_drained(node)` answers True (the scheduler's read of the node: nothing runs
   there). nvidia-smi -r has no public NVML call; the path NVML offers is nvml.h's drain and removal:
   nvmlDeviceModifyDrainState(pci, ENABLED), nvmlDeviceRemoveGpu(pci), nvmlDeviceDiscoverGpus(pci) (the GPU is
-  re-initialised), nvmlDeviceModifyDrainState(pci, DISABLED). Read-back: the GPU answers by its PCI bus id and
+  re-initialised), nvmlDeviceModifyDrainState(pci, DISABLED); the PCI info from nvmlDeviceGetPciInfo_v3 (what
+  pynvml's nvmlDeviceGetPciInfo calls). Read-back: the GPU answers by its PCI bus id and
   its drain state is off. A reset cannot be undone: rollback brings the GPU back into service (discover,
   drain state off) and says so.
 None of this has met a real GPU here (no driver on these machines): the twin's NVML fake runs the same code.
@@ -249,7 +250,7 @@ class NvmlOpsActuator:
                 False, {"dry_run": dry_run}, error=f"gpu_reset takes one GPU, not {action.target}"
             )
         name, nvml, handle = gpus[0]
-        pci = nvml.nvmlDeviceGetPciInfo(handle)
+        pci = nvml.nvmlDeviceGetPciInfo_v3(handle)
         expected = {"in_service": {name: True}}
         calls = [
             "nvmlDeviceModifyDrainState(ENABLED)",
@@ -277,7 +278,7 @@ class NvmlOpsActuator:
 
     @staticmethod
     def _back_in_service(nvml: NvmlLike, handle: Any, pci: Any = None) -> None:
-        pci = pci if pci is not None else nvml.nvmlDeviceGetPciInfo(handle)
+        pci = pci if pci is not None else nvml.nvmlDeviceGetPciInfo_v3(handle)
         with contextlib.suppress(Exception):  # attached already
             nvml.nvmlDeviceDiscoverGpus(pci)
         nvml.nvmlDeviceModifyDrainState(pci, NVML_FEATURE_DISABLED)
@@ -287,7 +288,7 @@ class NvmlOpsActuator:
         for gpu in self._power.gpus(target):
             try:
                 nvml = self._power._nvml(gpu.node)
-                pci = nvml.nvmlDeviceGetPciInfo(nvml.nvmlDeviceGetHandleByIndex(gpu.index))
+                pci = nvml.nvmlDeviceGetPciInfo_v3(nvml.nvmlDeviceGetHandleByIndex(gpu.index))
                 handle = nvml.nvmlDeviceGetHandleByPciBusId(_bus_id(pci))
                 nvml.nvmlDeviceGetName(handle)
                 out[gpu.name] = nvml.nvmlDeviceQueryDrainState(pci) == NVML_FEATURE_DISABLED

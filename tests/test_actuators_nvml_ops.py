@@ -131,7 +131,7 @@ def test_the_twins_nvml_refuses_to_remove_a_gpu_a_job_runs_on() -> None:
     world, _ = _setup()
     sim = world.nvml(0)
     handle = sim.nvmlDeviceGetHandleByIndex(0)
-    pci = sim.nvmlDeviceGetPciInfo(handle)
+    pci = sim.nvmlDeviceGetPciInfo_v3(handle)
     sim.nvmlDeviceModifyDrainState(pci, pynvml.NVML_FEATURE_ENABLED)
     try:
         sim.nvmlDeviceRemoveGpu(pci)

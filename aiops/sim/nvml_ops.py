@@ -25,7 +25,7 @@ def nvml_error(code: int) -> pynvml.NVMLError:
 
 @dataclass(slots=True)
 class PciInfo:
-    """nvmlPciInfo_t's bus id (what nvmlDeviceGetPciInfo answers and the drain/remove/discover calls take)."""
+    """nvmlPciInfo_t's bus id (what nvmlDeviceGetPciInfo_v3 answers and the drain/remove/discover calls take)."""
 
     busId: str
 
@@ -88,7 +88,10 @@ class Operations:
         ops.set_fan(self._world, handle.gpu, ops.FAN_AUTO)
 
     # -- the reset path: drain state on, remove, discover (the GPU re-initialises), drain state off ----------
-    def nvmlDeviceGetPciInfo(self, handle: SimHandle) -> PciInfo:
+    def nvmlDeviceGetPciInfo_v3(self, handle: SimHandle) -> PciInfo:
+        """What pynvml's nvmlDeviceGetPciInfo wraps. Only this name: the collectors' inventory reads
+        nvmlDeviceGetPciInfo and then this host's sysfs by the bus id, where a twin's made-up bus id could name a
+        real device of the machine the tests run on."""
         self._check()  # the PCI address is the host's bookkeeping: it answers for a lost GPU too
         return PciInfo(_bus_id(handle.index))
 
