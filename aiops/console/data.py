@@ -62,7 +62,7 @@ def incidents(store: Store) -> list[dict[str, Any]]:
 
 def _proposal(record: Any, approvers: list[str], executors: dict[str, str] | None = None) -> dict[str, Any]:
     a = record.action
-    backend = (executors or {}).get(a.kind, TICKET)
+    backend = "the acting node's" if executors is None else executors.get(a.kind, TICKET)
     return {
         "backend": backend,
         "ticket": backend
@@ -84,13 +84,15 @@ def _proposal(record: Any, approvers: list[str], executors: dict[str, str] | Non
     }
 
 
-def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
+def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, Any] | None:
+    """`here`: this workspace's world executes its proposals (False in a fleet's console: no ticket marks, the
+    node that acts routes each kind)."""
     found = [d for d in stored_diagnoses(store) if d.incident.incident_id == incident_id]
     if not found:
         return None
     d = found[0]
     book = GuardrailRecords(store)
-    executors = executors_here(store)
+    executors = executors_here(store) if here else None
     proposals = [
         _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}), executors)
         for r in book.proposals()
@@ -157,9 +159,9 @@ def _cell(column: str, value: Any) -> str:
     return str(value)[:200]
 
 
-def proposals(store: Store) -> list[dict[str, Any]]:
+def proposals(store: Store, *, here: bool = True) -> list[dict[str, Any]]:
     book = GuardrailRecords(store)
-    executors = executors_here(store)
+    executors = executors_here(store) if here else None
     return [
         _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}), executors)
         for r in book.proposals()

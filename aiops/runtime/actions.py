@@ -41,12 +41,15 @@ def approve(
     twin: Twin | None = None,
     clock: Callable[[], float] = time.time,
     signed_at: tuple[float, float] | None = None,
+    here: bool | None = None,
 ) -> Decision:
     """Record the approval `signer` signs (`signed_at`: the window of a message signed earlier, guardrails.pasted); when the proposal is then authorised and `execute`, run it on the workspace's
     world (once: a second approval says it already ran). One write transaction: no other process acts between
-    the approval and the execution."""
+    the approval and the execution. `here`: this workspace's
+    world executes it (False in a fleet's console: the node that acts routes it, and refuses a ticket kind;
+    None: whether anything executes here at all, see `ticket_only`)."""
     with workspace.write() as store:
-        ticket = ticket_only(store, proposal_id)
+        ticket = ticket_only(store, proposal_id, here=here)
         if ticket:
             return Decision(proposal_id, None, None, ticket, ticket=True)
         attached = attach(store, twin=twin)
@@ -61,11 +64,19 @@ def approve(
         return Decision(proposal_id, auth, guard.execute(proposal_id))
 
 
-def ticket_only(store: Store, proposal_id: str) -> str:
+def ticket_only(store: Store, proposal_id: str, *, here: bool | None = None) -> str:
     """Why `proposal_id` is not offered for approval (its kind has no executor on this host: it stands as a
-    ticket), or "" when it may be approved. An unknown id is the guardrails' to refuse."""
+    ticket), or "" when it may be approved. An unknown id is the guardrails' to refuse. `here`: whether this
+    workspace's world is where it would run; None: when anything at all executes here (a twin, a scheduler,
+    NVML). A workspace that executes nothing (a fleet's, whose node agents act and route each kind themselves;
+    a proposals-only one) records approvals as before."""
     record = GuardrailRecords(store).proposal(proposal_id)
-    if record is None or executors_here(store).get(record.action.kind, TICKET) != TICKET:
+    if record is None or here is False:
+        return ""
+    executors = executors_here(store)
+    if here is None and set(executors.values()) == {TICKET}:
+        return ""
+    if executors.get(record.action.kind, TICKET) != TICKET:
         return ""
     if not record.physical:
         return ""  # digital kinds need nobody's approval; executing one without a backend fails and says why
