@@ -128,6 +128,8 @@ def _scheduler_routes(store: Store, node: str | None, kube_api: Any) -> dict[str
     """The routes of `[scheduler]`: Kubernetes' drain and restart; Slurm's are added at the merge of
     guardrails/actuators_slurm.py (guardrails.routing.SCHEDULER_KINDS says which)."""
     config = store.scheduler
+    # merge point (Slurm): if config.kind == "slurm": one SlurmActuator(_scheduler_node(store), binaries) as
+    # Route("slurm", ...) for each kind of SCHEDULER_KINDS["slurm"]; its is_drained(node) enables gpu_reset
     if config.kind != "kubernetes":
         return {}
     try:
