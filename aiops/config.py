@@ -199,6 +199,19 @@ class LanesConfig(_Section):
     netns: str = ""
 
 
+class SchedulerConfig(_Section):
+    """The scheduler that drains, requeues and restarts on this host (guardrails/routing.py routes to it)."""
+
+    kind: Literal["none", "slurm", "kubernetes"] = Field(
+        default="none", description="none: scheduler actions stand as tickets"
+    )
+    binaries: str = Field(default="", description="slurm: the folder of scontrol/sinfo; empty: PATH")
+    kubeconfig: str = Field(default="", description="kubernetes: a kubeconfig file; empty: in_cluster")
+    in_cluster: bool = Field(default=False, description="kubernetes: the pod's service account")
+    node_name: str = Field(default="", description="this host's name in the scheduler; empty: the hostname")
+    timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
+
+
 class DcimConfig(_Section):
     enabled: bool = False
     policy: str = Field(default="", description="response policy file; empty: the shipped one")
@@ -522,6 +535,7 @@ class Config(_Section):
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     lanes: LanesConfig = Field(default_factory=LanesConfig)
     dcim: DcimConfig = Field(default_factory=DcimConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     facility: FacilityConfig = Field(default_factory=FacilityConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)

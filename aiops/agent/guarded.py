@@ -12,7 +12,8 @@ from typing import Any
 
 from aiops.agent.ports import ApprovalRefused, Decision, ExecutionRefused, Verdict
 from aiops.errors import GuardrailError
-from aiops.runtime.world import attach, desk, load_twin
+from aiops.runtime.actions import ticket_only
+from aiops.runtime.world import attach, desk, executors_here, load_twin
 from aiops.sim.actuator import SimActuator
 from aiops.sim.calibrate import world_from_store
 from aiops.sim.twin import Twin, preview_on, world_topology
@@ -21,6 +22,7 @@ from aiops.store import Workspace
 from guardrails.actions import Action, action_hash
 from guardrails.approvals import Rejection
 from guardrails.records import GuardrailRecords
+from guardrails.routing import TICKET, ticket_error
 from guardrails.service import Guardrails
 from guardrails.signing import Signer
 
@@ -56,9 +58,12 @@ class WorkspaceGuard:
     def proposal(self, proposal_id: str) -> dict[str, Any] | None:
         with self.workspace.read() as store:
             record = GuardrailRecords(store).proposal(proposal_id)
+            executors = executors_here(store)
         if record is None:
             return None
         return {
+            "kind": record.action.kind,
+            "executor": executors.get(record.action.kind, TICKET),  # "ticket": nothing here executes it
             "status": record.status,
             "message": record.message,
             "physical": record.physical,
@@ -105,6 +110,9 @@ class WorkspaceGuard:
             record = guard.records.proposal(proposal_id)
             if record is not None and not record.physical:
                 return Decision(True, "digital: no approval needed; runs on your decision")
+            ticket = ticket_only(guard.store, proposal_id)
+            if ticket:  # no backend executes it here: it stands as a ticket, nothing to approve
+                raise ApprovalRefused("no_backend", ticket)
             auth = guard.approve(proposal_id, by)
             return Decision(auth.ok, auth.message, auth.signed_by)
 
@@ -133,13 +141,9 @@ class WorkspaceGuard:
         return decision
 
     def execute(self, proposal_id: str) -> dict[str, Any]:
-        if self.twin is None:
-            record = self.proposal(proposal_id)
-            if record is not None and record["physical"]:
-                raise ExecutionRefused(
-                    "no_backend",
-                    "no actuator for physical actions: this workspace has no twin (not simulated)",
-                )
+        record = self.proposal(proposal_id)
+        if record is not None and record["executor"] == TICKET:
+            raise ExecutionRefused("no_backend", ticket_error(record["kind"]))
         outcome = self._run(lambda guard: guard.execute(proposal_id))
         if outcome.status in ("executed", "already_executed"):
             return {

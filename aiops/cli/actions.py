@@ -20,10 +20,12 @@ from rich.table import Table
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.errors import InputError
 from aiops.runtime.actions import Decision, approve, execute, reject, to_sign
+from aiops.runtime.world import executors_here
 from aiops.store import Workspace
 from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.pasted import PastedSignature
 from guardrails.records import GuardrailRecords
+from guardrails.routing import TICKET
 from guardrails.service import Guardrails
 from guardrails.signing import configured_signer, decision_message
 
@@ -99,6 +101,7 @@ def run_list(args: argparse.Namespace) -> int:
         book = GuardrailRecords(store)
         records = book.proposals(args.status)
         approvals = {r.action.proposal_id: book.approvals(r.action.proposal_id) for r in records}
+        executors = executors_here(store)
     if args.json:
         rows = [
             {
@@ -109,6 +112,7 @@ def run_list(args: argparse.Namespace) -> int:
                 "status": r.status,
                 "physical": r.physical,
                 "approvals_needed": r.approvals_needed,
+                "executor": executors.get(r.action.kind, TICKET),  # "ticket": nothing here executes it
                 "approvers": sorted({a.approver for a in approvals[r.action.proposal_id]}),
                 "message": r.message,
                 "proposed_by": r.action.proposed_by,
@@ -126,7 +130,7 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns: nothing cut, long cells fold
     table.add_column("id", no_wrap=True)  # the id to approve must stay whole, whatever the width
-    for column in ("status", "kind", "target", "risk", "approvals"):
+    for column in ("status", "kind", "target", "risk", "approvals", "executor"):
         table.add_column(column, overflow="fold")
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
@@ -137,6 +141,7 @@ def run_list(args: argparse.Namespace) -> int:
             markup(r.action.target),
             "physical" if r.physical else "digital",
             f"{len(people)}/{r.approvals_needed}",
+            markup(executors.get(r.action.kind, TICKET)),
         )
     console.print(table)
     for r in records:  # who proposed it, from where, and the guardrails' verdict: on a line of their own
@@ -195,7 +200,7 @@ def _report(console: Console, decision: Decision) -> int:
     outcome = decision.outcome
     if outcome is None:
         console.print(f"{pid}: {markup(decision.note)}")
-        return 0
+        return 1 if decision.ticket else 0
     if outcome.ran:
         detail = json.dumps(outcome.result.get("detail", {}), sort_keys=True, default=str)
         console.print(f"{pid}: [green]executed[/] on the workspace's world: {markup(detail)}")

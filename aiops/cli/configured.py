@@ -49,7 +49,7 @@ def cli_config(args: argparse.Namespace) -> Config:
 
 def configured_workspace(path: str, config: Config) -> Workspace:
     """The workspace at `path` under `config`'s guardrails."""
-    return Workspace(path, guardrails=config.guardrails)
+    return Workspace(path, guardrails=config.guardrails, scheduler=config.scheduler)
 
 
 def agent_config(config: Config) -> AgentConfig:

@@ -163,7 +163,12 @@ def run_serve(args: argparse.Namespace) -> int:
     configured_workspace(args.db, cli_config(args)).require()
     # held open as `aiops run` holds it (one holder per workspace; other commands borrow it through leases):
     # a page then costs its queries, not opening a multi-GB file
-    owner = FileOwner(args.db, memory_limit_mb=config.store.memory_limit_mb, guardrails=config.guardrails)
+    owner = FileOwner(
+        args.db,
+        memory_limit_mb=config.store.memory_limit_mb,
+        guardrails=config.guardrails,
+        scheduler=config.scheduler,
+    )
     owner.start()
     workspace = OwnedWorkspace(owner)
     options = ConsoleOptions(

@@ -169,7 +169,9 @@ class Console:
         session = self.pages.session(request)
         if session is None:
             return self.pages.to_login()
-        rows, proposals = await self.read(lambda s: (data.incidents(s), data.proposals(s)))
+        rows, proposals = await self.read(
+            lambda s: (data.incidents(s), data.proposals(s, here=not self.options.dispatch))
+        )
         return self.pages.page(request, session, "incidents.html", incidents=rows, proposals=proposals)
 
     async def incident(self, request: Request) -> Response:
@@ -177,7 +179,7 @@ class Console:
         if session is None:
             return self.pages.to_login()
         incident_id = str(request.path_params["incident_id"])[:200]
-        found = await self.read(lambda s: data.incident(s, incident_id))
+        found = await self.read(lambda s: data.incident(s, incident_id, here=not self.options.dispatch))
         if found is None:
             return self.pages.refuse(404, "no such incident")
         if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now

@@ -13,12 +13,14 @@ from typing import Any
 import duckdb
 
 from aiops.pipeline import stored_diagnoses
+from aiops.runtime.world import executors_here
 from aiops.store import Store
 from aiops.text import when
 from guardrails import witness
 from guardrails.audit import chain_heads, read_rows, verify, verify_witness
 from guardrails.decisions import problems
 from guardrails.records import GuardrailRecords
+from guardrails.routing import TICKET
 from guardrails.signing import Verifier
 
 MAX_AUDIT_ROWS = 500
@@ -58,9 +60,13 @@ def incidents(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def _proposal(record: Any, approvers: list[str]) -> dict[str, Any]:
+def _proposal(record: Any, approvers: list[str], executors: dict[str, str] | None = None) -> dict[str, Any]:
     a = record.action
+    backend = "the acting node's" if executors is None else executors.get(a.kind, TICKET)
     return {
+        "backend": backend,
+        "ticket": backend
+        == TICKET,  # no executor on this host: shown as a ticket, never with an approve button
         "id": a.proposal_id,
         "kind": a.kind,
         "target": a.target,
@@ -78,14 +84,17 @@ def _proposal(record: Any, approvers: list[str]) -> dict[str, Any]:
     }
 
 
-def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
+def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, Any] | None:
+    """`here`: this workspace's world executes its proposals (False in a fleet's console: no ticket marks, the
+    node that acts routes each kind)."""
     found = [d for d in stored_diagnoses(store) if d.incident.incident_id == incident_id]
     if not found:
         return None
     d = found[0]
     book = GuardrailRecords(store)
+    executors = executors_here(store) if here else None
     proposals = [
-        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}))
+        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}), executors)
         for r in book.proposals()
         if r.incident_id == incident_id
     ]
@@ -150,10 +159,12 @@ def _cell(column: str, value: Any) -> str:
     return str(value)[:200]
 
 
-def proposals(store: Store) -> list[dict[str, Any]]:
+def proposals(store: Store, *, here: bool = True) -> list[dict[str, Any]]:
     book = GuardrailRecords(store)
+    executors = executors_here(store) if here else None
     return [
-        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)})) for r in book.proposals()
+        _proposal(r, sorted({a.approver for a in book.approvals(r.proposal_id)}), executors)
+        for r in book.proposals()
     ]
 
 

@@ -103,7 +103,11 @@ class Decisions:
         def run() -> str:
             with self.console.lock:
                 decision = approve(
-                    self.console.workspace, proposal_id, signer, execute=self.console.options.execute
+                    self.console.workspace,
+                    proposal_id,
+                    signer,
+                    execute=self.console.options.execute,
+                    here=not self.console.options.dispatch,
                 )
             return _note(decision)
 
@@ -134,6 +138,7 @@ class Decisions:
                     PastedSignature(signature),
                     execute=self.console.options.execute,
                     signed_at=window,
+                    here=not self.console.options.dispatch,
                 )
             signer = decision.authorisation.signed_by if decision.authorisation else ""
             return f"signed by {signer}: {_note(decision)}"

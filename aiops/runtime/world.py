@@ -5,13 +5,19 @@
 - `nvml`: this host's GPUs through nvidia-ml-py (`NvmlPowerActuator`: constraints checked, every limit read
   back, rolled back on mismatch); readings from the store. Other nodes' GPUs are refused.
 - `none`: readings from the store; nothing executes (proposals only).
-`auto` is `twin` for a simulated workspace, else `none`.
+`auto` is `twin` for a simulated workspace, else the host's scheduler when `[scheduler]` names one (drain and
+restart through it) and nothing else.
+On a real host the actuator is a `guardrails.routing.RoutingActuator`: each kind goes to the backend that
+executes it here (`host_backends`: the scheduler's kinds, NVML's under `nvml`, open_ticket/ack_alert recorded)
+and every other kind stands as a ticket. `executors_here(store)` answers the same table without connecting to
+anything, for the console and `aiops actions`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +31,13 @@ from aiops.store import Store
 from aiops.store.lease import service_pid
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult, Actuator
+from guardrails.actuators_k8s import KubernetesActuator, core_api
 from guardrails.actuators_nvml import NvmlPowerActuator
+from guardrails.actuators_nvml_ops import NvmlOpsActuator
+from guardrails.actuators_sysfs import CoolingActuator
 from guardrails.context import topology_from_store
+from guardrails.registry import DEFAULT_REGISTRY
+from guardrails.routing import TICKET, RecordActuator, Route, RoutingActuator, executors_table, host_backends
 from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
@@ -36,12 +47,17 @@ ACTUATORS: tuple[str, ...] = ("auto", "twin", "nvml", "none")
 
 @dataclass
 class Attached:
-    kind: str  # twin | nvml | none
+    kind: str  # twin | nvml | host | none
     readings: Readings
     topology: Topology
     actuator: Actuator | None
     describe: str
     twin: Twin | None = None
+
+    @property
+    def executors(self) -> dict[str, str]:
+        """kind -> the backend that executes it here, or "ticket"."""
+        return executors_table(self.actuator)
 
 
 def load_twin(store: Store, held: Twin | None = None) -> Twin | None:
@@ -59,9 +75,12 @@ def attach(
     node: str | None = None,
     twin: Twin | None = None,
     nvml: Any = None,
+    kube_api: Any = None,
+    sysfs_root: str = "/sys",
 ) -> Attached:
     """The world of the workspace `store` is open on. `twin`: a twin this process already holds (synced here,
-    not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml)."""
+    not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml); `kube_api`: a CoreV1Api
+    (default: built from `store.scheduler`)."""
     if actuator not in ACTUATORS:
         raise AiopsError(f"unknown actuator '{actuator[:40]}' (allowed: {', '.join(ACTUATORS)})")
     topology = topology_from_store(store)
@@ -75,7 +94,7 @@ def attach(
             f"the service (PID {owner}) executes on this workspace; approvals wait for it",
         )
     if actuator == "nvml":
-        return _attach_nvml(store, topology, node, nvml)
+        return _attach_nvml(store, topology, node, nvml, kube_api, sysfs_root)
     held = load_twin(store, twin) if actuator in ("auto", "twin") else None
     if actuator == "twin" and held is None:
         raise AiopsError(
@@ -91,10 +110,90 @@ def attach(
             "twin (the workspace's simulated world)",
             held,
         )
+    if actuator == "auto" and store.scheduler.kind != "none":
+        routes = _scheduler_routes(store, node, kube_api)
+        routes.update({kind: Route("record", RecordActuator()) for kind in ("open_ticket", "ack_alert")})
+        describe = f"{store.scheduler.kind} (this host's scheduler); other kinds stand as tickets"
+        routing = RoutingActuator(routes, describe=describe)
+        return Attached("host", StoreReadings(store), topology, routing, describe)
     return Attached("none", StoreReadings(store), topology, None, "none (proposals only)")
 
 
-def _attach_nvml(store: Store, topology: Topology, node: str | None, nvml: Any) -> Attached:
+def _scheduler_node(store: Store) -> str:
+    """This host's name in its scheduler: `[scheduler] node_name`, else the hostname."""
+    return store.scheduler.node_name or socket.gethostname()
+
+
+def _scheduler_routes(store: Store, node: str | None, kube_api: Any) -> dict[str, Route]:
+    """The routes of `[scheduler]`: Kubernetes' drain and restart; Slurm's are added at the merge of
+    guardrails/actuators_slurm.py (guardrails.routing.SCHEDULER_KINDS says which)."""
+    config = store.scheduler
+    # merge point (Slurm): if config.kind == "slurm": one SlurmActuator(_scheduler_node(store), binaries) as
+    # Route("slurm", ...) for each kind of SCHEDULER_KINDS["slurm"]; its is_drained(node) enables gpu_reset
+    if config.kind != "kubernetes":
+        return {}
+    try:
+        api = (
+            kube_api
+            if kube_api is not None
+            else core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
+        )
+    except Exception as exc:  # no kubeconfig, not in a pod: a configuration problem, said once
+        raise PrerequisiteError(
+            f'[scheduler] kind = "kubernetes": no API client ({type(exc).__name__}: {exc})'
+        ) from None
+    local = _scheduler_node(store)
+    k8s = KubernetesActuator(
+        api,
+        local,
+        component_of=lambda target: local if target in (node, local) else target,
+        timeout_s=config.timeout_s,
+    )
+    return {kind: Route("kubernetes", k8s) for kind in KubernetesActuator.KINDS}
+
+
+def executors_here(
+    store: Store,
+    *,
+    actuator: str = "auto",
+    node: str | None = None,
+    sysfs_root: str = "/sys",
+    nvml: Any = None,
+) -> dict[str, str]:
+    """kind -> backend (or "ticket") that `attach(store, actuator=...)` executes with, from the workspace and
+    its configuration alone (nothing is connected): a simulated workspace's twin executes every kind. Under
+    `nvml`, fan speed counts only when the (initialised) NVML given says the GPUs have fans."""
+    simulated = actuator in ("auto", "twin") and int(store.scalar("SELECT count(*) FROM sim_runs") or 0) > 0
+    if simulated:
+        return dict.fromkeys(DEFAULT_REGISTRY.kinds, "twin")
+    if actuator == "none" or (actuator == "auto" and store.scheduler.kind == "none"):
+        return dict.fromkeys(DEFAULT_REGISTRY.kinds, TICKET)
+    cooling = actuator == "nvml" and node is not None and _cools(node, sysfs_root, None)
+    backends = host_backends(store.scheduler.kind, nvml=actuator == "nvml", cooling=cooling)
+    if backends.get("set_fan_speed") and not (nvml is not None and _has_fans(nvml)):
+        del backends["set_fan_speed"]
+    return {kind: backends.get(kind, TICKET) for kind in DEFAULT_REGISTRY.kinds}
+
+
+def _has_fans(nvml: Any) -> bool:
+    """Whether this host's first GPU has fans NVML controls (nvmlDeviceGetNumFans > 0)."""
+    try:
+        return int(nvml.nvmlDeviceGetNumFans(nvml.nvmlDeviceGetHandleByIndex(0))) > 0
+    except Exception:
+        return False
+
+
+def _cools(node: str, sysfs_root: str, topology: Topology | None) -> bool:
+    """Whether this host has cooling devices `set_cooling_state` may drive (guardrails.actuators_sysfs)."""
+    try:
+        return bool(CoolingActuator({node: sysfs_root}, topology).devices(node))
+    except (AiopsError, OSError):
+        return False
+
+
+def _attach_nvml(
+    store: Store, topology: Topology, node: str | None, nvml: Any, kube_api: Any, sysfs_root: str = "/sys"
+) -> Attached:
     if not node or not node.startswith("node") or topology.expand(node) is None:
         raise AiopsError(
             f"--actuator nvml needs --node: this host's name in {store.path} (node0, node1, ...)"
@@ -114,8 +213,23 @@ def _attach_nvml(store: Store, topology: Topology, node: str | None, nvml: Any) 
             raise AiopsError(f"node{index} is not this host ({node}): its GPUs are set by its own agent")
         return nvml
 
-    actuator = NvmlPowerActuator(nvml_for, topology, initialise=False)
-    return Attached("nvml", StoreReadings(store), topology, actuator, f"nvml ({node}, nvidia-ml-py)")
+    power = NvmlPowerActuator(nvml_for, topology, initialise=False)
+    routes = {kind: Route("nvml", power) for kind in NvmlPowerActuator.KINDS}
+    scheduled = _scheduler_routes(store, node, kube_api)
+    drain = scheduled.get("drain_node")
+    is_drained = getattr(drain.actuator, "is_drained", None) if drain is not None else None
+    ops = NvmlOpsActuator(nvml_for, topology, node_drained=is_drained, initialise=False)
+    routes["set_clock_limit"] = Route("nvml", ops)
+    if _has_fans(nvml):  # an SXM GPU reports 0 fans (an H200 does): fan speed then stands as a ticket
+        routes["set_fan_speed"] = Route("nvml", ops)
+    if is_drained is not None:  # a reset only where a scheduler says the node is drained
+        routes["gpu_reset"] = Route("nvml", ops)
+    if _cools(node, sysfs_root, topology):  # cooling devices that do not throttle compute
+        routes["set_cooling_state"] = Route("sysfs", CoolingActuator({node: sysfs_root}, topology))
+    routes.update(scheduled)
+    routes.update({kind: Route("record", RecordActuator()) for kind in ("open_ticket", "ack_alert")})
+    routing = RoutingActuator(routes, describe=f"nvml ({node}, nvidia-ml-py)")
+    return Attached("nvml", StoreReadings(store), topology, routing, f"nvml ({node}, nvidia-ml-py)")
 
 
 def desk(

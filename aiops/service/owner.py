@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from aiops.config import GuardrailsConfig
+from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import ServiceRunning
 from aiops.store import Store, Workspace
 from aiops.store.lease import lock_path, socket_path
@@ -35,9 +35,11 @@ class FileOwner:
         lease_timeout_s: float = 60.0,
         memory_limit_mb: int = 256,
         guardrails: GuardrailsConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
     ) -> None:
         self.db_path = db_path
         self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
+        self.scheduler = scheduler if scheduler is not None else SchedulerConfig()
         self.memory_limit_mb = memory_limit_mb
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
@@ -101,7 +103,7 @@ class FileOwner:
     def store(self) -> Iterator[Store]:
         with self._lock:
             if self._store is None:
-                self._store = Store(self.db_path, guardrails=self.guardrails)
+                self._store = Store(self.db_path, guardrails=self.guardrails, scheduler=self.scheduler)
                 self._store.conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
             self._depth.value += 1
             try:
@@ -168,7 +170,7 @@ class OwnedWorkspace(Workspace):
     """The workspace as the service itself sees it: the owner's open store, under the owner's lock."""
 
     def __init__(self, owner: FileOwner) -> None:
-        super().__init__(owner.db_path, guardrails=owner.guardrails)
+        super().__init__(owner.db_path, guardrails=owner.guardrails, scheduler=owner.scheduler)
         self.owner = owner
 
     @contextlib.contextmanager

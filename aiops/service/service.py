@@ -106,7 +106,10 @@ class Service:
         self.make_sources = sources  # another source than this host or the twin (`aiops fleet`: Prometheus)
         self.clock, self.sleep = clock, sleep
         self.owner = FileOwner(
-            config.store.path, memory_limit_mb=config.store.memory_limit_mb, guardrails=config.guardrails
+            config.store.path,
+            memory_limit_mb=config.store.memory_limit_mb,
+            guardrails=config.guardrails,
+            scheduler=config.scheduler,
         )
         self.workspace = OwnedWorkspace(self.owner)
         self.metrics = MetricsCache(config.node.name)
@@ -381,7 +384,7 @@ class Service:
     def _detect_and_respond(self, store: Store) -> None:
         assert self.sources is not None and self.newest_ts_s is not None
         transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
-        attached = attach(store, twin=self.sources.twin)
+        attached = attach(store, twin=self.sources.twin, node=self.config.node.name)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
 

@@ -2,16 +2,22 @@
 `guardrails.actuators_nvml.NvmlPowerActuator` over `world.nvml(node)` (the code that drives a real GPU:
 nvmlDeviceGetHandleByIndex, nvmlDeviceGetPowerManagementLimit[Constraints],
 nvmlDeviceGetPowerManagementDefaultLimit, nvmlDeviceSetPowerManagementLimit; power in mW as in nvml.h); lanes,
-job migration and rack coolant flow through the world's own setters.
+job migration and rack coolant flow through the world's own setters; clocks, fans and the GPU reset through
+`guardrails.actuators_nvml_ops.NvmlOpsActuator` over the same NVML (a reset only on a drained node); drain,
+restart, reboot, ECN and lanes through `aiops.sim.actuator_ops.SimOpsActuator`. Every registry kind has an
+executor here (tests/test_executors_walk.py).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from aiops.sim.actuator_ops import SimOpsActuator
+from aiops.sim.world import World
 from guardrails.actions import Action
-from guardrails.actuators import ActuationResult, NvmlLike
+from guardrails.actuators import ActuationResult, Actuator, NvmlLike
 from guardrails.actuators_nvml import NvmlPowerActuator
+from guardrails.actuators_nvml_ops import NvmlOpsActuator
 from guardrails.topology import Topology
 
 
@@ -38,6 +44,15 @@ class SimActuator:
     (no backend)."""
 
     RECORD_ONLY = ("open_ticket", "rerun_check", "ack_alert")
+    NVML_OPS = NvmlOpsActuator.KINDS
+    SCHEDULER = (
+        "drain_node",
+        "restart_job",
+        "reboot_node",
+        "enable_ecn",
+        "set_lane_rate",
+        "update_lane_rule",
+    )
 
     def __init__(self, world: SimWorld, topology: Topology) -> None:
         self.world = world
@@ -62,9 +77,29 @@ class SimActuator:
             self._nvml_power_actuator = NvmlPowerActuator(self._nvml, self.topology, initialise=False)
         return self._nvml_power_actuator
 
+    def _inner(self, kind: str) -> Actuator | None:
+        """The actuator of the kinds that live in their own module, None for the rest."""
+        if kind in self.NVML_OPS:
+            drained = getattr(self.world, "drained", None)
+            layout = getattr(self.world, "layout", None)
+
+            def node_drained(node: str) -> bool:
+                index = node.removeprefix("node")
+                if drained is None or layout is None or not index.isdigit() or int(index) >= layout.nodes:
+                    return False
+                return bool(drained[int(index)])
+
+            return NvmlOpsActuator(self._nvml, self.topology, node_drained=node_drained, initialise=False)
+        if kind in self.SCHEDULER and isinstance(self.world, World):
+            return SimOpsActuator(self.world)
+        return None
+
     def apply(self, action: Action, dry_run: bool) -> ActuationResult:
         if action.kind in ("set_power_limit", "reset_power_limit"):
             return self._power(action, dry_run)
+        inner = self._inner(action.kind)
+        if inner is not None:
+            return inner.apply(action, dry_run)
         if action.kind == "enable_lanes":
             previous = {"lanes_enforced": self._lanes_enforced(action.target)}
             if not dry_run:
@@ -84,6 +119,9 @@ class SimActuator:
     def read_back(self, action: Action) -> dict[str, Any]:
         if action.kind in ("set_power_limit", "reset_power_limit"):
             return self._nvml_power().read_back(action)
+        inner = self._inner(action.kind)
+        if inner is not None:
+            return inner.read_back(action)
         if action.kind == "enable_lanes":
             return {"lanes_enforced": self._lanes_enforced(action.target)}
         if action.kind == "migrate_job":
@@ -103,6 +141,9 @@ class SimActuator:
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
         if action.kind in ("set_power_limit", "reset_power_limit"):
             return self._nvml_power().rollback(action, previous)
+        inner = self._inner(action.kind)
+        if inner is not None:
+            return inner.rollback(action, previous)
         if action.kind == "enable_lanes" and "lanes_enforced" in previous:
             self.world.set_lanes_enforced(action.target, bool(previous["lanes_enforced"]))
             self._lanes[action.target] = bool(previous["lanes_enforced"])

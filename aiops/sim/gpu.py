@@ -103,12 +103,14 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
     brake = np.minimum(mods.brake, w.brake_factor)  # a fault's brake, or the one a calibrated world holds
     braked = brake < 1.0
-    factor = np.minimum(np.minimum(f_power, f_thermal), brake)
+    f_clock = w.clock_limit_mhz / MAX_SM_CLOCK_MHZ  # a locked clock ceiling (1.0: none)
+    factor = np.minimum(np.minimum(np.minimum(f_power, f_thermal), brake), f_clock)
     reasons = (
         np.where(capped, bits.SW_POWER_CAP, 0)
         | np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)
         | np.where(hw_hot, bits.HW_THERMAL_SLOWDOWN | bits.HW_SLOWDOWN, 0)
         | np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN, 0)
+        | np.where(f_clock < 1.0, bits.APPLICATIONS_CLOCKS_SETTING, 0)
     )  # HW Slowdown (0x8) comes with HW thermal and power-brake slowdown (nvml.h, DCGM clocks event reasons)
     idle_now = ~active | (w.rng.random(g) < starved)
     reasons = reasons | np.where(idle_now, bits.GPU_IDLE, 0)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pynvml
 
 from aiops.sim import gpu as G
+from aiops.sim.nvml_ops import Operations
 
 if TYPE_CHECKING:
     from aiops.sim.world import GpuView, World
@@ -103,7 +104,7 @@ def _error(code: int) -> pynvml.NVMLError:
     return error
 
 
-class SimNvml:
+class SimNvml(Operations):
     """`pynvml`-compatible functions for the GPUs of one simulated node."""
 
     NVMLError = pynvml.NVMLError
@@ -319,7 +320,7 @@ class SimNvml:
 
 def call_names() -> list[str]:
     """The pynvml functions this module implements (tests check each exists in pynvml with these names)."""
-    return [name for name in vars(SimNvml) if name.startswith("nvml")]
+    return [name for cls in (SimNvml, Operations) for name in vars(cls) if name.startswith("nvml")]
 
 
 __all__ = ["SimHandle", "SimNvml", "call_names"]

@@ -31,6 +31,7 @@ from aiops.sim.world import SIM_EPOCH_TS_S, World
 from aiops.store import Store
 from guardrails.actions import Action, canonical_json
 from guardrails.actuators import ActuationResult
+from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.topology import Topology
 
 FORMAT_VERSION = 1
@@ -260,6 +261,10 @@ class TwinActuator:
 
     def read_back(self, action: Action) -> dict[str, Any]:
         return self.inner.read_back(action)
+
+    def table(self) -> dict[str, str]:
+        """Every kind executes on the twin (guardrails.routing's table shape)."""
+        return dict.fromkeys(DEFAULT_REGISTRY.kinds, "twin")
 
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
         result = self.inner.rollback(action, previous)

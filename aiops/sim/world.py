@@ -4,7 +4,7 @@
 faults → facility (coolant) → GPUs (power, clocks, temperature) → jobs and network. Collectors read it through
 the NVML-shaped API (`world.nvml(node)`) and the sim adapter (aiops/sim/telemetry.py); actuators write to it
 (`set_power_limit_w` via NVML, `set_lanes_enforced`, `set_coolant_flow`, `set_rules`, `set_ecn_enabled`,
-`move_job`). Deterministic from the scenario's seed.
+`move_job`; drain, restart, reboot, GPU reset, clock and fan in aiops/sim/operations.py). Deterministic from the scenario's seed.
 """
 
 from __future__ import annotations
@@ -123,6 +123,16 @@ class World:
         )  # the watchdog aborted the hung job; it waits for its GPU
         self.restart_s = RESTART_S
         self.restart_until_s: F64 = np.full(j, -1.0)  # a migrated job makes no progress until then
+        # what schedulers and NVML's operations change (aiops/sim/operations.py)
+        self.clock_limit_mhz: F64 = np.full(g, gpu.MAX_SM_CLOCK_MHZ)  # nvmlDeviceSetGpuLockedClocks ceiling
+        self.fan_speed_pct: F64 = np.full(g, -1.0)  # nvmlDeviceSetFanSpeed_v2; -1: the driver's own control
+        self.nvml_draining: Bools = np.zeros(g, dtype=bool)  # nvmlDeviceModifyDrainState
+        self.removed: Bools = np.zeros(g, dtype=bool)  # nvmlDeviceRemoveGpu, until nvmlDeviceDiscoverGpus
+        self.gpu_resets: I64 = np.zeros(g, dtype=np.int64)
+        self.drained: Bools = np.zeros(n, dtype=bool)  # the scheduler schedules nothing here
+        self.held_job: I64 = np.full(n, -1, dtype=np.int64)  # per node: a job a drain stopped in place
+        self.node_reboots: I64 = np.zeros(n, dtype=np.int64)
+        self.job_restarts: I64 = np.zeros(j, dtype=np.int64)
         # standing state a calibrated what-if world takes from the store (aiops/sim/calibrate_hw.py); neutral in a
         # scenario's world, where faults drive these effects instead
         self.brake_factor: F64 = np.ones(g)  # clock factor of a power brake the stored clocks showed
@@ -275,7 +285,7 @@ class World:
             link_gen=self.link_gen.tolist(),
             nvlink_crc=self.nvlink_crc.tolist(),
             nvlink_replay=self.nvlink_replay.tolist(),
-            lost=self.lost.tolist(),
+            lost=(self.lost | self.removed).tolist(),
             nvml_hung=(self.elapsed_s < self.nvml_hang_until_s).tolist(),
         )
 

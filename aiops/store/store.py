@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aiops.config import GuardrailsConfig
+from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
 from aiops.store.keys import UNIQUE_KEYS, first_per_key, stored_key_filter
@@ -46,8 +46,12 @@ class Store:
         *,
         read_only: bool = False,
         guardrails: GuardrailsConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
     ) -> None:
         self.path = str(path)
+        self.scheduler = (
+            scheduler if scheduler is not None else SchedulerConfig()
+        )  # who drains here (world.py)
         # the guardrails policy of the command that opened this store (its config file, passed down from the
         # CLI): who may approve, the allowed signers, the witness. Defaults: nobody approves, `<db>.witness`.
         self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()

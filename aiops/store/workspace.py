@@ -29,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from aiops.config import GuardrailsConfig
+from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import AiopsError, StoreLocked, WorkspaceBusy
 from aiops.store.faults import file_fault
 from aiops.store.lease import LOCK_SUFFIX, SOCKET_SUFFIX, lease
@@ -58,15 +58,21 @@ class Workspace:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         guardrails: GuardrailsConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
     ) -> None:
         self.path = str(path)
+        self.scheduler = (
+            scheduler if scheduler is not None else SchedulerConfig()
+        )  # `[scheduler]`, as guardrails
         # the guardrails policy of the command that opened the workspace (its config, passed down from the
         # CLI), handed to every store it opens; never read from the environment here
         self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
         self.lock_timeout_s = lock_timeout_s
         self._sleep = sleep
         self._clock = clock
-        self._memory: Store | None = Store(":memory:", guardrails=self.guardrails) if self.memory else None
+        self._memory: Store | None = (
+            Store(":memory:", guardrails=self.guardrails, scheduler=self.scheduler) if self.memory else None
+        )
 
     @property
     def memory(self) -> bool:
@@ -117,7 +123,9 @@ class Workspace:
         backoff_s = _FIRST_BACKOFF_S
         while True:
             try:
-                return Store(self.path, read_only=read_only, guardrails=self.guardrails)
+                return Store(
+                    self.path, read_only=read_only, guardrails=self.guardrails, scheduler=self.scheduler
+                )
             except StoreLocked as exc:
                 now = self._clock()
                 if now >= deadline:
