@@ -85,10 +85,14 @@ class SlurmCluster:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def run(self, *args: str, timeout_s: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout_s: float = 30.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """A client command (`scontrol`, `sinfo`, `sbatch`...) against this cluster."""
         cmd = [self.binaries.get(args[0], args[0]), *args[1:]]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=self.env, check=False)
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=self.env, check=False
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(args)} -> {done.returncode}: {done.stderr.strip()[:500]}")
         return done
@@ -113,7 +117,11 @@ class SlurmCluster:
             if done.returncode == 0 and last.lower().startswith("idle"):
                 return
             time.sleep(0.5)
-        raise AssertionError(f"node {self.node} not idle after {timeout_s:g} s (sinfo: {last!r})\n{self.logs()}")
+        queue = self.run("squeue", "-a", "-t", "all", "-o", "%i %T %R", check=False, timeout_s=10).stdout
+        queue += self.run("scontrol", "show", "node", "-o", check=False, timeout_s=10).stdout
+        raise AssertionError(
+            f"node {self.node} not idle after {timeout_s:g} s (sinfo: {last!r}; squeue: {queue!r})\n{self.logs()}"
+        )
 
     def wait_job(self, job_id: str, states: tuple[str, ...], timeout_s: float = 60.0) -> str:
         deadline = time.monotonic() + timeout_s
@@ -172,7 +180,9 @@ def _write_conf(root: Path, node_line: str, ctld_port: int, slurmd_port: int, so
     conf = root / "slurm.conf"
     conf.write_text("\n".join(lines) + "\n")
     node = node_line.split()[0].split("=", 1)[1]
-    (root / "topology.conf").write_text(f"SwitchName={RACK} Nodes={node}\nSwitchName={SPINE} Switches={RACK}\n")
+    (root / "topology.conf").write_text(
+        f"SwitchName={RACK} Nodes={node}\nSwitchName={SPINE} Switches={RACK}\n"
+    )
     (root / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
     return conf
 
@@ -236,10 +246,16 @@ def slurm_cluster(tmp: Path) -> Iterator[SlurmCluster]:
         _wait_socket(sock, cluster.procs["munged"], root)
         daemon_out = (root / "daemons.out").open("ab")
         cluster.procs["slurmctld"] = subprocess.Popen(
-            [binaries["slurmctld"], "-D", "-i", "-f", str(conf)], env=env, stdout=daemon_out, stderr=daemon_out
+            [binaries["slurmctld"], "-D", "-i", "-f", str(conf)],
+            env=env,
+            stdout=daemon_out,
+            stderr=daemon_out,
         )
         cluster.procs["slurmd"] = subprocess.Popen(
-            [binaries["slurmd"], "-D", "-f", str(conf), "-N", node], env=env, stdout=daemon_out, stderr=daemon_out
+            [binaries["slurmd"], "-D", "-f", str(conf), "-N", node],
+            env=env,
+            stdout=daemon_out,
+            stderr=daemon_out,
         )
         cluster.wait_node_idle()
         yield cluster
