@@ -3,11 +3,16 @@ each started by PID in the foreground with a generated configuration in a tempor
 stopped (SIGTERM, then SIGKILL) even when start-up or the test fails.
 
 - munged: a fresh random key, its own socket (`AuthInfo=socket=...`), no host-wide state touched;
-- slurm.conf: free loopback ports for SlurmctldPort/SlurmdPort, the node named after this host with the
-  CPU layout `slurmd -C` reports (so slurmd registers without a "low cores" drain), ProctrackType
-  proctrack/linuxproc (no cgroup set-up needed), state and spool directories under the temporary directory,
+- slurm.conf: free loopback ports for SlurmctldPort/SlurmdPort, a node `aiops-<random>` (NodeHostname this
+  host, so its cgroups are the test's own) with the CPU layout `slurmd -C` reports (so slurmd registers
+  without a "low cores" drain), state and spool directories under the temporary directory,
   `topology/tree` with a two-level topology.conf (switch `rack-a` holds the node) so `scontrol show topology`
   answers;
+- tracking: where cgroup v1's freezer and cpuset hierarchies are mounted (this machine), proctrack/cgroup
+  and task/cgroup (ConstrainCores) with cgroup.conf `CgroupPlugin=cgroup/v1`: slurmd puts each step's
+  tasks in `/slurm_<node>/uid_<uid>/job_<id>/step_<step>` (Debian builds with multiple-slurmd, hence the
+  `_<node>` suffix), and the fixture removes that tree after the daemons stop; elsewhere
+  proctrack/linuxproc and task/none (`SlurmCluster.cgroups` says which);
 - clients run with `SLURM_CONF` pointing at the generated file (`SlurmCluster.env`).
 
 Without the binaries a test skips, and fails under AIOPS_REQUIRE_EBPF=1 (scripts/setup.sh installs them as
@@ -83,6 +88,7 @@ class SlurmCluster:
     node: str
     binaries: dict[str, str]
     env: dict[str, str]
+    cgroups: bool
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def run(
@@ -135,7 +141,35 @@ class SlurmCluster:
         raise AssertionError(f"job {job_id} never reached {states} (last {state!r})\n{self.logs()}")
 
 
-def _write_conf(root: Path, node_line: str, ctld_port: int, slurmd_port: int, socket_path: Path) -> Path:
+CGROUP_V1 = Path("/sys/fs/cgroup")
+CGROUP_CONTROLLERS = ("freezer", "cpuset")
+
+
+def cgroup_v1_usable() -> bool:
+    return all((CGROUP_V1 / c / "cgroup.procs").exists() for c in CGROUP_CONTROLLERS)
+
+
+def _remove_cgroups(node: str) -> None:
+    """slurmd's `/slurm_<node>` trees, deepest first (rmdir: a cgroup with a process left stays, loudly)."""
+    for controller in CGROUP_CONTROLLERS:
+        top = CGROUP_V1 / controller / f"slurm_{node}"
+        if not top.is_dir():
+            continue
+        for _ in range(50):
+            dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+            try:
+                for path in [*dirs, top]:
+                    path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError(f"{top} still holds processes after the daemons stopped")
+
+
+def _write_conf(
+    root: Path, node_line: str, ctld_port: int, slurmd_port: int, socket_path: Path, cgroups: bool
+) -> Path:
     host = socket.gethostname()
     lines = [
         "ClusterName=aiops-test",
@@ -155,8 +189,8 @@ def _write_conf(root: Path, node_line: str, ctld_port: int, slurmd_port: int, so
         f"SlurmdLogFile={root / 'slurmd.log'}",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        f"ProctrackType=proctrack/{'cgroup' if cgroups else 'linuxproc'}",
+        f"TaskPlugin=task/{'cgroup' if cgroups else 'none'}",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/backfill",
@@ -183,7 +217,11 @@ def _write_conf(root: Path, node_line: str, ctld_port: int, slurmd_port: int, so
     (root / "topology.conf").write_text(
         f"SwitchName={RACK} Nodes={node}\nSwitchName={SPINE} Switches={RACK}\n"
     )
-    (root / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
+    (root / "cgroup.conf").write_text(
+        "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainCores=yes\nConstrainRAMSpace=no\n"
+        if cgroups
+        else "CgroupPlugin=autodetect\n"
+    )
     return conf
 
 
@@ -223,11 +261,12 @@ def slurm_cluster(tmp: Path) -> Iterator[SlurmCluster]:
     key.write_bytes(secrets.token_bytes(1024))
     key.chmod(0o400)
     sock = root / "munge" / "munge.socket"
-    node = socket.gethostname()
-    conf = _write_conf(root, _node_line(binaries["slurmd"], node), _free_port(), _free_port(), sock)
+    node = f"aiops-{secrets.token_hex(3)}"
+    cgroups = cgroup_v1_usable()
+    conf = _write_conf(root, _node_line(binaries["slurmd"], node), _free_port(), _free_port(), sock, cgroups)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env["SLURM_CONF"] = str(conf)
-    cluster = SlurmCluster(root, conf, node, binaries, env)
+    cluster = SlurmCluster(root, conf, node, binaries, env, cgroups)
     try:
         cluster.procs["munged"] = subprocess.Popen(
             [
@@ -262,7 +301,12 @@ def slurm_cluster(tmp: Path) -> Iterator[SlurmCluster]:
     finally:
         with contextlib.suppress(Exception):
             if "slurmctld" in cluster.procs and cluster.procs["slurmctld"].poll() is None:
-                cluster.run("scancel", "--full", "-u", "root", check=False, timeout_s=10)
+                cluster.run("scancel", "-u", "root", check=False, timeout_s=10)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and cluster.run("squeue", "-h", check=False).stdout.strip():
+                    time.sleep(0.3)
         for name in ("slurmd", "slurmctld", "munged"):
             if name in cluster.procs:
                 _stop(cluster.procs[name])
+        if cgroups:
+            _remove_cgroups(node)

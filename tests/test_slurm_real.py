@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.slurm import SlurmResolver, parse_cgroup, slurm_racks
+from collectors.slurm import CgroupTask, SlurmResolver, parse_cgroup, slurm_racks
 from guardrails.actuators_slurm import SlurmActuator, drain_reason
 from tests.guardrails_helpers import action
 from tests.slurm_cluster import RACK, SlurmCluster, slurm_cluster
@@ -97,6 +97,8 @@ def test_the_resolver_names_both_tasks_of_a_real_job(clean: SlurmCluster) -> Non
         identity = resolver.resolve(pid, cgroup, environ)
         assert identity is not None, (pid, cgroup)
         assert environ["CUDA_VISIBLE_DEVICES"] == str(identity.rank)  # the task chose its GPU by rank
+        if clean.cgroups:  # proctrack/cgroup: slurmd's own word on the job and step
+            assert parse_cgroup(cgroup) == CgroupTask(job, "0", None, 0), cgroup
         seen.append(identity)
         # Without SLURM_JOB_USER the user comes from the controller (`scontrol show job -o`).
         bare = {k: v for k, v in environ.items() if k != "SLURM_JOB_USER"}
