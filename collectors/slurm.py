@@ -35,12 +35,15 @@ DEFAULT_TIMEOUT_S = 5.0
 _CACHE_JOBS = 256
 _JOB_ID = re.compile(r"^[0-9]{1,10}$", re.ASCII)
 _STEP = r"(?:[0-9]{1,10}|batch|extern|interactive)"
+_END = r"(?=/|\s|$)"  # a number or name ends at a path separator or the line's end, never mid-word
 _CGROUP_V1 = re.compile(
-    rf"/slurm[^/\n]*/uid_([0-9]{{1,10}})/job_([0-9]{{1,10}})(?:/step_({_STEP})(?:/task_([0-9]{{1,6}}))?)?",
+    rf"/slurm[^/\n]*/uid_([0-9]{{1,10}}){_END}/job_([0-9]{{1,10}}){_END}"
+    rf"(?:/step_({_STEP}){_END}(?:/task_([0-9]{{1,6}}){_END})?)?",
     re.ASCII,
 )
 _CGROUP_V2 = re.compile(
-    rf"/slurmstepd\.scope/job_([0-9]{{1,10}})(?:/step_({_STEP})(?:/user/task_([0-9]{{1,6}}))?)?", re.ASCII
+    rf"/slurmstepd\.scope/job_([0-9]{{1,10}}){_END}(?:/step_({_STEP}){_END}(?:/user/task_([0-9]{{1,6}}){_END})?)?",
+    re.ASCII,
 )
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(\S*)", re.ASCII)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", re.ASCII)

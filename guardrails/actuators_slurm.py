@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aiops.errors import SchedulerError
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 
@@ -39,10 +40,6 @@ _REASON_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/ -]+", re.ASCII)
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(\S*)", re.ASCII)
 _REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?: \[[^\]]*\])?(?=\s+[A-Za-z][A-Za-z0-9_]*=|\s*$)", re.ASCII)
 REASON_MAX = 100
-
-
-class SlurmCommandError(Exception):
-    """A scontrol call that failed: its argument list and what it said (an ActuationResult's error)."""
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -98,11 +95,11 @@ class SlurmActuator:
                 stdin=subprocess.DEVNULL,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            raise SlurmCommandError(f"{' '.join(argv)}: {type(exc).__name__}: {exc}") from exc
+            raise SchedulerError(f"{' '.join(argv)}: {type(exc).__name__}: {exc}") from exc
         out = done.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace")
         if done.returncode != 0:
             said = done.stderr[:500].decode("utf-8", "replace").strip()
-            raise SlurmCommandError(f"{' '.join(argv)} exited {done.returncode}: {said}")
+            raise SchedulerError(f"{' '.join(argv)} exited {done.returncode}: {said}")
         return out
 
     def node_state(self) -> dict[str, Any]:
@@ -142,14 +139,14 @@ class SlurmActuator:
         if action.kind == "migrate_job" and action.target == self.component:
             # the jobs this action moved (they no longer run here, so squeue cannot list them again)
             return self._moved.get(action.proposal_id) or self._node_jobs()
-        raise SlurmCommandError(
+        raise SchedulerError(
             f"{action.kind}: target {action.target!r} is not job:slurm-<id>"
             + (f" or this node ({self.component})" if action.kind == "migrate_job" else "")
         )
 
     def _check_node_target(self, action: Action) -> None:
         if action.target != self.component:
-            raise SlurmCommandError(
+            raise SchedulerError(
                 f"{action.kind}: target {action.target!r} is not this actuator's node {self.component!r}"
             )
 
@@ -173,7 +170,7 @@ class SlurmActuator:
                     ["scontrol", "release", job],
                 ]
             return cmds
-        raise SlurmCommandError(f"{action.kind}: not a Slurm action (Slurm carries out {', '.join(KINDS)})")
+        raise SchedulerError(f"{action.kind}: not a Slurm action (Slurm carries out {', '.join(KINDS)})")
 
     # -- protocol ---------------------------------------------------------------------------------------
     def _observe(self, action: Action) -> dict[str, Any]:
@@ -198,7 +195,7 @@ class SlurmActuator:
         try:
             commands = self.commands(action)
             previous = self._observe(action)
-        except SlurmCommandError as exc:
+        except SchedulerError as exc:
             return ActuationResult(False, error=str(exc))
         expected = self._expected(action, previous)
         if dry_run:
@@ -211,7 +208,7 @@ class SlurmActuator:
         for cmd in commands:
             try:
                 self._run(cmd)
-            except SlurmCommandError as exc:
+            except SchedulerError as exc:
                 return ActuationResult(False, {"commands": done}, previous, expected, str(exc))
             done.append(cmd)
         return ActuationResult(True, {"commands": done}, previous, expected)
@@ -246,7 +243,7 @@ class SlurmActuator:
             else:
                 return ActuationResult(False, error=f"{action.kind}: a requeue cannot be undone")
             restored = self._observe(action)
-        except SlurmCommandError as exc:
+        except SchedulerError as exc:
             return ActuationResult(False, error=f"rollback: {exc}")
         return ActuationResult(True, {"restored": previous, "observed": restored})
 
