@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from aiops.store import Store
 from collectors.slurm import CgroupTask, SlurmResolver, parse_cgroup, slurm_racks
+from guardrails import ApprovalBook, AuditLog, Executor, verify
 from guardrails.actuators_slurm import SlurmActuator, drain_reason
-from tests.guardrails_helpers import action
+from tests.guardrails_helpers import NOW_TS_S, TOPOLOGY, action, context
 from tests.slurm_cluster import RACK, SlurmCluster, slurm_cluster
 
 TASKS_SCRIPT = "#!/bin/bash\nsrun -n 2 bash -c 'export CUDA_VISIBLE_DEVICES=$SLURM_PROCID; exec sleep 600'\n"
@@ -227,3 +229,23 @@ def test_refused_targets_touch_nothing(clean: SlurmCluster) -> None:
     assert sinfo_state(clean)[0] == "idle"
     with pytest.raises(ValueError, match="Slurm node name"):
         SlurmActuator("vm;reboot")
+
+
+def test_the_executor_drains_the_real_node_and_verifies_it(clean: SlurmCluster, store: Store) -> None:
+    """The guardrails' own path: an approved drain_node on `node3` (the twin's name for this host here) runs
+    through the Executor onto Slurm, its read-back verifies, the audit chain holds."""
+    actuator = SlurmActuator(
+        clean.node, Path(clean.binaries["scontrol"]).parent, component="node3", env=clean.env
+    )
+    executor = Executor(actuator, ApprovalBook(TOPOLOGY), AuditLog(store))
+    drain = action(kind="drain_node", target="node3", parameters={"reason_code": "xid_79"})
+    executor.book.approve(drain, "alice", NOW_TS_S - 30)
+    outcome = executor.execute(drain, context())
+    assert outcome.ran and outcome.verified is True, outcome.message
+    assert sinfo_state(clean) == ("drained", "aiops P-1: xid_79")
+    assert [r.event for r in executor.audit.rows()] == ["execution", "verification"]
+    assert verify(store).ok
+    done = executor.ledger.execution("P-1")
+    assert done is not None and done["result"]["previous"]["drain"] is False
+    assert actuator.rollback(drain, done["result"]["previous"]).ok
+    assert wait_state(clean, "idle") == ("idle", "none")
