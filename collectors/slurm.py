@@ -173,15 +173,15 @@ class SlurmResolver:
     def resolve(self, pid: int, cgroup_path: str, environ: Mapping[str, str]) -> WorkloadIdentity | None:
         task = parse_cgroup(cgroup_path)
         key, raw = _env_job(environ)
+        env_complete = raw is not None  # srun/sbatch export SLURM_ARRAY_* for every array task
         if task is not None and task.job_id != raw:
             key, raw = task.job_id, task.job_id  # the cgroup is slurmd's word; the environment the task's
+            env_complete = False
         if raw is None or key is None:
             return None
         user = environ.get("SLURM_JOB_USER")
         user = user if user and _NAME.match(user) else None
-        if (
-            user is None or key == raw
-        ):  # ask the controller for the user, or whether this job is an array task
+        if user is None or not env_complete:  # the controller knows the user and whether it is an array task
             found = self.job(raw)
             if found is not None:
                 user = user or found.user

@@ -18,6 +18,7 @@ from collectors.slurm import (
     parse_topology,
 )
 from guardrails.actuators_slurm import SlurmActuator, drain_reason
+from tests import slurm_cluster
 from tests.guardrails_helpers import action
 
 V1 = (
@@ -143,3 +144,21 @@ def test_drain_commands_are_argument_lists_with_a_safe_reason() -> None:
         ["scontrol", "update", "jobid=12_3", "ExcNodeList=gpu-a100-017"],
         ["scontrol", "release", "12_3"],
     ]
+
+
+def test_the_controller_is_asked_only_for_what_the_environment_lacks() -> None:
+    resolver = CannedScontrol({"5": "JobId=5 UserId=carol(1002)"})
+    full = {"SLURM_JOB_ID": "5", "SLURM_JOB_USER": "carol", "SLURM_PROCID": "0"}
+    assert resolver.resolve(1, "", full) is not None and resolver.asked == []
+    no_user = resolver.resolve(1, "", {"SLURM_JOB_ID": "5"})
+    assert no_user is not None and no_user.user == "carol" and resolver.asked == ["5"]
+
+
+def test_missing_slurm_fails_under_require_ebpf(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm_cluster.shutil, "which", lambda *_a, **_k: None)
+    monkeypatch.setenv("AIOPS_REQUIRE_EBPF", "1")
+    with pytest.raises(pytest.fail.Exception, match="Slurm binaries missing: munged"):
+        slurm_cluster.require_slurm()
+    monkeypatch.delenv("AIOPS_REQUIRE_EBPF")
+    with pytest.raises(pytest.skip.Exception, match="Slurm binaries missing"):
+        slurm_cluster.require_slurm()
