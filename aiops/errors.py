@@ -29,6 +29,8 @@ AiopsError                    base; exit code 1
 ├── AbiMismatch               a pinned BPF map's layout differs from aiops/datapath/abi.py
 ├── BpfError                  a bpf(2) command failed; also an OSError with its errno
 ├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
+├── SchedulerError            a scheduler command (scontrol) failed, timed out or was refused; names the command and
+│                             the scheduler's words (guardrails/actuators_slurm.py)
 ├── SourceError               a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
 │                             the URL and the HTTP status and body (escaped); exit 3
 ├── AlertPayloadError         a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short
@@ -263,6 +265,10 @@ class SysfsError(AiopsError):
     def __init__(self, path: Path, message: str) -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
+
+
+class SchedulerError(AiopsError):
+    """A scheduler client command that failed: the command and what the scheduler said (an actuation error)."""
 
 
 class ScopeError(AiopsError):

@@ -10,7 +10,10 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # prometheus, prometheus-alertmanager: the tests run the real servers on loopback (the packages also enable
 # their own systemd units where systemd runs; the tests start their own on free ports).
 # openssh-client: ssh-keygen signs and verifies approvals (docs/SECURITY.md).
-DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus prometheus-alertmanager openssh-client chromium poppler-utils victoria-metrics)
+# slurmctld, slurmd, slurm-client, munge: the tests start a one-node Slurm on loopback (docs/SLURM.md);
+# the packages' own services are stopped and disabled below, nothing of theirs runs at boot.
+DEB_PACKAGES=(python3-venv python3-bpfcc bpfcc-tools python3-pyroute2 linux-headers-amd64 iproute2 prometheus prometheus-alertmanager openssh-client chromium poppler-utils victoria-metrics slurmctld slurmd slurm-client munge)
+SLURM_SERVICES=(slurmctld slurmd munge)
 
 install_debian_packages() {
     local missing=()
@@ -28,6 +31,16 @@ install_debian_packages() {
         for pkg in "${missing[@]}"; do [ "$pkg" = linux-headers-amd64 ] || rest+=("$pkg"); done
         apt-get install -y -qq "${rest[@]}" >/dev/null || log "WARNING: Debian packages not installed; eBPF features unavailable"
     fi
+}
+
+disable_slurm_services() {
+    # The tests start munged, slurmctld and slurmd themselves (tests/slurm_cluster.py); the packages' units
+    # would otherwise hold the default ports and a host-wide munge key.
+    command -v systemctl >/dev/null 2>&1 || return 0
+    local svc
+    for svc in "${SLURM_SERVICES[@]}"; do
+        systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    done
 }
 
 link_kernel_headers() {
@@ -50,6 +63,7 @@ mount_tracefs() {
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     install_debian_packages
+    disable_slurm_services
     link_kernel_headers
     mount_tracefs
 fi
