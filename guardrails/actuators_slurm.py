@@ -116,6 +116,19 @@ class SlurmActuator:
             "reason": "" if reason_text in ("(null)", "None") else reason_text,
         }
 
+    def is_drained(self, node: str) -> bool:
+        """Whether `node` (this actuator's component) is drained in Slurm: the DRAIN flag and nothing left
+        running on it (IDLE or DOWN; DRAINING, MIXED+DRAIN or ALLOCATED+DRAIN are not yet). What a GPU reset
+        waits for (guardrails/actuators_nvml_ops.py); any other node, or an unreadable state, is not."""
+        if node != self.component:
+            return False
+        try:
+            state = self.node_state()
+        except SchedulerError:
+            return False
+        base = str(state["state"]).split("+", 1)[0].rstrip("*")
+        return bool(state["drain"]) and base in ("IDLE", "DOWN", "DRAINED")
+
     def job_state(self, job_id: str) -> dict[str, Any]:
         fields = _fields(self._run(["scontrol", "show", "job", "-o", job_id]))
         excluded = fields.get("ExcNodeList", "")

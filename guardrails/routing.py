@@ -113,9 +113,8 @@ def executors_table(actuator: object | None, registry: Registry = DEFAULT_REGIST
 SCHEDULER_KINDS: dict[str, tuple[str, ...]] = {
     "none": (),
     "kubernetes": ("drain_node", "restart_job"),
-    # merge with guardrails/actuators_slurm.py (SlurmActuator): ("drain_node", "restart_job", "migrate_job",
-    # "reboot_node"), each where that class executes it; until then Slurm's kinds stand as tickets
-    "slurm": (),
+    # guardrails/actuators_slurm.py (SlurmActuator): scontrol drain/resume, reboot, requeue, requeue excluding
+    "slurm": ("drain_node", "restart_job", "migrate_job", "reboot_node"),
 }
 NVML_KINDS = ("set_power_limit", "reset_power_limit", "set_clock_limit", "set_fan_speed")
 
@@ -138,8 +137,6 @@ def host_backends(scheduler: str, *, nvml: bool, cooling: bool) -> dict[str, str
 # Kinds no real-host backend executes, each with why: on a host they stand as tickets (the walk in
 # tests/test_executors_walk.py fails on a kind that is neither routed on some host nor listed here).
 HOST_TICKET_ONLY: dict[str, str] = {
-    "reboot_node": "only Slurm's `scontrol reboot` does it (the Slurm backend, at its merge); no NVML or k8s path",
-    "migrate_job": "only Slurm's requeue with the node excluded does it (the Slurm backend, at its merge)",
     "rerun_check": "the checks are a person's commands (nvidia-smi, dmesg); nothing here runs them",
     "enable_lanes": "the service attaches no kernel datapath (aiops/datapath) to its actions yet",
     "enable_ecn": "ECN is switch and NIC firmware configuration: no backend here writes it",

@@ -21,6 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiops.control.readings import Readings, StoreReadings, validation_context
@@ -34,10 +35,19 @@ from guardrails.actuators import ActuationResult, Actuator
 from guardrails.actuators_k8s import KubernetesActuator, core_api
 from guardrails.actuators_nvml import NvmlPowerActuator
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
+from guardrails.actuators_slurm import SlurmActuator
 from guardrails.actuators_sysfs import CoolingActuator
 from guardrails.context import topology_from_store
 from guardrails.registry import DEFAULT_REGISTRY
-from guardrails.routing import TICKET, RecordActuator, Route, RoutingActuator, executors_table, host_backends
+from guardrails.routing import (
+    SCHEDULER_KINDS,
+    TICKET,
+    RecordActuator,
+    Route,
+    RoutingActuator,
+    executors_table,
+    host_backends,
+)
 from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
@@ -102,14 +112,15 @@ def attach(
         )
     if held is not None:
         topology = dataclasses.replace(topology, job_gpus=held.topology.job_gpus)  # jobs where they run now
-        return Attached(
-            "twin",
-            WorldReadings(held.world),
-            topology,
-            TwinActuator(held, store),
-            "twin (the workspace's simulated world)",
-            held,
-        )
+        twin_actuator: Actuator = TwinActuator(held, store)
+        describe = "twin (the workspace's simulated world)"
+        if store.scheduler.kind != "none":
+            # simulated GPUs beside a real scheduler (a node agent rig): the scheduler's kinds go to it
+            routes = {kind: Route("twin", twin_actuator) for kind in DEFAULT_REGISTRY.kinds}
+            routes.update(_scheduler_routes(store, node, kube_api))
+            describe = f"twin, with {store.scheduler.kind} for the scheduler's actions"
+            twin_actuator = RoutingActuator(routes, describe=describe)
+        return Attached("twin", WorldReadings(held.world), topology, twin_actuator, describe, held)
     if actuator == "auto" and store.scheduler.kind != "none":
         routes = _scheduler_routes(store, node, kube_api)
         routes.update({kind: Route("record", RecordActuator()) for kind in ("open_ticket", "ack_alert")})
@@ -125,11 +136,18 @@ def _scheduler_node(store: Store) -> str:
 
 
 def _scheduler_routes(store: Store, node: str | None, kube_api: Any) -> dict[str, Route]:
-    """The routes of `[scheduler]`: Kubernetes' drain and restart; Slurm's are added at the merge of
-    guardrails/actuators_slurm.py (guardrails.routing.SCHEDULER_KINDS says which)."""
+    """The routes of `[scheduler]` (guardrails.routing.SCHEDULER_KINDS says which kinds): Slurm's drain,
+    reboot, requeue and migration through scontrol, Kubernetes' drain and restart through the API. `node`: this
+    agent's component name (`node0`, or the host's), which the scheduler knows as `_scheduler_node`."""
     config = store.scheduler
-    # merge point (Slurm): if config.kind == "slurm": one SlurmActuator(_scheduler_node(store), binaries) as
-    # Route("slurm", ...) for each kind of SCHEDULER_KINDS["slurm"]; its is_drained(node) enables gpu_reset
+    if config.kind == "slurm":
+        local = _scheduler_node(store)
+        binaries = Path(config.binaries) if config.binaries else None
+        try:
+            slurm = SlurmActuator(local, binaries, component=node or local, timeout_s=config.timeout_s)
+        except ValueError as exc:  # a node name Slurm cannot have
+            raise PrerequisiteError(f'[scheduler] kind = "slurm": {exc}') from None
+        return {kind: Route("slurm", slurm) for kind in SCHEDULER_KINDS["slurm"]}
     if config.kind != "kubernetes":
         return {}
     try:
@@ -164,8 +182,9 @@ def executors_here(
     its configuration alone (nothing is connected): a simulated workspace's twin executes every kind. Under
     `nvml`, fan speed counts only when the (initialised) NVML given says the GPUs have fans."""
     simulated = actuator in ("auto", "twin") and int(store.scalar("SELECT count(*) FROM sim_runs") or 0) > 0
-    if simulated:
-        return dict.fromkeys(DEFAULT_REGISTRY.kinds, "twin")
+    if simulated:  # the twin executes every kind; a configured scheduler takes its own kinds
+        scheduled = dict.fromkeys(SCHEDULER_KINDS.get(store.scheduler.kind, ()), store.scheduler.kind)
+        return {kind: scheduled.get(kind, "twin") for kind in DEFAULT_REGISTRY.kinds}
     if actuator == "none" or (actuator == "auto" and store.scheduler.kind == "none"):
         return dict.fromkeys(DEFAULT_REGISTRY.kinds, TICKET)
     cooling = actuator == "nvml" and node is not None and _cools(node, sysfs_root, None)

@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -308,14 +309,21 @@ def host_sources(config: Config) -> Sources:
 
 
 def config_resolvers(config: Config, node: str) -> list[WorkloadResolver]:
-    """The workload resolvers `[collectors.workloads]` asks for (collectors/workloads `default_resolvers`)."""
+    """The workload resolvers `[collectors.workloads]` asks for (collectors/workloads `default_resolvers`),
+    Slurm's first: a Slurm task is known by its cgroup path or SLURM_* environment alone (scontrol, from
+    `[scheduler] binaries` or PATH, only for what those lack: the user, an array task's parent)."""
+    from collectors.slurm import SlurmResolver
+
     w = config.collectors.workloads
+    scontrol = str(Path(config.scheduler.binaries) / "scontrol") if config.scheduler.binaries else "scontrol"
+    slurm = SlurmResolver(scontrol, timeout_s=min(5.0, config.scheduler.timeout_s))
     return default_resolvers(
         node,
         kubernetes=w.kubernetes,
         kube_api_url=w.kube_api,
         kubeconfig=w.kubeconfig,
         pod_resources_socket=w.pod_resources_socket,
+        first=[slurm],
     )
 
 

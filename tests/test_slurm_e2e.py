@@ -1,0 +1,157 @@
+"""Issue 25 must-show: a real Slurm (Debian's slurmctld, slurmd and munged on loopback, tests/slurm_cluster.py)
+beside a node agent whose GPUs are the twin's (`aiops run --sim S --node node0`, `[scheduler] kind = "slurm"`).
+`sbatch` a 2-task job whose tasks select GPUs 0 and 1 (CUDA_VISIBLE_DEVICES = their SLURM_PROCID, as gres
+does), which the twin's NVML reports as those GPUs' compute processes: the agent stores the Slurm job id, step,
+ranks and user on node0/gpu0 and node0/gpu1 and labels the GPU metrics. A GPU falls off the bus; the analyst
+proposes to drain node0; approved with an SSH signature, the agent drains the node in Slurm (sinfo: drained,
+with the proposal in the reason), and the rollback of that execution (the Slurm actuator with the state the
+execution recorded) resumes it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aiops.store import Workspace
+from guardrails.actions import Action
+from guardrails.actuators_slurm import SlurmActuator
+from tests.service_helpers import aiops_cmd, get, get_json, running_service, service_env, wait_for
+from tests.signing_helpers import Keys
+from tests.slurm_cluster import SlurmCluster, slurm_cluster
+from tests.test_slurm_real import TASKS_SCRIPT, sinfo_state, step_pids, submit, wait_state
+
+SCENARIO = """\
+name: slurm-e2e
+seed: 7
+duration_s: 3600
+cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 2, nics_per_node: 1}
+jobs:
+  - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
+faults:
+  - {kind: gpu_fell_off_bus, target: node0/gpu1, start_s: 400, severity: 1.0}
+"""
+
+
+@pytest.fixture
+def cluster() -> Iterator[SlurmCluster]:
+    root = Path(tempfile.mkdtemp(prefix="aiops-slurm-"))  # short: munge's socket path must fit 108 bytes
+    try:
+        with slurm_cluster(root) as running:
+            yield running
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
+    tmp_path: Path, cluster: SlurmCluster, signing: Keys
+) -> None:
+    job = submit(cluster, TASKS_SCRIPT, "-n", "2", "-J", "train-e2e")
+    tasks = step_pids(cluster, job, "0", 2)
+    scontrol = Path(cluster.binaries["scontrol"])
+    (tmp_path / "aiops.toml").write_text(
+        signing.config.read_text()
+        + f'\n[scheduler]\nkind = "slurm"\nnode_name = "{cluster.node}"\nbinaries = "{scontrol.parent}"\n'
+        + "\n[collectors.workloads]\ninterval_s = 1.0\n"
+    )
+    scenario = tmp_path / "slurm-e2e.yaml"
+    scenario.write_text(SCENARIO)
+    env = {**service_env(tmp_path), "SLURM_CONF": cluster.env["SLURM_CONF"]}
+    db = tmp_path / "node0.duckdb"
+    with running_service(
+        tmp_path, db, "--sim", str(scenario), "--node", "node0", "--speed", "10", env=env
+    ) as (
+        _,
+        port,
+    ):
+
+        def labelled() -> bool:
+            status, body = get(f"http://127.0.0.1:{port}/metrics", 5.0)
+            lines = [ln for ln in body.decode().splitlines() if ln.startswith("aiops_gpu_workload_info{")]
+            want = {(f'gpu="node0/gpu{r}"', f'rank="{r}"') for r in (0, 1)}
+            found = {
+                (g, r)
+                for g, r in want
+                for ln in lines
+                if g in ln and r in ln and f'job="slurm-{job}"' in ln and 'scheduler="slurm"' in ln
+            }
+            return status == 200 and found == want
+
+        wait_for(labelled, 60, "the Slurm job on the GPU metrics")
+        with Workspace(db).read() as store:
+            rows = store.query(
+                """SELECT gpu, pid, scheduler, job, step, rank, world_size, "user" FROM gpu_processes
+                   WHERE job = ? ORDER BY ts_s DESC, gpu LIMIT 2""",
+                [f"slurm-{job}"],
+            )
+            ranks = store.query(
+                "SELECT job, rank, gpu, node FROM job_ranks WHERE job = ? ORDER BY rank", [f"slurm-{job}"]
+            )
+        assert sorted((r["gpu"], r["rank"]) for r in rows) == [("node0/gpu0", 0), ("node0/gpu1", 1)], rows
+        assert {r["pid"] for r in rows} == set(tasks)
+        assert all(
+            (r["scheduler"], r["step"], r["world_size"], r["user"]) == ("slurm", "0", 2, "root") for r in rows
+        ), rows
+        assert [(r["rank"], r["gpu"], r["node"]) for r in ranks] == [
+            (0, "node0/gpu0", "node0"),
+            (1, "node0/gpu1", "node0"),
+        ]
+
+        def drain_proposed() -> dict[str, object] | None:
+            proposals = get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
+            return next(
+                (
+                    p
+                    for p in proposals
+                    if p["kind"] == "drain_node" and p["target"] == "node0" and p["status"] == "pending"
+                ),
+                None,
+            )
+
+        proposal = wait_for(drain_proposed, 120, "the analyst's drain proposal for node0")
+        pid = str(proposal["proposal_id"])
+        approved = subprocess.run(
+            aiops_cmd("actions", "approve", pid, "--key", str(signing.keys["alice"]), "--db", str(db)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert approved.returncode == 0, approved.stderr
+
+        def executed() -> bool:
+            found = [
+                p
+                for p in get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
+                if p["proposal_id"] == pid
+            ]
+            return bool(found) and found[0]["status"] == "executed"
+
+        wait_for(executed, 60, "the service to execute the approved drain")
+        state, reason = sinfo_state(cluster)
+        assert state in ("draining", "drained") and reason.startswith(f"aiops {pid}"), (state, reason)
+        cluster.run("scancel", job)  # the job ends: nothing runs on the node, which is then drained
+        assert wait_state(cluster, "drained")[1].startswith(f"aiops {pid}")
+        with Workspace(db).read() as store:
+            row = store.query(
+                "SELECT payload FROM audit_log WHERE event = 'execution' AND proposal_id = ?", [pid]
+            )
+        assert row, "no execution in the audit log"
+        execution = json.loads(row[0]["payload"])
+        assert execution["outcome"] == "executed" and execution["approved_by"] == ["alice"]
+    undo = SlurmActuator(cluster.node, scontrol.parent, component="node0", env=cluster.env)
+    drain = Action(
+        proposal_id=pid,
+        kind="drain_node",
+        target="node0",
+        parameters=execution["parameters"],
+        proposed_by="analyst",
+        created_ts_s=0.0,
+    )
+    assert undo.rollback(drain, execution["previous"]).ok
+    assert wait_state(cluster, "idle") == ("idle", "none")
