@@ -48,6 +48,7 @@ EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
     EvidenceRule(rules_gpu.ecc, ("gpu_ecc_error",)),
     EvidenceRule(rules_gpu.nvlink, ("nvlink_degraded",)),
     EvidenceRule(rules_gpu.firmware, ("gpu_driver_firmware_fault",)),
+    EvidenceRule(rules_gpu.driver_state, ("gpu_driver_firmware_fault",)),
     EvidenceRule(rules_gpu.application, ("application_error",)),
     EvidenceRule(rules_gpu.pcie, ("pcie_degraded",)),
     EvidenceRule(rules_gpu.thermal, ("thermal_throttle", "power_brake")),
@@ -87,6 +88,7 @@ ANOMALY_KINDS = frozenset(
         "gpu_unhealthy",
         "ecc_uncorrectable",
         "nccl_shm_error",
+        "nccl_op_failed",
         "mce",
     }
 )
