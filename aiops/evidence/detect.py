@@ -23,7 +23,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(
             r"^\s*(?:Clocks (?:Throttle|Event) Reasons|Remapped Rows|Retired Pages|Performance State|"
             r"GPU Current Temp|GPU Slowdown Temp|GPU Max Operating Temp|Replays Since Reset|"
-            r"Link Width|PCIe Generation|FB Memory Usage|Driver Version|Attached GPUs)\b"
+            r"Link Width|PCIe Generation|FB Memory Usage|Driver Version|Attached GPUs|VBIOS Version|GPU UUID|"
+            r"Inforom Version|GPU Reset Status|Reset Required|MultiGPU Board|Minor Number)\b"
         ),
         re.compile(r"^\s*(?:<\?xml|<nvidia_smi_log>|<!DOCTYPE nvidia_smi_log)"),
     ),
@@ -36,6 +37,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(
             r"\bCUDA_ERROR_[A-Z_]{3,40}\b|\bcudaError[A-Z]\w{2,40}|uncorrectable ECC error encountered"
         ),
+        # CUDA failures as frameworks and NCCL word them (aiops/evidence/failures.py reads them)
+        re.compile(r"cuda runtime error \(\d+\)|cudaGetDeviceCount\(\)|\bCuda failure\b"),
     ),
     "ib": (
         re.compile(r"^CA '[^']+'$"),

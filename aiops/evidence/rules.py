@@ -55,6 +55,7 @@ EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
     EvidenceRule(rules_net.network, ("nic_link_flap", "roce_config_error")),
     EvidenceRule(rules_net.input_pipeline, ("input_pipeline_bottleneck",)),
     EvidenceRule(rules_net.job_setup, ("application_error",)),
+    EvidenceRule(rules_net.job_build, ("application_error",)),
 )
 RULES: tuple[Rule, ...] = tuple(entry.rule for entry in EVIDENCE_RULES)
 
