@@ -50,8 +50,9 @@ def failure_detail(what: str) -> dict[str, str]:
     return {"what": what} if code is None else {"what": what, "code": code}
 
 
-def failure_event(source: str, number: int, raw: str, base: dict[str, Any]) -> LogEvent | None:
-    """A `cuda_error` or `nccl_op_failed` event for a line that says the run failed; None otherwise."""
+def failure_event(raw: str, base: dict[str, Any]) -> LogEvent | None:
+    """A `cuda_error` or `nccl_op_failed` event for a line that says the run failed; None otherwise. `base`
+    holds the LogEvent fields the caller already has (source, line, raw, host, ts_s)."""
     for pattern in (_NCCL_CUDA, _RUNTIME, _DEVICE_COUNT):
         if (m := pattern.search(raw)) is not None:
             what = m.group("what").strip()
@@ -62,9 +63,8 @@ def failure_event(source: str, number: int, raw: str, base: dict[str, Any]) -> L
     if (m := _NAMED.search(raw)) is not None:
         name = m.group("name")
         detail = {"what": name}
-        code = _CODE_OF_NAME.get(name)
-        if code is not None:
-            detail["code"] = str(code)
+        if (number := _CODE_OF_NAME.get(name)) is not None:
+            detail["code"] = str(number)
         return LogEvent(kind="cuda_error", detail=detail, **base)
     if _OPS_FAILED.search(raw):
         return LogEvent(kind="nccl_op_failed", **base)

@@ -13,6 +13,7 @@ from aiops.evidence import ib, kernel, lspci, misc, nccl, nvsmi, training
 from aiops.evidence.collect import Collected
 from aiops.evidence.detect import detect_format
 from aiops.evidence.events import LogEvent
+from aiops.evidence.next_steps import next_steps
 from aiops.evidence.reader import accepted, check_readable, lines
 from aiops.evidence.rules import anomalies, finding, hypotheses
 
@@ -113,4 +114,5 @@ def investigate(paths: Sequence[Path], *, sink: Sink | None = None) -> dict[str,
         "proposals": [],
         "sources": sources,
         "findings": [finding(e) for e in strange[:MAX_FINDINGS]],
+        "next_steps": next_steps(verdict, found, [e.kind for e in strange]),
     }

@@ -100,7 +100,7 @@ def parse_line(source: str, number: int, raw: str) -> LogEvent | None:
         return LogEvent(kind="nccl_shm_error", detail={"no_space": str(no_space)}, **base)
     if _CUDA_ECC.search(raw):
         return LogEvent(kind="cuda_ecc_uncorrectable", **base)
-    if (m := _CUDA_ERR.search(raw)) is None and (failed := failure_event(source, number, raw, base)):
+    if (m := _CUDA_ERR.search(raw)) is None and (failed := failure_event(raw, base)):
         return failed  # failure lines of any kind (aiops/evidence/failures.py): never `healthy`
     if m is not None:
         what = m.group("what")

@@ -142,7 +142,9 @@ _NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
 def job_build(c: Collected, n: Namer) -> list[Hyp]:
     """The job's binary carries no kernel for the GPU (a build for other architectures)."""
     missing = [
-        e for e in c.of("cuda_error") if _NO_KERNEL_IMAGE in e.detail.get("what", "") or _NO_KERNEL_IMAGE in e.raw
+        e
+        for e in c.of("cuda_error")
+        if _NO_KERNEL_IMAGE in e.detail.get("what", "") or _NO_KERNEL_IMAGE in e.raw
     ]
     return anchored(
         missing,
