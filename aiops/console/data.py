@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from aiops.evidence.next_steps import steps_for
 from aiops.pipeline import stored_diagnoses
 from aiops.store import Store
 from aiops.text import when
@@ -135,6 +136,7 @@ def incident(store: Store, incident_id: str) -> dict[str, Any] | None:
         "resolved_ts_s": d.incident.resolved_ts_s,
         "timeline": timeline,
         "hypotheses": hypotheses,
+        "next_steps": steps_for([(h.root_cause, h.component) for h in d.hypotheses[:3]]),
         "proposals": proposals,
     }
 

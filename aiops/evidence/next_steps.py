@@ -81,8 +81,11 @@ def _fill(command: str, component: str) -> str:
     return command.replace("{gpu}", "<gpu>").replace("{nic}", "<hca>").replace("{host}", "<host>")
 
 
-def _steps_for(labels: Sequence[tuple[str, str]]) -> list[dict[str, str | None]]:
-    """Steps for (label, component) pairs, most important first: 3 of one label, 2 + 1 of two."""
+def steps_for(labels: Sequence[tuple[str, str]]) -> list[dict[str, str | None]]:
+    """Steps for (label, component) pairs, most important first: 3 of one label, 2 + 1 of two (the first two
+    distinct labels count). The console's incident page and the chat's explanation of an incident use it for
+    the telemetry analyst's hypotheses too."""
+    labels = _distinct(labels)
     books = load_playbooks()
     shares = [MAX_STEPS] if len(labels) == 1 else [MAX_STEPS - 1, 1]
     out: list[dict[str, str | None]] = []
@@ -112,8 +115,8 @@ def next_steps(
     if verdict == "healthy":
         return list(HEALTHY_STEPS)
     if found:
-        steps = _steps_for(_distinct((h.root_cause, h.component) for h in found))
+        steps = steps_for([(h.root_cause, h.component) for h in found])
         if steps:
             return steps
     symptoms = _distinct((label, "") for kind in finding_kinds for label in SYMPTOM_LABELS.get(kind, ()))
-    return (_steps_for(symptoms) if symptoms else []) or list(COLLECT_STEPS)
+    return (steps_for(symptoms) if symptoms else []) or list(COLLECT_STEPS)
