@@ -190,3 +190,30 @@ def test_no_kernel_image_is_the_jobs_build(case: str) -> None:
     assert result["verdict"] == "diagnosed"
     assert result["hypotheses"][0]["root_cause"] == "application_error"
     assert "architecture" in result["hypotheses"][0]["summary"]
+
+
+def test_fabric_and_reset_states_of_nvidia_smi(tmp_path: Path) -> None:
+    """The fabric manager's registration of a GPU and nvidia-smi's reset status. The real excerpt of
+    NVIDIA/DCGM#152 (reset not required) stays healthy; the states nvidia-smi documents for a GPU the fabric
+    manager has not registered ("In Progress") or one that needs a reset ("Yes") are written in its layout."""
+    assert _case("healthy-nvidia-smi-q-a100-mig-dcgm-metric-2024")["verdict"] == "healthy"
+    layout = (
+        "==============NVSMI LOG==============\n\n"
+        "Attached GPUs                             : 1\n"
+        "GPU 00000000:18:00.0\n"
+        "    Fabric\n"
+        "        State                             : {state}\n"
+        "        Status                            : {status}\n"
+        "    GPU Reset Status\n"
+        "        Reset Required                    : {reset}\n"
+    )
+    fine = _run(tmp_path, "a.txt", layout.format(state="Completed", status="Success", reset="No"))
+    assert fine["verdict"] == "healthy"
+    waiting = _run(tmp_path, "b.txt", layout.format(state="In Progress", status="N/A", reset="No"))
+    assert waiting["verdict"] == "diagnosed"
+    assert waiting["hypotheses"][0]["root_cause"] == "gpu_driver_firmware_fault"
+    assert "fabric manager" in waiting["hypotheses"][0]["summary"]
+    reset = _run(tmp_path, "c.txt", layout.format(state="N/A", status="N/A", reset="Yes"))
+    assert reset["verdict"] == "inconclusive" and reset["hypotheses"] == []
+    assert [f["title"] for f in reset["findings"]] == ["reset_required"]
+    assert {s["for"] for s in reset["next_steps"]} == {"gpu_ecc_error", "gpu_driver_firmware_fault"}

@@ -41,6 +41,8 @@ SYMPTOM_LABELS: dict[str, tuple[str, ...]] = {
     "clocks_event": ("thermal_throttle", "power_brake"),
     "gpu_unhealthy": ("gpu_driver_firmware_fault", "gpu_ecc_error"),
     "pcie_link_sta": ("pcie_degraded",),
+    "reset_required": ("gpu_ecc_error", "gpu_driver_firmware_fault"),
+    "fabric_state": ("gpu_driver_firmware_fault", "nvlink_degraded"),
 }
 
 HEALTHY_STEPS: tuple[dict[str, str | None], ...] = (

@@ -133,7 +133,12 @@ def anomalies(c: Collected) -> list[LogEvent]:
         and e.detail.get("key", "").lower()
         not in ("idle", "gpu idle", "applications clocks setting", "display clock setting", "sync boost")
     ]
-    out += [e for k in ("remap_pending", "remap_failure", "retire_pending") for e in c.of(k) if e.code == 1]
+    out += [
+        e
+        for k in ("remap_pending", "remap_failure", "retire_pending", "fabric_state", "reset_required")
+        for e in c.of(k)
+        if e.code == 1
+    ]
     out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
     out += [e for e in c.of("nic_link") if e.code == 0]
     out += [e for e in c.of("cpu_thermal") if e.code == 1]

@@ -265,6 +265,15 @@ def driver_state(c: Collected, n: Namer) -> list[Hyp]:
         "(HGX/DGX) the fabric manager is not running or does not match the driver",
         "CUDA system not ready (802)",
     )
+    out += anchored(
+        [e for e in c.of("fabric_state") if e.code == 1],
+        n.gpu,
+        "gpu_driver_firmware_fault",
+        0.65,
+        "the GPU is not registered with the NVLink fabric (nvidia-smi Fabric State/Status): the fabric manager "
+        "is not running, still in progress, or failed; CUDA work on it fails (error 802) until it completes",
+        "nvidia-smi Fabric state",
+    )
     lost = _xids(c, {79}) + c.of("fell_off_bus")
     if not lost:
         out += anchored(
