@@ -48,9 +48,11 @@ NVLINK_WARNING_XIDS = frozenset({144})
 FIRMWARE_XIDS = frozenset({119, 120})
 APP_XIDS = frozenset({13, 31, 32, 43, 45})
 # What backs the application reading of an application-class Xid (the Xid catalogue lists "user application
-# error" among driver and hardware causes for 13/31/32/43): an SM exception that names a program error, the
-# same fault address hit by two processes (a deterministic fault, which a program repeats and a failing board
-# does not), or the job's own CUDA error naming a program error.
+# error" among driver and hardware causes for 13/31/32/43): the same fault address hit by two processes (a
+# deterministic fault, which a program repeats and a failing board does not), or the job's own CUDA error
+# naming a program error. An SM exception that names a program error (Out Of Range Address, ...) is the Xid's
+# own text: NVIDIA's Xid 13 workflow still asks to reproduce it (compute-sanitizer, other GPUs), so it only
+# leans the reading (0.55) and stays inconclusive.
 _PROGRAM_EXCEPTION = re.compile(
     r"Out Of Range Address|Illegal (?:Instruction|Address)|Misaligned (?:Address|PC|Reg)|Invalid Address Space|"
     r"Stack Error|Unsupported Address Space"
@@ -205,8 +207,7 @@ def firmware(c: Collected, n: Namer) -> list[Hyp]:
 
 
 def _application_backing(c: Collected, app: list[LogEvent]) -> list[LogEvent]:
-    """The lines that back the application reading of `app` (see _PROGRAM_EXCEPTION); [] when none."""
-    named = [e for e in app if e.code == 13 and _PROGRAM_EXCEPTION.search(e.raw)]
+    """The lines that back the application reading of `app` (see above); [] when none."""
     by_address: dict[str, list[LogEvent]] = {}
     for e in app:
         if (m := _FAULT_AT.search(e.raw)) is not None:
@@ -217,7 +218,7 @@ def _application_backing(c: Collected, app: list[LogEvent]) -> list[LogEvent]:
         if len({m.group(1) for g in group if (m := _PID.search(g.raw)) is not None}) >= 2
     ]
     cuda = [e for e in c.of("cuda_error") if _PROGRAM_CUDA_ERROR.search(e.detail.get("what", ""))]
-    return named + repeated + cuda
+    return repeated + cuda
 
 
 def application(c: Collected, n: Namer) -> list[Hyp]:
@@ -235,21 +236,24 @@ def application(c: Collected, n: Namer) -> list[Hyp]:
             n.gpu,
             "application_error",
             0.65,
-            f"application-class Xids {codes}, backed by a program error in the lines (an SM exception that "
-            "names one, a fault repeated at the same address, or the job's CUDA error); no hardware Xid",
+            f"application-class Xids {codes}, backed by a program error in the lines (a fault repeated at the "
+            "same address by different processes, or the job's CUDA error naming one); no hardware Xid",
             "application-class Xid",
             ("what points at the program", backing),
         )
+    named = [e for e in app if e.code == 13 and _PROGRAM_EXCEPTION.search(e.raw)]
+    lean = " (the SM exception names a program error, which leans towards the program)" if named else ""
     return per_component(
         app,
         n.gpu,
         "application_error",
-        0.5,
-        f"application-class Xids {codes} with nothing to back either reading: a program bug (bad address, "
-        "illegal instruction) or the driver/hardware (a driver regression or failing card gives the same "
-        "lines). What decides: whether another program or another GPU reproduces it (run the GPU's "
+        0.55 if named else 0.5,
+        f"application-class Xids {codes} with nothing to back either reading{lean}: a program bug (bad "
+        "address, illegal instruction) or the driver/hardware (a driver regression or failing card gives the "
+        "same lines). What decides: whether another program or another GPU reproduces it (run the GPU's "
         "diagnostics and a known-good workload on it), and whether it started with a driver change",
         "application-class Xid",
+        ("the SM exception names a program error", named),
     )
 
 
