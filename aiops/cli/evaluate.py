@@ -164,7 +164,7 @@ def run_real_corpus(args: argparse.Namespace) -> int:
     for b in s["calibration"]:
         low, high = b["bin"]
         calibration.add_row(
-            f"[{low:.1f}, {high:.1f})",
+            f"[{low:.1f}, {high:.1f}{']' if high >= 1.0 else ')'}",
             str(b["cases"]),
             "—" if b["mean_confidence"] is None else f"{b['mean_confidence']:.2f}",
             "—" if b["label_right_fraction"] is None else f"{b['label_right_fraction']:.2f}",
