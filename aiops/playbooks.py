@@ -59,6 +59,16 @@ class Signature(BaseModel):
     refutes: list[str]
 
 
+class NextStep(BaseModel):
+    """A check an operator runs to confirm or rule out the label: the command (`{gpu}`: the GPU's index or PCI
+    bus id, `{gpu_index}`: its index only, `{host}`, `{nic}`: filled from the hypothesis' component where
+    known, else left as `<gpu>`, `<gpu id>`, `<host>`, `<hca>`) and what its output shows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    run: str
+    shows: str
+
+
 class Playbook(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     label: str
@@ -66,6 +76,7 @@ class Playbook(BaseModel):
     signature: Signature
     checks: list[str]
     remediations: list[Remediation]
+    next_steps: list[NextStep] = []
 
 
 @cache

@@ -7,6 +7,18 @@ A case is right when:
   diagnosis, and "healthy", claims more than the evidence holds);
 - `cause` is `healthy`: the verdict is `healthy` or `inconclusive` (a decoy must not be diagnosed).
 A case whose files `aiops investigate` refuses (exit 2) is wrong, with the error recorded.
+
+Besides the score, `summary` reports separately (issue 26 item 5):
+- `labels`: labelled cases diagnosed with the right label, with a wrong label, and abstained on (verdict
+  `inconclusive` or `healthy`: an honest miss);
+- `abstentions`: how often the analyst abstained, on labelled cases (a miss) and on unresolved/healthy ones
+  (right), and `confident_wrong`: the cases diagnosed (confidence >= 0.6) with a label the source did not
+  establish: a wrong label, or any label on an unresolved or healthy case;
+- `calibration`: reliability per confidence bin of the top hypothesis (`CONFIDENCE_BINS`): how many cases'
+  top hypothesis fell in the bin, their mean confidence, and the fraction whose top label is the cause the
+  source established (an unresolved or healthy case's top label is never that cause). A calibrated analyst's
+  fraction is close to the bin's confidence; a bin far above its confidence is under-confident, far below
+  over-confident.
 """
 
 from __future__ import annotations
@@ -22,6 +34,9 @@ from aiops.evidence import investigate
 
 UNRESOLVED = "unresolved"
 HEALTHY = "healthy"
+DIAGNOSED = "diagnosed"
+# Confidence bins of the top hypothesis, [low, high): 0.6 is where investigate says `diagnosed`.
+CONFIDENCE_BINS: tuple[tuple[float, float], ...] = ((0.0, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.01))
 
 
 def case_dirs(corpus: Path) -> list[Path]:
@@ -70,5 +85,61 @@ def run_real(corpus: str | Path) -> dict[str, Any]:
             "right_fraction": round(right / len(cases), 3) if cases else 0.0,
             "by_group": {g: {"cases": totals[g], "right": rights[g]} for g in sorted(totals)},
             "wrong": [c["id"] for c in cases if not c["right"]],
+            "labels": label_counts(cases),
+            "abstentions": abstentions(cases),
+            "calibration": calibration(cases),
         },
     }
+
+
+def _top_label_right(case: dict[str, Any]) -> bool:
+    """The top hypothesis names the cause the source established (never so for unresolved/healthy cases)."""
+    top = case["top"]
+    return (
+        top is not None and case["cause"] not in (UNRESOLVED, HEALTHY) and top["root_cause"] == case["cause"]
+    )
+
+
+def label_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
+    """Labelled cases: diagnosed right, diagnosed wrong, abstained (inconclusive/healthy), refused (exit 2)."""
+    labelled = [c for c in cases if c["cause"] not in (UNRESOLVED, HEALTHY)]
+    diagnosed = [c for c in labelled if c["verdict"] == DIAGNOSED]
+    return {
+        "cases": len(labelled),
+        "right": sum(1 for c in diagnosed if _top_label_right(c)),
+        "wrong_label": sum(1 for c in diagnosed if not _top_label_right(c)),
+        "abstained": sum(1 for c in labelled if c["verdict"] in ("inconclusive", HEALTHY)),
+        "refused": sum(1 for c in labelled if c["verdict"] is None),
+    }
+
+
+def abstentions(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """How often the analyst abstained, where that was right and where it was a miss, and the confident
+    wrong answers (diagnosed, but not with the cause the source established)."""
+    abstained = [c for c in cases if c["verdict"] in ("inconclusive", HEALTHY)]
+    confident_wrong = [c["id"] for c in cases if c["verdict"] == DIAGNOSED and not _top_label_right(c)]
+    return {
+        "abstained": len(abstained),
+        "on_labelled": sum(1 for c in abstained if c["cause"] not in (UNRESOLVED, HEALTHY)),
+        "on_unresolved_or_healthy": sum(1 for c in abstained if c["cause"] in (UNRESOLVED, HEALTHY)),
+        "confident_wrong": confident_wrong,
+    }
+
+
+def calibration(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reliability per confidence bin of the top hypothesis (cases without one are not in any bin)."""
+    out: list[dict[str, Any]] = []
+    for low, high in CONFIDENCE_BINS:
+        inside = [c for c in cases if c["top"] is not None and low <= c["top"]["confidence"] < high]
+        right = sum(1 for c in inside if _top_label_right(c))
+        out.append(
+            {
+                "bin": [low, min(high, 1.0)],
+                "cases": len(inside),
+                "mean_confidence": round(sum(c["top"]["confidence"] for c in inside) / len(inside), 3)
+                if inside
+                else None,
+                "label_right_fraction": round(right / len(inside), 3) if inside else None,
+            }
+        )
+    return out

@@ -67,6 +67,7 @@ SAME_LAYER_ALLOWED = {
     ("aiops.pipeline", "aiops.detect"),
     ("aiops.pipeline", "aiops.rca"),
     ("aiops.pipeline", "aiops.playbooks"),
+    ("aiops.evidence", "aiops.playbooks"),  # a verdict's next steps are the playbooks' checks
     ("aiops.agent", "evals"),
     ("evals", "aiops.agent"),
     ("aiops.fleet", "aiops.service"),  # the fleet replays and serves what a node agent exports

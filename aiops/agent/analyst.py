@@ -19,6 +19,7 @@ from aiops.agent import component as about_component
 from aiops.agent.scope import TimeScope, components_in, time_scope
 from aiops.detect import detect
 from aiops.errors import ScopeError
+from aiops.evidence.next_steps import steps_for
 from aiops.models import Diagnosis, Evidence
 from aiops.nvml_bits import THROTTLE
 from aiops.pipeline import remediate, stored_diagnoses
@@ -270,6 +271,10 @@ class Analyst:
                 f", {'physical' if _physical(a) else 'digital'}: {a.reason}"
                 for a in actions
             )
+        steps = steps_for([(h.root_cause, h.component) for h in d.hypotheses[:top]])
+        if steps:
+            lines.append("Next steps (checks that confirm or rule out the top hypotheses):")
+            lines.extend(f"  $ {s['run']}  -> {s['shows']}" for s in steps)
         return AnalystAnswer("\n".join(lines), i.incident_id, list(evidence))
 
 

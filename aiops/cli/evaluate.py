@@ -156,4 +156,18 @@ def run_real_corpus(args: argparse.Namespace) -> int:
     console.print(
         as_text(f"right: {s['right']}/{s['cases']} = {s['right_fraction']:.3f}  by group: {s['by_group']}")
     )
+    console.print(as_text(f"labels: {s['labels']}"))
+    console.print(as_text(f"abstentions: {s['abstentions']}"))
+    calibration = Table(title="calibration (top hypothesis)")
+    for column in ("confidence", "cases", "mean confidence", "label right"):
+        calibration.add_column(column)
+    for b in s["calibration"]:
+        low, high = b["bin"]
+        calibration.add_row(
+            f"[{low:.1f}, {high:.1f}{']' if high >= 1.0 else ')'}",
+            str(b["cases"]),
+            "—" if b["mean_confidence"] is None else f"{b['mean_confidence']:.2f}",
+            "—" if b["label_right_fraction"] is None else f"{b['label_right_fraction']:.2f}",
+        )
+    console.print(calibration)
     return 0

@@ -84,6 +84,12 @@ def show(result: dict[str, Any]) -> None:
             console.print(as_text(f"  {f['source']}  {f['title']}: {f['rows'][0]}"))
             if "watch" in f:
                 console.print(as_text(f"    {f['watch']}"))
+    if result.get("next_steps"):
+        console.print("[bold]next steps:[/]")
+        for step in result["next_steps"]:
+            tests = f" ({step['for']})" if step.get("for") else ""
+            console.print(as_text(f"  $ {step['run']}"))
+            console.print(as_text(f"    shows{tests}: {step['shows']}"))
     sources = Table(title="sources")
     for column in ("file", "format", "lines", "parsed", "unknown"):
         sources.add_column(column)

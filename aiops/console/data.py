@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from aiops.evidence.next_steps import steps_for
 from aiops.pipeline import stored_diagnoses
 from aiops.runtime.world import executors_here
 from aiops.store import Store
@@ -144,6 +145,7 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
         "resolved_ts_s": d.incident.resolved_ts_s,
         "timeline": timeline,
         "hypotheses": hypotheses,
+        "next_steps": steps_for([(h.root_cause, h.component) for h in d.hypotheses[:3]]),
         "proposals": proposals,
     }
 

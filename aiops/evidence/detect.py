@@ -28,7 +28,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(
             r"^\s*(?:Clocks (?:Throttle|Event) Reasons|Remapped Rows|Retired Pages|Performance State|"
             r"GPU Current Temp|GPU Slowdown Temp|GPU Max Operating Temp|Replays Since Reset|"
-            r"Link Width|PCIe Generation|FB Memory Usage|Driver Version|Attached GPUs)\b"
+            r"Link Width|PCIe Generation|FB Memory Usage|Driver Version|Attached GPUs|VBIOS Version|GPU UUID|"
+            r"Inforom Version|GPU Reset Status|Reset Required|MultiGPU Board|Minor Number)\b"
         ),
         re.compile(r"^\s*(?:<\?xml|<nvidia_smi_log>|<!DOCTYPE nvidia_smi_log)"),
     ),
@@ -62,6 +63,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|RemoteError|InvalidArgument)\b"
             r"|NCCL error in: |DistBackendError|\bNCCL version \d|Cuda failure '|NCCL communicator"
         ),
+        # CUDA failures as frameworks and NCCL word them (aiops/evidence/failures.py reads them)
+        re.compile(r"cuda runtime error \(\d+\)|cudaGetDeviceCount\(\)|\bCuda failure\b"),
     ),
     "ib": (
         re.compile(r"^CA '[^']+'$"),

@@ -33,6 +33,7 @@ from aiops.evidence.bundle import ARCHIVE_ERRORS, Limits
 from aiops.evidence.collect import Collected, failures
 from aiops.evidence.detect import SNIFF_LINES, detect_format
 from aiops.evidence.events import LogEvent
+from aiops.evidence.next_steps import next_steps
 from aiops.evidence.prefixes import Stripper, strip, style_of
 from aiops.evidence.reader import (
     SNIFF_BYTES,
@@ -287,4 +288,5 @@ def investigate(
         "proposals": [],
         "sources": sources,
         "findings": [finding(e) for e in strange[:MAX_FINDINGS]],
+        "next_steps": next_steps(verdict, found, [e.kind for e in strange]),
     }

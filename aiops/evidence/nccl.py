@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiops.evidence.events import LogEvent
+from aiops.evidence.failures import failure_detail, failure_event
 from aiops.evidence.timeparse import zoned_ts_s
 
 # `host:pid:tid [cuda-dev] file:line NCCL WARN ...` (NCCL's own prefix)
@@ -99,8 +100,11 @@ def parse_line(source: str, number: int, raw: str) -> LogEvent | None:
         return LogEvent(kind="nccl_shm_error", detail={"no_space": str(no_space)}, **base)
     if _CUDA_ECC.search(raw):
         return LogEvent(kind="cuda_ecc_uncorrectable", **base)
-    if (m := _CUDA_ERR.search(raw)) is not None:
-        return LogEvent(kind="cuda_error", detail={"what": m.group("what")}, **base)
+    if (m := _CUDA_ERR.search(raw)) is None and (failed := failure_event(raw, base)):
+        return failed  # failure lines of any kind (aiops/evidence/failures.py): never `healthy`
+    if m is not None:
+        what = m.group("what")
+        return LogEvent(kind="cuda_error", detail=failure_detail(what), **base)
     if _NCCL_ANY.search(raw) or "CUDA kernel errors might be" in raw or "CUDA_LAUNCH_BLOCKING" in raw:
         return LogEvent(kind="nccl_info", **base)
     return None

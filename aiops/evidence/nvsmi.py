@@ -154,6 +154,14 @@ class _Reader:
         if where == "Link Width" and key in ("Max", "Current"):
             width = re.match(r"(\d+)", value)
             return event("pcie_width", number_value=float(width.group(1)) if width else None)
+        # Fabric (NVSwitch systems): the fabric manager registers each GPU, "Not Started" -> "In Progress" ->
+        # "Completed" with Status "Success"; "N/A" where there is no fabric (a PCIe or single GPU).
+        if where == "Fabric" and key in ("State", "Status"):
+            healthy = ("N/A", "Completed", "Success", "Not Supported")
+            return event("fabric_state", code=int(value not in healthy))
+        # nvidia-smi: "Either of these being 'Yes' indicates that an unrecoverable error has occurred."
+        if where == "GPU Reset Status" and key in ("Reset Required", "Drain and Reset Recommended"):
+            return event("reset_required", code=int(value.lower() == "yes"))
         if key == "Performance State":
             state = re.match(r"P(\d+)", value)
             return event("pstate", number_value=float(state.group(1)) if state else None)

@@ -48,12 +48,14 @@ EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
     EvidenceRule(rules_gpu.ecc, ("gpu_ecc_error",)),
     EvidenceRule(rules_gpu.nvlink, ("nvlink_degraded",)),
     EvidenceRule(rules_gpu.firmware, ("gpu_driver_firmware_fault",)),
+    EvidenceRule(rules_gpu.driver_state, ("gpu_driver_firmware_fault",)),
     EvidenceRule(rules_gpu.application, ("application_error",)),
     EvidenceRule(rules_gpu.pcie, ("pcie_degraded",)),
     EvidenceRule(rules_gpu.thermal, ("thermal_throttle", "power_brake")),
     EvidenceRule(rules_net.network, ("nic_link_flap", "roce_config_error")),
     EvidenceRule(rules_net.input_pipeline, ("input_pipeline_bottleneck",)),
     EvidenceRule(rules_net.job_setup, ("application_error",)),
+    EvidenceRule(rules_net.job_build, ("application_error",)),
 )
 RULES: tuple[Rule, ...] = tuple(entry.rule for entry in EVIDENCE_RULES)
 
@@ -87,6 +89,7 @@ ANOMALY_KINDS = frozenset(
         "gpu_unhealthy",
         "ecc_uncorrectable",
         "nccl_shm_error",
+        "nccl_op_failed",
         "mce",
     }
 )
@@ -130,7 +133,12 @@ def anomalies(c: Collected) -> list[LogEvent]:
         and e.detail.get("key", "").lower()
         not in ("idle", "gpu idle", "applications clocks setting", "display clock setting", "sync boost")
     ]
-    out += [e for k in ("remap_pending", "remap_failure", "retire_pending") for e in c.of(k) if e.code == 1]
+    out += [
+        e
+        for k in ("remap_pending", "remap_failure", "retire_pending", "fabric_state", "reset_required")
+        for e in c.of(k)
+        if e.code == 1
+    ]
     out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
     out += [e for e in c.of("nic_link") if e.code == 0]
     out += [e for e in c.of("cpu_thermal") if e.code == 1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 from aiops.evidence.collect import Collected
@@ -40,9 +41,27 @@ ECC_XIDS = {48: 0.9, 94: 0.85, 95: 0.9, 63: 0.7, 64: 0.75}
 # Xid 92 "High single-bit ECC error rate": corrected errors, a warning to watch; evidence for no uncorrectable
 # error and no hypothesis (rules.watch_items lists it; aiops/agent/verify.py reads it the same way).
 ECC_RATE_WARNING_XID = 92
-NVLINK_XIDS = frozenset({74, 137, 145})
+# NVLink Xids: 74 (NVLink error), 137 and 144-150 (Blackwell/Hopper NVLink5 link-level errors: SAW, RLW,
+# TLW, TREX, NETIR ...). 144 alone is most often a non-fatal warning: weaker.
+NVLINK_XIDS = frozenset({74, 137, 145, 146, 147, 148, 149, 150})
+NVLINK_WARNING_XIDS = frozenset({144})
 FIRMWARE_XIDS = frozenset({119, 120})
-APP_XIDS = frozenset({13, 31, 43, 45})
+APP_XIDS = frozenset({13, 31, 32, 43, 45})
+# What backs the application reading of an application-class Xid (the Xid catalogue lists "user application
+# error" among driver and hardware causes for 13/31/32/43): the same fault address hit by two processes (a
+# deterministic fault, which a program repeats and a failing board does not), or the job's own CUDA error
+# naming a program error. An SM exception that names a program error (Out Of Range Address, ...) is the Xid's
+# own text: NVIDIA's Xid 13 workflow still asks to reproduce it (compute-sanitizer, other GPUs), so it only
+# leans the reading (0.55) and stays inconclusive.
+_PROGRAM_EXCEPTION = re.compile(
+    r"Out Of Range Address|Illegal (?:Instruction|Address)|Misaligned (?:Address|PC|Reg)|Invalid Address Space|"
+    r"Stack Error|Unsupported Address Space"
+)
+_PROGRAM_CUDA_ERROR = re.compile(
+    r"illegal memory access|device-side assert|misaligned address|illegal instruction|out of memory", re.I
+)
+_FAULT_AT = re.compile(r"faulted @ (0x[0-9a-fA-F_]+)")
+_PID = re.compile(r"pid=(\d+)")
 
 
 def _xids(c: Collected, codes: Iterable[int]) -> list[LogEvent]:
@@ -53,6 +72,7 @@ def _xids(c: Collected, codes: Iterable[int]) -> list[LogEvent]:
 def fell_off_bus(c: Collected, n: Namer) -> list[Hyp]:
     lost = _xids(c, {79}) + c.of("fell_off_bus")
     surprise = c.of("aer_surprise_down")
+    aer = [e for e in c.of("aer") if (e.code or 0) >= 1]
     if lost:
         return per_component(
             lost,
@@ -61,6 +81,7 @@ def fell_off_bus(c: Collected, n: Namer) -> list[Hyp]:
             0.95 if surprise else 0.93,
             "the GPU stopped answering on PCIe (Xid 79 / 'fallen off the bus')",
             "GPU has fallen off the bus",
+            ("PCIe AER uncorrected error reported before the GPU was lost", aer),
             ("PCIe AER Surprise Down on the GPU's upstream port", surprise),
         )
     return anchored(
@@ -105,20 +126,40 @@ def ecc(c: Collected, n: Namer) -> list[Hyp]:
     return merge(out)
 
 
+def _caused_by(c: Collected, codes: frozenset[int]) -> list[LogEvent]:
+    """Xids whose text says "caused by previous Xid N" with N in `codes` (the driver's own chain)."""
+    out = []
+    for e in c.of("xid"):
+        cause = e.detail.get("caused_by_xid", "")
+        if cause.isascii() and cause.isdigit() and int(cause) in codes:
+            out.append(e)
+    return out
+
+
 def nvlink(c: Collected, n: Namer) -> list[Hyp]:
+    chain = NVLINK_XIDS | NVLINK_WARNING_XIDS
+    cleanups = _caused_by(c, chain)
     out = per_component(
-        _xids(c, NVLINK_XIDS), n.gpu, "nvlink_degraded", 0.85, "NVLink error Xids (74/137/145)", "NVLink Xid"
+        _xids(c, NVLINK_XIDS),
+        n.gpu,
+        "nvlink_degraded",
+        0.85,
+        "NVLink error Xids (74/137/145-150): the GPU's NVLink links reported errors",
+        "NVLink Xid",
+        ("Xids the driver says the NVLink Xid caused", cleanups),
+    )
+    out += per_component(
+        _xids(c, NVLINK_WARNING_XIDS),
+        n.gpu,
+        "nvlink_degraded",
+        0.6,
+        "NVLink Xid 144 (often a non-fatal link warning): the link logged errors",
+        "NVLink Xid 144",
+        ("Xids the driver says the NVLink Xid caused", cleanups),
     )
     if not out:
-        referenced = [
-            e
-            for e in c.of("xid")
-            if e.detail.get("caused_by_xid", "").isascii()
-            and e.detail.get("caused_by_xid", "").isdigit()
-            and int(e.detail["caused_by_xid"]) in NVLINK_XIDS | {144, 146, 147, 148, 149, 150}
-        ]
         out += anchored(
-            referenced,
+            cleanups,
             n.gpu,
             "nvlink_degraded",
             0.4,
@@ -165,22 +206,90 @@ def firmware(c: Collected, n: Namer) -> list[Hyp]:
     )
 
 
+def _application_backing(c: Collected, app: list[LogEvent]) -> list[LogEvent]:
+    """The lines that back the application reading of `app` (see above); [] when none."""
+    by_address: dict[str, list[LogEvent]] = {}
+    for e in app:
+        if (m := _FAULT_AT.search(e.raw)) is not None:
+            by_address.setdefault(m.group(1), []).append(e)
+    repeated = [
+        group[0]
+        for group in by_address.values()
+        if len({m.group(1) for g in group if (m := _PID.search(g.raw)) is not None}) >= 2
+    ]
+    cuda = [e for e in c.of("cuda_error") if _PROGRAM_CUDA_ERROR.search(e.detail.get("what", ""))]
+    return repeated + cuda
+
+
 def application(c: Collected, n: Namer) -> list[Hyp]:
     app = [e for e in _xids(c, APP_XIDS) if "caused_by_xid" not in e.detail]
     if not app:
         return []
     hardware = _xids(c, HW_XIDS) + c.of("fell_off_bus") + c.of("gsp_timeout") + c.of("aer_surprise_down")
     if hardware:
-        return []  # Xid 13/31/43/45 next to hardware Xids are consequences, not an application's fault
-    codes = {e.code for e in app if e.code is not None}
+        return []  # Xid 13/31/32/43/45 next to hardware Xids are consequences, not an application's fault
+    codes = sorted({e.code for e in app if e.code is not None})
+    backing = _application_backing(c, app)
+    if backing:
+        return per_component(
+            app,
+            n.gpu,
+            "application_error",
+            0.65,
+            f"application-class Xids {codes}, backed by a program error in the lines (a fault repeated at the "
+            "same address by different processes, or the job's CUDA error naming one); no hardware Xid",
+            "application-class Xid",
+            ("what points at the program", backing),
+        )
+    named = [e for e in app if e.code == 13 and _PROGRAM_EXCEPTION.search(e.raw)]
+    lean = " (the SM exception names a program error, which leans towards the program)" if named else ""
     return per_component(
         app,
         n.gpu,
         "application_error",
-        0.65 if codes & {13, 31} else 0.6,
-        f"application-class Xids {sorted(codes)} with no hardware Xid: the program's fault is most likely",
+        0.55 if named else 0.5,
+        f"application-class Xids {codes} with nothing to back either reading{lean}: a program bug (bad "
+        "address, illegal instruction) or the driver/hardware (a driver regression or failing card gives the "
+        "same lines). What decides: whether another program or another GPU reproduces it (run the GPU's "
+        "diagnostics and a known-good workload on it), and whether it started with a driver change",
         "application-class Xid",
+        ("the SM exception names a program error", named),
     )
+
+
+def driver_state(c: Collected, n: Namer) -> list[Hyp]:
+    """CUDA's "system not yet initialized" (802: a required driver daemon, on NVSwitch systems the fabric
+    manager, is not running or not ready) and the driver failing to initialise a GPU (RmInitAdapter)."""
+    out = anchored(
+        [e for e in c.of("cuda_error") if e.detail.get("code") == "802"],
+        n.node,
+        "gpu_driver_firmware_fault",
+        0.7,
+        "CUDA error 802 'system not yet initialized': the GPU driver stack is not ready; on NVSwitch systems "
+        "(HGX/DGX) the fabric manager is not running or does not match the driver",
+        "CUDA system not ready (802)",
+    )
+    out += anchored(
+        [e for e in c.of("fabric_state") if e.code == 1],
+        n.gpu,
+        "gpu_driver_firmware_fault",
+        0.65,
+        "the GPU is not registered with the NVLink fabric (nvidia-smi Fabric State/Status): the fabric manager "
+        "is not running, still in progress, or failed; CUDA work on it fails (error 802) until it completes",
+        "nvidia-smi Fabric state",
+    )
+    lost = _xids(c, {79}) + c.of("fell_off_bus")
+    if not lost:
+        out += anchored(
+            c.of("init_failed"),
+            n.gpu,
+            "gpu_driver_firmware_fault",
+            0.5,
+            "the driver could not initialise the GPU (RmInitAdapter failed): a driver/firmware mismatch or "
+            "the board itself; suspect the driver first when it began after a driver change",
+            "driver failed to initialise the GPU",
+        )
+    return out
 
 
 def pcie(c: Collected, n: Namer) -> list[Hyp]:

@@ -131,3 +131,27 @@ def job_setup(c: Collected, n: Namer) -> list[Hyp]:
     )
     cited = ("NCCL shared-memory segment failed", no_space or shm)
     return [hyp("application_error", n.node(shm[0]), 0.75 if no_space else 0.5, summary, cited)]
+
+
+# CUDA's cudaErrorNoKernelImageForDevice ("no kernel image is available for execution on the device"): the
+# program was built without code for this GPU's architecture (CUDA Runtime API, error types). The meaning is
+# the error's own; a job's build, not the hardware.
+_NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
+
+
+def job_build(c: Collected, n: Namer) -> list[Hyp]:
+    """The job's binary carries no kernel for the GPU (a build for other architectures)."""
+    missing = [
+        e
+        for e in c.of("cuda_error")
+        if _NO_KERNEL_IMAGE in e.detail.get("what", "") or _NO_KERNEL_IMAGE in e.raw
+    ]
+    return anchored(
+        missing,
+        n.node,
+        "application_error",
+        0.7,
+        "CUDA found no kernel image for this GPU: the program (or a library it ships) was built without code "
+        "for the GPU's architecture: the job's build, not the hardware",
+        "CUDA: no kernel image for this device",
+    )
