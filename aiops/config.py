@@ -124,6 +124,8 @@ class CollectorsConfig(_Section):
     infiniband: CollectorConfig = _collector(5.0)  # /sys/class/infiniband port and hw counters
     kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, off the bus, AER, GSP, link, thermal, MCE, ...
     lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
+    # eBPF uprobes on libnccl/libcudart: one 2 s window per interval (docs/PROFILE.md "Per-rank timing")
+    rank_timing: CollectorConfig = _collector(60.0)
 
 
 class DetectionConfig(_Section):

@@ -44,6 +44,7 @@ UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "ib_port_samples": ("ts_s", "node", "device", "port"),
     "hwmon_samples": ("ts_s", "node", "chip", "sensor"),
     "kernel_events": ("ts_s", "node", "seq"),
+    "rank_timing_samples": ("ts_s", "node", "pid", "op"),
 }
 
 
