@@ -103,10 +103,12 @@ class RankTimingCollector:
         """table -> (columns, rows) made since the last call (the service wraps them as RowBatch)."""
         if self._thread is None and not self._stop.is_set():
             reason = unavailable_reason() if self.proc == Path("/proc") else None
-            if reason is not None:
+            if reason is not None:  # for good: said once, no thread
                 self._unavailable(now_ts_s, reason)
                 self._stop.set()
             else:
+                if not scan_processes(self.proc):  # said at once; the thread looks again every period
+                    self._unavailable(now_ts_s, self._no_process())
                 self._thread = threading.Thread(target=self._run, name="rank-timing", daemon=True)
                 self._thread.start()
         with self._lock:
@@ -160,7 +162,7 @@ class RankTimingCollector:
     def _one_period(self) -> None:
         processes = scan_processes(self.proc)
         if not processes:
-            self._unavailable(time.time(), f"no process under {self.proc} maps libnccl or libcudart")
+            self._unavailable(time.time(), self._no_process())
             return
         if self.proc != Path("/proc"):
             self._unavailable(time.time(), f"probes attach only on this host's own /proc, not {self.proc}")
@@ -185,6 +187,9 @@ class RankTimingCollector:
         )
         self._emit(rows)
         probes.forget(set(processes) | {c.tgid for c in counted})
+
+    def _no_process(self) -> str:
+        return f"no process under {self.proc} maps libnccl or libcudart (no NCCL or CUDA job runs here)"
 
     def _who(self, pid: int, comm: dict[int, tuple[int, int]]) -> RankOf:
         base = self.proc / str(pid)

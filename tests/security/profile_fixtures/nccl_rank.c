@@ -4,7 +4,9 @@
  * cudaStreamSynchronize. Without a GPU every call fails at once; the uprobes fire all the same.
  * argv[1]: steps (0: until stdin closes or the process is killed), argv[2]: compute us per step,
  * argv[3]: sleep us per step. Prints "ready" once its libraries are mapped; with argv[4] "count" it prints
- * the steps done so far every 100 ms on stdout (bench/rank_timing.py's throughput).
+ * the steps done so far every 100 ms on stdout (bench/rank_timing.py's throughput). argv[5] (default 0): call
+ * ncclCommInitRank again every N steps (a job that re-creates its communicator). The rank and world size are
+ * RANK and WORLD_SIZE, or NCCL_ONLY_RANK and NCCL_ONLY_WORLD (a process whose rank only NCCL's arguments say).
  */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -33,7 +35,12 @@ int main(int argc, char **argv) {
     long compute_us = argc > 2 ? atol(argv[2]) : 100;
     long sleep_us = argc > 3 ? atol(argv[3]) : 0;
     int counting = argc > 4 && strcmp(argv[4], "count") == 0;
+    long reinit_every = argc > 5 ? atol(argv[5]) : 0;
     const char *rank_env = getenv("RANK"), *world_env = getenv("WORLD_SIZE");
+    if (!rank_env) {
+        rank_env = getenv("NCCL_ONLY_RANK");
+        world_env = getenv("NCCL_ONLY_WORLD");
+    }
     int rank = rank_env ? atoi(rank_env) : 0, world = world_env ? atoi(world_env) : 1;
     ncclComm_t comm = NULL;
     ncclUniqueId id;
@@ -43,6 +50,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     long last_report = now_us();
     for (long step = 0; steps == 0 || step < steps; step++) {
+        if (reinit_every > 0 && step % reinit_every == 0)
+            ncclCommInitRank(&comm, world, id, rank);
         compute(compute_us);
         ncclAllReduce(buffer, buffer, 1 << 20, ncclFloat32, ncclSum, comm, NULL);
         ncclAllReduce(buffer, buffer, 1 << 20, ncclFloat32, ncclSum, comm, NULL);
