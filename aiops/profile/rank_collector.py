@@ -93,6 +93,7 @@ class RankTimingCollector:
         self._thread: threading.Thread | None = None
         self._probes: RankProbes | None = None
         self._cycler: Cycler | None = None
+        self.compiled = threading.Event()  # set once the program is loaded (bench/rank_timing.py waits on it)
         self._steps: dict[str, int] = {}
 
     @property
@@ -140,8 +141,7 @@ class RankTimingCollector:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                started = time.monotonic()
-                self._one_period()
+                started = self._one_period()  # the period runs from the window's opening (after a compile)
                 self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
         except Exception as exc:  # the probes failed (a kernel or bcc refusal): said once, the thread ends
             self._unavailable(time.time(), f"{type(exc).__name__}: {exc}")
@@ -159,21 +159,25 @@ class RankTimingCollector:
                 self._probes.close()
             self._probes = None
 
-    def _one_period(self) -> None:
+    def _one_period(self) -> float:
+        """One window (when a process maps the libraries); returns the monotonic time the period started."""
+        started = time.monotonic()
         processes = scan_processes(self.proc)
         if not processes:
             self._unavailable(time.time(), self._no_process())
-            return
+            return started
         if self.proc != Path("/proc"):
             self._unavailable(time.time(), f"probes attach only on this host's own /proc, not {self.proc}")
-            return
+            return started
         files = library_files(processes)
         if self._probes is None or self._cycler is None or not files.keys() <= self._probes.files.keys():
             self._drop_probes()  # a new library file (a job with its own libnccl): one program for all
             probes = self._probes = RankProbes(files)
-            self._cycler = Cycler(probes.attached, lambda: probes.totals)
+            self._cycler = Cycler(probes.attached, probes.heat)
+            self.compiled.set()
         probes, cycler = self._probes, self._cycler
         probed_before_s = cycler.probed_s
+        started = time.monotonic()
         cycler.set_open(True)  # the links attach, then the gate opens
         self._stop.wait(self.window_s)
         cycler.set_open(False)  # the gate closes; the hot links detach in the Cycler's thread
@@ -187,6 +191,7 @@ class RankTimingCollector:
         )
         self._emit(rows)
         probes.forget(set(processes) | {c.tgid for c in counted})
+        return started
 
     def _no_process(self) -> str:
         return f"no process under {self.proc} maps libnccl or libcudart (no NCCL or CUDA job runs here)"

@@ -172,7 +172,6 @@ class RankProbes:
         self.attached.links = tuple(links)
         self.attached.set_gate(False)
         self._last: dict[tuple[int, int], tuple[int, int, int]] = {}
-        self.totals: dict[int, int] = {}  # probe index -> calls counted so far (the Cycler's heat)
 
     def close_window(self) -> dict[tuple[int, int], int]:
         """Right after the gate closed: the calls still open, (tgid, probe) -> ns from their entry to now;
@@ -200,8 +199,15 @@ class RankProbes:
             probe = RANK_PROBE_BY_INDEX.get(ident[1])
             if probe is None or (calls == 0 and blocked_ns == 0):
                 continue
-            self.totals[probe.index] = self.totals.get(probe.index, 0) + calls
             out.append(Counted(ident[0], probe, calls, blocked_ns, nbytes))
+        return out
+
+    def heat(self) -> dict[int, int]:
+        """Calls counted so far per probe index, read from the kernel now (the Cycler's heat: it decides
+        after each window which links are hot enough to detach)."""
+        out: dict[int, int] = {}
+        for key, value in self.attached.bpf[b"counts"].items():
+            out[int(key.probe)] = out.get(int(key.probe), 0) + int(value.calls)
         return out
 
     def comm_ranks(self) -> dict[int, tuple[int, int]]:
