@@ -9,6 +9,11 @@ toolkit; no driver: the calls fail at once, the uprobes fire all the same). The 
 - `duty`: a `RankTimingCollector` (default period and window) compiled first, then one period measured: the
   first window opens as the period starts, so the phase holds exactly one window and the detach after it;
 - `full`: a collector whose window is its period (probes attached and counting throughout), --full-s long.
+Then `paired_full`: the same program, --pairs pairs of --pair-s off and --pair-s with every probe attached and
+counting (one compiled program, the links attached and detached by hand between the two), each pair's ratio:
+adjacent phases see the same load, so the cost of a probed call shows through a busy machine where whole
+periods far apart do not; `estimated_duty_overhead_pct` = that cost x the share of each period the links are
+attached (window + the detach after it, measured) / period.
 Throughput is probed calls per second of the target's CPU time (the work the probes add to it, stable on a
 shared machine; the traps are system time of the target) and per second of wall time (what the program feels,
 noisy under load). `ratio_<mode>` = throughput(mode) / throughput(off) of the same round; `overhead_pct` is
@@ -32,7 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aiops.profile.duty import Cycler
 from aiops.profile.rank_collector import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S, RankTimingCollector
+from aiops.profile.rank_probes import RankProbes, library_files, scan_processes
 
 CUDA = Path("/usr/local/cuda")
 SOURCE = Path(__file__).with_name("rank_timing_target.c")
@@ -111,6 +118,30 @@ def with_collector(target: Target, period_s: float, window_s: float, seconds: fl
     return out
 
 
+def paired_full(target: Target, pairs: int, pair_s: float) -> dict[str, Any]:
+    """Probes off then on, `pairs` times, adjacent: each pair's throughput ratio, and the detach time."""
+    processes = scan_processes()
+    mine = {target.process.pid: processes[target.process.pid]}
+    probes = RankProbes(library_files(mine))
+    cycler = Cycler(probes.attached, probes.heat, 0.0)
+    ratios: dict[str, list[float]] = {"cpu": [], "wall": []}
+    try:
+        for _ in range(pairs):
+            off = target.measure(pair_s)
+            cycler.set_open(True)
+            on = target.measure(pair_s)
+            cycler.set_open(False)
+            started = time.monotonic()
+            while len(cycler.detach_s) < len(ratios["cpu"]) + 1 and time.monotonic() - started < 30:
+                time.sleep(0.05)  # the detach thread finishes before the next off phase
+            for per in ("cpu", "wall"):
+                ratios[per].append(on[f"calls_per_{per}_s"] / off[f"calls_per_{per}_s"])
+    finally:
+        cycler.close()
+        probes.close()
+    return {"ratios": ratios, "detach_s": cycler.detach_s}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -118,6 +149,8 @@ def main() -> None:
     parser.add_argument("--period-s", type=float, default=DEFAULT_PERIOD_S)
     parser.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S)
     parser.add_argument("--full-s", type=float, default=10.0)
+    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--pair-s", type=float, default=1.0)
     args = parser.parse_args()
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
@@ -129,6 +162,7 @@ def main() -> None:
                 duty = with_collector(target, args.period_s, args.window_s, args.period_s - MARGIN_S)
                 full = with_collector(target, args.full_s + 1.0, args.full_s + 1.0, args.full_s)
                 rounds.append({"off": off, "duty": duty, "full": full})
+            paired = paired_full(target, args.pairs, args.pair_s)
         finally:
             target.close()
     result: dict[str, Any] = {
@@ -151,6 +185,17 @@ def main() -> None:
         if r["duty"]["window_s"] > 0
     ]
     result["calls_counted_over_made"] = window_made
+    for per in ("cpu", "wall"):
+        result[f"paired_full_ratios_{per}"] = [round(r, 4) for r in paired["ratios"][per]]
+        result[f"paired_full_overhead_pct_{per}"] = round(
+            (1 - statistics.median(paired["ratios"][per])) * 100, 3
+        )
+    detach_s = statistics.median(paired["detach_s"]) if paired["detach_s"] else 0.0
+    result["detach_s_median"] = detach_s
+    attached_share = (args.window_s + detach_s) / args.period_s
+    result["estimated_duty_overhead_pct_cpu"] = round(
+        result["paired_full_overhead_pct_cpu"] * attached_share, 3
+    )
     print(json.dumps(result, indent=1))
 
 

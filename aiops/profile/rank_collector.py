@@ -3,9 +3,9 @@ for every process of the host that maps them, summarised per window (aiops/profi
 
 A thread does the windows: every `period_s` it scans /proc for the processes that map the libraries, (re)builds
 the program when a new library file appears, attaches the links (duty.Cycler), counts for `window_s`, closes
-the gate, reads the maps once and detaches the hot links. The default, a 2 s window every 60 s, probes 3.3 %
-of the time; a probed call costs ~1-2 us (entry and return traps), so a rank making 10k probed calls a second
-pays ~2 % while a window is open and ~0.07 % on average (bench/rank_timing.py measures it; docs/PROFILE.md).
+the gate, reads the maps once and detaches the links called in it. The default, a 2 s window every 60 s, probes
+3.3 % of the time: a rank pays the traps (an entry and a return per probed call) only then, and the detach
+after (bench/rank_timing.py measures both; docs/PROFILE.md, docs/BENCHMARKS.md).
 
 `rows()` hands over what the windows made since the last call. What the host lacks (root, bcc, a process
 with libnccl or libcudart) is one `unavailable` row in collector_errors for each distinct reason, never a
@@ -41,6 +41,10 @@ log = logging.getLogger("aiops.profile.rank_timing")
 NAME = "rank-timing"
 DEFAULT_PERIOD_S = 60.0
 DEFAULT_WINDOW_S = 2.0
+# After a window, a probe called more often than this is detached (aiops/profile/duty.py). Lower than `aiops
+# profile`'s 1,000: each probe here is a uprobe and a uretprobe (two traps, ~5-10 us a call on a loaded VM),
+# and a link left attached behind the closed gate still traps every call for the whole period.
+DETACH_ABOVE_CALLS_PER_S = 10.0
 ERROR_COLUMNS = ("ts_s", "collector", "component", "error", "detail")
 MAX_CGROUP_BYTES = 64 << 10
 
@@ -173,7 +177,7 @@ class RankTimingCollector:
         if self._probes is None or self._cycler is None or not files.keys() <= self._probes.files.keys():
             self._drop_probes()  # a new library file (a job with its own libnccl): one program for all
             probes = self._probes = RankProbes(files)
-            self._cycler = Cycler(probes.attached, probes.heat)
+            self._cycler = Cycler(probes.attached, probes.heat, DETACH_ABOVE_CALLS_PER_S)
             self.compiled.set()
         probes, cycler = self._probes, self._cycler
         probed_before_s = cycler.probed_s
