@@ -124,13 +124,13 @@ def test_two_ranks_call_rates_and_blocked_time_land_in_the_store(nccl_rank: Path
         assert r["blocked_s"] > 0, r  # entry to return: the failing call's own time, trap included
         rate_per_s = r["calls"] / r["window_s"]
         per_step = 2 if r["op"] == "all_reduce" else 1
-        assert 50 * per_step < rate_per_s < 520 * per_step, r  # one step per ~2 ms of sleep (+ scheduling)
+        assert 20 * per_step < rate_per_s < 520 * per_step, r  # one step per ~2 ms of sleep (+ scheduling)
         if r["op"] == "all_reduce":
             assert r["bytes"] == r["calls"] * (1 << 20) * 4  # 1 Mi float32 per call, from the arguments
         if r["op"] == "all_gather":
             assert r["bytes"] == r["calls"] * 4096 * 2  # bfloat16
     assert steps and all(s["ranks"] == 2 for s in steps)
-    assert all(0.0019 < s["step_time_s"] < 0.02 for s in steps), steps
+    assert all(0.0019 < s["step_time_s"] < 0.05 for s in steps), steps  # 2 ms sleep + load
     assert [s["step"] for s in steps] == sorted(s["step"] for s in steps)
     assert {c["op"] for c in collectives} == {"all_reduce", "all_gather"}
     assert all(c["scope"] == "node_ranks" and c["count"] > 0 for c in collectives)
