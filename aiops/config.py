@@ -142,6 +142,8 @@ class CollectorsConfig(_Section):
     kmsg: CollectorConfig = _collector(1.0)  # /dev/kmsg: Xid, off the bus, AER, GSP, link, thermal, MCE, ...
     lanes: CollectorConfig = _collector(1.0)  # eBPF lane counters and tcp_probe, when lanes are applied
     workloads: WorkloadsConfig = Field(default_factory=WorkloadsConfig)  # GPU -> process -> job (JOBS.md)
+    # eBPF uprobes on libnccl/libcudart: one 2 s window per interval (docs/PROFILE.md "Per-rank timing")
+    rank_timing: CollectorConfig = _collector(60.0)
 
 
 class DetectionConfig(_Section):

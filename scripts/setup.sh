@@ -79,5 +79,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 log "installing Python packages"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+# the dev extra includes nvidia-nccl-cu13 (a 207 MB wheel): the real libnccl.so.2 the rank timing tests probe
 .venv/bin/python -m pip install -q -e '.[dev]'
 log "done"

@@ -31,5 +31,5 @@ def test_absent_collectors_are_logged_once_each(tmp_path: Path, caplog: pytest.L
         rows = store.query("SELECT collector, detail FROM collector_errors WHERE error = 'unavailable'")
     assert sorted(said) == sorted((r["collector"], r["detail"]) for r in rows)  # each row logged, once
     assert len(said) == len(set(said))
-    assert {"procfs", "netdev", "hwmon", "kmsg"} <= {collector for collector, _ in said}
+    assert {"procfs", "netdev", "hwmon", "kmsg", "rank-timing"} <= {collector for collector, _ in said}
     assert any("kmsg unavailable" in detail and str(root) in detail for _, detail in said)

@@ -31,6 +31,7 @@ NODE_TABLES = frozenset(
         "kernel_events",
         "log_events",
         "profile_runs",
+        "rank_timing_samples",
     }
 )
 # The column that names the node where it is not `node`: a log line names the host it came from.

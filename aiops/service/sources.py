@@ -31,6 +31,7 @@ import pyarrow as pa
 from aiops.config import Config
 from aiops.datapath.policy import Policy
 from aiops.errors import ConfigError, TwinMismatch
+from aiops.profile.rank_collector import DEFAULT_WINDOW_S, RankTimingCollector
 from aiops.scenarios import Scenario, scenario_yaml
 from aiops.service.node_slice import FACILITY, NodeSlice, job_homes
 from aiops.sim.sysfs import SimSysfs
@@ -296,12 +297,21 @@ def host_sources(config: Config) -> Sources:
         resolvers = config_resolvers(config, config.node.name)
         found = workload_collector(made.nvml, resolvers, wanted.root)
         sources.append(Source(found.name, found, wanted.workloads.interval_s))
+    ranks = rank_timing_source(config) if wanted.rank_timing.enabled else None
+    if ranks is not None:
+        sources.append(Source(ranks.name, ranks, RANK_TIMING_POLL_S))
+
+    def close() -> None:
+        made.close()
+        if ranks is not None:
+            ranks.close()
+
     out = Sources(
         sources,
         time.time,
         tick_s=min([0.25, *(s.interval_s for s in sources)]),
         describe=f"host {config.node.name}",
-        close=made.close,
+        close=close,
     )
     out.topology_rows = list(made.topology.rows)
     out.placement = where
@@ -325,6 +335,40 @@ def config_resolvers(config: Config, node: str) -> list[WorkloadResolver]:
         pod_resources_socket=w.pod_resources_socket,
         first=[slurm],
     )
+RANK_TIMING_POLL_S = (
+    5.0  # how often the windows' rows are taken (a window comes every rank_timing.interval_s)
+)
+
+
+class RankTimingSource:
+    """The per-rank timing collector (aiops/profile, a thread of duty-cycled windows) as a row collector."""
+
+    def __init__(self, collector: RankTimingCollector) -> None:
+        self.collector = collector
+        self.name = collector.name
+
+    def rows(self, now_ts_s: float) -> dict[str, RowBatch]:
+        return {t: RowBatch(cols, rows) for t, (cols, rows) in self.collector.rows(now_ts_s).items()}
+
+    def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
+        return to_arrow(self.rows(now_ts_s))
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+def rank_timing_source(config: Config) -> RankTimingSource:
+    wanted = config.collectors
+    period_s = wanted.rank_timing.interval_s
+    window_s = min(DEFAULT_WINDOW_S, period_s)
+    collector = RankTimingCollector(
+        config.node.name,
+        wanted.root,
+        period_s=period_s,
+        window_s=window_s,
+        resolvers=config_resolvers(config, config.node.name),
+    )
+    return RankTimingSource(collector)
 
 
 def register_topology(store: Store, sources: Sources) -> int:

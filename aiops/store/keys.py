@@ -45,6 +45,7 @@ UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "hwmon_samples": ("ts_s", "node", "chip", "sensor"),
     "kernel_events": ("ts_s", "node", "seq"),
     "gpu_processes": ("ts_s", "gpu", "pid"),
+    "rank_timing_samples": ("ts_s", "node", "pid", "op"),
 }
 
 

@@ -618,6 +618,27 @@ CREATE TABLE IF NOT EXISTS node_placement (
 )
 """
 
+# Per-rank timing from eBPF uprobes on libnccl and libcudart (aiops/profile/rank_timing.py): per process and
+# op over one duty-cycled window, the calls and the time blocked between entry and return. The job's summaries
+# go to collective_samples (scope `node_ranks`) and job_steps (step cadence, straggler as slowest_rank).
+M021_RANK_TIMING = """
+CREATE TABLE IF NOT EXISTS rank_timing_samples (
+    ts_s DOUBLE NOT NULL,           -- the window's close
+    node VARCHAR NOT NULL,
+    job VARCHAR NOT NULL,           -- aiops/workload.py's job name; process-<pid> when no job is known
+    rank INTEGER,                   -- NULL when neither ncclCommInitRank nor RANK said it
+    world_size INTEGER,
+    pid BIGINT NOT NULL,
+    op VARCHAR NOT NULL,            -- all_reduce ... group_end, or the CUDA call (cudaStreamSynchronize ...)
+    kind VARCHAR NOT NULL,          -- collective | group | sync
+    window_s DOUBLE NOT NULL,       -- how long the window counted (calls per second = calls / window_s)
+    calls BIGINT NOT NULL,
+    blocked_s DOUBLE NOT NULL,      -- summed entry-to-return time inside the window
+    bytes BIGINT,                   -- collectives: count x the datatype's size
+    rank_source VARCHAR NOT NULL    -- nccl | env | none
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -639,6 +660,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(18, "twin_node", _sql(M018_TWIN_NODE)),
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
+    Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
@@ -661,4 +683,5 @@ TIME_SERIES_TABLES: tuple[str, ...] = (
     "hwmon_samples",
     "kernel_events",
     "gpu_processes",
+    "rank_timing_samples",
 )
