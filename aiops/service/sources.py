@@ -335,6 +335,8 @@ def config_resolvers(config: Config, node: str) -> list[WorkloadResolver]:
         pod_resources_socket=w.pod_resources_socket,
         first=[slurm],
     )
+
+
 RANK_TIMING_POLL_S = (
     5.0  # how often the windows' rows are taken (a window comes every rank_timing.interval_s)
 )
