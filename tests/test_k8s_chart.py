@@ -36,7 +36,7 @@ OVERRIDES: dict[str, Any] = {  # every optional branch of the templates on
     "fleet": {
         "prometheusTokenSecret": "prom-token",
         "storage": {"storageClassName": "fast"},
-        "extraConfig": "[notify]\nsince_s = 0",
+        "extraConfig": "[notify]\ntimeout_s = 5.0",
     },
     "monitoring": {"labels": {"release": "kps"}},
 }
