@@ -422,10 +422,17 @@ def test_the_image_installs_debian_bcc_and_the_whole_package() -> None:
     assert re.search(r"debian:(bookworm|12)", base), base
     installs = " ".join(args for args in instruction("RUN") if "apt-get install" in args).split()
     wanted = {"python3", "python3-venv", "python3-bpfcc", "bpfcc-tools", "python3-pyroute2", "iproute2"}
+    wanted |= {"chromium"}  # PDF reports (aiops/report/pdf.py finds /usr/bin/chromium)
     assert wanted <= set(installs), wanted - set(installs)
     assert not any(p.startswith("linux-headers") for p in installs), "headers come from the host"
     runs = " ".join(instruction("RUN"))
     assert "--system-site-packages" in runs and re.search(r"pip install [^&]*/src", runs)
+    pdf_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "pdf"
+    ]
+    assert re.search(r"pip install [^&]*\"/src\[pdf\]\"", runs) and any(
+        d.startswith("playwright") for d in pdf_extra
+    )
     assert instruction("USER") in ([], ["root"])
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
