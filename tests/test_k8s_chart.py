@@ -32,7 +32,10 @@ K8S_VERSIONS = ("1.31", "1.35")
 OVERRIDES: dict[str, Any] = {  # every optional branch of the templates on
     "namespace": {"create": True},
     "http": {"token": "a-fixed-token-for-the-test"},
-    "node": {"hosts": {"gpu-a": {"name": "node7", "rack": "rack1"}}, "extraConfig": "[report]\nenabled = true"},
+    "node": {
+        "hosts": {"gpu-a": {"name": "node7", "rack": "rack1"}},
+        "extraConfig": "[report]\nenabled = true",
+    },
     "fleet": {
         "prometheusTokenSecret": "prom-token",
         "storage": {"storageClassName": "fast"},
