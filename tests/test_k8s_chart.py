@@ -237,3 +237,167 @@ def test_a_secret_the_user_names_is_used_and_none_is_made() -> None:
 def test_bad_hosts_stop_the_install_with_a_message(hosts: dict[str, Any], message: str) -> None:
     with pytest.raises(Exception, match=re.escape(message)):
         render(hosts=hosts)
+
+
+NODE = 'job="aiops-node"'
+UNIT_TESTS: dict[
+    str, Any
+] = {  # promtool's rule unit tests: synthetic series, one per alert of the agent itself
+    "evaluation_interval": "1m",
+    "tests": [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": f'up{{{NODE},instance="n0:9484"}}', "values": "0x20"},
+                {"series": f'up{{{NODE},instance="n1:9484"}}', "values": "1x20"},
+                {
+                    "series": f'aiops_ingested_rows_total{{{NODE},instance="n1:9484",table="gpu"}}',
+                    "values": "7x20",
+                },
+                {
+                    "series": f'aiops_collector_errors_total{{{NODE},instance="n1:9484",collector="nvml"}}',
+                    "values": "0+1x20",
+                },
+                {"series": f'aiops_alerts_shed_total{{{NODE},instance="n1:9484"}}', "values": "0 0 0 4 4 4"},
+                {"series": f'aiops_loop_errors_total{{{NODE},instance="n1:9484"}}', "values": "0+1x20"},
+                {"series": f'scrape_samples_scraped{{{NODE},instance="n2:9484"}}', "values": "0x20"},
+                {
+                    "series": f'aiops_notifications_queued_total{{{NODE},instance="n1:9484"}}',
+                    "values": "0+10x30",
+                },
+                {
+                    "series": f'aiops_notifications_delivered_total{{{NODE},instance="n1:9484"}}',
+                    "values": "0x30",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "AiopsAgentDown", "exp_alerts": []},  # not yet: for 5m
+                {
+                    "eval_time": "10m",
+                    "alertname": "AiopsAgentDown",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "severity": "critical",
+                                "job": "aiops-node",
+                                "instance": "n0:9484",
+                            },
+                            "exp_annotations": {"summary": "aiops-node on n0:9484 cannot be scraped"},
+                        }
+                    ],
+                },
+                {"eval_time": "10m", "alertname": "AiopsAgentsAbsent", "exp_alerts": []},
+                {
+                    "eval_time": "10m",
+                    "alertname": "AiopsScrapeEmpty",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "job": "aiops-node", "instance": "n2:9484"},
+                            "exp_annotations": {"summary": "n2:9484 answers /metrics with no sample"},
+                        }
+                    ],
+                },
+                {
+                    "eval_time": "15m",
+                    "alertname": "AiopsLoopErrors",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "job": "aiops-node", "instance": "n1:9484"},
+                            "exp_annotations": {"summary": "a flush step on n1:9484 keeps failing"},
+                        }
+                    ],
+                },
+                {
+                    "eval_time": "12m",
+                    "alertname": "AiopsSamplesStale",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "severity": "critical",
+                                "job": "aiops-node",
+                                "instance": "n1:9484",
+                            },
+                            "exp_annotations": {"summary": "n1:9484 stored no sample for 5m"},
+                        }
+                    ],
+                },
+                {
+                    "eval_time": "15m",
+                    "alertname": "AiopsCollectorErrors",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "severity": "warning",
+                                "job": "aiops-node",
+                                "instance": "n1:9484",
+                                "collector": "nvml",
+                            },
+                            "exp_annotations": {
+                                "summary": "collector nvml on n1:9484 keeps failing",
+                                "description": "Its rows are in the collector_errors table: aiops query "
+                                "'SELECT * FROM collector_errors ORDER BY ts_s DESC LIMIT 20'.",
+                            },
+                        }
+                    ],
+                },
+                {
+                    "eval_time": "5m",
+                    "alertname": "AiopsAlertQueueShedding",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "job": "aiops-node", "instance": "n1:9484"},
+                            "exp_annotations": {
+                                "summary": "n1:9484 dropped firing alerts uninvestigated in the last 15 min"
+                            },
+                        }
+                    ],
+                },
+                {
+                    "eval_time": "20m",
+                    "alertname": "AiopsNotificationBacklog",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "job": "aiops-node", "instance": "n1:9484"},
+                            "exp_annotations": {
+                                "summary": "200 notifications of n1:9484 wait for their receiver"
+                            },
+                        }
+                    ],
+                },
+            ],
+        },
+        {  # no node agent scraped at all
+            "interval": "1m",
+            "input_series": [{"series": 'up{job="aiops-fleet",instance="f:9484"}', "values": "1x10"}],
+            "alert_rule_test": [
+                {
+                    "eval_time": "6m",
+                    "alertname": "AiopsAgentsAbsent",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "critical", "job": "aiops-node"},
+                            "exp_annotations": {"summary": "Prometheus scrapes no aiops node agent"},
+                        }
+                    ],
+                }
+            ],
+        },
+    ],
+}
+
+
+def test_promtool_unit_tests_fire_the_agent_alerts(tmp_path: Path) -> None:
+    """The alerts on the agent itself, each fired by `promtool test rules` on synthetic series (the incident
+    alert fires on a real Prometheus in tests/test_k8s_alerts.py)."""
+    promtool = require_binary("promtool")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rule_groups(render())))
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], **UNIT_TESTS}))
+    done = subprocess.run(
+        [promtool, "test", "rules", "tests.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    tested = {t["alertname"] for group in UNIT_TESTS["tests"] for t in group["alert_rule_test"]}
+    agent = {
+        r["alert"] for g in rule_groups(render())["groups"] for r in g["rules"] if g["name"] == "aiops-agent"
+    }
+    assert agent - tested == set(), "an agent alert without a unit test"
