@@ -6,11 +6,13 @@ One service and one Prometheus for the module."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +119,14 @@ def alerts(stack: Stack) -> list[dict[str, Any]]:
     return list(api(stack, "alerts")["alerts"])
 
 
+def unix_s(rfc3339: str) -> float:
+    """Prometheus' RFC 3339 times (nanoseconds, `Z` or an offset) as Unix seconds."""
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", rfc3339)
+    assert found, rfc3339
+    whole = datetime.fromisoformat(found[1] + ("+00:00" if found[3] == "Z" else found[3]))
+    return whole.timestamp() + float(found[2] or 0)
+
+
 def evaluated_on_data(stack: Stack) -> bool:
     """Every rule group has been evaluated after Prometheus held the agent's incident and ingest series."""
     if not api(stack, "query", query="aiops_ingested_rows_total")["result"]:
@@ -124,10 +134,7 @@ def evaluated_on_data(stack: Stack) -> bool:
     first = min(
         float(s["values"][0][0]) for s in api(stack, "query", query="aiops_flushes_total[1m]")["result"]
     )
-    groups = api(stack, "rules")["groups"]
-    return all(
-        g["lastEvaluation"] > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(first + 2)) for g in groups
-    )
+    return all(unix_s(g["lastEvaluation"]) > first + 2 for g in api(stack, "rules")["groups"])
 
 
 def test_rules_load_into_prometheus(stack: Stack) -> None:
