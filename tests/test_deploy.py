@@ -1,4 +1,4 @@
-"""The deployment files (docs/deploy, docs/DEPLOY.md) agree with the configuration and with each other.
+"""The deployment files (deploy, docs/DEPLOY.md) agree with the configuration and with each other.
 
 Nothing here runs systemd, a container engine or Kubernetes: the files are parsed (a small INI reader for
 the unit, a line reader for the Containerfile, PyYAML for the manifests, shlex for the documented `podman
@@ -29,7 +29,7 @@ from aiops.datapath.loader import BPFFS
 from collectors.ebpf.tcp_probe import TRACEFS
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPLOY = ROOT / "docs" / "deploy"
+DEPLOY = ROOT / "deploy"
 DOC = ROOT / "docs" / "DEPLOY.md"
 CONFIG_PATH = "/etc/aiops/config.toml"
 COMMAND = ["aiops", "run", "--config", CONFIG_PATH]
@@ -260,7 +260,7 @@ def test_every_way_runs_aiops_run_with_its_config_file() -> None:
     assert PurePosixPath(exec_start[0]).name == "aiops" and exec_start[0].startswith("/")
     assert exec_start[1:] == COMMAND[1:]
     copied = [shlex.split(args) for args in instruction("COPY")]
-    assert ["docs/deploy/container.toml", CONFIG_PATH] in copied, "the image has no default config"
+    assert ["deploy/container.toml", CONFIG_PATH] in copied, "the image has no default config"
 
 
 @pytest.mark.parametrize("name", ["pod", "container.toml", "host.toml"])

@@ -144,7 +144,7 @@ def container(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def test_the_node_agents_match_the_documented_daemonset(objects: list[dict[str, Any]]) -> None:
-    """The chart's DaemonSet is docs/deploy/daemonset.yaml with names and values templated: same command,
+    """The chart's DaemonSet is deploy/daemonset.yaml with names and values templated: same command,
     mounts, capabilities, probes and pod settings (tests/test_deploy.py checks those against the config)."""
     chart_ds, docs_ds = one(objects, "DaemonSet"), DOCS_MANIFESTS["DaemonSet"]
     chart_pod, docs_pod = chart_ds["spec"]["template"]["spec"], docs_ds["spec"]["template"]["spec"]
