@@ -1,4 +1,4 @@
-"""The deployment files (docs/deploy, docs/DEPLOY.md) agree with the configuration and with each other.
+"""The deployment files (deploy, docs/DEPLOY.md) agree with the configuration and with each other.
 
 Nothing here runs systemd, a container engine or Kubernetes: the files are parsed (a small INI reader for
 the unit, a line reader for the Containerfile, PyYAML for the manifests, shlex for the documented `podman
@@ -29,7 +29,7 @@ from aiops.datapath.loader import BPFFS
 from collectors.ebpf.tcp_probe import TRACEFS
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPLOY = ROOT / "docs" / "deploy"
+DEPLOY = ROOT / "deploy"
 DOC = ROOT / "docs" / "DEPLOY.md"
 CONFIG_PATH = "/etc/aiops/config.toml"
 COMMAND = ["aiops", "run", "--config", CONFIG_PATH]
@@ -260,7 +260,7 @@ def test_every_way_runs_aiops_run_with_its_config_file() -> None:
     assert PurePosixPath(exec_start[0]).name == "aiops" and exec_start[0].startswith("/")
     assert exec_start[1:] == COMMAND[1:]
     copied = [shlex.split(args) for args in instruction("COPY")]
-    assert ["docs/deploy/container.toml", CONFIG_PATH] in copied, "the image has no default config"
+    assert ["deploy/container.toml", CONFIG_PATH] in copied, "the image has no default config"
 
 
 @pytest.mark.parametrize("name", ["pod", "container.toml", "host.toml"])
@@ -422,10 +422,17 @@ def test_the_image_installs_debian_bcc_and_the_whole_package() -> None:
     assert re.search(r"debian:(bookworm|12)", base), base
     installs = " ".join(args for args in instruction("RUN") if "apt-get install" in args).split()
     wanted = {"python3", "python3-venv", "python3-bpfcc", "bpfcc-tools", "python3-pyroute2", "iproute2"}
+    wanted |= {"chromium"}  # PDF reports (aiops/report/pdf.py finds /usr/bin/chromium)
     assert wanted <= set(installs), wanted - set(installs)
     assert not any(p.startswith("linux-headers") for p in installs), "headers come from the host"
     runs = " ".join(instruction("RUN"))
     assert "--system-site-packages" in runs and re.search(r"pip install [^&]*/src", runs)
+    pdf_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "pdf"
+    ]
+    assert re.search(r"pip install [^&]*\"/src\[pdf\]\"", runs) and any(
+        d.startswith("playwright") for d in pdf_extra
+    )
     assert instruction("USER") in ([], ["root"])
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}

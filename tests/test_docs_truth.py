@@ -1,8 +1,8 @@
 """The docs do not call built things unbuilt (issue 22, item 6):
-- no sentence of README.md, docs/*.md or a docs/deploy/* comment that says "not built" (or "not built yet", "isn't built", "does not
+- no sentence of README.md, docs/*.md or a deploy/* comment that says "not built" (or "not built yet", "isn't built", "does not
   exist yet") names a command the CLI has (`aiops <command> [<subcommand>]`, from the argparse parser itself)
   or one of the features below that such a command is;
-- every `docs/X.md, "Heading"` reference in docs/deploy/* names a heading that exists;
+- every `docs/X.md, "Heading"` reference in deploy/* and deploy/ (chart, Grafana) names a heading that exists;
 - the set-up lines of docs/SECURITY.md run, in order, on a fresh host (a temporary HOME)."""
 
 from __future__ import annotations
@@ -88,8 +88,13 @@ def test_no_doc_calls_a_built_command_unbuilt(doc: Path) -> None:
     assert false_claims(doc.read_text(encoding="utf-8"), commands()) == []
 
 
+def deploy_files() -> list[Path]:
+    """Every text file of deploy/: the unit, the Containerfile, the manifests, the Helm chart, Grafana's."""
+    return [p for p in sorted((ROOT / "deploy").rglob("*")) if p.is_file() and p.suffix != ".json"]
+
+
 def test_no_deploy_file_calls_a_built_command_unbuilt() -> None:
-    for path in sorted((ROOT / "docs" / "deploy").iterdir()):
+    for path in deploy_files():
         comments = [
             line.split("#", 1)[1].strip()
             for line in path.read_text(encoding="utf-8").splitlines()
@@ -125,7 +130,7 @@ REFERENCE = re.compile(r"(docs/[\w-]+\.md),\s*(?:\"([^\"]+)\"|([A-Z][\w ]*?)\))"
 
 def test_deploy_files_point_to_headings_that_exist() -> None:
     checked = 0
-    for path in sorted((ROOT / "docs" / "deploy").iterdir()):
+    for path in deploy_files():
         text = " ".join(line.lstrip("# ").strip() for line in path.read_text(encoding="utf-8").splitlines())
         for doc, quoted, bare in REFERENCE.findall(text):
             heading = quoted or bare

@@ -1,0 +1,100 @@
+"""The Helm chart (deploy/helm/aiops) rendered by Helm's own Go SDK (helm-python-sdk binds libhelm_c, Helm v4's
+engine: the same templates, functions and value merging as `helm template`), and the schemas its objects are
+checked against: Kubernetes' through kubernetes-validate, the prometheus-operator's CRDs through the models
+cloudcoil generates from the operator's published CRD schemas (made strict here: an unknown field is refused,
+as the API server's structural-schema pruning would silently drop it)."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "deploy" / "helm" / "aiops"
+GRAFANA = ROOT / "deploy" / "grafana"
+RELEASE, NAMESPACE = "aiops", "aiops"
+
+
+def helm() -> Any:
+    """helm_python, or a skip where it is not installed (a failure in CI: AIOPS_REQUIRE_EBPF=1)."""
+    try:
+        import helm_python  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # pragma: no cover - installed by scripts/setup.sh (pip install -e '.[dev]')
+        if os.environ.get("AIOPS_REQUIRE_EBPF") == "1":
+            pytest.fail("helm-python-sdk is not installed (pip install -e '.[dev]')")
+        pytest.skip("helm-python-sdk is not installed")
+    return helm_python
+
+
+# The least an install must say (node.hosts has no default): two GPU nodes, as in docs/KUBERNETES.md.
+HOSTS: dict[str, Any] = {
+    "gpu-node-0": {"name": "node0", "rack": "rack0"},
+    "gpu-node-1": {"name": "node1", "rack": "rack0"},
+}
+
+
+def render(
+    values: dict[str, Any] | None = None, hosts: dict[str, Any] | None = HOSTS
+) -> list[dict[str, Any]]:
+    """Every object the chart renders with `values` (and node.hosts = `hosts`) over values.yaml."""
+    merged: dict[str, Any] = {**(values or {})}
+    if hosts is not None:
+        merged["node"] = {"hosts": hosts, **merged.get("node", {})}
+    with helm().Chart.load(str(CHART)) as chart:
+        manifests: dict[str, str] = chart.render(merged, name=RELEASE, namespace=NAMESPACE)
+    objects = []
+    for _template, text in sorted(manifests.items()):
+        objects += [d for d in yaml.safe_load_all(text) if d]
+    return objects
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"{len(found)} {kind} objects named {name!r}"
+    return found[0]
+
+
+def rule_groups(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The PrometheusRule's groups as a Prometheus rule file (what the operator hands Prometheus)."""
+    return {"groups": one(objects, "PrometheusRule")["spec"]["groups"]}
+
+
+# -- the prometheus-operator's CRD schemas -------------------------------------------------------------------
+def _strict(schema: Any) -> Any:
+    """The schema with `additionalProperties: false` on every object that lists its properties."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@cache
+def crd_schema(kind: str) -> dict[str, Any]:
+    try:
+        from cloudcoil.models.prometheus_operator import v1
+    except ImportError:  # pragma: no cover
+        if os.environ.get("AIOPS_REQUIRE_EBPF") == "1":
+            pytest.fail("cloudcoil-models-prometheus-operator is not installed (pip install -e '.[dev]')")
+        pytest.skip("cloudcoil-models-prometheus-operator is not installed")
+    model = getattr(v1, kind)
+    return dict(_strict(model.model_json_schema(by_alias=True, mode="validation")))
+
+
+def crd_errors(obj: dict[str, Any]) -> list[str]:
+    """Where `obj` (a monitoring.coreos.com/v1 object) breaks its CRD's schema; [] when it fits."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(crd_schema(obj["kind"]))
+    return [
+        f"{obj['kind']}/{obj['metadata']['name']} at {'/'.join(map(str, e.absolute_path)) or '.'}: {e.message[:300]}"
+        for e in validator.iter_errors(obj)
+    ]
