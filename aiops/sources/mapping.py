@@ -204,11 +204,17 @@ def _dcgm_float(value: Any) -> float | None:
     return number
 
 
+# idx: the twin's node{n} / rack{r} keep n / r; any other name its place among its siblings by name
 _TOPOLOGY_SQL = """
 INSERT INTO topology (component, kind, parent, rack, node, idx)
 SELECT 'fleet', 'fleet', NULL, NULL, NULL, 0
-UNION ALL SELECT DISTINCT rack, 'rack', 'fleet', rack, NULL, CAST(substr(rack, 5) AS INTEGER) FROM prom_hosts
-UNION ALL SELECT node, 'node', rack, rack, node, CAST(substr(node, 5) AS INTEGER) FROM prom_hosts
+UNION ALL SELECT rack, 'rack', 'fleet', rack, NULL,
+    coalesce(TRY_CAST(regexp_extract(rack, '^rack([0-9]{1,9})$', 1) AS INTEGER), (row_number() OVER (ORDER BY rack)) - 1)
+    FROM (SELECT DISTINCT rack FROM prom_hosts)
+UNION ALL SELECT node, 'node', rack, rack, node,
+    coalesce(TRY_CAST(regexp_extract(node, '^node([0-9]{1,9})$', 1) AS INTEGER),
+             (row_number() OVER (PARTITION BY rack ORDER BY node)) - 1)
+    FROM prom_hosts
 UNION ALL SELECT DISTINCT h.node || '/gpu' || g.gpu_idx, 'gpu', h.node, h.rack, h.node, g.gpu_idx
     FROM prom_gpu g JOIN prom_hosts h USING (host)
 UNION ALL SELECT h.node || '/' || n.nic, 'nic', h.node, h.rack, h.node, CAST(substr(n.nic, 4) AS INTEGER)
