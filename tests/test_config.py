@@ -108,7 +108,9 @@ def test_one_file_for_many_nodes_by_hostname(tmp_path: Path) -> None:
     config = load_config_file(path)
     assert (node_of(config, "gpu-a-17").name, node_of(config, "gpu-a-17").rack) == ("node17", "rack2")
     assert (node_of(config, "gpu-a-18").name, node_of(config, "gpu-a-18").rack) == ("gpu-b200-a3", "rack0")
-    stranger = node_of(config, "Stranger-01.dc1.example")  # unlisted: runs, named after itself, in [node] rack
+    stranger = node_of(
+        config, "Stranger-01.dc1.example"
+    )  # unlisted: runs, named after itself, in [node] rack
     assert (stranger.name, stranger.rack) == ("stranger-01", "row-b")
     with pytest.raises(ConfigError) as caught:
         node_of(config, "under_score")  # no RFC 1123 name: the error names the field to set

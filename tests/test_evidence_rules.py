@@ -166,7 +166,11 @@ def test_a_log_without_a_host_names_no_node_and_one_with_a_host_uses_its_name(tm
     bare = _run(tmp_path, "dmesg.txt", f"[ 12.5] {xid}\n")
     assert bare["hypotheses"][0]["component"] == "this host/gpu@0000:3b:00.0"
     assert "node0" not in json.dumps(bare)  # no name invented
-    record = {"MESSAGE": xid, "_HOSTNAME": "GPU-A100-017.dc1.example", "__REALTIME_TIMESTAMP": "1764806400000000"}
+    record = {
+        "MESSAGE": xid,
+        "_HOSTNAME": "GPU-A100-017.dc1.example",
+        "__REALTIME_TIMESTAMP": "1764806400000000",
+    }
     named = _run(tmp_path, "journal.json", json.dumps(record) + "\n")
     top = named["hypotheses"][0]
     assert (top["root_cause"], top["component"]) == ("gpu_fell_off_bus", "gpu-a100-017/gpu@0000:3b:00.0")

@@ -149,7 +149,10 @@ def test_a_real_host_keeps_its_name_in_the_topology() -> None:
         ("rack0", "rack", "fleet", 0),
     } <= got
     temps = store.query("SELECT gpu, temp_c FROM gpu_samples ORDER BY gpu")
-    assert [(r["gpu"], r["temp_c"]) for r in temps] == [("gpu-a100-017/gpu3", 70.0), ("gpu-a100-018/gpu0", 65.0)]
+    assert [(r["gpu"], r["temp_c"]) for r in temps] == [
+        ("gpu-a100-017/gpu3", 70.0),
+        ("gpu-a100-018/gpu0", 65.0),
+    ]
 
 
 def test_hosts_map_by_config_then_their_own_name_then_order() -> None:
