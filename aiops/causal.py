@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from aiops import labels
+
 # What a rack- or fleet-level condition can cause on the nodes below it: heat, throttling and power limits.
 FACILITY_REACH = frozenset(
     {
@@ -30,10 +32,14 @@ FACILITY_REACH = frozenset(
 RackOf = Mapping[str, str]  # node → rack, from the topology table (empty when unknown)
 
 
-def node_of(component: str) -> str | None:
-    """`node3` for `node3`, `node3/gpu5` and `node3/nic1`; None for racks, the fleet, jobs and policies."""
-    head = component.split("/", 1)[0]
-    return head if head.startswith("node") else None
+def node_of(component: str, rack_of: RackOf | None = None) -> str | None:
+    """`node3` for `node3`, `node3/gpu5` and `node3/nic1` (any host's name alike); None for racks (`rack{r}` and
+    the racks `rack_of` names), the fleet, jobs and policies."""
+    return labels.node_of(component, _racks(rack_of))
+
+
+def _racks(rack_of: RackOf | None) -> frozenset[str]:
+    return frozenset(rack_of.values()) if rack_of else frozenset()
 
 
 def is_everywhere(component: str) -> bool:
@@ -41,14 +47,15 @@ def is_everywhere(component: str) -> bool:
     return component == "fleet" or component.startswith(("job:", "policy:"))
 
 
-def is_facility(component: str) -> bool:
-    return component == "fleet" or (component.startswith("rack") and "/" not in component)
+def is_facility(component: str, rack_of: RackOf | None = None) -> bool:
+    """The fleet or a rack (`rack{r}`, or one of the racks the topology's `rack_of` names)."""
+    return labels.component_kind(component, _racks(rack_of)) in ("fleet", "rack")
 
 
 def _rack(component: str, rack_of: RackOf) -> str | None:
-    if component.startswith("rack") and "/" not in component:
+    if labels.component_kind(component, _racks(rack_of)) == "rack":
         return component
-    node = node_of(component)
+    node = node_of(component, rack_of)
     return rack_of.get(node) if node is not None else None
 
 
@@ -57,7 +64,7 @@ def related(a: str, b: str, rack_of: RackOf) -> bool:
     is unknown is taken as inside every rack (merging is the safe error: it loses no symptom)."""
     if is_everywhere(a) or is_everywhere(b):
         return True
-    node_a, node_b = node_of(a), node_of(b)
+    node_a, node_b = node_of(a, rack_of), node_of(b, rack_of)
     if node_a is not None and node_b is not None:
         return node_a == node_b
     rack_a, rack_b = _rack(a, rack_of), _rack(b, rack_of)
@@ -68,8 +75,8 @@ def symptoms_related(kind_a: str, a: str, kind_b: str, b: str, rack_of: RackOf) 
     """`related`, and where one side is a rack or the fleet, the other's kind within the facility's reach."""
     if not related(a, b, rack_of):
         return False
-    if is_facility(a) and not is_facility(b) and not b.startswith("job:"):
+    if is_facility(a, rack_of) and not is_facility(b, rack_of) and not b.startswith("job:"):
         return kind_b in FACILITY_REACH
-    if is_facility(b) and not is_facility(a) and not a.startswith("job:"):
+    if is_facility(b, rack_of) and not is_facility(a, rack_of) and not a.startswith("job:"):
         return kind_a in FACILITY_REACH
     return True

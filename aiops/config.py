@@ -31,12 +31,10 @@ from pydantic import (
 
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
-from aiops.labels import Label
+from aiops.labels import Label, host_name_error, rack_name_error
 
 USER_CONFIG_PATH = Path("~/.config/aiops/config.toml")
 DEFAULT_LISTEN = "127.0.0.1:9484"
-_NODE = re.compile(r"^node\d+$", re.ASCII)
-_RACK = re.compile(r"^rack\d+$", re.ASCII)
 REPORT_FORMATS = ("html", "md", "pdf")
 
 
@@ -51,6 +49,12 @@ def default_store_path() -> str:
     return str(Path("~/.local/state/aiops/aiops.duckdb").expanduser())
 
 
+def this_host_name(hostname: str, fqdn: bool = False) -> str:
+    """This host's component name from the kernel's host name: lowercased, its first label unless `fqdn`."""
+    name = hostname.strip().lower()
+    return name if fqdn else name.split(".", 1)[0]
+
+
 class HostIdentity(_Section):
     name: str
     rack: str = "rack0"
@@ -58,44 +62,60 @@ class HostIdentity(_Section):
     @field_validator("name")
     @classmethod
     def _node(cls, value: str) -> str:
-        if not _NODE.match(value):
-            raise ValueError("must be node<N> (the contract's component name), e.g. node0")
+        error = host_name_error(value)
+        if error:
+            raise ValueError(error)
         return value
 
     @field_validator("rack")
     @classmethod
     def _rack(cls, value: str) -> str:
-        if not _RACK.match(value):
-            raise ValueError("must be rack<N>, e.g. rack0")
+        error = rack_name_error(value)
+        if error:
+            raise ValueError(error)
         return value
 
 
 class NodeConfig(HostIdentity):
-    name: str = Field(default="node0", description="this host's component name (node{n}, global index)")
-    rack: str = Field(default="rack0", description="the rack it stands in (rack{r})")
+    name: str = Field(
+        default="",
+        description="this host's component name (any lowercase RFC 1123 host name); empty: the host's own "
+        "name, its first label (node{n} is the twin's)",
+    )
+    rack: str = Field(default="rack0", description="the rack it stands in (any RFC 1123 label)")
+    fqdn: bool = Field(
+        default=False, description="with an empty name: the whole host name, not its first label"
+    )
     row: str = Field(default="", max_length=63, description="the row of racks it stands in; empty: unknown")
     hosts: dict[str, HostIdentity] = Field(
         default_factory=dict,
-        description="hostname -> {name, rack}: one file for every node (a DaemonSet's ConfigMap); "
-        "when set, this host's hostname must be listed",
+        description="hostname -> {name, rack}: one file for every node (a DaemonSet's ConfigMap); an "
+        "unlisted host is named after itself, in [node] rack",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _node(cls, value: str) -> str:
+        return HostIdentity._node(value) if value else value
 
 
 def node_of(config: Config, hostname: str) -> NodeConfig:
-    """This host's identity: `[node.hosts]` by hostname when the file has that table, else `[node]`."""
-    hosts = config.node.hosts
-    if not hosts:
-        return config.node
-    found = hosts.get(hostname)
-    if found is None:
-        listed = sorted(hosts)
+    """This host's identity: its entry in `[node.hosts]` by hostname (the kernel's, or lowercased), else
+    `[node]`, an empty name meaning the host's own name. A host name that is no valid component name is an
+    error naming `[node] name` (set it there)."""
+    node = config.node
+    found = node.hosts.get(hostname) or node.hosts.get(hostname.lower())
+    if found is not None:
+        return NodeConfig(name=found.name, rack=found.rack, row=node.row)
+    if node.name:
+        return node.model_copy(update={"hosts": {}})
+    name = this_host_name(hostname, node.fqdn)
+    error = host_name_error(name)
+    if error:
         raise ConfigError(
-            config.source,
-            "node.hosts",
-            f"this host's name '{hostname}' is not listed",
-            listed[:20] + (["..."] if len(listed) > 20 else []),
+            config.source, "node.name", f"this host's name '{name[:80]}' cannot name it: {error}; set it"
         )
-    return NodeConfig(name=found.name, rack=found.rack, row=config.node.row)
+    return NodeConfig(name=name, rack=node.rack, fqdn=node.fqdn, row=node.row)
 
 
 class StoreConfig(_Section):
@@ -270,11 +290,13 @@ class FacilityConfig(_Section):
     """Rack sensors no node agent has, read from the facility's exporters through Prometheus (docs/FACILITY.md):
     which series feed which rack_samples column, which rack a series belongs to, and the DCIM input."""
 
-    rack_label: str = Field(default="rack", description="the label naming a series' rack (rack<N>)")
+    rack_label: str = Field(
+        default="rack", description="the label naming a series' rack (its configured name)"
+    )
     instance_label: str = Field(default="instance", description="the label `racks` maps to a rack")
     racks: dict[str, str] = Field(
         default_factory=dict,
-        description="instance -> rack<N>, for series without the rack label (e.g. a BMC's address)",
+        description="instance -> rack name, for series without the rack label (e.g. a BMC's address)",
     )
     # prometheus-community/ipmi_exporter (docs/metrics.md): every BMC's inlet sensor, averaged per rack
     inlet_temp_c: FacilitySeries = _series("ipmi_temperature_celsius", "avg", name="Inlet Temp")
@@ -300,8 +322,11 @@ class FacilityConfig(_Section):
     @classmethod
     def _racks(cls, value: dict[str, str]) -> dict[str, str]:
         for instance, rack in value.items():
-            if not _RACK.match(rack):
-                raise ValueError(f"'{instance[:60]}' -> '{rack[:20]}': a rack must be rack<N>, e.g. rack0")
+            error = rack_name_error(rack)
+            if error:
+                raise ValueError(
+                    f"'{instance[:60]}' -> '{rack[:20]}': a rack name {error.removeprefix('must be ')}"
+                )
         return value
 
     @model_validator(mode="after")
@@ -674,8 +699,9 @@ def example_toml() -> str:
         if section == "node":
             lines += [
                 "# one file for many nodes: each host finds itself by hostname (the pod's, with hostNetwork)",
+                "# (an unlisted host is named after itself, in [node] rack)",
                 "# [node.hosts]",
-                '# "gpu-a-17" = { name = "node17", rack = "rack2" }',
+                '# "gpu-a-17" = { name = "gpu-a-17", rack = "row-b" }',
             ]
         if section == "facility":
             lines += [

@@ -1,13 +1,21 @@
 """Root-cause labels (a closed vocabulary, shared with scenario fault kinds) and component names.
 
-Component names are a fixed contract: `fleet`, `rack{r}`, `node{n}` (global index from 0), `node{n}/gpu{g}`,
-`node{n}/nic{k}`, `node{n}/accel{k}` (a compute accelerator that is not an NVML GPU: /sys/class/accel, DRM render
-nodes), `job:{name}`, `policy:{rule-id}`.
+Component names are a fixed contract: `fleet`, `{rack}`, `{host}`, `{host}/gpu{g}`, `{host}/nic{k}`,
+`{host}/accel{k}` (a compute accelerator that is not an NVML GPU: /sys/class/accel, DRM render nodes),
+`job:{name}`, `policy:{rule-id}`. `{host}` is the node's host name, any lowercase RFC 1123 name
+(`gpu-a100-017`, `gpu-a100-017.dc1.example`); `{rack}` any configured rack name (an RFC 1123 label). The twin and
+the scenario files name nodes `node{n}` (global index from 0) and racks `rack{r}`: both stay valid everywhere.
+
+Text alone cannot tell a bare host name from a rack with a configured name (`gpu-a100-017` and `row-b` look
+alike). The rule: `fleet`, `rack{r}`, and the names in `racks` (a caller's topology: the store's `topology`
+table, the config's racks) are racks or the fleet; any other valid name without `/` is a node. Callers that
+must tell them apart pass `racks` (docs/ARCHITECTURE.md "Component names").
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -154,20 +162,69 @@ TARGET_KINDS: dict[str, tuple[str, ...]] = {spec.label: spec.target_kinds for sp
 # Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
 HEAT_AND_POWER: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.heat_or_power)
 
+# RFC 1123: labels of [a-z0-9-], 1-63 long, neither starting nor ending with '-'; dotted, 253 at most. Lowercase
+# only (a host name is case-insensitive: the agent lowercases the kernel's; Kubernetes node names are lowercase).
+HOST_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+HOST = rf"{HOST_LABEL}(?:\.{HOST_LABEL})*"
+_HOST = re.compile(rf"^{HOST}$", re.ASCII)
+_LABEL_ONLY = re.compile(rf"^{HOST_LABEL}$", re.ASCII)
+_TWIN_RACK = re.compile(r"^rack\d+$", re.ASCII)
+_PART = re.compile(rf"^({HOST})/(gpu|nic|accel)(\d+)$", re.ASCII)
 _PATTERNS: dict[str, re.Pattern[str]] = {
-    "fleet": re.compile(r"^fleet$"),
-    "rack": re.compile(r"^rack(\d+)$"),
-    "node": re.compile(r"^node(\d+)$"),
-    "gpu": re.compile(r"^node(\d+)/gpu(\d+)$"),
-    "nic": re.compile(r"^node(\d+)/nic(\d+)$"),
-    "accel": re.compile(r"^node(\d+)/accel(\d+)$"),
     "job": re.compile(r"^job:([A-Za-z0-9_.-]+)$"),
     "policy": re.compile(r"^policy:([A-Za-z0-9_.-]+)$"),
 }
+RESERVED_NAMES = frozenset({"fleet"})
 
 
-def component_kind(component: str) -> str | None:
-    """The kind of a component name (`gpu`, `node`, ...) or None when the name is not in the contract."""
+def is_host_name(name: str) -> bool:
+    """A valid `{host}`: a lowercase RFC 1123 host name, 253 characters at most, and not `fleet` or `rack{r}`."""
+    return (
+        len(name) <= 253
+        and bool(_HOST.match(name))
+        and name not in RESERVED_NAMES
+        and not _TWIN_RACK.match(name)
+    )
+
+
+def host_name_error(name: str) -> str | None:
+    """Why `name` cannot be a node's name (None: it can). One line, for a config error."""
+    if is_host_name(name):
+        return None
+    if name in RESERVED_NAMES or _TWIN_RACK.match(name):
+        return f"'{name[:60]}' is a reserved component name (fleet, rack<N>)"
+    if name != name.lower():
+        return "must be lowercase (RFC 1123 host name), e.g. gpu-a100-017"
+    return (
+        "must be an RFC 1123 host name: labels of a-z, 0-9 and '-', 1-63 long, not starting or ending "
+        "with '-', joined by '.', 253 at most (e.g. gpu-a100-017, node0)"
+    )
+
+
+def rack_name_error(name: str) -> str | None:
+    """Why `name` cannot be a rack's name (None: it can): one RFC 1123 label, not `fleet`, not `node{n}`."""
+    if name in RESERVED_NAMES or re.match(r"^node\d+$", name):
+        return f"'{name[:60]}' is a reserved component name (fleet, node<N>)"
+    if not _LABEL_ONLY.match(name):
+        return (
+            "must be an RFC 1123 label: a-z, 0-9 and '-', 1-63 long, not starting or ending with '-' "
+            "(e.g. rack0, row-b-07)"
+        )
+    return None
+
+
+def component_kind(component: str, racks: Collection[str] = ()) -> str | None:
+    """The kind of a component name (`gpu`, `node`, ...) or None when the name is not in the contract.
+    `racks`: rack names the caller's topology knows (a bare name among them is a rack, not a node)."""
+    if component == "fleet":
+        return "fleet"
+    if _TWIN_RACK.match(component) or component in racks:
+        return "rack"
+    part = _PART.match(component)
+    if part:
+        return part.group(2) if is_host_name(part.group(1)) and part.group(1) not in racks else None
+    if is_host_name(component):
+        return "node"
     for kind, pattern in _PATTERNS.items():
         if pattern.match(component):
             return kind
@@ -182,19 +239,46 @@ def node_name(node: int) -> str:
     return f"node{node}"
 
 
-def gpu_name(node: int, gpu: int) -> str:
-    return f"node{node}/gpu{gpu}"
+def gpu_name(node: int | str, gpu: int) -> str:
+    """`node3/gpu5` for a twin's node index, `gpu-a100-017/gpu5` for a host's name."""
+    return f"{_node(node)}/gpu{gpu}"
 
 
-def nic_name(node: int, nic: int) -> str:
-    return f"node{node}/nic{nic}"
+def nic_name(node: int | str, nic: int) -> str:
+    return f"{_node(node)}/nic{nic}"
 
 
-def accel_name(node: int, accel: int) -> str:
-    return f"node{node}/accel{accel}"
+def accel_name(node: int | str, accel: int) -> str:
+    return f"{_node(node)}/accel{accel}"
 
 
-def node_of(component: str) -> str | None:
-    """`node3` for `node3/gpu5`, `node3/nic1` or `node3`; None otherwise."""
-    match = re.match(r"^(node\d+)(/|$)", component)
-    return match.group(1) if match else None
+def _node(node: int | str) -> str:
+    return node_name(node) if isinstance(node, int) else node
+
+
+def node_of(component: str, racks: Collection[str] = ()) -> str | None:
+    """`node3` for `node3/gpu5`, `node3/nic1` or `node3` (any host name alike); None otherwise (the fleet, a
+    rack, a job, a policy)."""
+    kind = component_kind(component, racks)
+    if kind == "node":
+        return component
+    if kind in ("gpu", "nic", "accel"):
+        return component.split("/", 1)[0]
+    return None
+
+
+def local_index(component: str) -> int | None:
+    """The local index of a GPU, NIC or accelerator on its host: 3 for `gpu-a100-017/gpu3`; None otherwise."""
+    part = _PART.match(component)
+    return int(part.group(3)) if part and is_host_name(part.group(1)) else None
+
+
+def host_component(host: str) -> str | None:
+    """The node name a host goes by when nothing configures it: its first label, lowercased (`gpu-a100-017` for
+    `GPU-A100-017.dc1.example`), as the agent on that host names itself; None for an IP address or a name that
+    is no valid `{host}`."""
+    name = host.strip().lower()
+    if not name or ":" in name or re.fullmatch(r"[0-9.]+", name):
+        return None
+    head = name.split(".", 1)[0]
+    return head if is_host_name(head) else None

@@ -58,7 +58,7 @@ def _scope_nodes(component: str, cluster: ClusterSpec) -> frozenset[int] | None:
         rack = int(component.removeprefix("rack"))
         per = cluster.nodes_per_rack
         return frozenset(range(rack * per, (rack + 1) * per)) if rack < cluster.racks else None
-    if kind == "node":
+    if kind == "node" and component.removeprefix("node").isdecimal() and component.isascii():  # twin: node{n}
         node = int(component.removeprefix("node"))
         return frozenset([node]) if node < cluster.nodes else None
     return None

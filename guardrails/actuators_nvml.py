@@ -1,7 +1,8 @@
 """NVML power limit actuator: `set_power_limit` / `reset_power_limit` on a GPU, node, rack or the fleet.
 
 The same code drives a real GPU (the `pynvml` module of nvidia-ml-py) and the simulator (`world.nvml(node)`,
-an `aiops.sim.nvml.SimNvml`): both are reached through `nvml_for(node_index) -> NvmlLike`. Power in mW, as
+an `aiops.sim.nvml.SimNvml`): both are reached through `nvml_for(node_name) -> NvmlLike` (a host's name such as
+`gpu-a100-017`, or the twin's `node3`); a GPU's NVML index is its local index in `{host}/gpu{g}`. Power in mW, as
 nvml.h. An action is all or nothing:
 
 1. plan: for every GPU of the target read the current limit, the default limit (the TDP) and
@@ -23,18 +24,17 @@ takes); `expected` then carries what the driver reports, so the executor's own r
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiops.labels import component_kind, local_index, node_of
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult, NvmlLike
 from guardrails.topology import Topology
 
 KINDS = ("set_power_limit", "reset_power_limit")
 DEFAULT_TOLERANCE_MW = 1000
-_GPU = re.compile(r"^node(\d+)/gpu(\d+)$", re.ASCII)
 
 
 def nvml_error_text(exc: BaseException) -> str:
@@ -53,8 +53,8 @@ def _w(milliwatts: int) -> float:
 @dataclass(frozen=True)
 class _Gpu:
     name: str
-    node: int
-    index: int
+    node: str  # its host's component name
+    index: int  # its NVML index on that host
 
 
 @dataclass(frozen=True)
@@ -68,14 +68,14 @@ class _Plan:
 
 
 class NvmlPowerActuator:
-    """The `Actuator` protocol for the two power kinds. `nvml_for(node)` answers the NVML of a node (global
-    index, as in `node{n}`); with `initialise`, `nvmlInit` is called once per node before the first use."""
+    """The `Actuator` protocol for the two power kinds. `nvml_for(node)` answers the NVML of a node (by its
+    component name); with `initialise`, `nvmlInit` is called once per node before the first use."""
 
     KINDS = KINDS
 
     def __init__(
         self,
-        nvml_for: Callable[[int], NvmlLike],
+        nvml_for: Callable[[str], NvmlLike],
         topology: Topology,
         *,
         tolerance_mw: int = DEFAULT_TOLERANCE_MW,
@@ -85,10 +85,10 @@ class NvmlPowerActuator:
         self.topology = topology
         self.tolerance_mw = tolerance_mw
         self.initialise = initialise
-        self._initialised: set[int] = set()
+        self._initialised: set[str] = set()
 
     # -- plumbing -------------------------------------------------------------------------------------------
-    def _nvml(self, node: int) -> NvmlLike:
+    def _nvml(self, node: str) -> NvmlLike:
         nvml = self.nvml_for(node)
         if self.initialise and node not in self._initialised:
             nvml.nvmlInit()
@@ -99,9 +99,9 @@ class NvmlPowerActuator:
         scope = self.topology.expand(target)
         out = []
         for name in scope.gpus if scope else ():
-            match = _GPU.match(name)
-            if match:
-                out.append(_Gpu(name, int(match.group(1)), int(match.group(2))))
+            node, index = node_of(name), local_index(name)
+            if node is not None and index is not None and component_kind(name) == "gpu":
+                out.append(_Gpu(name, node, index))
         return out
 
     def _constraints_mw(self, nvml: NvmlLike, handle: Any, default_mw: int) -> tuple[int, int]:

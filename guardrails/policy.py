@@ -208,7 +208,7 @@ def validate(action: Action, context: Context) -> Validation:
         return done(physical=True)
     results.append(RuleResult("kind", True))
     scope = context.topology.expand(action.target)
-    name_kind = component_kind(action.target)
+    name_kind = component_kind(action.target, context.topology.rack_nodes)
     if scope is None:
         results.append(RuleResult("target", False, f"no component '{action.target[:60]}' in the topology"))
         return done(physical=spec.physical)

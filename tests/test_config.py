@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
-from aiops.config import Config, example_toml, load_config, load_config_file, node_of
+from aiops.config import Config, NodeConfig, example_toml, load_config, load_config_file, node_of
 from aiops.errors import ConfigError
 
 
@@ -52,7 +52,10 @@ def test_an_unknown_key_or_value_names_file_key_and_allowed(
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ('[node]\nname = "gpu7"\n', "node.name"),
+        ('[node]\nname = "GPU_7"\n', "node.name"),
+        ('[node]\nname = "-gpu7"\n', "node.name"),
+        ('[node]\nname = "rack3"\n', "node.name"),
+        ('[node]\nrack = "row b"\n', "node.rack"),
         ("[store]\nretention_days = -1\n", "store.retention_days"),
         ('[http]\nlisten = "nowhere"\n', "http.listen"),
         ('[[notify.webhooks]]\nurl = "ftp://x/"\n', "notify.webhooks[0].url"),
@@ -74,15 +77,42 @@ def test_a_named_file_must_exist_but_no_file_means_defaults(tmp_path: Path) -> N
     assert load_config(None, {}).model_dump(exclude={"store"}) == Config().model_dump(exclude={"store"})
 
 
+def test_node_name_is_any_rfc1123_host_name_and_a_bad_one_is_a_clear_error(tmp_path: Path) -> None:
+    config = load_config_file(_file(tmp_path, '[node]\nname = "gpu-b200-a3"\nrack = "row-b-07"\n'))
+    assert (node_of(config, "whatever").name, node_of(config, "whatever").rack) == ("gpu-b200-a3", "row-b-07")
+    fqdn = load_config_file(_file(tmp_path, "[node]\nfqdn = true\n"))
+    assert node_of(fqdn, "GPU-A100-017.dc1.example").name == "gpu-a100-017.dc1.example"
+    assert NodeConfig(name="node0").name == "node0"  # the twin's names stay valid
+    for bad, says in (
+        ("gpu_b200", "RFC 1123 host name"),
+        ("GPU-B200", "lowercase"),
+        ("gpu-", "RFC 1123 host name"),
+        ("a" * 64, "RFC 1123 host name"),
+        ("fleet", "reserved"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            load_config_file(_file(tmp_path, f'[node]\nname = "{bad}"\n'))
+        message = str(caught.value)
+        assert "field 'node.name'" in message and says in message and "\n" not in message, message
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(_file(tmp_path, '[node]\nrack = "node3"\n'))
+    assert "field 'node.rack'" in str(caught.value) and "reserved" in str(caught.value)
+
+
 def test_one_file_for_many_nodes_by_hostname(tmp_path: Path) -> None:
     path = _file(
         tmp_path,
-        '[node.hosts]\n"gpu-a-17" = { name = "node17", rack = "rack2" }\n"gpu-a-18" = { name = "node18" }\n',
+        '[node]\nrack = "row-b"\n[node.hosts]\n"gpu-a-17" = { name = "node17", rack = "rack2" }\n'
+        '"gpu-a-18" = { name = "gpu-b200-a3" }\n',
     )
     config = load_config_file(path)
     assert (node_of(config, "gpu-a-17").name, node_of(config, "gpu-a-17").rack) == ("node17", "rack2")
-    assert (node_of(config, "gpu-a-18").name, node_of(config, "gpu-a-18").rack) == ("node18", "rack0")
+    assert (node_of(config, "gpu-a-18").name, node_of(config, "gpu-a-18").rack) == ("gpu-b200-a3", "rack0")
+    stranger = node_of(
+        config, "Stranger-01.dc1.example"
+    )  # unlisted: runs, named after itself, in [node] rack
+    assert (stranger.name, stranger.rack) == ("stranger-01", "row-b")
     with pytest.raises(ConfigError) as caught:
-        node_of(config, "stranger")
-    assert "'stranger' is not listed" in str(caught.value) and "gpu-a-17" in str(caught.value)
-    assert node_of(Config(), "anything").name == "node0"  # no table: [node] as written
+        node_of(config, "under_score")  # no RFC 1123 name: the error names the field to set
+    assert "field 'node.name'" in str(caught.value) and "'under_score'" in str(caught.value)
+    assert node_of(Config(), "gpu-a100-017.dc1.example").name == "gpu-a100-017"  # no file: its own

@@ -151,7 +151,7 @@ def test_nvidia_smi_xml_readings_match_the_text_ones(tmp_path: Path) -> None:
     )
     result = investigate([xml])
     causes = [(h["root_cause"], h["component"]) for h in result["hypotheses"]]
-    assert ("power_brake", "node0/gpu0") in causes and ("gpu_ecc_error", "node0/gpu0") in causes
+    assert ("power_brake", "this host/gpu0") in causes and ("gpu_ecc_error", "this host/gpu0") in causes
     assert result["sources"][0]["format"] == "nvidia-smi-q" and result["sources"][0]["unknown"] == 0
 
 

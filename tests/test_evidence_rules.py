@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def test_narrow_link_is_diagnosed(tmp_path: Path) -> None:
     assert (result["verdict"], top["root_cause"], top["component"]) == (
         "diagnosed",
         "pcie_degraded",
-        "node0/gpu@0000:3b:00.0",
+        "this host/gpu@0000:3b:00.0",
     )
 
 
@@ -96,7 +97,7 @@ def test_clock_event_reasons(tmp_path: Path) -> None:
 def test_gsp_timeouts_are_a_firmware_fault_and_name_the_gpu_index() -> None:
     result = investigate([REAL / "xid119-gsp-timeout-8x-a100-vllm-2026" / "dmesg.txt"])
     top = result["hypotheses"][0]
-    assert (top["root_cause"], top["component"]) == ("gpu_driver_firmware_fault", "node0/gpu5")
+    assert (top["root_cause"], top["component"]) == ("gpu_driver_firmware_fault", "this host/gpu5")
     assert top["evidence"][0]["source"] == "dmesg.txt:3"
 
 
@@ -158,3 +159,18 @@ def test_a_job_log_mixing_iterations_and_nccl_errors_reads_both(tmp_path: Path) 
     result = _run(tmp_path, "job.log", steps + port)
     assert result["sources"][0]["format"] == "train-log" and result["sources"][0]["unknown"] == 0
     assert {h["root_cause"] for h in result["hypotheses"]} == {"input_pipeline_bottleneck", "nic_link_flap"}
+
+
+def test_a_log_without_a_host_names_no_node_and_one_with_a_host_uses_its_name(tmp_path: Path) -> None:
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+    bare = _run(tmp_path, "dmesg.txt", f"[ 12.5] {xid}\n")
+    assert bare["hypotheses"][0]["component"] == "this host/gpu@0000:3b:00.0"
+    assert "node0" not in json.dumps(bare)  # no name invented
+    record = {
+        "MESSAGE": xid,
+        "_HOSTNAME": "GPU-A100-017.dc1.example",
+        "__REALTIME_TIMESTAMP": "1764806400000000",
+    }
+    named = _run(tmp_path, "journal.json", json.dumps(record) + "\n")
+    top = named["hypotheses"][0]
+    assert (top["root_cause"], top["component"]) == ("gpu_fell_off_bus", "gpu-a100-017/gpu@0000:3b:00.0")

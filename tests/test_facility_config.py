@@ -62,7 +62,8 @@ def test_a_file_overrides_series_and_maps_instances(tmp_path: Path) -> None:
     assert (
         rack_of({"rack": "rack1", "instance": "10.0.0.7:623"}, config) == "rack3"
     )  # `rack` is not the label
-    assert rack_of({"rack_name": "row-b", "instance": "10.9.9.9:623"}, config) is None
+    assert rack_of({"rack_name": "row-b", "instance": "10.9.9.9:623"}, config) == "row-b"  # any rack name
+    assert rack_of({"rack_name": "Row B", "instance": "10.9.9.9:623"}, config) is None  # no RFC 1123 label
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def test_an_unknown_key_or_value_names_file_key_and_allowed(
             "label",
         ),
         ('[facility]\nrack_label = "__name__"\n', "facility.rack_label", "label name"),
-        ('[facility.racks]\n"10.0.0.7:623" = "row3"\n', "facility.racks", "rack<N>"),
+        ('[facility.racks]\n"10.0.0.7:623" = "Row 3"\n', "facility.racks", "RFC 1123 label"),
         ('[facility]\ndcim = "ftp://dcim/caps"\n', "facility.dcim", "http"),
         ("[facility.power_kw]\nscale = 0.001\n", "facility.power_kw.metric", "required"),
         (

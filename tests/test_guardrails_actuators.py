@@ -5,6 +5,7 @@ reading back, and restores what it had changed when anything fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,13 @@ def fleet(nodes: int = 2, limit_mw: int = 700_000) -> dict[int, PowerNvml]:
     return {n: PowerNvml(n, limit_mw=limit_mw) for n in range(nodes)}
 
 
+def by_name(nvml: Mapping[int, Any] | Callable[[int], Any]) -> Callable[[str], Any]:
+    """The twin's node{n} name -> its NVML (the actuator asks by a node's name)."""
+    if callable(nvml):
+        return lambda name: nvml(int(name.removeprefix("node")))
+    return lambda name: nvml[int(name.removeprefix("node"))]
+
+
 def power(target: str = "node1", **parameters: Any) -> Action:
     kind = "reset_power_limit" if not parameters else "set_power_limit"
     return action(kind=kind, target=target, parameters=parameters)
@@ -85,7 +93,7 @@ def limits(nvml: PowerNvml) -> list[int]:
 # -- NVML -----------------------------------------------------------------------------------------------------
 def test_nvml_sets_every_gpu_of_the_target_and_verifies_by_reading_back() -> None:
     nodes = fleet()
-    actuator = NvmlPowerActuator(nodes.__getitem__, SMALL)
+    actuator = NvmlPowerActuator(by_name(nodes), SMALL)
     a = power("node1", power_limit_w=500)
     result = actuator.apply(a, dry_run=False)
     assert result.ok, result.error
@@ -98,7 +106,7 @@ def test_nvml_sets_every_gpu_of_the_target_and_verifies_by_reading_back() -> Non
 
 def test_nvml_fraction_of_tdp_and_reset_use_the_default_limit() -> None:
     nodes = fleet()
-    actuator = NvmlPowerActuator(nodes.__getitem__, SMALL)
+    actuator = NvmlPowerActuator(by_name(nodes), SMALL)
     assert actuator.apply(power("node0/gpu2", fraction_of_tdp=0.8), dry_run=False).ok
     assert nodes[0].limit_mw[2] == 560_000
     assert actuator.apply(power("node0/gpu2"), dry_run=False).ok  # reset_power_limit
@@ -108,7 +116,7 @@ def test_nvml_fraction_of_tdp_and_reset_use_the_default_limit() -> None:
 def test_nvml_refuses_a_value_outside_one_gpus_constraints_and_changes_no_gpu() -> None:
     nodes = fleet()
     nodes[1].constraints_mw[3] = (200_000, 450_000)
-    result = NvmlPowerActuator(nodes.__getitem__, SMALL).apply(power("rack0", power_limit_w=500), False)
+    result = NvmlPowerActuator(by_name(nodes), SMALL).apply(power("rack0", power_limit_w=500), False)
     assert not result.ok
     assert "node1/gpu3" in result.error and "500 W" in result.error and "[200, 450] W" in result.error
     assert "nothing changed" in result.error
@@ -118,7 +126,7 @@ def test_nvml_refuses_a_value_outside_one_gpus_constraints_and_changes_no_gpu() 
 def test_nvml_a_set_the_driver_silently_ignored_is_caught_and_the_others_restored() -> None:
     nodes = fleet(limit_mw=650_000)
     nodes[1].silent.add(2)
-    result = NvmlPowerActuator(nodes.__getitem__, SMALL).apply(power("node1", power_limit_w=600), False)
+    result = NvmlPowerActuator(by_name(nodes), SMALL).apply(power("node1", power_limit_w=600), False)
     assert not result.ok
     assert "node1/gpu2" in result.error and "driver reports 650 W" in result.error
     assert result.detail["restored"] == ["node1/gpu0", "node1/gpu1"]
@@ -129,7 +137,7 @@ def test_nvml_a_set_the_driver_silently_ignored_is_caught_and_the_others_restore
 def test_nvml_error_on_the_third_gpu_restores_the_first_two() -> None:
     nodes = fleet()
     nodes[1].refuse[2] = pynvml.NVML_ERROR_NO_PERMISSION
-    result = NvmlPowerActuator(nodes.__getitem__, SMALL).apply(power("node1", power_limit_w=600), False)
+    result = NvmlPowerActuator(by_name(nodes), SMALL).apply(power("node1", power_limit_w=600), False)
     assert not result.ok
     assert "node1/gpu2" in result.error and "NVMLError_NoPermission (code 4)" in result.error
     assert result.detail["restored"] == ["node1/gpu0", "node1/gpu1"]
@@ -141,7 +149,7 @@ def test_nvml_error_on_the_third_gpu_restores_the_first_two() -> None:
 def test_nvml_a_failed_rollback_is_reported_not_hidden() -> None:
     nodes = fleet()
     nodes[1].silent.add(1)
-    actuator = NvmlPowerActuator(nodes.__getitem__, SMALL)
+    actuator = NvmlPowerActuator(by_name(nodes), SMALL)
     original = nodes[1].nvmlDeviceSetPowerManagementLimit
     calls = {"n": 0}
 
@@ -160,7 +168,7 @@ def test_nvml_a_failed_rollback_is_reported_not_hidden() -> None:
 def test_nvml_dry_run_validates_and_reports_but_touches_nothing() -> None:
     nodes = fleet()
     nodes[1].limit_mw[0] = 500_000
-    actuator = NvmlPowerActuator(nodes.__getitem__, SMALL)
+    actuator = NvmlPowerActuator(by_name(nodes), SMALL)
     preview = actuator.apply(power("node1", power_limit_w=500), dry_run=True)
     assert preview.ok and preview.detail["dry_run"] is True and preview.detail["changes"] == 3
     assert preview.detail["power_limit_w"] == {f"node1/gpu{g}": 500.0 for g in range(4)}
@@ -171,7 +179,7 @@ def test_nvml_dry_run_validates_and_reports_but_touches_nothing() -> None:
 
 def test_nvml_rollback_restores_the_previous_limits_and_reads_them_back() -> None:
     nodes = fleet()
-    actuator = NvmlPowerActuator(nodes.__getitem__, SMALL)
+    actuator = NvmlPowerActuator(by_name(nodes), SMALL)
     a = power("node0", power_limit_w=600)
     result = actuator.apply(a, False)
     assert limits(nodes[0]) == [600_000] * 4
@@ -190,16 +198,16 @@ def test_nvml_tolerance_accepts_a_driver_that_keeps_whole_watts_and_expects_what
     nodes = fleet()
     nodes[0].round_to_w.add(1)
     a = power("node0/gpu1", power_limit_w=512.4)
-    result = NvmlPowerActuator(nodes.__getitem__, SMALL).apply(a, False)  # default tolerance 1 W
+    result = NvmlPowerActuator(by_name(nodes), SMALL).apply(a, False)  # default tolerance 1 W
     assert result.ok and result.expected == {"power_limit_w": {"node0/gpu1": 512.0}}
-    strict = NvmlPowerActuator(nodes.__getitem__, SMALL, tolerance_mw=0)
+    strict = NvmlPowerActuator(by_name(nodes), SMALL, tolerance_mw=0)
     refused = strict.apply(power("node0/gpu1", power_limit_w=512.6), False)
     assert not refused.ok and "tolerance 0 W" in refused.error
     assert nodes[0].limit_mw[1] == 512_000  # back to what it was before this action
 
 
 def test_nvml_target_without_gpus_and_unknown_kind() -> None:
-    actuator = NvmlPowerActuator(fleet().__getitem__, SMALL)
+    actuator = NvmlPowerActuator(by_name(fleet()), SMALL)
     assert "no GPUs in node0/nic0" in actuator.apply(power("node0/nic0", power_limit_w=500), False).error
     drain = action(kind="drain_node", target="node0", parameters={})
     assert "no action drain_node" in actuator.apply(drain, False).error
@@ -214,7 +222,7 @@ def sim_topology() -> Topology:
 
 def test_nvml_actuator_drives_the_simulator_through_its_nvml() -> None:
     world = World(scenario())
-    actuator = NvmlPowerActuator(world.nvml, sim_topology(), tolerance_mw=0)
+    actuator = NvmlPowerActuator(by_name(world.nvml), sim_topology(), tolerance_mw=0)
     a = power("node1", power_limit_w=500)
     result = actuator.apply(a, False)
     assert result.ok, result.error
@@ -230,7 +238,7 @@ def test_nvml_actuator_drives_the_simulator_through_its_nvml() -> None:
 
 def test_a_gpu_lost_in_the_simulator_refuses_the_action_before_any_gpu_changes() -> None:
     world = World(scenario([{"kind": "gpu_fell_off_bus", "target": "node1/gpu2", "start_s": 1}]))
-    actuator = NvmlPowerActuator(world.nvml, sim_topology())
+    actuator = NvmlPowerActuator(by_name(world.nvml), sim_topology())
     a = power("node1", power_limit_w=600)
     preview = actuator.apply(a, True)
     assert preview.ok  # before the fault every GPU answers
@@ -251,7 +259,7 @@ class _Overridden(NvmlPowerActuator):
     """After a successful apply another tool (nvidia-smi -pl, a DCIM agent) moves one GPU's limit."""
 
     def __init__(self, nodes: dict[int, PowerNvml]) -> None:
-        super().__init__(lambda n: nodes[n], TOPOLOGY)
+        super().__init__(by_name(nodes), TOPOLOGY)
         self.nodes = nodes
 
     def apply(self, action: Action, dry_run: bool) -> ActuationResult:
@@ -284,9 +292,7 @@ def test_executor_rolls_back_and_audits_when_verification_fails(store: Store) ->
 
 def test_executor_verified_path_does_not_roll_back(store: Store) -> None:
     nodes = {n: PowerNvml(n, gpus=8) for n in range(8)}
-    executor = Executor(
-        NvmlPowerActuator(nodes.__getitem__, TOPOLOGY), ApprovalBook(TOPOLOGY), AuditLog(store)
-    )
+    executor = Executor(NvmlPowerActuator(by_name(nodes), TOPOLOGY), ApprovalBook(TOPOLOGY), AuditLog(store))
     a = action(parameters={"power_limit_w": 600})
     executor.book.approve(a, "alice", NOW_TS_S - 30)
     outcome = executor.execute(a, context())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -75,4 +76,5 @@ def test_aiops_run_with_no_config_collects_this_host(tmp_path: Path) -> None:
         assert all(e["error"] != "internal" for e in errors), errors
         nics = {r["device"] for r in store.query("SELECT device FROM topology WHERE kind = 'nic'")}
         assert nics and nics <= _netdevs() | {d for d in os.listdir("/sys/class/net")}
-        assert count("SELECT count(*) FROM topology WHERE kind = 'node' AND component = 'node0'") == 1
+        here = socket.gethostname().lower().split(".", 1)[0]  # no config: the node is named after this host
+        assert count(f"SELECT count(*) FROM topology WHERE kind = 'node' AND component = '{here}'") == 1

@@ -127,17 +127,47 @@ def test_hostile_labels_never_become_component_names() -> None:
     ]
 
 
-def test_hosts_map_by_config_then_name_then_order() -> None:
+def test_a_real_host_keeps_its_name_in_the_topology() -> None:
+    from aiops.sources.mapping import Staging
+    from aiops.store import Store
+
+    store = Store(":memory:")
+    staging = Staging(store)
+    series = [
+        {"metric": {"gpu": "3", "Hostname": "GPU-A100-017.dc1.example"}, "values": [[1, "70"]]},
+        {"metric": {"gpu": "0", "Hostname": "gpu-a100-018"}, "values": [[1, "65"]]},
+    ]
+    assert staging.add("DCGM_FI_DEV_GPU_TEMP", series) == 2
+    staging.finish({})
+    rows = store.query("SELECT component, kind, parent, idx FROM topology ORDER BY kind, component")
+    got = {(r["component"], r["kind"], r["parent"], r["idx"]) for r in rows}
+    assert {
+        ("gpu-a100-017", "node", "rack0", 0),
+        ("gpu-a100-018", "node", "rack0", 1),
+        ("gpu-a100-017/gpu3", "gpu", "gpu-a100-017", 3),
+        ("gpu-a100-018/gpu0", "gpu", "gpu-a100-018", 0),
+        ("rack0", "rack", "fleet", 0),
+    } <= got
+    temps = store.query("SELECT gpu, temp_c FROM gpu_samples ORDER BY gpu")
+    assert [(r["gpu"], r["temp_c"]) for r in temps] == [
+        ("gpu-a100-017/gpu3", 70.0),
+        ("gpu-a100-018/gpu0", 65.0),
+    ]
+
+
+def test_hosts_map_by_config_then_their_own_name_then_order() -> None:
     configured = {"gpu-a-17": HostIdentity("node17", "rack2")}
-    got = assign_nodes(["gpu-b", "gpu-a-17", "gpu-a"], configured)
+    got = assign_nodes(["GPU-B.dc1.example", "gpu-a-17", "gpu-a", "10.0.0.7", "node17"], configured)
     assert got == {
-        "gpu-a-17": HostIdentity("node17", "rack2"),
-        "gpu-a": HostIdentity("node0", "rack0"),
-        "gpu-b": HostIdentity("node1", "rack0"),
+        "gpu-a-17": HostIdentity("node17", "rack2"),  # [node.hosts] first
+        "gpu-a": HostIdentity("gpu-a", "rack0"),  # a real host keeps its name
+        "GPU-B.dc1.example": HostIdentity("gpu-b", "rack0"),  # its first label, lowercased (as its agent)
+        "10.0.0.7": HostIdentity("node0", "rack0"),  # an address names no host: the order of appearance
+        "node17": HostIdentity("node1", "rack0"),  # its name is taken by a configured host
     }
     assert assign_nodes(["node3", "other"], {}) == {
         "node3": HostIdentity("node3", "rack0"),
-        "other": HostIdentity("node0", "rack0"),
+        "other": HostIdentity("other", "rack0"),
     }
     assert host_of({"Hostname": "h1", "instance": "x:9400"}) == "h1"
     assert host_of({"instance": "h2:9100"}) == "h2"

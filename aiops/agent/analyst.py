@@ -181,7 +181,8 @@ class Analyst:
         assert self.read is not None
         with self.read() as store:
             jobs = frozenset(str(r["job"]) for r in store.query("SELECT job FROM jobs"))
-            names = components_in(question, jobs)
+            known = frozenset(str(r["component"]) for r in store.query("SELECT component FROM topology"))
+            names = components_in(question, jobs, known)
             newest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
             try:
                 scope = time_scope(question, float(newest) if newest is not None else None)

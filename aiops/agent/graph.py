@@ -38,7 +38,13 @@ from aiops.agent.grounding import (
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
-from aiops.agent.verify import check_hypotheses, merge, parse_hypotheses, topology_components
+from aiops.agent.verify import (
+    check_hypotheses,
+    merge,
+    parse_hypotheses,
+    topology_components,
+    topology_racks,
+)
 from guardrails.actions import Action, parameter_problem
 
 MAX_KIND_CHARS = 64
@@ -237,6 +243,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 topology_components(deps.sql),
                 deps.sql,
                 max_reruns=deps.limits.verify_max_claims,
+                racks=topology_racks(deps.sql),
             )
             deps.journal.record(
                 "llm_hypotheses",

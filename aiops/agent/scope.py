@@ -58,16 +58,36 @@ class TimeScope:
         return f"until {when(self.end_ts_s)}"
 
 
-def components_in(question: str, jobs: frozenset[str] = frozenset()) -> list[str]:
+# Any other name (a host's, `gpu-a100-017/gpu3`; a configured rack's): only one the store's topology knows
+_NAMED = re.compile(r"(?<![\w/:.-])(?P<hw>[A-Za-z0-9][A-Za-z0-9.-]{0,252}(?:/(?:gpu|nic)\d{1,4})?)(?![\w/-])")
+
+
+def components_in(
+    question: str, jobs: frozenset[str] = frozenset(), known: frozenset[str] = frozenset()
+) -> list[str]:
     """The component names a question mentions, in order, canonical (`Node5/GPU2` -> `node5/gpu2`, `job llm`
-    -> `job:llm`), each once. `job NAME` counts only when NAME is one of `jobs` (so "job is slow" is not one)."""
+    -> `job:llm`), each once. `job NAME` counts only when NAME is one of `jobs` (so "job is slow" is not one).
+    A host's or a configured rack's name (`gpu-a100-017/gpu3`, `row-b`) counts only when it is in `known`
+    (the store's topology): free text cannot tell a host name from a word."""
+    text = question[:MAX_QUESTION_CHARS]
+    hits: list[tuple[int, str]] = []
+    for match in _COMPONENT.finditer(text):
+        hits.append((match.start(), match.group(0)))
+    if known:
+        for match in _NAMED.finditer(text):
+            name = match.group("hw").lower().rstrip(".")
+            if name in known:
+                hits.append((match.start(), name))
     found: list[str] = []
-    for match in _COMPONENT.finditer(question[:MAX_QUESTION_CHARS]):
-        if match.group("hw"):
-            name = match.group("hw").lower()
+    for _, said in sorted(hits):
+        contract = _COMPONENT.fullmatch(said)
+        if contract is None:
+            name = said
+        elif contract.group("hw"):
+            name = contract.group("hw").lower()
         else:
-            job = match.group("job").rstrip(".")
-            explicit = match.group(0)[3] == ":"
+            job = contract.group("job").rstrip(".")
+            explicit = contract.group(0)[3] == ":"
             if not explicit and job not in jobs:
                 continue
             name = f"job:{job}"

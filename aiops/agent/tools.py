@@ -23,9 +23,10 @@ from aiops.agent.sqltool import ReadOnlySQL
 from aiops.control.advice import action_dicts, allocation_advice, hotspot_dicts, thermal_advice
 from aiops.control.readings import StoreReadings
 from aiops.errors import AiopsError, SQLRejected, ToolError, UnknownTool
+from aiops.labels import component_kind
 from aiops.playbooks import load_playbooks
 from aiops.store import Store, Workspace
-from aiops.store.readings import newest_ts_s
+from aiops.store.readings import newest_ts_s, racks_in_store
 
 Preview = Callable[[dict[str, Any], float], dict[str, Any]]
 
@@ -328,12 +329,14 @@ class ToolBox:
     ) -> dict[str, Any]:
         if isinstance(budget_kw, bool) or not isinstance(budget_kw, int | float) or not budget_kw > 0:
             raise ToolError(f"power_allocation: budget_kw must be a positive number, got {budget_kw!r:.40}")
-        if scope != "fleet" and not (
-            scope.startswith("rack") and scope[4:].isascii() and scope[4:].isdigit()
-        ):
-            raise ToolError(f"power_allocation: scope must be 'fleet' or 'rackN', got {scope[:40]!r}")
         try:
             with self.workspace.read() as store:
+                racks = racks_in_store(store)
+                if scope != "fleet" and component_kind(scope, racks) != "rack":
+                    raise ToolError(
+                        f"power_allocation: scope must be 'fleet' or a rack, got {scope[:40]!r}"
+                        f" (racks: {', '.join(sorted(racks)[:20]) or 'none'})"
+                    )
                 advice = allocation_advice(
                     self._readings(store), float(budget_kw) * 1000.0, scope, id_prefix="advice-power"
                 )

@@ -140,11 +140,12 @@ def parse_hypotheses(draft: dict[str, Any], tool_log: list[dict[str, Any]]) -> l
     return out
 
 
-def refusal(h: LLMHypothesis, components: frozenset[str]) -> str | None:
-    """Why the hypothesis is refused outright (label or component), or None."""
+def refusal(h: LLMHypothesis, components: frozenset[str], racks: frozenset[str] = frozenset()) -> str | None:
+    """Why the hypothesis is refused outright (label or component), or None. `racks`: the topology's racks
+    (a configured rack's name is told from a host's by them)."""
     if h.root_cause not in DIAGNOSIS_LABELS:
         return f"root_cause {h.root_cause[:64]!r} is not a label (allowed: {', '.join(DIAGNOSIS_LABELS)})"
-    kind = component_kind(h.component)
+    kind = component_kind(h.component, racks)
     if kind is None or h.component not in components:
         return f"component {h.component[:200]!r} is not in the workspace's topology"
     if kind not in TARGET_KINDS[h.root_cause]:
@@ -159,7 +160,7 @@ def mentions(row: Row, component: str) -> bool:
         return True
     kind = component_kind(component)
     if kind == "fleet":
-        return any(re.fullmatch(r"rack\d+", v) for v in values)
+        return any(re.fullmatch(r"rack\d+", v) for v in values) or bool(row.get("rack"))
     if kind == "policy":
         return row.get("rule_id") == component.split(":", 1)[1]
     if kind in ("gpu", "nic", "accel") and row.get("node") == node_of(component):
@@ -291,14 +292,19 @@ def check_claim(claim: LLMClaim, h: LLMHypothesis, sql: ReadOnlySQL) -> LLMClaim
 
 
 def check_hypotheses(
-    hypotheses: list[LLMHypothesis], components: frozenset[str], sql: ReadOnlySQL, *, max_reruns: int = 12
+    hypotheses: list[LLMHypothesis],
+    components: frozenset[str],
+    sql: ReadOnlySQL,
+    *,
+    max_reruns: int = 12,
+    racks: frozenset[str] = frozenset(),
 ) -> list[LLMHypothesis]:
     """Each hypothesis refused, unverified or verified (at most `max_reruns` citations are run in all)."""
     reruns = 0
     for h in hypotheses:
         if h.status == "refused":
             continue
-        why = refusal(h, components)
+        why = refusal(h, components, racks)
         if why:
             h.status, h.reason = "refused", why
             continue
@@ -355,6 +361,13 @@ def topology_components(sql: ReadOnlySQL) -> frozenset[str]:
     return frozenset(names)
 
 
+def topology_racks(sql: ReadOnlySQL) -> frozenset[str]:
+    """The racks of the workspace's topology (any configured name)."""
+    with sql.workspace.read() as store:
+        rows = store.conn.execute("SELECT component FROM topology WHERE kind = 'rack'").fetchall()
+    return frozenset(str(r[0]) for r in rows)
+
+
 __all__ = [
     "ECC_XIDS",
     "SUPPORT",
@@ -363,4 +376,5 @@ __all__ = [
     "merge",
     "parse_hypotheses",
     "topology_components",
+    "topology_racks",
 ]

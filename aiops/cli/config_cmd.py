@@ -28,8 +28,9 @@ def run_example(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     config = load_config_file(args.file)
     hooks = len(config.notify.webhooks)
+    name = config.node.name or "named after its host"
     terminal().print(
-        f"{markup(args.file)}: ok (node {config.node.name} in {config.node.rack}, store {markup(config.store.path)}, "
+        f"{markup(args.file)}: ok (node {name} in {markup(config.node.rack)}, store {markup(config.store.path)}, "
         f"http {markup(config.http.listen or 'off')}, {plural(hooks, 'webhook')})"
     )
     return 0

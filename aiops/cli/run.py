@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--node",
         default=None,
-        help="this host's component name, node<N> (overrides [node] name); with --sim: serve that node's slice, "
+        help="this host's component name, any RFC 1123 host name (overrides [node] name; default: the host's "
+        "own name); with --sim: serve that node's slice, "
         "or `facility`: the racks' sensors (/metrics/facility) and the DCIM caps (/api/dcim)",
     )
     p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
@@ -71,7 +72,11 @@ def configured(args: argparse.Namespace) -> Config:
         except ValueError as exc:
             raise ConfigError("--listen", "listen", str(exc)) from None
     http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
-    node = node_of(config, socket.gethostname())
+    hostname = socket.gethostname()
+    if args.sim and not config.node.name and hostname not in config.node.hosts:
+        node = NodeConfig(name="node0", rack=config.node.rack)  # the twin's whole cluster: named as before
+    else:
+        node = node_of(config, hostname)
     if args.node == FACILITY and args.sim:  # the twin's racks and DCIM: no node<N> (Service names it)
         node = NodeConfig.model_construct(name=FACILITY, rack="", hosts={})
     elif args.node is not None:

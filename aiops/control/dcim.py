@@ -122,6 +122,7 @@ class ResponseRound:
     ) -> None:
         self.store, self.loaded, self.readings, self.now = store, loaded, readings, now_ts_s
         self.actuator = actuator
+        self.racks = frozenset(topology.rack_nodes)  # configured rack names look like a host's: told by these
         checker = verifier if verifier is not None else ConfiguredVerifier(store.guardrails, store.path)
         needed = loaded.policy.approvals_required
         status = standing_status(AuditLog(store), loaded.sha256, needed, now_ts_s, checker)
@@ -175,7 +176,7 @@ class ResponseRound:
     def _scope_inputs(self, signals: Mapping[str, DcimSignal]) -> list[ScopeInput]:
         inputs: list[ScopeInput] = []
         for scope, signal in sorted(signals.items()):
-            kind = component_kind(scope) or ""
+            kind = component_kind(scope, self.racks) or ""
             rules = self.loaded.policy.rules_for(signal.signal, kind)
             rule = _first_rule(rules, "apply_allocator" if signal.kind == "cap" else "restore_limits")
             if rule is None:
@@ -366,7 +367,7 @@ class ResponseRound:
         infeasible = {p.scope for p in self.report.scopes if p.kind == "cap" and not p.feasible}
         capped = {p.scope for p in self.report.scopes if p.kind == "cap"}
         for signal in signals_in_force(self.store).values():
-            kind = component_kind(signal.scope) or ""
+            kind = component_kind(signal.scope, self.racks) or ""
             for rule in self.loaded.policy.rules_for(signal.signal, kind):
                 if rule.respond not in ("migrate_jobs", "adjust_cooling") or kind != "rack":
                     continue

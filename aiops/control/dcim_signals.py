@@ -52,7 +52,7 @@ def check_scope(scope: str, known: Iterable[str] | None, source: str, field: str
     """A DCIM scope is `fleet` or a rack name that exists (when `known` racks are given)."""
     racks = sorted(known) if known is not None else None
     allowed = ["fleet", *(racks if racks is not None else ["rack<N>"])]
-    kind = component_kind(scope)
+    kind = component_kind(scope, racks or ())
     if kind not in ("fleet", "rack") or (racks is not None and kind == "rack" and scope not in racks):
         raise DcimSignalError(source, field, f"'{scope[:60]}' is not a DCIM scope here", allowed)
     return scope

@@ -184,7 +184,7 @@ class IncidentTracker:
                 related.append(group)
             elif job is not None and (
                 f"job:{job}" in {c for _, c in members}
-                or any(node_of(c) in self.job_nodes.get(job, set()) for _, c in anchors)
+                or any(node_of(c, self.rack_of) in self.job_nodes.get(job, set()) for _, c in anchors)
             ):
                 same_job.append(group)
             elif not hardware:

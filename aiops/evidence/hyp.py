@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
+from aiops.labels import host_component
+
+# The node of evidence that names no host: no component name is invented (no `node0`); the space keeps it from
+# ever being read as a host's name (aiops.labels: a host name is RFC 1123).
+THIS_HOST = "this host"
 
 MAX_ROWS = 6
 
@@ -33,8 +38,9 @@ class Hyp:
 
 
 class Namer:
-    """Component names without topology: the host the evidence names (`node0` when none), GPUs by index when
-    known (`host/gpu5`), else by PCI bus id (`host/gpu@0000:07:00.0`), NICs by HCA port (`host/nic@mlx5_0:1`)."""
+    """Component names without topology: the host the evidence names (as its agent names itself: the first
+    label, lowercased; `this host` when it names none), GPUs by index when known (`host/gpu5`), else by PCI bus
+    id (`host/gpu@0000:07:00.0`), NICs by HCA port (`host/nic@mlx5_0:1`)."""
 
     def __init__(self, collected: Collected) -> None:
         self.index: dict[str, int] = {}
@@ -46,7 +52,7 @@ class Namer:
                 self.index.setdefault(xid.component, int(xid.detail["gpu_index"]))
 
     def gpu(self, event: LogEvent) -> str:
-        host = event.host or "node0"
+        host = self.node(event)
         comp = event.component
         if comp is None:
             return host
@@ -57,12 +63,14 @@ class Namer:
         return f"{host}/gpu@{comp}"
 
     def nic(self, event: LogEvent) -> str:
-        host = event.host or "node0"
+        host = self.node(event)
         return f"{host}/nic@{event.component}" if event.component else host
 
     @staticmethod
     def node(event: LogEvent) -> str:
-        return event.host or "node0"
+        if not event.host:
+            return THIS_HOST
+        return host_component(event.host) or event.host
 
 
 def by(events: Iterable[LogEvent], key: Callable[[LogEvent], str]) -> dict[str, list[LogEvent]]:

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.labels import component_kind
 from aiops.models import Evidence
 from aiops.nvml_bits import (
     GPU_IDLE,
@@ -218,7 +220,7 @@ class Facts:
         """The component's own telemetry in the `ONSET_S` before and after a symptom's onset (not averaged over
         the whole incident, where a short fault inside a long incident would vanish); None for components
         without telemetry of their own (jobs, policies, the fleet)."""
-        table, column, values = _onset_source(component)
+        table, column, values = _onset_source(component, set(self.racks_of_nodes().values()))
         if table is None:
             return None
         sql = f"""SELECT CASE WHEN ts_s < ? THEN 'before' ELSE 'after' END AS phase, ? AS {column},
@@ -366,17 +368,18 @@ class Facts:
         )
 
 
-def _onset_source(component: str) -> tuple[str | None, str, str]:
-    """(table, key column, aggregates) of a component's own telemetry."""
-    if component.startswith("rack") and "/" not in component:
+def _onset_source(component: str, racks: Collection[str] = ()) -> tuple[str | None, str, str]:
+    """(table, key column, aggregates) of a component's own telemetry (`racks`: the topology's rack names)."""
+    kind = component_kind(component, racks)
+    if kind == "rack":
         return (
             "rack_samples",
             "rack",
             "avg(inlet_temp_c) AS inlet_c, avg(coolant_flow_lpm) AS flow_lpm, avg(power_kw) AS power_kw",
         )
-    if not component.startswith("node"):
+    if kind not in ("node", "gpu", "nic", "accel"):
         return None, "", ""
-    if "/nic" in component:
+    if kind == "nic":
         return (
             "nic_samples",
             "nic",
@@ -389,7 +392,7 @@ def _onset_source(component: str) -> tuple[str | None, str, str]:
         "count(nvml_error) AS nvml_errors, max(ecc_dbe_total) AS dbe, max(pcie_replay_total) AS pcie_replay, "
         "max(nvlink_crc_total) AS nvlink_crc"
     )
-    return "gpu_samples", "gpu" if "/gpu" in component else "node", gpu
+    return "gpu_samples", "gpu" if kind == "gpu" else "node", gpu
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def _nodes(component: str, rack_of: dict[str, str]) -> set[str] | None:
     """The nodes under a component (None: every node)."""
     if is_everywhere(component):
         return None
-    if is_facility(component):
+    if is_facility(component, rack_of):
         return {n for n, r in rack_of.items() if r == component}
-    node = node_of(component)
+    node = node_of(component, rack_of)
     return {node} if node is not None else None

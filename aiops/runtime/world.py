@@ -213,9 +213,11 @@ def _cools(node: str, sysfs_root: str, topology: Topology | None) -> bool:
 def _attach_nvml(
     store: Store, topology: Topology, node: str | None, nvml: Any, kube_api: Any, sysfs_root: str = "/sys"
 ) -> Attached:
-    if not node or not node.startswith("node") or topology.expand(node) is None:
+    scope = topology.expand(node) if node else None
+    if node is None or scope is None or scope.kind != "node":
         raise AiopsError(
-            f"--actuator nvml needs --node: this host's name in {store.path} (node0, node1, ...)"
+            f"--actuator nvml needs --node: this host's name in {store.path} "
+            f"({', '.join(sorted(topology.node_gpus)[:8]) or 'no node stored'})"
         )
     if nvml is None:
         import pynvml
@@ -225,11 +227,10 @@ def _attach_nvml(
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         raise PrerequisiteError(f"--actuator nvml: NVML is not usable on this host ({exc})") from None
-    local = int(node.removeprefix("node"))
 
-    def nvml_for(index: int) -> Any:
-        if index != local:
-            raise AiopsError(f"node{index} is not this host ({node}): its GPUs are set by its own agent")
+    def nvml_for(name: str) -> Any:  # this host's NVML only; a GPU's index is its local one ({host}/gpu{g})
+        if name != node:
+            raise AiopsError(f"{name} is not this host ({node}): its GPUs are set by its own agent")
         return nvml
 
     power = NvmlPowerActuator(nvml_for, topology, initialise=False)

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from aiops.errors import AlertInboxFull, AlertPayloadError
+from aiops.labels import component_kind, host_component
 from aiops.sources.mapping import host_of
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: Alertmanager's groups are far smaller (it truncates at max_alerts anyway)
@@ -30,8 +31,7 @@ MAX_ANNOTATION_CHARS = 4096
 INBOX_LIMIT = 2000  # alerts waiting for the loop; beyond it the route answers 503 (Alertmanager retries)
 REASON_CHARS = 200
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}$", re.ASCII)
-_COMPONENT = re.compile(r"^(fleet|rack\d+|node\d+|node\d+/gpu\d+|node\d+/nic\d+)$", re.ASCII)
-_NODE = re.compile(r"^node\d+$", re.ASCII)
+_ALERT_KINDS = ("fleet", "rack", "node", "gpu", "nic")
 _GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
 
 Fingerprint = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{1,64}$")]
@@ -120,13 +120,14 @@ def component_of(
 ) -> str | None:
     """The contract component an alert is about, or None (then the analyst looks at everything):
     a `component` label that is a valid contract name (and, when `known` is given, one of them); else the
-    host (`Hostname`, or `instance` without its port) through `hosts` (hostname -> node{n}, from
-    `[node.hosts]`), or a host already named node{n}; with a `gpu` label (dcgm-exporter's index), that GPU."""
+    host (`Hostname`, or `instance` without its port) through `hosts` (hostname -> node name, from
+    `[node.hosts]`), else the host's own name (`host_component`: its first label, lowercased); with a `gpu`
+    label (dcgm-exporter's index), that GPU."""
     component = labels.get("component", "")
-    if _COMPONENT.fullmatch(component) and (not known or component in known):
+    if component_kind(component) in _ALERT_KINDS and (not known or component in known):
         return component
     host = host_of(labels)
-    node = None if host is None else hosts.get(host, host if _NODE.fullmatch(host) else None)
+    node = None if host is None else hosts.get(host, host_component(host))
     if node is None or (known and node not in known):
         return None
     gpu = labels.get("gpu", "")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 from prometheus_client.registry import CollectorRegistry
 from starlette.types import ASGIApp
 
-from aiops.config import Config
+from aiops.config import Config, node_of
 from aiops.datapath.policy import Policy
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.world import attach, desk
@@ -101,6 +102,9 @@ class Service:
             config = config.model_copy(
                 update={"node": config.node.model_copy(update=identity)}
             )  # no validation
+        elif not config.node.name:  # no name configured: the twin's node0 (as before), else this host's own
+            name = "node0" if sim is not None else node_of(config, socket.gethostname()).name
+            config = config.model_copy(update={"node": config.node.model_copy(update={"name": name})})
         self.config = config
         self.sim = sim
         self.make_sources = sources  # another source than this host or the twin (`aiops fleet`: Prometheus)

@@ -61,7 +61,8 @@ class SimActuator:
         self._lanes: dict[str, bool] = {}
         self._nvml_power_actuator: NvmlPowerActuator | None = None
 
-    def _nvml(self, node: int) -> NvmlLike:
+    def _nvml(self, name: str) -> NvmlLike:
+        node = int(name.removeprefix("node"))  # the twin names its nodes node{n}
         nvml = self.world.nvml(node)
         if node not in self._initialised:
             nvml.nvmlInit()

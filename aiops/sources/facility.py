@@ -17,7 +17,6 @@ VictoriaMetrics' `/api/v1/import/prometheus`); `render_facility_snapshot` is one
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import pyarrow as pa
 
 from aiops.config import FacilityConfig, FacilitySeries
 from aiops.errors import SourceError
+from aiops.labels import rack_name_error
 from aiops.sources.exposition import labels_text
 from aiops.sources.prometheus import MAX_POINTS, PrometheusClient
 from aiops.store import Store
@@ -39,7 +39,6 @@ COLUMNS: tuple[str, ...] = (
     "coolant_flow_lpm",
     "power_kw",
 )
-_RACK = re.compile(r"^rack\d+$", re.ASCII)
 # HELP of the default series, as their exporters (or the MIB / Redfish property they come from) describe them.
 HELP: dict[str, str] = {
     "ipmi_temperature_celsius": "Current temperature reading of sensor.",
@@ -68,7 +67,7 @@ def selector(series: FacilitySeries) -> str:
 def rack_of(labels: Mapping[str, str], config: FacilityConfig) -> str | None:
     """A series' rack: its rack label when that names a rack, else its instance through `[facility.racks]`."""
     rack = labels.get(config.rack_label, "")
-    if _RACK.match(rack):
+    if rack and rack_name_error(rack) is None:  # any configured rack name (an RFC 1123 label)
         return rack
     return config.racks.get(labels.get(config.instance_label, ""))
 

@@ -1,8 +1,9 @@
 """Series from a time-series engine onto the store: staged long (one row per sample, as fetched), then pivoted
 into the tables the analyst reads (`topology`, `gpu_samples`, `gpu_events`, `nic_samples`).
 
-Hosts become nodes by, in order: `[node.hosts]` of the config (hostname -> {name, rack}); a host already named
-`node<N>`; else the order of appearance (hosts sorted by name -> node0, node1, ...). A series' host is its
+Hosts become nodes by, in order: `[node.hosts]` of the config (hostname -> {name, rack}); else the host's own
+name (its first label, lowercased: the name the agent on that host gives itself, `aiops.labels.host_component`);
+else (an IP address, a name taken twice) the order of appearance (node0, node1, ... not yet taken). A series' host is its
 `Hostname` label (dcgm-exporter) or its `instance` without the port (node_exporter). The `gpu` label is the GPU's
 index on its node; a node's interfaces, virtual ones left out, are its NICs in name order.
 """
@@ -21,13 +22,13 @@ import duckdb
 import pyarrow as pa
 
 from aiops import nvml_bits
+from aiops.labels import host_component
 from aiops.sources.names import CLOCKS_EVENT_NAMES, DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
 
 VIRTUAL_DEVICE = re.compile(
     r"^(lo|docker.*|veth.*|virbr.*|br-.*|cali.*|flannel.*|cni.*|tunl.*|kube-.*|vxlan.*)$"
 )
-_NODE = re.compile(r"^node(\d+)$", re.ASCII)
 _GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
 # Staged in the workspace's file (not TEMP tables, which DuckDB keeps in memory), under a memory limit so a
 # long range spills to disk instead of growing the process; dropped once pivoted.
@@ -64,16 +65,13 @@ def host_of(labels: Mapping[str, str]) -> str | None:
 
 def assign_nodes(hosts: Sequence[str], configured: Mapping[str, HostIdentity]) -> dict[str, HostIdentity]:
     """Each host's node and rack (see the module's docstring); node names are never given twice."""
-    out: dict[str, HostIdentity] = {}
-    taken: set[str] = set()
-    for host in sorted(hosts):
-        if host in configured:
-            out[host] = configured[host]
-        elif _NODE.match(host) and not configured:
-            out[host] = HostIdentity(host, "rack0")
-        else:
-            continue
-        taken.add(out[host].node)
+    out: dict[str, HostIdentity] = {host: configured[host] for host in sorted(hosts) if host in configured}
+    taken: set[str] = {identity.node for identity in out.values()}
+    for host in sorted(set(hosts) - set(out)):
+        name = host_component(host)
+        if name is not None and name not in taken:
+            out[host] = HostIdentity(name, "rack0")
+            taken.add(name)
     index = 0
     for host in sorted(set(hosts) - set(out)):
         while f"node{index}" in taken:
@@ -206,11 +204,17 @@ def _dcgm_float(value: Any) -> float | None:
     return number
 
 
+# idx: the twin's node{n} / rack{r} keep n / r; any other name its place among its siblings by name
 _TOPOLOGY_SQL = """
 INSERT INTO topology (component, kind, parent, rack, node, idx)
 SELECT 'fleet', 'fleet', NULL, NULL, NULL, 0
-UNION ALL SELECT DISTINCT rack, 'rack', 'fleet', rack, NULL, CAST(substr(rack, 5) AS INTEGER) FROM prom_hosts
-UNION ALL SELECT node, 'node', rack, rack, node, CAST(substr(node, 5) AS INTEGER) FROM prom_hosts
+UNION ALL SELECT rack, 'rack', 'fleet', rack, NULL,
+    coalesce(TRY_CAST(regexp_extract(rack, '^rack([0-9]{1,9})$', 1) AS INTEGER), (row_number() OVER (ORDER BY rack)) - 1)
+    FROM (SELECT DISTINCT rack FROM prom_hosts)
+UNION ALL SELECT node, 'node', rack, rack, node,
+    coalesce(TRY_CAST(regexp_extract(node, '^node([0-9]{1,9})$', 1) AS INTEGER),
+             (row_number() OVER (PARTITION BY rack ORDER BY node)) - 1)
+    FROM prom_hosts
 UNION ALL SELECT DISTINCT h.node || '/gpu' || g.gpu_idx, 'gpu', h.node, h.rack, h.node, g.gpu_idx
     FROM prom_gpu g JOIN prom_hosts h USING (host)
 UNION ALL SELECT h.node || '/' || n.nic, 'nic', h.node, h.rack, h.node, CAST(substr(n.nic, 4) AS INTEGER)

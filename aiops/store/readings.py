@@ -17,6 +17,7 @@ draw) counts it and a budget derived from it stays safe.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from aiops.labels import component_kind
@@ -45,9 +46,10 @@ GROUP BY gpu
 """
 
 
-def scope_where(scope: str) -> tuple[str, list[Any]]:
-    """SQL over `topology t` selecting the GPUs a scope covers (fleet, rackN, nodeN or one GPU)."""
-    kind = component_kind(scope)
+def scope_where(scope: str, racks: Collection[str] = ()) -> tuple[str, list[Any]]:
+    """SQL over `topology t` selecting the GPUs a scope covers (fleet, a rack, a node or one GPU; `racks`: the
+    topology's racks, whose configured names look like a host's)."""
+    kind = component_kind(scope, racks)
     if kind == "fleet":
         return "TRUE", []
     if kind == "rack":
@@ -86,7 +88,7 @@ def gpu_power_from_store(
 ) -> list[GpuPower]:
     """Per GPU in `scope` with a usable newest sample at or before `now_ts_s` (default: the newest sample),
     sorted by GPU name. Raises ValueError for a scope that is not fleet, a rack, a node or a GPU."""
-    where, params = scope_where(scope)
+    where, params = scope_where(scope, racks_in_store(store))
     when = now_ts_s if now_ts_s is not None else newest_ts_s(store)
     if when is None:
         return []
@@ -150,7 +152,7 @@ def non_gpu_power_w(
     """What the scope draws besides its (NVML-visible) GPUs: the racks' newest measured power (rack_samples,
     no older than `max_age_s`) minus the newest draw of their GPUs; 0 when nothing is measured. A node or GPU
     scope has no facility meter: 0."""
-    kind = component_kind(scope)
+    kind = component_kind(scope, racks_in_store(store))
     if kind not in ("fleet", "rack"):
         return 0.0
     rack_filter = "" if kind == "fleet" else "AND rack = ?"
