@@ -50,7 +50,7 @@ class NvmlOpsActuator:
 
     def __init__(
         self,
-        nvml_for: Callable[[int], NvmlLike],
+        nvml_for: Callable[[str], NvmlLike],
         topology: Topology,
         *,
         node_drained: Callable[[str], bool] | None = None,
