@@ -16,6 +16,7 @@ from aiops.sim.twin import world_topology
 from guardrails.actions import Action
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
 from tests.simkit import scenario
+from tests.test_guardrails_actuators import by_name
 
 
 def _act(kind: str, target: str, **parameters: Any) -> Action:
@@ -34,7 +35,9 @@ def _setup(drained: bool | None = None) -> tuple[World, NvmlOpsActuator]:
     for node in range(world.layout.nodes):
         world.nvml(node).nvmlInit()
     check = None if drained is None else (lambda node: bool(world.drained[int(node.removeprefix("node"))]))
-    return world, NvmlOpsActuator(world.nvml, world_topology(world), node_drained=check, initialise=False)
+    return world, NvmlOpsActuator(
+        by_name(world.nvml), world_topology(world), node_drained=check, initialise=False
+    )
 
 
 def test_clock_limit_dry_run_apply_read_back_and_rollback() -> None:
@@ -82,7 +85,7 @@ def test_a_refused_lock_unlocks_the_gpus_already_locked() -> None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
         real_set(handle, low, high)
 
-    sim.nvmlDeviceSetGpuLockedClocks = third_refuses  # type: ignore[method-assign]
+    sim.nvmlDeviceSetGpuLockedClocks = third_refuses  # type: ignore[method-assign,assignment]
     result = nvml.apply(_act("set_clock_limit", "node0", sm_clock_max_mhz=1500), False)
     assert not result.ok and "NoPermission" in result.error and "node0/gpu2" in result.error
     assert calls == [0, 1, 2] and result.detail["unlocked"] == ["node0/gpu0", "node0/gpu1", "node0/gpu2"]
@@ -111,7 +114,7 @@ def test_gpu_reset_needs_a_drained_node_then_brings_a_lost_gpu_back() -> None:
     reset = _act("gpu_reset", "node0/gpu1")
     refused = nvml.apply(reset, False)
     assert not refused.ok and "node0 is not drained" in refused.error
-    nobody = NvmlOpsActuator(world.nvml, world_topology(world), initialise=False)
+    nobody = NvmlOpsActuator(by_name(world.nvml), world_topology(world), initialise=False)
     assert "no scheduler" in nobody.apply(reset, True).error  # nobody can say: refused
 
     assert ops.drain(world, "node0") == {"requeued_to": "node2", "held": None}
