@@ -166,13 +166,13 @@ HEAT_AND_POWER: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.
 # only (a host name is case-insensitive: the agent lowercases the kernel's; Kubernetes node names are lowercase).
 HOST_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 HOST = rf"{HOST_LABEL}(?:\.{HOST_LABEL})*"
-_HOST = re.compile(rf"^{HOST}$", re.ASCII)
-_LABEL_ONLY = re.compile(rf"^{HOST_LABEL}$", re.ASCII)
-_TWIN_RACK = re.compile(r"^rack\d+$", re.ASCII)
-_PART = re.compile(rf"^({HOST})/(gpu|nic|accel)(\d+)$", re.ASCII)
+_HOST = re.compile(rf"^{HOST}\Z", re.ASCII)  # \Z: `$` would let a trailing newline through
+_LABEL_ONLY = re.compile(rf"^{HOST_LABEL}\Z", re.ASCII)
+_TWIN_RACK = re.compile(r"^rack\d+\Z", re.ASCII)
+_PART = re.compile(rf"^({HOST})/(gpu|nic|accel)(\d+)\Z", re.ASCII)
 _PATTERNS: dict[str, re.Pattern[str]] = {
-    "job": re.compile(r"^job:([A-Za-z0-9_.-]+)$"),
-    "policy": re.compile(r"^policy:([A-Za-z0-9_.-]+)$"),
+    "job": re.compile(r"^job:([A-Za-z0-9_.-]+)\Z"),
+    "policy": re.compile(r"^policy:([A-Za-z0-9_.-]+)\Z"),
 }
 RESERVED_NAMES = frozenset({"fleet"})
 
@@ -203,7 +203,7 @@ def host_name_error(name: str) -> str | None:
 
 def rack_name_error(name: str) -> str | None:
     """Why `name` cannot be a rack's name (None: it can): one RFC 1123 label, not `fleet`, not `node{n}`."""
-    if name in RESERVED_NAMES or re.match(r"^node\d+$", name):
+    if name in RESERVED_NAMES or re.match(r"^node\d+\Z", name):
         return f"'{name[:60]}' is a reserved component name (fleet, node<N>)"
     if not _LABEL_ONLY.match(name):
         return (

@@ -20,20 +20,19 @@ from dataclasses import replace
 from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import duckdb
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aiops.control.advice import allocation_advice, thermal_actions, thermal_advice
-from aiops.control.dcim_signals import dcim_caps_kw
-from aiops.control.readings import StoreReadings
 from aiops.errors import PlaybookError
 from aiops.labels import DIAGNOSIS_LABELS, node_of
 from aiops.models import Hypothesis
-from aiops.store import Store
 from guardrails.actions import Action
+
+if TYPE_CHECKING:  # the store and the control laws load where actions are computed, not with the YAML:
+    # `aiops investigate` reads the playbooks' next steps and must stay small (no DuckDB, Arrow or numpy)
+    from aiops.store import Store
 
 PROPOSER = "analyst"
 
@@ -166,6 +165,10 @@ def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> d
     if not sources:
         return {}
     nodes, racks = _scope(store, hypothesis.component)
+    from aiops.control.advice import allocation_advice, thermal_actions, thermal_advice
+    from aiops.control.dcim_signals import dcim_caps_kw
+    from aiops.control.readings import StoreReadings
+
     readings = StoreReadings(store, now_ts_s)
     out: dict[str, list[Action]] = {}
     if "thermal" in sources and nodes:
@@ -206,6 +209,8 @@ def remediation_from_store(
     """`remediation` with the computed remediations worked out from the store at `now_ts_s` (default: the
     newest GPU sample). Advice that cannot be computed (a store without the telemetry it reads) leaves the
     templates in place."""
+    import duckdb
+
     when = now_ts_s if now_ts_s is not None else store.scalar("SELECT max(ts_s) FROM gpu_samples")
     computed: dict[str, list[Action]] = {}
     if when is not None:

@@ -48,7 +48,7 @@ MAX_RECORDS_PER_COLLECT = 4096  # a log storm cannot stall the sample loop; the 
 
 # A GPU's contract name (aiops.labels has the contract; collectors import nothing from aiops but its errors)
 # ({host}/gpu{g}, {host} any lowercase RFC 1123 host name: gpu-a100-017/gpu3, node0/gpu3)
-_GPU_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?/gpu\d+$", re.ASCII)
+_GPU_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?/gpu\d+\Z", re.ASCII)
 
 
 def boot_epoch_s() -> float:

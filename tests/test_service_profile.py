@@ -228,6 +228,7 @@ def test_the_service_wires_the_trigger_behind_notifications_and_stores_through_i
     config = parse_config(
         {
             "store": {"path": str(tmp_path / "ws.duckdb")},
+            "node": {"name": "node0"},  # the incident's node (unset: this host's own name)
             "profile": {"on_incident": True, "duration_s": 1.0, "out_dir": str(tmp_path / "p")},
         },
         "f.toml",

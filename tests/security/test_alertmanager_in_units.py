@@ -119,7 +119,8 @@ def test_labels_name_the_component() -> None:
     assert component_of({"instance": "gpu-a-17:9100"}, hosts) == "node17"
     assert component_of({"component": "node3/nic1", "Hostname": "node1"}, {}) == "node3/nic1"
     assert component_of({"component": HOSTILE, "Hostname": "node1"}, {}) == "node1"  # not a contract name
-    assert component_of({"Hostname": "unknown-host", "gpu": "1"}, hosts) is None
+    # an unlisted host is named after itself (issue 25), a valid host name only
+    assert component_of({"Hostname": "unknown-host", "gpu": "1"}, hosts) == "unknown-host/gpu1"
     assert component_of({"Hostname": "node1", "gpu": "-1"}, {}) == "node1"
     assert component_of({"component": "node3\n", "Hostname": "node1", "gpu": "2\n"}, {}) == "node1"
     assert component_of({"Hostname": "node1\n"}, {}) is None

@@ -80,17 +80,17 @@ def test_prometheus_source_maps_the_real_exposition(name: str, tmp_path: Path) -
         )
         result = analyze_store(store)
     assert staged == 9 and rows["gpu_samples"] == 3
-    # the host is the scrape target without its port (no Hostname label in this release); not named node<N>,
-    # so it becomes node0; the GPU is its `gpu` label
+    # the host is the scrape target without its port (no Hostname label in this release): a host keeps its own
+    # name (issue 25: components are named after the host); the GPU is its `gpu` label
     assert topology == [
-        {"component": "node0", "kind": "node", "node": "node0"},
-        {"component": "node0/gpu0", "kind": "gpu", "node": "node0"},
+        {"component": "gpu-node-7", "kind": "node", "node": "gpu-node-7"},
+        {"component": "gpu-node-7/gpu0", "kind": "gpu", "node": "gpu-node-7"},
     ]
     assert samples == [
         {
             "ts_s": ts,
-            "gpu": "node0/gpu0",
-            "node": "node0",
+            "gpu": "gpu-node-7/gpu0",
+            "node": "gpu-node-7",
             "uuid": UUID,
             "sm_clock_mhz": 139.0,
             "mem_clock_mhz": 405.0,
