@@ -277,7 +277,7 @@ def host_component(host: str) -> str | None:
     """The node name a host goes by when nothing configures it: its first label, lowercased (`gpu-a100-017` for
     `GPU-A100-017.dc1.example`), as the agent on that host names itself; None for an IP address or a name that
     is no valid `{host}`."""
-    name = host.strip().lower()
+    name = host.lower()  # never stripped: a name with whitespace in it (a hostile label) names nothing
     if not name or ":" in name or re.fullmatch(r"[0-9.]+", name):
         return None
     head = name.split(".", 1)[0]
