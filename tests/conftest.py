@@ -15,11 +15,18 @@ import pytest
 from aiops.store import Store
 
 SLOW_FIRST: tuple[str, ...] = (
+    "tests/test_slurm_e2e.py",
     "tests/test_fleet_live.py",
     "tests/test_dispatch_live.py",
     "tests/security/test_alert_flood.py",
     "tests/security/test_report_browser.py",
     "tests/security/test_promsource_analyze.py",
+    "tests/test_slurm_real.py",
+    "tests/security/test_rank_timing_ebpf.py",
+    "tests/test_k8s_alerts.py",
+    "tests/test_k8s_dashboards.py",
+    "tests/test_workloads_live.py",
+    "tests/test_service_host_name.py",
     "tests/test_packaging.py",
     "tests/test_agent_adversarial.py",
     "tests/security/test_twin_healthy_fp.py",
