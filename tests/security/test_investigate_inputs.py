@@ -17,10 +17,13 @@ from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "evals" / "real"
-# 48 MiB: read whole (bytes, text and the list of lines) it peaks at ~135 MB; streamed, at ~56 MB (measured).
-# The limit sits between the two, so a regression to whole-file reading fails. bench/ covers 1 GiB.
+# 48 MiB: read whole (bytes, text and the list of lines) the file adds ~130 MB to the process; streamed, ~1 MB
+# (measured). The growth over the process's own peak before the file (the interpreter and the code: 70-105 MB,
+# more where no bytecode is cached) is judged, so a regression to whole-file reading fails on any machine; the
+# product's figure (300 MB peak) is judged too. bench/ covers 1 GiB.
 LARGE_BYTES = 48 * 1024 * 1024
-PEAK_RSS_LIMIT_MB = 100
+GROWTH_LIMIT_MB = 32
+PEAK_RSS_LIMIT_MB = 300
 
 # In a child process: run the investigation, then report its own peak RSS. VmHWM (/proc/self/status) is
 # counted for this program image only; getrusage's ru_maxrss keeps the forking parent's peak across exec
@@ -29,10 +32,13 @@ _CHILD = """
 import json, resource, sys
 from pathlib import Path
 from aiops.evidence import investigate
+def hwm_kb():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+base_kb = hwm_kb()  # the interpreter and the code, before any file is read
 result = investigate([Path(sys.argv[1])])
-hwm_kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+hwm_kb = hwm_kb()
 rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"result": result, "peak_rss_mb": hwm_kb / 1024, "ru_maxrss_mb": rss_kb / 1024}))
+print(json.dumps({"result": result, "peak_rss_mb": hwm_kb / 1024, "growth_mb": (hwm_kb - base_kb) / 1024, "ru_maxrss_mb": rss_kb / 1024}))
 """
 
 
@@ -71,7 +77,8 @@ def test_a_large_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     assert source["format"] == "kernel-log" and source["lines"] > 450_000
     assert source["parsed"] + source["unknown"] == source["lines"]
     assert result["verdict"] == "diagnosed" and result["hypotheses"][0]["root_cause"] == "gpu_fell_off_bus"
-    assert report["peak_rss_mb"] <= PEAK_RSS_LIMIT_MB, report["peak_rss_mb"]
+    assert report["growth_mb"] <= GROWTH_LIMIT_MB, report
+    assert report["peak_rss_mb"] <= PEAK_RSS_LIMIT_MB, report
 
 
 def test_one_huge_line_does_not_load_whole(tmp_path: Path) -> None:
