@@ -24,6 +24,7 @@ from aiops.cli.main import main
 from aiops.errors import EvidenceError
 from aiops.evidence import investigate
 from aiops.evidence.bundle import Limits
+from tests.security.test_investigate_inputs import _CHILD  # the same measuring child
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "evals" / "real"
@@ -300,19 +301,8 @@ def test_a_bundle_with_nothing_readable_exits_2(tmp_path: Path, capsys: pytest.C
 
 
 # A 32 MiB kernel log inside a tgz: read whole it would cost the file's size several times over; streamed
-# member by member, peak RSS stays near the interpreter's own (the plain-file bound of
+# member by member, peak RSS stays near the interpreter's own (the plain-file bound and measuring child of
 # tests/security/test_investigate_inputs.py).
-_CHILD = """
-import json, sys
-from pathlib import Path
-from aiops.evidence import investigate
-def hwm_kb():
-    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-base_kb = hwm_kb()  # the interpreter and the code, before any file is read
-result = investigate([Path(sys.argv[1])])
-hwm_kb = hwm_kb()
-print(json.dumps({"result": result, "peak_rss_mb": hwm_kb / 1024, "growth_mb": (hwm_kb - base_kb) / 1024}))
-"""
 
 
 @pytest.mark.timeout(180)
