@@ -59,8 +59,15 @@ def test_a_receiver_down_for_its_first_10_s_gets_opened_diagnosed_and_resolved_o
     notifier = Notifier(config, retry_base_s=0.2)
     started_s = time.monotonic()
 
+    refused: list[str] = []
+
     def answer(path: str, body: Any) -> int:
-        return 503 if time.monotonic() < started_s + OUTAGE_S else 200
+        # 503 until the outage is over, and at least once (a loaded machine may pump no attempt into the window
+        # between the receiver's start and the outage's end: the 503 path must still be exercised)
+        if time.monotonic() < started_s + OUTAGE_S or not refused:
+            refused.append(path)
+            return 503
+        return 200
 
     with workspace.write() as store:
         for each in the_three_events():
