@@ -11,7 +11,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import tarfile
 import time
 import zipfile
@@ -24,7 +23,7 @@ from aiops.cli.main import main
 from aiops.errors import EvidenceError
 from aiops.evidence import investigate
 from aiops.evidence.bundle import Limits
-from tests.security.test_investigate_inputs import _CHILD  # the same measuring child
+from tests.security.test_investigate_inputs import measured_investigation  # the same measuring child
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "evals" / "real"
@@ -315,15 +314,7 @@ def test_a_large_tgz_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
         info.size = (size // len(block) + 1) * len(block)
         reader = io.BufferedReader(_Repeat(block, info.size))  # type: ignore[arg-type]
         tar.addfile(info, reader)
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(big)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        timeout=170,
-    )
-    report = json.loads(out.stdout)
+    report = measured_investigation(big, timeout_s=170)
     source = report["result"]["sources"][0]
     assert source["format"] == "kernel-log" and source["lines"] > 300_000
     assert report["result"]["verdict"] == "diagnosed"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,21 @@ print(json.dumps({"result": result, "peak_rss_mb": hwm_kb / 1024, "growth_mb": (
 """
 
 
+def measured_investigation(path: Path, timeout_s: float = 170) -> dict[str, Any]:
+    """`investigate([path])` in a child process (its own memory only): the result, its peak RSS and the growth
+    of that peak while the file was read."""
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=timeout_s,
+    )
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
+
+
 def _real_lines() -> bytes:
     """Real corpus lines (a GPU falling off the bus among AER and ECC lines), repeated to build the file."""
     return b"".join(
@@ -63,15 +79,7 @@ def test_a_large_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
         while written < LARGE_BYTES:
             handle.write(block)
             written += len(block)
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(big)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        timeout=170,
-    )
-    report = json.loads(out.stdout)
+    report = measured_investigation(big, timeout_s=170)
     result = report["result"]
     source = result["sources"][0]
     assert source["format"] == "kernel-log" and source["lines"] > 450_000
@@ -86,15 +94,7 @@ def test_one_huge_line_does_not_load_whole(tmp_path: Path) -> None:
     line.write_bytes(
         b"[ 1.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n" + b"A" * 50_000_000
     )
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(line)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    report = json.loads(out.stdout)
+    report = measured_investigation(line, timeout_s=120)
     assert report["result"]["sources"][0]["lines"] == 2
     assert report["peak_rss_mb"] <= 150, report
 
