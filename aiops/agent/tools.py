@@ -57,7 +57,8 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "sql",
         "Run one read-only SELECT over the telemetry DuckDB (tables: topology, jobs, job_ranks, gpu_samples, "
         "gpu_events, nic_samples, flow_class_samples, lane_rules, collective_samples, job_steps, rack_samples, "
-        "host_samples, incidents, hypotheses). Timestamps are ts_s, Unix seconds. Row- and time-limited.",
+        "host_samples, gpu_processes (pid, job, rank per GPU), rank_timing_samples (per-rank collective calls and "
+        "blocked time), node_placement, incidents, hypotheses). Timestamps are ts_s, Unix seconds. Row- and time-limited.",
         {"query": {"type": "string"}},
         ["query"],
     ),
