@@ -11,8 +11,9 @@ de-duplication of its own: every event is one message, and the queue sends each 
 
 Incident text is hostile, and Adaptive Card TextBlocks and facts render a CommonMark subset (bold, italic,
 lists, links) plus `{{DATE(...)}}` functions: `markdown_escape` backslash-escapes every ASCII punctuation
-character that can open markup, a leading list or heading marker, and drops control and bidirectional
-formatting characters, so a title like `[click](http://evil)` or `**urgent**` shows as typed. Each text is
+character that can open markup and a leading list marker, drops leading blanks (an indented code block), and
+turns control and bidirectional formatting characters into spaces (a newline would start a block), so a
+title like `[click](http://evil)` or `**urgent**` shows as typed. Each text is
 clipped to a bound so the message stays far inside Teams' size limit (about 28 KB).
 """
 
@@ -39,7 +40,7 @@ _COLORS = {"opened": "Attention", "diagnosed": "Warning", "resolved": "Good"}
 # CommonMark lets any ASCII punctuation be backslash-escaped; these can open inline markup (emphasis, code,
 # links, images, autolinks, HTML, entities, strikethrough) or an Adaptive Card function (`{{DATE(...)}}`).
 _INLINE = frozenset("\\`*_{}[]()<>!&~|#")
-_BLOCK_START = re.compile(r"^(\s*)([-+=>]|\d+[.)])")  # a list item, a heading underline, a quote at the start
+_BLOCK_START = re.compile(r"^(?:[-+=]|\d+[.)])")  # a list item or a heading underline at the start
 # C0/C1 controls (a newline would start a new block) and the bidirectional overrides that reorder text
 _INVISIBLE = frozenset(
     [
@@ -53,13 +54,13 @@ _INVISIBLE = frozenset(
 def markdown_escape(text: str, max_chars: int | None = None) -> str:
     """`text` as literal text in an Adaptive Card TextBlock or fact: on one line, markup characters escaped,
     at most `max_chars` characters before escaping (an ellipsis where cut)."""
-    flat = "".join(" " if char in _INVISIBLE else char for char in text)
+    flat = "".join(" " if char in _INVISIBLE else char for char in text).lstrip()
     if max_chars is not None and len(flat) > max_chars:
         flat = flat[: max_chars - 1] + "…"
     escaped = "".join("\\" + char if char in _INLINE else char for char in flat)
     match = _BLOCK_START.match(escaped)
     if match:  # `1. x` or `- x` at the start would be a list: escape the marker's last character
-        end = match.end(2)
+        end = match.end()
         escaped = escaped[: end - 1] + "\\" + escaped[end - 1 :]
     return escaped
 
