@@ -711,8 +711,8 @@ def example_toml() -> str:
             ]
         if section == "notify":
             lines += [
-                "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts API),",
-                "# teams (Workflows webhook URL), pagerduty (Events API v2; url defaults to its enqueue URL)",
+                "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts",
+                "# API), teams (Workflows webhook URL), pagerduty (Events API v2; url defaults to its enqueue URL)",
                 "# [[notify.webhooks]]",
                 '# url = "https://hooks.example.com/aiops"',
                 '# kind = "json"',

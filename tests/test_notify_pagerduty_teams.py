@@ -1,7 +1,7 @@
-"""PagerDuty's Events API v2 bodies and Teams' Adaptive Card messages as pure functions: shapes checked against
-the APIs' required fields (a JSON Schema written from PagerDuty's OpenAPI description; the Adaptive Card
-schema's required properties), hostile text rendered by a real CommonMark parser, the routing key's file and
-the configuration's errors, and the console link the outbox adds."""
+"""PagerDuty's Events API v2 bodies and Teams' Adaptive Card messages as pure functions: shapes checked
+against the APIs' required fields (a JSON Schema written from PagerDuty's OpenAPI description; the Adaptive
+Card schema's required properties), hostile text rendered by a real CommonMark parser, the routing key's
+file and the configuration's errors, and the console link the outbox adds."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ MARKUP = (
     "**bold** _it_ [click](http://evil.example) <b>x</b> &lt; `code` ~~s~~ {{DATE(2017-02-14T06:00:00Z)}}"
 )
 
-# PagerDuty's enqueue request as its OpenAPI description (PagerDuty/api-schema, reference/events-v2) states it,
-# with the limits its documentation adds (summary 1024 characters, dedup_key 255).
+# PagerDuty's enqueue request as its OpenAPI description (PagerDuty/api-schema, reference/events-v2) states
+# it, with the limits its documentation adds (summary 1024 characters, dedup_key 255).
 PAGERDUTY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["routing_key", "event_action"],
@@ -348,7 +348,7 @@ def test_long_text_is_clipped_before_escaping() -> None:
     assert shown(escaped) == "<p>" + "*" * 299 + "…</p>\n"
 
 
-# -- the outbox: console links ---------------------------------------------------------------------------------
+# -- the outbox: console links ----------------------------------------------------------------------
 def test_the_outbox_links_events_to_the_console_page_of_their_incident(tmp_path: Path) -> None:
     key = tmp_path / "pd.key"
     key.write_text(ROUTING_KEY)

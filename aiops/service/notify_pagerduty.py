@@ -40,7 +40,8 @@ ROUTING_KEY_CHARS = 128  # an integration key is 32 characters; more is not a ke
 
 
 def clip(text: str, max_chars: int) -> str:
-    """`text` on one line (control characters as spaces), at most `max_chars` characters, an ellipsis where cut."""
+    """`text` on one line (control characters as spaces), at most `max_chars` characters (an ellipsis where
+    cut)."""
     flat = "".join(" " if ord(char) < 32 or ord(char) == 127 else char for char in text)
     return flat if len(flat) <= max_chars else flat[: max_chars - 1] + "…"
 

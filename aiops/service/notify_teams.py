@@ -1,5 +1,5 @@
-"""Microsoft Teams (a Workflows "post to a channel when a webhook request is received" URL, or a legacy incoming
-webhook): a message with one Adaptive Card (docs/NOTIFY.md), a pure function of the `IncidentEvent`:
+"""Microsoft Teams (a Workflows "post to a channel when a webhook request is received" URL, or a legacy
+incoming webhook): a message with one Adaptive Card (docs/NOTIFY.md), a pure function of the `IncidentEvent`:
 
     {"type": "message", "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive",
                                          "contentUrl": null, "content": {"type": "AdaptiveCard", ...}}]}
