@@ -20,6 +20,8 @@ from aiops.config import Config, NotifyConfig, WebhookConfig, parse_config
 from aiops.config_notify import PAGERDUTY_EVENTS_URL
 from aiops.errors import ConfigError
 from aiops.models import Evidence, Hypothesis
+from aiops.report.model import Report
+from aiops.report.write import Written
 from aiops.service.notify import Notifier
 from aiops.service.notify_event import IncidentEvent
 from aiops.service.notify_pagerduty import (
@@ -30,10 +32,11 @@ from aiops.service.notify_pagerduty import (
     with_routing_key,
 )
 from aiops.service.notify_payloads import render
+from aiops.service.notify_report import report_body
 from aiops.service.notify_teams import CARD_CONTENT_TYPE, markdown_escape, teams_body
 from aiops.service.outbox import Outbox
 from aiops.store import Workspace
-from tests.notify_helpers import HOSTILE, LINK, event, hypothesis, incident
+from tests.notify_helpers import HOSTILE, LINK, NOW_TS_S, event, hypothesis, incident
 
 ROUTING_KEY = "R0ut1ngK3yR0ut1ngK3yR0ut1ngK3y12"  # 32 characters, as an integration key
 CONSOLE = "https://aiops.example.com/incidents/inc-1"
@@ -380,3 +383,14 @@ def test_the_outbox_links_events_to_the_console_page_of_their_incident(tmp_path:
     teams = bodies["teams", "INC-0001"]["attachments"][0]["content"]
     assert teams["actions"][0]["url"] == "https://aiops.example.com/incidents/INC-0001"
     assert all(ROUTING_KEY not in r["payload"] for r in rows)  # the key is never stored
+
+
+def test_a_scheduled_report_is_a_teams_card_and_nothing_for_pagerduty(tmp_path: Path) -> None:
+    report = Report("GPU fleet health report", NOW_TS_S, NOW_TS_S + 86_400.0, NOW_TS_S, MARKUP, True)
+    written = Written(report, {"html": tmp_path / "report-2023-11-14.html"})
+    card = card_of(report_body("teams", written, "report:x", "https://aiops.example.com/reports/x", "node3"))
+    assert shown(card["body"][0]["text"]).endswith(html.escape(MARKUP, quote=False) + "</p>\n")
+    assert card["actions"][0]["url"] == "https://aiops.example.com/reports/x"
+    as_path = card_of(report_body("teams", written, "report:x", str(tmp_path / "r.html"), "node3"))
+    assert "actions" not in as_path and as_path["body"][-1]["text"].startswith("Report: /")
+    assert report_body("pagerduty", written, "report:x", "", "node3") is None
