@@ -1,5 +1,5 @@
 """`[[notify.webhooks]]`: one notification sink of the `[notify]` section (aiops/config.py re-exports it;
-docs/NOTIFY.md). A kind is one of `WEBHOOK_KINDS`; `pagerduty` posts to the Events API v2 (its URL by
+docs/NOTIFY.md). A kind is one of `WebhookKind`; `pagerduty` posts to the Events API v2 (its URL by
 default) with the integration's routing key read from `routing_key_file` when the service starts (never
 written inline in the file, never stored in the queue)."""
 
