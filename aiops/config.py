@@ -29,6 +29,8 @@ from pydantic import (
     model_validator,
 )
 
+from aiops.config_chatops import EXAMPLE_LINES as CHATOPS_EXAMPLE
+from aiops.config_chatops import ChatopsConfig, SlackConfig
 from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
@@ -565,6 +567,7 @@ class Config(_Section):
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
+    chatops: ChatopsConfig = Field(default_factory=ChatopsConfig)  # aiops/config_chatops.py
     source: str = Field(default="defaults", exclude=True)
 
 
@@ -590,6 +593,7 @@ _MODELS: dict[str, type[BaseModel]] = {
 }
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
+_MODELS["chatops.slack"] = SlackConfig
 _MODELS.update(
     {
         f"facility.{n}": FacilitySeries
@@ -709,6 +713,8 @@ def example_toml() -> str:
                 "# [guardrails.approvers]",
                 '# alice = ["physical", "policy"]',
             ]
+        if section == "chatops":
+            lines += list(CHATOPS_EXAMPLE)
         if section == "notify":
             lines += [
                 "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts",
