@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from aiops.service.service import Service
+from guardrails import witness
 from guardrails.actions import Action, action_hash
-from guardrails.audit import AuditRow, read_rows, verify
+from guardrails.audit import AuditRow, read_rows, verify, verify_witness
 from guardrails.decisions import problems
 from guardrails.signing import ConfiguredVerifier
 from tests.service_inprocess import HeldClock, service_in_process
@@ -176,9 +177,11 @@ def test_physical_needs_the_chat_grant_and_the_approvers_class_then_runs(running
         assert named in data["signature"]
     assert f"request_ts={request_ts};" in data["signature"]
     workspace = running.service.workspace
-    with workspace.read() as store:
+    with workspace.read() as store:  # what `aiops audit verify` checks: chain, signatures, witness
         assert verify(store).ok
         assert problems(store, ConfiguredVerifier(store.guardrails, store.path)) == []
+        witness_path = witness.store_path(store)
+        assert witness_path is not None and verify_witness(store, witness_path).ok
     running.held.run_until_true(
         lambda: running.status(proposal_id) == "executed", max_s=running.held.monotonic() + 20, what="run"
     )

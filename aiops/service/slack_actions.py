@@ -48,7 +48,7 @@ from aiops.service.notify_event import EventKind, incident_event
 from aiops.service.slack_api import SlackApi, SlackPoster
 from aiops.service.slack_blocks import ProposalLine, incident_message, outcome_message
 from aiops.service.slack_request import MAX_BODY_BYTES, Press, parse_press, signature_problem
-from aiops.service.web import _bounded_body, _json
+from aiops.service.web import _bounded_body, _guarded_async, _json
 from aiops.store import Store, Workspace
 from guardrails.actions import action_hash
 from guardrails.records import GuardrailRecords
@@ -106,7 +106,7 @@ class SlackChat:
         return f"SlackChat(channel={self.config.channel!r})"
 
     def routes(self) -> list[BaseRoute]:
-        return [Route(SLACK_ROUTE, self.actions, methods=["POST"])]
+        return [Route(SLACK_ROUTE, _guarded_async(self.actions), methods=["POST"])]
 
     def start(self) -> None:
         self.poster.start()
