@@ -7,6 +7,8 @@ import dataclasses
 import hashlib
 import hmac
 import json
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -15,8 +17,10 @@ from aiops.config import example_toml, parse_config
 from aiops.config_chatops import check_users
 from aiops.errors import ConfigError, SignatureRefused, SlackRequestError
 from aiops.service.notify_event import TopHypothesis
+from aiops.service.slack_actions import SlackChat
 from aiops.service.slack_blocks import ProposalLine, incident_message
 from aiops.service.slack_request import parse_press, signature_problem
+from aiops.store import Workspace
 from guardrails.signing import decision_message
 from guardrails.slack_signing import SlackEvidence, SlackSigner, SlackVerifier
 from tests.notify_helpers import event
@@ -138,3 +142,39 @@ def test_the_config_maps_users_to_approvers_and_says_what_is_wrong() -> None:
     with pytest.raises(ConfigError, match="not a Slack user id"):
         parse_config({"chatops": {"slack": {"users": {"alice": "alice"}}}}, "c.toml")
     assert "[chatops.slack]" in example_toml() and "# [chatops.slack.users]" in example_toml()
+
+
+def test_the_service_refuses_a_slack_section_it_cannot_serve(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text(SECRET)
+    (tmp_path / "token").write_text("xoxb-1")
+    slack = {
+        "signing_secret_file": str(tmp_path / "secret"),
+        "bot_token_file": str(tmp_path / "token"),
+        "channel": "C0INCIDENTS",
+        "users": {"U0ALICE": "alice"},
+    }
+    base = {
+        "store": {"path": str(tmp_path / "ws.duckdb")},
+        "http": {"listen": "127.0.0.1:0"},
+        "guardrails": {"approvers": {"alice": ["physical"]}},
+    }
+
+    def chat(**changes: Any) -> SlackChat:
+        document = {**base, "chatops": {"slack": {**slack, **changes.pop("slack", {})}}, **changes}
+        return SlackChat(parse_config(document, "c.toml"), Workspace(str(tmp_path / "ws.duckdb")))
+
+    with pytest.raises(ConfigError, match=r"chatops.slack.signing_secret_file': cannot read"):
+        chat(slack={"signing_secret_file": str(tmp_path / "missing")})
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match=r"chatops.slack.bot_token_file': the file is empty"):
+        chat(slack={"bot_token_file": str(tmp_path / "empty")})
+    with pytest.raises(ConfigError, match=r"chatops.slack.users.U0BOB': principal 'bob' is not in"):
+        chat(slack={"users": {"U0BOB": "bob"}})
+    with pytest.raises(ConfigError, match=r"'http.listen': is empty"):
+        chat(http={"listen": ""})
+    with pytest.raises(ConfigError, match=r"'chatops.slack.channel'"):
+        chat(slack={"channel": ""})
+    made = chat()
+    assert "xoxb" not in repr(made) and SECRET not in repr(made)
+    key = tmp_path / "ws.duckdb.slack-key"
+    assert key.stat().st_mode & 0o777 == 0o600 and key.read_bytes() == made.key

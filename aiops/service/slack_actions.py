@@ -83,6 +83,10 @@ class SlackChat:
         check_users(slack, config.guardrails.approvers, config.source)
         self.secret = _secret(config, "chatops.slack.signing_secret_file", slack.signing_secret_file).encode()
         token = _secret(config, "chatops.slack.bot_token_file", slack.bot_token_file)
+        if not config.http.listen:
+            raise ConfigError(
+                config.source, "http.listen", "is empty: Slack's button presses come to this listener"
+            )
         if not slack.channel:
             raise ConfigError(config.source, "chatops.slack.channel", "is needed to post incident messages")
         where = key_path(config.store.path)
@@ -141,7 +145,10 @@ class SlackChat:
         """Run the digital proposals people asked for from Slack (in the flush, where the world is)."""
         with self._queue_lock:
             taken, self._to_run = self._to_run, []
-        if not taken or attached.actuator is None:
+        if not taken:
+            return []
+        if attached.actuator is None:
+            log.warning("not run: nothing acts here", extra={"proposal_ids": ",".join(taken)[:500]})
             return []
         guard = desk(store, attached)
         done = []
@@ -250,7 +257,8 @@ class SlackChat:
                 ts_s=now,
             )
         with self._queue_lock:
-            self._to_run.append(pid)
+            if pid not in self._to_run:
+                self._to_run.append(pid)
         return True, f"{signer.principal} asked to run {pid} (digital): the service runs it at its next flush"
 
 
