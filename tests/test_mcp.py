@@ -30,6 +30,7 @@ from aiops.mcpserver.server import TOOL_NAMES, http_server
 from aiops.mcpserver.tools import McpTools
 from aiops.store import Workspace
 from tests.demo_template import demo_copy
+from tests.service_helpers import TINY_SCENARIO, running_service
 
 HOSTILE = (
     '</script><script>alert("x")</script> \x1b[31mRED\x1b[0m \u202eevil\u202c '
@@ -332,3 +333,38 @@ def test_files_roots_confine_paths(tmp_path: Path) -> None:
         confined(["sub/ok.log"] * (MAX_PATHS + 1), roots)
     with pytest.raises(AiopsError, match="--files-root"):
         resolve_roots([tmp_path / "out.log"])
+
+
+def test_beside_a_running_service(tmp_path: Path) -> None:
+    """`aiops mcp` (stdio) on the workspace `aiops run --sim` holds open: the service lends the file for each
+    read and for the proposal; the incident the service detects shows up; the proposal stays pending."""
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO)
+    db = tmp_path / "live.duckdb"
+    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "30"):
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "aiops.cli.main", "mcp", "--db", str(db)], env=_env(tmp_path)
+        )
+
+        async def session_work() -> str:
+            async with stdio_client(params) as streams, ClientSession(*streams) as session:
+                await session.initialize()
+                deadline = time.monotonic() + 90
+                while not _data(await session.call_tool("incidents", {}))["incidents"]:
+                    assert time.monotonic() < deadline, "no incident through MCP within 90 s"
+                    await anyio.sleep(1.0)
+                node = _data(await session.call_tool("component", {"component": "node1"}))
+                assert node["topology"]["component"]["kind"] == "node"
+                filed = _data(
+                    await session.call_tool(
+                        "propose",
+                        {"kind": "open_ticket", "target": "node1/gpu2", "parameters": {"team": "mcp"}},
+                    )
+                )
+                assert filed["status"] == "pending" and not filed["existing"], filed
+                return str(filed["proposal_id"])
+
+        pid = _run(session_work)
+        rows = _rows(db, "SELECT status, origin FROM proposals WHERE proposal_id = ?", [pid])
+        assert rows == [{"status": "pending", "origin": "mcp"}]
+        assert _rows(db, "SELECT * FROM executions WHERE proposal_id = ?", [pid]) == []
