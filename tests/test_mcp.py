@@ -78,6 +78,18 @@ def _data(result: Any) -> dict[str, Any]:
     return data
 
 
+async def _gather(*calls: Awaitable[Any]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    async def one(index: int, call: Awaitable[Any]) -> None:
+        results[index] = await call
+
+    async with anyio.create_task_group() as group:
+        for index, call in enumerate(calls):
+            group.start_soon(one, index, call)
+    return results
+
+
 def _error(result: Any) -> str:
     assert result.is_error
     return str(result.content[0].text)
@@ -251,6 +263,16 @@ def test_streamable_http_with_the_sdk_client(workspace: dict[str, Path], http_ur
             )
             assert "paths" in too_many
             await _propose(session, db, "node2/gpu2")
+            ticket = {"kind": "open_ticket", "target": "node1/gpu3", "parameters": {"team": "mcp-http"}}
+            together = await _gather(  # calls at once: each runs in its own worker thread of the server
+                session.call_tool("incidents", {}),
+                session.call_tool("propose", ticket),
+                session.call_tool("component", {"component": "node1"}),
+                session.call_tool("proposals", {}),
+            )
+            assert [bool(r.is_error) for r in together] == [False] * 4, [
+                r.content[0].text[:200] for r in together
+            ]
 
     _run(session_work)
 

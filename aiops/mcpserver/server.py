@@ -58,10 +58,14 @@ _PROPOSE = ToolAnnotations(
 Short = Annotated[str, Field(min_length=1, max_length=200)]
 
 
-def _guarded(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """The tool's answer; the project's refusals as the SDK's expected tool errors (one line, no traceback)."""
+def _guarded(tools: McpTools, work: Callable[[], dict[str, Any]], *, store: bool = True) -> dict[str, Any]:
+    """The tool's answer, one call on the workspace at a time (`McpTools.lock`; `store=False`: a call that never
+    opens it); the project's refusals as the SDK's expected tool errors (one line, no traceback)."""
     try:
-        return work()
+        if not store:
+            return work()
+        with tools.lock:
+            return work()
     except AiopsError as exc:
         raise McpToolError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 
@@ -73,15 +77,14 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
 
     @server.tool(annotations=_READ)
     def incidents() -> dict[str, Any]:
-        """The detected incidents, each with the analyst's top hypothesis (at most 200, newest data first as
-        stored)."""
-        return _guarded(tools.incidents)
+        """The detected incidents, each with the analyst's top hypothesis (the newest 200, oldest first)."""
+        return _guarded(tools, tools.incidents)
 
     @server.tool(annotations=_READ)
     def hypotheses(incident_id: Annotated[str, Field(min_length=1, max_length=80)]) -> dict[str, Any]:
         """One incident's ranked root-cause hypotheses (top 5), each with its evidence: the SQL, its
         parameters and the rows it returned; and the remediation the playbooks propose for it."""
-        return _guarded(lambda: tools.hypotheses(incident_id))
+        return _guarded(tools, lambda: tools.hypotheses(incident_id))
 
     @server.tool(annotations=_READ)
     def component(
@@ -90,7 +93,7 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
         """A component's state (node3/gpu5, node3, node3/nic0, rack1, job:llm): its readings against its
         peers', events, incidents and pending actions, with the SQL evidence; its place in the topology.
         start_ts_s/end_ts_s (Unix seconds) bound the window; default all stored telemetry."""
-        return _guarded(lambda: tools.component(component, start_ts_s, end_ts_s))
+        return _guarded(tools, lambda: tools.component(component, start_ts_s, end_ts_s))
 
     @server.tool(annotations=_READ)
     def investigate(
@@ -99,7 +102,7 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
         """Diagnose from log files and bundles (dmesg, nvidia-smi -q, NCCL/PyTorch logs, ibstat, lspci -vv,
         nvidia-bug-report, sosreport...): verdict, hypotheses with file:line evidence, findings, next steps.
         Only paths under the server's files roots are read (a relative path is under the first root)."""
-        return _guarded(lambda: tools.investigate(paths))
+        return _guarded(tools, lambda: tools.investigate(paths), store=False)
 
     @server.tool(annotations=_READ)
     def report(
@@ -110,13 +113,13 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
         """A health report of a period as data (sections of lines and tables; plots named, not drawn): since
         a duration (24h, 7d; default 24h) before end, or start to end; times are ISO 8601, epoch seconds,
         now or latest."""
-        return _guarded(lambda: tools.report(since, start, end))
+        return _guarded(tools, lambda: tools.report(since, start, end))
 
     @server.tool(annotations=_READ)
     def proposals(status: Annotated[str, Field(max_length=20)] | None = None) -> dict[str, Any]:
         """The proposals the workspace holds (newest 200), with status (pending, approved, denied, rejected,
         executed, failed, expired), who filed them and the action."""
-        return _guarded(lambda: tools.proposals(status))
+        return _guarded(tools, lambda: tools.proposals(status))
 
     @server.tool(annotations=_PROPOSE)
     def propose(
@@ -129,7 +132,7 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
         """Propose an action (e.g. kind set_power_limit, target node3/gpu5, parameters {"limit_w": 450}). The
         guardrails validate it (envelope, rate limit, blast radius) and record it pending: a person approves
         or rejects it with a signature outside this server. Nothing is executed here."""
-        return _guarded(lambda: tools.propose(kind, target, parameters, reason, incident_id))
+        return _guarded(tools, lambda: tools.propose(kind, target, parameters, reason, incident_id))
 
     return server
 

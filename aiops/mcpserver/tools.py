@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -68,6 +69,9 @@ class McpTools:
         self.files_roots = tuple(files_roots)
         self.clock = clock
         self.guard = WorkspaceGuard(workspace, None, clock, origin="mcp")
+        # One call at a time (the server runs each in a worker thread): DuckDB refuses a writable connection
+        # to a file this process holds read-only, and the other way round, so a propose beside a read would fail.
+        self.lock = threading.Lock()
 
     def _analyst(self, store: Store) -> Analyst:
         return Analyst.from_store(store)
@@ -75,7 +79,9 @@ class McpTools:
     def incidents(self) -> dict[str, Any]:
         with self.workspace.read() as store:
             summary = self._analyst(store).incidents_summary()
-        return answer({"incidents": summary[:MAX_INCIDENTS], "total": len(summary)})
+        return answer(
+            {"incidents": summary[-MAX_INCIDENTS:], "total": len(summary)}
+        )  # the newest, oldest first
 
     def hypotheses(self, incident_id: str) -> dict[str, Any]:
         with self.workspace.read() as store:
