@@ -24,9 +24,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from aiops.errors import AiopsError, ToolError
+from aiops.errors import AiopsError, InputError, ToolError
 from aiops.mcpserver.files import MAX_FILE_BYTES, MAX_PATHS, confined, resolve_roots
-from aiops.mcpserver.server import TOOL_NAMES, http_server
+from aiops.mcpserver.server import TOOL_NAMES, http_server, read_token
 from aiops.mcpserver.tools import McpTools
 from aiops.store import Workspace
 from tests.demo_template import demo_copy
@@ -291,7 +291,7 @@ def test_http_refuses_a_foreign_origin_and_host(http_url: str) -> None:
 def test_bearer_token_in_process(workspace: dict[str, Path]) -> None:
     token = "t0ken-" + "x" * 26
     tools = McpTools(Workspace(workspace["db"]))
-    with pytest.raises(AiopsError, match="bearer token is required"):
+    with pytest.raises(InputError, match="bearer token is required"):
         http_server(tools, "0.0.0.0:0")  # off loopback without a token: refused before binding
     server = http_server(tools, "127.0.0.1:0", token)
     server.start()
@@ -390,3 +390,14 @@ def test_beside_a_running_service(tmp_path: Path) -> None:
         rows = _rows(db, "SELECT status, origin FROM proposals WHERE proposal_id = ?", [pid])
         assert rows == [{"status": "pending", "origin": "mcp"}]
         assert _rows(db, "SELECT * FROM executions WHERE proposal_id = ?", [pid]) == []
+
+
+def test_token_file_must_hold_one_token(tmp_path: Path) -> None:
+    good, short, spaced = tmp_path / "good", tmp_path / "short", tmp_path / "spaced"
+    good.write_text("a" * 32 + "\n")
+    short.write_text("abc\n")
+    spaced.write_text("a" * 16 + " " + "b" * 16 + "\n")
+    assert read_token(str(good)) == "a" * 32
+    for bad in (short, spaced, tmp_path / "missing"):
+        with pytest.raises(InputError, match="token"):
+            read_token(str(bad))

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from aiops import __version__
 from aiops.config import parse_listen
-from aiops.errors import AiopsError
+from aiops.errors import AiopsError, InputError
 from aiops.mcpserver.tools import McpTools
 from aiops.service.server import WebServer
 
@@ -183,10 +183,13 @@ def http_server(
     try:
         host, _port = parse_listen(listen)
     except ValueError as exc:
-        raise AiopsError(f"--listen {listen[:80]!r}: {exc}") from None
+        raise InputError("command line", "--listen", f"{listen[:80]!r}: {exc}", "host:port") from None
     if not is_loopback(host) and not token:
-        raise AiopsError(
-            f"--listen {listen}: not a loopback address, so a bearer token is required (--token-file FILE)"
+        raise InputError(
+            "command line",
+            "--listen",
+            f"{listen} is not a loopback address, so a bearer token is required",
+            "a loopback address, or any with --token-file FILE",
         )
     # On loopback the SDK checks Host and Origin itself (DNS rebinding, a browser's cross-origin POST); past
     # loopback the token does, with the WebServer's Host check (IP literals, localhost, --allowed-host).
@@ -216,18 +219,21 @@ def serve_http(server: WebServer, announce: Callable[[str], None]) -> None:
 
 
 def read_token(path: str) -> str:
-    """The bearer token in `path` (surrounding whitespace dropped); `AiopsError` naming the file."""
+    """The bearer token in `path` (surrounding whitespace dropped); `InputError` naming the file."""
     try:
         with open(path, encoding="utf-8") as handle:
             token = handle.read(4096).strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise AiopsError(
-            f"--token-file {path}: cannot read: {getattr(exc, 'strerror', None) or exc}"
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise InputError(
+            path, "--token-file", f"cannot read the token: {why}", "a readable UTF-8 file"
         ) from None
     if len(token) < MIN_TOKEN_CHARS or any(c.isspace() or not c.isprintable() for c in token):
-        raise AiopsError(
-            f"--token-file {path}: the token must be one line of at least {MIN_TOKEN_CHARS} printable "
-            "characters without spaces (e.g. openssl rand -hex 32)"
+        raise InputError(
+            path,
+            "token",
+            "not one token",
+            f"one line of at least {MIN_TOKEN_CHARS} printable characters without spaces: openssl rand -hex 32",
         )
     return token
 
