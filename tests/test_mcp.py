@@ -401,3 +401,18 @@ def test_token_file_must_hold_one_token(tmp_path: Path) -> None:
     for bad in (short, spaced, tmp_path / "missing"):
         with pytest.raises(InputError, match="token"):
             read_token(str(bad))
+
+
+def test_propose_is_rate_limited_per_server(workspace: dict[str, Path]) -> None:
+    tools = McpTools(Workspace(workspace["db"]), proposals_per_minute=2)
+    for n in range(2):
+        filed = tools.propose("open_ticket", "node0/gpu0", {"team": f"rate-{n}"})
+        assert filed["status"] == "pending"
+    with pytest.raises(ToolError, match="2 proposals in the last minute"):
+        tools.propose("open_ticket", "node0/gpu0", {"team": "rate-2"})
+    rows = _rows(
+        workspace["db"],
+        "SELECT count(*) AS n FROM proposals WHERE origin = 'mcp' AND target = ?",
+        ["node0/gpu0"],
+    )
+    assert rows == [{"n": 2}]

@@ -126,7 +126,7 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
         kind: Annotated[str, Field(min_length=1, max_length=64)],
         target: Short,
         parameters: dict[str, Any] | None = None,
-        reason: Annotated[str, Field(max_length=2000)] = "",
+        reason: Annotated[str, Field(max_length=500)] = "",
         incident_id: Annotated[str, Field(min_length=1, max_length=80)] | None = None,
     ) -> dict[str, Any]:
         """Propose an action (e.g. kind set_power_limit, target node3/gpu5, parameters {"limit_w": 450}). The

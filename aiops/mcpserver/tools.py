@@ -13,12 +13,12 @@ typed action exactly as the chat's guardrail node does (`WorkspaceGuard.propose`
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ MAX_HYPOTHESES = 5
 MAX_PROPOSALS = 200
 MAX_EVIDENCE = 24  # facts in a component's state
 MAX_REASON_CHARS = 500
+PROPOSALS_PER_MINUTE = 30  # what one server files: each is a row and an audit event a person has to read
 REPORT_MEMORY_MB = 512
 REPORT_THREADS = 2
 PROPOSAL_STATUSES = ("pending", "approved", "denied", "rejected", "executed", "failed", "expired")
@@ -64,10 +65,13 @@ class McpTools:
         workspace: Workspace,
         files_roots: Sequence[Path] = (),
         clock: Callable[[], float] = time.time,
+        proposals_per_minute: int = PROPOSALS_PER_MINUTE,
     ) -> None:
         self.workspace = workspace
         self.files_roots = tuple(files_roots)
         self.clock = clock
+        self.proposals_per_minute = proposals_per_minute
+        self._filed_s: deque[float] = deque()  # when this server filed its recent proposals (monotonic)
         self.guard = WorkspaceGuard(workspace, None, clock, origin="mcp")
         # One call at a time (the server runs each in a worker thread): DuckDB refuses a writable connection
         # to a file this process holds read-only, and the other way round, so a propose beside a read would fail.
@@ -209,6 +213,16 @@ class McpTools:
             }
         )
 
+    def _take_proposal_turn(self) -> None:
+        now_s = time.monotonic()
+        while self._filed_s and now_s - self._filed_s[0] > 60.0:
+            self._filed_s.popleft()
+        if len(self._filed_s) >= self.proposals_per_minute:
+            raise ToolError(
+                f"propose: {self.proposals_per_minute} proposals in the last minute already: try again later"
+            )
+        self._filed_s.append(now_s)
+
     def propose(
         self,
         kind: str,
@@ -225,12 +239,11 @@ class McpTools:
             with self.workspace.read() as store:
                 if self._analyst(store).get(incident_id) is None:
                     raise ToolError(f"propose: field 'incident_id': no incident {incident_id[:80]!r}")
+        self._take_proposal_turn()
         wanted = {"kind": kind, "target": target, "parameters": params}
         try:
             action = Action(
-                proposal_id=proposal_id(
-                    f"mcp-{uuid.uuid4().hex}", json.loads(json.dumps(wanted, default=str))
-                ),
+                proposal_id=proposal_id(f"mcp-{uuid.uuid4().hex}", wanted),  # a new id; guardrails dedupe
                 **wanted,
                 reason=reason[:MAX_REASON_CHARS],
                 proposed_by="llm",  # another agent: the same standing as this project's own LLM
