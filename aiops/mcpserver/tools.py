@@ -83,9 +83,8 @@ class McpTools:
     def incidents(self) -> dict[str, Any]:
         with self.workspace.read() as store:
             summary = self._analyst(store).incidents_summary()
-        return answer(
-            {"incidents": summary[-MAX_INCIDENTS:], "total": len(summary)}
-        )  # the newest, oldest first
+        newest = summary[-MAX_INCIDENTS:]  # the analyst lists them oldest first
+        return answer({"incidents": newest, "total": len(summary)})
 
     def hypotheses(self, incident_id: str) -> dict[str, Any]:
         with self.workspace.read() as store:
@@ -94,7 +93,8 @@ class McpTools:
         if d is None:
             known = [x.incident.incident_id for x in analyst.diagnoses][:50]
             raise ToolError(
-                f"hypotheses: field 'incident_id': no incident {incident_id[:80]!r} (known: {', '.join(known) or 'none'})"
+                f"hypotheses: field 'incident_id': no incident {incident_id[:80]!r}"
+                f" (known: {', '.join(known) or 'none'})"
             )
         return answer(
             {
