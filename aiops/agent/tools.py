@@ -277,7 +277,7 @@ class ToolBox:
 
     def tool_topology(self, component: str) -> dict[str, Any]:
         with self.workspace.read() as store:
-            return _topology(store, component)
+            return topology_of(store, component)
 
     def _readings(self, store: Store) -> StoreReadings:
         """Advice is about the newest telemetry, not the wall clock (a stored run may be old)."""
@@ -386,7 +386,7 @@ class ToolBox:
             raise ToolError(f"whatif: the twin refused the action: {exc}") from exc
 
 
-def _topology(store: Store, component: str) -> dict[str, Any]:
+def topology_of(store: Store, component: str) -> dict[str, Any]:
     if component.startswith("job:"):
         job = component.removeprefix("job:")
         ranks = store.query("SELECT rank, gpu, node, nic FROM job_ranks WHERE job = ? ORDER BY rank", [job])
