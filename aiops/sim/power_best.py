@@ -1,0 +1,242 @@
+"""The best power allocation a budget allows, on the twin's own throughput model: the yardstick for the allocator.
+
+The model (aiops/sim/gpu.py and aiops/sim/fabric.py, steady state). Each second every rank of a job bursts
+(a dense GEMM phase) with probability `POWER_BURST_P`, drawing `POWER_BURST_X` x its busy power, else
+`POWER_QUIET_X` x. A rank that computes a share `duty` of the step and spins in NCCL for the rest wants
+
+    demand_w = BUSY_POWER_W x power_hunger x phase x (duty + (1 - duty) x SPIN_POWER_FRACTION)
+
+and, held at a limit below that, runs its clock at (limit / demand)^0.4, so its compute takes
+step_compute_s / factor^0.9. The step is the slowest rank's compute plus what does not scale with the clock
+(collectives, data loader): steps/s = 1 / (max over ranks of compute_s + overhead_s). The expectation over
+which ranks burst is exact (the distribution of the maximum, `expected_steps_per_s`); `duty` is the fixed
+point of compute / step. Noise terms of a few percent (the busy power's 1.5 %, the step's 1 %) are left out:
+they move every allocation alike.
+
+The optimum. A synchronous job runs at the pace of its slowest rank, so watts that make one rank faster than the
+rest buy nothing: at the optimum every rank of a job runs equally fast, i.e. its limit is proportional to its
+busy power (`speed_limits`), clamped to the GPU's [min_w, max_w]. An idle GPU's limit buys nothing either, so it
+sits at its minimum. What is left is one number per job, its power level, and the problem is a knapsack over
+jobs: `best_allocation` solves it exactly over a fine grid of levels by dynamic programming over jobs with the
+budget in `unit_w` steps (costs rounded up, so the result never exceeds the budget). Cost: jobs x levels x
+budget units (2 jobs x 241 levels x ~5,000 units here, milliseconds; 1,000 jobs x 10 MW / 5 W is ~10^11,
+too many), so `dual_bound` gives the Lagrangian upper bound (min over a price per watt of what every job would
+buy at that price, plus the budget at that price): valid for any curve shape, cheap for any cluster, and within
+a level step of the DP's value where the curves are concave.
+
+It reads the world's hidden state (each GPU's `power_hunger`) that no agent sees: a yardstick, never a control.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from aiops.models import GpuPower
+from aiops.sim import gpu as phys
+from aiops.sim.fabric import OPS_PER_STEP
+from aiops.sim.world import World
+
+CLOCK_EXPONENT = 0.4  # clock factor = (limit / demand)^0.4 below demand (gpu.gpus)
+COMPUTE_EXPONENT = 0.9  # compute_s = step_compute_s / factor^0.9 (fabric.step)
+LOADER_S = 0.005  # the data loader's wait per step on a healthy node (fabric.step: 5 ms)
+DUTY_ITERATIONS = 6
+LEVELS = 241  # power levels per job on the grid
+UNIT_W = 5.0  # budget resolution of the DP
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """One job as the twin runs it: its ranks' GPU names and busy power (W, at full clock, quiet phase
+    excluded), its compute per step at full clock and what per step does not scale with the clock."""
+
+    name: str
+    gpus: tuple[str, ...]
+    busy_w: tuple[float, ...]
+    step_compute_s: float
+    overhead_s: float
+
+
+@dataclass(frozen=True)
+class BestAllocation:
+    budget_w: float
+    limits_w: dict[str, float]  # per GPU
+    total_w: float
+    steps_per_s: float  # the model's expected steps/s summed over jobs
+    job_steps_per_s: dict[str, float]
+    upper_bound_steps_per_s: float  # Lagrangian bound over the same levels: no allocation does better
+
+
+def job_models(world: World) -> list[JobModel]:
+    """The world's jobs as the model needs them. `overhead_s`: the collectives of the newest step (the twin's
+    NCCL rows carry each op's share of the step's inter- and intra-node time) plus the loader's wait."""
+    lay = world.layout
+    out: list[JobModel] = []
+    for job in lay.jobs:
+        rows = [r for r in world.out.collectives if r[0] == job.name]
+        per_op_ms: dict[str, float] = {}
+        for row in rows:  # one p50 per (op, scope); the per-op time is the same for every op of a scope
+            per_op_ms.setdefault(row[2], float(row[5]))
+        collective_s = sum(per_op_ms.values()) * OPS_PER_STEP / 1000.0
+        loader_s = LOADER_S + float(np.mean(world.loader_extra_ms[job.nodes])) / 1000.0
+        gpus = [int(g) for g in job.gpus]
+        out.append(
+            JobModel(
+                job.name,
+                tuple(lay.gpu_names[g] for g in gpus),
+                tuple(float(phys.BUSY_POWER_W * world.power_hunger[g]) for g in gpus),
+                float(job.step_compute_s),
+                collective_s + loader_s,
+            )
+        )
+    return out
+
+
+def _compute_s(job: JobModel, limits_w: np.ndarray, busy_w: np.ndarray, duty: np.ndarray) -> np.ndarray:
+    """Per rank, compute seconds per step in the quiet [0] and burst [1] phase."""
+    work = duty + (1.0 - duty) * phys.SPIN_POWER_FRACTION
+    phases = np.array([phys.POWER_QUIET_X, phys.POWER_BURST_X])[:, None]
+    demand_w = np.maximum(busy_w[None, :] * phases * work[None, :], phys.IDLE_POWER_W)
+    over = np.maximum(demand_w / np.maximum(limits_w[None, :], 1e-9), 1.0)
+    return job.step_compute_s * over ** (CLOCK_EXPONENT * COMPUTE_EXPONENT)
+
+
+def _expected_max_and_rate(compute_s: np.ndarray, overhead_s: float) -> tuple[float, float]:
+    """E[slowest compute] and E[1 / (slowest compute + overhead)] over which ranks burst (independent, with
+    probability POWER_BURST_P each): exact, from the distribution of the maximum."""
+    quiet, burst = compute_s[0], compute_s[1]
+    values = np.unique(np.concatenate([quiet, burst]))
+    p = phys.POWER_BURST_P
+    # P(rank's compute <= m): 0 below quiet, 1 - p between quiet and burst, 1 from burst on
+    per_rank = np.where(
+        values[:, None] >= burst[None, :], 1.0, np.where(values[:, None] >= quiet[None, :], 1.0 - p, 0.0)
+    )
+    cdf = np.prod(per_rank, axis=1)
+    pmf = np.diff(np.concatenate([[0.0], cdf]))
+    return float(pmf @ values), float(pmf @ (1.0 / (values + overhead_s)))
+
+
+def expected_steps_per_s(job: JobModel, limits_w: Sequence[float]) -> float:
+    """The model's steps/s of `job` with these per-rank limits (W, in rank order)."""
+    limits = np.asarray(limits_w, dtype=np.float64)
+    busy = np.asarray(job.busy_w, dtype=np.float64)
+    if limits.shape != busy.shape:
+        raise ValueError(f"job {job.name}: {limits.size} limits for {busy.size} ranks")
+    duty = np.full(busy.size, job.step_compute_s / (job.step_compute_s + job.overhead_s))
+    rate = 0.0
+    for _ in range(DUTY_ITERATIONS):
+        compute = _compute_s(job, limits, busy, duty)
+        slowest_s, rate = _expected_max_and_rate(compute, job.overhead_s)
+        step_s = slowest_s + job.overhead_s
+        mean_compute = (1.0 - phys.POWER_BURST_P) * compute[0] + phys.POWER_BURST_P * compute[1]
+        duty = np.clip(mean_compute / step_s, 0.0, 1.0)  # the share of the step this rank computes
+    return rate
+
+
+def speed_limits(busy_w: np.ndarray, ratio: float, min_w: np.ndarray, max_w: np.ndarray) -> np.ndarray:
+    """Limits that make every rank equally fast: `ratio` x its busy power, clamped to its range."""
+    return np.clip(ratio * busy_w, min_w, max_w)
+
+
+def _levels(job: JobModel, min_w: np.ndarray, max_w: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The job's grid: (cost W, expected steps/s) per level, from every rank at its minimum to its maximum."""
+    busy = np.asarray(job.busy_w, dtype=np.float64)
+    lo, hi = float(np.min(min_w / busy)), float(np.max(max_w / busy))
+    ratios = np.linspace(lo, hi, count)
+    costs = np.array([float(speed_limits(busy, r, min_w, max_w).sum()) for r in ratios])
+    values = np.array([expected_steps_per_s(job, speed_limits(busy, r, min_w, max_w)) for r in ratios])
+    return ratios, np.stack([costs, values])
+
+
+def knapsack(costs_u: Sequence[np.ndarray], values: Sequence[np.ndarray], budget_u: int) -> list[int] | None:
+    """Exact: one level per job, total cost (integer units) <= budget, the largest total value. None when even
+    the cheapest levels do not fit. Dynamic programming over jobs; O(jobs x levels x budget)."""
+    neg = -np.inf
+    best = np.zeros(budget_u + 1)  # best value with at most b units for the jobs so far
+    choices: list[np.ndarray] = []
+    for cost, value in zip(costs_u, values, strict=True):
+        new = np.full(budget_u + 1, neg)
+        pick = np.full(budget_u + 1, -1, dtype=np.int64)
+        for k in range(cost.size):
+            c = int(cost[k])
+            if c > budget_u:
+                continue
+            cand = np.full(budget_u + 1, neg)
+            cand[c:] = best[: budget_u + 1 - c] + value[k]
+            better = cand > new
+            new[better], pick[better] = cand[better], k
+        best = new
+        choices.append(pick)
+    if not np.isfinite(best[budget_u]):
+        return None
+    picked: list[int] = []
+    b = budget_u
+    for cost, pick in zip(reversed(costs_u), reversed(choices), strict=True):
+        k = int(pick[b])
+        picked.append(k)
+        b -= int(cost[k])
+    return picked[::-1]
+
+
+def dual_bound(costs_w: Sequence[np.ndarray], values: Sequence[np.ndarray], budget_w: float) -> float:
+    """max sum(value) s.t. sum(cost) <= budget, one level per job, is at most
+    min over price >= 0 of  price x budget + sum over jobs of max_k (value_k - price x cost_k)."""
+
+    def dual(price: float) -> float:
+        return price * budget_w + sum(float(np.max(v - price * c)) for c, v in zip(costs_w, values, strict=True))
+
+    hi = max((float(np.max(v)) / max(float(np.min(c)), 1e-9) for c, v in zip(costs_w, values, strict=True)), default=0.0)
+    a, b = 0.0, max(hi, 1e-12) * 10.0
+    for _ in range(100):  # the dual is convex in the price: ternary search
+        m1, m2 = a + (b - a) / 3, b - (b - a) / 3
+        if dual(m1) <= dual(m2):
+            b = m2
+        else:
+            a = m1
+    return min(dual(0.0), dual((a + b) / 2))
+
+
+def best_allocation(
+    budget_w: float,
+    gpus: Sequence[GpuPower],
+    jobs: Sequence[JobModel],
+    *,
+    levels: int = LEVELS,
+    unit_w: float = UNIT_W,
+) -> BestAllocation:
+    """The allocation of `budget_w` (on the sum of limits) over `gpus` (each within its [min_w, max_w]) that
+    gives the most expected steps/s summed over `jobs` on the twin's model. GPUs of no modelled job sit at
+    their minimum. Raises ValueError when the minimums alone exceed the budget."""
+    by_name: Mapping[str, GpuPower] = {g.gpu: g for g in gpus}
+    modelled = [j for j in jobs if all(name in by_name for name in j.gpus)]
+    in_job = {name for j in modelled for name in j.gpus}
+    idle_w = sum(g.min_w for g in gpus if g.gpu not in in_job)
+    grids: list[tuple[JobModel, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for job in modelled:
+        min_w = np.array([by_name[n].min_w for n in job.gpus])
+        max_w = np.array([by_name[n].max_w for n in job.gpus])
+        ratios, grid = _levels(job, min_w, max_w, levels)
+        grids.append((job, min_w, max_w, ratios, grid))
+    left_w = budget_w - idle_w
+    budget_u = int(np.floor(left_w / unit_w + 1e-9))
+    costs_u = [np.ceil(g[4][0] / unit_w - 1e-9).astype(np.int64) for g in grids]
+    picked = knapsack(costs_u, [g[4][1] for g in grids], budget_u) if budget_u >= 0 else None
+    if picked is None:
+        raise ValueError(f"budget {budget_w:.0f} W is below the sum of minimum limits")
+    limits = {g.gpu: g.min_w for g in gpus}
+    job_rate: dict[str, float] = {}
+    for (job, min_w, max_w, ratios, grid), k in zip(grids, picked, strict=True):
+        busy = np.asarray(job.busy_w, dtype=np.float64)
+        limits.update(zip(job.gpus, speed_limits(busy, float(ratios[k]), min_w, max_w).tolist(), strict=True))
+        job_rate[job.name] = float(grid[1][k])
+    bound = dual_bound([g[4][0] for g in grids], [g[4][1] for g in grids], left_w)
+    return BestAllocation(
+        budget_w=budget_w,
+        limits_w=limits,
+        total_w=sum(limits.values()),
+        steps_per_s=sum(job_rate.values()),
+        job_steps_per_s=job_rate,
+        upper_bound_steps_per_s=bound,
+    )
