@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from aiops.models import GpuPower
 
 THROUGHPUT_EXPONENT = 0.4  # throughput ∝ (limit / demand)^0.4 below demand
 _BISECT_STEPS = 60
+JobWeight = Literal["job", "rank"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def _shared_stage(
     demand_w: Mapping[str, float],
     by_job: Mapping[str, list[int]],
     job_limits: Callable[[list[float], Mapping[str, float]], list[float]],
+    job_weight: JobWeight = "job",
     exponent: float = THROUGHPUT_EXPONENT,
 ) -> Callable[[float], list[float]]:
     """The deep-cut stage as stage(t), t in [0, 1]: a price per watt rising from one every job pays at its
@@ -90,15 +93,19 @@ def _shared_stage(
     concave, so the optimum is where every job's marginal fraction per watt equals one price p,
     b x L^(b-1) / D_j^b = p x n_j, i.e. L_j(p) = (b / (p x n_j x D_j^b))^(1 / (1 - b)), capped at the job's
     level so far; the least p that fits is found by bisection. Jobs of equal size and demand get equal limits;
-    a smaller job gets more watts per rank (its ranks buy more of its progress each), a larger one fewer."""
+    a smaller job gets more watts per rank (its ranks buy more of its progress each), a larger one fewer.
+    `job_weight="rank"` counts each job's progress by its ranks instead (GPU-seconds of work): n_j cancels and
+    every job gets the same fraction of its demand."""
     jobs = [j for j in by_job if demand_w[j] > 0]
     power = 1.0 / (1.0 - exponent)
 
+    ranks = {j: 1 if job_weight == "rank" else len(by_job[j]) for j in by_job}
+
     def level_w(j: str, price: float) -> float:
-        return float((exponent / (price * len(by_job[j]) * demand_w[j] ** exponent)) ** power)
+        return float((exponent / (price * ranks[j] * demand_w[j] ** exponent)) ** power)
 
     def price_at(j: str, watts: float) -> float:  # the price at which job j asks for `watts` per rank
-        return exponent / (len(by_job[j]) * demand_w[j] ** exponent * max(watts, 1e-6) ** (1.0 - exponent))
+        return float(exponent / (ranks[j] * demand_w[j] ** exponent * max(watts, 1e-6) ** (1.0 - exponent)))
 
     start = min((price_at(j, top_w[j]) for j in jobs), default=1.0)
     end = max((price_at(j, 1e-3) for j in jobs), default=1.0)
@@ -120,12 +127,17 @@ def allocate(
     *,
     headroom_frac: float = 0.02,
     low_priority_floor_frac: float = 0.9,
+    job_weight: JobWeight = "job",
 ) -> Allocation:
     """Per-GPU limits with sum ≤ `budget_w` (unless infeasible), every rank of a job at the same limit. Each
     GPU's limit stays in [min_w, max_w] (callers narrow these to an envelope first); its demand is `want_w`.
 
-    `priorities`: job → priority (higher matters more; missing jobs get 0).
+    `priorities`: job → priority (higher matters more; missing jobs get 0). `job_weight`: how a deep cut
+    (stage 4) counts a job's progress: "job" (each job alike, steps/s summed over jobs) or "rank" (by its
+    ranks: every job at the same fraction of its demand).
     """
+    if job_weight not in ("job", "rank"):
+        raise ValueError(f"job_weight '{job_weight}' (allowed: job, rank)")
     prio = dict(priorities or {})
     names = [g.gpu for g in gpus]
     if len(set(names)) != len(names):
@@ -227,7 +239,7 @@ def allocate(
         notes.append(f"priority {level} jobs capped to {low_priority_floor_frac:.0%} of demand first")
 
     # 4. shared: each job's level where one more watt buys the same expected throughput in every job
-    got = fit(_shared_stage(current, job_w, demand, by_job, job_limits))
+    got = fit(_shared_stage(current, job_w, demand, by_job, job_limits, job_weight))
     if got is not None:
         return done(got, "even")
 

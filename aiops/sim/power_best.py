@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from aiops.models import GpuPower
 from aiops.sim import gpu as phys
@@ -45,6 +46,7 @@ LOADER_S = 0.005  # the data loader's wait per step on a healthy node (fabric.st
 DUTY_ITERATIONS = 6
 LEVELS = 241  # power levels per job on the grid
 UNIT_W = 5.0  # budget resolution of the DP
+GRID = 400  # points of the slowest rank's compute time per expectation
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def job_models(world: World) -> list[JobModel]:
         rows = [r for r in world.out.collectives if r[0] == job.name]
         per_op_ms: dict[str, float] = {}
         for row in rows:  # one p50 per (op, scope); the per-op time is the same for every op of a scope
-            per_op_ms.setdefault(row[2], float(row[5]))
+            per_op_ms.setdefault(row[2], float(row[5] or 0.0))
         collective_s = sum(per_op_ms.values()) * OPS_PER_STEP / 1000.0
         loader_s = LOADER_S + float(np.mean(world.loader_extra_ms[job.nodes])) / 1000.0
         gpus = [int(g) for g in job.gpus]
@@ -94,31 +96,46 @@ def job_models(world: World) -> list[JobModel]:
     return out
 
 
-def _compute_s(job: JobModel, limits_w: np.ndarray, busy_w: np.ndarray, duty: np.ndarray) -> np.ndarray:
-    """Per rank, compute seconds per step in the quiet [0] and burst [1] phase."""
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    """Phi(z), from erf by Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7): numpy has no erf."""
+    x = np.abs(z) / np.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = 1.0 - poly * np.exp(-x * x)
+    return np.asarray(0.5 * (1.0 + np.sign(z) * erf))
+
+
+def _demand_w(busy_w: np.ndarray, duty: np.ndarray) -> np.ndarray:
+    """Per rank, the demand in the quiet [0] and burst [1] phase (before the per-second noise)."""
     work = duty + (1.0 - duty) * phys.SPIN_POWER_FRACTION
     phases = np.array([phys.POWER_QUIET_X, phys.POWER_BURST_X])[:, None]
-    demand_w = np.maximum(busy_w[None, :] * phases * work[None, :], phys.IDLE_POWER_W)
-    over = np.maximum(demand_w / np.maximum(limits_w[None, :], 1e-9), 1.0)
-    return job.step_compute_s * over ** (CLOCK_EXPONENT * COMPUTE_EXPONENT)
+    return np.asarray(np.maximum(busy_w[None, :] * phases * work[None, :], phys.IDLE_POWER_W))
 
 
-def _expected_max_and_rate(compute_s: np.ndarray, overhead_s: float) -> tuple[float, float]:
-    """E[slowest compute] and E[1 / (slowest compute + overhead)] over which ranks burst (independent, with
-    probability POWER_BURST_P each): exact, from the distribution of the maximum."""
-    quiet, burst = compute_s[0], compute_s[1]
-    values = np.unique(np.concatenate([quiet, burst]))
-    p = phys.POWER_BURST_P
-    # P(rank's compute <= m): 0 below quiet, 1 - p between quiet and burst, 1 from burst on
-    per_rank = np.where(
-        values[:, None] >= burst[None, :], 1.0, np.where(values[:, None] >= quiet[None, :], 1.0 - p, 0.0)
+def _expected_rate(job: JobModel, limits_w: np.ndarray, demand_w: np.ndarray) -> tuple[float, float]:
+    """E[slowest rank's compute] and E[1 / (slowest compute + overhead)] over which ranks burst (each
+    independently, POWER_BURST_P) and each rank's busy-power noise (normal, BUSY_POWER_NOISE): the
+    distribution of the maximum, P(max <= m) = product over ranks of P(rank <= m), on a fine grid of m."""
+    exponent = CLOCK_EXPONENT * COMPUTE_EXPONENT
+    c = job.step_compute_s
+    sigma = phys.BUSY_POWER_NOISE
+    top_ratio = float(np.max(demand_w[1] / limits_w)) * (1.0 + 6.0 * sigma)
+    m = c * np.linspace(1.0, max(top_ratio, 1.0) ** exponent, GRID)
+    # compute <= m  <=>  demand x (1 + sigma z) / limit <= (m / c)^(1 / exponent)
+    room = (m / c) ** (1.0 / exponent)
+    weights = (1.0 - phys.POWER_BURST_P, phys.POWER_BURST_P)
+    per_rank = sum(
+        w * _normal_cdf((room[:, None] * limits_w[None, :] / demand_w[k][None, :] - 1.0) / sigma)
+        for k, w in enumerate(weights)
     )
-    cdf = np.prod(per_rank, axis=1)
+    cdf = np.exp(np.sum(np.log(np.maximum(per_rank, 1e-300)), axis=1))
+    cdf[-1] = 1.0
     pmf = np.diff(np.concatenate([[0.0], cdf]))
-    return float(pmf @ values), float(pmf @ (1.0 / (values + overhead_s)))
+    mid = np.concatenate([m[:1], (m[1:] + m[:-1]) / 2.0])  # the atom at m = c: no rank slowed at all
+    return float(pmf @ mid), float(pmf @ (1.0 / (mid + job.overhead_s)))
 
 
-def expected_steps_per_s(job: JobModel, limits_w: Sequence[float]) -> float:
+def expected_steps_per_s(job: JobModel, limits_w: Sequence[float] | npt.NDArray[np.float64]) -> float:
     """The model's steps/s of `job` with these per-rank limits (W, in rank order)."""
     limits = np.asarray(limits_w, dtype=np.float64)
     busy = np.asarray(job.busy_w, dtype=np.float64)
@@ -126,12 +143,13 @@ def expected_steps_per_s(job: JobModel, limits_w: Sequence[float]) -> float:
         raise ValueError(f"job {job.name}: {limits.size} limits for {busy.size} ranks")
     duty = np.full(busy.size, job.step_compute_s / (job.step_compute_s + job.overhead_s))
     rate = 0.0
+    exponent = CLOCK_EXPONENT * COMPUTE_EXPONENT
     for _ in range(DUTY_ITERATIONS):
-        compute = _compute_s(job, limits, busy, duty)
-        slowest_s, rate = _expected_max_and_rate(compute, job.overhead_s)
-        step_s = slowest_s + job.overhead_s
+        demand = _demand_w(busy, duty)
+        slowest_s, rate = _expected_rate(job, limits, demand)
+        compute = job.step_compute_s * np.maximum(demand / limits[None, :], 1.0) ** exponent
         mean_compute = (1.0 - phys.POWER_BURST_P) * compute[0] + phys.POWER_BURST_P * compute[1]
-        duty = np.clip(mean_compute / step_s, 0.0, 1.0)  # the share of the step this rank computes
+        duty = np.clip(mean_compute / (slowest_s + job.overhead_s), 0.0, 1.0)  # this rank's share of the step
     return rate
 
 
@@ -185,9 +203,14 @@ def dual_bound(costs_w: Sequence[np.ndarray], values: Sequence[np.ndarray], budg
     min over price >= 0 of  price x budget + sum over jobs of max_k (value_k - price x cost_k)."""
 
     def dual(price: float) -> float:
-        return price * budget_w + sum(float(np.max(v - price * c)) for c, v in zip(costs_w, values, strict=True))
+        return price * budget_w + sum(
+            float(np.max(v - price * c)) for c, v in zip(costs_w, values, strict=True)
+        )
 
-    hi = max((float(np.max(v)) / max(float(np.min(c)), 1e-9) for c, v in zip(costs_w, values, strict=True)), default=0.0)
+    hi = max(
+        (float(np.max(v)) / max(float(np.min(c)), 1e-9) for c, v in zip(costs_w, values, strict=True)),
+        default=0.0,
+    )
     a, b = 0.0, max(hi, 1e-12) * 10.0
     for _ in range(100):  # the dual is convex in the price: ternary search
         m1, m2 = a + (b - a) / 3, b - (b - a) / 3
@@ -196,6 +219,41 @@ def dual_bound(costs_w: Sequence[np.ndarray], values: Sequence[np.ndarray], budg
         else:
             a = m1
     return min(dual(0.0), dual((a + b) / 2))
+
+
+Grid = tuple[JobModel, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # job, min_w, max_w, ratios, levels
+
+
+def _fill(grids: Sequence[Grid], picked: Sequence[int], ratios: list[float], left_w: float) -> list[float]:
+    """The DP's levels leave less than one level step per job unspent: give it, job by job (the steepest
+    next level step first), to a ratio between the chosen level and the next (steps/s rise with power)."""
+    out = list(ratios)
+
+    def cost(i: int, ratio: float) -> float:
+        job, min_w, max_w = grids[i][0], grids[i][1], grids[i][2]
+        return float(speed_limits(np.asarray(job.busy_w), ratio, min_w, max_w).sum())
+
+    def slope(i: int) -> float:
+        levels, k = grids[i][4], picked[i]
+        if k + 1 >= levels.shape[1]:
+            return -np.inf
+        return float((levels[1][k + 1] - levels[1][k]) / max(levels[0][k + 1] - levels[0][k], 1e-9))
+
+    for i in sorted(range(len(grids)), key=slope, reverse=True):
+        spare_w = left_w - sum(cost(j, out[j]) for j in range(len(grids)))
+        k = picked[i]
+        if spare_w <= 0 or k + 1 >= grids[i][3].size:
+            continue
+        lo, hi = out[i], float(grids[i][3][k + 1])
+        base_w = cost(i, lo)
+        for _ in range(40):  # the largest ratio below the next level that still fits
+            mid = (lo + hi) / 2
+            if cost(i, mid) - base_w <= spare_w:
+                lo = mid
+            else:
+                hi = mid
+        out[i] = lo
+    return out
 
 
 def best_allocation(
@@ -213,25 +271,30 @@ def best_allocation(
     modelled = [j for j in jobs if all(name in by_name for name in j.gpus)]
     in_job = {name for j in modelled for name in j.gpus}
     idle_w = sum(g.min_w for g in gpus if g.gpu not in in_job)
-    grids: list[tuple[JobModel, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    grids: list[Grid] = []
     for job in modelled:
         min_w = np.array([by_name[n].min_w for n in job.gpus])
         max_w = np.array([by_name[n].max_w for n in job.gpus])
         ratios, grid = _levels(job, min_w, max_w, levels)
         grids.append((job, min_w, max_w, ratios, grid))
     left_w = budget_w - idle_w
-    budget_u = int(np.floor(left_w / unit_w + 1e-9))
-    costs_u = [np.ceil(g[4][0] / unit_w - 1e-9).astype(np.int64) for g in grids]
+    budget_u = int(np.floor(left_w / unit_w))
+    costs_u = [np.ceil(g[4][0] / unit_w).astype(np.int64) for g in grids]
     picked = knapsack(costs_u, [g[4][1] for g in grids], budget_u) if budget_u >= 0 else None
     if picked is None:
         raise ValueError(f"budget {budget_w:.0f} W is below the sum of minimum limits")
+    chosen = [float(g[3][k]) for g, k in zip(grids, picked, strict=True)]
+    chosen = _fill(grids, picked, chosen, left_w)
     limits = {g.gpu: g.min_w for g in gpus}
     job_rate: dict[str, float] = {}
-    for (job, min_w, max_w, ratios, grid), k in zip(grids, picked, strict=True):
+    for (job, min_w, max_w, _, _), ratio in zip(grids, chosen, strict=True):
         busy = np.asarray(job.busy_w, dtype=np.float64)
-        limits.update(zip(job.gpus, speed_limits(busy, float(ratios[k]), min_w, max_w).tolist(), strict=True))
-        job_rate[job.name] = float(grid[1][k])
-    bound = dual_bound([g[4][0] for g in grids], [g[4][1] for g in grids], left_w)
+        job_limits = speed_limits(busy, ratio, min_w, max_w)
+        limits.update(zip(job.gpus, job_limits.tolist(), strict=True))
+        job_rate[job.name] = expected_steps_per_s(job, job_limits)
+    # steps/s never fall as a job's power rises, so between two levels a job gets at most the upper level's
+    # steps/s: the staircase (cost of level k, steps/s of level k + 1) bounds the continuous curve from above
+    bound = dual_bound([g[4][0] for g in grids], [np.append(g[4][1][1:], g[4][1][-1]) for g in grids], left_w)
     return BestAllocation(
         budget_w=budget_w,
         limits_w=limits,
