@@ -8,23 +8,31 @@ The model (aiops/sim/gpu.py and aiops/sim/fabric.py, steady state). Each second 
 
 and, held at a limit below that, runs its clock at (limit / demand)^0.4, so its compute takes
 step_compute_s / factor^0.9. The step is the slowest rank's compute plus what does not scale with the clock
-(collectives, data loader): steps/s = 1 / (max over ranks of compute_s + overhead_s). The expectation over
-which ranks burst is exact (the distribution of the maximum, `expected_steps_per_s`); `duty` is the fixed
-point of compute / step. Noise terms of a few percent (the busy power's 1.5 %, the step's 1 %) are left out:
-they move every allocation alike.
+(collectives, data loader): steps/s = 1 / (max over ranks of compute_s + overhead_s). `expected_steps_per_s`
+takes the expectation over which ranks burst and over each rank's busy-power noise (normal, 1.5 %) from the
+distribution of the maximum, P(max <= m) = product over ranks of P(rank <= m), on a fine grid of m; `duty` is the
+fixed point of compute / step. Left out: the step's 1 % noise and the ranks' ±10 ms readiness jitter (they
+move every allocation alike). On the bench cluster the model is within 0.1-0.3 % of the twin's measured steps/s.
 
 The optimum. A synchronous job runs at the pace of its slowest rank, so watts that make one rank faster than the
 rest buy nothing: at the optimum every rank of a job runs equally fast, i.e. its limit is proportional to its
-busy power (`speed_limits`), clamped to the GPU's [min_w, max_w]. An idle GPU's limit buys nothing either, so it
-sits at its minimum. What is left is one number per job, its power level, and the problem is a knapsack over
-jobs: `best_allocation` solves it exactly over a fine grid of levels by dynamic programming over jobs with the
-budget in `unit_w` steps (costs rounded up, so the result never exceeds the budget). Cost: jobs x levels x
-budget units (2 jobs x 241 levels x ~5,000 units here, milliseconds; 1,000 jobs x 10 MW / 5 W is ~10^11,
-too many), so `dual_bound` gives the Lagrangian upper bound (min over a price per watt of what every job would
-buy at that price, plus the budget at that price): valid for any curve shape, cheap for any cluster, and within
-a level step of the DP's value where the curves are concave.
+busy power (`speed_limits`), clamped to the GPU's [min_w, max_w] (tests/test_power_best.py checks this against
+every split of a 2-rank job on a 2.5 W grid). An idle GPU's limit buys nothing, so it sits at its minimum. What
+is left is one number per job, its power level, and a knapsack over jobs. A job's steps/s rise with its power,
+roughly as 1 / (a x^-0.36 + o), which is concave in x; bursts and the duty feedback bend that, so nothing below
+relies on concavity:
+`best_allocation` evaluates each job on a grid of `levels` power levels, picks one level per job by dynamic
+programming over jobs with the budget in `unit_w` steps (costs rounded up, so the result never exceeds the
+budget; exact on the grid), then spends what the grid left over (`_fill`). The DP costs jobs x levels x budget
+units: 2 x 241 x ~5,000 here (milliseconds; evaluating the levels is what takes a second or two), but for a
+fleet of 1,000 jobs under 10 MW in 5 W steps ~10^11. There `dual_bound` is the answer: the Lagrangian upper bound
+(min over a price per watt of the budget at that price plus what each job would buy at it), computed on the
+staircase (cost of level k, steps/s of level k + 1), which lies above the continuous curve because steps/s
+never fall as power rises: no allocation of equally fast ranks does better, whatever the curves' shape, in
+jobs x levels work per price.
 
-It reads the world's hidden state (each GPU's `power_hunger`) that no agent sees: a yardstick, never a control.
+It reads the world's hidden state (each GPU's `power_hunger`, the collectives' time) that no agent sees: a
+yardstick for the allocator (bench/powercap.py), never a control.
 """
 
 from __future__ import annotations
@@ -68,7 +76,7 @@ class BestAllocation:
     total_w: float
     steps_per_s: float  # the model's expected steps/s summed over jobs
     job_steps_per_s: dict[str, float]
-    upper_bound_steps_per_s: float  # Lagrangian bound over the same levels: no allocation does better
+    upper_bound_steps_per_s: float  # Lagrangian bound: no allocation of equally fast ranks does better
 
 
 def job_models(world: World) -> list[JobModel]:
