@@ -69,8 +69,8 @@ class OidcConfig(BaseModel):
         description="the ID token claim that names the person (a person's name: letters, digits, . _ -)",
     )
     principal_prefix: str = Field(
-        default="oidc.",
-        description='put before that name ("oidc." + "alice" = "oidc.alice", what [guardrails.approvers] '
+        default="oidc-",
+        description='put before that name ("oidc-" + "alice" = "oidc-alice", what [guardrails.approvers] '
         'lists); "" shares names with the local accounts',
     )
     role_claim: str = Field(

@@ -177,20 +177,26 @@ class OidcSignIn:
     async def callback(self, request: Request) -> Response:
         query = request.query_params
         pending = self.pending.take(request.cookies.get(OIDC_COOKIE, "")[:100])
+        state = query.get("state", "")[:200]
+        state_ok = (
+            pending is not None
+            and bool(state)
+            and hmac.compare_digest(state.encode(), pending.state.encode())
+        )
+        if "error" in query:  # the provider said no (some send no state with it): nothing to sign in
+            error = "".join(ch for ch in query.get("error", "")[:60] if ch.isascii() and ch.isprintable())
+            detail = query.get("error_description", "")[:200] if state_ok else ""  # its words: only for ours
+            return self._refuse(
+                403, f"the provider did not sign you in: {error}" + (f" ({detail})" if detail else "")
+            )
         if pending is None:
             return self._refuse(
                 400, "this sign-in was not started in this browser, or took too long: start again"
             )
-        state = query.get("state", "")[:200]
-        if not state or not hmac.compare_digest(state.encode(), pending.state.encode()):
+        if not state_ok:
             log.warning("oidc sign-in refused", extra={"why": "state mismatch"})
             return self._refuse(
                 400, "the sign-in's state does not match the one this browser started: start again"
-            )
-        if "error" in query:
-            error, detail = query.get("error", "")[:60], query.get("error_description", "")[:200]
-            return self._refuse(
-                403, f"the provider did not sign you in: {error}" + (f" ({detail})" if detail else "")
             )
         code = query.get("code", "")[:2048]
         if not code:

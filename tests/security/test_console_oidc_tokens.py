@@ -178,11 +178,11 @@ def test_claims_map_to_a_prefixed_principal_and_the_highest_role_or_are_refused(
     who = identity(
         _config(), {"sub": "1", "preferred_username": "Dana", "groups": ["everyone", "sre-leads", "ops"]}
     )
-    assert (who.principal, who.role, who.subject) == ("oidc.dana", "admin", "1")
+    assert (who.principal, who.role, who.subject) == ("oidc-dana", "admin", "1")
     assert identity(_config(), {"sub": "1", "preferred_username": "dana", "groups": "ops"}).role == "approver"
     shared = identity(_config(principal_prefix="", principal_claim="sub"), {"sub": "erin", "groups": ["ops"]})
     assert shared.principal == "erin"
-    with pytest.raises(SignInRefused, match=r"oidc.dana has no console role: the groups claim \('staff'\)"):
+    with pytest.raises(SignInRefused, match=r"oidc-dana has no console role: the groups claim \('staff'\)"):
         identity(_config(), {"sub": "1", "preferred_username": "dana", "groups": ["staff"]})
     with pytest.raises(SignInRefused, match="no console role"):
         identity(_config(), {"sub": "1", "preferred_username": "dana", "groups": {"ops": 1}})
@@ -195,7 +195,7 @@ def test_claims_map_to_a_prefixed_principal_and_the_highest_role_or_are_refused(
 def test_the_subject_and_domain_allow_lists_refuse_whoever_they_leave_out() -> None:
     config = _config(allowed_domains=["Example.com"], allowed_subjects=["1", "2"])
     ok = {"sub": "1", "preferred_username": "dana", "groups": ["ops"], "email": "dana@example.com"}
-    assert identity(config, ok).principal == "oidc.dana"
+    assert identity(config, ok).principal == "oidc-dana"
     with pytest.raises(SignInRefused, match=r"not among .* allowed_subjects"):
         identity(config, ok | {"sub": "3"})
     with pytest.raises(SignInRefused, match=r"'evil\.com' is not among"):
