@@ -18,9 +18,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from aiops.config import load_config_file
 from aiops.config_oidc import ConsoleRole, OidcConfig
 from aiops.console.accounts import ROLES
+from aiops.console.app import read_secret
 from aiops.console.oidc import choose_key, code_challenge, parse_discovery, verify_claims
 from aiops.console.oidc_signin import identity
-from aiops.errors import ConfigError, SignInRefused
+from aiops.errors import ConfigError, InputError, SignInRefused
 
 ISSUER = "https://idp.example.com"
 CLIENT = "aiops-console"
@@ -244,3 +245,18 @@ def test_an_unknown_oidc_key_lists_the_sections_keys(tmp_path: Path) -> None:
     path.write_text("[console.oidc]\ncolour = 1\n")
     with pytest.raises(ConfigError, match="role_claim"):
         load_config_file(path)
+
+
+def test_the_client_secret_file_is_read_once_and_a_missing_or_empty_one_names_the_file(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("  s3cret\n")
+    assert read_secret(str(secret)) == "s3cret" and read_secret("") == ""
+    with pytest.raises(
+        InputError, match=r"missing: field 'client_secret_file': cannot read \(FileNotFoundError\)"
+    ):
+        read_secret(str(tmp_path / "missing"))
+    secret.write_text("\n")
+    with pytest.raises(InputError, match="the file is empty"):
+        read_secret(str(secret))
