@@ -210,15 +210,17 @@ class Provider:
         return token
 
     def _key(self, jwks_uri: str, kid: str | None, algorithm: str) -> Any:
+        """The signing key from the cached JWKS; fetched again when absent there (the provider rotated its
+        keys), at most once per `JWKS_REFRESH_S`."""
         now = time.monotonic()
         with self._lock:
             cached = self._jwks
         if cached is not None and now - cached[0] < DISCOVERY_TTL_S:
             key = choose_key(cached[1], kid, algorithm)
-            if key is not None or now - cached[0] < JWKS_REFRESH_S:
-                if key is None:
-                    raise SignInRefused("the ID token's signing key is not among the provider's keys")
+            if key is not None:
                 return key
+            if now - cached[0] < JWKS_REFRESH_S:
+                raise SignInRefused("the ID token's signing key is not among the provider's keys")
         jwks = self._get(jwks_uri, "JWKS")
         with self._lock:
             self._jwks = (now, jwks)

@@ -8,15 +8,20 @@ sign in beside it. (Real Chromium drives the same flow in test_console_oidc_brow
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from starlette.testclient import TestClient
 
 from aiops.config import load_config
 from aiops.console.app import ConsoleOptions, create_app
+from aiops.console.oidc import Provider
+from aiops.errors import SignInRefused
 from aiops.store import Workspace
 from guardrails.audit import read_rows
 from guardrails.decisions import problems
@@ -201,3 +206,30 @@ def test_without_an_issuer_there_is_no_button_and_no_route(demo: Path) -> None:
     c = TestClient(create_app(Workspace(demo), ConsoleOptions()), base_url=BASE)
     assert "/oidc/start" not in c.get("/login").text
     assert c.get("/oidc/start", follow_redirects=False).status_code == 404
+
+
+def test_a_token_the_provider_did_not_sign_is_refused_against_its_real_jwks(
+    provider: RunningProvider,
+) -> None:
+    """The relying party alone, with the real provider's discovery document and JWKS: a token signed by a key
+    of ours (an unknown kid, or the provider's kid) or with an algorithm the provider does not announce."""
+    config = oidc_config(provider.issuer, BASE)
+    rp = Provider(config, "")
+    assert rp.discovery().algorithms == ("RS256",)  # what the provider announces, among RS256/ES256
+    rogue = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = int(time.time())
+    claims = {
+        "iss": provider.issuer,
+        "aud": config.client_id,
+        "sub": "x",
+        "iat": now,
+        "exp": now + 60,
+        "nonce": "n",
+    }
+    with pytest.raises(SignInRefused, match="signing key is not among the provider's keys"):
+        rp.verify(jwt.encode(claims, rogue, algorithm="RS256", headers={"kid": "rogue"}), "n")
+    real_kid = httpx.get(provider.issuer + "/jwks", timeout=10).json()["keys"][0]["kid"]
+    with pytest.raises(SignInRefused, match="signature does not verify"):
+        rp.verify(jwt.encode(claims, rogue, algorithm="RS256", headers={"kid": real_kid}), "n")
+    with pytest.raises(SignInRefused, match="signed with 'HS256', not RS256"):
+        rp.verify(jwt.encode(claims, "k" * 32, algorithm="HS256", headers={"kid": real_kid}), "n")
