@@ -32,6 +32,7 @@ from pydantic import (
 from aiops.config_chatops import EXAMPLE_LINES as CHATOPS_EXAMPLE
 from aiops.config_chatops import ChatopsConfig, SlackConfig
 from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
+from aiops.config_oidc import OidcConfig
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
 from aiops.labels import Label, host_name_error, rack_name_error
@@ -437,6 +438,7 @@ class ConsoleConfig(_Section):
     )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
+    oidc: OidcConfig = Field(default_factory=OidcConfig)  # single sign-on (aiops/config_oidc.py)
 
 
 class AlertmanagerInConfig(_Section):
@@ -594,6 +596,7 @@ _MODELS: dict[str, type[BaseModel]] = {
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
 _MODELS["chatops.slack"] = SlackConfig
+_MODELS["console.oidc"] = OidcConfig
 _MODELS.update(
     {
         f"facility.{n}": FacilitySeries
@@ -706,6 +709,15 @@ def example_toml() -> str:
                 "# [facility.racks]",
                 '# "10.0.4.17:623" = "rack2"',
                 "# another exporter for a column: set metric, match, aggregate and scale in its section above",
+            ]
+        if section == "console":
+            lines += [
+                '# scopes = ["openid", "profile", "email"]  # the default',
+                '# allowed_domains = ["example.com"]  # only these e-mail domains (verified); empty: any',
+                "# allowed_subjects = []  # only these subjects (sub); empty: any",
+                "# a claim value -> a console role (no value mapped: refused) (docs/CONSOLE.md)",
+                "# [console.oidc.role_map]",
+                '# "aiops-admins" = "admin"',
             ]
         if section == "guardrails":
             lines += [

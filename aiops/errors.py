@@ -42,6 +42,8 @@ AiopsError                    base; exit code 1
 ├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager
 │                             retries)
 ├── SignInBusy                every console sign-in hashing turn stayed taken (HTTP 503: retry shortly)
+├── SignInRefused             a single sign-on (OIDC) the console refuses: provider down, state or token wrong, no role;
+│                             the page says why and nobody is signed in (aiops/console/oidc.py)
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
 │   ├── SignatureRefused      a signed decision that does not verify, or a signer who may not decide it
 │   ├── ApprovalRefused       the agent's view of it: an approval the guardrails would not record
@@ -336,6 +338,10 @@ class AlertInboxFull(AiopsError):
 
 class SignInBusy(AiopsError):
     """Every console sign-in hashing turn stayed taken for the whole wait (aiops.console.signin): HTTP 503."""
+
+
+class SignInRefused(AiopsError):
+    """A single sign-on refused; the message is shown on the console's page (plain words, no token or secret)."""
 
 
 class SourceError(AiopsError):

@@ -35,6 +35,8 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_concurrency.py",
     "tests/security/test_twin_leaks.py",
     "tests/security/test_console_browser.py",
+    "tests/security/test_console_oidc_browser.py",
+    "tests/security/test_console_oidc.py",
     "tests/security/test_console_auth.py",
     "tests/test_pipeline_cli.py",
     "tests/security/test_rca_onset.py",

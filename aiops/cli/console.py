@@ -176,6 +176,7 @@ def run_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
         agent=agent_config(config),
+        oidc=config.console.oidc,
     )
     try:
         server = ConsoleServer(

@@ -158,6 +158,7 @@ def served_console(config: Config, service: Service, *, dispatch: bool = False) 
         idle_timeout_s=config.console.idle_timeout_s,
         max_age_s=config.console.max_age_s,
         agent=agent_config(config),
+        oidc=config.console.oidc,
     )
     return ServedConsole(create_app(service.workspace, options))
 

@@ -28,11 +28,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from aiops.agent.config import AgentConfig
+from aiops.config_oidc import OidcConfig
 from aiops.console import data
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.admin import Admin
 from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions, messages_to_sign
+from aiops.console.oidc import Provider
+from aiops.console.oidc_signin import OidcSignIn
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
@@ -64,6 +67,7 @@ class ConsoleOptions:
     agent: AgentConfig = field(
         default_factory=AgentConfig
     )  # the model's settings of the command that started the console
+    oidc: OidcConfig = field(default_factory=OidcConfig)  # single sign-on; its issuer empty: off
 
 
 class Console:
@@ -88,6 +92,10 @@ class Console:
         self.admin = Admin(self)
         self.chat = ChatDesk(self)
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
+        self.oidc: OidcSignIn | None = None
+        if options.oidc.enabled:
+            secret = read_secret(options.oidc.client_secret_file)
+            self.oidc = OidcSignIn(self, options.oidc, Provider(options.oidc, secret))
 
     async def read(self, work: Callable[[Store], T]) -> T:
         def run() -> T:
@@ -97,19 +105,30 @@ class Console:
         return await run_in_threadpool(run)
 
     # -- sign in ----------------------------------------------------------------------------------------------
+    @property
+    def oidc_name(self) -> str:
+        return self.oidc.config.name if self.oidc is not None else ""
+
     async def login_form(self, request: Request) -> Response:
         token = self.pages.login_token()
         try:
             first_run = not self.accounts.load()
         except InputError:  # damaged: not a first run (the log and stderr say so at start)
             first_run = False
-        response = self.pages.render("login.html", login_csrf=token, error="", first_run=first_run)
+        response = self.pages.render(
+            "login.html", login_csrf=token, error="", first_run=first_run, oidc_name=self.oidc_name
+        )
         self.pages.set_login_cookie(request, response, token)
         return response
 
     def _login_again(self, status: int, token: str, error: str, retry_after_s: int = 0) -> Response:
         response = self.pages.render(
-            "login.html", status=status, login_csrf=token, first_run=False, error=error
+            "login.html",
+            status=status,
+            login_csrf=token,
+            first_run=False,
+            error=error,
+            oidc_name=self.oidc_name,
         )
         if retry_after_s:
             response.headers["retry-after"] = str(retry_after_s)
@@ -234,6 +253,19 @@ class Console:
         return response
 
 
+def read_secret(path: str) -> str:
+    """The client secret in `path` (surrounding white space dropped); "" for no file; InputError naming it."""
+    if not path:
+        return ""
+    try:
+        secret = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, "client_secret_file", f"cannot read ({type(exc).__name__})") from None
+    if not secret:
+        raise InputError(path, "client_secret_file", "the file is empty", "the client secret")
+    return secret
+
+
 def _same(a: str, b: str) -> bool:
     import hmac
 
@@ -271,6 +303,11 @@ def create_app(
         Route("/reports/{name}", console.report_file),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+    if console.oidc is not None:
+        routes += [
+            Route("/oidc/start", console.oidc.start, methods=["GET"]),
+            Route("/oidc/callback", console.oidc.callback, methods=["GET"]),
+        ]
     app = Starlette(routes=routes)
     app.state.console = console
     app.add_middleware(SecurityHeaders)

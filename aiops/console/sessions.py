@@ -27,6 +27,7 @@ class Session:
     created_s: float
     seen_s: float
     account_stamp: str = ""  # the account as it was at sign-in (`Account.stamp`): a change ends the session
+    source: str = "local"  # "local" (a console account) or "oidc" (single sign-on: no account to re-check)
     chats: list[str] = field(default_factory=list)  # thread ids this session asked
     notes: dict[str, str] = field(default_factory=dict)  # notices for the next page, by a random key
 
@@ -56,7 +57,7 @@ class Sessions:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def create(self, principal: str, role: str, account_stamp: str = "") -> Session:
+    def create(self, principal: str, role: str, account_stamp: str = "", source: str = "local") -> Session:
         now = self.clock()
         with self._lock:
             self._expire(now)
@@ -64,7 +65,14 @@ class Sessions:
                 oldest = min(self._sessions.values(), key=lambda s: s.created_s)
                 del self._sessions[oldest.session_id]
             session = Session(
-                secrets.token_urlsafe(32), principal, role, secrets.token_urlsafe(32), now, now, account_stamp
+                secrets.token_urlsafe(32),
+                principal,
+                role,
+                secrets.token_urlsafe(32),
+                now,
+                now,
+                account_stamp,
+                source,
             )
             self._sessions[session.session_id] = session
         return session
@@ -90,12 +98,13 @@ class Sessions:
 
     def end_stale(self, principal: str, account_stamp: str | None) -> int:
         """End `principal`'s sessions begun under another state of the account (`account_stamp`: as it is now,
-        None when deleted); how many ended. A session begun since the change lives on."""
+        None when deleted); how many ended. A session begun since the change lives on, and so does a single
+        sign-on's (`source="oidc"`) of the same name: it has no local account."""
         with self._lock:
             gone = [
                 sid
                 for sid, s in self._sessions.items()
-                if s.principal == principal and s.account_stamp != account_stamp
+                if s.principal == principal and s.account_stamp != account_stamp and s.source == "local"
             ]
             for sid in gone:
                 del self._sessions[sid]

@@ -96,10 +96,11 @@ class Pages:
     def session(self, request: Request) -> Session | None:
         """The request's live session, only while its account is as it was at sign-in: an account deleted or
         disabled, or whose role or password changed since, ends the session here (the request then acts as signed out).
-        An unreadable accounts file signs nobody in (fail closed) but ends nothing."""
+        An unreadable accounts file signs nobody in (fail closed) but ends nothing. A single sign-on's session
+        (`source="oidc"`, aiops.console.oidc_signin) has no local account: it lives to its idle or absolute end."""
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
-        if session is None:
-            return None
+        if session is None or session.source == "oidc":  # single sign-on: the provider vouched at sign-in
+            return session
         try:
             account = self.accounts.load().get(session.principal)
         except InputError as exc:
