@@ -44,6 +44,7 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_service_node_agents.py",
     "tests/test_dispatch_node.py",
     "tests/security/test_report_schedule.py",
+    "tests/test_chat_edges.py",
 )
 
 
