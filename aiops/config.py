@@ -29,6 +29,9 @@ from pydantic import (
     model_validator,
 )
 
+from aiops.config_chatops import EXAMPLE_LINES as CHATOPS_EXAMPLE
+from aiops.config_chatops import ChatopsConfig, SlackConfig
+from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
 from aiops.labels import Label, host_name_error, rack_name_error
@@ -349,24 +352,16 @@ class FacilityConfig(_Section):
         return value
 
 
-class WebhookConfig(_Section):
-    url: str
-    kind: Literal["json", "slack", "alertmanager"] = "json"
-    token: str = Field(default="", description="sent as a bearer token; empty: none")
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s]+$", value):
-            raise ValueError("must be an http:// or https:// URL")
-        return value
-
-
 class NotifyConfig(_Section):
     webhooks: list[WebhookConfig] = Field(default_factory=list)
     retry_max_s: float = Field(default=300.0, gt=0, le=86_400, description="longest wait between retries")
     give_up_after_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
     timeout_s: float = Field(default=5.0, gt=0, le=120)
+    console_url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="the console's address as people reach it: pagerduty and teams link to its pages",
+    )
 
 
 class LlmConfig(_Section):
@@ -572,6 +567,7 @@ class Config(_Section):
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
+    chatops: ChatopsConfig = Field(default_factory=ChatopsConfig)  # aiops/config_chatops.py
     source: str = Field(default="defaults", exclude=True)
 
 
@@ -597,6 +593,7 @@ _MODELS: dict[str, type[BaseModel]] = {
 }
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
+_MODELS["chatops.slack"] = SlackConfig
 _MODELS.update(
     {
         f"facility.{n}": FacilitySeries
@@ -716,12 +713,18 @@ def example_toml() -> str:
                 "# [guardrails.approvers]",
                 '# alice = ["physical", "policy"]',
             ]
+        if section == "chatops":
+            lines += list(CHATOPS_EXAMPLE)
         if section == "notify":
             lines += [
-                "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts API)",
+                "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts",
+                "# API), teams (Workflows webhook URL), pagerduty (Events API v2; url defaults to its enqueue URL)",
                 "# [[notify.webhooks]]",
                 '# url = "https://hooks.example.com/aiops"',
                 '# kind = "json"',
+                "# [[notify.webhooks]]",
+                '# kind = "pagerduty"',
+                '# routing_key_file = "/etc/aiops/pagerduty.key"  # the integration key, never inline',
             ]
     return "\n".join(lines) + "\n"
 

@@ -37,6 +37,8 @@ AiopsError                    base; exit code 1
 │                             ASCII naming the field, never its value (answered with HTTP 400)
 ├── DispatchError             a POST to /api/dispatch is not a dispatch (guardrails/dispatched.py); `reason` is short
 │                             ASCII naming the field, never its value (answered with HTTP 400)
+├── SlackRequestError         a POST to /api/slack/actions is not a Slack block_actions payload we sent buttons for;
+│                             `reason` is short ASCII naming the field, never its value (aiops/service/slack_request.py)
 ├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager
 │                             retries)
 ├── SignInBusy                every console sign-in hashing turn stayed taken (HTTP 503: retry shortly)
@@ -305,6 +307,17 @@ class AlertPayloadError(AiopsError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class SlackRequestError(AiopsError):
+    """A POST to /api/slack/actions (signature verified) whose `payload` is not a block_actions payload with one of
+    our buttons; `reason` is short, names the field, echoes no value."""
+
+    exit_code = 2
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
 
 
 class DispatchError(AiopsError):

@@ -51,6 +51,8 @@ EVENTS: tuple[str, ...] = (
     "dispatch_refused",
     "dispatch",
     "dispatch_result",
+    # a digital proposal someone asked to run from chat, with the verified request (aiops/service/slack_actions.py)
+    "chat_request",
 )
 GENESIS_HASH = "0" * 64
 

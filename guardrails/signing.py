@@ -32,6 +32,9 @@ from guardrails.actions import canonical_json
 from guardrails.approvals import person_name
 from guardrails.session_signing import SessionVerifier, is_session_signature, key_path, read_key
 from guardrails.signed import SignedBy as SignedBy  # re-exported: callers import it from here
+from guardrails.slack_signing import SlackVerifier, is_slack_signature
+from guardrails.slack_signing import key_path as slack_key_path
+from guardrails.slack_signing import read_key as read_slack_key
 
 NAMESPACE = "aiops-approval"
 RISK_CLASSES: tuple[str, ...] = (
@@ -223,17 +226,21 @@ class ConfiguredVerifier:
     that was started, passed down: never read here from the environment or the home directory), loaded when
     first asked; with no allowed-signers file every SSH signature is refused (nobody approves). Given the
     workspace's `db_path`, console-session signatures (`guardrails.session_signing`) verify against the
-    workspace's console key and the same approvers; without the key file they are refused."""
+    workspace's console key and the same approvers, and Slack signatures (`guardrails.slack_signing`) against
+    the workspace's Slack key; without the key file they are refused."""
 
     def __init__(self, guardrails: GuardrailsConfig, db_path: str = "") -> None:
         self._inner: SshVerifier | None = None
         self._session: SessionVerifier | None = None
+        self._slack: SlackVerifier | None = None
         self.guardrails = guardrails
         self.db_path = db_path
 
     def verify(self, message: bytes, signature: str) -> SignedBy:
         if is_session_signature(signature):
             return self._session_verifier().verify(message, signature)
+        if is_slack_signature(signature):
+            return self._slack_verifier().verify(message, signature)
         if self._inner is None:
             if not self.guardrails.allowed_signers:
                 raise SignatureRefused(
@@ -253,6 +260,18 @@ class ConfiguredVerifier:
                 raise SignatureRefused(exc.detail) from None
             self._session = SessionVerifier(key, self.guardrails.approvers)
         return self._session
+
+    def _slack_verifier(self) -> SlackVerifier:
+        if self._slack is None:
+            path = slack_key_path(self.db_path)
+            if path is None or not path.exists():
+                raise SignatureRefused("a Slack signature, and this workspace has no Slack key")
+            try:
+                key = read_slack_key(path)
+            except GuardrailError as exc:
+                raise SignatureRefused(exc.detail) from None
+            self._slack = SlackVerifier(key, self.guardrails.approvers)
+        return self._slack
 
 
 def configured_signer(key: str | None, guardrails: GuardrailsConfig) -> SshSigner:

@@ -31,6 +31,7 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_agent_adversarial.py",
     "tests/security/test_twin_healthy_fp.py",
     "tests/test_service.py",
+    "tests/test_notify_pd_teams_delivery.py",
     "tests/test_concurrency.py",
     "tests/security/test_twin_leaks.py",
     "tests/security/test_console_browser.py",
@@ -44,6 +45,7 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_service_node_agents.py",
     "tests/test_dispatch_node.py",
     "tests/security/test_report_schedule.py",
+    "tests/test_mcp.py",
     "tests/test_chat_edges.py",
 )
 

@@ -127,9 +127,10 @@ def receiver(
     answer: Callable[[str, Any], int] = lambda path, body: 200,
     headers: dict[str, str] | None = None,
     port: int = 0,
+    reply: Callable[[int], bytes] | None = None,
 ) -> Iterator[Receiver]:
-    """A webhook receiver on 127.0.0.1 (`port`, or a free one) in a thread, answering with `headers` too;
-    stopped when the block ends."""
+    """A webhook receiver on 127.0.0.1 (`port`, or a free one) in a thread, answering with `headers` too and
+    `reply(status)` as the body (else `ok` or `unavailable`); stopped when the block ends."""
     holder: list[Receiver] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -142,7 +143,7 @@ def receiver(
                 holder[0].requests.append(
                     Request(self.path, dict(self.headers.items()), body, status, time.monotonic())
                 )
-            payload = b"ok" if status < 300 else b"unavailable"
+            payload = reply(status) if reply else (b"ok" if status < 300 else b"unavailable")
             self.send_response(status)
             self.send_header("Content-Length", str(len(payload)))
             for name, value in (headers or {}).items():

@@ -128,3 +128,21 @@ def test_final_answer_parsing() -> None:
     assert parse_final('Here: {"answer": "x", "proposals": "all"}') is None  # the schema is strict
     assert parse_final("just text") is None
     assert parse_final('{"answer": 3}') is None
+
+
+def test_the_sql_tool_names_tables_that_exist_and_claims_may_cite_the_workload_tables(tmp_path: Path) -> None:
+    """The model is told which tables to read: each one named in the tool's description exists in a new
+    workspace, and the per-process and per-rank tables are telemetry a claim may cite."""
+    import re
+
+    from aiops.agent.tools import TOOL_SPECS
+    from aiops.agent.verify import TELEMETRY_TABLES
+
+    spec = next(s for s in TOOL_SPECS if s["function"]["name"] == "sql")
+    listed = re.search(r"\(tables: (.*?)\)\. ", spec["function"]["description"])
+    assert listed is not None
+    named = {re.sub(r" \(.*", "", part).strip() for part in re.split(r", (?![^(]*\))", listed.group(1))}
+    with Workspace(tmp_path / "w.duckdb").write() as store:
+        present = {r["table_name"] for r in store.query("SELECT table_name FROM information_schema.tables")}
+    assert named <= present, named - present
+    assert {"gpu_processes", "rank_timing_samples"} <= TELEMETRY_TABLES <= present

@@ -31,7 +31,7 @@ def test_the_example_is_every_default_and_checks(tmp_path: Path, capsys: pytest.
         ("[store]\nretention_dayz = 3\n", "store.retention_dayz", "retention_days"),
         ("[collectors.nvml]\ninterval = 1\n", "collectors.nvml.interval", "interval_s"),
         (
-            '[[notify.webhooks]]\nurl = "http://x/"\nkind = "teams"\n',
+            '[[notify.webhooks]]\nurl = "http://x/"\nkind = "discord"\n',
             "notify.webhooks[0].kind",
             "alertmanager",
         ),

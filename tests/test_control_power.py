@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiops.control.power import GpuPower, allocate, expected_throughput
+from aiops.control.power import JobWeight, allocate, expected_throughput
+from aiops.models import GpuPower
 
 
 def _gpu(name: str, min_w: float, max_w: float, draw_w: float, job: str | None = None) -> GpuPower:
@@ -22,7 +24,7 @@ def cluster(busy: dict[str, int], idle: int, draw_w: float = 600.0) -> list[GpuP
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> tuple[list[GpuPower], dict[str, int], float]:
+def clusters(draw: st.DrawFn) -> tuple[list[GpuPower], dict[str, int], float, JobWeight]:
     n = draw(st.integers(1, 40))
     jobs = [f"j{k}" for k in range(draw(st.integers(0, 4)))]
     gpus = []
@@ -33,16 +35,16 @@ def clusters(draw: st.DrawFn) -> tuple[list[GpuPower], dict[str, int], float]:
         gpus.append(_gpu(f"g{i}", lo, hi, draw(st.floats(0.0, 1200.0)), job))
     prio = {j: draw(st.integers(0, 3)) for j in jobs}
     budget = draw(st.floats(0.0, 1.2 * sum(g.max_w for g in gpus)))
-    return gpus, prio, budget
+    return gpus, prio, budget, draw(st.sampled_from(["job", "rank"]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(clusters())
 def test_never_exceeds_budget_and_respects_constraints(
-    case: tuple[list[GpuPower], dict[str, int], float],
+    case: tuple[list[GpuPower], dict[str, int], float, JobWeight],
 ) -> None:
-    gpus, prio, budget = case
-    alloc = allocate(budget, gpus, prio)
+    gpus, prio, budget, weight = case
+    alloc = allocate(budget, gpus, prio, job_weight=weight)
     mins = sum(g.min_w for g in gpus)
     assert set(alloc.limits_w) == {g.gpu for g in gpus}
     for g in gpus:
@@ -122,3 +124,25 @@ def test_budget_above_everything_changes_nothing() -> None:
 def test_throughput_curve() -> None:
     assert expected_throughput(700.0, 600.0) == 1.0
     assert abs(expected_throughput(300.0, 600.0) - 0.5**0.4) < 1e-12
+
+
+def test_deep_cut_leaves_a_small_job_more_watts_per_rank() -> None:
+    """Each job's progress counts alike: a rank of the 6-rank job buys more of its job's steps/s than a rank of
+    the 8-rank job, so at the optimum of the (limit/demand)^0.4 curves it keeps more watts; counted by ranks
+    (GPU-seconds of work) both keep the same fraction of demand."""
+    gpus = cluster({"big": 8, "small": 6}, idle=0)
+    budget = 5300.0
+    alloc = allocate(budget, gpus, {"big": 1, "small": 1})
+    big, small = alloc.jobs["big"].limit_w, alloc.jobs["small"].limit_w
+    assert small > big
+    # equal marginal fraction per watt: b L^(b-1) / n is the same for both jobs, so L_s / L_b = (8/6)^(1/(1-b))
+    assert small / big == pytest.approx((8 / 6) ** (1 / 0.6), rel=1e-6)
+    assert 200.0 < big < small < 600.0
+    assert alloc.total_w == pytest.approx(budget, rel=1e-9)
+    by_rank = allocate(budget, gpus, {"big": 1, "small": 1}, job_weight="rank")
+    assert by_rank.jobs["big"].limit_w == pytest.approx(by_rank.jobs["small"].limit_w, rel=1e-6)
+
+
+def test_unknown_job_weight_is_an_error() -> None:
+    with pytest.raises(ValueError, match="allowed: job, rank"):
+        allocate(1000.0, cluster({"a": 2}, idle=0), job_weight="gpu")  # type: ignore[arg-type]

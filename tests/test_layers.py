@@ -20,7 +20,9 @@ other package of its own layer (except the base modules, and the order inside th
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
   9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), aiops.fleet, evals
  10 console     aiops.console (the web console: reads the pipeline's results, decides through the runtime,
-                chats through the agent; `aiops run` mounts its app on the service's one listener)
+                chats through the agent; `aiops run` mounts its app on the service's one listener),
+                aiops.mcpserver (`aiops mcp`: the agent's read tools and propose over MCP, on the service's
+                listener class)
  11 cli         aiops.cli
 """
 
@@ -55,7 +57,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
     ("aiops.runtime", "aiops.report"),
     ("aiops.agent", "aiops.lab", "aiops.service", "aiops.fleet", "evals"),
-    ("aiops.console",),
+    ("aiops.console", "aiops.mcpserver"),
     ("aiops.cli",),
 )
 # The analyst (detection, diagnosis, remediation, evidence) never sees the twin: no import path to it.

@@ -26,6 +26,8 @@ from tests.signing_helpers import Keys
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
 from tests.test_slurm_real import TASKS_SCRIPT, sinfo_state, step_pids, submit, wait_state
 
+# The fault at 120 s of sim time (12 s of wall at --speed 10): the job is on the metrics within ~3 s, and the
+# wait for the drain no longer spends 40 s before anything happens (it was at 400 s).
 SCENARIO = """\
 name: slurm-e2e
 seed: 7
@@ -34,7 +36,7 @@ cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 2, nics_per_node: 1}
 jobs:
   - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
 faults:
-  - {kind: gpu_fell_off_bus, target: node0/gpu1, start_s: 400, severity: 1.0}
+  - {kind: gpu_fell_off_bus, target: node0/gpu1, start_s: 120, severity: 1.0}
 """
 
 

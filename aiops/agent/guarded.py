@@ -34,11 +34,13 @@ class WorkspaceGuard:
         twin: Twin | None,
         clock: Callable[[], float] = time.time,
         before_write: Callable[[], None] = lambda: None,
+        origin: str = "chat",
     ) -> None:
         self.workspace = workspace
         self.twin = twin
         self.clock = clock
         self.before_write = before_write  # the journal flushes first, so the audit chain keeps the order
+        self.origin = origin  # who files through it, as the proposals table records: chat, mcp
 
     def _run(self, work: Callable[[Guardrails], Any]) -> Any:
         self.before_write()
@@ -76,7 +78,7 @@ class WorkspaceGuard:
         def work(guard: Guardrails) -> Verdict:
             known = guard.records.proposal(action.proposal_id)
             if known is None:
-                filed = guard.propose(action, origin="chat", incident_id=incident_id)
+                filed = guard.propose(action, origin=self.origin, incident_id=incident_id)
                 # the same action open already: that proposal stands, with its own verdict (not this
                 # re-validation's, which could refuse the standing proposal in the journal)
                 known = guard.records.proposal(filed.proposal_id) if filed.existing else None

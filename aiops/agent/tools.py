@@ -57,7 +57,8 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "sql",
         "Run one read-only SELECT over the telemetry DuckDB (tables: topology, jobs, job_ranks, gpu_samples, "
         "gpu_events, nic_samples, flow_class_samples, lane_rules, collective_samples, job_steps, rack_samples, "
-        "host_samples, incidents, hypotheses). Timestamps are ts_s, Unix seconds. Row- and time-limited.",
+        "host_samples, gpu_processes (pid, job, rank per GPU), rank_timing_samples (per-rank collective calls and "
+        "blocked time), node_placement, incidents, hypotheses). Timestamps are ts_s, Unix seconds. Row- and time-limited.",
         {"query": {"type": "string"}},
         ["query"],
     ),
@@ -276,7 +277,7 @@ class ToolBox:
 
     def tool_topology(self, component: str) -> dict[str, Any]:
         with self.workspace.read() as store:
-            return _topology(store, component)
+            return topology_of(store, component)
 
     def _readings(self, store: Store) -> StoreReadings:
         """Advice is about the newest telemetry, not the wall clock (a stored run may be old)."""
@@ -385,7 +386,7 @@ class ToolBox:
             raise ToolError(f"whatif: the twin refused the action: {exc}") from exc
 
 
-def _topology(store: Store, component: str) -> dict[str, Any]:
+def topology_of(store: Store, component: str) -> dict[str, Any]:
     if component.startswith("job:"):
         job = component.removeprefix("job:")
         ranks = store.query("SELECT rank, gpu, node, nic FROM job_ranks WHERE job = ? ORDER BY rank", [job])

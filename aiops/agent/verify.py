@@ -60,6 +60,9 @@ TELEMETRY_TABLES = frozenset(
         "host_samples",
         "job_ranks",
         "jobs",
+        "gpu_processes",
+        "rank_timing_samples",
+        "node_placement",
     }
 )
 

@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.profile",
     "aiops.cli.report",
     "aiops.cli.console",
+    "aiops.cli.mcp",
 )
 
 

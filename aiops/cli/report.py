@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from aiops.report import limits  # here: matplotlib loads only for a report
-    from aiops.report.period import parse_period
+    from aiops.report.period import report_period
     from aiops.report.write import parse_formats, write_report
 
     formats = parse_formats(args.format)
@@ -48,21 +48,9 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="aiops-report-") as spill, workspace.read() as store:
         limits.apply_report_limits(store, memory_limit_mb=memory_mb, threads=threads, temp_dir=Path(spill))
         latest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
-        now_ts_s = time.time()
-        end, note = args.end, ""
-        period = parse_period(
-            since=args.since, start=args.start, end=end, now_ts_s=now_ts_s, latest_ts_s=latest
+        period, note = report_period(
+            since=args.since, start=args.start, end=args.end, now_ts_s=time.time(), latest_ts_s=latest
         )
-        if args.end is None and args.start is None and latest is not None and latest < period.start_ts_s:
-            # no period asked for and nothing in the default one (a recorded or simulated workspace): the
-            # same length up to the newest sample, said so; an explicit period is reported as asked
-            end = "latest"
-            period = parse_period(
-                since=args.since, start=None, end=end, now_ts_s=now_ts_s, latest_ts_s=latest
-            )
-            note = (
-                "no telemetry in the period up to now: reporting the same length up to the newest GPU sample"
-            )
         written = write_report(store, period, Path(args.out), formats)
     console = terminal(soft_wrap=True)
     if note:

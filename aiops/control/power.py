@@ -10,9 +10,12 @@ Order in which watts are taken, each stage only while the total is still over th
   2. headroom nobody uses: a busy GPU's limit down to its demand x (1 + headroom_frac), at no cost in speed;
   3. jobs below the top priority, lowest priority first, down to `low_priority_floor_frac` x demand (a
      bounded loss, ~4 % at 0.9) while higher-priority jobs keep their demand;
-  4. evenly: one common fraction of demand for every job (each job's limit = min(its limit so far, f x
-     demand)), lowered until the total fits. The throughput curve below is concave, so for a deep cut equal
-     fractions lose the least total work; priorities only decide who pays for shallow cuts (stage 3).
+  4. shared: each job gets the level at which one more watt buys the same expected share of its throughput
+     in every job (water-filling on the concave curve below; `_shared_stage`). Jobs of equal size and demand
+     get equal fractions of demand; a smaller job keeps more watts per rank, since each of its ranks buys more
+     of its progress, and the large job gives up a little more per rank. Each job's progress counts alike (the
+     sum of steps/s over jobs, the measure bench/powercap.py scores against the best allocation on the twin's
+     model, aiops/sim/power_best.py). Priorities only decide who pays for shallow cuts (stage 3).
   5. if even every GPU at its minimum exceeds the budget, the budget is infeasible: the result is the minimums,
      marked infeasible.
 
@@ -25,11 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from aiops.models import GpuPower
 
 THROUGHPUT_EXPONENT = 0.4  # throughput ∝ (limit / demand)^0.4 below demand
 _BISECT_STEPS = 60
+JobWeight = Literal["job", "rank"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,51 @@ def _clamp(value_w: float, lo_w: float, hi_w: float) -> float:
     return min(max(value_w, lo_w), hi_w)
 
 
+def _shared_stage(
+    base: list[float],
+    top_w: Mapping[str, float],
+    demand_w: Mapping[str, float],
+    by_job: Mapping[str, list[int]],
+    job_limits: Callable[[list[float], Mapping[str, float]], list[float]],
+    job_weight: JobWeight = "job",
+    exponent: float = THROUGHPUT_EXPONENT,
+) -> Callable[[float], list[float]]:
+    """The deep-cut stage as stage(t), t in [0, 1]: a price per watt rising from one every job pays at its
+    level so far (t = 0) to one no job pays above zero (t = 1: every GPU at its minimum).
+
+    Each job j of n_j ranks, each wanting D_j, held at limit L keeps (L / D_j)^b of its steps/s (b: the clock
+    exponent; the bound in the module's docstring). Maximising the sum over jobs of that fraction (each job's
+    progress counts alike, as steps/s summed over jobs does) under sum of n_j x L_j <= budget: the curves are
+    concave, so the optimum is where every job's marginal fraction per watt equals one price p,
+    b x L^(b-1) / D_j^b = p x n_j, i.e. L_j(p) = (b / (p x n_j x D_j^b))^(1 / (1 - b)), capped at the job's
+    level so far; the least p that fits is found by bisection. Jobs of equal size and demand get equal limits;
+    a smaller job gets more watts per rank (its ranks buy more of its progress each), a larger one fewer.
+    `job_weight="rank"` counts each job's progress by its ranks instead (GPU-seconds of work): n_j cancels and
+    every job gets the same fraction of its demand."""
+    jobs = [j for j in by_job if demand_w[j] > 0]
+    power = 1.0 / (1.0 - exponent)
+
+    ranks = {j: 1 if job_weight == "rank" else len(by_job[j]) for j in by_job}
+
+    def level_w(j: str, price: float) -> float:
+        return float((exponent / (price * ranks[j] * demand_w[j] ** exponent)) ** power)
+
+    def price_at(j: str, watts: float) -> float:  # the price at which job j asks for `watts` per rank
+        return float(exponent / (ranks[j] * demand_w[j] ** exponent * max(watts, 1e-6) ** (1.0 - exponent)))
+
+    start = min((price_at(j, top_w[j]) for j in jobs), default=1.0)
+    end = max((price_at(j, 1e-3) for j in jobs), default=1.0)
+
+    def stage(t: float) -> list[float]:
+        if t >= 1.0:
+            return job_limits(base, dict.fromkeys(by_job, 0.0))
+        price = start * (end / start) ** t
+        per_job = {j: min(top_w[j], level_w(j, price)) if j in jobs else 0.0 for j in by_job}
+        return job_limits(base, per_job)
+
+    return stage
+
+
 def allocate(
     budget_w: float,
     gpus: Sequence[GpuPower],
@@ -77,12 +127,17 @@ def allocate(
     *,
     headroom_frac: float = 0.02,
     low_priority_floor_frac: float = 0.9,
+    job_weight: JobWeight = "job",
 ) -> Allocation:
     """Per-GPU limits with sum ≤ `budget_w` (unless infeasible), every rank of a job at the same limit. Each
     GPU's limit stays in [min_w, max_w] (callers narrow these to an envelope first); its demand is `want_w`.
 
-    `priorities`: job → priority (higher matters more; missing jobs get 0).
+    `priorities`: job → priority (higher matters more; missing jobs get 0). `job_weight`: how a deep cut
+    (stage 4) counts a job's progress: "job" (each job alike, steps/s summed over jobs) or "rank" (by its
+    ranks: every job at the same fraction of its demand).
     """
+    if job_weight not in ("job", "rank"):
+        raise ValueError(f"job_weight '{job_weight}' (allowed: job, rank)")
     prio = dict(priorities or {})
     names = [g.gpu for g in gpus]
     if len(set(names)) != len(names):
@@ -183,14 +238,8 @@ def allocate(
         job_w.update(floor_w)
         notes.append(f"priority {level} jobs capped to {low_priority_floor_frac:.0%} of demand first")
 
-    # 4. evenly: one fraction of demand for every job
-    top_frac = max((job_w[j] / demand[j] for j in by_job if demand[j] > 0), default=1.0)
-
-    def even_stage(t: float) -> list[float]:
-        frac = top_frac * (1.0 - t)
-        return job_limits(current, {j: min(job_w[j], frac * demand[j]) for j in by_job})
-
-    got = fit(even_stage)
+    # 4. shared: each job's level where one more watt buys the same expected throughput in every job
+    got = fit(_shared_stage(current, job_w, demand, by_job, job_limits, job_weight))
     if got is not None:
         return done(got, "even")
 

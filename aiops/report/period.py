@@ -80,3 +80,21 @@ def parse_period(
             "command line", "--start", "the period is empty: start is not before end", "start < end"
         )
     return Period(start_ts_s, end_ts_s)
+
+
+NO_RECENT_NOTE = "no telemetry in the period up to now: reporting the same length up to the newest GPU sample"
+
+
+def report_period(
+    *, since: str | None, start: str | None, end: str | None, now_ts_s: float, latest_ts_s: float | None
+) -> tuple[Period, str]:
+    """`parse_period`, and a note; with no start or end asked for and nothing in the period up to now (a
+    recorded or simulated workspace), the same length up to the newest sample instead, said in the note. An
+    explicit period is reported as asked."""
+    period = parse_period(since=since, start=start, end=end, now_ts_s=now_ts_s, latest_ts_s=latest_ts_s)
+    if end is None and start is None and latest_ts_s is not None and latest_ts_s < period.start_ts_s:
+        latest = parse_period(
+            since=since, start=None, end="latest", now_ts_s=now_ts_s, latest_ts_s=latest_ts_s
+        )
+        return latest, NO_RECENT_NOTE
+    return period, ""

@@ -1,6 +1,6 @@
 """The notifier the node service drives (docs/NOTIFY.md): it tells the configured webhooks (generic JSON,
-Slack, Alertmanager) when an incident opens, is diagnosed and resolves, through a durable queue in the
-workspace.
+Slack, Alertmanager, PagerDuty, Teams) when an incident opens, is diagnosed and resolves, through a durable
+queue in the workspace.
 
 The service calls, from its own loop:
 - `Notifier.enqueue(store, event)` inside the write that records the incident change (so the notification
@@ -56,7 +56,8 @@ class Notifier:
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
-        self.sinks = {sink.sink_id: sink for sink in map(Sink.from_config, config.webhooks)}
+        sinks = (Sink.from_config(hook, f"notify.webhooks[{n}]") for n, hook in enumerate(config.webhooks))
+        self.sinks = {sink.sink_id: sink for sink in sinks}
         self.policy = RetryPolicy(retry_base_s, config.retry_max_s, config.give_up_after_s)
         self.batch_limit = batch_limit
         self._clock = clock

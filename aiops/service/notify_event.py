@@ -46,6 +46,7 @@ class IncidentEvent:
     node: str  # the service's node (node{n}) that saw it
     top: TopHypothesis | None
     link: str  # where a person reads more: the service's /api/incidents/ID URL, or the database path
+    console_link: str = ""  # the incident's page in the web console ([notify] console_url), "" when unknown
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:

@@ -3,7 +3,8 @@ store, no retries (the queue decides those), no redirects followed (a redirected
 urllib, and would carry the bearer token to wherever the redirect points).
 
 The URL and the token come from the configuration only; incident text travels in the JSON body, never in
-the URL or a header.
+the URL or a header. A kind whose secret belongs in the body (PagerDuty's routing key, `SinkFormat.
+secret_in_body`) gets it added here, as the body leaves; every other kind's token is a bearer header.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from email.message import Message
 
+from aiops.service.notify_payloads import SINK_FORMATS
 from aiops.service.notify_queue import Delivery, Result
 
 USER_AGENT = "aiops-notify/1"
@@ -44,11 +46,16 @@ def _snippet(error: urllib.error.HTTPError) -> str:
 
 
 def send(delivery: Delivery) -> Result:
-    """POST `delivery.body` as JSON with the configured timeout and bearer token (when set)."""
+    """POST `delivery.body` as JSON with the configured timeout and the sink's secret (when set): in the body
+    for a kind that puts it there, else as a bearer token."""
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
-    if delivery.token:
+    body = delivery.body
+    secret_in_body = SINK_FORMATS[delivery.sink_kind].secret_in_body
+    if secret_in_body is not None:
+        body = secret_in_body(body, delivery.token)
+    elif delivery.token:
         headers["Authorization"] = f"Bearer {delivery.token}"
-    request = urllib.request.Request(delivery.url, data=delivery.body, headers=headers, method="POST")
+    request = urllib.request.Request(delivery.url, data=body, headers=headers, method="POST")
     try:
         # Built per call: its ProxyHandler reads $https_proxy/$no_proxy now, not when this module was imported.
         opener = urllib.request.build_opener(_NoRedirect)

@@ -8,7 +8,8 @@
   existing routes match (`alertname="AiopsIncident"`, `incident_id`, `severity`, `node`, `root_cause`,
   `component`);
 - `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/service/notify_report.py);
-- `SINK_FORMATS`: the registry of sink kinds, each kind's incident body and report body (or none).
+- `SINK_FORMATS`: the registry of sink kinds, each kind's incident body and report body (or none); PagerDuty's
+  (notify_pagerduty.py) and Teams' (notify_teams.py) bodies live in modules of their own.
 
 An Alertmanager alert is identified by its label set, and `root_cause`/`component` are labels: a diagnosis
 that changes them starts a new alert, so the body also ends (`endsAt`) the label sets this sink was sent
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiops.report.text import utc
 from aiops.service.notify_event import IncidentEvent, rfc3339
+from aiops.service.notify_pagerduty import pagerduty_body, with_routing_key
+from aiops.service.notify_teams import teams_body, teams_report_body
 
 if TYPE_CHECKING:
     from aiops.report.write import Written
 
-SinkKind = Literal["json", "slack", "alertmanager"]
+SinkKind = Literal["json", "slack", "alertmanager", "pagerduty", "teams"]
 PAYLOAD_VERSION = 1
 ALERT_NAME = "AiopsIncident"
 UNDIAGNOSED = "undiagnosed"  # the root_cause label before the analyst has a hypothesis
@@ -237,15 +240,19 @@ def report_slack_body(written: Written, key: str, link: str, node: str) -> dict[
 IncidentBody = Callable[[IncidentEvent, str, Iterable[Any]], Any]
 # (the written report, its dedup key, the link to it, the node) -> the JSON to POST
 ReportBody = Callable[["Written", str, str, str], dict[str, Any]]
+# (the stored body, the sink's secret) -> the bytes POSTed: a kind whose secret travels in the body
+SecretInBody = Callable[[bytes, str], bytes]
 
 
 @dataclass(frozen=True)
 class SinkFormat:
     """What a kind of sink is sent: an incident event's body, and a scheduled report's (None: the kind takes
-    no reports, as Alertmanager, which is for alerts)."""
+    no reports, as Alertmanager and PagerDuty, which are for alerts). `secret_in_body`: how the sink's secret
+    joins the body as it is sent (PagerDuty's routing key); None: it is a bearer token, in a header."""
 
     incident: IncidentBody
     report: ReportBody | None = None
+    secret_in_body: SecretInBody | None = None
 
 
 # Every sink kind a `[[notify.webhooks]]` entry may name (aiops/config.py `WebhookConfig.kind` lists the same
@@ -257,6 +264,10 @@ SINK_FORMATS: dict[str, SinkFormat] = {
     "alertmanager": SinkFormat(
         lambda event, _key, previous: alertmanager_alerts(event, firing_label_sets(previous))
     ),
+    "pagerduty": SinkFormat(
+        lambda event, _key, previous: pagerduty_body(event, previous), secret_in_body=with_routing_key
+    ),
+    "teams": SinkFormat(lambda event, _key, _previous: teams_body(event), teams_report_body),
 }
 
 
@@ -267,5 +278,5 @@ def render(
     previous_bodies: Iterable[Any] = (),
 ) -> Any:
     """The JSON value to POST to a sink of `sink_kind`; `previous_bodies` are the bodies this sink was sent
-    for the same incident before, oldest first (only Alertmanager's depend on them)."""
+    for the same incident before, oldest first (only Alertmanager's and PagerDuty's depend on them)."""
     return SINK_FORMATS[sink_kind].incident(event, dedup_key, previous_bodies)

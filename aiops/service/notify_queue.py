@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from aiops.config import WebhookConfig
 from aiops.service.notify_event import IncidentEvent
+from aiops.service.notify_pagerduty import read_routing_key
 from aiops.service.notify_payloads import SinkKind, render
 from aiops.store import Store
 
@@ -35,7 +36,10 @@ _ERROR_CHARS = 500
 
 @dataclass(frozen=True)
 class Sink:
-    """A configured webhook. `sink_id` names it in the queue: a hash of its kind and URL, never the URL."""
+    """A configured webhook. `sink_id` names it in the queue: a hash of its kind and URL (and, for PagerDuty,
+    whose URL is the same for every service, of its routing key's file), never the URL. `token` is its secret:
+    the bearer token, or PagerDuty's routing key, read from `routing_key_file` here (ConfigError naming the
+    file and `where` when it cannot be)."""
 
     sink_id: str
     kind: SinkKind
@@ -43,9 +47,14 @@ class Sink:
     token: str = field(default="", repr=False)
 
     @classmethod
-    def from_config(cls, webhook: WebhookConfig) -> Sink:
-        digest = hashlib.sha256(f"{webhook.kind}\n{webhook.url}".encode()).hexdigest()[:16]
-        return cls(f"wh-{digest}", webhook.kind, webhook.url, webhook.token)
+    def from_config(cls, webhook: WebhookConfig, where: str = "notify.webhooks") -> Sink:
+        identity = f"{webhook.kind}\n{webhook.url}"
+        token = webhook.token
+        if webhook.routing_key_file:
+            identity += f"\n{webhook.routing_key_file}"
+            token = read_routing_key(webhook.routing_key_file, f"{where}.routing_key_file")
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        return cls(f"wh-{digest}", webhook.kind, webhook.url, token)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,17 @@
 (`Outbox.notify`, the Responder's callback), and a thread of their own delivers them (`Outbox.start`): every
 `pump_every_s` it calls `Notifier.pump`, which holds the workspace only for two brief writes and never during
 HTTP, so a slow or dead receiver never stalls collection or detection.
+
+With `[notify] console_url` set, each event carries the console page of its incident (`console_link`): a
+live incident's own, an alert investigation's linked incident's (the one its `link` names), else none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import urllib.parse
 from typing import cast
 
 from aiops.config import NotifyConfig
@@ -44,12 +49,22 @@ class Outbox:
         link = f"{self.link_base}/api/incidents/{incident.incident_id}" if self.link_base else ""
         hypotheses = [top] if top is not None else []
         event = incident_event(cast(EventKind, kind), incident, hypotheses, node=self.node, link=link)
+        event = dataclasses.replace(event, console_link=self.console_link(incident.incident_id))
         self.queued += self.notifier.enqueue(store, event)
 
     def enqueue_event(self, store: Store, event: IncidentEvent) -> None:
         """Queue an event built elsewhere (an alert investigation's) for every webhook, in the caller's write."""
         if self.enabled:
+            _, marker, linked = event.link.rpartition("/api/incidents/")
+            event = dataclasses.replace(event, console_link=self.console_link(linked if marker else ""))
             self.queued += self.notifier.enqueue(store, event)
+
+    def console_link(self, incident_id: str) -> str:
+        """The console's page of `incident_id` (`[notify] console_url`/incidents/ID); "" without either."""
+        base = self.notifier.config.console_url.rstrip("/")
+        if not base or not incident_id:
+            return ""
+        return f"{base}/incidents/{urllib.parse.quote(incident_id, safe='')}"
 
     def start(self, workspace: Workspace) -> None:
         if not self.enabled:

@@ -201,6 +201,7 @@ class WebServer:
         allowed_hosts: tuple[str, ...] = (),
         head_timeout_s: float = HEAD_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        lifespan: bool = False,
     ) -> None:
         self.app = app
         self.host, self.port = parse_listen(listen)
@@ -212,7 +213,7 @@ class WebServer:
             log_config=None,  # uvicorn's warnings go to the process's own log (JSON lines in `aiops run`)
             log_level="warning",
             access_log=False,
-            lifespan="off",
+            lifespan="on" if lifespan else "off",  # on: an app that starts work there (aiops mcp's sessions)
             server_header=False,
             timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=5,
@@ -226,6 +227,11 @@ class WebServer:
     def address(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def serving(self) -> bool:
+        """Started, and its thread still runs."""
+        return self._thread is not None and self._thread.is_alive() and self._failed is None
 
     def _run(self) -> None:
         try:

@@ -44,6 +44,7 @@ from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
+from aiops.service.slack_actions import SlackChat
 from aiops.service.sources import (
     Sources,
     check_node,
@@ -116,6 +117,8 @@ class Service:
             scheduler=config.scheduler,
         )
         self.workspace = OwnedWorkspace(self.owner)
+        # [chatops.slack]: incident messages with buttons, and POST /api/slack/actions (slack_actions.py)
+        self.slack = SlackChat(config, self.workspace) if config.chatops.slack.enabled else None
         self.metrics = MetricsCache(config.node.name)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
@@ -132,6 +135,8 @@ class Service:
 
         def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
             people(store, kind, incident, top)
+            if self.slack is not None:
+                self.slack.on_event(store, kind, incident, top)
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
         self.responder = Responder(notify=on_event)
@@ -210,6 +215,7 @@ class Service:
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
             route = AlertRoute(self.alert_token, self.alert_inbox) if self.alert_token else None
+            chat = self.slack.routes() if self.slack is not None else []
             routes = ServiceRoutes(
                 self.registry,
                 Api(self.workspace),
@@ -224,13 +230,17 @@ class Service:
             )
             root = self.companion.app if self.companion is not None else None
             self.http = WebServer(
-                service_app(routes.routes(), root),
+                service_app([*chat, *routes.routes()], root),
                 self.config.http.listen,
                 allowed_hosts=tuple(self.config.http.allowed_hosts),
             )
             self.http.start()
             self.outbox.link_base = f"http://{self.http.address}"
+            if self.slack is not None:
+                self.slack.link_base = self.outbox.link_base
         self.outbox.start(self.workspace)
+        if self.slack is not None:
+            self.slack.start()
         if self.companion is not None and self.http is not None:
             self.companion.start(self.http.host, self.http.port)
         self.last_tick = self.last_flush = self.last_retention = self.clock()
@@ -260,6 +270,8 @@ class Service:
             self.flush()
             self.profiles.close()  # a run in progress stops early and is stored before the file closes
             self.outbox.stop()
+            if self.slack is not None:
+                self.slack.stop()
             if self.http is not None:
                 self.http.close()  # the listener first: no request reaches what closes next
             if self.companion is not None:
@@ -391,6 +403,8 @@ class Service:
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
+        if self.slack is not None:
+            self.slack.run_requested(store, attached)
 
     def _investigate_alerts(self, store: Store) -> None:
         assert self.newest_ts_s is not None

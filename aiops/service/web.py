@@ -18,7 +18,10 @@
   answer (200 executed or failed, 403 refused, 409 a replay, 503 nothing acts here or the inbox is full, 504 the
   loop did not take it in time).
 
-Machines authenticate here with bearer tokens; people sign in to the console, which `service_app` mounts at
+- `POST /api/slack/actions`, with `[chatops.slack]`: Slack's button presses, signed with the app's signing secret
+  (aiops/service/slack_actions.py adds the route before the others).
+
+Machines authenticate here with bearer tokens (Slack with its request signatures); people sign in to the console, which `service_app` mounts at
 `/` (its own sessions and CSRF checks) when the service is given one. Every service answer carries
 `X-Content-Type-Options: nosniff`; an endpoint that fails answers 500 naming the exception's type only. The
 endpoints that read the store or the registry are sync (Starlette runs them in its threadpool, off the event

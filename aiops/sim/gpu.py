@@ -60,6 +60,7 @@ POWER_BURST_P = 0.12
 POWER_BURST_X = 1.3
 POWER_QUIET_X = 0.99
 POWER_HUNGER_SPREAD = 0.04  # ± per GPU (silicon leakage, VRM efficiency)
+BUSY_POWER_NOISE = 0.015  # standard deviation of a busy GPU's power from second to second, as a fraction
 
 
 def blend(dt_s: float, tau_s: float) -> float:
@@ -88,7 +89,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     spin = np.where(hung, 1.0, 1.0 - duty - starved).clip(0.0, 1.0)
     burst = w.load_rng.random(g) < POWER_BURST_P
     phase = np.where(burst, POWER_BURST_X, POWER_QUIET_X)
-    busy_w = BUSY_POWER_W * (1.0 + 0.015 * noise[0]) * w.power_hunger * phase
+    busy_w = BUSY_POWER_W * (1.0 + BUSY_POWER_NOISE * noise[0]) * w.power_hunger * phase
     demand_w = np.where(active, busy_w * ((1.0 - spin - starved) + spin * SPIN_POWER_FRACTION), IDLE_POWER_W)
     demand_w = np.maximum(demand_w, IDLE_POWER_W)
     limit_w = w.power_limit_w

@@ -41,6 +41,7 @@ _MAX_BACKOFF_S = 0.5
 CHECKPOINTS_SUFFIX = ".checkpoints.sqlite"
 WITNESS_SUFFIX = ".witness"  # the audit chain's witness (guardrails.witness; deleted with the workspace)
 # The web console's (aiops/console): its signing key (guardrails.session_signing) and accounts, both 0600.
+CHATOPS_SUFFIXES = (".slack-key",)  # Slack button decisions' signing key (guardrails.slack_signing), 0600
 CONSOLE_SUFFIXES = (".console-key", ".console-users.json", ".console-users.json.lock", ".console-setup.json")
 _SQLITE_SUFFIXES = ("", "-journal", "-wal", "-shm")
 LEGACY_SUFFIXES = (".twin.pkl", ".agent.duckdb", ".agent.duckdb.wal", ".agent.sqlite")
@@ -101,7 +102,7 @@ class Workspace:
         sqlite = [Path(str(self.checkpoints_path) + s) for s in _SQLITE_SUFFIXES]
         service = [Path(self.path + LOCK_SUFFIX), Path(self.path + SOCKET_SUFFIX)]
         witness = [Path(self.path + WITNESS_SUFFIX)]  # the audit chain's witness (guardrails.witness)
-        console = [Path(self.path + s) for s in CONSOLE_SUFFIXES]
+        console = [Path(self.path + s) for s in (*CONSOLE_SUFFIXES, *CHATOPS_SUFFIXES)]
         return [db, Path(self.path + ".wal"), *sqlite, *service, *witness, *console]
 
     def files(self) -> list[Path]:

@@ -68,7 +68,7 @@ def test_three_thousand_alerts_never_fail_healthz_and_the_shed_ones_are_counted(
     token_file = tmp_path / "am.token"
     token_file.write_text(TOKEN + "\n")
     (tmp_path / "aiops.toml").write_text(
-        f'[alertmanager_in]\ntoken_file = "{token_file}"\nbudget_s = 0.5\nmax_waiting = 100\n'
+        f'[alertmanager_in]\ntoken_file = "{token_file}"\nbudget_s = 0.5\nmax_waiting = 25\n'
     )
     health: list[int] = []
     stop = threading.Event()
