@@ -85,8 +85,14 @@ def test_no_bcc_is_said_at_start_once(
         },
         "f.toml",
     )
-    with caplog.at_level(logging.WARNING, logger="aiops.service"):
+    with caplog.at_level(logging.WARNING):
         assert Service(config).run(duration_s=2.5) == 0
+    warned = [
+        r.getMessage() + str(r.__dict__.get("detail", ""))
+        for r in caplog.records
+        if r.levelno >= logging.WARNING
+    ]
+    assert sum("rank timing unavailable" in w for w in warned) == 1, warned  # one line in the whole log
     said = [
         r.__dict__["detail"]
         for r in caplog.records
