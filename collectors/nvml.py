@@ -1,7 +1,8 @@
 """NVML collector: one code path for nvidia-ml-py's `pynvml` on a real GPU node and the simulator's NVML.
 
 `NvmlCollector(nvml, node)` takes the `pynvml` module itself or `world.nvml(n)`. Per-GPU NVML errors are
-recorded (a gpu_samples row with `nvml_error` set and NULL metrics, plus a collector_errors row), never fatal.
+recorded (a gpu_samples row with `nvml_error` set and NULL metrics in every sample, plus a collector_errors row
+when the GPU starts answering that error: a GPU off the bus is one row, not one per sample), never fatal.
 A reading the device does not support (NVML_ERROR_NOT_SUPPORTED) leaves its column NULL: the first such answer
 moves that GPU to a per-reading path that tolerates it. XID events are drained from an event set registered for
 `nvmlEventTypeXidCriticalError`.
@@ -95,6 +96,7 @@ class NvmlCollector:
         self.gpu_names = [f"{node}/gpu{i}" for i in range(self.count)]
         self._static: list[_Static | None] = [None] * self.count
         self._tolerant = [False] * self.count  # GPUs that answered NOT_SUPPORTED to some reading
+        self._failing: dict[int, str] = {}  # GPU index -> the NVML error it answers now (one row per change)
         self.events: Any = None
         try:
             self.events = nvml.nvmlEventSetCreate()
@@ -239,10 +241,15 @@ class NvmlCollector:
         for i, h in enumerate(self.handles):
             try:
                 samples.append(self._sample(i, h, now_ts_s))
+                self._failing.pop(i, None)
             except pynvml.NVMLError as exc:
                 name = error_name(exc)
                 samples.append((now_ts_s, self.gpu_names[i], self.node, None, *_NULL_METRICS, name, None))
-                errors.append((now_ts_s, self.name, self.gpu_names[i], name, str(exc)))
+                if (
+                    self._failing.get(i) != name
+                ):  # a GPU off the bus: one row when it starts, not every sample
+                    errors.append((now_ts_s, self.name, self.gpu_names[i], name, str(exc)))
+                self._failing[i] = name
         out = {"gpu_samples": RowBatch(GPU_COLUMNS, samples)}
         if errors:
             out["collector_errors"] = RowBatch(ERROR_COLUMNS, errors)

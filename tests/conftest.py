@@ -48,6 +48,7 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_dispatch_node.py",
     "tests/security/test_report_schedule.py",
     "tests/test_mcp.py",
+    "tests/test_chat_edges.py",
 )
 
 

@@ -105,3 +105,47 @@ def pdf_pages(pdf_path: Path, out_dir: Path) -> list[bytes]:
     if not pages:
         pytest.fail(f"pdftoppm made no page of {pdf_path}")
     return [p.read_bytes() for p in pages]
+
+
+# A4 (210 mm) less the report's @page margins (10 mm each side), in CSS pixels (96 per inch).
+A4_CONTENT_WIDTH_PX = (210 - 2 * 10) / 25.4 * 96
+
+_OVERFLOW = """(limit) => {
+  const out = [];
+  for (const e of document.querySelectorAll('body *')) {
+    if (e.tagName.toLowerCase() !== 'svg' && e.closest('svg')) continue;  // an SVG's parts: the svg is checked
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    const name = `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}`;
+    if (r.right > limit + 0.5 || r.left < -0.5) {
+      out.push(`${name} ${Math.round(r.left)}..${Math.round(r.right)} px`);
+    } else if (e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX === 'visible') {
+      out.push(`${name}: content ${e.scrollWidth} px in a box of ${e.clientWidth} px`);  // text spilling out
+    }
+  }
+  const width = document.documentElement.scrollWidth;
+  if (width > limit + 0.5) out.push(`document ${width} px wide`);
+  return out;
+}"""
+
+
+def overflowing(instance: object, html_path: Path, *, inject: str = "") -> list[str]:
+    """The elements of `html_path` laid out for print (print media, a viewport as wide as an A4 page's content)
+    whose bounding box leaves the page's content width, or whose content spills out of its box; `inject` is HTML appended to the body first (to show
+    that the check catches an element that does not fit)."""
+    width = int(A4_CONTENT_WIDTH_PX)
+    page = instance.new_page(viewport={"width": width, "height": 1000})  # type: ignore[attr-defined]
+    try:
+        page.route(
+            "**/*",
+            lambda route: (
+                route.continue_() if route.request.url.startswith(("file:", "data:")) else route.abort()
+            ),
+        )
+        page.goto(html_path.resolve().as_uri(), wait_until="load")
+        page.emulate_media(media="print")
+        if inject:
+            page.evaluate("(html) => document.body.insertAdjacentHTML('beforeend', html)", inject)
+        return list(page.evaluate(_OVERFLOW, width))
+    finally:
+        page.close()

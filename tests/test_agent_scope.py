@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from aiops.agent.scope import components_in, time_scope
+from aiops.agent.scope import asks_about_gpus, components_in, time_scope
 from aiops.errors import ScopeError
 from aiops.text import fields_text, plural, when
 
@@ -91,3 +91,37 @@ def test_counts_times_and_effects_read_as_text() -> None:
     assert fields_text({"to": "node7", "changed": {"temp_c": [90.0, 61.25]}}) == (
         "to=node7, changed={temp_c=[90, 61.25]}"
     )
+
+
+def test_days_are_the_days_of_the_newest_telemetry() -> None:
+    """Issue 27: "since yesterday" was refused; days count from the data's newest row, not today's wall clock."""
+    day = datetime(2026, 1, 1, tzinfo=UTC)
+    cases = {
+        "what happened since yesterday?": (day - timedelta(days=1), NEWEST_S),
+        "what happened yesterday": (day - timedelta(days=1), day.timestamp()),
+        "node3 today": (day, NEWEST_S),
+        "anything last night?": (day - timedelta(hours=6), day + timedelta(hours=6)),
+        "rack1 overnight": (day - timedelta(hours=6), day + timedelta(hours=6)),
+    }
+    for question, (start, end) in cases.items():
+        scope = time_scope(question, NEWEST_S, UTC)
+        expected = [t if isinstance(t, float) else t.timestamp() for t in (start, end)]
+        assert scope is not None and [scope.start_ts_s, scope.end_ts_s] == expected, question
+    described = time_scope("since yesterday", NEWEST_S, UTC)
+    assert described is not None
+    assert described.describe() == (
+        "since yesterday, by the data's clock (from 2025-12-31T00:00:00Z to 2026-01-01T10:30:00Z)"
+    )
+    plus_one = timezone(timedelta(hours=1))  # local midnight: 23:00 UTC the day before
+    local = time_scope("yesterday", NEWEST_S, plus_one)
+    assert local is not None and local.start_ts_s == datetime(2025, 12, 30, 23, 0, tzinfo=UTC).timestamp()
+    early = datetime(2026, 1, 1, 3, 0, tzinfo=UTC).timestamp()  # a night still going: it ends at the data
+    night = time_scope("last night", early, UTC)
+    assert night is not None and night.end_ts_s == early
+    with pytest.raises(ScopeError, match="no telemetry"):
+        time_scope("since yesterday", None, UTC)
+
+
+def test_a_question_about_gpus_is_told_from_one_about_what_holds_them() -> None:
+    assert asks_about_gpus("GPU temps on rack0") and asks_about_gpus("how hot are the gpus in node3")
+    assert not asks_about_gpus("rack0 inlet") and not asks_about_gpus("what about node3/gpu5")

@@ -66,6 +66,30 @@ def test_lost_gpu_is_recorded_and_the_others_are_sampled_after_the_node_wide_han
     rows = again["gpu_samples"].to_pylist()
     assert [r["nvml_error"] for r in rows] == [None, "GPU_IS_LOST", None, None]
     assert rows[0]["temp_c"] is not None and rows[0]["uuid"] is not None
+    # each sample says the GPU is lost; collector_errors said it once, when it began (not once per sample)
+    assert "collector_errors" not in again
+    world.step(1.0)
+    assert "collector_errors" not in collector.collect(world.now_ts_s)
+
+
+def test_an_error_row_per_change_of_a_gpus_state() -> None:
+    """A GPU that fails, recovers and fails again is two collector_errors rows; every sample still says it."""
+    world = stepped()
+    refusing = Refusing(world.nvml(0), {"nvmlDeviceGetPowerUsage"}, pynvml.NVML_ERROR_UNKNOWN, gpu=3)
+    collector = NvmlCollector(refusing, "node0")
+    errors = 0
+    for refused in (
+        {"nvmlDeviceGetPowerUsage"},
+        {"nvmlDeviceGetPowerUsage"},
+        set(),
+        {"nvmlDeviceGetPowerUsage"},
+        {"nvmlDeviceGetPowerUsage"},
+    ):
+        refusing._refused = refused
+        batch = collector.rows(world.now_ts_s)
+        assert batch["gpu_samples"].rows[3][-2] == ("UNKNOWN" if refused else None)
+        errors += len(batch["collector_errors"].rows) if "collector_errors" in batch else 0
+    assert errors == 2
 
 
 def test_not_supported_leaves_only_that_column_null() -> None:

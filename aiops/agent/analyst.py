@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.agent import component as about_component
-from aiops.agent.scope import TimeScope, components_in, time_scope
+from aiops.agent.gpus_of import gpus_of
+from aiops.agent.scope import TimeScope, asks_about_gpus, components_in, time_scope
 from aiops.detect import detect
 from aiops.errors import ScopeError
 from aiops.evidence.next_steps import steps_for
@@ -33,7 +34,8 @@ from guardrails.registry import DEFAULT_REGISTRY
 Reader = Callable[[], AbstractContextManager[Store]]
 OFFLINE_SCOPE = (
     "without an LLM the analyst answers questions about incidents (INC-0001, why, cause, fix), about a "
-    "component (node3/gpu5, node3, node3/nic0, rack1, job:llm) and about a time (since 10:00, last 5 min)"
+    "component (node3/gpu5, node3, node3/nic0, rack1, job:llm; GPU temps on rack1: its GPUs) and about a time "
+    "(since 10:00, last 5 min, yesterday, since yesterday, last night)"
 )
 
 INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
@@ -197,7 +199,15 @@ class Analyst:
                 return self._window(store, scope)
             lines: list[str] = [f"Window: {scope.describe()}."] if scope else []
             evidence: list[Evidence] = []
+            gpus = asks_about_gpus(question)
             for name in names[:4]:
+                kind = about_component.kind_of(store, name)
+                if gpus and kind in ("rack", "node"):  # the GPUs first; the rack's own readings as context
+                    first = about_component.Findings()
+                    if gpus_of(store, name, str(kind), about_component.window(scope), first):
+                        first.lines.append(f"{name} itself:")
+                    lines.extend(first.lines)
+                    evidence.extend(first.evidence)
                 found = about_component.about(store, name, scope, self.diagnoses)
                 lines.extend(found.lines)
                 evidence.extend(found.evidence)

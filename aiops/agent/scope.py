@@ -4,7 +4,10 @@
 checks each name against the workspace's topology before it reads a row.
 
 Clock times without a date are local times on the day of the newest telemetry (the day before when that would
-be after the newest row): an operator asks about the run in front of them, not about today's wall clock.
+be after the newest row): an operator asks about the run in front of them, not about today's wall clock. So are
+days: `yesterday` is the day before the newest telemetry's (local midnight to midnight), `since yesterday` from
+its start to now, `today` the newest telemetry's day so far, `last night` (or `overnight`) 18:00 the day before
+to 06:00 on the newest telemetry's day.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ _LAST = re.compile(
 _BOUND = re.compile(
     r"\b(since|after|from|until|before|till|to)\s+(\S+(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?)", re.I
 )
+_DAYS = re.compile(r"\b(?P<since>since\s+)?(?P<day>yesterday|today|last\s+night|overnight)\b", re.I)
+NIGHT_START_H, NIGHT_END_H = 18, 6  # "last night": 18:00 the day before to 06:00
+# A question about GPUs (their temperatures, their state) rather than the rack or node named with them
+_GPU_WORD = re.compile(r"(?<![\w/])gpus?\b", re.I)
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?(?:Z|[+-]\d{2}:?\d{2})?$")
 
@@ -52,7 +59,8 @@ class TimeScope:
 
     def describe(self) -> str:
         if self.start_ts_s is not None and self.end_ts_s is not None:
-            return f"from {when(self.start_ts_s)} to {when(self.end_ts_s)}"
+            times = f"from {when(self.start_ts_s)} to {when(self.end_ts_s)}"
+            return f"{self.said}, by the data's clock ({times})" if _DAYS.fullmatch(self.said) else times
         if self.start_ts_s is not None:
             return f"since {when(self.start_ts_s)}"
         return f"until {when(self.end_ts_s)}"
@@ -96,10 +104,18 @@ def components_in(
     return found
 
 
+def asks_about_gpus(question: str) -> bool:
+    """The question is about GPUs ("GPU temps on rack0"), not only about what it names (rack0's inlet)."""
+    return bool(_GPU_WORD.search(question[:MAX_QUESTION_CHARS]))
+
+
 def time_scope(question: str, newest_ts_s: float | None, local_tz: tzinfo | None = None) -> TimeScope | None:
     """The time window a question names, or None. Raises `ScopeError` for a bound it cannot read."""
     text = question[:MAX_QUESTION_CHARS]
     zone = local_tz or datetime.now().astimezone().tzinfo or UTC
+    days = _DAYS.search(text)
+    if days:
+        return _day_scope(days, newest_ts_s, zone)
     last = _LAST.search(text)
     if last:
         if newest_ts_s is None:
@@ -147,3 +163,23 @@ def _read_time(value: str, newest_ts_s: float | None, zone: tzinfo) -> float:
             "or 'last 10 min')"
         ) from None
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=zone)).timestamp()
+
+
+def _day_scope(match: re.Match[str], newest_ts_s: float | None, zone: tzinfo) -> TimeScope:
+    """`yesterday`, `since yesterday`, `today`, `last night` on the days of the newest telemetry (local time)."""
+    said = " ".join(match.group(0).lower().split())
+    if newest_ts_s is None:
+        raise ScopeError(f"'{said}': there is no telemetry to count the days from")
+    newest = datetime.fromtimestamp(newest_ts_s, tz=zone)
+    midnight = newest.replace(hour=0, minute=0, second=0, microsecond=0)
+    day = " ".join(match.group("day").lower().split())
+    if day == "today":
+        return TimeScope(midnight.timestamp(), newest_ts_s, said)
+    if day in ("last night", "overnight"):
+        evening = (midnight - timedelta(days=1)).replace(hour=NIGHT_START_H)
+        morning = midnight.replace(hour=NIGHT_END_H)
+        return TimeScope(evening.timestamp(), min(morning.timestamp(), newest_ts_s), said)
+    day_before_s = (midnight - timedelta(days=1)).timestamp()
+    if match.group("since"):
+        return TimeScope(day_before_s, newest_ts_s, said)
+    return TimeScope(day_before_s, midnight.timestamp(), said)

@@ -12,6 +12,7 @@ approvals survive restarts and other commands see them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import os
 import re
@@ -21,6 +22,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from aiops.agent.novelty import Shown
 from aiops.cli.configured import add_config_argument, add_db_argument, agent_config, cli_config
 from aiops.cli.render import row_text
 from aiops.config import GuardrailsConfig
@@ -93,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         if waiting:
             console.print(f"[yellow]{plural(len(waiting), 'action')} waiting for approval[/] (/actions)")
         console.print(f"[dim]{markup(HELP, multiline=True)}[/]")
+        shown = Shown()  # what this conversation has shown: each answer shows only what is new
         while True:
             try:
                 line = console.input("[bold]aiops>[/] ").strip()
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             if line in ("/quit", "/exit", "/q"):
                 break
             try:
-                handle(console, session, user, line, key=args.key)
+                handle(console, session, user, line, key=args.key, shown=shown)
             except AiopsError as exc:
                 console.print(f"[bold red]error:[/] {markup(str(exc), multiline=True)}")
     return 0
@@ -118,7 +121,16 @@ def _signer(key: str | None, proposal_id: str, guardrails: GuardrailsConfig) -> 
         ) from None
 
 
-def handle(console: Console, session: AgentSession, user: str, line: str, key: str | None = None) -> None:
+def handle(
+    console: Console,
+    session: AgentSession,
+    user: str,
+    line: str,
+    key: str | None = None,
+    shown: Shown | None = None,
+) -> None:
+    """One line of the chat. `shown`: what the conversation has shown, so an answer shows only what is new
+    (`/why` shows everything again)."""
     command, _, rest = line.partition(" ")
     rest = rest.strip()
     if command == "/help":
@@ -144,13 +156,24 @@ def handle(console: Console, session: AgentSession, user: str, line: str, key: s
             raise AiopsError("usage: /why ID (a proposal P-... or an incident INC-...)")
         wanted = rest.split()[0]
         if INCIDENT.match(wanted):
-            show_reply(console, session.why_incident(wanted), rows=True)
+            reply = session.why_incident(wanted)
+            show_reply(console, reply, rows=True)
+            if shown is not None:  # shown whole: the next answer need not repeat it
+                shown.remember(reply.answer, reply.claims, reply.proposals)
         else:
             show_why(console, session.why(wanted))
     elif command.startswith("/"):
         raise AiopsError(f"unknown command {command} (/help)")
     else:
-        show_reply(console, session.ask(line, user))
+        reply = session.ask(line, user)
+        if shown is not None:
+            reply = dataclasses.replace(
+                reply,
+                answer=shown.fresh_text(reply.answer, reply.incident_id),
+                claims=shown.fresh_claims(reply.claims),
+                proposals=shown.fresh_proposals(reply.proposals),
+            )
+        show_reply(console, reply)
 
 
 def show_incidents(console: Console, session: AgentSession) -> None:

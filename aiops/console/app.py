@@ -188,10 +188,16 @@ class Console:
         session = self.pages.session(request)
         if session is None:
             return self.pages.to_login()
-        rows, proposals = await self.read(
-            lambda s: (data.incidents(s), data.proposals(s, here=not self.options.dispatch))
+        rows, proposals, clock = await self.read(
+            lambda s: (
+                data.incidents(s),
+                data.proposals(s, here=not self.options.dispatch),
+                data.data_clock(s),
+            )
         )
-        return self.pages.page(request, session, "incidents.html", incidents=rows, proposals=proposals)
+        return self.pages.page(
+            request, session, "incidents.html", incidents=rows, proposals=proposals, clock=clock.label
+        )
 
     async def incident(self, request: Request) -> Response:
         session = self.pages.session(request)
@@ -204,7 +210,12 @@ class Console:
         if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now
             await self.read(lambda s: messages_to_sign(s, found["proposals"]))
         return self.pages.page(
-            request, session, "incident.html", incident=found, dispatch=self.options.dispatch
+            request,
+            session,
+            "incident.html",
+            incident=found,
+            dispatch=self.options.dispatch,
+            clock=found["clock"],
         )
 
     async def audit(self, request: Request) -> Response:
@@ -212,14 +223,14 @@ class Console:
         if session is None:
             return self.pages.to_login()
         found = await self.read(lambda s: data.audit(s, self.verifier))
-        return self.pages.page(request, session, "audit.html", audit=found)
+        return self.pages.page(request, session, "audit.html", audit=found, clock=data.WALL_CLOCK)
 
     async def collectors(self, request: Request) -> Response:
         session = self.pages.session(request)
         if session is None:
             return self.pages.to_login()
-        found = await self.read(data.collectors)
-        return self.pages.page(request, session, "collectors.html", collected=found)
+        found, clock = await self.read(lambda s: (data.collectors(s), data.data_clock(s)))
+        return self.pages.page(request, session, "collectors.html", collected=found, clock=clock.label)
 
     async def topology(self, request: Request) -> Response:
         session = self.pages.session(request)
@@ -233,7 +244,9 @@ class Console:
         if session is None:
             return self.pages.to_login()
         files = await run_in_threadpool(data.report_files, self.reports_dir)
-        return self.pages.page(request, session, "reports.html", files=files, folder=str(self.reports_dir))
+        return self.pages.page(
+            request, session, "reports.html", files=files, folder=str(self.reports_dir), clock=data.WALL_CLOCK
+        )
 
     async def report_file(self, request: Request) -> Response:
         session = self.pages.session(request)

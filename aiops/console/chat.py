@@ -61,7 +61,10 @@ class ChatDesk:
         session = self.console.pages.session(request)
         if session is None:
             return self.console.pages.to_login()
-        return self.console.pages.page(request, session, "chat.html")
+        from aiops.console.data import data_clock
+
+        clock = await self.console.read(data_clock)
+        return self.console.pages.page(request, session, "chat.html", clock=clock.label)
 
     def _ask(self, question: str, principal: str) -> dict[str, Any]:
         with self._asking, self.console.lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,31 @@ from guardrails.decisions import problems
 from guardrails.records import GuardrailRecords
 from guardrails.routing import TICKET
 from guardrails.signing import Verifier
+
+# Each page shows times of one clock and says which (issue 27: the twin's clock and the wall clock side by side,
+# unlabelled, read as one). Audit rows and report files carry the wall clock; everything else the data's clock.
+WALL_CLOCK = "wall clock (when each was recorded), UTC"
+
+
+@dataclass(frozen=True)
+class DataClock:
+    label: str  # what a page of data times says they are
+    is_wall: bool  # the data's times are wall-clock times (a host's telemetry, the service's twin)
+
+
+def data_clock(store: Store) -> DataClock:
+    """The clock of the workspace's data: a simulated workspace's twin starts at the simulator's epoch
+    (2026-01-01) unless the service ran it on wall time (`sim_runs.epoch_ts_s`); a host's telemetry and a
+    fleet's are on the wall clock."""
+    rows = store.query("SELECT epoch_ts_s FROM sim_runs ORDER BY ts_s DESC LIMIT 1")
+    if rows and rows[0]["epoch_ts_s"] is None:
+        return DataClock(
+            "data time: the twin's simulated clock (from 2026-01-01), UTC; not the wall clock", False
+        )
+    if rows:
+        return DataClock("data time: the twin's clock, on wall time, UTC", True)
+    return DataClock("data time: the telemetry's clock, UTC", True)
+
 
 MAX_AUDIT_ROWS = 500
 MAX_EVIDENCE_ROWS = 12
@@ -105,8 +131,10 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
     for s in d.incident.symptoms:
         detail = json.dumps(s.detail, sort_keys=True, default=str)[:300]
         timeline.append({"ts_s": s.ts_s, "what": f"{s.kind} on {s.component}", "detail": detail})
-    for row in (r for p in proposals for r in read_rows(store, proposal_id=p["id"])):
-        timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
+    clock = data_clock(store)
+    if clock.is_wall:  # else the audit's times are another clock's: the audit log page shows them
+        for row in (r for p in proposals for r in read_rows(store, proposal_id=p["id"])):
+            timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
     if d.incident.resolved_ts_s is not None:
         timeline.append({"ts_s": d.incident.resolved_ts_s, "what": "resolved", "detail": ""})
     timeline.sort(key=lambda e: e["ts_s"])
@@ -147,6 +175,8 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
         "hypotheses": hypotheses,
         "next_steps": steps_for([(h.root_cause, h.component) for h in d.hypotheses[:3]]),
         "proposals": proposals,
+        "clock": clock.label,
+        "wall_times": clock.is_wall,  # proposals' and approvals' wall-clock times fit this page's clock
     }
 
 

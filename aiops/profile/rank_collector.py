@@ -139,7 +139,8 @@ class RankTimingCollector:
         detail = f"rank timing unavailable: {reason}"
         if detail not in self._said:
             self._said.add(detail)
-            log.warning("%s", detail)
+            # the row is the report: the service logs each one once ("collector unavailable"), not twice
+            log.debug("%s", detail)
             self._add("collector_errors", [(ts_s, NAME, self.node, "unavailable", detail)])
 
     def _run(self) -> None:

@@ -74,7 +74,7 @@ def build_report(store: Store, period: Period, *, now_ts_s: float | None = None)
     lost = sum(
         qh.gpu_hours_lost(store, r["opened_ts_s"], r["end_ts_s"], list(r["components"] or [])) for r in rows
     )
-    drain = sum(1 for r in counters if qh.drain_reason(r))
+    drain = sum(1 for r in counters.rows if qh.drain_reason(r))
     report.headline = _headline(
         has_telemetry, len(rows), sum(1 for r in rows if not r["resolved"]), drain, f"{lost:,.2f}"
     )

@@ -3,6 +3,8 @@ cumulative totals (ECC, PCIe replay, NVLink, IB) are reported as their rise over
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aiops.report.period import Period
 from aiops.report.queries import Row
 from aiops.store import Store
@@ -25,12 +27,33 @@ def xids_by_code(store: Store, period: Period) -> list[Row]:
     )
 
 
-def gpu_counters(store: Store, period: Period) -> list[Row]:
+# Corrected (single-bit) ECC errors a GPU may gain in a period and only be counted in one summary line: HBM
+# corrects a few bits now and then on healthy parts; NVIDIA's memory error management (row remapping, page
+# retirement) acts on uncorrectable errors and on repeated ones at one address, which XID 63/64 report.
+MINOR_SBE = 3
+# XIDs of the memory error management: 63 a row remapping / page retirement was recorded, 64 it failed.
+MEMORY_XIDS = (63, 64)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The GPUs the health table lists (at most 50) and those summarised in one line: the GPUs whose only
+    change in the period is 1 to MINOR_SBE corrected ECC errors."""
+
+    rows: list[Row]
+    minor_gpus: int = 0
+    minor_sbe: int = 0
+
+
+def gpu_counters(store: Store, period: Period) -> Counters:
     """Per GPU whose counters rose or whose link is degraded: ECC, PCIe replay, NVLink CRC/replay deltas, the
-    narrowest PCIe width against its maximum, NVML errors, and drain-class XIDs."""
+    narrowest PCIe width against its maximum, NVML errors, drain-class and memory-management XIDs. A GPU whose
+    only change is a few corrected ECC errors is counted, not listed (one scan of the samples: the per-GPU
+    aggregate is materialised once, then split)."""
     drain = ", ".join(str(x) for x in DRAIN_XIDS)
-    return store.query(
-        f"""WITH c AS (
+    memory = ", ".join(str(x) for x in MEMORY_XIDS)
+    rows = store.query(
+        f"""WITH c AS MATERIALIZED (
                SELECT gpu, max(ecc_sbe_total) - min(ecc_sbe_total) AS sbe, max(ecc_dbe_total) - min(ecc_dbe_total) AS dbe,
                    max(ecc_dbe_total) AS dbe_total,
                    max(pcie_replay_total) - min(pcie_replay_total) AS pcie_replays,
@@ -39,15 +62,29 @@ def gpu_counters(store: Store, period: Period) -> list[Row]:
                    max(nvlink_replay_total) - min(nvlink_replay_total) AS nvlink_replays,
                    count(nvml_error) AS nvml_errors, max(nvml_error) AS nvml_error
                FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY 1),
-           x AS (SELECT gpu, list(DISTINCT xid ORDER BY xid) AS drain_xids FROM gpu_events
-               WHERE ts_s >= ? AND ts_s < ? AND xid IN ({drain}) GROUP BY 1)
-           SELECT c.*, coalesce(x.drain_xids, []) AS drain_xids FROM c LEFT JOIN x USING (gpu)
-           WHERE coalesce(sbe, 0) > 0 OR coalesce(dbe, 0) > 0 OR coalesce(pcie_replays, 0) > 0
-               OR min_width < max_width OR coalesce(nvlink_crc, 0) > 0 OR coalesce(nvlink_replays, 0) > 0
-               OR nvml_errors > 0 OR x.gpu IS NOT NULL
-           ORDER BY dbe DESC NULLS LAST, nvml_errors DESC, gpu LIMIT 50""",
+           x AS (SELECT gpu, list(DISTINCT xid ORDER BY xid) FILTER (WHERE xid IN ({drain})) AS drain_xids,
+                   list(DISTINCT xid ORDER BY xid) FILTER (WHERE xid IN ({memory})) AS memory_xids
+               FROM gpu_events WHERE ts_s >= ? AND ts_s < ? AND xid IN ({drain}, {memory}) GROUP BY 1),
+           f AS MATERIALIZED (
+               SELECT c.*, coalesce(x.drain_xids, []) AS drain_xids, coalesce(x.memory_xids, []) AS memory_xids,
+                   coalesce(dbe, 0) > 0 OR coalesce(pcie_replays, 0) > 0 OR coalesce(min_width < max_width, false)
+                       OR coalesce(nvlink_crc, 0) > 0 OR coalesce(nvlink_replays, 0) > 0 OR nvml_errors > 0
+                       OR x.gpu IS NOT NULL AS other
+               FROM c LEFT JOIN x USING (gpu)
+               WHERE coalesce(sbe, 0) > 0 OR coalesce(dbe, 0) > 0 OR coalesce(pcie_replays, 0) > 0
+                   OR min_width < max_width OR coalesce(nvlink_crc, 0) > 0 OR coalesce(nvlink_replays, 0) > 0
+                   OR nvml_errors > 0 OR x.gpu IS NOT NULL),
+           s AS (SELECT count(*) FILTER (WHERE NOT other AND sbe <= {MINOR_SBE}) AS minor_gpus,
+                   coalesce(sum(sbe) FILTER (WHERE NOT other AND sbe <= {MINOR_SBE}), 0) AS minor_sbe FROM f),
+           l AS (SELECT * EXCLUDE (other) FROM f WHERE other OR sbe > {MINOR_SBE}
+               ORDER BY dbe DESC NULLS LAST, nvml_errors DESC, sbe DESC NULLS LAST, gpu LIMIT 50)
+           SELECT s.minor_gpus, s.minor_sbe, l.* FROM s LEFT JOIN l ON true
+           ORDER BY l.dbe DESC NULLS LAST, l.nvml_errors DESC, l.sbe DESC NULLS LAST, l.gpu""",
         [period.start_ts_s, period.end_ts_s] * 2,
     )
+    minor_gpus, minor_sbe = (int(rows[0]["minor_gpus"]), int(rows[0]["minor_sbe"])) if rows else (0, 0)
+    listed = [{k: v for k, v in r.items() if k not in ("minor_gpus", "minor_sbe")} for r in rows]
+    return Counters([r for r in listed if r["gpu"] is not None], minor_gpus, minor_sbe)
 
 
 def drain_reason(row: Row) -> str:

@@ -23,14 +23,23 @@ body { background: var(--bg); color: var(--fg); font: 15px/1.45 system-ui, sans-
 h1 { font-size: 1.5rem; margin-bottom: .2rem; } h2 { border-bottom: 2px solid var(--accent); padding-bottom: .2rem; }
 .meta { color: var(--muted); } .headline { font-size: 1.15rem; font-weight: 600; border-left: 4px solid var(--accent);
   padding: .4rem .8rem; }
-table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .85rem; }
+table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .85rem; max-width: 100%; }
 caption { text-align: left; font-weight: 600; padding: .2rem 0; }
 th, td { border: 1px solid var(--line); padding: .2rem .5rem; text-align: left; vertical-align: top; }
+p, caption, th, td, figcaption, h1, h2 { overflow-wrap: break-word; }
+pre, code { white-space: pre-wrap; overflow-wrap: break-word; }
 figure { background: #ffffff; border-radius: 6px; padding: .5rem; margin: .6rem 0; display: inline-block;
-  max-width: 100%; box-shadow: 0 0 0 1px var(--line); }
+  max-width: 100%; box-sizing: border-box; box-shadow: 0 0 0 1px var(--line); }
 figure svg { max-width: 100%; height: auto; display: block; }
 figcaption { color: #333333; font-size: .8rem; }
-@media print { body { background: #fff; color: #000; } section { break-inside: auto; } figure { break-inside: avoid; } }
+@page { size: A4; margin: 12mm 10mm; }
+@media print {
+  body { background: #fff; color: #000; max-width: none; padding: 0; font-size: 12px; }
+  section { break-inside: auto; } figure { break-inside: avoid; }
+  table { width: 100%; table-layout: fixed; font-size: .75rem; } th, td { padding: .15rem .3rem; }
+  p, caption, th, td, figcaption, h1, h2, pre, code { overflow-wrap: anywhere; }
+  tr { break-inside: avoid; }
+}
 """
 
 _TEMPLATE = """<!DOCTYPE html>

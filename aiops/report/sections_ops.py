@@ -16,10 +16,11 @@ def _int(value: object) -> str:
     return "-" if value is None else f"{int(value):,}"  # type: ignore[call-overload]
 
 
-def health(store: Store, period: Period, counters: list[q.Row]) -> Section | None:
-    """counters: `queries_health.gpu_counters` of the period (computed once, the headline counts drains)."""
+def health(store: Store, period: Period, found: qh.Counters) -> Section | None:
+    """found: `queries_health.gpu_counters` of the period (computed once, the headline counts drains)."""
     xids = qh.xids_by_code(store, period)
-    if not xids and not counters:
+    counters = found.rows
+    if not xids and not counters and not found.minor_gpus:
         return None
     section = Section("health", "GPU health counters")
     if xids:
@@ -42,7 +43,8 @@ def health(store: Store, period: Period, counters: list[q.Row]) -> Section | Non
     if counters:
         section.tables.append(
             _t(
-                "GPUs whose counters rose in the period (ECC volatile rise, aggregate DBE total, PCIe, NVLink)",
+                "GPUs whose counters rose in the period (ECC volatile rise, aggregate DBE total, PCIe, NVLink; "
+                f"memory XIDs {'/'.join(str(x) for x in qh.MEMORY_XIDS)}: row remapping or page retirement)",
                 (
                     "GPU",
                     "ECC SBE",
@@ -53,6 +55,7 @@ def health(store: Store, period: Period, counters: list[q.Row]) -> Section | Non
                     "NVLink CRC",
                     "NVLink replays",
                     "NVML errors",
+                    "memory XIDs",
                 ),
                 [
                     (
@@ -65,10 +68,18 @@ def health(store: Store, period: Period, counters: list[q.Row]) -> Section | Non
                         _int(r["nvlink_crc"]),
                         _int(r["nvlink_replays"]),
                         f"{r['nvml_errors']} {r['nvml_error'] or ''}".strip(),
+                        ", ".join(str(x) for x in r["memory_xids"]) or "-",
                     )
                     for r in counters
                 ],
             )
+        )
+    if found.minor_gpus:
+        gpus = f"{found.minor_gpus} GPU{'s' if found.minor_gpus != 1 else ''}"
+        section.lines.append(
+            f"{gpus} gained 1-{qh.MINOR_SBE} corrected ECC errors each ({found.minor_sbe} in all) and nothing "
+            "else: routine for HBM, summarised here, not listed (a GPU is listed from "
+            f"{qh.MINOR_SBE + 1} corrected errors, or with any uncorrected error or memory XID)."
         )
     drain = [(r["gpu"], reason) for r in counters if (reason := qh.drain_reason(r))]
     if drain:
