@@ -10,7 +10,14 @@ and the checks the fleet makes at start run on it; the mcp container's command l
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -22,6 +29,7 @@ from aiops.config import Config, load_config_file, parse_listen
 from aiops.config_chatops import check_users
 from aiops.errors import ConfigError
 from aiops.service.notify import Notifier
+from aiops.store import Workspace
 from tests.k8s_helpers import one, render
 from tests.test_k8s_chart import CRD_KINDS, K8S_VERSIONS, kubernetes_validate
 
@@ -146,6 +154,78 @@ def test_the_mcp_container_is_the_real_command_on_its_mounts(objects: list[dict[
     assert "aiops-mcp.aiops.svc" in args.allowed_host  # the name clients in the cluster use (else 421)
     monitor = one(objects, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
     assert not monitor.items() <= service["metadata"]["labels"].items()  # not scraped as the fleet
+
+
+def status_of(url: str, host: str, token: str | None) -> int:
+    request = urllib.request.Request(
+        url, headers={"Host": host, "Accept": "application/json, text/event-stream"}
+    )
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_mcp_container_command_waits_for_the_workspace_then_serves(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """The container's own command and arguments, run here with the pod's paths under tmp_path and the listen
+    address on 127.0.0.1: it waits for the fleet's workspace, then serves with the mounted token and the
+    Service's names."""
+    (mcp,) = [c for c in pod(objects)["containers"] if c["name"] == "mcp"]
+    pod_db = {e["name"]: e["value"] for e in mcp["env"]}["AIOPS_MCP_DB"]
+    config = tmp_path / "config.toml"
+    text = one(objects, "ConfigMap", "aiops-fleet")["data"]["config.toml"]
+    db = tmp_path / "fleet.duckdb"
+    config.write_text(text.replace(f'"{pod_db}"', f'"{db}"'))
+    token = "t0ken-" + "x" * 32
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    files = tmp_path / "files"
+    files.mkdir()
+    pod_paths = {"/etc/aiops/config.toml": str(config), "/srv/aiops-files": str(files)}
+    pod_paths[build_parser().parse_args(mcp["args"]).token_file] = str(token_file)
+    args = [pod_paths.get(a, a) for a in mcp["args"]]
+    args = [re.sub(r"^0\.0\.0\.0:\d+$", "127.0.0.1:0", a) for a in args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
+    env.update(AIOPS_MCP_DB=str(db), HOME=str(tmp_path), PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
+    log = tmp_path / "mcp.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [*mcp["command"], *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env
+        )
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None and "serving" not in log.read_text()  # waiting for the workspace
+        made = tmp_path / "made" / "fleet.duckdb"
+        with Workspace(str(made)).write():
+            pass
+        made.rename(db)
+        deadline, url = time.monotonic() + 60, ""
+        while not url:
+            out = log.read_text()
+            url = next((w for w in out.split() if w.startswith("http://127.0.0.1:")), "")
+            assert proc.poll() is None, f"exited {proc.returncode}: {out}"
+            assert time.monotonic() < deadline, out
+            time.sleep(0.05)
+        # (On loopback the SDK admits only local Host names; the pod listens on 0.0.0.0, where the Service's
+        # names passed as --allowed-host are what the server admits.)
+        local = url.split("/")[2]
+        assert status_of(url, local, None) == 401  # the mounted token is required
+        assert status_of(url, local, "not-" + token) == 401
+        answered = status_of(url, local, token)
+        assert answered not in (401, 421) and answered < 500, answered
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=20) == 0, log.read_text()
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
 
 
 def test_with_the_values_off_nothing_of_theirs_is_rendered(tmp_path: Path) -> None:
