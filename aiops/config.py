@@ -734,6 +734,7 @@ def example_toml() -> str:
                 "# [[notify.webhooks]]",
                 '# url = "https://hooks.example.com/aiops"',
                 '# kind = "json"',
+                '# url_file = "/etc/aiops/teams.url"  # instead of url: a file holding it (a URL with a secret)',
                 "# [[notify.webhooks]]",
                 '# kind = "pagerduty"',
                 '# routing_key_file = "/etc/aiops/pagerduty.key"  # the integration key, never inline',

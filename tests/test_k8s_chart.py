@@ -29,7 +29,7 @@ from tests.test_deploy import K8S as DOCS_MANIFESTS
 ROOT = Path(__file__).resolve().parents[1]
 CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 K8S_VERSIONS = ("1.31", "1.35")
-OVERRIDES: dict[str, Any] = {  # every optional branch of the templates on
+OVERRIDES: dict[str, Any] = {  # every optional branch on (the integrations: tests/test_k8s_integrations.py)
     "namespace": {"create": True},
     "http": {"token": "a-fixed-token-for-the-test"},
     "node": {

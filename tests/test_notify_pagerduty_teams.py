@@ -242,6 +242,35 @@ def test_two_pagerduty_services_are_two_sinks(tmp_path: Path) -> None:
     assert all(s.token == ROUTING_KEY and ROUTING_KEY not in repr(s) for s in notifier.sinks.values())
 
 
+def test_a_url_from_a_file_is_read_at_start_and_names_the_file_when_it_cannot_be(tmp_path: Path) -> None:
+    """A Teams (or Slack) webhook URL carries its signature: `url_file` keeps it out of the config file (the
+    Helm chart mounts it from a Secret). The file is read when the notifier starts, not by the config check."""
+    secret_url = (
+        "https://prod-00.westus.logic.azure.com/workflows/abc/triggers/manual/paths/invoke?sig=S3CRET"
+    )
+    url_file = tmp_path / "teams-url"
+    url_file.write_text(secret_url + "\n")
+    config = parse_config({"notify": {"webhooks": [{"kind": "teams", "url_file": str(url_file)}]}}, "a.toml")
+    (sink,) = Notifier(config.notify).sinks.values()
+    assert sink.url == secret_url and "S3CRET" not in sink.sink_id
+    url_file.write_text(secret_url.replace("abc", "rotated"))  # a rotated URL keeps its sink (and its queue)
+    (rotated,) = Notifier(config.notify).sinks.values()
+    assert rotated.sink_id == sink.sink_id and "rotated" in rotated.url
+    for content, problem in [(None, "cannot read"), ("javascript:alert(1) S3CRET", "does not hold one")]:
+        if content is None:
+            url_file.unlink()
+        else:
+            url_file.write_text(content)
+        with pytest.raises(ConfigError) as caught:
+            Notifier(config.notify)
+        message = str(caught.value)
+        assert str(url_file) in message and "notify.webhooks[0].url_file" in message and problem in message
+        assert "S3CRET" not in message, message  # the file's content is never echoed
+    for table in ({"kind": "teams"}, {"kind": "teams", "url": "https://x.example/", "url_file": "/u"}):
+        with pytest.raises(ConfigError, match=r"notify\.webhooks\[0\].*give url or url_file"):
+            parse_config({"notify": {"webhooks": [table]}}, "a.toml")
+
+
 # -- Teams ---------------------------------------------------------------------------------------------------
 ELEMENTS = {
     "TextBlock": "text",

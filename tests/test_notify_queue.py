@@ -282,12 +282,18 @@ def test_send_does_not_follow_redirects() -> None:
     assert "redirects are not followed" in str(result.error)
 
 
-def test_the_documented_config_makes_three_sinks() -> None:
-    """docs/NOTIFY.md's TOML example validates and gives one sink per [[notify.webhooks]] table."""
+def test_the_documented_config_makes_one_sink_per_table(tmp_path: Path) -> None:
+    """docs/NOTIFY.md's TOML example validates and gives one sink per [[notify.webhooks]] table (its PagerDuty
+    routing key file, read at start, is put under tmp_path)."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "NOTIFY.md").read_text()
     example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    key = tmp_path / "pagerduty.key"
+    key.write_text("R0UT1NGKEY0123456789ABCDEFGHIJKL\n")
+    assert example.count('"/etc/aiops/pagerduty.key"') == 1
+    example = example.replace('"/etc/aiops/pagerduty.key"', f'"{key}"')
     config = parse_config(tomllib.loads(example), "docs/NOTIFY.md").notify
     notifier = Notifier(config)
-    assert sorted(s.kind for s in notifier.sinks.values()) == ["alertmanager", "json", "slack"]
-    assert [w.token for w in config.webhooks] == ["s3cret", "", ""]
+    kinds = ["alertmanager", "json", "pagerduty", "slack", "teams"]
+    assert sorted(s.kind for s in notifier.sinks.values()) == kinds
+    assert [w.token for w in config.webhooks] == ["s3cret", "", "", "", ""]
     assert "s3cret" not in repr(list(notifier.sinks.values()))

@@ -20,9 +20,12 @@ import json
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from aiops.config import WebhookConfig
+from aiops.config_notify import URL_PATTERN
+from aiops.errors import ConfigError
 from aiops.service.notify_event import IncidentEvent
 from aiops.service.notify_pagerduty import read_routing_key
 from aiops.service.notify_payloads import SinkKind, render
@@ -36,10 +39,11 @@ _ERROR_CHARS = 500
 
 @dataclass(frozen=True)
 class Sink:
-    """A configured webhook. `sink_id` names it in the queue: a hash of its kind and URL (and, for PagerDuty,
-    whose URL is the same for every service, of its routing key's file), never the URL. `token` is its secret:
-    the bearer token, or PagerDuty's routing key, read from `routing_key_file` here (ConfigError naming the
-    file and `where` when it cannot be)."""
+    """A configured webhook. `sink_id` names it in the queue: a hash of its kind and URL, or of its `url_file`'s
+    path (so a rotated URL keeps its queue) (and, for PagerDuty, whose URL is the same for every service, of its
+    routing key's file), never the URL. `token` is its secret: the bearer token, or PagerDuty's routing key,
+    read from `routing_key_file` here; the URL is read from `url_file` here too (ConfigError naming the file
+    and `where` when either cannot be)."""
 
     sink_id: str
     kind: SinkKind
@@ -49,12 +53,30 @@ class Sink:
     @classmethod
     def from_config(cls, webhook: WebhookConfig, where: str = "notify.webhooks") -> Sink:
         identity = f"{webhook.kind}\n{webhook.url}"
+        url = webhook.url
+        if webhook.url_file.strip():
+            identity = f"{webhook.kind}\nfile:{webhook.url_file}"
+            url = read_url(webhook.url_file, f"{where}.url_file")
         token = webhook.token
         if webhook.routing_key_file:
             identity += f"\n{webhook.routing_key_file}"
             token = read_routing_key(webhook.routing_key_file, f"{where}.routing_key_file")
         digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-        return cls(f"wh-{digest}", webhook.kind, webhook.url, token)
+        return cls(f"wh-{digest}", webhook.kind, url, token)
+
+
+def read_url(path: str, field: str) -> str:
+    """The webhook URL in the file at `path` (surrounding whitespace dropped); ConfigError naming the file and
+    `field`, never the content, when it cannot be read or is not one http(s) URL."""
+    try:
+        url = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            path, field, f"cannot read: {getattr(exc, 'strerror', None) or type(exc).__name__}"
+        ) from None
+    if not URL_PATTERN.match(url):
+        raise ConfigError(path, field, "the file does not hold one http:// or https:// URL")
+    return url
 
 
 @dataclass(frozen=True)
