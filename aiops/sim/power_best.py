@@ -286,8 +286,12 @@ def best_allocation(
         ratios, grid = _levels(job, min_w, max_w, levels)
         grids.append((job, min_w, max_w, ratios, grid))
     left_w = budget_w - idle_w
-    budget_u = int(np.floor(left_w / unit_w))
-    costs_u = [np.ceil(g[4][0] / unit_w).astype(np.int64) for g in grids]
+    # costs above each job's cheapest level (every rank at its minimum), in whole units rounded up: the minimums
+    # always fit when the budget holds them, and no rounding can take the total over the budget
+    base_w = sum(float(g[4][0][0]) for g in grids)
+    spare_w = left_w - base_w
+    budget_u = max(0, int(np.floor(spare_w / unit_w))) if spare_w > -1e-6 else -1
+    costs_u = [np.ceil((g[4][0] - g[4][0][0]) / unit_w).astype(np.int64) for g in grids]
     picked = knapsack(costs_u, [g[4][1] for g in grids], budget_u) if budget_u >= 0 else None
     if picked is None:
         raise ValueError(f"budget {budget_w:.0f} W is below the sum of minimum limits")
