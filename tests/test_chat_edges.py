@@ -84,10 +84,14 @@ def test_gpu_questions_days_and_only_what_is_new(tmp_path: Path) -> None:
     assert "No GPU samples in this window." in yesterday  # the twin's day before its first sample
 
     assert "Top hypothesis: thermal_throttle on node3/gpu5" in why and "proposed actions" in why
-    assert (
-        cause.strip()
-        == "analyst: Nothing new about INC-0001 since it was shown above: /why INC-0001 shows it all again."
+    assert cause.strip().endswith(
+        "analyst: Nothing new about INC-0001 since it was shown above: /why INC-0001 shows it all again."
     )
+    # the proposals the question found again: one line of ids, not the table again
+    assert re.match(
+        r"already proposed, unchanged since shown above: P-[0-9a-f]{8} \(pending\)", cause.strip()
+    )
+    assert "proposed actions" not in cause
     assert "free-form question" in free and "Top hypothesis" not in free and "proposed actions" not in free
     assert re.search(
         r"\(\d+ parts of this answer were shown above and left out; /why INC-0001 shows it all again\.\)",

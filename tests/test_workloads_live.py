@@ -191,12 +191,12 @@ def test_a_process_in_a_kubepods_cgroup_is_attributed_to_its_pod(run: Run) -> No
 
 
 def test_the_agents_job_lookup_reads_the_attributed_job_unchanged(run: Run) -> None:
-    from aiops.agent.tools import _topology
+    from aiops.agent.tools import topology_of
     from aiops.store import Store
 
     store = Store(str(run.db))
     try:
-        found = _topology(store, f"job:{run.job}")
+        found = topology_of(store, f"job:{run.job}")
     finally:
         store.close()
     assert found["job"]["ranks"] == 2 and found["job"]["nodes"] == 1

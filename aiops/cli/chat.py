@@ -167,13 +167,30 @@ def handle(
     else:
         reply = session.ask(line, user)
         if shown is not None:
+            fresh = shown.fresh_proposals(reply.proposals)
             reply = dataclasses.replace(
                 reply,
                 answer=shown.fresh_text(reply.answer, reply.incident_id),
                 claims=shown.fresh_claims(reply.claims),
-                proposals=shown.fresh_proposals(reply.proposals),
+                proposals=fresh,
+                note=_joined(reply.note, _unchanged_note([p for p in reply.proposals if p not in fresh])),
             )
         show_reply(console, reply)
+
+
+def _unchanged_note(hidden: list[dict[str, Any]]) -> str:
+    """One line for the proposals left out as shown before: their ids, so a repeated question still says what
+    it found (and that nothing new was filed) without reprinting them."""
+    if not hidden:
+        return ""
+    ids = ", ".join(f"{p.get('proposal_id')} ({p.get('status')})" for p in hidden)
+    if any(p.get("existing") for p in hidden):
+        return f"already proposed, unchanged since shown above: {ids}; nothing new filed"
+    return f"shown above, unchanged: {ids}"
+
+
+def _joined(*notes: str) -> str:
+    return " ".join(n for n in notes if n)
 
 
 def show_incidents(console: Console, session: AgentSession) -> None:
