@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiops.errors import GuardrailError, SignatureRefused
+from guardrails import keyfile
 from guardrails.approvals import person_name
 from guardrails.signed import SignedBy
 
 PREFIX = "aiops-session-v1"
-KEY_BYTES = 32
 
 
 def key_path(db_path: str) -> Path | None:
@@ -38,29 +36,13 @@ def key_path(db_path: str) -> Path | None:
     return None if db_path in ("", ":memory:") else Path(db_path + ".console-key")
 
 
+def read_key(path: Path) -> bytes:
+    return keyfile.read_key(path, "console")
+
+
 def ensure_key(path: Path) -> bytes:
     """The key at `path`, made (0600, exclusive create) when absent; raises `GuardrailError` naming the file."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return read_key(path)
-    except OSError as exc:
-        raise GuardrailError("console_key", f"{path}: cannot create: {exc.strerror}") from None
-    try:
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
-    finally:
-        os.close(fd)
-    return read_key(path)
-
-
-def read_key(path: Path) -> bytes:
-    try:
-        key = path.read_bytes()
-    except OSError as exc:
-        raise GuardrailError("console_key", f"{path}: cannot read: {exc.strerror}") from None
-    if len(key) != KEY_BYTES:
-        raise GuardrailError("console_key", f"{path}: not a console key ({KEY_BYTES} bytes expected)")
-    return key
+    return keyfile.ensure_key(path, "console")
 
 
 def _mac(key: bytes, principal: str, message: bytes) -> str:

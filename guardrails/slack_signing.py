@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiops.config_chatops import CHAT_CLASSES
 from aiops.errors import GuardrailError, SignatureRefused
+from guardrails import keyfile
 from guardrails.approvals import person_name
 from guardrails.signed import SignedBy
 
 PREFIX = "aiops-slack-v1"
-KEY_BYTES = 32
 SUFFIX = ".slack-key"
 _ID = re.compile(r"^[A-Z0-9]{2,32}$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -49,28 +47,12 @@ def key_path(db_path: str) -> Path | None:
 
 
 def read_key(path: Path) -> bytes:
-    try:
-        key = path.read_bytes()
-    except OSError as exc:
-        raise GuardrailError("slack_key", f"{path}: cannot read: {exc.strerror}") from None
-    if len(key) != KEY_BYTES:
-        raise GuardrailError("slack_key", f"{path}: not a Slack key ({KEY_BYTES} bytes expected)")
-    return key
+    return keyfile.read_key(path, "slack")
 
 
 def ensure_key(path: Path) -> bytes:
     """The key at `path`, made (0600, exclusive create) when absent; raises `GuardrailError` naming the file."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return read_key(path)
-    except OSError as exc:
-        raise GuardrailError("slack_key", f"{path}: cannot create: {exc.strerror}") from None
-    try:
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
-    finally:
-        os.close(fd)
-    return read_key(path)
+    return keyfile.ensure_key(path, "slack")
 
 
 def is_slack_signature(signature: str) -> bool:
