@@ -7,12 +7,16 @@ as the API server's structural-schema pruning would silently drop it)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.service_helpers import require_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "aiops"
@@ -98,3 +102,28 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
         f"{obj['kind']}/{obj['metadata']['name']} at {'/'.join(map(str, e.absolute_path)) or '.'}: {e.message[:300]}"
         for e in validator.iter_errors(obj)
     ]
+
+
+CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+K8S_VERSIONS = ("1.31", "1.35")
+
+
+def kubernetes_validate(path: Path, version: str) -> subprocess.CompletedProcess[str]:
+    """The kubernetes-validate CLI installed beside this Python (the venv's), else the one on PATH."""
+    cli = Path(sys.executable).parent / "kubernetes-validate"
+    argv = [str(cli)] if cli.exists() else [require_binary("kubernetes-validate")]
+    return subprocess.run(
+        [*argv, "--strict", "-k", version, str(path)], capture_output=True, text=True, timeout=120
+    )
+
+
+def assert_valid_strict(objects: list[dict[str, Any]], version: str, tmp_path: Path) -> None:
+    """Every rendered object but the operator's CRDs passes `kubernetes-validate --strict` for `version`."""
+    plain = [o for o in objects if o["kind"] not in CRD_KINDS]
+    manifest = tmp_path / "chart.yaml"
+    manifest.write_text(yaml.safe_dump_all(plain))
+    done = kubernetes_validate(manifest, version)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert output.count(" passed for resource ") == len(plain), output
+    assert "WARN" not in output and "ERROR" not in output, output

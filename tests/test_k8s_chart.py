@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -22,13 +21,22 @@ import pytest
 import yaml
 
 from aiops.config import parse_config, parse_listen
-from tests.k8s_helpers import CHART, crd_errors, helm, one, render, rule_groups
+from tests.k8s_helpers import (
+    CHART,
+    CRD_KINDS,
+    K8S_VERSIONS,
+    assert_valid_strict,
+    crd_errors,
+    helm,
+    kubernetes_validate,
+    one,
+    render,
+    rule_groups,
+)
 from tests.service_helpers import require_binary
 from tests.test_deploy import K8S as DOCS_MANIFESTS
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
-K8S_VERSIONS = ("1.31", "1.35")
 OVERRIDES: dict[str, Any] = {  # every optional branch on (the integrations: tests/test_k8s_integrations.py)
     "namespace": {"create": True},
     "http": {"token": "a-fixed-token-for-the-test"},
@@ -50,15 +58,6 @@ def objects(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
     return render(OVERRIDES if request.param == "overrides" else None)
 
 
-def kubernetes_validate(path: Path, version: str) -> subprocess.CompletedProcess[str]:
-    """The kubernetes-validate CLI installed beside this Python (the venv's), else the one on PATH."""
-    cli = Path(sys.executable).parent / "kubernetes-validate"
-    argv = [str(cli)] if cli.exists() else [require_binary("kubernetes-validate")]
-    return subprocess.run(
-        [*argv, "--strict", "-k", version, str(path)], capture_output=True, text=True, timeout=120
-    )
-
-
 def test_helm_lints_the_chart() -> None:
     report = helm().lint(str(CHART))
     assert report["errors"] == [], report
@@ -69,14 +68,7 @@ def test_helm_lints_the_chart() -> None:
 def test_kubernetes_objects_pass_kubernetes_validate_strict(
     objects: list[dict[str, Any]], version: str, tmp_path: Path
 ) -> None:
-    plain = [o for o in objects if o["kind"] not in CRD_KINDS]
-    manifest = tmp_path / "chart.yaml"
-    manifest.write_text(yaml.safe_dump_all(plain))
-    done = kubernetes_validate(manifest, version)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert output.count(" passed for resource ") == len(plain), output
-    assert "WARN" not in output and "ERROR" not in output, output
+    assert_valid_strict(objects, version, tmp_path)
 
 
 def test_kubernetes_validate_refuses_an_unknown_field(tmp_path: Path) -> None:

@@ -30,8 +30,7 @@ from aiops.config_chatops import check_users
 from aiops.errors import ConfigError
 from aiops.service.notify import Notifier
 from aiops.store import Workspace
-from tests.k8s_helpers import one, render
-from tests.test_k8s_chart import CRD_KINDS, K8S_VERSIONS, kubernetes_validate
+from tests.k8s_helpers import K8S_VERSIONS, assert_valid_strict, one, render
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "KUBERNETES.md").read_text()
@@ -81,14 +80,7 @@ def mounted_key(pod_spec: dict[str, Any], container: str, file: str) -> tuple[st
 def test_the_integrations_pass_kubernetes_validate_strict(
     objects: list[dict[str, Any]], version: str, tmp_path: Path
 ) -> None:
-    plain = [o for o in objects if o["kind"] not in CRD_KINDS]
-    manifest = tmp_path / "chart.yaml"
-    manifest.write_text(yaml.safe_dump_all(plain))
-    done = kubernetes_validate(manifest, version)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert output.count(" passed for resource ") == len(plain), output
-    assert "WARN" not in output and "ERROR" not in output, output
+    assert_valid_strict(objects, version, tmp_path)
 
 
 def test_the_fleet_config_is_accepted_and_names_mounted_secret_keys(
