@@ -26,11 +26,12 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
-from aiops.config_chatops import EXAMPLE_LINES as CHATOPS_EXAMPLE
 from aiops.config_chatops import ChatopsConfig, SlackConfig
+from aiops.config_facility import DcimConfig as DcimConfig  # re-exported: [dcim]
+from aiops.config_facility import FacilityConfig as FacilityConfig  # re-exported: [facility]
+from aiops.config_facility import FacilitySeries as FacilitySeries
 from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
 from aiops.config_oidc import OidcConfig
 from aiops.cron import parse_cron
@@ -236,121 +237,6 @@ class SchedulerConfig(_Section):
     in_cluster: bool = Field(default=False, description="kubernetes: the pod's service account")
     node_name: str = Field(default="", description="this host's name in the scheduler; empty: the hostname")
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
-
-
-class DcimConfig(_Section):
-    enabled: bool = False
-    policy: str = Field(default="", description="response policy file; empty: the shipped one")
-    signals_file: str = Field(default="", description="JSON/YAML signals file a facility exporter writes")
-    interval_s: float = Field(default=5.0, gt=0, le=3600)
-    actuator: Literal["auto", "nvml", "none", "twin"] = "auto"
-
-
-_METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", re.ASCII)
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$", re.ASCII)
-
-
-def _label_name(value: str) -> str:
-    if not _LABEL.match(value) or value.startswith("__"):
-        raise ValueError("must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __reserved)")
-    return value
-
-
-class FacilitySeries(_Section):
-    """One rack_samples column read from one exporter series: `metric{match...}`, its series combined per rack
-    by `aggregate`, times `scale` (to the column's unit: W -> kW is 0.001)."""
-
-    metric: str = Field(description="the exporter's metric name")
-    match: dict[str, str] = Field(
-        default_factory=dict, description="label = exact value the series must have"
-    )
-    aggregate: Literal["avg", "sum", "max", "min"] = Field(
-        default="avg", description="how a rack's series combine (its BMCs' inlets: avg; their power: sum)"
-    )
-    scale: float = Field(default=1.0, gt=0, le=1e6, description="the value times this is the column's unit")
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, value: str) -> str:
-        if not _METRIC.match(value):
-            raise ValueError("must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
-        return value
-
-    @field_validator("match")
-    @classmethod
-    def _match(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            _label_name(name)
-        return value
-
-
-def _series(metric: str, aggregate: str = "avg", scale: float = 1.0, **match: str) -> Any:
-    return Field(
-        default_factory=lambda: FacilitySeries(metric=metric, match=match, aggregate=aggregate, scale=scale)
-    )
-
-
-class FacilityConfig(_Section):
-    """Rack sensors no node agent has, read from the facility's exporters through Prometheus (docs/FACILITY.md):
-    which series feed which rack_samples column, which rack a series belongs to, and the DCIM input."""
-
-    rack_label: str = Field(
-        default="rack", description="the label naming a series' rack (its configured name)"
-    )
-    instance_label: str = Field(default="instance", description="the label `racks` maps to a rack")
-    racks: dict[str, str] = Field(
-        default_factory=dict,
-        description="instance -> rack name, for series without the rack label (e.g. a BMC's address)",
-    )
-    # prometheus-community/ipmi_exporter (docs/metrics.md): every BMC's inlet sensor, averaged per rack
-    inlet_temp_c: FacilitySeries = _series("ipmi_temperature_celsius", "avg", name="Inlet Temp")
-    # HPE CPQRACK-MIB rack thermal controller through snmp_exporter: water return and supply, INTEGER in C
-    outlet_temp_c: FacilitySeries = _series("cpqRackThermalControllerWaterTempReturn", "max")
-    coolant_supply_temp_c: FacilitySeries = _series("cpqRackThermalControllerWaterTempSupply", "max")
-    # DMTF Redfish CoolantConnector FlowLitersPerMinute of the rack's CDU loop, through json_exporter
-    coolant_flow_lpm: FacilitySeries = _series("redfish_cdu_coolant_flow_liters_per_minute", "sum")
-    # ipmi_exporter's DCMI power reading of every node in the rack, summed, W -> kW
-    power_kw: FacilitySeries = _series("ipmi_dcmi_power_consumption_watts", "sum", 0.001)
-    dcim: str = Field(
-        default="",
-        description="the DCIM caps document: a file path or an http(s):// URL; empty: none",
-    )
-    dcim_timeout_s: float = Field(default=5.0, gt=0, le=120, description="one DCIM read, whole answer")
-
-    @field_validator("rack_label", "instance_label")
-    @classmethod
-    def _label(cls, value: str) -> str:
-        return _label_name(value)
-
-    @field_validator("racks")
-    @classmethod
-    def _racks(cls, value: dict[str, str]) -> dict[str, str]:
-        for instance, rack in value.items():
-            error = rack_name_error(rack)
-            if error:
-                raise ValueError(
-                    f"'{instance[:60]}' -> '{rack[:20]}': a rack name {error.removeprefix('must be ')}"
-                )
-        return value
-
-    @model_validator(mode="after")
-    def _distinct(self) -> FacilityConfig:
-        seen: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
-        for name, field in type(self).model_fields.items():
-            series = getattr(self, name)
-            if field.annotation is FacilitySeries:
-                key = (series.metric, tuple(sorted(series.match.items())))
-                if key in seen:
-                    raise ValueError(f"{name} reads the same series as {seen[key]}: add a match label to one")
-                seen[key] = name
-        return self
-
-    @field_validator("dcim")
-    @classmethod
-    def _dcim(cls, value: str) -> str:
-        if "://" in value and not re.match(r"^https?://[^\s]+$", value):
-            raise ValueError("must be a file path or an http:// or https:// URL")
-        return value
 
 
 class NotifyConfig(_Section):
@@ -659,96 +545,3 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         return load_config_file(named)
     user = USER_CONFIG_PATH.expanduser()
     return load_config_file(user) if user.exists() else Config()
-
-
-def example_toml() -> str:
-    """A config file with every section, key and default, each explained."""
-    config = Config()
-    lines = [
-        "# aiops configuration (aiops config check FILE validates it; every key is optional).",
-        "# The values below are the defaults.",
-    ]
-
-    def emit(name: str, model: BaseModel) -> None:
-        lines.append("")
-        lines.append(f"[{name}]")
-        for key, field in type(model).model_fields.items():
-            value = getattr(model, key)
-            inline = (
-                isinstance(value, dict) and bool(value) and all(isinstance(v, str) for v in value.values())
-            )
-            if (
-                key == "source"
-                or isinstance(value, BaseModel | list)
-                or (isinstance(value, dict) and not inline)
-            ):
-                continue
-            comment = f"  # {field.description}" if field.description else ""
-            unset = "# " if value is None else ""  # no default: left out (TOML has no null)
-            lines.append(f"{unset}{key} = {_toml(value)}{comment}")
-
-    for section in Config.model_fields:
-        if section == "source":
-            continue
-        value = getattr(config, section)
-        emit(section, value)
-        for key in type(value).model_fields:
-            child = getattr(value, key)
-            if isinstance(child, BaseModel):
-                emit(f"{section}.{key}", child)
-        if section == "node":
-            lines += [
-                "# one file for many nodes: each host finds itself by hostname (the pod's, with hostNetwork)",
-                "# (an unlisted host is named after itself, in [node] rack)",
-                "# [node.hosts]",
-                '# "gpu-a-17" = { name = "gpu-a-17", rack = "row-b" }',
-            ]
-        if section == "facility":
-            lines += [
-                "# a series without the rack label: its instance label -> rack (docs/FACILITY.md)",
-                "# [facility.racks]",
-                '# "10.0.4.17:623" = "rack2"',
-                "# another exporter for a column: set metric, match, aggregate and scale in its section above",
-            ]
-        if section == "console":
-            lines += [
-                '# scopes = ["openid", "profile", "email"]  # the default',
-                '# allowed_domains = ["example.com"]  # only these e-mail domains (verified); empty: any',
-                "# allowed_subjects = []  # only these subjects (sub); empty: any",
-                "# a claim value -> a console role (no value mapped: refused) (docs/CONSOLE.md)",
-                "# [console.oidc.role_map]",
-                '# "aiops-admins" = "admin"',
-            ]
-        if section == "guardrails":
-            lines += [
-                "# who may approve what (docs/SECURITY.md): physical proposals and/or response policies",
-                "# [guardrails.approvers]",
-                '# alice = ["physical", "policy"]',
-            ]
-        if section == "chatops":
-            lines += list(CHATOPS_EXAMPLE)
-        if section == "notify":
-            lines += [
-                "# one table per sink; kind: json (generic), slack (incoming webhook), alertmanager (v2 alerts",
-                "# API), teams (Workflows webhook URL), pagerduty (Events API v2; url defaults to its enqueue URL)",
-                "# [[notify.webhooks]]",
-                '# url = "https://hooks.example.com/aiops"',
-                '# kind = "json"',
-                '# url_file = "/etc/aiops/teams.url"  # instead of url: a file holding it (a URL with a secret)',
-                "# [[notify.webhooks]]",
-                '# kind = "pagerduty"',
-                '# routing_key_file = "/etc/aiops/pagerduty.key"  # the integration key, never inline',
-            ]
-    return "\n".join(lines) + "\n"
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return '""'
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml(str(k))} = {_toml(v)}" for k, v in value.items()) + " }"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -13,8 +13,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from aiops.config import example_toml, parse_config
+from aiops.config import parse_config
 from aiops.config_chatops import check_users
+from aiops.config_example import example_toml
 from aiops.errors import ConfigError, SignatureRefused, SlackRequestError
 from aiops.service.notify_event import TopHypothesis
 from aiops.service.slack_actions import SlackChat

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from aiops.cli.main import main
-from aiops.config import Config, NodeConfig, example_toml, load_config, load_config_file, node_of
+from aiops.config import Config, NodeConfig, load_config, load_config_file, node_of
+from aiops.config_example import example_toml
 from aiops.errors import ConfigError
 
 

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from aiops.config import Config, FacilityConfig, example_toml, load_config_file, parse_config
+from aiops.config import Config, FacilityConfig, load_config_file, parse_config
+from aiops.config_example import example_toml
 from aiops.errors import ConfigError, SourceError
 from aiops.sources.facility import (
     fetch_facility,

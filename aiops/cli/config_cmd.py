@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from aiops.config import example_toml, load_config_file
+from aiops.config import load_config_file
+from aiops.config_example import example_toml
 from aiops.text import markup, plural, terminal
 
 
