@@ -58,6 +58,8 @@ NODE_JOB = "aiops-node"
 BG, PANEL, BORDER, TEXT, MUTED, GRID = "#111217", "#181b1f", "#2c2f36", "#ccccdc", "#8e8e9e", "#24272e"
 PALETTE = ["#73bf69", "#f2cc0c", "#8ab8ff", "#ff780a", "#f2495c", "#5794f2", "#b877d9", "#705da0", "#37872d"]
 ROW_PX, WIDTH_PX, DPI = 30, 1800, 100
+MONO: dict[str, Any] = {"fontsize": 8, "family": "monospace", "va": "top"}
+BOX: dict[str, Any] = {"boxstyle": "round,pad=0,rounding_size=0.002", "facecolor": PANEL, "edgecolor": BORDER}
 
 
 # -- the run ---------------------------------------------------------------------------------------------------
@@ -198,7 +200,8 @@ def series(panel: dict[str, Any], got: list[Any]) -> Iterator[tuple[str, list[fl
 
 
 def text(fig: Figure, x: float, y: float, s: str, **kw: Any) -> None:
-    fig.text(x, y, s, parse_math=False, **kw)
+    """`s` as plain text (no mathtext: label values are data), vertically centred unless told."""
+    fig.text(x, y, s, parse_math=False, **{"va": "center", **kw})
 
 
 def timeseries(
@@ -266,10 +269,8 @@ def stat(
         spark.set_ylim(min(0.0, *vs), max(vs) * 1.6 or 1.0)
         spark.set_axis_off()
         cx = x + cell_w * (i + 0.5)
-        text(fig, cx, y + h * 0.78, name, color=TEXT, fontsize=10, ha="center", va="center")
-        text(
-            fig, cx, y + h * 0.5, formatted(vs[-1], unit), color=colour, fontsize=30, ha="center", va="center"
-        )
+        text(fig, cx, y + h * 0.78, name, color=TEXT, fontsize=10, ha="center")
+        text(fig, cx, y + h * 0.5, formatted(vs[-1], unit), color=colour, fontsize=30, ha="center")
 
 
 def table(fig: Figure, rect: tuple[float, float, float, float], got: list[Any]) -> None:
@@ -290,19 +291,10 @@ def table(fig: Figure, rect: tuple[float, float, float, float], got: list[Any]) 
     left = x
     for i, column in enumerate(columns):
         cut = widths[i] - 2
-        text(fig, left, y + h - line_h, column, color=PALETTE[2], fontsize=8, family="monospace", va="top")
+        text(fig, left, y + h - line_h, column, color=PALETTE[2], **MONO)
         for r, row in enumerate(cells):
             cell = row[i] if len(row[i]) <= cut else row[i][: cut - 1] + "…"
-            text(
-                fig,
-                left,
-                y + h - line_h * (r + 2.2),
-                cell,
-                color=TEXT,
-                fontsize=8,
-                family="monospace",
-                va="top",
-            )
+            text(fig, left, y + h - line_h * (r + 2.2), cell, color=TEXT, **MONO)
         left += w * widths[i] / sum(widths)
 
 
@@ -315,39 +307,19 @@ def render(dashboard: dict[str, Any], name: str, data: dict[str, Any]) -> bytes:
     span_s = [data["start_s"], data["end_s"]]
     minutes = (data["end_s"] - data["start_s"]) / 60
     start = datetime.fromtimestamp(data["start_s"], UTC).strftime("%Y-%m-%d %H:%M:%S")
-    text(fig, 16 * fx, 1 - 30 * fy, dashboard["title"], color=TEXT, fontsize=16, weight="bold", va="center")
+    text(fig, 16 * fx, 1 - 30 * fy, dashboard["title"], color=TEXT, fontsize=16, weight="bold")
     bar = "    ".join(f"{k}: {v}" for k, v in data["variables"].items())
-    text(fig, 16 * fx, 1 - 66 * fy, bar, color=MUTED, fontsize=10, va="center")
+    text(fig, 16 * fx, 1 - 66 * fy, bar, color=MUTED, fontsize=10)
     span = f"{start} UTC + {minutes:.1f} min (every sample since Prometheus started)"
-    text(fig, 1 - 16 * fx, 1 - 66 * fy, span, color=MUTED, fontsize=10, va="center", ha="right")
+    text(fig, 1 - 16 * fx, 1 - 66 * fy, span, color=MUTED, fontsize=10, ha="right")
     for panel in panels(dashboard):
         grid = panel["gridPos"]
         px0, pw = 8 + grid["x"] * (WIDTH_PX - 16) / 24, grid["w"] * (WIDTH_PX - 16) / 24 - 8
         py_top, ph = header_px + grid["y"] * ROW_PX, grid["h"] * ROW_PX - 8
         x0, y0, w, h = px0 * fx, 1 - (py_top + ph) * fy, pw * fx, ph * fy
-        fig.patches.append(
-            FancyBboxPatch(
-                (x0, y0),
-                w,
-                h,
-                boxstyle="round,pad=0,rounding_size=0.002",
-                transform=fig.transFigure,
-                facecolor=PANEL,
-                edgecolor=BORDER,
-                linewidth=0.8,
-                zorder=-1,
-            )
-        )
-        text(
-            fig,
-            x0 + 10 * fx,
-            y0 + h - 16 * fy,
-            panel["title"],
-            color=TEXT,
-            fontsize=10,
-            weight="bold",
-            va="center",
-        )
+        box = FancyBboxPatch((x0, y0), w, h, transform=fig.transFigure, linewidth=0.8, zorder=-1, **BOX)
+        fig.patches.append(box)
+        text(fig, x0 + 10 * fx, y0 + h - 16 * fy, panel["title"], color=TEXT, fontsize=10, weight="bold")
         got = data["results"].get(str(panel["id"]), [])
         inner = (x0 + 12 * fx, y0 + 10 * fy, w - 24 * fx, h - 40 * fy)
         if panel["type"] == "stat":
@@ -365,7 +337,7 @@ def render(dashboard: dict[str, Any], name: str, data: dict[str, Any]) -> bytes:
         f"Rendered from deploy/grafana/dashboards/{name} by scripts/dashboard_preview.py: each panel's PromQL asked "
         "of a real Prometheus scraping aiops run --sim; not a Grafana screenshot"
     )
-    text(fig, 0.5, 24 * fy, footer, color=MUTED, fontsize=10, ha="center", va="center", style="italic")
+    text(fig, 0.5, 24 * fy, footer, color=MUTED, fontsize=10, ha="center", style="italic")
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=DPI, facecolor=BG)
     plt.close(fig)
