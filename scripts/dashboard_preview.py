@@ -1,19 +1,20 @@
-"""A picture of a Grafana dashboard of deploy/grafana/dashboards for docs/, with no Grafana server (none is packaged
-here): what tests/test_k8s_dashboards.py starts, drawn with matplotlib.
+"""A picture of a Grafana dashboard of deploy/grafana/dashboards for docs/, with no Grafana server (none is
+packaged here): what tests/test_k8s_dashboards.py starts, drawn with matplotlib.
 
     .venv/bin/python scripts/dashboard_preview.py [--dashboard deploy/grafana/dashboards/aiops-fleet.json]
         [--out docs/img/grafana-fleet-preview.png] [--speed 30] [--window-s 150] [--data results.json]
     .venv/bin/python scripts/dashboard_preview.py --replot results.json   # draw again, no run
 
-A real `aiops run --sim` (the test's scenario: 1 rack, 2 nodes, 4 GPUs each, node1/gpu2 throttled 60 twin seconds
-in) is scraped every second by a real Prometheus on loopback that loads the Helm chart's rules (as the
-PrometheusRule would). Once the incident's alert fires and `--window-s` wall seconds have passed, each `$variable`
-is resolved from the same Prometheus (`label_values`, chained; an `includeAll` variable is All, Grafana's default,
-every value as a regex), each panel's PromQL is asked as query_range over the whole window (instant queries as
-instant), and the layout is drawn on the dashboard's own grid (24 columns; gridPos h in rows): time series as
-lines with legendFormat legends, stat panels as their last value, tables as text. Both processes are stopped by
-PID whatever happens. Label values are data: drawn as plain text (no mathtext). Needs prometheus on PATH (or
-AIOPS_PROMETHEUS) and Helm's SDK (helm-python-sdk, the dev extra) for the chart's rules.
+A real `aiops run --sim` (the test's scenario: 1 rack, 2 nodes, 4 GPUs each, node1/gpu2 throttled 60 twin
+seconds in) is scraped every second by a real Prometheus on loopback that loads the Helm chart's rules (as the
+PrometheusRule would). Once the incident's alert fires and `--window-s` wall seconds have passed, each
+`$variable` is resolved from the same Prometheus (`label_values`, chained; an `includeAll` variable is All,
+Grafana's default, every value as a regex), each panel's PromQL is asked as query_range over the whole window
+(instant queries as instant), and the layout is drawn on the dashboard's own grid (24 columns; gridPos h in
+rows): time series as lines with legendFormat legends, stat panels as their last value over a sparkline,
+tables as text. Both processes are stopped by PID whatever happens. Label values are data: drawn as plain text
+(no mathtext). Needs prometheus on PATH (or AIOPS_PROMETHEUS) and Helm's SDK (helm-python-sdk, the dev extra)
+for the chart's rules.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ MONO: dict[str, Any] = {"fontsize": 8, "family": "monospace", "va": "top"}
 BOX: dict[str, Any] = {"boxstyle": "round,pad=0,rounding_size=0.002", "facecolor": PANEL, "edgecolor": BORDER}
 
 
-# -- the run ---------------------------------------------------------------------------------------------------
+# -- the run -------------------------------------------------------------------------------------------------
 @contextmanager
 def prometheus_over_sim(work: Path, speed: float) -> Iterator[int]:
     """The port of a real Prometheus (the chart's rules, 1 s scrapes) over a real `aiops run --sim`."""
@@ -152,10 +153,10 @@ def run(dashboard: dict[str, Any], speed: float, window_s: float) -> dict[str, A
         return collect(prom, dashboard, start_s)
 
 
-# -- the picture -----------------------------------------------------------------------------------------------
+# -- the picture ---------------------------------------------------------------------------------------------
 def scaled(value: float, steps: list[tuple[float, str]]) -> str:
-    """`value` in the largest of `steps` (factor, suffix; largest first) it reaches; the smallest if none; zero
-    in the factor-1 suffix."""
+    """`value` in the largest of `steps` (factor, suffix; largest first) it reaches; the smallest if none;
+    zero in the factor-1 suffix."""
     if value == 0:
         return "0 " + dict(steps).get(1.0, steps[-1][1])
     factor, suffix = next(((f, u) for f, u in steps if abs(value) >= f), steps[-1])
@@ -255,7 +256,8 @@ def stat(
     got: list[Any],
     span: list[float],
 ) -> None:
-    """Grafana's stat panel: each series' last value, side by side, over its sparkline (graph mode area)."""
+    """Grafana's stat panel: each series' last value, side by side, over its sparkline (graph mode area); each
+    series' name above its value where there are several (text mode auto)."""
     x, y, w, h = rect
     found = [(name, ts, vs) for name, ts, vs in series(panel, got) if vs]
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
@@ -269,7 +271,8 @@ def stat(
         spark.set_ylim(min(0.0, *vs), max(vs) * 1.6 or 1.0)
         spark.set_axis_off()
         cx = x + cell_w * (i + 0.5)
-        text(fig, cx, y + h * 0.78, name, color=TEXT, fontsize=10, ha="center")
+        if len(found) > 1:  # text mode auto: the name only beside other series
+            text(fig, cx, y + h * 0.78, name, color=TEXT, fontsize=10, ha="center")
         text(fig, cx, y + h * 0.5, formatted(vs[-1], unit), color=colour, fontsize=30, ha="center")
 
 
@@ -334,8 +337,8 @@ def render(dashboard: dict[str, Any], name: str, data: dict[str, Any]) -> bytes:
             unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
             timeseries(ax, panel, got, unit, (x0 + 6 * fx, y0 + (legend_px + 2) * fy), span_s)
     footer = (
-        f"Rendered from deploy/grafana/dashboards/{name} by scripts/dashboard_preview.py: each panel's PromQL asked "
-        "of a real Prometheus scraping aiops run --sim; not a Grafana screenshot"
+        f"Rendered from deploy/grafana/dashboards/{name} by scripts/dashboard_preview.py: "
+        "each panel's PromQL asked of a real Prometheus scraping aiops run --sim; not a Grafana screenshot"
     )
     text(fig, 0.5, 24 * fy, footer, color=MUTED, fontsize=10, ha="center", style="italic")
     out = io.BytesIO()
