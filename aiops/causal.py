@@ -8,6 +8,12 @@ one is a job or a lane policy (a job's steps wait for every rank; a policy appli
 different nodes of different racks are not: a NIC that flaps on node6 does not heat a GPU on node2. A rack or
 the fleet reaches a GPU only through heat and power (coolant, inlet air, a DCIM cap): `FACILITY_REACH` names the
 symptom kinds it can cause below it, so a rack's coolant failure does not swallow a NIC's link flap.
+
+Being on one path is not enough for two symptoms to share a cause: a GPU's heat and a PCIe fault on its
+neighbour are on one node, yet independent. `one_cause` asks the labels (`aiops.labels.SPECS`): is there a
+cause of which the first symptom is an own sign, that also produces the second, on a component of the label's
+target kinds covering both? A node's local cooling failure heats its GPUs one after another; nothing that heats
+a GPU writes PCIe replays.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ FACILITY_REACH = frozenset(
         "fleet_inlet_drift",
     }
 )
+
+# Symptom kinds that are some cause's own sign (what dates it); the others are consequences only (drops, pauses).
+OWN_SIGNS = frozenset(kind for spec in labels.SPECS for kind in spec.anchors)
 
 RackOf = Mapping[str, str]  # node → rack, from the topology table (empty when unknown)
 
@@ -80,3 +89,43 @@ def symptoms_related(kind_a: str, a: str, kind_b: str, b: str, rack_of: RackOf) 
     if is_facility(b, rack_of) and not is_facility(a, rack_of) and not a.startswith("job:"):
         return kind_a in FACILITY_REACH
     return True
+
+
+def covers(cause: str, component: str, rack_of: RackOf) -> bool:
+    """Does a cause on `cause` reach `component` from at or above it: the same component, a node over its GPUs
+    and NICs, a rack over its nodes (a node of unknown rack: yes), the fleet, a job or a policy over everything."""
+    if cause == component or is_everywhere(cause):
+        return True
+    if is_everywhere(component):
+        return False
+    if is_facility(cause, rack_of):
+        rack = _rack(component, rack_of)
+        return rack is None or rack == cause
+    node = node_of(cause, rack_of)
+    return node == cause and node_of(component, rack_of) == node
+
+
+def _one_scope(target_kind: str, a: str, b: str, rack_of: RackOf) -> bool:
+    """Is there one component of `target_kind` over both `a` and `b`?"""
+    if target_kind in ("fleet", "policy"):
+        return True
+    if target_kind == "rack":
+        if is_everywhere(a) or is_everywhere(b):
+            return False
+        rack_a, rack_b = _rack(a, rack_of), _rack(b, rack_of)
+        return rack_a is None or rack_b is None or rack_a == rack_b
+    if target_kind == "node":
+        node = node_of(a, rack_of)
+        return node is not None and node == node_of(b, rack_of)
+    return a == b  # a GPU, NIC or accelerator
+
+
+def one_cause(kind_a: str, a: str, kind_b: str, b: str, rack_of: RackOf) -> bool:
+    """Could one cause, of which `kind_a` on `a` is an own sign, also produce `kind_b` on `b`: a label with
+    `kind_a` among its own signs and `kind_b` among its signs, on a component of its target kinds over both."""
+    return any(
+        kind_a in spec.anchors
+        and kind_b in spec.anchors | spec.shared_anchors
+        and any(_one_scope(t, a, b, rack_of) for t in spec.target_kinds)
+        for spec in labels.SPECS
+    )

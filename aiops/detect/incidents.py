@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aiops.causal import node_of, symptoms_related
+from aiops.causal import OWN_SIGNS, node_of, one_cause, symptoms_related
 from aiops.detect.rules import INFO, STRONG
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
@@ -37,6 +37,7 @@ WEAK_KINDS_TO_OPEN = {
 # A rank that idles while its job waits for a peer (a crash, a restart): on the job's path, not a cause.
 PEER_WAIT = {"gpu_idle_in_job"}
 JOIN_S = 20.0  # onsets this close are one event seen on several components (two 10 s windows)
+CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be reported (a rule with a baseline)
 
 Key = tuple[str, str]  # (kind, component)
 
@@ -72,9 +73,11 @@ class IncidentTracker:
         rack_of: Mapping[str, str] | None = None,
         job_of: Mapping[str, str] | None = None,
         join_s: float = JOIN_S,
+        cause_lag_s: float = CAUSE_LAG_S,
     ) -> None:
         self.quiet_s = quiet_s
         self.join_s = join_s
+        self.cause_lag_s = cause_lag_s
         self.rack_of: Mapping[str, str] = rack_of or {}  # node → rack; unknown racks merge (the safe error)
         self.job_of: Mapping[str, str] = {}  # GPU → the job its rank serves
         self.job_nodes: dict[str, set[str | None]] = {}
@@ -147,11 +150,13 @@ class IncidentTracker:
             else:
                 fresh_hw.append(s)
         opened: list[_Open] = []
-        orphans: list[Symptom] = []
-        for s in fresh_hw:
-            home = self._home(s, placed)
+        homes = [(s, self._home(s, placed)) for s in fresh_hw]
+        orphans = [s for s, home in homes if home is None]
+        for s, home in homes:
             if home is None:
-                orphans.append(s)
+                continue
+            if any(o.component == s.component and abs(o.ts_s - s.ts_s) <= self.join_s for o in orphans):
+                orphans.append(s)  # one onset on one component: with the new cause, not an older one
             else:
                 placed.setdefault(home.number, []).append(s)
         if orphans:
@@ -166,25 +171,28 @@ class IncidentTracker:
         return placed, opened
 
     def _home(self, s: Symptom, placed: dict[int, list[Symptom]]) -> _Open | None:
-        """The open incident a new hardware symptom belongs to: one with a symptom on a causally related
-        component, else (for a rank waiting on its peers) one on a node of the same job, else one with no
-        hardware symptom yet (only job-level ones: a job reaches every rank), else one opened within `join_s`
-        of this onset; None when it is independent of all. A waiting rank anchors nothing itself, so a later
-        fault on its node is not taken for the cause it waited on."""
+        """The open incident a new hardware symptom belongs to: one with a symptom it is linked to (`_linked`:
+        a causal path and one cause, or a shared onset), else (for a rank waiting on its peers) one on a node of
+        the same job, else one with no hardware symptom yet (only job-level ones: a job reaches every rank),
+        else one opened within `join_s` of this onset; None when it is independent of all. A waiting rank
+        anchors nothing itself, so a later fault on its node is not taken for the cause it waited on."""
         related: list[_Open] = []
         same_job: list[_Open] = []
         job_only: list[_Open] = []
         simultaneous: list[_Open] = []
         job = self.job_of.get(s.component) if s.kind in PEER_WAIT else None
         for group in self.open:
-            members = [*group.keys, *((p.kind, p.component) for p in placed.get(group.number, []))]
-            hardware = [(k, c) for k, c in members if not c.startswith("job:")]
-            anchors = [(k, c) for k, c in hardware if k not in PEER_WAIT] or hardware
-            if any(symptoms_related(s.kind, s.component, k, c, self.rack_of) for k, c in anchors):
+            onsets = dict(group.keys)  # each member with its onset (a symptom seen again keeps its first)
+            for p in placed.get(group.number, []):
+                onsets.setdefault((p.kind, p.component), p.ts_s)
+            members = list(onsets.items())
+            hardware = [(k, c, ts) for (k, c), ts in members if not c.startswith("job:")]
+            anchors = [(k, c, ts) for k, c, ts in hardware if k not in PEER_WAIT] or hardware
+            if any(self._linked(s, k, c, ts) for k, c, ts in anchors):
                 related.append(group)
             elif job is not None and (
-                f"job:{job}" in {c for _, c in members}
-                or any(node_of(c, self.rack_of) in self.job_nodes.get(job, set()) for _, c in anchors)
+                f"job:{job}" in {c for (_, c), _ in members}
+                or any(node_of(c, self.rack_of) in self.job_nodes.get(job, set()) for _, c, _ in anchors)
             ):
                 same_job.append(group)
             elif not hardware:
@@ -195,6 +203,28 @@ class IncidentTracker:
             if found:
                 return found[-1]
         return None
+
+    def _linked(self, s: Symptom, kind: str, component: str, ts_s: float) -> bool:
+        """Does new symptom `s` share a cause with an incident's symptom (`kind` on `component` since `ts_s`)?
+        Both must lie on one causal path (`aiops.causal.symptoms_related`), and then: their onsets within
+        `join_s` (one event), or `s` a consequence only (drops, pauses: no cause's own sign) on the same node,
+        or one cause that the incident's symptom is an own sign of produces `s` too (a node's heat spreading
+        over its GPUs, a rack's coolant heating its nodes), or `s` is the own sign of a cause that produces the
+        incident's symptom, seen at most `cause_lag_s` after it (a coolant drop that its rule needed a baseline
+        and two windows to report). Otherwise `s` is an independent fault: a PCIe fault on a GPU next to a hot
+        one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault during benign ambient drift."""
+        if not symptoms_related(s.kind, s.component, kind, component, self.rack_of):
+            return False
+        if abs(s.ts_s - ts_s) <= self.join_s:
+            return True
+        node = node_of(s.component, self.rack_of)
+        if s.kind not in OWN_SIGNS and node is not None and node == node_of(component, self.rack_of):
+            return True
+        if one_cause(kind, component, s.kind, s.component, self.rack_of):
+            return True
+        return 0.0 <= s.ts_s - ts_s <= self.cause_lag_s and one_cause(
+            s.kind, s.component, kind, component, self.rack_of
+        )
 
     def _open_with(self, symptoms: list[Symptom], now_ts_s: float) -> _Open:
         """A new incident for symptoms that no open incident explains (opened at their earliest onset)."""

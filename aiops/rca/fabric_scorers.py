@@ -23,12 +23,14 @@ def facility(facts: Facts) -> list[Candidate]:
         if _heated(row) >= 5.0:
             hot_nodes[rack_of_node.get(str(row["node"]), "?")].add(str(row["node"]))
     out: list[Candidate] = []
+    rack_size = Counter(rack_of_node.values())
     abnormal = [r for r in racks if _rack_abnormal(r)]
     for r in abnormal:
         rack = str(r["rack"])
         nodes = hot_nodes.get(rack, set())
         share = len(abnormal) / max(1, len(racks))
-        score = 0.9 if len(nodes) >= 2 else 0.7
+        # several of its nodes heating, or every one of them (a rack of one node is no less a rack)
+        score = 0.9 if len(nodes) >= min(2, rack_size.get(rack, 2)) else 0.7
         if share == 1.0 and len(racks) > 1:
             score = 0.45  # every rack at once looks like the weather, not a CDU
         out.append(
@@ -54,7 +56,11 @@ def facility(facts: Facts) -> list[Candidate]:
         flows_ok = all(
             not (r["ref_flow_lpm"] and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]) for r in racks
         )
-        score = 0.75 if (not throttled and flows_ok) else 0.3
+        # throttling on a few nodes is some fault beside the weather (its own incident); on most of them it is no
+        # benign drift
+        throttled_nodes = {str(r["node"]) for r in throttled}
+        widespread = len(throttled_nodes) >= max(2, 0.5 * len(rack_of_node))
+        score = 0.75 if (not widespread and flows_ok) else 0.3
         rise = min(float(r["inlet_c"]) - float(r["ref_inlet_c"]) for r in drift)
         out.append(
             Candidate(
