@@ -18,7 +18,7 @@ a GPU writes PCIe replays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from aiops import labels
 
@@ -128,4 +128,14 @@ def one_cause(kind_a: str, a: str, kind_b: str, b: str, rack_of: RackOf) -> bool
         and kind_b in spec.anchors | spec.shared_anchors
         and any(_one_scope(t, a, b, rack_of) for t in spec.target_kinds)
         for spec in labels.SPECS
+    )
+
+
+def benign_explained(kinds: Collection[str]) -> frozenset[str]:
+    """The symptom kinds that a benign condition seen among `kinds` explains (labels with `benign`, whose own
+    sign is there: ambient drift raises every rack's inlet). Such symptoms anchor no other cause: a rack's
+    inlet that the weather raised is no sign of its coolant failing."""
+    seen = set(kinds)
+    return frozenset(
+        kind for spec in labels.SPECS if spec.benign and spec.anchors & seen for kind in spec.shared_anchors
     )

@@ -113,3 +113,21 @@ def test_benign_drift_takes_the_racks_inlets_but_not_a_later_fault() -> None:
     first, second = run(drift, inlets, thermal)
     assert first == (260.0, ["fleet_inlet_drift@fleet", "rack_inlet_hot@rack0", "rack_inlet_hot@rack1"])
     assert second == (300.0, ["gpu_hot@node1/gpu3", "gpu_throttle@node1/gpu3"])
+
+
+def test_what_the_weather_explains_anchors_no_other_cause() -> None:
+    # drift raised rack0's inlet; rack0's coolant fails two minutes later: its own incident, not the weather's
+    drift = repeat(170, 900, [("fleet_inlet_drift", "fleet")])
+    inlets = repeat(280, 900, [("rack_inlet_hot", "rack0"), ("rack_inlet_hot", "rack1")])
+    coolant = repeat(410, 900, [("coolant_flow_drop", "rack0")])
+    heat = repeat(440, 900, [("gpu_hot", "node1/gpu1")])
+    first, second = run(drift, inlets, coolant, heat)
+    assert first[0] == 170.0 and not any("coolant" in m or "gpu_hot" in m for m in first[1])
+    assert second == (410.0, ["coolant_flow_drop@rack0", "gpu_hot@node1/gpu1"])
+    # a slow drift has no onset to share: an ECC error 10 s after the drift crossed its line is a fault of its own
+    ecc = {220.0: [("xid", "node1/gpu5")], 230.0: [("ecc_dbe", "node1/gpu5")]}
+    first, second = run(repeat(210, 600, [("fleet_inlet_drift", "fleet")]), ecc, end_s=600.0)
+    assert first[1] == ["fleet_inlet_drift@fleet"] and second == (
+        220.0,
+        ["ecc_dbe@node1/gpu5", "xid@node1/gpu5"],
+    )

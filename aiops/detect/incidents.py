@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aiops.causal import OWN_SIGNS, node_of, one_cause, symptoms_related
+from aiops.causal import OWN_SIGNS, benign_explained, node_of, one_cause, symptoms_related
 from aiops.detect.rules import INFO, STRONG
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
@@ -187,7 +187,10 @@ class IncidentTracker:
                 onsets.setdefault((p.kind, p.component), p.ts_s)
             members = list(onsets.items())
             hardware = [(k, c, ts) for (k, c), ts in members if not c.startswith("job:")]
-            anchors = [(k, c, ts) for k, c, ts in hardware if k not in PEER_WAIT] or hardware
+            explained = benign_explained({k for k, _, _ in hardware})  # the weather's: they anchor nothing
+            anchors = [(k, c, ts) for k, c, ts in hardware if k not in PEER_WAIT and k not in explained] or [
+                (k, c, ts) for k, c, ts in hardware if k not in explained
+            ]
             if any(self._linked(s, k, c, ts) for k, c, ts in anchors):
                 related.append(group)
             elif job is not None and (
@@ -197,7 +200,7 @@ class IncidentTracker:
                 same_job.append(group)
             elif not hardware:
                 job_only.append(group)
-            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s:
+            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s and any(k not in INFO for k, _, _ in anchors):
                 simultaneous.append(group)
         for found in (related, same_job, job_only, simultaneous):
             if found:
@@ -215,8 +218,8 @@ class IncidentTracker:
         one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault during benign ambient drift."""
         if not symptoms_related(s.kind, s.component, kind, component, self.rack_of):
             return False
-        if abs(s.ts_s - ts_s) <= self.join_s:
-            return True
+        if abs(s.ts_s - ts_s) <= self.join_s and kind not in INFO and s.kind not in INFO:
+            return True  # (a slow benign condition has no onset to share: its ts is when it crossed a line)
         node = node_of(s.component, self.rack_of)
         if s.kind not in OWN_SIGNS and node is not None and node == node_of(component, self.rack_of):
             return True

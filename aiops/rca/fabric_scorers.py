@@ -7,7 +7,7 @@ from typing import Any
 
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
-from aiops.rca.gpu_scorers import _heated, _rack_abnormal
+from aiops.rca.gpu_scorers import _flow_dropped, _heated, _rack_abnormal
 from aiops.rca.rdma_scorers import hca_nics
 
 
@@ -31,8 +31,8 @@ def facility(facts: Facts) -> list[Candidate]:
         share = len(abnormal) / max(1, len(racks))
         # several of its nodes heating, or every one of them (a rack of one node is no less a rack)
         score = 0.9 if len(nodes) >= min(2, rack_size.get(rack, 2)) else 0.7
-        if share == 1.0 and len(racks) > 1:
-            score = 0.45  # every rack at once looks like the weather, not a CDU
+        if share == 1.0 and len(racks) > 1 and not _flow_dropped(r):
+            score = 0.45  # every rack's inlet at once looks like the weather, not a CDU (the weather drops no flow)
         out.append(
             Candidate(
                 "rack_cooling_failure",
@@ -53,9 +53,10 @@ def facility(facts: Facts) -> list[Candidate]:
     ]
     if racks and len(drift) == len(racks):
         throttled = facts.throttle_onsets()
-        flows_ok = all(
-            not (r["ref_flow_lpm"] and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]) for r in racks
-        )
+        # the outside air raises every rack's inlet with its coolant flowing: a rack whose flow fell is a fault
+        # of its own beside the drift, as long as another rack's inlet rose with its flow normal
+        normal = [r for r in racks if not _flow_dropped(r)]
+        flows_ok = bool(normal) and (len(racks) > 1 or len(normal) == len(racks))
         # throttling on a few nodes is some fault beside the weather (its own incident); on most of them it is no
         # benign drift
         throttled_nodes = {str(r["node"]) for r in throttled}
