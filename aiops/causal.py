@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from aiops import labels
+from aiops.nvml_bits import HW_POWER_BRAKE_SLOWDOWN, HW_SLOWDOWN, SW_POWER_CAP, THERMAL
 
 # What a rack- or fleet-level condition can cause on the nodes below it: heat, throttling and power limits.
 FACILITY_REACH = frozenset(
@@ -35,8 +36,10 @@ FACILITY_REACH = frozenset(
     }
 )
 
-# Symptom kinds that are some cause's own sign (what dates it); the others are consequences only (drops, pauses).
+# Symptom kinds that are some cause's own sign (what dates it), and those that some cause produces at all; a
+# hardware symptom of no cause's signs (PFC pauses received: a peer's congestion) is a consequence only.
 OWN_SIGNS = frozenset(kind for spec in labels.SPECS for kind in spec.anchors)
+SIGNED = frozenset(kind for spec in labels.SPECS for kind in spec.anchors | spec.shared_anchors)
 
 RackOf = Mapping[str, str]  # node → rack, from the topology table (empty when unknown)
 
@@ -120,15 +123,46 @@ def _one_scope(target_kind: str, a: str, b: str, rack_of: RackOf) -> bool:
     return a == b  # a GPU, NIC or accelerator
 
 
-def one_cause(kind_a: str, a: str, kind_b: str, b: str, rack_of: RackOf) -> bool:
+def one_cause(
+    kind_a: str,
+    a: str,
+    kind_b: str,
+    b: str,
+    rack_of: RackOf,
+    labels_a: Collection[str] | None = None,
+    labels_b: Collection[str] | None = None,
+) -> bool:
     """Could one cause, of which `kind_a` on `a` is an own sign, also produce `kind_b` on `b`: a label with
-    `kind_a` among its own signs and `kind_b` among its signs, on a component of its target kinds over both."""
+    `kind_a` among its own signs and `kind_b` among its signs, on a component of its target kinds over both
+    (and among `labels_a` / `labels_b` when a symptom itself says which causes can produce it: the throttle
+    reasons of a `gpu_throttle`, `throttle_labels`)."""
     return any(
         kind_a in spec.anchors
         and kind_b in spec.anchors | spec.shared_anchors
+        and (labels_a is None or spec.label in labels_a)
+        and (labels_b is None or spec.label in labels_b)
         and any(_one_scope(t, a, b, rack_of) for t in spec.target_kinds)
         for spec in labels.SPECS
     )
+
+
+# Which causes can set each clocks-event reason: heat, a power limit, a power brake (HwSlowdown: heat or brake).
+_REASON_LABELS: tuple[tuple[int, frozenset[str]], ...] = (
+    (THERMAL, frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})),
+    (SW_POWER_CAP, frozenset({"power_cap_misconfig", "facility_power_cap"})),
+    (HW_POWER_BRAKE_SLOWDOWN, frozenset({"power_brake"})),
+    (HW_SLOWDOWN, frozenset({"thermal_throttle", "rack_cooling_failure", "power_brake"})),
+)
+
+
+def throttle_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | None:
+    """The causes a `gpu_throttle` symptom's reasons (`detail["mask"]`) allow; None (any) for other kinds or
+    when the reasons are unknown. A GPU capped by its power limit is no sign of its neighbour's heat."""
+    mask = detail.get("mask")
+    if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
+        return None
+    allowed = frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
+    return allowed or None
 
 
 def benign_explained(kinds: Collection[str]) -> frozenset[str]:

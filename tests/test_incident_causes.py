@@ -73,11 +73,19 @@ def test_a_second_independent_fault_on_the_same_node_opens_its_own_incident() ->
 
 
 def test_one_cause_over_a_node_stays_one_incident_even_minutes_apart() -> None:
-    # a node's cooling: one GPU throttles, its neighbours heat two minutes later; drops on its NIC follow
+    # a node's cooling: one GPU throttles, its neighbours heat two minutes later; its NIC receives PFC pauses
+    # (no cause's sign: a consequence on the node)
     hot = repeat(160, 900, [("gpu_throttle", "node2/gpu5")])
     spread = repeat(290, 900, [("gpu_hot", "node2/gpu4"), ("gpu_hot", "node2/gpu6")])
-    drops = repeat(400, 500, [("nic_drops", "node2/nic0")])
-    assert len(run(hot, spread, drops)) == 1
+    pauses = repeat(400, 500, [("pfc_pauses", "node2/nic0")])
+    assert len(run(hot, spread, pauses)) == 1
+    # drops on a NIC have causes of that NIC: they are no consequence of its neighbour's flap minutes before
+    flap = repeat(180, 700, [("carrier_flap", "node4/nic0")])
+    drops = repeat(480, 700, [("nic_drops", "node4/nic1")])
+    ecn = repeat(490, 700, [("loss_without_ecn", "node4/nic1")])
+    first, second = run(flap, drops, ecn)
+    assert first[1] == ["carrier_flap@node4/nic0"]
+    assert second == (480.0, ["loss_without_ecn@node4/nic1", "nic_drops@node4/nic1"])
     # a rack's coolant drop reported 40 s after its GPUs began to heat (the rule needs a baseline): one cause
     heat = repeat(200, 900, [("gpu_hot", "node5/gpu0"), ("gpu_hot", "node6/gpu1")])
     coolant = repeat(240, 900, [("coolant_flow_drop", "rack1")])
@@ -131,3 +139,27 @@ def test_what_the_weather_explains_anchors_no_other_cause() -> None:
         220.0,
         ["ecc_dbe@node1/gpu5", "xid@node1/gpu5"],
     )
+
+
+def test_throttle_reasons_tell_heat_from_a_power_brake_on_the_same_node() -> None:
+    thermal_mask, brake_mask = 0x20 | 0x40, 0x80  # SwThermal|HwThermal; HwPowerBrakeSlowdown
+    tracker = IncidentTracker(rack_of=RACK_OF)
+    for t in range(150, 601, 10):
+        batch = [Symptom(kind="gpu_throttle", component="node3/gpu2", ts_s=t, detail={"mask": thermal_mask})]
+        if t >= 350:
+            batch += [
+                Symptom(kind="gpu_throttle", component=f"node3/gpu{g}", ts_s=t, detail={"mask": brake_mask})
+                for g in (0, 1, 4, 5)
+            ]
+        tracker.feed(batch, float(t))
+    first, second = tracker.incidents()
+    assert first.components == ["node3/gpu2"] and second.opened_ts_s == 350.0
+    assert second.components == ["node3/gpu0", "node3/gpu1", "node3/gpu4", "node3/gpu5"]
+    # the same throttling without its reasons could be the node's heat spreading: one incident
+    tracker = IncidentTracker(rack_of=RACK_OF)
+    for t in range(150, 601, 10):
+        gpus = [2] + ([0, 1] if t >= 350 else [])
+        tracker.feed(
+            [Symptom(kind="gpu_throttle", component=f"node3/gpu{g}", ts_s=t) for g in gpus], float(t)
+        )
+    assert len(tracker.incidents()) == 1

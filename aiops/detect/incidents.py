@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aiops.causal import OWN_SIGNS, benign_explained, node_of, one_cause, symptoms_related
+from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
 from aiops.detect.rules import INFO, STRONG
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
@@ -50,11 +50,13 @@ class _Open:
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
     keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component) with its first ts
+    firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component) as first seen
 
     def add(self, symptoms: list[Symptom]) -> None:
         self.symptoms.extend(symptoms)
         for s in symptoms:
             self.keys.setdefault((s.kind, s.component), s.ts_s)
+            self.firsts.setdefault((s.kind, s.component), s)
 
 
 @dataclass(frozen=True)
@@ -182,51 +184,53 @@ class IncidentTracker:
         simultaneous: list[_Open] = []
         job = self.job_of.get(s.component) if s.kind in PEER_WAIT else None
         for group in self.open:
-            onsets = dict(group.keys)  # each member with its onset (a symptom seen again keeps its first)
+            firsts = dict(group.firsts)  # each member as first seen (a symptom seen again keeps its onset)
             for p in placed.get(group.number, []):
-                onsets.setdefault((p.kind, p.component), p.ts_s)
-            members = list(onsets.items())
-            hardware = [(k, c, ts) for (k, c), ts in members if not c.startswith("job:")]
-            explained = benign_explained({k for k, _, _ in hardware})  # the weather's: they anchor nothing
-            anchors = [(k, c, ts) for k, c, ts in hardware if k not in PEER_WAIT and k not in explained] or [
-                (k, c, ts) for k, c, ts in hardware if k not in explained
+                firsts.setdefault((p.kind, p.component), p)
+            hardware = [m for m in firsts.values() if not m.component.startswith("job:")]
+            explained = benign_explained({m.kind for m in hardware})  # the weather's: they anchor nothing
+            anchors = [m for m in hardware if m.kind not in PEER_WAIT and m.kind not in explained] or [
+                m for m in hardware if m.kind not in explained
             ]
-            if any(self._linked(s, k, c, ts) for k, c, ts in anchors):
+            if any(self._linked(s, m) for m in anchors):
                 related.append(group)
             elif job is not None and (
-                f"job:{job}" in {c for (_, c), _ in members}
-                or any(node_of(c, self.rack_of) in self.job_nodes.get(job, set()) for _, c, _ in anchors)
+                f"job:{job}" in {c for _, c in firsts}
+                or any(node_of(m.component, self.rack_of) in self.job_nodes.get(job, set()) for m in anchors)
             ):
                 same_job.append(group)
             elif not hardware:
                 job_only.append(group)
-            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s and any(k not in INFO for k, _, _ in anchors):
+            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s and any(m.kind not in INFO for m in anchors):
                 simultaneous.append(group)
         for found in (related, same_job, job_only, simultaneous):
             if found:
                 return found[-1]
         return None
 
-    def _linked(self, s: Symptom, kind: str, component: str, ts_s: float) -> bool:
-        """Does new symptom `s` share a cause with an incident's symptom (`kind` on `component` since `ts_s`)?
-        Both must lie on one causal path (`aiops.causal.symptoms_related`), and then: their onsets within
-        `join_s` (one event), or `s` a consequence only (drops, pauses: no cause's own sign) on the same node,
-        or one cause that the incident's symptom is an own sign of produces `s` too (a node's heat spreading
-        over its GPUs, a rack's coolant heating its nodes), or `s` is the own sign of a cause that produces the
-        incident's symptom, seen at most `cause_lag_s` after it (a coolant drop that its rule needed a baseline
-        and two windows to report). Otherwise `s` is an independent fault: a PCIe fault on a GPU next to a hot
-        one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault during benign ambient drift."""
-        if not symptoms_related(s.kind, s.component, kind, component, self.rack_of):
+    def _linked(self, s: Symptom, member: Symptom) -> bool:
+        """Does new symptom `s` share a cause with an incident's `member` (as first seen)? Both must lie on one
+        causal path (`aiops.causal.symptoms_related`), and then: their onsets within `join_s` (one event), or
+        `s` a consequence of no cause's signs (PFC pauses) on the same node, or one cause that the
+        member is an own sign of produces `s` too (a node's heat spreading over its GPUs, a rack's coolant
+        heating its nodes; throttle reasons narrow the causes: a power limit is no sign of heat), or `s` is the
+        own sign of a cause that produces the member, seen at most `cause_lag_s` after it (a coolant drop that
+        its rule needed a baseline and two windows to report). Otherwise `s` is an independent fault: a PCIe
+        fault on a GPU next to a hot one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault
+        during benign ambient drift."""
+        kind, component, rack_of = member.kind, member.component, self.rack_of
+        if not symptoms_related(s.kind, s.component, kind, component, rack_of):
             return False
-        if abs(s.ts_s - ts_s) <= self.join_s and kind not in INFO and s.kind not in INFO:
+        if abs(s.ts_s - member.ts_s) <= self.join_s and kind not in INFO and s.kind not in INFO:
             return True  # (a slow benign condition has no onset to share: its ts is when it crossed a line)
-        node = node_of(s.component, self.rack_of)
-        if s.kind not in OWN_SIGNS and node is not None and node == node_of(component, self.rack_of):
+        node = node_of(s.component, rack_of)
+        if s.kind not in SIGNED and node is not None and node == node_of(component, rack_of):
             return True
-        if one_cause(kind, component, s.kind, s.component, self.rack_of):
+        new, old = throttle_labels(s.kind, s.detail), throttle_labels(kind, member.detail)
+        if one_cause(kind, component, s.kind, s.component, rack_of, old, new):
             return True
-        return 0.0 <= s.ts_s - ts_s <= self.cause_lag_s and one_cause(
-            s.kind, s.component, kind, component, self.rack_of
+        return 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s and one_cause(
+            s.kind, s.component, kind, component, rack_of, new, old
         )
 
     def _open_with(self, symptoms: list[Symptom], now_ts_s: float) -> _Open:

@@ -59,8 +59,13 @@ def facility(facts: Facts) -> list[Candidate]:
         flows_ok = bool(normal) and (len(racks) > 1 or len(normal) == len(racks))
         # throttling on a few nodes is some fault beside the weather (its own incident); on most of them it is no
         # benign drift
+        # (counted in the racks whose coolant flows: a rack whose flow fell explains its own nodes' throttling)
+        flowing = {str(r["rack"]) for r in racks if not _flow_dropped(r)}
         throttled_nodes = {str(r["node"]) for r in throttled}
-        widespread = len(throttled_nodes) >= max(2, 0.5 * len(rack_of_node))
+        under = {n for n, rack in rack_of_node.items() if rack in flowing}
+        if rack_of_node:  # without a topology every throttling node counts
+            throttled_nodes &= under
+        widespread = len(throttled_nodes) >= max(2, 0.5 * len(under))
         score = 0.75 if (not widespread and flows_ok) else 0.3
         rise = min(float(r["inlet_c"]) - float(r["ref_inlet_c"]) for r in drift)
         out.append(
