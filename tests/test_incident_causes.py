@@ -163,3 +163,12 @@ def test_throttle_reasons_tell_heat_from_a_power_brake_on_the_same_node() -> Non
             [Symptom(kind="gpu_throttle", component=f"node3/gpu{g}", ts_s=t) for g in gpus], float(t)
         )
     assert len(tracker.incidents()) == 1
+
+
+def test_a_jobs_slow_steps_go_to_the_latest_fault_not_to_the_weather() -> None:
+    thermal = repeat(160, 900, [("gpu_throttle", "node1/gpu3")])
+    drift = repeat(300, 900, [("fleet_inlet_drift", "fleet")])
+    slow = repeat(320, 900, [("step_regression", "job:train")])
+    first, second = run(thermal, drift, slow)
+    assert first == (160.0, ["gpu_throttle@node1/gpu3", "step_regression@job:train"])
+    assert second == (300.0, ["fleet_inlet_drift@fleet"])

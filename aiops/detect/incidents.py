@@ -1,12 +1,15 @@
-"""Grouping symptoms into incidents. Symptoms of one cause arrive together or along one path of the dependency
-graph (the throttling GPU, the slow steps of its job, the collective latency of its peers), so a new symptom
-joins an open incident when it is on a component causally related to one of that incident's (`aiops.causal`:
-same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks), or when its onset comes
-within `join_s` of the incident's opening (one event seen on several components at once). A symptom on an
-unrelated component with a later onset opens an incident of its own: independent faults are separate
-incidents. A job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put
-with the open incident whose onset came last before it (the most recent change explains it). Each (kind,
-component) stays with the incident it first joined; an incident closes after `quiet_s` without one of its own.
+"""Grouping symptoms into incidents, by cause and not by node. Symptoms of one cause arrive together or along one
+path of the dependency graph (the throttling GPU, the slow steps of its job, the collective latency of its
+peers), so a new symptom joins an open incident when it is on a component causally related to one of that
+incident's (`aiops.causal`: same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks)
+and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both), or when its
+onset comes within `join_s` of the incident's opening (one event seen on several components at once). A symptom
+on an unrelated component, or an independent one on a related component (a PCIe fault next to a hot GPU, a DCIM
+cap minutes into a thermal fault, a fault during benign ambient drift), opens an incident of its own. A
+job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put with the open
+incident of a fault whose onset came last before it (the most recent change explains it; a benign condition's
+incident only when no other is open). Each (kind, component) stays with the incident it first joined; an
+incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
 the live service: `feed` returns what changed (`Transition`s: opened, updated, resolved), numbering continues
@@ -101,6 +104,18 @@ class IncidentTracker:
         """The open incident opened last (None when none is open)."""
         return self.open[-1] if self.open else None
 
+    def _latest_fault(self, placed: dict[int, list[Symptom]]) -> _Open | None:
+        """The open incident opened last, passing over those whose hardware symptoms (held, or placed in this
+        window) are all a benign condition's (ambient drift explains no job's slow steps); the one opened last
+        when every one is."""
+        for group in reversed(self.open):
+            keys = {*group.firsts, *((p.kind, p.component) for p in placed.get(group.number, []))}
+            hardware = [k for k, c in keys if not c.startswith("job:")]
+            explained = benign_explained(hardware)
+            if not hardware or any(k not in INFO and k not in explained for k in hardware):
+                return group
+        return self.current
+
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
         group = _Open(incident.number, incident.opened_ts_s, incident.last_ts_s)
@@ -165,7 +180,7 @@ class IncidentTracker:
             opened.append(self._open_with(orphans, now_ts_s))
             placed[opened[-1].number] = orphans
         for s in fresh_job:
-            latest = self.current
+            latest = self._latest_fault(placed)
             if latest is None:
                 latest = self._open_with([s], now_ts_s)
                 opened.append(latest)
