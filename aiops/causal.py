@@ -146,13 +146,15 @@ def one_cause(
     )
 
 
-# Which causes can set each clocks-event reason: heat, a power limit, a power brake (HwSlowdown: heat or brake).
+# Which causes can set each clocks-event reason: heat, a power limit, a power brake. HwSlowdown is asserted
+# with HwThermalSlowdown or HwPowerBrakeSlowdown: it says something only when neither is there.
+_HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
 _REASON_LABELS: tuple[tuple[int, frozenset[str]], ...] = (
-    (THERMAL, frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})),
+    (THERMAL, _HEAT),
     (SW_POWER_CAP, frozenset({"power_cap_misconfig", "facility_power_cap"})),
     (HW_POWER_BRAKE_SLOWDOWN, frozenset({"power_brake"})),
-    (HW_SLOWDOWN, frozenset({"thermal_throttle", "rack_cooling_failure", "power_brake"})),
 )
+_SPECIFIC = THERMAL | SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN
 
 
 def throttle_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | None:
@@ -161,8 +163,9 @@ def throttle_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] |
     mask = detail.get("mask")
     if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
         return None
-    allowed = frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
-    return allowed or None
+    if not mask & _SPECIFIC:
+        return _HEAT | {"power_brake"} if mask & HW_SLOWDOWN else None
+    return frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
 
 
 def benign_explained(kinds: Collection[str]) -> frozenset[str]:

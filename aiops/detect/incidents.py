@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
-from aiops.detect.rules import INFO, STRONG
+from aiops.detect.rules import INFO, PERSISTENT, STRONG
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
 
@@ -229,8 +229,8 @@ class IncidentTracker:
         `s` a consequence of no cause's signs (PFC pauses) on the same node, or one cause that the
         member is an own sign of produces `s` too (a node's heat spreading over its GPUs, a rack's coolant
         heating its nodes; throttle reasons narrow the causes: a power limit is no sign of heat), or `s` is the
-        own sign of a cause that produces the member, seen at most `cause_lag_s` after it (a coolant drop that
-        its rule needed a baseline and two windows to report). Otherwise `s` is an independent fault: a PCIe
+        own sign of a cause that produces the member, reported at most `cause_lag_s` after it by a rule that
+        needs a baseline or several windows (a coolant drop; a DCIM signal or a counter is dated at its onset). Otherwise `s` is an independent fault: a PCIe
         fault on a GPU next to a hot one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault
         during benign ambient drift."""
         kind, component, rack_of = member.kind, member.component, self.rack_of
@@ -244,9 +244,8 @@ class IncidentTracker:
         new, old = throttle_labels(s.kind, s.detail), throttle_labels(kind, member.detail)
         if one_cause(kind, component, s.kind, s.component, rack_of, old, new):
             return True
-        return 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s and one_cause(
-            s.kind, s.component, kind, component, rack_of, new, old
-        )
+        late = s.kind in PERSISTENT and 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s
+        return late and one_cause(s.kind, s.component, kind, component, rack_of, new, old)
 
     def _open_with(self, symptoms: list[Symptom], now_ts_s: float) -> _Open:
         """A new incident for symptoms that no open incident explains (opened at their earliest onset)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from aiops.causal import benign_explained, covers, node_of, symptoms_related
+from aiops.causal import benign_explained, covers, node_of, symptoms_related, throttle_labels
 from aiops.labels import HEAT_AND_POWER, SPEC, SPECS
 from aiops.models import Incident, Symptom
 from aiops.rca.candidate import Candidate
@@ -76,7 +76,13 @@ def own_sign(label: str, component: str, incident: Incident, rack_of: dict[str, 
     own = SIGNS.get(label, (frozenset(), frozenset()))[0] - benign_explained(
         {s.kind for s in incident.symptoms}
     )
-    found = [s for s in incident.symptoms if s.kind in own and covers(component, s.component, rack_of)]
+    found = [
+        s
+        for s in incident.symptoms
+        if s.kind in own
+        and covers(component, s.component, rack_of)
+        and label in (throttle_labels(s.kind, s.detail) or {label})  # a GPU throttled for heat is no brake's
+    ]
     return min(found, key=lambda s: s.ts_s) if found else None
 
 
