@@ -172,3 +172,11 @@ def test_a_jobs_slow_steps_go_to_the_latest_fault_not_to_the_weather() -> None:
     first, second = run(thermal, drift, slow)
     assert first == (160.0, ["gpu_throttle@node1/gpu3", "step_regression@job:train"])
     assert second == (300.0, ["fleet_inlet_drift@fleet"])
+
+
+def test_the_kinds_that_may_come_late_are_symptom_kinds_of_baselined_rules() -> None:
+    from aiops.detect.kinds import PERSISTENT, SYMPTOM_KINDS
+
+    assert PERSISTENT <= SYMPTOM_KINDS
+    # counters, reasons and signals are dated at their onset: a DCIM cap is not late for a GPU's heat
+    assert not {"dcim_power_cap", "power_limit_drop", "gpu_throttle", "xid", "carrier_flap"} & PERSISTENT

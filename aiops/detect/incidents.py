@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
-from aiops.detect.rules import INFO, PERSISTENT, STRONG
+from aiops.detect.kinds import PERSISTENT
+from aiops.detect.rules import INFO, STRONG
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
 

@@ -38,25 +38,6 @@ STRONG = {
     "loader_outlier",
 }
 INFO = {"fleet_inlet_drift"}
-# Kinds of rules that need a baseline or several windows: reported a while after the fault began (the others,
-# counters, reasons, signals, are dated at their onset)
-PERSISTENT = frozenset(
-    {
-        "gpu_hot",
-        "gpu_idle_in_job",
-        "loss_without_ecn",
-        "nic_drops",
-        "queue_delay",
-        "pfc_pauses",
-        "collective_latency",
-        "step_regression",
-        "coolant_flow_drop",
-        "rack_inlet_hot",
-        "fleet_inlet_drift",
-        "loader_outlier",
-        "loader_stall",
-    }
-)
 
 WARMUP_S = 30.0
 CORRECTED_XIDS = frozenset({92})

@@ -14,6 +14,7 @@ from typing import Any
 from aiops.nvml_bits import describe
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
+from aiops.rca.rack_signs import rack_abnormal, rack_singled_out
 
 ECC_XIDS = {48, 63, 64, 92, 94, 95}
 # Xid 92 is a high rate of corrected single-bit errors: a warning, not an uncorrectable error (Xid catalogue)
@@ -284,7 +285,7 @@ def _thermal(
         several = (heating[rack] if known else sum(heating.values())) >= 2
         # the rack's cause when several of its nodes heat, or when its own sensors single it out (its coolant
         # flow fell, or its inlet rose and not every rack's did), however many nodes it holds
-        rack_cause = rack_hot and (several or (known and _rack_singled_out(racks, rack)))
+        rack_cause = rack_hot and (several or (known and rack_singled_out(racks, rack)))
         score = 0.35 if rack_cause else (0.86 if thermal else 0.6)
         row = changes.get(component, {})
         summary = (
@@ -355,7 +356,7 @@ def _heated(row: dict[str, Any]) -> float:
 
 def _rack_cooling_signal(racks: dict[str, dict[str, Any]], hot_racks: set[str], known: bool) -> bool:
     """A rack's coolant or inlet is abnormal where the hot GPUs are (any rack when the topology is unknown)."""
-    return any(_rack_abnormal(r) for rack, r in racks.items() if not known or rack in hot_racks)
+    return any(rack_abnormal(r) for rack, r in racks.items() if not known or rack in hot_racks)
 
 
 def _covering_caps(
@@ -383,33 +384,6 @@ def _covering_caps(
         if inside and in_time:
             out.append(cap)
     return out
-
-
-def _flow_dropped(r: dict[str, Any]) -> bool:
-    return bool(
-        r["ref_flow_lpm"] and r["min_flow_lpm"] is not None and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]
-    )
-
-
-def _inlet_up(r: dict[str, Any]) -> bool:
-    return bool(
-        r["ref_inlet_c"] is not None
-        and r["max_inlet_c"] is not None
-        and r["max_inlet_c"] > r["ref_inlet_c"] + 3
-    )
-
-
-def _rack_abnormal(r: dict[str, Any]) -> bool:
-    return _flow_dropped(r) or _inlet_up(r)
-
-
-def _rack_singled_out(racks: dict[str, dict[str, Any]], rack: str) -> bool:
-    """The rack's own sensors moved in a way the weather does not explain: its coolant flow fell, or its inlet
-    rose while another rack's did not."""
-    r = racks.get(rack)
-    if r is None:
-        return False
-    return _flow_dropped(r) or (_inlet_up(r) and any(not _inlet_up(o) for o in racks.values()))
 
 
 def _fmt(value: Any) -> str:
