@@ -8,13 +8,20 @@ one is a job or a lane policy (a job's steps wait for every rank; a policy appli
 different nodes of different racks are not: a NIC that flaps on node6 does not heat a GPU on node2. A rack or
 the fleet reaches a GPU only through heat and power (coolant, inlet air, a DCIM cap): `FACILITY_REACH` names the
 symptom kinds it can cause below it, so a rack's coolant failure does not swallow a NIC's link flap.
+
+Being on one path is not enough for two symptoms to share a cause: a GPU's heat and a PCIe fault on its
+neighbour are on one node, yet independent. `one_cause` asks the labels (`aiops.labels.SPECS`): is there a
+cause of which the first symptom is an own sign, that also produces the second, on a component of the label's
+target kinds covering both? A node's local cooling failure heats its GPUs one after another; nothing that heats
+a GPU writes PCIe replays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from aiops import labels
+from aiops.nvml_bits import HW_POWER_BRAKE_SLOWDOWN, HW_SLOWDOWN, SW_POWER_CAP, THERMAL
 
 # What a rack- or fleet-level condition can cause on the nodes below it: heat, throttling and power limits.
 FACILITY_REACH = frozenset(
@@ -28,6 +35,11 @@ FACILITY_REACH = frozenset(
         "fleet_inlet_drift",
     }
 )
+
+# Symptom kinds that are some cause's own sign (what dates it), and those that some cause produces at all; a
+# hardware symptom of no cause's signs (PFC pauses received: a peer's congestion) is a consequence only.
+OWN_SIGNS = frozenset(kind for spec in labels.SPECS for kind in spec.anchors)
+SIGNED = frozenset(kind for spec in labels.SPECS for kind in spec.anchors | spec.shared_anchors)
 
 RackOf = Mapping[str, str]  # node → rack, from the topology table (empty when unknown)
 
@@ -80,3 +92,87 @@ def symptoms_related(kind_a: str, a: str, kind_b: str, b: str, rack_of: RackOf) 
     if is_facility(b, rack_of) and not is_facility(a, rack_of) and not a.startswith("job:"):
         return kind_a in FACILITY_REACH
     return True
+
+
+def covers(cause: str, component: str, rack_of: RackOf) -> bool:
+    """Does a cause on `cause` reach `component` from at or above it: the same component, a node over its GPUs
+    and NICs, a rack over its nodes (a node of unknown rack: yes), the fleet, a job or a policy over everything."""
+    if cause == component or is_everywhere(cause):
+        return True
+    if is_everywhere(component):
+        return False
+    if is_facility(cause, rack_of):
+        rack = _rack(component, rack_of)
+        return rack is None or rack == cause
+    node = node_of(cause, rack_of)
+    return node == cause and node_of(component, rack_of) == node
+
+
+def _one_scope(target_kind: str, a: str, b: str, rack_of: RackOf) -> bool:
+    """Is there one component of `target_kind` over both `a` and `b`?"""
+    if target_kind in ("fleet", "policy"):
+        return True
+    if target_kind == "rack":
+        if is_everywhere(a) or is_everywhere(b):
+            return False
+        rack_a, rack_b = _rack(a, rack_of), _rack(b, rack_of)
+        return rack_a is None or rack_b is None or rack_a == rack_b
+    if target_kind == "node":
+        node = node_of(a, rack_of)
+        return node is not None and node == node_of(b, rack_of)
+    return a == b  # a GPU, NIC or accelerator
+
+
+def one_cause(
+    kind_a: str,
+    a: str,
+    kind_b: str,
+    b: str,
+    rack_of: RackOf,
+    labels_a: Collection[str] | None = None,
+    labels_b: Collection[str] | None = None,
+) -> bool:
+    """Could one cause, of which `kind_a` on `a` is an own sign, also produce `kind_b` on `b`: a label with
+    `kind_a` among its own signs and `kind_b` among its signs, on a component of its target kinds over both
+    (and among `labels_a` / `labels_b` when a symptom itself says which causes can produce it: the throttle
+    reasons of a `gpu_throttle`, `throttle_labels`)."""
+    return any(
+        kind_a in spec.anchors
+        and kind_b in spec.anchors | spec.shared_anchors
+        and (labels_a is None or spec.label in labels_a)
+        and (labels_b is None or spec.label in labels_b)
+        and any(_one_scope(t, a, b, rack_of) for t in spec.target_kinds)
+        for spec in labels.SPECS
+    )
+
+
+# Which causes can set each clocks-event reason: heat, a power limit, a power brake. HwSlowdown is asserted
+# with HwThermalSlowdown or HwPowerBrakeSlowdown: it says something only when neither is there.
+_HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
+_REASON_LABELS: tuple[tuple[int, frozenset[str]], ...] = (
+    (THERMAL, _HEAT),
+    (SW_POWER_CAP, frozenset({"power_cap_misconfig", "facility_power_cap"})),
+    (HW_POWER_BRAKE_SLOWDOWN, frozenset({"power_brake"})),
+)
+_SPECIFIC = THERMAL | SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN
+
+
+def throttle_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | None:
+    """The causes a `gpu_throttle` symptom's reasons (`detail["mask"]`) allow; None (any) for other kinds or
+    when the reasons are unknown. A GPU capped by its power limit is no sign of its neighbour's heat."""
+    mask = detail.get("mask")
+    if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
+        return None
+    if not mask & _SPECIFIC:
+        return _HEAT | {"power_brake"} if mask & HW_SLOWDOWN else None
+    return frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
+
+
+def benign_explained(kinds: Collection[str]) -> frozenset[str]:
+    """The symptom kinds that a benign condition seen among `kinds` explains (labels with `benign`, whose own
+    sign is there: ambient drift raises every rack's inlet). Such symptoms anchor no other cause: a rack's
+    inlet that the weather raised is no sign of its coolant failing."""
+    seen = set(kinds)
+    return frozenset(
+        kind for spec in labels.SPECS if spec.benign and spec.anchors & seen for kind in spec.shared_anchors
+    )

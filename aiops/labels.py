@@ -55,7 +55,8 @@ class LabelSpec:
       produces, its own signs first, then those it shares with other causes (aiops/rca/onsets.py dates a
       cause by them); `paused_by`: symptom kinds that anchor it wherever they are seen (PFC pauses received
       anchor an ECN candidate on any node); `heat_or_power`: its effects reach a GPU through heat or power,
-      so a rack or fleet condition can explain it (aiops/causal);
+      so a rack or fleet condition can explain it (aiops/causal); `benign`: a normal condition, explained but
+      no fault (ambient drift): it never outranks a fault in a case's summary (evals/harness.py);
     - `scorer`: the analyst scores it from telemetry (aiops/rca/scorers.py `SCORERS`);
     - `evidence_rule`: an operator's files can name it (aiops/evidence/rules.py `RULES`);
     - `twin_fault`: the twin can inject it, so it is a scenario fault kind (aiops/sim/fault_models `FAULT_MODELS`);
@@ -70,6 +71,7 @@ class LabelSpec:
     shared_anchors: frozenset[str] = frozenset()
     paused_by: frozenset[str] = frozenset()
     heat_or_power: bool = False
+    benign: bool = False
     scorer: bool = True
     evidence_rule: bool = False
     twin_fault: bool = True
@@ -125,7 +127,14 @@ SPECS: tuple[LabelSpec, ...] = (
         evidence_rule=True,
     ),
     LabelSpec("application_error", ("gpu",), _f("xid"), evidence_rule=True),
-    LabelSpec("ambient_drift", ("fleet",), _f("fleet_inlet_drift"), heat_or_power=True),
+    LabelSpec(
+        "ambient_drift",
+        ("fleet",),
+        _f("fleet_inlet_drift"),
+        _f("rack_inlet_hot"),
+        heat_or_power=True,
+        benign=True,
+    ),
     # Labels that real incidents needed (issue 13, evals/real/README.md): the analyst gives them from evidence
     # files only; the twin cannot inject them and telemetry shows nothing of them.
     LabelSpec(
@@ -161,6 +170,9 @@ TARGET_KINDS: dict[str, tuple[str, ...]] = {spec.label: spec.target_kinds for sp
 
 # Labels whose effects reach a GPU through heat or power: what a rack or fleet condition can explain.
 HEAT_AND_POWER: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.heat_or_power)
+
+# Normal conditions the analyst explains but that are no fault (no remediation is needed).
+BENIGN_LABELS: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.benign)
 
 # RFC 1123: labels of [a-z0-9-], 1-63 long, neither starting nor ending with '-'; dotted, 253 at most. Lowercase
 # only (a host name is case-insensitive: the agent lowercases the kernel's; Kubernetes node names are lowercase).

@@ -1,12 +1,15 @@
-"""Grouping symptoms into incidents. Symptoms of one cause arrive together or along one path of the dependency
-graph (the throttling GPU, the slow steps of its job, the collective latency of its peers), so a new symptom
-joins an open incident when it is on a component causally related to one of that incident's (`aiops.causal`:
-same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks), or when its onset comes
-within `join_s` of the incident's opening (one event seen on several components at once). A symptom on an
-unrelated component with a later onset opens an incident of its own: independent faults are separate
-incidents. A job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put
-with the open incident whose onset came last before it (the most recent change explains it). Each (kind,
-component) stays with the incident it first joined; an incident closes after `quiet_s` without one of its own.
+"""Grouping symptoms into incidents, by cause and not by node. Symptoms of one cause arrive together or along one
+path of the dependency graph (the throttling GPU, the slow steps of its job, the collective latency of its
+peers), so a new symptom joins an open incident when it is on a component causally related to one of that
+incident's (`aiops.causal`: same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks)
+and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both), or when its
+onset comes within `join_s` of the incident's opening (one event seen on several components at once). A symptom
+on an unrelated component, or an independent one on a related component (a PCIe fault next to a hot GPU, a DCIM
+cap minutes into a thermal fault, a fault during benign ambient drift), opens an incident of its own. A
+job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put with the open
+incident of a fault whose onset came last before it (the most recent change explains it; a benign condition's
+incident only when no other is open). Each (kind, component) stays with the incident it first joined; an
+incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
 the live service: `feed` returns what changed (`Transition`s: opened, updated, resolved), numbering continues
@@ -17,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aiops.causal import node_of, symptoms_related
+from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
+from aiops.detect.kinds import PERSISTENT
 from aiops.detect.rules import INFO, STRONG
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
@@ -37,6 +41,7 @@ WEAK_KINDS_TO_OPEN = {
 # A rank that idles while its job waits for a peer (a crash, a restart): on the job's path, not a cause.
 PEER_WAIT = {"gpu_idle_in_job"}
 JOIN_S = 20.0  # onsets this close are one event seen on several components (two 10 s windows)
+CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be reported (a rule with a baseline)
 
 Key = tuple[str, str]  # (kind, component)
 
@@ -49,11 +54,13 @@ class _Open:
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
     keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component) with its first ts
+    firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component) as first seen
 
     def add(self, symptoms: list[Symptom]) -> None:
         self.symptoms.extend(symptoms)
         for s in symptoms:
             self.keys.setdefault((s.kind, s.component), s.ts_s)
+            self.firsts.setdefault((s.kind, s.component), s)
 
 
 @dataclass(frozen=True)
@@ -72,9 +79,11 @@ class IncidentTracker:
         rack_of: Mapping[str, str] | None = None,
         job_of: Mapping[str, str] | None = None,
         join_s: float = JOIN_S,
+        cause_lag_s: float = CAUSE_LAG_S,
     ) -> None:
         self.quiet_s = quiet_s
         self.join_s = join_s
+        self.cause_lag_s = cause_lag_s
         self.rack_of: Mapping[str, str] = rack_of or {}  # node → rack; unknown racks merge (the safe error)
         self.job_of: Mapping[str, str] = {}  # GPU → the job its rank serves
         self.job_nodes: dict[str, set[str | None]] = {}
@@ -95,6 +104,18 @@ class IncidentTracker:
     def current(self) -> _Open | None:
         """The open incident opened last (None when none is open)."""
         return self.open[-1] if self.open else None
+
+    def _latest_fault(self, placed: dict[int, list[Symptom]]) -> _Open | None:
+        """The open incident opened last, passing over those whose hardware symptoms (held, or placed in this
+        window) are all a benign condition's (ambient drift explains no job's slow steps); the one opened last
+        when every one is."""
+        for group in reversed(self.open):
+            keys = {*group.firsts, *((p.kind, p.component) for p in placed.get(group.number, []))}
+            hardware = [k for k, c in keys if not c.startswith("job:")]
+            explained = benign_explained(hardware)
+            if not hardware or any(k not in INFO and k not in explained for k in hardware):
+                return group
+        return self.current
 
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
@@ -147,18 +168,20 @@ class IncidentTracker:
             else:
                 fresh_hw.append(s)
         opened: list[_Open] = []
-        orphans: list[Symptom] = []
-        for s in fresh_hw:
-            home = self._home(s, placed)
+        homes = [(s, self._home(s, placed)) for s in fresh_hw]
+        orphans = [s for s, home in homes if home is None]
+        for s, home in homes:
             if home is None:
-                orphans.append(s)
+                continue
+            if any(o.component == s.component and abs(o.ts_s - s.ts_s) <= self.join_s for o in orphans):
+                orphans.append(s)  # one onset on one component: with the new cause, not an older one
             else:
                 placed.setdefault(home.number, []).append(s)
         if orphans:
             opened.append(self._open_with(orphans, now_ts_s))
             placed[opened[-1].number] = orphans
         for s in fresh_job:
-            latest = self.current
+            latest = self._latest_fault(placed)
             if latest is None:
                 latest = self._open_with([s], now_ts_s)
                 opened.append(latest)
@@ -166,35 +189,64 @@ class IncidentTracker:
         return placed, opened
 
     def _home(self, s: Symptom, placed: dict[int, list[Symptom]]) -> _Open | None:
-        """The open incident a new hardware symptom belongs to: one with a symptom on a causally related
-        component, else (for a rank waiting on its peers) one on a node of the same job, else one with no
-        hardware symptom yet (only job-level ones: a job reaches every rank), else one opened within `join_s`
-        of this onset; None when it is independent of all. A waiting rank anchors nothing itself, so a later
-        fault on its node is not taken for the cause it waited on."""
+        """The open incident a new hardware symptom belongs to: one with a symptom it is linked to (`_linked`:
+        a causal path and one cause, or a shared onset), else (for a rank waiting on its peers) one on a node of
+        the same job, else one with no hardware symptom yet (only job-level ones: a job reaches every rank),
+        else one opened within `join_s` of this onset; None when it is independent of all. A waiting rank
+        anchors nothing itself, so a later fault on its node is not taken for the cause it waited on."""
         related: list[_Open] = []
         same_job: list[_Open] = []
         job_only: list[_Open] = []
         simultaneous: list[_Open] = []
         job = self.job_of.get(s.component) if s.kind in PEER_WAIT else None
         for group in self.open:
-            members = [*group.keys, *((p.kind, p.component) for p in placed.get(group.number, []))]
-            hardware = [(k, c) for k, c in members if not c.startswith("job:")]
-            anchors = [(k, c) for k, c in hardware if k not in PEER_WAIT] or hardware
-            if any(symptoms_related(s.kind, s.component, k, c, self.rack_of) for k, c in anchors):
+            firsts = dict(group.firsts)  # each member as first seen (a symptom seen again keeps its onset)
+            for p in placed.get(group.number, []):
+                firsts.setdefault((p.kind, p.component), p)
+            hardware = [m for m in firsts.values() if not m.component.startswith("job:")]
+            explained = benign_explained({m.kind for m in hardware})  # the weather's: they anchor nothing
+            anchors = [m for m in hardware if m.kind not in PEER_WAIT and m.kind not in explained] or [
+                m for m in hardware if m.kind not in explained
+            ]
+            if any(self._linked(s, m) for m in anchors):
                 related.append(group)
             elif job is not None and (
-                f"job:{job}" in {c for _, c in members}
-                or any(node_of(c, self.rack_of) in self.job_nodes.get(job, set()) for _, c in anchors)
+                f"job:{job}" in {c for _, c in firsts}
+                or any(node_of(m.component, self.rack_of) in self.job_nodes.get(job, set()) for m in anchors)
             ):
                 same_job.append(group)
             elif not hardware:
                 job_only.append(group)
-            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s:
+            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s and any(m.kind not in INFO for m in anchors):
                 simultaneous.append(group)
         for found in (related, same_job, job_only, simultaneous):
             if found:
                 return found[-1]
         return None
+
+    def _linked(self, s: Symptom, member: Symptom) -> bool:
+        """Does new symptom `s` share a cause with an incident's `member` (as first seen)? Both must lie on one
+        causal path (`aiops.causal.symptoms_related`), and then: their onsets within `join_s` (one event), or
+        `s` a consequence of no cause's signs (PFC pauses) on the same node, or one cause that the
+        member is an own sign of produces `s` too (a node's heat spreading over its GPUs, a rack's coolant
+        heating its nodes; throttle reasons narrow the causes: a power limit is no sign of heat), or `s` is the
+        own sign of a cause that produces the member, reported at most `cause_lag_s` after it by a rule that
+        needs a baseline or several windows (a coolant drop; a DCIM signal or a counter is dated at its onset). Otherwise `s` is an independent fault: a PCIe
+        fault on a GPU next to a hot one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault
+        during benign ambient drift."""
+        kind, component, rack_of = member.kind, member.component, self.rack_of
+        if not symptoms_related(s.kind, s.component, kind, component, rack_of):
+            return False
+        if abs(s.ts_s - member.ts_s) <= self.join_s and kind not in INFO and s.kind not in INFO:
+            return True  # (a slow benign condition has no onset to share: its ts is when it crossed a line)
+        node = node_of(s.component, rack_of)
+        if s.kind not in SIGNED and node is not None and node == node_of(component, rack_of):
+            return True
+        new, old = throttle_labels(s.kind, s.detail), throttle_labels(kind, member.detail)
+        if one_cause(kind, component, s.kind, s.component, rack_of, old, new):
+            return True
+        late = s.kind in PERSISTENT and 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s
+        return late and one_cause(s.kind, s.component, kind, component, rack_of, new, old)
 
     def _open_with(self, symptoms: list[Symptom], now_ts_s: float) -> _Open:
         """A new incident for symptoms that no open incident explains (opened at their earliest onset)."""

@@ -7,7 +7,8 @@ from typing import Any
 
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
-from aiops.rca.gpu_scorers import _heated, _rack_abnormal
+from aiops.rca.gpu_scorers import _heated
+from aiops.rca.rack_signs import flow_dropped, rack_abnormal
 from aiops.rca.rdma_scorers import hca_nics
 
 
@@ -23,14 +24,19 @@ def facility(facts: Facts) -> list[Candidate]:
         if _heated(row) >= 5.0:
             hot_nodes[rack_of_node.get(str(row["node"]), "?")].add(str(row["node"]))
     out: list[Candidate] = []
-    abnormal = [r for r in racks if _rack_abnormal(r)]
+    rack_size = Counter(rack_of_node.values())
+    abnormal = [r for r in racks if rack_abnormal(r)]
     for r in abnormal:
         rack = str(r["rack"])
         nodes = hot_nodes.get(rack, set())
         share = len(abnormal) / max(1, len(racks))
-        score = 0.9 if len(nodes) >= 2 else 0.7
-        if share == 1.0 and len(racks) > 1:
-            score = 0.45  # every rack at once looks like the weather, not a CDU
+        # several of its nodes heating, or every one of them (a rack of one node is no less a rack); an inlet
+        # that rose with the coolant flowing and no node heating is as much the weather as a CDU
+        score = 0.9 if len(nodes) >= min(2, rack_size.get(rack, 2)) else 0.7
+        if not nodes and not flow_dropped(r):
+            score = 0.45
+        if share == 1.0 and len(racks) > 1 and not flow_dropped(r):
+            score = 0.45  # every rack's inlet at once looks like the weather, not a CDU (the weather drops no flow)
         out.append(
             Candidate(
                 "rack_cooling_failure",
@@ -51,10 +57,22 @@ def facility(facts: Facts) -> list[Candidate]:
     ]
     if racks and len(drift) == len(racks):
         throttled = facts.throttle_onsets()
-        flows_ok = all(
-            not (r["ref_flow_lpm"] and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]) for r in racks
-        )
-        score = 0.75 if (not throttled and flows_ok) else 0.3
+        # the outside air raises every rack's inlet with its coolant flowing: a rack whose flow fell is a fault
+        # of its own beside the drift, as long as another rack's inlet rose with its flow normal
+        normal = [r for r in racks if not flow_dropped(r)]
+        flows_ok = bool(normal) and (len(racks) > 1 or len(normal) == len(racks))
+        # throttling on a few nodes is some fault beside the weather (its own incident); on most of them it is no
+        # benign drift
+        # (counted in the racks whose coolant flows: a rack whose flow fell explains its own nodes' throttling)
+        flowing = {str(r["rack"]) for r in racks if not flow_dropped(r)}
+        throttled_nodes = {
+            str(r["node"]) for r in throttled if r["thermal_samples"]
+        }  # for heat: a cap is no weather
+        under = {n for n, rack in rack_of_node.items() if rack in flowing}
+        if rack_of_node:  # without a topology every throttling node counts
+            throttled_nodes &= under
+        widespread = len(throttled_nodes) >= max(2, 0.5 * len(under))
+        score = 0.75 if (not widespread and flows_ok) else 0.3
         rise = min(float(r["inlet_c"]) - float(r["ref_inlet_c"]) for r in drift)
         out.append(
             Candidate(

@@ -14,6 +14,7 @@ from typing import Any
 from aiops.nvml_bits import describe
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
+from aiops.rca.rack_signs import rack_abnormal, rack_singled_out
 
 ECC_XIDS = {48, 63, 64, 92, 94, 95}
 # Xid 92 is a high rate of corrected single-bit errors: a warning, not an uncorrectable error (Xid catalogue)
@@ -179,7 +180,7 @@ def throttling(facts: Facts) -> list[Candidate]:
     misconfig = [g for g in sorted(set(lowered) | power_capped) if g in lowered]
     # A DCIM cap explains a lowered limit only inside the capped rack(s), from the cap's start on: the GPUs
     # it does not cover are judged on their own.
-    uncovered = [g for g in misconfig if not _covering_caps(facts, racks, capped_racks, g, onsets)]
+    uncovered = [g for g in misconfig if not _covering_caps(facts, racks, capped_racks, g, onsets, changes)]
     lowered_by_node: dict[str, list[str]] = {}
     for g in uncovered:
         lowered_by_node.setdefault(str(changes[g]["node"]), []).append(g)
@@ -189,7 +190,7 @@ def throttling(facts: Facts) -> list[Candidate]:
         out.append(_misconfig(facts, uncovered, changes, gpus_per_node, []))
     elif misconfig:
         covering = sorted(
-            {c for g in misconfig for c in _covering_caps(facts, racks, capped_racks, g, onsets)}
+            {c for g in misconfig for c in _covering_caps(facts, racks, capped_racks, g, onsets, changes)}
         )
         out.append(_misconfig(facts, misconfig, changes, gpus_per_node, covering))
     return out
@@ -282,7 +283,10 @@ def _thermal(
         rack = rack_of.get(node, "?")
         rack_hot = _rack_cooling_signal(racks, {rack}, known)
         several = (heating[rack] if known else sum(heating.values())) >= 2
-        score = 0.35 if (rack_hot and several) else (0.86 if thermal else 0.6)
+        # the rack's cause when several of its nodes heat, or when its own sensors single it out (its coolant
+        # flow fell, or its inlet rose and not every rack's did), however many nodes it holds
+        rack_cause = rack_hot and (several or (known and rack_singled_out(racks, rack)))
+        score = 0.35 if rack_cause else (0.86 if thermal else 0.6)
         row = changes.get(component, {})
         summary = (
             f"{node}: {len(gpus)} of {gpus_per_node.get(node, len(gpus))} GPUs overheating (local cooling)"
@@ -352,7 +356,7 @@ def _heated(row: dict[str, Any]) -> float:
 
 def _rack_cooling_signal(racks: dict[str, dict[str, Any]], hot_racks: set[str], known: bool) -> bool:
     """A rack's coolant or inlet is abnormal where the hot GPUs are (any rack when the topology is unknown)."""
-    return any(_rack_abnormal(r) for rack, r in racks.items() if not known or rack in hot_racks)
+    return any(rack_abnormal(r) for rack, r in racks.items() if not known or rack in hot_racks)
 
 
 def _covering_caps(
@@ -361,32 +365,25 @@ def _covering_caps(
     capped: set[str],
     gpu: str,
     onsets: list[dict[str, Any]],
+    changes: dict[str, dict[str, Any]] | None = None,
 ) -> list[str]:
     """The capped racks that hold `gpu` (every one when the topology is unknown) and whose cap began before
-    that GPU throttled (10 s slack)."""
+    that GPU's power limit was lowered (10 s slack; its first throttle when the limit's drop is not dated). A
+    cap that arrives while the GPU throttles for another cause (heat) still explains the limit it lowered, in
+    every incident that sees it."""
     rack_of = facts.racks_of_nodes()
     rack = rack_of.get(gpu.split("/")[0])
+    lowered = (changes or {}).get(gpu, {}).get("lowered_from_ts_s")
     first = next((float(r["first_ts_s"]) for r in onsets if str(r["gpu"]) == gpu), None)
+    since = float(lowered) if lowered is not None else first
     out = []
     for cap in sorted(capped):
         began = racks[cap].get("cap_from_ts_s")
         inside = rack is None or cap == rack
-        in_time = began is None or first is None or float(began) <= first + 10.0
+        in_time = began is None or since is None or float(began) <= since + 10.0
         if inside and in_time:
             out.append(cap)
     return out
-
-
-def _rack_abnormal(r: dict[str, Any]) -> bool:
-    flow_drop = bool(
-        r["ref_flow_lpm"] and r["min_flow_lpm"] is not None and r["min_flow_lpm"] < 0.85 * r["ref_flow_lpm"]
-    )
-    inlet_up = bool(
-        r["ref_inlet_c"] is not None
-        and r["max_inlet_c"] is not None
-        and r["max_inlet_c"] > r["ref_inlet_c"] + 3
-    )
-    return flow_drop or inlet_up
 
 
 def _fmt(value: Any) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from aiops.causal import node_of, symptoms_related
+from aiops.causal import benign_explained, covers, node_of, symptoms_related, throttle_labels
 from aiops.labels import HEAT_AND_POWER, SPEC, SPECS
 from aiops.models import Incident, Symptom
 from aiops.rca.candidate import Candidate
@@ -67,6 +67,23 @@ def anchoring(label: str, component: str, incident: Incident, rack_of: dict[str,
         return sign, _distance(component, s.component), s.ts_s
 
     return min(found, key=preference)
+
+
+def own_sign(label: str, component: str, incident: Incident, rack_of: dict[str, str]) -> Symptom | None:
+    """The earliest of the incident's symptoms that is an own sign of `label` (its spec's `anchors`) on a
+    component that `component` covers: the cause itself seen in this incident, not only its consequences (nor
+    what a benign condition of the incident explains: a rack inlet that ambient drift raised)."""
+    own = SIGNS.get(label, (frozenset(), frozenset()))[0] - benign_explained(
+        {s.kind for s in incident.symptoms}
+    )
+    found = [
+        s
+        for s in incident.symptoms
+        if s.kind in own
+        and covers(component, s.component, rack_of)
+        and label in (throttle_labels(s.kind, s.detail) or {label})  # a GPU throttled for heat is no brake's
+    ]
+    return min(found, key=lambda s: s.ts_s) if found else None
 
 
 def paused_by(label: str, symptom_kind: str) -> bool:

@@ -7,7 +7,10 @@ jobs' loss.
   earliest of the nearest others), the symptom whose onset window it was scored from.
   A candidate anchored only in another incident that overlaps this one in time is that incident's cause seen
   through a long window: it is lowered here (`FOREIGN_FACTOR`), so a later independent fault does not outrank
-  the fault that opened the incident, and a rack's DCIM cap explains only what lies in that rack.
+  the fault that opened the incident, and a rack's DCIM cap explains only what lies in that rack. So is one
+  whose own signs (`aiops.rca.onsets.own_sign`: a DCIM signal, a PCIe replay, a coolant drop) lie in another
+  overlapping incident and not in this one, even where this incident holds consequences it shares (a GPU's
+  throttling, which a later fleet-wide cap also lowers): the cause belongs to the incident its own signs opened.
 - **Onset and impact.** Among anchored candidates, the earliest onset gains `ONSET_BONUS` and the impact on jobs
   gains up to `IMPACT_BONUS`: GPU-seconds lost by the jobs whose ranks sit under the candidate's component,
   counted from its onset (`Facts.job_loss`: each step's time over the job's reference, times the job's GPUs,
@@ -23,7 +26,7 @@ from aiops.causal import is_everywhere, is_facility, node_of
 from aiops.models import Incident
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
-from aiops.rca.onsets import anchoring
+from aiops.rca.onsets import anchoring, own_sign
 
 FOREIGN_FACTOR = 0.5
 ONSET_BONUS = 0.03
@@ -59,7 +62,12 @@ def rank(
     anchors: dict[int, Anchor] = {}
     for i, c in enumerate(candidates):
         own = anchor(c, incident, rack_of)
-        if own is not None:
+        # the cause's own signs (a DCIM signal, a PCIe replay) were seen in another incident, not here: this
+        # incident holds only consequences it shares with its own cause
+        elsewhere = None
+        if own_sign(c.label, c.component, incident, rack_of) is None:
+            elsewhere = next((o for o in overlapping if own_sign(c.label, c.component, o, rack_of)), None)
+        if own is not None and elsewhere is None:
             anchors[i] = own
             onset = facts.around_onset(own.component, own.onset_ts_s)
             if onset is not None:
@@ -67,8 +75,8 @@ def rank(
                     onset.model_copy(update={"claim": f"{own.kind} on {own.component}: {onset.claim}"})
                 )
             continue
-        foreign = next((o for o in overlapping if anchor(c, o, rack_of) is not None), None)
-        if foreign is not None and not is_everywhere(c.component):
+        foreign = elsewhere or next((o for o in overlapping if anchor(c, o, rack_of) is not None), None)
+        if foreign is not None and (elsewhere is not None or not is_everywhere(c.component)):
             c.score *= FOREIGN_FACTOR
             c.summary += f" (its symptoms opened {foreign.incident_id}, not this incident)"
     strong = {i: a for i, a in anchors.items() if candidates[i].score >= 0.5}
