@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.detect import detect
+from aiops.labels import BENIGN_LABELS
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
 from aiops.playbooks import remediation_from_store
 from aiops.rca import diagnose, job_of
@@ -34,6 +36,15 @@ class RunResult:
                 if f.proposal_id == proposal_id:
                     return f.status
         return "not filed"
+
+
+def headline(diagnoses: Sequence[Diagnosis]) -> Diagnosis | None:
+    """The answer a case leads with: its first incident whose top cause is a fault. A benign condition (ambient
+    drift: `labels.BENIGN_LABELS`) is explained in its own incident but never outranks a fault, though it began
+    first; alone, it is the answer. None without incidents. `aiops analyze` and the eval harness both use it."""
+    faults = [d for d in diagnoses if not d.hypotheses or d.hypotheses[0].root_cause not in BENIGN_LABELS]
+    chosen = faults or list(diagnoses)
+    return chosen[0] if chosen else None
 
 
 def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:

@@ -29,8 +29,7 @@ from aiops.errors import AiopsError, ScenarioError
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.cycle import read_cycle
 from aiops.fleet.history import replay, write
-from aiops.labels import BENIGN_LABELS
-from aiops.pipeline import RunResult
+from aiops.pipeline import RunResult, headline
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario, load_scenario
@@ -83,10 +82,8 @@ def score_analysis(scenario: Scenario, store: Store, twin: Twin) -> Case:
         after = [
             d for d in result.diagnoses if fault_start_ts is None or d.incident.opened_ts_s >= fault_start_ts
         ]
-        # the case's answer: the first incident a fault opened; one whose first cause is a benign condition
-        # (ambient drift) never outranks a fault's (BENIGN_LABELS)
-        faults = [d for d in after if not d.hypotheses or d.hypotheses[0].root_cause not in BENIGN_LABELS]
-        primary = (faults or after)[0] if after else None
+        # the case's answer, as `aiops analyze` leads with it: a benign condition never outranks a fault
+        primary = headline(after)
     predicted = [
         {"root_cause": h.root_cause, "component": h.component, "confidence": h.confidence}
         for h in (primary.hypotheses[:5] if primary else [])

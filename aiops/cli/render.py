@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from aiops.models import Diagnosis
-from aiops.pipeline import RunResult
+from aiops.pipeline import RunResult, headline
 from aiops.store import Store
 from aiops.text import as_text, fields_text, markup, plain, plural, when
 from guardrails.actions import Action
@@ -31,7 +31,7 @@ def _proposal_json(result: RunResult, action: Action) -> dict[str, Any]:
 
 
 def result_json(result: RunResult) -> dict[str, Any]:
-    primary = result.diagnoses[0] if result.diagnoses else None
+    primary = headline(result.diagnoses)
     remediation = result.remediations.get(primary.incident.incident_id, []) if primary else []
     return {
         "incidents": [d.incident.model_dump() for d in result.diagnoses],
