@@ -45,6 +45,10 @@ DEFAULT_WINDOW_S = 2.0
 # profile`'s 1,000: each probe here is a uprobe and a uretprobe (two traps, ~5-10 us a call on a loaded VM),
 # and a link left attached behind the closed gate still traps every call for the whole period.
 DETACH_ABOVE_CALLS_PER_S = 10.0
+# A library file is reached through its process's /proc/<pid>/root: a process that exits between the scan and
+# the attach takes the path with it, and the window is retried from a new scan. This many failed attaches in a
+# row is a refusal (the kernel's or bcc's), said once like any other.
+ATTACH_TRIES = 3
 ERROR_COLUMNS = ("ts_s", "collector", "component", "error", "detail")
 MAX_CGROUP_BYTES = 64 << 10
 
@@ -97,6 +101,7 @@ class RankTimingCollector:
         self._thread: threading.Thread | None = None
         self._probes: RankProbes | None = None
         self._cycler: Cycler | None = None
+        self._failed_attaches = 0
         self.compiled = threading.Event()  # set once the program is loaded (bench/rank_timing.py waits on it)
         self._steps: dict[str, int] = {}
 
@@ -183,7 +188,16 @@ class RankTimingCollector:
         probes, cycler = self._probes, self._cycler
         probed_before_s = cycler.probed_s
         started = time.monotonic()
-        cycler.set_open(True)  # the links attach, then the gate opens
+        try:
+            cycler.set_open(True)  # the links attach, then the gate opens
+        except OSError as exc:
+            self._failed_attaches += 1
+            self._drop_probes()  # the next period compiles for the files its own scan finds
+            if self._failed_attaches >= ATTACH_TRIES:
+                raise
+            log.debug("rank timing: window skipped, %s (a process gone since the scan?)", exc)
+            return started
+        self._failed_attaches = 0
         self._stop.wait(self.window_s)
         cycler.set_open(False)  # the gate closes; the hot links detach in the Cycler's thread
         closed_ts_s = time.time()
