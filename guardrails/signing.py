@@ -21,7 +21,7 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -251,27 +251,29 @@ class ConfiguredVerifier:
 
     def _session_verifier(self) -> SessionVerifier:
         if self._session is None:
-            path = key_path(self.db_path)
-            if path is None or not path.exists():
-                raise SignatureRefused("a console-session signature, and this workspace has no console key")
-            try:
-                key = read_key(path)
-            except GuardrailError as exc:
-                raise SignatureRefused(exc.detail) from None
+            key = self._workspace_key(
+                key_path(self.db_path), read_key, "a console-session signature", "console"
+            )
             self._session = SessionVerifier(key, self.guardrails.approvers)
         return self._session
 
     def _slack_verifier(self) -> SlackVerifier:
         if self._slack is None:
-            path = slack_key_path(self.db_path)
-            if path is None or not path.exists():
-                raise SignatureRefused("a Slack signature, and this workspace has no Slack key")
-            try:
-                key = read_slack_key(path)
-            except GuardrailError as exc:
-                raise SignatureRefused(exc.detail) from None
+            key = self._workspace_key(
+                slack_key_path(self.db_path), read_slack_key, "a Slack signature", "Slack"
+            )
             self._slack = SlackVerifier(key, self.guardrails.approvers)
         return self._slack
+
+    @staticmethod
+    def _workspace_key(path: Path | None, read: Callable[[Path], bytes], what: str, whose: str) -> bytes:
+        """The workspace's key for `what`; refused (never a crash) when the workspace has none or it is bad."""
+        if path is None or not path.exists():
+            raise SignatureRefused(f"{what}, and this workspace has no {whose} key")
+        try:
+            return read(path)
+        except GuardrailError as exc:
+            raise SignatureRefused(exc.detail) from None
 
 
 def configured_signer(key: str | None, guardrails: GuardrailsConfig) -> SshSigner:
