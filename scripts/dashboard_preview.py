@@ -43,17 +43,16 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the dashboards test's scenario and helpers) when run as a script
 
+from scripts.pngs import save_png  # noqa: E402
 from tests.agent_cluster import stop  # noqa: E402
 from tests.service_helpers import free_port, get, get_json, running_service, wait_for  # noqa: E402
 from tests.test_k8s_alerts import prometheus_config  # noqa: E402
 from tests.test_k8s_dashboards import BUILTINS, LABEL_VALUES, SCENARIO, panels, substitute  # noqa: E402
 
-MAX_BYTES = 300_000
 NODE_JOB = "aiops-node"
 # Grafana's dark theme and its classic palette.
 BG, PANEL, BORDER, TEXT, MUTED, GRID = "#111217", "#181b1f", "#2c2f36", "#ccccdc", "#8e8e9e", "#24272e"
@@ -345,19 +344,6 @@ def render(dashboard: dict[str, Any], name: str, data: dict[str, Any]) -> bytes:
     fig.savefig(out, format="png", dpi=DPI, facecolor=BG)
     plt.close(fig)
     return out.getvalue()
-
-
-def save_png(png: bytes, path: Path) -> None:
-    """`png` quantised to a palette (flat plots and text lose nothing visible), under MAX_BYTES."""
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    for colours in (128, 64, 32):
-        out = io.BytesIO()
-        image.quantize(colors=colours, method=Image.Quantize.MEDIANCUT).save(out, format="PNG", optimize=True)
-        if out.tell() <= MAX_BYTES:
-            path.write_bytes(out.getvalue())
-            print(f"{path}: {out.tell():,} bytes, {image.width}x{image.height}, {colours} colours")
-            return
-    raise SystemExit(f"{path}: over {MAX_BYTES:,} bytes even at 32 colours")
 
 
 def main() -> None:

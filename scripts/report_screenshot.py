@@ -1,6 +1,6 @@
 """Screenshot a report page in headless Chromium (the Debian package, through Playwright) for docs/REPORTS.md:
 
-    python scripts/report_screenshot.py out/report-....html docs/img/report.png [--dark] [--height 1800]
+python scripts/report_screenshot.py out/report-....html docs/img/report.png [--dark] [--height 1800]
 """
 
 from __future__ import annotations

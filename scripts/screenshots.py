@@ -28,7 +28,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from PIL import Image
 from playwright.sync_api import Route, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,24 +48,11 @@ from aiops.scenarios import load_scenario  # noqa: E402
 from aiops.sources.facility import facility_rows, render_facility_history  # noqa: E402
 from aiops.sources.prometheus import PrometheusClient  # noqa: E402
 from aiops.store import Store, Workspace  # noqa: E402
+from scripts.pngs import save_png  # noqa: E402
 
 FLEET_SCENARIO = ROOT / "evals/scenarios/two-rack-cooling-then-ecc-wide.yaml"
 STEP_S = 15.0
-MAX_BYTES = 300_000
 VIEWER, PASSWORD = "dana", "screenshots only, thrown away"
-
-
-def save_png(png: bytes, path: Path) -> None:
-    """`png` quantised to at most 128 colours (text and flat plots lose nothing visible), under MAX_BYTES."""
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    for colours in (128, 64, 32):
-        out = io.BytesIO()
-        image.quantize(colors=colours, method=Image.Quantize.MEDIANCUT).save(out, format="PNG", optimize=True)
-        if out.tell() <= MAX_BYTES:
-            path.write_bytes(out.getvalue())
-            print(f"{path}: {out.tell():,} bytes, {image.width}x{image.height}, {colours} colours")
-            return
-    raise SystemExit(f"{path}: over {MAX_BYTES:,} bytes even at 32 colours")
 
 
 def report_html(work: Path) -> Path:
