@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ from aiops.store import Workspace
 from guardrails.actions import Action
 from guardrails.records import GuardrailRecords
 from tests.demo_template import demo_copy
+from tests.service_helpers import aiops_cmd, get, wait_for
 
 PASSWORD = "correct horse battery staple"
 USERS = {"alice": "approver", "bob": "approver", "carol": "admin", "victor": "viewer"}
@@ -111,3 +116,29 @@ def sign_in(c: TestClient, name: str, password: str = PASSWORD) -> str:
     match = _CSRF.search(c.get("/").text)
     assert match is not None
     return match.group(1)
+
+
+@contextmanager
+def console_serve(folder: Path, db: Path, port: int, env: dict[str, str]) -> Iterator[str]:
+    """`aiops console serve` on 127.0.0.1:`port` (its log in `folder`/console.log), ready to sign in; yields its
+    base URL. SIGTERM after, and it must stop cleanly (exit 0)."""
+    log = (folder / "console.log").open("ab")
+    proc = subprocess.Popen(
+        aiops_cmd("console", "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}"),
+        stdout=log,
+        stderr=log,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(base + "/login", 2.0)[0] == 200 or proc.poll() is not None, 60, "the console")
+        assert proc.poll() is None, (folder / "console.log").read_text()[-3000:]
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=30) == 0  # stopped cleanly
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()

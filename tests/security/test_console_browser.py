@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,13 +26,14 @@ from tests.agent_fakes import final, scripted_llm
 from tests.console_helpers import (
     PASSWORD,
     add_users,
+    console_serve,
     demo_proposal,
     file_two_person,
     make_demo,
     write_config,
 )
 from tests.report_browser import MIN_VARIANCE, browser, chromium, variance
-from tests.service_helpers import aiops_cmd, free_port, get, service_env, wait_for
+from tests.service_helpers import aiops_cmd, free_port, service_env
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE_JOB = "<script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>"
@@ -67,28 +67,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     with scripted_llm([final(MODEL_ANSWER)] * 4) as llm:
         env.update(AIOPS_LLM_BASE_URL=llm.base_url, AIOPS_LLM_MODEL="scripted")
         port = free_port()
-        log = (folder / "console.log").open("ab")
-        proc = subprocess.Popen(
-            aiops_cmd("console", "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}"),
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_for(
-                lambda: get(base + "/login", 2.0)[0] == 200 or proc.poll() is not None, 60, "the console"
-            )
-            assert proc.poll() is None, (folder / "console.log").read_text()[-3000:]
+        with console_serve(folder, db, port, env) as base:
             yield {"base": base, "db": db, "pid": pid, "two": two, "env": env}
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                assert proc.wait(timeout=30) == 0  # stopped cleanly
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                log.close()
 
 
 class Tab:

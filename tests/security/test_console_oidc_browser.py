@@ -14,8 +14,6 @@ AIOPS_REQUIRE_EBPF=1."""
 from __future__ import annotations
 
 import dataclasses
-import signal
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,11 +21,19 @@ import pytest
 
 from aiops.store import Workspace
 from guardrails.audit import read_rows
-from tests.console_helpers import APPROVERS, PASSWORD, add_users, demo_proposal, make_demo, write_config
+from tests.console_helpers import (
+    APPROVERS,
+    PASSWORD,
+    add_users,
+    console_serve,
+    demo_proposal,
+    make_demo,
+    write_config,
+)
 from tests.oidc_helpers import oidc_provider, oidc_toml
 from tests.report_browser import MIN_VARIANCE, browser, chromium, variance
 from tests.security.test_console_browser import artefacts
-from tests.service_helpers import aiops_cmd, free_port, get, service_env, wait_for
+from tests.service_helpers import free_port, service_env
 
 
 @pytest.fixture(scope="module")
@@ -48,27 +54,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         config.write_text(config.read_text() + oidc_toml(provider.issuer, base, secret))
         env = service_env(folder)
         env["AIOPS_CONFIG"] = str(config)
-        log = (folder / "console.log").open("ab")
-        proc = subprocess.Popen(
-            aiops_cmd("console", "serve", "--db", str(db), "--listen", f"127.0.0.1:{port}"),
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
-        try:
-            wait_for(
-                lambda: get(base + "/login", 2.0)[0] == 200 or proc.poll() is not None, 60, "the console"
-            )
-            assert proc.poll() is None, (folder / "console.log").read_text()[-3000:]
+        with console_serve(folder, db, port, env) as served_at:
+            assert served_at == base
             yield {"base": base, "db": db, "provider": provider.issuer, "log": folder / "console.log"}
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                assert proc.wait(timeout=30) == 0  # stopped cleanly
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                log.close()
 
 
 class Tab:
