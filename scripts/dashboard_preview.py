@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,9 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the dashboards test's scenario and helpers) when run as a script
 
 from scripts.pngs import save_png  # noqa: E402
-from tests.agent_cluster import stop  # noqa: E402
-from tests.service_helpers import free_port, get, get_json, running_service, wait_for  # noqa: E402
-from tests.test_k8s_alerts import prometheus_config  # noqa: E402
+from tests.k8s_helpers import prometheus_scraping  # noqa: E402
+from tests.service_helpers import get_json, running_service, wait_for  # noqa: E402
 from tests.test_k8s_dashboards import BUILTINS, LABEL_VALUES, SCENARIO, panels, substitute  # noqa: E402
 
 NODE_JOB = "aiops-node"
@@ -72,24 +70,11 @@ def prometheus_over_sim(work: Path, speed: float) -> Iterator[int]:
     scenario = work / "scenario.yaml"
     scenario.write_text(SCENARIO)
     args = ("--sim", str(scenario), "--speed", f"{speed:g}")
-    with running_service(work, work / "twin.duckdb", *args) as (_, port):
-        prom = free_port()
-        with (work / "prometheus.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={prometheus_config(work, port, NODE_JOB)}",
-                    f"--storage.tsdb.path={work / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{prom}",
-                ],
-                stdout=log,
-                stderr=log,
-            )
-            try:
-                wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
-                yield prom
-            finally:
-                stop(proc)
+    with (
+        running_service(work, work / "twin.duckdb", *args) as (_, port),
+        prometheus_scraping(work, port, NODE_JOB, binary) as prom,
+    ):
+        yield prom
 
 
 def api(prom: int, path: str, params: dict[str, str]) -> Any:

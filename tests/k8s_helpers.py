@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.service_helpers import require_binary
+from tests.agent_cluster import stop
+from tests.service_helpers import free_port, get, require_binary, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "aiops"
@@ -127,3 +130,49 @@ def assert_valid_strict(objects: list[dict[str, Any]], version: str, tmp_path: P
     assert done.returncode == 0, output
     assert output.count(" passed for resource ") == len(plain), output
     assert "WARN" not in output and "ERROR" not in output, output
+
+
+def prometheus_config(tmp_path: Path, target_port: int, job: str) -> Path:
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump(rule_groups(render())))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(rules)],
+                "scrape_configs": [
+                    {
+                        "job_name": job,
+                        "honor_labels": True,
+                        "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    return config
+
+
+@contextmanager
+def prometheus_scraping(folder: Path, target_port: int, job: str, binary: str = "") -> Iterator[int]:
+    """A real Prometheus (`binary`, else the one on PATH) on a free loopback port scraping `target_port` every
+    second as `job`, the chart's rules loaded (`prometheus_config`); yields its port once ready, stopped by PID."""
+    binary = binary or require_binary("prometheus")
+    port = free_port()
+    with (folder / "prometheus.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={prometheus_config(folder, target_port, job)}",
+                f"--storage.tsdb.path={folder / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        try:
+            wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2)[0] == 200, 60, "prometheus ready")
+            yield port
+        finally:
+            stop(proc)

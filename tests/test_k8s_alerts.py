@@ -7,7 +7,6 @@ One service and one Prometheus for the module."""
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -19,10 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.agent_cluster import stop
-from tests.k8s_helpers import render, rule_groups
+from tests.k8s_helpers import prometheus_scraping, render, rule_groups
 from tests.service_helpers import (
-    free_port,
     get,
     get_json,
     require_binary,
@@ -64,31 +61,9 @@ class Stack:
         return max(steps) - self.epoch_ts_s
 
 
-def prometheus_config(tmp_path: Path, target_port: int, job: str) -> Path:
-    rules = tmp_path / "rules.yml"
-    rules.write_text(yaml.safe_dump(rule_groups(render())))
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(rules)],
-                "scrape_configs": [
-                    {
-                        "job_name": job,
-                        "honor_labels": True,
-                        "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
-                    }
-                ],
-            }
-        )
-    )
-    return config
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    binary = require_binary("prometheus")
+    require_binary("prometheus")  # fail (or skip) before starting anything
     tmp_path = tmp_path_factory.mktemp("k8s-alerts")
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
@@ -97,25 +72,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ]["nodeJob"]
     epoch_ts_s = float(int(time.time()))
     args = ("--sim", str(scenario), "--speed", f"{SPEED:g}", "--epoch-ts-s", repr(epoch_ts_s))
-    with running_service(tmp_path, tmp_path / "twin.duckdb", *args) as (_proc, port):
-        prom = free_port()
-        log = (tmp_path / "prometheus.log").open("ab")
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={prometheus_config(tmp_path, port, job)}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom}",
-            ],
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
-            yield Stack(prom, port, epoch_ts_s, tmp_path / "service.log")
-        finally:
-            stop(proc)
-            log.close()
+    with (
+        running_service(tmp_path, tmp_path / "twin.duckdb", *args) as (_proc, port),
+        prometheus_scraping(tmp_path, port, job) as prom,
+    ):
+        yield Stack(prom, port, epoch_ts_s, tmp_path / "service.log")
 
 
 def api(stack: Stack, path: str, **params: str) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -18,10 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.agent_cluster import stop
-from tests.k8s_helpers import GRAFANA
-from tests.service_helpers import free_port, get, get_json, require_binary, running_service, wait_for
-from tests.test_k8s_alerts import prometheus_config
+from tests.k8s_helpers import GRAFANA, prometheus_scraping
+from tests.service_helpers import get_json, require_binary, running_service, wait_for
 
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 SCENARIO = """\
@@ -57,42 +54,26 @@ def substitute(text: str, values: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    binary = require_binary("prometheus")
+    require_binary("prometheus")  # fail (or skip) before starting anything
     tmp_path = tmp_path_factory.mktemp("k8s-dashboards")
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
-    with running_service(tmp_path, tmp_path / "twin.duckdb", "--sim", str(scenario), "--speed", "30") as (
-        _,
-        port,
+    with (
+        running_service(tmp_path, tmp_path / "twin.duckdb", "--sim", str(scenario), "--speed", "30") as (
+            _,
+            port,
+        ),
+        prometheus_scraping(tmp_path, port, "aiops-node") as prom,
     ):
-        prom = free_port()
-        log = (tmp_path / "prometheus.log").open("ab")
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={prometheus_config(tmp_path, port, 'aiops-node')}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom}",
-            ],
-            stdout=log,
-            stderr=log,
+        # The incident open and its alert firing: then every panel has what it shows.
+        wait_for(
+            lambda: query(prom, 'ALERTS{alertname="AiopsIncidentOpen", alertstate="firing"}', instant=True),
+            150,
+            "the incident's alert to fire",
+            interval_s=1.0,
         )
-        try:
-            wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
-            # The incident open and its alert firing: then every panel has what it shows.
-            wait_for(
-                lambda: query(
-                    prom, 'ALERTS{alertname="AiopsIncidentOpen", alertstate="firing"}', instant=True
-                ),
-                150,
-                "the incident's alert to fire",
-                interval_s=1.0,
-            )
-            time.sleep(3)  # rate() and increase() need two scrapes of every counter in their window
-            yield prom
-        finally:
-            stop(proc)
-            log.close()
+        time.sleep(3)  # rate() and increase() need two scrapes of every counter in their window
+        yield prom
 
 
 def query(prom: int, promql: str, instant: bool) -> list[dict[str, Any]]:
