@@ -79,7 +79,9 @@ def read_armoured(text: str, *, namespace: str = NAMESPACE) -> Armoured:
     if len(text) > MAX_ARMOUR_CHARS:
         raise SignatureRefused(f"{len(text)} characters: an SSH signature is far shorter ({HOW})")
     if not text.isascii():
-        raise SignatureRefused(f"the signature holds characters that are not ASCII (changed while copying?; {HOW})")
+        raise SignatureRefused(
+            f"the signature holds characters that are not ASCII (changed while copying?; {HOW})"
+        )
     body = _body_lines(text)
     if not body:
         raise SignatureRefused(f"the signature is empty between BEGIN and END ({HOW})")
