@@ -642,7 +642,7 @@ CREATE TABLE IF NOT EXISTS rank_timing_samples (
 # Remediation plans (aiops/plans): one plan per incident, an ordered ladder of steps, least disruptive first; each
 # step's targets are ordinary proposals carrying `step_id`, so validation, rate limits, the ledger and node
 # dispatch stay per target, and one signed `step_approval` audit event approves them all (guardrails/steps.py).
-M022_PLANS = """
+M023_PLANS = """
 CREATE TABLE IF NOT EXISTS plans (
     plan_id VARCHAR PRIMARY KEY,    -- PL-<8 hex>
     incident_id VARCHAR NOT NULL,
@@ -698,7 +698,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
-    Migration(22, "plans", _sql(M022_PLANS)),
+    Migration(23, "plans", _sql(M023_PLANS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
