@@ -15,7 +15,7 @@ from aiops.control.advice import clamp_limit_w, thermal_actions
 from aiops.control.readings import StoreReadings
 from aiops.control.thermal import SLOWDOWN_C, ThermalReport, assess
 from aiops.models import GpuPower, Hypothesis
-from aiops.playbooks import remediation, remediation_from_store
+from aiops.playbooks import remediation, remediation_from_store, steps_from_store
 from aiops.scenarios import parse_scenario
 from aiops.sim import World, simulate
 from aiops.sim.actuator import SimActuator
@@ -325,22 +325,22 @@ def test_playbooks_propose_the_computed_remediations() -> None:
         and {m[0] for m in moves} == {"node0", "node1"}
         and {m[1] for m in moves} == {"node2", "node3"}
     )
-    assert computed[2:] == [
-        ("set_cooling_state", "rack0", {"cooling_fraction": 1.0}),
-        ("open_ticket", "rack0", {"team": "facilities"}),
-    ]
+    # the ladder's rungs in order: the ticket, the CDU to its maximum, then the moves; no power cap, and the
+    # plan says why in numbers: the rack's GPUs throttle, and one 150 W guardrail step (700 -> 550 W) cuts no heat
+    assert [k[:2] for k in computed[:2]] == [("open_ticket", "rack0"), ("set_cooling_state", "rack0")]
+    assert computed[1][2] == {"cooling_fraction": 1.0}
+    assert [k[0] for k in computed[2:]] == ["migrate_job", "migrate_job"]
+    limit = next(s for s in steps_from_store(one, rack0, "train") if s.rung == "limit")
+    assert limit.actions == [] and all("cuts no heat now" in n for n in limit.notes) and len(limit.notes) == 2
     templates = _kinds(remediation(rack0, "train"))  # no telemetry: the playbook's templates
-    assert [k[0] for k in templates] == ["migrate_job", "set_cooling_state", "set_power_limit", "open_ticket"]
+    assert [k[0] for k in templates] == ["open_ticket", "set_cooling_state", "set_power_limit", "migrate_job"]
 
     every = stored_run(cooling_failures(["rack0", "rack1"]), ["node0", "node1"])
-    capped = _kinds(remediation_from_store(every, rack0, "train"))
-    assert [k[:2] for k in capped] == [
-        ("set_power_limit", "node0"),
-        ("set_power_limit", "node1"),
-        ("set_cooling_state", "rack0"),
-        ("open_ticket", "rack0"),
-    ]
-    assert capped[0][2] == {"power_limit_w": 550.0}  # one 150 W guardrail step from 700 W
+    shifted = _kinds(remediation_from_store(every, rack0, "train"))
+    # no cooler rack to move to: the job is requeued from its last checkpoint without each hot node (idle
+    # node2 and node3 are left to take the ranks)
+    assert [k[:2] for k in shifted[2:]] == [("restart_job", "job:train"), ("restart_job", "job:train")]
+    assert {k[2]["exclude"] for k in shifted[2:]} == {"node0", "node1"}
 
     dcim = stored_run(
         [{"kind": "facility_power_cap", "target": "rack0", "start_s": FAULT_AT_S, "severity": 0.5}],
@@ -354,7 +354,7 @@ def test_playbooks_propose_the_computed_remediations() -> None:
     budget_w = 8 * 700.0 * (0.78 - 0.18 * 0.5)  # the DCIM cap's GPU share in the simulator
     assert 4 * limits["node0"] + 4 * limits["node1"] <= budget_w + 1.0
     assert all("power allocator" in p.reason for p in fitted if p.kind == "set_power_limit")
-    assert fitted[-1].kind == "open_ticket"
+    assert fitted[0].kind == "open_ticket"  # the ladder: the ticket (notify) before the limits
 
 
 if __name__ == "__main__":  # the measured figures: python -m tests.test_thermal_placement

@@ -1,7 +1,9 @@
 """What the service does when live detection reports a change: an incident that opened or gained new symptoms
-is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, the remediation
-is computed and filed as pending proposals (the pipeline's `remediate` and `file_remediation`, origin
-`service`); and people hear about it: opened, diagnosed (again when the top hypothesis changes), resolved.
+is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, its remediation
+plan is filed (the pipeline's `file_remediation`, origin `service`: one plan per incident, its first steps as
+pending proposals; a plan of an earlier diagnosis is superseded); when it resolves, its plan closes; and people
+hear about it: opened, diagnosed (again when the top hypothesis changes), resolved. Each flush the service also
+follows the open plans (`aiops.plans.advance`: step statuses, escalation to the next step after a failure).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 
 from aiops.detect.incidents import Transition
 from aiops.models import Diagnosis, Hypothesis, Incident
-from aiops.pipeline import file_remediation, remediate, save_hypotheses
+from aiops.pipeline import file_remediation, save_hypotheses
+from aiops.plans import close_for_incident
 from aiops.rca import analyze
 from aiops.store import Store
 from guardrails.service import Guardrails
@@ -36,6 +39,7 @@ class Responder:
             incident = t.incident
             if t.kind == "resolved":
                 self.tops.pop(incident.incident_id, None)
+                close_for_incident(desk(), incident.incident_id)
                 events.append(self._emit(store, "resolved", incident, None))
                 continue
             if t.kind == "opened":
@@ -51,9 +55,8 @@ class Responder:
             if self.tops.get(incident.incident_id) == key:
                 continue
             self.tops[incident.incident_id] = key
-            actions = remediate(store, diagnosis)
-            if actions:
-                self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
+            _plan, filed = file_remediation(desk(), diagnosis, "service")
+            self.filed += len(filed)
             events.append(self._emit(store, "diagnosed", incident, top))
         return events
 

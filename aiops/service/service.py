@@ -30,6 +30,7 @@ from starlette.types import ASGIApp
 from aiops.config import Config, node_of
 from aiops.datapath.policy import Policy
 from aiops.models import Hypothesis, Incident
+from aiops.plans import advance
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
@@ -403,6 +404,9 @@ class Service:
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
+        changed = advance(desk(store, attached))  # plans: step statuses, the next step after a failed one
+        if changed:
+            log.info("plans", extra={"changed": changed[:20]})
         if self.slack is not None:
             self.slack.run_requested(store, attached)
 

@@ -671,7 +671,8 @@ CREATE TABLE IF NOT EXISTS plan_steps (
     reason VARCHAR NOT NULL,
     status VARCHAR NOT NULL,        -- proposed | waiting | approved | executing | done | failed | skipped | superseded
     updated_ts_s DOUBLE NOT NULL,
-    note VARCHAR NOT NULL           -- why the status is what it is
+    note VARCHAR NOT NULL,          -- why the status is what it is
+    hold VARCHAR NOT NULL           -- '' or why it waits for a person even after the step before it failed
 );
 ALTER TABLE proposals ADD COLUMN IF NOT EXISTS step_id VARCHAR
 """
