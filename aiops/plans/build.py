@@ -104,6 +104,9 @@ def _move_cost(facts: Facts) -> str:
 
 def _cost(rung: str, actions: Sequence[Action], facts: Facts) -> str:
     targets = [a.target for a in actions]
+    if rung == "limit" and _restores(actions):
+        pace = f" ({facts.pace()})" if facts.pace() else ""
+        return f"nothing: {_job_text(facts)} runs at full speed again once the GPUs may draw what they need{pace}"
     if rung == "limit":
         return _limit_cost(actions, facts)
     if rung == "move":
@@ -119,6 +122,20 @@ def _cost(rung: str, actions: Sequence[Action], facts: Facts) -> str:
             f"{gpus * REBOOT_S / 3600:.1f} GPU-hours; its work moved when it was drained"
         )
     return LADDER[rung].cost
+
+
+def _effect(rung: str, actions: Sequence[Action], facts: Facts) -> str:
+    if rung == "limit" and _restores(actions):
+        limits = sorted(
+            {
+                f"{facts.power[g].limit_w:.0f} W -> {facts.power[g].tdp_w:.0f} W"
+                for a in actions
+                for g in _gpus_under(facts, a.target)
+            }
+        )
+        now = f" ({', '.join(limits[:3])})" if limits else ""
+        return f"the GPUs' limit back to the default (TDP){now}: the power cap that throttled them is gone"
+    return LADDER[rung].effect
 
 
 def _rollback(rung: str, actions: Sequence[Action]) -> str:
@@ -153,9 +170,15 @@ def _move_title(actions: Sequence[Action]) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _restores(actions: Sequence[Action]) -> bool:
+    return bool(actions) and all(a.kind == "reset_power_limit" for a in actions)
+
+
 def _title(rung: str, actions: Sequence[Action]) -> str:
     if rung == "move":
         return _move_title(actions)
+    if rung == "limit" and _restores(actions):
+        return f"Restore the default power limit of {_listed([a.target for a in actions])}"
     if rung in ("notify", "rma"):
         teams = [str(a.parameters.get("team")) for a in actions if a.parameters.get("team")]
         about = _listed([a.target for a in actions if a.kind == "open_ticket"] or [a.target for a in actions])
@@ -218,7 +241,7 @@ def draft_steps(remedies: Sequence[StepRemedy], facts: Facts) -> list[StepDraft]
                 title=_title(rung, actions),
                 risk="physical" if physical else "digital",
                 actions=list(actions),
-                effect="; ".join(dict.fromkeys(effects)) or LADDER[rung].effect,
+                effect="; ".join(dict.fromkeys(effects)) or _effect(rung, actions, facts),
                 cost=_cost(rung, actions, facts),
                 rollback=_rollback(rung, actions),
                 verify_within_s=max(v.within_s for v in verify) if verify else LADDER[rung].within_s,
