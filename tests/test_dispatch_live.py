@@ -1,11 +1,14 @@
-"""Issue 24, must-show: "a set_power_limit approved in the fleet console executes on the right node agent,
-which checks the signature". Live, every part a real process: two node agents of one twin (`aiops run --sim S
---node nodeK`, each with its own allowed-signers file and /api token), a real Prometheus scraping them, and
-`aiops fleet` with its console. The fleet diagnoses the hot GPU and files a set_power_limit; bob signs in to the
-fleet's console, pastes alice's SSH signature over the message the page shows; the fleet's loop dispatches the
+"""Issue 24, must-show: "a power limit approved in the fleet console executes on the right node agent, which
+checks the signature". Live, every part a real process: two node agents of one twin (`aiops run --sim S --node
+nodeK`, each with its own allowed-signers file and /api token), a real Prometheus scraping them, and `aiops
+fleet` with its console. The fleet diagnoses node1's GPU held under a power limit set far too low and files its
+plan, whose first physical step restores the default limit (a reset_power_limit); bob signs in to the fleet's
+console, pastes alice's SSH signature over the proposal's own approval message the page shows (the per-proposal
+path; one signature over a whole step is tests/test_console_steps_browser.py); the fleet's loop dispatches the
 proposal to node1's agent (not node0's), which verifies alice's signature against its own file and runs it: the
-twin's limit for that GPU drops in node1's exports, node1's audit names alice, and the fleet's proposal shows
-executed with node1's answer in its audit chain."""
+twin's limit for that GPU goes back up in node1's exports, node1's audit names alice, and the fleet's proposal
+shows executed with node1's answer in its audit chain. (A thermal fault no longer gives a power cap here: the
+twin's hot GPU throttles below what one guardrail step could cap it to, so the plan says so and moves work.)"""
 
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ seed: 11
 duration_s: 3600
 cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 2, nics_per_node: 1}
 faults:
-  - {kind: thermal_throttle, target: node1/gpu1, start_s: 30, severity: 0.9}
+  - {kind: power_cap_misconfig, target: node1/gpu1, start_s: 30, severity: 0.9}
 """
 PASSWORD = "correct horse battery staple"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -50,7 +53,7 @@ def power_limit_w(port: int, gpu: str) -> float:
 def power_proposal(port: int) -> dict[str, Any] | None:
     for p in get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]:
         if (
-            p["kind"] == "set_power_limit"
+            p["kind"] == "reset_power_limit"
             and p["target"].split("/")[0] == "node1"
             and p["status"] == "pending"
         ):
@@ -92,9 +95,9 @@ def test_a_power_limit_approved_in_the_fleet_console_runs_on_the_right_node(tmp_
             + f"\n[fleet.nodes]\n{nodes}\n"
         )
         with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
-            proposal = wait_for(lambda: power_proposal(port), 150, "the fleet's set_power_limit proposal")
+            proposal = wait_for(lambda: power_proposal(port), 150, "the fleet's reset_power_limit proposal")
             pid, target = str(proposal["proposal_id"]), str(proposal["target"])
-            gpu = target if "/" in target else f"{target}/gpu1"  # the thermal manager caps the whole node
+            gpu = target if "/" in target else f"{target}/gpu1"
             before = power_limit_w(ports["node1"], gpu)
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", follow_redirects=True, timeout=30) as web:
                 signed_in = web.post(
@@ -128,7 +131,7 @@ def test_a_power_limit_approved_in_the_fleet_console_runs_on_the_right_node(tmp_
 
             wait_for(executed, 60, "the fleet's proposal executed on the node")
             wait_for(
-                lambda: power_limit_w(ports["node1"], gpu) < before, 30, "node1's exported limit to drop"
+                lambda: power_limit_w(ports["node1"], gpu) > before, 30, "node1's exported limit to go back up"
             )
         with Workspace(tmp_path / "fleet.duckdb").read() as store:
             result = [r.data() for r in read_rows(store, proposal_id=pid, event="dispatch_result")]
