@@ -204,7 +204,8 @@ def thermal_caps(
     out: list[Action] = []
     notes: list[str] = []
     done_nodes: set[str] = set()
-    for node in sorted(set(nodes), key=lambda n: (len(n), n)):
+    wanted = set(nodes)
+    for node in sorted(wanted, key=lambda n: (len(n), n)):
         mine = {g for g in hot if g.startswith(node + "/")}
         if not mine:
             continue
@@ -214,13 +215,16 @@ def thermal_caps(
             continue
         done_nodes.add(node)
         job = next((n.job for n in inputs.nodes if n.node == node), None)
-        others = [n.node for n in inputs.nodes if job is not None and n.job == job and n.node != node]
+        others = [  # the job's nodes outside this fault's scope (those inside get their own hot caps)
+            n.node for n in inputs.nodes if job is not None and n.job == job and n.node not in wanted
+        ]
         evidence, warm_caps = _others(caps, others, hot, inputs, cfg, window_s, job)
         evidence += skipped
         for cap in caps:
             out.append(_action(cap, inputs, cfg, f"{id_prefix}-{len(out)}", f"hot {cap.target}", evidence))
         for cap, why in warm_caps:
-            if cap.target.split("/")[0] not in done_nodes:
+            if cap.target not in done_nodes:  # once per node, whichever hot node's job it serves
+                done_nodes.add(cap.target)
                 out.append(_action(cap, inputs, cfg, f"{id_prefix}-{len(out)}", why, evidence))
     return ThermalCaps(out, notes)
 
@@ -284,16 +288,22 @@ def _others(
     left: list[str] = []
     for node in others:
         gpus = inputs.node_gpus(node)
-        if not gpus or any(g.gpu in hot for g in gpus):
-            continue  # no readings; or hot itself: capped as a hot node of its own
+        if not gpus:
+            continue  # no readings
         about = _warm(node, inputs, cfg, window_s)
+        temps = [t for t in inputs.gpus if t.node == node and t.gpu in hot]
         value_w, note = clamp_limit_w(limit_w, gpus)  # no lower than the hot node's limit
-        if about is not None and value_w < min(g.limit_w for g in gpus) - 0.5:
-            eta_s = (cfg.slowdown_c - about.temp_c) / max(about.trend_c_per_s, 1e-9)
+        if (about is not None or temps) and value_w < min(g.limit_w for g in gpus) - 0.5:
+            if about is not None:
+                eta_s = (cfg.slowdown_c - about.temp_c) / max(about.trend_c_per_s, 1e-9)
+                when = f"would reach {cfg.slowdown_c:.0f} °C in {max(eta_s, 0.0):.0f} s"
+            else:
+                about = max(temps, key=lambda t: t.temp_c)
+                when = f"is hot too ({about.temp_c:.1f} °C)"
             why = (
-                f"warm {node} of {_job_text(job)}: {about.gpu} would reach {cfg.slowdown_c:.0f} °C in "
-                f"{max(eta_s, 0.0):.0f} s and throttle the job again; at {value_w:.0f} W, no lower than the hot "
-                "node's limit, it costs the job no steps/s (the job runs at its slowest rank)"
+                f"{node} of {_job_text(job)}: {about.gpu} {when} and would throttle the job again; at "
+                f"{value_w:.0f} W, no lower than the hot node's limit, it costs the job no steps/s (the job runs "
+                "at its slowest rank)"
             )
             base_w = min(max(g.limit_w for g in gpus), max(g.draw_w for g in gpus))
             warm.append((_Cap(node, gpus, about, value_w, base_w, note), why))
