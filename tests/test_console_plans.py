@@ -1,5 +1,6 @@
-"""The console's plan view and step decisions on the demo's workspace (a fan failure on node3/gpu5, an idle node7):
-the incident page shows the plan's steps with targets, effect, cost, rollback and status; a step's signature
+"""The console's plan view and step decisions on the demo's workspace (a fan failure on node3/gpu5, an idle node7;
+its plan: a ticket, a cap on the hot GPU, a move to node7 waiting, a drain waiting): the incident page shows the
+plan's steps with targets, effect, cost, rollback and status; a step's signature
 uploaded as the .sig file ssh-keygen wrote approves it; a pasted text that is not a signature is refused with
 what is wrong with it; a viewer cannot decide; a waiting step is proposed on request. In a fleet's console the
 plain "Approve" of a step or a proposal says plainly that it cannot dispatch, and records nothing.
@@ -59,16 +60,17 @@ def test_the_plan_shows_its_steps_and_an_uploaded_signature_approves_a_step(
     assert "Remediation plan" in page and "One signature approves a whole step" in page
     section = _section(page, step_id)
     for shown in (
-        "node3",
-        "migrate_job",
+        "node3/gpu5",
+        "set_power_limit",
         "expected effect:",
         "cost to the job:",
         "48 GPUs",
         "rollback:",
-        "verified:",
     ):
         assert shown in section, (shown, section[:2000])
-    assert "Power limit: nothing to do" in page and "cuts no heat now" in page  # said in numbers
+    assert "verified: temp_below_slowdown within 180 s" in section
+    assert "°C" in section and " W" in section and "steps/s" in section  # said in numbers
+    assert "Move the work on node3 to node7" in page and "[waiting]" in page  # the next rung waits
     message = html.unescape(re.search(r'<pre class="to-sign">([^<]+)</pre>', section).group(1))  # type: ignore[union-attr]
     form = {
         "csrf_token": csrf,
@@ -118,7 +120,7 @@ def test_a_viewer_cannot_decide_and_a_waiting_step_is_proposed_on_request(
     with Workspace(db).read() as store:
         (plan,) = plans(store)
     step = next(s for s in plan.steps if s.step_id == waiting)
-    assert step.status == "proposed" and step.proposal_ids and step.kind == "drain"
+    assert step.status == "proposed" and step.proposal_ids and step.kind == "move"
 
 
 def test_the_fleet_console_says_plainly_it_cannot_dispatch_a_sign_in_approval(

@@ -131,7 +131,9 @@ def test_a_power_limit_approved_in_the_fleet_console_runs_on_the_right_node(tmp_
 
             wait_for(executed, 60, "the fleet's proposal executed on the node")
             wait_for(
-                lambda: power_limit_w(ports["node1"], gpu) > before, 30, "node1's exported limit to go back up"
+                lambda: power_limit_w(ports["node1"], gpu) > before,
+                30,
+                "node1's exported limit to go back up",
             )
         with Workspace(tmp_path / "fleet.duckdb").read() as store:
             result = [r.data() for r in read_rows(store, proposal_id=pid, event="dispatch_result")]

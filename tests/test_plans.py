@@ -68,11 +68,13 @@ def test_a_hot_gpu_is_capped_alone_unless_the_jobs_numbers_favour_more() -> None
     assert "costs the job no steps/s" in caps.actions[1].reason
 
 
-def test_a_cap_that_cuts_no_heat_now_is_not_proposed_and_the_plan_says_why() -> None:
+def test_a_throttled_gpu_is_capped_one_step_and_told_in_watts_that_it_cuts_no_heat_yet() -> None:
     throttled = _inputs(hot_c=90.0, hot_draw_w=380.0, warm_trend=0.0)
     caps = thermal_caps(assess(throttled.gpus, throttled.nodes, throttled.racks), throttled, ["node1"])
-    assert caps.actions == []
-    assert caps.notes and "draws 380 W (throttled)" in caps.notes[0] and "cuts no heat now" in caps.notes[0]
+    (cap,) = caps.actions
+    assert cap.parameters == {"power_limit_w": 550.0}  # one 150 W guardrail step from 700 W
+    assert "draws 380 W throttled" in cap.reason and "needs about 235 W (3 more 150 W step(s))" in cap.reason
+    assert "no heat is cut until it would draw more" in cap.expected_effect, cap.expected_effect
 
 
 # -- a plan's life --------------------------------------------------------------------------------------------

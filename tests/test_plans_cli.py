@@ -1,5 +1,6 @@
 """`aiops plans list|show|propose` and `aiops actions approve|message STEP` on the demo's workspace (a fan failure
-on node3/gpu5, an idle node7): the plan is listed with its steps; a step's message written to a file, signed by
+on node3/gpu5, an idle node7): the plan is listed with its steps (a ticket and a cap proposed, a move to node7
+and a drain waiting); a step's message written to a file, signed by
 ssh-keygen elsewhere and handed back approves and runs it (the file must be the exact bytes written); a waiting
 step is proposed on request and then approved with --key; `aiops actions list` names each proposal's step."""
 
@@ -31,13 +32,13 @@ def test_a_step_is_approved_from_the_command_line(
     assert listed.returncode == 0, listed.stderr
     (plan,) = json.loads(listed.stdout)
     kinds = [(s["kind"], s["status"]) for s in plan["steps"]]
-    assert kinds == [("notify", "proposed"), ("limit", "skipped"), ("move", "proposed"), ("drain", "waiting")]
-    move, drain = plan["steps"][2]["step_id"], plan["steps"][3]["step_id"]
+    assert kinds == [("notify", "proposed"), ("limit", "proposed"), ("move", "waiting"), ("drain", "waiting")]
+    limit, move = plan["steps"][1]["step_id"], plan["steps"][2]["step_id"]
     shown = run_cli("plans", "show", move, "--db", db)
     assert "Move the work on node3 to node7" in shown.stdout and "48 GPUs" in shown.stdout, shown.stdout
 
     message = tmp_path / "step.json"
-    written = run_cli("actions", "message", move, "--out", str(message), "--db", db)
+    written = run_cli("actions", "message", limit, "--out", str(message), "--db", db)
     assert written.returncode == 0 and "1 target(s)" in written.stdout, written.stdout + written.stderr
     subprocess.run(
         [
@@ -57,18 +58,18 @@ def test_a_step_is_approved_from_the_command_line(
     edited = tmp_path / "edited.json"
     edited.write_bytes(message.read_bytes() + b"\n")
     refused = run_cli(
-        "actions", "approve", move, "--signature", f"{message}.sig", "--message", str(edited), "--db", db
+        "actions", "approve", limit, "--signature", f"{message}.sig", "--message", str(edited), "--db", db
     )
     assert refused.returncode != 0 and "not the exact bytes signed" in refused.stderr, refused.stderr
-    done = run_cli("actions", "approve", move, "--signature", f"{message}.sig", "--db", db)
+    done = run_cli("actions", "approve", limit, "--signature", f"{message}.sig", "--db", db)
     assert done.returncode == 0 and "signed by alice" in done.stdout and "executed" in done.stdout, (
         done.stdout
     )
 
-    asked = run_cli("plans", "propose", drain, "--db", db)
+    asked = run_cli("plans", "propose", move, "--db", db)
     assert asked.returncode == 0 and "proposed" in asked.stdout, asked.stderr
-    signed = run_cli("actions", "approve", drain, "--key", str(keys.keys["bob"]), "--db", db)
+    signed = run_cli("actions", "approve", move, "--key", str(keys.keys["bob"]), "--db", db)
     assert signed.returncode == 0 and "signed by bob" in signed.stdout, signed.stdout + signed.stderr
     rows = json.loads(run_cli("actions", "list", "--db", db, "--json").stdout)
-    assert {r["step_id"] for r in rows} == {s["step_id"] for s in plan["steps"] if s["kind"] != "limit"}
-    assert sorted(r["status"] for r in rows if r["step_id"] in (move, drain)) == ["executed", "executed"]
+    assert {r["step_id"] for r in rows} == {s["step_id"] for s in plan["steps"] if s["kind"] != "drain"}
+    assert sorted(r["status"] for r in rows if r["step_id"] in (limit, move)) == ["executed", "executed"]

@@ -15,7 +15,7 @@ from aiops.control.advice import clamp_limit_w, thermal_actions
 from aiops.control.readings import StoreReadings
 from aiops.control.thermal import SLOWDOWN_C, ThermalReport, assess
 from aiops.models import GpuPower, Hypothesis
-from aiops.playbooks import remediation, remediation_from_store, steps_from_store
+from aiops.playbooks import remediation, remediation_from_store
 from aiops.scenarios import parse_scenario
 from aiops.sim import World, simulate
 from aiops.sim.actuator import SimActuator
@@ -325,22 +325,26 @@ def test_playbooks_propose_the_computed_remediations() -> None:
         and {m[0] for m in moves} == {"node0", "node1"}
         and {m[1] for m in moves} == {"node2", "node3"}
     )
-    # the ladder's rungs in order: the ticket, the CDU to its maximum, then the moves; no power cap, and the
-    # plan says why in numbers: the rack's GPUs throttle, and one 150 W guardrail step (700 -> 550 W) cuts no heat
-    assert [k[:2] for k in computed[:2]] == [("open_ticket", "rack0"), ("set_cooling_state", "rack0")]
-    assert computed[1][2] == {"cooling_fraction": 1.0}
-    assert [k[0] for k in computed[2:]] == ["migrate_job", "migrate_job"]
-    limit = next(s for s in steps_from_store(one, rack0, "train") if s.rung == "limit")
-    assert limit.actions == [] and all("cuts no heat now" in n for n in limit.notes) and len(limit.notes) == 2
+    # the ladder's rungs in order: the ticket, the CDU to its maximum, caps on the hot GPUs (every GPU of both
+    # nodes is hot: one action per node, one 150 W guardrail step), then the moves
+    assert [k[:2] for k in computed[:4]] == [
+        ("open_ticket", "rack0"),
+        ("set_cooling_state", "rack0"),
+        ("set_power_limit", "node0"),
+        ("set_power_limit", "node1"),
+    ]
+    assert computed[1][2] == {"cooling_fraction": 1.0} and computed[2][2] == {"power_limit_w": 550.0}
+    assert [k[0] for k in computed[4:]] == ["migrate_job", "migrate_job"]
     templates = _kinds(remediation(rack0, "train"))  # no telemetry: the playbook's templates
     assert [k[0] for k in templates] == ["open_ticket", "set_cooling_state", "set_power_limit", "migrate_job"]
 
     every = stored_run(cooling_failures(["rack0", "rack1"]), ["node0", "node1"])
     shifted = _kinds(remediation_from_store(every, rack0, "train"))
+    assert [k[:2] for k in shifted[2:4]] == [("set_power_limit", "node0"), ("set_power_limit", "node1")]
     # no cooler rack to move to: the job is requeued from its last checkpoint without each hot node (idle
     # node2 and node3 are left to take the ranks)
-    assert [k[:2] for k in shifted[2:]] == [("restart_job", "job:train"), ("restart_job", "job:train")]
-    assert {k[2]["exclude"] for k in shifted[2:]} == {"node0", "node1"}
+    assert [k[:2] for k in shifted[4:]] == [("restart_job", "job:train"), ("restart_job", "job:train")]
+    assert {k[2]["exclude"] for k in shifted[4:]} == {"node0", "node1"}
 
     dcim = stored_run(
         [{"kind": "facility_power_cap", "target": "rack0", "start_s": FAULT_AT_S, "severity": 0.5}],

@@ -117,7 +117,7 @@ def _cap_actions(
                 "reason": f"thermal manager fallback for job {_short(cap.job)} ({cap.reason}); {a.reason}"
             }
         )
-        for a in thermal_caps(report, inputs, cap.nodes, id_prefix=prefix, require_cut=False).actions
+        for a in thermal_caps(report, inputs, cap.nodes, id_prefix=prefix).actions
     ]
 
 

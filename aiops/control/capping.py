@@ -31,7 +31,7 @@ from guardrails.envelope import POWER_MAX_STEP_W, POWER_MIN_FRACTION_OF_TDP, pow
 
 PROPOSER = "analyst"
 SLOWDOWN_NOTE = f"the {SLOWDOWN_C:.0f} °C slowdown threshold"
-MIN_CUT_W = 10.0  # a cap that leaves the GPU within this of its draw now cuts no heat: not proposed
+MIN_CUT_W = 10.0  # a cap that leaves the GPU within this of its draw now cuts no heat now: the reason says so
 # a node that reaches the slowdown threshold within this, along its trend, is about to throttle
 WARM_WINDOW_S = 180.0
 
@@ -76,6 +76,7 @@ class _Cap:
     limit_w: float  # the limit set
     base_w: float  # what the GPUs draw now (or their limit, if lower)
     note: str  # why the limit is not the wanted one ("" when it is)
+    wanted_w: float = 0.0  # the limit that would keep it under slowdown - hot_headroom (0: not worked out)
 
 
 def _projected_c(gpu: GpuTemp, horizon_s: float) -> float:
@@ -91,7 +92,7 @@ def _job_text(job: str | None) -> str:
 
 
 def _hot_caps(
-    node: str, hot: set[str], inputs: ThermalInputs, cfg: ThermalConfig, require_cut: bool
+    node: str, hot: set[str], inputs: ThermalInputs, cfg: ThermalConfig
 ) -> tuple[list[_Cap], list[str]]:
     here = sorted(inputs.node_gpus(node), key=lambda g: g.gpu)
     temps = {g.gpu: g for g in inputs.gpus}
@@ -110,15 +111,7 @@ def _hot_caps(
                 f"{target}: already at {min(g.limit_w for g in group):.0f} W, the envelope's floor"
             )
             continue
-        if require_cut and value_w >= max(g.draw_w for g in group) - MIN_CUT_W:
-            skipped.append(
-                f"no power cap on {target} first: it draws {max(g.draw_w for g in group):.0f} W (throttled), "
-                f"staying under {goal_c:.0f} °C needs about {max(base_w - shed_w, 0.0):.0f} W, and one guardrail "
-                f"step takes its {max(g.limit_w for g in group):.0f} W limit only to {value_w:.0f} W: "
-                "that cuts no heat now"
-            )
-            continue
-        caps.append(_Cap(target, group, hottest, value_w, base_w, note))
+        caps.append(_Cap(target, group, hottest, value_w, base_w, note, max(base_w - shed_w, 0.0)))
     return caps, skipped
 
 
@@ -132,6 +125,13 @@ def _action(
     previous_w = max(g.limit_w for g in cap.gpus)
     each = "each of its GPUs" if len(cap.gpus) > 1 else "it"
     clamp = f"; {cap.note}" if cap.note else ""
+    if cut_w < MIN_CUT_W and cap.wanted_w:  # throttled: it draws less than one guardrail step can cap it to
+        steps = max(math.ceil((cap.limit_w - cap.wanted_w) / POWER_MAX_STEP_W), 1)
+        clamp += (
+            f"; it draws {cap.base_w:.0f} W throttled, below this limit: the cap binds only once it would draw "
+            f"more, and staying under {goal_c:.0f} °C needs about {cap.wanted_w:.0f} W ({steps} more "
+            f"{POWER_MAX_STEP_W:.0f} W step(s)); if it does not cool, the plan's next step moves the work"
+        )
     return Action(
         proposal_id=pid,
         kind="set_power_limit",
@@ -151,6 +151,10 @@ def _action(
             f"{projected_c - cut_w * cfg.r_th_c_per_w:.1f} °C); {t.gpu} stops thermal throttling below "
             f"{cfg.slowdown_c:.0f} °C; {_job_text(_job_of(inputs, cap.gpus))} keeps at least "
             f"{_kept(cap.gpus, cap.limit_w):.0%} of its steps/s"
+            if cut_w >= MIN_CUT_W
+            else f"{each} may draw at most {cap.limit_w:.0f} W; it draws {cap.base_w:.0f} W throttled now, so no "
+            f"heat is cut until it would draw more; {t.gpu} cools below {cfg.slowdown_c:.0f} °C only if its "
+            "cooling improves or a further cap follows"
         ),
         rollback={
             "kind": "set_power_limit",
@@ -193,12 +197,10 @@ def thermal_caps(
     config: ThermalConfig | None = None,
     id_prefix: str = "cap",
     window_s: float = WARM_WINDOW_S,
-    require_cut: bool = True,
 ) -> ThermalCaps:
-    """`set_power_limit` for the hot GPUs of `nodes` (the thermal manager's GPU hotspots) where a cap cuts heat
-    now (`require_cut`; False: every hot GPU, one 150 W step at a time, when capping is the only lever left),
-    and for the other nodes of their jobs only where the job's throughput favours it (see the module's
-    docstring)."""
+    """`set_power_limit` for the hot GPUs of `nodes` (the thermal manager's GPU hotspots), one 150 W guardrail
+    step at a time (a throttled GPU that draws less than the step's limit is told so, in watts), and for the
+    other nodes of their jobs only where the job's throughput favours it (see the module's docstring)."""
     cfg = config or ThermalConfig()
     hot = {h.component for h in report.hotspots if h.level == "gpu"}
     out: list[Action] = []
@@ -209,7 +211,7 @@ def thermal_caps(
         mine = {g for g in hot if g.startswith(node + "/")}
         if not mine:
             continue
-        caps, skipped = _hot_caps(node, mine, inputs, cfg, require_cut)
+        caps, skipped = _hot_caps(node, mine, inputs, cfg)
         notes += skipped
         if not caps:
             continue

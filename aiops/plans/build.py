@@ -80,9 +80,10 @@ def _limit_cost(actions: Sequence[Action], facts: Facts) -> str:
         return f"{capped} GPU(s) capped; no job runs there"
     loss = 1.0 - kept
     pace = f"; it runs at {facts.pace()}" if facts.pace() else ""
+    demand = f" (its GPUs drew {facts.job_draw_w:.0f} W before the incident)" if facts.job_draw_w else ""
     return (
         f"{capped} GPU(s) capped; {_job_text(facts)} runs at its slowest rank and keeps at least {kept:.0%} of "
-        f"its uncapped steps/s: at most {loss * facts.job_gpus:.1f} GPU-hours per hour of running{pace}"
+        f"its uncapped steps/s{demand}: at most {loss * facts.job_gpus:.1f} GPU-hours per hour of running{pace}"
     )
 
 

@@ -28,7 +28,9 @@ class Facts:
     node_gpus: dict[str, int] = field(default_factory=dict)
     power: dict[str, GpuPower] = field(default_factory=dict)  # per GPU, now
     idle_nodes: list[str] = field(default_factory=list)  # nodes with GPUs and no job: where work can requeue
-    job_draw_w: float | None = None  # the median draw of the job's GPUs now: a throttled GPU's demand
+    job_draw_w: float | None = (
+        None  # the job's GPUs' median draw before the incident: a throttled GPU's demand
+    )
 
     def gpus_of(self, target: str) -> int:
         """GPUs a node or GPU target covers (0: not a node or GPU the store knows)."""
@@ -69,8 +71,11 @@ def facts_of(store: Store, incident: Incident, job: str | None) -> Facts:
         return Facts(node_gpus=node_gpus, power=power, idle_nodes=idle)
     gpus = int(store.scalar("SELECT count(DISTINCT gpu) FROM job_ranks WHERE job = ?", [job]) or 0)
     checkpoint = store.scalar("SELECT checkpoint_every_s FROM jobs WHERE job = ?", [job])
-    ranks = {str(r["gpu"]) for r in store.query("SELECT gpu FROM job_ranks WHERE job = ?", [job])}
-    draws = sorted(p.draw_w for g, p in power.items() if g in ranks)
+    before_w = store.scalar(
+        "SELECT median(power_w) FROM gpu_samples WHERE gpu IN (SELECT gpu FROM job_ranks WHERE job = ?) "
+        "AND ts_s > ? AND ts_s < ? AND nvml_error IS NULL",
+        [job, incident.opened_ts_s - REFERENCE_WINDOW_S, incident.opened_ts_s],
+    )
     return Facts(
         job=job,
         job_gpus=gpus,
@@ -82,5 +87,5 @@ def facts_of(store: Store, incident: Incident, job: str | None) -> Facts:
         node_gpus=node_gpus,
         power=power,
         idle_nodes=idle,
-        job_draw_w=draws[len(draws) // 2] if draws else None,
+        job_draw_w=float(before_w) if before_w is not None else None,
     )
