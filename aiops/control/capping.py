@@ -223,7 +223,8 @@ def thermal_caps(
         evidence, warm_caps = _others(caps, others, hot, inputs, cfg, window_s, job)
         evidence += skipped
         for cap in caps:
-            out.append(_action(cap, inputs, cfg, f"{id_prefix}-{len(out)}", f"hot {cap.target}", evidence))
+            why = f"hot {cap.target}, for {_job_text(job)}" if job else f"hot {cap.target}"
+            out.append(_action(cap, inputs, cfg, f"{id_prefix}-{len(out)}", why, evidence))
         for cap, why in warm_caps:
             if cap.target not in done_nodes:  # once per node, whichever hot node's job it serves
                 done_nodes.add(cap.target)

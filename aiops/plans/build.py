@@ -191,9 +191,10 @@ def _title(rung: str, actions: Sequence[Action]) -> str:
 
 def _hold(rung: str, actions: Sequence[Action], facts: Facts) -> str:
     """Why a step must wait for a person rather than follow a failure: moving or draining a job's node with no
-    idle node left to requeue onto stops the job until the node is back (its cost is not a step's)."""
-    if facts.idle_nodes or not facts.job:
-        return ""
+    idle node left to requeue onto stops the job until the node is back (its cost is not a step's). Only where
+    the store sees the cluster (the fleet, a simulated cluster): a node agent's sees one node and cannot tell."""
+    if facts.idle_nodes or not facts.job or len(facts.node_gpus) < 2:
+        return ""  # an idle node is there, or no job to stop, or this store sees one node (a node agent's)
     if rung == "move" and any(a.parameters.get("exclude") or a.kind == "migrate_job" for a in actions):
         return f"no idle node to requeue {_job_text(facts)} onto: it would not run"
     if rung == "drain":
