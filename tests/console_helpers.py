@@ -59,7 +59,8 @@ def add_users(db: Path, users: dict[str, str] = USERS) -> None:
 
 
 def demo_proposal(db: Path) -> str:
-    """The demo's physical proposal (migrate_job: one approver)."""
+    """The demo's physical proposal (its plan's first physical step, set_power_limit on node3/gpu5: one
+    approver; the move to idle node7 waits)."""
     with Workspace(db).read() as store:
         found = [r.proposal_id for r in GuardrailRecords(store).proposals() if r.physical]
     assert len(found) == 1, found

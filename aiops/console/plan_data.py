@@ -59,6 +59,7 @@ def plan_view(store: Store, incident_id: str) -> dict[str, Any] | None:
                     "expires_ts_s": repr(signing.expires_ts_s),
                     "command": signing.command(),
                     "targets": len(signing.targets),
+                    "valid_min": f"{(signing.expires_ts_s - signing.ts_s) / 60:.0f}",  # no wall time on a data page
                 }
         steps.append(view)
     return {**plan.json(), "steps": steps, "older": len(found) - 1}
