@@ -322,6 +322,12 @@ class ConsoleConfig(_Section):
     secure_cookies: bool = Field(
         default=False, description="behind a TLS reverse proxy: session cookies only over HTTPS"
     )
+    url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="the console's address as people reach it (behind a proxy: the proxy's); notifications "
+        "link to /incidents/<id> there ([notify] console_url, when set, wins)",
+    )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
     oidc: OidcConfig = Field(default_factory=OidcConfig)  # single sign-on (aiops/config_oidc.py)
@@ -457,6 +463,11 @@ class Config(_Section):
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     chatops: ChatopsConfig = Field(default_factory=ChatopsConfig)  # aiops/config_chatops.py
     source: str = Field(default="defaults", exclude=True)
+
+    @property
+    def console_url(self) -> str:
+        """Where people reach the console: `[notify] console_url`, else `[console] url`; "" when neither."""
+        return (self.notify.console_url or self.console.url).rstrip("/")
 
 
 def parse_listen(value: str) -> tuple[str, int]:

@@ -36,6 +36,11 @@ class Symptom(_Model):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+# An incident id as people type it: `INC-0042` (an analysis), `INC-gpu-a100-017-0042` (a node agent's),
+# `INC-fleet-0007` (the fleet's). For recognising ids in text only: code never parses one for meaning.
+INCIDENT_ID_PATTERN = r"INC-(?:[A-Za-z0-9][A-Za-z0-9.-]*-)?\d+"
+
+
 class Incident(_Model):
     incident_id: str
     opened_ts_s: float

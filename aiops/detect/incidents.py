@@ -13,7 +13,12 @@ incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
 the live service: `feed` returns what changed (`Transition`s: opened, updated, resolved), numbering continues
-from `first_number`, and `resume` puts back incidents that were open when the service stopped."""
+from `first_number`, and `resume` puts back incidents that were open when the service stopped.
+
+Incident ids are `<id_prefix><number, 4 digits at least>`. A whole-history analysis keeps the plain `INC-`; the
+live service names its ids after the tier that opened them (`incident_prefix`: `INC-gpu-a100-017-0042` on a node
+agent, `INC-fleet-0007` on the fleet), so they are unique across the cluster and stable over restarts. Everyone
+else treats an id as an opaque string."""
 
 from __future__ import annotations
 
@@ -44,6 +49,13 @@ JOIN_S = 20.0  # onsets this close are one event seen on several components (two
 CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be reported (a rule with a baseline)
 
 Key = tuple[str, str]  # (kind, component)
+ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
+
+
+def incident_prefix(scope: str) -> str:
+    """The id prefix of the live incidents one tier opens: `INC-<host>-` on a node agent (its host name, unique in
+    the cluster), `INC-fleet-` on the fleet. `scope` is a component name (RFC 1123 host, `fleet`)."""
+    return f"INC-{scope}-"
 
 
 @dataclass
@@ -80,7 +92,9 @@ class IncidentTracker:
         job_of: Mapping[str, str] | None = None,
         join_s: float = JOIN_S,
         cause_lag_s: float = CAUSE_LAG_S,
+        id_prefix: str = ANALYSIS_PREFIX,
     ) -> None:
+        self.id_prefix = id_prefix
         self.quiet_s = quiet_s
         self.join_s = join_s
         self.cause_lag_s = cause_lag_s
@@ -129,7 +143,7 @@ class IncidentTracker:
         out: list[Transition] = []
         for group in [g for g in self.open if now_ts_s - g.last_ts_s > self.quiet_s]:
             group.resolved_ts_s = now_ts_s
-            out.append(Transition("resolved", _to_incident(group)))
+            out.append(Transition("resolved", self._incident(group)))
             self.open.remove(group)
             if self.keep_closed:
                 self.closed.append(group)
@@ -146,9 +160,9 @@ class IncidentTracker:
             if any(s.kind not in INFO for s in batch) or all(s.kind in INFO for s in group.symptoms):
                 group.last_ts_s = now_ts_s
             if group in opened:
-                out.append(Transition("opened", _to_incident(group)))
+                out.append(Transition("opened", self._incident(group)))
             elif {(s.kind, s.component) for s in batch} - was:
-                out.append(Transition("updated", _to_incident(group)))
+                out.append(Transition("updated", self._incident(group)))
         return out
 
     def _place(
@@ -257,14 +271,17 @@ class IncidentTracker:
         return group
 
     def open_incidents(self) -> list[Incident]:
-        return [_to_incident(g) for g in self.open]
+        return [self._incident(g) for g in self.open]
 
     def incidents(self) -> list[Incident]:
         groups = sorted([*self.closed, *self.open], key=lambda g: g.number)
-        return [_to_incident(g) for g in groups]
+        return [self._incident(g) for g in groups]
+
+    def _incident(self, group: _Open) -> Incident:
+        return _to_incident(group, self.id_prefix)
 
 
-def _to_incident(group: _Open) -> Incident:
+def _to_incident(group: _Open, id_prefix: str) -> Incident:
     kinds = {s.kind for s in group.symptoms}
     if kinds & CRITICAL:
         severity = "critical"
@@ -283,7 +300,7 @@ def _to_incident(group: _Open) -> Incident:
             counts[kind] = counts.get(kind, 0) + 1
         title += " (also " + ", ".join(_counted(n, k) for k, n in sorted(counts.items(), key=_by_count)) + ")"
     return Incident(
-        incident_id=f"INC-{group.number:04d}",
+        incident_id=f"{id_prefix}{group.number:04d}",
         opened_ts_s=group.opened_ts_s,
         last_ts_s=group.last_ts_s,
         title=title,

@@ -9,6 +9,7 @@ a URL or a header.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,6 +56,11 @@ class IncidentEvent:
             raise ValueError("a resolved event needs resolved_ts_s")
 
     @property
+    def shown_link(self) -> str:
+        """The link a person follows: the console's incident page when known, else the service's API link."""
+        return self.console_link or self.link
+
+    @property
     def event_ts_s(self) -> float:
         """When the event happened: resolution time for resolved, the incident's last activity otherwise."""
         if self.kind == "resolved" and self.resolved_ts_s is not None:
@@ -93,6 +99,14 @@ def incident_event(
         top=top,
         link=link,
     )
+
+
+def console_page(console_url: str, incident_id: str) -> str:
+    """The console's page of `incident_id` (`<console_url>/incidents/<id>`, the id quoted); "" without either."""
+    base = console_url.rstrip("/")
+    if not base or not incident_id:
+        return ""
+    return f"{base}/incidents/{urllib.parse.quote(incident_id, safe='')}"
 
 
 def rfc3339(ts_s: float) -> str:

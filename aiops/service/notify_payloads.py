@@ -68,6 +68,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "opened_at": rfc3339(event.opened_ts_s),
             "resolved_at": None if event.resolved_ts_s is None else rfc3339(event.resolved_ts_s),
             "link": event.link,
+            "console_link": event.console_link,
         },
         "top_hypothesis": None
         if top is None
@@ -124,10 +125,11 @@ def slack_body(event: IncidentEvent) -> dict[str, Any]:
         )
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": diagnosis}})
     # The link is shown as text, never as a <url|label> link: its text is ours, but Slack makes URLs clickable.
+    # The console's incident page when one is configured, else the service's API.
     blocks.append(
         {
             "type": "context",
-            "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.link, 500)}"}],
+            "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.shown_link, 500)}"}],
         }
     )
     return {"text": f"{verb} [{severity}] {title}", "blocks": blocks}
@@ -177,7 +179,7 @@ def alertmanager_alerts(
         if top
         else "not diagnosed yet"
     )
-    annotations = {"summary": event.title, "description": description, "link": event.link}
+    annotations = {"summary": event.title, "description": description, "link": event.shown_link}
 
     def alert(label_set: Mapping[str, str], ends_ts_s: float | None) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 
 from aiops.config import Config, node_of
 from aiops.datapath.policy import Policy
+from aiops.detect.incidents import incident_prefix
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario
@@ -126,8 +127,9 @@ class Service:
             window_s=config.detection.window_s,
             quiet_s=config.detection.quiet_s,
             replay_s=config.detection.replay_s,
+            id_prefix=incident_prefix(config.node.name),  # INC-<host>-0042, INC-fleet-0007: cluster-unique
         )
-        self.outbox = Outbox(config.notify, config.node.name)
+        self.outbox = Outbox(config.notify, config.node.name, console_url=config.console_url)
         self.profiles = ProfileTrigger(
             config.profile, config.store.path, config.node.name, self.workspace, sim=sim is not None
         )

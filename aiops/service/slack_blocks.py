@@ -100,11 +100,11 @@ def incident_message(channel: str, event: IncidentEvent, proposals: Sequence[Pro
         blocks.extend(proposal_blocks(proposal))
     if len(proposals) > len(shown):
         blocks.append(_section(f"{len(proposals) - len(shown)} more proposal(s): see the console"))
-    if event.link:
+    if event.shown_link:
         blocks.append(
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.link, 500)}"}],
+                "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.shown_link, 500)}"}],
             }
         )
     return {"channel": channel, "text": f"Incident [{severity}] {title}", "blocks": blocks}
