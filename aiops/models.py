@@ -50,6 +50,7 @@ class Incident(_Model):
     components: list[str]
     symptoms: list[Symptom]
     resolved_ts_s: float | None = None  # when it closed after its quiet period; None while open
+    impact: str = ""  # why its severity (aiops/detect/severity.py): "job:llm slowed 31 %; 8 GPUs affected"
 
     @property
     def number(self) -> int:

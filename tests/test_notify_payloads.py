@@ -60,6 +60,7 @@ def test_json_body_is_versioned_and_carries_the_incident_and_top_hypothesis() ->
         "id": "inc-1",
         "title": HOSTILE,  # JSON-encoded as is: the receiver decides how to show it
         "severity": "critical",
+        "impact": "",
         "components": ["node3/gpu5", "job:llm"],
         "node": "node3",
         "opened_ts_s": NOW_TS_S,

@@ -26,12 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
+from aiops.config_notify import SeverityConfig
 from aiops.detect.kinds import PERSISTENT
 from aiops.detect.rules import INFO, STRONG
+from aiops.detect.severity import impact, worse
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
 
-CRITICAL = {"xid", "gpu_lost", "job_stalled", "collective_timeouts", "ecc_dbe"}
 # A weak symptom opens an incident only when it persists this long (its rule already needed 2 windows).
 WEAK_KINDS_TO_OPEN = {
     "step_regression",
@@ -65,6 +66,7 @@ class _Open:
     last_ts_s: float
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
+    severity_floor: str = "info"  # a resumed incident's severity: it never drops while the incident is open
     keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component) with its first ts
     firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component) as first seen
 
@@ -93,8 +95,10 @@ class IncidentTracker:
         join_s: float = JOIN_S,
         cause_lag_s: float = CAUSE_LAG_S,
         id_prefix: str = ANALYSIS_PREFIX,
+        severity: SeverityConfig | None = None,
     ) -> None:
         self.id_prefix = id_prefix
+        self.severity = severity or SeverityConfig()  # severity from impact (aiops/detect/severity.py)
         self.quiet_s = quiet_s
         self.join_s = join_s
         self.cause_lag_s = cause_lag_s
@@ -134,6 +138,7 @@ class IncidentTracker:
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
         group = _Open(incident.number, incident.opened_ts_s, incident.last_ts_s)
+        group.severity_floor = incident.severity
         group.add(list(incident.symptoms))
         self.open.append(group)
         self.open.sort(key=lambda g: (g.opened_ts_s, g.number))
@@ -278,17 +283,12 @@ class IncidentTracker:
         return [self._incident(g) for g in groups]
 
     def _incident(self, group: _Open) -> Incident:
-        return _to_incident(group, self.id_prefix)
+        return _to_incident(group, self.id_prefix, self.severity)
 
 
-def _to_incident(group: _Open, id_prefix: str) -> Incident:
-    kinds = {s.kind for s in group.symptoms}
-    if kinds & CRITICAL:
-        severity = "critical"
-    elif kinds <= INFO:
-        severity = "info"
-    else:
-        severity = "warning"
+def _to_incident(group: _Open, id_prefix: str, policy: SeverityConfig) -> Incident:
+    found = impact(group.symptoms, policy)
+    severity = worse(found.severity, group.severity_floor)
     components = sorted({s.component for s in group.symptoms})
     first = min(group.symptoms, key=lambda s: s.ts_s)
     title = f"{first.kind.replace('_', ' ')} on {first.component}"
@@ -308,6 +308,7 @@ def _to_incident(group: _Open, id_prefix: str) -> Incident:
         components=components,
         symptoms=_compact(group.symptoms),
         resolved_ts_s=group.resolved_ts_s,
+        impact=found.summary,
     )
 
 

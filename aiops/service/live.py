@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
+from aiops.config_notify import SeverityConfig
 from aiops.detect import racks_of_nodes, save_incidents
 from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
@@ -78,13 +79,17 @@ class LiveDetection:
         quiet_s: float = 180.0,
         replay_s: float = 1800.0,
         id_prefix: str = ANALYSIS_PREFIX,
+        severity: SeverityConfig | None = None,
     ) -> None:
         self.window_s = window_s
+        self.severity = severity or SeverityConfig()
         self.quiet_s = quiet_s
         self.replay_s = replay_s
         self.id_prefix = id_prefix
         self.detector: Detector | None = None
-        self.tracker = IncidentTracker(quiet_s=quiet_s, keep_closed=False, id_prefix=id_prefix)
+        self.tracker = IncidentTracker(
+            quiet_s=quiet_s, keep_closed=False, id_prefix=id_prefix, severity=self.severity
+        )
         self.until_ts_s: float | None = None  # end of the last window processed
         self.windows = 0
         self.inventory_rows = -1  # topology + job_ranks rows when racks and ranks were last read
@@ -98,6 +103,7 @@ class LiveDetection:
             keep_closed=False,
             rack_of=racks_of_nodes(store),
             id_prefix=self.id_prefix,
+            severity=self.severity,
         )
         for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
             self.tracker.resume(incident_of(row))  # under its id; independent faults: several may be open

@@ -66,7 +66,8 @@ class Notifier:
 
     def enqueue(self, store: Store, event: IncidentEvent) -> int:
         """Queue `event` for every sink (de-duplicated); returns how many notifications were added."""
-        return len(enqueue(store, event, self.sinks.values(), self._clock()))
+        severity = self.config.severity
+        return len(enqueue(store, event, self.sinks.values(), self._clock(), severity.for_sink))
 
     def pump(self, workspace: Workspace) -> PumpStats:
         """Send what is due now. Holds the database only for the two brief writes, never during HTTP."""

@@ -48,6 +48,7 @@ class IncidentEvent:
     top: TopHypothesis | None
     link: str  # where a person reads more: the service's /api/incidents/ID URL, or the database path
     console_link: str = ""  # the incident's page in the web console ([notify] console_url), "" when unknown
+    impact: str = ""  # why its severity: "job:llm slowed 31 %; 8 GPUs affected" (aiops/detect/severity.py)
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
@@ -98,6 +99,7 @@ def incident_event(
         node=node,
         top=top,
         link=link,
+        impact=incident.impact,
     )
 
 

@@ -37,9 +37,10 @@ DEDUP_KEY_CHARS = 255  # PagerDuty's limit on dedup_key
 _TEXT_CHARS = 1000  # any other text in custom_details
 _COMPONENTS = 20
 _ACTIONS = {"opened": "trigger", "diagnosed": "trigger", "resolved": "resolve"}
-# Our incident severities (info | warning | critical) map onto PagerDuty's of the same name; anything else
-# (an alert's own label) is `error`: something is wrong, how badly is not known.
-_SEVERITIES = {"critical": "critical", "warning": "warning", "info": "info"}
+# Our incident severities (info | warning | critical) arrive named as `[notify.severity] pagerduty` says (by
+# default PagerDuty's of the same name); anything else (an alert's own label) is `error`: something is wrong,
+# how badly is not known.
+_SEVERITIES = {"critical": "critical", "error": "error", "warning": "warning", "info": "info"}
 ROUTING_KEY_CHARS = 128  # an integration key is 32 characters; more is not a key
 
 
@@ -88,6 +89,8 @@ def _custom_details(event: IncidentEvent) -> dict[str, Any]:
         "opened_at": rfc3339(event.opened_ts_s),
         "link": clip(event.link, _TEXT_CHARS),
     }
+    if event.impact:
+        details["impact"] = clip(event.impact, _TEXT_CHARS)
     if event.console_link:
         details["console"] = clip(event.console_link, _TEXT_CHARS)
     if len(event.components) > _COMPONENTS:

@@ -60,6 +60,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "id": event.incident_id,
             "title": event.title,
             "severity": event.severity,
+            "impact": event.impact,
             "components": list(event.components),
             "node": event.node,
             "opened_ts_s": event.opened_ts_s,
@@ -111,6 +112,8 @@ def slack_body(event: IncidentEvent) -> dict[str, Any]:
         f"*Components:* {slack_escape(', '.join(event.components), _SLACK_LIST_CHARS)}",
         f"*Opened:* {rfc3339(event.opened_ts_s)}",
     ]
+    if event.impact:
+        facts.insert(1, f"*Impact:* {slack_escape(event.impact, 300)}")
     if event.resolved_ts_s is not None:
         facts.append(f"*Resolved:* {rfc3339(event.resolved_ts_s)}")
     blocks: list[dict[str, Any]] = [
@@ -180,6 +183,8 @@ def alertmanager_alerts(
         else "not diagnosed yet"
     )
     annotations = {"summary": event.title, "description": description, "link": event.shown_link}
+    if event.impact:
+        annotations["impact"] = event.impact
 
     def alert(label_set: Mapping[str, str], ends_ts_s: float | None) -> dict[str, Any]:
         body: dict[str, Any] = {

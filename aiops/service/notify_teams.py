@@ -101,6 +101,8 @@ def teams_body(event: IncidentEvent) -> dict[str, Any]:
         ("Components", markdown_escape(", ".join(event.components), _FACT_CHARS)),
         ("Opened", rfc3339(event.opened_ts_s)),
     ]
+    if event.impact:
+        facts.insert(2, ("Impact", markdown_escape(event.impact, _FACT_CHARS)))
     if event.resolved_ts_s is not None:
         facts.append(("Resolved", rfc3339(event.resolved_ts_s)))
     cause = "not diagnosed yet"

@@ -128,6 +128,7 @@ class Service:
             quiet_s=config.detection.quiet_s,
             replay_s=config.detection.replay_s,
             id_prefix=incident_prefix(config.node.name),  # INC-<host>-0042, INC-fleet-0007: cluster-unique
+            severity=config.notify.severity,  # from impact ([notify.severity])
         )
         self.outbox = Outbox(config.notify, config.node.name, console_url=config.console_url)
         self.profiles = ProfileTrigger(

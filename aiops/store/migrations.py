@@ -639,6 +639,12 @@ CREATE TABLE IF NOT EXISTS rank_timing_samples (
 )
 """
 
+# Why an incident has its severity (aiops/detect/severity.py: hardware lost, a job stalled or slowed by X %, GPUs
+# affected), as one line people read with it; NULL for incidents stored before.
+M022_INCIDENT_IMPACT = """
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS impact VARCHAR
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -661,6 +667,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
+    Migration(22, "incident_impact", _sql(M022_INCIDENT_IMPACT)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
