@@ -645,6 +645,24 @@ M022_INCIDENT_IMPACT = """
 ALTER TABLE incidents ADD COLUMN IF NOT EXISTS impact VARCHAR
 """
 
+# Maintenance windows and silences (aiops/store/maintenance.py): planned work on a node, rack, job, component or
+# label; a window stops pages about its scope and (kind maintenance) every action on it. Wall-clock times.
+M023_MAINTENANCE = """
+CREATE TABLE IF NOT EXISTS maintenance (
+    window_id VARCHAR PRIMARY KEY,  -- M-<8 hex>
+    kind VARCHAR NOT NULL,          -- maintenance (pages and actions) | silence (pages only)
+    scope VARCHAR NOT NULL,         -- node | rack | job | component | label
+    target VARCHAR NOT NULL,        -- node3 | rack1 | llm | node3/gpu5 | root_cause=thermal_throttle
+    starts_ts_s DOUBLE NOT NULL,
+    ends_ts_s DOUBLE NOT NULL,
+    reason VARCHAR NOT NULL,
+    created_by VARCHAR NOT NULL,
+    created_ts_s DOUBLE NOT NULL,
+    ended_ts_s DOUBLE,              -- ended early by a person
+    ended_by VARCHAR
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -668,6 +686,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
     Migration(22, "incident_impact", _sql(M022_INCIDENT_IMPACT)),
+    Migration(23, "maintenance", _sql(M023_MAINTENANCE)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
