@@ -251,6 +251,12 @@ class NotifyConfig(_Section):
         description="the console's address as people reach it: pagerduty and teams link to its pages",
     )
     severity: SeverityConfig = Field(default_factory=SeverityConfig)  # severity from impact, per sink kind
+    undiagnosed_hold_s: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        description="an incident with no diagnosis pages only after this long, unless a diagnosed one covers it",
+    )
 
 
 class LlmConfig(_Section):

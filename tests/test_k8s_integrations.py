@@ -225,6 +225,7 @@ def test_with_the_values_off_nothing_of_theirs_is_rendered(tmp_path: Path) -> No
     names = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
     assert names == sorted(
         [
+            ("ConfigMap", "aiops-alertmanager-inhibit"),  # the alerts' inhibition rules (monitoring)
             ("ConfigMap", "aiops-fleet"),
             ("ConfigMap", "aiops-node"),
             ("DaemonSet", "aiops-node"),

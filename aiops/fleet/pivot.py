@@ -230,6 +230,15 @@ HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'
 """
 
 
+# Each step's open node incidents with their newest diagnosis (aiops/service/paging.py: which the fleet covers).
+NODE_INCIDENT_SAMPLES = """
+INSERT INTO node_incident_samples (ts_s, node, incident_id, component, root_cause, severity)
+SELECT ts_s, node, incident_id, max(component), max(root_cause), max(severity)
+FROM fleet_d WHERE name = 'aiops_incident_opened_timestamp_seconds' AND node <> '' AND incident_id <> ''
+GROUP BY ts_s, node, incident_id
+"""
+
+
 def statements() -> list[tuple[str, str]]:
     """(table, statement) in the order they run: inventory first (the samples join it)."""
     out = [("topology", s) for s in TOPOLOGY.split(";\n")]
@@ -246,5 +255,6 @@ def statements() -> list[tuple[str, str]]:
         ("netdev_samples", netdev_sql()),
         ("ib_port_samples", ib_sql()),
         ("node_incidents", NODE_INCIDENTS),
+        ("node_incident_samples", NODE_INCIDENT_SAMPLES),
     ]
     return out

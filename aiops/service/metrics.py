@@ -153,6 +153,11 @@ class MetricsCache(Collector):
             self.incidents = list(incidents)
             self.analyst.set_incidents(incidents)
 
+    def set_pages(self, states: Sequence[Any]) -> None:
+        """The paging decisions of the last review (aiops/service/pager.py `PageState`s)."""
+        with self._lock:
+            self.analyst.set_pages([dict(state.__dict__) for state in states])
+
     def inventory(self, topology: Sequence[Mapping[str, Any]], ranks: Sequence[Mapping[str, Any]]) -> None:
         """The store's topology and job_ranks rows: node → rack, GPU index and UUID, the jobs' ranks."""
         with self._lock:

@@ -74,6 +74,7 @@ class AnalystExports:
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
         self.unavailable: set[tuple[str, str]] = set()  # (collector, component) that found nothing to read
         self.incidents: list[dict[str, Any]] = []
+        self.pages: list[dict[str, Any]] = []  # paging decisions (aiops/service/pager.py PageState fields)
 
     # -- feeding ------------------------------------------------------------------------------------------------
     def inventory(self, topology: Sequence[Mapping[str, Any]], ranks: Sequence[Mapping[str, Any]]) -> None:
@@ -195,6 +196,9 @@ class AnalystExports:
     def set_incidents(self, incidents: Sequence[Mapping[str, Any]]) -> None:
         self.incidents = [dict(i) for i in incidents]
 
+    def set_pages(self, pages: Sequence[Mapping[str, Any]]) -> None:
+        self.pages = [dict(p) for p in pages]
+
     # -- scraping -----------------------------------------------------------------------------------------------
     def families(self, gpus: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
         """`gpus`: MetricsCache's newest gpu_samples row per GPU."""
@@ -203,3 +207,4 @@ class AnalystExports:
         yield from render.jobs(self)
         yield from render.network(self)
         yield from render.node(self)
+        yield from render.pages(self)

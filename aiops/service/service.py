@@ -41,6 +41,7 @@ from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
+from aiops.service.pager import Pager
 from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
@@ -136,10 +137,21 @@ class Service:
         )
         people = notify if notify is not None else self.outbox.notify
 
-        def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
+        def deliver(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
             people(store, kind, incident, top)
             if self.slack is not None:
                 self.slack.on_event(store, kind, incident, top)
+
+        # one page per problem: the sinks hear of an incident only once it pages (pager.py, paging.py)
+        self.pager = Pager(
+            config.node.name,
+            deliver,
+            hold_undiagnosed_s=config.notify.undiagnosed_hold_s,
+            open_s=3.0 * config.detection.window_s,
+        )
+
+        def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
+            self.pager.on_event(store, kind, incident, top)
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
         self.responder = Responder(notify=on_event)
@@ -377,6 +389,7 @@ class Service:
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
+                self._guarded("paging", lambda: self._review_pages(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
             if len(self.dispatches):
                 twin = self.sources.twin
@@ -408,6 +421,10 @@ class Service:
         self._execute_approved(store, attached)
         if self.slack is not None:
             self.slack.run_requested(store, attached)
+
+    def _review_pages(self, store: Store) -> None:
+        """Holds that ran out, windows that ended, node incidents the fleet covers: paged or exported."""
+        self.metrics.set_pages(self.pager.review(store, self.newest_ts_s))
 
     def _investigate_alerts(self, store: Store) -> None:
         assert self.newest_ts_s is not None
@@ -469,7 +486,8 @@ class Service:
 
     def _observe_store(self, store: Store) -> None:
         open_rows = store.query(
-            "SELECT i.incident_id, i.severity, h.root_cause, h.component, i.opened_ts_s, h.confidence "
+            "SELECT i.incident_id, i.severity, h.root_cause, coalesce(h.component, i.components[1]) AS component, "
+            "i.opened_ts_s, h.confidence "
             "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )

@@ -663,6 +663,33 @@ CREATE TABLE IF NOT EXISTS maintenance (
 )
 """
 
+# Paging (aiops/service/paging.py): which incidents page, one row per incident this tier decided on (its own, and
+# on the fleet the node agents' incidents it covers), so a restart neither pages twice nor forgets a hold; and the
+# fleet's sightings of the node agents' open incidents, one row per scrape step (their newest diagnosis; an
+# incident no longer seen is no longer open).
+M024_PAGING = """
+CREATE TABLE IF NOT EXISTS incident_pages (
+    node VARCHAR NOT NULL,          -- the tier that opened the incident (this service's name, or a node agent's)
+    incident_id VARCHAR NOT NULL,
+    first_seen_ts_s DOUBLE NOT NULL, -- wall clock: when this service first saw it (holds count from here)
+    pages BOOLEAN NOT NULL,         -- does it page now
+    reason VARCHAR NOT NULL,        -- pages | held | covered | maintenance | silence
+    covered_by VARCHAR,             -- the incident whose page covers it
+    window_id VARCHAR,              -- the maintenance window or silence holding it
+    decided_ts_s DOUBLE NOT NULL,
+    paged_ts_s DOUBLE,              -- when its first notification was queued (NULL: it never paged)
+    PRIMARY KEY (node, incident_id)
+);
+CREATE TABLE IF NOT EXISTS node_incident_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    incident_id VARCHAR NOT NULL,
+    component VARCHAR NOT NULL,     -- the top hypothesis' component, else the incident's first
+    root_cause VARCHAR NOT NULL,    -- '' before a diagnosis
+    severity VARCHAR NOT NULL
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -687,6 +714,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
     Migration(22, "incident_impact", _sql(M022_INCIDENT_IMPACT)),
     Migration(23, "maintenance", _sql(M023_MAINTENANCE)),
+    Migration(24, "paging", _sql(M024_PAGING)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
@@ -710,4 +738,5 @@ TIME_SERIES_TABLES: tuple[str, ...] = (
     "kernel_events",
     "gpu_processes",
     "rank_timing_samples",
+    "node_incident_samples",
 )
