@@ -28,7 +28,7 @@ from aiops.cli.main import build_parser
 from aiops.config import Config, load_config_file, parse_listen
 from aiops.config_chatops import check_users
 from aiops.errors import ConfigError
-from aiops.service.notify import Notifier
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.k8s_helpers import K8S_VERSIONS, assert_valid_strict, one, render
 

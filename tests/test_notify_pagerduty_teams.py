@@ -19,21 +19,21 @@ from markdown_it import MarkdownIt  # CommonMark, as Adaptive Cards' TextBlock r
 from aiops.config import Config, NotifyConfig, WebhookConfig, parse_config
 from aiops.config_notify import PAGERDUTY_EVENTS_URL
 from aiops.errors import ConfigError
-from aiops.models import Evidence, Hypothesis
-from aiops.report.model import Report
-from aiops.report.write import Written
-from aiops.service.notify import Notifier
-from aiops.service.notify_event import IncidentEvent
-from aiops.service.notify_pagerduty import (
+from aiops.integrations.event import IncidentEvent
+from aiops.integrations.notifier import Notifier
+from aiops.integrations.pagerduty import (
     SUMMARY_CHARS,
     dedup_key,
     pagerduty_body,
     read_routing_key,
     with_routing_key,
 )
-from aiops.service.notify_payloads import render
-from aiops.service.notify_report import report_body
-from aiops.service.notify_teams import CARD_CONTENT_TYPE, markdown_escape, teams_body
+from aiops.integrations.payloads import render
+from aiops.integrations.report import report_body
+from aiops.integrations.teams import CARD_CONTENT_TYPE, markdown_escape, teams_body
+from aiops.models import Evidence, Hypothesis
+from aiops.report.model import Report
+from aiops.report.write import Written
 from aiops.service.outbox import Outbox
 from aiops.store import Workspace
 from tests.notify_helpers import HOSTILE, LINK, NOW_TS_S, event, hypothesis, incident

@@ -10,8 +10,8 @@ from datetime import datetime
 import pytest
 
 from aiops.errors import ConfigError
-from aiops.service.notify_event import IncidentEvent, rfc3339
-from aiops.service.notify_payloads import (
+from aiops.integrations.event import IncidentEvent, rfc3339
+from aiops.integrations.payloads import (
     ALERT_NAME,
     alert_labels,
     alertmanager_alerts,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aiops.config import NotifyConfig, WebhookConfig
-from aiops.service.notify import Notifier
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.notify_helpers import Receiver, Request, event, free_port, no_proxies, receiver, the_three_events
 

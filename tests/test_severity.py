@@ -16,8 +16,8 @@ from aiops.config_notify import SeverityConfig
 from aiops.detect.incidents import IncidentTracker
 from aiops.detect.severity import impact
 from aiops.errors import ConfigError
+from aiops.integrations.notifier import Notifier, incident_event
 from aiops.models import Symptom
-from aiops.service.notify import Notifier, incident_event
 from aiops.store import Workspace
 from tests.notify_helpers import incident
 

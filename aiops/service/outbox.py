@@ -15,12 +15,12 @@ import threading
 from typing import cast
 
 from aiops.config import NotifyConfig
+from aiops.integrations.event import EVENT_KINDS, EventKind, IncidentEvent, console_page
+from aiops.integrations.notifier import Notifier, incident_event
 from aiops.models import Hypothesis, Incident
-from aiops.service.notify import Notifier, incident_event
-from aiops.service.notify_event import EVENT_KINDS, EventKind, IncidentEvent, console_page
 from aiops.store import Store, Workspace
 
-log = logging.getLogger("aiops.service.notify")
+log = logging.getLogger("aiops.integrations.notifier")
 
 
 class Outbox:

@@ -3,7 +3,7 @@
 
 Posting: when an incident is diagnosed (`on_event`, inside the flush's write, after its proposals were filed),
 its message (aiops/service/slack_blocks.py) is queued for `SlackPoster`, which calls chat.postMessage off the
-loop (aiops/service/slack_api.py).
+loop (aiops/integrations/slack_api.py).
 
 A press, in order; every refusal before the guardrails records nothing:
 1. a Content-Length of at most `slack_request.MAX_BODY_BYTES` (411, 413), the raw body read up to that cap;
@@ -42,11 +42,11 @@ from starlette.routing import BaseRoute, Route
 from aiops.config import Config
 from aiops.config_chatops import SlackConfig, check_users
 from aiops.errors import AiopsError, ConfigError, GuardrailError, SignatureRefused, SlackRequestError
+from aiops.integrations.event import EventKind, console_page, incident_event
+from aiops.integrations.slack_api import SlackApi, SlackPoster
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.actions import Decision, approve, reject
 from aiops.runtime.world import attach, desk
-from aiops.service.notify_event import EventKind, console_page, incident_event
-from aiops.service.slack_api import SlackApi, SlackPoster
 from aiops.service.slack_blocks import ProposalLine, incident_message, outcome_message
 from aiops.service.slack_request import MAX_BODY_BYTES, Press, parse_press, signature_problem
 from aiops.service.web import _bounded_body, _guarded_async, _json

@@ -413,14 +413,14 @@ CREATE TABLE kernel_events (
 )
 """
 
-# The notification queue (aiops/service/notify_queue.py): one row per (sink, incident, event key), the payload
+# The notification queue (aiops/integrations/sink_queue.py): one row per (sink, incident, event key), the payload
 # rendered when the event was enqueued, delivered with retries by the service. `sink` is a hash of the
 # webhook's kind and URL, never the URL (a Slack webhook URL is a secret). Rows are never deleted by retention.
 M008_NOTIFICATIONS = """
 CREATE TABLE notifications (
     id BIGINT PRIMARY KEY,          -- 1, 2, ... in enqueue order (delivery order within a sink and incident)
     ts_s DOUBLE NOT NULL,           -- when it was enqueued
-    sink VARCHAR NOT NULL,          -- aiops.service.notify_queue.sink_id(webhook)
+    sink VARCHAR NOT NULL,          -- aiops.integrations.sink_queue.sink_id(webhook)
     sink_kind VARCHAR NOT NULL,     -- json | slack | alertmanager
     kind VARCHAR NOT NULL,          -- opened | diagnosed | resolved
     incident_id VARCHAR NOT NULL,

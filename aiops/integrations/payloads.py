@@ -7,9 +7,9 @@
 - `alertmanager_alerts`: the body of Alertmanager's `POST /api/v2/alerts` (a list of alerts), labelled so
   existing routes match (`alertname="AiopsIncident"`, `incident_id`, `severity`, `node`, `root_cause`,
   `component`);
-- `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/service/notify_report.py);
+- `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/integrations/report.py);
 - `SINK_FORMATS`: the registry of sink kinds, each kind's incident body and report body (or none); PagerDuty's
-  (notify_pagerduty.py) and Teams' (notify_teams.py) bodies live in modules of their own.
+  (pagerduty.py) and Teams' (teams.py) bodies live in modules of their own.
 
 An Alertmanager alert is identified by its label set, and `root_cause`/`component` are labels: a diagnosis
 that changes them starts a new alert, so the body also ends (`endsAt`) the label sets this sink was sent
@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from aiops.integrations.event import IncidentEvent, rfc3339
+from aiops.integrations.pagerduty import pagerduty_body, with_routing_key
+from aiops.integrations.teams import teams_body, teams_report_body
 from aiops.report.text import utc
-from aiops.service.notify_event import IncidentEvent, rfc3339
-from aiops.service.notify_pagerduty import pagerduty_body, with_routing_key
-from aiops.service.notify_teams import teams_body, teams_report_body
 
 if TYPE_CHECKING:
     from aiops.report.write import Written
@@ -34,7 +34,7 @@ SinkKind = Literal["json", "slack", "alertmanager", "pagerduty", "teams"]
 PAYLOAD_VERSION = 1
 ALERT_NAME = "AiopsIncident"
 UNDIAGNOSED = "undiagnosed"  # the root_cause label before the analyst has a hypothesis
-REPORT_EVENT = "report"  # the event of a scheduled report's headline (aiops/service/notify_report.py)
+REPORT_EVENT = "report"  # the event of a scheduled report's headline (aiops/integrations/report.py)
 
 # Slack's limits (https://api.slack.com/reference/block-kit/blocks#section): section text 3000 characters,
 # context text 2000; we stay well inside them so a hostile title cannot make Slack reject the message.
@@ -205,7 +205,7 @@ def alertmanager_alerts(
     return [alert(labels, None), *(alert(label_set, event.event_ts_s) for label_set in superseded)]
 
 
-# -- scheduled reports (aiops/service/notify_report.py) ---------------------------------------------------------
+# -- scheduled reports (aiops/integrations/report.py) ---------------------------------------------------------
 
 
 def report_json_body(written: Written, key: str, link: str, node: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """PagerDuty's Events API v2 (`POST https://events.pagerduty.com/v2/enqueue`, docs/NOTIFY.md): the body for an
 incident event, a pure function of the `IncidentEvent` and the bodies this sink was sent for the incident
-before, and the routing key that is added to it only as it leaves (`with_routing_key`, in `notify_http.send`).
+before, and the routing key that is added to it only as it leaves (`with_routing_key`, in `transport.send`).
 
 - opened -> `trigger`; diagnosed -> `trigger` again under the same `dedup_key`, carrying the diagnosis, its
   evidence and the console link: the Events API's documented way to update an open alert ("send PagerDuty a
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aiops.errors import ConfigError
-from aiops.service.notify_event import IncidentEvent, rfc3339
+from aiops.integrations.event import IncidentEvent, rfc3339
 
 CLIENT = "aiops"
 SUMMARY_CHARS = 1024  # PagerDuty's limit on payload.summary

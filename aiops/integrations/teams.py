@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from aiops.integrations.event import IncidentEvent, rfc3339
 from aiops.report.text import utc
-from aiops.service.notify_event import IncidentEvent, rfc3339
 
 if TYPE_CHECKING:
     from aiops.report.write import Written

@@ -1,6 +1,6 @@
 """What the notifier is told: an incident opened, was diagnosed (its top hypothesis is known or changed), or
 resolved. `IncidentEvent` is a plain typed value built from the store's `Incident` and `Hypothesis` by
-`incident_event`; the payloads (notify_payloads.py) and the queue (notify_queue.py) read nothing else.
+`incident_event`; the payloads (payloads.py) and the queue (sink_queue.py) read nothing else.
 
 Every text field (title, components, root cause, summary, node) comes from telemetry or from the analyst's
 templates over telemetry: hostile data. It is JSON-encoded into bodies, escaped for Slack, and never put into

@@ -27,9 +27,9 @@ from typing import Any, Literal
 from aiops.config import WebhookConfig
 from aiops.config_notify import URL_PATTERN
 from aiops.errors import ConfigError
-from aiops.service.notify_event import IncidentEvent
-from aiops.service.notify_pagerduty import read_routing_key
-from aiops.service.notify_payloads import SinkKind, render
+from aiops.integrations.event import IncidentEvent
+from aiops.integrations.pagerduty import read_routing_key
+from aiops.integrations.payloads import SinkKind, render
 from aiops.store import Store
 
 Status = Literal["pending", "delivered", "failed", "given_up"]
