@@ -33,6 +33,7 @@ from aiops.config_facility import DcimConfig as DcimConfig  # re-exported: [dcim
 from aiops.config_facility import FacilityConfig as FacilityConfig  # re-exported: [facility]
 from aiops.config_facility import FacilitySeries as FacilitySeries
 from aiops.config_notify import SeverityConfig as SeverityConfig  # re-exported: [notify.severity]
+from aiops.config_notify import TicketConfig as TicketConfig  # re-exported: [notify.ticket]
 from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
 from aiops.config_oidc import OidcConfig
 from aiops.cron import parse_cron
@@ -261,6 +262,7 @@ class NotifyConfig(_Section):
         description="the console's address as people reach it: pagerduty and teams link to its pages",
     )
     severity: SeverityConfig = Field(default_factory=SeverityConfig)  # severity from impact, per sink kind
+    ticket: TicketConfig = Field(default_factory=TicketConfig)  # where open_ticket files (Jira, ServiceNow)
     undiagnosed_hold_s: float = Field(
         default=300.0,
         ge=0,
@@ -511,6 +513,7 @@ _MODELS: dict[str, type[BaseModel]] = {
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
 _MODELS["notify.severity"] = SeverityConfig
+_MODELS["notify.ticket"] = TicketConfig
 _MODELS["chatops.slack"] = SlackConfig
 _MODELS["console.oidc"] = OidcConfig
 _MODELS.update(

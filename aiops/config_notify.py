@@ -130,3 +130,47 @@ class SeverityConfig(BaseModel):
         """How a sink of `kind` names our `severity` (unchanged for a kind or a severity not mapped)."""
         names: dict[str, str] = getattr(self, kind) if kind in SEVERITY_NAMED_BY else {}
         return names.get(severity, severity)
+
+
+TicketKind = Literal["jira", "servicenow"]
+
+
+class TicketConfig(BaseModel):
+    """`[notify.ticket]`: where `open_ticket` files a ticket (aiops/integrations/ticket.py). `kind` jira: Jira's
+    REST create-issue (`POST {url}/rest/api/2/issue`, project `project`, issue type `issue_type`); servicenow:
+    the Table API (`POST {url}/api/now/table/incident`, `assignment_group` when set). Credentials: `user` and
+    the file `token_file` (Jira Cloud: the account's e-mail and an API token; ServiceNow: the integration
+    user and its password) as HTTP basic auth, or `token_file` alone as a bearer token (a Jira Data Center
+    personal access token). Without `url` no ticket is filed: `open_ticket` stays a note in the audit log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: TicketKind = "jira"
+    url: str = Field(default="", description="the Jira or ServiceNow base URL; empty: open_ticket is a note")
+    user: str = Field(default="", description="basic auth user; empty: token_file is a bearer token")
+    token_file: str = Field(default="", description="the API token or password, read when the service starts")
+    project: str = Field(default="", description="jira: the project key tickets go to (OPS)")
+    issue_type: str = Field(default="Task", description="jira: the issue type")
+    assignment_group: str = Field(default="", description="servicenow: the group, empty: the table's default")
+    timeout_s: float = Field(default=10.0, gt=0, le=120, description="one ticket request at most")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value and not URL_PATTERN.match(value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _needs(self) -> TicketConfig:
+        if not self.url:
+            return self
+        if not self.token_file.strip():
+            raise ValueError("a ticket sink needs token_file: the file holding its API token or password")
+        if self.kind == "jira" and not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", self.project):
+            raise ValueError("kind jira needs project: the project key, e.g. OPS")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)

@@ -209,8 +209,9 @@ def _rate_limit(action: Action, spec: KindSpec, scope: Scope, context: Context) 
 
 
 def _maintenance(action: Action, scope: Scope, context: Context) -> str | None:
-    """A maintenance window holding the target or any unit it touches: nothing acts there until it ends."""
-    if not context.maintenance:
+    """A maintenance window holding the target or any unit it touches: nothing acts there until it ends. A
+    ticket or an acknowledgement acts on nothing: they pass (people doing the work may well file one)."""
+    if not context.maintenance or action.kind in ("open_ticket", "ack_alert"):
         return None
     topology = context.topology
     members = Membership(

@@ -30,8 +30,9 @@ from starlette.types import ASGIApp
 from aiops.config import Config, node_of
 from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
+from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
-from aiops.runtime.world import attach, desk
+from aiops.runtime.world import TICKETS_ONLY, attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
@@ -131,6 +132,8 @@ class Service:
             id_prefix=incident_prefix(config.node.name),  # INC-<host>-0042, INC-fleet-0007: cluster-unique
             severity=config.notify.severity,  # from impact ([notify.severity])
         )
+        # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
+        self.ticket = TicketActuator.configured(config.notify.ticket)
         self.outbox = Outbox(config.notify, config.node.name, console_url=config.console_url)
         self.profiles = ProfileTrigger(
             config.profile, config.store.path, config.node.name, self.workspace, sim=sim is not None
@@ -416,7 +419,7 @@ class Service:
     def _detect_and_respond(self, store: Store) -> None:
         assert self.sources is not None and self.newest_ts_s is not None
         transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
-        attached = attach(store, twin=self.sources.twin, node=self.config.node.name)
+        attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
         if self.slack is not None:
@@ -460,6 +463,8 @@ class Service:
             return
         guard = desk(store, attached)
         for record in guard.records.proposals("approved"):
+            if attached.kind == TICKETS_ONLY and record.action.kind != "open_ticket":
+                continue  # the fleet files tickets itself; every other action is dispatched to where it acts
             outcome = guard.execute(record.proposal_id)
             log.info(
                 "executed",
