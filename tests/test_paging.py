@@ -63,6 +63,13 @@ def test_the_fleet_covers_the_node_incidents_about_its_components_and_leaves_the
     assert got[node3.key].covered_by == got[home.key].covered_by == "INC-fleet-0001"
     assert got[node_level.key].covered_by == "INC-fleet-0001"  # node3/gpu1 lies under node3
     assert elsewhere.key not in got  # not the fleet's to decide: node5's own word stands
+    # the job's home node sees the job slow, its cause is on another node of the job: the fleet's incident
+    # about that GPU covers it, even when the fleet itself never saw the job's steps
+    gpu_only = subject("INC-fleet-0009", ("node3/gpu1",), "thermal_throttle")
+    home_jb = subject("INC-node2-0001", ("job:jb",), node="node2", own=False)
+    jobs = Membership({}, {"jb": frozenset({"node2/gpu0", "node3/gpu1", "node2", "node3"})})
+    assert decide([gpu_only, home_jb], [], jobs, NOW_TS_S, HOLD_S)[home_jb.key].covered_by == "INC-fleet-0009"
+    assert home_jb.key not in decide([gpu_only, home_jb], [], NONE, NOW_TS_S, HOLD_S)
 
 
 def test_maintenance_and_silences_hold_what_their_scope_holds() -> None:

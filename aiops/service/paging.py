@@ -13,7 +13,9 @@ For each open incident of this tier, in order:
 4. otherwise it **pages**.
 
 On the fleet, each node agent's open incident (read from its exports, `node_incident_samples`) is **covered**
-by the fleet incident about its component (one of them under the other: `node3/gpu1` under `node3`), or held
+by the fleet incident about its component (one of them under the other: `node3/gpu1` under `node3`; a job's
+slow steps under a GPU or node the job runs on: the job's home node sees the slowdown, another node its cause),
+or held
 by the fleet's windows; only those get a decision (0): one the fleet does not cover pages on its node's own
 word (the chart gives a node's incident `nodeIncidentFor` to be covered first).
 """
@@ -87,12 +89,23 @@ def under(a: str, b: str) -> bool:
     return bool(a) and bool(b) and (a == b or a.startswith(b + "/"))
 
 
-def about_the_same(one: Subject, other: Subject) -> bool:
+def _parts(subject: Subject, members: Membership, everything: bool) -> list[str]:
+    """The components an incident is about: its top component (and, `everything`, all of its components), a
+    job's standing also for the GPUs and nodes it runs on (a job slows because one of its ranks does)."""
+    found = [subject.component, *(subject.components if everything else ())]
+    for part in list(found):
+        if part.startswith("job:"):
+            found.extend(sorted(members.job_units.get(part.removeprefix("job:"), frozenset())))
+    return [p for p in found if p]
+
+
+def about_the_same(one: Subject, other: Subject, members: Membership | None = None) -> bool:
     """Two incidents about one component: one's component (or any of its components) is the other's or lies
-    under it, either way round (a job counts as a component: its slow steps and the GPU that slowed it)."""
-    mine = [one.component, *one.components] if one.own else [one.component]
-    theirs = [other.component, *other.components]
-    return any(under(a, b) or under(b, a) for a in mine if a for b in theirs if b)
+    under it, either way round; a job counts as the GPUs and nodes it runs on (its slow steps and the GPU that
+    slowed it are one problem)."""
+    members = members or Membership()
+    mine, theirs = _parts(one, members, one.own), _parts(other, members, True)
+    return any(under(a, b) or under(b, a) for a in mine for b in theirs)
 
 
 def _window(subject: Subject, windows: Sequence[Window], members: Membership) -> Window | None:
@@ -121,9 +134,11 @@ def decide(
         if subject.own and subject.diagnosed:
             out[subject.key] = Decision(True, "pages")
             continue
-        cover = next((d for d in diagnosed if d.key != subject.key and about_the_same(subject, d)), None)
+        cover = next(
+            (d for d in diagnosed if d.key != subject.key and about_the_same(subject, d, members)), None
+        )
         if cover is None and not subject.own:  # a node incident: covered by any fleet incident about it
-            cover = next((d for d in own if about_the_same(subject, d)), None)
+            cover = next((d for d in own if about_the_same(subject, d, members)), None)
         if cover is not None:
             out[subject.key] = Decision(False, "covered", covered_by=cover.incident_id)
         elif not subject.own:

@@ -2,10 +2,14 @@
 is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, the remediation
 is computed and filed as pending proposals (the pipeline's `remediate` and `file_remediation`, origin
 `service`); and people hear about it: opened, diagnosed (again when the top hypothesis changes), resolved.
+An incident a maintenance window holds (`held`) is diagnosed and told as usual (the pager keeps it from paging),
+but no remediation is filed for it while the window lasts: the people at work there decide, and nothing elsewhere
+(a peer's power cap for the job) is proposed because of it. Once the window ends, its next update files it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,13 +20,17 @@ from aiops.rca import analyze
 from aiops.store import Store
 from guardrails.service import Guardrails
 
+log = logging.getLogger("aiops.service")
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> queued for people
 Notify = Callable[[Store, str, Incident, Hypothesis | None], None]
+# (store, incident) -> the maintenance window holding it (its id), or None
+Held = Callable[[Store, Incident], str | None]
 
 
 @dataclass
 class Responder:
     notify: Notify | None = None
+    held: Held | None = None
     tops: dict[str, tuple[str, str]] = field(default_factory=dict)  # incident id -> (root cause, component)
     diagnoses: int = 0
     filed: int = 0
@@ -50,10 +58,14 @@ class Responder:
             key = (top.root_cause, top.component)
             if self.tops.get(incident.incident_id) == key:
                 continue
-            self.tops[incident.incident_id] = key
-            actions = remediate(store, diagnosis)
-            if actions:
-                self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
+            window = self.held(store, incident) if self.held is not None else None
+            if window is None:
+                self.tops[incident.incident_id] = key
+                actions = remediate(store, diagnosis)
+                if actions:
+                    self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
+            else:
+                log.info("remediation held", extra={"incident_id": incident.incident_id, "window_id": window})
             events.append(self._emit(store, "diagnosed", incident, top))
         return events
 

@@ -58,11 +58,20 @@ from aiops.service.sources import (
 )
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
+from aiops.store.maintenance import active_windows, matching, membership
 from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
+
+
+def held_by_maintenance(store: Store, incident: Incident) -> str | None:
+    """The maintenance window (not a silence) holding every part of `incident` now, by id; None when none."""
+    window = matching(
+        active_windows(store, time.time()), incident.components, {}, membership(store), actions=True
+    )
+    return window.window_id if window is not None else None
 
 
 class Companion(Protocol):
@@ -157,7 +166,7 @@ class Service:
             self.pager.on_event(store, kind, incident, top)
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
-        self.responder = Responder(notify=on_event)
+        self.responder = Responder(notify=on_event, held=held_by_maintenance)
         self.reports = ReportSchedule(
             config.report,
             config.store.path,
