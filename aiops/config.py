@@ -259,7 +259,7 @@ class NotifyConfig(_Section):
     console_url: str = Field(
         default="",
         pattern=r"^(https?://\S+)?$",
-        description="the console's address as people reach it: pagerduty and teams link to its pages",
+        description="the console's address as people reach it: every sink links to its incident pages",
     )
     severity: SeverityConfig = Field(default_factory=SeverityConfig)  # severity from impact, per sink kind
     ticket: TicketConfig = Field(default_factory=TicketConfig)  # where open_ticket files (Jira, ServiceNow)

@@ -104,7 +104,9 @@ def test_the_fleet_config_is_accepted_and_names_mounted_secret_keys(
         slack.signing_secret_file: VALUES["chatops"]["slack"]["signingSecret"],
         slack.bot_token_file: VALUES["chatops"]["slack"]["botToken"],
         oidc.client_secret_file: VALUES["console"]["oidc"]["clientSecret"],
+        config.notify.ticket.token_file: VALUES["notify"]["ticket"]["token"],
     }
+    assert config.notify.ticket.kind == "jira" and config.notify.ticket.project == "OPS"
     for file, ref in expected.items():
         assert mounted_key(spec, "fleet", file) == (ref["existingSecret"], ref["key"], 0o400), file
     # What the fleet checks when it starts: every Slack principal is an approver (else exit 2) ...
