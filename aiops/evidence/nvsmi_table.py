@@ -28,8 +28,8 @@ _STATE_ROW = re.compile(
 _HEADER = re.compile(r"^\|\s{0,4}NVIDIA-SMI (?P<smi>[\d.]+)\s+Driver Version: (?P<driver>[\d.]+)")
 FAILURE = re.compile(
     r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|^No devices were found"
-    r"|Unable to determine the device handle for GPU ?(?P<bus>[0-9A-Fa-f:.]{0,20})|Failed to initialize NVML"
-    r"|GPU is lost\. {1,2}Reboot the system"
+    r"|Unable to determine the device handle for GPU ?(?P<bus>[0-9A-Fa-f:.]{0,20}?):?\s|Failed to initialize NVML"
+    r"|GPU is lost"
 )
 _DECOR = re.compile(r"^[|+][-=+| ]*[|+]?\s*$|^\|")
 
@@ -61,7 +61,9 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             continue
         if (m := FAILURE.search(raw)) is not None:
             bus = pci_bus_id(m.group("bus")) if m.group("bus") else None
-            yield LogEvent(kind="nvsmi_error", component=bus, detail={"message": raw.strip()}, **base)
+            # NVML_ERROR_GPU_IS_LOST: "the GPU has fallen off the bus or has otherwise become inaccessible"
+            kind = "gpu_lost" if "GPU is lost" in raw else "nvsmi_error"
+            yield LogEvent(kind=kind, component=bus, detail={"message": raw.strip()}, **base)
             continue
         if (m := _HEADER.match(raw)) is not None:
             detail = {"driver": m.group("driver"), "nvidia_smi": m.group("smi")}
