@@ -13,7 +13,11 @@ subsystem's messages below (`| | GPU 0's NvLink link 0 is currently down ... |`)
 Healthy is a `dcgm_health` event (severity, system); an overall health that is not Healthy `dcgm_overall`.
 
 `dcgmi nvlink --link-status` prints per GPU (`gpuId 0:`) one letter per link: U up, D down, X disabled, _ not
-supported; `nvlink_links` counts them (code 1 when a link is down)."""
+supported; `nvlink_links` counts them (code 1 when a link is down).
+
+`dcgmi diag -j` prints the same results as JSON, one key per line (`"name" : "PCIe"`, `"gpu_id" : "0"`,
+`"status" : "Skip"`; DCGM 4.x also `"entity_id"` and a `"test_summary"`): each status is a `dcgm_diag` event
+of the test named last, on the GPU named last."""
 
 from __future__ import annotations
 
@@ -39,7 +43,12 @@ _SYSTEM = re.compile(r"^->\s{0,4}(?P<system>[A-Za-z][\w ]{1,30}?)(?: system)?$")
 _MESSAGE = frozenset({"warning", "info", "error"})
 _GPU_ID = re.compile(r"^\s*gpuId (?P<gpu>\d{1,3}):\s*$")
 _LINKS = re.compile(r"^\s+(?P<links>[UDX_](?: [UDX_])*)\s*$")
-_CODES = {"pass": 0, "skip": 0, "skipped": 0, "fail": 1, "warn": 2, "warning": 2}
+_JSON_NAME = re.compile(r'^\s*"name"\s*:\s*"(?P<name>[^"]{1,80})"')
+_JSON_GPU = re.compile(r'^\s*"(?:gpu_id|entity_id|gpuId)"\s*:\s*"?(?P<gpu>\d{1,3})"?')
+_JSON_STATUS = re.compile(r'^\s*"status"\s*:\s*"(?P<result>Pass|Fail|Warn|Skip|Skipped|Warning)"', re.I)
+_JSON_ANY = re.compile(r'^\s*[{}\[\],]|^\s*"[\w ]{1,60}"\s*:')
+# 0 pass, 1 fail, 2 warn, 3 skipped (ran nothing: neither a failure nor a positive reading)
+_CODES = {"pass": 0, "skip": 3, "skipped": 3, "fail": 1, "warn": 2, "warning": 2}
 BAD_HEALTH = ("Warning", "Failure", "Failed", "Error")
 
 
@@ -65,6 +74,9 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             yield LogEvent(
                 kind="nvlink_links", component=s.gpu, code=int("D" in letters), detail=detail, **base
             )
+            continue
+        if (event := _json_line(s, raw, base)) is not None:
+            yield event
             continue
         if (m := _OVERALL.search(raw)) is not None:
             yield _overall(m.group("sev"), base)
@@ -126,3 +138,20 @@ def _message(s: _State, cell: str, base: dict[str, Any]) -> LogEvent:
     table wraps words across rows, so the rules join the texts of a test as written)."""
     detail = {"test": s.test, "level": s.message, "text": cell.rstrip()}
     return LogEvent(kind="dcgm_msg", component=s.gpu, detail=detail, **base)
+
+
+def _json_line(s: _State, raw: str, base: dict[str, Any]) -> LogEvent | None:
+    """A line of `dcgmi diag -j`: a test's name, a GPU id, a status (a `dcgm_diag` event), or structure."""
+    if (m := _JSON_NAME.match(raw)) is not None:
+        s.test = m.group("name")
+        return LogEvent(kind="dcgm_info", detail={"test": s.test}, **base)
+    if (m := _JSON_GPU.match(raw)) is not None:
+        s.gpu = f"GPU{m.group('gpu')}"
+        return LogEvent(kind="dcgm_info", component=s.gpu, **base)
+    if (m := _JSON_STATUS.match(raw)) is not None:
+        result = m.group("result")
+        detail = {"test": s.test, "result": result}
+        return LogEvent(kind="dcgm_diag", component=s.gpu, code=_CODES[result.lower()], detail=detail, **base)
+    if _JSON_ANY.match(raw):
+        return LogEvent(kind="dcgm_info", **base)
+    return None

@@ -52,7 +52,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         ),
         re.compile(
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|^No devices were found"
-            r"|Unable to determine the device handle for GPU"
+            r"|Unable to determine the device handle for (?:GPU|gpu)|^GPU \d{1,3}: .{1,80} \(UUID: (?:GPU-|\.\.\.)"
         ),
     ),
     "nccl-log": (
@@ -105,6 +105,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^\|\s{0,4}(?:->\s{0,4}\S|Overall Health\s{0,30}\|)|^\|\s{0,4}(?:Warning|Info)\s{2,40}\|"
         ),
         re.compile(r"^\s{0,8}gpuId \d{1,3}:\s*$|^\s{2,12}[UDX_](?: [UDX_]){3,}\s*$|^Key: Up=U, Down=D"),
+        re.compile(r'"DCGM (?:GPU )?Diagnostic"\s*:|"test_categories"\s*:|"category"\s*:\s*"\w|"gpu_id"\s*:'),
     ),
     "bmc-log": (
         re.compile(r'"@odata\.type":\s?"#LogEntry\.|"EntryType":\s?"(?:SEL|Event|Oem)"'),
@@ -230,8 +231,8 @@ def detect_format(lines: Iterable[str]) -> str | None:
     return ranked[0][0] if ranked else None
 
 
-# Prefixes the kernel-log parser reads itself (the uptime, dmesg -T and syslog stamps, the host): on a tie the
-# lines are read as they are; any other prefix (mpirun, a host, ISO stamps, ...) is removed on a tie.
+# Prefixes the kernel-log parser reads itself (the uptime, dmesg -T and syslog stamps, the host): a kernel log
+# that carries only these is read as it is on a tie; any other prefix, or any other format, is read without.
 _NATIVE = frozenset({"uptime", "wall", "syslog"})
 
 
@@ -246,8 +247,8 @@ class Choice:
 
 def choose(head: Sequence[str]) -> Choice:
     """The better of the lines as read and the lines without their prefixes: more evidence wins; on a tie the
-    lines without a wrapper's prefix (`_NATIVE`). Line numbers (`numbered`) are tried last: `   1 | ...` is
-    how some tools start their lines."""
+    lines without their prefixes, unless a kernel log carries only the prefixes its parser reads (`_NATIVE`).
+    Line numbers (`numbered`) are tried last: `   1 | ...` is how some tools start their lines."""
     raw = rank(head)
     best = Choice(raw[0][0], (), raw[0][1]) if raw else Choice(None, (), 0)
     for numbered in (False, True):
@@ -255,8 +256,8 @@ def choose(head: Sequence[str]) -> Choice:
         if not style:
             continue
         ranked = rank(strip(text, style) for text in head)
-        wrapper = bool(set(style) - _NATIVE)  # a launcher's or collector's prefix, never the tool's own
-        if ranked and (ranked[0][1] > best.evidence or (wrapper and ranked[0][1] == best.evidence)):
+        native = best.fmt == "kernel-log" and set(style) <= _NATIVE  # read by the kernel-log parser itself
+        if ranked and (ranked[0][1] > best.evidence or (not native and ranked[0][1] == best.evidence)):
             best = Choice(ranked[0][0], style, ranked[0][1])
         elif best.fmt is None and not numbered:
             best = Choice(None, style, 0)  # nothing recognised: the generic reader reads the lines unprefixed

@@ -123,7 +123,7 @@ MEANS: dict[str, str] = {
     "k8s_event": "a Warning event: something the cluster could not do",
     "k8s_condition": "a node condition out of health (not Ready, or a pressure/problem condition true)",
     "k8s_pod": "a pod that failed",
-    "k8s_taint": "a taint that keeps work off the node (unreachable, not ready, or a GPU taint)",
+    "k8s_taint": "a taint the node's state put on it (unreachable, not ready, unschedulable)",
     "gpu_unallocatable": "fewer GPUs allocatable than installed: the device plugin marked some unhealthy",
     "netdev_down": "an adapter's Ethernet/RoCE interface is down: a port not in use, or a link fault",
     "dcgm_health": "a DCGM health watch that is not Healthy",

@@ -42,7 +42,7 @@ HCA = re.compile(
 _XID_MENTION = re.compile(r"\bXID(?: errors?)?\s?[:=]\s?(\d{1,3})\b|\bXid[ =](\d{1,3})\b", re.I)
 _GPU_LOST = re.compile(r"GPU is lost|GPU_IS_LOST|has fallen off the bus")
 _HANDLE = re.compile(
-    r"Unable to determine the device handle for GPU ?(?P<bus>[0-9A-Fa-f:.]{7,20})?:? ?(?P<why>[^\n]{0,120})"
+    r"Unable to determine the device handle for (?:GPU|gpu) ?(?P<bus>[0-9A-Fa-f:.]{7,20})?:? ?(?P<why>[^\n]{0,120})"
 )
 _NVML_DEVICE = re.compile(r"nvml\.Device (\d{1,3})")
 # Readings whose value is bad wherever they stand (nvidia-smi -q, ibstat, ibv_devinfo): key, bad value.
@@ -74,7 +74,7 @@ _NUMBER_ONLY = re.compile(r"^\s*(\d{1,20})\s*$")
 _FAILURE = re.compile(
     r"(?<![\w.-])(?:fail(?:ed|ure|ures|s|ing)?|fatal|errors?|critical|panic(?:ked)?|timed[ -]out|"
     r"time[ -]?outs?|unreachable|unhealthy|not responding|unresponsive|lost|mismatch(?:ed)?|incomplete|"
-    r"abort(?:ed|ing)?|refused|denied|cannot|can't|unable to|segmentation fault|core dumped|"
+    r"abort(?:ed|ing)?|refused|denied|cannot|can't|could not|couldn't|unable to|segmentation fault|core dumped|"
     r"corrupt(?:ed|ion)?|invalid argument|no such device|exception|assert(?:ion)? failed|drained?|not ready|"
     r"notready)(?![\w/-]|\.\w)"
     r"|ERR!",

@@ -5,7 +5,7 @@ Meanings (Kubernetes documentation, "Node status" and the NVIDIA device plugin's
 something the cluster could not do; a node condition `Ready` that is `False`/`Unknown`, or a pressure or
 problem condition (`MemoryPressure`, `NetworkUnavailable`, a node-problem-detector condition such as
 `GpuUnhealthy`) that is `True`, is the node out of health; `node.kubernetes.io/unreachable` / `not-ready`
-taints say the same. `nvidia.com/gpu` allocatable below capacity means the device plugin marked GPUs
+taints say the same (a GPU taint such as `nvidia.com/gpu=...:NoSchedule` reserves the node on purpose). `nvidia.com/gpu` allocatable below capacity means the device plugin marked GPUs
 unhealthy ("Capacity: total number of GPUs; Allocatable: number of GPUs in a Healthy state"). A pod in
 `UnexpectedAdmissionError`, `Error` or `CrashLoopBackOff` failed; the message of the event says why."""
 
@@ -24,9 +24,8 @@ _CONDITION = re.compile(
     r"^\s{1,8}(?P<type>[A-Z][A-Za-z]{2,60})\s{1,20}(?P<status>True|False|Unknown)\s{1,20}\S"
 )
 _OK_WHEN_TRUE = frozenset({"Ready"})
-_BAD_TAINT = re.compile(
-    r"node\.kubernetes\.io/(?:unreachable|not-ready|unschedulable|network-unavailable)|nvidia"
-)
+# (a taint such as `nvidia.com/gpu=v100:NoSchedule` reserves a GPU node on purpose: not a finding)
+_BAD_TAINT = re.compile(r"node\.kubernetes\.io/(?:unreachable|not-ready|unschedulable|network-unavailable)")
 _GPU = re.compile(r"^\s{1,8}nvidia\.com/gpu:\s+(?P<n>\d+)")
 _POD = re.compile(r"^(?P<pod>\S+)\s+(?P<ready>\d+/\d+)\s+(?P<status>\S+)\s+\d+")
 _BAD_POD = re.compile(

@@ -22,6 +22,7 @@ from collectors.pci import pci_bus_id
 _HEADER = re.compile(
     r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) (?P<what>[^:]+): (?P<name>.*)$"
 )
+_HEXDUMP = re.compile(r"^[0-9a-f]{2,3}: (?:[0-9a-f]{2} ){7,15}[0-9a-f]{2}\s*$")  # `lspci -x` config dump
 _ALL_ONES = re.compile(r"\(rev ff\)|\(prog-if ff\)")
 _LINK = re.compile(
     r"^\s*(?P<which>LnkCap|LnkSta):\s.*?Speed (?P<speed>[\d.]+)GT/s(?P<down> \(downgraded\))?,\s*Width x(?P<width>\d+)"
@@ -31,10 +32,12 @@ _LINK = re.compile(
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
     device: str | None = None
+    header = {"class": "", "name": ""}  # the device line above a `!!! Unknown header type 7f`
     for number, raw in numbered:
         base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
         if (m := _HEADER.match(raw)) is not None:
             device = pci_bus_id(m.group("bdf"))
+            header = {"class": m.group("what"), "name": m.group("name")}
             lost = bool(_ALL_ONES.search(m.group("name")))
             yield LogEvent(
                 kind="pci_config_lost" if lost else "pci_device",
@@ -44,7 +47,7 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             )
             continue
         if "!!! Unknown header type 7f" in raw:
-            yield LogEvent(kind="pci_config_lost", component=device, detail={"class": "", "name": ""}, **base)
+            yield LogEvent(kind="pci_config_lost", component=device, detail=header, **base)
             continue
         if (m := _LINK.match(raw)) is not None:
             detail = {
@@ -57,6 +60,6 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             continue
         yield (
             LogEvent(kind="pci_field", component=device, **base)
-            if raw.startswith(("\t", " ")) and raw.strip()
+            if (raw.startswith(("\t", " ")) and raw.strip()) or _HEXDUMP.match(raw)
             else None
         )

@@ -105,12 +105,16 @@ class Meta:
     uptime_s: float | None = None
 
 
+# `00: ff ff ...` (a hex dump's offsets) and `12: ` are no hosts
+_OFFSET = re.compile(r"^[0-9a-fA-F]{1,4}$")
+
+
 def _match(name: str, text: str) -> re.Match[str] | None:
     match = CLASSES[name].match(text)
     if match is None or name != "host":
         return match
     host = match.group("host")
-    return None if host.lower() in _NOT_HOSTS else match
+    return None if host.lower() in _NOT_HOSTS or _OFFSET.match(host) else match
 
 
 def split(text: str, classes: Iterable[str]) -> tuple[str, Meta, list[str]]:
@@ -121,9 +125,13 @@ def split(text: str, classes: Iterable[str]) -> tuple[str, Meta, list[str]]:
     stamp: str | None = None
     uptime: float | None = None
     found: list[str] = []
+    if text[:1].isspace():  # a paste indented as a whole (`    [Sun Jan 11 ...] NVRM: ...`): not a host
+        lead = text.lstrip()
+        if any(_match(n, lead) is not None for n in allowed if n not in ("host", "numbered")):
+            text = lead
     for _ in range(MAX_TOKENS):
         for name in allowed:
-            match = _match(name, text)
+            match = _match(name, text) if name not in found else None  # each class once per line
             if match is None or not match.group(0):
                 continue
             groups = match.groupdict()

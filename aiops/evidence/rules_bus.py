@@ -6,7 +6,8 @@
 - a GPU whose PCI config space reads as all ones (`rev ff`, `Unknown header type 7f`) joined with nvidia-smi or
   NVML not reaching that GPU (or any GPU, when the unreachable one is not named) 0.85: the board does not
   answer on the bus; config space lost alone 0.5 (inconclusive: runtime power management powers switchable
-  GPUs down and reads the same, pciutils/pciutils#91);
+  GPUs down and reads the same, pciutils/pciutils#91); nvidia-smi unable to get a handle for a named GPU,
+  alone, 0.45 (lost, or a driver that could not initialise it);
 - a fatal uncorrected AER whose recovery failed (`AER: device recovery failed`, the GPU's driver `can't
   recover`): the link to the GPU is down and the kernel could not bring it back, 0.8 with a Surprise Down
   (the link dropped) or a completion timeout, else 0.7; a Surprise Down alone 0.55.
@@ -85,6 +86,16 @@ def fell_off_bus(c: Collected, n: Namer) -> list[Hyp]:
                     ("config space reads all ones (lspci rev ff / Unknown header type 7f)", events),
                 )
             )
+    named = {e.component for e in config}
+    out += per_component(
+        [e for e in unreachable if e.component and e.component not in named],
+        n.gpu,
+        "gpu_fell_off_bus",
+        0.45,
+        "nvidia-smi cannot get a handle for this GPU (the others answer or are not shown): lost from the bus, or "
+        "the driver could not initialise it; its config space (lspci) and the kernel log tell them apart",
+        "nvidia-smi cannot reach the GPU",
+    )
     out += _failed_recovery(c, n, aer, surprise)
     if not out:
         out = anchored(

@@ -36,8 +36,9 @@ _SINFO = re.compile(
 _BAD_SINFO = re.compile(r"^(?:down|drain|drng|drained|draining|fail|failing|inval|maint|boot)|\*$")
 _LOG = re.compile(r"\bslurm(?:ctld|d|stepd|dbd)(?:\[\d{1,9}\])?: (?:slurm\w{0,6}: )?(?P<msg>.*)$")
 _GRES_LOW = re.compile(
-    r"gres/gpu(?::\S+)? count (?:reported lower than configured|changed)[^(]*\((?P<a>\d+) [<!]=? (?P<b>\d+)\)"
+    r"gres/gpu(?::\S+)? count reported lower than configured \((?P<a>\d+) < (?P<b>\d+)\)", re.I
 )
+_GRES_CHANGED = re.compile(r"gres/gpu(?::\S+)?:? count changed", re.I)
 _DRAIN = re.compile(
     r"(?:drain_nodes: node (?P<node>\S+) state set to DRAIN|[Ss]etting node (?P<node2>\S+) state to (?P<state>\w+))"
 )
@@ -107,6 +108,8 @@ def _log_line(message: str, base: dict[str, Any]) -> LogEvent | None:
     if (gres := _GRES_LOW.search(message)) is not None:
         named = re.search(r"\bnode (\S+?)[ :]", message)
         return _gres(gres, named.group(1) if named else None, base)
+    if _GRES_CHANGED.search(message):
+        return LogEvent(kind="slurm_reason", detail={"node": "", "reason": message.strip()}, **base)
     if (drain := _DRAIN.search(message)) is not None:
         node: str = drain.group("node") or drain.group("node2") or ""
         detail = {"node": node, "state": drain.group("state") or "DRAIN"}

@@ -45,8 +45,12 @@ STATUS_FORMATS = frozenset(
 )
 
 
-def positive_reading(sources: list[dict[str, Any]]) -> bool:
-    return any(s["format"] in STATUS_FORMATS and s.get("parsed", 0) > 0 for s in sources)
+def positive_reading(collected: Collected, sources: list[dict[str, Any]]) -> bool:
+    """A status output was read; a DCGM diagnostic whose tests were all skipped ran nothing and is none."""
+    formats = set(STATUS_FORMATS)
+    if collected.counts["dcgm_diag"] and not collected.code_counts[("dcgm_diag", 0)]:
+        formats.discard("dcgmi")
+    return any(s["format"] in formats and s.get("parsed", 0) > 0 for s in sources)
 
 
 def result(collected: Collected, sources: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def result(collected: Collected, sources: list[dict[str, Any]]) -> dict[str, Any
             f"{len(strange)} abnormal line(s) and no hypothesis at {DIAGNOSED_CONFIDENCE} or above: the "
             "findings say what was seen and what each can mean"
         )
-    elif positive_reading(sources):
+    elif positive_reading(collected, sources):
         verdict = "healthy"
         reason = "a status output read as healthy, and no abnormal line in any file"
     else:
