@@ -57,7 +57,7 @@ def test_dcgm_diag_tables_from_any_section_and_json() -> None:
 def test_slurm_logs_states_reasons_and_nhc() -> None:
     result, events = _run(REAL / "slurmctld-gres-count-changed-mig-reconfig-2024" / "slurmctld.log")
     source = result["sources"][0]
-    assert source["format"] == "slurm" and source["prefix"] == "syslog"
+    assert source["format"] == "slurm" and source["prefix"] == "syslog+tag"
     low = _kinds(events, "gres_count_low")
     assert [(e.detail["found"], e.detail["configured"]) for e in low] == [("3", "4")]
     assert "Count changed" in _kinds(events, "slurm_reason")[0].detail["reason"]

@@ -256,7 +256,10 @@ def choose(head: Sequence[str]) -> Choice:
         if not style:
             continue
         ranked = rank(strip(text, style) for text in head)
-        native = best.fmt == "kernel-log" and set(style) <= _NATIVE  # read by the kernel-log parser itself
+        # a kernel log read as one with or without the prefixes its parser reads itself: as it is
+        native = (
+            best.fmt == "kernel-log" and bool(ranked) and ranked[0][0] == best.fmt and set(style) <= _NATIVE
+        )
         if ranked and (ranked[0][1] > best.evidence or (not native and ranked[0][1] == best.evidence)):
             best = Choice(ranked[0][0], style, ranked[0][1])
         elif best.fmt is None and not numbered:

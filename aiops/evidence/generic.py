@@ -54,7 +54,9 @@ _BAD_READING = re.compile(
     r"|^\s*(?P<key3>[^:|]{0,40}(?:Uncorrectable|Double Bit|DBE)[^:|]{0,40}?)\s*:\s*(?P<value3>[1-9]\d{0,12})\s*$"
     r"|^\s*(?P<key4>Physical state|phys_state)\s*:\s*(?P<value4>Polling|POLLING|Disabled|DISABLED"
     r"|LinkErrorRecovery|PortConfigurationTraining)\b"
-    r"|^\s*(?P<key5>State|state)\s*:\s*(?P<value5>Down|PORT_DOWN|Polling)\b",
+    r"|^\s*(?P<key5>State|state)\s*:\s*(?P<value5>Down|PORT_DOWN|Polling)\b"
+    r"|^\s*(?P<key6>SW Thermal Slowdown|HW Thermal Slowdown|HW Power Braking|HW Slowdown)\s*:\s*(?P<value6>[1-9]\d* us)"
+    r"|\b(?P<key7>physical_state) (?P<value7>POLLING|DISABLED|LINK_ERROR_RECOVERY)\b",
 )
 _COUNTER_WORD = (
     r"err|drop|discard|crc|timeout|link_?down|lost|fail|symbol|retr(?:y|ies|ans)|nak|out_of_seq|seq_err|"
@@ -171,10 +173,10 @@ def classify(source: str, number: int, body: str, state: kmsg_parse.LineState) -
         )
     if ids.get("xid"):
         return LogEvent(kind="xid", code=int(ids["xid"][0]), detail={**detail, "via": "text"}, **base)
-    if (m := _BAD_READING.search(text)) is not None:
+    if (m := _BAD_READING.search(message)) is not None:
         key, value = [g for g in m.groups() if g is not None][:2]
         return LogEvent(kind="bad_reading", detail={**detail, "key": key.strip(), "value": value}, **base)
-    if found := counters(text):
+    if found := counters(message):
         name, count = found[0]
         return counter_event(name, count, {**base, "detail": detail})
     if is_failure(text):

@@ -120,9 +120,10 @@ class _Reader:
 
         num = _NUMBER.match(value)
         numeric = float(num.group(0)) if num else None
-        # `Clocks Event Reasons Counters`: microseconds spent in each reason since the driver loaded; thermal
-        # and hardware slowdowns that happened at all are a watch item (power capping is normal under load)
-        if where.endswith("Reasons Counters"):
+        # `Clocks Event Reasons Counters`: microseconds spent in each reason since the driver loaded (a value in
+        # `us` says so wherever the line stands); thermal and hardware slowdowns that happened at all are a
+        # watch item (power capping is normal under load)
+        if where.endswith("Reasons Counters") or (key in _SLOWDOWN_COUNTERS and value.endswith(" us")):
             slowed = key in _SLOWDOWN_COUNTERS and (numeric or 0) > 0
             return event("throttle_counter", code=int(slowed), number_value=numeric)
         if where in ("Clocks Event Reasons", "Clocks Throttle Reasons") or (

@@ -9,8 +9,7 @@ parsed (the event's `raw` keeps the line as read; the host and time a prefix nam
   (`[  +0.000844]`, `[Jan21 10:00]`), ISO and slashed stamps with or without zone, brackets or a trailing
   colon (`2025-11-25T13:58:49Z`, `[2026-06-23 15:45:07]`, `2025/11/25 13:58:49`), a facility and level
   (`kern  :warn  : `, `kern: warning: `), and syslog/journal stamps in any locale with their host
-  (`Sep 18 03:19:01 node7 `, `11月 15 14:15:47 node7 `; the program tag `prog[pid]: ` stays, since it says
-  what wrote the line).
+  (`Sep 18 03:19:01 node7 `, `11月 15 14:15:47 node7 `), and the program tag after them (`prog[pid]: `).
 
 A prefix class is removed from a file's lines only when most of its first lines carry it (so a `Reason: ...`
 line of one output is never read as a host), and repeatedly, in any order (`10.10.10.10: kern: warning:
@@ -44,6 +43,8 @@ CLASSES: dict[str, re.Pattern[str]] = {
     "syslog": re.compile(
         rf"^(?P<stamp>{_MONTH}\s{{1,2}}\d{{1,2}}\s\d{{2}}:\d{{2}}:\d{{2}})\s+(?P<host>[^\s\[\]]{{1,253}}?):?\s+"
     ),
+    # a program tag after a syslog stamp (`nv-fabricmanager[4177]: `, `app[42]: `): what wrote the line
+    "tag": re.compile(r"^(?P<prog>[A-Za-z][\w./@-]{0,63})\[\d{1,9}\]:\s?"),
     "host": re.compile(
         r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z0-9][\w-]{0,62}(?:\.[A-Za-z0-9][\w-]{0,62}){0,8}):\s"
     ),

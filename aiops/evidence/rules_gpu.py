@@ -358,7 +358,9 @@ def thermal(c: Collected, n: Namer) -> list[Hyp]:
             continue
         out.append(hyp(label, n.gpu(mask), 0.85, summary, ("DCGM clocks event reasons", [mask])))
     # At (or within 2 C of) the max operating / slowdown temperature, the GPU's thermal control slows clocks.
-    for temps in by(c.of("temperature"), lambda e: e.component or "").values():
+    gpus = {e.component for e in c.of("temperature") if e.component}
+    alone = next(iter(gpus)) if len(gpus) == 1 else ""  # one GPU: a reading before its header is its own
+    for temps in by(c.of("temperature"), lambda e: e.component or alone).values():
         current = [e for e in temps if e.detail.get("key") == "GPU Current Temp" and e.value is not None]
         limits = [
             e
