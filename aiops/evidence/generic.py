@@ -107,7 +107,7 @@ def identifiers(text: str) -> dict[str, list[str]]:
         found["uuid"] = uuids
     if hcas := HCA.findall(text):
         found["hca"] = hcas
-    if xids := [a or b for a, b in _XID_MENTION.findall(text)]:
+    if xids := [x for a, b in _XID_MENTION.findall(text) if (x := a or b).lstrip("0")]:  # Xid 0: none
         found["xid"] = xids
     return found
 

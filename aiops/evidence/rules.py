@@ -49,6 +49,7 @@ EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
     EvidenceRule(rules_gpu.driver_state, ("gpu_driver_firmware_fault",)),
     EvidenceRule(rules_fabric.fabric_manager, ("gpu_driver_firmware_fault",)),
     EvidenceRule(rules_fabric.dcgm_nvlink, ("nvlink_degraded",)),
+    EvidenceRule(rules_fabric.dcgm_memory, ("gpu_ecc_error",)),
     EvidenceRule(rules_gpu.application, ("application_error",)),
     EvidenceRule(rules_gpu.pcie, ("pcie_degraded",)),
     EvidenceRule(rules_gpu.thermal, ("thermal_throttle", "power_brake")),

@@ -10,7 +10,8 @@
   alone, 0.45 (lost, or a driver that could not initialise it);
 - a fatal uncorrected AER whose recovery failed (`AER: device recovery failed`, the GPU's driver `can't
   recover`): the link to the GPU is down and the kernel could not bring it back, 0.8 with a Surprise Down
-  (the link dropped) or a completion timeout, else 0.7; a Surprise Down alone 0.55.
+  (the link dropped) or a completion timeout, else 0.7; 0.5 when no line of the GPU's driver names the device
+  (an NVMe or a NIC behind the port reads the same); a Surprise Down alone 0.55.
 """
 
 from __future__ import annotations
@@ -92,9 +93,9 @@ def fell_off_bus(c: Collected, n: Namer) -> list[Hyp]:
         n.gpu,
         "gpu_fell_off_bus",
         0.45,
-        "nvidia-smi cannot get a handle for this GPU (the others answer or are not shown): lost from the bus, or "
-        "the driver could not initialise it; its config space (lspci) and the kernel log tell them apart",
-        "nvidia-smi cannot reach the GPU",
+        "nvidia-smi cannot read this GPU (no handle for it, or ERR! in its fields): lost from the bus, or the "
+        "driver could not initialise it; its config space (lspci) and the kernel log tell them apart",
+        "nvidia-smi cannot read the GPU",
     )
     out += _failed_recovery(c, n, aer, surprise)
     if not out:
@@ -118,11 +119,13 @@ def _failed_recovery(c: Collected, n: Namer, aer: list[LogEvent], surprise: list
     stuck = [e for e in c.of("aer_cant_recover") if "nvidia" in e.raw]
     timeout = [e for e in c.of("aer_detail") if _COMPLETION_TIMEOUT.search(e.raw)]
     target = stuck[0] if stuck else failed[0]
+    # without the GPU's own line (its driver `can't recover`), the device behind the port may be any device
+    confidence = (0.8 if surprise or timeout else 0.7) if stuck else 0.5
     return [
         hyp(
             "gpu_fell_off_bus",
             n.gpu(target),
-            0.8 if surprise or timeout else 0.7,
+            confidence,
             "a fatal PCIe error on the GPU's link that the kernel could not recover (AER device recovery failed"
             + ("; the link dropped: Surprise Down" if surprise else "")
             + ("; completion timeouts" if timeout else "")

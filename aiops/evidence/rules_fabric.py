@@ -1,4 +1,5 @@
-"""NVLink fabric rules: the fabric manager, and DCGM's NVLink readings (sources: rules.py).
+"""NVLink fabric and DCGM rules: the fabric manager, DCGM's NVLink readings, DCGM's memory tests (sources:
+rules.py).
 
 - The fabric manager failing on an NVSwitch system (the start script says `Detected NVL5+ system`, it found
   NVSwitch devices, or nvidia-smi shows a GPU's fabric registration not done): NVIDIA's Fabric Manager User
@@ -45,10 +46,7 @@ def fabric_manager(c: Collected, n: Namer) -> list[Hyp]:
 
 def _messages(c: Collected) -> list[tuple[str, list[LogEvent]]]:
     """Per DCGM test (or health system), its message rows joined as written (the table wraps words)."""
-    out: list[tuple[str, list[LogEvent]]] = []
-    for events in by(c.of("dcgm_msg"), lambda e: f"{e.source}/{e.detail.get('test', '')}").values():
-        out.append(("".join(e.detail.get("text", "") for e in events), events))
-    return out
+    return list(_keyed_messages(c).values())
 
 
 def dcgm_nvlink(c: Collected, n: Namer) -> list[Hyp]:
@@ -89,3 +87,40 @@ def dcgm_nvlink(c: Collected, n: Namer) -> list[Hyp]:
             )
         )
     return merge(out)
+
+
+_PAGE_TESTS = re.compile(r"Page Retirement|Row Remap|retire", re.I)
+_MEMORY_TESTS = re.compile(r"^(?:GPU )?Memory$|^memory$|memtest|memory_bandwidth", re.I)
+_ECC_TEXT = re.compile(
+    r"\bECC\b|uncorrectable|\bDBE\b|double[- ]bit|row remap|page retire|retired page|miscompare|memory error|"
+    r"DCGM_FR_(?:DBE|SBE|ECC|ROW_REMAP|RETIRED|PENDING_PAGE|MEMORY_MISMATCH|FAULTY_MEMORY)",
+    re.I,
+)
+
+
+def dcgm_memory(c: Collected, n: Namer) -> list[Hyp]:
+    """A failed DCGM diagnostic that is about the GPU's memory (DCGM Diagnostics documentation): the
+    `Page Retirement/Row Remap` deployment test fails on pending retirements or remapping failures (0.7); a
+    memory test fails for ECC/miscompare errors its messages name (0.65). A memory test that failed for another
+    reason (a CUDA context it could not create: the GPU busy or unavailable) names no memory fault: findings."""
+    texts = {key: text for key, (text, _events) in _keyed_messages(c).items()}
+    out: list[Hyp] = []
+    for e in c.of("dcgm_diag"):
+        test = e.detail.get("test", "")
+        if e.code != 1:
+            continue
+        if _PAGE_TESTS.search(test):
+            conf, why = 0.7, "the diagnostic's page retirement / row remap check failed"
+        elif _MEMORY_TESTS.search(test) and _ECC_TEXT.search(texts.get(f"{e.source}/{test}", "")):
+            conf, why = 0.65, "the diagnostic's memory test failed on memory errors its messages name"
+        else:
+            continue
+        out.append(hyp("gpu_ecc_error", n.gpu(e), conf, why, ("DCGM diagnostic failed", [e])))
+    return merge(out)
+
+
+def _keyed_messages(c: Collected) -> dict[str, tuple[str, list[LogEvent]]]:
+    return {
+        key: ("".join(e.detail.get("text", "") for e in events), events)
+        for key, events in by(c.of("dcgm_msg"), lambda e: f"{e.source}/{e.detail.get('test', '')}").items()
+    }
