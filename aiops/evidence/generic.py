@@ -92,6 +92,14 @@ _NOT_FAILURE = re.compile(
 _AER_BIT = re.compile(
     rf"{_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.[0-7]:\s+\[\s?\d{{1,2}}\] ([A-Z][\w ]{{2,40}}?)\s*(?:\(First\))?\s*$"
 )
+# A line a parser already read is asked again only when it holds one of these (a cheap first look).
+_SIGNAL = re.compile(
+    r"fail|fatal|err|critical|panic|time[d ]?-?out|unreachable|unhealthy|respond|lost|mismatch|incomplete|"
+    r"abort|refused|denied|cannot|can't|could|unable|segmentation|core dump|corrupt|invalid|no such|exception|"
+    r"assert|drain|ready|xid|pending|slowdown|uncorrectable|double bit|dbe|state|drop|discard|crc|link_?down|"
+    r"symbol|retr|nak|out_of_seq|overrun|integrity|violation|replay|recover|cnp|ecn|pause|wait|congest|handle",
+    re.I,
+)
 _PROGRAM_TAG = re.compile(r"^(?:kernel|[\w./@-]{1,64}\[\d{1,9}\]):\s?")
 
 
@@ -146,18 +154,26 @@ def counter_event(name: str, value: int, base: dict[str, Any]) -> LogEvent:
     return LogEvent(kind=kind, value=float(value), detail=detail, **fields)
 
 
-def classify(source: str, number: int, body: str, state: kmsg_parse.LineState) -> LogEvent | None:
-    """What one line (its prefixes removed) says, by steps 1-6 of the module doc; None when nothing."""
+def classify(
+    source: str, number: int, body: str, state: kmsg_parse.LineState, *, read_by: str = ""
+) -> LogEvent | None:
+    """What one line (its prefixes removed) says, by steps 1-6 of the module doc; None when nothing.
+    `read_by`: the format whose parser already read the line (its own step is not run again, and a line with
+    no word of `_SIGNAL` is left at once: no identifiers are wanted for it)."""
     text = body.strip()
     if not text:
+        return None
+    message = _PROGRAM_TAG.sub("", text, count=1)
+    if read_by and not _SIGNAL.search(message):
         return None
     ids = identifiers(text)
     base: dict[str, Any] = {"source": source, "line": number, "raw": body, "component": _component(ids)}
     detail = {"ids": ",".join(f"{k}={'|'.join(v[:4])}" for k, v in ids.items())} if ids else {}
-    message = _PROGRAM_TAG.sub("", text, count=1)
     if (bit := _AER_BIT.search(message)) is not None:  # `[12] Replay Timer Timeout`: a bit of an AER report
         return LogEvent(kind="aer_detail", detail={**detail, "bit": bit.group(1)}, **base)
-    known = kernel.parse_line(source, number, message, state) or nccl.parse_line(source, number, message)
+    known = None if read_by == "kernel-log" else kernel.parse_line(source, number, message, state)
+    if known is None and read_by != "nccl-log":
+        known = nccl.parse_line(source, number, message)
     if known is not None and known.kind not in ("nvidia_info", "aer_detail", "nccl_info"):
         return LogEvent(**{**known.__dict__, "raw": body})
     handle = _HANDLE.search(text)

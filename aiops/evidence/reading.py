@@ -103,6 +103,11 @@ FIELD_KINDS = frozenset(
 )
 
 
+# Field kinds a format's parser reads in full: its lines are not asked again (the kernel-line parser knows the
+# NVIDIA driver's lines, errors included: kmsg_parse's nvrm_error).
+SETTLED: dict[str, frozenset[str]] = {"kernel-log": frozenset({"nvidia_info"})}
+
+
 def head(numbered: Iterator[tuple[int, str]]) -> list[tuple[int, str]]:
     """The first SNIFF_LINES lines, or fewer when they pass HEAD_CHARS characters."""
     out: list[tuple[int, str]] = []
@@ -139,14 +144,15 @@ def read(
     stripper = Stripper(choice.style)
     tracker = _Tracker(stripper.lines(itertools.chain(first, numbered)))
     state = kmsg_parse.LineState()
+    settled = SETTLED.get(fmt, frozenset())
     ids: dict[str, set[str]] = {}
     total = parsed = 0
     for item in PARSERS[fmt](name, tracker):
         number, body = tracker.pending.popleft() if tracker.pending else (-1, "")
         total += 1
         event = item
-        if fmt != "generic" and (item is None or item.kind in FIELD_KINDS):
-            fallback = generic.classify(name, number, body, state)
+        if fmt != "generic" and (item is None or (item.kind in FIELD_KINDS and item.kind not in settled)):
+            fallback = generic.classify(name, number, body, state, read_by=fmt)
             if fallback is not None and fallback.kind not in FIELD_KINDS and fallback.kind != "generic_ids":
                 event = fallback
         if event is None:
