@@ -224,3 +224,11 @@ def test_dmesg_wall_clock_indented_and_gsp_lines() -> None:
     assert _top(result)[0] == "gpu_driver_firmware_fault" and result["hypotheses"][0]["component"].endswith(
         "gpu6"
     )
+
+
+def test_generic_fallback_reads_no_failure_into_names() -> None:
+    """The generic classifier reads the lines a parser leaves as fields: a section named `ECC Errors`, an
+    `N/A` value under it, `Pending : N/A` are names and readings, not failures (a healthy -q stays healthy)."""
+    result, _ = _run(SAMPLES / "nvidia-smi-q-ecc-sections-ros.txt")
+    assert result["sources"][0]["format"] == "nvidia-smi-q"
+    assert result["verdict"] == "healthy" and not result["findings"]

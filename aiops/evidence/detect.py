@@ -35,8 +35,12 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^\s*(?:Clocks (?:Throttle|Event) Reasons|Remapped Rows|Retired Pages|Performance State|"
             r"GPU Current Temp|GPU Slowdown Temp|GPU Max Operating Temp|Replays Since Reset|"
             r"Link Width|PCIe Generation|FB Memory Usage|Driver Version|Attached GPUs|VBIOS Version|GPU UUID|"
-            r"Inforom Version|GPU Reset Status|Reset Required|MultiGPU Board|Minor Number)\b"
+            r"Inforom Version|GPU Reset Status|Reset Required|MultiGPU Board|Minor Number|Compute Mode|"
+            r"Encoder Stats|FBC Stats|Ecc Mode|ECC Errors|BAR1 Memory Usage|Persistence Mode|Accounting Mode|"
+            r"Product Name|Product Brand|(?:GPU )?Power Readings|Applications Clocks|Max Clocks|Register File)\b"
         ),
+        # nvidia-smi -q aligns its keys: `    Key                     : value` (two or more spaces before the colon)
+        re.compile(r"^ {4,}[A-Z][\w .()/-]{1,40}? {2,}: \S"),
         re.compile(r"^\s*(?:<\?xml|<nvidia_smi_log>|<!DOCTYPE nvidia_smi_log)"),
     ),
     "nvidia-smi": (

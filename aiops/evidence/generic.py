@@ -100,6 +100,12 @@ _SIGNAL = re.compile(
     r"symbol|retr|nak|out_of_seq|overrun|integrity|violation|replay|recover|cnp|ecn|pause|wait|congest|handle",
     re.I,
 )
+_KEY_VALUE = re.compile(r"^\s*(?P<key>[^:=|]{1,80}?)\s*(?::|=)\s*(?P<value>.*)$")
+_BENIGN_VALUE = re.compile(
+    r"^(?:0+(?:\.0+)?(?: ?(?:us|ms|s|%))?|0x0+|N/A|No|None|none|OK|Ok|ok|Healthy|Pass(?:ed)?|Not Active|Disabled|"
+    r"False|false|Success|Enabled|Supported|Not Supported|\[\]|-|)$"
+)
+_PLURAL_NOUNS = frozenset({"errors", "failures", "faults", "exceptions", "timeouts"})
 _PROGRAM_TAG = re.compile(r"^(?:kernel|[\w./@-]{1,64}\[\d{1,9}\]):\s?")
 
 
@@ -131,8 +137,19 @@ def _component(ids: dict[str, list[str]]) -> str | None:
 
 
 def is_failure(text: str) -> bool:
-    """A line that says something failed (failure words, once `0 errors`-like phrases are set aside)."""
-    return bool(_FAILURE.search(_NOT_FAILURE.sub(" ", text)))
+    """A line that says something failed: failure words, once `0 errors`-like phrases are set aside, and not
+    only in a name: a heading (`ECC Errors`) or a key whose value says nothing is wrong (`Remapping Failure
+    Occurred : No`, `Last Error: None`)."""
+    cleaned = _NOT_FAILURE.sub(" ", text)
+    if not _FAILURE.search(cleaned):
+        return False
+    if (pair := _KEY_VALUE.match(cleaned)) is not None and not _FAILURE.search(pair.group("value")):
+        value = pair.group("value").strip()
+        return not (_BENIGN_VALUE.match(value) or value.isdigit())  # a number: a counter, read as one
+    heading = len(cleaned.split()) <= 4 and all(
+        m.group(0).lower() in _PLURAL_NOUNS for m in _FAILURE.finditer(cleaned)
+    )
+    return not heading  # a heading (`ECC Errors`, `Timeouts`) names no failure
 
 
 def counters(text: str) -> list[tuple[str, int]]:
