@@ -232,3 +232,20 @@ def test_generic_fallback_reads_no_failure_into_names() -> None:
     result, _ = _run(SAMPLES / "nvidia-smi-q-ecc-sections-ros.txt")
     assert result["sources"][0]["format"] == "nvidia-smi-q"
     assert result["verdict"] == "healthy" and not result["findings"]
+
+
+def test_a_failure_word_in_a_name_is_no_failure() -> None:
+    """The classifier's own rule (generic.is_failure), on the shapes it decides between: a key whose value says
+    nothing is wrong, a heading, a count of zero; and the lines that do say something failed."""
+    from aiops.evidence.generic import is_failure
+
+    for fine in (
+        "Remapping Failure Occurred : No",
+        "Last Error: None",
+        "    ECC Errors",
+        "errors: 0",
+        "0 errors",
+    ):
+        assert not is_failure(fine), fine
+    for failed in ("error: cannot open", "Kill task failed", "status=1/FAILURE", "Timeouts: many lost"):
+        assert is_failure(failed), failed
