@@ -370,6 +370,7 @@ class Service:
                 self._guarded("jobs", lambda: self._refresh_jobs(store))
             twin = self.sources.twin
             if twin is not None and self.sources.stepped_s:
+                twin.sync(store)  # what another process appended to its log first (its log is one order)
                 twin.log_steps(store, self.sources.stepped_s)
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
