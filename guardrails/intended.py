@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiops.store import Store
-from guardrails.actions import canonical_json, sha256_hex
+from guardrails.actions import Action, canonical_json, sha256_hex
 
 DEFAULT_TTL_S = 72 * 3600.0
 PROPERTIES: tuple[str, ...] = (
@@ -270,6 +270,44 @@ class IntendedCache:
         return self.history
 
 
+def restore_intended(actions: list[Action], intended: Mapping[Key, Intended]) -> list[Action]:
+    """A limit that moved away from what the product set is put back to that value, not reset to the default
+    (which would undo the product's own cap): each `reset_power_limit` on a GPU, or on a node all of whose
+    set GPUs share one value, becomes `set_power_limit` to the value that was set."""
+    out = []
+    for action in actions:
+        if action.kind != "reset_power_limit":
+            out.append(action)
+            continue
+        mine = [
+            e
+            for (component, prop), e in intended.items()
+            if prop == "power_limit_w" and e.value is not None and component_in(component, action.target)
+        ]
+        values = {float(e.value) for e in mine if e.value is not None}
+        if len(values) != 1:
+            out.append(action)
+            continue
+        value = values.pop()
+        who = ", ".join(sorted({e.proposal_id for e in mine}))
+        out.append(
+            action.model_copy(
+                update={
+                    "kind": "set_power_limit",
+                    "parameters": {"power_limit_w": value},
+                    "reason": f"put back the {value:g} W limit {who} set (intended state); it moved away from it",
+                    "rollback": {"kind": "reset_power_limit"},
+                }
+            )
+        )
+    return out
+
+
+def component_in(component: str, target: str) -> bool:
+    """`node3/gpu5` is in `node3` and in itself."""
+    return component == target or component.startswith(target + "/")
+
+
 __all__ = [
     "DEFAULT_TTL_S",
     "PROPERTIES",
@@ -279,4 +317,5 @@ __all__ = [
     "effects",
     "intended_history",
     "intended_state",
+    "restore_intended",
 ]
