@@ -14,10 +14,14 @@ import numpy as np
 import pytest
 
 from aiops.config import GuardrailsConfig
-from aiops.detect import detect
+from aiops.detect import detect, save_incidents
 from aiops.models import Diagnosis
-from aiops.pipeline import remediate
+from aiops.pipeline import remediate, save_hypotheses
 from aiops.rca import analyze
+from aiops.report import queries as rq
+from aiops.report import sections, sections_ops
+from aiops.report.intended import intended_power_cap
+from aiops.report.period import Period
 from aiops.store import Store
 from guardrails.actions import Action, canonical_json
 from guardrails.intended import Intended, effects, intended_history, intended_state
@@ -296,3 +300,33 @@ def test_an_unreadable_ledger_row_claims_nothing() -> None:
         )
         state = intended_state(store, T0 + 300)
     assert json.dumps([e.value for e in state.values()]) == "[null]"  # a text is no reading: the default
+
+
+def test_reports_count_a_limit_the_service_set_apart_and_lose_no_gpu_hours_to_it() -> None:
+    """The health report: SwPowerCap at the limit the service set is no throttling and no GPU-hours lost; the
+    actions section says what the service set. Without the execution the same telemetry is throttling."""
+    period = Period(T0, T0 + 400)
+    with Store(":memory:") as store:
+        _telemetry(store)
+        assert "SwPowerCap" in {r["reason"] for r in rq.throttle_by_reason(store, period, 1.0)}
+        save_incidents(store, detect(store))
+        save_hypotheses(store, _diagnose(store), replace_all=True)  # the incident a workspace held before
+        _capped(store)
+        assert rq.throttle_by_reason(store, period, 1.0) == []
+        assert intended_power_cap(store, period, 1.0) == {
+            "gpu_s": 4 * (400 - CAP_AT_S) * 1.0,
+            "gpus": 4,
+            "proposals": ["P-cap"],
+        }
+        thermal = sections.thermal(store, period, 1.0)
+        incidents = sections_ops.incidents(store, period).tables[0]
+        actions = sections_ops.actions(store, period).tables
+    assert thermal is not None and any(
+        "Set by the service:" in line and "P-cap" in line for line in thermal.lines
+    )
+    lost = incidents.rows[0][incidents.headers.index("GPU-hours lost")]
+    assert lost == "0.00 (a limit the service set)"
+    set_table = next(t for t in actions if t.caption.startswith("What the service set"))
+    assert [(r[0], r[1], r[2], r[3]) for r in set_table.rows] == [
+        ("P-cap", "set_power_limit", "power_limit_w", "550")
+    ]

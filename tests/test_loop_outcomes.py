@@ -302,3 +302,23 @@ def test_a_recurrence_is_linked_to_the_earlier_incident_within_the_horizon() -> 
         assert store.scalar("SELECT count(*) FROM incident_links") == 1
         assert recurrence_of(store, "INC-0003") == "INC-0001"
         assert store.scalar("SELECT gap_s FROM incident_links") == pytest.approx(700.0)
+
+
+def test_the_incident_timeline_shows_the_outcome_and_the_recurrence() -> None:
+    from aiops.console.data import incident as incident_page
+    from aiops.runtime.outcomes import Outcome, record
+
+    with Store(":memory:") as store:
+        _incident(store, "INC-0001", 0, 300, "thermal_throttle", "node6")
+        again = _incident(store, "INC-0002", 1000, None, "thermal_throttle", "node6")
+        link_recurrence(store, again, "thermal_throttle", "node6", 3600, T0 + 1010)
+        record(
+            store,
+            Outcome("P-9", "INC-0002", None, "failed", "temp_below_slowdown", "still hot", (0, 1)),
+            T0 + 1200,
+            2e9,
+        )
+        page = incident_page(store, "INC-0002")
+    assert page is not None
+    whats = [e["what"] for e in page["timeline"]]
+    assert "recurrence of INC-0001" in whats and "outcome P-9: failed" in whats
