@@ -330,3 +330,18 @@ def test_reports_count_a_limit_the_service_set_apart_and_lose_no_gpu_hours_to_it
     assert [(r[0], r[1], r[2], r[3]) for r in set_table.rows] == [
         ("P-cap", "set_power_limit", "power_limit_w", "550")
     ]
+
+
+def test_on_the_fleet_a_limit_a_node_agent_exported_as_set_is_no_incident() -> None:
+    """The fleet's workspace holds no execution of node1's cap: node1's agent ran it and exported it
+    (`aiops_intended_state*`, read into intended_exports by aiops/fleet/pivot.py)."""
+    with Store(":memory:") as store:
+        _telemetry(store)
+        for gpu in CAPPED:
+            store.conn.execute(
+                "INSERT INTO intended_exports VALUES ('node1', ?, 'power_limit_w', 550, 'P-node1', "
+                "'set_power_limit', 'h', ?, ?, ?)",
+                [gpu, T0 + CAP_AT_S - 0.5, T0 + 10_000, T0 + CAP_AT_S + 15],
+            )
+        assert detect(store) == []
+        assert {e.source for e in intended_state(store, T0 + 300).values()} == {"node:node1"}
