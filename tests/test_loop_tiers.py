@@ -166,3 +166,30 @@ def test_the_fleet_reads_what_a_node_ran_and_closes_its_own_copy(
     assert closed == ["F-same"]
     assert statuses == {"F-same": "superseded", "F-other": "pending", "F-forged": "pending"}
     assert audit == [("F-same", "P-a", "on host-a")]
+
+
+def test_supersede_takes_a_nodes_word_only_about_its_own_components() -> None:
+    """Defence in depth behind the pivot: an `intended_exports` row that names another node's GPU (written there
+    by anything) closes nothing."""
+    with Store(":memory:") as store:
+        store.ingest(
+            "topology",
+            {
+                "component": ["rack0", "host-a", "host-b", "host-a/gpu0"],
+                "kind": ["rack", "node", "node", "gpu"],
+                "parent": ["fleet", "rack0", "rack0", "host-a"],
+                "rack": ["rack0"] * 4,
+                "node": [None, "host-a", "host-b", "host-a"],
+                "idx": [0, 0, 1, 0],
+            },
+        )
+        mine = _fleet_action("F-1", "host-a/gpu0", 550.0)
+        _pending(store, mine)
+        store.conn.execute(
+            "INSERT INTO intended_exports VALUES ('host-b', 'host-a/gpu0', 'power_limit_w', 550, 'P-b', "
+            "'set_power_limit', ?, ?, ?, ?)",
+            [action_hash(mine), T0, T0 + 3600, T0],
+        )
+        assert supersede_exported(store, T0 + 60, wall_ts_s=time.time()) == []
+        store.conn.execute("UPDATE intended_exports SET node = 'host-a'")
+        assert supersede_exported(store, T0 + 60, wall_ts_s=time.time()) == ["F-1"]
