@@ -53,6 +53,10 @@ EVENTS: tuple[str, ...] = (
     "dispatch_result",
     # a digital proposal someone asked to run from chat, with the verified request (aiops/service/slack_actions.py)
     "chat_request",
+    # the closed loop (guardrails/supersede.py, aiops/runtime/outcomes.py): a proposal closed because the same
+    # action ran elsewhere (the other tier), and whether an executed action worked once its window passed
+    "supersede",
+    "outcome",
 )
 GENESIS_HASH = "0" * 64
 
