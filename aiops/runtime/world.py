@@ -67,6 +67,12 @@ class Attached:
     twin: Twin | None = None
 
     @property
+    def data_clock(self) -> Callable[[], float] | None:
+        """The telemetry's clock where it is not the wall clock: the twin's (it runs `--speed` times faster)."""
+        twin = self.twin
+        return None if twin is None else (lambda: twin.world.now_ts_s)
+
+    @property
     def executors(self) -> dict[str, str]:
         """kind -> the backend that executes it here, or "ticket"."""
         return executors_table(self.actuator)
@@ -307,6 +313,7 @@ def desk(
         context_for=lambda now: validation_context(attached.readings, attached.topology, now),
         clock=clock,
         standing=standing,
+        data_clock=attached.data_clock,
     )
 
 

@@ -1,7 +1,8 @@
 """Incident ids of a workspace made before ids were cluster-unique (every agent numbered from `INC-0001`): the
 service's first start qualifies them with its tier's prefix (`INC-0007` -> `INC-gpu-a100-017-0007`), in every
-table that names an incident, in one transaction, so the proposals, hypotheses, notifications and alert links of
-an incident stay with it and the numbering carries on where it was.
+table that names an incident (`incident_id`, and `recurrence_of` of the incident links), in one transaction,
+so the proposals, hypotheses, notifications, outcomes and alert links of an incident stay with it and the
+numbering carries on where it was.
 
 Left as they were: `node_incidents` (the fleet's copy of the node agents' own ids: theirs to rename, and read
 again from their exports) and the audit log (a hash chain: history is never rewritten; the service appends one
@@ -18,25 +19,31 @@ LEGACY_ID = "^INC-[0-9]+$"  # what every agent wrote before: INC- and a number, 
 NOT_RENAMED = ("node_incidents", "audit_log")
 
 
-def tables_naming_incidents(store: Store) -> list[str]:
-    """Every table of the workspace with an `incident_id` column, but those in `NOT_RENAMED`."""
+ID_COLUMNS = ("incident_id", "recurrence_of")  # columns holding one of this workspace's incident ids
+
+
+def tables_naming_incidents(store: Store) -> list[tuple[str, str]]:
+    """Every (table, column) of the workspace holding an incident id, but the tables in `NOT_RENAMED`."""
     rows = store.query(
-        "SELECT DISTINCT table_name FROM information_schema.columns "
-        "WHERE column_name = 'incident_id' AND table_schema = 'main' ORDER BY table_name"
+        "SELECT DISTINCT table_name, column_name FROM information_schema.columns "
+        "WHERE column_name IN (SELECT unnest(?)) AND table_schema = 'main' ORDER BY table_name, column_name",
+        [list(ID_COLUMNS)],
     )
-    return [str(r["table_name"]) for r in rows if str(r["table_name"]) not in NOT_RENAMED]
+    return [
+        (str(r["table_name"]), str(r["column_name"])) for r in rows if str(r["table_name"]) not in NOT_RENAMED
+    ]
 
 
 def qualify_legacy_ids(store: Store, prefix: str) -> dict[str, str]:
     """Rename every legacy id (`INC-<number>`) to `<prefix><number>` in every table naming incidents; returns
     old -> new (empty when there was nothing to rename: the step is idempotent)."""
-    tables = tables_naming_incidents(store)
+    columns = tables_naming_incidents(store)
     legacy: set[str] = set()
-    for table in tables:
+    for table, column in columns:
         rows = store.query(
-            f"SELECT DISTINCT incident_id FROM {table} WHERE regexp_matches(incident_id, ?)", [LEGACY_ID]
+            f'SELECT DISTINCT "{column}" AS id FROM {table} WHERE regexp_matches("{column}", ?)', [LEGACY_ID]
         )
-        legacy.update(str(r["incident_id"]) for r in rows)
+        legacy.update(str(r["id"]) for r in rows)
     if not legacy:
         return {}
     mapping = {old: prefix + old.removeprefix("INC-") for old in sorted(legacy)}
@@ -50,10 +57,9 @@ def qualify_legacy_ids(store: Store, prefix: str) -> dict[str, str]:
     conn = store.conn
     conn.execute("BEGIN TRANSACTION")
     try:
-        for table in tables:
+        for table, column in columns:
             conn.execute(
-                f"UPDATE {table} SET incident_id = ? || substr(incident_id, 5) "
-                "WHERE regexp_matches(incident_id, ?)",
+                f'UPDATE {table} SET "{column}" = ? || substr("{column}", 5) WHERE regexp_matches("{column}", ?)',
                 [prefix, LEGACY_ID],
             )
         conn.execute("COMMIT")

@@ -639,15 +639,57 @@ CREATE TABLE IF NOT EXISTS rank_timing_samples (
 )
 """
 
+# The closed loop (guardrails/intended.py, aiops/runtime/outcomes.py): what the product knows it did.
+# `executions.data_ts_s`: when an action ran on the telemetry's clock (the twin's, `--speed` times faster than the
+# wall clock the ledger's ts_s keeps; NULL: the same clock, as on a real host). `intended_exports`: what the node
+# agents export as the state their executed actions set (`aiops_intended_state*`, read by `aiops fleet`), one row
+# per (node, component, property, proposal) the first scrape that showed it. `action_outcomes`: whether an executed
+# action worked, checked once its verify window passed (docs/GUARDRAILS.md "What the service knows it did").
+# `incident_links`: an incident that is a recurrence of an earlier one (same cause, same component).
+M022_CLOSED_LOOP = """
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS data_ts_s DOUBLE;
+CREATE TABLE IF NOT EXISTS intended_exports (
+    node VARCHAR NOT NULL,          -- the agent that exported it (its `node` label)
+    component VARCHAR NOT NULL,
+    property VARCHAR NOT NULL,      -- power_limit_w | sm_clock_max_mhz | drained | ...
+    value DOUBLE,                   -- NULL: the default (a reset)
+    proposal_id VARCHAR NOT NULL,   -- the node's proposal (or the fleet's, when dispatched)
+    kind VARCHAR NOT NULL,
+    action_hash VARCHAR NOT NULL,
+    set_ts_s DOUBLE NOT NULL,       -- when it ran, on the node's telemetry clock
+    expires_ts_s DOUBLE NOT NULL,
+    seen_ts_s DOUBLE NOT NULL       -- the scrape the fleet first read it at
+);
+CREATE TABLE IF NOT EXISTS action_outcomes (
+    proposal_id VARCHAR NOT NULL,
+    incident_id VARCHAR,
+    step_id VARCHAR,                -- a plan step's id (docs: plans), NULL otherwise
+    verdict VARCHAR NOT NULL,       -- worked | failed | unknown
+    checked_ts_s DOUBLE NOT NULL,   -- on the telemetry's clock
+    detail VARCHAR NOT NULL,        -- the check, its window and what it saw
+    "check" VARCHAR NOT NULL,       -- the check's name (aiops/detect/effects.py)
+    window_start_ts_s DOUBLE NOT NULL,
+    window_end_ts_s DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS incident_links (
+    incident_id VARCHAR NOT NULL,
+    recurrence_of VARCHAR NOT NULL, -- the earlier incident of the same cause on the same component
+    root_cause VARCHAR NOT NULL,
+    component VARCHAR NOT NULL,
+    gap_s DOUBLE NOT NULL,          -- from the earlier one's resolution to this one's opening
+    ts_s DOUBLE NOT NULL
+)
+"""
+
 # Why an incident has its severity (aiops/detect/severity.py: hardware lost, a job stalled or slowed by X %, GPUs
 # affected), as one line people read with it; NULL for incidents stored before.
-M022_INCIDENT_IMPACT = """
+M023_INCIDENT_IMPACT = """
 ALTER TABLE incidents ADD COLUMN IF NOT EXISTS impact VARCHAR
 """
 
 # Maintenance windows and silences (aiops/store/maintenance.py): planned work on a node, rack, job, component or
 # label; a window stops pages about its scope and (kind maintenance) every action on it. Wall-clock times.
-M023_MAINTENANCE = """
+M024_MAINTENANCE = """
 CREATE TABLE IF NOT EXISTS maintenance (
     window_id VARCHAR PRIMARY KEY,  -- M-<8 hex>
     kind VARCHAR NOT NULL,          -- maintenance (pages and actions) | silence (pages only)
@@ -667,7 +709,7 @@ CREATE TABLE IF NOT EXISTS maintenance (
 # on the fleet the node agents' incidents it covers), so a restart neither pages twice nor forgets a hold; and the
 # fleet's sightings of the node agents' open incidents, one row per scrape step (their newest diagnosis; an
 # incident no longer seen is no longer open).
-M024_PAGING = """
+M025_PAGING = """
 CREATE TABLE IF NOT EXISTS incident_pages (
     node VARCHAR NOT NULL,          -- the tier that opened the incident (this service's name, or a node agent's)
     incident_id VARCHAR NOT NULL,
@@ -712,9 +754,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
-    Migration(22, "incident_impact", _sql(M022_INCIDENT_IMPACT)),
-    Migration(23, "maintenance", _sql(M023_MAINTENANCE)),
-    Migration(24, "paging", _sql(M024_PAGING)),
+    Migration(22, "closed_loop", _sql(M022_CLOSED_LOOP)),
+    Migration(23, "incident_impact", _sql(M023_INCIDENT_IMPACT)),
+    Migration(24, "maintenance", _sql(M024_MAINTENANCE)),
+    Migration(25, "paging", _sql(M025_PAGING)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
