@@ -20,7 +20,7 @@ from aiops.integrations.notifier import Notifier, incident_event
 from aiops.models import Hypothesis, Incident
 from aiops.store import Store, Workspace
 
-log = logging.getLogger("aiops.integrations.notifier")
+log = logging.getLogger("aiops.service.notify")
 
 
 class Outbox:

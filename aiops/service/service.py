@@ -44,7 +44,7 @@ from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
-from aiops.service.pager import Pager
+from aiops.service.pager import Pager, PageState
 from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
@@ -157,6 +157,7 @@ class Service:
                 self.slack.on_event(store, kind, incident, top)
 
         # one page per problem: the sinks hear of an incident only once it pages (pager.py, paging.py)
+        self.page_states: list[PageState] = []  # the pager's last review, exported with the open incidents
         self.pager = Pager(
             config.node.name,
             deliver,
@@ -442,7 +443,7 @@ class Service:
 
     def _review_pages(self, store: Store) -> None:
         """Holds that ran out, windows that ended, node incidents the fleet covers: paged or exported."""
-        self.metrics.set_pages(self.pager.review(store, self.newest_ts_s))
+        self.page_states = self.pager.review(store, self.newest_ts_s)  # exported with the incidents
 
     def _close_loop(self, store: Store) -> None:
         """Supersede what a node ran, judge what ran, export what this workspace set (closed_loop.py)."""
@@ -518,7 +519,7 @@ class Service:
             "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )
-        self.metrics.set_incidents(open_rows)
+        self.metrics.set_incidents(open_rows, self.page_states)
         path = Path(self.config.store.path)
         size = sum(p.stat().st_size for p in (path, Path(str(path) + ".wal")) if p.exists())
         self.metrics.gauge("store_size_bytes", "size of the workspace's DuckDB file and WAL", size)
