@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiops.detect import detect
@@ -20,6 +20,7 @@ from aiops.playbooks import steps_from_store
 from aiops.rca import diagnose, job_of
 from aiops.store import Store
 from guardrails.actions import Action
+from guardrails.intended import intended_state, restore_intended
 from guardrails.service import Filed, Guardrails
 
 __all__ = [
@@ -68,6 +69,9 @@ def plan_steps(store: Store, diagnosis: Diagnosis) -> list[StepDraft]:
     top = diagnosis.hypotheses[0]
     job = job_of(store, diagnosis.incident, top)
     remedies = steps_from_store(store, top, job, diagnosis.incident.last_ts_s)
+    # a limit moved away from what the product set goes back to that value, never undoing the product's cap
+    intended = intended_state(store, diagnosis.incident.last_ts_s)
+    remedies = [replace(r, actions=restore_intended(r.actions, intended)) for r in remedies]
     return draft_steps(remedies, facts_of(store, diagnosis.incident, job))
 
 
@@ -173,4 +177,5 @@ def incident_of(row: dict[str, Any]) -> Incident:
         components=list(row["components"]),
         symptoms=[Symptom.model_validate(s) for s in json.loads(row["symptoms"])],
         resolved_ts_s=None if resolved is None else float(resolved),
+        impact=str(row.get("impact") or ""),
     )

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.actions",
     "aiops.cli.plans",
     "aiops.cli.audit",
+    "aiops.cli.maintenance",
     "aiops.cli.dcim",
     "aiops.cli.policy",
     "aiops.cli.run",

@@ -10,7 +10,7 @@ step's message approves all its targets (guardrails/steps.py).
 - `ladder`: what each rung means (title, default effect, cost, rollback, verify window).
 - `facts`: the numbers costs are said in (the job's GPUs and steps/s, nodes' GPUs, power now).
 - `build`: the playbook's rungs for a diagnosis -> `StepDraft`s (pure).
-- `records`: the `plans` and `plan_steps` rows (migration 23).
+- `records`: the `plans` and `plan_steps` rows (migration 26).
 - `lifecycle`: filing, proposing a step, following and escalating, superseding, closing.
 """
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiops.control.power import expected_throughput
+from aiops.detect.effects import DEFAULTS as EFFECT_DEFAULTS
 from aiops.plans.facts import Facts
 from aiops.plans.ladder import LADDER
 from aiops.playbooks import StepRemedy
@@ -223,6 +224,18 @@ def _empty(number: int, rung: str, notes: Sequence[str]) -> StepDraft:
     )
 
 
+def _within_s(rung: str, actions: Sequence[Action]) -> float | None:
+    """The step's verify window: the longest its kinds need (the closed loop's defaults, aiops.detect.effects),
+    else the rung's; None for tickets, which are not judged."""
+    windows = [EFFECT_DEFAULTS[a.kind][0] for a in actions if a.kind in EFFECT_DEFAULTS]
+    return max(windows) if windows else LADDER[rung].within_s
+
+
+def _expect(rung: str, actions: Sequence[Action]) -> str | None:
+    checks = [EFFECT_DEFAULTS[a.kind][1] for a in actions if a.kind in EFFECT_DEFAULTS]
+    return checks[0] if checks else LADDER[rung].expect
+
+
 def draft_steps(remedies: Sequence[StepRemedy], facts: Facts) -> list[StepDraft]:
     """One step per rung the ladder uses, numbered from 1, least disruptive first."""
     out = []
@@ -246,8 +259,8 @@ def draft_steps(remedies: Sequence[StepRemedy], facts: Facts) -> list[StepDraft]
                 effect="; ".join(dict.fromkeys(effects)) or _effect(rung, actions, facts),
                 cost=_cost(rung, actions, facts),
                 rollback=_rollback(rung, actions),
-                verify_within_s=max(v.within_s for v in verify) if verify else LADDER[rung].within_s,
-                verify_expect=verify[0].expect if verify else LADDER[rung].expect,
+                verify_within_s=max(v.within_s for v in verify) if verify else _within_s(rung, actions),
+                verify_expect=verify[0].expect if verify else _expect(rung, actions),
                 reason="; ".join(reasons)[:2000],
                 hold=_hold(rung, actions, facts),
             )

@@ -5,7 +5,9 @@ effect is judged (the verify window the closed loop reads from `plan_steps`, iss
 The rungs and their order are the playbooks' (`aiops.playbooks.RUNGS`): observe, notify, configure, limit,
 move, drain, reset, reboot, rma. A step proposed at first is every step up to and including the first
 physical one (the digital ones before it need nobody: a ticket, a re-run check); the others wait.
-`expect` names the check that judges the effect; a ticket is not judged (no window).
+`expect` names the check that judges the effect (aiops.detect.effects.CHECKS); a ticket is not judged (no
+window). A step's window and check are its playbook's `verify` where it says one, else the longest its kinds
+need (the closed loop's defaults per kind, aiops.detect.effects.DEFAULTS), else the rung's below.
 """
 
 from __future__ import annotations

@@ -206,7 +206,8 @@ def _derive(store: Store, s: StepRecord) -> _Derived:
     failed = [p for p, st in statuses.items() if st == "failed"]
     if failed:
         return _Derived("failed", f"{failed[0]} failed to execute: {messages[failed[0]][:300]}")
-    executed = [p for p, st in statuses.items() if st == "executed"]
+    # superseded: the same action ran under another proposal (the other tier's copy: guardrails/supersede.py)
+    executed = [p for p, st in statuses.items() if st in ("executed", "superseded")]
     live = [p for p, st in statuses.items() if st in ("pending", "approved")]
     if executed and not live:
         good = [v for v in verdicts if v["verdict"] == "worked"]

@@ -1,4 +1,4 @@
-"""Plans and their steps in the workspace (`plans`, `plan_steps`, migration 23): the rows, read back as
+"""Plans and their steps in the workspace (`plans`, `plan_steps`, migration 26): the rows, read back as
 records. A step's targets become proposals only when the step is proposed; until then `actions` keeps them
 as drafted and `proposal_ids` is empty. Statuses are the contract's (issue 34, contract 4)."""
 
