@@ -2,7 +2,7 @@
 where its own numbers favour it (about to throttle by itself, at no cost in steps/s), said in °C, W and steps/s;
 a cap that cuts no heat now is not proposed, and the plan says why in numbers. A plan's life: its first steps
 proposed (up to and including the first physical one), the next one proposed when the closed loop records a
-`failed` outcome (contract 3), never a step held for a person, done when a step worked, superseded by a new
+`failed` outcome (contract 3, recorded by the closed loop's own writer), never a step held for a person, done when a step worked, superseded by a new
 diagnosis, closed when the incident resolves; every change audited."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from aiops.control.readings import ThermalInputs
 from aiops.control.thermal import GpuTemp, NodeInfo, assess
 from aiops.models import GpuPower, Hypothesis, Incident
 from aiops.plans import StepDraft, advance, close_for_incident, file_plan, plan, plans, propose_step
+from aiops.runtime.outcomes import Outcome, record
 from aiops.store import Store
 from guardrails.actions import Action
 from guardrails.audit import read_rows
@@ -119,16 +120,12 @@ def desk(signing: Keys, tmp_path: Path) -> Guardrails:
 
 
 def _outcome(store: Store, step_id: str, pid: str, verdict: str, detail: str) -> None:
-    """What the closed loop writes once a step's verify window passed (contract 3; its migration on its branch)."""
-    store.conn.execute(
-        "CREATE TABLE IF NOT EXISTS action_outcomes (proposal_id VARCHAR NOT NULL, incident_id VARCHAR, "
-        "step_id VARCHAR, verdict VARCHAR NOT NULL, checked_ts_s DOUBLE NOT NULL, detail VARCHAR NOT NULL)"
+    """What the closed loop records once a step's verify window passed (aiops/runtime/outcomes.py, contract 3)."""
+    now = time.time()
+    outcome = Outcome(
+        pid, INCIDENT.incident_id, step_id, verdict, "temp_below_slowdown", detail, (now - 180, now)
     )
-    store.conn.execute(
-        "INSERT INTO action_outcomes (proposal_id, incident_id, step_id, verdict, checked_ts_s, detail) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [pid, INCIDENT.incident_id, step_id, verdict, time.time(), detail],
-    )
+    record(store, outcome, now, now)
 
 
 def _statuses(desk: Guardrails) -> list[str]:
