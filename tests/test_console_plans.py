@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,20 +17,13 @@ import pytest
 from aiops.plans import plans
 from aiops.store import Workspace
 from guardrails.audit import read_rows
-from guardrails.signing import NAMESPACE
-from tests.console_helpers import add_users, client, copy_demo, make_demo, sign_in
-from tests.signing_helpers import make_keys
+from tests.console_helpers import add_users, client, copy_demo, form_field, make_demo, sign_in
+from tests.signing_helpers import make_keys, ssh_sign
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_demo(tmp_path_factory.mktemp("console-plans-demo"))
-
-
-def _field(page: str, name: str) -> str:
-    match = re.search(rf'name="{name}" value="([^"]+)"', page)
-    assert match is not None, name
-    return html.unescape(match.group(1))
 
 
 def _setup(demo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, object, str, str]:
@@ -74,8 +66,8 @@ def test_the_plan_shows_its_steps_and_an_uploaded_signature_approves_a_step(
     message = html.unescape(re.search(r'<pre class="to-sign">([^<]+)</pre>', section).group(1))  # type: ignore[union-attr]
     form = {
         "csrf_token": csrf,
-        "ts_s": _field(section, "ts_s"),
-        "expires_ts_s": _field(section, "expires_ts_s"),
+        "ts_s": form_field(section, "ts_s"),
+        "expires_ts_s": form_field(section, "expires_ts_s"),
     }
 
     refused = c.post(
@@ -84,12 +76,7 @@ def test_the_plan_shows_its_steps_and_an_uploaded_signature_approves_a_step(
     assert "refused" in refused.text and "cut short" in refused.text, refused.text[-1500:]
     assert "allowed-signers" not in refused.text
 
-    signature = subprocess.run(
-        ["ssh-keygen", "-Y", "sign", "-q", "-n", NAMESPACE, "-f", str(keys.keys["alice"])],  # type: ignore[attr-defined]
-        input=message.encode("ascii"),
-        capture_output=True,
-        check=True,
-    ).stdout
+    signature = ssh_sign(keys.keys["alice"], message.encode("ascii")).encode("ascii")  # type: ignore[attr-defined]
     answer = c.post(
         f"/steps/{step_id}/approve-signed", data=form, files={"signature_file": ("step.json.sig", signature)}
     )

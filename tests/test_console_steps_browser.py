@@ -17,25 +17,18 @@ the proposal executed by node:node1 (not a ticket). Screenshots go to $AIOPS_ART
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-from aiops.console.accounts import Accounts, accounts_path
 from aiops.store import Workspace
 from guardrails.audit import read_rows
-from guardrails.signing import NAMESPACE
-from tests.agent_cluster import agents, prometheus, scrape
 from tests.clirun import run_cli
-from tests.dispatch_helpers import TOKEN
+from tests.dispatch_helpers import PASSWORD, live_fleet
 from tests.report_browser import MIN_VARIANCE, browser, chromium, variance
 from tests.security.test_console_browser import artefacts
 from tests.service_helpers import get, get_json, wait_for
-from tests.signing_helpers import make_keys
-from tests.test_fleet_live import fleet
+from tests.signing_helpers import ssh_sign
 
-NODES = ("node0", "node1")
 SCENARIO = """\
 name: steps-browser-power-cap
 seed: 11
@@ -44,7 +37,6 @@ cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 2, nics_per_node: 1}
 faults:
   - {kind: power_cap_misconfig, target: node1, start_s: 30, severity: 0.9}
 """
-PASSWORD = "correct horse battery staple"
 
 
 def limits_w(port: int, node: str) -> list[float]:
@@ -62,91 +54,62 @@ def restore_proposal(port: int) -> dict[str, Any] | None:
 
 def test_a_step_signed_with_ssh_keygen_and_pasted_in_chromium_runs_on_the_right_node(tmp_path: Path) -> None:
     chromium()  # skip (or fail under AIOPS_REQUIRE_EBPF=1) before starting anything
-    keys = make_keys(tmp_path / "keys", ("alice", "bob"))
-    (tmp_path / "token").write_text(TOKEN + "\n")
-    (tmp_path / "aiops.toml").write_text(
-        keys.config.read_text() + f'\n[http]\ntoken_file = "{tmp_path / "token"}"\n'
-    )
-    scenario = tmp_path / "steps-browser.yaml"
-    scenario.write_text(SCENARIO)
-    Accounts(accounts_path(str(tmp_path / "fleet.duckdb"))).add("bob", "approver", PASSWORD)
     posted: list[bytes] = []
-    with (
-        prometheus(tmp_path) as (prom, targets),
-        agents(tmp_path, scenario, time.time(), NODES, "10") as ports,
-    ):
-        scrape(prom, targets, ports)
-        nodes = "\n".join(f'{n} = "http://127.0.0.1:{p}"' for n, p in ports.items())
-        config = tmp_path / "fleet.toml"
-        config.write_text(
-            keys.config.read_text()
-            + "\n[console]\nenabled = true\n"
-            + f'\n[fleet]\nnode_token_file = "{tmp_path / "token"}"\n'
-            + f"\n[fleet.nodes]\n{nodes}\n"
+    with live_fleet(tmp_path, SCENARIO) as live:
+        keys, ports, port = live.keys, live.ports, live.port
+        proposal = wait_for(
+            lambda: restore_proposal(port), 150, "the fleet's plan step restoring node1's limit"
         )
-        with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
-            proposal = wait_for(
-                lambda: restore_proposal(port), 150, "the fleet's plan step restoring node1's limit"
-            )
-            pid, step_id = str(proposal["proposal_id"]), str(proposal["step_id"])
-            before = limits_w(ports["node1"], "node1")
-            assert before and max(before) < 400.0, before  # the misconfigured cap, in node1's exports
-            base = f"http://127.0.0.1:{port}"
-            with browser() as instance:
-                context = instance.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
-                page = context.new_page()
+        pid, step_id = str(proposal["proposal_id"]), str(proposal["step_id"])
+        before = limits_w(ports["node1"], "node1")
+        assert before and max(before) < 400.0, before  # the misconfigured cap, in node1's exports
+        base = f"http://127.0.0.1:{port}"
+        with browser() as instance:
+            context = instance.new_context(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
+            page = context.new_page()
 
-                def record(request: Any) -> None:
-                    if request.method == "POST" and request.url.endswith(f"/steps/{step_id}/approve-signed"):
-                        posted.append(request.post_data_buffer or b"")
+            def record(request: Any) -> None:
+                if request.method == "POST" and request.url.endswith(f"/steps/{step_id}/approve-signed"):
+                    posted.append(request.post_data_buffer or b"")
 
-                page.on("request", record)
-                page.goto(base + "/login", wait_until="load")
-                page.fill("input[name=name]", "bob")
-                page.fill("input[name=password]", PASSWORD)
-                page.click("form.login button")
-                page.wait_for_url(base + "/")
-                page.goto(f"{base}/incidents/{proposal['incident_id']}", wait_until="load")
-                step = page.locator(f"[id='step-{step_id}']")
-                assert "Restore the default power limit of node1" in step.inner_text()
-                assert (
-                    "cannot approve a step by your sign-in" in step.inner_text()
-                )  # the fleet says it plainly
-                message = step.locator("pre.to-sign").inner_text()
-                signature = subprocess.run(
-                    ["ssh-keygen", "-Y", "sign", "-q", "-n", NAMESPACE, "-f", str(keys.keys["alice"])],
-                    input=message.encode("ascii"),
-                    capture_output=True,
-                    check=True,
-                ).stdout.decode("ascii")
-                step.locator("textarea[name=signature]").fill(signature)
-                png = page.screenshot(full_page=True, path=str(artefacts() / "console-step-pasted.png"))
-                assert variance(png) > MIN_VARIANCE
-                step.locator("button.approve-signed").click()
-                page.wait_for_selector("#note")
-                note = page.inner_text("#note")
-                assert "signed by alice" in note and "node agent" in note, note
-                page.screenshot(full_page=True, path=str(artefacts() / "console-step-approved.png"))
-                context.close()
-            assert posted and b"-----BEGIN SSH SIGNATURE-----\r\n" in posted[0]  # the browser sent CRLF
+            page.on("request", record)
+            page.goto(base + "/login", wait_until="load")
+            page.fill("input[name=name]", "bob")
+            page.fill("input[name=password]", PASSWORD)
+            page.click("form.login button")
+            page.wait_for_url(base + "/")
+            page.goto(f"{base}/incidents/{proposal['incident_id']}", wait_until="load")
+            step = page.locator(f"[id='step-{step_id}']")
+            assert "Restore the default power limit of node1" in step.inner_text()
+            assert "cannot approve a step by your sign-in" in step.inner_text()  # the fleet says it plainly
+            message = step.locator("pre.to-sign").inner_text()
+            signature = ssh_sign(keys.keys["alice"], message.encode("ascii"))
+            step.locator("textarea[name=signature]").fill(signature)
+            png = page.screenshot(full_page=True, path=str(artefacts() / "console-step-pasted.png"))
+            assert variance(png) > MIN_VARIANCE
+            step.locator("button.approve-signed").click()
+            page.wait_for_selector("#note")
+            note = page.inner_text("#note")
+            assert "signed by alice" in note and "node agent" in note, note
+            page.screenshot(full_page=True, path=str(artefacts() / "console-step-approved.png"))
+            context.close()
+        assert posted and b"-----BEGIN SSH SIGNATURE-----\r\n" in posted[0]  # the browser sent CRLF
 
-            def executed() -> bool:
-                found = get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
-                return any(p["proposal_id"] == pid and p["status"] == "executed" for p in found)
+        def executed() -> bool:
+            found = get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
+            return any(p["proposal_id"] == pid and p["status"] == "executed" for p in found)
 
-            wait_for(executed, 60, "the step's target executed on node1")
-            wait_for(lambda: min(limits_w(ports["node1"], "node1")) >= 690.0, 30, "node1's limit restored")
-            assert limits_w(ports["node0"], "node0") == [700.0, 700.0]  # node0 untouched
-        listed = run_cli("actions", "list", "--db", str(tmp_path / "fleet.duckdb"), "--json")
-        assert listed.returncode == 0, listed.stderr
-        row = next(r for r in json.loads(listed.stdout) if r["proposal_id"] == pid)
-        assert (row["status"], row["executor"], row["step_id"]) == ("executed", "node:node1", step_id)
-        with Workspace(tmp_path / "fleet.duckdb").read() as store:
-            result = [r.data() for r in read_rows(store, proposal_id=pid, event="dispatch_result")]
-            signed = [r.actor for r in read_rows(store, proposal_id=step_id, event="step_approval")]
-        assert signed == ["alice"] and result[0]["node"] == "node1" and result[0]["outcome"] == "executed", (
-            result
-        )
+        wait_for(executed, 60, "the step's target executed on node1")
+        wait_for(lambda: min(limits_w(ports["node1"], "node1")) >= 690.0, 30, "node1's limit restored")
+        assert limits_w(ports["node0"], "node0") == [700.0, 700.0]  # node0 untouched
+    listed = run_cli("actions", "list", "--db", str(tmp_path / "fleet.duckdb"), "--json")
+    assert listed.returncode == 0, listed.stderr
+    row = next(r for r in json.loads(listed.stdout) if r["proposal_id"] == pid)
+    assert (row["status"], row["executor"], row["step_id"]) == ("executed", "node:node1", step_id)
+    with Workspace(tmp_path / "fleet.duckdb").read() as store:
+        result = [r.data() for r in read_rows(store, proposal_id=pid, event="dispatch_result")]
+        signed = [r.actor for r in read_rows(store, proposal_id=step_id, event="step_approval")]
+    assert signed == ["alice"] and result[0]["node"] == "node1" and result[0]["outcome"] == "executed", result
     with Workspace(tmp_path / "node1.duckdb").read() as store:
         on_node = [(r.event, r.actor) for r in read_rows(store, proposal_id=pid)]
         step_rows = read_rows(store, proposal_id=step_id, event="step_approval")

@@ -6,7 +6,6 @@ name gains nothing from it; two-person kinds still need two people, and a step a
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,26 +19,15 @@ from guardrails.decisions import problems
 from guardrails.pasted import PastedSignature
 from guardrails.policy import Context
 from guardrails.service import Guardrails
-from guardrails.signing import NAMESPACE
 from guardrails.step_message import StepTarget, step_message
 from guardrails.steps import approve_step, step_to_sign
 from guardrails.topology import Topology
 from tests.guardrails_helpers import gpu_state
-from tests.signing_helpers import Keys, signing
+from tests.signing_helpers import Keys, signing, ssh_sign
 
 __all__ = ["signing"]
 STEP = "PL-0000abcd.2"
 TOPOLOGY = Topology.grid(2, 2, 4, 1)  # rack0: node0, node1; rack1: node2, node3
-
-
-def ssh_sign(key: Path, message: bytes) -> str:
-    done = subprocess.run(
-        ["ssh-keygen", "-Y", "sign", "-q", "-n", NAMESPACE, "-f", str(key)],
-        input=message,
-        capture_output=True,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.decode("ascii")
 
 
 @pytest.fixture

@@ -120,8 +120,16 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _who() -> str:
+    """Who asked, for the audit (proposing needs no signature: approving it does)."""
+    try:
+        return f"cli:{getpass.getuser()}"[:64]
+    except (OSError, KeyError):
+        return "cli"
+
+
 def run_propose(args: argparse.Namespace) -> int:
-    pids = propose_step(_workspace(args).require(), args.step_id, f"cli:{getpass.getuser()}"[:64])
+    pids = propose_step(_workspace(args).require(), args.step_id, _who())
     console = terminal()
     console.print(f"{markup(args.step_id)}: proposed ({markup(', '.join(pids))})")
     console.print(f"approve it with one signature: aiops actions approve {markup(args.step_id)} --key FILE")

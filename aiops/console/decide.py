@@ -79,16 +79,7 @@ class Decisions:
         self.console = console
 
     async def _checked(self, request: Request) -> tuple[Response | None, str, str]:
-        """(refusal, principal, proposal id): a refusal when the request may not decide."""
-        pages = self.console.pages
-        session = pages.session(request)
-        if session is None:
-            return pages.to_login(), "", ""
-        if not await pages.csrf_ok(request, session):
-            return pages.refuse(403, "missing or wrong CSRF token: nothing was recorded"), "", ""
-        if session.role not in ("approver", "admin"):
-            return pages.refuse(403, f"{session.principal} is a viewer: viewers cannot decide"), "", ""
-        return None, session.principal, str(request.path_params["proposal_id"])[:200]
+        return await self.console.pages.may_decide(request, "proposal_id")
 
     async def _back(self, request: Request, proposal_id: str, note: str) -> Response:
         session = self.console.pages.session(request)
