@@ -85,12 +85,16 @@ class Pages:
         self.secure_cookies = secure_cookies
         self._key = key
         self.env = environment()
+        # the conditions that blind the workspace now, shown as a banner on every page (the console refreshes it
+        # at each store read: aiops/console/app.py `Console.read`)
+        self.banner: list[dict[str, Any]] = []
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
 
     def page(self, request: Request, session: Session, name: str, **context: Any) -> HTMLResponse:
         flash = session.notes.get(request.query_params.get("note", "")[:64], "")
+        context.setdefault("banner", self.banner)
         return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
 
     def session(self, request: Request) -> Session | None:

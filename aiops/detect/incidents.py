@@ -264,6 +264,12 @@ class IncidentTracker:
         return [_to_incident(g) for g in groups]
 
 
+def incident_id(number: int) -> str:
+    """The id of incident number `number` (every incident of a workspace, the conditions' too, is numbered by
+    the one tracker: aiops/service/live.py `LiveDetection.allocate_id`)."""
+    return f"INC-{number:04d}"
+
+
 def _to_incident(group: _Open) -> Incident:
     kinds = {s.kind for s in group.symptoms}
     if kinds & CRITICAL:
@@ -283,7 +289,7 @@ def _to_incident(group: _Open) -> Incident:
             counts[kind] = counts.get(kind, 0) + 1
         title += " (also " + ", ".join(_counted(n, k) for k, n in sorted(counts.items(), key=_by_count)) + ")"
     return Incident(
-        incident_id=f"INC-{group.number:04d}",
+        incident_id=incident_id(group.number),
         opened_ts_s=group.opened_ts_s,
         last_ts_s=group.last_ts_s,
         title=title,

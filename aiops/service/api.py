@@ -9,6 +9,7 @@ from typing import Any
 from aiops.pipeline import stored_diagnoses
 from aiops.service.alerts_in import AlertInbox
 from aiops.store import Workspace
+from aiops.store.coverage import coverage
 from guardrails.records import GuardrailRecords
 
 
@@ -88,6 +89,10 @@ class Api:
             "symptoms": [s.model_dump() for s in d.incident.symptoms],
             "hypotheses": [h.model_dump() for h in d.hypotheses],
         }
+
+    def coverage(self) -> dict[str, Any]:
+        with self.workspace.read() as store:
+            return coverage(store)
 
     def proposals(self) -> dict[str, Any]:
         with self.workspace.read() as store:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from aiops.models import Hypothesis, Incident
+from aiops.store.conditions import condition_of
 
 EventKind = Literal["opened", "diagnosed", "resolved"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
@@ -47,6 +48,9 @@ class IncidentEvent:
     top: TopHypothesis | None
     link: str  # where a person reads more: the service's /api/incidents/ID URL, or the database path
     console_link: str = ""  # the incident's page in the web console ([notify] console_url), "" when unknown
+    condition: str = (
+        ""  # a condition of the service's own sight (source_blind, node_agent_lost, ...), "" if none
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
@@ -92,6 +96,7 @@ def incident_event(
         node=node,
         top=top,
         link=link,
+        condition=condition_of(incident) or "",
     )
 
 

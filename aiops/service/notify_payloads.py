@@ -68,6 +68,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "opened_at": rfc3339(event.opened_ts_s),
             "resolved_at": None if event.resolved_ts_s is None else rfc3339(event.resolved_ts_s),
             "link": event.link,
+            "condition": event.condition or None,
         },
         "top_hypothesis": None
         if top is None
