@@ -53,6 +53,10 @@ def test_the_condition_book_opens_holds_and_resolves_once_each(
 ) -> None:
     told = Told()
     with Store(tmp_path / "ws.duckdb") as store, caplog.at_level(logging.INFO, logger="aiops.service"):
+        for ts_s in (80.0, 90.0):  # some telemetry: a restart's live detection resumes what is open
+            store.conn.execute(
+                "INSERT INTO gpu_samples (ts_s, gpu, node) VALUES (?, 'node3/gpu0', 'node3')", [ts_s]
+            )
         live = LiveDetection()
         live.start(store)
         book = ConditionBook(live.allocate_id, told)

@@ -191,7 +191,8 @@ class FleetCollector:
     def export(self, metrics: MetricsCache) -> None:
         """The fleet's own sight at /metrics (its marker gauge also tells its re-exports from the agents')."""
         blind = self.sight.blind() is not None
-        metrics.gauge(FLEET_MARKER, "1 while the fleet cannot read its time-series store", float(blind))
+        marker = FLEET_MARKER.removeprefix("aiops_")  # the cache adds the prefix
+        metrics.gauge(marker, "1 while the fleet cannot read its time-series store", float(blind))
         metrics.total(
             "fleet_samples_dropped_total",
             "samples the fleet dropped one by one (non-finite, out of range)",

@@ -41,6 +41,7 @@ class Condition:
     reason: str  # why, in words (hostile text allowed: it is escaped wherever it is shown)
     detail: Mapping[str, Any] = field(default_factory=dict)
     subject: str = ""  # what on the component (a collector's name): two conditions of a kind on one host
+    stated_ts_s: float | None = None  # when it was found, on the data's clock (None: the flush's clock)
 
     @property
     def key(self) -> Key:
@@ -102,7 +103,10 @@ class ConditionBook:
                     condition.kind,
                     condition.component,
                     since_ts_s=condition.since_ts_s,
-                    opened_ts_s=max(now_ts_s, condition.since_ts_s),
+                    opened_ts_s=max(
+                        now_ts_s if condition.stated_ts_s is None else condition.stated_ts_s,
+                        condition.since_ts_s,
+                    ),
                     title=condition.title,
                     severity=condition.severity,
                     detail=detail,
