@@ -40,6 +40,7 @@ LABELS: tuple[str, ...] = (
     "severity",
     "root_cause",
     "component",
+    "instance",  # the scrape target's: which agent exported the series (aiops/fleet/names.py)
 )
 
 INFO = (

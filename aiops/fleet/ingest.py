@@ -26,6 +26,14 @@ import pyarrow.compute as pc
 
 from aiops.errors import SourceError
 from aiops.fleet import families
+from aiops.fleet.names import (
+    OWNERSHIP_DROP,
+    OWNERSHIP_SQL,
+    REFUSED_SQL,
+    Refusals,
+    check_labels,
+    record_ownership,
+)
 from aiops.fleet.pivot import statements
 from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
@@ -54,10 +62,11 @@ _MERGE_SQL = (
 _VIEW_SQL = (
     "CREATE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
     + ", ".join(f's."{label}"' for label in families.LABELS)
-    + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid)"
+    + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid) JOIN fleet_ok USING (sid)"  # owned series only
 )
 _DROP_SQL = (
     "DROP VIEW IF EXISTS temp.main.fleet_d",
+    *OWNERSHIP_DROP,
     "DROP TABLE IF EXISTS temp.main.fleet_x",
     "DROP TABLE IF EXISTS temp.main.fleet_alias",
     "DROP TABLE IF EXISTS temp.main.fleet_merged",
@@ -79,6 +88,7 @@ class IngestReport:
     rows: dict[str, int] = field(default_factory=dict)
     bytes_fetched: int = 0
     requests: int = 0
+    refusals: Refusals = field(default_factory=Refusals)  # labels and series refused (aiops/fleet/names.py)
     # samples dropped one by one (never the cycle): why (`DROP_REASONS`) -> how many, and a few of them as text
     dropped: dict[str, int] = field(default_factory=dict)
     dropped_examples: list[str] = field(default_factory=list)
@@ -120,6 +130,7 @@ class _Stager:
     def __init__(self, url: str, report: IngestReport) -> None:
         self.url = url
         self.report = report  # where dropped samples are counted
+        self.refusals = report.refusals  # labels and series refused
         self.series: list[pa.Table] = []
         self.samples: list[pa.Table] = []
         self.next_sid = 0
@@ -228,6 +239,8 @@ class _Stager:
             # labels of other types than strings (hostile data): each written as text
             for label in families.LABELS:
                 columns[label] = pa.array([str(m.get(label, "")) for m in metrics], pa.string())
+        named = {label: columns[label] for label in families.LABELS if label != "instance"}
+        columns.update(check_labels(name, named, columns["instance"], self.refusals))
         return pa.table(columns)
 
 
@@ -310,6 +323,9 @@ def _fetch_piece(
         stager.register(conn)
         if collecting:
             gc.enable()
+        for sql in OWNERSHIP_SQL:
+            conn.execute(sql)
+        record_ownership(store.query(REFUSED_SQL), report.refusals)
         if chunked:
             for sql in _MERGE_SQL:
                 conn.execute(sql)

@@ -18,6 +18,7 @@ a restart the service resumes after the newest GPU sample its workspace holds: n
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 from aiops.store.conditions import SOURCE_BLIND
 
+log = logging.getLogger("aiops.fleet")
+MAX_SHOWN = 1000  # refusal lines logged once each per process, at most this many (then one line says so)
 INVENTORY = (
     "topology",
     "job_ranks",
@@ -86,6 +89,7 @@ class FleetCollector:
         self.horizon_ts_s = math.floor(start_s / self.step_s) * self.step_s  # read up to here
         self.facility = setup.facility
         self.last: CycleReport | None = None
+        self.shown: set[str] = set()  # refusal lines already logged
         self.sight = SourceSight(setup.config.prometheus, self.step_s, clock, started_s=clock())
         self.presence = NodePresence(self.step_s)
         self.presence.seed(_last_seen(store))
@@ -112,14 +116,13 @@ class FleetCollector:
             scraping = self.presence.read(
                 self.client, report.nodes.start_s, report.nodes.end_s, self.config.selector
             )
-        except (
-            Exception
-        ) as exc:  # down, slow or answering garbage: the sight judges it; tried at the next tick
+        except Exception as exc:  # down, slow or garbage: the sight judges it; tried at the next tick
             why = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
             self.sight.failed(why)
             return self._failure(why)
         self.said = ""
         self.last = report
+        self._show_refusals(report)
         out = self._handed_over()
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
@@ -146,6 +149,18 @@ class FleetCollector:
                 out[table] = rows
                 self.scratch.conn.execute(f"DELETE FROM {table}")
         return out
+
+    def _show_refusals(self, report: CycleReport) -> None:
+        """Each label or series the cycle refused (aiops/fleet/names.py), logged once per process: a node
+        agent whose exports claim what is not theirs is named, not silently dropped."""
+        for line in report.nodes.refusals.examples:
+            if line in self.shown or len(self.shown) > MAX_SHOWN:
+                continue
+            self.shown.add(line)
+            if len(self.shown) > MAX_SHOWN:
+                log.warning("more refused labels and series than are logged", extra={"logged": MAX_SHOWN})
+                return
+            log.warning("refused from the node agents' exports", extra={"refused": line})
 
     def _failure(self, why: str) -> dict[str, pa.Table]:
         """One collector_errors row when the reason changes, not one per tick of a source that is down."""
