@@ -8,9 +8,9 @@
   `aiops_node_info` with the `instance` Prometheus scraped it from, and for every target's `up`. A step holding
   any sample at all is one the store was scraping; a node with no sample in two such steps after its last one is
   lost (its agent killed, wedged, unscrapable: `up` says which), and reports again when a step holds its series.
-  The steps of a blind store (no sample from anyone: Prometheus itself was down) count for no one. The fleet's
-  own exports (it re-exports the inventory it knows) are told apart by the `aiops_fleet_source_blind` gauge only
-  the fleet exports, and never make a node present.
+  The steps of a blind store (no sample from anyone: Prometheus itself was down) count for no one. A fleet
+  scraped by the same Prometheus (the chart's ServiceMonitor) exports no node inventory; whatever the instance
+  that exports `aiops_fleet_source_blind` (a gauge only a fleet exports) says about nodes never makes one present.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from aiops.store.conditions import NODE_AGENT_LOST, SOURCE_BLIND
 from aiops.text import plural, when
 
 SLACK_S = 5.0  # beyond two scrape intervals: a tick, a read's own time and a scrape's jitter
+STARTUP_S = 300.0  # the look-back and the catch-up after it may take this long before slowness is blindness
 LOST_AFTER_STEPS = 2  # scraping steps without a node's series before its agent counts as lost
 FLEET_MARKER = "aiops_fleet_source_blind"  # a gauge only `aiops fleet` exports (aiops/service/service.py)
 
@@ -49,6 +50,7 @@ class SourceSight:
     reading_since_s: float | None = None  # a read in progress (set by the reader, read by /readyz)
     read_s: float = 0.0  # how long the last read took
     behind_s: float = 0.0  # how far the newest data read lags the wall clock, past the reader's own delay
+    caught_up: bool = False  # a read brought data no more than the grace behind: the start is over
 
     @property
     def grace_s(self) -> float:
@@ -66,6 +68,7 @@ class SourceSight:
         self.behind_s = behind_s
         if samples:
             self.last_data_s, self.empty_reads = now, 0
+            self.caught_up = self.caught_up or behind_s <= self.grace_s
         else:
             self.empty_reads += 1
 
@@ -76,8 +79,12 @@ class SourceSight:
         self.failure = why[:300]
 
     def blind(self) -> str | None:
-        """Why the fleet is blind now, or None while it sees."""
+        """Why the fleet is blind now, or None while it sees. While it starts (the look-back, then reads of
+        what came meanwhile, until one is within the grace; at most `STARTUP_S`) only a failed or empty read
+        counts: a long first read is not a slow store."""
         now = self.clock()
+        if not (self.caught_up or self.failure or self.empty_reads or now - self.started_s > STARTUP_S):
+            return None
         since = self.last_data_s if self.last_data_s is not None else self.started_s
         waiting = now - self.reading_since_s if self.reading_since_s is not None else 0.0
         if waiting > self.grace_s:
@@ -91,6 +98,17 @@ class SourceSight:
         if self.behind_s > self.grace_s:
             return f"reads of {self.url} fall {self.behind_s:.0f} s behind (the last took {self.read_s:.1f} s: slow)"
         return f"no read of {self.url} has completed for {now - since:.0f} s"
+
+    def unready(self) -> str | None:
+        """Why `/readyz` says 503 (blind, or still starting), None once the fleet sees and has caught up."""
+        why = self.blind()
+        if why is not None:
+            return f"blind: {why}"
+        if self.last_data_s is None:
+            return f"starting: no read of {self.url} has brought data yet"
+        if not self.caught_up:
+            return f"starting: catching up with {self.url} ({self.behind_s:.0f} s behind)"
+        return None
 
     def condition(self, since_ts_s: float) -> Condition | None:
         why = self.blind()

@@ -247,7 +247,7 @@ def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = 
         describe=f"fleet of {setup.config.prometheus} every {setup.config.step_s:g} s",
         close=collector.close,
         conditions=collector.conditions,
-        blind=collector.sight.blind,
+        blind=collector.sight.unready,
         patience_s=setup.config.timeout_s + 10.0,
         export=collector.export,
     )

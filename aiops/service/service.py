@@ -212,10 +212,12 @@ class Service:
             self.live.start(store)
             self.conditions.start(store)
             self.reports.start(store)
-            self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: labels of the exports
-                store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
-                store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
-            )
+            if self.make_sources is None:  # a node agent's inventory: the fleet re-exporting every node's
+                # would be read back (a Prometheus scrapes it too) as a second instance declaring each node
+                self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: export labels
+                    store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+                    store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+                )
         self.profiles.start()
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
@@ -542,8 +544,8 @@ class Service:
         watched collector reads nothing (the reason says which, since when and why)."""
         if not self.ready:
             return False, "starting: no flush yet"
-        live = self.sources.blind() if self.sources is not None and self.sources.blind else None
         stated = self.conditions.readiness()
-        if live or stated:
-            return False, "blind: " + (stated or live or "")
-        return True, "ready"
+        if stated:
+            return False, f"blind: {stated}"
+        live = self.sources.blind() if self.sources is not None and self.sources.blind else None
+        return (False, live) if live else (True, "ready")

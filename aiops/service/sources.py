@@ -78,7 +78,8 @@ class Sources:
     pace: Callable[[], float] | None = None
     placement: Placement | None = None  # where a real node stands (collectors/placement.py), written at start
     # the source's own sight (`aiops fleet`: aiops/fleet/sight.py): the conditions it reports each flush, why it
-    # is blind now (None: it sees), how long the loop may wait on one read before /healthz fails, its gauges
+    # is not ready now (blind, or still starting; None: it sees), how long the loop may wait on one read before
+    # /healthz fails, its gauges
     conditions: Callable[[], ConditionReport] | None = None
     blind: Callable[[], str | None] | None = None
     patience_s: float = 0.0
