@@ -46,6 +46,7 @@ INVENTORY = (
     "lane_rules",
     "dcim_signals",
     "node_incidents",
+    "intended_exports",
 )  # only grow: new rows handed over
 SAMPLES = (
     "gpu_samples",
@@ -58,6 +59,7 @@ SAMPLES = (
     "netdev_samples",
     "ib_port_samples",
     "rack_samples",
+    "node_incident_samples",
 )
 
 

@@ -39,6 +39,12 @@ def condition_of(incident: Incident) -> str | None:
     return None
 
 
+def symptoms_condition(symptoms_json: str) -> str | None:
+    """The condition an `incidents` row's `symptoms` JSON states, None for an incident of the analyst's."""
+    kinds = {str(s.get("kind", "")) for s in json.loads(symptoms_json) if isinstance(s, dict)}
+    return next(iter(kinds)) if len(kinds) == 1 and next(iter(kinds)) in KINDS else None
+
+
 def condition_incident(
     incident_id: str,
     kind: str,
