@@ -7,6 +7,8 @@
 - a node agent whose NVML goes away (the twin's NVML shut down under a running service): /readyz 503 naming the
   collector and NVML's answer, a `collector_blind` incident notified through the webhook, no GPU taken for lost
   off the bus; NVML back: ready again, resolved;
+- paging (one page per problem): a condition pages at once (it needs no diagnosis: never held) and covers
+  nothing (a lost agent explains no fault), but a maintenance window on its node still stops it;
 - the console: the banner on every page, hostile reasons escaped, the coverage page; the chat: an answer that
   starts with how old the data is and names the lost agent, from incidents stored after the session began.
 """
@@ -23,9 +25,11 @@ import pytest
 from aiops.models import Hypothesis, Incident
 from aiops.service.conditions import Condition, ConditionBook, ConditionReport
 from aiops.service.live import LiveDetection
+from aiops.service.paging import Subject, decide
 from aiops.store import Store, Workspace
 from aiops.store.conditions import NODE_AGENT_LOST, SOURCE_BLIND, stated
 from aiops.store.coverage import coverage
+from aiops.store.maintenance import Membership, Window
 from tests.console_helpers import add_users, client, make_demo, sign_in
 from tests.notify_helpers import receiver
 from tests.service_inprocess import HeldClock, service_in_process
@@ -87,6 +91,22 @@ def test_the_condition_book_opens_holds_and_resolves_once_each(
     assert [r.getMessage() for r in warnings] == [BLIND.title, "node agent lost on node3"]
     recovered = [r.getMessage() for r in caplog.records if r.getMessage().endswith("recovered")]
     assert recovered == [f"{BLIND.title}: recovered", "node agent lost on node3: recovered"]
+
+
+def test_a_condition_pages_at_once_covers_nothing_and_keeps_to_maintenance() -> None:
+    def subject(incident_id: str, component: str, root_cause: str = "", stated: bool = False) -> Subject:
+        return Subject(
+            "fleet", incident_id, (component,), root_cause, component, "warning", 1000.0, stated=stated
+        )
+
+    lost_node3 = subject("INC-fleet-0001", "node3", stated=True)
+    slow_gpu = subject("INC-fleet-0002", "node3/gpu1")  # undiagnosed, on the lost node: not explained by it
+    lost_node5 = subject("INC-fleet-0003", "node5", stated=True)
+    window = Window("M-1", "maintenance", "node", "node5", 0, 2e9, "CHG-1", "ana", 0)
+    got = decide([lost_node3, slow_gpu, lost_node5], [window], Membership(), 1001.0, 300.0)
+    assert got[lost_node3.key].pages and got[lost_node3.key].reason == "pages"
+    assert got[slow_gpu.key].reason == "held" and not got[slow_gpu.key].covered_by
+    assert not got[lost_node5.key].pages and got[lost_node5.key].reason == "maintenance"
 
 
 SCENARIO = """\

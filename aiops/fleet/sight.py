@@ -26,7 +26,7 @@ from aiops.sources.prometheus import PrometheusClient
 from aiops.store.conditions import NODE_AGENT_LOST, SOURCE_BLIND
 from aiops.text import plural, when
 
-SLACK_S = 5.0  # beyond two scrape intervals: a tick, a read's own time and a scrape's jitter
+SLACK_S = 10.0  # beyond two scrape intervals: a tick, a read's own time, a flush, a scrape's jitter
 STARTUP_S = 300.0  # the look-back and the catch-up after it may take this long before slowness is blindness
 LOST_AFTER_STEPS = 2  # scraping steps without a node's series before its agent counts as lost
 FLEET_MARKER = "aiops_fleet_source_blind"  # a gauge only `aiops fleet` exports (aiops/service/service.py)
@@ -100,15 +100,13 @@ class SourceSight:
         return f"no read of {self.url} has completed for {now - since:.0f} s"
 
     def unready(self) -> str | None:
-        """Why `/readyz` says 503 (blind, or still starting), None once the fleet sees and has caught up."""
+        """Why `/readyz` says 503 (blind, or no read has brought data yet), None while the fleet sees."""
         why = self.blind()
         if why is not None:
             return f"blind: {why}"
         if self.last_data_s is None:
             return f"starting: no read of {self.url} has brought data yet"
-        if not self.caught_up:
-            return f"starting: catching up with {self.url} ({self.behind_s:.0f} s behind)"
-        return None
+        return None  # still catching up after the look-back, maybe: its data is read, it answers from it
 
     def condition(self, since_ts_s: float) -> Condition | None:
         why = self.blind()
