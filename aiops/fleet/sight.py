@@ -127,6 +127,7 @@ class SourceSight:
 class _Node:
     last_seen_ts_s: float | None = None
     missed: int = 0  # scraping steps since it was last seen
+    lost_ts_s: float | None = None  # the scraping step that made it lost (the LOST_AFTER_STEPS-th missed)
     instance: str = ""
 
 
@@ -173,9 +174,12 @@ class NodePresence:
             if newest is not None:
                 state.last_seen_ts_s = max(state.last_seen_ts_s or newest, newest)
             after = state.last_seen_ts_s if state.last_seen_ts_s is not None else -math.inf
-            state.missed = (0 if newest is not None else state.missed) + sum(
-                1 for t in alive if t > after and (newest is None or t > newest)
-            )
+            missed = sorted(t for t in alive if t > after)
+            if newest is not None:
+                state.missed, state.lost_ts_s = 0, None
+            if state.missed < LOST_AFTER_STEPS <= state.missed + len(missed):
+                state.lost_ts_s = missed[LOST_AFTER_STEPS - state.missed - 1]
+            state.missed += len(missed)
         return len(alive)
 
     def report(self, inventory: Mapping[str, Mapping[str, int]]) -> ConditionReport:
@@ -204,8 +208,9 @@ class NodePresence:
             f"; its {' and '.join(silent)} report nothing meanwhile" if silent else ""
         )
         detail: dict[str, Any] = {"last_seen_ts_s": since, "instance": state.instance, "up": up, **parts}
+        title = f"node agent lost on {node}"
         return Condition(
-            NODE_AGENT_LOST, node, since, f"node agent lost on {node}", "warning", reason, detail
+            NODE_AGENT_LOST, node, since, title, "warning", reason, detail, stated_ts_s=state.lost_ts_s
         )
 
 
