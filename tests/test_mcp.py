@@ -332,11 +332,11 @@ def test_files_roots_confine_paths(tmp_path: Path) -> None:
     with open(root / "huge.log", "wb") as huge:
         huge.truncate(MAX_FILE_BYTES + 1)  # sparse: no disk written
     roots = resolve_roots([root])
-    assert (
-        confined(["sub/ok.log", str(root / "sub" / "ok.log"), "sub/../sub/ok.log"], roots)
-        == [root / "sub" / "ok.log"] * 3
-    )
-    assert confined(["sub"], roots) == [root / "sub"]
+    given = ["sub/ok.log", str(root / "sub" / "ok.log"), "sub/../sub/ok.log", "sub"]
+    with confined(given, roots) as opened:  # each opened beneath the root: the descriptors are those files
+        inodes = [os.fstat(one.fd).st_ino for one in opened]
+        assert [one.path.read_text() for one in opened[:3]] == [XID79] * 3
+    assert inodes == [(root / "sub" / "ok.log").stat().st_ino] * 3 + [(root / "sub").stat().st_ino]
     refusals = {
         "../out.log": "outside the files roots",
         "to-out/out.log": "outside the files roots",
@@ -347,12 +347,12 @@ def test_files_roots_confine_paths(tmp_path: Path) -> None:
         "huge.log": "MiB a file may hold",
     }
     for path, why in refusals.items():
-        with pytest.raises(ToolError, match=why):
-            confined([path], roots)
-    with pytest.raises(ToolError, match="no files root is configured"):
-        confined(["sub/ok.log"], ())
-    with pytest.raises(ToolError, match="at most"):
-        confined(["sub/ok.log"] * (MAX_PATHS + 1), roots)
+        with pytest.raises(ToolError, match=why), confined([path], roots):
+            pass
+    with pytest.raises(ToolError, match="no files root is configured"), confined(["sub/ok.log"], ()):
+        pass
+    with pytest.raises(ToolError, match="at most"), confined(["sub/ok.log"] * (MAX_PATHS + 1), roots):
+        pass
     with pytest.raises(AiopsError, match="--files-root"):
         resolve_roots([tmp_path / "out.log"])
 
