@@ -57,6 +57,7 @@ from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
 from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
+from guardrails import witness
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
@@ -184,6 +185,7 @@ class Service:
     def start(self) -> None:
         self.owner.start()
         with self.owner.store() as store:
+            witness.store_path(store)  # one witness per store: another config's is refused at start
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
