@@ -3,7 +3,9 @@ store, no retries (the queue decides those), no redirects followed (a redirected
 urllib, and would carry the bearer token to wherever the redirect points).
 
 The URL and the token come from the configuration only; incident text travels in the JSON body, never in
-the URL or a header. A kind whose secret belongs in the body (PagerDuty's routing key, `SinkFormat.
+the URL or a header. A receiver's error answer is stored (`notifications.last_error`) escaped, cut, and with
+the URL, its path and the token replaced by `***` (aiops.outbound.excerpt): a receiver that echoes its secret
+URL cannot put it where the chat's SQL tool, and so a model, reads. A kind whose secret belongs in the body (PagerDuty's routing key, `SinkFormat.
 secret_in_body`) gets it added here, as the body leaves; every other kind's token is a bearer header.
 """
 
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import http.client
 import urllib.error
+import urllib.parse
 import urllib.request
 from email.message import Message
 
+from aiops import outbound
 from aiops.service.notify_payloads import SINK_FORMATS
 from aiops.service.notify_queue import Delivery, Result
 
@@ -38,11 +42,25 @@ def _retry_after_s(headers: Message | None) -> float | None:
     return float(value.strip())
 
 
-def _snippet(error: urllib.error.HTTPError) -> str:
+def _secrets(delivery: Delivery) -> list[str]:
+    """What a receiver may echo that must never be stored (`notifications.last_error` is readable by the chat's
+    SQL tool): the URL (a webhook's path is its credential), its path segments, and the token."""
+    parts = urllib.parse.urlsplit(delivery.url)
+    return [
+        delivery.url,
+        parts.path,
+        parts.query,
+        *(p for p in parts.path.split("/") if len(p) >= 8),
+        delivery.token,
+    ]
+
+
+def _snippet(error: urllib.error.HTTPError, delivery: Delivery) -> str:
     try:
-        return error.read(_SNIPPET_BYTES).decode("utf-8", "replace").strip()
+        body = error.read(_SNIPPET_BYTES * 4)
     except (OSError, http.client.HTTPException):
         return ""
+    return outbound.excerpt(body, _secrets(delivery), limit=_SNIPPET_BYTES).strip()
 
 
 def send(delivery: Delivery) -> Result:
@@ -63,7 +81,7 @@ def send(delivery: Delivery) -> Result:
             response.read(64 * 1024)
             return Result("delivered", int(response.status))
     except urllib.error.HTTPError as exc:
-        snippet = _snippet(exc)
+        snippet = _snippet(exc, delivery)
         message = f"HTTP {exc.code}" + (f": {snippet}" if snippet else "")
         if 300 <= exc.code < 400:
             return Result(
@@ -73,7 +91,9 @@ def send(delivery: Delivery) -> Result:
             return Result("failed", exc.code, message)
         return Result("retry", exc.code, message, _retry_after_s(exc.headers))
     except ValueError as exc:  # an unusable URL or token (http.client refuses the header)
-        return Result("failed", None, f"invalid request: {exc}")
+        return Result("failed", None, f"invalid request: {outbound.excerpt(str(exc), _secrets(delivery))}")
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return Result("retry", None, f"{type(exc).__name__}: {reason}")
+        return Result(
+            "retry", None, f"{type(exc).__name__}: {outbound.excerpt(str(reason), _secrets(delivery))}"
+        )
