@@ -317,6 +317,23 @@ class HttpConfig(_Section):
         description="Host names requests may carry besides IP addresses, localhost and the listen host "
         "(a name a proxy or DNS gives the node); others get 421",
     )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="reverse proxies (IP addresses or networks) whose X-Forwarded-For names the client; "
+        "none: the connection's own address counts",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item[:60]!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/24)"
+                ) from None
+        return value
 
 
 class ConsoleConfig(_Section):

@@ -235,6 +235,7 @@ class Service:
                 service_app([*chat, *routes.routes()], root),
                 self.config.http.listen,
                 allowed_hosts=tuple(self.config.http.allowed_hosts),
+                trusted_proxies=tuple(self.config.http.trusted_proxies),
             )
             self.http.start()
             self.outbox.link_base = f"http://{self.http.address}"
