@@ -19,6 +19,7 @@ from aiops.playbooks import remediation_from_store
 from aiops.rca import diagnose, job_of
 from aiops.store import Store
 from guardrails.actions import Action
+from guardrails.intended import intended_state, restore_intended
 from guardrails.service import Filed, Guardrails
 
 
@@ -52,9 +53,11 @@ def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
     if not diagnosis.hypotheses:
         return []
     top = diagnosis.hypotheses[0]
-    return remediation_from_store(
+    actions = remediation_from_store(
         store, top, job_of(store, diagnosis.incident, top), diagnosis.incident.last_ts_s
     )
+    # a limit moved away from what the product set goes back to that value, never undoing the product's cap
+    return restore_intended(actions, intended_state(store, diagnosis.incident.last_ts_s))
 
 
 def new_proposal_id(desk: Guardrails) -> str:
@@ -160,4 +163,5 @@ def incident_of(row: dict[str, Any]) -> Incident:
         components=list(row["components"]),
         symptoms=[Symptom.model_validate(s) for s in json.loads(row["symptoms"])],
         resolved_ts_s=None if resolved is None else float(resolved),
+        impact=str(row.get("impact") or ""),
     )

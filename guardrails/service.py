@@ -16,6 +16,9 @@ one execution ledger (so one rate ledger across every actor), one audit chain.
 - One person cannot approve a cross-rack change piecemeal: approving a physical action of a kind family
   (`set_power_limit`/`reset_power_limit`, ...) is refused when the same person approved, within the
   approval lifetime, another action of that family on another rack: together they would need two people.
+- An execution closes every other open proposal of the same action as `superseded` (guardrails/supersede.py:
+  the other tier's copy, a fleet's dispatch running what the node had pending) and, with `data_clock`, is
+  stamped on the telemetry's clock (what it set is intended state: guardrails/intended.py).
 - `standing`: an approved response policy (`guardrails.standing`); its automatic rules' actions then run
   without a person, inside their envelopes, through the same executor (the DCIM rounds pass it).
 """
@@ -31,6 +34,7 @@ from typing import Any
 
 from aiops.errors import GuardrailError, SignatureRefused
 from aiops.store import Store
+from aiops.store.maintenance import active_windows
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
 from guardrails.approvals import ApprovalBook, Authorisation, Rejection
@@ -50,6 +54,7 @@ from guardrails.signing import (
     require_class,
 )
 from guardrails.standing import PolicyBook, Standing
+from guardrails.supersede import supersede
 
 ContextFor = Callable[[float], Context]
 DEFAULT_PROPOSAL_TTL_S = 24 * 3600.0
@@ -94,8 +99,12 @@ class Guardrails:
         standing: Standing | None = None,
         proposal_ttl_s: float = DEFAULT_PROPOSAL_TTL_S,
         verifier: Verifier | None = None,
+        data_clock: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
+        # the telemetry's clock, when it is not `clock` (a twin runs `--speed` times faster than the wall): an
+        # execution is stamped with it, so what it set is dated as its samples are (guardrails/intended.py)
+        self.data_clock = data_clock
         self.registry = registry
         self.clock = clock
         self.records = GuardrailRecords(store)
@@ -117,7 +126,8 @@ class Guardrails:
             base = context_from_store(self.store, now_ts_s, registry=self.registry)
         known = {r.proposal_id for r in base.history}
         history = (*base.history, *(r for r in self.records.history() if r.proposal_id not in known))
-        return Context(base.topology, base.gpus, history, now_ts_s, self.registry)
+        windows = (*base.maintenance, *active_windows(self.store, now_ts_s))  # the workspace's, always
+        return Context(base.topology, base.gpus, history, now_ts_s, self.registry, windows)
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
         """The approvals the signed audit events of this proposal hold (not the `approvals` table); the
@@ -394,6 +404,18 @@ class Guardrails:
         outcome = executor.execute(record.action, context, dry_run=dry_run)
         if outcome.status in ("executed", "failed"):
             self.records.set_status(proposal_id, outcome.status, now, outcome.message)
+        if outcome.status == "executed":
+            if self.data_clock is not None:
+                self.records.stamp_data_ts(proposal_id, self.data_clock())
+            supersede(  # the same action open under another id (the other tier's copy) has nothing left to do
+                self.records,
+                self.audit,
+                action_hash(record.action),
+                by=proposal_id,
+                where="here",
+                now_ts_s=now,
+                keep=proposal_id,
+            )
         elif outcome.status == "refused" and outcome.rule != "approval":
             self.records.set_status(proposal_id, "refused", now, outcome.message)
         elif outcome.status == "refused":  # still waiting for people: say why it did not run

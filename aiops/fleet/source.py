@@ -34,6 +34,7 @@ INVENTORY = (
     "lane_rules",
     "dcim_signals",
     "node_incidents",
+    "intended_exports",
 )  # only grow: new rows handed over
 SAMPLES = (
     "gpu_samples",
@@ -46,6 +47,7 @@ SAMPLES = (
     "netdev_samples",
     "ib_port_samples",
     "rack_samples",
+    "node_incident_samples",
 )
 
 

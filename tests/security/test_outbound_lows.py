@@ -22,8 +22,8 @@ import pytest
 from aiops.cli.main import main
 from aiops.console.oidc import Provider
 from aiops.errors import SignInRefused
-from aiops.service.notify_http import send
-from aiops.service.notify_queue import Delivery
+from aiops.integrations.sink_queue import Delivery
+from aiops.integrations.transport import send
 from tests.oidc_helpers import oidc_config
 
 Handle = Callable[[http.server.BaseHTTPRequestHandler], None]
