@@ -64,6 +64,12 @@ def _exposition() -> str:
         for k, t in enumerate(ts)
     ]
     sample("aiops_job_last_step_timestamp_seconds", f'instance="{A}",job="llm"', 1e300)
+    # the job's home (A) names its slowest rank's GPU on another node: a reference, not a claim
+    families["aiops_job_slowest_rank_steps_total"] = [
+        f'aiops_job_slowest_rank_steps_total{{instance="{A}",job="llm",rank="1",gpu="node-b/gpu0",node="node-a"}} '
+        f"{k + 1} {t}"
+        for k, t in enumerate(ts)
+    ]
     lines: list[str] = []
     for family, samples in families.items():
         lines += [f"# TYPE {family} gauge", *samples]
@@ -89,6 +95,7 @@ def test_labels_become_names_only_when_valid_and_owned(prometheus: str, tmp_path
         topology = {r["component"]: r for r in store.query("SELECT * FROM topology")}
         temps = store.query("SELECT DISTINCT gpu, node, temp_c FROM gpu_samples ORDER BY gpu")
         step_times = [r["ts_s"] for r in store.query("SELECT ts_s FROM job_steps")]
+        slowest = {r["slowest_gpu"] for r in store.query("SELECT slowest_gpu FROM job_steps")}
         everything = " ".join(
             str(v)
             for table in ("topology", "gpu_samples", "job_ranks")
@@ -108,6 +115,9 @@ def test_labels_become_names_only_when_valid_and_owned(prometheus: str, tmp_path
     ]
     # a time a node exports as a value (its last step's) counts only up to the scrape that read it
     assert step_times and all(T0 <= t <= T0 + STEP_S * SCRAPES for t in step_times), step_times
+    assert slowest == {
+        "node-b/gpu0"
+    }  # a job's series may name another node's GPU (its home reports its ranks)
     # each refusal is counted and named (the fleet logs these lines once each)
     refused = report.refusals.counts
     assert refused["node label not a valid name"] >= 2 and refused["rack label not a valid name"] >= 1
