@@ -11,30 +11,54 @@ app.kubernetes.io/name: aiops
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* The Secret holding the /api token (key `token`), made by the operator in both namespaces. */ -}}
 {{- define "aiops.tokenSecret" -}}
 {{- default (printf "%s-http-token" .Release.Name) .Values.http.existingSecret -}}
 {{- end -}}
 
+{{- /* <repository>:<tag>, with @<digest> when one is given (the digest is what the runtime pulls). */ -}}
 {{- define "aiops.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
-{{- /* node.hosts, checked: not empty, each name node<N> and used once. */ -}}
-{{- define "aiops.hosts" -}}
-{{- if not .Values.node.hosts }}
-{{- fail "node.hosts is empty: give each GPU node's hostname its name and rack, e.g. --set node.hosts.gpu-node-0.name=node0 --set node.hosts.gpu-node-0.rack=rack0 (docs/KUBERNETES.md)" }}
+{{- define "aiops.pullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
 {{- end }}
-{{- $seen := dict }}
-{{- range $host, $node := .Values.node.hosts }}
-{{- if not (regexMatch "^node[0-9]+$" (toString $node.name)) }}
-{{- fail (printf "node.hosts.%s.name: %v is not node<N> (e.g. node0)" $host $node.name) }}
+{{- end -}}
+
+{{- /* The node agents' namespace: node.namespace, else <release namespace>-node. */ -}}
+{{- define "aiops.nodeNamespace" -}}
+{{- default (printf "%s-node" .Release.Namespace) .Values.node.namespace -}}
+{{- end -}}
+
+{{- /* Cluster-scoped names (ClusterRole, ClusterRoleBinding): unique per release and namespace. */ -}}
+{{- define "aiops.clusterName" -}}
+{{- printf "%s:%s:node" .Release.Namespace .Release.Name -}}
+{{- end -}}
+
+{{- /* The console as people reach it: notify.consoleUrl, else the ingress's host. */ -}}
+{{- define "aiops.consoleUrl" -}}
+{{- if .Values.notify.consoleUrl }}
+{{- .Values.notify.consoleUrl | trimSuffix "/" }}
+{{- else if and .Values.ingress.enabled .Values.ingress.host }}
+{{- printf "%s://%s" (ternary "https" "http" (not (empty .Values.ingress.tls.secretName))) .Values.ingress.host }}
 {{- end }}
-{{- if not (regexMatch "^rack[0-9]+$" (toString $node.rack)) }}
-{{- fail (printf "node.hosts.%s.rack: %v is not rack<N> (e.g. rack0)" $host $node.rack) }}
-{{- end }}
-{{- if hasKey $seen $node.name }}
-{{- fail (printf "node.hosts: %s is the name of both %s and %s" $node.name (get $seen $node.name) $host) }}
-{{- end }}
-{{- $_ := set $seen $node.name $host }}
-{{- end }}
+{{- end -}}
+
+{{- /*
+A host's component name by the product's rule (aiops/config.py `this_host_name`): lowercased, its first label
+unless node.fqdn. tests/test_k8s_chart.py checks it against the product's own function.
+*/ -}}
+{{- define "aiops.hostName" -}}
+{{- $name := lower (index . 0) }}
+{{- if index . 1 }}{{ $name }}{{ else }}{{ first (splitList "." $name) }}{{ end }}
+{{- end -}}
+
+{{- /* The fleet's dispatch URL template: fleet.nodeUrl, else http://{host}:<http.port>. */ -}}
+{{- define "aiops.nodeUrl" -}}
+{{- default (printf "http://{host}:%v" .Values.http.port) .Values.fleet.nodeUrl -}}
 {{- end -}}
