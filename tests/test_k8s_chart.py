@@ -341,8 +341,10 @@ UNIT_TESTS: dict[
                             },
                             "exp_annotations": {
                                 "summary": "collector nvml on n1:9484 keeps failing",
-                                "description": "Its rows are in the collector_errors table: aiops query "
-                                "'SELECT * FROM collector_errors ORDER BY ts_s DESC LIMIT 20'.",
+                                "description": "Which error (an exception class, or unavailable) in "
+                                "Prometheus: sum by (collector, error) (increase(aiops_collector_error_rows_total"
+                                "{instance=\"n1:9484\"}[1h])). Each error's text is on that agent's console page "
+                                "/collectors ([console] enabled in node.extraConfig).",
                             },
                         }
                     ],

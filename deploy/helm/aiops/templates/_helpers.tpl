@@ -62,3 +62,31 @@ unless node.fqdn. tests/test_k8s_chart.py checks it against the product's own fu
 {{- define "aiops.nodeUrl" -}}
 {{- default (printf "http://{host}:%v" .Values.http.port) .Values.fleet.nodeUrl -}}
 {{- end -}}
+
+{{- /*
+What the alerts tell on-call to open or run (prometheusrule.yaml annotations), as JSON strings: the console's
+incident page where its URL is known, and commands that exist (tests/test_k8s_chart_hosts.py parses each with
+the real `aiops` parser). `{{ $labels.* }}` is left for Prometheus to fill.
+*/ -}}
+{{- define "aiops.pendingActions" -}}
+{{- $list := "aiops actions list --config /etc/aiops/config.toml --status pending" }}
+{{- if .Values.fleet.enabled }}
+{{- printf "kubectl -n %s exec deploy/%s-fleet -c fleet -- %s" .Release.Namespace .Release.Name $list }}
+{{- else }}
+{{- $ns := include "aiops.nodeNamespace" . }}
+{{- printf "kubectl -n %s exec POD -- %s (POD: the agent's pod on that node, kubectl -n %s get pods -o wide -l app.kubernetes.io/component=node)" $ns $list $ns }}
+{{- end }}
+{{- end -}}
+
+{{- define "aiops.incidentDescription" -}}
+{{- $text := `{{ $labels.job }} on {{ $labels.instance }} opened {{ $labels.incident_id }} ({{ $labels.severity }}); its top hypothesis is {{ $labels.root_cause }} on {{ $labels.component }}.` }}
+{{- with include "aiops.consoleUrl" . }}
+{{- $text = printf "%s Evidence, plan and proposed actions: %s/incidents/{{ $labels.incident_id }}." $text . }}
+{{- end }}
+{{- printf "%s Pending actions: %s." $text (include "aiops.pendingActions" .) | toJson }}
+{{- end -}}
+
+{{- define "aiops.collectorErrorsDescription" -}}
+{{- $query := `sum by (collector, error) (increase(aiops_collector_error_rows_total{instance="{{ $labels.instance }}"}[1h]))` }}
+{{- printf "Which error (an exception class, or unavailable) in Prometheus: %s. Each error's text is on that agent's console page /collectors ([console] enabled in node.extraConfig)." $query | toJson }}
+{{- end -}}
