@@ -68,19 +68,24 @@ What the alerts tell on-call to open or run (prometheusrule.yaml annotations), a
 incident page where its URL is known, and commands that exist (tests/test_k8s_chart_hosts.py parses each with
 the real `aiops` parser). `{{ $labels.* }}` is left for Prometheus to fill.
 */ -}}
+{{- /* (list . tier): where an incident's pending actions are listed: the fleet's workspace, or for a node
+agent's own incident (tier node) the workspace of the agent on that node. */ -}}
 {{- define "aiops.pendingActions" -}}
+{{- $ := index . 0 }}{{ $tier := index . 1 }}
 {{- $list := "aiops actions list --config /etc/aiops/config.toml --status pending" }}
-{{- if .Values.fleet.enabled }}
-{{- printf "kubectl -n %s exec deploy/%s-fleet -c fleet -- %s" .Release.Namespace .Release.Name $list }}
+{{- if and $.Values.fleet.enabled (eq $tier "fleet") }}
+{{- printf "kubectl -n %s exec deploy/%s-fleet -c fleet -- %s" $.Release.Namespace $.Release.Name $list }}
 {{- else }}
-{{- $ns := include "aiops.nodeNamespace" . }}
-{{- printf "kubectl -n %s exec POD -- %s (POD: the agent's pod on that node, kubectl -n %s get pods -o wide -l app.kubernetes.io/component=node)" $ns $list $ns }}
+{{- $ns := include "aiops.nodeNamespace" $ }}
+{{- $pods := printf "kubectl -n %s get pods -o wide -l app.kubernetes.io/instance=%s,app.kubernetes.io/component=node" $ns $.Release.Name }}
+{{- printf "kubectl -n %s exec POD -- %s (POD: the agent's pod on that node, %s)" $ns $list $pods }}
 {{- end }}
 {{- end -}}
 
 {{- define "aiops.incidentDescription" -}}
+{{- $ := index . 0 }}
 {{- $text := `{{ $labels.job }} on {{ $labels.instance }} opened {{ $labels.incident_id }} ({{ $labels.severity }}); its top hypothesis is {{ $labels.root_cause }} on {{ $labels.component }}.` }}
-{{- with include "aiops.consoleUrl" . }}
+{{- with include "aiops.consoleUrl" $ }}
 {{- $text = printf "%s Evidence, plan and proposed actions: %s/incidents/{{ $labels.incident_id }}." $text . }}
 {{- end }}
 {{- printf "%s Pending actions: %s." $text (include "aiops.pendingActions" .) | toJson }}
