@@ -23,7 +23,7 @@ import pytest
 
 from aiops.cli.main import build_parser
 from aiops.cli.run import configured
-from aiops.config import Config
+from aiops.config import Config, load_config_file
 from aiops.service.sources import config_resolvers, host_sources, kube_node_name, register_topology
 from aiops.store import Store
 from tests.k8s_helpers import NAMESPACE, NODE_NAMESPACE, one, render, render_notes, rule_groups
@@ -283,3 +283,51 @@ def test_the_notes_and_the_alerts_name_commands_that_exist() -> None:
         except SystemExit:
             pytest.fail(f"not an aiops command: {' '.join(argv)}")
     assert "https://aiops.example.com/incidents/{{ $labels.incident_id }}" in " ".join(texts)
+
+
+def test_the_ingress_policy_budget_and_image_values_reach_their_objects(tmp_path: Path) -> None:
+    digest = "sha256:" + "cd" * 32
+    values: dict[str, Any] = {
+        "image": {"digest": digest},
+        "imagePullSecrets": ["regcred"],
+        "ingress": {"enabled": True, "host": "aiops.example.com", "tls": {"secretName": "aiops-tls"}},
+        "console": {"enabled": True, "secureCookies": True},
+        "networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {"team": "sre"}}}]},
+        "node": {
+            "capabilities": ["BPF", "PERFMON"],
+            "maxUnavailable": "25%",
+            "priorityClassName": "critical",
+        },
+        "mcp": {"enabled": True, "token": {"existingSecret": "aiops-mcp", "key": "token"}},
+    }
+    objects = render(values)
+    fleet, node = pod_spec(objects, "Deployment"), pod_spec(objects, "DaemonSet")
+    for spec in (fleet, node):
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+        assert all(c["image"].endswith("@" + digest) for c in spec["containers"])
+    agent = node["containers"][0]
+    assert agent["securityContext"]["capabilities"]["add"] == ["BPF", "PERFMON"]
+    assert node["priorityClassName"] == "critical"
+    assert one(objects, "DaemonSet")["spec"]["updateStrategy"]["rollingUpdate"] == {
+        "maxSurge": 0,
+        "maxUnavailable": "25%",
+    }
+    labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    service = one(objects, "Service", "aiops-fleet")
+    ingress = one(objects, "Ingress")["spec"]
+    backend = ingress["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+    assert ingress["tls"] == [{"hosts": ["aiops.example.com"], "secretName": "aiops-tls"}]
+    path = tmp_path / "config.toml"
+    path.write_text(one(objects, "ConfigMap", "aiops-fleet")["data"]["config.toml"])
+    config = load_config_file(path)
+    assert "aiops.example.com" in config.http.allowed_hosts  # else the fleet answers the ingress 421
+    assert config.console_url == "https://aiops.example.com"  # notifications link to its incident pages
+    policy = one(objects, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    ports = {p["name"] for c in fleet["containers"] for p in c.get("ports", [])}
+    assert {p["port"] for p in policy["ingress"][0]["ports"]} == ports == {"http", "mcp"}
+    assert policy["ingress"][0]["from"] == values["networkPolicy"]["from"]
+    budget = one(objects, "PodDisruptionBudget")["spec"]
+    assert budget["selector"]["matchLabels"].items() <= labels.items() and budget["maxUnavailable"] == 1
