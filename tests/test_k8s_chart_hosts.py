@@ -23,7 +23,7 @@ import pytest
 
 from aiops.cli.main import build_parser
 from aiops.cli.run import configured
-from aiops.config import Config, load_config_file
+from aiops.config import Config, load_config_file, this_host_name
 from aiops.service.sources import config_resolvers, host_sources, kube_node_name, register_topology
 from aiops.store import Store
 from tests.k8s_helpers import NAMESPACE, NODE_NAMESPACE, one, render, render_notes, rule_groups
@@ -134,6 +134,25 @@ def test_the_node_agent_names_its_host_as_the_host_is_named(tmp_path: Path) -> N
     )
     assert f"/api/v1/nodes/{K8S_NODE}" in api.requests
     assert any(f"spec.nodeName%3D{K8S_NODE}" in r or f"spec.nodeName={K8S_NODE}" in r for r in api.requests)
+
+
+@pytest.mark.parametrize("fqdn", [False, True])
+def test_a_host_the_map_places_keeps_the_rules_name_and_a_renamed_one_is_reached_by_its_node(
+    tmp_path: Path, fqdn: bool
+) -> None:
+    hosts = {"gpu-b.dc1.example": {"rack": "b07"}, "old-box.dc1.example": {"name": "gpu-legacy-1"}}
+    objects = render({"node": {"hosts": hosts, "fqdn": fqdn}})
+    placed = agent_config(objects, tmp_path, "gpu-b.dc1.example")
+    assert (placed.node.name, placed.node.rack) == (this_host_name("gpu-b.dc1.example", fqdn), "b07")
+    renamed = agent_config(objects, tmp_path, "old-box.dc1.example")
+    assert (renamed.node.name, renamed.node.rack) == ("gpu-legacy-1", "rack0")
+    stranger = agent_config(objects, tmp_path, "gpu-c.dc1.example")  # not in the map: the rule alone
+    assert stranger.node.name == this_host_name("gpu-c.dc1.example", fqdn)
+    path = tmp_path / "fleet.toml"
+    path.write_text(one(objects, "ConfigMap", "aiops-fleet")["data"]["config.toml"])
+    fleet = load_config_file(path)
+    assert fleet.fleet.nodes == {"gpu-legacy-1": "http://old-box.dc1.example:9484"}
+    assert fleet.fleet.node_url == "http://{host}:9484"
 
 
 def test_the_rbac_is_read_only_and_only_what_attribution_reads() -> None:
