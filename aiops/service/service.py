@@ -553,7 +553,7 @@ class Service:
     def _observe_store(self, store: Store) -> None:
         open_rows = store.query(
             "SELECT i.incident_id, i.severity, h.root_cause, coalesce(h.component, i.components[1]) AS component, "
-            "i.opened_ts_s, h.confidence "
+            "i.opened_ts_s, h.confidence, i.symptoms "
             "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )
