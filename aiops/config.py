@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
 )
 
+from aiops.config_breaker import BreakerConfig
 from aiops.config_chatops import ChatopsConfig, SlackConfig
 from aiops.config_facility import DcimConfig as DcimConfig  # re-exported: [dcim]
 from aiops.config_facility import FacilityConfig as FacilityConfig  # re-exported: [facility]
@@ -363,9 +364,11 @@ class GuardrailsConfig(_Section):
         default="", description="your key for approvals: a private key file, or a .pub held by ssh-agent"
     )
     witness: str = Field(default="", description="the audit chain's witness file; empty: <db>.witness")
-    approvers: dict[str, list[Literal["physical", "policy"]]] = Field(
-        default_factory=dict, description="principal -> risk classes they may approve"
+    approvers: dict[str, list[Literal["physical", "policy", "breaker"]]] = Field(
+        default_factory=dict,
+        description="principal -> what they may decide: physical proposals, response policies, breaker overrides",
     )
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)  # aiops/config_breaker.py
 
 
 class ReportConfig(_Section):

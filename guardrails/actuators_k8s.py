@@ -1,5 +1,5 @@
-"""Kubernetes actuator through the official `kubernetes` Python client: `drain_node` and `restart_job` for the
-node this agent runs on.
+"""Kubernetes actuator through the official `kubernetes` Python client: `drain_node`, `resume_node` (uncordon)
+and `restart_job` for the node this agent runs on.
 
 - drain_node = what `kubectl drain` does: cordon (PATCH /api/v1/nodes/{node}, `spec.unschedulable: true`),
   then one policy/v1 Eviction per pod on the node (GET /api/v1/pods?fieldSelector=spec.nodeName={node}; POST
@@ -26,7 +26,7 @@ from aiops.workload import job_name
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 
-KINDS = ("drain_node", "restart_job")
+KINDS = ("drain_node", "resume_node", "restart_job")
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -143,6 +143,8 @@ class KubernetesActuator:
         try:
             if action.kind == "drain_node":
                 return self._drain(action, dry_run)
+            if action.kind == "resume_node":
+                return self._uncordon(action, dry_run)
             if action.kind == "restart_job":
                 return self._restart(action, dry_run)
         except LookupError as exc:
@@ -156,6 +158,8 @@ class KubernetesActuator:
             if action.kind == "drain_node":
                 pods = sum(_evictable(p) for p in self._pods())
                 return {"unschedulable": self._unschedulable(), "pods_left": pods}
+            if action.kind == "resume_node":
+                return {"unschedulable": self._unschedulable()}
             if action.kind == "restart_job":
                 old = self._restarted.get(action.proposal_id, set())
                 try:
@@ -168,7 +172,7 @@ class KubernetesActuator:
         return {}
 
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
-        if action.kind != "drain_node":
+        if action.kind not in ("drain_node", "resume_node"):
             return ActuationResult(False, error=f"{action.kind} cannot be undone (its pods were deleted)")
         try:
             self._cordon(bool(previous.get("unschedulable", False)))
@@ -180,7 +184,7 @@ class KubernetesActuator:
 
     def _local(self, action: Action) -> None:
         node = self.component_of(action.target.split("/", 1)[0])
-        if action.kind == "drain_node" and node != self.node:
+        if action.kind in ("drain_node", "resume_node") and node != self.node:
             raise LookupError(f"{action.target[:63]} is not this node ({self.node}): its own agent drains it")
 
     def _drain(self, action: Action, dry_run: bool) -> ActuationResult:
@@ -220,6 +224,16 @@ class KubernetesActuator:
         return ActuationResult(
             True, {"dry_run": False, "cordoned": self.node, "evicted": evicted}, previous, expected
         )
+
+    def _uncordon(self, action: Action, dry_run: bool) -> ActuationResult:
+        """resume_node: `kubectl uncordon` (PATCH `spec.unschedulable: false`); the pods evicted by the drain
+        are their controllers' to place again."""
+        self._local(action)
+        previous, expected = {"unschedulable": self._unschedulable()}, {"unschedulable": False}
+        if dry_run:
+            return ActuationResult(True, {"dry_run": True, "uncordon": self.node}, previous, expected)
+        self._cordon(False)
+        return ActuationResult(True, {"dry_run": False, "uncordoned": self.node}, previous, expected)
 
     def _restart(self, action: Action, dry_run: bool) -> ActuationResult:
         namespace, owner, pods = self._job_pods(action.target)

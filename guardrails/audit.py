@@ -53,6 +53,10 @@ EVENTS: tuple[str, ...] = (
     "dispatch_result",
     # a digital proposal someone asked to run from chat, with the verified request (aiops/service/slack_actions.py)
     "chat_request",
+    # a person's signed lift of the circuit breaker's limit (guardrails.overrides); a proposal that waits on the
+    # breaker, once per reason (guardrails.service)
+    "breaker_override",
+    "breaker_wait",
 )
 GENESIS_HASH = "0" * 64
 

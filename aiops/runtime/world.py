@@ -37,6 +37,7 @@ from guardrails.actuators_nvml import NvmlPowerActuator
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
 from guardrails.actuators_slurm import SlurmActuator
 from guardrails.actuators_sysfs import CoolingActuator
+from guardrails.breaker import SchedulerView
 from guardrails.context import topology_from_store
 from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.routing import (
@@ -48,6 +49,7 @@ from guardrails.routing import (
     executors_table,
     host_backends,
 )
+from guardrails.scheduler_view import view_reader
 from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
@@ -63,6 +65,8 @@ class Attached:
     actuator: Actuator | None
     describe: str
     twin: Twin | None = None
+    # the scheduler's view of out-of-service nodes for the circuit breaker (None: no scheduler configured)
+    scheduler_view: Callable[[], SchedulerView | None] | None = None
 
     @property
     def executors(self) -> dict[str, str]:
@@ -90,7 +94,46 @@ def attach(
 ) -> Attached:
     """The world of the workspace `store` is open on. `twin`: a twin this process already holds (synced here,
     not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml); `kube_api`: a CoreV1Api
-    (default: built from `store.scheduler`)."""
+    (default: built from `store.scheduler`). Its `scheduler_view` reads the configured scheduler's drained
+    or cordoned nodes for the circuit breaker, whatever executes here."""
+    attached = _attach(
+        store, actuator=actuator, node=node, twin=twin, nvml=nvml, kube_api=kube_api, sysfs_root=sysfs_root
+    )
+    attached.scheduler_view = scheduler_view(store, node, kube_api)
+    return attached
+
+
+def scheduler_view(
+    store: Store, node: str | None, kube_api: Any = None
+) -> Callable[[], SchedulerView | None] | None:
+    """The reader of `[scheduler]`'s view (guardrails.scheduler_view); this agent's own scheduler name maps to
+    its component name (a twin rig's node0 is Slurm's aiops-xxxx)."""
+    config = store.scheduler
+    if config.kind == "none":
+        return None
+    local = _scheduler_node(store)
+    names = {local: node} if node else {}
+
+    def api() -> Any:
+        if kube_api is not None:
+            return kube_api
+        return core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
+
+    return view_reader(
+        config.kind, binaries=config.binaries, timeout_s=config.timeout_s, kube_api=api, names=names
+    )
+
+
+def _attach(
+    store: Store,
+    *,
+    actuator: str = "auto",
+    node: str | None = None,
+    twin: Twin | None = None,
+    nvml: Any = None,
+    kube_api: Any = None,
+    sysfs_root: str = "/sys",
+) -> Attached:
     if actuator not in ACTUATORS:
         raise AiopsError(f"unknown actuator '{actuator[:40]}' (allowed: {', '.join(ACTUATORS)})")
     topology = topology_from_store(store)
@@ -267,6 +310,7 @@ def desk(
         context_for=lambda now: validation_context(attached.readings, attached.topology, now),
         clock=clock,
         standing=standing,
+        scheduler_view=attached.scheduler_view,
     )
 
 

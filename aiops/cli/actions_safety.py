@@ -1,0 +1,132 @@
+"""`aiops actions breaker|override`: the fleet-wide circuit breaker (guardrails/breaker.py) as people use it.
+`breaker` shows what is out of service and why, the limits (fleet and per rack) and the proposals waiting;
+`override` records a person's signed decision that lets `--count` more nodes of `--target` (the fleet or a rack)
+out until it expires, then runs the approved proposals that waited on the breaker. Verbs of `aiops actions`
+(aiops/cli/actions.py registers them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from aiops.cli.analyze_prometheus import duration_s
+from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
+from aiops.runtime.safety import breaker_state, override, waiting_on_breaker
+from aiops.text import markup, plural, terminal, when
+from guardrails.breaker import Snapshot
+from guardrails.signing import configured_signer
+
+KEY_HELP = (
+    "your SSH key (default: [guardrails] signing_key); you need the breaker class in [guardrails.approvers]"
+)
+
+
+def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    show = verbs.add_parser(
+        "breaker", help="the circuit breaker: nodes out of service, limits, waiting steps"
+    )
+    add_db_argument(show)
+    add_config_argument(show)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=run_breaker)
+    lift = verbs.add_parser(
+        "override", help="let more nodes out of service past the breaker (signed, audited, expires)"
+    )
+    lift.add_argument("--target", default="fleet", help="fleet (default) or a rack name")
+    lift.add_argument("--count", type=int, required=True, help="how many more nodes may go out")
+    lift.add_argument("--for", dest="ttl", default="1h", help="how long it holds (90s, 30m, 2h; at most 24h)")
+    lift.add_argument("--reason", required=True, help="why (kept in the audit log)")
+    lift.add_argument("--key", default=None, help=KEY_HELP)
+    lift.add_argument("--no-execute", action="store_true", help="record it; run nothing now")
+    add_db_argument(lift)
+    add_config_argument(lift)
+    lift.set_defaults(func=run_override)
+
+
+def snapshot_json(state: Snapshot, waiting: list[str]) -> dict[str, Any]:
+    return {
+        "enabled": state.enabled,
+        "nodes": state.nodes,
+        "limit": state.limit,
+        "at_limit": state.at_limit,
+        "out": [{"node": n, "why": why} for n, why in state.out.items()],
+        "racks": [{"rack": r.rack, "nodes": r.nodes, "out": r.out, "limit": r.limit} for r in state.racks],
+        "overrides": [
+            {
+                "override_id": o.override_id,
+                "target": o.target,
+                "count": o.count,
+                "approver": o.approver,
+                "ts_s": o.ts_s,
+                "expires_ts_s": o.expires_ts_s,
+                "reason": o.reason,
+            }
+            for o in state.overrides
+        ],
+        "scheduler": state.view_source,
+        "scheduler_error": state.view_error,
+        "waiting": waiting,
+    }
+
+
+def run_breaker(args: argparse.Namespace) -> int:
+    with configured_workspace(args.db, cli_config(args)).require().read() as store:
+        state = breaker_state(store)
+        waiting = waiting_on_breaker(store)
+    if args.json:
+        print(json.dumps(snapshot_json(state, waiting), indent=2))
+        return 0
+    console = terminal()
+    if not state.enabled:
+        console.print("circuit breaker: [yellow]disabled[/] ([guardrails.breaker] enabled = false)")
+    source = f"; scheduler view: {markup(state.view_source)}" if state.view_source else ""
+    console.print(
+        f"circuit breaker: {len(state.out)} of {state.nodes} nodes out of service, limit {state.limit}"
+        f"{' [red](at the limit)[/]' if state.at_limit else ''}{source}"
+    )
+    if state.view_error:
+        console.print(f"  [red]scheduler view unreadable[/]: {markup(state.view_error)}")
+    for node, why in state.out.items():
+        console.print(f"  out: {markup(node)} ({markup(why)})")
+    for rack in state.racks:
+        console.print(f"  {markup(rack.rack)}: {rack.out} of {rack.nodes} out, limit {rack.limit}")
+    for o in state.overrides:
+        console.print(
+            f"  override {markup(o.override_id)} by {markup(o.approver)}: +{o.count} on {markup(o.target)} "
+            f"until {when(o.expires_ts_s)} ({markup(o.reason)})"
+        )
+    console.print(
+        f"{plural(len(waiting), 'proposal')} waiting on the breaker: {markup(', '.join(waiting) or '-')}"
+    )
+    return 0
+
+
+def run_override(args: argparse.Namespace) -> int:
+    config = cli_config(args)
+    signer = configured_signer(args.key, config.guardrails)
+    done = override(
+        configured_workspace(args.db, config).require(),
+        signer,
+        target=args.target,
+        count=args.count,
+        ttl_s=duration_s(args.ttl, "--for"),
+        reason=args.reason,
+        execute=not args.no_execute,
+    )
+    console = terminal()
+    o = done.override
+    console.print(
+        f"{markup(o.override_id)}: {markup(o.approver)} lets {o.count} more node(s) of {markup(o.target)} out "
+        f"until {when(o.expires_ts_s)} (signed, in the audit log)"
+    )
+    if done.note:
+        console.print(markup(done.note))
+    failed = 0
+    for outcome in done.outcomes:
+        colour = "green" if outcome.ran else "yellow"
+        console.print(
+            f"  {markup(outcome.proposal_id)}: [{colour}]{markup(outcome.status)}[/] {markup(outcome.message)}"
+        )
+        failed += outcome.status == "failed"
+    return 1 if failed else 0
