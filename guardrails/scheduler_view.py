@@ -4,7 +4,8 @@ nodes people or other tools drained or cordoned count as much as the ones this p
 - Slurm: `sinfo -h -N -o %N|%T` (one line per node and partition; `%T` the long state: `idle`, `mixed`,
   `draining`, `drained`, `down*`, ...; sinfo(1) "NODE STATE CODES"), argument list, bounded time and output.
   The suffixes `*` (not responding), `~` (powered off), `#`, `!`, `%`, `$`, `@`, `^`, `-` are flags of the
-  same state (sinfo(1)) and are stripped before the word is compared with `SLURM_OUT_STATES`.
+  same state (sinfo(1)) and are stripped before the word is compared with `SLURM_OUT_STATES`; a state with
+  flags joined by `+` (scontrol's `IDLE+DRAIN`) is out when any of its words is.
 - Kubernetes: the official client's `list_node`: `spec.unschedulable` is a cordon (what `kubectl cordon`
   sets); such a node counts as `cordoned`.
 `names` maps a scheduler's node name to the component name this workspace uses (a twin rig's `node0` is
@@ -37,9 +38,9 @@ def parse_sinfo(text: str, names: Mapping[str, str] | None = None) -> SchedulerV
         node, sep, state = line.strip().partition("|")
         if not sep or not _NAME.match(node):
             continue
-        word = state.strip().lower().rstrip(_FLAGS)
+        word = "+".join(part.rstrip(_FLAGS) for part in state.strip().lower().split("+"))
         states[names.get(node, node)] = word or "unknown"
-    out = frozenset(n for n, word in states.items() if word in SLURM_OUT_STATES)
+    out = frozenset(n for n, word in states.items() if SLURM_OUT_STATES & set(word.split("+")))
     return SchedulerView("slurm", states, out)
 
 

@@ -124,9 +124,11 @@ def run_override(args: argparse.Namespace) -> int:
         console.print(markup(done.note))
     failed = 0
     for outcome in done.outcomes:
-        colour = "green" if outcome.ran else "yellow"
-        console.print(
-            f"  {markup(outcome.proposal_id)}: [{colour}]{markup(outcome.status)}[/] {markup(outcome.message)}"
+        said = (
+            "[green]executed[/]"
+            if outcome.ran
+            else f"[yellow]{markup(outcome.status)}[/]: {markup(outcome.message)}"
         )
+        console.print(f"  {markup(outcome.proposal_id)}: {said}")
         failed += outcome.status == "failed"
     return 1 if failed else 0
