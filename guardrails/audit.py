@@ -56,7 +56,8 @@ EVENTS: tuple[str, ...] = (
     # a person's signed lift of the circuit breaker's limit (guardrails.overrides); a proposal that waits on the
     # breaker, once per reason (guardrails.service)
     "breaker_override",
-    "breaker_wait",
+    # the rollback proposals filed for an executed action, on the original's trail (aiops/runtime/rollback.py)
+    "rollback_filed",
 )
 GENESIS_HASH = "0" * 64
 

@@ -1,8 +1,10 @@
-"""`aiops actions breaker|override`: the fleet-wide circuit breaker (guardrails/breaker.py) as people use it.
+"""`aiops actions breaker|override|rollback`: the fleet-wide circuit breaker (guardrails/breaker.py) as people
+use it, and the recorded rollback of an executed action (aiops/runtime/rollback.py).
 `breaker` shows what is out of service and why, the limits (fleet and per rack) and the proposals waiting;
 `override` records a person's signed decision that lets `--count` more nodes of `--target` (the fleet or a rack)
-out until it expires, then runs the approved proposals that waited on the breaker. Verbs of `aiops actions`
-(aiops/cli/actions.py registers them)."""
+out until it expires, then runs the approved proposals that waited on the breaker; `rollback ID` files the
+proposals that restore what an executed action changed (its previous state, as read back before it ran) and,
+with a key, approves and runs them. Verbs of `aiops actions` (aiops/cli/actions.py registers them)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from aiops.cli.analyze_prometheus import duration_s
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
+from aiops.runtime.rollback import rollback
 from aiops.runtime.safety import breaker_state, override, waiting_on_breaker
 from aiops.text import markup, plural, terminal, when
 from guardrails.breaker import Snapshot
@@ -42,6 +45,15 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_db_argument(lift)
     add_config_argument(lift)
     lift.set_defaults(func=run_override)
+    undo = verbs.add_parser(
+        "rollback",
+        help="restore what an executed action changed (a new proposal; signed with --key: runs it)",
+    )
+    undo.add_argument("proposal_id", metavar="ID", help="the executed proposal")
+    undo.add_argument("--key", default=None, help="your SSH key: approve and run the rollback now")
+    add_db_argument(undo)
+    add_config_argument(undo)
+    undo.set_defaults(func=run_rollback)
 
 
 def snapshot_json(state: Snapshot, waiting: list[str]) -> dict[str, Any]:
@@ -131,4 +143,32 @@ def run_override(args: argparse.Namespace) -> int:
         )
         console.print(f"  {markup(outcome.proposal_id)}: {said}")
         failed += outcome.status == "failed"
+    return 1 if failed else 0
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    config = cli_config(args)
+    signer = configured_signer(args.key, config.guardrails) if args.key else None
+    done = rollback(configured_workspace(args.db, config).require(), args.proposal_id, signer)
+    console = terminal()
+    console.print(
+        f"{markup(done.original)}: rollback filed as {markup(', '.join(done.filed))} (origin rollback:{markup(done.original)})"
+    )
+    if signer is None:
+        for pid in done.filed:
+            console.print(f"  approve it: aiops actions approve {markup(pid)} --key ~/.ssh/id_ed25519")
+        return 0
+    failed = 0
+    for decision in done.decisions:
+        outcome = decision.outcome
+        if outcome is None:
+            console.print(f"  {markup(decision.proposal_id)}: {markup(decision.note)}")
+            failed += decision.ticket
+        elif outcome.ran:
+            console.print(f"  {markup(decision.proposal_id)}: [green]executed[/]")
+        else:
+            console.print(
+                f"  {markup(decision.proposal_id)}: [red]{markup(outcome.status)}[/]: {markup(outcome.message)}"
+            )
+            failed += 1
     return 1 if failed else 0

@@ -1,0 +1,167 @@
+"""`aiops actions rollback ID` restores the recorded state of an executed action (issue 34's must-show):
+
+- on the twin: a power cap alice approved is rolled back by bob's signature to what the execution read back
+  before it ran (the default limit: `reset_power_limit`; an earlier cap: `set_power_limit` of that value),
+  each GPU's limit read from the twin's NVML; a reboot has no rollback and says so;
+- with Debian's real Slurm (tests/slurm_cluster.py): a node agent's workspace on a host whose scheduler is
+  Slurm drains its node through `scontrol`, and its rollback (`resume_node`, `scontrol update state=resume`)
+  puts it back in service, as `scontrol show node` reports it.
+The rollback is a new proposal (origin `rollback:<id>`), signed, executed once; the original's audit trail
+names it (`rollback_filed`) and `aiops audit verify` passes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aiops.runtime.world import attach, desk
+from aiops.sim.twin import Twin
+from aiops.store import Store, Workspace
+from guardrails.actions import Action
+from guardrails.audit import read_rows
+from tests.clirun import run_cli
+from tests.signing_helpers import Keys
+from tests.slurm_cluster import RACK, slurm_cluster
+
+
+@pytest.fixture
+def keys(signing: Keys) -> Keys:
+    return signing
+
+
+def propose(db: Path, keys: Keys, pid: str, kind: str, target: str, **parameters: object) -> str:
+    with Workspace(str(db), guardrails=keys.guardrails).write() as store:
+        guard = desk(store, attach(store))
+        action = Action(
+            proposal_id=pid,
+            kind=kind,
+            target=target,
+            parameters=parameters,
+            reason="test",
+            proposed_by="analyst",
+            created_ts_s=time.time() - 1.0,
+        )
+        filed = guard.propose(action, origin="test")
+        assert filed.status == "pending", filed.message
+        return filed.proposal_id
+
+
+def approve(db: Path, pid: str, keys: Keys, who: str = "alice") -> None:
+    done = run_cli("actions", "approve", pid, "--db", str(db), "--key", str(keys.keys[who]))
+    assert done.returncode == 0 and "executed" in done.stdout, done.stdout + done.stderr
+
+
+def limits_w(db: Path) -> dict[str, float]:
+    with Store(str(db), read_only=True) as store:
+        twin = Twin.load(store)
+        assert twin is not None
+        nvml = twin.world.nvml(0)
+        nvml.nvmlInit()
+        return {
+            f"node0/gpu{i}": nvml.nvmlDeviceGetPowerManagementLimit(nvml.nvmlDeviceGetHandleByIndex(i)) / 1000
+            for i in range(2)
+        }
+
+
+def test_a_power_cap_is_rolled_back_to_the_limit_read_before_it(tmp_path: Path, keys: Keys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "rollback",
+                "duration_s": 30,
+                "cluster": {"racks": 1, "nodes_per_rack": 2, "gpus_per_node": 2, "nics_per_node": 1},
+            }
+        )
+    )
+    db = tmp_path / "w.duckdb"
+    assert run_cli("simulate", "--scenario", str(scenario), "--db", str(db)).returncode == 0
+    assert limits_w(db) == {"node0/gpu0": 700.0, "node0/gpu1": 700.0}
+    first = propose(db, keys, "P-cap", "set_power_limit", "node0", power_limit_w=600)
+    approve(db, first, keys)
+    second = propose(db, keys, "P-cap2", "set_power_limit", "node0/gpu1", power_limit_w=500)
+    approve(db, second, keys)
+    assert limits_w(db) == {"node0/gpu0": 600.0, "node0/gpu1": 500.0}
+
+    undo = run_cli("actions", "rollback", second, "--db", str(db), "--key", str(keys.keys["bob"]))
+    assert undo.returncode == 0 and "P-cap2-rb1: executed" in undo.stdout, undo.stdout + undo.stderr
+    assert limits_w(db) == {"node0/gpu0": 600.0, "node0/gpu1": 600.0}
+    undo = run_cli("actions", "rollback", first, "--db", str(db), "--key", str(keys.keys["bob"]))
+    assert undo.returncode == 0 and "P-cap-rb1: executed" in undo.stdout, undo.stdout + undo.stderr
+    assert limits_w(db) == {"node0/gpu0": 700.0, "node0/gpu1": 700.0}
+
+    listed = {
+        r["proposal_id"]: r for r in json.loads(run_cli("actions", "list", "--db", str(db), "--json").stdout)
+    }
+    assert (listed["P-cap2-rb1"]["kind"], listed["P-cap2-rb1"]["parameters"]) == (
+        "set_power_limit",
+        {"power_limit_w": 600},
+    )
+    assert (listed["P-cap-rb1"]["kind"], listed["P-cap-rb1"]["origin"]) == (
+        "reset_power_limit",
+        "rollback:P-cap",
+    )
+    assert listed["P-cap-rb1"]["approvers"] == ["bob"]
+    with Store(str(db), read_only=True) as store:
+        filed = [r for r in read_rows(store) if r.event == "rollback_filed"]
+    assert [(r.proposal_id, r.data()["rollbacks"]) for r in filed] == [
+        ("P-cap2", ["P-cap2-rb1"]),
+        ("P-cap", ["P-cap-rb1"]),
+    ]
+    assert run_cli("audit", "verify", "--db", str(db)).returncode == 0
+
+    reboot = propose(db, keys, "P-reboot", "reboot_node", "node1")
+    alone = run_cli("actions", "approve", reboot, "--db", str(db), "--key", str(keys.keys["alice"]))
+    assert "needs 2 distinct approver(s)" in alone.stdout  # two people for a reboot
+    done = run_cli("actions", "approve", reboot, "--db", str(db), "--key", str(keys.keys["carol"]))
+    assert "executed" in done.stdout, done.stdout + done.stderr
+    refused = run_cli("actions", "rollback", reboot, "--db", str(db), "--key", str(keys.keys["bob"]))
+    assert refused.returncode != 0 and "a reboot cannot be undone" in refused.stderr
+    pending = run_cli(
+        "actions", "rollback", "P-cap-rb1", "--db", str(db)
+    )  # no key: filed, waiting for people
+    assert pending.returncode == 0 and "approve it: aiops actions approve P-cap-rb1-rb1" in pending.stdout
+
+
+def scontrol_state(cluster: object, node: str) -> str:
+    out = cluster.run("scontrol", "show", "node", "-o", node).stdout  # type: ignore[attr-defined]
+    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("State="))
+
+
+def test_a_slurm_drain_is_rolled_back_and_the_node_resumes(
+    keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = Path(tempfile.mkdtemp(prefix="aiops-rb-"))  # short: munge's socket path must fit 108 bytes
+    try:
+        with slurm_cluster(root) as cluster:
+            monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+            config = (
+                keys.config.read_text() + f'\n[scheduler]\nkind = "slurm"\nnode_name = "{cluster.node}"\n'
+            )
+            keys.config.write_text(config)
+            db = root / "node.duckdb"
+            with Store(str(db)) as store:  # a real host's workspace: this node in its rack
+                store.conn.execute(
+                    "INSERT INTO topology (component, kind, parent, rack, node, idx) VALUES "
+                    f"('{RACK}', 'rack', NULL, '{RACK}', NULL, 0), ('{cluster.node}', 'node', '{RACK}', '{RACK}', '{cluster.node}', 0)"
+                )
+            drain = propose(db, keys, "P-drain", "drain_node", cluster.node, reason_code="xid79")
+            approve(db, drain, keys)
+            assert "DRAIN" in scontrol_state(cluster, cluster.node)
+            undo = run_cli("actions", "rollback", drain, "--db", str(db), "--key", str(keys.keys["bob"]))
+            assert undo.returncode == 0 and "P-drain-rb1: executed" in undo.stdout, undo.stdout + undo.stderr
+            state = scontrol_state(cluster, cluster.node)
+            assert "DRAIN" not in state and state.split("+")[0].rstrip("*") == "IDLE", state
+            listed = json.loads(run_cli("actions", "list", "--db", str(db), "--json").stdout)
+            kinds = {r["proposal_id"]: (r["kind"], r["executor"], r["status"]) for r in listed}
+            assert kinds["P-drain-rb1"] == ("resume_node", "slurm", "executed")
+            assert run_cli("audit", "verify", "--db", str(db)).returncode == 0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
