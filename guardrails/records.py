@@ -263,7 +263,7 @@ class GuardrailRecords:
         ]
 
     def peer_history(self, now_ts_s: float, window_s: float = PEER_WINDOW_S) -> list[ExecutionRecord]:
-        """What the other tier executed in the last `window_s` (m022 `peer_executions`), as learnt here."""
+        """What the other tier executed in the last `window_s` (m024 `peer_executions`), as learnt here."""
         rows = self.store.conn.execute(
             "SELECT source, proposal_id, kind, target, units, ts_s, parameters FROM peer_executions "
             "WHERE ts_s > ? AND ts_s <= ? ORDER BY ts_s",

@@ -642,7 +642,7 @@ CREATE TABLE IF NOT EXISTS rank_timing_samples (
 # Executions the other tier ran (guardrails.peer): what a fleet learns of its node agents' executions from their
 # exports, and what a node learns of the fleet's from a dispatch; rate limits and the circuit breaker count them
 # beside this workspace's own ledger. Hostile data from another process: it can only make a rule stricter.
-M022_PEER_EXECUTIONS = """
+M024_PEER_EXECUTIONS = """
 CREATE TABLE IF NOT EXISTS peer_executions (
     source VARCHAR NOT NULL,        -- node:<host> (its export) | fleet:<name> (a dispatch)
     proposal_id VARCHAR NOT NULL,   -- the id the other tier ran it under
@@ -678,7 +678,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
-    Migration(22, "peer_executions", _sql(M022_PEER_EXECUTIONS)),
+    Migration(24, "peer_executions", _sql(M024_PEER_EXECUTIONS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
