@@ -202,6 +202,9 @@ class FleetConfig(_Section):
         default_factory=dict, description="host -> its agent's base URL, where the template does not fit"
     )
     node_token_file: str = Field(default="", description="file holding the node agents' /api bearer token")
+    node_token_dir: str = Field(
+        default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
+    )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
 
     @field_validator("node_url")
@@ -211,14 +214,21 @@ class FleetConfig(_Section):
             raise ValueError("must be an http(s) URL naming {host}, e.g. http://{host}:9484")
         if value.replace("{host}", "").count("{") or value.count("}") != value.count("{host}"):
             raise ValueError("{host} is the only placeholder allowed")
+        if any(c in value for c in "#?@ \t\n\\"):
+            raise ValueError(
+                "must be an http(s) URL without query, fragment or user, e.g. http://{host}:9484"
+            )
         return value
 
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: dict[str, str]) -> dict[str, str]:
         for host, url in value.items():
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{host[:40]}: must be an http(s) URL")
+            error = host_name_error(host)
+            if error:
+                raise ValueError(f"{host[:40]!r}: {error}")
+            if not url.startswith(("http://", "https://")) or any(c in url for c in "#?@ \t\n"):
+                raise ValueError(f"{host[:40]}: must be an http(s) URL without query, fragment or user")
         return value
 
 

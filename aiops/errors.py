@@ -31,7 +31,10 @@ AiopsError                    base; exit code 1
 ├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
 ├── SchedulerError            a scheduler command (scontrol) failed, timed out or was refused; names the command and
 │                             the scheduler's words (guardrails/actuators_slurm.py)
-├── SourceError               a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
+├── OutboundError             an outbound HTTP call (aiops/outbound.py) got no usable answer: `url` without
+│   │                         credentials, `status` (None: no answer), `reason` (one escaped line, secrets
+│   │                         replaced); exit 3
+│   └── SourceError           a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
 │                             the URL and the HTTP status and body (escaped); exit 3
 ├── AlertPayloadError         a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short
 │                             ASCII naming the field, never its value (answered with HTTP 400)
@@ -344,13 +347,23 @@ class SignInRefused(AiopsError):
     """A single sign-on refused; the message is shown on the console's page (plain words, no token or secret)."""
 
 
-class SourceError(AiopsError):
-    """A time-series engine (`aiops analyze --prometheus`) failed: `url`, `status` (None without an answer)."""
+class OutboundError(AiopsError):
+    """An outbound HTTP call (aiops/outbound.py) without a usable answer: `url` (no credentials, no query; a
+    secret URL's origin only), `status` (None: no answer at all), `reason` (one printable line, secrets
+    replaced by ***)."""
 
     exit_code = 3
 
-    def __init__(self, url: str, status: int | None, detail: str) -> None:
+    def __init__(self, url: str, status: int | None, reason: str) -> None:
         self.url = url
         self.status = status
+        self.reason = reason
         answer = "no answer" if status is None else f"HTTP {status}"
-        super().__init__(f"{url}: {answer}: {detail}")
+        super().__init__(f"{url}: {answer}: {reason}")
+
+
+class SourceError(OutboundError):
+    """A time-series engine (`aiops analyze --prometheus`) failed: `url`, `status` (None without an answer)."""
+
+    def __init__(self, url: str, status: int | None, detail: str) -> None:
+        super().__init__(url, status, detail)

@@ -8,6 +8,8 @@ is on a live Prometheus after its staleness marker.
 
 from __future__ import annotations
 
+import math
+
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -38,6 +40,7 @@ LABELS: tuple[str, ...] = (
     "severity",
     "root_cause",
     "component",
+    "instance",  # the scrape target's: which agent exported the series (aiops/fleet/names.py)
 )
 
 INFO = (
@@ -134,3 +137,26 @@ ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *N
 def is_counter(name: str) -> bool:
     """Read as the increase since the previous scrape (a histogram's `_count` and `_sum` too)."""
     return name.endswith(("_total", "_count", "_sum"))
+
+
+# The range a sample's value must lie in to be stored (aiops/fleet/ingest.py drops one outside it, and counts it,
+# instead of letting one hostile value fail the whole cycle's SQL): the pivots cast counters' increases and some
+# gauges to 64-bit integers (BIGINT), and these families to 32-bit ones (INTEGER); a counter is never negative.
+INT32_MAX = float(2**31 - 1)
+INT64_LIMIT = float(2**63)  # exclusive: the largest double below it still fits a BIGINT
+INTEGER_VALUED = (
+    "aiops_gpu_samples_total",
+    "aiops_gpu_throttled_samples_total",
+    "aiops_gpu_nvml_error_samples_total",
+    "aiops_gpu_clocks_event_samples_total",
+    "aiops_gpu_pcie_link_width_lanes",
+    "aiops_gpu_pcie_link_width_max_lanes",
+    "aiops_gpu_pcie_link_generation",
+)
+
+
+def value_range(name: str) -> tuple[float, float]:
+    """(lowest, highest) value a sample of family `name` may hold (both inclusive, finite)."""
+    highest = INT32_MAX if name in INTEGER_VALUED else math.nextafter(INT64_LIMIT, 0.0)
+    lowest = 0.0 if is_counter(name) or name in INTEGER_VALUED else -highest
+    return lowest, highest

@@ -1,6 +1,9 @@
 """SQL that turns the staged node-agent samples (`fleet_d`: one row per sample, its labels as columns, `d` the
 counter's increase since the previous scrape) into the tables the analyst reads. Each statement inserts only
-what the workspace lacks, so a cycle that re-reads an interval does not double it."""
+what the workspace lacks, so a cycle that re-reads an interval does not double it.
+
+`fleet_d` holds only series whose names passed aiops/fleet/names.py (valid names, from the instance that owns
+their node): a GPU's or NIC's node is the host its name holds (`node1/gpu1` is node1's), never a label's say."""
 
 from __future__ import annotations
 
@@ -40,11 +43,13 @@ FROM (SELECT node, max(rack) AS rack FROM fleet_d
       GROUP BY node)
 WHERE node NOT IN (SELECT component FROM topology);
 INSERT INTO topology (component, kind, parent, rack, node, idx, uuid)
-SELECT gpu, 'gpu', max(node), max(rack), max(node), max(TRY_CAST("index" AS INTEGER)), max(NULLIF(uuid, ''))
+SELECT gpu, 'gpu', split_part(gpu, '/', 1), max(rack), split_part(gpu, '/', 1), max(TRY_CAST("index" AS INTEGER)),
+       max(NULLIF(uuid, ''))
 FROM fleet_d WHERE name = 'aiops_gpu_info' AND gpu <> '' AND gpu NOT IN (SELECT component FROM topology)
 GROUP BY gpu;
 INSERT INTO topology (component, kind, parent, rack, node, idx, device)
-SELECT nic, 'nic', max(node), max(rack), max(node), max(TRY_CAST("index" AS INTEGER)), max(NULLIF(device, ''))
+SELECT nic, 'nic', split_part(nic, '/', 1), max(rack), split_part(nic, '/', 1), max(TRY_CAST("index" AS INTEGER)),
+       max(NULLIF(device, ''))
 FROM fleet_d WHERE name = 'aiops_nic_info' AND nic <> '' AND nic NOT IN (SELECT component FROM topology)
 GROUP BY nic
 """

@@ -11,6 +11,7 @@ a restart the service resumes after the newest GPU sample its workspace holds: n
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from aiops.service.sources import Source, Sources
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
+log = logging.getLogger("aiops.fleet")
+MAX_SHOWN = 1000  # refusal lines logged once each per process, at most this many (then one line says so)
 INVENTORY = (
     "topology",
     "job_ranks",
@@ -74,6 +77,7 @@ class FleetCollector:
         self.horizon_ts_s = math.floor(start_s / self.step_s) * self.step_s  # read up to here
         self.facility = setup.facility
         self.last: CycleReport | None = None
+        self.shown: set[str] = set()  # refusal lines already logged
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
@@ -91,6 +95,7 @@ class FleetCollector:
             facility=self.facility,
         )
         self.last = report
+        self._show_refusals(report)
         out: dict[str, pa.Table] = {}
         for table in INVENTORY:  # what this cycle added: the scratch's inventory only grows
             total = int(self.scratch.scalar(f"SELECT count(*) FROM {table}"))
@@ -106,6 +111,18 @@ class FleetCollector:
                 self.scratch.conn.execute(f"DELETE FROM {table}")
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         return out
+
+    def _show_refusals(self, report: CycleReport) -> None:
+        """Each label or series the cycle refused (aiops/fleet/names.py), logged once per process: a node
+        agent whose exports claim what is not theirs is named, not silently dropped."""
+        for line in report.nodes.refusals.examples:
+            if line in self.shown or len(self.shown) > MAX_SHOWN:
+                continue
+            self.shown.add(line)
+            if len(self.shown) > MAX_SHOWN:
+                log.warning("more refused labels and series than are logged", extra={"logged": MAX_SHOWN})
+                return
+            log.warning("refused from the node agents' exports", extra={"refused": line})
 
     def close(self) -> None:
         self.scratch.close()
