@@ -14,6 +14,7 @@ from typing import Any
 
 from aiops.detect import detect
 from aiops.labels import BENIGN_LABELS
+from aiops.memory.rma import with_rma
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
 from aiops.playbooks import remediation_from_store
 from aiops.rca import diagnose, job_of
@@ -48,13 +49,16 @@ def headline(diagnoses: Sequence[Diagnosis]) -> Diagnosis | None:
 
 
 def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
-    """The remediation of the top hypothesis, computed from the telemetry at the incident's end."""
+    """The remediation of the top hypothesis, computed from the telemetry at the incident's end; a GPU whose
+    fault came back after repairs that did not hold gets an RMA ticket instead of another repair
+    (aiops/memory/rma.py)."""
     if not diagnosis.hypotheses:
         return []
     top = diagnosis.hypotheses[0]
-    return remediation_from_store(
+    actions = remediation_from_store(
         store, top, job_of(store, diagnosis.incident, top), diagnosis.incident.last_ts_s
     )
+    return with_rma(store, diagnosis, actions)
 
 
 def new_proposal_id(desk: Guardrails) -> str:

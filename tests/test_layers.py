@@ -17,7 +17,8 @@ other package of its own layer (except the base modules, and the order inside th
   4 guardrails  guardrails (actions, validation, approvals, audit, executor, actuator backends)
   5 control     aiops.control (laws, allocator, thermal manager, DCIM rounds, the readings port)
   6 sim         aiops.sim (the twin: a world behind the same seams)
-  7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline
+  7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline, aiops.evidence, aiops.memory (components'
+                history and lemon score)
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
   9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), aiops.fleet, evals
  10 console     aiops.console (the web console: reads the pipeline's results, decides through the runtime,
@@ -56,14 +57,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),
-    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
+    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence", "aiops.memory"),
     ("aiops.runtime", "aiops.report"),
     ("aiops.agent", "aiops.lab", "aiops.service", "aiops.fleet", "evals"),
     ("aiops.console", "aiops.mcpserver"),
     ("aiops.cli",),
 )
 # The analyst (detection, diagnosis, remediation, evidence) never sees the twin: no import path to it.
-ANALYST = ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence")
+ANALYST = ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence", "aiops.memory")
 TWIN = ("aiops.sim",)
 # Within the pipeline layer the order is detect, rca -> playbooks -> pipeline (remediation is the pipeline's).
 SAME_LAYER_ALLOWED = {
@@ -72,6 +73,7 @@ SAME_LAYER_ALLOWED = {
     ("aiops.pipeline", "aiops.rca"),
     ("aiops.pipeline", "aiops.playbooks"),
     ("aiops.evidence", "aiops.playbooks"),  # a verdict's next steps are the playbooks' checks
+    ("aiops.pipeline", "aiops.memory"),  # a remedy that did not hold on a lemon goes to RMA (aiops/memory)
     ("aiops.agent", "evals"),
     ("evals", "aiops.agent"),
     ("aiops.fleet", "aiops.service"),  # the fleet replays and serves what a node agent exports
