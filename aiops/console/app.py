@@ -36,6 +36,7 @@ from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions, messages_to_sign
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
+from aiops.console.safety import Safety
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
@@ -91,6 +92,7 @@ class Console:
         self.decisions = Decisions(self)
         self.admin = Admin(self)
         self.chat = ChatDesk(self)
+        self.safety = Safety(self)  # the breaker, the components' memory, rollbacks
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
         self.oidc: OidcSignIn | None = None
         if options.oidc.enabled:
@@ -298,6 +300,10 @@ def create_app(
         Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/proposals/{proposal_id}/approve-signed", console.decisions.approve_signed, methods=["POST"]),
+        Route("/proposals/{proposal_id}/rollback", console.safety.rollback, methods=["POST"]),
+        Route("/breaker", console.safety.breaker),
+        Route("/components", console.safety.components),
+        Route("/components/{component:path}", console.safety.component),
         Route("/chat", console.chat.page, methods=["GET"]),
         Route("/chat/ask", console.chat.ask, methods=["POST"]),
         Route("/admin/accounts", console.admin.page, methods=["GET"]),
