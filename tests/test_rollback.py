@@ -13,13 +13,19 @@ names it (`rollback_filed`) and `aiops audit verify` passes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 import yaml
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from aiops.runtime.world import attach, desk
 from aiops.sim.twin import Twin
@@ -124,10 +130,39 @@ def test_a_power_cap_is_rolled_back_to_the_limit_read_before_it(tmp_path: Path, 
     assert "executed" in done.stdout, done.stdout + done.stderr
     refused = run_cli("actions", "rollback", reboot, "--db", str(db), "--key", str(keys.keys["bob"]))
     assert refused.returncode != 0 and "a reboot cannot be undone" in refused.stderr
-    pending = run_cli(
-        "actions", "rollback", "P-cap-rb1", "--db", str(db)
-    )  # no key: filed, waiting for people
-    assert pending.returncode == 0 and "approve it: aiops actions approve P-cap-rb1-rb1" in pending.stdout
+    again = run_cli("actions", "rollback", "P-cap-rb1", "--db", str(db))  # a rollback of the rollback: filed,
+    assert (
+        again.returncode == 1
+        and "P-cap-rb1-rb1: denied: rate_limit: power limit changed 4 times" in " ".join(again.stdout.split())
+    )  # but node0/gpu1's limit changed 4 times this hour: the rate limit holds for rollbacks too
+
+    shown = mcp_reads(db, tmp_path)  # MCP: a read-only view of the rollbacks (no tool files or runs one)
+    rows = {r["proposal_id"]: r for r in shown["rollbacks"]["rollbacks"]}
+    assert rows["P-cap2-rb1"]["rolls_back"] == "P-cap2" and rows["P-cap2-rb1"]["status"] == "executed"
+    assert rows["P-cap2-rb1"]["original"]["parameters"] == {"power_limit_w": 500}
+    assert (rows["P-cap-rb1-rb1"]["status"], rows["P-cap-rb1-rb1"]["kind"]) == ("denied", "set_power_limit")
+    assert shown["breaker"]["limit"] == 2 and shown["lemons"] == {"components": []}
+
+
+def mcp_reads(db: Path, home: Path) -> dict[str, Any]:
+    """`aiops mcp --db DB` over stdio through the SDK's client: the rollbacks, breaker and lemons tools."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
+    env.update(HOME=str(home), AIOPS_CONFIG="")
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "aiops.cli.main", "mcp", "--db", str(db)], env=env
+    )
+    found: dict[str, Any] = {}
+
+    async def session_work() -> None:
+        async with stdio_client(params) as streams, ClientSession(*streams) as session:
+            await session.initialize()
+            for tool in ("rollbacks", "breaker", "lemons"):
+                result = await session.call_tool(tool, {})
+                assert not result.is_error, result.content[0].text
+                found[tool] = result.structured_content
+
+    anyio.run(session_work)
+    return found
 
 
 def scontrol_state(cluster: object, node: str) -> str:

@@ -155,9 +155,15 @@ def run_rollback(args: argparse.Namespace) -> int:
         f"{markup(done.original)}: rollback filed as {markup(', '.join(done.filed))} (origin rollback:{markup(done.original)})"
     )
     if signer is None:
+        refused = 0
         for pid in done.filed:
-            console.print(f"  approve it: aiops actions approve {markup(pid)} --key ~/.ssh/id_ed25519")
-        return 0
+            status, message = done.states.get(pid, ("pending", ""))
+            if status in ("pending", "approved"):
+                console.print(f"  approve it: aiops actions approve {markup(pid)} --key ~/.ssh/id_ed25519")
+            else:
+                console.print(f"  {markup(pid)}: [red]{markup(status)}[/]: {markup(message)}")
+                refused += 1
+        return 1 if refused else 0
     failed = 0
     for decision in done.decisions:
         outcome = decision.outcome

@@ -28,6 +28,7 @@ class RolledBack:
     original: str
     filed: list[str]
     decisions: list[Decision] = field(default_factory=list)  # with a signer: each rollback's approval and run
+    states: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (status, message) when filed
 
 
 def previous_state(result: dict[str, Any]) -> dict[str, Any]:
@@ -94,9 +95,11 @@ def rollback(
         attached = attach(store)
         guard = desk(store, attached, clock=clock)
         filed = file_rollback(guard, proposal_id, clock())
+        records = GuardrailRecords(store)
+        states = {pid: (r.status, r.message) for pid in filed if (r := records.proposal(pid)) is not None}
         decisions: list[Decision] = []
         if signer is None:
-            return RolledBack(proposal_id, filed)
+            return RolledBack(proposal_id, filed, states=states)
         for pid in filed:
             status = GuardrailRecords(store).proposal(pid)
             if status is not None and status.status not in ("pending", "approved"):
@@ -115,4 +118,4 @@ def rollback(
                 )
             else:
                 decisions.append(Decision(pid, auth, guard.execute(pid)))
-        return RolledBack(proposal_id, filed, decisions)
+        return RolledBack(proposal_id, filed, decisions, states)
