@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiops.report.period import Period
+from aiops.report.sections_safety import safety
 from aiops.runtime.world import attach, desk
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
@@ -147,6 +149,12 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
     assert sorted(r.proposal_id for r in executed) == ids[:5]
     verified = run_cli("audit", "verify", "--db", str(db))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    with Store(str(db), read_only=True) as store:  # the health report says what the breaker did
+        section = safety(store, Period(time.time() - 3600, time.time() + 60))
+    assert section is not None and section.lines == [
+        "18 proposal(s) waited on the circuit breaker, 1 signed override(s), 0 rollback(s) filed."
+    ]
+    assert section.tables[0].rows[0][1:4] == ("bob", "fleet", "3")
 
     # an override whose count is edited in the database: audit verify names it and the breaker ignores it
     forged = tmp_path / "forged.duckdb"

@@ -17,6 +17,9 @@ import pytest
 
 from aiops.memory.history import component_history
 from aiops.memory.lemon import lemon_ranking, lemon_score, rma_verdict
+from aiops.report.build import build_report
+from aiops.report.period import Period
+from aiops.report.render_md import render_md
 from aiops.runtime.world import attach, desk
 from aiops.scenarios import Scenario, parse_scenario
 from aiops.service.live import LiveDetection
@@ -157,3 +160,7 @@ def test_a_gpu_that_fails_the_same_way_three_times_goes_to_rma_on_the_third(
         ranking = lemon_ranking(store)
         assert [s.component for s in ranking[:2]] == [GPU, "node1"]
         assert all(s.component.startswith("node1") for s in ranking)  # nothing else failed
+
+        report = render_md(build_report(store, Period(run.world.now_ts_s - 86_400, run.world.now_ts_s + 1)))
+        section = report[report.index("Components to watch or take out of service") :]
+        assert "| node1/gpu1 | 5.0 | 3 | 2 | 0 | take out of service |" in section, section[:1500]
