@@ -106,7 +106,7 @@ class Response:
     url: str  # the URL that answered (after same-origin redirects), as sent: keep it out of errors
     status: int
     headers: Mapping[str, str]  # lowercased names
-    body: bytes
+    body: bytes | bytearray  # as read (not copied: an answer may be tens of MB)
     shown_url: str = ""  # the URL as errors show it
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
@@ -263,7 +263,7 @@ def _connection(
     return connection, target, sent
 
 
-def _read(reply: http.client.HTTPResponse, max_bytes: int, shown: str) -> bytes:
+def _read(reply: http.client.HTTPResponse, max_bytes: int, shown: str) -> bytearray:
     declared = reply.getheader("Content-Length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise OutboundError(shown, reply.status, f"the answer is larger than {max_bytes} bytes ({declared})")
@@ -271,7 +271,7 @@ def _read(reply: http.client.HTTPResponse, max_bytes: int, shown: str) -> bytes:
     while True:
         piece = reply.read1(min(READ_BYTES, max_bytes + 1 - len(body)))
         if not piece:
-            return bytes(body)
+            return body
         body += piece
         if len(body) > max_bytes:
             raise OutboundError(shown, reply.status, f"the answer is larger than {max_bytes} bytes")
