@@ -180,6 +180,19 @@ class DetectionConfig(_Section):
     replay_s: float = Field(default=1800.0, ge=0, le=86_400, description="history replayed at start")
 
 
+class SchedulerConfig(_Section):
+    """The scheduler that drains, requeues and restarts on this host (guardrails/routing.py routes to it)."""
+
+    kind: Literal["none", "slurm", "kubernetes"] = Field(
+        default="none", description="none: scheduler actions stand as tickets"
+    )
+    binaries: str = Field(default="", description="slurm: the folder of scontrol/sinfo; empty: PATH")
+    kubeconfig: str = Field(default="", description="kubernetes: a kubeconfig file; empty: in_cluster")
+    in_cluster: bool = Field(default=False, description="kubernetes: the pod's service account")
+    node_name: str = Field(default="", description="this host's name in the scheduler; empty: the hostname")
+    timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
+
+
 class FleetConfig(_Section):
     """`aiops fleet`: where the node agents' exports are read (docs/FLEET.md)."""
 
@@ -206,6 +219,9 @@ class FleetConfig(_Section):
         default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
     )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+    # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
+    # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
 
     @field_validator("node_url")
     @classmethod
@@ -235,19 +251,6 @@ class FleetConfig(_Section):
 class LanesConfig(_Section):
     dev: str = Field(default="", description="the NIC whose lanes the service watches; empty: none")
     netns: str = ""
-
-
-class SchedulerConfig(_Section):
-    """The scheduler that drains, requeues and restarts on this host (guardrails/routing.py routes to it)."""
-
-    kind: Literal["none", "slurm", "kubernetes"] = Field(
-        default="none", description="none: scheduler actions stand as tickets"
-    )
-    binaries: str = Field(default="", description="slurm: the folder of scontrol/sinfo; empty: PATH")
-    kubeconfig: str = Field(default="", description="kubernetes: a kubeconfig file; empty: in_cluster")
-    in_cluster: bool = Field(default=False, description="kubernetes: the pod's service account")
-    node_name: str = Field(default="", description="this host's name in the scheduler; empty: the hostname")
-    timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
 
 
 class NotifyConfig(_Section):

@@ -80,7 +80,8 @@ def pod_job(pod: Any) -> str:
 
 
 class KubernetesActuator:
-    """The `Actuator` protocol for drain_node and restart_job. `node`: this host's Kubernetes node name;
+    """The `Actuator` protocol for drain_node, resume_node and restart_job. `node`: this host's Kubernetes node
+    name ("" for the fleet's cluster-wide actuator: restart_job only, its pods found on every node);
     `component_of(target)`: the node name a target component means (default: the target itself)."""
 
     KINDS = KINDS
@@ -101,6 +102,9 @@ class KubernetesActuator:
 
     # -- reads -----------------------------------------------------------------------------------------------
     def _pods(self) -> list[Any]:
+        """The pods on this node; with no node (the fleet's cluster-wide actuator, restart_job only), all."""
+        if not self.node:
+            return list(self.api.list_pod_for_all_namespaces(_request_timeout=self.timeout_s).items or ())
         listed = self.api.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.node}", _request_timeout=self.timeout_s
         )
@@ -184,7 +188,7 @@ class KubernetesActuator:
 
     def _local(self, action: Action) -> None:
         node = self.component_of(action.target.split("/", 1)[0])
-        if action.kind in ("drain_node", "resume_node") and node != self.node:
+        if action.kind in ("drain_node", "resume_node") and (not self.node or node != self.node):
             raise LookupError(f"{action.target[:63]} is not this node ({self.node}): its own agent drains it")
 
     def _drain(self, action: Action, dry_run: bool) -> ActuationResult:
