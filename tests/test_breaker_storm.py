@@ -21,6 +21,8 @@ import yaml
 from aiops.report.period import Period
 from aiops.report.sections_safety import safety
 from aiops.runtime.world import attach, desk
+from aiops.service.breaker_metrics import BreakerMetrics
+from aiops.service.metrics import MetricsCache
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
 from guardrails.actions import Action
@@ -155,6 +157,18 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
         "18 proposal(s) waited on the circuit breaker, 1 signed override(s), 0 rollback(s) filed."
     ]
     assert section.tables[0].rows[0][1:4] == ("bob", "fleet", "3")
+    metrics = MetricsCache("node0")  # what the service exports for the chart's AiopsBreakerHolding alert
+    with Workspace(str(db), guardrails=keys.guardrails).read() as store:
+        BreakerMetrics(metrics).observe(
+            store, lambda: desk(store, attach(store, actuator="none")), time.time()
+        )
+    gauges = {name: value for name, (_, value) in metrics.gauges.items() if name.startswith("breaker_")}
+    assert gauges == {
+        "breaker_nodes": 24.0,
+        "breaker_nodes_out": 5.0,
+        "breaker_limit_nodes": 5.0,
+        "breaker_waiting_proposals": 15.0,
+    }
 
     # an override whose count is edited in the database: audit verify names it and the breaker ignores it
     forged = tmp_path / "forged.duckdb"

@@ -35,6 +35,7 @@ from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
+from aiops.service.breaker_metrics import BreakerMetrics
 from aiops.service.dispatch_in import DispatchInbox
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
@@ -140,6 +141,7 @@ class Service:
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
         self.responder = Responder(notify=on_event)
+        self.breaker = BreakerMetrics(self.metrics)  # the circuit breaker on /metrics (breaker_metrics.py)
         self.reports = ReportSchedule(
             config.report,
             config.store.path,
@@ -403,6 +405,7 @@ class Service:
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
+        self.breaker.observe(store, lambda: desk(store, attached), time.time())
         if self.slack is not None:
             self.slack.run_requested(store, attached)
 
