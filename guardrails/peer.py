@@ -13,6 +13,7 @@ The other tier's word is hostile data: parsed with bounds, its targets expanded 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -111,3 +112,25 @@ def record_history(
         record = ExecutionRecord(run.proposal_id, run.kind, run.target, scope.units, run.ts_s, run.parameters)
         new += records.record_peer(source, record, seen_ts_s)
     return new
+
+
+def counted_here(record: ExecutionRecord, topology: Topology) -> ExecutionRecord:
+    """A record the other tier exported per node (a drain) counted on the node's units, as this tier's are."""
+    if len(record.units) == 1:
+        (only,) = record.units
+        scope = topology.expand(only) if "/" not in only else None
+        if scope is not None and scope.kind == "node":
+            return dataclasses.replace(record, units=scope.units)
+    return record
+
+
+def history_here(
+    records: GuardrailRecords, given: Sequence[ExecutionRecord], topology: Topology, now_ts_s: float
+) -> tuple[ExecutionRecord, ...]:
+    """Every execution the rules count: `given` (the caller's context), this workspace's ledger, and the other
+    tier's runs as learnt; an action both tiers recorded (a dispatch) counts once, as this tier's."""
+    known = {r.proposal_id for r in given}
+    ledger = [r for r in records.history() if r.proposal_id not in known]
+    known |= {r.proposal_id for r in ledger}
+    peers = [counted_here(r, topology) for r in records.peer_history(now_ts_s) if r.proposal_id not in known]
+    return (*given, *ledger, *peers)

@@ -40,6 +40,7 @@ from guardrails.breaker_inputs import WAITING, BreakerInputs
 from guardrails.context import context_from_store
 from guardrails.decisions import signed_approvals, signed_payload
 from guardrails.executor import ExecutionOutcome, Executor
+from guardrails.peer import history_here
 from guardrails.policy import WAITING_RULES, Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
@@ -121,11 +122,7 @@ class Guardrails:
             base = self._context_for(now_ts_s)
         else:
             base = context_from_store(self.store, now_ts_s, registry=self.registry)
-        known = {r.proposal_id for r in base.history}
-        ledger = [r for r in self.records.history() if r.proposal_id not in known]
-        known |= {r.proposal_id for r in ledger}  # a dispatched action both tiers record counts once
-        peers = [r for r in self.records.peer_history(now_ts_s) if r.proposal_id not in known]
-        history = (*base.history, *ledger, *peers)
+        history = history_here(self.records, base.history, base.topology, now_ts_s)
         return self.breaker.enrich(Context(base.topology, base.gpus, history, now_ts_s, self.registry))
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
