@@ -17,7 +17,9 @@ people's SSH signatures, and this node checks everything itself, with its own co
   lets approve physical actions, inside its approval window (signed no later than now, expiring no later than
   the kind's approval lifetime after signing); a signature that does not hold refuses the whole dispatch;
 - enough distinct people (and keys) signed for the kind and its blast radius (the two-person rule);
-- the action passes this node's own guardrails (envelopes, bounds, rate limits) when filed here.
+- the action passes this node's own guardrails (envelopes, bounds, rate limits) when filed here; one its circuit
+  breaker holds (the scheduler's view counts more nodes out than the fleet knew) is answered 503 `breaker`
+  without being filed, so the fleet sends it again later (its retry with backoff).
 
 Then the proposal, each signed approval and the execution land in this node's audit chain, and it runs
 through `Guardrails.execute`, the one path to an actuator. Every refusal of a parsed dispatch is audited here
@@ -238,6 +240,8 @@ class NodeDispatch:
             )
             context = guard.context(now)
         validation = validate(action, context)
+        if validation.waiting:  # this node's count says wait (its scheduler's view): not filed, sent again later
+            raise DispatchRefused(503, "breaker", validation.message[:300])
         self._file(dispatch, digest, validation.ok, validation.message, validation.physical, needed, now)
         if not validation.ok:
             raise DispatchRefused(403, "validation", validation.message[:300])
