@@ -240,7 +240,9 @@ class NodeDispatch:
             )
             context = guard.context(now)
         validation = validate(action, context)
-        if validation.waiting:  # this node's count says wait (its scheduler's view): not filed, sent again later
+        if (
+            validation.waiting
+        ):  # this node's count says wait (its scheduler's view): not filed, sent again later
             raise DispatchRefused(503, "breaker", validation.message[:300])
         self._file(dispatch, digest, validation.ok, validation.message, validation.physical, needed, now)
         if not validation.ok:
