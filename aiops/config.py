@@ -178,6 +178,13 @@ class DetectionConfig(_Section):
         default=180.0, ge=10, le=86_400, description="an incident resolves after this quiet"
     )
     replay_s: float = Field(default=1800.0, ge=0, le=86_400, description="history replayed at start")
+    recurrence_s: float = Field(
+        default=86_400.0,
+        ge=0,
+        le=30 * 86_400,
+        description="a new incident of the same cause on the same component this soon after one resolved is "
+        "linked to it as its recurrence (recurrence_of); 0: never",
+    )
 
 
 class SchedulerConfig(_Section):
@@ -369,6 +376,12 @@ class AlertmanagerInConfig(_Section):
 
 class GuardrailsConfig(_Section):
     proposal_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    intended_ttl_s: float = Field(
+        default=72 * 3600.0,
+        gt=0,
+        le=365 * 86_400,
+        description="how long an executed action's state stays expected (not an incident) unless replaced",
+    )
     allowed_signers: str = Field(
         default="",
         description='OpenSSH allowed-signers file (namespaces="aiops-approval"); empty: nobody approves',

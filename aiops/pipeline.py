@@ -20,6 +20,7 @@ from aiops.playbooks import remediation_from_store
 from aiops.rca import diagnose, job_of
 from aiops.store import Store
 from guardrails.actions import Action
+from guardrails.intended import intended_state, restore_intended
 from guardrails.service import Filed, Guardrails
 
 
@@ -58,6 +59,8 @@ def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
     actions = remediation_from_store(
         store, top, job_of(store, diagnosis.incident, top), diagnosis.incident.last_ts_s
     )
+    # a limit moved away from what the product set goes back to that value, never undoing the product's cap
+    actions = restore_intended(actions, intended_state(store, diagnosis.incident.last_ts_s))
     return with_rma(store, diagnosis, actions)
 
 

@@ -58,6 +58,10 @@ EVENTS: tuple[str, ...] = (
     "breaker_override",
     # the rollback proposals filed for an executed action, on the original's trail (aiops/runtime/rollback.py)
     "rollback_filed",
+    # the closed loop (guardrails/supersede.py, aiops/runtime/outcomes.py): a proposal closed because the same
+    # action ran elsewhere (the other tier), and whether an executed action worked once its window passed
+    "supersede",
+    "outcome",
 )
 GENESIS_HASH = "0" * 64
 

@@ -29,6 +29,7 @@ STATUSES: tuple[str, ...] = (
     "refused",
     "failed",
     "expired",
+    "superseded",  # the same action ran under another proposal (the other tier's): guardrails/supersede.py
 )
 OPEN_STATUSES: tuple[str, ...] = ("pending", "approved")  # still waiting for people or for execution
 PEER_WINDOW_S = 7 * 86_400.0  # the other tier's executions older than this count for no rule
@@ -233,7 +234,8 @@ class GuardrailRecords:
             return False
         try:
             self.store.conn.execute(
-                "INSERT INTO executions VALUES (?, ?, ?, ?, ?, 'started', '{}')",
+                "INSERT INTO executions (proposal_id, kind, target, units, ts_s, status, result) "
+                "VALUES (?, ?, ?, ?, ?, 'started', '{}')",
                 [record.proposal_id, record.kind, record.target, sorted(record.units), record.ts_s],
             )
         except (duckdb.ConstraintException, duckdb.TransactionException):
@@ -251,6 +253,13 @@ class GuardrailRecords:
             "SELECT status, result, ts_s FROM executions WHERE proposal_id = ?", [proposal_id]
         ).fetchone()
         return {"status": row[0], "result": json.loads(row[1]), "ts_s": row[2]} if row else None
+
+    def stamp_data_ts(self, proposal_id: str, data_ts_s: float) -> None:
+        """When the execution ran on the telemetry's clock (the twin's runs faster than the wall clock `ts_s`
+        keeps): what intended state and effect checks date it by (guardrails/intended.py)."""
+        self.store.conn.execute(
+            "UPDATE executions SET data_ts_s = ? WHERE proposal_id = ?", [data_ts_s, proposal_id]
+        )
 
     def history(self) -> list[ExecutionRecord]:
         """Every claimed execution with its action's parameters (the breaker reads restart_job's `exclude`)."""

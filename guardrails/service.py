@@ -16,6 +16,9 @@ one execution ledger (so one rate ledger across every actor), one audit chain.
 - One person cannot approve a cross-rack change piecemeal: approving a physical action of a kind family
   (`set_power_limit`/`reset_power_limit`, ...) is refused when the same person approved, within the
   approval lifetime, another action of that family on another rack: together they would need two people.
+- An execution closes every other open proposal of the same action as `superseded` (guardrails/supersede.py:
+  the other tier's copy, a fleet's dispatch running what the node had pending) and, with `data_clock`, is
+  stamped on the telemetry's clock (what it set is intended state: guardrails/intended.py).
 - `standing`: an approved response policy (`guardrails.standing`); its automatic rules' actions then run
   without a person, inside their envelopes, through the same executor (the DCIM rounds pass it).
 """
@@ -53,6 +56,7 @@ from guardrails.signing import (
     require_class,
 )
 from guardrails.standing import PolicyBook, Standing
+from guardrails.supersede import supersede
 
 ContextFor = Callable[[float], Context]
 DEFAULT_PROPOSAL_TTL_S = 24 * 3600.0
@@ -98,8 +102,12 @@ class Guardrails:
         proposal_ttl_s: float = DEFAULT_PROPOSAL_TTL_S,
         verifier: Verifier | None = None,
         scheduler_view: Callable[[], SchedulerView | None] | None = None,
+        data_clock: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
+        # the telemetry's clock, when it is not `clock` (a twin runs `--speed` times faster than the wall): an
+        # execution is stamped with it, so what it set is dated as its samples are (guardrails/intended.py)
+        self.data_clock = data_clock
         self.registry = registry
         self.clock = clock
         self.records = GuardrailRecords(store)
@@ -403,6 +411,18 @@ class Guardrails:
         outcome = executor.execute(record.action, context, dry_run=dry_run)
         if outcome.status in ("executed", "failed"):
             self.records.set_status(proposal_id, outcome.status, now, outcome.message)
+        if outcome.status == "executed":
+            if self.data_clock is not None:
+                self.records.stamp_data_ts(proposal_id, self.data_clock())
+            supersede(  # the same action open under another id (the other tier's copy) has nothing left to do
+                self.records,
+                self.audit,
+                action_hash(record.action),
+                by=proposal_id,
+                where="here",
+                now_ts_s=now,
+                keep=proposal_id,
+            )
         elif outcome.status == "refused" and outcome.rule in WAITING_RULES:  # it waits: open, and says why
             self.records.set_status(proposal_id, record.status, now, WAITING + outcome.message)
         elif outcome.status == "refused" and outcome.rule != "approval":

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from aiops.detect.recurrence import recurrence_of
 from aiops.evidence.next_steps import steps_for
 from aiops.pipeline import stored_diagnoses
 from aiops.runtime.world import executors_here
@@ -134,7 +135,19 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
     clock = data_clock(store)
     if clock.is_wall:  # else the audit's times are another clock's: the audit log page shows them
         for row in (r for p in proposals for r in read_rows(store, proposal_id=p["id"])):
-            timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
+            if row.event != "outcome":  # shown below, on the incident's own clock
+                timeline.append(
+                    {"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor}
+                )
+    for o in store.query(  # did each action work (aiops/runtime/outcomes.py), on the telemetry's clock
+        "SELECT proposal_id, verdict, detail, checked_ts_s FROM action_outcomes WHERE incident_id = ?",
+        [incident_id],
+    ):
+        what = f"outcome {o['proposal_id']}: {o['verdict']}"
+        timeline.append({"ts_s": o["checked_ts_s"], "what": what, "detail": str(o["detail"])[:300]})
+    earlier = recurrence_of(store, incident_id)
+    if earlier is not None:
+        timeline.append({"ts_s": d.incident.opened_ts_s, "what": f"recurrence of {earlier}", "detail": ""})
     if d.incident.resolved_ts_s is not None:
         timeline.append({"ts_s": d.incident.resolved_ts_s, "what": "resolved", "detail": ""})
     timeline.sort(key=lambda e: e["ts_s"])

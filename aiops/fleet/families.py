@@ -40,6 +40,10 @@ LABELS: tuple[str, ...] = (
     "severity",
     "root_cause",
     "component",
+    "property",
+    "proposal_id",
+    "kind",
+    "action_hash",
     "instance",  # the scrape target's: which agent exported the series (aiops/fleet/names.py)
 )
 
@@ -119,6 +123,13 @@ NETDEV_COLUMNS: dict[str, str] = {
 }
 NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
 INCIDENTS = ("aiops_incident_opened_timestamp_seconds", "aiops_incident_confidence_ratio")
+# what each node's executed actions set (guardrails/intended.py): intended state on the fleet, and its copies of
+# those actions superseded (guardrails/supersede.py)
+INTENDED = (
+    "aiops_intended_state",
+    "aiops_intended_state_set_timestamp_seconds",
+    "aiops_intended_state_expiry_timestamp_seconds",
+)
 IB = (
     *(f"aiops_ib_{c}_total" for c in IB_COLUMNS),
     "aiops_ib_port_receive_bytes_total",
@@ -131,7 +142,18 @@ POSITIVE_GAUGES = ("aiops_gpu_clocks_event_reason", "aiops_gpu_nvml_error")
 REASON_SAMPLES = "aiops_gpu_clocks_event_samples_total"
 IDLE_REASON = "GpuIdle"
 
-ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *NETDEV, *IB, *INCIDENTS)
+ALL: tuple[str, ...] = (
+    *INFO,
+    *GPU_GAUGES,
+    *GPU_COUNTERS,
+    *NIC,
+    *JOB,
+    *HOST,
+    *NETDEV,
+    *IB,
+    *INCIDENTS,
+    *INTENDED,
+)
 
 
 def is_counter(name: str) -> bool:

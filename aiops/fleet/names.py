@@ -47,6 +47,11 @@ RULES: dict[str, str] = {
     "uuid": r"^[A-Za-z0-9-]{1,80}$",
     "dev": r"^[A-Za-z0-9_.:@-]{1,32}$",
     "device": r"^[A-Za-z0-9_.:@-]{1,64}$",
+    # what a node's executed actions set (aiops_intended_state*: guardrails/intended.py)
+    "property": r"^[a-z_]{1,40}(:[a-z]{1,16})?$",
+    "proposal_id": r"^[A-Za-z0-9_.:-]{1,80}$",
+    "kind": r"^[a-z_]{1,40}$",
+    "action_hash": r"^[0-9a-f]{64}$",
 }
 TEXT = r"^[\x20-\x7e]{1,256}$"  # every other label: printable ASCII, bounded
 # names the contract reserves: never a host (`fleet`, `rack<N>`), never a rack (`fleet`, `node<N>`)

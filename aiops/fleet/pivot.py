@@ -235,6 +235,24 @@ HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'
 """
 
 
+# What a node's executed actions set, once per (node, component, property, proposal): the first scrape that shows
+# it. A node speaks for its own components only (the topology it exported says which are its own); no value
+# sample means the default (a reset).
+INTENDED = f"""
+INSERT INTO intended_exports (node, component, property, value, proposal_id, kind, action_hash, set_ts_s,
+                              expires_ts_s, seen_ts_s)
+SELECT d.node, d.component, d.property, {_pick("aiops_intended_state")}, d.proposal_id, max(d.kind),
+       max(d.action_hash), {_pick("aiops_intended_state_set_timestamp_seconds")} AS set_ts_s,
+       {_pick("aiops_intended_state_expiry_timestamp_seconds")} AS expires_ts_s, min(d.ts_s)
+FROM fleet_d d JOIN topology t ON t.component = d.component AND t.node = d.node
+WHERE d.name IN {_in(f.INTENDED)} AND d.node <> '' AND d.property <> '' AND d.proposal_id <> ''
+  AND (d.node, d.component, d.property, d.proposal_id) NOT IN
+      (SELECT (node, component, property, proposal_id) FROM intended_exports)
+GROUP BY d.node, d.component, d.property, d.proposal_id
+HAVING set_ts_s IS NOT NULL AND expires_ts_s IS NOT NULL
+"""
+
+
 def statements() -> list[tuple[str, str]]:
     """(table, statement) in the order they run: inventory first (the samples join it)."""
     out = [("topology", s) for s in TOPOLOGY.split(";\n")]
@@ -251,5 +269,6 @@ def statements() -> list[tuple[str, str]]:
         ("netdev_samples", netdev_sql()),
         ("ib_port_samples", ib_sql()),
         ("node_incidents", NODE_INCIDENTS),
+        ("intended_exports", INTENDED),
     ]
     return out

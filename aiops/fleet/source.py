@@ -34,6 +34,7 @@ INVENTORY = (
     "lane_rules",
     "dcim_signals",
     "node_incidents",
+    "intended_exports",
 )  # only grow: new rows handed over
 SAMPLES = (
     "gpu_samples",

@@ -49,7 +49,16 @@ MAX_REASON_CHARS = 500
 PROPOSALS_PER_MINUTE = 30  # what one server files: each is a row and an audit event a person has to read
 REPORT_MEMORY_MB = 512
 REPORT_THREADS = 2
-PROPOSAL_STATUSES = ("pending", "approved", "denied", "rejected", "executed", "failed", "expired")
+PROPOSAL_STATUSES = (
+    "pending",
+    "approved",
+    "denied",
+    "rejected",
+    "executed",
+    "failed",
+    "expired",
+    "superseded",
+)
 
 
 def answer(payload: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,12 @@ class Attached:
     scheduler_view: Callable[[], SchedulerView | None] | None = None
 
     @property
+    def data_clock(self) -> Callable[[], float] | None:
+        """The telemetry's clock where it is not the wall clock: the twin's (it runs `--speed` times faster)."""
+        twin = self.twin
+        return None if twin is None else (lambda: twin.world.now_ts_s)
+
+    @property
     def executors(self) -> dict[str, str]:
         """kind -> the backend that executes it here, or "ticket"."""
         return executors_table(self.actuator)
@@ -311,6 +317,7 @@ def desk(
         clock=clock,
         standing=standing,
         scheduler_view=attached.scheduler_view,
+        data_clock=attached.data_clock,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aiops.detect.recurrence import recurrence_of
 from aiops.pipeline import stored_diagnoses
 from aiops.service.alerts_in import AlertInbox
 from aiops.store import Workspace
@@ -80,13 +81,22 @@ class Api:
     def incident(self, incident_id: str) -> dict[str, Any] | None:
         with self.workspace.read() as store:
             found = [d for d in stored_diagnoses(store) if d.incident.incident_id == incident_id]
-        if not found:
-            return None
-        d = found[0]
+            if not found:
+                return None
+            d = found[0]
+            loop = {  # what the service knows it did about it (docs/SERVICE.md "What the service knows it did")
+                "recurrence_of": recurrence_of(store, incident_id),
+                "outcomes": store.query(
+                    'SELECT proposal_id, step_id, verdict, "check", detail, checked_ts_s FROM action_outcomes '
+                    "WHERE incident_id = ? ORDER BY checked_ts_s, proposal_id",
+                    [incident_id],
+                ),
+            }
         return {
             **_incident_json(d),
             "symptoms": [s.model_dump() for s in d.incident.symptoms],
             "hypotheses": [h.model_dump() for h in d.hypotheses],
+            **loop,
         }
 
     def proposals(self) -> dict[str, Any]:

@@ -153,6 +153,10 @@ class MetricsCache(Collector):
             self.incidents = list(incidents)
             self.analyst.set_incidents(incidents)
 
+    def set_intended(self, intended: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.analyst.set_intended(intended)
+
     def inventory(self, topology: Sequence[Mapping[str, Any]], ranks: Sequence[Mapping[str, Any]]) -> None:
         """The store's topology and job_ranks rows: node → rack, GPU index and UUID, the jobs' ranks."""
         with self._lock:

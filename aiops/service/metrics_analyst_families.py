@@ -270,3 +270,33 @@ def node(s: AnalystExports) -> Iterable[Metric]:
             confidence.add_metric(labels, float(i["confidence"]))
     yield opened
     yield confidence
+
+
+INTENDED_KEYS = ["node", "component", "property", "proposal_id", "kind", "action_hash"]
+
+
+def intended(s: AnalystExports) -> Iterable[Metric]:
+    """What this node's executed actions set and still expect (guardrails/intended.py): the fleet reads it as
+    intended state (not a symptom) and closes its own open copy of the same action (`action_hash`)."""
+    value = _gauge(
+        "intended_state",
+        "the value an executed action set on a component's property (absent: put back to the default)",
+        INTENDED_KEYS,
+    )
+    set_at = _gauge(
+        "intended_state_set_timestamp_seconds", "when the action that set it ran (store clock)", INTENDED_KEYS
+    )
+    expiry = _gauge(
+        "intended_state_expiry_timestamp_seconds",
+        "when it stops being expected unless replaced (store clock)",
+        INTENDED_KEYS,
+    )
+    for i in s.intended:
+        labels = [s.node, *(str(i[k]) for k in INTENDED_KEYS[1:])]
+        if i.get("value") is not None:
+            value.add_metric(labels, float(i["value"]))
+        set_at.add_metric(labels, float(i["set_ts_s"]))
+        expiry.add_metric(labels, float(i["expires_ts_s"]))
+    yield value
+    yield set_at
+    yield expiry

@@ -1,7 +1,8 @@
 """What the service does when live detection reports a change: an incident that opened or gained new symptoms
 is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, the remediation
 is computed and filed as pending proposals (the pipeline's `remediate` and `file_remediation`, origin
-`service`); and people hear about it: opened, diagnosed (again when the top hypothesis changes), resolved.
+`service`), and an incident of the same cause on the same component as one resolved shortly before is linked to
+it as its recurrence (aiops/detect/recurrence.py); and people hear about it: opened, diagnosed (again when the top hypothesis changes), resolved.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiops.detect.incidents import Transition
+from aiops.detect.recurrence import link_recurrence
 from aiops.models import Diagnosis, Hypothesis, Incident
 from aiops.pipeline import file_remediation, remediate, save_hypotheses
 from aiops.rca import analyze
@@ -23,6 +25,9 @@ Notify = Callable[[Store, str, Incident, Hypothesis | None], None]
 @dataclass
 class Responder:
     notify: Notify | None = None
+    recurrence_s: float = (
+        86_400.0  # [detection] recurrence_s: link a repeat of a cause (aiops/detect/recurrence.py)
+    )
     tops: dict[str, tuple[str, str]] = field(default_factory=dict)  # incident id -> (root cause, component)
     diagnoses: int = 0
     filed: int = 0
@@ -51,6 +56,9 @@ class Responder:
             if self.tops.get(incident.incident_id) == key:
                 continue
             self.tops[incident.incident_id] = key
+            link_recurrence(
+                store, incident, top.root_cause, top.component, self.recurrence_s, incident.last_ts_s
+            )
             actions = remediate(store, diagnosis)
             if actions:
                 self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))

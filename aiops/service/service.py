@@ -4,7 +4,8 @@ The loop, each tick: step the twin (sim), collect from every source that is due 
 is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s`: ingest the batch in
 one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
-workspace acts on), queue notifications, investigate the alerts Alertmanager's webhook brought
+workspace acts on), judge what ran once its window passed and export what it set (closed_loop.py), queue
+notifications, investigate the alerts Alertmanager's webhook brought
 (alert_investigate.py), write the scheduled report when due ([report]), start a profiling run of this host's
 CUDA processes in a background thread when a diagnosis asks for one ([profile], profile_trigger.py); hourly: retention. Around it: the service lock and leases
 (aiops/service/owner.py), the one HTTP listener (metrics, health, API, the Alertmanager webhook, and the console
@@ -36,6 +37,7 @@ from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
 from aiops.service.breaker_metrics import BreakerMetrics
+from aiops.service.closed_loop import close_loop
 from aiops.service.dispatch_in import DispatchInbox
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
@@ -140,7 +142,7 @@ class Service:
                 self.slack.on_event(store, kind, incident, top)
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
-        self.responder = Responder(notify=on_event)
+        self.responder = Responder(notify=on_event, recurrence_s=config.detection.recurrence_s)
         self.breaker = BreakerMetrics(self.metrics)  # the circuit breaker on /metrics (breaker_metrics.py)
         self.reports = ReportSchedule(
             config.report,
@@ -372,10 +374,12 @@ class Service:
                 self._guarded("jobs", lambda: self._refresh_jobs(store))
             twin = self.sources.twin
             if twin is not None and self.sources.stepped_s:
+                twin.sync(store)  # what another process appended to its log first (its log is one order)
                 twin.log_steps(store, self.sources.stepped_s)
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
+                self._guarded("closed loop", lambda: self._close_loop(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
             if len(self.dispatches):
                 twin = self.sources.twin
@@ -408,6 +412,13 @@ class Service:
         self.breaker.observe(store, lambda: desk(store, attached), time.time())
         if self.slack is not None:
             self.slack.run_requested(store, attached)
+
+    def _close_loop(self, store: Store) -> None:
+        """Supersede what a node ran, judge what ran, export what this workspace set (closed_loop.py)."""
+        assert self.newest_ts_s is not None
+        done = close_loop(store, self.newest_ts_s, self.metrics.set_intended)
+        if done["superseded"] or done["outcomes"]:
+            log.info("closed loop", extra=done)
 
     def _investigate_alerts(self, store: Store) -> None:
         assert self.newest_ts_s is not None

@@ -639,6 +639,48 @@ CREATE TABLE IF NOT EXISTS rank_timing_samples (
 )
 """
 
+# The closed loop (guardrails/intended.py, aiops/runtime/outcomes.py): what the product knows it did.
+# `executions.data_ts_s`: when an action ran on the telemetry's clock (the twin's, `--speed` times faster than the
+# wall clock the ledger's ts_s keeps; NULL: the same clock, as on a real host). `intended_exports`: what the node
+# agents export as the state their executed actions set (`aiops_intended_state*`, read by `aiops fleet`), one row
+# per (node, component, property, proposal) the first scrape that showed it. `action_outcomes`: whether an executed
+# action worked, checked once its verify window passed (docs/GUARDRAILS.md "What the service knows it did").
+# `incident_links`: an incident that is a recurrence of an earlier one (same cause, same component).
+M022_CLOSED_LOOP = """
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS data_ts_s DOUBLE;
+CREATE TABLE IF NOT EXISTS intended_exports (
+    node VARCHAR NOT NULL,          -- the agent that exported it (its `node` label)
+    component VARCHAR NOT NULL,
+    property VARCHAR NOT NULL,      -- power_limit_w | sm_clock_max_mhz | drained | ...
+    value DOUBLE,                   -- NULL: the default (a reset)
+    proposal_id VARCHAR NOT NULL,   -- the node's proposal (or the fleet's, when dispatched)
+    kind VARCHAR NOT NULL,
+    action_hash VARCHAR NOT NULL,
+    set_ts_s DOUBLE NOT NULL,       -- when it ran, on the node's telemetry clock
+    expires_ts_s DOUBLE NOT NULL,
+    seen_ts_s DOUBLE NOT NULL       -- the scrape the fleet first read it at
+);
+CREATE TABLE IF NOT EXISTS action_outcomes (
+    proposal_id VARCHAR NOT NULL,
+    incident_id VARCHAR,
+    step_id VARCHAR,                -- a plan step's id (docs: plans), NULL otherwise
+    verdict VARCHAR NOT NULL,       -- worked | failed | unknown
+    checked_ts_s DOUBLE NOT NULL,   -- on the telemetry's clock
+    detail VARCHAR NOT NULL,        -- the check, its window and what it saw
+    "check" VARCHAR NOT NULL,       -- the check's name (aiops/detect/effects.py)
+    window_start_ts_s DOUBLE NOT NULL,
+    window_end_ts_s DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS incident_links (
+    incident_id VARCHAR NOT NULL,
+    recurrence_of VARCHAR NOT NULL, -- the earlier incident of the same cause on the same component
+    root_cause VARCHAR NOT NULL,
+    component VARCHAR NOT NULL,
+    gap_s DOUBLE NOT NULL,          -- from the earlier one's resolution to this one's opening
+    ts_s DOUBLE NOT NULL
+)
+"""
+
 # Executions the other tier ran (guardrails.peer): what a fleet learns of its node agents' executions from their
 # exports, and what a node learns of the fleet's from a dispatch; rate limits and the circuit breaker count them
 # beside this workspace's own ledger. Hostile data from another process: it can only make a rule stricter.
@@ -678,6 +720,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
+    Migration(22, "closed_loop", _sql(M022_CLOSED_LOOP)),
     Migration(24, "peer_executions", _sql(M024_PEER_EXECUTIONS)),
 )
 
