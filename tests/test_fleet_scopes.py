@@ -266,3 +266,41 @@ def test_a_kubernetes_job_restarts_on_every_node_from_the_fleet(tmp_path: Path) 
     assert "trainer-0" not in names and "trainer-1" not in names and "other" in names
     deleted = [r["path"] for r in cluster.requests if r["method"] == "DELETE"]
     assert sorted(deleted) == ["/api/v1/namespaces/ml/pods/trainer-0", "/api/v1/namespaces/ml/pods/trainer-1"]
+
+
+def test_the_fleet_counts_what_its_nodes_exported_as_run(tmp_path: Path) -> None:
+    """The other direction: the nodes' executions, as the fleet read them from their intended-state exports
+    (`intended_exports`, the closed loop's table), count for the fleet's rate limits and breaker."""
+    keys = make_keys(tmp_path / "keys", ("alice",))
+    guardrails = keys.guardrails.model_copy(update={"breaker": BreakerConfig(min_nodes=1)})
+    workspace = fleet_workspace(tmp_path / "fleet.duckdb", guardrails)
+    now = time.time()
+    with workspace.write() as store:
+        rows = [
+            (
+                "node0",
+                "node0/gpu1",
+                "power_limit_w",
+                650.0 - 10 * i,
+                f"n0-cap{i}",
+                "set_power_limit",
+                now - 900 + i,
+            )
+            for i in range(4)
+        ]
+        rows.append(("node1", "node1", "drained", 1.0, "n1-drain", "drain_node", now - 300))
+        for node, component, prop, value, pid, kind, ts in rows:
+            store.conn.execute(
+                "INSERT INTO intended_exports VALUES (?, ?, ?, ?, ?, ?, 'h', ?, ?, ?)",
+                [node, component, prop, value, pid, kind, ts, ts + 86_400, ts + 15],
+            )
+        guard = Guardrails(store)
+        capped = guard.propose(act("P-fleet-cap", "set_power_limit", "node0/gpu1", power_limit_w=600))
+        drained = guard.propose(act("P-fleet-drain", "drain_node", "node0"))
+        other = guard.propose(act("P-fleet-cap2", "set_power_limit", "node0/gpu2", power_limit_w=600))
+    assert capped.status == "denied" and "power limit changed 4 times on node0/gpu1" in capped.message
+    assert drained.status == "pending" and drained.message.startswith(
+        "breaker: taking node0 out would make 2 of 2 nodes out of service"
+    )
+    assert "node1 (drain_node n1-drain)" in drained.message
+    assert other.status == "pending" and other.message == "ok"
