@@ -274,7 +274,7 @@ class GuardrailRecords:
     def peer_history(self, now_ts_s: float, window_s: float = PEER_WINDOW_S) -> list[ExecutionRecord]:
         """What the other tier executed in the last `window_s`, as learnt here: the fleet's runs a dispatch
         brought (m024 `peer_executions`), and on a fleet the nodes' executions their intended-state export showed
-        (the closed loop's `intended_exports`, where that table exists: one record per component it set)."""
+        (the closed loop's `intended_exports`, m022: one record per component it set)."""
         since = now_ts_s - window_s
         rows = self.store.conn.execute(
             "SELECT source, proposal_id, kind, target, units, ts_s, parameters FROM peer_executions "
@@ -285,26 +285,25 @@ class GuardrailRecords:
             ExecutionRecord(r[1], r[2], r[3], frozenset(r[4]), float(r[5]), _json_object(r[6]), str(r[0]))
             for r in rows
         ]
-        exported = self.store.conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'intended_exports'"
-        ).fetchone()
-        if exported and exported[0]:
-            for node, component, proposal_id, kind, set_ts_s in self.store.conn.execute(
+        exported = (
+            self.store.conn.execute(  # a fleet's: what each node's export showed it ran (none on a node)
                 "SELECT DISTINCT node, component, proposal_id, kind, set_ts_s FROM intended_exports "
                 "WHERE set_ts_s > ? AND set_ts_s <= ? ORDER BY set_ts_s",
                 [since, now_ts_s],
-            ).fetchall():
-                out.append(
-                    ExecutionRecord(
-                        str(proposal_id),
-                        str(kind),
-                        str(component),
-                        frozenset({str(component)}),
-                        float(set_ts_s),
-                        {},
-                        f"node:{node}",
-                    )
-                )
+            ).fetchall()
+        )
+        out += [
+            ExecutionRecord(
+                str(pid),
+                str(kind),
+                str(component),
+                frozenset({str(component)}),
+                float(ts),
+                {},
+                f"node:{node}",
+            )
+            for node, component, pid, kind, ts in exported
+        ]
         return out
 
     def record_peer(self, source: str, record: ExecutionRecord, seen_ts_s: float) -> bool:

@@ -3,8 +3,8 @@
 - failures: every incident whose top hypothesis names the component (a node: it or one of its GPUs or NICs),
   with the cause, when it opened and resolved;
 - actions: every executed proposal on it (a GPU: on it or on its node; a node: on it or anything of it), when it
-  ran on the telemetry's clock (`executions.data_ts_s` where the closed loop stamps it, else the ledger's time),
-  and its verified outcome (`action_outcomes`, where the closed loop wrote one: worked | failed | unknown);
+  ran on the telemetry's clock (`executions.data_ts_s` where the closed loop stamped it, else the ledger's time),
+  and its verified outcome (the closed loop's `action_outcomes`: worked | failed | unknown; none yet: unchecked);
 - repeats: a failure of a cause that had failed on the component before, with a repair between (`gpu_reset`,
   `reboot_node`): the repair did not hold.
 Times are seconds since the epoch on the telemetry's clock (the twin's, in a simulation). Hostile text (titles,
@@ -121,19 +121,6 @@ class ComponentHistory:
         return sorted(rows, key=lambda r: (r["ts_s"], r["what"]))
 
 
-def _has_table(store: Store, table: str) -> bool:
-    return bool(store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]))
-
-
-def _has_column(store: Store, table: str, column: str) -> bool:
-    return bool(
-        store.scalar(
-            "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
-            [table, column],
-        )
-    )
-
-
 def _covers(column: str, component: str) -> tuple[str, list[Any]]:
     """SQL naming `component`, its node (a GPU's or NIC's), or anything of it (a node's)."""
     if "/" in component:
@@ -167,13 +154,10 @@ def failures_of(store: Store, component: str, since_ts_s: float) -> list[Failure
 
 def actions_on(store: Store, component: str, since_ts_s: float) -> list[Act]:
     """Executed (or failed) proposals on the component, its node or anything of it, oldest first."""
-    when = "coalesce(e.data_ts_s, e.ts_s)" if _has_column(store, "executions", "data_ts_s") else "e.ts_s"
-    outcomes = _has_table(store, "action_outcomes")
+    when = "coalesce(e.data_ts_s, e.ts_s)"
     outcome_sql = (
         "(SELECT o.verdict FROM action_outcomes o WHERE o.proposal_id = e.proposal_id "
         "ORDER BY o.checked_ts_s DESC LIMIT 1)"
-        if outcomes
-        else "NULL"
     )
     where, params = _covers("e.target", component)
     rows = store.query(
@@ -198,8 +182,6 @@ def actions_on(store: Store, component: str, since_ts_s: float) -> list[Act]:
 
 def recurrences_of(store: Store, component: str) -> list[dict[str, Any]]:
     """The closed loop's links of an incident to the earlier one of the same cause on the component."""
-    if not _has_table(store, "incident_links"):
-        return []
     where, params = _covers("component", component)
     return store.query(f"SELECT * FROM incident_links WHERE {where} ORDER BY ts_s", params)
 
