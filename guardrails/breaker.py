@@ -166,6 +166,11 @@ def out_of_service(
     return out
 
 
+def nodes_known(topology: Topology, view: SchedulerView | None) -> int:
+    """Every node the topology or the scheduler knows (the fleet's limit is a share of them)."""
+    return len(set(topology.node_gpus) | set(view.states if view is not None else ()))
+
+
 def _lift(overrides: Sequence[Override], now_ts_s: float, target: str) -> tuple[int, list[str]]:
     """How many more nodes active overrides allow on `target`: on a rack, its own and the fleet's; on the
     fleet, every override (a rack's lifts the fleet's limit too). With their ids."""
@@ -214,8 +219,7 @@ def check(
     if not new:
         return None  # every node it touches is out already: nothing more leaves service
     after = set(out) | new
-    known = set(topology.node_gpus) | set(view.states if view is not None else ())
-    total = max(len(known), 1)
+    total = max(nodes_known(topology, view), 1)
     lift, ids = _lift(overrides, now_ts_s, "fleet")
     limit = policy.fleet_limit(total) + lift
     window = f"{policy.window_s:g} s"
@@ -283,8 +287,7 @@ def snapshot(
     now_ts_s: float,
 ) -> Snapshot:
     out = out_of_service(history, view, topology, now_ts_s, policy.window_s)
-    known = set(topology.node_gpus) | set(view.states if view is not None else ())
-    total = len(known)
+    total = nodes_known(topology, view)
     active = tuple(o for o in overrides if o.active(now_ts_s))
     racks = tuple(
         RackCount(

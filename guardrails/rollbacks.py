@@ -77,6 +77,23 @@ def _power(
     ]
 
 
+def _node_service(original: Action, previous: Mapping[str, Any]) -> Restore:
+    """A drain's rollback resumes the node, a resume's drains it again: unless it was so already before."""
+    was = previous.get("drained", previous.get("drain", previous.get("unschedulable")))
+    draining = original.kind == "drain_node"
+    if was is None and draining:
+        raise GuardrailError("rollback", f"{original.proposal_id}: the node's state before was not recorded")
+    if bool(was) == draining:
+        state = "drained" if draining else "in service"
+        raise GuardrailError(
+            "rollback", f"{original.target} was {state} before {original.proposal_id}: nothing to undo"
+        )
+    reason = {"reason_code": f"rollback {original.proposal_id}"[:64]}
+    if draining:
+        return Restore("resume_node", original.target, reason, "in service")
+    return Restore("drain_node", original.target, reason, "drained")
+
+
 def restores_of(
     original: Action, previous: Mapping[str, Any], topology: Topology, gpus: Mapping[str, GpuPower]
 ) -> list[Restore]:
@@ -84,38 +101,8 @@ def restores_of(
     kind = original.kind
     if kind in ("set_power_limit", "reset_power_limit"):
         return _power(original, previous, topology, gpus)
-    if kind == "drain_node":
-        was = previous.get("drained", previous.get("drain", previous.get("unschedulable")))
-        if was is None:
-            raise GuardrailError(
-                "rollback", f"{original.proposal_id}: the node's state before was not recorded"
-            )
-        if was:
-            raise GuardrailError(
-                "rollback", f"{original.target} was drained before {original.proposal_id}: nothing to undo"
-            )
-        return [
-            Restore(
-                "resume_node",
-                original.target,
-                {"reason_code": f"rollback {original.proposal_id}"[:64]},
-                "in service",
-            )
-        ]
-    if kind == "resume_node":
-        was = previous.get("drained", previous.get("drain", previous.get("unschedulable")))
-        if not was:
-            raise GuardrailError(
-                "rollback", f"{original.target} was in service before {original.proposal_id}: nothing to undo"
-            )
-        return [
-            Restore(
-                "drain_node",
-                original.target,
-                {"reason_code": f"rollback {original.proposal_id}"[:64]},
-                "drained",
-            )
-        ]
+    if kind in ("drain_node", "resume_node"):
+        return [_node_service(original, previous)]
     if kind == "set_cooling_state":
         fraction = _number(previous.get("cooling_fraction"))
         if fraction is None:

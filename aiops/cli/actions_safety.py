@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from aiops.cli.analyze_prometheus import duration_s
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.runtime.rollback import rollback
-from aiops.runtime.safety import breaker_state, override, waiting_on_breaker
+from aiops.runtime.safety import breaker_state, override, state_json, waiting_on_breaker
 from aiops.text import markup, plural, terminal, when
-from guardrails.breaker import Snapshot
 from guardrails.signing import configured_signer
 
 KEY_HELP = (
@@ -56,38 +54,12 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     undo.set_defaults(func=run_rollback)
 
 
-def snapshot_json(state: Snapshot, waiting: list[str]) -> dict[str, Any]:
-    return {
-        "enabled": state.enabled,
-        "nodes": state.nodes,
-        "limit": state.limit,
-        "at_limit": state.at_limit,
-        "out": [{"node": n, "why": why} for n, why in state.out.items()],
-        "racks": [{"rack": r.rack, "nodes": r.nodes, "out": r.out, "limit": r.limit} for r in state.racks],
-        "overrides": [
-            {
-                "override_id": o.override_id,
-                "target": o.target,
-                "count": o.count,
-                "approver": o.approver,
-                "ts_s": o.ts_s,
-                "expires_ts_s": o.expires_ts_s,
-                "reason": o.reason,
-            }
-            for o in state.overrides
-        ],
-        "scheduler": state.view_source,
-        "scheduler_error": state.view_error,
-        "waiting": waiting,
-    }
-
-
 def run_breaker(args: argparse.Namespace) -> int:
     with configured_workspace(args.db, cli_config(args)).require().read() as store:
         state = breaker_state(store)
         waiting = waiting_on_breaker(store)
     if args.json:
-        print(json.dumps(snapshot_json(state, waiting), indent=2))
+        print(json.dumps(state_json(state, waiting), indent=2))
         return 0
     console = terminal()
     if not state.enabled:

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiops.memory.lemon import lemon_ranking
 from aiops.runtime.rollback import ORIGIN
-from aiops.runtime.safety import breaker_state, waiting_on_breaker
+from aiops.runtime.safety import breaker_state, state_json, waiting_on_breaker
 from aiops.store import Store
 from guardrails.context import topology_from_store
 from guardrails.records import GuardrailRecords
@@ -50,29 +50,7 @@ def rollbacks(store: Store) -> dict[str, Any]:
 
 
 def breaker(store: Store) -> dict[str, Any]:
-    state = breaker_state(store)
-    return {
-        "enabled": state.enabled,
-        "nodes": state.nodes,
-        "limit": state.limit,
-        "at_limit": state.at_limit,
-        "out": [{"node": n, "why": why} for n, why in list(state.out.items())[:MAX_ROWS]],
-        "racks": [{"rack": r.rack, "nodes": r.nodes, "out": r.out, "limit": r.limit} for r in state.racks],
-        "overrides": [
-            {
-                "override_id": o.override_id,
-                "target": o.target,
-                "count": o.count,
-                "approver": o.approver,
-                "expires_ts_s": o.expires_ts_s,
-                "reason": o.reason,
-            }
-            for o in state.overrides
-        ],
-        "scheduler": state.view_source,
-        "scheduler_error": state.view_error,
-        "waiting": waiting_on_breaker(store)[:MAX_ROWS],
-    }
+    return state_json(breaker_state(store), waiting_on_breaker(store))
 
 
 def lemons(store: Store) -> dict[str, Any]:

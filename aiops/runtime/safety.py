@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiops.runtime.world import attach, desk
 from aiops.store import Store, Workspace
@@ -91,3 +92,30 @@ def override(
         approved = {r.proposal_id for r in guard.records.proposals("approved")}
         outcomes = [guard.execute(pid) for pid in waiting_on_breaker(store) if pid in approved]
         return Overridden(lifted, outcomes)
+
+
+def state_json(state: Snapshot, waiting: list[str]) -> dict[str, Any]:
+    """The breaker as plain data (`aiops actions breaker --json`, MCP's `breaker`)."""
+    return {
+        "enabled": state.enabled,
+        "nodes": state.nodes,
+        "limit": state.limit,
+        "at_limit": state.at_limit,
+        "out": [{"node": n, "why": why} for n, why in state.out.items()],
+        "racks": [{"rack": r.rack, "nodes": r.nodes, "out": r.out, "limit": r.limit} for r in state.racks],
+        "overrides": [
+            {
+                "override_id": o.override_id,
+                "target": o.target,
+                "count": o.count,
+                "approver": o.approver,
+                "ts_s": o.ts_s,
+                "expires_ts_s": o.expires_ts_s,
+                "reason": o.reason,
+            }
+            for o in state.overrides
+        ],
+        "scheduler": state.view_source,
+        "scheduler_error": state.view_error,
+        "waiting": waiting,
+    }
