@@ -170,6 +170,14 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
         "breaker_waiting_proposals": 15.0,
     }
 
+    # the service retries a waiting proposal at every flush: the same wait is audited once, not every time
+    with Workspace(str(db), guardrails=keys.guardrails).write() as store:
+        guard = desk(store, attach(store))
+        first = guard.execute(ids[10])
+        rows = len(read_rows(store))
+        again = guard.execute(ids[10])
+        assert (first.rule, again.rule) == ("breaker", "breaker") and len(read_rows(store)) == rows
+
     # an override whose count is edited in the database: audit verify names it and the breaker ignores it
     forged = tmp_path / "forged.duckdb"
     shutil.copy(db, forged)
