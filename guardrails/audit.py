@@ -53,8 +53,11 @@ EVENTS: tuple[str, ...] = (
     "dispatch_result",
     # a digital proposal someone asked to run from chat, with the verified request (aiops/service/slack_actions.py)
     "chat_request",
-    # a person's signed lift of the circuit breaker's limit (guardrails.overrides); a proposal that waits on the
-    # breaker, once per reason (guardrails.service)
+    # incidents and paging (aiops/service/live.py, aiops/store/maintenance.py): legacy incident ids qualified
+    # with the tier's prefix (the old -> new mapping); a maintenance window or silence added or ended
+    "incident_ids",
+    "maintenance",
+    # a person's signed lift of the circuit breaker's limit (guardrails.overrides)
     "breaker_override",
     # the rollback proposals filed for an executed action, on the original's trail (aiops/runtime/rollback.py)
     "rollback_filed",

@@ -2,7 +2,7 @@
 
 - The fleet sends, with each dispatch, what its own ledger ran on the receiving node in the last hour
   (`history_for`): the fleet's scheduler actions, the other nodes' parts of a rack's cap, earlier dispatches.
-  The node keeps them (`record_history`, m024 `peer_executions`, source `fleet:<name>`) and its validation counts
+  The node keeps them (`record_history`, m027 `peer_executions`, source `fleet:<name>`) and its validation counts
   them beside its own ledger (`GuardrailRecords.peer_history`).
 - The fleet learns what each node ran from the node's export of the state its executed actions set (the closed
   loop's `aiops_intended_state*` family, read into `intended_exports`): `GuardrailRecords.peer_history` reads

@@ -273,7 +273,7 @@ class GuardrailRecords:
 
     def peer_history(self, now_ts_s: float, window_s: float = PEER_WINDOW_S) -> list[ExecutionRecord]:
         """What the other tier executed in the last `window_s`, as learnt here: the fleet's runs a dispatch
-        brought (m024 `peer_executions`), and on a fleet the nodes' executions their intended-state export showed
+        brought (m027 `peer_executions`), and on a fleet the nodes' executions their intended-state export showed
         (the closed loop's `intended_exports`, m022: one record per component it set)."""
         since = now_ts_s - window_s
         rows = self.store.conn.execute(

@@ -34,6 +34,7 @@ from typing import Any
 
 from aiops.errors import GuardrailError, SignatureRefused
 from aiops.store import Store
+from aiops.store.maintenance import active_windows
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
 from guardrails.approvals import ApprovalBook, Authorisation, Rejection
@@ -131,7 +132,9 @@ class Guardrails:
         else:
             base = context_from_store(self.store, now_ts_s, registry=self.registry)
         history = history_here(self.records, base.history, base.topology, now_ts_s)
-        return self.breaker.enrich(Context(base.topology, base.gpus, history, now_ts_s, self.registry))
+        windows = (*base.maintenance, *active_windows(self.store, now_ts_s))  # the workspace's, always
+        context = Context(base.topology, base.gpus, history, now_ts_s, self.registry, windows)
+        return self.breaker.enrich(context)
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
         """The approvals the signed audit events of this proposal hold (not the `approvals` table); the

@@ -132,9 +132,16 @@ def assert_valid_strict(objects: list[dict[str, Any]], version: str, tmp_path: P
     assert "WARN" not in output and "ERROR" not in output, output
 
 
-def prometheus_config(tmp_path: Path, target_port: int, job: str) -> Path:
+# What these helpers run: one node agent, no fleet. The chart renders its rules for that (a node's incident pages
+# at once: no fleet will cover it; with a fleet it waits `nodeIncidentFor` for the fleet, tests/test_pages_live.py).
+NO_FLEET: dict[str, Any] = {"fleet": {"enabled": False}}
+
+
+def prometheus_config(
+    tmp_path: Path, target_port: int, job: str, values: dict[str, Any] | None = None
+) -> Path:
     rules = tmp_path / "rules.yml"
-    rules.write_text(yaml.safe_dump(rule_groups(render())))
+    rules.write_text(yaml.safe_dump(rule_groups(render(NO_FLEET if values is None else values))))
     config = tmp_path / "prometheus.yml"
     config.write_text(
         yaml.safe_dump(

@@ -28,7 +28,7 @@ from aiops.cli.main import build_parser
 from aiops.config import Config, load_config_file, parse_listen
 from aiops.config_chatops import check_users
 from aiops.errors import ConfigError
-from aiops.service.notify import Notifier
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.k8s_helpers import K8S_VERSIONS, assert_valid_strict, one, render
 
@@ -104,7 +104,9 @@ def test_the_fleet_config_is_accepted_and_names_mounted_secret_keys(
         slack.signing_secret_file: VALUES["chatops"]["slack"]["signingSecret"],
         slack.bot_token_file: VALUES["chatops"]["slack"]["botToken"],
         oidc.client_secret_file: VALUES["console"]["oidc"]["clientSecret"],
+        config.notify.ticket.token_file: VALUES["notify"]["ticket"]["token"],
     }
+    assert config.notify.ticket.kind == "jira" and config.notify.ticket.project == "OPS"
     for file, ref in expected.items():
         assert mounted_key(spec, "fleet", file) == (ref["existingSecret"], ref["key"], 0o400), file
     # What the fleet checks when it starts: every Slack principal is an approver (else exit 2) ...
@@ -225,6 +227,7 @@ def test_with_the_values_off_nothing_of_theirs_is_rendered(tmp_path: Path) -> No
     names = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
     assert names == sorted(
         [
+            ("ConfigMap", "aiops-alertmanager-inhibit"),  # the alerts' inhibition rules (monitoring)
             ("ConfigMap", "aiops-fleet"),
             ("ConfigMap", "aiops-node"),
             ("DaemonSet", "aiops-node"),

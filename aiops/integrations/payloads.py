@@ -7,9 +7,9 @@
 - `alertmanager_alerts`: the body of Alertmanager's `POST /api/v2/alerts` (a list of alerts), labelled so
   existing routes match (`alertname="AiopsIncident"`, `incident_id`, `severity`, `node`, `root_cause`,
   `component`);
-- `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/service/notify_report.py);
+- `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/integrations/report.py);
 - `SINK_FORMATS`: the registry of sink kinds, each kind's incident body and report body (or none); PagerDuty's
-  (notify_pagerduty.py) and Teams' (notify_teams.py) bodies live in modules of their own.
+  (pagerduty.py) and Teams' (teams.py) bodies live in modules of their own.
 
 An Alertmanager alert is identified by its label set, and `root_cause`/`component` are labels: a diagnosis
 that changes them starts a new alert, so the body also ends (`endsAt`) the label sets this sink was sent
@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from aiops.integrations.event import IncidentEvent, rfc3339
+from aiops.integrations.pagerduty import pagerduty_body, with_routing_key
+from aiops.integrations.teams import teams_body, teams_report_body
 from aiops.report.text import utc
-from aiops.service.notify_event import IncidentEvent, rfc3339
-from aiops.service.notify_pagerduty import pagerduty_body, with_routing_key
-from aiops.service.notify_teams import teams_body, teams_report_body
 
 if TYPE_CHECKING:
     from aiops.report.write import Written
@@ -34,7 +34,7 @@ SinkKind = Literal["json", "slack", "alertmanager", "pagerduty", "teams"]
 PAYLOAD_VERSION = 1
 ALERT_NAME = "AiopsIncident"
 UNDIAGNOSED = "undiagnosed"  # the root_cause label before the analyst has a hypothesis
-REPORT_EVENT = "report"  # the event of a scheduled report's headline (aiops/service/notify_report.py)
+REPORT_EVENT = "report"  # the event of a scheduled report's headline (aiops/integrations/report.py)
 
 # Slack's limits (https://api.slack.com/reference/block-kit/blocks#section): section text 3000 characters,
 # context text 2000; we stay well inside them so a hostile title cannot make Slack reject the message.
@@ -60,6 +60,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "id": event.incident_id,
             "title": event.title,
             "severity": event.severity,
+            "impact": event.impact,
             "components": list(event.components),
             "node": event.node,
             "opened_ts_s": event.opened_ts_s,
@@ -68,6 +69,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "opened_at": rfc3339(event.opened_ts_s),
             "resolved_at": None if event.resolved_ts_s is None else rfc3339(event.resolved_ts_s),
             "link": event.link,
+            "console_link": event.console_link,
         },
         "top_hypothesis": None
         if top is None
@@ -110,6 +112,8 @@ def slack_body(event: IncidentEvent) -> dict[str, Any]:
         f"*Components:* {slack_escape(', '.join(event.components), _SLACK_LIST_CHARS)}",
         f"*Opened:* {rfc3339(event.opened_ts_s)}",
     ]
+    if event.impact:
+        facts.insert(1, f"*Impact:* {slack_escape(event.impact, 300)}")
     if event.resolved_ts_s is not None:
         facts.append(f"*Resolved:* {rfc3339(event.resolved_ts_s)}")
     blocks: list[dict[str, Any]] = [
@@ -124,10 +128,11 @@ def slack_body(event: IncidentEvent) -> dict[str, Any]:
         )
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": diagnosis}})
     # The link is shown as text, never as a <url|label> link: its text is ours, but Slack makes URLs clickable.
+    # The console's incident page when one is configured, else the service's API.
     blocks.append(
         {
             "type": "context",
-            "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.link, 500)}"}],
+            "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.shown_link, 500)}"}],
         }
     )
     return {"text": f"{verb} [{severity}] {title}", "blocks": blocks}
@@ -177,7 +182,9 @@ def alertmanager_alerts(
         if top
         else "not diagnosed yet"
     )
-    annotations = {"summary": event.title, "description": description, "link": event.link}
+    annotations = {"summary": event.title, "description": description, "link": event.shown_link}
+    if event.impact:
+        annotations["impact"] = event.impact
 
     def alert(label_set: Mapping[str, str], ends_ts_s: float | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -198,7 +205,7 @@ def alertmanager_alerts(
     return [alert(labels, None), *(alert(label_set, event.event_ts_s) for label_set in superseded)]
 
 
-# -- scheduled reports (aiops/service/notify_report.py) ---------------------------------------------------------
+# -- scheduled reports (aiops/integrations/report.py) ---------------------------------------------------------
 
 
 def report_json_body(written: Written, key: str, link: str, node: str) -> dict[str, Any]:

@@ -1,15 +1,19 @@
 """PagerDuty's Events API v2 (`POST https://events.pagerduty.com/v2/enqueue`, docs/NOTIFY.md): the body for an
 incident event, a pure function of the `IncidentEvent` and the bodies this sink was sent for the incident
-before, and the routing key that is added to it only as it leaves (`with_routing_key`, in `notify_http.send`).
+before, and the routing key that is added to it only as it leaves (`with_routing_key`, in `transport.send`).
 
-- opened -> `trigger`; diagnosed -> `acknowledge` (a `trigger` carrying the diagnosis when nothing was
-  triggered for the incident yet, as an alert investigation that starts diagnosed); resolved -> `resolve`.
-- One `dedup_key` per incident, `aiops/<node>/<incident_id>`: the same for its three events and after a
-  restart (incident ids are numbered per node, so the node keeps two nodes' INC-0001 apart).
+- opened -> `trigger`; diagnosed -> `trigger` again under the same `dedup_key`, carrying the diagnosis, its
+  evidence and the console link: the Events API's documented way to update an open alert ("send PagerDuty a
+  trigger event to report a new problem, or update an ongoing problem"; a 202 means "an alert has been created
+  or updated": PagerDuty/api-schema, reference/events-v2/openapiv3.json). Never `acknowledge`: that is a
+  person's word in PagerDuty, and sent by a machine it stops the escalation with nobody on it. resolved ->
+  `resolve`.
+- One `dedup_key` per incident, `aiops/<node>/<incident_id>`, the same for all its events and after a restart;
+  an incident that already has bodies in the queue keeps the key its first one carried (an incident open
+  across the upgrade that qualified its id is updated and resolved under the key it was triggered with).
 - A trigger's `payload` has the fields PagerDuty requires (`summary` of at most 1024 characters, `source`,
   `severity`) and `timestamp`, `component`, `group`, `class`, `custom_details` (bounded: each text clipped,
-  at most five pieces of evidence); `links` holds the console's incident page when `[notify] console_url`
-  is set.
+  at most five pieces of evidence); `links` holds the console's incident page when a console URL is set.
 
 Incident text is hostile: it travels JSON-encoded in the body only (PagerDuty shows it as plain text).
 The routing key is a secret: read from `routing_key_file` when the service starts, never written into the
@@ -25,17 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from aiops.errors import ConfigError
-from aiops.service.notify_event import IncidentEvent, rfc3339
+from aiops.integrations.event import IncidentEvent, rfc3339
 
 CLIENT = "aiops"
 SUMMARY_CHARS = 1024  # PagerDuty's limit on payload.summary
 DEDUP_KEY_CHARS = 255  # PagerDuty's limit on dedup_key
 _TEXT_CHARS = 1000  # any other text in custom_details
 _COMPONENTS = 20
-_ACTIONS = {"opened": "trigger", "diagnosed": "acknowledge", "resolved": "resolve"}
-# Our incident severities (info | warning | critical) map onto PagerDuty's of the same name; anything else
-# (an alert's own label) is `error`: something is wrong, how badly is not known.
-_SEVERITIES = {"critical": "critical", "warning": "warning", "info": "info"}
+_ACTIONS = {"opened": "trigger", "diagnosed": "trigger", "resolved": "resolve"}
+# Our incident severities (info | warning | critical) arrive named as `[notify.severity] pagerduty` says (by
+# default PagerDuty's of the same name); anything else (an alert's own label) is `error`: something is wrong,
+# how badly is not known.
+_SEVERITIES = {"critical": "critical", "error": "error", "warning": "warning", "info": "info"}
 ROUTING_KEY_CHARS = 128  # an integration key is 32 characters; more is not a key
 
 
@@ -46,8 +51,12 @@ def clip(text: str, max_chars: int) -> str:
     return flat if len(flat) <= max_chars else flat[: max_chars - 1] + "…"
 
 
-def dedup_key(event: IncidentEvent) -> str:
-    """`aiops/<node>/<incident_id>`; a sha256 in its place if that would pass PagerDuty's 255 characters."""
+def dedup_key(event: IncidentEvent, previous_bodies: Iterable[Any] = ()) -> str:
+    """The key the incident's first body carried, else `aiops/<node>/<incident_id>`; a sha256 in its place if
+    that would pass PagerDuty's 255 characters."""
+    for body in previous_bodies:
+        if isinstance(body, dict) and isinstance(body.get("dedup_key"), str) and body["dedup_key"]:
+            return str(body["dedup_key"])
     key = f"{CLIENT}/{event.node}/{event.incident_id}"
     if len(key) <= DEDUP_KEY_CHARS:
         return key
@@ -80,6 +89,10 @@ def _custom_details(event: IncidentEvent) -> dict[str, Any]:
         "opened_at": rfc3339(event.opened_ts_s),
         "link": clip(event.link, _TEXT_CHARS),
     }
+    if event.impact:
+        details["impact"] = clip(event.impact, _TEXT_CHARS)
+    if event.console_link:
+        details["console"] = clip(event.console_link, _TEXT_CHARS)
     if len(event.components) > _COMPONENTS:
         details["components_not_shown"] = len(event.components) - _COMPONENTS
     if top is not None:
@@ -93,12 +106,12 @@ def _custom_details(event: IncidentEvent) -> dict[str, Any]:
     return details
 
 
-def trigger(event: IncidentEvent) -> dict[str, Any]:
+def trigger(event: IncidentEvent, key: str) -> dict[str, Any]:
     top = event.top
     component = top.component if top else (event.components[0] if event.components else event.node)
     body: dict[str, Any] = {
         "event_action": "trigger",
-        "dedup_key": dedup_key(event),
+        "dedup_key": key,
         "client": CLIENT,
         "payload": {
             "summary": summary(event),
@@ -122,14 +135,10 @@ def trigger(event: IncidentEvent) -> dict[str, Any]:
 def pagerduty_body(event: IncidentEvent, previous_bodies: Iterable[Any] = ()) -> dict[str, Any]:
     """The enqueue body, without `routing_key` (added as it is sent). `previous_bodies`: the bodies this sink
     was sent for the incident before, oldest first."""
-    action = _ACTIONS[event.kind]
-    if event.kind == "diagnosed" and not any(
-        isinstance(b, dict) and b.get("event_action") == "trigger" for b in previous_bodies
-    ):
-        action = "trigger"  # nothing to acknowledge yet: the diagnosis opens the alert
-    if action == "trigger":
-        return trigger(event)
-    return {"event_action": action, "dedup_key": dedup_key(event)}
+    key = dedup_key(event, list(previous_bodies))
+    if _ACTIONS[event.kind] == "trigger":
+        return trigger(event, key)
+    return {"event_action": "resolve", "dedup_key": key}
 
 
 def with_routing_key(body: bytes, routing_key: str) -> bytes:

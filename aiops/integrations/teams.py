@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from aiops.integrations.event import IncidentEvent, rfc3339
 from aiops.report.text import utc
-from aiops.service.notify_event import IncidentEvent, rfc3339
 
 if TYPE_CHECKING:
     from aiops.report.write import Written
@@ -101,6 +101,8 @@ def teams_body(event: IncidentEvent) -> dict[str, Any]:
         ("Components", markdown_escape(", ".join(event.components), _FACT_CHARS)),
         ("Opened", rfc3339(event.opened_ts_s)),
     ]
+    if event.impact:
+        facts.insert(2, ("Impact", markdown_escape(event.impact, _FACT_CHARS)))
     if event.resolved_ts_s is not None:
         facts.append(("Resolved", rfc3339(event.resolved_ts_s)))
     cause = "not diagnosed yet"

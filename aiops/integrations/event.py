@@ -1,6 +1,6 @@
 """What the notifier is told: an incident opened, was diagnosed (its top hypothesis is known or changed), or
 resolved. `IncidentEvent` is a plain typed value built from the store's `Incident` and `Hypothesis` by
-`incident_event`; the payloads (notify_payloads.py) and the queue (notify_queue.py) read nothing else.
+`incident_event`; the payloads (payloads.py) and the queue (sink_queue.py) read nothing else.
 
 Every text field (title, components, root cause, summary, node) comes from telemetry or from the analyst's
 templates over telemetry: hostile data. It is JSON-encoded into bodies, escaped for Slack, and never put into
@@ -9,6 +9,7 @@ a URL or a header.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,12 +48,18 @@ class IncidentEvent:
     top: TopHypothesis | None
     link: str  # where a person reads more: the service's /api/incidents/ID URL, or the database path
     console_link: str = ""  # the incident's page in the web console ([notify] console_url), "" when unknown
+    impact: str = ""  # why its severity: "job:llm slowed 31 %; 8 GPUs affected" (aiops/detect/severity.py)
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
             raise ValueError(f"event kind {self.kind!r}: allowed {', '.join(EVENT_KINDS)}")
         if self.kind == "resolved" and self.resolved_ts_s is None:
             raise ValueError("a resolved event needs resolved_ts_s")
+
+    @property
+    def shown_link(self) -> str:
+        """The link a person follows: the console's incident page when known, else the service's API link."""
+        return self.console_link or self.link
 
     @property
     def event_ts_s(self) -> float:
@@ -92,7 +99,16 @@ def incident_event(
         node=node,
         top=top,
         link=link,
+        impact=incident.impact,
     )
+
+
+def console_page(console_url: str, incident_id: str) -> str:
+    """The console's page of `incident_id` (`<console_url>/incidents/<id>`, the id quoted); "" without either."""
+    base = console_url.rstrip("/")
+    if not base or not incident_id:
+        return ""
+    return f"{base}/incidents/{urllib.parse.quote(incident_id, safe='')}"
 
 
 def rfc3339(ts_s: float) -> str:

@@ -15,10 +15,11 @@ Delivery is at least once: a process that dies between a send and its record sen
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,9 +27,9 @@ from typing import Any, Literal
 from aiops.config import WebhookConfig
 from aiops.config_notify import URL_PATTERN
 from aiops.errors import ConfigError
-from aiops.service.notify_event import IncidentEvent
-from aiops.service.notify_pagerduty import read_routing_key
-from aiops.service.notify_payloads import SinkKind, render
+from aiops.integrations.event import IncidentEvent
+from aiops.integrations.pagerduty import read_routing_key
+from aiops.integrations.payloads import SinkKind, render
 from aiops.store import Store
 
 Status = Literal["pending", "delivered", "failed", "given_up"]
@@ -145,9 +146,16 @@ def _key_for_sink(key: str, kind: str, earlier: list[dict[str, Any]]) -> str | N
     return key if seen == 0 else f"{key}#{seen + 1}"
 
 
-def enqueue(store: Store, event: IncidentEvent, sinks: Iterable[Sink], now_ts_s: float) -> list[int]:
+def enqueue(
+    store: Store,
+    event: IncidentEvent,
+    sinks: Iterable[Sink],
+    now_ts_s: float,
+    severity_name: Callable[[str, str], str] | None = None,
+) -> list[int]:
     """Queue `event` for every sink that has not had it; returns the new rows' ids. Runs in the caller's
-    write (and transaction, if it opened one); sends nothing."""
+    write (and transaction, if it opened one); sends nothing. `severity_name(sink kind, severity)`: how that
+    kind of sink names the event's severity ([notify.severity]; default: as it is)."""
     key = event_key(event)
     if key is None:
         return []
@@ -161,7 +169,10 @@ def enqueue(store: Store, event: IncidentEvent, sinks: Iterable[Sink], now_ts_s:
         if sink_key is None:
             continue
         bodies = [json.loads(row["payload"]) for row in earlier]
-        payload = render(sink.kind, event, f"{event.incident_id}/{sink_key}", bodies)
+        named = event
+        if severity_name is not None:
+            named = dataclasses.replace(event, severity=severity_name(sink.kind, event.severity))
+        payload = render(sink.kind, named, f"{event.incident_id}/{sink_key}", bodies)
         next_id = int(store.scalar("SELECT coalesce(max(id), 0) + 1 FROM notifications"))
         inserted = store.query(
             "INSERT INTO notifications VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 'pending', NULL, NULL) "

@@ -1,7 +1,7 @@
 """A scheduled report's headline as notifications: one row per JSON or Slack webhook in the durable queue
 (m008), delivered like the incident events (kind `report`, keyed `report:<stem>` so a repeat is not queued
 twice). Alertmanager sinks are for alerts, not reports: they get none (each kind's report body, or none, is
-its entry in `notify_payloads.SINK_FORMATS`). The headline and the path come from the store and the file
+its entry in `payloads.SINK_FORMATS`). The headline and the path come from the store and the file
 system: JSON-encoded for JSON sinks, escaped for Slack."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from aiops.service.notify_payloads import REPORT_EVENT, SINK_FORMATS
-from aiops.service.notify_queue import Sink
+from aiops.integrations.payloads import REPORT_EVENT, SINK_FORMATS
+from aiops.integrations.sink_queue import Sink
 from aiops.store import Store
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """Slack's Web API, the one method the app calls (`chat.postMessage`), and the thread that calls it.
 
 `SlackApi.post(body)`: an HTTP POST of JSON to `<api_url>/chat.postMessage` with the bot token as a bearer
-token (https://api.slack.com/methods/chat.postMessage), no redirects followed. Slack answers HTTP 200 with
+token (https://api.slack.com/methods/chat.postMessage), through `aiops.outbound` (no redirect followed, a byte cap,
+one deadline). Slack answers HTTP 200 with
 `{"ok": false, "error": ...}` for most failures: `ok` is what counts. Retried: connection errors, 5xx and 429
 (after its Retry-After); not retried: every `ok: false` (a wrong channel or token does not heal by itself).
 
@@ -16,21 +17,17 @@ import json
 import logging
 import queue
 import threading
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-log = logging.getLogger("aiops.service.slack")
+from aiops import outbound
+from aiops.errors import OutboundError
+
+log = logging.getLogger("aiops.service.slack")  # the name operators filter the service log by
 USER_AGENT = "aiops-chatops/1"
 MAX_WAITING = 200
 ATTEMPTS = 4
 FIRST_RETRY_S = 1.0
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None  # a redirected POST would carry the bot token elsewhere
 
 
 @dataclass(frozen=True)
@@ -49,29 +46,32 @@ class SlackApi:
     timeout_s: float = 5.0
 
     def post(self, body: dict[str, Any]) -> Posted:
-        request = urllib.request.Request(
-            f"{self.api_url}/chat.postMessage",
-            data=json.dumps(body).encode(),
-            headers={
-                "Content-Type": "application/json; charset=utf-8",
-                "Authorization": f"Bearer {self.token}",
-                "User-Agent": USER_AGENT,
-            },
-            method="POST",
-        )
         try:
-            with urllib.request.build_opener(_NoRedirect).open(request, timeout=self.timeout_s) as response:
-                answer = json.loads(response.read(256 * 1024) or b"{}")
-        except urllib.error.HTTPError as exc:
-            after = exc.headers.get("Retry-After", "") if exc.headers else ""
-            wait_s = float(after) if after.isascii() and after.isdigit() else None
-            return Posted(False, exc.code == 429 or exc.code >= 500, f"HTTP {exc.code}", wait_s)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return Posted(False, True, type(exc).__name__)
-        if not isinstance(answer, dict) or answer.get("ok") is not True:
-            error = answer.get("error") if isinstance(answer, dict) else None
+            answer = outbound.request(
+                "POST",
+                f"{self.api_url}/chat.postMessage",
+                body=json.dumps(body).encode(),
+                headers={
+                    "Content-Type": "application/json; charset=utf-8",
+                    "Authorization": f"Bearer {self.token}",
+                    "User-Agent": USER_AGENT,
+                },
+                timeout_s=self.timeout_s,
+                max_bytes=256 * 1024,
+            )
+        except OutboundError as exc:  # no answer (refused, unreachable, too slow, too big)
+            return Posted(False, True, exc.reason[:200])
+        if not answer.ok:
+            retry = answer.status == 429 or answer.status >= 500
+            return Posted(False, retry, f"HTTP {answer.status}", answer.retry_after_s())
+        try:
+            parsed = json.loads(answer.body or b"{}")
+        except ValueError:
+            return Posted(False, True, "the answer is not JSON")
+        if not isinstance(parsed, dict) or parsed.get("ok") is not True:
+            error = parsed.get("error") if isinstance(parsed, dict) else None
             return Posted(False, False, f"Slack said: {str(error)[:100]}")
-        return Posted(True, ts=str(answer.get("ts", ""))[:40])
+        return Posted(True, ts=str(parsed.get("ts", ""))[:40])
 
 
 class SlackPoster:

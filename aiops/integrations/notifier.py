@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiops.config import NotifyConfig
-from aiops.service.notify_event import IncidentEvent, incident_event
-from aiops.service.notify_http import send as send_http
-from aiops.service.notify_queue import Delivery, Result, RetryPolicy, Sink, due, enqueue, record
+from aiops.integrations.event import IncidentEvent, incident_event
+from aiops.integrations.sink_queue import Delivery, Result, RetryPolicy, Sink, due, enqueue, record
+from aiops.integrations.transport import send as send_http
 from aiops.store import Store, Workspace
 
 SendFn = Callable[[Delivery], Result]
@@ -42,7 +42,7 @@ class PumpStats:
 
 class Notifier:
     """`clock` returns wall-clock seconds since the epoch (the queue's `ts_s`); `send` is the transport
-    (`notify_http.send`; tests pass a fake); `retry_base_s` the first retry's wait (it doubles up to
+    (`transport.send`; tests pass a fake); `retry_base_s` the first retry's wait (it doubles up to
     `config.retry_max_s`)."""
 
     def __init__(
@@ -66,7 +66,8 @@ class Notifier:
 
     def enqueue(self, store: Store, event: IncidentEvent) -> int:
         """Queue `event` for every sink (de-duplicated); returns how many notifications were added."""
-        return len(enqueue(store, event, self.sinks.values(), self._clock()))
+        severity = self.config.severity
+        return len(enqueue(store, event, self.sinks.values(), self._clock(), severity.for_sink))
 
     def pump(self, workspace: Workspace) -> PumpStats:
         """Send what is due now. Holds the database only for the two brief writes, never during HTTP."""
