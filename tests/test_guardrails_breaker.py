@@ -5,6 +5,7 @@ nodes out, overrides lift the limit while they hold, and the scheduler's text is
 
 from __future__ import annotations
 
+from aiops.store.maintenance import Window
 from guardrails import ExecutionRecord, Topology, validate
 from guardrails.actuators_k8s import core_api
 from guardrails.breaker import BreakerPolicy, Override, SchedulerView
@@ -97,3 +98,15 @@ def test_kubernetes_cordoned_nodes_are_out() -> None:
     with k8s_api(cluster) as url:
         view = kubernetes_view(core_api(host=url), names={"gpu-2": "node2"})
     assert view.out == {"gpu-1"} and view.states == {"gpu-1": "cordoned", "node2": "schedulable"}
+
+
+def test_a_drain_under_maintenance_is_refused_not_left_waiting_on_the_breaker() -> None:
+    two = (ran("P-1", "drain_node", "node0"), ran("P-2", "drain_node", "node8"))
+    window = Window(
+        "M-1", "maintenance", "node", "node16", NOW_TS_S - 60, NOW_TS_S + 600, "CHG-1", "bob", NOW_TS_S
+    )
+    held = validate(
+        action(kind="drain_node", target="node16", parameters={}, proposal_id="P-new"),
+        Context(TOPOLOGY, {}, two, NOW_TS_S, maintenance=(window,)),
+    )
+    assert held.stopped_by is not None and held.stopped_by.rule == "maintenance" and not held.waiting
