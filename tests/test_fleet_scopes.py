@@ -251,10 +251,10 @@ def test_a_kubernetes_job_restarts_on_every_node_from_the_fleet(tmp_path: Path) 
     with workspace.write() as store:
         for n in range(2):
             store.conn.execute(
-                "INSERT INTO job_ranks VALUES ('k8s-ml-trainer', ?, ?, ?, ?)",
+                "INSERT INTO job_ranks VALUES ('k8s-ml_trainer', ?, ?, ?, ?)",
                 [n, f"node{n}/gpu0", f"node{n}", f"node{n}/nic0"],
             )
-    file_and_approve(workspace, keys, act("P-k8s", "restart_job", "job:k8s-ml-trainer"), "alice")
+    file_and_approve(workspace, keys, act("P-k8s", "restart_job", "job:k8s-ml_trainer"), "alice")
     with k8s_api(cluster) as url:
         dispatcher = FleetDispatcher(
             FleetConfig(scheduler=SchedulerConfig(kind="kubernetes")), TOKEN, kube_api=core_api(host=url)

@@ -340,6 +340,7 @@ def create_app(
         routes += [
             Route("/oidc/start", console.oidc.start, methods=["GET"]),
             Route("/oidc/callback", console.oidc.callback, methods=["GET"]),
+            Route("/oidc/confirm", console.oidc.confirm, methods=["POST"]),
         ]
     app = Starlette(routes=routes)
     app.state.console = console

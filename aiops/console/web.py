@@ -41,9 +41,13 @@ HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 
 def _clock(ts_s: Any) -> str:
+    """A stored time as UTC text; a time no clock shows (hostile: NaN, infinite, past year 9999) as `invalid`."""
     if ts_s is None:
         return "-"
-    return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError, TypeError):
+        return "invalid time"
 
 
 def environment() -> Environment:

@@ -64,6 +64,7 @@ from aiops.store import Store
 from aiops.store.maintenance import active_windows, matching, membership
 from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
+from guardrails import witness
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
@@ -218,6 +219,7 @@ class Service:
     def start(self) -> None:
         self.owner.start()
         with self.owner.store() as store:
+            witness.store_path(store)  # one witness per store: another config's is refused at start
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
@@ -267,6 +269,7 @@ class Service:
                 service_app([*chat, *routes.routes()], root),
                 self.config.http.listen,
                 allowed_hosts=tuple(self.config.http.allowed_hosts),
+                trusted_proxies=tuple(self.config.http.trusted_proxies),
             )
             self.http.start()
             self.outbox.link_base = f"http://{self.http.address}"

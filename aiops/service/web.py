@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
-import ipaddress
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +56,7 @@ from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError, Maint
 from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
+from aiops.service.forwarded import is_loopback
 from guardrails.dispatched import parse_dispatch
 
 Probe = Callable[[], tuple[bool, str]]
@@ -187,7 +187,7 @@ class ServiceRoutes:
             given = request.headers.get("Authorization", "")
             return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
         client = request.client
-        return client is not None and ipaddress.ip_address(client.host).is_loopback
+        return client is not None and is_loopback(client.host)  # never a 500 on a host that is no address
 
     def _refused(self, request: Request) -> Response | None:
         if self._authorised(request):
