@@ -49,9 +49,7 @@ def _parameters(action_json: Any) -> dict[str, Any]:
     return parameters if isinstance(parameters, dict) else {}
 
 
-_PROPOSAL_COLUMNS = (
-    "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id"
-)
+_PROPOSAL_COLUMNS = "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id, step_id"
 
 
 @dataclass(frozen=True)
@@ -65,6 +63,7 @@ class ProposalRecord:
     expires_ts_s: float | None = None  # None: never (proposals from before migration 003)
     origin: str = ""  # who filed it: demo, analyze, chat, dcim, cli, eval, ...
     incident_id: str | None = None
+    step_id: str | None = None  # the plan step it is a target of (aiops/plans), if any
 
     @property
     def proposal_id(self) -> str:
@@ -92,6 +91,7 @@ class GuardrailRecords:
         expires_ts_s: float | None = None,
         origin: str = "",
         incident_id: str | None = None,
+        step_id: str | None = None,
     ) -> None:
         """Insert a proposal, or (same id) update its verdict; a different action under a known id is refused."""
         known = self.proposal(action.proposal_id)
@@ -104,8 +104,8 @@ class GuardrailRecords:
             return
         self.store.conn.execute(
             "INSERT INTO proposals (proposal_id, created_ts_s, kind, target, proposed_by, action, action_hash, "
-            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id, step_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 action.proposal_id,
                 action.created_ts_s,
@@ -122,6 +122,7 @@ class GuardrailRecords:
                 expires_ts_s,
                 origin,
                 incident_id,
+                step_id,
             ],
         )
 
@@ -153,6 +154,7 @@ class GuardrailRecords:
             expires,
             str(row[7] or ""),
             None if row[8] is None else str(row[8]),
+            None if row[9] is None else str(row[9]),
         )
 
     def proposal(self, proposal_id: str) -> ProposalRecord | None:

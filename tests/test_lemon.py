@@ -4,8 +4,9 @@ them (aiops/service/live.py, respond.py: what `aiops run --sim` does each flush,
 so each failure opens its own incident, is diagnosed and gets its remediation filed (the quiet hours between
 failures are stepped through coarsely, without telemetry: nothing happens in them). After the first and the
 second, people do what the playbook proposes: alice drains the node, alice and bob reset the GPU (two people),
-alice resumes the node. The third time, the GPU has come back twice after resets that did not hold: the
-remediation offers the RMA ticket for the hardware team, not another reset, and the component's history and
+alice resumes the node (the plan's drain and reset steps, asked for by a person). The third time, the GPU has
+come back twice after resets that did not hold: the plan leads with the RMA step (the bug-report bundle and the
+RMA ticket, proposed with the plan) and offers no reset (skipped, saying why), and the component's history and
 lemon score say why in numbers."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from aiops.memory.history import component_history
 from aiops.memory.lemon import lemon_ranking, lemon_score, rma_verdict
+from aiops.plans import PlanRecord, plans, propose_step
 from aiops.report.build import build_report
 from aiops.report.period import Period
 from aiops.report.render_md import render_md
@@ -35,6 +37,7 @@ GPU = "node1/gpu1"
 FAULTS_AT_S = (60.0, 3960.0, 7860.0)  # an hour and more apart: a GPU is reset at most once an hour
 SEGMENT_S = 360.0  # each failure and the quiet that closes its incident
 GAP_STEP_S = 20.0
+DETECT_S = 90.0  # from a segment's start to a point where its fault's incident is open
 
 
 def scenario() -> Scenario:
@@ -93,6 +96,20 @@ class Run:
     def filed(self, incident_id: str) -> list[Action]:
         return [r.action for r in self.desk().records.proposals() if r.incident_id == incident_id]
 
+    def plan_of(self, incident_id: str) -> PlanRecord:
+        found = [p for p in plans(self.store) if p.incident_id == incident_id]
+        assert len(found) == 1, found
+        return found[0]
+
+    def ask_for(self, incident_id: str, rung: str) -> dict[str, str]:
+        """A person asks for a waiting step of the incident's plan now: its proposals, kind -> id."""
+        wanted = next(s for s in self.plan_of(incident_id).steps if s.kind == rung)
+        filed = propose_step(
+            self.desk(), wanted.step_id, origin="person", why="asked for by alice", actor="alice"
+        )
+        ids = {f.proposal_id for f in filed}
+        return {r.action.kind: r.proposal_id for r in self.desk().records.proposals() if r.proposal_id in ids}
+
     def act(self, keys: Keys, pid: str, *people: str) -> None:
         guard = self.desk()
         for person in people:
@@ -101,10 +118,10 @@ class Run:
         assert outcome.ran, outcome.message
 
     def repair(self, keys: Keys, incident_id: str) -> None:
-        """What the playbook proposes, done by people: drain, reset (two people), then back in service."""
-        by_kind = {a.kind: a.proposal_id for a in self.filed(incident_id)}
-        self.act(keys, by_kind["drain_node"], "alice")
-        self.act(keys, by_kind["gpu_reset"], "alice", "bob")
+        """The plan's drain and reset steps, asked for and done by people: drain, reset (two people), then the
+        node back in service."""
+        self.act(keys, self.ask_for(incident_id, "drain")["drain_node"], "alice")
+        self.act(keys, self.ask_for(incident_id, "reset")["gpu_reset"], "alice", "bob")
         guard = self.desk()
         resume = Action(
             proposal_id=f"P-resume-{incident_id}",
@@ -132,24 +149,29 @@ def test_a_gpu_that_fails_the_same_way_three_times_goes_to_rma_on_the_third(
         for i, fault_s in enumerate(FAULTS_AT_S):
             if i:
                 run.skip(fault_s - 30.0 - run.world.elapsed_s)
-            opened = run.run(SEGMENT_S)
+            opened = run.run(DETECT_S)  # the fault began 30 s in: its incident is open and its plan filed
             assert len(opened) == 1, (i, opened)
             incidents += opened
-            kinds = [a.kind for a in run.filed(opened[0])]
             verdict = rma_verdict(store, GPU, "gpu_ecc_error")
-            if i < 2:
+            if i < 2:  # the ladder as the playbook has it: move, drain, reset, then RMA last
                 assert not verdict.due, verdict.reason
-                assert "gpu_reset" in kinds, kinds
-                run.repair(keys, opened[0])
-        third = run.filed(incidents[2])
-        assert "gpu_reset" not in [a.kind for a in third]
-        rma = [a for a in third if a.kind == "open_ticket"]
-        assert [(a.target, a.parameters["team"], a.parameters["priority"]) for a in rma] == [
-            (GPU, "hardware", "high")
-        ]
-        assert rma[0].parameters["summary"].startswith(f"RMA {GPU}: gpu_ecc_error")
-        assert "gpu_ecc_error 3 times" in rma[0].reason and "back after 2 repair(s)" in rma[0].reason
+                rungs = [(s.kind, bool(s.actions)) for s in run.plan_of(opened[0]).steps]
+                assert rungs[:3] == [("move", True), ("drain", True), ("reset", True)], rungs
+                assert rungs[-1] == ("rma", True)
+                run.repair(keys, opened[0])  # while the incident is open, as people would
+                assert run.run(SEGMENT_S - DETECT_S) == []  # the quiet closes it
+        third = run.plan_of(incidents[2])
         assert verdict.due and verdict.occurrences == 3 and verdict.repeats == 2
+        first = third.steps[0]  # the plan's choice: the RMA step, proposed with the plan
+        assert (first.kind, first.status) == ("rma", "proposed"), third.steps
+        assert {a.kind for a in first.actions} == {"rerun_check", "open_ticket"}
+        assert "gpu_ecc_error 3 times" in first.reason and "back after 2 repair(s)" in first.reason
+        reset = next(s for s in third.steps if s.kind == "reset")
+        assert (reset.status, reset.actions) == ("skipped", []) and "not offered" in reset.reason, reset
+        filed = run.filed(incidents[2])
+        assert "gpu_reset" not in [a.kind for a in filed]
+        tickets = [a for a in filed if a.kind == "open_ticket"]
+        assert [(a.target, a.parameters["priority"]) for a in tickets] == [(GPU, "high")]
 
         history = component_history(store, GPU)
         assert [f.root_cause for f in history.failures] == ["gpu_ecc_error"] * 3
