@@ -13,9 +13,7 @@ names it (`rollback_filed`) and `aiops audit verify` passes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,9 +22,10 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client
 
+from aiops.mcpserver.server import build_server
+from aiops.mcpserver.tools import McpTools
 from aiops.runtime.world import attach, desk
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
@@ -82,7 +81,7 @@ def test_a_power_cap_is_rolled_back_to_the_limit_read_before_it(tmp_path: Path, 
         yaml.safe_dump(
             {
                 "name": "rollback",
-                "duration_s": 30,
+                "duration_s": 5,  # short: every approval rebuilds the twin from its run
                 "cluster": {"racks": 1, "nodes_per_rack": 2, "gpus_per_node": 2, "nics_per_node": 1},
             }
         )
@@ -136,7 +135,7 @@ def test_a_power_cap_is_rolled_back_to_the_limit_read_before_it(tmp_path: Path, 
         and "P-cap-rb1-rb1: denied: rate_limit: power limit changed 4 times" in " ".join(again.stdout.split())
     )  # but node0/gpu1's limit changed 4 times this hour: the rate limit holds for rollbacks too
 
-    shown = mcp_reads(db, tmp_path)  # MCP: a read-only view of the rollbacks (no tool files or runs one)
+    shown = mcp_reads(db)  # MCP: a read-only view of the rollbacks (no tool files or runs one)
     rows = {r["proposal_id"]: r for r in shown["rollbacks"]["rollbacks"]}
     assert rows["P-cap2-rb1"]["rolls_back"] == "P-cap2" and rows["P-cap2-rb1"]["status"] == "executed"
     assert rows["P-cap2-rb1"]["original"]["parameters"] == {"power_limit_w": 500}
@@ -144,21 +143,16 @@ def test_a_power_cap_is_rolled_back_to_the_limit_read_before_it(tmp_path: Path, 
     assert shown["breaker"]["limit"] == 2 and shown["lemons"] == {"components": []}
 
 
-def mcp_reads(db: Path, home: Path) -> dict[str, Any]:
-    """`aiops mcp --db DB` over stdio through the SDK's client: the rollbacks, breaker and lemons tools."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
-    env.update(HOME=str(home), AIOPS_CONFIG="")
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "aiops.cli.main", "mcp", "--db", str(db)], env=env
-    )
+def mcp_reads(db: Path) -> dict[str, Any]:
+    """The MCP server's rollbacks, breaker and lemons tools through the SDK's client, connected in-process (the
+    stdio and HTTP transports are tests/test_mcp.py's; a second server process here costs seconds)."""
     found: dict[str, Any] = {}
 
     async def session_work() -> None:
-        async with stdio_client(params) as streams, ClientSession(*streams) as session:
-            await session.initialize()
+        async with Client(build_server(McpTools(Workspace(str(db))))) as client:
             for tool in ("rollbacks", "breaker", "lemons"):
-                result = await session.call_tool(tool, {})
-                assert not result.is_error, result.content[0].text
+                result = await client.call_tool(tool, {})
+                assert not result.is_error, result.content[0]
                 found[tool] = result.structured_content
 
     anyio.run(session_work)
