@@ -8,11 +8,15 @@
 - the fleet holds back a drain the fleet-wide breaker stops, and says so, sending nothing;
 - a job's restart runs through the cluster's scheduler from the fleet: Debian's real Slurm (`scontrol requeue`,
   the job's Restarts read back) and a Kubernetes API server speaking the real shapes (the job's pods on every
-  node deleted for their controller to re-create), with the fleet's own signature checks.
+  node deleted for their controller to re-create), with the fleet's own signature checks;
+- with the same real Slurm (one cluster for this module's two Slurm tests), a node agent's workspace on a host
+  whose scheduler is Slurm drains its node through `scontrol`, and `aiops actions rollback` (`resume_node`,
+  `scontrol update state=resume`) puts it back in service, as `scontrol show node` reports it.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -28,7 +32,7 @@ from aiops.fleet.dispatch import FleetDispatcher, NodeAnswer
 from aiops.scenarios import parse_scenario_text
 from aiops.sim.telemetry import inventory
 from aiops.sim.world import World
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
 from collectors.base import RowBuffer
 from collectors.nvml import NvmlCollector
 from guardrails.actions import Action
@@ -41,7 +45,8 @@ from tests.dispatch_helpers import TOKEN, Node, audit, body, post, power_limit_w
 from tests.k8s_api import Cluster, k8s_api, pod
 from tests.service_helpers import TINY_SCENARIO, running_service, wait_for
 from tests.signing_helpers import Keys, make_keys
-from tests.slurm_cluster import slurm_cluster
+from tests.slurm_cluster import RACK, SlurmCluster, slurm_cluster
+from tests.test_rollback import approve, propose
 
 GPUS = [f"node{n}/gpu{g}" for n in range(2) for g in range(4)]
 
@@ -69,6 +74,18 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             for name, port in (("node0", port0), ("node1", port1))
         }
         yield {"keys": keys, "nodes": nodes}
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    """One Debian Slurm (munged, slurmctld, slurmd on loopback) for this module's Slurm tests: about 3 s to
+    start. The drain test leaves its node resumed; the requeue test cancels its job."""
+    root = Path(tempfile.mkdtemp(prefix="aiops-fs-"))  # short: munge's socket path must fit 108 bytes
+    try:
+        with slurm_cluster(root) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def fleet_workspace(path: Path, guardrails: GuardrailsConfig) -> Workspace:
@@ -206,38 +223,65 @@ def test_the_fleet_holds_back_a_drain_its_breaker_stops(tmp_path: Path) -> None:
     assert message.startswith("waiting: breaker: taking node0 out would make 2 of 2 nodes out of service")
 
 
+def scontrol_state(cluster: SlurmCluster, node: str) -> str:
+    out = cluster.run("scontrol", "show", "node", "-o", node).stdout
+    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("State="))
+
+
+def test_a_slurm_drain_is_rolled_back_and_the_node_resumes(
+    slurm: SlurmCluster, signing: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    config = signing.config.read_text() + f'\n[scheduler]\nkind = "slurm"\nnode_name = "{slurm.node}"\n'
+    signing.config.write_text(config)
+    db = slurm.root / "node.duckdb"
+    with Store(str(db)) as store:  # a real host's workspace: this node in its rack
+        store.conn.execute(
+            "INSERT INTO topology (component, kind, parent, rack, node, idx) VALUES "
+            f"('{RACK}', 'rack', NULL, '{RACK}', NULL, 0), ('{slurm.node}', 'node', '{RACK}', '{RACK}', '{slurm.node}', 0)"
+        )
+    drain = propose(db, signing, "P-drain", "drain_node", slurm.node, reason_code="xid79")
+    approve(db, drain, signing)
+    assert "DRAIN" in scontrol_state(slurm, slurm.node)
+    undo = run_cli("actions", "rollback", drain, "--db", str(db), "--key", str(signing.keys["bob"]))
+    assert undo.returncode == 0 and "P-drain-rb1: executed" in undo.stdout, undo.stdout + undo.stderr
+    state = scontrol_state(slurm, slurm.node)
+    assert "DRAIN" not in state and state.split("+")[0].rstrip("*") == "IDLE", state
+    listed = json.loads(run_cli("actions", "list", "--db", str(db), "--json").stdout)
+    kinds = {r["proposal_id"]: (r["kind"], r["executor"], r["status"]) for r in listed}
+    assert kinds["P-drain-rb1"] == ("resume_node", "slurm", "executed")
+    assert run_cli("audit", "verify", "--db", str(db)).returncode == 0
+
+
 def test_a_slurm_job_restarts_through_the_scheduler_from_the_fleet(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = make_keys(tmp_path / "keys", ("alice",))
-    root = Path(tempfile.mkdtemp(prefix="aiops-fs-"))  # short: munge's socket path must fit 108 bytes
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nexec sleep 600\n")
+    job = slurm.run("sbatch", "--parsable", "-o", str(slurm.root / "j.out"), str(script)).stdout.strip()
     try:
-        with slurm_cluster(root) as cluster:
-            monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-            script = root / "job.sh"
-            script.write_text("#!/bin/bash\nexec sleep 600\n")
-            job = cluster.run("sbatch", "--parsable", "-o", str(root / "j.out"), str(script)).stdout.strip()
-            cluster.wait_job(job, ("RUNNING",))
-            workspace = fleet_workspace(tmp_path / "fleet.duckdb", keys.guardrails)
-            with workspace.write() as store:  # the job as the node agents export it (collectors/slurm.py)
-                store.conn.execute(
-                    "INSERT INTO job_ranks VALUES (?, 0, 'node0/gpu0', 'node0', 'node0/nic0')",
-                    [f"slurm-{job}"],
-                )
-            file_and_approve(workspace, keys, act("P-requeue", "restart_job", f"job:slurm-{job}"), "alice")
-            config = FleetConfig(scheduler=SchedulerConfig(kind="slurm"))
-            with workspace.write() as store:
-                assert FleetDispatcher(config, TOKEN).run(store) == ["P-requeue"]
-            assert shown(workspace, "P-requeue")[0] == "executed"
-            shown_job = cluster.run("scontrol", "show", "job", "-o", job).stdout
-            assert "Restarts=1" in shown_job, shown_job
-            with workspace.read() as store:
-                ran = store.query(
-                    "SELECT payload FROM audit_log WHERE proposal_id = 'P-requeue' AND event = 'execution'"
-                )
-            assert '"approved_by":["alice"]' in ran[0]["payload"] and '"backend":"slurm"' in ran[0]["payload"]
+        slurm.wait_job(job, ("RUNNING",))
+        workspace = fleet_workspace(tmp_path / "fleet.duckdb", keys.guardrails)
+        with workspace.write() as store:  # the job as the node agents export it (collectors/slurm.py)
+            store.conn.execute(
+                "INSERT INTO job_ranks VALUES (?, 0, 'node0/gpu0', 'node0', 'node0/nic0')", [f"slurm-{job}"]
+            )
+        file_and_approve(workspace, keys, act("P-requeue", "restart_job", f"job:slurm-{job}"), "alice")
+        config = FleetConfig(scheduler=SchedulerConfig(kind="slurm"))
+        with workspace.write() as store:
+            assert FleetDispatcher(config, TOKEN).run(store) == ["P-requeue"]
+        assert shown(workspace, "P-requeue")[0] == "executed"
+        shown_job = slurm.run("scontrol", "show", "job", "-o", job).stdout
+        assert "Restarts=1" in shown_job, shown_job
+        with workspace.read() as store:
+            ran = store.query(
+                "SELECT payload FROM audit_log WHERE proposal_id = 'P-requeue' AND event = 'execution'"
+            )
+        assert '"approved_by":["alice"]' in ran[0]["payload"] and '"backend":"slurm"' in ran[0]["payload"]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        slurm.run("scancel", job, check=False)
 
 
 def test_a_kubernetes_job_restarts_on_every_node_from_the_fleet(tmp_path: Path) -> None:

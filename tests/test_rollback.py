@@ -3,9 +3,8 @@
 - on the twin: a power cap alice approved is rolled back by bob's signature to what the execution read back
   before it ran (the default limit: `reset_power_limit`; an earlier cap: `set_power_limit` of that value),
   each GPU's limit read from the twin's NVML; a reboot has no rollback and says so;
-- with Debian's real Slurm (tests/slurm_cluster.py): a node agent's workspace on a host whose scheduler is
-  Slurm drains its node through `scontrol`, and its rollback (`resume_node`, `scontrol update state=resume`)
-  puts it back in service, as `scontrol show node` reports it.
+- with Debian's real Slurm: tests/test_fleet_scopes.py (`test_a_slurm_drain_is_rolled_back_and_the_node_resumes`,
+  on the Slurm cluster that module's tests share).
 The rollback is a new proposal (origin `rollback:<id>`), signed, executed once; the original's audit trail
 names it (`rollback_filed`) and `aiops audit verify` passes.
 """
@@ -13,8 +12,6 @@ names it (`rollback_filed`) and `aiops audit verify` passes.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,6 @@ from guardrails.actions import Action
 from guardrails.audit import read_rows
 from tests.clirun import run_cli
 from tests.signing_helpers import Keys
-from tests.slurm_cluster import RACK, slurm_cluster
 
 
 @pytest.fixture
@@ -157,40 +153,3 @@ def mcp_reads(db: Path) -> dict[str, Any]:
 
     anyio.run(session_work)
     return found
-
-
-def scontrol_state(cluster: object, node: str) -> str:
-    out = cluster.run("scontrol", "show", "node", "-o", node).stdout  # type: ignore[attr-defined]
-    return next(w.split("=", 1)[1] for w in out.split() if w.startswith("State="))
-
-
-def test_a_slurm_drain_is_rolled_back_and_the_node_resumes(
-    keys: Keys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = Path(tempfile.mkdtemp(prefix="aiops-rb-"))  # short: munge's socket path must fit 108 bytes
-    try:
-        with slurm_cluster(root) as cluster:
-            monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-            config = (
-                keys.config.read_text() + f'\n[scheduler]\nkind = "slurm"\nnode_name = "{cluster.node}"\n'
-            )
-            keys.config.write_text(config)
-            db = root / "node.duckdb"
-            with Store(str(db)) as store:  # a real host's workspace: this node in its rack
-                store.conn.execute(
-                    "INSERT INTO topology (component, kind, parent, rack, node, idx) VALUES "
-                    f"('{RACK}', 'rack', NULL, '{RACK}', NULL, 0), ('{cluster.node}', 'node', '{RACK}', '{RACK}', '{cluster.node}', 0)"
-                )
-            drain = propose(db, keys, "P-drain", "drain_node", cluster.node, reason_code="xid79")
-            approve(db, drain, keys)
-            assert "DRAIN" in scontrol_state(cluster, cluster.node)
-            undo = run_cli("actions", "rollback", drain, "--db", str(db), "--key", str(keys.keys["bob"]))
-            assert undo.returncode == 0 and "P-drain-rb1: executed" in undo.stdout, undo.stdout + undo.stderr
-            state = scontrol_state(cluster, cluster.node)
-            assert "DRAIN" not in state and state.split("+")[0].rstrip("*") == "IDLE", state
-            listed = json.loads(run_cli("actions", "list", "--db", str(db), "--json").stdout)
-            kinds = {r["proposal_id"]: (r["kind"], r["executor"], r["status"]) for r in listed}
-            assert kinds["P-drain-rb1"] == ("resume_node", "slurm", "executed")
-            assert run_cli("audit", "verify", "--db", str(db)).returncode == 0
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
