@@ -20,6 +20,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from aiops.cli import actions_safety
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.cli.plans import approve_step_cli, write_step_message
 from aiops.errors import InputError
@@ -94,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_db_argument(reject)
     add_config_argument(reject)
     reject.set_defaults(func=run_reject)
+    actions_safety.register(verbs)  # breaker, override (aiops/cli/actions_safety.py)
 
 
 def _workspace(args: argparse.Namespace) -> Workspace:

@@ -39,6 +39,7 @@ from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
+from aiops.service.breaker_metrics import BreakerMetrics
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import CollectorWatch, ConditionBook, ConditionReport
 from aiops.service.dispatch_in import DispatchInbox
@@ -175,6 +176,7 @@ class Service:
         self.responder = Responder(
             notify=on_event, held=held_by_maintenance, recurrence_s=config.detection.recurrence_s
         )
+        self.breaker = BreakerMetrics(self.metrics)  # the circuit breaker on /metrics (breaker_metrics.py)
         # conditions of its own sight (a blind source, a lost node agent, a blind collector): service/conditions.py
         self.conditions = ConditionBook(self.live.allocate_id, on_event)
         self.watch = CollectorWatch(config.node.name)
@@ -459,6 +461,7 @@ class Service:
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
+        self.breaker.observe(store, lambda: desk(store, attached), time.time())
         if self.slack is not None:
             self.slack.run_requested(store, attached)
 
