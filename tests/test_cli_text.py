@@ -139,9 +139,10 @@ def test_the_analyst_answers_components_from_cited_rows(tmp_path: Path, utc: Non
     analyst = _analyst(tmp_path)
     gpu = analyst.answer("what about node1/gpu1?")
     assert gpu.kind == "component" and not gpu.free_form
-    assert gpu.text.startswith("node1/gpu1, ") and "the other GPU of node1" in gpu.text
-    assert "INC-0001" in gpu.text  # the incident involves it
-    cited = gpu.evidence[0]
+    # first whether it is OK: the open incident touching it; then its readings against its peers
+    assert gpu.text.startswith("node1/gpu1: NOT OK: 1 open incident touches it") and "INC-0001" in gpu.text
+    assert "\nnode1/gpu1, " in gpu.text and "the other GPU of node1" in gpu.text
+    cited = next(e for e in gpu.evidence if "FROM gpu_samples" in e.sql)
     assert (
         cited.params[0] == "node1" and cited.rows[0]["gpu"] == "node1/gpu1"
     )  # its own row first, then peers
