@@ -38,6 +38,14 @@ def pages_series(labels: str, incident_id: str, value: int, reason: str, values:
     }
 
 
+LIST = "aiops actions list --config /etc/aiops/config.toml --status pending"
+PENDING = {  # where the alert says the incident's pending actions are listed (the fleet's, or that node's own)
+    "aiops-fleet": f"kubectl -n aiops exec deploy/aiops-fleet -c fleet -- {LIST}",
+    "aiops-node": f"kubectl -n aiops-node exec POD -- {LIST} (POD: the agent's pod on that node, kubectl -n "
+    "aiops-node get pods -o wide -l app.kubernetes.io/instance=aiops,app.kubernetes.io/component=node)",
+}
+
+
 def fired(labels: str, incident_id: str, root_cause: str, component: str) -> dict[str, Any]:
     job, instance = (part.split("=")[1].strip('"') for part in labels.split(","))
     return {
@@ -52,9 +60,8 @@ def fired(labels: str, incident_id: str, root_cause: str, component: str) -> dic
         },
         "exp_annotations": {
             "summary": f"{root_cause} on {component} ({incident_id})",
-            "description": f"aiops opened {incident_id} (critical); its top hypothesis is {root_cause} on "
-            f"{component}. Evidence and proposed actions: aiops incidents show {incident_id}, or the console "
-            f"of {instance}.",
+            "description": f"{job} on {instance} opened {incident_id} (critical); its top hypothesis is "
+            f"{root_cause} on {component}. Pending actions: {PENDING[job]}.",
         },
     }
 

@@ -130,6 +130,9 @@ approval_classes = {{ .approvalClasses | toJson }}
 [console]
 enabled = true
 secure_cookies = {{ .Values.console.secureCookies }}
+{{- with include "aiops.consoleUrl" . }}
+url = {{ . | toJson }}  # notify.consoleUrl, else the ingress's: notifications link to its incident pages
+{{- end }}
 {{- with .Values.console.oidc }}
 {{- if .issuer }}
 
