@@ -118,8 +118,8 @@ FACTS: tuple[Fact, ...] = (
             + _names(
                 rows,
                 lambda r: (
-                    f"{r['gpu']} {r['kind']}"
-                    + (f" XID {r['xid']}" if r["xid"] is not None else "")
+                    f"{r['gpu']} "
+                    + (f"XID {r['xid']}" if r["xid"] is not None else str(r["kind"]))
                     + f" x{r['events']} from {when(r['first_ts_s'])}"
                 ),
             )

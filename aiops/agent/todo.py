@@ -81,9 +81,11 @@ def todo(
                 + "."
             )
         return found
+    what = [plural(waiting, "plan step")] if waiting else []
+    what += [plural(len(pending), "other proposal" if waiting else "proposal")] if pending else []
     found.lines.append(
-        f"Waiting for you: {plural(waiting, 'plan step')} and {plural(len(pending), 'other proposal')}, "
-        "most urgent incident first (nothing physical runs without a person's signed approval):"
+        f"Waiting for you: {' and '.join(what)}, most urgent incident first (nothing physical runs without "
+        "a person's signed approval):"
     )
     order = [i.incident_id for i in incidents]
     ranked = sorted(by_incident, key=lambda k: order.index(k) if k in order else len(order))
