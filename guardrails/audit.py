@@ -125,8 +125,12 @@ class AuditLog:
         text = canonical_json(payload)
         when = float(self.clock() if ts_s is None else ts_s)
         conn = self.store.conn
+        if self.witness_path is not None:
+            witness.ensure(self.store, self.witness_path)  # refused before anything is written: one witness
         conn.execute("BEGIN TRANSACTION")
         try:
+            if self.witness_path is not None:
+                witness.bind(self.store, self.witness_path)
             last = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS_HASH)
             digest = row_hash(prev, seq, when, event, proposal_id, actor, text)

@@ -8,9 +8,8 @@ pipeline, evidence) to the twin (aiops.sim). docs/ARCHITECTURE.md draws the same
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
-  0 base        aiops (the package), aiops.causal, aiops.errors, .labels, .nvml_bits, .models, .outbound, .safeload,
-                .scenarios, .text,
-                .workload
+  0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.errors, .labels, .nvml_bits, .models,
+                .outbound, .safeload, .scenarios, .text, .workload
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
   3 collectors  collectors (read-only telemetry sources), aiops.profile (eBPF uprobes on CUDA/NCCL: AI flame graphs)
@@ -41,6 +40,7 @@ PACKAGES = ("aiops", "collectors", "guardrails", "evals", "playbooks", "bpf")
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "aiops",
+        "aiops.beneath",
         "aiops.causal",
         "aiops.errors",
         "aiops.labels",

@@ -44,6 +44,7 @@ from aiops.console.signin import Refusal, SignInGate
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.errors import InputError, SignInBusy
 from aiops.store import Store, Workspace
+from aiops.store.coverage import coverage
 from aiops.store.maintenance import active_windows
 from guardrails.session_signing import ensure_key, key_path
 from guardrails.signing import ConfiguredVerifier
@@ -102,8 +103,11 @@ class Console:
             self.oidc = OidcSignIn(self, options.oidc, Provider(options.oidc, secret))
 
     async def read(self, work: Callable[[Store], T]) -> T:
+        """`work` on the store, in the threadpool; every read also refreshes the blind banner of the pages."""
+
         def run() -> T:
             with self.lock, self.workspace.read() as store:
+                self.pages.banner = data.banner(store)
                 return work(store)
 
         return await run_in_threadpool(run)
@@ -243,6 +247,13 @@ class Console:
         found, clock = await self.read(lambda s: (data.collectors(s), data.data_clock(s)))
         return self.pages.page(request, session, "collectors.html", collected=found, clock=clock.label)
 
+    async def coverage(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        seen, clock = await self.read(lambda s: (coverage(s), data.data_clock(s)))
+        return self.pages.page(request, session, "coverage.html", seen=seen, clock=clock.label)
+
     async def topology(self, request: Request) -> Response:
         session = self.pages.session(request)
         if session is None:
@@ -254,6 +265,7 @@ class Console:
         session = self.pages.session(request)
         if session is None:
             return self.pages.to_login()
+        await self.read(lambda _: None)  # the banner
         files = await run_in_threadpool(data.report_files, self.reports_dir)
         return self.pages.page(
             request, session, "reports.html", files=files, folder=str(self.reports_dir), clock=data.WALL_CLOCK
@@ -325,6 +337,7 @@ def create_app(
         Route("/maintenance/{window_id}/end", console.maintenance.end, methods=["POST"]),
         Route("/audit", console.audit),
         Route("/collectors", console.collectors),
+        Route("/coverage", console.coverage),
         Route("/topology", console.topology),
         Route("/reports", console.reports),
         Route("/reports/{name}", console.report_file),
@@ -334,6 +347,7 @@ def create_app(
         routes += [
             Route("/oidc/start", console.oidc.start, methods=["GET"]),
             Route("/oidc/callback", console.oidc.callback, methods=["GET"]),
+            Route("/oidc/confirm", console.oidc.confirm, methods=["POST"]),
         ]
     app = Starlette(routes=routes)
     app.state.console = console

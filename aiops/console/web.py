@@ -41,9 +41,13 @@ HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 
 def _clock(ts_s: Any) -> str:
+    """A stored time as UTC text; a time no clock shows (hostile: NaN, infinite, past year 9999) as `invalid`."""
     if ts_s is None:
         return "-"
-    return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError, TypeError):
+        return "invalid time"
 
 
 def environment() -> Environment:
@@ -85,12 +89,16 @@ class Pages:
         self.secure_cookies = secure_cookies
         self._key = key
         self.env = environment()
+        # the conditions that blind the workspace now, shown as a banner on every page (the console refreshes it
+        # at each store read: aiops/console/app.py `Console.read`)
+        self.banner: list[dict[str, Any]] = []
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
 
     def page(self, request: Request, session: Session, name: str, **context: Any) -> HTMLResponse:
         flash = session.notes.get(request.query_params.get("note", "")[:64], "")
+        context.setdefault("banner", self.banner)
         return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
 
     def session(self, request: Request) -> Session | None:

@@ -13,6 +13,7 @@ from aiops.pipeline import stored_diagnoses
 from aiops.runtime.maintenance import close_window, open_window
 from aiops.service.alerts_in import AlertInbox
 from aiops.store import Store, Workspace
+from aiops.store.coverage import coverage
 from aiops.store.maintenance import MAX_WINDOW_S, windows
 from guardrails.records import GuardrailRecords
 
@@ -122,6 +123,10 @@ class Api:
             "hypotheses": [h.model_dump() for h in d.hypotheses],
             **loop,
         }
+
+    def coverage(self) -> dict[str, Any]:
+        with self.workspace.read() as store:
+            return coverage(store)
 
     # -- maintenance windows and silences (aiops/store/maintenance.py) ---------------------------------------
     def maintenance(self, every: bool = False) -> dict[str, Any]:
