@@ -127,8 +127,14 @@ def session(workspace: Path) -> Iterator[AgentSession]:
         yield chat
 
 
+STALENESS = ("Note: ", "Blind: ", "Node agents lost: ")  # the line said first when the data is old (blind)
+
+
 def ask(session: AgentSession, question: str) -> Reply:
     reply = session.ask(question, "oncall")
+    lines = reply.answer.splitlines()
+    if lines and lines[0].startswith(STALENESS):
+        reply.answer = "\n".join(lines[1:])
     assert reply.source == "analyst" and "needs an LLM" not in reply.answer, reply.answer
     assert reply.claims, f"{question}: no fact cited"
     bad = [(c.text, c.status, c.note) for c in reply.claims if c.status != "verified"]

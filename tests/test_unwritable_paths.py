@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from aiops.store import Workspace
-from tests.clirun import run_cli
 from tests.service_helpers import TINY_SCENARIO, service_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,17 +118,36 @@ def setup(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def run_in_one_process(
+    tmp_path: Path, wanted: list[dict[str, Any]], mounts: str = ""
+) -> list[dict[str, Any]]:
+    """The commands run by tests/unwritable_cli.py in a process of their own (`aiops run` sets up logging for
+    the process: never this one's); with `mounts` (shell commands), in a private mount namespace after them."""
+    plan = tmp_path / "commands.json"
+    plan.write_text(json.dumps([{"args": c["args"], "env": c.get("env", {})} for c in wanted]))
+    command = [sys.executable, "-m", "tests.unwritable_cli", str(plan)]
+    if mounts:
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+        command = [*unshare, f"{mounts} exec {' '.join(command)}"]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=service_env(tmp_path),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return results
+
+
 def test_a_path_under_a_file_is_one_line_naming_the_file(setup: Path) -> None:
     tmp_path = setup
     blocker = tmp_path / "notes.txt"
     blocker.write_text("a file, not a folder\n")
-    env = service_env(tmp_path)
     wanted = commands(blocker, tmp_path, existing=False)
-    results = []
-    for case in wanted:
-        done = run_cli(*case["args"], env={**env, **case.get("env", {})})
-        results.append({"rc": done.returncode, "stderr": done.stderr})
-    check(results, wanted, f"{blocker} is a file, not a folder")
+    check(run_in_one_process(tmp_path, wanted), wanted, f"{blocker} is a file, not a folder")
     assert blocker.read_text() == "a file, not a folder\n"  # nothing written over it
 
 
@@ -145,21 +163,10 @@ def test_a_read_only_mount_is_one_line_naming_the_path(setup: Path) -> None:
     with Workspace(source / "ws.duckdb").write():
         pass
     wanted = commands(mounted, tmp_path, existing=True)
-    plan = tmp_path / "commands.json"
-    plan.write_text(json.dumps([{"args": c["args"], "env": c.get("env", {})} for c in wanted]))
     script = (
         f"mount --bind {source} {mounted} && mount -o remount,bind,ro {mounted} && "
         f"touch {mounted}/probe 2>/dev/null && exit 9; "  # the mount must refuse root's writes
-        f"exec {sys.executable} -m tests.unwritable_cli {plan}"
     )
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        env=service_env(tmp_path),
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    check(json.loads(done.stdout.splitlines()[-1]), wanted, "Read-only file system")
+    results = run_in_one_process(tmp_path, wanted, script)
+    check(results, wanted, "Read-only file system")
     assert sorted(p.name for p in source.iterdir()) == ["ws.duckdb"]  # nothing was written beside it
