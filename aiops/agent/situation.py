@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from aiops.config_notify import SeverityConfig
 from aiops.detect.severity import impact
 from aiops.labels import node_of
-from aiops.models import Diagnosis
+from aiops.models import Diagnosis, Incident
 from aiops.store import Store
+from aiops.store.conditions import condition_of
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 NODE_OPEN_S = 60.0  # a node agent's incident is open while the fleet saw it in its newest minute of reads
@@ -133,11 +134,17 @@ def as_open(d: Diagnosis) -> OpenIncident:
         i.title,
         i.opened_ts_s,
         tuple(dict.fromkeys(parts)),
-        f"{top.root_cause} on {top.component} ({top.confidence:.2f})" if top else "",
+        f"{top.root_cause} on {top.component} ({top.confidence:.2f})" if top else _condition(i),
         i.impact,
         weight.slowdown_pct or 0.0,
         weight.gpus,
     )
+
+
+def _condition(incident: Incident) -> str:
+    """What a condition incident (aiops/store/conditions.py) is, for its line: no cause is to be found."""
+    kind = condition_of(incident)
+    return f"{kind}: the product's own sight, not a fault (no cause to diagnose)" if kind else ""
 
 
 def open_incidents(
