@@ -164,7 +164,8 @@ _INTENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bwhat(?:'s|\s+is|s)\s+(?:wrong|broken|going\s+on|up|failing)\b|\banything\s+(?:wrong|broken)\b"
             r"|\b(?:open|all|current|active)\s+(?:the\s+)?(?:incidents?|problems?|issues?)\b"
             r"|\bwhat\s+(?:incidents?|problems?|issues?)\b|\b(?:is|are)\s+(?:the\s+)?(?:cluster|fleet|everything|all)"
-            r"\s+(?:ok|okay|fine|healthy|good)\b|\b(?:cluster|fleet|overall)\s+(?:status|health)\b",
+            r"\s+(?:ok|okay|fine|healthy|good)\b|\b(?:cluster|fleet|overall)\s+(?:status|health)\b"
+            r"|^\s*(?:status|health|incidents|problems)\s*\??\s*$",
             re.I,
         ),
     ),
