@@ -74,12 +74,21 @@ class Data:
             str(r["incident_id"]): float(r["opened_ts_s"])
             for r in store.query("SELECT incident_id, opened_ts_s FROM incidents")
         }
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []  # open plans' proposed steps: approved with one signature each
+        self.asks: list[str] = []  # open plans with none proposed: their first waiting step, to ask for
         if store.query("SELECT 1 FROM information_schema.tables WHERE table_name = 'plan_steps'"):
             self.steps = store.query(
                 "SELECT s.step_id, s.proposal_ids, p.incident_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id "
                 "WHERE p.status = 'open' AND s.status = 'proposed'"
             )
+            self.asks = [
+                str(r["step_id"])
+                for r in store.query(
+                    "SELECT arg_min(s.step_id, s.step_no) AS step_id FROM plan_steps s JOIN plans p "
+                    "ON p.plan_id = s.plan_id WHERE p.status = 'open' AND s.status = 'waiting' AND p.plan_id NOT IN "
+                    "(SELECT plan_id FROM plan_steps WHERE status = 'proposed') GROUP BY p.plan_id"
+                )
+            ]
 
     def hardware_touching(self, component: str) -> set[str]:
         """Open incidents with a part that is the component, holds it or lies in it (rack > node > GPU/NIC)."""
@@ -227,6 +236,8 @@ def test_what_should_i_do_lists_every_pending_step_and_proposal(session: AgentSe
     )
     for step in data.steps:
         assert f"aiops actions approve {step['step_id']}" in reply.answer, reply.answer
+    for step_id in data.asks:
+        assert f"aiops plans propose {step_id}" in reply.answer, reply.answer
     lines = reply.answer.splitlines()
     in_steps = {str(p) for s in data.steps for p in s["proposal_ids"]}
     for p in data.pending:

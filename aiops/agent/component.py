@@ -144,10 +144,12 @@ def _gpu(store: Store, gpu: str, span: list[float], found: Findings) -> None:
         found.lines.append("  runs " + ", ".join(f"rank {r['rank']} of job {r['job']}" for r in ranks) + ".")
 
 
+# The hottest GPU by (temperature, name): two GPUs at the same peak name the same one on every run (arg_max picks
+# any of a tie, and the re-run of the citation would read as a mismatch)
 NODE_SQL = (
     "SELECT node, count(DISTINCT gpu) AS gpus, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s, "
     "round(avg(temp_c), 1) AS mean_temp_c, round(max(temp_c), 1) AS max_temp_c, "
-    "arg_max(gpu, temp_c) AS hottest_gpu, round(avg(power_w), 1) AS mean_power_w, "
+    "arg_max(gpu, (temp_c, gpu)) AS hottest_gpu, round(avg(power_w), 1) AS mean_power_w, "
     f"count(*) FILTER (WHERE (clocks_event_reasons & {THROTTLE}) != 0) AS throttled_samples "
     "FROM gpu_samples WHERE ts_s >= ? AND ts_s <= ? GROUP BY node ORDER BY node = ? DESC, node"
 )
@@ -265,10 +267,17 @@ def _rack(store: Store, rack: str, span: list[float], found: Findings) -> None:
         found.lines.append(f"  nodes: {', '.join(str(n['component']) for n in nodes)}.")
 
 
+# The usual slowest GPU: the most frequent, ties to the first by name (mode() picks any of a tie, so a re-run of the
+# citation could name another and read as a mismatch)
+USUAL_SLOWEST = (
+    "(SELECT slowest_gpu FROM s WHERE slowest_gpu IS NOT NULL{recent} GROUP BY slowest_gpu "
+    "ORDER BY count(*) DESC, slowest_gpu LIMIT 1) AS usual_slowest_gpu"
+)
 JOB_SQL = (
+    "WITH s AS (SELECT * FROM job_steps WHERE job = ? AND ts_s >= ? AND ts_s <= ?) "
     "SELECT job, count(*) AS steps, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s, "
     "round(median(step_time_s), 3) AS median_step_s, round(max(step_time_s), 3) AS max_step_s, "
-    "mode(slowest_gpu) AS usual_slowest_gpu FROM job_steps WHERE job = ? AND ts_s >= ? AND ts_s <= ? GROUP BY job"
+    f"{USUAL_SLOWEST.format(recent='')} FROM s GROUP BY job"
 )
 
 

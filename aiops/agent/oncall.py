@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiops.agent.component import USUAL_SLOWEST
 from aiops.agent.findings import Findings
 from aiops.agent.situation import JobReach, OpenIncident, Places, open_incidents, ranks_text, reach
 from aiops.models import Diagnosis
@@ -66,11 +67,11 @@ def wrong(store: Store, diagnoses: list[Diagnosis], horizon_ts_s: float | None) 
 
 
 JOB_STEPS_SQL = (
+    "WITH s AS (SELECT * FROM job_steps WHERE job = ? AND ts_s <= ?) "
     "SELECT job, count(*) FILTER (WHERE ts_s > ?) AS recent_steps, "
     "round(median(step_time_s) FILTER (WHERE ts_s > ?), 3) AS recent_median_s, "
     "round(median(step_time_s) FILTER (WHERE ts_s <= ?), 3) AS first_median_s, "
-    "mode(slowest_gpu) FILTER (WHERE ts_s > ?) AS usual_slowest_gpu "
-    "FROM job_steps WHERE job = ? AND ts_s <= ? GROUP BY job"
+    f"{USUAL_SLOWEST.format(recent=' AND ts_s > ?')} FROM s GROUP BY job"
 )
 RANKS_SQL = "SELECT job, rank, gpu FROM job_ranks WHERE job = ? AND gpu IN ({marks}) ORDER BY rank"
 
@@ -81,7 +82,7 @@ def _steps(store: Store, job: str, horizon_ts_s: float, found: Findings) -> str:
     if first is None:
         return ""
     recent_s = horizon_ts_s - RECENT_S
-    params = [recent_s, recent_s, min(float(first) + RECENT_S, recent_s), recent_s, job, horizon_ts_s]
+    params = [job, horizon_ts_s, recent_s, recent_s, min(float(first) + RECENT_S, recent_s), recent_s]
     rows = store.query(JOB_STEPS_SQL, params)
     if not rows or not rows[0]["recent_steps"]:
         return f"no step in the 5 minutes before {when(horizon_ts_s)}"

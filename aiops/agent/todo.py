@@ -25,8 +25,8 @@ PENDING_SQL = (
     "AND (expires_ts_s IS NULL OR expires_ts_s > ?) AND created_ts_s <= ? ORDER BY created_ts_s, proposal_id"
 )
 STEPS_SQL = (
-    "SELECT s.step_id, s.step_no, s.title, s.kind, s.risk, s.targets, s.status, s.effect, s.cost, "
-    "p.plan_id, p.incident_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id "
+    "SELECT s.step_id, s.step_no, s.title, s.kind, s.risk, s.targets, s.status, s.effect, s.cost, s.note, "
+    "s.hold, p.plan_id, p.incident_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id "
     "WHERE p.status = 'open' AND s.status IN ('proposed', 'waiting') ORDER BY p.plan_id, s.step_no"
 )
 
@@ -35,7 +35,9 @@ STEPS_SQL = (
 class _Item:
     """What waits for people about one incident."""
 
-    steps: list[dict[str, Any]] = field(default_factory=list)  # proposed steps, then the next waiting one
+    # each open plan's proposed steps (role "approve"), then its next waiting step: what follows if they do not
+    # work ("then"), or, with none proposed, the step a person may ask for now ("ask")
+    steps: list[dict[str, Any]] = field(default_factory=list)
     proposals: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -46,18 +48,9 @@ def todo(
     now = time.time() if now_ts_s is None else now_ts_s
     incidents = open_incidents(store, diagnoses, horizon_ts_s)
     by_incident: dict[str, _Item] = {}
-    steps = store.query(STEPS_SQL) if has_table(store, "plan_steps") else []
+    for incident_id, entries in _plan_steps(store, found).items():
+        by_incident.setdefault(incident_id, _Item()).steps.extend(entries)
     in_steps: set[str] = set()
-    if steps:
-        found.fact("the plan steps waiting for people or for the step before them", STEPS_SQL, [], steps)
-        proposed = [s for s in steps if s["status"] == "proposed"]
-        for s in proposed:
-            by_incident.setdefault(str(s["incident_id"]), _Item()).steps.append(s)
-        for s in steps:  # the next waiting step of each plan that has one proposed, as what comes after
-            if s["status"] == "waiting" and any(p["plan_id"] == s["plan_id"] for p in proposed):
-                item = by_incident[str(s["incident_id"])]
-                if not any(x["plan_id"] == s["plan_id"] and x["status"] == "waiting" for x in item.steps):
-                    item.steps.append(s)
     if has_table(store, "proposals", "step_id"):
         in_steps = {
             str(r["proposal_id"])
@@ -71,8 +64,9 @@ def todo(
         found.fact("the pending proposals outside plan steps", PENDING_SQL, params, pending)
     for r in pending:
         by_incident.setdefault(str(r["incident_id"] or ""), _Item()).proposals.append(r)
-    waiting = sum(len([s for s in i.steps if s["status"] == "proposed"]) for i in by_incident.values())
-    if not waiting and not pending:
+    roles = [s["role"] for i in by_incident.values() for s in i.steps]
+    waiting, asks = roles.count("approve"), roles.count("ask")
+    if not waiting and not asks and not pending:
         found.lines.append("Nothing waits for you: no plan step and no proposal is pending.")
         if incidents:
             found.lines.append(
@@ -81,8 +75,9 @@ def todo(
                 + "."
             )
         return found
-    what = [plural(waiting, "plan step")] if waiting else []
-    what += [plural(len(pending), "other proposal" if waiting else "proposal")] if pending else []
+    what = [f"{plural(waiting, 'plan step')} to approve"] if waiting else []
+    what += [f"{plural(asks, 'plan step')} to ask for"] if asks else []
+    what += [plural(len(pending), "other proposal" if what else "proposal")] if pending else []
     found.lines.append(
         f"Waiting for you: {' and '.join(what)}, most urgent incident first (nothing physical runs without "
         "a person's signed approval):"
@@ -104,6 +99,23 @@ def todo(
     return found
 
 
+def _plan_steps(store: Store, found: Findings) -> dict[str, list[dict[str, Any]]]:
+    """Incident -> its open plans' steps that wait for people, each with its role (see `_Item`)."""
+    rows = store.query(STEPS_SQL) if has_table(store, "plan_steps") else []
+    if rows:
+        found.fact("the open plans' steps proposed or waiting", STEPS_SQL, [], rows)
+    plans: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        plans.setdefault(str(row["plan_id"]), []).append(row)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for steps in plans.values():
+        proposed = [{**s, "role": "approve"} for s in steps if s["status"] == "proposed"]
+        waiting = [s for s in steps if s["status"] == "waiting"]
+        following = [{**waiting[0], "role": "then" if proposed else "ask"}] if waiting else []
+        out.setdefault(str(steps[0]["incident_id"]), []).extend([*proposed, *following])
+    return out
+
+
 def _heading(incident_id: str, incident: OpenIncident | None) -> str:
     if not incident_id:
         return "not tied to an incident:"
@@ -117,9 +129,19 @@ def _item_lines(item: _Item, *, open_now: bool) -> list[str]:
     for s in item.steps:
         targets = list(s["targets"] or [])
         shown = ", ".join(targets[:4]) + (f" (+{len(targets) - 4})" if len(targets) > 4 else "")
-        if s["status"] == "waiting":
+        if s["role"] == "then":
             out.append(
                 f"   then, if it does not work: step {s['step_no']} '{s['title']}' ({s['kind']}, waiting)"
+            )
+            continue
+        if s["role"] == "ask":
+            why = s["hold"] or s["note"]
+            out.append(
+                f"   plan {s['plan_id']}: nothing proposed; step {s['step_no']} '{s['title']}' ({s['kind']}, "
+                f"{s['risk']}, {plural(len(targets), 'target')}: {shown}) waits" + (f": {why}" if why else "")
+            )
+            out.append(
+                f"     ask for it now (it files its targets for approval): aiops plans propose {s['step_id']}"
             )
             continue
         out.append(
