@@ -23,7 +23,7 @@ from aiops.agent.findings import Findings
 from aiops.agent.gpus_of import gpus_of
 from aiops.agent.scope import TimeScope, asks_about_gpus, components_in, intent_of, time_scope
 from aiops.agent.situation import open_incidents
-from aiops.agent.todo import todo
+from aiops.agent.todo import plan_lines, todo
 from aiops.detect import detect
 from aiops.errors import ScopeError
 from aiops.evidence.next_steps import steps_for
@@ -313,6 +313,9 @@ class Analyst:
                 f", {'physical' if _physical(a) else 'digital'}: {a.reason}"
                 for a in actions
             )
+        if self.read is not None:
+            with self.read() as store:
+                lines.extend(plan_lines(store, i.incident_id))
         steps = steps_for([(h.root_cause, h.component) for h in d.hypotheses[:top]])
         if steps:
             lines.append("Next steps (checks that confirm or rule out the top hypotheses):")

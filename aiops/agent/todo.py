@@ -157,3 +157,27 @@ def _item_lines(item: _Item, *, open_now: bool) -> list[str]:
         verb = "/approve" if open_now else "/reject"
         out.append(f"   {p['proposal_id']}: {p['kind']} {p['target']} ({risk}): {verb} {p['proposal_id']}")
     return out
+
+
+PLAN_SQL = (
+    "SELECT p.plan_id, s.step_id, s.step_no, s.title, s.kind, s.risk, s.status FROM plans p "
+    "JOIN plan_steps s ON s.plan_id = p.plan_id WHERE p.incident_id = ? AND p.status = 'open' ORDER BY s.step_no"
+)
+
+
+def plan_lines(store: Store, incident_id: str) -> list[str]:
+    """The incident's open plan, one line a step with what a person does next (approve or ask for it)."""
+    rows = store.query(PLAN_SQL, [incident_id]) if has_table(store, "plans") else []
+    if not rows:
+        return []
+    proposed = any(r["status"] == "proposed" for r in rows)
+    first_waiting = next((r["step_id"] for r in rows if r["status"] == "waiting"), None)
+    out = [f"Plan {rows[0]['plan_id']} (least disruptive first; 'what should I do' ranks every plan):"]
+    for r in rows:
+        todo_now = ""
+        if r["status"] == "proposed":
+            todo_now = f": aiops actions approve {r['step_id']} --key FILE"
+        elif r["step_id"] == first_waiting and not proposed:
+            todo_now = f": ask for it with aiops plans propose {r['step_id']}"
+        out.append(f"  step {r['step_no']} '{r['title']}' ({r['kind']}, {r['risk']}) {r['status']}{todo_now}")
+    return out
