@@ -1,7 +1,8 @@
 """Issue 38, item 5: every place a command writes that cannot be written ends in one line on stderr naming the
 path and what was being written, exit 2, no traceback: `aiops demo --db`, `simulate`, `run`, `fleet`,
-`report --out` (it blamed --db), `console serve`, `console adduser`, `mcp`, `profile --out`, and the service's
-scheduled reports ([report] out_dir).
+`report --out` (it blamed --db), `console serve`, `console adduser`, `mcp`, `profile --out`, the service's
+scheduled reports ([report] out_dir), `chat` (its journal and checkpoints), `actions message --out`, `lanes
+collect --db/--flows-json`, and a command writing a workspace through DuckDB (`maintenance add`).
 
 Two ways a place is unwritable, as people meet them: a read-only mount (root writes through chmod 0555, not
 through a read-only mount: a bind mount remounted read-only in a private mount namespace, `unshare -m`, so
@@ -76,6 +77,24 @@ def commands(place: Path, tmp_path: Path, *, existing: bool) -> list[dict[str, A
             "path": str(place / "reports"),
             "what": "the scheduled reports ([report] out_dir)",
         },
+        {
+            "args": ["actions", "message", "P-0000", "--db", writable, "--out", str(place / "approve.msg")],
+            "path": str(place / "approve.msg"),
+            "what": "the approval message (--out)",
+        },
+        {
+            "args": ["lanes", "collect", "--dev", "lo", "--no-tcp", "--db", str(place / "lanes.duckdb")],
+            "path": str(place / "lanes.duckdb"),
+            "what": "the lane telemetry (--db)",
+        },
+        {
+            "args": [
+                *("lanes", "collect", "--dev", "lo", "--no-tcp", "--db", writable),
+                *("--flows-json", str(place / "flows.jsonl")),
+            ],
+            "path": str(place / "flows.jsonl"),
+            "what": "the per-flow TCP aggregates (--flows-json)",
+        },
     ]
     if existing:
         out += [
@@ -93,6 +112,15 @@ def commands(place: Path, tmp_path: Path, *, existing: bool) -> list[dict[str, A
                 "args": ["mcp", "--db", ws, "--transport", "http", *listen],
                 "path": ws,
                 "what": "the propose tool files proposals",
+            },
+            {"args": ["chat", "--db", ws], "path": ws, "what": "the chat's journal"},
+            {
+                "args": [
+                    *("maintenance", "add", "--db", ws),
+                    *("--node", "node0", "--for", "1h", "--reason", "x"),
+                ],
+                "path": ws,
+                "what": "the workspace's database",
             },
         ]
     return out

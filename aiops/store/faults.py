@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 
 from aiops.errors import AiopsError, DatabaseDamaged, StorageError
-from aiops.store.writable import FIX_DB, problem, reason
+from aiops.store.writable import FIX_DB, problem, reason, refused
 
 _DAMAGED = (
     "could not read enough bytes",
@@ -42,7 +42,7 @@ def file_fault(path: str, exc: BaseException) -> AiopsError | None:
     if any(words in text for words in _DISK_FULL):
         return StorageError(path, "the disk is full", "free space or use --db on another disk")
     if any(words in text for words in _NOT_WRITABLE):
-        return StorageError(path, problem(WHAT, "read-only or no permission"), FIX_DB)
+        return StorageError(path, problem(WHAT, refused(path) or "read-only or no permission"), FIX_DB)
     if any(words in text for words in _DAMAGED):
         return DatabaseDamaged(path, str(exc).splitlines()[0][:200])
     return None

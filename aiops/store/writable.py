@@ -50,6 +50,19 @@ def _refusal(folder: Path) -> str:
     return os.strerror(errno.EACCES)
 
 
+def refused(path: str | Path) -> str | None:
+    """Why the kernel refuses writes to the file at `path` or to its folder ("Read-only file system: FOLDER",
+    "Permission denied: FILE", "Not a directory: ... is a file, not a folder"), or None when it does not."""
+    target = Path(path).expanduser()
+    blocker = _file_in_the_way(target)
+    if blocker is not None:
+        return f"Not a directory: {blocker} is a file, not a folder"
+    for place in (target.parent, target):
+        if place.exists() and not os.access(place, os.W_OK | (os.X_OK if place.is_dir() else 0)):
+            return f"{_refusal(place if place.is_dir() else place.parent)}: {place}"
+    return None
+
+
 def problem(what: str, why: str) -> str:
     """`cannot write here: the demo's workspace (Read-only file system)`: the words of every such error."""
     return f"cannot write here: {what} ({why})"
@@ -92,3 +105,11 @@ def writing(path: str | Path, what: str, fix: str) -> Iterator[None]:
     except OSError as exc:
         where = Path(str(exc.filename)) if exc.filename else Path(path)
         raise StorageError(str(where), problem(what, reason(exc, where)), fix) from None
+
+
+def write_file(path: str | Path, data: bytes, what: str, fix: str) -> None:
+    """`data` into the file at `path` (its folders made), or one `StorageError` naming the path and `what`."""
+    target = Path(path).expanduser()
+    prepare_file(target, what, fix)
+    with writing(target, what, fix):
+        target.write_bytes(data)
