@@ -7,7 +7,8 @@ workspace has them), and is stopped once its detection has caught up with the ne
 
 `AIOPS_CHAT_WORKSPACE=PATH` uses that workspace instead (a copy of it: the tests only read, but a chat's
 journal and checkpoints are written beside the file), e.g. the fleet demo's `out/fleet-demo/fleet.duckdb`
-after `FLEET_DEMO_S=240 make fleet-demo`."""
+after `FLEET_DEMO_S=240 make fleet-demo`. Either way two proposals outside any plan are then filed into it, as
+another agent files them over MCP (`other_proposals`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from aiops.errors import StoreLocked
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.history import replay, write
+from aiops.mcpserver.tools import McpTools
 from aiops.scenarios import parse_scenario_text
 from aiops.sim import World, simulate
 from aiops.sources.facility import facility_rows, render_facility_history
@@ -47,12 +49,38 @@ faults:
 
 
 def fleet_workspace(work: Path) -> Path:
-    """The fleet workspace the chat tests ask about (see the module docstring)."""
+    """The fleet workspace the chat tests ask about (see the module docstring), with proposals outside any plan
+    added (`other_proposals`)."""
     given = os.environ.get("AIOPS_CHAT_WORKSPACE")
     db = work / "fleet.duckdb"
     if given:
         shutil.copyfile(given, db)
-        return db
+    else:
+        _build(work, db)
+    other_proposals(db)
+    return db
+
+
+def other_proposals(db: Path) -> list[str]:
+    """What another agent files over MCP (its `propose` tool, as `aiops mcp` serves it), outside any plan: a
+    ticket for the newest open incident's part, and one tied to no incident. On-call's "what should I do" must
+    list them too (it said "nothing new" with 9 proposals pending)."""
+    with Workspace(db).read() as store:
+        newest = store.query(
+            "SELECT i.incident_id, h.component FROM incidents i JOIN hypotheses h ON h.incident_id = i.incident_id "
+            "AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.opened_ts_s DESC LIMIT 1"
+        )
+    tools = McpTools(Workspace(db))
+    filed = []
+    if newest:
+        part, incident = str(newest[0]["component"]), str(newest[0]["incident_id"])
+        ticket = tools.propose("open_ticket", part, {"team": "facilities"}, "inspect it", incident)
+        filed.append(str(ticket["proposal_id"]))
+    loose = tools.propose("open_ticket", "node0", {"team": "hpc-ops"}, "a second look at node0")
+    return [*filed, str(loose["proposal_id"])]
+
+
+def _build(work: Path, db: Path) -> None:
     require_binary("prometheus")
     require_binary("promtool")
     scenario = parse_scenario_text(SCENARIO)
@@ -67,7 +95,6 @@ def fleet_workspace(work: Path) -> Path:
     backfill(history, work / "tsdb")
     with serving(work / "tsdb", work) as url:
         _run_fleet(work, db, url, last_s)
-    return db
 
 
 def _run_fleet(work: Path, db: Path, url: str, last_s: float) -> None:
