@@ -251,8 +251,9 @@ def test_what_should_i_do_lists_every_pending_step_and_proposal(session: AgentSe
             assert heading.split(" ")[1] == incident and f"/approve {pid}" in lines[at], (heading, lines[at])
         elif incident:
             assert incident in heading and "no longer open" in heading, heading
-        else:
+        else:  # filed by a DCIM round, another agent over MCP: still for a person to approve
             assert "not tied to an incident" in heading, heading
+            assert f"/approve {pid}" in lines[at], lines[at]
     headings = [line.split(" ")[1] for line in lines if re.match(r"^\d+\. INC-", line)]
     ranks = [SEVERITY[data.severity[i]] for i in headings if i in data.severity]
     assert ranks == sorted(ranks), lines  # the most urgent incident first

@@ -87,7 +87,7 @@ def todo(
     labels = {i.incident_id: i for i in incidents}
     for n, key in enumerate(ranked, start=1):
         found.lines.append(f"{n}. {_heading(key, labels.get(key))}")
-        found.lines.extend(_item_lines(by_incident[key], open_now=key in labels))
+        found.lines.extend(_item_lines(by_incident[key], open_now=key in labels or not key))
     if horizon_ts_s is not None:
         cite_open(
             store,
