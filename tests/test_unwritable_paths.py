@@ -7,7 +7,8 @@ collect --db/--flows-json`, and a command writing a workspace through DuckDB (`m
 Two ways a place is unwritable, as people meet them: a read-only mount (root writes through chmod 0555, not
 through a read-only mount: a bind mount remounted read-only in a private mount namespace, `unshare -m`, so
 nothing outside the test sees it) and a path under a regular file (`--db notes.txt/ws.duckdb`). The commands
-are the real CLI's `main()`, run in one interpreter inside the namespace (tests/unwritable_cli.py)."""
+are the real CLI's `main()`, run in one interpreter inside the namespace (tests/unwritable_cli.py): both ways
+in one process."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ def commands(place: Path, tmp_path: Path, *, existing: bool) -> list[dict[str, A
     listen = ["--listen", "127.0.0.1:0"]
     password = ["--password-file", str(tmp_path / "password")]
     ws = str(place / "ws.duckdb")
-    reports_config = tmp_path / "reports.toml"
+    reports_config = tmp_path / f"reports-{place.name}.toml"
     reports_config.write_text(f'[report]\nenabled = true\nout_dir = "{place / "reports"}"\n')
     out: list[dict[str, Any]] = [
         {"args": ["demo", "--db", ws, "--replace"], "path": ws, "what": "the demo's workspace"},
@@ -137,13 +139,49 @@ def check(results: list[dict[str, Any]], wanted: list[dict[str, Any]], why: str)
         assert why in said, where
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Path:
+def can_mount() -> bool:
+    """Root and unshare(1): a read-only bind mount in a private mount namespace can be made."""
+    if os.geteuid() == 0 and shutil.which("unshare") is not None:
+        return True
+    if os.environ.get("AIOPS_REQUIRE_EBPF") == "1":
+        pytest.fail("a read-only mount in a private mount namespace needs root and unshare(1)")
+    return False
+
+
+@dataclass
+class Case:
+    wanted: list[dict[str, Any]]
+    results: list[dict[str, Any]] | None = None
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    """Both ways in one process (one interpreter's imports, not two): a path under a regular file, and, with
+    root, a read-only bind mount (the process starts in a private mount namespace after mounting it)."""
+    tmp_path = tmp_path_factory.mktemp("unwritable")
     (tmp_path / "tiny.yaml").write_text(TINY_SCENARIO)
     (tmp_path / "password").write_text("a long enough password 123\n")
     with Workspace(tmp_path / "rw.duckdb").write():
         pass
-    return tmp_path
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder\n")
+    out = {"file": Case(commands(blocker, tmp_path, existing=False))}
+    script = ""
+    if can_mount():
+        source, mounted = tmp_path / "source", tmp_path / "ro"
+        source.mkdir()
+        mounted.mkdir()
+        with Workspace(source / "ws.duckdb").write():
+            pass
+        out["mount"] = Case(commands(mounted, tmp_path, existing=True))
+        script = (
+            f"mount --bind {source} {mounted} && mount -o remount,bind,ro {mounted} && "
+            f"touch {mounted}/probe 2>/dev/null && exit 9; "  # the mount must refuse root's writes
+        )
+    results = run_in_one_process(tmp_path, [c for case in out.values() for c in case.wanted], script)
+    for case in out.values():
+        case.results, results = results[: len(case.wanted)], results[len(case.wanted) :]
+    return out
 
 
 def run_in_one_process(
@@ -170,31 +208,19 @@ def run_in_one_process(
     return results
 
 
-def test_a_path_under_a_file_is_one_line_naming_the_file(setup: Path) -> None:
-    tmp_path = setup
-    blocker = tmp_path / "notes.txt"
-    blocker.write_text("a file, not a folder\n")
-    wanted = commands(blocker, tmp_path, existing=False)
-    check(run_in_one_process(tmp_path, wanted), wanted, f"{blocker} is a file, not a folder")
+def test_a_path_under_a_file_is_one_line_naming_the_file(cases: dict[str, Case]) -> None:
+    case = cases["file"]
+    blocker = Path(case.wanted[0]["path"]).parent
+    assert case.results is not None
+    check(case.results, case.wanted, f"{blocker} is a file, not a folder")
     assert blocker.read_text() == "a file, not a folder\n"  # nothing written over it
 
 
-def test_a_read_only_mount_is_one_line_naming_the_path(setup: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        if os.environ.get("AIOPS_REQUIRE_EBPF") == "1":
-            pytest.fail("a read-only mount in a private mount namespace needs root and unshare(1)")
+def test_a_read_only_mount_is_one_line_naming_the_path(cases: dict[str, Case]) -> None:
+    if "mount" not in cases:
         pytest.skip("a read-only mount in a private mount namespace needs root and unshare(1)")
-    tmp_path = setup
-    source, mounted = tmp_path / "source", tmp_path / "ro"
-    source.mkdir()
-    mounted.mkdir()
-    with Workspace(source / "ws.duckdb").write():
-        pass
-    wanted = commands(mounted, tmp_path, existing=True)
-    script = (
-        f"mount --bind {source} {mounted} && mount -o remount,bind,ro {mounted} && "
-        f"touch {mounted}/probe 2>/dev/null && exit 9; "  # the mount must refuse root's writes
-    )
-    results = run_in_one_process(tmp_path, wanted, script)
-    check(results, wanted, "Read-only file system")
+    case = cases["mount"]
+    assert case.results is not None
+    check(case.results, case.wanted, "Read-only file system")
+    source = Path(case.wanted[0]["path"]).parent.parent / "source"
     assert sorted(p.name for p in source.iterdir()) == ["ws.duckdb"]  # nothing was written beside it

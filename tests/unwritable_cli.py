@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 
 from tests.clirun import run_cli
 
@@ -19,7 +20,11 @@ def main(path: str) -> int:
     results = []
     for command in commands:
         env = {**os.environ, **command.get("env", {})}
-        done = run_cli(*command["args"], env=env)
+        try:
+            done = run_cli(*command["args"], env=env)
+        except Exception:  # what a person would see: a traceback (this command's, the next ones still run)
+            results.append({"args": command["args"], "rc": 1, "stderr": traceback.format_exc()})
+            continue
         results.append({"args": command["args"], "rc": done.returncode, "stderr": done.stderr})
     print(json.dumps(results))
     return 0
