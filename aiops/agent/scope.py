@@ -138,7 +138,8 @@ _INTENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bwhat\s+(?:should|shall|do|must|can|could)\s+(?:i|we)\s+(?:do|approve)\b|\bwhat\s+now\b"
             r"|\bnext\s+steps?\b|\bto-?do\b|\bwhat\s+(?:is|'s|are)\s+(?:pending|waiting)\b"
             r"|\bwhat\s+(?:needs|waits\s+for)\s+(?:my|our|an?)?\s*(?:approval|attention|signature|me|us)\b"
-            r"|\bpending\s+(?:actions?|approvals?|steps?|plans?|proposals?)\b",
+            r"|\bpending\s+(?:actions?|approvals?|steps?|plans?|proposals?)\b|\banything\s+(?:pending|waiting)\b"
+            r"|\b(?:pending|waiting)\s+(?:for|on)\s+(?:me|us)\b|\bwhat\s+(?:to|needs)\s+(?:approve|approving)\b",
             re.I,
         ),
     ),
