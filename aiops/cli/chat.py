@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # the agent pulls in LangGraph: only `aiops chat` pays for th
     from aiops.agent.session import AgentSession, Reply
 
 HELP = (
-    "ask what's wrong, which jobs are affected, what should I do, what changed in the last hour (since 9am,\n"
-    "today), is rack1 ok (a node, node3/gpu5, job llm), or about an incident (INC-…)\n"
+    "ask what's wrong, which jobs are affected, what should I do,\n"
+    "what changed in the last hour (since 9am, today), is rack1 ok (a node,\n"
+    "node3/gpu5, job llm), or about an incident (INC-…)\n"
     "/incidents /actions /approve ID /reject ID REASON /why P-…|INC-… /help /quit\n"
     "nothing physical runs without your /approve; the model cannot approve anything"
 )
