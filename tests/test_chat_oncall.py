@@ -227,6 +227,10 @@ def test_what_changed_in_a_period_said_in_words(session: AgentSession, data: Dat
     assert window_line(today).startswith(f"Window: today, by the data's clock (from {when(midnight)} "), (
         today.answer
     )
+    for reply, start_s in ((since, nine.timestamp()), (today, midnight)):  # what opened in each window
+        within = {i for i, t in data.opened.items() if start_s <= t <= data.newest}
+        said = named(section(reply.answer, "Opened:", "\n")) if "Opened:" in reply.answer else set()
+        assert said == within, reply.answer
 
 
 def test_what_should_i_do_lists_every_pending_step_and_proposal(session: AgentSession, data: Data) -> None:
