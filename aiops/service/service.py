@@ -49,7 +49,7 @@ from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
 from aiops.service.pager import Pager, PageState
 from aiops.service.profile_trigger import ProfileTrigger
-from aiops.service.reports import ReportSchedule
+from aiops.service.reports import ReportSchedule, check_paths
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
 from aiops.service.slack_actions import SlackChat
@@ -222,6 +222,7 @@ class Service:
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
+        check_paths(self.owner.db_path, self.config)  # one line, exit 2, before anything is started
         self.owner.start()
         with self.owner.store() as store:
             witness.store_path(store)  # one witness per store: another config's is refused at start
