@@ -121,6 +121,7 @@ class Detector:
         out += self._steps(t0, t1)
         out += self._racks(t0, t1)
         out += self._hosts(t0, t1)
+        self.stragglers.store = self.store  # the live service may have reopened the file since
         out += self.stragglers.process(t0, t1, warm=t1 - self.start_ts_s >= WARMUP_S)
         return out
 

@@ -48,10 +48,10 @@ RANK_WINDOW_SQL = w.WindowQuery(
        FROM rank_timing_samples WHERE rank IS NOT NULL AND window_s > 0 GROUP BY ts_s, job, rank, pid)""",
     group_by="job, rank",
 )
-NETWORK_RISE = 0.05  # of the wall time: the job's median wait above its usual, and ...
-NETWORK_RATIO = 0.25  # ... by a quarter of it
+NETWORK_RISE = 0.03  # of the wall time: the job's median wait above its usual, and ...
+NETWORK_RATIO = 0.2  # ... by a fifth of it (a NIC must also stand out: the second condition)
 NIC_STANDS_OUT = 3.0  # a NIC's queueing or loss this many times the other NICs' median ...
-QUEUE_FLOOR_MS, LOSS_FLOOR = 1.0, 50.0  # ... and at least this much
+QUEUE_FLOOR_MS, LOSS_FLOOR = 0.25, 50.0  # ... and at least this much
 MAX_RANKS_LISTED = 16
 EXPECTED = ("power_limit_w", "sm_clock_max_mhz")  # set by an executed action: its slower rank is expected
 
@@ -61,22 +61,25 @@ class StragglerRules:
     whether the product set that GPU slower (intended state) or drained its node."""
 
     def __init__(self, store: Store, is_expected: Callable[[str], bool]) -> None:
-        self.store = store
+        self.store = store  # the detector's (the live service sets it again when it reopens the file)
         self.is_expected = is_expected
         self.persist = Persistence()
         self.usual: dict[tuple[str, int], dict[str, RollingBaseline]] = {}
         self.job_wait: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=20, min_count=3))
         self.places: dict[tuple[str, int], Mapping[str, Any]] = {}
+        self._read_places = False
 
     def _place(self, job: str, rank: int) -> Mapping[str, Any]:
-        """The rank's GPU, node and NIC from the scheduler's rank table (read again for a rank not seen yet)."""
-        if (job, rank) not in self.places:
+        """The rank's GPU, node and NIC from the scheduler's rank table (read again, once a window, for a rank
+        not seen there yet: a fleet learns its ranks as the agents' exports arrive)."""
+        if (job, rank) not in self.places and not self._read_places:
+            self._read_places = True
             for r in self.store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"):
                 self.places[(str(r["job"]), int(r["rank"]))] = r
-            self.places.setdefault((job, rank), {})
-        return self.places[(job, rank)]
+        return self.places.get((job, rank), {})
 
     def process(self, t0: float, t1: float, warm: bool) -> list[Symptom]:
+        self._read_places = False
         jobs: dict[str, list[tuple[RankWindow, str]]] = defaultdict(list)
         world: dict[str, int] = {}
         for r in w.window(self.store, RANK_WINDOW_SQL, t0, t1):
@@ -103,11 +106,11 @@ class StragglerRules:
         late = late_ranks(windows)
         if late is not None:  # the peers' wait is the late ranks' doing: no window to learn from
             shares = {"shares": late.shares, "peer_shares": late.peer_shares}
-            return self._late(job, list(late.ranks), late.cause, node_of, t1, "peers", shares)
+            return self._late(job, list(late.ranks), late.cause, node_of, (t0, t1), "peers", shares)
         wait = statistics.median(p.share("wait") for p in windows)
         baseline = self.job_wait[job]
         high = baseline.ready() and wait - baseline.median >= max(NETWORK_RISE, 5 * 1.4826 * baseline.mad)
-        out = self._turned(job, windows, world_size, node_of, t1)
+        out = self._turned(job, windows, world_size, node_of, t0, t1)
         out += self._network(job, windows, wait, high and warm, t0, t1)
         if not out and not high:  # a quiet window teaches the job's wait and each rank's shares
             baseline.add(wait)
@@ -120,7 +123,13 @@ class StragglerRules:
         return out
 
     def _turned(
-        self, job: str, windows: Sequence[RankWindow], world_size: int, node_of: Mapping[int, str], t1: float
+        self,
+        job: str,
+        windows: Sequence[RankWindow],
+        world_size: int,
+        node_of: Mapping[int, str],
+        t0: float,
+        t1: float,
     ) -> list[Symptom]:
         """The own-baseline rule: ranks that turned late against their usual shares, two windows running. Where
         every rank of the job is in view, at most half of them (the whole job changing pace is no straggler)."""
@@ -141,7 +150,7 @@ class StragglerRules:
             late_list.sort(key=lambda rank: (share_of[rank], rank))
             chosen = [p for p in windows if p.rank in set(late_list)]
             shares = {"shares": _medians(chosen), "usual_shares": self._usual_of(job, late_list)}
-            out += self._late(job, late_list, cause, node_of, t1, "own_baseline", shares)
+            out += self._late(job, late_list, cause, node_of, (t0, t1), "own_baseline", shares)
         return out
 
     def _usual_of(self, job: str, ranks: Sequence[int]) -> dict[str, float]:
@@ -154,7 +163,7 @@ class StragglerRules:
         ranks: list[int],
         cause: str,
         node_of: Mapping[int, str],
-        t1: float,
+        span: tuple[float, float],
         rule: str,
         shares: Mapping[str, object],
     ) -> list[Symptom]:
@@ -179,15 +188,16 @@ class StragglerRules:
                 "nic": place.get("nic") if single else None,
                 "cause": cause,
                 "rule": rule,
+                "since_ts_s": span[0],  # the rank timing judged: (since_ts_s, ts_s]
                 **shares,
             }
-            out.append(Symptom(kind="rank_straggler", component=component, ts_s=t1, detail=detail))
+            out.append(Symptom(kind="rank_straggler", component=component, ts_s=span[1], detail=detail))
         return out
 
     def _network(
         self, job: str, windows: Sequence[RankWindow], wait: float, high: bool, t0: float, t1: float
     ) -> list[Symptom]:
-        """The job's ranks wait longer than usual, none late (`high`), two windows running, by a quarter of the
+        """The job's ranks wait longer than usual, none late (`high`), two windows running, by a fifth of the
         usual at least: the NIC that stands out among the ones its ranks send through, if one does."""
         usual = self.job_wait[job].median
         slow = high and wait - usual >= NETWORK_RATIO * usual
@@ -214,6 +224,7 @@ class StragglerRules:
             "nic": nic,
             "cause": "network",
             "rule": "network",
+            "since_ts_s": t0,
             "wait_share": round(wait, 4),
             "usual_wait_share": round(usual, 4),
             **evidence,
