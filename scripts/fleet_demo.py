@@ -1,6 +1,7 @@
 """`make fleet-demo`: the cluster path on loopback, as an operator would run it, in one command.
 
     .venv/bin/python scripts/fleet_demo.py [--out out/fleet-demo] [--duration-s S]   (FLEET_DEMO_S=S: the same)
+    .venv/bin/python scripts/fleet_demo.py --stop [--out out/fleet-demo]              (`make fleet-demo-stop`)
 
 Starts, on 127.0.0.1 only: the twin's node agents (`aiops run --sim S --node nodeK`, one shared clock) and its
 facility agent (the racks' sensors and the DCIM caps), a real Prometheus scraping them and the fleet with the Helm
@@ -8,7 +9,7 @@ chart's own alert rules (rendered from deploy/helm/aiops), a real Alertmanager w
 `aiops fleet` with its console. It makes an SSH signing key and an approver for the demo (`oncall`: an approver in
 the console and in every node's allowed-signers file) under the output folder, prints the URLs, the sign-in and
 the commands to approve, investigate and report, and reports what the fleet found as it goes. Ctrl-C (or
-`--duration-s`) stops every process, the fleet first (its last flush), and leaves the fleet's workspace at
+`--duration-s`, or `--stop` from another terminal: SIGTERM to the PID in the folder's marker) stops every process, the fleet first (its last flush), and leaves the fleet's workspace at
 `<out>/fleet.duckdb`. A cooling fault on node3/gpu1 begins 30 s in: the fleet diagnoses it and files its plan
 within about two minutes.
 
@@ -43,21 +44,36 @@ ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "aiops"
 MARKER = "fleet-demo.json"  # what a folder this demo made holds (and what it may empty)
 APPROVER = "oncall"
-NODES = ("node0", "node1", "node2", "node3")
-FAULTED = "node3/gpu1"
+NODES_N = 4  # the default fleet: two racks of two nodes
 SPEED = "10"  # simulated seconds per wall second: the fault starts 30 s in
 STEP_S = 2.0  # Prometheus's scrape interval, the fleet's step
-SCENARIO = f"""\
-# The fleet demo's cluster (scripts/fleet_demo.py): two racks of two nodes, four GPUs each, one training job on all
-# of them. node3/gpu1's cooling fails 300 simulated seconds in (30 s of wall time at --speed {SPEED}).
+
+
+def node_names(count: int) -> tuple[str, ...]:
+    return tuple(f"node{i}" for i in range(count))
+
+
+def faulted(count: int) -> str:
+    """The GPU whose cooling fails: the last node's gpu1."""
+    return f"node{count - 1}/gpu1"
+
+
+def scenario(count: int) -> str:
+    """The demo's cluster: racks of two nodes, four GPUs each, one training job on all of them; the last node's
+    gpu1 loses its cooling 300 simulated seconds in (30 s of wall time at --speed SPEED); an odd count puts one
+    node in each rack."""
+    per_rack = 2 if count % 2 == 0 else 1
+    return f"""\
+# The fleet demo's cluster (scripts/fleet_demo.py): {count} node(s), {per_rack} a rack, four GPUs each, one training job on
+# all of them. {faulted(count)}'s cooling fails 300 simulated seconds in (30 s of wall time at --speed {SPEED}).
 name: fleet-demo
 seed: 7
 duration_s: 86400
-cluster: {{racks: 2, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}}
+cluster: {{racks: {count // per_rack}, nodes_per_rack: {per_rack}, gpus_per_node: 4, nics_per_node: 1}}
 jobs:
   - {{name: llm, nodes: all, step_compute_s: 1.2, allreduce_mb: 256}}
 faults:
-  - {{kind: thermal_throttle, target: {FAULTED}, start_s: 300, severity: 0.9}}
+  - {{kind: thermal_throttle, target: {faulted(count)}, start_s: 300, severity: 0.9}}
 """
 
 
@@ -66,6 +82,7 @@ class Demo:
     """What the demo made and where it listens (filled as it starts)."""
 
     folder: Path
+    nodes: tuple[str, ...] = node_names(NODES_N)
     password: str = ""
     console_url: str = ""
     prometheus_url: str = ""
@@ -91,11 +108,52 @@ def fresh_folder(folder: Path) -> None:
     from aiops.errors import InputError
 
     if folder.exists() and any(folder.iterdir()):
+        pid = running_pid(folder)
+        if pid is not None:
+            raise InputError(
+                str(folder), "--out", f"a fleet demo runs there (PID {pid}): make fleet-demo-stop"
+            )
         if not (folder / MARKER).is_file():
             raise InputError(str(folder), "--out", "not empty and not an earlier fleet demo's folder")
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).write_text(json.dumps({"made_by": "scripts/fleet_demo.py"}) + "\n")
+    (folder / MARKER).write_text(json.dumps({"made_by": "scripts/fleet_demo.py", "pid": os.getpid()}) + "\n")
+
+
+def running_pid(folder: Path) -> int | None:
+    """The PID of the demo that runs in `folder` (the one its marker names, if that process is this script)."""
+    try:
+        pid = int(json.loads((folder / MARKER).read_text())["pid"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if any(arg.endswith(b"fleet_demo.py") for arg in cmdline) else None
+
+
+def alive(pid: int) -> bool:
+    """Process `pid` runs (an ended one its parent has not reaped yet, a zombie, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_running(folder: Path, timeout_s: float = 120.0, out: TextIO = sys.stdout) -> int:
+    """`make fleet-demo-stop`: SIGTERM to the demo that runs in `folder`, then wait until it has stopped
+    everything; 0 when none runs (any more)."""
+    pid = running_pid(folder)
+    if pid is None:
+        print(f"no fleet demo runs in {shown(folder)}", file=out)
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive(pid):
+        print(f"the fleet demo (PID {pid}) is still stopping after {timeout_s:g} s", file=out)
+        return 1
+    print(f"stopped the fleet demo (PID {pid}); its workspace: {shown(folder / 'fleet.duckdb')}", file=out)
+    return 0
 
 
 def chart_alerting(folder: Path) -> list[dict[str, Any]]:
@@ -180,7 +238,7 @@ def facility_config(demo: Demo) -> Path:
 
 
 def fleet_config(demo: Demo, ports: dict[str, int], alertmanager_port: int, grafana_url: str) -> Path:
-    nodes = "\n".join(f'{n} = "http://127.0.0.1:{p}"' for n, p in ports.items() if n in NODES)
+    nodes = "\n".join(f'{n} = "http://127.0.0.1:{p}"' for n, p in ports.items() if n in demo.nodes)
     grafana = f'grafana_url = "{grafana_url}"\n' if grafana_url else ""
     demo.config.write_text(
         guardrails_toml(demo)
@@ -286,8 +344,9 @@ def run(
     grafana_url: str = "",
     stop: threading.Event | None = None,
     until_planned: bool = False,
+    nodes: int = NODES_N,
 ) -> int:
-    """The demo in `folder` until `stop` is set (Ctrl-C, SIGTERM), `duration_s` passes, or (`until_planned`) the
+    """The demo of `nodes` node agents in `folder` until `stop` is set (Ctrl-C, SIGTERM), `duration_s` passes, or (`until_planned`) the
     fleet has filed its plan; 0 when it ran as asked (see the module's text)."""
     from aiops.errors import AiopsError
     from aiops.lab import loopback as lab_
@@ -300,14 +359,14 @@ def run(
 
     folder = folder.resolve()
     fresh_folder(folder)
-    demo = Demo(folder)
+    demo = Demo(folder, node_names(nodes))
     progress = Progress()
     failed = ""
     with lab_.Lab(folder, log_dir=folder / "logs") as lab:
         try:
             make_signer(demo)
             inhibit = chart_alerting(folder)
-            (folder / "scenario.yaml").write_text(SCENARIO)
+            (folder / "scenario.yaml").write_text(scenario(len(demo.nodes)))
             am_port, prom_port, fleet_port = lab_.free_port(), lab_.free_port(), lab_.free_port()
             demo.console_url = f"http://127.0.0.1:{fleet_port}"
             demo.prometheus_url = f"http://127.0.0.1:{prom_port}"
@@ -325,10 +384,12 @@ def run(
                 "prometheus", lab_.prometheus_argv(prom_config, folder / "prometheus-data", prom_port)
             )
             add_account(demo)
-            say(f"starting {len(NODES)} node agents and the facility agent of the twin (--speed {SPEED})")
+            say(
+                f"starting {len(demo.nodes)} node agent(s) and the facility agent of the twin (--speed {SPEED})"
+            )
             node_env, facility_env = environment(node_config(demo)), environment(facility_config(demo))
             agents = lab_.start_agents(
-                lab, folder / "scenario.yaml", time.time(), (*NODES, lab_.FACILITY), SPEED,
+                lab, folder / "scenario.yaml", time.time(), (*demo.nodes, lab_.FACILITY), SPEED,
                 lambda node: facility_env if node == lab_.FACILITY else node_env,
             )  # fmt: skip
             demo.agents = agents
@@ -384,7 +445,8 @@ def banner(demo: Demo, out: TextIO) -> None:
         f"  signing key   {shown(demo.key)} ({APPROVER}, allowed on every node; made for this demo)",
         "The commands (in another terminal; STEP is the plan step the fleet files, printed below when it does):",
         *(f"  {what:<12}{line}" for what, line in commands(demo)),
-        "node3/gpu1's cooling fails 30 s in; the fleet diagnoses it and files a plan within about two minutes.",
+        f"{faulted(len(demo.nodes))}'s cooling fails 30 s in; the fleet diagnoses it and files a plan within about"
+        " two minutes.",
         "",
     ]
     print("\n".join(lines), file=out, flush=True)
@@ -443,7 +505,16 @@ def main(argv: list[str] | None = None) -> int:
         "--grafana-url", default=os.environ.get("FLEET_DEMO_GRAFANA_URL", ""),
         help="a Grafana with deploy/grafana's dashboards: the console links its panels ($FLEET_DEMO_GRAFANA_URL)",
     )  # fmt: skip
+    parser.add_argument(
+        "--nodes", type=int, default=NODES_N, choices=range(1, 65), metavar="1..64",
+        help=f"how many node agents (default {NODES_N}, two a rack)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stop", action="store_true", help="stop the demo that runs in --out (`make fleet-demo-stop`)"
+    )
     args = parser.parse_args(argv)
+    if args.stop:
+        return stop_running(Path(args.out))
     stop = threading.Event()
 
     def asked(signum: int, frame: FrameType | None) -> None:
@@ -452,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, asked)
     signal.signal(signal.SIGTERM, asked)
     try:
-        return run(Path(args.out), args.duration_s, grafana_url=args.grafana_url, stop=stop)
+        return run(Path(args.out), args.duration_s, grafana_url=args.grafana_url, stop=stop, nodes=args.nodes)
     except Exception as exc:  # an error of the set-up (a folder refused, a binary missing): one line
         from aiops.errors import AiopsError
 

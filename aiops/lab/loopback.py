@@ -129,16 +129,24 @@ class Proc:
 
         return wait_until(bound, timeout_s, f"{self.name} to listen", interval_s=0.1)
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
-        """SIGTERM, then SIGKILL after `grace_s`; its exit status."""
+    def terminate(self) -> None:
+        """SIGTERM, once, to a process that still runs."""
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+
+    def reap(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """Its exit status once it ended; SIGKILL past `grace_s`."""
+        try:
+            self.popen.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
         return self.popen.returncode
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM, then SIGKILL after `grace_s`; its exit status."""
+        self.terminate()
+        return self.reap(grace_s)
 
 
 def wait_until(
@@ -159,7 +167,7 @@ def wait_until(
 @dataclass
 class Lab:
     """The processes of one loopback cluster: workspaces in `folder`, logs `<name>.log` in `log_dir` (default:
-    `folder`); closing stops them all, newest first."""
+    `folder`); closing stops them all (`close`)."""
 
     folder: Path
     log_dir: Path | None = None
@@ -192,11 +200,18 @@ class Lab:
     def dead(self) -> list[Proc]:
         return [p for p in self.procs if not p.alive()]
 
-    def close(self) -> dict[str, int | None]:
-        """Stop every process (newest first); name -> exit status."""
+    def close(self, grace_s: float = STOP_GRACE_S) -> dict[str, int | None]:
+        """Stop every process: the newest alone first (the fleet: its last flush reads the store the others
+        feed), then all the others at once (SIGTERM to each, then each reaped); name -> exit status."""
         statuses: dict[str, int | None] = {}
-        for proc in reversed(self.procs):
-            statuses[proc.name] = proc.stop()
+        if self.procs:
+            newest = self.procs[-1]
+            statuses[newest.name] = newest.stop(grace_s)
+        rest = list(reversed(self.procs[:-1]))
+        for proc in rest:
+            proc.terminate()
+        for proc in rest:
+            statuses[proc.name] = proc.reap(grace_s)
         self.procs.clear()
         return statuses
 
