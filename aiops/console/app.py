@@ -75,6 +75,7 @@ class ConsoleOptions:
         default_factory=AgentConfig
     )  # the model's settings of the command that started the console
     oidc: OidcConfig = field(default_factory=OidcConfig)  # single sign-on; its issuer empty: off
+    grafana_url: str = ""  # `[console] grafana_url`: incident plots link to its panels
 
 
 class Console:
@@ -223,7 +224,11 @@ class Console:
         if session is None:
             return self.pages.to_login()
         incident_id = str(request.path_params["incident_id"])[:200]
-        found = await self.read(lambda s: data.incident(s, incident_id, here=not self.options.dispatch))
+        found = await self.read(
+            lambda s: data.incident(
+                s, incident_id, here=not self.options.dispatch, grafana_url=self.options.grafana_url
+            )
+        )
         if found is None:
             return self.pages.refuse(404, "no such incident")
         if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now
