@@ -91,8 +91,30 @@ def test_the_incident_page_plots_the_cited_series_and_reads_as_words_with_units(
     assert value_text("reasons", 0.5) == "0.5" and value_text("samples", 12) == "12"  # no mask, no unit
 
 
-def test_the_topology_is_coloured_by_the_open_incidents(demo: Path) -> None:
+def test_proposals_filter_and_group_by_incident_and_step_and_the_topology_shows_health(demo: Path) -> None:
+    """The incidents page's proposals: filtered by status and incident, each row naming its incident and plan
+    step; an unknown filter value is ignored, never echoed. The topology coloured by the open incidents."""
     incident, gpu, _ = _incident(demo)
+    with Workspace(demo).read() as store:
+        filed = store.query("SELECT proposal_id, status, incident_id, step_id FROM proposals")
+    pending = {r["proposal_id"] for r in filed if r["status"] == "pending" and r["incident_id"] == incident}
+    assert pending and any(r["step_id"] for r in filed)
+    with client(demo) as c:
+        sign_in(c, "alice")
+        page = c.get("/", params={"status": "pending", "incident": incident}).text
+        table = page[page.index('id="proposals"') :]
+        rows = re.findall(
+            r"<tr><td><a href=\"/incidents/([^\"]+)\">[^<]*</a></td><td>([^<]*)</td>\s*<td>(P-[^<]+)</td>",
+            table,
+        )
+        assert {r[2] for r in rows} == pending and {r[0] for r in rows} == {incident}
+        steps = {r["proposal_id"]: r["step_id"] or "-" for r in filed}
+        assert all(steps[pid] == step for _, step, pid in rows)
+        assert "matches the filter" in c.get("/", params={"status": "rejected", "incident": incident}).text
+        hostile = c.get("/", params={"incident": "<script>x</script>", "status": "<b>"}).text
+        assert "<script>x" not in hostile and "&lt;script&gt;x" not in hostile
+        assert set(re.findall(r"<td>(P-[^<]+)</td>", hostile)) == {r["proposal_id"] for r in filed}
+
     with Workspace(demo).read() as store:
         severity = store.query("SELECT severity FROM incidents WHERE incident_id = ?", [incident])[0][
             "severity"

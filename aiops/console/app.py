@@ -39,6 +39,7 @@ from aiops.console.decide import Decisions, messages_to_sign
 from aiops.console.maintenance import MaintenancePages
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
+from aiops.console.oncall import filter_proposals
 from aiops.console.plan_data import plan_view
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
@@ -209,12 +210,15 @@ class Console:
                 active_windows(s, time.time()),
             )
         )
+        shown, filters = filter_proposals(proposals, request.query_params)
         return self.pages.page(
             request,
             session,
             "incidents.html",
             incidents=rows,
-            proposals=proposals,
+            proposals=shown,
+            filters=filters,
+            wall_times=clock.is_wall,  # expiry times are the wall clock's: shown only where the page's is
             clock=clock.label,
             windows=active,
         )

@@ -130,6 +130,9 @@ def _proposal(record: Any, approvers: list[str], executors: dict[str, str] | Non
         "created_ts_s": a.created_ts_s,
         "expected_effect": a.expected_effect,
         "open": record.status in ("pending", "approved"),
+        "incident_id": record.incident_id or "",
+        "step_id": record.step_id or "",
+        "expires_ts_s": record.expires_ts_s,
     }
 
 

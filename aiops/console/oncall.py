@@ -254,3 +254,31 @@ def health(store: Store) -> dict[str, str]:
             if rank.get(worst.get(whole, ""), 0) < rank[named[component]]:
                 worst[whole] = named[component]
     return worst
+
+
+PROPOSAL_STATES = ("open", "pending", "approved", "executed", "rejected", "expired", "failed", "all")
+
+
+def filter_proposals(
+    proposals: list[dict[str, Any]], query: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The incidents page's proposals, filtered by `?status=` (`open`: pending or approved; default `all`) and
+    `?incident=`, grouped by incident and plan step (newest incident first, then step, then proposal). The filter
+    values are echoed back only when they are known states or an incident that has proposals."""
+    status = query.get("status", "all")
+    status = status if status in PROPOSAL_STATES else "all"
+    incidents = sorted({p["incident_id"] for p in proposals if p["incident_id"]}, reverse=True)
+    incident = query.get("incident", "")
+    incident = incident if incident in incidents else ""
+    kept = [
+        p
+        for p in proposals
+        if (status == "all" or p["status"] == status or (status == "open" and p["open"]))
+        and (not incident or p["incident_id"] == incident)
+    ]
+    kept.sort(key=lambda p: (p["incident_id"] == "", _desc(p["incident_id"]), p["step_id"], p["id"]))
+    return kept, {"status": status, "incident": incident, "states": PROPOSAL_STATES, "incidents": incidents}
+
+
+def _desc(text: str) -> tuple[int, ...]:
+    return tuple(-ord(ch) for ch in text)
