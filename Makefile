@@ -3,7 +3,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo fleet-demo fleet-demo-stop test lint format bench eval clean
+.PHONY: setup demo fleet-demo fleet-demo-stop fleet-demo-check test lint format bench eval clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -18,6 +18,12 @@ demo: $(STAMP)
 # fleet's workspace at out/fleet-demo/fleet.duckdb.
 fleet-demo: $(STAMP)
 	$(PY) scripts/fleet_demo.py --out out/fleet-demo
+
+# The fleet demo for FLEET_DEMO_S (default 240) s and, while it runs, the browser check of it
+# (scripts/fleet_demo_browser.py: headless Chromium signs in, finds the incident, its plot and plan, approves the step
+# with a pasted `ssh-keygen -Y sign` signature); fails if either fails.
+fleet-demo-check: $(STAMP)
+	$(PY) scripts/fleet_demo_browser.py --run-demo --out out/fleet-demo
 
 # From another terminal: stops the fleet demo that runs in out/fleet-demo (as Ctrl-C does), its workspace kept.
 fleet-demo-stop:

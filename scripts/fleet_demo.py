@@ -10,7 +10,8 @@ chart's own alert rules (rendered from deploy/helm/aiops), a real Alertmanager w
 the console and in every node's allowed-signers file) under the output folder, prints the URLs, the sign-in and
 the commands to approve, investigate and report, and reports what the fleet found as it goes. Ctrl-C (or
 `--duration-s`, or `--stop` from another terminal: SIGTERM to the PID in the folder's marker) stops every process, the fleet first (its last flush), and leaves the fleet's workspace at
-`<out>/fleet.duckdb`. A cooling fault on node3/gpu1 begins 30 s in: the fleet diagnoses it and files its plan
+`<out>/fleet.duckdb`. Once the console answers it writes `<out>/demo.json` (write_state: the URLs, the approver,
+the files of its password and key) for scripts/fleet_demo_browser.py (`make fleet-demo-check`). A cooling fault on node3/gpu1 begins 30 s in: the fleet diagnoses it and files its plan
 within about two minutes.
 
 Exit 0 when every process ran until asked to stop (and, with a duration, the fleet diagnosed the fault and filed
@@ -43,6 +44,7 @@ from typing import Any, TextIO
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "aiops"
 MARKER = "fleet-demo.json"  # what a folder this demo made holds (and what it may empty)
+STATE = "demo.json"  # written once the console answers: where it listens and who signs in (for scripts)
 APPROVER = "oncall"
 NODES_N = 4  # the default fleet: two racks of two nodes
 SPEED = "10"  # simulated seconds per wall second: the fault starts 30 s in
@@ -404,6 +406,7 @@ def run(
             )
             lab_.wait_http(fleet, demo.console_url + "/healthz")
             lab_.write_targets(folder / "aiops-fleet.json", [{"targets": [f"127.0.0.1:{fleet_port}"]}])
+            write_state(demo)
             banner(demo, out)
             while not stop.is_set():
                 if duration_s is not None and time.monotonic() - started >= duration_s:
@@ -431,6 +434,30 @@ def run(
         print(f"fleet demo failed: {failed}", file=out, flush=True)
         return 1
     return summary(demo, duration_s is not None or until_planned, out)
+
+
+def write_state(demo: Demo) -> Path:
+    """`<folder>/demo.json`, written once the console answers (so its presence means "up"): this process's PID,
+    the URLs, the approver, and the files of its password, signing key, workspace and config (relative to the
+    folder). scripts/fleet_demo_browser.py reads it; the password stays in `console-password` (mode 0600)."""
+    folder = demo.folder
+    state = {
+        "pid": os.getpid(),
+        "console_url": demo.console_url,
+        "prometheus_url": demo.prometheus_url,
+        "alertmanager_url": demo.alertmanager_url,
+        "user": APPROVER,
+        "password_file": "console-password",
+        "key": str(demo.key.relative_to(folder)),
+        "db": str(demo.db.relative_to(folder)),
+        "config": str(demo.config.relative_to(folder)),
+        "faulted": faulted(len(demo.nodes)),
+    }
+    path = folder / STATE
+    scratch = folder / f".{STATE}.tmp"
+    scratch.write_text(json.dumps(state, indent=2) + "\n")
+    scratch.replace(path)  # a reader never sees half of it
+    return path
 
 
 def banner(demo: Demo, out: TextIO) -> None:

@@ -6,6 +6,7 @@ fleet-demo` shows them (docs/FLEET.md); this test stops at "it runs"."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -62,6 +63,8 @@ def test_fleet_demo_comes_up_and_stops(tmp_path: Path) -> None:
         prom = re.search(r"prometheus\s+(http://127\.0\.0\.1:\d+)/", text)
         am = re.search(r"alertmanager\s+(http://127\.0\.0\.1:\d+)/", text)
         assert console and prom and am, text
+        state = json.loads((folder / "demo.json").read_text())  # scripts/fleet_demo_browser.py reads it
+        assert (state["console_url"], state["user"], state["pid"]) == (console[1], "oncall", demo.pid)
         assert get(console[1] + "/healthz")[0] == 200
         assert get(am[1] + "/-/ready")[0] == 200
         groups = get_json(prom[1] + "/api/v1/rules")["data"]["groups"]
