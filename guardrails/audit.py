@@ -61,6 +61,10 @@ EVENTS: tuple[str, ...] = (
     # action ran elsewhere (the other tier), and whether an executed action worked once its window passed
     "supersede",
     "outcome",
+    # one signature approving every target of a plan step (guardrails/steps.py; proposal_id: the step's id),
+    # and a plan's changes (aiops/plans: filed, a step proposed by escalation or by a person, superseded)
+    "step_approval",
+    "plan",
 )
 GENESIS_HASH = "0" * 64
 
@@ -158,6 +162,19 @@ def read_rows(store: Store, *, proposal_id: str | None = None, event: str | None
     if event is not None:
         sql, params = sql + " AND event = ?", [*params, event]
     rows = store.conn.execute(sql + " ORDER BY seq, hash", params).fetchall()
+    return [AuditRow(int(r[0]), float(r[1]), *(str(v) for v in r[2:])) for r in rows]
+
+
+def step_rows_naming(store: Store, proposal_id: str) -> list[AuditRow]:
+    """The `step_approval` rows whose payload names `proposal_id` among its targets (one signature over a plan
+    step approves each target it names: guardrails/step_message.py). A row's claim is only a claim: the
+    decisions module re-verifies its signature over the message rebuilt from those targets."""
+    rows = store.conn.execute(
+        "SELECT seq, ts_s, event, proposal_id, actor, payload, prev_hash, hash FROM audit_log "
+        "WHERE event = 'step_approval' AND list_contains("
+        "json_extract_string(payload, '$.targets[*].proposal_id'), ?) ORDER BY seq, hash",
+        [proposal_id],
+    ).fetchall()
     return [AuditRow(int(r[0]), float(r[1]), *(str(v) for v in r[2:])) for r in rows]
 
 

@@ -3,11 +3,12 @@ beside a node agent whose GPUs are the twin's (`aiops run --sim S --node node0`,
 `sbatch` a 2-task job whose tasks select GPUs 0 and 1 (CUDA_VISIBLE_DEVICES = their SLURM_PROCID, as gres
 does), which the twin's NVML reports as those GPUs' compute processes: the agent stores the Slurm job id, step,
 ranks and user on node0/gpu0 and node0/gpu1 and labels the GPU metrics. A GPU falls off the bus; the analyst
-proposes to drain node0; approved with an SSH signature, the agent drains the node in Slurm (sinfo: drained,
-with the proposal in the reason), and the rollback of that execution (the Slurm actuator with the state the
-execution recorded) resumes it. Before that (issue 36), what someone who can write the workspace could try: an
-unsigned approval (an `approvals` row and the status set to approved) and a forged one (an `approval` audit event
-signed by mallory, whose key the node's allowed-signers file does not list, over the right message): the
+files its plan (the job requeued without the node first, then the drain, ...); a person asks for the drain step
+(`aiops plans propose STEP`), approves it with an SSH signature, the agent drains the node in Slurm (sinfo:
+drained, with the proposal in the reason), and the rollback of that execution (the Slurm actuator with the state
+the execution recorded) resumes it. Before that (issue 36), what someone who can write the workspace could try:
+an unsigned approval (an `approvals` row and the status set to approved) and a forged one (an `approval` audit
+event signed by mallory, whose key the node's allowed-signers file does not list, over the right message): the
 service drains nothing for either, and Slurm's node stays as it was."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from aiops.plans import plans
 from aiops.store import Workspace
 from guardrails.actions import Action
 from guardrails.actuators_slurm import SlurmActuator
@@ -147,6 +149,21 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
             (1, "node0/gpu1", "node0"),
         ]
 
+        def drain_step() -> str | None:
+            with Workspace(db).read() as store:
+                found = [s for p in plans(store, status="open") for s in p.steps if s.kind == "drain"]
+            return found[0].step_id if found and found[0].status == "waiting" else None
+
+        step_id = wait_for(drain_step, 120, "the plan's drain step for node0")
+        asked = subprocess.run(
+            aiops_cmd("plans", "propose", step_id, "--db", str(db)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert asked.returncode == 0, asked.stderr
+
         def drain_proposed() -> dict[str, object] | None:
             proposals = get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
             return next(
@@ -158,7 +175,7 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
                 None,
             )
 
-        proposal = wait_for(drain_proposed, 120, "the analyst's drain proposal for node0")
+        proposal = wait_for(drain_proposed, 30, "the drain proposal for node0")
         pid = str(proposal["proposal_id"])
         _forge_approvals(db, pid, signing, env)
         time.sleep(6.0)  # several of the service's flushes: each would have executed a proposal it trusted

@@ -1,8 +1,9 @@
 """`create_app(workspace, ...)`: the web console as a Starlette app over one workspace.
 
 Pages (server-rendered Jinja2, autoescaped; one small same-origin script for the chat stream; no external
-request): incidents, an incident (timeline, hypotheses, evidence with its SQL and rows, proposals with approve
-and reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
+request): incidents, an incident (its remediation plan, each step approved with one signature over all its
+targets: aiops.console.steps; timeline, hypotheses, evidence with its SQL and rows, proposals with approve and
+reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
 status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide;
 admins also manage accounts (`/admin/accounts`, `aiops.console.admin`).
 
@@ -38,9 +39,11 @@ from aiops.console.decide import Decisions, messages_to_sign
 from aiops.console.maintenance import MaintenancePages
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
+from aiops.console.plan_data import plan_view
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
+from aiops.console.steps import StepDecisions
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.errors import InputError, SignInBusy
 from aiops.store import Store, Workspace
@@ -93,6 +96,7 @@ class Console:
         self.verifier = ConfiguredVerifier(workspace.guardrails, workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
+        self.steps = StepDecisions(self)
         self.admin = Admin(self)
         self.maintenance = MaintenancePages(self)
         self.chat = ChatDesk(self)
@@ -224,6 +228,7 @@ class Console:
             return self.pages.refuse(404, "no such incident")
         if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now
             await self.read(lambda s: messages_to_sign(s, found["proposals"]))
+        found["plan"] = await self.read(lambda s: plan_view(s, incident_id))
         return self.pages.page(
             request,
             session,
@@ -321,6 +326,9 @@ def create_app(
         Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/proposals/{proposal_id}/approve-signed", console.decisions.approve_signed, methods=["POST"]),
+        Route("/steps/{step_id}/approve", console.steps.approve, methods=["POST"]),
+        Route("/steps/{step_id}/approve-signed", console.steps.approve_signed, methods=["POST"]),
+        Route("/steps/{step_id}/propose", console.steps.propose, methods=["POST"]),
         Route("/chat", console.chat.page, methods=["GET"]),
         Route("/chat/ask", console.chat.ask, methods=["POST"]),
         Route("/admin/accounts", console.admin.page, methods=["GET"]),

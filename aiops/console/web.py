@@ -134,6 +134,18 @@ class Pages:
     def refuse(self, status: int, why: str) -> HTMLResponse:
         return self.render("error.html", status=status, status_code=status, why=why)
 
+    async def may_decide(self, request: Request, name: str) -> tuple[Response | None, str, str]:
+        """(refusal, principal, the path parameter `name`): a refusal when the request may not decide (signed
+        out: to sign in; a missing or wrong CSRF token, a viewer: 403, nothing recorded)."""
+        session = self.session(request)
+        if session is None:
+            return self.to_login(), "", ""
+        if not await self.csrf_ok(request, session):
+            return self.refuse(403, "missing or wrong CSRF token: nothing was recorded"), "", ""
+        if session.role not in ("approver", "admin"):
+            return self.refuse(403, f"{session.principal} is a viewer: viewers cannot decide"), "", ""
+        return None, session.principal, str(request.path_params[name])[:200]
+
     async def csrf_ok(self, request: Request, session: Session) -> bool:
         token = request.headers.get("x-csrf-token")
         if token is None:

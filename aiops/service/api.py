@@ -181,6 +181,7 @@ class Api:
                     "approvals_needed": r.approvals_needed,
                     "origin": r.origin,
                     "incident_id": r.incident_id,
+                    "step_id": r.step_id,  # the plan step it is a target of (aiops plans), if any
                     "expires_ts_s": r.expires_ts_s,
                     "message": r.message,
                 }

@@ -33,6 +33,7 @@ from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
+from aiops.plans import advance
 from aiops.runtime.world import TICKETS_ONLY, attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
@@ -427,6 +428,7 @@ class Service:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
                 self._guarded("paging", lambda: self._review_pages(store))
                 self._guarded("closed loop", lambda: self._close_loop(store))
+                self._guarded("plans", lambda: self._advance_plans(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
             self._guarded("conditions", lambda: self._conditions(store))
             if len(self.dispatches):
@@ -478,6 +480,15 @@ class Service:
         done = close_loop(store, self.newest_ts_s, self.metrics.set_intended)
         if done["superseded"] or done["outcomes"]:
             log.info("closed loop", extra=done)
+
+    def _advance_plans(self, store: Store) -> None:
+        """The open plans' step statuses from their proposals and the outcomes just judged; after a failed step
+        the next one is proposed (aiops/plans/lifecycle.py)."""
+        assert self.sources is not None
+        attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
+        changed = advance(desk(store, attached))
+        if changed:
+            log.info("plans", extra={"changed": changed[:20]})
 
     def _investigate_alerts(self, store: Store) -> None:
         assert self.newest_ts_s is not None
