@@ -123,10 +123,26 @@ FEATURES: dict[str, Feature] = {
         lambda: _scheduler("slurm")() and _scheduler("kubernetes")(),
         "routing",
     ),
-    "pagerduty": Feature(("pagerduty",), _sink("pagerduty"), "[[notify.webhooks]] kind"),
-    "slack": Feature(("slack",), _sink("slack"), "[[notify.webhooks]] kind"),
-    "teams": Feature(("microsoft teams", "teams webhook"), _sink("teams"), "[[notify.webhooks]] kind"),
-    "alertmanager": Feature(("alertmanager",), _sink("alertmanager"), "[[notify.webhooks]] kind"),
+    "pagerduty": Feature(
+        ("pagerduty sink", "pagerduty events", "pagerduty delivery", "pages to pagerduty"),
+        _sink("pagerduty"),
+        "[[notify.webhooks]] kind",
+    ),
+    "slack": Feature(
+        ("slack sink", "slack notification", "slack message", "slack webhook", "slack incoming webhook"),
+        _sink("slack"),
+        "[[notify.webhooks]] kind",
+    ),
+    "teams": Feature(
+        ("teams sink", "teams notification", "teams webhook", "teams workflows"),
+        _sink("teams"),
+        "[[notify.webhooks]] kind",
+    ),
+    "alertmanager": Feature(
+        ("alertmanager sink", "alertmanager webhook", "alertmanager receiver"),
+        _sink("alertmanager"),
+        "[[notify.webhooks]] kind",
+    ),
     "tickets": Feature(("jira", "servicenow", "ticket sink"), _ticket_kinds, "[notify.ticket] kind"),
     "oidc": Feature(
         ("oidc sign-in", "openid connect", "single sign-on"), _file("aiops/console/oidc_signin.py"), "console"
