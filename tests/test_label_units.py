@@ -249,3 +249,28 @@ def test_each_piece_of_a_label_works(spec: Any) -> None:
             return
         assert cases, f"{spec.label}: an evidence rule and no real case of evals/real to show it on"
         assert any(score_case(case)["right"] for case in cases), f"{spec.label}: no real case named first"
+
+
+LISTS_NO_LABELS = ("aiops/causal.py", "aiops/evidence/next_steps.py", "evals/generate.py")
+
+
+def test_label_lists_live_only_in_the_label_specs() -> None:
+    """The modules that once kept their own lists of labels (which clocks-event reason each cause sets, which
+    labels' playbooks a kind of abnormal line leads to, which kinds the suite generator pairs) derive them from
+    `SPECS`: no set, tuple, list or dict literal there holds a label's name, so a new label is one spec."""
+    root = Path(__file__).resolve().parents[1]
+    names = set(DIAGNOSIS_LABELS)
+    found = []
+    for rel in LISTS_NO_LABELS:
+        for node in ast.walk(ast.parse((root / rel).read_text())):
+            if isinstance(node, ast.Dict):
+                items: list[ast.expr | None] = [*node.keys, *node.values]
+            elif isinstance(node, ast.Set | ast.Tuple | ast.List):
+                items = list(node.elts)
+            else:
+                continue
+            for item in items:
+                for leaf in ast.walk(item) if item is not None else ():
+                    if isinstance(leaf, ast.Constant) and leaf.value in names:
+                        found.append(f"{rel}:{leaf.lineno}: {leaf.value}")
+    assert not found, found
