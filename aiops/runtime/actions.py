@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiops.runtime.world import attach, desk, executors_here
-from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
 from guardrails.approvals import Authorisation
 from guardrails.executor import ExecutionOutcome
@@ -17,6 +17,9 @@ from guardrails.pasted import ApprovalToSign, approval_to_sign
 from guardrails.records import GuardrailRecords
 from guardrails.routing import TICKET, ticket_error
 from guardrails.signing import Signer
+
+if TYPE_CHECKING:
+    from aiops.sim.twin import Twin
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,7 @@ class WebServer:
         self.config = uvicorn.Config(
             HostCheck(BodyDeadline(app, body_timeout_s), allowed),
             http=_head_deadline(head_timeout_s),
+            ws="none",  # no route speaks WebSocket: the websockets library is never loaded
             log_config=None,  # uvicorn's warnings go to the process's own log (JSON lines in `aiops run`)
             log_level="warning",
             access_log=False,

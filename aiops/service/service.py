@@ -56,7 +56,6 @@ from aiops.service.sources import (
     config_resolvers,
     host_sources,
     register_topology,
-    sim_sources,
 )
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
@@ -219,6 +218,8 @@ class Service:
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
+                from aiops.service.sim_sources import sim_sources  # the twin: loaded in sim mode only
+
                 self.sources = sim_sources(
                     store,
                     self.sim.scenario,
