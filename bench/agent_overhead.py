@@ -117,14 +117,18 @@ def _memory_mb(pid: int) -> dict[str, float]:
     }
 
 
-def _rows(port: int) -> float:
+def _rows_by_table(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("aiops_ingested_rows_total{")
-    )
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith('aiops_ingested_rows_total{table="'):
+            out[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _rows(port: int) -> float:
+    return sum(_rows_by_table(port).values())
 
 
 @dataclass
@@ -146,6 +150,8 @@ class Agent:
             "cpu_fraction": round(cpu_s / wall_s, 4),
             **_memory_mb(self.proc.pid),
             "samples_per_s": round(rows / wall_s, 1),
+            # the per-rank timing's rows so far: > 0 shows its probes ran (host mode with --rank-target)
+            "rank_timing_rows": _rows_by_table(self.port).get("rank_timing_samples", 0.0),
         }
 
     def stop(self) -> None:
