@@ -11,7 +11,7 @@ import pytest
 
 from bench.fleet_exports import NODES_PER_RACK, build, host, rack
 
-LINE = re.compile(r'^(\w+)\{(.*)\} \S+ \d+$')
+LINE = re.compile(r"^(\w+)\{(.*)\} \S+ \d+$")
 
 
 def test_every_series_carries_the_shard_of_its_node() -> None:
