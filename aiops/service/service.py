@@ -510,6 +510,8 @@ class Service:
         """The open plans' step statuses from their proposals and the outcomes just judged; after a failed step
         the next one is proposed (aiops/plans/lifecycle.py)."""
         assert self.sources is not None
+        if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
+            return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         changed = advance(desk(store, attached))
         if changed:
