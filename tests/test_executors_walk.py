@@ -221,6 +221,9 @@ def test_what_a_slurm_host_attaches_is_what_the_console_is_told(
             action = _one(kind).model_copy(update={"target": target, "parameters": {}})
             preview = attached.actuator.apply(action, True)
             assert preview.ok, f"{actuator}: {kind}: {preview.error}"
+            if kind == "resume_node":  # node0 is in service: Slurm has nothing to resume (22.05 refuses it)
+                assert preview.detail["commands"] == [], preview.detail
+                continue
             assert preview.detail["backend"] == "slurm" and preview.detail["commands"], (kind, preview.detail)
             assert all(cmd[0] == "scontrol" for cmd in preview.detail["commands"]), preview.detail
     assert slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING"  # dry runs only
