@@ -41,6 +41,7 @@ TEARDOWN_S = 5.0  # a worker exits on its CUDA error; torchrun's agent notices a
 STRAGGLER_REPORT_EVERY = 10
 STRAGGLER_TIMER_NOISE = 0.01
 STRAGGLER_REPORT_LOSS = 0.1
+EVAL_DUTY = 0.85  # an evaluation pass: forward only, the GPUs mostly busy, no gradient all-reduce
 
 
 # (nic index, lane, tx_bytes, drops, ce_marks, retransmits, queue_delay_ms, lane_rate_bps, link_up)
@@ -147,6 +148,9 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
             continue
         if w.dead[gpus].any():  # hung: the live ranks spin in NCCL kernels, nothing completes
             duty[gpus] = 0.0
+            continue
+        if w.eval_until_s[j] > w.elapsed_s:  # evaluating (benign churn): busy ranks, no step, no all-reduce
+            duty[gpus] = EVAL_DUTY
             continue
         compute_s = (
             job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * mods.pcie_factor[gpus]

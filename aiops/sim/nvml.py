@@ -264,15 +264,23 @@ class SimNvml(Operations):
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
         return self._v(handle).link_gen[handle.gpu]
 
+    def _nvlink(self, device: SimHandle) -> GpuView:
+        """A PCIe card has no NVLink: NVML answers NOT_SUPPORTED (a scenario's `churn.pcie_nodes`)."""
+        view = self._v(device)
+        churn = self._world.churn
+        if churn is not None and self._node in churn.pcie_nodes:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return view
+
     def nvmlDeviceGetNvLinkState(self, device: SimHandle, link: int) -> int:
-        self._v(device)
+        self._nvlink(device)
         if not 0 <= link < 18:  # NVML_NVLINK_MAX_LINKS
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         state: int = pynvml.NVML_FEATURE_ENABLED if link == 0 else pynvml.NVML_FEATURE_DISABLED
         return state
 
     def nvmlDeviceGetNvLinkErrorCounter(self, device: SimHandle, link: int, counter: int) -> int:
-        view = self._v(device)
+        view = self._nvlink(device)
         if link != 0:
             return 0
         if counter == pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT:

@@ -272,7 +272,8 @@ def netdev_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
 
 
 def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
-    """ib_port_samples rows (collectors/schema.py order), one per NIC: device mlx5_<k> port 1 on its node."""
+    """ib_port_samples rows (collectors/schema.py order), one per NIC: device mlx5_<k> port 1 on its node; and a
+    node's spare port (`churn.unused_ports`), down because nothing is plugged in."""
     lay, h = w.layout, w.hca
     counters = h.counters.tolist()
     rows: list[tuple[object, ...]] = []
@@ -281,4 +282,9 @@ def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
         state, phys = ("ACTIVE", "LinkUp") if up else ("DOWN", "Polling")
         device = f"mlx5_{i % lay.nics_per_node}"
         rows.append((now_ts_s, node, device, 1, nic, state, phys, RATE_GBPS, *counters[i]))
+    spare = w.churn.unused_port_nodes if w.churn is not None else frozenset()
+    zeros = [0] * len(counters[0]) if counters else []
+    for n in sorted(spare):  # a spare HCA port with no cable: DOWN and Disabled since boot, every counter 0
+        device = f"mlx5_{lay.nics_per_node}"
+        rows.append((now_ts_s, lay.node_names[n], device, 1, None, "DOWN", "Disabled", RATE_GBPS, *zeros))
     return rows

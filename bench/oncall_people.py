@@ -1,0 +1,305 @@
+"""The people of the operator's day: a loopback PagerDuty (Events API v2), the DCIM input the fleet reads, and a
+scripted on-call who approves with a real SSH key.
+
+`Receivers` is one HTTP server on 127.0.0.1: `POST /v2/enqueue` speaks PagerDuty's Events API v2 (routing key,
+`event_action` trigger | acknowledge | resolve, `dedup_key`; 202 with the key, 400 with `errors` for a malformed
+event) and keeps PagerDuty's alert semantics: a trigger opens an alert unless one with its dedup key is open (then
+it is folded into it), acknowledge and resolve act on the open one. A page is an alert opened: that is when
+PagerDuty notifies the person on call. `GET /dcim` answers the facility agent's DCIM document.
+
+`OnCall` is the person: each page is looked at `delay_s` after it came (PagerDuty's payload names the node and the
+incident); on the tier that paged, the incident's first step is approved with one `ssh-keygen -Y sign` per
+approval the guardrails ask for; when that step failed (an `action_outcomes` verdict, or, where the product records
+none, the incident still open `retry_after_s` after the step ran) the next step is approved. The first step is the
+plan's first step where the product has plans (`plans`/`plan_steps`), else the proposals of the incident's first
+action kind (today's pile: one signature each).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from aiops.runtime.world import attach, desk
+from aiops.store import Store
+from guardrails.signing import SshSigner
+
+EVENT_ACTIONS = ("trigger", "acknowledge", "resolve")
+
+
+@dataclass
+class Alert:
+    dedup_key: str
+    opened_ts_s: float
+    summary: str
+    source: str
+    details: dict[str, Any]
+    status: str = "triggered"  # triggered | acknowledged | resolved
+    resolved_ts_s: float | None = None
+    events: list[tuple[float, str]] = field(default_factory=list)  # (ts, event_action)
+
+
+class PagerDuty:
+    """PagerDuty's alert book, fed by Events API v2 bodies."""
+
+    def __init__(self, routing_key: str) -> None:
+        self.routing_key = routing_key
+        self.lock = threading.Lock()
+        self.alerts: list[Alert] = []  # every alert ever opened: each one a page
+        self.open: dict[str, Alert] = {}
+        self.events = 0
+        self.rejected = 0
+
+    def receive(self, body: Any, now_ts_s: float) -> tuple[int, dict[str, Any]]:
+        problems = []
+        if not isinstance(body, dict):
+            return 400, {"status": "invalid event", "errors": ["the body is not a JSON object"]}
+        if body.get("routing_key") != self.routing_key:
+            problems.append("routing_key is not this integration's")
+        action = body.get("event_action")
+        if action not in EVENT_ACTIONS:
+            problems.append(f"event_action must be one of {', '.join(EVENT_ACTIONS)}")
+        key = body.get("dedup_key")
+        payload = body.get("payload")
+        if action == "trigger" and not (
+            isinstance(payload, dict) and all(payload.get(k) for k in ("summary", "source", "severity"))
+        ):
+            problems.append("a trigger needs payload.summary, payload.source and payload.severity")
+        if action != "trigger" and not isinstance(key, str):
+            problems.append("dedup_key is required for acknowledge and resolve")
+        if problems:
+            with self.lock:
+                self.rejected += 1
+            return 400, {"status": "invalid event", "message": "Event object is invalid", "errors": problems}
+        with self.lock:
+            self.events += 1
+            key = str(key) if key else f"generated-{self.events}"
+            alert = self.open.get(key)
+            if action == "trigger" and alert is None:
+                assert isinstance(payload, dict)
+                alert = Alert(
+                    key,
+                    now_ts_s,
+                    str(payload["summary"]),
+                    str(payload["source"]),
+                    dict(payload.get("custom_details") or {}),
+                )
+                self.alerts.append(alert)
+                self.open[key] = alert
+            if alert is not None:
+                alert.events.append((now_ts_s, str(action)))
+                if action == "acknowledge" and alert.status == "triggered":
+                    alert.status = "acknowledged"
+                elif action == "resolve":
+                    alert.status, alert.resolved_ts_s = "resolved", now_ts_s
+                    self.open.pop(key, None)
+        return 202, {"status": "success", "message": "Event processed", "dedup_key": key}
+
+
+class Receivers:
+    """The loopback server: PagerDuty at /v2/enqueue, the DCIM document at /dcim."""
+
+    def __init__(self, pagerduty: PagerDuty, dcim: Callable[[], dict[str, Any]]) -> None:
+        book = pagerduty
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                if self.path != "/v2/enqueue":
+                    self._answer(404, {"status": "not found"})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length))
+                except ValueError:
+                    self._answer(400, {"status": "invalid event", "errors": ["malformed JSON"]})
+                    return
+                self._answer(*book.receive(body, time.time()))
+
+            def do_GET(self) -> None:
+                if self.path != "/dcim":
+                    self._answer(404, {"status": "not found"})
+                    return
+                self._answer(200, dcim())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="receivers", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+# -- the person on call ---------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    """One page the on-call works on: where it came from, and the steps approved for it."""
+
+    alert: Alert
+    tier: str  # the service that paged: a node agent's name or `fleet`
+    incident_id: str
+    due_ts_s: float
+    steps: list[list[str]] = field(default_factory=list)  # proposal ids approved, step by step
+    step_done_ts_s: float | None = None
+    finished: bool = False
+
+
+@dataclass
+class Signature:
+    ts_s: float
+    tier: str
+    incident_id: str
+    proposal_id: str
+    principal: str
+
+
+class OnCall:
+    def __init__(
+        self,
+        services: Callable[[str], Any],
+        signers: dict[str, SshSigner],
+        *,
+        delay_s: float = 300.0,
+        retry_after_s: float = 1800.0,
+    ) -> None:
+        self.services = services  # tier name -> its Agent (bench/oncall_cluster.py), or None
+        self.signers = signers  # principal -> signer; the first is the person on call, the next the second
+        self.delay_s, self.retry_after_s = delay_s, retry_after_s
+        self.cases: list[Case] = []
+        self.seen = 0
+        self.signatures: list[Signature] = []
+        self.refusals: list[tuple[float, str, str]] = []  # (ts, proposal, why) approvals the product refused
+
+    def tick(self, pagerduty: PagerDuty, now_ts_s: float) -> None:
+        with pagerduty.lock:
+            fresh = pagerduty.alerts[self.seen :]
+            self.seen = len(pagerduty.alerts)
+        for alert in fresh:
+            details = alert.details
+            tier = str(details.get("node") or alert.source)
+            incident_id = str(details.get("incident_id") or "")
+            self.cases.append(Case(alert, tier, incident_id, alert.opened_ts_s + self.delay_s))
+        for case in self.cases:
+            if not case.finished and now_ts_s >= case.due_ts_s:
+                self._work(case, now_ts_s)
+
+    def _work(self, case: Case, now_ts_s: float) -> None:
+        agent = self.services(case.tier)
+        if agent is None or agent.down:
+            case.finished = True
+            return
+        with agent.service.owner.store() as store:
+            if case.steps and not self._failed(store, case, now_ts_s):
+                if self._resolved(store, case.incident_id):
+                    case.finished = True
+                return
+            step = self._next_step(store, case)
+            if not step:
+                case.finished = not case.steps or self._resolved(store, case.incident_id)
+                case.due_ts_s = now_ts_s + self.retry_after_s
+                return
+            guard = desk(store, attach(store, twin=agent.twin))
+            approved = []
+            for proposal_id in step:
+                needed = int(
+                    store.scalar(
+                        "SELECT approvals_needed FROM proposals WHERE proposal_id = ?", [proposal_id]
+                    )
+                    or 1
+                )
+                for principal, signer in list(self.signers.items())[: max(1, needed)]:
+                    try:
+                        guard.approve(proposal_id, signer)
+                    except Exception as exc:  # the product refused: the person reads why and goes on
+                        self.refusals.append((now_ts_s, proposal_id, str(exc)[:200]))
+                        break
+                    self.signatures.append(
+                        Signature(now_ts_s, case.tier, case.incident_id, proposal_id, principal)
+                    )
+                    approved.append(proposal_id)
+            case.steps.append(approved or step)
+            case.step_done_ts_s = now_ts_s
+            case.due_ts_s = now_ts_s + self.retry_after_s
+
+    def _failed(self, store: Store, case: Case, now_ts_s: float) -> bool:
+        """Whether the last step failed: the product's verdict where it records one, else the incident still
+        open `retry_after_s` after it."""
+        last = case.steps[-1]
+        if _has_table(store, "action_outcomes"):
+            marks = ", ".join("?" for _ in last)
+            verdicts = [
+                str(r[0])
+                for r in store.conn.execute(
+                    f"SELECT verdict FROM action_outcomes WHERE proposal_id IN ({marks})", last
+                ).fetchall()
+            ]
+            if verdicts:
+                return "failed" in verdicts
+        statuses = {
+            str(r[0])
+            for r in store.conn.execute(
+                f"SELECT status FROM proposals WHERE proposal_id IN ({', '.join('?' for _ in last)})", last
+            ).fetchall()
+        }
+        if statuses & {"failed", "refused", "expired", "denied"}:
+            return True
+        done = case.step_done_ts_s or now_ts_s
+        return now_ts_s - done >= self.retry_after_s and not self._resolved(store, case.incident_id)
+
+    @staticmethod
+    def _resolved(store: Store, incident_id: str) -> bool:
+        row = store.conn.execute(
+            "SELECT resolved_ts_s FROM incidents WHERE incident_id = ?", [incident_id]
+        ).fetchone()
+        return row is None or row[0] is not None
+
+    def _next_step(self, store: Store, case: Case) -> list[str]:
+        """The proposals of the step to approve next (none: nothing left to approve)."""
+        done = {pid for step in case.steps for pid in step}
+        if _has_table(store, "plan_steps"):
+            rows = store.conn.execute(
+                "SELECT s.step_no, p.proposal_id FROM plans pl JOIN plan_steps s USING (plan_id) "
+                "JOIN proposals p ON p.step_id = s.step_id WHERE pl.incident_id = ? AND p.status = 'pending' "
+                "AND p.physical ORDER BY s.step_no, p.proposal_id",
+                [case.incident_id],
+            ).fetchall()
+            if rows:
+                first = rows[0][0]
+                return [str(pid) for no, pid in rows if no == first and pid not in done]
+        rows = store.conn.execute(
+            "SELECT proposal_id, kind FROM proposals WHERE incident_id = ? AND status = 'pending' AND physical "
+            "ORDER BY created_ts_s, proposal_id",
+            [case.incident_id],
+        ).fetchall()
+        pending = [(str(pid), str(kind)) for pid, kind in rows if pid not in done]
+        if not pending:
+            return []
+        kind = pending[0][1]
+        return [pid for pid, k in pending if k == kind]
+
+
+def _has_table(store: Store, name: str) -> bool:
+    return bool(store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]))
