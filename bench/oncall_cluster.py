@@ -178,6 +178,7 @@ class Cluster:
         for node in [*world.layout.node_names, FACILITY]:
             self.agents[node] = self._agent(node)
         self.fleet = self._fleet()
+        self.drop: Callable[[str], bool] = lambda _node: False  # a scrape of this agent goes missing
 
     # -- building ----------------------------------------------------------------------------------------------
     def _document(self, name: str) -> dict[str, Any]:
@@ -290,7 +291,7 @@ class Cluster:
                 agent.service.sources.stepped_s += 1.0  # type: ignore[union-attr]
                 self._tick(agent)
         if round(self.world.elapsed_s) % round(self.setup.step_s) == 0:
-            self.scrape(self.world.now_ts_s)
+            self.scrape(self.world.now_ts_s, frozenset(a for a in self.agents if self.drop(a)))
             if on_scrape is not None:
                 on_scrape(self.world.now_ts_s)
         self._tick(self.fleet)
