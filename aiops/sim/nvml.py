@@ -99,6 +99,11 @@ class _EventSet:
     gpus: set[int]
 
 
+def gpu_uuid(seed: int, node: int, index: int, gpu: int) -> str:
+    """The UUID the twin's NVML reports for GPU `index` of `node` (global index `gpu`)."""
+    return f"GPU-{seed & 0xFFFFFFFF:08x}-{node & 0xFFFF:04x}-{index:04x}-5151-{gpu:012x}"
+
+
 def _error(code: int) -> pynvml.NVMLError:
     error: pynvml.NVMLError = pynvml.NVMLError(code)  # pynvml maps the code to its NVMLError_* subclass
     return error
@@ -175,8 +180,7 @@ class SimNvml(Operations):
 
     def nvmlDeviceGetUUID(self, handle: SimHandle) -> str:
         self._v(handle)
-        seed = self._world.scenario.seed & 0xFFFFFFFF
-        return f"GPU-{seed:08x}-{handle.node & 0xFFFF:04x}-{handle.index:04x}-5151-{handle.gpu:012x}"
+        return gpu_uuid(self._world.scenario.seed, handle.node, handle.index, handle.gpu)
 
     def nvmlDeviceGetTemperatureThreshold(self, handle: SimHandle, threshold: int) -> int:
         self._v(handle)
