@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -283,12 +284,14 @@ def main() -> int:
     parser.add_argument("--oncall-delay-s", type=float, default=300.0, help="a page is looked at after this")
     parser.add_argument("--retry-after-s", type=float, default=1800.0, help="the next step after this")
     parser.add_argument("--quiet-node-days", type=float, default=0.0, help="the false-alarm run's size")
+    parser.add_argument("--quiet-racks", type=int, default=16, help="racks of 8 nodes in the false-alarm run")
     parser.add_argument("--skip-day", action="store_true", help="only the false-alarm run")
     parser.add_argument("--progress", action="store_true", help="a line on stderr every wall minute")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     parser.add_argument("--refigure", default=None, metavar="DIR", help="figures of a finished day's folder")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops what it started
     if args.quick:
         args.oncall_delay_s, args.retry_after_s = 30.0, 120.0
     result: dict[str, Any] = {
@@ -313,7 +316,9 @@ def main() -> int:
     if args.quiet_node_days > 0:
         from bench.oncall_quiet import run_quiet
 
-        result["quiet"] = run_quiet(args.quiet_node_days, args.seed, SCRAPE_S, progress=args.progress)
+        result["quiet"] = run_quiet(
+            args.quiet_node_days, args.seed, SCRAPE_S, progress=args.progress, racks=args.quiet_racks
+        )
     result["goals"] = goals(result)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result, default=_plain)

@@ -7,6 +7,7 @@ a query for a range that was just imported answers from what is stored, not from
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import signal
 import socket
@@ -14,7 +15,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -22,6 +23,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the bench that started it dies (Linux prctl PR_SET_PDEATHSIG)."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def binary() -> str:
@@ -71,7 +78,7 @@ def serving(workdir: Path, log_name: str = "vm.log") -> Iterator[tuple[str, subp
         "-search.disableCache",
     ]
     with (workdir / log_name).open("ab") as log:
-        proc = subprocess.Popen([binary(), *flags], stdout=log, stderr=log)
+        proc = subprocess.Popen([binary(), *flags], stdout=log, stderr=log, preexec_fn=_die_with_parent)
         try:
             _wait_ready(url, proc)
             yield url, proc

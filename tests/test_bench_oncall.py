@@ -83,3 +83,24 @@ def test_the_quick_operators_day_reports_every_figure() -> None:
     assert ettr["product_over_oracle"] == round(ettr["product"] / ettr["oracle"], 4)
     assert set(GOALS) == set(result["goals"])
     assert all(g["met"] in (True, False, None) for g in result["goals"].values())
+
+
+def test_a_short_false_alarm_run_counts_pages_and_proposals_per_node_day() -> None:
+    """The false-alarm run's path at its smallest: one rack of 8 nodes for 15 simulated minutes, the fleet's
+    service on the twin's scrape-interval rows, pages counted at the loopback PagerDuty."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--skip-day", "--quiet-node-days", "0.08", "--quiet-racks", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    quiet = result["quiet"]
+    assert quiet["nodes"] == 8 and quiet["scrape_s"] == 15.0 and quiet["simulated_days"] == 0.01
+    assert quiet["node_days"] == 0.1 and quiet["wall_s"] > 0
+    per_1000 = 1000.0 / (8 * 870 / 86_400)  # 0.01 days on the 15 s grid: 870 s
+    assert quiet["false_pages_per_1000_node_days"] == round(quiet["pages"] * per_1000, 2)
+    assert quiet["false_actionable"] <= quiet["proposals"]
+    assert result["goals"]["node_days_measured"] == {"goal": ">= 1,000", "value": 0.1, "met": False}

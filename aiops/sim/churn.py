@@ -71,45 +71,30 @@ class Churn:
     ending: list[Event] = field(default_factory=list)  # started, not yet over
     stopped: set[int] = field(default_factory=set)  # jobs this churn stopped
     caps: dict[int, float] = field(default_factory=dict)  # rack -> planned cap budget (kW)
+    drawn_until_s: float = 0.0  # events are drawn up to here (`extend` draws more)
 
     @classmethod
     def of(cls, w: World) -> Churn | None:
         spec = w.scenario.churn
         if spec is None:
             return None
-        lay = w.layout
-        rng = np.random.default_rng([w.scenario.seed, STREAM])
-        span_s = w.scenario.duration_s
-        events: list[Event] = []
-
-        def draw(kind: str, per_day: float, component: str, value: float = 0.0) -> None:
-            for start_s in _poisson(rng, per_day * spec.rate, span_s):
-                low, high = LASTS_S[kind]
-                events.append(Event(start_s, start_s + float(rng.uniform(low, high)), kind, component, value))
-
-        for job in lay.jobs:
-            for kind, per_day in PER_JOB.items():
-                draw(kind, per_day, f"job:{job.name}")
-        for node in lay.node_names:
-            for kind, per_day in PER_NODE.items():
-                gpu = f"{node}/gpu{int(rng.integers(0, lay.gpus_per_node))}"
-                value = float(rng.uniform(14.0, 20.0) if kind == "warm_spot" else rng.integers(20, 400))
-                draw(kind, per_day, node if kind == "maintenance" else gpu, value)
-        reboots = [  # a maintenance window reboots its node a few minutes in
-            Event(e.start_s + REBOOT_AFTER_S, e.start_s + REBOOT_AFTER_S, "reboot", e.component)
-            for e in events
-            if e.kind == "maintenance"
-        ]
-        events += reboots
-        for rack in lay.rack_names:
-            draw("planned_cap", PER_RACK["planned_cap"], rack, float(rng.uniform(1.15, 1.4)))
-        events.sort(key=lambda e: (e.start_s, e.kind, e.component))
-        index = {name: i for i, name in enumerate(lay.node_names)}
-        return cls(
-            events,
+        index = {name: i for i, name in enumerate(w.layout.node_names)}
+        churn = cls(
+            [],
             frozenset(index[n] for n in spec.pcie_nodes),
             frozenset(index[n] for n in spec.unused_ports),
         )
+        churn.events = _draw(w, np.random.default_rng([w.scenario.seed, STREAM]), 0.0, w.scenario.duration_s)
+        churn.drawn_until_s = w.scenario.duration_s
+        return churn
+
+    def extend(self, w: World, until_s: float) -> None:
+        """Draw the churn up to `until_s` too, for a run longer than its scenario (a day at most): a day at a
+        time, each from a stream of its own, so a run's churn is the same however it is extended."""
+        while self.drawn_until_s < until_s:
+            rng = np.random.default_rng([w.scenario.seed, STREAM, round(self.drawn_until_s)])
+            self.events += _draw(w, rng, self.drawn_until_s, DAY_S)
+            self.drawn_until_s += DAY_S
 
     # -- the step ---------------------------------------------------------------------------------------------
     def apply(self, w: World) -> None:
@@ -176,6 +161,37 @@ class Churn:
             self.caps.pop(lay.rack_names.index(e.component), None)
         elif e.kind == "maintenance" and w.drained[lay.node_names.index(e.component)]:
             ops.resume(w, e.component)
+
+
+def _draw(w: World, rng: np.random.Generator, from_s: float, span_s: float) -> list[Event]:
+    """The events of [from_s, from_s + span_s), in start order."""
+    spec = w.scenario.churn
+    assert spec is not None
+    lay = w.layout
+    events: list[Event] = []
+
+    def draw(kind: str, per_day: float, component: str, value: float = 0.0) -> None:
+        for start_s in _poisson(rng, per_day * spec.rate, span_s):
+            low, high = LASTS_S[kind]
+            begin_s = from_s + start_s
+            events.append(Event(begin_s, begin_s + float(rng.uniform(low, high)), kind, component, value))
+
+    for job in lay.jobs:
+        for kind, per_day in PER_JOB.items():
+            draw(kind, per_day, f"job:{job.name}")
+    for node in lay.node_names:
+        for kind, per_day in PER_NODE.items():
+            gpu = f"{node}/gpu{int(rng.integers(0, lay.gpus_per_node))}"
+            value = float(rng.uniform(14.0, 20.0) if kind == "warm_spot" else rng.integers(20, 400))
+            draw(kind, per_day, node if kind == "maintenance" else gpu, value)
+    for rack in lay.rack_names:
+        draw("planned_cap", PER_RACK["planned_cap"], rack, float(rng.uniform(1.15, 1.4)))
+    reboots = [  # a maintenance window reboots its node a few minutes in
+        Event(e.start_s + REBOOT_AFTER_S, e.start_s + REBOOT_AFTER_S, "reboot", e.component)
+        for e in events
+        if e.kind == "maintenance"
+    ]
+    return sorted([*events, *reboots], key=lambda e: (e.start_s, e.kind, e.component))
 
 
 def _poisson(rng: np.random.Generator, per_day: float, span_s: float) -> list[float]:
