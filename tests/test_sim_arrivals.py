@@ -7,6 +7,7 @@ import numpy as np
 import pynvml
 import pytest
 
+from aiops.errors import ScenarioError
 from aiops.labels import FAULT_KINDS
 from aiops.scenarios import ChurnSpec, ClusterSpec, FaultSpec, JobSpec, Scenario, parse_scenario
 from aiops.sim import rdma, repair
@@ -176,3 +177,12 @@ def test_churn_stays_benign_through_a_day() -> None:
         nvml.nvmlDeviceGetNvLinkErrorCounter(nvml.nvmlDeviceGetHandleByIndex(0), 0, 0)
     ports = [r for r in rdma.port_rows(world, world.now_ts_s) if r[1] == "node6"]
     assert [(r[2], r[5], r[6]) for r in ports][-1] == ("mlx5_2", "DOWN", "Disabled")
+
+
+def test_a_churn_naming_no_node_is_an_error_naming_the_field() -> None:
+    with pytest.raises(ScenarioError) as raised:
+        parse_scenario({"name": "c", "churn": {"pcie_nodes": ["node9"]}}, "c.yaml")
+    assert "churn.pcie_nodes[0]" in str(raised.value) and "node0..node7" in str(raised.value)
+    with pytest.raises(ScenarioError) as raised:
+        parse_scenario({"name": "c", "churn": {"rates": 2}}, "c.yaml")
+    assert "churn.rates" in str(raised.value) and "pcie_nodes" in str(raised.value)
