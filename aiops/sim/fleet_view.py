@@ -25,11 +25,13 @@ import pyarrow as pa
 from aiops import nvml_bits
 from aiops.sim import gpu as G
 from aiops.sim import rdma
+from aiops.sim.network import LANES
 from aiops.sim.nvml import gpu_uuid
 from aiops.sim.telemetry import HOST_MEM_USED_PCT, WATER_HEAT_CAPACITY_KJ_PER_L_K, inventory
 from aiops.sim.world import World
 from collectors.schema import columns
 
+SLOTS = (*LANES, "fifo")  # fabric.NicLanes' slots
 MAX_XIDS_PER_SERIES = 100  # the fleet's pivot writes at most this many gpu_events per series and interval
 NOISE_STREAM = 10
 
@@ -53,10 +55,11 @@ class FleetView:
         self._carrier = world.carrier_changes.copy()
         self._rules_version = -1
         self._caps: dict[str, float | None] = {}
-        self.nic: dict[
-            tuple[int, str], list[float]
-        ] = {}  # (nic, lane) -> tx, drops, ce, retransmits, carrier
-        self.nic_last: dict[tuple[int, str], tuple[float, bool]] = {}  # -> queue_delay_ms, link_up
+        k = lay.nic_count  # per NIC and slot (fabric.NicLanes: the lanes, then `fifo`)
+        self.nic = np.zeros((k, 4, 5), dtype=np.int64)  # tx bytes, drops, ce, retransmits, carrier changes
+        self.nic_seen = np.zeros((k, 4), dtype=bool)
+        self.nic_queue_ms = np.zeros((k, 4))
+        self.nic_up = np.ones(k, dtype=bool)
         self.flows: dict[tuple[int, str, str | None, str], float] = {}
         self.coll: dict[tuple[str, str, str], list[float]] = {}  # count, bytes, timeouts
         self.coll_latency: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
@@ -71,8 +74,7 @@ class FleetView:
         self.reasons = np.zeros(g, dtype=np.int64)
         self.steps: dict[str, list[float]] = {}  # job -> n, sum_s, last_ts_s
         self.slowest: dict[str, Counter[tuple[int, str]]] = defaultdict(Counter)
-        for sums in self.nic.values():
-            sums[:] = [0.0] * 5
+        self.nic[:] = 0
         self.flows = dict.fromkeys(self.flows, 0.0)
         for totals in self.coll.values():
             totals[:] = [0.0] * 3
@@ -89,17 +91,19 @@ class FleetView:
         self.reasons |= np.where(ok, reasons, 0)
         carrier = w.carrier_changes - self._carrier
         self._carrier = w.carrier_changes.copy()
-        first: set[int] = set()
-        for i, lane, tx, drops, ce, retrans, queue_ms, _rate, up in w.out.nics:
-            row = self.nic.setdefault((i, lane), [0.0] * 5)
-            row[0] += int(tx)  # the node's rows carry whole bytes (aiops/sim/telemetry.py)
-            row[1] += drops
-            row[2] += ce
-            row[3] += retrans
-            if i not in first:  # a NIC's carrier changes ride on its first lane row (aiops/sim/telemetry.py)
-                first.add(i)
-                row[4] += float(carrier[i])
-            self.nic_last[(i, lane)] = (queue_ms, up)
+        lanes = w.out.lanes
+        if lanes is not None:
+            present = lanes.present
+            self.nic[:, :, 0] += np.where(present, lanes.tx, 0.0).astype(np.int64)  # whole bytes, as the rows
+            self.nic[:, :, 1] += lanes.drops
+            self.nic[:, :, 2] += lanes.ce
+            self.nic[:, :, 3] += lanes.retrans
+            # a NIC's carrier changes ride on its first row (aiops/sim/telemetry.py)
+            first = np.argmax(present, axis=1)
+            self.nic[np.arange(first.size), first, 4] += carrier
+            self.nic_seen |= present
+            self.nic_queue_ms = np.where(present, lanes.queue_ms, self.nic_queue_ms)
+            self.nic_up = lanes.link_up.copy()
         for i, traffic_class, rule_id, lane, tx in w.out.flows:
             key = (i, traffic_class, rule_id, lane)
             self.flows[key] = self.flows.get(key, 0.0) + int(tx)
@@ -200,25 +204,23 @@ class FleetView:
     def _network(self, ts_s: float, out: dict[str, pa.Table]) -> None:
         w, lay, step = self.w, self.w.layout, self.step_s
         nodes = [lay.node_names[n] for n in lay.nic_node.tolist()]
+        sums, queue, up = self.nic.tolist(), self.nic_queue_ms.tolist(), self.nic_up.tolist()
         nics = [
             (
                 ts_s,
                 lay.nic_names[i],
                 nodes[i],
-                lane,
+                SLOTS[j],
                 step,
-                int(s[0]),
+                *sums[i][j][:1],
                 None,
-                int(s[1]),
-                int(s[2]),
-                int(s[3]),
-                q,
+                *sums[i][j][1:4],
+                queue[i][j],
                 None,
-                int(s[4]),
-                up,
+                sums[i][j][4],
+                up[i],
             )
-            for (i, lane), s in sorted(self.nic.items())
-            for q, up in [self.nic_last[(i, lane)]]
+            for i, j in zip(*np.nonzero(self.nic_seen), strict=True)
         ]
         out["nic_samples"] = _table("nic_samples", nics)
         flows = [

@@ -153,18 +153,26 @@ def step(w: World) -> None:
 
 def _per_nic(w: World) -> tuple[I64, I64, I64, F64, F64, F64]:
     n = w.layout.nic_count
-    tx, ce, drops, queue_ms = (
-        np.zeros(n),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n),
-    )
-    for row in w.out.nics:
-        i = row[0]
-        tx[i] += row[2]
-        drops[i] += row[3]
-        ce[i] += row[4]
-        queue_ms[i] = max(queue_ms[i], row[6])
+    lanes = w.out.lanes
+    if lanes is not None:  # the NIC rows as arrays (fabric.NicLanes): summed lane by lane, as row by row
+        tx = np.zeros(n)
+        for slot in range(4):
+            tx += lanes.tx[:, slot]
+        drops, ce = lanes.drops.sum(axis=1), lanes.ce.sum(axis=1)
+        queue_ms = np.maximum(lanes.queue_ms.max(axis=1), 0.0)
+    else:
+        tx, ce, drops, queue_ms = (
+            np.zeros(n),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n),
+        )
+        for row in w.out.nics:
+            i = row[0]
+            tx[i] += row[2]
+            drops[i] += row[3]
+            ce[i] += row[4]
+            queue_ms[i] = max(queue_ms[i], row[6])
     collective, other = np.zeros(n), np.zeros(n)
     for flow in w.out.flows:
         if flow[1] == "collective":
