@@ -348,7 +348,7 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
         return {"goal": text, "value": value, "met": met}
 
     ettr_ratio = (day.get("ettr") or {}).get("product_over_oracle")
-    sigs = day.get("signatures_median")
+    sigs = day.get("signatures_median_paged")
     ratio = day.get("touched_over_affected")
     pages = day.get("pages_per_fault")
     blind = day.get("blind_s_max")
@@ -359,7 +359,9 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     node_days = quiet.get("node_days")
     scrape_s = SCRAPE_S
     return {
-        "signatures_per_fault": goal("median 1", sigs, None if sigs is None else sigs <= 1),
+        "signatures_per_fault": goal(
+            "median 1 (faults that paged)", sigs, None if sigs is None else sigs <= 1
+        ),
         "gpus_touched": goal("<= 1.5 x GPUs affected", ratio, None if ratio is None else ratio <= 1.5),
         "self_inflicted": goal(
             "0", day.get("self_inflicted"), None if not day else day["self_inflicted"] == 0

@@ -29,7 +29,7 @@ import logging
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,27 +129,50 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def exposition(metrics: Iterable[Metric], ts_s: float) -> str:
+def exposition(metrics: Iterable[Metric], ts_s: float, target: Mapping[str, str] | None = None) -> str:
     """Prometheus text (0.0.4) of `metrics`, every sample stamped `ts_s` in milliseconds, for VictoriaMetrics'
-    import: what a scrape at `ts_s` reads (prometheus_client's writer, less HELP/TYPE lines, plus the stamp)."""
+    import: what a scrape at `ts_s` stores (prometheus_client's writer, less HELP/TYPE lines, plus the stamp).
+    `target`: the scrape target's labels (`job`, `instance`), added where a sample lacks them, as Prometheus does
+    with `honor_labels: true` (the chart's PodMonitor): a job's own `job` label stays."""
     stamp = f" {round(ts_s * 1000)}\n"
     out: list[str] = []
+    extra = dict(target or {})
     for metric in metrics:
         for sample in metric.samples:
             if sample.name.endswith("_created"):
                 continue
-            if sample.labels:
-                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels.items())
-                out.append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}{stamp}")
+            labels = {**{k: v for k, v in extra.items() if k not in sample.labels}, **sample.labels}
+            if labels:
+                text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                out.append(f"{sample.name}{{{text}}} {floatToGoString(sample.value)}{stamp}")
             else:
                 out.append(f"{sample.name} {floatToGoString(sample.value)}{stamp}")
     return "".join(out)
 
 
-def with_timestamps(text: str, ts_s: float) -> str:
-    """Exposition text (no timestamps) with every sample stamped `ts_s` in milliseconds."""
+def with_timestamps(text: str, ts_s: float, target: Mapping[str, str] | None = None) -> str:
+    """Exposition text (no timestamps) with every sample stamped `ts_s` in milliseconds (and `target`'s labels
+    where a sample lacks them)."""
     stamp = f" {round(ts_s * 1000)}"
-    return "".join(f"{line}{stamp}\n" for line in text.splitlines() if line and not line.startswith("#"))
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, braces, rest = line.partition("{")
+        if not braces:
+            name, _, rest = line.partition(" ")
+            rest = "} " + rest
+        own = rest.split("}", 1)[0]
+        missing = [f'{k}="{_escape(v)}"' for k, v in (target or {}).items() if f"{k}=" not in own]
+        if missing:
+            line = name + "{" + ",".join(missing) + ("," if own else "") + rest
+        out.append(f"{line}{stamp}\n")
+    return "".join(out)
+
+
+def target_labels(agent: str) -> dict[str, str]:
+    """The scrape target's labels Prometheus gives an agent's series (the chart's jobs; port 9484)."""
+    return {"job": "aiops-facility" if agent == FACILITY else "aiops-node", "instance": f"{agent}:9484"}
 
 
 @dataclass
@@ -302,18 +325,26 @@ class Cluster:
             agent.flushes_seen = agent.service.flushes
             agent.service.outbox.pump_once(agent.service.workspace)
 
-    def exposition(self, agent: Agent, ts_s: float) -> str:
-        text = exposition(agent.service.registry.collect(), ts_s)
+    def exposition(self, agent: Agent, ts_s: float, scraped: bool = True) -> str:
+        """What a scrape of `agent` at `ts_s` stores: its series and `up` 1, or `up` 0 alone (down, or the
+        scrape failed)."""
+        target = target_labels(agent.name)
+        up = with_timestamps(
+            f'up{{job="{target["job"]}",instance="{target["instance"]}"}} {int(scraped)}', ts_s
+        )
+        if not scraped:
+            return up
+        text = exposition(agent.service.registry.collect(), ts_s, target)
         if agent.name == FACILITY:
-            text += with_timestamps(agent.service.metrics.facility_text(), ts_s)
-        return text
+            text += with_timestamps(agent.service.metrics.facility_text(), ts_s, target)
+        return text + up
 
     def scrape(self, ts_s: float, skip: frozenset[str] = frozenset()) -> int:
-        """Every live agent's exports at `ts_s` into VictoriaMetrics; returns the bytes imported."""
+        """Every agent's scrape at `ts_s` into VictoriaMetrics (`skip`: scrapes that failed); returns the bytes."""
         from bench.victoria import force_flush, import_text
 
         body = "".join(
-            self.exposition(a, ts_s) for a in self.agents.values() if not a.down and a.name not in skip
+            self.exposition(a, ts_s, not a.down and a.name not in skip) for a in self.agents.values()
         ).encode()
         if body:
             import_text(self.setup.vm_url, body)
