@@ -178,7 +178,10 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
     truth = Truth(world, {k: v[0] for k, v in NATURE.items()})
     pagerduty = PagerDuty(ROUTING_KEY)
     holder: dict[str, Cluster] = {}
-    receivers = Receivers(pagerduty, lambda: holder["c"].dcim_document() if "c" in holder else {})
+    crew: list[str] = []  # components a filed ticket names: the repair crew takes them on (World.open_ticket)
+    receivers = Receivers(
+        pagerduty, lambda: holder["c"].dcim_document() if "c" in holder else {}, tickets=crew.append
+    )
     receivers.start()
     drops = np.random.default_rng([scenario.seed, 9])
     duration = round(scenario.duration_s)
@@ -207,6 +210,8 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
             cluster.drop = lambda node: bool(drops.random() < DROP_SCRAPE_P)
             last_report = time.perf_counter()
             for _ in range(duration):
+                while crew:
+                    world.open_ticket(crew.pop(0))
                 clock.move_to(world.now_ts_s + 1.0)
                 apply_blind(cluster, blind, world.elapsed_s + 1.0, vm_url)
                 cluster.second(on_scrape=lambda _ts: truth.sample())

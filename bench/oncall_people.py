@@ -18,6 +18,7 @@ action kind (today's pile: one signature each).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -102,10 +103,19 @@ class PagerDuty:
 
 
 class Receivers:
-    """The loopback server: PagerDuty at /v2/enqueue, the DCIM document at /dcim."""
+    """The loopback server: PagerDuty at /v2/enqueue, the DCIM document at /dcim, and a ticket system at
+    /rest/api/2/issue (Jira's create-issue: 201 with the issue's key; `tickets(component)` is told the component
+    the product filed it for, as a repair crew reads the ticket)."""
 
-    def __init__(self, pagerduty: PagerDuty, dcim: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        pagerduty: PagerDuty,
+        dcim: Callable[[], dict[str, Any]],
+        tickets: Callable[[str], None] | None = None,
+    ) -> None:
         book = pagerduty
+        filed: list[dict[str, Any]] = []
+        self.tickets = filed
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
@@ -120,7 +130,7 @@ class Receivers:
                 self.wfile.write(data)
 
             def do_POST(self) -> None:
-                if self.path != "/v2/enqueue":
+                if self.path not in ("/v2/enqueue", JIRA_ISSUE):
                     self._answer(404, {"status": "not found"})
                     return
                 length = int(self.headers.get("Content-Length") or 0)
@@ -128,6 +138,9 @@ class Receivers:
                     body = json.loads(self.rfile.read(length))
                 except ValueError:
                     self._answer(400, {"status": "invalid event", "errors": ["malformed JSON"]})
+                    return
+                if self.path == JIRA_ISSUE:
+                    self._answer(*_jira_issue(body, filed, tickets))
                     return
                 self._answer(*book.receive(body, time.time()))
 
@@ -151,6 +164,33 @@ class Receivers:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
+
+
+JIRA_ISSUE = "/rest/api/2/issue"
+_FILED_FOR = re.compile(r"Filed by aiops for (\S+)")
+
+
+def _jira_issue(
+    body: Any, filed: list[dict[str, Any]], tickets: Callable[[str], None] | None
+) -> tuple[int, dict[str, Any]]:
+    """Jira's create-issue: `fields` with a project, a summary and an issue type; 201 `{id, key, self}`. The
+    component is what the description says it was filed for (aiops/integrations/ticket.py writes it first)."""
+    fields = body.get("fields") if isinstance(body, dict) else None
+    if (
+        not isinstance(fields, dict)
+        or not fields.get("summary")
+        or not isinstance(fields.get("project"), dict)
+    ):
+        return 400, {"errorMessages": [], "errors": {"summary": "You must specify a summary of the issue."}}
+    found = _FILED_FOR.search(str(fields.get("description") or ""))
+    component = found.group(1).rstrip(".") if found else ""
+    key = f"{fields['project'].get('key') or 'OPS'}-{len(filed) + 1}"
+    filed.append(
+        {"key": key, "component": component, "summary": str(fields["summary"])[:200], "at": time.time()}
+    )
+    if tickets is not None and component:
+        tickets(component)
+    return 201, {"id": str(10000 + len(filed)), "key": key, "self": f"/rest/api/2/issue/{key}"}
 
 
 # -- the person on call ---------------------------------------------------------------------------------------
