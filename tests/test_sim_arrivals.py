@@ -3,18 +3,23 @@ and the repair crew a ticket brings (a fault a remedy does not fix ends only at 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pynvml
 import pytest
 
 from aiops.errors import ScenarioError
 from aiops.labels import FAULT_KINDS
+from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import ChurnSpec, ClusterSpec, FaultSpec, JobSpec, Scenario, parse_scenario
 from aiops.sim import rdma, repair
 from aiops.sim.actuator import SimActuator
 from aiops.sim.arrivals import NATURE, ArrivalPlan, arrivals
 from aiops.sim.twin import world_topology
 from aiops.sim.world import World
+from aiops.store import Store
 from guardrails.actions import Action
 
 CLUSTER = ClusterSpec(racks=2, nodes_per_rack=8)
@@ -186,3 +191,22 @@ def test_a_churn_naming_no_node_is_an_error_naming_the_field() -> None:
     with pytest.raises(ScenarioError) as raised:
         parse_scenario({"name": "c", "churn": {"rates": 2}}, "c.yaml")
     assert "churn.rates" in str(raised.value) and "pcie_nodes" in str(raised.value)
+
+
+def test_the_analyst_is_as_blind_to_the_twin_with_churn(tmp_path: Path) -> None:
+    """tests/security/test_twin_blind_analyst.py's check on a run with benign churn: the analysis of a copy with
+    the twin's tables dropped (the scenario, its churn and faults) is the same."""
+    from tests.security.test_twin_blind_analyst import _hide_the_twin, analysed
+    from tests.simkit import fault, scenario
+
+    seen, blind = tmp_path / "seen.duckdb", tmp_path / "blind.duckdb"
+    churn = {"rate": 100.0, "pcie_nodes": ["node1"], "unused_ports": ["node2"]}
+    with Store(seen) as store:
+        simulate_into(store, scenario([fault("thermal_throttle", "node3/gpu2", 0.8)], churn=churn))
+        assert store.scalar(
+            "SELECT count(*) FROM gpu_samples WHERE node = 'node1' AND nvlink_crc_total IS NULL"
+        )
+    shutil.copyfile(seen, blind)
+    _hide_the_twin(blind)
+    normal = analysed(seen)
+    assert normal["diagnoses"] and analysed(blind) == normal
