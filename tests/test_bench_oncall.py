@@ -7,6 +7,8 @@ and were worked on, what was executed touched GPUs, and ETTR with no product is 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +85,19 @@ def test_the_quick_operators_day_reports_every_figure() -> None:
     assert ettr["product_over_oracle"] == round(ettr["product"] / ettr["oracle"], 4)
     assert set(GOALS) == set(result["goals"])
     assert all(g["met"] in (True, False, None) for g in result["goals"].values())
+    # the day's state is kept beside its workspaces: the figures come out the same again from it
+    folder = re.findall(r"the day's workspaces and state: (\S+)", done.stderr)[-1]
+    again = subprocess.run(
+        [sys.executable, str(BENCH), "--refigure", folder],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    refigured = json.loads(again.stdout)["day"]
+    assert {**refigured, "wall_s": None} == {**day, "wall_s": None}
+    shutil.rmtree(folder)
 
 
 def test_a_short_false_alarm_run_counts_pages_and_proposals_per_node_day() -> None:
@@ -104,3 +119,4 @@ def test_a_short_false_alarm_run_counts_pages_and_proposals_per_node_day() -> No
     assert quiet["false_pages_per_1000_node_days"] == round(quiet["pages"] * per_1000, 2)
     assert quiet["false_actionable"] <= quiet["proposals"]
     assert result["goals"]["node_days_measured"] == {"goal": ">= 1,000", "value": 0.1, "met": False}
+    shutil.rmtree(quiet["workspace"])
