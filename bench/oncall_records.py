@@ -4,6 +4,7 @@ figures: per fault and in total, each measured against the twin's ground truth (
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -215,13 +216,18 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
 
     per: dict[int, dict[str, Any]] = {f.index: defaultdict(int) for f in truth.faults}
     # pages where they landed
-    pages_false, pages_self = 0, 0
+    pages_false, pages_self, pages_blind = 0, 0, 0
     page_rows = []
     for alert in state.alerts:
         key = (str(alert.details.get("node") or alert.source), str(alert.details.get("incident_id") or ""))
         found = fault_of(key)
-        page_rows.append((alert.opened_ts_s - SIM_EPOCH_TS_S, key, found.what, found.fault, alert.summary))
-        if found.what == "fault" and found.fault is not None:
+        at_s = alert.opened_ts_s - SIM_EPOCH_TS_S
+        if found.what == "false" and any(_says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
+            found = Attribution("blind")  # a page about a real loss of sight: not a false one
+        page_rows.append((at_s, key, found.what, found.fault, alert.summary))
+        if found.what == "blind":
+            pages_blind += 1
+        elif found.what == "fault" and found.fault is not None:
             per[found.fault]["pages"] += 1
         elif found.what == "self":
             pages_self += 1
@@ -317,12 +323,13 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     total = {
         "faults": len(started),
         "pages": len(page_rows),
-        "pages_real": sum(r["pages"] for r in started),
+        "pages_real": sum(r["pages"] for r in started),  # on a real fault (blind spells apart: blind_pages)
         "pages_per_fault": round(sum(r["pages"] for r in started) / len(started), 2) if started else None,
         "faults_paged": sum(1 for r in started if r["pages"] > 0),
         "faults_paged_once": sum(1 for r in started if r["pages"] == 1),
         "false_pages": false_pages,
         "self_inflicted_pages": pages_self,
+        "blind_pages": pages_blind,
         "false_pages_per_1000_node_days": round(1000.0 * false_pages / node_days, 1),
         "signatures": len(state.signatures),
         "signatures_median": _median([float(r["signatures"]) for r in started]),
@@ -384,33 +391,32 @@ def _undoes(p: Proposal, action: Executed, truth: Ground) -> bool:
     return bool(gpus_of(p.target, world, jobs) & gpus_of(action.target, world, jobs))
 
 
+BLIND_WORDS = ("prometheus", "source", "victoria", "stale", "blind", "unreachable")
+
+
+def _says(event: dict[str, Any], at_s: float, key: tuple[str, str], summary: str, scrape_s: float) -> bool:
+    """Whether a page opened at `at_s` is about the blind spell `event`: during it (or two scrapes after), naming
+    the lost agent's node (and that it is lost), or the source that went blind."""
+    start, end = float(event["start_s"]), float(event["end_s"])
+    if not start <= at_s <= end + 2 * scrape_s:
+        return False
+    text = f"{key[0]} {key[1]} {summary}".lower()
+    if event["what"] == "node_agent_lost":
+        named = re.search(rf"\b{re.escape(str(event['component']))}(?![/\w])", text)
+        return bool(named) and ("lost" in text or "agent" in text)
+    return any(w in text for w in BLIND_WORDS)
+
+
 def _blind(events: list[dict[str, Any]], pages: list[Any], scrape_s: float) -> list[dict[str, Any]]:
     """Per blind spell: how long until a page said so (the whole spell when none did)."""
     out = []
-    words = ("prometheus", "source", "victoria", "stale", "blind", "unreachable")
     for event in events:
+        said = next(
+            (at_s for at_s, key, _w, _f, summary in pages if _says(event, at_s, key, summary, scrape_s)), None
+        )
         start, end = float(event["start_s"]), float(event["end_s"])
-        said = None
-        for at_s, key, _what, _fault, summary in pages:
-            text = f"{key[0]} {key[1]} {summary}".lower()
-            named = (
-                event["component"] in text
-                if event["what"] == "node_agent_lost"
-                else any(w in text for w in words)
-            )
-            if (
-                start <= at_s <= end + 2 * scrape_s
-                and named
-                and ("lost" in text or event["what"] != "node_agent_lost" or "agent" in text)
-            ):
-                said = at_s
-                break
         out.append(
-            {
-                **event,
-                "paged_at_s": said,
-                "blind_s": round((said if said is not None else end) - start, 1),
-            }
+            {**event, "paged_at_s": said, "blind_s": round((said if said is not None else end) - start, 1)}
         )
     return out
 
