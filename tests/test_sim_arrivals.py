@@ -160,7 +160,7 @@ def test_churn_is_the_same_with_or_without_faults() -> None:
     assert {"job_stop", "user_error", "evaluation", "warm_spot", "corrected_ecc", "planned_cap"} <= kinds
 
 
-def test_churn_stays_benign_through_a_day() -> None:
+def test_churn_stays_benign_over_three_days_worth() -> None:
     """Three hours of churn at 24x the default rates (three days' worth): jobs stop and restart with Xid 45 (and
     a user's repeated Xid), warm spots stay below the slowdown point, planned caps come as DCIM signals and
     throttle nothing, the PCIe node has no NVLink, the spare port is down."""
