@@ -11,8 +11,9 @@ PagerDuty notifies the person on call. `GET /dcim` answers the facility agent's 
 incident); on the tier that paged, the incident's first step is approved with one `ssh-keygen -Y sign` per
 approval the guardrails ask for; when that step failed (an `action_outcomes` verdict, or, where the product records
 none, the incident still open `retry_after_s` after the step ran) the next step is approved. The first step is the
-plan's first step where the product has plans (`plans`/`plan_steps`), else the proposals of the incident's first
-action kind (today's pile: one signature each).
+plan's first proposed step where the product has plans (`plans`/`plan_steps`: one signature for the whole step),
+else the pending proposals of the incident's first action kind (today's pile: one signature each). A step that
+needs no approval (a ticket, a lane fix) is run as `aiops actions execute` runs it.
 """
 
 from __future__ import annotations
@@ -207,6 +208,13 @@ class Case:
     finished: bool = False
 
 
+@dataclass(frozen=True)
+class Step:
+    step_id: str | None  # a plan's step, None for a pile's group of one kind
+    proposal_ids: list[str]
+    physical: bool  # needs a signature; else it is run
+
+
 @dataclass
 class Signature:
     ts_s: float
@@ -257,32 +265,70 @@ class OnCall:
                     case.finished = True
                 return
             step = self._next_step(store, case)
-            if not step:
+            if step is None:
                 case.finished = not case.steps or self._resolved(store, case.incident_id)
                 case.due_ts_s = now_ts_s + self.retry_after_s
                 return
             guard = desk(store, attach(store, twin=agent.twin))
-            approved = []
-            for proposal_id in step:
-                needed = int(
-                    store.scalar(
-                        "SELECT approvals_needed FROM proposals WHERE proposal_id = ?", [proposal_id]
-                    )
-                    or 1
-                )
-                for principal, signer in list(self.signers.items())[: max(1, needed)]:
-                    try:
-                        guard.approve(proposal_id, signer)
-                    except Exception as exc:  # the product refused: the person reads why and goes on
-                        self.refusals.append((now_ts_s, proposal_id, str(exc)[:200]))
-                        break
-                    self.signatures.append(
-                        Signature(now_ts_s, case.tier, case.incident_id, proposal_id, principal)
-                    )
-                    approved.append(proposal_id)
-            case.steps.append(approved or step)
+            done = (
+                self._digital(guard, step, now_ts_s)
+                if not step.physical
+                else self._sign(guard, case, step, now_ts_s)
+            )
+            case.steps.append(done or step.proposal_ids)
             case.step_done_ts_s = now_ts_s
             case.due_ts_s = now_ts_s + self.retry_after_s
+
+    def _sign(self, guard: Any, case: Case, step: Step, now_ts_s: float) -> list[str]:
+        """One signature per approval the guardrails ask for: for the whole step where the product has plans
+        (guardrails.steps.approve_step), else for each proposal (today's pile)."""
+        store = guard.store
+        needed = max(
+            int(store.scalar("SELECT approvals_needed FROM proposals WHERE proposal_id = ?", [pid]) or 1)
+            for pid in step.proposal_ids
+        )
+        people = list(self.signers.items())[: max(1, needed)]
+        if step.step_id is not None:
+            from guardrails.steps import approve_step  # type: ignore[import-not-found,unused-ignore]
+
+            for principal, signer in people:
+                try:
+                    approve_step(guard, step.step_id, step.proposal_ids, signer)
+                except Exception as exc:  # the product refused: the person reads why and goes on
+                    self.refusals.append((now_ts_s, step.step_id, str(exc)[:200]))
+                    return []
+                self.signatures.append(
+                    Signature(now_ts_s, case.tier, case.incident_id, step.step_id, principal)
+                )
+            return list(step.proposal_ids)
+        approved = []
+        for proposal_id in step.proposal_ids:
+            for principal, signer in people:
+                try:
+                    guard.approve(proposal_id, signer)
+                except Exception as exc:
+                    self.refusals.append((now_ts_s, proposal_id, str(exc)[:200]))
+                    break
+                self.signatures.append(
+                    Signature(now_ts_s, case.tier, case.incident_id, proposal_id, principal)
+                )
+                approved.append(proposal_id)
+        return approved
+
+    def _digital(self, guard: Any, step: Step, now_ts_s: float) -> list[str]:
+        """A step that needs no approval (a ticket, a lane fix): run, as `aiops actions execute` runs it."""
+        ran = []
+        for proposal_id in step.proposal_ids:
+            try:
+                outcome = guard.execute(proposal_id)
+            except Exception as exc:
+                self.refusals.append((now_ts_s, proposal_id, str(exc)[:200]))
+                continue
+            if outcome.status == "executed":
+                ran.append(proposal_id)
+            else:
+                self.refusals.append((now_ts_s, proposal_id, f"{outcome.status}: {outcome.message[:180]}"))
+        return ran
 
     def _failed(self, store: Store, case: Case, now_ts_s: float) -> bool:
         """Whether the last step failed: the product's verdict where it records one, else the incident still
@@ -316,29 +362,38 @@ class OnCall:
         ).fetchone()
         return row is None or row[0] is not None
 
-    def _next_step(self, store: Store, case: Case) -> list[str]:
-        """The proposals of the step to approve next (none: nothing left to approve)."""
+    def _next_step(self, store: Store, case: Case) -> Step | None:
+        """The step to take next: the plan's first proposed step where the product has plans; else the next
+        proposals of one kind in the order they were filed (the pile)."""
         done = {pid for step in case.steps for pid in step}
         if _has_table(store, "plan_steps"):
             rows = store.conn.execute(
-                "SELECT s.step_no, p.proposal_id FROM plans pl JOIN plan_steps s USING (plan_id) "
-                "JOIN proposals p ON p.step_id = s.step_id WHERE pl.incident_id = ? AND p.status = 'pending' "
-                "AND p.physical ORDER BY s.step_no, p.proposal_id",
+                "SELECT s.step_id, s.risk, s.proposal_ids FROM plans pl JOIN plan_steps s USING (plan_id) "
+                "WHERE pl.incident_id = ? AND s.status = 'proposed' AND len(s.proposal_ids) > 0 "
+                "ORDER BY s.step_no",
                 [case.incident_id],
             ).fetchall()
-            if rows:
-                first = rows[0][0]
-                return [str(pid) for no, pid in rows if no == first and pid not in done]
+            for step_id, risk, proposal_ids in rows:
+                pending = [
+                    str(p)
+                    for p in proposal_ids
+                    if p not in done
+                    and store.scalar("SELECT status FROM proposals WHERE proposal_id = ?", [p]) == "pending"
+                ]
+                if pending:
+                    return Step(str(step_id), pending, risk == "physical")
+            if store.scalar("SELECT count(*) FROM plans WHERE incident_id = ?", [case.incident_id]):
+                return None
         rows = store.conn.execute(
-            "SELECT proposal_id, kind FROM proposals WHERE incident_id = ? AND status = 'pending' AND physical "
+            "SELECT proposal_id, kind, physical FROM proposals WHERE incident_id = ? AND status = 'pending' "
             "ORDER BY created_ts_s, proposal_id",
             [case.incident_id],
         ).fetchall()
-        pending = [(str(pid), str(kind)) for pid, kind in rows if pid not in done]
+        pending = [(str(pid), str(kind), bool(physical)) for pid, kind, physical in rows if pid not in done]
         if not pending:
-            return []
-        kind = pending[0][1]
-        return [pid for pid, k in pending if k == kind]
+            return None
+        kind, physical = pending[0][1], pending[0][2]
+        return Step(None, [pid for pid, k, _ in pending if k == kind], physical)
 
 
 def _has_table(store: Store, name: str) -> bool:
