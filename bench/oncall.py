@@ -201,6 +201,7 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
             )
             cluster = holder["c"] = Cluster(scenario, world, setup)
             cluster.start()
+            planned = announce_maintenance(cluster, world)
             people = OnCall(
                 lambda tier: cluster.fleet if tier == "fleet" else cluster.agents.get(tier),
                 signers,
@@ -240,10 +241,36 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
         [int(n) for n in world.step_count],
         records,
         round(time.perf_counter() - started, 1),
+        planned,
     )
     save(state, work / "day_state.json")
     print(f"the day's workspaces and state: {work}", file=sys.stderr)
     return state
+
+
+def announce_maintenance(cluster: Cluster, world: World) -> int:
+    """The churn's maintenance windows, announced as an operator announces planned work, before the day starts:
+    `aiops maintenance add` (aiops/runtime/maintenance.py) on the fleet and on the node's own agent, opening 5
+    minutes early and closing 10 minutes late. Returns the windows announced (0 where the product has none)."""
+    try:
+        from aiops.runtime.maintenance import open_window  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return 0
+    events = [e for e in (world.churn.events if world.churn else []) if e.kind == "maintenance"]
+    for e in events:
+        for agent in (cluster.fleet, cluster.agents[e.component]):
+            with agent.service.owner.store() as store:
+                open_window(
+                    store,
+                    kind="maintenance",
+                    scope="node",
+                    target=e.component,
+                    duration_s=e.end_s - e.start_s + 900.0,
+                    reason=f"planned maintenance of {e.component}: drain, reboot, resume",
+                    by="alice",
+                    starts_ts_s=world.epoch_ts_s + e.start_s - 300.0,
+                )
+    return len(events)
 
 
 def blind_events(scenario: Scenario, args: argparse.Namespace) -> list[dict[str, Any]]:

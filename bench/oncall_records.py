@@ -67,6 +67,7 @@ class DayState:
     steps: list[int]  # per job, completed over the day
     records: Records
     wall_s: float
+    announced: int = 0  # maintenance windows announced to the product before the day
 
 
 def save(state: DayState, path: Path) -> None:
@@ -85,6 +86,7 @@ def save(state: DayState, path: Path) -> None:
         "steps": state.steps,
         "records": asdict(state.records),
         "wall_s": state.wall_s,
+        "announced": state.announced,
     }
     path.write_text(json.dumps(data))
 
@@ -115,6 +117,7 @@ def load(path: Path) -> DayState:
         [int(n) for n in data["steps"]],
         records,
         float(data["wall_s"]),
+        int(data.get("announced", 0)),
     )
 
 
@@ -354,6 +357,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
         "false_actionable": false_actionable,
         "false_actionable_per_1000_node_days": round(1000.0 * false_actionable / node_days, 1),
         "node_days": round(node_days, 2),
+        "maintenance_windows_announced": state.announced,
         "ettr": {**ettr_of, "product_over_oracle": round(ettr_of["product"] / ettr_of["oracle"], 4)},
         "blind": blind,
         "blind_s_max": max((b["blind_s"] for b in blind), default=None),
