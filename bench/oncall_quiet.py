@@ -16,6 +16,7 @@ would add (the day again).
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import tempfile
@@ -67,6 +68,7 @@ def run_quiet(
     nodes = scenario.cluster.nodes
     duration_s = math.ceil(node_days / nodes * 86_400.0 / scrape_s) * scrape_s
     work = Path(tempfile.mkdtemp(prefix="aiops-oncall-quiet-"))
+    print(f"the false-alarm run's workspace: {work}", file=sys.stderr, flush=True)
     (work / "routing_key").write_text(ROUTING_KEY + "\n")
     traveller = time_machine.travel(SIM_EPOCH_TS_S, tick=False)
     clock = traveller.start()
@@ -117,15 +119,22 @@ def run_quiet(
             if service.flushes != seen:
                 seen = service.flushes
                 service.outbox.pump_once(service.workspace)
-            if progress and time.perf_counter() - last_report > 60:
+            if time.perf_counter() - last_report > 60:
                 last_report = time.perf_counter()
                 done = nodes * world.elapsed_s / 86_400.0
-                print(
-                    f"quiet: {done:.1f} of {node_days:g} node-days, {time.perf_counter() - started:.0f} s, "
-                    f"pages {len(pagerduty.alerts)}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                partial = {
+                    "node_days": round(done, 2),
+                    "pages": len(pagerduty.alerts),
+                    "wall_s": round(time.perf_counter() - started),
+                }
+                (work / "partial.json").write_text(json.dumps(partial))  # what a run stopped early measured
+                if progress:
+                    print(
+                        f"quiet: {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
+                        f"pages {len(pagerduty.alerts)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         service.flush()
         service.outbox.pump_once(service.workspace)
     finally:
