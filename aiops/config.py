@@ -32,11 +32,14 @@ from aiops.config_chatops import ChatopsConfig, SlackConfig
 from aiops.config_facility import DcimConfig as DcimConfig  # re-exported: [dcim]
 from aiops.config_facility import FacilityConfig as FacilityConfig  # re-exported: [facility]
 from aiops.config_facility import FacilitySeries as FacilitySeries
+from aiops.config_notify import SeverityConfig as SeverityConfig  # re-exported: [notify.severity]
+from aiops.config_notify import TicketConfig as TicketConfig  # re-exported: [notify.ticket]
 from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
 from aiops.config_oidc import OidcConfig
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
 from aiops.labels import Label, host_name_error, rack_name_error
+from aiops.safeload import permission_problem, read_limited
 
 USER_CONFIG_PATH = Path("~/.config/aiops/config.toml")
 DEFAULT_LISTEN = "127.0.0.1:9484"
@@ -177,6 +180,13 @@ class DetectionConfig(_Section):
         default=180.0, ge=10, le=86_400, description="an incident resolves after this quiet"
     )
     replay_s: float = Field(default=1800.0, ge=0, le=86_400, description="history replayed at start")
+    recurrence_s: float = Field(
+        default=86_400.0,
+        ge=0,
+        le=30 * 86_400,
+        description="a new incident of the same cause on the same component this soon after one resolved is "
+        "linked to it as its recurrence (recurrence_of); 0: never",
+    )
 
 
 class FleetConfig(_Section):
@@ -201,6 +211,9 @@ class FleetConfig(_Section):
         default_factory=dict, description="host -> its agent's base URL, where the template does not fit"
     )
     node_token_file: str = Field(default="", description="file holding the node agents' /api bearer token")
+    node_token_dir: str = Field(
+        default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
+    )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
 
     @field_validator("node_url")
@@ -210,14 +223,21 @@ class FleetConfig(_Section):
             raise ValueError("must be an http(s) URL naming {host}, e.g. http://{host}:9484")
         if value.replace("{host}", "").count("{") or value.count("}") != value.count("{host}"):
             raise ValueError("{host} is the only placeholder allowed")
+        if any(c in value for c in "#?@ \t\n\\"):
+            raise ValueError(
+                "must be an http(s) URL without query, fragment or user, e.g. http://{host}:9484"
+            )
         return value
 
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, value: dict[str, str]) -> dict[str, str]:
         for host, url in value.items():
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{host[:40]}: must be an http(s) URL")
+            error = host_name_error(host)
+            if error:
+                raise ValueError(f"{host[:40]!r}: {error}")
+            if not url.startswith(("http://", "https://")) or any(c in url for c in "#?@ \t\n"):
+                raise ValueError(f"{host[:40]}: must be an http(s) URL without query, fragment or user")
         return value
 
 
@@ -247,7 +267,15 @@ class NotifyConfig(_Section):
     console_url: str = Field(
         default="",
         pattern=r"^(https?://\S+)?$",
-        description="the console's address as people reach it: pagerduty and teams link to its pages",
+        description="the console's address as people reach it: every sink links to its incident pages",
+    )
+    severity: SeverityConfig = Field(default_factory=SeverityConfig)  # severity from impact, per sink kind
+    ticket: TicketConfig = Field(default_factory=TicketConfig)  # where open_ticket files (Jira, ServiceNow)
+    undiagnosed_hold_s: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        description="an incident with no diagnosis pages only after this long, unless a diagnosed one covers it",
     )
 
 
@@ -307,6 +335,23 @@ class HttpConfig(_Section):
         description="Host names requests may carry besides IP addresses, localhost and the listen host "
         "(a name a proxy or DNS gives the node); others get 421",
     )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="reverse proxies (IP addresses or networks) whose X-Forwarded-For names the client; "
+        "none: the connection's own address counts",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item[:60]!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/24)"
+                ) from None
+        return value
 
 
 class ConsoleConfig(_Section):
@@ -321,6 +366,12 @@ class ConsoleConfig(_Section):
     )
     secure_cookies: bool = Field(
         default=False, description="behind a TLS reverse proxy: session cookies only over HTTPS"
+    )
+    url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="the console's address as people reach it (behind a proxy: the proxy's); notifications "
+        "link to /incidents/<id> there ([notify] console_url, when set, wins)",
     )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
@@ -355,6 +406,12 @@ class AlertmanagerInConfig(_Section):
 
 class GuardrailsConfig(_Section):
     proposal_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    intended_ttl_s: float = Field(
+        default=72 * 3600.0,
+        gt=0,
+        le=365 * 86_400,
+        description="how long an executed action's state stays expected (not an incident) unless replaced",
+    )
     allowed_signers: str = Field(
         default="",
         description='OpenSSH allowed-signers file (namespaces="aiops-approval"); empty: nobody approves',
@@ -458,6 +515,11 @@ class Config(_Section):
     chatops: ChatopsConfig = Field(default_factory=ChatopsConfig)  # aiops/config_chatops.py
     source: str = Field(default="defaults", exclude=True)
 
+    @property
+    def console_url(self) -> str:
+        """Where people reach the console: `[notify] console_url`, else `[console] url`; "" when neither."""
+        return (self.notify.console_url or self.console.url).rstrip("/")
+
 
 def parse_listen(value: str) -> tuple[str, int]:
     """`host:port` (IPv6 in brackets) -> (host, port); ValueError naming what is wrong. Port 0 asks the kernel
@@ -481,6 +543,8 @@ _MODELS: dict[str, type[BaseModel]] = {
 }
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
+_MODELS["notify.severity"] = SeverityConfig
+_MODELS["notify.ticket"] = TicketConfig
 _MODELS["chatops.slack"] = SlackConfig
 _MODELS["console.oidc"] = OidcConfig
 _MODELS.update(
@@ -523,16 +587,21 @@ def parse_config(data: Any, source: str) -> Config:
 
 def load_config_file(path: str | Path) -> Config:
     where = Path(path).expanduser()
+    if not where.exists():
+        raise ConfigError(str(where), "(file)", "no such file")
+    problem = permission_problem(where)  # it says who may approve: nobody else may be able to write it
+    if problem is not None:
+        raise ConfigError(str(where), "(file)", f"refused, as sshd's StrictModes would: {problem}")
     try:
-        text = where.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(where), "(file)", "no such file") from None
-    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
+        text = read_limited(where, ConfigError).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(str(where), "(file)", f"cannot read: {type(exc).__name__}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(where), "(file)", f"not TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nested array: 5,000 of them exhaust the stack
+        raise ConfigError(str(where), "(file)", "not TOML: nested too deep") from None
     return parse_config(data, str(where))
 
 

@@ -12,6 +12,8 @@ AiopsError                    base; exit code 1
 │   └── BundleLimit           a bundle passed a bound (members, decompressed bytes, seconds): the rest is not
 │                             read, the bundle is listed as refused (aiops/evidence/bundle.py)
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
+├── MaintenanceError          a maintenance window or silence that cannot be added or ended (scope, target, times,
+│                             reason, an unknown or finished window): the message says which; exit 2
 ├── PrometheusUnavailable     `--via prometheus`: prometheus/promtool missing, or the server would not start; exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 │   └── DatabaseDamaged       the file is truncated or corrupt (aiops/store/faults.py); exit 2
@@ -31,7 +33,10 @@ AiopsError                    base; exit code 1
 ├── SysfsError                a sysfs attribute could not be read, parsed or written; `path` names it
 ├── SchedulerError            a scheduler command (scontrol) failed, timed out or was refused; names the command and
 │                             the scheduler's words (guardrails/actuators_slurm.py)
-├── SourceError               a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
+├── OutboundError             an outbound HTTP call (aiops/outbound.py) got no usable answer: `url` without
+│   │                         credentials, `status` (None: no answer), `reason` (one escaped line, secrets
+│   │                         replaced); exit 3
+│   └── SourceError           a time-series engine (Prometheus, VictoriaMetrics) failed or answered badly; names
 │                             the URL and the HTTP status and body (escaped); exit 3
 ├── AlertPayloadError         a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short
 │                             ASCII naming the field, never its value (answered with HTTP 400)
@@ -300,6 +305,13 @@ class BundleLimit(EvidenceError):
     which lists the bundle as refused."""
 
 
+class MaintenanceError(AiopsError):
+    """A maintenance window or silence that cannot be added or ended (aiops/runtime/maintenance.py): the message
+    says why (scope, target, times, reason, a window that does not exist or is over)."""
+
+    exit_code = 2
+
+
 class AlertPayloadError(AiopsError):
     """The body of a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short, ASCII,
     safe to answer with."""
@@ -344,13 +356,23 @@ class SignInRefused(AiopsError):
     """A single sign-on refused; the message is shown on the console's page (plain words, no token or secret)."""
 
 
-class SourceError(AiopsError):
-    """A time-series engine (`aiops analyze --prometheus`) failed: `url`, `status` (None without an answer)."""
+class OutboundError(AiopsError):
+    """An outbound HTTP call (aiops/outbound.py) without a usable answer: `url` (no credentials, no query; a
+    secret URL's origin only), `status` (None: no answer at all), `reason` (one printable line, secrets
+    replaced by ***)."""
 
     exit_code = 3
 
-    def __init__(self, url: str, status: int | None, detail: str) -> None:
+    def __init__(self, url: str, status: int | None, reason: str) -> None:
         self.url = url
         self.status = status
+        self.reason = reason
         answer = "no answer" if status is None else f"HTTP {status}"
-        super().__init__(f"{url}: {answer}: {detail}")
+        super().__init__(f"{url}: {answer}: {reason}")
+
+
+class SourceError(OutboundError):
+    """A time-series engine (`aiops analyze --prometheus`) failed: `url`, `status` (None without an answer)."""
+
+    def __init__(self, url: str, status: int | None, detail: str) -> None:
+        super().__init__(url, status, detail)

@@ -285,6 +285,43 @@ def local_index(component: str) -> int | None:
     return int(part.group(3)) if part and is_host_name(part.group(1)) else None
 
 
+# -- names from telemetry ---------------------------------------------------------------------------------------
+# One rule for every source (the fleet's ingest of the node agents' exports, the Prometheus source, the
+# Alertmanager receiver): a label value becomes a name only when it is a valid name of its kind; anything else
+# (a URL, a path, control characters, a name of another kind) names nothing. The patterns are RE2- and
+# Python-compatible (the fleet checks whole Arrow columns with them: `^`/`$` are the text's ends in RE2).
+GPU_INDEX = r"[0-9]{1,4}"
+JOB_NAME = r"[A-Za-z0-9_.-]{1,63}"  # aiops.workload.job_name's alphabet and length
+LABEL_PATTERNS: dict[str, str] = {
+    "node": rf"^{HOST}$",
+    "rack": rf"^{HOST_LABEL}$",
+    "gpu": rf"^{HOST}/gpu{GPU_INDEX}$",
+    "nic": rf"^{HOST}/nic{GPU_INDEX}$",
+    "accel": rf"^{HOST}/accel{GPU_INDEX}$",
+    "job": rf"^{JOB_NAME}$",
+}
+_LABEL_RES = {
+    kind: re.compile(pattern.replace("$", r"\Z"), re.ASCII) for kind, pattern in LABEL_PATTERNS.items()
+}
+
+
+def name_from_label(kind: str, value: str) -> str | None:
+    """`value` when it is a valid name of `kind` (`node`, `rack`, `gpu`, `nic`, `accel`, `job`), else None: the
+    one rule by which a label from telemetry becomes a name. A node is a lowercase RFC 1123 host name (not
+    `fleet`, not `rack<N>`); a rack one RFC 1123 label (not `fleet`, not `node<N>`); a GPU, NIC or accelerator
+    `{host}/gpu<N>` with a valid host and 1-4 ASCII digits; a job the job alphabet, 63 characters at most."""
+    pattern = _LABEL_RES.get(kind)
+    if pattern is None or not pattern.match(value):
+        return None
+    if kind == "node":
+        return value if is_host_name(value) else None
+    if kind == "rack":
+        return value if rack_name_error(value) is None or _TWIN_RACK.match(value) else None
+    if kind in ("gpu", "nic", "accel"):
+        return value if is_host_name(value.split("/", 1)[0]) else None
+    return value
+
+
 def host_component(host: str) -> str | None:
     """The node name a host goes by when nothing configures it: its first label, lowercased (`gpu-a100-017` for
     `GPU-A100-017.dc1.example`), as the agent on that host names itself; None for an IP address or a name that

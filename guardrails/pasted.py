@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from aiops.errors import GuardrailError
 from guardrails.actions import action_hash
+from guardrails.armour import read_armoured
 from guardrails.service import Guardrails
 from guardrails.signing import decision_message
 
@@ -63,10 +64,6 @@ class PastedSignature:
         return "a pasted SSH signature"
 
     def sign(self, message: bytes) -> str:
-        text = self.signature.strip()
-        if not text.startswith("-----BEGIN SSH SIGNATURE-----") or len(text) > MAX_SIGNATURE_CHARS:
-            raise GuardrailError(
-                "signature",
-                "not an SSH signature: paste the whole output of ssh-keygen -Y sign, BEGIN to END",
-            )
-        return text + "\n"
+        """The signature as ssh-keygen reads it: the pasted text's line endings (a browser's CRLF), white space
+        and final newline made canonical (guardrails.armour); SignatureRefused naming what is wrong."""
+        return read_armoured(self.signature[: MAX_SIGNATURE_CHARS + 1]).text

@@ -29,11 +29,10 @@ STATUSES: tuple[str, ...] = (
     "refused",
     "failed",
     "expired",
+    "superseded",  # the same action ran under another proposal (the other tier's): guardrails/supersede.py
 )
 OPEN_STATUSES: tuple[str, ...] = ("pending", "approved")  # still waiting for people or for execution
-_PROPOSAL_COLUMNS = (
-    "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id"
-)
+_PROPOSAL_COLUMNS = "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id, step_id"
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,7 @@ class ProposalRecord:
     expires_ts_s: float | None = None  # None: never (proposals from before migration 003)
     origin: str = ""  # who filed it: demo, analyze, chat, dcim, cli, eval, ...
     incident_id: str | None = None
+    step_id: str | None = None  # the plan step it is a target of (aiops/plans), if any
 
     @property
     def proposal_id(self) -> str:
@@ -74,6 +74,7 @@ class GuardrailRecords:
         expires_ts_s: float | None = None,
         origin: str = "",
         incident_id: str | None = None,
+        step_id: str | None = None,
     ) -> None:
         """Insert a proposal, or (same id) update its verdict; a different action under a known id is refused."""
         known = self.proposal(action.proposal_id)
@@ -86,8 +87,8 @@ class GuardrailRecords:
             return
         self.store.conn.execute(
             "INSERT INTO proposals (proposal_id, created_ts_s, kind, target, proposed_by, action, action_hash, "
-            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id, step_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 action.proposal_id,
                 action.created_ts_s,
@@ -104,6 +105,7 @@ class GuardrailRecords:
                 expires_ts_s,
                 origin,
                 incident_id,
+                step_id,
             ],
         )
 
@@ -135,6 +137,7 @@ class GuardrailRecords:
             expires,
             str(row[7] or ""),
             None if row[8] is None else str(row[8]),
+            None if row[9] is None else str(row[9]),
         )
 
     def proposal(self, proposal_id: str) -> ProposalRecord | None:
@@ -216,7 +219,8 @@ class GuardrailRecords:
             return False
         try:
             self.store.conn.execute(
-                "INSERT INTO executions VALUES (?, ?, ?, ?, ?, 'started', '{}')",
+                "INSERT INTO executions (proposal_id, kind, target, units, ts_s, status, result) "
+                "VALUES (?, ?, ?, ?, ?, 'started', '{}')",
                 [record.proposal_id, record.kind, record.target, sorted(record.units), record.ts_s],
             )
         except (duckdb.ConstraintException, duckdb.TransactionException):
@@ -234,6 +238,13 @@ class GuardrailRecords:
             "SELECT status, result, ts_s FROM executions WHERE proposal_id = ?", [proposal_id]
         ).fetchone()
         return {"status": row[0], "result": json.loads(row[1]), "ts_s": row[2]} if row else None
+
+    def stamp_data_ts(self, proposal_id: str, data_ts_s: float) -> None:
+        """When the execution ran on the telemetry's clock (the twin's runs faster than the wall clock `ts_s`
+        keeps): what intended state and effect checks date it by (guardrails/intended.py)."""
+        self.store.conn.execute(
+            "UPDATE executions SET data_ts_s = ? WHERE proposal_id = ?", [data_ts_s, proposal_id]
+        )
 
     def history(self) -> list[ExecutionRecord]:
         rows = self.store.conn.execute(

@@ -16,6 +16,9 @@ one execution ledger (so one rate ledger across every actor), one audit chain.
 - One person cannot approve a cross-rack change piecemeal: approving a physical action of a kind family
   (`set_power_limit`/`reset_power_limit`, ...) is refused when the same person approved, within the
   approval lifetime, another action of that family on another rack: together they would need two people.
+- An execution closes every other open proposal of the same action as `superseded` (guardrails/supersede.py:
+  the other tier's copy, a fleet's dispatch running what the node had pending) and, with `data_clock`, is
+  stamped on the telemetry's clock (what it set is intended state: guardrails/intended.py).
 - `standing`: an approved response policy (`guardrails.standing`); its automatic rules' actions then run
   without a person, inside their envelopes, through the same executor (the DCIM rounds pass it).
 """
@@ -31,10 +34,11 @@ from typing import Any
 
 from aiops.errors import GuardrailError, SignatureRefused
 from aiops.store import Store
+from aiops.store.maintenance import active_windows
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
-from guardrails.approvals import ApprovalBook, Authorisation, Rejection
-from guardrails.audit import AuditLog
+from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection
+from guardrails.audit import AuditLog, step_rows_naming
 from guardrails.context import context_from_store
 from guardrails.decisions import signed_approvals, signed_payload
 from guardrails.executor import ExecutionOutcome, Executor
@@ -50,6 +54,9 @@ from guardrails.signing import (
     require_class,
 )
 from guardrails.standing import PolicyBook, Standing
+from guardrails.step_message import EVENT as STEP_EVENT
+from guardrails.step_message import targets_of
+from guardrails.supersede import supersede
 
 ContextFor = Callable[[float], Context]
 DEFAULT_PROPOSAL_TTL_S = 24 * 3600.0
@@ -78,6 +85,14 @@ class Filed:
         return self.validation.message
 
 
+def _named(data: Any) -> list[str]:
+    """The proposal ids a recorded step approval names (hostile data: none when malformed)."""
+    try:
+        return [t.proposal_id for t in targets_of(data.get("targets") if isinstance(data, dict) else None)]
+    except ValueError:
+        return []
+
+
 def _is_policy(proposed_by: str) -> bool:
     return proposed_by.startswith("policy:")
 
@@ -94,8 +109,12 @@ class Guardrails:
         standing: Standing | None = None,
         proposal_ttl_s: float = DEFAULT_PROPOSAL_TTL_S,
         verifier: Verifier | None = None,
+        data_clock: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
+        # the telemetry's clock, when it is not `clock` (a twin runs `--speed` times faster than the wall): an
+        # execution is stamped with it, so what it set is dated as its samples are (guardrails/intended.py)
+        self.data_clock = data_clock
         self.registry = registry
         self.clock = clock
         self.records = GuardrailRecords(store)
@@ -117,15 +136,14 @@ class Guardrails:
             base = context_from_store(self.store, now_ts_s, registry=self.registry)
         known = {r.proposal_id for r in base.history}
         history = (*base.history, *(r for r in self.records.history() if r.proposal_id not in known))
-        return Context(base.topology, base.gpus, history, now_ts_s, self.registry)
+        windows = (*base.maintenance, *active_windows(self.store, now_ts_s))  # the workspace's, always
+        return Context(base.topology, base.gpus, history, now_ts_s, self.registry, windows)
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
         """The approvals the signed audit events of this proposal hold (not the `approvals` table); the
         rejections of the table and of the audit log alike (a rejection only ever blocks, so deleting one of
         the two records does not lift it)."""
-        approvals = signed_approvals(
-            self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
-        )
+        approvals = self.approvals_of(proposal_id)
         logged = [
             Rejection(proposal_id=r.proposal_id, by=r.actor, reason="", ts_s=r.ts_s)
             for r in self.audit.rows(proposal_id=proposal_id, event="rejection")
@@ -137,6 +155,14 @@ class Guardrails:
             [*self.records.rejections(), *logged],
             standing=self.standing,
         )
+
+    def approvals_of(self, proposal_id: str) -> list[Approval]:
+        """The signed approvals of this proposal that verify: its own, and the plan steps' that name it."""
+        rows = [
+            *self.audit.rows(proposal_id=proposal_id, event="approval"),
+            *step_rows_naming(self.store, proposal_id),
+        ]
+        return [a for a in signed_approvals(rows, self.verifier) if a.proposal_id == proposal_id]
 
     def expiry_ts_s(self, record: ProposalRecord) -> float:
         """When the proposal stops being approvable: its recorded expiry, and never later than
@@ -175,7 +201,9 @@ class Guardrails:
                 return record
         return None
 
-    def propose(self, action: Action, *, origin: str = "", incident_id: str | None = None) -> Filed:
+    def propose(
+        self, action: Action, *, origin: str = "", incident_id: str | None = None, step_id: str | None = None
+    ) -> Filed:
         """Validate and file a proposal: `pending` when valid (waiting for people, or for execution when
         digital), `denied` with the rule's message otherwise. An open proposal of the same action stands for
         it instead (nothing new is filed)."""
@@ -194,6 +222,7 @@ class Guardrails:
             expires_ts_s=action.created_ts_s + self.proposal_ttl_s,
             origin=origin,
             incident_id=incident_id,
+            step_id=step_id,
         )
         self.audit.append(
             "proposal",
@@ -202,6 +231,7 @@ class Guardrails:
                 "action_hash": action_hash(action),
                 "origin": origin,
                 "incident_id": incident_id,
+                **({"step_id": step_id} if step_id else {}),
             },
             proposal_id=action.proposal_id,
             actor=action.proposed_by,
@@ -316,19 +346,28 @@ class Guardrails:
             )
             raise
 
-    def _refuse_piecemeal(self, record: ProposalRecord, principal: str, now: float, context: Context) -> None:
+    def _refuse_piecemeal(
+        self, record: ProposalRecord, principal: str, now: float, context: Context, same_step: str = ""
+    ) -> None:
         """One person may not approve, within an approval's lifetime, actions of one kind family on more than
-        one rack: split from one cross-rack change, they would have needed two people."""
+        one rack: split from one cross-rack change, they would have needed two people. A plan step's own
+        targets (`same_step`) are one change: the approval book counts a step across racks as needing two."""
         spec = self.registry.get(record.action.kind)
         scope = context.topology.expand(record.action.target)
         if spec is None or scope is None:
             return
         racks = set(scope.racks)
         since = now - spec.approval_ttl_s
-        for row in self.audit.rows(event="approval"):
-            if row.actor != principal or row.ts_s < since or row.proposal_id == record.proposal_id:
+        earlier = [  # (proposal id, when) this person approved
+            (row.proposal_id, row.ts_s) for row in self.audit.rows(event="approval") if row.actor == principal
+        ]
+        for row in self.audit.rows(event=STEP_EVENT):
+            if row.actor == principal and row.proposal_id != same_step:
+                earlier.extend((pid, row.ts_s) for pid in _named(row.data()))
+        for pid, ts_s in earlier:
+            if ts_s < since or pid == record.proposal_id:
                 continue
-            other = self.records.proposal(row.proposal_id)
+            other = self.records.proposal(pid)
             other_spec = self.registry.get(other.action.kind) if other is not None else None
             if other is None or other_spec is None or other_spec.family != spec.family:
                 continue
@@ -336,8 +375,8 @@ class Guardrails:
             if other_scope is not None and len(set(other_scope.racks) | racks) > 1:
                 raise GuardrailError(
                     "two_person",
-                    f"{principal} approved {row.proposal_id[:80]} ({other.action.target[:40]}) "
-                    f"{now - row.ts_s:.0f} s ago; with {record.action.target[:40]} that is a change across "
+                    f"{principal} approved {pid[:80]} ({other.action.target[:40]}) "
+                    f"{now - ts_s:.0f} s ago; with {record.action.target[:40]} that is a change across "
                     "racks, which needs a second person: ask another approver",
                 )
 
@@ -394,6 +433,18 @@ class Guardrails:
         outcome = executor.execute(record.action, context, dry_run=dry_run)
         if outcome.status in ("executed", "failed"):
             self.records.set_status(proposal_id, outcome.status, now, outcome.message)
+        if outcome.status == "executed":
+            if self.data_clock is not None:
+                self.records.stamp_data_ts(proposal_id, self.data_clock())
+            supersede(  # the same action open under another id (the other tier's copy) has nothing left to do
+                self.records,
+                self.audit,
+                action_hash(record.action),
+                by=proposal_id,
+                where="here",
+                now_ts_s=now,
+                keep=proposal_id,
+            )
         elif outcome.status == "refused" and outcome.rule != "approval":
             self.records.set_status(proposal_id, "refused", now, outcome.message)
         elif outcome.status == "refused":  # still waiting for people: say why it did not run
@@ -412,11 +463,9 @@ class Guardrails:
             "expires_ts_s": record.expires_ts_s,
             "origin": record.origin,
             "incident_id": record.incident_id,
+            "step_id": record.step_id,
             "approvals": [  # the ones that count: signed audit events that verify (not the approvals table)
-                a.model_dump(mode="json")
-                for a in signed_approvals(
-                    self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
-                )
+                a.model_dump(mode="json") for a in self.approvals_of(proposal_id)
             ],
             "execution": self.records.execution(proposal_id),
             "audit": [

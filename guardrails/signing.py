@@ -28,8 +28,10 @@ from typing import Protocol
 
 from aiops.config import GuardrailsConfig
 from aiops.errors import GuardrailError, SignatureRefused
+from aiops.safeload import permission_problem
 from guardrails.actions import canonical_json
 from guardrails.approvals import person_name
+from guardrails.armour import read_armoured
 from guardrails.session_signing import SessionVerifier, is_session_signature, key_path, read_key
 from guardrails.signed import SignedBy as SignedBy  # re-exported: callers import it from here
 from guardrails.slack_signing import SlackVerifier, is_slack_signature
@@ -100,6 +102,9 @@ def load_principals(path: Path) -> dict[str, int]:
     name, and a key may name one principal only (one key, one person: `ssh-keygen -Y find-principals`
     answers the first line that lists a key, so a second name on the same key is refused here). Raises
     `GuardrailError` naming the file and line."""
+    problem = permission_problem(path)  # who may approve what: nobody else may be able to write it
+    if problem is not None:
+        raise GuardrailError("allowed_signers", f"{path}: refused, as sshd's StrictModes would: {problem}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -162,24 +167,30 @@ class SshVerifier:
         return self._cache[key]
 
     def _verify(self, message: bytes, signature: str) -> SignedBy:
-        if not signature.startswith("-----BEGIN SSH SIGNATURE-----"):
-            raise SignatureRefused("not an SSH signature")
+        armoured = read_armoured(signature)  # the text as pasted (CRLF, blanks): canonical, or the reason
         with tempfile.TemporaryDirectory(prefix="aiops-sig-") as folder:
             sig_path = Path(folder) / "decision.sig"
-            sig_path.write_text(signature, encoding="ascii", errors="replace")
+            sig_path.write_text(armoured.text, encoding="ascii")
             rc, out = _ssh_keygen(
                 ["-Y", "find-principals", "-f", str(self.path), "-n", NAMESPACE, "-s", str(sig_path)]
             )
             names = [n for n in out.split() if n in self.principals] if rc == 0 else []
             if len(set(names)) != 1:  # several: the loader refuses such a file, so this is defence in depth
-                raise SignatureRefused(f"the signing key is not (or not once) in {self.path}")
+                raise SignatureRefused(
+                    f"the signing key is not (or not once) in {self.path}: {armoured.key_type} key "
+                    f"{armoured.fingerprint} (ssh-keygen -lf KEY.pub shows a key's fingerprint)"
+                )
             rc, out = _ssh_keygen(
                 ["-Y", "verify", "-f", str(self.path), "-I", names[0], "-n", NAMESPACE, "-s", str(sig_path)],
                 stdin=message,
             )
         good = _GOOD.search(out)
         if rc != 0 or good is None or good.group(1) != names[0]:
-            raise SignatureRefused(f"the signature does not verify for {names[0]} over this decision")
+            raise SignatureRefused(
+                f"the signature does not verify for {names[0]} over this decision: {names[0]}'s key signed "
+                "other bytes (another message, or this one changed, e.g. a newline added: sign the file "
+                "as written)"
+            )
         return SignedBy(names[0], good.group(3), self.classes.get(names[0], frozenset()))
 
 

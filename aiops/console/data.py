@@ -13,10 +13,12 @@ from typing import Any
 
 import duckdb
 
+from aiops.detect.recurrence import recurrence_of
 from aiops.evidence.next_steps import steps_for
 from aiops.pipeline import stored_diagnoses
 from aiops.runtime.world import executors_here
 from aiops.store import Store
+from aiops.store.conditions import stated
 from aiops.text import when
 from guardrails import witness
 from guardrails.audit import chain_heads, read_rows, verify, verify_witness
@@ -68,8 +70,28 @@ SAMPLE_TABLES = (
 )
 
 
+def paging_text(store: Store) -> dict[str, str]:
+    """incident id -> this tier's paging decision for people: `paged`, `covered by INC-…`, `held: no diagnosis
+    yet`, `maintenance M-…` (aiops/service/pager.py; absent for an incident no pager has seen)."""
+    out: dict[str, str] = {}
+    for r in store.query("SELECT * FROM incident_pages ORDER BY decided_ts_s"):
+        if r["paged_ts_s"] is not None:
+            text = "paged"
+        elif r["reason"] == "covered":
+            text = f"covered by {r['covered_by']}"
+        elif r["reason"] in ("maintenance", "silence"):
+            text = f"no page: {r['reason']} {r['window_id']}"
+        elif r["reason"] == "held":
+            text = "held: no diagnosis yet"
+        else:
+            text = str(r["reason"])
+        out[str(r["incident_id"])] = text
+    return out
+
+
 def incidents(store: Store) -> list[dict[str, Any]]:
     out = []
+    paging = paging_text(store)
     for d in reversed(stored_diagnoses(store)):
         top = d.hypotheses[0] if d.hypotheses else None
         out.append(
@@ -79,6 +101,7 @@ def incidents(store: Store) -> list[dict[str, Any]]:
                 "severity": d.incident.severity,
                 "opened_ts_s": d.incident.opened_ts_s,
                 "resolved": d.incident.resolved_ts_s is not None,
+                "paging": paging.get(d.incident.incident_id, ""),
                 "top": None
                 if top is None
                 else {"root_cause": top.root_cause, "component": top.component, "confidence": top.confidence},
@@ -134,7 +157,19 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
     clock = data_clock(store)
     if clock.is_wall:  # else the audit's times are another clock's: the audit log page shows them
         for row in (r for p in proposals for r in read_rows(store, proposal_id=p["id"])):
-            timeline.append({"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor})
+            if row.event != "outcome":  # shown below, on the incident's own clock
+                timeline.append(
+                    {"ts_s": row.ts_s, "what": f"{row.event} {row.proposal_id}", "detail": row.actor}
+                )
+    for o in store.query(  # did each action work (aiops/runtime/outcomes.py), on the telemetry's clock
+        "SELECT proposal_id, verdict, detail, checked_ts_s FROM action_outcomes WHERE incident_id = ?",
+        [incident_id],
+    ):
+        what = f"outcome {o['proposal_id']}: {o['verdict']}"
+        timeline.append({"ts_s": o["checked_ts_s"], "what": what, "detail": str(o["detail"])[:300]})
+    earlier = recurrence_of(store, incident_id)
+    if earlier is not None:
+        timeline.append({"ts_s": d.incident.opened_ts_s, "what": f"recurrence of {earlier}", "detail": ""})
     if d.incident.resolved_ts_s is not None:
         timeline.append({"ts_s": d.incident.resolved_ts_s, "what": "resolved", "detail": ""})
     timeline.sort(key=lambda e: e["ts_s"])
@@ -168,6 +203,8 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
         "id": d.incident.incident_id,
         "title": d.incident.title,
         "severity": d.incident.severity,
+        "impact": d.incident.impact,
+        "paging": paging_text(store).get(d.incident.incident_id, ""),
         "components": d.incident.components,
         "opened_ts_s": d.incident.opened_ts_s,
         "resolved_ts_s": d.incident.resolved_ts_s,
@@ -259,6 +296,11 @@ def collectors(store: Store) -> dict[str, Any]:
         "coalesce(detail, ''), ts_s) AS last_error FROM collector_errors GROUP BY collector ORDER BY collector"
     )
     return {"tables": tables, "errors": errors}
+
+
+def banner(store: Store) -> list[dict[str, Any]]:
+    """The open conditions (a blind source, lost node agents, a blind collector): what every page says first."""
+    return [{"title": s.title, "since_ts_s": s.since_ts_s, "reason": s.reason} for s in stated(store)]
 
 
 def topology(store: Store) -> list[dict[str, Any]]:

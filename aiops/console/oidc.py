@@ -10,8 +10,10 @@ the key chosen by `kid` and of that algorithm's type; `iss`, `aud` (and `azp` wh
 `iat` (not in the future, not older than `MAX_TOKEN_AGE_S`) and `nonce`. An unknown `kid` fetches the JWKS
 again (the provider rotated its keys), at most once per `JWKS_REFRESH_S`.
 
-Everything the provider sends is hostile data: responses are size-bounded JSON, nothing is evaluated, and the
-`SignInRefused` messages name what failed, never a token.
+Everything the provider sends is hostile data: every request goes through aiops/outbound.py (no redirect
+followed, `MAX_BODY_BYTES` per answer, `timeout_s` for the whole exchange: a token endpoint that answers 300 MB
+or trickles is cut off), responses are JSON, nothing is evaluated, and the `SignInRefused` messages name what
+failed, never a token or the client secret.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus, urlencode, urlsplit
 
-import httpx
 import jwt
 
+from aiops import outbound
 from aiops.config_oidc import OidcConfig, check_url
-from aiops.errors import SignInRefused
+from aiops.errors import OutboundError, SignInRefused
 
 ALGORITHMS = ("RS256", "ES256")  # what the console accepts; the provider's announced list narrows it
 KEY_TYPES = {"RS256": "RSA", "ES256": "EC"}
@@ -97,13 +99,20 @@ def parse_discovery(document: Any, issuer: str) -> Discovery:
     )
 
 
-def _json(response: httpx.Response, what: str) -> Any:
-    if len(response.content) > MAX_BODY_BYTES:
-        raise SignInRefused(f"the provider's {what} is larger than {MAX_BODY_BYTES // 1024} KiB")
+def _json(response: outbound.Response, what: str) -> Any:
     try:
-        return json.loads(response.content)
+        return json.loads(response.body)
     except (ValueError, RecursionError):
-        raise SignInRefused(f"the provider's {what} is not JSON (HTTP {response.status_code})") from None
+        raise SignInRefused(f"the provider's {what} is not JSON (HTTP {response.status})") from None
+
+
+def _unreachable(exc: OutboundError, what: str) -> SignInRefused:
+    if "larger than" in exc.reason:
+        return SignInRefused(f"the provider's {what} is larger than {MAX_BODY_BYTES // 1024} KiB")
+    if exc.status is not None:  # a redirect elsewhere, or an answer cut short
+        return SignInRefused(f"the provider's {what} answered HTTP {exc.status} without a usable answer")
+    why = "it did not answer in time" if "within" in exc.reason else "connection failed"
+    return SignInRefused(f"the sign-in provider cannot be reached ({why})")
 
 
 def choose_key(jwks: Any, kid: str | None, algorithm: str) -> Any:
@@ -142,12 +151,16 @@ class Provider:
 
     def _get(self, url: str, what: str) -> Any:
         try:
-            with httpx.Client(timeout=self.config.timeout_s) as client:
-                response = client.get(url, headers={"accept": "application/json"})
-        except httpx.HTTPError as exc:
-            raise SignInRefused(f"the sign-in provider cannot be reached ({type(exc).__name__})") from None
-        if response.status_code != 200:
-            raise SignInRefused(f"the provider's {what} answered HTTP {response.status_code}")
+            response = outbound.get(
+                url,
+                headers={"accept": "application/json"},
+                timeout_s=self.config.timeout_s,
+                max_bytes=MAX_BODY_BYTES,
+            )
+        except OutboundError as exc:
+            raise _unreachable(exc, what) from None
+        if response.status != 200:
+            raise SignInRefused(f"the provider's {what} answered HTTP {response.status}")
         return _json(response, what)
 
     def discovery(self) -> Discovery:
@@ -194,15 +207,21 @@ class Provider:
         else:
             form["client_id"] = self.config.client_id
         try:
-            with httpx.Client(timeout=self.config.timeout_s) as client:
-                response = client.post(found.token_endpoint, data=form, headers=headers)
-        except httpx.HTTPError as exc:
-            raise SignInRefused(f"the sign-in provider cannot be reached ({type(exc).__name__})") from None
+            response = outbound.post_form(
+                found.token_endpoint,
+                form,
+                headers=headers,
+                timeout_s=self.config.timeout_s,  # the whole exchange: connect, send, the whole answer
+                max_bytes=MAX_BODY_BYTES,
+                secrets=(self.client_secret, code, code_verifier),
+            )
+        except OutboundError as exc:
+            raise _unreachable(exc, "token response") from None
         body = _json(response, "token response")
-        if response.status_code != 200:
+        if response.status != 200:
             error = body.get("error") if isinstance(body, dict) else None
             raise SignInRefused(
-                f"the provider refused the code (HTTP {response.status_code}, {str(error)[:60]})"
+                f"the provider refused the code (HTTP {response.status}, {outbound.excerpt(str(error), limit=60)})"
             )
         token = body.get("id_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:

@@ -13,7 +13,12 @@ incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
 the live service: `feed` returns what changed (`Transition`s: opened, updated, resolved), numbering continues
-from `first_number`, and `resume` puts back incidents that were open when the service stopped."""
+from `first_number`, and `resume` puts back incidents that were open when the service stopped.
+
+Incident ids are `<id_prefix><number, 4 digits at least>`. A whole-history analysis keeps the plain `INC-`; the
+live service names its ids after the tier that opened them (`incident_prefix`: `INC-gpu-a100-017-0042` on a node
+agent, `INC-fleet-0007` on the fleet), so they are unique across the cluster and stable over restarts. Everyone
+else treats an id as an opaque string."""
 
 from __future__ import annotations
 
@@ -21,12 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
+from aiops.config_notify import SeverityConfig
 from aiops.detect.kinds import PERSISTENT
 from aiops.detect.rules import INFO, STRONG
+from aiops.detect.severity import impact, worse
 from aiops.labels import component_kind
 from aiops.models import Incident, Symptom
 
-CRITICAL = {"xid", "gpu_lost", "job_stalled", "collective_timeouts", "ecc_dbe"}
 # A weak symptom opens an incident only when it persists this long (its rule already needed 2 windows).
 WEAK_KINDS_TO_OPEN = {
     "step_regression",
@@ -44,6 +50,13 @@ JOIN_S = 20.0  # onsets this close are one event seen on several components (two
 CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be reported (a rule with a baseline)
 
 Key = tuple[str, str]  # (kind, component)
+ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
+
+
+def incident_prefix(scope: str) -> str:
+    """The id prefix of the live incidents one tier opens: `INC-<host>-` on a node agent (its host name, unique in
+    the cluster), `INC-fleet-` on the fleet. `scope` is a component name (RFC 1123 host, `fleet`)."""
+    return f"INC-{scope}-"
 
 
 @dataclass
@@ -53,6 +66,7 @@ class _Open:
     last_ts_s: float
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
+    severity_floor: str = "info"  # a resumed incident's severity: it never drops while the incident is open
     keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component) with its first ts
     firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component) as first seen
 
@@ -80,7 +94,11 @@ class IncidentTracker:
         job_of: Mapping[str, str] | None = None,
         join_s: float = JOIN_S,
         cause_lag_s: float = CAUSE_LAG_S,
+        id_prefix: str = ANALYSIS_PREFIX,
+        severity: SeverityConfig | None = None,
     ) -> None:
+        self.id_prefix = id_prefix
+        self.severity = severity or SeverityConfig()  # severity from impact (aiops/detect/severity.py)
         self.quiet_s = quiet_s
         self.join_s = join_s
         self.cause_lag_s = cause_lag_s
@@ -120,6 +138,7 @@ class IncidentTracker:
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
         group = _Open(incident.number, incident.opened_ts_s, incident.last_ts_s)
+        group.severity_floor = incident.severity
         group.add(list(incident.symptoms))
         self.open.append(group)
         self.open.sort(key=lambda g: (g.opened_ts_s, g.number))
@@ -129,7 +148,7 @@ class IncidentTracker:
         out: list[Transition] = []
         for group in [g for g in self.open if now_ts_s - g.last_ts_s > self.quiet_s]:
             group.resolved_ts_s = now_ts_s
-            out.append(Transition("resolved", _to_incident(group)))
+            out.append(Transition("resolved", self._incident(group)))
             self.open.remove(group)
             if self.keep_closed:
                 self.closed.append(group)
@@ -146,9 +165,9 @@ class IncidentTracker:
             if any(s.kind not in INFO for s in batch) or all(s.kind in INFO for s in group.symptoms):
                 group.last_ts_s = now_ts_s
             if group in opened:
-                out.append(Transition("opened", _to_incident(group)))
+                out.append(Transition("opened", self._incident(group)))
             elif {(s.kind, s.component) for s in batch} - was:
-                out.append(Transition("updated", _to_incident(group)))
+                out.append(Transition("updated", self._incident(group)))
         return out
 
     def _place(
@@ -257,21 +276,19 @@ class IncidentTracker:
         return group
 
     def open_incidents(self) -> list[Incident]:
-        return [_to_incident(g) for g in self.open]
+        return [self._incident(g) for g in self.open]
 
     def incidents(self) -> list[Incident]:
         groups = sorted([*self.closed, *self.open], key=lambda g: g.number)
-        return [_to_incident(g) for g in groups]
+        return [self._incident(g) for g in groups]
+
+    def _incident(self, group: _Open) -> Incident:
+        return _to_incident(group, self.id_prefix, self.severity)
 
 
-def _to_incident(group: _Open) -> Incident:
-    kinds = {s.kind for s in group.symptoms}
-    if kinds & CRITICAL:
-        severity = "critical"
-    elif kinds <= INFO:
-        severity = "info"
-    else:
-        severity = "warning"
+def _to_incident(group: _Open, id_prefix: str, policy: SeverityConfig) -> Incident:
+    found = impact(group.symptoms, policy)
+    severity = worse(found.severity, group.severity_floor)
     components = sorted({s.component for s in group.symptoms})
     first = min(group.symptoms, key=lambda s: s.ts_s)
     title = f"{first.kind.replace('_', ' ')} on {first.component}"
@@ -283,7 +300,7 @@ def _to_incident(group: _Open) -> Incident:
             counts[kind] = counts.get(kind, 0) + 1
         title += " (also " + ", ".join(_counted(n, k) for k, n in sorted(counts.items(), key=_by_count)) + ")"
     return Incident(
-        incident_id=f"INC-{group.number:04d}",
+        incident_id=f"{id_prefix}{group.number:04d}",
         opened_ts_s=group.opened_ts_s,
         last_ts_s=group.last_ts_s,
         title=title,
@@ -291,6 +308,7 @@ def _to_incident(group: _Open) -> Incident:
         components=components,
         symptoms=_compact(group.symptoms),
         resolved_ts_s=group.resolved_ts_s,
+        impact=found.summary,
     )
 
 

@@ -3,6 +3,11 @@ the symptoms that became true in each. Absolute rules (throttle bits, XIDs, NVML
 on faults, lane/class mismatches, DCIM caps) need no baseline; relative rules (step time, collective latency,
 queue delay, temperatures, host stalls) compare each entity to its own rolling median/MAD and must persist for
 several windows, so that benign bursts (checkpoints, noise) do not open incidents.
+
+What the product itself set is expected, not a symptom (intended state, guardrails/intended.py, as in force at
+the window's end): a power limit equal to the one an executed action set is no `power_limit_drop`, SwPowerCap
+alone at it no `gpu_throttle`; a drained node's GPUs idle and its job waits by design (no `gpu_idle_in_job`, no
+`job_stalled`). A limit that moved away from what was set, or that nobody set, is still a symptom.
 """
 
 from __future__ import annotations
@@ -10,12 +15,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from aiops import labels
 from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.models import Symptom
-from aiops.nvml_bits import GPU_IDLE, THROTTLE, describe, routine_power_cap
+from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
 from aiops.store import Store
+from collectors.nvml import DRIVER_GONE
+from guardrails.intended import Intended, IntendedCache
 
 # Symptom kinds and how they weigh for opening an incident.
 STRONG = {
@@ -50,6 +58,8 @@ class Detector:
         self.window_s = window_s
         self.start_ts_s: float | None = None
         self.job_of_gpu = w.job_gpus(store)
+        self.job_home = w.job_homes(store)
+        self.reporting: set[str] = set()  # the nodes whose GPUs have a row in the window being judged
         self.persist = Persistence()
         self.baselines: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=30))
         self.counters: dict[str, float] = {}
@@ -58,6 +68,8 @@ class Detector:
         self.step_baseline: dict[str, RollingBaseline] = defaultdict(
             lambda: RollingBaseline(size=20, min_count=3)
         )
+        self.intended_cache = IntendedCache()  # what the product set: expected, not a symptom (module doc)
+        self.intended: dict[tuple[str, str], Intended] = {}
 
     # -- helpers ------------------------------------------------------------------------------------------
     def _counter_delta(self, key: str, value: Any) -> float:
@@ -81,9 +93,19 @@ class Detector:
         return self.persist.update(key, high, ts_s) >= windows
 
     # -- the window -------------------------------------------------------------------------------------
+    def _set(self, component: str, prop: str) -> Intended | None:
+        return self.intended.get((component, prop))
+
+    def _drained(self, gpu: str) -> bool:
+        node = labels.node_of(gpu)
+        entry = self._set(node, "drained") if node else None
+        return entry is not None and bool(entry.value)
+
     def process(self, t0: float, t1: float) -> list[Symptom]:
         if self.start_ts_s is None:
             self.start_ts_s = t0
+        history = self.intended_cache.get(self.store)
+        self.intended = history.at(t1) if history else {}
         out: list[Symptom] = []
         out += self._gpus(t0, t1)
         out += self._xids(t0, t1)
@@ -98,16 +120,26 @@ class Detector:
 
     def _gpus(self, t0: float, t1: float) -> list[Symptom]:
         out: list[Symptom] = []
+        self.reporting = set()
         for r in w.window(self.store, w.GPU_WINDOW_SQL, t0, t1):
             gpu = str(r["gpu"])
+            self.reporting.add(str(r["node"]))
             if r["errors"]:
-                out.append(Symptom(kind="gpu_lost", component=gpu, ts_s=t1, detail={"error": r["error"]}))
+                if r["error"] not in DRIVER_GONE:  # NVML itself gone: the node's blindness, no GPU's fault
+                    out.append(Symptom(kind="gpu_lost", component=gpu, ts_s=t1, detail={"error": r["error"]}))
                 continue
             throttled = (r["throttled"] or 0) >= max(2, 0.3 * r["samples"])
             routine = routine_power_cap(
                 int(r["reasons"] or 0) & THROTTLE, r["power_limit_w"], r["power_max_w"]
             )
-            throttled = throttled and not routine  # SwPowerCap at the full limit: the GPU at its TDP
+            # SwPowerCap alone at a limit the product set (intended state): the cap doing what it was set for
+            limit_set = self._set(gpu, "power_limit_w")
+            intended = (
+                int(r["reasons"] or 0) & THROTTLE == SW_POWER_CAP
+                and limit_set is not None
+                and limit_set.matches(r["power_limit_w"])
+            )
+            throttled = throttled and not routine and not intended  # SwPowerCap at the full limit: at its TDP
             if self.persist.update(f"throttle:{gpu}", throttled, t1) >= 1 and throttled:
                 bits = int(r["reasons"] or 0) & THROTTLE
                 out.append(
@@ -147,18 +179,15 @@ class Detector:
             limit = r["power_limit_w"]
             if limit is not None:
                 first = self.first_limit_w.setdefault(gpu, float(limit))
-                if limit < 0.9 * first:
-                    out.append(
-                        Symptom(
-                            kind="power_limit_drop",
-                            component=gpu,
-                            ts_s=t1,
-                            detail={"limit_w": limit, "was_w": first},
-                        )
-                    )
+                # a limit the product set is expected; one that moved away from it, or nobody set, is not
+                if limit < 0.9 * first and not (limit_set is not None and limit_set.matches(limit)):
+                    detail: dict[str, Any] = {"limit_w": limit, "was_w": first}
+                    if limit_set is not None:
+                        detail.update(intended_w=limit_set.value, set_by=limit_set.proposal_id)
+                    out.append(Symptom(kind="power_limit_drop", component=gpu, ts_s=t1, detail=detail))
             if self._relative(f"temp:{gpu}", r["temp_c"], t1, ratio=0.0, floor=8.0, windows=2):
                 out.append(Symptom(kind="gpu_hot", component=gpu, ts_s=t1, detail={"temp_c": r["temp_c"]}))
-            in_job = gpu in self.job_of_gpu
+            in_job = gpu in self.job_of_gpu and not self._drained(gpu)  # a drained node's GPUs idle by design
             starved = in_job and (r["idle"] or 0) >= 0.3 * r["samples"]
             if self.persist.update(f"idle:{gpu}", starved, t1) >= 2:
                 out.append(
@@ -327,9 +356,13 @@ class Detector:
                         },
                     )
                 )
+        drained_jobs = {j for g, j in self.job_of_gpu.items() if self._drained(g)}
         for job, last in self.last_step_ts_s.items():
-            if job in seen:
+            home = self.job_home.get(job)
+            if job in seen or job in drained_jobs:  # a job a drain held or requeued waits by design
                 continue
+            if home not in self.reporting if home else not self.reporting:
+                continue  # no step, and no sight of where its steps come from either: blind, not stalled
             typical = self.step_baseline[job].median or 1.0
             # no step for 30 s and 10 typical steps, and two windows: at a 30 s scrape interval one window
             # without a step row is one scrape that had not seen the next step yet, not a stall

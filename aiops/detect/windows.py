@@ -208,3 +208,11 @@ def sample_interval_s(store: Store) -> float | None:
 def job_gpus(store: Store) -> dict[str, str]:
     """GPU component → job it serves (from the scheduler's rank table)."""
     return {r["gpu"]: r["job"] for r in store.query("SELECT gpu, job FROM job_ranks")}
+
+
+def job_homes(store: Store) -> dict[str, str]:
+    """job → the node of its rank 0 (where its steps are recorded and exported)."""
+    rows = store.query(
+        "SELECT job, min(node) AS node FROM job_ranks WHERE rank = 0 AND node IS NOT NULL GROUP BY job"
+    )
+    return {str(r["job"]): str(r["node"]) for r in rows}

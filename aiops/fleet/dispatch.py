@@ -5,42 +5,50 @@ The fleet service has no actuator and cannot approve for anyone: it sends the pr
 people's SSH signatures, and the node checks them against its own allowed-signers (guardrails/dispatched.py).
 Each flush of `aiops fleet`, `FleetDispatcher` takes the proposals that are `approved`:
 
-- only signed `approval` events that verify here and are SSH signatures are sent; a proposal approved only
-  with console sessions (the fleet's own key, which no node can check) is not sent, and its status message
-  says so (`CONSOLE_ONLY`);
+- only signed `approval` events (and `step_approval` events naming the proposal: one signature over a plan
+  step, sent with the step's id and targets) that verify here and are SSH signatures are sent; a proposal
+  approved only with console sessions (the fleet's own key, which no node can check) is not sent, and its
+  status message says so (`CONSOLE_ONLY`);
 - the node is the target's host (a GPU, NIC or node of one host; rack, job and fleet targets have no node
-  agent to act, and say so); its URL is `[fleet.nodes]` host -> URL, else `[fleet] node_url` with `{host}`;
-  the node's /api token comes from `[fleet] node_token_file`;
+  agent to act, and say so): the host the fleet's topology gives, which is the host the target's name holds
+  (aiops/fleet/names.py). Its URL is `[fleet.nodes]` host -> URL, else `[fleet] node_url` with `{host}` filled
+  with a valid host name only (`NodeDirectory`): no label, URL, path or `#` from telemetry can choose where a
+  dispatch goes. The node's /api token is that host's own file in `[fleet] node_token_dir` when set (a token sent
+  to one node opens no other), else the one of `[fleet] node_token_file`, sent only to those URLs;
 - a `dispatch` audit event is written before each attempt, a `dispatch_result` one with the node's answer
   (status, message, rule, the node's audit seq and hash) when it answers; the proposal becomes `executed`,
   `failed` or `refused`, and an executed one joins the fleet's execution ledger (its rate limits count it).
   A 409 replay whose earlier run executed counts as executed (the fleet crashed between sending and recording).
 - no answer, 401, 5xx: retried after `RETRY_S`, doubled at each failure up to `MAX_RETRY_S` (each attempt is
   a `dispatch` event), at most `MAX_PER_FLUSH` sends per flush. The answer is
-  hostile data: JSON-decoded, size-capped, each field cut to length; the HTTP client follows no redirect.
+  hostile data: JSON-decoded, size-capped, each field cut to length; the HTTP client (aiops/outbound.py)
+  follows no redirect and bounds the whole exchange by `[fleet] dispatch_timeout_s`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from aiops import outbound
 from aiops.config import FleetConfig
+from aiops.errors import OutboundError
+from aiops.labels import is_host_name
 from aiops.store import Store
 from guardrails.actions import action_hash
-from guardrails.audit import AuditLog
+from guardrails.audit import AuditLog, step_rows_naming
 from guardrails.context import topology_from_store
 from guardrails.decisions import check_row
 from guardrails.policy import ExecutionRecord
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import ConfiguredVerifier, Verifier
+from guardrails.step_message import EVENT as STEP_EVENT
 
 log = logging.getLogger("aiops.fleet")
 CONSOLE_ONLY = (
@@ -61,32 +69,65 @@ class NodeAnswer:
     error: str = ""
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # a node agent never redirects: a 3xx is an error, not a new destination
-
-
 def post_json(url: str, body: dict[str, Any], token: str, timeout_s: float) -> NodeAnswer:
-    """POST `body` to `url`; the answer's JSON object (at most `MAX_ANSWER_BYTES`), or why there is none."""
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
-    opener = urllib.request.build_opener(_NoRedirect)
+    """POST `body` to `url`; the answer's JSON object (at most `MAX_ANSWER_BYTES`), or why there is none. No
+    redirect is followed (a node agent never redirects: a 3xx is an answer, not a new destination)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with opener.open(request, timeout=timeout_s) as reply:
-            status, raw = int(reply.status), reply.read(MAX_ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        status, raw = int(exc.code), exc.read(MAX_ANSWER_BYTES + 1)
-    except (OSError, ValueError) as exc:  # refused, unreachable, timed out, a malformed URL
-        return NodeAnswer(None, {}, f"{type(exc).__name__}: {str(exc)[:200]}")
+        reply = outbound.post_json(
+            url, body, headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES
+        )
+    except OutboundError as exc:  # refused, unreachable, timed out, too big, a malformed URL
+        return NodeAnswer(exc.status, {}, exc.reason[:200])
     try:
-        decoded = json.loads(raw[:MAX_ANSWER_BYTES].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        decoded = reply.json()
+    except OutboundError:
         decoded = None
     if not isinstance(decoded, dict):
-        return NodeAnswer(status, {}, "the answer is not a JSON object")
-    return NodeAnswer(status, decoded)
+        return NodeAnswer(reply.status, {}, "the answer is not a JSON object")
+    return NodeAnswer(reply.status, decoded)
+
+
+class NodeDirectory:
+    """Where a host's agent listens and which token it takes: `[fleet.nodes]`, else `[fleet] node_url` filled
+    with the host, which must be a valid host name (aiops.labels.is_host_name: no `:`, `/`, `#`, `@` or
+    space can pass); the token from `[fleet] node_token_dir`/<host> when set, else `node_token_file`'s."""
+
+    def __init__(self, fleet: FleetConfig, token: str = "") -> None:
+        self.fleet, self.token = fleet, token
+
+    def url(self, host: str) -> str | None:
+        """The host's /api/dispatch URL; None when the host is no valid name or the template would not give a
+        URL whose host is the template's own with `{host}` replaced."""
+        if not is_host_name(host):
+            return None
+        configured = self.fleet.nodes.get(host)
+        if configured:
+            return configured.rstrip("/") + "/api/dispatch"
+        filled = self.fleet.node_url.replace("{host}", host)
+        template = urllib.parse.urlsplit(self.fleet.node_url.replace("{host}", "h0st"))
+        made = urllib.parse.urlsplit(filled)
+        try:
+            same_port = made.port == template.port
+        except ValueError:
+            return None
+        expected = (template.hostname or "").replace("h0st", host)
+        if made.hostname != expected or not same_port or made.path != template.path.replace("h0st", host):
+            return None
+        return filled.rstrip("/") + "/api/dispatch"
+
+    def token_for(self, host: str) -> str | None:
+        """The host's /api token ("" for none configured); None when `node_token_dir` is set and holds none
+        for it (nothing is sent then)."""
+        folder = self.fleet.node_token_dir
+        if not folder:
+            return self.token
+        if not is_host_name(host):
+            return None
+        try:
+            return (Path(folder) / host).read_text(encoding="utf-8").strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
 
 
 def _text(value: Any, limit: int = 300) -> str:
@@ -106,6 +147,7 @@ class FleetDispatcher:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.fleet, self.token, self.name, self.post, self.clock = fleet, token, name, post, clock
+        self.directory = NodeDirectory(fleet, token)
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}  # sends without an answer in a row, per proposal (the backoff)
         self._verifier: Verifier | None = None
@@ -113,9 +155,8 @@ class FleetDispatcher:
     def __repr__(self) -> str:  # never the token
         return f"FleetDispatcher(node_url={self.fleet.node_url!r}, token=***)"
 
-    def node_url(self, host: str) -> str:
-        base = self.fleet.nodes.get(host) or self.fleet.node_url.replace("{host}", host)
-        return base.rstrip("/") + "/api/dispatch"
+    def node_url(self, host: str) -> str | None:
+        return self.directory.url(host)
 
     def __call__(self, store: Store) -> None:
         self.run(store)
@@ -156,9 +197,11 @@ class FleetDispatcher:
         return answered
 
     def _ssh_approvals(self, audit: AuditLog, pid: str, verifier: Verifier) -> list[dict[str, Any]]:
-        """The proposal's signed approvals that verify here and that a node can verify (SSH, not session)."""
+        """The proposal's signed approvals that verify here and that a node can verify (SSH, not session): its
+        own, and each plan step's that names it (sent with the step's id and targets, which the node needs to
+        rebuild the signed message and find its proposal named there)."""
         found = []
-        for row in audit.rows(pid, "approval"):
+        for row in [*audit.rows(pid, "approval"), *step_rows_naming(audit.store, pid)]:
             data = row.data()
             signature = data.get("signature")
             if not isinstance(signature, str) or is_session_signature(signature):
@@ -167,14 +210,15 @@ class FleetDispatcher:
                 signed = check_row(row, verifier)
             except Exception:  # a row that does not hold is not sent (aiops audit verify reports it)
                 continue
-            found.append(
-                {
-                    "principal": signed.principal,
-                    "ts_s": float(data["ts_s"]),
-                    "expires_ts_s": float(data["expires_ts_s"]),
-                    "signature": signature,
-                }
-            )
+            one = {
+                "principal": signed.principal,
+                "ts_s": float(data["ts_s"]),
+                "expires_ts_s": float(data["expires_ts_s"]),
+                "signature": signature,
+            }
+            if row.event == STEP_EVENT:
+                one["step"] = {"step_id": row.proposal_id, "targets": data["targets"]}
+            found.append(one)
         return found
 
     @staticmethod
@@ -193,19 +237,31 @@ class FleetDispatcher:
         self, store: Store, record: ProposalRecord, approvals: list[dict[str, Any]], host: str, now: float
     ) -> bool:
         records, audit, pid = GuardrailRecords(store), AuditLog(store), record.proposal_id
-        url = self.node_url(host)
+        url, token = self.directory.url(host), self.directory.token_for(host)
+        if url is None or token is None:
+            missing = "a URL ([fleet.nodes] or node_url)" if url is None else "a token in node_token_dir"
+            self._note(records, record, f"not sent: no {missing} for {host[:80]!r}", now)
+            log.warning(
+                "dispatch not sent", extra={"proposal_id": pid, "node": host[:80], "missing": missing}
+            )
+            return False
         body = {
             "action": record.action.model_dump(mode="json"),
             "action_hash": action_hash(record.action),
             "expires_ts_s": record.expires_ts_s,
-            "approvals": [{k: a[k] for k in ("ts_s", "expires_ts_s", "signature")} for a in approvals],
+            "approvals": [
+                {k: a[k] for k in ("ts_s", "expires_ts_s", "signature", "step") if k in a} for a in approvals
+            ],
             "fleet": self.name,
         }
         principals = sorted({a["principal"] for a in approvals})
         audit.append(
-            "dispatch", {"node": host, "url": url, "signers": principals}, proposal_id=pid, actor="fleet"
+            "dispatch",
+            {"node": host, "url": outbound.safe_url(url), "signers": principals},
+            proposal_id=pid,
+            actor="fleet",
         )
-        answer = self.post(url, body, self.token, self.fleet.dispatch_timeout_s)
+        answer = self.post(url, body, token, self.fleet.dispatch_timeout_s)
         if answer.http_status is None or answer.http_status == 401 or answer.http_status >= 500:
             why = answer.error or _text(answer.body.get("error") or answer.body.get("message"))
             self._failures[pid] = failures = self._failures.get(pid, 0) + 1

@@ -8,6 +8,8 @@ is on a live Prometheus after its staleness marker.
 
 from __future__ import annotations
 
+import math
+
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -38,6 +40,11 @@ LABELS: tuple[str, ...] = (
     "severity",
     "root_cause",
     "component",
+    "property",
+    "proposal_id",
+    "kind",
+    "action_hash",
+    "instance",  # the scrape target's: which agent exported the series (aiops/fleet/names.py)
 )
 
 INFO = (
@@ -116,6 +123,13 @@ NETDEV_COLUMNS: dict[str, str] = {
 }
 NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
 INCIDENTS = ("aiops_incident_opened_timestamp_seconds", "aiops_incident_confidence_ratio")
+# what each node's executed actions set (guardrails/intended.py): intended state on the fleet, and its copies of
+# those actions superseded (guardrails/supersede.py)
+INTENDED = (
+    "aiops_intended_state",
+    "aiops_intended_state_set_timestamp_seconds",
+    "aiops_intended_state_expiry_timestamp_seconds",
+)
 IB = (
     *(f"aiops_ib_{c}_total" for c in IB_COLUMNS),
     "aiops_ib_port_receive_bytes_total",
@@ -128,9 +142,43 @@ POSITIVE_GAUGES = ("aiops_gpu_clocks_event_reason", "aiops_gpu_nvml_error")
 REASON_SAMPLES = "aiops_gpu_clocks_event_samples_total"
 IDLE_REASON = "GpuIdle"
 
-ALL: tuple[str, ...] = (*INFO, *GPU_GAUGES, *GPU_COUNTERS, *NIC, *JOB, *HOST, *NETDEV, *IB, *INCIDENTS)
+ALL: tuple[str, ...] = (
+    *INFO,
+    *GPU_GAUGES,
+    *GPU_COUNTERS,
+    *NIC,
+    *JOB,
+    *HOST,
+    *NETDEV,
+    *IB,
+    *INCIDENTS,
+    *INTENDED,
+)
 
 
 def is_counter(name: str) -> bool:
     """Read as the increase since the previous scrape (a histogram's `_count` and `_sum` too)."""
     return name.endswith(("_total", "_count", "_sum"))
+
+
+# The range a sample's value must lie in to be stored (aiops/fleet/ingest.py drops one outside it, and counts it,
+# instead of letting one hostile value fail the whole cycle's SQL): the pivots cast counters' increases and some
+# gauges to 64-bit integers (BIGINT), and these families to 32-bit ones (INTEGER); a counter is never negative.
+INT32_MAX = float(2**31 - 1)
+INT64_LIMIT = float(2**63)  # exclusive: the largest double below it still fits a BIGINT
+INTEGER_VALUED = (
+    "aiops_gpu_samples_total",
+    "aiops_gpu_throttled_samples_total",
+    "aiops_gpu_nvml_error_samples_total",
+    "aiops_gpu_clocks_event_samples_total",
+    "aiops_gpu_pcie_link_width_lanes",
+    "aiops_gpu_pcie_link_width_max_lanes",
+    "aiops_gpu_pcie_link_generation",
+)
+
+
+def value_range(name: str) -> tuple[float, float]:
+    """(lowest, highest) value a sample of family `name` may hold (both inclusive, finite)."""
+    highest = INT32_MAX if name in INTEGER_VALUED else math.nextafter(INT64_LIMIT, 0.0)
+    lowest = 0.0 if is_counter(name) or name in INTEGER_VALUED else -highest
+    return lowest, highest

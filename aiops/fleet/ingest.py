@@ -26,6 +26,14 @@ import pyarrow.compute as pc
 
 from aiops.errors import SourceError
 from aiops.fleet import families
+from aiops.fleet.names import (
+    OWNERSHIP_DROP,
+    OWNERSHIP_SQL,
+    REFUSED_SQL,
+    Refusals,
+    check_labels,
+    record_ownership,
+)
 from aiops.fleet.pivot import statements
 from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
@@ -54,10 +62,11 @@ _MERGE_SQL = (
 _VIEW_SQL = (
     "CREATE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
     + ", ".join(f's."{label}"' for label in families.LABELS)
-    + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid)"
+    + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid) JOIN fleet_ok USING (sid)"  # owned series only
 )
 _DROP_SQL = (
     "DROP VIEW IF EXISTS temp.main.fleet_d",
+    *OWNERSHIP_DROP,
     "DROP TABLE IF EXISTS temp.main.fleet_x",
     "DROP TABLE IF EXISTS temp.main.fleet_alias",
     "DROP TABLE IF EXISTS temp.main.fleet_merged",
@@ -79,6 +88,14 @@ class IngestReport:
     rows: dict[str, int] = field(default_factory=dict)
     bytes_fetched: int = 0
     requests: int = 0
+    refusals: Refusals = field(default_factory=Refusals)  # labels and series refused (aiops/fleet/names.py)
+    # samples dropped one by one (never the cycle): why (`DROP_REASONS`) -> how many, and a few of them as text
+    dropped: dict[str, int] = field(default_factory=dict)
+    dropped_examples: list[str] = field(default_factory=list)
+
+
+DROP_REASONS = ("nan", "infinite", "out_of_range")
+DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
 
 
 def _window(step_s: float) -> str:
@@ -110,14 +127,19 @@ class _Stager:
     """A piece's answers, staged as Arrow tables that DuckDB scans in place: each series' labels once
     (`fleet_series`, under an id of its own), its samples as (id, time, value) (`fleet_raw`)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, report: IngestReport) -> None:
         self.url = url
+        self.report = report  # where dropped samples are counted
+        self.refusals = report.refusals  # labels and series refused
         self.series: list[pa.Table] = []
         self.samples: list[pa.Table] = []
         self.next_sid = 0
 
     def stage(self, name: str, result: list[Mapping[str, Any]]) -> int:
-        """Stages one answer; returns the samples kept (a NaN or a value that is no number is no reading)."""
+        """Stages one answer; returns the samples kept. A sample that is no reading (NaN, or a value that is no
+        number), is infinite, or lies outside its family's range (`families.value_range`: what the pivots'
+        integer columns hold) is dropped on its own and counted in the report: one hostile value never fails
+        the cycle for the other series."""
         metrics: list[Mapping[str, Any]] = []
         counts: list[int] = []
         points: list[Any] = []
@@ -136,9 +158,37 @@ class _Stager:
             return 0
         sids = np.repeat(np.arange(first_sid, self.next_sid, dtype=np.int64), counts)
         stamps, numbers = self._numbers(name, points)
-        keep = ~np.isnan(numbers)
+        keep = self._judge(name, numbers, sids, metrics, first_sid)
         self.samples.append(pa.table({"sid": sids[keep], "ts_s": stamps[keep], "value": numbers[keep]}))
         return int(keep.sum())
+
+    def _judge(
+        self,
+        name: str,
+        numbers: np.ndarray,
+        sids: np.ndarray,
+        metrics: list[Mapping[str, Any]],
+        first_sid: int,
+    ) -> np.ndarray:
+        """The mask of samples kept; the others counted by reason, the first few named in the report."""
+        lowest, highest = families.value_range(name)
+        nan = np.isnan(numbers)
+        infinite = np.isinf(numbers)
+        with np.errstate(invalid="ignore"):
+            outside = ~nan & ~infinite & ((numbers < lowest) | (numbers > highest))
+        for reason, mask in zip(DROP_REASONS, (nan, infinite, outside), strict=True):
+            count = int(mask.sum())
+            if not count:
+                continue
+            self.report.dropped[reason] = self.report.dropped.get(reason, 0) + count
+            for at in np.flatnonzero(mask)[: DROPPED_EXAMPLES - len(self.report.dropped_examples)]:
+                labels = metrics[int(sids[at]) - first_sid]
+                shown = ",".join(
+                    f"{k}={str(labels.get(k, ''))[:64]!r}" for k in ("node", "gpu", "nic") if k in labels
+                )
+                self.report.dropped_examples.append(f"{name}{{{shown}}} = {numbers[at]!r} ({reason})")
+        kept: np.ndarray = ~(nan | infinite | outside)
+        return kept
 
     def register(self, conn: Any) -> None:
         """The staged tables under their names on `conn` (empty ones with their columns when nothing came)."""
@@ -177,6 +227,7 @@ class _Stager:
             "sid": pa.array(np.arange(first_sid, first_sid + n, dtype=np.int64)),
             "name": pa.array([name] * n, pa.string()),
         }
+        present: set[str] = set(families.LABELS)
         try:
             labels = pa.array(metrics)
             if not pa.types.is_struct(labels.type):
@@ -189,6 +240,11 @@ class _Stager:
             # labels of other types than strings (hostile data): each written as text
             for label in families.LABELS:
                 columns[label] = pa.array([str(m.get(label, "")) for m in metrics], pa.string())
+        # the labels this answer holds (one absent from every series is empty: nothing to check)
+        named = {
+            label: columns[label] for label in families.LABELS if label != "instance" and label in present
+        }
+        columns.update(check_labels(name, named, columns["instance"], self.refusals))
         return pa.table(columns)
 
 
@@ -253,7 +309,7 @@ def _fetch_piece(
     conn = store.conn
     for sql in _DROP_SQL:
         conn.execute(sql)
-    stager = _Stager(client.url)
+    stager = _Stager(client.url, report)
     hint = series = 0
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
@@ -271,6 +327,9 @@ def _fetch_piece(
         stager.register(conn)
         if collecting:
             gc.enable()
+        for sql in OWNERSHIP_SQL:
+            conn.execute(sql)
+        record_ownership(store.query(REFUSED_SQL), report.refusals)
         if chunked:
             for sql in _MERGE_SQL:
                 conn.execute(sql)

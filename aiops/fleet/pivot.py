@@ -1,6 +1,11 @@
 """SQL that turns the staged node-agent samples (`fleet_d`: one row per sample, its labels as columns, `d` the
 counter's increase since the previous scrape) into the tables the analyst reads. Each statement inserts only
-what the workspace lacks, so a cycle that re-reads an interval does not double it."""
+what the workspace lacks, so a cycle that re-reads an interval does not double it.
+
+`fleet_d` holds only series whose names passed aiops/fleet/names.py (valid names, from the instance that owns
+their node): a GPU's or NIC's node is the host its name holds (`node1/gpu1` is node1's), never a label's say.
+Times a node exports as values (a job's last step, an incident's opening, its lane rules') count only between
+0 and the scrape that read them (a step's, within the day before): a hostile 1e300 never becomes a row's time."""
 
 from __future__ import annotations
 
@@ -40,11 +45,13 @@ FROM (SELECT node, max(rack) AS rack FROM fleet_d
       GROUP BY node)
 WHERE node NOT IN (SELECT component FROM topology);
 INSERT INTO topology (component, kind, parent, rack, node, idx, uuid)
-SELECT gpu, 'gpu', max(node), max(rack), max(node), max(TRY_CAST("index" AS INTEGER)), max(NULLIF(uuid, ''))
+SELECT gpu, 'gpu', split_part(gpu, '/', 1), max(rack), split_part(gpu, '/', 1), max(TRY_CAST("index" AS INTEGER)),
+       max(NULLIF(uuid, ''))
 FROM fleet_d WHERE name = 'aiops_gpu_info' AND gpu <> '' AND gpu NOT IN (SELECT component FROM topology)
 GROUP BY gpu;
 INSERT INTO topology (component, kind, parent, rack, node, idx, device)
-SELECT nic, 'nic', max(node), max(rack), max(node), max(TRY_CAST("index" AS INTEGER)), max(NULLIF(device, ''))
+SELECT nic, 'nic', split_part(nic, '/', 1), max(rack), split_part(nic, '/', 1), max(TRY_CAST("index" AS INTEGER)),
+       max(NULLIF(device, ''))
 FROM fleet_d WHERE name = 'aiops_nic_info' AND nic <> '' AND nic NOT IN (SELECT component FROM topology)
 GROUP BY nic
 """
@@ -150,6 +157,7 @@ INSERT INTO lane_rules (ts_s, rule_id, match_kind, match_value, lane, scope)
 SELECT DISTINCT t.value, r.rule_id, r.match_kind, NULLIF(r.match_value, ''), r.lane, r.scope
 FROM fleet_d r JOIN fleet_d t
   ON t.name = 'aiops_lane_rules_timestamp_seconds' AND t.node = r.node AND t.ts_s = r.ts_s
+  AND t.value BETWEEN 0 AND t.ts_s  -- a time the node cannot have yet (or no time at all) is no rule's
 WHERE r.name = 'aiops_lane_rule_info' AND r.rule_id <> ''
   AND (t.value, r.rule_id) NOT IN (SELECT (ts_s, rule_id) FROM lane_rules)
 """
@@ -172,7 +180,8 @@ WHERE n IS NOT NULL
 # (the histogram's sum and count), the rank that was slowest most often in it.
 JOB_STEPS = f"""
 INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks)
-SELECT coalesce(s.last_ts_s, s.ts_s), s.job, CAST(s.step AS BIGINT), s.total_s / s.n,
+SELECT CASE WHEN s.last_ts_s BETWEEN s.ts_s - 86400 AND s.ts_s THEN s.last_ts_s ELSE s.ts_s END, s.job,
+       CAST(s.step AS BIGINT), s.total_s / s.n,
        TRY_CAST(split_part(w.slowest, '|', 1) AS INTEGER), NULLIF(split_part(w.slowest, '|', 2), ''), r.ranks
 FROM (SELECT ts_s, job, {_pick("aiops_job_step_duration_seconds_count", "d")} AS n,
              {_pick("aiops_job_step_duration_seconds_sum", "d")} AS total_s,
@@ -221,12 +230,39 @@ GROUP BY ts_s, node, device, port
 NODE_INCIDENTS = """
 INSERT INTO node_incidents (node, incident_id, component, root_cause, severity, opened_ts_s, confidence, seen_ts_s)
 SELECT node, incident_id, max(component), max(root_cause), max(severity),
-       max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'),
+       least(max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'), min(ts_s)),
        max(value) FILTER (WHERE name = 'aiops_incident_confidence_ratio'), min(ts_s)
 FROM fleet_d WHERE name IN ('aiops_incident_opened_timestamp_seconds', 'aiops_incident_confidence_ratio')
   AND node <> '' AND incident_id <> '' AND (node, incident_id) NOT IN (SELECT (node, incident_id) FROM node_incidents)
 GROUP BY node, incident_id
-HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds') IS NOT NULL
+HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds') >= 0
+"""
+
+
+# Each step's open node incidents with their newest diagnosis (aiops/service/paging.py: which the fleet covers).
+NODE_INCIDENT_SAMPLES = """
+INSERT INTO node_incident_samples (ts_s, node, incident_id, component, root_cause, severity)
+SELECT ts_s, node, incident_id, max(component), max(root_cause), max(severity)
+FROM fleet_d WHERE name = 'aiops_incident_opened_timestamp_seconds' AND node <> '' AND incident_id <> ''
+GROUP BY ts_s, node, incident_id
+"""
+
+
+# What a node's executed actions set, once per (node, component, property, proposal): the first scrape that shows
+# it. A node speaks for its own components only (the topology it exported says which are its own); no value
+# sample means the default (a reset).
+INTENDED = f"""
+INSERT INTO intended_exports (node, component, property, value, proposal_id, kind, action_hash, set_ts_s,
+                              expires_ts_s, seen_ts_s)
+SELECT d.node, d.component, d.property, {_pick("aiops_intended_state")}, d.proposal_id, max(d.kind),
+       max(d.action_hash), {_pick("aiops_intended_state_set_timestamp_seconds")} AS set_ts_s,
+       {_pick("aiops_intended_state_expiry_timestamp_seconds")} AS expires_ts_s, min(d.ts_s)
+FROM fleet_d d JOIN topology t ON t.component = d.component AND t.node = d.node
+WHERE d.name IN {_in(f.INTENDED)} AND d.node <> '' AND d.property <> '' AND d.proposal_id <> ''
+  AND (d.node, d.component, d.property, d.proposal_id) NOT IN
+      (SELECT (node, component, property, proposal_id) FROM intended_exports)
+GROUP BY d.node, d.component, d.property, d.proposal_id
+HAVING set_ts_s IS NOT NULL AND expires_ts_s IS NOT NULL
 """
 
 
@@ -246,5 +282,7 @@ def statements() -> list[tuple[str, str]]:
         ("netdev_samples", netdev_sql()),
         ("ib_port_samples", ib_sql()),
         ("node_incidents", NODE_INCIDENTS),
+        ("node_incident_samples", NODE_INCIDENT_SAMPLES),
+        ("intended_exports", INTENDED),
     ]
     return out

@@ -122,6 +122,7 @@ class Facts:
                cur AS (
                    SELECT gpu, any_value(node) AS node, avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c,
                           min(power_limit_w) AS limit_w, max(power_limit_max_w) AS max_limit_w,
+                          arg_max(power_limit_w, ts_s) AS last_limit_w,
                           min(ts_s) FILTER (WHERE power_limit_w < 0.85 * power_limit_max_w) AS lowered_from_ts_s,
                           max(ecc_dbe_total) AS dbe, max(pcie_replay_total) AS replay,
                           max(nvlink_crc_total) + max(nvlink_replay_total) AS nvlink,

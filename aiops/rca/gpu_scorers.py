@@ -3,7 +3,8 @@
 Each scorer returns candidates (label, component, score in 0..1, summary, evidence). Scores reflect how specific
 the evidence is: an XID 79 names the GPU; a hot GPU might be a symptom of its rack, so the rack's evidence
 lowers it. Cause is separated from symptom by time (the first GPU to throttle) and by scope (all GPUs of one
-node, or of one rack).
+node, or of one rack). A power limit that an executed action set (intended state, guardrails/intended.py) is
+not a misconfiguration: `power_cap_misconfig` blames only a limit nobody set or one that moved away from it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from aiops.nvml_bits import describe
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
 from aiops.rca.rack_signs import rack_abnormal, rack_singled_out
+from guardrails.intended import intended_history
 
 ECC_XIDS = {48, 63, 64, 92, 94, 95}
 # Xid 92 is a high rate of corrected single-bit errors: a warning, not an uncorrectable error (Xid catalogue)
@@ -167,6 +169,8 @@ def throttling(facts: Facts) -> list[Candidate]:
             )
 
     lowered = []
+    history = intended_history(facts.store)
+    intended = history.at(facts.window.end_s) if history else {}
     for gpu, row in changes.items():
         f = first.get(gpu, {})
         reference = max(
@@ -175,6 +179,9 @@ def throttling(facts: Facts) -> list[Candidate]:
             float(f.get("first_limit_w") or 0),
         )
         if row["limit_w"] is not None and reference and float(row["limit_w"]) < 0.85 * reference:
+            set_here = intended.get((gpu, "power_limit_w"))
+            if set_here is not None and all(set_here.matches(row[k]) for k in ("limit_w", "last_limit_w")):
+                continue  # the limit an executed action set (intended state): not a misconfiguration
             lowered.append(gpu)
     power_capped = {str(r["gpu"]) for r in onsets if r["power_cap_samples"]}
     misconfig = [g for g in sorted(set(lowered) | power_capped) if g in lowered]

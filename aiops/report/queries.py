@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiops.nvml_bits import NAMES, SW_POWER_CAP, THROTTLE
+from aiops.report.intended import INTENDED_CAP, register_limits
 from aiops.report.period import Period
 from aiops.store import Store
 from aiops.store.migrations import TIME_SERIES_TABLES
@@ -99,12 +100,14 @@ _ROUTINE_CAP = f"clocks_event_reasons & {THROTTLE} = {SW_POWER_CAP} AND coalesce
 
 def throttle_by_reason(store: Store, period: Period, interval_s: float) -> list[Row]:
     """Per throttle reason (nvmlClocksEventReason* bits): GPU-seconds throttled and the GPUs it touched, routine
-    full-limit SwPowerCap left out (see `routine_power_cap_s`). One pass over the throttled samples grouped by
+    full-limit SwPowerCap and SwPowerCap at a limit the product set left out (`routine_power_cap`,
+    `intended.intended_power_cap`). One pass over the throttled samples grouped by
     GPU, a FILTER per reason, then summed."""
+    register_limits(store)  # SwPowerCap at a limit the product set is not throttling either (intended.py)
     bits = [(bit, name) for bit, name in NAMES.items() if bit & THROTTLE]
     per_gpu = ", ".join(
         f"count(*) FILTER (WHERE clocks_event_reasons & {bit} != 0"
-        + (f" AND NOT ({_ROUTINE_CAP})" if bit == SW_POWER_CAP else "")
+        + (f" AND NOT ({_ROUTINE_CAP}) AND NOT ({INTENDED_CAP})" if bit == SW_POWER_CAP else "")
         + f") AS r{i}"
         for i, (bit, _) in enumerate(bits)
     )

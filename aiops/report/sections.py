@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aiops.report import plots
+from aiops.report import intended, plots
 from aiops.report import queries as q
 from aiops.report.model import Section, Table
 from aiops.report.period import Period
@@ -131,6 +131,13 @@ def thermal(store: Store, period: Period, interval_s: float) -> Section | None:
             f"Routine: {num(routine['gpu_s'] / 3600, ',.2f')} GPU-hours of SwPowerCap alone at the full power limit "
             f"on {routine['gpus']} GPUs (drawing their maximum power, no limit set below it): not counted as throttling."
         )
+    ours = intended.intended_power_cap(store, period, interval_s)
+    if ours["gpu_s"]:
+        section.lines.append(
+            f"Set by the service: {num(ours['gpu_s'] / 3600, ',.2f')} GPU-hours of SwPowerCap alone at a power limit "
+            f"an executed action set ({', '.join(ours['proposals'][:4])}) on {ours['gpus']} GPUs: intended, not "
+            "counted as throttling."
+        )
     if reasons:
         section.tables.append(
             _t(
@@ -153,7 +160,7 @@ def thermal(store: Store, period: Period, interval_s: float) -> Section | None:
             "No GPU was throttled in the period"
             + (
                 " beyond that routine capping."
-                if routine["gpu_s"]
+                if routine["gpu_s"] or ours["gpu_s"]
                 else ": no sample carried a throttle reason."
             )
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiops.report import plots
+from aiops.report import intended, plots
 from aiops.report import queries as q
 from aiops.report import queries_health as qh
 from aiops.report.model import Section
@@ -10,6 +10,10 @@ from aiops.report.period import Period
 from aiops.report.sections import _t
 from aiops.report.text import clean, duration, num, utc
 from aiops.store import Store
+
+
+def _components(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
 
 
 def _int(value: object) -> str:
@@ -198,7 +202,8 @@ def incidents(store: Store, period: Period) -> Section:
     total_lost = 0.0
     for r in rows:
         components = list(r["components"] or [])
-        lost = qh.gpu_hours_lost(store, r["opened_ts_s"], r["end_ts_s"], components)
+        ours = intended.explained_by_intended(store, r)  # a limit the service set: no fault lost these hours
+        lost = 0.0 if ours else qh.gpu_hours_lost(store, r["opened_ts_s"], r["end_ts_s"], components)
         total_lost += lost
         cause = (
             f"{r['root_cause']} @ {r['component']} ({100 * r['confidence']:.0f} %)"
@@ -213,7 +218,7 @@ def incidents(store: Store, period: Period) -> Section:
                 r["severity"],
                 cause,
                 f"{r['summary'] or '-'} [{r['evidence_n'] or 0} evidence items]",
-                f"{lost:,.2f}",
+                f"{lost:,.2f}" + (" (a limit the service set)" if ours else ""),
                 r["actions"] or "none",
             )
         )
@@ -268,6 +273,46 @@ def actions(store: Store, period: Period) -> Section:
         )
     else:
         section.lines.append("No action was proposed in this period.")
+    set_rows = intended.actions_set(store, period)
+    if set_rows:
+        section.tables.append(
+            _t(
+                "What the service set (intended state: expected, not an incident, until replaced or expired)",
+                ("proposal", "kind", "property", "value", "components", "set", "until", "by"),
+                [
+                    (
+                        r["proposal_id"],
+                        r["kind"],
+                        r["property"],
+                        ", ".join(sorted(r["values"])),
+                        _components(r["components"]),
+                        utc(r["set_ts_s"]),
+                        utc(r["until_ts_s"]),
+                        "this workspace" if r["source"] == "executed" else r["source"],
+                    )
+                    for r in set_rows
+                ],
+            )
+        )
+    judged = intended.outcomes(store, period)
+    if judged:
+        section.tables.append(
+            _t(
+                "Did it work: each executed action's effect, judged once its window passed",
+                ("proposal", "incident", "verdict", "check", "detail", "judged"),
+                [
+                    (
+                        r["proposal_id"],
+                        r["incident_id"] or "-",
+                        r["verdict"],
+                        r["check"],
+                        r["detail"],
+                        utc(r["checked_ts_s"]),
+                    )
+                    for r in judged
+                ],
+            )
+        )
     policies = qh.policy_events(store)
     if policies:
         newest = policies[0]

@@ -3,7 +3,8 @@ carry, as Prometheus families: what a fleet service reading Prometheus needs fro
 item 1; docs/METRICS.md lists every family and the analyst input it feeds).
 
 Fed under MetricsCache's lock with the rows the loop collects (`observe`), the inventory the store holds at start
-(`inventory`: topology, job_ranks) and the open incidents (`set_incidents`); read by scrapes (`families`). Labels
+(`inventory`: topology, job_ranks), the open incidents (`set_incidents`) and what its executed actions set
+(`set_intended`); read by scrapes (`families`). Labels
 are bounded by the node's hardware, jobs and rules: never a log line, a command line or a collector's detail
 text. Values sampled between scrapes stay countable at any scrape interval: per-sample counters
 (`aiops_gpu_samples_total`, `..._throttled_samples_total`) and a step-time histogram, not only the newest value.
@@ -74,6 +75,9 @@ class AnalystExports:
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
         self.unavailable: set[tuple[str, str]] = set()  # (collector, component) that found nothing to read
         self.incidents: list[dict[str, Any]] = []
+        self.pages: list[dict[str, Any]] = []  # paging decisions (aiops/service/pager.py PageState fields)
+        # what this node's executed actions set (guardrails/intended.py)
+        self.intended: list[dict[str, Any]] = []
 
     # -- feeding ------------------------------------------------------------------------------------------------
     def inventory(self, topology: Sequence[Mapping[str, Any]], ranks: Sequence[Mapping[str, Any]]) -> None:
@@ -195,6 +199,14 @@ class AnalystExports:
     def set_incidents(self, incidents: Sequence[Mapping[str, Any]]) -> None:
         self.incidents = [dict(i) for i in incidents]
 
+    def set_pages(self, pages: Sequence[Mapping[str, Any]]) -> None:
+        self.pages = [dict(p) for p in pages]
+
+    def set_intended(self, intended: Sequence[Mapping[str, Any]]) -> None:
+        """The intended state in force: component, property, value (None: the default), proposal_id, kind,
+        action_hash, set_ts_s, expires_ts_s."""
+        self.intended = [dict(i) for i in intended]
+
     # -- scraping -----------------------------------------------------------------------------------------------
     def families(self, gpus: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
         """`gpus`: MetricsCache's newest gpu_samples row per GPU."""
@@ -203,3 +215,5 @@ class AnalystExports:
         yield from render.jobs(self)
         yield from render.network(self)
         yield from render.node(self)
+        yield from render.pages(self)
+        yield from render.intended(self)

@@ -270,3 +270,57 @@ def node(s: AnalystExports) -> Iterable[Metric]:
             confidence.add_metric(labels, float(i["confidence"]))
     yield opened
     yield confidence
+
+
+def pages(s: AnalystExports) -> Iterable[Metric]:
+    """`aiops_incident_pages`: 1 for an incident that pages, 0 for one that must not page on its own (held
+    without a diagnosis, covered by another incident, under a maintenance window or silence); on the fleet also
+    0 for each node agent's incident it covers. The chart's `AiopsIncidentOpen` fires `unless on (incident_id)
+    aiops_incident_pages == 0` (aiops/service/paging.py)."""
+    family = _gauge(
+        "incident_pages",
+        "1 if the incident pages, 0 if it must not page on its own (reason: held, covered, maintenance, silence)",
+        ["node", "incident_id", "reason", "covered_by", "window_id"],
+    )
+    for p in s.pages:
+        family.add_metric(
+            [
+                str(p["node"]),
+                str(p["incident_id"]),
+                str(p["reason"]),
+                str(p.get("covered_by") or ""),
+                str(p.get("window_id") or ""),
+            ],
+            1.0 if p["pages"] else 0.0,
+        )
+    yield family
+
+
+INTENDED_KEYS = ["node", "component", "property", "proposal_id", "kind", "action_hash"]
+
+
+def intended(s: AnalystExports) -> Iterable[Metric]:
+    """What this node's executed actions set and still expect (guardrails/intended.py): the fleet reads it as
+    intended state (not a symptom) and closes its own open copy of the same action (`action_hash`)."""
+    value = _gauge(
+        "intended_state",
+        "the value an executed action set on a component's property (absent: put back to the default)",
+        INTENDED_KEYS,
+    )
+    set_at = _gauge(
+        "intended_state_set_timestamp_seconds", "when the action that set it ran (store clock)", INTENDED_KEYS
+    )
+    expiry = _gauge(
+        "intended_state_expiry_timestamp_seconds",
+        "when it stops being expected unless replaced (store clock)",
+        INTENDED_KEYS,
+    )
+    for i in s.intended:
+        labels = [s.node, *(str(i[k]) for k in INTENDED_KEYS[1:])]
+        if i.get("value") is not None:
+            value.add_metric(labels, float(i["value"]))
+        set_at.add_metric(labels, float(i["set_ts_s"]))
+        expiry.add_metric(labels, float(i["expires_ts_s"]))
+    yield value
+    yield set_at
+    yield expiry

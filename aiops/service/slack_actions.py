@@ -3,7 +3,7 @@
 
 Posting: when an incident is diagnosed (`on_event`, inside the flush's write, after its proposals were filed),
 its message (aiops/service/slack_blocks.py) is queued for `SlackPoster`, which calls chat.postMessage off the
-loop (aiops/service/slack_api.py).
+loop (aiops/integrations/slack_api.py).
 
 A press, in order; every refusal before the guardrails records nothing:
 1. a Content-Length of at most `slack_request.MAX_BODY_BYTES` (411, 413), the raw body read up to that cap;
@@ -25,6 +25,7 @@ The outcome goes back as a reply in the message's thread (chat.postMessage) and 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -41,11 +42,11 @@ from starlette.routing import BaseRoute, Route
 from aiops.config import Config
 from aiops.config_chatops import SlackConfig, check_users
 from aiops.errors import AiopsError, ConfigError, GuardrailError, SignatureRefused, SlackRequestError
+from aiops.integrations.event import EventKind, console_page, incident_event
+from aiops.integrations.slack_api import SlackApi, SlackPoster
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.actions import Decision, approve, reject
 from aiops.runtime.world import attach, desk
-from aiops.service.notify_event import EventKind, incident_event
-from aiops.service.slack_api import SlackApi, SlackPoster
 from aiops.service.slack_blocks import ProposalLine, incident_message, outcome_message
 from aiops.service.slack_request import MAX_BODY_BYTES, Press, parse_press, signature_problem
 from aiops.service.web import _bounded_body, _guarded_async, _json
@@ -55,6 +56,7 @@ from guardrails.records import GuardrailRecords
 from guardrails.signing import decision_message
 from guardrails.slack_signing import SlackEvidence, SlackSigner, ensure_key, key_path
 
+REFUSAL_LOG_EVERY_S = 60.0  # refused presses: at most one log line a minute
 log = logging.getLogger("aiops.service.slack")
 SLACK_ROUTE = "/api/slack/actions"
 ELSEWHERE = (
@@ -101,10 +103,13 @@ class SlackChat:
         self.clock = clock
         self.poster = SlackPoster(SlackApi(slack.api_url, token, slack.timeout_s))
         self.link_base = ""
+        self.console_url = config.console_url  # the console's incident page is the message's link
         self._deciding = threading.Lock()  # one decision at a time (never held by the loop)
         self._queue_lock = threading.Lock()  # guards `_to_run` alone: the loop takes it inside its flush
         self._to_run: list[str] = []  # digital proposals people asked to run: the loop runs them
         self.refused = 0
+        self._refusals_logged_s = -REFUSAL_LOG_EVERY_S  # monotonic time of the last refusal line
+        self._refusals_unlogged = 0
 
     def __repr__(self) -> str:  # never the secrets
         return f"SlackChat(channel={self.config.channel!r})"
@@ -125,6 +130,7 @@ class SlackChat:
             return
         link = f"{self.link_base}/api/incidents/{incident.incident_id}" if self.link_base else ""
         event = incident_event(cast(EventKind, kind), incident, [top], node=self.node, link=link)
+        event = dataclasses.replace(event, console_link=console_page(self.console_url, incident.incident_id))
         records = GuardrailRecords(store)
         lines = [
             ProposalLine(
@@ -158,6 +164,19 @@ class SlackChat:
             done.append(f"{proposal_id}: {outcome.status}")
         return done
 
+    def _log_refusal(self, problem: str) -> None:
+        """One line per `REFUSAL_LOG_EVERY_S` at most, with how many were refused since the last: a flood of
+        forged presses (19,678 lines in 31 s before issue 36) cannot fill the log or the disk."""
+        self._refusals_unlogged += 1
+        now = time.monotonic()
+        if now - self._refusals_logged_s < REFUSAL_LOG_EVERY_S:
+            return
+        log.warning(
+            "slack request refused",
+            extra={"why": problem, "refused": self._refusals_unlogged, "total": self.refused},
+        )
+        self._refusals_logged_s, self._refusals_unlogged = now, 0
+
     # -- presses -----------------------------------------------------------------------------------------------
     async def actions(self, request: Request) -> Response:
         body = await _bounded_body(request, MAX_BODY_BYTES)
@@ -169,7 +188,7 @@ class SlackChat:
         problem = signature_problem(self.secret, timestamp, signature, body, self.clock())
         if problem:
             self.refused += 1
-            log.warning("slack request refused", extra={"why": problem})
+            self._log_refusal(problem)
             return _json(401, {"error": problem}, close=True)
         try:
             press = parse_press(body)

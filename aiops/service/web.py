@@ -4,9 +4,11 @@
 - `GET /metrics/dcgm`: the same GPU and NIC values in dcgm-exporter's and node_exporter's exact names and labels
   (aiops/sources/exposition.py), so a Prometheus can scrape the twin as it would a GPU node (docs/PROMETHEUS.md);
 - `GET /healthz`: 200 while the loop is alive (it ticked recently), else 503; a reason line either way;
-- `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, else 503;
-- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`:
-  read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
+- `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, and while the
+  service sees (not while its source is blind or a watched collector reads nothing: the body says why), else 503;
+- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`,
+  `GET /api/coverage` (what the workspace sees now: nodes, GPUs and NICs reporting, absent collectors, open
+  conditions and blind periods, aiops/store/coverage.py): read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
   without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only;
 - `POST /api/alertmanager`: Alertmanager's webhook (version 4), with `[alertmanager_in] token_file` set (else
   404): the bearer token compared in constant time (401), a Content-Length (411) of at most 1 MiB (413) and a
@@ -17,6 +19,11 @@
   a Content-Length (411) of at most 64 KiB (413), a body that parses (400 with a short reason); the node's
   answer (200 executed or failed, 403 refused, 409 a replay, 503 nothing acts here or the inbox is full, 504 the
   loop did not take it in time).
+
+- `GET /api/maintenance` (`?all=1`: ended ones too), `POST /api/maintenance` (JSON {scope, target, duration_s,
+  reason, by, kind}: 201 with the window, 400 naming what is wrong), `POST /api/maintenance/{id}/end` ({by}):
+  maintenance windows and silences (aiops/store/maintenance.py), the /api token (or a loopback client without
+  one), at most 16 KiB, each change audited with the actor `api:<by>`.
 
 - `POST /api/slack/actions`, with `[chatops.slack]`: Slack's button presses, signed with the app's signing secret
   (aiops/service/slack_actions.py adds the route before the others).
@@ -33,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
-import ipaddress
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -42,15 +48,17 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError
+from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError, MaintenanceError
 from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
+from aiops.service.forwarded import is_loopback
 from guardrails.dispatched import parse_dispatch
 
 Probe = Callable[[], tuple[bool, str]]
@@ -58,6 +66,7 @@ ALERTMANAGER_ROUTE = "/api/alertmanager"
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 TEXT = "text/plain; charset=utf-8"
 DCGM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+MAINTENANCE_BODY_BYTES = 16 * 1024
 
 
 def _send(status: int, body: bytes, content_type: str, close: bool = False) -> Response:
@@ -129,6 +138,10 @@ class ServiceRoutes:
             Route("/api/incidents", _guarded_sync(self.incidents), methods=["GET"]),
             Route("/api/incidents/{incident_id:path}", _guarded_sync(self.incident), methods=["GET"]),
             Route("/api/proposals", _guarded_sync(self.proposals), methods=["GET"]),
+            Route("/api/coverage", _guarded_sync(self.coverage), methods=["GET"]),
+            Route("/api/maintenance", _guarded_sync(self.maintenance), methods=["GET"]),
+            Route("/api/maintenance", _guarded_async(self.add_maintenance), methods=["POST"]),
+            Route("/api/maintenance/{window_id}/end", _guarded_async(self.end_maintenance), methods=["POST"]),
         ]
         if self.dcgm is not None:
             found.append(Route("/metrics/dcgm", _guarded_sync(self.dcgm_metrics), methods=["GET"]))
@@ -177,7 +190,7 @@ class ServiceRoutes:
             given = request.headers.get("Authorization", "")
             return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
         client = request.client
-        return client is not None and ipaddress.ip_address(client.host).is_loopback
+        return client is not None and is_loopback(client.host)  # never a 500 on a host that is no address
 
     def _refused(self, request: Request) -> Response | None:
         if self._authorised(request):
@@ -196,6 +209,48 @@ class ServiceRoutes:
 
     def proposals(self, request: Request) -> Response:
         return self._refused(request) or _json(200, self.api.proposals())
+
+    def coverage(self, request: Request) -> Response:
+        return self._refused(request) or _json(200, self.api.coverage())
+
+    # -- maintenance windows and silences --------------------------------------------------------------------------
+    def maintenance(self, request: Request) -> Response:
+        every = request.query_params.get("all", "") in ("1", "true")
+        return self._refused(request) or _json(200, self.api.maintenance(every))
+
+    async def _maintenance_body(self, request: Request) -> Any:
+        if not self._authorised(request):
+            return _json(401, {"error": "a bearer token is needed ([http] token_file)"}, close=True)
+        body = await _bounded_body(request, MAINTENANCE_BODY_BYTES)
+        if isinstance(body, Response):
+            return body
+        try:
+            return json.loads(body or b"{}")
+        except ValueError:
+            return _json(400, {"error": "the body is not JSON"})
+
+    async def add_maintenance(self, request: Request) -> Response:
+        body = await self._maintenance_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            added = await run_in_threadpool(self.api.add_maintenance, body)
+        except MaintenanceError as exc:
+            return _json(400, {"error": str(exc)[:300]})
+        return _json(201, added)
+
+    async def end_maintenance(self, request: Request) -> Response:
+        body = await self._maintenance_body(request)
+        if isinstance(body, Response):
+            return body
+        by = body.get("by", "") if isinstance(body, dict) else ""
+        try:
+            ended = await run_in_threadpool(
+                self.api.end_maintenance, str(request.path_params["window_id"])[:40], str(by)[:200]
+            )
+        except MaintenanceError as exc:
+            return _json(404 if "no maintenance window" in str(exc) else 409, {"error": str(exc)[:300]})
+        return _json(200, ended)
 
     def api_not_found(self, request: Request) -> Response:
         return self._refused(request) or _json(404, {"error": "not found"}, close=request.method != "GET")

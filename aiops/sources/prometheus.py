@@ -1,6 +1,7 @@
 """A Prometheus HTTP API client (also VictoriaMetrics, which serves the same API) and the fetch of the series
-the analyst reads into a workspace. urllib only; every failure is a `SourceError` naming the URL, the HTTP
-status and the answer's body (escaped, cut to 300 characters).
+the analyst reads into a workspace. Through aiops/outbound.py (one total deadline per answer, `MAX_BODY_BYTES`,
+redirects only within the URL's origin, with the bearer token); every failure is a `SourceError` naming the URL,
+the HTTP status and the answer's body (escaped, cut to 300 characters).
 
 `query_range` is asked in chunks of at most `MAX_POINTS` points per series (Prometheus refuses more than
 11,000) and about `SAMPLES_PER_REQUEST` samples in all (the first chunk sized by the series count of the metric before, then by its own), each chunk
@@ -14,15 +15,13 @@ import itertools
 import json
 import math
 import statistics
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiops.errors import SourceError
+from aiops import outbound
+from aiops.errors import OutboundError, SourceError
 from aiops.sources.mapping import HostIdentity, Staging
 from aiops.sources.names import DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
@@ -31,48 +30,15 @@ MAX_POINTS = 11_000  # Prometheus refuses a query_range of more points per serie
 SAMPLES_PER_REQUEST = 100_000  # series x points asked at once: one answer is ~2.5-4 MB of JSON, ~20 MB parsed
 FIRST_CHUNK_POINTS = 100  # before the number of series is known (no hint)
 MAX_BODY_BYTES = 64 * 1024 * 1024
-READ_BYTES = 1024 * 1024  # an answer is read in pieces of this size
 PROBE_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 
 
 def escaped(body: bytes | bytearray, limit: int = 300) -> str:
     """An answer's body as one printable line (hostile data: never echoed raw to a terminal)."""
-    text = body[:limit].decode("utf-8", "replace")
-    return text.encode("unicode_escape").decode("ascii") + ("..." if len(body) > limit else "")
+    return outbound.excerpt(body, limit=limit)
 
 
-def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of `url`, the default port filled in: what a credential is bound to."""
-    parts = urllib.parse.urlsplit(url)
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
-
-
-class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows redirects as urllib does, but the bearer token goes along only to the same origin (scheme, host,
-    port): a Prometheus (or a proxy in front of it) that redirects elsewhere never receives it there."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: Any,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        token = req.unredirected_hdrs.get("Authorization")
-        if new is not None and token and origin(newurl) == origin(req.full_url):
-            new.add_unredirected_header("Authorization", token)
-        return new
-
-
-_OPENER = urllib.request.build_opener(_SameOriginRedirects)
+origin = outbound.origin  # (scheme, host, port): what the bearer token is bound to
 
 
 @dataclass
@@ -84,36 +50,35 @@ class PrometheusClient:
     requests: int = 0
 
     def get(self, path: str, params: Mapping[str, str]) -> Any:
-        """GET `path` with `params`; the answer's `data`, or a SourceError."""
+        """GET `path` with `params`; the answer's `data`, or a SourceError. A redirect is followed only within
+        the URL's origin (a proxy's path redirect), with the token; one elsewhere is an error, never a request."""
         url = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        if self.token:  # unredirected: `_SameOriginRedirects` puts it back only for the same origin
-            request.add_unredirected_header("Authorization", f"Bearer {self.token}")
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         self.requests += 1
         try:
-            deadline_s = time.monotonic() + self.timeout_s  # the whole answer, not each read
-            with _OPENER.open(request, timeout=self.timeout_s) as reply:
-                body = _read_capped(reply, MAX_BODY_BYTES + 1, deadline_s)
-                status = int(reply.status)
-            if len(body) > MAX_BODY_BYTES:
-                raise SourceError(
-                    self.url + path,
-                    status,
-                    f"answer larger than {MAX_BODY_BYTES} bytes: ask a "
-                    "shorter range or fewer series (--selector)",
-                )
-        except urllib.error.HTTPError as exc:
-            raise SourceError(self.url + path, int(exc.code), escaped(exc.read(4096))) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SourceError(self.url + path, None, escaped(str(reason).encode())) from None
-        self.bytes_fetched += len(body)
+            reply = outbound.get(
+                url,
+                headers=headers,
+                timeout_s=self.timeout_s,  # the whole answer, not each read
+                max_bytes=MAX_BODY_BYTES,
+                redirects="same-origin",
+            )
+        except OutboundError as exc:
+            reason = exc.reason
+            if "larger than" in reason:
+                reason += ": ask a shorter range or fewer series (--selector)"
+            raise SourceError(self.url + path, exc.status, reason) from None
+        if not reply.ok:
+            raise SourceError(self.url + path, reply.status, reply.excerpt())
+        self.bytes_fetched += len(reply.body)
         try:
-            answer = json.loads(body)
-        except ValueError:
-            raise SourceError(self.url + path, status, "not JSON: " + escaped(body)) from None
+            answer = json.loads(reply.body)
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
+            raise SourceError(self.url + path, reply.status, "not JSON: " + reply.excerpt()) from None
         if not isinstance(answer, dict) or answer.get("status") != "success":
-            raise SourceError(self.url + path, status, escaped(body))
+            raise SourceError(self.url + path, reply.status, reply.excerpt())
         return answer.get("data")
 
     def query_range(
@@ -149,21 +114,6 @@ class PrometheusClient:
             if gaps:
                 return float(statistics.median(gaps))
         return None
-
-
-def _read_capped(reply: Any, limit_bytes: int, deadline_s: float) -> bytearray:
-    """At most `limit_bytes` of the answer, read in pieces (`read(limit)` would allocate the whole limit at once)
-    until `deadline_s` (time.monotonic): `read1` returns what one receive brings, so a server that trickles a
-    byte a second is cut off at the deadline instead of holding the fetch for as long as it keeps trickling."""
-    body = bytearray()
-    while len(body) < limit_bytes:
-        if time.monotonic() > deadline_s:
-            raise TimeoutError(f"the answer did not arrive within the timeout ({len(body)} bytes by then)")
-        piece = reply.read1(min(READ_BYTES, limit_bytes - len(body)))
-        if not piece:
-            break
-        body += piece
-    return body
 
 
 def _points(series: int) -> int:

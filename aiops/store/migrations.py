@@ -413,14 +413,14 @@ CREATE TABLE kernel_events (
 )
 """
 
-# The notification queue (aiops/service/notify_queue.py): one row per (sink, incident, event key), the payload
+# The notification queue (aiops/integrations/sink_queue.py): one row per (sink, incident, event key), the payload
 # rendered when the event was enqueued, delivered with retries by the service. `sink` is a hash of the
 # webhook's kind and URL, never the URL (a Slack webhook URL is a secret). Rows are never deleted by retention.
 M008_NOTIFICATIONS = """
 CREATE TABLE notifications (
     id BIGINT PRIMARY KEY,          -- 1, 2, ... in enqueue order (delivery order within a sink and incident)
     ts_s DOUBLE NOT NULL,           -- when it was enqueued
-    sink VARCHAR NOT NULL,          -- aiops.service.notify_queue.sink_id(webhook)
+    sink VARCHAR NOT NULL,          -- aiops.integrations.sink_queue.sink_id(webhook)
     sink_kind VARCHAR NOT NULL,     -- json | slack | alertmanager
     kind VARCHAR NOT NULL,          -- opened | diagnosed | resolved
     incident_id VARCHAR NOT NULL,
@@ -639,6 +639,137 @@ CREATE TABLE IF NOT EXISTS rank_timing_samples (
 )
 """
 
+# The closed loop (guardrails/intended.py, aiops/runtime/outcomes.py): what the product knows it did.
+# `executions.data_ts_s`: when an action ran on the telemetry's clock (the twin's, `--speed` times faster than the
+# wall clock the ledger's ts_s keeps; NULL: the same clock, as on a real host). `intended_exports`: what the node
+# agents export as the state their executed actions set (`aiops_intended_state*`, read by `aiops fleet`), one row
+# per (node, component, property, proposal) the first scrape that showed it. `action_outcomes`: whether an executed
+# action worked, checked once its verify window passed (docs/GUARDRAILS.md "What the service knows it did").
+# `incident_links`: an incident that is a recurrence of an earlier one (same cause, same component).
+M022_CLOSED_LOOP = """
+ALTER TABLE executions ADD COLUMN IF NOT EXISTS data_ts_s DOUBLE;
+CREATE TABLE IF NOT EXISTS intended_exports (
+    node VARCHAR NOT NULL,          -- the agent that exported it (its `node` label)
+    component VARCHAR NOT NULL,
+    property VARCHAR NOT NULL,      -- power_limit_w | sm_clock_max_mhz | drained | ...
+    value DOUBLE,                   -- NULL: the default (a reset)
+    proposal_id VARCHAR NOT NULL,   -- the node's proposal (or the fleet's, when dispatched)
+    kind VARCHAR NOT NULL,
+    action_hash VARCHAR NOT NULL,
+    set_ts_s DOUBLE NOT NULL,       -- when it ran, on the node's telemetry clock
+    expires_ts_s DOUBLE NOT NULL,
+    seen_ts_s DOUBLE NOT NULL       -- the scrape the fleet first read it at
+);
+CREATE TABLE IF NOT EXISTS action_outcomes (
+    proposal_id VARCHAR NOT NULL,
+    incident_id VARCHAR,
+    step_id VARCHAR,                -- a plan step's id (docs: plans), NULL otherwise
+    verdict VARCHAR NOT NULL,       -- worked | failed | unknown
+    checked_ts_s DOUBLE NOT NULL,   -- on the telemetry's clock
+    detail VARCHAR NOT NULL,        -- the check, its window and what it saw
+    "check" VARCHAR NOT NULL,       -- the check's name (aiops/detect/effects.py)
+    window_start_ts_s DOUBLE NOT NULL,
+    window_end_ts_s DOUBLE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS incident_links (
+    incident_id VARCHAR NOT NULL,
+    recurrence_of VARCHAR NOT NULL, -- the earlier incident of the same cause on the same component
+    root_cause VARCHAR NOT NULL,
+    component VARCHAR NOT NULL,
+    gap_s DOUBLE NOT NULL,          -- from the earlier one's resolution to this one's opening
+    ts_s DOUBLE NOT NULL
+)
+"""
+
+# Why an incident has its severity (aiops/detect/severity.py: hardware lost, a job stalled or slowed by X %, GPUs
+# affected), as one line people read with it; NULL for incidents stored before.
+M023_INCIDENT_IMPACT = """
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS impact VARCHAR
+"""
+
+# Maintenance windows and silences (aiops/store/maintenance.py): planned work on a node, rack, job, component or
+# label; a window stops pages about its scope and (kind maintenance) every action on it. Wall-clock times.
+M024_MAINTENANCE = """
+CREATE TABLE IF NOT EXISTS maintenance (
+    window_id VARCHAR PRIMARY KEY,  -- M-<8 hex>
+    kind VARCHAR NOT NULL,          -- maintenance (pages and actions) | silence (pages only)
+    scope VARCHAR NOT NULL,         -- node | rack | job | component | label
+    target VARCHAR NOT NULL,        -- node3 | rack1 | llm | node3/gpu5 | root_cause=thermal_throttle
+    starts_ts_s DOUBLE NOT NULL,
+    ends_ts_s DOUBLE NOT NULL,
+    reason VARCHAR NOT NULL,
+    created_by VARCHAR NOT NULL,
+    created_ts_s DOUBLE NOT NULL,
+    ended_ts_s DOUBLE,              -- ended early by a person
+    ended_by VARCHAR
+)
+"""
+
+# Paging (aiops/service/paging.py): which incidents page, one row per incident this tier decided on (its own, and
+# on the fleet the node agents' incidents it covers), so a restart neither pages twice nor forgets a hold; and the
+# fleet's sightings of the node agents' open incidents, one row per scrape step (their newest diagnosis; an
+# incident no longer seen is no longer open).
+M025_PAGING = """
+CREATE TABLE IF NOT EXISTS incident_pages (
+    node VARCHAR NOT NULL,          -- the tier that opened the incident (this service's name, or a node agent's)
+    incident_id VARCHAR NOT NULL,
+    first_seen_ts_s DOUBLE NOT NULL, -- wall clock: when this service first saw it (holds count from here)
+    pages BOOLEAN NOT NULL,         -- does it page now
+    reason VARCHAR NOT NULL,        -- pages | held | covered | maintenance | silence
+    covered_by VARCHAR,             -- the incident whose page covers it
+    window_id VARCHAR,              -- the maintenance window or silence holding it
+    decided_ts_s DOUBLE NOT NULL,
+    paged_ts_s DOUBLE,              -- when its first notification was queued (NULL: it never paged)
+    PRIMARY KEY (node, incident_id)
+);
+CREATE TABLE IF NOT EXISTS node_incident_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    incident_id VARCHAR NOT NULL,
+    component VARCHAR NOT NULL,     -- the top hypothesis' component, else the incident's first
+    root_cause VARCHAR NOT NULL,    -- '' before a diagnosis
+    severity VARCHAR NOT NULL
+)
+"""
+
+# Remediation plans (aiops/plans): one plan per incident, an ordered ladder of steps, least disruptive first; each
+# step's targets are ordinary proposals carrying `step_id`, so validation, rate limits, the ledger and node
+# dispatch stay per target, and one signed `step_approval` audit event approves them all (guardrails/steps.py).
+M026_PLANS = """
+CREATE TABLE IF NOT EXISTS plans (
+    plan_id VARCHAR PRIMARY KEY,    -- PL-<8 hex>
+    incident_id VARCHAR NOT NULL,
+    created_ts_s DOUBLE NOT NULL,
+    status VARCHAR NOT NULL,        -- open | done | exhausted | superseded
+    root_cause VARCHAR NOT NULL,    -- the top hypothesis the plan remedies
+    component VARCHAR NOT NULL,
+    updated_ts_s DOUBLE NOT NULL,
+    note VARCHAR NOT NULL           -- the newest change, for people
+);
+CREATE TABLE IF NOT EXISTS plan_steps (
+    step_id VARCHAR PRIMARY KEY,    -- <plan_id>.<step_no>
+    plan_id VARCHAR NOT NULL,
+    step_no INTEGER NOT NULL,       -- 1, 2, ... in the ladder's order
+    title VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,          -- the rung: observe | notify | configure | limit | move | drain | reset | reboot | rma
+    risk VARCHAR NOT NULL,          -- physical | digital
+    targets VARCHAR[] NOT NULL,     -- one component per action
+    proposal_ids VARCHAR[] NOT NULL,-- the proposal standing for each target once proposed (empty while waiting)
+    actions VARCHAR NOT NULL,       -- canonical JSON list of the step's actions as drafted
+    effect VARCHAR NOT NULL,        -- expected effect, in numbers where the telemetry gives them
+    cost VARCHAR NOT NULL,          -- what it costs the job
+    rollback VARCHAR NOT NULL,      -- how it is undone
+    verify_within_s DOUBLE,         -- how long after execution its effect is judged (action_outcomes)
+    verify_expect VARCHAR,          -- the check that judges it
+    reason VARCHAR NOT NULL,
+    status VARCHAR NOT NULL,        -- proposed | waiting | approved | executing | done | failed | skipped | superseded
+    updated_ts_s DOUBLE NOT NULL,
+    note VARCHAR NOT NULL,          -- why the status is what it is
+    hold VARCHAR NOT NULL           -- '' or why it waits for a person even after the step before it failed
+);
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS step_id VARCHAR
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -661,6 +792,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "node_incidents", _sql(M019_NODE_INCIDENTS)),
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
+    Migration(22, "closed_loop", _sql(M022_CLOSED_LOOP)),
+    Migration(23, "incident_impact", _sql(M023_INCIDENT_IMPACT)),
+    Migration(24, "maintenance", _sql(M024_MAINTENANCE)),
+    Migration(25, "paging", _sql(M025_PAGING)),
+    Migration(26, "plans", _sql(M026_PLANS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
@@ -684,4 +820,5 @@ TIME_SERIES_TABLES: tuple[str, ...] = (
     "kernel_events",
     "gpu_processes",
     "rank_timing_samples",
+    "node_incident_samples",
 )

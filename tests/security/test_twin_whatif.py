@@ -494,11 +494,13 @@ def test_the_pump_setpoint_in_force_comes_from_the_executions() -> None:
         ]
         for pid, at_s, status, result in rows:
             store.conn.execute(
-                "INSERT INTO executions VALUES (?, 'set_cooling_state', 'rack1', ['rack1'], ?, ?, ?)",
+                "INSERT INTO executions (proposal_id, kind, target, units, ts_s, status, result) "
+                "VALUES (?, 'set_cooling_state', 'rack1', ['rack1'], ?, ?, ?)",
                 [pid, at_s, status, result],
             )
         store.conn.execute(
-            "INSERT INTO executions VALUES ('p6', 'set_cooling_state', 'rack0', ['rack0'], ?, 'executed', ?)",
+            "INSERT INTO executions (proposal_id, kind, target, units, ts_s, status, result) "
+            "VALUES ('p6', 'set_cooling_state', 'rack0', ['rack0'], ?, 'executed', ?)",
             [ts_s - 10, '{"detail": {"coolant_flow_setpoint_lpm": "NaN"}}'],
         )
         world = world_from_store(store, ts_s, workload=twin.world.scenario.job_specs)
