@@ -63,6 +63,19 @@ def test_arrivals_are_seeded_and_some_recur() -> None:
     assert len(one) > len(FAULT_KINDS)  # ~2 an hour over 23.75 h
 
 
+def test_a_short_run_may_draw_only_its_poisson_arrivals() -> None:
+    """Every kind at least once is a day's promise; a short run (the benchmark's small settings) asks for the
+    Poisson draw alone: a handful, inside the window it names."""
+    plan = ArrivalPlan(rate_per_h=8.0, first_s=300.0, quiet_end_s=600.0, every_kind=False)
+    few = arrivals(CLUSTER, JOBS, 2700.0, seed=2027, plan=plan)
+    assert 1 <= len(few) < len(FAULT_KINDS) // 2
+    assert all(300.0 <= f.start_s <= 2100.0 for f in few)
+    every = arrivals(
+        CLUSTER, JOBS, 2700.0, seed=2027, plan=ArrivalPlan(rate_per_h=8.0, first_s=300.0, quiet_end_s=600.0)
+    )
+    assert len({f.kind for f in every}) > len(FAULT_KINDS) // 2 > len(few)  # the day's promise, crowded
+
+
 def _action(kind: str, target: str, parameters: dict[str, object]) -> Action:
     return Action(
         proposal_id=f"P-{kind}",

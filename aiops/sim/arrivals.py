@@ -52,13 +52,15 @@ STREAM = 7  # the random stream of arrivals: np.random.default_rng([seed, STREAM
 class ArrivalPlan:
     """How faults arrive: `rate_per_h` on average over the cluster, the first one no earlier than `first_s` and
     the last one `quiet_end_s` before the end (so the last ones can be seen through), a share `recurring` of them
-    on a component that failed the same way before, severities uniform in `severity`."""
+    on a component that failed the same way before, severities uniform in `severity`; `every_kind`: at least one
+    fault of each kind (a day's run), else only the Poisson draw (a short run, where 18 kinds would be a storm)."""
 
     rate_per_h: float = 1.0
     first_s: float = 900.0
     quiet_end_s: float = 3600.0
     recurring: float = 0.2
     severity: tuple[float, float] = (0.5, 0.9)
+    every_kind: bool = True
 
 
 def busy_components(cluster: ClusterSpec, jobs: list[JobSpec], kind: str) -> list[str]:
@@ -81,18 +83,19 @@ def busy_components(cluster: ClusterSpec, jobs: list[JobSpec], kind: str) -> lis
 def arrivals(
     cluster: ClusterSpec, jobs: list[JobSpec], duration_s: float, seed: int, plan: ArrivalPlan | None = None
 ) -> list[FaultSpec]:
-    """Faults in start order: every kind of `FAULT_KINDS` at least once (in a seeded order), the rest drawn
-    at random; arrival times from a Poisson process of `plan.rate_per_h`."""
+    """Faults in start order: every kind of `FAULT_KINDS` at least once (in a seeded order; `plan.every_kind`),
+    the rest drawn at random; arrival times from a Poisson process of `plan.rate_per_h`."""
     plan = plan or ArrivalPlan()
     rng = np.random.default_rng([seed, STREAM])
     window_s = duration_s - plan.quiet_end_s - plan.first_s
     if window_s <= 0:
         raise ValueError(f"a {duration_s:g} s run leaves no time for arrivals (first {plan.first_s:g} s)")
     expected = plan.rate_per_h * window_s / 3600.0
-    count = max(len(FAULT_KINDS), int(rng.poisson(expected)))
+    drawn = int(rng.poisson(expected))
+    count = max(len(FAULT_KINDS), drawn) if plan.every_kind else drawn
     # a Poisson process conditioned on `count` arrivals: uniform times, sorted
     times = np.sort(plan.first_s + rng.uniform(0.0, window_s, count))
-    kinds = [str(k) for k in rng.permutation(list(FAULT_KINDS))]
+    kinds = [str(k) for k in rng.permutation(list(FAULT_KINDS))][:count]
     kinds += [str(k) for k in rng.choice(list(FAULT_KINDS), count - len(kinds))]
     faults: list[FaultSpec] = []
     last_on: dict[str, float] = {}
