@@ -17,7 +17,7 @@ times on the same faults and churn: with the product (this run), with none (faul
 with an oracle that fixes each fault at its onset (each fault lasting one second).
 
     .venv/bin/python bench/oncall.py                 # the day: 16 nodes x 8 GPUs, 24 h (hours of wall time)
-    .venv/bin/python bench/oncall.py --quick         # 3 nodes, 7 simulated minutes, two faults (the test's run)
+    .venv/bin/python bench/oncall.py --quick         # 2 nodes, 4 simulated minutes, two faults (the test's run)
     .venv/bin/python bench/oncall.py --quiet-node-days 1000 --skip-day   # the false-alarm run (bench/oncall_quiet.py)
 """
 
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,11 @@ ROUTING_KEY = "R0UTINGKEY0123456789abcdef012345"  # the loopback PagerDuty's int
 DROP_SCRAPE_P = 0.002
 
 
-def day_scenario(nodes: int, hours: float, seed: int, rate_per_h: float) -> Scenario:
-    """Two racks; two jobs on 3/8 of the nodes each, the rest idle spares; faults arriving at `rate_per_h`."""
+def day_scenario(
+    nodes: int, hours: float, seed: int, rate_per_h: float, plan: ArrivalPlan | None = None
+) -> Scenario:
+    """Two racks; two jobs on 3/8 of the nodes each, the rest idle spares; faults arriving at `rate_per_h` (the
+    rest of `plan`: when they may arrive, whether every kind comes at least once)."""
     per_rack = nodes // 2
     cluster = ClusterSpec(racks=2, nodes_per_rack=per_rack)
     width = max(1, (per_rack * 3) // 4)
@@ -74,7 +77,8 @@ def day_scenario(nodes: int, hours: float, seed: int, rate_per_h: float) -> Scen
         ),
     ]
     duration_s = hours * 3600.0
-    faults = arrivals(cluster, jobs, duration_s, seed, ArrivalPlan(rate_per_h=rate_per_h))
+    plan = replace(plan or ArrivalPlan(), rate_per_h=rate_per_h)
+    faults = arrivals(cluster, jobs, duration_s, seed, plan)
     churn = ChurnSpec(pcie_nodes=[f"node{nodes - 1}"], unused_ports=["node1", f"node{per_rack + 1}"])
     return Scenario(
         name="operators-day",
@@ -88,20 +92,22 @@ def day_scenario(nodes: int, hours: float, seed: int, rate_per_h: float) -> Scen
 
 
 def quick_scenario(seed: int) -> Scenario:
-    cluster = ClusterSpec(racks=1, nodes_per_rack=3)
+    """Two nodes carrying one job, four simulated minutes: a hot GPU on one (node1's incident, and the job's
+    step regression on its home node0: one problem, one page) and a misconfigured power limit on the other."""
+    cluster = ClusterSpec(racks=1, nodes_per_rack=2)
     jobs = [JobSpec(name="llm-a", nodes=["node0", "node1"], checkpoint_every_s=600, checkpoint_gb=10)]
     faults = [
-        FaultSpec(kind="thermal_throttle", target="node1/gpu5", start_s=90.0, severity=0.8),
-        FaultSpec(kind="power_cap_misconfig", target="node0/gpu3", start_s=200.0, severity=0.7),
+        FaultSpec(kind="thermal_throttle", target="node1/gpu5", start_s=45.0, severity=0.8),
+        FaultSpec(kind="power_cap_misconfig", target="node0/gpu3", start_s=120.0, severity=0.7),
     ]
     return Scenario(
         name="operators-quick",
         seed=seed,
-        duration_s=420.0,
+        duration_s=240.0,
         cluster=cluster,
         jobs=jobs,
         faults=faults,
-        churn=ChurnSpec(rate=4.0, pcie_nodes=["node2"]),
+        churn=ChurnSpec(rate=4.0, pcie_nodes=["node1"]),
     )
 
 
@@ -139,11 +145,13 @@ def steps_alone(scenario: Scenario) -> list[int]:
 
 
 def healthy_step_s(scenario: Scenario) -> list[float]:
-    """Each job's step time on a healthy cluster (no fault, no churn): the median over 10 minutes."""
-    calm = scenario.model_copy(update={"faults": [], "churn": None, "duration_s": 900.0})
+    """Each job's step time on a healthy cluster (no fault, no churn): the median after the first minute of up to
+    15 minutes (5 for a run shorter than that)."""
+    calm_s = round(min(900.0, max(300.0, scenario.duration_s)))
+    calm = scenario.model_copy(update={"faults": [], "churn": None, "duration_s": float(calm_s)})
     world = World(calm)
     times: list[list[float]] = [[] for _ in world.layout.jobs]
-    for _ in range(900):
+    for _ in range(calm_s):
         world.step(1.0)
         for _ts, job, _step, step_s, *_ in world.out.steps:
             times[[j.name for j in world.layout.jobs].index(job)].append(step_s)
@@ -172,6 +180,7 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
     work = Path(tempfile.mkdtemp(prefix="aiops-oncall-"))
     allowed, signers = make_keys(work)
     (work / "routing_key").write_text(ROUTING_KEY + "\n")
+    (work / "jira_token").write_text("loopback-jira-token\n")  # the loopback Jira's (not a secret)
     traveller = time_machine.travel(SIM_EPOCH_TS_S, tick=False)
     clock = traveller.start()
     world = World(scenario)
@@ -198,6 +207,9 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
                 approvers={name: ["physical", "policy"] for name in signers},
                 flush_s=args.flush_s,
                 step_s=SCRAPE_S,
+                page_from=args.page_from,
+                ticket_url=receivers.url,
+                ticket_token_file=work / "jira_token",
             )
             cluster = holder["c"] = Cluster(scenario, world, setup)
             cluster.start()
@@ -210,7 +222,11 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
             )
             cluster.drop = lambda node: bool(drops.random() < DROP_SCRAPE_P)
             last_report = time.perf_counter()
+            budget_s = args.wall_budget_s
             for _ in range(duration):
+                if budget_s and time.perf_counter() - started > budget_s and world.elapsed_s % SCRAPE_S == 0:
+                    args.stopped_early = True  # the figures are those of the hours it ran
+                    break
                 while crew:
                     world.open_ticket(crew.pop(0))
                 clock.move_to(world.now_ts_s + 1.0)
@@ -230,6 +246,11 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
     finally:
         receivers.close()
         traveller.stop()
+    if args.stopped_early:
+        scenario = scenario.model_copy(update={"duration_s": float(world.elapsed_s)})
+        blind = [
+            {**e, "end_s": min(e["end_s"], world.elapsed_s)} for e in blind if e["start_s"] < world.elapsed_s
+        ]
     state = DayState(
         scenario,
         truth.ground(),
@@ -305,29 +326,69 @@ def apply_blind(cluster: Cluster, events: list[dict[str, Any]], elapsed_s: float
             collector.client.url = f"http://127.0.0.1:{victoria.free_port()}" if on else vm_url
 
 
+def arrival_plan(args: argparse.Namespace) -> ArrivalPlan:
+    plan = ArrivalPlan(every_kind=not args.some_kinds)
+    if args.arrivals_s:
+        plan = replace(plan, first_s=args.arrivals_s[0], quiet_end_s=args.arrivals_s[1])
+    return plan
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 nodes, 7 simulated minutes (the test's run)")
+    parser.add_argument("--quick", action="store_true", help="2 nodes, 4 simulated minutes (the test's run)")
     parser.add_argument("--nodes", type=int, default=16, help="nodes of 8 GPUs (two racks)")
     parser.add_argument("--hours", type=float, default=24.0, help="simulated hours")
     parser.add_argument("--seed", type=int, default=2027)
     parser.add_argument("--rate-per-h", type=float, default=1.0, help="faults arriving per hour on average")
+    parser.add_argument(
+        "--arrivals-s",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("FIRST_S", "QUIET_END_S"),
+        help="faults arrive from FIRST_S into the run until QUIET_END_S before its end (default 900 3600)",
+    )
+    parser.add_argument(
+        "--some-kinds",
+        action="store_true",
+        help="only the Poisson draw of faults, not every kind at least once (a short run)",
+    )
+    parser.add_argument(
+        "--page-from",
+        choices=("fleet", "every"),
+        default="fleet",
+        help="the PagerDuty sink on the fleet alone (docs/NOTIFY.md), or on every tier (node agents page too)",
+    )
+    parser.add_argument(
+        "--wall-budget-s",
+        type=float,
+        default=None,
+        help="stop the day after this much wall time (at a scrape); its figures are those of the hours it ran",
+    )
     parser.add_argument("--flush-s", type=float, default=15.0, help="node agents' [store] flush_interval_s")
     parser.add_argument("--oncall-delay-s", type=float, default=300.0, help="a page is looked at after this")
     parser.add_argument("--retry-after-s", type=float, default=1800.0, help="the next step after this")
     parser.add_argument("--quiet-node-days", type=float, default=0.0, help="the false-alarm run's size")
     parser.add_argument("--quiet-racks", type=int, default=16, help="racks of 8 nodes in the false-alarm run")
+    parser.add_argument(
+        "--quiet-wall-s",
+        type=float,
+        default=None,
+        help="stop the false-alarm run after this much wall time; its figures are of what it measured",
+    )
     parser.add_argument("--skip-day", action="store_true", help="only the false-alarm run")
     parser.add_argument("--progress", action="store_true", help="a line on stderr every wall minute")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     parser.add_argument("--refigure", default=None, metavar="DIR", help="figures of a finished day's folder")
     args = parser.parse_args()
+    args.stopped_early = False
     logging.basicConfig(level=logging.ERROR)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops what it started
     if args.quick:
         args.oncall_delay_s, args.retry_after_s = 30.0, 120.0
     result: dict[str, Any] = {
         "command": " ".join(["bench/oncall.py", *sys.argv[1:]]),
+        "page_from": args.page_from,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -341,7 +402,7 @@ def main() -> int:
         scenario = (
             quick_scenario(args.seed)
             if args.quick
-            else day_scenario(args.nodes, args.hours, args.seed, args.rate_per_h)
+            else day_scenario(args.nodes, args.hours, args.seed, args.rate_per_h, arrival_plan(args))
         )
         day = run_day(scenario, args)
         result["day"] = figures(day, ettr_three(day), SCRAPE_S)
@@ -349,8 +410,15 @@ def main() -> int:
         from bench.oncall_quiet import run_quiet
 
         result["quiet"] = run_quiet(
-            args.quiet_node_days, args.seed, SCRAPE_S, progress=args.progress, racks=args.quiet_racks
+            args.quiet_node_days,
+            args.seed,
+            SCRAPE_S,
+            progress=args.progress,
+            racks=args.quiet_racks,
+            wall_budget_s=args.quiet_wall_s,
         )
+    if "day" in result:
+        result["day"]["stopped_early"] = args.stopped_early
     result["goals"] = goals(result)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result, default=_plain)

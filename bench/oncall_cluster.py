@@ -189,6 +189,11 @@ class ClusterSetup:
     console_url: str = "http://console.example/"
     node_token_file: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # more config, merged into every service's
+    # who has the paging sink: `fleet` (docs/NOTIFY.md "Where to page from": the fleet, which covers the node
+    # agents' incidents), or `every` tier on its own (node agents with sinks of their own, the fleet too)
+    page_from: str = "fleet"
+    ticket_url: str = ""  # [notify.ticket] jira url (the loopback Jira), empty: open_ticket is a note
+    ticket_token_file: Path | None = None
 
 
 class Cluster:
@@ -207,10 +212,20 @@ class Cluster:
     def _document(self, name: str) -> dict[str, Any]:
         s = self.setup
         webhook = {"kind": "pagerduty", "url": s.pagerduty_url, "routing_key_file": str(s.routing_key_file)}
+        notify: dict[str, Any] = {"console_url": s.console_url}
+        if s.page_from == "every" or name == "fleet":
+            notify["webhooks"] = [webhook]
+        if s.ticket_url:
+            notify["ticket"] = {
+                "kind": "jira",
+                "url": s.ticket_url,
+                "project": "OPS",
+                "token_file": str(s.ticket_token_file or ""),
+            }
         return {
             "store": {"path": str(s.work / f"{name}.duckdb"), "flush_interval_s": s.flush_s},
             "http": {"listen": ""},
-            "notify": {"webhooks": [webhook], "console_url": s.console_url},
+            "notify": notify,
             "guardrails": {"allowed_signers": str(s.allowed_signers), "approvers": s.approvers},
             **s.extra,
         }
@@ -293,6 +308,20 @@ class Cluster:
         for agent in self.every():
             agent.service.start()
             agent.service.outbox.stop(timeout_s=5.0)  # delivered by `pump` on the simulated clock instead
+            if agent is not self.fleet:
+                self._declare(agent)
+
+    @staticmethod
+    def _declare(agent: Agent) -> None:
+        """A node agent's inventory in its exports (`aiops_node_info`, GPUs, NICs, the jobs' ranks), as
+        `Service.start` gives every agent built without a `sources` seam: the fleet counts a node's series only
+        from the instance that declares that node (aiops/fleet/names.py)."""
+        service = agent.service
+        with service.owner.store() as store:
+            service.metrics.inventory(
+                store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+                store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+            )
 
     def close(self) -> None:
         for agent in self.every():

@@ -8,12 +8,15 @@ it is folded into it), acknowledge and resolve act on the open one. A page is an
 PagerDuty notifies the person on call. `GET /dcim` answers the facility agent's DCIM document.
 
 `OnCall` is the person: each page is looked at `delay_s` after it came (PagerDuty's payload names the node and the
-incident); on the tier that paged, the incident's first step is approved with one `ssh-keygen -Y sign` per
-approval the guardrails ask for; when that step failed (an `action_outcomes` verdict, or, where the product records
-none, the incident still open `retry_after_s` after the step ran) the next step is approved. The first step is the
-plan's first proposed step where the product has plans (`plans`/`plan_steps`: one signature for the whole step),
-else the pending proposals of the incident's first action kind (today's pile: one signature each). A step that
-needs no approval (a ticket, a lane fix) is run as `aiops actions execute` runs it.
+incident); on the tier that paged, the incident's plan (`aiops.plans.plans`) is read and its first proposed step
+approved with one `ssh-keygen -Y sign` per approval the guardrails ask for (`aiops.runtime.actions.approve_step`:
+one signature over the whole step, all its targets, as `aiops plans approve STEP` does; the tier's service runs
+it, or the fleet dispatches it, at its next flush). When that step failed (an `action_outcomes` verdict, a target
+refused or expired, or the incident still open `retry_after_s` after the step ran) the next step is approved: the
+one the product escalated to, or else the plan's next waiting step, asked for as `aiops plans propose STEP` does.
+An incident without a plan (a condition such as a lost agent) has its pending proposals of one kind approved, one
+signature each. A step that needs no approval (a ticket, a lane fix) is run as `aiops actions execute` runs it, in
+the same visit as the step to sign after it.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from aiops.errors import AiopsError, GuardrailError
+from aiops.plans import plans
+from aiops.runtime.actions import approve_step, propose_step
 from aiops.runtime.world import attach, desk
 from aiops.store import Store
 from guardrails.signing import SshSigner
 
 EVENT_ACTIONS = ("trigger", "acknowledge", "resolve")
+MAX_STEPS_A_VISIT = 4  # a visit runs the steps that need nobody, then signs one
 
 
 @dataclass
@@ -264,49 +271,65 @@ class OnCall:
                 if self._resolved(store, case.incident_id):
                     case.finished = True
                 return
-            step = self._next_step(store, case)
-            if step is None:
+            taken = 0
+            for _ in range(MAX_STEPS_A_VISIT):  # steps that need nobody first, then one to sign
+                step = self._next_step(agent, store, case)
+                if step is None:
+                    break
+                service = agent.service  # the world as the tier's service attaches it (its ticket sink too)
+                attached = attach(
+                    store, twin=agent.twin, node=service.config.node.name, ticket=service.ticket
+                )
+                guard = desk(store, attached)
+                if not step.physical:
+                    done = self._digital(guard, step, now_ts_s)
+                elif step.step_id is not None:
+                    done = self._sign_step(agent, case, step, now_ts_s)
+                else:
+                    done = self._sign(guard, case, step, now_ts_s)
+                case.steps.append(done or step.proposal_ids)
+                case.step_done_ts_s = now_ts_s
+                taken += 1
+                if step.physical:
+                    break
+            if not taken:
                 case.finished = not case.steps or self._resolved(store, case.incident_id)
-                case.due_ts_s = now_ts_s + self.retry_after_s
-                return
-            guard = desk(store, attach(store, twin=agent.twin))
-            done = (
-                self._digital(guard, step, now_ts_s)
-                if not step.physical
-                else self._sign(guard, case, step, now_ts_s)
-            )
-            case.steps.append(done or step.proposal_ids)
-            case.step_done_ts_s = now_ts_s
             case.due_ts_s = now_ts_s + self.retry_after_s
 
-    def _sign(self, guard: Any, case: Case, step: Step, now_ts_s: float) -> list[str]:
-        """One signature per approval the guardrails ask for: for the whole step where the product has plans
-        (guardrails.steps.approve_step), else for each proposal (today's pile)."""
-        store = guard.store
+    def _people(self, store: Store, proposal_ids: list[str]) -> list[tuple[str, SshSigner]]:
+        """The person on call, and the second person where a target needs two."""
         needed = max(
             int(store.scalar("SELECT approvals_needed FROM proposals WHERE proposal_id = ?", [pid]) or 1)
-            for pid in step.proposal_ids
+            for pid in proposal_ids
         )
-        people = list(self.signers.items())[: max(1, needed)]
-        if step.step_id is not None:
-            from guardrails.steps import approve_step  # type: ignore[import-not-found,unused-ignore]
+        return list(self.signers.items())[: max(1, needed)]
 
-            for principal, signer in people:
-                try:
-                    approve_step(guard, step.step_id, step.proposal_ids, signer)
-                except Exception as exc:  # the product refused: the person reads why and goes on
-                    self.refusals.append((now_ts_s, step.step_id, str(exc)[:200]))
-                    return []
-                self.signatures.append(
-                    Signature(now_ts_s, case.tier, case.incident_id, step.step_id, principal)
-                )
-            return list(step.proposal_ids)
+    def _sign_step(self, agent: Any, case: Case, step: Step, now_ts_s: float) -> list[str]:
+        """One signature over the whole plan step per person it needs (`aiops plans approve STEP`); the tier's
+        service runs the targets, or dispatches them to their nodes, at its next flush."""
+        assert step.step_id is not None
+        with agent.service.owner.store() as store:
+            people = self._people(store, step.proposal_ids)
+        for principal, signer in people:
+            try:
+                decision = approve_step(agent.service.workspace, step.step_id, signer, execute=False)
+            except (GuardrailError, AiopsError) as exc:  # the product refused: the person reads why, goes on
+                self.refusals.append((now_ts_s, step.step_id, str(exc)[:200]))
+                return []
+            self.signatures.append(Signature(now_ts_s, case.tier, case.incident_id, step.step_id, principal))
+            if decision.authorisation.ok:
+                break
+        return list(step.proposal_ids)
+
+    def _sign(self, guard: Any, case: Case, step: Step, now_ts_s: float) -> list[str]:
+        """An incident without a plan: one signature per proposal (and per person it needs)."""
+        people = self._people(guard.store, step.proposal_ids)
         approved = []
         for proposal_id in step.proposal_ids:
             for principal, signer in people:
                 try:
                     guard.approve(proposal_id, signer)
-                except Exception as exc:
+                except (GuardrailError, AiopsError) as exc:
                     self.refusals.append((now_ts_s, proposal_id, str(exc)[:200]))
                     break
                 self.signatures.append(
@@ -321,7 +344,7 @@ class OnCall:
         for proposal_id in step.proposal_ids:
             try:
                 outcome = guard.execute(proposal_id)
-            except Exception as exc:
+            except (GuardrailError, AiopsError) as exc:
                 self.refusals.append((now_ts_s, proposal_id, str(exc)[:200]))
                 continue
             if outcome.status == "executed":
@@ -331,23 +354,22 @@ class OnCall:
         return ran
 
     def _failed(self, store: Store, case: Case, now_ts_s: float) -> bool:
-        """Whether the last step failed: the product's verdict where it records one, else the incident still
-        open `retry_after_s` after it."""
+        """Whether the last step failed: the product's verdict where it records one (`action_outcomes`), a
+        target refused, denied or expired, else the incident still open `retry_after_s` after it."""
         last = case.steps[-1]
-        if _has_table(store, "action_outcomes"):
-            marks = ", ".join("?" for _ in last)
-            verdicts = [
-                str(r[0])
-                for r in store.conn.execute(
-                    f"SELECT verdict FROM action_outcomes WHERE proposal_id IN ({marks})", last
-                ).fetchall()
-            ]
-            if verdicts:
-                return "failed" in verdicts
+        marks = ", ".join("?" for _ in last)
+        verdicts = [
+            str(r[0])
+            for r in store.conn.execute(
+                f"SELECT verdict FROM action_outcomes WHERE proposal_id IN ({marks})", last
+            ).fetchall()
+        ]
+        if verdicts:
+            return "failed" in verdicts
         statuses = {
             str(r[0])
             for r in store.conn.execute(
-                f"SELECT status FROM proposals WHERE proposal_id IN ({', '.join('?' for _ in last)})", last
+                f"SELECT status FROM proposals WHERE proposal_id IN ({marks})", last
             ).fetchall()
         }
         if statuses & {"failed", "refused", "expired", "denied"}:
@@ -362,39 +384,40 @@ class OnCall:
         ).fetchone()
         return row is None or row[0] is not None
 
-    def _next_step(self, store: Store, case: Case) -> Step | None:
-        """The step to take next: the plan's first proposed step where the product has plans; else the next
-        proposals of one kind in the order they were filed (the pile)."""
+    def _next_step(self, agent: Any, store: Store, case: Case) -> Step | None:
+        """The step to take next: the plan's first proposed step with targets still pending (the product
+        escalates to it when a step fails); when there is none after a failed step, the plan's next waiting step,
+        asked for as `aiops plans propose STEP` does. An incident without a plan: its pending proposals of one
+        kind, in the order they were filed."""
         done = {pid for step in case.steps for pid in step}
-        if _has_table(store, "plan_steps"):
-            rows = store.conn.execute(
-                "SELECT s.step_id, s.risk, s.proposal_ids FROM plans pl JOIN plan_steps s USING (plan_id) "
-                "WHERE pl.incident_id = ? AND s.status = 'proposed' AND len(s.proposal_ids) > 0 "
-                "ORDER BY s.step_no",
-                [case.incident_id],
-            ).fetchall()
-            for step_id, risk, proposal_ids in rows:
-                pending = [
-                    str(p)
-                    for p in proposal_ids
-                    if p not in done
-                    and store.scalar("SELECT status FROM proposals WHERE proposal_id = ?", [p]) == "pending"
-                ]
-                if pending:
-                    return Step(str(step_id), pending, risk == "physical")
-            if store.scalar("SELECT count(*) FROM plans WHERE incident_id = ?", [case.incident_id]):
+        found = [p for p in plans(store, incident_id=case.incident_id) if p.status == "open"]
+        if found or plans(store, incident_id=case.incident_id):
+            for plan in found:
+                for s in plan.steps:
+                    pending = [p for p in s.proposal_ids if p not in done and _status(store, p) == "pending"]
+                    if s.status == "proposed" and pending:
+                        return Step(s.step_id, pending, s.risk == "physical")
+            waiting = [s for plan in found for s in plan.steps if s.status == "waiting"]
+            if not case.steps or not waiting:
                 return None
+            try:
+                filed = propose_step(agent.service.workspace, waiting[0].step_id, "alice")
+            except (GuardrailError, AiopsError) as exc:
+                self.refusals.append((time.time(), waiting[0].step_id, str(exc)[:200]))
+                return None
+            pending = [p for p in filed if _status(store, p) == "pending"]
+            return Step(waiting[0].step_id, pending, waiting[0].risk == "physical") if pending else None
         rows = store.conn.execute(
             "SELECT proposal_id, kind, physical FROM proposals WHERE incident_id = ? AND status = 'pending' "
             "ORDER BY created_ts_s, proposal_id",
             [case.incident_id],
         ).fetchall()
-        pending = [(str(pid), str(kind), bool(physical)) for pid, kind, physical in rows if pid not in done]
-        if not pending:
+        left = [(str(pid), str(kind), bool(physical)) for pid, kind, physical in rows if pid not in done]
+        if not left:
             return None
-        kind, physical = pending[0][1], pending[0][2]
-        return Step(None, [pid for pid, k, _ in pending if k == kind], physical)
+        kind, physical = left[0][1], left[0][2]
+        return Step(None, [pid for pid, k, _ in left if k == kind], physical)
 
 
-def _has_table(store: Store, name: str) -> bool:
-    return bool(store.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]))
+def _status(store: Store, proposal_id: str) -> str:
+    return str(store.scalar("SELECT status FROM proposals WHERE proposal_id = ?", [proposal_id]) or "")

@@ -59,8 +59,16 @@ def quiet_scenario(seed: int, racks: int = RACKS) -> Scenario:
 
 
 def run_quiet(
-    node_days: float, seed: int, scrape_s: float, *, progress: bool = False, racks: int = RACKS
+    node_days: float,
+    seed: int,
+    scrape_s: float,
+    *,
+    progress: bool = False,
+    racks: int = RACKS,
+    wall_budget_s: float | None = None,
 ) -> dict[str, Any]:
+    """`node_days` of the healthy fleet; with `wall_budget_s`, the run stops at the first scrape past that much
+    wall time and its figures are those of the node-days it measured (`stopped_early`)."""
     import time_machine
 
     started = time.perf_counter()
@@ -106,7 +114,7 @@ def run_quiet(
         service.start()
         service.outbox.stop(timeout_s=5.0)
         last_report = time.perf_counter()
-        seen = 0
+        seen, stopped = 0, False
         for second in range(1, round(duration_s) + 1):
             if second % 86_400 == 1 and world.churn is not None:
                 world.churn.extend(world, second + 86_400.0)
@@ -119,6 +127,9 @@ def run_quiet(
             if service.flushes != seen:
                 seen = service.flushes
                 service.outbox.pump_once(service.workspace)
+            if wall_budget_s is not None and time.perf_counter() - started > wall_budget_s:
+                stopped = True
+                break
             if time.perf_counter() - last_report > 60:
                 last_report = time.perf_counter()
                 done = nodes * world.elapsed_s / 86_400.0
@@ -143,7 +154,8 @@ def run_quiet(
         service.owner.close()
         receivers.close()
         traveller.stop()
-    return _figures(work, pagerduty, nodes, world.elapsed_s, scrape_s, time.perf_counter() - started)
+    found = _figures(work, pagerduty, nodes, world.elapsed_s, scrape_s, time.perf_counter() - started)
+    return {**found, "node_days_asked": node_days, "stopped_early": stopped}
 
 
 def _figures(

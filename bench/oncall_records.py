@@ -223,8 +223,8 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     page_rows = []
     for alert in state.alerts:
         key = (str(alert.details.get("node") or alert.source), str(alert.details.get("incident_id") or ""))
-        found = fault_of(key)
         at_s = alert.opened_ts_s - SIM_EPOCH_TS_S
+        found = _named(alert.summary, at_s, truth, end_s) or fault_of(key)
         if found.what == "false" and any(_says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
             found = Attribution("blind")  # a page about a real loss of sight: not a false one
         page_rows.append((at_s, key, found.what, found.fault, alert.summary))
@@ -385,6 +385,24 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
             for t, k, what, fault, s in page_rows
         ],
     }
+
+
+_TOP_CAUSE = re.compile(r"top cause: (\w+) on (\S+)")
+
+
+def _named(summary: str, at_s: float, truth: Ground, end_s: float) -> Attribution | None:
+    """The fault a page named when it went out (its summary's top cause: the label on the fault's hardware, the
+    fault in force then), whatever the incident's diagnosis became later; None when it names none."""
+    found = _TOP_CAUSE.search(summary)
+    if found is None:
+        return None
+    label, component = found.groups()
+    nodes = nodes_of(component, truth.world, truth.jobs_at(at_s))
+    for f in truth.faults:
+        low, high = truth.window(f, end_s)
+        if f.kind == label and nodes & f.own_nodes and low <= at_s <= high:
+            return Attribution("fault", f.index)
+    return None
 
 
 def _undoes(p: Proposal, action: Executed, truth: Ground) -> bool:

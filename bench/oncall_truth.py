@@ -14,7 +14,8 @@ GPUs, the fleet or a lane policy every GPU). GPUs touched: the GPUs an executed 
 target's GPUs; a migration both nodes'), taken from the twins' logs of what was executed.
 
 An incident (any tier) belongs to a fault when it opened while the fault was in force (from 60 s before its start
-to 15 min after it ended): first the fault of the incident's label on the nodes its hardware stands on; else, when
+to 15 min after it ended): first the fault of the incident's label on the nodes its hardware stands on (or such a
+fault that arrived while the incident was open: its diagnosis, read after the run, moved to it); else, when
 an executed action reached one of the incident's components in the hour before (its target, and for the kinds that
 restart a job, that job's nodes), the incident is self-inflicted (that action's fault is charged); else the first
 fault whose hardware or job the incident's nodes overlap (misdiagnosed); anything else is a false alarm.
@@ -251,6 +252,16 @@ def attribute(
             overlapping.append(f)
     for f in overlapping:
         if f.kind == incident.root_cause and nodes & f.own_nodes:
+            return Attribution("fault", f.index)
+    closed_s = incident.resolved_s if incident.resolved_s is not None else end_s
+    for f in truth.faults:  # an open incident whose diagnosis moved to a fault that arrived later
+        low, high = truth.window(f, end_s)
+        if (
+            f.kind == incident.root_cause
+            and nodes & f.own_nodes
+            and low <= closed_s
+            and incident.opened_s <= high
+        ):
             return Attribution("fault", f.index)
     for action in reversed(executed):
         if not 0.0 <= incident.opened_s - action.elapsed_s <= CAUSED_WITHIN_S:
