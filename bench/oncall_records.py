@@ -224,9 +224,13 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     for alert in state.alerts:
         key = (str(alert.details.get("node") or alert.source), str(alert.details.get("incident_id") or ""))
         at_s = alert.opened_ts_s - SIM_EPOCH_TS_S
-        found = _named(alert.summary, at_s, truth, end_s) or fault_of(key)
-        if found.what == "false" and any(_says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
-            found = Attribution("blind")  # a page about a real loss of sight: not a false one
+        found = _named(alert.summary, at_s, truth, end_s) or Attribution("unnamed")
+        if found.what == "unnamed" and any(_says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
+            found = Attribution(
+                "blind"
+            )  # a page about a real loss of sight (it names no fault): not a fault's
+        elif found.what == "unnamed":
+            found = fault_of(key)
         page_rows.append((at_s, key, found.what, found.fault, alert.summary))
         if found.what == "blind":
             pages_blind += 1
