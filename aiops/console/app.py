@@ -40,6 +40,7 @@ from aiops.console.maintenance import MaintenancePages
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
 from aiops.console.plan_data import plan_view
+from aiops.console.safety import Safety
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
@@ -100,6 +101,7 @@ class Console:
         self.admin = Admin(self)
         self.maintenance = MaintenancePages(self)
         self.chat = ChatDesk(self)
+        self.safety = Safety(self)  # the breaker, the components' memory, rollbacks
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
         self.oidc: OidcSignIn | None = None
         if options.oidc.enabled:
@@ -326,6 +328,10 @@ def create_app(
         Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/proposals/{proposal_id}/approve-signed", console.decisions.approve_signed, methods=["POST"]),
+        Route("/proposals/{proposal_id}/rollback", console.safety.rollback, methods=["POST"]),
+        Route("/breaker", console.safety.breaker),
+        Route("/components", console.safety.components),
+        Route("/components/{component:path}", console.safety.component),
         Route("/steps/{step_id}/approve", console.steps.approve, methods=["POST"]),
         Route("/steps/{step_id}/approve-signed", console.steps.approve_signed, methods=["POST"]),
         Route("/steps/{step_id}/propose", console.steps.propose, methods=["POST"]),

@@ -19,6 +19,7 @@ from aiops import labels
 from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
+from aiops.detect.stragglers import EXPECTED, StragglerRules
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
 from aiops.store import Store
@@ -70,6 +71,9 @@ class Detector:
         )
         self.intended_cache = IntendedCache()  # what the product set: expected, not a symptom (module doc)
         self.intended: dict[tuple[str, str], Intended] = {}
+        self.stragglers = StragglerRules(
+            store, self._set_slower
+        )  # per-rank timing (aiops/detect/stragglers.py)
 
     # -- helpers ------------------------------------------------------------------------------------------
     def _counter_delta(self, key: str, value: Any) -> float:
@@ -101,6 +105,10 @@ class Detector:
         entry = self._set(node, "drained") if node else None
         return entry is not None and bool(entry.value)
 
+    def _set_slower(self, gpu: str) -> bool:
+        """The product slowed this GPU (its limit or clocks, intended state) or drained its node."""
+        return self._drained(gpu) or any(self._set(gpu, prop) is not None for prop in EXPECTED)
+
     def process(self, t0: float, t1: float) -> list[Symptom]:
         if self.start_ts_s is None:
             self.start_ts_s = t0
@@ -116,6 +124,8 @@ class Detector:
         out += self._steps(t0, t1)
         out += self._racks(t0, t1)
         out += self._hosts(t0, t1)
+        self.stragglers.store = self.store  # the live service may have reopened the file since
+        out += self.stragglers.process(t0, t1, warm=t1 - self.start_ts_s >= WARMUP_S)
         return out
 
     def _gpus(self, t0: float, t1: float) -> list[Symptom]:

@@ -34,6 +34,9 @@ RANK_PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec(9, "cudaDeviceSynchronize", "libcudart", "sync", True),
     ProbeSpec(10, "cudaStreamSynchronize", "libcudart", "sync", True),
     ProbeSpec(11, "cudaEventSynchronize", "libcudart", "sync", True),
+    # synchronous with the host (CUDA runtime API: "cudaMemcpy ... exhibits synchronous behavior"): the batch's
+    # host-to-device copy waits here when the PCIe link is slow
+    ProbeSpec(12, "cudaMemcpy", "libcudart", "copy", True),
 )
 RANK_PROBE_BY_INDEX = {probe.index: probe for probe in RANK_PROBES}
 OP_NAMES = {

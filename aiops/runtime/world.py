@@ -38,6 +38,7 @@ from guardrails.actuators_nvml import NvmlPowerActuator
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
 from guardrails.actuators_slurm import SlurmActuator
 from guardrails.actuators_sysfs import CoolingActuator
+from guardrails.breaker import SchedulerView
 from guardrails.context import topology_from_store
 from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.routing import (
@@ -49,6 +50,7 @@ from guardrails.routing import (
     executors_table,
     host_backends,
 )
+from guardrails.scheduler_view import view_reader
 from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
@@ -65,6 +67,8 @@ class Attached:
     actuator: Actuator | None
     describe: str
     twin: Twin | None = None
+    # the scheduler's view of out-of-service nodes for the circuit breaker (None: no scheduler configured)
+    scheduler_view: Callable[[], SchedulerView | None] | None = None
 
     @property
     def data_clock(self) -> Callable[[], float] | None:
@@ -100,9 +104,32 @@ def attach(
     """The world of the workspace `store` is open on. `twin`: a twin this process already holds (synced here,
     not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml); `kube_api`: a CoreV1Api
     (default: built from `store.scheduler`); `ticket`: the ticket sink open_ticket files in (`[notify.ticket]`;
-    None: an open_ticket is a note in the audit log)."""
+    None: an open_ticket is a note in the audit log). Its `scheduler_view` reads the configured scheduler's
+    drained or cordoned nodes for the circuit breaker, whatever executes here."""
     attached = _attach(store, actuator, node, twin, nvml, kube_api, sysfs_root)
+    attached.scheduler_view = scheduler_view(store, node, kube_api)
     return attached if ticket is None else _with_ticket(store, attached, ticket)
+
+
+def scheduler_view(
+    store: Store, node: str | None, kube_api: Any = None
+) -> Callable[[], SchedulerView | None] | None:
+    """The reader of `[scheduler]`'s view (guardrails.scheduler_view); this agent's own scheduler name maps to
+    its component name (a twin rig's node0 is Slurm's aiops-xxxx)."""
+    config = store.scheduler
+    if config.kind == "none":
+        return None
+    local = _scheduler_node(store)
+    names = {local: node} if node else {}
+
+    def api() -> Any:
+        if kube_api is not None:
+            return kube_api
+        return core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
+
+    return view_reader(
+        config.kind, binaries=config.binaries, timeout_s=config.timeout_s, kube_api=api, names=names
+    )
 
 
 def _with_ticket(store: Store, attached: Attached, ticket: TicketActuator) -> Attached:
@@ -313,6 +340,7 @@ def desk(
         context_for=lambda now: validation_context(attached.readings, attached.topology, now),
         clock=clock,
         standing=standing,
+        scheduler_view=attached.scheduler_view,
         data_clock=attached.data_clock,
     )
 

@@ -39,6 +39,7 @@ from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
+from aiops.service.breaker_metrics import BreakerMetrics
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import CollectorWatch, ConditionBook, ConditionReport
 from aiops.service.dispatch_in import DispatchInbox
@@ -48,7 +49,7 @@ from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
 from aiops.service.pager import Pager, PageState
 from aiops.service.profile_trigger import ProfileTrigger
-from aiops.service.reports import ReportSchedule
+from aiops.service.reports import ReportSchedule, check_paths
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
 from aiops.service.slack_actions import SlackChat
@@ -175,6 +176,7 @@ class Service:
         self.responder = Responder(
             notify=on_event, held=held_by_maintenance, recurrence_s=config.detection.recurrence_s
         )
+        self.breaker = BreakerMetrics(self.metrics)  # the circuit breaker on /metrics (breaker_metrics.py)
         # conditions of its own sight (a blind source, a lost node agent, a blind collector): service/conditions.py
         self.conditions = ConditionBook(self.live.allocate_id, on_event)
         self.watch = CollectorWatch(config.node.name)
@@ -220,6 +222,7 @@ class Service:
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
+        check_paths(self.owner.db_path, self.config)  # one line, exit 2, before anything is started
         self.owner.start()
         with self.owner.store() as store:
             witness.store_path(store)  # one witness per store: another config's is refused at start
@@ -459,6 +462,7 @@ class Service:
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
+        self.breaker.observe(store, lambda: desk(store, attached), time.time())
         if self.slack is not None:
             self.slack.run_requested(store, attached)
 
@@ -553,7 +557,7 @@ class Service:
     def _observe_store(self, store: Store) -> None:
         open_rows = store.query(
             "SELECT i.incident_id, i.severity, h.root_cause, coalesce(h.component, i.components[1]) AS component, "
-            "i.opened_ts_s, h.confidence "
+            "i.opened_ts_s, h.confidence, i.symptoms "
             "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )

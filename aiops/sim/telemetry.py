@@ -1,6 +1,6 @@
 """The simulator's telemetry adapter: what, on a real cluster, comes from eBPF lane counters (nic_samples,
-flow_class_samples, lane_rules), the NCCL profiler and PyTorch's watchdog (collective_samples), the training
-framework's step hook and straggler report (job_steps, loader wait), the rack's CDU and PDU (rack_samples), the
+flow_class_samples, lane_rules), the NCCL profiler and PyTorch's watchdog (collective_samples), the rank-timing
+uprobes (rank_timing_samples, aiops/sim/rank_timing.py), the training framework's step hook and straggler report (job_steps, loader wait), the rack's CDU and PDU (rack_samples), the
 facility's DCIM signal input (dcim_signals: what `aiops dcim` records from an operator or a DCIM exporter) and
 node exporter (host_samples); here it reads the simulated world. It emits only observable quantities: nothing
 names a fault (tests/security/test_twin_leaks.py). Built on collectors.base (aiops.sim -> collectors, never the
@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from aiops.sim import rdma
 from aiops.sim.gpu import HOST_POWER_KW
+from aiops.sim.rank_timing import TwinRankTiming
 from aiops.sim.world import World
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.schema import TOPOLOGY_BASE_COLUMNS, columns
@@ -81,6 +82,7 @@ class SimFabricCollector:
         self._dcim_caps_kw: dict[str, float | None] = {}  # the signals sent so far, per scope
         self._nccl_lines_seen = len(world.hca.log)
         self._nccl_line_numbers = [0] * lay.nodes  # per node: lines of its NCCL log so far
+        self._ranks = TwinRankTiming(world)  # what the rank-timing uprobes would record
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -102,6 +104,9 @@ class SimFabricCollector:
         )
         if w.out.steps:
             out["job_steps"] = RowBatch(columns("job_steps"), list(w.out.steps))
+        ranks = self._ranks.rows(now_ts_s, interval)
+        if ranks:
+            out["rank_timing_samples"] = RowBatch(columns("rank_timing_samples"), ranks)
         self._facility(now_ts_s, out)
         self._rdma(now_ts_s, out)
         return out
