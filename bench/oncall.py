@@ -1,6 +1,6 @@
 """The operator's day: the product run as a cluster's operators run it, for a simulated day, with faults arriving at
 random, benign churn in between, and a scripted on-call; how many pages, signatures and GPUs it took, what it broke,
-and how much training the jobs got done. Prints one JSON object (the contract in docs/ARCHITECTURE.md).
+and how much training the jobs got done. Prints one JSON object (its keys: docs/BENCHMARKS.md, "The operator's day").
 
 The day (bench/oncall_cluster.py): the twin (16 nodes x 8 GPUs by default, two racks, two jobs of six nodes and four
 idle spares) stepped every simulated second; a node agent per node and a facility agent, each the product's

@@ -2,7 +2,7 @@
 twin carrying one job, 4 simulated minutes, a hot GPU on one node and a misconfigured power limit on the other):
 real node agents and fleet, a real VictoriaMetrics between them, the fleet paging a loopback PagerDuty, an on-call
 approving each plan step with one real SSH signature. The JSON carries every figure of the contract
-(docs/ARCHITECTURE.md), per fault and in total, and they hold together: each fault paged once (one page per
+(docs/BENCHMARKS.md), per fault and in total, and they hold together: each fault paged once (one page per
 problem), a step took one signature, the misconfigured limit was reset by the step approved, and ETTR with no
 product is below the oracle's."""
 
