@@ -377,6 +377,11 @@ class ConsoleConfig(_Section):
         description="the console's address as people reach it (behind a proxy: the proxy's); notifications "
         "link to /incidents/<id> there ([notify] console_url, when set, wins)",
     )
+    grafana_url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="a Grafana with deploy/grafana's dashboards: incident pages link each plot to its panel",
+    )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
     oidc: OidcConfig = Field(default_factory=OidcConfig)  # single sign-on (aiops/config_oidc.py)

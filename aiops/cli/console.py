@@ -179,6 +179,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_age_s=config.console.max_age_s,
         agent=agent_config(config),
         oidc=config.console.oidc,
+        grafana_url=config.console.grafana_url,
     )
     try:
         server = ConsoleServer(

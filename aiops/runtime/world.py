@@ -22,13 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
 from aiops.integrations.ticket import TicketActuator
-from aiops.sim.readings import WorldReadings
-from aiops.sim.twin import Twin, TwinActuator
 from aiops.store import Store
 from aiops.store.lease import service_pid
 from guardrails.actions import Action
@@ -54,6 +52,9 @@ from guardrails.scheduler_view import view_reader
 from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
+
+if TYPE_CHECKING:  # the twin (numpy, its world) is loaded only for a simulated workspace: a node agent never
+    from aiops.sim.twin import Twin
 
 ACTUATORS: tuple[str, ...] = ("auto", "twin", "nvml", "none")
 TICKETS_ONLY = "tickets"  # Attached.kind where only open_ticket executes (a fleet with a ticket sink)
@@ -87,6 +88,10 @@ def load_twin(store: Store, held: Twin | None = None) -> Twin | None:
     if held is not None:
         held.sync(store)
         return held
+    if store.scalar("SELECT count(*) FROM sim_runs") == 0:
+        return None  # no simulated run: the twin's modules are not loaded
+    from aiops.sim.twin import Twin
+
     return Twin.load(store)
 
 
@@ -184,6 +189,9 @@ def _attach(
             f"{store.path} has no twin: it was not made by a simulation (aiops demo or aiops simulate)"
         )
     if held is not None:
+        from aiops.sim.readings import WorldReadings
+        from aiops.sim.twin import TwinActuator
+
         topology = dataclasses.replace(topology, job_gpus=held.topology.job_gpus)  # jobs where they run now
         twin_actuator: Actuator = TwinActuator(held, store)
         describe = "twin (the workspace's simulated world)"
