@@ -51,7 +51,8 @@ from aiops.service.node_slice import (
     job_homes,
 )
 from aiops.service.service import Service
-from aiops.service.sources import Source, Sources, node_slice, sliced_inventory
+from aiops.service.sim_sources import node_slice, sliced_inventory
+from aiops.service.sources import Source, Sources
 from aiops.sim.sysfs import SimSysfs
 from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
