@@ -322,7 +322,7 @@ def apply_blind(cluster: Cluster, events: list[dict[str, Any]], elapsed_s: float
         if event["what"] == "node_agent_lost":
             cluster.agents[event["component"]].down = on
         else:
-            collector = cluster.fleet.service.sources.sources[0].collector  # type: ignore[union-attr]
+            collector: Any = cluster.fleet.service.sources.sources[0].collector  # type: ignore[union-attr]
             collector.client.url = f"http://127.0.0.1:{victoria.free_port()}" if on else vm_url
 
 

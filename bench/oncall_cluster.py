@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
@@ -58,7 +59,7 @@ from aiops.sim.telemetry import SimFabricCollector, inventory
 from aiops.sim.twin import Twin, record_run
 from aiops.sim.world import World
 from aiops.store import Store
-from collectors.base import RowBatch
+from collectors.base import RowBatch, to_arrow
 from collectors.nvml import NvmlCollector
 from guardrails.dispatched import parse_dispatch
 
@@ -116,6 +117,9 @@ class OwnRows:
     def rows(self, now_ts_s: float) -> dict[str, RowBatch]:
         return self.shared.part(self.owner, now_ts_s)
 
+    def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
+        return to_arrow(self.rows(now_ts_s))
+
 
 @dataclass
 class Agent:
@@ -143,11 +147,12 @@ def exposition(metrics: Iterable[Metric], ts_s: float, target: Mapping[str, str]
             if sample.name.endswith("_created"):
                 continue
             labels = {**{k: v for k, v in extra.items() if k not in sample.labels}, **sample.labels}
+            value = floatToGoString(sample.value)  # type: ignore[no-untyped-call]
             if labels:
                 text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-                out.append(f"{sample.name}{{{text}}} {floatToGoString(sample.value)}{stamp}")
+                out.append(f"{sample.name}{{{text}}} {value}{stamp}")
             else:
-                out.append(f"{sample.name} {floatToGoString(sample.value)}{stamp}")
+                out.append(f"{sample.name} {value}{stamp}")
     return "".join(out)
 
 
