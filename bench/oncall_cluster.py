@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -339,6 +340,7 @@ class Cluster:
                     service.sources.close()
                 service.owner.close()
         self.sysfs.close()
+        shutil.rmtree(self.sysfs.root, ignore_errors=True)  # made here (mkdtemp): the tree is ours to remove
 
     def second(self, on_scrape: Callable[[float], None] | None = None) -> None:
         """One simulated second: the world steps, every agent ticks (collects; flushes when due), a scrape
