@@ -59,7 +59,6 @@ from aiops.service.sources import (
     config_resolvers,
     host_sources,
     register_topology,
-    sim_sources,
 )
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
@@ -211,6 +210,9 @@ class Service:
         self.last_tick = 0.0
         self.last_flush = 0.0
         self.last_retention = 0.0
+        self.last_review = float("-inf")  # pages, the closed loop and the store's gauges were reviewed
+        # at most this long apart when no window is judged (each judged window reviews them at once)
+        self.review_every_s = config.detection.window_s
         self.newest_ts_s: float | None = None
         self.first_ts_s: float | None = None
         self.oldest_unflushed_ts_s: float | None = None
@@ -229,6 +231,8 @@ class Service:
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
+                from aiops.service.sim_sources import sim_sources  # the twin: loaded in sim mode only
+
                 self.sources = sim_sources(
                     store,
                     self.sim.scenario,
@@ -415,11 +419,15 @@ class Service:
         if self.sources is None:
             return
         started = time.perf_counter()
-        tables = self.buffer.drain()
+        batches = self.buffer.drain_batches()  # rows stay tuples: the store inserts them without pyarrow
         with self.owner.store() as store:
-            counts = {name: int(table.num_rows) for name, table in tables.items()}
-            if tables:
-                store.ingest_many(tables)
+            counts: dict[str, int] = {}
+            for name, batch in batches:
+                counts[name] = counts.get(name, 0) + (
+                    len(batch.rows) if isinstance(batch, RowBatch) else int(batch.num_rows)
+                )
+            if batches:
+                store.ingest_all(batches)
             if self.workloads_ts_s is not None:
                 self._guarded("jobs", lambda: self._refresh_jobs(store))
             twin = self.sources.twin
@@ -428,11 +436,19 @@ class Service:
                 twin.log_steps(store, self.sources.stepped_s)
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
+                judged = self.live.windows
                 self._guarded("detection", lambda: self._detect_and_respond(store))
-                self._guarded("paging", lambda: self._review_pages(store))
-                self._guarded("closed loop", lambda: self._close_loop(store))
+                # what changes only as windows are judged or time passes: once a window, not every flush
+                review = self.live.windows > judged or self.clock() - self.last_review >= self.review_every_s
+                if review:
+                    self.last_review = self.clock()
+                    self._guarded("paging", lambda: self._review_pages(store))
+                    self._guarded("closed loop", lambda: self._close_loop(store))
                 self._guarded("plans", lambda: self._advance_plans(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
+            else:
+                review = self.clock() - self.last_review >= self.review_every_s
+                self.last_review = self.clock() if review else self.last_review
             self._guarded("conditions", lambda: self._conditions(store))
             if len(self.dispatches):
                 twin = self.sources.twin
@@ -441,7 +457,8 @@ class Service:
                 self._guarded("dispatcher", lambda: self.dispatcher(store) if self.dispatcher else None)
             self._guarded("retention", lambda: self._retention(store))
             self._guarded("report", lambda: self._report(store))
-            self._observe_store(store)
+            if review or not self.flushes:
+                self._observe_store(store)
         self.metrics.ingested(counts)
         lag_s = (
             0.0 if self.oldest_unflushed_ts_s is None else self.sources.clock() - self.oldest_unflushed_ts_s
@@ -459,12 +476,20 @@ class Service:
     def _detect_and_respond(self, store: Store) -> None:
         assert self.sources is not None and self.newest_ts_s is not None
         transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
-        attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
-        self.responder.handle(store, transitions, lambda: desk(store, attached))
-        self._execute_approved(store, attached)
-        self.breaker.observe(store, lambda: desk(store, attached), time.time())
+        twin = self.sources.twin
+        held: list[Any] = []
+
+        def attached() -> Any:  # the world, attached only when something is filed or executed
+            if not held:
+                held.append(attach(store, twin=twin, node=self.config.node.name, ticket=self.ticket))
+            return held[0]
+
+        self.responder.handle(store, transitions, lambda: desk(store, attached()))
+        if store.scalar("SELECT count(*) FROM proposals WHERE status = 'approved'"):
+            self._execute_approved(store, attached())
+        self.breaker.observe(store, lambda: desk(store, attached()), time.time())  # every 15 s: attaches then
         if self.slack is not None:
-            self.slack.run_requested(store, attached)
+            self.slack.run_requested(store, attached())
 
     def _conditions(self, store: Store) -> None:
         """What the source and the watched collectors say of their sight, as condition incidents."""
@@ -489,6 +514,8 @@ class Service:
         """The open plans' step statuses from their proposals and the outcomes just judged; after a failed step
         the next one is proposed (aiops/plans/lifecycle.py)."""
         assert self.sources is not None
+        if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
+            return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         changed = advance(desk(store, attached))
         if changed:

@@ -9,10 +9,9 @@ reverse).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from aiops.sim import rdma
 from aiops.sim.gpu import HOST_POWER_KW
@@ -20,6 +19,9 @@ from aiops.sim.rank_timing import TwinRankTiming
 from aiops.sim.world import World
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.schema import TOPOLOGY_BASE_COLUMNS, columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 WATER_HEAT_CAPACITY_KJ_PER_L_K = 4.186
 HOST_MEM_USED_PCT = 55.0
@@ -34,6 +36,11 @@ NCCL_LOG_SOURCE = "nccl.log"
 
 def inventory(world: World) -> dict[str, pa.Table]:
     """Topology and the scheduler's job/rank tables, written once at the start of a run."""
+    return to_arrow(inventory_rows(world))
+
+
+def inventory_rows(world: World) -> dict[str, RowBatch]:
+    """`inventory` as rows (what `aiops run --sim` stores: it never loads pyarrow)."""
     lay = world.layout
     topo: list[Row] = [("fleet", "fleet", None, None, None, 0)]
     for r, rack in enumerate(lay.rack_names):
@@ -60,13 +67,11 @@ def inventory(world: World) -> dict[str, pa.Table]:
         for rank, g in enumerate(job.gpus.tolist()):
             node = lay.node_names[lay.gpu_node[g]]
             ranks.append((job.name, rank, lay.gpu_names[g], node, lay.nic_names[lay.gpu_nic[g]]))
-    return to_arrow(
-        {
-            "topology": RowBatch(TOPOLOGY_BASE_COLUMNS, topo),
-            "jobs": RowBatch(columns("jobs"), jobs),
-            "job_ranks": RowBatch(columns("job_ranks"), ranks),
-        }
-    )
+    return {
+        "topology": RowBatch(TOPOLOGY_BASE_COLUMNS, topo),
+        "jobs": RowBatch(columns("jobs"), jobs),
+        "job_ranks": RowBatch(columns("job_ranks"), ranks),
+    }
 
 
 class SimFabricCollector:
