@@ -196,7 +196,7 @@ def find_step(
                 print(f"found {href} with step {section.removeprefix('step-')} to sign", file=out, flush=True)
                 return href, section
         if not running():
-            raise CheckFailed("incident", "the fleet demo stopped before an incident with a plan was listed")
+            raise CheckFailed("incident", "the fleet demo stopped (or its time ran out) before it listed one")
         if time.monotonic() >= deadline:
             what = (
                 f"open incidents {', '.join(seen)}, none with a plan step to sign" if seen else "no incident"
@@ -304,6 +304,10 @@ def check(
             page.screenshot(path=str(shots / "failed.png"), full_page=True)
             raise
         except Exception as exc:  # Playwright's errors (a page that did not load, a timeout): one line
+            if not running():
+                raise CheckFailed(
+                    "demo", "the fleet demo stopped (or its time ran out) during the check"
+                ) from exc
             page.screenshot(path=str(shots / "failed.png"), full_page=True)
             raise CheckFailed("browser", f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
 
@@ -314,9 +318,10 @@ def run_with_demo(
     """scripts/fleet_demo.py for `duration_s` in `folder`, the checks against it while it runs; 0 if both passed."""
     env = {**os.environ, "FLEET_DEMO_S": f"{duration_s:g}"}
     demo = subprocess.Popen([sys.executable, str(DEMO), "--out", str(folder)], env=env)
+    ends = time.monotonic() + duration_s  # then it stops by itself (its console first)
     failed = ""
     try:
-        running: Callable[[], bool] = lambda: demo.poll() is None  # noqa: E731
+        running: Callable[[], bool] = lambda: demo.poll() is None and time.monotonic() < ends  # noqa: E731
         state = wait_state(folder, 120.0, demo.pid, running)
         check(state, max(30.0, min(timeout_s, duration_s - 60.0)), out, running, chromium)
         print("browser check: passed", file=out, flush=True)
@@ -333,7 +338,12 @@ def run_with_demo(
         print(f"fleet demo browser check failed: {failed}", file=out, flush=True)
     if status != 0:
         print(f"fleet demo check failed: scripts/fleet_demo.py exited {status}", file=out, flush=True)
-    return 1 if failed or status != 0 else 0
+    if failed or status != 0:
+        return 1
+    print(
+        "fleet demo check: passed (the browser check passed; the demo ran to its end and exited 0)", file=out
+    )
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
