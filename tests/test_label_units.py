@@ -29,7 +29,7 @@ from aiops.labels import (
     component_kind,
 )
 from aiops.playbooks import load_playbooks
-from aiops.rca import fabric_scorers, gpu_scorers, rdma_scorers
+from aiops.rca import fabric_scorers, gpu_scorers, rdma_scorers, throttle_scorers
 from aiops.rca.scorers import SCORED_LABELS, SCORER_ENTRIES
 from aiops.sim.fault_models import FAULT_MODELS, devices, fabric, thermal
 
@@ -109,7 +109,7 @@ def test_scorers_give_the_labels_their_specs_say() -> None:
     extra = set(SCORED_LABELS) - _with("scorer")
     assert not extra, f"labels the analyst scores whose spec says scorer=False: {sorted(extra)}"
     # what each module's candidates can carry is what its registered scorers declare
-    for module in (gpu_scorers, fabric_scorers, rdma_scorers):
+    for module in (gpu_scorers, throttle_scorers, fabric_scorers, rdma_scorers):
         named = {
             label for e in SCORER_ENTRIES if e.scorer.__module__ == module.__name__ for label in e.labels
         }

@@ -208,3 +208,9 @@ def sample_interval_s(store: Store) -> float | None:
 def job_gpus(store: Store) -> dict[str, str]:
     """GPU component → job it serves (from the scheduler's rank table)."""
     return {r["gpu"]: r["job"] for r in store.query("SELECT gpu, job FROM job_ranks")}
+
+
+def racks_of_nodes(store: Store) -> dict[str, str]:
+    """node → rack from the topology table (empty when the store has no topology)."""
+    rows = store.query("SELECT node, rack FROM topology WHERE kind = 'node' AND rack IS NOT NULL")
+    return {str(r["node"]): str(r["rack"]) for r in rows}

@@ -278,6 +278,11 @@ class _Counting:
         self.queries += 1
         return self.store.scalar(sql, params)
 
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # the rest (its guardrails config, its connection) as the store's
+        return getattr(self.store, name)
+
 
 @pytest.mark.parametrize("last", [float("nan"), float("inf"), -5.0, "soon", True, None, 1e300])
 def test_a_hostile_last_seen_time_keeps_the_window_inside_the_incident(last: object) -> None:
