@@ -2,10 +2,15 @@
 path of the dependency graph (the throttling GPU, the slow steps of its job, the collective latency of its
 peers), so a new symptom joins an open incident when it is on a component causally related to one of that
 incident's (`aiops.causal`: same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks)
-and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both), or when its
-onset comes within `join_s` of the incident's opening (one event seen on several components at once). A symptom
-on an unrelated component, or an independent one on a related component (a PCIe fault next to a hot GPU, a DCIM
-cap minutes into a thermal fault, a fault during benign ambient drift), opens an incident of its own. A
+and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both while that
+cause still spreads), or when its onset comes within `join_s` of the incident's opening (one event seen on
+several components at once). A symptom on an unrelated component, or an independent one on a related component
+(a PCIe fault next to a hot GPU, a DCIM cap minutes into a thermal fault, a fault during benign ambient drift),
+opens an incident of its own; so does a new onset of an already-explained cause on another component once the
+first one's symptoms settled (`_spreading`: a second GPU of a node overheating minutes after the first, a
+second power limit lowered, a limit lowered below what a DCIM cap asked), uniformly across labels, as two link
+flaps on one node always were. A symptom that moves in steps (a power limit lowered, then lowered again) is
+placed step by step (`_key`). A
 job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put with the open
 incident of a fault whose onset came last before it (the most recent change explains it; a benign condition's
 incident only when no other is open). Each (kind, component) stays with the incident it first joined; an

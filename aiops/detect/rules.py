@@ -4,6 +4,10 @@ on faults, lane/class mismatches, DCIM caps) need no baseline; relative rules (s
 queue delay, temperatures, host stalls) compare each entity to its own rolling median/MAD and must persist for
 several windows, so that benign bursts (checkpoints, noise) do not open incidents.
 
+A GPU's temperature is judged against its own at the same load (aiops/detect/heat.py: a GPU back at work after
+a long stall is not hot), and its power limit moves in steps, each dated by its own onset and judged against a
+DCIM cap in force at the drop (aiops/detect/limits.py: a drop below what the cap asked is not the cap's).
+
 What the product itself set is expected, not a symptom (intended state, guardrails/intended.py, as in force at
 the window's end): a power limit equal to the one an executed action set is no `power_limit_drop`, SwPowerCap
 alone at it no `gpu_throttle`; a drained node's GPUs idle and its job waits by design (no `gpu_idle_in_job`, no
@@ -124,8 +128,8 @@ class Detector:
         return out
 
     def _caps(self, t0: float, t1: float) -> dict[str, float]:
-        """Scope (a rack, or `fleet`) -> the DCIM cap in force in the window: the cap a facility collector
-        recorded with a rack's samples, else the DCIM signal of the rack, else of the fleet (per rack too)."""
+        """Scope (a rack, or `fleet`) -> the DCIM cap in force in the window: the DCIM signals' (`fleet` for a
+        site-wide one), and a rack's own cap where a facility collector recorded one with its samples."""
         signals = dcim_caps_kw(self.store, t0, t1)
         caps = dict(signals)
         for r in w.window(self.store, w.RACK_WINDOW_SQL, t0, t1):
