@@ -32,6 +32,8 @@ from aiops.config_chatops import ChatopsConfig, SlackConfig
 from aiops.config_facility import DcimConfig as DcimConfig  # re-exported: [dcim]
 from aiops.config_facility import FacilityConfig as FacilityConfig  # re-exported: [facility]
 from aiops.config_facility import FacilitySeries as FacilitySeries
+from aiops.config_notify import SeverityConfig as SeverityConfig  # re-exported: [notify.severity]
+from aiops.config_notify import TicketConfig as TicketConfig  # re-exported: [notify.ticket]
 from aiops.config_notify import WebhookConfig as WebhookConfig  # re-exported: [[notify.webhooks]]
 from aiops.config_oidc import OidcConfig
 from aiops.cron import parse_cron
@@ -264,7 +266,15 @@ class NotifyConfig(_Section):
     console_url: str = Field(
         default="",
         pattern=r"^(https?://\S+)?$",
-        description="the console's address as people reach it: pagerduty and teams link to its pages",
+        description="the console's address as people reach it: every sink links to its incident pages",
+    )
+    severity: SeverityConfig = Field(default_factory=SeverityConfig)  # severity from impact, per sink kind
+    ticket: TicketConfig = Field(default_factory=TicketConfig)  # where open_ticket files (Jira, ServiceNow)
+    undiagnosed_hold_s: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        description="an incident with no diagnosis pages only after this long, unless a diagnosed one covers it",
     )
 
 
@@ -338,6 +348,12 @@ class ConsoleConfig(_Section):
     )
     secure_cookies: bool = Field(
         default=False, description="behind a TLS reverse proxy: session cookies only over HTTPS"
+    )
+    url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="the console's address as people reach it (behind a proxy: the proxy's); notifications "
+        "link to /incidents/<id> there ([notify] console_url, when set, wins)",
     )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
@@ -481,6 +497,11 @@ class Config(_Section):
     chatops: ChatopsConfig = Field(default_factory=ChatopsConfig)  # aiops/config_chatops.py
     source: str = Field(default="defaults", exclude=True)
 
+    @property
+    def console_url(self) -> str:
+        """Where people reach the console: `[notify] console_url`, else `[console] url`; "" when neither."""
+        return (self.notify.console_url or self.console.url).rstrip("/")
+
 
 def parse_listen(value: str) -> tuple[str, int]:
     """`host:port` (IPv6 in brackets) -> (host, port); ValueError naming what is wrong. Port 0 asks the kernel
@@ -504,6 +525,8 @@ _MODELS: dict[str, type[BaseModel]] = {
 }
 _MODELS.update({f"collectors.{n}": CollectorConfig for n in CollectorsConfig.model_fields if n != "root"})
 _MODELS["notify.webhooks"] = WebhookConfig
+_MODELS["notify.severity"] = SeverityConfig
+_MODELS["notify.ticket"] = TicketConfig
 _MODELS["chatops.slack"] = SlackConfig
 _MODELS["console.oidc"] = OidcConfig
 _MODELS.update(

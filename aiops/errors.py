@@ -12,6 +12,8 @@ AiopsError                    base; exit code 1
 │   └── BundleLimit           a bundle passed a bound (members, decompressed bytes, seconds): the rest is not
 │                             read, the bundle is listed as refused (aiops/evidence/bundle.py)
 ├── PlaybookError             a playbook file does not validate (names the file and field); exit 2
+├── MaintenanceError          a maintenance window or silence that cannot be added or ended (scope, target, times,
+│                             reason, an unknown or finished window): the message says which; exit 2
 ├── PrometheusUnavailable     `--via prometheus`: prometheus/promtool missing, or the server would not start; exit 2
 ├── SchemaError               a DuckDB file is from a newer schema or is not ours; exit 2
 │   └── DatabaseDamaged       the file is truncated or corrupt (aiops/store/faults.py); exit 2
@@ -301,6 +303,13 @@ class EvidenceError(AiopsError):
 class BundleLimit(EvidenceError):
     """A bundle passed one of its bounds (aiops/evidence/bundle.py `Limits`); caught by the investigation,
     which lists the bundle as refused."""
+
+
+class MaintenanceError(AiopsError):
+    """A maintenance window or silence that cannot be added or ended (aiops/runtime/maintenance.py): the message
+    says why (scope, target, times, reason, a window that does not exist or is over)."""
+
+    exit_code = 2
 
 
 class AlertPayloadError(AiopsError):

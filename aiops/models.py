@@ -36,6 +36,11 @@ class Symptom(_Model):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+# An incident id as people type it: `INC-0042` (an analysis), `INC-gpu-a100-017-0042` (a node agent's),
+# `INC-fleet-0007` (the fleet's). For recognising ids in text only: code never parses one for meaning.
+INCIDENT_ID_PATTERN = r"INC-(?:[A-Za-z0-9][A-Za-z0-9.-]*-)?\d+"
+
+
 class Incident(_Model):
     incident_id: str
     opened_ts_s: float
@@ -45,6 +50,7 @@ class Incident(_Model):
     components: list[str]
     symptoms: list[Symptom]
     resolved_ts_s: float | None = None  # when it closed after its quiet period; None while open
+    impact: str = ""  # why its severity (aiops/detect/severity.py): "job:llm slowed 31 %; 8 GPUs affected"
 
     @property
     def number(self) -> int:

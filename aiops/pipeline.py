@@ -163,4 +163,5 @@ def incident_of(row: dict[str, Any]) -> Incident:
         components=list(row["components"]),
         symptoms=[Symptom.model_validate(s) for s in json.loads(row["symptoms"])],
         resolved_ts_s=None if resolved is None else float(resolved),
+        impact=str(row.get("impact") or ""),
     )

@@ -92,7 +92,8 @@ def generate(path: Path, nodes: int, hours: float, interval_s: float) -> int:
             FROM range({racks}) a(r), range({nic_steps}) s(t)""")
         c.execute(f"""INSERT INTO gpu_events SELECT {EPOCH_S} + 50000 + i, 'node9/gpu1', 'node9', 'xid', 13,
                       'Graphics Engine Exception' FROM range(3) t(i)""")
-        c.execute(f"""INSERT INTO incidents VALUES ('INC-0001', {EPOCH_S} + 36010, {EPOCH_S} + 43200,
+        c.execute(f"""INSERT INTO incidents (incident_id, opened_ts_s, last_ts_s, title, severity, components,
+                      symptoms, resolved_ts_s) VALUES ('INC-0001', {EPOCH_S} + 36010, {EPOCH_S} + 43200,
                       'gpu hot on node3/gpu5', 'warning', ['node3/gpu5', 'job:llm'], '[]', {EPOCH_S} + 43400)""")
         c.execute("""INSERT INTO hypotheses VALUES ('INC-0001', 1, 'thermal_throttle', 'node3/gpu5', 0.9,
                      'node3/gpu5 throttles first', '[]')""")

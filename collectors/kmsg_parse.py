@@ -38,10 +38,12 @@ evals/real), first match wins:
   0000:b3:00.0 / (PCI ID: ...) installed in this system has / fallen off the bus ...` (one record on /dev/kmsg,
   three lines in a pasted dmesg: the bus id of the line before is kept in `LineState`).
 - gpu_id: `NVRM: GPU at PCI:0000:06:00: GPU-0b6b7808-...` (the GPU's UUID at driver load).
-- aer_surprise_down: the AER status bit `[ 5] Surprise Down Error`; aer_detail: a PCI device's other AER or
+- aer_surprise_down: the AER status bit `[ 5] Surprise Down Error` (short name `[ 5] SDES` on newer kernels);
+  aer_detail: a PCI device's other AER or
   error line (`error status/mask=...`).
 - gsp_timeout (`GSP RM heartbeat timed out`, `GSP Timeout`, `Timeout after 45s of waiting for RPC`), gsp_error
-  (`_kgsp...:`, `GSP kernel exception`, `PMU has halted`): the GPU's firmware (Xid 119/120 context).
+  (`_kgsp...:`, `GSP kernel exception`, `PMU has halted`, a failed GSP RPC `rpcRmApiAlloc_GSP: GspRmAlloc
+  failed`, the RPC history the driver dumps after one): the GPU's firmware (Xid 119/120 context).
 - init_failed (`RmInitAdapter failed`), nvrm_error (another NVRM error or failure), nvidia_info (any other
   NVIDIA driver line: context for investigate, not stored by the collector).
 """
@@ -133,7 +135,8 @@ _AER_HEADER = re.compile(
     r"^AER: (?:Multiple )?(Corrected|Correctable|Uncorrected \((?:Non-)?Fatal\)|Uncorrectable \((?:Non-)?Fatal\))"
     rf" error (?:message )?received(?::| from)? ?({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.[0-7])?"
 )
-_SURPRISE_DOWN = re.compile(r"Surprise Down Error")
+# newer kernels print the status bits' short names: `[ 5] SDES` (Surprise Down Error Status)
+_SURPRISE_DOWN = re.compile(r"Surprise Down Error|\]\s{0,4}SDES\b")
 _MLX5E_LINK = re.compile(r"^Link (up|down)$")
 _NIC_LINK = re.compile(r"^NIC Link is (Up|Down)")
 _IB_PORT = re.compile(r"^Port: (\d+) Link (\w+)")
@@ -157,8 +160,12 @@ _GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]+)")
 _GSP_TIMEOUT = re.compile(
     r"heartbeat timed out|Heartbeat timed out|GSP Timeout|Timeout after \d+s of waiting for RPC"
 )
+# ... and a GSP RPC that failed (`rpcRmApiAlloc_GSP: GspRmAlloc failed`) or the RPC history the driver dumps
+# after one (`GPU6 RPC event history (CPU <- GSP):`)
 _GSP_ERROR = re.compile(
-    r"_kgsp\w{0,60}: |GSP kernel exception|PMU has halted|GSP \w{1,40} (?:crash|error)", re.I
+    r"_kgsp\w{0,60}: |GSP kernel exception|PMU has halted|GSP \w{1,40} (?:crash|error)|"
+    r"rpc\w{0,40}_GSP: |GspRm\w{0,40} failed|RPC (?:event )?history \(",
+    re.I,
 )
 _NVRM_FAIL = re.compile(r"NVRM.{0,300}?(?:[Ee]rror|failed|Failed)")
 _NVIDIA_INFO = re.compile(

@@ -8,6 +8,11 @@ A case is right when:
 - `cause` is `healthy`: the verdict is `healthy` or `inconclusive` (a decoy must not be diagnosed).
 A case whose files `aiops investigate` refuses (exit 2) is wrong, with the error recorded.
 
+Cases carry an optional `batch` (the issue that added them, e.g. `issue-37`; `earlier` when absent), and
+`summary.by_batch` reports the score per batch, so the cases a change was developed against and those it was
+not are read apart. The held-out third of issue 37 lives in `evals/real/holdout/` (no `case.yaml` at its top,
+so it is not a case of `evals/real`): `aiops eval --real evals/real/holdout` scores it on its own.
+
 Besides the score, `summary` reports separately (issue 26 item 5):
 - `labels`: labelled cases diagnosed with the right label, with a wrong label, and abstained on (verdict
   `inconclusive` or `healthy`: an honest miss);
@@ -35,6 +40,7 @@ from aiops.evidence import investigate
 UNRESOLVED = "unresolved"
 HEALTHY = "healthy"
 DIAGNOSED = "diagnosed"
+EARLIER = "earlier"  # the batch of cases that name none (added before issue 37)
 # Confidence bins of the top hypothesis, [low, high): 0.6 is where investigate says `diagnosed`.
 CONFIDENCE_BINS: tuple[tuple[float, float], ...] = ((0.0, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.01))
 
@@ -48,7 +54,14 @@ def score_case(case_dir: Path) -> dict[str, Any]:
     if not isinstance(case, dict) or "files" not in case or "cause" not in case:
         raise AiopsError(f"{case_dir / 'case.yaml'}: needs 'files' and 'cause'")
     cause = str(case["cause"])
-    out: dict[str, Any] = {"id": case_dir.name, "cause": cause, "verdict": None, "top": None, "error": None}
+    out: dict[str, Any] = {
+        "id": case_dir.name,
+        "cause": cause,
+        "batch": str(case.get("batch") or EARLIER),
+        "verdict": None,
+        "top": None,
+        "error": None,
+    }
     try:
         result = investigate([case_dir / str(name) for name in case["files"]])
     except AiopsError as exc:
@@ -77,6 +90,8 @@ def run_real(corpus: str | Path) -> dict[str, Any]:
 
     totals = Counter(group(c) for c in cases)
     rights = Counter(group(c) for c in cases if c["right"])
+    batches = Counter(c["batch"] for c in cases)
+    batch_rights = Counter(c["batch"] for c in cases if c["right"])
     return {
         "cases": cases,
         "summary": {
@@ -84,6 +99,14 @@ def run_real(corpus: str | Path) -> dict[str, Any]:
             "right": right,
             "right_fraction": round(right / len(cases), 3) if cases else 0.0,
             "by_group": {g: {"cases": totals[g], "right": rights[g]} for g in sorted(totals)},
+            "by_batch": {
+                b: {
+                    "cases": batches[b],
+                    "right": batch_rights[b],
+                    "right_fraction": round(batch_rights[b] / batches[b], 3),
+                }
+                for b in sorted(batches)
+            },
             "wrong": [c["id"] for c in cases if not c["right"]],
             "labels": label_counts(cases),
             "abstentions": abstentions(cases),

@@ -53,6 +53,10 @@ EVENTS: tuple[str, ...] = (
     "dispatch_result",
     # a digital proposal someone asked to run from chat, with the verified request (aiops/service/slack_actions.py)
     "chat_request",
+    # incidents and paging (aiops/service/live.py, aiops/store/maintenance.py): legacy incident ids qualified
+    # with the tier's prefix (the old -> new mapping); a maintenance window or silence added or ended
+    "incident_ids",
+    "maintenance",
     # the closed loop (guardrails/supersede.py, aiops/runtime/outcomes.py): a proposal closed because the same
     # action ran elsewhere (the other tier), and whether an executed action worked once its window passed
     "supersede",

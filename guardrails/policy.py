@@ -1,6 +1,8 @@
 """`validate(action, context)`: deterministic rules an action must pass before a person sees it and again
-at execution time. Rules, in order: kind, target, envelope, max_step, blast_radius, rate_limit. The first
-failure stops the action and its message names the rule.
+at execution time. Rules, in order: kind, target, envelope, max_step, blast_radius, rate_limit, maintenance.
+The first failure stops the action and its message names the rule. `maintenance`: no action on a target, or on
+any GPU, node or NIC it touches, that a maintenance window holds now (aiops/store/maintenance.py; a silence stops
+pages only).
 
 Only typed parameters are read. Free text (reason, evidence, string parameters) is never interpreted: a
 reason that says "already approved by admin" changes nothing here, and approvals live in `ApprovalBook`.
@@ -11,15 +13,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from aiops.labels import component_kind
+from aiops.store.maintenance import Membership, Window, matching
 from guardrails.actions import Action
 from guardrails.envelope import GpuPower, range_problem, step_problem
 from guardrails.registry import CLOCK_MIN_FRACTION_OF_MAX, DEFAULT_REGISTRY, KindSpec, Param, Registry
 from guardrails.topology import Scope, Topology
 
-RULES: tuple[str, ...] = ("kind", "target", "envelope", "max_step", "blast_radius", "rate_limit")
+RULES: tuple[str, ...] = (
+    "kind",
+    "target",
+    "envelope",
+    "max_step",
+    "blast_radius",
+    "rate_limit",
+    "maintenance",
+)
 RATE_WINDOW_S = 3600.0
 
 
@@ -39,6 +51,9 @@ class Context:
     history: Sequence[ExecutionRecord] = ()
     now_ts_s: float = 0.0
     registry: Registry = DEFAULT_REGISTRY
+    maintenance: Sequence[
+        Window
+    ] = ()  # the windows active at now_ts_s (the rule keeps those that stop actions)
 
 
 @dataclass(frozen=True)
@@ -193,6 +208,31 @@ def _rate_limit(action: Action, spec: KindSpec, scope: Scope, context: Context) 
     return None
 
 
+def _maintenance(action: Action, scope: Scope, context: Context) -> str | None:
+    """A maintenance window holding the target or any unit it touches: nothing acts there until it ends. A
+    ticket or an acknowledgement acts on nothing: they pass (people doing the work may well file one)."""
+    if not context.maintenance or action.kind in ("open_ticket", "ack_alert"):
+        return None
+    topology = context.topology
+    members = Membership(
+        {node: rack for rack, nodes in topology.rack_nodes.items() for node in nodes},
+        {
+            job: frozenset({*gpus, *(g.split("/")[0] for g in gpus)})
+            for job, gpus in topology.job_gpus.items()
+        },
+    )
+    labels = {"kind": action.kind, "target": action.target}
+    for component in (action.target, *sorted(scope.units), *scope.nodes):
+        window = matching(context.maintenance, [component], labels, members, actions=True)
+        if window is not None:
+            until = datetime.fromtimestamp(window.ends_ts_s, UTC).strftime("%Y-%m-%d %H:%M UTC")
+            return (
+                f"{component} is under {window.describe()} until {until} ({window.reason[:120]}): "
+                "end the window to act"
+            )
+    return None
+
+
 def validate(action: Action, context: Context) -> Validation:
     results: list[RuleResult] = []
 
@@ -230,5 +270,7 @@ def validate(action: Action, context: Context) -> Validation:
     results.append(RuleResult("blast_radius", blast is None, blast or ""))
     rate = _rate_limit(action, spec, scope, context)
     results.append(RuleResult("rate_limit", rate is None, rate or ""))
+    held = _maintenance(action, scope, context)
+    results.append(RuleResult("maintenance", held is None, held or ""))
     needed = context.registry.approvals_needed(action, scope)
     return done(physical=spec.physical, approvals_needed=needed, scope=scope)

@@ -23,6 +23,7 @@ from guardrails.registry import DEFAULT_REGISTRY, Registry
 
 TICKET = "ticket"
 RECORDED_KINDS = ("open_ticket", "ack_alert")  # what they do is the audit record itself
+TICKET_NOTE = "no ticket sink is configured ([notify.ticket]): this ticket is a note in the audit log"
 
 
 def ticket_error(kind: str) -> str:
@@ -41,7 +42,12 @@ class RecordActuator:
     def apply(self, action: Action, dry_run: bool) -> ActuationResult:
         if action.kind not in RECORDED_KINDS:
             return ActuationResult(False, error=ticket_error(action.kind))
-        return ActuationResult(True, {"recorded": action.kind, "dry_run": dry_run}, {}, {})
+        detail: dict[str, Any] = {"recorded": action.kind, "dry_run": dry_run}
+        if (
+            action.kind == "open_ticket"
+        ):  # filed nowhere: say so ([notify.ticket] files it in Jira/ServiceNow)
+            detail["note"] = TICKET_NOTE
+        return ActuationResult(True, detail, {}, {})
 
     def read_back(self, action: Action) -> dict[str, Any]:
         return {}

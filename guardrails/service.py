@@ -34,6 +34,7 @@ from typing import Any
 
 from aiops.errors import GuardrailError, SignatureRefused
 from aiops.store import Store
+from aiops.store.maintenance import active_windows
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
 from guardrails.approvals import ApprovalBook, Authorisation, Rejection
@@ -125,7 +126,8 @@ class Guardrails:
             base = context_from_store(self.store, now_ts_s, registry=self.registry)
         known = {r.proposal_id for r in base.history}
         history = (*base.history, *(r for r in self.records.history() if r.proposal_id not in known))
-        return Context(base.topology, base.gpus, history, now_ts_s, self.registry)
+        windows = (*base.maintenance, *active_windows(self.store, now_ts_s))  # the workspace's, always
+        return Context(base.topology, base.gpus, history, now_ts_s, self.registry, windows)
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
         """The approvals the signed audit events of this proposal hold (not the `approvals` table); the

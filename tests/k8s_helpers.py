@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "aiops"
 GRAFANA = ROOT / "deploy" / "grafana"
 RELEASE, NAMESPACE = "aiops", "aiops"
+NODE_NAMESPACE = "aiops-node"  # the node agents' own (privileged) namespace: <release namespace>-node
 
 
 def helm() -> Any:
@@ -38,26 +39,23 @@ def helm() -> Any:
     return helm_python
 
 
-# The least an install must say (node.hosts has no default): two GPU nodes, as in docs/KUBERNETES.md.
-HOSTS: dict[str, Any] = {
-    "gpu-node-0": {"name": "node0", "rack": "rack0"},
-    "gpu-node-1": {"name": "node1", "rack": "rack0"},
-}
-
-
-def render(
-    values: dict[str, Any] | None = None, hosts: dict[str, Any] | None = HOSTS
-) -> list[dict[str, Any]]:
-    """Every object the chart renders with `values` (and node.hosts = `hosts`) over values.yaml."""
-    merged: dict[str, Any] = {**(values or {})}
-    if hosts is not None:
-        merged["node"] = {"hosts": hosts, **merged.get("node", {})}
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every object the chart renders with `values` over values.yaml (checked against values.schema.json, as
+    `helm template` does). No value is required: hosts name themselves (node.hosts is optional)."""
     with helm().Chart.load(str(CHART)) as chart:
-        manifests: dict[str, str] = chart.render(merged, name=RELEASE, namespace=NAMESPACE)
+        manifests: dict[str, str] = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE)
     objects = []
-    for _template, text in sorted(manifests.items()):
-        objects += [d for d in yaml.safe_load_all(text) if d]
+    for template, text in sorted(manifests.items()):
+        if not template.endswith("NOTES.txt"):
+            objects += [d for d in yaml.safe_load_all(text) if d]
     return objects
+
+
+def render_notes(values: dict[str, Any] | None = None) -> str:
+    """The NOTES.txt Helm prints after an install with `values`."""
+    with helm().Chart.load(str(CHART)) as chart:
+        manifests: dict[str, str] = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE)
+    return next(text for template, text in manifests.items() if template.endswith("NOTES.txt"))
 
 
 def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -132,9 +130,16 @@ def assert_valid_strict(objects: list[dict[str, Any]], version: str, tmp_path: P
     assert "WARN" not in output and "ERROR" not in output, output
 
 
-def prometheus_config(tmp_path: Path, target_port: int, job: str) -> Path:
+# What these helpers run: one node agent, no fleet. The chart renders its rules for that (a node's incident pages
+# at once: no fleet will cover it; with a fleet it waits `nodeIncidentFor` for the fleet, tests/test_pages_live.py).
+NO_FLEET: dict[str, Any] = {"fleet": {"enabled": False}}
+
+
+def prometheus_config(
+    tmp_path: Path, target_port: int, job: str, values: dict[str, Any] | None = None
+) -> Path:
     rules = tmp_path / "rules.yml"
-    rules.write_text(yaml.safe_dump(rule_groups(render())))
+    rules.write_text(yaml.safe_dump(rule_groups(render(NO_FLEET if values is None else values))))
     config = tmp_path / "prometheus.yml"
     config.write_text(
         yaml.safe_dump(

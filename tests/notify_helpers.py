@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from aiops.config import NotifyConfig, WebhookConfig
+from aiops.integrations.event import EventKind, IncidentEvent, incident_event
 from aiops.models import Hypothesis, Incident
-from aiops.service.notify_event import EventKind, IncidentEvent, incident_event
 from tests.guardrails_helpers import NOW_TS_S, FakeClock
 from tests.service_helpers import free_port
 

@@ -51,7 +51,8 @@ def test_chat_offline_through_a_pty_lists_incidents_and_the_top_hypothesis(tmp_p
         repl.expect(PROMPT)
         repl.send("/incidents")
         listing = repl.expect(r"INC-0001 .*").group(0)
-        assert "thermal_throttle on node1/gpu1" in listing and "warning" in listing
+        # critical: the hot GPU slowed its job by more than 20 % (severity from impact, docs/NOTIFY.md)
+        assert "thermal_throttle on node1/gpu1" in listing and "critical" in listing
         repl.expect(PROMPT)
         repl.send("why is the job slow?")
         repl.expect(r"Top hypothesis: thermal_throttle on node1/gpu1 \(confidence 0\.\d\d\)")

@@ -17,7 +17,7 @@ from aiops.config import parse_config
 from aiops.config_chatops import check_users
 from aiops.config_example import example_toml
 from aiops.errors import ConfigError, SignatureRefused, SlackRequestError
-from aiops.service.notify_event import TopHypothesis
+from aiops.integrations.event import TopHypothesis
 from aiops.service.slack_actions import SlackChat
 from aiops.service.slack_blocks import ProposalLine, incident_message
 from aiops.service.slack_request import parse_press, signature_problem

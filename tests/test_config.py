@@ -100,6 +100,32 @@ def test_node_name_is_any_rfc1123_host_name_and_a_bad_one_is_a_clear_error(tmp_p
     assert "field 'node.rack'" in str(caught.value) and "reserved" in str(caught.value)
 
 
+def test_run_hostname_stands_for_the_kernels_name_and_is_the_schedulers_name_of_the_host(
+    tmp_path: Path,
+) -> None:
+    """`aiops run --hostname` (the chart passes the pod's spec.nodeName): the node is named by the usual rule
+    from it, [node.hosts] is looked up by it, and the Kubernetes API is asked about the node by it."""
+    from aiops.cli.main import build_parser
+    from aiops.cli.run import configured
+    from aiops.service.sources import kube_node_name
+
+    path = _file(tmp_path, '[node.hosts]\n"gpu-a-17.dc1" = { name = "node17", rack = "rack2" }\n')
+
+    def run_with(*argv: str) -> Config:
+        return configured(build_parser().parse_args(["run", "--config", str(path), *argv]))
+
+    config = run_with("--hostname", "GPU-A100-017.dc1.example")
+    assert (config.node.name, config.node.rack) == ("gpu-a100-017", "rack0")
+    assert kube_node_name(config) == "gpu-a100-017.dc1.example"  # the API's node, not the component
+    listed = run_with("--hostname", "gpu-a-17.dc1")
+    assert (listed.node.name, listed.node.rack, kube_node_name(listed)) == ("node17", "rack2", "gpu-a-17.dc1")
+    path.write_text('[scheduler]\nnode_name = "k8s-name"\n')  # said in the file: the file's stands
+    assert kube_node_name(run_with("--hostname", "gpu-b")) == "k8s-name"
+    with pytest.raises(ConfigError) as caught:  # a pod whose $(NODE_NAME) was never set
+        run_with("--hostname", "$(NODE_NAME)")
+    assert "--hostname" in str(caught.value) and "'$(NODE_NAME)' is no host name" in str(caught.value)
+
+
 def test_one_file_for_many_nodes_by_hostname(tmp_path: Path) -> None:
     path = _file(
         tmp_path,

@@ -50,8 +50,9 @@ class Need:
     reader: str
 
 
-def host_needs(config: Config) -> list[Need]:
-    """Every host path the enabled collectors, the lanes and the store read or write."""
+def host_needs(config: Config, kubelet: bool = False) -> list[Need]:
+    """Every host path the enabled collectors, the lanes and the store read or write (`kubelet`: on a
+    Kubernetes node, where the workloads collector asks the kubelet's pod-resources socket)."""
     root, c = PurePosixPath(config.collectors.root), config.collectors
     needs = []
     if any(x.enabled for x in (c.sysfs, c.net, c.infiniband)):
@@ -69,6 +70,10 @@ def host_needs(config: Config) -> list[Need]:
             Need("/lib/modules", "/lib/modules", False, "bcc: kernel headers"),
             Need("/usr/src", "/usr/src", False, "bcc: kernel headers"),
         ]
+    w = c.workloads
+    if kubelet and w.enabled and w.kubernetes and w.pod_resources_socket:
+        folder = str(PurePosixPath(w.pod_resources_socket).parent)
+        needs.append(Need(folder, folder, False, "workloads: the kubelet's pod-resources socket"))
     store_dir = str(PurePosixPath(config.store.path).parent)
     return [*needs, Need(store_dir, store_dir, True, "store")]
 
@@ -95,8 +100,8 @@ def covering(mounts: list[Mount], path: str) -> tuple[Mount, str | None]:
     return mount, host
 
 
-def check_needs(config: Config, mounts: list[Mount]) -> None:
-    for need in host_needs(config):
+def check_needs(config: Config, mounts: list[Mount], kubelet: bool = False) -> None:
+    for need in host_needs(config, kubelet):
         mount, host = covering(mounts, need.path)
         assert host == need.host_path, (
             f"{need.path} ({need.reader}) shows {host}, not the host's {need.host_path}"
@@ -298,7 +303,7 @@ def test_health_readiness_and_metrics_paths() -> None:
 
 
 def test_the_pod_mounts_every_host_path_its_config_reads() -> None:
-    check_needs(pod_config(), pod_mounts())
+    check_needs(pod_config(), pod_mounts(), kubelet=True)
     assert VOLUMES["host-kmsg"]["hostPath"]["type"] == "CharDevice"
     store = next(m for m in CONTAINER["volumeMounts"] if m["mountPath"] == "/var/lib/aiops")
     assert VOLUMES[store["name"]]["hostPath"]["type"] == "DirectoryOrCreate"

@@ -83,8 +83,8 @@ def _check_mixed(result: dict[str, Any], prefix: str) -> None:
     assert files[f"{prefix}/node7/nvidia-smi.txt"]["format"] == "nvidia-smi"
     assert files[f"{prefix}/node7/ibstat.txt"]["format"] == "ib"
     assert files[f"{prefix}/node7/var/log/kern.log.1.gz"]["format"] == "kernel-log"  # gzip inside the tar
-    assert files[f"{prefix}/node7/etc/os-release"]["format"] == "unrecognised"
-    assert "no recognised format" in files[f"{prefix}/node7/etc/os-release"]["reason"]
+    # a readable text no parser knows is read by the generic reader (issue 37), never skipped
+    assert files[f"{prefix}/node7/etc/os-release"]["format"] == "generic"
     assert files[f"{prefix}/node7/bin/true"]["format"] == "unrecognised"
     assert "binary" in files[f"{prefix}/node7/bin/true"]["reason"]
     cites = [ev["source"] for h in result["hypotheses"] for ev in h["evidence"]]
@@ -140,10 +140,10 @@ def test_an_nvidia_bug_report_is_split_into_its_sections(
     sections = {s["section"]: s for s in result["sources"]}
     assert sections["dmesg"]["format"] == "kernel-log"
     assert sections["/usr/bin/nvidia-smi --query"]["format"] == "nvidia-smi-q"
-    assert sections["/proc/cpuinfo"]["format"] == "unrecognised"  # listed, skipped
+    assert sections["/proc/cpuinfo"]["format"] == "generic"  # read by the generic reader
     assert sections["/proc/driver/nvidia/params"]["format"] == "driver-params"
     assert sections["Start of NVIDIA bug report log file.  Please include this file, along"]["format"] == (
-        "unrecognised"
+        "generic"
     )
     assert result["verdict"] == "diagnosed" and result["hypotheses"][0]["root_cause"] == "gpu_fell_off_bus"
     # evidence cites the line of the whole (decompressed) log, where an operator finds it
@@ -172,7 +172,7 @@ def test_sosreport_and_must_gather_layouts_are_named(tmp_path: Path) -> None:
     dmesg = files_out[f"{sos.name}/sos_commands/kernel/dmesg"]
     assert dmesg["format"] == "kernel-log" and dmesg["layout"] == "sosreport"
     assert files_out[f"{sos.name}/sos_commands/infiniband/ibstat"]["format"] == "ib"
-    assert files_out[f"{sos.name}/etc/os-release"]["format"] == "unrecognised"
+    assert files_out[f"{sos.name}/etc/os-release"]["format"] == "generic"
     plugin = next(s for s in result["sources"] if s["file"].endswith("current.log"))
     assert plugin["format"] == "gpu-agent-log" and plugin["layout"] == "must-gather"
     # a sosreport as it is handed over: one .tar.xz
@@ -293,7 +293,9 @@ def test_a_directory_bundle_does_not_follow_links_or_open_fifos(tmp_path: Path) 
 
 
 def test_a_bundle_with_nothing_readable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _tgz(tmp_path / "junk.tgz", _unknown_files(tmp_path))
+    """Only binary and empty members: nothing can be read as text (a readable text of another program is read
+    by the generic reader, issue 37)."""
+    path = _tgz(tmp_path / "junk.tgz", {"bin/true": _unknown_files(tmp_path)["bin/true"], "empty.log": b""})
     assert main(["investigate", str(path), "--json"]) == 2
     err = capsys.readouterr().err
     assert "nothing could be read" in err and str(path) in err and "kernel-log" in err

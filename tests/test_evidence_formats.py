@@ -263,7 +263,8 @@ Sep 18 03:19:01 ubuntu2404 systemd[1]: nvidia-fabricmanager.service: Control pro
 
 
 def test_fabric_manager_failing_to_start(tmp_path: Path) -> None:
-    for name, text, lines in (("fm1.log", FM_JOURNAL, [2]), ("fm2.log", FM_START, [2, 3])):
+    # systemd's `nvidia-fabricmanager.service: ... status=1/FAILURE` is the service failing too (issue 37)
+    for name, text, lines in (("fm1.log", FM_JOURNAL, [2, 3]), ("fm2.log", FM_START, [2, 3, 4])):
         events = _events(tmp_path, name, text)
         assert [e.line for e in events if e.kind == "fm_error"] == lines
         result = investigate([tmp_path / name])

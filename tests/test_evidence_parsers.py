@@ -9,8 +9,9 @@ import pytest
 from aiops.errors import EvidenceError
 from aiops.evidence import investigate, kernel, nccl
 from aiops.evidence.detect import detect_format
-from aiops.evidence.investigate import PARSERS, file_format
+from aiops.evidence.investigate import file_format
 from aiops.evidence.reader import lines
+from aiops.evidence.reading import PARSERS
 from aiops.evidence.timeparse import zoned_ts_s
 from collectors.kmsg_parse import LineState
 

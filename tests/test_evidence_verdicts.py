@@ -57,6 +57,7 @@ def test_failure_lines_are_never_healthy(case: str) -> None:
         "cuda_error",
         "nccl_op_failed",
         "nccl_watchdog_timeout",
+        "failure_line",  # the generic reader's: a traceback's or a launcher's own failure line
     }
 
 

@@ -21,6 +21,7 @@ def test_a_modest_power_cut_passes_every_rule() -> None:
         "max_step",
         "blast_radius",
         "rate_limit",
+        "maintenance",
     ]
     assert v.physical and v.approvals_needed == 1
     assert v.scope is not None and v.scope.gpus == ("node3/gpu5",)

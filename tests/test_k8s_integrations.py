@@ -28,7 +28,7 @@ from aiops.cli.main import build_parser
 from aiops.config import Config, load_config_file, parse_listen
 from aiops.config_chatops import check_users
 from aiops.errors import ConfigError
-from aiops.service.notify import Notifier
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.k8s_helpers import K8S_VERSIONS, assert_valid_strict, one, render
 
@@ -104,7 +104,9 @@ def test_the_fleet_config_is_accepted_and_names_mounted_secret_keys(
         slack.signing_secret_file: VALUES["chatops"]["slack"]["signingSecret"],
         slack.bot_token_file: VALUES["chatops"]["slack"]["botToken"],
         oidc.client_secret_file: VALUES["console"]["oidc"]["clientSecret"],
+        config.notify.ticket.token_file: VALUES["notify"]["ticket"]["token"],
     }
+    assert config.notify.ticket.kind == "jira" and config.notify.ticket.project == "OPS"
     for file, ref in expected.items():
         assert mounted_key(spec, "fleet", file) == (ref["existingSecret"], ref["key"], 0o400), file
     # What the fleet checks when it starts: every Slack principal is an approver (else exit 2) ...
@@ -225,16 +227,22 @@ def test_with_the_values_off_nothing_of_theirs_is_rendered(tmp_path: Path) -> No
     names = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
     assert names == sorted(
         [
+            ("ClusterRole", "aiops:aiops:node"),  # Kubernetes attribution (tests/test_k8s_chart_hosts.py)
+            ("ClusterRoleBinding", "aiops:aiops:node"),
+            ("ConfigMap", "aiops-alertmanager-inhibit"),  # the alerts' inhibition rules (monitoring)
             ("ConfigMap", "aiops-fleet"),
             ("ConfigMap", "aiops-node"),
             ("DaemonSet", "aiops-node"),
             ("Deployment", "aiops-fleet"),
+            ("Namespace", "aiops-node"),  # the node agents' privileged namespace
+            ("NetworkPolicy", "aiops-fleet"),
             ("PersistentVolumeClaim", "aiops-fleet"),
+            ("PodDisruptionBudget", "aiops-fleet"),
             ("PodMonitor", "aiops-node"),
             ("PrometheusRule", "aiops"),
-            ("Secret", "aiops-http-token"),
             ("Service", "aiops-fleet"),
-            ("ServiceAccount", "aiops"),
+            ("ServiceAccount", "aiops-fleet"),
+            ("ServiceAccount", "aiops-node"),
             ("ServiceMonitor", "aiops-fleet"),
         ]
     )
@@ -243,7 +251,7 @@ def test_with_the_values_off_nothing_of_theirs_is_rendered(tmp_path: Path) -> No
     assert [v["name"] for v in spec["volumes"]] == ["config", "http-token", "store", "tmp", "shm"]
     text = one(objects, "ConfigMap", "aiops-fleet")["data"]["config.toml"]
     tables = re.findall(r"^\[+([a-z_.]+)\]+", text, flags=re.M)
-    assert tables == ["store", "http", "fleet", "fleet.nodes", "report"]
+    assert tables == ["store", "http", "fleet", "report"]
     config = fleet_config(objects, tmp_path)
     assert config.notify == Config().notify and config.chatops == Config().chatops
     assert config.console == Config().console and config.http.allowed_hosts == []
@@ -259,7 +267,7 @@ def test_with_the_values_off_nothing_of_theirs_is_rendered(tmp_path: Path) -> No
         ({"notify": {"webhooks": [{"kind": "teams"}]}}, "notify.webhooks[0]: give url, or urlSecret"),
         (
             {"notify": {"webhooks": [{"kind": "email", "url": "https://x"}]}},
-            "notify.webhooks[0].kind: email is",
+            "at '/notify/webhooks/0/kind'",  # values.schema.json, before any template
         ),
         (
             {

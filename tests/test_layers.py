@@ -18,7 +18,9 @@ other package of its own layer (except the base modules, and the order inside th
   5 control     aiops.control (laws, allocator, thermal manager, DCIM rounds, the readings port)
   6 sim         aiops.sim (the twin: a world behind the same seams)
   7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline
-  8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM)
+  8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM),
+                aiops.report, aiops.integrations (the notification sinks and the ticket sink: bodies, durable
+                queue, the one transport over aiops.outbound)
   9 apps        aiops.agent, aiops.lab, aiops.service (the node service, its notifier), aiops.fleet, evals
  10 console     aiops.console (the web console: reads the pipeline's results, decides through the runtime,
                 chats through the agent; `aiops run` mounts its app on the service's one listener),
@@ -57,7 +59,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("aiops.control",),
     ("aiops.sim",),
     ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
-    ("aiops.runtime", "aiops.report"),
+    ("aiops.runtime", "aiops.report", "aiops.integrations"),
     ("aiops.agent", "aiops.lab", "aiops.service", "aiops.fleet", "evals"),
     ("aiops.console", "aiops.mcpserver"),
     ("aiops.cli",),
@@ -76,6 +78,8 @@ SAME_LAYER_ALLOWED = {
     ("evals", "aiops.agent"),
     ("aiops.fleet", "aiops.service"),  # the fleet replays and serves what a node agent exports
     ("evals", "aiops.fleet"),  # `aiops eval --via prometheus` scores the fleet path
+    ("aiops.integrations", "aiops.report"),  # a scheduled report's headline is one of the sinks' bodies
+    ("aiops.runtime", "aiops.integrations"),  # open_ticket executes through the ticket sink
 }
 
 

@@ -278,7 +278,8 @@ def _incident(
         components=[component], symptoms=[], resolved_ts_s=None if resolved_s is None else T0 + resolved_s,
     )  # fmt: skip
     store.conn.execute(
-        "INSERT INTO incidents VALUES (?, ?, ?, 't', 'warning', [?], '[]', ?)",
+        "INSERT INTO incidents (incident_id, opened_ts_s, last_ts_s, title, severity, components, symptoms, "
+        "resolved_ts_s) VALUES (?, ?, ?, 't', 'warning', [?], '[]', ?)",
         [iid, incident.opened_ts_s, incident.last_ts_s, component, incident.resolved_ts_s],
     )
     store.conn.execute("INSERT INTO hypotheses VALUES (?, 1, ?, ?, 0.9, 's', '[]')", [iid, cause, component])

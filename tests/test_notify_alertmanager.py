@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from aiops.service.notify import Notifier
-from aiops.service.notify_event import IncidentEvent, incident_event
+from aiops.integrations.event import IncidentEvent, incident_event
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.notify_helpers import (
     HOSTILE,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aiops.service.notify import Notifier
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.notify_helpers import (
     HOSTILE,

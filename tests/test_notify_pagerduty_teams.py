@@ -19,21 +19,21 @@ from markdown_it import MarkdownIt  # CommonMark, as Adaptive Cards' TextBlock r
 from aiops.config import Config, NotifyConfig, WebhookConfig, parse_config
 from aiops.config_notify import PAGERDUTY_EVENTS_URL
 from aiops.errors import ConfigError
-from aiops.models import Evidence, Hypothesis
-from aiops.report.model import Report
-from aiops.report.write import Written
-from aiops.service.notify import Notifier
-from aiops.service.notify_event import IncidentEvent
-from aiops.service.notify_pagerduty import (
+from aiops.integrations.event import IncidentEvent
+from aiops.integrations.notifier import Notifier
+from aiops.integrations.pagerduty import (
     SUMMARY_CHARS,
     dedup_key,
     pagerduty_body,
     read_routing_key,
     with_routing_key,
 )
-from aiops.service.notify_payloads import render
-from aiops.service.notify_report import report_body
-from aiops.service.notify_teams import CARD_CONTENT_TYPE, markdown_escape, teams_body
+from aiops.integrations.payloads import render
+from aiops.integrations.report import report_body
+from aiops.integrations.teams import CARD_CONTENT_TYPE, markdown_escape, teams_body
+from aiops.models import Evidence, Hypothesis
+from aiops.report.model import Report
+from aiops.report.write import Written
 from aiops.service.outbox import Outbox
 from aiops.store import Workspace
 from tests.notify_helpers import HOSTILE, LINK, NOW_TS_S, event, hypothesis, incident
@@ -109,7 +109,7 @@ def lifecycle(title: str = "GPU node3/gpu5 throttling") -> list[IncidentEvent]:
 
 
 # -- PagerDuty ---------------------------------------------------------------------------------------------
-def test_the_three_events_are_trigger_acknowledge_resolve_under_one_dedup_key() -> None:
+def test_the_diagnosis_updates_the_alert_it_opened_never_acknowledges_it_and_resolve_closes_it() -> None:
     previous: list[Any] = []
     wires = []
     for each in lifecycle():
@@ -117,7 +117,9 @@ def test_the_three_events_are_trigger_acknowledge_resolve_under_one_dedup_key() 
         assert "routing_key" not in body  # never in the stored body
         previous.append(body)
         wires.append(sent(body))
-    assert [w["event_action"] for w in wires] == ["trigger", "acknowledge", "resolve"]
+    # opened: trigger; diagnosed: trigger again under the same key (PagerDuty updates the open alert); no
+    # acknowledge ever (a machine's acknowledge stops the escalation with no one on it)
+    assert [w["event_action"] for w in wires] == ["trigger", "trigger", "resolve"]
     assert {w["dedup_key"] for w in wires} == {"aiops/node3/inc-1"}
     assert all(w["routing_key"] == ROUTING_KEY for w in wires)
     trigger = wires[0]["payload"]
@@ -126,6 +128,10 @@ def test_the_three_events_are_trigger_acknowledge_resolve_under_one_dedup_key() 
     assert trigger["component"] == "node3/gpu5" and trigger["group"] == "job:llm"
     assert datetime.fromisoformat(trigger["timestamp"]).timestamp() == lifecycle()[0].opened_ts_s
     assert "links" not in wires[0]  # no console_url: no link to show
+    update = wires[1]["payload"]
+    assert update["summary"].endswith("| top cause: thermal_throttle on node3/gpu5 (0.91)")
+    assert update["class"] == "thermal_throttle"
+    assert update["custom_details"]["evidence"] == ["GPU 5 throttled 12 times", "inlet 41 C"]
 
 
 def test_the_dedup_key_is_the_node_and_incident_so_a_restart_or_another_node_agrees_or_differs() -> None:
@@ -134,6 +140,13 @@ def test_the_dedup_key_is_the_node_and_incident_so_a_restart_or_another_node_agr
     assert dedup_key(other) == "aiops/node4/inc-1"  # node4's INC-1 is another alert
     long = dataclasses.replace(event("opened"), incident_id="x" * 400)
     assert len(dedup_key(long)) <= 255 and dedup_key(long) == dedup_key(long)
+
+
+def test_an_incident_renamed_while_open_keeps_the_key_its_alert_was_triggered_with() -> None:
+    before = pagerduty_body(dataclasses.replace(event("opened"), incident_id="INC-0001"))
+    renamed = dataclasses.replace(event("resolved", top=hypothesis()), incident_id="INC-node3-0001")
+    assert pagerduty_body(renamed, [before])["dedup_key"] == "aiops/node3/INC-0001"
+    assert pagerduty_body(renamed)["dedup_key"] == "aiops/node3/INC-node3-0001"
 
 
 def test_a_diagnosis_with_nothing_triggered_yet_triggers_with_its_cause() -> None:
@@ -180,6 +193,7 @@ def test_the_console_link_is_a_pagerduty_link() -> None:
     wire = sent(pagerduty_body(opened))
     assert wire["links"] == [{"href": CONSOLE, "text": "aiops console: inc-1"}]
     assert wire["client_url"] == CONSOLE and wire["payload"]["custom_details"]["link"] == LINK
+    assert wire["payload"]["custom_details"]["console"] == CONSOLE
 
 
 def test_the_routing_key_file_must_hold_a_key(tmp_path: Path) -> None:

@@ -3,13 +3,15 @@ v2 alerts (labels, annotations, RFC 3339 times, superseded label sets ended), an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 
 import pytest
 
-from aiops.service.notify_event import IncidentEvent, rfc3339
-from aiops.service.notify_payloads import (
+from aiops.errors import ConfigError
+from aiops.integrations.event import IncidentEvent, rfc3339
+from aiops.integrations.payloads import (
     ALERT_NAME,
     alert_labels,
     alertmanager_alerts,
@@ -58,6 +60,7 @@ def test_json_body_is_versioned_and_carries_the_incident_and_top_hypothesis() ->
         "id": "inc-1",
         "title": HOSTILE,  # JSON-encoded as is: the receiver decides how to show it
         "severity": "critical",
+        "impact": "",
         "components": ["node3/gpu5", "job:llm"],
         "node": "node3",
         "opened_ts_s": NOW_TS_S,
@@ -66,6 +69,7 @@ def test_json_body_is_versioned_and_carries_the_incident_and_top_hypothesis() ->
         "opened_at": "2023-11-14T22:13:20.000Z",
         "resolved_at": None,
         "link": LINK,
+        "console_link": "",  # no console URL configured
     }
     assert body["top_hypothesis"] == {
         "root_cause": "thermal_throttle",
@@ -114,6 +118,15 @@ def test_slack_body_shapes_per_event() -> None:
     assert [b["type"] for b in resolved["blocks"]] == ["section", "section", "section", "context"]
     assert "*Resolved:* 2023-11-14T22:16:40.000Z" in resolved["blocks"][1]["text"]["text"]
     assert "thermal_throttle on node3/gpu5 (confidence 0.91)" in resolved["blocks"][2]["text"]["text"]
+    # the link people follow: the service's API without a console URL, the console's incident page with one
+    assert opened["blocks"][-1]["elements"][0]["text"] == f"More: {LINK}"
+    console = "https://aiops.example.com/incidents/inc-1"
+    linked = slack_body(dataclasses.replace(event("opened"), console_link=console))
+    assert linked["blocks"][-1]["elements"][0]["text"] == f"More: {console}"
+    assert (
+        json_body(dataclasses.replace(event("opened"), console_link=console), "k")["incident"]["console_link"]
+        == console
+    )
 
 
 def test_alertmanager_alert_has_our_labels_annotations_and_times() -> None:
@@ -174,3 +187,14 @@ def test_render_picks_the_body_for_the_sink_kind() -> None:
     assert "blocks" in render("slack", diagnosed, "inc-1/k")
     assert render("alertmanager", diagnosed, "inc-1/k")[0]["labels"]["alertname"] == ALERT_NAME
     assert incident().title == diagnosed.title
+
+
+def test_the_console_url_comes_from_notify_else_console() -> None:
+    from aiops.config import parse_config
+
+    assert parse_config({}, "t").console_url == ""
+    assert parse_config({"console": {"url": "https://c.example/"}}, "t").console_url == "https://c.example"
+    both = {"console": {"url": "https://c.example"}, "notify": {"console_url": "https://n.example"}}
+    assert parse_config(both, "t").console_url == "https://n.example"
+    with pytest.raises(ConfigError, match=r"console\.url"):
+        parse_config({"console": {"url": "javascript:alert(1)"}}, "t")

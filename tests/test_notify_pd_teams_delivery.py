@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aiops.config import NotifyConfig, WebhookConfig
-from aiops.service.notify import Notifier
+from aiops.integrations.notifier import Notifier
 from aiops.store import Workspace
 from tests.notify_helpers import Receiver, Request, event, free_port, no_proxies, receiver, the_three_events
 
@@ -106,10 +106,10 @@ def test_pagerduty_and_teams_down_for_10_s_get_every_event_once_in_order(tmp_pat
     assert unavailable == {PD_PATH, TEAMS_PATH}
     assert all(r.at_s >= started_s + OUTAGE_S for r in everything if r.status in (202, 400))
 
-    # PagerDuty: trigger, acknowledge, resolve for inc-1, each accepted once, one dedup_key, the key in the
-    # body
+    # PagerDuty: trigger, trigger (the diagnosis: an update of the same alert), resolve for inc-1, each accepted
+    # once, one dedup_key, the key in the body
     accepted = [r.body for r in pagerduty if r.status == 202 and incident_of(r) == "inc-1"]
-    assert [b["event_action"] for b in accepted] == ["trigger", "acknowledge", "resolve"]
+    assert [b["event_action"] for b in accepted] == ["trigger", "trigger", "resolve"]
     assert {b["dedup_key"] for b in accepted} == {"aiops/node3/inc-1"}
     assert all(r.body["routing_key"] == ROUTING_KEY for r in pagerduty)
     assert all("Authorization" not in r.headers and ROUTING_KEY not in r.path for r in everything)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from aiops.config import parse_config
-from aiops.service.notify import Notifier
-from aiops.service.notify_http import send
-from aiops.service.notify_queue import Delivery, Result, RetryPolicy, Sink, due, event_key, record
+from aiops.integrations.notifier import Notifier
+from aiops.integrations.sink_queue import Delivery, Result, RetryPolicy, Sink, due, event_key, record
+from aiops.integrations.transport import send
 from aiops.store import Store, Workspace
 from tests.notify_helpers import (
     NOW_TS_S,

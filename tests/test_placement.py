@@ -25,6 +25,7 @@ def _config(tmp_path: Path, api_url: str, rack_label: str = "example.com/rack") 
     return Config.model_validate(
         {
             "node": {"name": "node3", "rack": "rack0", "row": "row-a"},
+            "scheduler": {"node_name": "node3"},  # the API's name of this node (aiops run --hostname)
             "collectors": {
                 "root": str(tmp_path),  # an empty host tree: every source reports itself unavailable
                 "nvml": {"enabled": False},
@@ -73,3 +74,13 @@ def test_without_labels_or_api_the_config_stands_and_an_unreachable_api_says_why
         assert gone.rack == "rack0" and gone.error is not None and "404" in gone.error
     assert placement_of("n", "rack1", "", None) == placement_of("n", "rack1", None, None)
     assert placement_of("n", "rack1", None, {"r": "x" * 500}, "r").rack == "x" * 63  # bounded
+
+
+def test_a_rack_label_that_is_no_rack_name_leaves_the_configs_rack_and_says_why(tmp_path: Path) -> None:
+    for bad in ("Rack_A1", "node4", "fleet"):  # a label is data: no rack name, no rack
+        with api_server([], [node_json("node3", {**LABELS, "example.com/rack": bad})]) as api:
+            sources = host_sources(_config(tmp_path, api.url))
+            sources.close()
+        where = sources.placement
+        assert where is not None and (where.rack, where.row, where.source) == ("rack0", "row-c", "kubernetes")
+        assert where.error is not None and "node label example.com/rack = " in where.error, bad

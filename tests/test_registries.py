@@ -9,8 +9,8 @@ from typing import get_args
 import pytest
 
 from aiops.config import CollectorsConfig, WebhookConfig
-from aiops.service.notify_event import IncidentEvent
-from aiops.service.notify_payloads import SINK_FORMATS, SinkKind, render
+from aiops.integrations.event import IncidentEvent
+from aiops.integrations.payloads import SINK_FORMATS, SinkKind, render
 from collectors.host import HOST_COLLECTORS, NVML_KIND, HostContext, collector_section, host_collectors
 from collectors.topology import discover_topology
 from tests.notify_helpers import event

@@ -30,7 +30,12 @@ def test_a_webhook_down_gets_opened_diagnosed_resolved_once_each(tmp_path: Path)
     port = free_port()
     config = {
         "detection": {"quiet_s": 30},
-        "notify": {"retry_max_s": 2, "webhooks": [{"url": f"http://127.0.0.1:{port}/hook", "kind": "json"}]},
+        # undiagnosed_hold_s 0: the incident pages as it opens, so the sink gets opened, diagnosed and resolved
+        "notify": {
+            "retry_max_s": 2,
+            "undiagnosed_hold_s": 0,
+            "webhooks": [{"url": f"http://127.0.0.1:{port}/hook", "kind": "json"}],
+        },
         "http": {"listen": "127.0.0.1:0"},  # the events link to the service's API
     }
     db = tmp_path / "ws.duckdb"

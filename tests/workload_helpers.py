@@ -254,10 +254,29 @@ class ApiServer:
         return f"http://127.0.0.1:{self.port}"
 
 
+def rbac_allows(rules: Sequence[Mapping[str, Any]], resource: str, verb: str) -> bool:
+    """Whether RBAC `rules` (a ClusterRole's) allow `verb` on core-group `resource` (rbac/v1's matching: `*`
+    matches any; resourceNames only narrow a get, never a list)."""
+    for rule in rules:
+        groups, resources, verbs = rule.get("apiGroups", []), rule.get("resources", []), rule.get("verbs", [])
+        matches = (
+            ("" in groups or "*" in groups) and {resource, "*"} & set(resources) and {verb, "*"} & set(verbs)
+        )
+        if matches and (not rule.get("resourceNames") or verb == "get"):
+            return True
+    return False
+
+
 @contextlib.contextmanager
-def api_server(pods: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]]) -> Iterator[ApiServer]:
+def api_server(
+    pods: Sequence[dict[str, Any]],
+    nodes: Sequence[dict[str, Any]],
+    rbac: Sequence[Mapping[str, Any]] | None = None,
+) -> Iterator[ApiServer]:
     """`GET /api/v1/pods?fieldSelector=spec.nodeName=<n>` (a PodList of that node's pods) and
-    `GET /api/v1/nodes/<name>` on 127.0.0.1, answered as the API server does; anything else a v1 Status 404."""
+    `GET /api/v1/nodes/<name>` on 127.0.0.1, answered as the API server does; anything else a v1 Status 404.
+    With `rbac` (a ClusterRole's rules, the caller's only grant), a request they do not allow is answered 403
+    Forbidden as the API server's authorizer answers it."""
     requests: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -276,6 +295,22 @@ def api_server(pods: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]]) 
             requests.append(self.path)
             url = urlsplit(self.path)
             query = parse_qs(url.query)
+            resource, verb = ("pods", "list") if url.path == "/api/v1/pods" else ("nodes", "get")
+            if rbac is not None and not rbac_allows(rbac, resource, verb):
+                self._send(
+                    403,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": f'{resource} is forbidden: cannot {verb} resource "{resource}"',
+                        "reason": "Forbidden",
+                        "details": {"kind": resource},
+                        "code": 403,
+                    },
+                )
+                return
             if url.path == "/api/v1/pods":
                 selector = query.get("fieldSelector", [""])[0]
                 node = selector.removeprefix("spec.nodeName=")

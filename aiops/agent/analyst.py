@@ -21,7 +21,7 @@ from aiops.agent.scope import TimeScope, asks_about_gpus, components_in, time_sc
 from aiops.detect import detect
 from aiops.errors import ScopeError
 from aiops.evidence.next_steps import steps_for
-from aiops.models import Diagnosis, Evidence
+from aiops.models import INCIDENT_ID_PATTERN, Diagnosis, Evidence
 from aiops.nvml_bits import THROTTLE
 from aiops.pipeline import remediate, stored_diagnoses
 from aiops.rca import diagnose
@@ -38,7 +38,7 @@ OFFLINE_SCOPE = (
     "(since 10:00, last 5 min, yesterday, since yesterday, last night)"
 )
 
-INCIDENT_ID = re.compile(r"\bINC-\d+\b", re.IGNORECASE)
+INCIDENT_ID = re.compile(rf"\b{INCIDENT_ID_PATTERN}\b", re.IGNORECASE)
 # Words that make a question one the analyst can answer alone (the rest is free-form: it needs an LLM).
 ANALYST_WORDS = (
     "incident",

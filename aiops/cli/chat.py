@@ -27,6 +27,7 @@ from aiops.cli.configured import add_config_argument, add_db_argument, agent_con
 from aiops.cli.render import row_text
 from aiops.config import GuardrailsConfig
 from aiops.errors import AiopsError, GuardrailError
+from aiops.models import INCIDENT_ID_PATTERN
 from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.signing import SshSigner, configured_signer
 
@@ -52,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-INCIDENT = re.compile(r"^INC-\d+$", re.IGNORECASE)
+INCIDENT = re.compile(rf"^{INCIDENT_ID_PATTERN}$", re.IGNORECASE)
 
 
 def _when(ts_s: Any) -> str:

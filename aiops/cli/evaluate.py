@@ -156,6 +156,7 @@ def run_real_corpus(args: argparse.Namespace) -> int:
     console.print(
         as_text(f"right: {s['right']}/{s['cases']} = {s['right_fraction']:.3f}  by group: {s['by_group']}")
     )
+    console.print(as_text(f"by batch: {s['by_batch']}"))
     console.print(as_text(f"labels: {s['labels']}"))
     console.print(as_text(f"abstentions: {s['abstentions']}"))
     calibration = Table(title="calibration (top hypothesis)")

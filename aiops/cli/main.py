@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.chat",
     "aiops.cli.actions",
     "aiops.cli.audit",
+    "aiops.cli.maintenance",
     "aiops.cli.dcim",
     "aiops.cli.policy",
     "aiops.cli.run",

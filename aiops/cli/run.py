@@ -1,10 +1,11 @@
-"""`aiops run [--config FILE] [--db PATH] [--listen HOST:PORT] [--node NAME] [--sim SCENARIO [--speed N]
-[--epoch-ts-s T]]`: the node service.
+"""`aiops run [--config FILE] [--db PATH] [--listen HOST:PORT] [--node NAME] [--hostname HOST] [--sim SCENARIO
+[--speed N] [--epoch-ts-s T]]`: the node service.
 
 On a real host it collects what exists here; with `--sim` the same service runs against the twin: the whole
 cluster, or with `--node nodeK` one node agent of it (its own slice, aiops/service/sources.py). `--db` and
-`--listen` override the config file. SIGTERM and SIGINT end it after a last flush (exit 0). Logs are JSON lines
-on stderr. See docs/DEPLOY.md.
+`--listen` override the config file; `--hostname` stands for the kernel's host name (the Helm chart passes the
+Kubernetes node's name). SIGTERM and SIGINT end it after a last flush (exit 0). Logs are JSON lines on stderr.
+See docs/DEPLOY.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aiops.cli.configured import agent_config
 from aiops.config import Config, NodeConfig, load_config, node_of, parse_listen
 from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
+from aiops.labels import host_name_error
 from aiops.scenarios import load_scenario
 from aiops.service import logs
 from aiops.service.node_slice import FACILITY
@@ -44,6 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="this host's component name, any RFC 1123 host name (overrides [node] name; default: the host's "
         "own name); with --sim: serve that node's slice, "
         "or `facility`: the racks' sensors (/metrics/facility) and the DCIM caps (/api/dcim)",
+    )
+    p.add_argument(
+        "--hostname",
+        default=None,
+        help="the host name this host goes by instead of the kernel's: [node.hosts] is looked up by it, the "
+        "node is named after it by the usual rule, and it is the host's name in its scheduler and the "
+        "Kubernetes API unless [scheduler] node_name is set (in a pod: the node's name, spec.nodeName)",
     )
     p.add_argument("--sim", default=None, metavar="SCENARIO", help="run against the twin of this scenario")
     p.add_argument(
@@ -72,7 +81,11 @@ def configured(args: argparse.Namespace) -> Config:
         except ValueError as exc:
             raise ConfigError("--listen", "listen", str(exc)) from None
     http = config.http.model_copy(update={"listen": args.listen}) if args.listen is not None else config.http
-    hostname = socket.gethostname()
+    hostname, scheduler = socket.gethostname(), config.scheduler
+    if args.hostname is not None:
+        hostname = given_hostname(args.hostname)
+        if not scheduler.node_name:  # the scheduler and the Kubernetes API know the host by it too
+            scheduler = scheduler.model_copy(update={"node_name": hostname})
     if args.sim and not config.node.name and hostname not in config.node.hosts:
         node = NodeConfig(name="node0", rack=config.node.rack)  # the twin's whole cluster: named as before
     else:
@@ -87,7 +100,16 @@ def configured(args: argparse.Namespace) -> Config:
                 "--node", "node", exc.errors()[0]["msg"].removeprefix("Value error, ")
             ) from None
     node = node.model_copy(update={"hosts": config.node.hosts})  # alerts name hosts: keep the whole map
-    return config.model_copy(update={"store": store, "http": http, "node": node})
+    return config.model_copy(update={"store": store, "http": http, "node": node, "scheduler": scheduler})
+
+
+def given_hostname(value: str) -> str:
+    """`--hostname`, checked: a host name (any case; a pod's `$(NODE_NAME)` left unexpanded is refused here,
+    not turned into a node's name)."""
+    error = host_name_error(value.strip().lower())
+    if error:
+        raise ConfigError("--hostname", "hostname", f"'{value[:80]}' is no host name: {error}")
+    return value.strip()
 
 
 def token_of(config: Config) -> str:

@@ -15,6 +15,7 @@ re-checks them. A viewer's approve is refused with 403 before anything is record
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.admin import Admin
 from aiops.console.chat import ChatDesk
 from aiops.console.decide import Decisions, messages_to_sign
+from aiops.console.maintenance import MaintenancePages
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
 from aiops.console.sessions import Sessions
@@ -42,6 +44,7 @@ from aiops.console.signin import Refusal, SignInGate
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.errors import InputError, SignInBusy
 from aiops.store import Store, Workspace
+from aiops.store.maintenance import active_windows
 from guardrails.session_signing import ensure_key, key_path
 from guardrails.signing import ConfiguredVerifier
 
@@ -90,6 +93,7 @@ class Console:
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
         self.admin = Admin(self)
+        self.maintenance = MaintenancePages(self)
         self.chat = ChatDesk(self)
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
         self.oidc: OidcSignIn | None = None
@@ -188,15 +192,22 @@ class Console:
         session = self.pages.session(request)
         if session is None:
             return self.pages.to_login()
-        rows, proposals, clock = await self.read(
+        rows, proposals, clock, active = await self.read(
             lambda s: (
                 data.incidents(s),
                 data.proposals(s, here=not self.options.dispatch),
                 data.data_clock(s),
+                active_windows(s, time.time()),
             )
         )
         return self.pages.page(
-            request, session, "incidents.html", incidents=rows, proposals=proposals, clock=clock.label
+            request,
+            session,
+            "incidents.html",
+            incidents=rows,
+            proposals=proposals,
+            clock=clock.label,
+            windows=active,
         )
 
     async def incident(self, request: Request) -> Response:
@@ -309,6 +320,9 @@ def create_app(
         Route("/admin/accounts/{name}/enable", console.admin.enable, methods=["POST"]),
         Route("/setup/{token}", console.admin.setup_form, methods=["GET"]),
         Route("/setup/{token}", console.admin.setup, methods=["POST"]),
+        Route("/maintenance", console.maintenance.page, methods=["GET"]),
+        Route("/maintenance/add", console.maintenance.add, methods=["POST"]),
+        Route("/maintenance/{window_id}/end", console.maintenance.end, methods=["POST"]),
         Route("/audit", console.audit),
         Route("/collectors", console.collectors),
         Route("/topology", console.topology),

@@ -69,8 +69,28 @@ SAMPLE_TABLES = (
 )
 
 
+def paging_text(store: Store) -> dict[str, str]:
+    """incident id -> this tier's paging decision for people: `paged`, `covered by INC-…`, `held: no diagnosis
+    yet`, `maintenance M-…` (aiops/service/pager.py; absent for an incident no pager has seen)."""
+    out: dict[str, str] = {}
+    for r in store.query("SELECT * FROM incident_pages ORDER BY decided_ts_s"):
+        if r["paged_ts_s"] is not None:
+            text = "paged"
+        elif r["reason"] == "covered":
+            text = f"covered by {r['covered_by']}"
+        elif r["reason"] in ("maintenance", "silence"):
+            text = f"no page: {r['reason']} {r['window_id']}"
+        elif r["reason"] == "held":
+            text = "held: no diagnosis yet"
+        else:
+            text = str(r["reason"])
+        out[str(r["incident_id"])] = text
+    return out
+
+
 def incidents(store: Store) -> list[dict[str, Any]]:
     out = []
+    paging = paging_text(store)
     for d in reversed(stored_diagnoses(store)):
         top = d.hypotheses[0] if d.hypotheses else None
         out.append(
@@ -80,6 +100,7 @@ def incidents(store: Store) -> list[dict[str, Any]]:
                 "severity": d.incident.severity,
                 "opened_ts_s": d.incident.opened_ts_s,
                 "resolved": d.incident.resolved_ts_s is not None,
+                "paging": paging.get(d.incident.incident_id, ""),
                 "top": None
                 if top is None
                 else {"root_cause": top.root_cause, "component": top.component, "confidence": top.confidence},
@@ -181,6 +202,8 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
         "id": d.incident.incident_id,
         "title": d.incident.title,
         "severity": d.incident.severity,
+        "impact": d.incident.impact,
+        "paging": paging_text(store).get(d.incident.incident_id, ""),
         "components": d.incident.components,
         "opened_ts_s": d.incident.opened_ts_s,
         "resolved_ts_s": d.incident.resolved_ts_s,

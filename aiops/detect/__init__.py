@@ -63,6 +63,7 @@ def save_incidents(store: Store, incidents: list[Incident], *, replace_all: bool
             "components": [i.components for i in incidents],
             "symptoms": [json.dumps([s.model_dump() for s in i.symptoms]) for i in incidents],
             "resolved_ts_s": [i.resolved_ts_s for i in incidents],
+            "impact": [i.impact for i in incidents],
         },
     )
 

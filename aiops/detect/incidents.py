@@ -18,7 +18,12 @@ incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
 the live service: `feed` returns what changed (`Transition`s: opened, updated, resolved), numbering continues
-from `first_number`, and `resume` puts back incidents that were open when the service stopped."""
+from `first_number`, and `resume` puts back incidents that were open when the service stopped.
+
+Incident ids are `<id_prefix><number, 4 digits at least>`. A whole-history analysis keeps the plain `INC-`; the
+live service names its ids after the tier that opened them (`incident_prefix`: `INC-gpu-a100-017-0042` on a node
+agent, `INC-fleet-0007` on the fleet), so they are unique across the cluster and stable over restarts. Everyone
+else treats an id as an opaque string."""
 
 from __future__ import annotations
 
@@ -36,12 +41,13 @@ from aiops.causal import (
     symptom_labels,
     symptoms_related,
 )
+from aiops.config_notify import SeverityConfig
 from aiops.detect.kinds import PERSISTENT
 from aiops.detect.rules import INFO, STRONG
+from aiops.detect.severity import impact, worse
 from aiops.labels import SPEC, component_kind
 from aiops.models import Incident, Symptom
 
-CRITICAL = {"xid", "gpu_lost", "job_stalled", "collective_timeouts", "ecc_dbe"}
 # A weak symptom opens an incident only when it persists this long (its rule already needed 2 windows).
 WEAK_KINDS_TO_OPEN = {
     "step_regression",
@@ -71,6 +77,15 @@ def _key(s: Symptom) -> Key:
     return s.kind, s.component, float(since) if isinstance(since, (int, float)) else None
 
 
+ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
+
+
+def incident_prefix(scope: str) -> str:
+    """The id prefix of the live incidents one tier opens: `INC-<host>-` on a node agent (its host name, unique in
+    the cluster), `INC-fleet-` on the fleet. `scope` is a component name (RFC 1123 host, `fleet`)."""
+    return f"INC-{scope}-"
+
+
 @dataclass
 class _Open:
     number: int
@@ -78,6 +93,7 @@ class _Open:
     last_ts_s: float
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
+    severity_floor: str = "info"  # a resumed incident's severity: it never drops while the incident is open
     keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component, step) with its first ts
     firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component, step) as first seen
 
@@ -106,7 +122,11 @@ class IncidentTracker:
         join_s: float = JOIN_S,
         cause_lag_s: float = CAUSE_LAG_S,
         settle_s: float = SETTLE_S,
+        id_prefix: str = ANALYSIS_PREFIX,
+        severity: SeverityConfig | None = None,
     ) -> None:
+        self.id_prefix = id_prefix
+        self.severity = severity or SeverityConfig()  # severity from impact (aiops/detect/severity.py)
         self.quiet_s = quiet_s
         self.join_s = join_s
         self.cause_lag_s = cause_lag_s
@@ -147,6 +167,7 @@ class IncidentTracker:
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
         group = _Open(incident.number, incident.opened_ts_s, incident.last_ts_s)
+        group.severity_floor = incident.severity
         group.add(list(incident.symptoms))
         self.open.append(group)
         self.open.sort(key=lambda g: (g.opened_ts_s, g.number))
@@ -156,7 +177,7 @@ class IncidentTracker:
         out: list[Transition] = []
         for group in [g for g in self.open if now_ts_s - g.last_ts_s > self.quiet_s]:
             group.resolved_ts_s = now_ts_s
-            out.append(Transition("resolved", _to_incident(group)))
+            out.append(Transition("resolved", self._incident(group)))
             self.open.remove(group)
             if self.keep_closed:
                 self.closed.append(group)
@@ -173,9 +194,9 @@ class IncidentTracker:
             if any(s.kind not in INFO for s in batch) or all(s.kind in INFO for s in group.symptoms):
                 group.last_ts_s = now_ts_s
             if group in opened:
-                out.append(Transition("opened", _to_incident(group)))
+                out.append(Transition("opened", self._incident(group)))
             elif {_key(s) for s in batch} - was:
-                out.append(Transition("updated", _to_incident(group)))
+                out.append(Transition("updated", self._incident(group)))
         return out
 
     def _place(
@@ -311,21 +332,19 @@ class IncidentTracker:
         return group
 
     def open_incidents(self) -> list[Incident]:
-        return [_to_incident(g) for g in self.open]
+        return [self._incident(g) for g in self.open]
 
     def incidents(self) -> list[Incident]:
         groups = sorted([*self.closed, *self.open], key=lambda g: g.number)
-        return [_to_incident(g) for g in groups]
+        return [self._incident(g) for g in groups]
+
+    def _incident(self, group: _Open) -> Incident:
+        return _to_incident(group, self.id_prefix, self.severity)
 
 
-def _to_incident(group: _Open) -> Incident:
-    kinds = {s.kind for s in group.symptoms}
-    if kinds & CRITICAL:
-        severity = "critical"
-    elif kinds <= INFO:
-        severity = "info"
-    else:
-        severity = "warning"
+def _to_incident(group: _Open, id_prefix: str, policy: SeverityConfig) -> Incident:
+    found = impact(group.symptoms, policy)
+    severity = worse(found.severity, group.severity_floor)
     components = sorted({s.component for s in group.symptoms})
     first = min(group.symptoms, key=lambda s: s.ts_s)
     title = f"{first.kind.replace('_', ' ')} on {first.component}"
@@ -337,7 +356,7 @@ def _to_incident(group: _Open) -> Incident:
             counts[kind] = counts.get(kind, 0) + 1
         title += " (also " + ", ".join(_counted(n, k) for k, n in sorted(counts.items(), key=_by_count)) + ")"
     return Incident(
-        incident_id=f"INC-{group.number:04d}",
+        incident_id=f"{id_prefix}{group.number:04d}",
         opened_ts_s=group.opened_ts_s,
         last_ts_s=group.last_ts_s,
         title=title,
@@ -345,6 +364,7 @@ def _to_incident(group: _Open) -> Incident:
         components=components,
         symptoms=_compact(group.symptoms),
         resolved_ts_s=group.resolved_ts_s,
+        impact=found.summary,
     )
 
 

@@ -29,17 +29,13 @@ COUNT_ONLY = frozenset(
         "bmc_info",
         "fm_info",
         "driver_param",
+        "slurm_info",
+        "ras_info",
+        "k8s_info",
+        "ipmi_info",
+        "generic_ids",
     }
 )
-
-
-def failures(c: Collected) -> list[LogEvent]:
-    """Events of the formats read from bundles (nvidia-smi table, ethtool, dcgmi, BMC logs, fabric manager)
-    that show a failure: with the rules' anomalies, they keep a verdict from being `healthy`."""
-    out = [e for kind in ("nvsmi_error", "nic_error_counter", "fm_error") for e in c.of(kind)]
-    out += [e for e in c.of("dcgm_diag") if e.code == 1]
-    out += [e for e in c.of("bmc_log") if e.code == 1]
-    return out
 
 
 @dataclass

@@ -1,14 +1,23 @@
-"""`dcgmi diag` and `dcgmi health -c` tables as events.
+"""`dcgmi diag`, `dcgmi health -c` and `dcgmi nvlink --link-status` output as events.
 
 `dcgmi diag -r N` prints one row per test, `| PCIe                      | Fail   |`, with per-GPU rows under it
-(`|                           | GPU0: Fail |`) and warning text (`| Warning: GPU 0 ...`) in DCGM 3.x, or test
-names in lower case with `GPU0: Pass` rows in DCGM 4.x. A `Fail` is a `dcgm_diag` event of code 1, a `Warn` of
-code 2, a `Pass` or `Skip` of code 0.
+(`|                           | GPU0: Fail |`, DCGM 3.x also `Fail - GPU: 0` and `Fail - All`) and `Warning` /
+`Info` rows whose text wraps over the rows below, or test names in lower case with `GPU0: Pass` rows in DCGM
+4.x. A `Fail` is a `dcgm_diag` event of code 1, a `Warn` of code 2, a `Pass` or `Skip` of code 0; the text of
+a `Warning`/`Info` row and its wrapped continuation is `dcgm_msg` (the rules read NVLink-down messages in it).
+A capture may start at any section header (`+-----  Hardware  ----...`): rows are read as they come.
 
-`dcgmi health -c` prints "Overall Health: Warning" and per entity `| GPU 0 | Warning |` followed by the
-subsystem's lines (`| | PCIe system: Warning - Detected more than 8 PCIe replays per minute for GPU 0 |`).
-A subsystem line that is not Healthy is a `dcgm_health` event (the kind the k8s/DCGM agent logs give), with
-its severity and system."""
+`dcgmi health -c` prints "Overall Health: Warning" (DCGM 2.x) or a table `| Overall Health | Failure |` with
+`| -> 0 | Failure |` per GPU and `|    -> NVLINK system | Failure |` per subsystem (DCGM 3.x), and the
+subsystem's messages below (`| | GPU 0's NvLink link 0 is currently down ... |`). A subsystem that is not
+Healthy is a `dcgm_health` event (severity, system); an overall health that is not Healthy `dcgm_overall`.
+
+`dcgmi nvlink --link-status` prints per GPU (`gpuId 0:`) one letter per link: U up, D down, X disabled, _ not
+supported; `nvlink_links` counts them (code 1 when a link is down).
+
+`dcgmi diag -j` prints the same results as JSON, one key per line (`"name" : "PCIe"`, `"gpu_id" : "0"`,
+`"status" : "Skip"`; DCGM 4.x also `"entity_id"` and a `"test_summary"`): each status is a `dcgm_diag` event
+of the test named last, on the GPU named last."""
 
 from __future__ import annotations
 
@@ -18,46 +27,131 @@ from typing import Any
 
 from aiops.evidence.events import LogEvent
 
-_ROW = re.compile(r"^\|\s{0,4}(?P<name>[^|]{0,60}?)\s*\|\s{0,4}(?P<value>[^|]{0,200}?)\s*\|\s*$")
-_RESULT = re.compile(r"^(?:(?P<gpu>GPU\s?\d{1,3}): )?(?P<result>Pass|Fail|Warn|Skip|Skipped|Warning)\b", re.I)
+_ROW = re.compile(r"^\|\s{0,4}(?P<name>[^|]{0,60}?)\s*\|\s?(?P<value>[^|]{0,200}?)\s*\|?\s*$")
+_RESULT = re.compile(
+    r"^(?:(?P<gpu>GPU\s?\d{1,3}): )?(?P<result>Pass|Fail|Warn|Skip|Skipped|Warning)\b"
+    r"(?:\s*-\s*(?:GPU:?\s?(?P<gpu2>\d{1,3})|All))?",
+    re.I,
+)
 _HEALTH = re.compile(
     r"^(?P<system>[A-Za-z][\w ]{1,30}?)(?: system)?: (?P<sev>Healthy|Warning|Failure|Failed|Error)\b(?: - )?"
 )
-_OVERALL = re.compile(r"Overall Health: (?P<sev>\w+)")
-_ENTITY = re.compile(r"^GPU\s?(?P<gpu>\d{1,3})$")
-_CODES = {"pass": 0, "skip": 0, "skipped": 0, "fail": 1, "warn": 2, "warning": 2}
+_SEVERITY = re.compile(r"^(?P<sev>Healthy|Warning|Failure|Failed|Error)\b")
+_OVERALL = re.compile(r"Overall Health:? (?P<sev>\w+)")
+_ENTITY = re.compile(r"^(?:GPU\s?|->\s{0,4})(?P<gpu>\d{1,3})$")
+_SYSTEM = re.compile(r"^->\s{0,4}(?P<system>[A-Za-z][\w ]{1,30}?)(?: system)?$")
+_MESSAGE = frozenset({"warning", "info", "error"})
+_GPU_ID = re.compile(r"^\s*gpuId (?P<gpu>\d{1,3}):\s*$")
+_LINKS = re.compile(r"^\s+(?P<links>[UDX_](?: [UDX_])*)\s*$")
+_JSON_NAME = re.compile(r'^\s*"name"\s*:\s*"(?P<name>[^"]{1,80})"')
+_JSON_GPU = re.compile(r'^\s*"(?:gpu_id|entity_id|gpuId)"\s*:\s*"?(?P<gpu>\d{1,3})"?')
+_JSON_STATUS = re.compile(r'^\s*"status"\s*:\s*"(?P<result>Pass|Fail|Warn|Skip|Skipped|Warning)"', re.I)
+_JSON_ANY = re.compile(r'^\s*[{}\[\],]|^\s*"[\w ]{1,60}"\s*:')
+# 0 pass, 1 fail, 2 warn, 3 skipped (ran nothing: neither a failure nor a positive reading)
+_CODES = {"pass": 0, "skip": 3, "skipped": 3, "fail": 1, "warn": 2, "warning": 2}
+BAD_HEALTH = ("Warning", "Failure", "Failed", "Error")
+
+
+class _State:
+    def __init__(self) -> None:
+        self.test = ""
+        self.gpu: str | None = None
+        self.system = ""
+        self.message = ""  # the row kind whose text continues on rows without a name (`Warning`, `Info`)
 
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
-    test = ""
-    gpu: str | None = None
+    s = _State()
     for number, raw in numbered:
         base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if (m := _GPU_ID.match(raw)) is not None:
+            s.gpu = f"GPU{m.group('gpu')}"
+            yield LogEvent(kind="dcgm_info", component=s.gpu, **base)
+            continue
+        if (m := _LINKS.match(raw)) is not None and s.gpu is not None:
+            letters = m.group("links").split()
+            detail = {k: str(letters.count(c)) for k, c in (("up", "U"), ("down", "D"), ("disabled", "X"))}
+            yield LogEvent(
+                kind="nvlink_links", component=s.gpu, code=int("D" in letters), detail=detail, **base
+            )
+            continue
+        if (event := _json_line(s, raw, base)) is not None:
+            yield event
+            continue
         if (m := _OVERALL.search(raw)) is not None:
-            yield LogEvent(kind="dcgm_info", detail={"overall": m.group("sev")}, **base)
+            yield _overall(m.group("sev"), base)
             continue
         row = _ROW.match(raw.strip())
         if row is None:
             yield LogEvent(kind="dcgm_info", **base) if raw.startswith(("+", "|")) else None
             continue
-        name, value = row.group("name").strip(), row.group("value").strip()
-        if name:
-            if (e := _ENTITY.match(name)) is not None:
-                gpu = f"GPU{e.group('gpu')}"
-            elif not name.startswith("-"):
-                test = name
-        if (h := _HEALTH.match(value)) is not None:
-            sev = h.group("sev")
-            if sev == "Healthy":
-                yield LogEvent(kind="dcgm_info", component=gpu, **base)
-            else:
-                detail = {"severity": sev, "system": h.group("system").strip(), "message": value}
-                yield LogEvent(kind="dcgm_health", component=gpu, detail=detail, **base)
-            continue
-        if (r := _RESULT.match(value)) is not None and test:
-            comp = r.group("gpu").replace(" ", "") if r.group("gpu") else gpu
-            code = _CODES[r.group("result").lower()]
-            detail = {"test": test, "result": r.group("result")}
-            yield LogEvent(kind="dcgm_diag", component=comp, code=code, detail=detail, **base)
-            continue
-        yield LogEvent(kind="dcgm_info", component=gpu, detail={"test": test, "text": value}, **base)
+        yield _row(s, row.group("name").strip(), row.group("value"), base)
+
+
+def _overall(severity: str, base: dict[str, Any]) -> LogEvent:
+    return LogEvent(
+        kind="dcgm_overall", code=int(severity in BAD_HEALTH), detail={"overall": severity}, **base
+    )
+
+
+def _row(s: _State, name: str, cell: str, base: dict[str, Any]) -> LogEvent:
+    value = cell.strip()
+    if name == "Overall Health":
+        return _overall(value.split()[0] if value else "", base)
+    entity = False
+    if name:
+        if (e := _ENTITY.match(name)) is not None:
+            entity = True
+            s.gpu, s.system, s.message = f"GPU{e.group('gpu')}", "", ""
+        elif (sysrow := _SYSTEM.match(name)) is not None:
+            s.system, s.message = sysrow.group("system").strip(), ""
+        elif name.lower() in _MESSAGE:
+            s.message = name
+            return _message(s, cell, base)
+        elif not name.startswith("-"):
+            s.test, s.system, s.message = name, "", ""
+    elif s.message:
+        return _message(s, cell, base)
+    if (h := _HEALTH.match(value)) is not None or (
+        (s.system or entity) and (h := _SEVERITY.match(value)) is not None
+    ):
+        sev = h.group("sev")
+        system = (h.groupdict().get("system") or s.system or "GPU").strip()
+        if sev == "Healthy":
+            return LogEvent(kind="dcgm_info", component=s.gpu, **base)
+        detail = {"severity": sev, "system": system, "message": value}
+        return LogEvent(kind="dcgm_health", component=s.gpu, detail=detail, **base)
+    if (r := _RESULT.match(value)) is not None and s.test:
+        gpu = r.group("gpu") or (f"GPU{r.group('gpu2')}" if r.group("gpu2") else None)
+        comp = gpu.replace(" ", "") if gpu else s.gpu
+        detail = {"test": s.test, "result": r.group("result")}
+        return LogEvent(
+            kind="dcgm_diag", component=comp, code=_CODES[r.group("result").lower()], detail=detail, **base
+        )
+    if s.system and value:
+        return LogEvent(kind="dcgm_msg", component=s.gpu, detail={"test": s.system, "text": value}, **base)
+    return LogEvent(kind="dcgm_info", component=s.gpu, detail={"test": s.test, "text": value}, **base)
+
+
+def _message(s: _State, cell: str, base: dict[str, Any]) -> LogEvent:
+    """A `Warning`/`Info` row of a test, or its continuation: the text, with its trailing spaces cut (the
+    table wraps words across rows, so the rules join the texts of a test as written)."""
+    detail = {"test": s.test, "level": s.message, "text": cell.rstrip()}
+    return LogEvent(kind="dcgm_msg", component=s.gpu, detail=detail, **base)
+
+
+def _json_line(s: _State, raw: str, base: dict[str, Any]) -> LogEvent | None:
+    """A line of `dcgmi diag -j`: a test's name, a GPU id, a status (a `dcgm_diag` event), or structure."""
+    if (m := _JSON_NAME.match(raw)) is not None:
+        s.test = m.group("name")
+        return LogEvent(kind="dcgm_info", detail={"test": s.test}, **base)
+    if (m := _JSON_GPU.match(raw)) is not None:
+        s.gpu = f"GPU{m.group('gpu')}"
+        return LogEvent(kind="dcgm_info", component=s.gpu, **base)
+    if (m := _JSON_STATUS.match(raw)) is not None:
+        result = m.group("result")
+        detail = {"test": s.test, "result": result}
+        return LogEvent(kind="dcgm_diag", component=s.gpu, code=_CODES[result.lower()], detail=detail, **base)
+    if _JSON_ANY.match(raw):
+        return LogEvent(kind="dcgm_info", **base)
+    return None

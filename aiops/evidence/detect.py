@@ -1,14 +1,20 @@
-"""Which format a file holds, from its content (never its name): each family's line signatures are counted
-over the first lines, and the family with most hits wins. None when no signature matches."""
+"""Which format a file holds, from its content (never its name), ranked by evidence: each family's line
+signatures are counted over the first lines (a section, a table header or a key set that only one tool prints
+counts `ANCHOR_WEIGHT` times), and the family with most evidence wins. `choose` ranks the lines as read and
+the same lines without their prefixes (aiops/evidence/prefixes.py) and keeps the better reading; None when
+nothing matches (the file is then read by the generic reader)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from aiops.evidence import driver
+from aiops.evidence.prefixes import strip, style_of
 
 SNIFF_LINES = 400
+ANCHOR_WEIGHT = 3
 
 _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
     "kernel-log": (
@@ -29,8 +35,12 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^\s*(?:Clocks (?:Throttle|Event) Reasons|Remapped Rows|Retired Pages|Performance State|"
             r"GPU Current Temp|GPU Slowdown Temp|GPU Max Operating Temp|Replays Since Reset|"
             r"Link Width|PCIe Generation|FB Memory Usage|Driver Version|Attached GPUs|VBIOS Version|GPU UUID|"
-            r"Inforom Version|GPU Reset Status|Reset Required|MultiGPU Board|Minor Number)\b"
+            r"Inforom Version|GPU Reset Status|Reset Required|MultiGPU Board|Minor Number|Compute Mode|"
+            r"Encoder Stats|FBC Stats|Ecc Mode|ECC Errors|BAR1 Memory Usage|Persistence Mode|Accounting Mode|"
+            r"Product Name|Product Brand|(?:GPU )?Power Readings|Applications Clocks|Max Clocks|Register File)\b"
         ),
+        # nvidia-smi -q aligns its keys: `    Key                     : value` (two or more spaces before the colon)
+        re.compile(r"^ {4,}[A-Z][\w .()/-]{1,40}? {2,}: \S"),
         re.compile(r"^\s*(?:<\?xml|<nvidia_smi_log>|<!DOCTYPE nvidia_smi_log)"),
     ),
     "nvidia-smi": (
@@ -46,7 +56,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         ),
         re.compile(
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|^No devices were found"
-            r"|Unable to determine the device handle for GPU"
+            r"|Unable to determine the device handle for (?:GPU|gpu)|^GPU \d{1,3}: .{1,80} \(UUID: (?:GPU-|\.\.\.)"
         ),
     ),
     "nccl-log": (
@@ -70,6 +80,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"^CA '[^']+'$"),
         re.compile(r"^\s*(?:Physical state|Link layer|Base lid|SM lid|Port GUID|CA type):"),
         re.compile(r"^link \S+/\d+ .*\bstate \w+ physical_state \w+"),
+        re.compile(r"^\S+\s+port\s+\d+\s+==>\s+\S+\s+\((?:Up|Down)\)|^link \S+/\d+(?: \w+ \d+){2,}"),
         re.compile(r"LinkDownedCounter|SymbolErrorCounter|PortRcvErrors|PortXmitDiscards"),
     ),
     "ibv-devinfo": (
@@ -93,6 +104,12 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^\|\s{0,4}[\w /.-]{1,40}\|\s{0,4}(?:GPU\d{1,3}: )?(?:Pass|Fail|Warn|Skip)\w{0,4}\s{1,60}\|"
         ),
         re.compile(r"^\|\s{0,34}\|\s{0,4}[\w ]{1,30}(?: system)?: (?:Warning|Failure|Error)\b"),
+        re.compile(r"^[|+]-{3,}\s{1,4}\w[\w ]{0,30}-{2,}[+|]"),
+        re.compile(
+            r"^\|\s{0,4}(?:->\s{0,4}\S|Overall Health\s{0,30}\|)|^\|\s{0,4}(?:Warning|Info)\s{2,40}\|"
+        ),
+        re.compile(r"^\s{0,8}gpuId \d{1,3}:\s*$|^\s{2,12}[UDX_](?: [UDX_]){3,}\s*$|^Key: Up=U, Down=D"),
+        re.compile(r'"DCGM (?:GPU )?Diagnostic"\s*:|"test_categories"\s*:|"category"\s*:\s*"\w|"gpu_id"\s*:'),
     ),
     "bmc-log": (
         re.compile(r'"@odata\.type":\s?"#LogEntry\.|"EntryType":\s?"(?:SEL|Event|Oem)"'),
@@ -104,6 +121,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^\[[A-Z][a-z]{2} \d{2} \d{4} \d{2}:\d{2}:\d{2}\] \[(?:INFO|ERROR|WARNING|WARN|DEBUG|FATAL)\] \[tid"
         ),
         re.compile(r"\b(?:nv-fabricmanager|nvidia-fabricmanager[\w.-]{0,20})\[\d{1,9}\]: "),
+        # what the fabric manager, its start script and NVLSM write, whatever wraps the line
+        re.compile(r"\b(?:[Ff]abric ?[Mm]anager|NVSwitch|nvlsm|NVLSM|NVL5\+?|fabricmanager)\b"),
     ),
     "driver-params": (driver.PARAM_NAMES,),
     "lspci-vv": (
@@ -111,6 +130,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [\w ]+(?:controller|bridge|device)\b"
         ),
         re.compile(r"^\s+(?:LnkCap|LnkSta|LnkCtl|DevCap|DevSta|Kernel driver in use|Capabilities: \[)"),
+        re.compile(r"!!! Unknown header type|\(rev ff\)"),
     ),
     "prometheus-text": (
         re.compile(r"^# (?:HELP|TYPE) [A-Za-z_:][\w:]* "),
@@ -118,22 +138,84 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
     ),
     "ipmi-sel": (
         re.compile(r"^\s*[0-9a-fA-F]+ \| [^|]+\| [^|]+\| [^|]+\| [^|]+(?:\| (?:Asserted|Deasserted))?\s*$"),
+        # FreeIPMI `ipmi-sel`: `2 | PostInit | PostInit | Power Supply PS2 Status | Power Supply | Critical | ...`
+        re.compile(
+            r"^\s*\d+\s*\|\s*(?:[A-Z][a-z]{2}-\d{2}-\d{4}|PostInit|PreInit|N/A)\s*\|[^|]*\|[^|]*\|[^|]*\|"
+        ),
         # `sel elist` before the BMC's clock is set: `   1 |  Pre-Init  |0000198492| ... | Asserted`
         re.compile(
             r"^\s*[0-9a-fA-F]+ \|\s*Pre-Init\s*\|\s*\d+\|[^|]+\|[^|]+\|\s*(?:Asserted|Deasserted)\s*$"
         ),
     ),
+    "ipmi-sensors": (
+        re.compile(r"^\s*\d+\s*\|[^|]+\|[^|]+\|\s*(?:N/A|-?[\d.]+)\s*\|[^|]+\|\s*(?:N/A|'[^']*')\s*$"),
+    ),
     "sysfs": (re.compile(r"^/sys/\S+?[:=]\s*\S"),),
+    "slurm": (
+        re.compile(
+            r"^\s*NodeName=\S+ |^\s+(?:State|Partitions|CfgTRES|AllocTRES|Gres|Reason|NodeAddr|BootTime)="
+        ),
+        re.compile(r"\bslurm(?:ctld|d|stepd|dbd)(?:\[\d{1,9}\])?: |^\s*JobId=\d+ JobName="),
+        re.compile(r"^REASON\s+(?:USER\s+TIMESTAMP\s+)?NODELIST|^PARTITION\s+AVAIL\s"),
+        re.compile(r"^\S.{0,120}\s\S{1,40}\s+\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\s+\S+\s*$"),
+        re.compile(r"\bnhc:\s+Health check failed|Node Health Check failed|\bCheck check_\w+ returned \d"),
+        re.compile(r"^\S+\s+up\s+\S+\s+\d+\s+\w+[*~#$@%^-]?\s+\S+\s*$"),
+    ),
+    "nccl-ras": (
+        re.compile(r"^Job summary\s*$|^Communicators\.\.\.|^Group\s+Comms\s+Nodes\s+Ranks"),
+        re.compile(
+            r"^#\d+-\d+ \([0-9a-f]{16}\) \w+|Missing communicator data|Communicator ranks have different"
+        ),
+        re.compile(r"\s(?:RUNNING|NOCOMM|INIT|FINALIZE|ABORT)\s+(?:OK|MISMATCH|INCOMPLETE|ERROR|TIMEOUT)\b"),
+    ),
+    "k8s": (
+        re.compile(r"^\s*Type\s+Reason\s+Age\s+From\s+Message|^LAST SEEN\s+TYPE\s+REASON|^Events:\s*$"),
+        re.compile(r"^\s*(?:Normal|Warning)\s{1,8}[A-Z]\w{2,60}\s{1,40}\S+(?: \(x\d+ over \S+\))?\s{1,40}\S"),
+        re.compile(r"^Conditions:\s*$|^\s+Type\s+Status\s+LastHeartbeatTime"),
+        re.compile(
+            r"^\s+(?:Ready|MemoryPressure|DiskPressure|PIDPressure|NetworkUnavailable)\s+(?:True|False|Unknown)\s"
+        ),
+        re.compile(
+            r"^NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE|^\S+\s+\d+/\d+\s+\w+\s+\d+(?: \(\S+ ago\))?\s+\S+$"
+        ),
+        re.compile(
+            r"^(?:Name|Roles|Labels|Taints|Allocatable|Capacity|Unschedulable):|^\s+nvidia\.com/gpu:\s+\d"
+        ),
+    ),
     "train-log": (re.compile(r"\btime: \d+(?:\.\d+)?, data_time: \d+(?:\.\d+)?"),),
     "gpu-agent-log": (
-        re.compile(r"XidCriticalError|device marked unhealthy|k8s-device-plugin|nvidia-device-plugin"),
+        re.compile(
+            r"XidCriticalError|device marked unhealthy|Marking it unhealthy|k8s-device-plugin|nvidia-device-plugin"
+        ),
         re.compile(r"\[\[Health\]\]|nv-hostengine|DCGM"),
     ),
 }
 
 
-def detect_format(lines: Iterable[str]) -> str | None:
-    """The format whose signatures match most of `lines` (the first SNIFF_LINES are read), else None."""
+# A section, a table header or a key set only one tool prints: worth ANCHOR_WEIGHT lines of evidence.
+_ANCHORS: dict[str, re.Pattern[str]] = {
+    "nvidia-smi-q": re.compile(r"^=+NVSMI LOG=+$"),
+    "nvidia-smi": re.compile(r"^\|\s{0,4}NVIDIA-SMI \d"),
+    "dcgmi": re.compile(
+        r"Successfully ran diagnostic|Health Monitor Report|NvLink Link Status|^\| Overall Health"
+    ),
+    "ethtool-stats": re.compile(r"^NIC statistics:\s*$"),
+    "ib": re.compile(r"^CA '[^']+'$"),
+    "ibv-devinfo": re.compile(r"^hca_id:\s*\S"),
+    "ipmi-sel": re.compile(r"^ID\s*\|\s*Date\s*\|\s*Time\s*\|\s*Name\s*\|"),
+    "ipmi-sensors": re.compile(r"^ID\s*\|\s*Name\s*\|\s*Type\s*\|\s*Reading"),
+    "slurm": re.compile(
+        r"^\s*NodeName=\S+ Arch=|^REASON\s+|^PARTITION\s+AVAIL\s+TIMELIMIT|ERROR:\s+nhc:|drain_nodes: "
+    ),
+    "nccl-ras": re.compile(r"^Job summary\s*$|^Communicators\.\.\."),
+    "k8s": re.compile(
+        r"^\s*Type\s+Reason\s+Age\s+From\s+Message|^LAST SEEN\s+TYPE\s+REASON|^Conditions:\s*$"
+    ),
+}
+
+
+def rank(lines: Iterable[str]) -> list[tuple[str, int]]:
+    """(format, evidence) for every format with some, most evidence first (the first SNIFF_LINES are read)."""
     hits = dict.fromkeys(_SIGNATURES, 0)
     for count, line in enumerate(lines):
         if count >= SNIFF_LINES:
@@ -141,5 +223,51 @@ def detect_format(lines: Iterable[str]) -> str | None:
         for name, patterns in _SIGNATURES.items():
             if any(p.search(line) for p in patterns):
                 hits[name] += 1
-    best = max(hits, key=lambda name: hits[name])
-    return best if hits[best] > 0 else None
+        for name, anchor in _ANCHORS.items():
+            if anchor.search(line):
+                hits[name] += ANCHOR_WEIGHT
+    return sorted(((n, h) for n, h in hits.items() if h > 0), key=lambda item: -item[1])
+
+
+def detect_format(lines: Iterable[str]) -> str | None:
+    """The format with most evidence in `lines`, else None."""
+    ranked = rank(lines)
+    return ranked[0][0] if ranked else None
+
+
+# Prefixes the kernel-log parser reads itself (the uptime, dmesg -T and syslog stamps, the host): a kernel log
+# that carries only these is read as it is on a tie; any other prefix, or any other format, is read without.
+_NATIVE = frozenset({"uptime", "wall", "syslog"})
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How to read a file: its format (None: the generic reader) and the prefix classes to remove first."""
+
+    fmt: str | None
+    style: tuple[str, ...]
+    evidence: int
+
+
+def choose(head: Sequence[str]) -> Choice:
+    """The better of the lines as read and the lines without their prefixes: more evidence wins; on a tie the
+    lines without their prefixes, unless a kernel log carries only the prefixes its parser reads (`_NATIVE`).
+    Line numbers (`numbered`) are tried last: `   1 | ...` is how some tools start their lines."""
+    raw = rank(head)
+    best = Choice(raw[0][0], (), raw[0][1]) if raw else Choice(None, (), 0)
+    for numbered in (False, True):
+        style = style_of(head, numbered=numbered)
+        if not style:
+            continue
+        ranked = rank(strip(text, style) for text in head)
+        # a kernel log read as one with or without the prefixes its parser reads itself: as it is
+        native = (
+            best.fmt == "kernel-log" and bool(ranked) and ranked[0][0] == best.fmt and set(style) <= _NATIVE
+        )
+        if ranked and (ranked[0][1] > best.evidence or (not native and ranked[0][1] == best.evidence)):
+            best = Choice(ranked[0][0], style, ranked[0][1])
+        elif best.fmt is None and not numbered:
+            best = Choice(None, style, 0)  # nothing recognised: the generic reader reads the lines unprefixed
+        if best.fmt is not None:
+            break
+    return best

@@ -21,8 +21,17 @@ from aiops.evidence.events import LogEvent
 _FM_BRACKET = re.compile(r"^\[(?P<stamp>[^\]]{8,40})\] \[(?P<level>[A-Z]{3,8})\] \[tid \d+\] (?P<msg>.*)$")
 _FM_JOURNAL = re.compile(r"\b(?P<prog>nv-fabricmanager|nvidia-fabricmanager[\w.-]*)\[\d+\]: (?P<msg>.*)$")
 _FM_FAILED = re.compile(
-    r"\bfail(?:ed|ure)?\b|NV_WARN_NOTHING_TO_DO|\bfatal error\b|\bnon-fatal error\b|\berror\b", re.IGNORECASE
+    r"\bfail(?:ed|ure)?\b|NV_WARN_NOTHING_TO_DO|\bfatal error\b|\bnon-fatal error\b|\berror\b|\bcannot\b|"
+    r"\bunable to\b|\bnot (?:been )?(?:loaded|running|started|found)\b|\btimed? ?out\b",
+    re.IGNORECASE,
 )
+# The start script and the fabric manager name the system they found: an NVSwitch system needs the fabric
+# manager (NVLink 5 systems also NVLSM); a system where it finds no NVSwitch ("Pre-NVL5" with nothing to do)
+# may be one where it does not apply at all (PCIe GPUs, an NVLink bridge).
+NVSWITCH_SYSTEM = re.compile(
+    r"Detected NVL5\+? system|found NVSwitch|NVSwitch LPF|[Nn]umber of NVSwitch(?:es)?:? [1-9]"
+)
+_FM_WORDS = re.compile(r"\b(?:[Ff]abric ?[Mm]anager|NVSwitch|nvlsm|NVLSM|NVL5\+?|fabricmanager)\b")
 PARAM = re.compile(r"^(?P<name>[A-Z][A-Za-z0-9]{2,60}|NVreg_\w{2,60}): ?(?P<value>\S{0,200})$")
 PARAM_NAMES = re.compile(
     r"^(?:NVreg_)?(?:ResmanDebugLevel|RmLogonRC|ModifyDeviceFiles|DeviceFileUID|DeviceFileGID|DeviceFileMode|"
@@ -39,12 +48,18 @@ def parse_fabric_manager(source: str, numbered: Iterable[tuple[int, str]]) -> It
             level, msg = m.group("level"), m.group("msg")
         elif (m := _FM_JOURNAL.search(raw)) is not None:
             msg = m.group("msg")
+        elif _FM_WORDS.search(raw) or _FM_FAILED.search(raw):
+            msg = raw.strip()  # the start script's, NVLSM's or a wrapper's own line, its prefixes removed
         else:
             yield None
             continue
         bad = level in ("ERROR", "FATAL") or (level not in ("INFO", "DEBUG") and bool(_FM_FAILED.search(msg)))
-        kind = "fm_error" if bad else "fm_info"
-        yield LogEvent(kind=kind, detail={"level": level, "message": msg}, **base)
+        detail = {"level": level, "message": msg}
+        if bad:
+            yield LogEvent(kind="fm_error", detail=detail, **base)
+        else:  # `fm_system`: the line says the host is an NVSwitch system (kept for the rules)
+            kind = "fm_system" if NVSWITCH_SYSTEM.search(msg) else "fm_info"
+            yield LogEvent(kind=kind, detail=detail, **base)
 
 
 def parse_params(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:

@@ -1,6 +1,12 @@
 """InfiniBand tools as events: `ibstat` port blocks, `rdma link` lines, `ibqueryerrors` and `perfquery`
-counters. Port states follow the IBA spec (PortState Down/Init/Armed/Active; PortPhysicalState Polling: the
-port is trying to train a link and finds no partner; Disabled: turned off administratively; LinkUp)."""
+counters, `ibdev2netdev`, `rdma statistic` counters. Port states follow the IBA spec (PortState
+Down/Init/Armed/Active; PortPhysicalState Polling: the port is trying to train a link and finds no partner;
+Disabled: turned off administratively; LinkUp).
+
+`ibdev2netdev` (Mellanox OFED) prints `mlx5_0 port 1 ==> ib0 (Down)`: the state is the Linux network
+interface's, not the IB port's. For an IPoIB interface (`ib*`) Down says only that IPoIB is not configured (a
+pure IB fabric runs without it); for an Ethernet/RoCE interface Down is the link being down, or a port not in
+use: a `netdev_down` finding, not a flap."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from aiops.evidence import generic
 from aiops.evidence.events import LogEvent
 
 _CA = re.compile(r"^CA '(?P<ca>[^']+)'")
@@ -20,6 +27,8 @@ _COUNTER = re.compile(
     r"\[?(?P<name>[A-Z][A-Za-z]{1,40}?(?:Counter|Errors|Discards|Wait))\s*(?:==|:\.*|:)\s*(?P<value>\d+)\]?"
 )
 _IBQ_HEAD = re.compile(r"GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+):")
+_NETDEV = re.compile(r"^(?P<dev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<net>\S+)\s+\((?P<state>Up|Down)\)")
+_RDMA_STAT = re.compile(r"^link (?P<dev>\S+)/(?P<port>\d+) ")
 
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
@@ -35,6 +44,13 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
                 detail={"state": m.group("state").lower(), "physical": m.group("phys").lower()},
                 **base,
             )
+            continue
+        if (m := _NETDEV.match(raw)) is not None:
+            yield _netdev(m, base)
+            continue
+        if (m := _RDMA_STAT.match(raw)) is not None and (found := generic.counters(raw[m.end() :])):
+            comp = f"{m.group('dev')}:{m.group('port')}"
+            yield generic.counter_event(found[0][0], found[0][1], {**base, "component": comp})
             continue
         if (m := _CA.match(raw)) is not None:
             ca, port, state = m.group("ca"), None, None
@@ -82,3 +98,12 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             yield LogEvent(kind="ib_info", component=ca, **base)
             continue
         yield None
+
+
+def _netdev(m: re.Match[str], base: dict[str, Any]) -> LogEvent:
+    net, state = m.group("net"), m.group("state").lower()
+    comp = f"{m.group('dev')}:{m.group('port')}"
+    detail = {"netdev": net, "state": state}
+    if state == "down" and not net.startswith("ib"):
+        return LogEvent(kind="netdev_down", component=comp, detail=detail, **base)
+    return LogEvent(kind="ib_info", component=comp, detail=detail, **base)

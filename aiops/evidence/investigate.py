@@ -2,39 +2,23 @@
 nvidia-bug-report log) by its content, stream it through its parser, run the rules, and build the JSON object
 of the `aiops investigate` contract (verdict, hypotheses, incidents, proposals, sources).
 
-A file that cannot be read or that no parser recognises is listed in `sources` (`unrecognised` or
-`unreadable`, with the reason) and skipped; EvidenceError (exit 2) only when nothing at all was recognised."""
+A readable text no parser recognises is read by the generic reader (format `generic`); a file that cannot be
+read as text (empty, binary, unreadable, refused) is listed in `sources` with the reason and skipped;
+EvidenceError (exit 2) only when no file at all could be read."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from aiops.errors import BundleLimit, EvidenceError
-from aiops.evidence import (
-    bmc,
-    bundle,
-    dcgmi,
-    driver,
-    ib,
-    kernel,
-    lspci,
-    misc,
-    nccl,
-    nic,
-    nvsmi,
-    nvsmi_table,
-    training,
-)
+from aiops.evidence import bundle, nvsmi
 from aiops.evidence.bundle import ARCHIVE_ERRORS, Limits
-from aiops.evidence.collect import Collected, failures
-from aiops.evidence.detect import SNIFF_LINES, detect_format
+from aiops.evidence.collect import Collected
+from aiops.evidence.detect import detect_format
 from aiops.evidence.events import LogEvent
-from aiops.evidence.next_steps import next_steps
-from aiops.evidence.prefixes import Stripper, strip, style_of
 from aiops.evidence.reader import (
     SNIFF_BYTES,
     accepted,
@@ -45,46 +29,11 @@ from aiops.evidence.reader import (
     text_lines,
     text_stream,
 )
-from aiops.evidence.rules import anomalies, finding, hypotheses
+from aiops.evidence.reading import head, read
 from aiops.evidence.sections import Splitter, is_bug_report, title
+from aiops.evidence.verdict import result
 
-DIAGNOSED_CONFIDENCE = 0.6
-MAX_FINDINGS = 20
-HEAD_CHARS = 1 << 20  # text held to recognise a file: SNIFF_LINES lines or this many characters
 SKIPPED = ("unrecognised", "unreadable", "refused")
-
-Parser = Callable[[str, Iterable[tuple[int, str]]], Iterator[LogEvent | None]]
-
-
-def application_log(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
-    """A job's own output mixes NCCL/PyTorch lines and iteration lines: both are read, whichever the file
-    was detected as."""
-    for number, raw in numbered:
-        if not raw.strip():
-            yield None
-            continue
-        yield nccl.parse_line(source, number, raw) or training.step_event(source, number, raw)
-
-
-PARSERS: dict[str, Parser] = {
-    "kernel-log": kernel.parse,
-    "nvidia-smi-q": nvsmi.parse,
-    "nvidia-smi": nvsmi_table.parse,
-    "nccl-log": application_log,
-    "ib": ib.parse,
-    "ibv-devinfo": nic.parse_ibv_devinfo,
-    "ethtool-stats": nic.parse_ethtool,
-    "lspci-vv": lspci.parse,
-    "prometheus-text": misc.parse_prometheus,
-    "ipmi-sel": misc.parse_sel,
-    "bmc-log": bmc.parse,
-    "dcgmi": dcgmi.parse,
-    "fabric-manager": driver.parse_fabric_manager,
-    "driver-params": driver.parse_params,
-    "sysfs": misc.parse_sysfs,
-    "train-log": application_log,
-    "gpu-agent-log": training.parse_agent,
-}
 
 Sink = Callable[[LogEvent], None]
 
@@ -96,12 +45,10 @@ def source_names(paths: Sequence[Path]) -> list[str]:
 
 
 def file_format(path: Path) -> str:
-    """The format of one plain file, from its content; EvidenceError naming the file and the accepted
-    formats."""
+    """The format of one plain file, from its content (`generic` when no parser recognises it);
+    EvidenceError naming the file for one that cannot be read as text."""
     check_readable(path)
-    found = detect_format(text for _n, text in lines(path))
-    if found is None:
-        raise EvidenceError(f"{path}: no recognised format (accepted formats: {accepted()})")
+    found = detect_format(text for _n, text in lines(path)) or "generic"
     if found == "nvidia-smi-q" and _looks_xml(path):
         nvsmi.check_xml(path)
     return found
@@ -133,8 +80,8 @@ class _Run:
             self._bundle(path, name)
             return
         try:
-            head = check_regular(path)
-            if head.lstrip().startswith(b"<"):
+            start = check_regular(path)
+            if start.lstrip().startswith(b"<"):
                 nvsmi.check_xml(path)
         except EvidenceError as exc:
             self.skip(name, "unreadable", str(exc))
@@ -171,15 +118,15 @@ class _Run:
         if kind in ("zip", "tar", "gzip", "xz", "bz2"):
             self.skip(name, "refused", f"{name}: an archive inside a bundle (give it on its own)", **extra)
             return
-        head = _peek(data)
-        problem = head_problem(head)
-        if problem is None and (b"<!DOCTYPE" in head or b"<!ENTITY" in head):
+        peeked = _peek(data)
+        problem = head_problem(peeked)
+        if problem is None and (b"<!DOCTYPE" in peeked or b"<!ENTITY" in peeked):
             problem = "XML with a DOCTYPE or ENTITY declaration is refused"
         if problem is not None:
             self.skip(name, "unrecognised", f"{name}: {problem}", **extra)
             return
         numbered = text_lines(text_stream(data))  # type: ignore[arg-type]
-        first = _head(numbered)
+        first = head(numbered)
         rest = itertools.chain(first, numbered)
         if is_bug_report([text for _n, text in first]):
             for section in Splitter(rest).sections():
@@ -188,50 +135,20 @@ class _Run:
             self.text(name, rest, extra)
 
     def text(self, name: str, numbered: Iterator[tuple[int, str]], extra: dict[str, Any]) -> None:
-        """Recognise numbered lines by their first lines, then parse them all (or list them unrecognised)."""
-        first = _head(numbered)
+        """Recognise numbered lines by their first lines, then read them all (aiops/evidence/reading.py):
+        a text no parser recognises is read by the generic reader, never skipped."""
+        first = head(numbered)
         if not any(text.strip() for _n, text in first):
             return  # an empty section (the bug report opens with a marker): nothing to list
         if "section" in extra:
             extra = {**extra, "section": title(first)}
-        style = style_of([text for _n, text in first])
-        fmt = detect_format(text for _n, text in first)
-        if style == "mpirun" or (style is not None and fmt is None):
-            # line numbers are removed only when the lines are not recognised as they are (`   1 | ...`
-            # is also how `ipmitool sel list` starts its lines)
-            fmt = detect_format(strip(text, style) for _n, text in first)
-        else:
-            style = None
-        rest = itertools.chain(first, numbered)
-        if fmt is None:
-            total = sum(1 for _ in rest) if "section" in extra else len(first)
-            self.skip(name, "unrecognised", f"{name}: no recognised format", **extra)
-            self.sources[-1]["lines"] = self.sources[-1]["unknown"] = total
-            return
-        stripper = Stripper(style)
-        total = parsed = 0
-        for event in PARSERS[fmt](name, stripper.lines(rest)):
-            total += 1
-            if event is None:
-                continue
-            if style is not None:
-                event = replace(event, raw=stripper.original(event.line, event.raw))
-            parsed += 1
-            self.collected.add(event)
-            if self.sink is not None:
-                self.sink(event)
-        prefix = {"prefix": style} if style else {}
-        self.sources.append(
-            {
-                "file": name,
-                "format": fmt,
-                "lines": total,
-                "parsed": parsed,
-                "unknown": total - parsed,
-                **extra,
-                **prefix,
-            }
-        )
+        for event, entry in read(name, numbered, first):
+            if event is not None:
+                self.collected.add(event)
+                if self.sink is not None:
+                    self.sink(event)
+            elif entry:
+                self.sources.append({**entry, **extra})
 
 
 def _peek(data: BinaryIO) -> bytes:
@@ -239,18 +156,6 @@ def _peek(data: BinaryIO) -> bytes:
     if peek is None:
         raise TypeError("a buffered stream is needed")
     return bytes(peek(SNIFF_BYTES)[:SNIFF_BYTES])
-
-
-def _head(numbered: Iterator[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The first SNIFF_LINES lines, or fewer when they pass HEAD_CHARS characters."""
-    out: list[tuple[int, str]] = []
-    chars = 0
-    for item in numbered:
-        out.append(item)
-        chars += len(item[1])
-        if len(out) >= SNIFF_LINES or chars >= HEAD_CHARS:
-            break
-    return out
 
 
 def investigate(
@@ -263,30 +168,4 @@ def investigate(
         given = ", ".join(str(p) for p in paths)
         reasons = "; ".join(s["reason"] for s in run.sources[:10]) or "no files in it"
         raise EvidenceError(f"nothing could be read in {given}: {reasons} (accepted formats: {accepted()})")
-    collected, sources = run.collected, run.sources
-    found = hypotheses(collected)
-    strange = sorted(anomalies(collected) + failures(collected), key=lambda e: (e.source, e.line))
-    if found and found[0].confidence >= DIAGNOSED_CONFIDENCE:
-        verdict = "diagnosed"
-    elif found or strange:
-        verdict = "inconclusive"
-    else:
-        verdict = "healthy"
-    return {
-        "verdict": verdict,
-        "hypotheses": [
-            {
-                "root_cause": h.root_cause,
-                "component": h.component,
-                "confidence": round(h.confidence, 2),
-                "summary": h.summary,
-                "evidence": h.evidence,
-            }
-            for h in found
-        ],
-        "incidents": [],
-        "proposals": [],
-        "sources": sources,
-        "findings": [finding(e) for e in strange[:MAX_FINDINGS]],
-        "next_steps": next_steps(verdict, found, [e.kind for e in strange]),
-    }
+    return result(run.collected, run.sources)

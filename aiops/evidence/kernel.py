@@ -34,6 +34,7 @@ _DMESG_X = re.compile(
 # The parser's kinds as LogEvent kinds (the rest keep their names: xid, fell_off_bus, gpu_id, aer_surprise_down,
 # gsp_timeout, gsp_error, mce, init_failed, nvrm_error, aer_detail, nvidia_info).
 KINDS = {"link": "nic_link", "thermal": "cpu_thermal"}
+_AER_AFTER = re.compile(r"AER: (?:(device recovery failed)|can't recover)")
 # The `aer` event's code: 0 corrected, 1 uncorrected non-fatal, 2 uncorrected fatal (from the kernel's severities).
 SEVERITY_CODE = {kmsg_parse.AER_CORRECTABLE: 0, kmsg_parse.AER_NONFATAL: 1, kmsg_parse.AER_FATAL: 2}
 
@@ -94,6 +95,9 @@ def parse_line(
         detail["uuid"] = event.text
     elif event.kind == "aer":
         kind, code = ("aer", SEVERITY_CODE[code or 0]) if event.header else ("aer_detail", None)
+    elif event.kind == "aer_detail" and (after := _AER_AFTER.search(message)) is not None:
+        # the AER driver's recovery: a port whose recovery failed, a driver that cannot recover its device
+        kind = "aer_recovery_failed" if after.group(1) else "aer_cant_recover"
     elif event.kind in ("link", "gsp_timeout", "gsp_error"):
         component = event.device  # the network or IB device; NVRM's GPU<n>
     return LogEvent(kind=kind, component=component, code=code, detail=detail, **base)

@@ -1,4 +1,4 @@
-"""Prometheus text exposition (dcgm-exporter, node_exporter), `ipmitool sel list` and sysfs dumps as events.
+"""Prometheus text exposition (dcgm-exporter, node_exporter) and sysfs dumps as events.
 
 dcgm-exporter names and bits: DCGM field ids (dcgm_fields.h); DCGM_FI_DEV_CLOCK_THROTTLE_REASONS /
 DCGM_FI_DEV_CLOCKS_EVENT_REASONS hold NVML's clocks-event bitmask (aiops.nvml_bits)."""
@@ -11,15 +11,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiops import nvml_bits
+from aiops.evidence import generic
 from aiops.evidence.events import LogEvent
 
 _SAMPLE = re.compile(
     r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
 )
 _LABEL = re.compile(r'(?P<k>[A-Za-z_]\w{0,100})="(?P<v>(?:[^"\\]|\\.){0,1000})"')
-_SEL = re.compile(
-    r"^\s*(?P<id>[0-9a-fA-F]+) ?\|(?P<date>[^|]*)\|(?P<time>[^|]*)\|(?P<sensor>[^|]+)\|(?P<event>[^|]+)(?:\|(?P<dir>[^|]+))?"
-)
 _SYSFS = re.compile(r"^(?P<path>/sys/\S+?)[:=\s]\s*(?P<value>.*)$")
 
 _PROM_KINDS: dict[str, str] = {
@@ -87,43 +85,45 @@ def parse_prometheus(source: str, numbered: Iterable[tuple[int, str]]) -> Iterat
         yield LogEvent(kind=kind, code=code, value=value, detail={"metric": name}, **base)
 
 
-def parse_sel(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
-    for number, raw in numbered:
-        m = _SEL.match(raw)
-        if m is None:
-            yield None
-            continue
-        sensor, event = m.group("sensor").strip(), m.group("event").strip()
-        asserted = (m.group("dir") or "Asserted").strip() != "Deasserted"
-        yield LogEvent(
-            source=source,
-            line=number,
-            raw=raw,
-            kind="ipmi_sel",
-            code=int(asserted),
-            detail={
-                "sensor": sensor,
-                "event": event,
-                "time": f"{m.group('date').strip()} {m.group('time').strip()}",
-            },
-        )
+# /sys/class/infiniband/<hca>/ports/<port>/{state,phys_state}: `4: ACTIVE`, `5: LinkUp` (IBA names)
+_IB_SYSFS = re.compile(
+    r"/sys/class/infiniband/(?P<hca>[^/]+)/ports/(?P<port>\d+)/(?P<what>state|phys_state)$"
+)
+_IB_VALUE = re.compile(r"^\d+:\s*(?P<name>\w+)")
 
 
 def parse_sysfs(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    """`path:value` lines: IB port states become `ib_port_state`, a counter whose name says error or
+    congestion with a value above 0 an `error_counter` / `congestion_counter` (generic.py), the rest
+    `sysfs_value`."""
+    state: dict[str, str] = {}  # hca:port -> state, for the phys_state line after it
     for number, raw in numbered:
         m = _SYSFS.match(raw.strip())
         if m is None:
             yield None
             continue
+        path, text = m.group("path"), m.group("value").strip()
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if (ib := _IB_SYSFS.search(path)) is not None and (v := _IB_VALUE.match(text)) is not None:
+            port = f"{ib.group('hca')}:{ib.group('port')}"
+            name = v.group("name").lower()
+            if ib.group("what") == "state":
+                state[port] = name
+                yield LogEvent(kind="ib_info", component=port, detail={"state": name}, **base)
+            else:
+                detail = {"state": state.get(port, ""), "physical": name}
+                yield LogEvent(kind="ib_port_state", component=port, detail=detail, **base)
+            continue
         try:
-            value: float | None = float(m.group("value"))
+            value: float | None = float(text)
         except ValueError:
             value = None
-        yield LogEvent(
-            source=source,
-            line=number,
-            raw=raw,
-            kind="sysfs_value",
-            value=value,
-            detail={"path": m.group("path")},
-        )
+        if value is not None and (found := generic.counters(f"{path.rsplit('/', 1)[-1]}: {int(value)}")):
+            yield generic.counter_event(found[0][0], found[0][1], {**base, "component": _hca_port(path)})
+            continue
+        yield LogEvent(kind="sysfs_value", value=value, detail={"path": path}, **base)
+
+
+def _hca_port(path: str) -> str | None:
+    m = re.search(r"/infiniband/([^/]+)/ports/(\d+)/", path)
+    return f"{m.group(1)}:{m.group(2)}" if m else None

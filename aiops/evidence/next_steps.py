@@ -43,6 +43,22 @@ SYMPTOM_LABELS: dict[str, tuple[str, ...]] = {
     "pcie_link_sta": ("pcie_degraded",),
     "reset_required": ("gpu_ecc_error", "gpu_driver_firmware_fault"),
     "fabric_state": ("gpu_driver_firmware_fault", "nvlink_degraded"),
+    "gpu_lost": ("gpu_fell_off_bus",),
+    "pci_config_lost": ("gpu_fell_off_bus",),
+    "nvsmi_error": ("gpu_fell_off_bus", "gpu_driver_firmware_fault"),
+    "aer_recovery_failed": ("gpu_fell_off_bus", "pcie_degraded"),
+    "fm_error": ("gpu_driver_firmware_fault", "nvlink_degraded"),
+    "dcgm_diag": ("gpu_ecc_error", "pcie_degraded"),
+    "dcgm_overall": ("nvlink_degraded", "gpu_ecc_error"),
+    "nvlink_links": ("nvlink_degraded",),
+    "throttle_counter": ("thermal_throttle", "power_brake"),
+    "error_counter": ("nic_link_flap", "roce_config_error"),
+    "congestion_counter": ("roce_config_error", "nic_link_flap"),
+    "netdev_down": ("nic_link_flap",),
+    "gres_count_low": ("gpu_fell_off_bus", "gpu_driver_firmware_fault"),
+    "ras_problem": ("application_error", "nic_link_flap"),
+    "ras_group": ("application_error", "nic_link_flap"),
+    "bad_reading": ("gpu_ecc_error", "thermal_throttle"),
 }
 
 HEALTHY_STEPS: tuple[dict[str, str | None], ...] = (

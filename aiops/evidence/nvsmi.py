@@ -20,6 +20,15 @@ _GPU_HEADER = re.compile(r"^GPU (?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]+):(?P<value>.*)$")  # on the stripped line; indent apart
 _SECTION = re.compile(r"^(?P<name>[A-Za-z][^:]*)$")  # on the stripped line
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?")
+_SLOWDOWN_COUNTERS = frozenset(
+    {
+        "SW Thermal Slowdown",
+        "HW Thermal Slowdown",
+        "HW Power Braking",
+        "HW Slowdown",
+        "HW Power Brake Slowdown",
+    }
+)
 
 # XML tag -> the text key it corresponds to (so one set of rules reads both).
 _XML_KEYS: dict[str, str] = {
@@ -111,6 +120,12 @@ class _Reader:
 
         num = _NUMBER.match(value)
         numeric = float(num.group(0)) if num else None
+        # `Clocks Event Reasons Counters`: microseconds spent in each reason since the driver loaded (a value in
+        # `us` says so wherever the line stands); thermal and hardware slowdowns that happened at all are a
+        # watch item (power capping is normal under load)
+        if where.endswith("Reasons Counters") or (key in _SLOWDOWN_COUNTERS and value.endswith(" us")):
+            slowed = key in _SLOWDOWN_COUNTERS and (numeric or 0) > 0
+            return event("throttle_counter", code=int(slowed), number_value=numeric)
         if where in ("Clocks Event Reasons", "Clocks Throttle Reasons") or (
             len(path) >= 2 and path[-2] in ("Clocks Event Reasons", "Clocks Throttle Reasons")
         ):

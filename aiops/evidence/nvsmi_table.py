@@ -1,4 +1,4 @@
-"""The plain `nvidia-smi` table as events: per GPU its index, bus id, volatile uncorrectable ECC count,
+"""The plain `nvidia-smi` table (and `nvidia-smi -L`'s `GPU 1: NAME (UUID: GPU-...)` list) as events: per GPU its index, bus id, volatile uncorrectable ECC count,
 temperature, performance state, power and utilisation; `ERR!` where NVML could not read a field (the GPU
 answers badly), and nvidia-smi's own failures ("NVIDIA-SMI has failed because it couldn't communicate with
 the NVIDIA driver", "No devices were found", "Unable to determine the device handle for GPU ...").
@@ -28,9 +28,10 @@ _STATE_ROW = re.compile(
 _HEADER = re.compile(r"^\|\s{0,4}NVIDIA-SMI (?P<smi>[\d.]+)\s+Driver Version: (?P<driver>[\d.]+)")
 FAILURE = re.compile(
     r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|^No devices were found"
-    r"|Unable to determine the device handle for GPU ?(?P<bus>[0-9A-Fa-f:.]{0,20})|Failed to initialize NVML"
-    r"|GPU is lost\. {1,2}Reboot the system"
+    r"|Unable to determine the device handle for (?:GPU|gpu) ?(?P<bus>[0-9A-Fa-f:.]{0,20}?):?\s|Failed to initialize NVML"
+    r"|GPU is lost"
 )
+_LIST = re.compile(r"^GPU (?P<idx>\d{1,3}): (?P<name>.{1,80}?) \(UUID: (?P<uuid>[^)]{1,60})\)")
 _DECOR = re.compile(r"^[|+][-=+| ]*[|+]?\s*$|^\|")
 
 
@@ -61,7 +62,13 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             continue
         if (m := FAILURE.search(raw)) is not None:
             bus = pci_bus_id(m.group("bus")) if m.group("bus") else None
-            yield LogEvent(kind="nvsmi_error", component=bus, detail={"message": raw.strip()}, **base)
+            # NVML_ERROR_GPU_IS_LOST: "the GPU has fallen off the bus or has otherwise become inaccessible"
+            kind = "gpu_lost" if "GPU is lost" in raw else "nvsmi_error"
+            yield LogEvent(kind=kind, component=bus, detail={"message": raw.strip()}, **base)
+            continue
+        if (m := _LIST.match(raw)) is not None:  # `nvidia-smi -L`
+            detail = {"gpu_index": m.group("idx"), "name": m.group("name"), "uuid": m.group("uuid")}
+            yield LogEvent(kind="gpu_header", code=int(m.group("idx")), detail=detail, **base)
             continue
         if (m := _HEADER.match(raw)) is not None:
             detail = {"driver": m.group("driver"), "nvidia_smi": m.group("smi")}

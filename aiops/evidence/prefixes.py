@@ -1,62 +1,200 @@
-"""Prefixes a launcher or a paste adds to every line, removed before a file is detected and parsed (the
-event's `raw` keeps the line as read):
+"""Prefixes a launcher, a log collector or a paste adds to every line, removed before a file is recognised and
+parsed (the event's `raw` keeps the line as read; the host and time a prefix names are kept with the line):
 
-- Open MPI's `mpirun --tag-output`: `[1,0]<stdout>:` (job, rank and stream);
-- Slurm's `srun --label` (`0: `) and line numbers from `cat -n` (`     12\t`) or an editor paste (`12 | `);
-- `dmesg -H` / `--reltime` stamps (`[  +0.000844]`, relative to the line before: no instant to keep).
+- Open MPI's `mpirun --tag-output` (`[1,0]<stdout>:`), Slurm's `srun --label` (`0: `) and line numbers from
+  `cat -n` (`     12\\t`) or an editor paste (`12 | `);
+- a host in front of each line, as pdsh/clush/`kubectl logs --prefix`/Talos print it (`node7: `,
+  `10.10.10.10: `);
+- times: `dmesg` (`[ 1843.308145]`), `dmesg -T` (`[Sun Jan 11 09:52:01 2026]`), `dmesg -H` / `--reltime`
+  (`[  +0.000844]`, `[Jan21 10:00]`), ISO and slashed stamps with or without zone, brackets or a trailing
+  colon (`2025-11-25T13:58:49Z`, `[2026-06-23 15:45:07]`, `2025/11/25 13:58:49`), a facility and level
+  (`kern  :warn  : `, `kern: warning: `), and syslog/journal stamps in any locale with their host
+  (`Sep 18 03:19:01 node7 `, `11月 15 14:15:47 node7 `), and the program tag after them (`prog[pid]: `).
 
-A style is chosen from a file's first lines (most of its non-empty lines carry it) and then removed from
-each line that carries it."""
+A prefix class is removed from a file's lines only when most of its first lines carry it (so a `Reason: ...`
+line of one output is never read as a host), and repeatedly, in any order (`10.10.10.10: kern: warning:
+[2026-04-22T21:27:51Z]: NVRM: ...` loses three)."""
 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-STYLES: dict[str, re.Pattern[str]] = {
-    "mpirun": re.compile(r"^\[\d{1,6},\d{1,7}\]<(?:stdout|stderr|stddiag)>:"),
-    "numbered": re.compile(r"^\s{0,8}\d{1,7}(?:\t|\s?\|\s?|: )"),
+_MONTH = r"(?:[A-Z][a-z]{2}|\w{1,5}\.?|\d{1,2}\s?月)"
+CLASSES: dict[str, re.Pattern[str]] = {
+    "mpirun": re.compile(r"^\[\d{1,6},\d{1,7}\]<(?:stdout|stderr|stddiag)>:\s?"),
+    "facility": re.compile(
+        r"^(?:kern|user|daemon|syslog|auth|authpriv|local[0-7])\s{0,8}:\s{0,8}"
+        r"(?:emerg|alert|crit|err|warning|warn|notice|info|debug)\s{0,8}:\s?"
+    ),
+    "iso": re.compile(
+        r"^\[?(?P<stamp>\d{4}[-/.]\d{2}[-/.]\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+        r"(?:\s?(?:Z|UTC|[+-]\d{2}:?\d{2}))?)\]?:?\s+"
+    ),
+    "wall": re.compile(
+        r"^\[(?P<stamp>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?"
+    ),
+    "uptime": re.compile(r"^\[\s{0,12}(?P<uptime>\d{1,10}\.\d{1,9})\]\s?"),
     # `dmesg -H` / `dmesg --reltime`: `[Jan21 10:00]` on a line that starts a minute, `[  +0.000844]` after it
     "reltime": re.compile(r"^\[(?:\s{0,8}\+\s{0,4}\d{1,10}\.\d{1,9}|[A-Z][a-z]{2}\d{1,2} \d{2}:\d{2})\]\s?"),
+    # syslog / `journalctl` short: `Sep 18 03:19:01 host ` (any locale's month), the program tag kept
+    "syslog": re.compile(
+        rf"^(?P<stamp>{_MONTH}\s{{1,2}}\d{{1,2}}\s\d{{2}}:\d{{2}}:\d{{2}})\s+(?P<host>[^\s\[\]]{{1,253}}?):?\s+"
+    ),
+    # a program tag after a syslog stamp (`nv-fabricmanager[4177]: `, `app[42]: `): what wrote the line
+    "tag": re.compile(r"^(?P<prog>[A-Za-z][\w./@-]{0,63})\[\d{1,9}\]:\s?"),
+    "host": re.compile(
+        r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z0-9][\w-]{0,62}(?:\.[A-Za-z0-9][\w-]{0,62}){0,8}):\s"
+    ),
+    "numbered": re.compile(r"^\s{0,8}\d{1,7}(?:\t|\s?\|\s?|: )"),
 }
+# Words that start many lines as `Word: ...` and are never a host.
+_NOT_HOSTS = frozenset(
+    {
+        "nvrm",
+        "kernel",
+        "nccl",
+        "error",
+        "err",
+        "warn",
+        "warning",
+        "info",
+        "debug",
+        "note",
+        "message",
+        "reason",
+        "state",
+        "status",
+        "gpu",
+        "nvidia",
+        "http",
+        "https",
+        "caused",
+        "fatal",
+        "critical",
+        "trace",
+        "summary",
+        "total",
+        "name",
+        "type",
+        "events",
+        "hint",
+        "exception",
+        "runtimeerror",
+        "traceback",
+        "file",
+        "cuda",
+        "ucx",
+        "slurmstepd",
+        "slurmctld",
+        "slurmd",
+    }
+)
+MAX_TOKENS = 6  # prefixes removed from one line at most
+MAX_HOSTS = 16  # a host prefix names a few hosts, not one per line
 KEEP_ORIGINALS = 4096  # lines whose original text is kept to restore `raw` (parsers cite the line just read)
 
 
-def style_of(head: Sequence[str]) -> str | None:
-    """The style most non-empty lines of `head` carry (at least half of them), else None."""
+@dataclass(frozen=True)
+class Meta:
+    """What a line's prefixes said: the host, the time as written, seconds since boot."""
+
+    host: str | None = None
+    stamp: str | None = None
+    uptime_s: float | None = None
+
+
+# `00: ff ff ...` (a hex dump's offsets) and `12: ` are no hosts
+_OFFSET = re.compile(r"^[0-9a-fA-F]{1,4}$")
+
+
+def _match(name: str, text: str) -> re.Match[str] | None:
+    match = CLASSES[name].match(text)
+    if match is None or name != "host":
+        return match
+    host = match.group("host")
+    return None if host.lower() in _NOT_HOSTS or _OFFSET.match(host) else match
+
+
+def split(text: str, classes: Iterable[str]) -> tuple[str, Meta, list[str]]:
+    """`text` without the prefixes of `classes` at its start (repeatedly), what they said, and which were
+    removed, in order."""
+    allowed = tuple(classes)
+    host: str | None = None
+    stamp: str | None = None
+    uptime: float | None = None
+    found: list[str] = []
+    if text[:1].isspace():  # a paste indented as a whole (`    [Sun Jan 11 ...] NVRM: ...`): not a host
+        lead = text.lstrip()
+        if any(_match(n, lead) is not None for n in allowed if n not in ("host", "numbered")):
+            text = lead
+    for _ in range(MAX_TOKENS):
+        for name in allowed:
+            match = _match(name, text) if name not in found else None  # each class once per line
+            if match is None or not match.group(0):
+                continue
+            groups = match.groupdict()
+            host = host or groups.get("host")
+            stamp = stamp or groups.get("stamp")
+            if groups.get("uptime") is not None and uptime is None:
+                uptime = float(groups["uptime"])
+            found.append(name)
+            text = text[match.end() :]
+            break
+        else:
+            break
+    return text, Meta(host.rstrip(":") if host else None, stamp, uptime), found
+
+
+def style_of(head: Sequence[str], *, numbered: bool = False) -> tuple[str, ...]:
+    """The prefix classes most non-empty lines of `head` carry (at least half of them); `numbered` only when
+    asked (`   1 | ...` is also how `ipmitool sel list` starts its lines). A host prefix must name few hosts."""
     texts = [t for t in head if t.strip()]
     if not texts:
-        return None
-    for name, pattern in STYLES.items():
-        if sum(1 for t in texts if pattern.match(t)) * 2 >= len(texts):
-            return name
-    return None
+        return ()
+    names = [n for n in CLASSES if numbered or n != "numbered"]
+    counts: Counter[str] = Counter()
+    hosts: set[str] = set()
+    for text in texts:
+        _rest, meta, found = split(text, names)
+        counts.update(set(found))
+        if "host" in found and meta.host:
+            hosts.add(meta.host)
+    chosen = tuple(n for n in names if counts[n] * 2 >= len(texts))
+    if "host" in chosen and len(hosts) > MAX_HOSTS:
+        chosen = tuple(n for n in chosen if n != "host")
+    return chosen
 
 
-def strip(text: str, style: str | None) -> str:
-    if style is None:
-        return text
-    match = STYLES[style].match(text)
-    return text[match.end() :] if match else text
+def strip(text: str, style: Sequence[str]) -> str:
+    return split(text, style)[0] if style else text
 
 
 class Stripper:
-    """Strips `style` from numbered lines and remembers the recent originals by line number."""
+    """Strips a style's prefixes from numbered lines and remembers, for the recent lines, the original text
+    and what the prefixes said (parsers cite the line just read)."""
 
-    def __init__(self, style: str | None) -> None:
-        self.style = style
-        self._originals: OrderedDict[int, str] = OrderedDict()
+    def __init__(self, style: Sequence[str]) -> None:
+        self.style = tuple(style)
+        self._originals: OrderedDict[int, tuple[str, Meta]] = OrderedDict()
 
     def lines(self, numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-        if self.style is None:
+        if not self.style:
             yield from numbered
             return
         for number, text in numbered:
-            self._originals[number] = text
+            body, meta, _found = split(text, self.style)
+            self._originals[number] = (text, meta)
             if len(self._originals) > KEEP_ORIGINALS:
                 self._originals.popitem(last=False)
-            yield number, strip(text, self.style)
+            yield number, body
 
     def original(self, number: int, fallback: str) -> str:
-        return self._originals.get(number, fallback)
+        kept = self._originals.get(number)
+        return fallback if kept is None else kept[0]
+
+    def meta(self, number: int) -> Meta:
+        kept = self._originals.get(number)
+        return Meta() if kept is None else kept[1]

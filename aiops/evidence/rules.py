@@ -22,13 +22,11 @@ Confidence is the strength of the evidence, not of the label's prior: ≥ 0.6 di
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiops.evidence import rules_gpu, rules_net
+from aiops.evidence import rules_bus, rules_fabric, rules_gpu, rules_net
 from aiops.evidence.collect import Collected
-from aiops.evidence.events import LogEvent
 from aiops.evidence.hyp import Hyp, Namer
 
 Rule = Callable[[Collected, Namer], list[Hyp]]
@@ -44,11 +42,14 @@ class EvidenceRule:
 
 
 EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
-    EvidenceRule(rules_gpu.fell_off_bus, ("gpu_fell_off_bus",)),
+    EvidenceRule(rules_bus.fell_off_bus, ("gpu_fell_off_bus",)),
     EvidenceRule(rules_gpu.ecc, ("gpu_ecc_error",)),
     EvidenceRule(rules_gpu.nvlink, ("nvlink_degraded",)),
     EvidenceRule(rules_gpu.firmware, ("gpu_driver_firmware_fault",)),
     EvidenceRule(rules_gpu.driver_state, ("gpu_driver_firmware_fault",)),
+    EvidenceRule(rules_fabric.fabric_manager, ("gpu_driver_firmware_fault",)),
+    EvidenceRule(rules_fabric.dcgm_nvlink, ("nvlink_degraded",)),
+    EvidenceRule(rules_fabric.dcgm_memory, ("gpu_ecc_error",)),
     EvidenceRule(rules_gpu.application, ("application_error",)),
     EvidenceRule(rules_gpu.pcie, ("pcie_degraded",)),
     EvidenceRule(rules_gpu.thermal, ("thermal_throttle", "power_brake")),
@@ -67,89 +68,3 @@ def hypotheses(c: Collected) -> list[Hyp]:
         out.extend(rule(c, namer))
     out.sort(key=lambda h: -h.confidence)
     return out
-
-
-ANOMALY_KINDS = frozenset(
-    {
-        "xid",
-        "fell_off_bus",
-        "aer",
-        "aer_surprise_down",
-        "gsp_timeout",
-        "gsp_error",
-        "init_failed",
-        "nvrm_error",
-        "ib_completion_error",
-        "ib_port_error",
-        "ib_async_event",
-        "nccl_watchdog_timeout",
-        "cuda_error",
-        "cuda_ecc_uncorrectable",
-        "dcgm_health",
-        "gpu_unhealthy",
-        "ecc_uncorrectable",
-        "nccl_shm_error",
-        "nccl_op_failed",
-        "mce",
-    }
-)
-
-
-# Lines that are warnings to watch, not evidence of a fault: (kind, code) -> (finding title, note).
-WATCH_ITEMS: dict[tuple[str, int], tuple[str, str]] = {
-    ("xid", rules_gpu.ECC_RATE_WARNING_XID): (
-        "xid92_corrected_ecc_rate",
-        "watch: Xid 92 is a high rate of corrected single-bit ECC errors (NVIDIA Xid catalogue), a warning; "
-        "it is evidence of no uncorrectable error",
-    ),
-}
-
-
-def watch_item(e: LogEvent) -> tuple[str, str] | None:
-    """(title, note) when the event is a warning to watch rather than a fault."""
-    return None if e.code is None else WATCH_ITEMS.get((e.kind, e.code))
-
-
-def finding(e: LogEvent) -> dict[str, object]:
-    """One entry of `findings`: the event kind (or its watch title and note) and the line as read."""
-    watch = watch_item(e)
-    out: dict[str, object] = {
-        "title": e.kind if watch is None else watch[0],
-        "source": e.cite,
-        "rows": [e.raw],
-    }
-    if watch is not None:
-        out["watch"] = watch[1]
-    return out
-
-
-def anomalies(c: Collected) -> list[LogEvent]:
-    """Events that show something wrong, whether or not a rule explains them."""
-    out = [e for kind in ANOMALY_KINDS for e in c.of(kind)]
-    out += [
-        e
-        for e in c.of("clocks_event")
-        if e.code == 1
-        and e.detail.get("key", "").lower()
-        not in ("idle", "gpu idle", "applications clocks setting", "display clock setting", "sync boost")
-    ]
-    out += [
-        e
-        for k in ("remap_pending", "remap_failure", "retire_pending", "fabric_state", "reset_required")
-        for e in c.of(k)
-        if e.code == 1
-    ]
-    out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
-    out += [e for e in c.of("nic_link") if e.code == 0]
-    out += [e for e in c.of("cpu_thermal") if e.code == 1]
-    out += [
-        e
-        for e in c.of("pcie_link_sta")
-        if "True" in (e.detail.get("speed_downgraded"), e.detail.get("width_downgraded"))
-    ]
-    out += [
-        e
-        for e in c.of("ipmi_sel")
-        if e.code == 1 and re.search(r"[Cc]ritical|[Ff]ail|[Ee]rror", e.detail.get("event", ""))
-    ]
-    return sorted(out, key=lambda e: (e.source, e.line))

@@ -1,4 +1,5 @@
-"""GPU rules: Xids, kernel PCIe/GSP messages, nvidia-smi and dcgm readings -> hypotheses (sources: rules.py)."""
+"""GPU rules: Xids, kernel GSP messages, nvidia-smi and dcgm readings -> hypotheses (sources: rules.py); a GPU
+lost from the bus is rules_bus.py."""
 
 from __future__ import annotations
 
@@ -64,41 +65,16 @@ _FAULT_AT = re.compile(r"faulted @ (0x[0-9a-fA-F_]+)")
 _PID = re.compile(r"pid=(\d+)")
 
 
-def _xids(c: Collected, codes: Iterable[int]) -> list[LogEvent]:
+def xids(c: Collected, codes: Iterable[int]) -> list[LogEvent]:
     wanted = set(codes)
     return [e for e in c.of("xid") if e.code in wanted]
-
-
-def fell_off_bus(c: Collected, n: Namer) -> list[Hyp]:
-    lost = _xids(c, {79}) + c.of("fell_off_bus")
-    surprise = c.of("aer_surprise_down")
-    aer = [e for e in c.of("aer") if (e.code or 0) >= 1]
-    if lost:
-        return per_component(
-            lost,
-            n.gpu,
-            "gpu_fell_off_bus",
-            0.95 if surprise else 0.93,
-            "the GPU stopped answering on PCIe (Xid 79 / 'fallen off the bus')",
-            "GPU has fallen off the bus",
-            ("PCIe AER uncorrected error reported before the GPU was lost", aer),
-            ("PCIe AER Surprise Down on the GPU's upstream port", surprise),
-        )
-    return anchored(
-        surprise,
-        n.node,
-        "gpu_fell_off_bus",
-        0.55,
-        "a PCIe link went down unexpectedly (AER Surprise Down); no GPU-side message ties it to a GPU",
-        "PCIe AER Surprise Down",
-    )
 
 
 def ecc(c: Collected, n: Namer) -> list[Hyp]:
     out: list[Hyp] = []
     for code, conf in ECC_XIDS.items():
         out += per_component(
-            _xids(c, {code}),
+            xids(c, {code}),
             n.gpu,
             "gpu_ecc_error",
             conf,
@@ -140,7 +116,7 @@ def nvlink(c: Collected, n: Namer) -> list[Hyp]:
     chain = NVLINK_XIDS | NVLINK_WARNING_XIDS
     cleanups = _caused_by(c, chain)
     out = per_component(
-        _xids(c, NVLINK_XIDS),
+        xids(c, NVLINK_XIDS),
         n.gpu,
         "nvlink_degraded",
         0.85,
@@ -149,7 +125,7 @@ def nvlink(c: Collected, n: Namer) -> list[Hyp]:
         ("Xids the driver says the NVLink Xid caused", cleanups),
     )
     out += per_component(
-        _xids(c, NVLINK_WARNING_XIDS),
+        xids(c, NVLINK_WARNING_XIDS),
         n.gpu,
         "nvlink_degraded",
         0.6,
@@ -180,8 +156,8 @@ def nvlink(c: Collected, n: Namer) -> list[Hyp]:
 
 def firmware(c: Collected, n: Namer) -> list[Hyp]:
     gsp = c.of("gsp_timeout") + c.of("gsp_error")
-    firmware_xids = _xids(c, FIRMWARE_XIDS)
-    recovery = _xids(c, {154})
+    firmware_xids = xids(c, FIRMWARE_XIDS)
+    recovery = xids(c, {154})
     if firmware_xids or gsp:
         anchor = (firmware_xids or recovery or gsp)[0]
         conf = 0.9 if firmware_xids else (0.85 if recovery else 0.75)
@@ -222,10 +198,10 @@ def _application_backing(c: Collected, app: list[LogEvent]) -> list[LogEvent]:
 
 
 def application(c: Collected, n: Namer) -> list[Hyp]:
-    app = [e for e in _xids(c, APP_XIDS) if "caused_by_xid" not in e.detail]
+    app = [e for e in xids(c, APP_XIDS) if "caused_by_xid" not in e.detail]
     if not app:
         return []
-    hardware = _xids(c, HW_XIDS) + c.of("fell_off_bus") + c.of("gsp_timeout") + c.of("aer_surprise_down")
+    hardware = xids(c, HW_XIDS) + c.of("fell_off_bus") + c.of("gsp_timeout") + c.of("aer_surprise_down")
     if hardware:
         return []  # Xid 13/31/32/43/45 next to hardware Xids are consequences, not an application's fault
     codes = sorted({e.code for e in app if e.code is not None})
@@ -278,7 +254,7 @@ def driver_state(c: Collected, n: Namer) -> list[Hyp]:
         "is not running, still in progress, or failed; CUDA work on it fails (error 802) until it completes",
         "nvidia-smi Fabric state",
     )
-    lost = _xids(c, {79}) + c.of("fell_off_bus")
+    lost = xids(c, {79}) + c.of("fell_off_bus")
     if not lost:
         out += anchored(
             c.of("init_failed"),
@@ -382,7 +358,9 @@ def thermal(c: Collected, n: Namer) -> list[Hyp]:
             continue
         out.append(hyp(label, n.gpu(mask), 0.85, summary, ("DCGM clocks event reasons", [mask])))
     # At (or within 2 C of) the max operating / slowdown temperature, the GPU's thermal control slows clocks.
-    for temps in by(c.of("temperature"), lambda e: e.component or "").values():
+    gpus = {e.component for e in c.of("temperature") if e.component}
+    alone = next(iter(gpus)) if len(gpus) == 1 else ""  # one GPU: a reading before its header is its own
+    for temps in by(c.of("temperature"), lambda e: e.component or alone).values():
         current = [e for e in temps if e.detail.get("key") == "GPU Current Temp" and e.value is not None]
         limits = [
             e

@@ -12,7 +12,9 @@ from aiops.evidence.timeparse import zoned_ts_s
 
 _STEP = re.compile(r"\btime: (?P<step>\d+(?:\.\d+)?), data_time: (?P<data>\d+(?:\.\d+)?)")
 _PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>\S{1,80}?),")
-_UNHEALTHY = re.compile(r"device marked unhealthy: (?P<dev>\S+)")
+_UNHEALTHY = re.compile(
+    r"device marked unhealthy: (?P<dev>\S+)|GPU with UUID (?P<dev2>\S+) is too old to support \w+.{0,80}?Marking it unhealthy"
+)
 _DCGM_HEALTH = re.compile(r"\[\[Health\]\] Detected a (?P<sev>\w+) in health system (?P<system>\w+)")
 _THERMAL_VIOLATION = re.compile(r"thermal violation in GPU (?P<gpu>\d+)")
 
@@ -55,7 +57,11 @@ def parse_agent(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[Lo
                 **base,
             )
         elif (m := _UNHEALTHY.search(raw)) is not None:
-            yield LogEvent(kind="gpu_unhealthy", component=m.group("dev"), **base)
+            too_old = m.group("dev2") is not None
+            detail = {"why": "too old for health checks"} if too_old else {}
+            yield LogEvent(
+                kind="gpu_unhealthy", component=m.group("dev") or m.group("dev2"), detail=detail, **base
+            )
         elif (m := _DCGM_HEALTH.search(raw)) is not None:
             g = _THERMAL_VIOLATION.search(raw)
             yield LogEvent(

@@ -235,6 +235,15 @@ HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'
 """
 
 
+# Each step's open node incidents with their newest diagnosis (aiops/service/paging.py: which the fleet covers).
+NODE_INCIDENT_SAMPLES = """
+INSERT INTO node_incident_samples (ts_s, node, incident_id, component, root_cause, severity)
+SELECT ts_s, node, incident_id, max(component), max(root_cause), max(severity)
+FROM fleet_d WHERE name = 'aiops_incident_opened_timestamp_seconds' AND node <> '' AND incident_id <> ''
+GROUP BY ts_s, node, incident_id
+"""
+
+
 # What a node's executed actions set, once per (node, component, property, proposal): the first scrape that shows
 # it. A node speaks for its own components only (the topology it exported says which are its own); no value
 # sample means the default (a reset).
@@ -269,6 +278,7 @@ def statements() -> list[tuple[str, str]]:
         ("netdev_samples", netdev_sql()),
         ("ib_port_samples", ib_sql()),
         ("node_incidents", NODE_INCIDENTS),
+        ("node_incident_samples", NODE_INCIDENT_SAMPLES),
         ("intended_exports", INTENDED),
     ]
     return out

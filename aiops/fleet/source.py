@@ -47,6 +47,7 @@ SAMPLES = (
     "netdev_samples",
     "ib_port_samples",
     "rack_samples",
+    "node_incident_samples",
 )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
+from aiops.integrations.ticket import TicketActuator
 from aiops.sim.readings import WorldReadings
 from aiops.sim.twin import Twin, TwinActuator
 from aiops.store import Store
@@ -53,11 +54,12 @@ from guardrails.standing import Standing
 from guardrails.topology import Topology
 
 ACTUATORS: tuple[str, ...] = ("auto", "twin", "nvml", "none")
+TICKETS_ONLY = "tickets"  # Attached.kind where only open_ticket executes (a fleet with a ticket sink)
 
 
 @dataclass
 class Attached:
-    kind: str  # twin | nvml | host | none
+    kind: str  # twin | nvml | host | none | tickets (only open_ticket executes: a fleet with a ticket sink)
     readings: Readings
     topology: Topology
     actuator: Actuator | None
@@ -93,10 +95,48 @@ def attach(
     nvml: Any = None,
     kube_api: Any = None,
     sysfs_root: str = "/sys",
+    ticket: TicketActuator | None = None,
 ) -> Attached:
     """The world of the workspace `store` is open on. `twin`: a twin this process already holds (synced here,
     not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml); `kube_api`: a CoreV1Api
-    (default: built from `store.scheduler`)."""
+    (default: built from `store.scheduler`); `ticket`: the ticket sink open_ticket files in (`[notify.ticket]`;
+    None: an open_ticket is a note in the audit log)."""
+    attached = _attach(store, actuator, node, twin, nvml, kube_api, sysfs_root)
+    return attached if ticket is None else _with_ticket(store, attached, ticket)
+
+
+def _with_ticket(store: Store, attached: Attached, ticket: TicketActuator) -> Attached:
+    """`attached` with open_ticket routed to the ticket sink (the ticket's text names the proposal's incident)."""
+
+    def incident_of(proposal_id: str) -> str:
+        found = store.scalar("SELECT incident_id FROM proposals WHERE proposal_id = ?", [proposal_id])
+        return str(found or "")
+
+    sink = dataclasses.replace(ticket, incident_of=incident_of)
+    inner = attached.actuator
+    describe = f"{attached.describe}; tickets to {ticket.config.kind}"
+    if inner is None:  # nothing acts here (the fleet): open_ticket alone executes, the rest is dispatched
+        only = RoutingActuator({"open_ticket": Route(ticket.config.kind, sink)}, describe=describe)
+        return dataclasses.replace(attached, kind=TICKETS_ONLY, actuator=only, describe=describe)
+    if isinstance(inner, RoutingActuator):
+        routes = dict(inner.routes)
+    else:
+        routes = {kind: Route(attached.kind, inner) for kind in DEFAULT_REGISTRY.kinds}
+    routes["open_ticket"] = Route(ticket.config.kind, sink)
+    return dataclasses.replace(
+        attached, actuator=RoutingActuator(routes, describe=describe), describe=describe
+    )
+
+
+def _attach(
+    store: Store,
+    actuator: str,
+    node: str | None,
+    twin: Twin | None,
+    nvml: Any,
+    kube_api: Any,
+    sysfs_root: str,
+) -> Attached:
     if actuator not in ACTUATORS:
         raise AiopsError(f"unknown actuator '{actuator[:40]}' (allowed: {', '.join(ACTUATORS)})")
     topology = topology_from_store(store)

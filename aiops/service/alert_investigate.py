@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.integrations.event import IncidentEvent, incident_event
 from aiops.models import Hypothesis, Incident
 from aiops.rca import analyze
 from aiops.service.alerts_in import AlertInbox, Received, WebhookAlert, component_of, related
-from aiops.service.notify_event import IncidentEvent, incident_event
 from aiops.store import Store
 
 SEVERITIES = ("info", "warning", "critical")

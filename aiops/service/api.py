@@ -3,14 +3,20 @@ Alertmanager route's token and inbox."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from aiops.detect.recurrence import recurrence_of
+from aiops.errors import MaintenanceError
 from aiops.pipeline import stored_diagnoses
+from aiops.runtime.maintenance import close_window, open_window
 from aiops.service.alerts_in import AlertInbox
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
+from aiops.store.maintenance import MAX_WINDOW_S, windows
 from guardrails.records import GuardrailRecords
+
+MAINTENANCE_FIELDS = ("scope", "target", "duration_s", "reason", "by", "kind")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,15 @@ def _with_node_incidents(
     return merged
 
 
+def _paging(store: Store) -> dict[str, dict[str, Any]]:
+    """incident id -> this tier's paging decision (aiops/service/pager.py): pages, reason, covered_by, window."""
+    rows = store.query(
+        "SELECT incident_id, pages, reason, covered_by, window_id, paged_ts_s FROM incident_pages "
+        "ORDER BY decided_ts_s"
+    )
+    return {str(r["incident_id"]): {k: v for k, v in r.items() if k != "incident_id"} for r in rows}
+
+
 class Api:
     """What the JSON API reads: the workspace (opened per request, through the service's own hold)."""
 
@@ -68,7 +83,14 @@ class Api:
         with self.workspace.read() as store:
             diagnoses = stored_diagnoses(store)
             from_nodes = store.query("SELECT * FROM node_incidents ORDER BY opened_ts_s, node, incident_id")
+            paging = _paging(store)
+            active = windows(store, time.time())
         out: dict[str, Any] = {"incidents": [_incident_json(d) for d in diagnoses]}
+        for incident in out["incidents"]:
+            incident["paging"] = paging.get(str(incident["incident_id"]))
+        out["maintenance"] = [w.as_dict() for w in active]
+        for node_incident in from_nodes:  # the fleet's word on each node agent's incident (covered or not)
+            node_incident["paging"] = paging.get(str(node_incident["incident_id"]))
         if (
             from_nodes
         ):  # a fleet workspace: the node agents' own incidents, each with the fleet's one about it
@@ -92,12 +114,52 @@ class Api:
                     [incident_id],
                 ),
             }
+            paging = _paging(store).get(incident_id)
         return {
             **_incident_json(d),
+            "paging": paging,
             "symptoms": [s.model_dump() for s in d.incident.symptoms],
             "hypotheses": [h.model_dump() for h in d.hypotheses],
             **loop,
         }
+
+    # -- maintenance windows and silences (aiops/store/maintenance.py) ---------------------------------------
+    def maintenance(self, every: bool = False) -> dict[str, Any]:
+        now = time.time()
+        with self.workspace.read() as store:
+            found = windows(store, None if every else now)
+        return {"windows": [{**w.as_dict(), "active": w.active(now)} for w in found]}
+
+    def add_maintenance(self, body: Any) -> dict[str, Any]:
+        """A window from the JSON body {scope, target, duration_s, reason, by, kind}; MaintenanceError says
+        which field is wrong."""
+        if not isinstance(body, dict) or set(body) - set(MAINTENANCE_FIELDS):
+            raise MaintenanceError(f"a JSON object with the fields {', '.join(MAINTENANCE_FIELDS)}")
+        duration = body.get("duration_s")
+        if (
+            isinstance(duration, bool)
+            or not isinstance(duration, int | float)
+            or not 0 < duration <= MAX_WINDOW_S
+        ):
+            raise MaintenanceError(f"duration_s: a number of seconds above 0, at most {MAX_WINDOW_S:.0f}")
+        texts = {k: body.get(k, "") for k in ("scope", "target", "reason", "by")}
+        if not all(isinstance(v, str) for v in texts.values()) or not isinstance(body.get("kind", ""), str):
+            raise MaintenanceError("scope, target, reason, by and kind are strings")
+        with self.workspace.write() as store:
+            window = open_window(
+                store,
+                kind=str(body.get("kind") or "maintenance"),
+                scope=str(texts["scope"]),
+                target=str(texts["target"]),
+                duration_s=float(duration),
+                reason=str(texts["reason"]),
+                by=f"api:{texts['by'] or 'unnamed'}",
+            )
+        return window.as_dict()
+
+    def end_maintenance(self, window_id: str, by: str) -> dict[str, Any]:
+        with self.workspace.write() as store:
+            return close_window(store, window_id, by=f"api:{by or 'unnamed'}").as_dict()
 
     def proposals(self) -> dict[str, Any]:
         with self.workspace.read() as store:

@@ -5,19 +5,29 @@ Progress (the end of the last window processed) is kept in `service_state`, so a
 windows of the last `replay_s` before it are replayed to warm the baselines (their symptoms are dropped: they
 were judged already), the incident that was open is carried on under its id, and new incidents are numbered
 after the newest stored one.
+
+Ids name the tier that opened them (`id_prefix`, from `incident_prefix`: `INC-<host>-0042`, `INC-fleet-0007`):
+unique across the cluster and the same after a restart. A workspace from before (every agent numbered from
+`INC-0001`) has its ids qualified at the first start (`aiops.store.incident_ids`), recorded once in the audit
+log (`incident_ids`, the old -> new mapping).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
+from aiops.config_notify import SeverityConfig
 from aiops.detect import racks_of_nodes, save_incidents
-from aiops.detect.incidents import IncidentTracker, Transition
+from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
 from aiops.detect.windows import job_gpus
 from aiops.pipeline import incident_of
 from aiops.store import Store
+from aiops.store.incident_ids import qualify_legacy_ids
+from guardrails.audit import AuditLog
 
+log = logging.getLogger("aiops.service")
 PROGRESS_KEY = "detect_until_ts_s"
 
 
@@ -41,26 +51,62 @@ def _span(store: Store) -> tuple[float, float] | None:
     return float(row[0]), float(row[1])
 
 
+def newest_number(store: Store, id_prefix: str) -> int:
+    """The highest number among the stored incidents of this prefix (0 when none)."""
+    number = store.scalar(
+        "SELECT max(TRY_CAST(substr(incident_id, ?) AS INTEGER)) FROM incidents WHERE starts_with(incident_id, ?)",
+        [len(id_prefix) + 1, id_prefix],
+    )
+    return int(number or 0)
+
+
+def qualify_ids(store: Store, id_prefix: str) -> dict[str, str]:
+    """Legacy `INC-<n>` ids qualified with `id_prefix`, once, with an audit record of the mapping."""
+    if id_prefix == ANALYSIS_PREFIX:
+        return {}
+    renamed = qualify_legacy_ids(store, id_prefix)
+    if renamed:
+        AuditLog(store).append("incident_ids", {"renamed": renamed, "prefix": id_prefix}, actor="service")
+        log.warning("incident ids qualified", extra={"renamed": len(renamed), "prefix": id_prefix})
+    return renamed
+
+
 class LiveDetection:
-    def __init__(self, *, window_s: float = 10.0, quiet_s: float = 180.0, replay_s: float = 1800.0) -> None:
+    def __init__(
+        self,
+        *,
+        window_s: float = 10.0,
+        quiet_s: float = 180.0,
+        replay_s: float = 1800.0,
+        id_prefix: str = ANALYSIS_PREFIX,
+        severity: SeverityConfig | None = None,
+    ) -> None:
         self.window_s = window_s
+        self.severity = severity or SeverityConfig()
         self.quiet_s = quiet_s
         self.replay_s = replay_s
+        self.id_prefix = id_prefix
         self.detector: Detector | None = None
-        self.tracker = IncidentTracker(quiet_s=quiet_s, keep_closed=False)
+        self.tracker = IncidentTracker(
+            quiet_s=quiet_s, keep_closed=False, id_prefix=id_prefix, severity=self.severity
+        )
         self.until_ts_s: float | None = None  # end of the last window processed
         self.windows = 0
         self.inventory_rows = -1  # topology + job_ranks rows when racks and ranks were last read
 
     def start(self, store: Store) -> None:
         """Resume where the last run stopped (or, on a workspace with history and no progress, after it)."""
-        numbers = store.scalar("SELECT max(CAST(split_part(incident_id, '-', 2) AS INTEGER)) FROM incidents")
+        qualify_ids(store, self.id_prefix)
         self.tracker = IncidentTracker(
             quiet_s=self.quiet_s,
-            first_number=int(numbers or 0) + 1,
+            first_number=newest_number(store, self.id_prefix) + 1,
             keep_closed=False,
             rack_of=racks_of_nodes(store),
+            id_prefix=self.id_prefix,
+            severity=self.severity,
         )
+        for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
+            self.tracker.resume(incident_of(row))  # under its id; independent faults: several may be open
         span = _span(store)
         progress = _progress(store)
         if span is None:
@@ -78,8 +124,6 @@ class LiveDetection:
             scratch.feed(self.detector.process(t0, t1), t1)
             t0 = t1
         self.until_ts_s = resume
-        for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
-            self.tracker.resume(incident_of(row))  # independent faults: several may be open
 
     def _refresh_inventory(self, store: Store) -> None:
         """Racks and ranks read again when the topology or the ranks changed (a fleet workspace learns its

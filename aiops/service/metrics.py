@@ -148,10 +148,15 @@ class MetricsCache(Collector):
         elif table == "kernel_events":
             self.kernel_events[str(values["kind"])] += 1
 
-    def set_incidents(self, incidents: list[dict[str, Any]]) -> None:
+    def set_incidents(self, incidents: list[dict[str, Any]], pages: Sequence[Any] | None = None) -> None:
+        """The open incidents and (`pages`) the paging decisions of the last review (aiops/service/pager.py
+        `PageState`s), swapped in together: a scrape never sees an incident open without its decision, so the
+        chart's `AiopsIncidentOpen ... unless on (incident_id) aiops_incident_pages == 0` cannot fire between."""
         with self._lock:
             self.incidents = list(incidents)
             self.analyst.set_incidents(incidents)
+            if pages is not None:
+                self.analyst.set_pages([dict(state.__dict__) for state in pages])
 
     def set_intended(self, intended: list[dict[str, Any]]) -> None:
         with self._lock:

@@ -75,6 +75,7 @@ class AnalystExports:
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
         self.unavailable: set[tuple[str, str]] = set()  # (collector, component) that found nothing to read
         self.incidents: list[dict[str, Any]] = []
+        self.pages: list[dict[str, Any]] = []  # paging decisions (aiops/service/pager.py PageState fields)
         # what this node's executed actions set (guardrails/intended.py)
         self.intended: list[dict[str, Any]] = []
 
@@ -198,6 +199,9 @@ class AnalystExports:
     def set_incidents(self, incidents: Sequence[Mapping[str, Any]]) -> None:
         self.incidents = [dict(i) for i in incidents]
 
+    def set_pages(self, pages: Sequence[Mapping[str, Any]]) -> None:
+        self.pages = [dict(p) for p in pages]
+
     def set_intended(self, intended: Sequence[Mapping[str, Any]]) -> None:
         """The intended state in force: component, property, value (None: the default), proposal_id, kind,
         action_hash, set_ts_s, expires_ts_s."""
@@ -211,4 +215,5 @@ class AnalystExports:
         yield from render.jobs(self)
         yield from render.network(self)
         yield from render.node(self)
+        yield from render.pages(self)
         yield from render.intended(self)

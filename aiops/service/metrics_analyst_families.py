@@ -272,6 +272,30 @@ def node(s: AnalystExports) -> Iterable[Metric]:
     yield confidence
 
 
+def pages(s: AnalystExports) -> Iterable[Metric]:
+    """`aiops_incident_pages`: 1 for an incident that pages, 0 for one that must not page on its own (held
+    without a diagnosis, covered by another incident, under a maintenance window or silence); on the fleet also
+    0 for each node agent's incident it covers. The chart's `AiopsIncidentOpen` fires `unless on (incident_id)
+    aiops_incident_pages == 0` (aiops/service/paging.py)."""
+    family = _gauge(
+        "incident_pages",
+        "1 if the incident pages, 0 if it must not page on its own (reason: held, covered, maintenance, silence)",
+        ["node", "incident_id", "reason", "covered_by", "window_id"],
+    )
+    for p in s.pages:
+        family.add_metric(
+            [
+                str(p["node"]),
+                str(p["incident_id"]),
+                str(p["reason"]),
+                str(p.get("covered_by") or ""),
+                str(p.get("window_id") or ""),
+            ],
+            1.0 if p["pages"] else 0.0,
+        )
+    yield family
+
+
 INTENDED_KEYS = ["node", "component", "property", "proposal_id", "kind", "action_hash"]
 
 

@@ -3,7 +3,7 @@
 `pump_every_s` it calls `Notifier.pump`, which holds the workspace only for two brief writes and never during
 HTTP, so a slow or dead receiver never stalls collection or detection.
 
-With `[notify] console_url` set, each event carries the console page of its incident (`console_link`): a
+With a console URL (`[notify] console_url`, else `[console] url`), each event carries the console page of its incident (`console_link`): a
 live incident's own, an alert investigation's linked incident's (the one its `link` names), else none.
 """
 
@@ -12,13 +12,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import urllib.parse
 from typing import cast
 
 from aiops.config import NotifyConfig
+from aiops.integrations.event import EVENT_KINDS, EventKind, IncidentEvent, console_page
+from aiops.integrations.notifier import Notifier, incident_event
 from aiops.models import Hypothesis, Incident
-from aiops.service.notify import Notifier, incident_event
-from aiops.service.notify_event import EVENT_KINDS, EventKind, IncidentEvent
 from aiops.store import Store, Workspace
 
 log = logging.getLogger("aiops.service.notify")
@@ -26,10 +25,17 @@ log = logging.getLogger("aiops.service.notify")
 
 class Outbox:
     def __init__(
-        self, config: NotifyConfig, node: str, link_base: str = "", pump_every_s: float = 1.0
+        self,
+        config: NotifyConfig,
+        node: str,
+        link_base: str = "",
+        pump_every_s: float = 1.0,
+        *,
+        console_url: str | None = None,
     ) -> None:
         self.notifier = Notifier(config)
         self.node = node
+        self.console_url = config.console_url if console_url is None else console_url
         self.link_base = link_base.rstrip("/")  # http://host:port of the service's API; "" for none
         self.pump_every_s = pump_every_s
         self.queued = 0
@@ -60,11 +66,8 @@ class Outbox:
             self.queued += self.notifier.enqueue(store, event)
 
     def console_link(self, incident_id: str) -> str:
-        """The console's page of `incident_id` (`[notify] console_url`/incidents/ID); "" without either."""
-        base = self.notifier.config.console_url.rstrip("/")
-        if not base or not incident_id:
-            return ""
-        return f"{base}/incidents/{urllib.parse.quote(incident_id, safe='')}"
+        """The console's page of `incident_id` (<console URL>/incidents/ID); "" without either."""
+        return console_page(self.console_url, incident_id)
 
     def start(self, workspace: Workspace) -> None:
         if not self.enabled:

@@ -1,6 +1,6 @@
 """The service's report schedule: inside a flush (the store held), write the report when the cron expression
 says one is due or one was missed while the service was down (once, at start), keep the last N, and queue its
-headline for every webhook (aiops/service/notify_report.py). A failing report is logged and counted by the
+headline for every webhook (aiops/integrations/report.py). A failing report is logged and counted by the
 flush's guard; the next due time tries again."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 
 from aiops.config import ReportConfig
+from aiops.integrations.report import enqueue_report
+from aiops.integrations.sink_queue import Sink
 from aiops.report.schedule import is_due, last_run_ts_s, reports_dir, set_last_run, write_scheduled
-from aiops.service.notify_queue import Sink
-from aiops.service.notify_report import enqueue_report
 from aiops.store import Store
 
 log = logging.getLogger("aiops.service.reports")

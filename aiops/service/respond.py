@@ -2,11 +2,16 @@
 is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, the remediation
 is computed and filed as pending proposals (the pipeline's `remediate` and `file_remediation`, origin
 `service`), and an incident of the same cause on the same component as one resolved shortly before is linked to
-it as its recurrence (aiops/detect/recurrence.py); and people hear about it: opened, diagnosed (again when the top hypothesis changes), resolved.
+it as its recurrence (aiops/detect/recurrence.py); and people hear about it: opened, diagnosed (again when the top
+hypothesis changes), resolved. An incident a maintenance window holds (`held`) is diagnosed and told as usual
+(the pager keeps it from paging), but no remediation is filed for it while the window lasts: the people at work
+there decide, and nothing elsewhere (a peer's power cap for the job) is proposed because of it. Once the window
+ends, its next update files it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,17 +23,24 @@ from aiops.rca import analyze
 from aiops.store import Store
 from guardrails.service import Guardrails
 
+log = logging.getLogger("aiops.service")
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> queued for people
 Notify = Callable[[Store, str, Incident, Hypothesis | None], None]
+# (store, incident) -> the maintenance window holding it (its id), or None
+Held = Callable[[Store, Incident], str | None]
 
 
 @dataclass
 class Responder:
     notify: Notify | None = None
+    held: Held | None = None
     recurrence_s: float = (
         86_400.0  # [detection] recurrence_s: link a repeat of a cause (aiops/detect/recurrence.py)
     )
-    tops: dict[str, tuple[str, str]] = field(default_factory=dict)  # incident id -> (root cause, component)
+    tops: dict[str, tuple[str, str]] = field(default_factory=dict)
+    unfiled: set[str] = field(
+        default_factory=set
+    )  # diagnosed while a maintenance window held them  # incident id -> (root cause, component)
     diagnoses: int = 0
     filed: int = 0
 
@@ -41,6 +53,7 @@ class Responder:
             incident = t.incident
             if t.kind == "resolved":
                 self.tops.pop(incident.incident_id, None)
+                self.unfiled.discard(incident.incident_id)
                 events.append(self._emit(store, "resolved", incident, None))
                 continue
             if t.kind == "opened":
@@ -53,16 +66,25 @@ class Responder:
                 continue
             top = hypotheses[0]
             key = (top.root_cause, top.component)
-            if self.tops.get(incident.incident_id) == key:
+            new_top = self.tops.get(incident.incident_id) != key
+            if not new_top and incident.incident_id not in self.unfiled:
                 continue
             self.tops[incident.incident_id] = key
-            link_recurrence(
-                store, incident, top.root_cause, top.component, self.recurrence_s, incident.last_ts_s
-            )
-            actions = remediate(store, diagnosis)
-            if actions:
-                self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
-            events.append(self._emit(store, "diagnosed", incident, top))
+            if new_top:
+                link_recurrence(
+                    store, incident, top.root_cause, top.component, self.recurrence_s, incident.last_ts_s
+                )
+            window = self.held(store, incident) if self.held is not None else None
+            if window is None:
+                self.unfiled.discard(incident.incident_id)
+                actions = remediate(store, diagnosis)
+                if actions:
+                    self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
+            elif incident.incident_id not in self.unfiled:
+                self.unfiled.add(incident.incident_id)
+                log.info("remediation held", extra={"incident_id": incident.incident_id, "window_id": window})
+            if new_top:
+                events.append(self._emit(store, "diagnosed", incident, top))
         return events
 
     def _emit(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> str:

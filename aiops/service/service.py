@@ -30,8 +30,10 @@ from starlette.types import ASGIApp
 
 from aiops.config import Config, node_of
 from aiops.datapath.policy import Policy
+from aiops.detect.incidents import incident_prefix
+from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
-from aiops.runtime.world import attach, desk
+from aiops.runtime.world import TICKETS_ONLY, attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
@@ -42,6 +44,7 @@ from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
 from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
+from aiops.service.pager import Pager, PageState
 from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule
 from aiops.service.respond import Notify, Responder
@@ -57,11 +60,20 @@ from aiops.service.sources import (
 )
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
+from aiops.store.maintenance import active_windows, matching, membership
 from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
+
+
+def held_by_maintenance(store: Store, incident: Incident) -> str | None:
+    """The maintenance window (not a silence) holding every part of `incident` now, by id; None when none."""
+    window = matching(
+        active_windows(store, time.time()), incident.components, {}, membership(store), actions=True
+    )
+    return window.window_id if window is not None else None
 
 
 class Companion(Protocol):
@@ -128,20 +140,38 @@ class Service:
             window_s=config.detection.window_s,
             quiet_s=config.detection.quiet_s,
             replay_s=config.detection.replay_s,
+            id_prefix=incident_prefix(config.node.name),  # INC-<host>-0042, INC-fleet-0007: cluster-unique
+            severity=config.notify.severity,  # from impact ([notify.severity])
         )
-        self.outbox = Outbox(config.notify, config.node.name)
+        # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
+        self.ticket = TicketActuator.configured(config.notify.ticket)
+        self.outbox = Outbox(config.notify, config.node.name, console_url=config.console_url)
         self.profiles = ProfileTrigger(
             config.profile, config.store.path, config.node.name, self.workspace, sim=sim is not None
         )
         people = notify if notify is not None else self.outbox.notify
 
-        def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
+        def deliver(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
             people(store, kind, incident, top)
             if self.slack is not None:
                 self.slack.on_event(store, kind, incident, top)
+
+        # one page per problem: the sinks hear of an incident only once it pages (pager.py, paging.py)
+        self.page_states: list[PageState] = []  # the pager's last review, exported with the open incidents
+        self.pager = Pager(
+            config.node.name,
+            deliver,
+            hold_undiagnosed_s=config.notify.undiagnosed_hold_s,
+            open_s=3.0 * config.detection.window_s,
+        )
+
+        def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
+            self.pager.on_event(store, kind, incident, top)
             self.profiles.on_event(kind, incident, top)  # starts a thread at most: the flush goes on
 
-        self.responder = Responder(notify=on_event, recurrence_s=config.detection.recurrence_s)
+        self.responder = Responder(
+            notify=on_event, held=held_by_maintenance, recurrence_s=config.detection.recurrence_s
+        )
         self.reports = ReportSchedule(
             config.report,
             config.store.path,
@@ -377,6 +407,7 @@ class Service:
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
+                self._guarded("paging", lambda: self._review_pages(store))
                 self._guarded("closed loop", lambda: self._close_loop(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
             if len(self.dispatches):
@@ -404,11 +435,15 @@ class Service:
     def _detect_and_respond(self, store: Store) -> None:
         assert self.sources is not None and self.newest_ts_s is not None
         transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
-        attached = attach(store, twin=self.sources.twin, node=self.config.node.name)
+        attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         self.responder.handle(store, transitions, lambda: desk(store, attached))
         self._execute_approved(store, attached)
         if self.slack is not None:
             self.slack.run_requested(store, attached)
+
+    def _review_pages(self, store: Store) -> None:
+        """Holds that ran out, windows that ended, node incidents the fleet covers: paged or exported."""
+        self.page_states = self.pager.review(store, self.newest_ts_s)  # exported with the incidents
 
     def _close_loop(self, store: Store) -> None:
         """Supersede what a node ran, judge what ran, export what this workspace set (closed_loop.py)."""
@@ -451,6 +486,8 @@ class Service:
             return
         guard = desk(store, attached)
         for record in guard.records.proposals("approved"):
+            if attached.kind == TICKETS_ONLY and record.action.kind != "open_ticket":
+                continue  # the fleet files tickets itself; every other action is dispatched to where it acts
             outcome = guard.execute(record.proposal_id)
             log.info(
                 "executed",
@@ -477,11 +514,12 @@ class Service:
 
     def _observe_store(self, store: Store) -> None:
         open_rows = store.query(
-            "SELECT i.incident_id, i.severity, h.root_cause, h.component, i.opened_ts_s, h.confidence "
+            "SELECT i.incident_id, i.severity, h.root_cause, coalesce(h.component, i.components[1]) AS component, "
+            "i.opened_ts_s, h.confidence "
             "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )
-        self.metrics.set_incidents(open_rows)
+        self.metrics.set_incidents(open_rows, self.page_states)
         path = Path(self.config.store.path)
         size = sum(p.stat().st_size for p in (path, Path(str(path) + ".wal")) if p.exists())
         self.metrics.gauge("store_size_bytes", "size of the workspace's DuckDB file and WAL", size)

@@ -3,7 +3,7 @@
 
 Posting: when an incident is diagnosed (`on_event`, inside the flush's write, after its proposals were filed),
 its message (aiops/service/slack_blocks.py) is queued for `SlackPoster`, which calls chat.postMessage off the
-loop (aiops/service/slack_api.py).
+loop (aiops/integrations/slack_api.py).
 
 A press, in order; every refusal before the guardrails records nothing:
 1. a Content-Length of at most `slack_request.MAX_BODY_BYTES` (411, 413), the raw body read up to that cap;
@@ -25,6 +25,7 @@ The outcome goes back as a reply in the message's thread (chat.postMessage) and 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -41,11 +42,11 @@ from starlette.routing import BaseRoute, Route
 from aiops.config import Config
 from aiops.config_chatops import SlackConfig, check_users
 from aiops.errors import AiopsError, ConfigError, GuardrailError, SignatureRefused, SlackRequestError
+from aiops.integrations.event import EventKind, console_page, incident_event
+from aiops.integrations.slack_api import SlackApi, SlackPoster
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.actions import Decision, approve, reject
 from aiops.runtime.world import attach, desk
-from aiops.service.notify_event import EventKind, incident_event
-from aiops.service.slack_api import SlackApi, SlackPoster
 from aiops.service.slack_blocks import ProposalLine, incident_message, outcome_message
 from aiops.service.slack_request import MAX_BODY_BYTES, Press, parse_press, signature_problem
 from aiops.service.web import _bounded_body, _guarded_async, _json
@@ -101,6 +102,7 @@ class SlackChat:
         self.clock = clock
         self.poster = SlackPoster(SlackApi(slack.api_url, token, slack.timeout_s))
         self.link_base = ""
+        self.console_url = config.console_url  # the console's incident page is the message's link
         self._deciding = threading.Lock()  # one decision at a time (never held by the loop)
         self._queue_lock = threading.Lock()  # guards `_to_run` alone: the loop takes it inside its flush
         self._to_run: list[str] = []  # digital proposals people asked to run: the loop runs them
@@ -125,6 +127,7 @@ class SlackChat:
             return
         link = f"{self.link_base}/api/incidents/{incident.incident_id}" if self.link_base else ""
         event = incident_event(cast(EventKind, kind), incident, [top], node=self.node, link=link)
+        event = dataclasses.replace(event, console_link=console_page(self.console_url, incident.incident_id))
         records = GuardrailRecords(store)
         lines = [
             ProposalLine(

@@ -7,7 +7,7 @@ action as shown (`slack_request.button_value`), so a button drawn for one versio
 other. `outcome_message(...)`: the threaded reply that says what a press did.
 
 Every piece of incident and proposal text is telemetry or derived from it: escaped for mrkdwn (& < >:
-`notify_payloads.slack_escape`, so `<!channel>` or `<http://x|y>` stay text) and clipped to Slack's limits
+`payloads.slack_escape`, so `<!channel>` or `<http://x|y>` stay text) and clipped to Slack's limits
 (https://api.slack.com/reference/block-kit/blocks: section text 3000 characters, 50 blocks a message; button
 text 75, button value 2000).
 """
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiops.service.notify_event import IncidentEvent
-from aiops.service.notify_payloads import slack_escape
+from aiops.integrations.event import IncidentEvent
+from aiops.integrations.payloads import slack_escape
 from aiops.service.slack_request import APPROVE, REJECT, button_value
 
 MAX_PROPOSALS = 10  # two blocks each; with the incident's own, well under Slack's 50
@@ -100,11 +100,11 @@ def incident_message(channel: str, event: IncidentEvent, proposals: Sequence[Pro
         blocks.extend(proposal_blocks(proposal))
     if len(proposals) > len(shown):
         blocks.append(_section(f"{len(proposals) - len(shown)} more proposal(s): see the console"))
-    if event.link:
+    if event.shown_link:
         blocks.append(
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.link, 500)}"}],
+                "elements": [{"type": "mrkdwn", "text": f"More: {slack_escape(event.shown_link, 500)}"}],
             }
         )
     return {"channel": channel, "text": f"Incident [{severity}] {title}", "blocks": blocks}

@@ -18,8 +18,10 @@ the same simulated second before they collect, and each then steps simulated sec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ import pyarrow as pa
 from aiops.config import Config
 from aiops.datapath.policy import Policy
 from aiops.errors import ConfigError, TwinMismatch
+from aiops.labels import rack_name_error
 from aiops.profile.rank_collector import DEFAULT_WINDOW_S, RankTimingCollector
 from aiops.scenarios import Scenario, scenario_yaml
 from aiops.service.node_slice import FACILITY, NodeSlice, job_homes
@@ -275,12 +278,15 @@ def host_sources(config: Config) -> Sources:
 
     wanted = config.collectors
     w = wanted.workloads
-    api = kube_api(config.node.name, w.kube_api or None, w.kubeconfig or None) if w.kubernetes else None
-    where = read_placement(
-        config.node.name, config.node.rack, config.node.row, api, w.node_rack_label, w.node_row_label
+    api = kube_api(kube_node_name(config), w.kube_api or None, w.kubeconfig or None) if w.kubernetes else None
+    where = labelled_rack_checked(
+        read_placement(
+            config.node.name, config.node.rack, config.node.row, api, w.node_rack_label, w.node_row_label
+        ),
+        config,
     )
     if where.error:
-        log.warning("node labels unreadable", extra={"detail": where.error})
+        log.warning("node labels not used", extra={"detail": where.error})
     made = host_collectors(
         config.node.name,
         where.rack,
@@ -294,7 +300,7 @@ def host_sources(config: Config) -> Sources:
         if section.enabled:
             sources.append(Source(collector.name, collector, section.interval_s))
     if made.nvml is not None and wanted.workloads.enabled:
-        resolvers = config_resolvers(config, config.node.name)
+        resolvers = config_resolvers(config, kube_node_name(config))
         found = workload_collector(made.nvml, resolvers, wanted.root)
         sources.append(Source(found.name, found, wanted.workloads.interval_s))
     ranks = rank_timing_source(config) if wanted.rank_timing.enabled else None
@@ -318,10 +324,33 @@ def host_sources(config: Config) -> Sources:
     return out
 
 
+def labelled_rack_checked(where: Placement, config: Config) -> Placement:
+    """`where` with the config's rack where a node label gave one that is no rack name (an RFC 1123 label, not
+    `fleet` or `node<N>`): a label is data, and names no rack it cannot be."""
+    refused = rack_name_error(where.rack)
+    if not refused:
+        return where
+    label = config.collectors.workloads.node_rack_label
+    return dataclasses.replace(
+        where,
+        rack=config.node.rack,
+        source="kubernetes" if where.row != (config.node.row or None) else "config",
+        error=f"node label {label} = {where.rack[:63]!r} is no rack name: {refused}",
+    )
+
+
+def kube_node_name(config: Config) -> str:
+    """This host's node in the Kubernetes API: `[scheduler] node_name` (which `aiops run --hostname` sets),
+    else the kernel's host name, lowercased as the kubelet names its node. Not the component name: a node
+    `gpu-a100-017` may be the API's `gpu-a100-017.dc1.example`."""
+    return (config.scheduler.node_name or socket.gethostname()).lower()
+
+
 def config_resolvers(config: Config, node: str) -> list[WorkloadResolver]:
     """The workload resolvers `[collectors.workloads]` asks for (collectors/workloads `default_resolvers`),
     Slurm's first: a Slurm task is known by its cgroup path or SLURM_* environment alone (scontrol, from
-    `[scheduler] binaries` or PATH, only for what those lack: the user, an array task's parent)."""
+    `[scheduler] binaries` or PATH, only for what those lack: the user, an array task's parent). `node`: this
+    host's node as the Kubernetes API names it (`kube_node_name`; the twin's node agent: its `nodeK`)."""
     from collectors.slurm import SlurmResolver
 
     w = config.collectors.workloads
@@ -368,7 +397,7 @@ def rank_timing_source(config: Config) -> RankTimingSource:
         wanted.root,
         period_s=period_s,
         window_s=window_s,
-        resolvers=config_resolvers(config, config.node.name),
+        resolvers=config_resolvers(config, kube_node_name(config)),
     )
     return RankTimingSource(collector)
 

@@ -18,6 +18,11 @@
   answer (200 executed or failed, 403 refused, 409 a replay, 503 nothing acts here or the inbox is full, 504 the
   loop did not take it in time).
 
+- `GET /api/maintenance` (`?all=1`: ended ones too), `POST /api/maintenance` (JSON {scope, target, duration_s,
+  reason, by, kind}: 201 with the window, 400 naming what is wrong), `POST /api/maintenance/{id}/end` ({by}):
+  maintenance windows and silences (aiops/store/maintenance.py), the /api token (or a loopback client without
+  one), at most 16 KiB, each change audited with the actor `api:<by>`.
+
 - `POST /api/slack/actions`, with `[chatops.slack]`: Slack's button presses, signed with the app's signing secret
   (aiops/service/slack_actions.py adds the route before the others).
 
@@ -42,12 +47,13 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError
+from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError, MaintenanceError
 from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
@@ -58,6 +64,7 @@ ALERTMANAGER_ROUTE = "/api/alertmanager"
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 TEXT = "text/plain; charset=utf-8"
 DCGM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+MAINTENANCE_BODY_BYTES = 16 * 1024
 
 
 def _send(status: int, body: bytes, content_type: str, close: bool = False) -> Response:
@@ -129,6 +136,9 @@ class ServiceRoutes:
             Route("/api/incidents", _guarded_sync(self.incidents), methods=["GET"]),
             Route("/api/incidents/{incident_id:path}", _guarded_sync(self.incident), methods=["GET"]),
             Route("/api/proposals", _guarded_sync(self.proposals), methods=["GET"]),
+            Route("/api/maintenance", _guarded_sync(self.maintenance), methods=["GET"]),
+            Route("/api/maintenance", _guarded_async(self.add_maintenance), methods=["POST"]),
+            Route("/api/maintenance/{window_id}/end", _guarded_async(self.end_maintenance), methods=["POST"]),
         ]
         if self.dcgm is not None:
             found.append(Route("/metrics/dcgm", _guarded_sync(self.dcgm_metrics), methods=["GET"]))
@@ -196,6 +206,45 @@ class ServiceRoutes:
 
     def proposals(self, request: Request) -> Response:
         return self._refused(request) or _json(200, self.api.proposals())
+
+    # -- maintenance windows and silences --------------------------------------------------------------------------
+    def maintenance(self, request: Request) -> Response:
+        every = request.query_params.get("all", "") in ("1", "true")
+        return self._refused(request) or _json(200, self.api.maintenance(every))
+
+    async def _maintenance_body(self, request: Request) -> Any:
+        if not self._authorised(request):
+            return _json(401, {"error": "a bearer token is needed ([http] token_file)"}, close=True)
+        body = await _bounded_body(request, MAINTENANCE_BODY_BYTES)
+        if isinstance(body, Response):
+            return body
+        try:
+            return json.loads(body or b"{}")
+        except ValueError:
+            return _json(400, {"error": "the body is not JSON"})
+
+    async def add_maintenance(self, request: Request) -> Response:
+        body = await self._maintenance_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            added = await run_in_threadpool(self.api.add_maintenance, body)
+        except MaintenanceError as exc:
+            return _json(400, {"error": str(exc)[:300]})
+        return _json(201, added)
+
+    async def end_maintenance(self, request: Request) -> Response:
+        body = await self._maintenance_body(request)
+        if isinstance(body, Response):
+            return body
+        by = body.get("by", "") if isinstance(body, dict) else ""
+        try:
+            ended = await run_in_threadpool(
+                self.api.end_maintenance, str(request.path_params["window_id"])[:40], str(by)[:200]
+            )
+        except MaintenanceError as exc:
+            return _json(404 if "no maintenance window" in str(exc) else 409, {"error": str(exc)[:300]})
+        return _json(200, ended)
 
     def api_not_found(self, request: Request) -> Response:
         return self._refused(request) or _json(404, {"error": "not found"}, close=request.method != "GET")

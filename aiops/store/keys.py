@@ -46,6 +46,7 @@ UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "kernel_events": ("ts_s", "node", "seq"),
     "gpu_processes": ("ts_s", "gpu", "pid"),
     "rank_timing_samples": ("ts_s", "node", "pid", "op"),
+    "node_incident_samples": ("ts_s", "node", "incident_id"),
 }
 
 

@@ -413,14 +413,14 @@ CREATE TABLE kernel_events (
 )
 """
 
-# The notification queue (aiops/service/notify_queue.py): one row per (sink, incident, event key), the payload
+# The notification queue (aiops/integrations/sink_queue.py): one row per (sink, incident, event key), the payload
 # rendered when the event was enqueued, delivered with retries by the service. `sink` is a hash of the
 # webhook's kind and URL, never the URL (a Slack webhook URL is a secret). Rows are never deleted by retention.
 M008_NOTIFICATIONS = """
 CREATE TABLE notifications (
     id BIGINT PRIMARY KEY,          -- 1, 2, ... in enqueue order (delivery order within a sink and incident)
     ts_s DOUBLE NOT NULL,           -- when it was enqueued
-    sink VARCHAR NOT NULL,          -- aiops.service.notify_queue.sink_id(webhook)
+    sink VARCHAR NOT NULL,          -- aiops.integrations.sink_queue.sink_id(webhook)
     sink_kind VARCHAR NOT NULL,     -- json | slack | alertmanager
     kind VARCHAR NOT NULL,          -- opened | diagnosed | resolved
     incident_id VARCHAR NOT NULL,
@@ -681,6 +681,57 @@ CREATE TABLE IF NOT EXISTS incident_links (
 )
 """
 
+# Why an incident has its severity (aiops/detect/severity.py: hardware lost, a job stalled or slowed by X %, GPUs
+# affected), as one line people read with it; NULL for incidents stored before.
+M023_INCIDENT_IMPACT = """
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS impact VARCHAR
+"""
+
+# Maintenance windows and silences (aiops/store/maintenance.py): planned work on a node, rack, job, component or
+# label; a window stops pages about its scope and (kind maintenance) every action on it. Wall-clock times.
+M024_MAINTENANCE = """
+CREATE TABLE IF NOT EXISTS maintenance (
+    window_id VARCHAR PRIMARY KEY,  -- M-<8 hex>
+    kind VARCHAR NOT NULL,          -- maintenance (pages and actions) | silence (pages only)
+    scope VARCHAR NOT NULL,         -- node | rack | job | component | label
+    target VARCHAR NOT NULL,        -- node3 | rack1 | llm | node3/gpu5 | root_cause=thermal_throttle
+    starts_ts_s DOUBLE NOT NULL,
+    ends_ts_s DOUBLE NOT NULL,
+    reason VARCHAR NOT NULL,
+    created_by VARCHAR NOT NULL,
+    created_ts_s DOUBLE NOT NULL,
+    ended_ts_s DOUBLE,              -- ended early by a person
+    ended_by VARCHAR
+)
+"""
+
+# Paging (aiops/service/paging.py): which incidents page, one row per incident this tier decided on (its own, and
+# on the fleet the node agents' incidents it covers), so a restart neither pages twice nor forgets a hold; and the
+# fleet's sightings of the node agents' open incidents, one row per scrape step (their newest diagnosis; an
+# incident no longer seen is no longer open).
+M025_PAGING = """
+CREATE TABLE IF NOT EXISTS incident_pages (
+    node VARCHAR NOT NULL,          -- the tier that opened the incident (this service's name, or a node agent's)
+    incident_id VARCHAR NOT NULL,
+    first_seen_ts_s DOUBLE NOT NULL, -- wall clock: when this service first saw it (holds count from here)
+    pages BOOLEAN NOT NULL,         -- does it page now
+    reason VARCHAR NOT NULL,        -- pages | held | covered | maintenance | silence
+    covered_by VARCHAR,             -- the incident whose page covers it
+    window_id VARCHAR,              -- the maintenance window or silence holding it
+    decided_ts_s DOUBLE NOT NULL,
+    paged_ts_s DOUBLE,              -- when its first notification was queued (NULL: it never paged)
+    PRIMARY KEY (node, incident_id)
+);
+CREATE TABLE IF NOT EXISTS node_incident_samples (
+    ts_s DOUBLE NOT NULL,
+    node VARCHAR NOT NULL,
+    incident_id VARCHAR NOT NULL,
+    component VARCHAR NOT NULL,     -- the top hypothesis' component, else the incident's first
+    root_cause VARCHAR NOT NULL,    -- '' before a diagnosis
+    severity VARCHAR NOT NULL
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -704,6 +755,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(20, "gpu_processes", _sql(M020_GPU_PROCESSES)),
     Migration(21, "rank_timing", _sql(M021_RANK_TIMING)),
     Migration(22, "closed_loop", _sql(M022_CLOSED_LOOP)),
+    Migration(23, "incident_impact", _sql(M023_INCIDENT_IMPACT)),
+    Migration(24, "maintenance", _sql(M024_MAINTENANCE)),
+    Migration(25, "paging", _sql(M025_PAGING)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.
@@ -727,4 +781,5 @@ TIME_SERIES_TABLES: tuple[str, ...] = (
     "kernel_events",
     "gpu_processes",
     "rank_timing_samples",
+    "node_incident_samples",
 )

@@ -17,6 +17,7 @@ from prometheus_client.registry import CollectorRegistry
 from aiops.cli.run import alert_token_of
 from aiops.config import load_config_file, parse_config
 from aiops.errors import AlertInboxFull, AlertPayloadError, ConfigError
+from aiops.integrations.event import IncidentEvent
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import load_scenario
@@ -29,7 +30,6 @@ from aiops.service.alerts_in import (
     parse_webhook,
 )
 from aiops.service.api import AlertRoute, Api
-from aiops.service.notify_event import IncidentEvent
 from aiops.service.server import WebServer
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store, Workspace

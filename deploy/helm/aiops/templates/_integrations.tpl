@@ -1,5 +1,5 @@
 {{- /*
-The fleet's integrations (values: notify, chatops.slack, console, fleet.approvers; docs/KUBERNETES.md,
+The fleet's integrations (values: notify (its webhooks and ticket sink), chatops.slack, console, fleet.approvers; docs/KUBERNETES.md,
 "Integrations"). Every secret is an existing Secret's key, projected into one read-only volume at
 /run/secrets/aiops-integrations (mode 0400); the TOML names those files. Strings go into TOML through toJson:
 a JSON string is a TOML basic string.
@@ -24,6 +24,9 @@ notify-{{ $n }}-routing-key {{ $hook.routingKey.existingSecret }} {{ $hook.routi
 {{- if $hook.urlSecret }}
 notify-{{ $n }}-url {{ $hook.urlSecret.existingSecret }} {{ $hook.urlSecret.key }}
 {{- end }}
+{{- end }}
+{{- if .Values.notify.ticket.url }}
+notify-ticket-token {{ .Values.notify.ticket.token.existingSecret }} {{ .Values.notify.ticket.token.key }}
 {{- end }}
 {{- if .Values.chatops.slack.enabled }}
 slack-signing-secret {{ .Values.chatops.slack.signingSecret.existingSecret }} {{ .Values.chatops.slack.signingSecret.key }}
@@ -82,6 +85,23 @@ url = {{ $hook.url | toJson }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with .Values.notify.ticket }}
+{{- if .url }}
+{{- include "aiops.secretRef" (list .token "notify.ticket.token") }}
+{{- if not (has .kind (list "jira" "servicenow")) }}
+{{- fail (printf "notify.ticket.kind: %v is not one of jira, servicenow" .kind) }}
+{{- end }}
+
+[notify.ticket]
+kind = {{ .kind | toJson }}
+url = {{ .url | toJson }}
+user = {{ .user | toJson }}
+token_file = "{{ $dir }}/notify-ticket-token"
+project = {{ .project | toJson }}
+issue_type = {{ .issueType | toJson }}
+assignment_group = {{ .assignmentGroup | toJson }}
+{{- end }}
+{{- end }}
 {{- with .Values.chatops.slack }}
 {{- if .enabled }}
 {{- include "aiops.secretRef" (list .signingSecret "chatops.slack.signingSecret") }}
@@ -110,6 +130,9 @@ approval_classes = {{ .approvalClasses | toJson }}
 [console]
 enabled = true
 secure_cookies = {{ .Values.console.secureCookies }}
+{{- with include "aiops.consoleUrl" . }}
+url = {{ . | toJson }}  # notify.consoleUrl, else the ingress's: notifications link to its incident pages
+{{- end }}
 {{- with .Values.console.oidc }}
 {{- if .issuer }}
 

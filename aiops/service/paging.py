@@ -1,0 +1,150 @@
+"""One page per problem: which open incidents page, as a pure function of what this tier knows (docs/NOTIFY.md,
+"One page per problem"). The same decision drives the product's own sinks (aiops/service/pager.py holds an
+incident's notifications until it pages) and the chart's alert rules (`aiops_incident_pages`, 0 for an incident
+that must not page on its own: `AiopsIncidentOpen` fires `unless on (incident_id) aiops_incident_pages == 0`).
+
+For each open incident of this tier, in order:
+1. a **maintenance** window or **silence** holds it (aiops/store/maintenance.py): no page (reason `maintenance`
+   or `silence`, with the window);
+2. without a diagnosis, it is **covered** by a diagnosed open incident of this tier about the same components
+   (the job's slow steps under the throttling GPU's incident): no page, `covered_by` names that incident;
+3. without a diagnosis, it is **held** for `[notify] undiagnosed_hold_s` after this tier first saw it (a
+   diagnosis, its own or a covering one's, usually follows within a flush or two);
+4. otherwise it **pages**.
+
+On the fleet, each node agent's open incident (read from its exports, `node_incident_samples`) is **covered**
+by the fleet incident about its component (one of them under the other: `node3/gpu1` under `node3`; a job's
+slow steps under a GPU or node the job runs on: the job's home node sees the slowdown, another node its cause),
+or held
+by the fleet's windows; only those get a decision (0): one the fleet does not cover pages on its node's own
+word (the chart gives a node's incident `nodeIncidentFor` to be covered first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from aiops.labels import node_of
+from aiops.store.maintenance import Membership, Window, matching
+
+REASONS = ("pages", "held", "covered", "maintenance", "silence")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """An open incident as paging sees it."""
+
+    node: str  # the tier that opened it: this service's name, or (on the fleet) a node agent's
+    incident_id: str
+    components: tuple[str, ...]
+    root_cause: str  # the top hypothesis' label; "" before a diagnosis
+    component: str  # the top hypothesis' component, else the incident's first
+    severity: str
+    first_seen_ts_s: float  # wall clock: when this service first saw it
+    own: bool = True  # this tier's incident (False: a node agent's, read by the fleet)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.node, self.incident_id
+
+    @property
+    def diagnosed(self) -> bool:
+        return bool(self.root_cause)
+
+    def labels(self, rack_of: dict[str, str]) -> dict[str, str]:
+        """The labels a `label` window matches."""
+        node = node_of(self.component, frozenset(rack_of.values())) or ""
+        jobs = [c.removeprefix("job:") for c in self.components if c.startswith("job:")]
+        found = {
+            "incident_id": self.incident_id,
+            "root_cause": self.root_cause or "undiagnosed",
+            "component": self.component,
+            "severity": self.severity,
+            "node": node,
+            "rack": rack_of.get(node, ""),
+            "job": jobs[0] if jobs else "",
+        }
+        return {k: v for k, v in found.items() if v}
+
+
+@dataclass(frozen=True)
+class Decision:
+    pages: bool
+    reason: str  # one of REASONS
+    covered_by: str = ""
+    window_id: str = ""
+
+    def describe(self) -> str:
+        """For people: `covered by INC-fleet-0001`, `held: no diagnosis yet`, `maintenance M-1a2b3c4d`."""
+        if self.reason == "covered":
+            return f"covered by {self.covered_by}"
+        if self.reason in ("maintenance", "silence"):
+            return f"{self.reason} {self.window_id}"
+        return "held: no diagnosis yet" if self.reason == "held" else "pages"
+
+
+def under(a: str, b: str) -> bool:
+    """`a` is `b` or lies under it (`node3/gpu1` under `node3`)."""
+    return bool(a) and bool(b) and (a == b or a.startswith(b + "/"))
+
+
+def _parts(subject: Subject, members: Membership, everything: bool) -> list[str]:
+    """The components an incident is about: its top component (and, `everything`, all of its components), a
+    job's standing also for the GPUs and nodes it runs on (a job slows because one of its ranks does)."""
+    found = [subject.component, *(subject.components if everything else ())]
+    for part in list(found):
+        if part.startswith("job:"):
+            found.extend(sorted(members.job_units.get(part.removeprefix("job:"), frozenset())))
+    return [p for p in found if p]
+
+
+def about_the_same(one: Subject, other: Subject, members: Membership | None = None) -> bool:
+    """Two incidents about one component: one's component (or any of its components) is the other's or lies
+    under it, either way round; a job counts as the GPUs and nodes it runs on (its slow steps and the GPU that
+    slowed it are one problem)."""
+    members = members or Membership()
+    mine, theirs = _parts(one, members, one.own), _parts(other, members, True)
+    return any(under(a, b) or under(b, a) for a in mine for b in theirs)
+
+
+def _window(subject: Subject, windows: Sequence[Window], members: Membership) -> Window | None:
+    parts = [*subject.components] if subject.own else [subject.component]
+    return matching(windows, parts or [subject.component], subject.labels(dict(members.rack_of)), members)
+
+
+def decide(
+    subjects: Iterable[Subject],
+    windows: Sequence[Window],
+    members: Membership,
+    now_ts_s: float,
+    hold_undiagnosed_s: float,
+) -> dict[tuple[str, str], Decision]:
+    """(node, incident id) -> the decision, for every own incident and every node incident the fleet covers or
+    holds (others get none: their own tier decides)."""
+    every = list(subjects)
+    own = [s for s in every if s.own]
+    diagnosed = [s for s in own if s.diagnosed]
+    out: dict[tuple[str, str], Decision] = {}
+    for subject in every:
+        window = _window(subject, windows, members)
+        if window is not None:
+            out[subject.key] = Decision(False, window.kind, window_id=window.window_id)
+            continue
+        if subject.own and subject.diagnosed:
+            out[subject.key] = Decision(True, "pages")
+            continue
+        cover = next(
+            (d for d in diagnosed if d.key != subject.key and about_the_same(subject, d, members)), None
+        )
+        if cover is None and not subject.own:  # a node incident: covered by any fleet incident about it
+            cover = next((d for d in own if about_the_same(subject, d, members)), None)
+        if cover is not None:
+            out[subject.key] = Decision(False, "covered", covered_by=cover.incident_id)
+        elif not subject.own:
+            continue  # the node agent's own word stands
+        elif now_ts_s - subject.first_seen_ts_s < hold_undiagnosed_s:
+            out[subject.key] = Decision(False, "held")
+        else:
+            out[subject.key] = Decision(True, "pages")
+    return out
