@@ -39,6 +39,7 @@ from aiops.config_oidc import OidcConfig
 from aiops.cron import parse_cron
 from aiops.errors import ConfigError
 from aiops.labels import Label, host_name_error, rack_name_error
+from aiops.safeload import permission_problem, read_limited
 
 USER_CONFIG_PATH = Path("~/.config/aiops/config.toml")
 DEFAULT_LISTEN = "127.0.0.1:9484"
@@ -334,6 +335,23 @@ class HttpConfig(_Section):
         description="Host names requests may carry besides IP addresses, localhost and the listen host "
         "(a name a proxy or DNS gives the node); others get 421",
     )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="reverse proxies (IP addresses or networks) whose X-Forwarded-For names the client; "
+        "none: the connection's own address counts",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item[:60]!r} is not an IP address or network (e.g. 10.0.0.5, 10.0.0.0/24)"
+                ) from None
+        return value
 
 
 class ConsoleConfig(_Section):
@@ -569,16 +587,21 @@ def parse_config(data: Any, source: str) -> Config:
 
 def load_config_file(path: str | Path) -> Config:
     where = Path(path).expanduser()
+    if not where.exists():
+        raise ConfigError(str(where), "(file)", "no such file")
+    problem = permission_problem(where)  # it says who may approve: nobody else may be able to write it
+    if problem is not None:
+        raise ConfigError(str(where), "(file)", f"refused, as sshd's StrictModes would: {problem}")
     try:
-        text = where.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(str(where), "(file)", "no such file") from None
-    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
+        text = read_limited(where, ConfigError).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(str(where), "(file)", f"cannot read: {type(exc).__name__}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(where), "(file)", f"not TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nested array: 5,000 of them exhaust the stack
+        raise ConfigError(str(where), "(file)", "not TOML: nested too deep") from None
     return parse_config(data, str(where))
 
 

@@ -1,26 +1,39 @@
 """The core pipeline: detect incidents over the store, diagnose them (`aiops.rca`: hypotheses with evidence),
-save both, compute each incident's remediation (`aiops.playbooks`: guardrails `Action`s) and, given a desk,
-file it as pending proposals, so `aiops actions list/approve` and the chat work on what the analysis proposed.
-Remediation is this module's business, not the analyst's: `rca` only ranks causes.
+save both, compute each incident's remediation plan (`aiops.playbooks`' ladder as `aiops.plans` steps of
+guardrails `Action`s, costs in the store's numbers) and, given a desk, file the plan with its first steps as
+pending proposals, so `aiops actions list/approve`, `aiops plans` and the chat work on what the analysis
+proposed. Remediation is this module's business, not the analyst's: `rca` only ranks causes.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiops.detect import detect
 from aiops.labels import BENIGN_LABELS
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
-from aiops.playbooks import remediation_from_store
+from aiops.plans import PlanRecord, StepDraft, draft_steps, facts_of, file_plan, new_proposal_id
+from aiops.playbooks import steps_from_store
 from aiops.rca import diagnose, job_of
 from aiops.store import Store
 from guardrails.actions import Action
 from guardrails.intended import intended_state, restore_intended
 from guardrails.service import Filed, Guardrails
+
+__all__ = [
+    "RunResult",
+    "analyze_store",
+    "file_remediation",
+    "headline",
+    "new_proposal_id",
+    "plan_steps",
+    "remediate",
+    "save_hypotheses",
+    "stored_diagnoses",
+]
 
 
 @dataclass
@@ -30,6 +43,7 @@ class RunResult:
     # incident id -> its remediation; after filing, each action carries the id of the proposal standing for it
     remediations: dict[str, list[Action]] = field(default_factory=dict)
     filed: dict[str, list[Filed]] = field(default_factory=dict)  # incident id -> what filing did
+    plans: dict[str, PlanRecord] = field(default_factory=dict)  # incident id -> its plan, once filed
 
     def status_of(self, proposal_id: str) -> str:
         for filed in self.filed.values():
@@ -48,55 +62,55 @@ def headline(diagnoses: Sequence[Diagnosis]) -> Diagnosis | None:
     return chosen[0] if chosen else None
 
 
-def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
-    """The remediation of the top hypothesis, computed from the telemetry at the incident's end."""
+def plan_steps(store: Store, diagnosis: Diagnosis) -> list[StepDraft]:
+    """The remediation plan of the top hypothesis as steps, computed from the telemetry at the incident's end."""
     if not diagnosis.hypotheses:
         return []
     top = diagnosis.hypotheses[0]
-    actions = remediation_from_store(
-        store, top, job_of(store, diagnosis.incident, top), diagnosis.incident.last_ts_s
-    )
+    job = job_of(store, diagnosis.incident, top)
+    remedies = steps_from_store(store, top, job, diagnosis.incident.last_ts_s)
     # a limit moved away from what the product set goes back to that value, never undoing the product's cap
-    return restore_intended(actions, intended_state(store, diagnosis.incident.last_ts_s))
+    intended = intended_state(store, diagnosis.incident.last_ts_s)
+    remedies = [replace(r, actions=restore_intended(r.actions, intended)) for r in remedies]
+    return draft_steps(remedies, facts_of(store, diagnosis.incident, job))
 
 
-def new_proposal_id(desk: Guardrails) -> str:
-    """`P-` and eight random hex digits, unused in this workspace."""
-    while True:
-        candidate = f"P-{secrets.token_hex(4)}"
-        if desk.records.proposal(candidate) is None:
-            return candidate
+def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
+    """Every action of the top hypothesis' plan, step by step (drafts: nothing filed)."""
+    return [a for step in plan_steps(store, diagnosis) for a in step.actions]
 
 
-def file_remediation(desk: Guardrails, incident_id: str, actions: list[Action], origin: str) -> list[Filed]:
-    """File each action as a proposal now (an open proposal of the same action stands for it instead)."""
-    out = []
-    for action in actions:
-        stamped = action.model_copy(
-            update={"proposal_id": new_proposal_id(desk), "created_ts_s": desk.clock()}
-        )
-        out.append(desk.propose(stamped, origin=origin, incident_id=incident_id))
-    return out
+def file_remediation(
+    desk: Guardrails, diagnosis: Diagnosis, origin: str
+) -> tuple[PlanRecord | None, list[Filed]]:
+    """File the diagnosis' plan (its first steps as proposals); (None, []) when it has no remediation."""
+    drafts = plan_steps(desk.store, diagnosis)
+    if not drafts:
+        return None, []
+    return file_plan(desk, diagnosis.incident, diagnosis.hypotheses[0], drafts, origin)
 
 
 def analyze_store(store: Store, *, desk: Guardrails | None = None, origin: str = "analyze") -> RunResult:
     """Detect and diagnose over whatever the store holds (real or simulated telemetry), save incidents and
-    hypotheses, and compute remediations; with `desk`, file them as proposals."""
+    hypotheses, and compute remediation plans; with `desk`, file them (their first steps as proposals)."""
     incidents = detect(store)
     diagnoses = diagnose(store, incidents)
     save_hypotheses(store, diagnoses)
     result = RunResult(incidents=incidents, diagnoses=diagnoses)
     for d in diagnoses:
-        actions = remediate(store, d)
         incident_id = d.incident.incident_id
-        if desk is not None and actions:
-            filed = file_remediation(desk, incident_id, actions, origin)
-            result.filed[incident_id] = filed
-            actions = [
-                a.model_copy(update={"proposal_id": f.proposal_id})
-                for a, f in zip(actions, filed, strict=True)
-            ]
-        result.remediations[incident_id] = actions
+        if desk is None:
+            result.remediations[incident_id] = remediate(store, d)
+            continue
+        plan, filed = file_remediation(desk, d, origin)
+        if plan is None:
+            continue
+        result.plans[incident_id] = plan
+        result.filed[incident_id] = filed
+        proposed = [a for s in plan.steps if s.proposal_ids for a in s.actions]
+        result.remediations[incident_id] = [
+            a.model_copy(update={"proposal_id": f.proposal_id}) for a, f in zip(proposed, filed, strict=True)
+        ]
     return result
 
 

@@ -3,27 +3,37 @@ remediations. They ship as package data, so an installed wheel finds them as a c
 
 Remediations become guardrails `Action`s (proposer "analyst"): an action kind, a target template
 (`{component}`, `{node}`, `{job}`) and parameters. Filing and executing them is the guardrails' business: the
-pipeline (aiops/pipeline.py) files them as proposals; this module only computes them.
+pipeline (aiops/pipeline.py) files them through a plan (aiops/plans); this module only computes them.
+
+The ladder (issue 34): every remediation names its rung (`step:`), and `remediation_steps` groups a playbook's
+remediations by rung in `RUNGS` order, least disruptive and smallest blast radius first: observe, notify (a
+ticket to the team that repairs it), configure, limit (the hot GPUs or node), move (the job, from its last
+checkpoint), drain (the node), reset (a GPU, on the drained node), reboot, rma (a ticket with a captured
+bug-report bundle). A plan proposes the first steps and keeps the others waiting until one fails.
+A remediation may say how its effect is judged (`verify: {within_s, expect}`: the window after execution and
+the check); without it the plan uses its rung's default (aiops/plans/ladder.py).
 
 A remediation marked `computed: thermal` or `computed: allocator` is worked out from telemetry when the caller
-has the store (`remediation_from_store`): the thermal manager's moves / capping fallback for the hypothesis'
-nodes (aiops/control/thermal.py), or the power allocator's limits for the DCIM budget in force in its racks
-(aiops/control/power.py). All of one source's actions take the place of that source's first remediation and
-its other remediations are dropped (the manager chose a move or a cap, not both). Without the store, or when
-the source has nothing for this component (no hotspot there; no budget in force), the templates stand.
+has the store (`remediation_from_store`): the thermal manager's caps on the hot GPUs (aiops/control/capping.py)
+and its moves off the hot node (aiops/control/thermal.py), or the power allocator's limits for the DCIM budget
+in force in its racks (aiops/control/power.py). A computed action belongs to the rung of its kind
+(`COMPUTED_RUNG`: a cap to `limit`, a move to `move`); a source that was computed decides its remediations'
+rungs, "nothing here" included (no hot GPU a cap would cool now: no limit step; no idle node in a cool rack:
+the job requeued without the hot node instead). Without the store, or when the source could not be computed
+(no temperatures; no budget in force for the allocator), the templates stand.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aiops.errors import PlaybookError
 from aiops.labels import DIAGNOSIS_LABELS, node_of
@@ -35,11 +45,38 @@ if TYPE_CHECKING:  # the store and the control laws load where actions are compu
     from aiops.store import Store
 
 PROPOSER = "analyst"
+RUNGS: tuple[str, ...] = (
+    "observe",
+    "notify",
+    "configure",
+    "limit",
+    "move",
+    "drain",
+    "reset",
+    "reboot",
+    "rma",
+)
+Rung = Literal["observe", "notify", "configure", "limit", "move", "drain", "reset", "reboot", "rma"]
+# The rung a computed action belongs to, by its kind (a computed entry's `step` must be its kind's rung).
+COMPUTED_RUNG: dict[str, str] = {
+    "set_power_limit": "limit",
+    "reset_power_limit": "limit",
+    "migrate_job": "move",
+    "restart_job": "move",
+}
 
 
 def playbook_dir() -> Traversable:
     """The shipped playbooks (package data of the top-level `playbooks` package)."""
     return resources.files("playbooks")
+
+
+class Verify(BaseModel):
+    """How a remediation's effect is judged: `expect` (a check's name) within `within_s` of its execution."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    within_s: float = Field(gt=0, le=86_400)
+    expect: str = Field(min_length=1, max_length=64)
 
 
 class Remediation(BaseModel):
@@ -49,7 +86,9 @@ class Remediation(BaseModel):
     parameters: dict[str, Any] = {}
     physical: bool
     reason: str
+    step: Rung  # its rung on the ladder (RUNGS)
     computed: Literal["thermal", "allocator"] | None = None  # worked out from telemetry when available
+    verify: Verify | None = None  # None: the rung's default (aiops/plans/ladder.py)
 
 
 class Signature(BaseModel):
@@ -91,6 +130,13 @@ def load_playbooks(directory: Traversable | None = None) -> dict[str, Playbook]:
             raise PlaybookError(
                 f"{path}: field 'label': unknown label '{book.label}' (allowed: {', '.join(DIAGNOSIS_LABELS)})"
             )
+        for i, r in enumerate(book.remediations):
+            if r.computed is not None and COMPUTED_RUNG.get(r.action) != r.step:
+                raise PlaybookError(
+                    f"{path}: field 'remediations[{i}].step': a computed {r.action} belongs to the rung "
+                    f"'{COMPUTED_RUNG.get(r.action, '(none: not a computed kind)')}', not '{r.step}' "
+                    f"(computed kinds: {', '.join(COMPUTED_RUNG)})"
+                )
         books[book.label] = book
     return books
 
@@ -102,6 +148,68 @@ def _fill(template: str, hypothesis: Hypothesis, job: str | None) -> str:
     )
 
 
+@dataclass(frozen=True)
+class StepRemedy:
+    """One rung of a playbook's ladder for a hypothesis: its actions (templates filled, or computed from
+    telemetry) and the playbook entries behind them (their `verify`)."""
+
+    rung: str
+    actions: list[Action]
+    entries: list[Remediation]
+    computed: bool = False  # the actions were worked out from telemetry
+    notes: list[str] = field(default_factory=list)  # why a computed rung advises less, or nothing, in numbers
+
+
+def _template(r: Remediation, hypothesis: Hypothesis, job: str | None, now_ts_s: float) -> Action:
+    params = {k: (_fill(v, hypothesis, job) if isinstance(v, str) else v) for k, v in r.parameters.items()}
+    return Action(
+        proposal_id="draft",
+        kind=r.action,
+        target=_fill(r.target, hypothesis, job),
+        parameters=params,
+        reason=r.reason,
+        evidence=[e.claim for e in hypothesis.evidence[:4]],
+        proposed_by=PROPOSER,
+        created_ts_s=now_ts_s,
+    )
+
+
+def remediation_steps(
+    hypothesis: Hypothesis,
+    job: str | None = None,
+    *,
+    computed: Mapping[str, Sequence[Action]] | None = None,
+    notes: Mapping[str, Sequence[str]] | None = None,
+    now_ts_s: float = 0.0,
+) -> list[StepRemedy]:
+    """The playbook's ladder for a hypothesis: one `StepRemedy` per rung it uses, in `RUNGS` order. `computed`
+    (source -> actions, from `computed_actions`) replaces that source's remediations in the rung of each
+    computed action's kind; `notes` (rung -> why) say why a computed rung holds nothing. Proposal ids are
+    drafts (`draft-<i>`, numbered across the ladder)."""
+    book = load_playbooks().get(hypothesis.root_cause)
+    if book is None:
+        return []
+    out: list[StepRemedy] = []
+    count = 0
+    for rung in RUNGS:
+        entries = [r for r in book.remediations if r.step == rung]
+        if not entries:
+            continue
+        actions: list[Action] = []
+        used: set[str] = set()
+        for r in entries:
+            if r.computed is None or computed is None or r.computed not in computed:
+                actions.append(_template(r, hypothesis, job, now_ts_s))
+            elif r.computed not in used:  # the source decides its rung, even "nothing here"
+                used.add(r.computed)
+                actions.extend(a for a in computed[r.computed] if COMPUTED_RUNG.get(a.kind) == rung)
+        numbered = [a.model_copy(update={"proposal_id": f"draft-{count + i}"}) for i, a in enumerate(actions)]
+        count += len(numbered)
+        said = list((notes or {}).get(rung, [])) if used else []
+        out.append(StepRemedy(rung, numbered, entries, computed=bool(used), notes=said))
+    return out
+
+
 def remediation(
     hypothesis: Hypothesis,
     job: str | None = None,
@@ -109,36 +217,9 @@ def remediation(
     computed: Mapping[str, Sequence[Action]] | None = None,
     now_ts_s: float = 0.0,
 ) -> list[Action]:
-    """The playbook's remediations for a hypothesis as actions, templates filled. `computed` (source ->
-    actions, from `computed_actions`) replaces the remediations marked with that source. Proposal ids are
-    drafts (`draft-<i>`): filing gives each its own."""
-    book = load_playbooks().get(hypothesis.root_cause)
-    if book is None:
-        return []
-    out: list[Action] = []
-    used: set[str] = set()
-    for r in book.remediations:
-        if r.computed is not None and computed is not None and r.computed in computed:
-            if r.computed not in used:
-                used.add(r.computed)
-                out.extend(computed[r.computed])
-            continue
-        params = {
-            k: (_fill(v, hypothesis, job) if isinstance(v, str) else v) for k, v in r.parameters.items()
-        }
-        out.append(
-            Action(
-                proposal_id="draft",
-                kind=r.action,
-                target=_fill(r.target, hypothesis, job),
-                parameters=params,
-                reason=r.reason,
-                evidence=[e.claim for e in hypothesis.evidence[:4]],
-                proposed_by=PROPOSER,
-                created_ts_s=now_ts_s,
-            )
-        )
-    return [a.model_copy(update={"proposal_id": f"draft-{i}"}) for i, a in enumerate(out)]
+    """Every action of the playbook's ladder for a hypothesis, in rung order (`remediation_steps` flattened)."""
+    steps = remediation_steps(hypothesis, job, computed=computed, now_ts_s=now_ts_s)
+    return [a for step in steps for a in step.actions]
 
 
 def _scope(store: Store, component: str) -> tuple[set[str], set[str]]:
@@ -155,30 +236,38 @@ def _scope(store: Store, component: str) -> tuple[set[str], set[str]]:
     return nodes, {rack_of[n] for n in nodes}
 
 
-def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> dict[str, list[Action]]:
+@dataclass
+class Computed:
+    """What telemetry worked out for a hypothesis: source -> actions, and rung -> why a computed source
+    advises nothing there (said in numbers, shown on the plan's step)."""
+
+    actions: dict[str, list[Action]] = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+
+def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> Computed:
     """What the thermal manager and the power allocator advise for this hypothesis' component from telemetry
-    at `now_ts_s`: "thermal" when the manager advises a move or a cap there, "allocator" when a DCIM budget
-    (the newest `rack_samples.power_cap_kw` within 300 s, else the DCIM signal in force) is in force in its racks. Only the sources the
-    playbook uses are computed."""
+    at `now_ts_s`: "thermal" whenever GPU temperatures are at hand (aiops/control/capping.py: caps where they
+    cut heat now, a move or a requeue off the hot node; possibly nothing, with why), "allocator" when a DCIM
+    budget (the newest `rack_samples.power_cap_kw` within 300 s, else the DCIM signal in force) is in force in
+    its racks. Only the sources the playbook uses are computed."""
     book = load_playbooks().get(hypothesis.root_cause)
     sources = {r.computed for r in book.remediations if r.computed} if book else set()
+    out = Computed()
     if not sources:
-        return {}
+        return out
     nodes, racks = _scope(store, hypothesis.component)
-    from aiops.control.advice import allocation_advice, thermal_actions, thermal_advice
+    from aiops.control.advice import allocation_advice, thermal_remedy
     from aiops.control.dcim_signals import dcim_caps_kw
     from aiops.control.readings import StoreReadings
 
     readings = StoreReadings(store, now_ts_s)
-    out: dict[str, list[Action]] = {}
-    if "thermal" in sources and nodes:
-        advice = thermal_advice(readings)
-        report = advice.report
-        moves = [m for m in report.moves if m.from_node in nodes]
-        caps = [c for c in report.power_caps if set(c.nodes) & nodes]
-        if moves or caps:
-            mine = replace(report, moves=moves, power_caps=caps)
-            out["thermal"] = thermal_actions(mine, advice.inputs)
+    if (
+        "thermal" in sources and nodes and readings.thermal().gpus
+    ):  # temperatures at hand: the manager decides
+        remedy = thermal_remedy(readings, nodes)
+        out.actions["thermal"] = remedy.actions
+        out.notes.update(remedy.notes)
     if "allocator" in sources and racks:
         budgets = store.query(
             "SELECT rack, cap_kw FROM (SELECT rack, arg_max_null(power_cap_kw, ts_s) AS cap_kw FROM rack_samples "
@@ -193,7 +282,7 @@ def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> d
                 budgets.append({"rack": rack, "cap_kw": cap_kw})
         in_scope = [r for r in budgets if str(r["rack"]) in racks]
         if in_scope:
-            out["allocator"] = [
+            out.actions["allocator"] = [
                 a
                 for r in in_scope
                 for a in allocation_advice(
@@ -203,19 +292,28 @@ def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> d
     return out
 
 
-def remediation_from_store(
+def steps_from_store(
     store: Store, hypothesis: Hypothesis, job: str | None, now_ts_s: float | None = None
-) -> list[Action]:
-    """`remediation` with the computed remediations worked out from the store at `now_ts_s` (default: the
-    newest GPU sample). Advice that cannot be computed (a store without the telemetry it reads) leaves the
+) -> list[StepRemedy]:
+    """`remediation_steps` with the computed remediations worked out from the store at `now_ts_s` (default:
+    the newest GPU sample). Advice that cannot be computed (a store without the telemetry it reads) leaves the
     templates in place."""
     import duckdb
 
     when = now_ts_s if now_ts_s is not None else store.scalar("SELECT max(ts_s) FROM gpu_samples")
-    computed: dict[str, list[Action]] = {}
+    computed = Computed()
     if when is not None:
         try:
             computed = computed_actions(store, hypothesis, float(when))
         except (duckdb.Error, ValueError, KeyError):
-            computed = {}
-    return remediation(hypothesis, job, computed=computed, now_ts_s=float(when or 0.0))
+            computed = Computed()
+    return remediation_steps(
+        hypothesis, job, computed=computed.actions, notes=computed.notes, now_ts_s=float(when or 0.0)
+    )
+
+
+def remediation_from_store(
+    store: Store, hypothesis: Hypothesis, job: str | None, now_ts_s: float | None = None
+) -> list[Action]:
+    """Every action of `steps_from_store`, in rung order."""
+    return [a for step in steps_from_store(store, hypothesis, job, now_ts_s) for a in step.actions]

@@ -155,3 +155,34 @@ def load_file(
     if where.endswith(".json"):
         return parse_json(text, where, error)
     return parse_yaml(text, where, error, loader)
+
+
+def permission_problem(path: str | Path) -> str | None:
+    """Why a file that decides who may do what (the config, the allowed-signers file) cannot be trusted, as
+    sshd's StrictModes refuses an authorized_keys file: the file, or a folder above it, writable by another
+    user (owned by someone other than root or this user, or group- or world-writable; a sticky folder such
+    as /tmp is fine: others cannot replace what is in it). None when it is fine or cannot be checked (a
+    missing file is the reader's to report)."""
+    me = os.geteuid()
+    try:
+        current = Path(os.path.abspath(path))
+        info = current.stat()
+    except OSError:
+        return None
+    if info.st_uid not in (0, me):
+        return f"{current} belongs to uid {info.st_uid}, not root or this user: anyone who owns it decides"
+    if info.st_mode & 0o022:
+        return f"{current} is writable by its group or everyone (mode {stat.S_IMODE(info.st_mode):o}): chmod go-w"
+    for folder in current.parents:
+        try:
+            found = folder.stat()
+        except OSError:
+            return None
+        if found.st_uid not in (0, me):
+            return f"the folder {folder} belongs to uid {found.st_uid}: its owner can replace {current.name}"
+        if found.st_mode & 0o022 and not found.st_mode & stat.S_ISVTX:
+            return (
+                f"the folder {folder} is writable by its group or everyone (mode {stat.S_IMODE(found.st_mode):o}): "
+                f"anyone can replace {current.name}; chmod go-w {folder}"
+            )
+    return None

@@ -3,8 +3,10 @@
 
 The job's name is the same on every node of the job, so the fleet joins its ranks without a lookup table:
 - Slurm: `slurm-<job id>` (an array task `slurm-<array job id>_<task id>`), from the cgroup path or SLURM_JOB_ID;
-- Kubernetes: `k8s-<namespace>-<owner>` where the owner is the pod's controller (a Job, a PyTorchJob, a JobSet's
-  child Job); a pod with no owner is its own job;
+- Kubernetes: `k8s-<namespace>_<owner>` where the owner is the pod's controller (a Job, a PyTorchJob, a JobSet's
+  child Job); a pod with no owner is its own job. `_` cannot appear in a namespace or an object name (RFC 1123),
+  so two (namespace, owner) pairs never give one name (`team`/`a-train` and `team-a`/`train` both gave
+  `k8s-team-a-train` with `-`: issue 36, medium 4); a name outside those rules gets a hash suffix;
 - a bare torchrun job: `torchrun-<TORCHELASTIC_RUN_ID>`, else `torchrun-<MASTER_ADDR>-<MASTER_PORT>`.
 Names keep to the component contract's `job:{name}` alphabet (`[A-Za-z0-9_.-]`, at most 63 characters); a
 longer or foreign name is shortened with a hash suffix, never truncated into a collision.
@@ -36,6 +38,18 @@ def job_name(prefix: str, *parts: str) -> str:
     if len(safe) <= JOB_NAME_MAX - 9 and safe != raw:
         return f"{safe}-{digest}"
     return f"{safe[: JOB_NAME_MAX - 9].rstrip('-.')}-{digest}"
+
+
+_K8S_NAMESPACE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\Z")  # an RFC 1123 label
+_K8S_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?\Z")  # an RFC 1123 subdomain
+
+
+def kubernetes_job(namespace: str, owner: str) -> str:
+    """The job name of a pod of controller `owner` in `namespace`: `k8s-<namespace>_<owner>`, one name per
+    pair (see the module's docstring); names Kubernetes would not accept are hashed with a NUL between them."""
+    if _K8S_NAMESPACE.match(namespace) and _K8S_NAME.match(owner):
+        return job_name("k8s", f"{namespace}_{owner}")
+    return job_name("k8s", f"{namespace}\x00{owner}")  # NUL is unsafe: always hashed, the pair kept apart
 
 
 @dataclass(frozen=True)

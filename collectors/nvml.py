@@ -45,6 +45,12 @@ _CORRECTED, _UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_
 _VOLATILE = pynvml.NVML_VOLATILE_ECC
 _NULL_METRICS = (None,) * (len(GPU_COLUMNS) - 6)  # all but ts_s, gpu, node, uuid, nvml_error, default
 
+# What NVML answers for every GPU when the library or the driver is gone (nvml.h error names without the
+# NVML_ERROR_ prefix), not one GPU's own state: a node agent's blindness (`collector_blind`), never a GPU lost
+# off the bus (`gpu_lost`, which GPU_IS_LOST is).
+DRIVER_GONE = frozenset(
+    {"UNINITIALIZED", "DRIVER_NOT_LOADED", "LIBRARY_NOT_FOUND", "LIB_RM_VERSION_MISMATCH"}
+)
 _ERROR_NAMES = {
     getattr(pynvml, name): name.removeprefix("NVML_ERROR_")
     for name in dir(pynvml)
@@ -104,6 +110,15 @@ class NvmlCollector:
                 nvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self.events)
         except pynvml.NVMLError:
             self.events = None  # no event support (or a GPU already lost): gpu_events stays empty
+
+    def blind(self) -> str | None:
+        """Why NVML reads nothing from any GPU now, when what every GPU answers is the library's or the
+        driver's state (`DRIVER_GONE`), not a GPU's own (a GPU lost off the bus is the analyst's to diagnose);
+        None while any GPU reads. The service watches it (aiops/service/conditions.py `CollectorWatch`)."""
+        answers = {self._failing.get(i) for i in range(self.count)}
+        if not self.count or not answers <= DRIVER_GONE:
+            return None
+        return f"NVML answers {', '.join(sorted(a for a in answers if a))} for all {self.count} GPUs"
 
     def close(self) -> None:
         if self.events is not None:

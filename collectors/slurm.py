@@ -7,10 +7,13 @@ Sources, most trusted first:
   step_<step>/user/task_<n>`; the step is a number or `batch`, `extern`, `interactive`;
 - the task's environment (srun exports it; hostile text, parsed as plain digits): SLURM_JOB_ID,
   SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID, SLURM_STEP_ID (SLURM_STEPID), SLURM_PROCID (the global rank),
-  SLURM_LOCALID (the rank on this node), SLURM_STEP_NUM_TASKS/SLURM_NTASKS (the world size), SLURM_JOB_USER;
-- `scontrol show job -o <id>` for what neither holds (the user, an array task's array id): one bounded
-  subprocess (argument list, no shell, a timeout, at most 64 KiB read), answered once per job and cached.
-  Debian's 22.05 build has no `--json` on scontrol, so the one-line `Key=Value` form is parsed.
+  SLURM_LOCALID (the rank on this node), SLURM_STEP_NUM_TASKS/SLURM_NTASKS (the world size), SLURM_JOB_USER.
+  Any process can set these: they count only for a process in a Slurm cgroup, or (no cgroups: proctrack/
+  linuxproc) one that `scontrol listpids <job>` lists, slurmd's own record of the job's processes (issue 36);
+- `squeue -h -j <id> -O JobID:|,UserName:|,ArrayJobID:|,ArrayTaskID:|` for what neither holds (the user, an
+  array task's array id): fixed fields with no free text (a job's name is not among them, so a name holding
+  `UserId=` or `ArrayJobId=` spoofs nothing, as it did in `scontrol show job -o`); one bounded subprocess
+  (argument list, no shell, a timeout, at most 64 KiB read), answered once per job and cached.
 
 The job's name is `aiops.workload.job_name("slurm", id)`: `slurm-<job id>`, an array task
 `slurm-<array job id>_<task id>`, the same on every node of the job.
@@ -21,8 +24,10 @@ leaf switches (Level=0) are the racks, and each node's rack is the leaf switch t
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ MAX_OUTPUT_BYTES = 64 * 1024
 MAX_HOSTLIST_NAMES = 10_000
 DEFAULT_TIMEOUT_S = 5.0
 _CACHE_JOBS = 256
+PIDS_TTL_S = 10.0  # `scontrol listpids` of a job, reused this long
 _JOB_ID = re.compile(r"^[0-9]{1,10}$", re.ASCII)
 _STEP = r"(?:[0-9]{1,10}|batch|extern|interactive)"
 _END = r"(?=/|\s|$)"  # a number or name ends at a path separator or the line's end, never mid-word
@@ -88,15 +94,15 @@ class SlurmJob:
     array_task_id: str | None
 
 
-def parse_job(text: str) -> SlurmJob | None:
-    """`scontrol show job -o <id>`: JobId, UserId=<name>(<uid>), ArrayJobId, ArrayTaskId."""
-    fields = parse_fields(text.splitlines()[0] if text else "")
-    job_id = fields.get("JobId", "")
-    if not _JOB_ID.match(job_id):
+JOB_FORMAT = "JobID:|,UserName:|,ArrayJobID:|,ArrayTaskID:|"  # squeue -O: every field ends with `|`
+
+
+def parse_job(text: str, job_id: str) -> SlurmJob | None:
+    """The row of job `job_id` in `squeue -h -O JOB_FORMAT`: JobID|UserName|ArrayJobID|ArrayTaskID|."""
+    row = next((line.split("|") for line in text.splitlines() if line.split("|", 1)[0] == job_id), None)
+    if row is None or len(row) < 4 or not _JOB_ID.match(job_id):
         return None
-    user = fields.get("UserId", "").split("(", 1)[0]
-    array_job = fields.get("ArrayJobId", "")
-    array_task = fields.get("ArrayTaskId", "")
+    user, array_job, array_task = row[1], row[2], row[3]
     return SlurmJob(
         job_id,
         user if _NAME.match(user) else None,
@@ -155,24 +161,55 @@ class SlurmResolver:
         self.timeout_s = timeout_s
         self.env = env
         self._jobs: OrderedDict[str, SlurmJob | None] = OrderedDict()
+        self._pids: OrderedDict[str, tuple[float, frozenset[int]]] = OrderedDict()
+
+    def _client(self, name: str) -> str | None:
+        """Another Slurm client beside `scontrol` (`squeue`), from the same folder."""
+        if self.scontrol is None:
+            return None
+        folder = os.path.dirname(self.scontrol)
+        return os.path.join(folder, name) if folder else name
 
     def job(self, job_id: str) -> SlurmJob | None:
-        """`scontrol show job -o <id>`, cached (a failure too: one slow controller costs one timeout per job)."""
-        if not _JOB_ID.match(job_id) or self.scontrol is None:
+        """The job's user and array ids from squeue, cached (a failure too: one slow controller costs one
+        timeout per job)."""
+        squeue = self._client("squeue")
+        if not _JOB_ID.match(job_id) or squeue is None:
             return None
         if job_id in self._jobs:
             self._jobs.move_to_end(job_id)
             return self._jobs[job_id]
-        text = run_bounded([self.scontrol, "show", "job", "-o", job_id], self.timeout_s, self.env)
-        found = parse_job(text) if text else None
+        text = run_bounded([squeue, "-h", "-j", job_id, "-O", JOB_FORMAT], self.timeout_s, self.env)
+        found = parse_job(text, job_id) if text else None
         self._jobs[job_id] = found
         while len(self._jobs) > _CACHE_JOBS:
             self._jobs.popitem(last=False)
         return found
 
+    def tracked(self, pid: int, job_id: str) -> bool:
+        """Whether slurmd tracks `pid` as one of job `job_id`'s processes on this node (`scontrol listpids`),
+        cached for `PIDS_TTL_S`."""
+        if self.scontrol is None or not _JOB_ID.match(job_id):
+            return False
+        now = time.monotonic()
+        cached = self._pids.get(job_id)
+        if cached is None or now - cached[0] > PIDS_TTL_S:
+            text = run_bounded([self.scontrol, "listpids", job_id], self.timeout_s, self.env) or ""
+            rows = (line.split() for line in text.splitlines()[1:])
+            cached = (
+                now,
+                frozenset(int(r[0]) for r in rows if len(r) >= 2 and r[0].isdigit() and r[1] == job_id),
+            )
+            self._pids[job_id] = cached
+            while len(self._pids) > _CACHE_JOBS:
+                self._pids.popitem(last=False)
+        return pid in cached[1]
+
     def resolve(self, pid: int, cgroup_path: str, environ: Mapping[str, str]) -> WorkloadIdentity | None:
         task = parse_cgroup(cgroup_path)
         key, raw = _env_job(environ)
+        if task is None and (raw is None or not self.tracked(pid, raw)):
+            return None  # SLURM_JOB_ID in the environment of a process Slurm does not know: anyone can set it
         env_complete = raw is not None  # srun/sbatch export SLURM_ARRAY_* for every array task
         if task is not None and task.job_id != raw:
             key, raw = task.job_id, task.job_id  # the cgroup is slurmd's word; the environment the task's

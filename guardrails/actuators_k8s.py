@@ -8,8 +8,9 @@ node this agent runs on.
   already evicted are gone: their owners re-create them elsewhere). Read-back: the node's
   `spec.unschedulable` and how many evictable pods are still running there (not terminating); rollback
   uncordons.
-- restart_job: the job `k8s-<namespace>-<owner>` (aiops.workload.job_name) is found among the pods on this
-  node; every pod of that owner in the namespace is deleted (DELETE /api/v1/namespaces/{ns}/pods/{pod}), so its
+- restart_job: the job `k8s-<namespace>_<owner>` (aiops.workload.kubernetes_job) is found among the pods on
+  this node, and must be one (namespace, controller) pair: a name two pairs give is refused, never guessed;
+  every pod of that owner in the namespace is deleted (DELETE /api/v1/namespaces/{ns}/pods/{pod}), so its
   controller (a Job, a JobSet's Job, a PyTorchJob's operator) re-creates them: Kubernetes' documented way to
   restart a workload's pods. Read-back: how many of the old pods are still running (expected 0). A restart
   cannot be undone.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aiops.workload import job_name
+from aiops.workload import kubernetes_job
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 
@@ -75,8 +76,8 @@ def _owner(pod: Any) -> tuple[str, str]:
 
 
 def pod_job(pod: Any) -> str:
-    """The pod's job name under aiops.workload's rule: `k8s-<namespace>-<controller name>`."""
-    return job_name("k8s", str(pod.metadata.namespace), _owner(pod)[1])
+    """The pod's job name under aiops.workload's rule: `k8s-<namespace>_<controller name>`."""
+    return kubernetes_job(str(pod.metadata.namespace), _owner(pod)[1])
 
 
 class KubernetesActuator:
@@ -126,17 +127,16 @@ class KubernetesActuator:
     def _job_pods(self, job: str) -> tuple[str, str, list[Any]]:
         """(namespace, owner, the owner's running pods in the namespace) for job `job` seen on this node."""
         job = job.removeprefix("job:")  # the component form names the same job
-        for pod in self._pods():
-            if pod_job(pod) == job:
-                namespace, owner = str(pod.metadata.namespace), _owner(pod)
-                listed = self.api.list_namespaced_pod(namespace, _request_timeout=self.timeout_s)
-                same = [
-                    p
-                    for p in listed.items or ()
-                    if _owner(p) == owner and p.metadata.deletion_timestamp is None
-                ]
-                return namespace, owner[1], same
-        raise LookupError(f"no pod of job {job[:63]} on node {self.node}")
+        pairs = {(str(p.metadata.namespace), _owner(p)) for p in self._pods() if pod_job(p) == job}
+        if not pairs:
+            raise LookupError(f"no pod of job {job[:63]} on node {self.node}")
+        if len(pairs) > 1:  # one name, several controllers: which one was meant is not known
+            shown = ", ".join(sorted(f"{ns}/{kind}/{name}"[:80] for ns, (kind, name) in pairs)[:4])
+            raise LookupError(f"job {job[:63]} is ambiguous on node {self.node} ({shown}): refused")
+        namespace, owner = next(iter(pairs))
+        listed = self.api.list_namespaced_pod(namespace, _request_timeout=self.timeout_s)
+        same = [p for p in listed.items or () if _owner(p) == owner and p.metadata.deletion_timestamp is None]
+        return namespace, owner[1], same
 
     # -- the Actuator protocol ------------------------------------------------------------------------------
     def apply(self, action: Action, dry_run: bool) -> ActuationResult:

@@ -1,6 +1,9 @@
 """Slurm actuator: the node and job actions a Slurm cluster carries out, through `scontrol` (an argument list,
 never a shell; every name validated before it reaches a command line). Checked against Debian's slurm-wlm
-22.05 (docs/SLURM.md); its scontrol has no `--json`, so read-backs parse the one-line `-o` form.
+22.05 (docs/SLURM.md). A job's read-back is `squeue --json` (22.05's scontrol has no `--json`; squeue's dumps
+every job the controller holds), found by id: structured data, so a job named `x JobState=COMPLETED
+Restarts=7 ExcNodeList=node-spoofed` is a name, not fields (the one-line `scontrol show job -o` form was parsed
+by its first `Key=`, and such a name spoofed the fields the actuator verifies and its rollback: issue 36).
 
 | kind        | target                    | apply                                                        | rollback |
 | drain_node  | this node                 | `scontrol update nodename=N state=drain reason=R`            | `state=resume` (or the drain it replaced) |
@@ -11,13 +14,14 @@ never a shell; every name validated before it reaches a command line). Checked a
 `N` is the Slurm name of the node this actuator runs for (`node_name`); a node-kind target must be that node's
 component name (`component`, default `node_name`). `R` is `aiops <proposal id>: <reason_code>`, cut to the
 alphabet and length Slurm keeps. Read-back: `scontrol show node -o N` (State=IDLE+DRAIN..., Reason=...) and
-`scontrol show job -o <id>` (Restarts, ExcNodeList, JobState). migrate_job: 22.05 has no "requeue elsewhere";
+`squeue --json` (restart_cnt, excluded_nodes, job_state). migrate_job: 22.05 has no "requeue elsewhere";
 holding the requeued job, excluding the node and releasing it is the documented sequence (scontrol(1):
 requeuehold, `update ExcNodeList`, release).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections import OrderedDict
@@ -32,6 +36,7 @@ from guardrails.actuators import ActuationResult
 KINDS = ("drain_node", "reboot_node", "restart_job", "migrate_job")
 DEFAULT_TIMEOUT_S = 15.0
 MAX_OUTPUT_BYTES = 64 * 1024
+MAX_JSON_BYTES = 64 * 1024 * 1024  # `squeue --json` lists every job the controller holds
 MAX_JOBS_PER_NODE = 64
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", re.ASCII)
 _JOB_TARGET = re.compile(r"^job:slurm-([0-9]{1,10}(?:_[0-9]{1,10})?)$", re.ASCII)
@@ -47,6 +52,23 @@ def _fields(text: str) -> dict[str, str]:
     for match in _FIELD.finditer(text):
         found.setdefault(match.group(1), match.group(2))
     return found
+
+
+def _number(value: Any) -> int | None:
+    """squeue --json's ids: an int, or (23.02 and later) {"set": bool, "number": int}."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _is_job(job: Mapping[str, Any], job_id: str) -> bool:
+    """Whether squeue's `job` is `job_id`: `123` (its job_id) or an array task `123_4`."""
+    if "_" in job_id:
+        array, task = job_id.split("_", 1)
+        return _number(job.get("array_job_id")) == int(array) and _number(job.get("array_task_id")) == int(
+            task
+        )
+    return _number(job.get("job_id")) == int(job_id)
 
 
 def drain_reason(action: Action) -> str:
@@ -83,7 +105,7 @@ class SlurmActuator:
     def _bin(self, name: str) -> str:
         return str(self.binaries / name) if self.binaries is not None else name
 
-    def _run(self, argv: Sequence[str]) -> str:
+    def _run(self, argv: Sequence[str], max_bytes: int = MAX_OUTPUT_BYTES) -> str:
         cmd = [self._bin(argv[0]), *argv[1:]]
         try:
             done = subprocess.run(
@@ -96,7 +118,9 @@ class SlurmActuator:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise SchedulerError(f"{' '.join(argv)}: {type(exc).__name__}: {exc}") from exc
-        out = done.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace")
+        if len(done.stdout) > max_bytes:
+            raise SchedulerError(f"{' '.join(argv)}: more than {max_bytes} bytes of output")
+        out = done.stdout.decode("utf-8", "replace")
         if done.returncode != 0:
             said = done.stderr[:500].decode("utf-8", "replace").strip()
             raise SchedulerError(f"{' '.join(argv)} exited {done.returncode}: {said}")
@@ -130,13 +154,30 @@ class SlurmActuator:
         return bool(state["drain"]) and base in ("IDLE", "DOWN", "DRAINED")
 
     def job_state(self, job_id: str) -> dict[str, Any]:
-        fields = _fields(self._run(["scontrol", "show", "job", "-o", job_id]))
-        excluded = fields.get("ExcNodeList", "")
-        restarts = fields.get("Restarts", "")
+        """{"job_state", "restarts", "exc_nodes"} of job `job_id` (`123` or an array task `123_4`) from
+        `squeue --json`; a SchedulerError when the controller does not hold it or the answer is not JSON."""
+        if not _JOB_ID.match(job_id):
+            raise SchedulerError(f"{job_id[:40]!r} is not a Slurm job id")
+        text = self._run(["squeue", "--json"], max_bytes=MAX_JSON_BYTES)
+        try:
+            jobs = json.loads(text).get("jobs")
+        except (ValueError, RecursionError, AttributeError):
+            raise SchedulerError("squeue --json: the answer is not a JSON object") from None
+        job = (
+            next((j for j in jobs if isinstance(j, dict) and _is_job(j, job_id)), None)
+            if isinstance(jobs, list)
+            else None
+        )
+        if job is None:
+            raise SchedulerError(f"squeue --json: no job {job_id} in the controller")
+        state = job.get("job_state")
+        if isinstance(state, list):  # 23.02 and later: a list of flags, the base state first
+            state = "+".join(str(s) for s in state)
+        restarts, excluded = job.get("restart_cnt"), job.get("excluded_nodes")
         return {
-            "job_state": fields.get("JobState", ""),
-            "restarts": int(restarts) if restarts.isdigit() else None,
-            "exc_nodes": "" if excluded == "(null)" else excluded,
+            "job_state": str(state or "")[:40],
+            "restarts": restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
+            "exc_nodes": excluded[:1024] if isinstance(excluded, str) and excluded != "(null)" else "",
         }
 
     def _node_jobs(self) -> list[str]:

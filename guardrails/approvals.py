@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from aiops.errors import GuardrailError
 from guardrails.actions import Action, action_hash
 from guardrails.envelope import GpuPower
-from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.registry import DEFAULT_REGISTRY, TWO_PERSON_APPROVALS, Registry
 from guardrails.topology import Topology
 
 # Not people: the agent's own roles and the names an injected instruction would pick.
@@ -111,6 +111,8 @@ class Approval(BaseModel):
     ts_s: float
     expires_ts_s: float
     key_fingerprint: str = ""  # the signing key's SHA256 fingerprint ("" only for books built in memory)
+    step_id: str = ""  # signed as one step of a plan (guardrails/step_message.py): the step's id
+    step_targets: tuple[str, ...] = ()  # every component that one signature approved with this one
 
 
 class Rejection(BaseModel):
@@ -180,6 +182,16 @@ class ApprovalBook:
     def rejected(self, proposal_id: str) -> bool:
         return any(r.proposal_id == proposal_id for r in self.rejections)
 
+    def _racks(self, targets: tuple[str, ...]) -> int:
+        """How many racks the components of one signed step lie in (those this topology knows: a node agent
+        knows its own components; the fleet, where the step was approved, knows them all)."""
+        racks: set[str] = set()
+        for target in targets:
+            scope = self.topology.expand(target)
+            if scope is not None:
+                racks.update(scope.racks)
+        return len(racks)
+
     def is_authorised(
         self, action: Action, now_ts_s: float, gpus: Mapping[str, GpuPower] | None = None
     ) -> Authorisation:
@@ -195,6 +207,7 @@ class ApprovalBook:
         people: list[str] = []
         keys: set[str] = set()
         stale = mismatched = same_key = 0
+        wide = False  # counted through a step whose targets span racks: that change needs two people
         for a in self.approvals:
             if a.proposal_id != action.proposal_id:
                 continue
@@ -213,6 +226,9 @@ class ApprovalBook:
                 continue
             keys.add(a.key_fingerprint)
             people.append(person_name(a.approver))
+            wide = wide or self._racks(a.step_targets) > 1
+        if wide:
+            needed = max(needed, TWO_PERSON_APPROVALS)
         distinct = tuple(dict.fromkeys(people))
         if len(distinct) >= needed:
             return Authorisation(True, needed, distinct, f"approved by {', '.join(distinct)}")

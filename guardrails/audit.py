@@ -61,6 +61,10 @@ EVENTS: tuple[str, ...] = (
     # action ran elsewhere (the other tier), and whether an executed action worked once its window passed
     "supersede",
     "outcome",
+    # one signature approving every target of a plan step (guardrails/steps.py; proposal_id: the step's id),
+    # and a plan's changes (aiops/plans: filed, a step proposed by escalation or by a person, superseded)
+    "step_approval",
+    "plan",
 )
 GENESIS_HASH = "0" * 64
 
@@ -125,8 +129,12 @@ class AuditLog:
         text = canonical_json(payload)
         when = float(self.clock() if ts_s is None else ts_s)
         conn = self.store.conn
+        if self.witness_path is not None:
+            witness.ensure(self.store, self.witness_path)  # refused before anything is written: one witness
         conn.execute("BEGIN TRANSACTION")
         try:
+            if self.witness_path is not None:
+                witness.bind(self.store, self.witness_path)
             last = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS_HASH)
             digest = row_hash(prev, seq, when, event, proposal_id, actor, text)
@@ -154,6 +162,19 @@ def read_rows(store: Store, *, proposal_id: str | None = None, event: str | None
     if event is not None:
         sql, params = sql + " AND event = ?", [*params, event]
     rows = store.conn.execute(sql + " ORDER BY seq, hash", params).fetchall()
+    return [AuditRow(int(r[0]), float(r[1]), *(str(v) for v in r[2:])) for r in rows]
+
+
+def step_rows_naming(store: Store, proposal_id: str) -> list[AuditRow]:
+    """The `step_approval` rows whose payload names `proposal_id` among its targets (one signature over a plan
+    step approves each target it names: guardrails/step_message.py). A row's claim is only a claim: the
+    decisions module re-verifies its signature over the message rebuilt from those targets."""
+    rows = store.conn.execute(
+        "SELECT seq, ts_s, event, proposal_id, actor, payload, prev_hash, hash FROM audit_log "
+        "WHERE event = 'step_approval' AND list_contains("
+        "json_extract_string(payload, '$.targets[*].proposal_id'), ?) ORDER BY seq, hash",
+        [proposal_id],
+    ).fetchall()
     return [AuditRow(int(r[0]), float(r[1]), *(str(v) for v in r[2:])) for r in rows]
 
 

@@ -7,7 +7,9 @@ never authority.
   message rebuilt from the row's fields, the signature over it, the proposal id it was signed for (the row's
   own: a signed approval copied onto another proposal is a replay), the principal (the row's approver and
   actor), the key's fingerprint, and that the principal may decide this class.
-- `signed_approvals(rows, verifier)`: the `Approval`s the executor counts (each with its key fingerprint).
+- `signed_approvals(rows, verifier)`: the `Approval`s the executor counts (each with its key fingerprint); a
+  `step_approval` row (one signature over a plan step, guardrails/step_message.py) counts once for each
+  proposal its message names, with the action hash it names.
 - `signed_rows(rows, verifier)`: the rows with every unverifiable decision left out (policy standing).
 - `problems(store, verifier)`: what `aiops audit verify` reports: bad signatures by seq, and table rows no
   signed event backs (a forged `approvals` row, a proposal set to approved by SQL).
@@ -23,11 +25,16 @@ from aiops.store import Store
 from guardrails.approvals import Approval
 from guardrails.audit import AuditRow, read_rows
 from guardrails.signing import SignedBy, Verifier, decision_message, require_class
+from guardrails.step_message import DECISION as STEP_DECISION
+from guardrails.step_message import EVENT as STEP_EVENT
+from guardrails.step_message import step_message, targets_of
 
-DECISION_EVENTS: tuple[str, ...] = ("approval", "rejection", "policy_approval")
+DECISION_EVENTS: tuple[str, ...] = ("approval", "rejection", "policy_approval", STEP_EVENT)
 
 
 def _decision(row: AuditRow, data: dict[str, Any]) -> str:
+    if row.event == STEP_EVENT:
+        return STEP_DECISION
     if row.event == "approval":
         return "approve"
     if row.event == "rejection":
@@ -38,6 +45,13 @@ def _decision(row: AuditRow, data: dict[str, Any]) -> str:
 def message_of(row: AuditRow, data: dict[str, Any]) -> bytes:
     """The canonical message the row's fields say was signed."""
     ts_s = float(data.get("ts_s", 0.0))
+    if row.event == STEP_EVENT:
+        return step_message(
+            str(data.get("step_id", "")),
+            ts_s=ts_s,
+            expires_ts_s=float(data.get("expires_ts_s", ts_s)),
+            targets=targets_of(data.get("targets")),
+        )
     return decision_message(
         _decision(row, data),
         ts_s=ts_s,
@@ -86,13 +100,19 @@ def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
             f"signed for proposal {signed_for[:80] or '(none)'}, recorded on {row.proposal_id[:80] or '(none)'}"
             " (a replayed decision)",
         )
+    if decision == STEP_DECISION and str(data.get("step_id", "")) != row.proposal_id:
+        raise GuardrailError(
+            "signature",
+            f"signed for step {str(data.get('step_id', ''))[:80]}, recorded on {row.proposal_id[:80]}"
+            " (a replayed decision)",
+        )
     signed = verifier.verify(message, signature)
     person = data.get("by") if row.event == "rejection" else data.get("approver")
     if signed.principal != person or signed.principal != row.actor:
         raise GuardrailError("signature", f"signed by {signed.principal}, recorded as {str(person)[:40]}")
     if data.get("key_fingerprint") != signed.fingerprint:
         raise GuardrailError("signature", "the recorded key fingerprint is not the signing key's")
-    if decision == "approve":
+    if decision in ("approve", STEP_DECISION):
         require_class(signed, "physical")
     elif decision == "policy_approve":
         require_class(signed, "policy")
@@ -100,25 +120,38 @@ def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
 
 
 def signed_approvals(rows: Sequence[AuditRow], verifier: Verifier) -> list[Approval]:
-    """The approvals that count: `approval` rows whose signatures verify (others are left out)."""
+    """The approvals that count: `approval` rows whose signatures verify, and for each `step_approval` row
+    that verifies one approval per proposal its message names (others are left out)."""
     out = []
     for row in rows:
-        if row.event != "approval":
+        if row.event not in ("approval", STEP_EVENT):
             continue
         try:
             signed = check_row(row, verifier)
         except GuardrailError:
             continue
         data = row.data()
-        out.append(
-            Approval(
-                proposal_id=row.proposal_id,
-                approver=signed.principal,
-                action_hash=str(data.get("action_hash", "")),
-                ts_s=float(data.get("ts_s", 0.0)),
-                expires_ts_s=float(data.get("expires_ts_s", 0.0)),
-                key_fingerprint=signed.fingerprint,
+        common = {
+            "approver": signed.principal,
+            "ts_s": float(data.get("ts_s", 0.0)),
+            "expires_ts_s": float(data.get("expires_ts_s", 0.0)),
+            "key_fingerprint": signed.fingerprint,
+        }
+        if row.event == "approval":
+            out.append(
+                Approval(proposal_id=row.proposal_id, action_hash=str(data.get("action_hash", "")), **common)
             )
+            continue
+        named = targets_of(data.get("targets"))  # check_row rebuilt the message from these: they parse
+        out.extend(
+            Approval(
+                proposal_id=t.proposal_id,
+                action_hash=t.action_hash,
+                step_id=row.proposal_id,
+                step_targets=tuple(n.target for n in named),
+                **common,
+            )
+            for t in named
         )
     return out
 
@@ -151,9 +184,8 @@ def problems(store: Store, verifier: Verifier) -> list[str]:
             found.append(f"seq {row.seq} {row.event} by {row.actor[:40]}: {exc.detail}")
             continue
         good.append(row)
-    backed = {
-        (r.proposal_id, r.actor, str(r.data().get("action_hash"))) for r in good if r.event == "approval"
-    }
+    counted = signed_approvals(good, verifier)
+    backed = {(a.proposal_id, a.approver, a.action_hash) for a in counted}
     for pid, approver, digest in store.conn.execute(
         "SELECT proposal_id, approver, action_hash FROM approvals ORDER BY ts_s"
     ).fetchall():
@@ -166,9 +198,8 @@ def problems(store: Store, verifier: Verifier) -> list[str]:
         if (pid, by) not in rejected:
             found.append(f"rejections row ({str(pid)[:80]}, {str(by)[:40]}) has no signed rejection event")
     people: dict[str, set[str]] = {}
-    for r in good:
-        if r.event == "approval":
-            people.setdefault(r.proposal_id, set()).add(r.actor)
+    for a in counted:
+        people.setdefault(a.proposal_id, set()).add(a.approver)
     for pid, needed in store.conn.execute(
         "SELECT proposal_id, approvals_needed FROM proposals WHERE status = 'approved' ORDER BY proposal_id"
     ).fetchall():

@@ -12,6 +12,9 @@ people's SSH signatures, and this node checks everything itself, with its own co
   verifies against this node's allowed-signers file, by a principal this node's `[guardrails.approvers]`
   lets approve physical actions, inside its approval window (signed no later than now, expiring no later than
   the kind's approval lifetime after signing); a signature that does not hold refuses the whole dispatch;
+- an approval of a whole plan step (one signature over the step's message, guardrails/step_message.py) counts
+  only when the message names this very proposal: its id, the hash derived here and its target; the step's
+  other targets are other nodes' business;
 - enough distinct people (and keys) signed for the kind and its blast radius (the two-person rule);
 - the action passes this node's own guardrails (envelopes, bounds, rate limits) when filed here.
 
@@ -41,6 +44,8 @@ from guardrails.policy import validate
 from guardrails.service import Guardrails
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import SignedBy, decision_message, require_class
+from guardrails.step_message import EVENT as STEP_EVENT
+from guardrails.step_message import StepTarget, step_message, targets_of, valid_step_id
 
 MAX_APPROVALS = 8
 MAX_SIGNATURE_CHARS = 8192
@@ -50,12 +55,22 @@ _FLEET_NAME = re.compile(rf"^[A-Za-z0-9_.:-]{{0,{MAX_FLEET_CHARS}}}$", re.ASCII)
 
 
 @dataclass(frozen=True)
+class StepClaim:
+    """The plan step an approval was signed for: its id and every target its message names."""
+
+    step_id: str
+    targets: tuple[StepTarget, ...]
+
+
+@dataclass(frozen=True)
 class SignedApproval:
-    """One person's approval as signed: the window of the canonical message and the armored signature."""
+    """One person's approval as signed: the window of the canonical message and the armored signature; `step`:
+    signed over a plan step's message (all its targets) rather than this proposal's alone."""
 
     ts_s: float
     expires_ts_s: float
     signature: str
+    step: StepClaim | None = None
 
 
 @dataclass(frozen=True)
@@ -108,10 +123,21 @@ def _approval(raw: Any, index: int) -> SignedApproval:
         raise DispatchError(
             f"approvals[{index}].signature must be ASCII text of at most {MAX_SIGNATURE_CHARS}"
         )
+    step = raw.get("step")
+    claim = None
+    if step is not None:
+        step_id = step.get("step_id") if isinstance(step, dict) else None
+        if not isinstance(step_id, str) or not valid_step_id(step_id):
+            raise DispatchError(f"approvals[{index}].step.step_id must be 1-80 ASCII letters, digits or _.:-")
+        try:
+            claim = StepClaim(step_id, targets_of(step.get("targets")))
+        except ValueError as exc:
+            raise DispatchError(f"approvals[{index}].step.{exc}") from None
     return SignedApproval(
         _number(raw.get("ts_s"), f"approvals[{index}].ts_s"),
         _number(raw.get("expires_ts_s"), f"approvals[{index}].expires_ts_s"),
         signature,
+        claim,
     )
 
 
@@ -248,13 +274,32 @@ class NodeDispatch:
                 "signature",
                 "a console-session signature: a node verifies SSH signatures only; paste one",
             )
-        message = decision_message(
-            "approve",
-            ts_s=approval.ts_s,
-            expires_ts_s=approval.expires_ts_s,
-            proposal_id=action.proposal_id,
-            action_hash=digest,
-        )
+        if approval.step is None:
+            message = decision_message(
+                "approve",
+                ts_s=approval.ts_s,
+                expires_ts_s=approval.expires_ts_s,
+                proposal_id=action.proposal_id,
+                action_hash=digest,
+            )
+        else:
+            mine = StepTarget(action.proposal_id, digest, action.target)
+            if mine not in approval.step.targets:
+                raise DispatchRefused(
+                    403,
+                    "step",
+                    f"the signed step {approval.step.step_id} does not name this proposal "
+                    f"({action.proposal_id}, its hash, {action.target[:80]})",
+                )
+            try:
+                message = step_message(
+                    approval.step.step_id,
+                    ts_s=approval.ts_s,
+                    expires_ts_s=approval.expires_ts_s,
+                    targets=approval.step.targets,
+                )
+            except ValueError as exc:
+                raise DispatchRefused(403, "step", f"the signed step's message: {exc}") from None
         try:
             signed = self.guard.verifier.verify(message, approval.signature)
             require_class(signed, "physical")
@@ -323,10 +368,30 @@ class NodeDispatch:
             key_fingerprint=v.signed.fingerprint,
         )
         self.guard.records.add_approval(approval)
+        step = v.approval.step
+        if step is None:
+            self.guard.audit.append(
+                "approval",
+                signed_payload(approval.model_dump(mode="json"), v.message, v.approval.signature, v.signed),
+                proposal_id=action.proposal_id,
+                actor=approval.approver,
+                ts_s=now,
+            )
+            return
+        known = self.guard.audit.rows(proposal_id=step.step_id, event=STEP_EVENT)
+        if any(r.data().get("signature") == v.approval.signature for r in known):
+            return  # another target of the same step on this node brought the same signed decision
+        fields = {
+            "step_id": step.step_id,
+            "targets": [t.json() for t in step.targets],
+            "approver": approval.approver,
+            "ts_s": approval.ts_s,
+            "expires_ts_s": approval.expires_ts_s,
+        }
         self.guard.audit.append(
-            "approval",
-            signed_payload(approval.model_dump(mode="json"), v.message, v.approval.signature, v.signed),
-            proposal_id=action.proposal_id,
+            STEP_EVENT,
+            signed_payload(fields, v.message, v.approval.signature, v.signed),
+            proposal_id=step.step_id,
             actor=approval.approver,
             ts_s=now,
         )

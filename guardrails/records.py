@@ -32,9 +32,7 @@ STATUSES: tuple[str, ...] = (
     "superseded",  # the same action ran under another proposal (the other tier's): guardrails/supersede.py
 )
 OPEN_STATUSES: tuple[str, ...] = ("pending", "approved")  # still waiting for people or for execution
-_PROPOSAL_COLUMNS = (
-    "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id"
-)
+_PROPOSAL_COLUMNS = "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id, step_id"
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,7 @@ class ProposalRecord:
     expires_ts_s: float | None = None  # None: never (proposals from before migration 003)
     origin: str = ""  # who filed it: demo, analyze, chat, dcim, cli, eval, ...
     incident_id: str | None = None
+    step_id: str | None = None  # the plan step it is a target of (aiops/plans), if any
 
     @property
     def proposal_id(self) -> str:
@@ -75,6 +74,7 @@ class GuardrailRecords:
         expires_ts_s: float | None = None,
         origin: str = "",
         incident_id: str | None = None,
+        step_id: str | None = None,
     ) -> None:
         """Insert a proposal, or (same id) update its verdict; a different action under a known id is refused."""
         known = self.proposal(action.proposal_id)
@@ -87,8 +87,8 @@ class GuardrailRecords:
             return
         self.store.conn.execute(
             "INSERT INTO proposals (proposal_id, created_ts_s, kind, target, proposed_by, action, action_hash, "
-            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "physical, approvals_needed, status, message, updated_ts_s, expires_ts_s, origin, incident_id, step_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 action.proposal_id,
                 action.created_ts_s,
@@ -105,6 +105,7 @@ class GuardrailRecords:
                 expires_ts_s,
                 origin,
                 incident_id,
+                step_id,
             ],
         )
 
@@ -136,6 +137,7 @@ class GuardrailRecords:
             expires,
             str(row[7] or ""),
             None if row[8] is None else str(row[8]),
+            None if row[9] is None else str(row[9]),
         )
 
     def proposal(self, proposal_id: str) -> ProposalRecord | None:

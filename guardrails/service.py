@@ -37,8 +37,8 @@ from aiops.store import Store
 from aiops.store.maintenance import active_windows
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
-from guardrails.approvals import ApprovalBook, Authorisation, Rejection
-from guardrails.audit import AuditLog
+from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection
+from guardrails.audit import AuditLog, step_rows_naming
 from guardrails.context import context_from_store
 from guardrails.decisions import signed_approvals, signed_payload
 from guardrails.executor import ExecutionOutcome, Executor
@@ -54,6 +54,8 @@ from guardrails.signing import (
     require_class,
 )
 from guardrails.standing import PolicyBook, Standing
+from guardrails.step_message import EVENT as STEP_EVENT
+from guardrails.step_message import targets_of
 from guardrails.supersede import supersede
 
 ContextFor = Callable[[float], Context]
@@ -81,6 +83,14 @@ class Filed:
     @property
     def message(self) -> str:
         return self.validation.message
+
+
+def _named(data: Any) -> list[str]:
+    """The proposal ids a recorded step approval names (hostile data: none when malformed)."""
+    try:
+        return [t.proposal_id for t in targets_of(data.get("targets") if isinstance(data, dict) else None)]
+    except ValueError:
+        return []
 
 
 def _is_policy(proposed_by: str) -> bool:
@@ -133,9 +143,7 @@ class Guardrails:
         """The approvals the signed audit events of this proposal hold (not the `approvals` table); the
         rejections of the table and of the audit log alike (a rejection only ever blocks, so deleting one of
         the two records does not lift it)."""
-        approvals = signed_approvals(
-            self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
-        )
+        approvals = self.approvals_of(proposal_id)
         logged = [
             Rejection(proposal_id=r.proposal_id, by=r.actor, reason="", ts_s=r.ts_s)
             for r in self.audit.rows(proposal_id=proposal_id, event="rejection")
@@ -147,6 +155,14 @@ class Guardrails:
             [*self.records.rejections(), *logged],
             standing=self.standing,
         )
+
+    def approvals_of(self, proposal_id: str) -> list[Approval]:
+        """The signed approvals of this proposal that verify: its own, and the plan steps' that name it."""
+        rows = [
+            *self.audit.rows(proposal_id=proposal_id, event="approval"),
+            *step_rows_naming(self.store, proposal_id),
+        ]
+        return [a for a in signed_approvals(rows, self.verifier) if a.proposal_id == proposal_id]
 
     def expiry_ts_s(self, record: ProposalRecord) -> float:
         """When the proposal stops being approvable: its recorded expiry, and never later than
@@ -185,7 +201,9 @@ class Guardrails:
                 return record
         return None
 
-    def propose(self, action: Action, *, origin: str = "", incident_id: str | None = None) -> Filed:
+    def propose(
+        self, action: Action, *, origin: str = "", incident_id: str | None = None, step_id: str | None = None
+    ) -> Filed:
         """Validate and file a proposal: `pending` when valid (waiting for people, or for execution when
         digital), `denied` with the rule's message otherwise. An open proposal of the same action stands for
         it instead (nothing new is filed)."""
@@ -204,6 +222,7 @@ class Guardrails:
             expires_ts_s=action.created_ts_s + self.proposal_ttl_s,
             origin=origin,
             incident_id=incident_id,
+            step_id=step_id,
         )
         self.audit.append(
             "proposal",
@@ -212,6 +231,7 @@ class Guardrails:
                 "action_hash": action_hash(action),
                 "origin": origin,
                 "incident_id": incident_id,
+                **({"step_id": step_id} if step_id else {}),
             },
             proposal_id=action.proposal_id,
             actor=action.proposed_by,
@@ -326,19 +346,28 @@ class Guardrails:
             )
             raise
 
-    def _refuse_piecemeal(self, record: ProposalRecord, principal: str, now: float, context: Context) -> None:
+    def _refuse_piecemeal(
+        self, record: ProposalRecord, principal: str, now: float, context: Context, same_step: str = ""
+    ) -> None:
         """One person may not approve, within an approval's lifetime, actions of one kind family on more than
-        one rack: split from one cross-rack change, they would have needed two people."""
+        one rack: split from one cross-rack change, they would have needed two people. A plan step's own
+        targets (`same_step`) are one change: the approval book counts a step across racks as needing two."""
         spec = self.registry.get(record.action.kind)
         scope = context.topology.expand(record.action.target)
         if spec is None or scope is None:
             return
         racks = set(scope.racks)
         since = now - spec.approval_ttl_s
-        for row in self.audit.rows(event="approval"):
-            if row.actor != principal or row.ts_s < since or row.proposal_id == record.proposal_id:
+        earlier = [  # (proposal id, when) this person approved
+            (row.proposal_id, row.ts_s) for row in self.audit.rows(event="approval") if row.actor == principal
+        ]
+        for row in self.audit.rows(event=STEP_EVENT):
+            if row.actor == principal and row.proposal_id != same_step:
+                earlier.extend((pid, row.ts_s) for pid in _named(row.data()))
+        for pid, ts_s in earlier:
+            if ts_s < since or pid == record.proposal_id:
                 continue
-            other = self.records.proposal(row.proposal_id)
+            other = self.records.proposal(pid)
             other_spec = self.registry.get(other.action.kind) if other is not None else None
             if other is None or other_spec is None or other_spec.family != spec.family:
                 continue
@@ -346,8 +375,8 @@ class Guardrails:
             if other_scope is not None and len(set(other_scope.racks) | racks) > 1:
                 raise GuardrailError(
                     "two_person",
-                    f"{principal} approved {row.proposal_id[:80]} ({other.action.target[:40]}) "
-                    f"{now - row.ts_s:.0f} s ago; with {record.action.target[:40]} that is a change across "
+                    f"{principal} approved {pid[:80]} ({other.action.target[:40]}) "
+                    f"{now - ts_s:.0f} s ago; with {record.action.target[:40]} that is a change across "
                     "racks, which needs a second person: ask another approver",
                 )
 
@@ -434,11 +463,9 @@ class Guardrails:
             "expires_ts_s": record.expires_ts_s,
             "origin": record.origin,
             "incident_id": record.incident_id,
+            "step_id": record.step_id,
             "approvals": [  # the ones that count: signed audit events that verify (not the approvals table)
-                a.model_dump(mode="json")
-                for a in signed_approvals(
-                    self.audit.rows(proposal_id=proposal_id, event="approval"), self.verifier
-                )
+                a.model_dump(mode="json") for a in self.approvals_of(proposal_id)
             ],
             "execution": self.records.execution(proposal_id),
             "audit": [

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from aiops.config import GuardrailsConfig
 from aiops.errors import GuardrailError, SignatureRefused
+from aiops.safeload import permission_problem
 from guardrails.actions import canonical_json
 from guardrails.approvals import person_name
 from guardrails.armour import read_armoured
@@ -101,6 +102,9 @@ def load_principals(path: Path) -> dict[str, int]:
     name, and a key may name one principal only (one key, one person: `ssh-keygen -Y find-principals`
     answers the first line that lists a key, so a second name on the same key is refused here). Raises
     `GuardrailError` naming the file and line."""
+    problem = permission_problem(path)  # who may approve what: nobody else may be able to write it
+    if problem is not None:
+        raise GuardrailError("allowed_signers", f"{path}: refused, as sshd's StrictModes would: {problem}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -6,6 +6,12 @@ the table dropped, or the whole log re-chained from an edited row onwards.
 `check(rows, witness_lines)` is pure: every witnessed (seq, hash) must be in the chain as witnessed, the chain
 must not end before the witness does, and every chain row must be witnessed. Someone who can write the
 database but not the witness file cannot hide a change; root on the node can rewrite both (docs/SECURITY.md).
+
+**One witness per store.** The store records its witness at its first audit append (`service_state`
+`audit_witness`: `<db>.witness` for the one beside the database, else the absolute path); every command whose
+config names another witness is refused (`store_path`), before it appends or compares anything. A command run
+without the service's `--config` (`aiops console adduser` as docs/CONSOLE.md showed it) once wrote its rows to
+another witness, and `audit verify` then reported tampering for good (issue 36, medium 5).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +38,52 @@ def default_path(db_path: str, configured: str = "") -> Path | None:
     return Path(configured).expanduser() if configured else Path(db_path + ".witness")
 
 
+RECORDED_KEY = "audit_witness"
+BESIDE = "<db>.witness"  # recorded for the default witness: beside the database, wherever it is moved
+
+
+def _marker(store: Store, path: Path) -> str:
+    return BESIDE if path == Path(store.path + ".witness") else os.path.abspath(path)
+
+
+def recorded(store: Store) -> str | None:
+    """The witness this store recorded at its first audit append (None: none yet)."""
+    try:
+        value = store.scalar("SELECT value FROM service_state WHERE key = ?", [RECORDED_KEY])
+    except Exception:  # a store without the table (an old or foreign file): nothing recorded
+        return None
+    return None if value is None else str(value)
+
+
 def store_path(store: Store) -> Path | None:
-    """The witness of this store under the policy it was opened with (`store.guardrails.witness`)."""
-    return default_path(store.path, store.guardrails.witness)
+    """The witness of this store under the policy it was opened with (`store.guardrails.witness`); a
+    `GuardrailError` (rule `witness`) when the store recorded another one."""
+    path = default_path(store.path, store.guardrails.witness)
+    if path is not None:
+        ensure(store, path)
+    return path
+
+
+def ensure(store: Store, path: Path) -> None:
+    """A `GuardrailError` (rule `witness`) when the store recorded a witness other than `path`."""
+    have, mine = recorded(store), _marker(store, path)
+    if have is not None and have != mine:
+        wanted = "the default (<db>.witness: no [guardrails] witness)" if have == BESIDE else repr(have[:200])
+        raise GuardrailError(
+            "witness",
+            f"{store.path}: this store's audit witness is {wanted}, this command's config names "
+            f"{'<db>.witness' if mine == BESIDE else repr(mine[:200])}: run it with the config the store is "
+            "served with (--config FILE or $AIOPS_CONFIG); one store has one witness",
+        )
+
+
+def bind(store: Store, path: Path) -> None:
+    """Record `path` as the store's witness when it has none yet (the first audit append)."""
+    if recorded(store) is None:
+        store.conn.execute(
+            "INSERT OR REPLACE INTO service_state VALUES (?, ?, ?)",
+            [RECORDED_KEY, _marker(store, path), time.time()],
+        )
 
 
 def publish(path: Path, seq: int, digest: str) -> None:

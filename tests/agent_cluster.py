@@ -34,34 +34,47 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+def agent_cmd(
+    tmp_path: Path, scenario: Path, epoch_ts_s: float, node: str, speed: str, listen: str = "127.0.0.1:0"
+) -> list[str]:
+    """`aiops run --sim S --node NODE` on the shared epoch, its workspace `<node>.duckdb` in `tmp_path`."""
+    return aiops_cmd(
+        "run",
+        "--sim",
+        str(scenario),
+        "--node",
+        node,
+        "--speed",
+        speed,
+        "--epoch-ts-s",
+        repr(epoch_ts_s),
+        "--db",
+        str(tmp_path / f"{node}.duckdb"),
+        "--listen",
+        listen,
+    )
+
+
 @contextmanager
 def agents(
-    tmp_path: Path, scenario: Path, epoch_ts_s: float, nodes: tuple[str, ...], speed: str
+    tmp_path: Path,
+    scenario: Path,
+    epoch_ts_s: float,
+    nodes: tuple[str, ...],
+    speed: str,
+    procs: dict[str, subprocess.Popen[bytes]] | None = None,
 ) -> Iterator[dict[str, int]]:
     """One agent per node, started together (not one after another's readiness), each on a port the kernel
-    chose; node -> port once all are ready; all stopped by PID after."""
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    chose; node -> port once all are ready; all stopped by PID after (`procs`, when given, holds them: a test
+    may kill one and put another in its place, which is stopped too)."""
+    procs = {} if procs is None else procs
     logs = []
     try:
         for node in nodes:
             log = (tmp_path / f"{node}.log").open("ab")
             logs.append(log)
             procs[node] = subprocess.Popen(
-                aiops_cmd(
-                    "run",
-                    "--sim",
-                    str(scenario),
-                    "--node",
-                    node,
-                    "--speed",
-                    speed,
-                    "--epoch-ts-s",
-                    repr(epoch_ts_s),
-                    "--db",
-                    str(tmp_path / f"{node}.duckdb"),
-                    "--listen",
-                    "127.0.0.1:0",
-                ),
+                agent_cmd(tmp_path, scenario, epoch_ts_s, node, speed),
                 stdout=log,
                 stderr=log,
                 env=service_env(tmp_path),
@@ -90,36 +103,60 @@ def agents(
             log.close()
 
 
+class PrometheusProcess:
+    """A real Prometheus scraping every `scrape_s` the targets of a file (`file_sd_configs`, watched: the test
+    writes the agents' ports there once they listen). `stop()` and `start()` again: the same port, config and
+    data directory, as an operator restarts it."""
+
+    def __init__(self, tmp_path: Path, scrape_s: float = 1.0) -> None:
+        self.binary = require_binary("prometheus")
+        self.tmp_path = tmp_path
+        self.port = free_port()
+        self.targets = tmp_path / "targets.json"
+        self.targets.write_text("[]")
+        self.config = tmp_path / "prometheus.yml"
+        self.config.write_text(
+            f"global: {{scrape_interval: {scrape_s:g}s, evaluation_interval: {scrape_s:g}s}}\n"
+            "scrape_configs:\n"
+            f"  - job_name: aiops\n    honor_labels: true\n    file_sd_configs: [{{files: ['{self.targets}']}}]\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with (self.tmp_path / "prometheus.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    self.binary,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=log,
+                stderr=log,
+            )
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+            self.proc = None
+
+
+@contextmanager
+def prometheus_process(tmp_path: Path, scrape_s: float = 1.0) -> Iterator[PrometheusProcess]:
+    """`PrometheusProcess` started, and stopped by PID when the block ends."""
+    server = PrometheusProcess(tmp_path, scrape_s)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @contextmanager
 def prometheus(tmp_path: Path, scrape_s: float = 1.0) -> Iterator[tuple[int, Path]]:
-    """A real Prometheus scraping every `scrape_s` the targets of a file (`file_sd_configs`, watched: the test
-    writes the agents' ports there once they listen), started while the agents start."""
-    binary = require_binary("prometheus")
-    port = free_port()
-    targets = tmp_path / "targets.json"
-    targets.write_text("[]")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        f"global: {{scrape_interval: {scrape_s:g}s, evaluation_interval: {scrape_s:g}s}}\n"
-        "scrape_configs:\n"
-        f"  - job_name: aiops\n    honor_labels: true\n    file_sd_configs: [{{files: ['{targets}']}}]\n"
-    )
-    log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        yield port, targets
-    finally:
-        stop(proc)
-        log.close()
+    """A real Prometheus (`PrometheusProcess`), started while the agents start: (its port, the targets file)."""
+    with prometheus_process(tmp_path, scrape_s) as server:
+        yield server.port, server.targets
 
 
 def scrape(prom: int, targets: Path, ports: dict[str, int]) -> None:

@@ -3,6 +3,7 @@ accounts, a signed-in `TestClient`, and a two-person proposal filed on the demo'
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import signal
@@ -59,7 +60,8 @@ def add_users(db: Path, users: dict[str, str] = USERS) -> None:
 
 
 def demo_proposal(db: Path) -> str:
-    """The demo's physical proposal (migrate_job: one approver)."""
+    """The demo's physical proposal (its plan's first physical step, set_power_limit on node3/gpu5: one
+    approver; the move to idle node7 waits)."""
     with Workspace(db).read() as store:
         found = [r.proposal_id for r in GuardrailRecords(store).proposals() if r.physical]
     assert len(found) == 1, found
@@ -98,6 +100,13 @@ def client(db: Path, **options: object) -> TestClient:
     # the approvers of the config the test named ($AIOPS_CONFIG), passed down as `aiops run --config` does
     workspace = Workspace(db, guardrails=load_config().guardrails)
     return TestClient(create_app(workspace, ConsoleOptions(**options)))  # type: ignore[arg-type]
+
+
+def form_field(page: str, name: str) -> str:
+    """The value of the first hidden field `name` on `page` (a form's times, its CSRF token)."""
+    match = re.search(rf'name="{name}" value="([^"]+)"', page)
+    assert match is not None, name
+    return html.unescape(match.group(1))
 
 
 def login_csrf(c: TestClient) -> str:

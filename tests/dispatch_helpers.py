@@ -1,6 +1,7 @@
 """A real node agent for dispatch tests (`aiops run --sim S --node node0` on 127.0.0.1:0, its own allowed-signers
 file of alice and bob made by ssh-keygen, an /api token) and the pieces of a dispatch: an action, a signed
-approval, the body, the POST, the node's audit and exported power limit."""
+approval, the body, the POST, the node's audit and exported power limit. `live_fleet`: two node agents of one
+twin, a real Prometheus scraping them and `aiops fleet` with its console (bob an approver there)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aiops.console.accounts import Accounts, accounts_path
 from aiops.store import Workspace
 from guardrails.actions import Action, action_hash
 from guardrails.audit import read_rows
@@ -23,6 +26,45 @@ from tests.service_helpers import TINY_SCENARIO, get, running_service
 from tests.signing_helpers import Keys, make_keys
 
 TOKEN = "node-token-for-tests"
+PASSWORD = "correct horse battery staple"
+
+
+@dataclass
+class LiveFleet:
+    keys: Keys
+    ports: dict[str, int]  # node -> its agent's port
+    port: int  # the fleet's (API and console)
+
+
+@contextmanager
+def live_fleet(
+    tmp_path: Path, scenario: str, nodes: tuple[str, ...] = ("node0", "node1")
+) -> Iterator[LiveFleet]:
+    """Node agents of `scenario` (each with alice's and bob's allowed-signers and the /api token), a real
+    Prometheus scraping them, and `aiops fleet` with its console, which dispatches to them; bob signs in there with
+    PASSWORD. All on 127.0.0.1, all stopped after."""
+    from tests.agent_cluster import agents, prometheus, scrape
+    from tests.test_fleet_live import fleet
+
+    keys = make_keys(tmp_path / "keys", ("alice", "bob"))
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    node_config = keys.config.read_text() + f'\n[http]\ntoken_file = "{tmp_path / "token"}"\n'
+    (tmp_path / "aiops.toml").write_text(node_config)  # every agent's (tests.service_helpers.service_env)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(scenario)
+    Accounts(accounts_path(str(tmp_path / "fleet.duckdb"))).add("bob", "approver", PASSWORD)
+    with prometheus(tmp_path) as (prom, targets), agents(tmp_path, path, time.time(), nodes, "10") as ports:
+        scrape(prom, targets, ports)
+        urls = "\n".join(f'{n} = "http://127.0.0.1:{p}"' for n, p in ports.items())
+        config = tmp_path / "fleet.toml"
+        config.write_text(
+            keys.config.read_text()
+            + "\n[console]\nenabled = true\n"
+            + f'\n[fleet]\nnode_token_file = "{tmp_path / "token"}"\n'
+            + f"\n[fleet.nodes]\n{urls}\n"
+        )
+        with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
+            yield LiveFleet(keys, ports, port)
 
 
 @dataclass

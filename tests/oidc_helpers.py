@@ -1,6 +1,6 @@
 """A real OpenID Connect provider for the single sign-on tests: `oidc-provider-mock` (authlib's authorization
-server on Flask, served by uvicorn) run as its own process on a free loopback port, requiring a nonce, stopped
-by its PID. A person is given claims through its `PUT /users/<sub>` API; the subject is typed (or posted) on its
+server on Flask, served by uvicorn) run as its own process on a free loopback port, requiring a nonce and PKCE
+(tests/oidc_pkce_provider.py: the mock checks no verifier by itself), stopped by its PID. A person is given claims through its `PUT /users/<sub>` API; the subject is typed (or posted) on its
 authorize page, as a person would."""
 
 from __future__ import annotations
@@ -64,19 +64,11 @@ def oidc_provider(folder: Path) -> Iterator[RunningProvider]:
     port = free_port()
     log = (folder / "oidc-provider.log").open("ab")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "oidc_provider_mock",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--require-nonce",
-        ],
+        [sys.executable, "-m", "tests.oidc_pkce_provider", "--host", "127.0.0.1", "--port", str(port)],
         stdout=log,
         stderr=log,
         env={k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))},
+        cwd=str(Path(__file__).resolve().parent.parent),  # `-m tests.oidc_pkce_provider` from the repository
     )
     provider = RunningProvider(port)
     try:

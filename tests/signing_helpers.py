@@ -77,6 +77,17 @@ class Keys:
         return SshVerifier(self.allowed, self.approvers)
 
 
+def ssh_sign(key: Path, message: bytes, namespace: str = NAMESPACE) -> str:
+    """What a person runs elsewhere: `ssh-keygen -Y sign -n aiops-approval -f KEY` over exactly `message`."""
+    done = subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-q", "-n", namespace, "-f", str(key)],
+        input=message,
+        capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode("ascii")
+
+
 def make_keys(folder: Path, names: Sequence[str] = ("alice", "bob", "carol")) -> Keys:
     require_binary("ssh-keygen")
     folder.mkdir(parents=True, exist_ok=True)

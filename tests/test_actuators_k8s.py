@@ -110,7 +110,7 @@ def test_another_node_is_refused() -> None:
 
 def test_restart_job_deletes_its_pods_and_the_owner_recreates_them() -> None:
     cluster = _cluster()
-    job = "k8s-ml-train"
+    job = "k8s-ml_train"
     with k8s_api(cluster) as url:
         k8s = KubernetesActuator(core_api(host=url), "gpu-a100-017")
         restart = _action("restart_job", job)
@@ -124,5 +124,5 @@ def test_restart_job_deletes_its_pods_and_the_owner_recreates_them() -> None:
         names = sorted(p["metadata"]["name"] for p in cluster.pods if p["metadata"]["namespace"] == "ml")
         assert len(names) == 2 and "train-0" not in names  # re-created under new names
         assert not k8s.rollback(restart, result.previous).ok  # a restart cannot be undone
-        missing = k8s.apply(_action("restart_job", "k8s-ml-nothing"), False)
+        missing = k8s.apply(_action("restart_job", "k8s-ml_nothing"), False)
         assert not missing.ok and "no pod of job" in missing.error

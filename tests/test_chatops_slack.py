@@ -10,6 +10,7 @@ length of a press (the service reads its Slack section at each press, as a resta
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from aiops.plans import plans, propose_step
+from aiops.runtime.world import attach, desk
 from aiops.service.service import Service
 from guardrails import witness
 from guardrails.actions import Action, action_hash
@@ -32,10 +35,10 @@ seed: 11
 duration_s: 3600
 cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}
 jobs:
-  - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
+  - {name: llm, nodes: [node0], step_compute_s: 1.0, allreduce_mb: 64}
 faults:
   - {kind: thermal_throttle, target: node0/gpu1, start_s: 20, severity: 0.9}
-"""
+"""  # node1 idle: the plan's next step (waiting) moves the job there
 
 
 @dataclass
@@ -119,8 +122,33 @@ def test_a_forged_or_replayed_press_is_refused_401_and_records_nothing(running: 
     assert status == 401 and "more than 300 s from now" in answer["error"]
     status, _ = signed_post(running.url, press_payload(value), signature="v0=" + "0" * 64)
     assert status == 401
+    # signed with an empty secret (what a fallback to an unset "previous" secret would accept: issue 36)
+    status, answer = signed_post(running.url, press_payload(value), secret="")
+    assert (status, answer["error"]) == (401, "X-Slack-Signature does not verify with the signing secret")
     assert len(running.audit()) == before
     assert running.status(value.split()[0]) == "pending"
+
+
+def test_a_flood_of_forged_presses_is_logged_once_a_minute(running: Running) -> None:
+    """Issue 36, low: each refused press was one log line (19,678 in 31 s); now one a minute with a count."""
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "slack request refused":
+                seen.append(record)
+
+    handler = Keep()
+    logger = logging.getLogger("aiops.service.slack")
+    logger.addHandler(handler)
+    try:
+        value = running.buttons()["open_ticket"]
+        statuses = {
+            signed_post(running.url, press_payload(value), secret=f"forged-{n}")[0] for n in range(150)
+        }
+    finally:
+        logger.removeHandler(handler)
+    assert statuses == {401} and len(seen) <= 1, len(seen)
 
 
 def test_an_unknown_slack_user_is_refused_and_nothing_is_recorded(running: Running) -> None:
@@ -208,10 +236,21 @@ def test_a_digital_action_runs_from_slack_recorded_with_its_evidence(running: Ru
 
 
 def test_reject_from_slack_records_a_signed_rejection(running: Running) -> None:
-    value = running.buttons().get("set_power_limit#2") or running.buttons()["set_power_limit"]
-    proposal_id = value.split()[0]
-    if running.status(proposal_id) != "pending":
-        pytest.fail(f"{proposal_id} is {running.status(proposal_id)}: the scenario filed one power proposal")
+    # the plan's next step (the job moved off the hot node to idle node1), asked for by a person: a pending
+    # physical proposal nobody approved yet (the plan's cap ran in an earlier test)
+    with running.service.workspace.write() as store:
+        move = next(
+            s
+            for p in plans(store, status="open")
+            for s in p.steps
+            if s.kind == "move" and s.status == "waiting"
+        )
+        guard = desk(store, attach(store, actuator="none"))
+        (filed,) = propose_step(guard, move.step_id, origin="person", why="asked for by bob", actor="bob")
+        record = guard.records.proposal(filed.proposal_id)
+    assert record is not None and record.action.kind == "migrate_job" and record.status == "pending"
+    proposal_id = record.proposal_id
+    value = f"{proposal_id} {action_hash(record.action)}"  # what its Approve/Reject buttons carry
     status, answer = signed_post(running.url, press_payload(value, approve=False, user="U0BOB"))
     assert status == 200 and answer["ok"] is True and answer["text"] == f"{proposal_id} rejected by bob"
     assert running.status(proposal_id) == "rejected"

@@ -17,19 +17,13 @@ from aiops.store import Workspace
 from guardrails.audit import read_rows
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import NAMESPACE
-from tests.console_helpers import add_users, client, copy_demo, demo_proposal, make_demo, sign_in
+from tests.console_helpers import add_users, client, copy_demo, demo_proposal, form_field, make_demo, sign_in
 from tests.signing_helpers import make_keys
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_demo(tmp_path_factory.mktemp("dispatch-console-demo"))
-
-
-def _field(page: str, name: str) -> str:
-    match = re.search(rf'name="{name}" value="([^"]+)"', page)
-    assert match is not None, name
-    return html.unescape(match.group(1))
 
 
 def test_a_pasted_ssh_signature_approves_in_the_fleet_console(
@@ -46,10 +40,17 @@ def test_a_pasted_ssh_signature_approves_in_the_fleet_console(
         incident_id = store.scalar("SELECT incident_id FROM proposals WHERE proposal_id = ?", [pid])
     page = c.get(f"/incidents/{incident_id}").text
     assert "a node verifies SSH signatures; paste one" in page
-    message = re.search(r'<pre class="to-sign">([^<]+)</pre>', page)
-    assert message is not None and "ssh-keygen -Y sign -n aiops-approval" in page
+    section = page[
+        page.index(f'id="proposal-{pid}"') :
+    ]  # the proposal's own message (the plan's steps come first)
+    message = re.search(r'<pre class="to-sign">([^<]+)</pre>', section)
+    assert message is not None and "ssh-keygen -Y sign -n aiops-approval" in section
     text = html.unescape(message.group(1))
-    form = {"csrf_token": csrf, "ts_s": _field(page, "ts_s"), "expires_ts_s": _field(page, "expires_ts_s")}
+    form = {
+        "csrf_token": csrf,
+        "ts_s": form_field(section, "ts_s"),
+        "expires_ts_s": form_field(section, "expires_ts_s"),
+    }
 
     refused = c.post(f"/proposals/{pid}/approve-signed", data={**form, "signature": "not a signature"})
     assert "refused" in refused.text and "not an SSH signature" in refused.text, refused.text[-2000:]

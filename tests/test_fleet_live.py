@@ -167,8 +167,14 @@ def test_the_fleet_finds_a_fault_under_way_notifies_once_and_survives_kill_9(tmp
             after = diagnosed(port)
             assert [i["incident_id"] for i in after] == [first["incident_id"]], incidents(port)
         # it paged once, with its diagnosis (docs/NOTIFY.md "One page per problem": the first notification of an
-        # incident diagnosed as it opens is `diagnosed`), and not again after the restart
-        first = [r for r in sink.got() if (r.body or {}).get("event") in ("opened", "diagnosed")]
+        # incident diagnosed as it opens is `diagnosed`), and not again after the restart; a condition of the
+        # fleet's own sight (a node agent missing two 1 s scrapes on a loaded machine) is tests/test_fleet_blind.py's
+        first = [
+            r
+            for r in sink.got()
+            if (r.body or {}).get("event") in ("opened", "diagnosed")
+            and not r.body["incident"].get("condition")
+        ]
         assert len(first) == 1 and first[0].body["event"] == "diagnosed", [r.body for r in sink.got()]
     with Workspace(tmp_path / "fleet.duckdb").read() as store:
         twice = store.scalar("SELECT count(*) - count(DISTINCT (gpu, ts_s)) FROM gpu_samples")

@@ -131,7 +131,7 @@ def test_the_node_agent_names_its_host_as_the_host_is_named(tmp_path: Path) -> N
     assert found is not None and (found.namespace, found.pod, found.job) == (
         "team-a",
         "llm-0",
-        "k8s-team-a-llm",
+        "k8s-team-a_llm",  # k8s-<namespace>_<owner> (issue 36: names that cannot collide)
     )
     assert f"/api/v1/nodes/{K8S_NODE}" in api.requests
     assert any(f"spec.nodeName%3D{K8S_NODE}" in r or f"spec.nodeName={K8S_NODE}" in r for r in api.requests)

@@ -8,16 +8,15 @@ pipeline, evidence) to the twin (aiops.sim). docs/ARCHITECTURE.md draws the same
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
-  0 base        aiops (the package), aiops.causal, aiops.errors, .labels, .nvml_bits, .models, .outbound, .safeload,
-                .scenarios, .text,
-                .workload
+  0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.errors, .labels, .nvml_bits, .models,
+                .outbound, .safeload, .scenarios, .text, .workload
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
   3 collectors  collectors (read-only telemetry sources), aiops.profile (eBPF uprobes on CUDA/NCCL: AI flame graphs)
   4 guardrails  guardrails (actions, validation, approvals, audit, executor, actuator backends)
   5 control     aiops.control (laws, allocator, thermal manager, DCIM rounds, the readings port)
   6 sim         aiops.sim (the twin: a world behind the same seams)
-  7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.pipeline
+  7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.plans, aiops.pipeline
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM),
                 aiops.report, aiops.integrations (the notification sinks and the ticket sink: bodies, durable
                 queue, the one transport over aiops.outbound)
@@ -41,6 +40,7 @@ PACKAGES = ("aiops", "collectors", "guardrails", "evals", "playbooks", "bpf")
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "aiops",
+        "aiops.beneath",
         "aiops.causal",
         "aiops.errors",
         "aiops.labels",
@@ -58,21 +58,28 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),
-    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence"),
+    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.plans", "aiops.pipeline", "aiops.evidence"),
     ("aiops.runtime", "aiops.report", "aiops.integrations"),
     ("aiops.agent", "aiops.lab", "aiops.service", "aiops.fleet", "evals"),
     ("aiops.console", "aiops.mcpserver"),
     ("aiops.cli",),
 )
 # The analyst (detection, diagnosis, remediation, evidence) never sees the twin: no import path to it.
-ANALYST = ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.pipeline", "aiops.evidence")
+ANALYST = ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.plans", "aiops.pipeline", "aiops.evidence")
 TWIN = ("aiops.sim",)
-# Within the pipeline layer the order is detect, rca -> playbooks -> pipeline (remediation is the pipeline's).
+# Within the pipeline layer the order is detect, rca -> playbooks -> plans -> pipeline (remediation is the
+# pipeline's; a plan is the playbooks' ladder for one incident).
 SAME_LAYER_ALLOWED = {
     ("aiops.playbooks", "aiops.rca"),
     ("aiops.pipeline", "aiops.detect"),
     ("aiops.pipeline", "aiops.rca"),
     ("aiops.pipeline", "aiops.playbooks"),
+    ("aiops.pipeline", "aiops.plans"),
+    ("aiops.plans", "aiops.playbooks"),
+    (
+        "aiops.plans",
+        "aiops.detect",
+    ),  # a step's verify window and check are the closed loop's (aiops.detect.effects)
     ("aiops.evidence", "aiops.playbooks"),  # a verdict's next steps are the playbooks' checks
     ("aiops.agent", "evals"),
     ("evals", "aiops.agent"),

@@ -258,13 +258,14 @@ def test_a_plan_steps_own_window_comes_first() -> None:
     with Store(":memory:") as store:
         assert spec_for(store, "set_power_limit", None, None) is not None  # the kind's default
         assert spec_for(store, "open_ticket", None, None) is None
-        store.conn.execute("ALTER TABLE proposals ADD COLUMN IF NOT EXISTS step_id VARCHAR")
-        store.conn.execute(  # the plans' table, as contract 4 of the wave names it (aiops/plans builds it)
-            "CREATE TABLE plan_steps (step_id VARCHAR, verify_within_s DOUBLE, verify_expect VARCHAR)"
-        )
-        store.conn.execute(
-            "INSERT INTO plan_steps VALUES ('PL-1.2', 600, 'step_time_recovered'), ('PL-1.1', NULL, NULL)"
-        )
+        for step_id, within_s, expect in (("PL-1.2", 600.0, "step_time_recovered"), ("PL-1.1", None, None)):
+            store.conn.execute(  # the plans' table (aiops/plans, migration 26): only what the verifier reads matters
+                "INSERT INTO plan_steps (step_id, plan_id, step_no, title, kind, risk, targets, proposal_ids, "
+                "actions, effect, cost, rollback, verify_within_s, verify_expect, reason, status, updated_ts_s, "
+                "note, hold) VALUES (?, 'PL-1', 1, 't', 'limit', 'physical', [], [], '[]', '', '', '', ?, ?, '', "
+                "'proposed', 0, '', '')",
+                [step_id, within_s, expect],
+            )
         step = spec_for(store, "set_power_limit", "INC-1", "PL-1.2")
         assert step is not None and (step.within_s, step.expect) == (600.0, "step_time_recovered")
         assert spec_for(store, "set_power_limit", "INC-1", "PL-1.1") is None  # the step says: not judged

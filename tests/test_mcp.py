@@ -137,6 +137,42 @@ async def _reads(session: ClientSession) -> dict[str, Any]:
     return {"incidents": incidents, "report": report}
 
 
+def _truthy(spec: dict[str, Any]) -> Any:
+    """What would mean "do it now" for a parameter of this JSON schema."""
+    kinds = {spec.get("type")} | {a.get("type") for a in spec.get("anyOf", []) if isinstance(a, dict)}
+    if "boolean" in kinds:
+        return True
+    if "integer" in kinds or "number" in kinds:
+        return 1
+    if "object" in kinds:
+        return {"approve": True, "execute": True}
+    return "execute"
+
+
+async def _no_argument_decides(session: ClientSession, db: Path, target: str) -> None:
+    """By behaviour, not by name (issue 36: a `run_now` parameter on `propose` would have executed unnoticed):
+    every tool is called with every parameter its schema lists beyond the ones it needs set to what would mean
+    "do it now"; afterwards nothing is approved or executed and every proposal is still pending."""
+    tools = (await session.list_tools()).tools
+    needed = {
+        "propose": {"kind": "set_power_limit", "target": target, "parameters": {"power_limit_w": 610}},
+        "hypotheses": {"incident_id": "INC-0001"},
+        "component": {"component": target},
+        "investigate": {"paths": ["dmesg.log"]},
+    }
+    for tool in tools:
+        args = dict(needed.get(tool.name, {}))
+        for name, spec in (tool.input_schema.get("properties") or {}).items():
+            if name not in args and name not in ("reason", "incident_id", "status", "since", "start", "end"):
+                args[name] = _truthy(spec)
+        await session.call_tool(tool.name, args)  # an error result is fine; an effect is not
+    assert _rows(db, "SELECT * FROM executions", []) == []
+    assert _rows(db, "SELECT * FROM approvals", []) == []
+    assert {r["status"] for r in _rows(db, "SELECT status FROM proposals WHERE origin = 'mcp'", [])} <= {
+        "pending"
+    }
+
+
 async def _propose(session: ClientSession, db: Path, target: str) -> str:
     """Propose a power limit: a pending proposal filed by mcp, nothing approved or executed."""
     args = {
@@ -179,6 +215,7 @@ def test_stdio_with_the_sdk_client(workspace: dict[str, Path]) -> None:
             refused = _error(await session.call_tool("investigate", {"paths": [str(workspace["files"])]}))
             assert "no files root is configured" in refused
             pid = await _propose(session, db, "node2/gpu1")
+            await _no_argument_decides(session, db, "node2/gpu3")
             unknown = _error(await session.call_tool("approve", {"proposal_id": pid}))
             assert "approve" in unknown.lower()
             assert _rows(db, "SELECT status FROM proposals WHERE proposal_id = ?", [pid]) == [
@@ -332,11 +369,11 @@ def test_files_roots_confine_paths(tmp_path: Path) -> None:
     with open(root / "huge.log", "wb") as huge:
         huge.truncate(MAX_FILE_BYTES + 1)  # sparse: no disk written
     roots = resolve_roots([root])
-    assert (
-        confined(["sub/ok.log", str(root / "sub" / "ok.log"), "sub/../sub/ok.log"], roots)
-        == [root / "sub" / "ok.log"] * 3
-    )
-    assert confined(["sub"], roots) == [root / "sub"]
+    given = ["sub/ok.log", str(root / "sub" / "ok.log"), "sub/../sub/ok.log", "sub"]
+    with confined(given, roots) as opened:  # each opened beneath the root: the descriptors are those files
+        inodes = [os.fstat(one.fd).st_ino for one in opened]
+        assert [one.path.read_text() for one in opened[:3]] == [XID79] * 3
+    assert inodes == [(root / "sub" / "ok.log").stat().st_ino] * 3 + [(root / "sub").stat().st_ino]
     refusals = {
         "../out.log": "outside the files roots",
         "to-out/out.log": "outside the files roots",
@@ -347,12 +384,12 @@ def test_files_roots_confine_paths(tmp_path: Path) -> None:
         "huge.log": "MiB a file may hold",
     }
     for path, why in refusals.items():
-        with pytest.raises(ToolError, match=why):
-            confined([path], roots)
-    with pytest.raises(ToolError, match="no files root is configured"):
-        confined(["sub/ok.log"], ())
-    with pytest.raises(ToolError, match="at most"):
-        confined(["sub/ok.log"] * (MAX_PATHS + 1), roots)
+        with pytest.raises(ToolError, match=why), confined([path], roots):
+            pass
+    with pytest.raises(ToolError, match="no files root is configured"), confined(["sub/ok.log"], ()):
+        pass
+    with pytest.raises(ToolError, match="at most"), confined(["sub/ok.log"] * (MAX_PATHS + 1), roots):
+        pass
     with pytest.raises(AiopsError, match="--files-root"):
         resolve_roots([tmp_path / "out.log"])
 

@@ -70,6 +70,7 @@ def test_json_body_is_versioned_and_carries_the_incident_and_top_hypothesis() ->
         "resolved_at": None,
         "link": LINK,
         "console_link": "",  # no console URL configured
+        "condition": None,  # an incident of the analyst's; a blind source's says "source_blind"
     }
     assert body["top_hypothesis"] == {
         "root_cause": "thermal_throttle",

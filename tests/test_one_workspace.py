@@ -87,26 +87,28 @@ def test_the_demos_physical_proposal_is_pending_and_runs_once_when_approved(
     listed = _cli_json(capsys, "actions", "list", "--db", str(db))
     physical = [p for p in listed if p["physical"]]
     assert physical and all(p["status"] == "pending" and p["origin"] == "demo" for p in physical)
-    move = next(p for p in physical if p["kind"] == "migrate_job")
-    assert move["target"] == "node3" and move["incident_id"] == "INC-0001"  # off the GPU whose fan failed
-    to = move["parameters"]["to"]
-    assert _twin(db).world.node_job("node3") == "llm" and _twin(db).world.node_job(to) is None
+    # the plan's first physical step: the power limit of the GPU whose fan failed (its move to idle node7 waits)
+    cap = next(p for p in physical if p["kind"] == "set_power_limit")
+    assert cap["target"] == "node3/gpu5" and cap["incident_id"] == "INC-0001"
+    limit_w = float(cap["parameters"]["power_limit_w"])
+    gpu = 3 * 8 + 5  # node3/gpu5 in the twin's GPU order (8 GPUs a node)
+    assert float(_twin(db).world.power_limit_w[gpu]) == 700.0 and limit_w < 700.0
 
-    assert main(["actions", "approve", move["proposal_id"], "--key", _key("alice"), "--db", str(db)]) == 0
+    assert main(["actions", "approve", cap["proposal_id"], "--key", _key("alice"), "--db", str(db)]) == 0
     said = _said(capsys)
     assert "approved (approved by alice)" in said and "executed on the workspace's world" in said
-    twin = _twin(db)  # rebuilt from the one file: the move is part of the workspace now
-    assert twin.world.node_job("node3") is None and twin.world.node_job(to) == "llm"
+    twin = _twin(db)  # rebuilt from the one file: the new limit is part of the workspace now
+    assert float(twin.world.power_limit_w[gpu]) == limit_w
     with Workspace(db).read() as store:
         assert store.scalar("SELECT count(*) FROM twin_log WHERE kind = 'action'") == 1
 
-    assert main(["actions", "approve", move["proposal_id"], "--key", _key("bob"), "--db", str(db)]) == 1
-    assert f"already_ran: {move['proposal_id']} already ran" in _said(capsys)
+    assert main(["actions", "approve", cap["proposal_id"], "--key", _key("bob"), "--db", str(db)]) == 1
+    assert f"already_ran: {cap['proposal_id']} already ran" in _said(capsys)
     with Workspace(db).read() as store:
         assert store.scalar("SELECT count(*) FROM executions WHERE status = 'executed'") == 1
         assert unsafe_executions(read_rows(store)) == 0
     statuses = {p["proposal_id"]: p["status"] for p in _cli_json(capsys, "actions", "list", "--db", str(db))}
-    assert statuses[move["proposal_id"]] == "executed"
+    assert statuses[cap["proposal_id"]] == "executed"
 
 
 def test_one_chain_for_chat_dcim_and_cli_and_only_the_workspaces_files(
@@ -220,7 +222,7 @@ def test_a_planted_pickle_beside_the_database_is_never_loaded(
     assert not marker.exists()
     assert main(["dcim", "cap", "--rack", "rack0", "--kw", "40", "--db", str(db)]) == 0
     listed = _cli_json(capsys, "actions", "list", "--db", str(db))
-    move = next(p for p in listed if p["kind"] == "migrate_job")
+    move = next(p for p in listed if p["physical"] and p["status"] == "pending")
     assert main(["actions", "approve", move["proposal_id"], "--key", _key("alice"), "--db", str(db)]) == 0
     with open_session(db) as chat:
         chat.ask("what is wrong?", "alice")

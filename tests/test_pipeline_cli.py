@@ -41,12 +41,17 @@ def test_demo_json_contract(tmp_path: Path) -> None:
     proc = aiops("demo", "--scenario", str(scenario), "--db", str(db), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert set(result) == {"incidents", "hypotheses", "proposals"}
+    assert set(result) == {"incidents", "hypotheses", "proposals", "plan"}
     top = result["hypotheses"][0]
     assert {"root_cause", "component", "confidence", "evidence"} <= set(top)
     assert (top["root_cause"], top["component"]) == ("power_brake", "node1")
     assert top["evidence"] and top["evidence"][0]["sql"]
-    assert any(p["physical"] for p in result["proposals"])
+    # the plan: a ticket at once (digital); the drain waits for a person, since the job runs on every node and
+    # draining node1 would stop it (no idle node to requeue its ranks onto)
+    plan = result["plan"]
+    assert [(s["kind"], s["status"]) for s in plan["steps"]] == [("notify", "proposed"), ("drain", "waiting")]
+    assert "no idle node to requeue job train" in plan["steps"][1]["hold"]
+    assert [(p["action"], p["physical"]) for p in result["proposals"]] == [("open_ticket", False)]
     # the file keeps telemetry, incidents and hypotheses for `aiops analyze` and the agent
     again = aiops("analyze", "--db", str(db), "--json")
     assert again.returncode == 0, again.stderr

@@ -25,10 +25,13 @@ def test_every_label_has_a_playbook_with_signature_checks_and_typed_remediations
 def test_proposals_fill_targets_from_the_hypothesis() -> None:
     h = Hypothesis(root_cause="gpu_fell_off_bus", component="node4/gpu3", confidence=0.9, summary="lost")
     actions = remediation(h, job="llm")
-    assert [a.target for a in actions] == ["node4", "node4", "job:llm"]
-    assert all(DEFAULT_REGISTRY.kinds[a.kind].physical for a in actions)
+    # the ladder: requeue the job without the node, drain it, reboot it, then the RMA (bundle and ticket)
+    assert [a.target for a in actions] == ["job:llm", "node4", "node4", "node4", "node4/gpu3"]
+    assert [a.kind for a in actions][:3] == ["restart_job", "drain_node", "reboot_node"]
+    assert all(DEFAULT_REGISTRY.kinds[a.kind].physical for a in actions[:3])
     assert all(a.proposed_by == "analyst" and a.proposal_id.startswith("draft-") for a in actions)
-    assert actions[2].parameters == {"exclude": "node4"}
+    assert actions[0].parameters == {"from_checkpoint": "latest", "exclude": "node4"}
+    assert actions[4].parameters["team"] == "rma" and "node4/gpu3" in actions[4].parameters["summary"]
     assert remediation(Hypothesis(root_cause="healthy", component="", confidence=1.0, summary="")) == []
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from aiops.errors import SignatureRefused
 from guardrails.armour import BEGIN, END, read_armoured
-from guardrails.signing import NAMESPACE, decision_message
-from tests.signing_helpers import Keys, make_keys
+from guardrails.signing import decision_message
+from tests.signing_helpers import Keys, make_keys, ssh_sign
 
 MESSAGE = decision_message("approve", ts_s=1.0, expires_ts_s=2.0, proposal_id="P-1", action_hash="a" * 64)
 
@@ -22,16 +22,6 @@ MESSAGE = decision_message("approve", ts_s=1.0, expires_ts_s=2.0, proposal_id="P
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
     return make_keys(tmp_path_factory.mktemp("paste-keys"), ("alice",))
-
-
-def ssh_sign(key: Path, message: bytes, namespace: str = NAMESPACE) -> str:
-    done = subprocess.run(
-        ["ssh-keygen", "-Y", "sign", "-q", "-n", namespace, "-f", str(key)],
-        input=message,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode("ascii")
 
 
 def _rewrap(signature: str, width: int) -> str:

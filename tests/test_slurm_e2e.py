@@ -3,9 +3,13 @@ beside a node agent whose GPUs are the twin's (`aiops run --sim S --node node0`,
 `sbatch` a 2-task job whose tasks select GPUs 0 and 1 (CUDA_VISIBLE_DEVICES = their SLURM_PROCID, as gres
 does), which the twin's NVML reports as those GPUs' compute processes: the agent stores the Slurm job id, step,
 ranks and user on node0/gpu0 and node0/gpu1 and labels the GPU metrics. A GPU falls off the bus; the analyst
-proposes to drain node0; approved with an SSH signature, the agent drains the node in Slurm (sinfo: drained,
-with the proposal in the reason), and the rollback of that execution (the Slurm actuator with the state the
-execution recorded) resumes it."""
+files its plan (the job requeued without the node first, then the drain, ...); a person asks for the drain step
+(`aiops plans propose STEP`), approves it with an SSH signature, the agent drains the node in Slurm (sinfo:
+drained, with the proposal in the reason), and the rollback of that execution (the Slurm actuator with the state
+the execution recorded) resumes it. Before that (issue 36), what someone who can write the workspace could try:
+an unsigned approval (an `approvals` row and the status set to approved) and a forged one (an `approval` audit
+event signed by mallory, whose key the node's allowed-signers file does not list, over the right message): the
+service drains nothing for either, and Slurm's node stays as it was."""
 
 from __future__ import annotations
 
@@ -13,14 +17,20 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from aiops.plans import plans
 from aiops.store import Workspace
 from guardrails.actions import Action
 from guardrails.actuators_slurm import SlurmActuator
+from guardrails.approvals import Approval
+from guardrails.audit import AuditLog
+from guardrails.records import GuardrailRecords
+from guardrails.signing import SshSigner
 from tests.service_helpers import aiops_cmd, get, get_json, running_service, service_env, wait_for
 from tests.signing_helpers import Keys
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
@@ -38,6 +48,41 @@ jobs:
 faults:
   - {kind: gpu_fell_off_bus, target: node0/gpu1, start_s: 120, severity: 1.0}
 """
+
+
+def _forge_approvals(db: Path, pid: str, signing: Keys, env: dict[str, str]) -> None:
+    """What a writer of the workspace can do without anyone's key: an approvals row and the status (unsigned),
+    then an `approval` audit event signed by a key the node does not list (forged) over the exact message
+    `aiops actions message` gives (the window a genuine approval would have), both on proposal `pid`."""
+    mallory = signing.make_key("id_mallory")
+    out = db.parent / "approve.msg"
+    made = subprocess.run(
+        aiops_cmd("actions", "message", pid, "--out", str(out), "--db", str(db)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr
+    message = out.read_bytes()
+    window = json.loads(message)
+    with Workspace(db).write() as store:
+        approval = Approval(
+            proposal_id=pid,
+            approver="alice",
+            action_hash=window["action_hash"],
+            ts_s=window["ts_s"],
+            expires_ts_s=window["expires_ts_s"],
+            key_fingerprint="SHA256:forged",
+        )
+        GuardrailRecords(store).add_approval(approval)
+        store.conn.execute("UPDATE proposals SET status = 'approved' WHERE proposal_id = ?", [pid])
+        payload = {
+            **approval.model_dump(mode="json"),
+            "message": message.decode("ascii"),
+            "signature": SshSigner(mallory).sign(message),
+        }
+        AuditLog(store).append("approval", payload, proposal_id=pid, actor="alice")
 
 
 @pytest.fixture
@@ -104,6 +149,21 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
             (1, "node0/gpu1", "node0"),
         ]
 
+        def drain_step() -> str | None:
+            with Workspace(db).read() as store:
+                found = [s for p in plans(store, status="open") for s in p.steps if s.kind == "drain"]
+            return found[0].step_id if found and found[0].status == "waiting" else None
+
+        step_id = wait_for(drain_step, 120, "the plan's drain step for node0")
+        asked = subprocess.run(
+            aiops_cmd("plans", "propose", step_id, "--db", str(db)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert asked.returncode == 0, asked.stderr
+
         def drain_proposed() -> dict[str, object] | None:
             proposals = get_json(f"http://127.0.0.1:{port}/api/proposals")["proposals"]
             return next(
@@ -115,8 +175,18 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
                 None,
             )
 
-        proposal = wait_for(drain_proposed, 120, "the analyst's drain proposal for node0")
+        proposal = wait_for(drain_proposed, 30, "the drain proposal for node0")
         pid = str(proposal["proposal_id"])
+        _forge_approvals(db, pid, signing, env)
+        time.sleep(6.0)  # several of the service's flushes: each would have executed a proposal it trusted
+        assert sinfo_state(cluster)[0] in ("allocated", "mixed"), sinfo_state(cluster)  # not drained
+        with Workspace(db).read() as store:
+            assert store.query("SELECT * FROM executions WHERE proposal_id = ?", [pid]) == []
+        with Workspace(
+            db
+        ).write() as store:  # the forgeries undone: the genuine approval below is judged alone
+            store.conn.execute("DELETE FROM approvals WHERE proposal_id = ?", [pid])
+            store.conn.execute("UPDATE proposals SET status = 'pending' WHERE proposal_id = ?", [pid])
         approved = subprocess.run(
             aiops_cmd("actions", "approve", pid, "--key", str(signing.keys["alice"]), "--db", str(db)),
             capture_output=True,
@@ -141,10 +211,15 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
         assert wait_state(cluster, "drained")[1].startswith(f"aiops {pid}")
         with Workspace(db).read() as store:
             row = store.query(
-                "SELECT payload FROM audit_log WHERE event = 'execution' AND proposal_id = ?", [pid]
+                "SELECT payload FROM audit_log WHERE event = 'execution' AND proposal_id = ? ORDER BY seq",
+                [pid],
             )
         assert row, "no execution in the audit log"
-        execution = json.loads(row[0]["payload"])
+        outcomes = [json.loads(r["payload"]) for r in row]
+        assert {o["outcome"] for o in outcomes[:-1]} <= {
+            "refused"
+        }  # the forged approvals, judged and refused
+        execution = outcomes[-1]
         assert execution["outcome"] == "executed" and execution["approved_by"] == ["alice"]
     undo = SlurmActuator(cluster.node, scontrol.parent, component="node0", env=cluster.env)
     drain = Action(

@@ -1,6 +1,6 @@
 """The Slurm text the resolver and actuator parse, in the shapes slurm-wlm 22.05 prints (the real daemons are in
 tests/test_slurm_real.py): cgroup paths (v1 as this machine's slurmd made them, v2 as 22.05's cgroup/v2 plugin
-lays them out), `scontrol show job -o`, `scontrol show topology` with hostlist ranges, hostile values."""
+lays them out), `squeue -O` job rows, `scontrol show topology` with hostlist ranges, hostile values."""
 
 from __future__ import annotations
 
@@ -25,10 +25,7 @@ V1 = (
     "6:freezer:/slurm_vm/uid_1000/job_4242/step_0\n3:cpuset:/slurm_vm/uid_1000/job_4242/step_0/task_1\n0::/\n"
 )
 V2 = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n"
-JOB = (
-    "JobId=9 ArrayJobId=8 ArrayTaskId=3 JobName=train UserId=alice(1000) GroupId=alice(1000) "
-    "JobState=RUNNING Reason=None Requeue=1 Restarts=0 ExcNodeList=(null) NodeList=gpu[01-02]"
-)
+JOB = "9|alice|8|3|\n"  # squeue -h -j 9 -O JobID:|,UserName:|,ArrayJobID:|,ArrayTaskID:|
 
 
 @pytest.mark.parametrize(
@@ -48,34 +45,40 @@ def test_cgroup_paths(text: str, want: CgroupTask | None) -> None:
 
 
 def test_a_job_line_gives_its_user_and_array() -> None:
-    job = parse_job(JOB)
+    job = parse_job(JOB, "9")
     assert job is not None and (job.job_id, job.user, job.array_job_id, job.array_task_id) == (
         "9",
         "alice",
         "8",
         "3",
     )
-    assert parse_job("JobId=9 UserId=$(reboot)(0)") == parse_job("JobId=9") is not None
-    assert parse_job("JobId=9 UserId=$(reboot)(0)").user is None  # type: ignore[union-attr]
-    assert parse_job("slurm_load_jobs error: Invalid job id specified") is None
-    assert parse_job("") is None
+    assert parse_job("9|$(reboot)|N/A|N/A|", "9") == parse_job("9||||", "9") is not None
+    assert parse_job("9|$(reboot)|N/A|N/A|", "9").user is None  # type: ignore[union-attr]
+    assert parse_job("8|mallory|||\n", "9") is None  # another job's row
+    assert parse_job("slurm_load_jobs error: Invalid job id specified", "9") is None
+    assert parse_job("", "9") is None
 
 
 class CannedScontrol(SlurmResolver):
-    """The resolver with the controller's answer fixed (its subprocess path runs in test_slurm_real)."""
+    """The resolver with the controller's answers fixed (its subprocess path runs in test_slurm_real):
+    squeue's job rows, and the pids slurmd tracks (`scontrol listpids`)."""
 
-    def __init__(self, answers: Mapping[str, str]) -> None:
+    def __init__(self, answers: Mapping[str, str], tracked: set[int] = frozenset()) -> None:  # type: ignore[assignment]
         super().__init__()
         self.answers = answers
+        self.pids = set(tracked)
         self.asked: list[str] = []
 
     def job(self, job_id: str) -> Any:
         self.asked.append(job_id)
-        return parse_job(self.answers.get(job_id, ""))
+        return parse_job(self.answers.get(job_id, ""), job_id)
+
+    def tracked(self, pid: int, job_id: str) -> bool:
+        return pid in self.pids
 
 
 def test_environment_and_cgroup_resolve_one_identity() -> None:
-    resolver = CannedScontrol({"4242": "JobId=4242 UserId=bob(1001)"})
+    resolver = CannedScontrol({"4242": "4242|bob|N/A|N/A|"}, tracked={11, 12})
     env = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8"}
     identity = resolver.resolve(10, V1, env)
     assert identity is not None
@@ -107,6 +110,8 @@ def test_environment_and_cgroup_resolve_one_identity() -> None:
     odd = resolver.resolve(12, "", {"SLURM_JOB_ID": "7", "SLURM_PROCID": "-1", "SLURM_JOB_USER": "a b"})
     assert odd is not None and odd.rank is None and odd.user is None
     assert resolver.resolve(13, "0::/user.slice", {"SLURM_JOB_ID": "x1"}) is None
+    # SLURM_JOB_ID in a process Slurm neither put in a cgroup nor tracks: anyone can set it
+    assert resolver.resolve(14, "0::/user.slice", {"SLURM_JOB_ID": "4242"}) is None
 
 
 def test_hostlists_expand_with_padding_and_bounds() -> None:
@@ -147,7 +152,7 @@ def test_drain_commands_are_argument_lists_with_a_safe_reason() -> None:
 
 
 def test_the_controller_is_asked_only_for_what_the_environment_lacks() -> None:
-    resolver = CannedScontrol({"5": "JobId=5 UserId=carol(1002)"})
+    resolver = CannedScontrol({"5": "5|carol|N/A|N/A|"}, tracked={1})
     full = {"SLURM_JOB_ID": "5", "SLURM_JOB_USER": "carol", "SLURM_PROCID": "0"}
     assert resolver.resolve(1, "", full) is not None and resolver.asked == []
     no_user = resolver.resolve(1, "", {"SLURM_JOB_ID": "5"})

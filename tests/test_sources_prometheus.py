@@ -267,3 +267,28 @@ def test_a_failing_source_exits_3_and_leaves_no_half_filled_db(
     err = capsys.readouterr().err
     assert "HTTP 503" in err and "overloaded" in err and "Traceback" not in err
     assert not keep.exists()
+
+
+def test_hostile_labels_are_not_copied_into_every_staged_row() -> None:
+    """Issue 36, low: labels are staged once per sample; a megabyte `Hostname` (or `device`, or `UUID`) was
+    copied into every row, and a few thousand such series ran DuckDB out of memory. Now a label too long to be
+    a host, interface or UUID is no such thing: the series is skipped (or its UUID dropped)."""
+    from aiops.sources.mapping import Staging
+    from aiops.store import Store
+
+    store = Store(":memory:")
+    staging = Staging(store)
+    huge = "h" * (64 * 1024)
+    hostile = [
+        {"metric": {"gpu": "0", "Hostname": huge}, "values": [[t, "70"] for t in range(50)]},
+        {"metric": {"gpu": "1", "Hostname": "gpu-a", "UUID": "GPU-" + "u" * 5000}, "values": [[1, "71"]]},
+    ]
+    assert staging.add("DCGM_FI_DEV_GPU_TEMP", hostile) == 1
+    assert (
+        staging.add(
+            "node_network_up", [{"metric": {"instance": "gpu-a:9100", "device": huge}, "values": [[1, "1"]]}]
+        )
+        == 0
+    )
+    longest = store.scalar("SELECT max(length(host)) + coalesce(max(length(uuid)), 0) FROM prom_gpu")
+    assert longest < 300

@@ -325,22 +325,26 @@ def test_playbooks_propose_the_computed_remediations() -> None:
         and {m[0] for m in moves} == {"node0", "node1"}
         and {m[1] for m in moves} == {"node2", "node3"}
     )
-    assert computed[2:] == [
-        ("set_cooling_state", "rack0", {"cooling_fraction": 1.0}),
-        ("open_ticket", "rack0", {"team": "facilities"}),
-    ]
-    templates = _kinds(remediation(rack0, "train"))  # no telemetry: the playbook's templates
-    assert [k[0] for k in templates] == ["migrate_job", "set_cooling_state", "set_power_limit", "open_ticket"]
-
-    every = stored_run(cooling_failures(["rack0", "rack1"]), ["node0", "node1"])
-    capped = _kinds(remediation_from_store(every, rack0, "train"))
-    assert [k[:2] for k in capped] == [
+    # the ladder's rungs in order: the ticket, the CDU to its maximum, caps on the hot GPUs (every GPU of both
+    # nodes is hot: one action per node, one 150 W guardrail step), then the moves
+    assert [k[:2] for k in computed[:4]] == [
+        ("open_ticket", "rack0"),
+        ("set_cooling_state", "rack0"),
         ("set_power_limit", "node0"),
         ("set_power_limit", "node1"),
-        ("set_cooling_state", "rack0"),
-        ("open_ticket", "rack0"),
     ]
-    assert capped[0][2] == {"power_limit_w": 550.0}  # one 150 W guardrail step from 700 W
+    assert computed[1][2] == {"cooling_fraction": 1.0} and computed[2][2] == {"power_limit_w": 550.0}
+    assert [k[0] for k in computed[4:]] == ["migrate_job", "migrate_job"]
+    templates = _kinds(remediation(rack0, "train"))  # no telemetry: the playbook's templates
+    assert [k[0] for k in templates] == ["open_ticket", "set_cooling_state", "set_power_limit", "migrate_job"]
+
+    every = stored_run(cooling_failures(["rack0", "rack1"]), ["node0", "node1"])
+    shifted = _kinds(remediation_from_store(every, rack0, "train"))
+    assert [k[:2] for k in shifted[2:4]] == [("set_power_limit", "node0"), ("set_power_limit", "node1")]
+    # no cooler rack to move to: the job is requeued from its last checkpoint without each hot node (idle
+    # node2 and node3 are left to take the ranks)
+    assert [k[:2] for k in shifted[4:]] == [("restart_job", "job:train"), ("restart_job", "job:train")]
+    assert {k[2]["exclude"] for k in shifted[4:]} == {"node0", "node1"}
 
     dcim = stored_run(
         [{"kind": "facility_power_cap", "target": "rack0", "start_s": FAULT_AT_S, "severity": 0.5}],
@@ -354,7 +358,7 @@ def test_playbooks_propose_the_computed_remediations() -> None:
     budget_w = 8 * 700.0 * (0.78 - 0.18 * 0.5)  # the DCIM cap's GPU share in the simulator
     assert 4 * limits["node0"] + 4 * limits["node1"] <= budget_w + 1.0
     assert all("power allocator" in p.reason for p in fitted if p.kind == "set_power_limit")
-    assert fitted[-1].kind == "open_ticket"
+    assert fitted[0].kind == "open_ticket"  # the ladder: the ticket (notify) before the limits
 
 
 if __name__ == "__main__":  # the measured figures: python -m tests.test_thermal_placement

@@ -175,7 +175,7 @@ def test_the_kubernetes_resolver_names_the_pod_from_the_api_and_pod_resources(tm
         resolver = KubernetesResolver(api_client, PodResources(str(socket)))
         found = resolver.resolve(1, path, {"RANK": "5", "WORLD_SIZE": "8"})
         assert found == WorkloadIdentity(
-            "kubernetes", "k8s-ml-llm", 5, None, 8, None, None, "ml", "trainer-3", "pytorch", "PyTorchJob/llm"
+            "kubernetes", "k8s-ml_llm", 5, None, 8, None, None, "ml", "trainer-3", "pytorch", "PyTorchJob/llm"
         )
         assert calls == ["List"] and resolver.errors == []
         assert resolver.resolve(1, "/system.slice/x.service", {}) is None
@@ -184,7 +184,7 @@ def test_the_kubernetes_resolver_names_the_pod_from_the_api_and_pod_resources(tm
         alone = KubernetesResolver(None, PodResources(str(socket)))
         found = alone.resolve(1, path, {"HOSTNAME": "trainer-3"})
         assert found is not None and (found.job, found.pod, found.container, found.owner) == (
-            "k8s-ml-trainer-3",
+            "k8s-ml_trainer-3",
             "trainer-3",
             "pytorch",
             None,
@@ -267,14 +267,14 @@ def test_refresh_jobs_follows_the_newest_collect_and_leaves_other_jobs_alone(tmp
         )
         a = ("torchrun", "torchrun-x-1", 0, 0, 2, "u", None, None, None, None, None)
         b = ("torchrun", "torchrun-x-1", 1, 1, 2, "u", None, None, None, None, None)
-        pod = ("kubernetes", "k8s-ml-p", None, None, None, None, None, "ml", "p", "c", None)
+        pod = ("kubernetes", "k8s-ml_p", None, None, None, None, None, "ml", "p", "c", None)
         store.ingest_many(
             _processes(1.0, [("h/gpu0", "h", 10, *a), ("h/gpu1", "h", 11, *b), ("h/gpu2", "h", 12, *pod)])
         )
         assert refresh_jobs(store, "h", 1.0) == 3
         got = store.query("SELECT job, rank, gpu FROM job_ranks ORDER BY job, rank")
         assert [(r["job"], r["rank"], r["gpu"]) for r in got] == [
-            ("k8s-ml-p", 0, "h/gpu2"),  # no RANK: numbered by GPU order
+            ("k8s-ml_p", 0, "h/gpu2"),  # no RANK: numbered by GPU order
             ("llm", 0, "h/gpu3"),
             ("torchrun-x-1", 0, "h/gpu0"),
             ("torchrun-x-1", 1, "h/gpu1"),
@@ -282,7 +282,7 @@ def test_refresh_jobs_follows_the_newest_collect_and_leaves_other_jobs_alone(tmp
         jobs = {
             r["job"]: (r["nodes"], r["ranks"], r["started_ts_s"]) for r in store.query("SELECT * FROM jobs")
         }
-        assert jobs == {"k8s-ml-p": (1, 1, 1.0), "torchrun-x-1": (1, 2, 1.0)}
+        assert jobs == {"k8s-ml_p": (1, 1, 1.0), "torchrun-x-1": (1, 2, 1.0)}
         # the pod ended and a new rank took gpu2: the old ranks go, the other source's job stays
         store.ingest_many(_processes(2.0, [("h/gpu0", "h", 10, *a), ("h/gpu1", "h", 11, *b)]))
         refresh_jobs(store, "h", 2.0)

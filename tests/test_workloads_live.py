@@ -113,7 +113,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
             def labelled() -> list[dict[str, str]] | None:
                 found = _workload_info(port)
-                gpus = {m["gpu"] for m in found if m["job"] in (job, "k8s-ml-trainer")}
+                gpus = {m["gpu"] for m in found if m["job"] in (job, "k8s-ml_trainer")}
                 return found if {"node0/gpu0", "node0/gpu1", "node0/gpu2"} <= gpus else None
 
             metrics = wait_for(labelled, 60, "workload labels on node0's GPUs 0, 1 and 2")
@@ -170,7 +170,7 @@ def test_a_process_in_a_kubepods_cgroup_is_attributed_to_its_pod(run: Run) -> No
             "node0/gpu2",
             run.pids[2],
             "kubernetes",
-            "k8s-ml-trainer",
+            "k8s-ml_trainer",
             "ml",
             "trainer-0",
             "pytorch",
@@ -178,8 +178,8 @@ def test_a_process_in_a_kubepods_cgroup_is_attributed_to_its_pod(run: Run) -> No
             0,
         )
     ]
-    assert [(r[1], r[2]) for r in _ranks(run.db, "k8s-ml-trainer")] == [(0, "node0/gpu2")]
-    labels = [m for m in run.metrics if m["gpu"] == "node0/gpu2" and m["job"] == "k8s-ml-trainer"]
+    assert [(r[1], r[2]) for r in _ranks(run.db, "k8s-ml_trainer")] == [(0, "node0/gpu2")]
+    labels = [m for m in run.metrics if m["gpu"] == "node0/gpu2" and m["job"] == "k8s-ml_trainer"]
     assert labels and labels[0]["pod"] == "trainer-0" and labels[0]["namespace"] == "ml"
     assert labels[0]["container"] == "pytorch" and labels[0]["scheduler"] == "kubernetes"
     # read the way a node agent must: its own node's pods only, and the kubelet's device list

@@ -20,7 +20,7 @@ from typing import Any
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from aiops.agent.analyst import Analyst
+from aiops.agent.analyst import Analyst, load_diagnoses
 from aiops.agent.config import AgentConfig
 from aiops.agent.graph import AgentState, Deps, build_graph
 from aiops.agent.grounding import (
@@ -40,7 +40,8 @@ from aiops.config import GuardrailsConfig
 from aiops.errors import AiopsError
 from aiops.runtime.actions import approve as approve_now
 from aiops.sim.twin import Twin
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
+from aiops.store.conditions import staleness
 from guardrails.records import GuardrailRecords
 from guardrails.signing import Signer
 
@@ -107,6 +108,7 @@ class AgentSession:
         with workspace.read() as store:
             self.analyst = Analyst.from_store(store)
             self.twin = Twin.load(store)
+            self._incidents_seen: dict[str, Any] = _incidents_seen(store)
         self.analyst.read = workspace.read  # component and time questions read stored rows
         self.sql = ReadOnlySQL(
             workspace,
@@ -145,13 +147,28 @@ class AgentSession:
 
     # -- questions ----------------------------------------------------------------------------------------
     def ask(self, question: str, asked_by: str = "") -> Reply:
+        note = self._refresh()
         thread_id = f"T-{int(self.clock())}-{secrets.token_hex(3)}"
         config = self._config(thread_id)
         try:
             self.graph.invoke({"thread_id": thread_id, "question": question, "asked_by": asked_by}, config)
         finally:
             self.journal.flush()
-        return self._reply(thread_id)
+        reply = self._reply(thread_id)
+        if note:  # the answer rests on data this old: said first, whoever wrote the rest
+            reply.answer = f"{note}\n{reply.answer}"
+        return reply
+
+    def _refresh(self) -> str:
+        """The analyst's incidents read again when the store's changed since the last question (a session lives
+        as long as the console: a live service keeps opening and resolving them), and the staleness line of
+        the data now ("" when fresh: aiops/store/conditions.py)."""
+        with self.workspace.read() as store:
+            seen = _incidents_seen(store)
+            if seen != self._incidents_seen:
+                self._incidents_seen = seen
+                self.analyst.diagnoses, self.analyst.remediations = load_diagnoses(store)
+            return staleness(store, float(self.clock()))
 
     def _config(self, thread_id: str) -> Any:
         return {"configurable": {"thread_id": thread_id}}
@@ -367,6 +384,15 @@ class AgentSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _incidents_seen(store: Store) -> dict[str, Any]:
+    """What changes whenever an incident opens, moves on or resolves: when to read the analyst's view again."""
+    return dict(
+        store.query(
+            "SELECT count(*) AS n, max(last_ts_s) AS last, count(resolved_ts_s) AS resolved FROM incidents"
+        )[0]
+    )
 
 
 def open_session(

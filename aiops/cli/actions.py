@@ -5,7 +5,10 @@ against the allowed-signers file, which names the person (docs/SECURITY.md). Onc
 proposal executes at once on the workspace's world, through the guardrails (`aiops.runtime.actions`).
 `aiops actions message ID --out FILE` writes the approval message to sign elsewhere (`ssh-keygen -Y sign -n
 aiops-approval -f KEY FILE`); `approve ID --signature FILE.sig` records that signature (guardrails/pasted.py):
-on a fleet's workspace, the approval a node agent verifies again when the proposal is dispatched to it."""
+on a fleet's workspace, the approval a node agent verifies again when the proposal is dispatched to it.
+ID may be a plan step (`PL-1a2b3c4d.2`, aiops plans list): `approve STEP` then records ONE signature over the
+step's message, which names every target (proposal id, action hash, component), and runs them all;
+`message STEP --out FILE` writes that message (aiops/cli/plans.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +21,14 @@ from rich.console import Console
 from rich.table import Table
 
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
+from aiops.cli.plans import approve_step_cli, write_step_message
 from aiops.errors import InputError
+from aiops.plans import step as plan_step
 from aiops.runtime.actions import Decision, approve, execute, reject, to_sign
 from aiops.runtime.world import executors_here
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
 from aiops.text import fields_text, markup, plural, terminal, when
+from guardrails.audit import read_rows
 from guardrails.pasted import PastedSignature
 from guardrails.records import GuardrailRecords
 from guardrails.routing import TICKET
@@ -50,9 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
     approve = verbs.add_parser(
-        "approve", help="approve a proposal (signed with your key); runs it once authorised"
+        "approve",
+        help="approve a proposal, or a plan step with all its targets (one signature with your key); runs it once authorised",
     )
-    approve.add_argument("proposal_id", metavar="ID")
+    approve.add_argument("proposal_id", metavar="ID|STEP")
     approve.add_argument("--key", default=None, help=KEY_HELP)
     add_db_argument(approve)
     add_config_argument(approve)
@@ -67,8 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--message", default=None, metavar="FILE", help="the signed message file (default: FILE without .sig)"
     )
     approve.set_defaults(func=run_approve)
-    message = verbs.add_parser("message", help="write a proposal's approval message, to sign with ssh-keygen")
-    message.add_argument("proposal_id", metavar="ID")
+    message = verbs.add_parser(
+        "message", help="write the approval message of a proposal or a plan step, to sign with ssh-keygen"
+    )
+    message.add_argument("proposal_id", metavar="ID|STEP")
     message.add_argument("--out", required=True, metavar="FILE", help="where the exact bytes to sign go")
     add_db_argument(message)
     add_config_argument(message)
@@ -96,12 +105,30 @@ def _clock(ts_s: float) -> str:
     return when(ts_s)
 
 
+def _is_step(args: argparse.Namespace) -> bool:
+    """Whether the ID given names a plan step of the workspace (else it is a proposal's)."""
+    with _workspace(args).require().read() as store:
+        return plan_step(store, args.proposal_id) is not None
+
+
+def dispatched_to(store: Store) -> dict[str, str]:
+    """Proposal id -> `node:<host>` for the proposals a fleet sent to a node agent (the node executes them, not
+    a ticket): from the fleet's own `dispatch` and `dispatch_result` audit events."""
+    out: dict[str, str] = {}
+    for row in read_rows(store, event="dispatch"):
+        out.setdefault(row.proposal_id, f"node:{str(row.data().get('node', '?'))[:64]}")
+    for row in read_rows(store, event="dispatch_result"):
+        out[row.proposal_id] = f"node:{str(row.data().get('node', '?'))[:64]}"
+    return out
+
+
 def run_list(args: argparse.Namespace) -> int:
     with _workspace(args).require().read() as store:
         book = GuardrailRecords(store)
         records = book.proposals(args.status)
         approvals = {r.action.proposal_id: book.approvals(r.action.proposal_id) for r in records}
-        executors = executors_here(store)
+        executors = {r.proposal_id: executors_here(store).get(r.action.kind, TICKET) for r in records}
+        executors.update({k: v for k, v in dispatched_to(store).items() if k in executors})
     if args.json:
         rows = [
             {
@@ -112,7 +139,10 @@ def run_list(args: argparse.Namespace) -> int:
                 "status": r.status,
                 "physical": r.physical,
                 "approvals_needed": r.approvals_needed,
-                "executor": executors.get(r.action.kind, TICKET),  # "ticket": nothing here executes it
+                "executor": executors[
+                    r.proposal_id
+                ],  # "ticket": nothing here executes it; node:<host>: sent there
+                "step_id": r.step_id,
                 "approvers": sorted({a.approver for a in approvals[r.action.proposal_id]}),
                 "message": r.message,
                 "proposed_by": r.action.proposed_by,
@@ -130,7 +160,7 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns: nothing cut, long cells fold
     table.add_column("id", no_wrap=True)  # the id to approve must stay whole, whatever the width
-    for column in ("status", "kind", "target", "risk", "approvals", "executor"):
+    for column in ("status", "kind", "target", "risk", "approvals", "executor", "step"):
         table.add_column(column, overflow="fold")
     for r in records:
         people = sorted({a.approver for a in approvals[r.action.proposal_id]})
@@ -141,7 +171,8 @@ def run_list(args: argparse.Namespace) -> int:
             markup(r.action.target),
             "physical" if r.physical else "digital",
             f"{len(people)}/{r.approvals_needed}",
-            markup(executors.get(r.action.kind, TICKET)),
+            markup(executors[r.proposal_id]),
+            markup(r.step_id or "-"),
         )
     console.print(table)
     for r in records:  # who proposed it, from where, and the guardrails' verdict: on a line of their own
@@ -210,6 +241,11 @@ def _report(console: Console, decision: Decision) -> int:
 
 
 def run_approve(args: argparse.Namespace) -> int:
+    if _is_step(args):
+        if args.signature is None:
+            return approve_step_cli(args, None, None)
+        message = _read(Path(args.message or args.signature.removesuffix(".sig")), "--message", 64 * 1024)
+        return approve_step_cli(args, message, _read(Path(args.signature), "--signature", 8192))
     config = cli_config(args)
     place = configured_workspace(args.db, config).require()
     if args.signature is None:
@@ -262,6 +298,8 @@ def signed_window(path: Path, proposal_id: str) -> tuple[float, float]:
 
 
 def run_message(args: argparse.Namespace) -> int:
+    if _is_step(args):
+        return write_step_message(args)
     signing = to_sign(_workspace(args).require(), args.proposal_id)
     Path(args.out).write_bytes(signing.message)
     console = terminal()

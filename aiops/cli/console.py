@@ -180,7 +180,10 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     try:
         server = ConsoleServer(
-            create_app(workspace, options), listen, allowed_hosts=tuple(config.http.allowed_hosts)
+            create_app(workspace, options),
+            listen,
+            allowed_hosts=tuple(config.http.allowed_hosts),
+            trusted_proxies=tuple(config.http.trusted_proxies),
         )
     except BaseException:
         owner.close()

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aiops.cli.lab",
     "aiops.cli.chat",
     "aiops.cli.actions",
+    "aiops.cli.plans",
     "aiops.cli.audit",
     "aiops.cli.maintenance",
     "aiops.cli.dcim",

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from aiops.models import Diagnosis
 from aiops.pipeline import RunResult, headline
+from aiops.plans import PlanRecord
 from aiops.store import Store
 from aiops.text import as_text, fields_text, markup, plain, plural, when
 from guardrails.actions import Action
@@ -46,6 +47,9 @@ def result_json(result: RunResult) -> dict[str, Any]:
             for h in (primary.hypotheses if primary else [])
         ],
         "proposals": [_proposal_json(result, a) for a in remediation],
+        "plan": result.plans[primary.incident.incident_id].json()
+        if primary and primary.incident.incident_id in result.plans
+        else None,
     }
 
 
@@ -93,6 +97,9 @@ def render(console: Console, store: Store, result: RunResult) -> None:
     for d in result.diagnoses:
         render_diagnosis(console, d)
         render_remediation(console, result, result.remediations.get(d.incident.incident_id, []))
+        plan = result.plans.get(d.incident.incident_id)
+        if plan is not None:
+            render_plan(console, plan)
 
 
 def render_remediation(console: Console, result: RunResult, actions: list[Action]) -> None:
@@ -145,3 +152,22 @@ def row_text(row: dict[str, Any], limit: int = 8) -> str:
             when(float(value)) if is_time else ("-" if value is None else value)
         )
     return fields_text(shown)
+
+
+def render_plan(console: Console, plan: PlanRecord) -> None:
+    """The incident's plan, step by step: status, title, targets, effect, cost, rollback (aiops plans show)."""
+    console.print(
+        f"[bold]Plan {markup(plan.plan_id)}[/] ({markup(plan.status)}): one signature approves a whole step "
+        f"(aiops actions approve STEP)"
+    )
+    for s in plan.steps:
+        console.print(
+            f"  {s.step_no}. {markup('[' + s.status + ']')} {markup(s.step_id)} {markup(s.title)} "
+            f"({s.risk}{', ' + markup(', '.join(s.proposal_ids)) if s.proposal_ids else ''})",
+            highlight=False,
+        )
+        if s.targets:
+            console.print(f"     effect: {markup(s.effect)}", highlight=False)
+            console.print(f"     cost: {markup(s.cost)}; rollback: {markup(s.rollback)}", highlight=False)
+        if s.status in ("waiting", "skipped"):
+            console.print(f"     {markup(s.note)}", highlight=False)

@@ -1,8 +1,9 @@
 """`create_app(workspace, ...)`: the web console as a Starlette app over one workspace.
 
 Pages (server-rendered Jinja2, autoescaped; one small same-origin script for the chat stream; no external
-request): incidents, an incident (timeline, hypotheses, evidence with its SQL and rows, proposals with approve
-and reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
+request): incidents, an incident (its remediation plan, each step approved with one signature over all its
+targets: aiops.console.steps; timeline, hypotheses, evidence with its SQL and rows, proposals with approve and
+reject), chat with the agent (answers streamed), reports, the audit log and its verification, collector
 status, the node's topology. Everyone signs in (`/login`); viewers read; approvers and admins also decide;
 admins also manage accounts (`/admin/accounts`, `aiops.console.admin`).
 
@@ -38,12 +39,15 @@ from aiops.console.decide import Decisions, messages_to_sign
 from aiops.console.maintenance import MaintenancePages
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
+from aiops.console.plan_data import plan_view
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
+from aiops.console.steps import StepDecisions
 from aiops.console.web import LOGIN_COOKIE, SESSION_COOKIE, Pages, SecurityHeaders
 from aiops.errors import InputError, SignInBusy
 from aiops.store import Store, Workspace
+from aiops.store.coverage import coverage
 from aiops.store.maintenance import active_windows
 from guardrails.session_signing import ensure_key, key_path
 from guardrails.signing import ConfiguredVerifier
@@ -92,6 +96,7 @@ class Console:
         self.verifier = ConfiguredVerifier(workspace.guardrails, workspace.path)
         self.lock = threading.Lock()  # one store operation at a time (DuckDB: one writer per file)
         self.decisions = Decisions(self)
+        self.steps = StepDecisions(self)
         self.admin = Admin(self)
         self.maintenance = MaintenancePages(self)
         self.chat = ChatDesk(self)
@@ -102,8 +107,11 @@ class Console:
             self.oidc = OidcSignIn(self, options.oidc, Provider(options.oidc, secret))
 
     async def read(self, work: Callable[[Store], T]) -> T:
+        """`work` on the store, in the threadpool; every read also refreshes the blind banner of the pages."""
+
         def run() -> T:
             with self.lock, self.workspace.read() as store:
+                self.pages.banner = data.banner(store)
                 return work(store)
 
         return await run_in_threadpool(run)
@@ -220,6 +228,7 @@ class Console:
             return self.pages.refuse(404, "no such incident")
         if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now
             await self.read(lambda s: messages_to_sign(s, found["proposals"]))
+        found["plan"] = await self.read(lambda s: plan_view(s, incident_id))
         return self.pages.page(
             request,
             session,
@@ -243,6 +252,13 @@ class Console:
         found, clock = await self.read(lambda s: (data.collectors(s), data.data_clock(s)))
         return self.pages.page(request, session, "collectors.html", collected=found, clock=clock.label)
 
+    async def coverage(self, request: Request) -> Response:
+        session = self.pages.session(request)
+        if session is None:
+            return self.pages.to_login()
+        seen, clock = await self.read(lambda s: (coverage(s), data.data_clock(s)))
+        return self.pages.page(request, session, "coverage.html", seen=seen, clock=clock.label)
+
     async def topology(self, request: Request) -> Response:
         session = self.pages.session(request)
         if session is None:
@@ -254,6 +270,7 @@ class Console:
         session = self.pages.session(request)
         if session is None:
             return self.pages.to_login()
+        await self.read(lambda _: None)  # the banner
         files = await run_in_threadpool(data.report_files, self.reports_dir)
         return self.pages.page(
             request, session, "reports.html", files=files, folder=str(self.reports_dir), clock=data.WALL_CLOCK
@@ -309,6 +326,9 @@ def create_app(
         Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/proposals/{proposal_id}/approve-signed", console.decisions.approve_signed, methods=["POST"]),
+        Route("/steps/{step_id}/approve", console.steps.approve, methods=["POST"]),
+        Route("/steps/{step_id}/approve-signed", console.steps.approve_signed, methods=["POST"]),
+        Route("/steps/{step_id}/propose", console.steps.propose, methods=["POST"]),
         Route("/chat", console.chat.page, methods=["GET"]),
         Route("/chat/ask", console.chat.ask, methods=["POST"]),
         Route("/admin/accounts", console.admin.page, methods=["GET"]),
@@ -325,6 +345,7 @@ def create_app(
         Route("/maintenance/{window_id}/end", console.maintenance.end, methods=["POST"]),
         Route("/audit", console.audit),
         Route("/collectors", console.collectors),
+        Route("/coverage", console.coverage),
         Route("/topology", console.topology),
         Route("/reports", console.reports),
         Route("/reports/{name}", console.report_file),
@@ -334,6 +355,7 @@ def create_app(
         routes += [
             Route("/oidc/start", console.oidc.start, methods=["GET"]),
             Route("/oidc/callback", console.oidc.callback, methods=["GET"]),
+            Route("/oidc/confirm", console.oidc.confirm, methods=["POST"]),
         ]
     app = Starlette(routes=routes)
     app.state.console = console

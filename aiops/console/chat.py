@@ -21,6 +21,7 @@ from aiops.errors import AiopsError
 
 if TYPE_CHECKING:
     from aiops.agent.session import AgentSession
+    from aiops.agent.session import Reply as AgentReply
     from aiops.console.app import Console
 
 log = logging.getLogger("aiops.console")
@@ -34,6 +35,26 @@ def _event(payload: dict[str, Any]) -> bytes:
 def chunks(answer: str) -> list[str]:
     """The answer in the pieces the page shows one after another (each line, its newline kept)."""
     return [line for line in answer.splitlines(keepends=True) if line] or [""]
+
+
+MAX_CLAIMS_SHOWN = 8
+
+
+def beside_the_model(reply: AgentReply) -> str:
+    """What the page shows after a model's counted answer, as the CLI's chat does: the analyst's top hypothesis
+    and the evidence claims with their marks (re-verified), so a plausible model answer never hides them
+    (issue 36: the console showed the model's text alone). Nothing for the analyst's own answer."""
+    if reply.source != "llm":
+        return ""
+    lines = []
+    top = reply.analyst_text.splitlines()[1:2]
+    if top:
+        lines.append(f"analyst: {top[0]}")
+    for claim in reply.claims[:MAX_CLAIMS_SHOWN]:
+        lines.append(
+            f"  {claim.mark()} {claim.status}: {claim.text}" + (f" ({claim.note})" if claim.note else "")
+        )
+    return ("\n\n" + "\n".join(lines)) if lines else ""
 
 
 class ChatDesk:
@@ -79,7 +100,7 @@ class ChatDesk:
             for p in reply.proposals
         ]
         return {
-            "answer": reply.answer,
+            "answer": reply.answer + beside_the_model(reply),
             "source": reply.source,
             "proposals": proposals,
             "incident_id": reply.incident_id or "",

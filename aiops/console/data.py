@@ -18,6 +18,7 @@ from aiops.evidence.next_steps import steps_for
 from aiops.pipeline import stored_diagnoses
 from aiops.runtime.world import executors_here
 from aiops.store import Store
+from aiops.store.conditions import stated
 from aiops.text import when
 from guardrails import witness
 from guardrails.audit import chain_heads, read_rows, verify, verify_witness
@@ -295,6 +296,11 @@ def collectors(store: Store) -> dict[str, Any]:
         "coalesce(detail, ''), ts_s) AS last_error FROM collector_errors GROUP BY collector ORDER BY collector"
     )
     return {"tables": tables, "errors": errors}
+
+
+def banner(store: Store) -> list[dict[str, Any]]:
+    """The open conditions (a blind source, lost node agents, a blind collector): what every page says first."""
+    return [{"title": s.title, "since_ts_s": s.since_ts_s, "reason": s.reason} for s in stated(store)]
 
 
 def topology(store: Store) -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ In a fleet's console (`ConsoleOptions.dispatch`) the node agents act, and a node
 (the session's HMAC is the fleet's own key). The page then shows, for each open physical proposal, the approval
 message dated when the page was drawn and the `ssh-keygen -Y sign -n aiops-approval` line that signs it; the
 person pastes the signature (`approve_signed`), recorded through the same guardrails with that message's window
-(guardrails/pasted.py). The key that signed names who approved, whoever is signed in; an approval by console
-session alone is recorded but not dispatched (aiops/fleet/dispatch.py)."""
+(guardrails/pasted.py). The key that signed names who approved, whoever is signed in. The plain "Approve"
+(a console session's signature) cannot be dispatched: in a fleet's console it says so plainly and records
+nothing (the fleet's dispatcher never sends a session approval, aiops/fleet/dispatch.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from aiops.console import data
+from aiops.console.steps import CANNOT_DISPATCH
 from aiops.errors import AiopsError, GuardrailError
 from aiops.runtime.actions import Decision, approve, reject
 from aiops.store import Store
@@ -56,15 +58,17 @@ def messages_to_sign(store: Store, proposals: list[dict[str, Any]]) -> None:
         }
 
 
-def _note(decision: Decision) -> str:
+def _note(decision: Decision, dispatch: bool = False) -> str:
     auth, outcome = decision.authorisation, decision.outcome
     parts = []
     if auth is not None:
         parts.append(("approved: " if auth.ok else "approval recorded: ") + auth.message)
     if outcome is not None:
         parts.append(f"{outcome.status}: {outcome.message}")
+    elif auth is not None and auth.ok and dispatch:
+        parts.append("the fleet sends it to its node agent at its next flush; the node checks the signature")
     elif auth is not None and auth.ok and "--no-execute" in decision.note:
-        parts.append("the service runs it at its next flush")
+        parts.append("the service runs it at its next flush")  # a node's console: its own loop executes it
     elif decision.note:
         parts.append(decision.note)
     return "; ".join(parts)
@@ -75,16 +79,7 @@ class Decisions:
         self.console = console
 
     async def _checked(self, request: Request) -> tuple[Response | None, str, str]:
-        """(refusal, principal, proposal id): a refusal when the request may not decide."""
-        pages = self.console.pages
-        session = pages.session(request)
-        if session is None:
-            return pages.to_login(), "", ""
-        if not await pages.csrf_ok(request, session):
-            return pages.refuse(403, "missing or wrong CSRF token: nothing was recorded"), "", ""
-        if session.role not in ("approver", "admin"):
-            return pages.refuse(403, f"{session.principal} is a viewer: viewers cannot decide"), "", ""
-        return None, session.principal, str(request.path_params["proposal_id"])[:200]
+        return await self.console.pages.may_decide(request, "proposal_id")
 
     async def _back(self, request: Request, proposal_id: str, note: str) -> Response:
         session = self.console.pages.session(request)
@@ -98,6 +93,8 @@ class Decisions:
         refusal, principal, proposal_id = await self._checked(request)
         if refusal is not None:
             return refusal
+        if self.console.options.dispatch:  # a node agent verifies SSH signatures: a session's is never sent
+            return await self._back(request, proposal_id, f"{proposal_id}: {CANNOT_DISPATCH}")
         signer = SessionSigner(principal, self.console.key)
 
         def run() -> str:
@@ -141,7 +138,7 @@ class Decisions:
                     here=not self.console.options.dispatch,
                 )
             signer = decision.authorisation.signed_by if decision.authorisation else ""
-            return f"signed by {signer}: {_note(decision)}"
+            return f"signed by {signer}: {_note(decision, self.console.options.dispatch)}"
 
         try:
             note = await run_in_threadpool(run)

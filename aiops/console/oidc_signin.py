@@ -12,8 +12,17 @@ sign-in's, marked `source="oidc"` (no local account to re-check; idle and absolu
 Its decisions are signed as any console session's (guardrails/session_signing.py) and count only when the
 principal is in `[guardrails.approvers]`.
 
-The callback answers a small page that moves on to / itself (a meta refresh): the session cookie is
-SameSite=Strict, and a browser does not send it on a redirect chain that began at the provider's site.
+The callback does not sign anyone in by itself: it answers a page naming who the provider signed in ("Continue
+as oidc-dana (approver)"), and only that page's form, posted from the console's own page with a token in a
+SameSite=Strict cookie and the form (double submit), makes the session (`/oidc/confirm`). Someone who plants
+their own pre-session cookie in a victim's browser and sends them to the callback with their own code (login
+CSRF: the victim would work, and approve, as the attacker) gets the victim a page naming the attacker and
+nothing more: a cross-site request cannot post that form (issue 36).
+
+Pending sign-ins are bounded per client address (`MAX_PENDING_PER_ADDRESS`) and, in all, by evicting the oldest
+of the address holding the most: a flood of `/oidc/start` from one address no longer evicts other people's
+sign-ins in progress. A provider's `?error=` is shown only as one of OAuth's own error codes (its description
+only when the state is this browser's): a link cannot put its words on the console's page.
 Every refusal is a page saying why; nothing is signed in.
 """
 
@@ -43,9 +52,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("aiops.console")
 
 OIDC_COOKIE = "aiops_oidc"
+CONFIRM_COOKIE = "aiops_oidc_confirm"
 PENDING_TTL_S = 600.0
+CONFIRM_TTL_S = 300.0
 MAX_PENDING = 10_000
+MAX_PENDING_PER_ADDRESS = 16
 RANK = {"viewer": 0, "approver": 1, "admin": 2}
+# RFC 6749 §4.1.2.1 and OpenID Connect Core §3.1.2.6: the only words from `?error=` the page may repeat
+PROVIDER_ERRORS = frozenset(
+    {
+        "access_denied",
+        "invalid_request",
+        "unauthorized_client",
+        "unsupported_response_type",
+        "invalid_scope",
+        "server_error",
+        "temporarily_unavailable",
+        "interaction_required",
+        "login_required",
+        "account_selection_required",
+        "consent_required",
+        "invalid_request_uri",
+        "invalid_request_object",
+        "request_not_supported",
+        "request_uri_not_supported",
+        "registration_not_supported",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +87,7 @@ class Pending:
     nonce: str
     verifier: str
     created_s: float
+    address: str = ""
 
 
 class PendingSignIns:
@@ -64,16 +98,23 @@ class PendingSignIns:
         self._pending: dict[str, Pending] = {}
         self._lock = threading.Lock()
 
-    def begin(self) -> tuple[str, Pending]:
+    def begin(self, address: str = "") -> tuple[str, Pending]:
         verifier, _ = pkce_pair()
         now = self.clock()
-        pending = Pending(secrets.token_urlsafe(32), secrets.token_urlsafe(32), verifier, now)
+        pending = Pending(secrets.token_urlsafe(32), secrets.token_urlsafe(32), verifier, now, address[:64])
         key = secrets.token_urlsafe(32)
         with self._lock:
             for old in [k for k, p in self._pending.items() if now - p.created_s > PENDING_TTL_S]:
                 del self._pending[old]
-            while len(self._pending) >= MAX_PENDING:  # the oldest goes: memory stays bounded
-                del self._pending[next(iter(self._pending))]
+            mine = [k for k, p in self._pending.items() if p.address == pending.address]
+            for old in mine[: max(0, len(mine) - MAX_PENDING_PER_ADDRESS + 1)]:
+                del self._pending[old]  # this address's oldest: nobody else's
+            if len(self._pending) >= MAX_PENDING:  # the oldest of the address holding the most goes
+                counts: dict[str, int] = {}
+                for p in self._pending.values():
+                    counts[p.address] = counts.get(p.address, 0) + 1
+                busiest = max(counts, key=counts.__getitem__)
+                del self._pending[next(k for k, p in self._pending.items() if p.address == busiest)]
             self._pending[key] = pending
         return key, pending
 
@@ -143,6 +184,8 @@ class OidcSignIn:
         self.config = config
         self.provider = provider
         self.pending = PendingSignIns()
+        self._confirming: dict[str, tuple[Identity, float]] = {}  # the callback's token -> who, when
+        self._lock = threading.Lock()
 
     def _refuse(self, status: int, why: str) -> Response:
         response = self.console.pages.render(
@@ -152,7 +195,7 @@ class OidcSignIn:
         return response
 
     async def start(self, request: Request) -> Response:
-        key, pending = self.pending.begin()
+        key, pending = self.pending.begin(request.client.host if request.client is not None else "")
         challenge = code_challenge(pending.verifier)
         try:
             url = await run_in_threadpool(
@@ -184,11 +227,11 @@ class OidcSignIn:
             and hmac.compare_digest(state.encode(), pending.state.encode())
         )
         if "error" in query:  # the provider said no (some send no state with it): nothing to sign in
-            error = "".join(ch for ch in query.get("error", "")[:60] if ch.isascii() and ch.isprintable())
-            detail = query.get("error_description", "")[:200] if state_ok else ""  # its words: only for ours
-            return self._refuse(
-                403, f"the provider did not sign you in: {error}" + (f" ({detail})" if detail else "")
-            )
+            error = query.get("error", "")
+            code = error if error in PROVIDER_ERRORS else ""  # OAuth's own codes only, never a link's words
+            detail = query.get("error_description", "")[:200] if state_ok and code else ""  # ours only
+            said = (f": {code}" if code else "") + (f" ({detail})" if detail else "")
+            return self._refuse(403, "the provider did not sign you in" + said)
         if pending is None:
             return self._refuse(
                 400, "this sign-in was not started in this browser, or took too long: start again"
@@ -208,13 +251,48 @@ class OidcSignIn:
         except SignInRefused as exc:
             log.warning("oidc sign-in refused", extra={"why": str(exc)[:300]})
             return self._refuse(403, str(exc))
+        token = secrets.token_urlsafe(32)
+        now = time.monotonic()
+        with self._lock:
+            for old in [k for k, (_, t) in self._confirming.items() if now - t > CONFIRM_TTL_S]:
+                del self._confirming[old]
+            while len(self._confirming) >= MAX_PENDING:
+                del self._confirming[next(iter(self._confirming))]
+            self._confirming[token] = (who, now)
+        response = self.console.pages.render(
+            "oidc_done.html", principal=who.principal, role=who.role, confirm=token, provider=self.config.name
+        )
+        response.set_cookie(
+            CONFIRM_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",  # sent with the console's own form only, never with a cross-site post
+            secure=self.console.pages.secure(request),
+            path="/oidc",
+            max_age=int(CONFIRM_TTL_S),
+        )
+        response.delete_cookie(OIDC_COOKIE, path="/oidc")
+        return response
+
+    async def confirm(self, request: Request) -> Response:
+        """The person pressed Continue on the callback's page: the session is made now."""
+        form = await request.form()
+        given = str(form.get("confirm", ""))[:100]
+        cookie = request.cookies.get(CONFIRM_COOKIE, "")[:100]
+        if not given or not cookie or not hmac.compare_digest(given.encode(), cookie.encode()):
+            return self._refuse(403, "this confirmation does not come from this browser: start again")
+        with self._lock:
+            found = self._confirming.pop(given, None)
+        if found is None or time.monotonic() - found[1] > CONFIRM_TTL_S:
+            return self._refuse(400, "this sign-in was confirmed already, or took too long: start again")
+        who = found[0]
         session = self.console.sessions.create(
             who.principal, who.role, f"oidc:{self.config.issuer}:{who.subject}", source="oidc"
         )
         log.info(
             "oidc sign-in", extra={"principal": who.principal, "role": who.role, "sub": who.subject[:200]}
         )
-        response = self.console.pages.render("oidc_done.html", principal=who.principal)
+        response = RedirectResponse("/", status_code=303)
         self.console.pages.set_session_cookie(request, response, session)
-        response.delete_cookie(OIDC_COOKIE, path="/oidc")
+        response.delete_cookie(CONFIRM_COOKIE, path="/oidc")
         return response

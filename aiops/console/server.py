@@ -68,9 +68,17 @@ class ServedConsole:
 class ConsoleServer:
     """The console alone on its own listener."""
 
-    def __init__(self, app: Starlette, listen: str, allowed_hosts: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: Starlette,
+        listen: str,
+        allowed_hosts: tuple[str, ...] = (),
+        trusted_proxies: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
-        self.web = WebServer(app, listen, name="aiops-console", allowed_hosts=allowed_hosts)
+        self.web = WebServer(
+            app, listen, name="aiops-console", allowed_hosts=allowed_hosts, trusted_proxies=trusted_proxies
+        )
 
     @property
     def host(self) -> str:

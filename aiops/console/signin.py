@@ -168,8 +168,10 @@ def _prune_table(table: dict[_K, list[float]], now_s: float) -> None:
         return
     for key in [k for k, v in table.items() if not _recent(v, now_s)]:
         del table[key]
-    if len(table) >= MAX_KEYS:  # still full of live counts: the oldest half goes
-        ordered = sorted(table, key=lambda k: table[k][-1] if table[k] else 0.0)
+    if len(table) >= MAX_KEYS:  # still full of live counts: the half with the fewest failures goes
+        # (never the oldest first: 20,000 single failures on other names once pushed out a name being held,
+        # and its delay was lifted (issue 36); a held name goes only after half the table holds as many)
+        ordered = sorted(table, key=lambda k: (len(table[k]), table[k][-1] if table[k] else 0.0))
         for key in ordered[: len(ordered) // 2]:
             del table[key]
 

@@ -41,9 +41,13 @@ HEADERS: tuple[tuple[bytes, bytes], ...] = (
 
 
 def _clock(ts_s: Any) -> str:
+    """A stored time as UTC text; a time no clock shows (hostile: NaN, infinite, past year 9999) as `invalid`."""
     if ts_s is None:
         return "-"
-    return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(float(ts_s), tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError, TypeError):
+        return "invalid time"
 
 
 def environment() -> Environment:
@@ -85,12 +89,16 @@ class Pages:
         self.secure_cookies = secure_cookies
         self._key = key
         self.env = environment()
+        # the conditions that blind the workspace now, shown as a banner on every page (the console refreshes it
+        # at each store read: aiops/console/app.py `Console.read`)
+        self.banner: list[dict[str, Any]] = []
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=status)
 
     def page(self, request: Request, session: Session, name: str, **context: Any) -> HTMLResponse:
         flash = session.notes.get(request.query_params.get("note", "")[:64], "")
+        context.setdefault("banner", self.banner)
         return self.render(name, me=session, csrf=session.csrf_token, flash=flash, **context)
 
     def session(self, request: Request) -> Session | None:
@@ -125,6 +133,18 @@ class Pages:
 
     def refuse(self, status: int, why: str) -> HTMLResponse:
         return self.render("error.html", status=status, status_code=status, why=why)
+
+    async def may_decide(self, request: Request, name: str) -> tuple[Response | None, str, str]:
+        """(refusal, principal, the path parameter `name`): a refusal when the request may not decide (signed
+        out: to sign in; a missing or wrong CSRF token, a viewer: 403, nothing recorded)."""
+        session = self.session(request)
+        if session is None:
+            return self.to_login(), "", ""
+        if not await self.csrf_ok(request, session):
+            return self.refuse(403, "missing or wrong CSRF token: nothing was recorded"), "", ""
+        if session.role not in ("approver", "admin"):
+            return self.refuse(403, f"{session.principal} is a viewer: viewers cannot decide"), "", ""
+        return None, session.principal, str(request.path_params[name])[:200]
 
     async def csrf_ok(self, request: Request, session: Session) -> bool:
         token = request.headers.get("x-csrf-token")

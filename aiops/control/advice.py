@@ -8,18 +8,20 @@ limit is never below 40 % of TDP (nor the NVML minimum) nor above TDP, and one a
 most 150 W (guardrails.registry POWER_MAX_STEP_W). Where that clamps the wanted value, the reason says so and
 what the next proposal would be; the advice is meant to be run again once the action has settled.
 
-Capping fallback: the limit is set below what the GPU draws now (not below its present limit, which may sit
-far above the draw and cut nothing): wanted = min(limit, draw) - shed, shed = temperature excess / R_th from
-the thermal manager. Every node of the job is capped alike: a synchronous job runs at its slowest rank's pace.
+Capping fallback: the hot GPUs are capped below what they draw now (not below their present limit, which may
+sit far above the draw and cut nothing): wanted = min(limit, draw) - shed, shed = temperature excess / R_th.
+The job's other nodes are capped only where its own throughput favours it (aiops/control/capping.py): a single
+hot node's fault touches that node.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from aiops.control.capping import clamp_limit_w, requeue_actions, thermal_caps
 from aiops.control.power import Allocation, allocate
 from aiops.control.readings import Readings, ThermalInputs
 from aiops.control.thermal import (
@@ -33,11 +35,12 @@ from aiops.control.thermal import (
 )
 from aiops.models import GpuPower
 from guardrails.actions import Action
-from guardrails.envelope import POWER_MAX_STEP_W, POWER_MIN_FRACTION_OF_TDP, power_range_w
+from guardrails.envelope import POWER_MAX_STEP_W, power_range_w
 
 __all__ = [
     "AllocationAdvice",
     "ThermalAdvice",
+    "ThermalRemedy",
     "action_dicts",
     "allocation_actions",
     "allocation_advice",
@@ -45,6 +48,7 @@ __all__ = [
     "hotspot_dicts",
     "thermal_actions",
     "thermal_advice",
+    "thermal_remedy",
 ]
 
 PROPOSER = "analyst"
@@ -53,38 +57,6 @@ _NAME_CHARS = 40  # job names are telemetry: quoted short, never interpreted
 
 def _short(text: str) -> str:
     return text if len(text) <= _NAME_CHARS else text[: _NAME_CHARS - 1] + "…"
-
-
-def clamp_limit_w(wanted_w: float, gpus: Sequence[GpuPower]) -> tuple[float, str]:
-    """The limit one action may set on all of `gpus` for a wanted value: whole watts, inside every GPU's
-    envelope range (`guardrails.envelope.power_range_w`: 40-100 % of TDP inside NVML's constraints) and at most
-    150 W from each one's present limit. Returns the value and why it differs from the wanted one ("" when it
-    does not)."""
-    ranges = [power_range_w(g) for g in gpus]
-    floor_w = max(low for low, _ in ranges)
-    ceiling_w = min(high for _, high in ranges)
-    step_low_w = max(g.limit_w for g in gpus) - POWER_MAX_STEP_W
-    step_high_w = min(g.limit_w for g in gpus) + POWER_MAX_STEP_W
-    exact_w = min(max(wanted_w, floor_w, step_low_w), ceiling_w, step_high_w)
-    value_w = float(math.floor(exact_w + 1e-9))
-    if value_w < max(floor_w, step_low_w) - 1e-9:
-        value_w = float(math.ceil(exact_w - 1e-9))
-    why = ""
-    if value_w > wanted_w + 1.0:  # more than whole-watt rounding
-        if value_w <= floor_w + 1.0 and floor_w >= step_low_w:
-            tdp_w = max(g.tdp_w for g in gpus)
-            why = (
-                f"clamped to the envelope floor {floor_w:.0f} W "
-                f"({POWER_MIN_FRACTION_OF_TDP:.0%} of TDP {tdp_w:.0f} W or the NVML minimum)"
-            )
-        else:
-            why = (
-                f"clamped to {value_w:.0f} W: at most {POWER_MAX_STEP_W:.0f} W per action (guardrails "
-                f"max_step); propose the next step once this one has settled"
-            )
-    elif value_w < wanted_w - 1.0:
-        why = f"clamped to {value_w:.0f} W (TDP / NVML maximum, or at most {POWER_MAX_STEP_W:.0f} W up per action)"
-    return value_w, why
 
 
 def _hotspot_lines(report: ThermalReport, nodes: Sequence[str], inputs: ThermalInputs) -> list[str]:
@@ -136,45 +108,17 @@ def _move_action(move: Move, report: ThermalReport, inputs: ThermalInputs, pid: 
 def _cap_actions(
     cap: PowerCapFallback, report: ThermalReport, inputs: ThermalInputs, prefix: str
 ) -> list[Action]:
-    hot_nodes = list(cap.nodes)
-    others = [n.node for n in inputs.nodes if n.job == cap.job and n.node not in cap.nodes]
-    out: list[Action] = []
-    for node in hot_nodes + others:
-        gpus = inputs.node_gpus(node)
-        if not gpus:
-            continue
-        base_w = min(max(g.limit_w for g in gpus), max(g.draw_w for g in gpus))
-        wanted_w = base_w - cap.shed_w_per_gpu
-        value_w, clamped = clamp_limit_w(wanted_w, gpus)
-        if value_w >= min(g.limit_w for g in gpus) - 0.5:
-            continue  # nothing to cut within the envelope (already at the floor)
-        why = f"draw {base_w:.0f} W - shed {cap.shed_w_per_gpu:.0f} W = {wanted_w:.0f} W per GPU"
-        role = "hot node" if node in cap.nodes else "same job: capped alike, the job runs at its slowest rank"
-        out.append(
-            Action(
-                proposal_id=f"{prefix}-{len(out)}",
-                kind="set_power_limit",
-                target=node,
-                parameters={"power_limit_w": value_w},
-                reason=(
-                    f"thermal manager fallback for job {_short(cap.job)} ({role}): {cap.reason}; {why}"
-                    + (f"; {clamped}" if clamped else "")
-                ),
-                evidence=_hotspot_lines(report, hot_nodes, inputs) + list(report.notes),
-                expected_effect=(
-                    f"{node}'s GPUs draw at most {value_w:.0f} W, about {cap.shed_w_per_gpu:.0f} W less heat each; "
-                    f"temperature down towards {SLOWDOWN_C - 5:.0f} °C, the job slows evenly instead of throttling"
-                ),
-                rollback={
-                    "kind": "set_power_limit",
-                    "target": node,
-                    "parameters": {"power_limit_w": max(g.limit_w for g in gpus)},
-                },
-                proposed_by=PROPOSER,
-                created_ts_s=inputs.now_ts_s,
-            )
+    """The capping fallback of a job with no cooler node to move to: its hot GPUs capped one guardrail step at a
+    time (capping is the lever left), its other nodes only where its throughput favours it
+    (aiops/control/capping.py), the fallback's reason first."""
+    return [
+        a.model_copy(
+            update={
+                "reason": f"thermal manager fallback for job {_short(cap.job)} ({cap.reason}); {a.reason}"
+            }
         )
-    return out
+        for a in thermal_caps(report, inputs, cap.nodes, id_prefix=prefix).actions
+    ]
 
 
 def thermal_actions(
@@ -339,3 +283,31 @@ def allocation_advice(
         budget_text=budget_text,
     )
     return AllocationAdvice(scope, budget_w, non_gpu_w, gpus, allocation, actions)
+
+
+@dataclass(frozen=True)
+class ThermalRemedy:
+    actions: list[Action]  # caps on the hot GPUs, then moves off hot nodes (or requeues without them)
+    notes: dict[str, list[str]]  # "limit" / "move" -> why nothing of that kind is advised, in numbers
+
+
+def thermal_remedy(readings: Readings, nodes: Iterable[str]) -> ThermalRemedy:
+    """What the thermal manager advises for a thermal fault on `nodes`, from the readings now: caps where they
+    cut heat now, a move to an idle node in a cool rack, else a requeue without the hot node where any idle node
+    is left; and for what it does not advise, why."""
+    wanted = set(nodes)
+    advice = thermal_advice(readings)
+    report, inputs = advice.report, advice.inputs
+    moves = [m for m in report.moves if m.from_node in wanted]
+    caps = thermal_caps(report, inputs, wanted)
+    shift = thermal_actions(replace(report, moves=moves, power_caps=[]), inputs)
+    shift += requeue_actions(replace(report, moves=moves), inputs, wanted)
+    notes: dict[str, list[str]] = {"limit": list(caps.notes)}
+    hot = sorted(h.component for h in report.hotspots if h.level == "node" and h.component in wanted)
+    jobs = sorted({n.job for n in inputs.nodes if n.node in hot and n.job})
+    if hot and jobs and not shift:
+        notes["move"] = [
+            f"no idle node to move or requeue {', '.join(f'job {j[:40]}' for j in jobs)} onto (every other node "
+            f"runs a job or is hot): the work stays on {', '.join(hot)}"
+        ]
+    return ThermalRemedy(caps.actions + shift, {k: v for k, v in notes.items() if v})

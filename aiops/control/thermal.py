@@ -11,7 +11,9 @@ Capacity weight of a node (for the scheduler): its projected headroom over `comf
 [0, 1], halved when its rack is hot; 1 is full speed, 0 is at the slowdown threshold.
 Placement: a job on a hot node is advised to move from it to an idle, not-hot node in a not-hot rack with at
 least `min_gain_c` more headroom (coolest first, other racks preferred). Where no such node is left, the advice
-falls back to power capping that job evenly, with the watts per GPU to shed (temperature excess / R_th).
+falls back to power capping, with the watts per GPU to shed (temperature excess / R_th): the job's hot GPUs,
+and its other nodes only where the job's own throughput favours it (aiops/control/capping.py); a single hot
+node's fault touches that node.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from aiops.detect.limits import LimitSteps, cap_levels
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
 from aiops.store import Store
+from collectors.nvml import DRIVER_GONE
 from guardrails.intended import Intended, IntendedCache
 
 # Symptom kinds and how they weigh for opening an incident.
@@ -63,6 +64,8 @@ class Detector:
         self.window_s = window_s
         self.start_ts_s: float | None = None
         self.job_of_gpu = w.job_gpus(store)
+        self.job_home = w.job_homes(store)
+        self.reporting: set[str] = set()  # the nodes whose GPUs have a row in the window being judged
         self.persist = Persistence()
         self.baselines: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=30))
         self.counters: dict[str, float] = {}
@@ -144,10 +147,13 @@ class Detector:
         rack_of_gpu = {str(r["gpu"]): self.rack_of.get(str(r["node"])) for r in rows}
         capped = cap_levels(limits_w, list(self.caps_kw), rack_of_gpu)  # what each cap asked, where one is
         warm = self.start_ts_s is not None and t1 - self.start_ts_s >= WARMUP_S
+        self.reporting = set()
         for r in rows:
             gpu = str(r["gpu"])
+            self.reporting.add(str(r["node"]))
             if r["errors"]:
-                out.append(Symptom(kind="gpu_lost", component=gpu, ts_s=t1, detail={"error": r["error"]}))
+                if r["error"] not in DRIVER_GONE:  # NVML itself gone: the node's blindness, no GPU's fault
+                    out.append(Symptom(kind="gpu_lost", component=gpu, ts_s=t1, detail={"error": r["error"]}))
                 continue
             throttled = (r["throttled"] or 0) >= max(2, 0.3 * r["samples"])
             routine = routine_power_cap(
@@ -386,8 +392,11 @@ class Detector:
                 )
         drained_jobs = {j for g, j in self.job_of_gpu.items() if self._drained(g)}
         for job, last in self.last_step_ts_s.items():
+            home = self.job_home.get(job)
             if job in seen or job in drained_jobs:  # a job a drain held or requeued waits by design
                 continue
+            if home not in self.reporting if home else not self.reporting:
+                continue  # no step, and no sight of where its steps come from either: blind, not stalled
             typical = self.step_baseline[job].median or 1.0
             # no step for 30 s and 10 typical steps, and two windows: at a 30 s scrape interval one window
             # without a step row is one scrape that had not seen the next step yet, not a stall

@@ -214,3 +214,11 @@ def racks_of_nodes(store: Store) -> dict[str, str]:
     """node → rack from the topology table (empty when the store has no topology)."""
     rows = store.query("SELECT node, rack FROM topology WHERE kind = 'node' AND rack IS NOT NULL")
     return {str(r["node"]): str(r["rack"]) for r in rows}
+
+
+def job_homes(store: Store) -> dict[str, str]:
+    """job → the node of its rank 0 (where its steps are recorded and exported)."""
+    rows = store.query(
+        "SELECT job, min(node) AS node FROM job_ranks WHERE rank = 0 AND node IS NOT NULL GROUP BY job"
+    )
+    return {str(r["job"]): str(r["node"]) for r in rows}

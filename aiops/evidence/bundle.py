@@ -12,6 +12,7 @@ recognised by its content (aiops/evidence/detect.py)."""
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import io
 import lzma
@@ -193,31 +194,67 @@ def entries(path: Path, name: str, limits: Limits) -> Iterator[Entry]:
 
 
 def _directory(root: Path, name: str, budget: Budget) -> Iterator[Entry]:
-    for folder, dirs, files in os.walk(root, followlinks=False):
+    """Every file under `root`, each opened beneath its folder's descriptor (`os.fwalk`, which opens each
+    folder from its parent's descriptor and checks it is the one listed) with O_NOFOLLOW, then checked on the
+    descriptor: a file swapped for a link (or a FIFO, a device) between the listing and the open is refused,
+    never followed out of the bundle (issue 36, medium 1: the walker lstat-ed a name and opened it later)."""
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the folder itself, once
+    try:
+        yield from _walk(top, name, budget)
+    finally:
+        os.close(top)
+
+
+def _walk(top: int, name: str, budget: Budget) -> Iterator[Entry]:
+    for folder, dirs, files, folder_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
         dirs.sort()
-        for file in sorted(files) + sorted(d for d in dirs if Path(folder, d).is_symlink()):
-            full = Path(folder, file)
-            rel = full.relative_to(root).as_posix()
+        links = sorted(d for d in dirs if _is_link(d, folder_fd))
+        for file in sorted(files) + links:
+            rel = PurePosixPath(folder, file).as_posix().removeprefix("./")
             cited = f"{name}/{rel}"
             budget.member()
-            mode = os.lstat(full).st_mode
-            if stat.S_ISLNK(mode):
-                yield Entry(cited, skipped="a symbolic link (not followed)", layout=layout_of(rel))
-                continue
-            if not stat.S_ISREG(mode):
-                yield Entry(cited, skipped="not a regular file", layout=layout_of(rel))
-                continue
-            if is_bundle(full):
-                yield Entry(cited, skipped="an archive inside a bundle (give it on its own)")
-                continue
             try:
-                handle = full.open("rb")
+                fd = os.open(
+                    file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd
+                )
             except OSError as exc:
-                yield Entry(cited, skipped=f"cannot read: {exc.strerror or exc}")
+                why = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else None
+                yield Entry(
+                    cited, skipped=why or f"cannot read: {exc.strerror or exc}", layout=layout_of(rel)
+                )
                 continue
+            handle = os.fdopen(fd, "rb")
             with handle:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    yield Entry(cited, skipped="not a regular file", layout=layout_of(rel))
+                    continue
+                if _is_archive(handle):
+                    yield Entry(cited, skipped="an archive inside a bundle (give it on its own)")
+                    continue
                 yield Entry(cited, stream=handle, layout=layout_of(rel), budget=budget)  # type: ignore[arg-type]
-        dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()]
+        dirs[:] = [d for d in dirs if d not in links]
+
+
+def _is_link(entry: str, folder_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(entry, dir_fd=folder_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _is_archive(handle: BinaryIO) -> bool:
+    """A zip or tar, plain or compressed, from an open file's first bytes (the handle is rewound)."""
+    head = handle.read(TAR_MAGIC_AT + 8)
+    handle.seek(0)
+    kind = sniff_kind(head)
+    if kind in ("gzip", "xz", "bz2"):
+        try:
+            inner = decompressed(handle, kind, None).read(TAR_MAGIC_AT + 8)  # type: ignore[arg-type]
+        except ARCHIVE_ERRORS:
+            inner = b""
+        handle.seek(0)
+        kind = sniff_kind(inner)
+    return kind in ("zip", "tar")
 
 
 def _tar(path: Path, name: str, budget: Budget) -> Iterator[Entry]:

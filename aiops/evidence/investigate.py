@@ -159,13 +159,20 @@ def _peek(data: BinaryIO) -> bytes:
 
 
 def investigate(
-    paths: Sequence[Path], *, sink: Sink | None = None, limits: Limits | None = None
+    paths: Sequence[Path],
+    *,
+    sink: Sink | None = None,
+    limits: Limits | None = None,
+    names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
+    """`names`: what evidence cites for each path (by default its file name); a caller that opened the files
+    itself (aiops/mcpserver/files.py: `/proc/self/fd/N`) gives the names it was asked for."""
     run = _Run(sink, limits or Limits())
-    for path, name in zip(paths, source_names(paths), strict=True):
+    cited = list(names) if names is not None else source_names(paths)
+    for path, name in zip(paths, cited, strict=True):
         run.path(path, name)
     if all(s["format"] in SKIPPED for s in run.sources):
-        given = ", ".join(str(p) for p in paths)
+        given = ", ".join(cited if names is not None else [str(p) for p in paths])
         reasons = "; ".join(s["reason"] for s in run.sources[:10]) or "no files in it"
         raise EvidenceError(f"nothing could be read in {given}: {reasons} (accepted formats: {accepted()})")
     return result(run.collected, run.sources)

@@ -5,9 +5,10 @@ The fleet service has no actuator and cannot approve for anyone: it sends the pr
 people's SSH signatures, and the node checks them against its own allowed-signers (guardrails/dispatched.py).
 Each flush of `aiops fleet`, `FleetDispatcher` takes the proposals that are `approved`:
 
-- only signed `approval` events that verify here and are SSH signatures are sent; a proposal approved only
-  with console sessions (the fleet's own key, which no node can check) is not sent, and its status message
-  says so (`CONSOLE_ONLY`);
+- only signed `approval` events (and `step_approval` events naming the proposal: one signature over a plan
+  step, sent with the step's id and targets) that verify here and are SSH signatures are sent; a proposal
+  approved only with console sessions (the fleet's own key, which no node can check) is not sent, and its
+  status message says so (`CONSOLE_ONLY`);
 - the node is the target's host (a GPU, NIC or node of one host; rack, job and fleet targets have no node
   agent to act, and say so): the host the fleet's topology gives, which is the host the target's name holds
   (aiops/fleet/names.py). Its URL is `[fleet.nodes]` host -> URL, else `[fleet] node_url` with `{host}` filled
@@ -40,13 +41,14 @@ from aiops.errors import OutboundError
 from aiops.labels import is_host_name
 from aiops.store import Store
 from guardrails.actions import action_hash
-from guardrails.audit import AuditLog
+from guardrails.audit import AuditLog, step_rows_naming
 from guardrails.context import topology_from_store
 from guardrails.decisions import check_row
 from guardrails.policy import ExecutionRecord
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import ConfiguredVerifier, Verifier
+from guardrails.step_message import EVENT as STEP_EVENT
 
 log = logging.getLogger("aiops.fleet")
 CONSOLE_ONLY = (
@@ -195,9 +197,11 @@ class FleetDispatcher:
         return answered
 
     def _ssh_approvals(self, audit: AuditLog, pid: str, verifier: Verifier) -> list[dict[str, Any]]:
-        """The proposal's signed approvals that verify here and that a node can verify (SSH, not session)."""
+        """The proposal's signed approvals that verify here and that a node can verify (SSH, not session): its
+        own, and each plan step's that names it (sent with the step's id and targets, which the node needs to
+        rebuild the signed message and find its proposal named there)."""
         found = []
-        for row in audit.rows(pid, "approval"):
+        for row in [*audit.rows(pid, "approval"), *step_rows_naming(audit.store, pid)]:
             data = row.data()
             signature = data.get("signature")
             if not isinstance(signature, str) or is_session_signature(signature):
@@ -206,14 +210,15 @@ class FleetDispatcher:
                 signed = check_row(row, verifier)
             except Exception:  # a row that does not hold is not sent (aiops audit verify reports it)
                 continue
-            found.append(
-                {
-                    "principal": signed.principal,
-                    "ts_s": float(data["ts_s"]),
-                    "expires_ts_s": float(data["expires_ts_s"]),
-                    "signature": signature,
-                }
-            )
+            one = {
+                "principal": signed.principal,
+                "ts_s": float(data["ts_s"]),
+                "expires_ts_s": float(data["expires_ts_s"]),
+                "signature": signature,
+            }
+            if row.event == STEP_EVENT:
+                one["step"] = {"step_id": row.proposal_id, "targets": data["targets"]}
+            found.append(one)
         return found
 
     @staticmethod
@@ -244,7 +249,9 @@ class FleetDispatcher:
             "action": record.action.model_dump(mode="json"),
             "action_hash": action_hash(record.action),
             "expires_ts_s": record.expires_ts_s,
-            "approvals": [{k: a[k] for k in ("ts_s", "expires_ts_s", "signature")} for a in approvals],
+            "approvals": [
+                {k: a[k] for k in ("ts_s", "expires_ts_s", "signature", "step") if k in a} for a in approvals
+            ],
             "fleet": self.name,
         }
         principals = sorted({a["principal"] for a in approvals})

@@ -227,6 +227,7 @@ class _Stager:
             "sid": pa.array(np.arange(first_sid, first_sid + n, dtype=np.int64)),
             "name": pa.array([name] * n, pa.string()),
         }
+        present: set[str] = set(families.LABELS)
         try:
             labels = pa.array(metrics)
             if not pa.types.is_struct(labels.type):
@@ -239,7 +240,10 @@ class _Stager:
             # labels of other types than strings (hostile data): each written as text
             for label in families.LABELS:
                 columns[label] = pa.array([str(m.get(label, "")) for m in metrics], pa.string())
-        named = {label: columns[label] for label in families.LABELS if label != "instance"}
+        # the labels this answer holds (one absent from every series is empty: nothing to check)
+        named = {
+            label: columns[label] for label in families.LABELS if label != "instance" and label in present
+        }
         columns.update(check_labels(name, named, columns["instance"], self.refusals))
         return pa.table(columns)
 

@@ -28,9 +28,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aiops.fleet import families
 from aiops.labels import GPU_INDEX, HOST, JOB_NAME, LABEL_PATTERNS
 
 MAX_EXAMPLES = 20
+# Series about a job, not a part: the job's home agent (its rank 0's node) reports its ranks, steps and slowest
+# rank, so their `gpu`, `nic` and `node` labels name parts of other nodes. They are references (valid names
+# still), never claims: a GPU named there gains no owner, and the series counts from any agent that declares a
+# node. What they can do is bias a diagnosis the way any telemetry can; where an action goes stays the name's.
+REFERENCES: frozenset[str] = frozenset((*families.JOB, "aiops_job_rank_info"))
 _NAME = r"[A-Za-z0-9_.-]{1,63}"
 # label -> the RE2 pattern a value must match to be kept (empty values are kept: the label is absent)
 RULES: dict[str, str] = {
@@ -81,42 +87,58 @@ def shown(value: Any, limit: int = 80) -> str:
     return text.encode("unicode_escape").decode("ascii")
 
 
-def _valid(label: str, column: pa.Array) -> pa.Array:
-    ok = pc.match_substring_regex(column, RULES.get(label, TEXT))
+def _valid_values(label: str, values: pa.Array) -> pa.Array:
+    """Whether each value may stand as `label` (an empty value is an absent label: kept)."""
+    ok = pc.match_substring_regex(values, RULES.get(label, TEXT))
     if label in ("node", "gpu", "nic"):
-        ok = pc.and_(ok, pc.invert(pc.match_substring_regex(column, _RESERVED_HOST)))
-        ok = pc.and_(ok, pc.less_equal(pc.utf8_length(column), 253 + 12))
+        ok = pc.and_(ok, pc.invert(pc.match_substring_regex(values, _RESERVED_HOST)))
+        ok = pc.and_(ok, pc.less_equal(pc.utf8_length(values), 253 + 12))
     if label == "rack":
-        twin = pc.match_substring_regex(column, r"^rack[0-9]+$")
-        ok = pc.or_(twin, pc.and_(ok, pc.invert(pc.match_substring_regex(column, _RESERVED_RACK))))
-    return pc.or_(ok, pc.equal(column, ""))
+        twin = pc.match_substring_regex(values, r"^rack[0-9]+$")
+        ok = pc.or_(twin, pc.and_(ok, pc.invert(pc.match_substring_regex(values, _RESERVED_RACK))))
+    return pc.or_(ok, pc.equal(values, ""))
+
+
+def _host_of(values: pa.Array) -> pa.Array:
+    return pc.if_else(
+        pc.equal(values, ""), "", pc.list_element(pc.split_pattern(values, "/", max_splits=1), 0)
+    )
 
 
 def check_labels(
     name: str, columns: dict[str, pa.Array], instances: pa.Array, refusals: Refusals
 ) -> dict[str, pa.Array]:
     """`columns` (label -> string column, "" where absent) with every invalid value blanked and a GPU's or NIC's
-    `node` set to the host its name holds; each refusal counted and named in `refusals`."""
+    `node` set to the host its name holds; each refusal counted and named in `refusals`. Each label is checked
+    once per distinct value (labels repeat: a GPU's name in every one of its series)."""
     out = dict(columns)
     for label, column in columns.items():
-        ok = _valid(label, column)
-        bad = pc.invert(ok)
-        count = int(pc.sum(bad).as_py() or 0)
-        if count:
-            first = pc.index(bad, True).as_py()
-            refusals.add(
-                f"{label} label not a valid name",
-                count,
-                f"{name}{{{label}={shown(column[first].as_py())!r}}} from {shown(instances[first].as_py())!r}",
-            )
-            out[label] = pc.if_else(ok, column, "")
-    for part in ("gpu", "nic"):  # the name's host is the node; a `node` label that says otherwise is refused
-        if part not in out or "node" not in out:
+        encoded = pc.dictionary_encode(column)
+        values = encoded.dictionary
+        if len(values) == 1 and values[0].as_py() == "":
+            continue  # the label is absent from every series
+        ok_values = _valid_values(label, values)
+        if pc.all(ok_values).as_py():
             continue
-        host = pc.if_else(
-            pc.equal(out[part], ""), "", pc.list_element(pc.split_pattern(out[part], "/", max_splits=1), 0)
+        ok = pc.take(ok_values, encoded.indices)
+        bad = pc.invert(ok)
+        first = pc.index(bad, True).as_py()
+        refusals.add(
+            f"{label} label not a valid name",
+            int(pc.sum(bad).as_py() or 0),
+            f"{name}{{{label}={shown(column[first].as_py())!r}}} from {shown(instances[first].as_py())!r}",
         )
+        out[label] = pc.if_else(ok, column, "")
+    for part in ("gpu", "nic"):  # the name's host is the node; a `node` label that says otherwise is refused
+        if part not in out or "node" not in out or name in families.JOB:
+            continue  # a job's series: its node is its reporter's, its GPU a reference
+        encoded = pc.dictionary_encode(out[part])
+        if len(encoded.dictionary) == 1 and encoded.dictionary[0].as_py() == "":
+            continue
+        host = pc.take(_host_of(encoded.dictionary), encoded.indices)
         differs = pc.and_(pc.not_equal(host, ""), pc.not_equal(out["node"], host))
+        if not pc.any(differs).as_py():
+            continue
         claims = pc.and_(differs, pc.not_equal(out["node"], ""))
         count = int(pc.sum(claims).as_py() or 0)
         if count:
@@ -131,8 +153,10 @@ def check_labels(
 
 
 # -- ownership: which instance speaks for which node ---------------------------------------------------------
-_SERIES_NODE = (  # the node a series is about (its GPU's or NIC's host: check_labels made `node` agree)
-    "CASE WHEN s.gpu <> '' THEN split_part(s.gpu, '/', 1) WHEN s.nic <> '' THEN split_part(s.nic, '/', 1) "
+_REFERENCES = ", ".join(f"'{n}'" for n in sorted(REFERENCES))
+_SERIES_NODE = (  # the node a series is about (its GPU's or NIC's host: check_labels made `node` agree); a job's: none
+    f"CASE WHEN s.name IN ({_REFERENCES}) THEN '' "
+    "WHEN s.gpu <> '' THEN split_part(s.gpu, '/', 1) WHEN s.nic <> '' THEN split_part(s.nic, '/', 1) "
     "ELSE s.node END"
 )
 OWNERSHIP_SQL = (

@@ -3,7 +3,9 @@ counter's increase since the previous scrape) into the tables the analyst reads.
 what the workspace lacks, so a cycle that re-reads an interval does not double it.
 
 `fleet_d` holds only series whose names passed aiops/fleet/names.py (valid names, from the instance that owns
-their node): a GPU's or NIC's node is the host its name holds (`node1/gpu1` is node1's), never a label's say."""
+their node): a GPU's or NIC's node is the host its name holds (`node1/gpu1` is node1's), never a label's say.
+Times a node exports as values (a job's last step, an incident's opening, its lane rules') count only between
+0 and the scrape that read them (a step's, within the day before): a hostile 1e300 never becomes a row's time."""
 
 from __future__ import annotations
 
@@ -155,6 +157,7 @@ INSERT INTO lane_rules (ts_s, rule_id, match_kind, match_value, lane, scope)
 SELECT DISTINCT t.value, r.rule_id, r.match_kind, NULLIF(r.match_value, ''), r.lane, r.scope
 FROM fleet_d r JOIN fleet_d t
   ON t.name = 'aiops_lane_rules_timestamp_seconds' AND t.node = r.node AND t.ts_s = r.ts_s
+  AND t.value BETWEEN 0 AND t.ts_s  -- a time the node cannot have yet (or no time at all) is no rule's
 WHERE r.name = 'aiops_lane_rule_info' AND r.rule_id <> ''
   AND (t.value, r.rule_id) NOT IN (SELECT (ts_s, rule_id) FROM lane_rules)
 """
@@ -177,7 +180,8 @@ WHERE n IS NOT NULL
 # (the histogram's sum and count), the rank that was slowest most often in it.
 JOB_STEPS = f"""
 INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks)
-SELECT coalesce(s.last_ts_s, s.ts_s), s.job, CAST(s.step AS BIGINT), s.total_s / s.n,
+SELECT CASE WHEN s.last_ts_s BETWEEN s.ts_s - 86400 AND s.ts_s THEN s.last_ts_s ELSE s.ts_s END, s.job,
+       CAST(s.step AS BIGINT), s.total_s / s.n,
        TRY_CAST(split_part(w.slowest, '|', 1) AS INTEGER), NULLIF(split_part(w.slowest, '|', 2), ''), r.ranks
 FROM (SELECT ts_s, job, {_pick("aiops_job_step_duration_seconds_count", "d")} AS n,
              {_pick("aiops_job_step_duration_seconds_sum", "d")} AS total_s,
@@ -226,12 +230,12 @@ GROUP BY ts_s, node, device, port
 NODE_INCIDENTS = """
 INSERT INTO node_incidents (node, incident_id, component, root_cause, severity, opened_ts_s, confidence, seen_ts_s)
 SELECT node, incident_id, max(component), max(root_cause), max(severity),
-       max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'),
+       least(max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds'), min(ts_s)),
        max(value) FILTER (WHERE name = 'aiops_incident_confidence_ratio'), min(ts_s)
 FROM fleet_d WHERE name IN ('aiops_incident_opened_timestamp_seconds', 'aiops_incident_confidence_ratio')
   AND node <> '' AND incident_id <> '' AND (node, incident_id) NOT IN (SELECT (node, incident_id) FROM node_incidents)
 GROUP BY node, incident_id
-HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds') IS NOT NULL
+HAVING max(value) FILTER (WHERE name = 'aiops_incident_opened_timestamp_seconds') >= 0
 """
 
 

@@ -2,6 +2,13 @@
 Prometheus or VictoriaMetrics (aiops/fleet/ingest.py) and handed to the service as Arrow tables, which it stores,
 detects on, diagnoses, files and notifies exactly as a node's service does with its collectors' rows.
 
+Each read is judged (aiops/fleet/sight.py): a read that fails, brings nothing or falls behind leaves the fleet
+blind after two scrape intervals (a `source_blind` condition: /readyz 503, one warning line, one notification,
+by the service's condition book), a node agent silent for two scraping steps is lost (`node_agent_lost`), and
+the samples the ingest drops one by one (non-finite, out of range) are counted and written as one
+`collector_errors` row per cycle. A failed read is never the loop's: it is tried again at the next tick, and
+written to collector_errors once per change of reason, not once per try.
+
 The read goes into a private in-memory workspace first (the pivots join the inventory and skip what is already
 known), which keeps the cluster's inventory (topology, ranks, lane rules) between cycles; its sample tables are
 emptied once handed over. The first cycle reads `lookback_s` back, so a fault already under way is found; after
@@ -20,10 +27,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from aiops.config import FacilityConfig, FleetConfig
+from aiops.errors import SourceError
 from aiops.fleet.cycle import CycleReport, read_cycle
+from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
+from aiops.service.conditions import ConditionReport
+from aiops.service.metrics import MetricsCache
 from aiops.service.sources import Source, Sources
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
+from aiops.store.conditions import SOURCE_BLIND
 
 log = logging.getLogger("aiops.fleet")
 MAX_SHOWN = 1000  # refusal lines logged once each per process, at most this many (then one line says so)
@@ -80,6 +92,11 @@ class FleetCollector:
         self.facility = setup.facility
         self.last: CycleReport | None = None
         self.shown: set[str] = set()  # refusal lines already logged
+        self.sight = SourceSight(setup.config.prometheus, self.step_s, clock, started_s=clock())
+        self.presence = NodePresence(self.step_s)
+        self.presence.seed(_last_seen(store))
+        self.said = ""  # the read failure last written to collector_errors (one row per change)
+        self.dropped_total: dict[str, int] = {}
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
@@ -87,17 +104,39 @@ class FleetCollector:
         end_s = self.clock() - self.config.delay_s
         if end_s - self.horizon_ts_s < self.step_s:
             return {}
-        report = read_cycle(
-            self.scratch,
-            self.client,
-            start_s=self.horizon_ts_s,
-            end_s=end_s,
-            step_s=self.step_s,
-            selector=self.config.selector,
-            facility=self.facility,
-        )
+        self.sight.begin()
+        try:
+            report = read_cycle(
+                self.scratch,
+                self.client,
+                start_s=self.horizon_ts_s,
+                end_s=end_s,
+                step_s=self.step_s,
+                selector=self.config.selector,
+                facility=self.facility,
+            )
+            scraping = self.presence.read(
+                self.client, report.nodes.start_s, report.nodes.end_s, self.config.selector
+            )
+        except Exception as exc:  # down, slow or garbage: the sight judges it; tried at the next tick
+            why = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+            self.sight.failed(why)
+            return self._failure(why)
+        self.said = ""
         self.last = report
         self._show_refusals(report)
+        out = self._handed_over()
+        self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
+        behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
+        self.sight.read(report.nodes.samples + scraping, behind_s)
+        if report.nodes.dropped:
+            out["collector_errors"] = self._errors("dropped_samples", _dropped_text(report))
+            for reason, n in report.nodes.dropped.items():
+                self.dropped_total[reason] = self.dropped_total.get(reason, 0) + n
+        return out
+
+    def _handed_over(self) -> dict[str, pa.Table]:
+        """What the read added: the inventory's new rows, and every sample (the scratch's emptied)."""
         out: dict[str, pa.Table] = {}
         for table in INVENTORY:  # what this cycle added: the scratch's inventory only grows
             total = int(self.scratch.scalar(f"SELECT count(*) FROM {table}"))
@@ -111,7 +150,6 @@ class FleetCollector:
             if rows.num_rows:
                 out[table] = rows
                 self.scratch.conn.execute(f"DELETE FROM {table}")
-        self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         return out
 
     def _show_refusals(self, report: CycleReport) -> None:
@@ -126,8 +164,78 @@ class FleetCollector:
                 return
             log.warning("refused from the node agents' exports", extra={"refused": line})
 
+    def _failure(self, why: str) -> dict[str, pa.Table]:
+        """One collector_errors row when the reason changes, not one per tick of a source that is down."""
+        if why == self.said:
+            return {}
+        self.said = why
+        return {"collector_errors": self._errors("read_failed", why[:500])}
+
+    def _errors(self, error: str, detail: str) -> pa.Table:
+        return pa.table(
+            {
+                "ts_s": pa.array([self.clock()], pa.float64()),
+                "collector": [self.name],
+                "component": ["fleet"],
+                "error": [error],
+                "detail": [detail],
+            }
+        )
+
+    def conditions(self) -> ConditionReport:
+        """The source blind (raised; cleared once a read brought data), and the node agents lost or back
+        (judged only while the source itself is seen)."""
+        out = ConditionReport()
+        blind = self.sight.condition(self.horizon_ts_s)
+        if blind is not None:
+            out.raised.append(blind)
+        elif self.sight.last_data_s is not None:
+            out.cleared.add((SOURCE_BLIND, "fleet"))
+            out.add(self.presence.report(self._parts()))
+        return out
+
+    def _parts(self) -> dict[str, dict[str, int]]:
+        """node -> {"gpu": n, "nic": m}: what a lost agent's silence covers."""
+        rows = self.scratch.query(
+            "SELECT node, kind, count(*) AS n FROM topology WHERE kind IN ('gpu', 'nic') AND node IS NOT NULL "
+            "GROUP BY node, kind"
+        )
+        parts: dict[str, dict[str, int]] = {}
+        for r in rows:
+            parts.setdefault(str(r["node"]), {})[str(r["kind"])] = int(r["n"])
+        return parts
+
+    def export(self, metrics: MetricsCache) -> None:
+        """The fleet's own sight at /metrics (its marker gauge also tells its re-exports from the agents')."""
+        blind = self.sight.blind() is not None
+        marker = FLEET_MARKER.removeprefix("aiops_")  # the cache adds the prefix
+        metrics.gauge(marker, "1 while the fleet cannot read its time-series store", float(blind))
+        metrics.total(
+            "fleet_samples_dropped_total",
+            "samples the fleet dropped one by one (non-finite, out of range)",
+            float(sum(self.dropped_total.values())),
+        )
+        nodes = self.presence.nodes.values()
+        lost = sum(1 for n in nodes if n.missed >= LOST_AFTER_STEPS)
+        metrics.gauge("fleet_nodes_known", "node agents the fleet has seen", float(len(nodes)))
+        metrics.gauge("fleet_nodes_lost", "node agents silent for two scraping steps", float(lost))
+
     def close(self) -> None:
         self.scratch.close()
+
+
+def _last_seen(store: Store) -> dict[str, float]:
+    """node -> its newest stored sample (GPU or host): where a restarted fleet's presence count resumes."""
+    rows = store.query(
+        "SELECT node, max(ts_s) AS ts_s FROM (SELECT node, ts_s FROM gpu_samples UNION ALL "
+        "SELECT node, ts_s FROM host_samples) WHERE node IS NOT NULL GROUP BY node"
+    )
+    return {str(r["node"]): float(r["ts_s"]) for r in rows}
+
+
+def _dropped_text(report: CycleReport) -> str:
+    counts = ", ".join(f"{n} {reason}" for reason, n in sorted(report.nodes.dropped.items()))
+    return f"samples dropped one by one ({counts}), e.g. " + "; ".join(report.nodes.dropped_examples)
 
 
 def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = time.time) -> Sources:
@@ -140,4 +248,8 @@ def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = 
         tick_s=1.0,
         describe=f"fleet of {setup.config.prometheus} every {setup.config.step_s:g} s",
         close=collector.close,
+        conditions=collector.conditions,
+        blind=collector.sight.unready,
+        patience_s=setup.config.timeout_s + 10.0,
+        export=collector.export,
     )

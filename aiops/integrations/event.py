@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from aiops.models import Hypothesis, Incident
+from aiops.store.conditions import condition_of
 
 EventKind = Literal["opened", "diagnosed", "resolved"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
@@ -49,6 +50,9 @@ class IncidentEvent:
     link: str  # where a person reads more: the service's /api/incidents/ID URL, or the database path
     console_link: str = ""  # the incident's page in the web console ([notify] console_url), "" when unknown
     impact: str = ""  # why its severity: "job:llm slowed 31 %; 8 GPUs affected" (aiops/detect/severity.py)
+    condition: str = (
+        ""  # a condition of the service's own sight (source_blind, node_agent_lost, ...), "" if none
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
@@ -100,6 +104,7 @@ def incident_event(
         top=top,
         link=link,
         impact=incident.impact,
+        condition=condition_of(incident) or "",
     )
 
 

@@ -70,6 +70,7 @@ def json_body(event: IncidentEvent, dedup_key: str) -> dict[str, Any]:
             "resolved_at": None if event.resolved_ts_s is None else rfc3339(event.resolved_ts_s),
             "link": event.link,
             "console_link": event.console_link,
+            "condition": event.condition or None,
         },
         "top_hypothesis": None
         if top is None

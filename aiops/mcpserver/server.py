@@ -11,7 +11,10 @@ error result with a one-line message, never a traceback.
 
 HTTP: the SDK's streamable-HTTP app at `/mcp`, served by the service's `WebServer` (request head and body
 deadlines, Host check) with the SDK's session manager started in its lifespan. Loopback by default; any other
-address needs a bearer token (`BearerToken`): without it `serve_http` refuses to start.
+address needs a bearer token (`BearerToken`): without it `serve_http` refuses to start. On any loopback address
+(all of 127.0.0.0/8 and ::1, not only the three the SDK knows) Host and Origin are checked (`loopback_security`:
+a browser page elsewhere cannot post to it); at most `MAX_SESSIONS` sessions are held, each closed after
+`SESSION_IDLE_S` without a request (the SDK's 10,000 for 30 minutes let a flood of `initialize` fill the table).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ MCP_PATH = "/mcp"
 READ_TOOLS = ("incidents", "hypotheses", "component", "investigate", "report", "proposals")
 TOOL_NAMES = (*READ_TOOLS, "propose")
 MIN_TOKEN_CHARS = 16
+MAX_SESSIONS = 64  # an aiops mcp serves a few agents; past this, initialize is refused until one ends
+SESSION_IDLE_S = 300.0
 
 INSTRUCTIONS = (
     "Read-only access to an aiops workspace (GPU training cluster telemetry, incidents, root-cause hypotheses "
@@ -143,7 +148,24 @@ def serve_stdio(tools: McpTools) -> None:
 
 
 def is_loopback(host: str) -> bool:
-    return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: not known to be loopback
+        return False
+
+
+def loopback_security(host: str) -> TransportSecuritySettings:
+    """Host and Origin checks for a server on the loopback address `host`: the address itself, 127.0.0.1,
+    localhost and [::1], any port (what the SDK does for its three names only)."""
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    names = list(dict.fromkeys([shown, "127.0.0.1", "localhost", "[::1]"]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{n}:*" for n in names],
+        allowed_origins=[f"http://{n}:*" for n in names],
+    )
 
 
 class BearerToken:
@@ -176,7 +198,12 @@ class BearerToken:
 
 
 def http_server(
-    tools: McpTools, listen: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
+    tools: McpTools,
+    listen: str,
+    token: str | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+    *,
+    session_idle_s: float = SESSION_IDLE_S,
 ) -> WebServer:
     """The streamable-HTTP server on `listen` (not started). A non-loopback address without a token is
     refused: anyone who reaches the port could read the workspace and file proposals."""
@@ -191,11 +218,19 @@ def http_server(
             f"{listen} is not a loopback address, so a bearer token is required",
             "a loopback address, or any with --token-file FILE",
         )
-    # On loopback the SDK checks Host and Origin itself (DNS rebinding, a browser's cross-origin POST); past
-    # loopback the token does, with the WebServer's Host check (IP literals, localhost, --allowed-host).
-    security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    # On loopback the SDK checks Host and Origin (DNS rebinding, a browser's cross-origin POST) with our list;
+    # past loopback the token does, with the WebServer's Host check (IP literals, localhost, --allowed-host).
+    security = (
+        loopback_security(host)
+        if is_loopback(host)
+        else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
     app: ASGIApp = build_server(tools).streamable_http_app(
-        streamable_http_path=MCP_PATH, transport_security=security, host=host
+        streamable_http_path=MCP_PATH,
+        transport_security=security,
+        host=host,
+        session_idle_timeout=session_idle_s,
+        max_sessions=MAX_SESSIONS,
     )
     if token:
         app = BearerToken(app, token)

@@ -34,6 +34,7 @@ from aiops.agent.tools import topology_of
 from aiops.control.advice import action_dicts
 from aiops.errors import AiopsError, ToolError
 from aiops.evidence import investigate as investigate_files
+from aiops.evidence.investigate import source_names
 from aiops.mcpserver.files import BUNDLE_LIMITS, confined
 from aiops.store import Store, Workspace
 from guardrails.actions import Action, parameter_problem
@@ -139,9 +140,15 @@ class McpTools:
         )
 
     def investigate(self, paths: Sequence[str]) -> dict[str, Any]:
-        files = confined(paths, self.files_roots)
         try:
-            result = investigate_files(files, limits=BUNDLE_LIMITS)
+            with confined(paths, self.files_roots) as files:
+                result = investigate_files(
+                    [f.path for f in files],
+                    names=source_names([Path(p) for p in paths]),
+                    limits=BUNDLE_LIMITS,
+                )
+        except ToolError:
+            raise
         except AiopsError as exc:  # nothing could be read: the analyst's own words, naming the files
             raise ToolError(f"investigate: {exc}") from exc
         return answer(result)

@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from aiops.errors import InputError
 
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_DURATION = re.compile(r"^\s*(\d{1,12}(?:\.\d{1,9})?)\s*([smhdw])\s*$", re.ASCII)
+MAX_DURATION_S = 10 * 366 * 86400.0  # ten years: a longer period is a typo (100000000d overflowed the dates)
+MAX_TS_S = 253402300799.0  # 9999-12-31T23:59:59Z, the last second datetime can hold
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,22 @@ def parse_duration_s(text: str, field: str = "--since") -> float:
     match = _DURATION.match(text)
     if not match or float(match.group(1)) <= 0:
         raise InputError(
-            "command line", field, f"{text!r} is not a duration", "a number and s, m, h, d or w: 24h, 7d"
+            "command line", field, f"{text[:60]!r} is not a duration", "a number and s, m, h, d or w: 24h, 7d"
         )
-    return float(match.group(1)) * _UNITS_S[match.group(2)]
+    seconds = float(match.group(1)) * _UNITS_S[match.group(2)]
+    if seconds > MAX_DURATION_S:
+        raise InputError(
+            "command line", field, f"{text[:60]!r} is longer than ten years", "at most 3660d (520w)"
+        )
+    return seconds
+
+
+def _bounded(value_s: float, text: str, field: str) -> float:
+    if not (math.isfinite(value_s) and 0.0 <= value_s <= MAX_TS_S):
+        raise InputError(
+            "command line", field, f"{text[:60]!r} is not a time between 1970 and 9999", "epoch seconds >= 0"
+        )
+    return value_s
 
 
 def parse_time_s(text: str, field: str, *, now_ts_s: float, latest_ts_s: float | None) -> float:
@@ -45,12 +60,12 @@ def parse_time_s(text: str, field: str, *, now_ts_s: float, latest_ts_s: float |
         # just past the newest sample, so that the period (end excluded) holds it
         return math.nextafter(latest_ts_s, math.inf) if latest_ts_s is not None else now_ts_s
     try:
-        return float(value)
+        return _bounded(float(value), text, field)
     except ValueError:
         pass
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InputError(
             "command line",
             field,
@@ -59,7 +74,7 @@ def parse_time_s(text: str, field: str, *, now_ts_s: float, latest_ts_s: float |
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    return _bounded(parsed.timestamp(), text, field)
 
 
 def parse_period(
@@ -75,6 +90,8 @@ def parse_period(
         start_ts_s = parse_time_s(start, "--start", now_ts_s=now_ts_s, latest_ts_s=latest_ts_s)
     else:
         start_ts_s = end_ts_s - parse_duration_s(since or "24h")
+    if start_ts_s < 0:
+        raise InputError("command line", "--since", "the period begins before 1970", "a shorter --since")
     if start_ts_s >= end_ts_s:
         raise InputError(
             "command line", "--start", "the period is empty: start is not before end", "start < end"

@@ -1,6 +1,8 @@
 """A person's decisions on a workspace's proposals: approve (and, once enough people approved, execute at once
-on the workspace's world through `Guardrails.execute`), reject, execute a digital proposal. The library behind
-`aiops actions` and the chat's `/approve` of a proposal no chat thread waits on."""
+on the workspace's world through `Guardrails.execute`), reject, execute a digital proposal; approve a plan step
+with one signature over all its targets (`approve_step`, guardrails/steps.py), or ask for a waiting step now
+(`propose_step`). The library behind `aiops actions`, `aiops plans`, the console and the chat's `/approve` of a
+proposal no chat thread waits on."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiops.errors import GuardrailError
+from aiops.plans import advance
+from aiops.plans import propose_step as propose_plan_step
+from aiops.plans import step as plan_step
 from aiops.runtime.world import attach, desk, executors_here
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
@@ -17,6 +23,8 @@ from guardrails.pasted import ApprovalToSign, approval_to_sign
 from guardrails.records import GuardrailRecords
 from guardrails.routing import TICKET, ticket_error
 from guardrails.signing import Signer
+from guardrails.steps import StepAuthorisation, StepToSign, step_to_sign
+from guardrails.steps import approve_step as approve_step_on
 
 
 @dataclass(frozen=True)
@@ -116,3 +124,90 @@ def reject(
 ) -> None:
     with workspace.write() as store:
         desk(store, attach(store, actuator="none"), clock=clock).reject(proposal_id, signer, reason)
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    step_id: str
+    authorisation: StepAuthorisation
+    outcomes: dict[str, ExecutionOutcome]  # proposal id -> what running it did (empty: not run here)
+    note: str = ""  # why it did not run here, when it did not
+
+    @property
+    def executed(self) -> list[str]:
+        return [pid for pid, o in self.outcomes.items() if o.ran]
+
+
+def step_targets(store: Store, step_id: str) -> list[str]:
+    """The proposals of a plan step that one signature approves now: its open physical targets. GuardrailError
+    naming the step's state when there is nothing to approve."""
+    found = plan_step(store, step_id)
+    if found is None:
+        raise GuardrailError("unknown", f"no plan step {step_id[:80]} (see: aiops plans list)")
+    if found.status not in ("proposed", "approved"):
+        raise GuardrailError("step", f"{step_id} is {found.status} ({found.note[:200]}): nothing to approve")
+    records = GuardrailRecords(store)
+    out = []
+    for pid in found.proposal_ids:
+        record = records.proposal(pid)
+        if record is not None and record.physical and record.status in ("pending", "approved"):
+            out.append(pid)
+    if not out:
+        raise GuardrailError("step", f"{step_id} has no open physical target: nothing to approve")
+    return out
+
+
+def step_to_sign_now(
+    workspace: Workspace, step_id: str, *, clock: Callable[[], float] = time.time
+) -> StepToSign:
+    """The approval message of a plan step, dated now, for a person to sign elsewhere."""
+    with workspace.read() as store:
+        guard = desk(store, attach(store, actuator="none"), clock=clock)
+        return step_to_sign(guard, step_id, step_targets(store, step_id))
+
+
+def approve_step(
+    workspace: Workspace,
+    step_id: str,
+    signer: Signer,
+    *,
+    execute: bool = True,
+    twin: Twin | None = None,
+    clock: Callable[[], float] = time.time,
+    signed_at: tuple[float, float] | None = None,
+    here: bool | None = None,
+) -> StepDecision:
+    """Record one signed approval of every open target of the step; once authorised and `execute`, run each on
+    the workspace's world (in the same write transaction). `here` as for `approve`: a target whose kind no
+    executor here runs is refused before anything is recorded."""
+    with workspace.write() as store:
+        pids = step_targets(store, step_id)
+        tickets = [t for t in (ticket_only(store, pid, here=here) for pid in pids) if t]
+        if tickets:
+            raise GuardrailError("ticket", f"{step_id}: {tickets[0]}")
+        attached = attach(store, twin=twin)
+        guard = desk(store, attached, clock=clock)
+        auth = approve_step_on(guard, step_id, pids, signer, signed_at=signed_at)
+        outcomes: dict[str, ExecutionOutcome] = {}
+        note = ""
+        if not auth.ok:
+            note = f"approval recorded; {auth.message}"
+        elif not execute:
+            note = "approved; not executed here (the service runs it, or the fleet sends it to the node)"
+        elif attached.actuator is None:
+            note = f"approved; not executed: {attached.describe}"
+        else:
+            outcomes = {pid: guard.execute(pid) for pid in pids}
+        advance(guard)  # the step's status from its proposals, now
+        return StepDecision(step_id, auth, outcomes, note)
+
+
+def propose_step(
+    workspace: Workspace, step_id: str, who: str, *, clock: Callable[[], float] = time.time
+) -> list[str]:
+    """A person asks for a waiting step now (it need not wait for the step before it to fail); returns the
+    proposal ids filed. GuardrailError when the step is not waiting."""
+    with workspace.write() as store:
+        guard = desk(store, attach(store, actuator="none"), clock=clock)  # validation only: nothing runs
+        filed = propose_plan_step(guard, step_id, origin="person", why=f"asked for by {who}", actor=who)
+        return [f.proposal_id for f in filed]

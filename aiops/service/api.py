@@ -13,6 +13,7 @@ from aiops.pipeline import stored_diagnoses
 from aiops.runtime.maintenance import close_window, open_window
 from aiops.service.alerts_in import AlertInbox
 from aiops.store import Store, Workspace
+from aiops.store.coverage import coverage
 from aiops.store.maintenance import MAX_WINDOW_S, windows
 from guardrails.records import GuardrailRecords
 
@@ -123,6 +124,10 @@ class Api:
             **loop,
         }
 
+    def coverage(self) -> dict[str, Any]:
+        with self.workspace.read() as store:
+            return coverage(store)
+
     # -- maintenance windows and silences (aiops/store/maintenance.py) ---------------------------------------
     def maintenance(self, every: bool = False) -> dict[str, Any]:
         now = time.time()
@@ -176,6 +181,7 @@ class Api:
                     "approvals_needed": r.approvals_needed,
                     "origin": r.origin,
                     "incident_id": r.incident_id,
+                    "step_id": r.step_id,  # the plan step it is a target of (aiops plans), if any
                     "expires_ts_s": r.expires_ts_s,
                     "message": r.message,
                 }

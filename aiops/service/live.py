@@ -21,9 +21,10 @@ from aiops.config_notify import SeverityConfig
 from aiops.detect import racks_of_nodes, save_incidents
 from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
-from aiops.detect.windows import job_gpus
+from aiops.detect.windows import job_gpus, job_homes
 from aiops.pipeline import incident_of
 from aiops.store import Store
+from aiops.store.conditions import condition_of
 from aiops.store.incident_ids import qualify_legacy_ids
 from guardrails.audit import AuditLog
 
@@ -106,7 +107,9 @@ class LiveDetection:
             severity=self.severity,
         )
         for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
-            self.tracker.resume(incident_of(row))  # under its id; independent faults: several may be open
+            incident = incident_of(row)
+            if condition_of(incident) is None:  # a condition is the condition book's (service/conditions.py)
+                self.tracker.resume(incident)  # under its id; independent faults: several may be open
         span = _span(store)
         progress = _progress(store)
         if span is None:
@@ -125,6 +128,13 @@ class LiveDetection:
             t0 = t1
         self.until_ts_s = resume
 
+    def allocate_id(self) -> str:
+        """A new incident id from the tracker's numbering, for an incident the tracker does not keep (a
+        condition's: aiops/service/conditions.py)."""
+        number = self.tracker.next_number
+        self.tracker.next_number += 1
+        return f"{self.id_prefix}{number:04d}"
+
     def _refresh_inventory(self, store: Store) -> None:
         """Racks and ranks read again when the topology or the ranks changed (a fleet workspace learns its
         nodes as their exports arrive; a node's own is fixed at start)."""
@@ -135,6 +145,7 @@ class LiveDetection:
         self.inventory_rows = size
         self.tracker.rack_of = racks_of_nodes(store)
         self.detector.job_of_gpu = job_gpus(store)
+        self.detector.job_home = job_homes(store)
         self.tracker.set_jobs(self.detector.job_of_gpu)
 
     def advance(self, store: Store, newest_ts_s: float, first_ts_s: float | None = None) -> list[Transition]:

@@ -11,6 +11,7 @@ the owner's store, never a lease from itself.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -20,9 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aiops.config import GuardrailsConfig, SchedulerConfig
-from aiops.errors import ServiceRunning
+from aiops.errors import ServiceRunning, StorageError, StoreLocked
 from aiops.store import Store, Workspace
-from aiops.store.lease import lock_path, socket_path
+from aiops.store.lease import lock_path, service_pid, socket_path
+
+_LOCK_FIX = "remove it (no aiops run serves this workspace while it is missing) and start again"
 
 log = logging.getLogger("aiops.service")
 
@@ -54,17 +57,27 @@ class FileOwner:
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Take the service lock (or say who holds it), open the file, listen for lease requests."""
+        os.umask(os.umask(0o027) | 0o027)  # what the service writes beside the store: not for other users
         Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path(self.db_path), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(lock_path(self.db_path))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
             os.close(fd)
+            if not holder.isdigit() or service_pid(self.db_path) is None:
+                raise StoreLocked(
+                    self.db_path,
+                    f"a process that is not a running aiops service (the lock file {lock_path(self.db_path)} "
+                    "names none): find it with `fuser` on that file; the file is 0600 now, so only its "
+                    "owner can hold it",
+                ) from None
             raise ServiceRunning(self.db_path, holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._lock_fd = fd
+        for made in (self.db_path, self.db_path + ".wal"):
+            _private(Path(made))
         with self.store():
             pass  # opens (and migrates) the file now: a bad file fails at start, not later
         path = socket_path(self.db_path)
@@ -187,3 +200,34 @@ class OwnedWorkspace(Workspace):
     def lend(self) -> Iterator[None]:
         with self.owner.lent():
             yield
+
+
+def _open_lock(path: Path) -> int:
+    """The service lock file, 0600 and this user's: a file any local user could open (0644 before issue 36)
+    let them hold its flock and so block the service from starting. A link or another owner's file is
+    refused with a clear error, never followed or taken."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        fix = _LOCK_FIX if exc.errno == errno.ELOOP else "give --db a file in a folder this user can write"
+        raise StorageError(str(path), f"cannot open the service lock: {exc.strerror or exc}", fix) from None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid():
+        os.close(fd)
+        raise StorageError(
+            str(path), f"the service lock belongs to uid {info.st_uid}, not this user", _LOCK_FIX
+        )
+    if info.st_mode & 0o077:
+        os.fchmod(fd, 0o600)
+    return fd
+
+
+def _private(path: Path) -> None:
+    """The store's files readable by their owner and group only: DuckDB locks the file for a reader too, so
+    any local user who could open it read-only could keep the service from opening it (0644 before issue 36)."""
+    try:
+        info = path.lstat()
+        if info.st_uid == os.geteuid() and info.st_mode & 0o007 and not path.is_symlink():
+            path.chmod(info.st_mode & 0o770)
+    except OSError:
+        pass  # absent (made at the first open, under the umask), or not ours to change

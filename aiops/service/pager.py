@@ -22,6 +22,7 @@ from aiops.models import Hypothesis, Incident
 from aiops.pipeline import stored_diagnoses
 from aiops.service.paging import Decision, Subject, decide
 from aiops.store import Store
+from aiops.store.conditions import condition_of, symptoms_condition
 from aiops.store.maintenance import active_windows, membership
 
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> told to people
@@ -175,7 +176,7 @@ class Pager:
     ) -> list[Subject]:
         """This tier's open incidents (and `extra`, the one an event is about, as the event has it)."""
         rows = store.query(
-            "SELECT i.incident_id, i.components, i.severity, h.root_cause, h.component FROM incidents i "
+            "SELECT i.incident_id, i.components, i.severity, i.symptoms, h.root_cause, h.component FROM incidents i "
             "LEFT JOIN hypotheses h ON h.incident_id = i.incident_id AND h.rank = 1 "
             "WHERE i.resolved_ts_s IS NULL ORDER BY i.opened_ts_s, i.incident_id"
         )
@@ -190,6 +191,7 @@ class Pager:
                 str(r["component"] or (components[0] if components else "")),
                 str(r["severity"]),
                 self._first_seen(store, self.name, str(r["incident_id"]), now),
+                stated=symptoms_condition(str(r["symptoms"])) is not None,
             )
         if extra is not None:
             incident, top = extra
@@ -202,6 +204,7 @@ class Pager:
                 top.component if top else (components[0] if components else ""),
                 incident.severity,
                 self._first_seen(store, self.name, incident.incident_id, now),
+                stated=condition_of(incident) is not None,
             )
         return list(found.values())
 

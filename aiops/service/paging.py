@@ -43,6 +43,9 @@ class Subject:
     severity: str
     first_seen_ts_s: float  # wall clock: when this service first saw it
     own: bool = True  # this tier's incident (False: a node agent's, read by the fleet)
+    # a condition of this service's own sight (a blind source, a lost agent: aiops/store/conditions.py): it needs
+    # no diagnosis, so it is never held, and it explains no fault, so it covers nothing; a window still stops it
+    stated: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -131,7 +134,7 @@ def decide(
         if window is not None:
             out[subject.key] = Decision(False, window.kind, window_id=window.window_id)
             continue
-        if subject.own and subject.diagnosed:
+        if subject.own and (subject.diagnosed or subject.stated):
             out[subject.key] = Decision(True, "pages")
             continue
         cover = next(

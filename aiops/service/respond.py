@@ -1,12 +1,14 @@
 """What the service does when live detection reports a change: an incident that opened or gained new symptoms
-is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, the remediation
-is computed and filed as pending proposals (the pipeline's `remediate` and `file_remediation`, origin
-`service`), and an incident of the same cause on the same component as one resolved shortly before is linked to
-it as its recurrence (aiops/detect/recurrence.py); and people hear about it: opened, diagnosed (again when the top
-hypothesis changes), resolved. An incident a maintenance window holds (`held`) is diagnosed and told as usual
-(the pager keeps it from paging), but no remediation is filed for it while the window lasts: the people at work
-there decide, and nothing elsewhere (a peer's power cap for the job) is proposed because of it. Once the window
-ends, its next update files it.
+is diagnosed (`aiops.rca.analyze`) and its hypotheses stored; when its top hypothesis is new, its remediation
+plan is filed (the pipeline's `file_remediation`, origin `service`: one plan per incident, its first steps as
+pending proposals; a plan of an earlier diagnosis is superseded), and an incident of the same cause on the same
+component as one resolved shortly before is linked to it as its recurrence (aiops/detect/recurrence.py); when
+it resolves, its plan closes; and people hear about it: opened, diagnosed (again when the top hypothesis
+changes), resolved. An incident a maintenance window holds (`held`) is diagnosed and told as usual (the pager
+keeps it from paging), but no plan is filed for it while the window lasts: the people at work there decide,
+and nothing elsewhere (a peer's power cap for the job) is proposed because of it. Once the window ends, its
+next update files it. Each flush the service also follows the open plans (`aiops.plans.advance`: step
+statuses, escalation to the next step after a failure).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from dataclasses import dataclass, field
 from aiops.detect.incidents import Transition
 from aiops.detect.recurrence import link_recurrence
 from aiops.models import Diagnosis, Hypothesis, Incident
-from aiops.pipeline import file_remediation, remediate, save_hypotheses
+from aiops.pipeline import file_remediation, save_hypotheses
+from aiops.plans import close_for_incident
 from aiops.rca import analyze
 from aiops.store import Store
 from guardrails.service import Guardrails
@@ -54,6 +57,7 @@ class Responder:
             if t.kind == "resolved":
                 self.tops.pop(incident.incident_id, None)
                 self.unfiled.discard(incident.incident_id)
+                close_for_incident(desk(), incident.incident_id)
                 events.append(self._emit(store, "resolved", incident, None))
                 continue
             if t.kind == "opened":
@@ -77,9 +81,8 @@ class Responder:
             window = self.held(store, incident) if self.held is not None else None
             if window is None:
                 self.unfiled.discard(incident.incident_id)
-                actions = remediate(store, diagnosis)
-                if actions:
-                    self.filed += len(file_remediation(desk(), incident.incident_id, actions, "service"))
+                _plan, filed = file_remediation(desk(), diagnosis, "service")
+                self.filed += len(filed)
             elif incident.incident_id not in self.unfiled:
                 self.unfiled.add(incident.incident_id)
                 log.info("remediation held", extra={"incident_id": incident.incident_id, "window_id": window})

@@ -30,6 +30,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from aiops.config import parse_listen
 from aiops.errors import AiopsError
+from aiops.service.forwarded import Forwarded, networks
 
 log = logging.getLogger("aiops.http")
 START_TIMEOUT_S = 15.0
@@ -202,13 +203,15 @@ class WebServer:
         head_timeout_s: float = HEAD_TIMEOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
         lifespan: bool = False,
+        trusted_proxies: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.host, self.port = parse_listen(listen)
         self.name = name
         allowed = frozenset(h.strip().casefold().rstrip(".") for h in (*allowed_hosts, self.host))
         self.config = uvicorn.Config(
-            HostCheck(BodyDeadline(app, body_timeout_s), allowed),
+            Forwarded(HostCheck(BodyDeadline(app, body_timeout_s), allowed), networks(trusted_proxies)),
+            proxy_headers=False,  # uvicorn trusts X-Forwarded-For from 127.0.0.1; aiops/service/forwarded.py
             http=_head_deadline(head_timeout_s),
             log_config=None,  # uvicorn's warnings go to the process's own log (JSON lines in `aiops run`)
             log_level="warning",

@@ -33,12 +33,14 @@ from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
+from aiops.plans import advance
 from aiops.runtime.world import TICKETS_ONLY, attach, desk
 from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
 from aiops.service.closed_loop import close_loop
+from aiops.service.conditions import CollectorWatch, ConditionBook, ConditionReport
 from aiops.service.dispatch_in import DispatchInbox
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
@@ -63,6 +65,7 @@ from aiops.store import Store
 from aiops.store.maintenance import active_windows, matching, membership
 from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
+from guardrails import witness
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
@@ -172,6 +175,9 @@ class Service:
         self.responder = Responder(
             notify=on_event, held=held_by_maintenance, recurrence_s=config.detection.recurrence_s
         )
+        # conditions of its own sight (a blind source, a lost node agent, a blind collector): service/conditions.py
+        self.conditions = ConditionBook(self.live.allocate_id, on_event)
+        self.watch = CollectorWatch(config.node.name)
         self.reports = ReportSchedule(
             config.report,
             config.store.path,
@@ -216,6 +222,7 @@ class Service:
     def start(self) -> None:
         self.owner.start()
         with self.owner.store() as store:
+            witness.store_path(store)  # one witness per store: another config's is refused at start
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
@@ -238,11 +245,14 @@ class Service:
                 self.sources = host_sources(self.config)
                 register_topology(store, self.sources)
             self.live.start(store)
+            self.conditions.start(store)
             self.reports.start(store)
-            self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: labels of the exports
-                store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
-                store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
-            )
+            if self.make_sources is None:  # a node agent's inventory: the fleet re-exporting every node's
+                # would be read back (a Prometheus scrapes it too) as a second instance declaring each node
+                self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: export labels
+                    store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+                    store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+                )
         self.profiles.start()
         self.wall_started_ts_s, self.source_started_ts_s = time.time(), self.sources.clock()
         if self.config.http.listen:
@@ -265,6 +275,7 @@ class Service:
                 service_app([*chat, *routes.routes()], root),
                 self.config.http.listen,
                 allowed_hosts=tuple(self.config.http.allowed_hosts),
+                trusted_proxies=tuple(self.config.http.trusted_proxies),
             )
             self.http.start()
             self.outbox.link_base = f"http://{self.http.address}"
@@ -320,29 +331,37 @@ class Service:
         begun = self.clock()
         self.sources.tick()
         for source in self.sources.due():
-            self._collect(source.name, source.collector)
+            self._collect(source.name, source.collector, source.interval_s)
         self.last_tick = self.clock()
         if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
         self.sleep(self.sources.wait_s(self.clock() - begun))
 
-    def _collect(self, name: str, collector: Any) -> None:
+    def _collect(self, name: str, collector: Any, interval_s: float = 0.0) -> None:
         assert self.sources is not None
         now_ts_s = self.sources.clock()
         started = time.perf_counter()
         tables: dict[str, Any] = {}
+        failure = ""
         try:
             if hasattr(collector, "rows"):
                 batches: dict[str, RowBatch] = collector.rows(now_ts_s)
             else:  # Arrow tables (the fleet's Prometheus reader): stored, not re-exported at /metrics
                 tables, batches = collector.collect(now_ts_s), {}
+                errors = tables.pop("collector_errors", None)  # counted and logged as a row collector's are
+                if errors is not None:
+                    rows = [tuple(r.values()) for r in errors.to_pylist()]
+                    batches = {"collector_errors": RowBatch(tuple(errors.column_names), rows)}
         except Exception as exc:  # a collector never takes the loop down: its failure is data
+            failure = f"{type(exc).__name__}: {exc}"
             batches = {
                 "collector_errors": RowBatch(
                     ("ts_s", "collector", "component", "error", "detail"),
                     [(now_ts_s, name, None, type(exc).__name__, str(exc)[:500])],
                 )
             }
+        produced = any(batch.rows for table, batch in batches.items() if table != "collector_errors")
+        self.watch.saw(name, collector, now_ts_s, interval_s, failure, produced or bool(tables))
         self.metrics.timing(name, time.perf_counter() - started)
         if (
             getattr(collector, "name", None) == "workloads" and "gpu_processes" in batches
@@ -409,7 +428,9 @@ class Service:
                 self._guarded("detection", lambda: self._detect_and_respond(store))
                 self._guarded("paging", lambda: self._review_pages(store))
                 self._guarded("closed loop", lambda: self._close_loop(store))
+                self._guarded("plans", lambda: self._advance_plans(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
+            self._guarded("conditions", lambda: self._conditions(store))
             if len(self.dispatches):
                 twin = self.sources.twin
                 self._guarded("dispatch", lambda: self.dispatches.judge(store, twin, self.config.node.name))
@@ -441,6 +462,14 @@ class Service:
         if self.slack is not None:
             self.slack.run_requested(store, attached)
 
+    def _conditions(self, store: Store) -> None:
+        """What the source and the watched collectors say of their sight, as condition incidents."""
+        assert self.sources is not None
+        report = self.sources.conditions() if self.sources.conditions else ConditionReport()
+        now_ts_s = self.sources.clock()
+        report.add(self.watch.report(now_ts_s))
+        self.conditions.apply(store, report, now_ts_s)
+
     def _review_pages(self, store: Store) -> None:
         """Holds that ran out, windows that ended, node incidents the fleet covers: paged or exported."""
         self.page_states = self.pager.review(store, self.newest_ts_s)  # exported with the incidents
@@ -451,6 +480,15 @@ class Service:
         done = close_loop(store, self.newest_ts_s, self.metrics.set_intended)
         if done["superseded"] or done["outcomes"]:
             log.info("closed loop", extra=done)
+
+    def _advance_plans(self, store: Store) -> None:
+        """The open plans' step statuses from their proposals and the outcomes just judged; after a failed step
+        the next one is proposed (aiops/plans/lifecycle.py)."""
+        assert self.sources is not None
+        attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
+        changed = advance(desk(store, attached))
+        if changed:
+            log.info("plans", extra={"changed": changed[:20]})
 
     def _investigate_alerts(self, store: Store) -> None:
         assert self.newest_ts_s is not None
@@ -520,6 +558,8 @@ class Service:
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )
         self.metrics.set_incidents(open_rows, self.page_states)
+        if self.sources is not None and self.sources.export is not None:
+            self.sources.export(self.metrics)
         path = Path(self.config.store.path)
         size = sum(p.stat().st_size for p in (path, Path(str(path) + ".wal")) if p.exists())
         self.metrics.gauge("store_size_bytes", "size of the workspace's DuckDB file and WAL", size)
@@ -556,9 +596,19 @@ class Service:
     def _healthy(self) -> tuple[bool, str]:
         tick_s = self.sources.tick_s if self.sources else 1.0
         silent_s = self.clock() - self.last_tick
-        if silent_s > max(10.0, 10 * tick_s):
+        # a source read in flight (the fleet's) holds the loop up to its own deadline: alive, maybe not ready
+        patience_s = self.sources.patience_s if self.sources else 0.0
+        if silent_s > max(10.0, 10 * tick_s, patience_s):
             return False, f"the loop has not ticked for {silent_s:.0f} s"
         return True, "ok"
 
     def _ready(self) -> tuple[bool, str]:
-        return (True, "ready") if self.ready else (False, "starting: no flush yet")
+        """Ready once the first flush is done, and while the service sees: not while its source is blind or a
+        watched collector reads nothing (the reason says which, since when and why)."""
+        if not self.ready:
+            return False, "starting: no flush yet"
+        stated = self.conditions.readiness()
+        if stated:
+            return False, f"blind: {stated}"
+        live = self.sources.blind() if self.sources is not None and self.sources.blind else None
+        return (False, live) if live else (True, "ready")

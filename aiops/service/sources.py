@@ -36,6 +36,8 @@ from aiops.errors import ConfigError, TwinMismatch
 from aiops.labels import rack_name_error
 from aiops.profile.rank_collector import DEFAULT_WINDOW_S, RankTimingCollector
 from aiops.scenarios import Scenario, scenario_yaml
+from aiops.service.conditions import ConditionReport
+from aiops.service.metrics import MetricsCache
 from aiops.service.node_slice import FACILITY, NodeSlice, job_homes
 from aiops.sim.sysfs import SimSysfs
 from aiops.sim.telemetry import SimFabricCollector, inventory
@@ -78,6 +80,13 @@ class Sources:
     # seconds until the next tick is due on a shared clock (a twin on `--epoch-ts-s`); None: every tick_s
     pace: Callable[[], float] | None = None
     placement: Placement | None = None  # where a real node stands (collectors/placement.py), written at start
+    # the source's own sight (`aiops fleet`: aiops/fleet/sight.py): the conditions it reports each flush, why it
+    # is not ready now (blind, or still starting; None: it sees), how long the loop may wait on one read before
+    # /healthz fails, its gauges
+    conditions: Callable[[], ConditionReport] | None = None
+    blind: Callable[[], str | None] | None = None
+    patience_s: float = 0.0
+    export: Callable[[MetricsCache], None] | None = None
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared

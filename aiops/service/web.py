@@ -4,9 +4,11 @@
 - `GET /metrics/dcgm`: the same GPU and NIC values in dcgm-exporter's and node_exporter's exact names and labels
   (aiops/sources/exposition.py), so a Prometheus can scrape the twin as it would a GPU node (docs/PROMETHEUS.md);
 - `GET /healthz`: 200 while the loop is alive (it ticked recently), else 503; a reason line either way;
-- `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, else 503;
-- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`:
-  read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
+- `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, and while the
+  service sees (not while its source is blind or a watched collector reads nothing: the body says why), else 503;
+- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`,
+  `GET /api/coverage` (what the workspace sees now: nodes, GPUs and NICs reporting, absent collectors, open
+  conditions and blind periods, aiops/store/coverage.py): read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
   without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only;
 - `POST /api/alertmanager`: Alertmanager's webhook (version 4), with `[alertmanager_in] token_file` set (else
   404): the bearer token compared in constant time (401), a Content-Length (411) of at most 1 MiB (413) and a
@@ -38,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
-import ipaddress
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,7 @@ from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError, Maint
 from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
+from aiops.service.forwarded import is_loopback
 from guardrails.dispatched import parse_dispatch
 
 Probe = Callable[[], tuple[bool, str]]
@@ -136,6 +138,7 @@ class ServiceRoutes:
             Route("/api/incidents", _guarded_sync(self.incidents), methods=["GET"]),
             Route("/api/incidents/{incident_id:path}", _guarded_sync(self.incident), methods=["GET"]),
             Route("/api/proposals", _guarded_sync(self.proposals), methods=["GET"]),
+            Route("/api/coverage", _guarded_sync(self.coverage), methods=["GET"]),
             Route("/api/maintenance", _guarded_sync(self.maintenance), methods=["GET"]),
             Route("/api/maintenance", _guarded_async(self.add_maintenance), methods=["POST"]),
             Route("/api/maintenance/{window_id}/end", _guarded_async(self.end_maintenance), methods=["POST"]),
@@ -187,7 +190,7 @@ class ServiceRoutes:
             given = request.headers.get("Authorization", "")
             return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
         client = request.client
-        return client is not None and ipaddress.ip_address(client.host).is_loopback
+        return client is not None and is_loopback(client.host)  # never a 500 on a host that is no address
 
     def _refused(self, request: Request) -> Response | None:
         if self._authorised(request):
@@ -206,6 +209,9 @@ class ServiceRoutes:
 
     def proposals(self, request: Request) -> Response:
         return self._refused(request) or _json(200, self.api.proposals())
+
+    def coverage(self, request: Request) -> Response:
+        return self._refused(request) or _json(200, self.api.coverage())
 
     # -- maintenance windows and silences --------------------------------------------------------------------------
     def maintenance(self, request: Request) -> Response:

@@ -30,6 +30,9 @@ VIRTUAL_DEVICE = re.compile(
     r"^(lo|docker.*|veth.*|virbr.*|br-.*|cali.*|flannel.*|cni.*|tunl.*|kube-.*|vxlan.*)$"
 )
 _GPU_INDEX = re.compile(r"^\d{1,4}$", re.ASCII)
+_UUID = re.compile(r"^[A-Za-z0-9-]{1,80}\Z", re.ASCII)
+MAX_HOST_CHARS = 255  # a DNS name's most (or an instance's address): a longer label is no host
+MAX_DEVICE_CHARS = 64
 # Staged in the workspace's file (not TEMP tables, which DuckDB keeps in memory), under a memory limit so a
 # long range spills to disk instead of growing the process; dropped once pivoted.
 STAGING_MEMORY_LIMIT_MB = 128
@@ -109,8 +112,8 @@ class Staging:
             labels = {str(k): str(v) for k, v in dict(series.get("metric") or {}).items()}
             host = host_of(labels)
             values = series.get("values") or []
-            if host is None:
-                continue
+            if host is None or len(host) > MAX_HOST_CHARS:
+                continue  # staged once per sample: a megabyte "host" would be copied into every row
             if name.startswith("DCGM_"):
                 if not _GPU_INDEX.match(labels.get("gpu", "")):
                     continue
@@ -118,12 +121,12 @@ class Staging:
                     "name": name,
                     "host": host,
                     "gpu_idx": int(labels["gpu"]),
-                    "uuid": labels.get("UUID"),
+                    "uuid": labels["UUID"] if _UUID.match(labels.get("UUID", "")) else None,
                 }
                 _extend(gpu_rows, constant, values, _dcgm_float)
             else:
                 device = labels.get("device", "")
-                if not device or VIRTUAL_DEVICE.match(device):
+                if not device or len(device) > MAX_DEVICE_CHARS or VIRTUAL_DEVICE.match(device):
                     continue
                 _extend(nic_rows, {"name": name, "host": host, "device": device}, values, _float)
         for table, rows in (("prom_gpu", gpu_rows), ("prom_nic", nic_rows)):

@@ -732,6 +732,44 @@ CREATE TABLE IF NOT EXISTS node_incident_samples (
 )
 """
 
+# Remediation plans (aiops/plans): one plan per incident, an ordered ladder of steps, least disruptive first; each
+# step's targets are ordinary proposals carrying `step_id`, so validation, rate limits, the ledger and node
+# dispatch stay per target, and one signed `step_approval` audit event approves them all (guardrails/steps.py).
+M026_PLANS = """
+CREATE TABLE IF NOT EXISTS plans (
+    plan_id VARCHAR PRIMARY KEY,    -- PL-<8 hex>
+    incident_id VARCHAR NOT NULL,
+    created_ts_s DOUBLE NOT NULL,
+    status VARCHAR NOT NULL,        -- open | done | exhausted | superseded
+    root_cause VARCHAR NOT NULL,    -- the top hypothesis the plan remedies
+    component VARCHAR NOT NULL,
+    updated_ts_s DOUBLE NOT NULL,
+    note VARCHAR NOT NULL           -- the newest change, for people
+);
+CREATE TABLE IF NOT EXISTS plan_steps (
+    step_id VARCHAR PRIMARY KEY,    -- <plan_id>.<step_no>
+    plan_id VARCHAR NOT NULL,
+    step_no INTEGER NOT NULL,       -- 1, 2, ... in the ladder's order
+    title VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,          -- the rung: observe | notify | configure | limit | move | drain | reset | reboot | rma
+    risk VARCHAR NOT NULL,          -- physical | digital
+    targets VARCHAR[] NOT NULL,     -- one component per action
+    proposal_ids VARCHAR[] NOT NULL,-- the proposal standing for each target once proposed (empty while waiting)
+    actions VARCHAR NOT NULL,       -- canonical JSON list of the step's actions as drafted
+    effect VARCHAR NOT NULL,        -- expected effect, in numbers where the telemetry gives them
+    cost VARCHAR NOT NULL,          -- what it costs the job
+    rollback VARCHAR NOT NULL,      -- how it is undone
+    verify_within_s DOUBLE,         -- how long after execution its effect is judged (action_outcomes)
+    verify_expect VARCHAR,          -- the check that judges it
+    reason VARCHAR NOT NULL,
+    status VARCHAR NOT NULL,        -- proposed | waiting | approved | executing | done | failed | skipped | superseded
+    updated_ts_s DOUBLE NOT NULL,
+    note VARCHAR NOT NULL,          -- why the status is what it is
+    hold VARCHAR NOT NULL           -- '' or why it waits for a person even after the step before it failed
+);
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS step_id VARCHAR
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -758,6 +796,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(23, "incident_impact", _sql(M023_INCIDENT_IMPACT)),
     Migration(24, "maintenance", _sql(M024_MAINTENANCE)),
     Migration(25, "paging", _sql(M025_PAGING)),
+    Migration(26, "plans", _sql(M026_PLANS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiops.workload import WorkloadIdentity, int_or_none, job_name
+from aiops.workload import WorkloadIdentity, int_or_none, kubernetes_job
 
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 CACHE_TTL_S = 15.0
@@ -234,7 +234,7 @@ class KubernetesResolver:
             container = with_devices[0] if len(with_devices) == 1 else None
         return WorkloadIdentity(
             "kubernetes",
-            job_name("k8s", info.namespace, info.owner_name or info.name),
+            kubernetes_job(info.namespace, info.owner_name or info.name),
             rank=int_or_none(environ.get("RANK")),
             local_rank=int_or_none(environ.get("LOCAL_RANK")),
             world_size=int_or_none(environ.get("WORLD_SIZE")),

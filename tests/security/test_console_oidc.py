@@ -95,6 +95,21 @@ def _back_from_provider(authorize: str, sub: str) -> str:
     return callback
 
 
+_CONFIRM = 'name="confirm" value="'
+
+
+def _continue(c: TestClient, page: str) -> httpx.Response:
+    """Press Continue on the callback's page (the session is made only then)."""
+    token = page[page.index(_CONFIRM) + len(_CONFIRM) :].split('"', 1)[0]
+    return c.post("/oidc/confirm", data={"confirm": token}, follow_redirects=False)
+
+
+def _sign_in(c: TestClient, provider: RunningProvider, sub: str) -> httpx.Response:
+    page = c.get(_back_from_provider(_to_provider(c, provider), sub), follow_redirects=False)
+    assert page.status_code == 200, page.text[-800:]
+    return _continue(c, page.text)
+
+
 def _signed_in_as(c: TestClient) -> str:
     page = c.get("/", follow_redirects=False)
     if page.status_code != 200:
@@ -109,9 +124,11 @@ def test_a_mapped_group_signs_in_with_its_role_and_approves_as_its_oidc_principa
     c = _client(demo, provider.issuer, tmp_path)
     login = c.get("/login").text
     assert 'href="/oidc/start"' in login and "Sign in with Mock IdP" in login and 'name="password"' in login
-    done = c.get(_back_from_provider(_to_provider(c, provider), "dana-sub"), follow_redirects=False)
-    assert done.status_code == 200 and "Signed in as oidc-dana" in done.text
-    assert 'http-equiv="refresh"' in done.text  # moves on to / from the console's own page
+    page = c.get(_back_from_provider(_to_provider(c, provider), "dana-sub"), follow_redirects=False)
+    assert page.status_code == 200 and "signed you in as <strong" in page.text and "oidc-dana" in page.text
+    assert _signed_in_as(c) == ""  # nobody is signed in until the person continues, on the console's page
+    done = _continue(c, page.text)
+    assert done.status_code == 303 and done.headers["location"] == "/"
     assert _signed_in_as(c) == "oidc-dana (approver)"
     home = c.get("/").text
     csrf = home[home.index(_CSRF) + len(_CSRF) :].split('"', 1)[0]
@@ -128,7 +145,7 @@ def test_the_highest_mapped_role_wins_and_a_principal_not_among_the_approvers_ca
     provider: RunningProvider, demo: Path, tmp_path: Path
 ) -> None:
     c = _client(demo, provider.issuer, tmp_path)
-    c.get(_back_from_provider(_to_provider(c, provider), "erin-sub"))
+    _sign_in(c, provider, "erin-sub")
     assert _signed_in_as(c) == "oidc-erin (admin)"
     assert c.get("/admin/accounts").status_code == 200  # an admin's page
     home = c.get("/").text
@@ -173,7 +190,8 @@ def test_another_browsers_callback_and_a_replayed_one_are_refused(
     assert victim.get(planted, follow_redirects=False).status_code == 400
     assert _signed_in_as(victim) == ""
     callback = _back_from_provider(_to_provider(victim, provider), "gil-sub")
-    assert victim.get(callback, follow_redirects=False).status_code == 200
+    page = victim.get(callback, follow_redirects=False)
+    assert page.status_code == 200 and _continue(victim, page.text).status_code == 303
     assert _signed_in_as(victim) == "oidc-gil (approver)"  # a single string claim maps too
     replay = TestClient(victim.app, base_url=BASE, cookies={"aiops_oidc": "guess"})
     assert replay.get(callback, follow_redirects=False).status_code == 400
@@ -188,6 +206,9 @@ def test_the_provider_saying_no_and_the_provider_down_are_clear_pages(
     )
     refused = c.get(denied.headers["location"], follow_redirects=False)
     assert refused.status_code == 403 and "the provider did not sign you in: access_denied" in refused.text
+    # a link's own words are never the page's (issue 36): only OAuth's codes, for this browser's sign-in
+    crafted = c.get("/oidc/callback?error=Your+account+is+locked%3A+call+555-0100", follow_redirects=False)
+    assert crafted.status_code == 403 and "555" not in crafted.text and "locked" not in crafted.text
     down = _client(demo, f"http://127.0.0.1:{free_port()}", tmp_path)
     page = down.get("/oidc/start", follow_redirects=False)
     assert (
@@ -235,3 +256,38 @@ def test_a_token_the_provider_did_not_sign_is_refused_against_its_real_jwks(
         rp.verify(jwt.encode(claims, rogue, algorithm="RS256", headers={"kid": real_kid}), "n")
     with pytest.raises(SignInRefused, match="signed with 'HS256', not RS256"):
         rp.verify(jwt.encode(claims, "k" * 32, algorithm="HS256", headers={"kid": real_kid}), "n")
+
+
+def test_a_planted_pre_session_cookie_signs_the_victim_in_as_nobody(
+    provider: RunningProvider, demo: Path, tmp_path: Path
+) -> None:
+    """Issue 36, login CSRF: the attacker starts a sign-in in their browser, plants its pre-session cookie in
+    the victim's and sends the victim to the callback with the attacker's own code. On cc01cd6 the victim was
+    signed in as the attacker. Now the victim gets a page naming the attacker, and a post of it from another
+    site (without the page's Strict cookie) signs nobody in."""
+    attacker = _client(demo, provider.issuer, tmp_path)
+    attacker.get("/login")
+    _to_provider(attacker, provider)
+    planted_cookie = attacker.cookies.get("aiops_oidc")
+    assert planted_cookie
+    authorize = _to_provider(attacker, provider)
+    planted_cookie = attacker.cookies.get("aiops_oidc")
+    callback = _back_from_provider(authorize, "gil-sub")
+    victim = TestClient(attacker.app, base_url=BASE, cookies={"aiops_oidc": planted_cookie})
+    page = victim.get(callback, follow_redirects=False)
+    assert page.status_code == 200 and "oidc-gil" in page.text  # the victim sees whose sign-in this is
+    assert _signed_in_as(victim) == ""
+    token = page.text[page.text.index(_CONFIRM) + len(_CONFIRM) :].split('"', 1)[0]
+    cross_site = TestClient(attacker.app, base_url=BASE)  # a post from another site: no Strict cookie
+    refused = cross_site.post("/oidc/confirm", data={"confirm": token}, follow_redirects=False)
+    assert refused.status_code == 403 and _signed_in_as(cross_site) == ""
+
+
+def test_a_flood_of_sign_in_starts_from_one_address_evicts_nobody_elses() -> None:
+    from aiops.console.oidc_signin import MAX_PENDING, PendingSignIns
+
+    pending = PendingSignIns()
+    mine, _ = pending.begin("192.0.2.10")
+    for n in range(MAX_PENDING + 500):
+        pending.begin(f"198.51.100.{n % 4}")  # a flood from four addresses
+    assert pending.take(mine) is not None

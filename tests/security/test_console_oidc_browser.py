@@ -108,7 +108,11 @@ def test_single_sign_on_in_chromium_lands_signed_in_with_the_mapped_role_and_app
         dana.page.goto(served["base"] + "/login", wait_until="load")
         dana.shot("login")
         dana.sso("dana-sub")
-        dana.page.wait_for_url(served["base"] + "/")  # the callback's page moves on to the incidents
+        dana.page.wait_for_selector("#continue")  # the callback's page names who the provider signed in
+        assert dana.page.inner_text("#principal") == "oidc-dana"
+        dana.shot("continue")
+        dana.page.click("#continue")  # the session is made by this press, on the console's own page
+        dana.page.wait_for_url(served["base"] + "/")
         assert dana.page.inner_text("#whoami") == "oidc-dana (approver)"
         dana.shot("signed-in")
         dana.page.click("#incidents a")

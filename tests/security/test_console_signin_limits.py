@@ -17,7 +17,7 @@ import pytest
 from aiops.console.accounts import Accounts, accounts_path
 from aiops.console.app import ConsoleOptions, create_app
 from aiops.console.server import ConsoleServer
-from aiops.console.signin import ACCOUNT_FREE_FAILURES, PAIR_FAILURES, Refusal, SignInGate
+from aiops.console.signin import ACCOUNT_FREE_FAILURES, PAIR_FAILURES, Attempt, Refusal, SignInGate
 from aiops.store import Workspace
 from tests.console_helpers import PASSWORD
 from tests.service_helpers import free_port
@@ -100,3 +100,19 @@ def test_a_success_and_a_busy_refusal_take_their_count_back() -> None:
     assert not isinstance(right, Refusal)
     gate.succeeded(right)  # the right password: this name's failures from here are forgiven
     assert not isinstance(gate.admit("bob", "10.0.0.1"), Refusal)
+
+
+def test_failures_on_other_names_never_lift_a_names_delay() -> None:
+    """Issue 36, low: the gate remembers at most MAX_KEYS names; 20,000 failures on other names pushed the
+    oldest half out, and with it the delay of the name being guessed (cc01cd6). Now the names with the fewest
+    failures go first."""
+    from aiops.console.signin import ACCOUNT_FREE_FAILURES, MAX_KEYS
+
+    now = [1000.0]
+    gate = SignInGate(clock=lambda: now[0])
+    for n in range(ACCOUNT_FREE_FAILURES):  # the admin's name, guessed from many addresses
+        assert isinstance(gate.admit("admin", f"10.0.{n // 250}.{n % 250}"), Attempt)
+    assert isinstance(gate.admit("admin", "10.9.9.9"), Refusal)
+    for n in range(MAX_KEYS + 5):  # then one failure each on 20,000 other names, from many more addresses
+        gate.admit(f"user{n}", f"10.{1 + n // 60000}.{(n // 250) % 240}.{n % 250}")
+    assert isinstance(gate.admit("admin", "10.9.9.9"), Refusal)  # still slowed down

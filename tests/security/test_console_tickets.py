@@ -27,7 +27,7 @@ def demo(demo_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def _as_a_real_host(db: Path) -> None:
     """The same workspace with no twin behind it (its run's record gone) and no scheduler configured: a host
-    where nothing executes the demo's physical proposal (migrate_job)."""
+    where nothing executes the demo's physical proposal (set_power_limit: its plan's first physical step)."""
     with Workspace(db).write() as store:
         store.conn.execute("DELETE FROM sim_runs")
 
@@ -52,7 +52,7 @@ def test_a_ticket_only_kind_renders_without_an_approve_button_and_cannot_be_appr
     csrf = sign_in(c, "alice")
     page = c.get("/incidents/INC-0001").text
     section = _section(page, pid)
-    assert "Ticket: no backend on this host executes migrate_job" in section
+    assert "Ticket: no backend on this host executes set_power_limit" in section
     assert "Approve" not in section and "/approve" not in section and "<button" not in section
     assert "ticket (no executor here)" in c.get("/").text  # the incidents list says so too
     before = [(r.seq, r.event) for r in _rows(demo)]

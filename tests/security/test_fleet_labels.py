@@ -23,7 +23,8 @@ from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.dispatch import NodeDirectory
 from aiops.fleet.ingest import fetch_interval
 from aiops.sources.prometheus import PrometheusClient
-from aiops.store import Store
+from aiops.store import Store, Workspace
+from tests.console_helpers import add_users, client, sign_in
 from tests.service_helpers import require_binary
 
 T0 = 1_767_225_600.0
@@ -54,6 +55,21 @@ def _exposition() -> str:
     sample(
         "aiops_job_rank_info", f'instance="{A}",job="evil job;rm",rank="0",gpu="node-a/gpu0",node="node-a"', 1
     )
+    families["aiops_job_step_duration_seconds_count"] = [
+        f'aiops_job_step_duration_seconds_count{{instance="{A}",job="llm"}} {k + 1} {t}'
+        for k, t in enumerate(ts)
+    ]
+    families["aiops_job_step_duration_seconds_sum"] = [
+        f'aiops_job_step_duration_seconds_sum{{instance="{A}",job="llm"}} {2.0 * (k + 1)} {t}'
+        for k, t in enumerate(ts)
+    ]
+    sample("aiops_job_last_step_timestamp_seconds", f'instance="{A}",job="llm"', 1e300)
+    # the job's home (A) names its slowest rank's GPU on another node: a reference, not a claim
+    families["aiops_job_slowest_rank_steps_total"] = [
+        f'aiops_job_slowest_rank_steps_total{{instance="{A}",job="llm",rank="1",gpu="node-b/gpu0",node="node-a"}} '
+        f"{k + 1} {t}"
+        for k, t in enumerate(ts)
+    ]
     lines: list[str] = []
     for family, samples in families.items():
         lines += [f"# TYPE {family} gauge", *samples]
@@ -78,6 +94,8 @@ def test_labels_become_names_only_when_valid_and_owned(prometheus: str, tmp_path
         )
         topology = {r["component"]: r for r in store.query("SELECT * FROM topology")}
         temps = store.query("SELECT DISTINCT gpu, node, temp_c FROM gpu_samples ORDER BY gpu")
+        step_times = [r["ts_s"] for r in store.query("SELECT ts_s FROM job_steps")]
+        slowest = {r["slowest_gpu"] for r in store.query("SELECT slowest_gpu FROM job_steps")}
         everything = " ".join(
             str(v)
             for table in ("topology", "gpu_samples", "job_ranks")
@@ -95,6 +113,11 @@ def test_labels_become_names_only_when_valid_and_owned(prometheus: str, tmp_path
         {"gpu": "node-a/gpu0", "node": "node-a", "temp_c": 55.0},
         {"gpu": "node-b/gpu0", "node": "node-b", "temp_c": 60.0},
     ]
+    # a time a node exports as a value (its last step's) counts only up to the scrape that read it
+    assert step_times and all(T0 <= t <= T0 + STEP_S * SCRAPES for t in step_times), step_times
+    assert slowest == {
+        "node-b/gpu0"
+    }  # a job's series may name another node's GPU (its home reports its ranks)
     # each refusal is counted and named (the fleet logs these lines once each)
     refused = report.refusals.counts
     assert refused["node label not a valid name"] >= 2 and refused["rack label not a valid name"] >= 1
@@ -146,3 +169,16 @@ def test_dispatch_urls_come_from_the_config_or_a_valid_host_in_the_template(tmp_
 def test_hostile_dispatch_urls_are_refused_in_the_config(field: str, value: object) -> None:
     with pytest.raises(ValueError):
         FleetConfig.model_validate({field: value})
+
+
+def test_a_hostile_time_never_breaks_the_collectors_page(tmp_path: Path) -> None:
+    """Issue 36, low: the fleet console's /collectors answered 500 for a stored time no clock shows (a node
+    exported `aiops_job_last_step_timestamp_seconds 1e300` and it became a job_steps row's time)."""
+    db = tmp_path / "fleet.duckdb"
+    with Workspace(db).write() as store:
+        store.conn.execute("INSERT INTO job_steps (ts_s, job, step, step_time_s) VALUES (1e300, 'j', 1, 1.0)")
+    add_users(db)
+    c = client(db)
+    sign_in(c, "alice")
+    page = c.get("/collectors")
+    assert page.status_code == 200 and "invalid time" in page.text

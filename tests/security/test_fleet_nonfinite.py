@@ -5,7 +5,11 @@ A real Prometheus holds two nodes' exports (bulk-imported with promtool, so ever
 is ordinary; node `bad` exports +Inf and -Inf gauges, a +Inf counter, a negative counter and a counter beyond a
 32-bit column. The fleet's read of the interval goes through: `good`'s rows are all there, exactly; `bad`'s
 ordinary samples are there too; each hostile sample is dropped on its own and counted by reason, and named in
-the report. On cc01cd6 the read raised a ConversionException and stored nothing for anyone."""
+the report. On cc01cd6 the read raised a ConversionException and stored nothing for anyone.
+
+The fleet's own source (`FleetCollector`, what `aiops fleet` runs every step) over the same store hands both
+nodes' rows to the service, writes one collector_errors row naming the drops, counts them for /metrics, and
+stays sighted: a hostile value is not a blind source."""
 
 from __future__ import annotations
 
@@ -13,9 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
 
+from aiops.config import FleetConfig
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.ingest import fetch_interval
+from aiops.fleet.sight import FLEET_MARKER
+from aiops.fleet.source import FleetCollector, FleetSetup
+from aiops.service.metrics import MetricsCache
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 from tests.service_helpers import require_binary
@@ -97,3 +107,28 @@ def test_one_infinite_series_drops_its_samples_not_the_cycle(prometheus: str, tm
     assert report.dropped == {"infinite": 3, "out_of_range": 2}, report.dropped
     assert len(report.dropped_examples) == 3
     assert all("bad" in e and "good" not in e for e in report.dropped_examples), report.dropped_examples
+
+
+def test_the_fleet_cycle_goes_on_for_the_other_node_and_says_what_it_dropped(
+    prometheus: str, tmp_path: Path
+) -> None:
+    config = FleetConfig(prometheus=prometheus, step_s=STEP_S, lookback_s=STEP_S * (SCRAPES - 1), delay_s=0.0)
+    end_s = T0 + STEP_S * (SCRAPES - 1) + 1.0  # the whole imported run is one cycle
+    with Store(tmp_path / "fleet.duckdb") as store:
+        collector = FleetCollector(store, FleetSetup(config), clock=lambda: end_s)
+        tables = collector.collect(end_s)
+        gpus = tables["gpu_samples"].to_pylist()
+        assert sorted({r["gpu"] for r in gpus}) == ["bad/gpu0", "good/gpu0"]
+        assert len([r for r in gpus if r["gpu"] == "good/gpu0"]) == SCRAPES - 1
+        errors = tables["collector_errors"].to_pylist()
+        assert [(e["collector"], e["error"]) for e in errors] == [("prometheus", "dropped_samples")]
+        assert "3 infinite" in errors[0]["detail"] and "2 out_of_range" in errors[0]["detail"], errors
+        assert collector.sight.blind() is None and not collector.conditions().raised
+        registry = CollectorRegistry(auto_describe=False)
+        metrics = MetricsCache("fleet")
+        registry.register(metrics)
+        collector.export(metrics)
+        collector.close()
+    exported = generate_latest(registry).decode()
+    assert "\naiops_fleet_samples_dropped_total 5.0\n" in exported
+    assert f"\n{FLEET_MARKER} 0.0\n" in exported  # what the presence query tells the fleet's own exports by

@@ -100,3 +100,37 @@ def test_max_tokens_fits_the_timeout(tmp_path: Path) -> None:
         with open_session(db, config=config) as session:
             session.ask("what is wrong?")
     assert [r["body"]["max_tokens"] for r in llm.requests] == [720]
+
+
+def test_a_cut_reply_that_is_exactly_one_complete_invented_object_is_not_the_answer(tmp_path: Path) -> None:
+    """Issue 36, weak test: cut at max_tokens right after one complete, schema-valid object (nothing after it)
+    is still not an answer: the cut says the model was not done."""
+    content = json.dumps(INVENTED)
+    reply = _ask(tmp_path, cut(content))
+    _analyst_stands(reply, content, "cut at max_tokens")
+
+
+def test_the_console_chat_shows_the_analysts_top_and_evidence_beside_a_counted_answer(tmp_path: Path) -> None:
+    """Issue 36, low: when the model's answer counts, the console's chat showed its text alone; now, as the
+    CLI's chat does, the analyst's top hypothesis and the evidence claims (re-verified, with their marks)."""
+    from starlette.testclient import TestClient
+
+    from aiops.console.app import ConsoleOptions, create_app
+    from aiops.store import Workspace
+    from tests.console_helpers import add_users, sign_in
+
+    db, _ = tiny_demo_db(tmp_path)
+    add_users(db)
+    with scripted_llm([final("The cluster is fine: nothing to do.")]) as llm:
+        config = AgentConfig(
+            base_url=llm.base_url, model="scripted", api_key="k", timeout_s=5.0, limits=Limits()
+        )
+        c = TestClient(create_app(Workspace(db), ConsoleOptions(agent=config)))
+        csrf = sign_in(c, "alice")
+        asked = c.post("/chat/ask", data={"question": "what is wrong?"}, headers={"X-CSRF-Token": csrf})
+    events = [json.loads(line[6:]) for line in asked.text.splitlines() if line.startswith("data: ")]
+    shown = "".join(e.get("text", "") for e in events)
+    assert any(e.get("status") == "answer (llm)" for e in events), events[:3]
+    assert "The cluster is fine" in shown
+    assert f"analyst: {ANALYST}" in shown, shown
+    assert "✓ verified:" in shown, shown
