@@ -76,7 +76,7 @@ class Verify(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     within_s: float = Field(gt=0, le=86_400)
-    expect: str = Field(min_length=1, max_length=64)
+    check: str = Field(alias="expect", min_length=1, max_length=64)  # `expect:` in YAML (contract 3)
 
 
 class Remediation(BaseModel):

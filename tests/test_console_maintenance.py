@@ -44,11 +44,13 @@ def test_an_approver_sets_and_ends_a_window_and_a_viewer_only_sees_it(
     banner = c.get("/").text
     assert 'id="maintenance-banner"' in banner and "maintenance on node node3" in banner
 
-    proposal = demo_proposal(db)  # the demo's migrate_job off node3, whose GPU is hot
+    proposal = demo_proposal(db)  # the demo plan's set_power_limit on node3/gpu5, whose GPU is hot
     approved = c.post(f"/proposals/{proposal}/approve", data={"csrf_token": csrf})
     with Workspace(db).read() as store:
         status = store.scalar("SELECT status FROM proposals WHERE proposal_id = ?", [proposal])
-    assert status != "approved" and "node3 is under maintenance" in approved.text, (
+    assert (
+        status != "approved" and f"node3/gpu5 is under maintenance {window_id} on node node3" in approved.text
+    ), (
         status,
         approved.text[-800:],
     )

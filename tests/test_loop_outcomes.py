@@ -267,7 +267,7 @@ def test_a_plan_steps_own_window_comes_first() -> None:
                 [step_id, within_s, expect],
             )
         step = spec_for(store, "set_power_limit", "INC-1", "PL-1.2")
-        assert step is not None and (step.within_s, step.expect) == (600.0, "step_time_recovered")
+        assert step is not None and (step.within_s, step.check) == (600.0, "step_time_recovered")
         assert spec_for(store, "set_power_limit", "INC-1", "PL-1.1") is None  # the step says: not judged
 
 

@@ -233,7 +233,7 @@ def _within_s(rung: str, actions: Sequence[Action]) -> float | None:
 
 def _expect(rung: str, actions: Sequence[Action]) -> str | None:
     checks = [EFFECT_DEFAULTS[a.kind][1] for a in actions if a.kind in EFFECT_DEFAULTS]
-    return checks[0] if checks else LADDER[rung].expect
+    return checks[0] if checks else LADDER[rung].check
 
 
 def draft_steps(remedies: Sequence[StepRemedy], facts: Facts) -> list[StepDraft]:
@@ -260,7 +260,7 @@ def draft_steps(remedies: Sequence[StepRemedy], facts: Facts) -> list[StepDraft]
                 cost=_cost(rung, actions, facts),
                 rollback=_rollback(rung, actions),
                 verify_within_s=max(v.within_s for v in verify) if verify else _within_s(rung, actions),
-                verify_expect=verify[0].expect if verify else _expect(rung, actions),
+                verify_expect=verify[0].check if verify else _expect(rung, actions),
                 reason="; ".join(reasons)[:2000],
                 hold=_hold(rung, actions, facts),
             )

@@ -23,7 +23,7 @@ class Rung:
     cost: str
     rollback: str
     within_s: float | None  # None: not judged (a ticket)
-    expect: str | None
+    check: str | None  # the check judging the effect (a playbook's `verify.expect`)
 
 
 LADDER: dict[str, Rung] = {

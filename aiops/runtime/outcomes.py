@@ -35,7 +35,7 @@ log = logging.getLogger("aiops.outcomes")
 @dataclass(frozen=True)
 class Spec:
     within_s: float
-    expect: str
+    check: str  # a check's name (aiops.detect.effects.CHECKS)
     source: str  # step <id> | playbook <label> | default
 
 
@@ -77,7 +77,7 @@ def _playbook_spec(store: Store, incident_id: str | None, kind: str) -> Spec | N
     for remedy in book.remediations if book else []:
         verify: Any = getattr(remedy, "verify", None)  # playbooks say it where the kind's default is wrong
         if remedy.action == kind and verify is not None:
-            return Spec(float(verify.within_s), str(verify.expect), f"playbook {label}")
+            return Spec(float(verify.within_s), str(verify.check), f"playbook {label}")
     return None
 
 
@@ -173,20 +173,20 @@ def verify_due(store: Store, now_ts_s: float, *, wall_ts_s: float) -> list[Outco
         if spec is None or set_ts_s + spec.within_s > now_ts_s:
             continue
         judged = _judged(store, action, set_ts_s, spec, _incident(store, incident_id))
-        verdict: Verdict = judge(store, spec.expect, judged)
+        verdict: Verdict = judge(store, spec.check, judged)
         outcome = Outcome(
             action.proposal_id,
             incident_id,
             step_id,
             verdict.verdict,
-            spec.expect,
-            f"{spec.expect} ({spec.source}, {spec.within_s:g} s): {verdict.detail}"[:500],
+            spec.check,
+            f"{spec.check} ({spec.source}, {spec.within_s:g} s): {verdict.detail}"[:500],
             (judged.settled_from_s, judged.end_s),
         )
         record(store, outcome, now_ts_s, wall_ts_s)
         log.info(
             "outcome",
-            extra={"proposal_id": action.proposal_id, "verdict": verdict.verdict, "check": spec.expect},
+            extra={"proposal_id": action.proposal_id, "verdict": verdict.verdict, "check": spec.check},
         )
         done.append(outcome)
     return done
