@@ -1,9 +1,9 @@
-# The README's two commands: `make demo` and `make test`. Both set everything up on a fresh machine.
+# The README's commands: `make demo`, `make fleet-demo` and `make test`. Each sets everything up on a fresh machine.
 VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint format bench eval clean
+.PHONY: setup demo fleet-demo fleet-demo-stop test lint format bench eval clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -13,6 +13,15 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/aiops demo --db out/demo.duckdb
+
+# The cluster path on loopback (scripts/fleet_demo.py): Ctrl-C or `make fleet-demo-stop` stops it, FLEET_DEMO_S=240 after 240 s; it leaves the
+# fleet's workspace at out/fleet-demo/fleet.duckdb.
+fleet-demo: $(STAMP)
+	$(PY) scripts/fleet_demo.py --out out/fleet-demo
+
+# From another terminal: stops the fleet demo that runs in out/fleet-demo (as Ctrl-C does), its workspace kept.
+fleet-demo-stop:
+	$(PY) scripts/fleet_demo.py --stop --out out/fleet-demo
 
 SOURCES := aiops collectors guardrails evals playbooks bpf tests bench
 

@@ -33,6 +33,7 @@ FACILITY_REACH = frozenset(
         "coolant_flow_drop",
         "dcim_power_cap",
         "fleet_inlet_drift",
+        "rank_straggler",  # a rank its GPU's heat or power made late (aiops/detect/stragglers.py)
     }
 )
 

@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
 )
 
+from aiops.config_breaker import BreakerConfig
 from aiops.config_chatops import ChatopsConfig, SlackConfig
 from aiops.config_facility import DcimConfig as DcimConfig  # re-exported: [dcim]
 from aiops.config_facility import FacilityConfig as FacilityConfig  # re-exported: [facility]
@@ -189,6 +190,19 @@ class DetectionConfig(_Section):
     )
 
 
+class SchedulerConfig(_Section):
+    """The scheduler that drains, requeues and restarts on this host (guardrails/routing.py routes to it)."""
+
+    kind: Literal["none", "slurm", "kubernetes"] = Field(
+        default="none", description="none: scheduler actions stand as tickets"
+    )
+    binaries: str = Field(default="", description="slurm: the folder of scontrol/sinfo; empty: PATH")
+    kubeconfig: str = Field(default="", description="kubernetes: a kubeconfig file; empty: in_cluster")
+    in_cluster: bool = Field(default=False, description="kubernetes: the pod's service account")
+    node_name: str = Field(default="", description="this host's name in the scheduler; empty: the hostname")
+    timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
+
+
 class FleetConfig(_Section):
     """`aiops fleet`: where the node agents' exports are read (docs/FLEET.md)."""
 
@@ -215,6 +229,9 @@ class FleetConfig(_Section):
         default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
     )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+    # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
+    # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
 
     @field_validator("node_url")
     @classmethod
@@ -244,19 +261,6 @@ class FleetConfig(_Section):
 class LanesConfig(_Section):
     dev: str = Field(default="", description="the NIC whose lanes the service watches; empty: none")
     netns: str = ""
-
-
-class SchedulerConfig(_Section):
-    """The scheduler that drains, requeues and restarts on this host (guardrails/routing.py routes to it)."""
-
-    kind: Literal["none", "slurm", "kubernetes"] = Field(
-        default="none", description="none: scheduler actions stand as tickets"
-    )
-    binaries: str = Field(default="", description="slurm: the folder of scontrol/sinfo; empty: PATH")
-    kubeconfig: str = Field(default="", description="kubernetes: a kubeconfig file; empty: in_cluster")
-    in_cluster: bool = Field(default=False, description="kubernetes: the pod's service account")
-    node_name: str = Field(default="", description="this host's name in the scheduler; empty: the hostname")
-    timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
 
 
 class NotifyConfig(_Section):
@@ -373,6 +377,11 @@ class ConsoleConfig(_Section):
         description="the console's address as people reach it (behind a proxy: the proxy's); notifications "
         "link to /incidents/<id> there ([notify] console_url, when set, wins)",
     )
+    grafana_url: str = Field(
+        default="",
+        pattern=r"^(https?://\S+)?$",
+        description="a Grafana with deploy/grafana's dashboards: incident pages link each plot to its panel",
+    )
     idle_timeout_s: float = Field(default=1800.0, gt=0, le=86_400, description="sign out after this idle")
     max_age_s: float = Field(default=43_200.0, gt=0, le=7 * 86_400, description="a session's longest life")
     oidc: OidcConfig = Field(default_factory=OidcConfig)  # single sign-on (aiops/config_oidc.py)
@@ -420,9 +429,11 @@ class GuardrailsConfig(_Section):
         default="", description="your key for approvals: a private key file, or a .pub held by ssh-agent"
     )
     witness: str = Field(default="", description="the audit chain's witness file; empty: <db>.witness")
-    approvers: dict[str, list[Literal["physical", "policy"]]] = Field(
-        default_factory=dict, description="principal -> risk classes they may approve"
+    approvers: dict[str, list[Literal["physical", "policy", "breaker"]]] = Field(
+        default_factory=dict,
+        description="principal -> what they may decide: physical proposals, response policies, breaker overrides",
     )
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)  # aiops/config_breaker.py
 
 
 class ReportConfig(_Section):

@@ -70,9 +70,10 @@ def example_toml() -> str:
             ]
         if section == "guardrails":
             lines += [
-                "# who may approve what (docs/SECURITY.md): physical proposals and/or response policies",
+                "# who may approve what (docs/SECURITY.md): physical proposals, response policies, and",
+                "# overrides of the circuit breaker (aiops actions override; docs/GUARDRAILS.md)",
                 "# [guardrails.approvers]",
-                '# alice = ["physical", "policy"]',
+                '# alice = ["physical", "policy", "breaker"]',
             ]
         if section == "chatops":
             lines += list(CHATOPS_EXAMPLE)

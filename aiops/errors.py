@@ -26,6 +26,8 @@ AiopsError                    base; exit code 1
 │   └── ServiceRunning        another `aiops run` serves this workspace (one service per store); names its PID
 ├── IngestError               a batch does not fit its table (unknown table or column); exit 1
 ├── PrerequisiteError         something the command needs is missing (root, bcc, a device); says what; exit 3
+├── LabProcessError           a process of the loopback cluster (aiops/lab/loopback.py: `make fleet-demo`) ended or
+│                             never became ready; names it and its log; exit 1
 ├── ProfileTargetError        `aiops profile`: the process is gone or has no CUDA library mapped; exit 2
 ├── TcError                   a tc command failed (aiops/datapath/tc.py); carries the command and tc's words
 ├── AbiMismatch               a pinned BPF map's layout differs from aiops/datapath/abi.py
@@ -172,6 +174,17 @@ class IngestError(AiopsError):
 
 class PrerequisiteError(AiopsError):
     exit_code = 3
+
+
+class LabProcessError(AiopsError):
+    """A process of a loopback cluster (aiops/lab/loopback.py) ended early or never became ready: `name`, what
+    happened, and its `log` file when it has one."""
+
+    def __init__(self, name: str, problem: str, log: Path | None = None) -> None:
+        self.name = name
+        self.problem = problem
+        self.log = log
+        super().__init__(f"{name}: {problem}" + (f" (its log: {log})" if log is not None else ""))
 
 
 class ProfileTargetError(AiopsError):

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiops.detect import detect
 from aiops.labels import BENIGN_LABELS
+from aiops.memory.rma import lemon_ladder
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
 from aiops.plans import PlanRecord, StepDraft, draft_steps, facts_of, file_plan, new_proposal_id
 from aiops.playbooks import steps_from_store
@@ -72,6 +73,8 @@ def plan_steps(store: Store, diagnosis: Diagnosis) -> list[StepDraft]:
     # a limit moved away from what the product set goes back to that value, never undoing the product's cap
     intended = intended_state(store, diagnosis.incident.last_ts_s)
     remedies = [replace(r, actions=restore_intended(r.actions, intended)) for r in remedies]
+    # a GPU whose fault came back after repairs that did not hold: the RMA step first, no more resets
+    remedies = lemon_ladder(store, diagnosis, remedies)
     return draft_steps(remedies, facts_of(store, diagnosis.incident, job))
 
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, tzinfo
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.text import Text
+if TYPE_CHECKING:  # loaded where a terminal is written to, never by a node agent (docs/BENCHMARKS.md)
+    from rich.console import Console
+    from rich.text import Text
 
 # C0 controls but \t and \n, DEL, C1 controls, bidi marks/embeddings/overrides/isolates, the Unicode line and
 # paragraph separators, and lone surrogates.
@@ -72,12 +74,16 @@ def markup(value: object, *, multiline: bool = False) -> str:
 
 def as_text(value: object, style: str = "", *, multiline: bool = False) -> Text:
     """`plain(value)` as a rich `Text`: a table cell or a print that rich never parses for markup."""
+    from rich.text import Text
+
     return Text(plain(value, multiline=multiline), style=style)
 
 
 def terminal(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
     """A console for the CLI: no automatic highlighting and no emoji codes (`:warning:` in a job name stays
     text). Markup stays on for our own templates: every hostile value in one goes through `markup`."""
+    from rich.console import Console
+
     return Console(stderr=stderr, soft_wrap=soft_wrap, highlight=False, emoji=False)
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.fleet_exports import build
+from bench.fleet_exports import build, shard_of
 
 START_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the first scrape
 CLOCK_PAST_SCRAPE_S = 1.0  # the fake wall clock runs this far past the scrape grid
@@ -84,7 +84,11 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
 
     step_s, now = float(plan["step_s"]), [float(plan["clock0_s"])]
     config = FleetConfig(
-        prometheus=plan["url"], step_s=step_s, lookback_s=plan["lookback_s"], delay_s=plan["delay_s"]
+        prometheus=plan["url"],
+        step_s=step_s,
+        lookback_s=plan["lookback_s"],
+        delay_s=plan["delay_s"],
+        selector=plan.get("selector", ""),
     )
     store = Store(Path(plan["db"]))
     store.conn.execute("SET memory_limit = '256MB'")  # the service's [store] memory_limit_mb default
@@ -138,9 +142,18 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
             }
         )
     incidents = store.scalar("SELECT count(*) FROM incidents")
+    seen = store.query(
+        "SELECT min(node) AS first, max(node) AS last, count(DISTINCT node) AS n FROM gpu_samples"
+    )
     collector.close()
     store.close()
-    return {"cycles": cycles, "opened": opened, "incidents": int(incidents or 0), "peak_rss_mb": _hwm_mb()}
+    return {
+        "cycles": cycles,
+        "opened": opened,
+        "incidents": int(incidents or 0),
+        "peak_rss_mb": _hwm_mb(),
+        "nodes_seen": seen[0] if seen else None,
+    }
 
 
 def _free_port() -> int:
@@ -175,7 +188,10 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
     first_end_s = (clock0_s - args.delay_s) // step_s * step_s  # the first cycle reads up to here
     fault_ts_s = first_end_s + args.fault_cycle * step_s
     last_s = first_end_s + (args.cycles - 1) * step_s
-    exports = build(gpus, step_s, START_S, fault_ts_s)
+    exports = build(gpus, step_s, START_S, fault_ts_s, shards=args.shards)
+    # the shard that holds the faulty GPU is the one measured (the others are the same work on other nodes)
+    fault_node = int(exports.fault_gpu.split("/")[0].rsplit("-", 1)[1]) - 1
+    shard = shard_of(fault_node, exports.nodes // args.shards) if args.shards > 1 else None
     scrapes = round((last_s - START_S) / step_s) + 1
     with tempfile.TemporaryDirectory(prefix="aiops-bench-fleet-") as scratch:
         work = Path(scratch)
@@ -218,6 +234,7 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
                 "lookback_s": args.lookback_s,
                 "delay_s": args.delay_s,
                 "cycles": args.cycles,
+                "selector": f'shard="{shard}"' if shard is not None else "",
                 "profile": args.profile and f"{args.profile}.{gpus}",
             }
             child = subprocess.run(
@@ -235,7 +252,19 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
     if child.returncode != 0 or not child.stdout.strip():
         raise RuntimeError(f"the analyst failed: {child.stderr[-3000:]}")
     measured = json.loads(child.stdout.strip().splitlines()[-1])
-    return _figures(gpus, exports, measured, fault_ts_s, scrapes, args, import_s, generate_s, vm_import_cpu_s)
+    figures = _figures(
+        gpus, exports, measured, fault_ts_s, scrapes, args, import_s, generate_s, vm_import_cpu_s
+    )
+    if shard is not None:
+        figures["shards"] = {
+            "of": args.shards,
+            "measured": shard,
+            "selector": f'shard="{shard}"',
+            "gpus_per_shard": gpus // args.shards,
+            "nodes_per_shard": exports.nodes // args.shards,
+            "nodes_seen": measured["nodes_seen"],  # the analyst's workspace: only its shard's nodes
+        }
+    return figures
 
 
 def _figures(
@@ -291,6 +320,10 @@ def _figures(
             "cores": cores is not None and cores <= TARGET_CORES,
             "peak_rss": measured["peak_rss_mb"] <= TARGET_RSS_MB,
             "latency": found and wall_latency_s is not None and wall_latency_s <= latency_target_s,
+            # issue 40 (sharded, read from Prometheus: `--delay-s 5`, [fleet] delay_s's default): one scrape + 20 s
+            "latency_scrape_plus_20s": found
+            and wall_latency_s is not None
+            and wall_latency_s <= step_s + 20.0,
         },
         "per_cycle": cycles if args.per_cycle else None,
     }
@@ -306,6 +339,13 @@ def main() -> int:
     parser.add_argument("--step-s", type=float, default=15.0, help="the scrape interval")
     parser.add_argument(
         "--fault-cycle", type=int, default=3, help="the cycle whose read first shows the fault"
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="split the GPUs into N shards of whole racks (a shard label on every series); measure the shard "
+        "holding the fault, read with [fleet] selector",
     )
     parser.add_argument("--per-cycle", action="store_true", help="every cycle's figures in the JSON")
     parser.add_argument("--profile", default=None, metavar="PATH", help="cProfile cycle 2 into PATH.<gpus>")

@@ -12,10 +12,15 @@ SwThermalSlowdown set in every sample, die at 92 C, SM clock down) from the scra
 Most series keep their value from one scrape to the next (info, limits, error counters at 0): their lines are
 built once and joined per scrape with the timestamp as separator; the varying ones (temperatures, power, clocks,
 sample and byte counters) are formatted from numpy arrays.
+
+With `shards` > 1 (bench/fleet.py --shards) the nodes split into that many shards of whole racks, in order, and
+every series carries `shard="K"`, the target label a scrape config gives a rack set's agents: one `aiops fleet`
+per shard reads its own with `[fleet] selector = 'shard="K"'`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -120,17 +125,46 @@ class Exports:
         return "".join(parts)
 
 
-def build(gpus: int, step_s: float, start_s: float, fault_ts_s: float, seed: int = 7) -> Exports:
+def build(
+    gpus: int, step_s: float, start_s: float, fault_ts_s: float, seed: int = 7, shards: int = 1
+) -> Exports:
+    """The exports of `gpus` GPUs; with `shards` > 1 every series also carries `shard="K"` (module doc)."""
     if gpus <= 0 or gpus % GPUS_PER_NODE:
         raise ValueError(f"--gpus must be a positive multiple of {GPUS_PER_NODE}, got {gpus}")
     nodes = gpus // GPUS_PER_NODE
+    if shards > 1 and nodes % (shards * NODES_PER_RACK):
+        raise ValueError(
+            f"{nodes} nodes do not split into {shards} shards of whole racks of {NODES_PER_RACK}"
+        )
     fault_node = min(nodes - 1, nodes // 2 + 3)
     out = Exports(gpus, step_s, start_s, fault_ts_s, f"{host(fault_node)}/gpu3")
     _inventory(out)
     _gpus(out, np.random.default_rng(seed))
     _network(out)
     _hosts_and_job(out)
+    if shards > 1:
+        _label_shards(out, nodes // shards)
     return out
+
+
+def shard_of(node: int, nodes_per_shard: int) -> int:
+    return node // nodes_per_shard
+
+
+def _label_shards(out: Exports, nodes_per_shard: int) -> None:
+    """`shard="K"` after every series' `instance` label, as a scrape config adds a target label (a rack set's
+    agents in one scrape job or relabelled from the node's rack): K = the node's index // `nodes_per_shard`."""
+    pattern = re.compile(r'instance="gpu-h100-(\d+):9484"')
+
+    def labelled(line: str) -> str:
+        return pattern.sub(
+            lambda m: f'{m.group(0)},shard="{shard_of(int(m.group(1)) - 1, nodes_per_shard)}"', line
+        )
+
+    out.constant = [labelled(line) for line in out.constant]
+    for group in out.varying:
+        group.prefixes = [labelled(prefix) for prefix in group.prefixes]
+    out.fault = [(labelled(prefix), value) for prefix, value in out.fault]
 
 
 def _inventory(out: Exports) -> None:

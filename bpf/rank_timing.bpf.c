@@ -11,6 +11,8 @@
  * integer register: the 128-byte ncclUniqueId before it is passed in memory, SysV x86-64 ABI) and nranks, the
  * largest communicator a process joins being its world.
  *
+ * cudaMemcpy (kind copy) is timed like the synchronisation calls: it returns when the copy is done.
+ *
  * Probe numbers are the index of aiops/profile/rank_probes.py's RANK_PROBES; BYTES_ARG2_MASK: count and
  * datatype are the 2nd and 3rd arguments (ncclSend/ncclRecv), otherwise the 3rd and 4th (ncclAllReduce, ...).
  */

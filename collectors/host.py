@@ -18,9 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from collectors.base import RowBatch, RowBuffer, RowCollector
 from collectors.ethtool import pause_frames
@@ -33,6 +31,9 @@ from collectors.nvml import NvmlCollector, inventory, nvml_collector
 from collectors.procfs import ProcfsCollector
 from collectors.sysfs import CoolingDeviceCollector, PowercapCollector, ThermalZoneCollector
 from collectors.topology import Discovery, discover_topology
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.schema import columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ERROR_COLUMNS = columns("collector_errors")
 

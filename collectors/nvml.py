@@ -21,18 +21,19 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pynvml
 
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.hostfs import Unavailable
 from collectors.pci import pci_bus_id
-from collectors.schema import SCHEMAS, columns
+from collectors.schema import columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 GPU_COLUMNS = columns("gpu_samples")
-GPU_SCHEMA = SCHEMAS["gpu_samples"]
 EVENT_COLUMNS = columns("gpu_events")
 ERROR_COLUMNS = columns("collector_errors")
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (nvml.h)

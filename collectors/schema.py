@@ -1,15 +1,24 @@
-"""Arrow schemas of the store's telemetry tables (aiops/store/migrations.py is the contract; a test checks that
-these match it column for column and type for type). Collectors build batches with them, so a column that is
-NULL in a whole batch still has its table's type.
+"""The columns and types of the store's telemetry tables (aiops/store/migrations.py is the contract; a test checks
+that these match it column for column and type for type). Collectors name their rows' columns with them; Arrow
+batches are typed by `SCHEMAS`, so a column that is NULL in a whole batch still has its table's type.
+
+The types are named here, not built: `SCHEMAS` (Arrow schemas) is made on first use, so a node agent that hands
+its rows to the store as tuples never loads pyarrow (docs/BENCHMARKS.md, "Overhead").
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
-F, S, I64, I32, U64, B = pa.float64(), pa.string(), pa.int64(), pa.int32(), pa.uint64(), pa.bool_()
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-_COLUMNS: dict[str, tuple[tuple[str, pa.DataType], ...]] = {
+    SCHEMAS: dict[str, pa.Schema]  # made by __getattr__ below
+
+# Arrow's type of each name (pyarrow's own factory names)
+F, S, I64, I32, U64, B = "float64", "string", "int64", "int32", "uint64", "bool_"
+
+_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "collective_samples": (
         ("ts_s", F),
         ("job", S),
@@ -286,7 +295,24 @@ FLEET_ONLY_COLUMNS: dict[str, tuple[str, ...]] = {
 # The topology columns of m001; the rest (m007) are what discovery on a real host adds.
 TOPOLOGY_BASE_COLUMNS: tuple[str, ...] = ("component", "kind", "parent", "rack", "node", "idx")
 
-SCHEMAS: dict[str, pa.Schema] = {table: pa.schema(list(columns)) for table, columns in _COLUMNS.items()}
+_SCHEMAS: dict[str, pa.Schema] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """`SCHEMAS`, the Arrow schema of each table, built at its first use (PEP 562)."""
+    if name != "SCHEMAS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _SCHEMAS:
+        import pyarrow as pa
+
+        for table, named in _COLUMNS.items():
+            _SCHEMAS[table] = pa.schema([(column, getattr(pa, kind)()) for column, kind in named])
+    return _SCHEMAS
+
+
+def columns_typed(table: str) -> dict[str, str]:
+    """column -> its Arrow type's pyarrow factory name (`float64`, `string`, ...); empty for an unknown table."""
+    return dict(_COLUMNS.get(table, ()))
 
 
 def columns(table: str) -> tuple[str, ...]:

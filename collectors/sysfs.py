@@ -14,12 +14,14 @@ attributes can vanish while a driver unbinds, and some return EIO or ENODATA on 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.hostfs import ERROR_COLUMNS, ErrorLog
 from collectors.schema import columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _read(path: Path) -> str | None:

@@ -27,7 +27,7 @@ from aiops.control.dcim_signals import parse_dcim_signals
 from aiops.control.dcim_source import dcim_document, record_changes
 from aiops.errors import AiopsError, ScenarioError
 from aiops.fleet.backfill import backfill, serving
-from aiops.fleet.cycle import read_cycle
+from aiops.fleet.cycle import CycleReport, read_cycle
 from aiops.fleet.history import replay, write
 from aiops.pipeline import RunResult, headline
 from aiops.runtime.analysis import analyze, simulate_into
@@ -137,35 +137,39 @@ def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: f
     return int(unsafe_executions(read_rows(store)))
 
 
+def through_prometheus(twin_store: Store, step_s: float, work: Path) -> tuple[Store, CycleReport]:
+    """A fleet workspace (in memory) read from a twin run: every node agent's exports over the run (what `aiops run
+    --sim S --node N` serves, scraped every `step_s`: aiops/fleet/history.py) and the facility's series imported
+    into a real Prometheus with promtool; the fleet analyst reads them back (aiops/fleet/ingest.py), with the DCIM
+    input read every step. Nothing of the twin's workspace reaches the fleet's but what went through Prometheus."""
+    om = work / "history.om"
+    first_s = float(twin_store.scalar("SELECT min(ts_s) FROM gpu_samples"))
+    last_s = float(twin_store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+    with om.open("w") as out:
+        write(replay(twin_store, step_s), out, openmetrics=True, end=False)
+        render_facility_history(facility_rows(twin_store), out, step_s=step_s, openmetrics=True)
+    grid = [first_s + step_s * (k + 1) for k in range(int((last_s - first_s) // step_s) + 1)]
+    documents = [(t, dcim_document(twin_store, t)) for t in grid]  # what the DCIM served then
+    backfill(om, work / "tsdb")
+    om.unlink()
+    fleet = Store(":memory:")
+    with serving(work / "tsdb", work) as url:
+        client = PrometheusClient(url, timeout_s=60.0)
+        report = read_cycle(fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s)
+    racks = [str(r["component"]) for r in fleet.query("SELECT component FROM topology WHERE kind = 'rack'")]
+    for t, document in documents:  # the fleet's DCIM input, read every step
+        record_changes(fleet, parse_dcim_signals(document, "dcim", t, racks), t, "http:dcim")
+    return fleet, report
+
+
 def run_file_via_prometheus(path: str, step_s: float) -> Case:
-    """Score one scenario through the fleet path: the twin runs it; every node agent's exports over the run
-    (what `aiops run --sim S --node N` serves, scraped every `step_s`: aiops/fleet/history.py) are imported into
-    a real Prometheus with promtool; the fleet analyst reads them back (aiops/fleet/ingest.py) into a workspace
-    of its own, which is analysed and scored as the twin's is. Nothing of the twin's workspace reaches the
-    fleet's but what went through Prometheus."""
+    """Score one scenario through the fleet path (`through_prometheus`): the twin runs it, the fleet's workspace
+    read back through a real Prometheus is analysed and scored as the twin's is."""
     scenario = load_scenario(path)
-    with tempfile.TemporaryDirectory(prefix="aiops-eval-prom-") as tmp:
-        work = Path(tmp)
-        om = work / "history.om"
-        with Store(":memory:") as twin_store:
-            twin = simulate_into(twin_store, scenario)
-            first_s = float(twin_store.scalar("SELECT min(ts_s) FROM gpu_samples"))
-            last_s = float(twin_store.scalar("SELECT max(ts_s) FROM gpu_samples"))
-            with om.open("w") as out:
-                write(replay(twin_store, step_s), out, openmetrics=True, end=False)
-                render_facility_history(facility_rows(twin_store), out, step_s=step_s, openmetrics=True)
-            grid = [first_s + step_s * (k + 1) for k in range(int((last_s - first_s) // step_s) + 1)]
-            documents = [(t, dcim_document(twin_store, t)) for t in grid]  # what the DCIM served then
-        backfill(om, work / "tsdb")
-        om.unlink()
-        with serving(work / "tsdb", work) as url, Store(":memory:") as fleet:
-            client = PrometheusClient(url, timeout_s=60.0)
-            report = read_cycle(fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s)
-            racks = [
-                str(r["component"]) for r in fleet.query("SELECT component FROM topology WHERE kind = 'rack'")
-            ]
-            for t, document in documents:  # the fleet's DCIM input, read every step
-                record_changes(fleet, parse_dcim_signals(document, "dcim", t, racks), t, "http:dcim")
+    with tempfile.TemporaryDirectory(prefix="aiops-eval-prom-") as tmp, Store(":memory:") as twin_store:
+        twin = simulate_into(twin_store, scenario)
+        fleet, report = through_prometheus(twin_store, step_s, Path(tmp))
+        with fleet:
             case = score_analysis(scenario, fleet, twin)
     case["file"] = path
     nodes = report.nodes

@@ -1,5 +1,5 @@
-"""Kubernetes actuator through the official `kubernetes` Python client: `drain_node` and `restart_job` for the
-node this agent runs on.
+"""Kubernetes actuator through the official `kubernetes` Python client: `drain_node`, `resume_node` (uncordon)
+and `restart_job` for the node this agent runs on.
 
 - drain_node = what `kubectl drain` does: cordon (PATCH /api/v1/nodes/{node}, `spec.unschedulable: true`),
   then one policy/v1 Eviction per pod on the node (GET /api/v1/pods?fieldSelector=spec.nodeName={node}; POST
@@ -27,7 +27,7 @@ from aiops.workload import kubernetes_job
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 
-KINDS = ("drain_node", "restart_job")
+KINDS = ("drain_node", "resume_node", "restart_job")
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -81,7 +81,8 @@ def pod_job(pod: Any) -> str:
 
 
 class KubernetesActuator:
-    """The `Actuator` protocol for drain_node and restart_job. `node`: this host's Kubernetes node name;
+    """The `Actuator` protocol for drain_node, resume_node and restart_job. `node`: this host's Kubernetes node
+    name ("" for the fleet's cluster-wide actuator: restart_job only, its pods found on every node);
     `component_of(target)`: the node name a target component means (default: the target itself)."""
 
     KINDS = KINDS
@@ -102,6 +103,9 @@ class KubernetesActuator:
 
     # -- reads -----------------------------------------------------------------------------------------------
     def _pods(self) -> list[Any]:
+        """The pods on this node; with no node (the fleet's cluster-wide actuator, restart_job only), all."""
+        if not self.node:
+            return list(self.api.list_pod_for_all_namespaces(_request_timeout=self.timeout_s).items or ())
         listed = self.api.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.node}", _request_timeout=self.timeout_s
         )
@@ -143,6 +147,8 @@ class KubernetesActuator:
         try:
             if action.kind == "drain_node":
                 return self._drain(action, dry_run)
+            if action.kind == "resume_node":
+                return self._uncordon(action, dry_run)
             if action.kind == "restart_job":
                 return self._restart(action, dry_run)
         except LookupError as exc:
@@ -156,6 +162,8 @@ class KubernetesActuator:
             if action.kind == "drain_node":
                 pods = sum(_evictable(p) for p in self._pods())
                 return {"unschedulable": self._unschedulable(), "pods_left": pods}
+            if action.kind == "resume_node":
+                return {"unschedulable": self._unschedulable()}
             if action.kind == "restart_job":
                 old = self._restarted.get(action.proposal_id, set())
                 try:
@@ -168,7 +176,7 @@ class KubernetesActuator:
         return {}
 
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
-        if action.kind != "drain_node":
+        if action.kind not in ("drain_node", "resume_node"):
             return ActuationResult(False, error=f"{action.kind} cannot be undone (its pods were deleted)")
         try:
             self._cordon(bool(previous.get("unschedulable", False)))
@@ -180,7 +188,7 @@ class KubernetesActuator:
 
     def _local(self, action: Action) -> None:
         node = self.component_of(action.target.split("/", 1)[0])
-        if action.kind == "drain_node" and node != self.node:
+        if action.kind in ("drain_node", "resume_node") and (not self.node or node != self.node):
             raise LookupError(f"{action.target[:63]} is not this node ({self.node}): its own agent drains it")
 
     def _drain(self, action: Action, dry_run: bool) -> ActuationResult:
@@ -220,6 +228,16 @@ class KubernetesActuator:
         return ActuationResult(
             True, {"dry_run": False, "cordoned": self.node, "evicted": evicted}, previous, expected
         )
+
+    def _uncordon(self, action: Action, dry_run: bool) -> ActuationResult:
+        """resume_node: `kubectl uncordon` (PATCH `spec.unschedulable: false`); the pods evicted by the drain
+        are their controllers' to place again."""
+        self._local(action)
+        previous, expected = {"unschedulable": self._unschedulable()}, {"unschedulable": False}
+        if dry_run:
+            return ActuationResult(True, {"dry_run": True, "uncordon": self.node}, previous, expected)
+        self._cordon(False)
+        return ActuationResult(True, {"dry_run": False, "uncordoned": self.node}, previous, expected)
 
     def _restart(self, action: Action, dry_run: bool) -> ActuationResult:
         namespace, owner, pods = self._job_pods(action.target)

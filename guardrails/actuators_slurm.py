@@ -7,6 +7,7 @@ by its first `Key=`, and such a name spoofed the fields the actuator verifies an
 
 | kind        | target                    | apply                                                        | rollback |
 | drain_node  | this node                 | `scontrol update nodename=N state=drain reason=R`            | `state=resume` (or the drain it replaced) |
+| resume_node | this node                 | `scontrol update nodename=N state=resume` (nothing when not drained) | the drain (and reason) it lifted |
 | reboot_node | this node                 | `scontrol reboot ASAP nextstate=resume reason=R N`           | `scontrol cancel_reboot N`, then resume |
 | restart_job | `job:slurm-<id>`          | `scontrol requeue <id>` (a batch job: back to pending)       | none: a requeue cannot be undone |
 | migrate_job | `job:slurm-<id>`, the node | `requeuehold`, `update jobid=<id> ExcNodeList=N`, `release`  | `ExcNodeList=` its previous value |
@@ -33,7 +34,7 @@ from aiops.errors import SchedulerError
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 
-KINDS = ("drain_node", "reboot_node", "restart_job", "migrate_job")
+KINDS = ("drain_node", "resume_node", "reboot_node", "restart_job", "migrate_job")
 DEFAULT_TIMEOUT_S = 15.0
 MAX_OUTPUT_BYTES = 64 * 1024
 MAX_JSON_BYTES = 64 * 1024 * 1024  # `squeue --json` lists every job the controller holds
@@ -213,6 +214,9 @@ class SlurmActuator:
         if action.kind == "reboot_node":
             self._check_node_target(action)
             return [["scontrol", "reboot", "ASAP", "nextstate=resume", f"reason={reason}", self.node]]
+        if action.kind == "resume_node":
+            self._check_node_target(action)
+            return [["scontrol", "update", f"nodename={self.node}", "state=resume"]]
         if action.kind == "restart_job":
             return [["scontrol", "requeue", job] for job in self._jobs_of(action)]
         if action.kind == "migrate_job":
@@ -228,13 +232,15 @@ class SlurmActuator:
 
     # -- protocol ---------------------------------------------------------------------------------------
     def _observe(self, action: Action) -> dict[str, Any]:
-        if action.kind in ("drain_node", "reboot_node"):
+        if action.kind in ("drain_node", "resume_node", "reboot_node"):
             return self.node_state()
         return {job: self.job_state(job) for job in self._jobs_of(action)}
 
     def _expected(self, action: Action, previous: dict[str, Any]) -> dict[str, Any]:
         if action.kind == "drain_node":
             return {"drain": True, "reason": drain_reason(action)}
+        if action.kind == "resume_node":
+            return {"drain": False}
         if action.kind == "reboot_node":
             return {"reboot": True}
         expected: dict[str, Any] = {}
@@ -252,6 +258,8 @@ class SlurmActuator:
         except SchedulerError as exc:
             return ActuationResult(False, error=str(exc))
         expected = self._expected(action, previous)
+        if action.kind == "resume_node" and not previous.get("drain"):
+            commands = []  # in service already (22.05 refuses to resume a node that is not drained)
         if dry_run:
             return ActuationResult(True, {"dry_run": True, "commands": commands}, previous, expected)
         if action.kind == "migrate_job":
@@ -278,7 +286,7 @@ class SlurmActuator:
 
     def rollback(self, action: Action, previous: dict[str, Any]) -> ActuationResult:
         try:
-            if action.kind == "drain_node":
+            if action.kind in ("drain_node", "resume_node"):
                 self._restore_node(previous)
             elif action.kind == "reboot_node":
                 self._run(["scontrol", "cancel_reboot", self.node])

@@ -57,6 +57,10 @@ EVENTS: tuple[str, ...] = (
     # with the tier's prefix (the old -> new mapping); a maintenance window or silence added or ended
     "incident_ids",
     "maintenance",
+    # a person's signed lift of the circuit breaker's limit (guardrails.overrides)
+    "breaker_override",
+    # the rollback proposals filed for an executed action, on the original's trail (aiops/runtime/rollback.py)
+    "rollback_filed",
     # the closed loop (guardrails/supersede.py, aiops/runtime/outcomes.py): a proposal closed because the same
     # action ran elsewhere (the other tier), and whether an executed action worked once its window passed
     "supersede",

@@ -3,7 +3,8 @@ says, nothing else: the `approvals` and `rejections` tables and a proposal's `st
 never authority.
 
 - `signed_payload(...)`: the audit payload of a decision: its fields, the canonical message, the signature.
-- `check_row(row, verifier)`: re-verify a decision row (`approval`, `rejection`, `policy_approval`): the
+- `check_row(row, verifier)`: re-verify a decision row (`approval`, `rejection`, `policy_approval`,
+  `breaker_override`): the
   message rebuilt from the row's fields, the signature over it, the proposal id it was signed for (the row's
   own: a signed approval copied onto another proposal is a replay), the principal (the row's approver and
   actor), the key's fingerprint, and that the principal may decide this class.
@@ -24,12 +25,20 @@ from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails.approvals import Approval
 from guardrails.audit import AuditRow, read_rows
+from guardrails.breaker import override_terms_hash
 from guardrails.signing import SignedBy, Verifier, decision_message, require_class
 from guardrails.step_message import DECISION as STEP_DECISION
 from guardrails.step_message import EVENT as STEP_EVENT
 from guardrails.step_message import step_message, targets_of
 
-DECISION_EVENTS: tuple[str, ...] = ("approval", "rejection", "policy_approval", STEP_EVENT)
+DECISION_EVENTS: tuple[str, ...] = (
+    "approval",
+    "rejection",
+    "policy_approval",
+    STEP_EVENT,
+    "breaker_override",
+)
+BOUND_DECISIONS: tuple[str, ...] = ("approve", "reject", "breaker_override")  # signed for the row's own id
 
 
 def _decision(row: AuditRow, data: dict[str, Any]) -> str:
@@ -39,12 +48,25 @@ def _decision(row: AuditRow, data: dict[str, Any]) -> str:
         return "approve"
     if row.event == "rejection":
         return "reject"
+    if row.event == "breaker_override":
+        return "breaker_override"
     return "policy_revoke" if data.get("decision") == "revoke" else "policy_approve"
 
 
 def message_of(row: AuditRow, data: dict[str, Any]) -> bytes:
-    """The canonical message the row's fields say was signed."""
+    """The canonical message the row's fields say was signed (an override's terms hashed from its own
+    fields: a count or target edited in the row no longer matches the signature)."""
     ts_s = float(data.get("ts_s", 0.0))
+    if row.event == "breaker_override":
+        return decision_message(
+            "breaker_override",
+            ts_s=ts_s,
+            expires_ts_s=float(data.get("expires_ts_s", ts_s)),
+            proposal_id=str(data.get("override_id", "")),
+            action_hash=override_terms_hash(
+                str(data.get("target", "")), int(data.get("count", 0)), str(data.get("reason", ""))
+            ),
+        )
     if row.event == STEP_EVENT:
         return step_message(
             str(data.get("step_id", "")),
@@ -91,8 +113,8 @@ def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
     if data.get("message") != message.decode("ascii"):
         raise GuardrailError("signature", "the recorded message does not match the row's fields (edited)")
     decision = _decision(row, data)
-    signed_for = str(data.get("proposal_id", ""))
-    if decision in ("approve", "reject") and (not row.proposal_id or signed_for != row.proposal_id):
+    signed_for = str(data.get("override_id" if decision == "breaker_override" else "proposal_id", ""))
+    if decision in BOUND_DECISIONS and (not row.proposal_id or signed_for != row.proposal_id):
         # the signature binds the proposal id: a decision signed for one proposal, recorded on another, is a
         # replay (a copied proposal under a new id), whatever the action's hash and the times say
         raise GuardrailError(
@@ -116,6 +138,8 @@ def check_row(row: AuditRow, verifier: Verifier) -> SignedBy:
         require_class(signed, "physical")
     elif decision == "policy_approve":
         require_class(signed, "policy")
+    elif decision == "breaker_override":
+        require_class(signed, "breaker")
     return signed
 
 

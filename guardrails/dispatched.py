@@ -5,7 +5,11 @@ people's SSH signatures, and this node checks everything itself, with its own co
 
 - the action's hash is derived here from the proposal (kind, target, parameters); a hash sent that differs is
   refused, and the signatures are checked over the message rebuilt with the hash derived here;
-- the target is one of this node's own components (a GPU, a NIC or the node itself, named by `node`);
+- the target is one of this node's own components (a GPU, a NIC or the node itself, named by `node`), or, for a
+  kind the fleet fans out (`FAN_OUT_KINDS`: a rack's or the fleet's power cap), a rack or the fleet whose scope
+  on this node is this node: each node of the rack verifies the same signatures and acts on its own part;
+- the fleet's `history` (what it ran on this node in the last hour, guardrails/peer.py) is kept as the other
+  tier's executions, so this node's rate limits and breaker count them;
 - the proposal has not expired (its expiry, and never later than this node's `proposal_ttl_s` after it was
   created), and its id was never filed here before (a replay is refused, whatever became of the first);
 - every signature is an SSH signature (a console session's HMAC is the fleet's own key: refused) that
@@ -16,7 +20,9 @@ people's SSH signatures, and this node checks everything itself, with its own co
   only when the message names this very proposal: its id, the hash derived here and its target; the step's
   other targets are other nodes' business;
 - enough distinct people (and keys) signed for the kind and its blast radius (the two-person rule);
-- the action passes this node's own guardrails (envelopes, bounds, rate limits) when filed here.
+- the action passes this node's own guardrails (envelopes, bounds, rate limits) when filed here; one its circuit
+  breaker holds (the scheduler's view counts more nodes out than the fleet knew) is answered 503 `breaker`
+  without being filed, so the fleet sends it again later (its retry with backoff).
 
 Then the proposal, each signed approval and the execution land in this node's audit chain, and it runs
 through `Guardrails.execute`, the one path to an actuator. Every refusal of a parsed dispatch is audited here
@@ -40,6 +46,7 @@ from guardrails.actions import Action, action_hash
 from guardrails.approvals import Approval, ApprovalBook
 from guardrails.audit import AuditRow
 from guardrails.decisions import signed_payload
+from guardrails.peer import PeerRun, parse_history, record_history
 from guardrails.policy import validate
 from guardrails.service import Guardrails
 from guardrails.session_signing import is_session_signature
@@ -48,6 +55,7 @@ from guardrails.step_message import EVENT as STEP_EVENT
 from guardrails.step_message import StepTarget, step_message, targets_of, valid_step_id
 
 MAX_APPROVALS = 8
+FAN_OUT_KINDS: tuple[str, ...] = ("set_power_limit",)  # a rack's or the fleet's: sent to each node of it
 MAX_SIGNATURE_CHARS = 8192
 MAX_FLEET_CHARS = 80
 _HEX = frozenset("0123456789abcdef")
@@ -80,6 +88,7 @@ class Dispatch:
     expires_ts_s: float | None
     approvals: tuple[SignedApproval, ...]
     fleet: str = ""  # the sender's name, for the audit
+    history: tuple[PeerRun, ...] = ()  # what the fleet ran on this node in the last hour (guardrails.peer)
 
 
 @dataclass(frozen=True)
@@ -174,6 +183,7 @@ def parse_dispatch(body: bytes) -> Dispatch:
         None if expires is None else _number(expires, "expires_ts_s"),
         tuple(_approval(a, i) for i, a in enumerate(approvals)),
         fleet,
+        parse_history(data.get("history")),
     )
 
 
@@ -216,7 +226,12 @@ class NodeDispatch:
             )
         context = guard.context(now)
         scope = context.topology.expand(action.target)
-        if scope is None or scope.kind not in ("node", "gpu", "nic") or set(scope.nodes) != {self.node}:
+        fans_out = action.kind in FAN_OUT_KINDS and scope is not None and scope.kind in ("rack", "fleet")
+        if (
+            scope is None
+            or not (scope.kind in ("node", "gpu", "nic") or fans_out)
+            or set(scope.nodes) != {self.node}
+        ):
             raise DispatchRefused(
                 403, "target", f"{action.target[:80]} is not a component of this node ({self.node})"
             )
@@ -245,7 +260,16 @@ class NodeDispatch:
             raise DispatchRefused(
                 503, "no_actuator", "no actuator is attached on this node: nothing can run here"
             )
+        if dispatch.history:  # the fleet's runs on this node count here too (rate limits, the breaker)
+            record_history(
+                guard.records, f"fleet:{dispatch.fleet or 'unnamed'}", dispatch.history, context.topology, now
+            )
+            context = guard.context(now)
         validation = validate(action, context)
+        if (
+            validation.waiting
+        ):  # this node's count says wait (its scheduler's view): not filed, sent again later
+            raise DispatchRefused(503, "breaker", validation.message[:300])
         self._file(dispatch, digest, validation.ok, validation.message, validation.physical, needed, now)
         if not validation.ok:
             raise DispatchRefused(403, "validation", validation.message[:300])

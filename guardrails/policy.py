@@ -1,8 +1,10 @@
 """`validate(action, context)`: deterministic rules an action must pass before a person sees it and again
-at execution time. Rules, in order: kind, target, envelope, max_step, blast_radius, rate_limit, maintenance.
-The first failure stops the action and its message names the rule. `maintenance`: no action on a target, or on
-any GPU, node or NIC it touches, that a maintenance window holds now (aiops/store/maintenance.py; a silence stops
-pages only).
+at execution time. Rules, in order: kind, target, envelope, max_step, blast_radius, rate_limit, maintenance,
+breaker. The first failure stops the action and its message names the rule. `maintenance`: no action on a
+target, or on any GPU, node or NIC it touches, that a maintenance window holds now (aiops/store/maintenance.py; a
+silence stops pages only). `breaker` (guardrails.breaker) is the one rule an action waits on rather than fails: it
+is filed and may be approved, and runs once nodes return to service or a person signs an override
+(`Validation.waiting`).
 
 Only typed parameters are read. Free text (reason, evidence, string parameters) is never interpreted: a
 reason that says "already approved by admin" changes nothing here, and approvals live in `ApprovalBook`.
@@ -19,6 +21,8 @@ from typing import Any
 from aiops.labels import component_kind
 from aiops.store.maintenance import Membership, Window, matching
 from guardrails.actions import Action
+from guardrails.breaker import BreakerPolicy, Override, SchedulerView
+from guardrails.breaker import check as breaker_check
 from guardrails.envelope import GpuPower, range_problem, step_problem
 from guardrails.registry import CLOCK_MIN_FRACTION_OF_MAX, DEFAULT_REGISTRY, KindSpec, Param, Registry
 from guardrails.topology import Scope, Topology
@@ -31,7 +35,9 @@ RULES: tuple[str, ...] = (
     "blast_radius",
     "rate_limit",
     "maintenance",
+    "breaker",
 )
+WAITING_RULES: tuple[str, ...] = ("breaker",)  # an action stopped only by these waits (filed, approvable)
 RATE_WINDOW_S = 3600.0
 
 
@@ -42,6 +48,11 @@ class ExecutionRecord:
     target: str
     units: frozenset[str]  # the GPUs/nodes/NICs it touched (Scope.units)
     ts_s: float
+    # the action's parameters (restart_job's `exclude` takes a node out: the breaker reads it)
+    parameters: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    origin: str = (
+        ""  # "" this workspace's ledger; `node:<host>` / `fleet:<name>`: the other tier's, as learnt
+    )
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,9 @@ class Context:
     maintenance: Sequence[
         Window
     ] = ()  # the windows active at now_ts_s (the rule keeps those that stop actions)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    scheduler: SchedulerView | None = None  # the scheduler's view of out-of-service nodes, when configured
+    overrides: Sequence[Override] = ()  # signed lifts of the breaker's limit (guardrails.overrides)
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,12 @@ class Validation:
     def message(self) -> str:
         first = self.stopped_by
         return f"{first.rule}: {first.message}" if first else "ok"
+
+    @property
+    def waiting(self) -> bool:
+        """Stopped only by a rule it may wait out (the breaker): filed pending, approvable, not run yet."""
+        first = self.stopped_by
+        return first is not None and first.rule in WAITING_RULES
 
 
 def _fmt(value: float) -> str:
@@ -272,5 +292,19 @@ def validate(action: Action, context: Context) -> Validation:
     results.append(RuleResult("rate_limit", rate is None, rate or ""))
     held = _maintenance(action, scope, context)
     results.append(RuleResult("maintenance", held is None, held or ""))
+    breaker = breaker_check(
+        action.kind,
+        action.target,
+        scope.units,
+        action.parameters,
+        topology=context.topology,
+        history=context.history,
+        view=context.scheduler,
+        overrides=context.overrides,
+        policy=context.breaker,
+        now_ts_s=context.now_ts_s,
+        proposal_id=action.proposal_id,
+    )
+    results.append(RuleResult("breaker", breaker is None, breaker or ""))
     needed = context.registry.approvals_needed(action, scope)
     return done(physical=spec.physical, approvals_needed=needed, scope=scope)

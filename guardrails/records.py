@@ -32,6 +32,23 @@ STATUSES: tuple[str, ...] = (
     "superseded",  # the same action ran under another proposal (the other tier's): guardrails/supersede.py
 )
 OPEN_STATUSES: tuple[str, ...] = ("pending", "approved")  # still waiting for people or for execution
+PEER_WINDOW_S = 7 * 86_400.0  # the other tier's executions older than this count for no rule
+
+
+def _json_object(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _parameters(action_json: Any) -> dict[str, Any]:
+    """The parameters of a stored action (an execution with no proposal row: none)."""
+    parameters = _json_object(action_json).get("parameters")
+    return parameters if isinstance(parameters, dict) else {}
+
+
 _PROPOSAL_COLUMNS = "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id, step_id"
 
 
@@ -247,10 +264,71 @@ class GuardrailRecords:
         )
 
     def history(self) -> list[ExecutionRecord]:
+        """Every claimed execution with its action's parameters (the breaker reads restart_job's `exclude`)."""
         rows = self.store.conn.execute(
-            "SELECT proposal_id, kind, target, units, ts_s FROM executions ORDER BY ts_s"
+            "SELECT e.proposal_id, e.kind, e.target, e.units, e.ts_s, p.action FROM executions e "
+            "LEFT JOIN proposals p USING (proposal_id) ORDER BY e.ts_s"
         ).fetchall()
-        return [ExecutionRecord(r[0], r[1], r[2], frozenset(r[3]), float(r[4])) for r in rows]
+        return [
+            ExecutionRecord(r[0], r[1], r[2], frozenset(r[3]), float(r[4]), _parameters(r[5])) for r in rows
+        ]
+
+    def peer_history(self, now_ts_s: float, window_s: float = PEER_WINDOW_S) -> list[ExecutionRecord]:
+        """What the other tier executed in the last `window_s`, as learnt here: the fleet's runs a dispatch
+        brought (m027 `peer_executions`), and on a fleet the nodes' executions their intended-state export showed
+        (the closed loop's `intended_exports`, m022: one record per component it set)."""
+        since = now_ts_s - window_s
+        rows = self.store.conn.execute(
+            "SELECT source, proposal_id, kind, target, units, ts_s, parameters FROM peer_executions "
+            "WHERE ts_s > ? AND ts_s <= ? ORDER BY ts_s",
+            [since, now_ts_s],
+        ).fetchall()
+        out = [
+            ExecutionRecord(r[1], r[2], r[3], frozenset(r[4]), float(r[5]), _json_object(r[6]), str(r[0]))
+            for r in rows
+        ]
+        exported = (
+            self.store.conn.execute(  # a fleet's: what each node's export showed it ran (none on a node)
+                "SELECT DISTINCT node, component, proposal_id, kind, set_ts_s FROM intended_exports "
+                "WHERE set_ts_s > ? AND set_ts_s <= ? ORDER BY set_ts_s",
+                [since, now_ts_s],
+            ).fetchall()
+        )
+        out += [
+            ExecutionRecord(
+                str(pid),
+                str(kind),
+                str(component),
+                frozenset({str(component)}),
+                float(ts),
+                {},
+                f"node:{node}",
+            )
+            for node, component, pid, kind, ts in exported
+        ]
+        return out
+
+    def record_peer(self, source: str, record: ExecutionRecord, seen_ts_s: float) -> bool:
+        """Keep one execution the other tier ran (once per source and id); True when it was new."""
+        known = self.store.conn.execute(
+            "SELECT 1 FROM peer_executions WHERE source = ? AND proposal_id = ?", [source, record.proposal_id]
+        ).fetchone()
+        if known:
+            return False
+        self.store.conn.execute(
+            "INSERT INTO peer_executions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                source,
+                record.proposal_id,
+                record.kind,
+                record.target,
+                sorted(record.units),
+                record.ts_s,
+                canonical_json(dict(record.parameters)),
+                seen_ts_s,
+            ],
+        )
+        return True
 
     def power_history(self) -> list[dict[str, Any]]:
         """Executed power-limit changes with their proposer, oldest first (the DCIM rounds' memory)."""

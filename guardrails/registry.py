@@ -147,6 +147,17 @@ KINDS: dict[str, KindSpec] = {
             rate_per_hour=2,
             max_nodes=1,
             description="stop scheduling on a node and move its work away",
+            changes="node_service",
+        ),
+        KindSpec(
+            "resume_node",
+            Risk.PHYSICAL,
+            ("node",),
+            (Param("reason_code", "string", max_len=64),),
+            rate_per_hour=2,
+            max_nodes=1,
+            description="return a drained or cordoned node to service (Slurm state=resume, Kubernetes uncordon)",
+            changes="node_service",
         ),
         KindSpec(
             "reboot_node",

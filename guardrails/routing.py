@@ -7,8 +7,8 @@ offered as something the product can do. `table()` answers kind -> backend name 
 
 Backends (which host builds which: aiops/runtime/world.py; the kinds table: docs/GUARDRAILS.md):
 `twin` (the simulated world, every kind), `nvml` (power, clocks, fans, GPU reset on a drained node),
-`sysfs` (cooling devices), `kubernetes` (drain, restart), `slurm` (drain, requeue, reboot, migrate: wired at
-the merge of guardrails/actuators_slurm.py), `record` (open_ticket and ack_alert: the audit log is the record).
+`sysfs` (cooling devices), `kubernetes` (drain, uncordon, restart), `slurm` (drain, resume, requeue, reboot,
+migrate), `record` (open_ticket and ack_alert: the audit log is the record).
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def executors_table(actuator: object | None, registry: Registry = DEFAULT_REGIST
 
 SCHEDULER_KINDS: dict[str, tuple[str, ...]] = {
     "none": (),
-    "kubernetes": ("drain_node", "restart_job"),
+    "kubernetes": ("drain_node", "resume_node", "restart_job"),
     # guardrails/actuators_slurm.py (SlurmActuator): scontrol drain/resume, reboot, requeue, requeue excluding
-    "slurm": ("drain_node", "restart_job", "migrate_job", "reboot_node"),
+    "slurm": ("drain_node", "resume_node", "restart_job", "migrate_job", "reboot_node"),
 }
 NVML_KINDS = ("set_power_limit", "reset_power_limit", "set_clock_limit", "set_fan_speed")
 

@@ -39,10 +39,13 @@ from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator, RecordingActuator
 from guardrails.approvals import Approval, ApprovalBook, Authorisation, Rejection
 from guardrails.audit import AuditLog, step_rows_naming
+from guardrails.breaker import SchedulerView
+from guardrails.breaker_inputs import WAITING, BreakerInputs
 from guardrails.context import context_from_store
 from guardrails.decisions import signed_approvals, signed_payload
 from guardrails.executor import ExecutionOutcome, Executor
-from guardrails.policy import Context, Validation, validate
+from guardrails.peer import history_here
+from guardrails.policy import WAITING_RULES, Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.signing import (
@@ -109,6 +112,7 @@ class Guardrails:
         standing: Standing | None = None,
         proposal_ttl_s: float = DEFAULT_PROPOSAL_TTL_S,
         verifier: Verifier | None = None,
+        scheduler_view: Callable[[], SchedulerView | None] | None = None,
         data_clock: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
@@ -126,18 +130,21 @@ class Guardrails:
         self.verifier: Verifier = (
             verifier if verifier is not None else ConfiguredVerifier(store.guardrails, store.path)
         )
+        # the circuit breaker's limits, the scheduler's view of out-of-service nodes, the signed overrides
+        self.breaker = BreakerInputs(store, self.audit, self.verifier, scheduler_view)
 
     def context(self, now_ts_s: float) -> Context:
         """The validation context now: the given provider, else the store's topology and newest samples;
-        the recorded execution history always joins in (rate limits)."""
+        the recorded execution history (this ledger's, and the other tier's as learnt) always joins in (rate
+        limits, the breaker), with the breaker's limits, the scheduler's view and the active overrides."""
         if self._context_for is not None:
             base = self._context_for(now_ts_s)
         else:
             base = context_from_store(self.store, now_ts_s, registry=self.registry)
-        known = {r.proposal_id for r in base.history}
-        history = (*base.history, *(r for r in self.records.history() if r.proposal_id not in known))
+        history = history_here(self.records, base.history, base.topology, now_ts_s)
         windows = (*base.maintenance, *active_windows(self.store, now_ts_s))  # the workspace's, always
-        return Context(base.topology, base.gpus, history, now_ts_s, self.registry, windows)
+        context = Context(base.topology, base.gpus, history, now_ts_s, self.registry, windows)
+        return self.breaker.enrich(context)
 
     def _book(self, context: Context, proposal_id: str) -> ApprovalBook:
         """The approvals the signed audit events of this proposal hold (not the `approvals` table); the
@@ -212,7 +219,7 @@ class Guardrails:
         duplicate = self._open_duplicate(action)
         if duplicate is not None:
             return Filed(duplicate.proposal_id, duplicate.status, validation, existing=True)
-        status = "pending" if validation.ok else "denied"
+        status = "pending" if validation.ok or validation.waiting else "denied"
         self.records.save_proposal(
             action,
             status=status,
@@ -283,7 +290,7 @@ class Guardrails:
         record = self._open(proposal_id, "approve")
         context = self.context(now)
         validation = validate(record.action, context)
-        if not validation.ok:
+        if not validation.ok and not validation.waiting:  # waiting on the breaker: people may approve now
             self.records.set_status(proposal_id, "denied", now, validation.message)
             raise GuardrailError("validation", f"{proposal_id} no longer passes: {validation.message}")
         if not validation.physical:
@@ -428,6 +435,9 @@ class Guardrails:
                 proposal_id, "refused", f"expired: {proposal_id} expired; propose it again", "expired"
             )
         context = self.context(now)
+        still = self.breaker.still_waiting(record, context)
+        if still is not None:  # the same wait as last time: said once in the audit log, not at every flush
+            return still
         book = self._book(context, proposal_id)
         executor = Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)
         outcome = executor.execute(record.action, context, dry_run=dry_run)
@@ -445,6 +455,8 @@ class Guardrails:
                 now_ts_s=now,
                 keep=proposal_id,
             )
+        elif outcome.status == "refused" and outcome.rule in WAITING_RULES:  # it waits: open, and says why
+            self.records.set_status(proposal_id, record.status, now, WAITING + outcome.message)
         elif outcome.status == "refused" and outcome.rule != "approval":
             self.records.set_status(proposal_id, "refused", now, outcome.message)
         elif outcome.status == "refused":  # still waiting for people: say why it did not run

@@ -42,8 +42,9 @@ NAMESPACE = "aiops-approval"
 RISK_CLASSES: tuple[str, ...] = (
     "physical",
     "policy",
-)  # approve physical proposals; approve response policies
-DECISIONS: tuple[str, ...] = ("approve", "reject", "policy_approve", "policy_revoke")
+    "breaker",
+)  # approve physical proposals; approve response policies; override the circuit breaker (guardrails.breaker)
+DECISIONS: tuple[str, ...] = ("approve", "reject", "policy_approve", "policy_revoke", "breaker_override")
 _TIMEOUT_S = 10.0
 _GOOD = re.compile(r'Good "[^"]*" signature for (\S+) with (\S+) key (SHA256:[A-Za-z0-9+/=]+)')
 

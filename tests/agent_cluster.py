@@ -1,10 +1,10 @@
 """A cluster of the twin's node agents (`aiops run --sim S --node nodeK`, sharing `--epoch-ts-s`) and a real
 Prometheus scraping them (its targets in a watched file, written once the agents listen), for the tests of the
-node agents and of the fleet analyst. Everything runs on 127.0.0.1 and is stopped by PID."""
+node agents and of the fleet analyst. Everything runs on 127.0.0.1 and is stopped by PID. The command lines, the
+target groups and Prometheus's argv are the product's (aiops/lab/loopback.py, which `make fleet-demo` runs on)."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import urllib.parse
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from aiops.lab.loopback import agent_argv, agent_groups, prometheus_argv, write_targets
 from tests.service_helpers import (
-    aiops_cmd,
     free_port,
     get,
     get_json,
@@ -38,21 +38,7 @@ def agent_cmd(
     tmp_path: Path, scenario: Path, epoch_ts_s: float, node: str, speed: str, listen: str = "127.0.0.1:0"
 ) -> list[str]:
     """`aiops run --sim S --node NODE` on the shared epoch, its workspace `<node>.duckdb` in `tmp_path`."""
-    return aiops_cmd(
-        "run",
-        "--sim",
-        str(scenario),
-        "--node",
-        node,
-        "--speed",
-        speed,
-        "--epoch-ts-s",
-        repr(epoch_ts_s),
-        "--db",
-        str(tmp_path / f"{node}.duckdb"),
-        "--listen",
-        listen,
-    )
+    return agent_argv(tmp_path, scenario, epoch_ts_s, node, speed, listen)
 
 
 @contextmanager
@@ -125,12 +111,7 @@ class PrometheusProcess:
     def start(self) -> None:
         with (self.tmp_path / "prometheus.log").open("ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    self.binary,
-                    f"--config.file={self.config}",
-                    f"--storage.tsdb.path={self.tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                ],
+                prometheus_argv(self.config, self.tmp_path / "tsdb", self.port, self.binary),
                 stdout=log,
                 stderr=log,
             )
@@ -162,19 +143,7 @@ def prometheus(tmp_path: Path, scrape_s: float = 1.0) -> Iterator[tuple[int, Pat
 def scrape(prom: int, targets: Path, ports: dict[str, int]) -> None:
     """Prometheus scrapes every agent's /metrics, and the facility agent's (node `facility`) /metrics/facility."""
     wait_for(lambda: get(f"http://127.0.0.1:{prom}/-/ready", 2)[0] == 200, 60, "prometheus ready")
-    tmp = targets.with_suffix(".tmp")
-    groups: list[dict[str, object]] = [
-        {"targets": [f"127.0.0.1:{p}" for n, p in ports.items() if n != "facility"]}
-    ]
-    if "facility" in ports:
-        groups.append(
-            {
-                "targets": [f"127.0.0.1:{ports['facility']}"],
-                "labels": {"__metrics_path__": "/metrics/facility"},
-            }
-        )
-    tmp.write_text(json.dumps(groups))
-    tmp.rename(targets)  # whole, at once: Prometheus reads the file when it changes
+    write_targets(targets, agent_groups(ports))  # whole, at once: Prometheus reads the file when it changes
 
 
 def query(port: int, promql: str) -> list[dict[str, dict[str, str] | list[object]]]:

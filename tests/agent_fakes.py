@@ -55,6 +55,11 @@ def stall(seconds: float) -> Step:
     return {"sleep": seconds}
 
 
+def after(hook: Any, step: Step) -> Step:
+    """`step`, answered once `hook()` returned (the world moves on while the model thinks)."""
+    return {**step, "before": hook}
+
+
 class ScriptedLLM:
     def __init__(self, script: list[Step]) -> None:
         self.script = list(script)
@@ -74,6 +79,8 @@ class ScriptedLLM:
                     step = owner.script.pop(0) if owner.script else text('{"answer": "script exhausted"}')
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(404, b'{"error": {"message": "not found"}}')
+                if "before" in step:
+                    step["before"]()
                 if "sleep" in step:
                     time.sleep(step["sleep"])
                     return self._send(200, json.dumps(_completion(text("late")["message"])).encode())

@@ -1,7 +1,7 @@
 """A Kubernetes API server on 127.0.0.1 that answers the real paths and JSON shapes the drain and restart
 actuator uses (no Kubernetes API server can run on these machines):
 
-GET/PATCH /api/v1/nodes/{name} (merge or strategic-merge patch; a JSON patch gets 415 as from a real server for
+GET /api/v1/nodes (a NodeList), GET/PATCH /api/v1/nodes/{name} (merge or strategic-merge patch; a JSON patch gets 415 as from a real server for
 a body it does not take), GET /api/v1/pods?fieldSelector=spec.nodeName=X, GET /api/v1/namespaces/{ns}/pods,
 POST /api/v1/namespaces/{ns}/pods/{pod}/eviction (a policy/v1 Eviction; a pod named in `pdb_blocked` answers
 429 TooManyRequests, as a PodDisruptionBudget makes it), DELETE /api/v1/namespaces/{ns}/pods/{pod} (its
@@ -122,6 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, parts: list[str], query: dict[str, list[str]], body: Any
     ) -> tuple[int, dict[str, Any]]:
         c = self.cluster
+        if parts == ["api", "v1", "nodes"] and method == "GET":
+            items = copy.deepcopy(list(c.nodes.values()))
+            return 200, {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items}
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
             node = c.nodes.get(parts[3])
             if node is None:

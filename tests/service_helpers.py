@@ -1,4 +1,5 @@
-"""Starting `aiops run` and real servers in tests: free loopback ports, waiting for readiness, stopping by PID."""
+"""Starting `aiops run` and real servers in tests: free loopback ports and the ports a process listens on (the
+product's own, aiops/lab/loopback.py, re-exported), waiting for readiness, stopping by PID."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+from aiops.lab.loopback import free_port as free_port
+from aiops.lab.loopback import listening_ports as listening_ports
+
 TINY_SCENARIO = """\
 name: tiny-service
 seed: 5
@@ -29,33 +32,6 @@ jobs:
 faults:
   - {kind: thermal_throttle, target: node1/gpu2, start_s: 90, severity: 0.9}
 """
-
-
-def free_port() -> int:
-    """A port free a moment ago, for servers that must be told theirs (Prometheus, Alertmanager): another process
-    may take it before they bind, so prefer `--listen 127.0.0.1:0` and `listening_ports` where the server allows."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def listening_ports(pid: int) -> set[int]:
-    """The TCP ports process `pid` listens on: its socket inodes found in /proc/net/tcp{,6} in state LISTEN."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def require_binary(name: str) -> str:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from aiops.agent.scope import asks_about_gpus, components_in, time_scope
+from aiops.agent.scope import asks_about_gpus, components_in, intent_of, time_scope
 from aiops.errors import ScopeError
 from aiops.text import fields_text, plural, when
 
@@ -125,3 +125,63 @@ def test_days_are_the_days_of_the_newest_telemetry() -> None:
 def test_a_question_about_gpus_is_told_from_one_about_what_holds_them() -> None:
     assert asks_about_gpus("GPU temps on rack0") and asks_about_gpus("how hot are the gpus in node3")
     assert not asks_about_gpus("rack0 inlet") and not asks_about_gpus("what about node3/gpu5")
+
+
+@pytest.mark.parametrize(
+    ("question", "start", "end"),
+    [  # issue 38: periods and clock times in words, back from the newest telemetry (10:30 UTC)
+        ("what changed in the last hour", NEWEST_S - 3600, NEWEST_S),
+        ("what changed in the last 60 min", NEWEST_S - 3600, NEWEST_S),
+        ("anything in the past hour?", NEWEST_S - 3600, NEWEST_S),
+        ("the last half hour", NEWEST_S - 1800, NEWEST_S),
+        ("last 2 hrs", NEWEST_S - 7200, NEWEST_S),
+        ("past day", NEWEST_S - 86400, NEWEST_S),
+        ("last week", NEWEST_S - 604800, NEWEST_S),
+        ("since an hour ago", NEWEST_S - 3600, NEWEST_S),
+        ("what happened since 9am", NEWEST_S - 5400, None),
+        ("since 9 am", NEWEST_S - 5400, None),
+        ("since 9:15 pm", NEWEST_S - 13 * 3600 - 900, None),  # after 10:30: the day before
+        ("since noon", NEWEST_S - 22 * 3600 - 1800, None),
+        ("since midnight", NEWEST_S - 10 * 3600 - 1800, None),
+        ("since 12am", NEWEST_S - 10 * 3600 - 1800, None),
+        ("this morning", NEWEST_S - 4 * 3600 - 1800, NEWEST_S),
+    ],
+)
+def test_periods_and_clock_times_in_words(question: str, start: float, end: float | None) -> None:
+    scope = time_scope(question, NEWEST_S, UTC)
+    assert scope is not None and (scope.start_ts_s, scope.end_ts_s) == (start, end), question
+
+
+def test_an_hour_without_am_or_pm_or_minutes_is_refused() -> None:
+    with pytest.raises(ScopeError, match="'9' is not a clock time"):
+        time_scope("since 9", NEWEST_S, UTC)
+    with pytest.raises(ScopeError, match="'13pm' is not a clock time"):
+        time_scope("since 13pm", NEWEST_S, UTC)
+    assert time_scope("what should I do", NEWEST_S, UTC) is None  # "to do" is no bound
+
+
+@pytest.mark.parametrize(
+    ("question", "intent"),
+    [
+        ("what should I do", "todo"),
+        ("what now?", "todo"),
+        ("what needs my approval", "todo"),
+        ("anything pending for me?", "todo"),
+        ("what's waiting on us", "todo"),
+        ("what to approve", "todo"),
+        ("what needs approving?", "todo"),
+        ("which jobs are affected", "jobs"),
+        ("affected ranks?", "jobs"),
+        ("what changed in the last hour", "changes"),
+        ("anything new today", "changes"),
+        ("what's wrong", "wrong"),
+        ("what\u2019s wrong", "wrong"),
+        ("whats wrong", "wrong"),
+        ("is the cluster ok", "wrong"),
+        ("status", "wrong"),
+        ("is rack1 ok", None),
+        ("why is the job slow", None),
+    ],
+)
+def test_on_calls_first_questions_are_recognised(question: str, intent: str | None) -> None:
+    assert intent_of(question) == intent

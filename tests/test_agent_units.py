@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from aiops.agent.asof import tables_of, versions
 from aiops.agent.config import agent_config_of
 from aiops.agent.grounding import Citation, Claim, numbers_in, verified_citation_rate, verify_claim
 from aiops.agent.prompts import parse_final
@@ -92,6 +93,27 @@ def test_claims_are_verified_against_a_rerun(sql: ReadOnlySQL) -> None:
     assert "120" in wrong_text.note and "no citation" in bare.note
     assert verified_citation_rate([good, rounded, wrong_value, bare]) == 0.5
     assert verified_citation_rate([]) == 0.0
+
+
+def test_a_mismatch_is_one_only_while_the_data_is_as_it_was(sql: ReadOnlySQL) -> None:
+    """Issue 38: a claim's data that moved on since the answer (its table's version, taken with its rows) is no
+    mismatch; the same wrong rows over unchanged data are; a window following the wall clock says so."""
+    query = "SELECT max(temp_c) AS max_temp_c FROM samples"
+    wrong = Claim(text="hot", citation=Citation(sql=query, values=[{"max_temp_c": 95.0}]))
+    with sql.workspace.read() as store:
+        now = versions(lambda q: store.query(q), tables_of(query))
+    assert now == {"samples": now["samples"]} and now["samples"].startswith("500:")
+    same = verify_claim(wrong.model_copy(update={"as_of": now}), sql)
+    assert same.status == "mismatch", same.note
+    changed = verify_claim(wrong.model_copy(update={"as_of": {"samples": "499:123"}}), sql)
+    assert (
+        changed.status == "unverifiable"
+        and "the data changed since the answer (samples: 499 -> 500 rows)" in (changed.note)
+    )
+    clock = Claim(
+        text="x", citation=Citation(sql=f"{query} WHERE i < epoch(now())", values=[{"max_temp_c": 1.0}])
+    )
+    assert "follows the wall clock" in verify_claim(clock, sql).note
 
 
 def test_config_environment_overrides_the_file(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from rich.cells import cell_len
 from aiops import __version__
 from aiops.agent.analyst import Analyst
 from aiops.cli import lanes
-from aiops.cli.chat import effect_text, log_text
+from aiops.cli.chat import HELP, effect_text, log_text
 from aiops.cli.main import main
 from aiops.cli.render import row_text
 from aiops.control.dcim_signals import DcimSignal, record_signal
@@ -73,6 +73,11 @@ def test_actions_list_fits_80_columns_with_every_id_whole(
     ), out
     assert max(cell_len(line) for line in out.splitlines()) <= 80 and "…" not in out
     assert f"{len(ids)} proposal" in out and "proposed by analyst from demo" in out
+
+
+def test_the_chats_help_is_lines_of_80_columns() -> None:
+    # it was one line of 101: an 80- or 100-column terminal broke it mid-phrase
+    assert max(cell_len(line) for line in HELP.splitlines()) <= 80, HELP
 
 
 def test_lanes_control_says_when_it_starts_and_what_it_did(
@@ -139,9 +144,10 @@ def test_the_analyst_answers_components_from_cited_rows(tmp_path: Path, utc: Non
     analyst = _analyst(tmp_path)
     gpu = analyst.answer("what about node1/gpu1?")
     assert gpu.kind == "component" and not gpu.free_form
-    assert gpu.text.startswith("node1/gpu1, ") and "the other GPU of node1" in gpu.text
-    assert "INC-0001" in gpu.text  # the incident involves it
-    cited = gpu.evidence[0]
+    # first whether it is OK: the open incident touching it; then its readings against its peers
+    assert gpu.text.startswith("node1/gpu1: NOT OK: 1 open incident touches it") and "INC-0001" in gpu.text
+    assert "\nnode1/gpu1, " in gpu.text and "the other GPU of node1" in gpu.text
+    cited = next(e for e in gpu.evidence if "FROM gpu_samples" in e.sql)
     assert (
         cited.params[0] == "node1" and cited.rows[0]["gpu"] == "node1/gpu1"
     )  # its own row first, then peers

@@ -22,6 +22,7 @@ def test_a_modest_power_cut_passes_every_rule() -> None:
         "blast_radius",
         "rate_limit",
         "maintenance",
+        "breaker",
     ]
     assert v.physical and v.approvals_needed == 1
     assert v.scope is not None and v.scope.gpus == ("node3/gpu5",)
@@ -136,6 +137,7 @@ def test_every_kind_has_a_risk_class_and_the_physical_ones_need_people() -> None
         "set_fan_speed",
         "gpu_reset",
         "drain_node",
+        "resume_node",
         "reboot_node",
         "migrate_job",
         "restart_job",

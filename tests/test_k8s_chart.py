@@ -288,6 +288,7 @@ UNIT_TESTS: dict[
                                 "severity": "critical",
                                 "job": "aiops-node",
                                 "instance": "n0:9484",
+                                "agent_instance": "n0:9484",  # what the fleet's node_agent_lost inhibits it on
                             },
                             "exp_annotations": {"summary": "aiops-node on n0:9484 cannot be scraped"},
                         }

@@ -16,7 +16,8 @@ other package of its own layer (except the base modules, and the order inside th
   4 guardrails  guardrails (actions, validation, approvals, audit, executor, actuator backends)
   5 control     aiops.control (laws, allocator, thermal manager, DCIM rounds, the readings port)
   6 sim         aiops.sim (the twin: a world behind the same seams)
-  7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.plans, aiops.pipeline
+  7 pipeline    aiops.detect, aiops.rca, aiops.playbooks, aiops.plans, aiops.pipeline, aiops.memory (components'
+                history and lemon score)
   8 runtime     aiops.runtime (a workspace put to work: its world, analysis with filing, approvals, DCIM),
                 aiops.report, aiops.integrations (the notification sinks and the ticket sink: bodies, durable
                 queue, the one transport over aiops.outbound)
@@ -58,14 +59,30 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("guardrails", "playbooks", "bpf"),  # playbooks and bpf hold data only
     ("aiops.control",),
     ("aiops.sim",),
-    ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.plans", "aiops.pipeline", "aiops.evidence"),
+    (
+        "aiops.detect",
+        "aiops.rca",
+        "aiops.playbooks",
+        "aiops.plans",
+        "aiops.pipeline",
+        "aiops.evidence",
+        "aiops.memory",
+    ),
     ("aiops.runtime", "aiops.report", "aiops.integrations"),
     ("aiops.agent", "aiops.lab", "aiops.service", "aiops.fleet", "evals"),
     ("aiops.console", "aiops.mcpserver"),
     ("aiops.cli",),
 )
 # The analyst (detection, diagnosis, remediation, evidence) never sees the twin: no import path to it.
-ANALYST = ("aiops.detect", "aiops.rca", "aiops.playbooks", "aiops.plans", "aiops.pipeline", "aiops.evidence")
+ANALYST = (
+    "aiops.detect",
+    "aiops.rca",
+    "aiops.playbooks",
+    "aiops.plans",
+    "aiops.pipeline",
+    "aiops.evidence",
+    "aiops.memory",
+)
 TWIN = ("aiops.sim",)
 # Within the pipeline layer the order is detect, rca -> playbooks -> plans -> pipeline (remediation is the
 # pipeline's; a plan is the playbooks' ladder for one incident).
@@ -81,6 +98,8 @@ SAME_LAYER_ALLOWED = {
         "aiops.detect",
     ),  # a step's verify window and check are the closed loop's (aiops.detect.effects)
     ("aiops.evidence", "aiops.playbooks"),  # a verdict's next steps are the playbooks' checks
+    ("aiops.pipeline", "aiops.memory"),  # a remedy that did not hold on a lemon goes to RMA (aiops/memory)
+    ("aiops.memory", "aiops.playbooks"),  # the lemon rule reorders a playbook's ladder (aiops/memory/rma.py)
     ("aiops.agent", "evals"),
     ("evals", "aiops.agent"),
     ("aiops.fleet", "aiops.service"),  # the fleet replays and serves what a node agent exports

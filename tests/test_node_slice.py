@@ -15,7 +15,8 @@ from aiops.errors import ConfigError, TwinMismatch
 from aiops.pipeline import analyze_store
 from aiops.scenarios import Scenario, parse_scenario_text
 from aiops.service.node_slice import NodeSlice, job_homes
-from aiops.service.sources import SlicedCollector, check_node, sim_sources
+from aiops.service.sim_sources import SlicedCollector, sim_sources
+from aiops.service.sources import check_node
 from aiops.sim.telemetry import SimFabricCollector
 from aiops.sim.twin import Twin
 from aiops.sim.world import World

@@ -4,18 +4,28 @@ the fleet's incident pages at once; a node agent's incident the fleet covers (th
 `aiops_incident_pages == 0` for it) never fires; one the fleet does not cover fires after `nodeIncidentFor`, not
 before; an incident held, covered or under maintenance on its own tier does not fire; an undiagnosed incident
 nobody covers fires AiopsIncidentUndiagnosed. The inhibition rules the chart ships load into the real
-Alertmanager's `amtool check-config`."""
+Alertmanager's `amtool check-config`, and into a real Alertmanager where the fleet's `node_agent_lost` alert
+mutes the chart's `AiopsAgentDown` of the same target and of no other (one killed agent, one page)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from aiops.integrations.event import incident_event
+from aiops.integrations.payloads import alertmanager_alerts
+from aiops.store.conditions import NODE_AGENT_LOST, condition_incident
 from tests.k8s_helpers import one, render, rule_groups
-from tests.service_helpers import require_binary
+from tests.notify_helpers import no_proxies
+from tests.service_helpers import free_port, require_binary
+from tests.test_notify_alertmanager import alertmanager_binary, wait_ready
 
 FLEET, NODE = 'job="aiops-fleet",instance="f:9484"', 'job="aiops-node"'
 
@@ -154,5 +164,102 @@ def test_the_inhibition_rules_load_into_alertmanager(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and "3 inhibit rules" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "4 inhibit rules" in done.stdout, done.stdout + done.stderr
     assert render({"monitoring": {"alertmanagerInhibitions": {"enabled": False}}}) != render()
+
+
+def _post(url: str, body: Any) -> None:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+
+
+def _alerts(base_url: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(base_url + "/api/v2/alerts", timeout=5) as response:
+        found: list[dict[str, Any]] = json.load(response)
+    return found
+
+
+def test_one_killed_agent_pages_once_in_a_real_alertmanager(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binary = alertmanager_binary()
+    no_proxies(monkeypatch)
+    fragment = yaml.safe_load(
+        one(render(), "ConfigMap", "aiops-alertmanager-inhibit")["data"]["inhibit_rules.yaml"]
+    )
+    config = {"route": {"receiver": "hook", "group_wait": "1h"}, "receivers": [{"name": "hook"}], **fragment}
+    (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log_path = tmp_path / "alertmanager.log"
+    with log_path.open("wb") as log:
+        am = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp_path / 'alertmanager.yml'}",
+                f"--storage.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(base_url, am, log_path)
+            now_s = time.time()
+            lost = condition_incident(
+                "INC-fleet-0001",
+                NODE_AGENT_LOST,
+                "node3",
+                since_ts_s=now_s - 60,
+                opened_ts_s=now_s - 30,
+                title="node agent lost on node3",
+                severity="warning",
+                detail={"reason": "up == 0", "instance": "10.0.0.3:9484", "up": 0.0, "gpu": 8},
+            )
+            event = incident_event("opened", lost, node="fleet", link="http://fleet.example/api/incidents/x")
+            # the fleet's alertmanager sink's alert for the lost agent, as the product builds it
+            _post(base_url + "/api/v2/alerts", alertmanager_alerts(event))
+            # the chart's AiopsAgentDown for that agent and for another one (labels as tests/test_k8s_chart.py
+            # sees promtool give them: agent_instance a copy of instance)
+            down = [
+                {
+                    "labels": {
+                        "alertname": "AiopsAgentDown",
+                        "severity": "critical",
+                        "job": "aiops-node",
+                        "instance": instance,
+                        "agent_instance": instance,
+                    },
+                    "annotations": {"summary": f"aiops-node on {instance} cannot be scraped"},
+                }
+                for instance in ("10.0.0.3:9484", "10.0.0.4:9484")
+            ]
+            _post(base_url + "/api/v2/alerts", down)
+            deadline = time.monotonic() + 20
+            states: dict[str, str] = {}
+            while time.monotonic() < deadline:
+                states = {
+                    f"{a['labels']['alertname']}@{a['labels'].get('agent_instance', '')}": a["status"][
+                        "state"
+                    ]
+                    for a in _alerts(base_url)
+                }
+                if len(states) == 3 and "unprocessed" not in states.values():
+                    break
+                time.sleep(0.2)
+            assert states == {
+                "AiopsIncident@10.0.0.3:9484": "active",  # the one page for the killed agent
+                "AiopsAgentDown@10.0.0.3:9484": "suppressed",  # inhibited by it
+                "AiopsAgentDown@10.0.0.4:9484": "active",  # another agent's: nobody stands for it
+            }, states
+        finally:
+            am.terminate()
+            try:
+                am.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                am.kill()
+                am.wait(timeout=10)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiops.profile.rank_collector import RankTimingCollector, cgroup_path
+from aiops.profile.rank_phases import RankWindow
 from aiops.profile.rank_probes import RANK_PROBES, Counted, scan_processes
 from aiops.profile.rank_timing import (
     RANK_COLUMNS,
@@ -29,13 +30,21 @@ def counted(tgid: int, symbol: str, calls: int, blocked_s: float, nbytes: int = 
     return Counted(tgid, PROBE[symbol], calls, round(blocked_s * 1e9), nbytes)
 
 
+def waits(*shares: float) -> list[RankWindow]:
+    """Ranks 0.. that spent these shares of a 1 s window in collectives, the rest in CUDA synchronisation."""
+    return [RankWindow(rank, 1.0, share, 1.0 - share) for rank, share in enumerate(shares)]
+
+
 def test_straggler_is_the_rank_that_waits_least_while_its_peers_wait() -> None:
-    assert straggler({0: 0.40, 1: 0.02, 2: 0.45, 3: 0.38}, 1.0) == 1
-    assert straggler({0: 0.30, 1: 0.31}, 1.0) is None  # everyone waits alike: no straggler
-    assert straggler({0: 0.03, 1: 0.05}, 1.0) is None  # peers wait 2 % more: under the 5 % gap
-    assert straggler({0: 0.30, 1: 0.20}, 1.0) is None  # 10 % apart, but not twice: a spread, not a laggard
-    assert straggler({0: 0.5}, 1.0) is None  # one rank has no peers
-    assert straggler({}, 1.0) is None
+    assert straggler(waits(0.40, 0.02, 0.45, 0.38)) == 1
+    assert straggler(waits(0.30, 0.31)) is None  # everyone waits alike: no straggler
+    assert straggler(waits(0.03, 0.05)) is None  # peers wait 2 % more: under the 5 % gap
+    assert straggler(waits(0.30, 0.20)) == 1  # held back 10 % of the wall time: late
+    assert straggler(waits(0.5)) is None  # one rank has no peers
+    assert straggler([]) is None
+    # a noisy job needs a wider gap: 4 scaled MADs of the peers' own spread
+    assert straggler(waits(0.40, 0.30, 0.50, 0.45, 0.35)) is None
+    assert straggler(waits(0.40, 0.10, 0.50, 0.45, 0.35)) == 1
 
 
 def test_cadence_is_the_group_end_else_the_busiest_collective() -> None:

@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiops.agent import component as about_component
+from aiops.agent import oncall
+from aiops.agent.asof import tables_of, versions
+from aiops.agent.changes import changes
+from aiops.agent.findings import Findings
 from aiops.agent.gpus_of import gpus_of
-from aiops.agent.scope import TimeScope, asks_about_gpus, components_in, time_scope
+from aiops.agent.scope import TimeScope, asks_about_gpus, components_in, intent_of, time_scope
+from aiops.agent.situation import open_incidents
+from aiops.agent.todo import plan_lines, todo
 from aiops.detect import detect
 from aiops.errors import ScopeError
 from aiops.evidence.next_steps import steps_for
 from aiops.models import INCIDENT_ID_PATTERN, Diagnosis, Evidence
-from aiops.nvml_bits import THROTTLE
 from aiops.pipeline import remediate, stored_diagnoses
 from aiops.rca import diagnose
 from aiops.store import Store
@@ -33,9 +38,10 @@ from guardrails.registry import DEFAULT_REGISTRY
 
 Reader = Callable[[], AbstractContextManager[Store]]
 OFFLINE_SCOPE = (
-    "without an LLM the analyst answers questions about incidents (INC-0001, why, cause, fix), about a "
-    "component (node3/gpu5, node3, node3/nic0, rack1, job:llm; GPU temps on rack1: its GPUs) and about a time "
-    "(since 10:00, last 5 min, yesterday, since yesterday, last night)"
+    "without an LLM the analyst answers what is wrong (every open incident, ranked), which jobs and ranks are "
+    "affected, what to do now (the pending plan steps and proposals), what changed (in the last hour, since 9am, "
+    "today, yesterday, last 60 min), questions about incidents (INC-0001, why, cause, fix), about a component "
+    "(node3/gpu5, node3, node3/nic0, rack1, job:llm: is rack1 ok; GPU temps on rack1: its GPUs) and about a time"
 )
 
 INCIDENT_ID = re.compile(rf"\b{INCIDENT_ID_PATTERN}\b", re.IGNORECASE)
@@ -85,7 +91,8 @@ class AnalystAnswer:
     incident_id: str | None = None
     evidence: list[Evidence] = field(default_factory=list)
     free_form: bool = False
-    kind: str = "incident"  # incident | component | window | free_form | none: what the question was about
+    as_of: dict[str, str] = field(default_factory=dict)  # the versions of the tables its evidence reads
+    kind: str = "incident"  # incident | component | window | wrong | jobs | todo | free_form | none
 
 
 class Analyst:
@@ -164,6 +171,9 @@ class Analyst:
                 f"No incident {named.group(0) if named else ''} (known: {known}).", kind="none"
             )
         answer = self.explain(diagnosis)
+        if self.read is not None and answer.evidence:
+            with self.read() as store:
+                answer.as_of = as_of(store, answer.evidence)
         if not self.is_analyst_question(question):
             answer.free_form, answer.kind = True, "free_form"
             need = (
@@ -178,39 +188,72 @@ class Analyst:
         return answer
 
     def scoped(self, question: str) -> AnalystAnswer | None:
-        """The answer to a question about components or a time window, from stored rows; None when the
-        question names neither."""
+        """The answer to one of on-call's first questions (what is wrong, which jobs are affected, what to do,
+        what changed) or to a question about components or a time window, from stored rows; None when the
+        question is none of these. Every window ends at the newest telemetry of this answer (the horizon)."""
         assert self.read is not None
         with self.read() as store:
-            jobs = frozenset(str(r["job"]) for r in store.query("SELECT job FROM jobs"))
-            known = frozenset(str(r["component"]) for r in store.query("SELECT component FROM topology"))
-            names = components_in(question, jobs, known)
-            newest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
-            try:
-                scope = time_scope(question, float(newest) if newest is not None else None)
-            except ScopeError as exc:
-                return AnalystAnswer(f"{exc}.", kind="none")
-            if not names and scope is None:
-                return None
-            unknown = [n for n in names if about_component.kind_of(store, n) is None]
-            if unknown:
-                return AnalystAnswer(self._unknown(store, unknown), kind="none")
-            if not names and scope is not None:
-                return self._window(store, scope)
-            lines: list[str] = [f"Window: {scope.describe()}."] if scope else []
-            evidence: list[Evidence] = []
-            gpus = asks_about_gpus(question)
-            for name in names[:4]:
-                kind = about_component.kind_of(store, name)
-                if gpus and kind in ("rack", "node"):  # the GPUs first; the rack's own readings as context
-                    first = about_component.Findings()
-                    if gpus_of(store, name, str(kind), about_component.window(scope), first):
-                        first.lines.append(f"{name} itself:")
-                    lines.extend(first.lines)
-                    evidence.extend(first.evidence)
-                found = about_component.about(store, name, scope, self.diagnoses)
-                lines.extend(found.lines)
-                evidence.extend(found.evidence)
+            answer = self._scoped(store, question)
+            if answer is not None:
+                answer.as_of = as_of(store, answer.evidence)
+        return answer
+
+    def _scoped(self, store: Store, question: str) -> AnalystAnswer | None:
+        intent = intent_of(question)
+        jobs = frozenset(str(r["job"]) for r in store.query("SELECT job FROM jobs"))
+        known = frozenset(str(r["component"]) for r in store.query("SELECT component FROM topology"))
+        names = components_in(question, jobs, known)
+        horizon = about_component.newest_ts_s(store)
+        try:
+            scope = time_scope(question, horizon)
+        except ScopeError as exc:
+            return AnalystAnswer(f"{exc}.", kind="none")
+        if intent is None and not names and scope is None:
+            return None
+        unknown = [n for n in names if about_component.kind_of(store, n) is None]
+        if unknown:
+            return AnalystAnswer(self._unknown(store, unknown), kind="none")
+        if intent == "todo":
+            return _as_answer(todo(store, self.diagnoses, horizon), "todo")
+        if intent == "jobs" and all(n.startswith("job:") for n in names):
+            return _as_answer(oncall.jobs(store, self.diagnoses, horizon, names or None), "jobs")
+        if names:
+            return self._components(store, question, names, scope, horizon)
+        if intent == "wrong" and scope is None:
+            return self._wrong(store, horizon)
+        if intent in ("changes", "wrong") or scope is not None:
+            return self._changes(store, scope, horizon)
+        return None
+
+    def _wrong(self, store: Store, horizon: float | None) -> AnalystAnswer:
+        """Every open incident ranked, then the most urgent one of this workspace explained (its causes, its
+        remediation, its next steps: the incident the reply's proposals are about)."""
+        listed = oncall.wrong(store, self.diagnoses, horizon)
+        ranked = open_incidents(store, self.diagnoses, horizon)
+        first = next((self.get(i.incident_id) for i in ranked if not i.node), None)
+        if first is None:
+            return _as_answer(listed, "wrong")
+        explained = self.explain(first)
+        text = "\n".join([*listed.lines, f"The most urgent, {first.incident.incident_id}:", explained.text])
+        return AnalystAnswer(text, first.incident.incident_id, [*explained.evidence, *listed.evidence])
+
+    def _components(
+        self, store: Store, question: str, names: list[str], scope: TimeScope | None, horizon: float | None
+    ) -> AnalystAnswer:
+        lines: list[str] = [f"Window: {scope.describe()}."] if scope else []
+        evidence: list[Evidence] = []
+        gpus = asks_about_gpus(question)
+        for name in names[:4]:
+            kind = about_component.kind_of(store, name)
+            if gpus and kind in ("rack", "node"):  # the GPUs first; the rack's own readings as context
+                first = Findings()
+                if gpus_of(store, name, str(kind), about_component.window(scope, horizon), first):
+                    first.lines.append(f"{name} itself:")
+                lines.extend(first.lines)
+                evidence.extend(first.evidence)
+            found = about_component.about(store, name, scope, self.diagnoses, horizon)
+            lines.extend(found.lines)
+            evidence.extend(found.evidence)
         return AnalystAnswer("\n".join(lines), None, evidence, kind="component")
 
     @staticmethod
@@ -227,36 +270,24 @@ class Analyst:
             + "."
         )
 
-    def _window(self, store: Store, scope: TimeScope) -> AnalystAnswer:
-        start, end = about_component.window(scope)
-        lines = [f"Window: {scope.describe()}."]
-        hits = [d for d in self.diagnoses if d.incident.last_ts_s >= start and d.incident.opened_ts_s <= end]
-        if not hits:
-            lines.append("no incident was open.")
-        for d in hits:
-            top = d.hypotheses[0] if d.hypotheses else None
-            cause = (
-                f"; top hypothesis {top.root_cause} on {top.component} ({top.confidence:.2f})" if top else ""
-            )
+    def _changes(self, store: Store, scope: TimeScope | None, horizon: float | None) -> AnalystAnswer:
+        """What changed in the window the question names (the last hour when it names none), then what is
+        open now."""
+        if horizon is None:
+            return AnalystAnswer("No telemetry yet: nothing to tell a change by.", kind="none")
+        if scope is None:
+            scope = TimeScope(horizon - DEFAULT_CHANGES_S, horizon, "last hour")
+        start, end = about_component.window(scope, horizon)
+        found = changes(store, start, end)
+        lines = [f"Window: {scope.describe()}.", *found.lines]
+        still = open_incidents(store, self.diagnoses, horizon)
+        if still:
             lines.append(
-                f"{d.incident.incident_id} ({d.incident.severity}, opened {when(d.incident.opened_ts_s)}, "
-                f"last seen {when(d.incident.last_ts_s)}): {d.incident.title}{cause}."
+                f"Open now: {', '.join(i.label() for i in still[:6])}"
+                + (f" (+{len(still) - 6})" if len(still) > 6 else "")
+                + " ('what's wrong' ranks them)."
             )
-        params = [start, end]
-        rows = store.query(HOTTEST_SQL, params)
-        if rows:
-            lines.append("The hottest GPUs in this window:")
-            lines.extend(
-                f"  {r['gpu']}: max {r['max_temp_c']:g} °C, mean {r['mean_temp_c']:g} °C, "
-                f"{plural(int(r['throttled_samples']), 'throttled sample')}"
-                for r in rows
-            )
-        else:
-            lines.append("No GPU samples in this window.")
-        evidence = [
-            Evidence(claim="the hottest GPUs in the window", sql=HOTTEST_SQL, params=params, rows=rows)
-        ]
-        return AnalystAnswer("\n".join(lines), None, evidence if rows else [], kind="window")
+        return AnalystAnswer("\n".join(lines), None, found.evidence, kind="window")
 
     def explain(self, d: Diagnosis, top: int = 3) -> AnalystAnswer:
         i = d.incident
@@ -282,6 +313,9 @@ class Analyst:
                 f", {'physical' if _physical(a) else 'digital'}: {a.reason}"
                 for a in actions
             )
+        if self.read is not None:
+            with self.read() as store:
+                lines.extend(plan_lines(store, i.incident_id))
         steps = steps_for([(h.root_cause, h.component) for h in d.hypotheses[:top]])
         if steps:
             lines.append("Next steps (checks that confirm or rule out the top hypotheses):")
@@ -289,11 +323,17 @@ class Analyst:
         return AnalystAnswer("\n".join(lines), i.incident_id, list(evidence))
 
 
-HOTTEST_SQL = (
-    "SELECT gpu, round(max(temp_c), 1) AS max_temp_c, round(avg(temp_c), 1) AS mean_temp_c, "
-    f"count(*) FILTER (WHERE (clocks_event_reasons & {THROTTLE}) != 0) AS throttled_samples "
-    "FROM gpu_samples WHERE ts_s >= ? AND ts_s <= ? GROUP BY gpu ORDER BY max(temp_c) DESC, gpu LIMIT 3"
-)
+DEFAULT_CHANGES_S = 3600.0  # "what changed" without a time: the last hour
+
+
+def as_of(store: Store, evidence: list[Evidence]) -> dict[str, str]:
+    """The versions of every table `evidence` reads, now (aiops/agent/asof.py)."""
+    tables = {t for e in evidence for t in tables_of(e.sql)}
+    return versions(lambda sql: store.query(sql), tables)
+
+
+def _as_answer(found: Findings, kind: str) -> AnalystAnswer:
+    return AnalystAnswer("\n".join(found.lines), None, found.evidence, kind=kind)
 
 
 def _physical(action: Action) -> bool:

@@ -1,6 +1,9 @@
-"""The analyst's answer about one component, from stored rows only: its readings against its peers' over a
-window, its events, the incidents that involve it and the actions pending on it. Every number shown comes
-from a row a cited SQL returned (an `Evidence`), which the chat re-runs before it shows the answer.
+"""The analyst's answer about one component, from stored rows only: first whether it is OK (every open incident
+that touches it, ranked: aiops/agent/situation.py; with a time, the incidents of that window), then its readings
+against its peers' over a window, its events, and the plan steps and actions pending on it or on what holds it.
+Every number shown comes from a row a cited SQL returned (an `Evidence`), which the chat re-runs before it shows
+the answer. A window without an end ends at the newest telemetry when the answer is made (the horizon), so the
+re-run reads the same rows while new data lands.
 
 Peers: a GPU's are the other GPUs of its node; a node's, NIC's or rack's are the others of its kind; a job is
 compared with its own step-time baseline (its first tenth of steps in the window).
@@ -9,35 +12,36 @@ compared with its own step-time baseline (its first tenth of steps in the window
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.agent.findings import MAX_ROWS, Findings
 from aiops.agent.scope import TimeScope
-from aiops.models import Diagnosis, Evidence
+from aiops.agent.situation import Places
+from aiops.agent.standing import standing
+from aiops.models import Diagnosis
 from aiops.nvml_bits import THROTTLE
 from aiops.store import Store
 from aiops.text import fields_text, plural, when
 from guardrails.records import GuardrailRecords
 
-MAX_ROWS = 12  # rows cited per fact
 FAR_PAST_S, FAR_FUTURE_S = 0.0, 1e11  # open window ends, as SQL parameters (JSON has no infinity)
 
 
-@dataclass
-class Findings:
-    lines: list[str] = field(default_factory=list)
-    evidence: list[Evidence] = field(default_factory=list)
-
-    def fact(self, claim: str, sql: str, params: list[Any], rows: list[dict[str, Any]]) -> None:
-        self.evidence.append(Evidence(claim=claim, sql=sql, params=params, rows=rows[:MAX_ROWS]))
+def newest_ts_s(store: Store) -> float | None:
+    """The newest telemetry: "now" for the analyst, and the end of every window that names none."""
+    newest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
+    return float(newest) if newest is not None else None
 
 
-def window(scope: TimeScope | None) -> list[float]:
+def window(scope: TimeScope | None, horizon_ts_s: float | None = None) -> list[float]:
+    """[start, end] as SQL parameters: an open start is the far past, an open end the horizon (the newest
+    telemetry when the answer was made; the far future only when there is none)."""
+    end = horizon_ts_s if horizon_ts_s is not None else FAR_FUTURE_S
     if scope is None:
-        return [FAR_PAST_S, FAR_FUTURE_S]
+        return [FAR_PAST_S, end]
     return [
         scope.start_ts_s if scope.start_ts_s is not None else FAR_PAST_S,
-        scope.end_ts_s if scope.end_ts_s is not None else FAR_FUTURE_S,
+        scope.end_ts_s if scope.end_ts_s is not None else end,
     ]
 
 
@@ -49,24 +53,28 @@ def kind_of(store: Store, component: str) -> str | None:
     return str(rows[0]["kind"]) if rows else None
 
 
-def about(store: Store, component: str, scope: TimeScope | None, diagnoses: list[Diagnosis]) -> Findings:
-    """What the workspace holds about `component` (a name `kind_of` knows)."""
+def about(
+    store: Store,
+    component: str,
+    scope: TimeScope | None,
+    diagnoses: list[Diagnosis],
+    horizon_ts_s: float | None = None,
+) -> Findings:
+    """What the workspace holds about `component` (a name `kind_of` knows): whether it is OK, its readings,
+    what is pending on it. `horizon_ts_s`: the newest telemetry (read here when not given)."""
+    horizon = horizon_ts_s if horizon_ts_s is not None else newest_ts_s(store)
     kind = kind_of(store, component)
     found = Findings()
+    places = Places.read(store)
+    standing(store, component, scope, diagnoses, places, horizon, found)
     readers = {"gpu": _gpu, "node": _node, "nic": _nic, "rack": _rack, "job": _job}
     reader = readers.get(kind or "")
     if reader is None:
         found.lines.append(f"{component}: no telemetry of its kind ({kind}) is read by the offline analyst.")
     else:
-        reader(store, component, window(scope), found)
-    _incidents(component, scope, diagnoses, found)
-    _pending(store, component, found)
+        reader(store, component, window(scope, horizon), found)
+    _pending(store, component, places, found)
     return found
-
-
-def _related(a: str, b: str) -> bool:
-    """One contains the other (node3 and node3/gpu5), or they are the same."""
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _span(rows: list[dict[str, Any]]) -> str:
@@ -136,10 +144,12 @@ def _gpu(store: Store, gpu: str, span: list[float], found: Findings) -> None:
         found.lines.append("  runs " + ", ".join(f"rank {r['rank']} of job {r['job']}" for r in ranks) + ".")
 
 
+# The hottest GPU by (temperature, name): two GPUs at the same peak name the same one on every run (arg_max picks
+# any of a tie, and the re-run of the citation would read as a mismatch)
 NODE_SQL = (
     "SELECT node, count(DISTINCT gpu) AS gpus, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s, "
     "round(avg(temp_c), 1) AS mean_temp_c, round(max(temp_c), 1) AS max_temp_c, "
-    "arg_max(gpu, temp_c) AS hottest_gpu, round(avg(power_w), 1) AS mean_power_w, "
+    "arg_max(gpu, (temp_c, gpu)) AS hottest_gpu, round(avg(power_w), 1) AS mean_power_w, "
     f"count(*) FILTER (WHERE (clocks_event_reasons & {THROTTLE}) != 0) AS throttled_samples "
     "FROM gpu_samples WHERE ts_s >= ? AND ts_s <= ? GROUP BY node ORDER BY node = ? DESC, node"
 )
@@ -257,10 +267,17 @@ def _rack(store: Store, rack: str, span: list[float], found: Findings) -> None:
         found.lines.append(f"  nodes: {', '.join(str(n['component']) for n in nodes)}.")
 
 
+# The usual slowest GPU: the most frequent, ties to the first by name (mode() picks any of a tie, so a re-run of the
+# citation could name another and read as a mismatch)
+USUAL_SLOWEST = (
+    "(SELECT slowest_gpu FROM s WHERE slowest_gpu IS NOT NULL{recent} GROUP BY slowest_gpu "
+    "ORDER BY count(*) DESC, slowest_gpu LIMIT 1) AS usual_slowest_gpu"
+)
 JOB_SQL = (
+    "WITH s AS (SELECT * FROM job_steps WHERE job = ? AND ts_s >= ? AND ts_s <= ?) "
     "SELECT job, count(*) AS steps, min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s, "
     "round(median(step_time_s), 3) AS median_step_s, round(max(step_time_s), 3) AS max_step_s, "
-    "mode(slowest_gpu) AS usual_slowest_gpu FROM job_steps WHERE job = ? AND ts_s >= ? AND ts_s <= ? GROUP BY job"
+    f"{USUAL_SLOWEST.format(recent='')} FROM s GROUP BY job"
 )
 
 
@@ -300,35 +317,19 @@ def _events(store: Store, where: str, component: str, span: list[float], found: 
     found.fact(f"GPU events on {component}", sql, params, rows[-MAX_ROWS:])
 
 
-def _incidents(component: str, scope: TimeScope | None, diagnoses: list[Diagnosis], found: Findings) -> None:
-    start, end = window(scope)
-    hits = []
-    for d in diagnoses:
-        i = d.incident
-        named = list(i.components) + [h.component for h in d.hypotheses[:3]]
-        if any(_related(component, n) for n in named) and i.last_ts_s >= start and i.opened_ts_s <= end:
-            hits.append(d)
-    if not hits:
-        found.lines.append(f"No incident involves {component}" + (" in this window." if scope else "."))
-        return
-    for d in hits:
-        top = d.hypotheses[0] if d.hypotheses else None
-        cause = f"; top hypothesis {top.root_cause} on {top.component} ({top.confidence:.2f})" if top else ""
-        found.lines.append(
-            f"{d.incident.incident_id} ({d.incident.severity}, opened {when(d.incident.opened_ts_s)}): "
-            f"{d.incident.title}{cause} (/why {d.incident.incident_id})."
-        )
-
-
-def _pending(store: Store, component: str, found: Findings) -> None:
+def _pending(store: Store, component: str, places: Places, found: Findings) -> None:
+    """The actions pending on `component`, on its parts or on what holds it (a rack's cap for a node)."""
     pending = [
-        r for r in GuardrailRecords(store).proposals("pending") if _related(component, r.action.target)
+        r
+        for r in GuardrailRecords(store).proposals("pending")
+        if places.holds(component, r.action.target) or places.holds(r.action.target, component)
     ]
     if not pending:
         found.lines.append(f"No action is pending on {component}, its parts or what holds it.")
         return
     found.lines.append(
-        f"{plural(len(pending), 'action')} pending on {component}, its parts or what holds it:"
+        f"{plural(len(pending), 'action')} pending on {component}, its parts or what holds it "
+        "('what should I do' ranks every pending one):"
     )
     for r in pending:
         a = r.action

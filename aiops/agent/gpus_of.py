@@ -5,7 +5,8 @@ row the chat re-runs. The rack's own readings (inlet, coolant) follow as context
 
 from __future__ import annotations
 
-from aiops.agent.component import MAX_ROWS, Findings, _span
+from aiops.agent.component import _span
+from aiops.agent.findings import MAX_ROWS, Findings
 from aiops.nvml_bits import THROTTLE
 from aiops.store import Store
 from aiops.text import plural

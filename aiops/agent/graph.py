@@ -25,11 +25,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from aiops.agent.analyst import Analyst
+from aiops.agent.asof import data_versions
 from aiops.agent.config import Limits
 from aiops.agent.gather import investigate
 from aiops.agent.grounding import (
-    Citation,
     Claim,
+    claims_from_draft,
     claims_from_evidence,
     rated_claims,
     verified_citation_rate,
@@ -64,6 +65,7 @@ class AgentState(TypedDict, total=False):
     plain_text: str
     plain_note: str  # why the model's text is not its answer (cut at max_tokens), shown with it
     tool_log: list[dict[str, Any]]
+    llm_as_of: dict[str, str]  # the versions of the data before the model's first query (asof.py)
     failures: list[str]
     source: str  # llm | analyst
     answer: str
@@ -102,34 +104,6 @@ def proposal_id(thread_id: str, action: dict[str, Any]) -> str:
     return "P-" + digest[:8]
 
 
-def _claims_from_draft(draft: dict[str, Any], tool_log: list[dict[str, Any]]) -> list[Claim]:
-    sql_calls = {e["call_id"]: e for e in tool_log if e["name"] == "sql" and e["ok"]}
-    out = []
-    for item in draft.get("claims", []):
-        if isinstance(item, str):
-            out.append(Claim(text=item))
-            continue
-        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-            out.append(Claim(text=json.dumps(item)[:200], status="unverifiable", note="malformed claim"))
-            continue
-        citation = None
-        call = sql_calls.get(str(item.get("tool_call_id", "")))
-        values = item.get("values")
-        if call is not None:
-            rows = call["result"]["rows"][:12]
-            citation = Citation(
-                sql=call["result"]["sql"], values=values if isinstance(values, list) else rows
-            )
-        elif isinstance(item.get("sql"), str):
-            citation = Citation(
-                sql=item["sql"],
-                params=item.get("params") or [],
-                values=values if isinstance(values, list) else [],
-            )
-        out.append(Claim(text=item["text"], citation=citation))
-    return out
-
-
 def _proposal_problem(item: Any) -> str | None:
     """Why a proposal from the model's answer is not one (before any arithmetic on it), or None."""
     if not isinstance(item, dict):
@@ -162,7 +136,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             else ("analyst" if answer.kind == "incident" else answer.kind),
             "incident_id": answer.incident_id,
             "analyst_text": answer.text,
-            "analyst_claims": [c.model_dump() for c in claims_from_evidence(answer.evidence)],
+            "analyst_claims": [c.model_dump() for c in claims_from_evidence(answer.evidence, answer.as_of)],
             "failures": [],
             "tool_log": [],
             "executions": {},
@@ -172,6 +146,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def gather(state: AgentState) -> AgentState:
         if deps.llm is None:
             return {"llm": {"used": False}, "draft": None, "plain_text": "", "plain_note": ""}
+        before = data_versions(deps.sql)  # what the model reads from: a change after it is no mismatch
         found = investigate(
             deps.llm,
             deps.tools,
@@ -189,6 +164,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
             "plain_note": found.plain_note,
             "tool_log": found.tool_log,
             "failures": failures,
+            "llm_as_of": before,
         }
 
     def hypothesise(state: AgentState) -> AgentState:
@@ -198,7 +174,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         if draft is not None and not failed:
             # the model's answer counts (it passed the schema); the analyst's evidence stays, after its claims
             claims, text, source = (
-                _claims_from_draft(draft, state.get("tool_log", [])),
+                claims_from_draft(draft, state.get("tool_log", []), state.get("llm_as_of", {})),
                 draft.get("answer", ""),
                 "llm",
             )

@@ -3,11 +3,15 @@ answer is shown each citation is re-run over the read-only store and compared.
 
 A claim is `verified` when its SQL re-runs, every cited row is among the rows the re-run returns, and every
 number in the claim's text is one of the cited values (to the precision the text states). `mismatch` when the
-SQL runs but the values differ; `unverifiable` when there is no citation or it cannot be re-run.
+SQL runs but the values differ and the data it reads is what it was when the answer was made (`as_of`:
+aiops/agent/asof.py); when that data has changed since, or the SQL's window follows the wall clock, the claim
+is `unverifiable` and says why: a moving window never makes a right answer a mismatch. `unverifiable` too when
+there is no citation or it cannot be re-run.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -16,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aiops.agent.asof import follows_the_clock, moved, tables_of, versions
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.errors import SQLRejected
 from aiops.models import Evidence
@@ -43,20 +48,55 @@ class Claim(BaseModel):
     status: Status = "pending"
     note: str = ""
     check_numbers: bool = True  # the analyst's templated claims are checked by their rows only
+    as_of: dict[str, str] = Field(default_factory=dict)  # the versions of the data when it was made (asof.py)
 
     def mark(self) -> str:
         return {"verified": "✓", "mismatch": "✗", "unverifiable": "?", "pending": "…"}[self.status]
 
 
-def claims_from_evidence(evidence: list[Evidence]) -> list[Claim]:
+def claims_from_evidence(evidence: list[Evidence], as_of: dict[str, str] | None = None) -> list[Claim]:
+    """The analyst's evidence as claims; `as_of`: the versions of the tables it read, taken with its rows."""
     return [
         Claim(
             text=e.claim,
             citation=Citation(sql=e.sql, params=e.params, values=e.rows),
             check_numbers=False,
+            as_of=dict(as_of or {}),
         )
         for e in evidence
     ]
+
+
+def claims_from_draft(
+    draft: dict[str, Any], tool_log: list[dict[str, Any]], as_of: dict[str, str] | None = None
+) -> list[Claim]:
+    """The model's claims, each citing the SQL of a successful `sql` tool call it names (or its own `sql`);
+    `as_of`: the versions of the data before the model's first query."""
+    sql_calls = {e["call_id"]: e for e in tool_log if e["name"] == "sql" and e["ok"]}
+    out = []
+    for item in draft.get("claims", []):
+        if isinstance(item, str):
+            out.append(Claim(text=item, as_of=dict(as_of or {})))
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+            out.append(Claim(text=json.dumps(item)[:200], status="unverifiable", note="malformed claim"))
+            continue
+        citation = None
+        call = sql_calls.get(str(item.get("tool_call_id", "")))
+        values = item.get("values")
+        if call is not None:
+            rows = call["result"]["rows"][:12]
+            citation = Citation(
+                sql=call["result"]["sql"], values=values if isinstance(values, list) else rows
+            )
+        elif isinstance(item.get("sql"), str):
+            citation = Citation(
+                sql=item["sql"],
+                params=item.get("params") or [],
+                values=values if isinstance(values, list) else [],
+            )
+        out.append(Claim(text=item["text"], citation=citation, as_of=dict(as_of or {})))
+    return out
 
 
 def numbers_in(text: str) -> list[tuple[float, int]]:
@@ -120,7 +160,38 @@ def _scalars(values: list[Any]) -> list[float]:
 
 
 def verify_claim(claim: Claim, sql: ReadOnlySQL) -> Claim:
-    """A copy of `claim` with its status and a note saying what was checked."""
+    """A copy of `claim` with its status and a note saying what was checked (a mismatch whose data moved on
+    since the answer is said as such: `_moved_on`)."""
+    checked = _checked(claim, sql)
+    if checked.status != "mismatch" or checked.citation is None:
+        return checked
+    why = _moved_on(checked, sql)
+    if why is None:
+        return checked
+    return checked.model_copy(
+        update={"status": "unverifiable", "note": f"not a mismatch: {why}; ask again for the current rows"}
+    )
+
+
+def _moved_on(claim: Claim, sql: ReadOnlySQL) -> str | None:
+    """Why a re-run cannot return what the claim cites although the claim may have been right: the data it
+    reads changed since the answer, or its window follows the wall clock. None: the data is as it was."""
+    assert claim.citation is not None
+    if follows_the_clock(claim.citation.sql):
+        return "its window follows the wall clock (now(), today()), so a re-run reads other rows"
+    tables = tables_of(claim.citation.sql)
+    before = {t: v for t, v in claim.as_of.items() if t in tables}
+    if not before:
+        return None
+    try:
+        after = versions(lambda query: list(sql.run(query)["rows"]), before)
+    except SQLRejected:
+        return None
+    changed = moved(before, after)
+    return f"the data changed since the answer ({'; '.join(changed)})" if changed else None
+
+
+def _checked(claim: Claim, sql: ReadOnlySQL) -> Claim:
     c = claim.citation
     if c is None:
         return claim.model_copy(update={"status": "unverifiable", "note": "no citation"})

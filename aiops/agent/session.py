@@ -42,6 +42,7 @@ from aiops.runtime.actions import approve as approve_now
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
 from aiops.store.conditions import staleness
+from aiops.store.writable import prepare_file
 from guardrails.records import GuardrailRecords
 from guardrails.signing import Signer
 
@@ -90,6 +91,9 @@ class Reply:
         )
 
 
+FIX_PLACE = "the chat writes beside the workspace: copy it into a folder this user can write and chat there"
+
+
 class AgentSession:
     def __init__(
         self,
@@ -102,6 +106,11 @@ class AgentSession:
     ) -> None:
         self.workspace = workspace.require()
         self.db_path = Path(workspace.path)
+        if not workspace.memory:  # said in one line now, not as a traceback at the first question
+            prepare_file(self.db_path, "the chat's journal (in the workspace)", FIX_PLACE)
+            prepare_file(
+                workspace.checkpoints_path, "the chat's checkpoints (beside the workspace)", FIX_PLACE
+            )
         self.config = config if config is not None else AgentConfig()  # the CLI passes the loaded one
         self.clock = clock
         limits = self.config.limits

@@ -20,13 +20,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from aiops.cli import actions_safety
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
-from aiops.cli.plans import approve_step_cli, write_step_message
+from aiops.cli.plans import FIX_OUT, MESSAGE_OUT, approve_step_cli, write_step_message
 from aiops.errors import InputError
 from aiops.plans import step as plan_step
 from aiops.runtime.actions import Decision, approve, execute, reject, to_sign
 from aiops.runtime.world import executors_here
 from aiops.store import Store, Workspace
+from aiops.store.writable import prepare_file, write_file
 from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.audit import read_rows
 from guardrails.pasted import PastedSignature
@@ -94,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_db_argument(reject)
     add_config_argument(reject)
     reject.set_defaults(func=run_reject)
+    actions_safety.register(verbs)  # breaker, override (aiops/cli/actions_safety.py)
 
 
 def _workspace(args: argparse.Namespace) -> Workspace:
@@ -298,10 +301,11 @@ def signed_window(path: Path, proposal_id: str) -> tuple[float, float]:
 
 
 def run_message(args: argparse.Namespace) -> int:
+    prepare_file(args.out, MESSAGE_OUT, FIX_OUT)  # said before anything is read, never after
     if _is_step(args):
         return write_step_message(args)
     signing = to_sign(_workspace(args).require(), args.proposal_id)
-    Path(args.out).write_bytes(signing.message)
+    write_file(args.out, signing.message, MESSAGE_OUT, FIX_OUT)
     console = terminal()
     console.print(
         f"{markup(args.out)}: the approval of {markup(args.proposal_id)}, valid until {_clock(signing.expires_ts_s)}"

@@ -1,7 +1,8 @@
 """`aiops chat`: investigate in a REPL, with the LLM when one is configured and the analyst always.
 
 Commands: a free question, /incidents, /actions, /approve ID, /reject ID REASON, /why P-…|INC-…, /help, /quit.
-Without an LLM the analyst answers questions about incidents, components and times from stored rows.
+Without an LLM the analyst answers on-call's questions (what is wrong, which jobs are affected, what to do now,
+what changed when, is a rack/node/GPU/job OK) and questions about incidents from stored rows.
 /approve and /reject are signed with your SSH key (--key FILE, else [guardrails] signing_key; a .pub uses the
 ssh-agent), exactly as `aiops actions approve` signs; without a key they say so and name that command.
 Questions carry $USER (a label, never authority). Everything lives in
@@ -35,7 +36,9 @@ if TYPE_CHECKING:  # the agent pulls in LangGraph: only `aiops chat` pays for th
     from aiops.agent.session import AgentSession, Reply
 
 HELP = (
-    "ask about an incident, a component (node3/gpu5, job llm) or a time (since 10:00)\n"
+    "ask what's wrong, which jobs are affected, what should I do,\n"
+    "what changed in the last hour (since 9am, today), is rack1 ok (a node,\n"
+    "node3/gpu5, job llm), or about an incident (INC-…)\n"
     "/incidents /actions /approve ID /reject ID REASON /why P-…|INC-… /help /quit\n"
     "nothing physical runs without your /approve; the model cannot approve anything"
 )

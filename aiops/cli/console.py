@@ -21,6 +21,7 @@ from aiops.cli.configured import (
 )
 from aiops.config import parse_listen
 from aiops.errors import InputError
+from aiops.store.writable import prepare_file
 from aiops.text import markup, terminal
 
 DEFAULT_LISTEN = "127.0.0.1:9485"
@@ -161,6 +162,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from aiops.service.owner import FileOwner, OwnedWorkspace
 
     configured_workspace(args.db, cli_config(args)).require()
+    prepare_file(args.db, "the console's workspace (its service lock, sessions and decisions)")
     # held open as `aiops run` holds it (one holder per workspace; other commands borrow it through leases):
     # a page then costs its queries, not opening a multi-GB file
     owner = FileOwner(
@@ -177,6 +179,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_age_s=config.console.max_age_s,
         agent=agent_config(config),
         oidc=config.console.oidc,
+        grafana_url=config.console.grafana_url,
     )
     try:
         server = ConsoleServer(

@@ -13,6 +13,7 @@ from aiops.cli.render import render, result_json
 from aiops.datapath.policy import load_policy
 from aiops.runtime.analysis import demo
 from aiops.scenarios import load_scenario
+from aiops.store.writable import prepare_file
 from aiops.text import markup, terminal
 
 DEMO_SCENARIO = str(resources.files("aiops") / "data" / "demo.yaml")
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
     console = terminal()
+    if args.db != ":memory:":  # before minutes of simulation: a place it cannot write is said now
+        prepare_file(args.db, "the demo's workspace (telemetry, incidents, proposals)")
     with configured_workspace(args.db, cli_config(args)) as workspace:
         if not args.json:
             console.print(

@@ -27,6 +27,7 @@ from aiops.datapath.status import status
 from aiops.errors import AiopsError
 from aiops.scenarios import load_scenario
 from aiops.sim.lanes_trial import try_policy
+from aiops.store.writable import prepare_file, writing
 from aiops.text import as_text, markup, plural, terminal
 from collectors.ebpf.tcp_probe import TcpProbe
 from collectors.ebpf.telemetry import LaneTelemetry, collect_lanes
@@ -240,7 +241,11 @@ def run_control(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-
+    fix = "give --db and --flows-json places this user can write"
+    if args.db != ":memory:":
+        prepare_file(args.db, "the lane telemetry (--db)", fix)  # said now, not after the eBPF is attached
+    if args.flows_json:
+        prepare_file(args.flows_json, "the per-flow TCP aggregates (--flows-json)", fix)
     state = read_state(state_key(args.dev, args.netns))
     if state is None:
         raise AiopsError(f"{args.dev}: no lanes applied (aiops lanes apply --dev {args.dev} --policy FILE)")
@@ -257,12 +262,19 @@ def run_collect(args: argparse.Namespace) -> int:
 
     try:
         with open(args.flows_json or os.devnull, "a") as flows_out:
+
+            def on_flows(flows: list[dict[str, Any]]) -> None:
+                with writing(
+                    args.flows_json or os.devnull, "the per-flow TCP aggregates (--flows-json)", fix
+                ):
+                    flows_out.writelines(json.dumps(flow) + "\n" for flow in flows)
+
             rows = collect_lanes(
                 telemetry,
                 write,
                 interval_s=args.interval_s,
                 duration_s=args.duration_s,
-                on_flows=lambda flows: flows_out.writelines(json.dumps(flow) + "\n" for flow in flows),
+                on_flows=on_flows,
             )
     finally:
         telemetry.close()

@@ -39,18 +39,52 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The command each module registers, so that `aiops COMMAND ...` imports that command's module alone: a node
+# agent (`aiops run`) never loads the evaluator's, the chat's or the report's modules (docs/BENCHMARKS.md,
+# "Overhead"). A command missing here still works: the whole parser is built (tests/test_footprint_imports.py keeps
+# this table equal to what the modules register).
+COMMANDS: dict[str, str] = {
+    "demo": "aiops.cli.demo",
+    "eval": "aiops.cli.evaluate",
+    "investigate": "aiops.cli.investigate",
+    "simulate": "aiops.cli.simulate",
+    "analyze": "aiops.cli.simulate",
+    "lanes": "aiops.cli.lanes",
+    "lab": "aiops.cli.lab",
+    "chat": "aiops.cli.chat",
+    "actions": "aiops.cli.actions",
+    "plans": "aiops.cli.plans",
+    "audit": "aiops.cli.audit",
+    "maintenance": "aiops.cli.maintenance",
+    "dcim": "aiops.cli.dcim",
+    "policy": "aiops.cli.policy",
+    "run": "aiops.cli.run",
+    "fleet": "aiops.cli.fleet",
+    "config": "aiops.cli.config_cmd",
+    "profile": "aiops.cli.profile",
+    "report": "aiops.cli.report",
+    "console": "aiops.cli.console",
+    "mcp": "aiops.cli.mcp",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given a `command` of `COMMANDS`, of that one alone (its module alone
+    is imported)."""
     parser = argparse.ArgumentParser(prog="aiops", description="AIOps agent for GPU training clusters")
     parser.add_argument("--version", action="version", version=f"aiops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    named = COMMANDS.get(command or "")
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        if named is None or name == named:
+            importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(given[0] if given and not given[0].startswith("-") else None)
+    args = parser.parse_args(given)
     if not hasattr(args, "func"):
         parser.print_help()
         return 2

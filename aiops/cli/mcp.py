@@ -52,8 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from aiops.mcpserver.files import resolve_roots
     from aiops.mcpserver.server import http_server, read_token, serve_http, serve_stdio, stderr_line
     from aiops.mcpserver.tools import McpTools
+    from aiops.store.writable import prepare_file
 
     workspace = configured_workspace(args.db, cli_config(args)).require()
+    if not workspace.memory:  # the propose tool files proposals and audit records into it
+        prepare_file(
+            workspace.path, "the workspace (the propose tool files proposals and audit records in it)"
+        )
     tools = McpTools(workspace, resolve_roots(args.files_root))
     if args.transport == "stdio":
         serve_stdio(tools)

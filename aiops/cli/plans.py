@@ -17,6 +17,7 @@ from aiops.errors import InputError
 from aiops.plans import PlanRecord, plans
 from aiops.runtime.actions import StepDecision, approve_step, propose_step, step_to_sign_now
 from aiops.store import Workspace
+from aiops.store.writable import write_file
 from aiops.text import markup, plural, terminal, when
 from guardrails.pasted import PastedSignature
 from guardrails.signing import configured_signer
@@ -185,9 +186,13 @@ def approve_step_cli(args: argparse.Namespace, message_text: str | None, signatu
     return report_step(terminal(), decision)
 
 
+MESSAGE_OUT = "the approval message (--out)"
+FIX_OUT = "give --out a file in a folder this user can write"
+
+
 def write_step_message(args: argparse.Namespace) -> int:
     signing = step_to_sign_now(_workspace(args).require(), args.proposal_id)
-    Path(args.out).write_bytes(signing.message)
+    write_file(args.out, signing.message, MESSAGE_OUT, FIX_OUT)
     console = terminal()
     targets = ", ".join(f"{t.proposal_id} ({t.target})" for t in signing.targets)
     console.print(

@@ -19,6 +19,7 @@ from aiops.profile.outputs import summary, write_outputs
 from aiops.profile.probes import require_privilege, require_target
 from aiops.profile.session import DEFAULT_SLICE_S, run_profile
 from aiops.profile.store_rows import record_profile
+from aiops.store.writable import prepare_folder, writing
 from aiops.text import terminal
 
 MAX_DURATION_S = 24 * 3600.0
@@ -57,6 +58,9 @@ def _positive(value: float, field: str, upper: float) -> float:
     return value
 
 
+FIX_OUT = "give --out a folder this user can write"
+
+
 def _nvml_source(pid: int) -> UtilSource | None:
     try:
         import pynvml
@@ -75,11 +79,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("<command line>", "--probe-duty", f"got {args.probe_duty}", "(0, 1]")
     if not 0 <= args.idle_below_pct <= 100:
         raise InputError("<command line>", "--idle-below-pct", f"got {args.idle_below_pct}", "0-100")
-    require_target(args.pid)  # before compiling: a gone PID or a process without CUDA fails fast
-    require_privilege()
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(str(out_dir), "--out", "exists and is not a directory")
+    prepare_folder(out_dir, "the profile (--out)", FIX_OUT)  # before minutes of probing, not after
+    require_target(args.pid)  # before compiling: a gone PID or a process without CUDA fails fast
+    require_privilege()
     util = None if args.no_nvml else _nvml_source(args.pid)
     stop = threading.Event()
 
@@ -107,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    written = write_outputs(result, out_dir)
+    with writing(out_dir, "the profile (--out)", FIX_OUT):
+        written = write_outputs(result, out_dir)
     run_id = None
     if args.db is not None:
         with configured_workspace(args.db, cli_config(args)).write() as store:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from aiops.cli.configured import add_db_argument, cli_config, configured_workspace
+from aiops.store.writable import prepare_folder
 from aiops.text import markup, terminal
 
 
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         limits.DEFAULT_MEMORY_LIMIT_MB if args.memory_limit_mb is None else args.memory_limit_mb
     )
     threads = limits.check_threads(limits.default_threads() if args.threads is None else args.threads)
+    out = prepare_folder(args.out, "the report (--out)", "give --out a folder this user can write")
     workspace = configured_workspace(args.db, cli_config(args)).require()
     with tempfile.TemporaryDirectory(prefix="aiops-report-") as spill, workspace.read() as store:
         limits.apply_report_limits(store, memory_limit_mb=memory_mb, threads=threads, temp_dir=Path(spill))
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         period, note = report_period(
             since=args.since, start=args.start, end=args.end, now_ts_s=time.time(), latest_ts_s=latest
         )
-        written = write_report(store, period, Path(args.out), formats)
+        written = write_report(store, period, out, formats)
     console = terminal(soft_wrap=True)
     if note:
         console.print(markup(note))

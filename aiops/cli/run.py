@@ -181,6 +181,7 @@ def served_console(config: Config, service: Service, *, dispatch: bool = False) 
         max_age_s=config.console.max_age_s,
         agent=agent_config(config),
         oidc=config.console.oidc,
+        grafana_url=config.console.grafana_url,
     )
     return ServedConsole(create_app(service.workspace, options))
 

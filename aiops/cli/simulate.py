@@ -15,6 +15,7 @@ from aiops.errors import InputError, PrerequisiteError
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
 from aiops.store.readings import newest_ts_s
+from aiops.store.writable import prepare_file
 from aiops.text import markup, terminal
 
 
@@ -42,6 +43,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policy = load_policy(args.lanes_policy) if args.lanes_policy else None
     workspace = configured_workspace(args.db, cli_config(args))
+    if not workspace.memory:
+        prepare_file(workspace.path, "the simulated workspace (telemetry and the twin's run)")
     if args.replace:
         workspace.remove()
     with workspace.write() as store, sim_progress(f"simulating {scenario.name}") as progress:

@@ -39,7 +39,9 @@ from aiops.console.decide import Decisions, messages_to_sign
 from aiops.console.maintenance import MaintenancePages
 from aiops.console.oidc import Provider
 from aiops.console.oidc_signin import OidcSignIn
+from aiops.console.oncall import filter_proposals
 from aiops.console.plan_data import plan_view
+from aiops.console.safety import Safety
 from aiops.console.sessions import Sessions
 from aiops.console.setup import SetupToken, setup_path
 from aiops.console.signin import Refusal, SignInGate
@@ -75,6 +77,7 @@ class ConsoleOptions:
         default_factory=AgentConfig
     )  # the model's settings of the command that started the console
     oidc: OidcConfig = field(default_factory=OidcConfig)  # single sign-on; its issuer empty: off
+    grafana_url: str = ""  # `[console] grafana_url`: incident plots link to its panels
 
 
 class Console:
@@ -100,6 +103,7 @@ class Console:
         self.admin = Admin(self)
         self.maintenance = MaintenancePages(self)
         self.chat = ChatDesk(self)
+        self.safety = Safety(self)  # the breaker, the components' memory, rollbacks
         self.reports_dir = options.reports_dir or Path(workspace.path + ".reports")
         self.oidc: OidcSignIn | None = None
         if options.oidc.enabled:
@@ -208,12 +212,15 @@ class Console:
                 active_windows(s, time.time()),
             )
         )
+        shown, filters = filter_proposals(proposals, request.query_params)
         return self.pages.page(
             request,
             session,
             "incidents.html",
             incidents=rows,
-            proposals=proposals,
+            proposals=shown,
+            filters=filters,
+            wall_times=clock.is_wall,  # expiry times are the wall clock's: shown only where the page's is
             clock=clock.label,
             windows=active,
         )
@@ -223,7 +230,11 @@ class Console:
         if session is None:
             return self.pages.to_login()
         incident_id = str(request.path_params["incident_id"])[:200]
-        found = await self.read(lambda s: data.incident(s, incident_id, here=not self.options.dispatch))
+        found = await self.read(
+            lambda s: data.incident(
+                s, incident_id, here=not self.options.dispatch, grafana_url=self.options.grafana_url
+            )
+        )
         if found is None:
             return self.pages.refuse(404, "no such incident")
         if self.options.dispatch:  # the approval message each open physical proposal asks to sign, dated now
@@ -326,6 +337,10 @@ def create_app(
         Route("/proposals/{proposal_id}/approve", console.decisions.approve, methods=["POST"]),
         Route("/proposals/{proposal_id}/reject", console.decisions.reject, methods=["POST"]),
         Route("/proposals/{proposal_id}/approve-signed", console.decisions.approve_signed, methods=["POST"]),
+        Route("/proposals/{proposal_id}/rollback", console.safety.rollback, methods=["POST"]),
+        Route("/breaker", console.safety.breaker),
+        Route("/components", console.safety.components),
+        Route("/components/{component:path}", console.safety.component),
         Route("/steps/{step_id}/approve", console.steps.approve, methods=["POST"]),
         Route("/steps/{step_id}/approve-signed", console.steps.approve_signed, methods=["POST"]),
         Route("/steps/{step_id}/propose", console.steps.propose, methods=["POST"]),

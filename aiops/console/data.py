@@ -7,19 +7,18 @@ import json
 import os
 import stat
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from aiops.console.oncall import detail_text, health, plots, value_text
 from aiops.detect.recurrence import recurrence_of
 from aiops.evidence.next_steps import steps_for
 from aiops.pipeline import stored_diagnoses
 from aiops.runtime.world import executors_here
 from aiops.store import Store
 from aiops.store.conditions import stated
-from aiops.text import when
 from guardrails import witness
 from guardrails.audit import chain_heads, read_rows, verify, verify_witness
 from guardrails.decisions import problems
@@ -131,12 +130,17 @@ def _proposal(record: Any, approvers: list[str], executors: dict[str, str] | Non
         "created_ts_s": a.created_ts_s,
         "expected_effect": a.expected_effect,
         "open": record.status in ("pending", "approved"),
+        "incident_id": record.incident_id or "",
+        "step_id": record.step_id or "",
+        "expires_ts_s": record.expires_ts_s,
     }
 
 
-def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, Any] | None:
+def incident(
+    store: Store, incident_id: str, *, here: bool = True, grafana_url: str = ""
+) -> dict[str, Any] | None:
     """`here`: this workspace's world executes its proposals (False in a fleet's console: no ticket marks, the
-    node that acts routes each kind)."""
+    node that acts routes each kind). `grafana_url`: the plots link to its panels."""
     found = [d for d in stored_diagnoses(store) if d.incident.incident_id == incident_id]
     if not found:
         return None
@@ -152,7 +156,7 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
         {"ts_s": d.incident.opened_ts_s, "what": "opened", "detail": d.incident.title}
     ]
     for s in d.incident.symptoms:
-        detail = json.dumps(s.detail, sort_keys=True, default=str)[:300]
+        detail = detail_text(s.detail)
         timeline.append({"ts_s": s.ts_s, "what": f"{s.kind} on {s.component}", "detail": detail})
     clock = data_clock(store)
     if clock.is_wall:  # else the audit's times are another clock's: the audit log page shows them
@@ -211,6 +215,14 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
         "timeline": timeline,
         "hypotheses": hypotheses,
         "next_steps": steps_for([(h.root_cause, h.component) for h in d.hypotheses[:3]]),
+        "plots": plots(
+            store,
+            (e.sql for h in d.hypotheses[:3] for e in h.evidence),
+            [*d.incident.components, *(h.component for h in d.hypotheses[:3])],
+            d.incident.opened_ts_s,
+            d.incident.resolved_ts_s,
+            grafana_url,
+        ),
         "proposals": proposals,
         "clock": clock.label,
         "wall_times": clock.is_wall,  # proposals' and approvals' wall-clock times fit this page's clock
@@ -218,14 +230,8 @@ def incident(store: Store, incident_id: str, *, here: bool = True) -> dict[str, 
 
 
 def _cell(column: str, value: Any) -> str:
-    """A cited value as text: times (`ts_s`, `*_ts_s`) in ISO 8601 UTC, as the CLI shows them; no value as `-`."""
-    if value is None:
-        return "-"
-    if (column == "ts_s" or column.endswith("_ts_s")) and isinstance(value, int | float):
-        return when(float(value), local_tz=UTC)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)[:200]
+    """A cited value as text: times in ISO 8601 UTC, bitmasks decoded, numbers with their unit (oncall.py)."""
+    return value_text(column, value)
 
 
 def proposals(store: Store, *, here: bool = True) -> list[dict[str, Any]]:
@@ -304,7 +310,9 @@ def banner(store: Store) -> list[dict[str, Any]]:
 
 
 def topology(store: Store) -> list[dict[str, Any]]:
-    """Racks, each with its nodes, each with its GPUs and NICs (contract names)."""
+    """Racks, each with its nodes, each with its GPUs and NICs (contract names), each with its health: the worst
+    severity of the open incidents naming it or a part of it (`ok` when none)."""
+    worst = health(store)
     rows = store.query("SELECT component, kind, parent FROM topology ORDER BY kind, parent, idx, component")
     children: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -317,11 +325,22 @@ def topology(store: Store) -> list[dict[str, Any]]:
             nodes.append(
                 {
                     "name": node["component"],
-                    "gpus": [p["component"] for p in parts if p["kind"] == "gpu"],
-                    "nics": [p["component"] for p in parts if p["kind"] == "nic"],
+                    "health": worst.get(str(node["component"]), "ok"),
+                    "gpus": [
+                        {"name": p["component"], "health": worst.get(str(p["component"]), "ok")}
+                        for p in parts
+                        if p["kind"] == "gpu"
+                    ],
+                    "nics": [
+                        {"name": p["component"], "health": worst.get(str(p["component"]), "ok")}
+                        for p in parts
+                        if p["kind"] == "nic"
+                    ],
                 }
             )
-        racks.append({"name": rack["component"], "nodes": nodes})
+        racks.append(
+            {"name": rack["component"], "health": worst.get(str(rack["component"]), "ok"), "nodes": nodes}
+        )
     return racks
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from aiops.console.accounts import Account, Accounts, check_name, check_role, hash_password
 from aiops.errors import InputError
 from aiops.store import Workspace
+from aiops.store.writable import FIX_DB, prepare_file, writing
 from guardrails.audit import AuditLog
 
 # One change at a time among this process's threads; `_changing` adds other processes.
@@ -36,8 +37,10 @@ def _changing(accounts: Accounts) -> Iterator[None]:
     """One change at a time: among this process's threads, and across processes (the CLI beside a running
     console) through an exclusive flock on the lock file, so a read-change-write never loses another's change."""
     with _LOCK:
-        accounts.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(str(accounts.path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+        what = "the console's accounts (beside the workspace)"
+        prepare_file(accounts.path, what, FIX_DB)
+        with writing(accounts.path, what, FIX_DB):
+            fd = os.open(str(accounts.path) + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor closes
             yield

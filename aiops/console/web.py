@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,12 +51,22 @@ def _clock(ts_s: Any) -> str:
         return "invalid time"
 
 
+def _clock_tag(ts_s: Any) -> Markup:
+    """`_clock` in a `<time datetime=…>` element (static/times.js adds the viewer's local time beside it); only
+    the formatted number reaches the markup."""
+    text = _clock(ts_s)
+    if text in ("-", "invalid time"):
+        return Markup(escape(text))
+    return Markup(f'<time datetime="{text.replace(" ", "T")}Z">{text} UTC</time>')
+
+
 def environment() -> Environment:
     """Autoescape for every template (not only .html): a telemetry string is always text."""
     env = Environment(
         loader=PackageLoader("aiops.console", "templates"), autoescape=True, undefined=StrictUndefined
     )
     env.filters["clock"] = _clock
+    env.filters["clocktag"] = _clock_tag
     return env
 
 

@@ -10,9 +10,6 @@ failure is one `DcimSignalError` naming the URL, never a crash: the caller keeps
 
 from __future__ import annotations
 
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,56 +21,38 @@ from aiops.control.dcim_signals import (
     record_signal,
     signals_in_force,
 )
-from aiops.errors import DcimSignalError
+from aiops.errors import DcimSignalError, OutboundError
+from aiops.outbound import request
 from aiops.safeload import MAX_FILE_BYTES, decode_text, parse_json, parse_yaml
-from aiops.sources.prometheus import escaped
 from aiops.store import Store
 
 MAX_BODY_BYTES = MAX_FILE_BYTES  # the file reader's limit (1 MiB): a caps document is a few hundred bytes
-READ_BYTES = 64 * 1024
 
 
 def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A DCIM URL is configured exactly: a redirect elsewhere is an error, not followed."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
 def fetch_dcim_text(url: str, timeout_s: float = 5.0, max_bytes: int = MAX_BODY_BYTES) -> tuple[str, str]:
-    """GET `url`: (its text, its content type), or a DcimSignalError naming the URL: no answer, a status other
-    than 200, an answer over `max_bytes` or slower than `timeout_s` in all, not UTF-8."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json, application/yaml;q=0.5"})
-    deadline_s = time.monotonic() + timeout_s
-    body = bytearray()
+    """GET `url` through the product's one outbound client (aiops/outbound.py: no redirect followed, one
+    deadline for the whole answer, a byte cap): (its text, its content type), or a DcimSignalError naming the
+    URL: no answer, a status other than 200, an answer over `max_bytes` or slower than `timeout_s` in all, not
+    UTF-8."""
     try:
-        with _OPENER.open(request, timeout=timeout_s) as reply:
-            status = int(reply.status)
-            kind = str(reply.headers.get("Content-Type") or "")
-            while len(body) <= max_bytes:
-                if time.monotonic() > deadline_s:
-                    raise DcimSignalError(url, "(http)", f"no whole answer within {timeout_s:g} s")
-                piece = reply.read1(min(READ_BYTES, max_bytes + 1 - len(body)))
-                if not piece:
-                    break
-                body += piece
-    except urllib.error.HTTPError as exc:
-        raise DcimSignalError(url, "(http)", f"HTTP {exc.code}: {escaped(exc.read(300))}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise DcimSignalError(url, "(http)", f"no answer: {escaped(str(reason).encode())}") from None
-    if status != 200:
-        raise DcimSignalError(url, "(http)", f"HTTP {status}: {escaped(bytes(body))}")
-    if len(body) > max_bytes:
-        raise DcimSignalError(url, "(http)", f"answer larger than the limit of {max_bytes} bytes")
-    return decode_text(bytes(body), url, DcimSignalError), kind
+        answer = request(
+            "GET",
+            url,
+            headers={"Accept": "application/json, application/yaml;q=0.5"},
+            timeout_s=timeout_s,
+            max_bytes=max_bytes,
+        )
+    except OutboundError as exc:
+        said = "no answer" if exc.status is None else f"HTTP {exc.status}"
+        raise DcimSignalError(url, "(http)", f"{said}: {exc.reason}") from None
+    if answer.status != 200:
+        raise DcimSignalError(url, "(http)", f"HTTP {answer.status}: {answer.excerpt()}")
+    kind = str(answer.headers.get("content-type") or "")
+    return decode_text(bytes(answer.body), url, DcimSignalError), kind
 
 
 def read_dcim(

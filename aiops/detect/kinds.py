@@ -16,11 +16,13 @@ NIC_KINDS = frozenset(
 JOB_KINDS = frozenset({"collective_timeouts", "collective_latency", "step_regression", "job_stalled"})
 FACILITY_KINDS = frozenset({"dcim_power_cap", "coolant_flow_drop", "rack_inlet_hot", "fleet_inlet_drift"})
 HOST_KINDS = frozenset({"loader_outlier", "loader_stall"})
-SYMPTOM_KINDS: frozenset[str] = GPU_KINDS | NIC_KINDS | JOB_KINDS | FACILITY_KINDS | HOST_KINDS
+# from per-rank timing (aiops/detect/stragglers.py): late ranks on a GPU or node, slow collectives behind a NIC
+RANK_KINDS = frozenset({"rank_straggler", "network_straggler"})
+SYMPTOM_KINDS: frozenset[str] = GPU_KINDS | NIC_KINDS | JOB_KINDS | FACILITY_KINDS | HOST_KINDS | RANK_KINDS
 # Kinds of rules that need a baseline or several windows: reported a while after the fault began (the others,
 # counters, reasons, signals, are dated at their onset; aiops/detect/incidents.py lets only these come late)
 PERSISTENT = frozenset(
     {"gpu_hot", "gpu_idle_in_job", "loss_without_ecn", "nic_drops", "queue_delay", "pfc_pauses"}
     | {"collective_latency", "step_regression", "coolant_flow_drop", "rack_inlet_hot", "fleet_inlet_drift"}
-    | {"loader_outlier", "loader_stall"}
+    | {"loader_outlier", "loader_stall", "rank_straggler", "network_straggler"}
 )

@@ -25,6 +25,7 @@ from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.detect.heat import LoadedTemperature, load_level
 from aiops.detect.limits import LimitSteps, cap_levels
+from aiops.detect.stragglers import EXPECTED, StragglerRules
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
 from aiops.store import Store
@@ -79,6 +80,9 @@ class Detector:
         )
         self.intended_cache = IntendedCache()  # what the product set: expected, not a symptom (module doc)
         self.intended: dict[tuple[str, str], Intended] = {}
+        self.stragglers = StragglerRules(
+            store, self._set_slower
+        )  # per-rank timing (aiops/detect/stragglers.py)
 
     # -- helpers ------------------------------------------------------------------------------------------
     def _counter_delta(self, key: str, value: Any) -> float:
@@ -110,6 +114,10 @@ class Detector:
         entry = self._set(node, "drained") if node else None
         return entry is not None and bool(entry.value)
 
+    def _set_slower(self, gpu: str) -> bool:
+        """The product slowed this GPU (its limit or clocks, intended state) or drained its node."""
+        return self._drained(gpu) or any(self._set(gpu, prop) is not None for prop in EXPECTED)
+
     def process(self, t0: float, t1: float) -> list[Symptom]:
         if self.start_ts_s is None:
             self.start_ts_s = t0
@@ -128,6 +136,8 @@ class Detector:
         out += self._steps(t0, t1)
         out += self._racks(t0, t1)
         out += self._hosts(t0, t1)
+        self.stragglers.store = self.store  # the live service may have reopened the file since
+        out += self.stragglers.process(t0, t1, warm=t1 - self.start_ts_s >= WARMUP_S)
         return out
 
     def _caps(self, t0: float, t1: float) -> dict[str, float]:

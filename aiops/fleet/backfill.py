@@ -12,12 +12,12 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from aiops.errors import PrometheusUnavailable
+from aiops import outbound
+from aiops.errors import OutboundError, PrometheusUnavailable
 
 READY_TIMEOUT_S = 60.0
 BACKFILL_TIMEOUT_S = 600.0
@@ -65,9 +65,8 @@ def _free_port() -> int:
 
 def _ready(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2.0) as reply:
-            return int(reply.status) == 200
-    except OSError:
+        return outbound.request("GET", f"{url}/-/ready", timeout_s=2.0).status == 200
+    except OutboundError:
         return False
 
 

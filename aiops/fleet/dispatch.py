@@ -38,17 +38,33 @@ from typing import Any
 from aiops import outbound
 from aiops.config import FleetConfig
 from aiops.errors import OutboundError
+from aiops.fleet.scopes import (
+    answered_hosts,
+    node_previous,
+    node_status,
+    route_of,
+    scheduler_actuator,
+    settle,
+)
 from aiops.labels import is_host_name
 from aiops.store import Store
 from guardrails.actions import action_hash
+from guardrails.actuators_k8s import core_api
 from guardrails.audit import AuditLog, step_rows_naming
+from guardrails.breaker import OUT_KINDS
+from guardrails.breaker_inputs import WAITING
 from guardrails.context import topology_from_store
 from guardrails.decisions import check_row
-from guardrails.policy import ExecutionRecord
+from guardrails.peer import history_for
+from guardrails.policy import validate
 from guardrails.records import GuardrailRecords, ProposalRecord
+from guardrails.routing import RoutingActuator
+from guardrails.scheduler_view import view_reader
+from guardrails.service import Guardrails
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import ConfiguredVerifier, Verifier
 from guardrails.step_message import EVENT as STEP_EVENT
+from guardrails.topology import Topology
 
 log = logging.getLogger("aiops.fleet")
 CONSOLE_ONLY = (
@@ -145,12 +161,21 @@ class FleetDispatcher:
         name: str = "fleet",
         post: Callable[[str, dict[str, Any], str, float], NodeAnswer] = post_json,
         clock: Callable[[], float] = time.time,
+        kube_api: Any = None,
     ) -> None:
         self.fleet, self.token, self.name, self.post, self.clock = fleet, token, name, post, clock
         self.directory = NodeDirectory(fleet, token)
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}  # sends without an answer in a row, per proposal (the backoff)
         self._verifier: Verifier | None = None
+        self.kube_api = kube_api  # tests: a CoreV1Api for [fleet.scheduler] kind = "kubernetes"
+        self._scheduler: RoutingActuator | None = None
+        self.view = view_reader(
+            fleet.scheduler.kind,
+            binaries=fleet.scheduler.binaries,
+            timeout_s=fleet.scheduler.timeout_s,
+            kube_api=(lambda: kube_api) if kube_api is not None else self._kube,
+        )
 
     def __repr__(self) -> str:  # never the token
         return f"FleetDispatcher(node_url={self.fleet.node_url!r}, token=***)"
@@ -158,24 +183,44 @@ class FleetDispatcher:
     def node_url(self, host: str) -> str | None:
         return self.directory.url(host)
 
+    def _kube(self) -> Any:
+        config = self.fleet.scheduler
+        return core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
+
     def __call__(self, store: Store) -> None:
         self.run(store)
 
     def run(self, store: Store, verifier: Verifier | None = None) -> list[str]:
-        """Dispatch what is due; returns the proposal ids the nodes answered (executed, failed or refused)."""
+        """Carry out what is due, each by its scope (aiops/fleet/scopes.py); returns the proposal ids settled
+        (executed, failed or refused: every node of its scope answered, or the scheduler ran it)."""
         if verifier is None:  # one per dispatcher: its verdicts are cached (each signature checked once)
             if self._verifier is None:
                 self._verifier = ConfiguredVerifier(store.guardrails, store.path)
             verifier = self._verifier
         records, audit = GuardrailRecords(store), AuditLog(store)
+        topology = topology_from_store(store)
         now = self.clock()
-        answered, sent = [], 0
+        answered: list[str] = []
+        sent = 0
         for record in records.proposals("approved"):
             pid = record.proposal_id
-            if sent >= MAX_PER_FLUSH or self._retry_at.get(pid, 0.0) > now or audit.rows(pid, DISPATCHED):
-                continue
+            if sent >= MAX_PER_FLUSH:
+                break
             if record.expires_ts_s is not None and now >= record.expires_ts_s:
                 continue  # the desk's expiry marks it
+            route = route_of(record.action, topology, self.fleet.scheduler.kind)
+            if route.how == "none":
+                self._note(records, record, route.why, now)
+                continue
+            if route.how == "scheduler":
+                sent += 1
+                if self.on_scheduler(store, record):
+                    answered.append(pid)
+                continue
+            done = answered_hosts(audit, pid)
+            due = [h for h in route.hosts if h not in done and self._retry_at.get(f"{pid}@{h}", 0.0) <= now]
+            if not due:
+                continue
             approvals = self._ssh_approvals(audit, pid, verifier)
             have, needed = len({a["principal"] for a in approvals}), max(1, record.approvals_needed)
             if have < needed:
@@ -186,15 +231,41 @@ class FleetDispatcher:
                 )
                 self._note(records, record, note, now)
                 continue
-            host = self._host(store, record.action.target)
-            if host is None:
-                note = f"no node agent acts on {record.action.target[:80]} (scheduler and DCIM dispatch: not built)"
-                self._note(records, record, note, now)
+            waiting = self.breaker_wait(store, record, now)
+            if waiting:  # the fleet-wide count says no: nothing is sent until nodes return or an override
+                self._note(records, record, waiting, now)
                 continue
-            sent += 1
-            if self._send(store, record, approvals, host, now):
+            for host in due[: MAX_PER_FLUSH - sent]:
+                sent += 1
+                self._send(store, record, approvals, host, now, topology)
+            if set(route.hosts) <= answered_hosts(audit, pid):
+                settle(store, record, route.hosts, now)
                 answered.append(pid)
         return answered
+
+    def on_scheduler(self, store: Store, record: ProposalRecord) -> bool:
+        """A job step through the cluster's scheduler, from here: this desk checks the signatures (the action
+        lands here), validates, claims, runs, reads back and audits. True when it ran (or failed running)."""
+        if self._scheduler is None:
+            self._scheduler = scheduler_actuator(self.fleet.scheduler, self.kube_api)
+        if self._scheduler is None:
+            return False
+        guard = Guardrails(store, actuator=self._scheduler, clock=self.clock, scheduler_view=self.view)
+        outcome = guard.execute(record.proposal_id)
+        log.info(
+            "scheduler",
+            extra={"proposal_id": record.proposal_id, "status": outcome.status, "why": outcome.message[:200]},
+        )
+        return outcome.status in ("executed", "failed")
+
+    def breaker_wait(self, store: Store, record: ProposalRecord, now: float) -> str:
+        """Why the circuit breaker holds this proposal back fleet-wide ("" when it does not): the fleet counts
+        every node's executions, its own and the scheduler's view, which no single node sees."""
+        if record.action.kind not in OUT_KINDS:
+            return ""
+        guard = Guardrails(store, clock=self.clock, scheduler_view=self.view)
+        validation = validate(record.action, guard.context(now))
+        return WAITING + validation.message if validation.waiting else ""
 
     def _ssh_approvals(self, audit: AuditLog, pid: str, verifier: Verifier) -> list[dict[str, Any]]:
         """The proposal's signed approvals that verify here and that a node can verify (SSH, not session): its
@@ -222,20 +293,20 @@ class FleetDispatcher:
         return found
 
     @staticmethod
-    def _host(store: Store, target: str) -> str | None:
-        scope = topology_from_store(store).expand(target)
-        if scope is None or scope.kind not in ("node", "gpu", "nic") or len(scope.nodes) != 1:
-            return None
-        return scope.nodes[0]
-
-    @staticmethod
     def _note(records: GuardrailRecords, record: ProposalRecord, note: str, now: float) -> None:
         if record.message != note:
             records.set_status(record.proposal_id, "approved", now, note)
 
     def _send(
-        self, store: Store, record: ProposalRecord, approvals: list[dict[str, Any]], host: str, now: float
+        self,
+        store: Store,
+        record: ProposalRecord,
+        approvals: list[dict[str, Any]],
+        host: str,
+        now: float,
+        topology: Topology,
     ) -> bool:
+        """One node's dispatch; its answer recorded as a `dispatch_result` (True), or a retry planned (False)."""
         records, audit, pid = GuardrailRecords(store), AuditLog(store), record.proposal_id
         url, token = self.directory.url(host), self.directory.token_for(host)
         if url is None or token is None:
@@ -253,6 +324,7 @@ class FleetDispatcher:
                 {k: a[k] for k in ("ts_s", "expires_ts_s", "signature", "step") if k in a} for a in approvals
             ],
             "fleet": self.name,
+            "history": history_for(records.history(), host, topology, now),
         }
         principals = sorted({a["principal"] for a in approvals})
         audit.append(
@@ -264,8 +336,9 @@ class FleetDispatcher:
         answer = self.post(url, body, token, self.fleet.dispatch_timeout_s)
         if answer.http_status is None or answer.http_status == 401 or answer.http_status >= 500:
             why = answer.error or _text(answer.body.get("error") or answer.body.get("message"))
-            self._failures[pid] = failures = self._failures.get(pid, 0) + 1
-            self._retry_at[pid] = now + min(RETRY_S * 2 ** (failures - 1), MAX_RETRY_S)
+            key = f"{pid}@{host}"
+            self._failures[key] = failures = self._failures.get(key, 0) + 1
+            self._retry_at[key] = now + min(RETRY_S * 2 ** (failures - 1), MAX_RETRY_S)
             self._note(
                 records,
                 record,
@@ -287,24 +360,9 @@ class FleetDispatcher:
             else [],
             "node_audit_seq": node.get("audit_seq") if isinstance(node.get("audit_seq"), int) else None,
             "node_audit_hash": _text(node.get("audit_hash"), 64),
+            "node_previous": node_previous(node),
         }
-        status = self._status(answer.http_status, result)
+        status = node_status(answer.http_status, result)
         audit.append(DISPATCHED, {**result, "outcome": status}, proposal_id=pid, actor=f"node:{host}")
-        if status == "executed":
-            scope = topology_from_store(store).expand(record.action.target)
-            units = scope.units if scope is not None else frozenset({record.action.target})
-            if records.claim(ExecutionRecord(pid, record.action.kind, record.action.target, units, now)):
-                records.finish(pid, "executed", result)
-        records.set_status(
-            pid, status, now, f"{host}: {result['status'] or status}: {result['message']}"[:500]
-        )
         log.info("dispatched", extra={"proposal_id": pid, "node": host, "outcome": status})
         return True
-
-    @staticmethod
-    def _status(http_status: int, result: dict[str, Any]) -> str:
-        if http_status == 200 and result["status"] in ("executed", "failed"):
-            return str(result["status"])
-        if http_status == 409 and result["previous"] == "executed":
-            return "executed"  # it ran on the node at an earlier dispatch whose answer was lost
-        return "refused"

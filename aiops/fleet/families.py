@@ -104,6 +104,12 @@ JOB = (
     "aiops_collective_latency_p50_seconds",
     "aiops_collective_latency_p99_seconds",
 )
+# per-rank timing (aiops/service/metrics_ranks.py): joined across nodes into the fleet's rank_timing_samples
+RANKS = (
+    "aiops_rank_blocked_seconds_total",
+    "aiops_rank_calls_total",
+    "aiops_rank_probed_seconds_total",
+)
 HOST = (
     "aiops_host_cpu_utilisation_ratio",
     "aiops_host_memory_used_ratio",
@@ -148,6 +154,7 @@ ALL: tuple[str, ...] = (
     *GPU_COUNTERS,
     *NIC,
     *JOB,
+    *RANKS,
     *HOST,
     *NETDEV,
     *IB,

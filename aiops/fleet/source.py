@@ -55,6 +55,7 @@ SAMPLES = (
     "flow_class_samples",
     "collective_samples",
     "job_steps",
+    "rank_timing_samples",
     "host_samples",
     "netdev_samples",
     "ib_port_samples",

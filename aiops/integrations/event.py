@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal, get_args
 
 from aiops.models import Hypothesis, Incident
-from aiops.store.conditions import condition_of
+from aiops.store.conditions import agent_instance, condition_of
 
 EventKind = Literal["opened", "diagnosed", "resolved"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
@@ -53,6 +53,7 @@ class IncidentEvent:
     condition: str = (
         ""  # a condition of the service's own sight (source_blind, node_agent_lost, ...), "" if none
     )
+    agent_instance: str = ""  # a lost node agent's scrape target (aiops.store.conditions.agent_instance)
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
@@ -105,6 +106,7 @@ def incident_event(
         link=link,
         impact=incident.impact,
         condition=condition_of(incident) or "",
+        agent_instance=agent_instance(incident.symptoms),
     )
 
 

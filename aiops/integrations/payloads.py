@@ -151,6 +151,8 @@ def alert_labels(event: IncidentEvent) -> dict[str, str]:
         "node": event.node,
         "root_cause": event.top.root_cause if event.top else UNDIAGNOSED,
         "component": component,
+        "condition": event.condition,
+        "agent_instance": event.agent_instance,  # inhibits the chart's AiopsAgentDown of the same target
     }
     return {name: value for name, value in labels.items() if value}
 

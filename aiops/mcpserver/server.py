@@ -42,7 +42,17 @@ from aiops.service.server import WebServer
 
 SERVER_NAME = "aiops"
 MCP_PATH = "/mcp"
-READ_TOOLS = ("incidents", "hypotheses", "component", "investigate", "report", "proposals")
+READ_TOOLS = (
+    "incidents",
+    "hypotheses",
+    "component",
+    "investigate",
+    "report",
+    "proposals",
+    "rollbacks",
+    "breaker",
+    "lemons",
+)
 TOOL_NAMES = (*READ_TOOLS, "propose")
 MIN_TOKEN_CHARS = 16
 MAX_SESSIONS = 64  # an aiops mcp serves a few agents; past this, initialize is refused until one ends
@@ -125,6 +135,22 @@ def build_server(tools: McpTools) -> MCPServer[Any]:
         """The proposals the workspace holds (newest 200), with status (pending, approved, denied, rejected,
         executed, failed, expired), who filed them and the action."""
         return _guarded(tools, lambda: tools.proposals(status))
+
+    @server.tool(annotations=_READ)
+    def rollbacks() -> dict[str, Any]:
+        """Rollbacks filed (aiops actions rollback, the console): what each restores, of which executed action,
+        and its status. Read-only: a rollback runs only after a person's signature."""
+        return _guarded(tools, lambda: tools.safety("rollbacks"))
+
+    @server.tool(annotations=_READ)
+    def breaker() -> dict[str, Any]:
+        """The circuit breaker: nodes out of service and why, limits (fleet, racks), overrides, what waits."""
+        return _guarded(tools, lambda: tools.safety("breaker"))
+
+    @server.tool(annotations=_READ)
+    def lemons() -> dict[str, Any]:
+        """GPUs and nodes ranked by lemon score (faults, repeats after a repair, failed remedies), highest first."""
+        return _guarded(tools, lambda: tools.safety("lemons"))
 
     @server.tool(annotations=_PROPOSE)
     def propose(

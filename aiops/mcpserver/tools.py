@@ -36,6 +36,7 @@ from aiops.errors import AiopsError, ToolError
 from aiops.evidence import investigate as investigate_files
 from aiops.evidence.investigate import source_names
 from aiops.mcpserver.files import BUNDLE_LIMITS, confined
+from aiops.mcpserver.safety_tools import READS
 from aiops.store import Store, Workspace
 from guardrails.actions import Action, parameter_problem
 from guardrails.records import GuardrailRecords
@@ -228,6 +229,11 @@ class McpTools:
                 "total": len(records),
             }
         )
+
+    def safety(self, what: str) -> dict[str, Any]:
+        """rollbacks | breaker | lemons (aiops/mcpserver/safety_tools.py), read-only."""
+        with self.workspace.read() as store:
+            return answer(READS[what](store))
 
     def _take_proposal_turn(self) -> None:
         now_s = time.monotonic()

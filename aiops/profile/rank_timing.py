@@ -10,10 +10,10 @@ else `process-<pid>` (a process of no known job: its rows are kept, no job summa
 Step cadence: the period of ncclGroupEnd when the rank calls it, else of its most called collective (window /
 calls). A job that issues k collectives per training step between two group ends measures 1/k of a step.
 
-Straggler: per job, the wait of each rank is its time blocked in collectives, ncclGroupEnd and CUDA
-synchronisation over the window. The rank that waits least is the straggler when the median of its peers'
-waits is at least STRAGGLER_MIN_GAP of the window above it and at least STRAGGLER_MIN_RATIO times it: the
-others sit in collectives waiting for it.
+Straggler: per job, each rank's window splits into its time blocked in collectives and ncclGroupEnd (waiting for
+its peers), in CUDA synchronisation (its GPU's work), in synchronous copies, and outside them all
+(aiops/profile/rank_phases.py). The slowest of the ranks the others waited for (`late_ranks`) is the job's
+`slowest_rank`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from aiops.profile.rank_phases import RankWindow, late_ranks
 from aiops.profile.rank_probes import OP_NAMES, Counted
 from aiops.workload import WorkloadIdentity, WorkloadResolver, int_or_none, job_name
 
-STRAGGLER_MIN_GAP = 0.05  # of the window: peers wait 5 % of the wall time more than the straggler
-STRAGGLER_MIN_RATIO = 2.0
 MAX_ENVIRON_BYTES = 256 << 10
-WAIT_KINDS = ("collective", "group", "sync")
 
 RANK_COLUMNS = (
     "ts_s",
@@ -124,16 +122,20 @@ class WindowRows:
     steps: list[tuple[object, ...]]
 
 
-def straggler(waits_s: Mapping[int, float], window_s: float) -> int | None:
-    """The rank that waits least while its peers wait for it (module doc), else None."""
-    if len(waits_s) < 2 or window_s <= 0:
-        return None
-    least = min(waits_s, key=lambda rank: (waits_s[rank], rank))
-    peers = statistics.median(wait for rank, wait in waits_s.items() if rank != least)
-    mine = waits_s[least]
-    if peers - mine >= STRAGGLER_MIN_GAP * window_s and peers >= STRAGGLER_MIN_RATIO * mine:
-        return least
-    return None
+def straggler(windows: Sequence[RankWindow]) -> int | None:
+    """The slowest of the ranks their peers waited for (aiops/profile/rank_phases.py `late_ranks`), else None."""
+    late = late_ranks(windows)
+    return late.ranks[0] if late is not None else None
+
+
+def rank_window(rank: int, window_s: float, counted: Iterable[Counted]) -> RankWindow:
+    """One process's window as phases: blocked in collectives and group ends, in synchronisation, in copies."""
+    seconds = {"collective": 0.0, "group": 0.0, "sync": 0.0, "copy": 0.0}
+    for c in counted:
+        if c.probe.kind in seconds:
+            seconds[c.probe.kind] += c.blocked_ns / 1e9
+    wait_s = seconds["collective"] + seconds["group"]
+    return RankWindow(rank, window_s, wait_s, seconds["sync"], seconds["copy"])
 
 
 def cadence_calls(counted: Iterable[Counted]) -> int:
@@ -162,11 +164,12 @@ def window_rows(
     for c in counted:
         if c.probe.kind != "init":
             by_pid.setdefault(c.tgid, []).append(c)
-    jobs: dict[str, dict[int, tuple[float, int, int | None]]] = {}  # job -> rank -> (wait, cadence, gpu)
+    jobs: dict[
+        str, dict[int, tuple[RankWindow, int, int | None]]
+    ] = {}  # job -> rank -> (phases, cadence, gpu)
     collectives: dict[tuple[str, str], list[int]] = {}
     for pid, calls in sorted(by_pid.items()):
         place = who(pid)
-        wait_s = 0.0
         for c in calls:
             op = OP_NAMES.get(c.probe.symbol, c.probe.symbol)
             blocked_s = c.blocked_ns / 1e9
@@ -185,13 +188,13 @@ def window_rows(
                     place.rank_source,
                 )
             )
-            wait_s += blocked_s if c.probe.kind in WAIT_KINDS else 0.0
             if c.probe.kind == "collective" and not place.job.startswith("process-"):
                 total = collectives.setdefault((place.job, op), [0, 0])
                 total[0] += c.calls
                 total[1] += c.bytes
         if place.rank is not None and not place.job.startswith("process-"):
-            jobs.setdefault(place.job, {})[place.rank] = (wait_s, cadence_calls(calls), place.gpu_index)
+            phases = rank_window(place.rank, window_s, calls)
+            jobs.setdefault(place.job, {})[place.rank] = (phases, cadence_calls(calls), place.gpu_index)
     for (job, op), (count, nbytes) in sorted(collectives.items()):
         out.collectives.append((ts_s, job, op, SCOPE, window_s, count, nbytes))
     for job, ranks in sorted(jobs.items()):
@@ -199,7 +202,7 @@ def window_rows(
         if not periods:
             continue
         steps_so_far[job] = steps_so_far.get(job, 0) + max(cadence for _, cadence, _ in ranks.values())
-        slow = straggler({rank: wait for rank, (wait, _, _) in ranks.items()}, window_s)
+        slow = straggler([phases for phases, _, _ in ranks.values()])
         gpu_index = ranks[slow][2] if slow is not None else None
         slowest_gpu = f"{node}/gpu{gpu_index}" if gpu_index is not None else None
         step_time_s = statistics.median(periods)

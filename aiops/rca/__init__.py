@@ -19,6 +19,7 @@ from aiops.rca.facts import LOOKBACK_S, Facts, Window
 from aiops.rca.onsets import score_around_onsets
 from aiops.rca.ranking import rank
 from aiops.rca.scorers import SCORERS
+from aiops.rca.stragglers import cite_stragglers
 from aiops.store import Store
 
 
@@ -46,6 +47,7 @@ def analyze(store: Store, incident: Incident, others: Sequence[Incident] | None 
     # each cause scored from the facts around its symptom's onset, the incident's as the fallback
     candidates = score_around_onsets(facts, incident, SCORERS).candidates
     _corroborate_stragglers(facts, candidates)
+    cite_stragglers(facts, incident, candidates)  # late ranks from per-rank timing (aiops/rca/stragglers.py)
     ranked = rank(facts, incident, others, candidates)
     for c in ranked:
         c.evidence = [facts.focus(e, c.component) for e in c.evidence]

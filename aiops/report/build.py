@@ -7,7 +7,7 @@ import time
 
 from aiops.report import queries as q
 from aiops.report import queries_health as qh
-from aiops.report import sections, sections_ops, sections_profile
+from aiops.report import sections, sections_ops, sections_profile, sections_safety
 from aiops.report.model import Report, Section
 from aiops.report.period import Period
 from aiops.report.text import utc
@@ -66,6 +66,8 @@ def build_report(store: Store, period: Period, *, now_ts_s: float | None = None)
     found += [
         sections_ops.network(store, period),
         sections_ops.actions(store, period),
+        sections_safety.safety(store, period),
+        sections_safety.components(store, period),
         sections_profile.profile(store, period),
         sections_ops.coverage(store, period, interval_s),
     ]

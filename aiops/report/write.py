@@ -14,8 +14,10 @@ from aiops.report.period import Period
 from aiops.report.render_html import render_html
 from aiops.report.render_md import render_md
 from aiops.store import Store
+from aiops.store.writable import prepare_folder, writing
 
 FORMATS = ("html", "md", "pdf")
+FIX = "write reports into a folder this user can write (--out, or [report] out_dir)"
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,12 @@ def stem(period: Period) -> str:
 
 def write_report(store: Store, period: Period, out_dir: Path, formats: tuple[str, ...]) -> Written:
     report = build_report(store, period)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    base = out_dir / stem(period)
+    prepare_folder(out_dir, "the report", FIX)
+    with writing(out_dir, "the report", FIX):
+        return Written(report, _write(report, out_dir / stem(period), formats))
+
+
+def _write(report: Report, base: Path, formats: tuple[str, ...]) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     html_path = base.with_suffix(".html")
     if "html" in formats or "pdf" in formats:
@@ -58,4 +64,4 @@ def write_report(store: Store, period: Period, out_dir: Path, formats: tuple[str
         html_to_pdf(html_path, paths["pdf"])
         if "html" not in formats:
             html_path.unlink(missing_ok=True)
-    return Written(report, paths)
+    return paths

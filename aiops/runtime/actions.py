@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiops.errors import GuardrailError
 from aiops.plans import advance
 from aiops.plans import propose_step as propose_plan_step
 from aiops.plans import step as plan_step
 from aiops.runtime.world import attach, desk, executors_here
-from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
 from guardrails.approvals import Authorisation
 from guardrails.executor import ExecutionOutcome
@@ -25,6 +25,9 @@ from guardrails.routing import TICKET, ticket_error
 from guardrails.signing import Signer
 from guardrails.steps import StepAuthorisation, StepToSign, step_to_sign
 from guardrails.steps import approve_step as approve_step_on
+
+if TYPE_CHECKING:
+    from aiops.sim.twin import Twin
 
 
 @dataclass(frozen=True)

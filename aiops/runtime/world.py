@@ -22,13 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
 from aiops.integrations.ticket import TicketActuator
-from aiops.sim.readings import WorldReadings
-from aiops.sim.twin import Twin, TwinActuator
 from aiops.store import Store
 from aiops.store.lease import service_pid
 from guardrails.actions import Action
@@ -38,6 +36,7 @@ from guardrails.actuators_nvml import NvmlPowerActuator
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
 from guardrails.actuators_slurm import SlurmActuator
 from guardrails.actuators_sysfs import CoolingActuator
+from guardrails.breaker import SchedulerView
 from guardrails.context import topology_from_store
 from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.routing import (
@@ -49,9 +48,13 @@ from guardrails.routing import (
     executors_table,
     host_backends,
 )
+from guardrails.scheduler_view import view_reader
 from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
+
+if TYPE_CHECKING:  # the twin (numpy, its world) is loaded only for a simulated workspace: a node agent never
+    from aiops.sim.twin import Twin
 
 ACTUATORS: tuple[str, ...] = ("auto", "twin", "nvml", "none")
 TICKETS_ONLY = "tickets"  # Attached.kind where only open_ticket executes (a fleet with a ticket sink)
@@ -65,6 +68,8 @@ class Attached:
     actuator: Actuator | None
     describe: str
     twin: Twin | None = None
+    # the scheduler's view of out-of-service nodes for the circuit breaker (None: no scheduler configured)
+    scheduler_view: Callable[[], SchedulerView | None] | None = None
 
     @property
     def data_clock(self) -> Callable[[], float] | None:
@@ -83,6 +88,10 @@ def load_twin(store: Store, held: Twin | None = None) -> Twin | None:
     if held is not None:
         held.sync(store)
         return held
+    if store.scalar("SELECT count(*) FROM sim_runs") == 0:
+        return None  # no simulated run: the twin's modules are not loaded
+    from aiops.sim.twin import Twin
+
     return Twin.load(store)
 
 
@@ -100,9 +109,32 @@ def attach(
     """The world of the workspace `store` is open on. `twin`: a twin this process already holds (synced here,
     not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml); `kube_api`: a CoreV1Api
     (default: built from `store.scheduler`); `ticket`: the ticket sink open_ticket files in (`[notify.ticket]`;
-    None: an open_ticket is a note in the audit log)."""
+    None: an open_ticket is a note in the audit log). Its `scheduler_view` reads the configured scheduler's
+    drained or cordoned nodes for the circuit breaker, whatever executes here."""
     attached = _attach(store, actuator, node, twin, nvml, kube_api, sysfs_root)
+    attached.scheduler_view = scheduler_view(store, node, kube_api)
     return attached if ticket is None else _with_ticket(store, attached, ticket)
+
+
+def scheduler_view(
+    store: Store, node: str | None, kube_api: Any = None
+) -> Callable[[], SchedulerView | None] | None:
+    """The reader of `[scheduler]`'s view (guardrails.scheduler_view); this agent's own scheduler name maps to
+    its component name (a twin rig's node0 is Slurm's aiops-xxxx)."""
+    config = store.scheduler
+    if config.kind == "none":
+        return None
+    local = _scheduler_node(store)
+    names = {local: node} if node else {}
+
+    def api() -> Any:
+        if kube_api is not None:
+            return kube_api
+        return core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
+
+    return view_reader(
+        config.kind, binaries=config.binaries, timeout_s=config.timeout_s, kube_api=api, names=names
+    )
 
 
 def _with_ticket(store: Store, attached: Attached, ticket: TicketActuator) -> Attached:
@@ -157,6 +189,9 @@ def _attach(
             f"{store.path} has no twin: it was not made by a simulation (aiops demo or aiops simulate)"
         )
     if held is not None:
+        from aiops.sim.readings import WorldReadings
+        from aiops.sim.twin import TwinActuator
+
         topology = dataclasses.replace(topology, job_gpus=held.topology.job_gpus)  # jobs where they run now
         twin_actuator: Actuator = TwinActuator(held, store)
         describe = "twin (the workspace's simulated world)"
@@ -313,6 +348,7 @@ def desk(
         context_for=lambda now: validation_context(attached.readings, attached.topology, now),
         clock=clock,
         standing=standing,
+        scheduler_view=attached.scheduler_view,
         data_clock=attached.data_clock,
     )
 

@@ -17,12 +17,15 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiops.runtime.world import attach, desk
-from aiops.sim.twin import Twin
 from aiops.store import Store
 from guardrails.dispatched import Dispatch, DispatchAnswer, NodeDispatch
 from guardrails.service import Guardrails
+
+if TYPE_CHECKING:
+    from aiops.sim.twin import Twin
 
 log = logging.getLogger("aiops.service")
 DISPATCH_ROUTE = "/api/dispatch"

@@ -92,6 +92,7 @@ class LiveDetection:
             quiet_s=quiet_s, keep_closed=False, id_prefix=id_prefix, severity=self.severity
         )
         self.until_ts_s: float | None = None  # end of the last window processed
+        self.saved_until_ts_s: float | None = None  # the progress stored last
         self.windows = 0
         self.inventory_rows = -1  # topology + job_ranks rows when racks and ranks were last read
 
@@ -162,6 +163,8 @@ class LiveDetection:
             self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)
             self.tracker.set_jobs(self.detector.job_of_gpu)
         self.detector.store = store  # the owner may have reopened the file since the last call
+        if self.until_ts_s + self.window_s > newest_ts_s + 1e-9 and self.until_ts_s == self.saved_until_ts_s:
+            return []  # no complete window since the last call: nothing to judge, store or save
         self._refresh_inventory(store)
         out: list[Transition] = []
         while self.until_ts_s + self.window_s <= newest_ts_s + 1e-9:
@@ -175,4 +178,5 @@ class LiveDetection:
         if changed:
             save_incidents(store, list(changed.values()), replace_all=False)
         _save_progress(store, self.until_ts_s)
+        self.saved_until_ts_s = self.until_ts_s
         return out

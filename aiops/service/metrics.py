@@ -19,6 +19,7 @@ from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
 from aiops.sources.facility import render_facility_snapshot
+from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
 _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
@@ -384,11 +385,15 @@ class MetricsCache(Collector):
         family = GaugeMetricFamily(
             PREFIX + "incident_open",
             "1 for each open incident, with its top hypothesis",
-            labels=["incident_id", "severity", "root_cause", "component"],
+            labels=["incident_id", "severity", "root_cause", "component", "agent_instance"],
         )
         for i in self.incidents:
+            lost = symptoms_agent_instance(
+                i.get("symptoms")
+            )  # a lost agent's target: inhibits AiopsAgentDown
             family.add_metric(
-                [i["incident_id"], i["severity"], i.get("root_cause") or "", i.get("component") or ""], 1.0
+                [i["incident_id"], i["severity"], i.get("root_cause") or "", i.get("component") or "", lost],
+                1.0,
             )
         yield family
 

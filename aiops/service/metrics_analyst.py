@@ -23,6 +23,7 @@ from prometheus_client.core import Metric
 from aiops import nvml_bits
 from aiops.service import metrics_analyst_families as render
 from aiops.service.metrics_analyst_families import STEP_BUCKETS_S
+from aiops.service.metrics_ranks import RankExports
 
 _LABEL_TEXT = re.compile(r"[^A-Za-z0-9_.:-]")
 
@@ -78,6 +79,7 @@ class AnalystExports:
         self.pages: list[dict[str, Any]] = []  # paging decisions (aiops/service/pager.py PageState fields)
         # what this node's executed actions set (guardrails/intended.py)
         self.intended: list[dict[str, Any]] = []
+        self.rank_timing = RankExports()  # per-rank timing (metrics_ranks.py)
 
     # -- feeding ------------------------------------------------------------------------------------------------
     def inventory(self, topology: Sequence[Mapping[str, Any]], ranks: Sequence[Mapping[str, Any]]) -> None:
@@ -143,6 +145,8 @@ class AnalystExports:
             self._kernel(values)
         elif table == "collector_errors":
             self._collector_error(values)
+        elif table == "rank_timing_samples":
+            self.rank_timing.observe(values)
 
     def _gpu(self, values: Mapping[str, Any]) -> None:
         gpu, node = str(values["gpu"]), str(values["node"])
@@ -213,6 +217,7 @@ class AnalystExports:
         yield from render.inventory(self)
         yield from render.gpus(self, gpus)
         yield from render.jobs(self)
+        yield from self.rank_timing.families()
         yield from render.network(self)
         yield from render.node(self)
         yield from render.pages(self)

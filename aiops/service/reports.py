@@ -9,13 +9,28 @@ import logging
 import time
 from collections.abc import Callable
 
-from aiops.config import ReportConfig
+from aiops.config import Config, ReportConfig
+from aiops.errors import StorageError
 from aiops.integrations.report import enqueue_report
 from aiops.integrations.sink_queue import Sink
 from aiops.report.schedule import is_due, last_run_ts_s, reports_dir, set_last_run, write_scheduled
 from aiops.store import Store
+from aiops.store.writable import prepare_file, prepare_folder
 
 log = logging.getLogger("aiops.service.reports")
+
+
+def check_paths(db_path: str, config: Config) -> None:
+    """Where the service writes (its workspace, and its scheduled reports when on) can be written; else one
+    `StorageError` naming the place and what it is for, before the service starts anything."""
+    whose = "the fleet's" if config.node.name == "fleet" else "this node agent's"
+    prepare_file(db_path, f"{whose} workspace (telemetry, incidents, proposals, audit log)")
+    if config.report.enabled:
+        prepare_folder(
+            reports_dir(config.report, db_path),
+            "the scheduled reports ([report] out_dir)",
+            "set [report] out_dir to a folder this user can write",
+        )
 
 
 class ReportSchedule:
@@ -47,7 +62,13 @@ class ReportSchedule:
         if not is_due(self.config, now_ts_s, last_run_ts_s(store)):
             return False
         set_last_run(store, now_ts_s)  # first: a report that fails is not retried every flush
-        written = write_scheduled(store, self.config, self.out_dir, telemetry_now_ts_s)
+        try:
+            written = write_scheduled(store, self.config, self.out_dir, telemetry_now_ts_s)
+        except (
+            StorageError
+        ) as exc:  # the folder became unwritable since the start: one line, tried when next due
+            log.error("report not written", extra={"error": str(exc)})
+            return False
         self.written += 1
         link = str(written.paths.get("html") or next(iter(written.paths.values()), self.out_dir))
         self.queued += enqueue_report(

@@ -213,6 +213,7 @@ class WebServer:
             Forwarded(HostCheck(BodyDeadline(app, body_timeout_s), allowed), networks(trusted_proxies)),
             proxy_headers=False,  # uvicorn trusts X-Forwarded-For from 127.0.0.1; aiops/service/forwarded.py
             http=_head_deadline(head_timeout_s),
+            ws="none",  # no route speaks WebSocket: the websockets library is never loaded
             log_config=None,  # uvicorn's warnings go to the process's own log (JSON lines in `aiops run`)
             log_level="warning",
             access_log=False,

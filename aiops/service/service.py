@@ -39,6 +39,7 @@ from aiops.scenarios import Scenario
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.api import AlertRoute, Api
+from aiops.service.breaker_metrics import BreakerMetrics
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import CollectorWatch, ConditionBook, ConditionReport
 from aiops.service.dispatch_in import DispatchInbox
@@ -48,7 +49,7 @@ from aiops.service.outbox import Outbox
 from aiops.service.owner import FileOwner, OwnedWorkspace
 from aiops.service.pager import Pager, PageState
 from aiops.service.profile_trigger import ProfileTrigger
-from aiops.service.reports import ReportSchedule
+from aiops.service.reports import ReportSchedule, check_paths
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
 from aiops.service.slack_actions import SlackChat
@@ -58,7 +59,6 @@ from aiops.service.sources import (
     config_resolvers,
     host_sources,
     register_topology,
-    sim_sources,
 )
 from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
@@ -175,6 +175,7 @@ class Service:
         self.responder = Responder(
             notify=on_event, held=held_by_maintenance, recurrence_s=config.detection.recurrence_s
         )
+        self.breaker = BreakerMetrics(self.metrics)  # the circuit breaker on /metrics (breaker_metrics.py)
         # conditions of its own sight (a blind source, a lost node agent, a blind collector): service/conditions.py
         self.conditions = ConditionBook(self.live.allocate_id, on_event)
         self.watch = CollectorWatch(config.node.name)
@@ -209,6 +210,9 @@ class Service:
         self.last_tick = 0.0
         self.last_flush = 0.0
         self.last_retention = 0.0
+        self.last_review = float("-inf")  # pages, the closed loop and the store's gauges were reviewed
+        # at most this long apart when no window is judged (each judged window reviews them at once)
+        self.review_every_s = config.detection.window_s
         self.newest_ts_s: float | None = None
         self.first_ts_s: float | None = None
         self.oldest_unflushed_ts_s: float | None = None
@@ -220,12 +224,15 @@ class Service:
 
     # -- life -------------------------------------------------------------------------------------------------
     def start(self) -> None:
+        check_paths(self.owner.db_path, self.config)  # one line, exit 2, before anything is started
         self.owner.start()
         with self.owner.store() as store:
             witness.store_path(store)  # one witness per store: another config's is refused at start
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
+                from aiops.service.sim_sources import sim_sources  # the twin: loaded in sim mode only
+
                 self.sources = sim_sources(
                     store,
                     self.sim.scenario,
@@ -412,11 +419,15 @@ class Service:
         if self.sources is None:
             return
         started = time.perf_counter()
-        tables = self.buffer.drain()
+        batches = self.buffer.drain_batches()  # rows stay tuples: the store inserts them without pyarrow
         with self.owner.store() as store:
-            counts = {name: int(table.num_rows) for name, table in tables.items()}
-            if tables:
-                store.ingest_many(tables)
+            counts: dict[str, int] = {}
+            for name, batch in batches:
+                counts[name] = counts.get(name, 0) + (
+                    len(batch.rows) if isinstance(batch, RowBatch) else int(batch.num_rows)
+                )
+            if batches:
+                store.ingest_all(batches)
             if self.workloads_ts_s is not None:
                 self._guarded("jobs", lambda: self._refresh_jobs(store))
             twin = self.sources.twin
@@ -425,11 +436,19 @@ class Service:
                 twin.log_steps(store, self.sources.stepped_s)
                 self.sources.stepped_s = 0.0
             if self.newest_ts_s is not None:
+                judged = self.live.windows
                 self._guarded("detection", lambda: self._detect_and_respond(store))
-                self._guarded("paging", lambda: self._review_pages(store))
-                self._guarded("closed loop", lambda: self._close_loop(store))
+                # what changes only as windows are judged or time passes: once a window, not every flush
+                review = self.live.windows > judged or self.clock() - self.last_review >= self.review_every_s
+                if review:
+                    self.last_review = self.clock()
+                    self._guarded("paging", lambda: self._review_pages(store))
+                    self._guarded("closed loop", lambda: self._close_loop(store))
                 self._guarded("plans", lambda: self._advance_plans(store))
                 self._guarded("alerts", lambda: self._investigate_alerts(store))
+            else:
+                review = self.clock() - self.last_review >= self.review_every_s
+                self.last_review = self.clock() if review else self.last_review
             self._guarded("conditions", lambda: self._conditions(store))
             if len(self.dispatches):
                 twin = self.sources.twin
@@ -438,7 +457,8 @@ class Service:
                 self._guarded("dispatcher", lambda: self.dispatcher(store) if self.dispatcher else None)
             self._guarded("retention", lambda: self._retention(store))
             self._guarded("report", lambda: self._report(store))
-            self._observe_store(store)
+            if review or not self.flushes:
+                self._observe_store(store)
         self.metrics.ingested(counts)
         lag_s = (
             0.0 if self.oldest_unflushed_ts_s is None else self.sources.clock() - self.oldest_unflushed_ts_s
@@ -456,11 +476,20 @@ class Service:
     def _detect_and_respond(self, store: Store) -> None:
         assert self.sources is not None and self.newest_ts_s is not None
         transitions = self.live.advance(store, self.newest_ts_s, self.first_ts_s)
-        attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
-        self.responder.handle(store, transitions, lambda: desk(store, attached))
-        self._execute_approved(store, attached)
+        twin = self.sources.twin
+        held: list[Any] = []
+
+        def attached() -> Any:  # the world, attached only when something is filed or executed
+            if not held:
+                held.append(attach(store, twin=twin, node=self.config.node.name, ticket=self.ticket))
+            return held[0]
+
+        self.responder.handle(store, transitions, lambda: desk(store, attached()))
+        if store.scalar("SELECT count(*) FROM proposals WHERE status = 'approved'"):
+            self._execute_approved(store, attached())
+        self.breaker.observe(store, lambda: desk(store, attached()), time.time())  # every 15 s: attaches then
         if self.slack is not None:
-            self.slack.run_requested(store, attached)
+            self.slack.run_requested(store, attached())
 
     def _conditions(self, store: Store) -> None:
         """What the source and the watched collectors say of their sight, as condition incidents."""
@@ -485,6 +514,8 @@ class Service:
         """The open plans' step statuses from their proposals and the outcomes just judged; after a failed step
         the next one is proposed (aiops/plans/lifecycle.py)."""
         assert self.sources is not None
+        if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
+            return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
         attached = attach(store, twin=self.sources.twin, node=self.config.node.name, ticket=self.ticket)
         changed = advance(desk(store, attached))
         if changed:
@@ -553,7 +584,7 @@ class Service:
     def _observe_store(self, store: Store) -> None:
         open_rows = store.query(
             "SELECT i.incident_id, i.severity, h.root_cause, coalesce(h.component, i.components[1]) AS component, "
-            "i.opened_ts_s, h.confidence "
+            "i.opened_ts_s, h.confidence, i.symptoms "
             "FROM incidents i LEFT JOIN hypotheses h "
             "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
         )

@@ -47,6 +47,7 @@ class SimActuator:
     NVML_OPS = NvmlOpsActuator.KINDS
     SCHEDULER = (
         "drain_node",
+        "resume_node",
         "restart_job",
         "reboot_node",
         "enable_ecn",

@@ -2,6 +2,8 @@
 
 - drain_node: `operations.drain` (the node takes no work; its job requeues onto an idle node or stops in
   place); read back `{"drained": True}`; rollback resumes the node (a held job relaunches there).
+- resume_node: `operations.resume` (the drain lifted; a job held there relaunches); read back
+  `{"drained": False}`; rollback drains it again.
 - restart_job: `operations.restart_job` (relaunch from the checkpoint; `exclude`: move off that node first);
   read back the job's restart count; a restart cannot be undone (rollback says so).
 - reboot_node: `operations.reboot` (every GPU reset, the job on it relaunched); read back the reboot count; a
@@ -24,7 +26,15 @@ from aiops.sim.world import World
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult
 
-KINDS = ("drain_node", "restart_job", "reboot_node", "enable_ecn", "set_lane_rate", "update_lane_rule")
+KINDS = (
+    "drain_node",
+    "resume_node",
+    "restart_job",
+    "reboot_node",
+    "enable_ecn",
+    "set_lane_rate",
+    "update_lane_rule",
+)
 
 
 class SimOpsActuator:
@@ -56,6 +66,9 @@ class SimOpsActuator:
             if action.kind == "drain_node":
                 if not previous.get("drained", False):
                     ops.resume(w, action.target)
+            elif action.kind == "resume_node":
+                if previous.get("drained", False):
+                    ops.drain(w, action.target)
             elif action.kind == "enable_ecn":
                 w.set_ecn_enabled(action.target, bool(previous["ecn_enabled"]))
             elif action.kind == "set_lane_rate":
@@ -80,7 +93,7 @@ class SimOpsActuator:
 
     def _state(self, action: Action) -> dict[str, Any]:
         w, kind = self.world, action.kind
-        if kind == "drain_node":
+        if kind in ("drain_node", "resume_node"):
             return {"drained": bool(w.drained[w._node(action.target)])}
         if kind == "restart_job":
             return {"job_restarts": int(w.job_restarts[ops.job_index(w, action.target)])}
@@ -98,8 +111,8 @@ class SimOpsActuator:
 
     def _expected(self, action: Action, previous: dict[str, Any]) -> dict[str, Any]:
         kind = action.kind
-        if kind == "drain_node":
-            return {"drained": True}
+        if kind in ("drain_node", "resume_node"):
+            return {"drained": kind == "drain_node"}
         if kind == "restart_job":
             return {"job_restarts": previous["job_restarts"] + 1}
         if kind == "reboot_node":
@@ -124,6 +137,9 @@ class SimOpsActuator:
         w, kind = self.world, action.kind
         if kind == "drain_node":
             return ops.drain(w, action.target)
+        if kind == "resume_node":
+            ops.resume(w, action.target)
+            return {"resumed": action.target}
         if kind == "restart_job":
             exclude = action.parameters.get("exclude")
             return {"moved_to": ops.restart_job(w, action.target, str(exclude) if exclude else None)}

@@ -140,6 +140,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     loader_ms = np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0)
     extra_ms = mods.loader_extra_ms + w.loader_extra_ms
     loader_ms = loader_ms + extra_ms
+    w.rank_step_s[:] = 0.0  # a rank of no job, of a job down or hung, or behind a link down: no step
     for job in lay.jobs:
         j, gpus, nics = job.index, job.gpus, job.nics
         if _job_down(w, out, job.index, job.name, gpus, len(job.nodes)):
@@ -169,6 +170,12 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         w.step_time_s[j] = step_time_s
         if not down:
             w.step_progress[j] += dt_s / step_time_s
+            w.rank_step_s[gpus], w.rank_ready_s[gpus], w.rank_compute_s[gpus] = (
+                step_time_s,
+                ready_s,
+                compute_s,
+            )
+            w.rank_loader_s[gpus], w.rank_pcie[gpus] = loader_s, mods.pcie_factor[gpus]
         while w.step_progress[j] >= 1.0:
             w.step_progress[j] -= 1.0
             w.step_count[j] += 1

@@ -11,12 +11,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from aiops.sim.world import World
 from collectors.base import RowBatch, to_arrow
 from collectors.sysfs import PowercapCollector, ThermalZoneCollector
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PACKAGE_IDLE_W = 95.0  # CPU package power at idle, and its rise per % of CPU busy
 PACKAGE_W_PER_PCT = 2.2

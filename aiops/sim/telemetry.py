@@ -1,6 +1,6 @@
 """The simulator's telemetry adapter: what, on a real cluster, comes from eBPF lane counters (nic_samples,
-flow_class_samples, lane_rules), the NCCL profiler and PyTorch's watchdog (collective_samples), the training
-framework's step hook and straggler report (job_steps, loader wait), the rack's CDU and PDU (rack_samples), the
+flow_class_samples, lane_rules), the NCCL profiler and PyTorch's watchdog (collective_samples), the rank-timing
+uprobes (rank_timing_samples, aiops/sim/rank_timing.py), the training framework's step hook and straggler report (job_steps, loader wait), the rack's CDU and PDU (rack_samples), the
 facility's DCIM signal input (dcim_signals: what `aiops dcim` records from an operator or a DCIM exporter) and
 node exporter (host_samples); here it reads the simulated world. It emits only observable quantities: nothing
 names a fault (tests/security/test_twin_leaks.py). Built on collectors.base (aiops.sim -> collectors, never the
@@ -9,16 +9,19 @@ reverse).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from aiops.sim import rdma
 from aiops.sim.gpu import HOST_POWER_KW
+from aiops.sim.rank_timing import TwinRankTiming
 from aiops.sim.world import World
 from collectors.base import Row, RowBatch, to_arrow
 from collectors.schema import TOPOLOGY_BASE_COLUMNS, columns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 WATER_HEAT_CAPACITY_KJ_PER_L_K = 4.186
 HOST_MEM_USED_PCT = 55.0
@@ -33,6 +36,11 @@ NCCL_LOG_SOURCE = "nccl.log"
 
 def inventory(world: World) -> dict[str, pa.Table]:
     """Topology and the scheduler's job/rank tables, written once at the start of a run."""
+    return to_arrow(inventory_rows(world))
+
+
+def inventory_rows(world: World) -> dict[str, RowBatch]:
+    """`inventory` as rows (what `aiops run --sim` stores: it never loads pyarrow)."""
     lay = world.layout
     topo: list[Row] = [("fleet", "fleet", None, None, None, 0)]
     for r, rack in enumerate(lay.rack_names):
@@ -59,13 +67,11 @@ def inventory(world: World) -> dict[str, pa.Table]:
         for rank, g in enumerate(job.gpus.tolist()):
             node = lay.node_names[lay.gpu_node[g]]
             ranks.append((job.name, rank, lay.gpu_names[g], node, lay.nic_names[lay.gpu_nic[g]]))
-    return to_arrow(
-        {
-            "topology": RowBatch(TOPOLOGY_BASE_COLUMNS, topo),
-            "jobs": RowBatch(columns("jobs"), jobs),
-            "job_ranks": RowBatch(columns("job_ranks"), ranks),
-        }
-    )
+    return {
+        "topology": RowBatch(TOPOLOGY_BASE_COLUMNS, topo),
+        "jobs": RowBatch(columns("jobs"), jobs),
+        "job_ranks": RowBatch(columns("job_ranks"), ranks),
+    }
 
 
 class SimFabricCollector:
@@ -81,6 +87,7 @@ class SimFabricCollector:
         self._dcim_caps_kw: dict[str, float | None] = {}  # the signals sent so far, per scope
         self._nccl_lines_seen = len(world.hca.log)
         self._nccl_line_numbers = [0] * lay.nodes  # per node: lines of its NCCL log so far
+        self._ranks = TwinRankTiming(world)  # what the rank-timing uprobes would record
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -102,6 +109,9 @@ class SimFabricCollector:
         )
         if w.out.steps:
             out["job_steps"] = RowBatch(columns("job_steps"), list(w.out.steps))
+        ranks = self._ranks.rows(now_ts_s, interval)
+        if ranks:
+            out["rank_timing_samples"] = RowBatch(columns("rank_timing_samples"), ranks)
         self._facility(now_ts_s, out)
         self._rdma(now_ts_s, out)
         return out

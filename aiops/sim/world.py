@@ -90,6 +90,14 @@ class World:
         self.crashed: Bools = np.zeros(g, dtype=bool)  # its rank just died of a CUDA error (the job restarts)
         self.rank_duty: F64 = np.ones(g)  # share of the step a rank computes (the rest it spins in NCCL)
         self.rank_starved: F64 = np.zeros(g)  # share of the step a rank waits for its data loader
+        # this second's step per rank (aiops/sim/rank_timing.py reads them as the uprobes would time them): the
+        # job's step time (0: no step progressed), when the rank reached the step's first collective, its GPU's
+        # part of that (PCIe stalls included), its data loader's, and the PCIe stall factor
+        self.rank_step_s: F64 = np.zeros(g)
+        self.rank_ready_s: F64 = np.zeros(g)
+        self.rank_compute_s: F64 = np.zeros(g)
+        self.rank_loader_s: F64 = np.zeros(g)
+        self.rank_pcie: F64 = np.ones(g)
         # racks: coolant
         self.supply_c: F64 = np.full(r, gpu.SUPPLY_C) + self.rng.normal(0, 0.3, r)
         self.supply_target_c: F64 = np.full(r, gpu.SUPPLY_C)  # what the CDU holds the supply at (fault-free)

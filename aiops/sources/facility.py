@@ -22,8 +22,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import pyarrow as pa
-
 from aiops.config import FacilityConfig, FacilitySeries
 from aiops.errors import SourceError
 from aiops.labels import rack_name_error
@@ -258,6 +256,8 @@ def fetch_facility(
     report.unmapped = sorted(unmapped)[:20]
     report.racks = sorted({rack for _, rack in cells})
     if cells:
+        import pyarrow as pa  # here: the node agent imports this module (its renderer) and never reads
+
         keys = sorted(cells)
         batch = {
             "ts_s": pa.array([ts for ts, _ in keys], pa.float64()),

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from aiops import nvml_bits
 from aiops.labels import host_component
@@ -129,6 +128,8 @@ class Staging:
                 if not device or len(device) > MAX_DEVICE_CHARS or VIRTUAL_DEVICE.match(device):
                     continue
                 _extend(nic_rows, {"name": name, "host": host, "device": device}, values, _float)
+        import pyarrow as pa  # here: the node agent imports this module (host_of) and never stages samples
+
         for table, rows in (("prom_gpu", gpu_rows), ("prom_nic", nic_rows)):
             if rows["ts_s"]:
                 view = pa.table(rows)
@@ -145,6 +146,8 @@ class Staging:
 
     def finish(self, configured: Mapping[str, HostIdentity]) -> dict[str, int]:
         """Pivot the staged samples into the store's tables; returns the rows written per table."""
+        import pyarrow as pa
+
         conn = self.store.conn
         identities = assign_nodes(self.hosts(), configured)
         conn.register(

@@ -39,6 +39,28 @@ def condition_of(incident: Incident) -> str | None:
     return None
 
 
+MAX_INSTANCE_CHARS = 253  # a host name and a port: an Alertmanager label value, never longer
+
+
+def agent_instance(symptoms: list[Symptom]) -> str:
+    """The scrape target (Prometheus' `instance`) a `node_agent_lost` incident is about, "" for any other: the
+    label its alert and its exported series carry (`agent_instance`) so that the chart's `AiopsAgentDown` of the
+    same target is inhibited by it (one page for one killed agent: docs/NOTIFY.md)."""
+    if len(symptoms) != 1 or symptoms[0].kind != NODE_AGENT_LOST:
+        return ""
+    value = symptoms[0].detail.get("instance")
+    return value[:MAX_INSTANCE_CHARS] if isinstance(value, str) else ""
+
+
+def symptoms_agent_instance(symptoms_json: str | None) -> str:
+    """`agent_instance` of an `incidents` row's `symptoms` JSON."""
+    if not symptoms_json:
+        return ""
+    return agent_instance(
+        [Symptom.model_validate(s) for s in json.loads(symptoms_json) if isinstance(s, dict)]
+    )
+
+
 def symptoms_condition(symptoms_json: str) -> str | None:
     """The condition an `incidents` row's `symptoms` JSON states, None for an incident of the analyst's."""
     kinds = {str(s.get("kind", "")) for s in json.loads(symptoms_json) if isinstance(s, dict)}

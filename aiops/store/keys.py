@@ -17,9 +17,11 @@ groups by the key) are not checked here.
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Batches up to this many rows are checked with a set of tuples (cheaper than numpy's fixed costs there).
 SMALL_BATCH_ROWS = 64
@@ -57,6 +59,10 @@ def first_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
     equals NULL. Small batches compare tuples; larger ones dictionary-encode each key column and combine the
     codes into one integer per row, so the check costs a sort of integers (about 0.1 ms for 2,048 rows).
     """
+    import numpy as np  # here only: a node agent's rows (first_rows_per_key) never load numpy or pyarrow
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     present = [name for name in key if name in batch.column_names]
     if batch.num_rows <= SMALL_BATCH_ROWS:
         seen: set[tuple[object, ...]] = set()
@@ -81,6 +87,21 @@ def first_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
         return batch
     first = np.unique(code, return_index=True)[1]  # the first occurrence of each (a stable sort)
     return batch.take(pa.array(np.sort(first)))
+
+
+def first_rows_per_key(
+    columns: Sequence[str], rows: list[tuple[Any, ...]], key: tuple[str, ...]
+) -> list[tuple[Any, ...]]:
+    """`first_per_key` of rows (tuples in `columns` order): `rows` itself when no key repeats."""
+    at = [columns.index(name) for name in key if name in columns]
+    seen: set[tuple[Any, ...]] = set()
+    kept: list[tuple[Any, ...]] = []
+    for row in rows:
+        values = tuple(row[i] for i in at)
+        if values not in seen:
+            seen.add(values)
+            kept.append(row)
+    return rows if len(kept) == len(rows) else kept
 
 
 def stored_key_filter(table: str, key: tuple[str, ...], batch_columns: list[str]) -> str:

@@ -770,6 +770,23 @@ CREATE TABLE IF NOT EXISTS plan_steps (
 ALTER TABLE proposals ADD COLUMN IF NOT EXISTS step_id VARCHAR
 """
 
+# Executions the other tier ran (guardrails.peer): what a fleet learns of its node agents' executions from their
+# exports, and what a node learns of the fleet's from a dispatch; rate limits and the circuit breaker count them
+# beside this workspace's own ledger. Hostile data from another process: it can only make a rule stricter.
+M027_PEER_EXECUTIONS = """
+CREATE TABLE IF NOT EXISTS peer_executions (
+    source VARCHAR NOT NULL,        -- node:<host> (its export) | fleet:<name> (a dispatch)
+    proposal_id VARCHAR NOT NULL,   -- the id the other tier ran it under
+    kind VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    units VARCHAR[] NOT NULL,       -- the GPUs/nodes/NICs it touched, as this workspace's topology expands it
+    ts_s DOUBLE NOT NULL,           -- when it ran there
+    parameters VARCHAR NOT NULL,    -- canonical JSON (restart_job's exclude: a node taken out)
+    seen_ts_s DOUBLE NOT NULL,      -- when it was learnt here
+    PRIMARY KEY (source, proposal_id)
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "telemetry", _sql(M001_TELEMETRY)),
     Migration(2, "dcim_signals", _sql(M002_DCIM_SIGNALS)),
@@ -797,6 +814,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(24, "maintenance", _sql(M024_MAINTENANCE)),
     Migration(25, "paging", _sql(M025_PAGING)),
     Migration(26, "plans", _sql(M026_PLANS)),
+    Migration(27, "peer_executions", _sql(M027_PEER_EXECUTIONS)),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

@@ -1,8 +1,11 @@
 """The telemetry store: one DuckDB file, schema applied by numbered migrations, batched ingest.
 
-Ingest takes a whole batch (a `pyarrow.Table`, or a mapping of column name to equal-length sequences) and
-inserts it with one `INSERT ... SELECT` over the registered Arrow table: never row-by-row INSERTs. A
-time-series table's keys are written once (aiops/store/keys.py): a repeated batch writes nothing.
+Ingest takes a whole batch and inserts it with one `INSERT ... SELECT`: never row-by-row INSERTs. A batch is a
+`pyarrow.Table` or a mapping of column name to equal-length sequences (scanned in place as a registered Arrow
+table), or rows: an object with `columns` (names) and `rows` (tuples in that order), such as a collector's
+`RowBatch`, inserted as one list parameter per column (`unnest(?::TYPE[])`), so a node agent's flush never loads
+pyarrow (about 50 MB of a process's RSS; docs/BENCHMARKS.md, "Overhead"). A time-series table's keys are
+written once (aiops/store/keys.py): a repeated batch writes nothing.
 """
 
 from __future__ import annotations
@@ -10,21 +13,38 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import duckdb
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
-from aiops.store.keys import UNIQUE_KEYS, first_per_key, stored_key_filter
+from aiops.store.keys import UNIQUE_KEYS, first_per_key, first_rows_per_key, stored_key_filter
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
-Batch: TypeAlias = pa.Table | Mapping[str, Sequence[Any]]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class Rows(Protocol):
+    """Rows of one table: `columns` names the tuple positions of every row (collectors.base.RowBatch is one)."""
+
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]: ...
+
+
+Batch: TypeAlias = "pa.Table | Mapping[str, Sequence[Any]] | Rows"
+
+
+def is_rows(batch: object) -> bool:
+    """Whether `batch` is rows (`Rows`), not an Arrow table or a mapping of columns."""
+    return not isinstance(batch, Mapping) and hasattr(batch, "rows") and hasattr(batch, "columns")
 
 
 def _lock_holder(message: str) -> str:
@@ -74,6 +94,7 @@ class Store:
         self.conn.execute("SET enable_progress_bar = false")
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
+        self._types: dict[str, dict[str, str]] = {}
         self._newest_ts_s: dict[str, float] = {}
         try:
             self._migrate()
@@ -152,12 +173,14 @@ class Store:
     def columns(self, table: str) -> list[str]:
         if table not in self._columns:
             rows = self.conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+                "ORDER BY ordinal_position",
                 [table],
             ).fetchall()
             if not rows:
                 raise IngestError(f"unknown table '{table}'")
             self._columns[table] = [str(r[0]) for r in rows]
+            self._types[table] = {str(r[0]): str(r[1]) for r in rows}
         return self._columns[table]
 
     # -- ingest -------------------------------------------------------------------------------------------
@@ -167,15 +190,15 @@ class Store:
         A time-series table keeps each key (`aiops.store.keys.UNIQUE_KEYS`) once: rows whose key the batch
         already had, or the table already holds, are left out (not an error: a replayed window writes nothing).
         """
-        arrow = batch if isinstance(batch, pa.Table) else pa.table(dict(batch))
+        if is_rows(batch):
+            return self._ingest_rows(table, batch)  # type: ignore[arg-type]
+        import pyarrow as pa  # here only: the rows path (a node agent's) never loads it
+        import pyarrow.compute as pc
+
+        arrow = batch if isinstance(batch, pa.Table) else pa.table(dict(batch))  # type: ignore[arg-type]
         if arrow.num_rows == 0:
             return 0
-        known = self.columns(table)
-        unknown = [name for name in arrow.column_names if name not in known]
-        if unknown:
-            raise IngestError(
-                f"table '{table}' has no column(s) {', '.join(unknown)}; columns: {', '.join(known)}"
-            )
+        self._check_columns(table, arrow.column_names)
         names = ", ".join(f'"{name}"' for name in arrow.column_names)
         sql = f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "_ingest_{table}" b'
         params: list[Any] = []
@@ -200,6 +223,49 @@ class Store:
             self.conn.unregister(view)
         return int(written[0][0]) if written else 0
 
+    def _check_columns(self, table: str, names: Sequence[str]) -> None:
+        known = self.columns(table)
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise IngestError(
+                f"table '{table}' has no column(s) {', '.join(unknown)}; columns: {', '.join(known)}"
+            )
+
+    def _ingest_rows(self, table: str, batch: Rows) -> int:
+        """`ingest` of rows: one list parameter per column, cast to the column's type and unnested side by side
+        (`SELECT unnest(?::DOUBLE[]) AS ts_s, unnest(?::VARCHAR[]) AS gpu, ...`), the key check as for Arrow."""
+        names, rows = list(batch.columns), batch.rows
+        if not rows:
+            return 0
+        self._check_columns(table, names)
+        if len(set(names)) != len(names):
+            raise IngestError(f"table '{table}': a column is named twice in {', '.join(names)}")
+        params: list[Any] = []
+        where = ""
+        key = UNIQUE_KEYS.get(table)
+        if key is not None and "ts_s" in names:
+            rows = first_rows_per_key(names, rows, key)
+            at = names.index("ts_s")
+            stamps = [row[at] for row in rows if row[at] is not None]
+            oldest_ts_s = min(stamps) if len(stamps) == len(rows) else None  # None: NULL ts_s, refused below
+            newest_ts_s = max(stamps) if stamps else None
+            stored_ts_s = self._newest_stored_ts_s(table)
+            if oldest_ts_s is None or oldest_ts_s <= stored_ts_s:
+                where = f" WHERE {stored_key_filter(table, key, names)}"
+                params = [oldest_ts_s, newest_ts_s]
+            if newest_ts_s is not None:
+                self._newest_ts_s[table] = max(float(newest_ts_s), stored_ts_s)
+        types = self._types[table]
+        quoted = ", ".join(f'"{name}"' for name in names)
+        unnested = ", ".join(f'unnest(?::{types[name]}[]) AS "{name}"' for name in names)
+        sql = f'INSERT INTO "{table}" ({quoted}) SELECT {quoted} FROM (SELECT {unnested}) b{where}'
+        values = [list(column) for column in zip(*rows, strict=True)]
+        try:
+            written = self.conn.execute(sql, [*values, *params]).fetchall()
+        except duckdb.Error as exc:
+            raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc
+        return int(written[0][0]) if written else 0
+
     def _newest_stored_ts_s(self, table: str) -> float:
         """The newest `ts_s` the table may hold: read once per Store, then raised by each ingest. A batch that
         starts after it cannot repeat a stored key, and skips the comparison (the service's flushes do).
@@ -215,10 +281,15 @@ class Store:
     def ingest_many(self, batches: Mapping[str, Batch]) -> int:
         """Ingest several tables' batches in one transaction: all of it or none (a full disk at COMMIT rolls
         the whole batch back and is a StorageError)."""
+        return self.ingest_all(batches.items())
+
+    def ingest_all(self, batches: Iterable[tuple[str, Batch]]) -> int:
+        """`ingest_many` of (table, batch) pairs: a table may come more than once (rows of another column
+        set)."""
         total = 0
         self.conn.execute("BEGIN TRANSACTION")
         try:
-            for table, batch in batches.items():
+            for table, batch in batches:
                 total += self.ingest(table, batch)
             self.conn.execute("COMMIT")
         except Exception as exc:

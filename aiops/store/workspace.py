@@ -34,6 +34,7 @@ from aiops.errors import AiopsError, StoreLocked, WorkspaceBusy
 from aiops.store.faults import file_fault
 from aiops.store.lease import LOCK_SUFFIX, SOCKET_SUFFIX, lease
 from aiops.store.store import Store
+from aiops.store.writable import FIX_DB, writing
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 _FIRST_BACKOFF_S = 0.01
@@ -115,7 +116,8 @@ class Workspace:
     def remove(self) -> None:
         """Delete the database and every file of this workspace (a fresh `aiops demo --db` run)."""
         for path in self.own_paths():
-            path.unlink(missing_ok=True)
+            with writing(path, "the workspace (removing its old files)", FIX_DB):
+                path.unlink(missing_ok=True)
 
     # -- opening --------------------------------------------------------------------------------------------
     def _open(self, read_only: bool) -> Store:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pynvml
 
 from aiops.workload import WorkloadIdentity, WorkloadResolver
@@ -23,6 +22,9 @@ from collectors.hostfs import ERROR_COLUMNS, ErrorLog
 from collectors.nvml import error_name
 from collectors.schema import columns
 from collectors.workloads.proc import read_cgroup, read_environ, user_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PROCESS_COLUMNS = columns("gpu_processes")
 MAX_PROCESSES_PER_GPU = 64  # MPS can put many clients on a GPU; more than this is not read

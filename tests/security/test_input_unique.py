@@ -21,6 +21,7 @@ from aiops.service.service import Service, SimSetup
 from aiops.store import Store
 from aiops.store.keys import UNIQUE_KEYS, first_per_key
 from aiops.store.migrations import TIME_SERIES_TABLES
+from collectors.base import RowBatch
 from tests.service_helpers import TINY_SCENARIO
 
 GPUS = [f"node{n}/gpu{g}" for n in range(2) for g in range(4)]
@@ -165,22 +166,25 @@ def test_a_restarted_service_that_replays_a_window_stores_each_key_once(
 ) -> None:
     db = tmp_path / "served.duckdb"
     first = _service(db, monkeypatch)
-    flushed: list[dict[str, pa.Table]] = []
-    drain = first.buffer.drain
+    flushed: list[list[tuple[str, RowBatch | pa.Table]]] = []
+    drain = first.buffer.drain_batches
 
-    def keep() -> dict[str, pa.Table]:
-        tables = drain()
-        flushed.append(tables)
-        return tables
+    def keep() -> list[tuple[str, RowBatch | pa.Table]]:
+        batches = drain()
+        flushed.append(batches)
+        return batches
 
-    monkeypatch.setattr(first.buffer, "drain", keep)
+    monkeypatch.setattr(first.buffer, "drain_batches", keep)
     assert first.run(duration_s=12.0) == 0
     with Store(db) as store:
         before = {t: _counts(store, t) for t in ("gpu_samples", "nic_samples", "rack_samples", "job_steps")}
     assert before["gpu_samples"][0] >= 8 * 3 and all(n == d for n, d in before.values())
     second = _service(db, monkeypatch)
-    for tables in flushed:  # the window the first run wrote, replayed by the restarted service's first flush
-        second.buffer.add_tables({name: t for name, t in tables.items() if name in TIME_SERIES_TABLES})
+    for batches in flushed:  # the window the first run wrote, replayed by the restarted service's first flush
+        for name, batch in batches:
+            if name in TIME_SERIES_TABLES:
+                assert isinstance(batch, RowBatch)  # the service buffers its collectors' rows as tuples
+                second.buffer.add({name: batch})
     assert second.run(duration_s=2.0) == 0
     with Store(db) as store:
         for table, (rows, _) in before.items():
@@ -190,9 +194,11 @@ def test_a_restarted_service_that_replays_a_window_stores_each_key_once(
             "SELECT count(*) FROM gpu_samples WHERE ts_s <= ?",
             [
                 max(
-                    float(pa.compute.max(t["gpu_samples"]["ts_s"]).as_py())
-                    for t in flushed
-                    if "gpu_samples" in t
+                    float(row[batch.columns.index("ts_s")])
+                    for batches in flushed
+                    for name, batch in batches
+                    if name == "gpu_samples" and isinstance(batch, RowBatch)
+                    for row in batch.rows
                 )
             ],
         )

@@ -57,6 +57,16 @@ _MEASURED: dict[tuple[str, str], str] = {
     ("job_steps", "step_time_s"): "the training framework's step hook",
     ("job_steps", "slowest_gpu"): "the framework's straggler report (the rank that arrived last)",
     ("job_steps", "<rows>"): "the step hook: a job that stalls or restarts takes fewer steps",
+    ("rank_timing_samples", "calls"): "the rank-timing uprobes (a slower step calls less per window)",
+    (
+        "rank_timing_samples",
+        "blocked_s",
+    ): "the rank-timing uprobes (time in a call: the rank's GPU, copies, peers)",
+    (
+        "rank_timing_samples",
+        "bytes",
+    ): "the rank-timing uprobes (the collectives' buffers: fewer calls, fewer bytes)",
+    ("rank_timing_samples", "<rows>"): "the rank-timing uprobes: a job that stalls or restarts calls nothing",
 }
 
 OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {

@@ -1,0 +1,278 @@
+"""Stragglers from per-rank timing (`rank_timing_samples`: the eBPF rank-timing collector on a host, the twin's
+ranks, or the fleet's join of every node's ranks): which rank a job waits for, its node and GPU or NIC, and the
+class of its cause (aiops/profile/rank_phases.py says how a window splits into phases).
+
+Three rules, each window, per job, over the ranks whose rows the window holds:
+- **peers** (no baseline): the ranks that waited at least 5 % of the wall time less than the others
+  (`late_ranks`); their class is the phase they spent that time in: `compute`, `host` (copies) or `input`.
+- **own baseline** (two windows): where no rank is late against its peers, a rank that now waits 5 % of the wall
+  time less than it used to while spending that much more in another phase (`became_late`): a node agent that
+  sees only its own ranks finds them this way when all of them turned late; the fleet finds them by their peers.
+- **network** (two windows): no rank late, yet the job's ranks wait in collectives longer than they used to: the
+  collectives themselves are slow. A ring waits for its slowest hop, so every rank waits alike and rank timing
+  cannot say which NIC: the one among the job's NICs whose own telemetry stands out from the others (its link
+  down or flapping, drops and retransmits, queueing delay) is named, with the ranks behind it. None stands out:
+  nothing is reported (step and collective rules still see the job slowed).
+
+Late ranks on one node are one `rank_straggler` on the node when there are several or the class is `input`, on
+the rank's GPU otherwise; a slow NIC is one `network_straggler` on the NIC. The detail names the job, the ranks
+(slowest first), node, GPU, NIC, class, and the late ranks' and their peers' shares of the window per phase.
+What the product set is expected: a rank on a GPU whose power limit or clocks an executed action set, or on a
+drained node, is not reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from aiops import labels
+from aiops.detect import windows as w
+from aiops.detect.baselines import Persistence, RollingBaseline
+from aiops.models import Symptom
+from aiops.profile.rank_phases import PHASES, RankWindow, became_late, late_ranks
+from aiops.store import Store
+
+# One row per (job, rank) and detection window: probed seconds and the time blocked per phase. A process's ops
+# share its window, so the window is taken once per (window close, process) before the sums.
+RANK_WINDOW_SQL = w.WindowQuery(
+    """job, rank, any_value(node) AS node, max(world_size) AS world_size, sum(window_s) AS window_s,
+       sum(wait_s) AS wait_s, sum(compute_s) AS compute_s, sum(copy_s) AS copy_s""",
+    """(SELECT ts_s, job, rank, pid, any_value(node) AS node, max(world_size) AS world_size,
+              max(window_s) AS window_s,
+              coalesce(sum(blocked_s) FILTER (WHERE kind IN ('collective', 'group')), 0) AS wait_s,
+              coalesce(sum(blocked_s) FILTER (WHERE kind = 'sync'), 0) AS compute_s,
+              coalesce(sum(blocked_s) FILTER (WHERE kind = 'copy'), 0) AS copy_s
+       FROM rank_timing_samples WHERE rank IS NOT NULL AND window_s > 0 GROUP BY ts_s, job, rank, pid)""",
+    group_by="job, rank",
+)
+NETWORK_RISE = 0.03  # of the wall time: the job's median wait above its usual, and ...
+NETWORK_RATIO = 0.2  # ... by a fifth of it (a NIC must also stand out: the second condition)
+NIC_STANDS_OUT = 3.0  # a NIC's queueing or loss this many times the other NICs' median ...
+QUEUE_FLOOR_MS, LOSS_FLOOR = 0.25, 50.0  # ... and at least this much
+MAX_RANKS_LISTED = 16
+EXPECTED = ("power_limit_w", "sm_clock_max_mhz")  # set by an executed action: its slower rank is expected
+
+
+class StragglerRules:
+    """The three rules of the module doc, with their baselines and persistence. `is_expected(gpu)` says
+    whether the product set that GPU slower (intended state) or drained its node."""
+
+    def __init__(self, store: Store, is_expected: Callable[[str], bool]) -> None:
+        self.store = store  # the detector's (the live service sets it again when it reopens the file)
+        self.is_expected = is_expected
+        self.persist = Persistence()
+        self.usual: dict[tuple[str, int], dict[str, RollingBaseline]] = {}
+        self.job_wait: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=20, min_count=3))
+        self.places: dict[tuple[str, int], Mapping[str, Any]] = {}
+        self._read_places = False
+
+    def _place(self, job: str, rank: int) -> Mapping[str, Any]:
+        """The rank's GPU, node and NIC from the scheduler's rank table (read again, once a window, for a rank
+        not seen there yet: a fleet learns its ranks as the agents' exports arrive)."""
+        if (job, rank) not in self.places and not self._read_places:
+            self._read_places = True
+            for r in self.store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"):
+                self.places[(str(r["job"]), int(r["rank"]))] = r
+        return self.places.get((job, rank), {})
+
+    def process(self, t0: float, t1: float, warm: bool) -> list[Symptom]:
+        self._read_places = False
+        jobs: dict[str, list[tuple[RankWindow, str]]] = defaultdict(list)
+        world: dict[str, int] = {}
+        for r in w.window(self.store, RANK_WINDOW_SQL, t0, t1):
+            phases = RankWindow(
+                int(r["rank"]),
+                float(r["window_s"]),
+                float(r["wait_s"]),
+                float(r["compute_s"]),
+                float(r["copy_s"]),
+            )
+            job = str(r["job"])
+            jobs[job].append((phases, str(r["node"])))
+            world[job] = max(world.get(job, 0), int(r["world_size"] or 0))
+        out: list[Symptom] = []
+        for job, ranks in sorted(jobs.items()):
+            out += self._job(job, ranks, world[job], t0, t1, warm)
+        return out
+
+    def _job(
+        self, job: str, ranks: list[tuple[RankWindow, str]], world_size: int, t0: float, t1: float, warm: bool
+    ) -> list[Symptom]:
+        windows = [phases for phases, _ in ranks]
+        node_of = {phases.rank: node for phases, node in ranks}
+        late = late_ranks(windows)
+        if late is not None:  # the peers' wait is the late ranks' doing: no window to learn from
+            shares = {"shares": late.shares, "peer_shares": late.peer_shares}
+            return self._late(job, list(late.ranks), late.cause, node_of, (t0, t1), "peers", shares)
+        wait = statistics.median(p.share("wait") for p in windows)
+        baseline = self.job_wait[job]
+        high = baseline.ready() and wait - baseline.median >= max(NETWORK_RISE, 5 * 1.4826 * baseline.mad)
+        out = self._turned(job, windows, world_size, node_of, t0, t1)
+        out += self._network(job, windows, wait, high and warm, t0, t1)
+        if not out and not high:  # a quiet window teaches the job's wait and each rank's shares
+            baseline.add(wait)
+            for phases in windows:
+                usual = self.usual.setdefault(
+                    (job, phases.rank), {p: RollingBaseline(size=30, min_count=3) for p in PHASES}
+                )
+                for phase, rolling in usual.items():
+                    rolling.add(phases.share(phase))
+        return out
+
+    def _turned(
+        self,
+        job: str,
+        windows: Sequence[RankWindow],
+        world_size: int,
+        node_of: Mapping[int, str],
+        t0: float,
+        t1: float,
+    ) -> list[Symptom]:
+        """The own-baseline rule: ranks that turned late against their usual shares, two windows running. Where
+        every rank of the job is in view, at most half of them (the whole job changing pace is no straggler)."""
+        turned: dict[str, list[int]] = defaultdict(list)
+        for phases in windows:
+            usual = self.usual.get((job, phases.rank))
+            ready = usual is not None and all(b.ready() for b in usual.values())
+            cause = became_late(phases, {p: b.median for p, b in usual.items()}) if usual and ready else None
+            if self.persist.update(f"turned:{job}:{phases.rank}", cause is not None, t1) >= 2 and cause:
+                turned[cause].append(phases.rank)
+        found = sum(len(r) for r in turned.values())
+        whole_view = world_size <= len(windows)
+        if not found or (whole_view and found * 2 > len(windows)):
+            return []
+        out: list[Symptom] = []
+        share_of = {p.rank: p.share("wait") for p in windows}
+        for cause, late_list in sorted(turned.items()):
+            late_list.sort(key=lambda rank: (share_of[rank], rank))
+            chosen = [p for p in windows if p.rank in set(late_list)]
+            shares = {"shares": _medians(chosen), "usual_shares": self._usual_of(job, late_list)}
+            out += self._late(job, late_list, cause, node_of, (t0, t1), "own_baseline", shares)
+        return out
+
+    def _usual_of(self, job: str, ranks: Sequence[int]) -> dict[str, float]:
+        usual = [self.usual[(job, r)] for r in ranks if (job, r) in self.usual]
+        return {p: round(statistics.median(u[p].median for u in usual), 4) for p in PHASES} if usual else {}
+
+    def _late(
+        self,
+        job: str,
+        ranks: list[int],
+        cause: str,
+        node_of: Mapping[int, str],
+        span: tuple[float, float],
+        rule: str,
+        shares: Mapping[str, object],
+    ) -> list[Symptom]:
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for rank in ranks:
+            by_node[str(self._place(job, rank).get("node") or node_of[rank])].append(rank)
+        out: list[Symptom] = []
+        for node, on_node in by_node.items():
+            place = self._place(job, on_node[0])
+            gpus = [str(self._place(job, r).get("gpu") or "") for r in on_node]
+            if any(gpu and self.is_expected(gpu) for gpu in gpus):
+                continue  # slower because the product set it so (or drained it): expected
+            single = len(on_node) == 1 and cause != "input" and gpus[0]
+            component = gpus[0] if single else node
+            detail: dict[str, Any] = {
+                "job": job,
+                "rank": on_node[0],
+                "ranks": on_node[:MAX_RANKS_LISTED],
+                "late_ranks": len(ranks),
+                "node": node,
+                "gpu": gpus[0] if single else None,
+                "nic": place.get("nic") if single else None,
+                "cause": cause,
+                "rule": rule,
+                "since_ts_s": span[0],  # the rank timing judged: (since_ts_s, ts_s]
+                **shares,
+            }
+            out.append(Symptom(kind="rank_straggler", component=component, ts_s=span[1], detail=detail))
+        return out
+
+    def _network(
+        self, job: str, windows: Sequence[RankWindow], wait: float, high: bool, t0: float, t1: float
+    ) -> list[Symptom]:
+        """The job's ranks wait longer than usual, none late (`high`), two windows running, by a fifth of the
+        usual at least: the NIC that stands out among the ones its ranks send through, if one does."""
+        usual = self.job_wait[job].median
+        slow = high and wait - usual >= NETWORK_RATIO * usual
+        if self.persist.update(f"network:{job}", slow, t1) < 2 or not slow:
+            return []
+        behind: dict[str, list[int]] = defaultdict(list)
+        for phases in windows:
+            nic = self._place(job, phases.rank).get("nic")
+            if nic:
+                behind[str(nic)].append(phases.rank)
+        found = standout_nic(
+            {str(r["nic"]): r for r in w.window(self.store, w.NIC_WINDOW_SQL, t0, t1)}, behind
+        )
+        if found is None:
+            return []
+        nic, evidence = found
+        ranks = sorted(behind[nic])
+        detail: dict[str, Any] = {
+            "job": job,
+            "rank": ranks[0],
+            "ranks": ranks[:MAX_RANKS_LISTED],
+            "node": labels.node_of(nic),
+            "gpu": None,
+            "nic": nic,
+            "cause": "network",
+            "rule": "network",
+            "since_ts_s": t0,
+            "wait_share": round(wait, 4),
+            "usual_wait_share": round(usual, 4),
+            **evidence,
+        }
+        return [Symptom(kind="network_straggler", component=nic, ts_s=t1, detail=detail)]
+
+
+def _medians(windows: Sequence[RankWindow]) -> dict[str, float]:
+    return {p: round(statistics.median(x.share(p) for x in windows), 4) for p in PHASES} if windows else {}
+
+
+def standout_nic(
+    rows: Mapping[str, Mapping[str, Any]], behind: Mapping[str, Sequence[int]]
+) -> tuple[str, dict[str, Any]] | None:
+    """Among the NICs the job's ranks send through, the one whose own telemetry stands out: its link down or
+    flapping, else loss (drops + retransmits) or queueing delay NIC_STANDS_OUT times the others' median and over
+    its floor; None when none does (or the NICs' telemetry is missing)."""
+    seen = {nic: rows[nic] for nic in behind if nic in rows}
+    if len(seen) < 2:
+        return None
+
+    def loss(r: Mapping[str, Any]) -> float:
+        return float(r["drops"] or 0) + float(r["retransmits"] or 0)
+
+    def queue(r: Mapping[str, Any]) -> float:
+        return float(r["queue_delay_ms"] or 0)
+
+    down = sorted(n for n, r in seen.items() if not r["link_up_all"] or (r["carrier_changes"] or 0) > 0)
+    best: tuple[float, str] | None = None
+    for nic, r in seen.items():
+        others = [o for n, o in seen.items() if n != nic]
+        for value, peer, floor in (
+            (loss(r), statistics.median(loss(o) for o in others), LOSS_FLOOR),
+            (queue(r), statistics.median(queue(o) for o in others), QUEUE_FLOOR_MS),
+        ):
+            if value >= floor and value >= NIC_STANDS_OUT * max(peer, 1e-9):
+                ratio = value / max(peer, floor / NIC_STANDS_OUT)
+                best = max(best or (ratio, nic), (ratio, nic))
+    named = down[0] if down else (best[1] if best else None)
+    if named is None:
+        return None
+    r = seen[named]
+    peers = [o for n, o in seen.items() if n != named]
+    return named, {
+        "link_up": bool(r["link_up_all"]),
+        "carrier_changes": int(r["carrier_changes"] or 0),
+        "loss": loss(r),
+        "peer_loss": statistics.median(loss(o) for o in peers),
+        "queue_delay_ms": round(queue(r), 3),
+        "peer_queue_delay_ms": round(statistics.median(queue(o) for o in peers), 3),
+    }

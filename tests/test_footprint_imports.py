@@ -1,0 +1,82 @@
+"""What a node agent loads (docs/BENCHMARKS.md, "Overhead"): `aiops run`, run for real for a few seconds, never
+imports pyarrow, numpy, the twin, bcc or the LLM, console and report stacks on a host (they cost tens of MB of
+RSS), and with `--sim` only numpy of those (the twin's physics). `aiops COMMAND` imports that command's module
+alone, and the table that says which module that is matches what the modules register."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from aiops.cli.main import COMMAND_MODULES, COMMANDS
+from tests.service_helpers import TINY_SCENARIO
+
+HEAVY = (
+    "pyarrow",
+    "numpy",
+    "aiops.sim",
+    "bcc",
+    "langgraph",
+    "langchain_core",
+    "openai",
+    "matplotlib",
+    "aiops.agent.graph",
+    "aiops.console.app",
+    "aiops.report.build",
+    "aiops.evidence",
+    "websockets",
+    "rich",
+)
+RUN = """
+import json, sys
+from aiops.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _run(tmp_path: Path, *extra: str) -> set[str]:
+    config = tmp_path / "aiops.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "agent.duckdb"}"\n[http]\nlisten = "127.0.0.1:0"\n')
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, "run", "--config", str(config), "--duration-s", "4", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["code"] == 0
+    return set(answer["modules"])
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in modules or any(m.startswith(name + ".") for m in modules)]
+
+
+def test_a_node_agent_on_a_host_loads_none_of_the_heavy_stacks(tmp_path: Path) -> None:
+    modules = _run(tmp_path)
+    assert "aiops.service.service" in modules and "duckdb" in modules
+    assert _loaded(modules, HEAVY) == []
+
+
+def test_a_node_agent_of_the_twin_loads_numpy_for_its_world_and_nothing_else_heavy(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO)
+    modules = _run(tmp_path, "--sim", str(scenario), "--speed", "4")
+    assert "aiops.sim.world" in modules and "numpy" in modules
+    assert _loaded(modules, tuple(n for n in HEAVY if n not in ("numpy", "aiops.sim"))) == []
+
+
+def test_each_command_is_registered_by_the_module_the_table_names() -> None:
+    registered: dict[str, str] = {}
+    for module in COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        registered.update(dict.fromkeys(sub.choices, module))
+    assert registered == COMMANDS

@@ -1,0 +1,57 @@
+"""The fleet joins a job's ranks across nodes (issue 40 item 2): each node agent exports only its own ranks'
+timing (aiops/service/metrics_ranks.py: `aiops_rank_*`), a real Prometheus holds every node's exports (a twin
+run replayed as the agents would have served it, scraped every 15 s, bulk-imported with promtool:
+evals/harness.through_prometheus), and the fleet's ingest joins them into one job's `rank_timing_samples`
+(aiops/fleet/pivot.py), where the detector names the slow rank against its peers on the other nodes and the
+diagnosis cites it. One short run of a 12-rank job on 3 nodes (tests/test_stragglers.py's twin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiops.detect import detect
+from aiops.fleet.history import replay
+from aiops.rca import diagnose
+from aiops.sim import SIM_EPOCH_TS_S
+from evals.harness import through_prometheus
+from tests.service_helpers import require_binary
+from tests.test_stragglers import START_S, stragglers, twin_run
+
+STEP_S = 15.0
+
+
+def test_the_fleet_joins_ranks_across_nodes_and_names_the_slow_one(tmp_path: Path) -> None:
+    require_binary("prometheus")
+    require_binary("promtool")
+    twin = twin_run([{"kind": "pcie_degraded", "target": "node2/gpu1", "start_s": START_S, "severity": 0.8}])
+    # each node's agent exports its own ranks and no other node's
+    exported = replay(twin, STEP_S).families["aiops_rank_blocked_seconds"].points
+    homes = {(str(r["node"]), int(r["rank"])) for r in twin.query("SELECT node, rank FROM job_ranks")}
+    assert {(dict(k)["node"], int(dict(k)["rank"])) for k in exported} == homes
+    fleet, _ = through_prometheus(twin, STEP_S, tmp_path)
+    with twin, fleet:
+        joined = fleet.query(
+            """SELECT job, count(DISTINCT rank) AS ranks, count(DISTINCT node) AS nodes, min(rank_source) AS source,
+                      min(window_s) AS window_s FROM rank_timing_samples GROUP BY job"""
+        )
+        assert [(r["job"], r["ranks"], r["nodes"], r["source"]) for r in joined] == [
+            ("train", 12, 3, "fleet")
+        ]
+        assert joined[0]["window_s"] >= 4.0  # a 15 s scrape holds the probes' 2 s windows of every 5 s
+        incidents = detect(fleet)
+        found = stragglers(incidents)
+        assert found, "the fleet named no straggler"
+        incident, first = found[0]
+        assert (first.kind, first.component, first.detail["cause"], first.detail["ranks"]) == (
+            "rank_straggler",
+            "node2/gpu1",
+            "host",
+            [9],
+        )
+        assert first.detail["rule"] == "peers"  # by its peers on the other nodes, no baseline needed
+        # named within two scrapes and a window of the fault (the scrape's phase, then one whole interval)
+        assert SIM_EPOCH_TS_S + START_S < first.ts_s <= SIM_EPOCH_TS_S + START_S + 3 * STEP_S + 10.0
+        assert {s.component for _, s in found} == {"node2/gpu1"}
+        top = next(d for d in diagnose(fleet, [incident]) if d.incident == incident).hypotheses[0]
+        assert (top.root_cause, top.component) == ("pcie_degraded", "node2/gpu1")
+        assert any("rank timing" in e.claim for e in top.evidence), [e.claim for e in top.evidence]
