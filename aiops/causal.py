@@ -176,7 +176,11 @@ def symptom_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | 
     """The causes a symptom itself allows; None (any) when it does not say. A `gpu_throttle`'s reasons
     (`detail["mask"]`): a GPU capped by its power limit is no sign of its neighbour's heat. A
     `power_limit_drop` judged against a DCIM cap in force at the drop (`detail["cap"]`, aiops/detect/limits.py):
-    a drop to the level the cap asked is the cap's; one below it is a limit somebody lowered."""
+    a drop to the level the cap asked is the cap's; one below it is a limit somebody lowered. A `rank_straggler`
+    late in its input phase (`detail["cause"]`, aiops/detect/stragglers.py) is the data loader's, no sign of a
+    GPU's heat next to it."""
+    if kind == "rank_straggler":
+        return _INPUT if detail.get("cause") == "input" else None
     if kind == "power_limit_drop":
         verdict = detail.get("cap")
         return _CAP_VERDICT.get(verdict) if isinstance(verdict, str) else None
@@ -188,6 +192,7 @@ def symptom_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | 
     return frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
 
 
+_INPUT = frozenset({"input_pipeline_bottleneck"})  # as aiops/rca/stragglers.py reads the input class
 _CAP_VERDICT = {"at": frozenset({"facility_power_cap"}), "below": frozenset({"power_cap_misconfig"})}
 
 

@@ -66,14 +66,16 @@ CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be repor
 # How long one cause keeps spreading to other components after its last onset on one (`_spreading`).
 SETTLE_S = 60.0
 
+STEPPED = frozenset({"power_limit_drop"})  # symptoms that move in steps, each dated (aiops/detect/limits.py)
 Key = tuple[str, str, float | None]  # (kind, component, the onset of its step: `_key`)
 
 
 def _key(s: Symptom) -> Key:
     """A symptom's identity in the tracker: its kind and component, and for a symptom that moves in steps (a
     power limit lowered, then lowered again: `detail["since_ts_s"]`, aiops/detect/limits.py) the step's onset,
-    so each step is placed on its own."""
-    since = s.detail.get("since_ts_s")
+    so each step is placed on its own. Only such a kind (`STEPPED`): another symptom's `since_ts_s` (a
+    straggler's, which moves every window) says nothing about a new onset."""
+    since = s.detail.get("since_ts_s") if s.kind in STEPPED else None
     return s.kind, s.component, float(since) if isinstance(since, (int, float)) else None
 
 
