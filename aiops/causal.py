@@ -161,13 +161,14 @@ def one_cause_labels(
     )
 
 
-# Which causes can set each clocks-event reason: heat, a power limit, a power brake. HwSlowdown is asserted
-# with HwThermalSlowdown or HwPowerBrakeSlowdown: it says something only when neither is there.
-_HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
+# Which causes can set each clocks-event reason (the labels' `clock_reasons`): heat, a power limit, a power
+# brake. HwSlowdown is asserted with HwThermalSlowdown or HwPowerBrakeSlowdown: it says something only when
+# neither is there.
+_HEAT = labels.CLOCK_REASON_LABELS["thermal"]
 _REASON_LABELS: tuple[tuple[int, frozenset[str]], ...] = (
     (THERMAL, _HEAT),
-    (SW_POWER_CAP, frozenset({"power_cap_misconfig", "facility_power_cap"})),
-    (HW_POWER_BRAKE_SLOWDOWN, frozenset({"power_brake"})),
+    (SW_POWER_CAP, labels.CLOCK_REASON_LABELS["power_cap"]),
+    (HW_POWER_BRAKE_SLOWDOWN, labels.CLOCK_REASON_LABELS["hw_power_brake"]),
 )
 _SPECIFIC = THERMAL | SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN
 
@@ -188,7 +189,7 @@ def symptom_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | 
     if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
         return None
     if not mask & _SPECIFIC:
-        return _HEAT | {"power_brake"} if mask & HW_SLOWDOWN else None
+        return _HEAT | labels.CLOCK_REASON_LABELS["hw_power_brake"] if mask & HW_SLOWDOWN else None
     return frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
 
 

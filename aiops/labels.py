@@ -62,6 +62,14 @@ class LabelSpec:
     - `twin_fault`: the twin can inject it, so it is a scenario fault kind (aiops/sim/fault_models `FAULT_MODELS`);
     - `telemetry_check`: the agent re-checks an LLM's claim of it against telemetry rows (aiops/agent/
       verify_checks.py `SUPPORT`; every label has an entry there, the evidence-only ones one that no row passes);
+    - `clock_reasons`: the clocks-event reasons a GPU reports when the cause throttles it (`thermal`,
+      `power_cap`, `hw_power_brake`): aiops/causal.py `throttle_labels` tells by them which causes a throttled
+      GPU's reasons allow;
+    - `stalls_job`: the job stops on it (its peers see no traffic); `needs_lanes`: it shows only where the
+      traffic lanes are enforced (evals/generate.py draws its cases by them);
+    - `findings`, `findings_also`: the kinds of abnormal lines in an operator's files (aiops/evidence) whose
+      readings the label's playbook tells apart, first or second (aiops/evidence/next_steps.py suggests its
+      `next_steps` for them when no hypothesis is drawn);
     - every label but `healthy` has a playbook, playbooks/<label>.yaml (aiops/playbooks.py).
     """
 
@@ -76,6 +84,11 @@ class LabelSpec:
     evidence_rule: bool = False
     twin_fault: bool = True
     telemetry_check: bool = True
+    clock_reasons: frozenset[str] = frozenset()
+    findings: frozenset[str] = frozenset()
+    findings_also: frozenset[str] = frozenset()
+    stalls_job: bool = False
+    needs_lanes: bool = False
 
 
 def _f(*kinds: str) -> frozenset[str]:
@@ -91,6 +104,9 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("rank_straggler"),
         heat_or_power=True,
         evidence_rule=True,
+        clock_reasons=_f("thermal"),
+        findings=_f("clocks_event", "dcgm_health", "throttle_counter"),
+        findings_also=_f("bad_reading"),
     ),
     LabelSpec(
         "rack_cooling_failure",
@@ -98,6 +114,7 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("coolant_flow_drop", "rack_inlet_hot"),
         _f("gpu_hot", "gpu_throttle", "rank_straggler"),
         heat_or_power=True,
+        clock_reasons=_f("thermal"),
     ),
     LabelSpec(
         "power_cap_misconfig",
@@ -105,6 +122,7 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("power_limit_drop"),
         _f("gpu_throttle", "rank_straggler"),
         heat_or_power=True,
+        clock_reasons=_f("power_cap"),
     ),
     LabelSpec(
         "facility_power_cap",
@@ -112,6 +130,7 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("dcim_power_cap"),
         _f("power_limit_drop", "gpu_throttle", "rank_straggler"),
         heat_or_power=True,
+        clock_reasons=_f("power_cap"),
     ),
     LabelSpec(
         "power_brake",
@@ -120,30 +139,84 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("rank_straggler"),
         heat_or_power=True,
         evidence_rule=True,
+        clock_reasons=_f("hw_power_brake"),
+        findings_also=_f("clocks_event", "throttle_counter"),
     ),
-    LabelSpec("gpu_ecc_error", ("gpu",), _f("ecc_dbe", "xid"), _f("gpu_lost"), evidence_rule=True),
-    LabelSpec("gpu_fell_off_bus", ("gpu",), _f("gpu_lost", "xid"), evidence_rule=True),
-    LabelSpec("nvlink_degraded", ("gpu",), _f("nvlink_errors", "xid"), evidence_rule=True),
+    LabelSpec(
+        "gpu_ecc_error",
+        ("gpu",),
+        _f("ecc_dbe", "xid"),
+        _f("gpu_lost"),
+        evidence_rule=True,
+        findings=_f("bad_reading", "dcgm_diag", "reset_required"),
+        findings_also=_f("dcgm_overall", "gpu_unhealthy"),
+        stalls_job=True,
+    ),
+    LabelSpec(
+        "gpu_fell_off_bus",
+        ("gpu",),
+        _f("gpu_lost", "xid"),
+        evidence_rule=True,
+        findings=_f(
+            "aer_recovery_failed",
+            "aer_surprise_down",
+            "gpu_lost",
+            "gres_count_low",
+            "nvsmi_error",
+            "pci_config_lost",
+        ),
+        findings_also=_f("aer", "init_failed"),
+        stalls_job=True,
+    ),
+    LabelSpec(
+        "nvlink_degraded",
+        ("gpu",),
+        _f("nvlink_errors", "xid"),
+        evidence_rule=True,
+        findings=_f("dcgm_overall", "nvlink_links"),
+        findings_also=_f("fabric_state", "fm_error"),
+    ),
     LabelSpec(
         "pcie_degraded",
         ("gpu",),
         _f("pcie_replay", "pcie_downtrain"),
         _f("rank_straggler"),
         evidence_rule=True,
+        findings=_f("aer", "pcie_link_sta"),
+        findings_also=_f("aer_recovery_failed", "dcgm_diag"),
     ),
     LabelSpec(
         "bulk_traffic_contention",
         ("nic",),
         _f("lane_enforcement_missing", "queue_delay"),
         _f("nic_drops", "network_straggler"),
+        needs_lanes=True,
     ),
-    LabelSpec("lane_misclassification", ("nic", "policy"), _f("lane_mismatch"), _f("network_straggler")),
+    LabelSpec(
+        "lane_misclassification",
+        ("nic", "policy"),
+        _f("lane_mismatch"),
+        _f("network_straggler"),
+        needs_lanes=True,
+    ),
     LabelSpec(
         "nic_link_flap",
         ("nic",),
         _f("carrier_flap"),
         _f("nic_drops", "network_straggler"),
         evidence_rule=True,
+        findings=_f(
+            "error_counter",
+            "ib_async_event",
+            "ib_completion_error",
+            "ib_port_error",
+            "ib_port_state",
+            "netdev_down",
+            "nic_link",
+        ),
+        findings_also=_f(
+            "congestion_counter", "nccl_op_failed", "nccl_watchdog_timeout", "ras_group", "ras_problem"
+        ),
     ),
     LabelSpec(
         "ecn_misconfig",
@@ -159,7 +232,15 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("gpu_idle_in_job", "rank_straggler"),
         evidence_rule=True,
     ),
-    LabelSpec("application_error", ("gpu",), _f("xid"), evidence_rule=True),
+    LabelSpec(
+        "application_error",
+        ("gpu",),
+        _f("xid"),
+        evidence_rule=True,
+        findings=_f("cuda_error", "nccl_op_failed", "nccl_watchdog_timeout", "ras_group", "ras_problem"),
+        findings_also=_f("xid"),
+        stalls_job=True,
+    ),
     LabelSpec(
         "ambient_drift",
         ("fleet",),
@@ -167,6 +248,7 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("rack_inlet_hot"),
         heat_or_power=True,
         benign=True,
+        clock_reasons=_f("thermal"),
     ),
     # Labels that real incidents needed (issue 13, evals/real/README.md): the analyst gives them from evidence
     # files only; the twin cannot inject them and telemetry shows nothing of them.
@@ -177,6 +259,17 @@ SPECS: tuple[LabelSpec, ...] = (
         evidence_rule=True,
         twin_fault=False,
         telemetry_check=False,
+        findings=_f(
+            "fabric_state",
+            "fm_error",
+            "gpu_unhealthy",
+            "gsp_error",
+            "gsp_timeout",
+            "init_failed",
+            "nvrm_error",
+            "xid",
+        ),
+        findings_also=_f("cuda_error", "gres_count_low", "nvsmi_error", "reset_required"),
     ),
     LabelSpec(
         "roce_config_error",
@@ -185,6 +278,8 @@ SPECS: tuple[LabelSpec, ...] = (
         evidence_rule=True,
         twin_fault=False,
         telemetry_check=False,
+        findings=_f("congestion_counter"),
+        findings_also=_f("error_counter", "ib_async_event", "ib_completion_error"),
     ),
 )
 SPEC: dict[str, LabelSpec] = {spec.label: spec for spec in SPECS}
@@ -206,6 +301,25 @@ HEAT_AND_POWER: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.
 
 # Normal conditions the analyst explains but that are no fault (no remediation is needed).
 BENIGN_LABELS: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.benign)
+
+# Labels whose fault stops the job, and those that show only where the traffic lanes are enforced.
+STALLS_JOB: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.stalls_job)
+NEEDS_LANES: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.needs_lanes)
+
+# Clocks-event reason -> the labels that set it (a throttled GPU's reasons narrow its possible causes).
+CLOCK_REASON_LABELS: dict[str, frozenset[str]] = {
+    reason: frozenset(spec.label for spec in SPECS if reason in spec.clock_reasons)
+    for reason in ("thermal", "power_cap", "hw_power_brake")
+}
+
+# Kind of abnormal line in an operator's files -> the labels whose playbooks tell its readings apart, first first.
+FINDING_LABELS: dict[str, tuple[str, ...]] = {
+    kind: tuple(
+        [spec.label for spec in SPECS if kind in spec.findings]
+        + [spec.label for spec in SPECS if kind in spec.findings_also]
+    )
+    for kind in sorted({kind for spec in SPECS for kind in spec.findings | spec.findings_also})
+}
 
 # RFC 1123: labels of [a-z0-9-], 1-63 long, neither starting nor ending with '-'; dotted, 253 at most. Lowercase
 # only (a host name is case-insensitive: the agent lowercases the kernel's; Kubernetes node names are lowercase).

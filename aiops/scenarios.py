@@ -69,6 +69,16 @@ class FaultSpec(_Strict):
     severity: float = Field(0.7, gt=0, le=1)
 
 
+class ChurnSpec(_Strict):
+    """Benign churn (aiops/sim/churn.py): `rate` times the default event rates (jobs stopping and starting, user
+    errors, evaluations, warm spots, corrected ECC, planned DCIM caps, maintenance windows); `pcie_nodes`: nodes
+    whose GPUs are PCIe cards (no NVLink counters); `unused_ports`: nodes with a spare HCA port without cable."""
+
+    rate: float = Field(1.0, ge=0, le=100)
+    pcie_nodes: list[str] = []
+    unused_ports: list[str] = []
+
+
 class Expect(_Strict):
     """The single-cause form of `expect` (the original contract, still valid)."""
 
@@ -108,6 +118,7 @@ class Scenario(_Strict):
     # RoCE fabric: lossy (no PFC: a full queue drops) or lossless (PFC on the collectives' priority: it pauses)
     fabric: Literal["lossy", "lossless"] = "lossy"
     faults: list[FaultSpec] = []
+    churn: ChurnSpec | None = None
     expect: ExpectField | None = None
 
     @property
@@ -173,9 +184,13 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
             if isinstance(part, int):
                 continue
             annotation = model.model_fields[part].annotation if part in model.model_fields else None
-            nested = {"cluster": ClusterSpec, "jobs": JobSpec, "faults": FaultSpec, "expect": Expect}.get(
-                part
-            )
+            nested = {
+                "cluster": ClusterSpec,
+                "jobs": JobSpec,
+                "faults": FaultSpec,
+                "churn": ChurnSpec,
+                "expect": Expect,
+            }.get(part)
             if nested is None or annotation is None:
                 break
             model = nested
@@ -227,6 +242,13 @@ def _check_semantics(path: str, scenario: Scenario) -> None:
                 if node not in names or component_kind(node) != "node":
                     raise ScenarioError(
                         path, f"jobs[{i}].nodes", f"'{node}' is not a node", f"node0..node{nodes - 1}"
+                    )
+    if scenario.churn is not None:
+        for key in ("pcie_nodes", "unused_ports"):
+            for j, node in enumerate(getattr(scenario.churn, key)):
+                if node not in names or component_kind(node) != "node":
+                    raise ScenarioError(
+                        path, f"churn.{key}[{j}]", f"'{node}' is not a node", f"node0..node{nodes - 1}"
                     )
     for i, fault in enumerate(scenario.faults):
         field = f"faults[{i}]"

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from aiops.labels import FAULT_KINDS, TARGET_KINDS
+from aiops.labels import BENIGN_LABELS, FAULT_KINDS, NEEDS_LANES, STALLS_JOB, TARGET_KINDS
 from aiops.scenarios import DEFAULT_RULE_IDS, parse_scenario
 
 SHAPES = (
@@ -49,7 +49,7 @@ def _fabric(rng: random.Random, kind: str | None, nth: int) -> str:
     """Lossless in a share of the cases, and always for every second healthy run and ECN fault of a kind (so a
     suite with two cases per kind holds a healthy lossless run and ECN off on a lossless fabric)."""
     drawn = rng.random() < LOSSLESS_SHARE
-    if kind in (None, "ecn_misconfig") and nth % 2 == 1:
+    if (kind is None or kind == "ecn_misconfig") and nth % 2 == 1:
         return "lossless"
     return "lossless" if drawn else "lossy"
 
@@ -62,8 +62,8 @@ def _severity(rng: random.Random, kind: str | None, nth: int, low: float) -> flo
     return round(rng.uniform(low, 1.0), 2)
 
 
-def scenario(rng: random.Random, index: int, kind: str | None, nth: int = 0) -> dict[str, Any]:
-    """The nth case of its kind (None: healthy)."""
+def scenario(rng: random.Random, kind: str | None, nth: int = 0) -> dict[str, Any]:
+    """The nth case of its kind (None: healthy), named by its kind and nth."""
     shape = dict(rng.choice(SHAPES))
     nodes = shape["racks"] * shape["nodes_per_rack"]
     duration = rng.choice([480, 600, 720])
@@ -109,7 +109,7 @@ def scenario(rng: random.Random, index: int, kind: str | None, nth: int = 0) -> 
             }
         )
     doc: dict[str, Any] = {
-        "name": f"gen-{index:03d}-{kind or 'healthy'}".replace("_", "-"),
+        "name": f"gen-{kind or 'healthy'}-{nth:02d}".replace("_", "-"),
         "seed": rng.randrange(10_000),
         "duration_s": duration,
         "cluster": shape,
@@ -118,7 +118,7 @@ def scenario(rng: random.Random, index: int, kind: str | None, nth: int = 0) -> 
         "lanes": "enabled" if rng.random() < 0.85 else "disabled",
         "faults": faults,
     }
-    if kind in ("bulk_traffic_contention", "lane_misclassification"):
+    if kind in NEEDS_LANES:
         doc["lanes"] = "enabled"
     return doc
 
@@ -137,15 +137,12 @@ def _usable(doc: dict[str, Any]) -> bool:
 
 
 # Kinds a second, independent fault may have: targets below the fleet, on one rack's side of the cluster.
-# (A lane policy or a fleet-wide condition reaches every node: it cannot be independent of anything.)
+# (A lane policy or a fleet-wide condition reaches every node: it cannot be independent of anything; a benign
+# condition is no fault.)
 PAIR_KINDS = tuple(
-    k for k in FAULT_KINDS if k not in ("ambient_drift",) and set(TARGET_KINDS[k]) - {"fleet", "policy"}
+    k for k in FAULT_KINDS if k not in BENIGN_LABELS and set(TARGET_KINDS[k]) - {"fleet", "policy"}
 )
-STALLING = {
-    "gpu_ecc_error",
-    "gpu_fell_off_bus",
-    "application_error",
-}  # the job stops: its peers see no traffic
+STALLING = STALLS_JOB  # the job stops: its peers see no traffic
 
 
 def _pair_target(rng: random.Random, kind: str, shape: dict[str, int], rack: int, nodes: list[int]) -> str:
@@ -202,7 +199,7 @@ def two_fault_scenario(rng: random.Random, index: int) -> dict[str, Any]:
     if rng.random() < 0.5:
         faults[1]["duration_s"] = rng.randrange(60, 201)  # a transient inside the first fault's incident
     return {
-        "name": f"gen-{index:03d}-two-{first_kind}-{second_kind}".replace("_", "-"),
+        "name": f"gen-two-{index:03d}-{first_kind}-{second_kind}".replace("_", "-"),
         "seed": rng.randrange(10_000),
         "duration_s": duration,
         "cluster": shape,
@@ -221,25 +218,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--two-faults", type=int, default=0, help="two-fault scenarios to add")
     args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    index = 0
     for kind in [*FAULT_KINDS, None]:
+        rng = _rng(args.seed, kind or "healthy")
         made = 0
         while made < args.count:
-            doc = scenario(rng, index, kind, made)
+            doc = scenario(rng, kind, made)
             if not _usable(doc):
                 continue
             parse_scenario(doc)
             (out / f"{doc['name']}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-            index += 1
             made += 1
-    for _ in range(args.two_faults):
-        doc = two_fault_scenario(rng, index)
+    for nth in range(args.two_faults):
+        doc = two_fault_scenario(_rng(args.seed, f"two-faults-{nth}"), nth)
         parse_scenario(doc)
         (out / f"{doc['name']}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        index += 1
+
+
+def _rng(seed: int, key: str) -> random.Random:
+    """The draws of one label's cases (or one two-fault case), keyed by the seed and the label, not by the
+    label's position among the others: a new label adds its cases and changes no other case."""
+    return random.Random(f"{seed}:{key}")  # a str seed is hashed with SHA-512: the same on every run
 
 
 if __name__ == "__main__":

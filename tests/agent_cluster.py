@@ -74,7 +74,7 @@ def agents(
                 found = listening_ports(proc.pid)
                 return min(found) if found else None
 
-            port = int(wait_for(bound, 60, f"{node}'s agent to listen", interval_s=0.1))
+            port = int(wait_for(bound, 120, f"{node}'s agent to listen", interval_s=0.1))
             assert port > 0, (tmp_path / f"{node}.log").read_text()[-3000:]
             ports[node] = port
         for node, port in ports.items():
@@ -91,8 +91,8 @@ def agents(
 
 class PrometheusProcess:
     """A real Prometheus scraping every `scrape_s` the targets of a file (`file_sd_configs`, watched: the test
-    writes the agents' ports there once they listen). `stop()` and `start()` again: the same port, config and
-    data directory, as an operator restarts it."""
+    writes the agents' ports there once they listen), logging every query it answers to `queries`. `stop()` and
+    `start()` again: the same port, config and data directory, as an operator restarts it."""
 
     def __init__(self, tmp_path: Path, scrape_s: float = 1.0) -> None:
         self.binary = require_binary("prometheus")
@@ -101,8 +101,10 @@ class PrometheusProcess:
         self.targets = tmp_path / "targets.json"
         self.targets.write_text("[]")
         self.config = tmp_path / "prometheus.yml"
+        self.queries = tmp_path / "queries.log"  # Prometheus's own query log: what each client asked, when
         self.config.write_text(
-            f"global: {{scrape_interval: {scrape_s:g}s, evaluation_interval: {scrape_s:g}s}}\n"
+            f"global: {{scrape_interval: {scrape_s:g}s, evaluation_interval: {scrape_s:g}s, "
+            f"query_log_file: '{self.queries}'}}\n"
             "scrape_configs:\n"
             f"  - job_name: aiops\n    honor_labels: true\n    file_sd_configs: [{{files: ['{self.targets}']}}]\n"
         )

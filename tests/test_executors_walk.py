@@ -2,10 +2,16 @@
 a real host either a backend for some scheduler/NVML configuration or an explicit ticket-only entry (which the
 console renders as a ticket). The walk runs every playbook's remediations, templates filled, on a twin world
 (apply, read-back equal to what the actuator expected, rollback where one exists), and checks that what a host
-attaches is exactly what `executors_here` tells the console and `aiops actions`."""
+attaches is exactly what `executors_here` tells the console and `aiops actions`, and that every kind a
+Kubernetes or Slurm host routes runs its dry run through that scheduler's real backend (a fake API server
+speaking Kubernetes' protocol; Debian's Slurm, tests/slurm_cluster.py)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +32,7 @@ from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.routing import HOST_TICKET_ONLY, SCHEDULER_KINDS, TICKET, host_backends
 from tests.k8s_api import Cluster, k8s_api, pod
 from tests.simkit import DURATION_S, run, scenario
+from tests.slurm_cluster import SlurmCluster, slurm_cluster
 
 PROPOSABLE = set(DEFAULT_REGISTRY.kinds)  # the agent may propose any registry kind (aiops/agent/verify.py)
 PLAYBOOK_KINDS = {r.action for book in load_playbooks().values() for r in book.remediations}
@@ -171,6 +178,57 @@ def test_what_a_kubernetes_host_attaches_is_what_the_console_is_told() -> None:
             ticket = attached.actuator.apply(_one("reboot_node"), False)
             assert not ticket.ok and "stands as a ticket" in ticket.error
         assert not any(r["method"] in ("PATCH", "POST", "DELETE") for r in cluster.requests)  # dry runs only
+
+
+@pytest.fixture
+def slurm() -> Iterator[SlurmCluster]:
+    """A real one-node Slurm (about 3 s to start); a skip without its binaries (a failure in CI)."""
+    root = Path(tempfile.mkdtemp(prefix="aiops-walk-"))  # short: munge's socket path must fit 108 bytes
+    try:
+        with slurm_cluster(root) as running:
+            yield running
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_what_a_slurm_host_attaches_is_what_the_console_is_told(
+    slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every kind the console is told Slurm executes has a route to the Slurm backend, and its dry run there
+    (scontrol's commands, read back from the real controller) holds: a kind the table names that the
+    backend cannot run (a deleted reboot_node) fails here, not at a person's approval."""
+    monkeypatch.setenv(
+        "SLURM_CONF", slurm.env["SLURM_CONF"]
+    )  # the clients the actuator runs ask this cluster
+    script = slurm.root / "sleep.sh"
+    script.write_text("#!/bin/bash\nexec sleep 600\n")
+    job = slurm.run("sbatch", "--parsable", "-o", "/dev/null", str(script)).stdout.strip().split(";")[0]
+    slurm.wait_job(job, ("RUNNING",))
+    store = _host_store("slurm")
+    store.scheduler = SchedulerConfig(  # type: ignore[misc]
+        kind="slurm", node_name=slurm.node, binaries=str(Path(slurm.binaries["scontrol"]).parent)
+    )
+    for actuator in ("auto", "nvml"):
+        world = _world()
+        attached = attach(store, actuator=actuator, node="node0", nvml=world.nvml(0))
+        told = executors_here(store, actuator=actuator, node="node0", nvml=world.nvml(0))
+        assert attached.executors == told, actuator
+        routed = sorted(kind for kind, backend in told.items() if backend == "slurm")
+        assert routed == sorted(SCHEDULER_KINDS["slurm"]), routed
+        assert attached.actuator is not None
+        for kind in routed:
+            target = f"job:slurm-{job}" if kind in ("restart_job", "migrate_job") else "node0"
+            action = _one(kind).model_copy(update={"target": target, "parameters": {}})
+            preview = attached.actuator.apply(action, True)
+            assert preview.ok, f"{actuator}: {kind}: {preview.error}"
+            if kind == "resume_node":  # node0 is in service: Slurm has nothing to resume (22.05 refuses it)
+                assert preview.detail["commands"] == [], preview.detail
+                continue
+            assert preview.detail["backend"] == "slurm" and preview.detail["commands"], (kind, preview.detail)
+            assert all(cmd[0] == "scontrol" for cmd in preview.detail["commands"]), preview.detail
+    assert slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING"  # dry runs only
+    state = slurm.run("scontrol", "show", "node", "-o", slurm.node).stdout
+    assert "DRAIN" not in state and "REBOOT" not in state, state
 
 
 def test_a_host_without_a_scheduler_executes_nothing_and_shows_tickets() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from aiops.fleet.ingest import fetch_interval
 from aiops.nvml_bits import HW_THERMAL_SLOWDOWN
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
+from evals import harness
 from tests.clirun import run_cli
 from tests.service_helpers import require_binary
 
@@ -129,9 +131,29 @@ def test_counters_become_increases_and_gpu_rows_carry_their_samples(prometheus: 
         assert window[0]["samples"] == 15 and window[0]["throttled"] == 10
 
 
-def test_eval_via_prometheus_scores_a_public_scenario_end_to_end(tmp_path: Path) -> None:
+def test_eval_via_prometheus_scores_a_public_scenario_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case is scored on the fleet's own workspace: what it read back from Prometheus at the 30 s step (no
+    twin's run in it, every GPU sample on the step's grid), never on the twin's store (one run, 1 s samples)."""
     require_binary("prometheus")
     require_binary("promtool")
+    analysed: list[dict[str, Any]] = []
+    score = harness.score_analysis
+
+    def spied(scenario: Any, store: Store, twin: Any) -> Any:
+        first_s = store.scalar("SELECT min(ts_s) FROM gpu_samples")
+        analysed.append(
+            {
+                "runs": store.scalar("SELECT count(*) FROM sim_runs"),
+                "off_the_step": store.scalar(
+                    "SELECT count(*) FROM gpu_samples WHERE abs((ts_s - ?) % 30) > 0.001", [first_s]
+                ),
+            }
+        )
+        return score(scenario, store, twin)
+
+    monkeypatch.setattr(harness, "score_analysis", spied)  # the one-case suite runs in this process
     suite = tmp_path / "suite"
     suite.mkdir()
     public = Path(__file__).resolve().parent.parent / "evals" / "scenarios" / "facility-cap-rack.yaml"
@@ -143,3 +165,4 @@ def test_eval_via_prometheus_scores_a_public_scenario_end_to_end(tmp_path: Path)
     assert case["via"]["prometheus"] is True and case["via"]["step_s"] == 30.0 and case["via"]["samples"] > 0
     assert case["predicted"][0]["root_cause"] == "facility_power_cap" and case["top1"] is True
     assert result["summary"]["false_positives"] == 0 and result["summary"]["unsafe_actions"] == 0
+    assert analysed == [{"runs": 0, "off_the_step": 0}]

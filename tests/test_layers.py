@@ -1,7 +1,9 @@
 """The first-party import graph, built from the source (every import statement, inside functions too, relative
 imports resolved to their module; importlib.import_module, __import__ and importlib.util.spec_from_*/find_spec
-of a literal name count as imports, and a name known only at run time fails unless DYNAMIC_ALLOWED lists the
-module with why; only `if TYPE_CHECKING:` blocks, which never run, are left out): no cycle between modules, no
+of a literal name count as imports, and so do `sys.modules["aiops.x"]` (and `.get`, `.pop`, `.setdefault`) and a
+module reached as an attribute of an imported package (`import aiops` then `aiops.sim.twin.Twin`, or
+`getattr(aiops, "sim")`); a name known only at run time fails unless DYNAMIC_ALLOWED lists the module with why;
+only `if TYPE_CHECKING:` blocks, which never run, are left out): no cycle between modules, no
 import from a lower layer up to a higher one, and no import path from the analyst (detect, rca, playbooks,
 pipeline, evidence) to the twin (aiops.sim). docs/ARCHITECTURE.md draws the same layers.
 
@@ -140,6 +142,8 @@ def _is_type_checking(node: ast.If) -> bool:
 DYNAMIC_ALLOWED = {
     "aiops.cli.main": "imports each name of COMMAND_MODULES, a tuple of literal aiops.cli.* modules "
     "(test_the_cli_commands_are_cli_modules)",
+    "aiops.sim": "re-exports SimSummary, simulate, SIM_EPOCH_TS_S and World lazily (PEP 562 __getattr__) from its "
+    "own runner and world modules, each imported by a literal name, so a submodule loads without the runner",
     "guardrails": "re-exports its names lazily (PEP 562 __getattr__) from _WHERE, a dict of literal guardrails.* "
     "modules, so the action model loads without the store (test_the_guardrails_names_load_from_their_modules)",
 }
@@ -180,18 +184,109 @@ def _dynamic(node: ast.Call, module: str, is_package: bool) -> str | None:
     return name
 
 
+def _dotted(node: ast.expr) -> str:
+    """`a.b.c` for an attribute chain ending in a name, else ""."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _bound(tree: ast.AST, module: str, is_package: bool) -> dict[str, str]:
+    """The names `tree` binds to first-party modules by import (`import aiops.store` binds `aiops`, `import
+    aiops.sim as s` binds `s`, `from aiops import detect` binds `detect`; `import sys` binds `sys`), outside
+    `if TYPE_CHECKING:`: an attribute of such a name may be another module (`aiops.sim`)."""
+    bound: dict[str, str] = {}
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name if alias.asname else alias.name.split(".")[0]
+                if name.split(".")[0] in PACKAGES or name == "sys":
+                    bound[alias.asname or name] = name
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            base = _relative(node, module, is_package) if node.level else str(node.module)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in MODULES:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+        todo.extend(ast.iter_child_nodes(node))
+    return bound
+
+
+SYS_MODULES_CALLS = {"get", "pop", "setdefault", "__getitem__"}
+
+
+def _reached(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """The module `node` reaches without an import statement: `sys.modules["x"]` (or its .get/.pop/.setdefault)
+    -> x, `pkg.sub.name` or `getattr(pkg, "sub")` on a bound package -> pkg.sub; "" when the name is known only
+    at run time (`sys.modules[name]`); None for anything else."""
+    key: ast.expr | None = None
+    if isinstance(node, ast.Subscript) and _dotted(node.value) == "sys.modules" and bound.get("sys") == "sys":
+        key = node.slice
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in SYS_MODULES_CALLS
+        and _dotted(node.func.value) == "sys.modules"
+        and bound.get("sys") == "sys"
+    ):
+        key = node.args[0] if node.args else None
+    elif isinstance(node, ast.Attribute):
+        chain = _dotted(node)
+        root, _, rest = chain.partition(".")
+        if root in bound and rest:
+            return f"{bound[root]}.{rest}"
+        return None
+    elif (
+        isinstance(node, ast.Call)
+        and _call_name(node.func) == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id in bound
+    ):
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            return f"{bound[node.args[0].id]}.{name.value}"
+        return ""  # getattr(aiops, name): any module of the package
+    else:
+        return None
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value
+    return ""
+
+
 def _imports(
-    tree: ast.AST, module: str = "", is_package: bool = False, unresolved: list[str] | None = None
+    tree: ast.AST,
+    module: str = "",
+    is_package: bool = False,
+    unresolved: list[str] | None = None,
+    bound: dict[str, str] | None = None,
 ) -> list[str]:
     """Every module `tree` (the source of `module`) imports; names dynamic imports cannot resolve are appended
     to `unresolved` as `line N: call`."""
+    if bound is None:
+        bound = _bound(tree, module, is_package)
     out: list[str] = []
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.If) and _is_type_checking(node):
             out.extend(
-                name for child in node.orelse for name in _imports(child, module, is_package, unresolved)
+                name
+                for child in node.orelse
+                for name in _imports(child, module, is_package, unresolved, bound)
             )
             continue
+        reached = _reached(node, bound)
+        if reached:
+            out.append(reached)
+        elif reached == "" and unresolved is not None:
+            unresolved.append(f"line {getattr(node, 'lineno', 0)}: {ast.unparse(node)}")
+        if isinstance(node, ast.Attribute) and _dotted(node):
+            continue  # a chain of names: its own prefixes (`aiops.sim` of `aiops.sim.twin`) add nothing
         if isinstance(node, ast.Import):
             out.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
@@ -205,7 +300,7 @@ def _imports(
                 out.append(named)
             elif named == "" and unresolved is not None:
                 unresolved.append(f"line {node.lineno}: {ast.unparse(node)}")
-        out.extend(_imports(node, module, is_package, unresolved))
+        out.extend(_imports(node, module, is_package, unresolved, bound))
     return out
 
 
@@ -415,3 +510,43 @@ def test_the_guardrails_names_load_from_their_modules() -> None:
     for name, module in guardrails._WHERE.items():
         assert module.startswith("guardrails.") and hasattr(importlib.import_module(module), name), name
     assert sorted(guardrails._WHERE) == sorted(guardrails.__all__)
+
+
+def test_sys_modules_and_package_attributes_are_edges() -> None:
+    """A module reached without an import statement: through `sys.modules` (a literal key, or one known only at
+    run time, which is reported), or as an attribute of an imported package (`import aiops` then
+    `aiops.sim.twin.Twin`, an alias, `getattr(aiops, "sim")`); an attribute of an object that is no module
+    (`self.sim`) and an import under `if TYPE_CHECKING:` are not."""
+    planted = ast.parse(
+        "import sys\n"
+        "import aiops\n"
+        "import aiops.store as st\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    import collectors\n"
+        "def f(self, name):\n"
+        "    sys.modules['aiops.sim.world'].World\n"
+        "    sys.modules.get('aiops.console')\n"
+        "    sys.modules[name]\n"
+        "    aiops.sim.twin.Twin\n"
+        "    getattr(aiops, 'report')\n"
+        "    st.workspace.Workspace\n"
+        "    self.sim.world\n"
+        "    collectors.nvml\n"
+    )
+    unresolved: list[str] = []
+    imported = _imports(planted, "aiops.detect.x", False, unresolved)
+    edges = {_resolve(i) for i in imported} - {""}
+    assert {
+        "aiops.sim.world",
+        "aiops.console",
+        "aiops.sim.twin",
+        "aiops.report",
+        "aiops.store.workspace",
+    } <= edges
+    assert "collectors.nvml" not in edges and "collectors" not in edges
+    assert unresolved == ["line 10: sys.modules[name]"]
+    assert forbidden({"aiops.detect.x": edges}) == [
+        "aiops.detect.x reaches aiops.sim.twin",
+        "aiops.detect.x reaches aiops.sim.world",
+    ]

@@ -1,5 +1,6 @@
-"""The registries that make adding a host collector or a notification sink one module plus one registration
-(docs/ARCHITECTURE.md "Recipes"): each registered piece is wired to the config the operator writes."""
+"""The registries that make adding a host collector, a service collector, an executor backend (a scheduler) or a
+notification sink one module plus one registration (docs/ARCHITECTURE.md "Recipes"): each registered piece is
+wired to the config the operator writes."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from typing import get_args
 
 import pytest
 
-from aiops.config import CollectorsConfig, WebhookConfig
+from aiops.config import CollectorsConfig, SchedulerConfig, WebhookConfig
 from aiops.integrations.event import IncidentEvent
 from aiops.integrations.payloads import SINK_FORMATS, SinkKind, render
+from aiops.runtime.schedulers import SCHEDULER_BACKENDS, scheduler_routes
+from aiops.service.sources import SERVICE_COLLECTORS
+from aiops.store import Store
 from collectors.host import HOST_COLLECTORS, NVML_KIND, HostContext, collector_section, host_collectors
 from collectors.topology import discover_topology
+from guardrails.routing import SCHEDULER_KINDS
 from tests.notify_helpers import event
 
 
@@ -56,3 +61,26 @@ def test_every_sink_kind_renders_an_incident(kind: SinkKind) -> None:
     opened: IncidentEvent = event("opened")
     body = render(kind, opened, "inc-1/opened")
     assert body and body == SINK_FORMATS[kind].incident(opened, "inc-1/opened", ())
+
+
+def test_every_scheduler_the_config_allows_has_one_backend_that_routes_its_kinds(tmp_path: Path) -> None:
+    """`[scheduler] kind` words, `SCHEDULER_BACKENDS` and guardrails' `SCHEDULER_KINDS` (the tables that connect
+    to nothing) agree, and each backend builds a route for exactly its kinds, under its own name."""
+    allowed = set(get_args(SchedulerConfig.model_fields["kind"].annotation)) - {"none"}
+    assert allowed == set(SCHEDULER_BACKENDS) == set(SCHEDULER_KINDS) - {"none"}
+    for name, backend in SCHEDULER_BACKENDS.items():
+        assert set(backend.action_kinds) == set(SCHEDULER_KINDS[name]), name
+        with Store(":memory:", scheduler=SchedulerConfig(kind=name, node_name="gpu-a100-017")) as store:
+            routes = scheduler_routes(store, "gpu-a100-017", object())  # an API client handed in: none made
+        assert set(routes) == set(backend.action_kinds), name
+        assert {route.backend for route in routes.values()} == {name}, name
+
+
+def test_every_service_collector_has_its_config_section_and_a_name_of_its_own() -> None:
+    """The collectors the service builds from its whole config (`SERVICE_COLLECTORS`) are switched by a
+    `[collectors]` section with `enabled`, and none shares a section with a host collector."""
+    sections = CollectorsConfig.model_fields
+    host = {kind.section for kind in (NVML_KIND, *HOST_COLLECTORS)}
+    for kind in SERVICE_COLLECTORS:
+        assert kind.section in sections and kind.section not in host, kind.section
+        assert "enabled" in type(getattr(CollectorsConfig(), kind.section)).model_fields, kind.section

@@ -4,8 +4,8 @@ from the hypothesis' component where it names them.
 
 - Hypotheses: the top label's steps first, then the next label's, three at most (two labels: 2 + 1).
 - No hypothesis but abnormal lines (`inconclusive` on findings): the playbooks of the labels each kind of line
-  can lead to (`SYMPTOM_LABELS`: a failed CUDA call -> the application or the driver; a watchdog timeout -> the
-  program or the network; an unknown Xid -> the driver ...).
+  can lead to (`SYMPTOM_LABELS`, from the labels' `findings` in aiops/labels.py: a failed CUDA call -> the
+  application or the driver; a watchdog timeout -> the program or the network; an unknown Xid -> the driver ...).
 - `healthy`: collect the whole bundle for the next time (`HEALTHY_STEPS`); abnormal lines no playbook
   covers (machine checks, say): the same bundle, to read with the lines found (`COLLECT_STEPS`).
 """
@@ -16,50 +16,13 @@ import re
 from collections.abc import Iterable, Sequence
 
 from aiops.evidence.hyp import Hyp
+from aiops.labels import FINDING_LABELS
 from aiops.playbooks import load_playbooks
 
 MAX_STEPS = 3
 
-# Finding kinds -> the labels whose playbooks say how to tell the readings apart.
-SYMPTOM_LABELS: dict[str, tuple[str, ...]] = {
-    "cuda_error": ("application_error", "gpu_driver_firmware_fault"),
-    "nccl_op_failed": ("application_error", "nic_link_flap"),
-    "nccl_watchdog_timeout": ("application_error", "nic_link_flap"),
-    "xid": ("gpu_driver_firmware_fault", "application_error"),
-    "nvrm_error": ("gpu_driver_firmware_fault",),
-    "init_failed": ("gpu_driver_firmware_fault", "gpu_fell_off_bus"),
-    "gsp_timeout": ("gpu_driver_firmware_fault",),
-    "gsp_error": ("gpu_driver_firmware_fault",),
-    "aer": ("pcie_degraded", "gpu_fell_off_bus"),
-    "aer_surprise_down": ("gpu_fell_off_bus",),
-    "ib_completion_error": ("nic_link_flap", "roce_config_error"),
-    "ib_async_event": ("nic_link_flap", "roce_config_error"),
-    "ib_port_error": ("nic_link_flap",),
-    "ib_port_state": ("nic_link_flap",),
-    "nic_link": ("nic_link_flap",),
-    "dcgm_health": ("thermal_throttle",),
-    "clocks_event": ("thermal_throttle", "power_brake"),
-    "gpu_unhealthy": ("gpu_driver_firmware_fault", "gpu_ecc_error"),
-    "pcie_link_sta": ("pcie_degraded",),
-    "reset_required": ("gpu_ecc_error", "gpu_driver_firmware_fault"),
-    "fabric_state": ("gpu_driver_firmware_fault", "nvlink_degraded"),
-    "gpu_lost": ("gpu_fell_off_bus",),
-    "pci_config_lost": ("gpu_fell_off_bus",),
-    "nvsmi_error": ("gpu_fell_off_bus", "gpu_driver_firmware_fault"),
-    "aer_recovery_failed": ("gpu_fell_off_bus", "pcie_degraded"),
-    "fm_error": ("gpu_driver_firmware_fault", "nvlink_degraded"),
-    "dcgm_diag": ("gpu_ecc_error", "pcie_degraded"),
-    "dcgm_overall": ("nvlink_degraded", "gpu_ecc_error"),
-    "nvlink_links": ("nvlink_degraded",),
-    "throttle_counter": ("thermal_throttle", "power_brake"),
-    "error_counter": ("nic_link_flap", "roce_config_error"),
-    "congestion_counter": ("roce_config_error", "nic_link_flap"),
-    "netdev_down": ("nic_link_flap",),
-    "gres_count_low": ("gpu_fell_off_bus", "gpu_driver_firmware_fault"),
-    "ras_problem": ("application_error", "nic_link_flap"),
-    "ras_group": ("application_error", "nic_link_flap"),
-    "bad_reading": ("gpu_ecc_error", "thermal_throttle"),
-}
+# Finding kinds -> the labels whose playbooks say how to tell the readings apart (the labels' `findings`).
+SYMPTOM_LABELS = FINDING_LABELS
 
 HEALTHY_STEPS: tuple[dict[str, str | None], ...] = (
     {

@@ -6,7 +6,7 @@
   back, rolled back on mismatch); readings from the store. Other nodes' GPUs are refused.
 - `none`: readings from the store; nothing executes (proposals only).
 `auto` is `twin` for a simulated workspace, else the host's scheduler when `[scheduler]` names one (drain and
-restart through it) and nothing else.
+restart through it, `aiops.runtime.schedulers.SCHEDULER_BACKENDS`) and nothing else.
 On a real host the actuator is a `guardrails.routing.RoutingActuator`: each kind goes to the backend that
 executes it here (`host_backends`: the scheduler's kinds, NVML's under `nvml`, open_ticket/ack_alert recorded)
 and every other kind stands as a ticket. `executors_here(store)` answers the same table without connecting to
@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
 from aiops.integrations.ticket import TicketActuator
+from aiops.runtime.schedulers import scheduler_node, scheduler_routes
 from aiops.store import Store
 from aiops.store.lease import service_pid
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult, Actuator
-from guardrails.actuators_k8s import KubernetesActuator, core_api
+from guardrails.actuators_k8s import core_api
 from guardrails.actuators_nvml import NvmlPowerActuator
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
-from guardrails.actuators_slurm import SlurmActuator
 from guardrails.actuators_sysfs import CoolingActuator
 from guardrails.breaker import SchedulerView
 from guardrails.context import topology_from_store
@@ -124,7 +122,7 @@ def scheduler_view(
     config = store.scheduler
     if config.kind == "none":
         return None
-    local = _scheduler_node(store)
+    local = scheduler_node(store)
     names = {local: node} if node else {}
 
     def api() -> Any:
@@ -198,57 +196,17 @@ def _attach(
         if store.scheduler.kind != "none":
             # simulated GPUs beside a real scheduler (a node agent rig): the scheduler's kinds go to it
             routes = {kind: Route("twin", twin_actuator) for kind in DEFAULT_REGISTRY.kinds}
-            routes.update(_scheduler_routes(store, node, kube_api))
+            routes.update(scheduler_routes(store, node, kube_api))
             describe = f"twin, with {store.scheduler.kind} for the scheduler's actions"
             twin_actuator = RoutingActuator(routes, describe=describe)
         return Attached("twin", WorldReadings(held.world), topology, twin_actuator, describe, held)
     if actuator == "auto" and store.scheduler.kind != "none":
-        routes = _scheduler_routes(store, node, kube_api)
+        routes = scheduler_routes(store, node, kube_api)
         routes.update({kind: Route("record", RecordActuator()) for kind in ("open_ticket", "ack_alert")})
         describe = f"{store.scheduler.kind} (this host's scheduler); other kinds stand as tickets"
         routing = RoutingActuator(routes, describe=describe)
         return Attached("host", StoreReadings(store), topology, routing, describe)
     return Attached("none", StoreReadings(store), topology, None, "none (proposals only)")
-
-
-def _scheduler_node(store: Store) -> str:
-    """This host's name in its scheduler: `[scheduler] node_name`, else the hostname."""
-    return store.scheduler.node_name or socket.gethostname()
-
-
-def _scheduler_routes(store: Store, node: str | None, kube_api: Any) -> dict[str, Route]:
-    """The routes of `[scheduler]` (guardrails.routing.SCHEDULER_KINDS says which kinds): Slurm's drain,
-    reboot, requeue and migration through scontrol, Kubernetes' drain and restart through the API. `node`: this
-    agent's component name (`node0`, or the host's), which the scheduler knows as `_scheduler_node`."""
-    config = store.scheduler
-    if config.kind == "slurm":
-        local = _scheduler_node(store)
-        binaries = Path(config.binaries) if config.binaries else None
-        try:
-            slurm = SlurmActuator(local, binaries, component=node or local, timeout_s=config.timeout_s)
-        except ValueError as exc:  # a node name Slurm cannot have
-            raise PrerequisiteError(f'[scheduler] kind = "slurm": {exc}') from None
-        return {kind: Route("slurm", slurm) for kind in SCHEDULER_KINDS["slurm"]}
-    if config.kind != "kubernetes":
-        return {}
-    try:
-        api = (
-            kube_api
-            if kube_api is not None
-            else core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
-        )
-    except Exception as exc:  # no kubeconfig, not in a pod: a configuration problem, said once
-        raise PrerequisiteError(
-            f'[scheduler] kind = "kubernetes": no API client ({type(exc).__name__}: {exc})'
-        ) from None
-    local = _scheduler_node(store)
-    k8s = KubernetesActuator(
-        api,
-        local,
-        component_of=lambda target: local if target in (node, local) else target,
-        timeout_s=config.timeout_s,
-    )
-    return {kind: Route("kubernetes", k8s) for kind in KubernetesActuator.KINDS}
 
 
 def executors_here(
@@ -316,7 +274,7 @@ def _attach_nvml(
 
     power = NvmlPowerActuator(nvml_for, topology, initialise=False)
     routes = {kind: Route("nvml", power) for kind in NvmlPowerActuator.KINDS}
-    scheduled = _scheduler_routes(store, node, kube_api)
+    scheduled = scheduler_routes(store, node, kube_api)
     drain = scheduled.get("drain_node")
     is_drained = getattr(drain.actuator, "is_drained", None) if drain is not None else None
     ops = NvmlOpsActuator(nvml_for, topology, node_drained=is_drained, initialise=False)

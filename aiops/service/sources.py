@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from aiops.sim.twin import Twin
+    from collectors.nvml import NvmlCollector
 
 log = logging.getLogger("aiops.service")
 
@@ -145,18 +146,20 @@ def host_sources(config: Config) -> Sources:
         section = getattr(wanted, collector_section(collector.name))
         if section.enabled:
             sources.append(Source(collector.name, collector, section.interval_s))
-    if made.nvml is not None and wanted.workloads.enabled:
-        resolvers = config_resolvers(config, kube_node_name(config))
-        found = workload_collector(made.nvml, resolvers, wanted.root)
-        sources.append(Source(found.name, found, wanted.workloads.interval_s))
-    ranks = rank_timing_source(config) if wanted.rank_timing.enabled else None
-    if ranks is not None:
-        sources.append(Source(ranks.name, ranks, RANK_TIMING_POLL_S))
+    built: list[Collector] = []
+    for kind in SERVICE_COLLECTORS:  # the collectors built from the whole config
+        if getattr(wanted, kind.section).enabled:
+            found = kind.build(config, made.nvml)
+            if found is not None:
+                built.append(found)
+                sources.append(Source(found.name, found, kind.poll_s(config)))
 
     def close() -> None:
         made.close()
-        if ranks is not None:
-            ranks.close()
+        for found in built:
+            closing = getattr(found, "close", None)
+            if closing is not None:
+                closing()
 
     out = Sources(
         sources,
@@ -168,6 +171,34 @@ def host_sources(config: Config) -> Sources:
     out.topology_rows = list(made.topology.rows)
     out.placement = where
     return out
+
+
+@dataclass(frozen=True)
+class ServiceCollectorKind:
+    """A collector the service builds from its whole config, beside the host collectors of `collectors/host.py`
+    `HOST_COLLECTORS` (which need only the node, its root and its topology): the `[collectors]` section that
+    switches it, how to build it (from the config and this host's NVML collector, None where NVML is absent; None
+    back: nothing to collect here) and how often its rows are taken."""
+
+    section: str
+    build: Callable[[Config, NvmlCollector | None], Collector | None]
+    poll_s: Callable[[Config], float]
+
+
+def _workloads(config: Config, nvml: NvmlCollector | None) -> Collector | None:
+    """Which job's processes use each GPU (collectors/workloads): it asks NVML, so none without it."""
+    if nvml is None:
+        return None
+    resolvers = config_resolvers(config, kube_node_name(config))
+    return workload_collector(nvml, resolvers, config.collectors.root)
+
+
+SERVICE_COLLECTORS: tuple[ServiceCollectorKind, ...] = (
+    ServiceCollectorKind("workloads", _workloads, lambda c: c.collectors.workloads.interval_s),
+    ServiceCollectorKind(
+        "rank_timing", lambda config, _nvml: rank_timing_source(config), lambda _c: RANK_TIMING_POLL_S
+    ),
+)
 
 
 def labelled_rack_checked(where: Placement, config: Config) -> Placement:

@@ -40,8 +40,8 @@ class SimWorld(Protocol):
 class SimActuator:
     """set_power_limit / reset_power_limit through NVML, enable_lanes through the world; migrate_job (node ->
     idle node, `world.move_job`) and set_cooling_state (a rack's CDU flow setpoint, `world.set_coolant_flow`)
-    through the world; tickets, checks and acknowledgements are recorded only. Anything else answers ok=False
-    (no backend)."""
+    through the world; a ticket brings the world's repair crew (`world.open_ticket`, aiops/sim/repair.py);
+    checks and acknowledgements are recorded only. Anything else answers ok=False (no backend)."""
 
     RECORD_ONLY = ("open_ticket", "rerun_check", "ack_alert")
     NVML_OPS = NvmlOpsActuator.KINDS
@@ -114,9 +114,20 @@ class SimActuator:
             return self._migrate(action, dry_run)
         if action.kind == "set_cooling_state":
             return self._cooling(action, dry_run)
+        if action.kind == "open_ticket" and not dry_run:
+            return self._ticket(action)
         if action.kind in self.RECORD_ONLY:
             return ActuationResult(True, {"recorded": action.kind, "dry_run": dry_run})
         return ActuationResult(False, error=f"the simulator has no actuator for {action.kind}")
+
+    def _ticket(self, action: Action) -> ActuationResult:
+        """The twin's ticket system: a repair of the target comes after a stated time (aiops/sim/repair.py)."""
+        file = getattr(self.world, "open_ticket", None)
+        ticket = file(action.target) if file is not None else None
+        detail: dict[str, Any] = {"recorded": action.kind, "dry_run": False}
+        if ticket is not None:
+            detail["repair_due_s"] = ticket.due_s
+        return ActuationResult(True, detail)
 
     def read_back(self, action: Action) -> dict[str, Any]:
         if action.kind in ("set_power_limit", "reset_power_limit"):

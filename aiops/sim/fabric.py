@@ -41,6 +41,7 @@ TEARDOWN_S = 5.0  # a worker exits on its CUDA error; torchrun's agent notices a
 STRAGGLER_REPORT_EVERY = 10
 STRAGGLER_TIMER_NOISE = 0.01
 STRAGGLER_REPORT_LOSS = 0.1
+EVAL_DUTY = 0.85  # an evaluation pass: forward only, the GPUs mostly busy, no gradient all-reduce
 
 
 # (nic index, lane, tx_bytes, drops, ce_marks, retransmits, queue_delay_ms, lane_rate_bps, link_up)
@@ -55,6 +56,35 @@ StepRow = tuple[float, str, int, float, int | None, str | None, int]
 
 
 @dataclass
+class NicLanes:
+    """This step's NIC rows as arrays, [nic, slot]: slots 0-2 the lanes (network.LANES), 3 the `fifo` row of a NIC
+    without lanes; `present` where a row exists."""
+
+    present: npt.NDArray[np.bool_]
+    tx: F64
+    drops: I64
+    ce: I64
+    retrans: I64
+    queue_ms: F64
+    link_up: npt.NDArray[np.bool_]
+
+    @classmethod
+    def empty(cls, n: int) -> NicLanes:
+        def ints() -> I64:
+            return np.zeros((n, 4), dtype=np.int64)
+
+        return cls(
+            np.zeros((n, 4), dtype=bool),
+            np.zeros((n, 4)),
+            ints(),
+            ints(),
+            ints(),
+            np.zeros((n, 4)),
+            np.ones(n, dtype=bool),
+        )
+
+
+@dataclass
 class FabricOut:
     """What this step's fabric produced, for the sim adapter (aiops/sim/telemetry.py)."""
 
@@ -65,6 +95,7 @@ class FabricOut:
     pauses: list[int] = field(
         default_factory=list
     )  # per NIC: PFC pauses its full queue sent (lossless fabric)
+    lanes: NicLanes | None = None  # `nics` as arrays
 
 
 @dataclass
@@ -149,6 +180,9 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         if w.dead[gpus].any():  # hung: the live ranks spin in NCCL kernels, nothing completes
             duty[gpus] = 0.0
             continue
+        if w.eval_until_s[j] > w.elapsed_s:  # evaluating (benign churn): busy ranks, no step, no all-reduce
+            duty[gpus] = EVAL_DUTY
+            continue
         compute_s = (
             job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * mods.pcie_factor[gpus]
         )
@@ -205,7 +239,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     w.rank_starved = starved
     w.vip_demand_fraction = coll_bps / network.LINK_BPS
     class_bytes = _class_bytes(w, coll_bps, bulk_fraction)
-    out.nics, out.pauses = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
+    out.nics, out.pauses, out.lanes = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
     out.flows = _flow_rows(w, classes, class_bytes)
     cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
     cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
@@ -303,9 +337,9 @@ def _nic_rows(
     class_bytes: F64,
     coll_bps: F64,
     bulk_fraction: F64,
-) -> tuple[list[NicRow], list[int]]:
+) -> tuple[list[NicRow], list[int], NicLanes]:
     """Per NIC: one row per lane when lanes are enforced, else one `fifo` row. Drops, CE marks and
-    retransmits of a NIC are shared among its lanes by bytes."""
+    retransmits of a NIC are shared among its lanes by bytes (`_split`, a NIC at a time, vectorised)."""
     rng, n = w.rng, w.layout.nic_count
     activity = np.minimum(1.0, coll_bps / (network.LINK_BPS * 0.05)) + bulk_fraction * 3
     # incast bursts: a healthy NIC marks CE and drops (almost) nothing; without ECN it drops instead
@@ -324,44 +358,64 @@ def _nic_rows(
     rows_idx = np.arange(n)
     for c in range(len(network.TRAFFIC_CLASSES)):
         lane_bytes[rows_idx, classes.lanes[:, c]] += class_bytes[:, c]
-    lane_q = (eg.lane_queue_ms * jitter[:, None]).tolist()
-    lane_rate_bps = (w.lane_control.ceil_fraction * network.LINK_BPS).tolist()  # as the eBPF telemetry: ceil
-    fifo_q = (eg.fifo_queue_ms * jitter).tolist()
-    totals = class_bytes.sum(axis=1).tolist()
-    per_lane = lane_bytes.tolist()
-    d_, c_, r_ = drops.tolist(), ce.tolist(), retrans.tolist()
-    ups = w.link_up.tolist()
+    lane_q = eg.lane_queue_ms * jitter[:, None]
+    lane_rate_bps = w.lane_control.ceil_fraction * network.LINK_BPS  # as the eBPF telemetry reports: ceil
+    fifo_q = eg.fifo_queue_ms * jitter
+    totals = class_bytes.sum(axis=1)
+    # shares of each lane's bytes (a link down carries none: all on VIP), then each count split by them
+    moving = totals > 0
+    shares = np.where(moving[:, None], lane_bytes / np.where(moving, totals, 1.0)[:, None], [1.0, 0.0, 0.0])
+    lanes_d, lanes_c, lanes_r = (_split(count, shares) for count in (drops, ce, retrans))
+    enforced = w.lanes_enforced
+    # the same as arrays, a slot per lane and one for `fifo` (what the HCAs and the fleet's view read)
+    out = NicLanes.empty(n)
+    out.present[:, :3], out.present[:, 3] = enforced[:, None], ~enforced
+    out.tx[:, :3], out.tx[:, 3] = (
+        np.where(enforced[:, None], lane_bytes, 0.0),
+        np.where(enforced, 0.0, totals),
+    )
+    for mine, lanes, whole in (
+        (out.drops, lanes_d, drops),
+        (out.ce, lanes_c, ce),
+        (out.retrans, lanes_r, retrans),
+    ):
+        mine[:, :3], mine[:, 3] = np.where(enforced[:, None], lanes, 0), np.where(enforced, 0, whole)
+    out.queue_ms[:, :3], out.queue_ms[:, 3] = (
+        np.where(enforced[:, None], lane_q, 0.0),
+        np.where(enforced, 0.0, fifo_q),
+    )
+    out.link_up = w.link_up.copy()
     rows: list[NicRow] = []
-    for i, enforced in enumerate(w.lanes_enforced.tolist()):
-        d, c, r, up = d_[i], c_[i], r_[i], ups[i]
-        if not enforced:
-            rows.append((i, "fifo", totals[i], d, c, r, fifo_q[i], None, up))
+    ups = w.link_up.tolist()
+    per_lane, q_, rate_ = lane_bytes.tolist(), lane_q.tolist(), lane_rate_bps.tolist()
+    ld, lc, lr = lanes_d.tolist(), lanes_c.tolist(), lanes_r.tolist()
+    d_, c_, r_, t_, f_ = drops.tolist(), ce.tolist(), retrans.tolist(), totals.tolist(), fifo_q.tolist()
+    for i, on in enumerate(enforced.tolist()):
+        if not on:
+            rows.append((i, "fifo", t_[i], d_[i], c_[i], r_[i], f_[i], None, ups[i]))
             continue
-        bytes_per_lane = per_lane[i]
-        total = totals[i]
-        shares = [b / total for b in bytes_per_lane] if total > 0 else [1.0, 0.0, 0.0]  # link down: on VIP
-        lanes_d, lanes_c, lanes_r = _split(d, shares), _split(c, shares), _split(r, shares)
-        for lane, lane_name in enumerate(network.LANES):
+        for lane, name in enumerate(network.LANES):
             rows.append(
                 (
                     i,
-                    lane_name,
-                    bytes_per_lane[lane],
-                    lanes_d[lane],
-                    lanes_c[lane],
-                    lanes_r[lane],
-                    lane_q[i][lane],
-                    lane_rate_bps[i][lane],
-                    up,
+                    name,
+                    per_lane[i][lane],
+                    ld[i][lane],
+                    lc[i][lane],
+                    lr[i][lane],
+                    q_[i][lane],
+                    rate_[i][lane],
+                    ups[i],
                 )
             )
-    return rows, paused.tolist()
+    return rows, paused.tolist(), out
 
 
-def _split(count: int, shares: list[float]) -> list[int]:
-    """`count` events shared by `shares`, whole numbers that add up to `count` (the rest to the largest)."""
-    parts = [int(count * share) for share in shares]
-    parts[shares.index(max(shares))] += count - sum(parts)
+def _split(counts: I64, shares: F64) -> I64:
+    """Per NIC, `counts` events shared by `shares` (a row per NIC), whole numbers that add up to the count: each
+    lane its share rounded down, the rest to the lane with the largest share (the first of equal ones)."""
+    parts = (counts[:, None] * shares).astype(np.int64)
+    parts[np.arange(counts.size), np.argmax(shares, axis=1)] += counts - parts.sum(axis=1)
     return parts
 
 

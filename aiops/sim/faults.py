@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aiops.scenarios import FaultSpec
-from aiops.sim import network
+from aiops.sim import network, repair
 from aiops.sim.fault_models import FAULT_MODELS
 from aiops.sim.fault_models.devices import APP_XIDS
 from aiops.sim.fault_models.fabric import LONG_FLAP_EVERY, LONG_FLAP_EXTRA_S, LONG_FLAP_SEVERITY
@@ -44,6 +44,7 @@ class ActiveFault:
     next_event_s: float = 0.0
     flap_down_until_s: float = -1.0
     flaps: int = 0  # outages so far
+    repaired_s: float | None = None  # a ticket's repair ended it then (World.open_ticket)
     saved_limits_w: F64 | None = None
     saved_rules: tuple[network.Rule, ...] | None = None
     saved_enforced: np.ndarray | None = None
@@ -59,6 +60,8 @@ class ActiveFault:
 
     def active(self, elapsed_s: float) -> bool:
         end = self.spec.start_s + self.spec.duration_s if self.spec.duration_s is not None else float("inf")
+        if self.repaired_s is not None:
+            end = min(end, self.repaired_s)
         return self.spec.start_s <= elapsed_s < end
 
     def progress(self, elapsed_s: float, ramp_s: float) -> float:
@@ -110,8 +113,10 @@ class Modifiers:
 
 
 def apply(w: World) -> Modifiers:
-    """Start and end faults whose time has come; return this step's continuous modifiers."""
+    """Start and end faults whose time has come (repairs that came due end what they cover); return this step's
+    continuous modifiers."""
     lay, t = w.layout, w.elapsed_s
+    repair.complete_due(w)
     mods = Modifiers.neutral(lay)
     caps: dict[str, float] = {}  # DCIM scope (a rack, or the fleet) -> its budget in kW
     for f in w.faults:

@@ -63,6 +63,14 @@ POWER_HUNGER_SPREAD = 0.04  # ± per GPU (silicon leakage, VRM efficiency)
 BUSY_POWER_NOISE = 0.015  # standard deviation of a busy GPU's power from second to second, as a fraction
 
 
+WARM_CEILING_C = SW_SLOWDOWN_ONSET_C - 1.5  # a warm spot stays below where the driver starts pulling clocks
+
+
+def warm_add_c(target_c: np.ndarray, warm_c: np.ndarray) -> np.ndarray:
+    """What a warm spot adds to a GPU's thermal target: `warm_c`, never past `WARM_CEILING_C` (0 where none)."""
+    return np.asarray(np.minimum(warm_c, np.maximum(0.0, WARM_CEILING_C - target_c)))
+
+
 def blend(dt_s: float, tau_s: float) -> float:
     return 1.0 - math.exp(-dt_s / tau_s)
 
@@ -129,6 +137,8 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     coolant_c = w.supply_c[rack] + PLATE_RISE_C + 0.6 * flow_penalty
     r_th = w.r_th * mods.r_mult * (1.0 + 0.25 * flow_penalty)
     target_c = coolant_c + power_w * r_th + w.offset_c
+    if w.churn is not None:  # a warm spot (benign churn, aiops/sim/churn.py), below the slowdown point
+        target_c = target_c + warm_add_c(target_c, w.warm_c)
     w.temp_c = temp_c + (target_c - temp_c) * blend(dt_s, TAU_S)
     w.mem_temp_c = w.temp_c + 6.0 + 0.004 * power_w
     w.ecc_sbe += w.rng.random(g) < SBE_PROBABILITY_PER_S

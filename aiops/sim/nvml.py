@@ -99,6 +99,11 @@ class _EventSet:
     gpus: set[int]
 
 
+def gpu_uuid(seed: int, node: int, index: int, gpu: int) -> str:
+    """The UUID the twin's NVML reports for GPU `index` of `node` (global index `gpu`)."""
+    return f"GPU-{seed & 0xFFFFFFFF:08x}-{node & 0xFFFF:04x}-{index:04x}-5151-{gpu:012x}"
+
+
 def _error(code: int) -> pynvml.NVMLError:
     error: pynvml.NVMLError = pynvml.NVMLError(code)  # pynvml maps the code to its NVMLError_* subclass
     return error
@@ -175,8 +180,7 @@ class SimNvml(Operations):
 
     def nvmlDeviceGetUUID(self, handle: SimHandle) -> str:
         self._v(handle)
-        seed = self._world.scenario.seed & 0xFFFFFFFF
-        return f"GPU-{seed:08x}-{handle.node & 0xFFFF:04x}-{handle.index:04x}-5151-{handle.gpu:012x}"
+        return gpu_uuid(self._world.scenario.seed, handle.node, handle.index, handle.gpu)
 
     def nvmlDeviceGetTemperatureThreshold(self, handle: SimHandle, threshold: int) -> int:
         self._v(handle)
@@ -264,15 +268,23 @@ class SimNvml(Operations):
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
         return self._v(handle).link_gen[handle.gpu]
 
+    def _nvlink(self, device: SimHandle) -> GpuView:
+        """A PCIe card has no NVLink: NVML answers NOT_SUPPORTED (a scenario's `churn.pcie_nodes`)."""
+        view = self._v(device)
+        churn = self._world.churn
+        if churn is not None and self._node in churn.pcie_nodes:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return view
+
     def nvmlDeviceGetNvLinkState(self, device: SimHandle, link: int) -> int:
-        self._v(device)
+        self._nvlink(device)
         if not 0 <= link < 18:  # NVML_NVLINK_MAX_LINKS
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         state: int = pynvml.NVML_FEATURE_ENABLED if link == 0 else pynvml.NVML_FEATURE_DISABLED
         return state
 
     def nvmlDeviceGetNvLinkErrorCounter(self, device: SimHandle, link: int, counter: int) -> int:
-        view = self._v(device)
+        view = self._nvlink(device)
         if link != 0:
             return 0
         if counter == pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT:

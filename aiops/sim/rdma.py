@@ -153,18 +153,26 @@ def step(w: World) -> None:
 
 def _per_nic(w: World) -> tuple[I64, I64, I64, F64, F64, F64]:
     n = w.layout.nic_count
-    tx, ce, drops, queue_ms = (
-        np.zeros(n),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n),
-    )
-    for row in w.out.nics:
-        i = row[0]
-        tx[i] += row[2]
-        drops[i] += row[3]
-        ce[i] += row[4]
-        queue_ms[i] = max(queue_ms[i], row[6])
+    lanes = w.out.lanes
+    if lanes is not None:  # the NIC rows as arrays (fabric.NicLanes): summed lane by lane, as row by row
+        tx = np.zeros(n)
+        for slot in range(4):
+            tx += lanes.tx[:, slot]
+        drops, ce = lanes.drops.sum(axis=1), lanes.ce.sum(axis=1)
+        queue_ms = np.maximum(lanes.queue_ms.max(axis=1), 0.0)
+    else:
+        tx, ce, drops, queue_ms = (
+            np.zeros(n),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n),
+        )
+        for row in w.out.nics:
+            i = row[0]
+            tx[i] += row[2]
+            drops[i] += row[3]
+            ce[i] += row[4]
+            queue_ms[i] = max(queue_ms[i], row[6])
     collective, other = np.zeros(n), np.zeros(n)
     for flow in w.out.flows:
         if flow[1] == "collective":
@@ -272,7 +280,8 @@ def netdev_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
 
 
 def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
-    """ib_port_samples rows (collectors/schema.py order), one per NIC: device mlx5_<k> port 1 on its node."""
+    """ib_port_samples rows (collectors/schema.py order), one per NIC: device mlx5_<k> port 1 on its node; and a
+    node's spare port (`churn.unused_ports`), down because nothing is plugged in."""
     lay, h = w.layout, w.hca
     counters = h.counters.tolist()
     rows: list[tuple[object, ...]] = []
@@ -281,4 +290,9 @@ def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
         state, phys = ("ACTIVE", "LinkUp") if up else ("DOWN", "Polling")
         device = f"mlx5_{i % lay.nics_per_node}"
         rows.append((now_ts_s, node, device, 1, nic, state, phys, RATE_GBPS, *counters[i]))
+    spare = w.churn.unused_port_nodes if w.churn is not None else frozenset()
+    zeros = [0] * len(counters[0]) if counters else []
+    for n in sorted(spare):  # a spare HCA port with no cable: DOWN and Disabled since boot, every counter 0
+        device = f"mlx5_{lay.nics_per_node}"
+        rows.append((now_ts_s, lay.node_names[n], device, 1, None, "DOWN", "Disabled", RATE_GBPS, *zeros))
     return rows

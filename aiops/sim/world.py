@@ -16,7 +16,7 @@ import numpy as np
 
 from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
-from aiops.sim import fabric, faults, gpu, rdma
+from aiops.sim import churn, fabric, faults, gpu, rdma, repair
 from aiops.sim import network as net
 from aiops.sim.fabric import Classes, FabricOut
 from aiops.sim.gpu import MIN_LIMIT_W, TDP_W
@@ -141,6 +141,11 @@ class World:
         self.held_job: I64 = np.full(n, -1, dtype=np.int64)  # per node: a job a drain stopped in place
         self.node_reboots: I64 = np.zeros(n, dtype=np.int64)
         self.job_restarts: I64 = np.zeros(j, dtype=np.int64)
+        self.tickets: list[repair.Ticket] = []  # filed with `open_ticket`: the repair crew's work (repair.py)
+        # benign churn (churn.py, a scenario's `churn:`): a job evaluating until then, a GPU's warm spot in °C
+        self.eval_until_s: F64 = np.full(j, -1.0)
+        self.warm_c: F64 = np.zeros(g)
+        self.churn_rng = np.random.default_rng([scenario.seed, churn.STREAM, 1])
         # standing state a calibrated what-if world takes from the store (aiops/sim/calibrate_hw.py); neutral in a
         # scenario's world, where faults drive these effects instead
         self.brake_factor: F64 = np.ones(g)  # clock factor of a power brake the stored clocks showed
@@ -153,6 +158,7 @@ class World:
         self.out = FabricOut()
         self.hca = rdma.Hca.of(lay, scenario.seed)  # the NICs' RDMA counters, and the ranks' NCCL log lines
         self.faults = [faults.bind(lay, f, i, scenario.seed) for i, f in enumerate(scenario.faults)]
+        self.churn = churn.Churn.of(self)
         self._nvml: dict[int, SimNvml] = {}
         busy_w = np.where(lay.in_job, gpu.BUSY_POWER_W, gpu.IDLE_POWER_W)
         self.temp_c: F64 = self.supply_c[lay.gpu_rack] + gpu.PLATE_RISE_C + busy_w * self.r_th + self.offset_c
@@ -191,6 +197,10 @@ class World:
             raise ValueError(f"power limit {watts} W outside [{MIN_LIMIT_W}, {TDP_W}]")
         self.power_limit_w[gpu_index] = watts
         self.v.limit_mw[gpu_index] = round(watts * 1000)
+
+    def open_ticket(self, component: str) -> repair.Ticket | None:
+        """A ticket for `component`: its repair ends the faults it covers after a stated time (repair.py)."""
+        return repair.open_ticket(self, component)
 
     def set_lanes_enforced(self, nic: str, enforced: bool) -> None:
         self.lanes_enforced[self.layout.nic_index[nic]] = enforced
@@ -255,6 +265,8 @@ class World:
     def step(self, dt_s: float = 1.0) -> None:
         self.elapsed_s += dt_s
         mods = faults.apply(self)
+        if self.churn is not None:
+            self.churn.apply(self)
         self._standing()
         gpu.facility(self, mods, dt_s)
         gpu.gpus(self, mods, dt_s)

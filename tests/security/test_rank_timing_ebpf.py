@@ -1,7 +1,9 @@
 """Per-rank timing against real processes linking the real libnccl (the nvidia-nccl-cu13 wheel) and libcudart,
 as root with bcc (fails instead of skipping with AIOPS_REQUIRE_EBPF=1). There is no GPU driver here: every
 NCCL and CUDA call fails at once, and the uprobes fire all the same. Two processes are ranks 0 and 1 of one
-torchrun-style job (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT); a third gives its rank to ncclCommInitRank only."""
+torchrun-style job (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT); a third gives its rank to ncclCommInitRank only.
+Blocked time is checked against a known value on a stand-in libnccl.so.2 whose ncclAllReduce sleeps a set time
+(profile_fixtures/slow_nccl.c): the real one fails at once here, so only a bound (> 0) holds for it."""
 
 from __future__ import annotations
 
@@ -50,11 +52,13 @@ def require_rank_timing() -> Path:
     pytest.skip(f"rank timing prerequisites missing: {missing}")
 
 
-def build_nccl_rank(directory: Path, nccl: Path) -> Path:
+def build_nccl_rank(directory: Path, nccl: Path, libnccl_dir: Path | None = None) -> Path:
+    """nccl_rank.c linked against the real libnccl (the wheel's), or the libnccl.so.2 in `libnccl_dir`."""
     binary = directory / "nccl_rank"
+    lib = libnccl_dir if libnccl_dir is not None else nccl / "lib"
     include = [f"-I{CUDA_ROOT / 'include'}", f"-I{nccl / 'include'}"]
-    link = [f"-L{CUDART.parent}", "-lcudart", f"-L{nccl / 'lib'}", "-l:libnccl.so.2"]
-    rpath = [f"-Wl,-rpath,{CUDART.parent}", f"-Wl,-rpath,{nccl / 'lib'}"]
+    link = [f"-L{CUDART.parent}", "-lcudart", f"-L{lib}", "-l:libnccl.so.2"]
+    rpath = [f"-Wl,-rpath,{CUDART.parent}", f"-Wl,-rpath,{lib}"]
     source = str(FIXTURES / "nccl_rank.c")
     subprocess.run(
         ["gcc", "-O1", "-fno-omit-frame-pointer", *include, source, *link, *rpath, "-o", str(binary)],
@@ -160,3 +164,66 @@ def test_rank_from_nccl_comm_init_arguments(nccl_rank: Path) -> None:
     assert first["job"] == f"torchrun-nccl-only-{os.getpid()}"
     assert (first["rank"], first["world_size"]) == (3, 8)
     assert {row[-1] for row in mine} == {"nccl"}
+
+
+SLOW_ALL_REDUCE_US = 3000  # what each ncclAllReduce of the stand-in libnccl blocks
+
+
+def build_slow_nccl(directory: Path, nccl: Path) -> Path:
+    """The stand-in libnccl.so.2 (profile_fixtures/slow_nccl.c) in `directory`, with the real one's header."""
+    library = directory / "libnccl.so.2"
+    include = [f"-I{CUDA_ROOT / 'include'}", f"-I{nccl / 'include'}"]
+    subprocess.run(
+        [
+            "gcc",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            f"-DSLOW_ALL_REDUCE_US={SLOW_ALL_REDUCE_US}",
+            *include,
+            str(FIXTURES / "slow_nccl.c"),
+            "-Wl,-soname,libnccl.so.2",
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    return directory
+
+
+def test_blocked_time_is_the_time_a_call_blocks(tmp_path: Path) -> None:
+    """Each ncclAllReduce of the stand-in library sleeps 3 ms: a window's blocked time is its calls times 3 ms
+    (plus the sleep's overshoot and the probes' own trap, under 1 ms a call even on a loaded machine); the
+    all-gathers that return at once block well under 1 ms a call. A unit error (ns read as us, ms as s) is
+    1000 times off and fails."""
+    nccl = require_rank_timing()
+    binary = build_nccl_rank(tmp_path, nccl, build_slow_nccl(tmp_path, nccl))
+    env = {"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": f"slow-nccl-{os.getpid()}"}
+    collector = RankTimingCollector("gpu-a100-017", period_s=1.5, window_s=1.0)
+    with rank_process(binary, env, "0", "0", "0") as target:
+        try:
+            collector.rows(time.time())
+            deadline = time.monotonic() + 30
+            mine: list[dict[str, object]] = []
+            while time.monotonic() < deadline and not {"all_reduce", "all_gather"} <= {r["op"] for r in mine}:
+                time.sleep(0.5)
+                found = collector.rows(time.time()).get("rank_timing_samples")
+                columns, rows = found if found else ((), [])
+                mine += [
+                    r
+                    for r in (dict(zip(columns, row, strict=True)) for row in rows)
+                    if r["pid"] == target.pid
+                ]
+        finally:
+            collector.close()
+    reduces = [r for r in mine if r["op"] == "all_reduce"]
+    gathers = [r for r in mine if r["op"] == "all_gather"]
+    assert reduces and gathers, mine
+    for r in reduces:
+        calls, blocked_s = int(r["calls"]), float(r["blocked_s"])  # type: ignore[call-overload,arg-type]
+        assert calls > 0, r
+        per_call_s = blocked_s / calls
+        assert SLOW_ALL_REDUCE_US * 1e-6 <= per_call_s < SLOW_ALL_REDUCE_US * 1e-6 + 1e-3, r
+        assert blocked_s <= float(r["window_s"]) * 1.05, r  # one thread cannot block longer than the window  # type: ignore[arg-type]
+    for r in gathers:
+        assert 0 < float(r["blocked_s"]) / int(r["calls"]) < 1e-3, r  # type: ignore[arg-type,call-overload]

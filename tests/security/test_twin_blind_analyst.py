@@ -1,22 +1,27 @@
 """Issue 22 item 2: the analyst cannot see the twin. A simulated workspace holds the scenario it was made from
 (`sim_runs`, faults included) and the twin's log (`twin_log`); detection, diagnosis and remediation
-(`aiops.pipeline.analyze_store`: aiops.detect, aiops.rca, aiops.playbooks) must judge the telemetry alone. Each
-scenario is simulated once the way `aiops simulate` does, copied, the copy's twin tables dropped (any read of
-them fails there), and both analysed: the incidents, the hypotheses (root cause, component, confidence,
-evidence) and the remediation must be identical. tests/test_layers.py forbids the import path to aiops.sim.
+(aiops.detect, aiops.rca, aiops.playbooks) must judge the telemetry alone. Each scenario is simulated once the way
+`aiops eval` does and analysed there through the eval's own entry point (`aiops.runtime.analysis.analyze` with the
+twin the process holds, as evals/harness.py `score_analysis` calls it); a copy, its twin tables dropped (any read
+of them fails there), is analysed by `aiops.pipeline.analyze_store` in a fresh process that never ran the twin, so
+nothing the twin left in a module-level variable reaches it. The incidents, the hypotheses (root cause,
+component, confidence, evidence) and the remediation must be identical. tests/test_layers.py forbids the import
+path to aiops.sim.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from aiops.pipeline import RunResult, analyze_store
-from aiops.runtime.analysis import simulate_into
+from aiops.pipeline import RunResult
+from aiops.runtime.analysis import analyze, simulate_into
 from aiops.store import Store
 from tests.security.twin_observed import TWIN_TABLES
 from tests.simkit import fault, scenario
@@ -27,14 +32,6 @@ SCENARIOS: dict[str, list[dict[str, Any]]] = {
     "loader": [fault("input_pipeline_bottleneck", "node2", 0.8)],
     "ecc and cap": [fault("gpu_ecc_error", "node2/gpu1", 0.8), fault("power_cap_misconfig", "node0", 0.8)],
 }
-
-
-def _simulated(path: Path, faults: list[dict[str, Any]]) -> None:
-    with Store(path) as store:
-        simulate_into(store, scenario(faults))
-        assert (
-            store.scalar("SELECT count(*) FROM sim_runs") == 1
-        )  # the run is recorded: there is something to hide
 
 
 def _hide_the_twin(path: Path) -> None:
@@ -80,21 +77,49 @@ def diagnosis(result: RunResult) -> dict[str, Any]:
     }
 
 
-def analysed(path: Path) -> dict[str, Any]:
-    with Store(path) as store:
-        return diagnosis(analyze_store(store))
+BLIND = """
+import json, sys
+from aiops.pipeline import analyze_store
+from aiops.runtime.world import attach, desk
+from aiops.store import Store
+from tests.security.test_twin_blind_analyst import diagnosis
+with Store(sys.argv[1]) as store:
+    now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
+    guard = desk(store, attach(store, actuator="none"), clock=lambda: now_ts_s)
+    print(json.dumps(diagnosis(analyze_store(store, desk=guard, origin="eval")), default=str))
+"""
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def analysed_blind(path: Path) -> dict[str, Any]:
+    """`path` analysed in a fresh Python process (nothing of the twin's in its memory)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", BLIND, str(path)], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_analyst_concludes_the_same_without_the_twins_tables(name: str, tmp_path: Path) -> None:
     seen, blind = tmp_path / "seen.duckdb", tmp_path / "blind.duckdb"
-    _simulated(seen, SCENARIOS[name])
+    with Store(seen) as store:  # simulated as the eval does; the twin stays in this process
+        twin = simulate_into(store, scenario(SCENARIOS[name]))
+        assert (
+            store.scalar("SELECT count(*) FROM sim_runs") == 1
+        )  # the run is recorded: there is something to hide
     shutil.copyfile(seen, blind)
     _hide_the_twin(blind)
     with Store(blind) as store, pytest.raises(Exception, match="sim_runs"):
         store.query("SELECT * FROM sim_runs")
-    normal = analysed(seen)
+    with Store(seen) as store:  # the eval's entry point (evals/harness.py score_analysis), the twin held
+        now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
+        normal = _json(diagnosis(analyze(store, twin=twin, origin="eval", clock=lambda: now_ts_s)))
     assert normal["diagnoses"] and all(d["hypotheses"] for d in normal["diagnoses"]), normal["incidents"]
     causes = {d["hypotheses"][0]["root_cause"] for d in normal["diagnoses"]}
     assert causes & {f["kind"] for f in SCENARIOS[name]}, causes  # a real diagnosis, not an empty one
-    assert analysed(blind) == normal
+    assert analysed_blind(blind) == normal

@@ -1,6 +1,7 @@
 """What a real source reports while a fault lasts: the columns tests/security/test_twin_leaks.py lets carry
 information about a fault, each with the fault kinds it may react to and the source that reports it on a real
-cluster (docs/SIMULATOR.md, "What is observable, and by whom"). `<rows>` is a table's row rate.
+cluster (docs/SIMULATOR.md, "What is observable, and by whom"). `<rows>` is a table's row rate, `<entities>` the
+entities (keys) a table has only while the fault lasts (allowed too where its `<rows>` is).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ CAPS = frozenset({"power_cap_misconfig", "facility_power_cap", "power_brake", "t
 HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
 FLAP = frozenset({"nic_link_flap"})
 ECN = frozenset({"ecn_misconfig"})
+IDLE = frozenset(  # the job stops or starves: its GPUs idle
+    {"gpu_ecc_error", "application_error", "input_pipeline_bottleneck"}
+)
 XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
 
 _MEASURED: dict[tuple[str, str], str] = {
@@ -76,8 +80,9 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         "nvmlDeviceGetClockInfo(NVML_CLOCK_SM): lower under a cap or heat",
     ),
     ("gpu_samples", "clocks_event_reasons"): (
-        CAPS,
-        "nvmlDeviceGetCurrentClocksEventReasons: SwPowerCap / HW slowdown bits while the cap or brake holds",
+        CAPS | HEAT | IDLE,
+        "nvmlDeviceGetCurrentClocksEventReasons: SwPowerCap / HW slowdown bits while the cap or brake holds, the "
+        "thermal bits while the GPU is hot, GpuIdle while its job waits",
     ),
     ("gpu_samples", "power_limit_w"): (
         frozenset({"power_cap_misconfig", "facility_power_cap"}),
@@ -118,6 +123,15 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ("nic_samples", "<rows>"): (
         frozenset({"bulk_traffic_contention", "lane_misclassification"}),
         "the eBPF lane counters report a row for each lane that carried traffic",
+    ),
+    ("flow_class_samples", "<entities>"): (
+        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
+        "the eBPF classifier reports a class on a lane once traffic of it flows there",
+    ),
+    ("lane_rules", "<entities>"): (
+        frozenset({"lane_misclassification"}),
+        "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
+        "misclassification itself",
     ),
     ("nic_samples", "link_up"): (FLAP, "/sys/class/net/*/carrier"),
     ("nic_samples", "drops"): (

@@ -1,0 +1,450 @@
+"""What the product recorded over the operator's day (every tier's workspace, read after the run), and the
+figures: per fault and in total, each measured against the twin's ground truth (bench/oncall_truth.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiops.scenarios import Scenario
+from aiops.sim.world import SIM_EPOCH_TS_S, World
+from aiops.store import Store
+from bench.oncall_people import Alert, Signature
+from bench.oncall_truth import (
+    Attribution,
+    Executed,
+    FaultTruth,
+    Ground,
+    Incident,
+    attribute,
+    gpus_of,
+    nodes_of,
+)
+from guardrails.registry import DEFAULT_REGISTRY
+
+NOT_ACTIONABLE = frozenset({"open_ticket", "ack_alert", "rerun_check"})  # they change nothing in the cluster
+UNDOES = {"set_power_limit": "reset_power_limit", "migrate_job": "migrate_job"}
+
+
+@dataclass
+class Proposal:
+    tier: str
+    proposal_id: str
+    kind: str
+    target: str
+    parameters: dict[str, Any]
+    status: str
+    incident_id: str | None
+    created_s: float
+    physical: bool
+    origin: str
+
+
+@dataclass
+class Records:
+    incidents: list[Incident] = field(default_factory=list)
+    proposals: list[Proposal] = field(default_factory=list)
+    executed: list[Executed] = field(default_factory=list)
+
+
+@dataclass
+class DayState:
+    """Everything the figures need, saved beside the run's workspaces (`save`, `load`): figures can be computed
+    again from a finished day without running it again."""
+
+    scenario: Scenario
+    ground: Ground
+    alerts: list[Alert]
+    signatures: list[Signature]
+    cases: list[tuple[str, str, int]]  # (tier, incident id, steps approved) per page worked on
+    refusals: int
+    blind: list[dict[str, Any]]
+    steps: list[int]  # per job, completed over the day
+    records: Records
+    wall_s: float
+    announced: int = 0  # maintenance windows announced to the product before the day
+
+
+def save(state: DayState, path: Path) -> None:
+    ground = state.ground
+    data = {
+        "scenario": state.scenario.model_dump(mode="json"),
+        "faults": [
+            {**asdict(f), "own_nodes": sorted(f.own_nodes), "nodes": sorted(f.nodes)} for f in ground.faults
+        ],
+        "placements": ground.placements,
+        "alerts": [asdict(a) for a in state.alerts],
+        "signatures": [asdict(s) for s in state.signatures],
+        "cases": state.cases,
+        "refusals": state.refusals,
+        "blind": state.blind,
+        "steps": state.steps,
+        "records": asdict(state.records),
+        "wall_s": state.wall_s,
+        "announced": state.announced,
+    }
+    path.write_text(json.dumps(data))
+
+
+def load(path: Path) -> DayState:
+    data = json.loads(path.read_text())
+    scenario = Scenario.model_validate(data["scenario"])
+    faults = [
+        FaultTruth(**{**f, "own_nodes": set(f["own_nodes"]), "nodes": set(f["nodes"])})
+        for f in data["faults"]
+    ]
+    placements = [(float(t), dict(jobs)) for t, jobs in data["placements"]]
+    raw = data["records"]
+    records = Records(
+        [Incident(**i) for i in raw["incidents"]],
+        [Proposal(**p) for p in raw["proposals"]],
+        [Executed(**e) for e in raw["executed"]],
+    )
+    alerts = [Alert(**{**a, "events": [tuple(e) for e in a["events"]]}) for a in data["alerts"]]
+    return DayState(
+        scenario,
+        Ground(World(scenario), faults, placements),
+        alerts,
+        [Signature(**s) for s in data["signatures"]],
+        [(str(t), str(i), int(n)) for t, i, n in data["cases"]],
+        int(data["refusals"]),
+        list(data["blind"]),
+        [int(n) for n in data["steps"]],
+        records,
+        float(data["wall_s"]),
+        int(data.get("announced", 0)),
+    )
+
+
+def _elapsed(ts_s: float | None) -> float | None:
+    return None if ts_s is None else float(ts_s) - SIM_EPOCH_TS_S
+
+
+def collect_records(cluster: Any, work: Path) -> Records:
+    """Every tier's incidents (with the top hypothesis), proposals and, from each node's twin log, the actions
+    that changed the world."""
+    out = Records()
+    for agent in cluster.every():
+        path = agent.service.config.store.path
+        with Store(path, read_only=True) as store:
+            for row in store.query(
+                "SELECT i.incident_id, i.opened_ts_s, i.resolved_ts_s, i.title, i.severity, i.components, "
+                "h.root_cause, h.component FROM incidents i LEFT JOIN hypotheses h "
+                "ON h.incident_id = i.incident_id AND h.rank = 1 ORDER BY i.opened_ts_s"
+            ):
+                out.incidents.append(
+                    Incident(
+                        agent.name,
+                        str(row["incident_id"]),
+                        float(row["opened_ts_s"]) - SIM_EPOCH_TS_S,
+                        _elapsed(row["resolved_ts_s"]),
+                        str(row["title"]),
+                        [str(c) for c in row["components"] or []],
+                        str(row["root_cause"] or ""),
+                        str(row["component"] or ""),
+                        str(row["severity"]),
+                    )
+                )
+            for row in store.query(
+                "SELECT proposal_id, kind, target, action, status, incident_id, created_ts_s, physical, origin "
+                "FROM proposals ORDER BY created_ts_s"
+            ):
+                action = json.loads(str(row["action"]))
+                out.proposals.append(
+                    Proposal(
+                        agent.name,
+                        str(row["proposal_id"]),
+                        str(row["kind"]),
+                        str(row["target"]),
+                        dict(action.get("parameters") or {}),
+                        str(row["status"]),
+                        None if row["incident_id"] is None else str(row["incident_id"]),
+                        float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
+                        bool(row["physical"]),
+                        str(row["origin"] or ""),
+                    )
+                )
+            if agent.twin is not None:
+                for row in store.query(
+                    "SELECT elapsed_s, proposal_id, payload FROM twin_log WHERE kind = 'action' ORDER BY seq"
+                ):
+                    action = json.loads(str(row["payload"]))["action"]
+                    out.executed.append(
+                        Executed(
+                            agent.name,
+                            str(row["proposal_id"]),
+                            str(action["kind"]),
+                            str(action["target"]),
+                            dict(action.get("parameters") or {}),
+                            float(row["elapsed_s"]),
+                        )
+                    )
+    out.executed.sort(key=lambda e: e.elapsed_s)
+    return out
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 1) if values else None
+
+
+def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict[str, Any]:
+    scenario, truth, records = state.scenario, state.ground, state.records
+    world = truth.world
+    end_s = scenario.duration_s
+    node_days = world.layout.nodes * scenario.duration_s / 86_400.0
+    # which incident each proposal remedies (the fleet's own id where a node only executed the fleet's)
+    owner: dict[str, tuple[str, str]] = {}
+    for p in records.proposals:
+        if p.incident_id and not p.origin.startswith("fleet:"):  # the tier that filed it, not one it ran on
+            owner.setdefault(p.proposal_id, (p.tier, p.incident_id))
+    by_incident: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for pid, key in owner.items():
+        by_incident[key].append(pid)
+    action_fault: dict[str, int | None] = {}
+    verdict: dict[tuple[str, str], Attribution] = {}
+    for incident in sorted(records.incidents, key=lambda i: i.opened_s):
+        found = attribute(incident, truth, records.executed, action_fault, end_s)
+        key = (incident.tier, incident.incident_id)
+        verdict[key] = found
+        for pid in by_incident.get(key, []):
+            action_fault.setdefault(pid, found.fault if found.what != "false" else None)
+
+    def fault_of(key: tuple[str, str] | None) -> Attribution:
+        return verdict.get(key, Attribution("false")) if key is not None else Attribution("false")
+
+    per: dict[int, dict[str, Any]] = {f.index: defaultdict(int) for f in truth.faults}
+    # pages where they landed
+    pages_false, pages_self, pages_blind = 0, 0, 0
+    page_rows = []
+    for alert in state.alerts:
+        key = (str(alert.details.get("node") or alert.source), str(alert.details.get("incident_id") or ""))
+        at_s = alert.opened_ts_s - SIM_EPOCH_TS_S
+        found = _named(alert.summary, at_s, truth, end_s) or Attribution("unnamed")
+        if found.what == "unnamed" and any(_says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
+            found = Attribution(
+                "blind"
+            )  # a page about a real loss of sight (it names no fault): not a fault's
+        elif found.what == "unnamed":
+            found = fault_of(key)
+        page_rows.append((at_s, key, found.what, found.fault, alert.summary))
+        if found.what == "blind":
+            pages_blind += 1
+        elif found.what == "fault" and found.fault is not None:
+            per[found.fault]["pages"] += 1
+        elif found.what == "self":
+            pages_self += 1
+            if found.fault is not None:
+                per[found.fault]["self_pages"] += 1
+        else:
+            pages_false += 1
+    for found in verdict.values():
+        if found.what == "self" and found.fault is not None:
+            per[found.fault]["self_inflicted"] += 1
+        if found.what == "fault" and found.fault is not None:
+            per[found.fault]["incidents"] += 1
+    self_total = sum(1 for f in verdict.values() if f.what == "self")
+    # signatures, and steps the on-call took
+    unattributed_signatures = 0
+    for sig in state.signatures:
+        found = fault_of((sig.tier, sig.incident_id))
+        if found.fault is not None:
+            per[found.fault]["signatures"] += 1
+        else:
+            unattributed_signatures += 1
+    for tier, incident_id, steps in state.cases:
+        found = fault_of((tier, incident_id))
+        if found.fault is not None:
+            per[found.fault]["steps"] += steps
+    # GPUs the executed physical actions touched
+    touched: dict[int, set[str]] = defaultdict(set)
+    for action in records.executed:
+        spec = DEFAULT_REGISTRY.get(action.kind)
+        fault = action_fault.get(action.proposal_id)
+        if spec is None or not spec.physical or fault is None:
+            continue
+        jobs = truth.jobs_at(action.elapsed_s)
+        touched[fault] |= gpus_of(action.target, world, jobs, action.parameters.get("to"))
+    # proposals that would undo an executed action
+    undo = 0
+    for p in records.proposals:
+        if p.kind not in UNDOES.values():
+            continue
+        for action in records.executed:
+            if action.elapsed_s > p.created_s or UNDOES.get(action.kind) != p.kind:
+                continue
+            if _undoes(p, action, truth):
+                undo += 1
+                fault = action_fault.get(action.proposal_id)
+                if fault is not None:
+                    per[fault]["undo_proposals"] += 1
+                break
+    # proposals on no real fault that would change the cluster
+    false_actionable = sum(
+        1
+        for p in records.proposals
+        if p.kind not in NOT_ACTIONABLE
+        and p.status != "denied"
+        and not p.origin.startswith("fleet:")  # the fleet's own proposal, counted on the fleet
+        and fault_of(owner.get(p.proposal_id)).what != "fault"
+    )
+    faults = []
+    for f in truth.faults:
+        row = per[f.index]
+        mttm = None
+        if f.ever_hurt and not f.hurting_now:
+            mttm = round((f.last_hurt_s or f.start_s) + scrape_s - f.start_s, 1)
+        elif not f.ever_hurt:
+            mttm = 0.0
+        mttr = round(f.cleared_s - f.start_s, 1) if f.cleared_s is not None else None
+        faults.append(
+            {
+                "index": f.index,
+                "kind": f.kind,
+                "target": f.target,
+                "start_s": f.start_s,
+                "nature": f.nature,
+                "pages": row["pages"],
+                "incidents": row["incidents"],
+                "signatures": row["signatures"],
+                "steps": row["steps"],
+                "gpus_touched": len(touched[f.index]),
+                "gpus_affected": len(f.affected_gpus),
+                "self_inflicted": row["self_inflicted"],
+                "undo_proposals": row["undo_proposals"],
+                "mttm_s": mttm,
+                "mttr_s": mttr,
+                "hurting_at_end": f.hurting_now,
+                "in_force_at_end": f.in_force_now,
+            }
+        )
+    started = [r for r in faults if r["start_s"] < end_s]
+    touched_total = sum(r["gpus_touched"] for r in started)
+    affected_total = sum(r["gpus_affected"] for r in started)
+    blind = _blind(state.blind, page_rows, scrape_s)
+    false_pages = pages_false + pages_self
+    total = {
+        "faults": len(started),
+        "pages": len(page_rows),
+        "pages_real": sum(r["pages"] for r in started),  # on a real fault (blind spells apart: blind_pages)
+        "pages_per_fault": round(sum(r["pages"] for r in started) / len(started), 2) if started else None,
+        "faults_paged": sum(1 for r in started if r["pages"] > 0),
+        "faults_paged_once": sum(1 for r in started if r["pages"] == 1),
+        "false_pages": false_pages,
+        "self_inflicted_pages": pages_self,
+        "blind_pages": pages_blind,
+        "false_pages_per_1000_node_days": round(1000.0 * false_pages / node_days, 1),
+        "signatures": len(state.signatures),
+        "signatures_median": _median([float(r["signatures"]) for r in started]),
+        # over the faults that paged (the person was called): the goal's median
+        "signatures_median_paged": _median([float(r["signatures"]) for r in started if r["pages"]]),
+        "signatures_unattributed": unattributed_signatures,
+        "refused_approvals": state.refusals,
+        "steps": sum(r["steps"] for r in started),
+        "gpus_touched": touched_total,
+        "gpus_affected": affected_total,
+        "touched_over_affected": round(touched_total / affected_total, 2) if affected_total else None,
+        "self_inflicted": self_total,
+        "undo_proposals": undo,
+        "mttm_s_median": _median([r["mttm_s"] for r in started if r["mttm_s"] is not None]),
+        "mttr_s_median": _median([r["mttr_s"] for r in started if r["mttr_s"] is not None]),
+        "unmitigated": sum(1 for r in started if r["hurting_at_end"]),
+        "unrecovered": sum(1 for r in started if r["mttr_s"] is None),
+        "incidents": len(records.incidents),
+        "incidents_false": sum(1 for f in verdict.values() if f.what == "false"),
+        "proposals": len(records.proposals),
+        "executed": len(records.executed),
+        "false_actionable": false_actionable,
+        "false_actionable_per_1000_node_days": round(1000.0 * false_actionable / node_days, 1),
+        "node_days": round(node_days, 2),
+        "maintenance_windows_announced": state.announced,
+        "ettr": {**ettr_of, "product_over_oracle": round(ettr_of["product"] / ettr_of["oracle"], 4)},
+        "blind": blind,
+        "blind_s_max": max((b["blind_s"] for b in blind), default=None),
+    }
+    return {
+        "cluster": {
+            "nodes": world.layout.nodes,
+            "gpus": world.layout.gpu_count,
+            "hours": round(scenario.duration_s / 3600.0, 2),
+            "scrape_s": scrape_s,
+            "seed": scenario.seed,
+        },
+        "wall_s": state.wall_s,
+        "total": total,
+        "faults": faults,
+        "pages": [
+            {
+                "at_s": round(t, 1),
+                "tier": k[0],
+                "incident": k[1],
+                "what": what,
+                "fault": fault,
+                "summary": s[:160],
+            }
+            for t, k, what, fault, s in page_rows
+        ],
+    }
+
+
+_TOP_CAUSE = re.compile(r"top cause: (\w+) on (\S+)")
+
+
+def _named(summary: str, at_s: float, truth: Ground, end_s: float) -> Attribution | None:
+    """The fault a page named when it went out (its summary's top cause: the label on the fault's hardware, the
+    fault in force then), whatever the incident's diagnosis became later; None when it names none."""
+    found = _TOP_CAUSE.search(summary)
+    if found is None:
+        return None
+    label, component = found.groups()
+    nodes = nodes_of(component, truth.world, truth.jobs_at(at_s))
+    for f in truth.faults:
+        low, high = truth.window(f, end_s)
+        if f.kind == label and nodes & f.own_nodes and low <= at_s <= high:
+            return Attribution("fault", f.index)
+    return None
+
+
+def _undoes(p: Proposal, action: Executed, truth: Ground) -> bool:
+    world = truth.world
+    if action.kind == "migrate_job":
+        return p.target == action.parameters.get("to") and p.parameters.get("to") == action.target
+    jobs = truth.jobs_at(p.created_s)
+    return bool(gpus_of(p.target, world, jobs) & gpus_of(action.target, world, jobs))
+
+
+BLIND_WORDS = ("prometheus", "source", "victoria", "stale", "blind", "unreachable")
+
+
+def _says(event: dict[str, Any], at_s: float, key: tuple[str, str], summary: str, scrape_s: float) -> bool:
+    """Whether a page opened at `at_s` is about the blind spell `event`: during it (or two scrapes after), naming
+    the lost agent's node (and that it is lost), or the source that went blind."""
+    start, end = float(event["start_s"]), float(event["end_s"])
+    if not start <= at_s <= end + 2 * scrape_s:
+        return False
+    text = f"{key[0]} {key[1]} {summary}".lower()
+    if event["what"] == "node_agent_lost":
+        named = re.search(rf"\b{re.escape(str(event['component']))}(?![/\w])", text)
+        return bool(named) and ("lost" in text or "agent" in text)
+    return any(w in text for w in BLIND_WORDS)
+
+
+def _blind(events: list[dict[str, Any]], pages: list[Any], scrape_s: float) -> list[dict[str, Any]]:
+    """Per blind spell: how long until a page said so (the whole spell when none did)."""
+    out = []
+    for event in events:
+        said = next(
+            (at_s for at_s, key, _w, _f, summary in pages if _says(event, at_s, key, summary, scrape_s)), None
+        )
+        start, end = float(event["start_s"]), float(event["end_s"])
+        out.append(
+            {**event, "paged_at_s": said, "blind_s": round((said if said is not None else end) - start, 1)}
+        )
+    return out
+
+
+__all__ = ["DayState", "Records", "collect_records", "figures", "load", "nodes_of", "save"]

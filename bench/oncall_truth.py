@@ -1,0 +1,281 @@
+"""The twin's ground truth for the operator's day: which fault was real, which GPUs it affected, when it stopped
+hurting and when it was gone, and which of the product's incidents, pages, proposals and actions belong to which
+fault. Only the bench reads this; the product never sees it.
+
+Per fault, sampled every scrape from the world (`Truth.sample`):
+- in force: the cause is still there (the fault is active and its change stands: a limit still low, a GPU still
+  lost, ECN still off, a NIC still without lanes, the wrong rule still in place; an uncorrectable ECC error or an
+  application crash until the job has restarted);
+- hurting: in force on hardware that carries a job's work (the job moved off, or was drained away: mitigated).
+MTTM is when it last stopped hurting, MTTR when it stopped being in force (None: still at the run's end).
+
+GPUs affected: the fault's own hardware (a GPU 1, a node its GPUs, a NIC the GPUs that send through it, a rack its
+GPUs, the fleet or a lane policy every GPU). GPUs touched: the GPUs an executed physical action changed (its
+target's GPUs; a migration both nodes'), taken from the twins' logs of what was executed.
+
+An incident (any tier) belongs to a fault when it opened while the fault was in force (from 60 s before its start
+to 15 min after it ended): first the fault of the incident's label on the nodes its hardware stands on (or such a
+fault that arrived while the incident was open: its diagnosis, read after the run, moved to it); else, when
+an executed action reached one of the incident's components in the hour before (its target, and for the kinds that
+restart a job, that job's nodes), the incident is self-inflicted (that action's fault is charged); else the first
+fault whose hardware or job the incident's nodes overlap (misdiagnosed); anything else is a false alarm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiops.sim.fabric import TEARDOWN_S
+from aiops.sim.faults import ActiveFault
+from aiops.sim.gpu import TDP_W
+from aiops.sim.world import RESTART_S, World
+
+ONESHOT = ("gpu_ecc_error", "application_error")
+BEFORE_S = 30.0  # an incident may open this long before the fault's start (sample clocks)
+AFTER_S = 900.0  # ... and this long after it was gone (resolution lag)
+CAUSED_WITHIN_S = 3600.0  # an action causes what opens on its components within this
+RESTARTS_JOB = frozenset({"migrate_job", "drain_node", "restart_job", "reboot_node", "gpu_reset"})
+
+
+def in_force(w: World, f: ActiveFault) -> bool:
+    if not f.started or not f.active(w.elapsed_s):
+        return False
+    kind = f.kind
+    if kind in ONESHOT:
+        return w.elapsed_s < f.spec.start_s + TEARDOWN_S + RESTART_S
+    if kind == "power_cap_misconfig":
+        return bool((w.power_limit_w[f.gpus] < 0.9 * TDP_W).any())
+    if kind == "gpu_fell_off_bus":
+        return bool((w.lost[f.gpus] | w.dead[f.gpus]).any())
+    if kind == "ecn_misconfig" and f.nic is not None:
+        return not bool(w.ecn_enabled[f.nic])
+    if kind == "bulk_traffic_contention" and f.nic is not None:
+        return not bool(w.lanes_enforced[f.nic]) and w.scenario.lanes == "enabled"
+    if kind == "lane_misclassification":
+        wrong = {r.rule_id for r in w.rules if r.override}
+        return bool(wrong)
+    return True
+
+
+def carries_work(w: World, f: ActiveFault) -> bool:
+    lay = w.layout
+    if f.nic is not None:
+        return bool(lay.busy_nodes[lay.nic_node[f.nic]])
+    if f.gpus.size:
+        return bool(lay.in_job[f.gpus].any())
+    return bool(lay.in_job.any())  # a lane policy: every job's traffic
+
+
+def fault_gpus(w: World, f: ActiveFault) -> list[str]:
+    lay = w.layout
+    if f.nic is not None:
+        return [n for i, n in enumerate(lay.gpu_names) if int(lay.gpu_nic[i]) == f.nic]
+    if f.gpus.size:
+        return [lay.gpu_names[g] for g in f.gpus.tolist()]
+    return list(lay.gpu_names)
+
+
+@dataclass
+class FaultTruth:
+    index: int
+    kind: str
+    target: str
+    start_s: float
+    nature: str
+    affected_gpus: list[str] = field(default_factory=list)
+    own_nodes: set[str] = field(default_factory=set)  # the nodes its hardware stands on
+    nodes: set[str] = field(default_factory=set)  # ... and its jobs' nodes at the start
+    ever_hurt: bool = False
+    last_hurt_s: float | None = None
+    cleared_s: float | None = None
+    hurting_now: bool = False
+    in_force_now: bool = False
+
+
+class Truth:
+    """What happened to each fault, sampled from the world every scrape (elapsed seconds)."""
+
+    def __init__(self, world: World, natures: dict[str, str]) -> None:
+        self.world = world
+        self.faults = [
+            FaultTruth(i, f.kind, f.spec.target, f.spec.start_s, natures.get(f.kind, ""))
+            for i, f in enumerate(world.faults)
+        ]
+        self.placements: list[tuple[float, dict[str, list[str]]]] = []  # (elapsed, job -> nodes)
+        self._version = -1
+
+    def sample(self) -> None:
+        w = self.world
+        t, lay = w.elapsed_s, w.layout
+        if lay.placement_version != self._version:
+            self._version = lay.placement_version
+            jobs = {job.name: [lay.node_names[n] for n in job.nodes] for job in lay.jobs}
+            self.placements.append((t, jobs))
+        for truth, f in zip(self.faults, w.faults, strict=True):
+            if not f.started:
+                continue
+            if not truth.affected_gpus:
+                truth.affected_gpus = fault_gpus(w, f)
+                truth.own_nodes, truth.nodes = self._nodes_of(f)
+            force = in_force(w, f)
+            hurt = force and carries_work(w, f)
+            truth.in_force_now, truth.hurting_now = force, hurt
+            if hurt:
+                truth.ever_hurt, truth.last_hurt_s = True, t
+            if not force and truth.cleared_s is None:
+                truth.cleared_s = t
+
+    def _nodes_of(self, f: ActiveFault) -> tuple[set[str], set[str]]:
+        lay = self.world.layout
+        if f.nic is not None:
+            own = {lay.node_names[int(lay.nic_node[f.nic])]}
+        elif f.gpus.size and f.gpus.size < lay.gpu_count:
+            own = {lay.node_names[int(n)] for n in np.unique(lay.gpu_node[f.gpus])}
+        else:
+            own = set(lay.node_names)
+        out = set(own)
+        for job in lay.jobs:
+            nodes = {lay.node_names[n] for n in job.nodes}
+            if nodes & own:
+                out |= nodes
+        return own, out
+
+    def ground(self) -> Ground:
+        return Ground(self.world, self.faults, self.placements)
+
+
+@dataclass
+class Ground:
+    """What the sampling found, for reading after the run (saved and loaded with the run's state): `world` is
+    there for the cluster's names only (racks, nodes, GPUs, NICs), placements come from `placements`."""
+
+    world: World
+    faults: list[FaultTruth]
+    placements: list[tuple[float, dict[str, list[str]]]]
+
+    def jobs_at(self, elapsed_s: float) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for t, jobs in self.placements:
+            if t <= elapsed_s:
+                found = jobs
+        return found
+
+    def window(self, truth: FaultTruth, end_s: float) -> tuple[float, float]:
+        gone = truth.cleared_s if truth.cleared_s is not None else end_s
+        return truth.start_s - BEFORE_S, gone + AFTER_S
+
+
+def nodes_of(component: str, world: World, jobs: dict[str, list[str]]) -> set[str]:
+    """The twin's nodes a component name stands on (job: where its ranks ran then)."""
+    lay = world.layout
+    if component.startswith("job:"):
+        return set(jobs.get(component.removeprefix("job:"), []))
+    if component == "fleet" or component.startswith("policy:"):
+        return set(lay.node_names)
+    if component in lay.rack_names:
+        r = lay.rack_names.index(component)
+        return {n for i, n in enumerate(lay.node_names) if int(lay.node_rack[i]) == r}
+    head = component.split("/", 1)[0]
+    return {head} if head in lay.node_names else set()
+
+
+def gpus_of(component: str, world: World, jobs: dict[str, list[str]], to: str | None = None) -> set[str]:
+    """GPUs a target stands for (a migration: both nodes'); a NIC: the GPUs that send through it."""
+    lay = world.layout
+    if component in lay.nic_index:
+        k = lay.nic_index[component]
+        return {n for i, n in enumerate(lay.gpu_names) if int(lay.gpu_nic[i]) == k}
+    if component in lay.gpu_index:
+        return {component}
+    nodes = nodes_of(component, world, jobs) | ({to} if to else set())
+    return {g for g in lay.gpu_names if g.split("/", 1)[0] in nodes}
+
+
+@dataclass
+class Incident:
+    tier: str
+    incident_id: str
+    opened_s: float  # elapsed
+    resolved_s: float | None
+    title: str
+    components: list[str]
+    root_cause: str
+    component: str
+    severity: str
+
+
+@dataclass
+class Executed:
+    node: str  # the twin agent that executed it
+    proposal_id: str
+    kind: str
+    target: str
+    parameters: dict[str, Any]
+    elapsed_s: float
+
+
+@dataclass
+class Attribution:
+    what: str  # fault | self | false
+    fault: int | None = None  # the fault (for self: the fault of the action that caused it)
+    action: str | None = None  # self: the proposal id of the action
+
+
+def _same_hardware(names: list[str], action: Executed, world: World, jobs: dict[str, list[str]]) -> bool:
+    """Whether an action could have changed what the incident names: any, for kinds that restart a job; else a
+    GPU, NIC or node of its target (a power limit set on node3's GPUs, not node3's NIC)."""
+    if action.kind in RESTARTS_JOB:
+        return True
+    target_gpus = gpus_of(action.target, world, jobs)
+    mine = set().union(*(gpus_of(c, world, jobs) for c in names if c and not c.startswith("job:")))
+    return bool(mine & target_gpus) or any(c.startswith("job:") for c in names)
+
+
+def attribute(
+    incident: Incident,
+    truth: Ground,
+    executed: list[Executed],
+    action_fault: dict[str, int | None],
+    end_s: float,
+) -> Attribution:
+    jobs = truth.jobs_at(incident.opened_s)
+    world = truth.world
+    names = [*incident.components, incident.component]
+    nodes = set().union(*(nodes_of(c, world, jobs) for c in names if c))
+    overlapping = []
+    for f in truth.faults:
+        low, high = truth.window(f, end_s)
+        if low <= incident.opened_s <= high and nodes & f.nodes:
+            overlapping.append(f)
+    for f in overlapping:
+        if f.kind == incident.root_cause and nodes & f.own_nodes:
+            return Attribution("fault", f.index)
+    closed_s = incident.resolved_s if incident.resolved_s is not None else end_s
+    for f in truth.faults:  # an open incident whose diagnosis moved to a fault that arrived later
+        low, high = truth.window(f, end_s)
+        if (
+            f.kind == incident.root_cause
+            and nodes & f.own_nodes
+            and low <= closed_s
+            and incident.opened_s <= high
+        ):
+            return Attribution("fault", f.index)
+    for action in reversed(executed):
+        if not 0.0 <= incident.opened_s - action.elapsed_s <= CAUSED_WITHIN_S:
+            continue
+        before = truth.jobs_at(action.elapsed_s)
+        reach = nodes_of(action.target, world, before) | (
+            {str(action.parameters["to"])} if "to" in action.parameters else set()
+        )
+        if action.kind in RESTARTS_JOB:
+            for job_nodes in before.values():
+                if set(job_nodes) & reach:
+                    reach |= set(job_nodes)
+        if nodes & reach and _same_hardware(names, action, world, jobs):
+            return Attribution("self", action_fault.get(action.proposal_id), action.proposal_id)
+    if overlapping:
+        return Attribution("fault", overlapping[0].index)
+    return Attribution("false")
