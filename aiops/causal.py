@@ -181,20 +181,16 @@ def symptom_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | 
     late in its input phase (`detail["cause"]`, aiops/detect/stragglers.py) is the data loader's, no sign of a
     GPU's heat next to it."""
     if kind == "rank_straggler":
-        return _INPUT if detail.get("cause") == "input" else None
+        return labels.INPUT_STRAGGLER_LABELS if detail.get("cause") == "input" else None
     if kind == "power_limit_drop":
         verdict = detail.get("cap")
-        return _CAP_VERDICT.get(verdict) if isinstance(verdict, str) else None
+        return labels.LIMIT_DROP_VERDICT_LABELS.get(verdict) if isinstance(verdict, str) else None
     mask = detail.get("mask")
     if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
         return None
     if not mask & _SPECIFIC:
         return _HEAT | labels.CLOCK_REASON_LABELS["hw_power_brake"] if mask & HW_SLOWDOWN else None
     return frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
-
-
-_INPUT = frozenset({"input_pipeline_bottleneck"})  # as aiops/rca/stragglers.py reads the input class
-_CAP_VERDICT = {"at": frozenset({"facility_power_cap"}), "below": frozenset({"power_cap_misconfig"})}
 
 
 def own_sign_of(kind: str, detail: Mapping[str, object]) -> frozenset[str]:
