@@ -136,14 +136,28 @@ def one_cause(
     """Could one cause, of which `kind_a` on `a` is an own sign, also produce `kind_b` on `b`: a label with
     `kind_a` among its own signs and `kind_b` among its signs, on a component of its target kinds over both
     (and among `labels_a` / `labels_b` when a symptom itself says which causes can produce it: the throttle
-    reasons of a `gpu_throttle`, `throttle_labels`)."""
-    return any(
-        kind_a in spec.anchors
+    reasons of a `gpu_throttle`, a drop judged against a DCIM cap, `symptom_labels`)."""
+    return bool(one_cause_labels(kind_a, a, kind_b, b, rack_of, labels_a, labels_b))
+
+
+def one_cause_labels(
+    kind_a: str,
+    a: str,
+    kind_b: str,
+    b: str,
+    rack_of: RackOf,
+    labels_a: Collection[str] | None = None,
+    labels_b: Collection[str] | None = None,
+) -> frozenset[str]:
+    """The labels through which `one_cause` holds (empty when it does not)."""
+    return frozenset(
+        spec.label
+        for spec in labels.SPECS
+        if kind_a in spec.anchors
         and kind_b in spec.anchors | spec.shared_anchors
         and (labels_a is None or spec.label in labels_a)
         and (labels_b is None or spec.label in labels_b)
         and any(_one_scope(t, a, b, rack_of) for t in spec.target_kinds)
-        for spec in labels.SPECS
     )
 
 
@@ -159,15 +173,35 @@ _REASON_LABELS: tuple[tuple[int, frozenset[str]], ...] = (
 _SPECIFIC = THERMAL | SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN
 
 
-def throttle_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | None:
-    """The causes a `gpu_throttle` symptom's reasons (`detail["mask"]`) allow; None (any) for other kinds or
-    when the reasons are unknown. A GPU capped by its power limit is no sign of its neighbour's heat."""
+def symptom_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | None:
+    """The causes a symptom itself allows; None (any) when it does not say. A `gpu_throttle`'s reasons
+    (`detail["mask"]`): a GPU capped by its power limit is no sign of its neighbour's heat. A
+    `power_limit_drop` judged against a DCIM cap in force at the drop (`detail["cap"]`, aiops/detect/limits.py):
+    a drop to the level the cap asked is the cap's; one below it is a limit somebody lowered. A `rank_straggler`
+    late in its input phase (`detail["cause"]`, aiops/detect/stragglers.py) is the data loader's, no sign of a
+    GPU's heat next to it."""
+    if kind == "rank_straggler":
+        return labels.INPUT_STRAGGLER_LABELS if detail.get("cause") == "input" else None
+    if kind == "power_limit_drop":
+        verdict = detail.get("cap")
+        return labels.LIMIT_DROP_VERDICT_LABELS.get(verdict) if isinstance(verdict, str) else None
     mask = detail.get("mask")
     if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
         return None
     if not mask & _SPECIFIC:
         return _HEAT | labels.CLOCK_REASON_LABELS["hw_power_brake"] if mask & HW_SLOWDOWN else None
     return frozenset(label for bits, names in _REASON_LABELS if mask & bits for label in names)
+
+
+def own_sign_of(kind: str, detail: Mapping[str, object]) -> frozenset[str]:
+    """The labels of which this symptom is an own sign (what dates a cause of that label), narrowed by what the
+    symptom allows (`symptom_labels`): a GPU throttled by SwPowerCap alone is an own sign of nothing."""
+    allowed = symptom_labels(kind, detail)
+    return frozenset(
+        spec.label
+        for spec in labels.SPECS
+        if kind in spec.anchors and (allowed is None or spec.label in allowed)
+    )
 
 
 def benign_explained(kinds: Collection[str]) -> frozenset[str]:

@@ -312,6 +312,15 @@ CLOCK_REASON_LABELS: dict[str, frozenset[str]] = {
     for reason in ("thermal", "power_cap", "hw_power_brake")
 }
 
+# What a symptom's own verdict allows (aiops.causal.symptom_labels): a power-limit drop judged against a DCIM cap
+# in force at the drop (aiops/detect/limits.py: `at` the level the cap asked, or `below` it), and a rank late in
+# its input phase (aiops/detect/stragglers.py `cause: input`, as aiops/rca/stragglers.py reads that class).
+LIMIT_DROP_VERDICT_LABELS: dict[str, frozenset[str]] = {
+    "at": frozenset({"facility_power_cap"}),
+    "below": frozenset({"power_cap_misconfig"}),
+}
+INPUT_STRAGGLER_LABELS: frozenset[str] = frozenset({"input_pipeline_bottleneck"})
+
 # Kind of abnormal line in an operator's files -> the labels whose playbooks tell its readings apart, first first.
 FINDING_LABELS: dict[str, tuple[str, ...]] = {
     kind: tuple(

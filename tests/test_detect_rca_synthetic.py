@@ -12,8 +12,8 @@ T0 = 1_767_225_600.0
 GPUS = [f"node{n}/gpu{g}" for n in range(2) for g in range(4)]
 
 
-def _fill(store: Store, duration_s: int = 400, hot_gpu: str | None = None, hot_from_s: int = 10**9) -> None:
-    rng = np.random.default_rng(1)
+def topology(store: Store) -> None:
+    """rack0 of node0 and node1, four GPUs each (`GPUS`)."""
     store.ingest(
         "topology",
         {
@@ -25,6 +25,11 @@ def _fill(store: Store, duration_s: int = 400, hot_gpu: str | None = None, hot_f
             "idx": [0, 0, 1, *[int(g[-1]) for g in GPUS]],
         },
     )
+
+
+def _fill(store: Store, duration_s: int = 400, hot_gpu: str | None = None, hot_from_s: int = 10**9) -> None:
+    rng = np.random.default_rng(1)
+    topology(store)
     store.ingest(
         "job_ranks",
         {

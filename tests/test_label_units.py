@@ -37,7 +37,7 @@ from aiops.labels import (
 from aiops.models import Hypothesis
 from aiops.pipeline import analyze_store
 from aiops.playbooks import load_playbooks, remediation
-from aiops.rca import fabric_scorers, gpu_scorers, rdma_scorers
+from aiops.rca import fabric_scorers, gpu_scorers, rdma_scorers, throttle_scorers
 from aiops.rca.scorers import SCORED_LABELS, SCORER_ENTRIES
 from aiops.sim.fault_models import FAULT_MODELS, devices, fabric, thermal
 from evals.real_harness import score_case
@@ -130,7 +130,7 @@ def test_scorers_give_the_labels_their_specs_say() -> None:
     extra = set(SCORED_LABELS) - _with("scorer")
     assert not extra, f"labels the analyst scores whose spec says scorer=False: {sorted(extra)}"
     # what each module's candidates can carry is what its registered scorers declare
-    for module in (gpu_scorers, fabric_scorers, rdma_scorers):
+    for module in (gpu_scorers, throttle_scorers, fabric_scorers, rdma_scorers):
         named = {
             label for e in SCORER_ENTRIES if e.scorer.__module__ == module.__name__ for label in e.labels
         }

@@ -7,7 +7,7 @@ import json
 
 from aiops.detect.incidents import IncidentTracker
 from aiops.detect.rules import Detector
-from aiops.detect.windows import reading_ahead, sample_interval_s, time_range
+from aiops.detect.windows import racks_of_nodes, reading_ahead, sample_interval_s, time_range
 from aiops.models import Incident
 from aiops.store import Store
 
@@ -38,12 +38,6 @@ def detection_window_s(store: Store, window_s: float = 10.0) -> float:
     """`window_s`, or the samples' spacing when that is longer: a window holds at least one scrape."""
     interval_s = sample_interval_s(store)
     return max(window_s, interval_s) if interval_s else window_s
-
-
-def racks_of_nodes(store: Store) -> dict[str, str]:
-    """node → rack from the topology table (empty when the store has no topology)."""
-    rows = store.query("SELECT node, rack FROM topology WHERE kind = 'node' AND rack IS NOT NULL")
-    return {str(r["node"]): str(r["rack"]) for r in rows}
 
 
 def save_incidents(store: Store, incidents: list[Incident], *, replace_all: bool = True) -> None:

@@ -2,10 +2,15 @@
 path of the dependency graph (the throttling GPU, the slow steps of its job, the collective latency of its
 peers), so a new symptom joins an open incident when it is on a component causally related to one of that
 incident's (`aiops.causal`: same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks)
-and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both), or when its
-onset comes within `join_s` of the incident's opening (one event seen on several components at once). A symptom
-on an unrelated component, or an independent one on a related component (a PCIe fault next to a hot GPU, a DCIM
-cap minutes into a thermal fault, a fault during benign ambient drift), opens an incident of its own. A
+and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both while that
+cause still spreads), or when its onset comes within `join_s` of the incident's opening (one event seen on
+several components at once). A symptom on an unrelated component, or an independent one on a related component
+(a PCIe fault next to a hot GPU, a DCIM cap minutes into a thermal fault, a fault during benign ambient drift),
+opens an incident of its own; so does a new onset of an already-explained cause on another component once the
+first one's symptoms settled (`_spreading`: a second GPU of a node overheating minutes after the first, a
+second power limit lowered, a limit lowered below what a DCIM cap asked), uniformly across labels, as two link
+flaps on one node always were. A symptom that moves in steps (a power limit lowered, then lowered again) is
+placed step by step (`_key`). A
 job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put with the open
 incident of a fault whose onset came last before it (the most recent change explains it; a benign condition's
 incident only when no other is open). Each (kind, component) stays with the incident it first joined; an
@@ -25,12 +30,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aiops.causal import SIGNED, benign_explained, node_of, one_cause, symptoms_related, throttle_labels
+from aiops.causal import (
+    SIGNED,
+    benign_explained,
+    covers,
+    node_of,
+    one_cause,
+    one_cause_labels,
+    own_sign_of,
+    symptom_labels,
+    symptoms_related,
+)
 from aiops.config_notify import SeverityConfig
 from aiops.detect.kinds import PERSISTENT
 from aiops.detect.rules import INFO, STRONG
 from aiops.detect.severity import impact, worse
-from aiops.labels import component_kind
+from aiops.labels import SPEC, component_kind
 from aiops.models import Incident, Symptom
 
 # A weak symptom opens an incident only when it persists this long (its rule already needed 2 windows).
@@ -48,8 +63,22 @@ WEAK_KINDS_TO_OPEN = {
 PEER_WAIT = {"gpu_idle_in_job"}
 JOIN_S = 20.0  # onsets this close are one event seen on several components (two 10 s windows)
 CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be reported (a rule with a baseline)
+# How long one cause keeps spreading to other components after its last onset on one (`_spreading`).
+SETTLE_S = 60.0
 
-Key = tuple[str, str]  # (kind, component)
+STEPPED = frozenset({"power_limit_drop"})  # symptoms that move in steps, each dated (aiops/detect/limits.py)
+Key = tuple[str, str, float | None]  # (kind, component, the onset of its step: `_key`)
+
+
+def _key(s: Symptom) -> Key:
+    """A symptom's identity in the tracker: its kind and component, and for a symptom that moves in steps (a
+    power limit lowered, then lowered again: `detail["since_ts_s"]`, aiops/detect/limits.py) the step's onset,
+    so each step is placed on its own. Only such a kind (`STEPPED`): another symptom's `since_ts_s` (a
+    straggler's, which moves every window) says nothing about a new onset."""
+    since = s.detail.get("since_ts_s") if s.kind in STEPPED else None
+    return s.kind, s.component, float(since) if isinstance(since, (int, float)) else None
+
+
 ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
 
 
@@ -67,14 +96,14 @@ class _Open:
     symptoms: list[Symptom] = field(default_factory=list)
     resolved_ts_s: float | None = None
     severity_floor: str = "info"  # a resumed incident's severity: it never drops while the incident is open
-    keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component) with its first ts
-    firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component) as first seen
+    keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component, step) with its first ts
+    firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component, step) as first seen
 
     def add(self, symptoms: list[Symptom]) -> None:
         self.symptoms.extend(symptoms)
         for s in symptoms:
-            self.keys.setdefault((s.kind, s.component), s.ts_s)
-            self.firsts.setdefault((s.kind, s.component), s)
+            self.keys.setdefault(_key(s), s.ts_s)
+            self.firsts.setdefault(_key(s), s)
 
 
 @dataclass(frozen=True)
@@ -94,6 +123,7 @@ class IncidentTracker:
         job_of: Mapping[str, str] | None = None,
         join_s: float = JOIN_S,
         cause_lag_s: float = CAUSE_LAG_S,
+        settle_s: float = SETTLE_S,
         id_prefix: str = ANALYSIS_PREFIX,
         severity: SeverityConfig | None = None,
     ) -> None:
@@ -102,6 +132,7 @@ class IncidentTracker:
         self.quiet_s = quiet_s
         self.join_s = join_s
         self.cause_lag_s = cause_lag_s
+        self.settle_s = settle_s
         self.rack_of: Mapping[str, str] = rack_of or {}  # node → rack; unknown racks merge (the safe error)
         self.job_of: Mapping[str, str] = {}  # GPU → the job its rank serves
         self.job_nodes: dict[str, set[str | None]] = {}
@@ -128,8 +159,8 @@ class IncidentTracker:
         window) are all a benign condition's (ambient drift explains no job's slow steps); the one opened last
         when every one is."""
         for group in reversed(self.open):
-            keys = {*group.firsts, *((p.kind, p.component) for p in placed.get(group.number, []))}
-            hardware = [k for k, c in keys if not c.startswith("job:")]
+            keys = {*group.firsts, *(_key(p) for p in placed.get(group.number, []))}
+            hardware = [k for k, c, _ in keys if not c.startswith("job:")]
             explained = benign_explained(hardware)
             if not hardware or any(k not in INFO and k not in explained for k in hardware):
                 return group
@@ -166,7 +197,7 @@ class IncidentTracker:
                 group.last_ts_s = now_ts_s
             if group in opened:
                 out.append(Transition("opened", self._incident(group)))
-            elif {(s.kind, s.component) for s in batch} - was:
+            elif {_key(s) for s in batch} - was:
                 out.append(Transition("updated", self._incident(group)))
         return out
 
@@ -179,7 +210,7 @@ class IncidentTracker:
         fresh_hw: list[Symptom] = []
         fresh_job: list[Symptom] = []
         for s in symptoms:
-            known = owner.get((s.kind, s.component))
+            known = owner.get(_key(s))
             if known is not None:
                 placed.setdefault(known.number, []).append(s)
             elif s.component.startswith("job:"):
@@ -221,16 +252,16 @@ class IncidentTracker:
         for group in self.open:
             firsts = dict(group.firsts)  # each member as first seen (a symptom seen again keeps its onset)
             for p in placed.get(group.number, []):
-                firsts.setdefault((p.kind, p.component), p)
+                firsts.setdefault(_key(p), p)
             hardware = [m for m in firsts.values() if not m.component.startswith("job:")]
             explained = benign_explained({m.kind for m in hardware})  # the weather's: they anchor nothing
             anchors = [m for m in hardware if m.kind not in PEER_WAIT and m.kind not in explained] or [
                 m for m in hardware if m.kind not in explained
             ]
-            if any(self._linked(s, m) for m in anchors):
+            if any(self._linked(s, m, anchors) for m in anchors):
                 related.append(group)
             elif job is not None and (
-                f"job:{job}" in {c for _, c in firsts}
+                f"job:{job}" in {c for _, c, _ in firsts}
                 or any(node_of(m.component, self.rack_of) in self.job_nodes.get(job, set()) for m in anchors)
             ):
                 same_job.append(group)
@@ -243,16 +274,19 @@ class IncidentTracker:
                 return found[-1]
         return None
 
-    def _linked(self, s: Symptom, member: Symptom) -> bool:
-        """Does new symptom `s` share a cause with an incident's `member` (as first seen)? Both must lie on one
-        causal path (`aiops.causal.symptoms_related`), and then: their onsets within `join_s` (one event), or
-        `s` a consequence of no cause's signs (PFC pauses) on the same node, or one cause that the
-        member is an own sign of produces `s` too (a node's heat spreading over its GPUs, a rack's coolant
-        heating its nodes; throttle reasons narrow the causes: a power limit is no sign of heat), or `s` is the
-        own sign of a cause that produces the member, reported at most `cause_lag_s` after it by a rule that
-        needs a baseline or several windows (a coolant drop; a DCIM signal or a counter is dated at its onset). Otherwise `s` is an independent fault: a PCIe
-        fault on a GPU next to a hot one, a DCIM cap arriving minutes into a GPU's thermal fault, a real fault
-        during benign ambient drift."""
+    def _linked(self, s: Symptom, member: Symptom, anchors: list[Symptom]) -> bool:
+        """Does new symptom `s` share a cause with an incident's `member` (as first seen; `anchors`: the
+        incident's members that date a cause)? Both must lie on one causal path
+        (`aiops.causal.symptoms_related`), and then: their onsets within `join_s` (one event), or `s` a
+        consequence of no cause's signs (PFC pauses) on the same node, or one cause that the member is an own
+        sign of produces `s` too (a node's heat spreading over its GPUs, a rack's coolant heating its nodes;
+        the symptoms narrow the causes: a power limit is no sign of heat, a limit lowered below what a DCIM cap
+        asked is no sign of the cap) while that cause is still spreading (`_spreading`), or `s` is the own sign
+        of a cause that produces the member, reported at most `cause_lag_s` after it by a rule that needs a
+        baseline or several windows (a coolant drop; a DCIM signal or a counter is dated at its onset).
+        Otherwise `s` is an independent fault: a PCIe fault on a GPU next to a hot one, a DCIM cap arriving
+        minutes into a GPU's thermal fault, a real fault during benign ambient drift, a second GPU of a node
+        overheating minutes after the first."""
         kind, component, rack_of = member.kind, member.component, self.rack_of
         if not symptoms_related(s.kind, s.component, kind, component, rack_of):
             return False
@@ -261,11 +295,35 @@ class IncidentTracker:
         node = node_of(s.component, rack_of)
         if s.kind not in SIGNED and node is not None and node == node_of(component, rack_of):
             return True
-        new, old = throttle_labels(s.kind, s.detail), throttle_labels(kind, member.detail)
-        if one_cause(kind, component, s.kind, s.component, rack_of, old, new):
+        new, old = symptom_labels(s.kind, s.detail), symptom_labels(kind, member.detail)
+        via = one_cause_labels(kind, component, s.kind, s.component, rack_of, old, new)
+        if via and self._spreading(s, member, via, anchors):
             return True
         late = s.kind in PERSISTENT and 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s
         return late and one_cause(s.kind, s.component, kind, component, rack_of, new, old)
+
+    def _spreading(self, s: Symptom, member: Symptom, via: frozenset[str], anchors: list[Symptom]) -> bool:
+        """Is `s`, which one of the causes `via` could produce from `member`, part of that cause's spread? A
+        cause that reaches several components (a node's cooling its GPUs, a rack's coolant its nodes) shows on
+        them one after another, each onset soon after the last; once its symptoms have settled (no new onset of
+        its signs on another component for `settle_s`), an own sign of a cause on yet another component is a
+        new onset: a second GPU's cooling failing, a second limit lowered, not the first cause spreading. The
+        spread is counted on the components beside `s`, not over it (a rack's coolant drop is where its cause
+        sits: the heat it brings to the nodes lags it by the thermal time constants, and its first effect is
+        never late; the weather over the racks is the fleet's). The same component and a consequence that dates
+        no cause (a rank idling, a GPU held at its limit by SwPowerCap, a limit brought to a DCIM cap's level)
+        spread without settling."""
+        if s.component == member.component or not own_sign_of(s.kind, s.detail):
+            return True
+        signs = frozenset(k for label in via for k in SPEC[label].anchors | SPEC[label].shared_anchors)
+        beside = [
+            m.ts_s
+            for m in anchors
+            if m.kind in signs
+            and m.component != s.component
+            and not covers(m.component, s.component, self.rack_of)
+        ]
+        return not beside or s.ts_s - max(beside) <= self.settle_s
 
     def _open_with(self, symptoms: list[Symptom], now_ts_s: float) -> _Open:
         """A new incident for symptoms that no open incident explains (opened at their earliest onset)."""

@@ -4,6 +4,10 @@ on faults, lane/class mismatches, DCIM caps) need no baseline; relative rules (s
 queue delay, temperatures, host stalls) compare each entity to its own rolling median/MAD and must persist for
 several windows, so that benign bursts (checkpoints, noise) do not open incidents.
 
+A GPU's temperature is judged against its own at the same load (aiops/detect/heat.py: a GPU back at work after
+a long stall is not hot), and its power limit moves in steps, each dated by its own onset and judged against a
+DCIM cap in force at the drop (aiops/detect/limits.py: a drop below what the cap asked is not the cap's).
+
 What the product itself set is expected, not a symptom (intended state, guardrails/intended.py, as in force at
 the window's end): a power limit equal to the one an executed action set is no `power_limit_drop`, SwPowerCap
 alone at it no `gpu_throttle`; a drained node's GPUs idle and its job waits by design (no `gpu_idle_in_job`, no
@@ -19,6 +23,8 @@ from aiops import labels
 from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
+from aiops.detect.heat import LoadedTemperature, load_level
+from aiops.detect.limits import LimitSteps, cap_levels
 from aiops.detect.stragglers import EXPECTED, StragglerRules
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
@@ -64,7 +70,10 @@ class Detector:
         self.persist = Persistence()
         self.baselines: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=30))
         self.counters: dict[str, float] = {}
-        self.first_limit_w: dict[str, float] = {}
+        self.limits = LimitSteps()  # each GPU's power-limit steps (aiops/detect/limits.py)
+        self.heat = LoadedTemperature(window_s)  # temperature per load level (aiops/detect/heat.py)
+        self.rack_of: dict[str, str] = {}  # node -> rack (topology), read once it exists
+        self.caps_kw: dict[str, float] = {}  # scope -> the DCIM cap in force in the current window
         self.last_step_ts_s: dict[str, float] = {}
         self.step_baseline: dict[str, RollingBaseline] = defaultdict(
             lambda: RollingBaseline(size=20, min_count=3)
@@ -114,6 +123,9 @@ class Detector:
             self.start_ts_s = t0
         history = self.intended_cache.get(self.store)
         self.intended = history.at(t1) if history else {}
+        if not self.rack_of:
+            self.rack_of = w.racks_of_nodes(self.store)
+        self.caps_kw = self._caps(t0, t1)
         out: list[Symptom] = []
         out += self._gpus(t0, t1)
         out += self._xids(t0, t1)
@@ -128,10 +140,25 @@ class Detector:
         out += self.stragglers.process(t0, t1, warm=t1 - self.start_ts_s >= WARMUP_S)
         return out
 
+    def _caps(self, t0: float, t1: float) -> dict[str, float]:
+        """Scope (a rack, or `fleet`) -> the DCIM cap in force in the window: the DCIM signals' (`fleet` for a
+        site-wide one), and a rack's own cap where a facility collector recorded one with its samples."""
+        signals = dcim_caps_kw(self.store, t0, t1)
+        caps = dict(signals)
+        for r in w.window(self.store, w.RACK_WINDOW_SQL, t0, t1):
+            if r["power_cap_kw"] is not None:
+                caps[str(r["rack"])] = float(r["power_cap_kw"])
+        return caps
+
     def _gpus(self, t0: float, t1: float) -> list[Symptom]:
         out: list[Symptom] = []
+        rows = w.window(self.store, w.GPU_WINDOW_SQL, t0, t1)
+        limits_w = {str(r["gpu"]): float(r["power_limit_w"]) for r in rows if r["power_limit_w"] is not None}
+        rack_of_gpu = {str(r["gpu"]): self.rack_of.get(str(r["node"])) for r in rows}
+        capped = cap_levels(limits_w, list(self.caps_kw), rack_of_gpu)  # what each cap asked, where one is
+        warm = self.start_ts_s is not None and t1 - self.start_ts_s >= WARMUP_S
         self.reporting = set()
-        for r in w.window(self.store, w.GPU_WINDOW_SQL, t0, t1):
+        for r in rows:
             gpu = str(r["gpu"])
             self.reporting.add(str(r["node"]))
             if r["errors"]:
@@ -188,15 +215,22 @@ class Detector:
                 )
             limit = r["power_limit_w"]
             if limit is not None:
-                first = self.first_limit_w.setdefault(gpu, float(limit))
+                # each drop a step of its own, judged against a DCIM cap in force (aiops/detect/limits.py)
+                step = self.limits.update(gpu, float(limit), t1, capped.get(gpu))
                 # a limit the product set is expected; one that moved away from it, or nobody set, is not
-                if limit < 0.9 * first and not (limit_set is not None and limit_set.matches(limit)):
-                    detail: dict[str, Any] = {"limit_w": limit, "was_w": first}
+                if step is not None and not (limit_set is not None and limit_set.matches(limit)):
+                    detail: dict[str, Any] = {"limit_w": limit, "was_w": self.limits.first_w(gpu)}
+                    detail.update(step.detail())
                     if limit_set is not None:
                         detail.update(intended_w=limit_set.value, set_by=limit_set.proposal_id)
                     out.append(Symptom(kind="power_limit_drop", component=gpu, ts_s=t1, detail=detail))
-            if self._relative(f"temp:{gpu}", r["temp_c"], t1, ratio=0.0, floor=8.0, windows=2):
-                out.append(Symptom(kind="gpu_hot", component=gpu, ts_s=t1, detail={"temp_c": r["temp_c"]}))
+            # hot for the load it ran at: a GPU back at work after a stall is not hot (aiops/detect/heat.py)
+            level = load_level(r["power_w"], r["power_max_w"] or self.limits.first_w(gpu))
+            hot = self.heat.hot(gpu, r["temp_c"], level, judge=warm)
+            if self.persist.update(f"temp:{gpu}", hot, t1) >= 2:
+                baseline_c = self.heat.baseline_c(gpu, level)
+                detail = {"temp_c": r["temp_c"], "load_level": level, "baseline_c": baseline_c}
+                out.append(Symptom(kind="gpu_hot", component=gpu, ts_s=t1, detail=detail))
             in_job = gpu in self.job_of_gpu and not self._drained(gpu)  # a drained node's GPUs idle by design
             starved = in_job and (r["idle"] or 0) >= 0.3 * r["samples"]
             if self.persist.update(f"idle:{gpu}", starved, t1) >= 2:
@@ -389,7 +423,7 @@ class Detector:
 
     def _racks(self, t0: float, t1: float) -> list[Symptom]:
         rows = w.window(self.store, w.RACK_WINDOW_SQL, t0, t1)
-        signals = dcim_caps_kw(self.store, t0, t1)
+        signals = self.caps_kw
         out: list[Symptom] = []
         drifting = 0
         for r in rows:

@@ -210,6 +210,12 @@ def job_gpus(store: Store) -> dict[str, str]:
     return {r["gpu"]: r["job"] for r in store.query("SELECT gpu, job FROM job_ranks")}
 
 
+def racks_of_nodes(store: Store) -> dict[str, str]:
+    """node → rack from the topology table (empty when the store has no topology)."""
+    rows = store.query("SELECT node, rack FROM topology WHERE kind = 'node' AND rack IS NOT NULL")
+    return {str(r["node"]): str(r["rack"]) for r in rows}
+
+
 def job_homes(store: Store) -> dict[str, str]:
     """job → the node of its rank 0 (where its steps are recorded and exported)."""
     rows = store.query(

@@ -14,3 +14,6 @@ class Candidate:
     score: float
     summary: str
     evidence: list[Evidence] = field(default_factory=list)
+    # when the cause itself began, where its scorer reads that from telemetry (a limit's lowering): ranking
+    # then takes only the incident's own signs of that time as this cause's (aiops/rca/ranking.py)
+    onset_ts_s: float | None = None

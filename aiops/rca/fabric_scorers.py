@@ -7,9 +7,9 @@ from typing import Any
 
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
-from aiops.rca.gpu_scorers import _heated
 from aiops.rca.rack_signs import flow_dropped, rack_abnormal
 from aiops.rca.rdma_scorers import hca_nics
+from aiops.rca.throttle_scorers import _heated
 
 
 def facility(facts: Facts) -> list[Candidate]:

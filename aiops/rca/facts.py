@@ -108,13 +108,17 @@ class Facts:
         )
 
     def gpu_changes(self) -> list[dict[str, Any]]:
-        """Per GPU: temperature, power limit and error counters in the incident window against the reference."""
+        """Per GPU: temperature, power limit and error counters in the incident window against the reference.
+        The reference temperature is the GPU's loaded one (samples at two thirds of its maximum power or more,
+        all of them when it never ran loaded): a GPU back at work after a stall is no hotter than it was at work
+        before it (aiops/detect/heat.py)."""
         w = self.window
         return self.run(
             "gpu_changes",
-            "Per-GPU temperature, power limit and error counters: incident window vs reference",
+            "Per-GPU temperature (reference: at load), power limit and error counters: incident window vs reference",
             """WITH ref AS (
-                   SELECT gpu, avg(temp_c) AS ref_temp_c, max(power_limit_w) AS ref_limit_w,
+                   SELECT gpu, coalesce(avg(temp_c) FILTER (WHERE power_w >= power_limit_max_w * 2 / 3),
+                                        avg(temp_c)) AS ref_temp_c, max(power_limit_w) AS ref_limit_w,
                           max(ecc_dbe_total) AS ref_dbe, max(pcie_replay_total) AS ref_replay,
                           max(nvlink_crc_total) + max(nvlink_replay_total) AS ref_nvlink,
                           min(pcie_link_width) AS ref_width

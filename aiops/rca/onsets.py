@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from aiops.causal import benign_explained, covers, node_of, symptoms_related, throttle_labels
+from aiops.causal import benign_explained, covers, node_of, symptom_labels, symptoms_related
 from aiops.labels import HEAT_AND_POWER, SPEC, SPECS
 from aiops.models import Incident, Symptom
 from aiops.rca.candidate import Candidate
@@ -33,6 +33,9 @@ DETECT_LAG_S = 20.0  # a symptom is reported after its rule held for two 10 s wi
 WHOLE_SHARE = 0.8  # an onset window this much of the incident's is the incident's own
 MERGE_S = 20.0  # onset windows whose start and end are this close are one
 MAX_WINDOWS = 12  # onset windows per incident (earliest first); later symptoms use the incident's facts
+NEAR_S = (
+    30.0  # a symptom reported this close to a cause's own onset is that onset (a window, or a scrape, late)
+)
 PEER_WAIT = frozenset({"gpu_idle_in_job"})  # as in aiops.detect.incidents (rca may not import detect)
 # The symptom kinds each label produces (its spec in aiops/labels.py): its own signs first, then those it
 # shares with other causes. A cause is anchored preferably on its own signs, so a NIC's ECN fault is not dated
@@ -69,10 +72,14 @@ def anchoring(label: str, component: str, incident: Incident, rack_of: dict[str,
     return min(found, key=preference)
 
 
-def own_sign(label: str, component: str, incident: Incident, rack_of: dict[str, str]) -> Symptom | None:
+def own_sign(
+    label: str, component: str, incident: Incident, rack_of: dict[str, str], near_ts_s: float | None = None
+) -> Symptom | None:
     """The earliest of the incident's symptoms that is an own sign of `label` (its spec's `anchors`) on a
     component that `component` covers: the cause itself seen in this incident, not only its consequences (nor
-    what a benign condition of the incident explains: a rack inlet that ambient drift raised)."""
+    what a benign condition of the incident explains: a rack inlet that ambient drift raised). With
+    `near_ts_s` (when the cause began, as its scorer read it: a limit's lowering), only signs within `NEAR_S` of
+    it: a node's limits lowered minutes after one of its GPUs' were is not seen in that GPU's incident."""
     own = SIGNS.get(label, (frozenset(), frozenset()))[0] - benign_explained(
         {s.kind for s in incident.symptoms}
     )
@@ -81,7 +88,8 @@ def own_sign(label: str, component: str, incident: Incident, rack_of: dict[str, 
         for s in incident.symptoms
         if s.kind in own
         and covers(component, s.component, rack_of)
-        and label in (throttle_labels(s.kind, s.detail) or {label})  # a GPU throttled for heat is no brake's
+        and label in (symptom_labels(s.kind, s.detail) or {label})  # a GPU throttled for heat is no brake's
+        and (near_ts_s is None or abs(s.ts_s - near_ts_s) <= NEAR_S)
     ]
     return min(found, key=lambda s: s.ts_s) if found else None
 

@@ -11,6 +11,8 @@ jobs' loss.
   whose own signs (`aiops.rca.onsets.own_sign`: a DCIM signal, a PCIe replay, a coolant drop) lie in another
   overlapping incident and not in this one, even where this incident holds consequences it shares (a GPU's
   throttling, which a later fleet-wide cap also lowers): the cause belongs to the incident its own signs opened.
+  Such a cause, explained by its own incident, also ranks below every candidate this incident anchors (of at
+  least `OWN_FLOOR`): a cause that has no incident of its own comes first here, whatever the two scores.
 - **Onset and impact.** Among anchored candidates, the earliest onset gains `ONSET_BONUS` and the impact on jobs
   gains up to `IMPACT_BONUS`: GPU-seconds lost by the jobs whose ranks sit under the candidate's component,
   counted from its onset (`Facts.job_loss`: each step's time over the job's reference, times the job's GPUs,
@@ -29,6 +31,8 @@ from aiops.rca.facts import Facts
 from aiops.rca.onsets import anchoring, own_sign
 
 FOREIGN_FACTOR = 0.5
+OWN_FLOOR = 0.3  # anchored candidates scored below this are noise: a foreign cause is not put under them
+BELOW_OWN = 0.005
 ONSET_BONUS = 0.03
 IMPACT_BONUS = 0.02
 
@@ -60,13 +64,16 @@ def rank(
         and o.last_ts_s >= facts.window.start_s
     ]
     anchors: dict[int, Anchor] = {}
+    explained: list[int] = []  # candidates whose cause another incident holds
     for i, c in enumerate(candidates):
         own = anchor(c, incident, rack_of)
         # the cause's own signs (a DCIM signal, a PCIe replay) were seen in another incident, not here: this
         # incident holds only consequences it shares with its own cause
         elsewhere = None
-        if own_sign(c.label, c.component, incident, rack_of) is None:
-            elsewhere = next((o for o in overlapping if own_sign(c.label, c.component, o, rack_of)), None)
+        if own_sign(c.label, c.component, incident, rack_of, c.onset_ts_s) is None:
+            elsewhere = next(
+                (o for o in overlapping if own_sign(c.label, c.component, o, rack_of, c.onset_ts_s)), None
+            )
         if own is not None and elsewhere is None:
             anchors[i] = own
             onset = facts.around_onset(own.component, own.onset_ts_s)
@@ -79,6 +86,13 @@ def rank(
         if foreign is not None and (elsewhere is not None or not is_everywhere(c.component)):
             c.score *= FOREIGN_FACTOR
             c.summary += f" (its symptoms opened {foreign.incident_id}, not this incident)"
+            explained.append(i)
+    # a cause its own incident explains ranks below every cause this incident's symptoms anchor (one that has
+    # no incident of its own: a loader stall seen only here is not pushed down by an NVLink fault named there)
+    here = [candidates[i].score for i in anchors if candidates[i].score >= OWN_FLOOR]
+    for i in explained:
+        if here:
+            candidates[i].score = min(candidates[i].score, min(here) - BELOW_OWN)
     strong = {i: a for i, a in anchors.items() if candidates[i].score >= 0.5}
     if len(strong) >= 2:
         earliest = min(a.onset_ts_s for a in strong.values())

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from aiops.rca.candidate import Candidate
 from aiops.rca.fabric_scorers import facility, network
 from aiops.rca.facts import Facts
-from aiops.rca.gpu_scorers import gpu_health, host_stalls, throttling
+from aiops.rca.gpu_scorers import gpu_health, host_stalls
 from aiops.rca.rdma_scorers import roce_ecn
+from aiops.rca.throttle_scorers import throttling
 
 Scorer = Callable[[Facts], list[Candidate]]
 

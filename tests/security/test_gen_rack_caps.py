@@ -1,7 +1,7 @@
 """Two DCIM caps on two racks minutes apart are two causes, not one fleet cap: generated seed 22, `gen-045`
 (rack0 capped at +131 s, rack1 at +469 s for 73 s) was named `fleet` in both incidents, because the first
 incident's window reached the second cap and "every rack capped" read as the fleet. Rack caps that began more
-than a minute apart now give a candidate per rack (aiops/rca/gpu_scorers.py `_cap_components`); ranking keeps
+than a minute apart now give a candidate per rack (aiops/rca/throttle_scorers.py `_cap_components`); ranking keeps
 each with the incident its symptoms opened. Caps that began together, or a signal naming the fleet, still name
 the fleet."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from aiops.rca.gpu_scorers import _cap_components
+from aiops.rca.throttle_scorers import _cap_components
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import parse_scenario
 from aiops.store import Store

@@ -278,7 +278,7 @@ class _Counting:
         self.queries += 1
         return self.store.scalar(sql, params)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # the rest (its guardrails config, its connection): the store's
         return getattr(self.store, name)
 
 
