@@ -178,7 +178,7 @@ def test_a_gpu_that_fails_the_same_way_three_times_goes_to_rma_on_the_third(
         assert [a.kind for a in history.actions if a.repair] == ["gpu_reset", "gpu_reset"]
         assert [f.incident_id for f in history.repeats()] == incidents[1:]
         score = lemon_score(history, run.world.now_ts_s)
-        assert score.take_out and score.faults == 3 and score.repeats == 2 and 4.9 < score.score <= 5.0
+        assert score.take_out and score.fault_count == 3 and score.repeats == 2 and 4.9 < score.score <= 5.0
         ranking = lemon_ranking(store)
         assert [s.component for s in ranking[:2]] == [GPU, "node1"]
         assert all(s.component.startswith("node1") for s in ranking)  # nothing else failed

@@ -46,7 +46,7 @@ def components_page(store: Store) -> list[dict[str, Any]]:
         {
             "component": s.component,
             "score": s.score,
-            "faults": s.faults,
+            "faults": s.fault_count,
             "repeats": s.repeats,
             "failed_outcomes": s.failed_outcomes,
             "take_out": s.take_out,

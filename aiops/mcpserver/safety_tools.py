@@ -60,7 +60,7 @@ def lemons(store: Store) -> dict[str, Any]:
             {
                 "component": s.component,
                 "score": s.score,
-                "faults": s.faults,
+                "faults": s.fault_count,
                 "repeats_after_repair": s.repeats,
                 "failed_outcomes": s.failed_outcomes,
                 "take_out_of_service": s.take_out,

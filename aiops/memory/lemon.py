@@ -37,7 +37,7 @@ RMA_AFTER_REPEATS = 2
 class LemonScore:
     component: str
     score: float
-    faults: int
+    fault_count: int  # faults in the window (not `faults`: only the simulator and scorer read that name)
     repeats: int
     failed_outcomes: int
     last_fault_ts_s: float | None
@@ -47,7 +47,7 @@ class LemonScore:
         return self.score >= OUT_OF_SERVICE_SCORE
 
     def why(self) -> str:
-        parts = [f"{self.faults} fault(s)"]
+        parts = [f"{self.fault_count} fault(s)"]
         if self.repeats:
             parts.append(f"{self.repeats} back after a repair")
         if self.failed_outcomes:
@@ -149,7 +149,7 @@ def lemon_ranking(
         if component in racks:
             continue
         score = lemon_score(component_history(store, component, now_ts_s=now, window_s=window_s), now)
-        if score.faults:
+        if score.fault_count:
             scores.append(score)
     # ties: the newest fault first, then the part before the node that holds it (the GPU says more)
     scores.sort(key=lambda s: (-s.score, -(s.last_fault_ts_s or 0.0), "/" not in s.component, s.component))

@@ -49,7 +49,7 @@ def components(store: Store, period: Period) -> Section | None:
                 (
                     s.component,
                     f"{s.score:.1f}",
-                    s.faults,
+                    s.fault_count,
                     s.repeats,
                     s.failed_outcomes,
                     "take out of service" if s.take_out else "watch",
