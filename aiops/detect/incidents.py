@@ -42,7 +42,7 @@ from aiops.causal import (
     symptoms_related,
 )
 from aiops.config_notify import SeverityConfig
-from aiops.detect.kinds import PERSISTENT
+from aiops.detect.kinds import PERSISTENT, RANK_KINDS
 from aiops.detect.rules import INFO, STRONG
 from aiops.detect.severity import impact, worse
 from aiops.labels import SPEC, component_kind
@@ -61,6 +61,9 @@ WEAK_KINDS_TO_OPEN = {
 }
 # A rank that idles while its job waits for a peer (a crash, a restart): on the job's path, not a cause.
 PEER_WAIT = {"gpu_idle_in_job"}
+# A late rank (aiops/detect/stragglers.py) shows where a cause reaches the job's timing: it joins the incident of
+# the cause it fits and anchors nothing, so another fault on a node of the same job is not drawn in through it.
+NO_ANCHOR = PEER_WAIT | RANK_KINDS
 JOIN_S = 20.0  # onsets this close are one event seen on several components (two 10 s windows)
 CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be reported (a rule with a baseline)
 # How long one cause keeps spreading to other components after its last onset on one (`_spreading`).
@@ -255,7 +258,7 @@ class IncidentTracker:
                 firsts.setdefault(_key(p), p)
             hardware = [m for m in firsts.values() if not m.component.startswith("job:")]
             explained = benign_explained({m.kind for m in hardware})  # the weather's: they anchor nothing
-            anchors = [m for m in hardware if m.kind not in PEER_WAIT and m.kind not in explained] or [
+            anchors = [m for m in hardware if m.kind not in NO_ANCHOR and m.kind not in explained] or [
                 m for m in hardware if m.kind not in explained
             ]
             if any(self._linked(s, m, anchors) for m in anchors):
