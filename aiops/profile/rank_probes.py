@@ -9,6 +9,7 @@ window and detaches the hot ones after it, exactly as for `aiops profile`.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import time
 from dataclasses import dataclass
@@ -115,9 +116,9 @@ def unavailable_reason() -> str | None:
     problem = missing_privilege()
     if problem is not None:
         return problem
-    try:
-        import bcc  # noqa: F401  Debian's python3-bpfcc
-    except ImportError:
+    # found, not imported: importing bcc maps libbcc and LLVM (tens of MB of a node agent's RSS); that waits for
+    # a process to probe (RankProbes)
+    if importlib.util.find_spec("bcc") is None:  # Debian's python3-bpfcc
         return (
             "bcc is not importable (apt-get install python3-bpfcc; a venv made with --system-site-packages)"
         )
