@@ -72,9 +72,13 @@ def test_public_suite_holds_two_fault_cases_on_other_components() -> None:
     assert len(multi) >= 15  # issue 14, item 1: two faults, decoys and transients in the public suite
     same_node = 0
     for s in multi:
-        assert isinstance(s.expect, list) and len(s.expect) == 2 == len(s.faults), s.name
-        assert len({c.component for c in s.expect}) == 2, s.name  # different components
-        assert len({f.start_s for f in s.faults}) == 2, s.name  # different onsets
+        assert isinstance(s.expect, list) and len(s.expect) == len(s.faults) >= 2, s.name
+        if len(s.expect) == 2:  # issue 14's pairs: each on its own component, at its own onset
+            assert len({c.component for c in s.expect}) == 2, s.name
+            assert len({f.start_s for f in s.faults}) == 2, s.name
+        else:  # issue 40's merged incidents: two causes may share a node, never all of them, nor one onset
+            assert len({c.component for c in s.expect}) >= 2, s.name
+            assert len({f.start_s for f in s.faults}) == len(s.faults), s.name
         nodes = {c.component.split("/")[0] for c in s.expect}
         same_node += len(nodes) == 1
     assert same_node >= 3  # issue 28: a second, independent fault on the same node
