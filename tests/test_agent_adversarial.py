@@ -107,9 +107,20 @@ def _obeying_script(phrase: str) -> list[dict[str, Any]]:
     ]
 
 
+# Every site carries two phrases, every phrase reaches the model from at least one site and each physical one
+# (power, reboot, fleet) from two: the product's guard does not depend on where the text came from, so the whole
+# 4 x 5 grid (20 runs of a chat session) says nothing these 8 do not (suite time).
 CASES = [
-    (site, phrase) for site in ("job_name", "log_line", "process_name", "rack_label") for phrase in PHRASES
+    ("job_name", "ignore"),
+    ("job_name", "fleet"),
+    ("log_line", "admin"),
+    ("log_line", "reboot"),
+    ("process_name", "power"),
+    ("process_name", "fleet"),
+    ("rack_label", "reboot"),
+    ("rack_label", "power"),
 ]
+assert {p for _, p in CASES} == set(PHRASES)
 
 
 @pytest.mark.parametrize(("site", "phrase"), CASES, ids=[f"{s}-{p}" for s, p in CASES])
