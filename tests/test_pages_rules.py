@@ -263,3 +263,54 @@ def test_one_killed_agent_pages_once_in_a_real_alertmanager(
             except subprocess.TimeoutExpired:
                 am.kill()
                 am.wait(timeout=10)
+
+
+def test_a_lost_agents_incident_is_exported_with_its_target_as_agent_instance() -> None:
+    """The chart's `AiopsIncidentOpen` carries the exported series' labels: for the fleet's `node_agent_lost`
+    incident that includes `agent_instance`, so that rule's alert inhibits `AiopsAgentDown` as the sink's does."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from aiops.service.metrics import MetricsCache
+
+    lost = condition_incident(
+        "INC-fleet-0002",
+        NODE_AGENT_LOST,
+        "node3",
+        since_ts_s=100.0,
+        opened_ts_s=130.0,
+        title="node agent lost on node3",
+        severity="warning",
+        detail={"reason": "up == 0", "instance": "10.0.0.3:9484", "up": 0.0},
+    )
+    rows = [
+        {
+            "incident_id": "INC-fleet-0001",
+            "severity": "critical",
+            "root_cause": "thermal_throttle",
+            "component": "node1/gpu2",
+            "symptoms": '[{"kind": "gpu_hot", "component": "node1/gpu2", "ts_s": 1.0}]',
+        },
+        {
+            "incident_id": lost.incident_id,
+            "severity": "warning",
+            "root_cause": None,
+            "component": "node3",
+            "symptoms": json.dumps([s.model_dump() for s in lost.symptoms]),
+        },
+    ]
+    cache = MetricsCache("fleet")
+    cache.set_incidents(rows)
+    registry = CollectorRegistry()
+    registry.register(cache)
+    exposed = [
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith("aiops_incident_open{")
+    ]
+    assert any(
+        'incident_id="INC-fleet-0002"' in line and 'agent_instance="10.0.0.3:9484"' in line
+        for line in exposed
+    ), exposed
+    assert any('incident_id="INC-fleet-0001"' in line and 'agent_instance=""' in line for line in exposed), (
+        exposed
+    )

@@ -6,7 +6,7 @@
   for mrkdwn (`slack_escape`) and clipped to Slack's block limits;
 - `alertmanager_alerts`: the body of Alertmanager's `POST /api/v2/alerts` (a list of alerts), labelled so
   existing routes match (`alertname="AiopsIncident"`, `incident_id`, `severity`, `node`, `root_cause`,
-  `component`);
+  `component`; a condition's `condition`, a lost agent's `agent_instance`);
 - `report_json_body`, `report_slack_body`: a scheduled report's headline (aiops/integrations/report.py);
 - `SINK_FORMATS`: the registry of sink kinds, each kind's incident body and report body (or none); PagerDuty's
   (pagerduty.py) and Teams' (teams.py) bodies live in modules of their own.

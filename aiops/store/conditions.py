@@ -54,7 +54,7 @@ def agent_instance(symptoms: list[Symptom]) -> str:
 
 def symptoms_agent_instance(symptoms_json: str | None) -> str:
     """`agent_instance` of an `incidents` row's `symptoms` JSON."""
-    if not symptoms_json:
+    if not symptoms_json or NODE_AGENT_LOST not in symptoms_json:  # the analyst's incidents: nothing to parse
         return ""
     return agent_instance(
         [Symptom.model_validate(s) for s in json.loads(symptoms_json) if isinstance(s, dict)]
