@@ -388,9 +388,8 @@ class MetricsCache(Collector):
             labels=["incident_id", "severity", "root_cause", "component", "agent_instance"],
         )
         for i in self.incidents:
-            lost = symptoms_agent_instance(
-                i.get("symptoms")
-            )  # a lost agent's target: inhibits AiopsAgentDown
+            # a lost agent's scrape target: the chart's AiopsIncidentOpen for it inhibits AiopsAgentDown
+            lost = symptoms_agent_instance(i.get("symptoms"))
             family.add_metric(
                 [i["incident_id"], i["severity"], i.get("root_cause") or "", i.get("component") or "", lost],
                 1.0,
