@@ -14,6 +14,7 @@ from aiops.detect import detect
 from aiops.fleet.history import replay
 from aiops.fleet.phase import MARGIN_S, phase_after
 from aiops.rca import diagnose
+from aiops.service.live import LiveDetection
 from aiops.sim import SIM_EPOCH_TS_S
 from evals.harness import through_prometheus
 from tests.service_helpers import require_binary
@@ -61,10 +62,16 @@ def test_the_fleet_joins_ranks_across_nodes_and_names_the_slow_one(tmp_path: Pat
         fault_ts_s = SIM_EPOCH_TS_S + START_S
         whole_s = scraped_s + STEP_S * (math.floor((fault_ts_s - scraped_s) / STEP_S) + 2)
         assert fault_ts_s < first.ts_s <= whole_s + MARGIN_S, (first.ts_s - fault_ts_s, whole_s - fault_ts_s)
+        assert first.ts_s in stamps  # judged in the window that the row's own time closes, not a step later
         assert {s.component for _, s in found} == {"node2/gpu1"}
         top = next(d for d in diagnose(fleet, [incident]) if d.incident == incident).hypotheses[0]
         assert (top.root_cause, top.component) == ("pcie_degraded", "node2/gpu1")
         assert any("rank timing" in e.claim for e in top.evidence), [e.claim for e in top.evidence]
+        # `aiops fleet` judges its windows the same way as the rows arrive
+        live = LiveDetection(window_s=STEP_S)
+        newest_s = float(fleet.scalar("SELECT max(ts_s) FROM gpu_samples"))
+        named = [s for t in live.advance(fleet, newest_s) for s in t.incident.symptoms if s.kind == first.kind]
+        assert named and min(s.ts_s for s in named) == first.ts_s
 
 
 def test_the_read_grid_sits_just_after_the_agents_scrapes() -> None:
