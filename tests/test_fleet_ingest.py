@@ -149,7 +149,9 @@ def test_aiops_fleet_reads_just_after_the_agents_scrapes(prometheus: str, tmp_pa
                 collector.close()
         assert len(rows) >= SCRAPES - 2
         assert {round(r["ts_s"] % STEP_S, 3) for r in rows} == expected
-        assert [r["temp_c"] for r in rows] == sorted({r["temp_c"] for r in rows})  # each scrape once, in order
+        assert [r["temp_c"] for r in rows] == sorted(
+            {r["temp_c"] for r in rows}
+        )  # each scrape once, in order
 
 
 def test_eval_via_prometheus_scores_a_public_scenario_end_to_end(

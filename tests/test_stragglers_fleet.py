@@ -70,7 +70,9 @@ def test_the_fleet_joins_ranks_across_nodes_and_names_the_slow_one(tmp_path: Pat
         # `aiops fleet` judges its windows the same way as the rows arrive
         live = LiveDetection(window_s=STEP_S)
         newest_s = float(fleet.scalar("SELECT max(ts_s) FROM gpu_samples"))
-        named = [s for t in live.advance(fleet, newest_s) for s in t.incident.symptoms if s.kind == first.kind]
+        named = [
+            s for t in live.advance(fleet, newest_s) for s in t.incident.symptoms if s.kind == first.kind
+        ]
         assert named and min(s.ts_s for s in named) == first.ts_s
 
 
