@@ -5,9 +5,10 @@ grid point. A grid on multiples of the step reads a scrape taken just after a gr
 late: a row stamped up to `step_s` after the scrape it holds, and everything judged from it that much later. The
 phase is learned from the agents' own sample times (`aiops_node_info`, one series per agent): the offset, among
 those the scrapes land at plus `MARGIN_S` (the scrape answered and stored), whose rows are the freshest on
-average. Where the store scrapes every agent at one phase (VictoriaMetrics' vmagent with `scrape_align_interval`;
-`promtool` backfill) that is just after all of them; where scrapes spread over the step (Prometheus offsets each
-target by a hash of its labels) no phase does better than another, and the mean lag stays half a step.
+average. Where every agent is scraped at one phase (vmagent's `scrape_align_interval`; the evals' `promtool`
+backfill) that is just after all of them; where scrapes spread over the step (Prometheus offsets each target by a
+hash of its labels, vmagent by default at random) no phase does better than another: the mean lag stays half a
+step.
 `[fleet] phase_s` sets it instead.
 """
 
