@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiops.detect import detect
 from aiops.fleet.history import replay
-from aiops.fleet.phase import MARGIN_S, phase_after
+from aiops.fleet.phase import MARGIN_S, on_grid, phase_after
 from aiops.rca import diagnose
 from aiops.service.live import LiveDetection
 from aiops.sim import SIM_EPOCH_TS_S
@@ -83,3 +83,9 @@ def test_the_read_grid_sits_just_after_the_agents_scrapes() -> None:
     assert phase_after([30.0 + 14.5, 60.0 + 14.5], STEP_S) == 0.5
     assert phase_after([1.0] * 8 + [9.0], STEP_S) == 2.0
     assert phase_after([], STEP_S) == 0.0
+    # the horizon moves onto that grid forward, never back over scrapes already read; one on it stays
+    assert (on_grid(30.0, 2.0, STEP_S), on_grid(47.0, 2.0, STEP_S), on_grid(46.0, 2.0, STEP_S)) == (
+        32.0,
+        47.0,
+        47.0,
+    )

@@ -14,6 +14,8 @@ step.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from aiops.errors import SourceError
@@ -53,3 +55,10 @@ def learned_phase_s(client: PrometheusClient, at_s: float, step_s: float, select
             except (TypeError, ValueError):
                 continue
     return phase_after(stamps, step_s) if stamps else None
+
+
+def on_grid(horizon_s: float, phase_s: float, step_s: float) -> float:
+    """The read horizon moved onto the grid of `phase_s` (the first of its points at or after it): the scrapes
+    up to the old horizon were read, and a point before it would read some of them again (its counters' increases
+    twice); a first read after a restart resumes at the newest stored row, already on the grid."""
+    return phase_s + math.ceil((horizon_s - phase_s) / step_s - 1e-9) * step_s
