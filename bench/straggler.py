@@ -153,11 +153,14 @@ def cases(seeds: int, rng: random.Random) -> list[Case]:
     return out
 
 
+PHASE_S: float | None = None  # --phase-s: where the fleet reads in a step (None: learned, after the scrapes)
+
+
 def fleet_store(twin: Store, step_s: float, work: Path) -> Store:
     """The run through the fleet path: each node agent's exports, a real Prometheus, the fleet's ingest."""
     from evals.harness import through_prometheus
 
-    return through_prometheus(twin, step_s, work)[0]
+    return through_prometheus(twin, step_s, work, PHASE_S)[0]
 
 
 @dataclass
@@ -317,7 +320,16 @@ def main() -> None:
     parser.add_argument("--via", choices=("twin", "prometheus"), default="twin")
     parser.add_argument("--step", default="15s", help="scrape interval with --via prometheus (e.g. 15s)")
     parser.add_argument("--rng", type=int, default=40, help="seed of the case generator")
+    parser.add_argument(
+        "--phase-s",
+        type=float,
+        default=None,
+        help="with --via prometheus: read at multiples of the step plus this (default: learned, a second after "
+        "the scrapes; 0 reads 14 s after them here, the worst phase)",
+    )
     args = parser.parse_args()
+    global PHASE_S
+    PHASE_S = args.phase_s
     step_s = float(args.step.removesuffix("s"))
     rng = random.Random(args.rng)
     started = time.monotonic()
@@ -332,6 +344,7 @@ def main() -> None:
     result = {
         "via": args.via,
         "step_s": step_s if args.via == "prometheus" else None,
+        "phase_s": args.phase_s if args.via == "prometheus" else None,
         "rank_timing": {"period_s": 5.0, "window_s": 2.0},
         "summary": summarize(runs, healthy),
         "cases": runs,

@@ -138,11 +138,15 @@ def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: f
     return int(unsafe_executions(read_rows(store)))
 
 
-def through_prometheus(twin_store: Store, step_s: float, work: Path) -> tuple[Store, CycleReport]:
+def through_prometheus(
+    twin_store: Store, step_s: float, work: Path, phase_s: float | None = None
+) -> tuple[Store, CycleReport]:
     """A fleet workspace (in memory) read from a twin run: every node agent's exports over the run (what `aiops run
     --sim S --node N` serves, scraped every `step_s`: aiops/fleet/history.py) and the facility's series imported
     into a real Prometheus with promtool; the fleet analyst reads them back (aiops/fleet/ingest.py), with the DCIM
-    input read every step. Nothing of the twin's workspace reaches the fleet's but what went through Prometheus."""
+    input read every step. Nothing of the twin's workspace reaches the fleet's but what went through Prometheus.
+    The fleet reads a second after the scrapes, as `aiops fleet` does (aiops/fleet/phase.py), or at multiples of the
+    step plus `phase_s` where given."""
     om = work / "history.om"
     first_s = float(twin_store.scalar("SELECT min(ts_s) FROM gpu_samples"))
     last_s = float(twin_store.scalar("SELECT max(ts_s) FROM gpu_samples"))
@@ -156,8 +160,8 @@ def through_prometheus(twin_store: Store, step_s: float, work: Path) -> tuple[St
     fleet = Store(":memory:")
     with serving(work / "tsdb", work) as url:
         client = PrometheusClient(url, timeout_s=60.0)
-        # read just after the agents' scrapes, as `aiops fleet` does (aiops/fleet/phase.py)
-        phase_s = learned_phase_s(client, last_s + step_s, step_s) or 0.0
+        if phase_s is None:
+            phase_s = learned_phase_s(client, last_s + step_s, step_s) or 0.0
         report = read_cycle(
             fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s, phase_s=phase_s
         )
