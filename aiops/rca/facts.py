@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ class Window:
     end_s: float
     baseline_end_s: float
     opened_s: float = 0.0  # the incident's opening time  # telemetry before this is the reference
+    horizon_s: float = (
+        math.inf
+    )  # the newest telemetry when the diagnosis ran: no evidence window reaches past it
 
 
 @dataclass
@@ -235,7 +239,8 @@ class Facts:
                          count(*) AS samples, {values}
                   FROM {table} WHERE {column} = ? AND ts_s >= ? AND ts_s <= ?
                   GROUP BY phase ORDER BY phase DESC"""
-        params: list[Any] = [onset_ts_s, component, component, onset_ts_s - ONSET_S, onset_ts_s + ONSET_S]
+        end_s = min(onset_ts_s + ONSET_S, self.window.horizon_s)
+        params: list[Any] = [onset_ts_s, component, component, onset_ts_s - ONSET_S, end_s]
         key = f"onset:{component}:{onset_ts_s:.3f}"
         self.run(key, f"{component} in the {ONSET_S:.0f} s before and after its symptom's onset", sql, params)
         return self.cite(key)
