@@ -4,6 +4,7 @@ and counted in `aiops_loop_errors_total`; the data is stored and the loop goes o
 
 | step (the log's word) | function | when |
 | --- | --- | --- |
+| jobs | `refresh_jobs` | the workload collector collected |
 | detection | `detect_and_respond` (and `execute_approved`) | each flush with telemetry |
 | paging | `review_pages` | a window was judged, or `review_every_s` passed |
 | closed loop | `judge_closed_loop` | as paging |
@@ -30,12 +31,25 @@ from aiops.runtime.world import TICKETS_ONLY, attach, desk
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
 from aiops.store import Store
+from aiops.store.workloads import refresh_jobs as refresh_job_ranks
 
 if TYPE_CHECKING:
     from aiops.service.service import Service
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
+
+
+def refresh_jobs(svc: Service, store: Store) -> None:
+    """This node's job_ranks and jobs from the newest collect of who runs on its GPUs, and the export labels
+    that follow them (aiops/store/workloads.py)."""
+    assert svc.workloads_ts_s is not None and svc.workloads_node is not None
+    refresh_job_ranks(store, svc.workloads_node, svc.workloads_ts_s)
+    svc.workloads_ts_s = None
+    svc.metrics.inventory(
+        store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+        store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+    )
 
 
 def detect_and_respond(svc: Service, store: Store) -> None:

@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -33,8 +32,8 @@ from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
 from aiops.scenarios import Scenario
+from aiops.service import collecting, http_stack
 from aiops.service import flush_steps as steps
-from aiops.service import http_stack
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.breaker_metrics import BreakerMetrics
@@ -60,7 +59,6 @@ from aiops.service.sources import (
 )
 from aiops.store import Store
 from aiops.store.maintenance import active_windows, matching, membership
-from aiops.store.workloads import refresh_jobs
 from collectors.base import RowBatch, RowBuffer
 from guardrails import witness
 
@@ -201,7 +199,7 @@ class Service:
         self.oldest_unflushed_ts_s: float | None = None
         self.flushes = 0
         self.companion: Companion | None = None  # set before start()
-        self.said_unavailable: set[tuple[str, str]] = set()  # (collector, why) logged (_say_unavailable)
+        self.said_unavailable: set[tuple[str, str]] = set()  # (collector, why) logged (collecting.py)
         self.workloads_ts_s: float | None = None  # the workload collector's last collect, until refresh_jobs
         self.workloads_node: str | None = None
 
@@ -297,81 +295,11 @@ class Service:
         begun = self.clock()
         self.sources.tick()
         for source in self.sources.due():
-            self._collect(source.name, source.collector, source.interval_s)
+            collecting.collect(self, source.name, source.collector, source.interval_s)
         self.last_tick = self.clock()
         if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
         self.sleep(self.sources.wait_s(self.clock() - begun))
-
-    def _collect(self, name: str, collector: Any, interval_s: float = 0.0) -> None:
-        assert self.sources is not None
-        now_ts_s = self.sources.clock()
-        started = time.perf_counter()
-        tables: dict[str, Any] = {}
-        failure = ""
-        try:
-            if hasattr(collector, "rows"):
-                batches: dict[str, RowBatch] = collector.rows(now_ts_s)
-            else:  # Arrow tables (the fleet's Prometheus reader): stored, not re-exported at /metrics
-                tables, batches = collector.collect(now_ts_s), {}
-                errors = tables.pop("collector_errors", None)  # counted and logged as a row collector's are
-                if errors is not None:
-                    rows = [tuple(r.values()) for r in errors.to_pylist()]
-                    batches = {"collector_errors": RowBatch(tuple(errors.column_names), rows)}
-        except Exception as exc:  # a collector never takes the loop down: its failure is data
-            failure = f"{type(exc).__name__}: {exc}"
-            batches = {
-                "collector_errors": RowBatch(
-                    ("ts_s", "collector", "component", "error", "detail"),
-                    [(now_ts_s, name, None, type(exc).__name__, str(exc)[:500])],
-                )
-            }
-        produced = any(batch.rows for table, batch in batches.items() if table != "collector_errors")
-        self.watch.saw(name, collector, now_ts_s, interval_s, failure, produced or bool(tables))
-        self.metrics.timing(name, time.perf_counter() - started)
-        if (
-            getattr(collector, "name", None) == "workloads" and "gpu_processes" in batches
-        ):  # a collect, even empty
-            self.workloads_ts_s, self.workloads_node = now_ts_s, getattr(collector, "node", None)
-        self._say_unavailable(name, batches.get("collector_errors"))
-        self.buffer.add(batches)
-        self.buffer.add_tables(tables)
-        for table, batch in batches.items():
-            self.metrics.observe(table, batch.columns, batch.rows)
-        read_from_ts_s = now_ts_s  # a reader's data starts at its clock before the read, ends at it after
-        if not hasattr(collector, "rows"):
-            if not tables and not batches:
-                return  # nothing read yet: the data clock has not moved
-            now_ts_s = max(now_ts_s, self.sources.clock())
-        self.newest_ts_s = now_ts_s
-        if self.first_ts_s is None:
-            self.first_ts_s = read_from_ts_s  # detection starts there (a fleet's look-back included)
-        if self.oldest_unflushed_ts_s is None:
-            self.oldest_unflushed_ts_s = read_from_ts_s
-
-    def _refresh_jobs(self, store: Store) -> None:
-        """This node's job_ranks and jobs from the newest collect of who runs on its GPUs, and the export labels
-        that follow them (aiops/store/workloads.py)."""
-        assert self.workloads_ts_s is not None and self.workloads_node is not None
-        refresh_jobs(store, self.workloads_node, self.workloads_ts_s)
-        self.workloads_ts_s = None
-        self.metrics.inventory(
-            store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
-            store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
-        )
-
-    def _say_unavailable(self, name: str, batch: RowBatch | None) -> None:
-        """A collector that finds nothing to read (no GPU driver, no InfiniBand) writes its `unavailable` row once
-        at its first collect; the log says it once too, so `journalctl -u aiops` shows what this node lacks."""
-        if batch is None or "error" not in batch.columns or "detail" not in batch.columns:
-            return
-        error_at, detail_at = batch.columns.index("error"), batch.columns.index("detail")
-        who_at = batch.columns.index("collector") if "collector" in batch.columns else None
-        for row in batch.rows:
-            said = (name if who_at is None else str(row[who_at]), str(row[detail_at]))
-            if row[error_at] == "unavailable" and said not in self.said_unavailable:
-                self.said_unavailable.add(said)
-                log.warning("collector unavailable", extra={"collector": said[0], "detail": said[1]})
 
     def flush(self) -> None:
         """Ingest what was collected, then detect, diagnose, file, execute, notify: one transaction's worth."""
@@ -388,7 +316,7 @@ class Service:
             if batches:
                 store.ingest_all(batches)
             if self.workloads_ts_s is not None:
-                self._guarded("jobs", lambda: self._refresh_jobs(store))
+                self._guarded("jobs", lambda: steps.refresh_jobs(self, store))
             twin = self.sources.twin
             if twin is not None and self.sources.stepped_s:
                 twin.sync(store)  # what another process appended to its log first (its log is one order)
