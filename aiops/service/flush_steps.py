@@ -12,8 +12,8 @@ and counted in `aiops_loop_errors_total`; the data is stored and the loop goes o
 | alerts | `investigate_alerts` | each flush with telemetry |
 | conditions | `conditions` | each flush |
 | dispatch | `DispatchInbox.judge` (dispatch_in.py) | a fleet's dispatch waits |
-| dispatcher | the fleet's dispatcher (aiops/fleet/dispatch.py) | on the fleet: it POSTs to node agents with the
-  workspace open, not built otherwise yet |
+| dispatcher | the fleet's dispatcher (aiops/fleet/dispatch.py): its POSTs to node agents run with the workspace
+  open (still to do: outside it) | on the fleet |
 | retention | `retention` | hourly |
 | report | `report` | a scheduled report is due |
 | (export) | `export_store` | as paging, and at the first flush: unguarded |
