@@ -84,7 +84,7 @@ def _declared(c: Column) -> str:
 def gpu_samples_sql() -> str:
     gauges = {
         **{c.name: _declared(c) for c in fleet_read(GPU_SAMPLES)},
-        # hand-written families (aiops/columns.py HAND_WRITTEN):
+        # hand-written families (aiops/columns.py, GPU_SAMPLES.hand_written):
         # the reasons seen in any of the interval's samples (the counters), else the newest sample's (the gauge)
         "clocks_event_reasons": "CAST(coalesce("
         f"bit_or({_REASON_BIT}) FILTER (WHERE name = 'aiops_gpu_clocks_event_samples_total' AND d > 0), "
