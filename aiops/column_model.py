@@ -46,6 +46,16 @@ class Family:
 
 
 @dataclass(frozen=True)
+class DcgmName:
+    """The column as dcgm-exporter serves it: the DCGM field (`etc/default-counters.csv`: name, type, help)."""
+
+    name: str
+    kind: str  # gauge | counter, as dcgm-exporter declares it
+    help_text: str
+    default: bool = False  # in dcgm-exporter's default counters (else an operator enables it)
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     arrow: str  # pyarrow factory name: float64, int64, int32, uint64, string
@@ -58,6 +68,9 @@ class Column:
     collected: bool = True  # False: no collector writes it (the fleet's sample weights)
     key: bool = False  # an entity key (ts_s, gpu, node, uuid): never a family of its own
     migration: int = 1  # the migration that added it (schema_additions)
+    # dcgm-exporter's name for it (aiops/sources/names.py): read by `aiops analyze --prometheus`, served at
+    # /metrics/dcgm. Not migrated yet: the older columns' DCGM names are listed in names.py.
+    dcgm: DcgmName | None = None
 
 
 @dataclass(frozen=True)

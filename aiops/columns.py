@@ -28,6 +28,7 @@ from aiops.column_model import (
     SQL_TYPES,
     TWIN_GPUS_PER_NODE,
     Column,
+    DcgmName,
     Family,
     Table,
 )
@@ -279,6 +280,11 @@ GPU_SAMPLES = Table(
             reacts_to=frozenset({"gpu_ecc_error"}),
             observed_by="nvmlDeviceGetRemappedRows: the row an uncorrectable error hit is remapped (Xid 63)",
             migration=36,
+            dcgm=DcgmName(
+                "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+                "counter",
+                "Number of remapped rows for uncorrectable errors",
+            ),
         ),
         # the fleet's sample weights (m017): hand-written families, read back by hand (aiops/fleet/pivot.py)
         Column("samples", _I32, collected=False, migration=17),
@@ -337,6 +343,11 @@ TABLES: dict[str, Table] = {GPU_SAMPLES.name: GPU_SAMPLES}
 
 
 # -- what derives --------------------------------------------------------------------------------------------
+def dcgm_columns(table: Table) -> tuple[Column, ...]:
+    """Columns declared with their dcgm-exporter name."""
+    return tuple(c for c in table.columns if c.dcgm is not None)
+
+
 def arrow_columns(table: Table) -> tuple[tuple[str, str], ...]:
     """(column, Arrow factory name) of what collectors write, in the order their rows hold them."""
     return tuple((c.name, c.arrow) for c in table.columns if c.collected)

@@ -23,6 +23,8 @@ from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
 from aiops.service.metrics import MetricsCache
+from aiops.sources.exposition import render_snapshot
+from aiops.sources.mapping import _gpu_samples_sql
 from aiops.store import Store
 from collectors.schema import FLEET_ONLY_COLUMNS, columns_typed
 from evals.harness import through_prometheus
@@ -163,3 +165,15 @@ def test_retired_rows_from_the_twins_nvml_through_prometheus_to_the_fleets_evide
     assert ecc.component == "node1/gpu1"
     claims = [e.claim for e in ecc.evidence]
     assert "node1/gpu1 retired 2 more memory rows (NVML remapped rows)" in claims, claims
+
+
+def test_retired_rows_as_dcgm_exporter_serves_and_the_prometheus_source_reads_it() -> None:
+    """Declared with its DCGM field: /metrics/dcgm serves DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS (as
+    dcgm-exporter's counters CSV names it) and `aiops analyze --prometheus` maps it back into the column."""
+    row = {"gpu": "node0/gpu1", "node": "node0", "uuid": "GPU-1", "temp_c": 50.0, "retired_rows": 2}
+    text = render_snapshot({"node0/gpu1": row}, {}, {})
+    assert "# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter" in text
+    assert re.search(r'^DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS\{.*gpu="1".*\} 2$', text, re.M), text
+    assert "CAST(max(value) FILTER (WHERE name = 'DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS') AS INTEGER)" in (
+        _gpu_samples_sql()
+    )

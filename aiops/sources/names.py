@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiops.columns import GPU_SAMPLES, dcgm_columns
+
 
 @dataclass(frozen=True)
 class DcgmField:
@@ -22,7 +24,7 @@ class DcgmField:
     default: bool  # in dcgm-exporter's default-counters.csv
 
 
-DCGM_FIELDS: tuple[DcgmField, ...] = (
+_LISTED: tuple[DcgmField, ...] = (  # not migrated to aiops/columns.py yet
     DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", "gauge", "SM clock frequency (in MHz).", True),
     DcgmField("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", "gauge", "Memory clock frequency (in MHz).", True),
     DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "mem_temp_c", "gauge", "Memory temperature (in C).", True),
@@ -102,6 +104,14 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "pcie_link_width", "gauge", "PCIe current link width.", False),
     DcgmField(
         "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "pcie_link_max_width", "gauge", "PCIe maximum link width.", False
+    ),
+)
+DCGM_FIELDS: tuple[DcgmField, ...] = (
+    *_LISTED,
+    *(
+        DcgmField(d.name, c.name, d.kind, d.help_text, d.default)
+        for c in dcgm_columns(GPU_SAMPLES)
+        if (d := c.dcgm) is not None
     ),
 )
 XID = "DCGM_FI_DEV_XID_ERRORS"  # gauge: "Value of the last XID error encountered." (default-counters.csv)
