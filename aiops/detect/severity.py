@@ -37,7 +37,8 @@ from aiops.models import Symptom
 # NVIDIA's XID catalogue: the errors after which the GPU (or its memory) is gone until a reset or a repair.
 FATAL_XIDS = frozenset({48, 79, 94, 95, 119, 120})
 # Conditions that hurt nothing by themselves: hot below the slowdown point (throttling is `gpu_throttle`).
-CONDITION_KINDS = frozenset({"gpu_hot"})
+# A facility's cap signal hurts nothing until it lowers a limit or throttles (`power_limit_drop`, `gpu_throttle`).
+CONDITION_KINDS = frozenset({"gpu_hot", "dcim_power_cap"})
 LOST_KINDS = frozenset({"gpu_lost", "ecc_dbe"})
 STALL_KINDS = frozenset({"job_stalled", "collective_timeouts"})
 _RANK: dict[str, int] = {name: n for n, name in enumerate(SEVERITIES)}
