@@ -146,6 +146,7 @@ class Service:
             config.node.name,
             deliver,
             hold_undiagnosed_s=config.notify.undiagnosed_hold_s,
+            page_from=config.notify.severity.page_from,
             open_s=3.0 * config.detection.window_s,
         )
 
