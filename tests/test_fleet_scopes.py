@@ -165,6 +165,30 @@ def test_a_rack_cap_fans_out_to_its_node_agents_and_rolls_back_the_same_way(
     assert shown(workspace, "P-rack-rb1.2")[0] == "executed"
 
 
+def test_a_job_restarts_through_one_of_its_node_agents_where_the_fleet_names_no_scheduler(
+    agents: dict[str, Any], tmp_path: Path
+) -> None:
+    """`[fleet] job_steps = "node_agent"`: the fleet sends a job's restart to the job's first node agent, which
+    checks alice's signature itself and restarts the job through its own executors (its twin here); with the
+    default (`scheduler`, kind none) the fleet sends nothing and says what would run it."""
+    keys, nodes = agents["keys"], agents["nodes"]
+    workspace = fleet_workspace(tmp_path / "fleet.duckdb", keys.guardrails)
+    file_and_approve(workspace, keys, act("P-job", "restart_job", "job:llm"), "alice")
+    where = {name: f"http://127.0.0.1:{n.port}" for name, n in nodes.items()}
+    with workspace.write() as store:
+        assert FleetDispatcher(FleetConfig(nodes=where), TOKEN).run(store) == []
+    status, message = shown(workspace, "P-job")
+    assert status == "approved" and "[fleet.scheduler] kind is none" in message and "job_steps" in message
+    config = FleetConfig(nodes=where, job_steps="node_agent")
+    with workspace.write() as store:
+        assert FleetDispatcher(config, TOKEN).run(store) == ["P-job"]
+    assert shown(workspace, "P-job")[0] == "executed"
+    events = audit(nodes["node0"], "P-job")
+    assert ("approval", "alice") in [(e, actor) for e, actor, _ in events], events
+    assert [d["outcome"] for e, _, d in events if e == "execution"] == ["executed"], events
+    assert audit(nodes["node1"], "P-job") == []  # one node restarts it, not each
+
+
 def test_a_node_counts_what_the_fleet_ran_on_it(agents: dict[str, Any]) -> None:
     node = agents["nodes"]["node0"]
     alice = node.keys.keys["alice"]
