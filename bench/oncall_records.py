@@ -43,6 +43,18 @@ class Proposal:
     created_s: float
     physical: bool
     origin: str
+    step_id: str = ""  # the plan step it is a target of ("" for none)
+
+
+@dataclass
+class Plan:
+    """A plan as its tier filed it: the diagnosis it remedies (a fleet incident may hold plans of several faults)."""
+
+    tier: str
+    plan_id: str
+    root_cause: str
+    component: str
+    created_s: float
 
 
 @dataclass
@@ -50,6 +62,7 @@ class Records:
     incidents: list[Incident] = field(default_factory=list)
     proposals: list[Proposal] = field(default_factory=list)
     executed: list[Executed] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
 
 
 @dataclass
@@ -104,6 +117,7 @@ def load(path: Path) -> DayState:
         [Incident(**i) for i in raw["incidents"]],
         [Proposal(**p) for p in raw["proposals"]],
         [Executed(**e) for e in raw["executed"]],
+        [Plan(**p) for p in raw.get("plans", [])],
     )
     alerts = [Alert(**{**a, "events": [tuple(e) for e in a["events"]]}) for a in data["alerts"]]
     return DayState(
@@ -151,8 +165,8 @@ def collect_records(cluster: Any, work: Path) -> Records:
                     )
                 )
             for row in store.query(
-                "SELECT proposal_id, kind, target, action, status, incident_id, created_ts_s, physical, origin "
-                "FROM proposals ORDER BY created_ts_s"
+                "SELECT proposal_id, kind, target, action, status, incident_id, created_ts_s, physical, origin, "
+                "step_id FROM proposals ORDER BY created_ts_s"
             ):
                 action = json.loads(str(row["action"]))
                 out.proposals.append(
@@ -167,6 +181,17 @@ def collect_records(cluster: Any, work: Path) -> Records:
                         float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
                         bool(row["physical"]),
                         str(row["origin"] or ""),
+                        str(row["step_id"] or ""),
+                    )
+                )
+            for row in store.query("SELECT plan_id, root_cause, component, created_ts_s FROM plans"):
+                out.plans.append(
+                    Plan(
+                        agent.name,
+                        str(row["plan_id"]),
+                        str(row["root_cause"]),
+                        str(row["component"]),
+                        float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
                     )
                 )
             if agent.twin is not None:
@@ -217,6 +242,18 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     def fault_of(key: tuple[str, str] | None) -> Attribution:
         return verdict.get(key, Attribution("false")) if key is not None else Attribution("false")
 
+    # a plan remedies the fault its own diagnosis names (its cause on the fault's hardware, in force when it was
+    # filed), whatever its incident's top cause became: a fleet incident may gather several faults' plans
+    plan_fault: dict[tuple[str, str], int] = {}
+    for plan in records.plans:
+        named = _named(f"top cause: {plan.root_cause} on {plan.component}", plan.created_s, truth, end_s)
+        if named is not None and named.fault is not None:
+            plan_fault[(plan.tier, plan.plan_id)] = named.fault
+    for p in records.proposals:
+        by_plan = plan_fault.get((p.tier, p.step_id.rsplit(".", 1)[0])) if p.step_id else None
+        if by_plan is not None and p.proposal_id in action_fault:
+            action_fault[p.proposal_id] = by_plan
+
     per: dict[int, dict[str, Any]] = {f.index: defaultdict(int) for f in truth.faults}
     # pages where they landed
     pages_false, pages_self, pages_blind = 0, 0, 0
@@ -252,7 +289,10 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     unattributed_signatures = 0
     for sig in state.signatures:
         found = fault_of((sig.tier, sig.incident_id))
-        if found.fault is not None:
+        by_plan = plan_fault.get((sig.tier, sig.proposal_id.rsplit(".", 1)[0]))
+        if by_plan is not None:
+            per[by_plan]["signatures"] += 1
+        elif found.fault is not None:
             per[found.fault]["signatures"] += 1
         else:
             unattributed_signatures += 1
