@@ -15,6 +15,7 @@ from aiops.scenarios import Scenario
 from aiops.sim.world import SIM_EPOCH_TS_S, World
 from aiops.store import Store
 from bench.oncall_people import Alert, Signature
+from bench.oncall_timeline import Timeline, hurt_by_nature
 from bench.oncall_truth import (
     Attribution,
     Executed,
@@ -255,6 +256,13 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
             action_fault[p.proposal_id] = by_plan
 
     per: dict[int, dict[str, Any]] = {f.index: defaultdict(int) for f in truth.faults}
+    timeline = Timeline(truth.faults)
+    for incident in records.incidents:
+        opened = verdict.get((incident.tier, incident.incident_id))
+        if opened is not None and opened.what == "fault":
+            timeline.saw(opened.fault, "detected", incident.opened_s)
+    for plan in records.plans:
+        timeline.saw(plan_fault.get((plan.tier, plan.plan_id)), "planned", plan.created_s)
     # pages where they landed
     pages_false, pages_self, pages_blind = 0, 0, 0
     page_rows = []
@@ -273,6 +281,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
             pages_blind += 1
         elif found.what == "fault" and found.fault is not None:
             per[found.fault]["pages"] += 1
+            timeline.saw(found.fault, "paged", at_s)
         elif found.what == "self":
             pages_self += 1
             if found.fault is not None:
@@ -290,10 +299,10 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     for sig in state.signatures:
         found = fault_of((sig.tier, sig.incident_id))
         by_plan = plan_fault.get((sig.tier, sig.proposal_id.rsplit(".", 1)[0]))
-        if by_plan is not None:
-            per[by_plan]["signatures"] += 1
-        elif found.fault is not None:
-            per[found.fault]["signatures"] += 1
+        signed = by_plan if by_plan is not None else found.fault
+        if signed is not None:
+            per[signed]["signatures"] += 1
+            timeline.saw(signed, "signed", sig.ts_s - SIM_EPOCH_TS_S)
         else:
             unattributed_signatures += 1
     for tier, incident_id, steps in state.cases:
@@ -305,6 +314,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     for action in records.executed:
         spec = DEFAULT_REGISTRY.get(action.kind)
         fault = action_fault.get(action.proposal_id)
+        timeline.saw(fault, "acted", action.elapsed_s)
         if spec is None or not spec.physical or fault is None:
             continue
         jobs = truth.jobs_at(action.elapsed_s)
@@ -360,6 +370,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
                 "mttr_s": mttr,
                 "hurting_at_end": f.hurting_now,
                 "in_force_at_end": f.in_force_now,
+                "timeline": timeline.row(f.index, f.start_s, f.hurt_s),
             }
         )
     started = [r for r in faults if r["start_s"] < end_s]
@@ -403,6 +414,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
         "node_days": round(node_days, 2),
         "maintenance_windows_announced": state.announced,
         "ettr": {**ettr_of, "product_over_oracle": round(ettr_of["product"] / ettr_of["oracle"], 4)},
+        "hurt_by_nature": hurt_by_nature(started),
         "blind": blind,
         "blind_s_max": max((b["blind_s"] for b in blind), default=None),
     }
