@@ -229,6 +229,11 @@ class FleetConfig(_Section):
         default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
     )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+    job_steps: Literal["scheduler", "node_agent"] = Field(
+        default="scheduler",
+        description="who restarts a job for the fleet: scheduler ([fleet.scheduler]) or node_agent (one node "
+        "agent of the job, through its own executors, after checking the signatures itself)",
+    )
     # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
     # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)

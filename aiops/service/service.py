@@ -236,8 +236,8 @@ class Service:
             self.live.start(store)
             self.conditions.start(store)
             self.reports.start(store)
-            if self.make_sources is None:  # a node agent's inventory: the fleet re-exporting every node's
-                # would be read back (a Prometheus scrapes it too) as a second instance declaring each node
+            if self.sources.declares_inventory:  # a node agent's inventory (the fleet's source says not: its
+                # re-export would be read back, a Prometheus scraping it too, as a second instance per node)
                 self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: export labels
                     store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
                     store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
