@@ -215,6 +215,13 @@ class FleetConfig(_Section):
     delay_s: float = Field(
         default=5.0, ge=0, le=600, description="how far behind now to read (VictoriaMetrics: >= 30)"
     )
+    read_after_scrapes: bool = Field(
+        default=True,
+        description="read each step just after the agents' scrapes (their phase learned from their sample times)",
+    )
+    phase_s: float = Field(
+        default=0.0, ge=0, le=600, description="else: read at multiples of step_s plus this many seconds"
+    )
     selector: str = Field(default="", description='extra label matchers for every query, e.g. cluster="a"')
     timeout_s: float = Field(default=30.0, gt=0, le=600, description="one answer's whole time")
     node_url: str = Field(
