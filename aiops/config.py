@@ -203,6 +203,9 @@ class SchedulerConfig(_Section):
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
 
 
+SHARD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+
+
 class FleetConfig(_Section):
     """`aiops fleet`: where the node agents' exports are read (docs/FLEET.md)."""
 
@@ -229,6 +232,13 @@ class FleetConfig(_Section):
         default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
     )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+    # sharding (docs/FLEET.md, "Fleet size: sharding"): this shard's name goes into its incident ids
+    # (INC-fleet-<shard>-0001: unique across shards), and `aiops fleet-view` reads every shard's /api
+    shard: str = Field(default="", description="this fleet's shard name (a-z, 0-9, -); empty: not sharded")
+    shards: dict[str, str] = Field(
+        default_factory=dict, description="shard name -> its fleet's base URL, for `aiops fleet-view`"
+    )
+    shards_token_file: str = Field(default="", description="file holding the shards' /api bearer token")
     # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
     # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -244,6 +254,23 @@ class FleetConfig(_Section):
             raise ValueError(
                 "must be an http(s) URL without query, fragment or user, e.g. http://{host}:9484"
             )
+        return value
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, value: str) -> str:
+        if value and not SHARD_NAME.fullmatch(value):
+            raise ValueError(f"'{value[:40]}': 1 to 32 of a-z, 0-9 and '-', starting with a letter or digit")
+        return value
+
+    @field_validator("shards")
+    @classmethod
+    def _shards(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            if not SHARD_NAME.fullmatch(name):
+                raise ValueError(f"{name[:40]!r}: a shard name is 1 to 32 of a-z, 0-9 and '-'")
+            if not url.startswith(("http://", "https://")) or any(c in url for c in "#?@ \t\n"):
+                raise ValueError(f"{name}: must be an http(s) URL without query, fragment or user")
         return value
 
     @field_validator("nodes")

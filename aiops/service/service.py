@@ -143,7 +143,10 @@ class Service:
             window_s=config.detection.window_s,
             quiet_s=config.detection.quiet_s,
             replay_s=config.detection.replay_s,
-            id_prefix=incident_prefix(config.node.name),  # INC-<host>-0042, INC-fleet-0007: cluster-unique
+            # INC-<host>-0042, INC-fleet-0007, INC-fleet-<shard>-0007 on a shard: cluster-unique
+            id_prefix=incident_prefix(
+                config.node.name, config.fleet.shard if config.node.name == "fleet" else ""
+            ),
             severity=config.notify.severity,  # from impact ([notify.severity])
         )
         # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
