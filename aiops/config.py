@@ -134,6 +134,17 @@ class StoreConfig(_Section):
     memory_limit_mb: int = Field(
         default=256, ge=64, le=1_048_576, description="DuckDB's memory limit in the service"
     )
+    # DuckDB starts one worker per core and keeps what its allocator freed up to 128 MB: on a node of 100+ cores
+    # that is the node agent's largest cost, for queries over seconds of one node (docs/BENCHMARKS.md)
+    threads: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="DuckDB's worker threads in the service; 0: 1 on a node, every core on the fleet",
+    )
+    allocator_flush_mb: int = Field(
+        default=16, ge=1, le=65_536, description="DuckDB gives freed memory back past this peak of a task"
+    )
 
 
 class CollectorConfig(_Section):

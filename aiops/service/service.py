@@ -101,6 +101,13 @@ class SimSetup:
     epoch_ts_s: float | None = None  # the wall time of the twin's simulated second 0 (default: the start)
 
 
+def store_threads(config: Config) -> int:
+    """DuckDB's workers in the service: `[store] threads`, else one on a node agent (its queries cover seconds of
+    one node; DuckDB's default, one per core, cost 38 MB more at 64: docs/BENCHMARKS.md) and DuckDB's default
+    (0) on the fleet, whose cycles pivot thousands of GPUs."""
+    return config.store.threads or (0 if config.node.name == "fleet" else 1)
+
+
 class Service:
     def __init__(
         self,
@@ -130,6 +137,8 @@ class Service:
         self.owner = FileOwner(
             config.store.path,
             memory_limit_mb=config.store.memory_limit_mb,
+            threads=store_threads(config),
+            allocator_flush_mb=config.store.allocator_flush_mb,
             guardrails=config.guardrails,
             scheduler=config.scheduler,
         )
