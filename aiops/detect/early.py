@@ -9,11 +9,12 @@ degrading, and a rate every GPU shares (a driver's reporting change) is nobody's
 - **counters** (`ecc_corrected`, `nvlink_errors`, `pcie_replay`, `ib_link_errors`): every one of the last
   `RECENT` buckets at `floor` errors or more (a single burst, a weak HBM cell's Xid 92 or a churned ECC storm,
   fills one bucket, never three), and their mean `RATIO` times the larger of the own and the peers' rate;
-- **thermal**: the GPU's temperature above the median of its peers at the same load (its rack's GPUs at the same
-  third of their power limit, as aiops/detect/heat.py groups load) climbing steadily: over the last
-  `THERMAL_RECENT` buckets no step down, most steps up, at least `THERMAL_RISE_C` in all, and `THERMAL_ABOVE_C`
-  above its own earlier excess. A warm spot (a neighbour's exhaust) is a step, not a climb; a rack's or the
-  outside air's warming moves the peers too.
+- **thermal**: the GPU's temperature above what its rack's GPUs run at its power (a line fitted over the rack:
+  coolant plus power times a shared resistance; a worn fan or a drying cold plate raises the GPU's own
+  resistance) climbing steadily: over the last `THERMAL_RECENT` buckets, the mean of each third at least
+  `THERMAL_THIRD_C` above the one before and the last `THERMAL_RISE_C` above the first, no jump over two
+  buckets larger than `THERMAL_JUMP` of the climb, and `THERMAL_ABOVE_C` above its own earlier excess. A warm spot (a neighbour's exhaust) is a step, not a climb;
+  a rack's or the outside air's warming, and the job's load, move the peers too.
 
 A warning forecasts one or more root-cause labels (the closed vocabulary, unchanged): a hypothesis, not a
 diagnosis. Thresholds: the twin's noise (aiops/sim/precursors.py) puts a benign link's chance of three
@@ -22,24 +23,24 @@ elevated buckets in a row below 1e-9 per bucket (docs/DETECTION.md).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import mean, median
 from typing import Any
 
 BUCKET_S = 300.0
 RECENT = 3  # counter buckets that must all be elevated (15 minutes)
-THERMAL_RECENT = 6  # thermal buckets of a steady climb (30 minutes)
+THERMAL_RECENT = 12  # thermal buckets of a steady climb (an hour)
 HISTORY = 72  # buckets of a component's own history (6 hours)
 MIN_HISTORY = 6  # buckets of history before a component is judged (30 minutes)
 RATIO = 4.0
 MIN_PEERS = 3
-THERMAL_RISE_C = 1.0
-THERMAL_ABOVE_C = 2.0
-THERMAL_STEP_DOWN_C = -0.1  # a bucket cooler than the one before by more than this breaks the climb
+THERMAL_RISE_C = 2.0  # the climb from the recent buckets' first third to their last, at least
+THERMAL_THIRD_C = 0.5  # and in each half of it: a climb all along, not a late step
+THERMAL_JUMP = 0.45  # no jump over two buckets larger than this share of the climb (a warm spot is a step)
+THERMAL_ABOVE_C = 2.5
 SERIES = 12  # buckets of evidence kept with a warning (an hour)
 
 
@@ -59,7 +60,9 @@ SIGNALS: dict[str, Signal] = {
     "ib_link_errors": Signal(
         "ib_link_errors", "nic", ("nic_link_flap",), "IB symbol errors and link recoveries", 4.0
     ),
-    "thermal": Signal("thermal", "gpu", ("thermal_throttle",), "temperature above its peers", 0.0),
+    "thermal": Signal(
+        "thermal", "gpu", ("thermal_throttle",), "temperature above its rack at its power", 0.0
+    ),
 }
 
 
@@ -111,7 +114,7 @@ class EarlyWarning:
         what = SIGNALS[self.signal].what
         if self.signal == "thermal":
             return (
-                f"{self.component} runs {self.above_peers_c or 0.0:.1f} °C above its peers at the same load "
+                f"{self.component} runs {self.above_peers_c or 0.0:.1f} °C above its rack's GPUs at its power "
                 f"(usually {self.usual_above_peers_c or 0.0:.1f} °C), climbing {self.rate_per_h:.1f} °C/h"
             )
         peers = f", peers {self.peer_per_h:.1f}/h" if self.peer_per_h is not None else ""
@@ -192,23 +195,26 @@ class TrendWatch:
         )
 
     def temperatures(
-        self, end_ts_s: float, readings: Mapping[str, tuple[float, int | None, str]]
+        self, end_ts_s: float, readings: Mapping[str, tuple[float, float, str]]
     ) -> list[EarlyWarning]:
-        """One bucket of GPU temperatures: `readings` (gpu -> mean temperature, load level, peer group)."""
-        groups: dict[tuple[str, int | None], list[float]] = defaultdict(list)
-        for temp_c, level, group in readings.values():
-            groups[(group, level)].append(temp_c)
+        """One bucket of GPU temperatures: `readings` (gpu -> mean temperature, mean power in W, peer group).
+        Each GPU's excess is its temperature above what its group's GPUs run at its power (a line fitted over
+        the group: coolant plus power times a shared thermal resistance), so load and coolant cancel."""
+        groups: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+        for gpu, (temp_c, power_w, group) in readings.items():
+            groups[group].append((gpu, temp_c, power_w))
         out: list[EarlyWarning] = []
-        for gpu, (temp_c, level, group) in readings.items():
-            peers = groups[(group, level)]
-            key = ("thermal", gpu)
-            if len(peers) <= MIN_PEERS or level is None:
-                self.series[key].append((end_ts_s, math.nan))  # no fair comparison this bucket
-                continue
-            self.series[key].append((end_ts_s, temp_c - median(peers)))
-            found = self._judge_thermal(gpu)
-            if found is not None:
-                out.append(found)
+        for members in groups.values():
+            fit = _line([p for _, _, p in members], [t for _, t, _ in members])
+            for gpu, temp_c, power_w in members:
+                key = ("thermal", gpu)
+                if fit is None:  # too few peers for a fair comparison this bucket
+                    self.series[key].append((end_ts_s, math.nan))
+                    continue
+                self.series[key].append((end_ts_s, temp_c - (fit[0] + fit[1] * power_w)))
+                found = self._judge_thermal(gpu)
+                if found is not None:
+                    out.append(found)
         return out
 
     def _judge_thermal(self, gpu: str) -> EarlyWarning | None:
@@ -219,13 +225,20 @@ class TrendWatch:
         past = [v for _, v in points[:-THERMAL_RECENT] if not math.isnan(v)]
         if any(math.isnan(v) for v in recent) or len(past) < MIN_HISTORY:
             return None
-        steps = [b - a for a, b in itertools.pairwise(recent)]
-        rise_c = recent[-1] - recent[0]
+        third = len(recent) // 3
+        first, middle, last = (mean(recent[i * third : (i + 1) * third]) for i in range(3))
+        rise_c = last - first
+        jump_c = max(b - a for a, b in zip(recent, recent[2:], strict=False))  # over two buckets
         own_c = median(past)
-        climbing = min(steps) >= THERMAL_STEP_DOWN_C and sum(s > 0.05 for s in steps) >= len(steps) - 1
-        if not (climbing and rise_c >= THERMAL_RISE_C and recent[-1] - own_c >= THERMAL_ABOVE_C):
+        steady = (
+            middle - first >= THERMAL_THIRD_C
+            and last - middle >= THERMAL_THIRD_C
+            and rise_c >= THERMAL_RISE_C
+            and jump_c <= THERMAL_JUMP * rise_c
+        )
+        if not (steady and recent[-1] - own_c >= THERMAL_ABOVE_C):
             return None
-        span_h = (THERMAL_RECENT - 1) * BUCKET_S / 3600.0
+        span_h = 2 * third * BUCKET_S / 3600.0  # from the first third's middle to the last's
         return EarlyWarning(
             "thermal",
             gpu,
@@ -238,3 +251,13 @@ class TrendWatch:
             recent[-1],
             own_c,
         )
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
+    """Least squares y = a + b x (b = 0 where x does not vary); None for fewer than `MIN_PEERS` + 1 points."""
+    if len(xs) <= MIN_PEERS:
+        return None
+    mx, my = mean(xs), mean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var > 1e-9 else 0.0
+    return my - slope * mx, slope

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiops.detect.early import BUCKET_S, EarlyWarning, TrendWatch
-from aiops.detect.heat import load_level
 from aiops.detect.windows import racks_of_nodes
 from aiops.models import Incident, Symptom
 from aiops.store import Store
@@ -121,11 +120,11 @@ class EarlyWatch:
         readings = {
             str(r["gpu"]): (
                 float(r["temp_c"]),
-                load_level(r["power_w"], r["power_max_w"]),
+                float(r["power_w"]),
                 self.rack_of.get(str(r["node"]), str(r["node"])),
             )
             for r in gpus
-            if r["temp_c"] is not None
+            if r["temp_c"] is not None and r["power_w"] is not None
         }
         found += self.trends.temperatures(end_ts_s, readings)
         return self._lifecycle(end_ts_s, found)
