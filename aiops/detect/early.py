@@ -39,8 +39,12 @@ RATIO = 4.0
 MIN_PEERS = 3
 THERMAL_RISE_C = 2.0  # the climb from the recent buckets' first third to their last, at least
 THERMAL_THIRD_C = 0.5  # and in each half of it: a climb all along, not a late step
-THERMAL_JUMP = 0.45  # no jump over two buckets larger than this share of the climb (a warm spot is a step)
+THERMAL_JUMP = 0.6  # no jump over two buckets larger than this share of the climb (a warm spot is a step)
 THERMAL_ABOVE_C = 2.5
+FIT_OUTLIER_MADS = 3.0
+LOADED_W = 200.0  # a GPU below this (idle) is not judged for heat that bucket
+REFERENCE_W = 600.0  # the excess is said at a full training load's power
+THERMAL_GAPS = 3  # recent buckets that may go unjudged (idle) in a climb
 SERIES = 12  # buckets of evidence kept with a warning (an hour)
 
 
@@ -205,13 +209,17 @@ class TrendWatch:
             groups[group].append((gpu, temp_c, power_w))
         out: list[EarlyWarning] = []
         for members in groups.values():
-            fit = _line([p for _, _, p in members], [t for _, t, _ in members])
+            fit = _robust_line([p for _, _, p in members], [t for _, t, _ in members])
             for gpu, temp_c, power_w in members:
                 key = ("thermal", gpu)
                 if fit is None:  # too few peers for a fair comparison this bucket
                     self.series[key].append((end_ts_s, math.nan))
                     continue
-                self.series[key].append((end_ts_s, temp_c - (fit[0] + fit[1] * power_w)))
+                excess_c = temp_c - (fit[0] + fit[1] * power_w)
+                # at a full training load's power: a worn fan's excess grows with the heat it must move, so a
+                # job that waits (its GPUs spinning at half power) does not look like a cooler part
+                loaded = power_w >= LOADED_W
+                self.series[key].append((end_ts_s, excess_c * REFERENCE_W / power_w if loaded else math.nan))
                 found = self._judge_thermal(gpu)
                 if found is not None:
                     out.append(found)
@@ -221,12 +229,12 @@ class TrendWatch:
         points = list(self.series[("thermal", gpu)])
         if len(points) < MIN_HISTORY + THERMAL_RECENT:
             return None
-        recent = [v for _, v in points[-THERMAL_RECENT:]]
+        recent = [v for _, v in points[-THERMAL_RECENT:] if not math.isnan(v)]
         past = [v for _, v in points[:-THERMAL_RECENT] if not math.isnan(v)]
-        if any(math.isnan(v) for v in recent) or len(past) < MIN_HISTORY:
+        if len(recent) < THERMAL_RECENT - THERMAL_GAPS or len(past) < MIN_HISTORY:
             return None
         third = len(recent) // 3
-        first, middle, last = (mean(recent[i * third : (i + 1) * third]) for i in range(3))
+        first, middle, last = mean(recent[:third]), mean(recent[third:-third]), mean(recent[-third:])
         rise_c = last - first
         jump_c = max(b - a for a, b in zip(recent, recent[2:], strict=False))  # over two buckets
         own_c = median(past)
@@ -238,7 +246,7 @@ class TrendWatch:
         )
         if not (steady and recent[-1] - own_c >= THERMAL_ABOVE_C):
             return None
-        span_h = 2 * third * BUCKET_S / 3600.0  # from the first third's middle to the last's
+        span_h = (points[-1][0] - points[-THERMAL_RECENT][0]) * (len(recent) - third) / len(recent) / 3600.0
         return EarlyWarning(
             "thermal",
             gpu,
@@ -251,6 +259,23 @@ class TrendWatch:
             recent[-1],
             own_c,
         )
+
+
+def _robust_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
+    """`_line` fitted again without the points far off the first fit (a throttling GPU, hot at a low power,
+    would tilt the rack's line): those more than `FIT_OUTLIER_MADS` scaled MADs of the residuals away."""
+    fit = _line(xs, ys)
+    if fit is None:
+        return None
+    residuals = [y - (fit[0] + fit[1] * x) for x, y in zip(xs, ys, strict=True)]
+    center = median(residuals)
+    spread = 1.4826 * median(abs(r - center) for r in residuals)
+    kept = [
+        (x, y)
+        for x, y, r in zip(xs, ys, residuals, strict=True)
+        if abs(r - center) <= FIT_OUTLIER_MADS * max(spread, 0.5)
+    ]
+    return _line([x for x, _ in kept], [y for _, y in kept]) or fit
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
