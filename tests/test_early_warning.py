@@ -84,7 +84,7 @@ def test_a_steady_climb_above_the_rack_warns_and_a_warm_spot_or_a_load_change_do
         climb = max(0, b - 22) * 0.4  # a failing fan: +0.4 °C per bucket from bucket 23
         readings["node0/gpu1"] = (readings["node0/gpu1"][0] + climb, 600.0, "rack0")
         warm = 16.0 if b >= 26 else 0.0  # a warm spot: a step
-        readings["node1/gpu3"] = (readings["node1/gpu3"][0] + warm, readings["node1/gpu3"][1], "rack0")
+        readings["node0/gpu5"] = (readings["node0/gpu5"][0] + warm, 600.0, "rack0")  # on a loaded GPU
         found += watch.temperatures((b + 1) * BUCKET_S, readings)
     assert {w.component for w in found} == {"node0/gpu1"}
     assert 2.0 < found[0].detail()["climb_c_per_h"] <= 4.8  # 4.8 °C/h once the whole hour climbs
