@@ -9,7 +9,8 @@ the units by how many tests each holds, which sends every single slow test after
 SLOW_FIRST is measured, not guessed: `AIOPS_TEST_TIMES=times.jsonl make test` writes every test's wall and CPU
 seconds (its worker's and its reaped children's: the agents, Prometheus, ...) and `python -m tests.times_report
 times.jsonl` prints the modules by their slowest work unit (a group's whole run, else the module's slowest test),
-largest first; a module missing from it starts after them: the groups by size, then as collected."""
+largest first, with their CPU seconds; a module missing from it starts after them: the groups by size, then as
+collected."""
 
 from __future__ import annotations
 
@@ -23,13 +24,21 @@ import pytest
 
 from aiops.store import Store
 
-# python -m tests.test_times on a whole run (2026-12-05, 2 cores shared; wall seconds of the slowest unit)
+# Longest first (the wall seconds of its slowest unit in the fresh-clone runs of 2026-12-05, 2 cores), but the three
+# longest, which mostly wait on their live stacks (CPU seconds, measured alone: pages 59, fleet live 62, blind 28),
+# apart, with CPU-bound units between them: all three side by side would leave a core idle on `make test`'s 2.
 SLOW_FIRST: tuple[str, ...] = (
-    "tests/test_pages_live.py",
-    "tests/test_fleet_live.py",
-    "tests/test_fleet_blind.py",
-    "tests/test_chat_oncall.py",
-    "tests/test_loop_service.py",
+    "tests/test_pages_live.py",  # 152 s
+    "tests/test_chat_oncall.py",  # a twin run, its backfill and the fleet over it: 38 s set-up, 6 tests
+    "tests/test_bench_oncall.py",
+    "tests/test_fleet_live.py",  # 100 s
+    "tests/test_concurrency.py",
+    "tests/security/test_console_signin_flood.py",
+    "tests/test_fleet_blind.py",  # 95 s, 60 of them with Prometheus stopped
+    "tests/security/test_config_file_policy.py",
+    "tests/security/test_twin_healthy_fp.py",
+    "tests/test_loop_service.py",  # 40 s
+    "tests/security/test_twin_leaks.py",
     "tests/security/test_promsource_scrape.py",
     "tests/test_k8s_alerts.py",
     "tests/test_console_steps_browser.py",
@@ -37,10 +46,6 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_slurm_e2e.py",
     "tests/test_dispatch_live.py",
     "tests/security/test_alertmanager_in_e2e.py",
-    "tests/test_bench_oncall.py",
-    "tests/security/test_console_signin_flood.py",
-    "tests/security/test_config_file_policy.py",
-    "tests/test_concurrency.py",
     "tests/test_plans_live.py",
     "tests/test_service.py",
     "tests/security/test_console_service.py",
@@ -56,9 +61,7 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_service_host_name.py",
     "tests/test_packaging.py",
     "tests/test_agent_adversarial.py",
-    "tests/security/test_twin_healthy_fp.py",
     "tests/test_notify_pd_teams_delivery.py",
-    "tests/security/test_twin_leaks.py",
     "tests/security/test_console_browser.py",
     "tests/security/test_console_oidc_browser.py",
     "tests/security/test_console_oidc.py",
