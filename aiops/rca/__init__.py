@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from aiops.models import Diagnosis, Hypothesis, Incident, Symptom
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
+from aiops.rca.forecast import forecast_hypotheses
 from aiops.rca.onsets import score_around_onsets
 from aiops.rca.ranking import rank
 from aiops.rca.scorers import SCORERS
@@ -45,9 +46,12 @@ def incident_window(store: Store, incident: Incident) -> Window:
 def analyze(store: Store, incident: Incident, others: Sequence[Incident] | None = None) -> list[Hypothesis]:
     """Ranked hypotheses for `incident`; `others` are the other incidents of the run (see `ranking`), by
     default the ones stored (the live service stores its incidents before diagnosing one)."""
+    if incident.is_warning:  # a trend before a hard fault: the labels it forecasts (aiops/rca/forecast.py)
+        return forecast_hypotheses(store, incident)
     facts = Facts(store, incident_window(store, incident))
     if others is None:
         others = stored_incidents(store)
+    others = [o for o in others if not o.is_warning]  # a forecast explains nothing that happened
     # each cause scored from the facts around its symptom's onset, the incident's as the fallback
     candidates = score_around_onsets(facts, incident, SCORERS).candidates
     _corroborate_stragglers(facts, candidates)

@@ -256,7 +256,7 @@ def pages(s: AnalystExports) -> Iterable[Metric]:
     aiops_incident_pages == 0` (aiops/service/paging.py)."""
     family = _gauge(
         "incident_pages",
-        "1 if the incident pages, 0 if it must not page on its own (reason: held, covered, maintenance, silence)",
+        "1 if the incident pages, 0 if it must not page on its own (reason: held, covered, minor, maintenance, silence)",
         ["node", "incident_id", "reason", "covered_by", "window_id"],
     )
     for p in s.pages:

@@ -82,6 +82,13 @@ class SimSetup:
     epoch_ts_s: float | None = None  # the wall time of the twin's simulated second 0 (default: the start)
 
 
+def store_threads(config: Config) -> int:
+    """DuckDB's workers in the service: `[store] threads`, else one on a node agent (its queries cover seconds of
+    one node; DuckDB's default, one per core, cost 38 MB more at 64: docs/BENCHMARKS.md) and DuckDB's default
+    (0) on the fleet, whose cycles pivot thousands of GPUs."""
+    return config.store.threads or (0 if config.node.name == "fleet" else 1)
+
+
 class Service:
     def __init__(
         self,
@@ -111,6 +118,8 @@ class Service:
         self.owner = FileOwner(
             config.store.path,
             memory_limit_mb=config.store.memory_limit_mb,
+            threads=store_threads(config),
+            allocator_flush_mb=config.store.allocator_flush_mb,
             guardrails=config.guardrails,
             scheduler=config.scheduler,
         )
@@ -124,7 +133,10 @@ class Service:
             window_s=config.detection.window_s,
             quiet_s=config.detection.quiet_s,
             replay_s=config.detection.replay_s,
-            id_prefix=incident_prefix(config.node.name),  # INC-<host>-0042, INC-fleet-0007: cluster-unique
+            # INC-<host>-0042, INC-fleet-0007, INC-fleet-<shard>-0007 on a shard: cluster-unique
+            id_prefix=incident_prefix(
+                config.node.name, config.fleet.shard if config.node.name == "fleet" else ""
+            ),
             severity=config.notify.severity,  # from impact ([notify.severity])
         )
         # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
@@ -146,6 +158,7 @@ class Service:
             config.node.name,
             deliver,
             hold_undiagnosed_s=config.notify.undiagnosed_hold_s,
+            page_from=config.notify.severity.page_from,
             open_s=3.0 * config.detection.window_s,
         )
 
@@ -235,8 +248,8 @@ class Service:
             self.live.start(store)
             self.conditions.start(store)
             self.reports.start(store)
-            if self.make_sources is None:  # a node agent's inventory: the fleet re-exporting every node's
-                # would be read back (a Prometheus scrapes it too) as a second instance declaring each node
+            if self.sources.declares_inventory:  # a node agent's inventory (the fleet's source says not: its
+                # re-export would be read back, a Prometheus scraping it too, as a second instance per node)
                 self.metrics.inventory(  # node -> rack, GPU index and UUID, the jobs' ranks: export labels
                     store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
                     store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),

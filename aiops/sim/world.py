@@ -16,7 +16,7 @@ import numpy as np
 
 from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
-from aiops.sim import churn, fabric, faults, gpu, rdma, repair
+from aiops.sim import churn, fabric, faults, gpu, precursors, rdma, repair
 from aiops.sim import network as net
 from aiops.sim.fabric import Classes, FabricOut
 from aiops.sim.gpu import MIN_LIMIT_W, TDP_W
@@ -161,6 +161,7 @@ class World:
         self.hca = rdma.Hca.of(lay, scenario.seed)  # the NICs' RDMA counters, and the ranks' NCCL log lines
         self.faults = [faults.bind(lay, f, i, scenario.seed) for i, f in enumerate(scenario.faults)]
         self.churn = churn.Churn.of(self)
+        self.precursors = precursors.Precursors.of(self)  # degradations before hard faults (`precursors:`)
         self._nvml: dict[int, SimNvml] = {}
         busy_w = np.where(lay.in_job, gpu.BUSY_POWER_W, gpu.IDLE_POWER_W)
         self.temp_c: F64 = self.supply_c[lay.gpu_rack] + gpu.PLATE_RISE_C + busy_w * self.r_th + self.offset_c
@@ -269,6 +270,8 @@ class World:
         mods = faults.apply(self)
         if self.churn is not None:
             self.churn.apply(self)
+        if self.precursors is not None:
+            self.precursors.apply(self, mods, dt_s)
         self._standing()
         gpu.facility(self, mods, dt_s)
         gpu.gpus(self, mods, dt_s)
