@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
+from aiops.detect.early_watch import EarlyWatch
 from aiops.detect.incidents import IncidentTracker
 from aiops.detect.rules import Detector
 from aiops.detect.windows import racks_of_nodes, reading_ahead, sample_interval_s, time_range
@@ -22,13 +23,19 @@ def detect(store: Store, *, window_s: float = 10.0, persist: bool = True) -> lis
     window_s = detection_window_s(store, window_s)
     detector = Detector(store, window_s=window_s)
     tracker = IncidentTracker(rack_of=racks_of_nodes(store), job_of=detector.job_of_gpu)
+    early = EarlyWatch(store, tracker.allocate_id)  # trends before hard faults (aiops/detect/early_watch.py)
+    warnings: dict[str, Incident] = {}
     bounds = [first_bound(store, start, window_s)]
     while bounds[-1] < end:
         bounds.append(min(bounds[-1] + window_s, end))
     with reading_ahead(store, bounds, window_s):  # the same windows, their rows read many at a time
         for t0, t1 in itertools.pairwise(bounds):
-            tracker.feed(detector.process(t0, t1), t1)
+            symptoms = detector.process(t0, t1)
+            tracker.feed(symptoms, t1)
+            warnings.update((i.incident_id, i) for i in early.process(t0, t1, symptoms))
     incidents = tracker.incidents()
+    if warnings:  # in the order of their numbers, as the tracker lists its own
+        incidents = sorted([*incidents, *warnings.values()], key=lambda i: i.number)
     if persist:
         save_incidents(store, incidents)
     return incidents

@@ -264,4 +264,5 @@ def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = 
         blind=collector.sight.unready,
         patience_s=setup.config.timeout_s + 10.0,
         export=collector.export,
+        declares_inventory=False,  # the node agents declare their own: its re-export would be a second
     )
