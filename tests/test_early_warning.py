@@ -14,6 +14,7 @@ from aiops.detect.early_watch import WARNING_SEVERITY
 from aiops.models import Diagnosis
 from aiops.pipeline import RunResult, analyze_store, headline, plan_steps
 from aiops.scenarios import Scenario
+from aiops.service.live import LiveDetection
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.runner import simulate
 from aiops.store import Store
@@ -132,3 +133,15 @@ def test_the_hard_fault_still_leads_and_is_diagnosed(ecc_run: tuple[Store, RunRe
     lead = headline(result.diagnoses)
     assert lead is not None and not lead.incident.is_warning
     assert (lead.hypotheses[0].root_cause, lead.hypotheses[0].component) == ("gpu_ecc_error", "node1/gpu2")
+
+
+def test_the_live_service_opens_the_warning_ahead_of_the_fault(ecc_run: tuple[Store, RunResult]) -> None:
+    store, _ = ecc_run
+    live = LiveDetection(window_s=300.0, id_prefix="INC-live-")  # a window a bucket: few queries
+    newest_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+    opened = [t.incident for t in live.advance(store, newest_ts_s) if t.kind == "opened"]
+    warnings = [i for i in opened if i.is_warning]
+    assert [i.components for i in warnings] == [["node1/gpu2"]]
+    assert warnings[0].opened_ts_s <= SIM_EPOCH_TS_S + FAULT_S - 600.0
+    stored = store.query("SELECT severity FROM incidents WHERE incident_id = ?", [warnings[0].incident_id])
+    assert stored == [{"severity": "info"}]
