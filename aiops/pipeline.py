@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiops.detect import detect
+from aiops.detect.severity import observe_only
 from aiops.labels import BENIGN_LABELS
 from aiops.memory.rma import lemon_ladder
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
@@ -92,7 +93,11 @@ def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
 def file_remediation(
     desk: Guardrails, diagnosis: Diagnosis, origin: str
 ) -> tuple[PlanRecord | None, list[Filed]]:
-    """File the diagnosis' plan (its first steps as proposals); (None, []) when it has no remediation."""
+    """File the diagnosis' plan (its first steps as proposals); (None, []) when it has no remediation, or when
+    the incident has no impact (`observe_only`: a warm GPU not throttling, an application's Xid): watched, not
+    acted on."""
+    if observe_only(diagnosis.incident.severity):
+        return None, []
     drafts = plan_steps(desk.store, diagnosis)
     if not drafts:
         return None, []

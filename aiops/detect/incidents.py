@@ -85,10 +85,11 @@ def _key(s: Symptom) -> Key:
 ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
 
 
-def incident_prefix(scope: str) -> str:
+def incident_prefix(scope: str, shard: str = "") -> str:
     """The id prefix of the live incidents one tier opens: `INC-<host>-` on a node agent (its host name, unique in
-    the cluster), `INC-fleet-` on the fleet. `scope` is a component name (RFC 1123 host, `fleet`)."""
-    return f"INC-{scope}-"
+    the cluster), `INC-fleet-` on the fleet, `INC-fleet-<shard>-` on one shard of a sharded fleet. `scope` is a
+    component name (RFC 1123 host, `fleet`)."""
+    return f"INC-{scope}-{shard}-" if shard else f"INC-{scope}-"
 
 
 @dataclass

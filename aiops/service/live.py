@@ -18,7 +18,7 @@ import logging
 import time
 
 from aiops.config_notify import SeverityConfig
-from aiops.detect import racks_of_nodes, save_incidents
+from aiops.detect import first_bound, racks_of_nodes, save_incidents
 from aiops.detect.early_watch import EarlyWatch
 from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
@@ -172,7 +172,7 @@ class LiveDetection:
             start = first_ts_s if first_ts_s is not None else (span[0] if span else None)
             if start is None:
                 return []
-            self.until_ts_s = start - 1e-6
+            self.until_ts_s = first_bound(store, start, self.window_s)
         if self.detector is None:
             self.detector = Detector(store, window_s=self.window_s)
             self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)

@@ -42,6 +42,7 @@ class GpuView:
     mem_util_pct: list[int]
     sbe: list[int]
     dbe: list[int]
+    remapped_rows: list[int]  # uncorrectable: nvmlDeviceGetRemappedRows
     pcie_replay: list[int]
     link_width: list[int]
     link_gen: list[int]
@@ -78,6 +79,7 @@ class World:
         self.reasons: I64 = np.zeros(g, dtype=np.int64)
         self.ecc_sbe: I64 = np.zeros(g, dtype=np.int64)
         self.ecc_dbe: I64 = np.zeros(g, dtype=np.int64)
+        self.remapped_rows: I64 = np.zeros(g, dtype=np.int64)  # HBM rows remapped for uncorrectable errors
         self.pcie_replay: I64 = self.rng.integers(0, 3, g).astype(np.int64)
         self.nvlink_crc: I64 = np.zeros(g, dtype=np.int64)
         self.nvlink_replay: I64 = np.zeros(g, dtype=np.int64)
@@ -303,6 +305,7 @@ class World:
             mem_util_pct=(util * 0.6).astype(np.int64).tolist(),
             sbe=self.ecc_sbe.tolist(),
             dbe=self.ecc_dbe.tolist(),
+            remapped_rows=self.remapped_rows.tolist(),
             pcie_replay=self.pcie_replay.tolist(),
             link_width=self.link_width.tolist(),
             link_gen=self.link_gen.tolist(),
