@@ -12,12 +12,15 @@ import yaml
 from aiops.detect.early import BUCKET_S, RECENT, TrendWatch
 from aiops.detect.early_watch import WARNING_SEVERITY
 from aiops.models import Diagnosis
-from aiops.pipeline import RunResult, analyze_store, headline, plan_steps
+from aiops.pipeline import WARNING_HOLD, RunResult, analyze_store, headline, plan_steps
+from aiops.plans.build import first_steps
 from aiops.scenarios import Scenario
 from aiops.service.live import LiveDetection
+from aiops.service.paging import Subject, decide
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.runner import simulate
 from aiops.store import Store
+from aiops.store.maintenance import Membership
 
 FAULT_S = 4800.0
 SCENARIO = f"""
@@ -61,9 +64,9 @@ def test_a_rising_counter_warns_with_its_rate_against_its_own_and_its_peers() ->
 def test_benign_noise_bursts_and_a_steadily_noisy_link_give_no_warning() -> None:
     rng = np.random.default_rng(7)
     watch, found = TrendWatch(), []
-    # background corrected errors (the twin's 0.0015/s: 0.45 per bucket) on 64 GPUs for two days
-    for b, totals in enumerate(_noise(rng, 0.45, 576, 64)):
-        totals["node0/gpu3"] += 200.0 * (b >= 300)  # a weak cell's burst (Xid 92), one bucket's worth
+    # background corrected errors (the twin's 0.0015/s: 0.45 per bucket) on 32 GPUs for a day
+    for b, totals in enumerate(_noise(rng, 0.45, 288, 32)):
+        totals["node0/gpu3"] += 200.0 * (b >= 150)  # a weak cell's burst (Xid 92), one bucket's worth
         totals["node0/gpu9"] += 8.0 * b  # a link that has always been noisy: 8 per bucket, every bucket
         found += watch.counters("ecc_corrected", (b + 1) * BUCKET_S, totals)
     assert found == []
@@ -125,7 +128,29 @@ def test_a_precursor_warns_before_its_hard_fault_with_evidence_and_a_plan_step(
     kinds = [(s.kind, a.kind, a.parameters.get("check")) for s in steps for a in s.actions]
     assert ("observe", "rerun_check", "dcgmi diag -r 3") in kinds
     assert ("drain", "drain_node", None) in kinds
+    assert first_steps(steps) == [1] and steps[0].risk == "digital"  # the drain waits for a person
+    assert all(WARNING_HOLD in s.hold for s in steps if s.risk == "physical")
     assert not any(kind in ("gpu_reset", "restart_job") for _, kind, _ in kinds)  # not the fault's own ladder
+
+
+def test_a_warning_does_not_page_by_default(ecc_run: tuple[Store, RunResult]) -> None:
+    _, result = ecc_run
+    warning = next(d for d in result.diagnoses if d.incident.is_warning)
+    top = warning.hypotheses[0]
+    subject = Subject(
+        "node-a",
+        warning.incident.incident_id,
+        tuple(warning.incident.components),
+        top.root_cause,
+        top.component,
+        warning.incident.severity,
+        warning.incident.opened_ts_s,
+    )
+    decided = decide([subject], [], Membership(), warning.incident.opened_ts_s + 600.0, 60.0)
+    assert not decided[subject.key].pages  # `info` is below the default page_from (warning)
+    assert decide([subject], [], Membership(), subject.first_seen_ts_s + 600.0, 60.0, page_from="info")[
+        subject.key
+    ].pages  # an operator who asks for warnings gets them
 
 
 def test_the_hard_fault_still_leads_and_is_diagnosed(ecc_run: tuple[Store, RunResult]) -> None:
