@@ -11,10 +11,11 @@ import yaml
 
 from aiops.detect.early import BUCKET_S, RECENT, TrendWatch
 from aiops.detect.early_watch import WARNING_SEVERITY
+from aiops.errors import ScenarioError
 from aiops.models import Diagnosis
 from aiops.pipeline import WARNING_HOLD, RunResult, analyze_store, headline, plan_steps
 from aiops.plans.build import first_steps
-from aiops.scenarios import Scenario
+from aiops.scenarios import Scenario, load_scenario
 from aiops.service.live import LiveDetection
 from aiops.service.paging import Subject, decide
 from aiops.sim import SIM_EPOCH_TS_S
@@ -170,3 +171,12 @@ def test_the_live_service_opens_the_warning_ahead_of_the_fault(ecc_run: tuple[St
     assert warnings[0].opened_ts_s <= SIM_EPOCH_TS_S + FAULT_S - 600.0
     stored = store.query("SELECT severity FROM incidents WHERE incident_id = ?", [warnings[0].incident_id])
     assert stored == [{"severity": "info"}]
+
+
+def test_a_scenario_s_precursors_are_validated_with_the_field_and_the_allowed_keys(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nprecursors: {shar: 1.0}\n")
+    with pytest.raises(
+        ScenarioError, match=r"precursors\.shar.*share, lead_s, background, decoys_per_node_day"
+    ):
+        load_scenario(path)
