@@ -39,14 +39,12 @@ from tests.service_helpers import (
 )
 
 STEP_S = 5.0  # the scrape interval and the shards' step
-CAP_AT_S = 200.0  # in the run
-LEAD_S = (
-    15.0  # wall seconds from the history's writing to the cap: the shards start and read the normal state
-)
+CAP_AT_S = 100.0  # in the run
+LEAD_S = 18.0  # wall seconds from writing the history to the cap: both shards start and read it first
 SCENARIO = f"""\
 name: shards-site-cap
 seed: 3
-duration_s: 300
+duration_s: 160
 cluster: {{racks: 2, nodes_per_rack: 1, gpus_per_node: 2, nics_per_node: 1}}
 faults:
   - {{kind: facility_power_cap, target: fleet, start_s: {CAP_AT_S:g}, severity: 0.8}}
@@ -108,7 +106,7 @@ def shard_fleet(home: Path, url: str, shard: str, work: Path) -> Iterator[subpro
                     "--delay",
                     "1s",
                     "--lookback",
-                    "3m",
+                    "1m",
                 ),
             ),
             stdout=log,
@@ -141,7 +139,8 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
     require_binary("prometheus")
     require_binary("promtool")
     history = tmp_path / "history.om"
-    document = sharded_history(history, time.time() + LEAD_S)
+    cap_ts_s = time.time() + LEAD_S
+    document = sharded_history(history, cap_ts_s)
     assert list(document) == ["fleet"], document
     (tmp_path / "dcim.json").write_text(json.dumps(document))
     backfill(history, tmp_path / "tsdb")
@@ -151,6 +150,12 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
             shard: stack.enter_context(shard_fleet(tmp_path / shard, url, shard, tmp_path)) for shard in "ab"
         }
         ports = {shard: ready_port(proc, tmp_path / shard) for shard, proc in procs.items()}
+        # a shard reads the DCIM document at the end of each cycle: one that first read it after the limits came
+        # down would rightly judge them a misconfiguration (what it knew then), so this run would show nothing
+        late_s = time.time() - cap_ts_s
+        assert late_s < 0, (
+            f"the shards were ready {late_s:.1f} s after the cap fell: LEAD_S is too short here"
+        )
         found = {
             shard: wait_for(lambda port=port: diagnosed(port), 90, f"shard {shard}'s diagnosis")
             for shard, port in ports.items()
