@@ -229,6 +229,13 @@ class FleetConfig(_Section):
     delay_s: float = Field(
         default=5.0, ge=0, le=600, description="how far behind now to read (VictoriaMetrics: >= 30)"
     )
+    read_after_scrapes: bool = Field(
+        default=True,
+        description="read each step just after the agents' scrapes (their phase learned from their sample times)",
+    )
+    phase_s: float = Field(
+        default=0.0, ge=0, le=600, description="else: read at multiples of step_s plus this many seconds"
+    )
     selector: str = Field(default="", description='extra label matchers for every query, e.g. cluster="a"')
     timeout_s: float = Field(default=30.0, gt=0, le=600, description="one answer's whole time")
     node_url: str = Field(
@@ -243,6 +250,11 @@ class FleetConfig(_Section):
         default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
     )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+    job_steps: Literal["scheduler", "node_agent"] = Field(
+        default="scheduler",
+        description="who restarts a job for the fleet: scheduler ([fleet.scheduler]) or node_agent (one node "
+        "agent of the job, through its own executors, after checking the signatures itself)",
+    )
     # sharding (docs/FLEET.md, "Fleet size: sharding"): this shard's name goes into its incident ids
     # (INC-fleet-<shard>-0001: unique across shards), and `aiops fleet-view` reads every shard's /api
     shard: str = Field(default="", description="this fleet's shard name (a-z, 0-9, -); empty: not sharded")

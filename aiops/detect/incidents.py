@@ -337,6 +337,13 @@ class IncidentTracker:
         self.open.append(group)
         return group
 
+    def allocate_id(self) -> str:
+        """A new id from this tracker's numbering, for an incident it does not keep (an early warning's,
+        aiops/detect/early_watch.py; a condition's, aiops/service/conditions.py)."""
+        number = self.next_number
+        self.next_number += 1
+        return f"{self.id_prefix}{number:04d}"
+
     def open_incidents(self) -> list[Incident]:
         return [self._incident(g) for g in self.open]
 
