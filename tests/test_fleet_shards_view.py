@@ -41,7 +41,7 @@ from tests.service_helpers import (
 
 STEP_S = 5.0  # the scrape interval and the shards' step
 CAP_AT_S = 100.0  # in the run
-LEAD_S = 10.0  # wall seconds from writing the history to the cap: Prometheus starts, each shard reads it once
+LEAD_S = 12.0  # wall seconds from writing the history to the cap: Prometheus starts, each shard reads it once
 SCENARIO = f"""\
 name: shards-site-cap
 seed: 3
