@@ -87,5 +87,13 @@ def test_a_shard_that_does_not_answer_is_named_and_the_others_shown() -> None:
 
 def test_the_page_escapes_what_shards_say() -> None:
     hostile = incident("INC-fleet-a-0001", "thermal_throttle", "<script>alert(1)</script>", 1.0)
-    page = render_html(merge([ShardAnswer("a", "http://a", [hostile])]))
-    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    hostile_id = incident('INC-1"><script>x</script>', "thermal_throttle", "node0/gpu1", 2.0)
+    page = render_html(merge([ShardAnswer("a", "http://a", [hostile, hostile_id])]))
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert 'href="http://a/incidents/INC-1%22%3E%3Cscript%3Ex%3C%2Fscript%3E"' in page
+
+
+def test_each_id_links_to_its_shards_console() -> None:
+    page = render_html(merge(shards()))
+    assert '<a href="http://b/incidents/INC-fleet-b-0001">b: INC-fleet-b-0001</a>' in page
+    assert '<a href="http://a/incidents/INC-fleet-a-0002">a: INC-fleet-a-0002</a>' in page

@@ -16,6 +16,7 @@ named in `shards` with its error, and the view still shows the others.
 from __future__ import annotations
 
 import html
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,11 +146,21 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
 
 
 def render_html(view: Mapping[str, Any]) -> str:
-    """The view as one page for people: shards, incidents (with the shards that saw each), proposals. Every
-    value from a shard is escaped: telemetry reaches it."""
+    """The view as one page for people: shards, incidents (with the shards that saw each, each id a link to
+    that shard's console), proposals. Every value from a shard is escaped: telemetry reaches it."""
 
     def cell(value: Any) -> str:
         return f"<td>{html.escape('' if value is None else str(value))}</td>"
+
+    urls = {str(s["shard"]): str(s["url"]) for s in view["shards"]}
+
+    def link(shard: str, incident_id: Any) -> str:
+        """The incident on its shard's own console (where people approve, silence and ask)."""
+        shown = html.escape(f"{shard}: {incident_id}")
+        if shard not in urls or not str(incident_id):
+            return shown
+        target = f"{urls[shard]}/incidents/{urllib.parse.quote(str(incident_id), safe='')}"
+        return f'<a href="{html.escape(target)}">{shown}</a>'
 
     rows = [
         "<tr>"
@@ -158,7 +169,9 @@ def render_html(view: Mapping[str, Any]) -> str:
         + cell(i.get("severity"))
         + cell((i.get("top_hypothesis") or {}).get("root_cause"))
         + cell((i.get("top_hypothesis") or {}).get("component"))
-        + cell(", ".join(f"{s['shard']}: {s['incident_id']}" for s in i["seen_by"]))
+        + "<td>"
+        + ", ".join(link(s["shard"], s["incident_id"]) for s in i["seen_by"])
+        + "</td>"
         + cell("yes" if (i.get("paging") or {}).get("pages") else "no")
         + "</tr>"
         for i in view["incidents"]
