@@ -97,3 +97,12 @@ def test_each_id_links_to_its_shards_console() -> None:
     page = render_html(merge(shards()))
     assert '<a href="http://b/incidents/INC-fleet-b-0001">b: INC-fleet-b-0001</a>' in page
     assert '<a href="http://a/incidents/INC-fleet-a-0002">a: INC-fleet-a-0002</a>' in page
+
+
+def test_the_served_view_asks_what_the_shards_ask() -> None:
+    from aiops.cli.fleet_view import allowed
+
+    assert allowed("127.0.0.1", "", None) and allowed("::1", "", "s3cret")
+    assert not allowed("198.18.0.7", "", None)  # no token configured: loopback only
+    assert not allowed("198.18.0.7", "Bearer wrong", "s3cret")
+    assert allowed("198.18.0.7", "Bearer s3cret", "s3cret")
