@@ -106,3 +106,17 @@ def test_the_served_view_asks_what_the_shards_ask() -> None:
     assert not allowed("198.18.0.7", "", None)  # no token configured: loopback only
     assert not allowed("198.18.0.7", "Bearer wrong", "s3cret")
     assert allowed("198.18.0.7", "Bearer s3cret", "s3cret")
+
+
+def test_a_plan_for_an_incident_not_listed_is_still_shown_and_bad_times_do_not_stop_the_view() -> None:
+    odd = incident("INC-fleet-a-0009", "thermal_throttle", "node0/gpu1", 1.0)
+    odd["opened_ts_s"], odd["paging"] = "not a time", "not a mapping"
+    twin = incident("INC-fleet-b-0009", "thermal_throttle", "node0/gpu1", 2.0)
+    view = merge(
+        [
+            ShardAnswer("a", "http://a", [odd], [plan("p-old", "INC-fleet-a-0001")]),
+            ShardAnswer("b", "http://b", [twin]),
+        ]
+    )
+    assert [p["proposal_id"] for p in view["proposals"]] == ["p-old"]  # its incident resolved out of the list
+    assert [len(i["seen_by"]) for i in view["incidents"]] == [2]

@@ -69,12 +69,17 @@ def _cause(incident: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(top["root_cause"]), str(top["component"])
 
 
+def _ts(value: Any, default: float) -> float:
+    """A time a shard gave, or `default` when it gave none (or something that is not a number)."""
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
 def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     def span(incident: Mapping[str, Any]) -> tuple[float, float]:
-        resolved = incident.get("resolved_ts_s")
-        return float(incident.get("opened_ts_s") or 0.0), float("inf") if resolved is None else float(
-            resolved
-        )
+        return _ts(incident.get("opened_ts_s"), 0.0), _ts(incident.get("resolved_ts_s"), float("inf"))
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 <= b1 and b0 <= a1
@@ -85,7 +90,7 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
     order = {answer.shard: k for k, answer in enumerate(answers)}
     seen: list[tuple[str, dict[str, Any]]] = sorted(
         ((a.shard, i) for a in answers for i in a.incidents),
-        key=lambda pair: (float(pair[1].get("opened_ts_s") or 0.0), order[pair[0]]),
+        key=lambda pair: (_ts(pair[1].get("opened_ts_s"), 0.0), order[pair[0]]),
     )
     merged: list[dict[str, Any]] = []
     ids: dict[tuple[str, str], str] = {}  # (shard, its incident id) -> the view's id
@@ -117,16 +122,16 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
             same["status"], same["resolved_ts_s"] = "open", None
         elif same.get("resolved_ts_s") is not None:
             same["resolved_ts_s"] = max(
-                float(same["resolved_ts_s"]), float(incident.get("resolved_ts_s") or 0.0)
+                _ts(same["resolved_ts_s"], 0.0), _ts(incident.get("resolved_ts_s"), 0.0)
             )
-        if incident.get("paging"):
-            same["duplicate_pages"].append({"shard": shard, **dict(incident["paging"])})
+        if isinstance(incident.get("paging"), dict):
+            same["duplicate_pages"].append({"shard": shard, **incident["paging"]})
     proposals = []
     for answer in answers:
         for proposal in answer.proposals:
             incident_id = proposal.get("incident_id")
             view_id = ids.get((answer.shard, str(incident_id))) if incident_id else None
-            if incident_id and view_id != incident_id:
+            if view_id is not None and view_id != str(incident_id):
                 continue  # a plan for a condition another shard found first: that shard's plan stands
             proposals.append({**proposal, "shard": answer.shard})
     return {
@@ -140,7 +145,7 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
             }
             for a in answers
         ],
-        "incidents": sorted(merged, key=lambda m: float(m.get("opened_ts_s") or 0.0), reverse=True),
+        "incidents": sorted(merged, key=lambda m: _ts(m.get("opened_ts_s"), 0.0), reverse=True),
         "proposals": proposals,
     }
 
