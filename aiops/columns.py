@@ -1,0 +1,82 @@
+"""Telemetry columns declared once: a table's column (its name, Arrow type, unit), the Prometheus family the node
+agent exports it as (name, labels, scale to base units), whether the fleet reads it back from that export, and
+which faults a real reading of it may react to. Derived from the declarations, never written again by hand:
+
+- the collectors' Arrow schema (collectors/schema.py) and the store's column (`schema_additions(version)`, the
+  SQL of the migration that adds it: aiops/store/migrations.py);
+- the node's export (aiops/service/metrics.py `_gpu_metrics`: every declared family with `stored * scale`);
+- the fleet's families (aiops/fleet/families.py) and its pivot back into the table (aiops/fleet/pivot.py);
+- docs/METRICS.md's rows for the table's families (`markdown_rows`, checked by tests/test_telemetry_columns.py);
+- the twin-leak test's allowance (tests/security/twin_observed.py: the fault kinds `reacts_to` names);
+- the dcgm-exporter names (aiops/sources/names.py): /metrics/dcgm and `aiops analyze --prometheus`.
+
+Migrated so far: gpu_samples (declared in aiops/columns_gpu.py; the shape and the derivations in
+aiops/column_model.py). A family whose rendering is more than `stored * scale` (a bit mask as one series per
+reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
+rendered by hand; everything else about it still derives. The recipe for a new column: docs/ARCHITECTURE.md,
+"Add a telemetry column".
+"""
+
+from __future__ import annotations
+
+from aiops.column_model import (
+    ANY,
+    CAPS,
+    HEAT,
+    IDLE,
+    SQL_TYPES,
+    Column,
+    DcgmName,
+    Family,
+    Table,
+    arrow_columns,
+    dcgm_columns,
+    exported,
+    families,
+    fleet_read,
+    integer_families,
+    leak_allowances,
+    markdown_rows,
+)
+
+__all__ = [
+    "ANY",
+    "CAPS",
+    "GPU_SAMPLES",
+    "HEAT",
+    "IDLE",
+    "SQL_TYPES",
+    "Column",
+    "DcgmName",
+    "Family",
+    "Table",
+    "arrow_columns",
+    "dcgm_columns",
+    "exported",
+    "families",
+    "fleet_read",
+    "integer_families",
+    "leak_allowances",
+    "markdown_rows",
+]
+
+
+from aiops.columns_gpu import GPU_SAMPLES
+
+TABLES: dict[str, Table] = {GPU_SAMPLES.name: GPU_SAMPLES}
+
+
+# -- what derives --------------------------------------------------------------------------------------------
+def schema_additions(version: int) -> str:
+    """The SQL of migration `version`: every declared column it adds (`;\\n`-separated, as migrations run)."""
+    return ";\n".join(
+        f"ALTER TABLE {t.name} ADD COLUMN IF NOT EXISTS {c.name} {SQL_TYPES[c.arrow]}"
+        for t in TABLES.values()
+        for c in t.columns
+        if c.migration == version
+    )
+
+
+if __name__ == "__main__":  # python -m aiops.columns: the rows to paste into docs/METRICS.md
+    for t in TABLES.values():
+        print("\n".join(markdown_rows(t)))
