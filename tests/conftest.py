@@ -1,55 +1,88 @@
 """Shared fixtures (an isolated in-memory store per test, a clean environment) and the suite's scheduling.
 
-`make test` runs the suite on every core (`pytest -n <cores + 1> --dist loadgroup`, pytest-xdist). Two rules keep
+`make test` runs the suite on every core (`pytest -n <cores + 1> --dist loadgroup`, pytest-xdist). Three rules keep
 that fast and correct: a module whose tests share a module-scoped fixture is one group, run on one worker, so
-the fixture is built once; and the slowest modules start first (longest-processing-time first), so no worker is
-left with a long test while the other idles at the end. SLOW_FIRST is measured, not guessed: the
-`--durations` of a whole run, largest first; a module missing from it only starts later."""
+the fixture is built once; the slowest work units start first (longest-processing-time first), so no worker is
+left with a long test while the others idle at the end; and pytest-xdist keeps that order (its default reorders
+the units by how many tests each holds, which sends every single slow test after all the groups).
+
+SLOW_FIRST is measured, not guessed: `AIOPS_TEST_TIMES=times.jsonl make test` writes every test's wall and CPU
+seconds (its worker's and its reaped children's: the agents, Prometheus, ...) and `python -m tests.times_report
+times.jsonl` prints the modules by their slowest work unit (a group's whole run, else the module's slowest test),
+largest first, with their CPU seconds; a module missing from it starts after them: the groups by size, then as
+collected."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import os
+import resource
+import time
+from collections.abc import Generator, Iterator
 
 import pytest
 
 from aiops.store import Store
 
+# Longest first (the wall seconds of its slowest unit in the fresh-clone runs of 2026-12-05, 2 cores), but the three
+# longest, which mostly wait on their live stacks (CPU seconds, measured alone: pages 59, fleet live 62, blind 28),
+# apart, with CPU-bound units between them: all three side by side would leave a core idle on `make test`'s 2.
 SLOW_FIRST: tuple[str, ...] = (
+    "tests/test_pages_live.py",  # 152 s
+    "tests/test_chat_oncall.py",  # a twin run, its backfill and the fleet over it: 38 s set-up, 6 tests
+    "tests/test_bench_oncall.py",
+    "tests/test_fleet_live.py",  # 100 s
+    "tests/test_concurrency.py",
+    "tests/security/test_console_signin_flood.py",
+    "tests/test_fleet_blind.py",  # 95 s, 60 of them with Prometheus stopped
+    "tests/security/test_config_file_policy.py",
+    "tests/security/test_twin_healthy_fp.py",
+    "tests/test_loop_service.py",  # 40 s
+    "tests/security/test_twin_leaks.py",
+    "tests/security/test_promsource_scrape.py",
+    "tests/test_k8s_alerts.py",
+    "tests/test_console_steps_browser.py",
+    "tests/security/test_fleet_dispatch_labels.py",
     "tests/test_slurm_e2e.py",
-    "tests/test_fleet_live.py",
     "tests/test_dispatch_live.py",
+    "tests/security/test_alertmanager_in_e2e.py",
+    "tests/test_plans_live.py",
+    "tests/test_service.py",
+    "tests/security/test_console_service.py",
+    "tests/ebpf/test_netlab.py",
+    "tests/security/test_rank_timing_ebpf.py",
+    "tests/security/test_promsource_analyze.py",
+    "tests/ebpf/test_rank_straggler.py",
     "tests/security/test_alert_flood.py",
     "tests/security/test_report_browser.py",
-    "tests/security/test_promsource_analyze.py",
     "tests/test_slurm_real.py",
-    "tests/security/test_rank_timing_ebpf.py",
-    "tests/test_k8s_alerts.py",
     "tests/test_k8s_dashboards.py",
     "tests/test_workloads_live.py",
     "tests/test_service_host_name.py",
     "tests/test_packaging.py",
     "tests/test_agent_adversarial.py",
-    "tests/security/test_twin_healthy_fp.py",
-    "tests/test_service.py",
     "tests/test_notify_pd_teams_delivery.py",
-    "tests/test_concurrency.py",
-    "tests/security/test_twin_leaks.py",
     "tests/security/test_console_browser.py",
     "tests/security/test_console_oidc_browser.py",
     "tests/security/test_console_oidc.py",
     "tests/security/test_console_auth.py",
     "tests/test_pipeline_cli.py",
     "tests/security/test_rca_onset.py",
-    "tests/security/test_promsource_scrape.py",
     "tests/test_agent_approvals.py",
     "tests/test_sources_prometheus.py",
-    "tests/security/test_alertmanager_in_e2e.py",
     "tests/test_service_node_agents.py",
     "tests/test_dispatch_node.py",
     "tests/security/test_report_schedule.py",
     "tests/test_mcp.py",
     "tests/test_chat_edges.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under `--dist loadgroup` the controller hands out work units in collection order, which
+    `pytest_collection_modifyitems` makes longest first; pytest-xdist's default would reorder them by test count."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
@@ -62,12 +95,20 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: n for n, path in enumerate(SLOW_FIRST)}
-    items.sort(
-        key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank))
-    )  # stable: else as collected
+    sizes: dict[str, int] = {}
     for item in items:
         if _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            module = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(module))
+            sizes[module] = sizes.get(module, 0) + 1
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        if module in rank:
+            return (0, rank[module])
+        return (1, -sizes[module]) if module in sizes else (2, 0)  # then the groups, larger first
+
+    items.sort(key=order)  # stable: else as collected
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -80,6 +121,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(
             f"pytest-xdist did not group {len(lost)} tests (first: {lost[0]}): check versions"
         )
+
+
+def _cpu_s() -> tuple[float, float]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    """With AIOPS_TEST_TIMES=path, one JSON line per test appended there: its worker, start (epoch s), wall and CPU
+    seconds (setup, call and teardown; a module fixture's teardown counts to the module's last test)."""
+    path = os.environ.get("AIOPS_TEST_TIMES")
+    if not path:
+        yield
+        return
+    start_ts_s, start_wall_s, (own_s, children_s) = time.time(), time.monotonic(), _cpu_s()
+    yield
+    end_own_s, end_children_s = _cpu_s()
+    line = {
+        "nodeid": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "start_ts_s": round(start_ts_s, 3),
+        "wall_s": round(time.monotonic() - start_wall_s, 3),
+        "cpu_s": round(end_own_s - own_s, 3),
+        "children_cpu_s": round(end_children_s - children_s, 3),
+    }
+    with open(path, "a", encoding="utf-8") as out:  # one write per line: workers append side by side
+        out.write(json.dumps(line) + "\n")
 
 
 @pytest.fixture
