@@ -1,5 +1,7 @@
-"""The shape of a telemetry column's declaration (aiops/columns.py declares the columns and derives from them):
-a `Column` of a `Table`, the Prometheus `Family` it is served as, and the fault-kind sets its `reacts_to` names."""
+"""The shape of a telemetry column's declaration (aiops/columns.py declares the columns): a `Column` of a `Table`,
+the Prometheus `Family` and the dcgm-exporter name it is served as, the fault-kind sets its `reacts_to` names, and
+what derives from a table's declarations (Arrow columns, exported families, the fleet's reads, docs rows, the
+leak test's allowances)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,16 @@ class Family:
 
 
 @dataclass(frozen=True)
+class DcgmName:
+    """The column as dcgm-exporter serves it: the DCGM field (`etc/default-counters.csv`: name, type, help)."""
+
+    name: str
+    kind: str  # gauge | counter, as dcgm-exporter declares it
+    help_text: str
+    default: bool = False  # in dcgm-exporter's default counters (else an operator enables it)
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     arrow: str  # pyarrow factory name: float64, int64, int32, uint64, string
@@ -58,6 +70,9 @@ class Column:
     collected: bool = True  # False: no collector writes it (the fleet's sample weights)
     key: bool = False  # an entity key (ts_s, gpu, node, uuid): never a family of its own
     migration: int = 1  # the migration that added it (schema_additions)
+    # dcgm-exporter's name for it (aiops/sources/names.py): read by `aiops analyze --prometheus`, served at
+    # /metrics/dcgm.
+    dcgm: tuple[DcgmName, ...] = ()  # several: a field DCGM renamed (the newer name first)
 
 
 @dataclass(frozen=True)
@@ -68,3 +83,55 @@ class Table:
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
+
+
+# -- what derives from a table's declarations ------------------------------------------------------------
+def dcgm_columns(table: Table) -> tuple[Column, ...]:
+    """Columns declared with their dcgm-exporter name."""
+    return tuple(c for c in table.columns if c.dcgm)
+
+
+def arrow_columns(table: Table) -> tuple[tuple[str, str], ...]:
+    """(column, Arrow factory name) of what collectors write, in the order their rows hold them."""
+    return tuple((c.name, c.arrow) for c in table.columns if c.collected)
+
+
+def exported(table: Table) -> tuple[Column, ...]:
+    """Columns the node exports as `stored * scale`, each under its family with its fixed labels."""
+    return tuple(c for c in table.columns if c.family is not None)
+
+
+def families(table: Table) -> tuple[Family, ...]:
+    """Every family the table's columns are served as, declared ones first, each once, in declaration order."""
+    out: dict[str, Family] = {}
+    for c in exported(table):
+        assert c.family is not None
+        out.setdefault(c.family.name, c.family)
+    for f in table.hand_written:
+        out.setdefault(f.name, f)
+    return tuple(out.values())
+
+
+def fleet_read(table: Table) -> tuple[Column, ...]:
+    """Columns the fleet reads back from their family (the pivot's derived part)."""
+    return tuple(c for c in exported(table) if c.fleet)
+
+
+def integer_families(table: Table) -> tuple[str, ...]:
+    """Families whose columns are 32-bit integers (the fleet bounds their samples to fit)."""
+    return tuple(dict.fromkeys(c.family.name for c in exported(table) if c.family and c.arrow == "int32"))
+
+
+def leak_allowances(table: Table) -> dict[tuple[str, str], tuple[frozenset[str], str]]:
+    """(table, column) -> (fault kinds, real source): what the twin-leak test lets carry fault information."""
+    return {(table.name, c.name): (c.reacts_to, c.observed_by) for c in table.columns if c.reacts_to}
+
+
+def markdown_rows(table: Table) -> list[str]:
+    """docs/METRICS.md's rows for the table's families."""
+    rows = []
+    for f in families(table):
+        per_node = f.per_node or str(int(f.per_gpu) * TWIN_GPUS_PER_NODE)
+        cells = (f"`{f.name}`", f.kind, ", ".join(f.labels), f.unit, f.feeds, f.per_gpu, per_node)
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows

@@ -69,6 +69,11 @@ def headline(diagnoses: Sequence[Diagnosis]) -> Diagnosis | None:
     return chosen[0] if chosen else None
 
 
+WARNING_HOLD = (
+    "an early warning: drain at the job's next checkpoint once the diagnostic, or a person, says so"
+)
+
+
 def plan_steps(store: Store, diagnosis: Diagnosis) -> list[StepDraft]:
     """The remediation plan of the top hypothesis as steps, computed from the telemetry at the incident's end."""
     if not diagnosis.hypotheses:
@@ -82,7 +87,13 @@ def plan_steps(store: Store, diagnosis: Diagnosis) -> list[StepDraft]:
     remedies = [replace(r, actions=restore_intended(r.actions, intended)) for r in remedies]
     # a GPU whose fault came back after repairs that did not hold: the RMA step first, no more resets
     remedies = lemon_ladder(store, diagnosis, remedies)
-    return draft_steps(remedies, facts_of(store, diagnosis.incident, job))
+    drafts = draft_steps(remedies, facts_of(store, diagnosis.incident, job))
+    if warning:  # nothing has failed yet: the diagnostic is proposed, a physical step waits for a person
+        drafts = [
+            replace(d, hold="; ".join(filter(None, (WARNING_HOLD, d.hold)))) if d.risk == "physical" else d
+            for d in drafts
+        ]
+    return drafts
 
 
 def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
@@ -95,8 +106,9 @@ def file_remediation(
 ) -> tuple[PlanRecord | None, list[Filed]]:
     """File the diagnosis' plan (its first steps as proposals); (None, []) when it has no remediation, or when
     the incident has no impact (`observe_only`: a warm GPU not throttling, an application's Xid): watched, not
-    acted on."""
-    if observe_only(diagnosis.incident.severity):
+    acted on. An early warning (`info` too) files its plan: its diagnostic is proposed, its drain held for a
+    person (`plan_steps`), so nothing physical is proposed for a forecast."""
+    if observe_only(diagnosis.incident.severity) and not diagnosis.incident.is_warning:
         return None, []
     drafts = plan_steps(desk.store, diagnosis)
     if not drafts:

@@ -185,7 +185,7 @@ def score(tally: Tally) -> dict[str, Any]:
             continue
         for i, f in matched:
             leads[i] = max(leads.get(i, 0.0), f.start_ts_s - w.opened_ts_s)
-            right_label += int(f.kind in forecasts)
+        right_label += int(any(f.kind in forecasts for _, f in matched))  # once per warning
     warned = {i for i, lead in leads.items() if lead >= LEAD_S}
     by_kind: dict[str, dict[str, int]] = {}
     for i, f in enumerate(tally.faults):

@@ -11,12 +11,17 @@ import yaml
 
 from aiops.detect.early import BUCKET_S, RECENT, TrendWatch
 from aiops.detect.early_watch import WARNING_SEVERITY
+from aiops.errors import ScenarioError
 from aiops.models import Diagnosis
-from aiops.pipeline import RunResult, analyze_store, headline, plan_steps
-from aiops.scenarios import Scenario
+from aiops.pipeline import WARNING_HOLD, RunResult, analyze_store, headline, plan_steps
+from aiops.plans.build import first_steps
+from aiops.scenarios import Scenario, load_scenario
+from aiops.service.live import LiveDetection
+from aiops.service.paging import Subject, decide
 from aiops.sim import SIM_EPOCH_TS_S
 from aiops.sim.runner import simulate
 from aiops.store import Store
+from aiops.store.maintenance import Membership
 
 FAULT_S = 4800.0
 SCENARIO = f"""
@@ -60,9 +65,9 @@ def test_a_rising_counter_warns_with_its_rate_against_its_own_and_its_peers() ->
 def test_benign_noise_bursts_and_a_steadily_noisy_link_give_no_warning() -> None:
     rng = np.random.default_rng(7)
     watch, found = TrendWatch(), []
-    # background corrected errors (the twin's 0.0015/s: 0.45 per bucket) on 64 GPUs for two days
-    for b, totals in enumerate(_noise(rng, 0.45, 576, 64)):
-        totals["node0/gpu3"] += 200.0 * (b >= 300)  # a weak cell's burst (Xid 92), one bucket's worth
+    # background corrected errors (the twin's 0.0015/s: 0.45 per bucket) on 32 GPUs for a day
+    for b, totals in enumerate(_noise(rng, 0.45, 288, 32)):
+        totals["node0/gpu3"] += 200.0 * (b >= 150)  # a weak cell's burst (Xid 92), one bucket's worth
         totals["node0/gpu9"] += 8.0 * b  # a link that has always been noisy: 8 per bucket, every bucket
         found += watch.counters("ecc_corrected", (b + 1) * BUCKET_S, totals)
     assert found == []
@@ -124,7 +129,29 @@ def test_a_precursor_warns_before_its_hard_fault_with_evidence_and_a_plan_step(
     kinds = [(s.kind, a.kind, a.parameters.get("check")) for s in steps for a in s.actions]
     assert ("observe", "rerun_check", "dcgmi diag -r 3") in kinds
     assert ("drain", "drain_node", None) in kinds
+    assert first_steps(steps) == [1] and steps[0].risk == "digital"  # the drain waits for a person
+    assert all(WARNING_HOLD in s.hold for s in steps if s.risk == "physical")
     assert not any(kind in ("gpu_reset", "restart_job") for _, kind, _ in kinds)  # not the fault's own ladder
+
+
+def test_a_warning_does_not_page_by_default(ecc_run: tuple[Store, RunResult]) -> None:
+    _, result = ecc_run
+    warning = next(d for d in result.diagnoses if d.incident.is_warning)
+    top = warning.hypotheses[0]
+    subject = Subject(
+        "node-a",
+        warning.incident.incident_id,
+        tuple(warning.incident.components),
+        top.root_cause,
+        top.component,
+        warning.incident.severity,
+        warning.incident.opened_ts_s,
+    )
+    decided = decide([subject], [], Membership(), warning.incident.opened_ts_s + 600.0, 60.0)
+    assert not decided[subject.key].pages  # `info` is below the default page_from (warning)
+    assert decide([subject], [], Membership(), subject.first_seen_ts_s + 600.0, 60.0, page_from="info")[
+        subject.key
+    ].pages  # an operator who asks for warnings gets them
 
 
 def test_the_hard_fault_still_leads_and_is_diagnosed(ecc_run: tuple[Store, RunResult]) -> None:
@@ -132,3 +159,24 @@ def test_the_hard_fault_still_leads_and_is_diagnosed(ecc_run: tuple[Store, RunRe
     lead = headline(result.diagnoses)
     assert lead is not None and not lead.incident.is_warning
     assert (lead.hypotheses[0].root_cause, lead.hypotheses[0].component) == ("gpu_ecc_error", "node1/gpu2")
+
+
+def test_the_live_service_opens_the_warning_ahead_of_the_fault(ecc_run: tuple[Store, RunResult]) -> None:
+    store, _ = ecc_run
+    live = LiveDetection(window_s=300.0, id_prefix="INC-live-")  # a window a bucket: few queries
+    newest_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
+    opened = [t.incident for t in live.advance(store, newest_ts_s) if t.kind == "opened"]
+    warnings = [i for i in opened if i.is_warning]
+    assert [i.components for i in warnings] == [["node1/gpu2"]]
+    assert warnings[0].opened_ts_s <= SIM_EPOCH_TS_S + FAULT_S - 600.0
+    stored = store.query("SELECT severity FROM incidents WHERE incident_id = ?", [warnings[0].incident_id])
+    assert stored == [{"severity": "info"}]
+
+
+def test_a_scenario_s_precursors_are_validated_with_the_field_and_the_allowed_keys(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nprecursors: {shar: 1.0}\n")
+    with pytest.raises(
+        ScenarioError, match=r"precursors\.shar.*share, lead_s, background, decoys_per_node_day"
+    ):
+        load_scenario(path)

@@ -87,5 +87,36 @@ def test_a_shard_that_does_not_answer_is_named_and_the_others_shown() -> None:
 
 def test_the_page_escapes_what_shards_say() -> None:
     hostile = incident("INC-fleet-a-0001", "thermal_throttle", "<script>alert(1)</script>", 1.0)
-    page = render_html(merge([ShardAnswer("a", "http://a", [hostile])]))
-    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    hostile_id = incident('INC-1"><script>x</script>', "thermal_throttle", "node0/gpu1", 2.0)
+    page = render_html(merge([ShardAnswer("a", "http://a", [hostile, hostile_id])]))
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert 'href="http://a/incidents/INC-1%22%3E%3Cscript%3Ex%3C%2Fscript%3E"' in page
+
+
+def test_each_id_links_to_its_shards_console() -> None:
+    page = render_html(merge(shards()))
+    assert '<a href="http://b/incidents/INC-fleet-b-0001">b: INC-fleet-b-0001</a>' in page
+    assert '<a href="http://a/incidents/INC-fleet-a-0002">a: INC-fleet-a-0002</a>' in page
+
+
+def test_the_served_view_asks_what_the_shards_ask() -> None:
+    from aiops.cli.fleet_view import allowed
+
+    assert allowed("127.0.0.1", "", None) and allowed("::1", "", "s3cret")
+    assert not allowed("198.18.0.7", "", None)  # no token configured: loopback only
+    assert not allowed("198.18.0.7", "Bearer wrong", "s3cret")
+    assert allowed("198.18.0.7", "Bearer s3cret", "s3cret")
+
+
+def test_a_plan_for_an_incident_not_listed_is_still_shown_and_bad_times_do_not_stop_the_view() -> None:
+    odd = incident("INC-fleet-a-0009", "thermal_throttle", "node0/gpu1", 1.0)
+    odd["opened_ts_s"], odd["paging"] = "not a time", "not a mapping"
+    twin = incident("INC-fleet-b-0009", "thermal_throttle", "node0/gpu1", 2.0)
+    view = merge(
+        [
+            ShardAnswer("a", "http://a", [odd], [plan("p-old", "INC-fleet-a-0001")]),
+            ShardAnswer("b", "http://b", [twin]),
+        ]
+    )
+    assert [p["proposal_id"] for p in view["proposals"]] == ["p-old"]  # its incident resolved out of the list
+    assert [len(i["seen_by"]) for i in view["incidents"]] == [2]

@@ -10,7 +10,7 @@ pipeline, evidence) to the twin (aiops.sim). docs/ARCHITECTURE.md draws the same
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
-  0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.columns (and .column_model), aiops.errors, .labels, .nvml_bits, .models,
+  0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.columns (and .column_model, .columns_gpu), aiops.errors, .labels, .nvml_bits, .models,
                 .outbound, .safeload, .scenarios, .text, .workload
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "aiops.causal",
         "aiops.column_model",
         "aiops.columns",
+        "aiops.columns_gpu",
         "aiops.errors",
         "aiops.labels",
         "aiops.nvml_bits",

@@ -23,6 +23,9 @@ from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
 from aiops.service.metrics import MetricsCache
+from aiops.sources.exposition import render_snapshot
+from aiops.sources.mapping import _gpu_samples_sql
+from aiops.sources.names import DCGM_FIELDS
 from aiops.store import Store
 from collectors.schema import FLEET_ONLY_COLUMNS, columns_typed
 from evals.harness import through_prometheus
@@ -104,7 +107,7 @@ def test_a_probe_column_added_to_the_declarations_reaches_every_derivation(
 
 
 def test_adding_retired_rows_was_one_declaration_plus_its_producers_and_readers() -> None:
-    """The column's name and family appear in product code only where it is declared (aiops/columns.py), made
+    """The column's name and family appear in product code only where it is declared (aiops/columns_gpu.py), made
     (the NVML collector, the twin's fleet view) and read (the analyst's facts and evidence): never in the store's
     migrations, the exporter, the fleet's families or pivot, nor the leak test's allowances."""
     named: dict[str, set[str]] = {"retired_rows": set(), "retired_memory_rows": set()}  # column, family
@@ -115,13 +118,13 @@ def test_adding_retired_rows_was_one_declaration_plus_its_producers_and_readers(
                 if re.search(rf"\b{word}\b", text):
                     named[word].add(str(path.relative_to(ROOT)))
     assert named["retired_rows"] == {
-        "aiops/columns.py",
+        "aiops/columns_gpu.py",
         "collectors/nvml.py",
         "aiops/sim/fleet_view.py",
         "aiops/rca/facts.py",
         "aiops/rca/gpu_scorers.py",
     }
-    assert named["retired_memory_rows"] == {"aiops/columns.py"}
+    assert named["retired_memory_rows"] == {"aiops/columns_gpu.py"}
     assert "retired_rows" not in (ROOT / "tests" / "security" / "twin_observed.py").read_text()
     # ... and each derivation has it
     assert "ADD COLUMN IF NOT EXISTS retired_rows INTEGER" in columns.schema_additions(36)
@@ -163,3 +166,19 @@ def test_retired_rows_from_the_twins_nvml_through_prometheus_to_the_fleets_evide
     assert ecc.component == "node1/gpu1"
     claims = [e.claim for e in ecc.evidence]
     assert "node1/gpu1 retired 2 more memory rows (NVML remapped rows)" in claims, claims
+
+
+def test_retired_rows_as_dcgm_exporter_serves_and_the_prometheus_source_reads_it() -> None:
+    """Declared with its DCGM field: /metrics/dcgm serves DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS (as
+    dcgm-exporter's counters CSV names it) and `aiops analyze --prometheus` maps it back into the column."""
+    row = {"gpu": "node0/gpu1", "node": "node0", "uuid": "GPU-1", "temp_c": 50.0, "retired_rows": 2}
+    text = render_snapshot({"node0/gpu1": row}, {}, {})
+    assert "# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter" in text
+    assert re.search(r'^DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS\{.*gpu="1".*\} 2$', text, re.M), text
+    # every gpu_samples column's DCGM names come from its declaration, the newer of a renamed field first
+    assert {f.column for f in DCGM_FIELDS} <= {c.name for c in GPU_SAMPLES.columns} and len(DCGM_FIELDS) == 23
+    clocks = [f.name for f in DCGM_FIELDS if f.column == "clocks_event_reasons"]
+    assert clocks == ["DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]
+    assert "CAST(max(value) FILTER (WHERE name = 'DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS') AS INTEGER)" in (
+        _gpu_samples_sql()
+    )

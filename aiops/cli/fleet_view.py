@@ -8,6 +8,7 @@ both see is shown once. `--json` prints the view once; `--listen` serves it (`/`
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from aiops.config import SHARD_NAME, Config, load_config, parse_listen
 from aiops.errors import ConfigError
+from aiops.service.forwarded import is_loopback
 
 TIMEOUT_S = 10.0
 
@@ -75,10 +77,18 @@ def run(args: argparse.Namespace) -> int:
         host, port = parse_listen(args.listen)
     except ValueError as exc:
         raise ConfigError("--listen", "listen", str(exc)) from None
-    return _serve(view, host, port)
+    return _serve(view, host, port, token)
 
 
-def _serve(view: Any, host: str, port: int) -> int:
+def allowed(client_host: str | None, authorization: str, token: str | None) -> bool:
+    """As a shard's own /api: the shards' bearer token, or a client on loopback (no token configured: loopback
+    only). The view shows what the shards' API shows, so it asks what they ask."""
+    if token and hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()):
+        return True
+    return is_loopback(client_host)
+
+
+def _serve(view: Any, host: str, port: int, token: str | None) -> int:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -87,11 +97,17 @@ def _serve(view: Any, host: str, port: int) -> int:
 
     from aiops.fleet.view import render_html
 
+    def refused(request: Request) -> Response | None:
+        client = request.client.host if request.client is not None else None
+        if allowed(client, request.headers.get("Authorization", ""), token):
+            return None
+        return JSONResponse({"error": "a bearer token is needed (or ask from this host)"}, status_code=401)
+
     def page(request: Request) -> Response:
-        return HTMLResponse(render_html(view()))
+        return refused(request) or HTMLResponse(render_html(view()))
 
     def incidents(request: Request) -> Response:
-        return JSONResponse(json.loads(json.dumps(view(), default=str)))
+        return refused(request) or JSONResponse(json.loads(json.dumps(view(), default=str)))
 
     def health(request: Request) -> Response:
         return PlainTextResponse("ok\n")

@@ -9,16 +9,17 @@ degrading, and a rate every GPU shares (a driver's reporting change) is nobody's
 - **counters** (`ecc_corrected`, `nvlink_errors`, `pcie_replay`, `ib_link_errors`): every one of the last
   `RECENT` buckets at `floor` errors or more (a single burst, a weak HBM cell's Xid 92 or a churned ECC storm,
   fills one bucket, never three), and their mean `RATIO` times the larger of the own and the peers' rate;
-- **thermal**: the GPU's temperature above what its rack's GPUs run at its power (a line fitted over the rack:
-  coolant plus power times a shared resistance; a worn fan or a drying cold plate raises the GPU's own
-  resistance) climbing steadily: over the last `THERMAL_RECENT` buckets, the mean of each third at least
-  `THERMAL_THIRD_C` above the one before and the last `THERMAL_RISE_C` above the first, no jump over two
-  buckets larger than `THERMAL_JUMP` of the climb, and `THERMAL_ABOVE_C` above its own earlier excess. A warm spot (a neighbour's exhaust) is a step, not a climb;
-  a rack's or the outside air's warming, and the job's load, move the peers too.
+- **thermal**: the GPU's temperature above what its rack's GPUs run at its power (a line fitted over the rack,
+  again without its outliers: coolant plus power times a shared resistance; a worn fan or a drying cold plate
+  raises the GPU's own resistance), said at a training load's power (`REFERENCE_W`; an idle GPU is not judged),
+  climbing steadily: over the last `THERMAL_RECENT` buckets, the mean of each third at least `THERMAL_THIRD_C`
+  above the one before and the last `THERMAL_RISE_C` above the first, no jump over two buckets larger than
+  `THERMAL_JUMP` of the climb, and `THERMAL_ABOVE_C` above its own earlier excess. A warm spot (a neighbour's
+  exhaust) is a step, not a climb; a rack's or the outside air's warming, and the job's load, move the peers too.
 
 A warning forecasts one or more root-cause labels (the closed vocabulary, unchanged): a hypothesis, not a
 diagnosis. Thresholds: the twin's noise (aiops/sim/precursors.py) puts a benign link's chance of three
-elevated buckets in a row below 1e-9 per bucket (docs/DETECTION.md).
+elevated buckets in a row at about 1e-9 per bucket (docs/DETECTION.md).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ MIN_HISTORY = 6  # buckets of history before a component is judged (30 minutes)
 RATIO = 4.0
 MIN_PEERS = 3
 THERMAL_RISE_C = 2.0  # the climb from the recent buckets' first third to their last, at least
-THERMAL_THIRD_C = 0.5  # and in each half of it: a climb all along, not a late step
+THERMAL_THIRD_C = 0.5  # and each third over the one before: a climb all along, not a late step
 THERMAL_JUMP = 0.6  # no jump over two buckets larger than this share of the climb (a warm spot is a step)
 THERMAL_ABOVE_C = 2.5
 FIT_OUTLIER_MADS = 3.0

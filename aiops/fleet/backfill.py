@@ -71,13 +71,15 @@ def _ready(url: str) -> bool:
 
 
 @contextmanager
-def serving(tsdb: Path, workdir: Path, attempts: int = 3) -> Iterator[str]:
-    """A Prometheus on `tsdb`; yields its URL. A port taken between choosing and binding it is retried."""
+def serving(tsdb: Path, workdir: Path, attempts: int = 3, port: int | None = None) -> Iterator[str]:
+    """A Prometheus on `tsdb`; yields its URL. A port taken between choosing and binding it is retried; a `port`
+    given (readers already pointed at it) is tried once."""
     prometheus = binary("prometheus", "AIOPS_PROMETHEUS")
     config = workdir / "prometheus.yml"
     config.write_text("global: {scrape_interval: 15s}\n")
-    for _ in range(attempts):
-        port = _free_port()
+    chosen = port
+    for _ in range(1 if chosen is not None else attempts):
+        port = chosen if chosen is not None else _free_port()
         url = f"http://127.0.0.1:{port}"
         with (workdir / "prometheus.log").open("ab") as log:
             proc = subprocess.Popen(

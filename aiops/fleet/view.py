@@ -16,6 +16,7 @@ named in `shards` with its error, and the view still shows the others.
 from __future__ import annotations
 
 import html
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,12 +69,17 @@ def _cause(incident: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(top["root_cause"]), str(top["component"])
 
 
+def _ts(value: Any, default: float) -> float:
+    """A time a shard gave, or `default` when it gave none (or something that is not a number)."""
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
 def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     def span(incident: Mapping[str, Any]) -> tuple[float, float]:
-        resolved = incident.get("resolved_ts_s")
-        return float(incident.get("opened_ts_s") or 0.0), float("inf") if resolved is None else float(
-            resolved
-        )
+        return _ts(incident.get("opened_ts_s"), 0.0), _ts(incident.get("resolved_ts_s"), float("inf"))
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 <= b1 and b0 <= a1
@@ -84,7 +90,7 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
     order = {answer.shard: k for k, answer in enumerate(answers)}
     seen: list[tuple[str, dict[str, Any]]] = sorted(
         ((a.shard, i) for a in answers for i in a.incidents),
-        key=lambda pair: (float(pair[1].get("opened_ts_s") or 0.0), order[pair[0]]),
+        key=lambda pair: (_ts(pair[1].get("opened_ts_s"), 0.0), order[pair[0]]),
     )
     merged: list[dict[str, Any]] = []
     ids: dict[tuple[str, str], str] = {}  # (shard, its incident id) -> the view's id
@@ -116,16 +122,16 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
             same["status"], same["resolved_ts_s"] = "open", None
         elif same.get("resolved_ts_s") is not None:
             same["resolved_ts_s"] = max(
-                float(same["resolved_ts_s"]), float(incident.get("resolved_ts_s") or 0.0)
+                _ts(same["resolved_ts_s"], 0.0), _ts(incident.get("resolved_ts_s"), 0.0)
             )
-        if incident.get("paging"):
-            same["duplicate_pages"].append({"shard": shard, **dict(incident["paging"])})
+        if isinstance(incident.get("paging"), dict):
+            same["duplicate_pages"].append({"shard": shard, **incident["paging"]})
     proposals = []
     for answer in answers:
         for proposal in answer.proposals:
             incident_id = proposal.get("incident_id")
             view_id = ids.get((answer.shard, str(incident_id))) if incident_id else None
-            if incident_id and view_id != incident_id:
+            if view_id is not None and view_id != str(incident_id):
                 continue  # a plan for a condition another shard found first: that shard's plan stands
             proposals.append({**proposal, "shard": answer.shard})
     return {
@@ -139,17 +145,27 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
             }
             for a in answers
         ],
-        "incidents": sorted(merged, key=lambda m: float(m.get("opened_ts_s") or 0.0), reverse=True),
+        "incidents": sorted(merged, key=lambda m: _ts(m.get("opened_ts_s"), 0.0), reverse=True),
         "proposals": proposals,
     }
 
 
 def render_html(view: Mapping[str, Any]) -> str:
-    """The view as one page for people: shards, incidents (with the shards that saw each), proposals. Every
-    value from a shard is escaped: telemetry reaches it."""
+    """The view as one page for people: shards, incidents (with the shards that saw each, each id a link to
+    that shard's console), proposals. Every value from a shard is escaped: telemetry reaches it."""
 
     def cell(value: Any) -> str:
         return f"<td>{html.escape('' if value is None else str(value))}</td>"
+
+    urls = {str(s["shard"]): str(s["url"]) for s in view["shards"]}
+
+    def link(shard: str, incident_id: Any) -> str:
+        """The incident on its shard's own console (where people approve, silence and ask)."""
+        shown = html.escape(f"{shard}: {incident_id}")
+        if shard not in urls or not str(incident_id):
+            return shown
+        target = f"{urls[shard]}/incidents/{urllib.parse.quote(str(incident_id), safe='')}"
+        return f'<a href="{html.escape(target)}">{shown}</a>'
 
     rows = [
         "<tr>"
@@ -158,7 +174,9 @@ def render_html(view: Mapping[str, Any]) -> str:
         + cell(i.get("severity"))
         + cell((i.get("top_hypothesis") or {}).get("root_cause"))
         + cell((i.get("top_hypothesis") or {}).get("component"))
-        + cell(", ".join(f"{s['shard']}: {s['incident_id']}" for s in i["seen_by"]))
+        + "<td>"
+        + ", ".join(link(s["shard"], s["incident_id"]) for s in i["seen_by"])
+        + "</td>"
         + cell("yes" if (i.get("paging") or {}).get("pages") else "no")
         + "</tr>"
         for i in view["incidents"]

@@ -82,7 +82,8 @@ class Responder:
                     store, incident, top.root_cause, top.component, self.recurrence_s, incident.last_ts_s
                 )
             window = self.held(store, incident) if self.held is not None else None
-            if window is None and not observe_only(incident.severity):
+            # an early warning files its plan though `info`: a diagnostic proposed, the drain held for a person
+            if window is None and (not observe_only(incident.severity) or incident.is_warning):
                 self.unfiled.discard(incident.incident_id)
                 _plan, filed = file_remediation(desk(), diagnosis, "service")
                 self.filed += len(filed)

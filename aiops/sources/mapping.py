@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 
 from aiops import nvml_bits
+from aiops.columns import GPU_SAMPLES, SQL_TYPES
 from aiops.labels import host_component
 from aiops.sources.names import CLOCKS_EVENT_NAMES, DCGM_FIELDS, NETDEV_SERIES, XID
 from aiops.store import Store
@@ -249,14 +250,9 @@ def _gpu_samples_sql() -> str:
         ordered = [n for n in CLOCKS_EVENT_NAMES if n in names] if column == "clocks_event_reasons" else names
         values = [f"max(value) FILTER (WHERE name = '{n}')" for n in ordered]
         expr = values[0] if len(values) == 1 else f"coalesce({', '.join(values)})"
-        if column == "clocks_event_reasons":
-            expr = f"CAST({expr} AS UBIGINT)"
-        elif column.endswith("_total") or column in (
-            "pcie_link_gen",
-            "pcie_link_width",
-            "pcie_link_max_width",
-        ):
-            expr = f"CAST({expr} AS BIGINT)"
+        sql_type = SQL_TYPES[GPU_SAMPLES.column(column).arrow]  # the declared type (aiops/columns.py)
+        if sql_type != "DOUBLE":
+            expr = f"CAST({expr} AS {sql_type})"
         picks.append((column, expr))
     targets = ", ".join(c for c, _ in picks)
     return f"""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiops.columns import GPU_SAMPLES, dcgm_columns
+
 
 @dataclass(frozen=True)
 class DcgmField:
@@ -22,87 +24,11 @@ class DcgmField:
     default: bool  # in dcgm-exporter's default-counters.csv
 
 
-DCGM_FIELDS: tuple[DcgmField, ...] = (
-    DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", "gauge", "SM clock frequency (in MHz).", True),
-    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "mem_clock_mhz", "gauge", "Memory clock frequency (in MHz).", True),
-    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "mem_temp_c", "gauge", "Memory temperature (in C).", True),
-    DcgmField("DCGM_FI_DEV_GPU_TEMP", "temp_c", "gauge", "GPU temperature (in C).", True),
-    DcgmField("DCGM_FI_DEV_POWER_USAGE", "power_w", "gauge", "Power draw (in W).", True),
-    DcgmField("DCGM_FI_DEV_GPU_UTIL", "util_pct", "gauge", "GPU utilization (in %).", True),
-    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_util_pct", "gauge", "Memory utilization (in %).", True),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "pcie_replay_total",
-        "counter",
-        "Total number of PCIe retries.",
-        True,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT", "power_limit_w", "gauge", "Power management limit (in W).", False
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN",
-        "power_limit_min_w",
-        "gauge",
-        "Power management limit minimum (in W).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX",
-        "power_limit_max_w",
-        "gauge",
-        "Power management limit maximum (in W).",
-        False,
-    ),
-    DcgmField("DCGM_FI_DEV_MAX_SM_CLOCK", "max_sm_clock_mhz", "gauge", "Maximum SM clock (in MHz).", False),
-    DcgmField("DCGM_FI_DEV_SLOWDOWN_TEMP", "slowdown_temp_c", "gauge", "Slowdown temperature (in C).", False),
-    DcgmField(
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-        "clocks_event_reasons",
-        "gauge",
-        "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-        "clocks_event_reasons",
-        "gauge",
-        "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "ecc_sbe_total",
-        "counter",
-        "Total number of single-bit volatile ECC errors.",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "ecc_dbe_total",
-        "counter",
-        "Total number of double-bit volatile ECC errors.",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-        "nvlink_crc_total",
-        "counter",
-        "Total number of NVLink flow-control CRC errors.",
-        False,
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-        "nvlink_replay_total",
-        "counter",
-        "Total number of NVLink retries.",
-        False,
-    ),
-    DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", "pcie_link_gen", "gauge", "PCIe current link generation.", False),
-    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "pcie_link_width", "gauge", "PCIe current link width.", False),
-    DcgmField(
-        "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "pcie_link_max_width", "gauge", "PCIe maximum link width.", False
-    ),
+# declared with their gpu_samples columns (aiops/columns.py)
+DCGM_FIELDS: tuple[DcgmField, ...] = tuple(
+    DcgmField(d.name, c.name, d.kind, d.help_text, d.default)
+    for c in dcgm_columns(GPU_SAMPLES)
+    for d in c.dcgm
 )
 XID = "DCGM_FI_DEV_XID_ERRORS"  # gauge: "Value of the last XID error encountered." (default-counters.csv)
 XID_HELP = "Value of the last XID error encountered."
