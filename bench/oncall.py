@@ -265,6 +265,8 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
         planned,
     )
     save(state, work / "day_state.json")
+    refused = [{"at_s": ts - world.epoch_ts_s, "id": what, "why": why} for ts, what, why in people.refusals]
+    (work / "refusals.json").write_text(json.dumps(refused))  # what the product refused the person, and why
     print(f"the day's workspaces and state: {work}", file=sys.stderr)
     return state
 

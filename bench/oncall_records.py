@@ -234,8 +234,13 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     action_fault: dict[str, int | None] = {}
     verdict: dict[tuple[str, str], Attribution] = {}
     for incident in sorted(records.incidents, key=lambda i: i.opened_s):
-        found = attribute(incident, truth, records.executed, action_fault, end_s)
         key = (incident.tier, incident.incident_id)
+        if any(_says_incident(e, incident, scrape_s) for e in state.blind):
+            verdict[key] = Attribution(
+                "blind"
+            )  # the day's scripted loss of sight, said: nobody's action caused it
+            continue
+        found = attribute(incident, truth, records.executed, action_fault, end_s)
         verdict[key] = found
         for pid in by_incident.get(key, []):
             action_fault.setdefault(pid, found.fault if found.what != "false" else None)
@@ -483,6 +488,16 @@ def _says(event: dict[str, Any], at_s: float, key: tuple[str, str], summary: str
         named = re.search(rf"\b{re.escape(str(event['component']))}(?![/\w])", text)
         return bool(named) and ("lost" in text or "agent" in text)
     return any(w in text for w in BLIND_WORDS)
+
+
+def _says_incident(event: dict[str, Any], incident: Incident, scrape_s: float) -> bool:
+    """Whether an incident is the condition of the blind spell `event` (its times are the data's, which the fleet
+    reads up to two scrapes behind: it may open that much before the spell)."""
+    start = float(event["start_s"])
+    if incident.opened_s < start - 2 * scrape_s:
+        return False
+    at_s = max(incident.opened_s, start)
+    return _says(event, at_s, (incident.tier, incident.incident_id), incident.title, scrape_s)
 
 
 def _blind(events: list[dict[str, Any]], pages: list[Any], scrape_s: float) -> list[dict[str, Any]]:
