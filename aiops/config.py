@@ -134,6 +134,17 @@ class StoreConfig(_Section):
     memory_limit_mb: int = Field(
         default=256, ge=64, le=1_048_576, description="DuckDB's memory limit in the service"
     )
+    # DuckDB starts one worker per core and keeps what its allocator freed up to 128 MB: on a node of 100+ cores
+    # that is the node agent's largest cost, for queries over seconds of one node (docs/BENCHMARKS.md)
+    threads: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="DuckDB's worker threads in the service; 0: 1 on a node, every core on the fleet",
+    )
+    allocator_flush_mb: int = Field(
+        default=16, ge=1, le=65_536, description="DuckDB gives freed memory back past this peak of a task"
+    )
 
 
 class CollectorConfig(_Section):
@@ -203,6 +214,9 @@ class SchedulerConfig(_Section):
     timeout_s: float = Field(default=10.0, gt=0, le=300, description="one scheduler call at most")
 
 
+SHARD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+
+
 class FleetConfig(_Section):
     """`aiops fleet`: where the node agents' exports are read (docs/FLEET.md)."""
 
@@ -214,6 +228,13 @@ class FleetConfig(_Section):
     )
     delay_s: float = Field(
         default=5.0, ge=0, le=600, description="how far behind now to read (VictoriaMetrics: >= 30)"
+    )
+    read_after_scrapes: bool = Field(
+        default=True,
+        description="read each step just after the agents' scrapes (their phase learned from their sample times)",
+    )
+    phase_s: float = Field(
+        default=0.0, ge=0, le=600, description="else: read at multiples of step_s plus this many seconds"
     )
     selector: str = Field(default="", description='extra label matchers for every query, e.g. cluster="a"')
     timeout_s: float = Field(default=30.0, gt=0, le=600, description="one answer's whole time")
@@ -229,6 +250,18 @@ class FleetConfig(_Section):
         default="", description="a folder of one token file per host (<dir>/<host>): each node its own token"
     )
     dispatch_timeout_s: float = Field(default=40.0, gt=0, le=600, description="one dispatch's whole time")
+    job_steps: Literal["scheduler", "node_agent"] = Field(
+        default="scheduler",
+        description="who restarts a job for the fleet: scheduler ([fleet.scheduler]) or node_agent (one node "
+        "agent of the job, through its own executors, after checking the signatures itself)",
+    )
+    # sharding (docs/FLEET.md, "Fleet size: sharding"): this shard's name goes into its incident ids
+    # (INC-fleet-<shard>-0001: unique across shards), and `aiops fleet-view` reads every shard's /api
+    shard: str = Field(default="", description="this fleet's shard name (a-z, 0-9, -); empty: not sharded")
+    shards: dict[str, str] = Field(
+        default_factory=dict, description="shard name -> its fleet's base URL, for `aiops fleet-view`"
+    )
+    shards_token_file: str = Field(default="", description="file holding the shards' /api bearer token")
     # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
     # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -244,6 +277,23 @@ class FleetConfig(_Section):
             raise ValueError(
                 "must be an http(s) URL without query, fragment or user, e.g. http://{host}:9484"
             )
+        return value
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, value: str) -> str:
+        if value and not SHARD_NAME.fullmatch(value):
+            raise ValueError(f"'{value[:40]}': 1 to 32 of a-z, 0-9 and '-', starting with a letter or digit")
+        return value
+
+    @field_validator("shards")
+    @classmethod
+    def _shards(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            if not SHARD_NAME.fullmatch(name):
+                raise ValueError(f"{name[:40]!r}: a shard name is 1 to 32 of a-z, 0-9 and '-'")
+            if not url.startswith(("http://", "https://")) or any(c in url for c in "#?@ \t\n"):
+                raise ValueError(f"{name}: must be an http(s) URL without query, fragment or user")
         return value
 
     @field_validator("nodes")

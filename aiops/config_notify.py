@@ -82,8 +82,10 @@ class SeverityConfig(BaseModel):
     """`[notify.severity]`: an incident's severity from its impact (aiops/detect/severity.py), and how each sink
     kind names each severity. Critical: hardware lost (a GPU off the bus, uncorrectable ECC, a fatal XID), a job
     stalled, a job slowed by `critical_slowdown_pct` or more, or `critical_gpus` GPUs or more affected; warning:
-    slowed by `warning_slowdown_pct` or more, or any other fault; info: a slowdown below that, or only benign
-    conditions (ambient drift)."""
+    slowed by `warning_slowdown_pct` or more, or any other fault; info: no impact (a slowdown below that, a GPU
+    warm but below its slowdown point with no job slowed, an application's Xid, benign conditions such as ambient
+    drift, early warnings). `page_from`: the least severity that pages (aiops/service/paging.py); an incident
+    below it notifies no sink and proposes no change to the cluster (observe-only): the console shows it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -98,6 +100,16 @@ class SeverityConfig(BaseModel):
         default="critical", description="a GPU lost, uncorrectable ECC, a fatal XID"
     )
     job_stalled: Severity = Field(default="critical", description="a job makes no step, collectives time out")
+    job_stalled_after_s: float = Field(
+        default=900.0,
+        ge=0,
+        le=86_400,
+        description="no step for this long is a stalled job; a shorter pause (an evaluation, a checkpoint) is info",
+    )
+    page_from: Severity = Field(
+        default="warning",
+        description="the least severity that pages; below it: no notification and no actionable proposal",
+    )
     pagerduty: dict[Severity, PagerDutySeverity] = Field(
         default_factory=_pagerduty, description="our severity -> PagerDuty's payload.severity"
     )

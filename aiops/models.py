@@ -41,6 +41,9 @@ class Symptom(_Model):
 INCIDENT_ID_PATTERN = r"INC-(?:[A-Za-z0-9][A-Za-z0-9.-]*-)?\d+"
 
 
+WARNING_KIND = "early_warning"  # the one symptom of an early warning's incident (aiops/detect/early_watch.py)
+
+
 class Incident(_Model):
     incident_id: str
     opened_ts_s: float
@@ -57,6 +60,12 @@ class Incident(_Model):
         """4 for INC-0004 (0 for an id of another shape)."""
         tail = self.incident_id.rpartition("-")[2]
         return int(tail) if tail.isdigit() else 0
+
+    @property
+    def is_warning(self) -> bool:
+        """An early warning's incident: a trend before a hard fault, nothing failed yet (its symptoms are all
+        `early_warning`)."""
+        return bool(self.symptoms) and all(s.kind == WARNING_KIND for s in self.symptoms)
 
 
 class Hypothesis(_Model):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiops.detect import detect
+from aiops.detect.severity import observe_only
 from aiops.labels import BENIGN_LABELS
 from aiops.memory.rma import lemon_ladder
 from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
@@ -57,9 +58,14 @@ class RunResult:
 def headline(diagnoses: Sequence[Diagnosis]) -> Diagnosis | None:
     """The answer a case leads with: its first incident whose top cause is a fault. A benign condition (ambient
     drift: `labels.BENIGN_LABELS`) is explained in its own incident but never outranks a fault, though it began
-    first; alone, it is the answer. None without incidents. `aiops analyze` and the eval harness both use it."""
-    faults = [d for d in diagnoses if not d.hypotheses or d.hypotheses[0].root_cause not in BENIGN_LABELS]
-    chosen = faults or list(diagnoses)
+    first; alone, it is the answer. An early warning (a forecast, nothing failed yet) leads only where nothing
+    else was found. None without incidents. `aiops analyze` and the eval harness both use it."""
+    faults = [
+        d
+        for d in diagnoses
+        if not d.incident.is_warning and (not d.hypotheses or d.hypotheses[0].root_cause not in BENIGN_LABELS)
+    ]
+    chosen = faults or [d for d in diagnoses if not d.incident.is_warning] or list(diagnoses)
     return chosen[0] if chosen else None
 
 
@@ -69,7 +75,8 @@ def plan_steps(store: Store, diagnosis: Diagnosis) -> list[StepDraft]:
         return []
     top = diagnosis.hypotheses[0]
     job = job_of(store, diagnosis.incident, top)
-    remedies = steps_from_store(store, top, job, diagnosis.incident.last_ts_s)
+    warning = diagnosis.incident.is_warning  # a forecast: the playbook's early-warning steps
+    remedies = steps_from_store(store, top, job, diagnosis.incident.last_ts_s, warning=warning)
     # a limit moved away from what the product set goes back to that value, never undoing the product's cap
     intended = intended_state(store, diagnosis.incident.last_ts_s)
     remedies = [replace(r, actions=restore_intended(r.actions, intended)) for r in remedies]
@@ -86,7 +93,11 @@ def remediate(store: Store, diagnosis: Diagnosis) -> list[Action]:
 def file_remediation(
     desk: Guardrails, diagnosis: Diagnosis, origin: str
 ) -> tuple[PlanRecord | None, list[Filed]]:
-    """File the diagnosis' plan (its first steps as proposals); (None, []) when it has no remediation."""
+    """File the diagnosis' plan (its first steps as proposals); (None, []) when it has no remediation, or when
+    the incident has no impact (`observe_only`: a warm GPU not throttling, an application's Xid): watched, not
+    acted on."""
+    if observe_only(diagnosis.incident.severity):
+        return None, []
     drafts = plan_steps(desk.store, diagnosis)
     if not drafts:
         return None, []

@@ -115,6 +115,9 @@ class Playbook(BaseModel):
     checks: list[str]
     remediations: list[Remediation]
     next_steps: list[NextStep] = []
+    # the steps for an early warning that forecasts this label (aiops/detect/early_watch.py): nothing has
+    # failed yet, so a diagnostic and a drain at the next checkpoint, never the fault's own ladder
+    early_warning: list[Remediation] = []
 
 
 @cache
@@ -130,7 +133,7 @@ def load_playbooks(directory: Traversable | None = None) -> dict[str, Playbook]:
             raise PlaybookError(
                 f"{path}: field 'label': unknown label '{book.label}' (allowed: {', '.join(DIAGNOSIS_LABELS)})"
             )
-        for i, r in enumerate(book.remediations):
+        for i, r in enumerate([*book.remediations, *book.early_warning]):
             if r.computed is not None and COMPUTED_RUNG.get(r.action) != r.step:
                 raise PlaybookError(
                     f"{path}: field 'remediations[{i}].step': a computed {r.action} belongs to the rung "
@@ -181,18 +184,21 @@ def remediation_steps(
     computed: Mapping[str, Sequence[Action]] | None = None,
     notes: Mapping[str, Sequence[str]] | None = None,
     now_ts_s: float = 0.0,
+    warning: bool = False,
 ) -> list[StepRemedy]:
     """The playbook's ladder for a hypothesis: one `StepRemedy` per rung it uses, in `RUNGS` order. `computed`
     (source -> actions, from `computed_actions`) replaces that source's remediations in the rung of each
     computed action's kind; `notes` (rung -> why) say why a computed rung holds nothing. Proposal ids are
-    drafts (`draft-<i>`, numbered across the ladder)."""
+    drafts (`draft-<i>`, numbered across the ladder). `warning`: the hypothesis is an early warning's forecast:
+    the playbook's `early_warning` steps instead of its ladder."""
     book = load_playbooks().get(hypothesis.root_cause)
     if book is None:
         return []
     out: list[StepRemedy] = []
     count = 0
+    ladder = book.early_warning if warning else book.remediations
     for rung in RUNGS:
-        entries = [r for r in book.remediations if r.step == rung]
+        entries = [r for r in ladder if r.step == rung]
         if not entries:
             continue
         actions: list[Action] = []
@@ -293,7 +299,12 @@ def computed_actions(store: Store, hypothesis: Hypothesis, now_ts_s: float) -> C
 
 
 def steps_from_store(
-    store: Store, hypothesis: Hypothesis, job: str | None, now_ts_s: float | None = None
+    store: Store,
+    hypothesis: Hypothesis,
+    job: str | None,
+    now_ts_s: float | None = None,
+    *,
+    warning: bool = False,
 ) -> list[StepRemedy]:
     """`remediation_steps` with the computed remediations worked out from the store at `now_ts_s` (default:
     the newest GPU sample). Advice that cannot be computed (a store without the telemetry it reads) leaves the
@@ -302,13 +313,18 @@ def steps_from_store(
 
     when = now_ts_s if now_ts_s is not None else store.scalar("SELECT max(ts_s) FROM gpu_samples")
     computed = Computed()
-    if when is not None:
+    if when is not None and not warning:  # a warning's steps are templates: nothing is hot or capped yet
         try:
             computed = computed_actions(store, hypothesis, float(when))
         except (duckdb.Error, ValueError, KeyError):
             computed = Computed()
     return remediation_steps(
-        hypothesis, job, computed=computed.actions, notes=computed.notes, now_ts_s=float(when or 0.0)
+        hypothesis,
+        job,
+        computed=computed.actions,
+        notes=computed.notes,
+        now_ts_s=float(when or 0.0),
+        warning=warning,
     )
 
 

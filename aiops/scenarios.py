@@ -79,6 +79,20 @@ class ChurnSpec(_Strict):
     unused_ports: list[str] = []
 
 
+class PrecursorSpec(_Strict):
+    """Degradations before hard faults (aiops/sim/precursors.py): a share of the scenario's hard faults (ECC,
+    off the bus, NVLink, PCIe, a flapping link, a failing fan) is preceded by its degradation counters rising
+    (`share`: None takes the published share per kind), starting `lead_s` before the fault (None: drawn per fault
+    from the kind's lead-time distribution); `background`: benign noise on the same counters on every component,
+    and now and then a benign episode that rises like a precursor and never becomes a fault
+    (`decoys_per_node_day`)."""
+
+    share: float | None = Field(None, ge=0, le=1)
+    lead_s: float | None = Field(None, gt=0, le=86_400)
+    background: bool = True
+    decoys_per_node_day: float = Field(0.002, ge=0, le=10)
+
+
 class Expect(_Strict):
     """The single-cause form of `expect` (the original contract, still valid)."""
 
@@ -119,6 +133,7 @@ class Scenario(_Strict):
     fabric: Literal["lossy", "lossless"] = "lossy"
     faults: list[FaultSpec] = []
     churn: ChurnSpec | None = None
+    precursors: PrecursorSpec | None = None  # off unless asked: degradations before hard faults
     expect: ExpectField | None = None
 
     @property
@@ -189,6 +204,7 @@ def _allowed_for(loc: tuple[int | str, ...], error_type: str) -> str | None:
                 "jobs": JobSpec,
                 "faults": FaultSpec,
                 "churn": ChurnSpec,
+                "precursors": PrecursorSpec,
                 "expect": Expect,
             }.get(part)
             if nested is None or annotation is None:

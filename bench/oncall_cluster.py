@@ -268,7 +268,9 @@ class Cluster:
     def _fleet(self) -> Agent:
         s = self.setup
         document = self._document("fleet")
-        document["fleet"] = {"prometheus": s.vm_url, "step_s": s.step_s}
+        # a job's restart goes to one node agent of the job, whose executors (its twin here) restart it: the
+        # twin's jobs have no scheduler the fleet could reach (a real cluster names [fleet.scheduler])
+        document["fleet"] = {"prometheus": s.vm_url, "step_s": s.step_s, "job_steps": "node_agent"}
         document["facility"] = {"dcim": s.dcim_url}
         from aiops.cli.fleet import FLEET_NAME
         from aiops.config import NodeConfig
@@ -313,22 +315,8 @@ class Cluster:
 
     def start(self) -> None:
         for agent in self.every():
-            agent.service.start()
+            agent.service.start()  # a node agent declares its inventory in its exports, as `aiops run` does
             agent.service.outbox.stop(timeout_s=5.0)  # delivered by `pump` on the simulated clock instead
-            if agent is not self.fleet:
-                self._declare(agent)
-
-    @staticmethod
-    def _declare(agent: Agent) -> None:
-        """A node agent's inventory in its exports (`aiops_node_info`, GPUs, NICs, the jobs' ranks), as
-        `Service.start` gives every agent built without a `sources` seam: the fleet counts a node's series only
-        from the instance that declares that node (aiops/fleet/names.py)."""
-        service = agent.service
-        with service.owner.store() as store:
-            service.metrics.inventory(
-                store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
-                store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
-            )
 
     def close(self) -> None:
         for agent in self.every():

@@ -15,8 +15,9 @@ it, or the fleet dispatches it, at its next flush). When that step failed (an `a
 refused or expired, or the incident still open `retry_after_s` after the step ran) the next step is approved: the
 one the product escalated to, or else the plan's next waiting step, asked for as `aiops plans propose STEP` does.
 An incident without a plan (a condition such as a lost agent) has its pending proposals of one kind approved, one
-signature each. A step that needs no approval (a ticket, a lane fix) is run as `aiops actions execute` runs it, in
-the same visit as the step to sign after it.
+signature each. A step that needs no approval (a ticket, a lane fix on a node agent) is run as `aiops actions
+execute` runs it, in the same visit as the step to sign after it; on the fleet a lane or ECN fix is signed like a
+physical step (the node runs only what people signed: `aiops.runtime.actions.step_targets`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from aiops.errors import AiopsError, GuardrailError
 from aiops.plans import plans
-from aiops.runtime.actions import approve_step, propose_step
+from aiops.runtime.actions import approve_step, propose_step, step_targets
 from aiops.runtime.world import attach, desk
 from aiops.store import Store
 from guardrails.signing import SshSigner
@@ -219,7 +220,7 @@ class Case:
 class Step:
     step_id: str | None  # a plan's step, None for a pile's group of one kind
     proposal_ids: list[str]
-    physical: bool  # needs a signature; else it is run
+    physical: bool  # needs a signature (physical, or digital on the fleet: a node runs it signed); else run
 
 
 @dataclass
@@ -396,7 +397,7 @@ class OnCall:
                 for s in plan.steps:
                     pending = [p for p in s.proposal_ids if p not in done and _status(store, p) == "pending"]
                     if s.status == "proposed" and pending:
-                        return Step(s.step_id, pending, s.risk == "physical")
+                        return Step(s.step_id, pending, _signed(store, s.step_id))
             waiting = [s for plan in found for s in plan.steps if s.status == "waiting"]
             if not case.steps or not waiting:
                 return None
@@ -406,7 +407,7 @@ class OnCall:
                 self.refusals.append((time.time(), waiting[0].step_id, str(exc)[:200]))
                 return None
             pending = [p for p in filed if _status(store, p) == "pending"]
-            return Step(waiting[0].step_id, pending, waiting[0].risk == "physical") if pending else None
+            return Step(waiting[0].step_id, pending, _signed(store, waiting[0].step_id)) if pending else None
         rows = store.conn.execute(
             "SELECT proposal_id, kind, physical FROM proposals WHERE incident_id = ? AND status = 'pending' "
             "ORDER BY created_ts_s, proposal_id",
@@ -417,6 +418,15 @@ class OnCall:
             return None
         kind, physical = left[0][1], left[0][2]
         return Step(None, [pid for pid, k, _ in left if k == kind], physical)
+
+
+def _signed(store: Store, step_id: str) -> bool:
+    """Whether the step is one to sign on this tier (`aiops plans approve` takes it: a physical step, or on the
+    fleet a digital one, which a node runs only signed); else it needs nobody and is run."""
+    try:
+        return bool(step_targets(store, step_id))
+    except GuardrailError:
+        return False
 
 
 def _status(store: Store, proposal_id: str) -> str:

@@ -38,7 +38,7 @@ NOT_ACTIONABLE = ("open_ticket", "ack_alert", "rerun_check")
 RACKS, PER_RACK, JOB_NODES = 16, 8, 7
 
 
-def quiet_scenario(seed: int, racks: int = RACKS) -> Scenario:
+def quiet_scenario(seed: int, racks: int = RACKS, churn_rate: float = 1.0) -> Scenario:
     """Each rack: a job on 7 of its 8 nodes, one idle spare; a few PCIe nodes (no NVLink) and spare HCA ports."""
     cluster = ClusterSpec(racks=racks, nodes_per_rack=PER_RACK)
     jobs = [
@@ -52,6 +52,7 @@ def quiet_scenario(seed: int, racks: int = RACKS) -> Scenario:
     ]
     spares = [f"node{r * PER_RACK + JOB_NODES}" for r in range(racks)]
     churn = ChurnSpec(
+        rate=churn_rate,
         pcie_nodes=spares[: max(1, racks // 4)],
         unused_ports=[f"node{r * PER_RACK}" for r in range(0, racks, 2)],
     )
@@ -66,13 +67,15 @@ def run_quiet(
     progress: bool = False,
     racks: int = RACKS,
     wall_budget_s: float | None = None,
+    churn_rate: float = 1.0,
 ) -> dict[str, Any]:
     """`node_days` of the healthy fleet; with `wall_budget_s`, the run stops at the first scrape past that much
-    wall time and its figures are those of the node-days it measured (`stopped_early`)."""
+    wall time and its figures are those of the node-days it measured (`stopped_early`). `churn_rate`: times the
+    churn's default rates (above 1: a stress run, as many churn events as `churn_rate` times its node-days)."""
     import time_machine
 
     started = time.perf_counter()
-    scenario = quiet_scenario(seed, racks)
+    scenario = quiet_scenario(seed, racks, churn_rate)
     nodes = scenario.cluster.nodes
     duration_s = math.ceil(node_days / nodes * 86_400.0 / scrape_s) * scrape_s
     work = Path(tempfile.mkdtemp(prefix="aiops-oncall-quiet-"))
@@ -113,11 +116,14 @@ def run_quiet(
     try:
         service.start()
         service.outbox.stop(timeout_s=5.0)
+        announced: set[tuple[float, str]] = set()
+        _announce(service, world, announced)
         last_report = time.perf_counter()
         seen, stopped = 0, False
         for second in range(1, round(duration_s) + 1):
             if second % 86_400 == 1 and world.churn is not None:
                 world.churn.extend(world, second + 86_400.0)
+                _announce(service, world, announced)
             clock.move_to(world.now_ts_s + 1.0)
             world.step(1.0)
             view.observe()
@@ -155,7 +161,41 @@ def run_quiet(
         receivers.close()
         traveller.stop()
     found = _figures(work, pagerduty, nodes, world.elapsed_s, scrape_s, time.perf_counter() - started)
-    return {**found, "node_days_asked": node_days, "stopped_early": stopped}
+    events = world.churn.events if world.churn is not None else []
+    churned: dict[str, int] = {}
+    for e in events:
+        if e.start_s <= world.elapsed_s:
+            churned[e.kind] = churned.get(e.kind, 0) + 1
+    return {
+        **found,
+        "churn_rate": churn_rate,
+        "churn_events": churned,
+        "node_days_asked": node_days,
+        "stopped_early": stopped,
+    }
+
+
+def _announce(service: Service, world: World, announced: set[tuple[float, str]]) -> None:
+    """The churn's maintenance windows, announced on the fleet as an operator announces planned work (`aiops
+    maintenance add`, as bench/oncall.py does): from 5 minutes before the drain to 10 minutes after the resume."""
+    from aiops.runtime.maintenance import open_window
+
+    events = [e for e in (world.churn.events if world.churn else []) if e.kind == "maintenance"]
+    for e in events:
+        if (e.start_s, e.component) in announced:
+            continue
+        announced.add((e.start_s, e.component))
+        with service.owner.store() as store:
+            open_window(
+                store,
+                kind="maintenance",
+                scope="node",
+                target=e.component,
+                duration_s=e.end_s - e.start_s + 900.0,
+                reason=f"planned maintenance of {e.component}: drain, reboot, resume",
+                by="alice",
+                starts_ts_s=world.epoch_ts_s + e.start_s - 300.0,
+            )
 
 
 def _figures(
@@ -164,7 +204,7 @@ def _figures(
     node_days = nodes * elapsed_s / 86_400.0
     with Store(work / "fleet.duckdb", read_only=True) as store:
         incidents = store.query(
-            "SELECT i.incident_id, i.opened_ts_s, i.title, i.severity, h.root_cause, h.component "
+            "SELECT i.incident_id, i.opened_ts_s, i.title, i.severity, i.impact, h.root_cause, h.component "
             "FROM incidents i LEFT JOIN hypotheses h ON h.incident_id = i.incident_id AND h.rank = 1 "
             "ORDER BY i.opened_ts_s"
         )
@@ -174,9 +214,11 @@ def _figures(
     actionable = [p for p in proposals if p["kind"] not in NOT_ACTIONABLE and p["status"] != "denied"]
     per_1000 = 1000.0 / node_days if node_days else 0.0
     by_cause: dict[str, int] = {}
+    by_severity: dict[str, int] = {}
     for i in incidents:
         key = str(i["root_cause"] or "(no diagnosis)")
         by_cause[key] = by_cause.get(key, 0) + 1
+        by_severity[str(i["severity"])] = by_severity.get(str(i["severity"]), 0) + 1
     return {
         "path": "twin stepped every second; FleetView rows at the scrape interval into the fleet's Service",
         "nodes": nodes,
@@ -189,6 +231,19 @@ def _figures(
         "false_pages_per_1000_node_days": round(len(pagerduty.alerts) * per_1000, 2),
         "incidents": len(incidents),
         "incidents_by_top_cause": by_cause,
+        "incidents_by_severity": by_severity,
+        # no false page seen in N node-days: the rate is below 3 / N with 95 % confidence (the rule of three)
+        "false_pages_upper_95_per_1000_node_days": round(3.0 * per_1000, 2) if not pagerduty.alerts else None,
+        "incidents_seen": [
+            {
+                "at_s": round(float(i["opened_ts_s"]) - SIM_EPOCH_TS_S, 1),
+                "title": str(i["title"])[:100],
+                "severity": i["severity"],
+                "impact": str(i["impact"] or "")[:100],
+                "top_cause": i["root_cause"],
+            }
+            for i in incidents[:40]
+        ],
         "proposals": len(proposals),
         "false_actionable": len(actionable),
         "false_actionable_per_1000_node_days": round(len(actionable) * per_1000, 2),
@@ -199,3 +254,40 @@ def _figures(
         "actionable_kinds": sorted({str(p["kind"]) for p in actionable}),
         "workspace": str(work),
     }
+
+
+def main() -> int:
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(
+        description="the false-alarm run alone (bench/oncall.py --skip-day runs it too)"
+    )
+    parser.add_argument("--node-days", type=float, default=1000.0)
+    parser.add_argument("--racks", type=int, default=RACKS, help="racks of 8 nodes")
+    parser.add_argument("--seed", type=int, default=2027)
+    parser.add_argument("--churn-rate", type=float, default=1.0, help="times the churn's default event rates")
+    parser.add_argument("--wall-budget-s", type=float, default=None)
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--out", default="", help="also write the JSON here")
+    args = parser.parse_args()
+    result = run_quiet(
+        args.node_days,
+        args.seed,
+        15.0,
+        progress=args.progress,
+        racks=args.racks,
+        wall_budget_s=args.wall_budget_s,
+        churn_rate=args.churn_rate,
+    )
+    result["command"] = " ".join(sys.argv)
+    result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    text = json.dumps(result)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,6 +15,7 @@ from aiops.scenarios import Scenario
 from aiops.sim.world import SIM_EPOCH_TS_S, World
 from aiops.store import Store
 from bench.oncall_people import Alert, Signature
+from bench.oncall_timeline import Timeline, hurt_by_nature
 from bench.oncall_truth import (
     Attribution,
     Executed,
@@ -43,6 +44,18 @@ class Proposal:
     created_s: float
     physical: bool
     origin: str
+    step_id: str = ""  # the plan step it is a target of ("" for none)
+
+
+@dataclass
+class Plan:
+    """A plan as its tier filed it: the diagnosis it remedies (a fleet incident may hold plans of several faults)."""
+
+    tier: str
+    plan_id: str
+    root_cause: str
+    component: str
+    created_s: float
 
 
 @dataclass
@@ -50,6 +63,7 @@ class Records:
     incidents: list[Incident] = field(default_factory=list)
     proposals: list[Proposal] = field(default_factory=list)
     executed: list[Executed] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
 
 
 @dataclass
@@ -104,6 +118,7 @@ def load(path: Path) -> DayState:
         [Incident(**i) for i in raw["incidents"]],
         [Proposal(**p) for p in raw["proposals"]],
         [Executed(**e) for e in raw["executed"]],
+        [Plan(**p) for p in raw.get("plans", [])],
     )
     alerts = [Alert(**{**a, "events": [tuple(e) for e in a["events"]]}) for a in data["alerts"]]
     return DayState(
@@ -151,8 +166,8 @@ def collect_records(cluster: Any, work: Path) -> Records:
                     )
                 )
             for row in store.query(
-                "SELECT proposal_id, kind, target, action, status, incident_id, created_ts_s, physical, origin "
-                "FROM proposals ORDER BY created_ts_s"
+                "SELECT proposal_id, kind, target, action, status, incident_id, created_ts_s, physical, origin, "
+                "step_id FROM proposals ORDER BY created_ts_s"
             ):
                 action = json.loads(str(row["action"]))
                 out.proposals.append(
@@ -167,6 +182,17 @@ def collect_records(cluster: Any, work: Path) -> Records:
                         float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
                         bool(row["physical"]),
                         str(row["origin"] or ""),
+                        str(row["step_id"] or ""),
+                    )
+                )
+            for row in store.query("SELECT plan_id, root_cause, component, created_ts_s FROM plans"):
+                out.plans.append(
+                    Plan(
+                        agent.name,
+                        str(row["plan_id"]),
+                        str(row["root_cause"]),
+                        str(row["component"]),
+                        float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
                     )
                 )
             if agent.twin is not None:
@@ -217,7 +243,26 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     def fault_of(key: tuple[str, str] | None) -> Attribution:
         return verdict.get(key, Attribution("false")) if key is not None else Attribution("false")
 
+    # a plan remedies the fault its own diagnosis names (its cause on the fault's hardware, in force when it was
+    # filed), whatever its incident's top cause became: a fleet incident may gather several faults' plans
+    plan_fault: dict[tuple[str, str], int] = {}
+    for plan in records.plans:
+        named = _named(f"top cause: {plan.root_cause} on {plan.component}", plan.created_s, truth, end_s)
+        if named is not None and named.fault is not None:
+            plan_fault[(plan.tier, plan.plan_id)] = named.fault
+    for p in records.proposals:
+        by_plan = plan_fault.get((p.tier, p.step_id.rsplit(".", 1)[0])) if p.step_id else None
+        if by_plan is not None and p.proposal_id in action_fault:
+            action_fault[p.proposal_id] = by_plan
+
     per: dict[int, dict[str, Any]] = {f.index: defaultdict(int) for f in truth.faults}
+    timeline = Timeline(truth.faults)
+    for incident in records.incidents:
+        opened = verdict.get((incident.tier, incident.incident_id))
+        if opened is not None and opened.what == "fault":
+            timeline.saw(opened.fault, "detected", incident.opened_s)
+    for plan in records.plans:
+        timeline.saw(plan_fault.get((plan.tier, plan.plan_id)), "planned", plan.created_s)
     # pages where they landed
     pages_false, pages_self, pages_blind = 0, 0, 0
     page_rows = []
@@ -236,6 +281,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
             pages_blind += 1
         elif found.what == "fault" and found.fault is not None:
             per[found.fault]["pages"] += 1
+            timeline.saw(found.fault, "paged", at_s)
         elif found.what == "self":
             pages_self += 1
             if found.fault is not None:
@@ -252,8 +298,11 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     unattributed_signatures = 0
     for sig in state.signatures:
         found = fault_of((sig.tier, sig.incident_id))
-        if found.fault is not None:
-            per[found.fault]["signatures"] += 1
+        by_plan = plan_fault.get((sig.tier, sig.proposal_id.rsplit(".", 1)[0]))
+        signed = by_plan if by_plan is not None else found.fault
+        if signed is not None:
+            per[signed]["signatures"] += 1
+            timeline.saw(signed, "signed", sig.ts_s - SIM_EPOCH_TS_S)
         else:
             unattributed_signatures += 1
     for tier, incident_id, steps in state.cases:
@@ -265,6 +314,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     for action in records.executed:
         spec = DEFAULT_REGISTRY.get(action.kind)
         fault = action_fault.get(action.proposal_id)
+        timeline.saw(fault, "acted", action.elapsed_s)
         if spec is None or not spec.physical or fault is None:
             continue
         jobs = truth.jobs_at(action.elapsed_s)
@@ -320,6 +370,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
                 "mttr_s": mttr,
                 "hurting_at_end": f.hurting_now,
                 "in_force_at_end": f.in_force_now,
+                "timeline": timeline.row(f.index, f.start_s, f.hurt_s),
             }
         )
     started = [r for r in faults if r["start_s"] < end_s]
@@ -363,6 +414,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
         "node_days": round(node_days, 2),
         "maintenance_windows_announced": state.announced,
         "ettr": {**ettr_of, "product_over_oracle": round(ettr_of["product"] / ettr_of["oracle"], 4)},
+        "hurt_by_nature": hurt_by_nature(started),
         "blind": blind,
         "blind_s_max": max((b["blind_s"] for b in blind), default=None),
     }

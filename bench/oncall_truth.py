@@ -93,6 +93,7 @@ class FaultTruth:
     cleared_s: float | None = None
     hurting_now: bool = False
     in_force_now: bool = False
+    hurt_s: float = 0.0  # how long it hurt in all (sampled every scrape)
 
 
 class Truth:
@@ -106,10 +107,12 @@ class Truth:
         ]
         self.placements: list[tuple[float, dict[str, list[str]]]] = []  # (elapsed, job -> nodes)
         self._version = -1
+        self._sampled_s = 0.0
 
     def sample(self) -> None:
         w = self.world
         t, lay = w.elapsed_s, w.layout
+        since_s, self._sampled_s = t - self._sampled_s, t
         if lay.placement_version != self._version:
             self._version = lay.placement_version
             jobs = {job.name: [lay.node_names[n] for n in job.nodes] for job in lay.jobs}
@@ -125,6 +128,7 @@ class Truth:
             truth.in_force_now, truth.hurting_now = force, hurt
             if hurt:
                 truth.ever_hurt, truth.last_hurt_s = True, t
+                truth.hurt_s += since_s
             if not force and truth.cleared_s is None:
                 truth.cleared_s = t
 

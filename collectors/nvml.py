@@ -44,7 +44,7 @@ _SM, _MEM, _GPU_SENSOR = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM, pynvml.NVM
 _CRC, _REPLAY = pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_REPLAY
 _CORRECTED, _UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 _VOLATILE = pynvml.NVML_VOLATILE_ECC
-_NULL_METRICS = (None,) * (len(GPU_COLUMNS) - 6)  # all but ts_s, gpu, node, uuid, nvml_error, default
+_DBE_PAGES = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
 
 # What NVML answers for every GPU when the library or the driver is gone (nvml.h error names without the
 # NVML_ERROR_ prefix), not one GPU's own state: a node agent's blindness (`collector_blind`), never a GPU lost
@@ -59,6 +59,10 @@ _ERROR_NAMES = {
 }
 
 
+def _direct(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
 def error_name(exc: pynvml.NVMLError) -> str:
     """`GPU_IS_LOST` for NVML_ERROR_GPU_IS_LOST, and so on (nvml.h names without the prefix)."""
     code = getattr(exc, "value", None)
@@ -68,7 +72,17 @@ def error_name(exc: pynvml.NVMLError) -> str:
 class _Static:
     """Readings that do not change while the driver runs, read once per GPU."""
 
-    __slots__ = ("default_w", "hi_w", "links", "lo_w", "max_clock_mhz", "max_width", "slowdown_c", "uuid")
+    __slots__ = (
+        "default_w",
+        "hi_w",
+        "links",
+        "lo_w",
+        "max_clock_mhz",
+        "max_width",
+        "retired",
+        "slowdown_c",
+        "uuid",
+    )
 
     def __init__(self, nvml: Any, h: Any, opt: Callable[..., Any]) -> None:
         lo_mw, hi_mw = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
@@ -81,6 +95,11 @@ class _Static:
             nvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
         )
         self.max_width = opt(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+        # how the GPU retires memory that had an uncorrectable error: row remapping (Ampere and later), page
+        # retirement (earlier), or neither (NOT_SUPPORTED: retired_rows stays NULL)
+        self.retired: str | None = "rows" if opt(nvml.nvmlDeviceGetRemappedRows, h) is not None else None
+        if self.retired is None and opt(nvml.nvmlDeviceGetRetiredPages, h, _DBE_PAGES) is not None:
+            self.retired = "pages"
         self.links: list[int] = []
         for link in range(NVLINK_MAX_LINKS):
             try:
@@ -153,6 +172,7 @@ class NvmlCollector:
         """`_read` with every call made directly: the per-second path of a fully supported GPU (a test checks
         that both give the same row)."""
         n = self.nvml
+        call = _direct
         util = n.nvmlDeviceGetUtilizationRates(h)
         field = n.nvmlDeviceGetFieldValues(h, MEM_TEMP_FIELD)[0]
         crc = replay = None
@@ -187,6 +207,7 @@ class NvmlCollector:
             replay,
             None,
             s.default_w,
+            self._retired(h, s, call),
         )
 
     def _read(self, h: Any, s: _Static, now_ts_s: float, i: int, call: Callable[..., Any]) -> Row:
@@ -246,7 +267,20 @@ class NvmlCollector:
             replay,
             None,
             s.default_w,
+            self._retired(h, s, call),
         )
+
+    def _retired(self, h: Any, s: _Static, call: Callable[..., Any]) -> int | None:
+        """Memory rows (pages before Ampere) retired for uncorrectable errors: `retired_rows`."""
+        if s.retired == "rows":
+            rows = call(
+                self.nvml.nvmlDeviceGetRemappedRows, h
+            )  # (correctable, uncorrectable, pending, failed)
+            return None if rows is None else int(rows[1])
+        if s.retired == "pages":
+            pages = call(self.nvml.nvmlDeviceGetRetiredPages, h, _DBE_PAGES)
+            return None if pages is None else len(pages)
+        return None
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -260,7 +294,8 @@ class NvmlCollector:
                 self._failing.pop(i, None)
             except pynvml.NVMLError as exc:
                 name = error_name(exc)
-                samples.append((now_ts_s, self.gpu_names[i], self.node, None, *_NULL_METRICS, name, None))
+                known = {"ts_s": now_ts_s, "gpu": self.gpu_names[i], "node": self.node, "nvml_error": name}
+                samples.append(tuple(known.get(c) for c in GPU_COLUMNS))  # every reading NULL
                 if (
                     self._failing.get(i) != name
                 ):  # a GPU off the bus: one row when it starts, not every sample

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from aiops.columns import GPU_SAMPLES, arrow_columns
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -51,35 +53,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("tx_bytes", I64),
     ),
     "gpu_events": (("ts_s", F), ("gpu", S), ("node", S), ("kind", S), ("xid", I32), ("message", S)),
-    "gpu_samples": (
-        ("ts_s", F),
-        ("gpu", S),
-        ("node", S),
-        ("uuid", S),
-        ("util_pct", F),
-        ("mem_util_pct", F),
-        ("sm_clock_mhz", F),
-        ("max_sm_clock_mhz", F),
-        ("mem_clock_mhz", F),
-        ("power_w", F),
-        ("power_limit_w", F),
-        ("power_limit_min_w", F),
-        ("power_limit_max_w", F),
-        ("temp_c", F),
-        ("mem_temp_c", F),
-        ("slowdown_temp_c", F),
-        ("clocks_event_reasons", U64),
-        ("ecc_sbe_total", I64),
-        ("ecc_dbe_total", I64),
-        ("pcie_replay_total", I64),
-        ("pcie_link_gen", I32),
-        ("pcie_link_width", I32),
-        ("pcie_link_max_width", I32),
-        ("nvlink_crc_total", I64),
-        ("nvlink_replay_total", I64),
-        ("nvml_error", S),
-        ("power_limit_default_w", F),
-    ),
+    "gpu_samples": arrow_columns(GPU_SAMPLES),  # declared once: aiops/columns.py
     "gpu_processes": (
         ("ts_s", F),
         ("gpu", S),
@@ -289,7 +263,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 # Columns no collector writes: a fleet row's sample weights (m017), set by aiops/fleet when it reads a node's
 # GPUs at the scrape interval; NULL (one sample) on every row a collector writes.
 FLEET_ONLY_COLUMNS: dict[str, tuple[str, ...]] = {
-    "gpu_samples": ("samples", "throttled_samples", "idle_samples")
+    "gpu_samples": tuple(c.name for c in GPU_SAMPLES.columns if not c.collected)
 }
 
 # The topology columns of m001; the rest (m007) are what discovery on a real host adds.

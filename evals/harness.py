@@ -29,6 +29,7 @@ from aiops.errors import AiopsError, ScenarioError
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.cycle import CycleReport, read_cycle
 from aiops.fleet.history import replay, write
+from aiops.fleet.phase import learned_phase_s
 from aiops.pipeline import RunResult, headline
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.runtime.world import attach, desk
@@ -155,7 +156,11 @@ def through_prometheus(twin_store: Store, step_s: float, work: Path) -> tuple[St
     fleet = Store(":memory:")
     with serving(work / "tsdb", work) as url:
         client = PrometheusClient(url, timeout_s=60.0)
-        report = read_cycle(fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s)
+        # read just after the agents' scrapes, as `aiops fleet` does (aiops/fleet/phase.py)
+        phase_s = learned_phase_s(client, last_s + step_s, step_s) or 0.0
+        report = read_cycle(
+            fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s, phase_s=phase_s
+        )
     racks = [str(r["component"]) for r in fleet.query("SELECT component FROM topology WHERE kind = 'rack'")]
     for t, document in documents:  # the fleet's DCIM input, read every step
         record_changes(fleet, parse_dcim_signals(document, "dcim", t, racks), t, "http:dcim")

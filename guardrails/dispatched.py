@@ -7,7 +7,9 @@ people's SSH signatures, and this node checks everything itself, with its own co
   refused, and the signatures are checked over the message rebuilt with the hash derived here;
 - the target is one of this node's own components (a GPU, a NIC or the node itself, named by `node`), or, for a
   kind the fleet fans out (`FAN_OUT_KINDS`: a rack's or the fleet's power cap), a rack or the fleet whose scope
-  on this node is this node: each node of the rack verifies the same signatures and acts on its own part;
+  on this node is this node: each node of the rack verifies the same signatures and acts on its own part; or,
+  for a job's restart (`NODE_JOB_KINDS`, a fleet whose `job_steps` is `node_agent`), a job with a rank here,
+  which this node's own executors restart (its scheduler, its twin);
 - the fleet's `history` (what it ran on this node in the last hour, guardrails/peer.py) is kept as the other
   tier's executions, so this node's rate limits and breaker count them;
 - the proposal has not expired (its expiry, and never later than this node's `proposal_ttl_s` after it was
@@ -56,6 +58,8 @@ from guardrails.step_message import StepTarget, step_message, targets_of, valid_
 
 MAX_APPROVALS = 8
 FAN_OUT_KINDS: tuple[str, ...] = ("set_power_limit",)  # a rack's or the fleet's: sent to each node of it
+# a job's: sent to one node agent of the job where the fleet's `[fleet] job_steps` is `node_agent`
+NODE_JOB_KINDS: tuple[str, ...] = ("restart_job",)
 MAX_SIGNATURE_CHARS = 8192
 MAX_FLEET_CHARS = 80
 _HEX = frozenset("0123456789abcdef")
@@ -227,7 +231,13 @@ class NodeDispatch:
         context = guard.context(now)
         scope = context.topology.expand(action.target)
         fans_out = action.kind in FAN_OUT_KINDS and scope is not None and scope.kind in ("rack", "fleet")
-        if (
+        job_here = (
+            action.kind in NODE_JOB_KINDS
+            and scope is not None
+            and scope.kind == "job"
+            and self.node in scope.nodes
+        )
+        if not job_here and (  # a job with a rank here: this node's executors restart it for the fleet
             scope is None
             or not (scope.kind in ("node", "gpu", "nic") or fans_out)
             or set(scope.nodes) != {self.node}

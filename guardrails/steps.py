@@ -104,10 +104,12 @@ def approve_step(
     signer: Signer,
     *,
     signed_at: tuple[float, float] | None = None,
+    digital: bool = False,
 ) -> StepAuthorisation:
     """Record one signed approval of every target of the step (re-validated first); raises `GuardrailError`
     naming the rule and the target when one does not hold, with nothing recorded. `signed_at`: the (ts, expiry)
-    of the message a person signed elsewhere (the console's page, `aiops actions message`)."""
+    of the message a person signed elsewhere (the console's page, `aiops actions message`). `digital`: digital
+    targets are signed too (the fleet's: they run on a node agent, which runs only what people signed)."""
     now = guard.clock()
     records = _records(guard, step_id, proposal_ids, "approve")
     context = guard.context(now)
@@ -119,7 +121,7 @@ def approve_step(
                 "validation",
                 f"{record.proposal_id} ({record.action.target[:40]}) no longer passes: {validation.message}",
             )
-        if not validation.physical:
+        if not validation.physical and not digital:
             raise GuardrailError("digital", f"{record.proposal_id} is digital and needs no approval")
     latest = min(now + _lifetime_s(guard, records), *(guard.expiry_ts_s(r) for r in records))
     signed_ts, expires = now, latest

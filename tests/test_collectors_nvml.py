@@ -87,7 +87,9 @@ def test_an_error_row_per_change_of_a_gpus_state() -> None:
     ):
         refusing._refused = refused
         batch = collector.rows(world.now_ts_s)
-        assert batch["gpu_samples"].rows[3][-2] == ("UNKNOWN" if refused else None)
+        assert batch["gpu_samples"].rows[3][GPU_COLUMNS.index("nvml_error")] == (
+            "UNKNOWN" if refused else None
+        )
         errors += len(batch["collector_errors"].rows) if "collector_errors" in batch else 0
     assert errors == 2
 
@@ -272,3 +274,29 @@ def test_real_host_nvml_unavailable_exactly_once() -> None:
         row for ts in range(5) for row in collector.rows(float(ts)).get("collector_errors", RowBatch(())).rows
     ]
     assert len(rows) == 1 and rows[0][3] == "unavailable" and rows[0][4].startswith("NVML unavailable: ")
+
+
+class PagesOnly(Refusing):
+    """A GPU before Ampere: no row remapper (NOT_SUPPORTED); it retires pages instead."""
+
+    def __init__(self, inner: SimNvml, pages: int | None) -> None:
+        super().__init__(inner, {"nvmlDeviceGetRemappedRows"}, pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self._pages = pages
+
+    def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
+        assert sourceFilter == pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+        if self._pages is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [0x1000 * k for k in range(self._pages)]
+
+
+def test_retired_rows_are_the_remapped_rows_or_before_ampere_the_retired_pages() -> None:
+    """An uncorrectable error's row is remapped (the twin's H100: nvmlDeviceGetRemappedRows); a GPU without a
+    row remapper counts its pages retired for double-bit errors; one with neither leaves the column NULL."""
+    world = stepped({"kind": "gpu_ecc_error", "target": "node0/gpu1", "start_s": 1, "severity": 0.9})
+    rows = NvmlCollector(world.nvml(0), "node0").collect(world.now_ts_s)["gpu_samples"].to_pylist()
+    assert [r["retired_rows"] for r in rows] == [0, 2, 0, 0]  # two uncorrectable errors at severity 0.9
+    pages = NvmlCollector(PagesOnly(world.nvml(0), 3), "node0").collect(world.now_ts_s)["gpu_samples"]
+    assert [r["retired_rows"] for r in pages.to_pylist()] == [3, 3, 3, 3]
+    neither = NvmlCollector(PagesOnly(world.nvml(0), None), "node0").collect(world.now_ts_s)["gpu_samples"]
+    assert all(r["retired_rows"] is None and r["temp_c"] is not None for r in neither.to_pylist())

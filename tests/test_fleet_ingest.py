@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from aiops.config import FleetConfig
 from aiops.detect.windows import GPU_WINDOW_SQL
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.ingest import fetch_interval
+from aiops.fleet.phase import MARGIN_S
+from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.nvml_bits import HW_THERMAL_SLOWDOWN
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
@@ -129,6 +132,26 @@ def test_counters_become_increases_and_gpu_rows_carry_their_samples(prometheus: 
         # the detector's per-window counts are the node's samples, not the rows: 10 of 15 throttled per scrape
         window = store.query(GPU_WINDOW_SQL.sql, [T0 + STEP_S * 3.5, T0 + STEP_S * 4.5])
         assert window[0]["samples"] == 15 and window[0]["throttled"] == 10
+
+
+def test_aiops_fleet_reads_just_after_the_agents_scrapes(prometheus: str, tmp_path: Path) -> None:
+    """`aiops fleet`'s collector learns where the scrapes land in a step (here on multiples of it) and reads a
+    second after them: its rows stand MARGIN_S after the scrape they hold, not a step later; `read_after_scrapes
+    = false` keeps the grid on multiples of the step plus `phase_s`."""
+    now_s = T0 + STEP_S * SCRAPES + 10.0
+    for after, expected in ((True, {MARGIN_S}), (False, {0.0})):
+        config = FleetConfig(prometheus=prometheus, lookback_s=STEP_S * SCRAPES, read_after_scrapes=after)
+        with Store(tmp_path / f"fleet-{after}.duckdb") as store:
+            collector = FleetCollector(store, FleetSetup(config), clock=lambda: now_s)
+            try:
+                rows = sorted(collector.collect(now_s)["gpu_samples"].to_pylist(), key=lambda r: r["ts_s"])
+            finally:
+                collector.close()
+        assert len(rows) >= SCRAPES - 2
+        assert {round(r["ts_s"] % STEP_S, 3) for r in rows} == expected
+        assert [r["temp_c"] for r in rows] == sorted(
+            {r["temp_c"] for r in rows}
+        )  # each scrape once, in order
 
 
 def test_eval_via_prometheus_scores_a_public_scenario_end_to_end(

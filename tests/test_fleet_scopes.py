@@ -29,6 +29,9 @@ import pytest
 from aiops.config import FleetConfig, GuardrailsConfig, SchedulerConfig
 from aiops.config_breaker import BreakerConfig
 from aiops.fleet.dispatch import FleetDispatcher, NodeAnswer
+from aiops.models import Hypothesis, Incident
+from aiops.plans import StepDraft, file_plan
+from aiops.runtime.actions import approve_step, execute
 from aiops.scenarios import parse_scenario_text
 from aiops.sim.telemetry import inventory
 from aiops.sim.world import World
@@ -163,6 +166,65 @@ def test_a_rack_cap_fans_out_to_its_node_agents_and_rolls_back_the_same_way(
         assert sorted(dispatcher.run(store)) == ["P-rack-rb1.1", "P-rack-rb1.2"]
     wait_for(lambda: set(limits(nodes).values()) == {700.0}, 30, "rack0 back to the default limit")
     assert shown(workspace, "P-rack-rb1.2")[0] == "executed"
+
+
+def test_a_job_restarts_through_one_of_its_node_agents_where_the_fleet_names_no_scheduler(
+    agents: dict[str, Any], tmp_path: Path
+) -> None:
+    """`[fleet] job_steps = "node_agent"`: the fleet sends a job's restart to the job's first node agent, which
+    checks alice's signature itself and restarts the job through its own executors (its twin here); with the
+    default (`scheduler`, kind none) the fleet sends nothing and says what would run it."""
+    keys, nodes = agents["keys"], agents["nodes"]
+    workspace = fleet_workspace(tmp_path / "fleet.duckdb", keys.guardrails)
+    file_and_approve(workspace, keys, act("P-job", "restart_job", "job:llm"), "alice")
+    where = {name: f"http://127.0.0.1:{n.port}" for name, n in nodes.items()}
+    with workspace.write() as store:
+        assert FleetDispatcher(FleetConfig(nodes=where), TOKEN).run(store) == []
+    status, message = shown(workspace, "P-job")
+    assert status == "approved" and "[fleet.scheduler] kind is none" in message and "job_steps" in message
+    config = FleetConfig(nodes=where, job_steps="node_agent")
+    with workspace.write() as store:
+        assert FleetDispatcher(config, TOKEN).run(store) == ["P-job"]
+    assert shown(workspace, "P-job")[0] == "executed"
+    events = audit(nodes["node0"], "P-job")
+    assert ("approval", "alice") in [(e, actor) for e, actor, _ in events], events
+    assert [d["outcome"] for e, _, d in events if e == "execution"] == ["executed"], events
+    assert audit(nodes["node1"], "P-job") == []  # one node restarts it, not each
+
+
+def test_a_digital_step_on_the_fleet_is_signed_and_sent_not_run_where_nothing_acts(tmp_path: Path) -> None:
+    """A plan step that enables lanes on node0's NIC, filed by the fleet: `aiops actions execute` does not run it
+    in the fleet's workspace (nothing acts there: it would fail) and says how it runs; the step is one signature
+    (a node runs only what people signed), and the fleet sends it to node0 with that signature."""
+    keys = make_keys(tmp_path / "keys", ("alice",))
+    workspace = fleet_workspace(tmp_path / "fleet.duckdb", keys.guardrails)
+    hypothesis = Hypothesis(
+        root_cause="bulk_traffic_contention", component="node0/nic0", confidence=0.9, summary=""
+    )
+    incident = Incident(
+        incident_id="INC-fleet-0001", opened_ts_s=time.time() - 60, last_ts_s=time.time(), title="slow",
+        severity="warning", components=["node0/nic0"], symptoms=[],
+    )  # fmt: skip
+    lanes = act("draft", "enable_lanes", "node0/nic0", policy="default")
+    draft = StepDraft(1, "lanes", "lanes", "digital", [lanes], "effect", "cost", "rollback", 60.0, "x", "why")
+    with workspace.write() as store:
+        filed, proposals = file_plan(Guardrails(store), incident, hypothesis, [draft], "fleet analysis")
+    step_id, pid = f"{filed.plan_id}.1", proposals[0].proposal_id
+    ran = execute(workspace, pid)
+    assert ran.outcome is None and "runs on the node agent that acts on it" in ran.note, ran.note
+    assert shown(workspace, pid)[0] == "pending"
+    decision = approve_step(workspace, step_id, keys.signer("alice"), execute=False)
+    assert decision.authorisation.ok and shown(workspace, pid)[0] == "approved", decision
+    sent: list[dict[str, Any]] = []
+
+    def node0(url: str, body: dict[str, Any], token: str, timeout_s: float) -> NodeAnswer:
+        sent.append(body)
+        return NodeAnswer(200, {"status": "executed", "message": "ok"})
+
+    with workspace.write() as store:
+        assert FleetDispatcher(FleetConfig(), TOKEN, post=node0).run(store) == [pid]
+    assert [b["approvals"][0]["step"]["step_id"] for b in sent] == [step_id]
+    assert shown(workspace, pid)[0] == "executed"
 
 
 def test_a_node_counts_what_the_fleet_ran_on_it(agents: dict[str, Any]) -> None:

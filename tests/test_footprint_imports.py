@@ -1,5 +1,5 @@
 """What a node agent loads (docs/BENCHMARKS.md, "Overhead"): `aiops run`, run for real for a few seconds, never
-imports pyarrow, numpy, the twin or the LLM, console and report stacks on a host (they cost tens of MB of
+imports pyarrow, numpy, the twin, bcc or the LLM, console and report stacks on a host (they cost tens of MB of
 RSS), and with `--sim` only numpy of those (the twin's physics). `aiops COMMAND` imports that command's module
 alone, and the table that says which module that is matches what the modules register."""
 
@@ -19,8 +19,7 @@ HEAVY = (
     "pyarrow",
     "numpy",
     "aiops.sim",
-    # not bcc: the rank-timing collector imports it once an NCCL/CUDA process is there to probe (a real rank in
-    # another test of the same run is one)
+    "bcc",
     "langgraph",
     "langchain_core",
     "openai",

@@ -10,7 +10,7 @@ pipeline, evidence) to the twin (aiops.sim). docs/ARCHITECTURE.md draws the same
 Layers, lowest first; a package may import its own layer's package and anything below, nothing above and no
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
-  0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.errors, .labels, .nvml_bits, .models,
+  0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.columns (and .column_model), aiops.errors, .labels, .nvml_bits, .models,
                 .outbound, .safeload, .scenarios, .text, .workload
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
@@ -45,6 +45,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "aiops",
         "aiops.beneath",
         "aiops.causal",
+        "aiops.column_model",
+        "aiops.columns",
         "aiops.errors",
         "aiops.labels",
         "aiops.nvml_bits",
@@ -492,7 +494,15 @@ def test_readers_and_the_datapath_stay_small(package: str) -> None:
     allowed = {
         "aiops.datapath": {"aiops.errors", "aiops.safeload", "aiops"},
         # aiops.workload: the workload identity and resolver seam the workload collectors implement
-        "collectors": {"aiops.errors", "aiops.safeload", "aiops.datapath", "aiops", "aiops.workload"},
+        # aiops.columns: the telemetry columns' declarations the collectors' Arrow schemas derive from
+        "collectors": {
+            "aiops.errors",
+            "aiops.safeload",
+            "aiops.datapath",
+            "aiops",
+            "aiops.workload",
+            "aiops.columns",
+        },
     }
     for module, targets in graph().items():
         if package_of(module) != package:

@@ -183,3 +183,26 @@ def test_a_step_that_worked_closes_the_plan_and_a_new_diagnosis_supersedes_it(
     close_for_incident(desk, INCIDENT.incident_id)
     closed = plan(desk.store, third.plan_id)
     assert closed is not None and closed.status == "done" and closed.steps[2].status == "skipped"
+
+
+def test_a_new_diagnosis_on_other_hardware_leaves_the_other_faults_plan_open(
+    desk: Guardrails, signing: Keys
+) -> None:
+    """A fleet incident that gathered a second fault elsewhere (another node) is re-diagnosed as that fault: the
+    first fault's plan stays open with its steps; a new diagnosis on the first fault's node replaces its plan
+    alone; the same cause and component again files nothing."""
+    first, _ = file_plan(desk, INCIDENT, TOP, DRAFTS, "test")
+    elsewhere = TOP.model_copy(update={"root_cause": "gpu_fell_off_bus", "component": "node2/gpu0"})
+    other = [_draft(1, "restart", "physical", [_action("restart_job", "job:j", exclude="node2")])]
+    second, filed = file_plan(desk, INCIDENT, elsewhere, other, "test")
+    assert filed and {p.plan_id: p.status for p in plans(desk.store)} == {
+        first.plan_id: "open",
+        second.plan_id: "open",
+    }
+    assert plan(desk.store, first.plan_id).steps[1].status == "proposed"  # type: ignore[union-attr]
+    again, refiled = file_plan(desk, INCIDENT, elsewhere, other, "test")
+    assert again.plan_id == second.plan_id and refiled == []
+    here = TOP.model_copy(update={"root_cause": "power_brake", "component": "node1"})
+    third, _ = file_plan(desk, INCIDENT, here, DRAFTS, "test")
+    statuses = {p.plan_id: p.status for p in plans(desk.store)}
+    assert statuses == {first.plan_id: "superseded", second.plan_id: "open", third.plan_id: "open"}

@@ -1,6 +1,7 @@
 """Issue 35 item 2, severity from impact: eight GPUs of one node at 91 °C are critical (they were `warning`), a
 job slowed by 31 % is critical and by 3 % no more than the fault itself, a GPU lost is critical and an
-application XID is not, a stalled job is critical, ambient drift alone is info; the thresholds and each sink's
+application XID is not (it is info: the program's fault, issue 35 item 5), one warm GPU that throttles nothing
+while no job slows is info and a throttling one warning, a stalled job is critical, ambient drift alone is info; the thresholds and each sink's
 names for the severities come from `[notify.severity]`; an open incident's severity never drops after a
 restart."""
 
@@ -39,22 +40,27 @@ def test_severity_follows_the_impact() -> None:
     eight = impact(HOT_NODE, DEFAULT)
     assert eight.severity == "critical" and eight.gpus == 8 and "8 GPUs affected" in eight.summary
     one_hot = [HOT_NODE[0]]
-    assert impact(one_hot, DEFAULT).severity == "warning"
-    assert impact([*one_hot, slowed(3)], DEFAULT).severity == "warning"
+    assert impact(one_hot, DEFAULT).severity == "info"  # warm, not throttling, no job slowed: no impact
+    assert "no impact" in impact(one_hot, DEFAULT).summary
+    assert impact([*one_hot, slowed(3)], DEFAULT).severity == "info"
+    assert impact([*one_hot, s("gpu_throttle", "node3/gpu0")], DEFAULT).severity == "warning"
+    assert impact([*one_hot, slowed(6)], DEFAULT).severity == "warning"
     big = impact([*one_hot, slowed(31)], DEFAULT)
     assert big.severity == "critical" and big.summary == "job:llm slowed 31 %; 1 GPU affected"
     assert impact([slowed(3)], DEFAULT).severity == "info"  # a slowdown alone, below the warning line
     assert impact([slowed(6)], DEFAULT).severity == "warning"
     assert impact([s("xid", "node3/gpu1", xid=79)], DEFAULT).severity == "critical"
     assert "hardware lost: node3/gpu1" in impact([s("gpu_lost", "node3/gpu1")], DEFAULT).summary
-    assert impact([s("xid", "node3/gpu1", xid=13)], DEFAULT).severity == "warning"  # the program's fault
+    assert impact([s("xid", "node3/gpu1", xid=13)], DEFAULT).severity == "info"  # the program's fault
+    killed = impact([s("xid", f"node3/gpu{g}", xid=45) for g in range(8)], DEFAULT)  # a job killed: cleanup
+    assert killed.severity == "info" and killed.gpus == 0 and "application" in killed.summary
     assert impact([s("job_stalled", "job:llm")], DEFAULT).severity == "critical"
     assert impact([s("fleet_inlet_drift", "fleet")], DEFAULT).severity == "info"
 
 
 def test_the_thresholds_are_configurable_and_checked() -> None:
     lenient = SeverityConfig(critical_gpus=16, job_stalled="warning", critical_slowdown_pct=50)
-    assert impact(HOT_NODE, lenient).severity == "warning"
+    assert impact(HOT_NODE, lenient).severity == "info"  # hot, none throttling, fewer than critical_gpus
     assert impact([s("job_stalled", "job:llm")], lenient).severity == "warning"
     assert impact([slowed(31)], lenient).severity == "warning"
     with pytest.raises(ConfigError) as caught:

@@ -163,6 +163,11 @@ def test_the_slow_rank_its_place_and_class_are_named_soon_after_the_fault(
     if cause != "network":
         late, others = rows[0], next(r for r in rows if str(r["ranks"]).startswith("peers"))
         assert late["wait_share"] < others["wait_share"]
+        return
+    # a fleet's 15 s steps: one window of slow collectives holds long enough (two 10 s windows on a node)
+    by_step = stragglers(detect(store, window_s=15.0, persist=False))
+    assert by_step and by_step[0][1].component == component
+    assert by_step[0][1].ts_s - start_ts_s <= 20.0, by_step[0][1].ts_s - start_ts_s
 
 
 def test_a_healthy_job_and_a_slowed_job_without_a_standout_nic_name_no_rank() -> None:

@@ -7,11 +7,14 @@ diagnosis cites it. One short run of a 12-rank job on 3 nodes (tests/test_stragg
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from aiops.detect import detect
 from aiops.fleet.history import replay
+from aiops.fleet.phase import MARGIN_S, on_grid, phase_after
 from aiops.rca import diagnose
+from aiops.service.live import LiveDetection
 from aiops.sim import SIM_EPOCH_TS_S
 from evals.harness import through_prometheus
 from tests.service_helpers import require_binary
@@ -49,9 +52,40 @@ def test_the_fleet_joins_ranks_across_nodes_and_names_the_slow_one(tmp_path: Pat
             [9],
         )
         assert first.detail["rule"] == "peers"  # by its peers on the other nodes, no baseline needed
-        # named within two scrapes and a window of the fault (the scrape's phase, then one whole interval)
-        assert SIM_EPOCH_TS_S + START_S < first.ts_s <= SIM_EPOCH_TS_S + START_S + 3 * STEP_S + 10.0
+        # the fleet reads just after the agents' scrapes (the replay scrapes one step after the first sample, then
+        # every step): its rows stand MARGIN_S after them, not up to a step later on a grid of multiples of it
+        scraped_s = float(twin.scalar("SELECT min(ts_s) FROM gpu_samples")) + STEP_S
+        stamps = {float(r["ts_s"]) for r in fleet.query("SELECT DISTINCT ts_s FROM rank_timing_samples")}
+        assert {round((t - scraped_s) % STEP_S, 3) for t in stamps} == {MARGIN_S}
+        # named in the window that ends on the row of the first scrape whose whole interval follows the fault
+        # (the one before holds a second of it): the scrape's phase, one interval, the margin; no step more
+        fault_ts_s = SIM_EPOCH_TS_S + START_S
+        whole_s = scraped_s + STEP_S * (math.floor((fault_ts_s - scraped_s) / STEP_S) + 2)
+        assert fault_ts_s < first.ts_s <= whole_s + MARGIN_S, (first.ts_s - fault_ts_s, whole_s - fault_ts_s)
+        assert first.ts_s in stamps  # judged in the window that the row's own time closes, not a step later
         assert {s.component for _, s in found} == {"node2/gpu1"}
         top = next(d for d in diagnose(fleet, [incident]) if d.incident == incident).hypotheses[0]
         assert (top.root_cause, top.component) == ("pcie_degraded", "node2/gpu1")
         assert any("rank timing" in e.claim for e in top.evidence), [e.claim for e in top.evidence]
+        # `aiops fleet` judges its windows the same way as the rows arrive
+        live = LiveDetection(window_s=STEP_S)
+        newest_s = float(fleet.scalar("SELECT max(ts_s) FROM gpu_samples"))
+        named = [
+            s for t in live.advance(fleet, newest_s) for s in t.incident.symptoms if s.kind == first.kind
+        ]
+        assert named and min(s.ts_s for s in named) == first.ts_s
+
+
+def test_the_read_grid_sits_just_after_the_agents_scrapes() -> None:
+    """The phase the fleet reads at (aiops/fleet/phase.py): a second after the scrapes where they land together,
+    across a step's end too; where one agent is scraped at another time, after the most of them."""
+    assert phase_after([1.0 + STEP_S * k for k in range(8)], STEP_S) == 2.0
+    assert phase_after([30.0 + 14.5, 60.0 + 14.5], STEP_S) == 0.5
+    assert phase_after([1.0] * 8 + [9.0], STEP_S) == 2.0
+    assert phase_after([], STEP_S) == 0.0
+    # the horizon moves onto that grid forward, never back over scrapes already read; one on it stays
+    assert (on_grid(30.0, 2.0, STEP_S), on_grid(47.0, 2.0, STEP_S), on_grid(46.0, 2.0, STEP_S)) == (
+        32.0,
+        47.0,
+        47.0,
+    )

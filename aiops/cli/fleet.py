@@ -20,6 +20,7 @@ from aiops.errors import ConfigError
 from aiops.fleet.dispatch import FleetDispatcher
 from aiops.fleet.source import FleetSetup, fleet_sources
 from aiops.service import logs
+from aiops.service.malloc import limit_arenas
 from aiops.service.service import Service
 
 FLEET_NAME = "fleet"  # the contract's component name of the whole cluster: the fleet service speaks as it
@@ -109,6 +110,7 @@ def node_token(config: Config) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = configured(args)
+    limit_arenas()  # before any thread starts (aiops/service/malloc.py)
     console = console_enabled(config)
     setup = FleetSetup(config.fleet, bearer_token(config), config.facility)
     logs.setup()

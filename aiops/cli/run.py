@@ -27,6 +27,7 @@ from aiops.errors import ConfigError
 from aiops.labels import host_name_error
 from aiops.scenarios import load_scenario
 from aiops.service import logs
+from aiops.service.malloc import limit_arenas
 from aiops.service.node_slice import FACILITY
 from aiops.service.service import Service, SimSetup
 from aiops.service.sources import check_node
@@ -188,6 +189,7 @@ def served_console(config: Config, service: Service, *, dispatch: bool = False) 
 
 def run(args: argparse.Namespace) -> int:
     config = configured(args)
+    limit_arenas()  # before any thread starts (aiops/service/malloc.py)
     console = console_enabled(config)
     if not 0 < args.speed <= 1000:
         raise ConfigError("--speed", "speed", f"{args.speed:g} is out of range", "0 < speed <= 1000")

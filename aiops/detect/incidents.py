@@ -85,10 +85,11 @@ def _key(s: Symptom) -> Key:
 ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
 
 
-def incident_prefix(scope: str) -> str:
+def incident_prefix(scope: str, shard: str = "") -> str:
     """The id prefix of the live incidents one tier opens: `INC-<host>-` on a node agent (its host name, unique in
-    the cluster), `INC-fleet-` on the fleet. `scope` is a component name (RFC 1123 host, `fleet`)."""
-    return f"INC-{scope}-"
+    the cluster), `INC-fleet-` on the fleet, `INC-fleet-<shard>-` on one shard of a sharded fleet. `scope` is a
+    component name (RFC 1123 host, `fleet`)."""
+    return f"INC-{scope}-{shard}-" if shard else f"INC-{scope}-"
 
 
 @dataclass
@@ -335,6 +336,13 @@ class IncidentTracker:
         self.next_number += 1
         self.open.append(group)
         return group
+
+    def allocate_id(self) -> str:
+        """A new id from this tracker's numbering, for an incident it does not keep (an early warning's,
+        aiops/detect/early_watch.py; a condition's, aiops/service/conditions.py)."""
+        number = self.next_number
+        self.next_number += 1
+        return f"{self.id_prefix}{number:04d}"
 
     def open_incidents(self) -> list[Incident]:
         return [self._incident(g) for g in self.open]

@@ -18,7 +18,11 @@ FACILITY_KINDS = frozenset({"dcim_power_cap", "coolant_flow_drop", "rack_inlet_h
 HOST_KINDS = frozenset({"loader_outlier", "loader_stall"})
 # from per-rank timing (aiops/detect/stragglers.py): late ranks on a GPU or node, slow collectives behind a NIC
 RANK_KINDS = frozenset({"rank_straggler", "network_straggler"})
-SYMPTOM_KINDS: frozenset[str] = GPU_KINDS | NIC_KINDS | JOB_KINDS | FACILITY_KINDS | HOST_KINDS | RANK_KINDS
+# a trend before a hard fault (aiops/detect/early_watch.py): an incident of its own, never grouped with others
+WARNING_KINDS = frozenset({"early_warning"})
+SYMPTOM_KINDS: frozenset[str] = (
+    GPU_KINDS | NIC_KINDS | JOB_KINDS | FACILITY_KINDS | HOST_KINDS | RANK_KINDS | WARNING_KINDS
+)
 # Kinds of rules that need a baseline or several windows: reported a while after the fault began (the others,
 # counters, reasons, signals, are dated at their onset; aiops/detect/incidents.py lets only these come late)
 PERSISTENT = frozenset(

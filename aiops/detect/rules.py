@@ -23,6 +23,7 @@ from aiops import labels
 from aiops.control.dcim_signals import dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
+from aiops.detect.ended import JobEnds
 from aiops.detect.heat import LoadedTemperature, load_level
 from aiops.detect.limits import LimitSteps, cap_levels
 from aiops.detect.stragglers import EXPECTED, StragglerRules
@@ -66,6 +67,7 @@ class Detector:
         self.start_ts_s: float | None = None
         self.job_of_gpu = w.job_gpus(store)
         self.job_home = w.job_homes(store)
+        self.ends = JobEnds()  # a job killed or crashed is not stalled (aiops/detect/ended.py)
         self.reporting: set[str] = set()  # the nodes whose GPUs have a row in the window being judged
         self.persist = Persistence()
         self.baselines: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=30))
@@ -158,6 +160,7 @@ class Detector:
         capped = cap_levels(limits_w, list(self.caps_kw), rack_of_gpu)  # what each cap asked, where one is
         warm = self.start_ts_s is not None and t1 - self.start_ts_s >= WARMUP_S
         self.reporting = set()
+        self.ends.idle = set()
         for r in rows:
             gpu = str(r["gpu"])
             self.reporting.add(str(r["node"]))
@@ -232,7 +235,11 @@ class Detector:
                 detail = {"temp_c": r["temp_c"], "load_level": level, "baseline_c": baseline_c}
                 out.append(Symptom(kind="gpu_hot", component=gpu, ts_s=t1, detail=detail))
             in_job = gpu in self.job_of_gpu and not self._drained(gpu)  # a drained node's GPUs idle by design
-            starved = in_job and (r["idle"] or 0) >= 0.3 * r["samples"]
+            idle = (r["idle"] or 0) >= 0.3 * r["samples"]
+            if idle:
+                self.ends.idle.add(gpu)
+            job = self.job_of_gpu.get(gpu)  # its job ended (killed, crashed): idle by design too
+            starved = in_job and idle and not self.ends.killed(job, self.last_step_ts_s.get(job or ""))
             if self.persist.update(f"idle:{gpu}", starved, t1) >= 2:
                 out.append(
                     Symptom(
@@ -247,9 +254,11 @@ class Detector:
     def _xids(self, t0: float, t1: float) -> list[Symptom]:
         # Xid 92 reports a high rate of *corrected* errors (NVIDIA Xid catalogue): the data is intact and the job
         # runs on, so it opens nothing; the analyst still reads it as evidence.
+        rows = w.window(self.store, w.XID_WINDOW_SQL, t0, t1)
+        self.ends.saw_xids(rows, self.job_of_gpu)
         return [
             Symptom(kind="xid", component=str(r["gpu"]), ts_s=float(r["ts_s"]), detail={"xid": r["xid"]})
-            for r in w.window(self.store, w.XID_WINDOW_SQL, t0, t1)
+            for r in rows
             if r["xid"] not in CORRECTED_XIDS
         ]
 
@@ -405,6 +414,8 @@ class Detector:
             home = self.job_home.get(job)
             if job in seen or job in drained_jobs:  # a job a drain held or requeued waits by design
                 continue
+            if self.ends.ended(job, [g for g, j in self.job_of_gpu.items() if j == job], last):
+                continue  # killed or crashed, its GPUs idle: ended, not stalled
             if home not in self.reporting if home else not self.reporting:
                 continue  # no step, and no sight of where its steps come from either: blind, not stalled
             typical = self.step_baseline[job].median or 1.0

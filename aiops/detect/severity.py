@@ -3,13 +3,21 @@ weighs when deciding whether to get up (`[notify.severity]`, aiops/config_notify
 
 - **hardware lost**: a GPU fell off the bus (NVML's GPU_IS_LOST), an uncorrectable ECC error, or a fatal XID
   (48 DBE, 79 fell off the bus, 94/95 contained/uncontained ECC, 119/120 GSP): `hardware_lost` (critical);
-- **a job stalled**: no step for many typical steps, or collectives timing out: `job_stalled` (critical);
+- **a job stalled**: collectives timing out, or no step for `job_stalled_after_s` (default 15 minutes: an
+  evaluation or a checkpoint pauses a job's steps for minutes with its GPUs busy, and a job killed or crashed
+  is not stalled at all, aiops/detect/ended.py): `job_stalled` (critical); a shorter pause is info;
 - **a job slowed**: the worst step time against its baseline, as a percentage; `critical_slowdown_pct` or more
   is critical, `warning_slowdown_pct` or more warning, less info;
 - **GPUs affected**: `critical_gpus` or more distinct GPUs with a symptom of their own is critical (eight hot
   GPUs of one node are a node lost to the job);
-- anything else: warning; only benign conditions (ambient drift): info.
-An application XID (13, 31, 43, 45, 68: the program's fault, hardware counters clean) is no hardware lost.
+- anything else: warning;
+- no impact: info. Benign conditions (ambient drift), a GPU warm but below its slowdown point (`gpu_hot`, not
+  throttling) with no job slowed, an application XID (13, 31, 43, 45, 68: the program's fault or a killed
+  process's cleanup, hardware counters clean), early warnings. An info incident is observed, not acted on: it
+  pages nothing (`[notify.severity] page_from`, aiops/service/paging.py) and proposes no change to the cluster
+  (`observe_only`, aiops/pipeline.py).
+
+The ladder, lowest first: `info` < `warning` < `critical` (aiops/config_notify.py `SEVERITIES`).
 
 `impact(symptoms, policy)` returns the severity with the sentence that says why (`Impact.summary`, shown with
 the incident and in every notification): "job:llm slowed 31 %; 1 GPU affected".
@@ -21,12 +29,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiops.config_notify import SEVERITIES, SeverityConfig
+from aiops.detect.ended import APPLICATION_XIDS
 from aiops.detect.rules import INFO
 from aiops.labels import component_kind
 from aiops.models import Symptom
 
 # NVIDIA's XID catalogue: the errors after which the GPU (or its memory) is gone until a reset or a repair.
 FATAL_XIDS = frozenset({48, 79, 94, 95, 119, 120})
+# Conditions that hurt nothing by themselves: hot below the slowdown point (throttling is `gpu_throttle`).
+# A facility's cap signal hurts nothing until it lowers a limit or throttles (`power_limit_drop`, `gpu_throttle`).
+CONDITION_KINDS = frozenset({"gpu_hot", "dcim_power_cap"})
 LOST_KINDS = frozenset({"gpu_lost", "ecc_dbe"})
 STALL_KINDS = frozenset({"job_stalled", "collective_timeouts"})
 _RANK: dict[str, int] = {name: n for n, name in enumerate(SEVERITIES)}
@@ -50,6 +62,28 @@ def _xid(s: Symptom) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def no_impact(s: Symptom) -> bool:
+    """A symptom that hurts nothing by itself: a benign condition, a warm GPU not throttling, an application XID."""
+    return s.kind in INFO or s.kind in CONDITION_KINDS or (s.kind == "xid" and _xid(s) in APPLICATION_XIDS)
+
+
+def observe_only(severity: str) -> bool:
+    """An incident of this severity is watched, not acted on: no page, no proposal that changes the cluster."""
+    return _RANK.get(severity, 1) < _RANK["warning"]
+
+
+def _stalled_s(s: Symptom) -> float:
+    """How long a job had made no step when `s` was seen (collective timeouts, or no date: as long as can be)."""
+    last = s.detail.get("last_step_ts_s")
+    if s.kind != "job_stalled" or not isinstance(last, int | float):
+        return float("inf")
+    return s.ts_s - float(last)
+
+
+def _application(s: Symptom) -> bool:
+    return s.kind == "xid" and _xid(s) in APPLICATION_XIDS
+
+
 def _slowdown_pct(s: Symptom) -> float | None:
     step, base = s.detail.get("step_time_s"), s.detail.get("baseline_s")
     if not isinstance(step, int | float) or not isinstance(base, int | float) or base <= 0:
@@ -70,7 +104,12 @@ def impact(symptoms: Iterable[Symptom], policy: SeverityConfig) -> Impact:
         reasons.append(
             f"hardware lost: {', '.join(lost[:3])}" + (f" (+{len(lost) - 3})" if len(lost) > 3 else "")
         )
-    stalled = sorted({s.component for s in seen if s.kind in STALL_KINDS})
+    stalled = sorted(
+        {s.component for s in seen if s.kind in STALL_KINDS and _stalled_s(s) >= policy.job_stalled_after_s}
+    )
+    paused = sorted({s.component for s in seen if s.kind in STALL_KINDS} - set(stalled))
+    if paused:
+        reasons.append(f"{', '.join(paused[:3])} paused")
     if stalled:
         severity = worse(severity, policy.job_stalled)
         reasons.append(f"{', '.join(stalled[:3])} stalled")
@@ -89,14 +128,28 @@ def impact(symptoms: Iterable[Symptom], policy: SeverityConfig) -> Impact:
         elif pct >= policy.warning_slowdown_pct:
             severity = worse(severity, "warning")
         reasons.append(f"{job} slowed {pct:.0f} %")
-    gpus = {s.component for s in seen if s.kind not in INFO and component_kind(s.component) == "gpu"}
+    gpus = {
+        s.component
+        for s in seen
+        if component_kind(s.component) == "gpu" and s.kind not in INFO and not _application(s)
+    }
     if gpus:
         reasons.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} affected")
         if len(gpus) >= policy.critical_gpus:
             severity = worse(severity, "critical")
-    faults = [s for s in seen if s.kind not in INFO and s.kind != "step_regression"]
+    faults = [
+        s
+        for s in seen
+        if s.kind != "step_regression"
+        and not no_impact(s)
+        and not (s.kind in STALL_KINDS and s.component in paused)
+    ]
     if faults:
         severity = worse(severity, "warning")
+    if not faults and any(_application(s) for s in seen):
+        reasons.append("application XIDs: the program's, not the hardware's")
+    elif severity == "info" and seen and not all(s.kind in INFO for s in seen):
+        reasons.append("no impact: below the slowdown point, no job slowed")
     if not reasons and seen:
         reasons.append(
             "benign conditions only" if all(s.kind in INFO for s in seen) else "a fault, no job slowed"

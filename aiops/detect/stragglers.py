@@ -8,7 +8,7 @@ Three rules, each window, per job, over the ranks whose rows the window holds:
 - **own baseline** (two windows): where no rank is late against its peers, a rank that now waits 5 % of the wall
   time less than it used to while spending that much more in another phase (`became_late`): a node agent that
   sees only its own ranks finds them this way when all of them turned late; the fleet finds them by their peers.
-- **network** (two windows): no rank late, yet the job's ranks wait in collectives longer than they used to: the
+- **network** (held NETWORK_HELD_S: two 10 s windows on a node, one 15 s step in a fleet): no rank late, yet the job's ranks wait in collectives longer than they used to: the
   collectives themselves are slow. A ring waits for its slowest hop, so every rank waits alike and rank timing
   cannot say which NIC: the one among the job's NICs whose own telemetry stands out from the others (its link
   down or flapping, drops and retransmits, queueing delay) is named, with the ranks behind it. None stands out:
@@ -23,6 +23,7 @@ drained node, is not reported.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ NETWORK_RISE = 0.03  # of the wall time: the job's median wait above its usual, 
 NETWORK_RATIO = 0.2  # ... by a fifth of it (a NIC must also stand out: the second condition)
 NIC_STANDS_OUT = 3.0  # a NIC's queueing or loss this many times the other NICs' median ...
 QUEUE_FLOOR_MS, LOSS_FLOOR = 0.25, 50.0  # ... and at least this much
+NETWORK_HELD_S = 15.0  # the rise held this long: two 10 s windows on a node, one 15 s scrape step in a fleet
 MAX_RANKS_LISTED = 16
 EXPECTED = ("power_limit_w", "sm_clock_max_mhz")  # set by an executed action: its slower rank is expected
 
@@ -197,11 +199,12 @@ class StragglerRules:
     def _network(
         self, job: str, windows: Sequence[RankWindow], wait: float, high: bool, t0: float, t1: float
     ) -> list[Symptom]:
-        """The job's ranks wait longer than usual, none late (`high`), two windows running, by a fifth of the
-        usual at least: the NIC that stands out among the ones its ranks send through, if one does."""
+        """The job's ranks wait longer than usual, none late (`high`), held NETWORK_HELD_S (windows running), by
+        a fifth of the usual at least: the NIC that stands out among the ones its ranks send through, if one does."""
         usual = self.job_wait[job].median
         slow = high and wait - usual >= NETWORK_RATIO * usual
-        if self.persist.update(f"network:{job}", slow, t1) < 2 or not slow:
+        held = math.ceil(NETWORK_HELD_S / max(t1 - t0, 1e-9) - 1e-9)  # windows of evidence it takes
+        if self.persist.update(f"network:{job}", slow, t1) < held or not slow:
             return []
         behind: dict[str, list[int]] = defaultdict(list)
         for phases in windows:

@@ -31,15 +31,18 @@ def read_cycle(
     step_s: float,
     selector: str = "",
     facility: FacilityConfig | None = None,
+    phase_s: float = 0.0,
 ) -> CycleReport:
     """Everything the fleet reads for (start_s, end_s]: the DCIM document is read once, at the interval's end."""
-    nodes = fetch_interval(store, client, start_s=start_s, end_s=end_s, step_s=step_s, selector=selector)
+    nodes = fetch_interval(
+        store, client, start_s=start_s, end_s=end_s, step_s=step_s, selector=selector, phase_s=phase_s
+    )
     report = CycleReport(nodes)
     if nodes.end_s < nodes.start_s:
         return report
     config = facility or FacilityConfig()
     report.facility = fetch_facility(
-        store, client, start_s=nodes.start_s, end_s=nodes.end_s, step_s=step_s, config=config
+        store, client, start_s=nodes.start_s, end_s=nodes.end_s, step_s=step_s, config=config, phase_s=phase_s
     )
     if config.dcim:
         racks = [

@@ -208,7 +208,7 @@ class FleetDispatcher:
                 break
             if record.expires_ts_s is not None and now >= record.expires_ts_s:
                 continue  # the desk's expiry marks it
-            route = route_of(record.action, topology, self.fleet.scheduler.kind)
+            route = route_of(record.action, topology, self.fleet.scheduler.kind, self.fleet.job_steps)
             if route.how == "none":
                 self._note(records, record, route.why, now)
                 continue

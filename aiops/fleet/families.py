@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from aiops.columns import GPU_SAMPLES, families, integer_families
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -55,34 +56,10 @@ INFO = (
     "aiops_lane_rule_info",
     "aiops_lane_rules_timestamp_seconds",
 )
-GPU_GAUGES = (
-    "aiops_gpu_temperature_celsius",
-    "aiops_gpu_memory_temperature_celsius",
-    "aiops_gpu_power_watts",
-    "aiops_gpu_power_limit_watts",
-    "aiops_gpu_power_limit_max_watts",
-    "aiops_gpu_power_limit_min_watts",
-    "aiops_gpu_power_limit_default_watts",
-    "aiops_gpu_sm_clock_hertz",
-    "aiops_gpu_sm_clock_max_hertz",
-    "aiops_gpu_utilization_ratio",
-    "aiops_gpu_slowdown_temperature_celsius",
-    "aiops_gpu_pcie_link_width_lanes",
-    "aiops_gpu_pcie_link_width_max_lanes",
-    "aiops_gpu_pcie_link_generation",
-    "aiops_gpu_clocks_event_reason",
-    "aiops_gpu_nvml_error",
-)
-GPU_COUNTERS = (
-    "aiops_gpu_ecc_errors_total",
-    "aiops_gpu_pcie_replays_total",
-    "aiops_gpu_nvlink_errors_total",
-    "aiops_gpu_xid_events_total",
-    "aiops_gpu_samples_total",
-    "aiops_gpu_throttled_samples_total",
-    "aiops_gpu_nvml_error_samples_total",
-    "aiops_gpu_clocks_event_samples_total",
-)
+# the GPUs' families: declared once with their gpu_samples columns (aiops/columns.py), and the XID events
+GPU_FAMILIES = families(GPU_SAMPLES)
+GPU_GAUGES = tuple(f.name for f in GPU_FAMILIES if f.kind == "gauge")
+GPU_COUNTERS = (*(f.name for f in GPU_FAMILIES if f.kind == "counter"), "aiops_gpu_xid_events_total")
 NIC = (
     "aiops_nic_transmit_bytes_total",
     "aiops_nic_drops_total",
@@ -178,9 +155,7 @@ INTEGER_VALUED = (
     "aiops_gpu_throttled_samples_total",
     "aiops_gpu_nvml_error_samples_total",
     "aiops_gpu_clocks_event_samples_total",
-    "aiops_gpu_pcie_link_width_lanes",
-    "aiops_gpu_pcie_link_width_max_lanes",
-    "aiops_gpu_pcie_link_generation",
+    *integer_families(GPU_SAMPLES),
 )
 
 

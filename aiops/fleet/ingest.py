@@ -264,9 +264,10 @@ def fetch_interval(
     step_s: float,
     selector: str = "",
     names: Iterable[str] = families.ALL,
+    phase_s: float = 0.0,
 ) -> IngestReport:
-    """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it, into
-    `store`'s tables; the step before `start_s` is read as the counters' base. Returns what was read and
+    """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it plus
+    `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is read as the counters' base. Returns what was read and
     written.
 
     A long interval (the first cycle's look-back, a whole recorded run) is read in pieces of about
@@ -274,8 +275,9 @@ def fetch_interval(
     whatever the cluster's size: the first piece is one step (it tells how many series there are)."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
-    first_s = (math.floor(start_s / step_s) + 1) * step_s  # the first grid point inside the interval
-    last_s = math.floor(end_s / step_s) * step_s
+    phase_s = phase_s % step_s
+    first_s = (math.floor((start_s - phase_s) / step_s) + 1) * step_s + phase_s  # the first grid point inside
+    last_s = math.floor((end_s - phase_s) / step_s) * step_s + phase_s
     report = IngestReport(client.url, first_s, last_s, step_s)
     if last_s < first_s:
         return report

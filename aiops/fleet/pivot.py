@@ -10,6 +10,7 @@ Times a node exports as values (a job's last step, an incident's opening, its la
 from __future__ import annotations
 
 from aiops import nvml_bits
+from aiops.columns import GPU_SAMPLES, SQL_TYPES, Column, fleet_read
 from aiops.fleet import families as f
 
 
@@ -20,12 +21,6 @@ def _in(names: tuple[str, ...] | list[str]) -> str:
 def _pick(name: str, expr: str = "value", where: str = "") -> str:
     extra = f" AND {where}" if where else ""
     return f"max({expr}) FILTER (WHERE name = '{name}'{extra})"
-
-
-def _total(name: str, kind: str = "") -> str:
-    """A cumulative counter as the node stores it (gpu_samples' `_total` columns)."""
-    where = f"type = '{kind}'" if kind else ""
-    return f"CAST({_pick(name, where=where)} AS BIGINT)"
 
 
 _REASON_BIT = "CASE reason " + " ".join(f"WHEN '{n}' THEN {b}" for b, n in nvml_bits.NAMES.items()) + " END"
@@ -68,27 +63,28 @@ WHERE job NOT IN (SELECT job FROM jobs) GROUP BY job
 """
 
 
+def _declared(c: Column) -> str:
+    """A column read back from its declared family (aiops/columns.py): a counter's cumulative total, a
+    gauge's newest value, both over the column's scale to base units and cast to its type."""
+    assert c.family is not None
+    where = " AND ".join(f"{label} = '{value}'" for label, value in c.fixed)
+    inverse = 1.0 / c.scale  # as the pivot always read them: percent as `value * 100`, MHz as `value / 1e6`
+    expr = (
+        "value"
+        if c.scale == 1.0
+        else f"value * {inverse!r}"
+        if inverse.is_integer()
+        else f"value / {c.scale!r}"
+    )
+    picked = _pick(c.family.name, expr, where)
+    sql_type = SQL_TYPES[c.arrow]
+    return picked if sql_type == "DOUBLE" else f"CAST({picked} AS {sql_type})"
+
+
 def gpu_samples_sql() -> str:
     gauges = {
-        "temp_c": _pick("aiops_gpu_temperature_celsius"),
-        "mem_temp_c": _pick("aiops_gpu_memory_temperature_celsius"),
-        "power_w": _pick("aiops_gpu_power_watts"),
-        "power_limit_w": _pick("aiops_gpu_power_limit_watts"),
-        "power_limit_max_w": _pick("aiops_gpu_power_limit_max_watts"),
-        "power_limit_min_w": _pick("aiops_gpu_power_limit_min_watts"),
-        "power_limit_default_w": _pick("aiops_gpu_power_limit_default_watts"),
-        "sm_clock_mhz": _pick("aiops_gpu_sm_clock_hertz", "value / 1e6"),
-        "max_sm_clock_mhz": _pick("aiops_gpu_sm_clock_max_hertz", "value / 1e6"),
-        "util_pct": _pick("aiops_gpu_utilization_ratio", "value * 100"),
-        "slowdown_temp_c": _pick("aiops_gpu_slowdown_temperature_celsius"),
-        "pcie_link_width": f"CAST({_pick('aiops_gpu_pcie_link_width_lanes')} AS INTEGER)",
-        "pcie_link_max_width": f"CAST({_pick('aiops_gpu_pcie_link_width_max_lanes')} AS INTEGER)",
-        "pcie_link_gen": f"CAST({_pick('aiops_gpu_pcie_link_generation')} AS INTEGER)",
-        "ecc_sbe_total": _total("aiops_gpu_ecc_errors_total", "corrected"),
-        "ecc_dbe_total": _total("aiops_gpu_ecc_errors_total", "uncorrected"),
-        "pcie_replay_total": _total("aiops_gpu_pcie_replays_total"),
-        "nvlink_crc_total": _total("aiops_gpu_nvlink_errors_total", "crc"),
-        "nvlink_replay_total": _total("aiops_gpu_nvlink_errors_total", "replay"),
+        **{c.name: _declared(c) for c in fleet_read(GPU_SAMPLES)},
+        # hand-written families (aiops/columns.py, GPU_SAMPLES.hand_written):
         # the reasons seen in any of the interval's samples (the counters), else the newest sample's (the gauge)
         "clocks_event_reasons": "CAST(coalesce("
         f"bit_or({_REASON_BIT}) FILTER (WHERE name = 'aiops_gpu_clocks_event_samples_total' AND d > 0), "

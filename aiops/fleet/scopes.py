@@ -5,6 +5,7 @@
 | a GPU, NIC or node of one host | every kind | that host's node agent (`POST /api/dispatch`) | on the node, against its own allowed-signers |
 | a rack, the fleet | `set_power_limit` (guardrails.dispatched `FAN_OUT_KINDS`) | every node agent of the rack (fleet), each on its own GPUs: the DCIM-style cap fanned out | on each node, each checking the target covers it |
 | `job:<name>` | `restart_job` (`SCHEDULER_JOB_KINDS`) | the cluster's scheduler from the fleet (`[fleet.scheduler]`: Slurm's `scontrol requeue`, Kubernetes' pod deletion through the official client) | on the fleet, where it lands (its `Guardrails.execute`) |
+| `job:<name>`, `[fleet] job_steps = "node_agent"` | `restart_job` | one node agent of the job (its first host in the topology that the step does not `exclude`), through that node's own executors (its `[scheduler]`, its twin) | on that node, which checks the job has a rank there |
 | anything else | | nobody: the proposal stays approved and says why | |
 
 `scheduler_actuator(config)` builds the fleet's scheduler client: job kinds only, never a node's (a node's drain
@@ -20,13 +21,14 @@ from typing import Any
 
 from aiops.config import SchedulerConfig
 from aiops.errors import PrerequisiteError
+from aiops.labels import node_of
 from aiops.store import Store
 from guardrails.actions import Action, canonical_json
 from guardrails.actuators_k8s import KubernetesActuator, core_api
 from guardrails.actuators_slurm import SlurmActuator
 from guardrails.audit import AuditLog
 from guardrails.context import topology_from_store
-from guardrails.dispatched import FAN_OUT_KINDS
+from guardrails.dispatched import FAN_OUT_KINDS, NODE_JOB_KINDS
 from guardrails.policy import ExecutionRecord
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.routing import Route as Backend
@@ -46,7 +48,7 @@ class Route:
     why: str = ""  # for `none`: what would carry it out, and that nothing does
 
 
-def route_of(action: Action, topology: Topology, scheduler_kind: str) -> Route:
+def route_of(action: Action, topology: Topology, scheduler_kind: str, job_steps: str = "scheduler") -> Route:
     scope = topology.expand(action.target)
     if scope is None:
         return Route("none", why=f"{action.target[:80]} is not in the fleet's topology")
@@ -56,12 +58,18 @@ def route_of(action: Action, topology: Topology, scheduler_kind: str) -> Route:
         if not scope.nodes:
             return Route("none", why=f"{action.target[:80]} holds no node agent")
         return Route("nodes", tuple(scope.nodes))
+    if scope.kind == "job" and action.kind in NODE_JOB_KINDS and job_steps == "node_agent":
+        excluded = node_of(str(action.parameters.get("exclude") or ""))
+        hosts = [h for h in scope.nodes if h != excluded]
+        if not hosts:
+            return Route("none", why=f"{action.target[:80]} has no node agent left to restart it")
+        return Route("node", (hosts[0],))
     if scope.kind == "job" and action.kind in SCHEDULER_JOB_KINDS:
         if scheduler_kind == "none":
             return Route(
                 "none",
                 why=f"{action.kind} of {action.target[:80]} runs through the cluster's scheduler: "
-                "[fleet.scheduler] kind is none",
+                '[fleet.scheduler] kind is none (or [fleet] job_steps = "node_agent": a node agent of the job)',
             )
         return Route("scheduler")
     return Route(

@@ -29,6 +29,7 @@ import pyarrow as pa
 from aiops.config import FacilityConfig, FleetConfig
 from aiops.errors import SourceError
 from aiops.fleet.cycle import CycleReport, read_cycle
+from aiops.fleet.phase import learned_phase_s, on_grid
 from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
@@ -98,6 +99,10 @@ class FleetCollector:
         self.presence.seed(_last_seen(store))
         self.said = ""  # the read failure last written to collector_errors (one row per change)
         self.dropped_total: dict[str, int] = {}
+        # where the read grid sits in a step (aiops/fleet/phase.py): learned at the first read that can
+        self.phase_s: float | None = None if self.config.read_after_scrapes else self.config.phase_s
+        if self.phase_s is not None:
+            self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
@@ -107,6 +112,11 @@ class FleetCollector:
             return {}
         self.sight.begin()
         try:
+            if self.phase_s is None:
+                self.phase_s = learned_phase_s(self.client, end_s, self.step_s, self.config.selector)
+                if self.phase_s is not None:
+                    log.info("reading just after the agents' scrapes", extra={"phase_s": self.phase_s})
+                    self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
             report = read_cycle(
                 self.scratch,
                 self.client,
@@ -115,6 +125,7 @@ class FleetCollector:
                 step_s=self.step_s,
                 selector=self.config.selector,
                 facility=self.facility,
+                phase_s=self.phase_s or 0.0,
             )
             scraping = self.presence.read(
                 self.client, report.nodes.start_s, report.nodes.end_s, self.config.selector
@@ -253,4 +264,5 @@ def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = 
         blind=collector.sight.unready,
         patience_s=setup.config.timeout_s + 10.0,
         export=collector.export,
+        declares_inventory=False,  # the node agents declare their own: its re-export would be a second
     )

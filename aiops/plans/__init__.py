@@ -1,4 +1,5 @@
-"""Remediation plans (issue 34, "plans, not piles"): one plan per incident, an ordered ladder of steps from the
+"""Remediation plans (issue 34, "plans, not piles"): one plan per incident and fault (a fleet incident that gathered
+two faults on different nodes keeps each one's plan), an ordered ladder of steps from the
 playbooks, least disruptive and smallest blast radius first (observe, notify, configure, limit the hot GPUs or
 node, move the job from its last checkpoint, drain the node, reset a GPU on the drained node, reboot, RMA with
 a bug-report bundle). Each step has its targets (one ordinary guardrails proposal per target, carrying the

@@ -3,8 +3,11 @@ before it failed (or when a person asks for it), each step's status followed fro
 closed loop's verdicts (`action_outcomes`, issue 34 contract 3), superseded when the incident's diagnosis
 changes, closed when the incident resolves.
 
-- `file_plan`: the plan's rows, one plan open per incident (an open one of the same incident is superseded),
-  and `first_steps` proposed: every step up to and including the first physical one.
+- `file_plan`: the plan's rows and `first_steps` proposed: every step up to and including the first physical
+  one. A new diagnosis supersedes the incident's open plans for the same fault (its cause on hardware the new
+  one shares: the same node, or a job, rack or the fleet holding it); a plan of the incident on hardware the new
+  diagnosis does not reach is another fault folded into the incident (a fleet incident gathers a job's ranks) and
+  stays open, its steps with it. An open plan of the very same cause and component is kept, not filed again.
 - `propose_step`: a waiting step's actions filed as proposals (new ids, dated now) carrying `step_id`;
   a step none of whose targets passes validation is `skipped`, with the guardrails' reason.
 - `advance`: once per flush of the service (node or fleet): each proposed step's status from its proposals
@@ -23,6 +26,7 @@ from typing import Any
 import duckdb
 
 from aiops.errors import GuardrailError
+from aiops.labels import node_of
 from aiops.models import Hypothesis, Incident
 from aiops.plans.build import StepDraft, first_steps
 from aiops.plans.records import (
@@ -68,10 +72,13 @@ def _first_note(draft: StepDraft) -> str:
     return f"held for a person: {draft.hold}" if draft.hold else WAITING_NOTE
 
 
-def supersede(desk: Guardrails, incident_id: str, why: str) -> list[str]:
-    """Close the open plans of an incident (a new diagnosis replaces them); their unfinished steps with them."""
+def supersede(desk: Guardrails, incident_id: str, why: str, *, only: list[str] | None = None) -> list[str]:
+    """Close the open plans of an incident (a new diagnosis replaces them; `only`: these of them), their
+    unfinished steps with them."""
     now, out = desk.clock(), []
     for p in plans(desk.store, incident_id=incident_id, status="open"):
+        if only is not None and p.plan_id not in only:
+            continue
         for s in p.steps:
             if s.status in ("waiting", *OPEN_STEP):
                 set_step(desk.store, s.step_id, "superseded", now, why)
@@ -81,13 +88,44 @@ def supersede(desk: Guardrails, incident_id: str, why: str) -> list[str]:
     return out
 
 
+def hosts_of(store: Store, component: str) -> frozenset[str] | None:
+    """The hosts a plan's component stands on: a GPU's, NIC's or node's host; a job's ranks' hosts; a rack's
+    nodes; None for the fleet, a policy or what the store cannot place (it reaches everything)."""
+    if component.startswith("job:"):
+        rows = store.query(
+            "SELECT DISTINCT node FROM job_ranks WHERE job = ?", [component.removeprefix("job:")]
+        )
+    else:
+        rows = store.query("SELECT DISTINCT node FROM topology WHERE rack = ? AND kind = 'node'", [component])
+    if rows:
+        return frozenset(str(r["node"]) for r in rows)
+    racks = {str(r["rack"]) for r in store.query("SELECT DISTINCT rack FROM topology WHERE rack IS NOT NULL")}
+    host = node_of(component, racks)
+    return None if host is None else frozenset({host})
+
+
+def same_fault(store: Store, open_plan: PlanRecord, top: Hypothesis) -> bool:
+    """Whether a new diagnosis `top` replaces `open_plan` (their hardware overlaps: see the module's docstring)."""
+    old, new = hosts_of(store, open_plan.component), hosts_of(store, top.component)
+    return old is None or new is None or bool(old & new)
+
+
 def file_plan(
     desk: Guardrails, incident: Incident, top: Hypothesis, drafts: list[StepDraft], origin: str
 ) -> tuple[PlanRecord, list[Filed]]:
-    """File the incident's plan and propose its first steps; returns it as stored, and what filing did."""
+    """File the incident's plan and propose its first steps; returns it as stored, and what filing did (an open
+    plan of the same cause and component is returned as it is, nothing filed)."""
     store, now = desk.store, desk.clock()
+    standing = plans(store, incident_id=incident.incident_id, status="open")
+    for p in standing:
+        if (p.root_cause, p.component) == (top.root_cause, top.component):
+            return p, []
+    replaced = [p.plan_id for p in standing if same_fault(store, p, top)]
     supersede(
-        desk, incident.incident_id, f"superseded by a new diagnosis: {top.root_cause} on {top.component}"
+        desk,
+        incident.incident_id,
+        f"superseded by a new diagnosis: {top.root_cause} on {top.component}",
+        only=replaced,
     )
     plan_id = _new_plan_id(store)
     steps = [

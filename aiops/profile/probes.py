@@ -128,6 +128,30 @@ class Link:
         return f"probe_{'return' if self.returns else 'entry'}_{self.probe.index}".encode()
 
 
+def bcc_attach_uprobe() -> Any:
+    """libbcc's `bpf_attach_uprobe` with its seven parameters, the last (`ref_ctr_offset`, a USDT semaphore's
+    file offset) 0. bcc 0.26's Python binding declares six and calls it with six, so the seventh is whatever
+    the stack holds: the kernel keeps one ref_ctr_offset per (file, offset) and refuses every other uprobe at
+    that place with a different one (EINVAL; dmesg: "ref_ctr_offset mismatch", kernel/events/uprobes.c), so two
+    tools probing ncclAllReduce refused each other. Its own handle: bcc's declaration is left as it is."""
+    import ctypes
+
+    from bcc.libbcc import lib
+
+    attach = ctypes.CDLL(lib._name, use_errno=True).bpf_attach_uprobe
+    attach.restype = ctypes.c_int
+    attach.argtypes = [
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulonglong,
+        ctypes.c_int,
+        ctypes.c_uint32,
+    ]
+    return attach
+
+
 @dataclass
 class Attached:
     """A compiled BPF object and its links. The links can be detached and attached again (`detach_link`,
@@ -150,15 +174,14 @@ class Attached:
     def attach_links(self) -> None:
         """Attach every link not attached now, entries before returns (a return probe never runs without
         its entry probe: see bpf/cuda_uprobes.bpf.c on starts)."""
-        from bcc.libbcc import lib
-
+        attach_uprobe = bcc_attach_uprobe()
         for link in sorted(self.links, key=lambda link: link.returns):
             if link in self.attached:
                 continue
             fn = self.bpf.load_func(link.fn_name, self.bpf.KPROBE)  # loaded once, cached by bcc
             kind = b"r" if link.returns else b"p"
             event = self.bpf._get_uprobe_evname(kind, link.path, link.offset, self.pid)
-            fd = lib.bpf_attach_uprobe(fn.fd, int(link.returns), event, link.path, link.offset, self.pid)
+            fd = attach_uprobe(fn.fd, int(link.returns), event, link.path, link.offset, self.pid, 0)
             if fd < 0:
                 raise OSError(f"attaching {link.probe.symbol} in {link.path.decode()} failed")
             self.bpf._add_uprobe_fd(event, fd)

@@ -3,14 +3,17 @@ uprobe/uretprobe pairs on them by library file (pid -1: every process mapping it
 and reading the maps as differences per (process, probe).
 
 The links are `aiops.profile.probes.Link`s in an `Attached`, so `aiops.profile.duty.Cycler` attaches them for a
-window and detaches the hot ones after it, exactly as for `aiops profile`.
+window and detaches the hot ones after it, exactly as for `aiops profile`. The program is compiled in a child
+process and handed over by descriptor (aiops/profile/handover.py): the node agent that keeps the probes never
+maps bcc's LLVM, which stayed in its RSS (+120 MB) when it compiled in-process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
+import logging
 import os
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +21,10 @@ from typing import Any
 
 from aiops.datapath.loader import source_dir
 from aiops.errors import PrerequisiteError
+from aiops.profile.handover import Compiled, attach_uprobe, compile_in_child
 from aiops.profile.probes import Attached, Link, ProbeSpec, missing_privilege
+
+log = logging.getLogger("aiops.profile.rank_timing")
 
 RANK_LIBRARIES: dict[str, str] = {"libnccl": "libnccl.so", "libcudart": "libcudart.so"}
 # Index = PROBE(N) in bpf/rank_timing.bpf.c. `op` names collectives as collective_samples does.
@@ -116,8 +122,8 @@ def unavailable_reason() -> str | None:
     problem = missing_privilege()
     if problem is not None:
         return problem
-    # found, not imported: importing bcc maps libbcc and LLVM (tens of MB of a node agent's RSS); that waits for
-    # a process to probe (RankProbes)
+    # found, not imported: importing bcc maps libbcc and LLVM (~35 MB of a node agent's RSS); that waits for a
+    # process to probe (RankProbes)
     if importlib.util.find_spec("bcc") is None:  # Debian's python3-bpfcc
         return (
             "bcc is not importable (apt-get install python3-bpfcc; a venv made with --system-site-packages)"
@@ -136,6 +142,50 @@ class Counted:
     bytes: int
 
 
+class HandedAttached(Attached):
+    """`Attached` over a program compiled in a child process (aiops/profile/handover.py): each link is a perf
+    event this process opens on the handed program's descriptor, the gate a map written with bpf(2). No bcc
+    here: the node agent never maps LLVM."""
+
+    def __init__(self, compiled: Compiled, links: tuple[Link, ...]) -> None:
+        probes = tuple({link.probe: 0 for link in links})
+        super().__init__(bpf=None, pid=-1, probes=probes, libraries={}, links=links)
+        self.compiled = compiled
+        self.events: dict[Link, int] = {}  # link -> its perf event's descriptor
+
+    def set_gate(self, is_open: bool) -> None:
+        self.compiled.maps["gate"].update(struct.pack("<I", 0), struct.pack("<I", int(is_open)))
+        self.gate_is_open = is_open
+
+    def attach_links(self) -> None:
+        for link in sorted(
+            self.links, key=lambda link: link.returns
+        ):  # entries first (bpf/rank_timing.bpf.c)
+            if link in self.attached:
+                continue
+            program = self.compiled.programs[link.fn_name.decode()]
+            self.events[link] = attach_uprobe(program, link.path.decode(), link.offset, returns=link.returns)
+            self.attached[link] = link.fn_name
+
+    def detach_link(self, link: Link) -> None:
+        fd = self.events.pop(link, None)
+        self.attached.pop(link, None)
+        if fd is not None:
+            os.close(fd)  # the kernel removes the uprobe with its last descriptor
+
+    def close(self) -> None:
+        for link in list(self.events):
+            self.detach_link(link)
+        self.compiled.close()
+
+
+# Layouts of bpf/rank_timing.bpf.c's maps (little-endian, as the program's target): key, value.
+COUNTS = ("<II", "<QQQ")  # rank_key {tgid, probe}: rank_value {calls, blocked_ns, bytes}
+STARTS = ("<QII", "<Q")  # start_key {pid_tgid, probe, pad}: entry time (ns)
+RANKS = ("<I", "<ii")  # tgid: comm_info {rank, nranks}
+MAPS = {"counts": COUNTS, "starts": STARTS, "ranks": RANKS, "gate": ("<I", "<I")}
+
+
 class RankProbes:
     """The compiled program with links on the given library files (none attached until a window opens)."""
 
@@ -143,8 +193,6 @@ class RankProbes:
         reason = unavailable_reason()
         if reason is not None:
             raise PrerequisiteError(reason)
-        import bcc
-
         directory = source_dir()
         cflags = [
             f"-I{directory}",
@@ -152,53 +200,68 @@ class RankProbes:
             f"-DBYTES_ARG2_MASK={_mask(BYTES_ARG2)}u",
             f"-DBYTES_ARG3_MASK={_mask(BYTES_ARG3)}u",
         ]
-        bpf = bcc.BPF(src_file=str(directory / "rank_timing.bpf.c").encode(), cflags=cflags)
+        wanted = [
+            (path, probe) for key, path in files.values() for probe in RANK_PROBES if probe.library == key
+        ]
+        functions = sorted(
+            {f"probe_{kind}_{probe.index}" for _, probe in wanted for kind in ("entry", "return")}
+        )
+        compiled = compile_in_child(  # bcc's compiler runs in a child: LLVM never enters this process
+            directory / "rank_timing.bpf.c",
+            cflags,
+            functions,
+            list(MAPS),
+            [(path, probe.symbol) for path, probe in wanted],
+        )
+        for name, (key, value) in MAPS.items():
+            handed = compiled.maps[name]
+            if (handed.key_size, handed.value_size) != (struct.calcsize(key), struct.calcsize(value)):
+                compiled.close()
+                raise PrerequisiteError(
+                    f"bpf/rank_timing.bpf.c's map {name} is not the layout this reader knows"
+                )
         links: list[Link] = []
-        for key, path in files.values():
-            for probe in RANK_PROBES:
-                if probe.library != key:
-                    continue
-                try:
-                    resolved, offset = bcc.BPF._check_path_symbol(
-                        path.encode(), probe.symbol.encode(), None, -1
-                    )
-                except Exception:  # bcc raises bare Exception when a symbol is absent
-                    continue
-                links += [Link(probe, False, resolved, offset), Link(probe, True, resolved, offset)]
-        try:
-            for link in links:
-                bpf.load_func(link.fn_name, bpf.KPROBE)  # verified now, not at the first window
-        except BaseException:
-            bpf.cleanup()
-            raise
+        for path, probe in wanted:
+            found = compiled.offsets.get((path, probe.symbol))
+            if found is not None:
+                resolved, offset = found
+                links += [
+                    Link(probe, False, resolved.encode(), offset),
+                    Link(probe, True, resolved.encode(), offset),
+                ]
+        log.info("rank timing probes compiled", extra={"compiler_peak_mb": round(compiled.child_peak_mb, 1)})
         self.files = dict(files)
-        self.attached = Attached(bpf=bpf, pid=-1, probes=tuple({lk.probe: 0 for lk in links}), libraries={})
-        self.attached.links = tuple(links)
+        self.attached = HandedAttached(compiled, tuple(links))
         self.attached.set_gate(False)
+        self._maps = compiled.maps
         self._last: dict[tuple[int, int], tuple[int, int, int]] = {}
+
+    def _items(self, name: str) -> list[tuple[bytes, tuple[Any, ...], tuple[Any, ...]]]:
+        key_format, value_format = MAPS[name]
+        return [
+            (key, struct.unpack(key_format, key), struct.unpack(value_format, value))
+            for key, value in self._maps[name].items()
+        ]
 
     def close_window(self) -> dict[tuple[int, int], int]:
         """Right after the gate closed: the calls still open, (tgid, probe) -> ns from their entry to now;
         their `starts` are removed so a later window never counts them again."""
         now_ns = time.monotonic_ns()  # bpf_ktime_get_ns() is CLOCK_MONOTONIC too
-        starts = self.attached.bpf[b"starts"]
         open_ns: dict[tuple[int, int], int] = {}
-        for key, started in list(starts.items()):
-            ident = (int(key.pid_tgid) >> 32, int(key.probe))
-            open_ns[ident] = open_ns.get(ident, 0) + max(0, now_ns - int(started.value))
-            with contextlib.suppress(KeyError):  # returned in between: its return (gate closed) added nothing
-                del starts[key]
+        for raw, (pid_tgid, probe, _), (started,) in self._items("starts"):
+            ident = (int(pid_tgid) >> 32, int(probe))
+            open_ns[ident] = open_ns.get(ident, 0) + max(0, now_ns - int(started))
+            self._maps["starts"].delete(raw)  # returned in between: its return (gate closed) added nothing
         return open_ns
 
     def read(self, open_ns: dict[tuple[int, int], int]) -> list[Counted]:
         """What each (process, probe) did since the last read, the calls open at the close included."""
         out: list[Counted] = []
-        for key, value in self.attached.bpf[b"counts"].items():
-            ident = (int(key.tgid), int(key.probe))
-            totals = (int(value.calls), int(value.blocked_ns), int(value.bytes))
+        for _, (tgid, probe_index), totals in self._items("counts"):
+            ident = (int(tgid), int(probe_index))
             last = self._last.get(ident, (0, 0, 0))
-            self._last[ident] = totals
-            calls, blocked_ns, nbytes = (now - before for now, before in zip(totals, last, strict=True))
+            self._last[ident] = (int(totals[0]), int(totals[1]), int(totals[2]))
+            calls, blocked_ns, nbytes = (int(now) - before for now, before in zip(totals, last, strict=True))
             blocked_ns += open_ns.pop(ident, 0)
             probe = RANK_PROBE_BY_INDEX.get(ident[1])
             if probe is None or (calls == 0 and blocked_ns == 0):
@@ -210,29 +273,23 @@ class RankProbes:
         """Calls counted so far per probe index, read from the kernel now (the Cycler's heat: it decides
         after each window which links are hot enough to detach)."""
         out: dict[int, int] = {}
-        for key, value in self.attached.bpf[b"counts"].items():
-            out[int(key.probe)] = out.get(int(key.probe), 0) + int(value.calls)
+        for _, (_, probe), (calls, _, _) in self._items("counts"):
+            out[int(probe)] = out.get(int(probe), 0) + int(calls)
         return out
 
     def comm_ranks(self) -> dict[int, tuple[int, int]]:
         """tgid -> (rank, nranks) from the ncclCommInitRank calls seen (the widest communicator)."""
-        return {int(k.value): (int(v.rank), int(v.nranks)) for k, v in self.attached.bpf[b"ranks"].items()}
+        return {int(k[0]): (int(v[0]), int(v[1])) for _, k, v in self._items("ranks")}
 
     def forget(self, alive: set[int]) -> None:
         """Drop the kernel's entries of processes that are gone (their pids may come back as others)."""
-        counts, ranks = self.attached.bpf[b"counts"], self.attached.bpf[b"ranks"]
-        for key in list(counts.keys()):
-            if int(key.tgid) not in alive:
-                self._last.pop((int(key.tgid), int(key.probe)), None)
-                _delete(counts, key)
-        for key in list(ranks.keys()):
-            if int(key.value) not in alive:
-                _delete(ranks, key)
+        for raw, (tgid, probe), _ in self._items("counts"):
+            if int(tgid) not in alive:
+                self._last.pop((int(tgid), int(probe)), None)
+                self._maps["counts"].delete(raw)
+        for raw, (tgid,), _ in self._items("ranks"):
+            if int(tgid) not in alive:
+                self._maps["ranks"].delete(raw)
 
     def close(self) -> None:
         self.attached.close()
-
-
-def _delete(table: Any, key: Any) -> None:
-    with contextlib.suppress(KeyError):
-        del table[key]

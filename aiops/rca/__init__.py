@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from aiops.models import Diagnosis, Hypothesis, Incident, Symptom
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
+from aiops.rca.forecast import forecast_hypotheses
 from aiops.rca.onsets import score_around_onsets
 from aiops.rca.ranking import rank
 from aiops.rca.scorers import SCORERS
@@ -29,21 +30,28 @@ def incident_window(store: Store, incident: Incident) -> Window:
     # The reference ends before the look-back so that the onset itself is not part of it; with an incident at
     # the very start there is no clean reference, and rules fall back to first-minute values.
     baseline_end = max(run_start + 30.0, incident.opened_ts_s - LOOKBACK_S)
+    # Live, the window must not reach past the newest telemetry: rows landing there later would make a re-run
+    # of the evidence return what the diagnosis never saw (the chat would call a right answer a mismatch).
+    horizon = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or incident.last_ts_s)
     return Window(
         run_start_s=run_start,
         start_s=start,
-        end_s=incident.last_ts_s + 10.0,
+        end_s=min(incident.last_ts_s + 10.0, max(horizon, incident.last_ts_s)),
         baseline_end_s=baseline_end,
         opened_s=incident.opened_ts_s,
+        horizon_s=max(horizon, incident.last_ts_s),
     )
 
 
 def analyze(store: Store, incident: Incident, others: Sequence[Incident] | None = None) -> list[Hypothesis]:
     """Ranked hypotheses for `incident`; `others` are the other incidents of the run (see `ranking`), by
     default the ones stored (the live service stores its incidents before diagnosing one)."""
+    if incident.is_warning:  # a trend before a hard fault: the labels it forecasts (aiops/rca/forecast.py)
+        return forecast_hypotheses(store, incident)
     facts = Facts(store, incident_window(store, incident))
     if others is None:
         others = stored_incidents(store)
+    others = [o for o in others if not o.is_warning]  # a forecast explains nothing that happened
     # each cause scored from the facts around its symptom's onset, the incident's as the fallback
     candidates = score_around_onsets(facts, incident, SCORERS).candidates
     _corroborate_stragglers(facts, candidates)

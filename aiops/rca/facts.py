@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ class Window:
     end_s: float
     baseline_end_s: float
     opened_s: float = 0.0  # the incident's opening time  # telemetry before this is the reference
+    horizon_s: float = (
+        math.inf
+    )  # the newest telemetry when the diagnosis ran: no evidence window reaches past it
 
 
 @dataclass
@@ -121,7 +125,7 @@ class Facts:
                                         avg(temp_c)) AS ref_temp_c, max(power_limit_w) AS ref_limit_w,
                           max(ecc_dbe_total) AS ref_dbe, max(pcie_replay_total) AS ref_replay,
                           max(nvlink_crc_total) + max(nvlink_replay_total) AS ref_nvlink,
-                          min(pcie_link_width) AS ref_width
+                          min(pcie_link_width) AS ref_width, max(retired_rows) AS ref_retired_rows
                    FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY gpu),
                cur AS (
                    SELECT gpu, any_value(node) AS node, avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c,
@@ -132,13 +136,14 @@ class Facts:
                           max(nvlink_crc_total) + max(nvlink_replay_total) AS nvlink,
                           min(pcie_link_width) AS width, max(pcie_link_max_width) AS max_width,
                           min(pcie_link_gen) AS gen, count(nvml_error) AS nvml_errors,
+                          max(retired_rows) AS retired_rows,
                           coalesce(any_value(nvml_error) FILTER (WHERE nvml_error <> 'TIMEOUT'),
                                    any_value(nvml_error)) AS nvml_error, avg(util_pct) AS util_pct,
                           sum(CASE WHEN clocks_event_reasons & 1 <> 0 THEN 1 ELSE 0 END) AS idle_samples,
                           count(*) AS samples
                    FROM gpu_samples WHERE ts_s BETWEEN ? AND ? GROUP BY gpu)
                SELECT cur.*, ref.ref_temp_c, ref.ref_limit_w, ref.ref_dbe, ref.ref_replay, ref.ref_nvlink,
-                      ref.ref_width
+                      ref.ref_width, ref.ref_retired_rows
                FROM cur LEFT JOIN ref USING (gpu) ORDER BY gpu""",
             [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],
         )
@@ -149,7 +154,8 @@ class Facts:
             "Per-GPU values in the first minute of telemetry (for faults present from the start)",
             """SELECT gpu, min(power_limit_w) AS first_limit_w, max(power_limit_max_w) AS max_limit_w,
                       min(ecc_dbe_total) AS first_dbe, min(pcie_replay_total) AS first_replay,
-                      min(nvlink_crc_total) + min(nvlink_replay_total) AS first_nvlink
+                      min(nvlink_crc_total) + min(nvlink_replay_total) AS first_nvlink,
+                      min(retired_rows) AS first_retired_rows
                FROM gpu_samples WHERE ts_s < ? + 60 GROUP BY gpu""",
             [self.window.run_start_s],
         )
@@ -233,7 +239,8 @@ class Facts:
                          count(*) AS samples, {values}
                   FROM {table} WHERE {column} = ? AND ts_s >= ? AND ts_s <= ?
                   GROUP BY phase ORDER BY phase DESC"""
-        params: list[Any] = [onset_ts_s, component, component, onset_ts_s - ONSET_S, onset_ts_s + ONSET_S]
+        end_s = min(onset_ts_s + ONSET_S, self.window.horizon_s)
+        params: list[Any] = [onset_ts_s, component, component, onset_ts_s - ONSET_S, end_s]
         key = f"onset:{component}:{onset_ts_s:.3f}"
         self.run(key, f"{component} in the {ONSET_S:.0f} s before and after its symptom's onset", sql, params)
         return self.cite(key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from aiops.models import Evidence
 from aiops.nvml_bits import describe
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
@@ -40,6 +41,14 @@ def _delta(row: dict[str, Any], now: str, ref: str, first: dict[str, Any] | None
     return max(0.0, float(cur) - float(base))
 
 
+def _retired_line(facts: Facts, gpu: str, retired: float) -> list[Evidence]:
+    """The evidence that the GPU took memory out of service: rows remapped (pages retired before Ampere) for
+    uncorrectable errors; a remap is pending until the GPU is reset (nvidia-smi -q -d ROW_REMAPPER)."""
+    if retired <= 0:
+        return []
+    return [facts.cite("gpu_changes", f"{gpu} retired {retired:g} more memory rows (NVML remapped rows)")]
+
+
 def gpu_health(facts: Facts) -> list[Candidate]:
     """XID- and counter-backed GPU faults: off the bus, ECC, NVLink, PCIe, application errors."""
     xids = _xids_by_gpu(facts)
@@ -50,6 +59,7 @@ def gpu_health(facts: Facts) -> list[Candidate]:
         codes = xids.get(gpu, set())
         f = first.get(gpu)
         dbe = _delta(row, "dbe", "ref_dbe", f, "first_dbe")
+        retired = _delta(row, "retired_rows", "ref_retired_rows", f, "first_retired_rows")
         replay = _delta(row, "replay", "ref_replay", f, "first_replay")
         nvlink = _delta(row, "nvlink", "ref_nvlink", f, "first_nvlink")
         downtrained = bool(row["width"] and row["max_width"] and row["width"] < row["max_width"])
@@ -79,7 +89,11 @@ def gpu_health(facts: Facts) -> list[Candidate]:
                     gpu,
                     0.95 if dbe > 0 else 0.85,
                     f"{gpu}: uncorrectable ECC errors (+{dbe:g} DBE, XIDs {sorted(codes & ECC_XIDS)})",
-                    [facts.cite("gpu_changes", f"{gpu} DBE total rose by {dbe:g}"), facts.cite("xids")],
+                    [
+                        facts.cite("gpu_changes", f"{gpu} DBE total rose by {dbe:g}"),
+                        *_retired_line(facts, gpu, retired),
+                        facts.cite("xids"),
+                    ],
                 )
             )
         if nvlink >= 5 or codes & NVLINK_XIDS:

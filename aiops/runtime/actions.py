@@ -21,7 +21,7 @@ from guardrails.approvals import Authorisation
 from guardrails.executor import ExecutionOutcome
 from guardrails.pasted import ApprovalToSign, approval_to_sign
 from guardrails.records import GuardrailRecords
-from guardrails.routing import TICKET, ticket_error
+from guardrails.routing import RECORDED_KINDS, TICKET, ticket_error
 from guardrails.signing import Signer
 from guardrails.steps import StepAuthorisation, StepToSign, step_to_sign
 from guardrails.steps import approve_step as approve_step_on
@@ -75,6 +75,14 @@ def approve(
         return Decision(proposal_id, auth, guard.execute(proposal_id))
 
 
+def elsewhere_note(kind: str, target: str) -> str:
+    return (
+        f"not executed here: {kind} of {target[:80]} runs on the node agent that acts on it, which runs only "
+        "what people signed: approve it (aiops plans approve STEP, or aiops actions approve ID) and the fleet "
+        "sends it there"
+    )
+
+
 def ticket_only(store: Store, proposal_id: str, *, here: bool | None = None) -> str:
     """Why `proposal_id` is not offered for approval (its kind has no executor on this host: it stands as a
     ticket), or "" when it may be approved. An unknown id is the guardrails' to refuse. `here`: whether this
@@ -109,8 +117,18 @@ def execute(
     twin: Twin | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Decision:
-    """Run a proposal that needs nobody (digital) or that people already approved."""
+    """Run a proposal that needs nobody (digital) or that people already approved. A digital proposal whose world
+    is elsewhere (`runs_elsewhere`: the fleet's) is not run here, and the note says how it runs."""
     with workspace.write() as store:
+        record = GuardrailRecords(store).proposal(proposal_id)
+        if (
+            twin is None
+            and record is not None
+            and not record.physical
+            and record.status == "pending"
+            and runs_elsewhere(store, record.action.kind)
+        ):
+            return Decision(proposal_id, None, None, elsewhere_note(record.action.kind, record.action.target))
         attached = attach(store, twin=twin)
         if attached.actuator is None:
             return Decision(proposal_id, None, None, f"not executed: {attached.describe}")
@@ -141,9 +159,22 @@ class StepDecision:
         return [pid for pid, o in self.outcomes.items() if o.ran]
 
 
-def step_targets(store: Store, step_id: str) -> list[str]:
-    """The proposals of a plan step that one signature approves now: its open physical targets. GuardrailError
-    naming the step's state when there is nothing to approve."""
+def runs_elsewhere(store: Store, kind: str, *, here: bool | None = None) -> bool:
+    """Whether a digital kind runs elsewhere than this workspace's world, sent there with people's signatures (a
+    node agent runs only what people signed): on a workspace whose world executes nothing itself (the fleet:
+    its dispatcher sends each target to the node that acts; `here` False says so), every kind but the records
+    (a ticket, an acknowledgement), which are written here."""
+    if kind in RECORDED_KINDS:
+        return False
+    if here is not None:
+        return not here
+    return executors_here(store).get(kind, TICKET) == TICKET
+
+
+def step_targets(store: Store, step_id: str, *, here: bool | None = None) -> list[str]:
+    """The proposals of a plan step that one signature approves now: its open physical targets, and its digital
+    ones that run elsewhere (`runs_elsewhere`: the fleet's lane or ECN fix goes to the node with the step's
+    signature). GuardrailError naming the step's state when there is nothing to approve."""
     found = plan_step(store, step_id)
     if found is None:
         raise GuardrailError("unknown", f"no plan step {step_id[:80]} (see: aiops plans list)")
@@ -153,10 +184,12 @@ def step_targets(store: Store, step_id: str) -> list[str]:
     out = []
     for pid in found.proposal_ids:
         record = records.proposal(pid)
-        if record is not None and record.physical and record.status in ("pending", "approved"):
+        if record is None or record.status not in ("pending", "approved"):
+            continue
+        if record.physical or runs_elsewhere(store, record.action.kind, here=here):
             out.append(pid)
     if not out:
-        raise GuardrailError("step", f"{step_id} has no open physical target: nothing to approve")
+        raise GuardrailError("step", f"{step_id} has no open target to sign: nothing to approve")
     return out
 
 
@@ -184,13 +217,18 @@ def approve_step(
     the workspace's world (in the same write transaction). `here` as for `approve`: a target whose kind no
     executor here runs is refused before anything is recorded."""
     with workspace.write() as store:
-        pids = step_targets(store, step_id)
+        pids = step_targets(store, step_id, here=here)
         tickets = [t for t in (ticket_only(store, pid, here=here) for pid in pids) if t]
         if tickets:
             raise GuardrailError("ticket", f"{step_id}: {tickets[0]}")
         attached = attach(store, twin=twin)
         guard = desk(store, attached, clock=clock)
-        auth = approve_step_on(guard, step_id, pids, signer, signed_at=signed_at)
+        digital = (
+            any(  # a digital target here is one that runs elsewhere (step_targets): signed with the step
+                not r.physical for r in (guard.records.proposal(pid) for pid in pids) if r is not None
+            )
+        )
+        auth = approve_step_on(guard, step_id, pids, signer, signed_at=signed_at, digital=digital)
         outcomes: dict[str, ExecutionOutcome] = {}
         note = ""
         if not auth.ok:

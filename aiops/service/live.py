@@ -18,10 +18,12 @@ import logging
 import time
 
 from aiops.config_notify import SeverityConfig
-from aiops.detect import racks_of_nodes, save_incidents
+from aiops.detect import first_bound, racks_of_nodes, save_incidents
+from aiops.detect.early_watch import EarlyWatch
 from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
 from aiops.detect.windows import job_gpus, job_homes
+from aiops.models import Incident
 from aiops.pipeline import incident_of
 from aiops.store import Store
 from aiops.store.conditions import condition_of
@@ -91,6 +93,7 @@ class LiveDetection:
         self.tracker = IncidentTracker(
             quiet_s=quiet_s, keep_closed=False, id_prefix=id_prefix, severity=self.severity
         )
+        self.early: EarlyWatch | None = None  # trends before hard faults (aiops/detect/early_watch.py)
         self.until_ts_s: float | None = None  # end of the last window processed
         self.saved_until_ts_s: float | None = None  # the progress stored last
         self.windows = 0
@@ -107,10 +110,18 @@ class LiveDetection:
             id_prefix=self.id_prefix,
             severity=self.severity,
         )
+        warnings: list[Incident] = []
         for row in store.query("SELECT * FROM incidents WHERE resolved_ts_s IS NULL ORDER BY opened_ts_s"):
             incident = incident_of(row)
-            if condition_of(incident) is None:  # a condition is the condition book's (service/conditions.py)
+            if incident.is_warning:  # an early warning's: it fades or resolves as its trend says
+                warnings.append(incident)
+            elif (
+                condition_of(incident) is None
+            ):  # a condition is the condition book's (service/conditions.py)
                 self.tracker.resume(incident)  # under its id; independent faults: several may be open
+        self.early = EarlyWatch(store, self.allocate_id)
+        for incident in warnings:
+            self.early.resume(incident)
         span = _span(store)
         progress = _progress(store)
         if span is None:
@@ -123,10 +134,14 @@ class LiveDetection:
         scratch = IncidentTracker(
             quiet_s=self.quiet_s, rack_of=self.tracker.rack_of, job_of=self.tracker.job_of
         )
+        early = EarlyWatch(store, lambda: "replayed")  # its warnings were judged before too
         while t0 < resume - 1e-9:  # warm the baselines: these windows were judged before
             t1 = min(t0 + self.window_s, resume)
-            scratch.feed(self.detector.process(t0, t1), t1)
+            symptoms = self.detector.process(t0, t1)
+            scratch.feed(symptoms, t1)
+            early.process(t0, t1, symptoms)
             t0 = t1
+        self.early.warm_from(early)
         self.until_ts_s = resume
 
     def allocate_id(self) -> str:
@@ -157,7 +172,7 @@ class LiveDetection:
             start = first_ts_s if first_ts_s is not None else (span[0] if span else None)
             if start is None:
                 return []
-            self.until_ts_s = start - 1e-6
+            self.until_ts_s = first_bound(store, start, self.window_s)
         if self.detector is None:
             self.detector = Detector(store, window_s=self.window_s)
             self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)
@@ -167,12 +182,24 @@ class LiveDetection:
             return []  # no complete window since the last call: nothing to judge, store or save
         self._refresh_inventory(store)
         out: list[Transition] = []
+        if self.early is None:
+            self.early = EarlyWatch(store, self.allocate_id)
+        self.early.store = store
+        warned: dict[str, Incident] = {}
         while self.until_ts_s + self.window_s <= newest_ts_s + 1e-9:
             t0, t1 = self.until_ts_s, self.until_ts_s + self.window_s
-            out.extend(self.tracker.feed(self.detector.process(t0, t1), t1))
+            symptoms = self.detector.process(t0, t1)
+            out.extend(self.tracker.feed(symptoms, t1))
+            for warning in self.early.process(t0, t1, symptoms):
+                if warning.incident_id not in warned and warning.opened_ts_s > t0 - 1e-9:
+                    out.append(Transition("opened", warning))
+                elif warning.resolved_ts_s is not None:
+                    out.append(Transition("resolved", warning))
+                warned[warning.incident_id] = warning
             self.until_ts_s = t1
             self.windows += 1
         changed = {t.incident.incident_id: t.incident for t in out}
+        changed.update(warned)
         for current in self.tracker.open_incidents():
             changed[current.incident_id] = current  # its last_ts_s moves on
         if changed:

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
+from aiops.columns import GPU_SAMPLES, exported
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -22,27 +23,6 @@ from aiops.sources.facility import render_facility_snapshot
 from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
-_GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
-    # (column, metric, help, scale to base units)
-    ("temp_c", "gpu_temperature_celsius", "GPU die temperature (nvmlDeviceGetTemperature)", 1.0),
-    ("mem_temp_c", "gpu_memory_temperature_celsius", "HBM temperature (NVML field 82)", 1.0),
-    ("power_w", "gpu_power_watts", "GPU power draw (nvmlDeviceGetPowerUsage)", 1.0),
-    ("power_limit_w", "gpu_power_limit_watts", "enforced power limit (nvmlDeviceGetEnforcedPowerLimit)", 1.0),
-    ("sm_clock_mhz", "gpu_sm_clock_hertz", "SM clock", 1e6),
-    ("max_sm_clock_mhz", "gpu_sm_clock_max_hertz", "maximum SM clock", 1e6),
-    ("util_pct", "gpu_utilization_ratio", "share of time a kernel ran (0-1)", 0.01),
-    ("slowdown_temp_c", "gpu_slowdown_temperature_celsius", "NVML slowdown threshold", 1.0),
-    ("pcie_link_width", "gpu_pcie_link_width_lanes", "current PCIe link width", 1.0),
-)
-_GPU_COUNTERS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
-    ("ecc_sbe_total", "gpu_ecc_errors_total", "ECC errors (volatile)", {"type": "corrected"}),
-    ("ecc_dbe_total", "gpu_ecc_errors_total", "ECC errors (volatile)", {"type": "uncorrected"}),
-    ("pcie_replay_total", "gpu_pcie_replays_total", "PCIe replay counter", {}),
-    ("nvlink_crc_total", "gpu_nvlink_errors_total", "NVLink errors", {"type": "crc"}),
-    ("nvlink_replay_total", "gpu_nvlink_errors_total", "NVLink errors", {"type": "replay"}),
-)
-
-
 IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiops_ib_<column>_total
     "symbol_error",
     "link_downed",
@@ -223,16 +203,32 @@ class MetricsCache(Collector):
             yield from self._host_metrics()
             yield from self._incident_metrics()
             yield from self._self_metrics()
-            yield from self.analyst.families(self.gpus)
+            yield from self.analyst.families()
 
     def _gpu_metrics(self) -> Iterable[Metric]:
         labels = ["gpu", "node"]
-        for column, name, help_text, scale in _GPU_GAUGES:
-            family = GaugeMetricFamily(PREFIX + name, help_text, labels=labels)
+        declared: dict[
+            str, GaugeMetricFamily | CounterMetricFamily
+        ] = {}  # every family declared in aiops/columns.py: stored * scale
+        for c in exported(GPU_SAMPLES):
+            assert c.family is not None
+            name, extra = c.family.name, dict(c.fixed)
+            if name not in declared:
+                # prometheus_client names a counter without its `_total` (it adds it to the sample)
+                if c.family.kind == "counter":
+                    made: GaugeMetricFamily | CounterMetricFamily = CounterMetricFamily(
+                        name.removesuffix("_total"), c.family.help, labels=[*labels, *extra]
+                    )
+                else:
+                    made = GaugeMetricFamily(name, c.family.help, labels=[*labels, *extra])
+                declared[name] = made
+            family = declared[name]
             for gpu, values in sorted(self.gpus.items()):
-                if values.get(column) is not None:
-                    family.add_metric([gpu, str(values["node"])], float(values[column]) * scale)
-            yield family
+                if values.get(c.name) is not None:
+                    family.add_metric(
+                        [gpu, str(values["node"]), *extra.values()], float(values[c.name]) * c.scale
+                    )
+        yield from declared.values()
         throttle = GaugeMetricFamily(
             PREFIX + "gpu_clocks_event_reason",
             "1 while NVML reports the clocks-event reason (nvmlClocksEventReason*)",
@@ -251,18 +247,6 @@ class MetricsCache(Collector):
                 lost.add_metric([gpu, str(values["node"]), str(values["nvml_error"])], 1.0)
         yield throttle
         yield lost
-        counters: dict[str, CounterMetricFamily] = {}
-        for column, name, help_text, extra in _GPU_COUNTERS:
-            counter = counters.setdefault(
-                name,
-                CounterMetricFamily(
-                    PREFIX + name.removesuffix("_total"), help_text, labels=[*labels, *extra]
-                ),
-            )
-            for gpu, values in sorted(self.gpus.items()):
-                if values.get(column) is not None:
-                    counter.add_metric([gpu, str(values["node"]), *extra.values()], float(values[column]))
-        yield from counters.values()
         xids = CounterMetricFamily(
             PREFIX + "gpu_xid_events", "XID events seen (NVML event sets, kernel log)", labels=["gpu", "xid"]
         )

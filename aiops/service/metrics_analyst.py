@@ -212,10 +212,9 @@ class AnalystExports:
         self.intended = [dict(i) for i in intended]
 
     # -- scraping -----------------------------------------------------------------------------------------------
-    def families(self, gpus: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
-        """`gpus`: MetricsCache's newest gpu_samples row per GPU."""
+    def families(self) -> Iterable[Metric]:
         yield from render.inventory(self)
-        yield from render.gpus(self, gpus)
+        yield from render.gpus(self)
         yield from render.jobs(self)
         yield from self.rank_timing.families()
         yield from render.network(self)

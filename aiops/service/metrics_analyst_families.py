@@ -5,8 +5,8 @@ the analyst input each feeds; tests/test_service_metrics_export.py checks names,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -16,24 +16,6 @@ if TYPE_CHECKING:
     from aiops.service.metrics_analyst import AnalystExports
 
 PREFIX = "aiops_"
-# GPU gauges the analyst reads besides metrics.py's _GPU_GAUGES: (column, metric, help, scale to base units)
-_GPU_LIMITS: tuple[tuple[str, str, str, float], ...] = (
-    (
-        "power_limit_max_w",
-        "gpu_power_limit_max_watts",
-        "highest settable power limit (NVML constraints)",
-        1.0,
-    ),
-    ("power_limit_min_w", "gpu_power_limit_min_watts", "lowest settable power limit (NVML constraints)", 1.0),
-    (
-        "power_limit_default_w",
-        "gpu_power_limit_default_watts",
-        "default power limit (nvmlDeviceGetPowerManagementDefaultLimit)",
-        1.0,
-    ),
-    ("pcie_link_max_width", "gpu_pcie_link_width_max_lanes", "maximum PCIe link width", 1.0),
-    ("pcie_link_gen", "gpu_pcie_link_generation", "current PCIe link generation", 1.0),
-)
 # Step times of training jobs run from ~0.1 s (small models) to minutes (a stalled collective); buckets wide
 # enough that histogram_quantile(0.5, ...) places a 2x slowdown in another bucket at every step time.
 STEP_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -89,14 +71,9 @@ def inventory(s: AnalystExports) -> Iterable[Metric]:
     yield ranks
 
 
-def gpus(s: AnalystExports, newest: Mapping[str, Mapping[str, Any]]) -> Iterable[Metric]:
+def gpus(s: AnalystExports) -> Iterable[Metric]:
+    """The per-sample counts (the GPUs' values: aiops/service/metrics.py, from aiops/columns.py)."""
     labels = ["gpu", "node"]
-    for column, name, help_text, scale in _GPU_LIMITS:
-        family = _gauge(name, help_text, labels)
-        for gpu, values in sorted(newest.items()):
-            if values.get(column) is not None:
-                family.add_metric([gpu, str(values["node"])], float(values[column]) * scale)
-        yield family
     samples = _counter(
         "gpu_samples_total", "NVML samples taken (the denominator of the per-sample counts)", labels
     )
@@ -279,7 +256,7 @@ def pages(s: AnalystExports) -> Iterable[Metric]:
     aiops_incident_pages == 0` (aiops/service/paging.py)."""
     family = _gauge(
         "incident_pages",
-        "1 if the incident pages, 0 if it must not page on its own (reason: held, covered, maintenance, silence)",
+        "1 if the incident pages, 0 if it must not page on its own (reason: held, covered, minor, maintenance, silence)",
         ["node", "incident_id", "reason", "covered_by", "window_id"],
     )
     for p in s.pages:

@@ -37,6 +37,8 @@ class FileOwner:
         *,
         lease_timeout_s: float = 60.0,
         memory_limit_mb: int = 256,
+        threads: int = 0,
+        allocator_flush_mb: int = 128,
         guardrails: GuardrailsConfig | None = None,
         scheduler: SchedulerConfig | None = None,
     ) -> None:
@@ -44,6 +46,8 @@ class FileOwner:
         self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
         self.scheduler = scheduler if scheduler is not None else SchedulerConfig()
         self.memory_limit_mb = memory_limit_mb
+        self.threads = threads  # 0: DuckDB's default (every core)
+        self.allocator_flush_mb = allocator_flush_mb
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
         self._lock = threading.RLock()
@@ -117,7 +121,11 @@ class FileOwner:
         with self._lock:
             if self._store is None:
                 self._store = Store(self.db_path, guardrails=self.guardrails, scheduler=self.scheduler)
-                self._store.conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
+                conn = self._store.conn
+                conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
+                conn.execute(f"SET allocator_flush_threshold = '{int(self.allocator_flush_mb)}MB'")
+                if self.threads:
+                    conn.execute(f"SET threads = {int(self.threads)}")
             self._depth.value += 1
             try:
                 yield self._store

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiops.models import Hypothesis, Incident
 from aiops.pipeline import stored_diagnoses
-from aiops.service.paging import Decision, Subject, decide
+from aiops.service.paging import DEFAULT_PAGE_FROM, Decision, Subject, decide
 from aiops.store import Store
 from aiops.store.conditions import condition_of, symptoms_condition
 from aiops.store.maintenance import active_windows, membership
@@ -53,12 +53,14 @@ class Pager:
         deliver: Deliver,
         *,
         hold_undiagnosed_s: float = DEFAULT_HOLD_UNDIAGNOSED_S,
+        page_from: str = DEFAULT_PAGE_FROM,
         open_s: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.deliver = deliver
         self.hold_undiagnosed_s = hold_undiagnosed_s
+        self.page_from = page_from
         self.open_s = open_s
         self.clock = clock
         self.states: list[PageState] = []  # what `review` decided last: the exports
@@ -74,9 +76,7 @@ class Pager:
         if kind == "resolved":
             return  # it never paged: nothing to take back
         subjects = self._own(store, now, extra=(incident, top))
-        decisions = decide(
-            subjects, active_windows(store, now), membership(store), now, self.hold_undiagnosed_s
-        )
+        decisions = self._decide(store, subjects, now)
         decision = decisions.get((self.name, incident.incident_id), Decision(True, "pages"))
         self._save(store, self.name, incident.incident_id, decision, now, paged=decision.pages)
         if decision.pages:
@@ -89,9 +89,7 @@ class Pager:
         now = self.clock()
         diagnoses = {d.incident.incident_id: d for d in stored_diagnoses(store, open_only=True)}
         subjects = [*self._own(store, now), *self._node_incidents(store, now, newest_ts_s)]
-        decisions = decide(
-            subjects, active_windows(store, now), membership(store), now, self.hold_undiagnosed_s
-        )
+        decisions = self._decide(store, subjects, now)
         states: list[PageState] = []
         for subject in subjects:
             decision = decisions.get(subject.key)
@@ -122,6 +120,10 @@ class Pager:
         return states
 
     # -- the pieces --------------------------------------------------------------------------------------------
+    def _decide(self, store: Store, subjects: list[Subject], now: float) -> dict[tuple[str, str], Decision]:
+        windows, members = active_windows(store, now), membership(store)
+        return decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
+
     def _page(self, store: Store, incident: Incident, top: Hypothesis | None) -> None:
         """The first page: the diagnosis when there is one (PagerDuty triggers with it), else the opening."""
         self.pages += 1

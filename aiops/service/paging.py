@@ -8,9 +8,13 @@ For each open incident of this tier, in order:
    or `silence`, with the window);
 2. without a diagnosis, it is **covered** by a diagnosed open incident of this tier about the same components
    (the job's slow steps under the throttling GPU's incident): no page, `covered_by` names that incident;
-3. without a diagnosis, it is **held** for `[notify] undiagnosed_hold_s` after this tier first saw it (a
+3. its impact is **minor**: its severity (aiops/detect/severity.py: from impact, not from its first symptom's
+   kind), raised to the worst of the incidents it covers, is below `[notify.severity] page_from` (default
+   `warning`: an `info` incident, a condition with no impact such as a warm GPU below its slowdown point or an
+   application's Xid, never pages; its sinks hear nothing of it and the console shows it);
+4. without a diagnosis, it is **held** for `[notify] undiagnosed_hold_s` after this tier first saw it (a
    diagnosis, its own or a covering one's, usually follows within a flush or two);
-4. otherwise it **pages**.
+5. otherwise it **pages**.
 
 On the fleet, each node agent's open incident (read from its exports, `node_incident_samples`) is **covered**
 by the fleet incident about its component (one of them under the other: `node3/gpu1` under `node3`; a job's
@@ -25,10 +29,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from aiops.config_notify import SEVERITIES
 from aiops.labels import node_of
 from aiops.store.maintenance import Membership, Window, matching
 
-REASONS = ("pages", "held", "covered", "maintenance", "silence")
+REASONS = ("pages", "held", "covered", "minor", "maintenance", "silence")
+DEFAULT_PAGE_FROM = "warning"
+_RANK: dict[str, int] = {name: n for n, name in enumerate(SEVERITIES)}
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,8 @@ class Decision:
             return f"covered by {self.covered_by}"
         if self.reason in ("maintenance", "silence"):
             return f"{self.reason} {self.window_id}"
+        if self.reason == "minor":
+            return "minor: below the paging severity"
         return "held: no diagnosis yet" if self.reason == "held" else "pages"
 
 
@@ -116,15 +125,39 @@ def _window(subject: Subject, windows: Sequence[Window], members: Membership) ->
     return matching(windows, parts or [subject.component], subject.labels(dict(members.rack_of)), members)
 
 
+def pages_at(severity: str, page_from: str) -> bool:
+    """`severity` is `page_from` or worse (an unknown word counts as warning, as aiops/detect/severity.py has it)."""
+    return _RANK.get(severity, 1) >= _RANK.get(page_from, 1)
+
+
+def _impact(subject: Subject, every: Sequence[Subject], members: Membership) -> str:
+    """The worst severity of `subject` and of the incidents it would cover (a warm GPU's incident that explains
+    a job's 30 % slowdown pages at the slowdown's severity)."""
+    found = subject.severity
+    covered = [
+        o
+        for o in every
+        if o.key != subject.key
+        and not o.stated
+        and not (o.own and o.diagnosed)
+        and about_the_same(o, subject, members)
+    ]
+    for other in covered:
+        if pages_at(other.severity, found):
+            found = other.severity
+    return found
+
+
 def decide(
     subjects: Iterable[Subject],
     windows: Sequence[Window],
     members: Membership,
     now_ts_s: float,
     hold_undiagnosed_s: float,
+    page_from: str = DEFAULT_PAGE_FROM,
 ) -> dict[tuple[str, str], Decision]:
     """(node, incident id) -> the decision, for every own incident and every node incident the fleet covers or
-    holds (others get none: their own tier decides)."""
+    holds (others get none: their own tier decides). `page_from`: the least severity that pages."""
     every = list(subjects)
     own = [s for s in every if s.own]
     diagnosed = [s for s in own if s.diagnosed]
@@ -134,8 +167,14 @@ def decide(
         if window is not None:
             out[subject.key] = Decision(False, window.kind, window_id=window.window_id)
             continue
-        if subject.own and (subject.diagnosed or subject.stated):
-            out[subject.key] = Decision(True, "pages")
+        if subject.own and subject.stated:
+            out[subject.key] = Decision(True, "pages")  # the service's own sight: pages whatever its severity
+            continue
+        # a diagnosed incident weighs what it covers too; one without a diagnosis covers nothing: its own impact
+        impact = _impact(subject, every, members) if subject.diagnosed else subject.severity
+        minor = subject.own and not pages_at(impact, page_from)
+        if subject.own and subject.diagnosed:
+            out[subject.key] = Decision(False, "minor") if minor else Decision(True, "pages")
             continue
         cover = next(
             (d for d in diagnosed if d.key != subject.key and about_the_same(subject, d, members)), None
@@ -146,6 +185,8 @@ def decide(
             out[subject.key] = Decision(False, "covered", covered_by=cover.incident_id)
         elif not subject.own:
             continue  # the node agent's own word stands
+        elif minor:
+            out[subject.key] = Decision(False, "minor")
         elif now_ts_s - subject.first_seen_ts_s < hold_undiagnosed_s:
             out[subject.key] = Decision(False, "held")
         else:

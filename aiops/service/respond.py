@@ -7,7 +7,9 @@ it resolves, its plan closes; and people hear about it: opened, diagnosed (again
 changes), resolved. An incident a maintenance window holds (`held`) is diagnosed and told as usual (the pager
 keeps it from paging), but no plan is filed for it while the window lasts: the people at work there decide,
 and nothing elsewhere (a peer's power cap for the job) is proposed because of it. Once the window ends, its
-next update files it. Each flush the service also follows the open plans (`aiops.plans.advance`: step
+next update files it. An incident with no impact (severity `info`, `observe_only`: a warm GPU below its slowdown
+point, an application's Xid) is diagnosed and shown, but nothing is filed for it until its impact grows (an
+update that raises its severity files its plan). Each flush the service also follows the open plans (`aiops.plans.advance`: step
 statuses, escalation to the next step after a failure).
 """
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 from aiops.detect.incidents import Transition
 from aiops.detect.recurrence import link_recurrence
+from aiops.detect.severity import observe_only
 from aiops.models import Diagnosis, Hypothesis, Incident
 from aiops.pipeline import file_remediation, save_hypotheses
 from aiops.plans import close_for_incident
@@ -79,13 +82,14 @@ class Responder:
                     store, incident, top.root_cause, top.component, self.recurrence_s, incident.last_ts_s
                 )
             window = self.held(store, incident) if self.held is not None else None
-            if window is None:
+            if window is None and not observe_only(incident.severity):
                 self.unfiled.discard(incident.incident_id)
                 _plan, filed = file_remediation(desk(), diagnosis, "service")
                 self.filed += len(filed)
-            elif incident.incident_id not in self.unfiled:
+            elif incident.incident_id not in self.unfiled:  # filed once its window ends or its impact grows
                 self.unfiled.add(incident.incident_id)
-                log.info("remediation held", extra={"incident_id": incident.incident_id, "window_id": window})
+                why = {"window_id": window} if window else {"severity": incident.severity}
+                log.info("remediation held", extra={"incident_id": incident.incident_id, **why})
             if new_top:
                 events.append(self._emit(store, "diagnosed", incident, top))
         return events

@@ -84,6 +84,10 @@ class Sources:
     blind: Callable[[], str | None] | None = None
     patience_s: float = 0.0
     export: Callable[[MetricsCache], None] | None = None
+    # whether the agent declares its inventory in its exports (`aiops_node_info`, GPUs, NICs, ranks): every node
+    # agent does; the fleet does not (a Prometheus scraping its re-export would read a second instance
+    # declaring each node)
+    declares_inventory: bool = True
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared

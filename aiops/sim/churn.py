@@ -49,7 +49,7 @@ LASTS_S = {
     "planned_cap": (1800.0, 7200.0),
 }
 APP_XIDS = (13, 31, 43)
-XID_KILLED = 45  # preemptive cleanup: the driver tore down a killed process's channels
+XID_KILLED = ops.XID_KILLED  # preemptive cleanup: the driver tore down a killed process's channels
 REBOOT_AFTER_S = 300.0
 
 

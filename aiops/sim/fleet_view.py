@@ -179,6 +179,7 @@ class FleetView:
                 "pcie_link_gen": counter(v.link_gen).cast(pa.int32()),
                 "ecc_sbe_total": counter(v.sbe),
                 "ecc_dbe_total": counter(v.dbe),
+                "retired_rows": counter(v.remapped_rows).cast(pa.int32()),
                 "pcie_replay_total": counter(v.pcie_replay),
                 "nvlink_crc_total": counter(v.nvlink_crc, self._pcie),
                 "nvlink_replay_total": counter(v.nvlink_replay, self._pcie),

@@ -259,6 +259,12 @@ class SimNvml(Operations):
             return view.dbe[handle.gpu]
         return view.sbe[handle.gpu]
 
+    def nvmlDeviceGetRemappedRows(self, device: SimHandle) -> tuple[int, int, int, int]:
+        """(correctable rows, uncorrectable rows, remapping pending, remapping failed): an H100 remaps rows
+        (it has no page retirement); a remap stays pending until the GPU is reset."""
+        rows = self._v(device).remapped_rows[device.gpu]
+        return (0, rows, int(rows > 0), 0)
+
     def nvmlDeviceGetPcieReplayCounter(self, handle: SimHandle) -> int:
         return self._v(handle).pcie_replay[handle.gpu]
 

@@ -5,7 +5,8 @@ driver's would.
 
 - drain: the node takes no new work; the job on it is requeued onto an idle node that is not drained (a
   scheduler's requeue: it restarts from its checkpoint there), or, with none free, stopped in place and held
-  until the node resumes (its GPUs idle). Resume lifts the drain and relaunches a held job.
+  until the node resumes (its GPUs idle); either way its ranks there are killed, and the driver reports Xid 45
+  (preemptive cleanup) on that node's GPUs. Resume lifts the drain and relaunches a held job.
 - restart_job: the job's ranks relaunch from the last checkpoint (the step in flight is lost, `restart_s`
   without progress); `exclude` a component of one of its nodes: that node's ranks requeue onto an idle node.
 - reboot: every GPU of the node comes back as after a GPU reset, and the job on it restarts.
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from aiops.sim.world import World
 
 FAN_AUTO = -1.0
+XID_KILLED = 45  # preemptive cleanup: the driver tore down a killed process's channels
 
 
 def _node(world: World, name: str) -> int:
@@ -77,6 +79,8 @@ def drain(world: World, node_name: str) -> dict[str, str | None]:
     job = world.layout.job_on(node)
     if job is None or world.held_job[node] >= 0:
         return {"requeued_to": None, "held": None}
+    # the scheduler kills the job's ranks there (a requeue): the driver cleans up their channels (Xid 45)
+    world.emit_xids(world.layout.node_gpus(node), XID_KILLED)
     target = _idle_node(world, node)
     if target is None:
         _hold(world, node, job.index)

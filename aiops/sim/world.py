@@ -16,7 +16,7 @@ import numpy as np
 
 from aiops.datapath.policy import Policy
 from aiops.scenarios import Scenario
-from aiops.sim import churn, fabric, faults, gpu, rdma, repair
+from aiops.sim import churn, fabric, faults, gpu, precursors, rdma, repair
 from aiops.sim import network as net
 from aiops.sim.fabric import Classes, FabricOut
 from aiops.sim.gpu import MIN_LIMIT_W, TDP_W
@@ -42,6 +42,7 @@ class GpuView:
     mem_util_pct: list[int]
     sbe: list[int]
     dbe: list[int]
+    remapped_rows: list[int]  # uncorrectable: nvmlDeviceGetRemappedRows
     pcie_replay: list[int]
     link_width: list[int]
     link_gen: list[int]
@@ -78,6 +79,7 @@ class World:
         self.reasons: I64 = np.zeros(g, dtype=np.int64)
         self.ecc_sbe: I64 = np.zeros(g, dtype=np.int64)
         self.ecc_dbe: I64 = np.zeros(g, dtype=np.int64)
+        self.remapped_rows: I64 = np.zeros(g, dtype=np.int64)  # HBM rows remapped for uncorrectable errors
         self.pcie_replay: I64 = self.rng.integers(0, 3, g).astype(np.int64)
         self.nvlink_crc: I64 = np.zeros(g, dtype=np.int64)
         self.nvlink_replay: I64 = np.zeros(g, dtype=np.int64)
@@ -159,6 +161,7 @@ class World:
         self.hca = rdma.Hca.of(lay, scenario.seed)  # the NICs' RDMA counters, and the ranks' NCCL log lines
         self.faults = [faults.bind(lay, f, i, scenario.seed) for i, f in enumerate(scenario.faults)]
         self.churn = churn.Churn.of(self)
+        self.precursors = precursors.Precursors.of(self)  # degradations before hard faults (`precursors:`)
         self._nvml: dict[int, SimNvml] = {}
         busy_w = np.where(lay.in_job, gpu.BUSY_POWER_W, gpu.IDLE_POWER_W)
         self.temp_c: F64 = self.supply_c[lay.gpu_rack] + gpu.PLATE_RISE_C + busy_w * self.r_th + self.offset_c
@@ -267,6 +270,8 @@ class World:
         mods = faults.apply(self)
         if self.churn is not None:
             self.churn.apply(self)
+        if self.precursors is not None:
+            self.precursors.apply(self, mods, dt_s)
         self._standing()
         gpu.facility(self, mods, dt_s)
         gpu.gpus(self, mods, dt_s)
@@ -300,6 +305,7 @@ class World:
             mem_util_pct=(util * 0.6).astype(np.int64).tolist(),
             sbe=self.ecc_sbe.tolist(),
             dbe=self.ecc_dbe.tolist(),
+            remapped_rows=self.remapped_rows.tolist(),
             pcie_replay=self.pcie_replay.tolist(),
             link_width=self.link_width.tolist(),
             link_gen=self.link_gen.tolist(),

@@ -219,9 +219,10 @@ def fetch_facility(
     end_s: float,
     step_s: float,
     config: FacilityConfig | None = None,
+    phase_s: float = 0.0,
 ) -> FacilityReport:
     """Read every configured facility series over [start_s, end_s] at `step_s` (the grid aligned to multiples
-    of the step, as `fetch_into` does) and write one rack_samples row per rack and step: each column the
+    of the step plus `phase_s`, as the node agents' are read: aiops/fleet/phase.py) and write one rack_samples row per rack and step: each column the
     `aggregate` of the rack's series times `scale`; a series whose rack is unknown is reported, not guessed.
     Rows whose (ts_s, rack) the store holds already are left out, so fetching interval after interval, or
     the same interval twice, writes each row once."""
@@ -231,7 +232,8 @@ def fetch_facility(
     if not (math.isfinite(step_s) and step_s > 0):
         raise SourceError(client.url, None, f"step must be a positive number of seconds, got {step_s!r}")
     step = max(step_s, (end_s - start_s) / (MAX_POINTS * 1000))
-    start = math.floor(start_s / step) * step
+    phase_s = phase_s % step
+    start = math.floor((start_s - phase_s) / step) * step + phase_s
     report = FacilityReport(client.url, start, end_s, step)
     cells: dict[tuple[float, str], dict[str, float]] = defaultdict(dict)
     unmapped: set[str] = set()

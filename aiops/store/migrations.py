@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from aiops.columns import schema_additions
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -815,6 +817,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(25, "paging", _sql(M025_PAGING)),
     Migration(26, "plans", _sql(M026_PLANS)),
     Migration(27, "peer_executions", _sql(M027_PEER_EXECUTIONS)),
+    # from here, a telemetry column is added by its declaration (aiops/columns.py names the migration)
+    Migration(36, "gpu_retired_rows", _sql(schema_additions(36))),
 )
 
 # Tables with a `ts_s` column that retention by age applies to.

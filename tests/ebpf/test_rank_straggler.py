@@ -32,6 +32,7 @@ import pytest
 
 from aiops.config import parse_config, this_host_name
 from aiops.detect.stragglers import RANK_WINDOW_SQL
+from aiops.profile.probes import bcc_attach_uprobe
 from aiops.profile.rank_phases import RankWindow, late_ranks
 from aiops.service.service import Service
 from aiops.store import Store
@@ -88,7 +89,13 @@ def rendezvous(pids: tuple[int, int]) -> Iterator[dict[str, int]]:
     bpf = bcc.BPF(text=RENDEZVOUS_BPF.encode())
     for i, pid in enumerate(pids):
         bpf[b"members"][ctypes.c_int(i)] = ctypes.c_uint(pid)
-    bpf.attach_uprobe(name=libnccl_of(pids[0]).encode(), sym=b"ncclAllReduce", fn_name=b"arrive")
+    # attached as the product attaches (aiops.profile.probes.bcc_attach_uprobe: ref_ctr_offset 0): bcc's own
+    # attach_uprobe passes an unset ref_ctr_offset, and the kernel refuses the product's probe beside it
+    path, offset = bcc.BPF._check_path_symbol(libnccl_of(pids[0]).encode(), b"ncclAllReduce", None, -1)
+    event = bpf._get_uprobe_evname(b"p", path, offset, -1)
+    fd = bcc_attach_uprobe()(bpf.load_func(b"arrive", bpf.KPROBE).fd, 0, event, path, offset, -1, 0)
+    assert fd >= 0, f"the rendezvous uprobe: {os.strerror(ctypes.get_errno())}"
+    bpf._add_uprobe_fd(event, fd)
     arrivals, stopped = bpf[b"arrivals"], bpf[b"stopped"]
     done = threading.Event()
     counts = {"continues": 0}

@@ -6,27 +6,16 @@ entities (keys) a table has only while the fault lasts (allowed too where its `<
 
 from __future__ import annotations
 
-from aiops.labels import FAULT_KINDS
+from aiops.columns import ANY, GPU_SAMPLES, HEAT, leak_allowances
 
 TWIN_TABLES = frozenset(
     {"sim_runs", "twin_log"}
 )  # the twin's own: the scenario it ran (faults included), its log
-ANY = frozenset(FAULT_KINDS)  # a measurement that follows the work, heat and traffic of the cluster
-CAPS = frozenset({"power_cap_misconfig", "facility_power_cap", "power_brake", "thermal_throttle"})
-HEAT = frozenset({"thermal_throttle", "rack_cooling_failure", "ambient_drift"})
 FLAP = frozenset({"nic_link_flap"})
 ECN = frozenset({"ecn_misconfig"})
-IDLE = frozenset(  # the job stops or starves: its GPUs idle
-    {"gpu_ecc_error", "application_error", "input_pipeline_bottleneck"}
-)
 XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
 
 _MEASURED: dict[tuple[str, str], str] = {
-    ("gpu_samples", "temp_c"): "nvmlDeviceGetTemperature (follows the GPU's power and its coolant)",
-    ("gpu_samples", "mem_temp_c"): "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
-    ("gpu_samples", "power_w"): "nvmlDeviceGetPowerUsage (follows the work the GPU does)",
-    ("gpu_samples", "util_pct"): "nvmlDeviceGetUtilizationRates (a GPU that waits is idle)",
-    ("gpu_samples", "mem_util_pct"): "nvmlDeviceGetUtilizationRates",
     ("rack_samples", "power_kw"): "the rack PDU's power meter",
     ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
     ("nic_samples", "tx_bytes"): "the eBPF lane counters (bytes a lane sent)",
@@ -75,35 +64,7 @@ _MEASURED: dict[tuple[str, str], str] = {
 
 OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **{key: (ANY, source) for key, source in _MEASURED.items()},
-    ("gpu_samples", "sm_clock_mhz"): (
-        CAPS | HEAT,
-        "nvmlDeviceGetClockInfo(NVML_CLOCK_SM): lower under a cap or heat",
-    ),
-    ("gpu_samples", "clocks_event_reasons"): (
-        CAPS | HEAT | IDLE,
-        "nvmlDeviceGetCurrentClocksEventReasons: SwPowerCap / HW slowdown bits while the cap or brake holds, the "
-        "thermal bits while the GPU is hot, GpuIdle while its job waits",
-    ),
-    ("gpu_samples", "power_limit_w"): (
-        frozenset({"power_cap_misconfig", "facility_power_cap"}),
-        "nvmlDeviceGetEnforcedPowerLimit: the limit a misconfiguration or the facility's cap set",
-    ),
-    ("gpu_samples", "nvml_error"): (
-        frozenset({"gpu_fell_off_bus"}),
-        "NVML answers NVML_ERROR_GPU_IS_LOST for a GPU off the bus until it is reset, and NVML_ERROR_TIMEOUT for the "
-        "node's other GPUs while the driver handles the loss (Xid 79, NVIDIA Xid catalogue)",
-    ),
-    ("gpu_samples", "nvlink_crc_total"): (
-        frozenset({"nvlink_degraded"}),
-        "nvmlDeviceGetNvLinkErrorCounter (CRC)",
-    ),
-    ("gpu_samples", "nvlink_replay_total"): (
-        frozenset({"nvlink_degraded"}),
-        "nvmlDeviceGetNvLinkErrorCounter (replay)",
-    ),
-    ("gpu_samples", "pcie_link_gen"): (frozenset({"pcie_degraded"}), "nvmlDeviceGetCurrPcieLinkGeneration"),
-    ("gpu_samples", "pcie_link_width"): (frozenset({"pcie_degraded"}), "nvmlDeviceGetCurrPcieLinkWidth"),
-    ("gpu_samples", "pcie_replay_total"): (frozenset({"pcie_degraded"}), "nvmlDeviceGetPcieReplayCounter"),
+    **leak_allowances(GPU_SAMPLES),  # gpu_samples: declared with its columns (aiops/columns.py)
     ("gpu_events", "<rows>"): (XIDS, "NVML's event set (nvmlEventSetWait: Xid 13/31/43, 48/63/94, 74, 79)"),
     ("collector_errors", "<rows>"): (
         frozenset({"gpu_fell_off_bus"}),

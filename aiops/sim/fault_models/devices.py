@@ -18,7 +18,9 @@ APP_XIDS = (13, 31, 43)  # graphics engine exception, MMU fault, GPU stopped pro
 
 def _ecc_start(w: World, f: ActiveFault) -> None:
     s = f.severity
-    w.ecc_dbe[f.gpus] += 1 + int(s > 0.6)
+    errors = 1 + int(s > 0.6)
+    w.ecc_dbe[f.gpus] += errors
+    w.remapped_rows[f.gpus] += errors  # each uncorrectable error's row is remapped (Xid 63 below)
     w.ecc_sbe[f.gpus] += w.rng.integers(5, 40)
     w.emit_xids(f.gpus, 48)  # DBE
     w.emit_xids(f.gpus, 63)  # row remapper: the row is marked for remapping, reset the GPU to activate it

@@ -1,0 +1,46 @@
+"""A job that ended is not a stalled job (issue 35 item 5): a fleet's jobs are killed, requeued and crash on their
+users' bugs all day, and each time their steps stop. What tells an ended job from a hung one in the telemetry:
+its processes are gone. The driver reports Xid 45 (preemptive cleanup: it tore down a killed process's
+channels) or the program's own error (Xid 13, 31, 43, 68: the exception that ended it), and the job's GPUs go
+idle (no process on them; a hung job's live ranks spin in NCCL kernels, busy). So a job counts as *ended* while
+an application Xid on one of its GPUs came after its last step and at least half of its GPUs are idle: no
+`job_stalled` for it, and its idle GPUs are not `gpu_idle_in_job` (aiops/detect/rules.py). It counts again from
+its next step (requeued, resumed from its checkpoint). The Xids themselves are still symptoms: the incident
+opens, is diagnosed (`application_error`) and shown, at severity `info` (aiops/detect/severity.py): it pages
+nothing and proposes nothing.
+
+Where the scheduler's own word is at hand (the job's state) it would be better still; the store has none yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The program's errors and the driver's cleanup of a killed process: not the hardware's.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
+IDLE_SHARE = 0.5  # of a job's GPUs idle: its processes are gone
+
+
+@dataclass
+class JobEnds:
+    end_ts_s: dict[str, float] = field(default_factory=dict)  # job -> its newest application Xid
+    idle: set[str] = field(default_factory=set)  # the GPUs idle in the window being judged
+
+    def saw_xids(self, rows: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
+        for r in rows:
+            job = job_of_gpu.get(str(r["gpu"]))
+            if job is not None and r["xid"] in APPLICATION_XIDS:
+                self.end_ts_s[job] = max(self.end_ts_s.get(job, 0.0), float(r["ts_s"]))
+
+    def killed(self, job: str | None, last_step_ts_s: float | None) -> bool:
+        """An application Xid on the job's GPUs since its last step."""
+        ts = self.end_ts_s.get(job) if job is not None else None
+        return ts is not None and (last_step_ts_s is None or ts >= last_step_ts_s)
+
+    def ended(self, job: str, gpus: Iterable[str], last_step_ts_s: float | None) -> bool:
+        """Killed, and its GPUs idle: the job is not running, not stalled."""
+        mine = list(gpus)
+        idle = sum(1 for g in mine if g in self.idle)
+        return self.killed(job, last_step_ts_s) and bool(mine) and idle >= IDLE_SHARE * len(mine)

@@ -1,0 +1,185 @@
+"""One view across fleet shards (docs/FLEET.md, "One view across shards"): every shard's `aiops fleet` keeps its
+own workspace, incidents, plans and pages; this reads each shard's own JSON API (`GET /api/incidents`,
+`GET /api/proposals`, with the shards' bearer token) and shows them once, whichever shard found them. No store of
+its own: the view is the shards' answers of the moment, merged.
+
+The rule for one condition two shards both see (a facility cap over the site, fleet-wide drift): incidents of
+*different* shards whose top hypothesis names the same cause on the same component, and whose times overlap
+(each opened before the other was resolved), are one incident in the view. It keeps the id of the one opened
+first (ties: the shard listed first), so the id people see does not change when a later shard joins, and lists
+every shard's own id under `seen_by`; its page is the first shard's decision, the others' are `duplicate_pages`
+(each shard still pages what it opened: docs/FLEET.md says how Alertmanager groups them into one notification).
+Incidents of one shard are never merged here: that shard's grouping stands. A shard that does not answer is
+named in `shards` with its error, and the view still shows the others.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiops import outbound
+from aiops.errors import OutboundError
+
+MAX_ANSWER_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class ShardAnswer:
+    """What one shard's API said (or why it said nothing)."""
+
+    shard: str
+    url: str
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+def ask_shard(shard: str, url: str, token: str | None, timeout_s: float) -> ShardAnswer:
+    """One shard's incidents and proposals from its /api."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = url.rstrip("/")
+    try:
+        incidents = outbound.get(
+            f"{base}/api/incidents", headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES
+        ).raise_for_status()
+        proposals = outbound.get(
+            f"{base}/api/proposals", headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES
+        ).raise_for_status()
+        found, filed = incidents.json(), proposals.json()
+    except OutboundError as exc:
+        return ShardAnswer(shard, base, error=str(exc))
+    if not isinstance(found, dict) or not isinstance(filed, dict):
+        return ShardAnswer(shard, base, error="the answer is not a JSON object")
+    return ShardAnswer(
+        shard,
+        base,
+        [i for i in found.get("incidents") or [] if isinstance(i, dict)],
+        [p for p in filed.get("proposals") or [] if isinstance(p, dict)],
+    )
+
+
+def _cause(incident: Mapping[str, Any]) -> tuple[str, str] | None:
+    top = incident.get("top_hypothesis")
+    if not isinstance(top, dict) or not top.get("root_cause") or not top.get("component"):
+        return None
+    return str(top["root_cause"]), str(top["component"])
+
+
+def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    def span(incident: Mapping[str, Any]) -> tuple[float, float]:
+        resolved = incident.get("resolved_ts_s")
+        return float(incident.get("opened_ts_s") or 0.0), float("inf") if resolved is None else float(
+            resolved
+        )
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 <= b1 and b0 <= a1
+
+
+def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
+    """The shards' incidents and proposals once (module doc), newest first."""
+    order = {answer.shard: k for k, answer in enumerate(answers)}
+    seen: list[tuple[str, dict[str, Any]]] = sorted(
+        ((a.shard, i) for a in answers for i in a.incidents),
+        key=lambda pair: (float(pair[1].get("opened_ts_s") or 0.0), order[pair[0]]),
+    )
+    merged: list[dict[str, Any]] = []
+    ids: dict[tuple[str, str], str] = {}  # (shard, its incident id) -> the view's id
+    for shard, incident in seen:
+        cause = _cause(incident)
+        same = next(
+            (
+                m
+                for m in merged
+                if cause is not None
+                and _cause(m) == cause
+                and shard not in {s["shard"] for s in m["seen_by"]}
+                and _overlap(m, incident)
+            ),
+            None,
+        )
+        own = {
+            "shard": shard,
+            "incident_id": incident.get("incident_id"),
+            "opened_ts_s": incident.get("opened_ts_s"),
+        }
+        if same is None:
+            merged.append({**incident, "shard": shard, "seen_by": [own], "duplicate_pages": []})
+            ids[(shard, str(incident.get("incident_id")))] = str(incident.get("incident_id"))
+            continue
+        same["seen_by"].append(own)
+        ids[(shard, str(incident.get("incident_id")))] = str(same.get("incident_id"))
+        if incident.get("status") == "open":
+            same["status"], same["resolved_ts_s"] = "open", None
+        elif same.get("resolved_ts_s") is not None:
+            same["resolved_ts_s"] = max(
+                float(same["resolved_ts_s"]), float(incident.get("resolved_ts_s") or 0.0)
+            )
+        if incident.get("paging"):
+            same["duplicate_pages"].append({"shard": shard, **dict(incident["paging"])})
+    proposals = []
+    for answer in answers:
+        for proposal in answer.proposals:
+            incident_id = proposal.get("incident_id")
+            view_id = ids.get((answer.shard, str(incident_id))) if incident_id else None
+            if incident_id and view_id != incident_id:
+                continue  # a plan for a condition another shard found first: that shard's plan stands
+            proposals.append({**proposal, "shard": answer.shard})
+    return {
+        "shards": [
+            {
+                "shard": a.shard,
+                "url": a.url,
+                "ok": not a.error,
+                "error": a.error,
+                "incidents": len(a.incidents),
+            }
+            for a in answers
+        ],
+        "incidents": sorted(merged, key=lambda m: float(m.get("opened_ts_s") or 0.0), reverse=True),
+        "proposals": proposals,
+    }
+
+
+def render_html(view: Mapping[str, Any]) -> str:
+    """The view as one page for people: shards, incidents (with the shards that saw each), proposals. Every
+    value from a shard is escaped: telemetry reaches it."""
+
+    def cell(value: Any) -> str:
+        return f"<td>{html.escape('' if value is None else str(value))}</td>"
+
+    rows = [
+        "<tr>"
+        + cell(i.get("incident_id"))
+        + cell(i.get("status"))
+        + cell(i.get("severity"))
+        + cell((i.get("top_hypothesis") or {}).get("root_cause"))
+        + cell((i.get("top_hypothesis") or {}).get("component"))
+        + cell(", ".join(f"{s['shard']}: {s['incident_id']}" for s in i["seen_by"]))
+        + cell("yes" if (i.get("paging") or {}).get("pages") else "no")
+        + "</tr>"
+        for i in view["incidents"]
+    ]
+    shards = [
+        "<li>"
+        + html.escape(f"{s['shard']} ({s['url']}): " + (s["error"] or f"{s['incidents']} incidents"))
+        + "</li>"
+        for s in view["shards"]
+    ]
+    plans = [
+        "<tr>"
+        + "".join(cell(p.get(k)) for k in ("proposal_id", "shard", "incident_id", "kind", "target", "status"))
+        + "</tr>"
+        for p in view["proposals"]
+    ]
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>aiops fleet: every shard</title></head><body>"
+        "<h1>Every shard</h1><ul>" + "".join(shards) + "</ul>"
+        "<h2>Incidents</h2><table><tr><th>id</th><th>status</th><th>severity</th><th>cause</th><th>component</th>"
+        "<th>seen by</th><th>pages</th></tr>" + "".join(rows) + "</table>"
+        "<h2>Proposals</h2><table><tr><th>id</th><th>shard</th><th>incident</th><th>kind</th><th>target</th>"
+        "<th>status</th></tr>" + "".join(plans) + "</table></body></html>"
+    )

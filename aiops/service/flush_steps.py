@@ -1,0 +1,193 @@
+"""The flush's steps, by name: each runs inside `Service.flush` with the workspace open (the store is the one
+transaction's connection) and is guarded there (`Service._guarded`: a step that fails is logged under its name
+and counted in `aiops_loop_errors_total`; the data is stored and the loop goes on). In the flush's order:
+
+| step (the log's word) | function | when |
+| --- | --- | --- |
+| jobs | `refresh_jobs` | the workload collector collected |
+| detection | `detect_and_respond` (and `execute_approved`) | each flush with telemetry |
+| paging | `review_pages` | a window was judged, or `review_every_s` passed |
+| closed loop | `judge_closed_loop` | as paging |
+| plans | `advance_plans` | each flush with telemetry (attaches the world only with an open plan) |
+| alerts | `investigate_alerts` | each flush with telemetry |
+| conditions | `conditions` | each flush |
+| dispatch | `DispatchInbox.judge` (dispatch_in.py) | a fleet's dispatch waits |
+| dispatcher | the fleet's dispatcher (aiops/fleet/dispatch.py): its POSTs to node agents run with the workspace
+  open (still to do: outside it) | on the fleet |
+| retention | `retention` | hourly |
+| report | `report` | a scheduled report is due |
+| (export) | `export_store` | as paging, and at the first flush: unguarded |
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiops.plans import advance
+from aiops.runtime.world import TICKETS_ONLY, attach, desk
+from aiops.service.closed_loop import close_loop
+from aiops.service.conditions import ConditionReport
+from aiops.store import Store
+from aiops.store.workloads import refresh_jobs as refresh_job_ranks
+
+if TYPE_CHECKING:
+    from aiops.service.service import Service
+
+log = logging.getLogger("aiops.service")
+RETENTION_EVERY_S = 3600.0
+
+
+def refresh_jobs(svc: Service, store: Store) -> None:
+    """This node's job_ranks and jobs from the newest collect of who runs on its GPUs, and the export labels
+    that follow them (aiops/store/workloads.py)."""
+    assert svc.workloads_ts_s is not None and svc.workloads_node is not None
+    refresh_job_ranks(store, svc.workloads_node, svc.workloads_ts_s)
+    svc.workloads_ts_s = None
+    svc.metrics.inventory(
+        store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
+        store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
+    )
+
+
+def detect_and_respond(svc: Service, store: Store) -> None:
+    assert svc.sources is not None and svc.newest_ts_s is not None
+    transitions = svc.live.advance(store, svc.newest_ts_s, svc.first_ts_s)
+    twin = svc.sources.twin
+    held: list[Any] = []
+
+    def attached() -> Any:  # the world, attached only when something is filed or executed
+        if not held:
+            held.append(attach(store, twin=twin, node=svc.config.node.name, ticket=svc.ticket))
+        return held[0]
+
+    svc.responder.handle(store, transitions, lambda: desk(store, attached()))
+    if store.scalar("SELECT count(*) FROM proposals WHERE status = 'approved'"):
+        execute_approved(svc, store, attached())
+    svc.breaker.observe(store, lambda: desk(store, attached()), time.time())  # every 15 s: attaches then
+    if svc.slack is not None:
+        svc.slack.run_requested(store, attached())
+
+
+def conditions(svc: Service, store: Store) -> None:
+    """What the source and the watched collectors say of their sight, as condition incidents."""
+    assert svc.sources is not None
+    report = svc.sources.conditions() if svc.sources.conditions else ConditionReport()
+    now_ts_s = svc.sources.clock()
+    report.add(svc.watch.report(now_ts_s))
+    svc.conditions.apply(store, report, now_ts_s)
+
+
+def review_pages(svc: Service, store: Store) -> None:
+    """Holds that ran out, windows that ended, node incidents the fleet covers: paged or exported."""
+    svc.page_states = svc.pager.review(store, svc.newest_ts_s)  # exported with the incidents
+
+
+def judge_closed_loop(svc: Service, store: Store) -> None:
+    """Supersede what a node ran, judge what ran, export what this workspace set (closed_loop.py)."""
+    assert svc.newest_ts_s is not None
+    done = close_loop(store, svc.newest_ts_s, svc.metrics.set_intended)
+    if done["superseded"] or done["outcomes"]:
+        log.info("closed loop", extra=done)
+
+
+def advance_plans(svc: Service, store: Store) -> None:
+    """The open plans' step statuses from their proposals and the outcomes just judged; after a failed step
+    the next one is proposed (aiops/plans/lifecycle.py)."""
+    assert svc.sources is not None
+    if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
+        return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
+    attached = attach(store, twin=svc.sources.twin, node=svc.config.node.name, ticket=svc.ticket)
+    changed = advance(desk(store, attached))
+    if changed:
+        log.info("plans", extra={"changed": changed[:20]})
+
+
+def investigate_alerts(svc: Service, store: Store) -> None:
+    assert svc.newest_ts_s is not None
+    done = svc.alerts.run(store, svc.newest_ts_s, svc.to_store_ts_s)
+    if done:
+        log.info(
+            "alerts",
+            extra={
+                "handled": len(done),
+                "investigated": svc.alerts.investigated,
+                "resolved": svc.alerts.resolved,
+                "shed": svc.alerts.shed,
+                "waiting": len(svc.alerts.waiting),
+            },
+        )
+
+
+def execute_approved(svc: Service, store: Store, attached: Any) -> None:
+    """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is."""
+    if attached.actuator is None:
+        return
+    guard = desk(store, attached)
+    for record in guard.records.proposals("approved"):
+        if attached.kind == TICKETS_ONLY and record.action.kind != "open_ticket":
+            continue  # the fleet files tickets itself; every other action is dispatched to where it acts
+        outcome = guard.execute(record.proposal_id)
+        log.info(
+            "executed",
+            extra={
+                "proposal_id": record.proposal_id,
+                "status": outcome.status,
+                "why": outcome.message[:200],
+            },
+        )
+
+
+def report(svc: Service, store: Store) -> None:
+    """A scheduled report when one is due (or was missed while the service was down), of the period up to
+    the telemetry's clock (the twin's, in a simulation)."""
+    assert svc.sources is not None
+    svc.reports.maybe_run(store, svc.sources.clock())
+
+
+def retention(svc: Service, store: Store) -> None:
+    if svc.clock() - svc.last_retention < RETENTION_EVERY_S:
+        return
+    svc.last_retention = svc.clock()
+    now = svc.sources.clock() if svc.sources else time.time()
+    deleted = store.apply_retention(svc.config.store.retention_days * 86_400.0, now)
+    log.info("retention", extra={"deleted": sum(deleted.values())})
+
+
+def export_store(svc: Service, store: Store) -> None:
+    open_rows = store.query(
+        "SELECT i.incident_id, i.severity, h.root_cause, coalesce(h.component, i.components[1]) AS component, "
+        "i.opened_ts_s, h.confidence, i.symptoms "
+        "FROM incidents i LEFT JOIN hypotheses h "
+        "ON h.incident_id = i.incident_id AND h.rank = 1 WHERE i.resolved_ts_s IS NULL ORDER BY i.incident_id"
+    )
+    svc.metrics.set_incidents(open_rows, svc.page_states)
+    if svc.sources is not None and svc.sources.export is not None:
+        svc.sources.export(svc.metrics)
+    path = Path(svc.config.store.path)
+    size = sum(p.stat().st_size for p in (path, Path(str(path) + ".wal")) if p.exists())
+    svc.metrics.gauge("store_size_bytes", "size of the workspace's DuckDB file and WAL", size)
+    svc.metrics.gauge("detection_windows", "windows live detection has judged since start", svc.live.windows)
+    svc.metrics.gauge("leases", "times the service lent its file to another process", svc.owner.leases)
+    if svc.alert_token:
+        svc.metrics.total(
+            "alerts_received_total", "alerts Alertmanager's webhook brought", svc.alert_inbox.accepted
+        )
+        svc.metrics.total("alert_investigations_total", "firing alerts investigated", svc.alerts.investigated)
+        svc.metrics.total(
+            "alerts_shed_total",
+            "firing alerts dropped uninvestigated: the queue was full",
+            svc.alerts.shed,
+        )
+        svc.metrics.gauge("alerts_waiting", "alerts queued for investigation", len(svc.alerts.waiting))
+    if svc.profiles.enabled:
+        svc.metrics.total("profiles_total", "profiling runs the incident trigger stored", svc.profiles.runs)
+    if svc.outbox.enabled:
+        svc.metrics.total(
+            "notifications_queued_total", "notifications queued (each webhook counts)", svc.outbox.queued
+        )
+        svc.metrics.total(
+            "notifications_delivered_total", "notifications a webhook accepted", svc.outbox.delivered
+        )

@@ -1,0 +1,194 @@
+"""Two real shards and one view across them (issue 40 item 4; docs/FLEET.md "One view across shards"): a twin run
+of two racks (one node each) whose site the DCIM caps, replayed as the node agents would have exported it, every
+series with the `shard` target label of its rack (`a`: rack0, `b`: rack1), bulk-imported into a real Prometheus.
+The run is placed so that its cap falls a few seconds after the shards start (samples after now are served once
+now passes them, as scrapes would be), and the DCIM document both shards read (`[facility] dcim`) already asks
+for the cap, as a DCIM does before the limits come down. Two `aiops fleet` processes read it, one per shard
+(`[fleet] selector` and `shard`); each names the site's cap in its own workspace with its own id
+(`INC-fleet-a-…`, `INC-fleet-b-…`). `aiops fleet-view` then asks both shards' /api and shows it once, with one
+id (the shard that opened it first), and nothing else twice."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from aiops.control.dcim_source import dcim_document
+from aiops.fleet.backfill import backfill, serving
+from aiops.fleet.history import replay, write
+from aiops.runtime.analysis import simulate_into
+from aiops.scenarios import load_scenario
+from aiops.sources.facility import facility_rows, render_facility_history
+from aiops.store import Store
+from tests.agent_cluster import stop
+from tests.service_helpers import (
+    aiops_cmd,
+    get,
+    get_json,
+    listening_ports,
+    require_binary,
+    service_env,
+    wait_for,
+)
+
+STEP_S = 5.0  # the scrape interval and the shards' step
+CAP_AT_S = 200.0  # in the run
+LEAD_S = (
+    15.0  # wall seconds from the history's writing to the cap: the shards start and read the normal state
+)
+SCENARIO = f"""\
+name: shards-site-cap
+seed: 3
+duration_s: 300
+cluster: {{racks: 2, nodes_per_rack: 1, gpus_per_node: 2, nics_per_node: 1}}
+faults:
+  - {{kind: facility_power_cap, target: fleet, start_s: {CAP_AT_S:g}, severity: 0.8}}
+"""
+SHARD_OF_NODE = {"node0": "a", "node1": "b"}  # whole racks: rack0 holds node0, rack1 node1
+SAMPLE = re.compile(r"^(\w+)\{(.*)\} (\S+) (\S+)$")
+NODE = re.compile(r'="(node\d+)[/"]')
+RACK = re.compile(r'rack="(rack\d+)"')
+SHARD_OF_RACK = {"rack0": "a", "rack1": "b"}
+
+
+def sharded_history(out: Path, cap_ts_s: float) -> dict[str, Any]:
+    """The twin run's exports as OpenMetrics, moved so that its cap falls at `cap_ts_s`, each series with its
+    node's shard; returns the DCIM document of the cap."""
+    scenario = out.parent / "scenario.yaml"
+    scenario.write_text(SCENARIO)
+    text = io.StringIO()
+    with Store(":memory:") as twin:
+        simulate_into(twin, load_scenario(str(scenario)))
+        write(replay(twin, STEP_S), text, openmetrics=True, end=False)
+        render_facility_history(facility_rows(twin), text, step_s=STEP_S, openmetrics=True)
+        first_s = float(twin.scalar("SELECT min(ts_s) FROM gpu_samples"))
+        document = dcim_document(twin, first_s + CAP_AT_S + STEP_S)
+    lines = text.getvalue().splitlines()
+    shift_s = cap_ts_s - (first_s + CAP_AT_S)
+    with out.open("w") as om:
+        for line in lines:
+            match = SAMPLE.match(line)
+            if match is None:
+                om.write("" if line == "# EOF" else line + "\n")
+                continue
+            name, labels, value, ts = match.groups()
+            # every series an agent exports names its node (node, gpu or nic); a rack sensor its rack
+            node, rack = NODE.search(labels), RACK.search(labels)
+            assert node or rack, f"a series without its node or rack: {line}"
+            shard = SHARD_OF_NODE[node.group(1)] if node else SHARD_OF_RACK[rack.group(1) if rack else ""]
+            om.write(f'{name}{{{labels},shard="{shard}"}} {value} {float(ts) + shift_s:.3f}\n')
+        om.write("# EOF\n")
+    return document
+
+
+@contextmanager
+def shard_fleet(home: Path, url: str, shard: str, work: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """One shard's `aiops fleet` (started, not yet ready: both shards start side by side), stopped after."""
+    home.mkdir()
+    (home / "aiops.toml").write_text(
+        f'[fleet]\nshard = "{shard}"\n[facility]\ndcim = "{work / "dcim.json"}"\n[detection]\nwindow_s = {STEP_S:g}\n'
+    )
+    with (home / "fleet.log").open("ab") as log:
+        proc = subprocess.Popen(
+            aiops_cmd(
+                "fleet",
+                *("--db", str(home / "fleet.duckdb"), "--listen", "127.0.0.1:0", "--prometheus", url),
+                *(
+                    "--selector",
+                    f'shard="{shard}"',
+                    "--step",
+                    f"{STEP_S:g}s",
+                    "--delay",
+                    "1s",
+                    "--lookback",
+                    "3m",
+                ),
+            ),
+            stdout=log,
+            stderr=log,
+            env=service_env(home),
+        )
+    try:
+        yield proc
+    finally:
+        stop(proc)
+
+
+def ready_port(proc: subprocess.Popen[bytes], home: Path) -> int:
+    def bound() -> int | None:
+        assert proc.poll() is None, (home / "fleet.log").read_text()[-3000:]
+        ports = listening_ports(proc.pid)
+        return min(ports) if ports else None
+
+    port = int(wait_for(bound, 60, f"{home.name}'s fleet to listen", interval_s=0.1))
+    wait_for(lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200, 60, f"{home.name}'s fleet ready")
+    return port
+
+
+def diagnosed(port: int) -> list[dict[str, Any]]:
+    found = get_json(f"http://127.0.0.1:{port}/api/incidents")["incidents"]
+    return [i for i in found if i.get("top_hypothesis")]
+
+
+def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path) -> None:
+    require_binary("prometheus")
+    require_binary("promtool")
+    history = tmp_path / "history.om"
+    document = sharded_history(history, time.time() + LEAD_S)
+    assert list(document) == ["fleet"], document
+    (tmp_path / "dcim.json").write_text(json.dumps(document))
+    backfill(history, tmp_path / "tsdb")
+    with ExitStack() as stack:
+        url = stack.enter_context(serving(tmp_path / "tsdb", tmp_path))
+        procs = {
+            shard: stack.enter_context(shard_fleet(tmp_path / shard, url, shard, tmp_path)) for shard in "ab"
+        }
+        ports = {shard: ready_port(proc, tmp_path / shard) for shard, proc in procs.items()}
+        found = {
+            shard: wait_for(lambda port=port: diagnosed(port), 90, f"shard {shard}'s diagnosis")
+            for shard, port in ports.items()
+        }
+        for shard, incidents in found.items():
+            assert all(i["incident_id"].startswith(f"INC-fleet-{shard}-") for i in incidents), incidents
+        causes = {
+            shard: {(i["top_hypothesis"]["root_cause"], i["top_hypothesis"]["component"]) for i in incidents}
+            for shard, incidents in found.items()
+        }
+        shared = causes["a"] & causes["b"]
+        assert ("facility_power_cap", "fleet") in shared, causes
+        shown = subprocess.run(
+            aiops_cmd(
+                "fleet-view",
+                "--json",
+                "--shard",
+                f"a=http://127.0.0.1:{ports['a']}",
+                "--shard",
+                f"b=http://127.0.0.1:{ports['b']}",
+            ),
+            env=service_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    view = json.loads(shown.stdout)
+    assert [(s["shard"], s["ok"]) for s in view["shards"]] == [("a", True), ("b", True)]
+    caps = [
+        i
+        for i in view["incidents"]
+        if (i["top_hypothesis"] or {}).get("root_cause") == "facility_power_cap"
+        and i["top_hypothesis"]["component"] == "fleet"
+    ]
+    assert len(caps) == 1, view["incidents"]
+    assert sorted(s["shard"] for s in caps[0]["seen_by"]) == ["a", "b"]
+    assert caps[0]["incident_id"] in {s["incident_id"] for s in caps[0]["seen_by"]}
+    # nothing else is shown twice: every shard's incident appears once, as itself or under the one it joined
+    listed = [s["incident_id"] for i in view["incidents"] for s in i["seen_by"]]
+    assert sorted(listed) == sorted(i["incident_id"] for incidents in found.values() for i in incidents)

@@ -1,0 +1,37 @@
+"""The service's DuckDB settings (docs/BENCHMARKS.md, "Footprint"): a node agent runs one DuckDB worker and gives
+freed memory back past a 16 MB peak (DuckDB's defaults: a worker per core, 128 MB kept), the fleet keeps a worker
+per core, and `[store] threads` overrides both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiops.config import NodeConfig, parse_config
+from aiops.service.owner import FileOwner
+from aiops.service.service import store_threads
+
+
+def test_a_node_agent_runs_one_duckdb_worker_and_the_fleet_every_core() -> None:
+    node = parse_config({"node": {"name": "gpu-a100-017"}}, "node.toml")
+    assert store_threads(node) == 1
+    fleet = node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
+    assert store_threads(fleet) == 0
+    chosen = parse_config({"node": {"name": "gpu-a100-017"}, "store": {"threads": 4}}, "node.toml")
+    assert store_threads(chosen) == 4
+
+
+def test_the_owner_opens_the_store_with_them(tmp_path: Path) -> None:
+    owner = FileOwner(str(tmp_path / "ws.duckdb"), threads=1, allocator_flush_mb=16)
+    owner.start()
+    try:
+        with owner.store() as store:
+            settings = {
+                str(r["name"]): str(r["value"])
+                for r in store.query(
+                    "SELECT name, value FROM duckdb_settings() WHERE name IN ('threads', 'allocator_flush_threshold')"
+                )
+            }
+    finally:
+        owner.close()
+    assert settings["threads"] == "1"
+    assert settings["allocator_flush_threshold"] in ("16MB", "16.0 MiB", "16777216B"), settings
