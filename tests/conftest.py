@@ -42,15 +42,15 @@ from aiops.store import Store  # noqa: E402  (after the bytecode switch: its mod
 SLOW_FIRST: tuple[str, ...] = (
     "tests/test_pages_live.py",  # 152 s
     "tests/test_chat_oncall.py",  # a twin run, its backfill and the fleet over it: 38 s set-up, 6 tests
-    "tests/test_concurrency.py",
+    "tests/security/test_twin_leaks.py",
     "tests/test_fleet_live.py",  # 100 s
     "tests/test_bench_oncall.py",
     "tests/security/test_console_signin_flood.py",
     "tests/security/test_twin_healthy_fp.py",
-    "tests/security/test_twin_leaks.py",
     "tests/security/test_config_file_policy.py",
     "tests/test_console_steps_browser.py",
     "tests/test_slurm_e2e.py",
+    "tests/test_concurrency.py",  # counts rounds and answers in 20 s: not beside the start's mypy and collection
     "tests/test_fleet_blind.py",  # 95 s, 60 of them with Prometheus stopped
     "tests/test_loop_service.py",  # 40 s
     "tests/security/test_promsource_scrape.py",
