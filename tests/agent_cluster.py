@@ -24,9 +24,13 @@ from tests.service_helpers import (
 )
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to each process still running, all at once (each agent's last flush runs beside the others'), then
+    wait for each; SIGKILL to one not gone within 30 s."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
         proc.send_signal(signal.SIGTERM)
+    for proc in running:
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -83,8 +87,7 @@ def agents(
             )
         yield ports
     finally:
-        for proc in procs.values():
-            stop(proc)
+        stop(*procs.values())
         for log in logs:
             log.close()
 
