@@ -133,9 +133,12 @@ def analyze_store(store: Store, *, desk: Guardrails | None = None, origin: str =
             continue
         result.plans[incident_id] = plan
         result.filed[incident_id] = filed
+        # the proposals of its proposed steps: filed now, or filed before (an open plan of the same cause and
+        # component is kept as it is, and filing it again files nothing)
+        ids = [f.proposal_id for f in filed] or [pid for s in plan.steps for pid in s.proposal_ids]
         proposed = [a for s in plan.steps if s.proposal_ids for a in s.actions]
         result.remediations[incident_id] = [
-            a.model_copy(update={"proposal_id": f.proposal_id}) for a, f in zip(proposed, filed, strict=True)
+            a.model_copy(update={"proposal_id": pid}) for a, pid in zip(proposed, ids, strict=True)
         ]
     return result
 
