@@ -128,8 +128,9 @@ def hostile_workspace(tmp_path: Path) -> Path:
         for table in ("jobs", "job_ranks", "job_steps", "collective_samples"):
             conn.execute(f"UPDATE {table} SET job = ? WHERE job = 'llm'", [HOSTILE_JOB])
         conn.execute("DELETE FROM sim_runs")
-        for table in ("plan_steps", "plans", "proposals"):  # filed anew over the hostile names (an open plan of
-            conn.execute(f"DELETE FROM {table}")  # the same cause and component would be kept as it was)
+        # filed anew over the hostile names (an open plan of the same cause and component is kept as it was)
+        for table in ("plan_steps", "plans", "proposals"):
+            conn.execute(f"DELETE FROM {table}")
         for column in ("component", "parent", "rack"):
             conn.execute(f"UPDATE topology SET {column} = ? WHERE {column} = 'rack0'", [HOSTILE_RACK])
         conn.execute("UPDATE rack_samples SET rack = ? WHERE rack = 'rack0'", [HOSTILE_RACK])
