@@ -56,6 +56,10 @@ def test_severity_follows_the_impact() -> None:
     assert killed.severity == "info" and killed.gpus == 0 and "application" in killed.summary
     assert impact([s("job_stalled", "job:llm")], DEFAULT).severity == "critical"
     assert impact([s("fleet_inlet_drift", "fleet")], DEFAULT).severity == "info"
+    # a NIC's drops alone slow nothing (the fleet saw one window of them beside another fault and paged it)
+    assert impact([s("nic_drops", "node2/nic0")], DEFAULT).severity == "info"
+    assert impact([s("nic_drops", "node2/nic0"), slowed(6)], DEFAULT).severity == "warning"
+    assert impact([s("carrier_flap", "node2/nic0")], DEFAULT).severity == "warning"  # the link lost: a fault
 
 
 def test_the_thresholds_are_configurable_and_checked() -> None:

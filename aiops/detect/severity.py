@@ -12,10 +12,10 @@ weighs when deciding whether to get up (`[notify.severity]`, aiops/config_notify
   GPUs of one node are a node lost to the job);
 - anything else: warning;
 - no impact: info. Benign conditions (ambient drift), a GPU warm but below its slowdown point (`gpu_hot`, not
-  throttling) with no job slowed, an application XID (13, 31, 43, 45, 68: the program's fault or a killed
-  process's cleanup, hardware counters clean), early warnings. An info incident is observed, not acted on: it
-  pages nothing (`[notify.severity] page_from`, aiops/service/paging.py) and proposes no change to the cluster
-  (`observe_only`, aiops/pipeline.py).
+  throttling) with no job slowed, a NIC's drops, queueing or pause frames with no job slowed, an application
+  XID (13, 31, 43, 45, 68: the program's fault or a killed process's cleanup, hardware counters clean), early
+  warnings. An info incident is observed, not acted on: it pages nothing (`[notify.severity] page_from`,
+  aiops/service/paging.py) and proposes no change to the cluster (`observe_only`, aiops/pipeline.py).
 
 The ladder, lowest first: `info` < `warning` < `critical` (aiops/config_notify.py `SEVERITIES`).
 
@@ -38,7 +38,11 @@ from aiops.models import Symptom
 FATAL_XIDS = frozenset({48, 79, 94, 95, 119, 120})
 # Conditions that hurt nothing by themselves: hot below the slowdown point (throttling is `gpu_throttle`).
 # A facility's cap signal hurts nothing until it lowers a limit or throttles (`power_limit_drop`, `gpu_throttle`).
-CONDITION_KINDS = frozenset({"gpu_hot", "dcim_power_cap"})
+# A NIC's drops, queueing or pause frames above its baseline hurt only through the traffic they slow: with a
+# job slowed (`step_regression`, `collective_latency` in the same incident) the incident weighs that; alone they
+# are watched (a job's traffic changing shape around another fault's slowdown raises them for a window).
+# Losing the link (`carrier_flap`) or loss where ECN should mark (`loss_without_ecn`) are faults.
+CONDITION_KINDS = frozenset({"gpu_hot", "dcim_power_cap", "nic_drops", "queue_delay", "pfc_pauses"})
 LOST_KINDS = frozenset({"gpu_lost", "ecc_dbe"})
 STALL_KINDS = frozenset({"job_stalled", "collective_timeouts"})
 _RANK: dict[str, int] = {name: n for n, name in enumerate(SEVERITIES)}
