@@ -25,19 +25,17 @@ import json
 import os
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import victoria
 from bench.fleet_exports import build, shard_of
 
 START_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the first scrape
@@ -156,33 +154,7 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    for _ in range(240):
-        if proc.poll() is not None:
-            raise RuntimeError(f"victoria-metrics exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.25)
-    raise RuntimeError("victoria-metrics did not become ready in 60 s")
-
-
-def _post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=body, method="POST")
-    with urllib.request.urlopen(request, timeout=600) as reply:
-        if reply.status != 204:
-            raise RuntimeError(f"import answered {reply.status}")
-
-
-def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
+def run_one(gpus: int, args: argparse.Namespace) -> dict[str, Any]:
     step_s = args.step_s
     clock0_s = START_S + step_s + args.lookback_s + args.delay_s + CLOCK_PAST_SCRAPE_S
     first_end_s = (clock0_s - args.delay_s) // step_s * step_s  # the first cycle reads up to here
@@ -195,19 +167,8 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
     scrapes = round((last_s - START_S) / step_s) + 1
     with tempfile.TemporaryDirectory(prefix="aiops-bench-fleet-") as scratch:
         work = Path(scratch)
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        log = (work / "vm.log").open("ab")
-        flags = [
-            f"-storageDataPath={work / 'vm'}",
-            f"-httpListenAddr=127.0.0.1:{port}",
-            "-retentionPeriod=100y",
-        ]
-        # the data lies in the past: no latency offset to wait out, and no result cache serving replayed ranges
-        flags += ["-search.latencyOffset=0s", "-search.disableCache"]
-        proc = subprocess.Popen([binary, *flags], stdout=log, stderr=log)
-        try:
-            _wait_ready(url, proc)
+        # the data lies in the past: `serving` sets no latency offset and no result cache for replayed ranges
+        with victoria.serving(work) as (url, proc):
             started = time.perf_counter()
             generate_s = 0.0
             batch: list[str] = []
@@ -219,10 +180,9 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
                 batch.append(text)
                 size += len(text)
                 if size >= 32 * 1024 * 1024 or k == scrapes - 1:
-                    _post(url, "".join(batch).encode())
+                    victoria.import_text(url, "".join(batch).encode())
                     batch, size = [], 0
-            with urllib.request.urlopen(f"{url}/internal/force_flush", timeout=120):
-                pass
+            victoria.force_flush(url)
             import_s = time.perf_counter() - started
             vm_import_cpu_s = _cpu_of(proc.pid)
             plan = {
@@ -244,11 +204,6 @@ def run_one(gpus: int, args: argparse.Namespace, binary: str) -> dict[str, Any]:
                 check=False,
                 timeout=3600,
             )
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=60)
-            log.close()
     if child.returncode != 0 or not child.stdout.strip():
         raise RuntimeError(f"the analyst failed: {child.stderr[-3000:]}")
     measured = json.loads(child.stdout.strip().splitlines()[-1])
@@ -359,11 +314,10 @@ def main() -> int:
     if args.fault_cycle < 1 or args.cycles < args.fault_cycle + 4:
         print("--fault-cycle must be >= 1 and --cycles >= --fault-cycle + 4", file=sys.stderr)
         return 2
-    binary = shutil.which("victoria-metrics")
-    if not binary:
+    if not shutil.which("victoria-metrics"):
         print("victoria-metrics is needed (Debian package victoria-metrics)", file=sys.stderr)
         return 3
-    results = {str(n): run_one(n, args, binary) for n in args.gpus}
+    results = {str(n): run_one(n, args) for n in args.gpus}
     load = os.getloadavg()
     print(
         json.dumps(
