@@ -48,6 +48,7 @@ from aiops.sim.world import SIM_EPOCH_TS_S, World
 from bench import victoria
 from bench.oncall_cluster import Cluster, ClusterSetup
 from bench.oncall_people import OnCall, PagerDuty, Receivers
+from bench.oncall_people import announce_maintenance as announce
 from bench.oncall_records import DayState, collect_records, figures, load, save
 from bench.oncall_truth import Truth
 from guardrails.signing import NAMESPACE, SshSigner
@@ -272,27 +273,13 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
 
 
 def announce_maintenance(cluster: Cluster, world: World) -> int:
-    """The churn's maintenance windows, announced as an operator announces planned work, before the day starts:
-    `aiops maintenance add` (aiops/runtime/maintenance.py) on the fleet and on the node's own agent, opening 5
-    minutes early and closing 10 minutes late. Returns the windows announced (0 where the product has none)."""
-    try:
-        from aiops.runtime.maintenance import open_window  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return 0
+    """The churn's maintenance windows, announced before the day starts on the fleet and on the node's own agent
+    (`announce_maintenance`, bench/oncall_people.py). Returns the windows announced."""
     events = [e for e in (world.churn.events if world.churn else []) if e.kind == "maintenance"]
     for e in events:
         for agent in (cluster.fleet, cluster.agents[e.component]):
             with agent.service.owner.store() as store:
-                open_window(
-                    store,
-                    kind="maintenance",
-                    scope="node",
-                    target=e.component,
-                    duration_s=e.end_s - e.start_s + 900.0,
-                    reason=f"planned maintenance of {e.component}: drain, reboot, resume",
-                    by="alice",
-                    starts_ts_s=world.epoch_ts_s + e.start_s - 300.0,
-                )
+                announce(store, world.epoch_ts_s, e)
     return len(events)
 
 

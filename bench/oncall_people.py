@@ -34,7 +34,9 @@ from typing import Any
 from aiops.errors import AiopsError, GuardrailError
 from aiops.plans import plans
 from aiops.runtime.actions import approve_step, propose_step, step_targets
+from aiops.runtime.maintenance import open_window
 from aiops.runtime.world import attach, desk
+from aiops.sim.churn import Event
 from aiops.store import Store
 from guardrails.signing import SshSigner
 
@@ -435,3 +437,18 @@ def _signed(store: Store, step_id: str) -> bool:
 
 def _status(store: Store, proposal_id: str) -> str:
     return str(store.scalar("SELECT status FROM proposals WHERE proposal_id = ?", [proposal_id]) or "")
+
+
+def announce_maintenance(store: Store, epoch_ts_s: float, event: Event) -> None:
+    """A churn's maintenance, announced as an operator announces planned work (`aiops maintenance add`, by
+    alice): from 5 minutes before the drain to 10 minutes after the resume."""
+    open_window(
+        store,
+        kind="maintenance",
+        scope="node",
+        target=event.component,
+        duration_s=event.end_s - event.start_s + 900.0,
+        reason=f"planned maintenance of {event.component}: drain, reboot, resume",
+        by="alice",
+        starts_ts_s=epoch_ts_s + event.start_s - 300.0,
+    )

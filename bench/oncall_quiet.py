@@ -31,7 +31,7 @@ from aiops.service.sources import Source, Sources
 from aiops.sim.fleet_view import FleetView
 from aiops.sim.world import SIM_EPOCH_TS_S, World
 from aiops.store import Store
-from bench.oncall_people import PagerDuty, Receivers
+from bench.oncall_people import PagerDuty, Receivers, announce_maintenance
 
 ROUTING_KEY = "R0UTINGKEY0123456789abcdef012345"
 NOT_ACTIONABLE = ("open_ticket", "ack_alert", "rerun_check")
@@ -176,26 +176,15 @@ def run_quiet(
 
 
 def _announce(service: Service, world: World, announced: set[tuple[float, str]]) -> None:
-    """The churn's maintenance windows, announced on the fleet as an operator announces planned work (`aiops
-    maintenance add`, as bench/oncall.py does): from 5 minutes before the drain to 10 minutes after the resume."""
-    from aiops.runtime.maintenance import open_window
-
+    """The churn's maintenance windows, announced on the fleet once each (`announce_maintenance`, as
+    bench/oncall.py does)."""
     events = [e for e in (world.churn.events if world.churn else []) if e.kind == "maintenance"]
     for e in events:
         if (e.start_s, e.component) in announced:
             continue
         announced.add((e.start_s, e.component))
         with service.owner.store() as store:
-            open_window(
-                store,
-                kind="maintenance",
-                scope="node",
-                target=e.component,
-                duration_s=e.end_s - e.start_s + 900.0,
-                reason=f"planned maintenance of {e.component}: drain, reboot, resume",
-                by="alice",
-                starts_ts_s=world.epoch_ts_s + e.start_s - 300.0,
-            )
+            announce_maintenance(store, world.epoch_ts_s, e)
 
 
 def _figures(
