@@ -25,21 +25,22 @@ from aiops.store import Store
 
 
 def incident_window(store: Store, incident: Incident) -> Window:
-    run_start = float(store.scalar("SELECT min(ts_s) FROM gpu_samples") or incident.opened_ts_s)
+    (span,) = store.query("SELECT min(ts_s) AS first_ts_s, max(ts_s) AS last_ts_s FROM gpu_samples")
+    run_start = float(span["first_ts_s"] or incident.opened_ts_s)
     start = max(run_start, incident.opened_ts_s - LOOKBACK_S)
     # The reference ends before the look-back so that the onset itself is not part of it; with an incident at
     # the very start there is no clean reference, and rules fall back to first-minute values.
     baseline_end = max(run_start + 30.0, incident.opened_ts_s - LOOKBACK_S)
     # Live, the window must not reach past the newest telemetry: rows landing there later would make a re-run
     # of the evidence return what the diagnosis never saw (the chat would call a right answer a mismatch).
-    horizon = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or incident.last_ts_s)
+    horizon = max(float(span["last_ts_s"] or incident.last_ts_s), incident.last_ts_s)
     return Window(
         run_start_s=run_start,
         start_s=start,
-        end_s=min(incident.last_ts_s + 10.0, max(horizon, incident.last_ts_s)),
+        end_s=min(incident.last_ts_s + 10.0, horizon),
         baseline_end_s=baseline_end,
         opened_s=incident.opened_ts_s,
-        horizon_s=max(horizon, incident.last_ts_s),
+        horizon_s=horizon,
     )
 
 
