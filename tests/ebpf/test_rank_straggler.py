@@ -149,7 +149,9 @@ def test_the_slow_rank_is_named_by_its_own_timing_and_filed_by_the_service(
             for rank, us in ((0, FAST_US), (1, SLOW_US))
         )
         counts = stack.enter_context(rendezvous((pids[0], pids[1])))
-        assert Service(config).run(duration_s=12.0) == 0
+        # 20 s: the probes are compiled in a child process before they attach; with 12 s a loaded fresh-clone
+        # run stored no rank window at all (one run in two; compile time is the suspected cause, not measured)
+        assert Service(config).run(duration_s=20.0) == 0
     assert counts["continues"] > 100, counts  # the rendezvous held rank 0 at each step
     host = this_host_name(socket.gethostname())
     with Store(db, read_only=True) as store:
