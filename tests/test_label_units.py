@@ -61,8 +61,8 @@ REAL = ROOT / "evals" / "real"
 # their rule is shown working on an altered real capture by the named test instead. A label gains a real case,
 # or an entry here; an entry whose label has a real case fails (it has its case).
 NO_REAL_CASE = {
-    "pcie_degraded": "tests/test_evidence_rules.py::test_narrow_link_is_diagnosed",
-    "power_brake": "tests/test_evidence_rules.py::test_clock_event_reasons",
+    "pcie_degraded": "tests/evidence/test_evidence_rules.py::test_narrow_link_is_diagnosed",
+    "power_brake": "tests/evidence/test_evidence_rules.py::test_clock_event_reasons",
 }
 
 
@@ -174,7 +174,7 @@ def test_every_twin_fault_kind_has_one_fault_model() -> None:
     assert set(FAULT_MODELS) == set(FAULT_KINDS), "a fault model for a label the twin cannot inject"
 
 
-# rows that each pass one telemetry check (tests/test_agent_verify_units.py has them one by one)
+# rows that each pass one telemetry check (tests/llm_agent/test_agent_verify_units.py has them one by one)
 LOUD_ROWS: list[dict[str, Any]] = [
     {"temp_c": 91.0, "slowdown_temp_c": 90.0, "clocks_event_reasons": 0xFF, "thermal_samples": 3},
     {"xid": 79},
