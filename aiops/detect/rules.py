@@ -26,6 +26,7 @@ from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.detect.ended import JobEnds
 from aiops.detect.heat import LoadedTemperature, load_level
 from aiops.detect.limits import LimitSteps, cap_levels
+from aiops.detect.restarts import ProductRestarts
 from aiops.detect.stragglers import EXPECTED, StragglerRules
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
@@ -82,6 +83,9 @@ class Detector:
         )
         self.intended_cache = IntendedCache()  # what the product set: expected, not a symptom (module doc)
         self.intended: dict[tuple[str, str], Intended] = {}
+        self.restarts = (
+            ProductRestarts()
+        )  # a job the product restarted waits by design (aiops/detect/restarts.py)
         self.stragglers = StragglerRules(
             store, self._set_slower
         )  # per-rank timing (aiops/detect/stragglers.py)
@@ -125,6 +129,7 @@ class Detector:
             self.start_ts_s = t0
         history = self.intended_cache.get(self.store)
         self.intended = history.at(t1) if history else {}
+        self.restarts.refresh(self.store, self.job_of_gpu)
         if not self.rack_of:
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = self._caps(t0, t1)
@@ -239,7 +244,13 @@ class Detector:
             if idle:
                 self.ends.idle.add(gpu)
             job = self.job_of_gpu.get(gpu)  # its job ended (killed, crashed): idle by design too
-            starved = in_job and idle and not self.ends.killed(job, self.last_step_ts_s.get(job or ""))
+            last = self.last_step_ts_s.get(job or "")
+            starved = (
+                in_job
+                and idle
+                and not self.ends.killed(job, last)
+                and not self.restarts.restarting(job, last, t1)
+            )
             if self.persist.update(f"idle:{gpu}", starved, t1) >= 2:
                 out.append(
                     Symptom(
@@ -412,8 +423,8 @@ class Detector:
         drained_jobs = {j for g, j in self.job_of_gpu.items() if self._drained(g)}
         for job, last in self.last_step_ts_s.items():
             home = self.job_home.get(job)
-            if job in seen or job in drained_jobs:  # a job a drain held or requeued waits by design
-                continue
+            if job in seen or job in drained_jobs or self.restarts.restarting(job, last, t1):
+                continue  # a job a drain held, or the product requeued, waits by design
             if self.ends.ended(job, [g for g, j in self.job_of_gpu.items() if j == job], last):
                 continue  # killed or crashed, its GPUs idle: ended, not stalled
             if home not in self.reporting if home else not self.reporting:
