@@ -30,7 +30,7 @@ from aiops.errors import AiopsError, GuardrailError
 from aiops.runtime.actions import Decision, approve, reject
 from aiops.store import Store
 from guardrails.pasted import MAX_SIGNATURE_CHARS, PastedSignature, approval_to_sign
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.session_signing import SessionSigner
 
 if TYPE_CHECKING:
