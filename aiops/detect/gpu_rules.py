@@ -92,7 +92,10 @@ def gpu_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
         if idle:
             d.ends.idle.add(gpu)
         job = d.job_of_gpu.get(gpu)  # its job ended (killed, crashed): idle by design too
-        starved = in_job and idle and not d.ends.killed(job, d.last_step_ts_s.get(job or ""))
+        last = d.last_step_ts_s.get(job or "")
+        starved = (
+            in_job and idle and not d.ends.killed(job, last) and not d.restarts.restarting(job, last, t1)
+        )
         if d.persist.update(f"idle:{gpu}", starved, t1) >= 2:
             out.append(symptom("gpu_idle_in_job", gpu, t1, idle_samples=r["idle"], bits=describe(GPU_IDLE)))
     return out

@@ -44,8 +44,8 @@ def step_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     drained_jobs = {j for g, j in d.job_of_gpu.items() if d.drained(g)}
     for job, last in d.last_step_ts_s.items():
         home = d.job_home.get(job)
-        if job in seen or job in drained_jobs:  # a job a drain held or requeued waits by design
-            continue
+        if job in seen or job in drained_jobs or d.restarts.restarting(job, last, t1):
+            continue  # a job a drain held, or the product requeued, waits by design
         if d.ends.ended(job, [g for g, j in d.job_of_gpu.items() if j == job], last):
             continue  # killed or crashed, its GPUs idle: ended, not stalled
         if home not in d.reporting if home else not d.reporting:

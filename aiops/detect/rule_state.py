@@ -15,6 +15,7 @@ from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.detect.ended import JobEnds
 from aiops.detect.heat import LoadedTemperature
 from aiops.detect.limits import LimitSteps
+from aiops.detect.restarts import ProductRestarts
 from aiops.detect.stragglers import EXPECTED, StragglerRules
 from aiops.store import Store
 from guardrails.intended import Intended, IntendedCache
@@ -44,6 +45,9 @@ class RuleState:
         )
         self.intended_cache = IntendedCache()  # what the product set: expected, not a symptom (rules.py)
         self.intended: dict[tuple[str, str], Intended] = {}
+        self.restarts = (
+            ProductRestarts()
+        )  # a job the product restarted waits by design (aiops/detect/restarts.py)
         self.stragglers = StragglerRules(
             store, self.set_slower
         )  # per-rank timing (aiops/detect/stragglers.py)

@@ -52,6 +52,7 @@ class Detector(RuleState):
             self.start_ts_s = t0
         history = self.intended_cache.get(self.store)
         self.intended = history.at(t1) if history else {}
+        self.restarts.refresh(self.store, self.job_of_gpu)
         if not self.rack_of:
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)

@@ -2,8 +2,8 @@
 and 20 of them lose a GPU off the bus at once; 20 drain proposals are filed on the workspace's desk (as a
 detector gone wrong, or a chat asked to "drain every node with an XID", would file them) and each rack's approver (alice,
 carol, dave: one person may not approve drains across racks) approves them with an SSH key through `aiops
-actions approve`. Two run on the twin (the limit: 10 % of 24 nodes, at least 2),
-the other 18 wait, approved, with the breaker's reason in their status. carol, who may approve physical actions
+actions approve`. Four run on the twin (the limit: 10 % of 24 nodes, at least 4),
+the other 16 wait, approved, with the breaker's reason in their status. carol, who may approve physical actions
 but not override the breaker, is refused (and the refusal is audited); bob signs an override for 3 more nodes
 and exactly 3 more drains run. The audit log holds the signed override and `aiops audit verify` passes; an
 override whose count is edited in the database no longer verifies and no longer counts."""
@@ -104,10 +104,10 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
         outcomes[pid] = run_cli("actions", "approve", pid, "--db", str(db), "--key", str(approver))
     ran = [pid for pid, r in outcomes.items() if r.returncode == 0]
     waiting = [pid for pid, r in outcomes.items() if r.returncode != 0]
-    assert ran == ids[:2], {pid: r.stdout for pid, r in outcomes.items()}
-    assert len(waiting) == 18
-    assert "breaker" in outcomes[ids[2]].stdout and "over the limit of 2" in outcomes[ids[2]].stdout
-    assert drained_in_twin(db) == {"node0", "node1"}
+    assert ran == ids[:4], {pid: r.stdout for pid, r in outcomes.items()}
+    assert len(waiting) == 16
+    assert "breaker" in outcomes[ids[4]].stdout and "over the limit of 4" in outcomes[ids[4]].stdout
+    assert drained_in_twin(db) == {"node0", "node1", "node2", "node3"}
 
     listed = json.loads(run_cli("actions", "list", "--db", str(db), "--json").stdout)
     rows = {r["proposal_id"]: r for r in listed}
@@ -115,8 +115,8 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
         assert rows[pid]["status"] == "approved"
         assert rows[pid]["message"].startswith("waiting: breaker: taking node"), rows[pid]["message"]
     state = json.loads(run_cli("actions", "breaker", "--db", str(db), "--json").stdout)
-    assert (state["nodes"], state["limit"], state["at_limit"]) == (24, 2, True)
-    assert [o["node"] for o in state["out"]] == ["node0", "node1"]
+    assert (state["nodes"], state["limit"], state["at_limit"]) == (24, 4, True)
+    assert [o["node"] for o in state["out"]] == ["node0", "node1", "node2", "node3"]
     assert state["waiting"] == waiting
 
     refused = run_cli(
@@ -132,13 +132,13 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
     assert [
         line.split(":")[0].strip() for line in lifted.stdout.splitlines() if line.endswith(": executed")
     ] == [
-        "P-storm-02",
-        "P-storm-03",
         "P-storm-04",
+        "P-storm-05",
+        "P-storm-06",
     ], lifted.stdout
-    assert drained_in_twin(db) == {f"node{n}" for n in range(5)}
+    assert drained_in_twin(db) == {f"node{n}" for n in range(7)}
     state = json.loads(run_cli("actions", "breaker", "--db", str(db), "--json").stdout)
-    assert (len(state["out"]), state["limit"], len(state["waiting"])) == (5, 5, 15)
+    assert (len(state["out"]), state["limit"], len(state["waiting"])) == (7, 7, 13)
     assert [(o["approver"], o["count"]) for o in state["overrides"]] == [("bob", 3)]
 
     with Store(str(db), read_only=True) as store:
@@ -148,13 +148,13 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
     assert "BEGIN SSH SIGNATURE" in overrides[0].data()["signature"]
     assert any(r.event == "approval_refused" and "breaker" in r.payload for r in events)
     executed = [r for r in events if r.event == "execution" and r.data().get("outcome") == "executed"]
-    assert sorted(r.proposal_id for r in executed) == ids[:5]
+    assert sorted(r.proposal_id for r in executed) == ids[:7]
     verified = run_cli("audit", "verify", "--db", str(db))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     with Store(str(db), read_only=True) as store:  # the health report says what the breaker did
         section = safety(store, Period(time.time() - 3600, time.time() + 60))
     assert section is not None and section.lines == [
-        "18 proposal(s) waited on the circuit breaker, 1 signed override(s), 0 rollback(s) filed."
+        "16 proposal(s) waited on the circuit breaker, 1 signed override(s), 0 rollback(s) filed."
     ]
     assert section.tables[0].rows[0][1:4] == ("bob", "fleet", "3")
     metrics = MetricsCache("node0")  # what the service exports for the chart's AiopsBreakerHolding alert
@@ -165,9 +165,9 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
     gauges = {name: value for name, (_, value) in metrics.gauges.items() if name.startswith("breaker_")}
     assert gauges == {
         "breaker_nodes": 24.0,
-        "breaker_nodes_out": 5.0,
-        "breaker_limit_nodes": 5.0,
-        "breaker_waiting_proposals": 15.0,
+        "breaker_nodes_out": 7.0,
+        "breaker_limit_nodes": 7.0,
+        "breaker_waiting_proposals": 13.0,
     }
 
     # the service retries a waiting proposal at every flush: the same wait is audited once, not every time
@@ -190,4 +190,4 @@ def test_the_breaker_stops_a_storm_of_drains_and_the_override_is_signed_and_audi
         )
     assert run_cli("audit", "verify", "--db", str(forged)).returncode == 1
     state = json.loads(run_cli("actions", "breaker", "--db", str(forged), "--json").stdout)
-    assert (state["limit"], state["overrides"]) == (2, [])
+    assert (state["limit"], state["overrides"]) == (4, [])

@@ -14,7 +14,9 @@ from guardrails.scheduler_view import kubernetes_view, parse_sinfo
 from tests.guardrails_helpers import NOW_TS_S, action
 from tests.k8s_api import Cluster, k8s_api
 
-# 3 racks of 8 nodes: the fleet's limit max(2, 10 % of 24) = 2, each rack's max(2, 25 % of 8) = 2
+# 3 racks of 8 nodes, the floor pinned at 2 nodes (the default is 4: tests/test_breaker_storm.py): the fleet's
+# limit max(2, 10 % of 24) = 2, each rack's max(2, 25 % of 8) = 2
+TWO = BreakerPolicy(min_nodes=2)
 TOPOLOGY = Topology.grid(racks=3, nodes_per_rack=8, gpus_per_node=1, nics_per_node=1)
 
 
@@ -24,6 +26,7 @@ def ran(pid: str, kind: str, target: str, ago_s: float = 60.0, **parameters: str
 
 
 def drain(node: str, history: tuple[ExecutionRecord, ...] = (), **extra: object) -> str:
+    extra.setdefault("breaker", TWO)
     context = Context(TOPOLOGY, {}, history, NOW_TS_S, **extra)  # type: ignore[arg-type]
     result = validate(action(kind="drain_node", target=node, parameters={}, proposal_id="P-new"), context)
     return result.message
@@ -37,7 +40,7 @@ def test_the_fleet_limit_counts_every_executor_and_a_resume_puts_a_node_back() -
     assert "over the limit of 2" in stopped and "node0 (drain_node P-1)" in stopped
     assert validate(
         action(kind="drain_node", target="node16", parameters={}, proposal_id="P-new"),
-        Context(TOPOLOGY, {}, two, NOW_TS_S),
+        Context(TOPOLOGY, {}, two, NOW_TS_S, breaker=TWO),
     ).waiting
     assert drain("node16", (*two, ran("P-3", "resume_node", "node0", ago_s=30))) == "ok"
     assert drain("node0", two) == "ok"  # out already: nothing more leaves service
@@ -50,7 +53,7 @@ def test_the_fleet_limit_counts_every_executor_and_a_resume_puts_a_node_back() -
 
 
 def test_the_rack_limit_and_job_moves_that_take_nodes_out() -> None:
-    wide = BreakerPolicy(max_nodes_fraction=1.0)
+    wide = BreakerPolicy(max_nodes_fraction=1.0, min_nodes=2)
     rack0 = (ran("P-1", "migrate_job", "node0"), ran("P-2", "restart_job", "job:x", exclude="node1/gpu0"))
     message = drain("node2", rack0, breaker=wide)
     assert "3 of 8 nodes of rack0 out of service, over the rack limit of 2" in message
@@ -110,3 +113,28 @@ def test_a_drain_under_maintenance_is_refused_not_left_waiting_on_the_breaker() 
         Context(TOPOLOGY, {}, two, NOW_TS_S, maintenance=(window,)),
     )
     assert held.stopped_by is not None and held.stopped_by.rule == "maintenance" and not held.waiting
+
+
+def test_the_default_lets_a_small_fleet_take_out_a_few_faulty_nodes_and_stops_a_storm() -> None:
+    """16 nodes in 2 racks (the operator's day): three distinct faulty nodes in the hour may go; the fifth waits
+    (the default floor is 4 nodes; 10 % of 16 would be 1)."""
+    small = Topology.grid(racks=2, nodes_per_rack=8, gpus_per_node=1, nics_per_node=1)
+    history = tuple(
+        ExecutionRecord(f"P-{n}", "drain_node", f"node{n}", frozenset({f"node{n}/gpu0"}), NOW_TS_S - 60, {})
+        for n in (0, 9, 12)
+    )
+    fourth = validate(
+        action(kind="drain_node", target="node13", parameters={}, proposal_id="P-4"),
+        Context(small, {}, history, NOW_TS_S),
+    )
+    assert fourth.message == "ok", fourth.message
+    fifth = validate(
+        action(kind="drain_node", target="node5", parameters={}, proposal_id="P-5"),
+        Context(
+            small,
+            {},
+            (*history, ExecutionRecord("P-4", "drain_node", "node13", frozenset(), NOW_TS_S, {})),
+            NOW_TS_S,
+        ),
+    )
+    assert fifth.waiting and "over the limit of 4" in fifth.message, fifth.message
