@@ -1,0 +1,83 @@
+"""Issue 35 item 5: a job the scheduler moves (a drain requeues its ranks onto a spare node) is counted where it
+runs now. Before, the fleet read a job's ranks once: after a maintenance window the drained node's idle GPUs
+still counted in the job and paged as `gpu_idle_in_job` (docs/BENCHMARKS.md, false pages). The fleet's pivot
+of `aiops_job_rank_info`, the store's ingest of `job_ranks`, the twin's fleet view and live detection's ranks
+each follow the move."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from aiops.detect.rules import Detector
+from aiops.fleet.pivot import statements
+from aiops.service.live import LiveDetection
+from aiops.sim.fleet_view import FleetView
+from aiops.sim.world import World
+from aiops.store import Store
+from bench.oncall_quiet import quiet_scenario
+from collectors.base import RowBatch
+from collectors.schema import columns
+
+
+def _rank_info(store: Store, ts_s: float, placed: dict[int, str]) -> None:
+    """The staged `fleet_d` of one scrape: one `aiops_job_rank_info` series per rank of job `llm`."""
+    values = ", ".join(
+        f"({ts_s}, 'aiops_job_rank_info', 'llm', '{rank}', '{gpu}', '{gpu.split('/')[0]}', "
+        f"'{gpu.split('/')[0]}/nic0')"
+        for rank, gpu in placed.items()
+    )
+    store.conn.execute(
+        f"CREATE OR REPLACE TEMP VIEW fleet_d AS SELECT * FROM (VALUES {values}) "
+        "t(ts_s, name, job, rank, gpu, node, nic)"
+    )
+    for table, sql in statements():
+        if table == "job_ranks":
+            store.conn.execute(sql)
+
+
+def _ranks(store: Store) -> list[tuple[int, str]]:
+    return [
+        (int(r["rank"]), str(r["gpu"])) for r in store.query("SELECT rank, gpu FROM job_ranks ORDER BY ALL")
+    ]
+
+
+def test_the_fleet_pivot_moves_a_requeued_rank() -> None:
+    with Store(":memory:") as store:
+        _rank_info(store, 15.0, {0: "node0/gpu0", 1: "node1/gpu0"})
+        _rank_info(store, 30.0, {0: "node0/gpu0", 1: "node1/gpu0"})  # the same placement: nothing added
+        assert _ranks(store) == [(0, "node0/gpu0"), (1, "node1/gpu0")]
+        _rank_info(store, 45.0, {0: "node0/gpu0", 1: "node7/gpu0"})  # node1 drained: rank 1 requeued on node7
+        assert _ranks(store) == [(0, "node0/gpu0"), (1, "node7/gpu0")]
+
+
+def test_the_store_keeps_a_rank_where_it_runs_now() -> None:
+    names = columns("job_ranks")
+    with Store(":memory:") as store:
+        store.ingest("job_ranks", RowBatch(names, [("llm", 0, "node0/gpu0", "node0", "node0/nic0")]))
+        store.ingest("job_ranks", RowBatch(names, [("llm", 0, "node7/gpu0", "node7", "node7/nic0")]))
+        moved = pa.table({"job": ["llm"], "rank": pa.array([0], pa.int32()), "gpu": ["node6/gpu0"]})
+        store.ingest(
+            "job_ranks", moved.append_column("node", pa.array(["node6"])).append_column("nic", ["x"])
+        )
+        assert _ranks(store) == [(0, "node6/gpu0")]
+
+
+def test_the_fleet_view_and_live_detection_follow_a_drain() -> None:
+    world = World(quiet_scenario(7, racks=1))
+    view = FleetView(world, 15.0)
+    live = LiveDetection(window_s=15.0)
+    with Store(":memory:") as store:
+        world.step(1.0)
+        view.observe()
+        store.ingest_many(view.collect(world.now_ts_s))
+        live.detector = Detector(store, window_s=15.0)
+        live._refresh_inventory(store)
+        assert live.detector.job_of_gpu["node3/gpu2"] == "train-00"
+        world.move_job("node3", "node7")  # what a drain of node3 does: its ranks requeue onto the spare
+        world.step(1.0)
+        view.observe()
+        store.ingest_many(view.collect(world.now_ts_s))
+        live._refresh_inventory(store)
+        assert "node3/gpu2" not in live.detector.job_of_gpu
+        assert live.detector.job_of_gpu["node7/gpu2"] == "train-00"
+        assert store.scalar("SELECT count(*) FROM job_ranks WHERE node = 'node3'") == 0
