@@ -74,7 +74,7 @@ def run_quiet(
     churn's default rates (above 1: a stress run, as many churn events as `churn_rate` times its node-days)."""
     import time_machine
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     scenario = quiet_scenario(seed, racks, churn_rate)
     nodes = scenario.cluster.nodes
     duration_s = math.ceil(node_days / nodes * 86_400.0 / scrape_s) * scrape_s
@@ -143,11 +143,13 @@ def run_quiet(
                     "node_days": round(done, 2),
                     "pages": len(pagerduty.alerts),
                     "wall_s": round(time.perf_counter() - started),
+                    "cpu_s": round(time.process_time() - cpu_started),
                 }
                 (work / "partial.json").write_text(json.dumps(partial))  # what a run stopped early measured
                 if progress:
                     print(
                         f"quiet: {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
+                        f"{partial['cpu_s']} CPU-s, "
                         f"pages {len(pagerduty.alerts)}",
                         file=sys.stderr,
                         flush=True,
@@ -161,6 +163,10 @@ def run_quiet(
         receivers.close()
         traveller.stop()
     found = _figures(work, pagerduty, nodes, world.elapsed_s, scrape_s, time.perf_counter() - started)
+    found["cpu_s"] = round(
+        time.process_time() - cpu_started, 1
+    )  # this process's user + sys: survives the load
+    found["cpu_s_per_node_day"] = round(found["cpu_s"] / max(found["node_days"], 1e-9), 2)
     events = world.churn.events if world.churn is not None else []
     churned: dict[str, int] = {}
     for e in events:
