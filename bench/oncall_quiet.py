@@ -253,7 +253,6 @@ def _figures(
 
 def main() -> int:
     import argparse
-    import os
 
     parser = argparse.ArgumentParser(
         description="the false-alarm run alone (bench/oncall.py --skip-day runs it too)"
@@ -275,13 +274,20 @@ def main() -> int:
         wall_budget_s=args.wall_budget_s,
         churn_rate=args.churn_rate,
     )
+    emit(result, args.out)
+    return 0
+
+
+def emit(result: dict[str, Any], out: str) -> None:
+    """The figures with the command and the load at the end, printed (and written to `out`)."""
+    import os
+
     result["command"] = " ".join(sys.argv)
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -10,15 +10,13 @@ measures 1,000 node-days ~16 times sooner than one process does.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from bench.oncall_quiet import RACKS, run_quiet
+from bench.oncall_quiet import RACKS, emit, run_quiet
 
 SUMMED = ("node_days", "pages", "incidents", "proposals", "false_actionable", "cpu_s", "wall_s")
 
@@ -102,13 +100,7 @@ def main() -> int:
     # fork: each shard runs the code this process imported (the same commit), and nothing is pickled but figures
     with ProcessPoolExecutor(args.shards, mp_context=multiprocessing.get_context("fork")) as pool:
         results = list(pool.map(_one, work))
-    result = combine(results)
-    result["command"] = " ".join(sys.argv)
-    result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(result)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(combine(results), args.out)
     return 0
 
 
