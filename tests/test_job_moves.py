@@ -2,7 +2,8 @@
 runs now. Before, the fleet read a job's ranks once: after a maintenance window the drained node's idle GPUs
 still counted in the job and paged as `gpu_idle_in_job` (docs/BENCHMARKS.md, false pages). The fleet's pivot
 of `aiops_job_rank_info`, the store's ingest of `job_ranks`, the twin's fleet view and live detection's ranks
-each follow the move."""
+each follow the move. And a job whose ranks left the rank table (no process of it runs: it completed) is not
+stalled, while a job whose ranks stay and whose steps stop is."""
 
 from __future__ import annotations
 
@@ -81,3 +82,31 @@ def test_the_fleet_view_and_live_detection_follow_a_drain() -> None:
         assert "node3/gpu2" not in live.detector.job_of_gpu
         assert live.detector.job_of_gpu["node7/gpu2"] == "train-00"
         assert store.scalar("SELECT count(*) FROM job_ranks WHERE node = 'node3'") == 0
+
+
+def _judge(completes: bool) -> list[str]:
+    """Job `llm` steps every second on node0's two GPUs for 60 s, then no step comes: either it completed (its
+    processes gone, so the node's refresh from its processes drops its ranks) or it hangs (its ranks stay)."""
+    names = columns("job_ranks")
+    with Store(":memory:") as store:
+        ranks = [("llm", r, f"node0/gpu{r}", "node0", "node0/nic0") for r in range(2)]
+        store.ingest("job_ranks", RowBatch(names, ranks))
+        store.conn.execute(
+            "INSERT INTO gpu_samples (ts_s, gpu, node) SELECT range, 'node0/gpu0', 'node0' FROM range(1, 241)"
+        )
+        store.conn.execute(
+            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 61)"
+        )
+        detector = Detector(store, window_s=15.0)
+        kinds = []
+        for k in range(16):
+            if k == 5 and completes:  # what aiops/store/workloads.py does once no process of the job runs
+                store.conn.execute("DELETE FROM job_ranks WHERE job = 'llm'")
+                detector.job_of_gpu = {}
+            kinds += [s.kind for s in detector.process(k * 15.0, (k + 1) * 15.0)]
+        return kinds
+
+
+def test_a_job_that_completed_is_not_stalled_and_a_hung_one_is() -> None:
+    assert "job_stalled" in _judge(completes=False)
+    assert "job_stalled" not in _judge(completes=True)

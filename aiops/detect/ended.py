@@ -9,7 +9,11 @@ its next step (requeued, resumed from its checkpoint). The Xids themselves are s
 opens, is diagnosed (`application_error`) and shown, at severity `info` (aiops/detect/severity.py): it pages
 nothing and proposes nothing.
 
-Where the scheduler's own word is at hand (the job's state) it would be better still; the store has none yet.
+A job that completed normally leaves no Xid. What says it ended is the scheduler's placement: on a node, the
+job's ranks leave `job_ranks` when no process of it runs anymore (aiops/store/workloads.py refreshes them from
+the processes the Slurm, Kubernetes and torchrun resolvers name), so a job once placed and now placed nowhere
+is *gone*: not stalled either (`JobEnds.gone`). A store that never had a rank table judges as before. What
+the store still lacks is the scheduler's own state (pending, completed) where no process table is read.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ IDLE_SHARE = 0.5  # of a job's GPUs idle: its processes are gone
 class JobEnds:
     end_ts_s: dict[str, float] = field(default_factory=dict)  # job -> its newest application Xid
     idle: set[str] = field(default_factory=set)  # the GPUs idle in the window being judged
+    placed: set[str] = field(default_factory=set)  # jobs the rank table has placed at some time
+
+    def gone(self, job: str, job_of_gpu: Mapping[str, str]) -> bool:
+        """Placed once, and no rank of it placed now: its processes ended (completed, or waiting to run)."""
+        now = set(job_of_gpu.values())
+        self.placed |= now
+        return job in self.placed and job not in now
 
     def saw_xids(self, rows: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
         for r in rows:

@@ -416,6 +416,8 @@ class Detector:
                 continue
             if self.ends.ended(job, [g for g, j in self.job_of_gpu.items() if j == job], last):
                 continue  # killed or crashed, its GPUs idle: ended, not stalled
+            if self.ends.gone(job, self.job_of_gpu):
+                continue  # no rank of it runs anymore (the scheduler's placement): ended, not stalled
             if home not in self.reporting if home else not self.reporting:
                 continue  # no step, and no sight of where its steps come from either: blind, not stalled
             typical = self.step_baseline[job].median or 1.0
