@@ -82,6 +82,11 @@ def test_the_fleet_view_and_live_detection_follow_a_drain() -> None:
         assert "node3/gpu2" not in live.detector.job_of_gpu
         assert live.detector.job_of_gpu["node7/gpu2"] == "train-00"
         assert store.scalar("SELECT count(*) FROM job_ranks WHERE node = 'node3'") == 0
+        # the drain killed the ranks it moved (Xid 45 on node3, in the scrape that shows them on node7): the
+        # job was killed and requeued, not a job whose GPUs idle for no reason
+        xid = {"gpu": "node3/gpu2", "xid": 45, "ts_s": world.now_ts_s}
+        live.detector.ends.saw_xids([xid], live.detector.job_of_gpu)
+        assert live.detector.ends.killed("train-00", world.now_ts_s - 1.0)
 
 
 def _judge(completes: bool) -> list[str]:
@@ -110,3 +115,36 @@ def _judge(completes: bool) -> list[str]:
 def test_a_job_that_completed_is_not_stalled_and_a_hung_one_is() -> None:
     assert "job_stalled" in _judge(completes=False)
     assert "job_stalled" not in _judge(completes=True)
+
+
+def test_a_requeued_job_relaunching_on_its_new_node_is_not_idle_in_job() -> None:
+    """A drain requeues job `llm` from node0 onto node7 (the rank table shows it in the window ending at 30 s);
+    the kill's Xid 45 on node0 comes in the next window while node7's GPUs load the checkpoint, idle. The job
+    was killed and relaunches: no `gpu_idle_in_job` for node7."""
+    names = columns("job_ranks")
+    with Store(":memory:") as store:
+        store.ingest(
+            "job_ranks", RowBatch(names, [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)])
+        )
+        store.conn.execute(
+            "INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) "
+            "SELECT t, n || '/gpu' || g, n, 15, CASE WHEN n = 'node7' OR t > 15 THEN 15 ELSE 0 END "
+            "FROM range(15, 61, 15) a(t), (VALUES ('node0'), ('node7')) b(n), range(2) c(g)"
+        )
+        store.conn.execute(
+            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 15)"
+        )
+        store.conn.execute(
+            "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
+            "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+        )
+        live = LiveDetection(window_s=15.0)
+        live.detector = Detector(store, window_s=15.0)
+        live._refresh_inventory(store)
+        kinds = [s.kind for s in live.detector.process(0.0, 15.0)]
+        moved = [("llm", r, f"node7/gpu{r}", "node7", "x") for r in range(2)]
+        store.ingest("job_ranks", RowBatch(names, moved))
+        live._refresh_inventory(store)
+        for k in range(1, 4):
+            kinds += [s.kind for s in live.detector.process(k * 15.0, (k + 1) * 15.0)]
+        assert "xid" in kinds and "gpu_idle_in_job" not in kinds

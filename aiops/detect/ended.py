@@ -32,6 +32,16 @@ class JobEnds:
     end_ts_s: dict[str, float] = field(default_factory=dict)  # job -> its newest application Xid
     idle: set[str] = field(default_factory=set)  # the GPUs idle in the window being judged
     placed: set[str] = field(default_factory=set)  # jobs the rank table has placed at some time
+    left: dict[str, str] = field(default_factory=dict)  # GPU -> the job whose ranks the scheduler moved off it
+
+    def moved(self, before: Mapping[str, str], after: Mapping[str, str]) -> None:
+        """The placement changed (a requeue): a GPU a job left keeps pointing at it for the Xids its killed ranks
+        leave there (a drain kills them with Xid 45 in the same scrape that shows the ranks on their new node)."""
+        for gpu, job in before.items():
+            if after.get(gpu) != job:
+                self.left[gpu] = job
+        for gpu in after:
+            self.left.pop(gpu, None)
 
     def gone(self, job: str, job_of_gpu: Mapping[str, str]) -> bool:
         """Placed once, and no rank of it placed now: its processes ended (completed, or waiting to run)."""
@@ -41,7 +51,7 @@ class JobEnds:
 
     def saw_xids(self, rows: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
         for r in rows:
-            job = job_of_gpu.get(str(r["gpu"]))
+            job = job_of_gpu.get(str(r["gpu"])) or self.left.get(str(r["gpu"]))
             if job is not None and r["xid"] in APPLICATION_XIDS:
                 self.end_ts_s[job] = max(self.end_ts_s.get(job, 0.0), float(r["ts_s"]))
 

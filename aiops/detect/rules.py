@@ -129,6 +129,8 @@ class Detector:
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = self._caps(t0, t1)
         out: list[Symptom] = []
+        # a kill's Xids before the GPUs: they say why the killed job's GPUs idle in this very window (ended.py)
+        self.ends.saw_xids(w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu)
         out += self._gpus(t0, t1)
         out += self._xids(t0, t1)
         out += self._nics(t0, t1)

@@ -166,7 +166,8 @@ class LiveDetection:
             return
         self.inventory_rows = size
         self.tracker.rack_of = racks_of_nodes(store)
-        self.detector.job_of_gpu = job_gpus(store)
+        before, self.detector.job_of_gpu = self.detector.job_of_gpu, job_gpus(store)
+        self.detector.ends.moved(before, self.detector.job_of_gpu)
         self.detector.job_home = job_homes(store)
         self.tracker.set_jobs(self.detector.job_of_gpu)
 
