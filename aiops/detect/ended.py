@@ -32,7 +32,9 @@ class JobEnds:
     end_ts_s: dict[str, float] = field(default_factory=dict)  # job -> its newest application Xid
     idle: set[str] = field(default_factory=set)  # the GPUs idle in the window being judged
     placed: set[str] = field(default_factory=set)  # jobs the rank table has placed at some time
-    left: dict[str, str] = field(default_factory=dict)  # GPU -> the job whose ranks the scheduler moved off it
+    left: dict[str, str] = field(
+        default_factory=dict
+    )  # GPU -> the job whose ranks the scheduler moved off it
 
     def moved(self, before: Mapping[str, str], after: Mapping[str, str]) -> None:
         """The placement changed (a requeue): a GPU a job left keeps pointing at it for the Xids its killed ranks
