@@ -17,6 +17,7 @@ from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import load_scenario
 from aiops.sources.exposition import write_history
 from aiops.store import Store
+from tests.prometheus_process import prometheus_running
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "evals" / "scenarios"
@@ -62,37 +63,32 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def prometheus_with(tmp_path: Path, db: Path) -> Iterator[str]:
     """A real Prometheus whose TSDB holds the run's dcgm-exporter/node_exporter series (promtool backfill)."""
-    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
-    history, tsdb = tmp_path / "history.om", tmp_path / "tsdb"
+    history = tmp_path / "history.om"
     with Store(db, read_only=True) as store, history.open("w") as out:
         write_history(store, out, openmetrics=True)
+    with prometheus_holding(tmp_path, history, scrape_interval="1s", drop_history=True) as url:
+        yield url
+
+
+@contextmanager
+def prometheus_holding(
+    tmp_path: Path, history: Path, *, scrape_interval: str = "15s", drop_history: bool = False
+) -> Iterator[str]:
+    """A real Prometheus whose TSDB is the OpenMetrics `history` (promtool backfill), on a free loopback port."""
+    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
+    tsdb = tmp_path / "tsdb"
     subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(tsdb)],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    history.unlink()
-    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1s}\n")
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tsdb}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=100y",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2.0)[0] == 200, 60, "prometheus to be ready")
+    if drop_history:
+        history.unlink()
+    (tmp_path / "prometheus.yml").write_text(f"global: {{scrape_interval: {scrape_interval}}}\n")
+    flags = ("--storage.tsdb.retention.time=100y",)
+    with prometheus_running(tmp_path / "prometheus.yml", tmp_path, binary=prometheus, flags=flags) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-        log.close()
 
 
 @contextmanager

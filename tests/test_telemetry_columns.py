@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, Column, Family
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, Column, Family
 from aiops.fleet import families
-from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql
+from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql, nic_samples_sql
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -83,6 +83,34 @@ def test_host_samples_round_trip_through_their_declarations() -> None:
     assert all(c.family is not None and f"name = '{c.family.name}'" in sql for c in read)
     assert "max(value * 1000.0) FILTER (WHERE name = 'aiops_host_loader_wait_seconds')" in sql
     assert OBSERVED[("host_samples", "loader_wait_ms")][0] == frozenset({"input_pipeline_bottleneck"})
+
+
+def test_nic_samples_counters_export_running_totals_and_read_back_increases() -> None:
+    """nic_samples, the third table: a counted column (what its interval added) is exported as the running total
+    of its lane (a counter), the fleet reads it back as the increase between scrapes (`d`), a gauge as the newest
+    value over its scale; the families the fleet reads are the declared ones and the hand-written link state."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "nic", "node", "lane", "tx_bytes", "drops", "queue_delay_ms")
+    cache.observe("nic_samples", cols, [(1.0, "node0/nic0", "node0", "bulk", 100, 2, 4.0)])
+    cache.observe("nic_samples", cols, [(2.0, "node0/nic0", "node0", "bulk", 50, None, 6.0)])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(cache)
+    text = generate_latest(registry).decode()
+    assert 'aiops_nic_transmit_bytes_total{lane="bulk",nic="node0/nic0"} 150.0' in text
+    assert 'aiops_nic_drops_total{lane="bulk",nic="node0/nic0"} 2.0' in text
+    assert 'aiops_nic_queue_delay_seconds{lane="bulk",nic="node0/nic0",node="node0"} 0.006' in text
+    assert text.count("# TYPE aiops_nic_queue_delay_seconds gauge") == 1  # one exporter of the family
+    assert (
+        'node_network_transmit_bytes_total{device="eth0",instance="node0:9100",job="node"} 150'
+        in cache.dcgm_text()
+    )
+    assert families.NIC[:-1] == tuple(f.name for f in columns.families(NIC_SAMPLES))
+    sql = nic_samples_sql()
+    assert "CAST(max(d) FILTER (WHERE name = 'aiops_nic_transmit_bytes_total') AS BIGINT) AS tx_bytes" in sql
+    assert (
+        "max(value * 1000.0) FILTER (WHERE name = 'aiops_nic_queue_delay_seconds') AS queue_delay_ms" in sql
+    )
+    assert OBSERVED[("nic_samples", "drops")][0] == frozenset({"nic_link_flap", "ecn_misconfig"})
 
 
 def _probe_table() -> columns.Table:
