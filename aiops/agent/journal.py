@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from aiops.agent.sqltool import jsonable
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
 from guardrails.audit import AuditLog
 
 # What the agent adds to the audit log; the rest the guardrails record in their own shape.
@@ -55,31 +55,45 @@ class WorkspaceJournal:
             kept = bounded(jsonable(payload), self.max_record_bytes)
             self._pending.append((time.time(), kind, thread_id, proposal_id, kept))
 
-    def flush(self) -> None:
+    def _take(self) -> list[tuple[float, str, str, str, dict[str, Any]]]:
         with self._lock:
             pending, self._pending = self._pending, []
-        if not pending:
-            return
-        with self.workspace.write() as store:
-            audit = AuditLog(store)
-            for ts_s, kind, thread_id, proposal_id, payload in pending:
-                store.conn.execute(
-                    "INSERT INTO agent_log VALUES (?, ?, ?, ?, ?)",
-                    [ts_s, kind, thread_id, proposal_id, json.dumps(payload)],
+        return pending
+
+    def flush(self) -> None:
+        pending = self._take()
+        if pending:
+            with self.workspace.write() as store:
+                self._write(store, pending)
+
+    def flush_into(self, store: Store) -> None:
+        """What is pending, written through `store` (a write open of this workspace someone already holds: the
+        guard's, before its own records, so the audit chain keeps the order without a second open)."""
+        pending = self._take()
+        if pending:
+            self._write(store, pending)
+
+    @staticmethod
+    def _write(store: Store, pending: list[tuple[float, str, str, str, dict[str, Any]]]) -> None:
+        audit = AuditLog(store)
+        for ts_s, kind, thread_id, proposal_id, payload in pending:
+            store.conn.execute(
+                "INSERT INTO agent_log VALUES (?, ?, ?, ?, ?)",
+                [ts_s, kind, thread_id, proposal_id, json.dumps(payload)],
+            )
+            if kind in AUDITED_KINDS:
+                actor = (
+                    "llm"
+                    if kind in ("llm_turn", "tool_call", "llm_failure")
+                    else str(payload.get("asked_by") or "agent")
                 )
-                if kind in AUDITED_KINDS:
-                    actor = (
-                        "llm"
-                        if kind in ("llm_turn", "tool_call", "llm_failure")
-                        else str(payload.get("asked_by") or "agent")
-                    )
-                    audit.append(
-                        kind,
-                        {"thread_id": thread_id, **payload},
-                        proposal_id=proposal_id,
-                        actor=actor,
-                        ts_s=ts_s,
-                    )
+                audit.append(
+                    kind,
+                    {"thread_id": thread_id, **payload},
+                    proposal_id=proposal_id,
+                    actor=actor,
+                    ts_s=ts_s,
+                )
 
     def entries(self, kind: str | None = None, proposal_id: str | None = None) -> list[dict[str, Any]]:
         self.flush()

@@ -126,7 +126,7 @@ class AgentSession:
             max_bytes=limits.sql_max_bytes,
         )
         self.journal = WorkspaceJournal(workspace, max_record_bytes=limits.record_max_bytes)
-        self.guard = WorkspaceGuard(workspace, self.twin, clock, before_write=self.journal.flush)
+        self.guard = WorkspaceGuard(workspace, self.twin, clock, before_write=self.journal.flush_into)
         self.world = TwinWorld(workspace, self.twin, self.guard) if self.twin else None
         if llm is None and self.config.online:
             llm = LLMClient(self.config)
