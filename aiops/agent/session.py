@@ -116,7 +116,7 @@ class AgentSession:
         limits = self.config.limits
         with workspace.read() as store:
             self.analyst = Analyst.from_store(store)
-            self.twin = Twin.load(store)
+            self.twin = Twin.load(store, reuse=True)  # the run simulated once per process
             self._incidents_seen: dict[str, Any] = _incidents_seen(store)
         self.analyst.read = workspace.read  # component and time questions read stored rows
         self.sql = ReadOnlySQL(

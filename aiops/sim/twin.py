@@ -15,8 +15,11 @@ copies (`World.copy`) and are never logged.
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +102,37 @@ def _shape(names: set[str]) -> str:
     return f"{racks} racks, {nodes} nodes, {gpus} GPUs"
 
 
+_RUNS: OrderedDict[tuple[str, str | None, int, float], World] = OrderedDict()
+_RUNS_LOCK = threading.Lock()
+# a few worlds: a console or a test process opens the same workspace's twin again and again
+_RUNS_KEPT = 4
+
+
+def _simulated(
+    text: str,
+    policy_text: str | None,
+    steps: int,
+    epoch_ts_s: float,
+    scenario: Scenario,
+    policy: Policy | None,
+) -> World:
+    """The stored run simulated `steps` seconds, before its log: deterministic in its inputs, so simulated once
+    per process and copied (a copy costs ~1 ms; the run ~0.15 s of CPU for a tiny cluster's 5 minutes, paid at
+    every chat session that loads the twin)."""
+    key = (text, policy_text, steps, epoch_ts_s)
+    with _RUNS_LOCK:
+        world = _RUNS.get(key)
+        if world is None:
+            world = World(scenario, policy, epoch_ts_s=epoch_ts_s)
+            for _ in range(steps):
+                world.step(1.0)
+            _RUNS[key] = world
+            while len(_RUNS) > _RUNS_KEPT:
+                _RUNS.popitem(last=False)
+        _RUNS.move_to_end(key)
+        return copy.deepcopy(world)
+
+
 class Twin:
     """A world and how far through the workspace's `twin_log` it is (`applied_seq`); `node`: the node whose slice
     the workspace holds (`aiops run --sim S --node N`), None for the whole cluster. The world is always the whole
@@ -116,10 +150,11 @@ class Twin:
 
     # -- building -------------------------------------------------------------------------------------------
     @classmethod
-    def load(cls, store: Store) -> Twin | None:
+    def load(cls, store: Store, *, reuse: bool = False) -> Twin | None:
         """The workspace's twin, rebuilt from its stored run and log; None for a workspace that was not
         simulated. Raises `TwinMismatch` when the stored run cannot be read or its cluster is not the stored
-        topology."""
+        topology. `reuse`: a copy of the run this process simulated already (a chat session per console chat or
+        question; never a service, which steps its own world for days and would keep the first one besides)."""
         row = store.conn.execute(
             "SELECT scenario_yaml, lanes_policy_yaml, simulated_s, format_version, epoch_ts_s, node FROM sim_runs "
             "ORDER BY ts_s DESC LIMIT 1"
@@ -136,11 +171,15 @@ class Twin:
         except (InputError, yaml.YAMLError) as exc:
             raise TwinMismatch(f"{store.path}: the stored run does not validate: {exc}") from None
         node = None if row[5] is None else str(row[5])
-        world = World(scenario, policy, epoch_ts_s=epoch_ts_s)
+        steps = round(simulated_s)
+        if reuse:
+            world = _simulated(text, policy_text, steps, epoch_ts_s, scenario, policy)
+        else:
+            world = World(scenario, policy, epoch_ts_s=epoch_ts_s)
+            for _ in range(steps):
+                world.step(1.0)
         if node is not None and node not in world.layout.node_names:
             raise TwinMismatch(f"{store.path}: serves {node}, which scenario '{scenario.name}' does not have")
-        for _ in range(round(simulated_s)):
-            world.step(1.0)
         twin = cls(world, node=node)
         twin.check_topology(store)
         twin.sync(store)

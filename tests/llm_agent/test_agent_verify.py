@@ -74,9 +74,17 @@ def _analyst_only(db: Path) -> list[dict[str, Any]]:
         return session.ask("What is the root cause of the incident?").hypotheses
 
 
-def test_a_verified_second_cause_is_merged_and_raises_the_score(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def before(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The analyst's ranking on the two-cause workspace without a model, once for the module (every test
+    below asks its model on a fresh copy of the same workspace and compares with it)."""
+    return _analyst_only(_two_cause_db(tmp_path_factory.mktemp("before")))
+
+
+def test_a_verified_second_cause_is_merged_and_raises_the_score(
+    tmp_path: Path, before: list[dict[str, Any]]
+) -> None:
     db = _two_cause_db(tmp_path)
-    before = _analyst_only(db)
     assert before and before[0]["root_cause"] == "thermal_throttle" and before[0]["component"] == "node1/gpu1"
     assert recall_at_3(before) == pytest.approx(0.5)  # the analyst missed the second cause
     reply = _ask(
@@ -109,9 +117,10 @@ def test_a_verified_second_cause_is_merged_and_raises_the_score(tmp_path: Path) 
         ),
     ],
 )
-def test_a_wrong_cause_with_a_trivial_citation_changes_nothing(tmp_path: Path, sql: str, why: str) -> None:
+def test_a_wrong_cause_with_a_trivial_citation_changes_nothing(
+    tmp_path: Path, sql: str, why: str, before: list[dict[str, Any]]
+) -> None:
     db = _two_cause_db(tmp_path)
-    before = _analyst_only(db)
     reply = _ask(
         db,
         [

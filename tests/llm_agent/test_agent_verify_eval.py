@@ -69,16 +69,24 @@ def _answer(sql: str) -> dict[str, Any]:
     return step
 
 
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The case scored without a model, once for the module (the same scenario and seed every time: the
+    simulation is deterministic, and each test below compares its model's run with this one)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _offline(monkeypatch)
+        return run_file(_scenario(tmp_path_factory.mktemp("alone")))
+
+
 def _ranked(case: dict[str, Any]) -> list[tuple[str, str]]:
     return [(p["root_cause"], p["component"]) for p in case["predicted"]]
 
 
 def test_a_verified_missed_cause_raises_the_eval_score(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alone: dict[str, Any]
 ) -> None:
     path = _scenario(tmp_path)
     _offline(monkeypatch)
-    alone = run_file(path)
     assert not alone["top3"] and ("ecn_misconfig", "node0/nic0") not in _ranked(alone)
     with scripted_llm([_answer(ECN_SQL)]) as llm:
         merged = run_file(path, with_llm=True, agent=_model(llm.base_url))
@@ -95,11 +103,10 @@ def test_a_verified_missed_cause_raises_the_eval_score(
     "sql", ["SELECT 1", ECN_SQL.replace("sum(ce_marks)", "0 * sum(drops) + sum(ce_marks) + 1")]
 )
 def test_a_wrong_or_trivial_citation_changes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str, alone: dict[str, Any]
 ) -> None:
     path = _scenario(tmp_path)
     _offline(monkeypatch)
-    alone = run_file(path)
     with scripted_llm([_answer(sql)]) as llm:
         merged = run_file(path, with_llm=True, agent=_model(llm.base_url))
     assert merged["llm_hypotheses"] == {"unverified": 1} and merged["llm_added"] == 0
@@ -108,11 +115,14 @@ def test_a_wrong_or_trivial_citation_changes_nothing(
 
 
 def test_without_a_model_with_llm_changes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    alone: dict[str, Any],
 ) -> None:
-    path = _scenario(tmp_path)
+    _scenario(tmp_path)
     _offline(monkeypatch)
-    assert run_file(path, with_llm=True) == run_file(path)
+    assert run_file(alone["file"], with_llm=True) == alone  # the same file: its path is in the result
     assert main(["eval", "--suite", str(tmp_path), "--with-llm", "--json", "--workers", "1"]) == 0
     out = capsys.readouterr()
     assert "no model configured" in out.err
