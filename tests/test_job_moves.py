@@ -90,22 +90,22 @@ def test_the_fleet_view_and_live_detection_follow_a_drain() -> None:
 
 
 def _judge(completes: bool) -> list[str]:
-    """Job `llm` steps every second on node0's two GPUs for 60 s, then no step comes: either it completed (its
+    """Job `llm` steps every second on node0's two GPUs for 30 s, then no step comes: either it completed (its
     processes gone, so the node's refresh from its processes drops its ranks) or it hangs (its ranks stay)."""
     names = columns("job_ranks")
     with Store(":memory:") as store:
         ranks = [("llm", r, f"node0/gpu{r}", "node0", "node0/nic0") for r in range(2)]
         store.ingest("job_ranks", RowBatch(names, ranks))
         store.conn.execute(
-            "INSERT INTO gpu_samples (ts_s, gpu, node) SELECT range, 'node0/gpu0', 'node0' FROM range(1, 241)"
+            "INSERT INTO gpu_samples (ts_s, gpu, node) SELECT range, 'node0/gpu0', 'node0' FROM range(1, 121)"
         )
         store.conn.execute(
-            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 61)"
+            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 31)"
         )
         detector = Detector(store, window_s=15.0)
         kinds = []
-        for k in range(16):
-            if k == 5 and completes:  # what aiops/store/workloads.py does once no process of the job runs
+        for k in range(7):
+            if k == 2 and completes:  # what aiops/store/workloads.py does once no process of the job runs
                 store.conn.execute("DELETE FROM job_ranks WHERE job = 'llm'")
                 detector.job_of_gpu = {}
             kinds += [s.kind for s in detector.process(k * 15.0, (k + 1) * 15.0)]

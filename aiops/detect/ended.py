@@ -45,11 +45,15 @@ class JobEnds:
         for gpu in after:
             self.left.pop(gpu, None)
 
+    def window(self, xids: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
+        """At each window's start: the jobs placed now, and the window's Xids (read before its GPUs: a kill's Xids
+        say why the killed job's GPUs idle in this very window)."""
+        self.placed.update(job_of_gpu.values())
+        self.saw_xids(xids, job_of_gpu)
+
     def gone(self, job: str, job_of_gpu: Mapping[str, str]) -> bool:
         """Placed once, and no rank of it placed now: its processes ended (completed, or waiting to run)."""
-        now = set(job_of_gpu.values())
-        self.placed |= now
-        return job in self.placed and job not in now
+        return job in self.placed and job not in set(job_of_gpu.values())
 
     def saw_xids(self, rows: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
         for r in rows:
