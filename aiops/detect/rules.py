@@ -57,7 +57,9 @@ class Detector(RuleState):
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)
         out: list[Symptom] = []
-        self.ends.window(w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu)  # aiops/detect/ended.py
+        self.ends.window(
+            w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu
+        )  # aiops/detect/ended.py
         for rule in RULES:
             out += rule(self, t0, t1)
         self.stragglers.store = self.store  # the live service may have reopened the file since
