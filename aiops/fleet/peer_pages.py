@@ -146,8 +146,8 @@ class PeerPages:
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout_s + 1.0)
+        if self._thread is not None:  # a request under way ends with its timeout; the service does not wait
+            self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         while not self._stopping.is_set():
