@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, Column, Family
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, Column, Family
 from aiops.fleet import families
-from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql, nic_samples_sql
+from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql, netdev_sql, nic_samples_sql
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -111,6 +111,24 @@ def test_nic_samples_counters_export_running_totals_and_read_back_increases() ->
         "max(value * 1000.0) FILTER (WHERE name = 'aiops_nic_queue_delay_seconds') AS queue_delay_ms" in sql
     )
     assert OBSERVED[("nic_samples", "drops")][0] == frozenset({"nic_link_flap", "ecn_misconfig"})
+
+
+def test_netdev_samples_counters_are_the_kernels_totals_exported_and_read_back_as_they_are() -> None:
+    """netdev_samples, the fourth table: the kernel's cumulative statistics are exported as stored (a NIC-less
+    device with an empty `nic` label) and the fleet reads the newest total back, not an increase."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "dev", "nic", "rx_bytes", "rx_pause_frames", "oper_up")
+    cache.observe("netdev_samples", cols, [(1.0, "node0", "eth0", None, 1000, 7, True)])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(cache)
+    text = generate_latest(registry).decode()
+    assert 'aiops_netdev_receive_bytes_total{dev="eth0",nic="",node="node0"} 1000.0' in text
+    assert 'aiops_netdev_receive_pause_frames_total{dev="eth0",nic="",node="node0"} 7.0' in text
+    assert 'aiops_netdev_up{dev="eth0",nic="",node="node0"} 1.0' in text
+    assert tuple(f.name for f in columns.families(NETDEV_SAMPLES)) == families.NETDEV
+    assert (
+        "CAST(max(value) FILTER (WHERE name = 'aiops_netdev_receive_bytes_total') AS BIGINT)" in netdev_sql()
+    )
 
 
 def _probe_table() -> columns.Table:
