@@ -31,11 +31,19 @@ def top_of(result: Any) -> tuple[str, str] | None:
     return None
 
 
-def simulated(tmp_path: Path, scenario: str) -> tuple[Path, float, float, tuple[str, str] | None]:
-    """The scenario simulated into a workspace: its path, first and last sample time, store-based top."""
+def simulated(
+    tmp_path: Path, scenario: str, after_fault_s: float | None = None
+) -> tuple[Path, float, float, tuple[str, str] | None]:
+    """The scenario simulated into a workspace: its path, first and last sample time, store-based top. With
+    `after_fault_s`, the run ends that long after its first fault starts (its baseline and the fault's onset kept,
+    the rest of the scenario's duration not simulated)."""
     db = tmp_path / f"{scenario}.duckdb"
+    loaded = load_scenario(str(SCENARIOS / f"{scenario}.yaml"))
+    if after_fault_s is not None:
+        end_s = min(f.start_s for f in loaded.faults) + after_fault_s
+        loaded = loaded.model_copy(update={"duration_s": min(loaded.duration_s, end_s)})
     with Store(db) as store:
-        simulate_into(store, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+        simulate_into(store, loaded)
         start_s = float(store.scalar("SELECT min(ts_s) FROM gpu_samples"))
         end_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
         top = top_of(analyze_store(store))

@@ -57,6 +57,8 @@ class Detector(RuleState):
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)
         out: list[Symptom] = []
+        # a kill's Xids before the GPUs: they say why the killed job's GPUs idle in this very window (ended.py)
+        self.ends.saw_xids(w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu)
         for rule in RULES:
             out += rule(self, t0, t1)
         self.stragglers.store = self.store  # the live service may have reopened the file since

@@ -59,12 +59,19 @@ FROM fleet_d WHERE name = 'aiops_nic_info' AND nic <> '' AND nic NOT IN (SELECT 
 GROUP BY nic
 """
 
-JOBS = """
+# A job's ranks where the newest scrape places them: a rank the scheduler moved (a requeue onto another node)
+# replaces its stored row, so the GPUs it left are no longer counted in the job (issue 35 item 5).
+_PLACED = """(SELECT job, CAST(rank AS INTEGER) AS rank, arg_max(gpu, ts_s) AS gpu, arg_max(node, ts_s) AS node,
+        arg_max(nic, ts_s) AS nic
+ FROM fleet_d WHERE name = 'aiops_job_rank_info' AND job <> '' AND TRY_CAST(rank AS INTEGER) IS NOT NULL
+ GROUP BY job, rank)"""
+
+JOBS = f"""
+DELETE FROM job_ranks s WHERE EXISTS (SELECT 1 FROM {_PLACED} p
+  WHERE p.job = s.job AND p.rank = s.rank AND (p.gpu, p.node, p.nic) IS DISTINCT FROM (s.gpu, s.node, s.nic));
 INSERT INTO job_ranks (job, rank, gpu, node, nic)
-SELECT job, CAST(rank AS INTEGER), max(gpu), max(node), max(nic)
-FROM fleet_d WHERE name = 'aiops_job_rank_info' AND job <> '' AND TRY_CAST(rank AS INTEGER) IS NOT NULL
-  AND (job, CAST(rank AS INTEGER)) NOT IN (SELECT (job, rank) FROM job_ranks)
-GROUP BY job, rank;
+SELECT job, rank, gpu, node, nic FROM {_PLACED} p
+WHERE (job, rank) NOT IN (SELECT (job, rank) FROM job_ranks);
 INSERT INTO jobs (job, nodes, ranks, started_ts_s)
 SELECT job, count(DISTINCT node), count(*), NULL FROM job_ranks
 WHERE job NOT IN (SELECT job FROM jobs) GROUP BY job

@@ -22,7 +22,14 @@ import duckdb
 from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
-from aiops.store.keys import UNIQUE_KEYS, first_per_key, first_rows_per_key, stored_key_filter
+from aiops.store.keys import (
+    REPLACE_KEYS,
+    UNIQUE_KEYS,
+    first_per_key,
+    first_rows_per_key,
+    replaced_sql,
+    stored_key_filter,
+)
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
 if TYPE_CHECKING:
@@ -189,6 +196,8 @@ class Store:
 
         A time-series table keeps each key (`aiops.store.keys.UNIQUE_KEYS`) once: rows whose key the batch
         already had, or the table already holds, are left out (not an error: a replayed window writes nothing).
+        A placement table (`REPLACE_KEYS`: a job's ranks) keeps the newest row of each key: a row replaces the
+        stored rows of its key.
         """
         if is_rows(batch):
             return self._ingest_rows(table, batch)  # type: ignore[arg-type]
@@ -216,6 +225,8 @@ class Store:
         view = f"_ingest_{table}"
         self.conn.register(view, arrow)
         try:
+            if table in REPLACE_KEYS and set(REPLACE_KEYS[table]) <= set(arrow.column_names):
+                self.conn.execute(replaced_sql(table, REPLACE_KEYS[table], f'"{view}"'))
             written = self.conn.execute(sql, params).fetchall()
         except duckdb.Error as exc:
             raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc
@@ -261,6 +272,12 @@ class Store:
         sql = f'INSERT INTO "{table}" ({quoted}) SELECT {quoted} FROM (SELECT {unnested}) b{where}'
         values = [list(column) for column in zip(*rows, strict=True)]
         try:
+            if table in REPLACE_KEYS and set(REPLACE_KEYS[table]) <= set(names):
+                key_at = [names.index(k) for k in REPLACE_KEYS[table]]
+                keyed = ", ".join(f'unnest(?::{types[names[i]]}[]) AS "{names[i]}"' for i in key_at)
+                self.conn.execute(
+                    replaced_sql(table, REPLACE_KEYS[table], f"(SELECT {keyed})"), [values[i] for i in key_at]
+                )
             written = self.conn.execute(sql, [*values, *params]).fetchall()
         except duckdb.Error as exc:
             raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc
