@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, arrow_columns
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, arrow_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -155,25 +155,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("full_avg300", F),
         ("full_total_us", I64),
     ),
-    "netdev_samples": (
-        ("ts_s", F),
-        ("node", S),
-        ("dev", S),
-        ("nic", S),
-        ("rx_bytes", I64),
-        ("tx_bytes", I64),
-        ("rx_packets", I64),
-        ("tx_packets", I64),
-        ("rx_errors", I64),
-        ("tx_errors", I64),
-        ("rx_dropped", I64),
-        ("tx_dropped", I64),
-        ("carrier_changes", I64),
-        ("oper_up", B),
-        ("speed_mbps", I32),
-        ("rx_pause_frames", I64),  # m014
-        ("tx_pause_frames", I64),
-    ),
+    "netdev_samples": arrow_columns(NETDEV_SAMPLES),
     "ib_port_samples": (
         ("ts_s", F),
         ("node", S),

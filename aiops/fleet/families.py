@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, families, integer_families
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, families, integer_families
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -80,18 +80,9 @@ RANKS = (
     "aiops_rank_probed_seconds_total",
 )
 HOST = tuple(f.name for f in families(HOST_SAMPLES))  # declared with host_samples' columns (aiops/columns.py)
-NETDEV_COLUMNS: dict[str, str] = {
-    "aiops_netdev_receive_bytes_total": "rx_bytes",
-    "aiops_netdev_transmit_bytes_total": "tx_bytes",
-    "aiops_netdev_receive_errors_total": "rx_errors",
-    "aiops_netdev_transmit_errors_total": "tx_errors",
-    "aiops_netdev_receive_drops_total": "rx_dropped",
-    "aiops_netdev_transmit_drops_total": "tx_dropped",
-    "aiops_netdev_carrier_changes_total": "carrier_changes",
-    "aiops_netdev_receive_pause_frames_total": "rx_pause_frames",
-    "aiops_netdev_transmit_pause_frames_total": "tx_pause_frames",
-}
-NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
+NETDEV = tuple(
+    f.name for f in families(NETDEV_SAMPLES)
+)  # declared with netdev_samples' columns (aiops/columns.py)
 INCIDENTS = ("aiops_incident_opened_timestamp_seconds", "aiops_incident_confidence_ratio")
 # what each node's executed actions set (guardrails/intended.py): intended state on the fleet, and its copies of
 # those actions superseded (guardrails/supersede.py)

@@ -10,7 +10,15 @@ Times a node exports as values (a job's last step, an incident's opening, its la
 from __future__ import annotations
 
 from aiops import nvml_bits
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, SQL_TYPES, Column, fleet_read
+from aiops.columns import (
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    SQL_TYPES,
+    Column,
+    fleet_read,
+)
 from aiops.fleet import families as f
 
 
@@ -225,10 +233,10 @@ FROM fleet_d WHERE node <> '' AND name IN {_in(f.HOST)} GROUP BY ts_s, node
 
 
 def netdev_sql() -> str:
-    picks = ", ".join(f"CAST({_pick(n)} AS BIGINT)" for n in f.NETDEV_COLUMNS)
+    picks = {c.name: _declared(c) for c in fleet_read(NETDEV_SAMPLES)}  # declared once (aiops/columns.py)
     return f"""
-INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(f.NETDEV_COLUMNS.values())}, oper_up)
-SELECT ts_s, node, dev, max(NULLIF(nic, '')), {picks}, {_pick("aiops_netdev_up")} > 0
+INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(picks)}, oper_up)
+SELECT ts_s, node, dev, max(NULLIF(nic, '')), {", ".join(picks.values())}, {_pick("aiops_netdev_up")} > 0
 FROM fleet_d WHERE node <> '' AND dev <> '' AND name IN {_in(f.NETDEV)} GROUP BY ts_s, node, dev
 """
 

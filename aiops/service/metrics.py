@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
 from aiops.column_model import Table
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, exported
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, exported
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -57,9 +57,13 @@ def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Me
             )
         for values in rows:
             if values.get(c.name) is not None:
-                label_values = [fixed[n] if n in fixed else str(values[n]) for n in c.family.labels]
+                label_values = [fixed[n] if n in fixed else _label(values.get(n)) for n in c.family.labels]
                 made[name].add_metric(label_values, float(values[c.name]) * c.scale)
     return list(made.values())
+
+
+def _label(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
 class MetricsCache(Collector):
@@ -261,25 +265,7 @@ class MetricsCache(Collector):
 
     def _network_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(NIC_SAMPLES, [lane for _key, lane in sorted(self.nics.items())])
-        netdev = {
-            "rx_bytes": "netdev_receive_bytes",
-            "tx_bytes": "netdev_transmit_bytes",
-            "rx_errors": "netdev_receive_errors",
-            "tx_errors": "netdev_transmit_errors",
-            "rx_dropped": "netdev_receive_drops",
-            "tx_dropped": "netdev_transmit_drops",
-            "carrier_changes": "netdev_carrier_changes",
-            "rx_pause_frames": "netdev_receive_pause_frames",
-            "tx_pause_frames": "netdev_transmit_pause_frames",
-        }
-        for column, name in netdev.items():
-            family = CounterMetricFamily(
-                PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev", "node", "nic"]
-            )
-            for (node, dev), values in sorted(self.netdev.items()):
-                if values.get(column) is not None:
-                    family.add_metric([dev, node, str(values.get("nic") or "")], float(values[column]))
-            yield family
+        yield from declared_metrics(NETDEV_SAMPLES, [values for _key, values in sorted(self.netdev.items())])
         up = GaugeMetricFamily(
             PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev", "node", "nic"]
         )
