@@ -10,7 +10,9 @@ which faults a real reading of it may react to. Derived from the declarations, n
 - the twin-leak test's allowance (tests/security/twin_observed.py: the fault kinds `reacts_to` names);
 - the dcgm-exporter names (aiops/sources/names.py): /metrics/dcgm and `aiops analyze --prometheus`.
 
-Migrated so far: gpu_samples (declared in aiops/columns_gpu.py) and host_samples (aiops/columns_host.py); the
+Migrated so far: gpu_samples (declared in aiops/columns_gpu.py), host_samples (aiops/columns_host.py) and
+nic_samples (aiops/columns_nic.py: its counters `counted`, exported as running totals, read back as increases) and
+netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters); the
 shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
 "Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
@@ -47,6 +49,8 @@ __all__ = [
     "HEAT",
     "HOST_SAMPLES",
     "IDLE",
+    "NETDEV_SAMPLES",
+    "NIC_SAMPLES",
     "SQL_TYPES",
     "Column",
     "DcgmName",
@@ -65,8 +69,10 @@ __all__ = [
 
 from aiops.columns_gpu import GPU_SAMPLES
 from aiops.columns_host import HOST_SAMPLES
+from aiops.columns_netdev import NETDEV_SAMPLES
+from aiops.columns_nic import NIC_SAMPLES
 
-TABLES: dict[str, Table] = {t.name: t for t in (GPU_SAMPLES, HOST_SAMPLES)}
+TABLES: dict[str, Table] = {t.name: t for t in (GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, NETDEV_SAMPLES)}
 
 
 # -- what derives --------------------------------------------------------------------------------------------

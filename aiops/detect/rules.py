@@ -25,7 +25,7 @@ from aiops.detect.gpu_rules import gpu_rules, xid_rules
 from aiops.detect.job_rules import collective_rules, loader_rules, step_rules
 from aiops.detect.kinds import INFO as INFO  # re-exported: aiops/detect/severity.py reads it here
 from aiops.detect.kinds import STRONG as STRONG
-from aiops.detect.network_rules import lane_rules, nic_rules, pause_rules
+from aiops.detect.network_rules import lane_class_rules, nic_rules, pause_rules
 from aiops.detect.rule_state import RuleState
 from aiops.models import Symptom
 
@@ -38,7 +38,7 @@ RULES: tuple[Rule, ...] = (
     xid_rules,
     nic_rules,
     pause_rules,
-    lane_rules,
+    lane_class_rules,
     collective_rules,
     step_rules,
     rack_rules,

@@ -68,7 +68,6 @@ class AnalystExports:
         self.flows: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
         self.rules: list[dict[str, Any]] = []
         self.rules_ts_s: float | None = None
-        self.queue: dict[tuple[str, str, str], float] = {}  # (node, nic, lane) -> seconds
         self.links: dict[tuple[str, str], bool] = {}  # (node, nic)
         self.ib_words: dict[tuple[str, str, str, str], dict[str, float]] = {}  # (node, nic, device, port)
         self.kernel: dict[tuple[str, str, str, str, str], int] = defaultdict(int)
@@ -129,8 +128,6 @@ class AnalystExports:
             self.rules.append(dict(values))
         elif table == "nic_samples":
             node, nic = str(values["node"]), str(values["nic"])
-            if values.get("queue_delay_ms") is not None:
-                self.queue[(node, nic, str(values["lane"]))] = float(values["queue_delay_ms"]) / 1e3
             if values.get("link_up") is not None:
                 self.links[(node, nic)] = bool(values["link_up"])
         elif table == "ib_port_samples":
