@@ -148,3 +148,32 @@ def test_a_requeued_job_relaunching_on_its_new_node_is_not_idle_in_job() -> None
         for k in range(1, 4):
             kinds += [s.kind for s in live.detector.process(k * 15.0, (k + 1) * 15.0)]
         assert "xid" in kinds and "gpu_idle_in_job" not in kinds
+
+
+def test_a_relaunched_job_counts_its_stall_from_its_relaunch() -> None:
+    """Job `llm` steps until 30 s, is killed (Xid 45 at 31 s, its GPUs idle until 60 s), relaunches (busy, no
+    step yet): a stall, if any, counts from the relaunch, not from its last step before the kill."""
+    names = columns("job_ranks")
+    with Store(":memory:") as store:
+        store.ingest(
+            "job_ranks", RowBatch(names, [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)])
+        )
+        store.conn.execute(
+            "INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) SELECT t, 'node0/gpu' || g, "
+            "'node0', 15, CASE WHEN t > 30 AND t <= 60 THEN 15 ELSE 0 END FROM range(15, 151, 15) a(t), range(2) b(g)"
+        )
+        store.conn.execute(
+            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 31)"
+        )
+        store.conn.execute(
+            "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
+            "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+        )
+        detector = Detector(store, window_s=15.0)
+        stalls = [
+            s
+            for k in range(10)
+            for s in detector.process(k * 15.0, (k + 1) * 15.0)
+            if s.kind == "job_stalled"
+        ]
+        assert stalls and all(float(s.detail["last_step_ts_s"]) >= 60.0 for s in stalls)
