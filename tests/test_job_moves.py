@@ -117,26 +117,35 @@ def test_a_job_that_completed_is_not_stalled_and_a_hung_one_is() -> None:
     assert "job_stalled" not in _judge(completes=True)
 
 
+def _llm_on_node0(store: Store, gpu_rows_sql: str, steps_until_s: int) -> None:
+    """Job `llm` with two ranks on node0, stepping every second until `steps_until_s`, killed by Xid 45 at 31 s on
+    node0's GPUs; `gpu_rows_sql` writes the GPUs' rows."""
+    store.ingest(
+        "job_ranks",
+        RowBatch(columns("job_ranks"), [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)]),
+    )
+    store.conn.execute("INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) " + gpu_rows_sql)
+    store.conn.execute(
+        "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, ?)",
+        [steps_until_s],
+    )
+    store.conn.execute(
+        "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
+        "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+    )
+
+
 def test_a_requeued_job_relaunching_on_its_new_node_is_not_idle_in_job() -> None:
     """A drain requeues job `llm` from node0 onto node7 (the rank table shows it in the window ending at 30 s);
     the kill's Xid 45 on node0 comes in the next window while node7's GPUs load the checkpoint, idle. The job
     was killed and relaunches: no `gpu_idle_in_job` for node7."""
     names = columns("job_ranks")
     with Store(":memory:") as store:
-        store.ingest(
-            "job_ranks", RowBatch(names, [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)])
-        )
-        store.conn.execute(
-            "INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) "
+        _llm_on_node0(
+            store,
             "SELECT t, n || '/gpu' || g, n, 15, CASE WHEN n = 'node7' OR t > 15 THEN 15 ELSE 0 END "
-            "FROM range(15, 61, 15) a(t), (VALUES ('node0'), ('node7')) b(n), range(2) c(g)"
-        )
-        store.conn.execute(
-            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 15)"
-        )
-        store.conn.execute(
-            "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
-            "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+            "FROM range(15, 61, 15) a(t), (VALUES ('node0'), ('node7')) b(n), range(2) c(g)",
+            15,
         )
         live = LiveDetection(window_s=15.0)
         live.detector = Detector(store, window_s=15.0)
@@ -153,21 +162,12 @@ def test_a_requeued_job_relaunching_on_its_new_node_is_not_idle_in_job() -> None
 def test_a_relaunched_job_counts_its_stall_from_its_relaunch() -> None:
     """Job `llm` steps until 30 s, is killed (Xid 45 at 31 s, its GPUs idle until 60 s), relaunches (busy, no
     step yet): a stall, if any, counts from the relaunch, not from its last step before the kill."""
-    names = columns("job_ranks")
     with Store(":memory:") as store:
-        store.ingest(
-            "job_ranks", RowBatch(names, [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)])
-        )
-        store.conn.execute(
-            "INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) SELECT t, 'node0/gpu' || g, "
-            "'node0', 15, CASE WHEN t > 30 AND t <= 60 THEN 15 ELSE 0 END FROM range(15, 151, 15) a(t), range(2) b(g)"
-        )
-        store.conn.execute(
-            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 31)"
-        )
-        store.conn.execute(
-            "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
-            "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+        _llm_on_node0(
+            store,
+            "SELECT t, 'node0/gpu' || g, 'node0', 15, CASE WHEN t > 30 AND t <= 60 THEN 15 ELSE 0 END "
+            "FROM range(15, 151, 15) a(t), range(2) b(g)",
+            31,
         )
         detector = Detector(store, window_s=15.0)
         stalls = [
