@@ -172,8 +172,9 @@ class FleetDispatcher:
     def collect(self, store: Store, verifier: Verifier | None = None) -> list[str]:
         """What is due, read from the workspace: node sends made ready in `outgoing` (each with its `dispatch`
         event), notes set; the scheduler's steps run here. Returns the proposal ids the scheduler settled."""
-        if self.outgoing:  # sent by a flush whose writing failed: written now
+        if self.outgoing:  # sent by a flush whose writing failed: written now; one never sent is made again
             self.record(store)
+            self.outgoing = []
         if verifier is None:  # one per dispatcher: its verdicts are cached (each signature checked once)
             if self._verifier is None:
                 self._verifier = ConfiguredVerifier(store.guardrails, store.path)
