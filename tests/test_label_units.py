@@ -61,8 +61,8 @@ REAL = ROOT / "evals" / "real"
 # their rule is shown working on an altered real capture by the named test instead. A label gains a real case,
 # or an entry here; an entry whose label has a real case fails (it has its case).
 NO_REAL_CASE = {
-    "pcie_degraded": "tests/test_evidence_rules.py::test_narrow_link_is_diagnosed",
-    "power_brake": "tests/test_evidence_rules.py::test_clock_event_reasons",
+    "pcie_degraded": "tests/evidence/test_evidence_rules.py::test_narrow_link_is_diagnosed",
+    "power_brake": "tests/evidence/test_evidence_rules.py::test_clock_event_reasons",
 }
 
 
@@ -108,14 +108,29 @@ def test_anchors_are_symptom_kinds_detection_reports() -> None:
 def test_detection_reports_exactly_the_registered_symptom_kinds() -> None:
     reported: set[str] = set()
     for path in sorted((ROOT / "aiops" / "detect").glob("*.py")):
+        if path.name == "kinds.py":  # the registry and its builder
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Symptom":
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "id", None)
+            if called == "Symptom":  # by hand (per-rank timing, early warnings)
                 kinds = [k.value for k in node.keywords if k.arg == "kind"]
-                assert kinds and isinstance(kinds[0], ast.Constant), (
-                    f"{path}:{node.lineno}: kind not a literal"
-                )
-                reported.add(str(kinds[0].value))
+            elif called == "symptom":  # through the registry's builder (aiops/detect/kinds.py)
+                kinds = node.args[:1]
+            else:
+                continue
+            assert kinds and isinstance(kinds[0], ast.Constant), f"{path}:{node.lineno}: kind not a literal"
+            reported.add(str(kinds[0].value))
     assert reported == set(SYMPTOM_KINDS)
+
+
+def test_a_symptom_of_an_undeclared_kind_is_refused() -> None:
+    from aiops.detect.kinds import symptom
+
+    assert symptom("gpu_hot", "node0/gpu0", 1.0, temp_c=90).detail == {"temp_c": 90}
+    with pytest.raises(ValueError, match="gpu_warm"):
+        symptom("gpu_warm", "node0/gpu0", 1.0)
 
 
 def test_scorers_give_the_labels_their_specs_say() -> None:
@@ -159,7 +174,7 @@ def test_every_twin_fault_kind_has_one_fault_model() -> None:
     assert set(FAULT_MODELS) == set(FAULT_KINDS), "a fault model for a label the twin cannot inject"
 
 
-# rows that each pass one telemetry check (tests/test_agent_verify_units.py has them one by one)
+# rows that each pass one telemetry check (tests/llm_agent/test_agent_verify_units.py has them one by one)
 LOUD_ROWS: list[dict[str, Any]] = [
     {"temp_c": 91.0, "slowdown_temp_c": 90.0, "clocks_event_reasons": 0xFF, "thermal_samples": 3},
     {"xid": 79},
@@ -256,21 +271,15 @@ LISTS_NO_LABELS = ("aiops/causal.py", "aiops/evidence/next_steps.py", "evals/gen
 
 def test_label_lists_live_only_in_the_label_specs() -> None:
     """The modules that once kept their own lists of labels (which clocks-event reason each cause sets, which
-    labels' playbooks a kind of abnormal line leads to, which kinds the suite generator pairs) derive them from
-    `SPECS`: no set, tuple, list or dict literal there holds a label's name, so a new label is one spec."""
+    labels' playbooks a kind of abnormal line leads to, which kinds the suite generator pairs, which labels it
+    draws on a lossless fabric or past the retry window) derive them from `SPECS`: no literal there is a label's
+    name, in a collection or a comparison, so a new label is one spec."""
     root = Path(__file__).resolve().parents[1]
     names = set(DIAGNOSIS_LABELS)
-    found = []
-    for rel in LISTS_NO_LABELS:
-        for node in ast.walk(ast.parse((root / rel).read_text())):
-            if isinstance(node, ast.Dict):
-                items: list[ast.expr | None] = [*node.keys, *node.values]
-            elif isinstance(node, ast.Set | ast.Tuple | ast.List):
-                items = list(node.elts)
-            else:
-                continue
-            for item in items:
-                for leaf in ast.walk(item) if item is not None else ():
-                    if isinstance(leaf, ast.Constant) and leaf.value in names:
-                        found.append(f"{rel}:{leaf.lineno}: {leaf.value}")
+    found = [
+        f"{rel}:{leaf.lineno}: {leaf.value}"
+        for rel in LISTS_NO_LABELS
+        for leaf in ast.walk(ast.parse((root / rel).read_text()))
+        if isinstance(leaf, ast.Constant) and isinstance(leaf.value, str) and leaf.value in names
+    ]
     assert not found, found

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Batches up to this many rows are checked with a set of tuples (cheaper than numpy's fixed costs there).
 SMALL_BATCH_ROWS = 64
 
-# Every table in TIME_SERIES_TABLES has a key (tests/security/test_input_unique.py checks). Columns that may be NULL are
+# Every table in TIME_SERIES_TABLES has a key (tests/bad_input/test_input_unique.py checks). Columns that may be NULL are
 # compared with IS NOT DISTINCT FROM, so a NULL matches a NULL.
 UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "gpu_samples": ("ts_s", "gpu"),
@@ -50,6 +50,17 @@ UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "rank_timing_samples": ("ts_s", "node", "pid", "op"),
     "node_incident_samples": ("ts_s", "node", "incident_id"),
 }
+
+
+# Placement tables: a row states where something is now, so a batch's row replaces the stored rows of its key
+# (a job's rank that the scheduler moved to another GPU is on that GPU only: issue 35 item 5).
+REPLACE_KEYS: dict[str, tuple[str, ...]] = {"job_ranks": ("job", "rank")}
+
+
+def replaced_sql(table: str, key: tuple[str, ...], source: str) -> str:
+    """SQL deleting the stored rows of `table` whose key a row of `source` (alias b) holds."""
+    matches = " AND ".join(f's."{name}" = b."{name}"' for name in key)
+    return f'DELETE FROM "{table}" s WHERE EXISTS (SELECT 1 FROM {source} b WHERE {matches})'
 
 
 def first_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
