@@ -18,7 +18,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from aiops import columns
 from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, Column, Family
 from aiops.fleet import families
-from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql, netdev_sql, nic_samples_sql
+from aiops.fleet.pivot import (
+    flow_class_samples_sql,
+    gpu_samples_sql,
+    host_samples_sql,
+    netdev_sql,
+    nic_samples_sql,
+)
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -114,6 +120,17 @@ def test_nic_samples_counters_export_running_totals_and_read_back_increases() ->
         "max(value * 1000.0) FILTER (WHERE name = 'aiops_nic_queue_delay_seconds') AS queue_delay_ms" in sql
     )
     assert OBSERVED[("nic_samples", "drops")][0] == frozenset({"nic_link_flap", "ecn_misconfig"})
+    # flow_class_samples, the same shape: bytes per class summed per (node, nic, class, lane, rule), none = ''
+    flows = ("ts_s", "nic", "node", "traffic_class", "rule_id", "lane", "tx_bytes")
+    cache.observe("flow_class_samples", flows, [(1.0, "node0/nic0", "node0", "bulk", None, "vip", 70)])
+    cache.observe("flow_class_samples", flows, [(2.0, "node0/nic0", "node0", "bulk", None, "vip", 30)])
+    assert (
+        'aiops_flow_class_transmit_bytes_total{lane="vip",nic="node0/nic0",node="node0",rule_id="",'
+        'traffic_class="bulk"} 100.0' in _scrape(cache)
+    )
+    assert "CAST(max(d) FILTER (WHERE name = 'aiops_flow_class_transmit_bytes_total') AS BIGINT)" in (
+        flow_class_samples_sql()
+    )
 
 
 def test_netdev_samples_counters_are_the_kernels_totals_exported_and_read_back_as_they_are() -> None:
