@@ -35,8 +35,8 @@ from aiops.sources.names import DCGM_FIELDS
 from aiops.store import Store
 from collectors.schema import FLEET_ONLY_COLUMNS, columns_typed
 from evals.harness import through_prometheus
-from tests.security.twin_observed import OBSERVED
 from tests.service_helpers import require_binary
+from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("aiops", "collectors", "guardrails", "evals")
@@ -215,7 +215,7 @@ def test_adding_retired_rows_was_one_declaration_plus_its_producers_and_readers(
         "aiops/rca/gpu_scorers.py",
     }
     assert named["retired_memory_rows"] == {"aiops/columns_gpu.py"}
-    assert "retired_rows" not in (ROOT / "tests" / "security" / "twin_observed.py").read_text()
+    assert "retired_rows" not in (ROOT / "tests" / "twin" / "twin_observed.py").read_text()
     # ... and each derivation has it
     assert "ADD COLUMN IF NOT EXISTS retired_rows INTEGER" in columns.schema_additions(36)
     assert "aiops_gpu_retired_memory_rows" in families.GPU_GAUGES

@@ -1,4 +1,4 @@
-"""What a real source reports while a fault lasts: the columns tests/security/test_twin_leaks.py lets carry
+"""What a real source reports while a fault lasts: the columns tests/twin/test_twin_leaks.py lets carry
 information about a fault, each with the fault kinds it may react to and the source that reports it on a real
 cluster (docs/SIMULATOR.md, "What is observable, and by whom"). `<rows>` is a table's row rate, `<entities>` the
 entities (keys) a table has only while the fault lasts (allowed too where its `<rows>` is).
