@@ -21,9 +21,11 @@ on). In the flush's order:
 
 No step sends to another system while the workspace is open from the fleet's dispatch: a node that is slow to
 answer (up to `[fleet] dispatch_timeout_s` per send) no longer keeps the console, the API and leases waiting
-(tests/test_dispatch_fleet.py checks the POST finds the workspace closed). Still inside the open workspace:
-a scheduler step (`[fleet.scheduler]`, Slurm or Kubernetes) the fleet runs itself, and the actuators a node
-agent's `execute_approved` and `dispatch` steps run (the guardrails' claim, run and read-back are one record).
+(tests/test_dispatch_fleet.py checks the POST finds the workspace closed). Not built yet, still inside the open
+workspace: a scheduler step (`[fleet.scheduler]`, Slurm or Kubernetes) the fleet runs itself and the scheduler
+view its breaker reads, a ticket `execute_approved` files (Jira, ServiceNow), and the actuators a node agent's
+`execute_approved` and `dispatch` steps run (Kubernetes, Slurm): the guardrails' claim, run and read-back are
+one record there.
 """
 
 from __future__ import annotations
