@@ -18,7 +18,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from aiops import columns
 from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, Column, Family
 from aiops.fleet import families
-from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql, netdev_sql, nic_samples_sql
+from aiops.fleet.pivot import (
+    flow_class_samples_sql,
+    gpu_samples_sql,
+    host_samples_sql,
+    netdev_sql,
+    nic_samples_sql,
+)
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -29,8 +35,8 @@ from aiops.sources.names import DCGM_FIELDS
 from aiops.store import Store
 from collectors.schema import FLEET_ONLY_COLUMNS, columns_typed
 from evals.harness import through_prometheus
-from tests.security.twin_observed import OBSERVED
 from tests.service_helpers import require_binary
+from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("aiops", "collectors", "guardrails", "evals")
@@ -114,6 +120,17 @@ def test_nic_samples_counters_export_running_totals_and_read_back_increases() ->
         "max(value * 1000.0) FILTER (WHERE name = 'aiops_nic_queue_delay_seconds') AS queue_delay_ms" in sql
     )
     assert OBSERVED[("nic_samples", "drops")][0] == frozenset({"nic_link_flap", "ecn_misconfig"})
+    # flow_class_samples, the same shape: bytes per class summed per (node, nic, class, lane, rule), none = ''
+    flows = ("ts_s", "nic", "node", "traffic_class", "rule_id", "lane", "tx_bytes")
+    cache.observe("flow_class_samples", flows, [(1.0, "node0/nic0", "node0", "bulk", None, "vip", 70)])
+    cache.observe("flow_class_samples", flows, [(2.0, "node0/nic0", "node0", "bulk", None, "vip", 30)])
+    assert (
+        'aiops_flow_class_transmit_bytes_total{lane="vip",nic="node0/nic0",node="node0",rule_id="",'
+        'traffic_class="bulk"} 100.0' in _scrape(cache)
+    )
+    assert "CAST(max(d) FILTER (WHERE name = 'aiops_flow_class_transmit_bytes_total') AS BIGINT)" in (
+        flow_class_samples_sql()
+    )
 
 
 def test_netdev_samples_counters_are_the_kernels_totals_exported_and_read_back_as_they_are() -> None:
@@ -198,7 +215,7 @@ def test_adding_retired_rows_was_one_declaration_plus_its_producers_and_readers(
         "aiops/rca/gpu_scorers.py",
     }
     assert named["retired_memory_rows"] == {"aiops/columns_gpu.py"}
-    assert "retired_rows" not in (ROOT / "tests" / "security" / "twin_observed.py").read_text()
+    assert "retired_rows" not in (ROOT / "tests" / "twin" / "twin_observed.py").read_text()
     # ... and each derivation has it
     assert "ADD COLUMN IF NOT EXISTS retired_rows INTEGER" in columns.schema_additions(36)
     assert "aiops_gpu_retired_memory_rows" in families.GPU_GAUGES

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import math
 
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, families, integer_families
+from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    families,
+    integer_families,
+)
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -60,8 +68,8 @@ INFO = (
 GPU_FAMILIES = families(GPU_SAMPLES)
 GPU_GAUGES = tuple(f.name for f in GPU_FAMILIES if f.kind == "gauge")
 GPU_COUNTERS = (*(f.name for f in GPU_FAMILIES if f.kind == "counter"), "aiops_gpu_xid_events_total")
-# the NICs' families: declared with nic_samples' columns (aiops/columns.py), and the traffic classes'
-NIC = (*(f.name for f in families(NIC_SAMPLES)), "aiops_flow_class_transmit_bytes_total")
+# the NICs' and the traffic classes' families: declared with their tables' columns (aiops/columns.py)
+NIC = tuple(f.name for table in (NIC_SAMPLES, FLOW_CLASS_SAMPLES) for f in families(table))
 JOB = (
     "aiops_job_step_duration_seconds_count",
     "aiops_job_step_duration_seconds_sum",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiops import nvml_bits
 from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
     NETDEV_SAMPLES,
@@ -153,11 +154,18 @@ WHERE l.tx_bytes IS NOT NULL OR l.drops IS NOT NULL
 """
 
 
-FLOWS = """
+def flow_class_samples_sql() -> str:
+    (tx,) = fleet_read(FLOW_CLASS_SAMPLES)  # declared once (aiops/columns.py): the bytes' increase
+    assert tx.family is not None
+    return f"""
 INSERT INTO flow_class_samples (ts_s, nic, node, traffic_class, rule_id, lane, interval_s, tx_bytes)
-SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, CAST(d AS BIGINT)
-FROM fleet_d WHERE name = 'aiops_flow_class_transmit_bytes_total' AND d IS NOT NULL AND nic <> ''
+SELECT * FROM (
+  SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, {_declared(tx)} AS tx_bytes
+  FROM fleet_d WHERE name = '{tx.family.name}' AND nic <> ''
+  GROUP BY ts_s, nic, node, traffic_class, rule_id, lane)
+WHERE tx_bytes IS NOT NULL
 """
+
 
 LANE_RULES = """
 INSERT INTO lane_rules (ts_s, rule_id, match_kind, match_value, lane, scope)
@@ -302,7 +310,7 @@ def statements() -> list[tuple[str, str]]:
         ("gpu_samples", gpu_samples_sql()),
         ("gpu_events", GPU_EVENTS),
         ("nic_samples", nic_samples_sql()),
-        ("flow_class_samples", FLOWS),
+        ("flow_class_samples", flow_class_samples_sql()),
         ("lane_rules", LANE_RULES),
         ("collective_samples", COLLECTIVES),
         ("job_steps", JOB_STEPS),

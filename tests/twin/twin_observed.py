@@ -1,4 +1,4 @@
-"""What a real source reports while a fault lasts: the columns tests/security/test_twin_leaks.py lets carry
+"""What a real source reports while a fault lasts: the columns tests/twin/test_twin_leaks.py lets carry
 information about a fault, each with the fault kinds it may react to and the source that reports it on a real
 cluster (docs/SIMULATOR.md, "What is observable, and by whom"). `<rows>` is a table's row rate, `<entities>` the
 entities (keys) a table has only while the fault lasts (allowed too where its `<rows>` is).
@@ -6,7 +6,16 @@ entities (keys) a table has only while the fault lasts (allowed too where its `<
 
 from __future__ import annotations
 
-from aiops.columns import ANY, GPU_SAMPLES, HEAT, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, leak_allowances
+from aiops.columns import (
+    ANY,
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HEAT,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    leak_allowances,
+)
 
 TWIN_TABLES = frozenset(
     {"sim_runs", "twin_log"}
@@ -18,7 +27,6 @@ XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvl
 _MEASURED: dict[tuple[str, str], str] = {
     ("rack_samples", "power_kw"): "the rack PDU's power meter",
     ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
-    ("flow_class_samples", "tx_bytes"): "the eBPF classifier's per-class byte counters",
     ("ib_port_samples", "port_rcv_data"): "IBA PortCounters PortRcvData (counters/)",
     ("ib_port_samples", "port_xmit_data"): "IBA PortCounters PortXmitData (counters/)",
     (
@@ -62,6 +70,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(HOST_SAMPLES),  # host_samples, nic_samples, netdev_samples: declared with their columns
     **leak_allowances(NIC_SAMPLES),
     **leak_allowances(NETDEV_SAMPLES),
+    **leak_allowances(FLOW_CLASS_SAMPLES),
     ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
     ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
     ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
