@@ -142,6 +142,14 @@ class Detector:
         out += self.stragglers.process(t0, t1, warm=t1 - self.start_ts_s >= WARMUP_S)
         return out
 
+    def ahead(self, until_s: float) -> list[Symptom]:
+        """Rank timing that landed after the last window, up to `until_s`, judged as it landed (a fleet reading
+        rank timing more often than a step: aiops/detect/stragglers.py); the rest waits for its window."""
+        if self.start_ts_s is None:
+            return []
+        self.stragglers.store = self.store
+        return self.stragglers.ahead(until_s, self.window_s, warm=until_s - self.start_ts_s >= WARMUP_S)
+
     def _caps(self, t0: float, t1: float) -> dict[str, float]:
         """Scope (a rack, or `fleet`) -> the DCIM cap in force in the window: the DCIM signals' (`fleet` for a
         site-wide one), and a rack's own cap where a facility collector recorded one with its samples."""

@@ -40,7 +40,7 @@ from aiops.store import Store
 # share its window, so the window is taken once per (window close, process) before the sums.
 RANK_WINDOW_SQL = w.WindowQuery(
     """job, rank, any_value(node) AS node, max(world_size) AS world_size, sum(window_s) AS window_s,
-       sum(wait_s) AS wait_s, sum(compute_s) AS compute_s, sum(copy_s) AS copy_s""",
+       sum(wait_s) AS wait_s, sum(compute_s) AS compute_s, sum(copy_s) AS copy_s, max(ts_s) AS last_ts_s""",
     """(SELECT ts_s, job, rank, pid, any_value(node) AS node, max(world_size) AS world_size,
               max(window_s) AS window_s,
               coalesce(sum(blocked_s) FILTER (WHERE kind IN ('collective', 'group')), 0) AS wait_s,
@@ -70,6 +70,7 @@ class StragglerRules:
         self.job_wait: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=20, min_count=3))
         self.places: dict[tuple[str, int], Mapping[str, Any]] = {}
         self._read_places = False
+        self.judged_ts_s = -math.inf  # rank rows up to here judged (`ahead`)
 
     def _place(self, job: str, rank: int) -> Mapping[str, Any]:
         """The rank's GPU, node and NIC from the scheduler's rank table (read again, once a window, for a rank
@@ -81,9 +82,49 @@ class StragglerRules:
         return self.places.get((job, rank), {})
 
     def process(self, t0: float, t1: float, warm: bool) -> list[Symptom]:
+        """The window's symptoms. Where the fleet's rank rows land at several times inside it (node agents
+        scraped at their own phases, read on a finer grid: aiops/fleet/ingest.py `rank_reads`), the job is judged
+        at each of those times (`ahead`), over the window's length back from it (every rank's newest row, each
+        exactly once), and a rank is judged when its own node's rows land: its symptom is stamped then, not at
+        the window's end. Each rank's row counts once for its persistence and baselines; the job's wait is
+        learned once a window, at its end."""
         self._read_places = False
+        arrivals = self._arrivals(t0, t1)
+        if len(arrivals) <= 1 and self.judged_ts_s <= t0 + 1e-9:
+            self.judged_ts_s = t1
+            return self._judge(t0, t1, warm, None, learn_job=True)
+        out = self.ahead(t1, t1 - t0, warm)
+        return out + self._judge(
+            t0, t1, warm, (t1, t1), learn_job=True
+        )  # nothing new: the job's wait learned
+
+    def ahead(self, until_s: float, window_s: float, warm: bool) -> list[Symptom]:
+        """The ranks whose rows landed after the last judged time, up to `until_s`, judged as they landed (the
+        live service calls this between its windows, as the fleet reads rank timing more often than a step)."""
+        self._read_places = False
+        out: list[Symptom] = []
+        for at in self._arrivals(self.judged_ts_s, until_s):
+            out += self._judge(at - window_s, at, warm, (self.judged_ts_s, at), learn_job=False)
+            self.judged_ts_s = at
+        return out
+
+    def _arrivals(self, t0: float, t1: float) -> list[float]:
+        """The times inside (t0, t1] at which a fleet's rank rows landed (one on a node's own store)."""
+        rows = self.store.query(
+            "SELECT DISTINCT ts_s FROM rank_timing_samples WHERE ts_s > ? AND ts_s <= ? "
+            "AND rank_source = 'fleet' ORDER BY ts_s",
+            [max(t0, -1e300), t1],
+        )
+        return [float(r["ts_s"]) for r in rows]
+
+    def _judge(
+        self, t0: float, t1: float, warm: bool, fresh: tuple[float, float] | None, *, learn_job: bool
+    ) -> list[Symptom]:
+        """The rules over the ranks' rows of (t0, t1]; with `fresh` (since, at), only the ranks whose newest row
+        landed in (since, at] are reported, counted and learned from (the others were judged when theirs did)."""
         jobs: dict[str, list[tuple[RankWindow, str]]] = defaultdict(list)
         world: dict[str, int] = {}
+        new: set[tuple[str, int]] | None = None if fresh is None else set()
         for r in w.window(self.store, RANK_WINDOW_SQL, t0, t1):
             phases = RankWindow(
                 int(r["rank"]),
@@ -95,28 +136,52 @@ class StragglerRules:
             job = str(r["job"])
             jobs[job].append((phases, str(r["node"])))
             world[job] = max(world.get(job, 0), int(r["world_size"] or 0))
+            if new is not None and fresh is not None and float(r["last_ts_s"]) > fresh[0] + 1e-9:
+                new.add((job, phases.rank))
         out: list[Symptom] = []
         for job, ranks in sorted(jobs.items()):
-            out += self._job(job, ranks, world[job], t0, t1, warm)
+            mine = None if new is None else {rank for j, rank in new if j == job}
+            out += self._job(job, ranks, world[job], (t0, t1), warm, mine, learn_job)
         return out
 
     def _job(
-        self, job: str, ranks: list[tuple[RankWindow, str]], world_size: int, t0: float, t1: float, warm: bool
+        self,
+        job: str,
+        ranks: list[tuple[RankWindow, str]],
+        world_size: int,
+        span: tuple[float, float],
+        warm: bool,
+        fresh: set[int] | None,
+        learn_job: bool,
     ) -> list[Symptom]:
+        t0, t1 = span
         windows = [phases for phases, _ in ranks]
         node_of = {phases.rank: node for phases, node in ranks}
+        judged = [p for p in windows if fresh is None or p.rank in fresh]
         late = late_ranks(windows)
-        if late is not None:  # the peers' wait is the late ranks' doing: no window to learn from
-            shares = {"shares": late.shares, "peer_shares": late.peer_shares}
-            return self._late(job, list(late.ranks), late.cause, node_of, (t0, t1), "peers", shares)
+        # ranks that landed together cover the same seconds: judged among themselves too (the job's other rows,
+        # up to a step older, may not show yet what these show)
+        alike = late_ranks(judged) if fresh is not None and len(judged) < len(windows) else None
+        if (
+            late is not None or alike is not None
+        ):  # the peers' wait is the late ranks' doing: nothing to learn
+            out: list[Symptom] = []
+            for found in (alike, late):
+                named = [r for r in found.ranks if r in {p.rank for p in judged}] if found else []
+                if found and named:
+                    shares = {"shares": found.shares, "peer_shares": found.peer_shares}
+                    out += self._late(job, named, found.cause, node_of, (t0, t1), "peers", shares)
+                    break
+            return out
         wait = statistics.median(p.share("wait") for p in windows)
         baseline = self.job_wait[job]
         high = baseline.ready() and wait - baseline.median >= max(NETWORK_RISE, 5 * 1.4826 * baseline.mad)
-        out = self._turned(job, windows, world_size, node_of, t0, t1)
+        out = self._turned(job, windows, judged, world_size, node_of, t0, t1)
         out += self._network(job, windows, wait, high and warm, t0, t1)
         if not out and not high:  # a quiet window teaches the job's wait and each rank's shares
-            baseline.add(wait)
-            for phases in windows:
+            if learn_job:
+                baseline.add(wait)
+            for phases in judged:
                 usual = self.usual.setdefault(
                     (job, phases.rank), {p: RollingBaseline(size=30, min_count=3) for p in PHASES}
                 )
@@ -128,15 +193,17 @@ class StragglerRules:
         self,
         job: str,
         windows: Sequence[RankWindow],
+        judged: Sequence[RankWindow],
         world_size: int,
         node_of: Mapping[int, str],
         t0: float,
         t1: float,
     ) -> list[Symptom]:
-        """The own-baseline rule: ranks that turned late against their usual shares, two windows running. Where
-        every rank of the job is in view, at most half of them (the whole job changing pace is no straggler)."""
+        """The own-baseline rule: ranks (of `judged`, among `windows`) that turned late against their usual
+        shares, two windows running. Where every rank of the job is in view, at most half of them (the whole job
+        changing pace is no straggler)."""
         turned: dict[str, list[int]] = defaultdict(list)
-        for phases in windows:
+        for phases in judged:
             usual = self.usual.get((job, phases.rank))
             ready = usual is not None and all(b.ready() for b in usual.values())
             cause = became_late(phases, {p: b.median for p, b in usual.items()}) if usual and ready else None
