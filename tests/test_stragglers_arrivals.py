@@ -1,0 +1,130 @@
+"""Issue 40 item 2: a fleet whose node agents are scraped at their own phases (Prometheus spreads its targets over
+the step) reads rank timing on a finer grid (`[fleet] rank_reads`), so each node's rows land at their own time
+inside a detection window. The straggler rules judge a rank when its node's rows land, against its node-mates
+(same seconds) and the job's other ranks (their newest rows), and stamp the symptom then, not at the window's
+end; the live service judges the same rows between its windows (`Detector.ahead`) and the window that closes
+later does not judge them again. Rows written here, so every time is known (no twin, no Prometheus)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiops.detect.stragglers import StragglerRules
+from aiops.models import Symptom
+from aiops.service.live import LiveDetection
+from aiops.store import Store
+
+STEP_S = 15.0
+T0 = 1_767_225_600.0  # windows (T0 + 15k, T0 + 15(k+1)]
+ARRIVES = {"nodeA": 5.0, "nodeB": 10.0, "nodeC": 15.0}  # each node's rows land this far into a window
+RANKS_PER_NODE = 4
+SLOW_RANK = 5  # nodeB's second rank
+FAULT_K = 8  # its first row after the fault lands in window 8 (at T0 + 8*15 + 10)
+WINDOWS = 12
+
+
+def _rows() -> dict[str, list[Any]]:
+    """Each rank's row per scrape: 6 probed seconds split between the wait in collectives and compute. Healthy,
+    every rank waits 14 %. From FAULT_K the slow rank's first post-fault row shows part of the fault (it waited
+    10 %), its node-mates already wait for it (30 %); nodes scraped earlier still show the healthy seconds."""
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "ts_s",
+            "node",
+            "job",
+            "rank",
+            "world_size",
+            "pid",
+            "op",
+            "kind",
+            "window_s",
+            "calls",
+            "blocked_s",
+            "rank_source",
+        )
+    }
+    for k in range(WINDOWS):
+        for n, (node, offset_s) in enumerate(ARRIVES.items()):
+            for i in range(RANKS_PER_NODE):
+                rank = n * RANKS_PER_NODE + i
+                wait = 0.14
+                if node == "nodeB" and k >= FAULT_K:
+                    wait = 0.10 if rank == SLOW_RANK and k == FAULT_K else 0.02 if rank == SLOW_RANK else 0.30
+                elif k > FAULT_K:
+                    wait = 0.30  # the others wait for it from their next rows on
+                for kind, share in (("collective", wait), ("sync", 0.98 - wait)):
+                    cols["ts_s"].append(T0 + STEP_S * k + offset_s)
+                    cols["node"].append(node)
+                    cols["job"].append("train")
+                    cols["rank"].append(rank)
+                    cols["world_size"].append(12)
+                    cols["pid"].append(-1 - rank)
+                    cols["op"].append(kind)
+                    cols["kind"].append(kind)
+                    cols["window_s"].append(6.0)
+                    cols["calls"].append(10)
+                    cols["blocked_s"].append(6.0 * share)
+                    cols["rank_source"].append("fleet")
+    return cols
+
+
+def _store() -> Store:
+    store = Store(":memory:")
+    store.ingest("rank_timing_samples", _rows())
+    nodes = list(ARRIVES)
+    store.ingest(
+        "job_ranks",
+        {
+            "job": ["train"] * 12,
+            "rank": list(range(12)),
+            "gpu": [f"{nodes[r // RANKS_PER_NODE]}/gpu{r % RANKS_PER_NODE}" for r in range(12)],
+            "node": [nodes[r // RANKS_PER_NODE] for r in range(12)],
+            "nic": [f"{nodes[r // RANKS_PER_NODE]}/nic0" for r in range(12)],
+        },
+    )
+    return store
+
+
+def _named(symptoms: list[Symptom]) -> list[tuple[float, str, list[int]]]:
+    return [
+        (s.ts_s - T0, s.component, list(s.detail["ranks"])) for s in symptoms if s.kind == "rank_straggler"
+    ]
+
+
+def test_a_rank_is_judged_when_its_nodes_rows_land_against_its_node_mates() -> None:
+    with _store() as store:
+        rules = StragglerRules(store, lambda gpu: False)
+        named: list[tuple[float, str, list[int]]] = []
+        for k in range(WINDOWS):
+            named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
+    first_s = STEP_S * FAULT_K + ARRIVES["nodeB"]
+    # at nodeB's own row, not at the window's end (5 s later), and not a step later when the others' rows show it
+    assert named[0] == (first_s, "nodeB/gpu1", [SLOW_RANK]), named[:3]
+    assert {ranks[0] for _, _, ranks in named} == {SLOW_RANK}  # no other rank, before or after
+    assert all(t >= first_s for t, _, _ in named)
+
+
+def test_the_live_service_judges_rows_between_windows_once() -> None:
+    """`ahead` (the live service, as rank rows arrive between its windows) names the rank at the same time; the
+    window that closes after it judges those rows no more."""
+    with _store() as store:
+        rules = StragglerRules(store, lambda gpu: False)
+        for k in range(FAULT_K):
+            rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True)
+        t0 = T0 + STEP_S * FAULT_K
+        early = _named(rules.ahead(t0 + ARRIVES["nodeB"], STEP_S, warm=True))
+        later = _named(rules.process(t0, t0 + STEP_S, warm=True))
+    assert early == [(STEP_S * FAULT_K + ARRIVES["nodeB"], "nodeB/gpu1", [SLOW_RANK])]
+    assert all(t > STEP_S * FAULT_K + ARRIVES["nodeB"] for t, _, _ in later), later
+
+
+def test_the_live_service_names_the_rank_before_its_window_closes() -> None:
+    """`aiops fleet` (LiveDetection.advance) with the rank rows read up to the slow rank's arrival: its window is
+    not complete, yet the incident opens with the rank named at that arrival."""
+    with _store() as store:
+        live = LiveDetection(window_s=STEP_S)
+        arrival_s = T0 + STEP_S * FAULT_K + ARRIVES["nodeB"]
+        transitions = live.advance(store, arrival_s, first_ts_s=T0 + 1e-6)
+    named = [s for t in transitions for s in t.incident.symptoms if s.kind == "rank_straggler"]
+    assert named and named[0].ts_s == arrival_s and named[0].detail["ranks"] == [SLOW_RANK]
