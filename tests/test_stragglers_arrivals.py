@@ -7,6 +7,7 @@ later does not judge them again. Rows written here, so every time is known (no t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiops.detect.stragglers import StragglerRules
@@ -23,64 +24,59 @@ FAULT_K = 8  # its first row after the fault lands in window 8 (at T0 + 8*15 + 1
 WINDOWS = 12
 
 
-def _rows() -> dict[str, list[Any]]:
-    """Each rank's row per scrape: 6 probed seconds split between the wait in collectives and compute. Healthy,
-    every rank waits 14 %. From FAULT_K the slow rank's first post-fault row shows part of the fault (it waited
-    10 %), its node-mates already wait for it (30 %); nodes scraped earlier still show the healthy seconds."""
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "ts_s",
-            "node",
-            "job",
-            "rank",
-            "world_size",
-            "pid",
-            "op",
-            "kind",
-            "window_s",
-            "calls",
-            "blocked_s",
-            "rank_source",
-        )
-    }
+def _wait(node: str, rank: int, k: int) -> float:
+    """Healthy, every rank waits 14 %. From FAULT_K the slow rank's first post-fault row shows part of the fault
+    (it waited 10 %), its node-mates already wait for it (30 %); nodes scraped earlier still show the healthy
+    seconds, and wait for it from their next rows on."""
+    if node == "nodeB" and k >= FAULT_K:
+        return 0.10 if rank == SLOW_RANK and k == FAULT_K else 0.02 if rank == SLOW_RANK else 0.30
+    return 0.30 if k > FAULT_K else 0.14
+
+
+def _rows(arrives: dict[str, float], wait_of: Callable[[str, int, int], float]) -> dict[str, list[Any]]:
+    """Each rank's row per scrape (RANKS_PER_NODE a node, landing `arrives[node]` into each window): 6 probed
+    seconds split between the wait in collectives and compute."""
+    names = (
+        "ts_s",
+        "node",
+        "job",
+        "rank",
+        "world_size",
+        "pid",
+        "op",
+        "kind",
+        "window_s",
+        "calls",
+        "blocked_s",
+    )
+    cols: dict[str, list[Any]] = {k: [] for k in (*names, "rank_source")}
     for k in range(WINDOWS):
-        for n, (node, offset_s) in enumerate(ARRIVES.items()):
+        for n, (node, offset_s) in enumerate(arrives.items()):
             for i in range(RANKS_PER_NODE):
                 rank = n * RANKS_PER_NODE + i
-                wait = 0.14
-                if node == "nodeB" and k >= FAULT_K:
-                    wait = 0.10 if rank == SLOW_RANK and k == FAULT_K else 0.02 if rank == SLOW_RANK else 0.30
-                elif k > FAULT_K:
-                    wait = 0.30  # the others wait for it from their next rows on
+                wait = wait_of(node, rank, k)
                 for kind, share in (("collective", wait), ("sync", 0.98 - wait)):
-                    cols["ts_s"].append(T0 + STEP_S * k + offset_s)
-                    cols["node"].append(node)
-                    cols["job"].append("train")
-                    cols["rank"].append(rank)
-                    cols["world_size"].append(12)
-                    cols["pid"].append(-1 - rank)
-                    cols["op"].append(kind)
-                    cols["kind"].append(kind)
-                    cols["window_s"].append(6.0)
-                    cols["calls"].append(10)
-                    cols["blocked_s"].append(6.0 * share)
+                    row = (T0 + STEP_S * k + offset_s, node, "train", rank, len(arrives) * RANKS_PER_NODE)
+                    row += (-1 - rank, kind, kind, 6.0, 10, 6.0 * share)
+                    for name, value in zip(names, row, strict=True):
+                        cols[name].append(value)
                     cols["rank_source"].append("fleet")
     return cols
 
 
-def _store() -> Store:
+def _store(arrives: dict[str, float] = ARRIVES, wait_of: Callable[[str, int, int], float] = _wait) -> Store:
     store = Store(":memory:")
-    store.ingest("rank_timing_samples", _rows())
-    nodes = list(ARRIVES)
+    store.ingest("rank_timing_samples", _rows(arrives, wait_of))
+    nodes = list(arrives)
+    ranks = range(len(nodes) * RANKS_PER_NODE)
     store.ingest(
         "job_ranks",
         {
-            "job": ["train"] * 12,
-            "rank": list(range(12)),
-            "gpu": [f"{nodes[r // RANKS_PER_NODE]}/gpu{r % RANKS_PER_NODE}" for r in range(12)],
-            "node": [nodes[r // RANKS_PER_NODE] for r in range(12)],
-            "nic": [f"{nodes[r // RANKS_PER_NODE]}/nic0" for r in range(12)],
+            "job": ["train"] * len(ranks),
+            "rank": list(ranks),
+            "gpu": [f"{nodes[r // RANKS_PER_NODE]}/gpu{r % RANKS_PER_NODE}" for r in ranks],
+            "node": [nodes[r // RANKS_PER_NODE] for r in ranks],
+            "nic": [f"{nodes[r // RANKS_PER_NODE]}/nic0" for r in ranks],
         },
     )
     return store
@@ -128,3 +124,25 @@ def test_the_live_service_names_the_rank_before_its_window_closes() -> None:
         transitions = live.advance(store, arrival_s, first_ts_s=T0 + 1e-6)
     named = [s for t in transitions for s in t.incident.symptoms if s.kind == "rank_straggler"]
     assert named and named[0].ts_s == arrival_s and named[0].detail["ranks"] == [SLOW_RANK]
+
+
+def test_a_whole_node_late_is_judged_against_the_nodes_landing_with_it() -> None:
+    """A node whose power is braked: none of its ranks is late against its node-mates, and the job's ranks are
+    mid-change (those landing with it wait for it, each for a different part of its row's seconds; another
+    node's rows are older): it is named at its own arrival, against the nodes whose rows landed with it."""
+    arrives = {"n0": 10.0, "n1": 10.0, "n2": 10.0, "n3": 10.0, "n4": 5.0}
+
+    def wait(node: str, rank: int, k: int) -> float:
+        if k < FAULT_K or (k == FAULT_K and node == "n4"):
+            return 0.14
+        if node == "n1":
+            return 0.10 if k == FAULT_K else 0.02
+        return {"n0": 0.49, "n2": 0.32, "n3": 0.32}.get(node, 0.30) if k == FAULT_K else 0.62
+
+    with _store(arrives, wait) as store:
+        rules = StragglerRules(store, lambda gpu: False)
+        named: list[tuple[float, str, list[int]]] = []
+        for k in range(WINDOWS):
+            named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
+    assert named[0] == (STEP_S * FAULT_K + 10.0, "n1", [4, 5, 6, 7]), named[:3]
+    assert {c for _, c, _ in named} == {"n1"}

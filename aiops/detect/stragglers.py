@@ -33,7 +33,7 @@ from aiops import labels
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.models import Symptom
-from aiops.profile.rank_phases import PHASES, RankWindow, became_late, late_ranks
+from aiops.profile.rank_phases import PHASES, Late, RankWindow, became_late, late_ranks
 from aiops.store import Store
 
 # One row per (job, rank) and detection window: probed seconds and the time blocked per phase. A process's ops
@@ -55,6 +55,7 @@ NIC_STANDS_OUT = 3.0  # a NIC's queueing or loss this many times the other NICs'
 QUEUE_FLOOR_MS, LOSS_FLOOR = 0.25, 50.0  # ... and at least this much
 NETWORK_HELD_S = 15.0  # the rise held this long: two 10 s windows on a node, one 15 s scrape step in a fleet
 MAX_RANKS_LISTED = 16
+MIN_NODES_ALIKE = 3  # nodes whose rows landed together, to judge one of them against the others
 EXPECTED = ("power_limit_w", "sm_clock_max_mhz")  # set by an executed action: its slower rank is expected
 
 
@@ -160,13 +161,13 @@ class StragglerRules:
         judged = [p for p in windows if fresh is None or p.rank in fresh]
         late = late_ranks(windows)
         # ranks that landed together cover the same seconds: judged among themselves too (the job's other rows,
-        # up to a step older, may not show yet what these show)
-        alike = late_ranks(judged) if fresh is not None and len(judged) < len(windows) else None
-        if (
-            late is not None or alike is not None
-        ):  # the peers' wait is the late ranks' doing: nothing to learn
+        # up to a step older, may not show yet what these show), rank by rank and node by node
+        together = fresh is not None and len(judged) < len(windows)
+        alike = late_ranks(judged) if together else None
+        nodes = _late_nodes(judged, node_of) if together else None
+        if late or alike or nodes:  # the peers' wait is the late ranks' doing: nothing to learn
             out: list[Symptom] = []
-            for found in (alike, late):
+            for found in (alike, nodes, late):
                 named = [r for r in found.ranks if r in {p.rank for p in judged}] if found else []
                 if found and named:
                     shares = {"shares": found.shares, "peer_shares": found.peer_shares}
@@ -300,6 +301,35 @@ class StragglerRules:
             **evidence,
         }
         return [Symptom(kind="network_straggler", component=nic, ts_s=t1, detail=detail)]
+
+
+def _late_nodes(windows: Sequence[RankWindow], node_of: Mapping[int, str]) -> Late | None:
+    """The ranks of the node (or nodes) that the other nodes landing with it waited for: each node's ranks summed
+    into one window and judged as ranks are (`late_ranks`), among MIN_NODES_ALIKE nodes at least. A whole node
+    slowed (its power braked, its loader starved) is no rank late against its node-mates, yet it is against the
+    nodes whose rows cover the same seconds."""
+    by_node: dict[str, list[RankWindow]] = defaultdict(list)
+    for phases in windows:
+        by_node[node_of[phases.rank]].append(phases)
+    if len(by_node) < MIN_NODES_ALIKE:
+        return None
+    names = sorted(by_node)
+    summed = [
+        RankWindow(
+            k,
+            sum(p.window_s for p in by_node[name]),
+            sum(p.wait_s for p in by_node[name]),
+            sum(p.compute_s for p in by_node[name]),
+            sum(p.copy_s for p in by_node[name]),
+        )
+        for k, name in enumerate(names)
+    ]
+    found = late_ranks(summed)
+    if found is None:
+        return None
+    ranks = [p for k in found.ranks for p in by_node[names[k]]]
+    ranks.sort(key=lambda p: (p.share("wait"), p.rank))
+    return Late(tuple(p.rank for p in ranks), found.cause, found.shares, found.peer_shares)
 
 
 def _medians(windows: Sequence[RankWindow]) -> dict[str, float]:
