@@ -4,14 +4,15 @@ which faults a real reading of it may react to. Derived from the declarations, n
 
 - the collectors' Arrow schema (collectors/schema.py) and the store's column (`schema_additions(version)`, the
   SQL of the migration that adds it: aiops/store/migrations.py);
-- the node's export (aiops/service/metrics.py `_gpu_metrics`: every declared family with `stored * scale`);
+- the node's export (aiops/service/metrics.py `declared_metrics`: every declared family with `stored * scale`);
 - the fleet's families (aiops/fleet/families.py) and its pivot back into the table (aiops/fleet/pivot.py);
 - docs/METRICS.md's rows for the table's families (`markdown_rows`, checked by tests/test_telemetry_columns.py);
 - the twin-leak test's allowance (tests/security/twin_observed.py: the fault kinds `reacts_to` names);
 - the dcgm-exporter names (aiops/sources/names.py): /metrics/dcgm and `aiops analyze --prometheus`.
 
-Migrated so far: gpu_samples (declared in aiops/columns_gpu.py; the shape and the derivations in
-aiops/column_model.py). A family whose rendering is more than `stored * scale` (a bit mask as one series per
+Migrated so far: gpu_samples (declared in aiops/columns_gpu.py) and host_samples (aiops/columns_host.py); the
+shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
+"Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
 rendered by hand; everything else about it still derives. The recipe for a new column: docs/ARCHITECTURE.md,
 "Add a telemetry column".
@@ -44,6 +45,7 @@ __all__ = [
     "CAPS",
     "GPU_SAMPLES",
     "HEAT",
+    "HOST_SAMPLES",
     "IDLE",
     "SQL_TYPES",
     "Column",
@@ -62,8 +64,9 @@ __all__ = [
 
 
 from aiops.columns_gpu import GPU_SAMPLES
+from aiops.columns_host import HOST_SAMPLES
 
-TABLES: dict[str, Table] = {GPU_SAMPLES.name: GPU_SAMPLES}
+TABLES: dict[str, Table] = {t.name: t for t in (GPU_SAMPLES, HOST_SAMPLES)}
 
 
 # -- what derives --------------------------------------------------------------------------------------------
@@ -77,6 +80,7 @@ def schema_additions(version: int) -> str:
     )
 
 
-if __name__ == "__main__":  # python -m aiops.columns: the rows to paste into docs/METRICS.md
+if __name__ == "__main__":  # python -m aiops.columns: the rows to paste into docs/METRICS.md, table by table
     for t in TABLES.values():
+        print(f"<!-- {t.name} -->")
         print("\n".join(markdown_rows(t)))

@@ -25,5 +25,9 @@ class BreakerConfig(BaseModel):
         description="actions this recent count (the scheduler's drained/cordoned nodes count whatever their age)",
     )
     min_nodes: int = Field(
-        default=2, ge=0, le=100_000, description="this many nodes may always be out (small clusters, racks)"
+        default=4,
+        ge=0,
+        le=100_000,
+        description="this many nodes may always be out (small fleets, racks): a few distinct faults an hour are "
+        "routine there; a storm is many more",
     )

@@ -51,7 +51,7 @@ class LabelSpec:
     Each layer registers its part against the label in its own package; tests/test_label_units.py fails when a
     piece the spec names is missing from its registry (or a registry names a label that is not here):
     - `target_kinds`: the component kinds a fault (or a diagnosis) of the label may name;
-    - `anchors`, `shared_anchors`: the symptom kinds of aiops/detect/rules.py (`SYMPTOM_KINDS`) the label
+    - `anchors`, `shared_anchors`: the symptom kinds of aiops/detect/kinds.py (`SYMPTOM_KINDS`) the label
       produces, its own signs first, then those it shares with other causes (aiops/rca/onsets.py dates a
       cause by them); `paused_by`: symptom kinds that anchor it wherever they are seen (PFC pauses received
       anchor an ECN candidate on any node); `heat_or_power`: its effects reach a GPU through heat or power,

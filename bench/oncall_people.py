@@ -11,8 +11,10 @@ PagerDuty notifies the person on call. `GET /dcim` answers the facility agent's 
 incident); on the tier that paged, the incident's plan (`aiops.plans.plans`) is read and its first proposed step
 approved with one `ssh-keygen -Y sign` per approval the guardrails ask for (`aiops.runtime.actions.approve_step`:
 one signature over the whole step, all its targets, as `aiops plans approve STEP` does; the tier's service runs
-it, or the fleet dispatches it, at its next flush). When that step failed (an `action_outcomes` verdict, a target
-refused or expired, or the incident still open `retry_after_s` after the step ran) the next step is approved: the
+it, or the fleet dispatches it, at its next flush); `delay_s` after signing the person looks again. When that step
+failed (an `action_outcomes` verdict, a target refused or expired, a target the product says nobody carries out
+(`NOBODY_RUNS`: approved, never run), or the incident still open `retry_after_s` after the step ran) the next step
+is approved: the
 one the product escalated to, or else the plan's next waiting step, asked for as `aiops plans propose STEP` does.
 An incident without a plan (a condition such as a lost agent) has its pending proposals of one kind approved, one
 signature each. A step that needs no approval (a ticket, a lane fix on a node agent) is run as `aiops actions
@@ -42,6 +44,7 @@ from guardrails.signing import SshSigner
 
 EVENT_ACTIONS = ("trigger", "acknowledge", "resolve")
 MAX_STEPS_A_VISIT = 4  # a visit runs the steps that need nobody, then signs one
+LOOK_AGAIN_S = 15.0  # a step that neither worked nor failed yet is looked at again this much later
 
 
 @dataclass
@@ -273,6 +276,7 @@ class OnCall:
             if case.steps and not self._failed(store, case, now_ts_s):
                 if self._resolved(store, case.incident_id):
                     case.finished = True
+                case.due_ts_s = now_ts_s + LOOK_AGAIN_S
                 return
             taken = 0
             for _ in range(MAX_STEPS_A_VISIT):  # steps that need nobody first, then one to sign
@@ -297,7 +301,8 @@ class OnCall:
                     break
             if not taken:
                 case.finished = not case.steps or self._resolved(store, case.incident_id)
-            case.due_ts_s = now_ts_s + self.retry_after_s
+            # after signing, the person looks again as soon as they would look at a page: did it run?
+            case.due_ts_s = now_ts_s + (self.delay_s if taken else self.retry_after_s)
 
     def _people(self, store: Store, proposal_ids: list[str]) -> list[tuple[str, SshSigner]]:
         """The person on call, and the second person where a target needs two."""
@@ -381,6 +386,8 @@ class OnCall:
         }
         if statuses & {"failed", "refused", "expired", "denied"}:
             return True
+        if _nobody_runs(store, last):
+            return True  # approved, and the product says no actor carries it out: the person moves on
         done = case.step_done_ts_s or now_ts_s
         return now_ts_s - done >= self.retry_after_s and not self._resolved(store, case.incident_id)
 
@@ -433,6 +440,25 @@ def _signed(store: Store, step_id: str) -> bool:
         return bool(step_targets(store, step_id))
     except GuardrailError:
         return False
+
+
+# What the fleet says of an approved step nobody can carry out (aiops/fleet/scopes.py `route_of`): it stays
+# approved, and a person reading it goes on to the plan's next step instead of waiting for it.
+NOBODY_RUNS = (
+    "no actor carries out",
+    "holds no node agent",
+    "has no node agent left",
+    "is not in the fleet's topology",
+    "runs through the cluster's scheduler",
+)
+
+
+def _nobody_runs(store: Store, proposal_ids: list[str]) -> bool:
+    marks = ", ".join("?" for _ in proposal_ids)
+    rows = store.conn.execute(
+        f"SELECT message FROM proposals WHERE status = 'approved' AND proposal_id IN ({marks})", proposal_ids
+    ).fetchall()
+    return any(any(words in str(r[0] or "") for words in NOBODY_RUNS) for r in rows)
 
 
 def _status(store: Store, proposal_id: str) -> str:

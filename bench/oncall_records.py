@@ -1,217 +1,19 @@
-"""What the product recorded over the operator's day (every tier's workspace, read after the run), and the
-figures: per fault and in total, each measured against the twin's ground truth (bench/oncall_truth.py)."""
+"""The operator's day's figures: per fault and in total, each measured against the twin's ground truth
+(bench/oncall_truth.py) from what the product recorded (bench/oncall_state.py), with pages and proposals matched
+by bench/oncall_matching.py."""
 
 from __future__ import annotations
 
-import json
-import re
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from aiops.scenarios import Scenario
-from aiops.sim.world import SIM_EPOCH_TS_S, World
-from aiops.store import Store
-from bench.oncall_people import Alert, Signature
+from aiops.sim.world import SIM_EPOCH_TS_S
+from bench.oncall_matching import NOT_ACTIONABLE, UNDOES, blind_spells, named, says, says_incident, undoes
+from bench.oncall_state import DayState, Records, collect_records, load, save
 from bench.oncall_timeline import Timeline, hurt_by_nature
-from bench.oncall_truth import (
-    Attribution,
-    Executed,
-    FaultTruth,
-    Ground,
-    Incident,
-    attribute,
-    gpus_of,
-    nodes_of,
-)
+from bench.oncall_truth import Attribution, attribute, gpus_of, nodes_of
 from guardrails.registry import DEFAULT_REGISTRY
-
-NOT_ACTIONABLE = frozenset({"open_ticket", "ack_alert", "rerun_check"})  # they change nothing in the cluster
-UNDOES = {"set_power_limit": "reset_power_limit", "migrate_job": "migrate_job"}
-
-
-@dataclass
-class Proposal:
-    tier: str
-    proposal_id: str
-    kind: str
-    target: str
-    parameters: dict[str, Any]
-    status: str
-    incident_id: str | None
-    created_s: float
-    physical: bool
-    origin: str
-    step_id: str = ""  # the plan step it is a target of ("" for none)
-
-
-@dataclass
-class Plan:
-    """A plan as its tier filed it: the diagnosis it remedies (a fleet incident may hold plans of several faults)."""
-
-    tier: str
-    plan_id: str
-    root_cause: str
-    component: str
-    created_s: float
-
-
-@dataclass
-class Records:
-    incidents: list[Incident] = field(default_factory=list)
-    proposals: list[Proposal] = field(default_factory=list)
-    executed: list[Executed] = field(default_factory=list)
-    plans: list[Plan] = field(default_factory=list)
-
-
-@dataclass
-class DayState:
-    """Everything the figures need, saved beside the run's workspaces (`save`, `load`): figures can be computed
-    again from a finished day without running it again."""
-
-    scenario: Scenario
-    ground: Ground
-    alerts: list[Alert]
-    signatures: list[Signature]
-    cases: list[tuple[str, str, int]]  # (tier, incident id, steps approved) per page worked on
-    refusals: int
-    blind: list[dict[str, Any]]
-    steps: list[int]  # per job, completed over the day
-    records: Records
-    wall_s: float
-    announced: int = 0  # maintenance windows announced to the product before the day
-
-
-def save(state: DayState, path: Path) -> None:
-    ground = state.ground
-    data = {
-        "scenario": state.scenario.model_dump(mode="json"),
-        "faults": [
-            {**asdict(f), "own_nodes": sorted(f.own_nodes), "nodes": sorted(f.nodes)} for f in ground.faults
-        ],
-        "placements": ground.placements,
-        "alerts": [asdict(a) for a in state.alerts],
-        "signatures": [asdict(s) for s in state.signatures],
-        "cases": state.cases,
-        "refusals": state.refusals,
-        "blind": state.blind,
-        "steps": state.steps,
-        "records": asdict(state.records),
-        "wall_s": state.wall_s,
-        "announced": state.announced,
-    }
-    path.write_text(json.dumps(data))
-
-
-def load(path: Path) -> DayState:
-    data = json.loads(path.read_text())
-    scenario = Scenario.model_validate(data["scenario"])
-    faults = [
-        FaultTruth(**{**f, "own_nodes": set(f["own_nodes"]), "nodes": set(f["nodes"])})
-        for f in data["faults"]
-    ]
-    placements = [(float(t), dict(jobs)) for t, jobs in data["placements"]]
-    raw = data["records"]
-    records = Records(
-        [Incident(**i) for i in raw["incidents"]],
-        [Proposal(**p) for p in raw["proposals"]],
-        [Executed(**e) for e in raw["executed"]],
-        [Plan(**p) for p in raw.get("plans", [])],
-    )
-    alerts = [Alert(**{**a, "events": [tuple(e) for e in a["events"]]}) for a in data["alerts"]]
-    return DayState(
-        scenario,
-        Ground(World(scenario), faults, placements),
-        alerts,
-        [Signature(**s) for s in data["signatures"]],
-        [(str(t), str(i), int(n)) for t, i, n in data["cases"]],
-        int(data["refusals"]),
-        list(data["blind"]),
-        [int(n) for n in data["steps"]],
-        records,
-        float(data["wall_s"]),
-        int(data.get("announced", 0)),
-    )
-
-
-def _elapsed(ts_s: float | None) -> float | None:
-    return None if ts_s is None else float(ts_s) - SIM_EPOCH_TS_S
-
-
-def collect_records(cluster: Any, work: Path) -> Records:
-    """Every tier's incidents (with the top hypothesis), proposals and, from each node's twin log, the actions
-    that changed the world."""
-    out = Records()
-    for agent in cluster.every():
-        path = agent.service.config.store.path
-        with Store(path, read_only=True) as store:
-            for row in store.query(
-                "SELECT i.incident_id, i.opened_ts_s, i.resolved_ts_s, i.title, i.severity, i.components, "
-                "h.root_cause, h.component FROM incidents i LEFT JOIN hypotheses h "
-                "ON h.incident_id = i.incident_id AND h.rank = 1 ORDER BY i.opened_ts_s"
-            ):
-                out.incidents.append(
-                    Incident(
-                        agent.name,
-                        str(row["incident_id"]),
-                        float(row["opened_ts_s"]) - SIM_EPOCH_TS_S,
-                        _elapsed(row["resolved_ts_s"]),
-                        str(row["title"]),
-                        [str(c) for c in row["components"] or []],
-                        str(row["root_cause"] or ""),
-                        str(row["component"] or ""),
-                        str(row["severity"]),
-                    )
-                )
-            for row in store.query(
-                "SELECT proposal_id, kind, target, action, status, incident_id, created_ts_s, physical, origin, "
-                "step_id FROM proposals ORDER BY created_ts_s"
-            ):
-                action = json.loads(str(row["action"]))
-                out.proposals.append(
-                    Proposal(
-                        agent.name,
-                        str(row["proposal_id"]),
-                        str(row["kind"]),
-                        str(row["target"]),
-                        dict(action.get("parameters") or {}),
-                        str(row["status"]),
-                        None if row["incident_id"] is None else str(row["incident_id"]),
-                        float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
-                        bool(row["physical"]),
-                        str(row["origin"] or ""),
-                        str(row["step_id"] or ""),
-                    )
-                )
-            for row in store.query("SELECT plan_id, root_cause, component, created_ts_s FROM plans"):
-                out.plans.append(
-                    Plan(
-                        agent.name,
-                        str(row["plan_id"]),
-                        str(row["root_cause"]),
-                        str(row["component"]),
-                        float(row["created_ts_s"]) - SIM_EPOCH_TS_S,
-                    )
-                )
-            if agent.twin is not None:
-                for row in store.query(
-                    "SELECT elapsed_s, proposal_id, payload FROM twin_log WHERE kind = 'action' ORDER BY seq"
-                ):
-                    action = json.loads(str(row["payload"]))["action"]
-                    out.executed.append(
-                        Executed(
-                            agent.name,
-                            str(row["proposal_id"]),
-                            str(action["kind"]),
-                            str(action["target"]),
-                            dict(action.get("parameters") or {}),
-                            float(row["elapsed_s"]),
-                        )
-                    )
-    out.executed.sort(key=lambda e: e.elapsed_s)
-    return out
 
 
 def _median(values: list[float]) -> float | None:
@@ -235,7 +37,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     verdict: dict[tuple[str, str], Attribution] = {}
     for incident in sorted(records.incidents, key=lambda i: i.opened_s):
         key = (incident.tier, incident.incident_id)
-        if any(_says_incident(e, incident, scrape_s) for e in state.blind):
+        if any(says_incident(e, incident, scrape_s) for e in state.blind):
             verdict[key] = Attribution(
                 "blind"
             )  # the day's scripted loss of sight, said: nobody's action caused it
@@ -252,9 +54,9 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     # filed), whatever its incident's top cause became: a fleet incident may gather several faults' plans
     plan_fault: dict[tuple[str, str], int] = {}
     for plan in records.plans:
-        named = _named(f"top cause: {plan.root_cause} on {plan.component}", plan.created_s, truth, end_s)
-        if named is not None and named.fault is not None:
-            plan_fault[(plan.tier, plan.plan_id)] = named.fault
+        said = named(f"top cause: {plan.root_cause} on {plan.component}", plan.created_s, truth, end_s)
+        if said is not None and said.fault is not None:
+            plan_fault[(plan.tier, plan.plan_id)] = said.fault
     for p in records.proposals:
         by_plan = plan_fault.get((p.tier, p.step_id.rsplit(".", 1)[0])) if p.step_id else None
         if by_plan is not None and p.proposal_id in action_fault:
@@ -274,8 +76,8 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     for alert in state.alerts:
         key = (str(alert.details.get("node") or alert.source), str(alert.details.get("incident_id") or ""))
         at_s = alert.opened_ts_s - SIM_EPOCH_TS_S
-        found = _named(alert.summary, at_s, truth, end_s) or Attribution("unnamed")
-        if found.what == "unnamed" and any(_says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
+        found = named(alert.summary, at_s, truth, end_s) or Attribution("unnamed")
+        if found.what == "unnamed" and any(says(e, at_s, key, alert.summary, scrape_s) for e in state.blind):
             found = Attribution(
                 "blind"
             )  # a page about a real loss of sight (it names no fault): not a fault's
@@ -332,7 +134,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
         for action in records.executed:
             if action.elapsed_s > p.created_s or UNDOES.get(action.kind) != p.kind:
                 continue
-            if _undoes(p, action, truth):
+            if undoes(p, action, truth):
                 undo += 1
                 fault = action_fault.get(action.proposal_id)
                 if fault is not None:
@@ -381,7 +183,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     started = [r for r in faults if r["start_s"] < end_s]
     touched_total = sum(r["gpus_touched"] for r in started)
     affected_total = sum(r["gpus_affected"] for r in started)
-    blind = _blind(state.blind, page_rows, scrape_s)
+    blind = blind_spells(state.blind, page_rows, scrape_s)
     false_pages = pages_false + pages_self
     total = {
         "faults": len(started),
@@ -446,72 +248,6 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
             for t, k, what, fault, s in page_rows
         ],
     }
-
-
-_TOP_CAUSE = re.compile(r"top cause: (\w+) on (\S+)")
-
-
-def _named(summary: str, at_s: float, truth: Ground, end_s: float) -> Attribution | None:
-    """The fault a page named when it went out (its summary's top cause: the label on the fault's hardware, the
-    fault in force then), whatever the incident's diagnosis became later; None when it names none."""
-    found = _TOP_CAUSE.search(summary)
-    if found is None:
-        return None
-    label, component = found.groups()
-    nodes = nodes_of(component, truth.world, truth.jobs_at(at_s))
-    for f in truth.faults:
-        low, high = truth.window(f, end_s)
-        if f.kind == label and nodes & f.own_nodes and low <= at_s <= high:
-            return Attribution("fault", f.index)
-    return None
-
-
-def _undoes(p: Proposal, action: Executed, truth: Ground) -> bool:
-    world = truth.world
-    if action.kind == "migrate_job":
-        return p.target == action.parameters.get("to") and p.parameters.get("to") == action.target
-    jobs = truth.jobs_at(p.created_s)
-    return bool(gpus_of(p.target, world, jobs) & gpus_of(action.target, world, jobs))
-
-
-BLIND_WORDS = ("prometheus", "source", "victoria", "stale", "blind", "unreachable")
-
-
-def _says(event: dict[str, Any], at_s: float, key: tuple[str, str], summary: str, scrape_s: float) -> bool:
-    """Whether a page opened at `at_s` is about the blind spell `event`: during it (or two scrapes after), naming
-    the lost agent's node (and that it is lost), or the source that went blind."""
-    start, end = float(event["start_s"]), float(event["end_s"])
-    if not start <= at_s <= end + 2 * scrape_s:
-        return False
-    text = f"{key[0]} {key[1]} {summary}".lower()
-    if event["what"] == "node_agent_lost":
-        named = re.search(rf"\b{re.escape(str(event['component']))}(?![/\w])", text)
-        return bool(named) and ("lost" in text or "agent" in text)
-    return any(w in text for w in BLIND_WORDS)
-
-
-def _says_incident(event: dict[str, Any], incident: Incident, scrape_s: float) -> bool:
-    """Whether an incident is the condition of the blind spell `event` (its times are the data's, which the fleet
-    reads up to two scrapes behind: it may open that much before the spell)."""
-    start = float(event["start_s"])
-    if incident.opened_s < start - 2 * scrape_s:
-        return False
-    at_s = max(incident.opened_s, start)
-    return _says(event, at_s, (incident.tier, incident.incident_id), incident.title, scrape_s)
-
-
-def _blind(events: list[dict[str, Any]], pages: list[Any], scrape_s: float) -> list[dict[str, Any]]:
-    """Per blind spell: how long until a page said so (the whole spell when none did)."""
-    out = []
-    for event in events:
-        said = next(
-            (at_s for at_s, key, _w, _f, summary in pages if _says(event, at_s, key, summary, scrape_s)), None
-        )
-        start, end = float(event["start_s"]), float(event["end_s"])
-        out.append(
-            {**event, "paged_at_s": said, "blind_s": round((said if said is not None else end) - start, 1)}
-        )
-    return out
 
 
 __all__ = ["DayState", "Records", "collect_records", "figures", "load", "nodes_of", "save"]

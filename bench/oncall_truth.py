@@ -17,8 +17,9 @@ An incident (any tier) belongs to a fault when it opened while the fault was in 
 to 15 min after it ended): first the fault of the incident's label on the nodes its hardware stands on (or such a
 fault that arrived while the incident was open: its diagnosis, read after the run, moved to it); else, when
 an executed action reached one of the incident's components in the hour before (its target, and for the kinds that
-restart a job, that job's nodes), the incident is self-inflicted (that action's fault is charged); else the first
-fault whose hardware or job the incident's nodes overlap (misdiagnosed); anything else is a false alarm.
+restart a job, that job's nodes) and its symptom is one that kind of action brings about (`CAUSES`), the incident
+is self-inflicted (that action's fault is charged); else the newest fault in force whose hardware or job the
+incident's nodes overlap (misdiagnosed); anything else is a false alarm.
 """
 
 from __future__ import annotations
@@ -38,6 +39,26 @@ BEFORE_S = 30.0  # an incident may open this long before the fault's start (samp
 AFTER_S = 900.0  # ... and this long after it was gone (resolution lag)
 CAUSED_WITHIN_S = 3600.0  # an action causes what opens on its components within this
 RESTARTS_JOB = frozenset({"migrate_job", "drain_node", "restart_job", "reboot_node", "gpu_reset"})
+# What each kind of executed action can bring about, as the incident's title names it (its first symptom): a
+# stopped or moved job idles its GPUs and stalls; a limit or clock ceiling slows and throttles (and its peers
+# wait); a reset or reboot loses the GPU for a while; a fan or cooling change heats; lanes, ECN and rates change
+# the NICs' queues. An incident of another symptom opened after the action was not its doing (a hot GPU on a
+# rack whose cooling failed, a limit a DCIM cap lowered, a job an ECC error crashed). Kinds missing here
+# (unknown) may cause anything; tickets, checks and acknowledgements cause nothing.
+_JOB_STOPS = frozenset({"gpu idle in job", "job stalled", "step regression", "collective latency"})
+_SLOWER = frozenset(
+    {"power limit drop", "gpu throttle", "step regression", "rank straggler", "gpu idle in job"}
+)
+_NETWORK = frozenset({"queue delay", "nic drops", "pfc pauses", "lane mismatch", "loss without ecn"})
+CAUSES: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("migrate_job", "drain_node", "restart_job"), _JOB_STOPS),
+    **dict.fromkeys(("reboot_node", "gpu_reset"), _JOB_STOPS | {"xid", "gpu lost", "node agent lost"}),
+    **dict.fromkeys(("set_power_limit", "set_clock_limit"), _SLOWER),
+    "reset_power_limit": frozenset({"gpu hot"}),
+    **dict.fromkeys(("set_fan_speed", "set_cooling_state"), frozenset({"gpu hot", "gpu throttle"})),
+    **dict.fromkeys(("enable_lanes", "enable_ecn", "set_lane_rate"), _NETWORK | {"collective latency"}),
+    **dict.fromkeys(("open_ticket", "ack_alert", "rerun_check"), frozenset()),
+}
 
 
 def in_force(w: World, f: ActiveFault) -> bool:
@@ -278,8 +299,19 @@ def attribute(
             for job_nodes in before.values():
                 if set(job_nodes) & reach:
                     reach |= set(job_nodes)
-        if nodes & reach and _same_hardware(names, action, world, jobs):
+        if nodes & reach and _same_hardware(names, action, world, jobs) and _could_cause(action, incident):
             return Attribution("self", action_fault.get(action.proposal_id), action.proposal_id)
-    if overlapping:
-        return Attribution("fault", overlapping[0].index)
+    if overlapping:  # the newest fault in force there: what most likely changed (misdiagnosed)
+        newest = max(overlapping, key=lambda f: (f.start_s <= incident.opened_s + BEFORE_S, f.start_s))
+        return Attribution("fault", newest.index)
     return Attribution("false")
+
+
+def symptom_of(title: str) -> str:
+    """The symptom an incident's title leads with ("gpu idle in job on node10/gpu0 (also ...)")."""
+    return title.split(" on ", 1)[0].strip().lower()
+
+
+def _could_cause(action: Executed, incident: Incident) -> bool:
+    causes = CAUSES.get(action.kind)
+    return True if causes is None else symptom_of(incident.title) in causes

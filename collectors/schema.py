@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiops.columns import GPU_SAMPLES, arrow_columns
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, arrow_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,14 +72,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("container", S),
         ("owner", S),
     ),
-    "host_samples": (
-        ("ts_s", F),
-        ("node", S),
-        ("cpu_util_pct", F),
-        ("iowait_pct", F),
-        ("loader_wait_ms", F),
-        ("mem_used_pct", F),
-    ),
+    "host_samples": arrow_columns(HOST_SAMPLES),
     "job_ranks": (("job", S), ("rank", I32), ("gpu", S), ("node", S), ("nic", S)),
     "job_steps": (
         ("ts_s", F),

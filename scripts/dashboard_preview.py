@@ -1,5 +1,5 @@
 """A picture of a Grafana dashboard of deploy/grafana/dashboards for docs/, with no Grafana server (none is
-packaged here): what tests/test_k8s_dashboards.py starts, drawn with matplotlib.
+packaged here): what tests/kubernetes/test_k8s_dashboards.py starts, drawn with matplotlib.
 
     .venv/bin/python scripts/dashboard_preview.py [--dashboard deploy/grafana/dashboards/aiops-fleet.json]
         [--out docs/img/grafana-fleet-preview.png] [--speed 30] [--window-s 150] [--data results.json]
@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT))  # tests/ (the dashboards test's scenario and help
 
 from scripts.pngs import save_png  # noqa: E402
 from tests.k8s_helpers import prometheus_scraping  # noqa: E402
+from tests.kubernetes.test_k8s_dashboards import BUILTINS, LABEL_VALUES, SCENARIO, panels, substitute  # noqa: E402
 from tests.service_helpers import get_json, running_service, wait_for  # noqa: E402
-from tests.test_k8s_dashboards import BUILTINS, LABEL_VALUES, SCENARIO, panels, substitute  # noqa: E402
 
 NODE_JOB = "aiops-node"
 # Grafana's dark theme and its classic palette.
@@ -85,7 +85,7 @@ def api(prom: int, path: str, params: dict[str, str]) -> Any:
 
 
 def resolve(prom: int, dashboard: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """Each variable's value for PromQL (as tests/test_k8s_dashboards.py resolves them, but All where the
+    """Each variable's value for PromQL (as tests/kubernetes/test_k8s_dashboards.py resolves them, but All where the
     variable offers it, as Grafana does on first load) and what the variable bar shows."""
     values, shown = dict(BUILTINS), {}
     for variable in dashboard["templating"]["list"]:

@@ -15,8 +15,8 @@ from aiops.sim import operations as ops
 from aiops.sim.twin import world_topology
 from guardrails.actions import Action
 from guardrails.actuators_nvml_ops import NvmlOpsActuator
+from tests.guardrails.test_guardrails_actuators import by_name
 from tests.simkit import scenario
-from tests.test_guardrails_actuators import by_name
 
 
 def _act(kind: str, target: str, **parameters: Any) -> Action:

@@ -92,11 +92,11 @@ def test_the_breaker_and_components_pages(demo: Path) -> None:
     c = client(demo)
     csrf = sign_in(c, "alice")
     page = c.get("/breaker").text
-    assert re.search(r"0 of 8 nodes out of service; limit 2", page), page
+    assert re.search(r"0 of 8 nodes out of service; limit 4", page), page
     c.post("/proposals/P-drain/approve", data={"csrf_token": csrf})
     page = c.get("/breaker").text
-    assert "1 of 8 nodes out of service; limit 2" in page and "node2: drain_node P-drain" in page
-    assert "<td>rack0</td><td>4</td><td>1</td><td>2</td>" in page
+    assert "1 of 8 nodes out of service; limit 4" in page and "node2: drain_node P-drain" in page
+    assert "<td>rack0</td><td>4</td><td>1</td><td>4</td>" in page
 
     ranking = c.get("/components").text
     assert 'href="/components/node3/gpu5"' in ranking or 'href="/components/node3%2Fgpu5"' in ranking

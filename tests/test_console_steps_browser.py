@@ -23,9 +23,9 @@ from typing import Any
 from aiops.store import Workspace
 from guardrails.audit import read_rows
 from tests.clirun import run_cli
+from tests.console.test_console_browser import artefacts
 from tests.dispatch_helpers import PASSWORD, live_fleet
 from tests.report_browser import MIN_VARIANCE, browser, chromium, variance
-from tests.security.test_console_browser import artefacts
 from tests.service_helpers import get, get_json, wait_for
 from tests.signing_helpers import ssh_sign
 

@@ -61,8 +61,8 @@ REAL = ROOT / "evals" / "real"
 # their rule is shown working on an altered real capture by the named test instead. A label gains a real case,
 # or an entry here; an entry whose label has a real case fails (it has its case).
 NO_REAL_CASE = {
-    "pcie_degraded": "tests/test_evidence_rules.py::test_narrow_link_is_diagnosed",
-    "power_brake": "tests/test_evidence_rules.py::test_clock_event_reasons",
+    "pcie_degraded": "tests/evidence/test_evidence_rules.py::test_narrow_link_is_diagnosed",
+    "power_brake": "tests/evidence/test_evidence_rules.py::test_clock_event_reasons",
 }
 
 
@@ -108,14 +108,29 @@ def test_anchors_are_symptom_kinds_detection_reports() -> None:
 def test_detection_reports_exactly_the_registered_symptom_kinds() -> None:
     reported: set[str] = set()
     for path in sorted((ROOT / "aiops" / "detect").glob("*.py")):
+        if path.name == "kinds.py":  # the registry and its builder
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Symptom":
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "id", None)
+            if called == "Symptom":  # by hand (per-rank timing, early warnings)
                 kinds = [k.value for k in node.keywords if k.arg == "kind"]
-                assert kinds and isinstance(kinds[0], ast.Constant), (
-                    f"{path}:{node.lineno}: kind not a literal"
-                )
-                reported.add(str(kinds[0].value))
+            elif called == "symptom":  # through the registry's builder (aiops/detect/kinds.py)
+                kinds = node.args[:1]
+            else:
+                continue
+            assert kinds and isinstance(kinds[0], ast.Constant), f"{path}:{node.lineno}: kind not a literal"
+            reported.add(str(kinds[0].value))
     assert reported == set(SYMPTOM_KINDS)
+
+
+def test_a_symptom_of_an_undeclared_kind_is_refused() -> None:
+    from aiops.detect.kinds import symptom
+
+    assert symptom("gpu_hot", "node0/gpu0", 1.0, temp_c=90).detail == {"temp_c": 90}
+    with pytest.raises(ValueError, match="gpu_warm"):
+        symptom("gpu_warm", "node0/gpu0", 1.0)
 
 
 def test_scorers_give_the_labels_their_specs_say() -> None:
@@ -159,7 +174,7 @@ def test_every_twin_fault_kind_has_one_fault_model() -> None:
     assert set(FAULT_MODELS) == set(FAULT_KINDS), "a fault model for a label the twin cannot inject"
 
 
-# rows that each pass one telemetry check (tests/test_agent_verify_units.py has them one by one)
+# rows that each pass one telemetry check (tests/llm_agent/test_agent_verify_units.py has them one by one)
 LOUD_ROWS: list[dict[str, Any]] = [
     {"temp_c": 91.0, "slowdown_temp_c": 90.0, "clocks_event_reasons": 0xFF, "thermal_samples": 3},
     {"xid": 79},

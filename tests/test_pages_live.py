@@ -34,6 +34,7 @@ import yaml
 from aiops.store import Workspace
 from tests.agent_cluster import agents, stop
 from tests.k8s_helpers import one, render, rule_groups
+from tests.notify.test_notify_alertmanager import alertmanager_binary, wait_ready
 from tests.notify_helpers import Receiver, no_proxies, receiver
 from tests.service_helpers import (
     aiops_cmd,
@@ -45,7 +46,6 @@ from tests.service_helpers import (
     service_env,
     wait_for,
 )
-from tests.test_notify_alertmanager import alertmanager_binary, wait_ready
 
 NODES = ("node0", "node1", "node2", "node3")
 SPEED = "10"

@@ -23,9 +23,9 @@ from aiops.integrations.event import incident_event
 from aiops.integrations.payloads import alertmanager_alerts
 from aiops.store.conditions import NODE_AGENT_LOST, condition_incident
 from tests.k8s_helpers import one, render, rule_groups
+from tests.notify.test_notify_alertmanager import alertmanager_binary, wait_ready
 from tests.notify_helpers import no_proxies
 from tests.service_helpers import free_port, require_binary
-from tests.test_notify_alertmanager import alertmanager_binary, wait_ready
 
 FLEET, NODE = 'job="aiops-fleet",instance="f:9484"', 'job="aiops-node"'
 
@@ -223,7 +223,7 @@ def test_one_killed_agent_pages_once_in_a_real_alertmanager(
             event = incident_event("opened", lost, node="fleet", link="http://fleet.example/api/incidents/x")
             # the fleet's alertmanager sink's alert for the lost agent, as the product builds it
             _post(base_url + "/api/v2/alerts", alertmanager_alerts(event))
-            # the chart's AiopsAgentDown for that agent and for another one (labels as tests/test_k8s_chart.py
+            # the chart's AiopsAgentDown for that agent and for another one (labels as tests/kubernetes/test_k8s_chart.py
             # sees promtool give them: agent_instance a copy of instance)
             down = [
                 {

@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
-from aiops.columns import GPU_SAMPLES, Column, Family
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, Column, Family
 from aiops.fleet import families
-from aiops.fleet.pivot import gpu_samples_sql
+from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -36,25 +36,53 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("aiops", "collectors", "guardrails", "evals")
 
 
-def test_the_store_holds_every_declared_column_with_its_type_and_nothing_else() -> None:
+@pytest.mark.parametrize("name", sorted(columns.TABLES))
+def test_the_store_holds_every_declared_column_with_its_type_and_nothing_else(name: str) -> None:
+    table = columns.TABLES[name]
     with Store(":memory:") as store:
         held = {
             r["column_name"]: r["data_type"]
             for r in store.query(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'gpu_samples'"
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [name]
             )
         }
-    declared = {c.name: columns.SQL_TYPES[c.arrow] for c in GPU_SAMPLES.columns}
+    declared = {c.name: columns.SQL_TYPES[c.arrow] for c in table.columns}
     assert held == declared
-    assert columns_typed("gpu_samples") == dict(columns.arrow_columns(GPU_SAMPLES))
+    assert columns_typed(name) == dict(columns.arrow_columns(table))
+    assert FLEET_ONLY_COLUMNS.get(name, ()) == tuple(c.name for c in table.columns if not c.collected)
     assert FLEET_ONLY_COLUMNS["gpu_samples"] == ("samples", "throttled_samples", "idle_samples")
 
 
-def test_docs_metrics_lists_the_declared_families_as_generated() -> None:
+@pytest.mark.parametrize("name", sorted(columns.TABLES))
+def test_docs_metrics_lists_the_declared_families_as_generated(name: str) -> None:
     """docs/METRICS.md holds `python -m aiops.columns`' rows, in one block, word for word."""
     doc = (ROOT / "docs" / "METRICS.md").read_text()
-    generated = "\n".join(columns.markdown_rows(GPU_SAMPLES))
-    assert generated in doc, f"regenerate docs/METRICS.md's GPU rows (python -m aiops.columns):\n{generated}"
+    generated = "\n".join(columns.markdown_rows(columns.TABLES[name]))
+    assert generated in doc, (
+        f"regenerate docs/METRICS.md's {name} rows (python -m aiops.columns):\n{generated}"
+    )
+
+
+def test_host_samples_round_trip_through_their_declarations() -> None:
+    """host_samples, the second table on the declarations: the node exports each declared family as
+    `stored * scale` from the row it collected, the fleet reads exactly those families back into the columns
+    (the inverse scale), and the leak test's allowance is the declaration's."""
+    cache = MetricsCache("node0")
+    row = {"ts_s": 1.0, "node": "node0", "cpu_util_pct": 40.0, "iowait_pct": 2.0, "loader_wait_ms": 250.0}
+    cache.observe("host_samples", tuple(row), [tuple(row.values())])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(cache)
+    text = generate_latest(registry).decode()
+    assert 'aiops_host_loader_wait_seconds{node="node0"} 0.25' in text
+    assert 'aiops_host_cpu_utilisation_ratio{node="node0"} 0.4' in text
+    assert text.count("# TYPE aiops_host_loader_wait_seconds gauge") == 1  # one exporter of the family
+    assert tuple(f.name for f in columns.families(HOST_SAMPLES)) == families.HOST
+    sql = host_samples_sql()
+    read = columns.fleet_read(HOST_SAMPLES)
+    assert f"INSERT INTO host_samples (ts_s, node, {', '.join(c.name for c in read)})" in sql
+    assert all(c.family is not None and f"name = '{c.family.name}'" in sql for c in read)
+    assert "max(value * 1000.0) FILTER (WHERE name = 'aiops_host_loader_wait_seconds')" in sql
+    assert OBSERVED[("host_samples", "loader_wait_ms")][0] == frozenset({"input_pipeline_bottleneck"})
 
 
 def _probe_table() -> columns.Table:

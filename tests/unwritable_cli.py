@@ -1,5 +1,5 @@
 """Run `aiops` command lines one after the other in this process (tests/clirun.py) and print, as one JSON list on
-stdout, each one's exit code and stderr. tests/test_unwritable_paths.py runs it inside a private mount namespace
+stdout, each one's exit code and stderr. tests/bad_input/test_unwritable_paths.py runs it inside a private mount namespace
 (`unshare -m`) where a folder is mounted read-only, so every command meets the mount a person would.
 
 Usage: python -m tests.unwritable_cli COMMANDS.json  (a list of {"args": [...], "env": {...}})."""

@@ -2,7 +2,7 @@
 
 `cli_config(args)` reads `--config FILE` when the command has one, else $AIOPS_CONFIG, else
 ~/.config/aiops/config.toml (aiops/config.py `load_config`); nothing below the CLI reads the environment or the
-home directory for policy again (tests/security/test_config_passed_down.py checks that only aiops/cli and
+home directory for policy again (tests/config/test_config_passed_down.py checks that only aiops/cli and
 aiops/config.py call `load_config`). `configured_workspace(path, config)` opens the workspace under that config's
 guardrails (approvers, allowed signers, witness); `agent_config(config)` is the model's settings.
 """

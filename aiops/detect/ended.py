@@ -4,7 +4,7 @@ its processes are gone. The driver reports Xid 45 (preemptive cleanup: it tore d
 channels) or the program's own error (Xid 13, 31, 43, 68: the exception that ended it), and the job's GPUs go
 idle (no process on them; a hung job's live ranks spin in NCCL kernels, busy). So a job counts as *ended* while
 an application Xid on one of its GPUs came after its last step and at least half of its GPUs are idle: no
-`job_stalled` for it, and its idle GPUs are not `gpu_idle_in_job` (aiops/detect/rules.py). It counts again from
+`job_stalled` for it, and its idle GPUs are not `gpu_idle_in_job` (aiops/detect/job_rules.py, gpu_rules.py). It counts again from
 its next step (requeued, resumed from its checkpoint). The Xids themselves are still symptoms: the incident
 opens, is diagnosed (`application_error`) and shown, at severity `info` (aiops/detect/severity.py): it pages
 nothing and proposes nothing.

@@ -42,23 +42,13 @@ from aiops.causal import (
     symptoms_related,
 )
 from aiops.config_notify import SeverityConfig
-from aiops.detect.kinds import PERSISTENT, RANK_KINDS
-from aiops.detect.rules import INFO, STRONG
+from aiops.detect.kinds import INFO, PERSISTENT, RANK_KINDS, STRONG, WEAK_KINDS_TO_OPEN
 from aiops.detect.severity import impact, worse
 from aiops.labels import SPEC, component_kind
 from aiops.models import Incident, Symptom
 
-# A weak symptom opens an incident only when it persists this long (its rule already needed 2 windows).
-WEAK_KINDS_TO_OPEN = {
-    "step_regression",
-    "collective_latency",
-    "gpu_hot",
-    "queue_delay",
-    "nic_drops",
-    "loader_stall",
-    "gpu_idle_in_job",
-    "rack_inlet_hot",
-}
+# A weak symptom opens an incident only when it persists (`WEAK_KINDS_TO_OPEN`, aiops/detect/kinds.py: its rule
+# already needed 2 windows).
 # A rank that idles while its job waits for a peer (a crash, a restart): on the job's path, not a cause.
 PEER_WAIT = {"gpu_idle_in_job"}
 # A late rank (aiops/detect/stragglers.py) shows where a cause reaches the job's timing: it joins the incident of

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from aiops.columns import GPU_SAMPLES, families, integer_families
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, families, integer_families
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -87,12 +87,7 @@ RANKS = (
     "aiops_rank_calls_total",
     "aiops_rank_probed_seconds_total",
 )
-HOST = (
-    "aiops_host_cpu_utilisation_ratio",
-    "aiops_host_memory_used_ratio",
-    "aiops_host_cpu_iowait_ratio",
-    "aiops_host_loader_wait_seconds",
-)
+HOST = tuple(f.name for f in families(HOST_SAMPLES))  # declared with host_samples' columns (aiops/columns.py)
 NETDEV_COLUMNS: dict[str, str] = {
     "aiops_netdev_receive_bytes_total": "rx_bytes",
     "aiops_netdev_transmit_bytes_total": "tx_bytes",

@@ -10,7 +10,7 @@ Times a node exports as values (a job's last step, an incident's opening, its la
 from __future__ import annotations
 
 from aiops import nvml_bits
-from aiops.columns import GPU_SAMPLES, SQL_TYPES, Column, fleet_read
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, SQL_TYPES, Column, fleet_read
 from aiops.fleet import families as f
 
 
@@ -211,12 +211,12 @@ JOIN (SELECT ts_s, node, job, rank, max(d) AS d FROM fleet_d
 WHERE p.d > 0 AND b.blocked_s IS NOT NULL
 """
 
-HOSTS = f"""
-INSERT INTO host_samples (ts_s, node, cpu_util_pct, iowait_pct, loader_wait_ms, mem_used_pct)
-SELECT ts_s, node, {_pick("aiops_host_cpu_utilisation_ratio", "value * 100")},
-       {_pick("aiops_host_cpu_iowait_ratio", "value * 100")},
-       {_pick("aiops_host_loader_wait_seconds", "value * 1000")},
-       {_pick("aiops_host_memory_used_ratio", "value * 100")}
+
+def host_samples_sql() -> str:
+    gauges = {c.name: _declared(c) for c in fleet_read(HOST_SAMPLES)}  # declared once (aiops/columns.py)
+    return f"""
+INSERT INTO host_samples (ts_s, node, {", ".join(gauges)})
+SELECT ts_s, node, {", ".join(gauges.values())}
 FROM fleet_d WHERE node <> '' AND name IN {_in(f.HOST)} GROUP BY ts_s, node
 """
 
@@ -296,7 +296,7 @@ def statements() -> list[tuple[str, str]]:
         ("collective_samples", COLLECTIVES),
         ("job_steps", JOB_STEPS),
         ("rank_timing_samples", RANK_TIMING),
-        ("host_samples", HOSTS),
+        ("host_samples", host_samples_sql()),
         ("netdev_samples", netdev_sql()),
         ("ib_port_samples", ib_sql()),
         ("node_incidents", NODE_INCIDENTS),

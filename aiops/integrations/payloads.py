@@ -266,7 +266,7 @@ class SinkFormat:
 
 
 # Every sink kind a `[[notify.webhooks]]` entry may name (aiops/config.py `WebhookConfig.kind` lists the same
-# words; tests/test_notify_sinks.py checks both). Adding a kind: its body functions in a module of their own,
+# words; tests/test_registries.py checks both). Adding a kind: its body functions in a module of their own,
 # one entry here, its word in the config's `kind` (docs/ARCHITECTURE.md "Recipes").
 SINK_FORMATS: dict[str, SinkFormat] = {
     "json": SinkFormat(lambda event, key, _: json_body(event, key), report_json_body),

@@ -3,7 +3,7 @@
 
 bcc attaches uprobes through perf_event_open (a perf-event uprobe, not a line in
 /sys/kernel/tracing/uprobe_events): the kernel removes it when the last file descriptor closes, so a
-profiler killed with -9 leaves no probe behind (tests/security/test_profile_ebpf.py checks that).
+profiler killed with -9 leaves no probe behind (tests/profile/test_profile_ebpf.py checks that).
 """
 
 from __future__ import annotations

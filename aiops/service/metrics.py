@@ -15,7 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
-from aiops.columns import GPU_SAMPLES, exported
+from aiops.column_model import Table
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, exported
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -37,6 +38,28 @@ IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiop
     "local_ack_timeout_err",
     "req_transport_retries_exceeded",
 )
+
+
+def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Metric]:
+    """Every family the table's columns are declared as (aiops/columns.py), each sample `stored * scale` labelled
+    by the family's labels: the row's own values, and the column's fixed ones (`type="corrected"`)."""
+    made: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+    for c in exported(table):
+        assert c.family is not None
+        name, fixed = c.family.name, dict(c.fixed)
+        if name not in made:
+            labels = list(c.family.labels)
+            # prometheus_client names a counter without its `_total` (it adds it to the sample)
+            made[name] = (
+                CounterMetricFamily(name.removesuffix("_total"), c.family.help, labels=labels)
+                if c.family.kind == "counter"
+                else GaugeMetricFamily(name, c.family.help, labels=labels)
+            )
+        for values in rows:
+            if values.get(c.name) is not None:
+                label_values = [fixed[n] if n in fixed else str(values[n]) for n in c.family.labels]
+                made[name].add_metric(label_values, float(values[c.name]) * c.scale)
+    return list(made.values())
 
 
 class MetricsCache(Collector):
@@ -207,28 +230,7 @@ class MetricsCache(Collector):
 
     def _gpu_metrics(self) -> Iterable[Metric]:
         labels = ["gpu", "node"]
-        declared: dict[
-            str, GaugeMetricFamily | CounterMetricFamily
-        ] = {}  # every family declared in aiops/columns.py: stored * scale
-        for c in exported(GPU_SAMPLES):
-            assert c.family is not None
-            name, extra = c.family.name, dict(c.fixed)
-            if name not in declared:
-                # prometheus_client names a counter without its `_total` (it adds it to the sample)
-                if c.family.kind == "counter":
-                    made: GaugeMetricFamily | CounterMetricFamily = CounterMetricFamily(
-                        name.removesuffix("_total"), c.family.help, labels=[*labels, *extra]
-                    )
-                else:
-                    made = GaugeMetricFamily(name, c.family.help, labels=[*labels, *extra])
-                declared[name] = made
-            family = declared[name]
-            for gpu, values in sorted(self.gpus.items()):
-                if values.get(c.name) is not None:
-                    family.add_metric(
-                        [gpu, str(values["node"]), *extra.values()], float(values[c.name]) * c.scale
-                    )
-        yield from declared.values()
+        yield from declared_metrics(GPU_SAMPLES, [values for _gpu, values in sorted(self.gpus.items())])
         throttle = GaugeMetricFamily(
             PREFIX + "gpu_clocks_event_reason",
             "1 while NVML reports the clocks-event reason (nvmlClocksEventReason*)",
@@ -307,16 +309,7 @@ class MetricsCache(Collector):
             yield family
 
     def _host_metrics(self) -> Iterable[Metric]:
-        for column, name in (
-            ("cpu_util_pct", "host_cpu_utilisation_ratio"),
-            ("mem_used_pct", "host_memory_used_ratio"),
-            ("iowait_pct", "host_cpu_iowait_ratio"),
-        ):
-            family = GaugeMetricFamily(PREFIX + name, f"/proc: {column} / 100", labels=["node"])
-            for node, values in sorted(self.host.items()):
-                if values.get(column) is not None:
-                    family.add_metric([node], float(values[column]) / 100)
-            yield family
+        yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])
         stalled = CounterMetricFamily(
             PREFIX + "pressure_stalled_seconds",
             "PSI: time tasks stalled on the resource (/proc/pressure; some: at least one task, full: all)",

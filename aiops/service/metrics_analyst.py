@@ -70,7 +70,6 @@ class AnalystExports:
         self.rules_ts_s: float | None = None
         self.queue: dict[tuple[str, str, str], float] = {}  # (node, nic, lane) -> seconds
         self.links: dict[tuple[str, str], bool] = {}  # (node, nic)
-        self.loader: dict[str, float] = {}  # node -> seconds
         self.ib_words: dict[tuple[str, str, str, str], dict[str, float]] = {}  # (node, nic, device, port)
         self.kernel: dict[tuple[str, str, str, str, str], int] = defaultdict(int)
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
@@ -134,8 +133,6 @@ class AnalystExports:
                 self.queue[(node, nic, str(values["lane"]))] = float(values["queue_delay_ms"]) / 1e3
             if values.get("link_up") is not None:
                 self.links[(node, nic)] = bool(values["link_up"])
-        elif table == "host_samples" and values.get("loader_wait_ms") is not None:
-            self.loader[str(values["node"])] = float(values["loader_wait_ms"]) / 1e3
         elif table == "ib_port_samples":
             port = (str(values["node"]), _text(values.get("nic")), str(values["device"]), str(values["port"]))
             self.ib_words[port] = {

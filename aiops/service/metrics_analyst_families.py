@@ -199,10 +199,7 @@ def network(s: AnalystExports) -> Iterable[Metric]:
 
 
 def node(s: AnalystExports) -> Iterable[Metric]:
-    loader = _gauge("host_loader_wait_seconds", "data-loader wait per step (the framework's hooks)", ["node"])
-    for name, seconds in sorted(s.loader.items()):
-        loader.add_metric([name], seconds)
-    yield loader
+    # the loader's wait per step: declared with host_samples (aiops/columns_host.py), exported in metrics.py
     kernel = _counter(
         "kernel_device_events_total",
         "kernel log lines recognised, by kind, the component and device they name and their code (Xid, AER "

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # Batches up to this many rows are checked with a set of tuples (cheaper than numpy's fixed costs there).
 SMALL_BATCH_ROWS = 64
 
-# Every table in TIME_SERIES_TABLES has a key (tests/security/test_input_unique.py checks). Columns that may be NULL are
+# Every table in TIME_SERIES_TABLES has a key (tests/bad_input/test_input_unique.py checks). Columns that may be NULL are
 # compared with IS NOT DISTINCT FROM, so a NULL matches a NULL.
 UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
     "gpu_samples": ("ts_s", "gpu"),

@@ -36,7 +36,7 @@ from aiops.profile.probes import bcc_attach_uprobe
 from aiops.profile.rank_phases import RankWindow, late_ranks
 from aiops.service.service import Service
 from aiops.store import Store
-from tests.security.test_rank_timing_ebpf import OTHERS, nccl_rank, rank_process, torchrun_env  # noqa: F401
+from tests.profile.test_rank_timing_ebpf import OTHERS, nccl_rank, rank_process, torchrun_env  # noqa: F401
 from tests.service_helpers import free_port
 
 pytestmark = pytest.mark.ebpf
@@ -45,7 +45,7 @@ FAST_US, SLOW_US = 300, 10000  # host work per step outside CUDA/NCCL: rank 0's,
 SIGSTOP = int(signal.SIGSTOP)
 RENDEZVOUS_BPF = f"""
 #include <uapi/linux/ptrace.h>
-#define CALLS_PER_STEP 2  /* ncclAllReduce calls per step of tests/security/profile_fixtures/nccl_rank.c */
+#define CALLS_PER_STEP 2  /* ncclAllReduce calls per step of tests/profile/profile_fixtures/nccl_rank.c */
 BPF_HASH(arrivals, u32, u64, 16);   /* tgid -> ncclAllReduce calls so far */
 BPF_HASH(stopped, u32, u64, 16);    /* tgid -> the arrival it was stopped at */
 BPF_ARRAY(members, u32, 2);

@@ -6,7 +6,7 @@ entities (keys) a table has only while the fault lasts (allowed too where its `<
 
 from __future__ import annotations
 
-from aiops.columns import ANY, GPU_SAMPLES, HEAT, leak_allowances
+from aiops.columns import ANY, GPU_SAMPLES, HEAT, HOST_SAMPLES, leak_allowances
 
 TWIN_TABLES = frozenset(
     {"sim_runs", "twin_log"}
@@ -70,14 +70,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"gpu_fell_off_bus"}),
         "the NVML collector records each read that fails (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT)",
     ),
-    ("host_samples", "cpu_util_pct"): (
-        frozenset({"input_pipeline_bottleneck"}),
-        "node exporter (/proc/stat)",
-    ),
-    ("host_samples", "loader_wait_ms"): (
-        frozenset({"input_pipeline_bottleneck"}),
-        "the training framework's data loader hook (time a step waited for its batch)",
-    ),
+    **leak_allowances(HOST_SAMPLES),  # host_samples: declared with its columns too
     ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
     ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
     ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),

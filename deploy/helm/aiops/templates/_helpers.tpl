@@ -51,7 +51,7 @@ imagePullSecrets:
 
 {{- /*
 A host's component name by the product's rule (aiops/config.py `this_host_name`): lowercased, its first label
-unless node.fqdn. tests/test_k8s_chart.py checks it against the product's own function.
+unless node.fqdn. tests/kubernetes/test_k8s_chart.py checks it against the product's own function.
 */ -}}
 {{- define "aiops.hostName" -}}
 {{- $name := lower (index . 0) }}
@@ -65,7 +65,7 @@ unless node.fqdn. tests/test_k8s_chart.py checks it against the product's own fu
 
 {{- /*
 What the alerts tell on-call to open or run (prometheusrule.yaml annotations), as JSON strings: the console's
-incident page where its URL is known, and commands that exist (tests/test_k8s_chart_hosts.py parses each with
+incident page where its URL is known, and commands that exist (tests/kubernetes/test_k8s_chart_hosts.py parses each with
 the real `aiops` parser). `{{ $labels.* }}` is left for Prometheus to fill.
 */ -}}
 {{- /* (list . tier): where an incident's pending actions are listed: the fleet's workspace, or for a node
