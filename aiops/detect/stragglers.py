@@ -33,7 +33,15 @@ from aiops import labels
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.models import Symptom
-from aiops.profile.rank_phases import PHASES, Late, RankWindow, became_late, late_ranks
+from aiops.profile.rank_phases import (
+    CAUSE_OF_PHASE,
+    LATE_GAP,
+    PHASES,
+    Late,
+    RankWindow,
+    became_late,
+    late_ranks,
+)
 from aiops.store import Store
 
 # One row per (job, rank) and detection window: probed seconds and the time blocked per phase. A process's ops
@@ -165,9 +173,10 @@ class StragglerRules:
         together = fresh is not None and len(judged) < len(windows)
         alike = late_ranks(judged) if together else None
         nodes = _late_nodes(judged, node_of) if together else None
-        if late or alike or nodes:  # the peers' wait is the late ranks' doing: nothing to learn
+        waited = self._waited_for(job, windows, judged, node_of) if together else None
+        if late or alike or nodes or waited:  # the peers' wait is the late ranks' doing: nothing to learn
             out: list[Symptom] = []
-            for found in (alike, nodes, late):
+            for found in (alike, nodes, waited, late):
                 named = [r for r in found.ranks if r in {p.rank for p in judged}] if found else []
                 if found and named:
                     shares = {"shares": found.shares, "peer_shares": found.peer_shares}
@@ -189,6 +198,57 @@ class StragglerRules:
                 for phase, rolling in usual.items():
                     rolling.add(phases.share(phase))
         return out
+
+    def _waited_for(
+        self,
+        job: str,
+        windows: Sequence[RankWindow],
+        judged: Sequence[RankWindow],
+        node_of: Mapping[int, str],
+    ) -> Late | None:
+        """A node that just landed and that the job's other nodes wait for, though their rows are older: its
+        ranks (summed) waited LATE_GAP less than every other node's newest rows and LATE_GAP less than they
+        usually do, while the other nodes wait LATE_GAP longer than they usually do (a checkpoint or a slow
+        network moves every node alike; a node back to its usual pace after a straggler recovered waits no less
+        than it used to). A node alone in its scrape phase has no node landing with it to be judged against."""
+        by_node: dict[str, list[RankWindow]] = defaultdict(list)
+        for phases in windows:
+            by_node[node_of[phases.rank]].append(phases)
+        fresh_nodes = {node_of[p.rank] for p in judged}
+        if len(by_node) - len(fresh_nodes) < MIN_NODES_ALIKE - 1:
+            return None
+
+        def rise(ranks: Sequence[RankWindow]) -> float | None:
+            """The ranks' wait now less their usual (median over ranks), None before their baselines are ready."""
+            usual = [self.usual.get((job, p.rank)) for p in ranks]
+            if not all(u is not None and u["wait"].ready() for u in usual):
+                return None
+            return statistics.median(
+                p.share("wait") - u["wait"].median for p, u in zip(ranks, usual, strict=True) if u
+            )
+
+        others = {n: _summed(ranks) for n, ranks in by_node.items() if n not in fresh_nodes}
+        rises = [rise(by_node[n]) for n in others]
+        if any(r is None for r in rises) or statistics.median(r for r in rises if r is not None) < LATE_GAP:
+            return None
+        for node in sorted(fresh_nodes):
+            mine = _summed(by_node[node])
+            own = rise(by_node[node])
+            if (
+                own is None
+                or own > -LATE_GAP
+                or mine.share("wait") > min(o.share("wait") for o in others.values()) - LATE_GAP
+            ):
+                continue
+            found = late_ranks(
+                [mine, *[RankWindow(-1 - k, *_parts(o)) for k, o in enumerate(others.values())]]
+            )
+            cause = found.cause if found else _cause(mine, list(others.values()))
+            if cause is None:
+                continue
+            ranks = sorted(by_node[node], key=lambda p: (p.share("wait"), p.rank))
+            return Late(tuple(p.rank for p in ranks), cause, mine.shares(), _medians(list(others.values())))
+        return None
 
     def _turned(
         self,
@@ -330,6 +390,23 @@ def _late_nodes(windows: Sequence[RankWindow], node_of: Mapping[int, str]) -> La
     ranks = [p for k in found.ranks for p in by_node[names[k]]]
     ranks.sort(key=lambda p: (p.share("wait"), p.rank))
     return Late(tuple(p.rank for p in ranks), found.cause, found.shares, found.peer_shares)
+
+
+def _summed(ranks: Sequence[RankWindow]) -> RankWindow:
+    """Ranks' windows as one (a node's): their seconds added."""
+    return RankWindow(-1, *(sum(x) for x in zip(*(_parts(p) for p in ranks), strict=True)))
+
+
+def _parts(p: RankWindow) -> tuple[float, float, float, float]:
+    return p.window_s, p.wait_s, p.compute_s, p.copy_s
+
+
+def _cause(mine: RankWindow, others: Sequence[RankWindow]) -> str | None:
+    """The class of a window that waited less than `others`: the phase it spent more of the window in."""
+    peers = _medians(others)
+    excess = {phase: mine.share(phase) - peers[phase] for phase in CAUSE_OF_PHASE}
+    phase = max(excess, key=lambda p: (excess[p], p))
+    return CAUSE_OF_PHASE[phase] if excess[phase] > 0 else None
 
 
 def _medians(windows: Sequence[RankWindow]) -> dict[str, float]:
