@@ -178,6 +178,8 @@ class StragglerRules:
             out: list[Symptom] = []
             for found in (alike, nodes, waited, late):
                 named = [r for r in found.ranks if r in {p.rank for p in judged}] if found else []
+                if found is late and together:  # against older rows: it must also wait less than it used to
+                    named = [r for r in named if self._below_usual(job, r, windows)]
                 if found and named:
                     shares = {"shares": found.shares, "peer_shares": found.peer_shares}
                     out += self._late(job, named, found.cause, node_of, (t0, t1), "peers", shares)
@@ -198,6 +200,16 @@ class StragglerRules:
                 for phase, rolling in usual.items():
                     rolling.add(phases.share(phase))
         return out
+
+    def _below_usual(self, job: str, rank: int, windows: Sequence[RankWindow]) -> bool:
+        """Whether the rank waited LATE_GAP / 2 less than it usually does (True before its baseline is ready):
+        judged against the job's older rows, a rank back to its pace while the others' rows still hold a wait
+        that has ended (a straggler recovered) is no straggler."""
+        usual = self.usual.get((job, rank))
+        if usual is None or not usual["wait"].ready():
+            return True
+        now = next(p.share("wait") for p in windows if p.rank == rank)
+        return usual["wait"].median - now >= LATE_GAP / 2
 
     def _waited_for(
         self,

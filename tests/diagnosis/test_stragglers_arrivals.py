@@ -146,3 +146,31 @@ def test_a_whole_node_late_is_judged_against_the_nodes_landing_with_it() -> None
             named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
     assert named[0] == (STEP_S * FAULT_K + 10.0, "n1", [4, 5, 6, 7]), named[:3]
     assert {c for _, c, _ in named} == {"n1"}
+
+
+def test_a_node_alone_in_its_phase_is_judged_against_the_others_newest_rows() -> None:
+    """A braked node scraped alone at its phase, the others at four other phases: when its first row after the
+    fault lands, each other node's newest row holds more or less of the fault (its own phase), so the job's
+    ranks spread too widely for a peer to stand out; yet every other node waits longer than it usually does and
+    this one less, and less than every other: it is named at that arrival. After the fault ends the nodes that
+    land first (back to their usual wait, the others' older rows still high) are named by no rule."""
+    arrives = {"n3": 2.0, "n0": 5.0, "n1": 7.0, "n2": 9.0, "n4": 12.0}
+    onset_s = STEP_S * FAULT_K - 3.0  # n4's row at FAULT_K is all after it
+    end_k = FAULT_K + 2
+
+    def wait(node: str, rank: int, k: int) -> float:
+        row_end_s = STEP_S * k + arrives[node]
+        if k < FAULT_K or k > end_k + 1 or (k == end_k + 1 and node != "n4" and arrives[node] < 9.0):
+            return 0.14  # before the fault, and once past it (n4 was the last to land in the fault)
+        if node == "n4":
+            return 0.14 if k > end_k else 0.03
+        return 0.14 + 0.46 * min(1.0, (row_end_s - onset_s) / STEP_S)  # its seconds after the onset
+
+    with _store(arrives, wait) as store:
+        rules = StragglerRules(store, lambda gpu: False)
+        named: list[tuple[float, str, list[int]]] = []
+        for k in range(WINDOWS + 2):
+            named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
+    assert named and named[0][:2] == (STEP_S * FAULT_K + 12.0, "n4"), named[:3]
+    assert sorted(named[0][2]) == [16, 17, 18, 19]
+    assert {c for _, c, _ in named} == {"n4"}, named
