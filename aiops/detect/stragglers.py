@@ -219,7 +219,7 @@ class StragglerRules:
         node_of: Mapping[int, str],
     ) -> Late | None:
         """A node that just landed and that the job's other nodes wait for, though their rows are older: its
-        ranks (summed) waited LATE_GAP less than every other node's newest rows and LATE_GAP less than they
+        ranks (summed) waited LATE_GAP less than every other node's newest rows and LATE_GAP / 2 less than they
         usually do, while the other nodes wait LATE_GAP longer than they usually do (a checkpoint or a slow
         network moves every node alike; a node back to its usual pace after a straggler recovered waits no less
         than it used to). A node alone in its scrape phase has no node landing with it to be judged against."""
@@ -248,7 +248,7 @@ class StragglerRules:
             own = rise(by_node[node])
             if (
                 own is None
-                or own > -LATE_GAP
+                or own > -LATE_GAP / 2  # its first row after the onset holds some seconds before it
                 or mine.share("wait") > min(o.share("wait") for o in others.values()) - LATE_GAP
             ):
                 continue
