@@ -25,6 +25,7 @@ SQL_TYPES = {
     "int64": "BIGINT",
     "int32": "INTEGER",
     "uint64": "UBIGINT",
+    "bool_": "BOOLEAN",
 }
 GPU_LABELS = ("gpu", "node")
 TWIN_GPUS_PER_NODE = 8  # the default twin node docs/METRICS.md counts series on
@@ -68,6 +69,9 @@ class Column:
     reacts_to: frozenset[str] = frozenset()  # fault kinds a real reading of it may change with
     observed_by: str = ""  # the real source that reports that change
     collected: bool = True  # False: no collector writes it (the fleet's sample weights)
+    # the stored value is what its interval added (a NIC's bytes in the interval): the node exports the running
+    # total (its family a counter) and the fleet reads back the increase between scrapes
+    counted: bool = False
     key: bool = False  # an entity key (ts_s, gpu, node, uuid): never a family of its own
     migration: int = 1  # the migration that added it (schema_additions)
     # dcgm-exporter's name for it (aiops/sources/names.py): read by `aiops analyze --prometheus`, served at

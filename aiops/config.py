@@ -259,7 +259,9 @@ class FleetConfig(_Section):
     # (INC-fleet-<shard>-0001: unique across shards), and `aiops fleet-view` reads every shard's /api
     shard: str = Field(default="", description="this fleet's shard name (a-z, 0-9, -); empty: not sharded")
     shards: dict[str, str] = Field(
-        default_factory=dict, description="shard name -> its fleet's base URL, for `aiops fleet-view`"
+        default_factory=dict,
+        description="shard name -> its fleet's base URL, for `aiops fleet-view`; on a shard, the others it asks "
+        "so that a condition they all see pages once",
     )
     shards_token_file: str = Field(default="", description="file holding the shards' /api bearer token")
     # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes

@@ -23,7 +23,7 @@ from aiops.rca import diagnose, job_of
 from aiops.store import Store
 from guardrails.actions import Action
 from guardrails.intended import intended_state, restore_intended
-from guardrails.service import Filed, Guardrails
+from guardrails.proposal_desk import Filed, Guardrails
 
 __all__ = [
     "RunResult",

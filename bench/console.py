@@ -38,7 +38,7 @@ from aiops.service.web import ServiceRoutes, service_app
 from aiops.store import Store
 from bench.report import EPOCH_S, generate
 from guardrails.actions import Action
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 
 PASSWORD = "bench password, not a secret"
 PAGES = ("/", "/incidents/INC-0001", "/audit", "/collectors", "/topology", "/reports", "/chat")

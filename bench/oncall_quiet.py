@@ -74,7 +74,7 @@ def run_quiet(
     churn's default rates (above 1: a stress run, as many churn events as `churn_rate` times its node-days)."""
     import time_machine
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     scenario = quiet_scenario(seed, racks, churn_rate)
     nodes = scenario.cluster.nodes
     duration_s = math.ceil(node_days / nodes * 86_400.0 / scrape_s) * scrape_s
@@ -143,11 +143,13 @@ def run_quiet(
                     "node_days": round(done, 2),
                     "pages": len(pagerduty.alerts),
                     "wall_s": round(time.perf_counter() - started),
+                    "cpu_s": round(time.process_time() - cpu_started),
                 }
                 (work / "partial.json").write_text(json.dumps(partial))  # what a run stopped early measured
                 if progress:
                     print(
                         f"quiet: {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
+                        f"{partial['cpu_s']} CPU-s, "
                         f"pages {len(pagerduty.alerts)}",
                         file=sys.stderr,
                         flush=True,
@@ -161,6 +163,10 @@ def run_quiet(
         receivers.close()
         traveller.stop()
     found = _figures(work, pagerduty, nodes, world.elapsed_s, scrape_s, time.perf_counter() - started)
+    found["cpu_s"] = round(
+        time.process_time() - cpu_started, 1
+    )  # this process's user + sys: survives the load
+    found["cpu_s_per_node_day"] = round(found["cpu_s"] / max(found["node_days"], 1e-9), 2)
     events = world.churn.events if world.churn is not None else []
     churned: dict[str, int] = {}
     for e in events:
@@ -247,7 +253,6 @@ def _figures(
 
 def main() -> int:
     import argparse
-    import os
 
     parser = argparse.ArgumentParser(
         description="the false-alarm run alone (bench/oncall.py --skip-day runs it too)"
@@ -269,13 +274,20 @@ def main() -> int:
         wall_budget_s=args.wall_budget_s,
         churn_rate=args.churn_rate,
     )
+    emit(result, args.out)
+    return 0
+
+
+def emit(result: dict[str, Any], out: str) -> None:
+    """The figures with the command and the load at the end, printed (and written to `out`)."""
+    import os
+
     result["command"] = " ".join(sys.argv)
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
     print(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ from aiops.control.power import allocate
 from aiops.models import GpuPower
 from aiops.scenarios import parse_scenario
 from aiops.sim import power_best
-from aiops.sim.readings import WorldReadings
 from aiops.sim.world import World
+from aiops.sim.world_readings import WorldReadings
 from guardrails.envelope import Envelope
 from guardrails.responses import load_response_policy
 

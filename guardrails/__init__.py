@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from guardrails.envelope import Envelope, GpuPower
     from guardrails.executor import ExecutionOutcome, Executor, MemoryLedger, unsafe_executions
     from guardrails.policy import Context, ExecutionRecord, RuleResult, Validation, validate
+    from guardrails.proposal_desk import Guardrails
     from guardrails.registry import DEFAULT_REGISTRY, KINDS, KindSpec, Registry, Risk
-    from guardrails.service import Guardrails
     from guardrails.topology import Scope, Topology
 
 # The names below load with their module on first use (PEP 562): `import guardrails.actions` alone (the action
@@ -50,7 +50,7 @@ _WHERE: dict[str, str] = {
     "KindSpec": "guardrails.registry",
     "Registry": "guardrails.registry",
     "Risk": "guardrails.registry",
-    "Guardrails": "guardrails.service",
+    "Guardrails": "guardrails.proposal_desk",
     "Scope": "guardrails.topology",
     "Topology": "guardrails.topology",
 }

@@ -1,4 +1,4 @@
-"""Build a validation `Context` from a store: topology, each GPU's newest power record (`aiops.store.readings`)
+"""Build a validation `Context` from a store: topology, each GPU's newest power record (`aiops.store.power_readings`)
 and the execution history."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aiops.store import Store
-from aiops.store.readings import gpu_power_from_store
+from aiops.store.power_readings import gpu_power_from_store
 from guardrails.policy import Context, ExecutionRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.topology import Topology

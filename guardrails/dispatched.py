@@ -50,7 +50,7 @@ from guardrails.audit import AuditRow
 from guardrails.decisions import signed_payload
 from guardrails.peer import PeerRun, parse_history, record_history
 from guardrails.policy import validate
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import SignedBy, decision_message, require_class
 from guardrails.step_message import EVENT as STEP_EVENT

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from aiops.errors import GuardrailError
 from guardrails.actions import action_hash
 from guardrails.armour import read_armoured
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.signing import decision_message
 
 MAX_SIGNATURE_CHARS = 8192

@@ -27,8 +27,8 @@ from guardrails.actions import action_hash
 from guardrails.approvals import Approval, Authorisation
 from guardrails.decisions import signed_payload
 from guardrails.policy import validate
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import ProposalRecord
-from guardrails.service import Guardrails
 from guardrails.signing import Signer
 from guardrails.step_message import EVENT, StepTarget, step_message, valid_step_id
 

@@ -3,11 +3,14 @@ accounts, a signed-in `TestClient`, and a two-person proposal filed on the demo'
 
 from __future__ import annotations
 
+import atexit
 import html
+import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,10 +56,27 @@ def write_config(folder: Path, approvers: tuple[str, ...] = APPROVERS) -> Path:
     return config
 
 
+_ACCOUNTS: dict[tuple[tuple[str, str], ...], Path] = {}  # a set of users -> its accounts file, made once
+
+
 def add_users(db: Path, users: dict[str, str] = USERS) -> None:
-    accounts = Accounts(accounts_path(str(db)))
-    for name, role in users.items():
-        accounts.add(name, role, PASSWORD)
+    """`users`, each with PASSWORD, into `db`'s console accounts. Into a workspace without accounts yet, a copy of
+    the file `Accounts.add` wrote once in this process for the same users: an argon2id hash costs about a third of
+    a CPU-second (64 MiB), and the suite signs in to hundreds of fresh copies of the demo."""
+    target = accounts_path(str(db))
+    key = tuple(users.items())
+    if os.path.lexists(target) or key not in _ACCOUNTS:
+        accounts = Accounts(target)
+        for name, role in users.items():
+            accounts.add(name, role, PASSWORD)
+        if key not in _ACCOUNTS and len(accounts.load()) == len(users):  # only these users: the template
+            folder = tempfile.mkdtemp(prefix="aiops-accounts-")
+            atexit.register(shutil.rmtree, folder, True)
+            template = Path(folder) / target.name
+            shutil.copy(target, template)
+            _ACCOUNTS[key] = template
+        return
+    shutil.copy(_ACCOUNTS[key], target)  # its mode too (0600)
 
 
 def demo_proposal(db: Path) -> str:

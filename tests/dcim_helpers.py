@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiops.control.dcim import RoundReport, run_round
+from aiops.control.dcim_response import RoundReport, run_round
 from aiops.control.dcim_signals import DcimSignal, record_signal
 from aiops.control.readings import ThermalInputs, validation_context
 from aiops.labels import gpu_name

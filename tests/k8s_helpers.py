@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.agent_cluster import stop
-from tests.service_helpers import free_port, get, require_binary, wait_for
+from tests.prometheus_process import prometheus_running
+from tests.service_helpers import require_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "aiops"
@@ -163,21 +163,5 @@ def prometheus_config(
 def prometheus_scraping(folder: Path, target_port: int, job: str, binary: str = "") -> Iterator[int]:
     """A real Prometheus (`binary`, else the one on PATH) on a free loopback port scraping `target_port` every
     second as `job`, the chart's rules loaded (`prometheus_config`); yields its port once ready, stopped by PID."""
-    binary = binary or require_binary("prometheus")
-    port = free_port()
-    with (folder / "prometheus.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={prometheus_config(folder, target_port, job)}",
-                f"--storage.tsdb.path={folder / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2)[0] == 200, 60, "prometheus ready")
-            yield port
-        finally:
-            stop(proc)
+    with prometheus_running(prometheus_config(folder, target_port, job), folder, binary=binary) as port:
+        yield port

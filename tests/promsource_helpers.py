@@ -17,6 +17,7 @@ from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import load_scenario
 from aiops.sources.exposition import write_history
 from aiops.store import Store
+from tests.prometheus_process import prometheus_running
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "evals" / "scenarios"
@@ -30,11 +31,19 @@ def top_of(result: Any) -> tuple[str, str] | None:
     return None
 
 
-def simulated(tmp_path: Path, scenario: str) -> tuple[Path, float, float, tuple[str, str] | None]:
-    """The scenario simulated into a workspace: its path, first and last sample time, store-based top."""
+def simulated(
+    tmp_path: Path, scenario: str, after_fault_s: float | None = None
+) -> tuple[Path, float, float, tuple[str, str] | None]:
+    """The scenario simulated into a workspace: its path, first and last sample time, store-based top. With
+    `after_fault_s`, the run ends that long after its first fault starts (its baseline and the fault's onset kept,
+    the rest of the scenario's duration not simulated)."""
     db = tmp_path / f"{scenario}.duckdb"
+    loaded = load_scenario(str(SCENARIOS / f"{scenario}.yaml"))
+    if after_fault_s is not None:
+        end_s = min(f.start_s for f in loaded.faults) + after_fault_s
+        loaded = loaded.model_copy(update={"duration_s": min(loaded.duration_s, end_s)})
     with Store(db) as store:
-        simulate_into(store, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+        simulate_into(store, loaded)
         start_s = float(store.scalar("SELECT min(ts_s) FROM gpu_samples"))
         end_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples"))
         top = top_of(analyze_store(store))
@@ -54,37 +63,32 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def prometheus_with(tmp_path: Path, db: Path) -> Iterator[str]:
     """A real Prometheus whose TSDB holds the run's dcgm-exporter/node_exporter series (promtool backfill)."""
-    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
-    history, tsdb = tmp_path / "history.om", tmp_path / "tsdb"
+    history = tmp_path / "history.om"
     with Store(db, read_only=True) as store, history.open("w") as out:
         write_history(store, out, openmetrics=True)
+    with prometheus_holding(tmp_path, history, scrape_interval="1s", drop_history=True) as url:
+        yield url
+
+
+@contextmanager
+def prometheus_holding(
+    tmp_path: Path, history: Path, *, scrape_interval: str = "15s", drop_history: bool = False
+) -> Iterator[str]:
+    """A real Prometheus whose TSDB is the OpenMetrics `history` (promtool backfill), on a free loopback port."""
+    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
+    tsdb = tmp_path / "tsdb"
     subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(tsdb)],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    history.unlink()
-    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 1s}\n")
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tsdb}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=100y",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2.0)[0] == 200, 60, "prometheus to be ready")
+    if drop_history:
+        history.unlink()
+    (tmp_path / "prometheus.yml").write_text(f"global: {{scrape_interval: {scrape_interval}}}\n")
+    flags = ("--storage.tsdb.retention.time=100y",)
+    with prometheus_running(tmp_path / "prometheus.yml", tmp_path, binary=prometheus, flags=flags) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-        log.close()
 
 
 @contextmanager

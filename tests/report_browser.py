@@ -60,6 +60,14 @@ def browser() -> Iterator[object]:
             instance.close()
 
 
+@pytest.fixture(scope="module")
+def one_browser() -> Iterator[object]:
+    """One Chromium for all the tests of a module (a launch costs about a CPU-second); each test opens its own
+    contexts in it (cookies, storage and sessions apart), as separate browser profiles would be."""
+    with browser() as instance:
+        yield instance
+
+
 _LABELS = """() => Array.from(document.querySelectorAll('img, svg')).filter(e => !e.parentElement.closest('svg'))
   .map(e => {
     const title = e.tagName.toLowerCase() === 'svg' ? (e.querySelector(':scope > title')?.textContent || '') : '';

@@ -12,8 +12,8 @@ from aiops.store import Store
 from guardrails.actuators import RecordingActuator
 from guardrails.breaker import SchedulerView
 from guardrails.dispatched import NodeDispatch, parse_dispatch
+from guardrails.proposal_desk import Guardrails
 from guardrails.scheduler_view import parse_sinfo
-from guardrails.service import Guardrails
 from tests.dispatch_helpers import action, body, signed
 from tests.signing_helpers import make_keys
 

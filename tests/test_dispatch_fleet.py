@@ -29,7 +29,7 @@ from aiops.store import Workspace
 from collectors.base import RowBuffer
 from collectors.nvml import NvmlCollector
 from guardrails.audit import read_rows
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.session_signing import SessionSigner, ensure_key, key_path
 from guardrails.signing import NAMESPACE
 from tests.dispatch_helpers import TOKEN, Node, action, audit, node, power_limit_w

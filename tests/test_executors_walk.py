@@ -36,7 +36,11 @@ from tests.slurm_cluster import SlurmCluster, slurm_cluster
 
 PROPOSABLE = set(DEFAULT_REGISTRY.kinds)  # the agent may propose any registry kind (aiops/agent/verify.py)
 PLAYBOOK_KINDS = {r.action for book in load_playbooks().values() for r in book.remediations}
-COMPUTED_KINDS = {"migrate_job", "set_power_limit", "set_cooling_state"}  # aiops/control/advice.py, dcim.py
+COMPUTED_KINDS = {
+    "migrate_job",
+    "set_power_limit",
+    "set_cooling_state",
+}  # aiops/control/advice.py, dcim_response.py
 COMPONENT = {"gpu": "node0/gpu1", "node": "node0", "nic": "node0/nic0", "rack": "rack0", "fleet": "fleet"}
 REVERSIBLE = {
     "set_power_limit",

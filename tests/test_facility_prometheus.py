@@ -37,43 +37,10 @@ from aiops.sources.facility import (
 from aiops.sources.mapping import HostIdentity
 from aiops.sources.prometheus import PrometheusClient, fetch_into
 from aiops.store import Store
-from tests.promsource_helpers import SCENARIOS, stop, top_of
+from tests.promsource_helpers import SCENARIOS, prometheus_holding, stop, top_of
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
 STEP_S = 15.0
-
-
-@contextmanager
-def prometheus_holding(tmp_path: Path, history: Path) -> Iterator[str]:
-    """A real Prometheus whose TSDB is the OpenMetrics `history` (promtool backfill), on a free loopback port."""
-    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
-    tsdb = tmp_path / "tsdb"
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(tsdb)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tsdb}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=100y",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2.0)[0] == 200, 60, "prometheus to be ready")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-        log.close()
 
 
 def _twin(tmp_path: Path, scenario: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:

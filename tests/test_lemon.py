@@ -30,7 +30,7 @@ from aiops.sim import World, simulate
 from aiops.sim.twin import Twin, record_run
 from aiops.store import Store, Workspace
 from guardrails.actions import Action
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from tests.signing_helpers import Keys
 
 GPU = "node1/gpu1"

@@ -23,7 +23,7 @@ from aiops.agent.session import open_session
 from aiops.cli.main import main
 from aiops.control.dcim_signals import DcimSignal
 from aiops.errors import ApprovalRefused
-from aiops.runtime.dcim import RoundSetup, one_round, signal_now
+from aiops.runtime.dcim_rounds import RoundSetup, one_round, signal_now
 from aiops.sim.twin import Twin
 from aiops.store import Workspace
 from guardrails import unsafe_executions

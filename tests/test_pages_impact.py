@@ -19,7 +19,7 @@ from aiops.service.paging import Subject, decide
 from aiops.store import Workspace
 from aiops.store.maintenance import Membership
 from guardrails.policy import Context
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from tests.guardrails_helpers import NOW_TS_S, TOPOLOGY, FakeClock, gpu_state
 
 POLICY = SeverityConfig()

@@ -22,7 +22,7 @@ from aiops.store import Store
 from guardrails.actions import Action
 from guardrails.audit import read_rows
 from guardrails.policy import Context
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.steps import approve_step
 from guardrails.topology import Topology
 from tests.guardrails_helpers import gpu_state

@@ -17,8 +17,8 @@ from aiops.control.power import allocate
 from aiops.models import GpuPower
 from aiops.scenarios import parse_scenario
 from aiops.sim import power_best as pb
-from aiops.sim.readings import WorldReadings
 from aiops.sim.world import World
+from aiops.sim.world_readings import WorldReadings
 
 
 def _gpu(name: str, job: str | None, min_w: float = 200.0, max_w: float = 700.0) -> GpuPower:

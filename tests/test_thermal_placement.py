@@ -19,12 +19,12 @@ from aiops.playbooks import remediation, remediation_from_store
 from aiops.scenarios import parse_scenario
 from aiops.sim import World, simulate
 from aiops.sim.actuator import SimActuator
-from aiops.sim.readings import WorldReadings
+from aiops.sim.world_readings import WorldReadings
 from aiops.store import Store
 from guardrails import Context, Topology
 from guardrails.actions import Action
 from guardrails.executor import unsafe_executions
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from tests.signing_helpers import configured_store, shared_keys
 
 FAULT_AT_S = 30.0

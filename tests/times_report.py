@@ -1,7 +1,8 @@
 """The suite's time, per module, from the lines `AIOPS_TEST_TIMES=times.jsonl make test` wrote (tests/conftest.py):
-`python -m tests.times_report times.jsonl [N]` prints the N modules with the longest work unit (a group's whole
-run, else the module's slowest test: what SLOW_FIRST orders by), then the run's totals: wall, worker seconds,
-CPU seconds (in the workers and in the processes the tests started) and each worker's idle time at the end."""
+`python -m tests.times_report times.jsonl [N] [--cpu]` prints the N modules with the longest work unit (a group's
+whole run, else the module's slowest test: what SLOW_FIRST orders by), or with `--cpu` the N that cost the most CPU
+seconds (what the suite's budget on 2 cores is spent on), then the run's totals: wall, worker seconds, CPU seconds
+(in the workers and in the processes the tests started) and each worker's idle time at the end."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def report(rows: list[dict[str, Any]], top: int) -> str:
+def report(rows: list[dict[str, Any]], top: int, by_cpu: bool = False) -> str:
     by_module: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_module[row["nodeid"].split("::", 1)[0]].append(row)
@@ -27,10 +28,13 @@ def report(rows: list[dict[str, Any]], top: int) -> str:
         walls = [float(t["wall_s"]) for t in tests]
         return sum(walls) if grouped else max(walls)
 
+    def cpu_s_of(module: str) -> float:
+        return sum(float(t["cpu_s"]) + float(t["children_cpu_s"]) for t in by_module[module])
+
     lines = ["unit_s  total_s  cpu_s  tests  module"]
-    for module in sorted(by_module, key=unit_s, reverse=True)[:top]:
+    for module in sorted(by_module, key=cpu_s_of if by_cpu else unit_s, reverse=True)[:top]:
         tests = by_module[module]
-        cpu_s = sum(t["cpu_s"] + t["children_cpu_s"] for t in tests)
+        cpu_s = cpu_s_of(module)
         total_s = sum(t["wall_s"] for t in tests)
         lines.append(f"{unit_s(module):6.1f} {total_s:8.1f} {cpu_s:6.1f} {len(tests):6d}  {module}")
     first_s = min(r["start_ts_s"] for r in rows)
@@ -48,4 +52,5 @@ def report(rows: list[dict[str, Any]], top: int) -> str:
 
 
 if __name__ == "__main__":
-    print(report(load(Path(sys.argv[1])), int(sys.argv[2]) if len(sys.argv) > 2 else 40))
+    args = [a for a in sys.argv[1:] if a != "--cpu"]
+    print(report(load(Path(args[0])), int(args[1]) if len(args) > 1 else 40, "--cpu" in sys.argv[1:]))

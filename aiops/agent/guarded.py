@@ -1,6 +1,6 @@
 """The agent's `Guard` and `World` over a workspace: every call opens the workspace for one short write
 (`Workspace.write`), attaches its world (the twin this session holds, synced with what other processes did),
-and goes through `guardrails.service.Guardrails`. So the chat's proposals, approvals and executions land in the
+and goes through `guardrails.proposal_desk.Guardrails`. So the chat's proposals, approvals and executions land in the
 same tables and the same audit chain as the CLI's and the DCIM rounds', and one rate ledger counts them all.
 """
 
@@ -21,9 +21,9 @@ from aiops.sim.world import World
 from aiops.store import Workspace
 from guardrails.actions import Action, action_hash
 from guardrails.approvals import Rejection
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
 from guardrails.routing import TICKET, ticket_error
-from guardrails.service import Guardrails
 from guardrails.signing import Signer
 
 

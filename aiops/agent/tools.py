@@ -26,7 +26,7 @@ from aiops.errors import AiopsError, SQLRejected, ToolError, UnknownTool
 from aiops.labels import component_kind
 from aiops.playbooks import load_playbooks
 from aiops.store import Store, Workspace
-from aiops.store.readings import newest_ts_s, racks_in_store
+from aiops.store.power_readings import newest_ts_s, racks_in_store
 
 Preview = Callable[[dict[str, Any], float], dict[str, Any]]
 

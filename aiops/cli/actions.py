@@ -32,9 +32,9 @@ from aiops.store.writable import prepare_file, write_file
 from aiops.text import fields_text, markup, plural, terminal, when
 from guardrails.audit import read_rows
 from guardrails.pasted import PastedSignature
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
 from guardrails.routing import TICKET
-from guardrails.service import Guardrails
 from guardrails.signing import configured_signer, decision_message
 
 KEY_HELP = (

@@ -1,7 +1,7 @@
 """`aiops dcim cap|clear|watch|status`: facility power signals in, power limits out (docs/POWER.md).
 
-A signal is stored in `dcim_signals`, then one response round runs (`aiops.runtime.dcim`, over
-`aiops.control.dcim`): the response policy's automatic rules act when people approved the file's exact bytes,
+A signal is stored in `dcim_signals`, then one response round runs (`aiops.runtime.dcim_rounds`, over
+`aiops.control.dcim_response`): the response policy's automatic rules act when people approved the file's exact bytes,
 inside its envelopes; everything else becomes a proposal (`aiops actions list`). `watch` polls a JSON/YAML file
 of signals and runs a round every interval.
 
@@ -24,9 +24,9 @@ from rich.table import Table
 from aiops.cli.args import count, seconds
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.cli.policy import status_of
-from aiops.control.dcim import RoundReport
+from aiops.control.dcim_response import RoundReport
 from aiops.control.dcim_signals import DcimSignal, check_budget_kw, signals_in_force
-from aiops.runtime.dcim import RoundResult, RoundSetup, one_round, signal_now, watch
+from aiops.runtime.dcim_rounds import RoundResult, RoundSetup, one_round, signal_now, watch
 from aiops.runtime.world import ACTUATORS
 from aiops.text import fields_text, markup, plural, terminal
 from guardrails.responses import DEFAULT_RESPONSES_PATH, load_response_policy

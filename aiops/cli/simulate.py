@@ -14,7 +14,7 @@ from aiops.datapath.policy import load_policy
 from aiops.errors import InputError, PrerequisiteError
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.scenarios import load_scenario
-from aiops.store.readings import newest_ts_s
+from aiops.store.power_readings import newest_ts_s
 from aiops.store.writable import prepare_file
 from aiops.text import markup, terminal
 

@@ -17,6 +17,7 @@ nothing (the fleet's dispatcher never sends a session approval, aiops/fleet/disp
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -30,7 +31,7 @@ from aiops.errors import AiopsError, GuardrailError
 from aiops.runtime.actions import Decision, approve, reject
 from aiops.store import Store
 from guardrails.pasted import MAX_SIGNATURE_CHARS, PastedSignature, approval_to_sign
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.session_signing import SessionSigner
 
 if TYPE_CHECKING:
@@ -81,6 +82,17 @@ class Decisions:
     async def _checked(self, request: Request) -> tuple[Response | None, str, str]:
         return await self.console.pages.may_decide(request, "proposal_id")
 
+    async def _decided(
+        self, request: Request, principal: str, proposal_id: str, run: Callable[[], str]
+    ) -> Response:
+        """Runs a decision off the event loop, logs what it said (or why it was refused), and goes back."""
+        try:
+            note = await run_in_threadpool(run)
+        except (GuardrailError, AiopsError) as exc:
+            note = f"refused: {exc}"
+        log.info("decision", extra={"principal": principal, "proposal_id": proposal_id, "note": note[:200]})
+        return await self._back(request, proposal_id, f"{proposal_id}: {note}")
+
     async def _back(self, request: Request, proposal_id: str, note: str) -> Response:
         session = self.console.pages.session(request)
         if session is None:
@@ -108,12 +120,7 @@ class Decisions:
                 )
             return _note(decision)
 
-        try:
-            note = await run_in_threadpool(run)
-        except (GuardrailError, AiopsError) as exc:
-            note = f"refused: {exc}"
-        log.info("decision", extra={"principal": principal, "proposal_id": proposal_id, "note": note[:200]})
-        return await self._back(request, proposal_id, f"{proposal_id}: {note}")
+        return await self._decided(request, principal, proposal_id, run)
 
     async def approve_signed(self, request: Request) -> Response:
         """A pasted SSH signature over the approval message the page showed (its window in the form)."""
@@ -140,12 +147,7 @@ class Decisions:
             signer = decision.authorisation.signed_by if decision.authorisation else ""
             return f"signed by {signer}: {_note(decision, self.console.options.dispatch)}"
 
-        try:
-            note = await run_in_threadpool(run)
-        except (GuardrailError, AiopsError) as exc:
-            note = f"refused: {exc}"
-        log.info("decision", extra={"principal": principal, "proposal_id": proposal_id, "note": note[:200]})
-        return await self._back(request, proposal_id, f"{proposal_id}: {note}")
+        return await self._decided(request, principal, proposal_id, run)
 
     async def reject(self, request: Request) -> Response:
         refusal, principal, proposal_id = await self._checked(request)

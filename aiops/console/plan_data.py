@@ -13,8 +13,8 @@ from aiops.errors import GuardrailError
 from aiops.plans import plans
 from aiops.runtime.actions import step_targets
 from aiops.store import Store
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
-from guardrails.service import Guardrails
 from guardrails.steps import step_to_sign
 
 

@@ -1,7 +1,7 @@
 """Advice -> actions: the thermal manager's moves and capping fallbacks, and the power allocator's limits, as
 typed guardrails `Action`s (proposer "analyst") with reasons and evidence that name the figures. Pure apart
 from reading its inputs through the readings port (`aiops.control.readings`: the store or the twin); nothing
-here proposes, approves or executes: the actions go through `guardrails.service.Guardrails` like any other.
+here proposes, approves or executes: the actions go through `guardrails.proposal_desk.Guardrails` like any other.
 
 Power actions respect the guardrails' envelope up front, so they pass validation instead of being denied: a
 limit is never below 40 % of TDP (nor the NVML minimum) nor above TDP, and one action moves a GPU's limit by at

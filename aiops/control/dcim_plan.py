@@ -1,4 +1,4 @@
-"""From DCIM signals to power-limit steps: pure, no I/O (the runner is `aiops.control.dcim`).
+"""From DCIM signals to power-limit steps: pure, no I/O (the runner is `aiops.control.dcim_response`).
 
 Per scope with a cap in force: the GPU budget is the cap minus what the scope draws besides its GPUs; every
 GPU's range is narrowed to the rule's envelope ([min, max] x TDP inside NVML's constraints); the allocator

@@ -1,6 +1,6 @@
 """One port for what the power and thermal controls read: `Readings`, with a store implementation here
 (`StoreReadings`: what the collectors stored) and a world implementation in the twin
-(`aiops.sim.readings.WorldReadings`: what its NVML-shaped API answers now). The DCIM rounds, the thermal and
+(`aiops.sim.world_readings.WorldReadings`: what its NVML-shaped API answers now). The DCIM rounds, the thermal and
 allocator advice, the agent's advice tools and the guardrails' validation context all read through it, so the
 same code runs on a real node's store and on the twin.
 
@@ -18,7 +18,7 @@ from typing import Protocol
 from aiops.control.thermal import GpuTemp, NodeInfo, RackCooling
 from aiops.models import GpuPower
 from aiops.store import Store
-from aiops.store.readings import (
+from aiops.store.power_readings import (
     gpu_power_from_store,
     job_priorities_from_store,
     newest_ts_s,

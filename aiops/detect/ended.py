@@ -9,7 +9,11 @@ its next step (requeued, resumed from its checkpoint). The Xids themselves are s
 opens, is diagnosed (`application_error`) and shown, at severity `info` (aiops/detect/severity.py): it pages
 nothing and proposes nothing.
 
-Where the scheduler's own word is at hand (the job's state) it would be better still; the store has none yet.
+A job that completed normally leaves no Xid. What says it ended is the scheduler's placement: on a node, the
+job's ranks leave `job_ranks` when no process of it runs anymore (aiops/store/workloads.py refreshes them from
+the processes the Slurm, Kubernetes and torchrun resolvers name), so a job once placed and now placed nowhere
+is *gone*: not stalled either (`JobEnds.gone`). A store that never had a rank table judges as before. What
+the store still lacks is the scheduler's own state (pending, completed) where no process table is read.
 """
 
 from __future__ import annotations
@@ -27,10 +31,29 @@ IDLE_SHARE = 0.5  # of a job's GPUs idle: its processes are gone
 class JobEnds:
     end_ts_s: dict[str, float] = field(default_factory=dict)  # job -> its newest application Xid
     idle: set[str] = field(default_factory=set)  # the GPUs idle in the window being judged
+    placed: set[str] = field(default_factory=set)  # jobs the rank table has placed at some time
+    left: dict[str, str] = field(
+        default_factory=dict
+    )  # GPU -> the job whose ranks the scheduler moved off it
+
+    def moved(self, before: Mapping[str, str], after: Mapping[str, str]) -> None:
+        """The placement changed (a requeue): a GPU a job left keeps pointing at it for the Xids its killed ranks
+        leave there (a drain kills them with Xid 45 in the same scrape that shows the ranks on their new node)."""
+        for gpu, job in before.items():
+            if after.get(gpu) != job:
+                self.left[gpu] = job
+        for gpu in after:
+            self.left.pop(gpu, None)
+
+    def gone(self, job: str, job_of_gpu: Mapping[str, str]) -> bool:
+        """Placed once, and no rank of it placed now: its processes ended (completed, or waiting to run)."""
+        now = set(job_of_gpu.values())
+        self.placed |= now
+        return job in self.placed and job not in now
 
     def saw_xids(self, rows: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
         for r in rows:
-            job = job_of_gpu.get(str(r["gpu"]))
+            job = job_of_gpu.get(str(r["gpu"])) or self.left.get(str(r["gpu"]))
             if job is not None and r["xid"] in APPLICATION_XIDS:
                 self.end_ts_s[job] = max(self.end_ts_s.get(job, 0.0), float(r["ts_s"]))
 

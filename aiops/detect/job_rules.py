@@ -48,6 +48,8 @@ def step_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
             continue  # a job a drain held, or the product requeued, waits by design
         if d.ends.ended(job, [g for g, j in d.job_of_gpu.items() if j == job], last):
             continue  # killed or crashed, its GPUs idle: ended, not stalled
+        if d.ends.gone(job, d.job_of_gpu):
+            continue  # no rank of it runs anymore (the scheduler's placement): ended, not stalled
         if home not in d.reporting if home else not d.reporting:
             continue  # no step, and no sight of where its steps come from either: blind, not stalled
         typical = d.step_baseline[job].median or 1.0

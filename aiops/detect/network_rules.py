@@ -62,7 +62,7 @@ def pause_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     return out
 
 
-def lane_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
+def lane_class_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     """Traffic of a class in a lane not meant for it (collectives in bulk or standard, bulk in vip), 1 % of the
     NIC's bytes or more."""
     rows = w.window(d.store, w.FLOW_WINDOW_SQL, t0, t1)

@@ -25,7 +25,7 @@ from aiops.detect.gpu_rules import gpu_rules, xid_rules
 from aiops.detect.job_rules import collective_rules, loader_rules, step_rules
 from aiops.detect.kinds import INFO as INFO  # re-exported: aiops/detect/severity.py reads it here
 from aiops.detect.kinds import STRONG as STRONG
-from aiops.detect.network_rules import lane_rules, nic_rules, pause_rules
+from aiops.detect.network_rules import lane_class_rules, nic_rules, pause_rules
 from aiops.detect.rule_state import RuleState
 from aiops.models import Symptom
 
@@ -38,7 +38,7 @@ RULES: tuple[Rule, ...] = (
     xid_rules,
     nic_rules,
     pause_rules,
-    lane_rules,
+    lane_class_rules,
     collective_rules,
     step_rules,
     rack_rules,
@@ -57,6 +57,8 @@ class Detector(RuleState):
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)
         out: list[Symptom] = []
+        # a kill's Xids before the GPUs: they say why the killed job's GPUs idle in this very window (ended.py)
+        self.ends.saw_xids(w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu)
         for rule in RULES:
             out += rule(self, t0, t1)
         self.stragglers.store = self.store  # the live service may have reopened the file since

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from aiops.evidence.hyp import Hyp
+from aiops.evidence.hypotheses import Hyp
 from aiops.labels import FINDING_LABELS
 from aiops.playbooks import load_playbooks
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from aiops.evidence import rules_bus, rules_fabric, rules_gpu, rules_net
 from aiops.evidence.collect import Collected
-from aiops.evidence.hyp import Hyp, Namer
+from aiops.evidence.hypotheses import Hyp, Namer
 
 Rule = Callable[[Collected, Namer], list[Hyp]]
 
@@ -53,7 +53,7 @@ EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
     EvidenceRule(rules_gpu.application, ("application_error",)),
     EvidenceRule(rules_gpu.pcie, ("pcie_degraded",)),
     EvidenceRule(rules_gpu.thermal, ("thermal_throttle", "power_brake")),
-    EvidenceRule(rules_net.network, ("nic_link_flap", "roce_config_error")),
+    EvidenceRule(rules_net.link_and_roce_config, ("nic_link_flap", "roce_config_error")),
     EvidenceRule(rules_net.input_pipeline, ("input_pipeline_bottleneck",)),
     EvidenceRule(rules_net.job_setup, ("application_error",)),
     EvidenceRule(rules_net.job_build, ("application_error",)),

@@ -20,7 +20,7 @@ import re
 
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
-from aiops.evidence.hyp import Hyp, Namer, anchored, by, hyp, merge, per_component
+from aiops.evidence.hypotheses import Hyp, Namer, anchored, by, hyp, merge, per_component
 from aiops.evidence.rules_gpu import xids
 
 _GPU_CLASS = re.compile(r"VGA|3D|Display", re.I)

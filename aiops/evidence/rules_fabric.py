@@ -20,7 +20,7 @@ import re
 
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
-from aiops.evidence.hyp import Hyp, Namer, by, hyp, merge
+from aiops.evidence.hypotheses import Hyp, Namer, by, hyp, merge
 from aiops.evidence.rules_gpu import NVLINK_WARNING_XIDS, NVLINK_XIDS, xids
 
 _LINK_DOWN = re.compile(r"GPU ?(\d{1,3})'s NvLink link (\d{1,3}) is currently down")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
-from aiops.evidence.hyp import Hyp, Namer, anchored, by, hyp, merge, per_component
+from aiops.evidence.hypotheses import Hyp, Namer, anchored, by, hyp, merge, per_component
 
 HW_XIDS = frozenset(
     {

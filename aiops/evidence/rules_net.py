@@ -8,7 +8,7 @@ import re
 import statistics
 
 from aiops.evidence.collect import Collected
-from aiops.evidence.hyp import Hyp, Namer, anchored, by, hyp, merge
+from aiops.evidence.hypotheses import Hyp, Namer, anchored, by, hyp, merge
 
 _EUI64_LINK_LOCAL = re.compile(
     r"^fe80::(?:[0-9a-f]{1,4}:)?[0-9a-f]{1,4}ff:fe[0-9a-f]{1,2}:[0-9a-f]{1,4}$", re.I
@@ -19,7 +19,7 @@ def _is_roce_link_local(gid: str) -> bool:
     return bool(_EUI64_LINK_LOCAL.match(gid))
 
 
-def network(c: Collected, n: Namer) -> list[Hyp]:
+def link_and_roce_config(c: Collected, n: Namer) -> list[Hyp]:
     out = anchored(
         c.of("ib_port_error"),
         n.nic,

@@ -57,10 +57,10 @@ from guardrails.context import topology_from_store
 from guardrails.decisions import check_row
 from guardrails.peer import history_for
 from guardrails.policy import validate
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.routing import RoutingActuator
 from guardrails.scheduler_view import view_reader
-from guardrails.service import Guardrails
 from guardrails.session_signing import is_session_signature
 from guardrails.signing import ConfiguredVerifier, Verifier
 from guardrails.step_message import EVENT as STEP_EVENT

@@ -10,7 +10,16 @@ Times a node exports as values (a job's last step, an incident's opening, its la
 from __future__ import annotations
 
 from aiops import nvml_bits
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, SQL_TYPES, Column, fleet_read
+from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    SQL_TYPES,
+    Column,
+    fleet_read,
+)
 from aiops.fleet import families as f
 
 
@@ -51,12 +60,19 @@ FROM fleet_d WHERE name = 'aiops_nic_info' AND nic <> '' AND nic NOT IN (SELECT 
 GROUP BY nic
 """
 
-JOBS = """
+# A job's ranks where the newest scrape places them: a rank the scheduler moved (a requeue onto another node)
+# replaces its stored row, so the GPUs it left are no longer counted in the job (issue 35 item 5).
+_PLACED = """(SELECT job, CAST(rank AS INTEGER) AS rank, arg_max(gpu, ts_s) AS gpu, arg_max(node, ts_s) AS node,
+        arg_max(nic, ts_s) AS nic
+ FROM fleet_d WHERE name = 'aiops_job_rank_info' AND job <> '' AND TRY_CAST(rank AS INTEGER) IS NOT NULL
+ GROUP BY job, rank)"""
+
+JOBS = f"""
+DELETE FROM job_ranks s WHERE EXISTS (SELECT 1 FROM {_PLACED} p
+  WHERE p.job = s.job AND p.rank = s.rank AND (p.gpu, p.node, p.nic) IS DISTINCT FROM (s.gpu, s.node, s.nic));
 INSERT INTO job_ranks (job, rank, gpu, node, nic)
-SELECT job, CAST(rank AS INTEGER), max(gpu), max(node), max(nic)
-FROM fleet_d WHERE name = 'aiops_job_rank_info' AND job <> '' AND TRY_CAST(rank AS INTEGER) IS NOT NULL
-  AND (job, CAST(rank AS INTEGER)) NOT IN (SELECT (job, rank) FROM job_ranks)
-GROUP BY job, rank;
+SELECT job, rank, gpu, node, nic FROM {_PLACED} p
+WHERE (job, rank) NOT IN (SELECT (job, rank) FROM job_ranks);
 INSERT INTO jobs (job, nodes, ranks, started_ts_s)
 SELECT job, count(DISTINCT node), count(*), NULL FROM job_ranks
 WHERE job NOT IN (SELECT job FROM jobs) GROUP BY job
@@ -64,17 +80,19 @@ WHERE job NOT IN (SELECT job FROM jobs) GROUP BY job
 
 
 def _declared(c: Column) -> str:
-    """A column read back from its declared family (aiops/columns.py): a counter's cumulative total, a
-    gauge's newest value, both over the column's scale to base units and cast to its type."""
+    """A column read back from its declared family (aiops/columns.py): a counter's cumulative total (a
+    `counted` column's increase since the previous scrape, `d`), a gauge's newest value, over the column's scale
+    to base units and cast to its type."""
     assert c.family is not None
     where = " AND ".join(f"{label} = '{value}'" for label, value in c.fixed)
     inverse = 1.0 / c.scale  # as the pivot always read them: percent as `value * 100`, MHz as `value / 1e6`
+    read = "d" if c.counted else "value"
     expr = (
-        "value"
+        read
         if c.scale == 1.0
-        else f"value * {inverse!r}"
+        else f"{read} * {inverse!r}"
         if inverse.is_integer()
-        else f"value / {c.scale!r}"
+        else f"{read} / {c.scale!r}"
     )
     picked = _pick(c.family.name, expr, where)
     sql_type = SQL_TYPES[c.arrow]
@@ -119,21 +137,15 @@ WHERE x.name = 'aiops_gpu_xid_events_total' AND x.d > 0 AND TRY_CAST(x.xid AS IN
 
 
 def nic_samples_sql() -> str:
-    counters = {
-        "tx_bytes": "aiops_nic_transmit_bytes_total",
-        "drops": "aiops_nic_drops_total",
-        "ce_marks": "aiops_nic_ce_marks_total",
-        "retransmits": "aiops_nic_retransmits_total",
-        "carrier_changes": "aiops_nic_carrier_changes_total",
-    }
-    picks = ", ".join(f"CAST({_pick(n, 'd')} AS BIGINT) AS {c}" for c, n in counters.items())
+    # declared once (aiops/columns.py): the counters' increases, the queue delay's newest value
+    picks = {c.name: _declared(c) for c in fleet_read(NIC_SAMPLES)}
+    names = [*dict.fromkeys(c.family.name for c in fleet_read(NIC_SAMPLES) if c.family)]
     return f"""
-INSERT INTO nic_samples (ts_s, nic, node, lane, interval_s, {", ".join(counters)}, queue_delay_ms, link_up)
+INSERT INTO nic_samples (ts_s, nic, node, lane, interval_s, {", ".join(picks)}, link_up)
 SELECT l.ts_s, l.nic, coalesce(l.node, t.node, split_part(l.nic, '/', 1)), l.lane, $step,
-       {", ".join(f"l.{c}" for c in counters)}, l.queue_delay_ms, k.up > 0
-FROM (SELECT ts_s, nic, lane, max(NULLIF(node, '')) AS node, {picks},
-             {_pick("aiops_nic_queue_delay_seconds", "value * 1000")} AS queue_delay_ms
-      FROM fleet_d WHERE nic <> '' AND lane <> '' AND name IN {_in([*counters.values(), "aiops_nic_queue_delay_seconds"])}
+       {", ".join(f"l.{c}" for c in picks)}, k.up > 0
+FROM (SELECT ts_s, nic, lane, max(NULLIF(node, '')) AS node, {", ".join(f"{e} AS {c}" for c, e in picks.items())}
+      FROM fleet_d WHERE nic <> '' AND lane <> '' AND name IN {_in(names)}
       GROUP BY ts_s, nic, lane) l
 LEFT JOIN (SELECT ts_s, nic, max(value) AS up FROM fleet_d WHERE name = 'aiops_nic_link_up' GROUP BY ts_s, nic) k
   USING (ts_s, nic)
@@ -142,11 +154,18 @@ WHERE l.tx_bytes IS NOT NULL OR l.drops IS NOT NULL
 """
 
 
-FLOWS = """
+def flow_class_samples_sql() -> str:
+    (tx,) = fleet_read(FLOW_CLASS_SAMPLES)  # declared once (aiops/columns.py): the bytes' increase
+    assert tx.family is not None
+    return f"""
 INSERT INTO flow_class_samples (ts_s, nic, node, traffic_class, rule_id, lane, interval_s, tx_bytes)
-SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, CAST(d AS BIGINT)
-FROM fleet_d WHERE name = 'aiops_flow_class_transmit_bytes_total' AND d IS NOT NULL AND nic <> ''
+SELECT * FROM (
+  SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, {_declared(tx)} AS tx_bytes
+  FROM fleet_d WHERE name = '{tx.family.name}' AND nic <> ''
+  GROUP BY ts_s, nic, node, traffic_class, rule_id, lane)
+WHERE tx_bytes IS NOT NULL
 """
+
 
 LANE_RULES = """
 INSERT INTO lane_rules (ts_s, rule_id, match_kind, match_value, lane, scope)
@@ -222,10 +241,10 @@ FROM fleet_d WHERE node <> '' AND name IN {_in(f.HOST)} GROUP BY ts_s, node
 
 
 def netdev_sql() -> str:
-    picks = ", ".join(f"CAST({_pick(n)} AS BIGINT)" for n in f.NETDEV_COLUMNS)
+    picks = {c.name: _declared(c) for c in fleet_read(NETDEV_SAMPLES)}  # declared once (aiops/columns.py)
     return f"""
-INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(f.NETDEV_COLUMNS.values())}, oper_up)
-SELECT ts_s, node, dev, max(NULLIF(nic, '')), {picks}, {_pick("aiops_netdev_up")} > 0
+INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(picks)}, oper_up)
+SELECT ts_s, node, dev, max(NULLIF(nic, '')), {", ".join(picks.values())}, {_pick("aiops_netdev_up")} > 0
 FROM fleet_d WHERE node <> '' AND dev <> '' AND name IN {_in(f.NETDEV)} GROUP BY ts_s, node, dev
 """
 
@@ -291,7 +310,7 @@ def statements() -> list[tuple[str, str]]:
         ("gpu_samples", gpu_samples_sql()),
         ("gpu_events", GPU_EVENTS),
         ("nic_samples", nic_samples_sql()),
-        ("flow_class_samples", FLOWS),
+        ("flow_class_samples", flow_class_samples_sql()),
         ("lane_rules", LANE_RULES),
         ("collective_samples", COLLECTIVES),
         ("job_steps", JOB_STEPS),

@@ -50,7 +50,8 @@ INVENTORY = (
     "dcim_signals",
     "node_incidents",
     "intended_exports",
-)  # only grow: new rows handed over
+)  # only grow: new rows handed over; but job_ranks (PLACEMENT): a rank the scheduler moved is replaced in place
+PLACEMENT = "SELECT count(*) AS n, bit_xor(hash(job, rank, gpu, node, nic)) AS h FROM job_ranks"  # what changes on a move
 SAMPLES = (
     "gpu_samples",
     "gpu_events",
@@ -90,6 +91,7 @@ class FleetCollector:
             if rows.num_rows:
                 self.scratch.ingest(table, rows)
         self.exported = {t: int(self.scratch.scalar(f"SELECT count(*) FROM {t}")) for t in INVENTORY}
+        self.placement = self.scratch.query(PLACEMENT)[0]
         newest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
         start_s = float(newest) if newest is not None else clock() - setup.config.lookback_s
         self.horizon_ts_s = math.floor(start_s / self.step_s) * self.step_s  # read up to here
@@ -189,7 +191,16 @@ class FleetCollector:
     def _handed_over(self) -> dict[str, pa.Table]:
         """What the read added: the inventory's new rows, and every sample (the scratch's emptied)."""
         out: dict[str, pa.Table] = {}
+        placement = self.scratch.query(PLACEMENT)[0]
+        if (
+            placement != self.placement
+        ):  # ranks added or moved: all of them (the store replaces each rank's row)
+            self.placement = placement
+            out["job_ranks"] = self.scratch.arrow("SELECT * FROM job_ranks")
+            self.exported["job_ranks"] = int(placement["n"])
         for table in INVENTORY:  # what this cycle added: the scratch's inventory only grows
+            if table == "job_ranks":
+                continue
             total = int(self.scratch.scalar(f"SELECT count(*) FROM {table}"))
             if total > self.exported[table]:
                 out[table] = self.scratch.arrow(

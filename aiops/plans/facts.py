@@ -12,7 +12,7 @@ import duckdb
 
 from aiops.models import GpuPower, Incident
 from aiops.store import Store
-from aiops.store.readings import gpu_power_from_store
+from aiops.store.power_readings import gpu_power_from_store
 
 NOW_WINDOW_S = 120.0  # the job's pace now: its steps in the last two minutes
 REFERENCE_WINDOW_S = 1800.0  # its reference: the half hour before the incident opened

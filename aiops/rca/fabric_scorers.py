@@ -90,7 +90,7 @@ def facility(facts: Facts) -> list[Candidate]:
     return out
 
 
-def network(facts: Facts) -> list[Candidate]:
+def nics_and_lanes(facts: Facts) -> list[Candidate]:
     nics = facts.nics()
     flows = facts.flows()
     rules = {str(r["rule_id"]): r for r in facts.lane_rules()}

@@ -5,7 +5,7 @@ and what the full queue drops reaches the receiver as sequence gaps (out_of_sequ
 fabric nothing is dropped: the switch pauses the ports that feed the queue (pause frames received by the
 senders, netdev_samples.rx_pause_frames), so a silent NIC that carries its share of traffic while pauses rise
 elsewhere is the same fault. RDMA bypasses the
-kernel, so where a NIC has ib_port_samples rows this rule, not the host's CE marks (fabric_scorers.network),
+kernel, so where a NIC has ib_port_samples rows this rule, not the host's CE marks (fabric_scorers.nics_and_lanes),
 speaks for its ECN.
 """
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiops.rca.candidate import Candidate
-from aiops.rca.fabric_scorers import facility, network
+from aiops.rca.fabric_scorers import facility, nics_and_lanes
 from aiops.rca.facts import Facts
 from aiops.rca.gpu_scorers import gpu_health, host_stalls
 from aiops.rca.rdma_scorers import roce_ecn
@@ -38,7 +38,8 @@ SCORER_ENTRIES: tuple[ScorerEntry, ...] = (
     ScorerEntry(host_stalls, ("input_pipeline_bottleneck",)),
     ScorerEntry(facility, ("rack_cooling_failure", "ambient_drift")),
     ScorerEntry(
-        network, ("nic_link_flap", "lane_misclassification", "bulk_traffic_contention", "ecn_misconfig")
+        nics_and_lanes,
+        ("nic_link_flap", "lane_misclassification", "bulk_traffic_contention", "ecn_misconfig"),
     ),
     ScorerEntry(roce_ecn, ("ecn_misconfig",)),
 )

@@ -15,9 +15,9 @@ from aiops.errors import GuardrailError
 from aiops.runtime.actions import Decision, ticket_only
 from aiops.runtime.world import attach, desk
 from aiops.store import Store, Workspace
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
 from guardrails.rollbacks import rollback_actions
-from guardrails.service import Guardrails
 from guardrails.signing import Signer
 
 ORIGIN = "rollback:"

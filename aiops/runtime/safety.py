@@ -15,8 +15,8 @@ from guardrails.breaker import Override, Snapshot, snapshot
 from guardrails.breaker_inputs import WAITING
 from guardrails.executor import ExecutionOutcome
 from guardrails.overrides import record_override
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
-from guardrails.service import Guardrails
 from guardrails.signing import Signer
 
 BREAKER_WAIT = WAITING + "breaker:"

@@ -36,6 +36,7 @@ from guardrails.actuators_nvml_ops import NvmlOpsActuator
 from guardrails.actuators_sysfs import CoolingActuator
 from guardrails.breaker import SchedulerView
 from guardrails.context import topology_from_store
+from guardrails.proposal_desk import Guardrails
 from guardrails.registry import DEFAULT_REGISTRY
 from guardrails.routing import (
     SCHEDULER_KINDS,
@@ -47,7 +48,6 @@ from guardrails.routing import (
     host_backends,
 )
 from guardrails.scheduler_view import view_reader
-from guardrails.service import Guardrails
 from guardrails.standing import Standing
 from guardrails.topology import Topology
 
@@ -187,8 +187,8 @@ def _attach(
             f"{store.path} has no twin: it was not made by a simulation (aiops demo or aiops simulate)"
         )
     if held is not None:
-        from aiops.sim.readings import WorldReadings
         from aiops.sim.twin import TwinActuator
+        from aiops.sim.world_readings import WorldReadings
 
         topology = dataclasses.replace(topology, job_gpus=held.topology.job_gpus)  # jobs where they run now
         twin_actuator: Actuator = TwinActuator(held, store)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from aiops.runtime.safety import state_of, waiting_on_breaker
 from aiops.service.metrics import MetricsCache
 from aiops.store import Store
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 
 EVERY_S = 15.0
 

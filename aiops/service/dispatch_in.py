@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from aiops.runtime.world import attach, desk
 from aiops.store import Store
 from guardrails.dispatched import Dispatch, DispatchAnswer, NodeDispatch
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 
 if TYPE_CHECKING:
     from aiops.sim.twin import Twin

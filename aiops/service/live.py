@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from aiops.config_notify import SeverityConfig
 from aiops.detect import first_bound, racks_of_nodes, save_incidents
@@ -32,6 +33,10 @@ from guardrails.audit import AuditLog
 
 log = logging.getLogger("aiops.service")
 PROGRESS_KEY = "detect_until_ts_s"
+INVENTORY_SIGNATURE = (  # changes when a node or rank is added and when a rank moves to another GPU
+    "SELECT (SELECT count(*) FROM topology) AS components, count(*) AS ranks, "
+    "bit_xor(hash(job, rank, gpu, node)) AS placed FROM job_ranks"
+)
 
 
 def _progress(store: Store) -> float | None:
@@ -97,7 +102,7 @@ class LiveDetection:
         self.until_ts_s: float | None = None  # end of the last window processed
         self.saved_until_ts_s: float | None = None  # the progress stored last
         self.windows = 0
-        self.inventory_rows = -1  # topology + job_ranks rows when racks and ranks were last read
+        self.inventory_rows: dict[str, Any] = {}  # INVENTORY_SIGNATURE when racks and ranks were last read
 
     def start(self, store: Store) -> None:
         """Resume where the last run stopped (or, on a workspace with history and no progress, after it)."""
@@ -153,14 +158,16 @@ class LiveDetection:
 
     def _refresh_inventory(self, store: Store) -> None:
         """Racks and ranks read again when the topology or the ranks changed (a fleet workspace learns its
-        nodes as their exports arrive; a node's own is fixed at start)."""
+        nodes as their exports arrive; a node's own is fixed at start), a rank moved by the scheduler included
+        (same count, another GPU)."""
         assert self.detector is not None
-        size = int(store.scalar("SELECT (SELECT count(*) FROM topology) + (SELECT count(*) FROM job_ranks)"))
+        size = store.query(INVENTORY_SIGNATURE)[0]
         if size == self.inventory_rows:
             return
         self.inventory_rows = size
         self.tracker.rack_of = racks_of_nodes(store)
-        self.detector.job_of_gpu = job_gpus(store)
+        before, self.detector.job_of_gpu = self.detector.job_of_gpu, job_gpus(store)
+        self.detector.ends.moved(before, self.detector.job_of_gpu)
         self.detector.job_home = job_homes(store)
         self.tracker.set_jobs(self.detector.job_of_gpu)
 

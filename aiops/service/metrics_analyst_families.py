@@ -153,14 +153,7 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
 
 
 def network(s: AnalystExports) -> Iterable[Metric]:
-    flows = _counter(
-        "flow_class_transmit_bytes_total",
-        "bytes sent per traffic class, the lane it landed in and the classifier rule that matched ('' for none)",
-        ["node", "nic", "traffic_class", "lane", "rule_id"],
-    )
-    for flow, total in sorted(s.flows.items()):
-        flows.add_metric(list(flow), total)
-    yield flows
+    # the bytes per traffic class: declared with flow_class_samples (aiops/columns_flows.py), exported in metrics.py
     rules = _gauge(
         "lane_rule_info",
         "1 per lane rule in force (the traffic controller's newest snapshot)",
@@ -176,12 +169,7 @@ def network(s: AnalystExports) -> Iterable[Metric]:
     if s.rules_ts_s is not None:
         taken.add_metric([s.node], s.rules_ts_s)
     yield taken
-    queue = _gauge(
-        "nic_queue_delay_seconds", "queueing delay in the lane, last interval", ["node", "nic", "lane"]
-    )
-    for lane, seconds in sorted(s.queue.items()):
-        queue.add_metric(list(lane), seconds)
-    yield queue
+    # a lane's queueing delay: declared with nic_samples (aiops/columns_nic.py), exported in metrics.py
     link = _gauge("nic_link_up", "1 while the NIC's link is up", ["node", "nic"])
     for nic, up in sorted(s.links.items()):
         link.add_metric(list(nic), 1.0 if up else 0.0)

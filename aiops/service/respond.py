@@ -27,7 +27,7 @@ from aiops.pipeline import file_remediation, save_hypotheses
 from aiops.plans import close_for_incident
 from aiops.rca import analyze
 from aiops.store import Store
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 
 log = logging.getLogger("aiops.service")
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> queued for people

@@ -229,8 +229,9 @@ def kube_node_name(config: Config) -> str:
 
 def config_resolvers(config: Config, node: str) -> list[WorkloadResolver]:
     """The workload resolvers `[collectors.workloads]` asks for (collectors/workloads `default_resolvers`),
-    Slurm's first: a Slurm task is known by its cgroup path or SLURM_* environment alone (scontrol, from
-    `[scheduler] binaries` or PATH, only for what those lack: the user, an array task's parent). `node`: this
+    Slurm's first: a Slurm task is known by its cgroup path, or by its SLURM_* environment where `scontrol
+    listpids` lists it (the clients from `[scheduler] binaries` or PATH; squeue only for what those lack: the user,
+    an array task's parent). `node`: this
     host's node as the Kubernetes API names it (`kube_node_name`; the twin's node agent: its `nodeK`)."""
     from collectors.slurm import SlurmResolver
 

@@ -7,7 +7,8 @@ the same with or without them and tells nothing about them):
   some of its GPUs, the GPUs idle, and the job starts again later from its checkpoint;
 - a user's bug ends a job: Xid 13, 31 or 43 on one GPU, reported several times over (the driver repeats it for
   each channel), then the job stops as above; resubmitted later;
-- a job evaluates: no training step completes for a few minutes, the GPUs stay busy, no all-reduce;
+- a job evaluates: no training step completes for a few minutes, the GPUs stay busy, no all-reduce (one
+  evaluation at a time: a draw inside one is skipped);
 - a warm spot: one GPU runs 14-20 °C warmer for a while (a neighbour's exhaust, dust), never past a ceiling
   below the slowdown point;
 - corrected ECC: a burst of single-bit errors on one GPU (the data is corrected; no Xid);
@@ -131,7 +132,10 @@ class Churn:
             w.step_progress[job] = 0.0
         elif e.kind == "evaluation":
             job = ops.job_index(w, e.component)
-            w.eval_until_s[job] = e.end_s
+            if (
+                w.eval_until_s[job] <= w.elapsed_s
+            ):  # one evaluation at a time: a draw that falls inside one is
+                w.eval_until_s[job] = e.end_s  # skipped, or overlapping draws would chain past their 10 min
         elif e.kind == "warm_spot":
             w.warm_c[lay.gpu_index[e.component]] = e.value
         elif e.kind == "corrected_ecc":

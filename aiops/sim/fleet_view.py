@@ -51,6 +51,7 @@ class FleetView:
                 self._pcie[lay.gpu_node == n] = True
         self.ranks = Counter(str(job) for job in self.inventory["job_ranks"].column("job").to_pylist())
         self._sent_inventory = False
+        self._placement = world.layout.placement_version
         self._xids = len(world.xid_log)
         self._carrier = world.carrier_changes.copy()
         self._rules_version = -1
@@ -129,6 +130,11 @@ class FleetView:
         if not self._sent_inventory:
             self._sent_inventory = True
             out.update(self.inventory)
+        if self.w.layout.placement_version != self._placement:  # a requeue moved ranks: as the node agents
+            self._placement = (
+                self.w.layout.placement_version
+            )  # export them now (the store replaces each rank)
+            out["job_ranks"] = inventory(self.w)["job_ranks"]
         out["gpu_samples"] = self._gpus(now_ts_s)
         self._events(now_ts_s, out)
         self._network(now_ts_s, out)

@@ -52,6 +52,17 @@ UNIQUE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Placement tables: a row states where something is now, so a batch's row replaces the stored rows of its key
+# (a job's rank that the scheduler moved to another GPU is on that GPU only: issue 35 item 5).
+REPLACE_KEYS: dict[str, tuple[str, ...]] = {"job_ranks": ("job", "rank")}
+
+
+def replaced_sql(table: str, key: tuple[str, ...], source: str) -> str:
+    """SQL deleting the stored rows of `table` whose key a row of `source` (alias b) holds."""
+    matches = " AND ".join(f's."{name}" = b."{name}"' for name in key)
+    return f'DELETE FROM "{table}" s WHERE EXISTS (SELECT 1 FROM {source} b WHERE {matches})'
+
+
 def first_per_key(batch: pa.Table, key: tuple[str, ...]) -> pa.Table:
     """`batch` with only the first row of each key, in batch order (the batch itself when no key repeats).
 

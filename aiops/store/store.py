@@ -22,7 +22,14 @@ import duckdb
 from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
-from aiops.store.keys import UNIQUE_KEYS, first_per_key, first_rows_per_key, stored_key_filter
+from aiops.store.keys import (
+    REPLACE_KEYS,
+    UNIQUE_KEYS,
+    first_per_key,
+    first_rows_per_key,
+    replaced_sql,
+    stored_key_filter,
+)
 from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
 
 if TYPE_CHECKING:
@@ -40,6 +47,20 @@ class Rows(Protocol):
 
 
 Batch: TypeAlias = "pa.Table | Mapping[str, Sequence[Any]] | Rows"
+
+
+class ColumnRows:
+    """A mapping of equal-length columns as `Rows` (column names, then one tuple per row)."""
+
+    def __init__(self, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        self.columns, self.rows = columns, rows
+
+    @classmethod
+    def of(cls, table: str, batch: Mapping[str, Sequence[Any]]) -> ColumnRows:
+        lengths = {name: len(values) for name, values in batch.items()}
+        if len(set(lengths.values())) > 1:
+            raise IngestError(f"table '{table}': columns of different lengths: {lengths}")
+        return cls(tuple(batch), list(zip(*batch.values(), strict=True)))
 
 
 def is_rows(batch: object) -> bool:
@@ -189,9 +210,13 @@ class Store:
 
         A time-series table keeps each key (`aiops.store.keys.UNIQUE_KEYS`) once: rows whose key the batch
         already had, or the table already holds, are left out (not an error: a replayed window writes nothing).
+        A placement table (`REPLACE_KEYS`: a job's ranks) keeps the newest row of each key: a row replaces the
+        stored rows of its key.
         """
         if is_rows(batch):
             return self._ingest_rows(table, batch)  # type: ignore[arg-type]
+        if isinstance(batch, Mapping) and self._plain_columns(table, batch):
+            return self._ingest_rows(table, ColumnRows.of(table, batch))
         import pyarrow as pa  # here only: the rows path (a node agent's) never loads it
         import pyarrow.compute as pc
 
@@ -216,12 +241,29 @@ class Store:
         view = f"_ingest_{table}"
         self.conn.register(view, arrow)
         try:
+            if table in REPLACE_KEYS and set(REPLACE_KEYS[table]) <= set(arrow.column_names):
+                self.conn.execute(replaced_sql(table, REPLACE_KEYS[table], f'"{view}"'))
             written = self.conn.execute(sql, params).fetchall()
         except duckdb.Error as exc:
             raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc
         finally:
             self.conn.unregister(view)
         return int(written[0][0]) if written else 0
+
+    def _plain_columns(self, table: str, batch: Mapping[str, Sequence[Any]]) -> bool:
+        """A mapping of Python lists into columns of plain types (no STRUCT, MAP or UNION): the rows path takes it
+        without pyarrow (an incident, its hypotheses, a DCIM signal: what a node agent stores as it files one, where
+        pyarrow alone was ~50 MB of its resident set). Arrays (the twin's numpy columns) keep the Arrow path."""
+        if not batch or not all(type(values) is list for values in batch.values()):
+            return False
+        try:
+            known = self.columns(table)
+        except IngestError:
+            return False  # the Arrow path says what is wrong, as it always did
+        kinds = self._types[table]
+        return all(name in known for name in batch) and not any(
+            word in kinds[name] for name in batch for word in ("STRUCT", "MAP", "UNION")
+        )
 
     def _check_columns(self, table: str, names: Sequence[str]) -> None:
         known = self.columns(table)
@@ -261,6 +303,12 @@ class Store:
         sql = f'INSERT INTO "{table}" ({quoted}) SELECT {quoted} FROM (SELECT {unnested}) b{where}'
         values = [list(column) for column in zip(*rows, strict=True)]
         try:
+            if table in REPLACE_KEYS and set(REPLACE_KEYS[table]) <= set(names):
+                key_at = [names.index(k) for k in REPLACE_KEYS[table]]
+                keyed = ", ".join(f'unnest(?::{types[names[i]]}[]) AS "{names[i]}"' for i in key_at)
+                self.conn.execute(
+                    replaced_sql(table, REPLACE_KEYS[table], f"(SELECT {keyed})"), [values[i] for i in key_at]
+                )
             written = self.conn.execute(sql, [*values, *params]).fetchall()
         except duckdb.Error as exc:
             raise file_fault(self.path, exc) or IngestError(f"table '{table}': {exc}") from exc

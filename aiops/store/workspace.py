@@ -145,15 +145,22 @@ class Workspace:
         with lease(self.path, self.lock_timeout_s):
             store = self._open(read_only=False)
             try:
-                yield store
-                store.commit_pending()
-            except (duckdb.Error, OSError) as exc:  # a damaged file, a full disk: one clear error, exit 2
-                fault = file_fault(self.path, exc)
-                if fault is None:
-                    raise
-                raise fault from exc
+                with self._faults_named():
+                    yield store
+                    store.commit_pending()
             finally:
                 store.close()
+
+    @contextmanager
+    def _faults_named(self) -> Iterator[None]:
+        """A damaged file, a full disk: one clear error naming the file (exit 2), not DuckDB's or the OS's."""
+        try:
+            yield
+        except (duckdb.Error, OSError) as exc:
+            fault = file_fault(self.path, exc)
+            if fault is None:
+                raise
+            raise fault from exc
 
     @contextmanager
     def read(self) -> Iterator[Store]:
@@ -173,12 +180,8 @@ class Workspace:
                 store.close()
                 store = self._open(read_only=True)
             try:
-                yield store
-            except (duckdb.Error, OSError) as exc:
-                fault = file_fault(self.path, exc)
-                if fault is None:
-                    raise
-                raise fault from exc
+                with self._faults_named():
+                    yield store
             finally:
                 store.close()
 

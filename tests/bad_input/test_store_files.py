@@ -26,7 +26,7 @@ from aiops.sim.world import World
 from aiops.store import Workspace
 from collectors.base import RowBuffer
 from collectors.nvml import NvmlCollector
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from tests.clirun import run_cli
 from tests.dispatch_helpers import action
 from tests.service_helpers import TINY_SCENARIO, aiops_cmd, running_service, service_env

@@ -32,7 +32,7 @@ from tests.console_helpers import (
     make_demo,
     write_config,
 )
-from tests.report_browser import MIN_VARIANCE, browser, chromium, variance
+from tests.report_browser import MIN_VARIANCE, chromium, one_browser, variance  # noqa: F401
 from tests.service_helpers import aiops_cmd, free_port, service_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,45 +119,47 @@ def _approve(tab: Tab, pid: str) -> str:
     return tab.page.inner_text("#note")
 
 
-def test_sign_in_see_the_evidence_approve_and_find_the_audit_row(served: dict[str, Any]) -> None:
-    with browser() as instance:
-        alice = Tab(instance, served["base"])
-        alice.sign_in("alice")
-        alice.shot("incidents")
-        alice.page.click("#incidents a")  # the demo's incident
-        alice.page.wait_for_selector("#incident-title")
-        title = alice.page.inner_text("#incident-title")
-        assert "INC-0001" in title and HOSTILE_JOB in title  # the job's name shown as text
-        assert alice.page.locator("#incident-title script, #incident-title img").count() == 0
-        sql = alice.page.locator("pre.sql").first.inner_text()
-        assert "SELECT" in sql.upper() and alice.page.locator("table.rows td").count() > 0  # evidence rows
-        alice.shot("incident")
-        alice.page.locator(f"#proposal-{served['pid']}").screenshot(
-            path=str(artefacts() / "console-proposal.png")
-        )
-        note = _approve(alice, served["pid"])
-        assert f"{served['pid']}: approved: approved by alice" in note
-        one = _approve(alice, served["two"])
-        assert "needs 2 distinct approver(s), has 1" in one  # a two-person action: alice alone is not enough
-        bob = Tab(instance, served["base"])
-        bob.sign_in("bob")
-        bob.page.goto(f"{served['base']}/incidents/INC-0001")
-        assert "approved by alice, bob" in _approve(bob, served["two"])
-        alice.page.goto(served["base"] + "/audit")
-        assert "every signature verifies" in alice.page.inner_text("#verification")
-        actors = {
-            (row.locator("td").nth(3).inner_text(), row.locator("td.actor").inner_text())
-            for row in alice.page.locator("#audit tr.event-approval").all()
-        }
-        assert {(served["pid"], "alice"), (served["two"], "alice"), (served["two"], "bob")} <= actors
-        alice.shot("audit")
-        for page in ("collectors", "topology", "reports"):
-            alice.page.goto(f"{served['base']}/{page}")
-            alice.shot(page)
-        alice.inert()
-        bob.inert()
-        alice.close()
-        bob.close()
+def test_sign_in_see_the_evidence_approve_and_find_the_audit_row(
+    served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
+) -> None:
+    alice = Tab(one_browser, served["base"])
+    alice.sign_in("alice")
+    alice.shot("incidents")
+    alice.page.click("#incidents a")  # the demo's incident
+    alice.page.wait_for_selector("#incident-title")
+    title = alice.page.inner_text("#incident-title")
+    assert "INC-0001" in title and HOSTILE_JOB in title  # the job's name shown as text
+    assert alice.page.locator("#incident-title script, #incident-title img").count() == 0
+    sql = alice.page.locator("pre.sql").first.inner_text()
+    assert "SELECT" in sql.upper() and alice.page.locator("table.rows td").count() > 0  # evidence rows
+    alice.shot("incident")
+    alice.page.locator(f"#proposal-{served['pid']}").screenshot(
+        path=str(artefacts() / "console-proposal.png")
+    )
+    note = _approve(alice, served["pid"])
+    assert f"{served['pid']}: approved: approved by alice" in note
+    one = _approve(alice, served["two"])
+    assert "needs 2 distinct approver(s), has 1" in one  # a two-person action: alice alone is not enough
+    bob = Tab(one_browser, served["base"])
+    bob.sign_in("bob")
+    bob.page.goto(f"{served['base']}/incidents/INC-0001")
+    assert "approved by alice, bob" in _approve(bob, served["two"])
+    alice.page.goto(served["base"] + "/audit")
+    assert "every signature verifies" in alice.page.inner_text("#verification")
+    actors = {
+        (row.locator("td").nth(3).inner_text(), row.locator("td.actor").inner_text())
+        for row in alice.page.locator("#audit tr.event-approval").all()
+    }
+    assert {(served["pid"], "alice"), (served["two"], "alice"), (served["two"], "bob")} <= actors
+    alice.shot("audit")
+    for page in ("collectors", "topology", "reports"):
+        alice.page.goto(f"{served['base']}/{page}")
+        alice.shot(page)
+    alice.inert()
+    bob.inert()
+    alice.close()
+    bob.close()
     verify = subprocess.run(
         aiops_cmd("audit", "verify", "--db", str(served["db"]), "--witness"),
         capture_output=True,
@@ -168,79 +170,83 @@ def test_sign_in_see_the_evidence_approve_and_find_the_audit_row(served: dict[st
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_a_viewer_is_refused_and_a_post_without_csrf_is_refused(served: dict[str, Any]) -> None:
-    with browser() as instance:
-        victor = Tab(instance, served["base"])
-        victor.sign_in("victor")
-        victor.page.goto(f"{served['base']}/incidents/INC-0001")
-        assert victor.page.locator("button.approve").count() == 0
-        token = victor.page.get_attribute("input[name=csrf_token]", "value")
-        url = f"{served['base']}/proposals/{served['two']}/approve"
-        refused = victor.page.request.post(url, form={"csrf_token": token or ""})
-        assert refused.status == 403 and "viewers cannot decide" in refused.text()
-        victor.close()
-        alice = Tab(instance, served["base"])
-        alice.sign_in("alice")
-        no_token = alice.page.request.post(url, form={})
-        assert no_token.status == 403 and "CSRF" in no_token.text()
-        alice.close()
+def test_a_viewer_is_refused_and_a_post_without_csrf_is_refused(
+    served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
+) -> None:
+    victor = Tab(one_browser, served["base"])
+    victor.sign_in("victor")
+    victor.page.goto(f"{served['base']}/incidents/INC-0001")
+    assert victor.page.locator("button.approve").count() == 0
+    token = victor.page.get_attribute("input[name=csrf_token]", "value")
+    url = f"{served['base']}/proposals/{served['two']}/approve"
+    refused = victor.page.request.post(url, form={"csrf_token": token or ""})
+    assert refused.status == 403 and "viewers cannot decide" in refused.text()
+    victor.close()
+    alice = Tab(one_browser, served["base"])
+    alice.sign_in("alice")
+    no_token = alice.page.request.post(url, form={})
+    assert no_token.status == 403 and "CSRF" in no_token.text()
+    alice.close()
 
 
-def test_a_model_answer_with_html_streams_in_as_text(served: dict[str, Any]) -> None:
-    with browser() as instance:
-        alice = Tab(instance, served["base"])
-        alice.sign_in("alice")
-        alice.page.goto(served["base"] + "/chat")
-        alice.page.fill("#question", "what is wrong with node3?")
-        alice.page.click("#chat-form button")
-        alice.page.wait_for_function(
-            "() => document.getElementById('chat-status').textContent.includes('done')", timeout=60_000
-        )
-        answer = alice.page.inner_text("#answer")
-        status = alice.page.inner_text("#chat-status")
-        print(f"chat status: {status}")
-        assert re.search(r"answer \((llm|analyst)\)", status)
-        assert "<script>" in answer  # shown as text, whichever answered (the analyst quotes the job's name)
-        assert alice.page.locator("#answer *").count() == 0  # no element made from the answer
-        alice.shot("chat")
-        alice.inert()
-        alice.close()
+def test_a_model_answer_with_html_streams_in_as_text(
+    served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
+) -> None:
+    alice = Tab(one_browser, served["base"])
+    alice.sign_in("alice")
+    alice.page.goto(served["base"] + "/chat")
+    alice.page.fill("#question", "what is wrong with node3?")
+    alice.page.click("#chat-form button")
+    alice.page.wait_for_function(
+        "() => document.getElementById('chat-status').textContent.includes('done')", timeout=60_000
+    )
+    answer = alice.page.inner_text("#answer")
+    status = alice.page.inner_text("#chat-status")
+    print(f"chat status: {status}")
+    assert re.search(r"answer \((llm|analyst)\)", status)
+    assert "<script>" in answer  # shown as text, whichever answered (the analyst quotes the job's name)
+    assert alice.page.locator("#answer *").count() == 0  # no element made from the answer
+    alice.shot("chat")
+    alice.inert()
+    alice.close()
 
 
 def test_an_admin_adds_an_approver_then_deletes_them_and_their_next_click_lands_on_sign_in(
     served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
 ) -> None:
     """Console accounts: the admin page in a browser; a deleted account's open session ends at once."""
-    with browser() as instance:
-        carol = Tab(instance, served["base"])
-        carol.sign_in("carol")
-        carol.page.click("#nav-accounts")
-        carol.page.wait_for_selector("#accounts")
-        form = carol.page.locator("form.add")
-        form.locator("input[name=name]").fill("dana")
-        form.locator("select[name=role]").select_option("approver")
-        form.locator("input[name=password]").fill(PASSWORD)
-        form.locator("input[name=password2]").fill(PASSWORD)
-        form.locator("button").click()
-        carol.page.wait_for_selector("#note")
-        assert carol.page.inner_text("#note") == "added dana (approver)"
-        assert carol.page.inner_text("#account-dana td.role") == "approver"
-        carol.shot("accounts")
-        dana = Tab(instance, served["base"])
-        dana.sign_in("dana")
-        dana.page.goto(f"{served['base']}/incidents/INC-0001")
-        assert dana.page.inner_text("#whoami") == "dana (approver)"
-        carol.page.click("#account-dana form.delete button")
-        carol.page.wait_for_selector("#note")
-        assert carol.page.inner_text("#note") == "deleted dana"
-        assert carol.page.locator("#account-dana").count() == 0
-        dana.page.click("nav a[href='/audit']")
-        dana.page.wait_for_url(served["base"] + "/login")
-        assert dana.page.locator("form.login").count() == 1
-        carol.inert()
-        dana.inert()
-        carol.close()
-        dana.close()
+    carol = Tab(one_browser, served["base"])
+    carol.sign_in("carol")
+    carol.page.click("#nav-accounts")
+    carol.page.wait_for_selector("#accounts")
+    form = carol.page.locator("form.add")
+    form.locator("input[name=name]").fill("dana")
+    form.locator("select[name=role]").select_option("approver")
+    form.locator("input[name=password]").fill(PASSWORD)
+    form.locator("input[name=password2]").fill(PASSWORD)
+    form.locator("button").click()
+    carol.page.wait_for_selector("#note")
+    assert carol.page.inner_text("#note") == "added dana (approver)"
+    assert carol.page.inner_text("#account-dana td.role") == "approver"
+    carol.shot("accounts")
+    dana = Tab(one_browser, served["base"])
+    dana.sign_in("dana")
+    dana.page.goto(f"{served['base']}/incidents/INC-0001")
+    assert dana.page.inner_text("#whoami") == "dana (approver)"
+    carol.page.click("#account-dana form.delete button")
+    carol.page.wait_for_selector("#note")
+    assert carol.page.inner_text("#note") == "deleted dana"
+    assert carol.page.locator("#account-dana").count() == 0
+    dana.page.click("nav a[href='/audit']")
+    dana.page.wait_for_url(served["base"] + "/login")
+    assert dana.page.locator("form.login").count() == 1
+    carol.inert()
+    dana.inert()
+    carol.close()
+    dana.close()
     with Workspace(served["db"]).read() as store:
         rows = [(r.actor, r.data()["op"], r.data()["name"]) for r in read_rows(store, event="account")]
     assert rows == [("carol", "add", "dana"), ("carol", "delete", "dana")]

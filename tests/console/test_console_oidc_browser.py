@@ -32,7 +32,7 @@ from tests.console_helpers import (
     write_config,
 )
 from tests.oidc_helpers import oidc_provider, oidc_toml
-from tests.report_browser import MIN_VARIANCE, browser, chromium, variance
+from tests.report_browser import MIN_VARIANCE, chromium, one_browser, variance  # noqa: F401
 from tests.service_helpers import free_port, service_env
 
 
@@ -101,53 +101,57 @@ class Tab:
 
 def test_single_sign_on_in_chromium_lands_signed_in_with_the_mapped_role_and_approves(
     served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
 ) -> None:
     pid = demo_proposal(served["db"])
-    with browser() as instance:
-        dana = Tab(instance, served)
-        dana.page.goto(served["base"] + "/login", wait_until="load")
-        dana.shot("login")
-        dana.sso("dana-sub")
-        dana.page.wait_for_selector("#continue")  # the callback's page names who the provider signed in
-        assert dana.page.inner_text("#principal") == "oidc-dana"
-        dana.shot("continue")
-        dana.page.click("#continue")  # the session is made by this press, on the console's own page
-        dana.page.wait_for_url(served["base"] + "/")
-        assert dana.page.inner_text("#whoami") == "oidc-dana (approver)"
-        dana.shot("signed-in")
-        dana.page.click("#incidents a")
-        dana.page.wait_for_selector("#incident-title")
-        dana.page.click(f"#proposal-{pid} button.approve")
-        dana.page.wait_for_selector("#note")
-        assert "approved by oidc-dana" in dana.page.inner_text("#note")
-        dana.close()
+    dana = Tab(one_browser, served)
+    dana.page.goto(served["base"] + "/login", wait_until="load")
+    dana.shot("login")
+    dana.sso("dana-sub")
+    dana.page.wait_for_selector("#continue")  # the callback's page names who the provider signed in
+    assert dana.page.inner_text("#principal") == "oidc-dana"
+    dana.shot("continue")
+    dana.page.click("#continue")  # the session is made by this press, on the console's own page
+    dana.page.wait_for_url(served["base"] + "/")
+    assert dana.page.inner_text("#whoami") == "oidc-dana (approver)"
+    dana.shot("signed-in")
+    dana.page.click("#incidents a")
+    dana.page.wait_for_selector("#incident-title")
+    dana.page.click(f"#proposal-{pid} button.approve")
+    dana.page.wait_for_selector("#note")
+    assert "approved by oidc-dana" in dana.page.inner_text("#note")
+    dana.close()
     with Workspace(served["db"]).read() as store:
         assert ("approval", "oidc-dana") in [
             (r.event, r.actor) for r in read_rows(store) if r.proposal_id == pid
         ]
 
 
-def test_a_person_whose_groups_map_to_no_role_is_refused_in_chromium(served: dict[str, Any]) -> None:
-    with browser() as instance:
-        frank = Tab(instance, served)
-        frank.sso("frank-sub")
-        frank.page.wait_for_url(served["base"] + "/oidc/callback?**")
-        error = frank.page.inner_text("#error")
-        assert "oidc-frank has no console role" in error and "'staff'" in error
-        frank.shot("refused")
-        assert frank.page.locator("#whoami").count() == 0
-        frank.page.goto(served["base"] + "/", wait_until="load")
-        assert frank.page.url == served["base"] + "/login"  # nobody was signed in
-        frank.close()
+def test_a_person_whose_groups_map_to_no_role_is_refused_in_chromium(
+    served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
+) -> None:
+    frank = Tab(one_browser, served)
+    frank.sso("frank-sub")
+    frank.page.wait_for_url(served["base"] + "/oidc/callback?**")
+    error = frank.page.inner_text("#error")
+    assert "oidc-frank has no console role" in error and "'staff'" in error
+    frank.shot("refused")
+    assert frank.page.locator("#whoami").count() == 0
+    frank.page.goto(served["base"] + "/", wait_until="load")
+    assert frank.page.url == served["base"] + "/login"  # nobody was signed in
+    frank.close()
 
 
-def test_a_local_account_still_signs_in_in_chromium(served: dict[str, Any]) -> None:
-    with browser() as instance:
-        carol = Tab(instance, served)
-        carol.page.goto(served["base"] + "/login", wait_until="load")
-        carol.page.fill("input[name=name]", "carol")
-        carol.page.fill("input[name=password]", PASSWORD)
-        carol.page.click("form.login button")
-        carol.page.wait_for_url(served["base"] + "/")
-        assert carol.page.inner_text("#whoami") == "carol (admin)"
-        carol.close()
+def test_a_local_account_still_signs_in_in_chromium(
+    served: dict[str, Any],
+    one_browser: Any,  # noqa: F811
+) -> None:
+    carol = Tab(one_browser, served)
+    carol.page.goto(served["base"] + "/login", wait_until="load")
+    carol.page.fill("input[name=name]", "carol")
+    carol.page.fill("input[name=password]", PASSWORD)
+    carol.page.click("form.login button")
+    carol.page.wait_for_url(served["base"] + "/")
+    assert carol.page.inner_text("#whoami") == "carol (admin)"
+    carol.close()

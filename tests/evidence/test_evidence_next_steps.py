@@ -9,7 +9,7 @@ import pytest
 
 from aiops.cli.main import main
 from aiops.evidence import investigate
-from aiops.evidence.hyp import Hyp
+from aiops.evidence.hypotheses import Hyp
 from aiops.evidence.next_steps import next_steps
 from aiops.evidence.rules import EVIDENCE_RULES
 from aiops.playbooks import load_playbooks

@@ -25,9 +25,10 @@ from typing import Any
 
 from aiops.store import Workspace
 from guardrails.audit import read_rows
-from tests.agent_cluster import agents, stop
+from tests.agent_cluster import agents
 from tests.dispatch_helpers import TOKEN
-from tests.service_helpers import aiops_cmd, free_port, get, get_json, require_binary, wait_for
+from tests.prometheus_process import prometheus_running
+from tests.service_helpers import aiops_cmd, get_json, wait_for
 from tests.signing_helpers import make_keys
 from tests.test_fleet_live import fleet
 
@@ -91,8 +92,6 @@ def relabelling_prometheus(tmp_path: Path, ports: dict[str, int], foreign: str) 
     """A real Prometheus scraping both agents every second; node1's target has a metric relabelling rule that
     sets its GPUs' `aiops_gpu_info` `node` label to `foreign` (what any target scraped with honor_labels, or
     whoever edits the scrape config, can do)."""
-    binary = require_binary("prometheus")
-    port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -105,23 +104,8 @@ def relabelling_prometheus(tmp_path: Path, ports: dict[str, int], foreign: str) 
         "      - {source_labels: [__name__], regex: aiops_gpu_info, target_label: node, "
         f"replacement: {json.dumps(foreign)}}}\n"
     )
-    log = (tmp_path / "prometheus.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", 2)[0] == 200, 60, "prometheus ready")
+    with prometheus_running(config, tmp_path) as port:
         yield port
-    finally:
-        stop(proc)
-        log.close()
 
 
 def gpu_proposal(port: int) -> dict[str, Any] | None:

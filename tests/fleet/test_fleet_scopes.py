@@ -41,8 +41,8 @@ from collectors.nvml import NvmlCollector
 from guardrails.actions import Action
 from guardrails.actuators_k8s import core_api
 from guardrails.policy import ExecutionRecord
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
-from guardrails.service import Guardrails
 from tests.clirun import run_cli
 from tests.dispatch_helpers import TOKEN, Node, audit, body, post, power_limit_w, signed
 from tests.guardrails.test_rollback import approve, propose

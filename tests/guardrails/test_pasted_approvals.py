@@ -17,7 +17,7 @@ from guardrails.actions import Action
 from guardrails.audit import read_rows
 from guardrails.pasted import PastedSignature, approval_to_sign
 from guardrails.policy import Context
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.signing import NAMESPACE
 from guardrails.topology import Topology
 from tests.signing_helpers import Keys, signing

@@ -18,7 +18,7 @@ from guardrails.audit import read_rows, verify
 from guardrails.decisions import problems
 from guardrails.pasted import PastedSignature
 from guardrails.policy import Context
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from guardrails.step_message import StepTarget, step_message
 from guardrails.steps import approve_step, step_to_sign
 from guardrails.topology import Topology

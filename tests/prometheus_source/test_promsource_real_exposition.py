@@ -1,6 +1,6 @@
 """Real dcgm-exporter output, verbatim (tests/prometheus_source/promsource_fixtures/SOURCE.md: NVIDIA/dcgm-exporter's README,
 commit 00d6d344ea4a39112b211b9ff5af3d97e0bb51c2), through the two readers of Prometheus text the project has:
-`aiops investigate`'s parser (aiops.evidence.misc.parse_prometheus) and the Prometheus source's label mapping
+`aiops investigate`'s parser (aiops.evidence.exposition_sysfs.parse_prometheus) and the Prometheus source's label mapping
 (aiops.sources.mapping.Staging, fed the query_range answer a Prometheus that scraped this exposition gives).
 
 What the real text has that the twin's exposition does not: a space after `gpu="0",`, no `Hostname` label (older
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aiops.evidence.misc import parse_prometheus
+from aiops.evidence.exposition_sysfs import parse_prometheus
 from aiops.pipeline import analyze_store
 from aiops.sources.mapping import Staging
 from aiops.store import Store

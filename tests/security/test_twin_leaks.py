@@ -170,7 +170,7 @@ def ks(inside: Any, outside: Any) -> float:
     """How much better than chance one threshold tells the two samples apart (Kolmogorov-Smirnov D)."""
     if not len(inside) or not len(outside):
         return 0.0
-    grid = np.union1d(inside, outside)
+    grid = np.concatenate([inside, outside])  # every value of either (a repeated one changes no maximum)
     f_in = np.searchsorted(np.sort(inside), grid, side="right") / len(inside)
     f_out = np.searchsorted(np.sort(outside), grid, side="right") / len(outside)
     return float(np.max(np.abs(f_in - f_out)))
@@ -226,6 +226,7 @@ def series_leaks(
         best: dict[tuple[str, str], Leak] = {}
         for a, b in itertools.pairwise(bounds):
             before = ts[a:b] < SIM_EPOCH_TS_S + START_S
+            features = list(_features(data[name][a:b], _numeric(data_type)))  # once for every state and ref
             for state_name, state in states.items():
                 on = state(ts[a:b])
                 refs = (
@@ -233,7 +234,7 @@ def series_leaks(
                     ("the time before it", ~on & before, SEPARATION_FROM_BEFORE),
                 )
                 for ref, off, threshold in refs:
-                    for how, values, mask in _features(data[name][a:b], _numeric(data_type)):
+                    for how, values, mask in features:
                         inside, outside = values[on[mask]], values[off[mask]]
                         if len(inside) < MIN_ON or len(outside) < MIN_OFF:
                             continue
@@ -257,10 +258,17 @@ def series_leaks(
     return found + _entities_only_within(table, ts, bounds, entity_of, states, known)
 
 
+_VALUES_IN: dict[tuple[int, str, str], set[str]] = {}
+
+
 def _values_in(store: Store, table: str, column: str) -> set[str]:
-    """Every value `column` of `table` takes in `store` (as repr), for the few-valued columns."""
-    rows = store.conn.execute(f'SELECT DISTINCT "{column}" FROM "{table}" LIMIT 1000').fetchall()
-    return {repr(r[0]) for r in rows}
+    """Every value `column` of `table` takes in `store` (as repr), for the few-valued columns: read once per
+    store (the fault-free run's, which every case compares with)."""
+    key = (id(store), table, column)
+    if key not in _VALUES_IN:
+        rows = store.conn.execute(f'SELECT DISTINCT "{column}" FROM "{table}" LIMIT 1000').fetchall()
+        _VALUES_IN[key] = {repr(r[0]) for r in rows}
+    return _VALUES_IN[key]
 
 
 def _rare_values(
@@ -358,17 +366,20 @@ def content(store: Store, table: str, cols: list[tuple[str, str]]) -> list[tuple
 
 
 def naming(store: Store, table: str, cols: list[tuple[str, str]]) -> dict[str, str]:
-    """Columns of `table` holding a string that names a fault kind or says fault/inject, with one such value."""
-    out = {}
-    for column, _ in cols:
-        hit = store.scalar(
-            f'SELECT any_value(CAST("{column}" AS VARCHAR)) FROM "{table}" '
-            f'WHERE regexp_matches(CAST("{column}" AS VARCHAR), ?)',
-            ["(?i)" + NAMES_A_FAULT.pattern],
-        )
-        if hit is not None:
-            out[column] = str(hit)
-    return out
+    """Columns of `table` holding a string that names a fault kind or says fault/inject, with one such value: one
+    scan of the table for all its columns. A number's or a boolean's text (digits, sign, point, exponent, inf,
+    nan, true, false) can name nothing: those columns are not cast."""
+    texts = [c for c, data_type in cols if not _numeric(data_type)]
+    if not texts:
+        return {}
+    pattern = "(?i)" + NAMES_A_FAULT.pattern
+    picks = ", ".join(
+        f'any_value(CAST("{c}" AS VARCHAR)) FILTER (WHERE regexp_matches(CAST("{c}" AS VARCHAR), $1))'
+        for c in texts
+    )  # names from the catalogue
+    row = store.conn.execute(f'SELECT {picks} FROM "{table}"', [pattern]).fetchone()
+    assert row is not None
+    return {c: str(hit) for c, hit in zip(texts, row, strict=True) if hit is not None}
 
 
 def leaks(store: Store, healthy: Store | None, states: dict[str, Any]) -> list[Leak]:
@@ -405,6 +416,7 @@ def healthy() -> Iterator[tuple[Store, dict[str, Any]]]:
     with pytest.MonkeyPatch.context() as mp:
         store, states = run(None, mp)
     yield store, states
+    _VALUES_IN.clear()
     store.close()
 
 

@@ -26,7 +26,7 @@ import duckdb
 from aiops.service.logs import JsonFormatter
 from aiops.store import Workspace
 from guardrails.actions import Action
-from guardrails.service import Guardrails
+from guardrails.proposal_desk import Guardrails
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
 ESC_SEQUENCES = (

@@ -39,9 +39,9 @@ from guardrails.actions import Action, action_hash
 from guardrails.actuators import Actuator
 from guardrails.audit import AuditLog
 from guardrails.policy import Context
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import ProposalRecord
 from guardrails.responses import LoadedPolicy, ResponseRule
-from guardrails.service import Guardrails
 from guardrails.signing import ConfiguredVerifier, Verifier
 from guardrails.standing import Standing, envelope_check, standing_status
 from guardrails.topology import Topology

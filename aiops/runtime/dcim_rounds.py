@@ -1,7 +1,7 @@
 """DCIM rounds on a workspace, and the watch loop: the library behind `aiops dcim cap|clear|watch`.
 
 Each round opens the workspace for one write transaction: record the signals, attach the world (the twin this
-process holds, synced with what other processes did; or NVML; or none), run `aiops.control.dcim.run_round`,
+process holds, synced with what other processes did; or NVML; or none), run `aiops.control.dcim_response.run_round`,
 close. Between rounds the workspace is free for every other process (chat, `aiops actions`, the service).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiops.control.dcim import RoundReport, run_round
+from aiops.control.dcim_response import RoundReport, run_round
 from aiops.control.dcim_signals import (
     DcimSignal,
     check_scope,
@@ -24,7 +24,7 @@ from aiops.errors import DcimSignalError
 from aiops.runtime.world import attach
 from aiops.sim.twin import Twin
 from aiops.store import Store, Workspace
-from aiops.store.readings import racks_in_store
+from aiops.store.power_readings import racks_in_store
 from guardrails.responses import LoadedPolicy
 
 

@@ -4,7 +4,7 @@ clocks-event reasons), plus the scheduler's job map, the racks' coolant and the 
 call, so a DCIM round sees each step it took.
 
 A GPU capped now (`SwPowerCap`) has no history here, so its demand is its maximum limit (the store's readings
-use the pre-cap draw; see aiops/store/readings.py). Lost GPUs (off the bus: NVML answers GPU_IS_LOST) are
+use the pre-cap draw; see aiops/store/power_readings.py). Lost GPUs (off the bus: NVML answers GPU_IS_LOST) are
 left out, as NVML would leave them. The world keeps no temperature history, so a thermal trend needs
 `earlier`: (its `elapsed_s`, its `temp_c` array) from a moment before; without it every trend is 0.
 """
