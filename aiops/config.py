@@ -267,6 +267,13 @@ class FleetConfig(_Section):
     # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
     # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    rank_reads: int = Field(
+        default=3,
+        ge=1,
+        le=15,
+        description="per-rank timing read this many times a step, each rank's rows judged as its node's scrape "
+        "lands (agents scraped at their own phases: docs/FLEET.md); 1: once a step with the rest",
+    )
 
     @field_validator("node_url")
     @classmethod

@@ -65,3 +65,11 @@ class Detector(RuleState):
         self.stragglers.store = self.store  # the live service may have reopened the file since
         out += self.stragglers.process(t0, t1, warm=self.warm(t1))
         return out
+
+    def ahead(self, until_s: float) -> list[Symptom]:
+        """Rank timing that landed after the last window, up to `until_s`, judged as it landed (a fleet reading
+        rank timing more often than a step: aiops/detect/stragglers.py); the rest waits for its window."""
+        if self.start_ts_s is None:
+            return []
+        self.stragglers.store = self.store
+        return self.stragglers.ahead(until_s, self.window_s, warm=self.warm(until_s))
