@@ -7,11 +7,13 @@ which faults a real reading of it may react to. Derived from the declarations, n
 - the node's export (aiops/service/metrics.py `declared_metrics`: every declared family with `stored * scale`);
 - the fleet's families (aiops/fleet/families.py) and its pivot back into the table (aiops/fleet/pivot.py);
 - docs/METRICS.md's rows for the table's families (`markdown_rows`, checked by tests/test_telemetry_columns.py);
-- the twin-leak test's allowance (tests/security/twin_observed.py: the fault kinds `reacts_to` names);
+- the twin-leak test's allowance (tests/twin/twin_observed.py: the fault kinds `reacts_to` names);
 - the dcgm-exporter names (aiops/sources/names.py): /metrics/dcgm and `aiops analyze --prometheus`.
 
 Migrated so far: gpu_samples (declared in aiops/columns_gpu.py), host_samples (aiops/columns_host.py) and
-nic_samples (aiops/columns_nic.py: its counters `counted`, exported as running totals, read back as increases); the
+nic_samples (aiops/columns_nic.py: its counters `counted`, exported as running totals, read back as increases) and
+netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters) and flow_class_samples
+(aiops/columns_flows.py); the
 shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
 "Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
@@ -44,10 +46,12 @@ from aiops.column_model import (
 __all__ = [
     "ANY",
     "CAPS",
+    "FLOW_CLASS_SAMPLES",
     "GPU_SAMPLES",
     "HEAT",
     "HOST_SAMPLES",
     "IDLE",
+    "NETDEV_SAMPLES",
     "NIC_SAMPLES",
     "SQL_TYPES",
     "Column",
@@ -65,11 +69,15 @@ __all__ = [
 ]
 
 
+from aiops.columns_flows import FLOW_CLASS_SAMPLES
 from aiops.columns_gpu import GPU_SAMPLES
 from aiops.columns_host import HOST_SAMPLES
+from aiops.columns_netdev import NETDEV_SAMPLES
 from aiops.columns_nic import NIC_SAMPLES
 
-TABLES: dict[str, Table] = {t.name: t for t in (GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES)}
+TABLES: dict[str, Table] = {
+    t.name: t for t in (GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, NETDEV_SAMPLES, FLOW_CLASS_SAMPLES)
+}
 
 
 # -- what derives --------------------------------------------------------------------------------------------

@@ -259,12 +259,21 @@ class FleetConfig(_Section):
     # (INC-fleet-<shard>-0001: unique across shards), and `aiops fleet-view` reads every shard's /api
     shard: str = Field(default="", description="this fleet's shard name (a-z, 0-9, -); empty: not sharded")
     shards: dict[str, str] = Field(
-        default_factory=dict, description="shard name -> its fleet's base URL, for `aiops fleet-view`"
+        default_factory=dict,
+        description="shard name -> its fleet's base URL, for `aiops fleet-view`; on a shard, the others it asks "
+        "so that a condition they all see pages once",
     )
     shards_token_file: str = Field(default="", description="file holding the shards' /api bearer token")
     # the cluster's scheduler as the fleet reaches it: job steps (restart_job of job:slurm-<id> or a Kubernetes
     # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    rank_reads: int = Field(
+        default=3,
+        ge=1,
+        le=15,
+        description="per-rank timing read this many times a step, each rank's rows judged as its node's scrape "
+        "lands (agents scraped at their own phases: docs/FLEET.md); 1: once a step with the rest",
+    )
 
     @field_validator("node_url")
     @classmethod

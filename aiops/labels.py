@@ -66,7 +66,10 @@ class LabelSpec:
       `power_cap`, `hw_power_brake`): aiops/causal.py `throttle_labels` tells by them which causes a throttled
       GPU's reasons allow;
     - `stalls_job`: the job stops on it (its peers see no traffic); `needs_lanes`: it shows only where the
-      traffic lanes are enforced (evals/generate.py draws its cases by them);
+      traffic lanes are enforced (evals/generate.py draws its cases by them); `lossless_cases`: every second
+      generated case of it runs on a lossless (PFC) fabric, where the fault shows as pause frames, not drops;
+      `long_outage_cases`: every second generated case of it outlasts the IB transport retry window (severity
+      0.9 or more: NCCL error 12, the job restarts);
     - `findings`, `findings_also`: the kinds of abnormal lines in an operator's files (aiops/evidence) whose
       readings the label's playbook tells apart, first or second (aiops/evidence/next_steps.py suggests its
       `next_steps` for them when no hypothesis is drawn);
@@ -89,6 +92,8 @@ class LabelSpec:
     findings_also: frozenset[str] = frozenset()
     stalls_job: bool = False
     needs_lanes: bool = False
+    lossless_cases: bool = False
+    long_outage_cases: bool = False
 
 
 def _f(*kinds: str) -> frozenset[str]:
@@ -217,6 +222,7 @@ SPECS: tuple[LabelSpec, ...] = (
         findings_also=_f(
             "congestion_counter", "nccl_op_failed", "nccl_watchdog_timeout", "ras_group", "ras_problem"
         ),
+        long_outage_cases=True,
     ),
     LabelSpec(
         "ecn_misconfig",
@@ -224,6 +230,7 @@ SPECS: tuple[LabelSpec, ...] = (
         _f("loss_without_ecn"),
         _f("nic_drops", "network_straggler"),
         paused_by=_f("pfc_pauses"),
+        lossless_cases=True,
     ),
     LabelSpec(
         "input_pipeline_bottleneck",
@@ -305,6 +312,8 @@ BENIGN_LABELS: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.b
 # Labels whose fault stops the job, and those that show only where the traffic lanes are enforced.
 STALLS_JOB: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.stalls_job)
 NEEDS_LANES: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.needs_lanes)
+LOSSLESS_CASES: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.lossless_cases)
+LONG_OUTAGE_CASES: frozenset[str] = frozenset(spec.label for spec in SPECS if spec.long_outage_cases)
 
 # Clocks-event reason -> the labels that set it (a throttled GPU's reasons narrow its possible causes).
 CLOCK_REASON_LABELS: dict[str, frozenset[str]] = {

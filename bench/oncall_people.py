@@ -8,18 +8,18 @@ it is folded into it), acknowledge and resolve act on the open one. A page is an
 PagerDuty notifies the person on call. `GET /dcim` answers the facility agent's DCIM document.
 
 `OnCall` is the person: each page is looked at `delay_s` after it came (PagerDuty's payload names the node and the
-incident); on the tier that paged, the incident's plan (`aiops.plans.plans`) is read and its first proposed step
-approved with one `ssh-keygen -Y sign` per approval the guardrails ask for (`aiops.runtime.actions.approve_step`:
-one signature over the whole step, all its targets, as `aiops plans approve STEP` does; the tier's service runs
-it, or the fleet dispatches it, at its next flush); `delay_s` after signing the person looks again. When that step
-failed (an `action_outcomes` verdict, a target refused or expired, a target the product says nobody carries out
-(`NOBODY_RUNS`: approved, never run), or the incident still open `retry_after_s` after the step ran) the next step
-is approved: the
-one the product escalated to, or else the plan's next waiting step, asked for as `aiops plans propose STEP` does.
-An incident without a plan (a condition such as a lost agent) has its pending proposals of one kind approved, one
-signature each. A step that needs no approval (a ticket, a lane fix on a node agent) is run as `aiops actions
-execute` runs it, in the same visit as the step to sign after it; on the fleet a lane or ECN fix is signed like a
-physical step (the node runs only what people signed: `aiops.runtime.actions.step_targets`).
+incident); on the tier that paged, the incident's plans (`aiops.plans.plans`: a fleet incident may hold the plans
+of two faults it gathered) are read and each plan's first proposed step approved with one `ssh-keygen -Y sign` per
+approval the guardrails ask for (`aiops.runtime.actions.approve_step`: one signature over the whole step, all its
+targets, as `aiops plans approve STEP` does; the tier's service runs it, or the fleet dispatches it, at its next
+flush); `delay_s` after signing the person looks again. When that step failed (an `action_outcomes` verdict, a
+target refused or expired, a target the product says nobody carries out (`NOBODY_RUNS`: approved, never run), or
+the incident still open `retry_after_s` after the step ran) the next step is approved: the one the product
+escalated to, or else the plan's next waiting step, asked for as `aiops plans propose STEP` does. An incident
+without a plan (a condition such as a lost agent) has its pending proposals of one kind approved, one signature
+each. A step that needs no approval (a ticket, a lane fix on a node agent) is run as `aiops actions execute` runs
+it, in the same visit as the step to sign after it; on the fleet a lane or ECN fix is signed like a physical step
+(the node runs only what people signed: `aiops.runtime.actions.step_targets`).
 """
 
 from __future__ import annotations
@@ -279,9 +279,15 @@ class OnCall:
                 case.due_ts_s = now_ts_s + LOOK_AGAIN_S
                 return
             taken = 0
-            for _ in range(MAX_STEPS_A_VISIT):  # steps that need nobody first, then one to sign
+            signed_plans: set[str] = (
+                set()
+            )  # one step to sign per plan a visit (an incident may hold two faults')
+            for _ in range(MAX_STEPS_A_VISIT):  # steps that need nobody first, then one to sign per plan
                 step = self._next_step(agent, store, case)
                 if step is None:
+                    break
+                plan_id = step.step_id.rsplit(".", 1)[0] if step.step_id else ""
+                if step.physical and signed_plans and (not plan_id or plan_id in signed_plans):
                     break
                 service = agent.service  # the world as the tier's service attaches it (its ticket sink too)
                 attached = attach(
@@ -298,7 +304,9 @@ class OnCall:
                 case.step_done_ts_s = now_ts_s
                 taken += 1
                 if step.physical:
-                    break
+                    if not plan_id:
+                        break  # a pile's group of one kind: one a visit
+                    signed_plans.add(plan_id)
             if not taken:
                 case.finished = not case.steps or self._resolved(store, case.incident_id)
             # after signing, the person looks again as soon as they would look at a page: did it run?

@@ -17,8 +17,8 @@ An incident (any tier) belongs to a fault when it opened while the fault was in 
 to 15 min after it ended): first the fault of the incident's label on the nodes its hardware stands on (or such a
 fault that arrived while the incident was open: its diagnosis, read after the run, moved to it); else, when
 an executed action reached one of the incident's components in the hour before (its target, and for the kinds that
-restart a job, that job's nodes) and its symptom is one that kind of action brings about (`CAUSES`), the incident
-is self-inflicted (that action's fault is charged); else the newest fault in force whose hardware or job the
+restart a job, that job's nodes), its symptom is one that kind of action brings about (`CAUSES`) and no fault began
+on the incident's hardware since the action (the newest change explains it), the incident is self-inflicted (that action's fault is charged); else the newest fault in force whose hardware or job the
 incident's nodes overlap (misdiagnosed); anything else is a false alarm.
 """
 
@@ -299,6 +299,9 @@ def attribute(
             for job_nodes in before.values():
                 if set(job_nodes) & reach:
                     reach |= set(job_nodes)
+        # a fault that began on the incident's hardware since the action explains it better (the newest change)
+        if any(nodes & f.own_nodes and f.start_s > action.elapsed_s for f in overlapping):
+            break
         if nodes & reach and _same_hardware(names, action, world, jobs) and _could_cause(action, incident):
             return Attribution("self", action_fault.get(action.proposal_id), action.proposal_id)
     if overlapping:  # the newest fault in force there: what most likely changed (misdiagnosed)

@@ -22,7 +22,11 @@ its telemetry, and the product's own detection (aiops/detect/stragglers.py) and 
 `--via prometheus --step 15s` reads each case through the fleet path instead: every node agent's exports (each
 its own ranks) scraped into a real Prometheus (promtool backfill), the fleet joining the ranks of all nodes.
 
+`--spread` scrapes each node agent at its own offset in the step (Prometheus spreads its targets by a hash of
+their labels) instead of all at one time; `--rank-reads N` has the fleet read rank timing N times a step.
+
     .venv/bin/python bench/straggler.py [--seeds 3] [--healthy 4] [--via twin|prometheus] [--step 15s]
+        [--spread] [--rank-reads 3] [--phase-s S]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from aiops.config import FleetConfig
 from aiops.detect import detect
 from aiops.models import Diagnosis, Symptom
 from aiops.rca import diagnose
@@ -154,13 +159,15 @@ def cases(seeds: int, rng: random.Random) -> list[Case]:
 
 
 PHASE_S: float | None = None  # --phase-s: where the fleet reads in a step (None: learned, after the scrapes)
+SPREAD = False  # --spread: each node agent scraped at its own offset in the step
+RANK_READS = 3  # --rank-reads: the fleet's rank timing read this many times a step
 
 
 def fleet_store(twin: Store, step_s: float, work: Path) -> Store:
     """The run through the fleet path: each node agent's exports, a real Prometheus, the fleet's ingest."""
     from evals.harness import through_prometheus
 
-    return through_prometheus(twin, step_s, work, PHASE_S)[0]
+    return through_prometheus(twin, step_s, work, PHASE_S, spread=SPREAD, rank_reads=RANK_READS)[0]
 
 
 @dataclass
@@ -327,9 +334,21 @@ def main() -> None:
         help="with --via prometheus: read at multiples of the step plus this (default: learned, a second after "
         "the scrapes; 0 reads 14 s after them here, the worst phase)",
     )
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="with --via prometheus: scrape each node agent at its own offset in the step (a hash of its name, "
+        "as Prometheus spreads its targets) instead of all at one time",
+    )
+    parser.add_argument(
+        "--rank-reads",
+        type=int,
+        default=FleetConfig().rank_reads,
+        help="with --via prometheus: the fleet reads rank timing this many times a step ([fleet] rank_reads)",
+    )
     args = parser.parse_args()
-    global PHASE_S
-    PHASE_S = args.phase_s
+    global PHASE_S, SPREAD, RANK_READS
+    PHASE_S, SPREAD, RANK_READS = args.phase_s, args.spread, args.rank_reads
     step_s = float(args.step.removesuffix("s"))
     rng = random.Random(args.rng)
     started = time.monotonic()
@@ -345,6 +364,8 @@ def main() -> None:
         "via": args.via,
         "step_s": step_s if args.via == "prometheus" else None,
         "phase_s": args.phase_s if args.via == "prometheus" else None,
+        "spread": args.spread if args.via == "prometheus" else None,
+        "rank_reads": args.rank_reads if args.via == "prometheus" else None,
         "rank_timing": {"period_s": 5.0, "window_s": 2.0},
         "summary": summarize(runs, healthy),
         "cases": runs,

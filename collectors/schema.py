@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, arrow_columns
+from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    arrow_columns,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,16 +49,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("cur_state", I64),
         ("max_state", I64),
     ),
-    "flow_class_samples": (
-        ("ts_s", F),
-        ("nic", S),
-        ("node", S),
-        ("traffic_class", S),
-        ("rule_id", S),
-        ("lane", S),
-        ("interval_s", F),
-        ("tx_bytes", I64),
-    ),
+    "flow_class_samples": arrow_columns(FLOW_CLASS_SAMPLES),
     "gpu_events": (("ts_s", F), ("gpu", S), ("node", S), ("kind", S), ("xid", I32), ("message", S)),
     "gpu_samples": arrow_columns(GPU_SAMPLES),  # declared once: aiops/columns.py
     "gpu_processes": (
@@ -155,25 +153,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("full_avg300", F),
         ("full_total_us", I64),
     ),
-    "netdev_samples": (
-        ("ts_s", F),
-        ("node", S),
-        ("dev", S),
-        ("nic", S),
-        ("rx_bytes", I64),
-        ("tx_bytes", I64),
-        ("rx_packets", I64),
-        ("tx_packets", I64),
-        ("rx_errors", I64),
-        ("tx_errors", I64),
-        ("rx_dropped", I64),
-        ("tx_dropped", I64),
-        ("carrier_changes", I64),
-        ("oper_up", B),
-        ("speed_mbps", I32),
-        ("rx_pause_frames", I64),  # m014
-        ("tx_pause_frames", I64),
-    ),
+    "netdev_samples": arrow_columns(NETDEV_SAMPLES),
     "ib_port_samples": (
         ("ts_s", F),
         ("node", S),

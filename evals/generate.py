@@ -16,7 +16,15 @@ from typing import Any
 
 import yaml
 
-from aiops.labels import BENIGN_LABELS, FAULT_KINDS, NEEDS_LANES, STALLS_JOB, TARGET_KINDS
+from aiops.labels import (
+    BENIGN_LABELS,
+    FAULT_KINDS,
+    LONG_OUTAGE_CASES,
+    LOSSLESS_CASES,
+    NEEDS_LANES,
+    STALLS_JOB,
+    TARGET_KINDS,
+)
 from aiops.scenarios import DEFAULT_RULE_IDS, parse_scenario
 
 SHAPES = (
@@ -42,22 +50,23 @@ def _target(rng: random.Random, kind: str, shape: dict[str, int]) -> str:
 
 
 LOSSLESS_SHARE = 0.3  # of the cases on a lossless (PFC) RoCE fabric (scenario `fabric: lossless`)
-RETRIES_EXHAUSTED_SEVERITY = 0.9  # a nic_link_flap from here on outlasts the IB transport retry window
+RETRIES_EXHAUSTED_SEVERITY = 0.9  # a link flap from here on outlasts the IB transport retry window
 
 
 def _fabric(rng: random.Random, kind: str | None, nth: int) -> str:
-    """Lossless in a share of the cases, and always for every second healthy run and ECN fault of a kind (so a
-    suite with two cases per kind holds a healthy lossless run and ECN off on a lossless fabric)."""
+    """Lossless in a share of the cases, and always for every second healthy run and case of a label whose spec
+    says `lossless_cases` (ECN off: so a suite with two cases per kind holds a healthy lossless run and ECN off
+    on a lossless fabric)."""
     drawn = rng.random() < LOSSLESS_SHARE
-    if (kind is None or kind == "ecn_misconfig") and nth % 2 == 1:
+    if (kind is None or kind in LOSSLESS_CASES) and nth % 2 == 1:
         return "lossless"
     return "lossless" if drawn else "lossy"
 
 
 def _severity(rng: random.Random, kind: str | None, nth: int, low: float) -> float:
-    """U(low, 1.0); every second nic_link_flap of a kind draws from [0.9, 1.0]: outages beyond the IB transport
-    retry window (NCCL error 12, the job restarts)."""
-    if kind == "nic_link_flap" and nth % 2 == 1:
+    """U(low, 1.0); every second case of a label whose spec says `long_outage_cases` (a link flap) draws from
+    [0.9, 1.0]: outages beyond the IB transport retry window (NCCL error 12, the job restarts)."""
+    if kind in LONG_OUTAGE_CASES and nth % 2 == 1:
         return round(rng.uniform(RETRIES_EXHAUSTED_SEVERITY, 1.0), 2)
     return round(rng.uniform(low, 1.0), 2)
 

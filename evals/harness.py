@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from aiops.agent.config import AgentConfig
+from aiops.config import FleetConfig
 from aiops.control.dcim_signals import parse_dcim_signals
 from aiops.control.dcim_source import dcim_document, record_changes
 from aiops.errors import AiopsError, ScenarioError
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.cycle import CycleReport, read_cycle
-from aiops.fleet.history import replay, write
+from aiops.fleet.history import replay, spread_offsets, write
 from aiops.fleet.phase import learned_phase_s
 from aiops.pipeline import RunResult, headline
 from aiops.runtime.analysis import analyze, simulate_into
@@ -139,19 +140,31 @@ def attempt_remediation(store: Store, twin: Twin, result: RunResult, now_ts_s: f
 
 
 def through_prometheus(
-    twin_store: Store, step_s: float, work: Path, phase_s: float | None = None
+    twin_store: Store,
+    step_s: float,
+    work: Path,
+    phase_s: float | None = None,
+    *,
+    spread: bool = False,
+    rank_reads: int = FleetConfig().rank_reads,
 ) -> tuple[Store, CycleReport]:
     """A fleet workspace (in memory) read from a twin run: every node agent's exports over the run (what `aiops run
     --sim S --node N` serves, scraped every `step_s`: aiops/fleet/history.py) and the facility's series imported
     into a real Prometheus with promtool; the fleet analyst reads them back (aiops/fleet/ingest.py), with the DCIM
     input read every step. Nothing of the twin's workspace reaches the fleet's but what went through Prometheus.
     The fleet reads a second after the scrapes, as `aiops fleet` does (aiops/fleet/phase.py), or at multiples of the
-    step plus `phase_s` where given."""
+    step plus `phase_s` where given. With `spread` each node agent is scraped at its own offset in the step
+    (aiops/fleet/history.py `spread_offsets`, as Prometheus spreads its targets) instead of all at one time;
+    `rank_reads` is the fleet's `[fleet] rank_reads` (aiops/fleet/ingest.py `fetch_interval`)."""
     om = work / "history.om"
     first_s = float(twin_store.scalar("SELECT min(ts_s) FROM gpu_samples"))
     last_s = float(twin_store.scalar("SELECT max(ts_s) FROM gpu_samples"))
     with om.open("w") as out:
-        write(replay(twin_store, step_s), out, openmetrics=True, end=False)
+        nodes = sorted(
+            str(r["node"]) for r in twin_store.query("SELECT node FROM topology WHERE kind = 'node'")
+        )
+        offsets = spread_offsets(nodes, step_s) if spread else None
+        write(replay(twin_store, step_s, offsets_s=offsets), out, openmetrics=True, end=False)
         render_facility_history(facility_rows(twin_store), out, step_s=step_s, openmetrics=True)
     grid = [first_s + step_s * (k + 1) for k in range(int((last_s - first_s) // step_s) + 1)]
     documents = [(t, dcim_document(twin_store, t)) for t in grid]  # what the DCIM served then
@@ -163,7 +176,13 @@ def through_prometheus(
         if phase_s is None:
             phase_s = learned_phase_s(client, last_s + step_s, step_s) or 0.0
         report = read_cycle(
-            fleet, client, start_s=first_s - step_s, end_s=last_s + step_s, step_s=step_s, phase_s=phase_s
+            fleet,
+            client,
+            start_s=first_s - step_s,
+            end_s=last_s + (2 if spread else 1) * step_s,  # the spread scrapes go up to a step later
+            step_s=step_s,
+            phase_s=phase_s,
+            rank_reads=rank_reads,
         )
     racks = [str(r["component"]) for r in fleet.query("SELECT component FROM topology WHERE kind = 'rack'")]
     for t, document in documents:  # the fleet's DCIM input, read every step

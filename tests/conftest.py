@@ -42,11 +42,11 @@ from aiops.store import Store  # noqa: E402  (after the bytecode switch: its mod
 SLOW_FIRST: tuple[str, ...] = (
     "tests/test_pages_live.py",  # 152 s
     "tests/llm_agent/test_chat_oncall.py",  # a twin run, its backfill and the fleet over it: 38 s set-up, 6 tests
-    "tests/security/test_twin_leaks.py",
+    "tests/twin/test_twin_leaks.py",
     "tests/test_fleet_live.py",  # 100 s
     "tests/test_bench_oncall.py",
     "tests/console/test_console_signin_flood.py",
-    "tests/security/test_twin_healthy_fp.py",
+    "tests/twin/test_twin_healthy_fp.py",
     "tests/config/test_config_file_policy.py",
     "tests/test_console_steps_browser.py",
     "tests/slurm/test_slurm_e2e.py",
@@ -82,7 +82,7 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/test_loop_tiers.py",
     "tests/kubernetes/test_k8s_dashboards.py",
     "tests/fleet/test_fleet_demo.py",
-    "tests/security/test_twin_whatif.py",
+    "tests/twin/test_twin_whatif.py",
     "tests/test_service_host.py",
     "tests/test_packaging.py",
     "tests/notify/test_notify_pd_teams_delivery.py",

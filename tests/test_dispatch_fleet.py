@@ -6,7 +6,9 @@ dispatcher to a real node agent, which executes it; the node's answer lands in t
 The dispatcher is driven directly (`FleetDispatcher.run`, what `aiops fleet` calls in each flush), not through a
 whole `aiops fleet` reading a Prometheus. The fleet's allowed-signers file lists alice and mallory; the node's
 lists alice and bob: mallory's approval counts on the fleet and is refused by the node (the fleet cannot
-approve on anyone's behalf). A console-session approval is not dispatched at all."""
+approve on anyone's behalf). A console-session approval is not dispatched at all. One test runs the dispatcher
+in a `Service`'s flush, as `aiops fleet` does, and checks no POST waits on a node while the flush holds the
+workspace."""
 
 from __future__ import annotations
 
@@ -15,14 +17,18 @@ import os
 import socket
 import subprocess
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from aiops.config import FleetConfig
+from aiops.config import FleetConfig, parse_config
 from aiops.fleet.dispatch import CONSOLE_ONLY, FleetDispatcher
+from aiops.fleet.node_http import NodeAnswer, post_json
 from aiops.scenarios import parse_scenario_text
+from aiops.service.service import Service
+from aiops.service.sources import Sources
 from aiops.sim.telemetry import inventory
 from aiops.sim.world import World
 from aiops.store import Workspace
@@ -178,3 +184,35 @@ def test_a_node_that_does_not_answer_is_retried_later(fleet: tuple[Workspace, Ke
     fleet_status, note = status(workspace, "fleet-p4")
     assert fleet_status == "approved" and "retrying" in note
     assert [e for e, _, _ in fleet_rows(workspace, "fleet-p4") if e.startswith("dispatch")] == ["dispatch"]
+
+
+def test_the_fleet_loop_posts_to_a_node_with_its_workspace_closed(
+    fleet: tuple[Workspace, Keys], node: Node
+) -> None:
+    """`aiops fleet`'s flush reads what is due with the workspace open, POSTs with it closed (a node slow to
+    answer keeps the console, the API and leases waiting no longer), and writes the answer as before: the
+    proposal executed, the node's answer in the fleet's chain. The HTTP client checks at each send that the
+    flush's thread holds no store."""
+    workspace, keys = fleet
+    propose(workspace, "fleet-p5", "node0/gpu0", 560.0)
+    with workspace.write() as store:
+        assert Guardrails(store).approve("fleet-p5", keys.signer("alice")).ok
+    held_at_send: list[bool] = []
+
+    def post(url: str, body: dict[str, object], token: str, timeout_s: float) -> NodeAnswer:
+        held_at_send.append(service.owner.held_here())
+        return post_json(url, body, token, timeout_s)
+
+    document = tomllib.loads(keys.config.read_text())
+    document.update(store={"path": str(workspace.path)}, http={"listen": ""})
+    fleet_nodes = FleetConfig(nodes={"node0": f"http://127.0.0.1:{node.port}"})
+    service = Service(
+        parse_config(document, "test config"),
+        sources=lambda _: Sources([], time.time, declares_inventory=False),
+        dispatcher=FleetDispatcher(fleet_nodes, TOKEN, name="fleet", post=post),
+    )
+    assert service.run(duration_s=0.0) == 0  # started, one flush, closed
+    assert held_at_send == [False], "a POST to a node waited inside the flush's hold of the workspace"
+    assert status(workspace, "fleet-p5")[0] == "executed", status(workspace, "fleet-p5")
+    answer = next(data for e, _, data in fleet_rows(workspace, "fleet-p5") if e == "dispatch_result")
+    assert (answer["outcome"], answer["http_status"]) == ("executed", 200)

@@ -90,22 +90,22 @@ def test_the_fleet_view_and_live_detection_follow_a_drain() -> None:
 
 
 def _judge(completes: bool) -> list[str]:
-    """Job `llm` steps every second on node0's two GPUs for 60 s, then no step comes: either it completed (its
+    """Job `llm` steps every second on node0's two GPUs for 30 s, then no step comes: either it completed (its
     processes gone, so the node's refresh from its processes drops its ranks) or it hangs (its ranks stay)."""
     names = columns("job_ranks")
     with Store(":memory:") as store:
         ranks = [("llm", r, f"node0/gpu{r}", "node0", "node0/nic0") for r in range(2)]
         store.ingest("job_ranks", RowBatch(names, ranks))
         store.conn.execute(
-            "INSERT INTO gpu_samples (ts_s, gpu, node) SELECT range, 'node0/gpu0', 'node0' FROM range(1, 241)"
+            "INSERT INTO gpu_samples (ts_s, gpu, node) SELECT range, 'node0/gpu0', 'node0' FROM range(1, 121)"
         )
         store.conn.execute(
-            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 61)"
+            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 31)"
         )
         detector = Detector(store, window_s=15.0)
         kinds = []
-        for k in range(16):
-            if k == 5 and completes:  # what aiops/store/workloads.py does once no process of the job runs
+        for k in range(7):
+            if k == 2 and completes:  # what aiops/store/workloads.py does once no process of the job runs
                 store.conn.execute("DELETE FROM job_ranks WHERE job = 'llm'")
                 detector.job_of_gpu = {}
             kinds += [s.kind for s in detector.process(k * 15.0, (k + 1) * 15.0)]
@@ -117,26 +117,35 @@ def test_a_job_that_completed_is_not_stalled_and_a_hung_one_is() -> None:
     assert "job_stalled" not in _judge(completes=True)
 
 
+def _llm_on_node0(store: Store, gpu_rows_sql: str, steps_until_s: int) -> None:
+    """Job `llm` with two ranks on node0, stepping every second until `steps_until_s`, killed by Xid 45 at 31 s on
+    node0's GPUs; `gpu_rows_sql` writes the GPUs' rows."""
+    store.ingest(
+        "job_ranks",
+        RowBatch(columns("job_ranks"), [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)]),
+    )
+    store.conn.execute("INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) " + gpu_rows_sql)
+    store.conn.execute(
+        "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, ?)",
+        [steps_until_s],
+    )
+    store.conn.execute(
+        "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
+        "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+    )
+
+
 def test_a_requeued_job_relaunching_on_its_new_node_is_not_idle_in_job() -> None:
     """A drain requeues job `llm` from node0 onto node7 (the rank table shows it in the window ending at 30 s);
     the kill's Xid 45 on node0 comes in the next window while node7's GPUs load the checkpoint, idle. The job
     was killed and relaunches: no `gpu_idle_in_job` for node7."""
     names = columns("job_ranks")
     with Store(":memory:") as store:
-        store.ingest(
-            "job_ranks", RowBatch(names, [("llm", r, f"node0/gpu{r}", "node0", "x") for r in range(2)])
-        )
-        store.conn.execute(
-            "INSERT INTO gpu_samples (ts_s, gpu, node, samples, idle_samples) "
+        _llm_on_node0(
+            store,
             "SELECT t, n || '/gpu' || g, n, 15, CASE WHEN n = 'node7' OR t > 15 THEN 15 ELSE 0 END "
-            "FROM range(15, 61, 15) a(t), (VALUES ('node0'), ('node7')) b(n), range(2) c(g)"
-        )
-        store.conn.execute(
-            "INSERT INTO job_steps (ts_s, job, step, step_time_s) SELECT range, 'llm', range, 1.0 FROM range(1, 15)"
-        )
-        store.conn.execute(
-            "INSERT INTO gpu_events (ts_s, gpu, node, kind, xid, message) "
-            "SELECT 31, 'node0/gpu' || range, 'node0', 'xid', 45, 'Xid 45' FROM range(2)"
+            "FROM range(15, 61, 15) a(t), (VALUES ('node0'), ('node7')) b(n), range(2) c(g)",
+            15,
         )
         live = LiveDetection(window_s=15.0)
         live.detector = Detector(store, window_s=15.0)
@@ -148,3 +157,23 @@ def test_a_requeued_job_relaunching_on_its_new_node_is_not_idle_in_job() -> None
         for k in range(1, 4):
             kinds += [s.kind for s in live.detector.process(k * 15.0, (k + 1) * 15.0)]
         assert "xid" in kinds and "gpu_idle_in_job" not in kinds
+
+
+def test_a_relaunched_job_counts_its_stall_from_its_relaunch() -> None:
+    """Job `llm` steps until 30 s, is killed (Xid 45 at 31 s, its GPUs idle until 60 s), relaunches (busy, no
+    step yet): a stall, if any, counts from the relaunch, not from its last step before the kill."""
+    with Store(":memory:") as store:
+        _llm_on_node0(
+            store,
+            "SELECT t, 'node0/gpu' || g, 'node0', 15, CASE WHEN t > 30 AND t <= 60 THEN 15 ELSE 0 END "
+            "FROM range(15, 151, 15) a(t), range(2) b(g)",
+            31,
+        )
+        detector = Detector(store, window_s=15.0)
+        stalls = [
+            s
+            for k in range(10)
+            for s in detector.process(k * 15.0, (k + 1) * 15.0)
+            if s.kind == "job_stalled"
+        ]
+        assert stalls and all(float(s.detail["last_step_ts_s"]) >= 60.0 for s in stalls)

@@ -427,7 +427,7 @@ def test_no_import_goes_up_a_layer() -> None:
 
 def test_the_analyst_cannot_import_the_twin() -> None:
     """Detection, diagnosis and remediation judge telemetry only: no path of imports from them to aiops.sim
-    (tests/security/test_twin_blind_analyst.py checks they never read the twin's tables either)."""
+    (tests/twin/test_twin_blind_analyst.py checks they never read the twin's tables either)."""
     assert forbidden(graph()) == []
 
 

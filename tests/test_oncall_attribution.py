@@ -55,6 +55,19 @@ def test_hot_gpus_on_the_failed_rack_after_a_drain_are_the_racks() -> None:
     assert (found.what, found.fault) == ("fault", 0)
 
 
+def test_a_dcim_cap_after_the_products_limit_is_the_caps() -> None:
+    """The product capped node11/gpu6 at 1,305 s; the facility capped rack1 at 1,913 s; node11 throttles at
+    1,921 s: the newest change on its hardware explains it, not the product's limit."""
+    ground = _ground()
+    cap = FaultTruth(2, "facility_power_cap", "rack1", 1913.0, "transient", own_nodes=RACK1, nodes=RACK1)
+    ground.faults.append(cap)
+    throttle = _incident("gpu throttle on node11/gpu0", "node11", 1921.0, "power_cap_misconfig")
+    found = attribute(throttle, ground, _acted("set_power_limit", "node11/gpu6", 1305.0), {}, 3600.0)
+    assert (found.what, found.fault) == ("fault", 2)
+    earlier = attribute(throttle, ground, _acted("set_power_limit", "node11/gpu6", 1915.0), {}, 3600.0)
+    assert earlier.what == "self"  # the product's limit after the cap: its doing
+
+
 def test_a_reset_or_a_check_causes_no_idle_job() -> None:
     ground = _ground()
     idle = _incident("gpu idle in job on node12/gpu0", "node12", 900.0)

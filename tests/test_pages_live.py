@@ -1,7 +1,7 @@
 """Issue 35, must-show "one page per problem", live: four node agents of one twin (`aiops run --sim S --node
-nodeK`), a real Prometheus scraping them and the fleet every second with the chart's rules (nodeIncidentFor cut
-to 30 s) and sending to a real Alertmanager that carries the chart's inhibition rules and routes by incident to
-a loopback webhook, `aiops fleet` with a PagerDuty sink (a loopback receiver speaking the Events API v2 and
+nodeK`, the twin at 5x), a real Prometheus scraping them and the fleet every 2 s with the chart's rules
+(nodeIncidentFor cut to 60 s) and sending to a real Alertmanager that carries the chart's inhibition rules and
+routes by incident to a loopback webhook, `aiops fleet` with a PagerDuty sink (a loopback receiver speaking the Events API v2 and
 keeping PagerDuty's books: an alert per dedup_key, triggers on an open one update it) and an Alertmanager sink.
 
 Two faults, on two jobs: node1/gpu0's cooling fails (job `ja` on node0-1), node1 being under a maintenance window
@@ -16,7 +16,7 @@ a person added with `aiops maintenance add` on the fleet; later node3/gpu1's (jo
   execution anywhere);
 - one id everywhere: the PagerDuty body, the Alertmanager alert and the fleet's API name the same
   `INC-fleet-NNNN`; every agent's ids are its own (`INC-node3-0001`, ...).
-About 2.5 minutes on 2 cores (seven processes)."""
+About 2.5 minutes on 2 cores (seven processes; about 65 CPU-s, 93 at 10x with a 1 s scrape)."""
 
 from __future__ import annotations
 
@@ -48,8 +48,12 @@ from tests.service_helpers import (
 )
 
 NODES = ("node0", "node1", "node2", "node3")
-SPEED = "10"
+# Simulated seconds per wall second: 5, not 10 (an agent's CPU grows with the simulated seconds it steps, collects,
+# stores and detects on: 0.04 CPU-s a wall second at 5x, 0.07 at 10x); the faults are placed in wall seconds
+SPEED = 5
 PAGED, QUIET = "node3/gpu1", "node1/gpu0"  # the fault that pages, the one in a maintenance window
+# node1's fault from 40 wall s for 40 s; node3's from 71 wall s for 20 s (a failed cold plate throttles its GPU
+# about 40 simulated seconds in: 8 wall s; 12 wall s of throttling); their onsets 31 s apart, two incidents
 SCENARIO = f"""\
 name: pages-live
 seed: 5
@@ -59,14 +63,17 @@ jobs:
   - {{name: ja, nodes: [node0, node1], step_compute_s: 1.0, allreduce_mb: 64}}
   - {{name: jb, nodes: [node2, node3], step_compute_s: 1.0, allreduce_mb: 64}}
 faults:
-  - {{kind: thermal_throttle, target: {QUIET}, start_s: 400, duration_s: 400, severity: 0.9}}
-  - {{kind: thermal_throttle, target: {PAGED}, start_s: 750, duration_s: 150, severity: 0.9}}
+  - {{kind: thermal_throttle, target: {QUIET}, start_s: {40 * SPEED}, duration_s: {40 * SPEED}, severity: 0.9}}
+  - {{kind: thermal_throttle, target: {PAGED}, start_s: {71 * SPEED}, duration_s: {20 * SPEED}, severity: 0.9}}
 """
 ROUTING_KEY = "R0ut1ngK3yR0ut1ngK3yR0ut1ngK3y12"
 # A node's incident waits this long for the fleet to cover it (the chart's 3m, cut: the fleet here covers within
-# about 30 s of the node, at a 1 s scrape on a loaded 2-core machine)
+# about 30 s of the node, at a 2 s scrape on a loaded 2-core machine)
 NODE_INCIDENT_FOR_S = 60.0
 CONSOLE = "https://aiops.example.com"
+# Prometheus's scrape and rule interval and the fleet's step (wall seconds): 2 s, not 1 s; the fleet's read cycle (a
+# range query per family, their pivot into its tables) is its largest cost here, and every wait below is many steps
+SCRAPE_S = 2
 
 
 class PagerDuty:
@@ -106,7 +113,7 @@ def prometheus_config(folder: Path, am_port: int) -> Path:
     for name in ("nodes.json", "fleet.json"):
         (folder / name).write_text("[]")
     config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "global": {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"},
         "rule_files": [str(rules)],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
         "scrape_configs": [
@@ -179,6 +186,9 @@ def test_one_fault_pages_once_and_a_fault_in_a_maintenance_window_pages_nothing(
     started = time.monotonic()
     scenario = tmp_path / "pages-live.yaml"
     scenario.write_text(SCENARIO)
+    # the agents' own incidents resolve after 18 wall s of quiet (90 simulated s at 5x; the default 180 s was 18 wall
+    # s at 10x), before the fleet's (20 s): a node's incident never outlives the fleet's that covers it
+    (tmp_path / "aiops.toml").write_text(f"[detection]\nquiet_s = {18 * SPEED}\n")
     key_file = tmp_path / "pd.key"
     key_file.write_text(ROUTING_KEY + "\n")
     am_port, prom_port = free_port(), free_port()
@@ -222,13 +232,13 @@ def test_one_fault_pages_once_and_a_fault_in_a_maintenance_window_pages_nothing(
             f"--web.listen-address=127.0.0.1:{prom_port}",
         ]
         fleet_argv = aiops_cmd(
-            "fleet", "--prometheus", f"http://127.0.0.1:{prom_port}", "--step", "1s", "--delay", "2s",
+            "fleet", "--prometheus", f"http://127.0.0.1:{prom_port}", "--step", f"{SCRAPE_S}s", "--delay", "2s",
             "--lookback", "1m", "--db", str(fleet_db), "--listen", "127.0.0.1:0",
         )  # fmt: skip
         with (
             process(am_argv, tmp_path / "alertmanager.log") as am,
             process(prom_argv, tmp_path / "prometheus.log"),
-            agents(tmp_path, scenario, time.time(), NODES, SPEED) as ports,
+            agents(tmp_path, scenario, time.time(), NODES, str(SPEED)) as ports,
             process(fleet_argv, tmp_path / "fleet.log", fleet_env) as fleet,
         ):
             wait_ready(f"http://127.0.0.1:{am_port}", am, tmp_path / "alertmanager.log")

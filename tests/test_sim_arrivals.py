@@ -207,11 +207,11 @@ def test_a_churn_naming_no_node_is_an_error_naming_the_field() -> None:
 
 
 def test_the_analyst_is_as_blind_to_the_twin_with_churn(tmp_path: Path) -> None:
-    """tests/security/test_twin_blind_analyst.py's check on a run with benign churn: the analysis of a copy with
+    """tests/twin/test_twin_blind_analyst.py's check on a run with benign churn: the analysis of a copy with
     the twin's tables dropped (the scenario, its churn and faults) is the same."""
     from aiops.runtime.analysis import analyze
-    from tests.security.test_twin_blind_analyst import _hide_the_twin, _json, analysed_blind, diagnosis
     from tests.simkit import fault, scenario
+    from tests.twin.test_twin_blind_analyst import _hide_the_twin, _json, analysed_blind, diagnosis
 
     seen, blind = tmp_path / "seen.duckdb", tmp_path / "blind.duckdb"
     churn = {"rate": 100.0, "pcie_nodes": ["node1"], "unused_ports": ["node2"]}

@@ -4,6 +4,10 @@ replay writes nothing, NULL matches NULL), the same errors."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -107,3 +111,61 @@ def test_the_buffer_hands_back_each_column_set_as_its_own_batch() -> None:
     with Store() as store:
         assert store.ingest_all(batches) == 4
         assert store.scalar("SELECT count(outlet_temp_c) FROM rack_samples") == 1
+
+
+FILING = """
+import json, sys
+from aiops.control.dcim_signals import DcimSignal, record_signal
+from aiops.detect import save_incidents
+from aiops.models import Diagnosis, Hypothesis, Incident, Symptom
+from aiops.pipeline import save_hypotheses, stored_diagnoses
+from aiops.store import Store
+store = Store(sys.argv[1])
+symptom = Symptom(kind="gpu_throttle", component="node0/gpu1", ts_s=10.0, detail={"temp_c": 91.0})
+incident = Incident(incident_id="INC-node0-0001", opened_ts_s=10.0, last_ts_s=20.0, title="hot GPU",
+                    severity="warning", components=["node0/gpu1", "job:llm"], symptoms=[symptom], impact="2 GPUs")
+top = Hypothesis(root_cause="thermal_throttle", component="node0/gpu1", confidence=0.9, summary="hot")
+save_incidents(store, [incident], replace_all=False)
+save_hypotheses(store, [Diagnosis(incident=incident, hypotheses=[top])], replace_all=False)
+record_signal(store, DcimSignal(scope="rack0", kind="cap", budget_kw=40.0, ts_s=12.0))
+found = stored_diagnoses(store)
+print(json.dumps({"pyarrow": any(m == "pyarrow" or m.startswith("pyarrow.") for m in sys.modules),
+                  "incident": found[0].incident.model_dump(), "top": found[0].hypotheses[0].model_dump(),
+                  "signals": store.query("SELECT scope, kind, budget_kw FROM dcim_signals")}))
+"""
+
+
+def test_filing_an_incident_stores_it_without_pyarrow(tmp_path: Path) -> None:
+    """What a node agent stores as it files an incident (the incident, its hypotheses, a DCIM signal: columns of
+    Python lists) takes the rows path: pyarrow (~50 MB of the agent's resident set) stays unloaded, and what is
+    stored reads back as it was given."""
+    done = subprocess.run(
+        [sys.executable, "-c", FILING, str(tmp_path / "agent.duckdb")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = json.loads(done.stdout)
+    assert found["pyarrow"] is False
+    assert found["incident"]["components"] == ["node0/gpu1", "job:llm"]
+    assert found["incident"]["symptoms"] == [
+        {"kind": "gpu_throttle", "component": "node0/gpu1", "ts_s": 10.0, "detail": {"temp_c": 91.0}}
+    ]
+    assert found["incident"]["impact"] == "2 GPUs"
+    assert (found["top"]["root_cause"], found["top"]["confidence"]) == ("thermal_throttle", 0.9)
+    assert found["signals"] == [{"scope": "rack0", "kind": "cap", "budget_kw": 40.0}]
+
+
+def test_columns_of_lists_store_what_the_arrow_path_stores() -> None:
+    batch = {
+        "ts_s": [1.0, 2.0, 2.0],
+        "gpu": ["node0/gpu0", "node0/gpu0", "node0/gpu0"],
+        "node": ["node0"] * 3,
+    }
+    with Store(":memory:") as rows, Store(":memory:") as arrow:
+        assert rows.ingest("gpu_samples", batch) == 2  # the key check: (2.0, node0/gpu0) once
+        assert arrow.ingest("gpu_samples", pa.table(batch)) == 2
+        assert _stored(rows, "gpu_samples") == _stored(arrow, "gpu_samples")
+        with pytest.raises(IngestError, match="different lengths"):
+            rows.ingest("gpu_samples", {"ts_s": [1.0], "gpu": ["a", "b"], "node": ["n"]})

@@ -16,9 +16,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, Column, Family
+from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, Column, Family
 from aiops.fleet import families
-from aiops.fleet.pivot import gpu_samples_sql, host_samples_sql, nic_samples_sql
+from aiops.fleet.pivot import (
+    flow_class_samples_sql,
+    gpu_samples_sql,
+    host_samples_sql,
+    netdev_sql,
+    nic_samples_sql,
+)
 from aiops.pipeline import analyze_store
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -29,11 +35,18 @@ from aiops.sources.names import DCGM_FIELDS
 from aiops.store import Store
 from collectors.schema import FLEET_ONLY_COLUMNS, columns_typed
 from evals.harness import through_prometheus
-from tests.security.twin_observed import OBSERVED
 from tests.service_helpers import require_binary
+from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("aiops", "collectors", "guardrails", "evals")
+
+
+def _scrape(cache: MetricsCache) -> str:
+    """The node's /metrics text for what the cache observed."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(cache)
+    return generate_latest(registry).decode()
 
 
 @pytest.mark.parametrize("name", sorted(columns.TABLES))
@@ -70,9 +83,7 @@ def test_host_samples_round_trip_through_their_declarations() -> None:
     cache = MetricsCache("node0")
     row = {"ts_s": 1.0, "node": "node0", "cpu_util_pct": 40.0, "iowait_pct": 2.0, "loader_wait_ms": 250.0}
     cache.observe("host_samples", tuple(row), [tuple(row.values())])
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(cache)
-    text = generate_latest(registry).decode()
+    text = _scrape(cache)
     assert 'aiops_host_loader_wait_seconds{node="node0"} 0.25' in text
     assert 'aiops_host_cpu_utilisation_ratio{node="node0"} 0.4' in text
     assert text.count("# TYPE aiops_host_loader_wait_seconds gauge") == 1  # one exporter of the family
@@ -93,9 +104,7 @@ def test_nic_samples_counters_export_running_totals_and_read_back_increases() ->
     cols = ("ts_s", "nic", "node", "lane", "tx_bytes", "drops", "queue_delay_ms")
     cache.observe("nic_samples", cols, [(1.0, "node0/nic0", "node0", "bulk", 100, 2, 4.0)])
     cache.observe("nic_samples", cols, [(2.0, "node0/nic0", "node0", "bulk", 50, None, 6.0)])
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(cache)
-    text = generate_latest(registry).decode()
+    text = _scrape(cache)
     assert 'aiops_nic_transmit_bytes_total{lane="bulk",nic="node0/nic0"} 150.0' in text
     assert 'aiops_nic_drops_total{lane="bulk",nic="node0/nic0"} 2.0' in text
     assert 'aiops_nic_queue_delay_seconds{lane="bulk",nic="node0/nic0",node="node0"} 0.006' in text
@@ -111,6 +120,33 @@ def test_nic_samples_counters_export_running_totals_and_read_back_increases() ->
         "max(value * 1000.0) FILTER (WHERE name = 'aiops_nic_queue_delay_seconds') AS queue_delay_ms" in sql
     )
     assert OBSERVED[("nic_samples", "drops")][0] == frozenset({"nic_link_flap", "ecn_misconfig"})
+    # flow_class_samples, the same shape: bytes per class summed per (node, nic, class, lane, rule), none = ''
+    flows = ("ts_s", "nic", "node", "traffic_class", "rule_id", "lane", "tx_bytes")
+    cache.observe("flow_class_samples", flows, [(1.0, "node0/nic0", "node0", "bulk", None, "vip", 70)])
+    cache.observe("flow_class_samples", flows, [(2.0, "node0/nic0", "node0", "bulk", None, "vip", 30)])
+    assert (
+        'aiops_flow_class_transmit_bytes_total{lane="vip",nic="node0/nic0",node="node0",rule_id="",'
+        'traffic_class="bulk"} 100.0' in _scrape(cache)
+    )
+    assert "CAST(max(d) FILTER (WHERE name = 'aiops_flow_class_transmit_bytes_total') AS BIGINT)" in (
+        flow_class_samples_sql()
+    )
+
+
+def test_netdev_samples_counters_are_the_kernels_totals_exported_and_read_back_as_they_are() -> None:
+    """netdev_samples, the fourth table: the kernel's cumulative statistics are exported as stored (a NIC-less
+    device with an empty `nic` label) and the fleet reads the newest total back, not an increase."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "dev", "nic", "rx_bytes", "rx_pause_frames", "oper_up")
+    cache.observe("netdev_samples", cols, [(1.0, "node0", "eth0", None, 1000, 7, True)])
+    text = _scrape(cache)
+    assert 'aiops_netdev_receive_bytes_total{dev="eth0",nic="",node="node0"} 1000.0' in text
+    assert 'aiops_netdev_receive_pause_frames_total{dev="eth0",nic="",node="node0"} 7.0' in text
+    assert 'aiops_netdev_up{dev="eth0",nic="",node="node0"} 1.0' in text
+    assert tuple(f.name for f in columns.families(NETDEV_SAMPLES)) == families.NETDEV
+    assert (
+        "CAST(max(value) FILTER (WHERE name = 'aiops_netdev_receive_bytes_total') AS BIGINT)" in netdev_sql()
+    )
 
 
 def _probe_table() -> columns.Table:
@@ -153,9 +189,7 @@ def test_a_probe_column_added_to_the_declarations_reaches_every_derivation(
     cache.observe(
         "gpu_samples", ("ts_s", "gpu", "node", "probe_widgets"), [(1.0, "node0/gpu0", "node0", 7000)]
     )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(cache)
-    assert 'aiops_gpu_probe_widgets{gpu="node0/gpu0",node="node0"} 7.0' in generate_latest(registry).decode()
+    assert 'aiops_gpu_probe_widgets{gpu="node0/gpu0",node="node0"} 7.0' in _scrape(cache)
     assert (
         "CAST(max(value * 1000.0) FILTER (WHERE name = 'aiops_gpu_probe_widgets') AS INTEGER) AS probe_widgets"
         in (gpu_samples_sql())
@@ -181,7 +215,7 @@ def test_adding_retired_rows_was_one_declaration_plus_its_producers_and_readers(
         "aiops/rca/gpu_scorers.py",
     }
     assert named["retired_memory_rows"] == {"aiops/columns_gpu.py"}
-    assert "retired_rows" not in (ROOT / "tests" / "security" / "twin_observed.py").read_text()
+    assert "retired_rows" not in (ROOT / "tests" / "twin" / "twin_observed.py").read_text()
     # ... and each derivation has it
     assert "ADD COLUMN IF NOT EXISTS retired_rows INTEGER" in columns.schema_additions(36)
     assert "aiops_gpu_retired_memory_rows" in families.GPU_GAUGES

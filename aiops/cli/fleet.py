@@ -14,10 +14,12 @@ from pathlib import Path
 from types import FrameType
 
 from aiops.cli.args import duration, seconds
+from aiops.cli.fleet_view import shards_token
 from aiops.cli.run import alert_token_of, console_enabled, served_console, token_of
 from aiops.config import Config, NodeConfig, load_config, parse_listen
 from aiops.errors import ConfigError
 from aiops.fleet.dispatch import FleetDispatcher
+from aiops.fleet.peer_pages import PeerPages
 from aiops.fleet.source import FleetSetup, fleet_sources
 from aiops.service import logs
 from aiops.service.malloc import limit_arenas
@@ -123,10 +125,32 @@ def run(args: argparse.Namespace) -> int:
     )
     if console:
         service.companion = served_console(config, service, dispatch=True)
+    peers = _peer_pages(config)
+    if peers is not None:
+        service.pager.arbiter = peers.apply
 
     def stop(signum: int, frame: FrameType | None) -> None:
         service.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return service.run(args.duration_s)
+    if peers is not None:
+        peers.start()
+    try:
+        return service.run(args.duration_s)
+    finally:
+        if peers is not None:
+            peers.stop()
+
+
+def _peer_pages(config: Config) -> PeerPages | None:
+    """A shard that knows the other shards (`[fleet] shard` and `shards`) pages a condition they all see once
+    between them (aiops/fleet/peer_pages.py); they are asked once a detection window."""
+    if not config.fleet.shard or not set(config.fleet.shards) - {config.fleet.shard}:
+        return None
+    return PeerPages(
+        config.fleet.shard,
+        config.fleet.shards,
+        shards_token(config),
+        interval_s=config.detection.window_s,
+    )

@@ -50,7 +50,9 @@ def shards_of(config: Config, given: list[str]) -> dict[str, str]:
     return shards
 
 
-def _token(config: Config) -> str | None:
+def shards_token(config: Config) -> str | None:
+    """The shards' /api bearer token ([fleet] shards_token_file): the view asks with it, and so do the shards
+    each other (aiops/fleet/peer_pages.py)."""
     path = config.fleet.shards_token_file
     if not path:
         return None
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from aiops.fleet.view import ask_shard, merge
 
     config = load_config(args.config)
-    shards, token = shards_of(config, args.shard), _token(config)
+    shards, token = shards_of(config, args.shard), shards_token(config)
 
     def view() -> dict[str, Any]:
         return merge([ask_shard(name, url, token, TIMEOUT_S) for name, url in shards.items()])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import socket
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ from aiops.errors import ConfigError
 from aiops.labels import host_name_error
 from aiops.scenarios import load_scenario
 from aiops.service import logs
-from aiops.service.malloc import limit_arenas
+from aiops.service.malloc import START_UP_S, limit_arenas, release_start_up_code
 from aiops.service.node_slice import FACILITY
 from aiops.service.service import Service, SimSetup
 from aiops.service.sources import check_node
@@ -212,4 +213,11 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return service.run(args.duration_s)
+    # the start's code (DuckDB opening and migrating the file, the first windows) back to the kernel, once
+    start_up = threading.Timer(START_UP_S, release_start_up_code)
+    start_up.daemon = True
+    start_up.start()
+    try:
+        return service.run(args.duration_s)
+    finally:
+        start_up.cancel()

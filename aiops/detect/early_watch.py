@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiops.detect.early import BUCKET_S, EarlyWarning, TrendWatch
+from aiops.detect.kinds import symptom
 from aiops.detect.windows import racks_of_nodes
 from aiops.models import Incident, Symptom
 from aiops.store import Store
@@ -155,9 +156,7 @@ class EarlyWatch:
 
 
 def warning_symptom(warning: EarlyWarning) -> Symptom:
-    return Symptom(
-        kind="early_warning", component=warning.component, ts_s=warning.ts_s, detail=warning.detail()
-    )
+    return symptom("early_warning", warning.component, warning.ts_s, **warning.detail())
 
 
 def warning_incident(incident_id: str, warning: EarlyWarning) -> Incident:

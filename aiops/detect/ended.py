@@ -12,7 +12,8 @@ nothing and proposes nothing.
 A job that completed normally leaves no Xid. What says it ended is the scheduler's placement: on a node, the
 job's ranks leave `job_ranks` when no process of it runs anymore (aiops/store/workloads.py refreshes them from
 the processes the Slurm, Kubernetes and torchrun resolvers name), so a job once placed and now placed nowhere
-is *gone*: not stalled either (`JobEnds.gone`). A store that never had a rank table judges as before. What
+is *gone*: not stalled either (`JobEnds.gone`). A job relaunched after it ended counts a stall from its relaunch
+(the last window it was judged ended), not from its last step before the kill. A store that never had a rank table judges as before. What
 the store still lacks is the scheduler's own state (pending, completed) where no process table is read.
 """
 
@@ -32,6 +33,7 @@ class JobEnds:
     end_ts_s: dict[str, float] = field(default_factory=dict)  # job -> its newest application Xid
     idle: set[str] = field(default_factory=set)  # the GPUs idle in the window being judged
     placed: set[str] = field(default_factory=set)  # jobs the rank table has placed at some time
+    ended_ts_s: dict[str, float] = field(default_factory=dict)  # job -> the last window it was judged ended
     left: dict[str, str] = field(
         default_factory=dict
     )  # GPU -> the job whose ranks the scheduler moved off it
@@ -45,11 +47,15 @@ class JobEnds:
         for gpu in after:
             self.left.pop(gpu, None)
 
+    def window(self, xids: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
+        """At each window's start: the jobs placed now, and the window's Xids (read before its GPUs: a kill's Xids
+        say why the killed job's GPUs idle in this very window)."""
+        self.placed.update(job_of_gpu.values())
+        self.saw_xids(xids, job_of_gpu)
+
     def gone(self, job: str, job_of_gpu: Mapping[str, str]) -> bool:
         """Placed once, and no rank of it placed now: its processes ended (completed, or waiting to run)."""
-        now = set(job_of_gpu.values())
-        self.placed |= now
-        return job in self.placed and job not in now
+        return job in self.placed and job not in set(job_of_gpu.values())
 
     def saw_xids(self, rows: Iterable[Mapping[str, Any]], job_of_gpu: Mapping[str, str]) -> None:
         for r in rows:

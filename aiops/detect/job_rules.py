@@ -47,7 +47,9 @@ def step_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
         if job in seen or job in drained_jobs or d.restarts.restarting(job, last, t1):
             continue  # a job a drain held, or the product requeued, waits by design
         if d.ends.ended(job, [g for g, j in d.job_of_gpu.items() if j == job], last):
+            d.ends.ended_ts_s[job] = t1
             continue  # killed or crashed, its GPUs idle: ended, not stalled
+        last = max(last, d.ends.ended_ts_s.get(job, last))  # relaunched: its stall counts from then
         if d.ends.gone(job, d.job_of_gpu):
             continue  # no rank of it runs anymore (the scheduler's placement): ended, not stalled
         if home not in d.reporting if home else not d.reporting:

@@ -57,10 +57,19 @@ class Detector(RuleState):
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)
         out: list[Symptom] = []
-        # a kill's Xids before the GPUs: they say why the killed job's GPUs idle in this very window (ended.py)
-        self.ends.saw_xids(w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu)
+        self.ends.window(
+            w.window(self.store, w.XID_WINDOW_SQL, t0, t1), self.job_of_gpu
+        )  # aiops/detect/ended.py
         for rule in RULES:
             out += rule(self, t0, t1)
         self.stragglers.store = self.store  # the live service may have reopened the file since
         out += self.stragglers.process(t0, t1, warm=self.warm(t1))
         return out
+
+    def ahead(self, until_s: float) -> list[Symptom]:
+        """Rank timing that landed after the last window, up to `until_s`, judged as it landed (a fleet reading
+        rank timing more often than a step: aiops/detect/stragglers.py); the rest waits for its window."""
+        if self.start_ts_s is None:
+            return []
+        self.stragglers.store = self.store
+        return self.stragglers.ahead(until_s, self.window_s, warm=self.warm(until_s))

@@ -33,14 +33,22 @@ from aiops import labels
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.models import Symptom
-from aiops.profile.rank_phases import PHASES, RankWindow, became_late, late_ranks
+from aiops.profile.rank_phases import (
+    CAUSE_OF_PHASE,
+    LATE_GAP,
+    PHASES,
+    Late,
+    RankWindow,
+    became_late,
+    late_ranks,
+)
 from aiops.store import Store
 
 # One row per (job, rank) and detection window: probed seconds and the time blocked per phase. A process's ops
 # share its window, so the window is taken once per (window close, process) before the sums.
 RANK_WINDOW_SQL = w.WindowQuery(
     """job, rank, any_value(node) AS node, max(world_size) AS world_size, sum(window_s) AS window_s,
-       sum(wait_s) AS wait_s, sum(compute_s) AS compute_s, sum(copy_s) AS copy_s""",
+       sum(wait_s) AS wait_s, sum(compute_s) AS compute_s, sum(copy_s) AS copy_s, max(ts_s) AS last_ts_s""",
     """(SELECT ts_s, job, rank, pid, any_value(node) AS node, max(world_size) AS world_size,
               max(window_s) AS window_s,
               coalesce(sum(blocked_s) FILTER (WHERE kind IN ('collective', 'group')), 0) AS wait_s,
@@ -55,6 +63,7 @@ NIC_STANDS_OUT = 3.0  # a NIC's queueing or loss this many times the other NICs'
 QUEUE_FLOOR_MS, LOSS_FLOOR = 0.25, 50.0  # ... and at least this much
 NETWORK_HELD_S = 15.0  # the rise held this long: two 10 s windows on a node, one 15 s scrape step in a fleet
 MAX_RANKS_LISTED = 16
+MIN_NODES_ALIKE = 3  # nodes whose rows landed together, to judge one of them against the others
 EXPECTED = ("power_limit_w", "sm_clock_max_mhz")  # set by an executed action: its slower rank is expected
 
 
@@ -70,6 +79,7 @@ class StragglerRules:
         self.job_wait: dict[str, RollingBaseline] = defaultdict(lambda: RollingBaseline(size=20, min_count=3))
         self.places: dict[tuple[str, int], Mapping[str, Any]] = {}
         self._read_places = False
+        self.judged_ts_s = -math.inf  # rank rows up to here judged (`ahead`)
 
     def _place(self, job: str, rank: int) -> Mapping[str, Any]:
         """The rank's GPU, node and NIC from the scheduler's rank table (read again, once a window, for a rank
@@ -81,9 +91,49 @@ class StragglerRules:
         return self.places.get((job, rank), {})
 
     def process(self, t0: float, t1: float, warm: bool) -> list[Symptom]:
+        """The window's symptoms. Where the fleet's rank rows land at several times inside it (node agents
+        scraped at their own phases, read on a finer grid: aiops/fleet/ingest.py `rank_reads`), the job is judged
+        at each of those times (`ahead`), over the window's length back from it (every rank's newest row, each
+        exactly once), and a rank is judged when its own node's rows land: its symptom is stamped then, not at
+        the window's end. Each rank's row counts once for its persistence and baselines; the job's wait is
+        learned once a window, at its end."""
         self._read_places = False
+        arrivals = self._arrivals(t0, t1)
+        if len(arrivals) <= 1 and self.judged_ts_s <= t0 + 1e-9:
+            self.judged_ts_s = t1
+            return self._judge(t0, t1, warm, None, learn_job=True)
+        out = self.ahead(t1, t1 - t0, warm)
+        return out + self._judge(
+            t0, t1, warm, (t1, t1), learn_job=True
+        )  # nothing new: the job's wait learned
+
+    def ahead(self, until_s: float, window_s: float, warm: bool) -> list[Symptom]:
+        """The ranks whose rows landed after the last judged time, up to `until_s`, judged as they landed (the
+        live service calls this between its windows, as the fleet reads rank timing more often than a step)."""
+        self._read_places = False
+        out: list[Symptom] = []
+        for at in self._arrivals(self.judged_ts_s, until_s):
+            out += self._judge(at - window_s, at, warm, (self.judged_ts_s, at), learn_job=False)
+            self.judged_ts_s = at
+        return out
+
+    def _arrivals(self, t0: float, t1: float) -> list[float]:
+        """The times inside (t0, t1] at which a fleet's rank rows landed (one on a node's own store)."""
+        rows = self.store.query(
+            "SELECT DISTINCT ts_s FROM rank_timing_samples WHERE ts_s > ? AND ts_s <= ? "
+            "AND rank_source = 'fleet' ORDER BY ts_s",
+            [max(t0, -1e300), t1],
+        )
+        return [float(r["ts_s"]) for r in rows]
+
+    def _judge(
+        self, t0: float, t1: float, warm: bool, fresh: tuple[float, float] | None, *, learn_job: bool
+    ) -> list[Symptom]:
+        """The rules over the ranks' rows of (t0, t1]; with `fresh` (since, at), only the ranks whose newest row
+        landed in (since, at] are reported, counted and learned from (the others were judged when theirs did)."""
         jobs: dict[str, list[tuple[RankWindow, str]]] = defaultdict(list)
         world: dict[str, int] = {}
+        new: set[tuple[str, int]] | None = None if fresh is None else set()
         for r in w.window(self.store, RANK_WINDOW_SQL, t0, t1):
             phases = RankWindow(
                 int(r["rank"]),
@@ -95,28 +145,55 @@ class StragglerRules:
             job = str(r["job"])
             jobs[job].append((phases, str(r["node"])))
             world[job] = max(world.get(job, 0), int(r["world_size"] or 0))
+            if new is not None and fresh is not None and float(r["last_ts_s"]) > fresh[0] + 1e-9:
+                new.add((job, phases.rank))
         out: list[Symptom] = []
         for job, ranks in sorted(jobs.items()):
-            out += self._job(job, ranks, world[job], t0, t1, warm)
+            mine = None if new is None else {rank for j, rank in new if j == job}
+            out += self._job(job, ranks, world[job], (t0, t1), warm, mine, learn_job)
         return out
 
     def _job(
-        self, job: str, ranks: list[tuple[RankWindow, str]], world_size: int, t0: float, t1: float, warm: bool
+        self,
+        job: str,
+        ranks: list[tuple[RankWindow, str]],
+        world_size: int,
+        span: tuple[float, float],
+        warm: bool,
+        fresh: set[int] | None,
+        learn_job: bool,
     ) -> list[Symptom]:
+        t0, t1 = span
         windows = [phases for phases, _ in ranks]
         node_of = {phases.rank: node for phases, node in ranks}
+        judged = [p for p in windows if fresh is None or p.rank in fresh]
         late = late_ranks(windows)
-        if late is not None:  # the peers' wait is the late ranks' doing: no window to learn from
-            shares = {"shares": late.shares, "peer_shares": late.peer_shares}
-            return self._late(job, list(late.ranks), late.cause, node_of, (t0, t1), "peers", shares)
+        # ranks that landed together cover the same seconds: judged among themselves too (the job's other rows,
+        # up to a step older, may not show yet what these show), rank by rank and node by node
+        together = fresh is not None and len(judged) < len(windows)
+        alike = late_ranks(judged) if together else None
+        nodes = _late_nodes(judged, node_of) if together else None
+        waited = self._waited_for(job, windows, judged, node_of) if together else None
+        if late or alike or nodes or waited:  # the peers' wait is the late ranks' doing: nothing to learn
+            out: list[Symptom] = []
+            for found in (alike, nodes, waited, late):
+                named = [r for r in found.ranks if r in {p.rank for p in judged}] if found else []
+                if found is late and together:  # against older rows: it must also wait less than it used to
+                    named = [r for r in named if self._below_usual(job, r, windows)]
+                if found and named:
+                    shares = {"shares": found.shares, "peer_shares": found.peer_shares}
+                    out += self._late(job, named, found.cause, node_of, (t0, t1), "peers", shares)
+                    break
+            return out
         wait = statistics.median(p.share("wait") for p in windows)
         baseline = self.job_wait[job]
         high = baseline.ready() and wait - baseline.median >= max(NETWORK_RISE, 5 * 1.4826 * baseline.mad)
-        out = self._turned(job, windows, world_size, node_of, t0, t1)
+        out = self._turned(job, windows, judged, world_size, node_of, t0, t1)
         out += self._network(job, windows, wait, high and warm, t0, t1)
         if not out and not high:  # a quiet window teaches the job's wait and each rank's shares
-            baseline.add(wait)
-            for phases in windows:
+            if learn_job:
+                baseline.add(wait)
+            for phases in judged:
                 usual = self.usual.setdefault(
                     (job, phases.rank), {p: RollingBaseline(size=30, min_count=3) for p in PHASES}
                 )
@@ -124,19 +201,82 @@ class StragglerRules:
                     rolling.add(phases.share(phase))
         return out
 
+    def _below_usual(self, job: str, rank: int, windows: Sequence[RankWindow]) -> bool:
+        """Whether the rank waited LATE_GAP / 2 less than it usually does (True before its baseline is ready):
+        judged against the job's older rows, a rank back to its pace while the others' rows still hold a wait
+        that has ended (a straggler recovered) is no straggler."""
+        usual = self.usual.get((job, rank))
+        if usual is None or not usual["wait"].ready():
+            return True
+        now = next(p.share("wait") for p in windows if p.rank == rank)
+        return usual["wait"].median - now >= LATE_GAP / 2
+
+    def _waited_for(
+        self,
+        job: str,
+        windows: Sequence[RankWindow],
+        judged: Sequence[RankWindow],
+        node_of: Mapping[int, str],
+    ) -> Late | None:
+        """A node that just landed and that the job's other nodes wait for, though their rows are older: its
+        ranks (summed) waited LATE_GAP less than every other node's newest rows and LATE_GAP / 2 less than they
+        usually do, while the other nodes wait LATE_GAP longer than they usually do (a checkpoint or a slow
+        network moves every node alike; a node back to its usual pace after a straggler recovered waits no less
+        than it used to). A node alone in its scrape phase has no node landing with it to be judged against."""
+        by_node: dict[str, list[RankWindow]] = defaultdict(list)
+        for phases in windows:
+            by_node[node_of[phases.rank]].append(phases)
+        fresh_nodes = {node_of[p.rank] for p in judged}
+        if len(by_node) - len(fresh_nodes) < MIN_NODES_ALIKE - 1:
+            return None
+
+        def rise(ranks: Sequence[RankWindow]) -> float | None:
+            """The ranks' wait now less their usual (median over ranks), None before their baselines are ready."""
+            usual = [self.usual.get((job, p.rank)) for p in ranks]
+            if not all(u is not None and u["wait"].ready() for u in usual):
+                return None
+            return statistics.median(
+                p.share("wait") - u["wait"].median for p, u in zip(ranks, usual, strict=True) if u
+            )
+
+        others = {n: _summed(ranks) for n, ranks in by_node.items() if n not in fresh_nodes}
+        rises = [rise(by_node[n]) for n in others]
+        if any(r is None for r in rises) or statistics.median(r for r in rises if r is not None) < LATE_GAP:
+            return None
+        for node in sorted(fresh_nodes):
+            mine = _summed(by_node[node])
+            own = rise(by_node[node])
+            if (
+                own is None
+                or own > -LATE_GAP / 2  # its first row after the onset holds some seconds before it
+                or mine.share("wait") > min(o.share("wait") for o in others.values()) - LATE_GAP
+            ):
+                continue
+            found = late_ranks(
+                [mine, *[RankWindow(-1 - k, *_parts(o)) for k, o in enumerate(others.values())]]
+            )
+            cause = found.cause if found else _cause(mine, list(others.values()))
+            if cause is None:
+                continue
+            ranks = sorted(by_node[node], key=lambda p: (p.share("wait"), p.rank))
+            return Late(tuple(p.rank for p in ranks), cause, mine.shares(), _medians(list(others.values())))
+        return None
+
     def _turned(
         self,
         job: str,
         windows: Sequence[RankWindow],
+        judged: Sequence[RankWindow],
         world_size: int,
         node_of: Mapping[int, str],
         t0: float,
         t1: float,
     ) -> list[Symptom]:
-        """The own-baseline rule: ranks that turned late against their usual shares, two windows running. Where
-        every rank of the job is in view, at most half of them (the whole job changing pace is no straggler)."""
+        """The own-baseline rule: ranks (of `judged`, among `windows`) that turned late against their usual
+        shares, two windows running. Where every rank of the job is in view, at most half of them (the whole job
+        changing pace is no straggler)."""
         turned: dict[str, list[int]] = defaultdict(list)
-        for phases in windows:
+        for phases in judged:
             usual = self.usual.get((job, phases.rank))
             ready = usual is not None and all(b.ready() for b in usual.values())
             cause = became_late(phases, {p: b.median for p, b in usual.items()}) if usual and ready else None
@@ -233,6 +373,52 @@ class StragglerRules:
             **evidence,
         }
         return [Symptom(kind="network_straggler", component=nic, ts_s=t1, detail=detail)]
+
+
+def _late_nodes(windows: Sequence[RankWindow], node_of: Mapping[int, str]) -> Late | None:
+    """The ranks of the node (or nodes) that the other nodes landing with it waited for: each node's ranks summed
+    into one window and judged as ranks are (`late_ranks`), among MIN_NODES_ALIKE nodes at least. A whole node
+    slowed (its power braked, its loader starved) is no rank late against its node-mates, yet it is against the
+    nodes whose rows cover the same seconds."""
+    by_node: dict[str, list[RankWindow]] = defaultdict(list)
+    for phases in windows:
+        by_node[node_of[phases.rank]].append(phases)
+    if len(by_node) < MIN_NODES_ALIKE:
+        return None
+    names = sorted(by_node)
+    summed = [
+        RankWindow(
+            k,
+            sum(p.window_s for p in by_node[name]),
+            sum(p.wait_s for p in by_node[name]),
+            sum(p.compute_s for p in by_node[name]),
+            sum(p.copy_s for p in by_node[name]),
+        )
+        for k, name in enumerate(names)
+    ]
+    found = late_ranks(summed)
+    if found is None:
+        return None
+    ranks = [p for k in found.ranks for p in by_node[names[k]]]
+    ranks.sort(key=lambda p: (p.share("wait"), p.rank))
+    return Late(tuple(p.rank for p in ranks), found.cause, found.shares, found.peer_shares)
+
+
+def _summed(ranks: Sequence[RankWindow]) -> RankWindow:
+    """Ranks' windows as one (a node's): their seconds added."""
+    return RankWindow(-1, *(sum(x) for x in zip(*(_parts(p) for p in ranks), strict=True)))
+
+
+def _parts(p: RankWindow) -> tuple[float, float, float, float]:
+    return p.window_s, p.wait_s, p.compute_s, p.copy_s
+
+
+def _cause(mine: RankWindow, others: Sequence[RankWindow]) -> str | None:
+    """The class of a window that waited less than `others`: the phase it spent more of the window in."""
+    peers = _medians(others)
+    excess = {phase: mine.share(phase) - peers[phase] for phase in CAUSE_OF_PHASE}
+    phase = max(excess, key=lambda p: (excess[p], p))
+    return CAUSE_OF_PHASE[phase] if excess[phase] > 0 else None
 
 
 def _medians(windows: Sequence[RankWindow]) -> dict[str, float]:

@@ -32,10 +32,20 @@ def read_cycle(
     selector: str = "",
     facility: FacilityConfig | None = None,
     phase_s: float = 0.0,
+    rank_reads: int = 1,
+    rank_start_s: float | None = None,
 ) -> CycleReport:
     """Everything the fleet reads for (start_s, end_s]: the DCIM document is read once, at the interval's end."""
     nodes = fetch_interval(
-        store, client, start_s=start_s, end_s=end_s, step_s=step_s, selector=selector, phase_s=phase_s
+        store,
+        client,
+        start_s=start_s,
+        end_s=end_s,
+        step_s=step_s,
+        selector=selector,
+        phase_s=phase_s,
+        rank_reads=rank_reads,
+        rank_start_s=rank_start_s,
     )
     report = CycleReport(nodes)
     if nodes.end_s < nodes.start_s:

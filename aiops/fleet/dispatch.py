@@ -23,22 +23,26 @@ Each flush of `aiops fleet`, `FleetDispatcher` takes the proposals that are `app
   a `dispatch` event), at most `MAX_PER_FLUSH` sends per flush. The answer is
   hostile data: JSON-decoded, size-capped, each field cut to length; the HTTP client (aiops/outbound.py)
   follows no redirect and bounds the whole exchange by `[fleet] dispatch_timeout_s`.
+
+Three phases, so that no POST waits on a node while the workspace is held (the service's flush drives them,
+aiops/service/flush_steps.py): `collect(store)` reads the workspace and makes each send ready (its `dispatch`
+event written), `send()` POSTs them with no store at all, `record(store)` writes the answers and settles.
+`run(store)` does all three at once, for a caller that holds no service's workspace (tests, one-off tools).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiops import outbound
 from aiops.config import FleetConfig
-from aiops.errors import OutboundError
+from aiops.fleet.node_http import NodeAnswer, NodeDirectory, post_json
 from aiops.fleet.scopes import (
+    DISPATCHED,
     answered_hosts,
     node_previous,
     node_status,
@@ -46,7 +50,6 @@ from aiops.fleet.scopes import (
     scheduler_actuator,
     settle,
 )
-from aiops.labels import is_host_name
 from aiops.store import Store
 from guardrails.actions import action_hash
 from guardrails.actuators_k8s import core_api
@@ -74,76 +77,20 @@ CONSOLE_ONLY = (
 RETRY_S = 30.0  # after a send without an answer; doubled each time, at most MAX_RETRY_S
 MAX_RETRY_S = 3600.0
 MAX_PER_FLUSH = 4
-MAX_ANSWER_BYTES = 64 * 1024
-DISPATCHED = "dispatch_result"
 
 
-@dataclass(frozen=True)
-class NodeAnswer:
-    http_status: int | None  # None: no answer (connection refused, timeout)
+@dataclass
+class Outgoing:
+    """One node's dispatch, made ready with the workspace open and sent with it closed; `answer` once sent."""
+
+    record: ProposalRecord
+    host: str
+    hosts: tuple[str, ...]  # every node of the proposal's scope: settled once each answered
+    url: str
     body: dict[str, Any]
-    error: str = ""
-
-
-def post_json(url: str, body: dict[str, Any], token: str, timeout_s: float) -> NodeAnswer:
-    """POST `body` to `url`; the answer's JSON object (at most `MAX_ANSWER_BYTES`), or why there is none. No
-    redirect is followed (a node agent never redirects: a 3xx is an answer, not a new destination)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        reply = outbound.post_json(
-            url, body, headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES
-        )
-    except OutboundError as exc:  # refused, unreachable, timed out, too big, a malformed URL
-        return NodeAnswer(exc.status, {}, exc.reason[:200])
-    try:
-        decoded = reply.json()
-    except OutboundError:
-        decoded = None
-    if not isinstance(decoded, dict):
-        return NodeAnswer(reply.status, {}, "the answer is not a JSON object")
-    return NodeAnswer(reply.status, decoded)
-
-
-class NodeDirectory:
-    """Where a host's agent listens and which token it takes: `[fleet.nodes]`, else `[fleet] node_url` filled
-    with the host, which must be a valid host name (aiops.labels.is_host_name: no `:`, `/`, `#`, `@` or
-    space can pass); the token from `[fleet] node_token_dir`/<host> when set, else `node_token_file`'s."""
-
-    def __init__(self, fleet: FleetConfig, token: str = "") -> None:
-        self.fleet, self.token = fleet, token
-
-    def url(self, host: str) -> str | None:
-        """The host's /api/dispatch URL; None when the host is no valid name or the template would not give a
-        URL whose host is the template's own with `{host}` replaced."""
-        if not is_host_name(host):
-            return None
-        configured = self.fleet.nodes.get(host)
-        if configured:
-            return configured.rstrip("/") + "/api/dispatch"
-        filled = self.fleet.node_url.replace("{host}", host)
-        template = urllib.parse.urlsplit(self.fleet.node_url.replace("{host}", "h0st"))
-        made = urllib.parse.urlsplit(filled)
-        try:
-            same_port = made.port == template.port
-        except ValueError:
-            return None
-        expected = (template.hostname or "").replace("h0st", host)
-        if made.hostname != expected or not same_port or made.path != template.path.replace("h0st", host):
-            return None
-        return filled.rstrip("/") + "/api/dispatch"
-
-    def token_for(self, host: str) -> str | None:
-        """The host's /api token ("" for none configured); None when `node_token_dir` is set and holds none
-        for it (nothing is sent then)."""
-        folder = self.fleet.node_token_dir
-        if not folder:
-            return self.token
-        if not is_host_name(host):
-            return None
-        try:
-            return (Path(folder) / host).read_text(encoding="utf-8").strip() or None
-        except (OSError, UnicodeDecodeError):
-            return None
+    token: str
+    now: float
+    answer: NodeAnswer | None = None
 
 
 def _text(value: Any, limit: int = 300) -> str:
@@ -168,6 +115,7 @@ class FleetDispatcher:
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}  # sends without an answer in a row, per proposal (the backoff)
         self._verifier: Verifier | None = None
+        self.outgoing: list[Outgoing] = []  # made ready by collect(), sent by send(), written by record()
         self.kube_api = kube_api  # tests: a CoreV1Api for [fleet.scheduler] kind = "kubernetes"
         self._scheduler: RoutingActuator | None = None
         self.view = view_reader(
@@ -187,12 +135,46 @@ class FleetDispatcher:
         config = self.fleet.scheduler
         return core_api(config.kubeconfig, in_cluster=config.in_cluster or not config.kubeconfig)
 
-    def __call__(self, store: Store) -> None:
-        self.run(store)
-
     def run(self, store: Store, verifier: Verifier | None = None) -> list[str]:
         """Carry out what is due, each by its scope (aiops/fleet/scopes.py); returns the proposal ids settled
-        (executed, failed or refused: every node of its scope answered, or the scheduler ran it)."""
+        (executed, failed or refused: every node of its scope answered, or the scheduler ran it). The POSTs
+        run with `store` open: a service's flush calls the three phases instead (the module's docstring)."""
+        ran = self.collect(store, verifier)
+        self.send()
+        return ran + self.record(store)
+
+    def send(self) -> int:
+        """POST what `collect` made ready, touching no store (the service's workspace is closed meanwhile);
+        returns how many were sent. The answers wait in `outgoing` for `record`."""
+        sent = 0
+        for one in self.outgoing:
+            if one.answer is None:
+                one.answer = self.post(one.url, one.body, one.token, self.fleet.dispatch_timeout_s)
+                sent += 1
+        return sent
+
+    def record(self, store: Store) -> list[str]:
+        """The answers `send` got, written (a `dispatch_result`, or a retry planned); returns the proposal ids
+        settled (every node of the scope answered). A send not made yet stays for the next flush."""
+        done, self.outgoing = (
+            [o for o in self.outgoing if o.answer],
+            [o for o in self.outgoing if not o.answer],
+        )
+        audit, settled = AuditLog(store), []
+        for one in done:
+            self._answered(store, one)
+        for one in {o.record.proposal_id: o for o in done}.values():
+            if set(one.hosts) <= answered_hosts(audit, one.record.proposal_id):
+                settle(store, one.record, one.hosts, one.now)
+                settled.append(one.record.proposal_id)
+        return settled
+
+    def collect(self, store: Store, verifier: Verifier | None = None) -> list[str]:
+        """What is due, read from the workspace: node sends made ready in `outgoing` (each with its `dispatch`
+        event), notes set; the scheduler's steps run here. Returns the proposal ids the scheduler settled."""
+        if self.outgoing:  # sent by a flush whose writing failed: written now; one never sent is made again
+            self.record(store)
+            self.outgoing = []
         if verifier is None:  # one per dispatcher: its verdicts are cached (each signature checked once)
             if self._verifier is None:
                 self._verifier = ConfiguredVerifier(store.guardrails, store.path)
@@ -237,10 +219,7 @@ class FleetDispatcher:
                 continue
             for host in due[: MAX_PER_FLUSH - sent]:
                 sent += 1
-                self._send(store, record, approvals, host, now, topology)
-            if set(route.hosts) <= answered_hosts(audit, pid):
-                settle(store, record, route.hosts, now)
-                answered.append(pid)
+                self._prepare(store, record, approvals, (host, route.hosts), now, topology)
         return answered
 
     def on_scheduler(self, store: Store, record: ProposalRecord) -> bool:
@@ -297,17 +276,17 @@ class FleetDispatcher:
         if record.message != note:
             records.set_status(record.proposal_id, "approved", now, note)
 
-    def _send(
+    def _prepare(
         self,
         store: Store,
         record: ProposalRecord,
         approvals: list[dict[str, Any]],
-        host: str,
+        where: tuple[str, tuple[str, ...]],
         now: float,
         topology: Topology,
-    ) -> bool:
-        """One node's dispatch; its answer recorded as a `dispatch_result` (True), or a retry planned (False)."""
-        records, audit, pid = GuardrailRecords(store), AuditLog(store), record.proposal_id
+    ) -> None:
+        """One node's dispatch made ready in `outgoing` (its `dispatch` event written), or a note why not."""
+        (host, hosts), records, pid = where, GuardrailRecords(store), record.proposal_id
         url, token = self.directory.url(host), self.directory.token_for(host)
         if url is None or token is None:
             missing = "a URL ([fleet.nodes] or node_url)" if url is None else "a token in node_token_dir"
@@ -315,7 +294,7 @@ class FleetDispatcher:
             log.warning(
                 "dispatch not sent", extra={"proposal_id": pid, "node": host[:80], "missing": missing}
             )
-            return False
+            return
         body = {
             "action": record.action.model_dump(mode="json"),
             "action_hash": action_hash(record.action),
@@ -327,13 +306,25 @@ class FleetDispatcher:
             "history": history_for(records.history(), host, topology, now),
         }
         principals = sorted({a["principal"] for a in approvals})
-        audit.append(
+        AuditLog(store).append(
             "dispatch",
             {"node": host, "url": outbound.safe_url(url), "signers": principals},
             proposal_id=pid,
             actor="fleet",
         )
-        answer = self.post(url, body, token, self.fleet.dispatch_timeout_s)
+        self.outgoing.append(Outgoing(record, host, hosts, url, body, token, now))
+
+    def _answered(self, store: Store, one: Outgoing) -> bool:
+        """One node's answer recorded as a `dispatch_result` (True), or a retry planned (False)."""
+        records, audit, record, host, now = (
+            GuardrailRecords(store),
+            AuditLog(store),
+            one.record,
+            one.host,
+            one.now,
+        )
+        pid, answer = record.proposal_id, one.answer
+        assert answer is not None
         if answer.http_status is None or answer.http_status == 401 or answer.http_status >= 500:
             why = answer.error or _text(answer.body.get("error") or answer.body.get("message"))
             key = f"{pid}@{host}"

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import math
 
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, families, integer_families
+from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    families,
+    integer_families,
+)
 from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
@@ -60,8 +68,8 @@ INFO = (
 GPU_FAMILIES = families(GPU_SAMPLES)
 GPU_GAUGES = tuple(f.name for f in GPU_FAMILIES if f.kind == "gauge")
 GPU_COUNTERS = (*(f.name for f in GPU_FAMILIES if f.kind == "counter"), "aiops_gpu_xid_events_total")
-# the NICs' families: declared with nic_samples' columns (aiops/columns.py), and the traffic classes'
-NIC = (*(f.name for f in families(NIC_SAMPLES)), "aiops_flow_class_transmit_bytes_total")
+# the NICs' and the traffic classes' families: declared with their tables' columns (aiops/columns.py)
+NIC = tuple(f.name for table in (NIC_SAMPLES, FLOW_CLASS_SAMPLES) for f in families(table))
 JOB = (
     "aiops_job_step_duration_seconds_count",
     "aiops_job_step_duration_seconds_sum",
@@ -80,18 +88,9 @@ RANKS = (
     "aiops_rank_probed_seconds_total",
 )
 HOST = tuple(f.name for f in families(HOST_SAMPLES))  # declared with host_samples' columns (aiops/columns.py)
-NETDEV_COLUMNS: dict[str, str] = {
-    "aiops_netdev_receive_bytes_total": "rx_bytes",
-    "aiops_netdev_transmit_bytes_total": "tx_bytes",
-    "aiops_netdev_receive_errors_total": "rx_errors",
-    "aiops_netdev_transmit_errors_total": "tx_errors",
-    "aiops_netdev_receive_drops_total": "rx_dropped",
-    "aiops_netdev_transmit_drops_total": "tx_dropped",
-    "aiops_netdev_carrier_changes_total": "carrier_changes",
-    "aiops_netdev_receive_pause_frames_total": "rx_pause_frames",
-    "aiops_netdev_transmit_pause_frames_total": "tx_pause_frames",
-}
-NETDEV = (*NETDEV_COLUMNS, "aiops_netdev_up")
+NETDEV = tuple(
+    f.name for f in families(NETDEV_SAMPLES)
+)  # declared with netdev_samples' columns (aiops/columns.py)
 INCIDENTS = ("aiops_incident_opened_timestamp_seconds", "aiops_incident_confidence_ratio")
 # what each node's executed actions set (guardrails/intended.py): intended state on the fleet, and its copies of
 # those actions superseded (guardrails/supersede.py)

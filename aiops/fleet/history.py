@@ -11,8 +11,9 @@ scrapes; the values are those `aiops run --sim S --node N` serves at `/metrics` 
 from __future__ import annotations
 
 import math
+import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -85,9 +86,21 @@ def _rows(store: Store, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     return columns, cursor.fetchall()
 
 
-def replay(store: Store, step_s: float, nodes: Sequence[str] | None = None) -> History:
+def spread_offsets(nodes: Sequence[str], step_s: float) -> dict[str, float]:
+    """Each node's scrape offset in [0, step_s), as a scraper that spreads its targets over the step gives them
+    (Prometheus offsets each target by a hash of its labels): here a stable hash of the node's name, to 0.1 s."""
+    return {n: round((zlib.crc32(n.encode()) % 10_000) / 10_000 * step_s, 1) % step_s for n in nodes}
+
+
+def replay(
+    store: Store,
+    step_s: float,
+    nodes: Sequence[str] | None = None,
+    offsets_s: Mapping[str, float] | None = None,
+) -> History:
     """The run in `store` scraped every `step_s` from each node's agent (all nodes of its topology unless
-    `nodes` names some). Scrapes start one step after the first sample and end at the last."""
+    `nodes` names some). Scrapes start one step after the first sample and end at the last; with `offsets_s`
+    each node's scrapes that many seconds later (a scraper spreading its targets over the step)."""
     topology = store.query("SELECT * FROM topology")
     ranks = store.query("SELECT * FROM job_ranks")
     homes = job_homes(ranks)
@@ -109,9 +122,8 @@ def replay(store: Store, step_s: float, nodes: Sequence[str] | None = None) -> H
     if first_s is None or last_s is None:
         return history
     cursors = dict.fromkeys(tables, 0)
-    scrape_s = float(first_s) + step_s
     end_s = float(last_s) + step_s
-    while scrape_s <= end_s + 1e-9:
+    for scrape_s, scraped in _scrapes(float(first_s) + step_s, end_s, step_s, list(caches), offsets_s or {}):
         for table, (columns, rows) in tables.items():
             at = columns.index("ts_s")
             i = cursors[table]
@@ -121,10 +133,23 @@ def replay(store: Store, step_s: float, nodes: Sequence[str] | None = None) -> H
             if j > i:
                 _feed(table, columns, rows[i:j], caches, slices)
                 cursors[table] = j
-        for cache in caches.values():
-            history.add(cache.collect(), round(scrape_s, 3))
-        scrape_s += step_s
+        for node in scraped:
+            history.add(caches[node].collect(), round(scrape_s, 3))
     return history
+
+
+def _scrapes(
+    first_s: float, end_s: float, step_s: float, nodes: list[str], offsets_s: Mapping[str, float]
+) -> Iterator[tuple[float, list[str]]]:
+    """(time, nodes scraped then) in time order: every node at each step from `first_s`, plus its offset."""
+    at: dict[float, list[str]] = defaultdict(list)
+    k = 0
+    while first_s + k * step_s <= end_s + 1e-9:
+        for node in nodes:
+            at[round(first_s + k * step_s + offsets_s.get(node, 0.0), 3)].append(node)
+        k += 1
+    for scrape_s in sorted(at):
+        yield scrape_s, at[scrape_s]
 
 
 def _feed(

@@ -92,6 +92,7 @@ class IngestReport:
     # samples dropped one by one (never the cycle): why (`DROP_REASONS`) -> how many, and a few of them as text
     dropped: dict[str, int] = field(default_factory=dict)
     dropped_examples: list[str] = field(default_factory=list)
+    rank_end_s: float | None = None  # rank timing read on a finer grid (`rank_reads`): up to here
 
 
 DROP_REASONS = ("nan", "infinite", "out_of_range")
@@ -265,49 +266,106 @@ def fetch_interval(
     selector: str = "",
     names: Iterable[str] = families.ALL,
     phase_s: float = 0.0,
+    rank_reads: int = 1,
+    rank_start_s: float | None = None,
 ) -> IngestReport:
     """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it plus
-    `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is read as the counters' base. Returns what was read and
-    written.
+    `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is
+    read as the counters' base. Returns what was read and written.
+
+    With `rank_reads` above 1 the per-rank timing families (`families.RANKS`) are read on a grid `rank_reads`
+    times finer, each with a window as long as its grid's step: a series scraped once a step lands in exactly one
+    of its points, the first after its scrape, so a node agent scraped between two of the step's grid points
+    (a scraper spreading its targets over the step) has its ranks' rows stamped within `step_s / rank_reads` of
+    its scrape instead of up to a whole step later (docs/FLEET.md). They are read over (`rank_start_s`, end_s]
+    (start_s when None) to the last of their own grid's points, which `rank_end_s` in the report says: the live
+    fleet reads them between its steps too (aiops/fleet/source.py).
 
     A long interval (the first cycle's look-back, a whole recorded run) is read in pieces of about
     `PIECE_SAMPLES` samples, each with its own base step, so the staging stays within DuckDB's memory limit
     whatever the cluster's size: the first piece is one step (it tells how many series there are)."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
-    phase_s = phase_s % step_s
-    first_s = (math.floor((start_s - phase_s) / step_s) + 1) * step_s + phase_s  # the first grid point inside
-    last_s = math.floor((end_s - phase_s) / step_s) * step_s + phase_s
-    report = IngestReport(client.url, first_s, last_s, step_s)
-    if last_s < first_s:
-        return report
-    bound_memory(store.conn)
     wanted = tuple(names)
-    total = round((last_s - first_s) / step_s) + 1
-    done, steps = 0, 1
-    while done < total:
-        steps = min(steps, total - done)
-        piece_first_s = first_s + done * step_s
-        piece_last_s = first_s + (done + steps - 1) * step_s
-        series = _fetch_piece(store, client, piece_first_s, piece_last_s, step_s, selector, wanted, report)
-        done += steps
-        steps = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
+    fine = tuple(n for n in wanted if n in families.RANKS) if rank_reads > 1 else ()
+    grid = _Grid(step_s, step_s, phase_s, start_s, end_s)
+    report = IngestReport(client.url, grid.first_s, grid.last_s, step_s)
+    ranks = _Grid(
+        step_s, step_s / rank_reads, phase_s, start_s if rank_start_s is None else rank_start_s, end_s
+    )
+    bound_memory(store.conn)
+    if grid.last_s >= grid.first_s:
+        _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
+    if fine and ranks.last_s >= ranks.first_s:
+        _read_grid(store, client, ranks, selector, fine, report, ("rank_timing_samples",))
+        report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Where an interval's reads are stamped: points `res_s` apart, on multiples of `step_s` plus the phase
+    (and so on the step's own grid too), inside (start_s, end_s]; the scrape step `step_s` is what a counter's
+    increase spans."""
+
+    step_s: float
+    res_s: float
+    phase_s: float
+    start_s: float
+    end_s: float
+
+    @property
+    def first_s(self) -> float:
+        phase_s = self.phase_s % self.step_s
+        return (math.floor((self.start_s - phase_s) / self.res_s) + 1) * self.res_s + phase_s
+
+    @property
+    def last_s(self) -> float:
+        phase_s = self.phase_s % self.step_s
+        return math.floor((self.end_s - phase_s) / self.res_s) * self.res_s + phase_s
+
+
+def _read_grid(
+    store: Store,
+    client: PrometheusClient,
+    grid: _Grid,
+    selector: str,
+    names: tuple[str, ...],
+    report: IngestReport,
+    tables: tuple[str, ...] | None,
+) -> None:
+    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None)."""
+    if not names:
+        return
+    first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
+    total = round((last_s - first_s) / res_s) + 1
+    done, points = 0, 1
+    while done < total:
+        points = min(points, total - done)
+        piece_first_s = first_s + done * res_s
+        piece_last_s = first_s + (done + points - 1) * res_s
+        series = _fetch_piece(
+            store, client, (piece_first_s, piece_last_s), grid, selector, names, report, tables
+        )
+        done += points
+        points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
 
 
 def _fetch_piece(
     store: Store,
     client: PrometheusClient,
-    first_s: float,
-    last_s: float,
-    step_s: float,
+    span: tuple[float, float],
+    grid: _Grid,
     selector: str,
     names: tuple[str, ...],
     report: IngestReport,
+    tables: tuple[str, ...] | None,
 ) -> int:
-    """Grid points first_s..last_s (and the base step before) staged, pivoted, added to `report`; returns how
-    many series the answers held."""
+    """Grid points first_s..last_s (`span`; and the scrape step before them, the counters' base) staged,
+    pivoted into `tables` (all when None), added to `report`; returns how many series the answers held."""
+    first_s, last_s = span
+    step_s, res_s = grid.step_s, grid.res_s
     conn = store.conn
     for sql in _DROP_SQL:
         conn.execute(sql)
@@ -318,8 +376,8 @@ def _fetch_piece(
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
         for name in names:
-            for query in _queries(name, step_s, selector):
-                chunks = client.query_range(query, first_s - step_s, last_s, step_s, series_hint=hint)
+            for query in _queries(name, res_s, selector):
+                chunks = client.query_range(query, first_s - step_s, last_s, res_s, series_hint=hint)
                 for k, result in enumerate(chunks):
                     report.samples += stager.stage(name, result)
                     series += len(result)
@@ -336,9 +394,11 @@ def _fetch_piece(
             for sql in _MERGE_SQL:
                 conn.execute(sql)
         delta = _DELTA_SQL.replace("FROM fleet_raw)", "FROM fleet_merged)") if chunked else _DELTA_SQL
-        conn.execute(delta, {"base": first_s - step_s / 2})
+        conn.execute(delta, {"base": first_s - res_s / 2})
         conn.execute(_VIEW_SQL)
         for table, sql in statements():
+            if tables is not None and table not in tables:
+                continue
             before = int(store.scalar(f"SELECT count(*) FROM {table}"))
             conn.execute(sql, {"step": step_s} if "$step" in sql else None)
             written = int(store.scalar(f"SELECT count(*) FROM {table}")) - before

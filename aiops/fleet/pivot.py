@@ -10,7 +10,16 @@ Times a node exports as values (a job's last step, an incident's opening, its la
 from __future__ import annotations
 
 from aiops import nvml_bits
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, SQL_TYPES, Column, fleet_read
+from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    SQL_TYPES,
+    Column,
+    fleet_read,
+)
 from aiops.fleet import families as f
 
 
@@ -145,11 +154,18 @@ WHERE l.tx_bytes IS NOT NULL OR l.drops IS NOT NULL
 """
 
 
-FLOWS = """
+def flow_class_samples_sql() -> str:
+    (tx,) = fleet_read(FLOW_CLASS_SAMPLES)  # declared once (aiops/columns.py): the bytes' increase
+    assert tx.family is not None
+    return f"""
 INSERT INTO flow_class_samples (ts_s, nic, node, traffic_class, rule_id, lane, interval_s, tx_bytes)
-SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, CAST(d AS BIGINT)
-FROM fleet_d WHERE name = 'aiops_flow_class_transmit_bytes_total' AND d IS NOT NULL AND nic <> ''
+SELECT * FROM (
+  SELECT ts_s, nic, node, traffic_class, NULLIF(rule_id, ''), lane, $step, {_declared(tx)} AS tx_bytes
+  FROM fleet_d WHERE name = '{tx.family.name}' AND nic <> ''
+  GROUP BY ts_s, nic, node, traffic_class, rule_id, lane)
+WHERE tx_bytes IS NOT NULL
 """
+
 
 LANE_RULES = """
 INSERT INTO lane_rules (ts_s, rule_id, match_kind, match_value, lane, scope)
@@ -225,10 +241,10 @@ FROM fleet_d WHERE node <> '' AND name IN {_in(f.HOST)} GROUP BY ts_s, node
 
 
 def netdev_sql() -> str:
-    picks = ", ".join(f"CAST({_pick(n)} AS BIGINT)" for n in f.NETDEV_COLUMNS)
+    picks = {c.name: _declared(c) for c in fleet_read(NETDEV_SAMPLES)}  # declared once (aiops/columns.py)
     return f"""
-INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(f.NETDEV_COLUMNS.values())}, oper_up)
-SELECT ts_s, node, dev, max(NULLIF(nic, '')), {picks}, {_pick("aiops_netdev_up")} > 0
+INSERT INTO netdev_samples (ts_s, node, dev, nic, {", ".join(picks)}, oper_up)
+SELECT ts_s, node, dev, max(NULLIF(nic, '')), {", ".join(picks.values())}, {_pick("aiops_netdev_up")} > 0
 FROM fleet_d WHERE node <> '' AND dev <> '' AND name IN {_in(f.NETDEV)} GROUP BY ts_s, node, dev
 """
 
@@ -294,7 +310,7 @@ def statements() -> list[tuple[str, str]]:
         ("gpu_samples", gpu_samples_sql()),
         ("gpu_events", GPU_EVENTS),
         ("nic_samples", nic_samples_sql()),
-        ("flow_class_samples", FLOWS),
+        ("flow_class_samples", flow_class_samples_sql()),
         ("lane_rules", LANE_RULES),
         ("collective_samples", COLLECTIVES),
         ("job_steps", JOB_STEPS),

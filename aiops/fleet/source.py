@@ -28,7 +28,9 @@ import pyarrow as pa
 
 from aiops.config import FacilityConfig, FleetConfig
 from aiops.errors import SourceError
+from aiops.fleet import families
 from aiops.fleet.cycle import CycleReport, read_cycle
+from aiops.fleet.ingest import fetch_interval
 from aiops.fleet.phase import learned_phase_s, on_grid
 from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
@@ -105,13 +107,20 @@ class FleetCollector:
         self.phase_s: float | None = None if self.config.read_after_scrapes else self.config.phase_s
         if self.phase_s is not None:
             self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
+        self.rank_horizon_ts_s = self.horizon_ts_s  # rank timing read up to here (`[fleet] rank_reads`)
+
+    @property
+    def data_ts_s(self) -> float:
+        """The service's data clock: the newest time read (rank timing may run ahead of the step's read)."""
+        return max(self.horizon_ts_s, self.rank_horizon_ts_s)
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
-        service's data clock: the horizon itself)."""
+        service's data clock: the horizon itself). Between two steps' reads, rank timing alone is read as each
+        of its finer grid's points passes (`[fleet] rank_reads`)."""
         end_s = self.clock() - self.config.delay_s
         if end_s - self.horizon_ts_s < self.step_s:
-            return {}
+            return self._ranks_between(end_s)
         self.sight.begin()
         try:
             if self.phase_s is None:
@@ -128,6 +137,8 @@ class FleetCollector:
                 selector=self.config.selector,
                 facility=self.facility,
                 phase_s=self.phase_s or 0.0,
+                rank_reads=self.config.rank_reads,
+                rank_start_s=max(self.horizon_ts_s, self.rank_horizon_ts_s),
             )
             scraping = self.presence.read(
                 self.client, report.nodes.start_s, report.nodes.end_s, self.config.selector
@@ -141,6 +152,7 @@ class FleetCollector:
         self._show_refusals(report)
         out = self._handed_over()
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
+        self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.nodes.rank_end_s or report.nodes.end_s)
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
         if report.nodes.dropped:
@@ -148,6 +160,33 @@ class FleetCollector:
             for reason, n in report.nodes.dropped.items():
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + n
         return out
+
+    def _ranks_between(self, end_s: float) -> dict[str, pa.Table]:
+        """Rank timing alone, up to the newest of its grid's points before `end_s`, where one passed since the
+        last read and the phase is known; a failure here is left to the step's read to judge and retry."""
+        reads = self.config.rank_reads
+        if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < self.step_s / reads:
+            return {}
+        try:
+            report = fetch_interval(
+                self.scratch,
+                self.client,
+                start_s=self.horizon_ts_s,
+                end_s=end_s,
+                step_s=self.step_s,
+                selector=self.config.selector,
+                names=families.RANKS,
+                phase_s=self.phase_s,
+                rank_reads=reads,
+                rank_start_s=self.rank_horizon_ts_s,
+            )
+        except SourceError:
+            return {}
+        if report.rank_end_s is not None:
+            self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.rank_end_s)
+        rows = self.scratch.arrow("SELECT * FROM rank_timing_samples")
+        self.scratch.conn.execute("DELETE FROM rank_timing_samples")
+        return {"rank_timing_samples": rows} if rows.num_rows else {}
 
     def _handed_over(self) -> dict[str, pa.Table]:
         """What the read added: the inventory's new rows, and every sample (the scratch's emptied)."""
@@ -267,7 +306,7 @@ def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = 
     collector = FleetCollector(store, setup, clock)
     return Sources(
         [Source(collector.name, collector, 0.0)],
-        lambda: collector.horizon_ts_s,
+        lambda: collector.data_ts_s,
         tick_s=1.0,
         describe=f"fleet of {setup.config.prometheus} every {setup.config.step_s:g} s",
         close=collector.close,

@@ -8,7 +8,7 @@ The rule for one condition two shards both see (a facility cap over the site, fl
 (each opened before the other was resolved), are one incident in the view. It keeps the id of the one opened
 first (ties: the shard listed first), so the id people see does not change when a later shard joins, and lists
 every shard's own id under `seen_by`; its page is the first shard's decision, the others' are `duplicate_pages`
-(each shard still pages what it opened: docs/FLEET.md says how Alertmanager groups them into one notification).
+(shards that know each other page such a condition once between them: aiops/fleet/peer_pages.py).
 Incidents of one shard are never merged here: that shard's grouping stands. A shard that does not answer is
 named in `shards` with its error, and the view still shows the others.
 """

@@ -332,7 +332,8 @@ class Facts:
     def hca_congestion(self) -> list[dict[str, Any]]:
         """Per NIC with RDMA port counters (ib_port_samples, cumulative: rates from first to last sample): CE
         marks its HCA received, CNPs it sent and handled, packets out of sequence, words received, link drops,
-        and the PFC pause frames its port received (netdev_samples, NULL without them); incident vs reference.
+        and the PFC pause frames its port received (netdev_samples, NULL without them); incident vs reference;
+        the job whose ranks send through it (NULL for none).
         Empty on hosts without RDMA NICs (the ECN rule then reads nic_samples.ce_marks)."""
         w = self.window
 
@@ -354,9 +355,11 @@ class Facts:
                                    {rate("np_cnp_sent")} AS cnp_sent_per_s, {rate("rp_cnp_handled")} AS cnp_handled_per_s,
                                    {rate("out_of_sequence")} AS oos_per_s, {rate("port_rcv_data")} AS rcv_words_per_s,
                                    max(link_downed) - min(link_downed) AS link_downed
-                            FROM ib_port_samples WHERE nic IS NOT NULL AND ts_s BETWEEN ? AND ? GROUP BY nic)
-               SELECT cur.*, ref.ref_oos_per_s, pause.pause_rx_per_s, ref_pause.ref_pause_rx_per_s
+                            FROM ib_port_samples WHERE nic IS NOT NULL AND ts_s BETWEEN ? AND ? GROUP BY nic),
+                    job AS (SELECT nic, min(job) AS job FROM job_ranks WHERE nic IS NOT NULL GROUP BY nic)
+               SELECT cur.*, ref.ref_oos_per_s, pause.pause_rx_per_s, ref_pause.ref_pause_rx_per_s, job.job
                FROM cur LEFT JOIN ref USING (nic) LEFT JOIN pause USING (nic) LEFT JOIN ref_pause USING (nic)
+                    LEFT JOIN job USING (nic)
                ORDER BY nic""",
             [w.run_start_s, w.baseline_end_s] * 2 + [w.opened_s, w.end_s] * 2,
         )

@@ -20,6 +20,7 @@ SILENT_SHARE = 0.3  # a NIC sending fewer CNPs than this share of its peers' med
 LOSS_OVER_REFERENCE = 3.0
 LOSS_OVER_PEERS = 10.0
 MIN_LOSS_PER_S = 1.0
+MIN_PEERS = 4  # NICs of one job (itself included) to compare a NIC with; fewer: every NIC
 
 
 def hca_nics(facts: Facts) -> set[str]:
@@ -31,13 +32,17 @@ def roce_ecn(facts: Facts) -> list[Candidate]:
     rows = facts.hca_congestion()
     if not rows:
         return []
-    peer_cnp = _median([_num(r["cnp_sent_per_s"]) for r in rows])
-    peer_oos = _median([_num(r["oos_per_s"]) for r in rows])
-    peer_rcv = _median([_num(r["rcv_words_per_s"]) for r in rows])
-    sending = [r for r in rows if _num(r["cnp_sent_per_s"]) > SILENT_SHARE * peer_cnp]
     paused = [r for r in rows if _pausing(r)]
     out: list[Candidate] = []
     for r in rows:
+        # under the same load: the NICs its job's ranks send through (another job's traffic congests its own
+        # queues at its own rate), or all of them where the job has too few NICs to compare
+        mates = [o for o in rows if r["job"] is not None and o["job"] == r["job"]]
+        peers = mates if len(mates) >= MIN_PEERS else rows
+        peer_cnp = _median([_num(o["cnp_sent_per_s"]) for o in peers])
+        peer_oos = _median([_num(o["oos_per_s"]) for o in peers])
+        peer_rcv = _median([_num(o["rcv_words_per_s"]) for o in peers])
+        sending = [o for o in peers if _num(o["cnp_sent_per_s"]) > SILENT_SHARE * peer_cnp]
         oos, cnp = _num(r["oos_per_s"]), _num(r["cnp_sent_per_s"])
         lossy = oos > max(LOSS_OVER_REFERENCE * _num(r["ref_oos_per_s"]), MIN_LOSS_PER_S) or oos > max(
             LOSS_OVER_PEERS * peer_oos, MIN_LOSS_PER_S

@@ -1,22 +1,31 @@
 """The flush's steps, by name: each runs inside `Service.flush` with the workspace open (the store is the one
-transaction's connection) and is guarded there (`Service._guarded`: a step that fails is logged under its name
-and counted in `aiops_loop_errors_total`; the data is stored and the loop goes on). In the flush's order:
+transaction's connection) unless its row says otherwise, and is guarded there (`Service._guarded`: a step that
+fails is logged under its name and counted in `aiops_loop_errors_total`; the data is stored and the loop goes
+on). In the flush's order:
 
-| step (the log's word) | function | when |
-| --- | --- | --- |
-| jobs | `refresh_jobs` | the workload collector collected |
-| detection | `detect_and_respond` (and `execute_approved`) | each flush with telemetry |
-| paging | `review_pages` | a window was judged, or `review_every_s` passed |
-| closed loop | `judge_closed_loop` | as paging |
-| plans | `advance_plans` | each flush with telemetry (attaches the world only with an open plan) |
-| alerts | `investigate_alerts` | each flush with telemetry |
-| conditions | `conditions` | each flush |
-| dispatch | `DispatchInbox.judge` (dispatch_in.py) | a fleet's dispatch waits |
-| dispatcher | the fleet's dispatcher (aiops/fleet/dispatch.py): its POSTs to node agents run with the workspace
-  open (still to do: outside it) | on the fleet |
-| retention | `retention` | hourly |
-| report | `report` | a scheduled report is due |
-| (export) | `export_store` | as paging, and at the first flush: unguarded |
+| step (the log's word) | function | workspace | when |
+| --- | --- | --- | --- |
+| jobs | `refresh_jobs` | open | the workload collector collected |
+| detection | `detect_and_respond` (and `execute_approved`) | open | each flush with telemetry |
+| paging | `review_pages` | open | a window was judged, or `review_every_s` passed |
+| closed loop | `judge_closed_loop` | open | as paging |
+| plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
+| alerts | `investigate_alerts` | open | each flush with telemetry |
+| conditions | `conditions` | open | each flush |
+| dispatch | `DispatchInbox.judge` (dispatch_in.py) | open | a fleet's dispatch waits |
+| dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due and makes each POST ready | open | on the fleet |
+| retention | `retention` | open | hourly |
+| report | `report` | open | a scheduled report is due |
+| (export) | `export_store` | open | as paging, and at the first flush: unguarded |
+| dispatcher sends | `dispatch_outside`: the POSTs to node agents, then the answers written in a second, short hold | **closed** while sending | on the fleet, when a send is ready |
+
+No step sends to another system while the workspace is open from the fleet's dispatch: a node that is slow to
+answer (up to `[fleet] dispatch_timeout_s` per send) no longer keeps the console, the API and leases waiting
+(tests/test_dispatch_fleet.py checks the POST finds the workspace closed). Not built yet, still inside the open
+workspace: a scheduler step (`[fleet.scheduler]`, Slurm or Kubernetes) the fleet runs itself and the scheduler
+view its breaker reads, a ticket `execute_approved` files (Jira, ServiceNow), and the actuators a node agent's
+`execute_approved` and `dispatch` steps run (Kubernetes, Slurm): the guardrails' claim, run and read-back are
+one record there.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiops.plans import advance
 from aiops.runtime.world import TICKETS_ONLY, attach, desk
@@ -35,6 +44,18 @@ from aiops.store.workloads import refresh_jobs as refresh_job_ranks
 
 if TYPE_CHECKING:
     from aiops.service.service import Service
+
+
+class Dispatcher(Protocol):
+    """The fleet's dispatcher (aiops/fleet/dispatch.py) as the flush drives it: what to send is read with the
+    workspace open, sent with it closed, and the answers written with it open again."""
+
+    def collect(self, store: Store) -> list[str]: ...
+
+    def send(self) -> int: ...
+
+    def record(self, store: Store) -> list[str]: ...
+
 
 log = logging.getLogger("aiops.service")
 RETENTION_EVERY_S = 3600.0
@@ -138,6 +159,23 @@ def execute_approved(svc: Service, store: Store, attached: Any) -> None:
                 "why": outcome.message[:200],
             },
         )
+
+
+def dispatch_ready(svc: Service, store: Store) -> None:
+    """What the fleet sends its node agents, read from the workspace and made ready (nothing sent here)."""
+    assert svc.dispatcher is not None
+    svc.dispatcher.collect(store)
+
+
+def dispatch_outside(svc: Service) -> None:
+    """The POSTs `dispatch_ready` made ready, sent with the workspace closed (the console, the API and leases
+    are served meanwhile), then the nodes' answers written in one more short hold of the workspace."""
+    assert svc.dispatcher is not None
+    if svc.dispatcher.send():
+        with svc.owner.store() as store:
+            settled = svc.dispatcher.record(store)
+        if settled:
+            log.info("dispatch settled", extra={"proposals": settled[:20]})
 
 
 def report(svc: Service, store: Store) -> None:

@@ -24,7 +24,7 @@ from aiops.detect.early_watch import EarlyWatch
 from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
 from aiops.detect.windows import job_gpus, job_homes
-from aiops.models import Incident
+from aiops.models import Incident, Symptom
 from aiops.pipeline import incident_of
 from aiops.store import Store
 from aiops.store.conditions import condition_of
@@ -185,8 +185,11 @@ class LiveDetection:
             self.tracker.rack_of = self.tracker.rack_of or racks_of_nodes(store)
             self.tracker.set_jobs(self.detector.job_of_gpu)
         self.detector.store = store  # the owner may have reopened the file since the last call
+        early: list[Symptom] = []
         if self.until_ts_s + self.window_s > newest_ts_s + 1e-9 and self.until_ts_s == self.saved_until_ts_s:
-            return []  # no complete window since the last call: nothing to judge, store or save
+            early = self.detector.ahead(newest_ts_s)  # rank timing read between windows (a fleet's)
+            if not early:
+                return []  # no complete window since the last call: nothing to judge, store or save
         self._refresh_inventory(store)
         out: list[Transition] = []
         if self.early is None:
@@ -205,6 +208,9 @@ class LiveDetection:
                 warned[warning.incident_id] = warning
             self.until_ts_s = t1
             self.windows += 1
+        early += self.detector.ahead(newest_ts_s)
+        if early:  # judged as their ranks' rows landed, before their window closes
+            out.extend(self.tracker.feed(early, newest_ts_s))
         changed = {t.incident.incident_id: t.incident for t in out}
         changed.update(warned)
         for current in self.tracker.open_incidents():

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
 from aiops.column_model import Table
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, exported
+from aiops.columns import FLOW_CLASS_SAMPLES, GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, exported
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -24,6 +24,8 @@ from aiops.sources.facility import render_facility_snapshot
 from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
+# tables whose rows hold what an interval added: kept per entity as running totals (`_observe_counted`)
+COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES)}
 IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiops_ib_<column>_total
     "symbol_error",
     "link_downed",
@@ -57,9 +59,13 @@ def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Me
             )
         for values in rows:
             if values.get(c.name) is not None:
-                label_values = [fixed[n] if n in fixed else str(values[n]) for n in c.family.labels]
+                label_values = [fixed[n] if n in fixed else _label(values.get(n)) for n in c.family.labels]
                 made[name].add_metric(label_values, float(values[c.name]) * c.scale)
     return list(made.values())
+
+
+def _label(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
 class MetricsCache(Collector):
@@ -72,8 +78,8 @@ class MetricsCache(Collector):
         self.xids: dict[tuple[str, int], int] = defaultdict(int)
         self.last_xid: dict[str, int] = {}  # dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last XID per GPU
         self.nic_up: dict[str, bool] = {}
-        # (nic, lane) -> its newest row, counted columns as running totals (aiops/columns_nic.py)
-        self.nics: dict[tuple[str, str], dict[str, Any]] = {}
+        # table -> entity (its key columns but the time) -> its newest row, counted columns as running totals
+        self.counted: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {name: {} for name in COUNTED}
         self.netdev: dict[
             tuple[str, str], dict[str, Any]
         ] = {}  # (node, dev): the twin's nodes share dev names
@@ -109,8 +115,8 @@ class MetricsCache(Collector):
                 elif table == "gpu_events" and values.get("kind") == "xid":
                     self.xids[(str(values["gpu"]), int(values.get("xid") or 0))] += 1
                     self.last_xid[str(values["gpu"])] = int(values.get("xid") or 0)
-                elif table == "nic_samples":
-                    self._observe_nic(values)
+                elif table in COUNTED:
+                    self._observe_counted(COUNTED[table], values)
                 elif table == "netdev_samples":
                     self.netdev[(str(values["node"]), str(values["dev"]))] = values
                 elif table == "ib_port_samples":
@@ -127,20 +133,18 @@ class MetricsCache(Collector):
                 else:
                     self._observe_host(table, values)
 
-    def _observe_nic(self, values: dict[str, Any]) -> None:
-        """A lane's row: its counted columns added to their running totals, the others the newest value
-        (aiops/columns_nic.py)."""
-        if values.get("link_up") is not None:
+    def _observe_counted(self, table: Table, values: dict[str, Any]) -> None:
+        """A row of a table with counted columns (aiops/columns_nic.py, columns_flows.py): kept per entity (its
+        key columns but the time), its counted columns added to their running totals, the others the newest."""
+        if table is NIC_SAMPLES and values.get("link_up") is not None:
             self.nic_up[str(values["nic"])] = bool(values["link_up"])
-        lane = self.nics.setdefault(
-            (str(values["nic"]), str(values["lane"])),
-            {"nic": str(values["nic"]), "lane": str(values["lane"])},
-        )
-        lane["node"] = str(values.get("node") or lane.get("node") or "")
-        for c in NIC_SAMPLES.columns:
+        keys = [c.name for c in table.columns if c.key and c.name != "ts_s"]
+        entity = tuple(_label(values.get(k)) for k in keys)
+        row = self.counted[table.name].setdefault(entity, dict(zip(keys, entity, strict=True)))
+        for c in table.columns:
             if c.key or values.get(c.name) is None:
                 continue
-            lane[c.name] = lane.get(c.name, 0.0) + float(values[c.name]) if c.counted else values[c.name]
+            row[c.name] = row.get(c.name, 0.0) + float(values[c.name]) if c.counted else values[c.name]
 
     def _observe_host(self, table: str, values: dict[str, Any]) -> None:
         node = str(values.get("node"))
@@ -201,7 +205,8 @@ class MetricsCache(Collector):
         """`/metrics/dcgm`: the same newest values in dcgm-exporter's and node_exporter's names and labels."""
         with self._lock:
             nics: dict[str, NicTotals] = {}
-            for (nic, _lane), lane in self.nics.items():
+            for lane in self.counted[NIC_SAMPLES.name].values():
+                nic = str(lane["nic"])
                 totals = nics.setdefault(nic, NicTotals(link_up=self.nic_up.get(nic, True)))
                 for column in ("tx_bytes", "tx_packets", "drops", "carrier_changes"):
                     setattr(totals, column, getattr(totals, column) + float(lane.get(column) or 0.0))
@@ -260,26 +265,11 @@ class MetricsCache(Collector):
         yield xids
 
     def _network_metrics(self) -> Iterable[Metric]:
-        yield from declared_metrics(NIC_SAMPLES, [lane for _key, lane in sorted(self.nics.items())])
-        netdev = {
-            "rx_bytes": "netdev_receive_bytes",
-            "tx_bytes": "netdev_transmit_bytes",
-            "rx_errors": "netdev_receive_errors",
-            "tx_errors": "netdev_transmit_errors",
-            "rx_dropped": "netdev_receive_drops",
-            "tx_dropped": "netdev_transmit_drops",
-            "carrier_changes": "netdev_carrier_changes",
-            "rx_pause_frames": "netdev_receive_pause_frames",
-            "tx_pause_frames": "netdev_transmit_pause_frames",
-        }
-        for column, name in netdev.items():
-            family = CounterMetricFamily(
-                PREFIX + name, f"/sys/class/net statistics: {column}", labels=["dev", "node", "nic"]
+        for table in COUNTED.values():
+            yield from declared_metrics(
+                table, [row for _key, row in sorted(self.counted[table.name].items())]
             )
-            for (node, dev), values in sorted(self.netdev.items()):
-                if values.get(column) is not None:
-                    family.add_metric([dev, node, str(values.get("nic") or "")], float(values[column]))
-            yield family
+        yield from declared_metrics(NETDEV_SAMPLES, [values for _key, values in sorted(self.netdev.items())])
         up = GaugeMetricFamily(
             PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev", "node", "nic"]
         )

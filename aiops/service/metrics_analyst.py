@@ -65,7 +65,6 @@ class AnalystExports:
         self.steps: dict[str, StepTotals] = {}  # job ->
         self.slowest: dict[tuple[str, int, str], int] = defaultdict(int)  # (job, rank, gpu) -> steps
         self.collectives: dict[tuple[str, str, str], dict[str, float]] = {}  # (job, op, scope)
-        self.flows: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
         self.rules: list[dict[str, Any]] = []
         self.rules_ts_s: float | None = None
         self.links: dict[tuple[str, str], bool] = {}  # (node, nic)
@@ -113,15 +112,6 @@ class AnalystExports:
             self._step(values)
         elif table == "collective_samples":
             self._collective(values)
-        elif table == "flow_class_samples":
-            key = (
-                str(values["node"]),
-                str(values["nic"]),
-                str(values["traffic_class"]),
-                str(values["lane"]),
-                _text(values.get("rule_id")),
-            )
-            self.flows[key] += float(values.get("tx_bytes") or 0)
         elif table == "lane_rules":
             if values["ts_s"] != self.rules_ts_s:  # a new snapshot replaces the rules in force
                 self.rules_ts_s, self.rules = float(values["ts_s"]), []

@@ -153,14 +153,7 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
 
 
 def network(s: AnalystExports) -> Iterable[Metric]:
-    flows = _counter(
-        "flow_class_transmit_bytes_total",
-        "bytes sent per traffic class, the lane it landed in and the classifier rule that matched ('' for none)",
-        ["node", "nic", "traffic_class", "lane", "rule_id"],
-    )
-    for flow, total in sorted(s.flows.items()):
-        flows.add_metric(list(flow), total)
-    yield flows
+    # the bytes per traffic class: declared with flow_class_samples (aiops/columns_flows.py), exported in metrics.py
     rules = _gauge(
         "lane_rule_info",
         "1 per lane rule in force (the traffic controller's newest snapshot)",

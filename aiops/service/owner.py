@@ -132,6 +132,10 @@ class FileOwner:
             finally:
                 self._depth.value -= 1
 
+    def held_here(self) -> bool:
+        """Whether this thread is inside `store()` now (no network call may wait there: flush_steps.py)."""
+        return self._depth.value > 0
+
     @contextlib.contextmanager
     def lent(self) -> Iterator[None]:
         """The file closed in this process for the block, under the owner's lock, so a child process of the

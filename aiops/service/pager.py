@@ -27,6 +27,11 @@ from aiops.store.maintenance import active_windows, membership
 
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> told to people
 Deliver = Callable[[Store, str, Incident, Hypothesis | None], None]
+# a sharded fleet's word from the other shards (aiops/fleet/peer_pages.py): (store, subjects, decisions, now) ->
+# the decisions, those of incidents another shard pages turned into `elsewhere`
+Arbiter = Callable[
+    [Store, list[Subject], dict[tuple[str, str], Decision], float], dict[tuple[str, str], Decision]
+]
 DEFAULT_HOLD_UNDIAGNOSED_S = 300.0
 
 
@@ -65,6 +70,7 @@ class Pager:
         self.clock = clock
         self.states: list[PageState] = []  # what `review` decided last: the exports
         self.pages = 0  # incidents paged since start
+        self.arbiter: Arbiter | None = None  # a shard's: one page per condition across shards
 
     # -- events from the Responder ------------------------------------------------------------------------
     def on_event(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
@@ -122,7 +128,8 @@ class Pager:
     # -- the pieces --------------------------------------------------------------------------------------------
     def _decide(self, store: Store, subjects: list[Subject], now: float) -> dict[tuple[str, str], Decision]:
         windows, members = active_windows(store, now), membership(store)
-        return decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
+        decisions = decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
+        return self.arbiter(store, subjects, decisions, now) if self.arbiter is not None else decisions
 
     def _page(self, store: Store, incident: Incident, top: Hypothesis | None) -> None:
         """The first page: the diagnosis when there is one (PagerDuty triggers with it), else the opening."""

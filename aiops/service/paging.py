@@ -33,7 +33,8 @@ from aiops.config_notify import SEVERITIES
 from aiops.labels import node_of
 from aiops.store.maintenance import Membership, Window, matching
 
-REASONS = ("pages", "held", "covered", "minor", "maintenance", "silence")
+# `elsewhere` and `waiting`: a shard's, for a condition another shard pages (aiops/fleet/peer_pages.py)
+REASONS = ("pages", "held", "covered", "minor", "maintenance", "silence", "elsewhere", "waiting")
 DEFAULT_PAGE_FROM = "warning"
 _RANK: dict[str, int] = {name: n for n, name in enumerate(SEVERITIES)}
 
@@ -93,6 +94,10 @@ class Decision:
             return f"{self.reason} {self.window_id}"
         if self.reason == "minor":
             return "minor: below the paging severity"
+        if self.reason == "elsewhere":
+            return f"paged by another shard: {self.covered_by}"
+        if self.reason == "waiting":
+            return "held: the first shard may page it"
         return "held: no diagnosis yet" if self.reason == "held" else "pages"
 
 

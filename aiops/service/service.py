@@ -10,7 +10,8 @@ notifications, investigate the alerts Alertmanager's webhook brought
 CUDA processes in a background thread when a diagnosis asks for one ([profile], profile_trigger.py); hourly: retention. Around it: the service lock and leases
 (aiops/service/owner.py), the one HTTP listener (metrics, health, API, the Alertmanager webhook, and the console
 at `/` when one is given: http_stack.py, web.py, server.py), notification delivery in its own thread. The flush's
-steps are named functions in flush_steps.py (its table says when each runs; all run with the workspace open).
+steps are named functions in flush_steps.py (its table says when each runs and whether the workspace is open:
+the fleet's POSTs to node agents run with it closed).
 SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
 """
 
@@ -101,7 +102,7 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         sources: Callable[[Store], Sources] | None = None,
-        dispatcher: Callable[[Store], None] | None = None,
+        dispatcher: steps.Dispatcher | None = None,
     ) -> None:
         if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
             identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
@@ -353,12 +354,14 @@ class Service:
             if len(self.dispatches):
                 twin = self.sources.twin
                 self._guarded("dispatch", lambda: self.dispatches.judge(store, twin, self.config.node.name))
-            if self.dispatcher is not None:
-                self._guarded("dispatcher", lambda: self.dispatcher(store) if self.dispatcher else None)
+            if self.dispatcher is not None:  # made ready here, sent below with the workspace closed
+                self._guarded("dispatcher", lambda: steps.dispatch_ready(self, store))
             self._guarded("retention", lambda: steps.retention(self, store))
             self._guarded("report", lambda: steps.report(self, store))
             if review or not self.flushes:
                 steps.export_store(self, store)
+        if self.dispatcher is not None:
+            self._guarded("dispatcher sends", lambda: steps.dispatch_outside(self))
         self.metrics.ingested(counts)
         lag_s = (
             0.0 if self.oldest_unflushed_ts_s is None else self.sources.clock() - self.oldest_unflushed_ts_s

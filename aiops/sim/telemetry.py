@@ -3,7 +3,7 @@ flow_class_samples, lane_rules), the NCCL profiler and PyTorch's watchdog (colle
 uprobes (rank_timing_samples, aiops/sim/rank_timing.py), the training framework's step hook and straggler report (job_steps, loader wait), the rack's CDU and PDU (rack_samples), the
 facility's DCIM signal input (dcim_signals: what `aiops dcim` records from an operator or a DCIM exporter) and
 node exporter (host_samples); here it reads the simulated world. It emits only observable quantities: nothing
-names a fault (tests/security/test_twin_leaks.py). Built on collectors.base (aiops.sim -> collectors, never the
+names a fault (tests/twin/test_twin_leaks.py). Built on collectors.base (aiops.sim -> collectors, never the
 reverse).
 """
 

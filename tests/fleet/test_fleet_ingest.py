@@ -30,6 +30,7 @@ from tests.service_helpers import require_binary
 T0 = 1_767_225_600.0  # scrapes every 15 s from here
 STEP_S = 15.0
 SCRAPES = 8
+RANK_OFFSET_S = 8.0  # the rank series' scrapes, into each step
 
 
 def _exposition() -> str:
@@ -88,6 +89,29 @@ def _exposition() -> str:
             for k, t in enumerate(ts)
         ],
     )
+    # one job's two ranks, their series scraped RANK_OFFSET_S into the step (another target's phase)
+    rank_ts = [t + RANK_OFFSET_S for t in ts]
+    ranks = [('node="host-a",job="j",rank="0"', 0), ('node="host-a",job="j",rank="1"', 1)]
+    family(
+        "aiops_rank_probed_seconds",
+        "counter",
+        [
+            f"aiops_rank_probed_seconds_total{{{who}}} {6 * k} {t}"
+            for who, _ in ranks
+            for k, t in enumerate(rank_ts)
+        ],
+    )
+    for name, per_k in (("aiops_rank_blocked_seconds", 1), ("aiops_rank_calls", 10)):
+        family(
+            name,
+            "counter",
+            [
+                f'{name}_total{{{who},kind="{kind}"}} {per_k * (1 + r if kind == "collective" else 4 - r) * k} {t}'
+                for who, r in ranks
+                for kind in ("collective", "sync")
+                for k, t in enumerate(rank_ts)
+            ],
+        )
     return "\n".join([*lines, "# EOF", ""])
 
 
@@ -132,6 +156,72 @@ def test_counters_become_increases_and_gpu_rows_carry_their_samples(prometheus: 
         # the detector's per-window counts are the node's samples, not the rows: 10 of 15 throttled per scrape
         window = store.query(GPU_WINDOW_SQL.sql, [T0 + STEP_S * 3.5, T0 + STEP_S * 4.5])
         assert window[0]["samples"] == 15 and window[0]["throttled"] == 10
+
+
+def test_rank_timing_read_on_a_finer_grid_lands_just_after_its_own_scrape(
+    prometheus: str, tmp_path: Path
+) -> None:
+    """Issue 40 item 2: with `rank_reads` 3 the rank timing of an agent scraped 8 s into the step is stamped at the
+    first point of a 5 s grid after its scrape (2 s later), not at the step's next point (7 s later); every
+    scrape once, the same increases; the other families stay on the step's grid."""
+    got: dict[int, list[dict[str, Any]]] = {}
+    fetched: dict[int, int] = {}
+    for reads in (1, 3):
+        with Store(tmp_path / f"ranks-{reads}.duckdb") as store:
+            report = fetch_interval(
+                store,
+                PrometheusClient(prometheus),
+                start_s=T0,
+                end_s=T0 + STEP_S * SCRAPES,
+                step_s=STEP_S,
+                rank_reads=reads,
+            )
+            got[reads] = store.query(
+                "SELECT ts_s, rank, kind, window_s, calls, blocked_s FROM rank_timing_samples ORDER BY ts_s, rank, kind"
+            )
+            gpu = store.query("SELECT ts_s FROM gpu_samples")
+        fetched[reads] = report.samples
+        assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in gpu} == {0.0}
+        assert report.rank_end_s == (None if reads == 1 else T0 + STEP_S * SCRAPES)
+    assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[1]} == {0.0}
+    assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[3]} == {10.0}
+    assert len(got[3]) == (SCRAPES - 1) * 2 * 2  # the first scrape is the base: 7 per rank and kind
+    assert fetched[3] <= fetched[1]  # no sample fetched twice: a point's window is its grid's step
+
+    def values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(r["rank"], r["kind"], r["window_s"], r["calls"], r["blocked_s"]) for r in rows]
+
+    assert values(got[3]) == values(got[1])
+    assert {(r["kind"], r["rank"], r["blocked_s"]) for r in got[3]} == {
+        ("collective", 0, 1.0),
+        ("collective", 1, 2.0),
+        ("sync", 0, 4.0),
+        ("sync", 1, 3.0),
+    }
+
+
+def test_aiops_fleet_reads_rank_timing_between_its_steps(prometheus: str, tmp_path: Path) -> None:
+    """`aiops fleet` with `rank_reads` 3: between two steps' reads it reads rank timing alone as each 5 s point
+    passes (the service's data clock moves with it), and the step's read after does not read those rows again."""
+    now = [
+        T0 + 67.0
+    ]  # the delay is 5 s: the first read ends at T0 + 62, its step grid (the phase: 1 s) at T0 + 61
+    config = FleetConfig(prometheus=prometheus, lookback_s=STEP_S * SCRAPES, rank_reads=3)
+    with Store(tmp_path / "between.duckdb") as store:
+        collector = FleetCollector(store, FleetSetup(config), clock=lambda: now[0])
+        try:
+            collector.collect(now[0])
+            assert collector.horizon_ts_s == T0 + 61.0
+            now[0] = T0 + 80.0  # 14 s on: no step's read yet, the rank scrape of T0 + 68 landed at T0 + 71
+            between = collector.collect(now[0])
+            assert set(between) == {"rank_timing_samples"}
+            assert {r["ts_s"] for r in between["rank_timing_samples"].to_pylist()} == {T0 + 71.0}
+            assert (collector.horizon_ts_s, collector.data_ts_s) == (T0 + 61.0, T0 + 71.0)
+            now[0] = T0 + 82.0  # the step's read: the rest, not the rank rows again
+            step = collector.collect(now[0])
+            assert "gpu_samples" in step and "rank_timing_samples" not in step
+        finally:
+            collector.close()
 
 
 def test_aiops_fleet_reads_just_after_the_agents_scrapes(prometheus: str, tmp_path: Path) -> None:

@@ -91,17 +91,29 @@ def write_sharded(lines: list[str], first_s: float, out: Path, cap_ts_s: float) 
 
 
 @contextmanager
-def shard_fleet(home: Path, url: str, shard: str, work: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """One shard's `aiops fleet` (started, not yet ready: both shards start side by side), stopped after."""
+def shard_fleet(
+    home: Path, url: str, shard: str, work: Path, ports: dict[str, int]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """One shard's `aiops fleet` (started, not yet ready: both shards start side by side), stopped after; it knows
+    every shard (`[fleet] shards`), so a condition they all see pages once between them."""
     home.mkdir()
+    shards = ", ".join(f'{name} = "http://127.0.0.1:{port}"' for name, port in ports.items())
     (home / "aiops.toml").write_text(
-        f'[fleet]\nshard = "{shard}"\n[facility]\ndcim = "{work / "dcim.json"}"\n[detection]\nwindow_s = {STEP_S:g}\n'
+        f'[fleet]\nshard = "{shard}"\nshards = {{{shards}}}\n[facility]\ndcim = "{work / "dcim.json"}"\n'
+        f"[detection]\nwindow_s = {STEP_S:g}\n"
     )
     with (home / "fleet.log").open("ab") as log:
         proc = subprocess.Popen(
             aiops_cmd(
                 "fleet",
-                *("--db", str(home / "fleet.duckdb"), "--listen", "127.0.0.1:0", "--prometheus", url),
+                *(
+                    "--db",
+                    str(home / "fleet.duckdb"),
+                    "--listen",
+                    f"127.0.0.1:{ports[shard]}",
+                    "--prometheus",
+                    url,
+                ),
                 *(
                     "--selector",
                     f'shard="{shard}"',
@@ -137,6 +149,26 @@ def diagnosed(port: int) -> list[dict[str, Any]]:
     return [i for i in found if i.get("top_hypothesis")]
 
 
+def cap_pages(ports: dict[str, int]) -> list[dict[str, Any]] | None:
+    """Both shards' incidents of the site's cap once each has settled its page (paged, or deferred to another
+    shard's incident), else None."""
+    caps = [
+        i
+        for port in ports.values()
+        for i in diagnosed(port)
+        if (i["top_hypothesis"]["root_cause"], i["top_hypothesis"]["component"])
+        == ("facility_power_cap", "fleet")
+        and i["status"] == "open"
+    ]
+    settled = [
+        i
+        for i in caps
+        if (i.get("paging") or {}).get("paged_ts_s") is not None
+        or (i.get("paging") or {}).get("reason") == "elsewhere"
+    ]
+    return caps if len(caps) == 2 and len(settled) == 2 else None
+
+
 def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path) -> None:
     require_binary("prometheus")
     require_binary("promtool")
@@ -148,8 +180,10 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
     with ExitStack() as stack:
         # the shards first (their start is the slow part), pointed at the Prometheus about to serve the run:
         # each says its source is blind until it answers
+        given = {shard: free_port() for shard in "ab"}
         procs = {
-            shard: stack.enter_context(shard_fleet(tmp_path / shard, url, shard, tmp_path)) for shard in "ab"
+            shard: stack.enter_context(shard_fleet(tmp_path / shard, url, shard, tmp_path, given))
+            for shard in "ab"
         }
         ports = {shard: listening(proc, tmp_path / shard) for shard, proc in procs.items()}
         cap_ts_s = time.time() + LEAD_S
@@ -178,6 +212,13 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
         }
         shared = causes["a"] & causes["b"]
         assert ("facility_power_cap", "fleet") in shared, causes
+        # pages once at the source: one shard pages the site's cap, the other says which shard's incident did
+        paging = wait_for(lambda: cap_pages(ports), 40, "both shards to settle the cap's page")
+        paged = [i for i in paging if i["paging"]["paged_ts_s"] is not None]
+        assert len(paged) == 1, f"not one shard paged the site's cap: {paging}"
+        deferred = next(i for i in paging if i is not paged[0])
+        assert deferred["paging"]["reason"] == "elsewhere", paging
+        assert deferred["paging"]["covered_by"] == paged[0]["incident_id"], paging
         shown = subprocess.run(
             aiops_cmd(
                 "fleet-view",
@@ -204,6 +245,12 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
     assert len(caps) == 1, view["incidents"]
     assert sorted(s["shard"] for s in caps[0]["seen_by"]) == ["a", "b"]
     assert caps[0]["incident_id"] in {s["incident_id"] for s in caps[0]["seen_by"]}
+    # and the view shows it: of the shards' decisions on the cap, one paged
+    decisions = [caps[0]["paging"], *caps[0]["duplicate_pages"]]
+    assert [bool(d and d.get("paged_ts_s") is not None) for d in decisions].count(True) == 1, (
+        paging,
+        decisions,
+    )
     # nothing else is shown twice: every shard's incident appears once, as itself or under the one it joined
     listed = [s["incident_id"] for i in view["incidents"] for s in i["seen_by"]]
     assert len(listed) == len(set(listed)), listed

@@ -14,7 +14,7 @@ from guardrails.scheduler_view import kubernetes_view, parse_sinfo
 from tests.guardrails_helpers import NOW_TS_S, action
 from tests.k8s_api import Cluster, k8s_api
 
-# 3 racks of 8 nodes, the floor pinned at 2 nodes (the default is 4: tests/test_breaker_storm.py): the fleet's
+# 3 racks of 8 nodes, the floor pinned at 2 nodes (the default is 4: tests/guardrails/test_breaker_storm.py): the fleet's
 # limit max(2, 10 % of 24) = 2, each rack's max(2, 25 % of 8) = 2
 TWO = BreakerPolicy(min_nodes=2)
 TOPOLOGY = Topology.grid(racks=3, nodes_per_rack=8, gpus_per_node=1, nics_per_node=1)

@@ -17,7 +17,7 @@ What a real source reports while such a fault lasts (temperatures, clocks, throt
 NIC and HCA keep) is listed in OBSERVED with that source, for the fault kinds it reacts to (docs/SIMULATOR.md,
 "What is observable, and by whom"); everything else that carries fault information fails. Only the twin's own
 tables (TWIN_TABLES: the scenario it ran and its log) may name faults; the agent's SQL tool refuses them and
-the analyst never reads them (tests/security/test_twin_blind_analyst.py).
+the analyst never reads them (tests/twin/test_twin_blind_analyst.py).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from aiops.labels import FAULT_KINDS
 from aiops.runtime import analysis
 from aiops.sim import SIM_EPOCH_TS_S, World
 from aiops.store import Store
-from tests.security.twin_observed import LOST_GPU, OBSERVED, TWIN_TABLES
 from tests.simkit import scenario
+from tests.twin.twin_observed import LOST_GPU, OBSERVED, TWIN_TABLES
 
 START_S, FAULT_S, DURATION_S = 90.0, 150.0, 360.0  # the fault ends well before the run does
 ENTITY_KEYS = (

@@ -1,4 +1,4 @@
-"""What a real source reports while a fault lasts: the columns tests/security/test_twin_leaks.py lets carry
+"""What a real source reports while a fault lasts: the columns tests/twin/test_twin_leaks.py lets carry
 information about a fault, each with the fault kinds it may react to and the source that reports it on a real
 cluster (docs/SIMULATOR.md, "What is observable, and by whom"). `<rows>` is a table's row rate, `<entities>` the
 entities (keys) a table has only while the fault lasts (allowed too where its `<rows>` is).
@@ -6,7 +6,16 @@ entities (keys) a table has only while the fault lasts (allowed too where its `<
 
 from __future__ import annotations
 
-from aiops.columns import ANY, GPU_SAMPLES, HEAT, HOST_SAMPLES, NIC_SAMPLES, leak_allowances
+from aiops.columns import (
+    ANY,
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HEAT,
+    HOST_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    leak_allowances,
+)
 
 TWIN_TABLES = frozenset(
     {"sim_runs", "twin_log"}
@@ -18,11 +27,6 @@ XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvl
 _MEASURED: dict[tuple[str, str], str] = {
     ("rack_samples", "power_kw"): "the rack PDU's power meter",
     ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
-    ("flow_class_samples", "tx_bytes"): "the eBPF classifier's per-class byte counters",
-    ("netdev_samples", "rx_bytes"): "/sys/class/net/*/statistics",
-    ("netdev_samples", "tx_bytes"): "/sys/class/net/*/statistics",
-    ("netdev_samples", "rx_packets"): "/sys/class/net/*/statistics",
-    ("netdev_samples", "tx_packets"): "/sys/class/net/*/statistics",
     ("ib_port_samples", "port_rcv_data"): "IBA PortCounters PortRcvData (counters/)",
     ("ib_port_samples", "port_xmit_data"): "IBA PortCounters PortXmitData (counters/)",
     (
@@ -63,8 +67,10 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"gpu_fell_off_bus"}),
         "the NVML collector records each read that fails (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT)",
     ),
-    **leak_allowances(HOST_SAMPLES),  # host_samples and nic_samples: declared with their columns too
+    **leak_allowances(HOST_SAMPLES),  # host_samples, nic_samples, netdev_samples: declared with their columns
     **leak_allowances(NIC_SAMPLES),
+    **leak_allowances(NETDEV_SAMPLES),
+    **leak_allowances(FLOW_CLASS_SAMPLES),
     ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
     ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
     ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
@@ -80,17 +86,6 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
         "misclassification itself",
-    ),
-    ("netdev_samples", "oper_up"): (FLAP, "/sys/class/net/*/operstate"),
-    ("netdev_samples", "carrier_changes"): (FLAP, "/sys/class/net/*/carrier_changes"),
-    ("netdev_samples", "speed_mbps"): (FLAP, "/sys/class/net/*/speed reads unknown while the link is down"),
-    ("netdev_samples", "tx_dropped"): (
-        FLAP,
-        "/sys/class/net/*/statistics/tx_dropped while the carrier is down",
-    ),
-    ("netdev_samples", "rx_pause_frames"): (
-        ECN,
-        "ethtool rx_prio<N>_pause (mlx5): on a lossless fabric the switch pauses a sender whose queue does not mark",
     ),
     **{
         ("ib_port_samples", column): (

@@ -23,8 +23,8 @@ import pytest
 from aiops.pipeline import RunResult
 from aiops.runtime.analysis import analyze, simulate_into
 from aiops.store import Store
-from tests.security.twin_observed import TWIN_TABLES
 from tests.simkit import fault, scenario
+from tests.twin.twin_observed import TWIN_TABLES
 
 SCENARIOS: dict[str, list[dict[str, Any]]] = {
     "thermal": [fault("thermal_throttle", "node3/gpu2", 0.8)],
@@ -82,7 +82,7 @@ import json, sys
 from aiops.pipeline import analyze_store
 from aiops.runtime.world import attach, desk
 from aiops.store import Store
-from tests.security.test_twin_blind_analyst import diagnosis
+from tests.twin.test_twin_blind_analyst import diagnosis
 with Store(sys.argv[1]) as store:
     now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
     guard = desk(store, attach(store, actuator="none"), clock=lambda: now_ts_s)
