@@ -12,6 +12,7 @@ from typing import Any
 
 from aiops.detect.stragglers import StragglerRules
 from aiops.models import Symptom
+from aiops.profile.rank_timing import RANK_COLUMNS
 from aiops.service.live import LiveDetection
 from aiops.store import Store
 
@@ -36,19 +37,7 @@ def _wait(node: str, rank: int, k: int) -> float:
 def _rows(arrives: dict[str, float], wait_of: Callable[[str, int, int], float]) -> dict[str, list[Any]]:
     """Each rank's row per scrape (RANKS_PER_NODE a node, landing `arrives[node]` into each window): 6 probed
     seconds split between the wait in collectives and compute."""
-    names = (
-        "ts_s",
-        "node",
-        "job",
-        "rank",
-        "world_size",
-        "pid",
-        "op",
-        "kind",
-        "window_s",
-        "calls",
-        "blocked_s",
-    )
+    names = tuple(c for c in RANK_COLUMNS if c not in ("bytes", "rank_source"))  # the collector's columns
     cols: dict[str, list[Any]] = {k: [] for k in (*names, "rank_source")}
     for k in range(WINDOWS):
         for n, (node, offset_s) in enumerate(arrives.items()):
