@@ -28,6 +28,8 @@ from collectors.workloads.kubernetes import (
 )
 from collectors.workloads.proc import (
     ENVIRON_MAX_BYTES,
+    TWIN_NODE_ENV,
+    HostProcessScan,
     parse_cgroup,
     parse_environ,
     read_cgroup,
@@ -92,6 +94,33 @@ def test_a_real_process_environ_cgroup_and_user_are_read(tmp_path: Path) -> None
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_twin_node_lists_only_the_host_processes_marked_for_it() -> None:
+    """Several twin node agents on one host see one /proc: a pinned process is node3's when AIOPS_TWIN_NODE says
+    so, and no twin node's when nothing does (it ran on some other agent's node, or on none)."""
+    import time
+
+    base = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "6"}
+    marked = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**base, TWIN_NODE_ENV: "node3"}
+    )
+    unmarked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=base)
+    try:
+        deadline = time.monotonic() + 5
+        while not all((read_environ(p.pid) or {}).get("CUDA_VISIBLE_DEVICES") for p in (marked, unmarked)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert marked.pid in HostProcessScan(node="node3")().get(6, [])
+        assert unmarked.pid not in HostProcessScan(node="node3")().get(6, [])
+        assert marked.pid not in HostProcessScan(node="node1")().get(6, [])
+        assert {marked.pid, unmarked.pid} <= set(
+            visible_device_pids().get(6, [])
+        )  # unscoped: every pinned one
+    finally:
+        for p in (marked, unmarked):
+            p.terminate()
+            p.wait(10)
 
 
 # -- the kubelet's cgroup names --------------------------------------------------------------------------------

@@ -75,10 +75,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "MASTER_ADDR": "10.9.8.7",
             "MASTER_PORT": str(master_port),
             "CUDA_VISIBLE_DEVICES": str(r),
+            "AIOPS_TWIN_NODE": "node0",
         }
         for r in (0, 1)
     ]
-    pod_env = {"CUDA_VISIBLE_DEVICES": "2", "HOSTNAME": "trainer-0", "RANK": "0", "WORLD_SIZE": "1"}
+    pod_env = {
+        "CUDA_VISIBLE_DEVICES": "2",
+        "AIOPS_TWIN_NODE": "node0",
+        "HOSTNAME": "trainer-0",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+    }
     socket = tmp / "kubelet.sock"
     pods = [pod_json("ml", "trainer-0", POD_UID, "node0", "pytorch", CONTAINER_ID, ("Job", "trainer"))]
     held = {("ml", "trainer-0"): [HeldContainer("pytorch", ("GPU-2",)), HeldContainer("sidecar", ())]}

@@ -163,7 +163,8 @@ def sim_sources(
     sources = [Source(f"nvml-node{n}", NvmlCollector(world.nvml(n), f"node{n}"), 1.0) for n in mine]
     if node is not None and resolvers is not None and mine:
         # the i25 "driver" contract: this node's NVML reports the host's processes pinned to one of its GPUs
-        world.nvml(mine[0]).host_processes = HostProcessScan()
+        # and marked as running on this node (AIOPS_TWIN_NODE)
+        world.nvml(mine[0]).host_processes = HostProcessScan(node=node)
         nvml = sources[0].collector
         assert isinstance(nvml, NvmlCollector)
         sources.append(Source("workloads", workload_collector(nvml, resolvers), workloads_interval_s))

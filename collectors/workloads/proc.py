@@ -115,14 +115,25 @@ def user_of(pid: int, root: Path = Path("/")) -> str | None:
     return None
 
 
-def visible_device_pids(root: Path = Path("/"), limit: int = PROC_SCAN_MAX_PIDS) -> dict[int, list[int]]:
+TWIN_NODE_ENV = (
+    "AIOPS_TWIN_NODE"  # names the twin node a host process runs "on" (several twin agents, one host)
+)
+
+
+def visible_device_pids(
+    root: Path = Path("/"), limit: int = PROC_SCAN_MAX_PIDS, node: str | None = None
+) -> dict[int, list[int]]:
     """GPU index -> pids of the host's processes whose environment sets CUDA_VISIBLE_DEVICES to that one index
     (how Slurm's gres and torchrun-style launchers pin a process to a GPU): the twin's stand-in for a driver's
-    compute-process list (i25 contract). A bounded scan; unreadable and vanished processes are skipped."""
+    compute-process list (i25 contract). With `node`, only the processes whose `AIOPS_TWIN_NODE` names that node:
+    every twin node agent on one host sees the same /proc, and a process runs on one node. A bounded scan;
+    unreadable and vanished processes are skipped."""
     out: dict[int, list[int]] = {}
     for pid in proc_pids(root, limit):
         env = read_environ(pid, root)
         if not env:
+            continue
+        if node is not None and env.get(TWIN_NODE_ENV) != node:
             continue
         value = env.get("CUDA_VISIBLE_DEVICES", "").strip()
         if value.isdigit() and len(value) <= 4:
@@ -133,8 +144,8 @@ def visible_device_pids(root: Path = Path("/"), limit: int = PROC_SCAN_MAX_PIDS)
 class HostProcessScan:
     """`visible_device_pids` read at most every `ttl_s` (one scan serves every GPU of a collect)."""
 
-    def __init__(self, root: Path = Path("/"), ttl_s: float = 1.0) -> None:
-        self.root, self.ttl_s = root, ttl_s
+    def __init__(self, root: Path = Path("/"), ttl_s: float = 1.0, node: str | None = None) -> None:
+        self.root, self.ttl_s, self.node = root, ttl_s, node
         self._at_s = -1e18
         self._found: dict[int, list[int]] = {}
 
@@ -143,5 +154,5 @@ class HostProcessScan:
 
         now = time.monotonic()
         if now - self._at_s >= self.ttl_s:
-            self._found, self._at_s = visible_device_pids(self.root), now
+            self._found, self._at_s = visible_device_pids(self.root, node=self.node), now
         return self._found

@@ -21,7 +21,8 @@ from guardrails.actuators_slurm import SlurmActuator, drain_reason
 from tests.guardrails_helpers import NOW_TS_S, TOPOLOGY, action, context
 from tests.slurm_cluster import RACK, SlurmCluster, slurm_cluster
 
-TASKS_SCRIPT = "#!/bin/bash\nsrun -n 2 bash -c 'export CUDA_VISIBLE_DEVICES=$SLURM_PROCID; exec sleep 600'\n"
+# each task picks its GPU by rank, as gres would; AIOPS_TWIN_NODE says which twin node's NVML lists it
+TASKS_SCRIPT = "#!/bin/bash\nsrun -n 2 bash -c 'export CUDA_VISIBLE_DEVICES=$SLURM_PROCID AIOPS_TWIN_NODE=node0; exec sleep 600'\n"
 SLEEP_SCRIPT = "#!/bin/bash\nexec sleep 600\n"
 
 
