@@ -49,7 +49,7 @@ def _slurm(store: Store, node: str | None, _client: Any) -> dict[str, Route]:
         slurm = SlurmActuator(local, binaries, component=node or local, timeout_s=config.timeout_s)
     except ValueError as exc:  # a node name Slurm cannot have
         raise PrerequisiteError(f'[scheduler] kind = "slurm": {exc}') from None
-    return {kind: Route("slurm", slurm) for kind in SLURM_KINDS}
+    return {kind: Route("slurm", slurm, remote=True) for kind in SLURM_KINDS}
 
 
 def _kubernetes(store: Store, node: str | None, kube_api: Any) -> dict[str, Route]:
@@ -73,7 +73,7 @@ def _kubernetes(store: Store, node: str | None, kube_api: Any) -> dict[str, Rout
         component_of=lambda target: local if target in (node, local) else target,
         timeout_s=config.timeout_s,
     )
-    return {kind: Route("kubernetes", k8s) for kind in KubernetesActuator.KINDS}
+    return {kind: Route("kubernetes", k8s, remote=True) for kind in KubernetesActuator.KINDS}
 
 
 SCHEDULER_BACKENDS: dict[str, SchedulerBackend] = {

@@ -146,13 +146,15 @@ def _with_ticket(store: Store, attached: Attached, ticket: TicketActuator) -> At
     inner = attached.actuator
     describe = f"{attached.describe}; tickets to {ticket.config.kind}"
     if inner is None:  # nothing acts here (the fleet): open_ticket alone executes, the rest is dispatched
-        only = RoutingActuator({"open_ticket": Route(ticket.config.kind, sink)}, describe=describe)
+        only = RoutingActuator(
+            {"open_ticket": Route(ticket.config.kind, sink, remote=True)}, describe=describe
+        )
         return dataclasses.replace(attached, kind=TICKETS_ONLY, actuator=only, describe=describe)
     if isinstance(inner, RoutingActuator):
         routes = dict(inner.routes)
     else:
         routes = {kind: Route(attached.kind, inner) for kind in DEFAULT_REGISTRY.kinds}
-    routes["open_ticket"] = Route(ticket.config.kind, sink)
+    routes["open_ticket"] = Route(ticket.config.kind, sink, remote=True)
     return dataclasses.replace(
         attached, actuator=RoutingActuator(routes, describe=describe), describe=describe
     )
@@ -282,7 +284,7 @@ def _attach_nvml(
     if _has_fans(nvml):  # an SXM GPU reports 0 fans (an H200 does): fan speed then stands as a ticket
         routes["set_fan_speed"] = Route("nvml", ops)
     if is_drained is not None:  # a reset only where a scheduler says the node is drained
-        routes["gpu_reset"] = Route("nvml", ops)
+        routes["gpu_reset"] = Route("nvml", ops, remote=True)  # asks the scheduler first
     if _cools(node, sysfs_root, topology):  # cooling devices that do not throttle compute
         routes["set_cooling_state"] = Route("sysfs", CoolingActuator({node: sysfs_root}, topology))
     routes.update(scheduled)

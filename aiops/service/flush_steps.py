@@ -13,19 +13,20 @@ on). In the flush's order:
 | alerts | `investigate_alerts` | open | each flush with telemetry |
 | conditions | `conditions` | open | each flush |
 | dispatch | `DispatchInbox.judge` (dispatch_in.py) | open | a fleet's dispatch waits |
-| dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due and makes each POST ready | open | on the fleet |
+| dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due, makes each POST ready and claims each scheduler step (`Guardrails.begin`) | open | on the fleet |
 | retention | `retention` | open | hourly |
 | report | `report` | open | a scheduled report is due |
 | (export) | `export_store` | open | as paging, and at the first flush: unguarded |
-| dispatcher sends | `dispatch_outside`: the POSTs to node agents, then the answers written in a second, short hold | **closed** while sending | on the fleet, when a send is ready |
+| dispatcher sends | `dispatch_outside`: the POSTs to node agents and the `[fleet.scheduler]` steps (scontrol, the Kubernetes API), then the answers, executions and read-backs written in a second, short hold (`Guardrails.finish`) | **closed** while sending | on the fleet, when a send or step is ready |
 
 No step sends to another system while the workspace is open from the fleet's dispatch: a node that is slow to
-answer (up to `[fleet] dispatch_timeout_s` per send) no longer keeps the console, the API and leases waiting
-(tests/test_dispatch_fleet.py checks the POST finds the workspace closed). Not built yet, still inside the open
-workspace: a scheduler step (`[fleet.scheduler]`, Slurm or Kubernetes) the fleet runs itself and the scheduler
-view its breaker reads, a ticket `execute_approved` files (Jira, ServiceNow), and the actuators a node agent's
-`execute_approved` and `dispatch` steps run (Kubernetes, Slurm): the guardrails' claim, run and read-back are
-one record there.
+answer (up to `[fleet] dispatch_timeout_s` per send) or a scheduler slow to run a job step (up to
+`[fleet.scheduler] timeout_s` per call) no longer keeps the console, the API and leases waiting
+(tests/test_dispatch_fleet.py checks the POST, tests/test_flush_outside.py the scheduler step, find the workspace
+closed). A step is claimed in the ledger in the first hold, so it runs at most once even if the service dies
+before the second. Not built yet, still inside the open workspace: the scheduler view the fleet's breaker
+reads, a ticket `execute_approved` files (Jira, ServiceNow), and the actuators a node agent's
+`execute_approved` and `dispatch` steps run (Kubernetes, Slurm).
 """
 
 from __future__ import annotations
