@@ -86,20 +86,54 @@ def job_cluster(tmp_path: Path) -> tuple[Workspace, Keys, Cluster]:
     return workspace, keys, cluster
 
 
-def test_the_fleets_scheduler_step_calls_kubernetes_with_its_workspace_closed(tmp_path: Path) -> None:
+def test_the_fleets_scheduler_step_and_breaker_view_call_kubernetes_with_its_workspace_closed(
+    tmp_path: Path,
+) -> None:
     """`[fleet.scheduler]`'s job restart: claimed with the workspace open, the pods deleted through the API
-    with it closed, the execution and read-back written in the second hold (proposal executed)."""
+    with it closed, the execution and read-back written in the second hold (proposal executed). The view of
+    cordoned nodes the fleet's breaker counts (`list_node`) is read before the flush holds the workspace."""
     workspace, keys, cluster = job_cluster(tmp_path)
     with k8s_api(cluster) as url:
         api = Probe(core_api(host=url), lambda: service.owner.held_here())
         fleet = FleetConfig(scheduler=SchedulerConfig(kind="kubernetes"))
         service = service_on(workspace, keys, dispatcher=FleetDispatcher(fleet, TOKEN, kube_api=api))
         assert service.run(duration_s=0.0) == 0  # started, one flush, closed
-    steps = [name for name, _ in api.calls if name != "list_node"]  # list_node: the breaker's view
-    assert "delete_namespaced_pod" in steps, api.calls
-    assert not [n for n in api.held_at() if n != "list_node"], (
-        f"the scheduler step waited inside: {api.calls}"
-    )
+    names = [name for name, _ in api.calls]
+    assert "delete_namespaced_pod" in names and "list_node" in names, api.calls
+    held = api.held_at()
+    assert not [n for n in held if n != "list_node"], f"the scheduler step waited inside: {api.calls}"
+    assert "list_node" not in held, f"the breaker's view was read inside: {api.calls}"
     assert status(workspace, "P-k8s")[0] == "executed", status(workspace, "P-k8s")
     deleted = sorted(r["path"] for r in cluster.requests if r["method"] == "DELETE")
     assert deleted == ["/api/v1/namespaces/ml/pods/trainer-0", "/api/v1/namespaces/ml/pods/trainer-1"]
+
+
+def node_service(workspace: Workspace, keys: Keys, api: Probe) -> Service:
+    """node0's agent over `workspace`, its `[scheduler]` Kubernetes (the API client `api`), one flush that
+    judges as if telemetry had come (so the desks of the detection step are made: the breaker, approvals)."""
+    document = tomllib.loads(keys.config.read_text())
+    document.update(
+        store={"path": str(workspace.path)},
+        http={"listen": ""},
+        node={"name": "node0"},
+        scheduler={"kind": "kubernetes", "node_name": "node0"},
+    )
+    service = Service(
+        parse_config(document, "test config"),
+        sources=lambda _: Sources([], time.time, declares_inventory=False),
+        kube_api=api,
+    )
+    service.newest_ts_s = service.first_ts_s = time.time()  # the detection step runs in the last flush
+    return service
+
+
+def test_a_nodes_breaker_view_is_read_with_its_workspace_closed(tmp_path: Path) -> None:
+    """A node agent's `[scheduler]` view of cordoned nodes, which its breaker counts each flush (and its desks
+    validate with), is read before the flush holds the workspace."""
+    workspace, keys, cluster = job_cluster(tmp_path)
+    with k8s_api(cluster) as url:
+        api = Probe(core_api(host=url), lambda: service.owner.held_here())
+        service = node_service(workspace, keys, api)
+        assert service.run(duration_s=0.0) == 0
+    assert "list_node" in [name for name, _ in api.calls], api.calls
+    assert "list_node" not in api.held_at(), f"the breaker's view was read inside: {api.calls}"

@@ -58,7 +58,7 @@ from guardrails.actuators import ActuationResult
 from guardrails.actuators_k8s import core_api
 from guardrails.audit import AuditLog, step_rows_naming
 from guardrails.breaker import OUT_KINDS
-from guardrails.breaker_inputs import WAITING
+from guardrails.breaker_inputs import WAITING, HeldView
 from guardrails.context import topology_from_store
 from guardrails.decisions import check_row
 from guardrails.executor import Claimed, ExecutionOutcome
@@ -125,12 +125,14 @@ class FleetDispatcher:
         ] = []  # scheduler steps claimed by collect(), run by send(), written by record()
         self.kube_api = kube_api  # tests: a CoreV1Api for [fleet.scheduler] kind = "kubernetes"
         self._scheduler: RoutingActuator | None = None
-        self.view = view_reader(
+        reader = view_reader(
             fleet.scheduler.kind,
             binaries=fleet.scheduler.binaries,
             timeout_s=fleet.scheduler.timeout_s,
             kube_api=(lambda: kube_api) if kube_api is not None else self._kube,
         )
+        # the scheduler's view the breaker counts: read by `read_views` (outside the workspace), never by a desk
+        self.view = HeldView(reader) if reader is not None else None
 
     def __repr__(self) -> str:  # never the token
         return f"FleetDispatcher(node_url={self.fleet.node_url!r}, token=***)"
@@ -146,9 +148,16 @@ class FleetDispatcher:
         """Carry out what is due, each by its scope (aiops/fleet/scopes.py); returns the proposal ids settled
         (executed, failed or refused: every node of its scope answered, or the scheduler ran it). The POSTs
         run with `store` open: a service's flush calls the three phases instead (the module's docstring)."""
+        self.read_views()
         ran = self.collect(store, verifier)
         self.send()
         return ran + self.record(store)
+
+    def read_views(self) -> None:
+        """Ask `[fleet.scheduler]` which nodes run no new work (`sinfo`, the Kubernetes node list), for the
+        breaker of the next `collect`: a service calls this before its flush holds the workspace."""
+        if self.view is not None:
+            self.view.refresh()
 
     def send(self) -> int:
         """POST what `collect` made ready and run the scheduler steps it claimed, touching no store (the

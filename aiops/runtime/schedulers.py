@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiops.config import SchedulerConfig
 from aiops.errors import PrerequisiteError
 from aiops.store import Store
 from guardrails.actuators_k8s import KubernetesActuator, core_api
@@ -37,7 +38,12 @@ class SchedulerBackend:
 
 def scheduler_node(store: Store) -> str:
     """This host's name in its scheduler: `[scheduler] node_name`, else the hostname."""
-    return store.scheduler.node_name or socket.gethostname()
+    return local_name(store.scheduler)
+
+
+def local_name(config: SchedulerConfig) -> str:
+    """`scheduler_node` from the `[scheduler]` section alone."""
+    return config.node_name or socket.gethostname()
 
 
 def _slurm(store: Store, node: str | None, _client: Any) -> dict[str, Route]:

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING
 
 from aiops.runtime.world import attach, desk
 from aiops.store import Store
+from guardrails.breaker import SchedulerView
 from guardrails.dispatched import Dispatch, DispatchAnswer, NodeDispatch
 from guardrails.proposal_desk import Guardrails
 
 if TYPE_CHECKING:
     from aiops.sim.twin import Twin
 
+SchedulerViewReader = Callable[[], SchedulerView | None] | None
 log = logging.getLogger("aiops.service")
 DISPATCH_ROUTE = "/api/dispatch"
 MAX_BODY_BYTES = 64 * 1024
@@ -62,10 +64,11 @@ class DispatchInbox:
         with self._lock:
             return len(self._waiting)
 
-    def judge(self, store: Store, twin: Twin | None, node: str) -> None:
+    def judge(self, store: Store, twin: Twin | None, node: str, view: SchedulerViewReader = None) -> None:
         """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world (the
-        twin's, or none: then every dispatch is answered 503)."""
-        attached = attach(store, twin=twin)
+        twin's, or none: then every dispatch is answered 503); `view`: the scheduler's view the service read
+        before its flush held the workspace."""
+        attached = attach(store, twin=twin, view=view)
         done = self.run(lambda: desk(store, attached), node, attached.actuator is not None)
         log.info("dispatches", extra={"judged": done})
 

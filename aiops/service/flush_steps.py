@@ -5,6 +5,7 @@ on). In the flush's order:
 
 | step (the log's word) | function | workspace | when |
 | --- | --- | --- | --- |
+| scheduler view | `read_views`: the scheduler's view of drained or cordoned nodes the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s for the fleet's dispatcher; `sinfo`, the Kubernetes node list), at most every 10 s (`HeldView`) | **closed**: before the flush takes it | each flush |
 | jobs | `refresh_jobs` | open | the workload collector collected |
 | detection | `detect_and_respond` (and `execute_approved`) | open | each flush with telemetry |
 | paging | `review_pages` | open | a window was judged, or `review_every_s` passed |
@@ -24,9 +25,10 @@ answer (up to `[fleet] dispatch_timeout_s` per send) or a scheduler slow to run 
 `[fleet.scheduler] timeout_s` per call) no longer keeps the console, the API and leases waiting
 (tests/test_dispatch_fleet.py checks the POST, tests/test_flush_outside.py the scheduler step, find the workspace
 closed). A step is claimed in the ledger in the first hold, so it runs at most once even if the service dies
-before the second. Not built yet, still inside the open workspace: the scheduler view the fleet's breaker
-reads, a ticket `execute_approved` files (Jira, ServiceNow), and the actuators a node agent's
-`execute_approved` and `dispatch` steps run (Kubernetes, Slurm).
+before the second. The desks inside the flush read the schedulers' views as last read before it (tests/
+test_flush_outside.py: the fleet's and a node's). Not built yet, still inside the open workspace: a ticket
+`execute_approved` files (Jira, ServiceNow), and the actuators a node agent's `execute_approved` and `dispatch`
+steps run (Kubernetes, Slurm).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiops.plans import advance
-from aiops.runtime.world import TICKETS_ONLY, attach, desk
+from aiops.runtime.world import TICKETS_ONLY, desk
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
 from aiops.store import Store
@@ -48,8 +50,11 @@ if TYPE_CHECKING:
 
 
 class Dispatcher(Protocol):
-    """The fleet's dispatcher (aiops/fleet/dispatch.py) as the flush drives it: what to send is read with the
-    workspace open, sent with it closed, and the answers written with it open again."""
+    """The fleet's dispatcher (aiops/fleet/dispatch.py) as the flush drives it: the scheduler's view read before
+    the workspace is opened, what to send read with it open, sent with it closed, and the answers written with
+    it open again."""
+
+    def read_views(self) -> None: ...
 
     def collect(self, store: Store) -> list[str]: ...
 
@@ -77,12 +82,11 @@ def refresh_jobs(svc: Service, store: Store) -> None:
 def detect_and_respond(svc: Service, store: Store) -> None:
     assert svc.sources is not None and svc.newest_ts_s is not None
     transitions = svc.live.advance(store, svc.newest_ts_s, svc.first_ts_s)
-    twin = svc.sources.twin
     held: list[Any] = []
 
     def attached() -> Any:  # the world, attached only when something is filed or executed
         if not held:
-            held.append(attach(store, twin=twin, node=svc.config.node.name, ticket=svc.ticket))
+            held.append(svc.attach(store))
         return held[0]
 
     svc.responder.handle(store, transitions, lambda: desk(store, attached()))
@@ -121,7 +125,7 @@ def advance_plans(svc: Service, store: Store) -> None:
     assert svc.sources is not None
     if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
         return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
-    attached = attach(store, twin=svc.sources.twin, node=svc.config.node.name, ticket=svc.ticket)
+    attached = svc.attach(store)
     changed = advance(desk(store, attached))
     if changed:
         log.info("plans", extra={"changed": changed[:20]})
@@ -160,6 +164,15 @@ def execute_approved(svc: Service, store: Store, attached: Any) -> None:
                 "why": outcome.message[:200],
             },
         )
+
+
+def read_views(svc: Service) -> None:
+    """The schedulers' views the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s
+    for the fleet's dispatcher), read before the flush holds the workspace: the desks inside read the copy."""
+    if svc.scheduler_view is not None:
+        svc.scheduler_view.refresh()
+    if svc.dispatcher is not None:
+        svc.dispatcher.read_views()
 
 
 def dispatch_ready(svc: Service, store: Store) -> None:
