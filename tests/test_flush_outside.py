@@ -16,17 +16,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from aiops import outbound
 from aiops.config import FleetConfig, SchedulerConfig, parse_config
 from aiops.fleet.dispatch import FleetDispatcher
 from aiops.service.service import Service
+from aiops.service.slack_request import button_value
 from aiops.service.sources import Sources
 from aiops.store import Workspace
+from guardrails.actions import action_hash
 from guardrails.actuators_k8s import core_api
+from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
 from tests.dispatch_helpers import TOKEN
 from tests.fleet.test_fleet_scopes import act, file_and_approve, fleet_workspace
 from tests.k8s_api import Cluster, k8s_api, pod
+from tests.notify.test_ticket_sink import TOKEN as TICKET_TOKEN
+from tests.notify.test_ticket_sink import USER, ticket_action, ticket_server
 from tests.signing_helpers import Keys, make_keys
+from tests.slack_helpers import BOT_TOKEN, SECRET, fake_slack, press_payload, signed_post
 
 
 class Probe:
@@ -108,32 +117,100 @@ def test_the_fleets_scheduler_step_and_breaker_view_call_kubernetes_with_its_wor
     assert deleted == ["/api/v1/namespaces/ml/pods/trainer-0", "/api/v1/namespaces/ml/pods/trainer-1"]
 
 
-def node_service(workspace: Workspace, keys: Keys, api: Probe) -> Service:
-    """node0's agent over `workspace`, its `[scheduler]` Kubernetes (the API client `api`), one flush that
-    judges as if telemetry had come (so the desks of the detection step are made: the breaker, approvals)."""
+def node_service(
+    workspace: Workspace,
+    keys: Keys,
+    api: Probe | None = None,
+    tick: Callable[[], None] = lambda: None,
+    **config: Any,
+) -> Service:
+    """node0's agent over `workspace` (its `[scheduler]` Kubernetes through the API client `api` when given;
+    the sections `config` besides; `tick` run at each tick of its loop), whose flushes judge as if telemetry
+    had come (so the detection step's desks are made: the breaker, the approved proposals)."""
     document = tomllib.loads(keys.config.read_text())
-    document.update(
-        store={"path": str(workspace.path)},
-        http={"listen": ""},
-        node={"name": "node0"},
-        scheduler={"kind": "kubernetes", "node_name": "node0"},
-    )
+    document.update(store={"path": str(workspace.path)}, http={"listen": ""}, node={"name": "node0"})
+    document.update(config)
+    if api is not None:
+        document.update(scheduler={"kind": "kubernetes", "node_name": "node0"})
     service = Service(
         parse_config(document, "test config"),
-        sources=lambda _: Sources([], time.time, declares_inventory=False),
+        sources=lambda _: Sources([], time.time, tick=tick, declares_inventory=False),
         kube_api=api,
     )
-    service.newest_ts_s = service.first_ts_s = time.time()  # the detection step runs in the last flush
+    service.newest_ts_s = service.first_ts_s = time.time()  # the detection step runs in each flush
     return service
 
 
-def test_a_nodes_breaker_view_is_read_with_its_workspace_closed(tmp_path: Path) -> None:
-    """A node agent's `[scheduler]` view of cordoned nodes, which its breaker counts each flush (and its desks
-    validate with), is read before the flush holds the workspace."""
+def test_a_nodes_scheduler_is_called_with_its_workspace_closed(tmp_path: Path) -> None:
+    """A node agent whose `[scheduler]` is Kubernetes: the view of cordoned nodes its breaker counts each flush
+    (and its desks validate with) is read before the flush holds the workspace, and an approved restart of
+    its job runs through the API after it (claimed inside, executed and read back in the second hold)."""
     workspace, keys, cluster = job_cluster(tmp_path)
     with k8s_api(cluster) as url:
         api = Probe(core_api(host=url), lambda: service.owner.held_here())
         service = node_service(workspace, keys, api)
         assert service.run(duration_s=0.0) == 0
-    assert "list_node" in [name for name, _ in api.calls], api.calls
-    assert "list_node" not in api.held_at(), f"the breaker's view was read inside: {api.calls}"
+    names = [name for name, _ in api.calls]
+    assert "list_node" in names and "delete_namespaced_pod" in names, api.calls
+    held = api.held_at()
+    assert "list_node" not in held, f"the breaker's view was read inside: {api.calls}"
+    assert not held, f"the scheduler's action waited inside: {api.calls}"
+    assert status(workspace, "P-k8s")[0] == "executed", status(workspace, "P-k8s")
+
+
+def test_an_open_ticket_run_from_slack_is_filed_with_the_workspace_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[notify.ticket]`: alice presses Run on a pending open_ticket in Slack; the next flush claims it, POSTs it
+    to Jira with the workspace closed (the HTTP client notes the hold at each request), and writes the execution
+    naming the issue in the second hold. The ticket's text names the incident, read in the first hold."""
+    workspace, keys, _ = job_cluster(tmp_path)
+    ticket = ticket_action("P-ticket").model_copy(update={"target": "node0/gpu1"})
+    with workspace.write() as store:
+        filed = Guardrails(store).propose(ticket, origin="test", incident_id="INC-node0-0001")
+    assert filed.status == "pending", filed.message
+    for name, text in (("signing-secret", SECRET), ("bot-token", BOT_TOKEN), ("jira-token", TICKET_TOKEN)):
+        (tmp_path / name).write_text(text + "\n")
+    held_at_post: list[bool] = []
+    real_request = outbound.request
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        held_at_post.append(service.owner.held_here())
+        return real_request(*args, **kwargs)
+
+    pressed: list[tuple[int, dict[str, Any]]] = []
+
+    def press() -> None:  # the loop's first tick: the HTTP listener serves by then
+        if not pressed:
+            assert service.http is not None
+            url = f"http://{service.http.address}/api/slack/actions"
+            pressed.append(signed_post(url, press_payload(button_value("P-ticket", action_hash(ticket)))))
+
+    monkeypatch.setattr(outbound, "request", request)
+    with fake_slack() as slack, ticket_server() as jira:
+        slack_config = {
+            "signing_secret_file": str(tmp_path / "signing-secret"),
+            "bot_token_file": str(tmp_path / "bot-token"),
+            "api_url": slack.url,
+            "channel": "C0INCIDENTS",
+            "users": {"U0ALICE": "alice"},
+        }
+        sink = {"kind": "jira", "url": jira.url, "user": USER, "token_file": str(tmp_path / "jira-token")}
+        service = node_service(
+            workspace,
+            keys,
+            tick=press,
+            http={"listen": "127.0.0.1:0"},
+            chatops={"slack": slack_config},
+            notify={"ticket": {**sink, "project": "OPS"}},
+        )
+        assert service.run(duration_s=0.2) == 0  # a tick (the press), then the last flush
+        filed_in_jira = list(jira.got)
+    assert pressed and pressed[0][0] == 200 and pressed[0][1]["ok"], pressed
+    assert len(filed_in_jira) == 1, filed_in_jira
+    assert held_at_post and not any(held_at_post), "the ticket's POST waited inside the flush's hold"
+    assert "incident INC-node0-0001" in filed_in_jira[0]["body"]["fields"]["description"]
+    assert status(workspace, "P-ticket")[0] == "executed", status(workspace, "P-ticket")
+    with workspace.read() as store:
+        execution = GuardrailRecords(store).execution("P-ticket") or {}
+    assert execution["result"]["detail"]["ticket"] == "OPS-1", execution

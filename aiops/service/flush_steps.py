@@ -7,7 +7,7 @@ on). In the flush's order:
 | --- | --- | --- | --- |
 | scheduler view | `read_views`: the scheduler's view of drained or cordoned nodes the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s for the fleet's dispatcher; `sinfo`, the Kubernetes node list), at most every 10 s (`HeldView`) | **closed**: before the flush takes it | each flush |
 | jobs | `refresh_jobs` | open | the workload collector collected |
-| detection | `detect_and_respond` (and `execute_approved`) | open | each flush with telemetry |
+| detection | `detect_and_respond` (and `execute_approved`, Slack's `run_requested`): a proposal whose backend calls another system is validated and claimed here, not run (`execute_or_claim`) | open | each flush with telemetry |
 | paging | `review_pages` | open | a window was judged, or `review_every_s` passed |
 | closed loop | `judge_closed_loop` | open | as paging |
 | plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
@@ -18,17 +18,18 @@ on). In the flush's order:
 | retention | `retention` | open | hourly |
 | report | `report` | open | a scheduled report is due |
 | (export) | `export_store` | open | as paging, and at the first flush: unguarded |
+| actions outside | `act_outside`: the executions claimed above run (a ticket sink's POST; a node's scheduler: scontrol, the Kubernetes API; a GPU reset, which asks the scheduler first), then their executions and read-backs written in a second, short hold (`Guardrails.finish`) | **closed** while calling | the flush claimed one |
 | dispatcher sends | `dispatch_outside`: the POSTs to node agents and the `[fleet.scheduler]` steps (scontrol, the Kubernetes API), then the answers, executions and read-backs written in a second, short hold (`Guardrails.finish`) | **closed** while sending | on the fleet, when a send or step is ready |
 
-No step sends to another system while the workspace is open from the fleet's dispatch: a node that is slow to
-answer (up to `[fleet] dispatch_timeout_s` per send) or a scheduler slow to run a job step (up to
-`[fleet.scheduler] timeout_s` per call) no longer keeps the console, the API and leases waiting
-(tests/test_dispatch_fleet.py checks the POST, tests/test_flush_outside.py the scheduler step, find the workspace
-closed). A step is claimed in the ledger in the first hold, so it runs at most once even if the service dies
-before the second. The desks inside the flush read the schedulers' views as last read before it (tests/
-test_flush_outside.py: the fleet's and a node's). Not built yet, still inside the open workspace: a ticket
-`execute_approved` files (Jira, ServiceNow), and the actuators a node agent's `execute_approved` and `dispatch`
-steps run (Kubernetes, Slurm).
+No step waits on another system while the workspace is open, but one (below): a node agent slow to answer the
+fleet (up to `[fleet] dispatch_timeout_s` per send), a scheduler slow to run a step or to list its nodes (up to
+`[scheduler]`/`[fleet.scheduler]` `timeout_s` per call) or a ticket sink slow to file (`[notify.ticket]
+timeout_s`) keeps neither the console, the API nor leases waiting. An execution is claimed in the ledger in the
+first hold, so it runs at most once even if the service dies before the second; the desks inside the flush read
+the schedulers' views as last read before it. tests/test_dispatch_fleet.py (the POST) and
+tests/test_flush_outside.py (the fleet's scheduler step and view, a node's view, a ticket) find the workspace
+closed at each call. Not built yet, still inside the open workspace: the actuators a node agent's `dispatch`
+step runs for the fleet (a node's scheduler: Kubernetes, Slurm).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
 from aiops.store import Store
 from aiops.store.workloads import refresh_jobs as refresh_job_ranks
+from guardrails.executor import ExecutionOutcome
+from guardrails.proposal_desk import Guardrails
+from guardrails.routing import acts_remotely
 
 if TYPE_CHECKING:
     from aiops.service.service import Service
@@ -94,7 +98,9 @@ def detect_and_respond(svc: Service, store: Store) -> None:
         execute_approved(svc, store, attached())
     svc.breaker.observe(store, lambda: desk(store, attached()), time.time())  # every 15 s: attaches then
     if svc.slack is not None:
-        svc.slack.run_requested(store, attached())
+        svc.slack.run_requested(
+            store, attached(), lambda guard, pid: execute_or_claim(svc, guard, attached(), pid)
+        )
 
 
 def conditions(svc: Service, store: Store) -> None:
@@ -148,22 +154,52 @@ def investigate_alerts(svc: Service, store: Store) -> None:
 
 
 def execute_approved(svc: Service, store: Store, attached: Any) -> None:
-    """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is."""
+    """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is;
+    one whose backend calls another system is claimed here and run by `act_outside`."""
     if attached.actuator is None:
         return
     guard = desk(store, attached)
     for record in guard.records.proposals("approved"):
         if attached.kind == TICKETS_ONLY and record.action.kind != "open_ticket":
             continue  # the fleet files tickets itself; every other action is dispatched to where it acts
-        outcome = guard.execute(record.proposal_id)
-        log.info(
-            "executed",
-            extra={
-                "proposal_id": record.proposal_id,
-                "status": outcome.status,
-                "why": outcome.message[:200],
-            },
-        )
+        outcome = execute_or_claim(svc, guard, attached, record.proposal_id)
+        if outcome is not None:
+            said(outcome)
+
+
+def execute_or_claim(
+    svc: Service, guard: Guardrails, attached: Any, proposal_id: str
+) -> ExecutionOutcome | None:
+    """The proposal executed now, or, when its backend calls another system (a scheduler, a ticket sink:
+    guardrails.routing.acts_remotely), validated and claimed now and left in `svc.claimed` for `act_outside`
+    (None then)."""
+    record = guard.records.proposal(proposal_id)
+    if record is None or not acts_remotely(attached.actuator, record.action):
+        return guard.execute(proposal_id)
+    begun = guard.begin(proposal_id)
+    if isinstance(begun, ExecutionOutcome):
+        return begun
+    svc.claimed.append((begun, attached))
+    return None
+
+
+def act_outside(svc: Service) -> None:
+    """The executions the flush claimed, run with the workspace closed (the console, the API and leases are
+    served meanwhile), then their executions and read-backs written in one more short hold. A claim stands
+    whatever happens here: an execution runs at most once."""
+    taken, svc.claimed = svc.claimed, []
+    for claimed, _ in taken:
+        claimed.act()
+    with svc.owner.store() as store:
+        for claimed, attached in taken:
+            said(desk(store, attached).finish(claimed))
+
+
+def said(outcome: ExecutionOutcome) -> None:
+    log.info(
+        "executed",
+        extra={"proposal_id": outcome.proposal_id, "status": outcome.status, "why": outcome.message[:200]},
+    )
 
 
 def read_views(svc: Service) -> None:

@@ -65,6 +65,7 @@ from aiops.store.maintenance import active_windows, matching, membership
 from collectors.base import RowBatch, RowBuffer
 from guardrails import witness
 from guardrails.breaker_inputs import HeldView
+from guardrails.executor import Claimed
 
 log = logging.getLogger("aiops.service")
 
@@ -190,9 +191,10 @@ class Service:
         self.alert_inbox = AlertInbox()
         self.dispatches = DispatchInbox()  # POST /api/dispatch: judged and run in the flush (dispatch_in.py)
         self.dispatcher = dispatcher  # `aiops fleet`: sends approved proposals to their nodes (aiops/fleet)
-        self.kube_api = (
-            kube_api  # tests: a CoreV1Api for [scheduler] kind = "kubernetes" (else from its config)
-        )
+        # tests: a CoreV1Api for [scheduler] kind = "kubernetes" (else one from its config)
+        self.kube_api = kube_api
+        # executions the flush claimed whose backend calls another system: run after it (flush_steps.act_outside)
+        self.claimed: list[tuple[Claimed, Attached]] = []
         # [scheduler]'s view of drained or cordoned nodes for the breaker, read before each flush holds the
         # workspace (flush_steps.read_views); the desks inside read this copy
         reader = scheduler_view(config.scheduler, config.node.name, kube_api)
@@ -375,6 +377,8 @@ class Service:
             self._guarded("report", lambda: steps.report(self, store))
             if review or not self.flushes:
                 steps.export_store(self, store)
+        if self.claimed:
+            self._guarded("actions outside", lambda: steps.act_outside(self))
         if self.dispatcher is not None:
             self._guarded("dispatcher sends", lambda: steps.dispatch_outside(self))
         self.metrics.ingested(counts)
