@@ -10,6 +10,7 @@ system's real client (the official Kubernetes client against tests/k8s_api.py on
 
 from __future__ import annotations
 
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from guardrails.actions import action_hash
 from guardrails.actuators_k8s import core_api
 from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
-from tests.dispatch_helpers import TOKEN
+from tests.dispatch_helpers import TOKEN, body, post, signed
 from tests.fleet.test_fleet_scopes import act, file_and_approve, fleet_workspace
 from tests.k8s_api import Cluster, k8s_api, pod
 from tests.notify.test_ticket_sink import TOKEN as TICKET_TOKEN
@@ -78,9 +79,9 @@ def status(workspace: Workspace, pid: str) -> tuple[str, str]:
     return record.status, record.message
 
 
-def job_cluster(tmp_path: Path) -> tuple[Workspace, Keys, Cluster]:
-    """A fleet workspace whose job `k8s-ml_trainer` runs on node0 and node1, its restart approved by alice,
-    and the Kubernetes cluster its pods run in."""
+def job_cluster(tmp_path: Path, *, approved: bool = True) -> tuple[Workspace, Keys, Cluster]:
+    """A fleet workspace whose job `k8s-ml_trainer` runs on node0 and node1 (its restart P-k8s approved by alice
+    when `approved`), and the Kubernetes cluster its pods run in."""
     keys = make_keys(tmp_path / "keys", ("alice",))
     nodes = ("node0", "node1")
     cluster = Cluster()
@@ -91,7 +92,8 @@ def job_cluster(tmp_path: Path) -> tuple[Workspace, Keys, Cluster]:
     for n, name in enumerate(nodes):
         cluster.add_node(name)
         cluster.pods.append(pod(f"trainer-{n}", "ml", name, ("Job", "trainer")))
-    file_and_approve(workspace, keys, act("P-k8s", "restart_job", "job:k8s-ml_trainer"), "alice")
+    if approved:
+        file_and_approve(workspace, keys, act("P-k8s", "restart_job", "job:k8s-ml_trainer"), "alice")
     return workspace, keys, cluster
 
 
@@ -122,10 +124,11 @@ def node_service(
     keys: Keys,
     api: Probe | None = None,
     tick: Callable[[], None] = lambda: None,
+    token: str = "",
     **config: Any,
 ) -> Service:
     """node0's agent over `workspace` (its `[scheduler]` Kubernetes through the API client `api` when given;
-    the sections `config` besides; `tick` run at each tick of its loop), whose flushes judge as if telemetry
+    the sections `config` besides; `tick` run at each tick of its loop; `token` its /api token), whose flushes judge as if telemetry
     had come (so the detection step's desks are made: the breaker, the approved proposals)."""
     document = tomllib.loads(keys.config.read_text())
     document.update(store={"path": str(workspace.path)}, http={"listen": ""}, node={"name": "node0"})
@@ -136,6 +139,7 @@ def node_service(
         parse_config(document, "test config"),
         sources=lambda _: Sources([], time.time, tick=tick, declares_inventory=False),
         kube_api=api,
+        token=token,
     )
     service.newest_ts_s = service.first_ts_s = time.time()  # the detection step runs in each flush
     return service
@@ -156,6 +160,48 @@ def test_a_nodes_scheduler_is_called_with_its_workspace_closed(tmp_path: Path) -
     assert "list_node" not in held, f"the breaker's view was read inside: {api.calls}"
     assert not held, f"the scheduler's action waited inside: {api.calls}"
     assert status(workspace, "P-k8s")[0] == "executed", status(workspace, "P-k8s")
+
+
+def test_a_dispatch_from_the_fleet_runs_on_the_nodes_scheduler_with_its_workspace_closed(
+    tmp_path: Path,
+) -> None:
+    """The fleet POSTs a restart of a job with a rank on node0, signed by alice, to node0's /api/dispatch; the
+    node's flush judges and claims it, its Kubernetes API restarts the job's pods with the workspace closed,
+    and the answer (executed, the node's audit row) is written and returned from the second hold."""
+    workspace, keys, cluster = job_cluster(tmp_path, approved=False)
+    restart = act("F-k8s", "restart_job", "job:k8s-ml_trainer")
+    answers: list[tuple[int, dict[str, Any]]] = []
+
+    def fleet_posts() -> None:  # the request waits on the node's loop: sent from its own thread
+        assert service.http is not None
+        url = f"http://{service.http.address}/api/dispatch"
+        answers.append(post(url, body(restart, [signed(restart, keys.keys["alice"])]), TOKEN))
+        service.stop()
+
+    sender = threading.Thread(target=fleet_posts, daemon=True)
+
+    def tick() -> None:  # the loop's first tick: the HTTP listener serves by then
+        if not sender.is_alive() and not answers:
+            sender.start()
+
+    with k8s_api(cluster) as url:
+        api = Probe(core_api(host=url), lambda: service.owner.held_here())
+        service = node_service(
+            workspace,
+            keys,
+            api,
+            tick=tick,
+            token=TOKEN,
+            http={"listen": "127.0.0.1:0"},
+            store={"path": str(workspace.path), "flush_interval_s": 0.1},
+        )
+        assert service.run(duration_s=30.0) == 0  # until the answer came (the sender stops the loop)
+        sender.join(timeout=5)
+    assert answers and answers[0][0] == 200 and answers[0][1]["status"] == "executed", answers
+    names = [name for name, _ in api.calls]
+    assert "delete_namespaced_pod" in names, api.calls
+    assert not api.held_at(), f"the dispatched action waited inside: {api.calls}"
+    assert status(workspace, "F-k8s")[0] == "executed", status(workspace, "F-k8s")
 
 
 def test_an_open_ticket_run_from_slack_is_filed_with_the_workspace_closed(

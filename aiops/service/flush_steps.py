@@ -13,39 +13,42 @@ on). In the flush's order:
 | plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
 | alerts | `investigate_alerts` | open | each flush with telemetry |
 | conditions | `conditions` | open | each flush |
-| dispatch | `DispatchInbox.judge` (dispatch_in.py) | open | a fleet's dispatch waits |
+| dispatch | `DispatchInbox.judge` (dispatch_in.py): one whose backend calls another system (this node's scheduler) is judged and claimed here, run and answered by `act_outside` | open | a fleet's dispatch waits |
 | dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due, makes each POST ready and claims each scheduler step (`Guardrails.begin`) | open | on the fleet |
 | retention | `retention` | open | hourly |
 | report | `report` | open | a scheduled report is due |
 | (export) | `export_store` | open | as paging, and at the first flush: unguarded |
-| actions outside | `act_outside`: the executions claimed above run (a ticket sink's POST; a node's scheduler: scontrol, the Kubernetes API; a GPU reset, which asks the scheduler first), then their executions and read-backs written in a second, short hold (`Guardrails.finish`) | **closed** while calling | the flush claimed one |
+| actions outside | `act_outside`: the executions claimed above run (a ticket sink's POST; a node's scheduler: scontrol, the Kubernetes API, for an approved proposal or a fleet's dispatch; a GPU reset, which asks the scheduler first), then their executions and read-backs written in a second, short hold (`Guardrails.finish`), a dispatch answered from there | **closed** while calling | the flush claimed one |
 | dispatcher sends | `dispatch_outside`: the POSTs to node agents and the `[fleet.scheduler]` steps (scontrol, the Kubernetes API), then the answers, executions and read-backs written in a second, short hold (`Guardrails.finish`) | **closed** while sending | on the fleet, when a send or step is ready |
 
-No step waits on another system while the workspace is open, but one (below): a node agent slow to answer the
+No step waits on another system while the workspace is open: a node agent slow to answer the
 fleet (up to `[fleet] dispatch_timeout_s` per send), a scheduler slow to run a step or to list its nodes (up to
 `[scheduler]`/`[fleet.scheduler]` `timeout_s` per call) or a ticket sink slow to file (`[notify.ticket]
 timeout_s`) keeps neither the console, the API nor leases waiting. An execution is claimed in the ledger in the
 first hold, so it runs at most once even if the service dies before the second; the desks inside the flush read
 the schedulers' views as last read before it. tests/test_dispatch_fleet.py (the POST) and
-tests/test_flush_outside.py (the fleet's scheduler step and view, a node's view, a ticket) find the workspace
-closed at each call. Not built yet, still inside the open workspace: the actuators a node agent's `dispatch`
-step runs for the fleet (a node's scheduler: Kubernetes, Slurm).
+tests/test_flush_outside.py (the fleet's scheduler step and view; a node's view, its scheduler's action and a
+fleet's dispatch run on it; a ticket) find the workspace closed at each call. What stays inside, and why: the
+twin's actuator (it writes the twin's log into the workspace in the same hold: no other system), NVML and sysfs
+(this host's driver and files, no network), and the record-only kinds (ack_alert; open_ticket without a sink).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiops.plans import advance
-from aiops.runtime.world import TICKETS_ONLY, desk
+from aiops.runtime.world import TICKETS_ONLY, Attached, desk
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
 from aiops.store import Store
 from aiops.store.workloads import refresh_jobs as refresh_job_ranks
-from guardrails.executor import ExecutionOutcome
+from guardrails.executor import Claimed, ExecutionOutcome
 from guardrails.proposal_desk import Guardrails
 from guardrails.routing import acts_remotely
 
@@ -179,8 +182,19 @@ def execute_or_claim(
     begun = guard.begin(proposal_id)
     if isinstance(begun, ExecutionOutcome):
         return begun
-    svc.claimed.append((begun, attached))
+    svc.claimed.append(Later(begun, attached, lambda _guard, outcome: said(outcome)))
     return None
+
+
+@dataclass
+class Later:
+    """An execution the flush claimed, to run with the workspace closed (`act_outside`): `then` hears its
+    outcome on the desk of the second hold; `failed` hears why there is none."""
+
+    claimed: Claimed
+    attached: Attached
+    then: Callable[[Guardrails, ExecutionOutcome], None]
+    failed: Callable[[BaseException], None] = lambda _exc: None
 
 
 def act_outside(svc: Service) -> None:
@@ -188,11 +202,16 @@ def act_outside(svc: Service) -> None:
     served meanwhile), then their executions and read-backs written in one more short hold. A claim stands
     whatever happens here: an execution runs at most once."""
     taken, svc.claimed = svc.claimed, []
-    for claimed, _ in taken:
-        claimed.act()
+    for later in taken:
+        later.claimed.act()
     with svc.owner.store() as store:
-        for claimed, attached in taken:
-            said(desk(store, attached).finish(claimed))
+        for later in taken:
+            try:
+                guard = desk(store, later.attached)
+                later.then(guard, guard.finish(later.claimed))
+            except Exception as exc:  # one write that fails leaves the others to be written
+                log.exception("not written", extra={"proposal_id": later.claimed.action.proposal_id})
+                later.failed(exc)
 
 
 def said(outcome: ExecutionOutcome) -> None:

@@ -65,7 +65,6 @@ from aiops.store.maintenance import active_windows, matching, membership
 from collectors.base import RowBatch, RowBuffer
 from guardrails import witness
 from guardrails.breaker_inputs import HeldView
-from guardrails.executor import Claimed
 
 log = logging.getLogger("aiops.service")
 
@@ -194,7 +193,7 @@ class Service:
         # tests: a CoreV1Api for [scheduler] kind = "kubernetes" (else one from its config)
         self.kube_api = kube_api
         # executions the flush claimed whose backend calls another system: run after it (flush_steps.act_outside)
-        self.claimed: list[tuple[Claimed, Attached]] = []
+        self.claimed: list[steps.Later] = []
         # [scheduler]'s view of drained or cordoned nodes for the breaker, read before each flush holds the
         # workspace (flush_steps.read_views); the desks inside read this copy
         reader = scheduler_view(config.scheduler, config.node.name, kube_api)
@@ -369,7 +368,12 @@ class Service:
                 twin = self.sources.twin
                 self._guarded(
                     "dispatch",
-                    lambda: self.dispatches.judge(store, twin, self.config.node.name, self.scheduler_view),
+                    lambda: self.dispatches.judge(
+                        store,
+                        attach(store, twin=twin, kube_api=self.kube_api, view=self.scheduler_view),
+                        self.config.node.name,
+                        self.claimed.append,
+                    ),
                 )
             if self.dispatcher is not None:  # made ready here, sent below with the workspace closed
                 self._guarded("dispatcher", lambda: steps.dispatch_ready(self, store))
