@@ -2,8 +2,8 @@
 
 The loop, each tick: step the twin (sim), collect from every source that is due (timed; a collector's failure
 is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s` (and at once when the
-source says so: the fleet after each step's read and when its sight changes, `Sources.urgent`): ingest the batch in
-one transaction on the file the service holds open, record the twin's steps, run live detection over the new
+source says so: the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`): ingest the
+batch in one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
 workspace acts on), judge what ran once its window passed and export what it set (closed_loop.py), queue
 notifications, investigate the alerts Alertmanager's webhook brought

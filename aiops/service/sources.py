@@ -88,8 +88,8 @@ class Sources:
     # agent does; the fleet does not (a Prometheus scraping its re-export would read a second instance
     # declaring each node)
     declares_inventory: bool = True
-    # whether what the source just handed over must be judged now rather than at the next `flush_interval_s`
-    # (the fleet: a step's read, a lost agent among it, or its sight changing); asked once a tick, after collecting
+    # whether what the source just saw must be judged now rather than at the next `flush_interval_s` (the fleet:
+    # its sight changing, a node agent lost or back); asked once a tick, after collecting
     urgent: Callable[[], bool] | None = None
 
     def wait_s(self, spent_s: float) -> float:
