@@ -4,6 +4,7 @@ print the figures of the hours it ran; the second exits at once. The false-alarm
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -29,10 +30,14 @@ def test_the_first_sigterm_asks_the_run_to_stop_the_second_exits() -> None:
 
 
 def test_a_stop_request_ends_the_false_alarm_run_at_its_first_scrape_with_its_figures(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's workspace, removed with tmp_path
-    result = run_quiet(5.0, 7, 15.0, racks=1, stop=lambda: True)
+    short = Path(tempfile.mkdtemp(prefix="q"))  # the run's workspace inside (a socket path must stay short)
+    monkeypatch.setattr(tempfile, "tempdir", str(short))
+    try:
+        result = run_quiet(5.0, 7, 15.0, racks=1, stop=lambda: True)
+    finally:
+        shutil.rmtree(short)
     assert result["stopped_early"] is True
     assert result["simulated_days"] < 0.01, (
         result
