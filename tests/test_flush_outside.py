@@ -6,7 +6,9 @@ neither the console, the API nor a lease waiting.
 Each test runs one `Service` flush (started, one flush, closed) over a small workspace, with the outside
 system's real client (the official Kubernetes client against tests/k8s_api.py on 127.0.0.1) wrapped in a
 `Probe` that notes, at each call, whether the calling thread holds the service's workspace
-(`FileOwner.held_here`), as tests/test_dispatch_fleet.py does for the fleet's POSTs to node agents."""
+(`FileOwner.held_here`), as tests/test_dispatch_fleet.py does for the fleet's POSTs to node agents; the ticket
+sink's HTTP client is wrapped the same way. Slurm's scontrol and sinfo take the same paths (one route flag, one
+`HeldView`): the last test checks every scheduler backend's routes carry the flag."""
 
 from __future__ import annotations
 
@@ -21,15 +23,21 @@ import pytest
 
 from aiops import outbound
 from aiops.config import FleetConfig, SchedulerConfig, parse_config
+from aiops.config_notify import TicketConfig
 from aiops.fleet.dispatch import FleetDispatcher
+from aiops.fleet.scopes import scheduler_actuator
+from aiops.integrations.ticket import TicketActuator
+from aiops.runtime.schedulers import SCHEDULER_BACKENDS, scheduler_routes
+from aiops.runtime.world import attach
 from aiops.service.service import Service
 from aiops.service.slack_request import button_value
 from aiops.service.sources import Sources
-from aiops.store import Workspace
+from aiops.store import Store, Workspace
 from guardrails.actions import action_hash
 from guardrails.actuators_k8s import core_api
 from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
+from guardrails.routing import RoutingActuator, acts_remotely
 from tests.dispatch_helpers import TOKEN, body, post, signed
 from tests.fleet.test_fleet_scopes import act, file_and_approve, fleet_workspace
 from tests.k8s_api import Cluster, k8s_api, pod
@@ -260,3 +268,25 @@ def test_an_open_ticket_run_from_slack_is_filed_with_the_workspace_closed(
     with workspace.read() as store:
         execution = GuardrailRecords(store).execution("P-ticket") or {}
     assert execution["result"]["detail"]["ticket"] == "OPS-1", execution
+
+
+def test_every_scheduler_backend_and_the_ticket_sink_are_called_after_the_flush() -> None:
+    """What the flush calls after its hold is what `acts_remotely` says calls another system: every action kind
+    of every `[scheduler]` backend in the registry (Slurm's scontrol as much as Kubernetes' API, whose calls the
+    tests above catch inside), the fleet's `[fleet.scheduler]` client's, and `[notify.ticket]`'s open_ticket.
+    A backend added, or a route built, without `remote=True` fails here."""
+    action = act("P-any", "restart_job", "job:any")
+    sink = TicketActuator(TicketConfig(url="http://127.0.0.1:9", token_file="unused", project="OPS"), "token")
+    with Store(":memory:") as store:
+        for kind, backend in SCHEDULER_BACKENDS.items():
+            store.scheduler = SchedulerConfig(kind=kind, node_name="node0")  # type: ignore[arg-type]
+            routing = RoutingActuator(scheduler_routes(store, "node0", object()))
+            for one in backend.action_kinds:
+                assert acts_remotely(routing, action.model_copy(update={"kind": one})), (kind, one)
+            fleet = scheduler_actuator(store.scheduler, object())
+            assert fleet is not None and acts_remotely(fleet, action), kind
+        ticket = attach(store, actuator="none", ticket=sink)
+        assert acts_remotely(ticket.actuator, action.model_copy(update={"kind": "open_ticket"}))
+        assert not acts_remotely(
+            attach(store, actuator="none").actuator, action
+        )  # nothing acts: nothing later
