@@ -16,12 +16,21 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
-from aiops.columns import GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, Column, Family
+from aiops.columns import (
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    IB_PORT_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    Column,
+    Family,
+)
 from aiops.fleet import families
 from aiops.fleet.pivot import (
     flow_class_samples_sql,
     gpu_samples_sql,
     host_samples_sql,
+    ib_sql,
     netdev_sql,
     nic_samples_sql,
 )
@@ -147,6 +156,30 @@ def test_netdev_samples_counters_are_the_kernels_totals_exported_and_read_back_a
     assert (
         "CAST(max(value) FILTER (WHERE name = 'aiops_netdev_receive_bytes_total') AS BIGINT)" in netdev_sql()
     )
+
+
+def test_ib_port_samples_export_the_ports_totals_and_their_data_words_in_bytes() -> None:
+    """ib_port_samples, the sixth table: the ports' cumulative counters are exported as read, the data words
+    (4-octet IBA PortRcvData/PortXmitData) in bytes, and the fleet reads the newest totals back, the bytes over 4;
+    every family exported once, under its declared labels."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "device", "port", "nic", "link_downed", "port_rcv_data", "np_cnp_sent")
+    cache.observe("ib_port_samples", cols, [(1.0, "node0", "mlx5_0", 1, "node0/nic0", 3, 1000, 7)])
+    text = _scrape(cache)
+    assert 'aiops_ib_link_downed_total{device="mlx5_0",nic="node0/nic0",node="node0",port="1"} 3.0' in text
+    assert (
+        'aiops_ib_port_receive_bytes_total{device="mlx5_0",nic="node0/nic0",node="node0",port="1"} 4000.0'
+        in (text)
+    )
+    assert 'aiops_ib_np_cnp_sent_total{device="mlx5_0",nic="node0/nic0",node="node0",port="1"} 7.0' in text
+    assert text.count("# TYPE aiops_ib_port_receive_bytes_total counter") == 1  # one exporter of the family
+    assert tuple(f.name for f in columns.families(IB_PORT_SAMPLES)) == families.IB
+    sql = ib_sql()
+    assert "CAST(max(value / 4.0) FILTER (WHERE name = 'aiops_ib_port_receive_bytes_total') AS BIGINT)" in sql
+    assert "CAST(max(value) FILTER (WHERE name = 'aiops_ib_link_downed_total') AS BIGINT)" in sql
+    assert "local_ack_timeout_err" in sql and "rate_gbps" not in sql  # a column without a family is not read
+    assert OBSERVED[("ib_port_samples", "out_of_sequence")][0] == frozenset({"ecn_misconfig"})
+    assert OBSERVED[("ib_port_samples", "port_xmit_wait")][0] == columns.ANY
 
 
 def _probe_table() -> columns.Table:

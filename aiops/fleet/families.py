@@ -14,12 +14,12 @@ from aiops.columns import (
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
     families,
     integer_families,
 )
-from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
 
 # label columns of the staging table: every label the families below carry (others are dropped)
 LABELS: tuple[str, ...] = (
@@ -99,11 +99,9 @@ INTENDED = (
     "aiops_intended_state_set_timestamp_seconds",
     "aiops_intended_state_expiry_timestamp_seconds",
 )
-IB = (
-    *(f"aiops_ib_{c}_total" for c in IB_COLUMNS),
-    "aiops_ib_port_receive_bytes_total",
-    "aiops_ib_port_transmit_bytes_total",
-)
+IB = tuple(
+    f.name for f in families(IB_PORT_SAMPLES)
+)  # declared with ib_port_samples' columns (aiops/columns.py)
 
 # read only where positive (aiops/fleet/ingest.py `_queries`): 0/1 gauges the pivots read only when 1, and the
 # throttle reasons' sample counters but GpuIdle's (the idle rule counts those at 0 too)

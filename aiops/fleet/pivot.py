@@ -14,6 +14,7 @@ from aiops.columns import (
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
     SQL_TYPES,
@@ -250,14 +251,11 @@ FROM fleet_d WHERE node <> '' AND dev <> '' AND name IN {_in(f.NETDEV)} GROUP BY
 
 
 def ib_sql() -> str:
-    picks = [f"CAST({_pick(f'aiops_ib_{c}_total')} AS BIGINT)" for c in f.IB_COLUMNS]
-    words = [
-        f"CAST({_pick('aiops_ib_port_receive_bytes_total', 'value / 4')} AS BIGINT)",
-        f"CAST({_pick('aiops_ib_port_transmit_bytes_total', 'value / 4')} AS BIGINT)",
-    ]
+    # declared once (aiops/columns.py): the ports' newest totals, the data words as the bytes over 4
+    picks = {c.name: _declared(c) for c in fleet_read(IB_PORT_SAMPLES)}
     return f"""
-INSERT INTO ib_port_samples (ts_s, node, device, port, nic, {", ".join(f.IB_COLUMNS)}, port_rcv_data, port_xmit_data)
-SELECT ts_s, node, device, CAST(port AS INTEGER), max(NULLIF(nic, '')), {", ".join([*picks, *words])}
+INSERT INTO ib_port_samples (ts_s, node, device, port, nic, {", ".join(picks)})
+SELECT ts_s, node, device, CAST(port AS INTEGER), max(NULLIF(nic, '')), {", ".join(picks.values())}
 FROM fleet_d WHERE node <> '' AND device <> '' AND TRY_CAST(port AS INTEGER) IS NOT NULL AND name IN {_in(f.IB)}
 GROUP BY ts_s, node, device, port
 """

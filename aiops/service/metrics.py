@@ -16,7 +16,15 @@ from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
 from aiops.column_model import Table
-from aiops.columns import FLOW_CLASS_SAMPLES, GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, exported
+from aiops.columns import (
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    IB_PORT_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    exported,
+)
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -26,20 +34,6 @@ from aiops.store.conditions import symptoms_agent_instance
 PREFIX = "aiops_"
 # tables whose rows hold what an interval added: kept per entity as running totals (`_observe_counted`)
 COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES)}
-IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiops_ib_<column>_total
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_xmit_wait",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-    "out_of_sequence",
-    "local_ack_timeout_err",
-    "req_transport_retries_exceeded",
-)
 
 
 def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Metric]:
@@ -277,17 +271,7 @@ class MetricsCache(Collector):
             if values.get("oper_up") is not None:
                 up.add_metric([dev, node, str(values.get("nic") or "")], 1.0 if values["oper_up"] else 0.0)
         yield up
-        for column in IB_COLUMNS:
-            family = CounterMetricFamily(
-                PREFIX + f"ib_{column}",
-                f"InfiniBand port counter {column}",
-                labels=["device", "port", "node", "nic"],
-            )
-            for (node, device, port), values in sorted(self.ib.items()):
-                if values.get(column) is not None:
-                    nic = str(values.get("nic") or "")
-                    family.add_metric([device, port, node, nic], float(values[column]))
-            yield family
+        yield from declared_metrics(IB_PORT_SAMPLES, [values for _port, values in sorted(self.ib.items())])
 
     def _host_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])

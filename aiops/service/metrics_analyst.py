@@ -68,7 +68,6 @@ class AnalystExports:
         self.rules: list[dict[str, Any]] = []
         self.rules_ts_s: float | None = None
         self.links: dict[tuple[str, str], bool] = {}  # (node, nic)
-        self.ib_words: dict[tuple[str, str, str, str], dict[str, float]] = {}  # (node, nic, device, port)
         self.kernel: dict[tuple[str, str, str, str, str], int] = defaultdict(int)
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
         self.unavailable: set[tuple[str, str]] = set()  # (collector, component) that found nothing to read
@@ -120,11 +119,6 @@ class AnalystExports:
             node, nic = str(values["node"]), str(values["nic"])
             if values.get("link_up") is not None:
                 self.links[(node, nic)] = bool(values["link_up"])
-        elif table == "ib_port_samples":
-            port = (str(values["node"]), _text(values.get("nic")), str(values["device"]), str(values["port"]))
-            self.ib_words[port] = {
-                c: float(values[c]) for c in ("port_rcv_data", "port_xmit_data") if values.get(c) is not None
-            }
         elif table == "kernel_events":
             self._kernel(values)
         elif table == "collector_errors":

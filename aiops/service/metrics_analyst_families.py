@@ -174,16 +174,7 @@ def network(s: AnalystExports) -> Iterable[Metric]:
     for nic, up in sorted(s.links.items()):
         link.add_metric(list(nic), 1.0 if up else 0.0)
     yield link
-    ib_labels = ["node", "nic", "device", "port"]
-    received = _counter("ib_port_receive_bytes_total", "bytes received (PortRcvData x 4)", ib_labels)
-    sent = _counter("ib_port_transmit_bytes_total", "bytes sent (PortXmitData x 4)", ib_labels)
-    for port, words in sorted(s.ib_words.items()):
-        if "port_rcv_data" in words:
-            received.add_metric(list(port), words["port_rcv_data"] * 4)
-        if "port_xmit_data" in words:
-            sent.add_metric(list(port), words["port_xmit_data"] * 4)
-    yield received
-    yield sent
+    # the InfiniBand ports' bytes: declared with ib_port_samples (aiops/columns_ib.py), exported in metrics.py
 
 
 def node(s: AnalystExports) -> Iterable[Metric]:

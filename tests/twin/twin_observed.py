@@ -12,6 +12,7 @@ from aiops.columns import (
     GPU_SAMPLES,
     HEAT,
     HOST_SAMPLES,
+    IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
     leak_allowances,
@@ -21,21 +22,11 @@ TWIN_TABLES = frozenset(
     {"sim_runs", "twin_log"}
 )  # the twin's own: the scenario it ran (faults included), its log
 FLAP = frozenset({"nic_link_flap"})
-ECN = frozenset({"ecn_misconfig"})
 XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
 
 _MEASURED: dict[tuple[str, str], str] = {
     ("rack_samples", "power_kw"): "the rack PDU's power meter",
     ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
-    ("ib_port_samples", "port_rcv_data"): "IBA PortCounters PortRcvData (counters/)",
-    ("ib_port_samples", "port_xmit_data"): "IBA PortCounters PortXmitData (counters/)",
-    (
-        "ib_port_samples",
-        "port_xmit_wait",
-    ): "IBA PortCounters PortXmitWait: a port waits when its peer is busy",
-    ("ib_port_samples", "np_ecn_marked_roce_packets"): "mlx5 hw_counters (DCQCN: CE-marked packets received)",
-    ("ib_port_samples", "np_cnp_sent"): "mlx5 hw_counters (DCQCN: CNPs sent for CE marks)",
-    ("ib_port_samples", "rp_cnp_handled"): "mlx5 hw_counters (DCQCN: CNPs handled by the sender)",
     (
         "collective_samples",
         "count",
@@ -71,6 +62,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(NIC_SAMPLES),
     **leak_allowances(NETDEV_SAMPLES),
     **leak_allowances(FLOW_CLASS_SAMPLES),
+    **leak_allowances(IB_PORT_SAMPLES),
     ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
     ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
     ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
@@ -87,30 +79,6 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
         "misclassification itself",
     ),
-    **{
-        ("ib_port_samples", column): (
-            FLAP,
-            "/sys/class/infiniband/*/ports/*/{state,phys_state} and the IBA PortCounters in counters/ while the "
-            "link is down or has just been (Documentation/ABI/stable/sysfs-class-infiniband)",
-        )
-        for column in (
-            "state",
-            "phys_state",
-            "link_downed",
-            "link_error_recovery",
-            "symbol_error",
-            "port_xmit_discards",
-        )
-    },
-    ("ib_port_samples", "local_ack_timeout_err"): (
-        FLAP,
-        "mlx5 hw_counters: a QP's ack timer expired with retries left (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT)",
-    ),
-    ("ib_port_samples", "req_transport_retries_exceeded"): (
-        FLAP,
-        "mlx5 hw_counters (Linux >= 6.11, commit b339e0a): the retry limit ran out during a long outage",
-    ),
-    ("ib_port_samples", "out_of_sequence"): (ECN, "mlx5 hw_counters: packets out of PSN order after drops"),
     ("log_events", "<rows>"): (
         FLAP,
         "the rank's NCCL log: 'NET/IB : Got completion from peer ... with status=12' (IBV_WC_RETRY_EXC_ERR)",
