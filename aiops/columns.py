@@ -13,7 +13,8 @@ which faults a real reading of it may react to. Derived from the declarations, n
 Migrated so far: gpu_samples (declared in aiops/columns_gpu.py), host_samples (aiops/columns_host.py) and
 nic_samples (aiops/columns_nic.py: its counters `counted`, exported as running totals, read back as increases) and
 netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters), flow_class_samples
-(aiops/columns_flows.py) and ib_port_samples (aiops/columns_ib.py: the ports' cumulative counters); the
+(aiops/columns_flows.py), ib_port_samples (aiops/columns_ib.py: the ports' cumulative counters) and
+collective_samples (aiops/columns_jobs.py: counted per job, op and scope); the
 shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
 "Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
@@ -46,6 +47,7 @@ from aiops.column_model import (
 __all__ = [
     "ANY",
     "CAPS",
+    "COLLECTIVE_SAMPLES",
     "FLOW_CLASS_SAMPLES",
     "GPU_SAMPLES",
     "HEAT",
@@ -74,12 +76,21 @@ from aiops.columns_flows import FLOW_CLASS_SAMPLES
 from aiops.columns_gpu import GPU_SAMPLES
 from aiops.columns_host import HOST_SAMPLES
 from aiops.columns_ib import IB_PORT_SAMPLES
+from aiops.columns_jobs import COLLECTIVE_SAMPLES
 from aiops.columns_netdev import NETDEV_SAMPLES
 from aiops.columns_nic import NIC_SAMPLES
 
 TABLES: dict[str, Table] = {
     t.name: t
-    for t in (GPU_SAMPLES, HOST_SAMPLES, NIC_SAMPLES, NETDEV_SAMPLES, FLOW_CLASS_SAMPLES, IB_PORT_SAMPLES)
+    for t in (
+        GPU_SAMPLES,
+        HOST_SAMPLES,
+        NIC_SAMPLES,
+        NETDEV_SAMPLES,
+        FLOW_CLASS_SAMPLES,
+        IB_PORT_SAMPLES,
+        COLLECTIVE_SAMPLES,
+    )
 }
 
 

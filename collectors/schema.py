@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
@@ -29,18 +30,7 @@ if TYPE_CHECKING:
 F, S, I64, I32, U64, B = "float64", "string", "int64", "int32", "uint64", "bool_"
 
 _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "collective_samples": (
-        ("ts_s", F),
-        ("job", S),
-        ("op", S),
-        ("scope", S),
-        ("interval_s", F),
-        ("count", I64),
-        ("bytes", I64),
-        ("latency_p50_ms", F),
-        ("latency_p99_ms", F),
-        ("timeouts", I64),
-    ),
+    "collective_samples": arrow_columns(COLLECTIVE_SAMPLES),
     "collector_errors": (("ts_s", F), ("collector", S), ("component", S), ("error", S), ("detail", S)),
     "cooling_device_samples": (
         ("ts_s", F),

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
     IB_PORT_SAMPLES,
@@ -27,6 +28,7 @@ from aiops.columns import (
 )
 from aiops.fleet import families
 from aiops.fleet.pivot import (
+    collective_samples_sql,
     flow_class_samples_sql,
     gpu_samples_sql,
     host_samples_sql,
@@ -180,6 +182,39 @@ def test_ib_port_samples_export_the_ports_totals_and_their_data_words_in_bytes()
     assert "local_ack_timeout_err" in sql and "rate_gbps" not in sql  # a column without a family is not read
     assert OBSERVED[("ib_port_samples", "out_of_sequence")][0] == frozenset({"ecn_misconfig"})
     assert OBSERVED[("ib_port_samples", "port_xmit_wait")][0] == columns.ANY
+
+
+def test_collective_samples_count_per_job_op_and_scope_under_the_agents_node() -> None:
+    """collective_samples, the seventh table: its counts are counted (summed per job, op and scope, read back as
+    increases), its latency quantiles the newest over their scale; a job's rows name no node, so its series carry
+    the node the agent runs as; a count the source does not measure (the probes' timeouts) is no series."""
+    cache = MetricsCache("home0")
+    cols = ("ts_s", "job", "op", "scope", "interval_s", "count", "bytes", "latency_p99_ms", "timeouts")
+    cache.observe(
+        "collective_samples", cols, [(1.0, "llm", "all_reduce", "inter_node", 1.0, 10, 640, 4.0, 0)]
+    )
+    cache.observe("collective_samples", cols, [(2.0, "llm", "all_reduce", "inter_node", 1.0, 5, 320, 9.0, 1)])
+    cache.observe(
+        "collective_samples", cols, [(2.0, "llm", "all_reduce", "node_ranks", 1.0, 7, 0, None, None)]
+    )
+    text = _scrape(cache)
+    key = 'job="llm",node="home0",op="all_reduce",scope="inter_node"'
+    assert f"aiops_collective_operations_total{{{key}}} 15.0" in text
+    assert f"aiops_collective_timeouts_total{{{key}}} 1.0" in text
+    assert f"aiops_collective_latency_p99_seconds{{{key}}} 0.009" in text
+    assert (
+        'aiops_collective_operations_total{job="llm",node="home0",op="all_reduce",scope="node_ranks"} 7.0'
+        in text
+    )
+    assert 'scope="node_ranks"} 0.0' in text  # its bytes
+    assert not re.search(r"aiops_collective_timeouts_total\{[^}]*node_ranks", text)
+    assert text.count("# TYPE aiops_collective_operations_total counter") == 1  # one exporter of the family
+    assert {f.name for f in columns.families(COLLECTIVE_SAMPLES)} <= set(families.JOB)
+    sql = collective_samples_sql()
+    assert "CAST(max(d) FILTER (WHERE name = 'aiops_collective_operations_total') AS BIGINT) AS count" in sql
+    assert "max(value * 1000.0) FILTER (WHERE name = 'aiops_collective_latency_p50_seconds')" in sql
+    assert OBSERVED[("collective_samples", "latency_p99_ms")][0] == columns.ANY
+    assert ("collective_samples", "timeouts") not in OBSERVED
 
 
 def _probe_table() -> columns.Table:

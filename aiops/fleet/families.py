@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
@@ -75,11 +76,8 @@ JOB = (
     "aiops_job_step_duration_seconds_sum",
     "aiops_job_last_step_timestamp_seconds",
     "aiops_job_slowest_rank_steps_total",
-    "aiops_collective_operations_total",
-    "aiops_collective_bytes_total",
-    "aiops_collective_timeouts_total",
-    "aiops_collective_latency_p50_seconds",
-    "aiops_collective_latency_p99_seconds",
+    # declared with collective_samples' columns (aiops/columns.py)
+    *(f.name for f in families(COLLECTIVE_SAMPLES)),
 )
 # per-rank timing (aiops/service/metrics_ranks.py): joined across nodes into the fleet's rank_timing_samples
 RANKS = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiops import nvml_bits
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
@@ -178,19 +179,19 @@ WHERE r.name = 'aiops_lane_rule_info' AND r.rule_id <> ''
   AND (t.value, r.rule_id) NOT IN (SELECT (ts_s, rule_id) FROM lane_rules)
 """
 
-COLLECTIVES = f"""
-INSERT INTO collective_samples (ts_s, job, op, scope, interval_s, count, bytes, latency_p50_ms, latency_p99_ms,
-                                timeouts)
+
+def collective_samples_sql() -> str:
+    # declared once (aiops/columns.py): the counts' increases, the latency quantiles' newest values
+    picks = {c.name: _declared(c) for c in fleet_read(COLLECTIVE_SAMPLES)}
+    names = [*dict.fromkeys(c.family.name for c in fleet_read(COLLECTIVE_SAMPLES) if c.family)]
+    return f"""
+INSERT INTO collective_samples (ts_s, job, op, scope, interval_s, {", ".join(picks)})
 SELECT * FROM (
-  SELECT ts_s, job, op, scope, $step,
-         CAST({_pick("aiops_collective_operations_total", "d")} AS BIGINT) AS n,
-         CAST({_pick("aiops_collective_bytes_total", "d")} AS BIGINT),
-         {_pick("aiops_collective_latency_p50_seconds", "value * 1000")},
-         {_pick("aiops_collective_latency_p99_seconds", "value * 1000")},
-         CAST({_pick("aiops_collective_timeouts_total", "d")} AS BIGINT)
-  FROM fleet_d WHERE job <> '' AND op <> '' AND name LIKE 'aiops_collective_%' GROUP BY ts_s, job, op, scope)
-WHERE n IS NOT NULL
+  SELECT ts_s, job, op, scope, $step, {", ".join(f"{e} AS {c}" for c, e in picks.items())}
+  FROM fleet_d WHERE job <> '' AND op <> '' AND name IN {_in(names)} GROUP BY ts_s, job, op, scope)
+WHERE count IS NOT NULL
 """
+
 
 # One row per scrape interval in which steps completed: at the newest step's time, the interval's mean step time
 # (the histogram's sum and count), the rank that was slowest most often in it.
@@ -310,7 +311,7 @@ def statements() -> list[tuple[str, str]]:
         ("nic_samples", nic_samples_sql()),
         ("flow_class_samples", flow_class_samples_sql()),
         ("lane_rules", LANE_RULES),
-        ("collective_samples", COLLECTIVES),
+        ("collective_samples", collective_samples_sql()),
         ("job_steps", JOB_STEPS),
         ("rank_timing_samples", RANK_TIMING),
         ("host_samples", host_samples_sql()),

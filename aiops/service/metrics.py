@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from aiops import nvml_bits
 from aiops.column_model import Table
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
@@ -33,12 +34,16 @@ from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
 # tables whose rows hold what an interval added: kept per entity as running totals (`_observe_counted`)
-COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES)}
+COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES, COLLECTIVE_SAMPLES)}
 
 
-def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Metric]:
+def declared_metrics(
+    table: Table, rows: Sequence[Mapping[str, Any]], agent: Mapping[str, str] | None = None
+) -> list[Metric]:
     """Every family the table's columns are declared as (aiops/columns.py), each sample `stored * scale` labelled
-    by the family's labels: the row's own values, and the column's fixed ones (`type="corrected"`)."""
+    by the family's labels: the row's own values, the column's fixed ones (`type="corrected"`), and for a label
+    the table has no column for, the agent's (`node`: a job's rows name none, the node reporting them does)."""
+    own = agent or {}
     made: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
     for c in exported(table):
         assert c.family is not None
@@ -53,7 +58,10 @@ def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Me
             )
         for values in rows:
             if values.get(c.name) is not None:
-                label_values = [fixed[n] if n in fixed else _label(values.get(n)) for n in c.family.labels]
+                label_values = [
+                    fixed[n] if n in fixed else _label(values[n] if n in values else own.get(n))
+                    for n in c.family.labels
+                ]
                 made[name].add_metric(label_values, float(values[c.name]) * c.scale)
     return list(made.values())
 
@@ -260,9 +268,8 @@ class MetricsCache(Collector):
 
     def _network_metrics(self) -> Iterable[Metric]:
         for table in COUNTED.values():
-            yield from declared_metrics(
-                table, [row for _key, row in sorted(self.counted[table.name].items())]
-            )
+            rows = [row for _key, row in sorted(self.counted[table.name].items())]
+            yield from declared_metrics(table, rows, {"node": self.node})
         yield from declared_metrics(NETDEV_SAMPLES, [values for _key, values in sorted(self.netdev.items())])
         up = GaugeMetricFamily(
             PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev", "node", "nic"]

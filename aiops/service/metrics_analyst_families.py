@@ -127,29 +127,7 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
     for (job, rank, gpu), n in sorted(s.slowest.items()):
         slowest.add_metric([s.node, job, str(rank), gpu], float(n))
     yield slowest
-    keys = ["node", "job", "op", "scope"]
-    counters = {
-        "count": _counter(
-            "collective_operations_total", "collective operations completed (NCCL profiler)", keys
-        ),
-        "bytes": _counter("collective_bytes_total", "bytes the collectives moved", keys),
-        "timeouts": _counter("collective_timeouts_total", "collectives that timed out (watchdog)", keys),
-    }
-    latency = {
-        "latency_p50_ms": _gauge(
-            "collective_latency_p50_seconds", "median latency in the last interval", keys
-        ),
-        "latency_p99_ms": _gauge(
-            "collective_latency_p99_seconds", "99th percentile latency, last interval", keys
-        ),
-    }
-    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {**counters, **latency}
-    for (job, op, scope), interval in sorted(s.collectives.items()):
-        for column, family in families.items():
-            if column in interval:
-                family.add_metric([s.node, job, op, scope], interval[column])
-    yield from counters.values()
-    yield from latency.values()
+    # the collectives: declared with collective_samples (aiops/columns_jobs.py), exported in metrics.py
 
 
 def network(s: AnalystExports) -> Iterable[Metric]:

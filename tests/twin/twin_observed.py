@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiops.columns import (
     ANY,
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HEAT,
@@ -27,13 +28,6 @@ XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvl
 _MEASURED: dict[tuple[str, str], str] = {
     ("rack_samples", "power_kw"): "the rack PDU's power meter",
     ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
-    (
-        "collective_samples",
-        "count",
-    ): "the NCCL profiler plugin (collectives completed; a slow job runs fewer)",
-    ("collective_samples", "bytes"): "the NCCL profiler plugin",
-    ("collective_samples", "latency_p50_ms"): "the NCCL profiler plugin",
-    ("collective_samples", "latency_p99_ms"): "the NCCL profiler plugin",
     ("collective_samples", "<rows>"): "the NCCL profiler plugin reports nothing while the job stands",
     ("job_steps", "step_time_s"): "the training framework's step hook",
     ("job_steps", "slowest_gpu"): "the framework's straggler report (the rank that arrived last)",
@@ -63,6 +57,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(NETDEV_SAMPLES),
     **leak_allowances(FLOW_CLASS_SAMPLES),
     **leak_allowances(IB_PORT_SAMPLES),
+    **leak_allowances(COLLECTIVE_SAMPLES),
     ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
     ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
     ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
