@@ -14,7 +14,8 @@ Migrated so far: gpu_samples (declared in aiops/columns_gpu.py), host_samples (a
 nic_samples (aiops/columns_nic.py: its counters `counted`, exported as running totals, read back as increases) and
 netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters), flow_class_samples
 (aiops/columns_flows.py), ib_port_samples (aiops/columns_ib.py: the ports' cumulative counters) and
-collective_samples (aiops/columns_jobs.py: counted per job, op and scope); the
+collective_samples (aiops/columns_jobs.py: counted per job, op and scope) and rank_timing_samples
+(aiops/columns_ranks.py: its families hand-written, summed per rank and kind); the
 shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
 "Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
@@ -56,6 +57,7 @@ __all__ = [
     "IDLE",
     "NETDEV_SAMPLES",
     "NIC_SAMPLES",
+    "RANK_TIMING_SAMPLES",
     "SQL_TYPES",
     "Column",
     "DcgmName",
@@ -79,6 +81,7 @@ from aiops.columns_ib import IB_PORT_SAMPLES
 from aiops.columns_jobs import COLLECTIVE_SAMPLES
 from aiops.columns_netdev import NETDEV_SAMPLES
 from aiops.columns_nic import NIC_SAMPLES
+from aiops.columns_ranks import RANK_TIMING_SAMPLES
 
 TABLES: dict[str, Table] = {
     t.name: t
@@ -90,6 +93,7 @@ TABLES: dict[str, Table] = {
         FLOW_CLASS_SAMPLES,
         IB_PORT_SAMPLES,
         COLLECTIVE_SAMPLES,
+        RANK_TIMING_SAMPLES,
     )
 }
 

@@ -18,6 +18,7 @@ from aiops.columns import (
     IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RANK_TIMING_SAMPLES,
     arrow_columns,
 )
 
@@ -169,21 +170,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("message", S),
         ("device", S),  # m016
     ),
-    "rank_timing_samples": (  # m021
-        ("ts_s", F),
-        ("node", S),
-        ("job", S),
-        ("rank", I32),
-        ("world_size", I32),
-        ("pid", I64),
-        ("op", S),
-        ("kind", S),
-        ("window_s", F),
-        ("calls", I64),
-        ("blocked_s", F),
-        ("bytes", I64),
-        ("rank_source", S),
-    ),
+    "rank_timing_samples": arrow_columns(RANK_TIMING_SAMPLES),
 }
 
 # Columns no collector writes: a fleet row's sample weights (m017), set by aiops/fleet when it reads a node's

@@ -23,11 +23,13 @@ from aiops.columns import (
     IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RANK_TIMING_SAMPLES,
     Column,
     Family,
 )
 from aiops.fleet import families
 from aiops.fleet.pivot import (
+    RANK_TIMING,
     collective_samples_sql,
     flow_class_samples_sql,
     gpu_samples_sql,
@@ -37,6 +39,7 @@ from aiops.fleet.pivot import (
     nic_samples_sql,
 )
 from aiops.pipeline import analyze_store
+from aiops.profile.rank_timing import RANK_COLUMNS
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
 from aiops.service.metrics import MetricsCache
@@ -215,6 +218,43 @@ def test_collective_samples_count_per_job_op_and_scope_under_the_agents_node() -
     assert "max(value * 1000.0) FILTER (WHERE name = 'aiops_collective_latency_p50_seconds')" in sql
     assert OBSERVED[("collective_samples", "latency_p99_ms")][0] == columns.ANY
     assert ("collective_samples", "timeouts") not in OBSERVED
+
+
+def test_rank_timing_families_are_declared_with_the_table_and_rendered_from_its_sums() -> None:
+    """rank_timing_samples, the eighth table: its families are hand-written (a rank's calls and blocked time summed
+    per kind over its ops, its probed seconds once per window), declared with the table: the node's export, the
+    fleet's families and pivot take their names, labels and HELP from the declaration; the probes' rows are the
+    declared columns."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "job", "rank", "pid", "op", "kind", "window_s", "calls", "blocked_s")
+    rows = [
+        (1.0, "node0", "llm", 3, 77, "all_reduce", "collective", 0.5, 4, 0.25),
+        (
+            1.0,
+            "node0",
+            "llm",
+            3,
+            77,
+            "all_gather",
+            "collective",
+            0.5,
+            2,
+            0.125,
+        ),  # the same window, another op
+    ]
+    cache.observe("rank_timing_samples", cols, rows)
+    text = _scrape(cache)
+    rank = 'job="llm",kind="collective",node="node0",rank="3"'
+    assert f"aiops_rank_blocked_seconds_total{{{rank}}} 0.375" in text
+    assert f"aiops_rank_calls_total{{{rank}}} 6.0" in text
+    assert 'aiops_rank_probed_seconds_total{job="llm",node="node0",rank="3"} 0.5' in text  # the window once
+    for family in RANK_TIMING_SAMPLES.hand_written:
+        assert f"# HELP {family.name} {family.help}" in text
+    assert tuple(f.name for f in columns.families(RANK_TIMING_SAMPLES)) == families.RANKS
+    assert all(f"name = '{name}'" in RANK_TIMING for name in families.RANKS)
+    assert "kind IN ('collective', 'group', 'sync', 'copy')" in RANK_TIMING
+    assert tuple(c.name for c in RANK_TIMING_SAMPLES.columns) == RANK_COLUMNS
+    assert OBSERVED[("rank_timing_samples", "blocked_s")][0] == columns.ANY
 
 
 def _probe_table() -> columns.Table:

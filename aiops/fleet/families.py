@@ -18,6 +18,7 @@ from aiops.columns import (
     IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RANK_TIMING_SAMPLES,
     families,
     integer_families,
 )
@@ -80,11 +81,9 @@ JOB = (
     *(f.name for f in families(COLLECTIVE_SAMPLES)),
 )
 # per-rank timing (aiops/service/metrics_ranks.py): joined across nodes into the fleet's rank_timing_samples
-RANKS = (
-    "aiops_rank_blocked_seconds_total",
-    "aiops_rank_calls_total",
-    "aiops_rank_probed_seconds_total",
-)
+RANKS = tuple(
+    f.name for f in families(RANK_TIMING_SAMPLES)
+)  # declared with rank_timing_samples (aiops/columns.py)
 HOST = tuple(f.name for f in families(HOST_SAMPLES))  # declared with host_samples' columns (aiops/columns.py)
 NETDEV = tuple(
     f.name for f in families(NETDEV_SAMPLES)

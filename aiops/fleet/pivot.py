@@ -22,6 +22,7 @@ from aiops.columns import (
     Column,
     fleet_read,
 )
+from aiops.columns_ranks import BLOCKED, CALLS, KINDS, PROBED
 from aiops.fleet import families as f
 
 
@@ -214,20 +215,19 @@ WHERE s.n > 0
 # Each node's ranks per scrape interval in which its probes counted (the probed seconds rose): one row per rank and
 # kind of call, the kind standing for the op (the agents export kinds), its pid the rank's negative (a fleet has
 # no process ids; (ts_s, node, pid, op) stays one row per rank and kind), its rank_source `fleet`.
-RANK_TIMING = """
+RANK_TIMING = f"""
 INSERT INTO rank_timing_samples (ts_s, node, job, rank, world_size, pid, op, kind, window_s, calls, blocked_s, bytes,
                                  rank_source)
 SELECT b.ts_s, b.node, b.job, CAST(b.rank AS INTEGER), NULL, -1 - CAST(b.rank AS BIGINT), b.kind, b.kind, p.d,
        CAST(coalesce(b.calls, 0) AS BIGINT), b.blocked_s, NULL, 'fleet'
 FROM (SELECT ts_s, node, job, rank, kind,
-             max(d) FILTER (WHERE name = 'aiops_rank_blocked_seconds_total') AS blocked_s,
-             max(d) FILTER (WHERE name = 'aiops_rank_calls_total') AS calls
-      FROM fleet_d WHERE name IN ('aiops_rank_blocked_seconds_total', 'aiops_rank_calls_total')
-        AND node <> '' AND job <> '' AND kind IN ('collective', 'group', 'sync', 'copy')
+             {_pick(BLOCKED.name, "d")} AS blocked_s, {_pick(CALLS.name, "d")} AS calls
+      FROM fleet_d WHERE name IN {_in([BLOCKED.name, CALLS.name])}
+        AND node <> '' AND job <> '' AND kind IN {_in(KINDS)}
         AND TRY_CAST(rank AS INTEGER) IS NOT NULL
       GROUP BY ts_s, node, job, rank, kind) b
 JOIN (SELECT ts_s, node, job, rank, max(d) AS d FROM fleet_d
-      WHERE name = 'aiops_rank_probed_seconds_total' GROUP BY ts_s, node, job, rank) p
+      WHERE name = '{PROBED.name}' GROUP BY ts_s, node, job, rank) p
   USING (ts_s, node, job, rank)
 WHERE p.d > 0 AND b.blocked_s IS NOT NULL
 """

@@ -16,6 +16,7 @@ from aiops.columns import (
     IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RANK_TIMING_SAMPLES,
     leak_allowances,
 )
 
@@ -32,15 +33,6 @@ _MEASURED: dict[tuple[str, str], str] = {
     ("job_steps", "step_time_s"): "the training framework's step hook",
     ("job_steps", "slowest_gpu"): "the framework's straggler report (the rank that arrived last)",
     ("job_steps", "<rows>"): "the step hook: a job that stalls or restarts takes fewer steps",
-    ("rank_timing_samples", "calls"): "the rank-timing uprobes (a slower step calls less per window)",
-    (
-        "rank_timing_samples",
-        "blocked_s",
-    ): "the rank-timing uprobes (time in a call: the rank's GPU, copies, peers)",
-    (
-        "rank_timing_samples",
-        "bytes",
-    ): "the rank-timing uprobes (the collectives' buffers: fewer calls, fewer bytes)",
     ("rank_timing_samples", "<rows>"): "the rank-timing uprobes: a job that stalls or restarts calls nothing",
 }
 
@@ -58,6 +50,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(FLOW_CLASS_SAMPLES),
     **leak_allowances(IB_PORT_SAMPLES),
     **leak_allowances(COLLECTIVE_SAMPLES),
+    **leak_allowances(RANK_TIMING_SAMPLES),
     ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
     ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
     ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
