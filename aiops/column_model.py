@@ -42,9 +42,12 @@ class Family:
     labels: tuple[str, ...] = GPU_LABELS
     per_gpu: str = "1"  # series per GPU ("—" with per_node "events" for one per event)
     per_node: str = ""  # default: per_gpu times the twin node's 8 GPUs
+    histogram: bool = False  # a histogram (`name` its base: Prometheus stores `_bucket`, `_sum`, `_count`)
 
     @property
     def kind(self) -> str:
+        if self.histogram:
+            return "histogram"
         return "counter" if self.name.endswith("_total") else "gauge"
 
 

@@ -14,8 +14,9 @@ Migrated so far: gpu_samples (declared in aiops/columns_gpu.py), host_samples (a
 nic_samples (aiops/columns_nic.py: its counters `counted`, exported as running totals, read back as increases) and
 netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters), flow_class_samples
 (aiops/columns_flows.py), ib_port_samples (aiops/columns_ib.py: the ports' cumulative counters) and
-collective_samples (aiops/columns_jobs.py: counted per job, op and scope) and rank_timing_samples
-(aiops/columns_ranks.py: its families hand-written, summed per rank and kind); the
+collective_samples (aiops/columns_jobs.py: counted per job, op and scope), job_steps (aiops/columns_jobs.py: its
+families hand-written, a histogram of step times) and rank_timing_samples (aiops/columns_ranks.py: its families
+hand-written, summed per rank and kind); the
 shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
 "Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
@@ -55,6 +56,7 @@ __all__ = [
     "HOST_SAMPLES",
     "IB_PORT_SAMPLES",
     "IDLE",
+    "JOB_STEPS",
     "NETDEV_SAMPLES",
     "NIC_SAMPLES",
     "RANK_TIMING_SAMPLES",
@@ -78,7 +80,7 @@ from aiops.columns_flows import FLOW_CLASS_SAMPLES
 from aiops.columns_gpu import GPU_SAMPLES
 from aiops.columns_host import HOST_SAMPLES
 from aiops.columns_ib import IB_PORT_SAMPLES
-from aiops.columns_jobs import COLLECTIVE_SAMPLES
+from aiops.columns_jobs import COLLECTIVE_SAMPLES, JOB_STEPS
 from aiops.columns_netdev import NETDEV_SAMPLES
 from aiops.columns_nic import NIC_SAMPLES
 from aiops.columns_ranks import RANK_TIMING_SAMPLES
@@ -94,6 +96,7 @@ TABLES: dict[str, Table] = {
         IB_PORT_SAMPLES,
         COLLECTIVE_SAMPLES,
         RANK_TIMING_SAMPLES,
+        JOB_STEPS,
     )
 }
 

@@ -21,6 +21,7 @@ from aiops.columns import (
     GPU_SAMPLES,
     HOST_SAMPLES,
     IB_PORT_SAMPLES,
+    JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
     RANK_TIMING_SAMPLES,
@@ -28,6 +29,9 @@ from aiops.columns import (
     Family,
 )
 from aiops.fleet import families
+from aiops.fleet.pivot import (
+    JOB_STEPS as JOB_STEPS_SQL,
+)
 from aiops.fleet.pivot import (
     RANK_TIMING,
     collective_samples_sql,
@@ -255,6 +259,38 @@ def test_rank_timing_families_are_declared_with_the_table_and_rendered_from_its_
     assert "kind IN ('collective', 'group', 'sync', 'copy')" in RANK_TIMING
     assert tuple(c.name for c in RANK_TIMING_SAMPLES.columns) == RANK_COLUMNS
     assert OBSERVED[("rank_timing_samples", "blocked_s")][0] == columns.ANY
+
+
+def test_job_steps_families_are_declared_with_the_table_a_histogram_among_them() -> None:
+    """job_steps, the ninth table: its families are hand-written (a histogram of step times, the newest step, the
+    slowest ranks' steps), declared with the table: the node's export takes names, types, labels and HELP from the
+    declaration, docs/METRICS.md's rows say histogram, and the fleet reads the histogram's count and sum."""
+    cache = MetricsCache("home0")
+    cols = ("ts_s", "job", "step", "step_time_s", "slowest_rank", "slowest_gpu", "ranks")
+    cache.observe(
+        "job_steps",
+        cols,
+        [(5.0, "llm", 1, 1.5, 3, "node1/gpu3", 8), (6.0, "llm", 2, 0.5, 3, "node1/gpu3", 8)],
+    )
+    text = _scrape(cache)
+    assert 'aiops_job_step_duration_seconds_count{job="llm",node="home0"} 2.0' in text
+    assert 'aiops_job_step_duration_seconds_bucket{job="llm",le="1.0",node="home0"} 1.0' in text
+    assert 'aiops_job_last_step_timestamp_seconds{job="llm",node="home0"} 6.0' in text
+    assert 'aiops_job_slowest_rank_steps_total{gpu="node1/gpu3",job="llm",node="home0",rank="3"} 2.0' in text
+    for family in JOB_STEPS.hand_written:
+        assert f"# TYPE {family.name} {family.kind}" in text
+        assert f"# HELP {family.name} {family.help}" in text
+    assert columns.markdown_rows(JOB_STEPS)[0].startswith(
+        "| `aiops_job_step_duration_seconds` | histogram | node, job |"
+    )
+    assert families.JOB[:4] == (
+        "aiops_job_step_duration_seconds_count",
+        "aiops_job_step_duration_seconds_sum",
+        "aiops_job_last_step_timestamp_seconds",
+        "aiops_job_slowest_rank_steps_total",
+    )
+    assert all(f"name = '{name}'" in JOB_STEPS_SQL for name in families.JOB[:4])
+    assert OBSERVED[("job_steps", "step_time_s")][0] == columns.ANY
 
 
 def _probe_table() -> columns.Table:

@@ -22,6 +22,7 @@ from aiops.columns import (
     families,
     integer_families,
 )
+from aiops.columns_jobs import LAST_STEP_TS, SLOWEST, STEPS
 
 # label columns of the staging table: every label the families below carry (others are dropped)
 LABELS: tuple[str, ...] = (
@@ -72,11 +73,13 @@ GPU_GAUGES = tuple(f.name for f in GPU_FAMILIES if f.kind == "gauge")
 GPU_COUNTERS = (*(f.name for f in GPU_FAMILIES if f.kind == "counter"), "aiops_gpu_xid_events_total")
 # the NICs' and the traffic classes' families: declared with their tables' columns (aiops/columns.py)
 NIC = tuple(f.name for table in (NIC_SAMPLES, FLOW_CLASS_SAMPLES) for f in families(table))
+# job_steps' families (declared with the table: aiops/columns_jobs.py) the fleet reads: the step histogram's count
+# and sum, the newest step's time, the slowest ranks
 JOB = (
-    "aiops_job_step_duration_seconds_count",
-    "aiops_job_step_duration_seconds_sum",
-    "aiops_job_last_step_timestamp_seconds",
-    "aiops_job_slowest_rank_steps_total",
+    f"{STEPS.name}_count",
+    f"{STEPS.name}_sum",
+    LAST_STEP_TS.name,
+    SLOWEST.name,
     # declared with collective_samples' columns (aiops/columns.py)
     *(f.name for f in families(COLLECTIVE_SAMPLES)),
 )

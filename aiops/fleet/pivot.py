@@ -22,6 +22,7 @@ from aiops.columns import (
     Column,
     fleet_read,
 )
+from aiops.columns_jobs import LAST_STEP_TS, SLOWEST, STEPS
 from aiops.columns_ranks import BLOCKED, CALLS, KINDS, PROBED
 from aiops.fleet import families as f
 
@@ -195,19 +196,18 @@ WHERE count IS NOT NULL
 
 
 # One row per scrape interval in which steps completed: at the newest step's time, the interval's mean step time
-# (the histogram's sum and count), the rank that was slowest most often in it.
+# (the histogram's sum and count), the rank that was slowest most often in it (families: aiops/columns_jobs.py).
+_COUNT, _SUM = f"{STEPS.name}_count", f"{STEPS.name}_sum"
 JOB_STEPS = f"""
 INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks)
 SELECT CASE WHEN s.last_ts_s BETWEEN s.ts_s - 86400 AND s.ts_s THEN s.last_ts_s ELSE s.ts_s END, s.job,
        CAST(s.step AS BIGINT), s.total_s / s.n,
        TRY_CAST(split_part(w.slowest, '|', 1) AS INTEGER), NULLIF(split_part(w.slowest, '|', 2), ''), r.ranks
-FROM (SELECT ts_s, job, {_pick("aiops_job_step_duration_seconds_count", "d")} AS n,
-             {_pick("aiops_job_step_duration_seconds_sum", "d")} AS total_s,
-             {_pick("aiops_job_step_duration_seconds_count")} AS step,
-             {_pick("aiops_job_last_step_timestamp_seconds")} AS last_ts_s
-      FROM fleet_d WHERE job <> '' AND name IN {_in(f.JOB[:3])} GROUP BY ts_s, job) s
+FROM (SELECT ts_s, job, {_pick(_COUNT, "d")} AS n, {_pick(_SUM, "d")} AS total_s, {_pick(_COUNT)} AS step,
+             {_pick(LAST_STEP_TS.name)} AS last_ts_s
+      FROM fleet_d WHERE job <> '' AND name IN {_in([_COUNT, _SUM, LAST_STEP_TS.name])} GROUP BY ts_s, job) s
 LEFT JOIN (SELECT ts_s, job, arg_max(rank || '|' || gpu, d) AS slowest FROM fleet_d
-           WHERE name = 'aiops_job_slowest_rank_steps_total' AND d > 0 GROUP BY ts_s, job) w USING (ts_s, job)
+           WHERE name = '{SLOWEST.name}' AND d > 0 GROUP BY ts_s, job) w USING (ts_s, job)
 LEFT JOIN (SELECT job, CAST(count(*) AS INTEGER) AS ranks FROM job_ranks GROUP BY job) r USING (job)
 WHERE s.n > 0
 """

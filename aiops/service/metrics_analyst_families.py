@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from aiops import nvml_bits
+from aiops.columns_jobs import LAST_STEP, LAST_STEP_TS, SLOWEST, STEPS
 
 if TYPE_CHECKING:
     from aiops.service.metrics_analyst import AnalystExports
@@ -102,14 +103,10 @@ def gpus(s: AnalystExports) -> Iterable[Metric]:
 
 
 def jobs(s: AnalystExports) -> Iterable[Metric]:
-    labels = ["node", "job"]
-    steps = HistogramMetricFamily(
-        PREFIX + "job_step_duration_seconds",
-        "training steps completed and their time (the framework's step hook)",
-        labels=labels,
-    )
-    last = _gauge("job_last_step_duration_seconds", "time of the newest completed step", labels)
-    last_ts = _gauge("job_last_step_timestamp_seconds", "when the newest step completed (unix time)", labels)
+    """job_steps' families, declared with the table (aiops/columns_jobs.py), rendered from the step totals."""
+    steps = HistogramMetricFamily(STEPS.name, STEPS.help, labels=list(STEPS.labels))
+    last = GaugeMetricFamily(LAST_STEP.name, LAST_STEP.help, labels=list(LAST_STEP.labels))
+    last_ts = GaugeMetricFamily(LAST_STEP_TS.name, LAST_STEP_TS.help, labels=list(LAST_STEP_TS.labels))
     for job, totals in sorted(s.steps.items()):
         buckets = [(str(bound), float(n)) for bound, n in zip(STEP_BUCKETS_S, totals.buckets, strict=True)]
         buckets.append(("+Inf", float(totals.steps)))
@@ -119,10 +116,8 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
     yield steps
     yield last
     yield last_ts
-    slowest = _counter(
-        "job_slowest_rank_steps_total",
-        "steps in which this rank reached the step's first collective last (the straggler report)",
-        [*labels, "rank", "gpu"],
+    slowest = CounterMetricFamily(
+        SLOWEST.name.removesuffix("_total"), SLOWEST.help, labels=list(SLOWEST.labels)
     )
     for (job, rank, gpu), n in sorted(s.slowest.items()):
         slowest.add_metric([s.node, job, str(rank), gpu], float(n))
