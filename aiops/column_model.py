@@ -62,6 +62,18 @@ class DcgmName:
 
 
 @dataclass(frozen=True)
+class FacilityName:
+    """The column as the facility's exporters serve it by default (`[facility]`, aiops/sources/facility.py): the
+    series, how a rack's series combine, the scale to the column's unit, and the exporter's HELP."""
+
+    metric: str
+    aggregate: str  # avg | sum | max | min
+    help_text: str
+    scale: float = 1.0
+    match: tuple[tuple[str, str], ...] = ()  # label = exact value the series must have
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     arrow: str  # pyarrow factory name: float64, int64, int32, uint64, string
@@ -80,6 +92,8 @@ class Column:
     # dcgm-exporter's name for it (aiops/sources/names.py): read by `aiops analyze --prometheus`, served at
     # /metrics/dcgm.
     dcgm: tuple[DcgmName, ...] = ()  # several: a field DCGM renamed (the newer name first)
+    # a rack sensor no node agent has: read from the facility's exporters (`[facility]`'s default series)
+    facility: FacilityName | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,11 @@ class Table:
 def dcgm_columns(table: Table) -> tuple[Column, ...]:
     """Columns declared with their dcgm-exporter name."""
     return tuple(c for c in table.columns if c.dcgm)
+
+
+def facility_columns(table: Table) -> tuple[Column, ...]:
+    """Columns read from the facility's exporters (their default series declared with them)."""
+    return tuple(c for c in table.columns if c.facility)
 
 
 def arrow_columns(table: Table) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,8 @@ netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters), 
 (aiops/columns_flows.py), ib_port_samples (aiops/columns_ib.py: the ports' cumulative counters) and
 collective_samples (aiops/columns_jobs.py: counted per job, op and scope), job_steps (aiops/columns_jobs.py: its
 families hand-written, a histogram of step times) and rank_timing_samples (aiops/columns_ranks.py: its families
-hand-written, summed per rank and kind); the
+hand-written, summed per rank and kind) and rack_samples (aiops/columns_rack.py: no node's family; its sensors'
+default facility exporter series); the
 shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
 "Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
 reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
@@ -34,11 +35,13 @@ from aiops.column_model import (
     SQL_TYPES,
     Column,
     DcgmName,
+    FacilityName,
     Family,
     Table,
     arrow_columns,
     dcgm_columns,
     exported,
+    facility_columns,
     families,
     fleet_read,
     integer_families,
@@ -59,15 +62,18 @@ __all__ = [
     "JOB_STEPS",
     "NETDEV_SAMPLES",
     "NIC_SAMPLES",
+    "RACK_SAMPLES",
     "RANK_TIMING_SAMPLES",
     "SQL_TYPES",
     "Column",
     "DcgmName",
+    "FacilityName",
     "Family",
     "Table",
     "arrow_columns",
     "dcgm_columns",
     "exported",
+    "facility_columns",
     "families",
     "fleet_read",
     "integer_families",
@@ -83,6 +89,7 @@ from aiops.columns_ib import IB_PORT_SAMPLES
 from aiops.columns_jobs import COLLECTIVE_SAMPLES, JOB_STEPS
 from aiops.columns_netdev import NETDEV_SAMPLES
 from aiops.columns_nic import NIC_SAMPLES
+from aiops.columns_rack import RACK_SAMPLES
 from aiops.columns_ranks import RANK_TIMING_SAMPLES
 
 TABLES: dict[str, Table] = {
@@ -97,6 +104,7 @@ TABLES: dict[str, Table] = {
         COLLECTIVE_SAMPLES,
         RANK_TIMING_SAMPLES,
         JOB_STEPS,
+        RACK_SAMPLES,
     )
 }
 

@@ -19,6 +19,7 @@ from aiops.columns import (
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
     arrow_columns,
 )
@@ -92,16 +93,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("power_limit_uw", I64),
         ("enabled", B),
     ),
-    "rack_samples": (
-        ("ts_s", F),
-        ("rack", S),
-        ("inlet_temp_c", F),
-        ("outlet_temp_c", F),
-        ("coolant_supply_temp_c", F),
-        ("coolant_flow_lpm", F),
-        ("power_kw", F),
-        ("power_cap_kw", F),
-    ),
+    "rack_samples": arrow_columns(RACK_SAMPLES),
     "thermal_zone_samples": (
         ("ts_s", F),
         ("node", S),

@@ -24,10 +24,12 @@ from aiops.columns import (
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
     Column,
     Family,
 )
+from aiops.config import FacilityConfig, FacilitySeries
 from aiops.fleet import families
 from aiops.fleet.pivot import (
     JOB_STEPS as JOB_STEPS_SQL,
@@ -48,6 +50,7 @@ from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
 from aiops.service.metrics import MetricsCache
 from aiops.sources.exposition import render_snapshot
+from aiops.sources.facility import render_facility_snapshot
 from aiops.sources.mapping import _gpu_samples_sql
 from aiops.sources.names import DCGM_FIELDS
 from aiops.store import Store
@@ -291,6 +294,34 @@ def test_job_steps_families_are_declared_with_the_table_a_histogram_among_them()
     )
     assert all(f"name = '{name}'" in JOB_STEPS_SQL for name in families.JOB[:4])
     assert OBSERVED[("job_steps", "step_time_s")][0] == columns.ANY
+
+
+def test_rack_samples_sensors_declare_the_facility_series_they_are_read_from() -> None:
+    """rack_samples, the tenth table: no node agent exports it; each sensor column declares the facility exporter
+    series `[facility]` reads it from by default (how a rack's series combine, the scale, the exporter's HELP):
+    the config's defaults, the twin's /metrics/facility and docs/FACILITY.md's table follow from that."""
+    declared = columns.facility_columns(RACK_SAMPLES)
+    fields = [n for n, f in FacilityConfig.model_fields.items() if f.annotation is FacilitySeries]
+    assert fields == [c.name for c in declared]
+    config, doc = FacilityConfig(), (ROOT / "docs" / "FACILITY.md").read_text()
+    row = {"ts_s": 1.0, "rack": "rack0", **{c.name: 2.0 for c in declared}}
+    text = render_facility_snapshot([row])
+    for c in declared:
+        assert c.facility is not None
+        series = getattr(config, c.name)
+        assert (series.metric, series.aggregate, series.scale, tuple(series.match.items())) == (
+            c.facility.metric,
+            c.facility.aggregate,
+            c.facility.scale,
+            c.facility.match,
+        )
+        assert f"# HELP {c.facility.metric} {c.facility.help_text}" in text
+        match = ",".join(f'{k}="{v}"' for k, v in c.facility.match)
+        named = c.facility.metric + (f"{{{match}}}" if match else "")
+        scale = "" if c.facility.scale == 1.0 else f" × {c.facility.scale:g}"
+        assert f"| `{c.name}` | `{named}`{scale} | {c.facility.aggregate} |" in doc, c.name
+    assert "power_cap_kw" not in [c.name for c in declared]  # the DCIM's word, not a sensor's
+    assert OBSERVED[("rack_samples", "coolant_flow_lpm")][0] == frozenset({"rack_cooling_failure"})
 
 
 def _probe_table() -> columns.Table:

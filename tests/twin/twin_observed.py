@@ -11,12 +11,12 @@ from aiops.columns import (
     COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
-    HEAT,
     HOST_SAMPLES,
     IB_PORT_SAMPLES,
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
     leak_allowances,
 )
@@ -28,8 +28,6 @@ FLAP = frozenset({"nic_link_flap"})
 XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
 
 _MEASURED: dict[tuple[str, str], str] = {
-    ("rack_samples", "power_kw"): "the rack PDU's power meter",
-    ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
     ("collective_samples", "<rows>"): "the NCCL profiler plugin reports nothing while the job stands",
     ("job_steps", "<rows>"): "the step hook: a job that stalls or restarts takes fewer steps",
     ("rank_timing_samples", "<rows>"): "the rank-timing uprobes: a job that stalls or restarts calls nothing",
@@ -51,9 +49,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(COLLECTIVE_SAMPLES),
     **leak_allowances(RANK_TIMING_SAMPLES),
     **leak_allowances(JOB_STEPS),
-    ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
-    ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
-    ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
+    **leak_allowances(RACK_SAMPLES),
     ("nic_samples", "<rows>"): (
         frozenset({"bulk_traffic_contention", "lane_misclassification"}),
         "the eBPF lane counters report a row for each lane that carried traffic",
