@@ -1,8 +1,9 @@
 """`aiops run`: one long-running service per node (and per workspace).
 
 The loop, each tick: step the twin (sim), collect from every source that is due (timed; a collector's failure
-is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s`: ingest the batch in
-one transaction on the file the service holds open, record the twin's steps, run live detection over the new
+is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s` (and at once when the
+source says so: the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`): ingest the
+batch in one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
 workspace acts on), judge what ran once its window passed and export what it set (closed_loop.py), queue
 notifications, investigate the alerts Alertmanager's webhook brought
@@ -311,7 +312,8 @@ class Service:
         for source in self.sources.due():
             collecting.collect(self, source.name, source.collector, source.interval_s)
         self.last_tick = self.clock()
-        if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
+        urgent = self.sources.urgent is not None and self.sources.urgent()
+        if urgent or self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
         self.sleep(self.sources.wait_s(self.clock() - begun))
 
