@@ -101,6 +101,10 @@ class Table:
     name: str
     columns: tuple[Column, ...]
     hand_written: tuple[Family, ...] = ()  # families rendered by hand from the table's columns
+    # what a fault may change besides a column's values, for the twin-leak test: the table's row rate
+    # (`<rows>`) and the entities (keys) it has only while the fault lasts (`<entities>`): (fault kinds, source)
+    rows_react_to: tuple[frozenset[str], str] | None = None
+    entities_react_to: tuple[frozenset[str], str] | None = None
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -149,8 +153,14 @@ def integer_families(table: Table) -> tuple[str, ...]:
 
 
 def leak_allowances(table: Table) -> dict[tuple[str, str], tuple[frozenset[str], str]]:
-    """(table, column) -> (fault kinds, real source): what the twin-leak test lets carry fault information."""
-    return {(table.name, c.name): (c.reacts_to, c.observed_by) for c in table.columns if c.reacts_to}
+    """(table, column) -> (fault kinds, real source): what the twin-leak test lets carry fault information; the
+    table's row rate as column `<rows>`, its entities as `<entities>`."""
+    out = {(table.name, c.name): (c.reacts_to, c.observed_by) for c in table.columns if c.reacts_to}
+    if table.rows_react_to:
+        out[(table.name, "<rows>")] = table.rows_react_to
+    if table.entities_react_to:
+        out[(table.name, "<entities>")] = table.entities_react_to
+    return out
 
 
 def markdown_rows(table: Table) -> list[str]:

@@ -7,7 +7,8 @@ which faults a real reading of it may react to. Derived from the declarations, n
 - the node's export (aiops/service/metrics.py `declared_metrics`: every declared family with `stored * scale`);
 - the fleet's families (aiops/fleet/families.py) and its pivot back into the table (aiops/fleet/pivot.py);
 - docs/METRICS.md's rows for the table's families (`markdown_rows`, checked by tests/test_telemetry_columns.py);
-- the twin-leak test's allowance (tests/twin/twin_observed.py: the fault kinds `reacts_to` names);
+- the twin-leak test's allowance (tests/twin/twin_observed.py: the fault kinds `reacts_to` names, and a table's
+  `rows_react_to` / `entities_react_to` for its row rate and its entities);
 - the dcgm-exporter names (aiops/sources/names.py): /metrics/dcgm and `aiops analyze --prometheus`.
 
 Migrated so far: gpu_samples (declared in aiops/columns_gpu.py), host_samples (aiops/columns_host.py) and

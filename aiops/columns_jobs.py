@@ -94,6 +94,7 @@ COLLECTIVE_SAMPLES = Table(
             counted=True,
         ),
     ),
+    rows_react_to=(ANY, f"{PROFILER} reports nothing while the job stands"),
 )
 
 STEP_LABELS = ("node", "job")
@@ -153,4 +154,5 @@ JOB_STEPS = Table(
         Column("ranks", "int32"),
     ),
     hand_written=(STEPS, LAST_STEP, LAST_STEP_TS, SLOWEST),
+    rows_react_to=(ANY, "the step hook: a job that stalls or restarts takes fewer steps"),
 )

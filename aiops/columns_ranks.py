@@ -82,4 +82,5 @@ RANK_TIMING_SAMPLES = Table(  # the whole table: migration 21 (its SQL by hand, 
         Column("rank_source", "string"),  # nccl | env | none
     ),
     hand_written=(BLOCKED, CALLS, PROBED),
+    rows_react_to=(ANY, f"{PROBES}: a job that stalls or restarts calls nothing"),
 )

@@ -76,6 +76,18 @@ def test_docs_metrics_lists_the_declared_families_as_generated(name: str) -> Non
     )
 
 
+def test_the_leak_tests_allowances_for_a_declared_table_are_its_declarations() -> None:
+    """No allowance of a declared table is written by hand in tests/twin/twin_observed.py: its columns', its row
+    rate's (`<rows>`) and its entities' (`<entities>`) come from the declaration, and all of it is there."""
+    for name, table in columns.TABLES.items():
+        held = {key: value for key, value in OBSERVED.items() if key[0] == name}
+        assert held == columns.leak_allowances(table), name
+    assert OBSERVED[("job_steps", "<rows>")][0] == columns.ANY
+    assert ("flow_class_samples", "<entities>") in columns.leak_allowances(
+        columns.TABLES["flow_class_samples"]
+    )
+
+
 def _probe_table() -> columns.Table:
     probe = Column(
         "probe_widgets",

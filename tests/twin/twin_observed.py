@@ -7,7 +7,6 @@ entities (keys) a table has only while the fault lasts (allowed too where its `<
 from __future__ import annotations
 
 from aiops.columns import (
-    ANY,
     COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
@@ -27,14 +26,8 @@ TWIN_TABLES = frozenset(
 FLAP = frozenset({"nic_link_flap"})
 XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
 
-_MEASURED: dict[tuple[str, str], str] = {
-    ("collective_samples", "<rows>"): "the NCCL profiler plugin reports nothing while the job stands",
-    ("job_steps", "<rows>"): "the step hook: a job that stalls or restarts takes fewer steps",
-    ("rank_timing_samples", "<rows>"): "the rank-timing uprobes: a job that stalls or restarts calls nothing",
-}
 
 OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
-    **{key: (ANY, source) for key, source in _MEASURED.items()},
     **leak_allowances(GPU_SAMPLES),  # gpu_samples: declared with its columns (aiops/columns.py)
     ("gpu_events", "<rows>"): (XIDS, "NVML's event set (nvmlEventSetWait: Xid 13/31/43, 48/63/94, 74, 79)"),
     ("collector_errors", "<rows>"): (
@@ -50,14 +43,6 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(RANK_TIMING_SAMPLES),
     **leak_allowances(JOB_STEPS),
     **leak_allowances(RACK_SAMPLES),
-    ("nic_samples", "<rows>"): (
-        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
-        "the eBPF lane counters report a row for each lane that carried traffic",
-    ),
-    ("flow_class_samples", "<entities>"): (
-        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
-        "the eBPF classifier reports a class on a lane once traffic of it flows there",
-    ),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
