@@ -19,9 +19,11 @@ from aiops.columns import (
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
 )
+from aiops.columns_sensors import PRESSURE
 from aiops.config import FacilityConfig, FacilitySeries
 from aiops.fleet import families
 from aiops.fleet.pivot import JOB_STEPS as JOB_STEPS_SQL
@@ -37,6 +39,7 @@ from aiops.fleet.pivot import (
 from aiops.profile.rank_timing import RANK_COLUMNS
 from aiops.service.metrics import MetricsCache
 from aiops.sources.facility import render_facility_snapshot
+from collectors.procfs import PSI_COLUMNS
 from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,3 +277,25 @@ def test_rack_samples_sensors_declare_the_facility_series_they_are_read_from() -
         assert f"| `{c.name}` | `{named}`{scale} | {c.facility.aggregate} |" in doc, c.name
     assert "power_cap_kw" not in [c.name for c in declared]  # the DCIM's word, not a sensor's
     assert OBSERVED[("rack_samples", "coolant_flow_lpm")][0] == frozenset({"rack_cooling_failure"})
+
+
+def test_psi_samples_stall_times_exported_under_one_family_told_apart_by_type() -> None:
+    """psi_samples, the first of the host sensor tables: the kernel's cumulative stall times (microseconds) are
+    exported in seconds under one counter family, `type` (`some`, `full`) a label fixed by the column; a resource
+    without a full line (the kernel's cpu before 5.13) has no `full` series; the averages are not exported and the
+    fleet reads none of it."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "resource", "some_avg10", "some_total_us", "full_total_us")
+    cache.observe(
+        "psi_samples", cols, [(1.0, "node0", "cpu", 1.5, 2_500_000, None), (1.0, "node0", "io", 0.0, 0, 750)]
+    )
+    text = _scrape(cache)
+    assert 'aiops_pressure_stalled_seconds_total{node="node0",resource="cpu",type="some"} 2.5' in text
+    assert not re.search(r'aiops_pressure_stalled_seconds_total\{[^}]*resource="cpu",type="full"', text)
+    assert 'aiops_pressure_stalled_seconds_total{node="node0",resource="io",type="full"} 0.00075' in text
+    assert text.count("# TYPE aiops_pressure_stalled_seconds_total counter") == 1
+    assert f"# HELP {PRESSURE.name} {PRESSURE.help}" in text
+    assert "avg10" not in text
+    assert columns.families(PSI_SAMPLES) == (PRESSURE,) and columns.fleet_read(PSI_SAMPLES) == ()
+    assert PRESSURE.name not in families.ALL
+    assert tuple(c.name for c in PSI_SAMPLES.columns) == PSI_COLUMNS

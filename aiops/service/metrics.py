@@ -24,6 +24,7 @@ from aiops.columns import (
     IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    PSI_SAMPLES,
     exported,
 )
 from aiops.service.metrics_analyst import AnalystExports
@@ -282,16 +283,7 @@ class MetricsCache(Collector):
 
     def _host_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])
-        stalled = CounterMetricFamily(
-            PREFIX + "pressure_stalled_seconds",
-            "PSI: time tasks stalled on the resource (/proc/pressure; some: at least one task, full: all)",
-            labels=["node", "resource", "type"],
-        )
-        for (node, resource), values in sorted(self.psi.items()):
-            for kind in ("some", "full"):
-                if values.get(f"{kind}_total_us") is not None:
-                    stalled.add_metric([node, resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
-        yield stalled
+        yield from declared_metrics(PSI_SAMPLES, [values for _key, values in sorted(self.psi.items())])
         units = {
             "temp": ("celsius", 1.0),
             "power": ("watts", 1.0),

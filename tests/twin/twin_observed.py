@@ -15,6 +15,7 @@ from aiops.columns import (
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
     leak_allowances,
@@ -43,6 +44,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(RANK_TIMING_SAMPLES),
     **leak_allowances(JOB_STEPS),
     **leak_allowances(RACK_SAMPLES),
+    **leak_allowances(PSI_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
