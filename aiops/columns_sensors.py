@@ -5,6 +5,7 @@ hwmon.py). The fleet reads none of them back: the node's `aiops investigate` and
 
 - psi_samples: /proc/pressure/{cpu,io,memory}; the cumulative stall times exported as one counter family, `type`
   telling `some` (at least one task stalled) from `full` (all of them).
+- thermal_zone_samples: /sys/class/thermal/thermal_zone*; the temperature exported, the zone's type a label.
 """
 
 from __future__ import annotations
@@ -36,5 +37,27 @@ PSI_SAMPLES = Table(  # the whole table: migration 7 (its SQL by hand, before de
         Column("full_avg60", "float64"),
         Column("full_avg300", "float64"),
         Column("full_total_us", "int64", PRESSURE, scale=1e-6, fixed=(("type", "full"),), fleet=False),
+    ),
+)
+
+ZONE = Family(
+    "aiops_thermal_zone_celsius",
+    "sysfs thermal zones",
+    "celsius",
+    "thermal_zone_samples.temp_c",
+    ("node", "zone", "type"),
+    per_gpu="—",
+    per_node="1",
+)
+
+THERMAL_ZONE_SAMPLES = Table(  # the whole table: migration 1 (its SQL by hand, before declarations)
+    "thermal_zone_samples",
+    (
+        Column("ts_s", "float64", key=True),
+        Column("node", "string", key=True),
+        Column("zone", "string", key=True),  # thermal_zone0 (/sys/class/thermal/<zone>)
+        Column("type", "string"),  # the zone's type (x86_pkg_temp, acpitz): the family's `type` label
+        Column("temp_c", "float64", ZONE, fleet=False),  # `temp` in millidegrees, stored in degrees
+        Column("trip_critical_c", "float64"),  # the critical trip point, NULL where the zone has none
     ),
 )

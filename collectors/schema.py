@@ -22,6 +22,7 @@ from aiops.columns import (
     PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
     arrow_columns,
 )
 
@@ -95,14 +96,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("enabled", B),
     ),
     "rack_samples": arrow_columns(RACK_SAMPLES),
-    "thermal_zone_samples": (
-        ("ts_s", F),
-        ("node", S),
-        ("zone", S),
-        ("type", S),
-        ("temp_c", F),
-        ("trip_critical_c", F),
-    ),
+    "thermal_zone_samples": arrow_columns(THERMAL_ZONE_SAMPLES),
     "topology": (
         ("component", S),
         ("kind", S),

@@ -22,8 +22,9 @@ from aiops.columns import (
     PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
 )
-from aiops.columns_sensors import PRESSURE
+from aiops.columns_sensors import PRESSURE, ZONE
 from aiops.config import FacilityConfig, FacilitySeries
 from aiops.fleet import families
 from aiops.fleet.pivot import JOB_STEPS as JOB_STEPS_SQL
@@ -40,6 +41,8 @@ from aiops.profile.rank_timing import RANK_COLUMNS
 from aiops.service.metrics import MetricsCache
 from aiops.sources.facility import render_facility_snapshot
 from collectors.procfs import PSI_COLUMNS
+from collectors.schema import columns as columns_of
+from collectors.sysfs import ThermalZoneCollector
 from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,3 +302,25 @@ def test_psi_samples_stall_times_exported_under_one_family_told_apart_by_type() 
     assert columns.families(PSI_SAMPLES) == (PRESSURE,) and columns.fleet_read(PSI_SAMPLES) == ()
     assert PRESSURE.name not in families.ALL
     assert tuple(c.name for c in PSI_SAMPLES.columns) == PSI_COLUMNS
+
+
+def test_thermal_zone_samples_export_each_zones_temperature_with_its_type() -> None:
+    """thermal_zone_samples: each zone's newest temperature under the declared family, the zone's type a label
+    (empty where sysfs gave none), its critical trip point not exported; the fleet reads none of it; the sysfs
+    collector writes the declared columns."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "zone", "type", "temp_c", "trip_critical_c")
+    cache.observe(
+        "thermal_zone_samples", cols, [(1.0, "node0", "thermal_zone0", "x86_pkg_temp", 40.0, 100.0)]
+    )
+    cache.observe(
+        "thermal_zone_samples", cols, [(2.0, "node0", "thermal_zone0", "x86_pkg_temp", 41.5, 100.0)]
+    )
+    cache.observe("thermal_zone_samples", cols, [(2.0, "node0", "thermal_zone1", None, 30.0, None)])
+    text = _scrape(cache)
+    assert 'aiops_thermal_zone_celsius{node="node0",type="x86_pkg_temp",zone="thermal_zone0"} 41.5' in text
+    assert 'aiops_thermal_zone_celsius{node="node0",type="",zone="thermal_zone1"} 30.0' in text
+    assert f"# HELP {ZONE.name} {ZONE.help}" in text and "100.0" not in text
+    assert columns.families(THERMAL_ZONE_SAMPLES) == (ZONE,) and ZONE.name not in families.ALL
+    assert columns.fleet_read(THERMAL_ZONE_SAMPLES) == ()
+    assert tuple(c.name for c in THERMAL_ZONE_SAMPLES.columns) == columns_of(ThermalZoneCollector.table)

@@ -25,6 +25,7 @@ from aiops.columns import (
     NETDEV_SAMPLES,
     NIC_SAMPLES,
     PSI_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
     exported,
 )
 from aiops.service.metrics_analyst import AnalystExports
@@ -308,13 +309,9 @@ class MetricsCache(Collector):
             )
             family.add_metric([node, chip, sensor, str(values.get("label") or "")], float(values["value"]))
         yield from families.values()
-        zone = GaugeMetricFamily(
-            PREFIX + "thermal_zone_celsius", "sysfs thermal zones", labels=["node", "zone", "type"]
+        yield from declared_metrics(
+            THERMAL_ZONE_SAMPLES, [values for _key, values in sorted(self.zones.items())]
         )
-        for (node, name), values in sorted(self.zones.items()):
-            if values.get("temp_c") is not None:
-                zone.add_metric([node, name, str(values.get("type") or "")], float(values["temp_c"]))
-        yield zone
         kernel = CounterMetricFamily(
             PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)", labels=["kind"]
         )

@@ -18,6 +18,7 @@ from aiops.columns import (
     PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
     leak_allowances,
 )
 
@@ -45,6 +46,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(JOB_STEPS),
     **leak_allowances(RACK_SAMPLES),
     **leak_allowances(PSI_SAMPLES),
+    **leak_allowances(THERMAL_ZONE_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
