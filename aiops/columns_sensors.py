@@ -6,6 +6,8 @@ hwmon.py). The fleet reads none of them back: the node's `aiops investigate` and
 - psi_samples: /proc/pressure/{cpu,io,memory}; the cumulative stall times exported as one counter family, `type`
   telling `some` (at least one task stalled) from `full` (all of them).
 - thermal_zone_samples: /sys/class/thermal/thermal_zone*; the temperature exported, the zone's type a label.
+- hwmon_samples: /sys/class/hwmon/hwmon*; a sensor's value exported under the family of its kind (`HWMON`,
+  hand-written: the row's `kind` chooses the family).
 """
 
 from __future__ import annotations
@@ -60,4 +62,45 @@ THERMAL_ZONE_SAMPLES = Table(  # the whole table: migration 1 (its SQL by hand, 
         Column("temp_c", "float64", ZONE, fleet=False),  # `temp` in millidegrees, stored in degrees
         Column("trip_critical_c", "float64"),  # the critical trip point, NULL where the zone has none
     ),
+)
+
+# hwmon's kinds of sensor -> the base unit its values are stored and exported in (collectors/hwmon.py scales each
+# from sysfs' millidegrees, microwatts, millivolts ...), in the order docs/METRICS.md lists them
+HWMON_UNITS = {
+    "temp": "celsius",
+    "power": "watts",
+    "fan": "rpm",
+    "in": "volts",
+    "curr": "amperes",
+    "energy": "joules",
+}
+# one gauge family per kind of sensor (the stored `value`, its family chosen by the row's `kind`): rendered by
+# hand in aiops/service/metrics.py from these declarations
+HWMON = {
+    kind: Family(
+        f"aiops_hwmon_{kind}_{unit}",
+        f"hwmon {kind} sensors",
+        unit,
+        f"hwmon_samples.value (kind `{kind}`)",
+        ("node", "chip", "sensor", "label"),
+        per_gpu="—",
+        per_node="0",  # the twin has no hwmon chips; a host has one series per sensor
+    )
+    for kind, unit in HWMON_UNITS.items()
+}
+
+HWMON_SAMPLES = Table(  # the whole table: migration 7 (its SQL by hand, before declarations)
+    "hwmon_samples",
+    (
+        Column("ts_s", "float64", key=True),
+        Column("node", "string", key=True),
+        Column("chip", "string", key=True),  # <name>@<device> (coretemp@coretemp.0, amdgpu@0000:03:00.0)
+        Column("sensor", "string", key=True),  # temp1, fan2, power1, in0, curr1, energy1
+        Column("kind", "string"),  # HWMON_UNITS' kinds: which family the value is exported under
+        Column("label", "string"),  # the sensor's <sensor>_label, NULL where the driver has none
+        Column("value", "float64"),  # in HWMON_UNITS' unit of its kind
+        Column("max_value", "float64"),
+        Column("crit_value", "float64"),
+    ),
+    hand_written=tuple(HWMON.values()),
 )

@@ -15,6 +15,7 @@ from aiops import columns
 from aiops.columns import (
     COLLECTIVE_SAMPLES,
     HOST_SAMPLES,
+    HWMON_SAMPLES,
     IB_PORT_SAMPLES,
     JOB_STEPS,
     NETDEV_SAMPLES,
@@ -24,7 +25,7 @@ from aiops.columns import (
     RANK_TIMING_SAMPLES,
     THERMAL_ZONE_SAMPLES,
 )
-from aiops.columns_sensors import PRESSURE, ZONE
+from aiops.columns_sensors import HWMON, HWMON_UNITS, PRESSURE, ZONE
 from aiops.config import FacilityConfig, FacilitySeries
 from aiops.fleet import families
 from aiops.fleet.pivot import JOB_STEPS as JOB_STEPS_SQL
@@ -40,6 +41,8 @@ from aiops.fleet.pivot import (
 from aiops.profile.rank_timing import RANK_COLUMNS
 from aiops.service.metrics import MetricsCache
 from aiops.sources.facility import render_facility_snapshot
+from collectors.hwmon import HWMON_COLUMNS
+from collectors.hwmon import SCALE as HWMON_SCALE
 from collectors.procfs import PSI_COLUMNS
 from collectors.schema import columns as columns_of
 from collectors.sysfs import ThermalZoneCollector
@@ -324,3 +327,35 @@ def test_thermal_zone_samples_export_each_zones_temperature_with_its_type() -> N
     assert columns.families(THERMAL_ZONE_SAMPLES) == (ZONE,) and ZONE.name not in families.ALL
     assert columns.fleet_read(THERMAL_ZONE_SAMPLES) == ()
     assert tuple(c.name for c in THERMAL_ZONE_SAMPLES.columns) == columns_of(ThermalZoneCollector.table)
+
+
+def test_hwmon_samples_export_each_sensor_under_the_family_its_kind_declares() -> None:
+    """hwmon_samples: its families are hand-written, one per kind of sensor, declared with the table: a sensor's
+    value goes to its kind's family (names, labels and HELP from the declaration), a kind without a declared
+    family and a sensor without a value are no series, a family without a sensor is not served; the collector
+    stores exactly the declared kinds, in the declared units; the fleet reads none of it."""
+    cache = MetricsCache("node0")
+    cols = ("ts_s", "node", "chip", "sensor", "kind", "label", "value")
+    rows = [
+        (1.0, "node0", "coretemp@coretemp.0", "temp1", "temp", "Package id 0", 45.0),
+        (1.0, "node0", "nct6775@nct6775.656", "fan2", "fan", None, 1200.0),
+        (1.0, "node0", "nct6775@nct6775.656", "in0", "in", None, None),
+        (1.0, "node0", "nct6775@nct6775.656", "humidity1", "humidity", None, 40.0),
+    ]
+    cache.observe("hwmon_samples", cols, rows)
+    text = _scrape(cache)
+    assert (
+        'aiops_hwmon_temp_celsius{chip="coretemp@coretemp.0",label="Package id 0",node="node0",sensor="temp1"} 45.0'
+        in text
+    )
+    assert (
+        'aiops_hwmon_fan_rpm{chip="nct6775@nct6775.656",label="",node="node0",sensor="fan2"} 1200.0' in text
+    )
+    for kind in ("temp", "fan"):
+        assert f"# HELP {HWMON[kind].name} {HWMON[kind].help}" in text
+        assert f"# TYPE {HWMON[kind].name} gauge" in text
+    assert "aiops_hwmon_in_volts" not in text and "humidity" not in text
+    assert columns.families(HWMON_SAMPLES) == tuple(HWMON.values())
+    assert not set(families.ALL) & {f.name for f in HWMON.values()}
+    assert set(HWMON_UNITS) == set(HWMON_SCALE)  # what the collector reads is what is declared
+    assert tuple(c.name for c in HWMON_SAMPLES.columns) == HWMON_COLUMNS

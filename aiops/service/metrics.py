@@ -28,6 +28,7 @@ from aiops.columns import (
     THERMAL_ZONE_SAMPLES,
     exported,
 )
+from aiops.columns_sensors import HWMON
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -285,30 +286,19 @@ class MetricsCache(Collector):
     def _host_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])
         yield from declared_metrics(PSI_SAMPLES, [values for _key, values in sorted(self.psi.items())])
-        units = {
-            "temp": ("celsius", 1.0),
-            "power": ("watts", 1.0),
-            "fan": ("rpm", 1.0),
-            "in": ("volts", 1.0),
-            "curr": ("amperes", 1.0),
-            "energy": ("joules", 1.0),
-        }
-        families: dict[str, GaugeMetricFamily] = {}
+        # hwmon_samples' families (aiops/columns_sensors.py HWMON): the row's kind chooses one; those with a sensor
+        hwmon: dict[str, GaugeMetricFamily] = {}
         for (node, chip, sensor), values in sorted(self.hwmon.items()):
-            unit = units.get(str(values["kind"]))
-            if unit is None or values.get("value") is None:
+            declared = HWMON.get(str(values["kind"]))
+            if declared is None or values.get("value") is None:
                 continue
-            name = f"hwmon_{values['kind']}_{unit[0]}"
-            family = families.setdefault(
-                name,
-                GaugeMetricFamily(
-                    PREFIX + name,
-                    f"hwmon {values['kind']} sensors",
-                    labels=["node", "chip", "sensor", "label"],
-                ),
-            )
-            family.add_metric([node, chip, sensor, str(values.get("label") or "")], float(values["value"]))
-        yield from families.values()
+            if declared.name not in hwmon:
+                hwmon[declared.name] = GaugeMetricFamily(
+                    declared.name, declared.help, labels=list(declared.labels)
+                )
+            label_values = [node, chip, sensor, _label(values.get("label"))]
+            hwmon[declared.name].add_metric(label_values, float(values["value"]))
+        yield from hwmon.values()
         yield from declared_metrics(
             THERMAL_ZONE_SAMPLES, [values for _key, values in sorted(self.zones.items())]
         )

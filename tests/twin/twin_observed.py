@@ -11,6 +11,7 @@ from aiops.columns import (
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    HWMON_SAMPLES,
     IB_PORT_SAMPLES,
     JOB_STEPS,
     NETDEV_SAMPLES,
@@ -47,6 +48,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(RACK_SAMPLES),
     **leak_allowances(PSI_SAMPLES),
     **leak_allowances(THERMAL_ZONE_SAMPLES),
+    **leak_allowances(HWMON_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
