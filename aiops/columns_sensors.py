@@ -8,6 +8,7 @@ hwmon.py). The fleet reads none of them back: the node's `aiops investigate` and
 - thermal_zone_samples: /sys/class/thermal/thermal_zone*; the temperature exported, the zone's type a label.
 - hwmon_samples: /sys/class/hwmon/hwmon*; a sensor's value exported under the family of its kind (`HWMON`,
   hand-written: the row's `kind` chooses the family).
+- cooling_device_samples: /sys/class/thermal/cooling_device*; stored only (no family).
 """
 
 from __future__ import annotations
@@ -103,4 +104,16 @@ HWMON_SAMPLES = Table(  # the whole table: migration 7 (its SQL by hand, before 
         Column("crit_value", "float64"),
     ),
     hand_written=tuple(HWMON.values()),
+)
+
+COOLING_DEVICE_SAMPLES = Table(  # the whole table: migration 1 (its SQL by hand, before declarations)
+    "cooling_device_samples",
+    (
+        Column("ts_s", "float64", key=True),
+        Column("node", "string", key=True),
+        Column("device", "string", key=True),  # cooling_device0 (/sys/class/thermal/<device>)
+        Column("type", "string"),  # Processor, Fan, intel_powerclamp ...
+        Column("cur_state", "int64"),  # the throttle step in force, 0 .. max_state
+        Column("max_state", "int64"),
+    ),
 )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiops.columns import (
     COLLECTIVE_SAMPLES,
+    COOLING_DEVICE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
@@ -38,14 +39,7 @@ F, S, I64, I32, U64, B = "float64", "string", "int64", "int32", "uint64", "bool_
 _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "collective_samples": arrow_columns(COLLECTIVE_SAMPLES),
     "collector_errors": (("ts_s", F), ("collector", S), ("component", S), ("error", S), ("detail", S)),
-    "cooling_device_samples": (
-        ("ts_s", F),
-        ("node", S),
-        ("device", S),
-        ("type", S),
-        ("cur_state", I64),
-        ("max_state", I64),
-    ),
+    "cooling_device_samples": arrow_columns(COOLING_DEVICE_SAMPLES),
     "flow_class_samples": arrow_columns(FLOW_CLASS_SAMPLES),
     "gpu_events": (("ts_s", F), ("gpu", S), ("node", S), ("kind", S), ("xid", I32), ("message", S)),
     "gpu_samples": arrow_columns(GPU_SAMPLES),  # declared once: aiops/columns.py

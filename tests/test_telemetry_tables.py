@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from aiops import columns
 from aiops.columns import (
     COLLECTIVE_SAMPLES,
+    COOLING_DEVICE_SAMPLES,
     HOST_SAMPLES,
     HWMON_SAMPLES,
     IB_PORT_SAMPLES,
@@ -45,7 +46,8 @@ from collectors.hwmon import HWMON_COLUMNS
 from collectors.hwmon import SCALE as HWMON_SCALE
 from collectors.procfs import PSI_COLUMNS
 from collectors.schema import columns as columns_of
-from collectors.sysfs import ThermalZoneCollector
+from collectors.schema import columns_typed
+from collectors.sysfs import CoolingDeviceCollector, ThermalZoneCollector
 from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -359,3 +361,24 @@ def test_hwmon_samples_export_each_sensor_under_the_family_its_kind_declares() -
     assert not set(families.ALL) & {f.name for f in HWMON.values()}
     assert set(HWMON_UNITS) == set(HWMON_SCALE)  # what the collector reads is what is declared
     assert tuple(c.name for c in HWMON_SAMPLES.columns) == HWMON_COLUMNS
+
+
+def test_cooling_device_samples_are_declared_and_stored_but_not_exported(tmp_path: Path) -> None:
+    """cooling_device_samples: no family (the node serves nothing of it, the fleet reads nothing); the sysfs
+    collector's rows are the declared columns, their Arrow types the declared ones."""
+    dev = tmp_path / "class/thermal/cooling_device0"
+    dev.mkdir(parents=True)
+    for name, text in (("type", "Fan\n"), ("cur_state", "3\n"), ("max_state", "10\n")):
+        (dev / name).write_text(text)
+    batch = CoolingDeviceCollector(tmp_path, "node0").collect(1.0)["cooling_device_samples"]
+    assert tuple(batch.column_names) == tuple(c.name for c in COOLING_DEVICE_SAMPLES.columns)
+    assert [r["cur_state"] for r in batch.to_pylist()] == [3]
+    assert columns_typed("cooling_device_samples") == {
+        c.name: c.arrow for c in COOLING_DEVICE_SAMPLES.columns
+    }
+    assert columns.families(COOLING_DEVICE_SAMPLES) == ()
+    cache = MetricsCache("node0")
+    cache.observe(
+        "cooling_device_samples", batch.column_names, [tuple(r.values()) for r in batch.to_pylist()]
+    )
+    assert "cooling_device0" not in _scrape(cache)

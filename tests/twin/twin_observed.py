@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiops.columns import (
     COLLECTIVE_SAMPLES,
+    COOLING_DEVICE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
@@ -49,6 +50,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(PSI_SAMPLES),
     **leak_allowances(THERMAL_ZONE_SAMPLES),
     **leak_allowances(HWMON_SAMPLES),
+    **leak_allowances(COOLING_DEVICE_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
