@@ -8,7 +8,8 @@ hwmon.py). The fleet reads none of them back: the node's `aiops investigate` and
 - thermal_zone_samples: /sys/class/thermal/thermal_zone*; the temperature exported, the zone's type a label.
 - hwmon_samples: /sys/class/hwmon/hwmon*; a sensor's value exported under the family of its kind (`HWMON`,
   hand-written: the row's `kind` chooses the family).
-- cooling_device_samples: /sys/class/thermal/cooling_device*; stored only (no family).
+- cooling_device_samples: /sys/class/thermal/cooling_device*, and powercap_samples: /sys/class/powercap/*; stored
+  only (no family).
 """
 
 from __future__ import annotations
@@ -115,5 +116,18 @@ COOLING_DEVICE_SAMPLES = Table(  # the whole table: migration 1 (its SQL by hand
         Column("type", "string"),  # Processor, Fan, intel_powerclamp ...
         Column("cur_state", "int64"),  # the throttle step in force, 0 .. max_state
         Column("max_state", "int64"),
+    ),
+)
+
+POWERCAP_SAMPLES = Table(  # the whole table: migration 1 (its SQL by hand, before declarations)
+    "powercap_samples",
+    (
+        Column("ts_s", "float64", key=True),
+        Column("node", "string", key=True),
+        Column("zone", "string", key=True),  # intel-rapl:0, intel-rapl:0:0 (/sys/class/powercap/<zone>)
+        Column("name", "string"),  # package-0, dram
+        Column("energy_uj", "int64"),  # the zone's cumulative energy counter, as sysfs reads it
+        Column("power_limit_uw", "int64"),  # constraint 0's limit
+        Column("enabled", "bool_"),
     ),
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from aiops import columns
@@ -21,6 +22,7 @@ from aiops.columns import (
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    POWERCAP_SAMPLES,
     PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
@@ -47,7 +49,7 @@ from collectors.hwmon import SCALE as HWMON_SCALE
 from collectors.procfs import PSI_COLUMNS
 from collectors.schema import columns as columns_of
 from collectors.schema import columns_typed
-from collectors.sysfs import CoolingDeviceCollector, ThermalZoneCollector
+from collectors.sysfs import CoolingDeviceCollector, PowercapCollector, ThermalZoneCollector
 from tests.twin.twin_observed import OBSERVED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -363,22 +365,51 @@ def test_hwmon_samples_export_each_sensor_under_the_family_its_kind_declares() -
     assert tuple(c.name for c in HWMON_SAMPLES.columns) == HWMON_COLUMNS
 
 
-def test_cooling_device_samples_are_declared_and_stored_but_not_exported(tmp_path: Path) -> None:
-    """cooling_device_samples: no family (the node serves nothing of it, the fleet reads nothing); the sysfs
-    collector's rows are the declared columns, their Arrow types the declared ones."""
-    dev = tmp_path / "class/thermal/cooling_device0"
-    dev.mkdir(parents=True)
-    for name, text in (("type", "Fan\n"), ("cur_state", "3\n"), ("max_state", "10\n")):
-        (dev / name).write_text(text)
-    batch = CoolingDeviceCollector(tmp_path, "node0").collect(1.0)["cooling_device_samples"]
-    assert tuple(batch.column_names) == tuple(c.name for c in COOLING_DEVICE_SAMPLES.columns)
-    assert [r["cur_state"] for r in batch.to_pylist()] == [3]
-    assert columns_typed("cooling_device_samples") == {
-        c.name: c.arrow for c in COOLING_DEVICE_SAMPLES.columns
-    }
-    assert columns.families(COOLING_DEVICE_SAMPLES) == ()
+# the sysfs tables stored only: (table, its collector, a fixture entry under the root, its files, a column, its value)
+STORED_ONLY = (
+    (
+        COOLING_DEVICE_SAMPLES,
+        CoolingDeviceCollector,
+        "class/thermal/cooling_device0",
+        {"type": "Fan", "cur_state": "3", "max_state": "10"},
+        ("cur_state", 3),
+    ),
+    (
+        POWERCAP_SAMPLES,
+        PowercapCollector,
+        "class/powercap/intel-rapl:0",
+        {
+            "name": "package-0",
+            "energy_uj": "123456789",
+            "constraint_0_power_limit_uw": "250000000",
+            "enabled": "1",
+        },
+        ("power_limit_uw", 250000000),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "table, collector, entry, files, read", STORED_ONLY, ids=lambda v: getattr(v, "name", "")
+)
+def test_cooling_device_and_powercap_samples_are_declared_and_stored_but_not_exported(
+    tmp_path: Path,
+    table: columns.Table,
+    collector: type[CoolingDeviceCollector | PowercapCollector],
+    entry: str,
+    files: dict[str, str],
+    read: tuple[str, int],
+) -> None:
+    """cooling_device_samples and powercap_samples: no family (the node serves nothing of them, the fleet reads
+    nothing); the sysfs collector's rows are the declared columns, their Arrow types the declared ones."""
+    (tmp_path / entry).mkdir(parents=True)
+    for name, text in files.items():
+        (tmp_path / entry / name).write_text(text + "\n")
+    batch = collector(tmp_path, "node0").collect(1.0)[table.name]
+    assert tuple(batch.column_names) == tuple(c.name for c in table.columns)
+    assert [r[read[0]] for r in batch.to_pylist()] == [read[1]]
+    assert columns_typed(table.name) == {c.name: c.arrow for c in table.columns}
+    assert columns.families(table) == ()
     cache = MetricsCache("node0")
-    cache.observe(
-        "cooling_device_samples", batch.column_names, [tuple(r.values()) for r in batch.to_pylist()]
-    )
-    assert "cooling_device0" not in _scrape(cache)
+    cache.observe(table.name, batch.column_names, [tuple(r.values()) for r in batch.to_pylist()])
+    assert entry.rsplit("/", 1)[1] not in _scrape(cache)

@@ -17,6 +17,7 @@ from aiops.columns import (
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    POWERCAP_SAMPLES,
     PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
@@ -51,6 +52,7 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(THERMAL_ZONE_SAMPLES),
     **leak_allowances(HWMON_SAMPLES),
     **leak_allowances(COOLING_DEVICE_SAMPLES),
+    **leak_allowances(POWERCAP_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
