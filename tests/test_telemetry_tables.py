@@ -1,7 +1,8 @@
 """Each declared telemetry table (aiops/columns.py) through what derives from its declarations: the node's export
 from the rows it collected (`stored * scale`, counted columns as running totals, hand-written families under their
 declared names, types, labels and HELP), the fleet's families and its pivot back into the table, and the leak
-test's allowance; rack_samples, which no node exports, through the facility series its sensors declare. The
+test's allowance; rack_samples, which no node exports, through the facility series its sensors declare; the host
+collectors' cooling device and powercap samples, stored only, through their collectors' rows. The
 store, docs and probe-column checks over every table are in tests/test_telemetry_columns.py."""
 
 from __future__ import annotations
@@ -390,7 +391,7 @@ STORED_ONLY = (
 
 
 @pytest.mark.parametrize(
-    "table, collector, entry, files, read", STORED_ONLY, ids=lambda v: getattr(v, "name", "")
+    "table, collector, entry, files, read", STORED_ONLY, ids=[t[0].name for t in STORED_ONLY]
 )
 def test_cooling_device_and_powercap_samples_are_declared_and_stored_but_not_exported(
     tmp_path: Path,
