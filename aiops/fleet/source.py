@@ -100,7 +100,13 @@ class FleetCollector:
         self.facility = setup.facility
         self.last: CycleReport | None = None
         self.shown: set[str] = set()  # refusal lines already logged
-        self.sight = SourceSight(setup.config.prometheus, self.step_s, clock, started_s=clock())
+        self.sight = SourceSight(
+            setup.config.prometheus,
+            self.step_s,
+            clock,
+            started_s=clock(),
+            blind_after_s=setup.config.blind_after_s,
+        )
         self.presence = NodePresence(self.step_s)
         self.presence.seed(_last_seen(store))
         self.said = ""  # the read failure last written to collector_errors (one row per change)
