@@ -11,11 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    IB_PORT_SAMPLES,
+    JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RACK_SAMPLES,
+    RANK_TIMING_SAMPLES,
     arrow_columns,
 )
 
@@ -28,18 +33,7 @@ if TYPE_CHECKING:
 F, S, I64, I32, U64, B = "float64", "string", "int64", "int32", "uint64", "bool_"
 
 _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "collective_samples": (
-        ("ts_s", F),
-        ("job", S),
-        ("op", S),
-        ("scope", S),
-        ("interval_s", F),
-        ("count", I64),
-        ("bytes", I64),
-        ("latency_p50_ms", F),
-        ("latency_p99_ms", F),
-        ("timeouts", I64),
-    ),
+    "collective_samples": arrow_columns(COLLECTIVE_SAMPLES),
     "collector_errors": (("ts_s", F), ("collector", S), ("component", S), ("error", S), ("detail", S)),
     "cooling_device_samples": (
         ("ts_s", F),
@@ -72,15 +66,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "host_samples": arrow_columns(HOST_SAMPLES),
     "job_ranks": (("job", S), ("rank", I32), ("gpu", S), ("node", S), ("nic", S)),
-    "job_steps": (
-        ("ts_s", F),
-        ("job", S),
-        ("step", I64),
-        ("step_time_s", F),
-        ("slowest_rank", I32),
-        ("slowest_gpu", S),
-        ("ranks", I32),
-    ),
+    "job_steps": arrow_columns(JOB_STEPS),
     "jobs": (
         ("job", S),
         ("nodes", I32),
@@ -107,16 +93,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("power_limit_uw", I64),
         ("enabled", B),
     ),
-    "rack_samples": (
-        ("ts_s", F),
-        ("rack", S),
-        ("inlet_temp_c", F),
-        ("outlet_temp_c", F),
-        ("coolant_supply_temp_c", F),
-        ("coolant_flow_lpm", F),
-        ("power_kw", F),
-        ("power_cap_kw", F),
-    ),
+    "rack_samples": arrow_columns(RACK_SAMPLES),
     "thermal_zone_samples": (
         ("ts_s", F),
         ("node", S),
@@ -154,30 +131,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("full_total_us", I64),
     ),
     "netdev_samples": arrow_columns(NETDEV_SAMPLES),
-    "ib_port_samples": (
-        ("ts_s", F),
-        ("node", S),
-        ("device", S),
-        ("port", I32),
-        ("nic", S),
-        ("state", S),
-        ("phys_state", S),
-        ("rate_gbps", F),
-        ("symbol_error", I64),
-        ("link_downed", I64),
-        ("link_error_recovery", I64),
-        ("port_rcv_errors", I64),
-        ("port_xmit_discards", I64),
-        ("port_xmit_wait", I64),
-        ("port_rcv_data", I64),
-        ("port_xmit_data", I64),
-        ("np_cnp_sent", I64),
-        ("rp_cnp_handled", I64),
-        ("np_ecn_marked_roce_packets", I64),
-        ("out_of_sequence", I64),
-        ("local_ack_timeout_err", I64),  # m013
-        ("req_transport_retries_exceeded", I64),
-    ),
+    "ib_port_samples": arrow_columns(IB_PORT_SAMPLES),
     "hwmon_samples": (
         ("ts_s", F),
         ("node", S),
@@ -201,21 +155,7 @@ _COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("message", S),
         ("device", S),  # m016
     ),
-    "rank_timing_samples": (  # m021
-        ("ts_s", F),
-        ("node", S),
-        ("job", S),
-        ("rank", I32),
-        ("world_size", I32),
-        ("pid", I64),
-        ("op", S),
-        ("kind", S),
-        ("window_s", F),
-        ("calls", I64),
-        ("blocked_s", F),
-        ("bytes", I64),
-        ("rank_source", S),
-    ),
+    "rank_timing_samples": arrow_columns(RANK_TIMING_SAMPLES),
 }
 
 # Columns no collector writes: a fleet row's sample weights (m017), set by aiops/fleet when it reads a node's

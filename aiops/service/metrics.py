@@ -16,7 +16,16 @@ from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
 from aiops.column_model import Table
-from aiops.columns import FLOW_CLASS_SAMPLES, GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, exported
+from aiops.columns import (
+    COLLECTIVE_SAMPLES,
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    IB_PORT_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    exported,
+)
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -25,26 +34,16 @@ from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
 # tables whose rows hold what an interval added: kept per entity as running totals (`_observe_counted`)
-COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES)}
-IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiops_ib_<column>_total
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_xmit_wait",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-    "out_of_sequence",
-    "local_ack_timeout_err",
-    "req_transport_retries_exceeded",
-)
+COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES, COLLECTIVE_SAMPLES)}
 
 
-def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Metric]:
+def declared_metrics(
+    table: Table, rows: Sequence[Mapping[str, Any]], agent: Mapping[str, str] | None = None
+) -> list[Metric]:
     """Every family the table's columns are declared as (aiops/columns.py), each sample `stored * scale` labelled
-    by the family's labels: the row's own values, and the column's fixed ones (`type="corrected"`)."""
+    by the family's labels: the row's own values, the column's fixed ones (`type="corrected"`), and for a label
+    the table has no column for, the agent's (`node`: a job's rows name none, the node reporting them does)."""
+    own = agent or {}
     made: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
     for c in exported(table):
         assert c.family is not None
@@ -59,7 +58,10 @@ def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Me
             )
         for values in rows:
             if values.get(c.name) is not None:
-                label_values = [fixed[n] if n in fixed else _label(values.get(n)) for n in c.family.labels]
+                label_values = [
+                    fixed[n] if n in fixed else _label(values[n] if n in values else own.get(n))
+                    for n in c.family.labels
+                ]
                 made[name].add_metric(label_values, float(values[c.name]) * c.scale)
     return list(made.values())
 
@@ -266,9 +268,8 @@ class MetricsCache(Collector):
 
     def _network_metrics(self) -> Iterable[Metric]:
         for table in COUNTED.values():
-            yield from declared_metrics(
-                table, [row for _key, row in sorted(self.counted[table.name].items())]
-            )
+            rows = [row for _key, row in sorted(self.counted[table.name].items())]
+            yield from declared_metrics(table, rows, {"node": self.node})
         yield from declared_metrics(NETDEV_SAMPLES, [values for _key, values in sorted(self.netdev.items())])
         up = GaugeMetricFamily(
             PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev", "node", "nic"]
@@ -277,17 +278,7 @@ class MetricsCache(Collector):
             if values.get("oper_up") is not None:
                 up.add_metric([dev, node, str(values.get("nic") or "")], 1.0 if values["oper_up"] else 0.0)
         yield up
-        for column in IB_COLUMNS:
-            family = CounterMetricFamily(
-                PREFIX + f"ib_{column}",
-                f"InfiniBand port counter {column}",
-                labels=["device", "port", "node", "nic"],
-            )
-            for (node, device, port), values in sorted(self.ib.items()):
-                if values.get(column) is not None:
-                    nic = str(values.get("nic") or "")
-                    family.add_metric([device, port, node, nic], float(values[column]))
-            yield family
+        yield from declared_metrics(IB_PORT_SAMPLES, [values for _port, values in sorted(self.ib.items())])
 
     def _host_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])
