@@ -18,11 +18,13 @@ netdev_samples (aiops/columns_netdev.py: the kernel's own cumulative counters), 
 collective_samples (aiops/columns_jobs.py: counted per job, op and scope), job_steps (aiops/columns_jobs.py: its
 families hand-written, a histogram of step times) and rank_timing_samples (aiops/columns_ranks.py: its families
 hand-written, summed per rank and kind) and rack_samples (aiops/columns_rack.py: no node's family; its sensors'
-default facility exporter series); the
-shape and the derivations in aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md
-"Add a telemetry column" names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per
-reason, an error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and
-rendered by hand; everything else about it still derives. The recipe for a new column: docs/ARCHITECTURE.md,
+default facility exporter series) and the host collectors' psi_samples, thermal_zone_samples, hwmon_samples,
+cooling_device_samples and powercap_samples (aiops/columns_sensors.py: pressure stall times, thermal zones, hwmon
+sensors, cooling devices and RAPL zones; the fleet reads none of them); the shape and the derivations in
+aiops/column_model.py. The other tables are still listed by hand (docs/ARCHITECTURE.md "Add a telemetry column"
+names where). A family whose rendering is more than `stored * scale` (a bit mask as one series per reason, an
+error name as a label, the fleet's per-sample counts) is declared in its table's `hand_written` and rendered by
+hand; everything else about it still derives. The recipe for a new column: docs/ARCHITECTURE.md,
 "Add a telemetry column".
 """
 
@@ -54,18 +56,23 @@ __all__ = [
     "ANY",
     "CAPS",
     "COLLECTIVE_SAMPLES",
+    "COOLING_DEVICE_SAMPLES",
     "FLOW_CLASS_SAMPLES",
     "GPU_SAMPLES",
     "HEAT",
     "HOST_SAMPLES",
+    "HWMON_SAMPLES",
     "IB_PORT_SAMPLES",
     "IDLE",
     "JOB_STEPS",
     "NETDEV_SAMPLES",
     "NIC_SAMPLES",
+    "POWERCAP_SAMPLES",
+    "PSI_SAMPLES",
     "RACK_SAMPLES",
     "RANK_TIMING_SAMPLES",
     "SQL_TYPES",
+    "THERMAL_ZONE_SAMPLES",
     "Column",
     "DcgmName",
     "FacilityName",
@@ -92,6 +99,13 @@ from aiops.columns_netdev import NETDEV_SAMPLES
 from aiops.columns_nic import NIC_SAMPLES
 from aiops.columns_rack import RACK_SAMPLES
 from aiops.columns_ranks import RANK_TIMING_SAMPLES
+from aiops.columns_sensors import (
+    COOLING_DEVICE_SAMPLES,
+    HWMON_SAMPLES,
+    POWERCAP_SAMPLES,
+    PSI_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
+)
 
 TABLES: dict[str, Table] = {
     t.name: t
@@ -106,6 +120,11 @@ TABLES: dict[str, Table] = {
         RANK_TIMING_SAMPLES,
         JOB_STEPS,
         RACK_SAMPLES,
+        PSI_SAMPLES,
+        THERMAL_ZONE_SAMPLES,
+        HWMON_SAMPLES,
+        COOLING_DEVICE_SAMPLES,
+        POWERCAP_SAMPLES,
     )
 }
 

@@ -1,8 +1,9 @@
 """Each declared telemetry table (aiops/columns.py) through what derives from its declarations: the node's export
 from the rows it collected (`stored * scale`, counted columns as running totals, hand-written families under their
 declared names, types, labels and HELP), the fleet's families and its pivot back into the table, and the leak
-test's allowance; rack_samples, which no node exports, through the facility series its sensors declare. The
-store, docs and probe-column checks over every table are in tests/test_telemetry_columns.py."""
+test's allowance; rack_samples, which no node exports, through the facility series its sensors declare (the host
+collectors' sensor tables: tests/test_telemetry_sensor_tables.py). The store, docs and probe-column checks over
+every table are in tests/test_telemetry_columns.py."""
 
 from __future__ import annotations
 

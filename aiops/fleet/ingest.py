@@ -93,6 +93,7 @@ class IngestReport:
     dropped: dict[str, int] = field(default_factory=dict)
     dropped_examples: list[str] = field(default_factory=list)
     rank_end_s: float | None = None  # rank timing read on a finer grid (`rank_reads`): up to here
+    rank_series: int = 0  # the rank timing series that finer read found (none: no rank exports its timing)
 
 
 DROP_REASONS = ("nan", "infinite", "out_of_range")
@@ -297,7 +298,9 @@ def fetch_interval(
     if grid.last_s >= grid.first_s:
         _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
     if fine and ranks.last_s >= ranks.first_s:
-        _read_grid(store, client, ranks, selector, fine, report, ("rank_timing_samples",))
+        report.rank_series = _read_grid(
+            store, client, ranks, selector, fine, report, ("rank_timing_samples",)
+        )
         report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
@@ -334,10 +337,12 @@ def _read_grid(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
-) -> None:
-    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None)."""
+) -> int:
+    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None); returns the
+    most series one piece held."""
     if not names:
-        return
+        return 0
+    most = 0
     first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
     total = round((last_s - first_s) / res_s) + 1
     done, points = 0, 1
@@ -350,6 +355,8 @@ def _read_grid(
         )
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
+        most = max(most, series)
+    return most
 
 
 def _fetch_piece(
@@ -384,6 +391,11 @@ def _fetch_piece(
                     hint = max(hint, len(result))
                     chunked = chunked or k > 0
         report.series += series
+        if not series:  # nothing came (no rank exports this tick, a quiet family set): nothing to pivot
+            for table, _ in statements():
+                if tables is None or table in tables:
+                    report.rows[table] = report.rows.get(table, 0)
+            return 0
         stager.register(conn)
         if collecting:
             gc.enable()

@@ -100,7 +100,13 @@ class FleetCollector:
         self.facility = setup.facility
         self.last: CycleReport | None = None
         self.shown: set[str] = set()  # refusal lines already logged
-        self.sight = SourceSight(setup.config.prometheus, self.step_s, clock, started_s=clock())
+        self.sight = SourceSight(
+            setup.config.prometheus,
+            self.step_s,
+            clock,
+            started_s=clock(),
+            blind_after_s=setup.config.blind_after_s,
+        )
         self.presence = NodePresence(self.step_s)
         self.presence.seed(_last_seen(store))
         self.said = ""  # the read failure last written to collector_errors (one row per change)
@@ -110,6 +116,8 @@ class FleetCollector:
         if self.phase_s is not None:
             self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
         self.rank_horizon_ts_s = self.horizon_ts_s  # rank timing read up to here (`[fleet] rank_reads`)
+        # whether the last read found rank timing series: none (no rank exports it), no reads between steps
+        self.ranks_seen = False
         self.lost: frozenset[str] = frozenset()  # the node agents lost as of the last read
         self.judged_lost: frozenset[str] = frozenset()  # and as `conditions` last reported them (`urgent`)
         self.judged_blind = False  # the sight as `conditions` last reported it
@@ -158,6 +166,7 @@ class FleetCollector:
         out = self._handed_over()
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.nodes.rank_end_s or report.nodes.end_s)
+        self.ranks_seen = report.nodes.rank_series > 0
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
         self.lost = frozenset(n for n, s in self.presence.nodes.items() if s.missed >= LOST_AFTER_STEPS)
@@ -169,9 +178,14 @@ class FleetCollector:
 
     def _ranks_between(self, end_s: float) -> dict[str, pa.Table]:
         """Rank timing alone, up to the newest of its grid's points before `end_s`, where one passed since the
-        last read and the phase is known; a failure here is left to the step's read to judge and retry."""
+        last read and the phase is known; a failure here is left to the step's read to judge and retry. Only
+        while the last read found rank timing series: a cluster whose ranks export none (no probe) is not asked
+        `rank_reads - 1` more times a step for nothing, and a rank that starts exporting is read on the finer
+        grid by the next step's read, then between steps again."""
         reads = self.config.rank_reads
         if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < self.step_s / reads:
+            return {}
+        if not self.ranks_seen:
             return {}
         try:
             report = fetch_interval(
@@ -190,6 +204,7 @@ class FleetCollector:
             return {}
         if report.rank_end_s is not None:
             self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.rank_end_s)
+            self.ranks_seen = report.rank_series > 0
         rows = self.scratch.arrow("SELECT * FROM rank_timing_samples")
         self.scratch.conn.execute("DELETE FROM rank_timing_samples")
         return {"rank_timing_samples": rows} if rows.num_rows else {}

@@ -24,8 +24,11 @@ from aiops.columns import (
     IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    PSI_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
     exported,
 )
+from aiops.columns_sensors import HWMON
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -282,47 +285,23 @@ class MetricsCache(Collector):
 
     def _host_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])
-        stalled = CounterMetricFamily(
-            PREFIX + "pressure_stalled_seconds",
-            "PSI: time tasks stalled on the resource (/proc/pressure; some: at least one task, full: all)",
-            labels=["node", "resource", "type"],
-        )
-        for (node, resource), values in sorted(self.psi.items()):
-            for kind in ("some", "full"):
-                if values.get(f"{kind}_total_us") is not None:
-                    stalled.add_metric([node, resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
-        yield stalled
-        units = {
-            "temp": ("celsius", 1.0),
-            "power": ("watts", 1.0),
-            "fan": ("rpm", 1.0),
-            "in": ("volts", 1.0),
-            "curr": ("amperes", 1.0),
-            "energy": ("joules", 1.0),
-        }
-        families: dict[str, GaugeMetricFamily] = {}
+        yield from declared_metrics(PSI_SAMPLES, [values for _key, values in sorted(self.psi.items())])
+        # hwmon_samples' families (aiops/columns_sensors.py HWMON): the row's kind chooses one; those with a sensor
+        hwmon: dict[str, GaugeMetricFamily] = {}
         for (node, chip, sensor), values in sorted(self.hwmon.items()):
-            unit = units.get(str(values["kind"]))
-            if unit is None or values.get("value") is None:
+            declared = HWMON.get(str(values["kind"]))
+            if declared is None or values.get("value") is None:
                 continue
-            name = f"hwmon_{values['kind']}_{unit[0]}"
-            family = families.setdefault(
-                name,
-                GaugeMetricFamily(
-                    PREFIX + name,
-                    f"hwmon {values['kind']} sensors",
-                    labels=["node", "chip", "sensor", "label"],
-                ),
-            )
-            family.add_metric([node, chip, sensor, str(values.get("label") or "")], float(values["value"]))
-        yield from families.values()
-        zone = GaugeMetricFamily(
-            PREFIX + "thermal_zone_celsius", "sysfs thermal zones", labels=["node", "zone", "type"]
+            if declared.name not in hwmon:
+                hwmon[declared.name] = GaugeMetricFamily(
+                    declared.name, declared.help, labels=list(declared.labels)
+                )
+            label_values = [node, chip, sensor, _label(values.get("label"))]
+            hwmon[declared.name].add_metric(label_values, float(values["value"]))
+        yield from hwmon.values()
+        yield from declared_metrics(
+            THERMAL_ZONE_SAMPLES, [values for _key, values in sorted(self.zones.items())]
         )
-        for (node, name), values in sorted(self.zones.items()):
-            if values.get("temp_c") is not None:
-                zone.add_metric([node, name, str(values.get("type") or "")], float(values["temp_c"]))
-        yield zone
         kernel = CounterMetricFamily(
             PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)", labels=["kind"]
         )

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from aiops.columns import (
     COLLECTIVE_SAMPLES,
+    COOLING_DEVICE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    HWMON_SAMPLES,
     IB_PORT_SAMPLES,
     JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    POWERCAP_SAMPLES,
+    PSI_SAMPLES,
     RACK_SAMPLES,
     RANK_TIMING_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
     leak_allowances,
 )
 
@@ -43,6 +48,11 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(RANK_TIMING_SAMPLES),
     **leak_allowances(JOB_STEPS),
     **leak_allowances(RACK_SAMPLES),
+    **leak_allowances(PSI_SAMPLES),
+    **leak_allowances(THERMAL_ZONE_SAMPLES),
+    **leak_allowances(HWMON_SAMPLES),
+    **leak_allowances(COOLING_DEVICE_SAMPLES),
+    **leak_allowances(POWERCAP_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
