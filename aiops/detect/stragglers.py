@@ -32,6 +32,7 @@ from typing import Any
 from aiops import labels
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
+from aiops.detect.kinds import symptom
 from aiops.models import Symptom
 from aiops.profile.rank_phases import (
     CAUSE_OF_PHASE,
@@ -333,7 +334,7 @@ class StragglerRules:
                 "since_ts_s": span[0],  # the rank timing judged: (since_ts_s, ts_s]
                 **shares,
             }
-            out.append(Symptom(kind="rank_straggler", component=component, ts_s=span[1], detail=detail))
+            out.append(symptom("rank_straggler", component, span[1], **detail))
         return out
 
     def _network(
@@ -372,7 +373,7 @@ class StragglerRules:
             "usual_wait_share": round(usual, 4),
             **evidence,
         }
-        return [Symptom(kind="network_straggler", component=nic, ts_s=t1, detail=detail)]
+        return [symptom("network_straggler", nic, t1, **detail)]
 
 
 def _late_nodes(windows: Sequence[RankWindow], node_of: Mapping[int, str]) -> Late | None:
