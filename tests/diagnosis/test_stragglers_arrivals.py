@@ -163,3 +163,27 @@ def test_a_node_alone_in_its_phase_is_judged_against_the_others_newest_rows() ->
     assert named and named[0][:2] == (STEP_S * FAULT_K + 12.0, "n4"), named[:3]
     assert sorted(named[0][2]) == [16, 17, 18, 19]
     assert {c for _, c, _ in named} == {"n4"}, named
+
+
+def test_a_first_row_holding_seconds_before_the_onset_names_the_rank_at_its_arrival() -> None:
+    """The slow rank's first row after the fault holds the seconds before it too: against its node-mates (same
+    seconds) it waited only 3.5 % of the row less, under the 5 % a late rank needs, yet it usually waits as much
+    as they do, so the gap is new: named at that arrival, not a scrape later. A GPU a little slower all along
+    (nodeC's second rank: 3.5 % less wait in every row) is named never."""
+    always_slower = 9
+
+    def wait(node: str, rank: int, k: int) -> float:
+        base = 0.30 if (k > FAULT_K or (k == FAULT_K and node == "nodeC")) else 0.14
+        if node == "nodeB" and k == FAULT_K:
+            base = 0.14 if rank == SLOW_RANK else 0.175  # part of the row's seconds after the onset
+        elif node == "nodeB" and k > FAULT_K and rank == SLOW_RANK:
+            base = 0.02
+        return base - 0.035 if rank == always_slower else base
+
+    with _store(ARRIVES, wait) as store:
+        rules = StragglerRules(store, lambda gpu: False)
+        named: list[tuple[float, str, list[int]]] = []
+        for k in range(WINDOWS):
+            named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
+    assert named and named[0] == (STEP_S * FAULT_K + ARRIVES["nodeB"], "nodeB/gpu1", [SLOW_RANK]), named[:3]
+    assert {ranks[0] for _, _, ranks in named} == {SLOW_RANK}, named
