@@ -274,10 +274,11 @@ class StragglerRules:
                 or mine.share("wait") > min(o.share("wait") for o in others.values()) - LATE_GAP
             ):
                 continue
-            found = late_ranks(
-                [mine, *[RankWindow(-1 - k, *_parts(o)) for k, o in enumerate(others.values())]]
+            found = late_ranks(  # this node is rank -1 (`_summed`), the others -2, -3, ...
+                [mine, *[RankWindow(-2 - k, *_parts(o)) for k, o in enumerate(others.values())]]
             )
-            cause = found.cause if found else _cause(mine, list(others.values()))
+            alone = found is not None and found.ranks == (mine.rank,)  # else the class is of other nodes too
+            cause = found.cause if found and alone else _cause(mine, list(others.values()))
             if cause is None:
                 continue
             ranks = sorted(by_node[node], key=lambda p: (p.share("wait"), p.rank))
