@@ -31,7 +31,7 @@ from aiops.errors import SourceError
 from aiops.fleet import families
 from aiops.fleet.cycle import CycleReport, read_cycle
 from aiops.fleet.ingest import fetch_interval
-from aiops.fleet.phase import learned_phase_s, on_grid
+from aiops.fleet.phase import landed, on_grid, phase_after, rank_phases_s, scrape_stamps
 from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
@@ -41,6 +41,9 @@ from aiops.store import Store
 from aiops.store.conditions import SOURCE_BLIND
 
 log = logging.getLogger("aiops.fleet")
+PHASES_EVERY_S = (
+    300.0  # the agents' scrape offsets learned again this often (agents added, a scraper restarted)
+)
 MAX_SHOWN = 1000  # refusal lines logged once each per process, at most this many (then one line says so)
 INVENTORY = (
     "topology",
@@ -108,6 +111,8 @@ class FleetCollector:
         if self.phase_s is not None:
             self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
         self.rank_horizon_ts_s = self.horizon_ts_s  # rank timing read up to here (`[fleet] rank_reads`)
+        self.scrape_phases_s: list[float] | None = None  # each agent's offset in the step, where learned
+        self.phases_at_s = -math.inf  # when they were
 
     @property
     def data_ts_s(self) -> float:
@@ -123,11 +128,7 @@ class FleetCollector:
             return self._ranks_between(end_s)
         self.sight.begin()
         try:
-            if self.phase_s is None:
-                self.phase_s = learned_phase_s(self.client, end_s, self.step_s, self.config.selector)
-                if self.phase_s is not None:
-                    log.info("reading just after the agents' scrapes", extra={"phase_s": self.phase_s})
-                    self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
+            self._learn_phases(end_s)
             report = read_cycle(
                 self.scratch,
                 self.client,
@@ -161,12 +162,38 @@ class FleetCollector:
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + n
         return out
 
+    def _learn_phases(self, end_s: float) -> None:
+        """Where the agents' scrapes land in a step (aiops/fleet/phase.py): the read grid's phase, learned once
+        from their sample times, and the offsets at which their rank timing lands (`scrape_phases_s`: learned
+        again every PHASES_EVERY_S, every step while no agent exports rank timing), so that rank timing is read
+        between steps only where some agent's scrape landed."""
+        if self.phase_s is None:
+            stamps = scrape_stamps(self.client, end_s, self.step_s, self.config.selector)
+            if stamps:
+                self.phase_s = phase_after(stamps, self.step_s)
+                log.info("reading just after the agents' scrapes", extra={"phase_s": self.phase_s})
+                self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
+        if self.config.rank_reads <= 1:
+            return
+        if self.scrape_phases_s and end_s - self.phases_at_s < PHASES_EVERY_S:
+            return
+        phases = rank_phases_s(self.client, end_s, self.step_s, self.config.selector)
+        if phases is not None:
+            self.scrape_phases_s, self.phases_at_s = phases, end_s
+
     def _ranks_between(self, end_s: float) -> dict[str, pa.Table]:
         """Rank timing alone, up to the newest of its grid's points before `end_s`, where one passed since the
-        last read and the phase is known; a failure here is left to the step's read to judge and retry."""
+        last read, the phase is known and an agent's scrape landed since (each agent's offset in the step, where
+        learned); a failure here is left to the step's read to judge and retry."""
         reads = self.config.rank_reads
-        if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < self.step_s / reads:
+        res_s = self.step_s / reads
+        if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < res_s:
             return {}
+        point_s = self.phase_s + math.floor((end_s - self.phase_s) / res_s + 1e-9) * res_s
+        if self.scrape_phases_s is not None and not landed(
+            self.scrape_phases_s, self.rank_horizon_ts_s, point_s, self.step_s
+        ):
+            return {}  # nothing scraped since the last read: no request
         try:
             report = fetch_interval(
                 self.scratch,
