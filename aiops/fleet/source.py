@@ -28,9 +28,8 @@ import pyarrow as pa
 
 from aiops.config import FacilityConfig, FleetConfig
 from aiops.errors import SourceError
-from aiops.fleet import families
 from aiops.fleet.cycle import CycleReport, read_cycle
-from aiops.fleet.ingest import fetch_interval
+from aiops.fleet.ingest import FINE_FAMILIES, FINE_TABLES, fetch_interval
 from aiops.fleet.phase import landed, on_grid, phase_after, rank_phases_s, scrape_stamps
 from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
@@ -202,7 +201,7 @@ class FleetCollector:
                 end_s=end_s,
                 step_s=self.step_s,
                 selector=self.config.selector,
-                names=families.RANKS,
+                names=FINE_FAMILIES,
                 phase_s=self.phase_s,
                 rank_reads=reads,
                 rank_start_s=self.rank_horizon_ts_s,
@@ -211,9 +210,13 @@ class FleetCollector:
             return {}
         if report.rank_end_s is not None:
             self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.rank_end_s)
-        rows = self.scratch.arrow("SELECT * FROM rank_timing_samples")
-        self.scratch.conn.execute("DELETE FROM rank_timing_samples")
-        return {"rank_timing_samples": rows} if rows.num_rows else {}
+        out: dict[str, pa.Table] = {}
+        for table in FINE_TABLES:
+            rows = self.scratch.arrow(f"SELECT * FROM {table}")
+            self.scratch.conn.execute(f"DELETE FROM {table}")
+            if rows.num_rows:
+                out[table] = rows
+        return out
 
     def _handed_over(self) -> dict[str, pa.Table]:
         """What the read added: the inventory's new rows, and every sample (the scratch's emptied)."""

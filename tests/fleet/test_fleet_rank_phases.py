@@ -5,6 +5,7 @@ the step, learned from their sample times: aiops/fleet/phase.py), not at every p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,78 @@ import pytest
 
 from aiops.config import FleetConfig
 from aiops.fleet import source
-from aiops.fleet.ingest import IngestReport
-from aiops.fleet.phase import landed, scrape_phases
+from aiops.fleet.backfill import backfill, serving
+from aiops.fleet.ingest import IngestReport, fetch_interval
+from aiops.fleet.phase import landed, rank_phases_s, scrape_phases
 from aiops.fleet.source import FleetCollector, FleetSetup
+from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
+from tests.service_helpers import require_binary
 
 STEP_S = 15.0
 T0 = 1_767_225_600.0  # a multiple of the step
+OFFSET_S = 8.0  # the agent's scrapes, into each step
+SCRAPES = 6
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One agent scraped OFFSET_S into each step: its node, a NIC lane whose queue builds from the 4th scrape
+    on, one rank."""
+    require_binary("prometheus")
+    require_binary("promtool")
+    ts = [T0 + STEP_S * k + OFFSET_S for k in range(SCRAPES)]
+    nic, rank = 'nic="host-a/nic0",lane="vip",node="host-a"', 'node="host-a",job="j",rank="0"'
+    families = {
+        ("aiops_node_info", "gauge"): [f'aiops_node_info{{node="host-a"}} 1 {t}' for t in ts],
+        ("aiops_nic_transmit_bytes", "counter"): [
+            f"aiops_nic_transmit_bytes_total{{{nic}}} {1000 * k} {t}" for k, t in enumerate(ts)
+        ],
+        ("aiops_nic_queue_delay_seconds", "gauge"): [
+            f"aiops_nic_queue_delay_seconds{{{nic}}} {0.006 if k >= 3 else 0.0001} {t}"
+            for k, t in enumerate(ts)
+        ],
+        ("aiops_rank_probed_seconds", "counter"): [
+            f"aiops_rank_probed_seconds_total{{{rank}}} {6 * k} {t}" for k, t in enumerate(ts)
+        ],
+        ("aiops_rank_blocked_seconds", "counter"): [
+            f'aiops_rank_blocked_seconds_total{{{rank},kind="collective"}} {k} {t}' for k, t in enumerate(ts)
+        ],
+    }
+    lines = [
+        line for (name, kind), samples in families.items() for line in (f"# TYPE {name} {kind}", *samples)
+    ]
+    work = tmp_path_factory.mktemp("ranks")
+    (work / "history.om").write_text("\n".join([*lines, "# EOF", ""]))
+    backfill(work / "history.om", work / "tsdb")
+    with serving(work / "tsdb", work) as url:
+        yield url
+
+
+def test_a_nics_row_lands_with_its_ranks_just_after_their_scrape(prometheus: str, tmp_path: Path) -> None:
+    """On the 1 s grid the NIC's row holding a scrape lands with the ranks' of that scrape, at its time (the network
+    straggler rule judges them together), not at the step's next point 7 s later; each scrape once, the same
+    values as on the step's grid. Where the rank timing lands in a step is asked of Prometheus itself."""
+    client = PrometheusClient(prometheus)
+    got: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for reads in (1, 15):
+        with Store(tmp_path / f"nics-{reads}.duckdb") as store:
+            fetch_interval(
+                store, client, start_s=T0, end_s=T0 + STEP_S * SCRAPES, step_s=STEP_S, rank_reads=reads
+            )
+            got[reads] = {
+                "nic": store.query("SELECT ts_s, tx_bytes, queue_delay_ms FROM nic_samples ORDER BY ts_s"),
+                "rank": store.query("SELECT DISTINCT ts_s FROM rank_timing_samples ORDER BY ts_s"),
+            }
+    stamps = {reads: [round(float(r["ts_s"]) - T0, 3) for r in got[reads]["nic"]] for reads in got}
+    assert stamps[1] == [STEP_S * k for k in range(1, SCRAPES + 1)]  # the step's grid: 7 s after each scrape
+    assert stamps[15] == [STEP_S * k + OFFSET_S for k in range(SCRAPES)]  # at the scrape itself
+    # with the ranks' rows (their first scrape, probing nothing yet, makes none)
+    assert stamps[15][1:] == [round(float(r["ts_s"]) - T0, 3) for r in got[15]["rank"]]
+    assert [(r["tx_bytes"], r["queue_delay_ms"]) for r in got[15]["nic"]] == [
+        (r["tx_bytes"], r["queue_delay_ms"]) for r in got[1]["nic"]
+    ]
+    assert rank_phases_s(client, T0 + STEP_S * SCRAPES, STEP_S) == [OFFSET_S]
 
 
 def test_scrape_phases_and_where_a_scrape_landed() -> None:
