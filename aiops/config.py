@@ -275,6 +275,13 @@ class FleetConfig(_Section):
         "as its node's scrape lands (agents scraped at their own phases: docs/FLEET.md); between steps only "
         "where an agent's scrape landed; 1: once a step with the rest",
     )
+    blind_after_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="blind (not ready, a source_blind incident) after this long without data or this far "
+        "behind; 0: two scrape intervals, at least 10 s (raise it where the fleet's host is known to fall behind)",
+    )
 
     @field_validator("node_url")
     @classmethod

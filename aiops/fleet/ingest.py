@@ -93,6 +93,7 @@ class IngestReport:
     dropped: dict[str, int] = field(default_factory=dict)
     dropped_examples: list[str] = field(default_factory=list)
     rank_end_s: float | None = None  # rank timing read on a finer grid (`rank_reads`): up to here
+    rank_series: int = 0  # the rank timing series that finer read found (none: no rank exports its timing)
 
 
 # read on the finer grid (`rank_reads`): the per-rank timing and the NICs' counters that the network straggler rule
@@ -302,7 +303,12 @@ def fetch_interval(
     if grid.last_s >= grid.first_s:
         _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
     if fine and ranks.last_s >= ranks.first_s:
-        _read_grid(store, client, ranks, selector, fine, report, FINE_TABLES)
+        rank_names = tuple(n for n in fine if n in families.RANKS)
+        report.rank_series = _read_grid(
+            store, client, ranks, selector, rank_names, report, ("rank_timing_samples",)
+        )
+        nic_names = tuple(n for n in fine if n not in families.RANKS)
+        _read_grid(store, client, ranks, selector, nic_names, report, FINE_TABLES[1:])
         report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
@@ -339,10 +345,12 @@ def _read_grid(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
-) -> None:
-    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None)."""
+) -> int:
+    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None); returns the
+    most series one piece held."""
     if not names:
-        return
+        return 0
+    most = 0
     first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
     total = round((last_s - first_s) / res_s) + 1
     done, points = 0, 1
@@ -355,6 +363,8 @@ def _read_grid(
         )
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
+        most = max(most, series)
+    return most
 
 
 def _fetch_piece(
@@ -389,6 +399,11 @@ def _fetch_piece(
                     hint = max(hint, len(result))
                     chunked = chunked or k > 0
         report.series += series
+        if not series:  # nothing came (no rank exports this tick, a quiet family set): nothing to pivot
+            for table, _ in statements():
+                if tables is None or table in tables:
+                    report.rows[table] = report.rows.get(table, 0)
+            return 0
         stager.register(conn)
         if collecting:
             gc.enable()

@@ -224,6 +224,29 @@ def test_aiops_fleet_reads_rank_timing_between_its_steps(prometheus: str, tmp_pa
             collector.close()
 
 
+def test_aiops_fleet_asks_nothing_between_its_steps_where_no_rank_exports_timing(
+    prometheus: str, tmp_path: Path
+) -> None:
+    """`rank_reads` 3 on a cluster whose step's read finds no rank timing series (here a selector, `rank=""`,
+    leaves them out, as a cluster without the rank probe has none): between two steps' reads the collector asks
+    Prometheus nothing, instead of `rank_reads - 1` rank reads a step for nothing; the next step's read reads on."""
+    now = [T0 + 67.0]
+    config = FleetConfig(prometheus=prometheus, lookback_s=STEP_S * SCRAPES, rank_reads=3, selector='rank=""')
+    with Store(tmp_path / "no-ranks.duckdb") as store:
+        collector = FleetCollector(store, FleetSetup(config), clock=lambda: now[0])
+        try:
+            first = collector.collect(now[0])
+            assert "gpu_samples" in first and "rank_timing_samples" not in first
+            asked = collector.client.requests
+            now[0] = T0 + 80.0  # between two steps' reads, a rank point passed (as in the test before)
+            assert collector.collect(now[0]) == {}
+            assert collector.client.requests == asked
+            now[0] = T0 + 82.0
+            assert "gpu_samples" in collector.collect(now[0]) and collector.client.requests > asked
+        finally:
+            collector.close()
+
+
 def test_aiops_fleet_reads_just_after_the_agents_scrapes(prometheus: str, tmp_path: Path) -> None:
     """`aiops fleet`'s collector learns where the scrapes land in a step (here on multiples of it) and reads a
     second after them: its rows stand MARGIN_S after the scrape they hold, not a step later; `read_after_scrapes

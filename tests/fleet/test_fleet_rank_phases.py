@@ -110,6 +110,7 @@ def test_the_fleet_reads_rank_timing_between_steps_only_where_a_scrape_landed(
         report = IngestReport(client.url, kw["start_s"], kw["end_s"], STEP_S)
         res_s = STEP_S / kw["rank_reads"]
         report.rank_end_s = kw["phase_s"] + (kw["end_s"] - kw["phase_s"]) // res_s * res_s
+        report.rank_series = 1  # rank timing found: read between steps again
         return report
 
     monkeypatch.setattr(source, "fetch_interval", fetch)
@@ -123,6 +124,7 @@ def test_the_fleet_reads_rank_timing_between_steps_only_where_a_scrape_landed(
             collector.phase_s, collector.horizon_ts_s = 1.0, T0 + 1.0  # the step's grid: learned at a read
             collector.rank_horizon_ts_s = T0 + 1.0
             collector.scrape_phases_s = [8.0, 12.4]  # two agents, scraped 8 s and 12.4 s into each step
+            collector.ranks_seen = True  # the step's read found rank timing
             for end_s in (3.0, 5.5, 7.9, 8.5, 9.0, 12.0, 13.2, 14.0, 15.9):
                 collector._ranks_between(T0 + end_s)
             # at 8 s and once more at 9 s (a scrape on a grid point), after 12.4 s: at no other point

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from aiops.config import FleetConfig
-from aiops.fleet.sight import SLACK_S, SourceSight
+from aiops.fleet.sight import SourceSight
 from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.store import Store
 from aiops.store.conditions import SOURCE_BLIND
 
 STEP_S = 15.0
-GRACE_S = 2 * STEP_S + SLACK_S
+GRACE_S = 2 * STEP_S
 
 
 class Clock:
@@ -57,6 +57,23 @@ def test_a_source_is_blind_after_two_intervals_without_data_and_says_why() -> No
     seen.begin()
     seen.read(samples=120, behind_s=0.0)  # back
     assert seen.blind() is None and seen.condition(0.0) is None
+
+
+def test_blind_after_s_sets_the_grace_where_the_fleets_host_falls_behind() -> None:
+    """`[fleet] blind_after_s`: a fleet on a host known to fall behind (a loaded test runner, a small VM) says
+    blind after that long, not after two scrape intervals; unset, two intervals (at least 10 s)."""
+    clock = Clock()
+    seen = SourceSight("http://prom:9090", 2.0, clock, started_s=clock(), blind_after_s=60.0)
+    seen.begin()
+    seen.read(samples=120, behind_s=0.0)
+    clock.now_s += 30
+    seen.begin()
+    seen.read(samples=120, behind_s=30.0)  # a starved fleet's read, 30 s behind: fifteen steps
+    assert seen.blind() is None
+    seen.begin()
+    seen.read(samples=120, behind_s=61.0)
+    assert seen.blind() is not None and "behind" in str(seen.blind())
+    assert SourceSight("u", 2.0, clock).grace_s == 10.0 and SourceSight("u", 15.0, clock).grace_s == 30.0
 
 
 def test_empty_slow_and_hung_reads_are_blindness_too() -> None:
