@@ -96,6 +96,10 @@ class IngestReport:
     rank_series: int = 0  # the rank timing series that finer read found (none: no rank exports its timing)
 
 
+# read on the finer grid (`rank_reads`): the per-rank timing and the NICs' counters that the network straggler rule
+# judges with it (a NIC's row holding the same scrape as its ranks' lands with them, not at the step's next point)
+FINE_FAMILIES = (*families.RANKS, *families.NIC)
+FINE_TABLES = ("rank_timing_samples", "nic_samples", "flow_class_samples")
 DROP_REASONS = ("nan", "infinite", "out_of_range")
 DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
 
@@ -274,7 +278,8 @@ def fetch_interval(
     `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is
     read as the counters' base. Returns what was read and written.
 
-    With `rank_reads` above 1 the per-rank timing families (`families.RANKS`) are read on a grid `rank_reads`
+    With `rank_reads` above 1 the per-rank timing and the NICs' families (`FINE_FAMILIES`: the network
+    straggler rule judges a job's ranks and its NICs' counters as they land, together) are read on a grid `rank_reads`
     times finer, each with a window as long as its grid's step: a series scraped once a step lands in exactly one
     of its points, the first after its scrape, so a node agent scraped between two of the step's grid points
     (a scraper spreading its targets over the step) has its ranks' rows stamped within `step_s / rank_reads` of
@@ -288,7 +293,7 @@ def fetch_interval(
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     wanted = tuple(names)
-    fine = tuple(n for n in wanted if n in families.RANKS) if rank_reads > 1 else ()
+    fine = tuple(n for n in wanted if n in FINE_FAMILIES) if rank_reads > 1 else ()
     grid = _Grid(step_s, step_s, phase_s, start_s, end_s)
     report = IngestReport(client.url, grid.first_s, grid.last_s, step_s)
     ranks = _Grid(
@@ -298,9 +303,12 @@ def fetch_interval(
     if grid.last_s >= grid.first_s:
         _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
     if fine and ranks.last_s >= ranks.first_s:
+        rank_names = tuple(n for n in fine if n in families.RANKS)
         report.rank_series = _read_grid(
-            store, client, ranks, selector, fine, report, ("rank_timing_samples",)
+            store, client, ranks, selector, rank_names, report, ("rank_timing_samples",)
         )
+        nic_names = tuple(n for n in fine if n not in families.RANKS)
+        _read_grid(store, client, ranks, selector, nic_names, report, FINE_TABLES[1:])
         report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
