@@ -100,6 +100,9 @@ class IngestReport:
 # judges with it (a NIC's row holding the same scrape as its ranks' lands with them, not at the step's next point)
 FINE_FAMILIES = (*families.RANKS, *families.NIC)
 FINE_TABLES = ("rank_timing_samples", "nic_samples", "flow_class_samples")
+# who speaks for which node (aiops/fleet/names.py OWNERSHIP_SQL): staged with every read, the finer grid's too; a
+# scraped series whose node no instance of the same read declares is refused
+OWNER_FAMILY = "aiops_node_info"
 DROP_REASONS = ("nan", "infinite", "out_of_range")
 DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
 
@@ -350,6 +353,8 @@ def _read_grid(
     most series one piece held."""
     if not names:
         return 0
+    if tables is not None and OWNER_FAMILY not in names:
+        names = (*names, OWNER_FAMILY)  # ownership only: the pivot writes `tables` alone
     most = 0
     first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
     total = round((last_s - first_s) / res_s) + 1
@@ -385,7 +390,7 @@ def _fetch_piece(
     for sql in _DROP_SQL:
         conn.execute(sql)
     stager = _Stager(client.url, report)
-    hint = series = 0
+    hint = series = owners = 0  # owners: the ownership series a restricted read staged beside its own
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
@@ -396,9 +401,11 @@ def _fetch_piece(
                 for k, result in enumerate(chunks):
                     report.samples += stager.stage(name, result)
                     series += len(result)
+                    owners += len(result) if name == OWNER_FAMILY and tables is not None else 0
                     hint = max(hint, len(result))
                     chunked = chunked or k > 0
         report.series += series
+        series -= owners
         if not series:  # nothing came (no rank exports this tick, a quiet family set): nothing to pivot
             for table, _ in statements():
                 if tables is None or table in tables:

@@ -186,7 +186,9 @@ def test_rank_timing_read_on_a_finer_grid_lands_just_after_its_own_scrape(
     assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[1]} == {0.0}
     assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[3]} == {10.0}
     assert len(got[3]) == (SCRAPES - 1) * 2 * 2  # the first scrape is the base: 7 per rank and kind
-    assert fetched[3] <= fetched[1]  # no sample fetched twice: a point's window is its grid's step
+    # no sample fetched twice (a point's window is its grid's step), beyond the agent's aiops_node_info that each
+    # of the finer grid's two reads (ranks, NICs) stages to know who speaks for which node: one per scrape
+    assert fetched[3] <= fetched[1] + 2 * SCRAPES
 
     def values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return [(r["rank"], r["kind"], r["window_s"], r["calls"], r["blocked_s"]) for r in rows]
