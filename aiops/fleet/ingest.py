@@ -100,6 +100,17 @@ class IngestReport:
 # judges with it (a NIC's row holding the same scrape as its ranks' lands with them, not at the step's next point)
 FINE_FAMILIES = (*families.RANKS, *families.NIC)
 FINE_TABLES = ("rank_timing_samples", "nic_samples", "flow_class_samples")
+
+
+def fine_reads(step_s: float, rank_reads: int) -> int:
+    """The finer grid's reads a step: the most, up to `rank_reads`, that divide the step into whole milliseconds.
+    Prometheus evaluates a range on whole milliseconds and the step goes to it with three decimals: a 2 s step in
+    3 (0.667 s) put the third point 1 ms past the step, outside the range, and every scrape's row was lost
+    (10 s in 15 gives 10; 15 s in 15 gives 15)."""
+    step_ms = round(step_s * 1000)
+    return next((n for n in range(max(1, rank_reads), 1, -1) if step_ms % n == 0), 1)
+
+
 # who speaks for which node (aiops/fleet/names.py OWNERSHIP_SQL): staged with every read, the finer grid's too; a
 # scraped series whose node no instance of the same read declares is refused
 OWNER_FAMILY = "aiops_node_info"
@@ -296,6 +307,7 @@ def fetch_interval(
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     wanted = tuple(names)
+    rank_reads = fine_reads(step_s, rank_reads)
     fine = tuple(n for n in wanted if n in FINE_FAMILIES) if rank_reads > 1 else ()
     grid = _Grid(step_s, step_s, phase_s, start_s, end_s)
     report = IngestReport(client.url, grid.first_s, grid.last_s, step_s)

@@ -31,7 +31,7 @@ import pyarrow as pa
 from aiops.config import FacilityConfig, FleetConfig
 from aiops.errors import SourceError
 from aiops.fleet.cycle import CycleReport, read_cycle
-from aiops.fleet.ingest import FINE_FAMILIES, FINE_TABLES, fetch_interval
+from aiops.fleet.ingest import FINE_FAMILIES, FINE_TABLES, fetch_interval, fine_reads
 from aiops.fleet.phase import landed, on_grid, phase_after, rank_phases_s, scrape_stamps
 from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
@@ -201,7 +201,7 @@ class FleetCollector:
         learned); a failure here is left to the step's read to judge and retry. Only while the last read found
         rank timing series: a cluster whose ranks export none (no probe) is not asked for them between steps, and
         a rank that starts exporting is read on the finer grid by the next step's read, then between steps again."""
-        reads = self.config.rank_reads
+        reads = fine_reads(self.step_s, self.config.rank_reads)
         res_s = self.step_s / reads
         if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < res_s:
             return {}

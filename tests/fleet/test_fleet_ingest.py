@@ -17,7 +17,7 @@ import pytest
 from aiops.config import FleetConfig
 from aiops.detect.windows import GPU_WINDOW_SQL
 from aiops.fleet.backfill import backfill, serving
-from aiops.fleet.ingest import fetch_interval
+from aiops.fleet.ingest import fetch_interval, fine_reads
 from aiops.fleet.phase import MARGIN_S
 from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.nvml_bits import HW_THERMAL_SLOWDOWN
@@ -304,3 +304,15 @@ def test_eval_via_prometheus_scores_a_public_scenario_end_to_end(
     assert case["predicted"][0]["root_cause"] == "facility_power_cap" and case["top1"] is True
     assert result["summary"]["false_positives"] == 0 and result["summary"]["unsafe_actions"] == 0
     assert analysed == [{"runs": 0, "off_the_step": 0}]
+
+
+def test_the_finer_grid_divides_the_step_into_whole_milliseconds() -> None:
+    """Prometheus evaluates a range on whole milliseconds and gets the step with three decimals: a 2 s step read 3
+    times (0.667 s) put the step's last point 1 ms past the range's end, and a live fleet lost every rank and NIC
+    row between its steps. The fleet reads as often as asked where the step divides, else the most that do."""
+    assert [fine_reads(s, 15) for s in (15.0, 30.0, 10.0, 20.0, 7.0)] == [15, 15, 10, 10, 14]
+    assert [fine_reads(2.0, n) for n in (1, 2, 3, 4, 6)] == [1, 2, 2, 4, 5]
+    for step_s in (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 60.0):
+        for wanted in range(1, 16):
+            reads = fine_reads(step_s, wanted)
+            assert 1 <= reads <= wanted and round(step_s * 1000) % reads == 0
