@@ -42,9 +42,12 @@ class Family:
     labels: tuple[str, ...] = GPU_LABELS
     per_gpu: str = "1"  # series per GPU ("—" with per_node "events" for one per event)
     per_node: str = ""  # default: per_gpu times the twin node's 8 GPUs
+    histogram: bool = False  # a histogram (`name` its base: Prometheus stores `_bucket`, `_sum`, `_count`)
 
     @property
     def kind(self) -> str:
+        if self.histogram:
+            return "histogram"
         return "counter" if self.name.endswith("_total") else "gauge"
 
 
@@ -56,6 +59,18 @@ class DcgmName:
     kind: str  # gauge | counter, as dcgm-exporter declares it
     help_text: str
     default: bool = False  # in dcgm-exporter's default counters (else an operator enables it)
+
+
+@dataclass(frozen=True)
+class FacilityName:
+    """The column as the facility's exporters serve it by default (`[facility]`, aiops/sources/facility.py): the
+    series, how a rack's series combine, the scale to the column's unit, and the exporter's HELP."""
+
+    metric: str
+    aggregate: str  # avg | sum | max | min
+    help_text: str
+    scale: float = 1.0
+    match: tuple[tuple[str, str], ...] = ()  # label = exact value the series must have
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,8 @@ class Column:
     # dcgm-exporter's name for it (aiops/sources/names.py): read by `aiops analyze --prometheus`, served at
     # /metrics/dcgm.
     dcgm: tuple[DcgmName, ...] = ()  # several: a field DCGM renamed (the newer name first)
+    # a rack sensor no node agent has: read from the facility's exporters (`[facility]`'s default series)
+    facility: FacilityName | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,10 @@ class Table:
     name: str
     columns: tuple[Column, ...]
     hand_written: tuple[Family, ...] = ()  # families rendered by hand from the table's columns
+    # what a fault may change besides a column's values, for the twin-leak test: the table's row rate
+    # (`<rows>`) and the entities (keys) it has only while the fault lasts (`<entities>`): (fault kinds, source)
+    rows_react_to: tuple[frozenset[str], str] | None = None
+    entities_react_to: tuple[frozenset[str], str] | None = None
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -93,6 +114,11 @@ class Table:
 def dcgm_columns(table: Table) -> tuple[Column, ...]:
     """Columns declared with their dcgm-exporter name."""
     return tuple(c for c in table.columns if c.dcgm)
+
+
+def facility_columns(table: Table) -> tuple[Column, ...]:
+    """Columns read from the facility's exporters (their default series declared with them)."""
+    return tuple(c for c in table.columns if c.facility)
 
 
 def arrow_columns(table: Table) -> tuple[tuple[str, str], ...]:
@@ -127,8 +153,14 @@ def integer_families(table: Table) -> tuple[str, ...]:
 
 
 def leak_allowances(table: Table) -> dict[tuple[str, str], tuple[frozenset[str], str]]:
-    """(table, column) -> (fault kinds, real source): what the twin-leak test lets carry fault information."""
-    return {(table.name, c.name): (c.reacts_to, c.observed_by) for c in table.columns if c.reacts_to}
+    """(table, column) -> (fault kinds, real source): what the twin-leak test lets carry fault information; the
+    table's row rate as column `<rows>`, its entities as `<entities>`."""
+    out = {(table.name, c.name): (c.reacts_to, c.observed_by) for c in table.columns if c.reacts_to}
+    if table.rows_react_to:
+        out[(table.name, "<rows>")] = table.rows_react_to
+    if table.entities_react_to:
+        out[(table.name, "<entities>")] = table.entities_react_to
+    return out
 
 
 def markdown_rows(table: Table) -> list[str]:

@@ -35,4 +35,8 @@ FLOW_CLASS_SAMPLES = Table(
             observed_by="the eBPF classifier's per-class byte counters",
         ),
     ),
+    entities_react_to=(
+        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
+        "the eBPF classifier reports a class on a lane once traffic of it flows there",
+    ),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from aiops.column_model import ANY, Column, Family, Table
 
 FLAP = frozenset({"nic_link_flap"})
+LANE_TRAFFIC = frozenset({"bulk_traffic_contention", "lane_misclassification"})
 ECN = frozenset({"ecn_misconfig"})
 LANE_LABELS = ("nic", "lane")
 
@@ -124,4 +125,5 @@ NIC_SAMPLES = Table(
             per_node="2",
         ),
     ),
+    rows_react_to=(LANE_TRAFFIC, "the eBPF lane counters report a row for each lane that carried traffic"),
 )

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from aiops.columns_rack import RACK_SAMPLES
 from aiops.labels import rack_name_error
 
 
@@ -62,9 +63,14 @@ class FacilitySeries(_Section):
         return value
 
 
-def _series(metric: str, aggregate: str = "avg", scale: float = 1.0, **match: str) -> Any:
+def _series(column: str) -> Any:
+    """The column's default series, declared with it (aiops/columns_rack.py)."""
+    named = RACK_SAMPLES.column(column).facility
+    assert named is not None, column
     return Field(
-        default_factory=lambda: FacilitySeries(metric=metric, match=match, aggregate=aggregate, scale=scale)
+        default_factory=lambda: FacilitySeries(
+            metric=named.metric, match=dict(named.match), aggregate=named.aggregate, scale=named.scale
+        )
     )
 
 
@@ -80,15 +86,14 @@ class FacilityConfig(_Section):
         default_factory=dict,
         description="instance -> rack name, for series without the rack label (e.g. a BMC's address)",
     )
-    # prometheus-community/ipmi_exporter (docs/metrics.md): every BMC's inlet sensor, averaged per rack
-    inlet_temp_c: FacilitySeries = _series("ipmi_temperature_celsius", "avg", name="Inlet Temp")
-    # HPE CPQRACK-MIB rack thermal controller through snmp_exporter: water return and supply, INTEGER in C
-    outlet_temp_c: FacilitySeries = _series("cpqRackThermalControllerWaterTempReturn", "max")
-    coolant_supply_temp_c: FacilitySeries = _series("cpqRackThermalControllerWaterTempSupply", "max")
-    # DMTF Redfish CoolantConnector FlowLitersPerMinute of the rack's CDU loop, through json_exporter
-    coolant_flow_lpm: FacilitySeries = _series("redfish_cdu_coolant_flow_liters_per_minute", "sum")
-    # ipmi_exporter's DCMI power reading of every node in the rack, summed, W -> kW
-    power_kw: FacilitySeries = _series("ipmi_dcmi_power_consumption_watts", "sum", 0.001)
+    # one field per rack_samples sensor column, its default series declared with it (aiops/columns_rack.py):
+    # ipmi_exporter's inlet sensors and DCMI power, an HPE rack controller's water temperatures through
+    # snmp_exporter, a CDU's Redfish coolant flow through json_exporter
+    inlet_temp_c: FacilitySeries = _series("inlet_temp_c")
+    outlet_temp_c: FacilitySeries = _series("outlet_temp_c")
+    coolant_supply_temp_c: FacilitySeries = _series("coolant_supply_temp_c")
+    coolant_flow_lpm: FacilitySeries = _series("coolant_flow_lpm")
+    power_kw: FacilitySeries = _series("power_kw")
     dcim: str = Field(
         default="",
         description="the DCIM caps document: a file path or an http(s):// URL; empty: none",

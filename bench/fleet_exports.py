@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aiops.service.metrics import IB_COLUMNS
+from aiops.columns import IB_PORT_SAMPLES, exported
 
 GPUS_PER_NODE = 8
 NICS_PER_NODE = 2
@@ -49,7 +49,8 @@ REASONS = (
     "HwPowerBrakeSlowdown",
 )
 FAULT_REASONS = ("SwThermalSlowdown", "HwThermalSlowdown")
-IB_COUNTERS = IB_COLUMNS  # the exporter's own list
+# the ports' counters as the exporter declares them (aiops/columns_ib.py), but their data words (bytes, below)
+IB_COUNTERS = tuple(c.family.name for c in exported(IB_PORT_SAMPLES) if c.family and c.scale == 1.0)
 NETDEV_ZERO = (
     "receive_errors",
     "transmit_errors",
@@ -329,7 +330,7 @@ def _network(out: Exports) -> None:
             c.extend(f"aiops_netdev_{name}_total{{{netdev}}} 0" for name in NETDEV_ZERO)
             c.append(f"aiops_netdev_up{{{netdev}}} 1")
             ib = f'device="{device}",port="1",node="{h}",nic="{nic}",{tail}'
-            c.extend(f"aiops_ib_{name}_total{{{ib}}} 0" for name in IB_COUNTERS)
+            c.extend(f"{name}{{{ib}}} 0" for name in IB_COUNTERS)
             port_bytes.append(f"aiops_ib_port_receive_bytes_total{{{ib}}} ")
             port_bytes.append(f"aiops_ib_port_transmit_bytes_total{{{ib}}} ")
     nics = out.nodes * NICS_PER_NODE

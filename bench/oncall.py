@@ -225,7 +225,8 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
             last_report = time.perf_counter()
             budget_s = args.wall_budget_s
             for _ in range(duration):
-                if budget_s and time.perf_counter() - started > budget_s and world.elapsed_s % SCRAPE_S == 0:
+                over_budget = bool(budget_s) and time.perf_counter() - started > budget_s
+                if (over_budget or args.stop.requested) and world.elapsed_s % SCRAPE_S == 0:
                     args.stopped_early = True  # the figures are those of the hours it ran
                     break
                 while crew:
@@ -322,6 +323,23 @@ def arrival_plan(args: argparse.Namespace) -> ArrivalPlan:
     return plan
 
 
+class StopRequest:
+    """SIGTERM once: the run stops at its next scrape, stops what it started, and prints the figures of the hours
+    it ran (`stopped_early`); twice: exit 143 at once. A handler that raised SystemExit itself could land inside
+    a DuckDB query, which turned it into a query error that the loop outlived."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise SystemExit(143)
+        self.requested = True
+        print(
+            "bench: SIGTERM, stopping at the next scrape (again to exit at once)", file=sys.stderr, flush=True
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 nodes, 4 simulated minutes (the test's run)")
@@ -372,7 +390,8 @@ def main() -> int:
     args = parser.parse_args()
     args.stopped_early = False
     logging.basicConfig(level=logging.ERROR)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops what it started
+    args.stop = StopRequest()
+    signal.signal(signal.SIGTERM, args.stop)
     if args.quick:
         args.oncall_delay_s, args.retry_after_s = 30.0, 120.0
     result: dict[str, Any] = {
@@ -405,6 +424,7 @@ def main() -> int:
             progress=args.progress,
             racks=args.quiet_racks,
             wall_budget_s=args.quiet_wall_s,
+            stop=lambda: args.stop.requested,
         )
     if "day" in result:
         result["day"]["stopped_early"] = args.stopped_early

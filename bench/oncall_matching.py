@@ -5,6 +5,7 @@ store unreachable), and how long each went unsaid."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -66,15 +67,25 @@ def says_incident(event: dict[str, Any], incident: Incident, scrape_s: float) ->
 
 
 def blind_spells(events: list[dict[str, Any]], pages: list[Any], scrape_s: float) -> list[dict[str, Any]]:
-    """Per blind spell: how long until a page said so (the whole spell when none did)."""
+    """Per blind spell: how long until a page said so (the whole spell when none did), from the spell's start
+    (`blind_s`: the agent killed, the store gone) and from the last scrape before it (`after_last_sample_s`: the
+    newest sample the fleet could read, the scrapes being at multiples of `scrape_s` on the day's clock)."""
     out = []
     for event in events:
         said = next(
             (at_s for at_s, key, _w, _f, summary in pages if says(event, at_s, key, summary, scrape_s)), None
         )
         start, end = float(event["start_s"]), float(event["end_s"])
+        last_sample_s = (math.ceil(start / scrape_s) - 1) * scrape_s
+        until = said if said is not None else end
         out.append(
-            {**event, "paged_at_s": said, "blind_s": round((said if said is not None else end) - start, 1)}
+            {
+                **event,
+                "paged_at_s": said,
+                "blind_s": round(until - start, 1),
+                "last_sample_s": last_sample_s,
+                "after_last_sample_s": round(until - last_sample_s, 1),
+            }
         )
     return out
 

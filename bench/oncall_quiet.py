@@ -21,6 +21,7 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,10 @@ def run_quiet(
     racks: int = RACKS,
     wall_budget_s: float | None = None,
     churn_rate: float = 1.0,
+    stop: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
     """`node_days` of the healthy fleet; with `wall_budget_s`, the run stops at the first scrape past that much
-    wall time and its figures are those of the node-days it measured (`stopped_early`). `churn_rate`: times the
+    wall time (or when `stop()` says so) and its figures are those of the node-days it measured (`stopped_early`). `churn_rate`: times the
     churn's default rates (above 1: a stress run, as many churn events as `churn_rate` times its node-days)."""
     import time_machine
 
@@ -133,7 +135,7 @@ def run_quiet(
             if service.flushes != seen:
                 seen = service.flushes
                 service.outbox.pump_once(service.workspace)
-            if wall_budget_s is not None and time.perf_counter() - started > wall_budget_s:
+            if stop() or (wall_budget_s is not None and time.perf_counter() - started > wall_budget_s):
                 stopped = True
                 break
             if time.perf_counter() - last_report > 60:

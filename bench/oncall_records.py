@@ -224,6 +224,7 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
         "hurt_by_nature": hurt_by_nature(started),
         "blind": blind,
         "blind_s_max": max((b["blind_s"] for b in blind), default=None),
+        "blind_after_last_sample_s_max": max((b["after_last_sample_s"] for b in blind), default=None),
     }
     return {
         "cluster": {

@@ -1,6 +1,7 @@
 """What the circuit breaker (guardrails.breaker) counts on one desk: the workspace's `[guardrails.breaker]`
 limits, the scheduler's own view of out-of-service nodes (read at most every `VIEW_TTL_S`: `sinfo` or the
-Kubernetes node list is a call to another system), and the signed overrides in the audit log. `Guardrails`
+Kubernetes node list is a call to another system, which a service makes before its flush holds the workspace:
+`HeldView`), and the signed overrides in the audit log. `Guardrails`
 adds them to every validation context; `still_waiting` keeps a proposal that waits on the breaker from writing
 the same refusal into the audit log at every flush of the service."""
 
@@ -34,6 +35,42 @@ def breaker_policy(config: BreakerConfig) -> BreakerPolicy:
     )
 
 
+def read_view(read: Callable[[], SchedulerView | None]) -> SchedulerView | None:
+    """The scheduler's view now; a read that raises is an unreadable view (the breaker then stops what would
+    take nodes out), never a crash."""
+    try:
+        return read()
+    except Exception as exc:
+        return SchedulerView("scheduler", error=f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
+class HeldView:
+    """A scheduler's view read outside the workspace's hold and handed, as last read, to the desks inside it:
+    `refresh()` asks the scheduler (at most every `ttl_s`; a service calls it before its flush takes the
+    workspace), calling the object asks nothing (aiops/service/flush_steps.py). Before the first read it is an
+    unreadable view: the breaker stops what would take nodes out."""
+
+    NOT_READ = "the scheduler's view was not read yet"
+
+    def __init__(
+        self,
+        read: Callable[[], SchedulerView | None],
+        *,
+        ttl_s: float = VIEW_TTL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.read, self.ttl_s, self._monotonic = read, ttl_s, monotonic
+        self._view: tuple[float, SchedulerView | None] | None = None
+
+    def refresh(self) -> None:
+        now = self._monotonic()
+        if self._view is None or now - self._view[0] >= self.ttl_s:
+            self._view = (now, read_view(self.read))
+
+    def __call__(self) -> SchedulerView | None:
+        return self._view[1] if self._view is not None else SchedulerView("scheduler", error=self.NOT_READ)
+
+
 class BreakerInputs:
     def __init__(
         self,
@@ -58,11 +95,7 @@ class BreakerInputs:
             return None
         now = self._monotonic()
         if self._view is None or now - self._view[0] >= VIEW_TTL_S:
-            try:
-                seen = self._read_view()
-            except Exception as exc:
-                seen = SchedulerView("scheduler", error=f"{type(exc).__name__}: {str(exc)[:160]}")
-            self._view = (now, seen)
+            self._view = (now, read_view(self._read_view))
         return self._view[1]
 
     def enrich(self, context: Context) -> Context:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from guardrails.actions import Action, action_hash
 from guardrails.approvals import Approval, ApprovalBook
 from guardrails.audit import AuditRow
 from guardrails.decisions import signed_payload
+from guardrails.executor import Claimed, ExecutionOutcome
 from guardrails.peer import PeerRun, parse_history, record_history
 from guardrails.policy import validate
 from guardrails.proposal_desk import Guardrails
@@ -198,23 +200,70 @@ class _Verified:
     signed: SignedBy
 
 
-class NodeDispatch:
-    """Judge and run dispatches on this node's desk (`guard`: its store, world, verifier and clock)."""
+@dataclass(frozen=True)
+class DispatchClaim:
+    """A dispatch judged and claimed in the ledger whose actuator calls another system (a node's scheduler):
+    `claimed.act()` runs it with the workspace closed, `answer_of(guard.finish(claimed), ...)` answers it from a
+    second hold (aiops/service/dispatch_in.py)."""
 
-    def __init__(self, guard: Guardrails, node: str, *, can_act: bool = True) -> None:
+    claimed: Claimed
+    people: tuple[str, ...]
+
+
+def answer_of(guard: Guardrails, outcome: ExecutionOutcome, people: tuple[str, ...]) -> DispatchAnswer:
+    """The node's answer to a dispatch its desk ran: the outcome and the audit chain's last row for it."""
+    last = guard.audit.rows(proposal_id=outcome.proposal_id)[-1]
+    http = 200 if outcome.status in ("executed", "failed") else 403
+    return DispatchAnswer(
+        http,
+        "refused" if http == 403 else outcome.status,
+        outcome.message[:500],
+        outcome.rule,
+        outcome.proposal_id,
+        people,
+        audit_seq=last.seq,
+        audit_hash=last.hash,
+        result={k: v for k, v in outcome.result.items() if k in ("detail", "previous", "error")},
+    )
+
+
+class NodeDispatch:
+    """Judge and run dispatches on this node's desk (`guard`: its store, world, verifier and clock). `later`:
+    whether an action's backend calls another system (guardrails.routing.acts_remotely); `accept_or_claim`
+    then only claims it (`DispatchClaim`), for its caller to run with the workspace closed."""
+
+    def __init__(
+        self,
+        guard: Guardrails,
+        node: str,
+        *,
+        can_act: bool = True,
+        later: Callable[[Action], bool] | None = None,
+    ) -> None:
         self.guard = guard
         self.node = node
         self.can_act = can_act  # False: no actuator is attached here (nothing could run)
+        self.later = later
         self.signers: list[str] = []  # principals verified so far (named in a refusal's audit)
 
     def accept(self, dispatch: Dispatch) -> DispatchAnswer:
+        """Judge and run `dispatch` now, whatever its backend."""
+        later, self.later = self.later, None
+        try:
+            answer = self.accept_or_claim(dispatch)
+        finally:
+            self.later = later
+        assert isinstance(answer, DispatchAnswer)
+        return answer
+
+    def accept_or_claim(self, dispatch: Dispatch) -> DispatchAnswer | DispatchClaim:
         self.signers = []
         try:
             return self._accept(dispatch)
         except DispatchRefused as refusal:
             return self._refused(dispatch, refusal)
 
-    def _accept(self, dispatch: Dispatch) -> DispatchAnswer:
+    def _accept(self, dispatch: Dispatch) -> DispatchAnswer | DispatchClaim:
         guard, action = self.guard, dispatch.action
         now = guard.clock()
         digest = action_hash(action)
@@ -286,20 +335,12 @@ class NodeDispatch:
         for v in verified:
             self._record_approval(action, digest, v, now)
         guard.records.set_status(action.proposal_id, "approved", now)
-        outcome = guard.execute(action.proposal_id)
-        last = guard.audit.rows(proposal_id=action.proposal_id)[-1]
-        http = 200 if outcome.status in ("executed", "failed") else 403
-        return DispatchAnswer(
-            http,
-            "refused" if http == 403 else outcome.status,
-            outcome.message[:500],
-            outcome.rule,
-            action.proposal_id,
-            tuple(sorted(people)),
-            audit_seq=last.seq,
-            audit_hash=last.hash,
-            result={k: v for k, v in outcome.result.items() if k in ("detail", "previous", "error")},
-        )
+        begun = guard.begin(action.proposal_id)
+        if isinstance(begun, Claimed):
+            if self.later is not None and self.later(action):  # run by the caller, the workspace closed
+                return DispatchClaim(begun, tuple(sorted(people)))
+            begun = guard.finish(begun.act())
+        return answer_of(guard, begun, tuple(sorted(people)))
 
     def _verify(self, action: Action, digest: str, approval: SignedApproval, now: float) -> _Verified:
         if is_session_signature(approval.signature):

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from aiops.errors import GuardrailError
 from guardrails.actions import Action, action_hash
 from guardrails.actuators import ActuationResult, Actuator
-from guardrails.approvals import ApprovalBook, person_name
+from guardrails.approvals import ApprovalBook, Authorisation, person_name
 from guardrails.audit import AuditLog, AuditRow
 from guardrails.policy import Context, ExecutionRecord, Validation, validate
 from guardrails.registry import DEFAULT_REGISTRY, Registry
@@ -68,11 +68,47 @@ class ExecutionOutcome:
         return self.status == "executed"
 
 
+@dataclass
+class Claimed:
+    """An execution claimed in the ledger, its actuator not called yet. `act()` touches no store: a service
+    calls it with its workspace closed (the actuator may wait on another system: a scheduler, a ticket sink)
+    and writes the outcome with `Executor.finish` in a second hold (aiops/service/flush_steps.py)."""
+
+    action: Action
+    actuator: Actuator
+    physical: bool
+    auth: Authorisation
+    now: float
+    result: ActuationResult | None = None
+    observed: dict[str, Any] = field(default_factory=dict)
+    undo: ActuationResult | None = None  # the rollback, when the read-back disagreed
+
+    def act(self) -> Claimed:
+        """Apply, read back, and roll back when the read-back disagrees with what the actuator expected."""
+        try:
+            self.result = self.actuator.apply(self.action, False)
+        except Exception as exc:  # an actuator failure is recorded, never retried under the same id
+            self.result = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        if not self.result.ok:
+            return self
+        try:
+            self.observed = self.actuator.read_back(self.action)
+        except Exception as exc:  # an unreadable result is an unverified one
+            self.observed = {"error": f"{type(exc).__name__}: {exc}"}
+        if all(self.observed.get(k) == v for k, v in self.result.expected.items()):
+            return self
+        try:
+            self.undo = self.actuator.rollback(self.action, self.result.previous)
+        except Exception as exc:
+            self.undo = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        return self
+
+
 class Executor:
     def __init__(
         self,
         actuator: Actuator,
-        book: ApprovalBook,
+        book: ApprovalBook | None,  # None: an executor that only writes what a claim did (`finish`)
         audit: AuditLog,
         *,
         ledger: Ledger | None = None,
@@ -105,6 +141,15 @@ class Executor:
         return ExecutionOutcome(action.proposal_id, "refused", f"{rule}: {message}", rule)
 
     def execute(self, action: Action, context: Context, *, dry_run: bool = False) -> ExecutionOutcome:
+        begun = self.begin(action, context, dry_run=dry_run)
+        if isinstance(begun, ExecutionOutcome):
+            return begun
+        return self.finish(begun.act())
+
+    def begin(self, action: Action, context: Context, *, dry_run: bool = False) -> ExecutionOutcome | Claimed:
+        """Validated, authorised and claimed in the ledger (the store's part before the actuator); the outcome
+        when it stops here (refused, already run, a dry run)."""
+        assert self.book is not None, "an executor without an approval book only finishes claims"
         now = context.now_ts_s
         done = self.ledger.execution(action.proposal_id)
         if done is not None:
@@ -145,10 +190,13 @@ class Executor:
             if not self.book.is_authorised(action, now, ctx.gpus).ok:
                 self.unsafe_actions += 1
             self.physical_executions += 1
-        try:
-            result = self.actuator.apply(action, False)
-        except Exception as exc:  # an actuator failure is recorded, never retried under the same id
-            result = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        return Claimed(action, self.actuator, validation.physical, auth, now)
+
+    def finish(self, claimed: Claimed) -> ExecutionOutcome:
+        """What `Claimed.act` did, written: the ledger's result, the `execution` event, then `verification`
+        (and `rollback` when the read-back disagreed); the store's part after the actuator."""
+        action, result, auth, now = claimed.action, claimed.result, claimed.auth, claimed.now
+        assert result is not None, "finish() before act()"
         if auth.standing is not None:
             result = dataclasses.replace(result, detail={**result.detail, "policy": auth.standing["stamp"]})
         status = "executed" if result.ok else "failed"
@@ -158,7 +206,7 @@ class Executor:
             "target": action.target,
             "parameters": action.parameters,
             "action_hash": action_hash(action),
-            "physical": validation.physical,
+            "physical": claimed.physical,
             "approvals_needed": auth.needed,
             "approved_by": list(auth.approvers),
             "detail": result.detail,
@@ -171,10 +219,7 @@ class Executor:
             return ExecutionOutcome(
                 action.proposal_id, "failed", f"actuator: {result.error}", "actuator", payload
             )
-        try:
-            observed = self.actuator.read_back(action)
-        except Exception as exc:  # an unreadable result is an unverified one
-            observed = {"error": f"{type(exc).__name__}: {exc}"}
+        observed = claimed.observed
         verified = all(observed.get(k) == v for k, v in result.expected.items())
         self._log(
             "verification",
@@ -184,23 +229,21 @@ class Executor:
         )
         if verified:
             return ExecutionOutcome(action.proposal_id, "executed", "executed", result=payload, verified=True)
-        return self._roll_back(action, result, observed, payload, now)
+        return self._roll_back(action, result, claimed.undo, observed, payload, now)
 
     def _roll_back(
         self,
         action: Action,
         result: ActuationResult,
+        undo: ActuationResult | None,
         observed: dict[str, Any],
         payload: dict[str, Any],
         now: float,
     ) -> ExecutionOutcome:
-        """The read-back disagrees with what the actuator expected: restore what was there before, audit a
-        `rollback` event, and fail the execution (rule `verification`). The `execution` event keeps outcome
-        `executed`: hardware was touched, so `unsafe_executions` still counts it."""
-        try:
-            undo = self.actuator.rollback(action, result.previous)
-        except Exception as exc:
-            undo = ActuationResult(False, error=f"{type(exc).__name__}: {exc}")
+        """The read-back disagreed with what the actuator expected and `Claimed.act` restored what was there
+        before: audit a `rollback` event, and fail the execution (rule `verification`). The `execution` event
+        keeps outcome `executed`: hardware was touched, so `unsafe_executions` still counts it."""
+        assert undo is not None
         rollback = {
             "expected": result.expected,
             "observed": observed,

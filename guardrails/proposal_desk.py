@@ -43,11 +43,12 @@ from guardrails.breaker import SchedulerView
 from guardrails.breaker_inputs import WAITING, BreakerInputs
 from guardrails.context import context_from_store
 from guardrails.decisions import signed_approvals, signed_payload
-from guardrails.executor import ExecutionOutcome, Executor
+from guardrails.executor import Claimed, ExecutionOutcome, Executor
 from guardrails.peer import history_here
 from guardrails.policy import WAITING_RULES, Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.routing import bound
 from guardrails.signing import (
     ConfiguredVerifier,
     SignedBy,
@@ -427,6 +428,16 @@ class Guardrails:
     def execute(self, proposal_id: str, *, dry_run: bool = False) -> ExecutionOutcome:
         """The one path to an actuator: re-validated, authorised (people, or an approved policy inside its
         envelope), claimed once in the ledger, actuated, read back, audited."""
+        begun = self.begin(proposal_id, dry_run=dry_run)
+        if isinstance(begun, ExecutionOutcome):
+            return begun
+        return self.finish(begun.act())
+
+    def begin(self, proposal_id: str, *, dry_run: bool = False) -> ExecutionOutcome | Claimed:
+        """`execute` up to the actuator: re-validated, authorised, claimed in the ledger (so it runs at most
+        once, even if the process dies before `finish`). The outcome when it stops here; else the claim, whose
+        `act()` touches no store and whose `finish` any desk over the same workspace writes (a service calls
+        the actuator with its workspace closed: aiops/service/flush_steps.py)."""
         now = self.clock()
         self.expire_due()
         record = self._get(proposal_id)
@@ -438,9 +449,26 @@ class Guardrails:
         still = self.breaker.still_waiting(record, context)
         if still is not None:  # the same wait as last time: said once in the audit log, not at every flush
             return still
+        executor = self._executor(context, proposal_id)
+        begun = executor.begin(record.action, context, dry_run=dry_run)
+        if isinstance(begun, ExecutionOutcome):
+            return self._settle(record, begun, now)
+        begun.actuator = bound(self.actuator, record.action)  # what it reads of the workspace, read now
+        return begun
+
+    def finish(self, claimed: Claimed) -> ExecutionOutcome:
+        """What `Claimed.act` did, written into this desk's workspace (audit, ledger, status)."""
+        record = self._get(claimed.action.proposal_id)
+        executor = Executor(self.actuator, None, self.audit, ledger=self.records, registry=self.registry)
+        return self._settle(record, executor.finish(claimed), claimed.now)
+
+    def _executor(self, context: Context, proposal_id: str) -> Executor:
         book = self._book(context, proposal_id)
-        executor = Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)
-        outcome = executor.execute(record.action, context, dry_run=dry_run)
+        return Executor(self.actuator, book, self.audit, ledger=self.records, registry=self.registry)
+
+    def _settle(self, record: ProposalRecord, outcome: ExecutionOutcome, now: float) -> ExecutionOutcome:
+        """The proposal's status after an execution's outcome (and the other tier's copy superseded)."""
+        proposal_id = record.proposal_id
         if outcome.status in ("executed", "failed"):
             self.records.set_status(proposal_id, outcome.status, now, outcome.message)
         if outcome.status == "executed":

@@ -13,6 +13,7 @@ migrate), `record` (open_ticket and ack_alert: the audit log is the record).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,9 @@ def ticket_error(kind: str) -> str:
 class Route:
     backend: str
     actuator: Actuator
+    # True: the backend waits on another system (a scheduler, a ticket sink): a service calls it with its
+    # workspace closed (`acts_remotely`; aiops/service/flush_steps.py)
+    remote: bool = False
 
 
 class RecordActuator:
@@ -80,6 +84,21 @@ class RoutingActuator:
         """kind -> the backend that executes it here, or "ticket", for every kind of the registry."""
         return {kind: self.backend(kind) for kind in self.registry.kinds}
 
+    def remote(self, kind: str) -> bool:
+        route = self.routes.get(kind)
+        return route is not None and route.remote
+
+    def bind(self, action: Action) -> RoutingActuator:
+        """This router with `action`'s backend bound to what it reads of the workspace now (`bound`)."""
+        route = self.routes.get(action.kind)
+        if route is None:
+            return self
+        routes = {
+            **self.routes,
+            action.kind: dataclasses.replace(route, actuator=bound(route.actuator, action)),
+        }
+        return RoutingActuator(routes, self.registry, self.describe)
+
     def apply(self, action: Action, dry_run: bool) -> ActuationResult:
         route = self.routes.get(action.kind)
         if route is None:
@@ -104,6 +123,20 @@ class RoutingActuator:
         if route is None:
             return ActuationResult(False, error=ticket_error(action.kind))
         return route.actuator.rollback(action, previous)
+
+
+def acts_remotely(actuator: object | None, action: Action) -> bool:
+    """Whether `actuator` carries `action` out through another system (its route says `remote`): a service
+    then calls it with the workspace closed, between two short holds (Guardrails.begin / finish)."""
+    remote = getattr(actuator, "remote", None)
+    return bool(remote(action.kind)) if callable(remote) else False
+
+
+def bound(actuator: Actuator, action: Action) -> Actuator:
+    """`actuator` as it acts on `action` with no store: an actuator that reads the workspace to act (a
+    ticket's incident) reads it now, in its `bind(action)`; any other is itself."""
+    bind = getattr(actuator, "bind", None)
+    return bind(action) if callable(bind) else actuator  # type: ignore[no-any-return]
 
 
 def executors_table(actuator: object | None, registry: Registry = DEFAULT_REGISTRY) -> dict[str, str]:

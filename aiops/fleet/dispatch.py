@@ -26,7 +26,9 @@ Each flush of `aiops fleet`, `FleetDispatcher` takes the proposals that are `app
 
 Three phases, so that no POST waits on a node while the workspace is held (the service's flush drives them,
 aiops/service/flush_steps.py): `collect(store)` reads the workspace and makes each send ready (its `dispatch`
-event written), `send()` POSTs them with no store at all, `record(store)` writes the answers and settles.
+event written) and claims each scheduler step (`Guardrails.begin`), `send()` POSTs them and runs the steps
+(scontrol, the Kubernetes API) with no store at all, `record(store)` writes the answers, executions and
+read-backs (`Guardrails.finish`) and settles.
 `run(store)` does all three at once, for a caller that holds no service's workspace (tests, one-off tools).
 """
 
@@ -52,12 +54,14 @@ from aiops.fleet.scopes import (
 )
 from aiops.store import Store
 from guardrails.actions import action_hash
+from guardrails.actuators import ActuationResult
 from guardrails.actuators_k8s import core_api
 from guardrails.audit import AuditLog, step_rows_naming
 from guardrails.breaker import OUT_KINDS
-from guardrails.breaker_inputs import WAITING
+from guardrails.breaker_inputs import WAITING, HeldView
 from guardrails.context import topology_from_store
 from guardrails.decisions import check_row
+from guardrails.executor import Claimed, ExecutionOutcome
 from guardrails.peer import history_for
 from guardrails.policy import validate
 from guardrails.proposal_desk import Guardrails
@@ -116,14 +120,19 @@ class FleetDispatcher:
         self._failures: dict[str, int] = {}  # sends without an answer in a row, per proposal (the backoff)
         self._verifier: Verifier | None = None
         self.outgoing: list[Outgoing] = []  # made ready by collect(), sent by send(), written by record()
+        self.scheduled: list[
+            Claimed
+        ] = []  # scheduler steps claimed by collect(), run by send(), written by record()
         self.kube_api = kube_api  # tests: a CoreV1Api for [fleet.scheduler] kind = "kubernetes"
         self._scheduler: RoutingActuator | None = None
-        self.view = view_reader(
+        reader = view_reader(
             fleet.scheduler.kind,
             binaries=fleet.scheduler.binaries,
             timeout_s=fleet.scheduler.timeout_s,
             kube_api=(lambda: kube_api) if kube_api is not None else self._kube,
         )
+        # the scheduler's view the breaker counts: read by `read_views` (outside the workspace), never by a desk
+        self.view = HeldView(reader) if reader is not None else None
 
     def __repr__(self) -> str:  # never the token
         return f"FleetDispatcher(node_url={self.fleet.node_url!r}, token=***)"
@@ -139,14 +148,26 @@ class FleetDispatcher:
         """Carry out what is due, each by its scope (aiops/fleet/scopes.py); returns the proposal ids settled
         (executed, failed or refused: every node of its scope answered, or the scheduler ran it). The POSTs
         run with `store` open: a service's flush calls the three phases instead (the module's docstring)."""
+        self.read_views()
         ran = self.collect(store, verifier)
         self.send()
         return ran + self.record(store)
 
+    def read_views(self) -> None:
+        """Ask `[fleet.scheduler]` which nodes run no new work (`sinfo`, the Kubernetes node list), for the
+        breaker of the next `collect`: a service calls this before its flush holds the workspace."""
+        if self.view is not None:
+            self.view.refresh()
+
     def send(self) -> int:
-        """POST what `collect` made ready, touching no store (the service's workspace is closed meanwhile);
-        returns how many were sent. The answers wait in `outgoing` for `record`."""
+        """POST what `collect` made ready and run the scheduler steps it claimed, touching no store (the
+        service's workspace is closed meanwhile); returns how many were sent or run. The answers wait in
+        `outgoing` and `scheduled` for `record`."""
         sent = 0
+        for step in self.scheduled:
+            if step.result is None:
+                step.act()
+                sent += 1
         for one in self.outgoing:
             if one.answer is None:
                 one.answer = self.post(one.url, one.body, one.token, self.fleet.dispatch_timeout_s)
@@ -155,12 +176,16 @@ class FleetDispatcher:
 
     def record(self, store: Store) -> list[str]:
         """The answers `send` got, written (a `dispatch_result`, or a retry planned); returns the proposal ids
-        settled (every node of the scope answered). A send not made yet stays for the next flush."""
+        settled (every node of the scope answered, or the scheduler ran it). A send not made yet stays for the
+        next flush; a scheduler step claimed and never run is written as failed (its claim stands: no step
+        runs twice)."""
+        settled = [pid for pid in (self._ran(store, step) for step in self.scheduled) if pid]
+        self.scheduled = []
         done, self.outgoing = (
             [o for o in self.outgoing if o.answer],
             [o for o in self.outgoing if not o.answer],
         )
-        audit, settled = AuditLog(store), []
+        audit = AuditLog(store)
         for one in done:
             self._answered(store, one)
         for one in {o.record.proposal_id: o for o in done}.values():
@@ -171,8 +196,9 @@ class FleetDispatcher:
 
     def collect(self, store: Store, verifier: Verifier | None = None) -> list[str]:
         """What is due, read from the workspace: node sends made ready in `outgoing` (each with its `dispatch`
-        event), notes set; the scheduler's steps run here. Returns the proposal ids the scheduler settled."""
-        if self.outgoing:  # sent by a flush whose writing failed: written now; one never sent is made again
+        event), notes set; the scheduler's steps claimed in `scheduled` (run by `send`). Returns the proposal
+        ids settled without a call (a step the scheduler cannot take)."""
+        if self.outgoing or self.scheduled:  # a flush whose writing failed: written now
             self.record(store)
             self.outgoing = []
         if verifier is None:  # one per dispatcher: its verdicts are cached (each signature checked once)
@@ -224,18 +250,43 @@ class FleetDispatcher:
 
     def on_scheduler(self, store: Store, record: ProposalRecord) -> bool:
         """A job step through the cluster's scheduler, from here: this desk checks the signatures (the action
-        lands here), validates, claims, runs, reads back and audits. True when it ran (or failed running)."""
+        lands here), validates and claims it; `send` runs it (scontrol, the Kubernetes API) with no store and
+        `record` reads back and audits. True when it settled without running (its outcome logged)."""
         if self._scheduler is None:
             self._scheduler = scheduler_actuator(self.fleet.scheduler, self.kube_api)
         if self._scheduler is None:
             return False
-        guard = Guardrails(store, actuator=self._scheduler, clock=self.clock, scheduler_view=self.view)
-        outcome = guard.execute(record.proposal_id)
+        begun = self._desk(store).begin(record.proposal_id)
+        if isinstance(begun, Claimed):
+            self.scheduled.append(begun)
+            return False
+        self._said(begun)
+        return begun.status in ("executed", "failed")
+
+    def _desk(self, store: Store) -> Guardrails:
+        assert self._scheduler is not None
+        return Guardrails(store, actuator=self._scheduler, clock=self.clock, scheduler_view=self.view)
+
+    def _ran(self, store: Store, step: Claimed) -> str:
+        """A scheduler step `send` ran, written in the workspace: the proposal id when it executed or failed."""
+        if step.result is None:  # claimed, never run (a flush that failed between): a failure, not a rerun
+            step.result = ActuationResult(
+                False, error="claimed but not run: the flush stopped before the call"
+            )
+        outcome = self._desk(store).finish(step)
+        self._said(outcome)
+        return outcome.proposal_id if outcome.status in ("executed", "failed") else ""
+
+    @staticmethod
+    def _said(outcome: ExecutionOutcome) -> None:
         log.info(
             "scheduler",
-            extra={"proposal_id": record.proposal_id, "status": outcome.status, "why": outcome.message[:200]},
+            extra={
+                "proposal_id": outcome.proposal_id,
+                "status": outcome.status,
+                "why": outcome.message[:200],
+            },
         )
-        return outcome.status in ("executed", "failed")
 
     def breaker_wait(self, store: Store, record: ProposalRecord, now: float) -> str:
         """Why the circuit breaker holds this proposal back fleet-wide ("" when it does not): the fleet counts

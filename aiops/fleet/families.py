@@ -11,15 +11,18 @@ from __future__ import annotations
 import math
 
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    RANK_TIMING_SAMPLES,
     families,
     integer_families,
 )
-from aiops.service.metrics import IB_COLUMNS as IB_COLUMNS  # re-exported: the families read
+from aiops.columns_jobs import LAST_STEP_TS, SLOWEST, STEPS
 
 # label columns of the staging table: every label the families below carry (others are dropped)
 LABELS: tuple[str, ...] = (
@@ -70,23 +73,20 @@ GPU_GAUGES = tuple(f.name for f in GPU_FAMILIES if f.kind == "gauge")
 GPU_COUNTERS = (*(f.name for f in GPU_FAMILIES if f.kind == "counter"), "aiops_gpu_xid_events_total")
 # the NICs' and the traffic classes' families: declared with their tables' columns (aiops/columns.py)
 NIC = tuple(f.name for table in (NIC_SAMPLES, FLOW_CLASS_SAMPLES) for f in families(table))
+# job_steps' families (declared with the table: aiops/columns_jobs.py) the fleet reads: the step histogram's count
+# and sum, the newest step's time, the slowest ranks
 JOB = (
-    "aiops_job_step_duration_seconds_count",
-    "aiops_job_step_duration_seconds_sum",
-    "aiops_job_last_step_timestamp_seconds",
-    "aiops_job_slowest_rank_steps_total",
-    "aiops_collective_operations_total",
-    "aiops_collective_bytes_total",
-    "aiops_collective_timeouts_total",
-    "aiops_collective_latency_p50_seconds",
-    "aiops_collective_latency_p99_seconds",
+    f"{STEPS.name}_count",
+    f"{STEPS.name}_sum",
+    LAST_STEP_TS.name,
+    SLOWEST.name,
+    # declared with collective_samples' columns (aiops/columns.py)
+    *(f.name for f in families(COLLECTIVE_SAMPLES)),
 )
 # per-rank timing (aiops/service/metrics_ranks.py): joined across nodes into the fleet's rank_timing_samples
-RANKS = (
-    "aiops_rank_blocked_seconds_total",
-    "aiops_rank_calls_total",
-    "aiops_rank_probed_seconds_total",
-)
+RANKS = tuple(
+    f.name for f in families(RANK_TIMING_SAMPLES)
+)  # declared with rank_timing_samples (aiops/columns.py)
 HOST = tuple(f.name for f in families(HOST_SAMPLES))  # declared with host_samples' columns (aiops/columns.py)
 NETDEV = tuple(
     f.name for f in families(NETDEV_SAMPLES)
@@ -99,11 +99,9 @@ INTENDED = (
     "aiops_intended_state_set_timestamp_seconds",
     "aiops_intended_state_expiry_timestamp_seconds",
 )
-IB = (
-    *(f"aiops_ib_{c}_total" for c in IB_COLUMNS),
-    "aiops_ib_port_receive_bytes_total",
-    "aiops_ib_port_transmit_bytes_total",
-)
+IB = tuple(
+    f.name for f in families(IB_PORT_SAMPLES)
+)  # declared with ib_port_samples' columns (aiops/columns.py)
 
 # read only where positive (aiops/fleet/ingest.py `_queries`): 0/1 gauges the pivots read only when 1, and the
 # throttle reasons' sample counters but GpuIdle's (the idle rule counts those at 0 too)

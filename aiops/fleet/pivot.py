@@ -11,15 +11,19 @@ from __future__ import annotations
 
 from aiops import nvml_bits
 from aiops.columns import (
+    COLLECTIVE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
     HOST_SAMPLES,
+    IB_PORT_SAMPLES,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
     SQL_TYPES,
     Column,
     fleet_read,
 )
+from aiops.columns_jobs import LAST_STEP_TS, SLOWEST, STEPS
+from aiops.columns_ranks import BLOCKED, CALLS, KINDS, PROBED
 from aiops.fleet import families as f
 
 
@@ -177,34 +181,33 @@ WHERE r.name = 'aiops_lane_rule_info' AND r.rule_id <> ''
   AND (t.value, r.rule_id) NOT IN (SELECT (ts_s, rule_id) FROM lane_rules)
 """
 
-COLLECTIVES = f"""
-INSERT INTO collective_samples (ts_s, job, op, scope, interval_s, count, bytes, latency_p50_ms, latency_p99_ms,
-                                timeouts)
+
+def collective_samples_sql() -> str:
+    # declared once (aiops/columns.py): the counts' increases, the latency quantiles' newest values
+    picks = {c.name: _declared(c) for c in fleet_read(COLLECTIVE_SAMPLES)}
+    names = [*dict.fromkeys(c.family.name for c in fleet_read(COLLECTIVE_SAMPLES) if c.family)]
+    return f"""
+INSERT INTO collective_samples (ts_s, job, op, scope, interval_s, {", ".join(picks)})
 SELECT * FROM (
-  SELECT ts_s, job, op, scope, $step,
-         CAST({_pick("aiops_collective_operations_total", "d")} AS BIGINT) AS n,
-         CAST({_pick("aiops_collective_bytes_total", "d")} AS BIGINT),
-         {_pick("aiops_collective_latency_p50_seconds", "value * 1000")},
-         {_pick("aiops_collective_latency_p99_seconds", "value * 1000")},
-         CAST({_pick("aiops_collective_timeouts_total", "d")} AS BIGINT)
-  FROM fleet_d WHERE job <> '' AND op <> '' AND name LIKE 'aiops_collective_%' GROUP BY ts_s, job, op, scope)
-WHERE n IS NOT NULL
+  SELECT ts_s, job, op, scope, $step, {", ".join(f"{e} AS {c}" for c, e in picks.items())}
+  FROM fleet_d WHERE job <> '' AND op <> '' AND name IN {_in(names)} GROUP BY ts_s, job, op, scope)
+WHERE count IS NOT NULL
 """
 
+
 # One row per scrape interval in which steps completed: at the newest step's time, the interval's mean step time
-# (the histogram's sum and count), the rank that was slowest most often in it.
+# (the histogram's sum and count), the rank that was slowest most often in it (families: aiops/columns_jobs.py).
+_COUNT, _SUM = f"{STEPS.name}_count", f"{STEPS.name}_sum"
 JOB_STEPS = f"""
 INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks)
 SELECT CASE WHEN s.last_ts_s BETWEEN s.ts_s - 86400 AND s.ts_s THEN s.last_ts_s ELSE s.ts_s END, s.job,
        CAST(s.step AS BIGINT), s.total_s / s.n,
        TRY_CAST(split_part(w.slowest, '|', 1) AS INTEGER), NULLIF(split_part(w.slowest, '|', 2), ''), r.ranks
-FROM (SELECT ts_s, job, {_pick("aiops_job_step_duration_seconds_count", "d")} AS n,
-             {_pick("aiops_job_step_duration_seconds_sum", "d")} AS total_s,
-             {_pick("aiops_job_step_duration_seconds_count")} AS step,
-             {_pick("aiops_job_last_step_timestamp_seconds")} AS last_ts_s
-      FROM fleet_d WHERE job <> '' AND name IN {_in(f.JOB[:3])} GROUP BY ts_s, job) s
+FROM (SELECT ts_s, job, {_pick(_COUNT, "d")} AS n, {_pick(_SUM, "d")} AS total_s, {_pick(_COUNT)} AS step,
+             {_pick(LAST_STEP_TS.name)} AS last_ts_s
+      FROM fleet_d WHERE job <> '' AND name IN {_in([_COUNT, _SUM, LAST_STEP_TS.name])} GROUP BY ts_s, job) s
 LEFT JOIN (SELECT ts_s, job, arg_max(rank || '|' || gpu, d) AS slowest FROM fleet_d
-           WHERE name = 'aiops_job_slowest_rank_steps_total' AND d > 0 GROUP BY ts_s, job) w USING (ts_s, job)
+           WHERE name = '{SLOWEST.name}' AND d > 0 GROUP BY ts_s, job) w USING (ts_s, job)
 LEFT JOIN (SELECT job, CAST(count(*) AS INTEGER) AS ranks FROM job_ranks GROUP BY job) r USING (job)
 WHERE s.n > 0
 """
@@ -212,20 +215,19 @@ WHERE s.n > 0
 # Each node's ranks per scrape interval in which its probes counted (the probed seconds rose): one row per rank and
 # kind of call, the kind standing for the op (the agents export kinds), its pid the rank's negative (a fleet has
 # no process ids; (ts_s, node, pid, op) stays one row per rank and kind), its rank_source `fleet`.
-RANK_TIMING = """
+RANK_TIMING = f"""
 INSERT INTO rank_timing_samples (ts_s, node, job, rank, world_size, pid, op, kind, window_s, calls, blocked_s, bytes,
                                  rank_source)
 SELECT b.ts_s, b.node, b.job, CAST(b.rank AS INTEGER), NULL, -1 - CAST(b.rank AS BIGINT), b.kind, b.kind, p.d,
        CAST(coalesce(b.calls, 0) AS BIGINT), b.blocked_s, NULL, 'fleet'
 FROM (SELECT ts_s, node, job, rank, kind,
-             max(d) FILTER (WHERE name = 'aiops_rank_blocked_seconds_total') AS blocked_s,
-             max(d) FILTER (WHERE name = 'aiops_rank_calls_total') AS calls
-      FROM fleet_d WHERE name IN ('aiops_rank_blocked_seconds_total', 'aiops_rank_calls_total')
-        AND node <> '' AND job <> '' AND kind IN ('collective', 'group', 'sync', 'copy')
+             {_pick(BLOCKED.name, "d")} AS blocked_s, {_pick(CALLS.name, "d")} AS calls
+      FROM fleet_d WHERE name IN {_in([BLOCKED.name, CALLS.name])}
+        AND node <> '' AND job <> '' AND kind IN {_in(KINDS)}
         AND TRY_CAST(rank AS INTEGER) IS NOT NULL
       GROUP BY ts_s, node, job, rank, kind) b
 JOIN (SELECT ts_s, node, job, rank, max(d) AS d FROM fleet_d
-      WHERE name = 'aiops_rank_probed_seconds_total' GROUP BY ts_s, node, job, rank) p
+      WHERE name = '{PROBED.name}' GROUP BY ts_s, node, job, rank) p
   USING (ts_s, node, job, rank)
 WHERE p.d > 0 AND b.blocked_s IS NOT NULL
 """
@@ -250,14 +252,11 @@ FROM fleet_d WHERE node <> '' AND dev <> '' AND name IN {_in(f.NETDEV)} GROUP BY
 
 
 def ib_sql() -> str:
-    picks = [f"CAST({_pick(f'aiops_ib_{c}_total')} AS BIGINT)" for c in f.IB_COLUMNS]
-    words = [
-        f"CAST({_pick('aiops_ib_port_receive_bytes_total', 'value / 4')} AS BIGINT)",
-        f"CAST({_pick('aiops_ib_port_transmit_bytes_total', 'value / 4')} AS BIGINT)",
-    ]
+    # declared once (aiops/columns.py): the ports' newest totals, the data words as the bytes over 4
+    picks = {c.name: _declared(c) for c in fleet_read(IB_PORT_SAMPLES)}
     return f"""
-INSERT INTO ib_port_samples (ts_s, node, device, port, nic, {", ".join(f.IB_COLUMNS)}, port_rcv_data, port_xmit_data)
-SELECT ts_s, node, device, CAST(port AS INTEGER), max(NULLIF(nic, '')), {", ".join([*picks, *words])}
+INSERT INTO ib_port_samples (ts_s, node, device, port, nic, {", ".join(picks)})
+SELECT ts_s, node, device, CAST(port AS INTEGER), max(NULLIF(nic, '')), {", ".join(picks.values())}
 FROM fleet_d WHERE node <> '' AND device <> '' AND TRY_CAST(port AS INTEGER) IS NOT NULL AND name IN {_in(f.IB)}
 GROUP BY ts_s, node, device, port
 """
@@ -312,7 +311,7 @@ def statements() -> list[tuple[str, str]]:
         ("nic_samples", nic_samples_sql()),
         ("flow_class_samples", flow_class_samples_sql()),
         ("lane_rules", LANE_RULES),
-        ("collective_samples", COLLECTIVES),
+        ("collective_samples", collective_samples_sql()),
         ("job_steps", JOB_STEPS),
         ("rank_timing_samples", RANK_TIMING),
         ("host_samples", host_samples_sql()),

@@ -85,7 +85,7 @@ def scheduler_actuator(config: SchedulerConfig, kube_api: Any = None) -> Routing
     if config.kind == "slurm":
         binaries = Path(config.binaries) if config.binaries else None
         slurm = SlurmActuator(config.node_name or "fleet", binaries, timeout_s=config.timeout_s)
-        routes = {kind: Backend("slurm", slurm) for kind in SCHEDULER_JOB_KINDS}
+        routes = {kind: Backend("slurm", slurm, remote=True) for kind in SCHEDULER_JOB_KINDS}
         return RoutingActuator(routes, describe="the cluster's Slurm (scontrol), from the fleet")
     if config.kind == "kubernetes":
         try:
@@ -99,7 +99,7 @@ def scheduler_actuator(config: SchedulerConfig, kube_api: Any = None) -> Routing
                 f'[fleet.scheduler] kind = "kubernetes": no API client ({type(exc).__name__}: {exc})'
             ) from None
         k8s = KubernetesActuator(api, "", timeout_s=config.timeout_s)
-        routes = {kind: Backend("kubernetes", k8s) for kind in SCHEDULER_JOB_KINDS}
+        routes = {kind: Backend("kubernetes", k8s, remote=True) for kind in SCHEDULER_JOB_KINDS}
         return RoutingActuator(routes, describe="the cluster's Kubernetes API, from the fleet")
     return None
 

@@ -1,9 +1,12 @@
 """What the fleet can see, judged every cycle (docs/FLEET.md, "Never blind in silence"):
 
 - `SourceSight`: can it read its time-series store? Blind when no read has brought a sample of any node agent
-  for two scrape intervals plus `SLACK_S` (the store down, answering errors or garbage, slow past its timeout, or
-  holding nothing), or when the reads fall that far behind the wall clock (slow). `/readyz` says why, and the
-  service states it as a `source_blind` condition (aiops/service/conditions.py) until a read brings data again.
+  for two scrape intervals (`BLIND_AFTER_STEPS`; never less than `MIN_GRACE_S`) (the store down, answering errors
+  or garbage, slow past its timeout, or holding nothing), or when the reads fall that far behind the wall clock
+  (slow). The fleet reads once a step, so that is two step reads in a row that brought nothing: one failed, empty
+  or late read is not blindness (the same guard as a node's single missed scrape, `LOST_AFTER_STEPS`). `/readyz`
+  says why, and the service states it as a `source_blind` condition (aiops/service/conditions.py) until a read
+  brings data again.
 - `NodePresence`: which node agents report. Each cycle asks the store, on the cycle's grid, for every node's
   `aiops_node_info` with the `instance` Prometheus scraped it from, and for every target's `up`. A step holding
   any sample at all is one the store was scraping; a node with no sample in two such steps after its last one is
@@ -26,7 +29,10 @@ from aiops.sources.prometheus import PrometheusClient
 from aiops.store.conditions import NODE_AGENT_LOST, SOURCE_BLIND
 from aiops.text import plural, when
 
-SLACK_S = 10.0  # beyond two scrape intervals: a tick, a read's own time, a flush, a scrape's jitter
+BLIND_AFTER_STEPS = 2  # step reads in a row without data before the source counts as blind
+# the least grace at a short step: a tick and a read's own time (a 2 s read of a loaded store at a 1 s step is
+# not blindness); at a step of 5 s or more the grace is exactly BLIND_AFTER_STEPS steps
+MIN_GRACE_S = 10.0
 STARTUP_S = 300.0  # the look-back and the catch-up after it may take this long before slowness is blindness
 LOST_AFTER_STEPS = 2  # scraping steps without a node's series before its agent counts as lost
 FLEET_MARKER = "aiops_fleet_source_blind"  # a gauge only `aiops fleet` exports (aiops/service/service.py)
@@ -54,7 +60,8 @@ class SourceSight:
 
     @property
     def grace_s(self) -> float:
-        return 2.0 * self.step_s + SLACK_S
+        """How long without data (or behind, or waiting on one read) before the fleet is blind."""
+        return max(BLIND_AFTER_STEPS * self.step_s, MIN_GRACE_S)
 
     def begin(self) -> None:
         self.reading_since_s = self.clock()
@@ -87,15 +94,15 @@ class SourceSight:
             return None
         since = self.last_data_s if self.last_data_s is not None else self.started_s
         waiting = now - self.reading_since_s if self.reading_since_s is not None else 0.0
-        if waiting > self.grace_s:
+        if waiting >= self.grace_s:
             return f"a read of {self.url} has been waiting {waiting:.0f} s (slow)"
-        if now - since <= self.grace_s and self.behind_s <= self.grace_s:
+        if now - since < self.grace_s and self.behind_s < self.grace_s:
             return None
         if self.failure:
             return f"cannot read {self.url}: {self.failure}"
         if self.empty_reads:
             return f"{self.url} answers but holds no sample of any node agent"
-        if self.behind_s > self.grace_s:
+        if self.behind_s >= self.grace_s:
             return f"reads of {self.url} fall {self.behind_s:.0f} s behind (the last took {self.read_s:.1f} s: slow)"
         return f"no read of {self.url} has completed for {now - since:.0f} s"
 

@@ -7,7 +7,9 @@ blind after two scrape intervals (a `source_blind` condition: /readyz 503, one w
 by the service's condition book), a node agent silent for two scraping steps is lost (`node_agent_lost`), and
 the samples the ingest drops one by one (non-finite, out of range) are counted and written as one
 `collector_errors` row per cycle. A failed read is never the loop's: it is tried again at the next tick, and
-written to collector_errors once per change of reason, not once per try.
+written to collector_errors once per change of reason, not once per try. The service flushes in the tick the
+sight changes or a read finds a node agent lost or back (`urgent`), not at its next `flush_interval_s`: the
+condition opens (and pages) in the tick that saw it.
 
 The read goes into a private in-memory workspace first (the pivots join the inventory and skip what is already
 known), which keeps the cluster's inventory (topology, ranks, lane rules) between cycles; its sample tables are
@@ -108,6 +110,9 @@ class FleetCollector:
         if self.phase_s is not None:
             self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
         self.rank_horizon_ts_s = self.horizon_ts_s  # rank timing read up to here (`[fleet] rank_reads`)
+        self.lost: frozenset[str] = frozenset()  # the node agents lost as of the last read
+        self.judged_lost: frozenset[str] = frozenset()  # and as `conditions` last reported them (`urgent`)
+        self.judged_blind = False  # the sight as `conditions` last reported it
 
     @property
     def data_ts_s(self) -> float:
@@ -155,6 +160,7 @@ class FleetCollector:
         self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.nodes.rank_end_s or report.nodes.end_s)
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
+        self.lost = frozenset(n for n, s in self.presence.nodes.items() if s.missed >= LOST_AFTER_STEPS)
         if report.nodes.dropped:
             out["collector_errors"] = self._errors("dropped_samples", _dropped_text(report))
             for reason, n in report.nodes.dropped.items():
@@ -244,14 +250,23 @@ class FleetCollector:
             }
         )
 
+    def urgent(self) -> bool:
+        """Whether the service should flush now, not at its next flush interval: the sight changed since the
+        conditions last said (blind, or seeing again), or, while it sees, a read found node agents lost or back.
+        Asked every tick; true only on a change, so a steady fleet flushes no more often than before."""
+        blind = self.sight.blind() is not None
+        return blind != self.judged_blind or (not blind and self.lost != self.judged_lost)
+
     def conditions(self) -> ConditionReport:
         """The source blind (raised; cleared once a read brought data), and the node agents lost or back
         (judged only while the source itself is seen)."""
         out = ConditionReport()
         blind = self.sight.condition(self.horizon_ts_s)
+        self.judged_blind = blind is not None
         if blind is not None:
             out.raised.append(blind)
         elif self.sight.last_data_s is not None:
+            self.judged_lost = self.lost
             out.cleared.add((SOURCE_BLIND, "fleet"))
             out.add(self.presence.report(self._parts()))
         return out
@@ -314,5 +329,6 @@ def fleet_sources(store: Store, setup: FleetSetup, clock: Callable[[], float] = 
         blind=collector.sight.unready,
         patience_s=setup.config.timeout_s + 10.0,
         export=collector.export,
+        urgent=collector.urgent,
         declares_inventory=False,  # the node agents declare their own: its re-export would be a second
     )

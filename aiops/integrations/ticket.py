@@ -20,6 +20,7 @@ its result says so.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,12 @@ class TicketActuator:
         except (OutboundError, ValueError) as exc:
             return ActuationResult(False, {"sink": self.config.kind}, error=f"no ticket filed: {exc}"[:500])
         return ActuationResult(True, {"sink": self.config.kind, "ticket": key, "url": link})
+
+    def bind(self, action: Action) -> TicketActuator:
+        """This sink with `action`'s incident read now (from the workspace, still open), so that `apply`
+        reads no store: the POST is made with the workspace closed (Guardrails.begin)."""
+        incident_id = str(self.incident_of(action.proposal_id) or "") if self.incident_of else ""
+        return dataclasses.replace(self, incident_of=lambda _proposal_id: incident_id)
 
     def read_back(self, action: Action) -> dict[str, Any]:
         return {}

@@ -22,29 +22,16 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from aiops.columns import JOB_STEPS, RANK_TIMING_SAMPLES
 from aiops.profile.rank_phases import RankWindow, late_ranks
 from aiops.profile.rank_probes import OP_NAMES, Counted
 from aiops.workload import WorkloadIdentity, WorkloadResolver, int_or_none, job_name
 
 MAX_ENVIRON_BYTES = 256 << 10
 
-RANK_COLUMNS = (
-    "ts_s",
-    "node",
-    "job",
-    "rank",
-    "world_size",
-    "pid",
-    "op",
-    "kind",
-    "window_s",
-    "calls",
-    "blocked_s",
-    "bytes",
-    "rank_source",
-)
+RANK_COLUMNS = tuple(c.name for c in RANK_TIMING_SAMPLES.columns)  # declared: aiops/columns_ranks.py
 COLLECTIVE_COLUMNS = ("ts_s", "job", "op", "scope", "interval_s", "count", "bytes")
-STEP_COLUMNS = ("ts_s", "job", "step", "step_time_s", "slowest_rank", "slowest_gpu", "ranks")
+STEP_COLUMNS = tuple(c.name for c in JOB_STEPS.columns)  # declared: aiops/columns_jobs.py
 SCOPE = "node_ranks"  # collective_samples.scope: summed over the ranks this node's probes saw
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiops.config import SchedulerConfig
 from aiops.errors import PrerequisiteError
 from aiops.store import Store
 from guardrails.actuators_k8s import KubernetesActuator, core_api
@@ -37,7 +38,12 @@ class SchedulerBackend:
 
 def scheduler_node(store: Store) -> str:
     """This host's name in its scheduler: `[scheduler] node_name`, else the hostname."""
-    return store.scheduler.node_name or socket.gethostname()
+    return local_name(store.scheduler)
+
+
+def local_name(config: SchedulerConfig) -> str:
+    """`scheduler_node` from the `[scheduler]` section alone."""
+    return config.node_name or socket.gethostname()
 
 
 def _slurm(store: Store, node: str | None, _client: Any) -> dict[str, Route]:
@@ -49,7 +55,7 @@ def _slurm(store: Store, node: str | None, _client: Any) -> dict[str, Route]:
         slurm = SlurmActuator(local, binaries, component=node or local, timeout_s=config.timeout_s)
     except ValueError as exc:  # a node name Slurm cannot have
         raise PrerequisiteError(f'[scheduler] kind = "slurm": {exc}') from None
-    return {kind: Route("slurm", slurm) for kind in SLURM_KINDS}
+    return {kind: Route("slurm", slurm, remote=True) for kind in SLURM_KINDS}
 
 
 def _kubernetes(store: Store, node: str | None, kube_api: Any) -> dict[str, Route]:
@@ -73,7 +79,7 @@ def _kubernetes(store: Store, node: str | None, kube_api: Any) -> dict[str, Rout
         component_of=lambda target: local if target in (node, local) else target,
         timeout_s=config.timeout_s,
     )
-    return {kind: Route("kubernetes", k8s) for kind in KubernetesActuator.KINDS}
+    return {kind: Route("kubernetes", k8s, remote=True) for kind in KubernetesActuator.KINDS}
 
 
 SCHEDULER_BACKENDS: dict[str, SchedulerBackend] = {

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aiops.config import SchedulerConfig
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
 from aiops.integrations.ticket import TicketActuator
-from aiops.runtime.schedulers import scheduler_node, scheduler_routes
+from aiops.runtime.schedulers import local_name, scheduler_routes
 from aiops.store import Store
 from aiops.store.lease import service_pid
 from guardrails.actions import Action
@@ -103,27 +104,27 @@ def attach(
     kube_api: Any = None,
     sysfs_root: str = "/sys",
     ticket: TicketActuator | None = None,
+    view: Callable[[], SchedulerView | None] | None = None,
 ) -> Attached:
     """The world of the workspace `store` is open on. `twin`: a twin this process already holds (synced here,
     not rebuilt); `nvml`: the NVML module for `actuator="nvml"` (default: pynvml); `kube_api`: a CoreV1Api
     (default: built from `store.scheduler`); `ticket`: the ticket sink open_ticket files in (`[notify.ticket]`;
     None: an open_ticket is a note in the audit log). Its `scheduler_view` reads the configured scheduler's
-    drained or cordoned nodes for the circuit breaker, whatever executes here."""
+    drained or cordoned nodes for the circuit breaker, whatever executes here: `view` when given (a service's
+    `HeldView`, read before its flush holds the workspace), else a reader that asks the scheduler each time."""
     attached = _attach(store, actuator, node, twin, nvml, kube_api, sysfs_root)
-    attached.scheduler_view = scheduler_view(store, node, kube_api)
+    attached.scheduler_view = view if view is not None else scheduler_view(store.scheduler, node, kube_api)
     return attached if ticket is None else _with_ticket(store, attached, ticket)
 
 
 def scheduler_view(
-    store: Store, node: str | None, kube_api: Any = None
+    config: SchedulerConfig, node: str | None, kube_api: Any = None
 ) -> Callable[[], SchedulerView | None] | None:
     """The reader of `[scheduler]`'s view (guardrails.scheduler_view); this agent's own scheduler name maps to
     its component name (a twin rig's node0 is Slurm's aiops-xxxx)."""
-    config = store.scheduler
     if config.kind == "none":
         return None
-    local = scheduler_node(store)
-    names = {local: node} if node else {}
+    names = {local_name(config): node} if node else {}
 
     def api() -> Any:
         if kube_api is not None:
@@ -146,13 +147,15 @@ def _with_ticket(store: Store, attached: Attached, ticket: TicketActuator) -> At
     inner = attached.actuator
     describe = f"{attached.describe}; tickets to {ticket.config.kind}"
     if inner is None:  # nothing acts here (the fleet): open_ticket alone executes, the rest is dispatched
-        only = RoutingActuator({"open_ticket": Route(ticket.config.kind, sink)}, describe=describe)
+        only = RoutingActuator(
+            {"open_ticket": Route(ticket.config.kind, sink, remote=True)}, describe=describe
+        )
         return dataclasses.replace(attached, kind=TICKETS_ONLY, actuator=only, describe=describe)
     if isinstance(inner, RoutingActuator):
         routes = dict(inner.routes)
     else:
         routes = {kind: Route(attached.kind, inner) for kind in DEFAULT_REGISTRY.kinds}
-    routes["open_ticket"] = Route(ticket.config.kind, sink)
+    routes["open_ticket"] = Route(ticket.config.kind, sink, remote=True)
     return dataclasses.replace(
         attached, actuator=RoutingActuator(routes, describe=describe), describe=describe
     )
@@ -282,7 +285,7 @@ def _attach_nvml(
     if _has_fans(nvml):  # an SXM GPU reports 0 fans (an H200 does): fan speed then stands as a ticket
         routes["set_fan_speed"] = Route("nvml", ops)
     if is_drained is not None:  # a reset only where a scheduler says the node is drained
-        routes["gpu_reset"] = Route("nvml", ops)
+        routes["gpu_reset"] = Route("nvml", ops, remote=True)  # asks the scheduler first
     if _cools(node, sysfs_root, topology):  # cooling devices that do not throttle compute
         routes["set_cooling_state"] = Route("sysfs", CoolingActuator({node: sysfs_root}, topology))
     routes.update(scheduled)

@@ -4,8 +4,10 @@ The route (aiops/service/web.py) authenticates the machine (the /api bearer toke
 (`MAX_BODY_BYTES`, Content-Length required), parses it (`guardrails.dispatched.parse_dispatch`: 400 with a
 short reason) and hands it to the service's loop through `DispatchInbox`, then waits at most `WAIT_S` for the
 answer (504 after that: the dispatch is withdrawn unless the loop already took it). The loop judges and runs it
-in its flush, where the world is (`run`): the same store transaction and actuator as every other execution,
-so nothing acts on the twin or the hardware from a request thread. What the node checks, and what it audits,
+in its flush, where the world is (`run`): the same desk and actuator as every other execution, so nothing acts
+on the twin or the hardware from a request thread. A dispatch whose backend calls another system (this node's
+scheduler: `scontrol`, the Kubernetes API) is judged and claimed in the flush, run after it with the workspace
+closed, and answered from a second short hold (flush_steps.act_outside). What the node checks, and what it audits,
 is guardrails/dispatched.py; the answer is its JSON (200 executed or failed, 403 refused, 409 a replay,
 503 nothing can act here).
 """
@@ -17,15 +19,15 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from aiops.runtime.world import attach, desk
+from aiops.runtime.world import Attached, desk
+from aiops.service.flush_steps import Later
 from aiops.store import Store
-from guardrails.dispatched import Dispatch, DispatchAnswer, NodeDispatch
+from guardrails.actions import Action
+from guardrails.dispatched import Dispatch, DispatchAnswer, DispatchClaim, NodeDispatch, answer_of
+from guardrails.executor import ExecutionOutcome
 from guardrails.proposal_desk import Guardrails
-
-if TYPE_CHECKING:
-    from aiops.sim.twin import Twin
+from guardrails.routing import acts_remotely
 
 log = logging.getLogger("aiops.service")
 DISPATCH_ROUTE = "/api/dispatch"
@@ -62,15 +64,40 @@ class DispatchInbox:
         with self._lock:
             return len(self._waiting)
 
-    def judge(self, store: Store, twin: Twin | None, node: str) -> None:
-        """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world (the
-        twin's, or none: then every dispatch is answered 503)."""
-        attached = attach(store, twin=twin)
-        done = self.run(lambda: desk(store, attached), node, attached.actuator is not None)
+    def judge(
+        self,
+        store: Store,
+        attached: Attached,
+        node: str,
+        outside: Callable[[Later], None] | None = None,
+    ) -> None:
+        """Proposals the fleet dispatched here: judged by this node's guardrails, run on its world (`attached`:
+        the twin's, this host's scheduler's, or none: then every dispatch is answered 503). `outside`: where a
+        dispatch whose backend calls another system (this node's scheduler) goes once claimed, to run after
+        the flush (flush_steps.act_outside), its request answered then; None: it runs here."""
+
+        def later(claim: DispatchClaim, answer: Future[DispatchAnswer]) -> None:
+            assert outside is not None
+
+            def then(guard: Guardrails, outcome: ExecutionOutcome) -> None:
+                answer.set_result(answer_of(guard, outcome, claim.people))
+
+            outside(Later(claim.claimed, attached, then, answer.set_exception))
+
+        remote = None if outside is None else (lambda action: acts_remotely(attached.actuator, action))
+        done = self.run(lambda: desk(store, attached), node, attached.actuator is not None, remote, later)
         log.info("dispatches", extra={"judged": done})
 
-    def run(self, desk_for: Callable[[], Guardrails], node: str, can_act: bool) -> int:
-        """Judge every waiting dispatch on this node's desk (in the loop's flush); returns how many."""
+    def run(
+        self,
+        desk_for: Callable[[], Guardrails],
+        node: str,
+        can_act: bool,
+        remote: Callable[[Action], bool] | None = None,
+        later: Callable[[DispatchClaim, Future[DispatchAnswer]], None] | None = None,
+    ) -> int:
+        """Judge every waiting dispatch on this node's desk (in the loop's flush); returns how many. One whose
+        action `remote` says calls another system is claimed and handed to `later` with its answer to give."""
         with self._lock:
             taken, self._waiting = self._waiting, []
         done = 0
@@ -78,11 +105,17 @@ class DispatchInbox:
             if not item.answer.set_running_or_notify_cancel():
                 continue  # the request gave up waiting: nothing was judged, nothing recorded
             try:
-                answer = NodeDispatch(desk_for(), node, can_act=can_act).accept(item.dispatch)
+                judged = NodeDispatch(desk_for(), node, can_act=can_act, later=remote).accept_or_claim(
+                    item.dispatch
+                )
             except Exception as exc:  # the loop goes on; the caller hears which exception, not a traceback
                 item.answer.set_exception(exc)
                 continue
-            item.answer.set_result(answer)
+            if isinstance(judged, DispatchClaim):
+                assert later is not None
+                later(judged, item.answer)
+            else:
+                item.answer.set_result(judged)
             done += 1
         self.answered += done
         return done

@@ -5,50 +5,63 @@ on). In the flush's order:
 
 | step (the log's word) | function | workspace | when |
 | --- | --- | --- | --- |
+| scheduler view | `read_views`: the scheduler's view of drained or cordoned nodes the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s for the fleet's dispatcher; `sinfo`, the Kubernetes node list), at most every 10 s (`HeldView`) | **closed**: before the flush takes it | each flush |
 | jobs | `refresh_jobs` | open | the workload collector collected |
-| detection | `detect_and_respond` (and `execute_approved`) | open | each flush with telemetry |
+| detection | `detect_and_respond` (and `execute_approved`, Slack's `run_requested`): a proposal whose backend calls another system is validated and claimed here, not run (`execute_or_claim`) | open | each flush with telemetry |
 | paging | `review_pages` | open | a window was judged, or `review_every_s` passed |
 | closed loop | `judge_closed_loop` | open | as paging |
 | plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
 | alerts | `investigate_alerts` | open | each flush with telemetry |
 | conditions | `conditions` | open | each flush |
-| dispatch | `DispatchInbox.judge` (dispatch_in.py) | open | a fleet's dispatch waits |
-| dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due and makes each POST ready | open | on the fleet |
+| dispatch | `DispatchInbox.judge` (dispatch_in.py): one whose backend calls another system (this node's scheduler) is judged and claimed here, run and answered by `act_outside` | open | a fleet's dispatch waits |
+| dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due, makes each POST ready and claims each scheduler step (`Guardrails.begin`) | open | on the fleet |
 | retention | `retention` | open | hourly |
 | report | `report` | open | a scheduled report is due |
 | (export) | `export_store` | open | as paging, and at the first flush: unguarded |
-| dispatcher sends | `dispatch_outside`: the POSTs to node agents, then the answers written in a second, short hold | **closed** while sending | on the fleet, when a send is ready |
+| actions outside | `act_outside`: the executions claimed above run (a ticket sink's POST; a node's scheduler: scontrol, the Kubernetes API, for an approved proposal or a fleet's dispatch; a GPU reset, which asks the scheduler first), then their executions and read-backs written in a second, short hold (`Guardrails.finish`), a dispatch answered from there | **closed** while calling | the flush claimed one |
+| dispatcher sends | `dispatch_outside`: the POSTs to node agents and the `[fleet.scheduler]` steps (scontrol, the Kubernetes API), then the answers, executions and read-backs written in a second, short hold (`Guardrails.finish`) | **closed** while sending | on the fleet, when a send or step is ready |
 
-No step sends to another system while the workspace is open from the fleet's dispatch: a node that is slow to
-answer (up to `[fleet] dispatch_timeout_s` per send) no longer keeps the console, the API and leases waiting
-(tests/test_dispatch_fleet.py checks the POST finds the workspace closed). Not built yet, still inside the open
-workspace: a scheduler step (`[fleet.scheduler]`, Slurm or Kubernetes) the fleet runs itself and the scheduler
-view its breaker reads, a ticket `execute_approved` files (Jira, ServiceNow), and the actuators a node agent's
-`execute_approved` and `dispatch` steps run (Kubernetes, Slurm): the guardrails' claim, run and read-back are
-one record there.
+No step waits on another system while the workspace is open: a node agent slow to answer the
+fleet (up to `[fleet] dispatch_timeout_s` per send), a scheduler slow to run a step or to list its nodes (up to
+`[scheduler]`/`[fleet.scheduler]` `timeout_s` per call) or a ticket sink slow to file (`[notify.ticket]
+timeout_s`) keeps neither the console, the API nor leases waiting. An execution is claimed in the ledger in the
+first hold, so it runs at most once even if the service dies before the second; the desks inside the flush read
+the schedulers' views as last read before it. tests/test_dispatch_fleet.py (the POST) and
+tests/test_flush_outside.py (the fleet's scheduler step and view; a node's view, its scheduler's action and a
+fleet's dispatch run on it; a ticket) find the workspace closed at each call. What stays inside, and why: the
+twin's actuator (it writes the twin's log into the workspace in the same hold: no other system), NVML and sysfs
+(this host's driver and files, no network), and the record-only kinds (ack_alert; open_ticket without a sink).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiops.plans import advance
-from aiops.runtime.world import TICKETS_ONLY, attach, desk
+from aiops.runtime.world import TICKETS_ONLY, Attached, desk
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
 from aiops.store import Store
 from aiops.store.workloads import refresh_jobs as refresh_job_ranks
+from guardrails.executor import Claimed, ExecutionOutcome
+from guardrails.proposal_desk import Guardrails
+from guardrails.routing import acts_remotely
 
 if TYPE_CHECKING:
     from aiops.service.service import Service
 
 
 class Dispatcher(Protocol):
-    """The fleet's dispatcher (aiops/fleet/dispatch.py) as the flush drives it: what to send is read with the
-    workspace open, sent with it closed, and the answers written with it open again."""
+    """The fleet's dispatcher (aiops/fleet/dispatch.py) as the flush drives it: the scheduler's view read before
+    the workspace is opened, what to send read with it open, sent with it closed, and the answers written with
+    it open again."""
+
+    def read_views(self) -> None: ...
 
     def collect(self, store: Store) -> list[str]: ...
 
@@ -76,12 +89,11 @@ def refresh_jobs(svc: Service, store: Store) -> None:
 def detect_and_respond(svc: Service, store: Store) -> None:
     assert svc.sources is not None and svc.newest_ts_s is not None
     transitions = svc.live.advance(store, svc.newest_ts_s, svc.first_ts_s)
-    twin = svc.sources.twin
     held: list[Any] = []
 
     def attached() -> Any:  # the world, attached only when something is filed or executed
         if not held:
-            held.append(attach(store, twin=twin, node=svc.config.node.name, ticket=svc.ticket))
+            held.append(svc.attach(store))
         return held[0]
 
     svc.responder.handle(store, transitions, lambda: desk(store, attached()))
@@ -89,7 +101,9 @@ def detect_and_respond(svc: Service, store: Store) -> None:
         execute_approved(svc, store, attached())
     svc.breaker.observe(store, lambda: desk(store, attached()), time.time())  # every 15 s: attaches then
     if svc.slack is not None:
-        svc.slack.run_requested(store, attached())
+        svc.slack.run_requested(
+            store, attached(), lambda guard, pid: execute_or_claim(svc, guard, attached(), pid)
+        )
 
 
 def conditions(svc: Service, store: Store) -> None:
@@ -120,7 +134,7 @@ def advance_plans(svc: Service, store: Store) -> None:
     assert svc.sources is not None
     if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
         return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
-    attached = attach(store, twin=svc.sources.twin, node=svc.config.node.name, ticket=svc.ticket)
+    attached = svc.attach(store)
     changed = advance(desk(store, attached))
     if changed:
         log.info("plans", extra={"changed": changed[:20]})
@@ -143,22 +157,77 @@ def investigate_alerts(svc: Service, store: Store) -> None:
 
 
 def execute_approved(svc: Service, store: Store, attached: Any) -> None:
-    """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is."""
+    """Proposals people approved (with `aiops actions approve`, in the chat) run here, where the world is;
+    one whose backend calls another system is claimed here and run by `act_outside`."""
     if attached.actuator is None:
         return
     guard = desk(store, attached)
     for record in guard.records.proposals("approved"):
         if attached.kind == TICKETS_ONLY and record.action.kind != "open_ticket":
             continue  # the fleet files tickets itself; every other action is dispatched to where it acts
-        outcome = guard.execute(record.proposal_id)
-        log.info(
-            "executed",
-            extra={
-                "proposal_id": record.proposal_id,
-                "status": outcome.status,
-                "why": outcome.message[:200],
-            },
-        )
+        outcome = execute_or_claim(svc, guard, attached, record.proposal_id)
+        if outcome is not None:
+            said(outcome)
+
+
+def execute_or_claim(
+    svc: Service, guard: Guardrails, attached: Any, proposal_id: str
+) -> ExecutionOutcome | None:
+    """The proposal executed now, or, when its backend calls another system (a scheduler, a ticket sink:
+    guardrails.routing.acts_remotely), validated and claimed now and left in `svc.claimed` for `act_outside`
+    (None then)."""
+    record = guard.records.proposal(proposal_id)
+    if record is None or not acts_remotely(attached.actuator, record.action):
+        return guard.execute(proposal_id)
+    begun = guard.begin(proposal_id)
+    if isinstance(begun, ExecutionOutcome):
+        return begun
+    svc.claimed.append(Later(begun, attached, lambda _guard, outcome: said(outcome)))
+    return None
+
+
+@dataclass
+class Later:
+    """An execution the flush claimed, to run with the workspace closed (`act_outside`): `then` hears its
+    outcome on the desk of the second hold; `failed` hears why there is none."""
+
+    claimed: Claimed
+    attached: Attached
+    then: Callable[[Guardrails, ExecutionOutcome], None]
+    failed: Callable[[BaseException], None] = lambda _exc: None
+
+
+def act_outside(svc: Service) -> None:
+    """The executions the flush claimed, run with the workspace closed (the console, the API and leases are
+    served meanwhile), then their executions and read-backs written in one more short hold. A claim stands
+    whatever happens here: an execution runs at most once."""
+    taken, svc.claimed = svc.claimed, []
+    for later in taken:
+        later.claimed.act()
+    with svc.owner.store() as store:
+        for later in taken:
+            try:
+                guard = desk(store, later.attached)
+                later.then(guard, guard.finish(later.claimed))
+            except Exception as exc:  # one write that fails leaves the others to be written
+                log.exception("not written", extra={"proposal_id": later.claimed.action.proposal_id})
+                later.failed(exc)
+
+
+def said(outcome: ExecutionOutcome) -> None:
+    log.info(
+        "executed",
+        extra={"proposal_id": outcome.proposal_id, "status": outcome.status, "why": outcome.message[:200]},
+    )
+
+
+def read_views(svc: Service) -> None:
+    """The schedulers' views the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s
+    for the fleet's dispatcher), read before the flush holds the workspace: the desks inside read the copy."""
+    if svc.scheduler_view is not None:
+        svc.scheduler_view.refresh()
+    if svc.dispatcher is not None:
+        svc.dispatcher.read_views()
 
 
 def dispatch_ready(svc: Service, store: Store) -> None:

@@ -16,7 +16,19 @@ from prometheus_client.registry import Collector
 
 from aiops import nvml_bits
 from aiops.column_model import Table
-from aiops.columns import FLOW_CLASS_SAMPLES, GPU_SAMPLES, HOST_SAMPLES, NETDEV_SAMPLES, NIC_SAMPLES, exported
+from aiops.columns import (
+    COLLECTIVE_SAMPLES,
+    FLOW_CLASS_SAMPLES,
+    GPU_SAMPLES,
+    HOST_SAMPLES,
+    IB_PORT_SAMPLES,
+    NETDEV_SAMPLES,
+    NIC_SAMPLES,
+    PSI_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
+    exported,
+)
+from aiops.columns_sensors import HWMON
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
 from aiops.sources.exposition import NicTotals, render_snapshot
@@ -25,26 +37,16 @@ from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
 # tables whose rows hold what an interval added: kept per entity as running totals (`_observe_counted`)
-COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES)}
-IB_COLUMNS: tuple[str, ...] = (  # the InfiniBand port counters exported as aiops_ib_<column>_total
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_xmit_wait",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-    "out_of_sequence",
-    "local_ack_timeout_err",
-    "req_transport_retries_exceeded",
-)
+COUNTED = {t.name: t for t in (NIC_SAMPLES, FLOW_CLASS_SAMPLES, COLLECTIVE_SAMPLES)}
 
 
-def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Metric]:
+def declared_metrics(
+    table: Table, rows: Sequence[Mapping[str, Any]], agent: Mapping[str, str] | None = None
+) -> list[Metric]:
     """Every family the table's columns are declared as (aiops/columns.py), each sample `stored * scale` labelled
-    by the family's labels: the row's own values, and the column's fixed ones (`type="corrected"`)."""
+    by the family's labels: the row's own values, the column's fixed ones (`type="corrected"`), and for a label
+    the table has no column for, the agent's (`node`: a job's rows name none, the node reporting them does)."""
+    own = agent or {}
     made: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
     for c in exported(table):
         assert c.family is not None
@@ -59,7 +61,10 @@ def declared_metrics(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[Me
             )
         for values in rows:
             if values.get(c.name) is not None:
-                label_values = [fixed[n] if n in fixed else _label(values.get(n)) for n in c.family.labels]
+                label_values = [
+                    fixed[n] if n in fixed else _label(values[n] if n in values else own.get(n))
+                    for n in c.family.labels
+                ]
                 made[name].add_metric(label_values, float(values[c.name]) * c.scale)
     return list(made.values())
 
@@ -266,9 +271,8 @@ class MetricsCache(Collector):
 
     def _network_metrics(self) -> Iterable[Metric]:
         for table in COUNTED.values():
-            yield from declared_metrics(
-                table, [row for _key, row in sorted(self.counted[table.name].items())]
-            )
+            rows = [row for _key, row in sorted(self.counted[table.name].items())]
+            yield from declared_metrics(table, rows, {"node": self.node})
         yield from declared_metrics(NETDEV_SAMPLES, [values for _key, values in sorted(self.netdev.items())])
         up = GaugeMetricFamily(
             PREFIX + "netdev_up", "1 while the link's operstate is up", labels=["dev", "node", "nic"]
@@ -277,61 +281,27 @@ class MetricsCache(Collector):
             if values.get("oper_up") is not None:
                 up.add_metric([dev, node, str(values.get("nic") or "")], 1.0 if values["oper_up"] else 0.0)
         yield up
-        for column in IB_COLUMNS:
-            family = CounterMetricFamily(
-                PREFIX + f"ib_{column}",
-                f"InfiniBand port counter {column}",
-                labels=["device", "port", "node", "nic"],
-            )
-            for (node, device, port), values in sorted(self.ib.items()):
-                if values.get(column) is not None:
-                    nic = str(values.get("nic") or "")
-                    family.add_metric([device, port, node, nic], float(values[column]))
-            yield family
+        yield from declared_metrics(IB_PORT_SAMPLES, [values for _port, values in sorted(self.ib.items())])
 
     def _host_metrics(self) -> Iterable[Metric]:
         yield from declared_metrics(HOST_SAMPLES, [values for _node, values in sorted(self.host.items())])
-        stalled = CounterMetricFamily(
-            PREFIX + "pressure_stalled_seconds",
-            "PSI: time tasks stalled on the resource (/proc/pressure; some: at least one task, full: all)",
-            labels=["node", "resource", "type"],
-        )
-        for (node, resource), values in sorted(self.psi.items()):
-            for kind in ("some", "full"):
-                if values.get(f"{kind}_total_us") is not None:
-                    stalled.add_metric([node, resource, kind], float(values[f"{kind}_total_us"]) / 1e6)
-        yield stalled
-        units = {
-            "temp": ("celsius", 1.0),
-            "power": ("watts", 1.0),
-            "fan": ("rpm", 1.0),
-            "in": ("volts", 1.0),
-            "curr": ("amperes", 1.0),
-            "energy": ("joules", 1.0),
-        }
-        families: dict[str, GaugeMetricFamily] = {}
+        yield from declared_metrics(PSI_SAMPLES, [values for _key, values in sorted(self.psi.items())])
+        # hwmon_samples' families (aiops/columns_sensors.py HWMON): the row's kind chooses one; those with a sensor
+        hwmon: dict[str, GaugeMetricFamily] = {}
         for (node, chip, sensor), values in sorted(self.hwmon.items()):
-            unit = units.get(str(values["kind"]))
-            if unit is None or values.get("value") is None:
+            declared = HWMON.get(str(values["kind"]))
+            if declared is None or values.get("value") is None:
                 continue
-            name = f"hwmon_{values['kind']}_{unit[0]}"
-            family = families.setdefault(
-                name,
-                GaugeMetricFamily(
-                    PREFIX + name,
-                    f"hwmon {values['kind']} sensors",
-                    labels=["node", "chip", "sensor", "label"],
-                ),
-            )
-            family.add_metric([node, chip, sensor, str(values.get("label") or "")], float(values["value"]))
-        yield from families.values()
-        zone = GaugeMetricFamily(
-            PREFIX + "thermal_zone_celsius", "sysfs thermal zones", labels=["node", "zone", "type"]
+            if declared.name not in hwmon:
+                hwmon[declared.name] = GaugeMetricFamily(
+                    declared.name, declared.help, labels=list(declared.labels)
+                )
+            label_values = [node, chip, sensor, _label(values.get("label"))]
+            hwmon[declared.name].add_metric(label_values, float(values["value"]))
+        yield from hwmon.values()
+        yield from declared_metrics(
+            THERMAL_ZONE_SAMPLES, [values for _key, values in sorted(self.zones.items())]
         )
-        for (node, name), values in sorted(self.zones.items()):
-            if values.get("temp_c") is not None:
-                zone.add_metric([node, name, str(values.get("type") or "")], float(values["temp_c"]))
-        yield zone
         kernel = CounterMetricFamily(
             PREFIX + "kernel_events", "kernel log lines recognised (/dev/kmsg)", labels=["kind"]
         )

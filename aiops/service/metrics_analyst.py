@@ -64,11 +64,9 @@ class AnalystExports:
         self.gpu_errors: dict[tuple[str, str], int] = defaultdict(int)
         self.steps: dict[str, StepTotals] = {}  # job ->
         self.slowest: dict[tuple[str, int, str], int] = defaultdict(int)  # (job, rank, gpu) -> steps
-        self.collectives: dict[tuple[str, str, str], dict[str, float]] = {}  # (job, op, scope)
         self.rules: list[dict[str, Any]] = []
         self.rules_ts_s: float | None = None
         self.links: dict[tuple[str, str], bool] = {}  # (node, nic)
-        self.ib_words: dict[tuple[str, str, str, str], dict[str, float]] = {}  # (node, nic, device, port)
         self.kernel: dict[tuple[str, str, str, str, str], int] = defaultdict(int)
         self.collector_errors: dict[tuple[str, str], int] = defaultdict(int)  # (collector, error)
         self.unavailable: set[tuple[str, str]] = set()  # (collector, component) that found nothing to read
@@ -110,8 +108,6 @@ class AnalystExports:
             self._gpu(values)
         elif table == "job_steps":
             self._step(values)
-        elif table == "collective_samples":
-            self._collective(values)
         elif table == "lane_rules":
             if values["ts_s"] != self.rules_ts_s:  # a new snapshot replaces the rules in force
                 self.rules_ts_s, self.rules = float(values["ts_s"]), []
@@ -120,11 +116,6 @@ class AnalystExports:
             node, nic = str(values["node"]), str(values["nic"])
             if values.get("link_up") is not None:
                 self.links[(node, nic)] = bool(values["link_up"])
-        elif table == "ib_port_samples":
-            port = (str(values["node"]), _text(values.get("nic")), str(values["device"]), str(values["port"]))
-            self.ib_words[port] = {
-                c: float(values[c]) for c in ("port_rcv_data", "port_xmit_data") if values.get(c) is not None
-            }
         elif table == "kernel_events":
             self._kernel(values)
         elif table == "collector_errors":
@@ -158,15 +149,6 @@ class AnalystExports:
                 totals.buckets[i] += 1
         if values.get("slowest_rank") is not None:
             self.slowest[(job, int(values["slowest_rank"]), _text(values.get("slowest_gpu")))] += 1
-
-    def _collective(self, values: Mapping[str, Any]) -> None:
-        key = (str(values["job"]), str(values["op"]), str(values["scope"]))
-        state = self.collectives.setdefault(key, {"count": 0.0, "bytes": 0.0, "timeouts": 0.0})
-        for column in ("count", "bytes", "timeouts"):
-            state[column] += float(values.get(column) or 0)
-        for column in ("latency_p50_ms", "latency_p99_ms"):
-            if values.get(column) is not None:
-                state[column] = float(values[column]) / 1e3
 
     def _kernel(self, values: Mapping[str, Any]) -> None:
         key = (

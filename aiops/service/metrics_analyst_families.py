@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from aiops import nvml_bits
+from aiops.columns_jobs import LAST_STEP, LAST_STEP_TS, SLOWEST, STEPS
 
 if TYPE_CHECKING:
     from aiops.service.metrics_analyst import AnalystExports
@@ -102,14 +103,10 @@ def gpus(s: AnalystExports) -> Iterable[Metric]:
 
 
 def jobs(s: AnalystExports) -> Iterable[Metric]:
-    labels = ["node", "job"]
-    steps = HistogramMetricFamily(
-        PREFIX + "job_step_duration_seconds",
-        "training steps completed and their time (the framework's step hook)",
-        labels=labels,
-    )
-    last = _gauge("job_last_step_duration_seconds", "time of the newest completed step", labels)
-    last_ts = _gauge("job_last_step_timestamp_seconds", "when the newest step completed (unix time)", labels)
+    """job_steps' families, declared with the table (aiops/columns_jobs.py), rendered from the step totals."""
+    steps = HistogramMetricFamily(STEPS.name, STEPS.help, labels=list(STEPS.labels))
+    last = GaugeMetricFamily(LAST_STEP.name, LAST_STEP.help, labels=list(LAST_STEP.labels))
+    last_ts = GaugeMetricFamily(LAST_STEP_TS.name, LAST_STEP_TS.help, labels=list(LAST_STEP_TS.labels))
     for job, totals in sorted(s.steps.items()):
         buckets = [(str(bound), float(n)) for bound, n in zip(STEP_BUCKETS_S, totals.buckets, strict=True)]
         buckets.append(("+Inf", float(totals.steps)))
@@ -119,37 +116,13 @@ def jobs(s: AnalystExports) -> Iterable[Metric]:
     yield steps
     yield last
     yield last_ts
-    slowest = _counter(
-        "job_slowest_rank_steps_total",
-        "steps in which this rank reached the step's first collective last (the straggler report)",
-        [*labels, "rank", "gpu"],
+    slowest = CounterMetricFamily(
+        SLOWEST.name.removesuffix("_total"), SLOWEST.help, labels=list(SLOWEST.labels)
     )
     for (job, rank, gpu), n in sorted(s.slowest.items()):
         slowest.add_metric([s.node, job, str(rank), gpu], float(n))
     yield slowest
-    keys = ["node", "job", "op", "scope"]
-    counters = {
-        "count": _counter(
-            "collective_operations_total", "collective operations completed (NCCL profiler)", keys
-        ),
-        "bytes": _counter("collective_bytes_total", "bytes the collectives moved", keys),
-        "timeouts": _counter("collective_timeouts_total", "collectives that timed out (watchdog)", keys),
-    }
-    latency = {
-        "latency_p50_ms": _gauge(
-            "collective_latency_p50_seconds", "median latency in the last interval", keys
-        ),
-        "latency_p99_ms": _gauge(
-            "collective_latency_p99_seconds", "99th percentile latency, last interval", keys
-        ),
-    }
-    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {**counters, **latency}
-    for (job, op, scope), interval in sorted(s.collectives.items()):
-        for column, family in families.items():
-            if column in interval:
-                family.add_metric([s.node, job, op, scope], interval[column])
-    yield from counters.values()
-    yield from latency.values()
+    # the collectives: declared with collective_samples (aiops/columns_jobs.py), exported in metrics.py
 
 
 def network(s: AnalystExports) -> Iterable[Metric]:
@@ -174,16 +147,7 @@ def network(s: AnalystExports) -> Iterable[Metric]:
     for nic, up in sorted(s.links.items()):
         link.add_metric(list(nic), 1.0 if up else 0.0)
     yield link
-    ib_labels = ["node", "nic", "device", "port"]
-    received = _counter("ib_port_receive_bytes_total", "bytes received (PortRcvData x 4)", ib_labels)
-    sent = _counter("ib_port_transmit_bytes_total", "bytes sent (PortXmitData x 4)", ib_labels)
-    for port, words in sorted(s.ib_words.items()):
-        if "port_rcv_data" in words:
-            received.add_metric(list(port), words["port_rcv_data"] * 4)
-        if "port_xmit_data" in words:
-            sent.add_metric(list(port), words["port_xmit_data"] * 4)
-    yield received
-    yield sent
+    # the InfiniBand ports' bytes: declared with ib_port_samples (aiops/columns_ib.py), exported in metrics.py
 
 
 def node(s: AnalystExports) -> Iterable[Metric]:

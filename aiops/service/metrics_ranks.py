@@ -20,7 +20,9 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-KINDS = ("collective", "group", "sync", "copy")
+from aiops.column_model import Family
+from aiops.columns_ranks import BLOCKED, CALLS, KINDS, PROBED
+
 MAX_SEEN_WINDOWS = 4096  # (pid, window close) pairs remembered to count each window once
 
 
@@ -49,25 +51,18 @@ class RankExports:
             self.probed_s[(node, job, int(rank))] += float(values.get("window_s") or 0.0)
 
     def families(self) -> Iterable[Metric]:
-        labels = ["node", "job", "rank", "kind"]
-        blocked = CounterMetricFamily(
-            "aiops_rank_blocked_seconds",
-            "time a rank was blocked in probed calls of this kind (entry to return; rank-timing uprobes)",
-            labels=labels,
-        )
-        calls = CounterMetricFamily(
-            "aiops_rank_calls", "probed calls of this kind a rank made", labels=labels
-        )
+        """The families declared with rank_timing_samples (aiops/columns_ranks.py), rendered from the sums."""
+        blocked, calls, probed = _counter(BLOCKED), _counter(CALLS), _counter(PROBED)
         for (node, job, rank, kind), seconds in sorted(self.blocked_s.items()):
             blocked.add_metric([node, job, str(rank), kind], seconds)
             calls.add_metric([node, job, str(rank), kind], self.calls[(node, job, rank, kind)])
-        probed = CounterMetricFamily(
-            "aiops_rank_probed_seconds",
-            "seconds the rank-timing probes counted for this rank (the windows; the shares' denominator)",
-            labels=["node", "job", "rank"],
-        )
         for (node, job, rank), seconds in sorted(self.probed_s.items()):
             probed.add_metric([node, job, str(rank)], seconds)
         yield blocked
         yield calls
         yield probed
+
+
+def _counter(family: Family) -> CounterMetricFamily:
+    # prometheus_client names a counter without its `_total` (it adds it to the sample)
+    return CounterMetricFamily(family.name.removesuffix("_total"), family.help, labels=list(family.labels))

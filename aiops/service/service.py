@@ -1,8 +1,9 @@
 """`aiops run`: one long-running service per node (and per workspace).
 
 The loop, each tick: step the twin (sim), collect from every source that is due (timed; a collector's failure
-is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s`: ingest the batch in
-one transaction on the file the service holds open, record the twin's steps, run live detection over the new
+is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s` (and at once when the
+source says so: the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`): ingest the
+batch in one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
 workspace acts on), judge what ran once its window passed and export what it set (closed_loop.py), queue
 notifications, investigate the alerts Alertmanager's webhook brought
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -32,6 +34,7 @@ from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
+from aiops.runtime.world import Attached, attach, scheduler_view
 from aiops.scenarios import Scenario
 from aiops.service import collecting, http_stack
 from aiops.service import flush_steps as steps
@@ -62,6 +65,7 @@ from aiops.store import Store
 from aiops.store.maintenance import active_windows, matching, membership
 from collectors.base import RowBatch, RowBuffer
 from guardrails import witness
+from guardrails.breaker_inputs import HeldView
 
 log = logging.getLogger("aiops.service")
 
@@ -103,6 +107,7 @@ class Service:
         sleep: Callable[[float], None] = time.sleep,
         sources: Callable[[Store], Sources] | None = None,
         dispatcher: steps.Dispatcher | None = None,
+        kube_api: Any = None,
     ) -> None:
         if sim is not None and sim.node is not None:  # the twin's node agent is that node, in its rack
             identity = {"name": sim.node, "rack": check_node(sim.scenario, sim.node)}
@@ -186,6 +191,14 @@ class Service:
         self.alert_inbox = AlertInbox()
         self.dispatches = DispatchInbox()  # POST /api/dispatch: judged and run in the flush (dispatch_in.py)
         self.dispatcher = dispatcher  # `aiops fleet`: sends approved proposals to their nodes (aiops/fleet)
+        # tests: a CoreV1Api for [scheduler] kind = "kubernetes" (else one from its config)
+        self.kube_api = kube_api
+        # executions the flush claimed whose backend calls another system: run after it (flush_steps.act_outside)
+        self.claimed: list[steps.Later] = []
+        # [scheduler]'s view of drained or cordoned nodes for the breaker, read before each flush holds the
+        # workspace (flush_steps.read_views); the desks inside read this copy
+        reader = scheduler_view(config.scheduler, config.node.name, kube_api)
+        self.scheduler_view = HeldView(reader) if reader is not None else None
         self.alerts = AlertInvestigator(
             self.alert_inbox,
             self.outbox.enqueue_event,
@@ -311,7 +324,8 @@ class Service:
         for source in self.sources.due():
             collecting.collect(self, source.name, source.collector, source.interval_s)
         self.last_tick = self.clock()
-        if self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
+        urgent = self.sources.urgent is not None and self.sources.urgent()
+        if urgent or self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
             self.flush()
         self.sleep(self.sources.wait_s(self.clock() - begun))
 
@@ -321,6 +335,7 @@ class Service:
             return
         started = time.perf_counter()
         batches = self.buffer.drain_batches()  # rows stay tuples: the store inserts them without pyarrow
+        self._guarded("scheduler view", lambda: steps.read_views(self))  # the workspace is not held yet
         with self.owner.store() as store:
             counts: dict[str, int] = {}
             for name, batch in batches:
@@ -353,13 +368,23 @@ class Service:
             self._guarded("conditions", lambda: steps.conditions(self, store))
             if len(self.dispatches):
                 twin = self.sources.twin
-                self._guarded("dispatch", lambda: self.dispatches.judge(store, twin, self.config.node.name))
+                self._guarded(
+                    "dispatch",
+                    lambda: self.dispatches.judge(
+                        store,
+                        attach(store, twin=twin, kube_api=self.kube_api, view=self.scheduler_view),
+                        self.config.node.name,
+                        self.claimed.append,
+                    ),
+                )
             if self.dispatcher is not None:  # made ready here, sent below with the workspace closed
                 self._guarded("dispatcher", lambda: steps.dispatch_ready(self, store))
             self._guarded("retention", lambda: steps.retention(self, store))
             self._guarded("report", lambda: steps.report(self, store))
             if review or not self.flushes:
                 steps.export_store(self, store)
+        if self.claimed:
+            self._guarded("actions outside", lambda: steps.act_outside(self))
         if self.dispatcher is not None:
             self._guarded("dispatcher sends", lambda: steps.dispatch_outside(self))
         self.metrics.ingested(counts)
@@ -375,6 +400,18 @@ class Service:
         self.last_flush = self.clock()
         self.flushes += 1
         self.ready = True
+
+    def attach(self, store: Store) -> Attached:
+        """This service's world over `store`, in its flush: the twin it holds, its node, its ticket sink, and
+        the scheduler's view as last read outside the workspace (nothing asks the scheduler in here)."""
+        return attach(
+            store,
+            twin=self.sources.twin if self.sources is not None else None,
+            node=self.config.node.name,
+            kube_api=self.kube_api,
+            ticket=self.ticket,
+            view=self.scheduler_view,
+        )
 
     def to_store_ts_s(self, wall_ts_s: float) -> float:
         """A wall-clock time (an alert's startsAt) on the store's clock: the twin's runs `--speed` times faster."""

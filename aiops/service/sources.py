@@ -88,6 +88,9 @@ class Sources:
     # agent does; the fleet does not (a Prometheus scraping its re-export would read a second instance
     # declaring each node)
     declares_inventory: bool = True
+    # whether what the source just saw must be judged now rather than at the next `flush_interval_s` (the fleet:
+    # its sight changing, a node agent lost or back); asked once a tick, after collecting
+    urgent: Callable[[], bool] | None = None
 
     def wait_s(self, spent_s: float) -> float:
         """How long the loop sleeps after a tick that took `spent_s`: the rest of `tick_s`, or, on a shared

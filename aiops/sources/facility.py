@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from aiops.columns import RACK_SAMPLES, facility_columns
 from aiops.config import FacilityConfig, FacilitySeries
 from aiops.errors import SourceError
 from aiops.labels import rack_name_error
@@ -29,22 +30,11 @@ from aiops.sources.exposition import labels_text
 from aiops.sources.prometheus import MAX_POINTS, PrometheusClient
 from aiops.store import Store
 
-# The rack_samples columns a facility exporter measures (power_cap_kw is the DCIM's word, not a sensor's).
-COLUMNS: tuple[str, ...] = (
-    "inlet_temp_c",
-    "outlet_temp_c",
-    "coolant_supply_temp_c",
-    "coolant_flow_lpm",
-    "power_kw",
-)
-# HELP of the default series, as their exporters (or the MIB / Redfish property they come from) describe them.
-HELP: dict[str, str] = {
-    "ipmi_temperature_celsius": "Current temperature reading of sensor.",
-    "ipmi_dcmi_power_consumption_watts": "Current power consumption in Watts.",
-    "cpqRackThermalControllerWaterTempSupply": "Water temperature supply in C - 1.3.6.1.4.1.232.22.2.9.1.1.1.21",
-    "cpqRackThermalControllerWaterTempReturn": "Water temperature return in C - 1.3.6.1.4.1.232.22.2.9.1.1.1.22",
-    "redfish_cdu_coolant_flow_liters_per_minute": "CoolantConnector FlowLitersPerMinute of the CDU loop.",
-}
+# The rack_samples columns a facility exporter measures (power_cap_kw is the DCIM's word, not a sensor's), and the
+# HELP of their default series as their exporters (or the MIB / Redfish property they come from) describe them:
+# declared with the columns (aiops/columns_rack.py).
+COLUMNS: tuple[str, ...] = tuple(c.name for c in facility_columns(RACK_SAMPLES))
+HELP: dict[str, str] = {c.facility.metric: c.facility.help_text for c in RACK_SAMPLES.columns if c.facility}
 
 
 def series_of(config: FacilityConfig) -> dict[str, FacilitySeries]:
@@ -261,10 +251,11 @@ def fetch_facility(
         import pyarrow as pa  # here: the node agent imports this module (its renderer) and never reads
 
         keys = sorted(cells)
+        typed = {c.name: getattr(pa, c.arrow)() for c in RACK_SAMPLES.columns}
         batch = {
-            "ts_s": pa.array([ts for ts, _ in keys], pa.float64()),
-            "rack": pa.array([rack for _, rack in keys], pa.string()),
-            **{c: pa.array([cells[k].get(c) for k in keys], pa.float64()) for c in COLUMNS},
+            "ts_s": pa.array([ts for ts, _ in keys], typed["ts_s"]),
+            "rack": pa.array([rack for _, rack in keys], typed["rack"]),
+            **{c: pa.array([cells[k].get(c) for k in keys], typed[c]) for c in COLUMNS},
         }
         report.rows = store.ingest("rack_samples", pa.table(batch))
     return report

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from aiops.config import FleetConfig
-from aiops.fleet.sight import SLACK_S, SourceSight
+from aiops.fleet.sight import SourceSight
 from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.store import Store
 from aiops.store.conditions import SOURCE_BLIND
 
 STEP_S = 15.0
-GRACE_S = 2 * STEP_S + SLACK_S
+GRACE_S = 2 * STEP_S
 
 
 class Clock:

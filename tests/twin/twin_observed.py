@@ -7,13 +7,21 @@ entities (keys) a table has only while the fault lasts (allowed too where its `<
 from __future__ import annotations
 
 from aiops.columns import (
-    ANY,
+    COLLECTIVE_SAMPLES,
+    COOLING_DEVICE_SAMPLES,
     FLOW_CLASS_SAMPLES,
     GPU_SAMPLES,
-    HEAT,
     HOST_SAMPLES,
+    HWMON_SAMPLES,
+    IB_PORT_SAMPLES,
+    JOB_STEPS,
     NETDEV_SAMPLES,
     NIC_SAMPLES,
+    POWERCAP_SAMPLES,
+    PSI_SAMPLES,
+    RACK_SAMPLES,
+    RANK_TIMING_SAMPLES,
+    THERMAL_ZONE_SAMPLES,
     leak_allowances,
 )
 
@@ -21,46 +29,10 @@ TWIN_TABLES = frozenset(
     {"sim_runs", "twin_log"}
 )  # the twin's own: the scenario it ran (faults included), its log
 FLAP = frozenset({"nic_link_flap"})
-ECN = frozenset({"ecn_misconfig"})
 XIDS = frozenset({"gpu_ecc_error", "gpu_fell_off_bus", "application_error", "nvlink_degraded"})
 
-_MEASURED: dict[tuple[str, str], str] = {
-    ("rack_samples", "power_kw"): "the rack PDU's power meter",
-    ("rack_samples", "outlet_temp_c"): "the CDU's return temperature (inlet + the rack's heat)",
-    ("ib_port_samples", "port_rcv_data"): "IBA PortCounters PortRcvData (counters/)",
-    ("ib_port_samples", "port_xmit_data"): "IBA PortCounters PortXmitData (counters/)",
-    (
-        "ib_port_samples",
-        "port_xmit_wait",
-    ): "IBA PortCounters PortXmitWait: a port waits when its peer is busy",
-    ("ib_port_samples", "np_ecn_marked_roce_packets"): "mlx5 hw_counters (DCQCN: CE-marked packets received)",
-    ("ib_port_samples", "np_cnp_sent"): "mlx5 hw_counters (DCQCN: CNPs sent for CE marks)",
-    ("ib_port_samples", "rp_cnp_handled"): "mlx5 hw_counters (DCQCN: CNPs handled by the sender)",
-    (
-        "collective_samples",
-        "count",
-    ): "the NCCL profiler plugin (collectives completed; a slow job runs fewer)",
-    ("collective_samples", "bytes"): "the NCCL profiler plugin",
-    ("collective_samples", "latency_p50_ms"): "the NCCL profiler plugin",
-    ("collective_samples", "latency_p99_ms"): "the NCCL profiler plugin",
-    ("collective_samples", "<rows>"): "the NCCL profiler plugin reports nothing while the job stands",
-    ("job_steps", "step_time_s"): "the training framework's step hook",
-    ("job_steps", "slowest_gpu"): "the framework's straggler report (the rank that arrived last)",
-    ("job_steps", "<rows>"): "the step hook: a job that stalls or restarts takes fewer steps",
-    ("rank_timing_samples", "calls"): "the rank-timing uprobes (a slower step calls less per window)",
-    (
-        "rank_timing_samples",
-        "blocked_s",
-    ): "the rank-timing uprobes (time in a call: the rank's GPU, copies, peers)",
-    (
-        "rank_timing_samples",
-        "bytes",
-    ): "the rank-timing uprobes (the collectives' buffers: fewer calls, fewer bytes)",
-    ("rank_timing_samples", "<rows>"): "the rank-timing uprobes: a job that stalls or restarts calls nothing",
-}
 
 OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
-    **{key: (ANY, source) for key, source in _MEASURED.items()},
     **leak_allowances(GPU_SAMPLES),  # gpu_samples: declared with its columns (aiops/columns.py)
     ("gpu_events", "<rows>"): (XIDS, "NVML's event set (nvmlEventSetWait: Xid 13/31/43, 48/63/94, 74, 79)"),
     ("collector_errors", "<rows>"): (
@@ -71,46 +43,21 @@ OBSERVED: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     **leak_allowances(NIC_SAMPLES),
     **leak_allowances(NETDEV_SAMPLES),
     **leak_allowances(FLOW_CLASS_SAMPLES),
-    ("rack_samples", "inlet_temp_c"): (HEAT, "the CDU's supply-side sensor"),
-    ("rack_samples", "coolant_supply_temp_c"): (HEAT, "the CDU's supply temperature"),
-    ("rack_samples", "coolant_flow_lpm"): (frozenset({"rack_cooling_failure"}), "the CDU's flow meter"),
-    ("nic_samples", "<rows>"): (
-        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
-        "the eBPF lane counters report a row for each lane that carried traffic",
-    ),
-    ("flow_class_samples", "<entities>"): (
-        frozenset({"bulk_traffic_contention", "lane_misclassification"}),
-        "the eBPF classifier reports a class on a lane once traffic of it flows there",
-    ),
+    **leak_allowances(IB_PORT_SAMPLES),
+    **leak_allowances(COLLECTIVE_SAMPLES),
+    **leak_allowances(RANK_TIMING_SAMPLES),
+    **leak_allowances(JOB_STEPS),
+    **leak_allowances(RACK_SAMPLES),
+    **leak_allowances(PSI_SAMPLES),
+    **leak_allowances(THERMAL_ZONE_SAMPLES),
+    **leak_allowances(HWMON_SAMPLES),
+    **leak_allowances(COOLING_DEVICE_SAMPLES),
+    **leak_allowances(POWERCAP_SAMPLES),
     ("lane_rules", "<entities>"): (
         frozenset({"lane_misclassification"}),
         "the lane rules the datapath holds (aiops lanes): a rule sending a class into the wrong lane is the "
         "misclassification itself",
     ),
-    **{
-        ("ib_port_samples", column): (
-            FLAP,
-            "/sys/class/infiniband/*/ports/*/{state,phys_state} and the IBA PortCounters in counters/ while the "
-            "link is down or has just been (Documentation/ABI/stable/sysfs-class-infiniband)",
-        )
-        for column in (
-            "state",
-            "phys_state",
-            "link_downed",
-            "link_error_recovery",
-            "symbol_error",
-            "port_xmit_discards",
-        )
-    },
-    ("ib_port_samples", "local_ack_timeout_err"): (
-        FLAP,
-        "mlx5 hw_counters: a QP's ack timer expired with retries left (NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT)",
-    ),
-    ("ib_port_samples", "req_transport_retries_exceeded"): (
-        FLAP,
-        "mlx5 hw_counters (Linux >= 6.11, commit b339e0a): the retry limit ran out during a long outage",
-    ),
-    ("ib_port_samples", "out_of_sequence"): (ECN, "mlx5 hw_counters: packets out of PSN order after drops"),
     ("log_events", "<rows>"): (
         FLAP,
         "the rank's NCCL log: 'NET/IB : Got completion from peer ... with status=12' (IBV_WC_RETRY_EXC_ERR)",
