@@ -268,11 +268,19 @@ class FleetConfig(_Section):
     # job) run through it from the fleet, and its drained/cordoned nodes count for the breaker (docs/FLEET.md)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     rank_reads: int = Field(
-        default=3,
+        default=15,
         ge=1,
         le=15,
-        description="per-rank timing read this many times a step, each rank's rows judged as its node's scrape "
-        "lands (agents scraped at their own phases: docs/FLEET.md); 1: once a step with the rest",
+        description="per-rank timing read on a grid this many times finer than the step, each rank's rows judged "
+        "as its node's scrape lands (agents scraped at their own phases: docs/FLEET.md); between steps only "
+        "where an agent's scrape landed; 1: once a step with the rest",
+    )
+    blind_after_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="blind (not ready, a source_blind incident) after this long without data or this far "
+        "behind; 0: two scrape intervals, at least 10 s (raise it where the fleet's host is known to fall behind)",
     )
 
     @field_validator("node_url")

@@ -42,6 +42,7 @@ from prometheus_client.utils import floatToGoString
 from aiops.config import parse_config
 from aiops.fleet.dispatch import FleetDispatcher, NodeAnswer
 from aiops.fleet.source import FleetSetup, fleet_sources
+from aiops.runtime.world import attach
 from aiops.scenarios import Scenario
 from aiops.service.node_slice import (
     EVERY_NODE_TABLES,
@@ -303,8 +304,8 @@ class Cluster:
         future = inbox.put(dispatch)
         if future is None:
             return NodeAnswer(503, {"error": "busy: too many dispatches wait; retry"})
-        with agent.service.owner.store() as store:
-            inbox.judge(store, agent.twin, host)
+        with agent.service.owner.store() as store:  # judged and run here (no scheduler: nothing runs outside)
+            inbox.judge(store, attach(store, twin=agent.twin, view=agent.service.scheduler_view), host)
         answer = future.result(timeout=1.0)
         return NodeAnswer(answer.http_status, answer.json())
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from aiops.config import FleetConfig
 from aiops.detect import detect
+from aiops.fleet.history import REPLAYED, spread_offsets
 from aiops.models import Diagnosis, Symptom
 from aiops.rca import diagnose
 from aiops.scenarios import Scenario, parse_scenario
@@ -188,23 +189,53 @@ def named_ranks(s: Symptom) -> set[int]:
     return {int(r) for r in s.detail.get("ranks") or [] if isinstance(r, int)}
 
 
+def stages(twin: Store, fleet: Store | None, node: str, onset: float | None, step_s: float) -> dict[str, Any]:
+    """Where the time from onset to a name goes, each stage's end in seconds after onset: `window_s`, the close
+    of the first rank-timing window holding seconds after the onset (what the node agent exports next); with the
+    fleet path `scrape_s`, the target node's first scrape at or after it (its offset with `--spread`), and
+    `read_s`, the fleet's first rank row of that node at or after the scrape (its read grid). The rest, up to the
+    name, is the rules' (a first row that holds seconds before the onset too shows only part of the gap)."""
+    if onset is None:
+        return {}
+    close = twin.scalar(
+        "SELECT min(ts_s) FROM rank_timing_samples WHERE node = ? AND ts_s > ?", [node, onset]
+    )
+    if close is None:
+        return {}
+    out: dict[str, Any] = {"window_s": round(float(close) - onset, 1)}
+    if fleet is None:
+        return out
+    first_s = min(float(twin.scalar(f"SELECT min(ts_s) FROM {t}") or math.inf) for t in REPLAYED)
+    nodes = [str(r["node"]) for r in twin.query("SELECT node FROM topology WHERE kind = 'node' ORDER BY 1")]
+    offset_s = spread_offsets(nodes, step_s).get(node, 0.0) if SPREAD else 0.0
+    k = math.ceil((float(close) - first_s - step_s - offset_s) / step_s - 1e-9)
+    scrape = first_s + step_s + offset_s + max(k, 0) * step_s
+    out["scrape_s"] = round(scrape - onset, 1)
+    read = fleet.scalar(
+        "SELECT min(ts_s) FROM rank_timing_samples WHERE node = ? AND ts_s >= ?", [node, scrape - 1e-6]
+    )
+    out["read_s"] = None if read is None else round(float(read) - onset, 1)
+    return out
+
+
 def run_case(case: Case, via: str, step_s: float) -> dict[str, Any]:
     scenario = case.scenario
     world = TruthWorld(scenario, case.target)
     expected_class = KINDS[case.kind][0]
+    start_ts_s = world.epoch_ts_s + case.start_s
+    slow, node = world.slow_ranks(), case.target.split("/")[0]
     with Store(":memory:") as twin:
         simulate(scenario, twin, world=world, flush_every_s=math.inf)
+        onset = world.onset(start_ts_s, network=expected_class == "network")
         if via == "prometheus":
             with tempfile.TemporaryDirectory(prefix="aiops-bench-straggler-") as tmp:
                 store = fleet_store(twin, step_s, Path(tmp))
         else:
             store = twin
         found = analyse(store)
+        timing = stages(twin, None if store is twin else store, node, onset, step_s)
         if store is not twin:
             store.close()
-    start_ts_s = world.epoch_ts_s + case.start_s
-    onset = world.onset(start_ts_s, network=expected_class == "network")
-    slow, node = world.slow_ranks(), case.target.split("/")[0]
     firsts: dict[str, float | None] = dict.fromkeys(("rank_s", "node_s", "class_s", "all_s"))
     wrong: set[int] = set()
     cited: str | None = None
@@ -234,6 +265,7 @@ def run_case(case: Case, via: str, step_s: float) -> dict[str, Any]:
         **firsts,
         "cited_by": cited,
         "wrong_ranks": sorted(wrong),
+        "stages": timing,
     }
 
 
@@ -301,6 +333,22 @@ def _times(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return {"p50": _pct(values, 0.5), "p90": _pct(values, 0.9), "named": named, "missed": len(values) - named}
 
 
+def _stages(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50 / p90 of each stage's length (`stages`): onset to the first window's close, that to the node's next
+    scrape, the scrape to the fleet's read, and the read (or the window, on the node path) to the name."""
+    ends = ("window_s", "scrape_s", "read_s", "all_s")
+    spans: dict[str, list[float]] = {}
+    for r in timed:
+        at = {**r["stages"], "all_s": r["all_s"]}
+        before = 0.0
+        for end in ends:
+            if at.get(end) is None:
+                continue
+            spans.setdefault(f"to_{end.removesuffix('_s')}", []).append(float(at[end]) - before)
+            before = float(at[end])
+    return {k: {"p50": _pct(v, 0.5), "p90": _pct(v, 0.9)} for k, v in spans.items()}
+
+
 def summarize(runs: list[dict[str, Any]], healthy: list[dict[str, Any]]) -> dict[str, Any]:
     timed = [r for r in runs if r["onset_after_start_s"] is not None]
     out: dict[str, Any] = {"cases": len(runs), "timed": len(timed), "below_threshold": len(runs) - len(timed)}
@@ -312,6 +360,7 @@ def summarize(runs: list[dict[str, Any]], healthy: list[dict[str, Any]]) -> dict
         cls: _times([r for r in timed if r["class"] == cls], "all_s")
         for cls in sorted({r["class"] for r in runs})
     }
+    out["stages"] = _stages(timed)
     out["wrong_ranks_in_fault_runs"] = sum(len(r["wrong_ranks"]) for r in runs)
     out["healthy_runs"] = len(healthy)
     out["healthy_job_ranks"] = sum(h["ranks"] for h in healthy)
@@ -327,6 +376,11 @@ def main() -> None:
     parser.add_argument("--via", choices=("twin", "prometheus"), default="twin")
     parser.add_argument("--step", default="15s", help="scrape interval with --via prometheus (e.g. 15s)")
     parser.add_argument("--rng", type=int, default=40, help="seed of the case generator")
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="only these cases, by their index in the run (e.g. 0,2,16): a rerun of a few",
+    )
     parser.add_argument(
         "--phase-s",
         type=float,
@@ -353,7 +407,10 @@ def main() -> None:
     rng = random.Random(args.rng)
     started = time.monotonic()
     runs: list[dict[str, Any]] = []
+    only = {int(x) for x in args.cases.split(",") if x.strip()}
     for i, case in enumerate(cases(args.seeds, rng)):
+        if only and i not in only:
+            continue
         runs.append(run_case(case, args.via, step_s))
         print(f"[{i + 1}] {json.dumps(runs[-1])}", file=sys.stderr)
     healthy = [

@@ -1,7 +1,7 @@
 """Shared fixtures (an isolated in-memory store per test, a clean environment) and the suite's scheduling.
 
-`make test` runs the suite on every core (`pytest -n <cores + 1> --dist loadgroup`, pytest-xdist). Three rules keep
-that fast and correct: a module whose tests share a module-scoped fixture is one group, run on one worker, so
+`make test` runs the suite on every core (pytest-xdist, `--dist loadgroup`; the worker count and why: the Makefile).
+Three rules keep that fast and correct: a module whose tests share a module-scoped fixture is one group, run on one worker, so
 the fixture is built once; the slowest work units start first (longest-processing-time first), so no worker is
 left with a long test while the others idle at the end; and pytest-xdist keeps that order (its default reorders
 the units by how many tests each holds, which sends every single slow test after all the groups).

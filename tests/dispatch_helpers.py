@@ -41,10 +41,11 @@ def live_fleet(
     tmp_path: Path, scenario: str, nodes: tuple[str, ...] = ("node0", "node1")
 ) -> Iterator[LiveFleet]:
     """Node agents of `scenario` (each with alice's and bob's allowed-signers and the /api token), a real
-    Prometheus scraping them, and `aiops fleet` with its console, which dispatches to them; bob signs in there with
+    Prometheus scraping them (every 2 s, the fleet's step: tests/test_fleet_live.py SCRAPE_S), and `aiops fleet` with
+    its console, which dispatches to them; bob signs in there with
     PASSWORD. All on 127.0.0.1, all stopped after."""
     from tests.agent_cluster import agents, prometheus, scrape
-    from tests.test_fleet_live import fleet
+    from tests.test_fleet_live import SCRAPE_S, fleet
 
     keys = make_keys(tmp_path / "keys", ("alice", "bob"))
     (tmp_path / "token").write_text(TOKEN + "\n")
@@ -53,7 +54,10 @@ def live_fleet(
     path = tmp_path / "scenario.yaml"
     path.write_text(scenario)
     Accounts(accounts_path(str(tmp_path / "fleet.duckdb"))).add("bob", "approver", PASSWORD)
-    with prometheus(tmp_path) as (prom, targets), agents(tmp_path, path, time.time(), nodes, "10") as ports:
+    with (
+        prometheus(tmp_path, SCRAPE_S) as (prom, targets),
+        agents(tmp_path, path, time.time(), nodes, "10") as ports,
+    ):
         scrape(prom, targets, ports)
         urls = "\n".join(f'{n} = "http://127.0.0.1:{p}"' for n, p in ports.items())
         config = tmp_path / "fleet.toml"

@@ -15,9 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.service_helpers import require_binary
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "oncall.py"
+QUIET_ARGS = ("--quiet-node-days", "0.08", "--quiet-racks", "1")
 PER_FAULT = (
     "kind",
     "target",
@@ -60,13 +63,25 @@ GOALS = (
 )
 
 
-def test_the_quick_operators_day_reports_every_figure() -> None:
+@pytest.fixture(scope="module")
+def bench_run() -> subprocess.CompletedProcess[str]:
+    """One bench process for both tests (its start and imports once): the quick day, then the short false-alarm
+    run (`main` runs the day, then the quiet run, into one JSON object)."""
     require_binary("victoria-metrics")
     require_binary("ssh-keygen")
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, str(BENCH), "--quick", *QUIET_ARGS],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_quick_operators_day_reports_every_figure(bench_run: subprocess.CompletedProcess[str]) -> None:
+    done = bench_run
     result = json.loads(done.stdout)
     day = result["day"]
     assert day["cluster"] == {"nodes": 2, "gpus": 16, "hours": 0.07, "scrape_s": 15.0, "seed": 2027}
@@ -108,18 +123,12 @@ def test_the_quick_operators_day_reports_every_figure() -> None:
     shutil.rmtree(folder)
 
 
-def test_a_short_false_alarm_run_counts_pages_and_proposals_per_node_day() -> None:
+def test_a_short_false_alarm_run_counts_pages_and_proposals_per_node_day(
+    bench_run: subprocess.CompletedProcess[str],
+) -> None:
     """The false-alarm run's path at its smallest: one rack of 8 nodes for 15 simulated minutes, the fleet's
     service on the twin's scrape-interval rows, pages counted at the loopback PagerDuty."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--skip-day", "--quiet-node-days", "0.08", "--quiet-racks", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = json.loads(bench_run.stdout)
     quiet = result["quiet"]
     assert quiet["nodes"] == 8 and quiet["scrape_s"] == 15.0 and quiet["simulated_days"] == 0.01
     assert quiet["node_days"] == 0.1 and quiet["wall_s"] > 0

@@ -32,11 +32,12 @@ from aiops.store import Workspace
 from tests.agent_cluster import agent_cmd, agents, labels, prometheus_process, scrape
 from tests.notify_helpers import Request, receiver
 from tests.service_helpers import get, get_json, service_env, wait_for
-from tests.test_fleet_live import SCRAPE_S, fleet
+from tests.test_fleet_live import fleet
 
 NODES = ("node0", "node1", "node2")
 LOST = "node2"  # not the job's home (node0 hosts rank 0 and exports the job's steps)
 OUTAGE_S = float(os.environ.get("AIOPS_BLIND_E2E_OUTAGE_S", "60"))
+SCRAPE_S = 1.0  # Prometheus's scrape interval and the fleet's step (wall seconds)
 PASSWORD = "correct horse battery staple"
 SCENARIO = """\
 name: fleet-blind
@@ -100,7 +101,7 @@ def test_a_lost_agent_and_a_blind_source_are_said_notified_and_resolved(tmp_path
             f'[console]\nenabled = true\n\n[[notify.webhooks]]\nurl = "{sink.url}/hook"\nkind = "json"\n'
         )
         scrape(prom.port, prom.targets, ports)
-        with fleet(tmp_path, prom.port, config, "fleet.log") as (_, port):
+        with fleet(tmp_path, prom.port, config, "fleet.log", SCRAPE_S) as (_, port):
             # Prometheus scrapes the fleet too, as the chart's ServiceMonitor has it: the fleet exports its own
             # sight, never the nodes' inventory (a second instance declaring every node, read back as theirs)
             scrape(prom.port, prom.targets, {**ports, "fleet": port})

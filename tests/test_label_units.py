@@ -114,12 +114,11 @@ def test_detection_reports_exactly_the_registered_symptom_kinds() -> None:
             if not isinstance(node, ast.Call):
                 continue
             called = getattr(node.func, "id", None)
-            if called == "Symptom":  # by hand (per-rank timing, early warnings)
-                kinds = [k.value for k in node.keywords if k.arg == "kind"]
-            elif called == "symptom":  # through the registry's builder (aiops/detect/kinds.py)
-                kinds = node.args[:1]
-            else:
+            # every rule builds its symptoms through the registry's builder, none by hand
+            assert called != "Symptom", f"{path}:{node.lineno}: a Symptom built by hand, not by kinds.symptom"
+            if called != "symptom":  # the registry's builder (aiops/detect/kinds.py)
                 continue
+            kinds = node.args[:1]
             assert kinds and isinstance(kinds[0], ast.Constant), f"{path}:{node.lineno}: kind not a literal"
             reported.add(str(kinds[0].value))
     assert reported == set(SYMPTOM_KINDS)

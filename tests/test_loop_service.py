@@ -1,12 +1,13 @@
 """Issue 34, Must show: the service does not undo its own fix. A real `aiops run --sim` of the public scenario
-two-input-pipeline-then-thermal-node at 20x: the analyst proposes set_power_limit for the hot node6; alice
-approves it with her SSH key (`aiops actions approve --key`, a real ssh-keygen signature); the service executes
-it. For the next 150 simulated seconds no incident is opened for it and nothing proposes to undo it (no
-reset_power_limit, no higher limit on node6). Then a limit is changed by hand on node6/gpu3 (NVML set outside the
-guardrails: a hand-made twin_log entry, the twin's record of what happened to the hardware; no product config
-reaches it) and the service still catches it: a power_limit_drop that names the 550 W the service set, diagnosed
-power_cap_misconfig on node6/gpu3, remedied by putting 550 W back. The cap's outcome (its effect, judged when
-its window passed) is on the thermal incident."""
+two-input-pipeline-then-thermal-node at 40x (20x until wave 6: the same simulated run in about half the wall time
+where the machine keeps up; the CPU is the simulated seconds' and stays): the analyst proposes set_power_limit
+for the hot node6; alice approves it with her SSH key (`aiops actions approve --key`, a real ssh-keygen
+signature); the service executes it. For the next 150 simulated seconds no incident is opened for it and nothing
+proposes to undo it (no reset_power_limit, no higher limit on node6). Then a limit is changed by hand on
+node6/gpu3 (NVML set outside the guardrails: a hand-made twin_log entry, the twin's record of what happened to
+the hardware; no product config reaches it) and the service still catches it: a power_limit_drop that names the
+550 W the service set, diagnosed power_cap_misconfig on node6/gpu3, remedied by putting 550 W back. The cap's
+outcome (its effect, judged when its window passed) is on the thermal incident."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.service_helpers import aiops_cmd, get_json, running_service, service_
 from tests.signing_helpers import make_keys
 
 SCENARIO = Path(__file__).resolve().parents[1] / "evals/scenarios/two-input-pipeline-then-thermal-node.yaml"
-SPEED = "20"
+SPEED = "40"
 QUIET_S = 150.0  # simulated seconds after the cap in which nothing may be opened for it or undo it
 
 

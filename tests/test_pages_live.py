@@ -211,6 +211,7 @@ def test_one_fault_pages_once_and_a_fault_in_a_maintenance_window_pages_nothing(
         (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(am_config))
         fleet_config = tmp_path / "fleet.toml"
         fleet_config.write_text(
+            "[fleet]\nblind_after_s = 60  # a fleet starved by a loaded runner is not this test's subject\n\n"
             f'[detection]\nquiet_s = 20\n\n[notify]\nconsole_url = "{CONSOLE}"\nretry_max_s = 2\n'
             "undiagnosed_hold_s = 0  # page as an incident opens: the diagnosis then goes as an update\n\n"
             f'[[notify.webhooks]]\nkind = "pagerduty"\nurl = "{pd.url}/v2/enqueue"\nrouting_key_file = "{key_file}"\n\n'

@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from aiops.store import Workspace
+from aiops.config import FleetConfig
+from aiops.fleet.source import FleetCollector, FleetSetup
+from aiops.store import Store, Workspace
 from tests.agent_cluster import agents, labels, prometheus, query, scrape
 from tests.service_helpers import get_json, wait_for
 
@@ -101,6 +103,19 @@ def test_three_node_agents_scraped_by_one_prometheus_each_export_their_own_slice
         # each agent's own API: the incident is node2's alone
         api = {n: get_json(f"http://127.0.0.1:{p}/api/incidents")["incidents"] for n, p in ports.items()}
         assert not api["node0"] and not api["node1"] and api["node2"], api
+
+        # the fleet reading these scraped series (each with its `instance`): the finer grid's per-rank timing and
+        # NIC rows are kept (their reads stage the agents' aiops_node_info, which says who speaks for which node)
+        config = FleetConfig(prometheus=f"http://127.0.0.1:{prom}", step_s=1.0, delay_s=1.0, lookback_s=10.0)
+        with Store(tmp_path / "fleet.duckdb") as fleet_store:
+            collector = FleetCollector(fleet_store, FleetSetup(config.model_copy(update={"rank_reads": 2})))
+            try:
+                rows = collector.collect(0)
+                refused = collector.last.nodes.refusals.examples if collector.last else ["no read"]
+            finally:
+                collector.close()
+        assert not refused, refused
+        assert {"rank_timing_samples", "nic_samples", "gpu_samples"} <= set(rows), sorted(rows)
     for node in NODES:
         with Workspace(tmp_path / f"{node}.duckdb").read() as store:
             assert store.scalar("SELECT node FROM sim_runs") == node

@@ -111,6 +111,11 @@ def test_a_failed_fan_stays_failed_until_the_tickets_repair() -> None:
     done = actuator.apply(ticket, False)
     due_s = done.detail["repair_due_s"]
     assert due_s == world.elapsed_s + repair.REPAIR_AFTER_S["gpu"]
+    # the two hours to the repair in 10 s steps (each step checks the tickets: a repair due earlier lands in one),
+    # the last ten seconds in 1 s steps (one a second early lands there): 7,200 world steps were 4 s of CPU
+    while world.elapsed_s < due_s - 10:
+        world.step(10.0)
+        assert world.faults[0].active(world.elapsed_s), world.elapsed_s
     while world.elapsed_s < due_s - 1:
         world.step(1.0)
     assert world.faults[0].active(world.elapsed_s)

@@ -6,8 +6,8 @@ every label's anchors are among them.
 
 Recipe, a new symptom kind: one `SymptomSpec` below (its family, the components it names, `opens`, `late`),
 then the rule that reports it (`symptom("kind", component, ts_s, **detail)` in the family's module:
-aiops/detect/gpu_rules.py, network_rules.py, job_rules.py, facility_rules.py), then the labels it anchors
-(aiops/labels.py `anchors`).
+aiops/detect/gpu_rules.py, network_rules.py, job_rules.py, facility_rules.py, stragglers.py, early_watch.py), then
+the labels it anchors (aiops/labels.py `anchors`). tests/test_label_units.py refuses a Symptom built by hand.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ Three rules, each window, per job, over the ranks whose rows the window holds:
   down or flapping, drops and retransmits, queueing delay) is named, with the ranks behind it. None stands out:
   nothing is reported (step and collective rules still see the job slowed).
 
+In a fleet whose agents are scraped at their own phases, the ranks whose rows just landed are also judged among
+themselves (same seconds): late against them, or, since a scrape's first row after an onset holds seconds before
+it too, a gap to them that is new (`_diverged`: 3 % of the window over the rank's usual gap, where 5 % is needed
+against older rows).
+
 Late ranks on one node are one `rank_straggler` on the node when there are several or the class is `input`, on
 the rank's GPU otherwise; a slow NIC is one `network_straggler` on the NIC. The detail names the job, the ranks
 (slowest first), node, GPU, NIC, class, and the late ranks' and their peers' shares of the window per phase.
@@ -32,11 +37,14 @@ from typing import Any
 from aiops import labels
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
+from aiops.detect.kinds import symptom
 from aiops.models import Symptom
 from aiops.profile.rank_phases import (
     CAUSE_OF_PHASE,
     LATE_GAP,
+    MAD_SCALE,
     PHASES,
+    SPREAD_MADS,
     Late,
     RankWindow,
     became_late,
@@ -64,6 +72,8 @@ QUEUE_FLOOR_MS, LOSS_FLOOR = 0.25, 50.0  # ... and at least this much
 NETWORK_HELD_S = 15.0  # the rise held this long: two 10 s windows on a node, one 15 s scrape step in a fleet
 MAX_RANKS_LISTED = 16
 MIN_NODES_ALIKE = 3  # nodes whose rows landed together, to judge one of them against the others
+MIN_RANKS_ALIKE = 4  # ranks whose rows landed together, to judge a gap grown over its usual (`_diverged`)
+DIVERGED_GAP = 0.6 * LATE_GAP  # of the window: such a gap, and grown this much over the usual one
 EXPECTED = ("power_limit_w", "sm_clock_max_mhz")  # set by an executed action: its slower rank is expected
 
 
@@ -174,9 +184,12 @@ class StragglerRules:
         alike = late_ranks(judged) if together else None
         nodes = _late_nodes(judged, node_of) if together else None
         waited = self._waited_for(job, windows, judged, node_of) if together else None
-        if late or alike or nodes or waited:  # the peers' wait is the late ranks' doing: nothing to learn
+        diverged = _diverged(judged, self._usual_waits(job, judged)) if together else None
+        if (
+            late or alike or nodes or waited or diverged
+        ):  # the peers' wait is the late ranks' doing: no learning
             out: list[Symptom] = []
-            for found in (alike, nodes, waited, late):
+            for found in (alike, nodes, waited, diverged, late):
                 named = [r for r in found.ranks if r in {p.rank for p in judged}] if found else []
                 if found is late and together:  # against older rows: it must also wait less than it used to
                     named = [r for r in named if self._below_usual(job, r, windows)]
@@ -199,6 +212,15 @@ class StragglerRules:
                 )
                 for phase, rolling in usual.items():
                     rolling.add(phases.share(phase))
+        return out
+
+    def _usual_waits(self, job: str, ranks: Sequence[RankWindow]) -> dict[int, float]:
+        """The ranks' usual wait shares, of those whose baselines are ready."""
+        out: dict[int, float] = {}
+        for p in ranks:
+            usual = self.usual.get((job, p.rank))
+            if usual is not None and usual["wait"].ready():
+                out[p.rank] = usual["wait"].median
         return out
 
     def _below_usual(self, job: str, rank: int, windows: Sequence[RankWindow]) -> bool:
@@ -252,10 +274,11 @@ class StragglerRules:
                 or mine.share("wait") > min(o.share("wait") for o in others.values()) - LATE_GAP
             ):
                 continue
-            found = late_ranks(
-                [mine, *[RankWindow(-1 - k, *_parts(o)) for k, o in enumerate(others.values())]]
+            found = late_ranks(  # this node is rank -1 (`_summed`), the others -2, -3, ...
+                [mine, *[RankWindow(-2 - k, *_parts(o)) for k, o in enumerate(others.values())]]
             )
-            cause = found.cause if found else _cause(mine, list(others.values()))
+            alone = found is not None and found.ranks == (mine.rank,)  # else the class is of other nodes too
+            cause = found.cause if found and alone else _cause(mine, list(others.values()))
             if cause is None:
                 continue
             ranks = sorted(by_node[node], key=lambda p: (p.share("wait"), p.rank))
@@ -333,7 +356,7 @@ class StragglerRules:
                 "since_ts_s": span[0],  # the rank timing judged: (since_ts_s, ts_s]
                 **shares,
             }
-            out.append(Symptom(kind="rank_straggler", component=component, ts_s=span[1], detail=detail))
+            out.append(symptom("rank_straggler", component, span[1], **detail))
         return out
 
     def _network(
@@ -372,7 +395,7 @@ class StragglerRules:
             "usual_wait_share": round(usual, 4),
             **evidence,
         }
-        return [Symptom(kind="network_straggler", component=nic, ts_s=t1, detail=detail)]
+        return [symptom("network_straggler", nic, t1, **detail)]
 
 
 def _late_nodes(windows: Sequence[RankWindow], node_of: Mapping[int, str]) -> Late | None:
@@ -402,6 +425,36 @@ def _late_nodes(windows: Sequence[RankWindow], node_of: Mapping[int, str]) -> La
     ranks = [p for k in found.ranks for p in by_node[names[k]]]
     ranks.sort(key=lambda p: (p.share("wait"), p.rank))
     return Late(tuple(p.rank for p in ranks), found.cause, found.shares, found.peer_shares)
+
+
+def _diverged(judged: Sequence[RankWindow], usual_wait: Mapping[int, float]) -> Late | None:
+    """Ranks that landed together cover the same seconds, yet a scrape holds every window since the one before,
+    so the first row after a straggler's onset often holds seconds before it too and shows only part of its gap.
+    Among them, the ranks whose gap to the others' median wait is DIVERGED_GAP of the window at least, grown that
+    much over their usual gap (from the usual waits: a GPU a little slower all along waits a little less all
+    along) and beyond SPREAD_MADS of the others' spread; at most half of them, classed by the phase the slowest
+    spent more of the window in than the others did."""
+    known = [p for p in judged if p.rank in usual_wait]
+    if len(known) < MIN_RANKS_ALIKE:
+        return None
+    late: list[RankWindow] = []
+    for p in known:
+        others = [q for q in known if q.rank != p.rank]
+        waits = [q.share("wait") for q in others]
+        gap = statistics.median(waits) - p.share("wait")
+        usual_gap = statistics.median(usual_wait[q.rank] for q in others) - usual_wait[p.rank]
+        center = statistics.median(waits)
+        spread = MAD_SCALE * statistics.median(abs(v - center) for v in waits)
+        if gap >= DIVERGED_GAP and gap - usual_gap >= DIVERGED_GAP and gap >= SPREAD_MADS * spread:
+            late.append(p)
+    if not late or len(late) * 2 > len(known):
+        return None
+    late.sort(key=lambda p: (p.share("wait"), p.rank))
+    peers = [q for q in known if q not in late]
+    cause = _cause(late[0], peers)
+    return (
+        None if cause is None else Late(tuple(p.rank for p in late), cause, _medians(late), _medians(peers))
+    )
 
 
 def _summed(ranks: Sequence[RankWindow]) -> RankWindow:

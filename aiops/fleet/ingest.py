@@ -93,8 +93,16 @@ class IngestReport:
     dropped: dict[str, int] = field(default_factory=dict)
     dropped_examples: list[str] = field(default_factory=list)
     rank_end_s: float | None = None  # rank timing read on a finer grid (`rank_reads`): up to here
+    rank_series: int = 0  # the rank timing series that finer read found (none: no rank exports its timing)
 
 
+# read on the finer grid (`rank_reads`): the per-rank timing and the NICs' counters that the network straggler rule
+# judges with it (a NIC's row holding the same scrape as its ranks' lands with them, not at the step's next point)
+FINE_FAMILIES = (*families.RANKS, *families.NIC)
+FINE_TABLES = ("rank_timing_samples", "nic_samples", "flow_class_samples")
+# who speaks for which node (aiops/fleet/names.py OWNERSHIP_SQL): staged with every read, the finer grid's too; a
+# scraped series whose node no instance of the same read declares is refused
+OWNER_FAMILY = "aiops_node_info"
 DROP_REASONS = ("nan", "infinite", "out_of_range")
 DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
 
@@ -273,7 +281,8 @@ def fetch_interval(
     `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is
     read as the counters' base. Returns what was read and written.
 
-    With `rank_reads` above 1 the per-rank timing families (`families.RANKS`) are read on a grid `rank_reads`
+    With `rank_reads` above 1 the per-rank timing and the NICs' families (`FINE_FAMILIES`: the network
+    straggler rule judges a job's ranks and its NICs' counters as they land, together) are read on a grid `rank_reads`
     times finer, each with a window as long as its grid's step: a series scraped once a step lands in exactly one
     of its points, the first after its scrape, so a node agent scraped between two of the step's grid points
     (a scraper spreading its targets over the step) has its ranks' rows stamped within `step_s / rank_reads` of
@@ -287,7 +296,7 @@ def fetch_interval(
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     wanted = tuple(names)
-    fine = tuple(n for n in wanted if n in families.RANKS) if rank_reads > 1 else ()
+    fine = tuple(n for n in wanted if n in FINE_FAMILIES) if rank_reads > 1 else ()
     grid = _Grid(step_s, step_s, phase_s, start_s, end_s)
     report = IngestReport(client.url, grid.first_s, grid.last_s, step_s)
     ranks = _Grid(
@@ -297,7 +306,12 @@ def fetch_interval(
     if grid.last_s >= grid.first_s:
         _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
     if fine and ranks.last_s >= ranks.first_s:
-        _read_grid(store, client, ranks, selector, fine, report, ("rank_timing_samples",))
+        rank_names = tuple(n for n in fine if n in families.RANKS)
+        report.rank_series = _read_grid(
+            store, client, ranks, selector, rank_names, report, ("rank_timing_samples",)
+        )
+        nic_names = tuple(n for n in fine if n not in families.RANKS)
+        _read_grid(store, client, ranks, selector, nic_names, report, FINE_TABLES[1:])
         report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
@@ -334,10 +348,14 @@ def _read_grid(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
-) -> None:
-    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None)."""
+) -> int:
+    """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None); returns the
+    most series one piece held."""
     if not names:
-        return
+        return 0
+    if tables is not None and OWNER_FAMILY not in names:
+        names = (*names, OWNER_FAMILY)  # ownership only: the pivot writes `tables` alone
+    most = 0
     first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
     total = round((last_s - first_s) / res_s) + 1
     done, points = 0, 1
@@ -350,6 +368,8 @@ def _read_grid(
         )
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
+        most = max(most, series)
+    return most
 
 
 def _fetch_piece(
@@ -370,7 +390,7 @@ def _fetch_piece(
     for sql in _DROP_SQL:
         conn.execute(sql)
     stager = _Stager(client.url, report)
-    hint = series = 0
+    hint = series = owners = 0  # owners: the ownership series a restricted read staged beside its own
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
@@ -381,9 +401,16 @@ def _fetch_piece(
                 for k, result in enumerate(chunks):
                     report.samples += stager.stage(name, result)
                     series += len(result)
+                    owners += len(result) if name == OWNER_FAMILY and tables is not None else 0
                     hint = max(hint, len(result))
                     chunked = chunked or k > 0
         report.series += series
+        series -= owners
+        if not series:  # nothing came (no rank exports this tick, a quiet family set): nothing to pivot
+            for table, _ in statements():
+                if tables is None or table in tables:
+                    report.rows[table] = report.rows.get(table, 0)
+            return 0
         stager.register(conn)
         if collecting:
             gc.enable()

@@ -23,6 +23,8 @@ from aiops.sources.prometheus import PrometheusClient
 
 MARGIN_S = 1.0  # after a scrape's time: its samples are stored and answered
 PROBE = "aiops_node_info"  # one series per node agent, scraped with the rest of its families
+RANK_PROBE = "aiops_rank_probed_seconds_total"  # one series per rank: where the rank timing lands in a step
+SCRAPE_JITTER_S = 0.1  # a scrape's sample time off its target's offset in the step, at most
 
 
 def phase_after(stamps_s: list[float], step_s: float, margin_s: float = MARGIN_S) -> float:
@@ -40,6 +42,55 @@ def phase_after(stamps_s: list[float], step_s: float, margin_s: float = MARGIN_S
 def learned_phase_s(client: PrometheusClient, at_s: float, step_s: float, selector: str = "") -> float | None:
     """The phase read from the agents' newest scrapes before `at_s`; None when none answered (the store down, or
     no agent scraped yet)."""
+    stamps = scrape_stamps(client, at_s, step_s, selector)
+    return phase_after(stamps, step_s) if stamps else None
+
+
+def scrape_phases(stamps_s: list[float], step_s: float) -> list[float]:
+    """The offsets in [0, step_s) at which the scrapes at `stamps_s` land, each once (to 1 ms)."""
+    return sorted({round(float(s) % step_s, 3) % step_s for s in stamps_s})
+
+
+def rank_phases_s(
+    client: PrometheusClient, at_s: float, step_s: float, selector: str = ""
+) -> list[float] | None:
+    """The offsets in [0, step_s) at which the agents' per-rank timing (`RANK_PROBE`) is scraped: each agent's
+    newest rank sample time before `at_s`, one number per agent (none where no agent exports rank timing); None
+    when the store did not answer."""
+    matchers = ",".join(m for m in (f'__name__="{RANK_PROBE}"', selector) if m)
+    query = f"max by (node, instance) (timestamp({{{matchers}}}))"
+    try:
+        data = client.get("/api/v1/query", {"query": query, "time": f"{at_s:.3f}"})
+    except SourceError:
+        return None
+    stamps: list[float] = []
+    for series in (data or {}).get("result") or [] if isinstance(data, dict) else []:
+        value = series.get("value") if isinstance(series, dict) else None
+        if not isinstance(value, list | tuple) or len(value) < 2:
+            continue
+        try:
+            stamps.append(float(value[1]))
+        except (TypeError, ValueError):
+            continue
+    return scrape_phases(stamps, step_s)
+
+
+def landed(phases_s: list[float], since_s: float, until_s: float, step_s: float) -> bool:
+    """Whether a scrape at one of the offsets `phases_s` falls in (since_s, until_s]: a read over that span can
+    hold rows no read before it held. A scrape's time is taken as SCRAPE_JITTER_S either side of its offset: one
+    near a grid point is read at that point and, should its sample come a little later, at the next."""
+
+    def crossed(at_s: float) -> bool:
+        return math.floor((until_s - at_s) / step_s) > math.floor((since_s - at_s) / step_s)
+
+    return any(crossed(p - SCRAPE_JITTER_S) or crossed(p + SCRAPE_JITTER_S) for p in phases_s)
+
+
+def scrape_stamps(
+    client: PrometheusClient, at_s: float, step_s: float, selector: str = ""
+) -> list[float] | None:
+    """The time of each agent's newest scrape before `at_s` (`PROBE`'s samples); None when the store did not
+    answer."""
     matchers = ",".join(m for m in (f'__name__="{PROBE}"', selector) if m)
     window_s = max(1, int(2 * step_s))
     try:
@@ -54,7 +105,7 @@ def learned_phase_s(client: PrometheusClient, at_s: float, step_s: float, select
                 stamps.append(float(values[-1][0]))
             except (TypeError, ValueError):
                 continue
-    return phase_after(stamps, step_s) if stamps else None
+    return stamps
 
 
 def on_grid(horizon_s: float, phase_s: float, step_s: float) -> float:

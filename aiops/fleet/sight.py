@@ -57,10 +57,13 @@ class SourceSight:
     read_s: float = 0.0  # how long the last read took
     behind_s: float = 0.0  # how far the newest data read lags the wall clock, past the reader's own delay
     caught_up: bool = False  # a read brought data no more than the grace behind: the start is over
+    blind_after_s: float = 0.0  # [fleet] blind_after_s: the grace when set; 0: BLIND_AFTER_STEPS steps
 
     @property
     def grace_s(self) -> float:
         """How long without data (or behind, or waiting on one read) before the fleet is blind."""
+        if self.blind_after_s > 0:
+            return self.blind_after_s
         return max(BLIND_AFTER_STEPS * self.step_s, MIN_GRACE_S)
 
     def begin(self) -> None:

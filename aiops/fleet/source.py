@@ -30,10 +30,9 @@ import pyarrow as pa
 
 from aiops.config import FacilityConfig, FleetConfig
 from aiops.errors import SourceError
-from aiops.fleet import families
 from aiops.fleet.cycle import CycleReport, read_cycle
-from aiops.fleet.ingest import fetch_interval
-from aiops.fleet.phase import learned_phase_s, on_grid
+from aiops.fleet.ingest import FINE_FAMILIES, FINE_TABLES, fetch_interval
+from aiops.fleet.phase import landed, on_grid, phase_after, rank_phases_s, scrape_stamps
 from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
@@ -43,6 +42,9 @@ from aiops.store import Store
 from aiops.store.conditions import SOURCE_BLIND
 
 log = logging.getLogger("aiops.fleet")
+PHASES_EVERY_S = (
+    300.0  # the agents' scrape offsets learned again this often (agents added, a scraper restarted)
+)
 MAX_SHOWN = 1000  # refusal lines logged once each per process, at most this many (then one line says so)
 INVENTORY = (
     "topology",
@@ -100,7 +102,13 @@ class FleetCollector:
         self.facility = setup.facility
         self.last: CycleReport | None = None
         self.shown: set[str] = set()  # refusal lines already logged
-        self.sight = SourceSight(setup.config.prometheus, self.step_s, clock, started_s=clock())
+        self.sight = SourceSight(
+            setup.config.prometheus,
+            self.step_s,
+            clock,
+            started_s=clock(),
+            blind_after_s=setup.config.blind_after_s,
+        )
         self.presence = NodePresence(self.step_s)
         self.presence.seed(_last_seen(store))
         self.said = ""  # the read failure last written to collector_errors (one row per change)
@@ -110,6 +118,10 @@ class FleetCollector:
         if self.phase_s is not None:
             self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
         self.rank_horizon_ts_s = self.horizon_ts_s  # rank timing read up to here (`[fleet] rank_reads`)
+        self.scrape_phases_s: list[float] | None = None  # each agent's offset in the step, where learned
+        self.phases_at_s = -math.inf  # when they were
+        # whether the last read found rank timing series: none (no rank exports it), no reads between steps
+        self.ranks_seen = False
         self.lost: frozenset[str] = frozenset()  # the node agents lost as of the last read
         self.judged_lost: frozenset[str] = frozenset()  # and as `conditions` last reported them (`urgent`)
         self.judged_blind = False  # the sight as `conditions` last reported it
@@ -128,11 +140,7 @@ class FleetCollector:
             return self._ranks_between(end_s)
         self.sight.begin()
         try:
-            if self.phase_s is None:
-                self.phase_s = learned_phase_s(self.client, end_s, self.step_s, self.config.selector)
-                if self.phase_s is not None:
-                    log.info("reading just after the agents' scrapes", extra={"phase_s": self.phase_s})
-                    self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
+            self._learn_phases(end_s)
             report = read_cycle(
                 self.scratch,
                 self.client,
@@ -158,6 +166,7 @@ class FleetCollector:
         out = self._handed_over()
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.nodes.rank_end_s or report.nodes.end_s)
+        self.ranks_seen = report.nodes.rank_series > 0
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
         self.lost = frozenset(n for n, s in self.presence.nodes.items() if s.missed >= LOST_AFTER_STEPS)
@@ -167,12 +176,42 @@ class FleetCollector:
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + n
         return out
 
+    def _learn_phases(self, end_s: float) -> None:
+        """Where the agents' scrapes land in a step (aiops/fleet/phase.py): the read grid's phase, learned once
+        from their sample times, and the offsets at which their rank timing lands (`scrape_phases_s`: learned
+        again every PHASES_EVERY_S, every step while no agent exports rank timing), so that rank timing is read
+        between steps only where some agent's scrape landed."""
+        if self.phase_s is None:
+            stamps = scrape_stamps(self.client, end_s, self.step_s, self.config.selector)
+            if stamps:
+                self.phase_s = phase_after(stamps, self.step_s)
+                log.info("reading just after the agents' scrapes", extra={"phase_s": self.phase_s})
+                self.horizon_ts_s = on_grid(self.horizon_ts_s, self.phase_s, self.step_s)
+        if self.config.rank_reads <= 1:
+            return
+        if self.scrape_phases_s and end_s - self.phases_at_s < PHASES_EVERY_S:
+            return
+        phases = rank_phases_s(self.client, end_s, self.step_s, self.config.selector)
+        if phases is not None:
+            self.scrape_phases_s, self.phases_at_s = phases, end_s
+
     def _ranks_between(self, end_s: float) -> dict[str, pa.Table]:
         """Rank timing alone, up to the newest of its grid's points before `end_s`, where one passed since the
-        last read and the phase is known; a failure here is left to the step's read to judge and retry."""
+        last read, the phase is known and an agent's scrape landed since (each agent's offset in the step, where
+        learned); a failure here is left to the step's read to judge and retry. Only while the last read found
+        rank timing series: a cluster whose ranks export none (no probe) is not asked for them between steps, and
+        a rank that starts exporting is read on the finer grid by the next step's read, then between steps again."""
         reads = self.config.rank_reads
-        if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < self.step_s / reads:
+        res_s = self.step_s / reads
+        if reads <= 1 or self.phase_s is None or end_s - self.rank_horizon_ts_s < res_s:
             return {}
+        if not self.ranks_seen:
+            return {}
+        point_s = self.phase_s + math.floor((end_s - self.phase_s) / res_s + 1e-9) * res_s
+        if self.scrape_phases_s is not None and not landed(
+            self.scrape_phases_s, self.rank_horizon_ts_s, point_s, self.step_s
+        ):
+            return {}  # nothing scraped since the last read: no request
         try:
             report = fetch_interval(
                 self.scratch,
@@ -181,7 +220,7 @@ class FleetCollector:
                 end_s=end_s,
                 step_s=self.step_s,
                 selector=self.config.selector,
-                names=families.RANKS,
+                names=FINE_FAMILIES,
                 phase_s=self.phase_s,
                 rank_reads=reads,
                 rank_start_s=self.rank_horizon_ts_s,
@@ -190,9 +229,14 @@ class FleetCollector:
             return {}
         if report.rank_end_s is not None:
             self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.rank_end_s)
-        rows = self.scratch.arrow("SELECT * FROM rank_timing_samples")
-        self.scratch.conn.execute("DELETE FROM rank_timing_samples")
-        return {"rank_timing_samples": rows} if rows.num_rows else {}
+            self.ranks_seen = report.rank_series > 0
+        out: dict[str, pa.Table] = {}
+        for table in FINE_TABLES:
+            rows = self.scratch.arrow(f"SELECT * FROM {table}")
+            self.scratch.conn.execute(f"DELETE FROM {table}")
+            if rows.num_rows:
+                out[table] = rows
+        return out
 
     def _handed_over(self) -> dict[str, pa.Table]:
         """What the read added: the inventory's new rows, and every sample (the scratch's emptied)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from aiops.detect.stragglers import StragglerRules
 from aiops.models import Symptom
 from aiops.profile.rank_timing import RANK_COLUMNS
@@ -34,17 +36,23 @@ def _wait(node: str, rank: int, k: int) -> float:
     return 0.30 if k > FAULT_K else 0.14
 
 
-def _rows(arrives: dict[str, float], wait_of: Callable[[str, int, int], float]) -> dict[str, list[Any]]:
+WaitOf = Callable[
+    [str, int, int], float | tuple[float, float]
+]  # node, rank, window -> wait (or wait, compute)
+
+
+def _rows(arrives: dict[str, float], wait_of: WaitOf) -> dict[str, list[Any]]:
     """Each rank's row per scrape (RANKS_PER_NODE a node, landing `arrives[node]` into each window): 6 probed
-    seconds split between the wait in collectives and compute."""
+    seconds split between the wait in collectives and compute (the rest, 2 % unless given, outside both)."""
     names = tuple(c for c in RANK_COLUMNS if c not in ("bytes", "rank_source"))  # the collector's columns
     cols: dict[str, list[Any]] = {k: [] for k in (*names, "rank_source")}
     for k in range(WINDOWS):
         for n, (node, offset_s) in enumerate(arrives.items()):
             for i in range(RANKS_PER_NODE):
                 rank = n * RANKS_PER_NODE + i
-                wait = wait_of(node, rank, k)
-                for kind, share in (("collective", wait), ("sync", 0.98 - wait)):
+                value = wait_of(node, rank, k)
+                wait, sync = value if isinstance(value, tuple) else (value, 0.98 - value)
+                for kind, share in (("collective", wait), ("sync", sync)):
                     row = (T0 + STEP_S * k + offset_s, node, "train", rank, len(arrives) * RANKS_PER_NODE)
                     row += (-1 - rank, kind, kind, 6.0, 10, 6.0 * share)
                     for name, value in zip(names, row, strict=True):
@@ -53,7 +61,7 @@ def _rows(arrives: dict[str, float], wait_of: Callable[[str, int, int], float]) 
     return cols
 
 
-def _store(arrives: dict[str, float] = ARRIVES, wait_of: Callable[[str, int, int], float] = _wait) -> Store:
+def _store(arrives: dict[str, float] = ARRIVES, wait_of: WaitOf = _wait) -> Store:
     store = Store(":memory:")
     store.ingest("rank_timing_samples", _rows(arrives, wait_of))
     nodes = list(arrives)
@@ -137,7 +145,8 @@ def test_a_whole_node_late_is_judged_against_the_nodes_landing_with_it() -> None
     assert {c for _, c, _ in named} == {"n1"}
 
 
-def test_a_node_alone_in_its_phase_is_judged_against_the_others_newest_rows() -> None:
+@pytest.mark.parametrize("cause", ["compute", "input"])
+def test_a_node_alone_in_its_phase_is_judged_against_the_others_newest_rows(cause: str) -> None:
     """A braked node scraped alone at its phase, the others at four other phases: when its first row after the
     fault lands, each other node's newest row holds more or less of the fault (its own phase), so the job's
     ranks spread too widely for a peer to stand out; yet every other node waits longer than it usually does and
@@ -151,15 +160,43 @@ def test_a_node_alone_in_its_phase_is_judged_against_the_others_newest_rows() ->
         row_end_s = STEP_S * k + arrives[node]
         if k < FAULT_K or k > end_k + 1 or (k == end_k + 1 and node != "n4" and arrives[node] < 9.0):
             return 0.14  # before the fault, and once past it (n4 was the last to land in the fault)
+        if node == "n4" and k <= end_k:  # braked: its kernels slower; starved: its loader
+            return 0.03 if cause == "compute" else (0.03, 0.45)
         if node == "n4":
-            return 0.14 if k > end_k else 0.03
+            return 0.14
         return 0.14 + 0.46 * min(1.0, (row_end_s - onset_s) / STEP_S)  # its seconds after the onset
 
     with _store(arrives, wait) as store:
         rules = StragglerRules(store, lambda gpu: False)
-        named: list[tuple[float, str, list[int]]] = []
+        found: list[Symptom] = []
         for k in range(WINDOWS + 2):
-            named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
+            found += rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True)
+    named = _named(found)
     assert named and named[0][:2] == (STEP_S * FAULT_K + 12.0, "n4"), named[:3]
     assert sorted(named[0][2]) == [16, 17, 18, 19]
     assert {c for _, c, _ in named} == {"n4"}, named
+    assert found[0].detail["cause"] == cause
+
+
+def test_a_first_row_holding_seconds_before_the_onset_names_the_rank_at_its_arrival() -> None:
+    """The slow rank's first row after the fault holds the seconds before it too: against its node-mates (same
+    seconds) it waited only 3.5 % of the row less, under the 5 % a late rank needs, yet it usually waits as much
+    as they do, so the gap is new: named at that arrival, not a scrape later. A GPU a little slower all along
+    (nodeC's second rank: 3.5 % less wait in every row) is named never."""
+    always_slower = 9
+
+    def wait(node: str, rank: int, k: int) -> float:
+        base = 0.30 if (k > FAULT_K or (k == FAULT_K and node == "nodeC")) else 0.14
+        if node == "nodeB" and k == FAULT_K:
+            base = 0.14 if rank == SLOW_RANK else 0.175  # part of the row's seconds after the onset
+        elif node == "nodeB" and k > FAULT_K and rank == SLOW_RANK:
+            base = 0.02
+        return base - 0.035 if rank == always_slower else base
+
+    with _store(ARRIVES, wait) as store:
+        rules = StragglerRules(store, lambda gpu: False)
+        named: list[tuple[float, str, list[int]]] = []
+        for k in range(WINDOWS):
+            named += _named(rules.process(T0 + STEP_S * k, T0 + STEP_S * (k + 1), warm=True))
+    assert named and named[0] == (STEP_S * FAULT_K + ARRIVES["nodeB"], "nodeB/gpu1", [SLOW_RANK]), named[:3]
+    assert {ranks[0] for _, _, ranks in named} == {SLOW_RANK}, named

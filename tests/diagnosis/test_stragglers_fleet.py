@@ -53,16 +53,21 @@ def test_the_fleet_joins_ranks_across_nodes_and_names_the_slow_one(tmp_path: Pat
         )
         assert first.detail["rule"] == "peers"  # by its peers on the other nodes, no baseline needed
         # the fleet reads just after the agents' scrapes (the replay scrapes one step after the first sample, then
-        # every step): its rows stand MARGIN_S after them, not up to a step later on a grid of multiples of it
+        # every step): the step's rows stand MARGIN_S after them, the rank timing's (read on a 1 s grid, `[fleet]
+        # rank_reads`) at the scrape itself, not up to a step later on a grid of multiples of it
         scraped_s = float(twin.scalar("SELECT min(ts_s) FROM gpu_samples")) + STEP_S
         stamps = {float(r["ts_s"]) for r in fleet.query("SELECT DISTINCT ts_s FROM rank_timing_samples")}
-        assert {round((t - scraped_s) % STEP_S, 3) for t in stamps} == {MARGIN_S}
+        assert {round((t - scraped_s) % STEP_S, 3) for t in stamps} == {0.0}
+        gpu_stamps = {float(r["ts_s"]) for r in fleet.query("SELECT DISTINCT ts_s FROM gpu_samples")}
+        assert {round((t - scraped_s) % STEP_S, 3) for t in gpu_stamps} == {MARGIN_S}
         # named in the window that ends on the row of the first scrape whose whole interval follows the fault
         # (the one before holds a second of it): the scrape's phase, one interval, the margin; no step more
         fault_ts_s = SIM_EPOCH_TS_S + START_S
         whole_s = scraped_s + STEP_S * (math.floor((fault_ts_s - scraped_s) / STEP_S) + 2)
         assert fault_ts_s < first.ts_s <= whole_s + MARGIN_S, (first.ts_s - fault_ts_s, whole_s - fault_ts_s)
-        assert first.ts_s in stamps  # judged in the window that the row's own time closes, not a step later
+        assert (
+            first.ts_s - MARGIN_S in stamps
+        )  # judged in the window that closes just after its row, not a step later
         assert {s.component for _, s in found} == {"node2/gpu1"}
         top = next(d for d in diagnose(fleet, [incident]) if d.incident == incident).hypotheses[0]
         assert (top.root_cause, top.component) == ("pcie_degraded", "node2/gpu1")

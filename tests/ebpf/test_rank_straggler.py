@@ -25,7 +25,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,15 @@ from aiops.config import parse_config, this_host_name
 from aiops.detect.stragglers import RANK_WINDOW_SQL
 from aiops.profile.probes import bcc_attach_uprobe
 from aiops.profile.rank_phases import RankWindow, late_ranks
-from aiops.service.service import Service
-from aiops.service.sources import RankTimingSource
 from aiops.store import Store
-from tests.profile.test_rank_timing_ebpf import OTHERS, nccl_rank, rank_process, torchrun_env  # noqa: F401
+from tests.profile.test_rank_timing_ebpf import (  # noqa: F401
+    HARD_CAP_S,
+    OTHERS,
+    UntilStored,
+    nccl_rank,
+    rank_process,
+    torchrun_env,
+)
 from tests.service_helpers import free_port
 
 pytestmark = pytest.mark.ebpf
@@ -128,9 +133,6 @@ def rendezvous(pids: tuple[int, int]) -> Iterator[dict[str, int]]:
                 os.kill(pid, signal.SIGCONT)
 
 
-HARD_CAP_S = 90.0  # the service stops at the first flush that stored what the test reads, else after this
-
-
 def straggler_symptoms(store: Store, job: str) -> list[dict[str, Any]]:
     """The job's rank_straggler symptoms among the filed incidents."""
     return [
@@ -141,35 +143,17 @@ def straggler_symptoms(store: Store, job: str) -> list[dict[str, Any]]:
     ]
 
 
-class UntilFiled(Service):
-    """The node agent's service, stopped at the first flush after which the store holds what the test reads
-    (both ranks' windows, the job's steps and its straggler incident), not after a fixed time: the rank probes are
-    compiled in a child process before they attach (measured to the flush, seconds after the start: compiled by
-    2-5 s, first window by 4-7 s, filed by 6-12 s with the machine's load at 9-19; a 12 s run in a loaded
-    fresh-clone suite once stored no window at all). `timeline` keeps those times for the failure message."""
+def filed(job: str) -> Callable[[Store], bool]:
+    """Both ranks' windows, the job's steps and its straggler incident stored (measured to the flush, seconds
+    after the start: compiled by 2-5 s, first window by 4-7 s, filed by 6-12 s with the machine's load at 9-19;
+    a 12 s run in a loaded fresh-clone suite once stored no window at all)."""
 
-    def __init__(self, config: Any, job: str) -> None:
-        super().__init__(config)
-        self.job = job
-        self.timeline: dict[str, float] = {}
+    def ready(store: Store) -> bool:
+        ranks = store.query("SELECT DISTINCT rank FROM rank_timing_samples WHERE job = ?", [job])
+        steps = store.scalar("SELECT count(*) FROM job_steps WHERE job = ?", [job])
+        return len(ranks) == 2 and bool(steps) and bool(straggler_symptoms(store, job))
 
-    def flush(self) -> None:
-        super().flush()
-        if self.sources is None or self.stopping.is_set():
-            return
-        since_s = round(time.time() - self.wall_started_ts_s, 1)
-        for source in self.sources.sources:
-            rank = source.collector
-            if isinstance(rank, RankTimingSource) and rank.collector.compiled.is_set():
-                self.timeline.setdefault("probes_compiled_by_s", since_s)
-                if rank.collector.windows:
-                    self.timeline.setdefault("first_window_by_s", since_s)
-        with self.owner.store() as store:
-            ranks = store.query("SELECT DISTINCT rank FROM rank_timing_samples WHERE job = ?", [self.job])
-            steps = store.scalar("SELECT count(*) FROM job_steps WHERE job = ?", [self.job])
-            if len(ranks) == 2 and steps and straggler_symptoms(store, self.job):
-                self.timeline["filed_by_s"] = since_s
-                self.stop()
+    return ready
 
 
 def test_the_slow_rank_is_named_by_its_own_timing_and_filed_by_the_service(
@@ -196,9 +180,9 @@ def test_the_slow_rank_is_named_by_its_own_timing_and_filed_by_the_service(
             for rank, us in ((0, FAST_US), (1, SLOW_US))
         )
         counts = stack.enter_context(rendezvous((pids[0], pids[1])))
-        service = UntilFiled(config, job)
+        service = UntilStored(config, filed(job))
         assert service.run(duration_s=HARD_CAP_S) == 0
-    assert "filed_by_s" in service.timeline, f"nothing filed in {HARD_CAP_S:.0f} s: {service.timeline}"
+    assert "ready_by_s" in service.timeline, f"nothing filed in {HARD_CAP_S:.0f} s: {service.timeline}"
     assert counts["continues"] > 100, counts  # the rendezvous held rank 0 at each step
     host = this_host_name(socket.gethostname())
     with Store(db, read_only=True) as store:

@@ -30,7 +30,7 @@ from tests.dispatch_helpers import TOKEN
 from tests.prometheus_process import prometheus_running
 from tests.service_helpers import aiops_cmd, get_json, wait_for
 from tests.signing_helpers import make_keys
-from tests.test_fleet_live import fleet
+from tests.test_fleet_live import SCRAPE_S, fleet
 
 NODES = ("node0", "node1")
 SCENARIO = """\
@@ -94,7 +94,7 @@ def relabelling_prometheus(tmp_path: Path, ports: dict[str, int], foreign: str) 
     whoever edits the scrape config, can do)."""
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"global: {{scrape_interval: {SCRAPE_S:g}s, evaluation_interval: {SCRAPE_S:g}s}}\n"
         "scrape_configs:\n"
         f"  - {{job_name: aiops, honor_labels: true, static_configs: [{{targets: ['127.0.0.1:{ports['node0']}']}}]}}\n"
         "  - job_name: aiops-relabelled\n"

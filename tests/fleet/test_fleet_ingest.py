@@ -186,7 +186,9 @@ def test_rank_timing_read_on_a_finer_grid_lands_just_after_its_own_scrape(
     assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[1]} == {0.0}
     assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[3]} == {10.0}
     assert len(got[3]) == (SCRAPES - 1) * 2 * 2  # the first scrape is the base: 7 per rank and kind
-    assert fetched[3] <= fetched[1]  # no sample fetched twice: a point's window is its grid's step
+    # no sample fetched twice (a point's window is its grid's step), beyond the agent's aiops_node_info that each
+    # of the finer grid's two reads (ranks, NICs) stages to know who speaks for which node: one per scrape
+    assert fetched[3] <= fetched[1] + 2 * SCRAPES
 
     def values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return [(r["rank"], r["kind"], r["window_s"], r["calls"], r["blocked_s"]) for r in rows]
@@ -220,6 +222,29 @@ def test_aiops_fleet_reads_rank_timing_between_its_steps(prometheus: str, tmp_pa
             now[0] = T0 + 82.0  # the step's read: the rest, not the rank rows again
             step = collector.collect(now[0])
             assert "gpu_samples" in step and "rank_timing_samples" not in step
+        finally:
+            collector.close()
+
+
+def test_aiops_fleet_asks_nothing_between_its_steps_where_no_rank_exports_timing(
+    prometheus: str, tmp_path: Path
+) -> None:
+    """`rank_reads` 3 on a cluster whose step's read finds no rank timing series (here a selector, `rank=""`,
+    leaves them out, as a cluster without the rank probe has none): between two steps' reads the collector asks
+    Prometheus nothing, instead of `rank_reads - 1` rank reads a step for nothing; the next step's read reads on."""
+    now = [T0 + 67.0]
+    config = FleetConfig(prometheus=prometheus, lookback_s=STEP_S * SCRAPES, rank_reads=3, selector='rank=""')
+    with Store(tmp_path / "no-ranks.duckdb") as store:
+        collector = FleetCollector(store, FleetSetup(config), clock=lambda: now[0])
+        try:
+            first = collector.collect(now[0])
+            assert "gpu_samples" in first and "rank_timing_samples" not in first
+            asked = collector.client.requests
+            now[0] = T0 + 80.0  # between two steps' reads, a rank point passed (as in the test before)
+            assert collector.collect(now[0]) == {}
+            assert collector.client.requests == asked
+            now[0] = T0 + 82.0
+            assert "gpu_samples" in collector.collect(now[0]) and collector.client.requests > asked
         finally:
             collector.close()
 

@@ -43,11 +43,12 @@ from guardrails.actuators_k8s import core_api
 from guardrails.policy import ExecutionRecord
 from guardrails.proposal_desk import Guardrails
 from guardrails.records import GuardrailRecords
+from tests.agent_cluster import agents as node_agents
 from tests.clirun import run_cli
 from tests.dispatch_helpers import TOKEN, Node, audit, body, post, power_limit_w, signed
 from tests.guardrails.test_rollback import approve, propose
 from tests.k8s_api import Cluster, k8s_api, pod
-from tests.service_helpers import TINY_SCENARIO, running_service, wait_for
+from tests.service_helpers import TINY_SCENARIO, wait_for
 from tests.signing_helpers import Keys, make_keys
 from tests.slurm_cluster import RACK, SlurmCluster, slurm_cluster
 
@@ -64,17 +65,11 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     (tmp / "aiops.toml").write_text(keys.config.read_text() + f'\n[http]\ntoken_file = "{tmp / "token"}"\n')
     scenario = tmp / "tiny.yaml"
     scenario.write_text(TINY_SCENARIO)
-    with (
-        running_service(
-            tmp, tmp / "node0.duckdb", "--sim", str(scenario), "--node", "node0", log_name="n0.log"
-        ) as (_, port0),
-        running_service(
-            tmp, tmp / "node1.duckdb", "--sim", str(scenario), "--node", "node1", log_name="n1.log"
-        ) as (_, port1),
-    ):
+    # started together (tests/agent_cluster.py: not node1 after node0's readiness), on one epoch, at 1x
+    with node_agents(tmp, scenario, time.time(), ("node0", "node1"), "1") as ports:
         nodes = {
             name: Node(port, tmp / f"{name}.duckdb", keys, keys.make_key("id_mallory"))
-            for name, port in (("node0", port0), ("node1", port1))
+            for name, port in ports.items()
         }
         yield {"keys": keys, "nodes": nodes}
 

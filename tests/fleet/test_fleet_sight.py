@@ -59,6 +59,23 @@ def test_a_source_is_blind_after_two_intervals_without_data_and_says_why() -> No
     assert seen.blind() is None and seen.condition(0.0) is None
 
 
+def test_blind_after_s_sets_the_grace_where_the_fleets_host_falls_behind() -> None:
+    """`[fleet] blind_after_s`: a fleet on a host known to fall behind (a loaded test runner, a small VM) says
+    blind after that long, not after two scrape intervals; unset, two intervals (at least 10 s)."""
+    clock = Clock()
+    seen = SourceSight("http://prom:9090", 2.0, clock, started_s=clock(), blind_after_s=60.0)
+    seen.begin()
+    seen.read(samples=120, behind_s=0.0)
+    clock.now_s += 30
+    seen.begin()
+    seen.read(samples=120, behind_s=30.0)  # a starved fleet's read, 30 s behind: fifteen steps
+    assert seen.blind() is None
+    seen.begin()
+    seen.read(samples=120, behind_s=61.0)
+    assert seen.blind() is not None and "behind" in str(seen.blind())
+    assert SourceSight("u", 2.0, clock).grace_s == 10.0 and SourceSight("u", 15.0, clock).grace_s == 30.0
+
+
 def test_empty_slow_and_hung_reads_are_blindness_too() -> None:
     clock = Clock()
     empty = sight(clock)
