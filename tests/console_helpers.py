@@ -3,24 +3,22 @@ accounts, a signed-in `TestClient`, and a two-person proposal filed on the demo'
 
 from __future__ import annotations
 
-import atexit
 import html
-import os
 import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 from starlette.testclient import TestClient
 
 from aiops.config import load_config
-from aiops.console.accounts import Accounts, accounts_path
+from aiops.console.accounts import Account, Accounts, accounts_path, check_name, check_role
 from aiops.console.app import ConsoleOptions, create_app
 from aiops.runtime.world import attach, desk
 from aiops.store import Workspace
@@ -56,27 +54,24 @@ def write_config(folder: Path, approvers: tuple[str, ...] = APPROVERS) -> Path:
     return config
 
 
-_ACCOUNTS: dict[tuple[tuple[str, str], ...], Path] = {}  # a set of users -> its accounts file, made once
+# The test kit's accounts carry argon2id hashes at the lightest parameters argon2 allows: the product verifies a
+# hash with the parameters written in it (`$argon2id$v=19$m=...,t=...,p=...`), so each sign-in still runs the
+# console's own check, at about a millisecond instead of a third of a CPU-second (64 MiB, t=3, p=4); the suite
+# signs in some hundred times. Accounts the product makes (`aiops console adduser`, the admin page, a new
+# password) keep its own parameters, and the sign-in limit tests (tests/console/test_console_signin_limits.py)
+# and the flood test make theirs with it: there the hash's cost is under test.
+_LIGHT_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 
 def add_users(db: Path, users: dict[str, str] = USERS) -> None:
-    """`users`, each with PASSWORD, into `db`'s console accounts. Into a workspace without accounts yet, a copy of
-    the file `Accounts.add` wrote once in this process for the same users: an argon2id hash costs about a third of
-    a CPU-second (64 MiB), and the suite signs in to hundreds of fresh copies of the demo."""
-    target = accounts_path(str(db))
-    key = tuple(users.items())
-    if os.path.lexists(target) or key not in _ACCOUNTS:
-        accounts = Accounts(target)
-        for name, role in users.items():
-            accounts.add(name, role, PASSWORD)
-        if key not in _ACCOUNTS and len(accounts.load()) == len(users):  # only these users: the template
-            folder = tempfile.mkdtemp(prefix="aiops-accounts-")
-            atexit.register(shutil.rmtree, folder, True)
-            template = Path(folder) / target.name
-            shutil.copy(target, template)
-            _ACCOUNTS[key] = template
-        return
-    shutil.copy(_ACCOUNTS[key], target)  # its mode too (0600)
+    """`users`, each with PASSWORD (hashed at the lightest argon2id parameters), into `db`'s console accounts."""
+    accounts = Accounts(accounts_path(str(db)))
+    found = accounts.load()
+    for name, role in users.items():
+        canonical = check_name(name)
+        assert canonical not in found, f"{canonical} already has an account"
+        found[canonical] = Account(canonical, check_role(role), _LIGHT_HASHER.hash(PASSWORD))
+    accounts.save(found)
 
 
 def demo_proposal(db: Path) -> str:

@@ -34,6 +34,7 @@ other package of its own layer (except the base modules, and the order inside th
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -311,23 +312,31 @@ def _parse(name: str) -> ast.AST:
     return ast.parse(MODULES[name].read_text(), str(MODULES[name]))
 
 
-def graph() -> dict[str, set[str]]:
+@dataclass(frozen=True)
+class Scan:
+    """One pass over every first-party module's source: its import edges and the dynamic imports it cannot
+    resolve (parsing and walking the ~460 modules costs about a CPU-second: once for this module)."""
+
+    edges: dict[str, set[str]]
+    unresolved: dict[str, list[str]]
+
+
+def scan() -> Scan:
     edges: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        imported = _imports(_parse(name), name, path.name == "__init__.py")
-        targets = {_resolve(i) for i in imported}
-        edges[name] = {t for t in targets if t and t != name and t.split(".")[0] in PACKAGES}
-    return edges
-
-
-def unresolved_dynamic_imports() -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
+    unresolved: dict[str, list[str]] = {}
     for name, path in MODULES.items():
         calls: list[str] = []
-        _imports(_parse(name), name, path.name == "__init__.py", calls)
+        imported = _imports(_parse(name), name, path.name == "__init__.py", calls)
+        targets = {_resolve(i) for i in imported}
+        edges[name] = {t for t in targets if t and t != name and t.split(".")[0] in PACKAGES}
         if calls:
-            found[name] = calls
-    return found
+            unresolved[name] = calls
+    return Scan(edges, unresolved)
+
+
+@pytest.fixture(scope="module")
+def source() -> Scan:
+    return scan()
 
 
 def package_of(module: str) -> str:
@@ -382,8 +391,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_there_is_no_import_cycle() -> None:
-    assert cycles(graph()) == []
+def test_there_is_no_import_cycle(source: Scan) -> None:
+    assert cycles(source.edges) == []
 
 
 def upward(edges: dict[str, set[str]]) -> list[str]:
@@ -421,19 +430,19 @@ def forbidden(edges: dict[str, set[str]]) -> list[str]:
     return found
 
 
-def test_no_import_goes_up_a_layer() -> None:
-    assert upward(graph()) == []
+def test_no_import_goes_up_a_layer(source: Scan) -> None:
+    assert upward(source.edges) == []
 
 
-def test_the_analyst_cannot_import_the_twin() -> None:
+def test_the_analyst_cannot_import_the_twin(source: Scan) -> None:
     """Detection, diagnosis and remediation judge telemetry only: no path of imports from them to aiops.sim
     (tests/twin/test_twin_blind_analyst.py checks they never read the twin's tables either)."""
-    assert forbidden(graph()) == []
+    assert forbidden(source.edges) == []
 
 
-def test_dynamic_imports_are_named_or_listed() -> None:
+def test_dynamic_imports_are_named_or_listed(source: Scan) -> None:
     """A module named only at run time is an edge this test cannot see: allowed only where listed, with why."""
-    found = unresolved_dynamic_imports()
+    found = source.unresolved
     assert sorted(found) == sorted(DYNAMIC_ALLOWED), found
 
 
@@ -490,7 +499,7 @@ def test_relative_and_dynamic_imports_are_edges() -> None:
 
 
 @pytest.mark.parametrize("package", ["aiops.datapath", "collectors"])
-def test_readers_and_the_datapath_stay_small(package: str) -> None:
+def test_readers_and_the_datapath_stay_small(source: Scan, package: str) -> None:
     """The datapath imports only aiops.errors; collectors never import control, the twin or guardrails."""
     allowed = {
         "aiops.datapath": {"aiops.errors", "aiops.safeload", "aiops"},
@@ -505,7 +514,7 @@ def test_readers_and_the_datapath_stay_small(package: str) -> None:
             "aiops.columns",
         },
     }
-    for module, targets in graph().items():
+    for module, targets in source.edges.items():
         if package_of(module) != package:
             continue
         outside = {package_of(t) for t in targets} - {package} - allowed[package]

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from aiops.agent.sqltool import PROTECTED_TABLES, ReadOnlySQL
+from aiops.agent.sqltool import PROTECTED_TABLES, ReadOnlySQL, parser
 from aiops.errors import AiopsError, SQLRejected
 from aiops.store.migrations import TIME_SERIES_TABLES
 
@@ -56,9 +56,9 @@ def _walk(tree: Any, tables: set[str], functions: set[str]) -> None:
 
 def parse(sql: str) -> tuple[frozenset[str], frozenset[str]]:
     """(tables read, functions called) of one SELECT; empty when DuckDB cannot parse it (the re-run says why)."""
-    with duckdb.connect(":memory:") as parser:  # parsing needs no data
+    with parser() as parsing:  # parsing needs no data
         try:
-            row = parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+            row = parsing.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
         except duckdb.Error:
             return frozenset(), frozenset()
     tree = json.loads(str(row[0])) if row else {"error": True}

@@ -106,6 +106,8 @@ def test_accounts_are_argon2_hashes_in_a_0600_file_and_refuse_weak_input(tmp_pat
     assert stat.S_IMODE(os.stat(accounts.path).st_mode) == 0o600
     text = accounts.path.read_text()
     assert "$argon2id$" in text and PASSWORD not in text
+    # the product's parameters, 64 MiB, t=3, p=4 (the test kit's own accounts are hashed at the lightest)
+    assert "$argon2id$v=19$m=65536,t=3,p=4$" in text
     assert accounts.authenticate("alice", PASSWORD) is not None
     assert accounts.authenticate("alice", PASSWORD + "x") is None
     assert accounts.authenticate("nobody-here", PASSWORD) is None

@@ -33,7 +33,7 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
         '[console]\nenabled = true\n\n[guardrails.approvers]\nalice = ["physical"]\n'
     )
     env = service_env(tmp_path)
-    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (proc, port):
+    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "30") as (proc, port):
         base = api = f"http://127.0.0.1:{port}"  # one listener: the console and the API
         status, body = get(base + "/login")
         assert status == 200 and b"aiops console adduser NAME --role admin" in body  # first run: no account

@@ -2,7 +2,8 @@
 report of a simulated day with three different incidents render to a page that is not blank, every plot has
 content, every image has a title or alt text, the page makes no external request, and the PDF (Chromium's
 print-to-PDF) converts with pdftoppm into pages that are not blank. Needs `chromium` and `pdftoppm`: skipped
-without them, failed under AIOPS_REQUIRE_EBPF=1.
+without them, failed under AIOPS_REQUIRE_EBPF=1. One Chromium serves the module's three tests (a page each),
+as in the console's tests (tests/report_browser.py `one_browser`).
 
 The simulated day (aiops/data/report-day.yaml, 24 h at a 60 s sample interval, 120 s detection windows) is
 made once per module: about 20 s on this machine (tests/report_helpers.py)."""
@@ -10,6 +11,7 @@ made once per module: about 20 s on this machine (tests/report_helpers.py)."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from aiops.report.build import build_report
 from aiops.report.period import Period
 from aiops.store import Store
 from tests.demo_template import demo_copy
-from tests.report_browser import MIN_VARIANCE, browser, chromium, load, pdf_pages, variance
+from tests.report_browser import MIN_VARIANCE, chromium, load, one_browser, pdf_pages, variance  # noqa: F401
 from tests.report_helpers import simulate_day
 
 EPOCH_S = 1767225600.0
@@ -41,21 +43,25 @@ def day_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _write(db: Path, out: Path, *period: str) -> dict[str, Path]:
-    assert main(["report", "--db", str(db), "--out", str(out), *period, "--format", "html,md,pdf"]) == 0
+    """`aiops report ... --format html,md,pdf`: in a thread of its own, as the product's print-to-PDF starts its
+    own Chromium through Playwright's sync API, which refuses to run in a thread where the module's browser runs
+    its event loop."""
+    args = ["report", "--db", str(db), "--out", str(out), *period, "--format", "html,md,pdf"]
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(main, args).result() == 0
     return {kind: next(out.glob(f"report-*.{kind}")) for kind in ("html", "md", "pdf")}
 
 
-def _check_in_browser(html: Path, min_plots: int) -> None:
-    with browser() as instance:
-        for scheme in ("light", "dark"):
-            loaded = load(instance, html, color_scheme=scheme)
-            assert loaded.external == [], f"external requests: {loaded.external}"
-            assert variance(loaded.page_png) > MIN_VARIANCE, f"{scheme} page is blank"
-            assert len(loaded.plots) >= min_plots, sorted(loaded.plots)
-            blank = {key: variance(png) for key, png in loaded.plots.items() if variance(png) <= MIN_VARIANCE}
-            assert not blank, f"blank plots: {blank}"
-            assert loaded.images >= len(loaded.plots)
-            assert loaded.unlabelled == [], f"images without title or alt: {loaded.unlabelled}"
+def _check_in_browser(instance: object, html: Path, min_plots: int) -> None:
+    for scheme in ("light", "dark"):
+        loaded = load(instance, html, color_scheme=scheme)
+        assert loaded.external == [], f"external requests: {loaded.external}"
+        assert variance(loaded.page_png) > MIN_VARIANCE, f"{scheme} page is blank"
+        assert len(loaded.plots) >= min_plots, sorted(loaded.plots)
+        blank = {key: variance(png) for key, png in loaded.plots.items() if variance(png) <= MIN_VARIANCE}
+        assert not blank, f"blank plots: {blank}"
+        assert loaded.images >= len(loaded.plots)
+        assert loaded.unlabelled == [], f"images without title or alt: {loaded.unlabelled}"
 
 
 def _check_pdf(pdf: Path, out: Path) -> None:
@@ -65,14 +71,21 @@ def _check_pdf(pdf: Path, out: Path) -> None:
     assert all(variance(page) > MIN_VARIANCE for page in pages), [round(variance(p)) for p in pages]
 
 
-def test_demo_report_in_chromium(demo_db: Path, tmp_path: Path) -> None:
-    chromium()
+def test_demo_report_in_chromium(
+    one_browser: object,  # noqa: F811
+    demo_db: Path,
+    tmp_path: Path,
+) -> None:
     files = _write(demo_db, tmp_path, "--since", "24h", "--end", "latest")
-    _check_in_browser(files["html"], min_plots=7)
+    _check_in_browser(one_browser, files["html"], min_plots=7)
     _check_pdf(files["pdf"], tmp_path)
 
 
-def test_day_report_with_three_incidents_in_chromium(day_db: Path, tmp_path: Path) -> None:
+def test_day_report_with_three_incidents_in_chromium(
+    one_browser: object,  # noqa: F811
+    day_db: Path,
+    tmp_path: Path,
+) -> None:
     with Store(day_db, read_only=True) as store:
         report = build_report(store, Period(EPOCH_S, EPOCH_S + DAY_S), now_ts_s=EPOCH_S + DAY_S)
         causes = {
@@ -86,20 +99,21 @@ def test_day_report_with_three_incidents_in_chromium(day_db: Path, tmp_path: Pat
     html = files["html"].read_text()
     for cause in causes:
         assert cause in html
-    _check_in_browser(files["html"], min_plots=8)
+    _check_in_browser(one_browser, files["html"], min_plots=8)
     _check_pdf(files["pdf"], tmp_path)
 
 
-def test_the_guard_sees_external_requests_and_blank_plots(tmp_path: Path) -> None:
+def test_the_guard_sees_external_requests_and_blank_plots(
+    one_browser: object,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """The checks above can fail: a page that fetches an image is caught, an empty plot is blank."""
-    chromium()
     page = tmp_path / "bad.html"
     page.write_text(
         '<!DOCTYPE html><html><body><img src="https://example.invalid/x.png">'
         '<svg class="plot" id="plot-empty" width="200" height="100"></svg></body></html>'
     )
-    with browser() as instance:
-        loaded = load(instance, page)
+    loaded = load(one_browser, page)
     assert loaded.external == ["https://example.invalid/x.png"]
     assert variance(loaded.plots["plot-empty"]) <= MIN_VARIANCE
     assert set(loaded.unlabelled) == {"IMG", "plot-empty"}
