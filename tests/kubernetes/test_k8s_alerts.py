@@ -138,7 +138,12 @@ def test_a_healthy_twin_fires_nothing_then_the_fault_fires_the_incident_alert(st
     assert labels["job"] == "aiops-node"
     summary = fired[0]["annotations"]["summary"]
     assert summary == f"thermal_throttle on node1/gpu2 ({labels['incident_id']})", summary
+    # the agent itself stays healthy: nothing else fires, and nothing else is pending but the ingest lag, which is
+    # measured on the twin's clock: at 60x, a flush that a loaded runner delays 5 s is 300 twin seconds late
     others = [
-        a["labels"]["alertname"] for a in alerts(stack) if a["labels"]["alertname"] != "AiopsIncidentOpen"
+        a["labels"]["alertname"]
+        for a in alerts(stack)
+        if a["labels"]["alertname"] != "AiopsIncidentOpen"
+        and (a["state"] == "firing" or a["labels"]["alertname"] != "AiopsIngestLag")
     ]
-    assert others == [], others  # the agent itself stays healthy
+    assert others == [], others
