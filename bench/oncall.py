@@ -325,8 +325,8 @@ def arrival_plan(args: argparse.Namespace) -> ArrivalPlan:
 
 class StopRequest:
     """SIGTERM once: the run stops at its next scrape, stops what it started, and prints the figures of the hours
-    it ran (`stopped_early`); twice: exit 143 at once. A handler that raised SystemExit itself could land inside
-    a DuckDB query, which turned it into a query error that the loop outlived."""
+    it ran (`stopped_early`); twice: exit 143 at once. The run polls the request at each scrape instead of
+    raising from the handler: a SIGTERM that arrived during a DuckDB query was seen not to stop the run."""
 
     def __init__(self) -> None:
         self.requested = False
