@@ -29,11 +29,13 @@ from collectors.workloads.kubernetes import (
 from collectors.workloads.proc import (
     ENVIRON_MAX_BYTES,
     TWIN_NODE_ENV,
+    TWIN_TAG_ENV,
     HostProcessScan,
     parse_cgroup,
     parse_environ,
     read_cgroup,
     read_environ,
+    twin_marker,
     user_of,
     visible_device_pids,
 )
@@ -106,19 +108,28 @@ def test_a_twin_node_lists_only_the_host_processes_marked_for_it() -> None:
         [sys.executable, "-c", "import time; time.sleep(60)"], env={**base, TWIN_NODE_ENV: "node3"}
     )
     unmarked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=base)
+    tag = f"t{os.getpid()}"  # another twin's node3 on this host: an agent started with AIOPS_TWIN_TAG=tag
+    tagged = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**base, TWIN_NODE_ENV: f"node3@{tag}"}
+    )
     try:
         deadline = time.monotonic() + 5
-        while not all((read_environ(p.pid) or {}).get("CUDA_VISIBLE_DEVICES") for p in (marked, unmarked)):
+        while not all(
+            (read_environ(p.pid) or {}).get("CUDA_VISIBLE_DEVICES") for p in (marked, unmarked, tagged)
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert marked.pid in HostProcessScan(node="node3")().get(6, [])
-        assert unmarked.pid not in HostProcessScan(node="node3")().get(6, [])
-        assert marked.pid not in HostProcessScan(node="node1")().get(6, [])
-        assert {marked.pid, unmarked.pid} <= set(
+        untagged_node3 = HostProcessScan(node=twin_marker("node3", {}))().get(6, [])
+        assert marked.pid in untagged_node3
+        assert unmarked.pid not in untagged_node3 and tagged.pid not in untagged_node3
+        assert marked.pid not in HostProcessScan(node=twin_marker("node1", {}))().get(6, [])
+        tagged_node3 = HostProcessScan(node=twin_marker("node3", {TWIN_TAG_ENV: tag}))().get(6, [])
+        assert tagged_node3 == [tagged.pid]  # the tagged twin's node3 lists its own process only
+        assert {marked.pid, unmarked.pid, tagged.pid} <= set(
             visible_device_pids().get(6, [])
         )  # unscoped: every pinned one
     finally:
-        for p in (marked, unmarked):
+        for p in (marked, unmarked, tagged):
             p.terminate()
             p.wait(10)
 

@@ -67,6 +67,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("workloads")
     master_port = free_port()  # the job's name is unique to this run (other tests may pin processes too)
     job = f"torchrun-10.9.8.7-{master_port}"
+    marker = f"node0@{uuid.uuid4().hex[:12]}"  # only this run's agent lists them (AIOPS_TWIN_TAG below)
     ranks = [
         {
             "RANK": str(r),
@@ -75,13 +76,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "MASTER_ADDR": "10.9.8.7",
             "MASTER_PORT": str(master_port),
             "CUDA_VISIBLE_DEVICES": str(r),
-            "AIOPS_TWIN_NODE": "node0",
+            "AIOPS_TWIN_NODE": marker,
         }
         for r in (0, 1)
     ]
     pod_env = {
         "CUDA_VISIBLE_DEVICES": "2",
-        "AIOPS_TWIN_NODE": "node0",
+        "AIOPS_TWIN_NODE": marker,
         "HOSTNAME": "trainer-0",
         "RANK": "0",
         "WORLD_SIZE": "1",
@@ -115,7 +116,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         scenario = tmp / "tiny.yaml"
         scenario.write_text(TINY_SCENARIO)
         db = tmp / "node0.duckdb"
-        env = service_env(tmp)
+        env = {**service_env(tmp), "AIOPS_TWIN_TAG": marker.removeprefix("node0@")}
         with running_service(tmp, db, "--sim", str(scenario), "--node", "node0", env=env) as (_, port):
 
             def labelled() -> list[dict[str, str]] | None:

@@ -26,7 +26,7 @@ from aiops.workload import WorkloadResolver
 from collectors.base import RowBatch, RowCollector, to_arrow
 from collectors.nvml import NvmlCollector
 from collectors.workloads import workload_collector
-from collectors.workloads.proc import HostProcessScan
+from collectors.workloads.proc import HostProcessScan, twin_marker
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -163,8 +163,8 @@ def sim_sources(
     sources = [Source(f"nvml-node{n}", NvmlCollector(world.nvml(n), f"node{n}"), 1.0) for n in mine]
     if node is not None and resolvers is not None and mine:
         # the i25 "driver" contract: this node's NVML reports the host's processes pinned to one of its GPUs
-        # and marked as running on this node (AIOPS_TWIN_NODE)
-        world.nvml(mine[0]).host_processes = HostProcessScan(node=node)
+        # and marked as running on this node (AIOPS_TWIN_NODE = node, or node@tag with AIOPS_TWIN_TAG)
+        world.nvml(mine[0]).host_processes = HostProcessScan(node=twin_marker(node))
         nvml = sources[0].collector
         assert isinstance(nvml, NvmlCollector)
         sources.append(Source("workloads", workload_collector(nvml, resolvers), workloads_interval_s))

@@ -9,7 +9,7 @@ replacement characters, and a process that is gone or unreadable is None, never 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 ENVIRON_MAX_BYTES = 256 * 1024  # a real environment is a few KiB; Linux allows up to ~2 MiB of argv+envp
@@ -118,6 +118,15 @@ def user_of(pid: int, root: Path = Path("/")) -> str | None:
 TWIN_NODE_ENV = (
     "AIOPS_TWIN_NODE"  # names the twin node a host process runs "on" (several twin agents, one host)
 )
+TWIN_TAG_ENV = "AIOPS_TWIN_TAG"  # set on a twin agent: it lists only the processes marked "<node>@<tag>"
+
+
+def twin_marker(node: str, environ: Mapping[str, str] | None = None) -> str:
+    """The `AIOPS_TWIN_NODE` value a host process must carry to be listed by this twin agent of `node`: the node
+    name, or `node@tag` when the agent's own environment sets `AIOPS_TWIN_TAG` (several twins of one scenario on
+    one host, each with its own processes: two agents both named node0 never list each other's)."""
+    tag = (os.environ if environ is None else environ).get(TWIN_TAG_ENV, "").strip()
+    return f"{node}@{tag}" if tag else node
 
 
 def visible_device_pids(

@@ -33,7 +33,7 @@ from guardrails.records import GuardrailRecords
 from guardrails.signing import SshSigner
 from tests.service_helpers import aiops_cmd, get, get_json, running_service, service_env, wait_for
 from tests.signing_helpers import Keys
-from tests.slurm.test_slurm_real import TASKS_SCRIPT, sinfo_state, step_pids, submit, wait_state
+from tests.slurm.test_slurm_real import TASKS_SCRIPT, TWIN_TAG, sinfo_state, step_pids, submit, wait_state
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
 
 # The fault at 120 s of sim time (12 s of wall at --speed 10): the job is on the metrics within ~3 s, and the
@@ -108,7 +108,7 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
     )
     scenario = tmp_path / "slurm-e2e.yaml"
     scenario.write_text(SCENARIO)
-    env = {**service_env(tmp_path), "SLURM_CONF": cluster.env["SLURM_CONF"]}
+    env = {**service_env(tmp_path), "SLURM_CONF": cluster.env["SLURM_CONF"], "AIOPS_TWIN_TAG": TWIN_TAG}
     db = tmp_path / "node0.duckdb"
     with running_service(
         tmp_path, db, "--sim", str(scenario), "--node", "node0", "--speed", "10", env=env

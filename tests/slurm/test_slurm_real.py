@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +22,13 @@ from guardrails.actuators_slurm import SlurmActuator, drain_reason
 from tests.guardrails_helpers import NOW_TS_S, TOPOLOGY, action, context
 from tests.slurm_cluster import RACK, SlurmCluster, slurm_cluster
 
-# each task picks its GPU by rank, as gres would; AIOPS_TWIN_NODE says which twin node's NVML lists it
-TASKS_SCRIPT = "#!/bin/bash\nsrun -n 2 bash -c 'export CUDA_VISIBLE_DEVICES=$SLURM_PROCID AIOPS_TWIN_NODE=node0; exec sleep 600'\n"
+# each task picks its GPU by rank, as gres would; AIOPS_TWIN_NODE says which twin node's NVML lists it: node0 of a
+# twin agent started with AIOPS_TWIN_TAG=TWIN_TAG only (the suite's other agents named node0 never list them)
+TWIN_TAG = f"slurm-{uuid.uuid4().hex[:12]}"
+TASKS_SCRIPT = (
+    "#!/bin/bash\nsrun -n 2 bash -c "
+    f"'export CUDA_VISIBLE_DEVICES=$SLURM_PROCID AIOPS_TWIN_NODE=node0@{TWIN_TAG}; exec sleep 600'\n"
+)
 SLEEP_SCRIPT = "#!/bin/bash\nexec sleep 600\n"
 
 
