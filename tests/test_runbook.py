@@ -230,3 +230,52 @@ def test_the_cli_approves_shows_and_revokes_a_runbook(
     assert main(["policy", "status", path, "--db", db]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "runbook" in out and "(revoked)" in out and "every plan step waits for a person" in out, out
+
+
+def test_a_nodes_restart_of_its_job_without_itself_closes_the_fleets_copy_and_only_that() -> None:
+    """A node agent that ran its plan's move step under the runbook (restart the job without this node) exports
+    it (`excluded:<node>` on the job, guardrails/intended.py); the fleet's pending copy of the same restart is
+    superseded, so nobody signs it again and the job is not restarted twice. Another node's word about it
+    closes nothing."""
+    from guardrails.actions import action_hash
+    from guardrails.intended import effects
+    from guardrails.records import GuardrailRecords
+    from guardrails.supersede import supersede_exported
+
+    now = time.time()
+    with Store(":memory:") as store:
+        store.ingest(
+            "topology",
+            {
+                "component": ["rack0", "node2", "node3", "node4", "node2/gpu0", "node3/gpu7", "node4/gpu0"],
+                "kind": ["rack", "node", "node", "node", "gpu", "gpu", "gpu"],
+                "parent": ["fleet", "rack0", "rack0", "rack0", "node2", "node3", "node4"],
+                "rack": ["rack0"] * 7,
+                "node": [None, "node2", "node3", "node4", "node2", "node3", "node4"],
+                "idx": [0, 0, 1, 2, 0, 7, 0],
+            },
+        )
+        ranks = {"job": ["llm-b"] * 2, "rank": [0, 1], "gpu": ["node4/gpu0", "node2/gpu0"]}
+        store.ingest("job_ranks", {**ranks, "node": ["node4", "node2"], "nic": ["node4/nic0", "node2/nic0"]})
+        restart = Action(proposal_id="F-1", kind="restart_job", target="job:llm-b", proposed_by="analyst",
+                         parameters={"exclude": "node3", "from_checkpoint": "latest"}, created_ts_s=now)  # fmt: skip
+        GuardrailRecords(store).save_proposal(
+            restart, status="pending", message="ok", physical=True, approvals_needed=1
+        )
+        ((component, prop, value),) = effects("restart_job", "job:llm-b", restart.parameters, [], {})
+        assert (component, prop, value) == ("job:llm-b", "excluded:node3", 1.0)
+        row = [
+            component,
+            prop,
+            value,
+            "P-node3",
+            "restart_job",
+            action_hash(restart),
+            now - 30,
+            now + 3600,
+            now,
+        ]
+        store.conn.execute("INSERT INTO intended_exports VALUES ('node4', ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+        assert supersede_exported(store, now, wall_ts_s=now) == []  # node4 cannot say node3 left the job
+        store.conn.execute("UPDATE intended_exports SET node = 'node3'")
+        assert supersede_exported(store, now, wall_ts_s=now) == ["F-1"]
