@@ -7,6 +7,7 @@ an entry's runs per hour hold; the audit log alone proves each run (`unsafe_exec
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -237,6 +238,7 @@ def test_a_nodes_restart_of_its_job_without_itself_closes_the_fleets_copy_and_on
     it (`excluded:<node>` on the job, guardrails/intended.py); the fleet's pending copy of the same restart is
     superseded, so nobody signs it again and the job is not restarted twice. Another node's word about it
     closes nothing."""
+    from aiops.fleet.names import RULES
     from guardrails.actions import action_hash
     from guardrails.intended import effects
     from guardrails.records import GuardrailRecords
@@ -264,6 +266,9 @@ def test_a_nodes_restart_of_its_job_without_itself_closes_the_fleets_copy_and_on
         )
         ((component, prop, value),) = effects("restart_job", "job:llm-b", restart.parameters, [], {})
         assert (component, prop, value) == ("job:llm-b", "excluded:node3", 1.0)
+        assert re.match(RULES["property"], prop) and re.match(
+            RULES["component"], component
+        )  # the fleet keeps it
         row = [
             component,
             prop,
