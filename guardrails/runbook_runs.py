@@ -2,7 +2,8 @@
 proposal of a plan step that is `proposed` (waiting for people) runs now when the runbook covers it
 (`Guardrails.runbook_verdict`); otherwise it keeps waiting for a person, and its message says why the runbook
 did not run it (outside every entry, over an entry's runs per hour, the file changed after it was signed,
-expired, revoked, too few approvers for a two-person kind). Execution is the one path as ever
+expired, revoked, too few approvers for a two-person kind, or it does not pass validation now: a maintenance
+window, the breaker; it is tried again at the next flush). Execution is the one path as ever
 (`Guardrails.execute`, or the service's claim for an actuator that calls another system): validation with
 the breaker, rate limits, maintenance windows, then the approval book, which finds the runbook's authorisation
 and has the executor audit its record (`runbook_cover`) and stamp the execution with the file's sha256, the
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from guardrails.executor import ExecutionOutcome
+from guardrails.policy import validate
 from guardrails.proposal_desk import Guardrails
 
 NOT_RUN = "ok; waits for a person (not run by the runbook: "
@@ -50,6 +52,9 @@ def run_covered(
         if record is None or record.status != "pending":
             continue
         auth, why = desk.runbook_verdict(proposal_id, context)
+        validation = validate(record.action, context)
+        if auth is not None and not validation.ok:  # a maintenance window: it waits, not refused for good
+            auth, why = None, f"it does not pass now: {validation.message}"
         if auth is None:
             message = f"{NOT_RUN}{why[:300]})"
             if record.message != message:

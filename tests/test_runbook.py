@@ -284,3 +284,23 @@ def test_a_nodes_restart_of_its_job_without_itself_closes_the_fleets_copy_and_on
         assert supersede_exported(store, now, wall_ts_s=now) == []  # node4 cannot say node3 left the job
         store.conn.execute("UPDATE intended_exports SET node = 'node3'")
         assert supersede_exported(store, now, wall_ts_s=now) == ["F-1"]
+
+
+def test_a_covered_step_still_obeys_a_maintenance_window(world: World) -> None:
+    """The runbook stands in for the signature only: validation runs as for a person's approval (here the
+    `maintenance` rule; the breaker and rate limits are the same path)."""
+    from aiops.store.maintenance import add_window
+
+    world.approve("alice")
+    pid = _proposal(world.desk, _plan(world.desk, 1, "thermal_throttle", HOT))
+    add_window(world.desk.store, kind="maintenance", scope="node", target="node1", starts_ts_s=world.now - 1,
+               ends_ts_s=world.now + 600, reason="CHG-7", created_by="ana", now_ts_s=world.now)  # fmt: skip
+    (run,) = run_covered(world.desk)
+    status, message = world.status(pid)
+    assert run.outcome is None and status == "pending" and "maintenance" in message, message
+    assert (
+        world.desk.records.execution(pid) is None
+    )  # it waits (tried again next flush), not refused for good
+    world.now += 601  # the window is over
+    (run,) = run_covered(world.desk)
+    assert run.outcome is not None and run.outcome.status == "executed", run
