@@ -52,8 +52,8 @@ def run_covered(
         if record is None or record.status != "pending":
             continue
         auth, why = desk.runbook_verdict(proposal_id, context)
-        validation = validate(record.action, context)
-        if auth is not None and not validation.ok:  # a maintenance window: it waits, not refused for good
+        validation = validate(record.action, context) if auth is not None else None
+        if validation is not None and not validation.ok:  # a maintenance window: it waits, not refused
             auth, why = None, f"it does not pass now: {validation.message}"
         if auth is None:
             message = f"{NOT_RUN}{why[:300]})"
