@@ -33,7 +33,8 @@ DAY_S = 86_400.0
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "policy", help="approve, revoke or show the response policy (automatic DCIM responses)"
+        "policy",
+        help="approve, revoke or show the response policy (automatic DCIM responses) or a standing runbook",
     )
     verbs = p.add_subparsers(dest="policy_command", metavar="VERB", required=True)
     approve = verbs.add_parser("approve", help="approve this exact file content (signed with your key)")
@@ -166,7 +167,8 @@ def _show_runbook(loaded: LoadedRunbook, state: dict[str, Any], as_json: bool) -
     console.print(table)
     expires = loaded.runbook.expires_ts_s
     console.print(
-        f"approvals required: {loaded.approvals_required} distinct people; file expires {_clock(expires)}"
+        f"approvals required: {loaded.approvals_required} distinct people; the file expires "
+        f"{_clock(expires) if expires else 'never (its approval does)'}"
     )
     _print_status(console, loaded, state)
     return 0
