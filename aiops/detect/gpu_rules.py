@@ -108,4 +108,12 @@ def xid_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
         symptom("xid", str(r["gpu"]), float(r["ts_s"]), xid=r["xid"])
         for r in rows
         if r["xid"] not in CORRECTED_XIDS
+        and not d.restarts.killed_by_product(
+            _job_of(d, str(r["gpu"])), str(r["gpu"]), int(r["xid"]), float(r["ts_s"])
+        )
     ]
+
+
+def _job_of(d: RuleState, gpu: str) -> str | None:
+    """The job on `gpu`, or the one whose ranks the scheduler just moved off it (their kill's Xids land there)."""
+    return d.job_of_gpu.get(gpu) or d.ends.left.get(gpu)

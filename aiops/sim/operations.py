@@ -7,8 +7,10 @@ driver's would.
   scheduler's requeue: it restarts from its checkpoint there), or, with none free, stopped in place and held
   until the node resumes (its GPUs idle); either way its ranks there are killed, and the driver reports Xid 45
   (preemptive cleanup) on that node's GPUs. Resume lifts the drain and relaunches a held job.
-- restart_job: the job's ranks relaunch from the last checkpoint (the step in flight is lost, `restart_s`
-  without progress); `exclude` a component of one of its nodes: that node's ranks requeue onto an idle node.
+- restart_job: the scheduler kills every rank of the job (the driver reports Xid 45 on each GPU a rank ran on,
+  as for a drain: what a node of the job sees when another node or tier restarted it) and relaunches them from
+  the last checkpoint (the step in flight is lost, `restart_s` without progress); `exclude` a component of one
+  of its nodes: that node's ranks requeue onto an idle node.
 - reboot: every GPU of the node comes back as after a GPU reset, and the job on it restarts.
 - GPU reset (NVML's drain, remove, discover): clears a lost GPU, clears its clock lock and fan setting, restores
   the default power limit. A fault that still holds (a GPU that keeps falling off) comes back on the next step.
@@ -106,6 +108,10 @@ def restart_job(world: World, name: str, exclude: str | None = None) -> str | No
     """Relaunch job `name`; with `exclude` (a node or a GPU of one of its nodes) the ranks there requeue onto
     an idle node first. Returns the node they moved to, or None."""
     job = world.layout.jobs[job_index(world, name)]
+    # the scheduler kills every rank before it relaunches them: the driver cleans up their channels (Xid 45) on
+    # each GPU of the job that is still on the bus (a GPU that fell off it reports nothing)
+    ranks = job.gpus
+    world.emit_xids(ranks[~(world.lost[ranks] | world.removed[ranks])], XID_KILLED)
     moved = None
     if exclude:
         node = _node(world, exclude.split("/", 1)[0])
