@@ -7,7 +7,10 @@ an application Xid on one of its GPUs came after its last step and at least half
 `job_stalled` for it, and its idle GPUs are not `gpu_idle_in_job` (aiops/detect/job_rules.py, gpu_rules.py). It counts again from
 its next step (requeued, resumed from its checkpoint). The Xids themselves are still symptoms: the incident
 opens, is diagnosed (`application_error`) and shown, at severity `info` (aiops/detect/severity.py): it pages
-nothing and proposes nothing.
+nothing and proposes nothing. This is also how a node sees a restart of its job that another node agent or the
+fleet ran and did not tell it of (issue 34): the scheduler kills every rank (Xid 45 on each of its GPUs), the
+ranks idle through the relaunch, then step again. The kill of a restart the product itself ran is expected
+(aiops/detect/restarts.py `killed_by_product`): no `xid` symptom on the node that knows it ran it.
 
 A job that completed normally leaves no Xid. What says it ended is the scheduler's placement: on a node, the
 job's ranks leave `job_ranks` when no process of it runs anymore (aiops/store/workloads.py refreshes them from
