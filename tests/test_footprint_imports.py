@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiops.cli.main import COMMAND_MODULES, COMMANDS
 from tests.service_helpers import TINY_SCENARIO
 
@@ -80,3 +82,27 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
         importlib.import_module(module).register(sub)
         registered.update(dict.fromkeys(sub.choices, module))
     assert registered == COMMANDS
+
+
+def test_a_command_imports_without_the_collector_then_turns_it_back_on() -> None:
+    """`aiops` builds its parser (imports the command's modules) with the cyclic collector off, then on again
+    with what the import made frozen out of its passes; a collector the caller had off stays off."""
+    import gc
+
+    from aiops.cli.main import main
+
+    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit):
+            main(["config", "--help"])
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        gc.disable()
+        try:
+            with pytest.raises(SystemExit):
+                main(["config", "--help"])
+            assert not gc.isenabled() and gc.get_freeze_count() == 0
+        finally:
+            gc.enable()
+    finally:
+        gc.freeze()  # as tests/conftest.py leaves a worker after its collection

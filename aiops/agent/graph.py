@@ -17,6 +17,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -79,6 +80,7 @@ class AgentState(TypedDict, total=False):
     decisions: dict[str, dict[str, Any]]  # a person's decision per proposal id, as the resume carried it
     executions: dict[str, dict[str, Any]]
     verifications: dict[str, dict[str, Any]]
+    waiting: bool  # whether a proposal of this thread waits for a person, read at the end of guardrail/verify
     report: str
 
 
@@ -94,6 +96,9 @@ class Deps:
     world: World | None = None
     settle_s: float = 60.0
     clock: Callable[[], float] = time.time
+    # one open of the workspace for a node's several reads and writes (`Workspace.held`): the guardrail, execute
+    # and verify nodes call no model and no SQL worker, and open the file once per proposal otherwise
+    held: Callable[[], AbstractContextManager[None]] = nullcontext
 
 
 _FILED = re.compile(r"^P-[0-9a-f]{8}$")
@@ -286,6 +291,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"proposals": proposals, "decisions": {}}
 
     def guardrail(state: AgentState) -> AgentState:
+        with deps.held():  # one open of the workspace for the node (Deps.held)
+            return guardrail_in_one_open(state)
+
+    def guardrail_in_one_open(state: AgentState) -> AgentState:
         evidence = [  # each line bounded: the guardrails audit it with every proposal
             (
                 f"{c['text'][:300]} [{c['status']}]"
@@ -315,7 +324,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 proposal_id=verdict.proposal_id,
             )
             out.append(p)
-        return {"proposals": out}
+        return {
+            "proposals": out,
+            "waiting": "pending" in deps.guard.statuses([p["proposal_id"] for p in out]).values(),
+        }
 
     def approval(state: AgentState) -> AgentState:
         now = statuses(state)
@@ -332,6 +344,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"decisions": decisions}
 
     def execute(state: AgentState) -> AgentState:
+        with deps.held():  # one open of the workspace for the node (Deps.held)
+            return execute_in_one_open(state)
+
+    def execute_in_one_open(state: AgentState) -> AgentState:
         """Approved proposals run; so is tried any the resume says a person approved, whatever the table says:
         the executor, not the graph, decides whether the recorded approvals suffice."""
         executions = dict(state.get("executions", {}))
@@ -355,6 +371,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"executions": executions}
 
     def verify(state: AgentState) -> AgentState:
+        with deps.held():  # one open of the workspace for the node (Deps.held)
+            return verify_in_one_open(state)
+
+    def verify_in_one_open(state: AgentState) -> AgentState:
         verifications = dict(state.get("verifications", {}))
         todo = [
             p
@@ -380,7 +400,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 deps.journal.record(
                     "verification", verifications[pid], thread_id=state["thread_id"], proposal_id=pid
                 )
-        return {"verifications": verifications}
+        return {"verifications": verifications, "waiting": "pending" in statuses(state).values()}
 
     def report(state: AgentState) -> AgentState:
         counts: dict[str, int] = {}
@@ -393,8 +413,8 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"report": text}
 
     def after_checks(state: AgentState) -> str:
-        waiting = "pending" in statuses(state).values()
-        return "approval" if waiting else "report"
+        """Read in the node before (its open of the workspace), not in another open here."""
+        return "approval" if state.get("waiting") else "report"
 
     graph = StateGraph(AgentState)
     for name, node in (
