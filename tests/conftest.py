@@ -18,6 +18,7 @@ import gc
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from collections.abc import Generator, Iterator
@@ -34,6 +35,9 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 from aiops.store import Store  # noqa: E402  (after the bytecode switch: its modules are cached too)
+from tests.shared_templates import make_run_folder  # noqa: E402
+
+_TEMPLATES = pytest.StashKey[str]()
 
 # Longest first (the wall seconds of its slowest unit in the fresh-clone runs of 2026-12-05, 2 cores), but the three
 # longest, which mostly wait on their live stacks (CPU seconds, measured alone: pages 59, fleet live 62, blind 28),
@@ -108,9 +112,19 @@ SLOW_FIRST: tuple[str, ...] = (
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under `--dist loadgroup` the controller hands out work units in collection order, which
-    `pytest_collection_modifyitems` makes longest first; pytest-xdist's default would reorder them by test count."""
+    `pytest_collection_modifyitems` makes longest first; pytest-xdist's default would reorder them by test count.
+    The session's first process makes the run's template folder (tests/shared_templates.py) before the workers
+    start: they inherit it."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if not hasattr(config, "workerinput"):
+        config.stash[_TEMPLATES] = make_run_folder()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_TEMPLATES, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
