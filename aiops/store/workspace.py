@@ -7,7 +7,8 @@ every process opens the file for one short piece of work and closes it again (`w
 store:` / `with workspace.read() as store:`), and an open that meets another process's lock waits and
 retries with jittered exponential backoff until `lock_timeout_s` (then `WorkspaceBusy` names the holder).
 Why not one owning process with a socket API: there is no daemon on a laptop or in CI, and a process that
-dies must not leave the others without their state. The cost is an open per operation (about 20 ms).
+dies must not leave the others without their state. The cost is an open per operation (about 20 ms); a block
+of several short local operations in one thread can share one (`held()`).
 
 While the node service (`aiops run`) runs on the workspace it keeps the file open (its ingest and live
 detection need the connection held) and lends it on request (aiops/store/lease.py): `read()` and `write()`
