@@ -84,23 +84,30 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
     assert registered == COMMANDS
 
 
-def test_a_command_imports_without_the_collector_then_turns_it_back_on() -> None:
-    """`aiops` builds its parser (imports the command's modules) with the cyclic collector off, then on again
-    with what the import made frozen out of its passes; a collector the caller had off stays off."""
+def test_a_command_imports_without_the_collector_then_turns_it_back_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`aiops` (its own command line) builds its parser, importing the command's modules, with the cyclic
+    collector off, then on again with what the import made frozen out of its passes; a collector the caller had
+    off stays off, and a caller's in-process `main([...])` freezes none of the caller's objects."""
     import gc
 
     from aiops.cli.main import main
 
+    monkeypatch.setattr(sys, "argv", ["aiops", "config", "--help"])
     gc.unfreeze()
     try:
         with pytest.raises(SystemExit):
-            main(["config", "--help"])
+            main()
         assert gc.isenabled() and gc.get_freeze_count() > 0
         gc.unfreeze()
+        with pytest.raises(SystemExit):
+            main(["config", "--help"])
+        assert gc.isenabled() and gc.get_freeze_count() == 0
         gc.disable()
         try:
             with pytest.raises(SystemExit):
-                main(["config", "--help"])
+                main()
             assert not gc.isenabled() and gc.get_freeze_count() == 0
         finally:
             gc.enable()

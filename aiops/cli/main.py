@@ -86,7 +86,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    parser = _without_gc(build_parser, given[0] if given and not given[0].startswith("-") else None)
+    command = given[0] if given and not given[0].startswith("-") else None
+    # the process's own command line (the `aiops` script, `python -m`): its start-up; not a caller's in-process
+    # call, whose objects the freeze would keep from the collector for the rest of that process
+    parser = _without_gc(build_parser, command) if argv is None else build_parser(command)
     args = parser.parse_args(given)
     if not hasattr(args, "func"):
         parser.print_help()
