@@ -80,7 +80,7 @@ class AgentState(TypedDict, total=False):
     decisions: dict[str, dict[str, Any]]  # a person's decision per proposal id, as the resume carried it
     executions: dict[str, dict[str, Any]]
     verifications: dict[str, dict[str, Any]]
-    waiting: bool  # whether a proposal of this thread waits for a person, read at the end of guardrail/verify
+    pending: list[str]  # this thread's proposals that wait for a person, read at the end of guardrail/verify
     report: str
 
 
@@ -96,9 +96,10 @@ class Deps:
     world: World | None = None
     settle_s: float = 60.0
     clock: Callable[[], float] = time.time
-    # one open of the workspace for a node's several reads and writes (`Workspace.held`): the guardrail, execute
-    # and verify nodes call no model and no SQL worker, and open the file once per proposal otherwise
-    held: Callable[[], AbstractContextManager[None]] = nullcontext
+    # one open of the workspace for a node's several reads and writes (`Workspace.held`, `writable=False` for
+    # reads alone): the guardrail, execute and verify nodes call no model and no SQL worker, and open the file
+    # once per proposal otherwise; the analyst's answer and the hypotheses' topology read it two or three times
+    held: Callable[..., AbstractContextManager[None]] = lambda writable=True: nullcontext()
 
 
 _FILED = re.compile(r"^P-[0-9a-f]{8}$")
@@ -124,7 +125,8 @@ def _proposal_problem(item: Any) -> str | None:
 
 def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def understand(state: AgentState) -> AgentState:
-        answer = deps.analyst.answer(state["question"], llm_configured=deps.llm is not None)
+        with deps.held(writable=False):  # the analyst's reads alone: no model call
+            answer = deps.analyst.answer(state["question"], llm_configured=deps.llm is not None)
         deps.journal.record(
             "question",
             {
@@ -219,13 +221,14 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         ]
         llm_hypotheses = []
         if draft is not None and not failed and draft.get("hypotheses"):
-            llm_hypotheses = check_hypotheses(
-                parse_hypotheses(draft, state.get("tool_log", [])),
-                topology_components(deps.sql),
-                deps.sql,
-                max_reruns=deps.limits.verify_max_claims,
-                racks=topology_racks(deps.sql),
-            )
+            with deps.held(writable=False):  # the topology's two reads and the reruns' SQL worker beside them
+                llm_hypotheses = check_hypotheses(
+                    parse_hypotheses(draft, state.get("tool_log", [])),
+                    topology_components(deps.sql),
+                    deps.sql,
+                    max_reruns=deps.limits.verify_max_claims,
+                    racks=topology_racks(deps.sql),
+                )
             deps.journal.record(
                 "llm_hypotheses",
                 {
@@ -324,15 +327,17 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 proposal_id=verdict.proposal_id,
             )
             out.append(p)
-        return {
-            "proposals": out,
-            "waiting": "pending" in deps.guard.statuses([p["proposal_id"] for p in out]).values(),
-        }
+        return {"proposals": out, "pending": pending({"proposals": out})}
+
+    def pending(state: AgentState) -> list[str]:
+        now = statuses(state)
+        return [
+            p["proposal_id"] for p in state.get("proposals", []) if now.get(p["proposal_id"]) == "pending"
+        ]
 
     def approval(state: AgentState) -> AgentState:
-        now = statuses(state)
-        pending = [p["proposal_id"] for p in state["proposals"] if now.get(p["proposal_id"]) == "pending"]
-        decision = interrupt({"thread_id": state["thread_id"], "pending": pending})
+        waiting = state["pending"] if "pending" in state else pending(state)  # read by the node before
+        decision = interrupt({"thread_id": state["thread_id"], "pending": waiting})
         decisions = dict(state.get("decisions", {}))
         mine = {p["proposal_id"] for p in state["proposals"]}
         if isinstance(decision, dict) and decision.get("proposal_id") in mine:
@@ -400,7 +405,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 deps.journal.record(
                     "verification", verifications[pid], thread_id=state["thread_id"], proposal_id=pid
                 )
-        return {"verifications": verifications, "waiting": "pending" in statuses(state).values()}
+        return {"verifications": verifications, "pending": pending(state)}
 
     def report(state: AgentState) -> AgentState:
         counts: dict[str, int] = {}
@@ -414,7 +419,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
 
     def after_checks(state: AgentState) -> str:
         """Read in the node before (its open of the workspace), not in another open here."""
-        return "approval" if state.get("waiting") else "report"
+        return "approval" if state.get("pending") else "report"
 
     graph = StateGraph(AgentState)
     for name, node in (

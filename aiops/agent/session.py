@@ -162,9 +162,12 @@ class AgentSession:
         config = self._config(thread_id)
         try:
             self.graph.invoke({"thread_id": thread_id, "question": question, "asked_by": asked_by}, config)
-        finally:
+        except BaseException:
             self.journal.flush()
-        reply = self._reply(thread_id)
+            raise
+        with self.workspace.held():  # the journal written and the reply's proposals read in one open
+            self.journal.flush()
+            reply = self._reply(thread_id)
         if note:  # the answer rests on data this old: said first, whoever wrote the rest
             reply.answer = f"{note}\n{reply.answer}"
         return reply
