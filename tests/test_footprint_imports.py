@@ -32,6 +32,12 @@ HEAVY = (
     "aiops.evidence",
     "websockets",
     "rich",
+    # uvicorn's command line and reloaders (aiops/service/bare_package.py) and the flame graph's writer
+    "click",
+    "multiprocessing",
+    "uvicorn.main",
+    "xml",
+    "aiops.profile.outputs",
 )
 RUN = """
 import json, sys
@@ -113,3 +119,29 @@ def test_a_command_imports_without_the_collector_then_turns_it_back_on(
             gc.enable()
     finally:
         gc.freeze()  # as tests/conftest.py leaves a worker after its collection
+
+
+BARE = """
+import sys
+from aiops.service.bare_package import bare_package
+bare_package("uvicorn", {"Config": "uvicorn.config", "Server": "uvicorn.server"})
+from uvicorn.server import Server
+from uvicorn import Config  # what its lifespan modules ask of it
+lean = "click" not in sys.modules and "uvicorn.main" not in sys.modules
+import uvicorn
+whole = uvicorn.run is not None and uvicorn.Server is Server and "uvicorn.main" in sys.modules
+try:
+    uvicorn.no_such_name
+    missing = False
+except AttributeError:
+    missing = True
+print(lean, whole, missing)
+"""
+
+
+def test_a_bare_package_loads_only_the_submodules_asked_for_and_stays_whole_for_others() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BARE], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]
