@@ -40,7 +40,7 @@ from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
 _DELTA_SQL = """
-CREATE TEMP TABLE fleet_x AS
+CREATE OR REPLACE TEMP TABLE fleet_x AS
 SELECT sid, ts_s, value,
        CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
             WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
@@ -51,16 +51,16 @@ WHERE ts_s >= $base
 # A series asked in several chunks (a long piece of a big family) came back once per chunk, under an id each:
 # the ids of one label set made one, as the label set identifies the series.
 _MERGE_SQL = (
-    "CREATE TEMP TABLE fleet_alias AS SELECT sid, min(sid) OVER (PARTITION BY name, "
+    "CREATE OR REPLACE TEMP TABLE fleet_alias AS SELECT sid, min(sid) OVER (PARTITION BY name, "
     + ", ".join(f'"{label}"' for label in families.LABELS)
     + ") AS canon FROM fleet_series",
-    "CREATE TEMP TABLE fleet_merged AS SELECT coalesce(a.canon, r.sid) AS sid, r.ts_s, r.value "
+    "CREATE OR REPLACE TEMP TABLE fleet_merged AS SELECT coalesce(a.canon, r.sid) AS sid, r.ts_s, r.value "
     "FROM fleet_raw r LEFT JOIN fleet_alias a USING (sid)",
 )
 # what the pivots read: one row per sample, its series' labels as columns (a view: the labels are stored once per
 # series, not once per sample)
 _VIEW_SQL = (
-    "CREATE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
+    "CREATE OR REPLACE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
     + ", ".join(f's."{label}"' for label in families.LABELS)
     + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid) JOIN fleet_ok USING (sid)"  # owned series only
 )
@@ -94,6 +94,7 @@ class IngestReport:
     dropped_examples: list[str] = field(default_factory=list)
     rank_end_s: float | None = None  # rank timing read on a finer grid (`rank_reads`): up to here
     rank_series: int = 0  # the rank timing series that finer read found (none: no rank exports its timing)
+    piece_series: int = 0  # the most series one piece held: the next read's first piece sized by it
 
 
 # read on the finer grid (`rank_reads`): the per-rank timing and the NICs' counters that the network straggler rule
@@ -253,9 +254,15 @@ class _Stager:
             if not pa.types.is_struct(labels.type):
                 raise TypeError
             present = {labels.type.field(i).name for i in range(labels.type.num_fields)}
+            absent = pa.array([""] * n, pa.string())  # one column for every label no series carries
             for label in families.LABELS:
-                column = labels.field(label) if label in present else pa.nulls(n, pa.string())
-                columns[label] = pc.fill_null(column.cast(pa.string()), "")
+                if label not in present:
+                    columns[label] = absent
+                    continue
+                column = labels.field(label)
+                if not pa.types.is_string(column.type):
+                    column = column.cast(pa.string())
+                columns[label] = pc.fill_null(column, "") if column.null_count else column
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
             # labels of other types than strings (hostile data): each written as text
             for label in families.LABELS:
@@ -275,6 +282,19 @@ def _number(value: Any) -> float:
         return math.nan
 
 
+def _written(table: str, sql: str, changed: tuple[Any, ...] | None) -> int:
+    """How `sql` changed `table`'s row count, from the count DuckDB answers an INSERT or DELETE with (a statement
+    filed under `table` that writes another table, the jobs beside their ranks, changes it by nothing)."""
+    head = sql.lstrip()
+    if changed is None:
+        return 0
+    if head.startswith(f"INSERT INTO {table} "):
+        return int(changed[0])
+    if head.startswith(f"DELETE FROM {table} "):
+        return -int(changed[0])
+    return 0
+
+
 def fetch_interval(
     store: Store,
     client: PrometheusClient,
@@ -287,6 +307,7 @@ def fetch_interval(
     phase_s: float = 0.0,
     rank_reads: int = 1,
     rank_start_s: float | None = None,
+    series_hint: int = 0,
 ) -> IngestReport:
     """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it plus
     `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is
@@ -303,7 +324,8 @@ def fetch_interval(
 
     A long interval (the first cycle's look-back, a whole recorded run) is read in pieces of about
     `PIECE_SAMPLES` samples, each with its own base step, so the staging stays within DuckDB's memory limit
-    whatever the cluster's size: the first piece is one step (it tells how many series there are)."""
+    whatever the cluster's size: the first piece is one step (it tells how many series there are), or as many as
+    `PIECE_SAMPLES` holds of `series_hint` series (the last read's `piece_series`: a steady read is one piece)."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     wanted = tuple(names)
@@ -315,15 +337,14 @@ def fetch_interval(
         step_s, step_s / rank_reads, phase_s, start_s if rank_start_s is None else rank_start_s, end_s
     )
     bound_memory(store.conn)
+    hint = series_hint
     if grid.last_s >= grid.first_s:
-        _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
-    if fine and ranks.last_s >= ranks.first_s:
-        rank_names = tuple(n for n in fine if n in families.RANKS)
-        report.rank_series = _read_grid(
-            store, client, ranks, selector, rank_names, report, ("rank_timing_samples",)
-        )
-        nic_names = tuple(n for n in fine if n not in families.RANKS)
-        _read_grid(store, client, ranks, selector, nic_names, report, FINE_TABLES[1:])
+        rest = tuple(n for n in wanted if n not in fine)
+        hint = max(hint, _read_grid(store, client, grid, selector, rest, report, None, hint))
+    if (
+        fine and ranks.last_s >= ranks.first_s
+    ):  # the ranks and the NICs in one read: their pieces' one ownership
+        _read_grid(store, client, ranks, selector, fine, report, FINE_TABLES, hint)
         report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
@@ -360,9 +381,11 @@ def _read_grid(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
+    hint: int = 0,
 ) -> int:
     """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None); returns the
-    most series one piece held."""
+    most series one piece held. The first piece is one point, or as many as `PIECE_SAMPLES` holds of `hint`
+    series (a count known before: the last read's)."""
     if not names:
         return 0
     if tables is not None and OWNER_FAMILY not in names:
@@ -370,7 +393,7 @@ def _read_grid(
     most = 0
     first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
     total = round((last_s - first_s) / res_s) + 1
-    done, points = 0, 1
+    done, points = 0, max(1, PIECE_SAMPLES // hint - 1) if hint else 1
     while done < total:
         points = min(points, total - done)
         piece_first_s = first_s + done * res_s
@@ -381,6 +404,7 @@ def _read_grid(
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
         most = max(most, series)
+    report.piece_series = max(report.piece_series, most)
     return most
 
 
@@ -399,10 +423,10 @@ def _fetch_piece(
     first_s, last_s = span
     step_s, res_s = grid.step_s, grid.res_s
     conn = store.conn
-    for sql in _DROP_SQL:
-        conn.execute(sql)
     stager = _Stager(client.url, report)
-    hint = series = owners = 0  # owners: the ownership series a restricted read staged beside its own
+    hint = series = owners = ranked = (
+        0  # owners: the ownership series a restricted read staged beside its own
+    )
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
@@ -414,9 +438,11 @@ def _fetch_piece(
                     report.samples += stager.stage(name, result)
                     series += len(result)
                     owners += len(result) if name == OWNER_FAMILY and tables is not None else 0
+                    ranked += len(result) if name in families.RANKS and tables is not None else 0
                     hint = max(hint, len(result))
                     chunked = chunked or k > 0
         report.series += series
+        report.rank_series = max(report.rank_series, ranked)  # the finer grid's rank series (tables given)
         series -= owners
         if not series:  # nothing came (no rank exports this tick, a quiet family set): nothing to pivot
             for table, _ in statements():
@@ -438,10 +464,8 @@ def _fetch_piece(
         for table, sql in statements():
             if tables is not None and table not in tables:
                 continue
-            before = int(store.scalar(f"SELECT count(*) FROM {table}"))
-            conn.execute(sql, {"step": step_s} if "$step" in sql else None)
-            written = int(store.scalar(f"SELECT count(*) FROM {table}")) - before
-            report.rows[table] = report.rows.get(table, 0) + written
+            changed = conn.execute(sql, {"step": step_s} if "$step" in sql else None).fetchone()
+            report.rows[table] = report.rows.get(table, 0) + _written(table, sql, changed)
     finally:
         if collecting:
             gc.enable()

@@ -161,12 +161,12 @@ _SERIES_NODE = (  # the node a series is about (its GPU's or NIC's host: check_l
 )
 OWNERSHIP_SQL = (
     # each node and the instances that declare it in this piece
-    "CREATE TEMP TABLE fleet_owner AS SELECT node, min(instance) AS instance, count(DISTINCT instance) AS "
+    "CREATE OR REPLACE TEMP TABLE fleet_owner AS SELECT node, min(instance) AS instance, count(DISTINCT instance) AS "
     "instances FROM fleet_series WHERE name = 'aiops_node_info' AND node <> '' AND instance <> '' "
     "GROUP BY node",
     # the series that count: no instance (a bulk import), or from the one instance that declares their node;
     # a series about no node (a job's) from an instance that declares some node alone
-    f"""CREATE TEMP TABLE fleet_ok AS SELECT sid FROM fleet_series s WHERE s.instance = ''
+    f"""CREATE OR REPLACE TEMP TABLE fleet_ok AS SELECT sid FROM fleet_series s WHERE s.instance = ''
    OR EXISTS (SELECT 1 FROM fleet_owner o WHERE o.instances = 1 AND o.instance = s.instance
               AND o.node = ({_SERIES_NODE}))
    OR (({_SERIES_NODE}) = '' AND EXISTS (SELECT 1 FROM fleet_owner o WHERE o.instances = 1
