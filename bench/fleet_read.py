@@ -87,7 +87,7 @@ def measure(
     collector = FleetCollector(store, FleetSetup(config, facility=FacilityConfig(dcim=dcim)))
     store.ingest_many(collector.collect(collector.data_ts_s))  # the look-back: not measured
     counted = Counted(collector.scratch.conn)
-    collector.scratch.conn = counted
+    collector.scratch.conn = counted  # type: ignore[assignment]
     steps: list[dict[str, float]] = []
     between: dict[str, float] = {"cpu_s": 0.0, "requests": 0, "executes": 0, "ticks": 0}
     whole = cProfile.Profile()

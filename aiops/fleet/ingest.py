@@ -452,9 +452,11 @@ def _fetch_piece(
         stager.register(conn)
         if collecting:
             gc.enable()
-        for sql in OWNERSHIP_SQL:
-            conn.execute(sql)
-        record_ownership(store.query(REFUSED_SQL), report.refusals)
+        owners_sql, ok_sql = OWNERSHIP_SQL
+        conn.execute(owners_sql)
+        kept = conn.execute(ok_sql).fetchone()  # how many series count
+        if kept is None or int(kept[0]) < stager.next_sid:  # some refused: which, and why
+            record_ownership(store.query(REFUSED_SQL), report.refusals)
         if chunked:
             for sql in _MERGE_SQL:
                 conn.execute(sql)
