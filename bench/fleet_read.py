@@ -33,6 +33,7 @@ from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.lab.loopback import (
     Lab,
     agent_groups,
+    fleet_argv,
     free_port,
     prometheus_argv,
     prometheus_config,
@@ -115,6 +116,7 @@ def measure(
                     "requests": collector.client.requests - requests,
                     "executes": executes,
                     "bytes": collector.client.bytes_fetched - fetched,
+                    "steps": round((collector.horizon_ts_s - horizon_s) / step_s),
                 }
             )
         else:
@@ -137,6 +139,7 @@ def measure(
         "step_read_requests": statistics.median(s["requests"] for s in steps),
         "step_read_duckdb_statements": statistics.median(s["executes"] for s in steps),
         "step_read_bytes": statistics.median(s["bytes"] for s in steps),
+        "steps_per_read": statistics.median(s["steps"] for s in steps),
         "between_per_step": {k: round(v / len(steps), 4) for k, v in between.items()},
         "cpu_s_per_step_all_reads": round((sum(cpu) + between["cpu_s"]) / len(steps), 4),
         "duckdb_cpu_s_per_step": round(sum(v[1] for v in counted.cpu_s.values()) / len(steps), 4),
@@ -154,6 +157,10 @@ def main() -> None:
     parser.add_argument("--warm-s", type=float, default=20.0, help="scraped before the fleet's first read")
     parser.add_argument("--reads", type=int, default=12, help="steady step reads measured")
     parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument(
+        "--process-s", type=float, default=0.0, help="then `aiops fleet` itself this long: its CPU per step"
+    )
+    parser.add_argument("--process-profile", type=Path, default=None, help="cProfile of `aiops fleet` there")
     args = parser.parse_args()
     nodes = tuple(f"node{n}" for n in range(args.agents))
     with tempfile.TemporaryDirectory(prefix="fleet-read-") as tmp, Lab(Path(tmp)) as lab:
@@ -181,7 +188,45 @@ def main() -> None:
             args.reads,
             args.profile,
         )
+        if args.process_s:
+            result["process"] = whole_fleet(
+                lab, folder, url, env, args.scrape_s, args.process_s, args.process_profile
+            )
     print(json.dumps({"agents": args.agents, "scrape_s": args.scrape_s, **result}, indent=1))
+
+
+def whole_fleet(
+    lab: Lab,
+    folder: Path,
+    url: str,
+    env: dict[str, str],
+    step_s: float,
+    run_s: float,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    """`aiops fleet` itself (a child process: the reads and everything the service does with them) for `run_s`
+    once ready: its CPU seconds (/proc/PID/stat) per step, the start-up left out."""
+    argv = fleet_argv(url, folder / "fleet-whole.duckdb", step_s=step_s, lookback_s=60.0)
+    if profile is not None:  # the whole process under cProfile (written as it exits)
+        argv[1:1] = ["-m", "cProfile", "-o", str(profile)]
+    fleet = lab.start("fleet", argv, env)
+    wait_http(fleet, f"http://127.0.0.1:{fleet.port()}/readyz", 120)
+    time.sleep(2 * step_s)  # the look-back read and its flush behind it
+    started_cpu_s, started_s = _cpu_of(fleet.pid), time.monotonic()
+    time.sleep(run_s)
+    cpu_s, wall_s = _cpu_of(fleet.pid) - started_cpu_s, time.monotonic() - started_s
+    fleet.stop()
+    return {
+        "cpu_s": round(cpu_s, 2),
+        "wall_s": round(wall_s, 1),
+        "cpu_s_per_step": round(cpu_s / wall_s * step_s, 4),
+    }
+
+
+def _cpu_of(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -340,7 +340,7 @@ def fetch_interval(
     hint = series_hint
     if grid.last_s >= grid.first_s:
         rest = tuple(n for n in wanted if n not in fine)
-        hint = max(hint, _read_grid(store, client, grid, selector, rest, report, None, hint))
+        hint = max(hint, _read_grid(store, client, grid, selector, rest, report, None, hint, fine))
     if (
         fine and ranks.last_s >= ranks.first_s
     ):  # the ranks and the NICs in one read: their pieces' one ownership
@@ -382,6 +382,7 @@ def _read_grid(
     report: IngestReport,
     tables: tuple[str, ...] | None,
     hint: int = 0,
+    fine: tuple[str, ...] = (),
 ) -> int:
     """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None); returns the
     most series one piece held. The first piece is one point, or as many as `PIECE_SAMPLES` holds of `hint`
@@ -399,7 +400,7 @@ def _read_grid(
         piece_first_s = first_s + done * res_s
         piece_last_s = first_s + (done + points - 1) * res_s
         series = _fetch_piece(
-            store, client, (piece_first_s, piece_last_s), grid, selector, names, report, tables
+            store, client, (piece_first_s, piece_last_s), grid, selector, names, report, tables, fine
         )
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
@@ -417,9 +418,11 @@ def _fetch_piece(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
+    fine: tuple[str, ...] = (),
 ) -> int:
     """Grid points first_s..last_s (`span`; and the scrape step before them, the counters' base) staged,
-    pivoted into `tables` (all when None), added to `report`; returns how many series the answers held."""
+    pivoted into `tables` (all when None), added to `report`; returns how many series the answers held. With
+    `fine` (the families the finer grid reads apart), the tables only they fill are not pivoted here."""
     first_s, last_s = span
     step_s, res_s = grid.step_s, grid.res_s
     conn = store.conn
@@ -465,6 +468,9 @@ def _fetch_piece(
         conn.execute(_VIEW_SQL)
         for table, sql in statements():
             if tables is not None and table not in tables:
+                continue
+            if fine and table in FINE_TABLES:  # its families are the finer grid's: none staged here
+                report.rows[table] = report.rows.get(table, 0)
                 continue
             changed = conn.execute(sql, {"step": step_s} if "$step" in sql else None).fetchone()
             report.rows[table] = report.rows.get(table, 0) + _written(table, sql, changed)
