@@ -81,12 +81,13 @@ class Counted:
 
 
 def measure(
-    url: str, folder: Path, dcim: str, step_s: float, reads: int, profile: Path | None
+    url: str, folder: Path, dcim: str, step_s: float, reads: int, profile: Path | None, prom_pid: int
 ) -> dict[str, Any]:
     store = Store(folder / "fleet.duckdb")
     config = FleetConfig(prometheus=url, step_s=step_s, delay_s=2.0, lookback_s=60.0)
     collector = FleetCollector(store, FleetSetup(config, facility=FacilityConfig(dcim=dcim)))
     store.ingest_many(collector.collect(collector.data_ts_s))  # the look-back: not measured
+    prom_cpu_s, started_s = _cpu_of(prom_pid), time.monotonic()
     counted = Counted(collector.scratch.conn)
     collector.scratch.conn = counted  # type: ignore[assignment]
     steps: list[dict[str, float]] = []
@@ -124,6 +125,7 @@ def measure(
             between["requests"] += collector.client.requests - requests
             between["executes"] += executes
             between["ticks"] += 1
+    prom_cpu_s, wall_s = _cpu_of(prom_pid) - prom_cpu_s, time.monotonic() - started_s
     collector.close()
     store.close()
     if profile is not None:
@@ -143,6 +145,8 @@ def measure(
         "between_per_step": {k: round(v / len(steps), 4) for k, v in between.items()},
         "cpu_s_per_step_all_reads": round((sum(cpu) + between["cpu_s"]) / len(steps), 4),
         "duckdb_cpu_s_per_step": round(sum(v[1] for v in counted.cpu_s.values()) / len(steps), 4),
+        "prometheus_cpu_s": prom_cpu_s,
+        "wall_s": wall_s,
         "heaviest_statements": {k: [int(v[0]), round(v[1], 3)] for k, v in heaviest},
     }
 
@@ -179,7 +183,9 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         wait_http(prom, f"{url}/-/ready")
         write_targets(folder / "aiops.json", agent_groups(ports))
-        time.sleep(args.warm_s)
+        idle_cpu_s = _cpu_of(prom.pid)
+        time.sleep(args.warm_s)  # Prometheus scraping, nobody asking: its CPU a second then
+        idle_cpu_s = (_cpu_of(prom.pid) - idle_cpu_s) / args.warm_s
         result = measure(
             url,
             folder,
@@ -187,7 +193,10 @@ def main() -> None:
             args.scrape_s,
             args.reads,
             args.profile,
+            prom.pid,
         )
+        asked_s = result.pop("prometheus_cpu_s") - idle_cpu_s * result.pop("wall_s")
+        result["prometheus_cpu_s_per_step_answering"] = round(asked_s / result["step_reads"], 4)
         if args.process_s:
             result["process"] = whole_fleet(
                 lab, folder, url, env, args.scrape_s, args.process_s, args.process_profile

@@ -3,7 +3,7 @@
 Each family is asked as `last_over_time(name[step])` over one step more than the interval: the extra, first step
 is the base every counter's increase is measured from (a counter first seen later, an XID's, counts from zero),
 and a series that stopped being exported is absent from
-the next step on (families read only where positive: `_queries`). Samples are staged long as Arrow tables DuckDB
+the next step on (families read only where positive: aiops/fleet/queries.py). Samples are staged long as Arrow tables DuckDB
 scans in place, each series' labels once (`fleet_series`) and its samples as (series id, time, value)
 (`fleet_raw`), counters turned into increases (`fleet_x`, a temporary table), then pivoted (aiops/fleet/pivot.py,
 through the view `fleet_d`: one row per sample with its labels) into the tables detect and rca read, rows stamped
@@ -35,6 +35,7 @@ from aiops.fleet.names import (
     record_ownership,
 )
 from aiops.fleet.pivot import statements
+from aiops.fleet.queries import GROUP_SERIES, plan, split
 from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
@@ -117,31 +118,6 @@ def fine_reads(step_s: float, rank_reads: int) -> int:
 OWNER_FAMILY = "aiops_node_info"
 DROP_REASONS = ("nan", "infinite", "out_of_range")
 DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
-
-
-def _window(step_s: float) -> str:
-    # one step less a millisecond: a range selector includes both ends on Prometheus 2.x
-    return f"{max(1, math.ceil(step_s * 1000) - 1)}ms"
-
-
-def _queries(name: str, step_s: float, selector: str) -> list[str]:
-    """The queries that read family `name`. A series the pivots read only when positive (a 0/1 gauge; a
-    throttle reason's sample counter, whose increase counts only when above 0: one still at 0 adds nothing, and
-    one that leaves 0 inside the interval counts from zero as a series born there) is asked with `> 0`, so the
-    GPUs' idle reasons, most of the series, are not fetched at all."""
-
-    def one(*extra: str, positive: bool = False) -> str:
-        matchers = ",".join(m for m in (f'__name__="{name}"', *extra, selector) if m)
-        return f"last_over_time({{{matchers}}}[{_window(step_s)}])" + (" > 0" if positive else "")
-
-    if name in families.POSITIVE_GAUGES:
-        return [one(positive=True)]
-    if name == families.REASON_SAMPLES:  # GpuIdle's counts are read at 0 too: the idle rule's numerator
-        return [
-            one(f'reason="{families.IDLE_REASON}"'),
-            one(f'reason!="{families.IDLE_REASON}"', positive=True),
-        ]
-    return [one()]
 
 
 class _Stager:
@@ -399,8 +375,9 @@ def _read_grid(
         points = min(points, total - done)
         piece_first_s = first_s + done * res_s
         piece_last_s = first_s + (done + points - 1) * res_s
+        span = (piece_first_s, piece_last_s)
         series = _fetch_piece(
-            store, client, (piece_first_s, piece_last_s), grid, selector, names, report, tables, fine
+            store, client, span, grid, selector, names, report, tables, fine, known=most or hint
         )
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
@@ -419,31 +396,34 @@ def _fetch_piece(
     report: IngestReport,
     tables: tuple[str, ...] | None,
     fine: tuple[str, ...] = (),
+    known: int = 0,
 ) -> int:
     """Grid points first_s..last_s (`span`; and the scrape step before them, the counters' base) staged,
     pivoted into `tables` (all when None), added to `report`; returns how many series the answers held. With
-    `fine` (the families the finer grid reads apart), the tables only they fill are not pivoted here."""
+    `fine` (the families the finer grid reads apart), the tables only they fill are not pivoted here. Where the
+    series are `known` to be few (a count from before: `GROUP_SERIES`), families are asked several to a request
+    (aiops/fleet/queries.py), each answer's chunks sized by that count."""
     first_s, last_s = span
     step_s, res_s = grid.step_s, grid.res_s
     conn = store.conn
     stager = _Stager(client.url, report)
-    hint = series = owners = ranked = (
-        0  # owners: the ownership series a restricted read staged beside its own
-    )
+    series = owners = ranked = 0  # owners: the ownership series a restricted read staged beside its own
+    grouped = 0 < known <= GROUP_SERIES
+    hint = known if grouped else 0  # the series an answer holds, before the first says
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
-        for name in names:
-            for query in _queries(name, res_s, selector):
-                chunks = client.query_range(query, first_s - step_s, last_s, res_s, series_hint=hint)
-                for k, result in enumerate(chunks):
-                    report.samples += stager.stage(name, result)
-                    series += len(result)
-                    owners += len(result) if name == OWNER_FAMILY and tables is not None else 0
-                    ranked += len(result) if name in families.RANKS and tables is not None else 0
-                    hint = max(hint, len(result))
-                    chunked = chunked or k > 0
+        for group, query in plan(names, res_s, selector, grouped):
+            chunks = client.query_range(query, first_s - step_s, last_s, res_s, series_hint=hint)
+            for k, result in enumerate(chunks):
+                for name, part in zip(group, split(group, result), strict=True):
+                    report.samples += stager.stage(name, part)
+                    series += len(part)
+                    owners += len(part) if name == OWNER_FAMILY and tables is not None else 0
+                    ranked += len(part) if name in families.RANKS and tables is not None else 0
+                hint = max(hint, len(result))
+                chunked = chunked or k > 0
         report.series += series
         report.rank_series = max(report.rank_series, ranked)  # the finer grid's rank series (tables given)
         series -= owners
