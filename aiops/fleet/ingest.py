@@ -66,13 +66,15 @@ _VIEW_SQL = (
     + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid) JOIN fleet_ok USING (sid)"  # owned series only
 )
 _DROP_SQL = (
-    "DROP VIEW IF EXISTS temp.main.fleet_d",
     *OWNERSHIP_DROP,
     "DROP TABLE IF EXISTS temp.main.fleet_x",
     "DROP TABLE IF EXISTS temp.main.fleet_alias",
     "DROP TABLE IF EXISTS temp.main.fleet_merged",
 )
 _STAGED = ("fleet_series", "fleet_raw")  # Arrow tables registered on the connection: scanned in place
+# a piece of at most this many samples has `fleet_d` made a table, its join done once instead of in each pivot
+# (a steady read's ~20 statements); a larger one keeps the view (the labels once per series, not per sample)
+MATERIALIZED_SAMPLES = 200_000
 PIECE_SAMPLES = (
     1_200_000  # samples staged at once (a piece of a long interval): ~70 MB, under the 128 MB limit
 )
@@ -407,7 +409,10 @@ def _fetch_piece(
     step_s, res_s = grid.step_s, grid.res_s
     conn = store.conn
     stager = _Stager(client.url, report)
-    series = owners = ranked = 0  # owners: the ownership series a restricted read staged beside its own
+    series = owners = ranked = staged = (
+        0  # owners: the ownership series a restricted read staged beside its own
+    )
+    made = "VIEW"  # what fleet_d is made as (dropped as such)
     grouped = 0 < known <= GROUP_SERIES
     hint = known if grouped else 0  # the series an answer holds, before the first says
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
@@ -418,7 +423,8 @@ def _fetch_piece(
             chunks = client.query_range(query, first_s - step_s, last_s, res_s, series_hint=hint)
             for k, result in enumerate(chunks):
                 for name, part in zip(group, split(group, result), strict=True):
-                    report.samples += stager.stage(name, part)
+                    kept = stager.stage(name, part)
+                    report.samples, staged = report.samples + kept, staged + kept
                     series += len(part)
                     owners += len(part) if name == OWNER_FAMILY and tables is not None else 0
                     ranked += len(part) if name in families.RANKS and tables is not None else 0
@@ -437,15 +443,17 @@ def _fetch_piece(
             gc.enable()
         owners_sql, ok_sql = OWNERSHIP_SQL
         conn.execute(owners_sql)
-        kept = conn.execute(ok_sql).fetchone()  # how many series count
-        if kept is None or int(kept[0]) < stager.next_sid:  # some refused: which, and why
+        counted = conn.execute(ok_sql).fetchone()  # how many series count
+        if counted is None or int(counted[0]) < stager.next_sid:  # some refused: which, and why
             record_ownership(store.query(REFUSED_SQL), report.refusals)
         if chunked:
             for sql in _MERGE_SQL:
                 conn.execute(sql)
         delta = _DELTA_SQL.replace("FROM fleet_raw)", "FROM fleet_merged)") if chunked else _DELTA_SQL
         conn.execute(delta, {"base": first_s - res_s / 2})
-        conn.execute(_VIEW_SQL)
+        if staged <= MATERIALIZED_SAMPLES:
+            made = "TABLE"
+        conn.execute(_VIEW_SQL.replace("TEMP VIEW", f"TEMP {made}"))
         for table, sql in statements():
             if tables is not None and table not in tables:
                 continue
@@ -457,7 +465,7 @@ def _fetch_piece(
     finally:
         if collecting:
             gc.enable()
-        for sql in _DROP_SQL:
+        for sql in (f"DROP {made} IF EXISTS temp.main.fleet_d", *_DROP_SQL):
             conn.execute(sql)
         for name in _STAGED:
             conn.unregister(name)
