@@ -184,8 +184,10 @@ def main() -> None:
         wait_http(prom, f"{url}/-/ready")
         write_targets(folder / "aiops.json", agent_groups(ports))
         idle_cpu_s = _cpu_of(prom.pid)
+        agents_cpu_s = sum(_cpu_of(p.pid) for p in lab.procs[1:])
         time.sleep(args.warm_s)  # Prometheus scraping, nobody asking: its CPU a second then
         idle_cpu_s = (_cpu_of(prom.pid) - idle_cpu_s) / args.warm_s
+        agents_cpu_s = (sum(_cpu_of(p.pid) for p in lab.procs[1:]) - agents_cpu_s) / args.warm_s
         result = measure(
             url,
             folder,
@@ -197,6 +199,8 @@ def main() -> None:
         )
         asked_s = result.pop("prometheus_cpu_s") - idle_cpu_s * result.pop("wall_s")
         result["prometheus_cpu_s_per_step_answering"] = round(asked_s / result["step_reads"], 4)
+        result["prometheus_cpu_s_per_s_scraping"] = round(idle_cpu_s, 4)
+        result["agents_cpu_s_per_s"] = round(agents_cpu_s, 4)  # the node and facility agents together
         if args.process_s:
             result["process"] = whole_fleet(
                 lab, folder, url, env, args.scrape_s, args.process_s, args.process_profile
