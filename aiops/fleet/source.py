@@ -122,6 +122,9 @@ class FleetCollector:
         self.phases_at_s = -math.inf  # when they were
         # whether the last read found rank timing series: none (no rank exports it), no reads between steps
         self.ranks_seen = False
+        self.piece_series = (
+            0  # the most series one piece of the last step's read held (the next read's pieces)
+        )
         self.lost: frozenset[str] = frozenset()  # the node agents lost as of the last read
         self.judged_lost: frozenset[str] = frozenset()  # and as `conditions` last reported them (`urgent`)
         self.judged_blind = False  # the sight as `conditions` last reported it
@@ -152,6 +155,7 @@ class FleetCollector:
                 phase_s=self.phase_s or 0.0,
                 rank_reads=self.config.rank_reads,
                 rank_start_s=max(self.horizon_ts_s, self.rank_horizon_ts_s),
+                series_hint=self.piece_series,
             )
             scraping = self.presence.read(
                 self.client, report.nodes.start_s, report.nodes.end_s, self.config.selector
@@ -167,6 +171,7 @@ class FleetCollector:
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.nodes.rank_end_s or report.nodes.end_s)
         self.ranks_seen = report.nodes.rank_series > 0
+        self.piece_series = report.nodes.piece_series
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
         self.lost = frozenset(n for n, s in self.presence.nodes.items() if s.missed >= LOST_AFTER_STEPS)
@@ -224,18 +229,22 @@ class FleetCollector:
                 phase_s=self.phase_s,
                 rank_reads=reads,
                 rank_start_s=self.rank_horizon_ts_s,
+                series_hint=self.piece_series,
             )
         except SourceError:
             return {}
         if report.rank_end_s is not None:
             self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.rank_end_s)
             self.ranks_seen = report.rank_series > 0
+        return self._taken(FINE_TABLES, _counts(self.scratch, FINE_TABLES))
+
+    def _taken(self, tables: tuple[str, ...], counts: dict[str, int]) -> dict[str, pa.Table]:
+        """The rows of each of `tables` that holds some (`counts`), the scratch's tables emptied."""
         out: dict[str, pa.Table] = {}
-        for table in FINE_TABLES:
-            rows = self.scratch.arrow(f"SELECT * FROM {table}")
-            self.scratch.conn.execute(f"DELETE FROM {table}")
-            if rows.num_rows:
-                out[table] = rows
+        for table in tables:
+            if counts[table]:
+                out[table] = self.scratch.arrow(f"SELECT * FROM {table}")
+                self.scratch.conn.execute(f"DELETE FROM {table}")
         return out
 
     def _handed_over(self) -> dict[str, pa.Table]:
@@ -248,20 +257,16 @@ class FleetCollector:
             self.placement = placement
             out["job_ranks"] = self.scratch.arrow("SELECT * FROM job_ranks")
             self.exported["job_ranks"] = int(placement["n"])
-        for table in INVENTORY:  # what this cycle added: the scratch's inventory only grows
-            if table == "job_ranks":
-                continue
-            total = int(self.scratch.scalar(f"SELECT count(*) FROM {table}"))
+        grown = tuple(t for t in INVENTORY if t != "job_ranks")
+        counts = _counts(self.scratch, (*grown, *SAMPLES))  # one statement for every table's count
+        for table in grown:  # what this cycle added: the scratch's inventory only grows
+            total = counts[table]
             if total > self.exported[table]:
                 out[table] = self.scratch.arrow(
                     f"SELECT * FROM {table} WHERE rowid >= ?", [self.exported[table]]
                 )
                 self.exported[table] = total
-        for table in SAMPLES:
-            rows = self.scratch.arrow(f"SELECT * FROM {table}")
-            if rows.num_rows:
-                out[table] = rows
-                self.scratch.conn.execute(f"DELETE FROM {table}")
+        out.update(self._taken(SAMPLES, counts))
         return out
 
     def _show_refusals(self, report: CycleReport) -> None:
@@ -343,6 +348,12 @@ class FleetCollector:
 
     def close(self) -> None:
         self.scratch.close()
+
+
+def _counts(store: Store, tables: tuple[str, ...]) -> dict[str, int]:
+    """table -> its row count, in one statement."""
+    row = store.query("SELECT " + ", ".join(f'(SELECT count(*) FROM {t}) AS "{t}"' for t in tables))[0]
+    return {t: int(row[t]) for t in tables}
 
 
 def _last_seen(store: Store) -> dict[str, float]:
