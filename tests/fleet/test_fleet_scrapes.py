@@ -1,0 +1,164 @@
+"""Issue 35 "a killed node agent -> its incident within two scrape intervals of its last sample": the scraper's own
+word on each target (aiops/fleet/scrapes.py `ScrapeWatch`), read from a real Prometheus and a real
+VictoriaMetrics (`-promscrape.config`) scraping two loopback exporters every 2 s with a 1 s timeout:
+
+- one scrape that times out (the exporter answers after the timeout once) is one late scrape: no verdict; the next
+  scrape that goes through clears it;
+- the exporter's socket closed (nothing listens: "connection refused"): lost at the first refused scrape, one
+  scrape interval after its last good one (data times: the scrapes' own);
+- two timeouts in a row: lost (not refused); an exporter answering again on the same port clears both.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiops.fleet.scrapes import ScrapeWatch, Verdict
+from aiops.sources.prometheus import PrometheusClient
+from tests.agent_cluster import stop
+from tests.prometheus_process import prometheus_running
+from tests.service_helpers import free_port, get, require_binary, wait_for
+
+SCRAPE_S = 2.0
+TIMEOUT_S = 1.0
+
+
+class Exporter:
+    """A loopback /metrics that can be made to answer late (`slow` scrapes past the timeout) or go away."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.slow, self.served = port, 0, 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if owner.slow > 0:
+                    owner.slow -= 1
+                    time.sleep(TIMEOUT_S + 0.5)
+                body = b'aiops_node_info{node="n"} 1\n'
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    return  # the scraper gave up on the late answer
+                owner.served += 1
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """The listening socket first, as a killed process's: no scrape is accepted and then left unanswered."""
+        self.server.socket.close()
+        self.server.shutdown()
+
+
+def config(ports: list[int]) -> str:
+    targets = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
+    return (
+        f"global: {{scrape_interval: {SCRAPE_S:g}s, scrape_timeout: {TIMEOUT_S:g}s}}\n"
+        f"scrape_configs:\n- job_name: aiops\n  static_configs: [{{targets: [{targets}]}}]\n"
+    )
+
+
+@contextmanager
+def victoria_scraping(folder: Path, config_file: Path) -> Iterator[int]:
+    binary = require_binary("victoria-metrics")
+    port = free_port()
+    with (folder / "vm.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"-promscrape.config={config_file}",
+                f"-storageDataPath={folder / 'vm'}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        try:
+            wait_for(
+                lambda: get(f"http://127.0.0.1:{port}/health", 2)[0] == 200, 60, "victoria-metrics ready"
+            )
+            yield port
+        finally:
+            stop(proc)
+
+
+@pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
+def test_one_timeout_is_no_verdict_a_refused_scrape_is_lost_at_once_two_timeouts_are_lost(
+    tmp_path: Path, store: str
+) -> None:
+    ports = [free_port(), free_port()]
+    gone, late = (f"127.0.0.1:{p}" for p in ports)
+    exporters = {gone: Exporter(ports[0]), late: Exporter(ports[1])}
+    config_file = tmp_path / "scrape.yml"
+    config_file.write_text(config(ports))
+    running = (
+        prometheus_running(config_file, tmp_path)
+        if store == "prometheus"
+        else victoria_scraping(tmp_path, config_file)
+    )
+    try:
+        with running as port:
+            watch = ScrapeWatch(PrometheusClient(f"http://127.0.0.1:{port}", timeout_s=5.0), SCRAPE_S)
+            watched = {gone, late}
+
+            def until(check: Callable[[], Any], what: str, within_s: float = 8 * SCRAPE_S) -> Any:
+                def polled() -> Any:
+                    watch.poll(watched)
+                    return check()
+
+                return wait_for(polled, within_s, what, interval_s=0.2)
+
+            until(
+                lambda: all(watch.targets.get(t) and watch.targets[t].last_up_s for t in watched), "both up"
+            )
+            assert watch.answered and watch.lost() == {}
+
+            # one scrape past the timeout: a late scrape, no verdict; the next good one clears it
+            exporters[late].slow = 1
+            until(lambda: watch.targets[late].failed == 1, "the late scrape seen")
+            assert watch.lost() == {}, watch.lost()
+            error = watch.targets[late].error
+            assert "deadline" in error or "timeout" in error, error
+            until(lambda: watch.targets[late].failed == 0, "the next scrape through")
+            assert watch.lost() == {}
+
+            # nothing listens: lost at the first refused scrape, one interval after its last good one
+            exporters.pop(gone).close()
+            verdicts: dict[str, Verdict] = until(lambda: watch.lost(), "the refused scrape's verdict")
+            assert list(verdicts) == [gone], verdicts
+            refused = verdicts[gone]
+            assert refused.refused and refused.failed == 1 and "connection refused" in refused.error, refused
+            assert refused.last_up_s is not None
+            assert refused.lost_at_s - refused.last_up_s <= 1.5 * SCRAPE_S, refused
+            assert "nothing listens" in refused.reason
+
+            # two timeouts in a row: lost, not refused
+            exporters[late].slow = 2
+            until(lambda: late in watch.lost(), "two late scrapes' verdict")
+            two = watch.lost()[late]
+            assert not two.refused and two.failed == 2 and two.lost_at_s > two.first_failed_s, two
+
+            # back on the same port, and the late one answering in time: both cleared
+            exporters[gone] = Exporter(ports[0])
+            until(lambda: watch.lost() == {}, "both back")
+    finally:
+        for exporter in exporters.values():
+            exporter.close()
