@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from aiops.fleet.scrapes import ScrapeWatch, Verdict
+from aiops.fleet.scrapes import RETRY_S, ScrapeWatch, Verdict, parse_targets
 from aiops.sources.prometheus import PrometheusClient
 from tests.agent_cluster import stop
 from tests.prometheus_process import prometheus_running
@@ -162,3 +162,67 @@ def test_one_timeout_is_no_verdict_a_refused_scrape_is_lost_at_once_two_timeouts
     finally:
         for exporter in exporters.values():
             exporter.close()
+
+
+def test_the_targets_answer_is_hostile_data_and_a_store_without_it_leaves_presence_alone(
+    tmp_path: Path,
+) -> None:
+    """What does not parse is skipped, entry by entry; a target never scraped yet (Go's zero time) or `unknown`
+    gives no verdict; a store that answers 404 (Thanos Query, Mimir: no targets API) gives none either, is logged
+    once and asked again only every RETRY_S."""
+    answer = {
+        "activeTargets": [
+            "not a target",
+            {
+                "labels": {"instance": "a:9484"},
+                "health": "up",
+                "lastScrape": "2026-12-05T20:58:40.255517547Z",
+            },
+            {"labels": {"instance": "b:9484"}, "health": "down", "lastScrape": "0001-01-01T00:00:00Z"},
+            {"labels": {"instance": "c:9484"}, "health": "sideways", "lastScrape": "2026-12-05T20:58:40Z"},
+            {"labels": {"instance": 7}, "health": "down", "lastScrape": "2026-12-05T20:58:40Z"},
+            {"labels": {"instance": "d:9484"}, "health": "down", "lastScrape": "yesterday", "lastError": "x"},
+            {
+                "labels": {"instance": "e:9484"},
+                "health": "down",
+                "lastScrape": "2026-12-05T20:58:39.573Z",
+                "lastError": "dial tcp4 10.0.0.5:9484: connect: connection refused" + "!" * 500,
+            },
+        ]
+    }
+    found = parse_targets(answer)
+    assert [(s.instance, s.health) for s in found] == [("a:9484", "up"), ("e:9484", "down")], found
+    assert found[0].at_s == pytest.approx(1796504320.255517) and len(found[1].error) == 200
+    assert parse_targets(None) == [] and parse_targets({"activeTargets": "x"}) == []
+
+    class NotFound(BaseHTTPRequestHandler):
+        asked = 0
+
+        def do_GET(self) -> None:
+            NotFound.asked += 1
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    now = [1000.0]
+    try:
+        client = PrometheusClient(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5.0)
+        watch = ScrapeWatch(client, 15.0, lambda: now[0])
+        watch.take(found, {"e:9484"})  # a verdict from an answer before the store stopped answering
+        assert watch.unsupported is False and watch.lost() == {}  # no poll has answered yet: no verdict
+        watch.poll({"e:9484"})
+        assert watch.unsupported and not watch.answered and watch.lost() == {} and NotFound.asked == 1
+        now[0] += RETRY_S - 1
+        watch.poll({"e:9484"})
+        assert NotFound.asked == 1  # not asked again before RETRY_S
+        now[0] += 1
+        watch.poll({"e:9484"})
+        assert NotFound.asked == 2
+    finally:
+        server.shutdown()
+        server.server_close()
