@@ -16,6 +16,8 @@ Once, before the rounds: node1's agent stopped (SIGSTOP) across exactly one of i
 Prints one JSON object. Example (docs/BENCHMARKS.md):
     nice -n 10 .venv/bin/python -m bench.blind_live --rounds 3 --out blind_live.json
     nice -n 10 .venv/bin/python -m bench.blind_live --store victoria-metrics --rounds 3
+    nice -n 10 .venv/bin/python -m bench.blind_live --presence-only --rounds 2   # the step reads alone (before)
+    nice -n 10 .venv/bin/python -m bench.blind_live --lost-on-refused false --rounds 2
 """
 
 from __future__ import annotations
@@ -143,7 +145,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     (folder / "aiops.toml").write_text("")
     env.update(AIOPS_CONFIG=str(folder / "aiops.toml"), HOME=str(folder), AIOPS_TWIN_TAG=folder.name)
     hook = Webhook()
-    result: dict[str, Any] = {"store": args.store, "scrape_s": args.scrape_s, "rounds": []}
+    result: dict[str, Any] = {
+        "store": args.store,
+        "scrape_s": args.scrape_s,
+        "lost_on_refused": args.lost_on_refused,
+        "presence_only": args.presence_only,
+        "rounds": [],
+    }
     epoch_ts_s = time.time()
     try:
         with Lab(folder) as lab:
@@ -155,13 +163,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 lab.start("prometheus", prometheus_argv(config, folder / "tsdb", port))
             else:
                 vm = binary("victoria-metrics", "AIOPS_VICTORIA")
-                argv = [vm, f"-promscrape.config={config}", f"-storageDataPath={folder / 'vm'}"]
+                argv = [vm, f"-promscrape.config={config}", "-promscrape.config.strictParse=false"]
+                argv.append(f"-storageDataPath={folder / 'vm'}")
                 lab.start("victoria", [*argv, f"-httpListenAddr=127.0.0.1:{port}"])
             store = f"http://127.0.0.1:{port}"
             ready = f"{store}/-/ready" if args.store == "prometheus" else f"{store}/health"
             wait(lambda: http_status(ready) == 200, 60, "the store")
             fleet_config = folder / "fleet.toml"
-            fleet_config.write_text(f'[[notify.webhooks]]\nurl = "{hook.url}"\nkind = "json"\n')
+            fleet_config.write_text(
+                f"[fleet]\nlost_on_refused = {str(args.lost_on_refused).lower()}\n"
+                + (f'targets_url = "{hook.url}"\n' if args.presence_only else "")
+                + f'\n[[notify.webhooks]]\nurl = "{hook.url}"\nkind = "json"\n'
+            )
             delay = "5s" if args.store == "prometheus" else "30s"  # VictoriaMetrics answers 30 s behind
             fleet = lab.start(
                 "fleet",
@@ -296,6 +309,19 @@ def main() -> None:
     p.add_argument("--scrape-s", type=float, default=15.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--lost-on-refused",
+        type=lambda v: v == "true",
+        default=True,
+        metavar="true|false",
+        help="[fleet] lost_on_refused (false: two failed scrapes, as for a timeout)",
+    )
+    p.add_argument(
+        "--presence-only",
+        action="store_true",
+        help="the fleet's targets_url a server without the targets API (the webhook): its step reads alone "
+        "decide, as before the targets API was read",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     result = run(args)
