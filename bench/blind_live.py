@@ -141,9 +141,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="aiops-blind-live-"))
     scenario = folder / "scenario.yaml"
     scenario.write_text(SCENARIO)
+    # no operator's config or environment reaches the run (HOME is the run's folder: no ~/.config/aiops)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIOPS_", "OPENAI_"))}
-    (folder / "aiops.toml").write_text("")
-    env.update(AIOPS_CONFIG=str(folder / "aiops.toml"), HOME=str(folder), AIOPS_TWIN_TAG=folder.name)
+    env.update(HOME=str(folder), AIOPS_TWIN_TAG=folder.name)
     hook = Webhook()
     result: dict[str, Any] = {
         "store": args.store,
@@ -192,8 +192,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     str(folder / "fleet.duckdb"),
                     "--listen",
                     "127.0.0.1:0",
+                    "--config",
+                    str(fleet_config),
                 ),
-                {**env, "AIOPS_CONFIG": str(fleet_config)},
+                env,
             )
             fleet_url = f"http://127.0.0.1:{fleet.port()}"
             wait(lambda: http_status(f"{fleet_url}/readyz") == 200, 240, "the fleet ready")
