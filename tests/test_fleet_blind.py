@@ -111,8 +111,18 @@ def test_a_lost_agent_and_a_blind_source_are_said_notified_and_resolved(tmp_path
             symptom = detail["symptoms"][0]
             assert symptom["kind"] == "node_agent_lost" and symptom["component"] == LOST, detail
             last_seen_ts_s = symptom["detail"]["last_seen_ts_s"]
-            with Workspace(tmp_path / "fleet.duckdb").read() as store:
-                stored = store.scalar("SELECT max(ts_s) FROM gpu_samples WHERE node = ?", [LOST])
+
+            def newest_row() -> float:
+                with Workspace(tmp_path / "fleet.duckdb").read() as store:
+                    return float(
+                        store.scalar("SELECT max(ts_s) FROM gpu_samples WHERE node = ?", [LOST]) or 0
+                    )
+
+            # its last sample (the last scrape that went through) is the newest row the step reads store of it,
+            # once they have read that far: the page comes before the step read of the agent's last scrape
+            stored = wait_for(
+                lambda: (t := newest_row()) >= last_seen_ts_s - SCRAPE_S and t, 30, "its last sample read"
+            )
             assert abs(last_seen_ts_s - stored) <= SCRAPE_S, (last_seen_ts_s, stored)
             # Prometheus's own word (its targets API): the first scrape after the kill was refused, nothing
             # listens on the agent's port: lost at that scrape, one interval after its last sample (data times)
