@@ -196,7 +196,8 @@ WHERE count IS NOT NULL
 
 
 # One row per scrape interval in which steps completed: at the newest step's time, the interval's mean step time
-# (the histogram's sum and count), the rank that was slowest most often in it (families: aiops/columns_jobs.py).
+# (the histogram's sum and count), the rank that was slowest most often in it, the lowest rank among ties so that
+# every read names the same one (families: aiops/columns_jobs.py).
 _COUNT, _SUM = f"{STEPS.name}_count", f"{STEPS.name}_sum"
 JOB_STEPS = f"""
 INSERT INTO job_steps (ts_s, job, step, step_time_s, slowest_rank, slowest_gpu, ranks)
@@ -206,7 +207,8 @@ SELECT CASE WHEN s.last_ts_s BETWEEN s.ts_s - 86400 AND s.ts_s THEN s.last_ts_s 
 FROM (SELECT ts_s, job, {_pick(_COUNT, "d")} AS n, {_pick(_SUM, "d")} AS total_s, {_pick(_COUNT)} AS step,
              {_pick(LAST_STEP_TS.name)} AS last_ts_s
       FROM fleet_d WHERE job <> '' AND name IN {_in([_COUNT, _SUM, LAST_STEP_TS.name])} GROUP BY ts_s, job) s
-LEFT JOIN (SELECT ts_s, job, arg_max(rank || '|' || gpu, d) AS slowest FROM fleet_d
+LEFT JOIN (SELECT ts_s, job, arg_max(rank || '|' || gpu, (d, -coalesce(TRY_CAST(rank AS INTEGER), 0))) AS slowest
+           FROM fleet_d
            WHERE name = '{SLOWEST.name}' AND d > 0 GROUP BY ts_s, job) w USING (ts_s, job)
 LEFT JOIN (SELECT job, CAST(count(*) AS INTEGER) AS ranks FROM job_ranks GROUP BY job) r USING (job)
 WHERE s.n > 0

@@ -69,6 +69,10 @@ def _exposition() -> str:
         f'aiops_job_slowest_rank_steps_total{{instance="{A}",job="llm",rank="1",gpu="node-b/gpu0",node="node-a"}} '
         f"{k + 1} {t}"
         for k, t in enumerate(ts)
+    ] + [  # rank 3 was as often slowest: a tie names the lowest rank, the same on every read
+        f'aiops_job_slowest_rank_steps_total{{instance="{A}",job="llm",rank="3",gpu="node-a/gpu0",node="node-a"}} '
+        f"{k + 1} {t}"
+        for k, t in enumerate(ts)
     ]
     lines: list[str] = []
     for family, samples in families.items():
@@ -115,9 +119,9 @@ def test_labels_become_names_only_when_valid_and_owned(prometheus: str, tmp_path
     ]
     # a time a node exports as a value (its last step's) counts only up to the scrape that read it
     assert step_times and all(T0 <= t <= T0 + STEP_S * SCRAPES for t in step_times), step_times
-    assert slowest == {
-        "node-b/gpu0"
-    }  # a job's series may name another node's GPU (its home reports its ranks)
+    assert (
+        slowest == {"node-b/gpu0"}
+    )  # a job's series may name another node's GPU (its home reports its ranks); rank 1 ties rank 3 and is lower
     # each refusal is counted and named (the fleet logs these lines once each)
     refused = report.refusals.counts
     assert refused["node label not a valid name"] >= 2 and refused["rack label not a valid name"] >= 1
