@@ -66,6 +66,12 @@ def log_lines(path: Path, level: str, needle: str) -> list[dict[str, Any]]:
     return [line for line in lines if line.get("level") == level and needle in line.get("msg", "")]
 
 
+def last_scrape(prom: int, instance: str) -> str:
+    """Prometheus's `lastScrape` of the target (its targets API)."""
+    targets = get_json(f"http://127.0.0.1:{prom}/api/v1/targets")["data"]["activeTargets"]
+    return next(str(t["lastScrape"]) for t in targets if t["labels"].get("instance") == instance)
+
+
 def ready(port: int) -> tuple[int, str]:
     status, body = get(f"http://127.0.0.1:{port}/readyz", 2.0)
     return status, body.decode()
@@ -102,6 +108,15 @@ def test_a_lost_agent_and_a_blind_source_are_said_notified_and_resolved(tmp_path
             wait_for(lambda: labels(prom.port, "aiops_fleet_source_blind"), 30, "the fleet scraped")
 
             # -- 1. a node agent killed, then back -----------------------------------------------------------
+            # just after one of its scrapes, not in the middle of the next (a connection queued when the process
+            # died is reset, not refused: one failure that is not a refusal, then the refusal)
+            newest = last_scrape(prom.port, f"127.0.0.1:{ports[LOST]}")
+            wait_for(
+                lambda: last_scrape(prom.port, f"127.0.0.1:{ports[LOST]}") != newest,
+                10,
+                "a fresh scrape of the agent to kill",
+                interval_s=0.05,
+            )
             procs[LOST].send_signal(signal.SIGKILL)
             procs[LOST].wait(timeout=10)
             lost = wait_for(
