@@ -176,6 +176,13 @@ class ScrapeWatch:
         return self.take(parse_targets(data), set(watched)) or not was
 
     def take(self, scrapes: Iterable[Scrape], watched: set[str]) -> bool:
+        """The newest scrape of each watched target; a target the scraper no longer lists (its pod deleted, its
+        host removed) is forgotten with its verdict: presence decides about its node from then on."""
+        scrapes = list(scrapes)
+        listed = {s.instance for s in scrapes}
+        gone = [i for i in self.targets if i not in listed]
+        for instance in gone:
+            del self.targets[instance]
         newest: dict[str, Scrape] = {}
         for s in scrapes:  # one instance in two targets (two jobs): the healthier, then the newer, stands
             if s.instance not in watched or s.health == "unknown":
@@ -183,7 +190,7 @@ class ScrapeWatch:
             old = newest.get(s.instance)
             if old is None or (s.health == "up", s.at_s) > (old.health == "up", old.at_s):
                 newest[s.instance] = s
-        changed = False
+        changed = bool(gone)
         for instance, s in newest.items():
             state = self.targets.setdefault(instance, _Target())
             if s.at_s <= state.at_s:

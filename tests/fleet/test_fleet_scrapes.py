@@ -168,11 +168,11 @@ def test_one_timeout_is_no_verdict_a_refused_scrape_is_lost_at_once_two_timeouts
             exporter.close()
 
 
-def test_the_targets_answer_is_hostile_data_and_a_store_without_it_leaves_presence_alone(
+def test_the_targets_answer_is_hostile_data_a_target_gone_is_forgotten_a_store_without_it_leaves_presence_alone(
     tmp_path: Path,
 ) -> None:
     """What does not parse is skipped, entry by entry; a target never scraped yet (Go's zero time) or `unknown`
-    gives no verdict; a store that answers 404 (Thanos Query, Mimir: no targets API) gives none either, is logged
+    gives no verdict; a target no longer listed is forgotten; a store that answers 404 (Thanos Query, Mimir: no targets API) gives none either, is logged
     once and asked again only every RETRY_S."""
     answer = {
         "activeTargets": [
@@ -198,6 +198,13 @@ def test_the_targets_answer_is_hostile_data_and_a_store_without_it_leaves_presen
     assert [(s.instance, s.health) for s in found] == [("a:9484", "up"), ("e:9484", "down")], found
     assert found[0].at_s == pytest.approx(1796504320.255517) and len(found[1].error) == 200
     assert parse_targets(None) == [] and parse_targets({"activeTargets": "x"}) == []
+    # a target the scraper lists no more (its pod deleted) takes its verdict with it: presence decides then
+    listing = ScrapeWatch(PrometheusClient("http://127.0.0.1:9"), 15.0)
+    listing.answered = True  # as after a poll that answered
+    listing.take(found, {"e:9484"})
+    assert list(listing.lost()) == ["e:9484"] and listing.lost()["e:9484"].refused
+    listing.take(found[:1], {"e:9484"})
+    assert listing.lost() == {} and "e:9484" not in listing.targets
 
     class NotFound(BaseHTTPRequestHandler):
         asked = 0
