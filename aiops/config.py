@@ -518,6 +518,11 @@ class GuardrailsConfig(_Section):
         description="principal -> what they may decide: physical proposals, response policies, breaker overrides",
     )
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)  # aiops/config_breaker.py
+    runbook: str = Field(
+        default="",
+        description="a standing runbook file (docs/GUARDRAILS.md): plan steps it covers run at the next flush "
+        "without a live signature while people's approval of its exact bytes stands; empty: off",
+    )
 
 
 class ReportConfig(_Section):

@@ -130,6 +130,32 @@ def make_keys(work: Path) -> tuple[Path, dict[str, SshSigner]]:
     return allowed, signers
 
 
+def sign_runbook(path: str | None, work: Path) -> str:
+    """The runbook the day runs with, copied beside its workspaces (what every tier's config names); "" none."""
+    if not path:
+        return ""
+    copy = work / "runbook.yaml"
+    copy.write_bytes(Path(path).read_bytes())
+    return str(copy)
+
+
+def approve_runbook(cluster: Cluster, path: str, signers: dict[str, SshSigner]) -> None:
+    """People sign the runbook's exact bytes ahead of the day in every tier's workspace, as `aiops policy
+    approve FILE` does (alice, and bob too where it needs two people)."""
+    from guardrails.audit import AuditLog
+    from guardrails.runbook import load_runbook
+    from guardrails.signing import ConfiguredVerifier
+    from guardrails.standing import approve_policy
+
+    loaded = load_runbook(path)
+    people = list(signers)[: loaded.approvals_required]
+    for agent in cluster.every():
+        with agent.service.owner.store() as store:
+            verifier = ConfiguredVerifier(store.guardrails, store.path)
+            for name in people:
+                approve_policy(AuditLog(store), loaded, signers[name], verifier, time.time(), 7 * 86_400.0)
+
+
 def oracle(scenario: Scenario) -> Scenario:
     """The same day with every fault fixed at its onset: each lasts one second (a crash at the onset still
     crashes)."""
@@ -215,9 +241,12 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
                 ticket_url=receivers.url,
                 ticket_token_file=work / "jira_token",
                 targets_url=receivers.url,
+                runbook=sign_runbook(args.runbook, work),
             )
             cluster = holder["c"] = Cluster(scenario, world, setup)
             cluster.start()
+            if args.runbook:
+                approve_runbook(cluster, setup.runbook, signers)
             planned = announce_maintenance(cluster, world)
             people = OnCall(
                 lambda tier: cluster.fleet if tier == "fleet" else cluster.agents.get(tier),
@@ -387,6 +416,13 @@ def main() -> int:
         default=None,
         help="stop the false-alarm run after this much wall time; its figures are of what it measured",
     )
+    parser.add_argument(
+        "--runbook",
+        default=None,
+        metavar="FILE",
+        help="run the day with this standing runbook signed by the on-call ahead of time (docs/GUARDRAILS.md; "
+        "aiops/data/runbook_example.yaml is an operator's); default: none, every step waits for a signature",
+    )
     parser.add_argument("--skip-day", action="store_true", help="only the false-alarm run")
     parser.add_argument("--progress", action="store_true", help="a line on stderr every wall minute")
     parser.add_argument("--out", default=None, help="also write the JSON here")
@@ -401,6 +437,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "command": " ".join(["bench/oncall.py", *sys.argv[1:]]),
         "page_from": args.page_from,
+        "runbook": args.runbook,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

@@ -224,6 +224,7 @@ class ClusterSetup:
     page_from: str = "fleet"
     ticket_url: str = ""  # [notify.ticket] jira url (the loopback Jira), empty: open_ticket is a note
     ticket_token_file: Path | None = None
+    runbook: str = ""  # [guardrails] runbook of every tier: a signed standing runbook (docs/GUARDRAILS.md)
 
 
 class Cluster:
@@ -259,7 +260,11 @@ class Cluster:
             "store": {"path": str(s.work / f"{name}.duckdb"), "flush_interval_s": s.flush_s},
             "http": {"listen": ""},
             "notify": notify,
-            "guardrails": {"allowed_signers": str(s.allowed_signers), "approvers": s.approvers},
+            "guardrails": {
+                "allowed_signers": str(s.allowed_signers),
+                "approvers": s.approvers,
+                **({"runbook": s.runbook} if s.runbook else {}),
+            },
             **s.extra,
         }
 

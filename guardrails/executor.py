@@ -19,6 +19,7 @@ from guardrails.approvals import ApprovalBook, Authorisation, person_name
 from guardrails.audit import AuditLog, AuditRow
 from guardrails.policy import Context, ExecutionRecord, Validation, validate
 from guardrails.registry import DEFAULT_REGISTRY, Registry
+from guardrails.runbook_standing import runbook_run_authorised
 from guardrails.standing import policy_run_authorised
 
 
@@ -198,7 +199,8 @@ class Executor:
         action, result, auth, now = claimed.action, claimed.result, claimed.auth, claimed.now
         assert result is not None, "finish() before act()"
         if auth.standing is not None:
-            result = dataclasses.replace(result, detail={**result.detail, "policy": auth.standing["stamp"]})
+            key = str(auth.standing.get("key", "policy"))  # a response policy's, or a runbook's
+            result = dataclasses.replace(result, detail={**result.detail, key: auth.standing["stamp"]})
         status = "executed" if result.ok else "failed"
         payload = {
             "outcome": status,
@@ -272,7 +274,8 @@ def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTR
     same proposal and action hash: an independent recount of `Executor.unsafe_actions` from the record.
     A run under an approved response policy counts as safe only when the log itself proves it: proposed by
     `policy:<rule>`, recorded inside the rule's envelope before it ran, and the file's hash approved by
-    enough people, unexpired and unrevoked, before it ran (`guardrails.standing.policy_run_authorised`)."""
+    enough people, unexpired and unrevoked, before it ran (`guardrails.standing.policy_run_authorised`); a
+    run under a standing runbook likewise (`guardrails.runbook_standing.runbook_run_authorised`)."""
     unsafe = 0
     for row in rows:
         data = row.data() if row.event == "execution" else {}
@@ -293,6 +296,8 @@ def unsafe_executions(rows: list[AuditRow], registry: Registry = DEFAULT_REGISTR
                     people.add(person_name(str(approval.get("approver", ""))))
                 except GuardrailError:
                     continue
-        if len(people) < needed and not policy_run_authorised(rows, row):
+        if len(people) < needed and not (
+            policy_run_authorised(rows, row) or runbook_run_authorised(rows, row)
+        ):
             unsafe += 1
     return unsafe

@@ -21,8 +21,10 @@ Properties (`PROPERTIES`), per kind (`effects`): set_power_limit/reset_power_lim
 (the limits the actuator read back, else the parameter); set_clock_limit -> `sm_clock_max_mhz` per GPU (a GPU
 reset or a node reboot sets it back to the default: None); set_cooling_state -> `cooling_fraction`;
 set_fan_speed -> `fan_speed_pct`; drain_node -> `drained`; enable_lanes -> `lanes_enforced`; enable_ecn ->
-`ecn_enabled`; set_lane_rate -> `lane_rate_fraction:<lane>`. A value of None means "the default": the product
-put it back (a reset), so anything else is not its doing.
+`ecn_enabled`; set_lane_rate -> `lane_rate_fraction:<lane>`; restart_job with `exclude` -> `excluded:<component>`
+on the job (it runs without that component: a node agent that restarted its job off itself says so, and the
+fleet's copy of the same restart is superseded, guardrails/supersede.py). A value of None means "the default":
+the product put it back (a reset), so anything else is not its doing.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ PROPERTIES: tuple[str, ...] = (
     "lanes_enforced",
     "ecn_enabled",
     "lane_rate_fraction",  # one per lane: lane_rate_fraction:<lane>
+    "excluded",  # one per component a job was restarted without: excluded:<component>
 )
 # how close a reading must be to the value set to be that value: NVML reads power limits back in mW, clocks in
 # MHz steps the GPU supports (a locked ceiling reads as the nearest supported clock)
@@ -100,7 +103,7 @@ def effects(
     kind: str, target: str, parameters: Mapping[str, Any], units: Iterable[str], detail: Mapping[str, Any]
 ) -> list[tuple[str, str, float | None]]:
     """What an executed action set: (component, property, value) for each thing it changed. Kinds that set no
-    lasting state (tickets, checks, restarts, migrations) set nothing here."""
+    lasting state (tickets, checks, plain restarts, migrations) set nothing here."""
     units = list(units)
     if kind in ("set_power_limit", "reset_power_limit"):
         observed = detail.get("power_limit_w")
@@ -123,6 +126,9 @@ def effects(
         "enable_ecn": ("ecn_enabled", 1.0),
         "set_lane_rate": (f"lane_rate_fraction:{parameters.get('lane', '')}", parameters.get("fraction")),
     }
+    exclude = parameters.get("exclude")
+    if kind == "restart_job" and isinstance(exclude, str) and exclude:
+        return [(target, f"excluded:{exclude}", 1.0)]
     if kind in simple:
         prop, value = simple[kind]
         number = _number(value)

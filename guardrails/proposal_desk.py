@@ -49,6 +49,7 @@ from guardrails.policy import WAITING_RULES, Context, Validation, validate
 from guardrails.records import GuardrailRecords, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.routing import bound
+from guardrails.runbook_standing import RunbookStanding, runbook_authorisation, runbook_standing, step_facts
 from guardrails.signing import (
     ConfiguredVerifier,
     SignedBy,
@@ -133,6 +134,9 @@ class Guardrails:
         )
         # the circuit breaker's limits, the scheduler's view of out-of-service nodes, the signed overrides
         self.breaker = BreakerInputs(store, self.audit, self.verifier, scheduler_view)
+        # `[guardrails] runbook`: a standing runbook's covered plan steps need no live signature (off: "")
+        self.runbook_path: str = store.guardrails.runbook
+        self._runbook: tuple[tuple[float, int], RunbookStanding] | None = None
 
     def context(self, now_ts_s: float) -> Context:
         """The validation context now: the given provider, else the store's topology and newest samples;
@@ -162,7 +166,60 @@ class Guardrails:
             approvals,
             [*self.records.rejections(), *logged],
             standing=self.standing,
+            runbook=self._runbook_check(context, proposal_id),
         )
+
+    def runbook_standing(self, now_ts_s: float) -> RunbookStanding | None:
+        """The configured runbook judged now (None: none configured); judged again at another instant or
+        after another approval or revocation."""
+        if not self.runbook_path:
+            return None
+        seq = self.store.scalar("SELECT max(seq) FROM audit_log WHERE event = 'policy_approval'")
+        key = (now_ts_s, int(seq or 0))
+        if self._runbook is None or self._runbook[0] != key:
+            judged = runbook_standing(self.audit, self.runbook_path, now_ts_s, self.verifier)
+            self._runbook = (key, judged)
+        return self._runbook[1]
+
+    def runbook_verdict(
+        self, proposal_id: str, context: Context | None = None
+    ) -> tuple[Authorisation | None, str]:
+        """Whether the configured runbook runs this proposal now: its authorisation, or None and why not."""
+        now = self.clock()
+        context = context if context is not None else self.context(now)
+        book = self._book(context, proposal_id)
+        record = self._get(proposal_id)
+        people = ApprovalBook.is_authorised(book, record.action, now, context.gpus)
+        return self._runbook_decides(context, record, record.action, now, people)
+
+    def _runbook_decides(
+        self, context: Context, record: ProposalRecord, action: Action, now: float, people: Authorisation
+    ) -> tuple[Authorisation | None, str]:
+        standing = self.runbook_standing(now)
+        if standing is None:
+            return None, "no runbook is configured ([guardrails] runbook)"
+        if not record.step_id:
+            return None, "not a plan step"
+        facts = step_facts(self.store, record.step_id, context.topology)
+        if facts is None:
+            return None, f"no plan step {record.step_id}"
+        rows = self.audit.rows(event="validation")
+        return runbook_authorisation(standing, facts, action, people, rows, now)
+
+    def _runbook_check(self, context: Context, proposal_id: str) -> Any:
+        """The book's runbook question for this proposal (None: no runbook configured, or not a plan step)."""
+        if not self.runbook_path:
+            return None
+        record = self.records.proposal(proposal_id)
+        if record is None or not record.step_id:
+            return None
+
+        def check(action: Action, now: float, people: Authorisation) -> Authorisation | None:
+            if action_hash(action) != action_hash(record.action):
+                return None
+            return self._runbook_decides(context, record, action, now, people)[0]
+
+        return check
 
     def approvals_of(self, proposal_id: str) -> list[Approval]:
         """The signed approvals of this proposal that verify: its own, and the plan steps' that name it."""

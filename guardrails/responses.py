@@ -159,6 +159,13 @@ class LoadedPolicy:
     sha256: str  # of the file's bytes: what an approval binds to
     policy: ResponsePolicy
 
+    @property
+    def approvals_required(self) -> int:
+        return self.policy.approvals_required
+
+    def automatic_summary(self) -> dict[str, dict[str, Any]]:
+        return self.policy.automatic_summary()
+
 
 def file_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

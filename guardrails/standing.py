@@ -21,9 +21,9 @@ gives less; at most a year. Revoking, or changing one byte of the file, stops au
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiops.errors import GuardrailError
 from guardrails.actions import Action, action_hash
@@ -39,6 +39,22 @@ from guardrails.topology import Topology
 DAY_S = 86_400.0
 DEFAULT_POLICY_TTL_S = 90 * DAY_S
 MAX_POLICY_TTL_S = 365 * DAY_S
+
+
+class Approvable(Protocol):
+    """A file people approve by its exact bytes: a response policy (`LoadedPolicy`) or a standing runbook
+    (`guardrails.runbook.LoadedRunbook`): one approval mechanism for both."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def approvals_required(self) -> int: ...
+
+    def automatic_summary(self) -> dict[str, dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -70,10 +86,17 @@ def _number(value: object, unreadable: float) -> float:
 
 
 def policy_status(
-    rows: Sequence[AuditRow], sha256: str, needed: int, now_ts_s: float, *, before_seq: int | None = None
+    rows: Sequence[AuditRow],
+    sha256: str,
+    needed: int,
+    now_ts_s: float,
+    *,
+    before_seq: int | None = None,
+    document: str = "policy",
 ) -> PolicyStatus:
     """Whether `sha256` is approved at `now_ts_s` by the `policy_approval` events in `rows` (those before
-    `before_seq` when given). `needed` is at least the largest requirement an approval event recorded."""
+    `before_seq` when given). `needed` is at least the largest requirement an approval event recorded.
+    `approved_elsewhere` counts other contents of the same `document` (a policy, or a runbook) only."""
     events = [
         (r, r.data())
         for r in rows
@@ -96,7 +119,8 @@ def policy_status(
         if name is None or not signed_ts_s <= now_ts_s < expires:
             continue
         if data.get("policy_sha256") != sha256:
-            others.add(str(data.get("policy_sha256", "")))
+            if data.get("document", "policy") == document:
+                others.add(str(data.get("policy_sha256", "")))
             continue
         if row.seq <= revoked_at or signed_ts_s <= revoked_ts_s:
             continue
@@ -124,14 +148,15 @@ def policy_status(
 
 def approve_policy(
     audit: AuditLog,
-    loaded: LoadedPolicy,
+    loaded: Approvable,
     signer: Signer,
     verifier: Verifier,
     now_ts_s: float,
     ttl_s: float = DEFAULT_POLICY_TTL_S,
 ) -> AuditRow:
-    """Record a person's signed approval of the file's exact bytes; raises `GuardrailError` when the signature
-    does not verify or its principal may not approve policies."""
+    """Record a person's signed approval of the file's exact bytes (a response policy or a standing runbook);
+    raises `GuardrailError` when the signature does not verify or its principal may not approve policies (a
+    runbook, which runs physical steps without a live signature: policies and physical actions)."""
     if not 0 < ttl_s <= MAX_POLICY_TTL_S:
         raise GuardrailError("expiry", f"a policy approval lasts 1 s to {MAX_POLICY_TTL_S / DAY_S:.0f} days")
     message = decision_message(
@@ -140,6 +165,9 @@ def approve_policy(
     signature = signer.sign(message)
     signed = verifier.verify(message, signature)
     require_class(signed, "policy")
+    runbook = not isinstance(loaded, LoadedPolicy)
+    if runbook:
+        require_class(signed, "physical")
     name = person_name(signed.principal)
     payload = {
         "decision": "approve",
@@ -148,8 +176,9 @@ def approve_policy(
         "approver": name,
         "ts_s": now_ts_s,
         "expires_ts_s": now_ts_s + ttl_s,
-        "approvals_needed": loaded.policy.approvals_required,
-        "automatic": loaded.policy.automatic_summary(),
+        "approvals_needed": loaded.approvals_required,
+        "automatic": loaded.automatic_summary(),
+        **({"document": "runbook"} if runbook else {}),
     }
     return audit.append(
         "policy_approval", signed_payload(payload, message, signature, signed), actor=name, ts_s=now_ts_s
@@ -178,7 +207,7 @@ def revoke_policy(
 
 
 def standing_status(
-    audit: AuditLog, sha256: str, needed: int, now_ts_s: float, verifier: Verifier
+    audit: AuditLog, sha256: str, needed: int, now_ts_s: float, verifier: Verifier, document: str = "policy"
 ) -> PolicyStatus:
     """The policy's standing as far as it can be trusted: the chain intact, the witness agreeing with it
     (else a deleted revocation could bring a policy back), and only verified signatures counting."""
@@ -200,7 +229,7 @@ def standing_status(
             f"policy {sha256[:12]} is not approved: the audit log cannot be trusted ({problem})",
         )
     rows = signed_rows(read_rows(audit.store, event="policy_approval"), verifier)
-    return policy_status(rows, sha256, needed, now_ts_s)
+    return policy_status(rows, sha256, needed, now_ts_s, document=document)
 
 
 # -- the envelope -----------------------------------------------------------------------------------------
@@ -254,11 +283,16 @@ class Standing:
         return rule if rule is not None and rule.automatic else None
 
 
+# (action, now, the people's authorisation) -> a standing runbook's authorisation of it, or None
+RunbookCheck = Callable[[Action, float, Authorisation], Authorisation | None]
+
+
 class PolicyBook(ApprovalBook):
     """People's approvals as always; else, for a `policy:<rule>` action of an approved file, the standing
-    approval, only while the action is inside the rule's envelope against `gpus` (the GPUs now). Such an
-    authorisation carries `standing`: the envelope record the executor audits before it runs, and the stamp
-    (file hash, rule, approvers) it writes into the execution."""
+    approval, only while the action is inside the rule's envelope against `gpus` (the GPUs now); else, for a
+    target of a plan step, an approved standing runbook covering the step (`runbook`,
+    guardrails/runbook_standing.py). Such an authorisation carries `standing`: the record the executor audits
+    before it runs, and the stamp (file hash, rule or entry, approvers) it writes into the execution."""
 
     def __init__(
         self,
@@ -268,15 +302,23 @@ class PolicyBook(ApprovalBook):
         rejections: list[Rejection] | None = None,
         *,
         standing: Standing | None = None,
+        runbook: RunbookCheck | None = None,
     ) -> None:
         super().__init__(topology, registry, approvals, rejections)
         self.standing = standing
+        self.runbook = runbook
 
     def is_authorised(
         self, action: Action, now_ts_s: float, gpus: Mapping[str, GpuPower] | None = None
     ) -> Authorisation:
         people = super().is_authorised(action, now_ts_s, gpus)
-        if people.ok or self.standing is None or self.rejected(action.proposal_id):
+        if (people.ok and people.needed > 0) or self.rejected(action.proposal_id):
+            return people  # people decided: their approval, or their rejection
+        if self.runbook is not None:  # a digital step too: its run is then audited under the runbook
+            by_runbook = self.runbook(action, now_ts_s, people)
+            if by_runbook is not None:
+                return by_runbook
+        if people.ok or self.standing is None:
             return people
         rule = self.standing.automatic_rule(action.proposed_by)
         if rule is None:

@@ -7,15 +7,19 @@ parameters: the action hash) still open on the other tier becomes `superseded`, 
   files no duplicate, so only the other tier's (and a response policy's) copies are ever closed.
 - On the fleet: a node agent exports what it executed (`aiops_intended_state*`, into `intended_exports`); the
   fleet's open proposal of the same action on that node's own components is closed (`supersede_exported`).
-  An export is a node's word about itself only: a node cannot close a proposal on another node's components.
+  An export is a node's word about itself only: a node cannot close a proposal on another node's components,
+  except a job's restart without itself (`restart_job` with `exclude` naming the node): a node agent may run
+  that restart itself (guardrails/dispatched.py `NODE_JOB_KINDS`), so it may say it did.
 """
 
 from __future__ import annotations
 
 from aiops.store import Store
+from guardrails.actions import Action
 from guardrails.audit import AuditLog
 from guardrails.context import topology_from_store
 from guardrails.records import GuardrailRecords
+from guardrails.topology import Scope
 
 
 def supersede(
@@ -47,6 +51,11 @@ def supersede(
     return closed
 
 
+def _off_itself(action: Action, scope: Scope, node: str) -> bool:
+    """A job's restart without `node` (once restarted, the job has no rank there to show who carried it)."""
+    return action.kind == "restart_job" and scope.kind == "job" and action.parameters.get("exclude") == node
+
+
 def supersede_exported(store: Store, now_ts_s: float, *, wall_ts_s: float) -> list[str]:
     """The fleet's open proposals whose exact action a node agent exported as executed (and still in force):
     closed as superseded. `now_ts_s`: the telemetry's clock (what the exports are dated on); `wall_ts_s`: the
@@ -66,7 +75,7 @@ def supersede_exported(store: Store, now_ts_s: float, *, wall_ts_s: float) -> li
         node, digest = str(row["node"]), str(row["action_hash"])
         for record in records.open_with_hash(digest):
             scope = topology.expand(record.action.target)
-            if scope is None or list(scope.nodes) != [node]:
+            if scope is None or not (list(scope.nodes) == [node] or _off_itself(record.action, scope, node)):
                 continue  # a node speaks for its own components only
             closed += supersede(
                 records,

@@ -30,6 +30,12 @@ HEAVY = (
     "aiops.evidence",
     "websockets",
     "rich",
+    # uvicorn's command line and reloaders (aiops/service/bare_package.py) and the flame graph's writer
+    "click",
+    "multiprocessing",
+    "uvicorn.main",
+    "xml",
+    "aiops.profile.outputs",
 )
 RUN = """
 import json, sys
@@ -80,3 +86,29 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
         importlib.import_module(module).register(sub)
         registered.update(dict.fromkeys(sub.choices, module))
     assert registered == COMMANDS
+
+
+BARE = """
+import sys
+from aiops.service.bare_package import bare_package
+bare_package("uvicorn", {"Config": "uvicorn.config", "Server": "uvicorn.server"})
+from uvicorn.server import Server
+from uvicorn import Config  # what its lifespan modules ask of it
+lean = "click" not in sys.modules and "uvicorn.main" not in sys.modules
+import uvicorn
+whole = uvicorn.run is not None and uvicorn.Server is Server and "uvicorn.main" in sys.modules
+try:
+    uvicorn.no_such_name
+    missing = False
+except AttributeError:
+    missing = True
+print(lean, whole, missing)
+"""
+
+
+def test_a_bare_package_loads_only_the_submodules_asked_for_and_stays_whole_for_others() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BARE], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]

@@ -1,5 +1,5 @@
-"""`aiops policy approve|revoke|show|status`: the response policy file (docs/POWER.md) and people's standing
-approval of its exact bytes. An approval is a signed audit event bound to the file's sha256 (--key FILE, else
+"""`aiops policy approve|revoke|show|status`: the response policy file (docs/POWER.md), or a standing runbook
+(`kind: runbook`, docs/GUARDRAILS.md), and people's standing approval of its exact bytes. An approval is a signed audit event bound to the file's sha256 (--key FILE, else
 [guardrails] signing_key); change one byte and the file is not approved any more, so nothing runs automatically
 until people approve the new content. Revocations are signed the same way. The status shown is the one the DCIM
 rounds trust: verified signatures only, and the audit witness agreeing with the chain."""
@@ -18,10 +18,13 @@ from rich.table import Table
 from aiops.cli.actions import KEY_HELP
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
 from aiops.config import Config
+from aiops.errors import ResponsePolicyError
+from aiops.safeload import read_limited
 from aiops.store import Workspace
 from aiops.text import markup, terminal
 from guardrails.audit import AuditLog, read_rows
 from guardrails.responses import DEFAULT_RESPONSES_PATH, LoadedPolicy, load_response_policy
+from guardrails.runbook import LoadedRunbook, is_runbook_text, load_runbook
 from guardrails.signing import ConfiguredVerifier, configured_signer
 from guardrails.standing import approve_policy, revoke_policy, standing_status
 
@@ -30,7 +33,8 @@ DAY_S = 86_400.0
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "policy", help="approve, revoke or show the response policy (automatic DCIM responses)"
+        "policy",
+        help="approve, revoke or show the response policy (automatic DCIM responses) or a standing runbook",
     )
     verbs = p.add_subparsers(dest="policy_command", metavar="VERB", required=True)
     approve = verbs.add_parser("approve", help="approve this exact file content (signed with your key)")
@@ -61,11 +65,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         verb.set_defaults(func=run_show if name == "show" else run_status)
 
 
+Loaded = LoadedPolicy | LoadedRunbook
+
+
+def load_document(path: str) -> Loaded:
+    """A response policy, or a standing runbook when the file says `kind: runbook`."""
+    if is_runbook_text(read_limited(path, ResponsePolicyError)):
+        return load_runbook(path)
+    return load_response_policy(path)
+
+
 def _clock(ts_s: float | None) -> str:
     return datetime.fromtimestamp(ts_s, tz=UTC).strftime("%Y-%m-%d %H:%M") if ts_s else "-"
 
 
-def status_of(loaded: LoadedPolicy, db: str, config: Config) -> dict[str, Any]:
+def status_of(loaded: Loaded, db: str, config: Config) -> dict[str, Any]:
     """The approval state of the file's current bytes in `db` (read-only) under `config`'s guardrails; 'no
     database' when there is none."""
     workspace = Workspace(db, guardrails=config.guardrails)
@@ -74,7 +88,7 @@ def status_of(loaded: LoadedPolicy, db: str, config: Config) -> dict[str, Any]:
             "approved": False,
             "message": f"{db}: no such database, so no approval",
             "approvers": [],
-            "needed": loaded.policy.approvals_required,
+            "needed": loaded.approvals_required,
             "expires_ts_s": None,
             "events": [],
         }
@@ -83,9 +97,10 @@ def status_of(loaded: LoadedPolicy, db: str, config: Config) -> dict[str, Any]:
         status = standing_status(
             AuditLog(store),
             loaded.sha256,
-            loaded.policy.approvals_required,
+            loaded.approvals_required,
             time.time(),
             ConfiguredVerifier(store.guardrails, store.path),
+            "runbook" if isinstance(loaded, LoadedRunbook) else "policy",
         )
     events = [{"seq": r.seq, "ts_s": r.ts_s, "actor": r.actor, **r.data()} for r in rows]
     return {
@@ -115,25 +130,55 @@ def _describe(loaded: LoadedPolicy) -> list[dict[str, Any]]:
     ]
 
 
-def _print_status(console: Console, loaded: LoadedPolicy, state: dict[str, Any]) -> None:
-    console.print(f"policy {markup(loaded.path)}")
+def _print_status(console: Console, loaded: Loaded, state: dict[str, Any]) -> None:
+    runbook = isinstance(loaded, LoadedRunbook)
+    console.print(f"{'runbook' if runbook else 'policy'} {markup(loaded.path)}")
     console.print(f"sha256 {loaded.sha256}")
+    runs = (
+        "plan steps its entries cover run without a live signature"
+        if runbook
+        else "automatic rules run inside their envelopes"
+    )
     if state["approved"]:
         console.print(
             f"[green]approved[/] by {markup(', '.join(state['approvers']))} "
-            f"until {_clock(state['expires_ts_s'])}: automatic rules run inside their envelopes"
+            f"until {_clock(state['expires_ts_s'])}: {runs}"
         )
     else:
         console.print(f"[yellow]not approved[/]: {markup(state['message'])}")
+        waits = "every plan step waits for a person" if runbook else "automatic rules only propose"
         console.print(
-            "automatic rules only propose until people approve this content: "
+            f"{waits} until people approve this content: "
             f"aiops policy approve {markup(loaded.path)} [--key FILE]"
         )
 
 
+def _show_runbook(loaded: LoadedRunbook, state: dict[str, Any], as_json: bool) -> int:
+    entries = loaded.automatic_summary()
+    if as_json:
+        document = {"path": loaded.path, "sha256": loaded.sha256, "entries": entries}
+        print(json.dumps({**document, **{k: v for k, v in state.items() if k != "events"}}, indent=2))
+        return 0
+    console = terminal()
+    table = Table("entry", "root causes", "steps", "actions", "scope", "max nodes", "max runs/h")
+    for entry_id, e in entries.items():
+        cells = (entry_id, *(", ".join(e[k]) for k in ("labels", "steps", "kinds", "scope")))
+        table.add_row(*(markup(c) for c in cells), str(e["max_nodes"]), str(e["max_runs_per_h"]))
+    console.print(table)
+    expires = loaded.runbook.expires_ts_s
+    console.print(
+        f"approvals required: {loaded.approvals_required} distinct people; the file expires "
+        f"{_clock(expires) if expires else 'never (its approval does)'}"
+    )
+    _print_status(console, loaded, state)
+    return 0
+
+
 def run_show(args: argparse.Namespace) -> int:
-    loaded = load_response_policy(args.file)
+    loaded = load_document(args.file)
     state = status_of(loaded, args.db, cli_config(args))
+    if isinstance(loaded, LoadedRunbook):
+        return _show_runbook(loaded, state, args.json)
     if args.json:
         print(
             json.dumps(
@@ -182,7 +227,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    loaded = load_response_policy(args.file)
+    loaded = load_document(args.file)
     state = status_of(loaded, args.db, cli_config(args))
     if args.json:
         print(json.dumps({"path": loaded.path, "sha256": loaded.sha256, **state}, indent=2))
@@ -200,7 +245,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_approve(args: argparse.Namespace) -> int:
-    loaded = load_response_policy(args.file)
+    loaded = load_document(args.file)
     config = cli_config(args)
     signer = configured_signer(args.key, config.guardrails)
     with configured_workspace(args.db, config).require().write() as store:
@@ -214,7 +259,7 @@ def run_approve(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    loaded = load_response_policy(args.file)
+    loaded = load_document(args.file)
     config = cli_config(args)
     signer = configured_signer(args.key, config.guardrails)
     with configured_workspace(args.db, config).require().write() as store:

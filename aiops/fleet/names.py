@@ -54,7 +54,7 @@ RULES: dict[str, str] = {
     "dev": r"^[A-Za-z0-9_.:@-]{1,32}$",
     "device": r"^[A-Za-z0-9_.:@-]{1,64}$",
     # what a node's executed actions set (aiops_intended_state*: guardrails/intended.py)
-    "property": r"^[a-z_]{1,40}(:[a-z]{1,16})?$",
+    "property": rf"^[a-z_]{{1,40}}(:[a-z]{{1,16}}|:{HOST})?$",  # lane_rate_fraction:<lane>, excluded:<host>
     "proposal_id": r"^[A-Za-z0-9_.:-]{1,80}$",
     "kind": r"^[a-z_]{1,40}$",
     "action_hash": r"^[0-9a-f]{64}$",

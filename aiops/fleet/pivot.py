@@ -286,7 +286,8 @@ GROUP BY ts_s, node, incident_id
 
 
 # What a node's executed actions set, once per (node, component, property, proposal): the first scrape that shows
-# it. A node speaks for its own components only (the topology it exported says which are its own); no value
+# it. A node speaks for its own components only (the topology it exported says which are its own), and of a job
+# only that it was restarted without this very node (`excluded:<node>`: guardrails/intended.py); no value
 # sample means the default (a reset).
 INTENDED = f"""
 INSERT INTO intended_exports (node, component, property, value, proposal_id, kind, action_hash, set_ts_s,
@@ -294,8 +295,10 @@ INSERT INTO intended_exports (node, component, property, value, proposal_id, kin
 SELECT d.node, d.component, d.property, {_pick("aiops_intended_state")}, d.proposal_id, max(d.kind),
        max(d.action_hash), {_pick("aiops_intended_state_set_timestamp_seconds")} AS set_ts_s,
        {_pick("aiops_intended_state_expiry_timestamp_seconds")} AS expires_ts_s, min(d.ts_s)
-FROM fleet_d d JOIN topology t ON t.component = d.component AND t.node = d.node
+FROM fleet_d d
 WHERE d.name IN {_in(f.INTENDED)} AND d.node <> '' AND d.property <> '' AND d.proposal_id <> ''
+  AND (EXISTS (SELECT 1 FROM topology t WHERE t.component = d.component AND t.node = d.node)
+       OR (d.component LIKE 'job:%' AND d.property = 'excluded:' || d.node))
   AND (d.node, d.component, d.property, d.proposal_id) NOT IN
       (SELECT (node, component, property, proposal_id) FROM intended_exports)
 GROUP BY d.node, d.component, d.property, d.proposal_id

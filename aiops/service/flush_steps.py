@@ -51,6 +51,7 @@ from aiops.store.workloads import refresh_jobs as refresh_job_ranks
 from guardrails.executor import Claimed, ExecutionOutcome
 from guardrails.proposal_desk import Guardrails
 from guardrails.routing import acts_remotely
+from guardrails.runbook_runs import run_covered
 
 if TYPE_CHECKING:
     from aiops.service.service import Service
@@ -99,6 +100,8 @@ def detect_and_respond(svc: Service, store: Store) -> None:
     svc.responder.handle(store, transitions, lambda: desk(store, attached()))
     if store.scalar("SELECT count(*) FROM proposals WHERE status = 'approved'"):
         execute_approved(svc, store, attached())
+    if store.guardrails.runbook:
+        run_by_runbook(svc, store, attached)
     svc.breaker.observe(store, lambda: desk(store, attached()), time.time())  # every 15 s: attaches then
     if svc.slack is not None:
         svc.slack.run_requested(
@@ -168,6 +171,21 @@ def execute_approved(svc: Service, store: Store, attached: Any) -> None:
         outcome = execute_or_claim(svc, guard, attached, record.proposal_id)
         if outcome is not None:
             said(outcome)
+
+
+def run_by_runbook(svc: Service, store: Store, attached: Callable[[], Any]) -> None:
+    """Plan steps waiting for people that the signed standing runbook covers run now (`[guardrails] runbook`,
+    guardrails/runbook_runs.py); the others say why they wait. The fleet runs none itself (nothing is
+    dispatched under a runbook: not built yet, docs/GUARDRAILS.md)."""
+    if not store.scalar("SELECT count(*) FROM proposals WHERE status = 'pending' AND step_id IS NOT NULL"):
+        return
+    world = attached()
+    if world.actuator is None or world.kind == TICKETS_ONLY:
+        return
+    guard = desk(store, world)
+    for run in run_covered(guard, lambda pid: execute_or_claim(svc, guard, world, pid)):
+        if run.outcome is not None:
+            said(run.outcome)
 
 
 def execute_or_claim(
