@@ -34,6 +34,7 @@ def read_cycle(
     phase_s: float = 0.0,
     rank_reads: int = 1,
     rank_start_s: float | None = None,
+    series_hint: int = 0,
 ) -> CycleReport:
     """Everything the fleet reads for (start_s, end_s]: the DCIM document is read once, at the interval's end."""
     nodes = fetch_interval(
@@ -46,6 +47,7 @@ def read_cycle(
         phase_s=phase_s,
         rank_reads=rank_reads,
         rank_start_s=rank_start_s,
+        series_hint=series_hint,
     )
     report = CycleReport(nodes)
     if nodes.end_s < nodes.start_s:

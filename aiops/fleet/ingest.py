@@ -3,7 +3,7 @@
 Each family is asked as `last_over_time(name[step])` over one step more than the interval: the extra, first step
 is the base every counter's increase is measured from (a counter first seen later, an XID's, counts from zero),
 and a series that stopped being exported is absent from
-the next step on (families read only where positive: `_queries`). Samples are staged long as Arrow tables DuckDB
+the next step on (families read only where positive: aiops/fleet/queries.py). Samples are staged long as Arrow tables DuckDB
 scans in place, each series' labels once (`fleet_series`) and its samples as (series id, time, value)
 (`fleet_raw`), counters turned into increases (`fleet_x`, a temporary table), then pivoted (aiops/fleet/pivot.py,
 through the view `fleet_d`: one row per sample with its labels) into the tables detect and rca read, rows stamped
@@ -35,12 +35,13 @@ from aiops.fleet.names import (
     record_ownership,
 )
 from aiops.fleet.pivot import statements
+from aiops.fleet.queries import GROUP_SERIES, plan, split
 from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
 _DELTA_SQL = """
-CREATE TEMP TABLE fleet_x AS
+CREATE OR REPLACE TEMP TABLE fleet_x AS
 SELECT sid, ts_s, value,
        CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
             WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
@@ -51,27 +52,29 @@ WHERE ts_s >= $base
 # A series asked in several chunks (a long piece of a big family) came back once per chunk, under an id each:
 # the ids of one label set made one, as the label set identifies the series.
 _MERGE_SQL = (
-    "CREATE TEMP TABLE fleet_alias AS SELECT sid, min(sid) OVER (PARTITION BY name, "
+    "CREATE OR REPLACE TEMP TABLE fleet_alias AS SELECT sid, min(sid) OVER (PARTITION BY name, "
     + ", ".join(f'"{label}"' for label in families.LABELS)
     + ") AS canon FROM fleet_series",
-    "CREATE TEMP TABLE fleet_merged AS SELECT coalesce(a.canon, r.sid) AS sid, r.ts_s, r.value "
+    "CREATE OR REPLACE TEMP TABLE fleet_merged AS SELECT coalesce(a.canon, r.sid) AS sid, r.ts_s, r.value "
     "FROM fleet_raw r LEFT JOIN fleet_alias a USING (sid)",
 )
 # what the pivots read: one row per sample, its series' labels as columns (a view: the labels are stored once per
 # series, not once per sample)
 _VIEW_SQL = (
-    "CREATE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
+    "CREATE OR REPLACE TEMP VIEW fleet_d AS SELECT s.name, x.ts_s, x.value, "
     + ", ".join(f's."{label}"' for label in families.LABELS)
     + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid) JOIN fleet_ok USING (sid)"  # owned series only
 )
 _DROP_SQL = (
-    "DROP VIEW IF EXISTS temp.main.fleet_d",
     *OWNERSHIP_DROP,
     "DROP TABLE IF EXISTS temp.main.fleet_x",
     "DROP TABLE IF EXISTS temp.main.fleet_alias",
     "DROP TABLE IF EXISTS temp.main.fleet_merged",
 )
 _STAGED = ("fleet_series", "fleet_raw")  # Arrow tables registered on the connection: scanned in place
+# a piece of at most this many samples has `fleet_d` made a table, its join done once instead of in each pivot
+# (a steady read's ~20 statements); a larger one keeps the view (the labels once per series, not per sample)
+MATERIALIZED_SAMPLES = 200_000
 PIECE_SAMPLES = (
     1_200_000  # samples staged at once (a piece of a long interval): ~70 MB, under the 128 MB limit
 )
@@ -94,6 +97,7 @@ class IngestReport:
     dropped_examples: list[str] = field(default_factory=list)
     rank_end_s: float | None = None  # rank timing read on a finer grid (`rank_reads`): up to here
     rank_series: int = 0  # the rank timing series that finer read found (none: no rank exports its timing)
+    piece_series: int = 0  # the most series one piece held: the next read's first piece sized by it
 
 
 # read on the finer grid (`rank_reads`): the per-rank timing and the NICs' counters that the network straggler rule
@@ -116,31 +120,6 @@ def fine_reads(step_s: float, rank_reads: int) -> int:
 OWNER_FAMILY = "aiops_node_info"
 DROP_REASONS = ("nan", "infinite", "out_of_range")
 DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
-
-
-def _window(step_s: float) -> str:
-    # one step less a millisecond: a range selector includes both ends on Prometheus 2.x
-    return f"{max(1, math.ceil(step_s * 1000) - 1)}ms"
-
-
-def _queries(name: str, step_s: float, selector: str) -> list[str]:
-    """The queries that read family `name`. A series the pivots read only when positive (a 0/1 gauge; a
-    throttle reason's sample counter, whose increase counts only when above 0: one still at 0 adds nothing, and
-    one that leaves 0 inside the interval counts from zero as a series born there) is asked with `> 0`, so the
-    GPUs' idle reasons, most of the series, are not fetched at all."""
-
-    def one(*extra: str, positive: bool = False) -> str:
-        matchers = ",".join(m for m in (f'__name__="{name}"', *extra, selector) if m)
-        return f"last_over_time({{{matchers}}}[{_window(step_s)}])" + (" > 0" if positive else "")
-
-    if name in families.POSITIVE_GAUGES:
-        return [one(positive=True)]
-    if name == families.REASON_SAMPLES:  # GpuIdle's counts are read at 0 too: the idle rule's numerator
-        return [
-            one(f'reason="{families.IDLE_REASON}"'),
-            one(f'reason!="{families.IDLE_REASON}"', positive=True),
-        ]
-    return [one()]
 
 
 class _Stager:
@@ -253,9 +232,15 @@ class _Stager:
             if not pa.types.is_struct(labels.type):
                 raise TypeError
             present = {labels.type.field(i).name for i in range(labels.type.num_fields)}
+            absent = pa.array([""] * n, pa.string())  # one column for every label no series carries
             for label in families.LABELS:
-                column = labels.field(label) if label in present else pa.nulls(n, pa.string())
-                columns[label] = pc.fill_null(column.cast(pa.string()), "")
+                if label not in present:
+                    columns[label] = absent
+                    continue
+                column = labels.field(label)
+                if not pa.types.is_string(column.type):
+                    column = column.cast(pa.string())
+                columns[label] = pc.fill_null(column, "") if column.null_count else column
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
             # labels of other types than strings (hostile data): each written as text
             for label in families.LABELS:
@@ -275,6 +260,19 @@ def _number(value: Any) -> float:
         return math.nan
 
 
+def _written(table: str, sql: str, changed: tuple[Any, ...] | None) -> int:
+    """How `sql` changed `table`'s row count, from the count DuckDB answers an INSERT or DELETE with (a statement
+    filed under `table` that writes another table, the jobs beside their ranks, changes it by nothing)."""
+    head = sql.lstrip()
+    if changed is None:
+        return 0
+    if head.startswith(f"INSERT INTO {table} "):
+        return int(changed[0])
+    if head.startswith(f"DELETE FROM {table} "):
+        return -int(changed[0])
+    return 0
+
+
 def fetch_interval(
     store: Store,
     client: PrometheusClient,
@@ -287,6 +285,7 @@ def fetch_interval(
     phase_s: float = 0.0,
     rank_reads: int = 1,
     rank_start_s: float | None = None,
+    series_hint: int = 0,
 ) -> IngestReport:
     """The node agents' samples of (start_s, end_s], on a grid of `step_s` aligned to multiples of it plus
     `phase_s` (aiops/fleet/phase.py: just after the scrapes), into `store`'s tables; the step before `start_s` is
@@ -303,7 +302,8 @@ def fetch_interval(
 
     A long interval (the first cycle's look-back, a whole recorded run) is read in pieces of about
     `PIECE_SAMPLES` samples, each with its own base step, so the staging stays within DuckDB's memory limit
-    whatever the cluster's size: the first piece is one step (it tells how many series there are)."""
+    whatever the cluster's size: the first piece is one step (it tells how many series there are), or as many as
+    `PIECE_SAMPLES` holds of `series_hint` series (the last read's `piece_series`: a steady read is one piece)."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
     wanted = tuple(names)
@@ -315,15 +315,14 @@ def fetch_interval(
         step_s, step_s / rank_reads, phase_s, start_s if rank_start_s is None else rank_start_s, end_s
     )
     bound_memory(store.conn)
+    hint = series_hint
     if grid.last_s >= grid.first_s:
-        _read_grid(store, client, grid, selector, tuple(n for n in wanted if n not in fine), report, None)
-    if fine and ranks.last_s >= ranks.first_s:
-        rank_names = tuple(n for n in fine if n in families.RANKS)
-        report.rank_series = _read_grid(
-            store, client, ranks, selector, rank_names, report, ("rank_timing_samples",)
-        )
-        nic_names = tuple(n for n in fine if n not in families.RANKS)
-        _read_grid(store, client, ranks, selector, nic_names, report, FINE_TABLES[1:])
+        rest = tuple(n for n in wanted if n not in fine)
+        hint = max(hint, _read_grid(store, client, grid, selector, rest, report, None, hint, fine))
+    if (
+        fine and ranks.last_s >= ranks.first_s
+    ):  # the ranks and the NICs in one read: their pieces' one ownership
+        _read_grid(store, client, ranks, selector, fine, report, FINE_TABLES, hint)
         report.rank_end_s = ranks.last_s
     report.bytes_fetched, report.requests = client.bytes_fetched, client.requests
     return report
@@ -360,9 +359,12 @@ def _read_grid(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
+    hint: int = 0,
+    fine: tuple[str, ...] = (),
 ) -> int:
     """The grid's points read in pieces (the module doc), pivoted into `tables` (all when None); returns the
-    most series one piece held."""
+    most series one piece held. The first piece is one point, or as many as `PIECE_SAMPLES` holds of `hint`
+    series (a count known before: the last read's)."""
     if not names:
         return 0
     if tables is not None and OWNER_FAMILY not in names:
@@ -370,17 +372,19 @@ def _read_grid(
     most = 0
     first_s, last_s, res_s = grid.first_s, grid.last_s, grid.res_s
     total = round((last_s - first_s) / res_s) + 1
-    done, points = 0, 1
+    done, points = 0, max(1, PIECE_SAMPLES // hint - 1) if hint else 1
     while done < total:
         points = min(points, total - done)
         piece_first_s = first_s + done * res_s
         piece_last_s = first_s + (done + points - 1) * res_s
+        span = (piece_first_s, piece_last_s)
         series = _fetch_piece(
-            store, client, (piece_first_s, piece_last_s), grid, selector, names, report, tables
+            store, client, span, grid, selector, names, report, tables, fine, known=most or hint
         )
         done += points
         points = max(1, PIECE_SAMPLES // max(1, series) - 1)  # points per series: the steps and their base
         most = max(most, series)
+    report.piece_series = max(report.piece_series, most)
     return most
 
 
@@ -393,30 +397,41 @@ def _fetch_piece(
     names: tuple[str, ...],
     report: IngestReport,
     tables: tuple[str, ...] | None,
+    fine: tuple[str, ...] = (),
+    known: int = 0,
 ) -> int:
     """Grid points first_s..last_s (`span`; and the scrape step before them, the counters' base) staged,
-    pivoted into `tables` (all when None), added to `report`; returns how many series the answers held."""
+    pivoted into `tables` (all when None), added to `report`; returns how many series the answers held. With
+    `fine` (the families the finer grid reads apart), the tables only they fill are not pivoted here. Where the
+    series are `known` to be few (a count from before: `GROUP_SERIES`), families are asked several to a request
+    (aiops/fleet/queries.py), each answer's chunks sized by that count."""
     first_s, last_s = span
     step_s, res_s = grid.step_s, grid.res_s
     conn = store.conn
-    for sql in _DROP_SQL:
-        conn.execute(sql)
     stager = _Stager(client.url, report)
-    hint = series = owners = 0  # owners: the ownership series a restricted read staged beside its own
+    series = owners = ranked = staged = (
+        0  # owners: the ownership series a restricted read staged beside its own
+    )
+    made = "VIEW"  # what fleet_d is made as (dropped as such)
+    grouped = 0 < known <= GROUP_SERIES
+    hint = known if grouped else 0  # the series an answer holds, before the first says
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
     collecting = gc.isenabled()
     gc.disable()  # the answers are trees of acyclic objects, freed as they go: no cycle to look for in them
     try:
-        for name in names:
-            for query in _queries(name, res_s, selector):
-                chunks = client.query_range(query, first_s - step_s, last_s, res_s, series_hint=hint)
-                for k, result in enumerate(chunks):
-                    report.samples += stager.stage(name, result)
-                    series += len(result)
-                    owners += len(result) if name == OWNER_FAMILY and tables is not None else 0
-                    hint = max(hint, len(result))
-                    chunked = chunked or k > 0
+        for group, query in plan(names, res_s, selector, grouped):
+            chunks = client.query_range(query, first_s - step_s, last_s, res_s, series_hint=hint)
+            for k, result in enumerate(chunks):
+                for name, part in zip(group, split(group, result), strict=True):
+                    kept = stager.stage(name, part)
+                    report.samples, staged = report.samples + kept, staged + kept
+                    series += len(part)
+                    owners += len(part) if name == OWNER_FAMILY and tables is not None else 0
+                    ranked += len(part) if name in families.RANKS and tables is not None else 0
+                hint = max(hint, len(result))
+                chunked = chunked or k > 0
         report.series += series
+        report.rank_series = max(report.rank_series, ranked)  # the finer grid's rank series (tables given)
         series -= owners
         if not series:  # nothing came (no rank exports this tick, a quiet family set): nothing to pivot
             for table, _ in statements():
@@ -426,26 +441,31 @@ def _fetch_piece(
         stager.register(conn)
         if collecting:
             gc.enable()
-        for sql in OWNERSHIP_SQL:
-            conn.execute(sql)
-        record_ownership(store.query(REFUSED_SQL), report.refusals)
+        owners_sql, ok_sql = OWNERSHIP_SQL
+        conn.execute(owners_sql)
+        counted = conn.execute(ok_sql).fetchone()  # how many series count
+        if counted is None or int(counted[0]) < stager.next_sid:  # some refused: which, and why
+            record_ownership(store.query(REFUSED_SQL), report.refusals)
         if chunked:
             for sql in _MERGE_SQL:
                 conn.execute(sql)
         delta = _DELTA_SQL.replace("FROM fleet_raw)", "FROM fleet_merged)") if chunked else _DELTA_SQL
         conn.execute(delta, {"base": first_s - res_s / 2})
-        conn.execute(_VIEW_SQL)
+        if staged <= MATERIALIZED_SAMPLES:
+            made = "TABLE"
+        conn.execute(_VIEW_SQL.replace("TEMP VIEW", f"TEMP {made}"))
         for table, sql in statements():
             if tables is not None and table not in tables:
                 continue
-            before = int(store.scalar(f"SELECT count(*) FROM {table}"))
-            conn.execute(sql, {"step": step_s} if "$step" in sql else None)
-            written = int(store.scalar(f"SELECT count(*) FROM {table}")) - before
-            report.rows[table] = report.rows.get(table, 0) + written
+            if fine and table in FINE_TABLES:  # its families are the finer grid's: none staged here
+                report.rows[table] = report.rows.get(table, 0)
+                continue
+            changed = conn.execute(sql, {"step": step_s} if "$step" in sql else None).fetchone()
+            report.rows[table] = report.rows.get(table, 0) + _written(table, sql, changed)
     finally:
         if collecting:
             gc.enable()
-        for sql in _DROP_SQL:
+        for sql in (f"DROP {made} IF EXISTS temp.main.fleet_d", *_DROP_SQL):
             conn.execute(sql)
         for name in _STAGED:
             conn.unregister(name)

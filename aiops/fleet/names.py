@@ -99,6 +99,19 @@ def _valid_values(label: str, values: pa.Array) -> pa.Array:
     return pc.or_(ok, pc.equal(values, ""))
 
 
+# label -> values found valid before (a pure function of the two): a steady read's labels repeat every step, so
+# only a value not seen yet is matched; bounded (emptied when full: hostile labels may be endless)
+_VALID: dict[str, set[str]] = {}
+VALID_MEMO = 100_000
+
+
+def _remember(label: str, values: list[Any]) -> None:
+    known = _VALID.setdefault(label, set())
+    if len(known) + len(values) > VALID_MEMO:
+        known.clear()
+    known.update(v for v in values if isinstance(v, str))
+
+
 def _host_of(values: pa.Array) -> pa.Array:
     return pc.if_else(
         pc.equal(values, ""), "", pc.list_element(pc.split_pattern(values, "/", max_splits=1), 0)
@@ -115,10 +128,13 @@ def check_labels(
     for label, column in columns.items():
         encoded = pc.dictionary_encode(column)
         values = encoded.dictionary
-        if len(values) == 1 and values[0].as_py() == "":
-            continue  # the label is absent from every series
+        texts = values.to_pylist()
+        known = _VALID.get(label, set())
+        if all(v == "" or v in known for v in texts):
+            continue  # absent from every series, or every value valid when seen before
         ok_values = _valid_values(label, values)
         if pc.all(ok_values).as_py():
+            _remember(label, texts)
             continue
         ok = pc.take(ok_values, encoded.indices)
         bad = pc.invert(ok)
@@ -161,16 +177,18 @@ _SERIES_NODE = (  # the node a series is about (its GPU's or NIC's host: check_l
 )
 OWNERSHIP_SQL = (
     # each node and the instances that declare it in this piece
-    "CREATE TEMP TABLE fleet_owner AS SELECT node, min(instance) AS instance, count(DISTINCT instance) AS "
+    "CREATE OR REPLACE TEMP TABLE fleet_owner AS SELECT node, min(instance) AS instance, count(DISTINCT instance) AS "
     "instances FROM fleet_series WHERE name = 'aiops_node_info' AND node <> '' AND instance <> '' "
     "GROUP BY node",
     # the series that count: no instance (a bulk import), or from the one instance that declares their node;
     # a series about no node (a job's) from an instance that declares some node alone
-    f"""CREATE TEMP TABLE fleet_ok AS SELECT sid FROM fleet_series s WHERE s.instance = ''
-   OR EXISTS (SELECT 1 FROM fleet_owner o WHERE o.instances = 1 AND o.instance = s.instance
-              AND o.node = ({_SERIES_NODE}))
-   OR (({_SERIES_NODE}) = '' AND EXISTS (SELECT 1 FROM fleet_owner o WHERE o.instances = 1
-                                          AND o.instance = s.instance))""",
+    # (a join on the series' own node, not a subquery per series: the same rows, a third of the cost)
+    f"""CREATE OR REPLACE TEMP TABLE fleet_ok AS
+WITH s AS (SELECT sid, instance, ({_SERIES_NODE}) AS about FROM fleet_series s),
+     sole AS (SELECT node, instance FROM fleet_owner WHERE instances = 1)
+SELECT s.sid FROM s WHERE s.instance = ''
+UNION ALL SELECT s.sid FROM s JOIN sole o ON o.instance = s.instance AND o.node = s.about WHERE s.instance <> ''
+UNION ALL SELECT s.sid FROM s WHERE s.instance <> '' AND s.about = '' AND s.instance IN (SELECT instance FROM sole)""",
 )
 REFUSED_SQL = f"""
 SELECT s.instance, ({_SERIES_NODE}) AS node, min(s.name) AS name, count(*) AS series,

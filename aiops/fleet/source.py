@@ -33,7 +33,8 @@ from aiops.errors import SourceError
 from aiops.fleet.cycle import CycleReport, read_cycle
 from aiops.fleet.ingest import FINE_FAMILIES, FINE_TABLES, fetch_interval, fine_reads
 from aiops.fleet.phase import landed, on_grid, phase_after, rank_phases_s, scrape_stamps
-from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
+from aiops.fleet.scrapes import ScrapeWatch, watch_client
+from aiops.fleet.sight import FLEET_MARKER, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
 from aiops.service.sources import Source, Sources
@@ -111,6 +112,10 @@ class FleetCollector:
         )
         self.presence = NodePresence(self.step_s)
         self.presence.seed(_last_seen(store))
+        # the scraper's own word on each agent, read soon after each scrape (aiops/fleet/scrapes.py)
+        self.watch = ScrapeWatch(
+            watch_client(setup.config, setup.token), self.step_s, clock, setup.config.lost_on_refused
+        )
         self.said = ""  # the read failure last written to collector_errors (one row per change)
         self.dropped_total: dict[str, int] = {}
         # where the read grid sits in a step (aiops/fleet/phase.py): learned at the first read that can
@@ -122,6 +127,9 @@ class FleetCollector:
         self.phases_at_s = -math.inf  # when they were
         # whether the last read found rank timing series: none (no rank exports it), no reads between steps
         self.ranks_seen = False
+        self.piece_series = (
+            0  # the most series one piece of the last step's read held (the next read's pieces)
+        )
         self.lost: frozenset[str] = frozenset()  # the node agents lost as of the last read
         self.judged_lost: frozenset[str] = frozenset()  # and as `conditions` last reported them (`urgent`)
         self.judged_blind = False  # the sight as `conditions` last reported it
@@ -135,6 +143,7 @@ class FleetCollector:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
         service's data clock: the horizon itself). Between two steps' reads, rank timing alone is read as each
         of its finer grid's points passes (`[fleet] rank_reads`)."""
+        self._watch()
         end_s = self.clock() - self.config.delay_s
         if end_s - self.horizon_ts_s < self.step_s:
             return self._ranks_between(end_s)
@@ -152,6 +161,7 @@ class FleetCollector:
                 phase_s=self.phase_s or 0.0,
                 rank_reads=self.config.rank_reads,
                 rank_start_s=max(self.horizon_ts_s, self.rank_horizon_ts_s),
+                series_hint=self.piece_series,
             )
             scraping = self.presence.read(
                 self.client, report.nodes.start_s, report.nodes.end_s, self.config.selector
@@ -167,14 +177,23 @@ class FleetCollector:
         self.horizon_ts_s = max(self.horizon_ts_s, report.nodes.end_s)
         self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.nodes.rank_end_s or report.nodes.end_s)
         self.ranks_seen = report.nodes.rank_series > 0
+        self.piece_series = report.nodes.piece_series
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
-        self.lost = frozenset(n for n, s in self.presence.nodes.items() if s.missed >= LOST_AFTER_STEPS)
+        self.lost = self.presence.lost(self.watch.lost())
         if report.nodes.dropped:
             out["collector_errors"] = self._errors("dropped_samples", _dropped_text(report))
             for reason, n in report.nodes.dropped.items():
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + n
         return out
+
+    def _watch(self) -> None:
+        """Every tick: the targets API when a poll is due (a tenth of the step), and the agents lost by it or by
+        presence; a change makes the tick `urgent`, so a refused scrape pages at the poll after it."""
+        instances = {s.instance for s in self.presence.nodes.values() if s.instance}
+        if instances and self.watch.due():
+            self.watch.poll(instances)
+            self.lost = self.presence.lost(self.watch.lost())
 
     def _learn_phases(self, end_s: float) -> None:
         """Where the agents' scrapes land in a step (aiops/fleet/phase.py): the read grid's phase, learned once
@@ -224,18 +243,22 @@ class FleetCollector:
                 phase_s=self.phase_s,
                 rank_reads=reads,
                 rank_start_s=self.rank_horizon_ts_s,
+                series_hint=self.piece_series,
             )
         except SourceError:
             return {}
         if report.rank_end_s is not None:
             self.rank_horizon_ts_s = max(self.rank_horizon_ts_s, report.rank_end_s)
             self.ranks_seen = report.rank_series > 0
+        return self._taken(FINE_TABLES, _counts(self.scratch, FINE_TABLES))
+
+    def _taken(self, tables: tuple[str, ...], counts: dict[str, int]) -> dict[str, pa.Table]:
+        """The rows of each of `tables` that holds some (`counts`), the scratch's tables emptied."""
         out: dict[str, pa.Table] = {}
-        for table in FINE_TABLES:
-            rows = self.scratch.arrow(f"SELECT * FROM {table}")
-            self.scratch.conn.execute(f"DELETE FROM {table}")
-            if rows.num_rows:
-                out[table] = rows
+        for table in tables:
+            if counts[table]:
+                out[table] = self.scratch.arrow(f"SELECT * FROM {table}")
+                self.scratch.conn.execute(f"DELETE FROM {table}")
         return out
 
     def _handed_over(self) -> dict[str, pa.Table]:
@@ -248,20 +271,16 @@ class FleetCollector:
             self.placement = placement
             out["job_ranks"] = self.scratch.arrow("SELECT * FROM job_ranks")
             self.exported["job_ranks"] = int(placement["n"])
-        for table in INVENTORY:  # what this cycle added: the scratch's inventory only grows
-            if table == "job_ranks":
-                continue
-            total = int(self.scratch.scalar(f"SELECT count(*) FROM {table}"))
+        grown = tuple(t for t in INVENTORY if t != "job_ranks")
+        counts = _counts(self.scratch, (*grown, *SAMPLES))  # one statement for every table's count
+        for table in grown:  # what this cycle added: the scratch's inventory only grows
+            total = counts[table]
             if total > self.exported[table]:
                 out[table] = self.scratch.arrow(
                     f"SELECT * FROM {table} WHERE rowid >= ?", [self.exported[table]]
                 )
                 self.exported[table] = total
-        for table in SAMPLES:
-            rows = self.scratch.arrow(f"SELECT * FROM {table}")
-            if rows.num_rows:
-                out[table] = rows
-                self.scratch.conn.execute(f"DELETE FROM {table}")
+        out.update(self._taken(SAMPLES, counts))
         return out
 
     def _show_refusals(self, report: CycleReport) -> None:
@@ -312,7 +331,7 @@ class FleetCollector:
         elif self.sight.last_data_s is not None:
             self.judged_lost = self.lost
             out.cleared.add((SOURCE_BLIND, "fleet"))
-            out.add(self.presence.report(self._parts()))
+            out.add(self.presence.report(self._parts(), self.watch.lost()))
         return out
 
     def _parts(self) -> dict[str, dict[str, int]]:
@@ -336,13 +355,21 @@ class FleetCollector:
             "samples the fleet dropped one by one (non-finite, out of range)",
             float(sum(self.dropped_total.values())),
         )
-        nodes = self.presence.nodes.values()
-        lost = sum(1 for n in nodes if n.missed >= LOST_AFTER_STEPS)
-        metrics.gauge("fleet_nodes_known", "node agents the fleet has seen", float(len(nodes)))
-        metrics.gauge("fleet_nodes_lost", "node agents silent for two scraping steps", float(lost))
+        metrics.gauge("fleet_nodes_known", "node agents the fleet has seen", float(len(self.presence.nodes)))
+        metrics.gauge(
+            "fleet_nodes_lost",
+            "node agents lost: silent for two scraping steps, or their scrapes refused or failing",
+            float(len(self.lost)),
+        )
 
     def close(self) -> None:
         self.scratch.close()
+
+
+def _counts(store: Store, tables: tuple[str, ...]) -> dict[str, int]:
+    """table -> its row count, in one statement."""
+    row = store.query("SELECT " + ", ".join(f'(SELECT count(*) FROM {t}) AS "{t}"' for t in tables))[0]
+    return {t: int(row[t]) for t in tables}
 
 
 def _last_seen(store: Store) -> dict[str, float]:

@@ -19,12 +19,25 @@ CGROUP_MAX_BYTES = 16 * 1024
 PROC_SCAN_MAX_PIDS = 65_536  # pids a /proc scan looks at, at most
 
 
-def _read_bounded(path: Path, limit_bytes: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit_bytes + 1)
+def _read_bounded(path: Path | str, limit_bytes: int) -> bytes | None:
+    try:  # the file's descriptor alone, no buffered file object: a /proc scan reads every process's
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (OSError, ValueError):
-        return None  # gone (ENOENT, ESRCH), not ours (EACCES), a zombie (empty)
+        return None  # gone (ENOENT, ESRCH), not ours (EACCES)
+    try:
+        chunks: list[bytes] = []
+        left = limit_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)  # a zombie's: empty
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def parse_environ(raw: bytes, limit_bytes: int = ENVIRON_MAX_BYTES) -> dict[str, str]:
@@ -138,10 +151,13 @@ def visible_device_pids(
     every twin node agent on one host sees the same /proc, and a process runs on one node. A bounded scan;
     unreadable and vanished processes are skipped."""
     out: dict[int, list[int]] = {}
+    marker = f"{TWIN_NODE_ENV}={node}".encode() if node is not None else b""
+    proc = os.path.join(root, "proc")
     for pid in proc_pids(root, limit):
-        env = read_environ(pid, root)
-        if not env:
+        raw = _read_bounded(f"{proc}/{pid}/environ", ENVIRON_MAX_BYTES)
+        if not raw or marker not in raw:  # no entry naming this node: not parsed (most of a host's processes)
             continue
+        env = parse_environ(raw)
         if node is not None and env.get(TWIN_NODE_ENV) != node:
             continue
         value = env.get("CUDA_VISIBLE_DEVICES", "").strip()

@@ -19,6 +19,7 @@ from aiops.detect.windows import GPU_WINDOW_SQL
 from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.ingest import fetch_interval, fine_reads
 from aiops.fleet.phase import MARGIN_S
+from aiops.fleet.pivot import statements
 from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.nvml_bits import HW_THERMAL_SLOWDOWN
 from aiops.sources.prometheus import PrometheusClient
@@ -186,8 +187,8 @@ def test_rank_timing_read_on_a_finer_grid_lands_just_after_its_own_scrape(
     assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[1]} == {0.0}
     assert {round((float(r["ts_s"]) - T0) % STEP_S, 3) for r in got[3]} == {10.0}
     assert len(got[3]) == (SCRAPES - 1) * 2 * 2  # the first scrape is the base: 7 per rank and kind
-    # no sample fetched twice (a point's window is its grid's step), beyond the agent's aiops_node_info that each
-    # of the finer grid's two reads (ranks, NICs) stages to know who speaks for which node: one per scrape
+    # no sample fetched twice (a point's window is its grid's step), beyond the agent's aiops_node_info that the
+    # finer grid's read (ranks and NICs) stages to know who speaks for which node: one per scrape
     assert fetched[3] <= fetched[1] + 2 * SCRAPES
 
     def values(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -200,6 +201,37 @@ def test_rank_timing_read_on_a_finer_grid_lands_just_after_its_own_scrape(
         ("sync", 0, 4.0),
         ("sync", 1, 3.0),
     }
+
+
+def test_families_asked_together_read_what_each_family_asked_alone_reads(
+    prometheus: str, tmp_path: Path
+) -> None:
+    """A read whose series are known to be few (`series_hint`: the last read's) asks its families several to a
+    range query (aiops/fleet/queries.py, a union of their own queries, each tagged with its family): every table
+    holds the same rows as when each family is asked alone, on the step's grid and on the finer one, in a few
+    requests instead of one or two per family."""
+    tables = sorted({table for table, _ in statements()})
+    got: dict[tuple[int, int], tuple[dict[str, list[str]], int]] = {}
+    for hint in (0, 50):
+        for reads in (1, 3):
+            with Store(tmp_path / f"together-{hint}-{reads}.duckdb") as store:
+                client = PrometheusClient(prometheus)
+                fetch_interval(
+                    store,
+                    client,
+                    start_s=T0,
+                    end_s=T0 + STEP_S * SCRAPES,
+                    step_s=STEP_S,
+                    rank_reads=reads,
+                    series_hint=hint,
+                )
+                rows = {t: sorted(map(repr, store.query(f"SELECT * FROM {t}"))) for t in tables}
+                got[hint, reads] = rows, client.requests
+    for reads in (1, 3):
+        (alone, asked_alone), (together, asked_together) = got[0, reads], got[50, reads]
+        assert together == alone
+        assert alone["gpu_samples"] and alone["rank_timing_samples"] and alone["gpu_events"]
+        assert asked_together <= 4 < asked_alone
 
 
 def test_aiops_fleet_reads_rank_timing_between_its_steps(prometheus: str, tmp_path: Path) -> None:
