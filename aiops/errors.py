@@ -42,8 +42,8 @@ AiopsError                    base; exit code 1
 │                             the URL and the HTTP status and body (escaped); exit 3
 ├── AlertPayloadError         a POST to /api/alertmanager is not Alertmanager's version-4 webhook; `reason` is short
 │                             ASCII naming the field, never its value (answered with HTTP 400)
-├── DispatchError             a POST to /api/dispatch is not a dispatch (guardrails/dispatched.py); `reason` is short
-│                             ASCII naming the field, never its value (answered with HTTP 400)
+├── DispatchError             a POST to /api/dispatch is not a dispatch (guardrails/dispatch_request.py);
+│                             `reason` is short ASCII naming the field, never its value (answered with HTTP 400)
 ├── SlackRequestError         a POST to /api/slack/actions is not a Slack block_actions payload we sent buttons for;
 │                             `reason` is short ASCII naming the field, never its value (aiops/service/slack_request.py)
 ├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager

@@ -23,7 +23,8 @@ from aiops.rca import diagnose, job_of
 from aiops.store import Store
 from guardrails.actions import Action
 from guardrails.intended import intended_state, restore_intended
-from guardrails.proposal_desk import Filed, Guardrails
+from guardrails.proposal_desk import Guardrails
+from guardrails.proposal_filing import Filed
 
 __all__ = [
     "RunResult",

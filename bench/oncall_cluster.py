@@ -64,7 +64,7 @@ from aiops.sim.world import World
 from aiops.store import Store
 from collectors.base import RowBatch, to_arrow
 from collectors.nvml import NvmlCollector
-from guardrails.dispatched import parse_dispatch
+from guardrails.dispatch_request import parse_dispatch
 
 log = logging.getLogger("bench.oncall")
 SYSFS_INTERVAL_S = 5.0  # the sysfs collectors' default interval ([collectors.sysfs] interval_s)

@@ -28,73 +28,31 @@ people's SSH signatures, and this node checks everything itself, with its own co
 
 Then the proposal, each signed approval and the execution land in this node's audit chain, and it runs
 through `Guardrails.execute`, the one path to an actuator. Every refusal of a parsed dispatch is audited here
-(`dispatch_refused`: the rule, why, who signed when known). Parsing is `parse_dispatch` (hostile bytes in,
-`DispatchError` with a short reason out, never a value echoed).
+(`dispatch_refused`: the rule, why, who signed when known). Parsing is `parse_dispatch`
+(guardrails/dispatch_request.py: hostile bytes in, `DispatchError` with a short reason out, never a value
+echoed); each signature is checked and recorded by guardrails/dispatch_signatures.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from aiops.errors import DispatchError, DispatchRefused, GuardrailError, SignatureRefused
+from aiops.errors import DispatchRefused
 from guardrails.actions import Action, action_hash
-from guardrails.approvals import Approval, ApprovalBook
 from guardrails.audit import AuditRow
-from guardrails.decisions import signed_payload
+from guardrails.dispatch_request import Dispatch
+from guardrails.dispatch_signatures import VerifiedApproval, record_approval, verify_approval
 from guardrails.executor import Claimed, ExecutionOutcome
-from guardrails.peer import PeerRun, parse_history, record_history
+from guardrails.peer import record_history
 from guardrails.policy import validate
 from guardrails.proposal_desk import Guardrails
-from guardrails.session_signing import is_session_signature
-from guardrails.signing import SignedBy, decision_message, require_class
-from guardrails.step_message import EVENT as STEP_EVENT
-from guardrails.step_message import StepTarget, step_message, targets_of, valid_step_id
 
-MAX_APPROVALS = 8
 FAN_OUT_KINDS: tuple[str, ...] = ("set_power_limit",)  # a rack's or the fleet's: sent to each node of it
 # a job's: sent to one node agent of the job where the fleet's `[fleet] job_steps` is `node_agent`
 NODE_JOB_KINDS: tuple[str, ...] = ("restart_job",)
-MAX_SIGNATURE_CHARS = 8192
-MAX_FLEET_CHARS = 80
-_HEX = frozenset("0123456789abcdef")
-_FLEET_NAME = re.compile(rf"^[A-Za-z0-9_.:-]{{0,{MAX_FLEET_CHARS}}}$", re.ASCII)
-
-
-@dataclass(frozen=True)
-class StepClaim:
-    """The plan step an approval was signed for: its id and every target its message names."""
-
-    step_id: str
-    targets: tuple[StepTarget, ...]
-
-
-@dataclass(frozen=True)
-class SignedApproval:
-    """One person's approval as signed: the window of the canonical message and the armored signature; `step`:
-    signed over a plan step's message (all its targets) rather than this proposal's alone."""
-
-    ts_s: float
-    expires_ts_s: float
-    signature: str
-    step: StepClaim | None = None
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    action: Action
-    sent_hash: str  # what the fleet said the hash is: compared, never used
-    expires_ts_s: float | None
-    approvals: tuple[SignedApproval, ...]
-    fleet: str = ""  # the sender's name, for the audit
-    history: tuple[PeerRun, ...] = ()  # what the fleet ran on this node in the last hour (guardrails.peer)
 
 
 @dataclass(frozen=True)
@@ -122,82 +80,6 @@ class DispatchAnswer:
             "audit_hash": self.audit_hash,
             "result": self.result,
         }
-
-
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
-        raise DispatchError(f"{name} must be a finite number")
-    return float(value)
-
-
-def _approval(raw: Any, index: int) -> SignedApproval:
-    if not isinstance(raw, dict):
-        raise DispatchError(f"approvals[{index}] must be an object")
-    signature = raw.get("signature")
-    if not isinstance(signature, str) or not signature.isascii() or len(signature) > MAX_SIGNATURE_CHARS:
-        raise DispatchError(
-            f"approvals[{index}].signature must be ASCII text of at most {MAX_SIGNATURE_CHARS}"
-        )
-    step = raw.get("step")
-    claim = None
-    if step is not None:
-        step_id = step.get("step_id") if isinstance(step, dict) else None
-        if not isinstance(step_id, str) or not valid_step_id(step_id):
-            raise DispatchError(f"approvals[{index}].step.step_id must be 1-80 ASCII letters, digits or _.:-")
-        try:
-            claim = StepClaim(step_id, targets_of(step.get("targets")))
-        except ValueError as exc:
-            raise DispatchError(f"approvals[{index}].step.{exc}") from None
-    return SignedApproval(
-        _number(raw.get("ts_s"), f"approvals[{index}].ts_s"),
-        _number(raw.get("expires_ts_s"), f"approvals[{index}].expires_ts_s"),
-        signature,
-        claim,
-    )
-
-
-def parse_dispatch(body: bytes) -> Dispatch:
-    """The dispatch in a request body; raises `DispatchError` naming the field that does not hold."""
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise DispatchError("the body is not JSON") from None
-    if not isinstance(data, dict):
-        raise DispatchError("the body must be a JSON object")
-    raw_action = data.get("action")
-    if not isinstance(raw_action, dict):
-        raise DispatchError("action must be an object (the proposal as the fleet filed it)")
-    try:
-        action = Action.model_validate(raw_action)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])[:60]
-        raise DispatchError(f"action.{where}: {str(first['msg'])[:120]}") from None
-    sent = data.get("action_hash", "")
-    if not isinstance(sent, str) or len(sent) > 64 or not set(sent) <= _HEX:
-        raise DispatchError("action_hash must be a sha256 in lowercase hex")
-    expires = data.get("expires_ts_s")
-    approvals = data.get("approvals", [])
-    if not isinstance(approvals, list) or len(approvals) > MAX_APPROVALS:
-        raise DispatchError(f"approvals must be a list of at most {MAX_APPROVALS}")
-    fleet = data.get("fleet", "")
-    if not isinstance(fleet, str) or not _FLEET_NAME.match(fleet):
-        raise DispatchError(f"fleet must be at most {MAX_FLEET_CHARS} ASCII letters, digits or _.:-")
-    return Dispatch(
-        action,
-        sent,
-        None if expires is None else _number(expires, "expires_ts_s"),
-        tuple(_approval(a, i) for i, a in enumerate(approvals)),
-        fleet,
-        parse_history(data.get("history")),
-    )
-
-
-@dataclass(frozen=True)
-class _Verified:
-    approval: SignedApproval
-    message: bytes
-    signed: SignedBy
 
 
 @dataclass(frozen=True)
@@ -301,9 +183,9 @@ class NodeDispatch:
             raise DispatchRefused(403, "expired", f"{action.proposal_id} expired before it reached this node")
         if not dispatch.approvals:
             raise DispatchRefused(403, "unsigned", "no signed approval: a node runs only what people signed")
-        verified: list[_Verified] = []
+        verified: list[VerifiedApproval] = []
         for approval in dispatch.approvals:
-            one = self._verify(action, digest, approval, now)
+            one = verify_approval(guard, action, digest, approval, now, self.signers)
             if all(v.signed.principal != one.signed.principal for v in verified):  # a person counts once
                 verified.append(one)
         people = {v.signed.principal for v in verified}
@@ -333,7 +215,7 @@ class NodeDispatch:
         if not validation.ok:
             raise DispatchRefused(403, "validation", validation.message[:300])
         for v in verified:
-            self._record_approval(action, digest, v, now)
+            record_approval(guard, action, digest, v, now)
         guard.records.set_status(action.proposal_id, "approved", now)
         begun = guard.begin(action.proposal_id)
         if isinstance(begun, Claimed):
@@ -341,67 +223,6 @@ class NodeDispatch:
                 return DispatchClaim(begun, tuple(sorted(people)))
             begun = guard.finish(begun.act())
         return answer_of(guard, begun, tuple(sorted(people)))
-
-    def _verify(self, action: Action, digest: str, approval: SignedApproval, now: float) -> _Verified:
-        if is_session_signature(approval.signature):
-            raise DispatchRefused(
-                403,
-                "signature",
-                "a console-session signature: a node verifies SSH signatures only; paste one",
-            )
-        if approval.step is None:
-            message = decision_message(
-                "approve",
-                ts_s=approval.ts_s,
-                expires_ts_s=approval.expires_ts_s,
-                proposal_id=action.proposal_id,
-                action_hash=digest,
-            )
-        else:
-            mine = StepTarget(action.proposal_id, digest, action.target)
-            if mine not in approval.step.targets:
-                raise DispatchRefused(
-                    403,
-                    "step",
-                    f"the signed step {approval.step.step_id} does not name this proposal "
-                    f"({action.proposal_id}, its hash, {action.target[:80]})",
-                )
-            try:
-                message = step_message(
-                    approval.step.step_id,
-                    ts_s=approval.ts_s,
-                    expires_ts_s=approval.expires_ts_s,
-                    targets=approval.step.targets,
-                )
-            except ValueError as exc:
-                raise DispatchRefused(403, "step", f"the signed step's message: {exc}") from None
-        try:
-            signed = self.guard.verifier.verify(message, approval.signature)
-            require_class(signed, "physical")
-        except SignatureRefused as exc:  # the node's file paths stay on the node
-            detail = exc.detail
-            allowed = self.guard.store.guardrails.allowed_signers
-            for shown in {allowed, str(Path(allowed))} if allowed else ():
-                detail = detail.replace(shown, "this node's allowed-signers file")
-            raise DispatchRefused(403, "signature", detail[:300]) from None
-        self.signers.append(signed.principal)
-        spec = self.guard.registry.get(action.kind)
-        lifetime_s = spec.approval_ttl_s if spec is not None else 0.0
-        if not action.created_ts_s <= approval.ts_s <= now:
-            raise DispatchRefused(
-                403, "window", f"{signed.principal}'s approval is not dated between proposal and now"
-            )
-        if not now < approval.expires_ts_s <= approval.ts_s + lifetime_s:
-            raise DispatchRefused(
-                403, "window", f"{signed.principal}'s approval expired, or outlives {lifetime_s:g} s"
-            )
-        try:  # a person, not the proposer, the proposal not rejected: the book's own rules
-            ApprovalBook(self.guard.context(now).topology, self.guard.registry).approve(
-                action, signed.principal, approval.ts_s
-            )
-        except GuardrailError as exc:
-            raise DispatchRefused(403, exc.rule, exc.detail[:300]) from None
-        return _Verified(approval, message, signed)
 
     def _file(
         self, dispatch: Dispatch, digest: str, ok: bool, message: str, physical: bool, needed: int, now: float
@@ -430,44 +251,6 @@ class NodeDispatch:
             {"ok": ok, "message": message, "physical": physical, "approvals_needed": needed},
             proposal_id=action.proposal_id,
             actor="guardrails",
-            ts_s=now,
-        )
-
-    def _record_approval(self, action: Action, digest: str, v: _Verified, now: float) -> None:
-        approval = Approval(
-            proposal_id=action.proposal_id,
-            approver=v.signed.principal,
-            action_hash=digest,
-            ts_s=v.approval.ts_s,
-            expires_ts_s=v.approval.expires_ts_s,
-            key_fingerprint=v.signed.fingerprint,
-        )
-        self.guard.records.add_approval(approval)
-        step = v.approval.step
-        if step is None:
-            self.guard.audit.append(
-                "approval",
-                signed_payload(approval.model_dump(mode="json"), v.message, v.approval.signature, v.signed),
-                proposal_id=action.proposal_id,
-                actor=approval.approver,
-                ts_s=now,
-            )
-            return
-        known = self.guard.audit.rows(proposal_id=step.step_id, event=STEP_EVENT)
-        if any(r.data().get("signature") == v.approval.signature for r in known):
-            return  # another target of the same step on this node brought the same signed decision
-        fields = {
-            "step_id": step.step_id,
-            "targets": [t.json() for t in step.targets],
-            "approver": approval.approver,
-            "ts_s": approval.ts_s,
-            "expires_ts_s": approval.expires_ts_s,
-        }
-        self.guard.audit.append(
-            STEP_EVENT,
-            signed_payload(fields, v.message, v.approval.signature, v.signed),
-            proposal_id=step.step_id,
-            actor=approval.approver,
             ts_s=now,
         )
 

@@ -111,18 +111,27 @@ def action(
     )
 
 
-def signed(a: Action, key: Path, *, over: Action | None = None) -> dict[str, Any]:
-    """An approval of `a` (or, forged, of `over`'s proposal) signed with `key` over the canonical message."""
-    now = time.time()
+def signed(
+    a: Action,
+    key: Path,
+    *,
+    over: Action | None = None,
+    ts_s: float | None = None,
+    lasts_s: float = 601.0,
+) -> dict[str, Any]:
+    """An approval of `a` (or, forged, of `over`'s proposal) signed with `key` over the canonical message,
+    dated `ts_s` (a second ago by default) and expiring `lasts_s` after it."""
+    signed_ts_s = time.time() - 1 if ts_s is None else ts_s
+    expires_ts_s = signed_ts_s + lasts_s
     basis = over or a
     message = decision_message(
         "approve",
-        ts_s=now - 1,
-        expires_ts_s=now + 600,
+        ts_s=signed_ts_s,
+        expires_ts_s=expires_ts_s,
         proposal_id=basis.proposal_id,
         action_hash=action_hash(basis),
     )
-    return {"ts_s": now - 1, "expires_ts_s": now + 600, "signature": SshSigner(key).sign(message)}
+    return {"ts_s": signed_ts_s, "expires_ts_s": expires_ts_s, "signature": SshSigner(key).sign(message)}
 
 
 def body(a: Action, approvals: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

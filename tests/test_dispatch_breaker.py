@@ -11,7 +11,8 @@ from aiops.config_breaker import BreakerConfig
 from aiops.store import Store
 from guardrails.actuators import RecordingActuator
 from guardrails.breaker import SchedulerView
-from guardrails.dispatched import NodeDispatch, parse_dispatch
+from guardrails.dispatch_request import parse_dispatch
+from guardrails.dispatched import NodeDispatch
 from guardrails.proposal_desk import Guardrails
 from guardrails.scheduler_view import parse_sinfo
 from tests.dispatch_helpers import action, body, signed

@@ -1,7 +1,8 @@
 """`POST /api/dispatch` on a real node agent (`aiops run --sim S --node node0` on 127.0.0.1:0) with its own
 allowed-signers file made by ssh-keygen: a set_power_limit signed by an allowed person runs on the twin (the
 node's audit names the signer, its exported power limit changes); a forged signature (a key the node does not
-list, a valid signature over another proposal), an unsigned dispatch, another node's target, a replay, an
+list, a valid signature over another proposal, a console session's HMAC, an approval dated before the proposal or
+outliving the kind's approval lifetime), an unsigned dispatch, another node's target, a replay, an
 expired proposal and a tampered hash are each refused with 403/409 and audited on the node (`dispatch_refused`);
 malformed bodies get a 4xx with a short reason, never a traceback."""
 
@@ -60,6 +61,9 @@ def test_a_signed_power_limit_runs_on_the_node_and_its_audit_names_the_signer(no
         ("tampered_hash", "hash"),
         ("tampered_parameters", "signature"),
         ("garbage_signature", "signature"),
+        ("console_session_signature", "signature"),
+        ("signed_before_the_proposal", "window"),
+        ("outlives_the_approval_lifetime", "window"),
     ],
 )
 def test_forged_unsigned_and_misdirected_dispatches_are_refused_and_audited(
@@ -86,8 +90,16 @@ def test_forged_unsigned_and_misdirected_dispatches_are_refused_and_audited(
         approvals = [
             {**approvals[0], "signature": "-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----"}
         ]
+    elif case == "console_session_signature":  # the fleet's own console key: never a person's on a node
+        approvals = [{**approvals[0], "signature": "aiops-session-v1:alice:" + "0" * 64}]
+    elif case == "signed_before_the_proposal":  # a real signature, dated before the action existed
+        approvals = [signed(a, alice, ts_s=a.created_ts_s - 60.0)]
+    elif case == "outlives_the_approval_lifetime":  # set_power_limit's approvals last 900 s at most
+        approvals = [signed(a, alice, lasts_s=900.0 + 3600.0)]
     status, answer = post(node.url, body(a, approvals, **extra))
     refused_and_audited(node, pid, status, answer, rule)
+    if case == "console_session_signature":
+        assert "SSH signatures only" in answer["message"], answer
     assert "execution" not in [event for event, _, _ in audit(node, pid)]
     assert str(node.keys.allowed) not in answer["message"]  # the node's paths stay on the node
 

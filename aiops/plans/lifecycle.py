@@ -41,7 +41,8 @@ from aiops.plans.records import (
     steps_of,
 )
 from aiops.store import Store
-from guardrails.proposal_desk import Filed, Guardrails
+from guardrails.proposal_desk import Guardrails
+from guardrails.proposal_filing import Filed
 
 OPEN_STEP = ("proposed", "approved", "executing")  # filed, not finished
 WAITING_NOTE = "waits until the step before it fails, or a person asks for it (aiops plans propose STEP)"

@@ -1,7 +1,7 @@
 """`POST /api/dispatch`: a proposal the fleet's people approved, handed to the node agent that acts on it.
 
 The route (aiops/service/web.py) authenticates the machine (the /api bearer token), reads a bounded body
-(`MAX_BODY_BYTES`, Content-Length required), parses it (`guardrails.dispatched.parse_dispatch`: 400 with a
+(`MAX_BODY_BYTES`, Content-Length required), parses it (`guardrails.dispatch_request.parse_dispatch`: 400 with a
 short reason) and hands it to the service's loop through `DispatchInbox`, then waits at most `WAIT_S` for the
 answer (504 after that: the dispatch is withdrawn unless the loop already took it). The loop judges and runs it
 in its flush, where the world is (`run`): the same desk and actuator as every other execution, so nothing acts
@@ -24,7 +24,8 @@ from aiops.runtime.world import Attached, desk
 from aiops.service.flush_steps import Later
 from aiops.store import Store
 from guardrails.actions import Action
-from guardrails.dispatched import Dispatch, DispatchAnswer, DispatchClaim, NodeDispatch, answer_of
+from guardrails.dispatch_request import Dispatch
+from guardrails.dispatched import DispatchAnswer, DispatchClaim, NodeDispatch, answer_of
 from guardrails.executor import ExecutionOutcome
 from guardrails.proposal_desk import Guardrails
 from guardrails.routing import acts_remotely

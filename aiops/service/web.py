@@ -59,7 +59,7 @@ from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
 from aiops.service.forwarded import is_loopback
-from guardrails.dispatched import parse_dispatch
+from guardrails.dispatch_request import parse_dispatch
 
 Probe = Callable[[], tuple[bool, str]]
 ALERTMANAGER_ROUTE = "/api/alertmanager"

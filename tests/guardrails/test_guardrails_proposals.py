@@ -10,7 +10,7 @@ from aiops.errors import GuardrailError
 from aiops.store import Store
 from guardrails import Guardrails, RecordingActuator, validate
 from guardrails.policy import ExecutionRecord
-from guardrails.proposal_desk import DEFAULT_PROPOSAL_TTL_S
+from guardrails.proposal_filing import DEFAULT_PROPOSAL_TTL_S
 from tests.guardrails_helpers import NOW_TS_S, FakeClock, action, context, seed_store
 from tests.signing_helpers import Keys
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import guardrails.proposal_desk
+import guardrails.proposal_filing
 from aiops.agent.guarded import WorkspaceGuard
 from aiops.store import Workspace
 from guardrails.actions import Action
@@ -43,7 +43,7 @@ def test_a_repeat_refers_to_the_open_proposal_with_its_verdict(
     guard = WorkspaceGuard(workspace, None)
     before = _count(workspace)
     refused = Validation(ok=False, results=(RuleResult("rate_limit", False, "too many changes"),))
-    monkeypatch.setattr(guardrails.proposal_desk, "validate", lambda action, context: refused)
+    monkeypatch.setattr(guardrails.proposal_filing, "validate", lambda action, context: refused)
     for n, action in enumerate(actions):
         verdict = guard.propose(_again(action, f"P-0000000{n}"), None)
         assert verdict.existing and verdict.proposal_id == action.proposal_id
