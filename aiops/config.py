@@ -282,6 +282,23 @@ class FleetConfig(_Section):
         description="blind (not ready, a source_blind incident) after this long without data or this far "
         "behind; 0: two scrape intervals, at least 10 s (raise it where the fleet's host is known to fall behind)",
     )
+    targets_url: str = Field(
+        default="",
+        description="the scraper's targets API (/api/v1/targets), asked a tenth of a step apart for each agent's "
+        "newest scrape; empty: the prometheus URL's own (vmagent or a Prometheus agent in front of a store: its URL)",
+    )
+    lost_on_refused: bool = Field(
+        default=True,
+        description="a node agent whose scrape was refused (nothing listens on its port) is lost at once; false: "
+        "after two failed scrapes, as for any other failure (a timeout)",
+    )
+
+    @field_validator("targets_url")
+    @classmethod
+    def _targets_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be empty or an http(s) URL, e.g. http://vmagent:8429")
+        return value
 
     @field_validator("node_url")
     @classmethod

@@ -216,7 +216,10 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
     holder: dict[str, Cluster] = {}
     crew: list[str] = []  # components a filed ticket names: the repair crew takes them on (World.open_ticket)
     receivers = Receivers(
-        pagerduty, lambda: holder["c"].dcim_document() if "c" in holder else {}, tickets=crew.append
+        pagerduty,
+        lambda: holder["c"].dcim_document() if "c" in holder else {},
+        tickets=crew.append,
+        targets=lambda: holder["c"].targets() if "c" in holder else {"status": "success", "data": {}},
     )
     receivers.start()
     drops = np.random.default_rng([scenario.seed, 9])
@@ -237,6 +240,7 @@ def run_day(scenario: Scenario, args: argparse.Namespace) -> DayState:
                 page_from=args.page_from,
                 ticket_url=receivers.url,
                 ticket_token_file=work / "jira_token",
+                targets_url=receivers.url,
                 runbook=sign_runbook(args.runbook, work),
             )
             cluster = holder["c"] = Cluster(scenario, world, setup)

@@ -32,6 +32,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,26 @@ def target_labels(agent: str) -> dict[str, str]:
     return {"job": "aiops-facility" if agent == FACILITY else "aiops-node", "instance": f"{agent}:9484"}
 
 
+def scrape_result(agent: str, ts_s: float, down: bool, missed: bool) -> dict[str, Any]:
+    """A target's newest scrape as Prometheus's targets API says it: a stopped agent's is refused (nothing listens
+    on its port), a missing scrape's timed out (one late scrape), else up."""
+    target = target_labels(agent)
+    url = f"http://{target['instance']}/metrics"
+    error = ""
+    if down:
+        error = f'Get "{url}": dial tcp 198.18.0.1:9484: connect: connection refused'
+    elif missed:
+        error = f'Get "{url}": context deadline exceeded'
+    stamp = datetime.fromtimestamp(ts_s, UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "labels": target,
+        "scrapeUrl": url,
+        "lastError": error,
+        "lastScrape": stamp,
+        "health": "down" if error else "up",
+    }
+
+
 @dataclass
 class ClusterSetup:
     work: Path
@@ -196,6 +217,7 @@ class ClusterSetup:
     step_s: float = 15.0
     console_url: str = "http://console.example/"
     node_token_file: Path | None = None
+    targets_url: str = ""  # [fleet] targets_url: the day's scraper's targets API (Cluster.targets), "" none
     extra: dict[str, Any] = field(default_factory=dict)  # more config, merged into every service's
     # who has the paging sink: `fleet` (docs/NOTIFY.md "Where to page from": the fleet, which covers the node
     # agents' incidents), or `every` tier on its own (node agents with sinks of their own, the fleet too)
@@ -216,6 +238,9 @@ class Cluster:
             self.agents[node] = self._agent(node)
         self.fleet = self._fleet()
         self.drop: Callable[[str], bool] = lambda _node: False  # a scrape of this agent goes missing
+        self.scrapes: dict[
+            str, dict[str, Any]
+        ] = {}  # instance -> its newest scrape, as a targets API says it
 
     # -- building ----------------------------------------------------------------------------------------------
     def _document(self, name: str) -> dict[str, Any]:
@@ -277,6 +302,8 @@ class Cluster:
         # a job's restart goes to one node agent of the job, whose executors (its twin here) restart it: the
         # twin's jobs have no scheduler the fleet could reach (a real cluster names [fleet.scheduler])
         document["fleet"] = {"prometheus": s.vm_url, "step_s": s.step_s, "job_steps": "node_agent"}
+        if s.targets_url:
+            document["fleet"]["targets_url"] = s.targets_url
         document["facility"] = {"dcim": s.dcim_url}
         from aiops.cli.fleet import FLEET_NAME
         from aiops.config import NodeConfig
@@ -377,10 +404,21 @@ class Cluster:
         body = "".join(
             self.exposition(a, ts_s, not a.down and a.name not in skip) for a in self.agents.values()
         ).encode()
+        for a in self.agents.values():
+            self.scrapes[target_labels(a.name)["instance"]] = scrape_result(
+                a.name, ts_s, a.down, a.name in skip
+            )
         if body:
             import_text(self.setup.vm_url, body)
             force_flush(self.setup.vm_url)
         return len(body)
+
+    def targets(self) -> dict[str, Any]:
+        """`GET /api/v1/targets` of the day's scraper (Prometheus's answer, active targets only)."""
+        return {
+            "status": "success",
+            "data": {"activeTargets": list(self.scrapes.values()), "droppedTargets": []},
+        }
 
     def dcim_document(self) -> dict[str, Any]:
         return self.agents[FACILITY].service.metrics.dcim_document()

@@ -117,7 +117,8 @@ class PagerDuty:
 
 
 class Receivers:
-    """The loopback server: PagerDuty at /v2/enqueue, the DCIM document at /dcim, and a ticket system at
+    """The loopback server: PagerDuty at /v2/enqueue, the DCIM document at /dcim, the day's scraper's targets API
+    at /api/v1/targets (`targets`: Prometheus's answer, where given), and a ticket system at
     /rest/api/2/issue (Jira's create-issue: 201 with the issue's key; `tickets(component)` is told the component
     the product filed it for, as a repair crew reads the ticket)."""
 
@@ -126,6 +127,7 @@ class Receivers:
         pagerduty: PagerDuty,
         dcim: Callable[[], dict[str, Any]],
         tickets: Callable[[str], None] | None = None,
+        targets: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         book = pagerduty
         filed: list[dict[str, Any]] = []
@@ -159,6 +161,9 @@ class Receivers:
                 self._answer(*book.receive(body, time.time()))
 
             def do_GET(self) -> None:
+                if targets is not None and self.path.split("?", 1)[0] == "/api/v1/targets":
+                    self._answer(200, targets())
+                    return
                 if self.path != "/dcim":
                     self._answer(404, {"status": "not found"})
                     return

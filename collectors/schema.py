@@ -149,4 +149,8 @@ def columns_typed(table: str) -> dict[str, str]:
 
 
 def columns(table: str) -> tuple[str, ...]:
-    return tuple(name for name, _ in _COLUMNS[table])
+    """The table's column names, in order (the twin asks for them at every step: made once per table)."""
+    return _NAMES[table]
+
+
+_NAMES: dict[str, tuple[str, ...]] = {table: tuple(n for n, _ in named) for table, named in _COLUMNS.items()}

@@ -153,29 +153,30 @@ jobs:
 faults:
   - {kind: thermal_throttle, target: node1/gpu1, start_s: 90, severity: 0.8}
 """
-_TEMPLATE: dict[str, Any] = {}
+
+
+def _build_tiny(folder: Any) -> None:
+    from aiops.cli.main import main
+
+    scenario = folder / "tiny.yaml"
+    scenario.write_text(TINY_SCENARIO, encoding="utf-8")
+    assert main(["demo", "--scenario", str(scenario), "--db", str(folder / "demo.duckdb"), "--json"]) == 0
 
 
 def tiny_demo_db(tmp_path: Any) -> tuple[Any, Any]:
-    """A fresh copy of a tiny `aiops demo` database (built once per test process) and its scenario file."""
+    """A fresh copy of a tiny `aiops demo` database (built once per test run: tests/shared_templates.py) and its
+    scenario file."""
     import shutil
-    import tempfile
     from pathlib import Path
 
-    if "db" not in _TEMPLATE:
-        from aiops.cli.main import main
+    from tests.shared_templates import template
 
-        root = Path(tempfile.mkdtemp(prefix="aiops-agent-"))
-        scenario = root / "tiny.yaml"
-        scenario.write_text(TINY_SCENARIO, encoding="utf-8")
-        db = root / "demo.duckdb"
-        assert main(["demo", "--scenario", str(scenario), "--db", str(db), "--json"]) == 0
-        _TEMPLATE.update(db=db, scenario=scenario)
+    built = template("tiny-demo", _build_tiny)
     db = Path(tmp_path) / "demo.duckdb"
-    shutil.copy(_TEMPLATE["db"], db)  # the workspace is the one file: its twin is rebuilt from it
-    shutil.copy(f"{_TEMPLATE['db']}.witness", f"{db}.witness")  # and the audit chain's witness beside it
+    shutil.copy(built / "demo.duckdb", db)  # the workspace is the one file: its twin is rebuilt from it
+    shutil.copy(built / "demo.duckdb.witness", f"{db}.witness")  # and the audit chain's witness beside it
     scenario = Path(tmp_path) / "tiny.yaml"
-    shutil.copy(_TEMPLATE["scenario"], scenario)
+    shutil.copy(built / "tiny.yaml", scenario)
     return db, scenario
 
 

@@ -14,9 +14,11 @@ collected."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from collections.abc import Generator, Iterator
@@ -33,6 +35,9 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 from aiops.store import Store  # noqa: E402  (after the bytecode switch: its modules are cached too)
+from tests.shared_templates import make_run_folder  # noqa: E402
+
+_TEMPLATES = pytest.StashKey[str]()
 
 # Longest first (the wall seconds of its slowest unit in the fresh-clone runs of 2026-12-05, 2 cores), but the three
 # longest, which mostly wait on their live stacks (CPU seconds, measured alone: pages 59, fleet live 62, blind 28),
@@ -107,9 +112,19 @@ SLOW_FIRST: tuple[str, ...] = (
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under `--dist loadgroup` the controller hands out work units in collection order, which
-    `pytest_collection_modifyitems` makes longest first; pytest-xdist's default would reorder them by test count."""
+    `pytest_collection_modifyitems` makes longest first; pytest-xdist's default would reorder them by test count.
+    The session's first process makes the run's template folder (tests/shared_templates.py) before the workers
+    start: they inherit it."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if not hasattr(config, "workerinput"):
+        config.stash[_TEMPLATES] = make_run_folder()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_TEMPLATES, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
@@ -117,6 +132,20 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     if info is None:
         return False
     return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
+    """No cyclic garbage collection while a worker imports the product and the ~300 test modules (about half a
+    second of CPU in each worker, most of it scanning what stays alive anyway), then everything collection made
+    frozen: the collector's full passes during the tests (and pytest's five at the session's end) no longer
+    walk those ~350,000 long-lived objects again and again. What the tests allocate is collected as before."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.freeze()
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -35,7 +35,7 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 def make_demo(folder: Path) -> Path:
-    return demo_copy(folder)  # `aiops demo --db folder/demo.duckdb`, made once per test process
+    return demo_copy(folder)  # `aiops demo --db folder/demo.duckdb`, made once per test run
 
 
 def copy_demo(source: Path, folder: Path) -> Path:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiops.cli.main import COMMAND_MODULES, COMMANDS
 from tests.service_helpers import TINY_SCENARIO
 
@@ -30,6 +32,12 @@ HEAVY = (
     "aiops.evidence",
     "websockets",
     "rich",
+    # uvicorn's command line and reloaders (aiops/service/bare_package.py) and the flame graph's writer
+    "click",
+    "multiprocessing",
+    "uvicorn.main",
+    "xml",
+    "aiops.profile.outputs",
 )
 RUN = """
 import json, sys
@@ -80,3 +88,60 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
         importlib.import_module(module).register(sub)
         registered.update(dict.fromkeys(sub.choices, module))
     assert registered == COMMANDS
+
+
+def test_a_command_imports_without_the_collector_then_turns_it_back_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`aiops` (its own command line) builds its parser, importing the command's modules, with the cyclic
+    collector off, then on again with what the import made frozen out of its passes; a collector the caller had
+    off stays off, and a caller's in-process `main([...])` freezes none of the caller's objects."""
+    import gc
+
+    from aiops.cli.main import main
+
+    monkeypatch.setattr(sys, "argv", ["aiops", "config", "--help"])
+    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit):
+            main()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        with pytest.raises(SystemExit):
+            main(["config", "--help"])
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        gc.disable()
+        try:
+            with pytest.raises(SystemExit):
+                main()
+            assert not gc.isenabled() and gc.get_freeze_count() == 0
+        finally:
+            gc.enable()
+    finally:
+        gc.freeze()  # as tests/conftest.py leaves a worker after its collection
+
+
+BARE = """
+import sys
+from aiops.service.bare_package import bare_package
+bare_package("uvicorn", {"Config": "uvicorn.config", "Server": "uvicorn.server"})
+from uvicorn.server import Server
+from uvicorn import Config  # what its lifespan modules ask of it
+lean = "click" not in sys.modules and "uvicorn.main" not in sys.modules
+import uvicorn
+whole = uvicorn.run is not None and uvicorn.Server is Server and "uvicorn.main" in sys.modules
+try:
+    uvicorn.no_such_name
+    missing = False
+except AttributeError:
+    missing = True
+print(lean, whole, missing)
+"""
+
+
+def test_a_bare_package_loads_only_the_submodules_asked_for_and_stays_whole_for_others() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BARE], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]

@@ -3,9 +3,9 @@ default policies and the public eval suite as package data, and from a fresh vir
 files its proposals and `aiops eval` scores the packaged public suite.
 
 The wheel is built from a copy of the source tree with this environment's setuptools (no download) and
-installed with --no-deps into a fresh venv that borrows the test environment's dependencies through a path
-file (so the test needs no network); the checkout is never on the new interpreter's path, which the test
-checks. `pip install .` with its dependencies from PyPI is the same wheel (see the closing notes).
+installed with --no-deps into a fresh venv that borrows the test environment's dependencies (pip included)
+through a path file (so the test needs no network); the checkout is never on the new interpreter's path, which
+the test checks. `pip install .` with its dependencies from PyPI is the same wheel (see the closing notes).
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     wheel = next((work / "dist").glob("aiops_gpu-*.whl"))
     venv = work / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], work)
+    # without its own pip (ensurepip: 2.5 s of CPU): the path file below lends it the test environment's, which
+    # installs into the venv it runs in
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], work)
     python = venv / "bin" / "python"
     purelib = _run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], work

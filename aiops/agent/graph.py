@@ -17,6 +17,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -79,6 +80,7 @@ class AgentState(TypedDict, total=False):
     decisions: dict[str, dict[str, Any]]  # a person's decision per proposal id, as the resume carried it
     executions: dict[str, dict[str, Any]]
     verifications: dict[str, dict[str, Any]]
+    pending: list[str]  # this thread's proposals that wait for a person, read at the end of guardrail/verify
     report: str
 
 
@@ -94,6 +96,10 @@ class Deps:
     world: World | None = None
     settle_s: float = 60.0
     clock: Callable[[], float] = time.time
+    # one open of the workspace for a node's several reads and writes (`Workspace.held`, `writable=False` for
+    # reads alone): the guardrail, execute and verify nodes call no model and no SQL worker, and open the file
+    # once per proposal otherwise; the analyst's answer and the hypotheses' topology read it two or three times
+    held: Callable[..., AbstractContextManager[None]] = lambda writable=True: nullcontext()
 
 
 _FILED = re.compile(r"^P-[0-9a-f]{8}$")
@@ -119,7 +125,8 @@ def _proposal_problem(item: Any) -> str | None:
 
 def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
     def understand(state: AgentState) -> AgentState:
-        answer = deps.analyst.answer(state["question"], llm_configured=deps.llm is not None)
+        with deps.held(writable=False):  # the analyst's reads alone: no model call
+            answer = deps.analyst.answer(state["question"], llm_configured=deps.llm is not None)
         deps.journal.record(
             "question",
             {
@@ -214,13 +221,14 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         ]
         llm_hypotheses = []
         if draft is not None and not failed and draft.get("hypotheses"):
-            llm_hypotheses = check_hypotheses(
-                parse_hypotheses(draft, state.get("tool_log", [])),
-                topology_components(deps.sql),
-                deps.sql,
-                max_reruns=deps.limits.verify_max_claims,
-                racks=topology_racks(deps.sql),
-            )
+            with deps.held(writable=False):  # the topology's two reads and the reruns' SQL worker beside them
+                llm_hypotheses = check_hypotheses(
+                    parse_hypotheses(draft, state.get("tool_log", [])),
+                    topology_components(deps.sql),
+                    deps.sql,
+                    max_reruns=deps.limits.verify_max_claims,
+                    racks=topology_racks(deps.sql),
+                )
             deps.journal.record(
                 "llm_hypotheses",
                 {
@@ -286,6 +294,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"proposals": proposals, "decisions": {}}
 
     def guardrail(state: AgentState) -> AgentState:
+        with deps.held():  # one open of the workspace for the node (Deps.held)
+            return guardrail_in_one_open(state)
+
+    def guardrail_in_one_open(state: AgentState) -> AgentState:
         evidence = [  # each line bounded: the guardrails audit it with every proposal
             (
                 f"{c['text'][:300]} [{c['status']}]"
@@ -315,12 +327,17 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 proposal_id=verdict.proposal_id,
             )
             out.append(p)
-        return {"proposals": out}
+        return {"proposals": out, "pending": pending({"proposals": out})}
+
+    def pending(state: AgentState) -> list[str]:
+        now = statuses(state)
+        return [
+            p["proposal_id"] for p in state.get("proposals", []) if now.get(p["proposal_id"]) == "pending"
+        ]
 
     def approval(state: AgentState) -> AgentState:
-        now = statuses(state)
-        pending = [p["proposal_id"] for p in state["proposals"] if now.get(p["proposal_id"]) == "pending"]
-        decision = interrupt({"thread_id": state["thread_id"], "pending": pending})
+        waiting = state["pending"] if "pending" in state else pending(state)  # read by the node before
+        decision = interrupt({"thread_id": state["thread_id"], "pending": waiting})
         decisions = dict(state.get("decisions", {}))
         mine = {p["proposal_id"] for p in state["proposals"]}
         if isinstance(decision, dict) and decision.get("proposal_id") in mine:
@@ -332,6 +349,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"decisions": decisions}
 
     def execute(state: AgentState) -> AgentState:
+        with deps.held():  # one open of the workspace for the node (Deps.held)
+            return execute_in_one_open(state)
+
+    def execute_in_one_open(state: AgentState) -> AgentState:
         """Approved proposals run; so is tried any the resume says a person approved, whatever the table says:
         the executor, not the graph, decides whether the recorded approvals suffice."""
         executions = dict(state.get("executions", {}))
@@ -355,6 +376,10 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"executions": executions}
 
     def verify(state: AgentState) -> AgentState:
+        with deps.held():  # one open of the workspace for the node (Deps.held)
+            return verify_in_one_open(state)
+
+    def verify_in_one_open(state: AgentState) -> AgentState:
         verifications = dict(state.get("verifications", {}))
         todo = [
             p
@@ -380,7 +405,7 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
                 deps.journal.record(
                     "verification", verifications[pid], thread_id=state["thread_id"], proposal_id=pid
                 )
-        return {"verifications": verifications}
+        return {"verifications": verifications, "pending": pending(state)}
 
     def report(state: AgentState) -> AgentState:
         counts: dict[str, int] = {}
@@ -393,8 +418,8 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any]) -> Any:
         return {"report": text}
 
     def after_checks(state: AgentState) -> str:
-        waiting = "pending" in statuses(state).values()
-        return "approval" if waiting else "report"
+        """Read in the node before (its open of the workspace), not in another open here."""
+        return "approval" if state.get("pending") else "report"
 
     graph = StateGraph(AgentState)
     for name, node in (

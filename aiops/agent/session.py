@@ -151,6 +151,7 @@ class AgentSession:
             self.world,
             settle_s,
             clock,
+            workspace.held,
         )
         self.graph = build_graph(deps, self.saver)
 
@@ -161,9 +162,12 @@ class AgentSession:
         config = self._config(thread_id)
         try:
             self.graph.invoke({"thread_id": thread_id, "question": question, "asked_by": asked_by}, config)
-        finally:
+        except BaseException:
             self.journal.flush()
-        reply = self._reply(thread_id)
+            raise
+        with self.workspace.held():  # the journal written and the reply's proposals read in one open
+            self.journal.flush()
+            reply = self._reply(thread_id)
         if note:  # the answer rests on data this old: said first, whoever wrote the rest
             reply.answer = f"{note}\n{reply.answer}"
         return reply
@@ -258,10 +262,10 @@ class AgentSession:
 
     def actions(self) -> list[dict[str, Any]]:
         """Every proposal of the workspace (the chat's, the analyses', the DCIM rounds'), as recorded."""
-        with self.workspace.read() as store:
+        with self.workspace.held(writable=False), self.workspace.read() as store:
             ids = [r.proposal_id for r in GuardrailRecords(store).proposals()]
+            described = self._describe_all([(pid, {}) for pid in ids])
         threads = self._waiting_threads()
-        described = self._describe_all([(pid, {}) for pid in ids])
         return [{**d, "thread_id": threads.get(pid, "")} for pid, d in zip(ids, described, strict=True)]
 
     def pending(self) -> list[dict[str, Any]]:

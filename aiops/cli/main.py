@@ -4,10 +4,11 @@ as one line (never a traceback) and exits with the error's code."""
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aiops import __version__
@@ -85,7 +86,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(given[0] if given and not given[0].startswith("-") else None)
+    command = given[0] if given and not given[0].startswith("-") else None
+    # the process's own command line (the `aiops` script, `python -m`): its start-up; not a caller's in-process
+    # call, whose objects the freeze would keep from the collector for the rest of that process
+    parser = _without_gc(build_parser, command) if argv is None else build_parser(command)
     args = parser.parse_args(given)
     if not hasattr(args, "func"):
         parser.print_help()
@@ -105,6 +109,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         terminal(stderr=True).print("interrupted")
         return 130
+
+
+def _without_gc(
+    build: Callable[[str | None], argparse.ArgumentParser], command: str | None
+) -> argparse.ArgumentParser:
+    """The command's modules imported without the cyclic garbage collector (its passes over the import's
+    hundreds of thousands of new objects, which nearly all live as long as the process), then, after one pass
+    that frees the import's few cycles, frozen out of its later passes (`gc.freeze`: the command's work, and a
+    long-running `aiops run` or `aiops console`, no longer walk them at every full collection): `aiops actions
+    list` ~0.49 -> ~0.44 CPU-s. An enabled collector is enabled again, whatever happens."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return build(command)
+    finally:
+        if enabled:
+            gc.collect()  # the import's own cycles (~800 objects, ~20 ms): never frozen in, never leaked
+            gc.enable()
+            gc.freeze()
 
 
 def check_config_env(named: str | None) -> None:

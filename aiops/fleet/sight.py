@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiops.fleet.scrapes import Verdict
 from aiops.service.conditions import Condition, ConditionReport
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store.conditions import NODE_AGENT_LOST, SOURCE_BLIND
@@ -192,19 +193,38 @@ class NodePresence:
             state.missed += len(missed)
         return len(alive)
 
-    def report(self, inventory: Mapping[str, Mapping[str, int]]) -> ConditionReport:
-        """Lost agents raised, reporting ones cleared (a node missed once is neither yet)."""
+    def lost(self, by_scrapes: Mapping[str, Verdict] | None = None) -> frozenset[str]:
+        """The nodes whose agents are lost: two scraping steps without their series, or their target lost by
+        its scrapes (`by_scrapes`: instance -> verdict, aiops/fleet/scrapes.py)."""
+        scrapes = by_scrapes or {}
+        return frozenset(
+            n
+            for n, s in self.nodes.items()
+            if s.missed >= LOST_AFTER_STEPS or (s.instance and s.instance in scrapes)
+        )
+
+    def report(
+        self, inventory: Mapping[str, Mapping[str, int]], by_scrapes: Mapping[str, Verdict] | None = None
+    ) -> ConditionReport:
+        """Lost agents raised, reporting ones cleared (a node missed once, or one failed scrape other than a
+        refused one, is neither yet)."""
+        scrapes = by_scrapes or {}
         out = ConditionReport()
         for node, state in sorted(self.nodes.items()):
-            if state.missed == 0 and state.last_seen_ts_s is not None:
+            verdict = scrapes.get(state.instance) if state.instance else None
+            if verdict is not None or state.missed >= LOST_AFTER_STEPS:
+                out.raised.append(self._lost(node, state, inventory.get(node, {}), verdict))
+            elif state.missed == 0 and state.last_seen_ts_s is not None:
                 out.cleared.add((NODE_AGENT_LOST, node))
-            elif state.missed >= LOST_AFTER_STEPS:
-                out.raised.append(self._lost(node, state, inventory.get(node, {})))
         return out
 
-    def _lost(self, node: str, state: _Node, parts: Mapping[str, int]) -> Condition:
+    def _lost(
+        self, node: str, state: _Node, parts: Mapping[str, int], verdict: Verdict | None = None
+    ) -> Condition:
         up = self.up.get(state.instance) if state.instance else None
-        if up == 0.0:
+        if verdict is not None:
+            why = verdict.reason
+        elif up == 0.0:
             why = f"Prometheus cannot scrape it (up == 0 at {state.instance})"
         elif up is not None:
             why = f"its series are gone while its target {state.instance} answers (up == 1)"
@@ -213,14 +233,31 @@ class NodePresence:
         silent = [
             plural(n, kind.upper() if kind in ("gpu", "nic") else kind) for kind, n in sorted(parts.items())
         ]
-        since = state.last_seen_ts_s if state.last_seen_ts_s is not None else 0.0
+        seen = [t for t in (state.last_seen_ts_s, verdict.last_up_s if verdict else None) if t is not None]
+        since = max(seen) if seen else 0.0
         reason = f"no sample from its agent since {when(since)}: {why}" + (
             f"; its {' and '.join(silent)} report nothing meanwhile" if silent else ""
         )
         detail: dict[str, Any] = {"last_seen_ts_s": since, "instance": state.instance, "up": up, **parts}
+        stated = [t for t in (state.lost_ts_s, verdict.lost_at_s if verdict else None) if t is not None]
+        if verdict is not None:
+            detail["scrape"] = {
+                "refused": verdict.refused,
+                "failed": verdict.failed,
+                "first_failed_ts_s": verdict.first_failed_s,
+                "lost_at_ts_s": verdict.lost_at_s,
+                "error": verdict.error,
+            }
         title = f"node agent lost on {node}"
         return Condition(
-            NODE_AGENT_LOST, node, since, title, "warning", reason, detail, stated_ts_s=state.lost_ts_s
+            NODE_AGENT_LOST,
+            node,
+            since,
+            title,
+            "warning",
+            reason,
+            detail,
+            stated_ts_s=min(stated) if stated else None,
         )
 
 

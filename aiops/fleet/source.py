@@ -33,7 +33,8 @@ from aiops.errors import SourceError
 from aiops.fleet.cycle import CycleReport, read_cycle
 from aiops.fleet.ingest import FINE_FAMILIES, FINE_TABLES, fetch_interval, fine_reads
 from aiops.fleet.phase import landed, on_grid, phase_after, rank_phases_s, scrape_stamps
-from aiops.fleet.sight import FLEET_MARKER, LOST_AFTER_STEPS, NodePresence, SourceSight
+from aiops.fleet.scrapes import ScrapeWatch, watch_client
+from aiops.fleet.sight import FLEET_MARKER, NodePresence, SourceSight
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
 from aiops.service.sources import Source, Sources
@@ -111,6 +112,10 @@ class FleetCollector:
         )
         self.presence = NodePresence(self.step_s)
         self.presence.seed(_last_seen(store))
+        # the scraper's own word on each agent, read soon after each scrape (aiops/fleet/scrapes.py)
+        self.watch = ScrapeWatch(
+            watch_client(setup.config, setup.token), self.step_s, clock, setup.config.lost_on_refused
+        )
         self.said = ""  # the read failure last written to collector_errors (one row per change)
         self.dropped_total: dict[str, int] = {}
         # where the read grid sits in a step (aiops/fleet/phase.py): learned at the first read that can
@@ -138,6 +143,7 @@ class FleetCollector:
         """The samples scraped since the horizon, up to `delay_s` before the wall clock (`now_ts_s` is the
         service's data clock: the horizon itself). Between two steps' reads, rank timing alone is read as each
         of its finer grid's points passes (`[fleet] rank_reads`)."""
+        self._watch()
         end_s = self.clock() - self.config.delay_s
         if end_s - self.horizon_ts_s < self.step_s:
             return self._ranks_between(end_s)
@@ -174,12 +180,20 @@ class FleetCollector:
         self.piece_series = report.nodes.piece_series
         behind_s = self.clock() - self.config.delay_s - self.horizon_ts_s - self.step_s
         self.sight.read(report.nodes.samples + scraping, behind_s)
-        self.lost = frozenset(n for n, s in self.presence.nodes.items() if s.missed >= LOST_AFTER_STEPS)
+        self.lost = self.presence.lost(self.watch.lost())
         if report.nodes.dropped:
             out["collector_errors"] = self._errors("dropped_samples", _dropped_text(report))
             for reason, n in report.nodes.dropped.items():
                 self.dropped_total[reason] = self.dropped_total.get(reason, 0) + n
         return out
+
+    def _watch(self) -> None:
+        """Every tick: the targets API when a poll is due (a tenth of the step), and the agents lost by it or by
+        presence; a change makes the tick `urgent`, so a refused scrape pages at the poll after it."""
+        instances = {s.instance for s in self.presence.nodes.values() if s.instance}
+        if instances and self.watch.due():
+            self.watch.poll(instances)
+            self.lost = self.presence.lost(self.watch.lost())
 
     def _learn_phases(self, end_s: float) -> None:
         """Where the agents' scrapes land in a step (aiops/fleet/phase.py): the read grid's phase, learned once
@@ -317,7 +331,7 @@ class FleetCollector:
         elif self.sight.last_data_s is not None:
             self.judged_lost = self.lost
             out.cleared.add((SOURCE_BLIND, "fleet"))
-            out.add(self.presence.report(self._parts()))
+            out.add(self.presence.report(self._parts(), self.watch.lost()))
         return out
 
     def _parts(self) -> dict[str, dict[str, int]]:
@@ -341,10 +355,12 @@ class FleetCollector:
             "samples the fleet dropped one by one (non-finite, out of range)",
             float(sum(self.dropped_total.values())),
         )
-        nodes = self.presence.nodes.values()
-        lost = sum(1 for n in nodes if n.missed >= LOST_AFTER_STEPS)
-        metrics.gauge("fleet_nodes_known", "node agents the fleet has seen", float(len(nodes)))
-        metrics.gauge("fleet_nodes_lost", "node agents silent for two scraping steps", float(lost))
+        metrics.gauge("fleet_nodes_known", "node agents the fleet has seen", float(len(self.presence.nodes)))
+        metrics.gauge(
+            "fleet_nodes_lost",
+            "node agents lost: silent for two scraping steps, or their scrapes refused or failing",
+            float(len(self.lost)),
+        )
 
     def close(self) -> None:
         self.scratch.close()

@@ -213,6 +213,12 @@ class OwnedWorkspace(Workspace):
         with self.owner.lent():
             yield
 
+    @contextlib.contextmanager
+    def held(self, *, writable: bool = True) -> Iterator[None]:
+        """Nothing to hold: the owner keeps the file open (each `read()`/`write()` takes its lock, never a new
+        open), and holding that lock across a block would stall the service's loop."""
+        yield
+
 
 def _open_lock(path: Path) -> int:
     """The service lock file, 0600 and this user's: a file any local user could open (0644 before issue 36)

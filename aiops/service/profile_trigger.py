@@ -28,10 +28,8 @@ from aiops.config import ProfileConfig
 from aiops.errors import PrerequisiteError, ProfileTargetError
 from aiops.labels import node_of
 from aiops.models import Hypothesis, Incident
-from aiops.profile.outputs import write_outputs
 from aiops.profile.probes import LIBRARY_PREFIXES, missing_privilege
 from aiops.profile.session import ProfileResult, run_profile
-from aiops.profile.store_rows import record_profile
 from aiops.store import Store
 
 log = logging.getLogger("aiops.service.profile")
@@ -233,6 +231,10 @@ class ProfileTrigger:
             return []
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_ts_s))
         out_dir = self.out_dir / f"{_safe(incident_id)}-pid{process.pid}-{stamp}"
+        # loaded only when a profile is written: the flame graph's SVG (xml) and speedscope code, ~0.5 MB
+        from aiops.profile.outputs import write_outputs
+        from aiops.profile.store_rows import record_profile
+
         write_outputs(result, out_dir)
         with self.workspace.write() as store:
             run_id = record_profile(store, result, self.node, started_ts_s)

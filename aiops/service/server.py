@@ -24,13 +24,18 @@ import threading
 import time
 from typing import Any
 
-import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from aiops.config import parse_listen
 from aiops.errors import AiopsError
+from aiops.service.bare_package import bare_package
 from aiops.service.forwarded import Forwarded, networks
+
+# uvicorn's server without its command line (click, reloaders, multiprocessing): aiops/service/bare_package.py
+bare_package("uvicorn", {"Config": "uvicorn.config", "Server": "uvicorn.server"})
+from uvicorn.config import Config  # noqa: E402
+from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: E402
+from uvicorn.server import Server  # noqa: E402
 
 log = logging.getLogger("aiops.http")
 START_TIMEOUT_S = 15.0
@@ -209,7 +214,7 @@ class WebServer:
         self.host, self.port = parse_listen(listen)
         self.name = name
         allowed = frozenset(h.strip().casefold().rstrip(".") for h in (*allowed_hosts, self.host))
-        self.config = uvicorn.Config(
+        self.config = Config(
             Forwarded(HostCheck(BodyDeadline(app, body_timeout_s), allowed), networks(trusted_proxies)),
             proxy_headers=False,  # uvicorn trusts X-Forwarded-For from 127.0.0.1; aiops/service/forwarded.py
             http=_head_deadline(head_timeout_s),
@@ -222,7 +227,7 @@ class WebServer:
             timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=5,
         )
-        self.server = uvicorn.Server(self.config)
+        self.server = Server(self.config)
         self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None

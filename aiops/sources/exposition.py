@@ -8,7 +8,7 @@ timestamps for VictoriaMetrics' `/api/v1/import/prometheus`. Both read rows shap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -130,79 +130,94 @@ ORDER BY nic, ts_s
 """
 
 
-def _batches(store: Store, sql: str) -> Iterator[list[tuple[Any, ...]]]:
-    """The answer's rows as tuples, 10,000 at a time (never the whole answer in memory)."""
-    cursor = store.conn.execute(sql)
-    while batch := cursor.fetchmany(10_000):
-        yield batch
+def _number_sql(value: str) -> str:
+    """`_number` in SQL: an integral value without its `.0`, any other as its shortest round-trip text (what
+    DuckDB's DOUBLE to VARCHAR and Python's `repr` both write)."""
+    v = f"CAST({value} AS DOUBLE)"
+    return (
+        f"CASE WHEN {v} = trunc({v}) THEN CAST(CAST({v} AS HUGEINT) AS VARCHAR) ELSE CAST({v} AS VARCHAR) END"
+    )
+
+
+def _stamp_sql(openmetrics: bool) -> str:
+    """A sample time as written: OpenMetrics seconds, or Prometheus milliseconds (rounded half to even)."""
+    return (
+        _number_sql("ts_s") if openmetrics else "CAST(CAST(round_even(ts_s * 1000, 0) AS BIGINT) AS VARCHAR)"
+    )
 
 
 def write_history(
     store: Store, out: TextIO, *, openmetrics: bool, hostname: Callable[[str], str] = str
 ) -> int:
-    """Every stored GPU and NIC sample as timestamped series (streamed: one query per metric); returns the
-    number of samples written. OpenMetrics (seconds, `# EOF`) or Prometheus text (milliseconds)."""
+    """Every stored GPU and NIC sample as timestamped series (one query per metric, one text per GPU or NIC:
+    the lines are built by DuckDB, not row by row here); returns the number of samples written. OpenMetrics
+    (seconds, `# EOF`) or Prometheus text (milliseconds)."""
     written = 0
+    stamp = _stamp_sql(openmetrics)
     for field in DCGM_FIELDS:
-        sql = (
+        rows = (
             f"SELECT gpu, node, uuid, ts_s, {field.column} AS value FROM gpu_samples "
-            f"WHERE {field.column} IS NOT NULL AND nvml_error IS NULL ORDER BY gpu, ts_s"
+            f"WHERE {field.column} IS NOT NULL AND nvml_error IS NULL"
         )
-        written += _write_series(out, field.name, _batches(store, sql), hostname, _Stamps(openmetrics))
-    written += _write_series(out, XID, _batches(store, _XID_HISTORY_SQL), hostname, _Stamps(openmetrics))
+        written += _write_series(store, out, field.name, rows, hostname, stamp)
+    written += _write_series(store, out, XID, _XID_HISTORY_SQL, hostname, stamp)
     for series in NETDEV_SERIES:
-        stamp = _Stamps(openmetrics)
-        for batch in _batches(store, _NIC_HISTORY_SQL):
-            lines = []
-            for nic, node, ts_s, tx_bytes, tx_packets, drops, carrier_changes, link_up in batch:
-                totals = NicTotals(
-                    float(tx_bytes), float(tx_packets), float(drops), float(carrier_changes), bool(link_up)
-                )
-                labels = labels_text(netdev_labels(str(nic), hostname(str(node))))
-                value = _number(_netdev_value(series.name, totals))
-                lines.append(f"{series.name}{labels} {value} {stamp(float(ts_s))}\n")
-            out.write("".join(lines))
-            written += len(lines)
+        written += _write_netdev(store, out, series.name, hostname, stamp)
     if openmetrics:
         out.write("# EOF\n")
     return written
 
 
-class _Stamps(dict[float, str]):
-    """A sample time as written: OpenMetrics seconds or Prometheus milliseconds (each time formatted once: the
-    GPUs of one metric share their times)."""
-
-    def __init__(self, openmetrics: bool) -> None:
-        super().__init__()
-        self.openmetrics = openmetrics
-
-    def __missing__(self, ts_s: float) -> str:
-        text = _number(ts_s) if self.openmetrics else str(round(ts_s * 1000))
-        self[ts_s] = text
-        return text
-
-    def __call__(self, ts_s: float) -> str:
-        return self[ts_s]
-
-
 def _write_series(
+    store: Store, out: TextIO, name: str, rows: str, hostname: Callable[[str], str], stamp: str
+) -> int:
+    """`rows` (gpu, node, uuid, ts_s, value), one GPU after another in time order, as samples of `name`: each
+    GPU labelled by its first row (UUID, host)."""
+    firsts = store.conn.execute(
+        f"SELECT gpu, arg_min(uuid, ts_s), arg_min(node, ts_s) FROM ({rows}) GROUP BY gpu"
+    ).fetchall()
+    labels = [labels_text(dcgm_labels(str(g), u, hostname(str(n)))) for g, u, n in firsts]
+    return _write_texts(store, out, name, rows, "gpu", [str(f[0]) for f in firsts], labels, "value", stamp)
+
+
+def _write_netdev(store: Store, out: TextIO, name: str, hostname: Callable[[str], str], stamp: str) -> int:
+    """One node_exporter counter (or `node_network_up`) of every NIC, from the summed NIC rows."""
+    keys = store.conn.execute(f"SELECT DISTINCT nic, node FROM ({_NIC_HISTORY_SQL})").fetchall()
+    labels = [labels_text(netdev_labels(str(nic), hostname(str(node)))) for nic, node in keys]
+    if name == "node_network_up":
+        value = "CASE WHEN link_up THEN 1 ELSE 0 END"
+    elif name == "node_network_receive_drop_total":
+        value = "0"  # the twin drops on transmit
+    else:
+        value = next(s.column for s in NETDEV_SERIES if s.name == name)
+    rows = f"SELECT nic || chr(31) || node AS key, ts_s, {value} AS value FROM ({_NIC_HISTORY_SQL})"
+    names = [f"{nic}\x1f{node}" for nic, node in keys]
+    return _write_texts(store, out, name, rows, "key", names, labels, "value", stamp)
+
+
+def _write_texts(
+    store: Store,
     out: TextIO,
     name: str,
-    batches: Iterator[list[tuple[Any, ...]]],
-    hostname: Callable[[str], str],
-    stamp: _Stamps,
+    rows: str,
+    key: str,
+    keys: list[str],
+    labels: list[str],
+    value: str,
+    stamp: str,
 ) -> int:
-    """Rows (gpu, node, uuid, ts_s, value), one GPU after another, as samples of `name`."""
+    """The lines `name{labels} value stamp` of `rows`, one text per `key` (in its order, each in time order)."""
+    if not keys:
+        return 0
+    sql = (
+        f"WITH k AS (SELECT unnest(?::VARCHAR[]) AS {key}, unnest(?::VARCHAR[]) AS labels) "
+        f"SELECT string_agg(? || k.labels || ' ' || {_number_sql(value)} || ' ' || {stamp} || chr(10), '' "
+        f"ORDER BY ts_s), count(*) FROM ({rows}) r JOIN k USING ({key}) GROUP BY {key} ORDER BY {key}"
+    )
+    cursor = store.conn.execute(sql, [keys, labels, name])
     written = 0
-    last_gpu = ""
-    text = ""
-    for batch in batches:
-        lines = []
-        for gpu, node, uuid, ts_s, value in batch:
-            if gpu != last_gpu:
-                last_gpu = str(gpu)
-                text = labels_text(dcgm_labels(last_gpu, uuid, hostname(str(node))))
-            lines.append(f"{name}{text} {_number(float(value))} {stamp[float(ts_s)]}\n")
-        out.write("".join(lines))
-        written += len(lines)
+    while batch := cursor.fetchmany(64):  # one text per GPU or NIC: never the whole answer in memory
+        for text, count in batch:
+            out.write(text)
+            written += int(count)
     return written

@@ -14,9 +14,14 @@ read or one missed scrape from paging (aiops/fleet/sight.py, aiops/fleet/source.
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,8 +115,8 @@ def _refused_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-def _fleet(prometheus: str, path: Path, clock: Clock) -> Service:
-    document = {
+def _fleet(prometheus: str, path: Path, clock: Clock, **fleet: Any) -> Service:
+    document: dict[str, Any] = {
         "store": {"path": str(path), "flush_interval_s": 300.0},
         "http": {"listen": ""},
         # reads on multiples of the step, as soon as the step is past: the tick a condition opens in is known
@@ -123,6 +128,7 @@ def _fleet(prometheus: str, path: Path, clock: Clock) -> Service:
             "lookback_s": 2 * STEP_S,
             "rank_reads": 1,
             "timeout_s": 5.0,
+            **fleet,
         },
     }
     config = parse_config(document, "<fleet>")
@@ -179,6 +185,85 @@ def test_a_lost_agent_and_a_lost_store_open_in_the_tick_that_sees_them(
         collector.client.url = prometheus  # back: the next tick reads (the steps it missed are in the store)
         tick_until(clock.now_s + 1.0)
         assert (SOURCE_BLIND, "fleet") not in service.conditions.open, "not resolved in the tick it saw again"
+    finally:
+        service.flush()
+        if service.sources is not None:
+            service.sources.close()
+        service.owner.close()
+
+
+def _scraper_view(now_s: float) -> dict[str, Any]:
+    """The targets API of the scraper that took the history above, as it answers at `now_s`: each target's newest
+    scrape, b's refused after B_UNTIL (killed: nothing listens), a's scrape A_MISSED timed out (one late scrape)."""
+    k = min(STEPS - 1, int((now_s - T0) // STEP_S))
+    targets = []
+    for node in ("a", "b"):
+        instance = f"10.0.0.{ord(node)}:9484"
+        error = ""
+        if node == "b" and k > B_UNTIL:
+            error = f'Get "http://{instance}/metrics": dial tcp {instance}: connect: connection refused'
+        elif node == "a" and k == A_MISSED:
+            error = f'Get "http://{instance}/metrics": context deadline exceeded'
+        stamp = datetime.fromtimestamp(at(k), UTC).isoformat().replace("+00:00", "Z")
+        labels = {"job": "aiops", "instance": instance}
+        health = "down" if error else "up"
+        targets.append({"labels": labels, "health": health, "lastScrape": stamp, "lastError": error})
+    return {"status": "success", "data": {"activeTargets": targets, "droppedTargets": []}}
+
+
+@pytest.fixture
+def scraper_at(request: pytest.FixtureRequest) -> Iterator[tuple[str, Clock]]:
+    """A loopback targets API answering `_scraper_view` on the test's clock (the scraper's word is what the test
+    holds fixed; tests/fleet/test_fleet_scrapes.py reads the real ones)."""
+    clock = Clock(at(2))
+
+    class Targets(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(_scraper_view(clock.now_s)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Targets)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", clock
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_refused_scrape_opens_at_the_poll_after_it_and_one_timed_out_scrape_opens_nothing(
+    prometheus: str, scraper_at: tuple[str, Clock], tmp_path: Path
+) -> None:
+    """The fleet at its default read delay (5 s after each step) with the scraper's targets API: b's first refused
+    scrape (step B_UNTIL + 1) opens `node_agent_lost` at the poll after it (a tenth of the step: within 2 ticks),
+    before the step read would (5 s) and a whole step before presence's second missed step; a's single timed-out
+    scrape opens nothing; the fleet flushed for b alone (its flush interval is 300 s)."""
+    url, clock = scraper_at
+    service = _fleet(prometheus, tmp_path / "fleet.duckdb", clock, delay_s=5.0, targets_url=url)
+    service.start()
+    service.outbox.stop(timeout_s=5.0)
+    opened: dict[tuple[str, str], float] = {}
+    try:
+        while clock.now_s < at(B_UNTIL + 3):
+            clock.now_s += 1.0
+            service.tick()
+            for key in service.conditions.open:
+                opened.setdefault(key, clock.now_s)
+        assert (NODE_AGENT_LOST, "a") not in opened, "one timed-out scrape made node a's agent lost"
+        refused_s = at(B_UNTIL + 1)
+        assert refused_s <= opened.get((NODE_AGENT_LOST, "b"), 0.0) <= refused_s + 2.0, (opened, refused_s)
+        lost = service.conditions.open[(NODE_AGENT_LOST, "b")]
+        assert lost.opened_ts_s == refused_s and lost.symptoms[0].ts_s == at(B_UNTIL), lost
+        detail = lost.symptoms[0].detail
+        assert detail["scrape"]["refused"] and "nothing listens at 10.0.0.98:9484" in detail["reason"], detail
+        assert service.flushes == 1, service.flushes
     finally:
         service.flush()
         if service.sources is not None:
