@@ -6,7 +6,8 @@ so two families cannot share a plain selector. A group (`plan`) is the union (`o
 each tagged first with a label naming its family (`label_replace`, label `TAG`): the server evaluates every
 family's query exactly as it would alone, the tags keep their series apart (`or` adds a series whose labels no
 earlier one has: every family's carry a tag of their own), and `split` gives each family its series back. A
-group is at most `GROUP_QUERY_CHARS` long (VictoriaMetrics refuses a query over 16 KB by default) and is used only
+group's query is at most `GROUP_URL_CHARS` long once URL-encoded (a reverse proxy in front of the store may refuse
+a request line over 8 KB, nginx's default; VictoriaMetrics refuses a query over 16 KB) and is used only
 where the read's series are known to be few (`GROUP_SERIES`: its answers stay a few MB); a first read, or a
 cluster larger than that, asks each family alone.
 """
@@ -14,6 +15,7 @@ cluster larger than that, asks each family alone.
 from __future__ import annotations
 
 import math
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +25,7 @@ TAG = (
     "aiops_fleet_family"  # the label a group's query tags each family's series with (its index in the group)
 )
 GROUP_SERIES = 20_000  # a read of at most this many series (the last read's) asks its families in groups
-GROUP_QUERY_CHARS = 7_000  # a group's query at most this long
+GROUP_URL_CHARS = 3_500  # a group's query at most this long URL-encoded (the request line stays under 4 KB)
 
 
 def window(step_s: float) -> str:
@@ -55,7 +57,7 @@ def plan(
     names: Sequence[str], step_s: float, selector: str, grouped: bool
 ) -> list[tuple[tuple[str, ...], str]]:
     """(the families a request reads, its query), in the order of `names`: each family's own queries, or with
-    `grouped` as few unions of them as `GROUP_QUERY_CHARS` allows."""
+    `grouped` as few unions of them as `GROUP_URL_CHARS` allows."""
     if not grouped:
         return [((name,), query) for name in names for query in family_queries(name, step_s, selector)]
     out: list[tuple[tuple[str, ...], str]] = []
@@ -64,7 +66,7 @@ def plan(
     for name in names:
         queries = family_queries(name, step_s, selector)
         mine = [f'label_replace({q}, "{TAG}", "{len(members)}", "", "")' for q in queries]
-        if terms and len(" or ".join([*terms, *mine])) > GROUP_QUERY_CHARS:
+        if terms and len(urllib.parse.quote_plus(" or ".join([*terms, *mine]))) > GROUP_URL_CHARS:
             out.append((tuple(members), " or ".join(terms)))
             members, terms = [], []
             mine = [f'label_replace({q}, "{TAG}", "0", "", "")' for q in queries]

@@ -209,7 +209,7 @@ def test_families_asked_together_read_what_each_family_asked_alone_reads(
     """A read whose series are known to be few (`series_hint`: the last read's) asks its families several to a
     range query (aiops/fleet/queries.py, a union of their own queries, each tagged with its family): every table
     holds the same rows as when each family is asked alone, on the step's grid and on the finer one, in a few
-    requests instead of one or two per family."""
+    requests (a few URLs of at most 3,500 characters) instead of one or two per family."""
     tables = sorted({table for table, _ in statements()})
     got: dict[tuple[int, int], tuple[dict[str, list[str]], int]] = {}
     for hint in (0, 50):
@@ -231,7 +231,7 @@ def test_families_asked_together_read_what_each_family_asked_alone_reads(
         (alone, asked_alone), (together, asked_together) = got[0, reads], got[50, reads]
         assert together == alone
         assert alone["gpu_samples"] and alone["rank_timing_samples"] and alone["gpu_events"]
-        assert asked_together <= 4 < asked_alone
+        assert asked_together * 10 < asked_alone, (asked_together, asked_alone)
 
 
 def test_aiops_fleet_reads_rank_timing_between_its_steps(prometheus: str, tmp_path: Path) -> None:
