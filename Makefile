@@ -34,15 +34,15 @@ SOURCES := aiops collectors guardrails evals playbooks bpf tests bench
 # CI (.ci/run) enforces ruff and mypy through `make test`: lint runs beside the tests (mypy takes about 25 s of one
 # core from a fresh clone, while the suite's first tests leave the other core idle) and its output is shown after
 # theirs; either failing fails `make test`.
-# Workers: two per core plus one. Most of a worker's time is waiting (servers, scrapes, sleeps: 3,027 worker-s
-# for 1,074 CPU-s in the fresh-clone run of 2026-12-05 19:41 on 2 cores, -n 5: pytest 640 s), so the cores stay
-# busy only with more workers than cores: that run's units modelled (`python -m tests.times_report TIMES --workers
-# 5,6,7,8`) take 613 s at -n 5 (608 s measured), 578 s at -n 6, 567 s at -n 7 and 563 s at -n 8, the CPU floor
-# 537 s; collection and start-up add about 30 s. Measured at -n 7 from a fresh clone: 633 s, not the 597 s
-# modelled (the waits grow with the load): past -n 5 only CPU cuts help, and more workers mean more load.
+# Workers: three per core. Most of a worker's time is waiting (servers, scrapes, sleeps), so the cores stay busy only
+# with more workers than cores. The fresh-clone run of 2026-12-05 22:11 (-n 5, 2 cores, nothing else running):
+# 1,002 CPU-s in the tests, 2,872 worker-s, pytest 600 s; its units modelled (`python -m tests.times_report TIMES 0
+# --workers 4,5,6,7`) take 694 s at -n 4, 583 s at -n 5, 547 s at -n 6 and 530 s at -n 7 (the CPU floor 501 s);
+# collection and start-up add about 20 s, and the waits grow with the load (an earlier -n 7 run measured 36 s over
+# its model). Past -n 6 only CPU cuts help.
 test: $(STAMP)
 	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint > $$lint_log 2>&1 & lint=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider -n $$(( 2 * $$(nproc) + 1 )) --dist loadgroup --durations=25; tests=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $$(( 3 * $$(nproc) )) --dist loadgroup --durations=25; tests=$$?; \
 	wait $$lint; linted=$$?; cat $$lint_log; rm -f $$lint_log; \
 	if [ $$linted -ne 0 ]; then echo "make test: lint failed" >&2; fi; \
 	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
