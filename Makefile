@@ -34,15 +34,14 @@ SOURCES := aiops collectors guardrails evals playbooks bpf tests bench
 # CI (.ci/run) enforces ruff and mypy through `make test`: lint runs beside the tests (mypy takes about 25 s of one
 # core from a fresh clone, while the suite's first tests leave the other core idle) and its output is shown after
 # theirs; either failing fails `make test`.
-# Workers: three per core. Most of a worker's time is waiting (servers, scrapes, sleeps), so the cores stay busy only
-# with more workers than cores. The fresh-clone run of 2026-12-05 22:11 (-n 5, 2 cores, nothing else running):
-# 1,002 CPU-s in the tests, 2,872 worker-s, pytest 600 s; its units modelled (`python -m tests.times_report TIMES 0
-# --workers 4,5,6,7`) take 694 s at -n 4, 583 s at -n 5, 547 s at -n 6 and 530 s at -n 7 (the CPU floor 501 s);
-# collection and start-up add about 20 s, and the waits grow with the load (an earlier -n 7 run measured 36 s over
-# its model). Past -n 6 only CPU cuts help.
+# Workers: two per core plus one. Most of a worker's time is waiting (servers, scrapes, sleeps), so the cores stay
+# busy only with more workers than cores, but more workers mean more load and longer waits. Fresh clones on 2 cores,
+# nothing else running (2026-12-05): -n 5, 1,002 CPU-s of tests, 2,872 worker-s, `.ci/run` 600 s; -n 6, 1,075 CPU-s,
+# 3,569 worker-s, 627 s (its model, `python -m tests.times_report TIMES 0 --workers 5,6`, had said 547 s). Past -n 5
+# only cuts in CPU and in waiting help.
 test: $(STAMP)
 	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint > $$lint_log 2>&1 & lint=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider -n $$(( 3 * $$(nproc) )) --dist loadgroup --durations=25; tests=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $$(( 2 * $$(nproc) + 1 )) --dist loadgroup --durations=25; tests=$$?; \
 	wait $$lint; linted=$$?; cat $$lint_log; rm -f $$lint_log; \
 	if [ $$linted -ne 0 ]; then echo "make test: lint failed" >&2; fi; \
 	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
