@@ -166,7 +166,19 @@ def test_two_ranks_call_rates_and_blocked_time_land_in_the_store(nccl_rank: Path
         ]
         service = UntilStored(config, ready)
         assert service.run(duration_s=HARD_CAP_S) == 0
-    assert "ready_by_s" in service.timeline, f"not all stored in {HARD_CAP_S:.0f} s: {service.timeline}"
+    if "ready_by_s" not in service.timeline:
+        with Store(db, read_only=True) as store:  # what was stored instead, for the failure message
+            seen = {
+                "ranks": store.query(
+                    "SELECT job, rank, list(DISTINCT op) AS ops FROM rank_timing_samples GROUP BY job, rank"
+                ),
+                "steps": store.query("SELECT job, count(*) AS n FROM job_steps GROUP BY job"),
+                "collectives": store.query("SELECT DISTINCT job, op FROM collective_samples"),
+                "errors": store.query("SELECT * FROM collector_errors"),
+            }
+        raise AssertionError(
+            f"not all stored for {job} in {HARD_CAP_S:.0f} s: {service.timeline}; stored: {seen}"
+        )
     with Store(db, read_only=True) as store:
         rows = store.query("SELECT * FROM rank_timing_samples WHERE job = ? ORDER BY ts_s, rank, op", [job])
         steps = store.query("SELECT * FROM job_steps WHERE job = ? ORDER BY ts_s", [job])
