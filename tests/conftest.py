@@ -148,13 +148,33 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
         gc.freeze()
 
 
+# Modules whose tests attach uprobes to the CUDA libraries (libcudart, libnccl) while processes mapping them run:
+# a uprobe fires for every process on the host that maps the file, so one module's busy target heats (and the
+# rank collector detaches) another's probes, and one module's short-lived processes make another's collector
+# recompile and fail to attach. They run one after another in one worker (one xdist group), never side by side.
+CUDA_UPROBE_MODULES = frozenset(
+    {
+        "tests/profile/test_profile_ebpf.py",
+        "tests/profile/test_profile_duty_ebpf.py",
+        "tests/profile/test_rank_timing_ebpf.py",
+        "tests/profile/test_rank_probe_handover.py",
+        "tests/profile/test_service_profile.py",
+        "tests/ebpf/test_rank_straggler.py",
+    }
+)
+CUDA_UPROBE_GROUP = "cuda-uprobes"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: n for n, path in enumerate(SLOW_FIRST)}
     sizes: dict[str, int] = {}
     for item in items:
-        if _shares_a_module_fixture(item):
-            module = item.nodeid.split("::", 1)[0]
+        module = item.nodeid.split("::", 1)[0]
+        if module in CUDA_UPROBE_MODULES:  # their module fixtures too: one worker runs the whole group
+            item.add_marker(pytest.mark.xdist_group(CUDA_UPROBE_GROUP))
+            sizes[module] = sizes.get(module, 0) + 1
+        elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(module))
             sizes[module] = sizes.get(module, 0) + 1
 
