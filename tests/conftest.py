@@ -148,10 +148,11 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
         gc.freeze()
 
 
-# Modules whose tests attach uprobes to the CUDA libraries (libcudart, libnccl) while processes mapping them run:
-# a uprobe fires for every process on the host that maps the file, so one module's busy target heats (and the
-# rank collector detaches) another's probes, and one module's short-lived processes make another's collector
-# recompile and fail to attach. They run one after another in one worker (one xdist group), never side by side.
+# Modules whose tests attach uprobes to the CUDA libraries (libcudart, libnccl) while processes mapping them run
+# (a uprobe fires for every process on the host that maps the file): most likely one module's busy target heats (the
+# rank collector detaches) another's probes, or one module's short-lived processes make another's collector
+# recompile and fail to attach (not proven: test_rank_timing_ebpf stored nothing in 90 s once, beside
+# test_profile_ebpf). They run one after another in one worker (one xdist group), never side by side.
 CUDA_UPROBE_MODULES = frozenset(
     {
         "tests/profile/test_profile_ebpf.py",
