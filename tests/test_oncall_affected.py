@@ -9,17 +9,21 @@ requeued onto; a power limit touches its target alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiops.scenarios import ClusterSpec, FaultSpec, JobSpec, Scenario
 from aiops.sim import operations
 from aiops.sim.world import World
-from bench.oncall_truth import Executed, Truth, affected, touched_by
+from bench.oncall_records import figures
+from bench.oncall_state import DayState, Proposal, Records, load, save
+from bench.oncall_truth import Executed, Incident, Truth, affected, touched_by
 
 JOB = ["node0", "node1"]  # one 2-node job on rack0 (node0-3); node2-7 idle
 
 
-def _run(*faults: FaultSpec, seconds: int = 30) -> Truth:
+def _scenario(*faults: FaultSpec) -> Scenario:
     cluster = ClusterSpec(racks=2, nodes_per_rack=4)
-    scenario = Scenario(
+    return Scenario(
         name="blast",
         seed=3,
         duration_s=600.0,
@@ -27,13 +31,19 @@ def _run(*faults: FaultSpec, seconds: int = 30) -> Truth:
         jobs=[JobSpec(name="llm", nodes=JOB)],
         faults=list(faults),
     )
-    world = World(scenario)
-    truth = Truth(world, {})
-    for second in range(1, seconds + 1):
-        world.step()
-        if second % 15 == 0:
-            truth.sample()
+
+
+def _run(*faults: FaultSpec, seconds: int = 30) -> Truth:
+    truth = Truth(World(_scenario(*faults)), {})
+    _step(truth, seconds)
     return truth
+
+
+def _step(truth: Truth, seconds: int) -> None:
+    for _ in range(seconds):
+        truth.world.step()
+        if truth.world.elapsed_s % 15 == 0:
+            truth.sample()
 
 
 def _job_gpus() -> set[str]:
@@ -80,3 +90,56 @@ def test_a_restart_touches_its_job_and_the_node_it_moved_to_a_limit_its_target()
     assert touched_by(restart, ground) == _job_gpus() | {f"node2/gpu{g}" for g in range(8)}
     limit = Executed("node0", "P-2", "set_power_limit", "node0/gpu2", {"watts": 500}, 20.0)
     assert touched_by(limit, ground) == {"node0/gpu2"}
+
+
+def test_the_days_figures_count_both_sides_and_keep_the_old_yardstick(tmp_path: Path) -> None:
+    """The lost GPU's day as bench/oncall.py figures it, after a save and a load (`--refigure` reads the saved
+    state): the restart off node1 touches 24 GPUs against the 16 the lost rank stopped; the old yardstick's
+    16 / 1 stays beside."""
+    lost = FaultSpec(kind="gpu_fell_off_bus", target="node1/gpu7", start_s=5.0)
+    truth = _run(lost)
+    operations.restart_job(truth.world, "llm", exclude="node1")
+    _step(truth, 15)
+    incident = Incident(
+        "node1",
+        "INC-node1-0001",
+        10.0,
+        None,
+        "gpu lost on node1/gpu7",
+        ["node1/gpu7"],
+        "gpu_fell_off_bus",
+        "node1/gpu7",
+        "critical",
+    )
+    proposal = Proposal(
+        "node1",
+        "P-1",
+        "restart_job",
+        "job:llm",
+        {"exclude": "node1"},
+        "executed",
+        incident.incident_id,
+        20.0,
+        True,
+        "plan",
+    )
+    restart = Executed("node1", "P-1", "restart_job", "job:llm", {"exclude": "node1"}, 30.0)
+    day = DayState(
+        _scenario(lost),
+        truth.ground(),
+        [],
+        [],
+        [],
+        0,
+        [],
+        [0],
+        Records([incident], [proposal], [restart]),
+        0.0,
+    )
+    save(day, tmp_path / "day_state.json")
+    found = figures(load(tmp_path / "day_state.json"), {"product": 1.0, "none": 1.0, "oracle": 1.0}, 15.0)
+    (row,) = found["faults"]
+    assert (row["gpus_touched"], row["gpus_affected"]) == (24, 16)
+    assert (row["gpus_touched_targets"], row["gpus_affected_hardware"]) == (16, 1)
+    assert found["total"]["touched_over_affected"] == 1.5
+    assert found["total"]["touched_over_affected_hardware"] == 16.0
