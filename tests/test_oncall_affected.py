@@ -78,6 +78,18 @@ def test_a_lost_gpu_on_a_failed_rack_is_charged_to_the_lost_gpu() -> None:
     assert lost.stopped_gpus == sorted(_job_gpus())
 
 
+def test_a_job_already_hung_is_charged_to_the_fault_that_stopped_it_first() -> None:
+    """An ECC error on a job a lost GPU already hung kills a rank that was doing nothing: the job's stop stays
+    the lost GPU's, and the ECC error affects its own GPU (the day's sum counts the 16 GPUs once)."""
+    truth = _run(
+        FaultSpec(kind="gpu_fell_off_bus", target="node1/gpu7", start_s=5.0),
+        FaultSpec(kind="gpu_ecc_error", target="node0/gpu1", start_s=20.0),
+    )
+    lost, ecc = truth.faults
+    assert affected(lost) == _job_gpus()
+    assert affected(ecc) == {"node0/gpu1"}
+
+
 def test_a_restart_touches_its_job_and_the_node_it_moved_to_a_limit_its_target() -> None:
     truth = _run(seconds=15)
     world = truth.world
