@@ -13,7 +13,7 @@ on). In the flush's order:
 | plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
 | alerts | `investigate_alerts` | open | each flush with telemetry |
 | conditions | `conditions` | open | each flush |
-| dispatch | `DispatchInbox.judge` (dispatch_in.py): one whose backend calls another system (this node's scheduler) is judged and claimed here, run and answered by `act_outside` | open | a fleet's dispatch waits |
+| dispatch | `DispatchInbox.judge` (dispatch_in.py): one whose backend calls another system (this node's scheduler) is judged and claimed here, run and answered by `act_outside` | open | a fleet's dispatch waits (one arriving wakes the loop for a flush at once: `Service._nap`) |
 | dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due, makes each POST ready and claims each scheduler step (`Guardrails.begin`) | open | on the fleet |
 | retention | `retention` | open | hourly |
 | report | `report` | open | a scheduled report is due |
