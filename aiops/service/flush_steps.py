@@ -8,7 +8,7 @@ on). In the flush's order:
 | scheduler view | `read_views`: the scheduler's view of drained or cordoned nodes the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s for the fleet's dispatcher; `sinfo`, the Kubernetes node list), at most every 10 s (`HeldView`) | **closed**: before the flush takes it | each flush |
 | jobs | `refresh_jobs` | open | the workload collector collected |
 | detection | `detect_and_respond` (and `execute_approved`, Slack's `run_requested`): a proposal whose backend calls another system is validated and claimed here, not run (`execute_or_claim`) | open | each flush with telemetry |
-| paging | `review_pages` | open | a window was judged, or `review_every_s` passed |
+| paging | `review_pages` | open | a window was judged, or `review_every_s` passed, or the flush before judged a dispatch (what it set is exported at once) |
 | closed loop | `judge_closed_loop` | open | as paging |
 | plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
 | alerts | `investigate_alerts` | open | each flush with telemetry |

@@ -393,6 +393,9 @@ class Service:
                         self.claimed.append,
                     ),
                 )
+                # what a dispatch set is reviewed (the closed loop exports it: `aiops_intended_state`) at the
+                # next flush, not a detection window later
+                self.last_review = float("-inf")
             if self.dispatcher is not None:  # made ready here, sent below with the workspace closed
                 self._guarded("dispatcher", lambda: steps.dispatch_ready(self, store))
             self._guarded("retention", lambda: steps.retention(self, store))
