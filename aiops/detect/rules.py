@@ -48,6 +48,10 @@ RULES: tuple[Rule, ...] = (
 
 class Detector(RuleState):
     def process(self, t0: float, t1: float) -> list[Symptom]:
+        with w.one_window(self.store):  # a window's rows read once per query (the rules ask some twice)
+            return self._process(t0, t1)
+
+    def _process(self, t0: float, t1: float) -> list[Symptom]:
         if self.start_ts_s is None:
             self.start_ts_s = t0
         history = w.for_the_pass(self.store, "intended history", lambda: self.intended_cache.get(self.store))

@@ -181,13 +181,36 @@ def reading_ahead(store: Store, bounds: Sequence[float], window_s: float) -> Ite
         _READING_AHEAD.reset(token)
 
 
+_ONE_WINDOW: ContextVar[tuple[Store, dict[tuple[WindowQuery, float, float], list[Row]]] | None] = ContextVar(
+    "_ONE_WINDOW", default=None
+)
+
+
+@contextmanager
+def one_window(store: Store) -> Iterator[None]:
+    """Within it, a query asked again for the same window is answered from its first reading, not the store
+    (one window's rules read the rack and Xid rows twice; nothing is written while a window is judged). Each
+    asker gets its own copy of the rows."""
+    token = _ONE_WINDOW.set((store, {}))
+    try:
+        yield
+    finally:
+        _ONE_WINDOW.reset(token)
+
+
 def window(store: Store, query: WindowQuery, t0: float, t1: float) -> list[Row]:
     ahead = _READING_AHEAD.get()
     if ahead is not None and ahead.store is store:
         rows = ahead.rows(query, t0, t1)
         if rows is not None:
             return rows
-    return store.query(query.sql, [t0, t1])
+    memo = _ONE_WINDOW.get()
+    if memo is None or memo[0] is not store:
+        return store.query(query.sql, [t0, t1])
+    read = memo[1].get((query, t0, t1))
+    if read is None:
+        read = memo[1][(query, t0, t1)] = store.query(query.sql, [t0, t1])
+    return [dict(row) for row in read]
 
 
 def for_the_pass(store: Store, question: str, read: Callable[[], T]) -> T | None:
