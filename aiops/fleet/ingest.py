@@ -118,6 +118,10 @@ def fine_reads(step_s: float, rank_reads: int) -> int:
 # who speaks for which node (aiops/fleet/names.py OWNERSHIP_SQL): staged with every read, the finer grid's too; a
 # scraped series whose node no instance of the same read declares is refused
 OWNER_FAMILY = "aiops_node_info"
+# The fleet service's own exports (its incidents, intended state) carry node="fleet"; where the store scrapes the
+# fleet too (the chart does, for its alerts), they come back in the fleet's reads and are skipped before staging.
+# No node agent can be named `fleet` (aiops.labels.RESERVED_NAMES).
+FLEET_NODE = "fleet"
 DROP_REASONS = ("nan", "infinite", "out_of_range")
 DROPPED_EXAMPLES = 3  # samples named in a report (the counts say how many)
 
@@ -146,6 +150,9 @@ class _Stager:
             metric = one.get("metric") or {}
             if not isinstance(metric, Mapping):
                 raise SourceError(self.url, 200, f"{name}: a series' metric is not an object")
+            # the fleet's own export read back: no node agent's, not refused
+            if metric.get("node") == FLEET_NODE:
+                continue
             values = one.get("values") or []
             metrics.append(metric)
             counts.append(len(values))

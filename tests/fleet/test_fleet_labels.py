@@ -32,6 +32,7 @@ STEP_S = 15.0
 SCRAPES = 4
 FOREIGN = "127.0.0.1:19999/x#"
 A, B, C, D = "10.0.0.1:9484", "10.0.0.2:9484", "10.0.0.3:9484", "10.0.0.4:9484"
+FLEET = "10.0.0.9:9090"
 
 
 def _exposition() -> str:
@@ -52,6 +53,9 @@ def _exposition() -> str:
     sample("aiops_gpu_temperature_celsius", f'instance="{B}",node="{FOREIGN}",gpu="node-b/gpu0"', 60)
     sample("aiops_gpu_temperature_celsius", f'instance="{C}",node="node-c",gpu="node-c/gpu0"', 70)
     sample("aiops_node_info", f'instance="{A}",node="node-x",rack="../../etc"', 1)
+    # the fleet's own export, scraped by the same store (the chart scrapes the fleet): read back, never refused
+    own = f'instance="{FLEET}",node="fleet",incident_id="fleet-INC-0001",severity="page",root_cause="x",component=""'
+    sample("aiops_incident_opened_timestamp_seconds", own, T0)
     sample(
         "aiops_job_rank_info", f'instance="{A}",job="evil job;rm",rank="0",gpu="node-a/gpu0",node="node-a"', 1
     )
@@ -129,6 +133,8 @@ def test_labels_become_names_only_when_valid_and_owned(prometheus: str, tmp_path
     assert refused["series about another instance's node"] >= 2  # B's claim on node-a/gpu1, its spoofed temp
     assert refused["node declared by several instances"] >= 3
     shown = "\n".join(report.refusals.examples)
+    # the fleet's own export: not refused, not read
+    assert "fleet" not in shown and "fleet-INC-0001" not in everything
     assert "127.0.0.1:19999/x#" in shown and "node-a/gpu1" in shown and "node-c" in shown
     assert shown.isascii() and "\x1b" not in shown
 
