@@ -1,5 +1,5 @@
 """Issue 13 item 5, the must-show: the real Prometheus (Debian `prometheus`) scrapes `aiops run --sim`'s
-`/metrics/dcgm` with a rule that fires on the injected fault (`DCGM_FI_DEV_GPU_TEMP > 85` for 5 s); it alerts
+`/metrics/dcgm` with a rule that fires on the injected fault (`DCGM_FI_DEV_GPU_TEMP > 85` for 2 s); it alerts
 the real Alertmanager (Debian `prometheus-alertmanager`, group_wait 1 s), whose webhook posts to the service's
 `POST /api/alertmanager` with the bearer token from `http_config.authorization.credentials_file`; the
 diagnosis the service sends to a loopback receiver (its JSON notify sink) names the faulted GPU, and when the
@@ -32,7 +32,7 @@ cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}
 jobs:
   - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
 faults:
-  - {kind: thermal_throttle, target: node1/gpu2, start_s: 60, duration_s: 150, severity: 0.9}
+  - {kind: thermal_throttle, target: node1/gpu2, start_s: 30, duration_s: 140, severity: 0.9}
 """
 RULES = """\
 groups:
@@ -41,7 +41,7 @@ groups:
     rules:
       - alert: GpuHot
         expr: DCGM_FI_DEV_GPU_TEMP > 85
-        for: 5s
+        for: 2s
         labels: {severity: critical}
         annotations: {summary: 'GPU {{ $labels.gpu }} of {{ $labels.Hostname }} above 85 C'}
 """
