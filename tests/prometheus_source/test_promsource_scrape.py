@@ -17,6 +17,7 @@ import pytest
 from aiops.cli.main import main
 from tests.prometheus_process import prometheus_running
 from tests.service_helpers import (
+    TINY_SCENARIO,
     get,
     get_json,
     require_binary,
@@ -26,16 +27,7 @@ from tests.service_helpers import (
 )
 
 FAULT_S = 10  # wall seconds (scrapes) of the fault in Prometheus before the analyst reads it
-SCENARIO = """\
-name: tiny-service
-seed: 5
-duration_s: 3600
-cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}
-jobs:
-  - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
-faults:
-  - {kind: thermal_throttle, target: node1/gpu2, start_s: 40, severity: 0.9}
-"""
+SCENARIO = TINY_SCENARIO.replace("start_s: 90,", "start_s: 40,")  # thermal_throttle on node1/gpu2
 DCGM_EXPORTER_LINT = {
     "label names should be written in 'snake_case' not 'camelCase'",
     'counter metrics should have "_total" suffix',
@@ -54,6 +46,7 @@ def test_prometheus_scrapes_the_twins_dcgm_exposition_and_the_analyst_reads_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     promtool = require_binary("promtool")
+    assert "start_s: 40," in SCENARIO, SCENARIO  # the fault moved earlier (TINY_SCENARIO's is at 90 s)
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(SCENARIO)
     config, targets = tmp_path / "prometheus.yml", tmp_path / "targets.json"
