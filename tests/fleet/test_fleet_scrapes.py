@@ -1,7 +1,7 @@
 """Issue 35 "a killed node agent -> its incident within two scrape intervals of its last sample": the scraper's own
 word on each target (aiops/fleet/scrapes.py `ScrapeWatch`), read from a real Prometheus and a real
-VictoriaMetrics (`-promscrape.config`) scraping two loopback exporters every second with a 0.8 s timeout (the
-watch polled every 0.25 s: each scrape seen, as the product's poll every tenth of a step sees each at its steps):
+VictoriaMetrics (`-promscrape.config`) scraping two loopback exporters every 1.5 s with a 0.7 s timeout (the
+watch polled every 0.2 s: each scrape seen, as the product's poll every tenth of a step sees each at its steps):
 
 - one scrape that times out (the exporter answers after the timeout once) is one late scrape: no verdict; the next
   scrape that goes through clears it;
@@ -29,9 +29,11 @@ from tests.agent_cluster import stop
 from tests.prometheus_process import prometheus_running
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
-SCRAPE_S = 1.0
-TIMEOUT_S = 0.8  # below the interval: Prometheus 2.42 lets a scrape run past a timeout equal to it
-POLL_S = 0.25  # the watch's poll here: a quarter of a scrape interval, so no scrape goes unseen
+SCRAPE_S = 1.5
+# a timed-out scrape shows in the targets API from its timeout to the next scrape's end: SCRAPE_S - TIMEOUT_S,
+# several polls (Prometheus 2.42 lets a scrape run past a timeout equal to the interval)
+TIMEOUT_S = 0.7
+POLL_S = 0.2  # the watch's poll here, so that no scrape goes unseen
 
 
 class Exporter:
