@@ -136,8 +136,19 @@ NO_FLEET: dict[str, Any] = {"fleet": {"enabled": False}}
 
 
 def prometheus_config(
-    tmp_path: Path, target_port: int, job: str, values: dict[str, Any] | None = None
+    tmp_path: Path,
+    target_port: int,
+    job: str,
+    values: dict[str, Any] | None = None,
+    targets_file: Path | None = None,
 ) -> Path:
+    """The chart's rules loaded, `target_port` scraped every second as `job`; with `targets_file`, the targets are
+    that watched file's instead (written once the target listens: Prometheus may start before it)."""
+    targets: dict[str, Any] = (
+        {"static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}
+        if targets_file is None
+        else {"file_sd_configs": [{"files": [str(targets_file)]}]}
+    )
     rules = tmp_path / "rules.yml"
     rules.write_text(yaml.safe_dump(rule_groups(render(NO_FLEET if values is None else values))))
     config = tmp_path / "prometheus.yml"
@@ -146,13 +157,7 @@ def prometheus_config(
             {
                 "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                 "rule_files": [str(rules)],
-                "scrape_configs": [
-                    {
-                        "job_name": job,
-                        "honor_labels": True,
-                        "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
-                    }
-                ],
+                "scrape_configs": [{"job_name": job, "honor_labels": True, **targets}],
             }
         )
     )

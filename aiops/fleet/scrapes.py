@@ -17,9 +17,10 @@ carries it: NodePresence) by their newest scrapes:
 - a scrape that went through (`health` up) clears the target's failures.
 
 Only what the watch saw counts: each failed scrape once (by its `lastScrape`), none guessed between two polls.
-While the targets API does not answer (the store down: the fleet's sight judges that; a store without it, such as
-Thanos Query or Mimir: 404), the watch has no verdict and presence alone (two scraping steps without the agent's
-series) decides; a store without the API is asked again every `RETRY_S`. Everything in the answer is hostile
+While the store does not answer (down, failing, slow: the fleet's sight judges that), the verdicts of its last
+answer stand: nothing seen since clears them (a lost agent is not "back" because its store went away). A store
+without the targets API (Thanos Query, Mimir: 404) gives no verdict, and presence alone (two scraping steps
+without the agent's series) decides; it is asked again every `RETRY_S`. Everything in the answer is hostile
 data: entries that do not parse are skipped, the error text is cut and only ever shown escaped.
 """
 
@@ -140,7 +141,7 @@ class ScrapeWatch:
     lost_on_refused: bool = True
     targets: dict[str, _Target] = field(default_factory=dict)
     polled_s: float = -math.inf  # when the last poll was asked
-    answered: bool = False  # the last poll answered (its verdicts stand)
+    answered: bool = False  # a poll answered, and no 404 since (its verdicts stand)
     unsupported: bool = False  # the store answered 404: no targets API (asked again every RETRY_S)
     polls: int = 0
 
@@ -161,9 +162,11 @@ class ScrapeWatch:
         try:
             data = self.client.get("/api/v1/targets", {"state": "active"})
         except SourceError as exc:
+            if exc.status != 404:
+                return False  # the store down or failing: the last answer's verdicts stand
             was = self.answered
             self.answered = False
-            if exc.status == 404 and not self.unsupported:
+            if not self.unsupported:
                 self.unsupported = True
                 log.warning(
                     "the store has no targets API: a lost agent is judged from its series alone",

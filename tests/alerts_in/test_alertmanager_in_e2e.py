@@ -1,5 +1,5 @@
 """Issue 13 item 5, the must-show: the real Prometheus (Debian `prometheus`) scrapes `aiops run --sim`'s
-`/metrics/dcgm` with a rule that fires on the injected fault (`DCGM_FI_DEV_GPU_TEMP > 85` for 5 s); it alerts
+`/metrics/dcgm` with a rule that fires on the injected fault (`DCGM_FI_DEV_GPU_TEMP > 85` for 2 s); it alerts
 the real Alertmanager (Debian `prometheus-alertmanager`, group_wait 1 s), whose webhook posts to the service's
 `POST /api/alertmanager` with the bearer token from `http_config.authorization.credentials_file`; the
 diagnosis the service sends to a loopback receiver (its JSON notify sink) names the faulted GPU, and when the
@@ -7,6 +7,7 @@ fault ends the resolved alert closes the investigation. Every server is stopped 
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 4, nics_per_node: 1}
 jobs:
   - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
 faults:
-  - {kind: thermal_throttle, target: node1/gpu2, start_s: 60, duration_s: 150, severity: 0.9}
+  - {kind: thermal_throttle, target: node1/gpu2, start_s: 30, duration_s: 140, severity: 0.9}
 """
 RULES = """\
 groups:
@@ -40,7 +41,7 @@ groups:
     rules:
       - alert: GpuHot
         expr: DCGM_FI_DEV_GPU_TEMP > 85
-        for: 5s
+        for: 2s
         labels: {severity: critical}
         annotations: {summary: 'GPU {{ $labels.gpu }} of {{ $labels.Hostname }} above 85 C'}
 """
@@ -51,8 +52,7 @@ alerting:
   alertmanagers:
     - static_configs: [{{targets: ['127.0.0.1:{am_port}']}}]
 scrape_configs:
-  - {{job_name: dcgm, metrics_path: /metrics/dcgm, honor_labels: true,
-     static_configs: [{{targets: ['127.0.0.1:{aiops_port}']}}]}}
+  - {{job_name: dcgm, metrics_path: /metrics/dcgm, honor_labels: true, file_sd_configs: [{{files: ['{targets}']}}]}}
 """
 ALERTMANAGER = """\
 route:
@@ -112,12 +112,26 @@ def test_a_prometheus_alert_through_alertmanager_is_diagnosed_and_resolved(
             f'[[notify.webhooks]]\nurl = "{hook.url}/hook"\nkind = "json"\n\n'
             f'[alertmanager_in]\ntoken_file = "{token_file}"\n'
         )
-        with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (_, port):
-            am_port, prom_port = free_port(), free_port()
-            am_config, rules, prom_config = (tmp_path / n for n in ("am.yml", "rules.yml", "prom.yml"))
+        # Prometheus starts with the service (its scrape target in a watched file, written once the service
+        # listens: Prometheus sends discovered targets to its scrapers at most every 5 s, counted from its start)
+        am_port, prom_port = free_port(), free_port()
+        am_config, rules, prom_config = (tmp_path / n for n in ("am.yml", "rules.yml", "prom.yml"))
+        targets = tmp_path / "targets.json"
+        targets.write_text("[]")
+        rules.write_text(RULES)
+        prom_config.write_text(PROMETHEUS.format(rules=rules, am_port=am_port, targets=targets))
+        prom_cmd = [
+            prometheus,
+            f"--config.file={prom_config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ]
+        with (
+            server(prom_cmd, tmp_path / "prometheus.log", f"http://127.0.0.1:{prom_port}/-/ready"),
+            running_service(tmp_path, db, "--sim", str(scenario), "--speed", "10") as (_, port),
+        ):
+            targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"]}]))
             am_config.write_text(ALERTMANAGER.format(aiops_port=port, token_file=token_file))
-            rules.write_text(RULES)
-            prom_config.write_text(PROMETHEUS.format(rules=rules, am_port=am_port, aiops_port=port))
             am_cmd = [
                 alertmanager,
                 f"--config.file={am_config}",
@@ -125,16 +139,7 @@ def test_a_prometheus_alert_through_alertmanager_is_diagnosed_and_resolved(
                 f"--web.listen-address=127.0.0.1:{am_port}",
                 "--cluster.listen-address=",
             ]
-            prom_cmd = [
-                prometheus,
-                f"--config.file={prom_config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-            ]
-            with (
-                server(am_cmd, tmp_path / "alertmanager.log", f"http://127.0.0.1:{am_port}/-/ready"),
-                server(prom_cmd, tmp_path / "prometheus.log", f"http://127.0.0.1:{prom_port}/-/ready"),
-            ):
+            with server(am_cmd, tmp_path / "alertmanager.log", f"http://127.0.0.1:{am_port}/-/ready"):
                 hook.wait_for(lambda got: bool(_events(got, "diagnosed")), timeout_s=150)
                 hook.wait_for(lambda got: bool(_events(got, "resolved")), timeout_s=150)
     diagnosed = _events(hook.got(None), "diagnosed")

@@ -1,6 +1,7 @@
 """Issue 35 "a killed node agent -> its incident within two scrape intervals of its last sample": the scraper's own
 word on each target (aiops/fleet/scrapes.py `ScrapeWatch`), read from a real Prometheus and a real
-VictoriaMetrics (`-promscrape.config`) scraping two loopback exporters every 2 s with a 1 s timeout:
+VictoriaMetrics (`-promscrape.config`) scraping two loopback exporters every 1.5 s with a 0.7 s timeout (the
+watch polled every 0.2 s: each scrape seen, as the product's poll every tenth of a step sees each at its steps):
 
 - one scrape that times out (the exporter answers after the timeout once) is one late scrape: no verdict; the next
   scrape that goes through clears it;
@@ -28,8 +29,11 @@ from tests.agent_cluster import stop
 from tests.prometheus_process import prometheus_running
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
-SCRAPE_S = 2.0
-TIMEOUT_S = 1.0
+SCRAPE_S = 1.5
+# a timed-out scrape shows in the targets API from its timeout to the next scrape's end: SCRAPE_S - TIMEOUT_S,
+# several polls (Prometheus 2.42 lets a scrape run past a timeout equal to the interval)
+TIMEOUT_S = 0.7
+POLL_S = 0.2  # the watch's poll here, so that no scrape goes unseen
 
 
 class Exporter:
@@ -68,10 +72,19 @@ class Exporter:
         self.server.shutdown()
 
 
+class EveryPoll(ScrapeWatch):
+    """The product's watch, due at every poll the test makes (POLL_S): at a 1 s scrape the product's own 1 s
+    poll could see only the second of two scrapes (docs/FLEET.md), which this test is not about."""
+
+    @property
+    def poll_s(self) -> float:
+        return 0.0
+
+
 def config(ports: list[int]) -> str:
     targets = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
     return (
-        f"global: {{scrape_interval: {SCRAPE_S:g}s, scrape_timeout: {TIMEOUT_S:g}s}}\n"
+        f"global: {{scrape_interval: {SCRAPE_S * 1000:.0f}ms, scrape_timeout: {TIMEOUT_S * 1000:.0f}ms}}\n"
         f"scrape_configs:\n- job_name: aiops\n  static_configs: [{{targets: [{targets}]}}]\n"
     )
 
@@ -116,15 +129,15 @@ def test_one_timeout_is_no_verdict_a_refused_scrape_is_lost_at_once_two_timeouts
     )
     try:
         with running as port:
-            watch = ScrapeWatch(PrometheusClient(f"http://127.0.0.1:{port}", timeout_s=5.0), SCRAPE_S)
+            watch = EveryPoll(PrometheusClient(f"http://127.0.0.1:{port}", timeout_s=5.0), SCRAPE_S)
             watched = {gone, late}
 
-            def until(check: Callable[[], Any], what: str, within_s: float = 8 * SCRAPE_S) -> Any:
+            def until(check: Callable[[], Any], what: str, within_s: float = 16.0) -> Any:
                 def polled() -> Any:
                     watch.poll(watched)
                     return check()
 
-                return wait_for(polled, within_s, what, interval_s=0.2)
+                return wait_for(polled, within_s, what, interval_s=POLL_S)
 
             until(
                 lambda: all(watch.targets.get(t) and watch.targets[t].last_up_s for t in watched), "both up"
@@ -172,7 +185,7 @@ def test_the_targets_answer_is_hostile_data_a_target_gone_is_forgotten_a_store_w
     tmp_path: Path,
 ) -> None:
     """What does not parse is skipped, entry by entry; a target never scraped yet (Go's zero time) or `unknown`
-    gives no verdict; a target no longer listed is forgotten; a store that answers 404 (Thanos Query, Mimir: no targets API) gives none either, is logged
+    gives no verdict; a target no longer listed is forgotten; a store down keeps its verdicts; one that answers 404 (Thanos Query, Mimir: no targets API) gives none either, is logged
     once and asked again only every RETRY_S."""
     answer = {
         "activeTargets": [
@@ -205,6 +218,13 @@ def test_the_targets_answer_is_hostile_data_a_target_gone_is_forgotten_a_store_w
     assert list(listing.lost()) == ["e:9484"] and listing.lost()["e:9484"].refused
     listing.take(found[:1], {"e:9484"})
     assert listing.lost() == {} and "e:9484" not in listing.targets
+    # the store itself gone (nothing listens at its port): its last answer's verdicts stand, nothing seen since
+    # says the agent is back (its incident stays open while the fleet's sight says the store is down)
+    down = ScrapeWatch(PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout_s=2.0), 15.0)
+    down.answered = True
+    down.take(found, {"e:9484"})
+    down.poll({"e:9484"})
+    assert down.polls == 1 and list(down.lost()) == ["e:9484"] and not down.unsupported, down
 
     class NotFound(BaseHTTPRequestHandler):
         asked = 0

@@ -1,11 +1,12 @@
 """The chart's alert rules fire: a real Prometheus (127.0.0.1, a free port) loads the PrometheusRule's groups as
 rendered by Helm and scrapes a real `aiops run --sim` as the PodMonitor would (job `aiops-node`, honor_labels).
-The twin's fault starts 30 wall seconds in: before it, with every rule evaluated on scraped data, no alert is
+The twin's fault starts 25 wall seconds in: before it, with every rule evaluated on scraped data, no alert is
 pending or firing; after it, AiopsIncidentOpen fires with the incident's cause, component and severity.
 One service and one Prometheus for the module."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.parse
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.k8s_helpers import NO_FLEET, prometheus_scraping, render, rule_groups
+from tests.k8s_helpers import NO_FLEET, prometheus_config, render, rule_groups
+from tests.prometheus_process import prometheus_running
 from tests.service_helpers import (
     get,
     get_json,
@@ -28,7 +30,7 @@ from tests.service_helpers import (
 )
 
 SPEED = 60.0
-FAULT_START_S = 1800.0  # simulated: 30 s of wall time after the twin starts (slack for a loaded machine)
+FAULT_START_S = 1500.0  # simulated: 25 s of wall time after the twin starts (slack for a loaded machine)
 SCENARIO = f"""\
 name: k8s-alerts
 seed: 7
@@ -70,12 +72,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     job = yaml.safe_load((Path(__file__).parents[2] / "deploy/helm/aiops/values.yaml").read_text())[
         "monitoring"
     ]["nodeJob"]
+    # Prometheus starts beside the service, its target in a watched file written once the service listens
+    # (Prometheus hands discovered targets to its scrapers at most every 5 s, counted from its start)
+    targets = tmp_path / "targets.json"
+    targets.write_text("[]")
+    config = prometheus_config(tmp_path, 0, job, targets_file=targets)
     epoch_ts_s = float(int(time.time()))
     args = ("--sim", str(scenario), "--speed", f"{SPEED:g}", "--epoch-ts-s", repr(epoch_ts_s))
     with (
+        prometheus_running(config, tmp_path) as prom,
         running_service(tmp_path, tmp_path / "twin.duckdb", *args) as (_proc, port),
-        prometheus_scraping(tmp_path, port, job) as prom,
     ):
+        targets.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"]}]))
         yield Stack(prom, port, epoch_ts_s, tmp_path / "service.log")
 
 
