@@ -150,6 +150,8 @@ class Service:
                 config.node.name, config.fleet.shard if config.node.name == "fleet" else ""
             ),
             severity=config.notify.severity,  # from impact ([notify.severity])
+            # only a fleet stores rank rows between windows: a node agent skips that read each flush
+            ranks_between_windows=config.node.name == "fleet",
         )
         # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
         self.ticket = TicketActuator.configured(config.notify.ticket)
