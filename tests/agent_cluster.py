@@ -82,8 +82,11 @@ def agents(
             assert port > 0, (tmp_path / f"{node}.log").read_text()[-3000:]
             ports[node] = port
         for node, port in ports.items():
-            wait_for(
-                lambda port=port: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200, 60, f"{node} ready"
+            wait_for(  # a tick after it listens (its first tick's rows are flushed at once)
+                lambda port=port: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200,
+                60,
+                f"{node} ready",
+                interval_s=0.1,
             )
         yield ports
     finally:

@@ -115,6 +115,7 @@ def running_service(
             lambda: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200 or proc.poll() is not None,
             60,
             "the service to be ready",
+            interval_s=0.1,  # a tick after it listens (its first tick's rows are flushed at once)
         )
         assert proc.poll() is None, (tmp_path / log_name).read_text()[-3000:]
         yield proc, port

@@ -87,7 +87,7 @@ def test_aiops_run_enforces_the_approvers_and_witness_of_its_config_file(tmp_pat
 
 def _enforced(tmp_path: Path, llm: ScriptedLLM) -> None:
     home, db, scenario = tmp_path / "home", tmp_path / "svc.duckdb", tmp_path / "tiny.yaml"
-    # the fault at 40 simulated s, not 90: what is enforced does not depend on when, and 5 s less of waiting at 10x
+    # the fault at 40 simulated s, not 90, at 20x: what is enforced does not depend on when (2 s of wall, not 9)
     scenario.write_text(TINY_SCENARIO.replace("start_s: 90,", "start_s: 40,"))
     witness = tmp_path / "elsewhere" / "audit.witness"
     witness.parent.mkdir()
@@ -110,7 +110,7 @@ def _enforced(tmp_path: Path, llm: ScriptedLLM) -> None:
     secret = tmp_path / "pw"
     secret.write_text(PASSWORD)
     with running_service(
-        tmp_path, db, "--config", str(config_file), "--sim", str(scenario), "--speed", "10", env=env
+        tmp_path, db, "--config", str(config_file), "--sim", str(scenario), "--speed", "20", env=env
     ) as (_, api_port):
         base = f"http://127.0.0.1:{api_port}"  # the console is on the service's one listener
         for name in ("bob", "carol"):
