@@ -70,6 +70,7 @@ def run_quiet(
     wall_budget_s: float | None = None,
     churn_rate: float = 1.0,
     stop: Callable[[], bool] = lambda: False,
+    store_threads: int = 1,
 ) -> dict[str, Any]:
     """`node_days` of the healthy fleet; with `wall_budget_s`, the run stops at the first scrape past that much
     wall time (or when `stop()` says so) and its figures are those of the node-days it measured (`stopped_early`). `churn_rate`: times the
@@ -91,7 +92,12 @@ def run_quiet(
     receivers = Receivers(pagerduty, dict)
     receivers.start()
     document = {
-        "store": {"path": str(work / "fleet.duckdb"), "flush_interval_s": scrape_s, "retention_days": 1.0},
+        "store": {
+            "path": str(work / "fleet.duckdb"),
+            "flush_interval_s": scrape_s,
+            "retention_days": 1.0,
+            "threads": store_threads,
+        },
         "http": {"listen": ""},
         "detection": {"window_s": max(10.0, scrape_s)},
         "notify": {
