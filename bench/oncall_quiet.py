@@ -149,7 +149,7 @@ def run_quiet(
                 stopped = True
                 break
             if time.perf_counter() - last_report > progress_every_s:
-                last_report, last = time.perf_counter(), (0.0, time.process_time() - cpu_started)
+                last_report = time.perf_counter()
                 done = nodes * world.elapsed_s / 86_400.0
                 cpu_s = time.process_time() - cpu_started
                 partial = {
@@ -165,7 +165,7 @@ def run_quiet(
                 (work / "partial.json").write_text(json.dumps(partial))  # what a run stopped early measured
                 if progress:
                     print(
-                        f"quiet: {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
+                        f"quiet (seed {seed}): {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
                         f"{partial['cpu_s']} CPU-s ({partial['cpu_s_per_node_day_recent']} per node-day "
                         f"since the last line), incidents {partial['incidents']}, "
                         f"pages {len(pagerduty.alerts)}",
@@ -281,6 +281,9 @@ def main() -> int:
     parser.add_argument("--churn-rate", type=float, default=1.0, help="times the churn's default event rates")
     parser.add_argument("--wall-budget-s", type=float, default=None)
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--progress-every-s", type=float, default=60.0, help="wall seconds between progress lines"
+    )
     parser.add_argument("--out", default="", help="also write the JSON here")
     args = parser.parse_args()
     result = run_quiet(
@@ -291,6 +294,7 @@ def main() -> int:
         racks=args.racks,
         wall_budget_s=args.wall_budget_s,
         churn_rate=args.churn_rate,
+        progress_every_s=args.progress_every_s,
     )
     emit(result, args.out)
     return 0

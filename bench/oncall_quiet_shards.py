@@ -87,14 +87,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2027, help="shard k runs seed + k")
     parser.add_argument("--churn-rate", type=float, default=1.0)
     parser.add_argument("--wall-budget-s", type=float, default=None, help="each shard stops past this")
-    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--progress", action="store_true", help="each shard: a line a minute on stderr")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     if args.shards < 1:
         parser.error(f"--shards: {args.shards}; at least 1")
     each = args.node_days / args.shards
     work = [
-        (each, args.seed + k, args.racks, args.wall_budget_s, args.churn_rate, args.progress and k == 0)
+        (each, args.seed + k, args.racks, args.wall_budget_s, args.churn_rate, args.progress)
         for k in range(args.shards)
     ]
     # fork: each shard runs the code this process imported (the same commit), and nothing is pickled but figures

@@ -192,8 +192,12 @@ def _per_nic(w: World) -> tuple[I64, I64, I64, F64, F64, F64]:
 def _links(w: World, send_from: I64, n: int) -> None:
     """Link transitions and the transport's retries over an outage."""
     h, t, c = w.hca, w.elapsed_s, w.hca.counters
+    # a link up now and a second ago has nothing to book: only the others are walked, in NIC order (the draws too)
+    changing = np.flatnonzero(~(w.link_up[:n] & h.was_up[:n])).tolist()
+    if not changing:
+        return
     running = running_nics(w)
-    for i in range(n):
+    for i in changing:
         up, was_up = bool(w.link_up[i]), bool(h.was_up[i])
         if was_up and not up:  # the PHY tried to recover, then the port went down
             c[i, C["link_error_recovery"]] += 1 + int(h.rng.poisson(1.0))
