@@ -5,7 +5,10 @@ for d days are N x 128 x d node-days of the same product deciding on the same ki
 cores: the run is bound by one core per fleet (the fleet's per-scrape work), so a machine with 16 free cores
 measures 1,000 node-days ~16 times sooner than one process does.
 
-    .venv/bin/python -m bench.oncall_quiet_shards --shards 2 --node-days 1000 --wall-budget-s 2700 --progress
+    .venv/bin/python -m bench.oncall_quiet_shards --shards 2 --racks 16 --node-days 1000 --wall-budget-s 4200 --progress
+
+Each shard's progress line (stderr, a minute apart) names its seed and says the CPU-s per node-day since its
+last line: flat over a run when nothing the fleet does each flush grows with its history.
 """
 
 from __future__ import annotations
