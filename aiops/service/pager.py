@@ -194,6 +194,18 @@ class Pager:
             return now
         return float(row["first_seen_ts_s"])
 
+    def _first_seen_all(
+        self, store: Store, keys: list[tuple[str, str]], now: float
+    ) -> dict[tuple[str, str], float]:
+        """`_first_seen` of each (node, incident id), their rows read in one query (those never seen recorded
+        now, in order, as `_first_seen` records one)."""
+        rows = self._rows(store, keys)
+        first = {key: float(row["first_seen_ts_s"]) for key, row in rows.items()}
+        for key in keys:
+            if key not in first:
+                first[key] = self._first_seen(store, *key, now)
+        return first
+
     def _own(
         self, store: Store, now: float, extra: tuple[Incident, Hypothesis | None] | None = None
     ) -> list[Subject]:
@@ -204,6 +216,7 @@ class Pager:
             "WHERE i.resolved_ts_s IS NULL ORDER BY i.opened_ts_s, i.incident_id"
         )
         found: dict[str, Subject] = {}
+        first = self._first_seen_all(store, [(self.name, str(r["incident_id"])) for r in rows], now)
         for r in rows:
             components = tuple(str(c) for c in r["components"] or ())
             found[str(r["incident_id"])] = Subject(
@@ -213,7 +226,7 @@ class Pager:
                 str(r["root_cause"] or ""),
                 str(r["component"] or (components[0] if components else "")),
                 str(r["severity"]),
-                self._first_seen(store, self.name, str(r["incident_id"]), now),
+                first[(self.name, str(r["incident_id"]))],
                 stated=symptoms_condition(str(r["symptoms"])) is not None,
             )
         if extra is not None:
@@ -243,6 +256,7 @@ class Pager:
                GROUP BY node, incident_id ORDER BY node, incident_id""",
             [newest_ts_s - self.open_s, self.name],
         )
+        first = self._first_seen_all(store, [(str(r["node"]), str(r["incident_id"])) for r in rows], now)
         return [
             Subject(
                 str(r["node"]),
@@ -251,7 +265,7 @@ class Pager:
                 str(r["root_cause"]),
                 str(r["component"]),
                 str(r["severity"]),
-                self._first_seen(store, str(r["node"]), str(r["incident_id"]), now),
+                first[(str(r["node"]), str(r["incident_id"]))],
                 own=False,
             )
             for r in rows
