@@ -510,7 +510,9 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     scrape_s = SCRAPE_S
     return {
         "signatures_per_fault": goal(
-            "median 1 (faults that paged)", sigs, None if sigs is None else sigs == 1
+            "median <= 1 (faults that paged; a standing runbook's own signature is before the day)",
+            sigs,
+            None if sigs is None else sigs <= 1,
         ),
         "gpus_touched": goal("<= 1.5 x GPUs affected", ratio, None if ratio is None else ratio <= 1.5),
         "self_inflicted": goal(

@@ -12,7 +12,7 @@ from aiops.sim.world import SIM_EPOCH_TS_S
 from bench.oncall_matching import NOT_ACTIONABLE, UNDOES, blind_spells, named, says, says_incident, undoes
 from bench.oncall_state import DayState, Records, collect_records, load, save
 from bench.oncall_timeline import Timeline, hurt_by_nature
-from bench.oncall_truth import Attribution, attribute, gpus_of, nodes_of
+from bench.oncall_truth import Attribution, affected, attribute, gpus_of, nodes_of, touched_by
 from guardrails.registry import DEFAULT_REGISTRY
 
 
@@ -118,14 +118,16 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
             per[found.fault]["steps"] += steps
     # GPUs the executed physical actions touched
     touched: dict[int, set[str]] = defaultdict(set)
+    targets: dict[int, set[str]] = defaultdict(set)  # the yardstick before 2026-12-06: targets' GPUs alone
     for action in records.executed:
         spec = DEFAULT_REGISTRY.get(action.kind)
         fault = action_fault.get(action.proposal_id)
         timeline.saw(fault, "acted", action.elapsed_s)
         if spec is None or not spec.physical or fault is None:
             continue
+        touched[fault] |= touched_by(action, truth)
         jobs = truth.jobs_at(action.elapsed_s)
-        touched[fault] |= gpus_of(action.target, world, jobs, action.parameters.get("to"))
+        targets[fault] |= gpus_of(action.target, world, jobs, action.parameters.get("to"))
     # proposals that would undo an executed action
     undo = 0
     for p in records.proposals:
@@ -170,7 +172,9 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
                 "signatures": row["signatures"],
                 "steps": row["steps"],
                 "gpus_touched": len(touched[f.index]),
-                "gpus_affected": len(f.affected_gpus),
+                "gpus_affected": len(affected(f)),
+                "gpus_touched_targets": len(targets[f.index]),  # before 2026-12-06: targets' GPUs
+                "gpus_affected_hardware": len(f.affected_gpus),  # ... and the fault's hardware alone
                 "self_inflicted": row["self_inflicted"],
                 "undo_proposals": row["undo_proposals"],
                 "mttm_s": mttm,
@@ -183,6 +187,8 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
     started = [r for r in faults if r["start_s"] < end_s]
     touched_total = sum(r["gpus_touched"] for r in started)
     affected_total = sum(r["gpus_affected"] for r in started)
+    targets_total = sum(r["gpus_touched_targets"] for r in started)
+    hardware_total = sum(r["gpus_affected_hardware"] for r in started)
     blind = blind_spells(state.blind, page_rows, scrape_s)
     false_pages = pages_false + pages_self
     total = {
@@ -206,6 +212,10 @@ def figures(state: DayState, ettr_of: dict[str, float], scrape_s: float) -> dict
         "gpus_touched": touched_total,
         "gpus_affected": affected_total,
         "touched_over_affected": round(touched_total / affected_total, 2) if affected_total else None,
+        # the yardstick before 2026-12-06 (targets' GPUs over the faults' hardware), for comparison
+        "touched_over_affected_hardware": round(targets_total / hardware_total, 2)
+        if hardware_total
+        else None,
         "self_inflicted": self_total,
         "undo_proposals": undo,
         "mttm_s_median": _median([r["mttm_s"] for r in started if r["mttm_s"] is not None]),

@@ -10,8 +10,18 @@ Per fault, sampled every scrape from the world (`Truth.sample`):
 MTTM is when it last stopped hurting, MTTR when it stopped being in force (None: still at the run's end).
 
 GPUs affected: the fault's own hardware (a GPU 1, a node its GPUs, a NIC the GPUs that send through it, a rack its
-GPUs, the fleet or a lane policy every GPU). GPUs touched: the GPUs an executed physical action changed (its
-target's GPUs; a migration both nodes'), taken from the twins' logs of what was executed.
+GPUs, the fleet or a lane policy every GPU), and every GPU of a job whose rank on that hardware the fault stopped
+(`stopped_gpus`): a data-parallel job's ranks all wait in the same collective, so a rank that hangs (its GPU off
+the bus: the others spin in NCCL, no step completes) or dies (an uncorrectable ECC error, an application's crash:
+torchrun stops and restarts every rank) stops the work of every GPU of the job. Read from the twin each sample:
+a dead rank on the fault's GPUs while it is in force (charged to the in-force fault with the smallest hardware
+holding that GPU: a GPU lost on a rack whose cooling failed is the lost GPU's), or a crash fault in force on a GPU
+that carries a job; a job stopped by several faults at once is charged to the earliest. A fault that only slows
+a job (a hot GPU, ECN off, a degraded link, a starved loader) stops no rank: the job's other GPUs still work and
+are not counted. GPUs touched: the GPUs an executed physical action changed, taken from the twins' logs of what
+was executed (bench/oncall_records.py `touched_by`): its target's GPUs (a migration both nodes'); an action that
+restarts a job (`RESTARTS_JOB`) also touches every GPU of each job that ran on its target (their ranks are
+killed and relaunched) and the nodes those ranks moved to.
 
 An incident (any tier) belongs to a fault when it opened while the fault was in force (from 60 s before its start
 to 15 min after it ended): first the fault of the incident's label on the nodes its hardware stands on (or such a
@@ -38,6 +48,7 @@ ONESHOT = ("gpu_ecc_error", "application_error")
 BEFORE_S = 30.0  # an incident may open this long before the fault's start (sample clocks)
 AFTER_S = 900.0  # ... and this long after it was gone (resolution lag)
 CAUSED_WITHIN_S = 3600.0  # an action causes what opens on its components within this
+AFTER_ACTION_S = 15.0  # the twin's placement is sampled every scrape: a requeue shows within one
 RESTARTS_JOB = frozenset({"migrate_job", "drain_node", "restart_job", "reboot_node", "gpu_reset"})
 # What each kind of executed action can bring about, as the incident's title names it (its first symptom): a
 # stopped or moved job idles its GPUs and stalls; a limit or clock ceiling slows and throttles (and its peers
@@ -106,7 +117,8 @@ class FaultTruth:
     target: str
     start_s: float
     nature: str
-    affected_gpus: list[str] = field(default_factory=list)
+    affected_gpus: list[str] = field(default_factory=list)  # its own hardware's GPUs
+    stopped_gpus: list[str] = field(default_factory=list)  # GPUs of jobs whose ranks it stopped (module doc)
     own_nodes: set[str] = field(default_factory=set)  # the nodes its hardware stands on
     nodes: set[str] = field(default_factory=set)  # ... and its jobs' nodes at the start
     ever_hurt: bool = False
@@ -152,6 +164,28 @@ class Truth:
                 truth.hurt_s += since_s
             if not force and truth.cleared_s is None:
                 truth.cleared_s = t
+        self._charge_stopped_jobs()
+
+    def _charge_stopped_jobs(self) -> None:
+        """Add the GPUs of each job a fault in force stops now to that fault's `stopped_gpus` (module doc)."""
+        w = self.world
+        lay = w.layout
+        hardware = {
+            f.index: {lay.gpu_index[g] for g in f.affected_gpus} for f in self.faults if f.in_force_now
+        }
+        stoppers: dict[int, list[FaultTruth]] = {}  # job index -> the faults stopping it
+        for truth, f in zip(self.faults, w.faults, strict=True):
+            if not truth.in_force_now:
+                continue
+            ranks = [int(g) for g in f.gpus.tolist() if lay.in_job[g]]
+            if f.kind not in ONESHOT:  # a crash killed its rank at its start; else a rank hangs while dead
+                ranks = [g for g in ranks if w.dead[g] and _most_specific(truth, g, hardware, self.faults)]
+            for job in {int(lay.gpu_job[g]) for g in ranks}:
+                stoppers.setdefault(job, []).append(truth)
+        for job, found in stoppers.items():
+            first = min(found, key=lambda truth: (truth.start_s, truth.index))
+            names = [lay.gpu_names[int(g)] for g in lay.jobs[job].gpus.tolist()]
+            first.stopped_gpus = sorted(set(first.stopped_gpus) | set(names))
 
     def _nodes_of(self, f: ActiveFault) -> tuple[set[str], set[str]]:
         lay = self.world.layout
@@ -172,6 +206,20 @@ class Truth:
         return Ground(self.world, self.faults, self.placements)
 
 
+def _most_specific(
+    truth: FaultTruth, gpu: int, hardware: dict[int, set[int]], faults: list[FaultTruth]
+) -> bool:
+    """Whether `truth` is the in-force fault with the smallest hardware holding `gpu` (ties: the newest)."""
+    holders = [f for f in faults if f is truth or gpu in hardware.get(f.index, set())]
+    best = min(holders, key=lambda f: (len(hardware.get(f.index, ())), -f.start_s))
+    return best is truth
+
+
+def affected(truth: FaultTruth) -> set[str]:
+    """The GPUs a fault affected: its hardware's and those of the jobs it stopped (module doc)."""
+    return set(truth.affected_gpus) | set(truth.stopped_gpus)
+
+
 @dataclass
 class Ground:
     """What the sampling found, for reading after the run (saved and loaded with the run's state): `world` is
@@ -187,6 +235,18 @@ class Ground:
             if t <= elapsed_s:
                 found = jobs
         return found
+
+    def jobs_before(self, elapsed_s: float) -> dict[str, list[str]]:
+        """Where the jobs ran just before `elapsed_s` (a placement sampled in that very second may already show
+        an action of that second)."""
+        return self.jobs_at(elapsed_s - 0.5)
+
+    def jobs_after(self, elapsed_s: float, within_s: float) -> dict[str, list[str]]:
+        """The first placement recorded from `elapsed_s` to `within_s` after it, or the one before."""
+        for t, jobs in self.placements:
+            if elapsed_s <= t <= elapsed_s + within_s:
+                return jobs
+        return self.jobs_before(elapsed_s)
 
     def window(self, truth: FaultTruth, end_s: float) -> tuple[float, float]:
         gone = truth.cleared_s if truth.cleared_s is not None else end_s
@@ -217,6 +277,25 @@ def gpus_of(component: str, world: World, jobs: dict[str, list[str]], to: str | 
         return {component}
     nodes = nodes_of(component, world, jobs) | ({to} if to else set())
     return {g for g in lay.gpu_names if g.split("/", 1)[0] in nodes}
+
+
+def touched_by(action: Executed, truth: Ground) -> set[str]:
+    """The GPUs an executed physical action changed (module doc): its target's (a migration both nodes'); for an
+    action that restarts a job, every GPU of each job on its target before it, and of the nodes where those jobs
+    ran in the first placement the twin recorded after it (within `AFTER_ACTION_S`: a requeue's new node)."""
+    world, t = truth.world, action.elapsed_s
+    before = truth.jobs_before(t)
+    to = action.parameters.get("to")
+    gpus = gpus_of(action.target, world, before, str(to) if to else None)
+    if action.kind not in RESTARTS_JOB:
+        return gpus
+    reach = nodes_of(action.target, world, before)
+    after = truth.jobs_after(t, AFTER_ACTION_S)
+    nodes: set[str] = set()
+    for job, job_nodes in before.items():
+        if set(job_nodes) & reach:
+            nodes |= set(job_nodes) | set(after.get(job, []))
+    return gpus | {g for g in world.layout.gpu_names if g.split("/", 1)[0] in nodes}
 
 
 @dataclass

@@ -38,12 +38,16 @@ class LiveFleet:
 
 @contextmanager
 def live_fleet(
-    tmp_path: Path, scenario: str, nodes: tuple[str, ...] = ("node0", "node1")
+    tmp_path: Path,
+    scenario: str,
+    nodes: tuple[str, ...] = ("node0", "node1"),
+    window_s: float | None = None,
 ) -> Iterator[LiveFleet]:
     """Node agents of `scenario` (each with alice's and bob's allowed-signers and the /api token), a real
     Prometheus scraping them (every 2 s, the fleet's step: tests/test_fleet_live.py SCRAPE_S), and `aiops fleet` with
     its console, which dispatches to them; bob signs in there with
-    PASSWORD. All on 127.0.0.1, all stopped after."""
+    PASSWORD. All on 127.0.0.1, all stopped after. `window_s`: the fleet's `[detection] window_s` (default
+    10 s; a test whose claim is not detection's may take two scrapes, 4 s: its incident comes sooner)."""
     from tests.agent_cluster import agents, prometheus, scrape
     from tests.test_fleet_live import SCRAPE_S, fleet
 
@@ -66,6 +70,7 @@ def live_fleet(
             + "\n[console]\nenabled = true\n"
             + f'\n[fleet]\nnode_token_file = "{tmp_path / "token"}"\n'
             + f"\n[fleet.nodes]\n{urls}\n"
+            + (f"\n[detection]\nwindow_s = {window_s:g}\n" if window_s is not None else "")
         )
         with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
             yield LiveFleet(keys, ports, port)

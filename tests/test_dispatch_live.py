@@ -67,7 +67,8 @@ def csrf(page: str) -> str:
 
 
 def test_a_power_limit_approved_in_the_fleet_console_runs_on_the_right_node(tmp_path: Path) -> None:
-    with live_fleet(tmp_path, SCENARIO) as live:
+    # the fleet's window two scrapes long (4 s): the claim is where the dispatch runs, not detection's
+    with live_fleet(tmp_path, SCENARIO, window_s=4.0) as live:
         keys, ports, port = live.keys, live.ports, live.port
         proposal = wait_for(lambda: power_proposal(port), 150, "the fleet's reset_power_limit proposal")
         pid, target = str(proposal["proposal_id"]), str(proposal["target"])

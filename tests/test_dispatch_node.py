@@ -8,11 +8,17 @@ malformed bodies get a 4xx with a short reason, never a traceback."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aiops.config import parse_config
+from aiops.service.service import Service
+from guardrails.dispatch_request import parse_dispatch
 from tests.dispatch_helpers import (
     Node,
     action,
@@ -24,6 +30,7 @@ from tests.dispatch_helpers import (
     refused_and_audited,
     signed,
 )
+from tests.service_helpers import wait_for
 
 __all__ = ["node"]  # the module's node agent (a fixture)
 
@@ -42,8 +49,9 @@ def test_a_signed_power_limit_runs_on_the_node_and_its_audit_names_the_signer(no
     execution = next(data for event, _, data in events if event == "execution")
     assert execution["outcome"] == "executed" and execution["approved_by"] == ["alice"]
     assert next(data for event, _, data in events if event == "proposal")["origin"] == "fleet:test-fleet"
-    time.sleep(3)  # the next export shows the twin's new limit
-    assert power_limit_w(node, "node0/gpu1") == pytest.approx(before - 150.0)
+    # the next export shows the twin's new limit (NVML is collected every second: polled, 10 s at most)
+    wanted = pytest.approx(before - 150.0)
+    wait_for(lambda: power_limit_w(node, "node0/gpu1") == wanted, 10, "the new limit exported", 0.2)
     # the same proposal again: a replay, refused and audited, naming what became of the first
     status, answer = post(node.url, body(a, [signed(a, node.keys.keys["alice"])]))
     refused_and_audited(node, "fleet-run-1", status, answer, "replay")
@@ -141,3 +149,30 @@ def test_one_person_signing_twice_counts_once(node: Node) -> None:
     status, answer = post(node.url, body(a, [signed(a, alice), signed(a, alice)]))
     assert status == 200 and answer["approved_by"] == ["alice"], answer
     assert [actor for event, actor, _ in audit(node, "fleet-twice") if event == "approval"] == ["alice"]
+
+
+def test_a_dispatch_wakes_the_loop_between_its_ticks(tmp_path: Path) -> None:
+    """The real loop's nap (`Service._nap`, no sleep injected): a dispatch put while it naps is judged in a flush
+    at once, not at the next `flush_interval_s` (2 s here); and the nap still lasts its whole span (no tick comes
+    early: the twin keeps its pace)."""
+    config = parse_config({"store": {"path": str(tmp_path / "n.duckdb")}}, "test config")
+    service = Service(config)
+    flushed_at_s: list[float] = []
+    service.flush = lambda: flushed_at_s.append(time.monotonic())  # type: ignore[method-assign]
+    nap_s, put_after_s = 1.5, 0.2
+    put_at_s: list[float] = []
+    dispatch = parse_dispatch(json.dumps(body(action("fleet-wake"), [])).encode())
+
+    def put() -> None:
+        time.sleep(put_after_s)
+        put_at_s.append(time.monotonic())
+        service.dispatches.put(dispatch)
+
+    started_s = time.monotonic()
+    sender = threading.Thread(target=put)
+    sender.start()
+    service.sleep(nap_s)
+    sender.join()
+    assert len(flushed_at_s) == 1 and len(put_at_s) == 1, (flushed_at_s, put_at_s)  # one flush, in the nap
+    assert 0 <= flushed_at_s[0] - put_at_s[0] < nap_s - put_after_s, (flushed_at_s, put_at_s)
+    assert time.monotonic() - started_s >= nap_s  # the rest of the nap slept: the twin's pace is kept

@@ -18,6 +18,7 @@ from aiops.sim import operations as ops
 from aiops.sim.telemetry import SimFabricCollector
 from aiops.sim.world import World
 from aiops.store import Store
+from collectors.base import RowBuffer
 from collectors.nvml import NvmlCollector
 from guardrails.actions import Action
 from guardrails.policy import ExecutionRecord
@@ -35,6 +36,7 @@ faults: FAULTS
 RESTART_AT_S = 100
 STARVED = "[{kind: input_pipeline_bottleneck, target: node1, start_s: 100, severity: 0.9}]"
 RUN_S = 220  # the restart's 60 s pause, the ranks back on node1, and two detection windows after it
+FLUSH_S = 10  # simulated seconds of rows stored at once (one statement per table, not one per second)
 
 
 def _ran_it(store: Store, ts_s: float) -> None:
@@ -59,6 +61,7 @@ def _nodes_see(faults: str = "[]", restart: bool = False) -> dict[int, set[str]]
     world = World(parse_scenario_text(SCENARIO.replace("FAULTS", faults), "restart-seen.yaml"))
     parts = {n: node_slice(world, f"node{n}") for n in (0, 1)}
     stores = {n: Store(":memory:") for n in parts}
+    buffers = {n: RowBuffer() for n in parts}  # each agent's rows, stored once a flush as its service does
     collectors = {
         n: [NvmlCollector(world.nvml(n), f"node{n}"), SlicedCollector(SimFabricCollector(world), part)]
         for n, part in parts.items()
@@ -73,9 +76,12 @@ def _nodes_see(faults: str = "[]", restart: bool = False) -> dict[int, set[str]]
                 _ran_it(stores[0], float(world.now_ts_s))
                 for n, part in parts.items():  # the scheduler's placement, as each node's resolvers read it
                     stores[n].ingest("job_ranks", sliced_inventory(world, part)["job_ranks"])
-            for n, store in stores.items():
+            for n in stores:
                 for collector in collectors[n]:
-                    store.ingest_many(collector.rows(float(world.now_ts_s)))
+                    buffers[n].add(collector.rows(float(world.now_ts_s)))
+            if (second + 1) % FLUSH_S == 0 or second + 1 == RUN_S:
+                for n, store in stores.items():
+                    store.ingest_all(buffers[n].drain_batches())
         return {n: {s.kind for i in detect(store) for s in i.symptoms} for n, store in stores.items()}
     finally:
         for store in stores.values():

@@ -1,9 +1,10 @@
-"""Issue 34 items 2-3 together, live: a real `aiops run --sim` (20x) of a fan failure on node1/gpu1, the job on
-node0 and node1, node2 idle. The service files ONE plan for the incident: a ticket and a power cap on the hot GPU
-proposed, the move of the job to idle node2 waiting. alice approves the cap step with one signature (`aiops
-actions approve STEP --key`, a real ssh-keygen signature); the service runs it; once the step's verify window
-passed the closed loop judges it (the GPU still throttles: `failed`), and the plan escalates by itself: the move
-step is proposed, its note naming the failed step, while nothing else was filed (no pile of proposals)."""
+"""Issue 34 items 2-3 together, live: a real `aiops run --sim` (40x: the step's verify window, simulated time,
+passes in half the wall of 20x) of a fan failure on node1/gpu1, the job on node0 and node1, node2 idle. The
+service files ONE plan for the incident: a ticket and a power cap on the hot GPU proposed, the move of the job
+to idle node2 waiting. alice approves the cap step with one signature (`aiops actions approve STEP --key`, a
+real ssh-keygen signature); the service runs it; once the step's verify window passed the closed loop judges it
+(the GPU still throttles: `failed`), and the plan escalates by itself: the move step is proposed, its note
+naming the failed step, while nothing else was filed (no pile of proposals)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_a_failed_step_escalates_the_plan_to_its_next_step(tmp_path: Path) -> No
     scenario = tmp_path / "plans-live.yaml"
     scenario.write_text(SCENARIO)
     db = tmp_path / "svc.duckdb"
-    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "20"):
+    with running_service(tmp_path, db, "--sim", str(scenario), "--speed", "40"):
 
         def cap_step() -> str | None:
             found = [s for s in _steps(db) if s[1] == "limit" and s[2] == "proposed"]

@@ -6,7 +6,7 @@ field and the allowed values; stored in `dcim_signals` (the newest row per scope
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,8 +141,13 @@ DCIM_SIGNALS_SQL = (
 def dcim_caps_kw(store: Store, t0: float, t1: float) -> dict[str, float]:
     """Scope (`fleet` or a rack) -> the DCIM cap in force at some time in (t0, t1]: the newest signal of the
     scope is a cap, or a cap arrived within the window (and was cleared again in it)."""
+    return caps_kw_from(store.query(DCIM_SIGNALS_SQL, [t1]), t0)
+
+
+def caps_kw_from(signals: Iterable[Mapping[str, Any]], t0: float) -> dict[str, float]:
+    """`dcim_caps_kw` from the signals up to the window's end (DCIM_SIGNALS_SQL's rows, oldest first)."""
     caps: dict[str, float] = {}
-    for r in store.query(DCIM_SIGNALS_SQL, [t1]):
+    for r in signals:
         scope = str(r["scope"])
         if r["kind"] == "cap" and r["budget_kw"] is not None:
             caps[scope] = float(r["budget_kw"])

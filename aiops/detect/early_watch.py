@@ -21,7 +21,7 @@ from typing import Any
 
 from aiops.detect.early import BUCKET_S, EarlyWarning, TrendWatch
 from aiops.detect.kinds import symptom
-from aiops.detect.windows import racks_of_nodes
+from aiops.detect.windows import Row, for_the_pass, racks_of_nodes
 from aiops.models import Incident, Symptom
 from aiops.store import Store
 
@@ -29,16 +29,35 @@ WARNING_SEVERITY = "info"  # the lowest on the ladder (aiops.config_notify.SEVER
 FADE_S = 3600.0
 HARD_HOLD_S = 6 * 3600.0
 
-GPU_BUCKET_SQL = """
-SELECT gpu, any_value(node) AS node, max(ecc_sbe_total) AS ecc_corrected, max(pcie_replay_total) AS pcie_replay,
-       max(nvlink_crc_total) + coalesce(max(nvlink_replay_total), 0) AS nvlink_errors,
-       avg(temp_c) AS temp_c, avg(power_w) AS power_w, max(power_limit_max_w) AS power_max_w
-FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? AND nvml_error IS NULL GROUP BY gpu"""
+_GPU_BUCKET = """gpu, any_value(node) AS node, max(ecc_sbe_total) AS ecc_corrected,
+       max(pcie_replay_total) AS pcie_replay, max(nvlink_crc_total) + coalesce(max(nvlink_replay_total), 0) AS nvlink_errors,
+       avg(temp_c) AS temp_c, avg(power_w) AS power_w, max(power_limit_max_w) AS power_max_w"""
+GPU_BUCKET_SQL = f"""
+SELECT {_GPU_BUCKET}
+FROM gpu_samples WHERE ts_s > ? AND ts_s <= ? AND nvml_error IS NULL GROUP BY gpu ORDER BY gpu"""
 NIC_BUCKET_SQL = """
 SELECT nic, sum(errors) AS ib_link_errors FROM (
   SELECT nic, device, port, max(symbol_error) + coalesce(max(link_error_recovery), 0) AS errors
   FROM ib_port_samples WHERE ts_s > ? AND ts_s <= ? AND nic IS NOT NULL GROUP BY nic, device, port)
-GROUP BY nic"""
+GROUP BY nic ORDER BY nic"""
+# detect()'s pass: the buckets ending at k * BUCKET_S for k in ($2, $3], each row's bucket k = ceil(ts_s / B) settled
+# by the boundaries themselves (as the one-bucket queries' `ts_s > end - B AND ts_s <= end` place it)
+_BUCKET_OF = (
+    "_k + CAST(ts_s > _k * $1 AS BIGINT) - CAST(ts_s <= (_k - 1) * $1 AS BIGINT) AS _bucket FROM "
+    "(SELECT *, CAST(ceil(ts_s / $1) AS BIGINT) AS _k FROM {table} WHERE ts_s > $2 * $1 AND ts_s <= $3 * $1{where})"
+)
+GPU_BUCKETS_SQL = (
+    f"SELECT _bucket, {_GPU_BUCKET} FROM (SELECT *, "
+    + _BUCKET_OF.format(table="gpu_samples", where=" AND nvml_error IS NULL")
+    + ") GROUP BY _bucket, gpu ORDER BY _bucket, gpu"
+)
+NIC_BUCKETS_SQL = (
+    "SELECT _bucket, nic, sum(errors) AS ib_link_errors FROM (SELECT _bucket, nic, device, port, "
+    "max(symbol_error) + coalesce(max(link_error_recovery), 0) AS errors FROM (SELECT *, "
+    + _BUCKET_OF.format(table="ib_port_samples", where=" AND nic IS NOT NULL")
+    + ") GROUP BY _bucket, nic, device, port) GROUP BY _bucket, nic ORDER BY _bucket, nic"
+)
+READ_AHEAD_BUCKETS = 288  # a day of buckets read at once in detect()'s pass
 
 
 @dataclass
@@ -70,14 +89,32 @@ class EarlyWatch:
             self.next_end_ts_s = (math.floor(t0 / BUCKET_S) + 1) * BUCKET_S
         while self.next_end_ts_s <= t1 + 1e-9 and self.store is not None:
             end_ts_s = self.next_end_ts_s
-            gpus = self.store.query(GPU_BUCKET_SQL, [end_ts_s - BUCKET_S, end_ts_s])
-            nics = self.store.query(NIC_BUCKET_SQL, [end_ts_s - BUCKET_S, end_ts_s])
+            gpus, nics = self._bucket(self.store, end_ts_s)
             if not self.rack_of and gpus:
                 self.rack_of = racks_of_nodes(self.store)
             for incident in self.judge(end_ts_s, gpus, nics):
                 changed[incident.incident_id] = incident
             self.next_end_ts_s += BUCKET_S
         return list(changed.values())
+
+    @staticmethod
+    def _bucket(store: Store, end_ts_s: float) -> tuple[list[Row], list[Row]]:
+        """The GPU and NIC rows of the bucket ending at `end_ts_s`: asked of the store, or in detect()'s pass read
+        READ_AHEAD_BUCKETS buckets at a time (the same rows: nothing writes the store while it runs)."""
+        held: dict[int, tuple[list[Row], list[Row]]] | None = for_the_pass(store, "early buckets", dict)
+        if held is None:
+            bounds = [end_ts_s - BUCKET_S, end_ts_s]
+            return store.query(GPU_BUCKET_SQL, bounds), store.query(NIC_BUCKET_SQL, bounds)
+        k = round(end_ts_s / BUCKET_S)
+        if k not in held:  # the next READ_AHEAD_BUCKETS buckets from this one
+            held.clear()
+            last = k + READ_AHEAD_BUCKETS - 1
+            held.update({i: ([], []) for i in range(k, last + 1)})
+            params = [BUCKET_S, k - 1, last]
+            for at, sql in ((0, GPU_BUCKETS_SQL), (1, NIC_BUCKETS_SQL)):
+                for row in store.query(sql, params):
+                    held[int(row.pop("_bucket"))][at].append(row)
+        return held.pop(k)
 
     def hard(self, component: str, ts_s: float) -> list[Incident]:
         """The rules reported a symptom on `component` at `ts_s`: what it warned of (or another fault) is here, the

@@ -4,7 +4,9 @@ coolant flow below its baseline, its inlet hotter than its first minute, every r
 
 from __future__ import annotations
 
-from aiops.control.dcim_signals import dcim_caps_kw
+import math
+
+from aiops.control.dcim_signals import DCIM_SIGNALS_SQL, caps_kw_from, dcim_caps_kw
 from aiops.detect import windows as w
 from aiops.detect.kinds import symptom
 from aiops.detect.rule_state import RuleState
@@ -15,7 +17,11 @@ from aiops.store import Store
 def caps_in_force(store: Store, t0: float, t1: float) -> dict[str, float]:
     """Scope (a rack, or `fleet`) -> the DCIM cap in force in the window: the DCIM signals' (`fleet` for a
     site-wide one), and a rack's own cap where a facility collector recorded one with its samples."""
-    caps = dict(dcim_caps_kw(store, t0, t1))
+    signals = w.for_the_pass(store, "dcim signals", lambda: store.query(DCIM_SIGNALS_SQL, [math.inf]))
+    if signals is None:
+        caps = dcim_caps_kw(store, t0, t1)
+    else:  # every signal read once for detect()'s pass: those up to the window's end, in the same order
+        caps = caps_kw_from([r for r in signals if r["ts_s"] is not None and r["ts_s"] <= t1], t0)
     for r in w.window(store, w.RACK_WINDOW_SQL, t0, t1):
         if r["power_cap_kw"] is not None:
             caps[str(r["rack"])] = float(r["power_cap_kw"])

@@ -48,11 +48,18 @@ RULES: tuple[Rule, ...] = (
 
 class Detector(RuleState):
     def process(self, t0: float, t1: float) -> list[Symptom]:
+        with w.one_window(self.store):  # a window's rows read once per query (the rules ask some twice)
+            return self._process(t0, t1)
+
+    def _process(self, t0: float, t1: float) -> list[Symptom]:
         if self.start_ts_s is None:
             self.start_ts_s = t0
-        history = self.intended_cache.get(self.store)
+        history = w.for_the_pass(self.store, "intended history", lambda: self.intended_cache.get(self.store))
+        if history is None:  # asked every window: what the product executed may have changed
+            history = self.intended_cache.get(self.store)
         self.intended = history.at(t1) if history else {}
-        self.restarts.refresh(self.store, self.job_of_gpu)
+        if not w.for_the_pass(self.store, "product restarts", lambda: self._refresh_restarts()):
+            self._refresh_restarts()
         if not self.rack_of:
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)
@@ -65,6 +72,10 @@ class Detector(RuleState):
         self.stragglers.store = self.store  # the live service may have reopened the file since
         out += self.stragglers.process(t0, t1, warm=self.warm(t1))
         return out
+
+    def _refresh_restarts(self) -> bool:
+        self.restarts.refresh(self.store, self.job_of_gpu)
+        return True
 
     def ahead(self, until_s: float) -> list[Symptom]:
         """Rank timing that landed after the last window, up to `until_s`, judged as it landed (a fleet reading

@@ -28,6 +28,7 @@ drained node, is not reported.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import defaultdict
@@ -129,6 +130,14 @@ class StragglerRules:
 
     def _arrivals(self, t0: float, t1: float) -> list[float]:
         """The times inside (t0, t1] at which a fleet's rank rows landed (one on a node's own store)."""
+        every = w.for_the_pass(
+            self.store, "fleet rank arrivals", lambda: self._arrivals_in(-math.inf, math.inf)
+        )
+        if every is None:
+            return self._arrivals_in(t0, t1)
+        return every[bisect.bisect_right(every, t0) : bisect.bisect_right(every, t1)]
+
+    def _arrivals_in(self, t0: float, t1: float) -> list[float]:
         rows = self.store.query(
             "SELECT DISTINCT ts_s FROM rank_timing_samples WHERE ts_s > ? AND ts_s <= ? "
             "AND rank_source = 'fleet' ORDER BY ts_s",

@@ -3,7 +3,10 @@
 Each query returns one dict per entity for the half-open window (t0, t1]. The live service asks for each window
 as its data lands (one query per window). `detect(store)` knows every window of the stored range in advance:
 inside `reading_ahead`, a query reads the next `READ_AHEAD` windows' rows in one pass, bucketed by window with
-the same boundaries (a few thousand small queries become a few dozen; the aggregates are the same SQL).
+the same boundaries (a few thousand small queries become a few dozen; the aggregates are the same SQL). The
+store is not written while the pass runs, so a question about the whole store that the live service asks every
+window (what the product executed, the DCIM signals, when a fleet's rank rows landed) is asked once for the pass
+(`for_the_pass`).
 A gpu_samples row counts as the samples it stands for (`samples`, `throttled_samples`, `idle_samples`: a fleet
 row read at the scrape interval; NULL, one sample, on a node's own rows).
 """
@@ -11,16 +14,17 @@ row read at the scrape interval; NULL, one sample, on a node's own rows).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiops.nvml_bits import GPU_IDLE, THROTTLE
 from aiops.store import Store
 
 Row = dict[str, Any]
+T = TypeVar("T")
 READ_AHEAD = 360  # windows read in one pass (an hour of 10 s windows): bounds what is held in memory
 
 
@@ -142,6 +146,7 @@ class ReadAhead:
         self.window_s = window_s
         self.index = {(t0, t1): i for i, (t0, t1) in enumerate(itertools.pairwise(self.bounds))}
         self.read: dict[WindowQuery, tuple[int, dict[int, list[Row]]]] = {}
+        self.answers: dict[str, Any] = {}  # for_the_pass
 
     def rows(self, query: WindowQuery, t0: float, t1: float) -> list[Row] | None:
         """The window's rows, or None when (t0, t1] is not one of this pass's windows."""
@@ -176,13 +181,49 @@ def reading_ahead(store: Store, bounds: Sequence[float], window_s: float) -> Ite
         _READING_AHEAD.reset(token)
 
 
+_ONE_WINDOW: ContextVar[tuple[Store, dict[tuple[WindowQuery, float, float], list[Row]]] | None] = ContextVar(
+    "_ONE_WINDOW", default=None
+)
+
+
+@contextmanager
+def one_window(store: Store) -> Iterator[None]:
+    """Within it, a query asked again for the same window is answered from its first reading, not the store
+    (one window's rules read the rack and Xid rows twice; nothing is written while a window is judged). Each
+    asker gets its own copy of the rows."""
+    token = _ONE_WINDOW.set((store, {}))
+    try:
+        yield
+    finally:
+        _ONE_WINDOW.reset(token)
+
+
 def window(store: Store, query: WindowQuery, t0: float, t1: float) -> list[Row]:
     ahead = _READING_AHEAD.get()
     if ahead is not None and ahead.store is store:
         rows = ahead.rows(query, t0, t1)
         if rows is not None:
             return rows
-    return store.query(query.sql, [t0, t1])
+    memo = _ONE_WINDOW.get()
+    if memo is None or memo[0] is not store:
+        return store.query(query.sql, [t0, t1])
+    read = memo[1].get((query, t0, t1))
+    if read is None:
+        read = memo[1][(query, t0, t1)] = store.query(query.sql, [t0, t1])
+    return [dict(row) for row in read]
+
+
+def for_the_pass(store: Store, question: str, read: Callable[[], T]) -> T | None:
+    """Inside `reading_ahead` over `store`: `read()`'s answer, read once for the pass (the store is not written
+    while it runs) and kept under `question`. Outside one (the live service, a window asked on its own): None, and
+    the caller asks the store itself."""
+    ahead = _READING_AHEAD.get()
+    if ahead is None or ahead.store is not store:
+        return None
+    if question not in ahead.answers:
+        ahead.answers[question] = read()
+    answer: T = ahead.answers[question]
+    return answer
 
 
 def time_range(store: Store) -> tuple[float, float] | None:

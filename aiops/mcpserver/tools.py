@@ -172,7 +172,7 @@ class McpTools:
             period, note = report_period(
                 since=since, start=start, end=end, now_ts_s=self.clock(), latest_ts_s=latest
             )
-            report = build_report(store, period, now_ts_s=self.clock())
+            report = build_report(store, period, now_ts_s=self.clock(), drawings=False)  # plots in words
         return answer(
             {
                 "title": report.title,

@@ -9,7 +9,9 @@ after (bench/rank_timing.py measures both; docs/PROFILE.md, docs/BENCHMARKS.md).
 
 `rows()` hands over what the windows made since the last call. What the host lacks (root, bcc, a process
 with libnccl or libcudart) is one `unavailable` row in collector_errors for each distinct reason, never a
-traceback; a failure of the probes themselves ends the thread with one such row.
+traceback. A failure of the probes themselves (a kernel or bcc refusal, ATTACH_TRIES failed attaches in a row) is
+one such row too, and the thread tries again after a back-off (the period doubled per failure, at most
+RETRY_MAX_S): a job whose processes churn, or a refusal that passes, never ends rank timing until a restart.
 """
 
 from __future__ import annotations
@@ -49,8 +51,11 @@ DETACH_ABOVE_CALLS_PER_S = 10.0
 # the attach takes the path with it, and the window is retried from a new scan. This many failed attaches in a
 # row is a refusal (the kernel's or bcc's), said once like any other.
 ATTACH_TRIES = 3
+# After a failed period the thread waits period_s * 2**failures, at most this long, before it tries again.
+RETRY_MAX_S = 1800.0
 ERROR_COLUMNS = ("ts_s", "collector", "component", "error", "detail")
 MAX_CGROUP_BYTES = 64 << 10
+FAILED_PREFIX = "probes failed, retried after a back-off: "
 
 Row = tuple[object, ...]
 
@@ -149,14 +154,34 @@ class RankTimingCollector:
             self._add("collector_errors", [(ts_s, NAME, self.node, "unavailable", detail)])
 
     def _run(self) -> None:
+        failures = 0
         try:
             while not self._stop.is_set():
-                started = self._one_period()  # the period runs from the window's opening (after a compile)
+                windows_before = self.windows
+                # the period runs from the window's opening (after a compile); a failure of the probes (a kernel
+                # or bcc refusal) is said once and retried later
+                try:
+                    started = self._one_period()
+                except Exception as exc:
+                    failures += 1
+                    self._failed(exc, failures)
+                    continue
+                if failures and self.windows > windows_before:
+                    log.info("rank timing: windows again after %d failed period(s)", failures)
+                    failures = 0
+                    self._said = {d for d in self._said if FAILED_PREFIX not in d}
                 self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
-        except Exception as exc:  # the probes failed (a kernel or bcc refusal): said once, the thread ends
-            self._unavailable(time.time(), f"{type(exc).__name__}: {exc}")
         finally:
             self._drop_probes()
+
+    def _failed(self, exc: Exception, failures: int) -> None:
+        """One failed period: said once (until windows come back), the probes dropped, a back-off wait."""
+        self._unavailable(time.time(), f"{FAILED_PREFIX}{type(exc).__name__}: {exc}")
+        self._drop_probes()
+        self._failed_attaches = 0
+        retry_s = min(self.period_s * 2.0**failures, RETRY_MAX_S)
+        log.debug("rank timing: retrying in %.0f s after %s", retry_s, exc)
+        self._stop.wait(retry_s)
 
     def _drop_probes(self) -> None:
         if self._cycler is not None:

@@ -4,10 +4,11 @@ that never calls a period without telemetry healthy."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
+from aiops.report import plots, sections, sections_ops, sections_profile, sections_safety
 from aiops.report import queries as q
 from aiops.report import queries_health as qh
-from aiops.report import sections, sections_ops, sections_profile, sections_safety
 from aiops.report.model import Report, Section
 from aiops.report.period import Period
 from aiops.report.text import utc
@@ -31,7 +32,15 @@ def _headline(has_telemetry: bool, incidents: int, open_incidents: int, drain: i
     return "; ".join(parts) + "."
 
 
-def build_report(store: Store, period: Period, *, now_ts_s: float | None = None) -> Report:
+def build_report(
+    store: Store, period: Period, *, now_ts_s: float | None = None, drawings: bool = True
+) -> Report:
+    """The report of `period`; with `drawings=False` its plots are described, not drawn (empty `svg`)."""
+    with nullcontext() if drawings else plots.in_words_only():
+        return _build(store, period, now_ts_s)
+
+
+def _build(store: Store, period: Period, now_ts_s: float | None) -> Report:
     generated = time.time() if now_ts_s is None else now_ts_s
     interval_s = q.sample_interval_s(store, period)
     has_telemetry = any(r["rows"] for r in q.coverage(store, period))

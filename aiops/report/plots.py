@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -58,9 +60,25 @@ def _figure(width_in: float = 7.5, height_in: float = 2.8) -> Figure:
     return fig
 
 
+_DRAWING: ContextVar[bool] = ContextVar("_DRAWING", default=True)
+
+
+@contextmanager
+def in_words_only() -> Iterator[None]:
+    """Within it, each plot keeps its key, title and text alternative but is not drawn (`svg` is empty): for a
+    report read as data (`aiops mcp`'s report tool), where writing the SVG documents was most of its CPU."""
+    token = _DRAWING.set(False)
+    try:
+        yield
+    finally:
+        _DRAWING.reset(token)
+
+
 def _svg(fig: Figure, key: str, title: str, alt: str) -> Plot:
     """The figure as an inline <svg> with no URL in it (no XML prolog, DOCTYPE, RDF metadata or namespace
     URIs: the HTML parser puts inline SVG in its namespace), a <title> and role=img with an aria-label."""
+    if not _DRAWING.get():  # in words only (aiops mcp's report): no SVG written, the same key and alt
+        return Plot(key=key, title=clean(title), alt=clean(alt), svg="")
     buffer = io.StringIO()
     with plt.rc_context(_STYLE):
         fig.savefig(buffer, format="svg", facecolor=CARD, bbox_inches="tight", metadata={"Date": None})

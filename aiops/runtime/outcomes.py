@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiops.detect.effects import DEFAULTS, Judged, Verdict, judge
+from aiops.errors import IngestError
 from aiops.models import Incident
 from aiops.pipeline import incident_of
 from aiops.playbooks import load_playbooks
@@ -51,8 +52,11 @@ class Outcome:
 
 
 def _columns(store: Store, table: str) -> set[str]:
-    rows = store.query("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table])
-    return {str(r["column_name"]) for r in rows}
+    """The table's columns as this Store read them once (none: no such table)."""
+    try:
+        return set(store.columns(table))
+    except IngestError:
+        return set()
 
 
 def _step_spec(store: Store, step_id: str) -> Spec | bool | None:

@@ -3,8 +3,9 @@
 The route (aiops/service/web.py) authenticates the machine (the /api bearer token), reads a bounded body
 (`MAX_BODY_BYTES`, Content-Length required), parses it (`guardrails.dispatch_request.parse_dispatch`: 400 with a
 short reason) and hands it to the service's loop through `DispatchInbox`, then waits at most `WAIT_S` for the
-answer (504 after that: the dispatch is withdrawn unless the loop already took it). The loop judges and runs it
-in its flush, where the world is (`run`): the same desk and actuator as every other execution, so nothing acts
+answer (504 after that: the dispatch is withdrawn unless the loop already took it). The inbox wakes the loop
+between its ticks (`Service._nap`): a dispatch is judged in a flush at once, not at the next `flush_interval_s`.
+The loop judges and runs it in its flush, where the world is (`run`): the same desk and actuator as every other execution, so nothing acts
 on the twin or the hardware from a request thread. A dispatch whose backend calls another system (this node's
 scheduler: `scontrol`, the Kubernetes API) is judged and claimed in the flush, run after it with the workspace
 closed, and answered from a second short hold (flush_steps.act_outside). What the node checks, and what it audits,
@@ -51,6 +52,7 @@ class DispatchInbox:
         self._lock = threading.Lock()
         self._waiting: list[_Waiting] = []
         self.answered = 0
+        self.arrived = threading.Event()  # set by `put`: wakes the loop's nap (Service._nap) to judge it now
 
     def put(self, dispatch: Dispatch) -> Future[DispatchAnswer] | None:
         """A future the loop answers, or None when too many wait already (the route answers 503)."""
@@ -59,7 +61,8 @@ class DispatchInbox:
                 return None
             answer: Future[DispatchAnswer] = Future()
             self._waiting.append(_Waiting(dispatch, answer))
-            return answer
+        self.arrived.set()
+        return answer
 
     def __len__(self) -> int:
         with self._lock:

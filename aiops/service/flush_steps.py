@@ -8,12 +8,12 @@ on). In the flush's order:
 | scheduler view | `read_views`: the scheduler's view of drained or cordoned nodes the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s for the fleet's dispatcher; `sinfo`, the Kubernetes node list), at most every 10 s (`HeldView`) | **closed**: before the flush takes it | each flush |
 | jobs | `refresh_jobs` | open | the workload collector collected |
 | detection | `detect_and_respond` (and `execute_approved`, Slack's `run_requested`): a proposal whose backend calls another system is validated and claimed here, not run (`execute_or_claim`) | open | each flush with telemetry |
-| paging | `review_pages` | open | a window was judged, or `review_every_s` passed |
+| paging | `review_pages` | open | a window was judged, or `review_every_s` passed, or the flush before judged a dispatch (what it set is exported at once) |
 | closed loop | `judge_closed_loop` | open | as paging |
 | plans | `advance_plans` | open | each flush with telemetry (attaches the world only with an open plan) |
 | alerts | `investigate_alerts` | open | each flush with telemetry |
 | conditions | `conditions` | open | each flush |
-| dispatch | `DispatchInbox.judge` (dispatch_in.py): one whose backend calls another system (this node's scheduler) is judged and claimed here, run and answered by `act_outside` | open | a fleet's dispatch waits |
+| dispatch | `DispatchInbox.judge` (dispatch_in.py): one whose backend calls another system (this node's scheduler) is judged and claimed here, run and answered by `act_outside` | open | a fleet's dispatch waits (one arriving wakes the loop for a flush at once: `Service._nap`) |
 | dispatcher | `dispatch_ready`: the fleet's dispatcher (aiops/fleet/dispatch.py) reads what is due, makes each POST ready and claims each scheduler step (`Guardrails.begin`) | open | on the fleet |
 | retention | `retention` | open | hourly |
 | report | `report` | open | a scheduled report is due |

@@ -88,8 +88,12 @@ class LiveDetection:
         replay_s: float = 1800.0,
         id_prefix: str = ANALYSIS_PREFIX,
         severity: SeverityConfig | None = None,
+        ranks_between_windows: bool = True,
     ) -> None:
         self.window_s = window_s
+        # rank timing read as it lands between windows: a fleet's (rows of `rank_source = 'fleet'`); a node's
+        # own rank rows are judged with their window, so a node agent skips that read at each flush
+        self.ranks_between_windows = ranks_between_windows
         self.severity = severity or SeverityConfig()
         self.quiet_s = quiet_s
         self.replay_s = replay_s
@@ -187,7 +191,8 @@ class LiveDetection:
         self.detector.store = store  # the owner may have reopened the file since the last call
         early: list[Symptom] = []
         if self.until_ts_s + self.window_s > newest_ts_s + 1e-9 and self.until_ts_s == self.saved_until_ts_s:
-            early = self.detector.ahead(newest_ts_s)  # rank timing read between windows (a fleet's)
+            if self.ranks_between_windows:
+                early = self.detector.ahead(newest_ts_s)  # rank timing read between windows (a fleet's)
             if not early:
                 return []  # no complete window since the last call: nothing to judge, store or save
         self._refresh_inventory(store)
@@ -208,7 +213,8 @@ class LiveDetection:
                 warned[warning.incident_id] = warning
             self.until_ts_s = t1
             self.windows += 1
-        early += self.detector.ahead(newest_ts_s)
+        if self.ranks_between_windows:
+            early += self.detector.ahead(newest_ts_s)
         if early:  # judged as their ranks' rows landed, before their window closes
             out.extend(self.tracker.feed(early, newest_ts_s))
         changed = {t.incident.incident_id: t.incident for t in out}

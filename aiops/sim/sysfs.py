@@ -37,6 +37,7 @@ class SimSysfs:
         self.root = Path(tempfile.mkdtemp(prefix="aiops-sim-sysfs-")) if root is None else Path(root)
         self.energy_uj = [0.0] * world.layout.nodes
         self.written_ts_s = [world.now_ts_s] * world.layout.nodes
+        self._written: dict[Path, str] = {}  # what each file holds now (`_write`)
 
     def sys_of(self, node: int) -> Path:
         return self.root / f"node{node}" / "sys"
@@ -60,9 +61,22 @@ class SimSysfs:
             "powercap/intel-rapl:0/enabled": "1",
         }
         for relative, text in files.items():
-            path = base / relative
+            self._write(base / relative, text + "\n")
+
+    def _write(self, path: Path, text: str) -> None:
+        """`text` into `path` when it changed, in place as the kernel's attribute changes: a file truncated to
+        zero and written again costs ~1.7 ms of wall on ext4 (`auto_da_alloc` forces its blocks out at close),
+        which at `--speed 40` held the twin's loop back (64 files every 5 simulated seconds for 8 nodes)."""
+        if self._written.get(path) == text:
+            return
+        if path in self._written:
+            with path.open("r+", encoding="ascii") as out:
+                out.write(text)
+                out.truncate()
+        else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text + "\n", encoding="ascii")
+            path.write_text(text, encoding="ascii")
+        self._written[path] = text
 
     def collector(self, node: int) -> SimSysfsNode:
         return SimSysfsNode(self, node)

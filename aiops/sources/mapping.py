@@ -106,8 +106,8 @@ class Staging:
 
     def add(self, name: str, result: Sequence[Mapping[str, Any]]) -> int:
         """One query_range answer's `result` (matrix) for metric `name`; returns the samples staged."""
-        gpu_rows: dict[str, list[Any]] = {k: [] for k in ("name", "host", "gpu_idx", "uuid", "ts_s", "value")}
-        nic_rows: dict[str, list[Any]] = {k: [] for k in ("name", "host", "device", "ts_s", "value")}
+        gpu_rows = _Rows(("name", "host", "gpu_idx", "uuid"))
+        nic_rows = _Rows(("name", "host", "device"))
         for series in result:
             labels = {str(k): str(v) for k, v in dict(series.get("metric") or {}).items()}
             host = host_of(labels)
@@ -117,27 +117,19 @@ class Staging:
             if name.startswith("DCGM_"):
                 if not _GPU_INDEX.match(labels.get("gpu", "")):
                     continue
-                constant = {
-                    "name": name,
-                    "host": host,
-                    "gpu_idx": int(labels["gpu"]),
-                    "uuid": labels["UUID"] if _UUID.match(labels.get("UUID", "")) else None,
-                }
-                _extend(gpu_rows, constant, values, _dcgm_float)
+                uuid = labels["UUID"] if _UUID.match(labels.get("UUID", "")) else None
+                gpu_rows.extend((name, host, int(labels["gpu"]), uuid), values, dcgm=True)
             else:
                 device = labels.get("device", "")
                 if not device or len(device) > MAX_DEVICE_CHARS or VIRTUAL_DEVICE.match(device):
                     continue
-                _extend(nic_rows, {"name": name, "host": host, "device": device}, values, _float)
-        import pyarrow as pa  # here: the node agent imports this module (host_of) and never stages samples
-
+                nic_rows.extend((name, host, device), values, dcgm=False)
         for table, rows in (("prom_gpu", gpu_rows), ("prom_nic", nic_rows)):
-            if rows["ts_s"]:
-                view = pa.table(rows)
-                self.store.conn.register("_prom_batch", view)
+            if rows.samples:
+                self.store.conn.register("_prom_batch", rows.table())
                 self.store.conn.execute(f"INSERT INTO {table} SELECT * FROM _prom_batch")
                 self.store.conn.unregister("_prom_batch")
-        staged = len(gpu_rows["ts_s"]) + len(nic_rows["ts_s"])
+        staged = gpu_rows.samples + nic_rows.samples
         self.samples += staged
         return staged
 
@@ -180,17 +172,71 @@ class Staging:
         }
 
 
-def _extend(
-    rows: dict[str, list[Any]],
-    constant: Mapping[str, Any],
-    values: Sequence[Sequence[Any]],
-    parse: Callable[[Any], float | None],
-) -> None:
-    """One series' `[ts, value]` pairs as rows: its label columns repeated, each time a float, each value parsed."""
-    for column, value in constant.items():
-        rows[column].extend([value] * len(values))
-    rows["ts_s"].extend([float(ts) for ts, _ in values])
-    rows["value"].extend([parse(value) for _, value in values])
+class _Rows:
+    """One answer's samples for one staging table, column by column: each series' label columns repeated, its
+    times and values parsed as arrays (numpy and pyarrow are imported here, not by the node agent, which imports
+    this module for `host_of` and never stages samples)."""
+
+    def __init__(self, labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        self.series: list[tuple[Any, ...]] = []  # each series' label values, once
+        self.times: list[Any] = []
+        self.values: list[Any] = []
+        self.samples = 0
+
+    def extend(self, constant: tuple[Any, ...], values: Sequence[Sequence[Any]], *, dcgm: bool) -> None:
+        """One series' `[ts, value]` pairs: each time a float, each value a float or NULL (NaN, a stale marker's
+        value; with `dcgm`, DCGM's blanks too: `_dcgm_float`)."""
+        if not values:
+            return
+        times, numbers = _parsed(values, _dcgm_float if dcgm else _float)
+        if dcgm:
+            numbers[_dcgm_blanks(numbers)] = math.nan
+        self.series.append(constant)
+        self.times.append(times)
+        self.values.append(numbers)
+        self.samples += len(times)
+
+    def table(self) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        row_series = pa.array(np.repeat(np.arange(len(self.series)), [len(t) for t in self.times]))
+        columns = {
+            k: pa.array([c[i] for c in self.series]).take(row_series) for i, k in enumerate(self.labels)
+        }
+        columns["ts_s"] = pa.array(np.concatenate(self.times))
+        columns["value"] = pa.array(np.concatenate(self.values), from_pandas=True)  # NaN -> NULL
+        return pa.table(columns)
+
+
+def _parsed(values: Sequence[Sequence[Any]], parse: Callable[[Any], float | None]) -> tuple[Any, Any]:
+    """A series' times and values as float arrays, NaN for a value that is none (`parse`'s None). The common
+    answer (every value a number's text) is parsed by `float` over the whole column; any other falls back to
+    `parse`, value by value. A time that is no number raises, as it did sample by sample."""
+    import numpy as np
+
+    try:
+        stamps, texts = zip(*values, strict=True)
+    except (TypeError, ValueError):  # a sample that is not a [ts, value] pair: as before, read pair by pair
+        pairs = [(ts, value) for ts, value in values]
+        stamps, texts = tuple(ts for ts, _ in pairs), tuple(value for _, value in pairs)
+    times = np.fromiter(map(float, stamps), dtype=np.float64, count=len(stamps))
+    try:
+        numbers = np.fromiter(map(float, texts), dtype=np.float64, count=len(texts))
+    except (TypeError, ValueError):
+        parsed = (parse(value) for value in texts)
+        numbers = np.fromiter(
+            (math.nan if v is None else v for v in parsed), dtype=np.float64, count=len(texts)
+        )
+    return times, numbers
+
+
+def _dcgm_blanks(numbers: Any) -> Any:
+    """`nvml_bits.dcgm_blank` over an array (NaN is no blank: it is NULL already)."""
+    return (numbers >= nvml_bits.DCGM_FP64_BLANK) | (
+        (numbers >= nvml_bits.DCGM_INT32_BLANK) & (numbers < 2**31)
+    )
 
 
 def _float(value: Any) -> float | None:

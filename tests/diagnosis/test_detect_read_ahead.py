@@ -57,3 +57,21 @@ def test_a_window_outside_the_pass_is_queried_on_its_own() -> None:
         assert ahead.rows(windows.GPU_WINDOW_SQL, t0, t0 + 10.0) is None
         rows = windows.window(store, windows.GPU_WINDOW_SQL, t0, t0 + 10.0)
     assert rows == store.query(windows.GPU_WINDOW_SQL.sql, [t0, t0 + 10.0]) and len(rows) == 16
+
+
+def test_questions_about_the_whole_store_are_answered_for_each_window_as_it_asks_them() -> None:
+    """In the pass, what the live service asks the store every window (the DCIM signals up to the window's end,
+    what the product executed, when a fleet's rank rows landed: `windows.for_the_pass`) is read once; each window
+    still sees only what it would have seen on its own: a facility cap that arrives mid-run is in force from its
+    signal on, not before it."""
+    store = simkit.run([simkit.fault("facility_power_cap", "rack1", severity=0.8, duration_s=60)])
+    signals = store.query("SELECT ts_s, kind FROM dcim_signals ORDER BY ts_s")
+    assert [r["kind"] for r in signals][:2] == ["cap", "clear"], signals  # a cap, then its clearing
+    span = windows.time_range(store)
+    assert span is not None
+    bounds = [span[0] - 1e-6]
+    while bounds[-1] < span[1]:
+        bounds.append(min(bounds[-1] + 10.0, span[1]))
+    one_by_one = _symptoms(store, bounds, ahead=False)
+    assert any("rack1" in s for window in one_by_one for s in window), one_by_one
+    assert _symptoms(store, bounds, ahead=True) == one_by_one

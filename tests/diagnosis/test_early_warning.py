@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from aiops.detect import detect, early_watch, windows
 from aiops.detect.early import BUCKET_S, RECENT, TrendWatch
 from aiops.detect.early_watch import WARNING_SEVERITY
 from aiops.errors import ScenarioError
@@ -132,6 +133,22 @@ def test_a_precursor_warns_before_its_hard_fault_with_evidence_and_a_plan_step(
     assert first_steps(steps) == [1] and steps[0].risk == "digital"  # the drain waits for a person
     assert all(WARNING_HOLD in s.hold for s in steps if s.risk == "physical")
     assert not any(kind in ("gpu_reset", "restart_job") for _, kind, _ in kinds)  # not the fault's own ladder
+
+
+def test_detect_s_pass_reads_the_buckets_a_window_at_a_time_would(
+    ecc_run: tuple[Store, RunResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """detect() reads the early-warning buckets (and its other whole-store questions) a day at a time
+    (aiops/detect/early_watch.py `READ_AHEAD_BUCKETS`): the incidents, warnings included, are those of the
+    same windows each asking the store for its own bucket, here over a read-ahead that rolls over."""
+    store, _ = ecc_run
+    monkeypatch.setattr(early_watch, "READ_AHEAD_BUCKETS", 5)  # 18 buckets: the read-ahead rolls over
+    read_ahead = [i.model_dump_json() for i in detect(store, persist=False)]
+    monkeypatch.setattr(early_watch, "for_the_pass", lambda *args: None)
+    monkeypatch.setattr(windows, "for_the_pass", lambda *args: None)
+    one_by_one = [i.model_dump_json() for i in detect(store, persist=False)]
+    assert sum('"early_warning"' in i for i in one_by_one) == 1
+    assert read_ahead == one_by_one
 
 
 def test_a_warning_does_not_page_by_default(ecc_run: tuple[Store, RunResult]) -> None:

@@ -132,6 +132,7 @@ def test_a_foreign_node_label_never_chooses_where_an_approved_action_goes(tmp_pa
                 keys.config.read_text()
                 + f'\n[fleet]\nnode_token_file = "{tmp_path / "token"}"\n'
                 + f"\n[fleet.nodes]\n{nodes}\n"
+                + "\n[detection]\nwindow_s = 4.0\n"  # two scrapes a window: the proposal comes ~6 s sooner
             )
             with fleet(tmp_path, prom, config, "fleet.log") as (_, port):
                 proposal = wait_for(lambda: gpu_proposal(port), 150, "the fleet's proposal for node1/gpu1")

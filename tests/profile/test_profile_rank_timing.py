@@ -182,15 +182,11 @@ def test_a_host_without_nccl_or_cuda_processes_says_unavailable_once(tmp_path: P
     assert "collector_errors" not in again and "rank_timing_samples" not in again
 
 
-def test_a_process_gone_between_scan_and_attach_skips_one_window_then_three_in_a_row_are_a_refusal(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A library reached through /proc/<pid>/root vanishes with its process: the attach fails, that window is
-    skipped and the program is rebuilt from the next scan (no `unavailable` row: it was a CI failure when another
-    test's CUDA process exited mid-attach). The same failure three periods running is raised (said once)."""
+def fake_probes(monkeypatch: pytest.MonkeyPatch, failures: list[bool]) -> list[object]:
+    """RankProbes and the Cycler faked: each attach (the gate opening) pops `failures` (True: it fails;
+    empty: it works); returns the programs built."""
     from aiops.profile import rank_collector
 
-    failures = [True, False, True, True, True]
     built: list[object] = []
 
     class Probes:
@@ -220,7 +216,7 @@ def test_a_process_gone_between_scan_and_attach_skips_one_window_then_three_in_a
             self.detach_s: list[float] = []
 
         def set_open(self, is_open: bool) -> None:
-            if is_open and failures.pop(0):
+            if is_open and failures and failures.pop(0):
                 raise OSError("attaching cudaStreamSynchronize in /proc/4242/root/libcudart.so.13 failed")
 
         def close(self) -> None:
@@ -230,6 +226,18 @@ def test_a_process_gone_between_scan_and_attach_skips_one_window_then_three_in_a
     monkeypatch.setattr(rank_collector, "library_files", lambda processes: {"/proc/4242/root/x": "libcudart"})
     monkeypatch.setattr(rank_collector, "RankProbes", Probes)
     monkeypatch.setattr(rank_collector, "Cycler", Gate)
+    return built
+
+
+def test_a_process_gone_between_scan_and_attach_skips_one_window_then_three_in_a_row_are_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A library reached through /proc/<pid>/root vanishes with its process: the attach fails, that window is
+    skipped and the program is rebuilt from the next scan (no `unavailable` row: it was a CI failure when another
+    test's CUDA process exited mid-attach). The same failure three periods running is raised (said once by
+    `_run`, next test)."""
+    failures = [True, False, True, True, True]
+    built = fake_probes(monkeypatch, failures)
     collector = RankTimingCollector("node0", "/", period_s=0.02, window_s=0.01)
     collector._one_period()  # the attach fails: skipped, the program dropped
     assert collector.windows == 0 and collector._probes is None
@@ -239,4 +247,32 @@ def test_a_process_gone_between_scan_and_attach_skips_one_window_then_three_in_a
     collector._one_period()
     assert "collector_errors" not in collector._rows  # two skipped windows said nothing
     with pytest.raises(OSError, match="attaching"):
-        collector._one_period()  # the third failure in a row: `_run` says it once and the thread ends
+        collector._one_period()  # the third failure in a row: `_run` says it once and backs off
+
+
+def test_a_failed_period_is_said_once_and_retried_after_a_back_off_not_the_end_of_rank_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two failed periods in a row (ATTACH_TRIES failed attaches each: a job whose processes churn) are one
+    `unavailable` row; the thread backs off and tries again, and windows come back without a restart."""
+    import threading
+    import time
+
+    from aiops.profile import rank_collector
+
+    failures = [True] * (2 * rank_collector.ATTACH_TRIES)
+    fake_probes(monkeypatch, failures)
+    collector = RankTimingCollector("node0", "/", period_s=0.02, window_s=0.01)
+    collector._thread = threading.Thread(target=collector._run, daemon=True)
+    collector._thread.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while collector.windows < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert collector._thread.is_alive()
+        assert collector.windows >= 2, f"no window after the failed periods: {failures} left to fail"
+    finally:
+        collector.close()
+    columns, rows = collector.rows(1.0)["collector_errors"]
+    details = [dict(zip(columns, row, strict=True))["detail"] for row in rows]
+    assert len(details) == 1 and "retried after a back-off" in str(details[0]), details

@@ -5,6 +5,10 @@ a real swing keeps its own range."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+
+import pytest
+from matplotlib.figure import Figure
 
 from aiops.report import plots
 
@@ -32,3 +36,23 @@ def test_a_real_swing_keeps_its_own_range() -> None:
     temp = [50.0 + i for i in range(30)]
     ticks = _ticks(plots.time_series("t", "GPU temperature", "C", TS_S, {"mean": temp}, min_span=10.0).svg)
     assert min(ticks) >= 45.0 and max(ticks) <= 85.0 and max(ticks) - min(ticks) >= 20.0, ticks
+
+
+def test_a_plot_in_words_keeps_its_key_title_and_alt_and_is_not_drawn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`aiops mcp`'s report answers its plots in words (key, title, alt): `plots.in_words_only` gives the drawn
+    plot's fields without writing the SVG (most of that tool's CPU)."""
+    temp = [50.0 + i for i in range(30)]
+    drawn = plots.time_series("t", "GPU temperature", "C", TS_S, {"mean": temp, "max": temp}, min_span=10.0)
+
+    def drawing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a plot was drawn in words-only mode")
+
+    monkeypatch.setattr(Figure, "savefig", drawing)
+    with plots.in_words_only():
+        words = plots.time_series(
+            "t", "GPU temperature", "C", TS_S, {"mean": temp, "max": temp}, min_span=10.0
+        )
+    assert drawn.svg.startswith("<svg") and drawn.alt
+    assert words == replace(drawn, svg="")

@@ -17,7 +17,6 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +35,8 @@ from tests.signing_helpers import Keys
 from tests.slurm.test_slurm_real import TASKS_SCRIPT, TWIN_TAG, sinfo_state, step_pids, submit, wait_state
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
 
-# The fault at 120 s of sim time (12 s of wall at --speed 10): the job is on the metrics within ~3 s, and the
-# wait for the drain no longer spends 40 s before anything happens (it was at 400 s).
+# The fault at 60 s of sim time (6 s of wall at --speed 10): the job is on the metrics within ~3 s, and the
+# wait for the drain spends no more than that before anything happens (it was at 400 s, then 120 s).
 SCENARIO = """\
 name: slurm-e2e
 seed: 7
@@ -46,7 +45,7 @@ cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 2, nics_per_node: 1}
 jobs:
   - {name: llm, nodes: all, step_compute_s: 1.0, allreduce_mb: 64}
 faults:
-  - {kind: gpu_fell_off_bus, target: node0/gpu1, start_s: 120, severity: 1.0}
+  - {kind: gpu_fell_off_bus, target: node0/gpu1, start_s: 60, severity: 1.0}
 """
 
 
@@ -105,6 +104,7 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
         signing.config.read_text()
         + f'\n[scheduler]\nkind = "slurm"\nnode_name = "{cluster.node}"\nbinaries = "{scontrol.parent}"\n'
         + "\n[collectors.workloads]\ninterval_s = 1.0\n"
+        + "\n[store]\nflush_interval_s = 1.0\n"  # each wait below is a flush or two: 1 s apart, not 2
     )
     scenario = tmp_path / "slurm-e2e.yaml"
     scenario.write_text(SCENARIO)
@@ -178,7 +178,16 @@ def test_slurm_job_attributed_and_the_approved_drain_runs_in_slurm(
         proposal = wait_for(drain_proposed, 30, "the drain proposal for node0")
         pid = str(proposal["proposal_id"])
         _forge_approvals(db, pid, signing, env)
-        time.sleep(6.0)  # several of the service's flushes: each would have executed a proposal it trusted
+
+        def judged_twice() -> bool:  # two of the service's flushes: each would have executed what it trusted
+            with Workspace(db).read() as store:
+                rows = store.query(
+                    "SELECT payload FROM audit_log WHERE event = 'execution' AND proposal_id = ?", [pid]
+                )
+            outcomes = [json.loads(r["payload"])["outcome"] for r in rows]
+            return outcomes.count("refused") >= 2 or bool(set(outcomes) - {"refused"})  # ran: asserted below
+
+        wait_for(judged_twice, 30, "the service to judge the forged approvals twice", interval_s=0.3)
         assert sinfo_state(cluster)[0] in ("allocated", "mixed"), sinfo_state(cluster)  # not drained
         with Workspace(db).read() as store:
             assert store.query("SELECT * FROM executions WHERE proposal_id = ?", [pid]) == []
