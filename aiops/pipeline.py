@@ -179,7 +179,12 @@ def stored_diagnoses(store: Store, *, open_only: bool = False) -> list[Diagnosis
     if not rows:
         return []
     by_incident: dict[str, list[Hypothesis]] = {}
-    for h in store.query("SELECT * FROM hypotheses ORDER BY incident_id, rank"):
+    # the open incidents' hypotheses only when only those are asked for: a long-running fleet's history of
+    # resolved incidents (and their evidence to parse) grows without end, the open ones do not
+    join = (
+        "JOIN incidents i ON i.incident_id = h.incident_id AND i.resolved_ts_s IS NULL " if open_only else ""
+    )
+    for h in store.query(f"SELECT h.* FROM hypotheses h {join}ORDER BY h.incident_id, h.rank"):
         by_incident.setdefault(str(h["incident_id"]), []).append(
             Hypothesis(
                 root_cause=h["root_cause"],

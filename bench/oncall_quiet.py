@@ -70,10 +70,15 @@ def run_quiet(
     wall_budget_s: float | None = None,
     churn_rate: float = 1.0,
     stop: Callable[[], bool] = lambda: False,
+    store_threads: int = 1,
+    progress_every_s: float = 60.0,
 ) -> dict[str, Any]:
     """`node_days` of the healthy fleet; with `wall_budget_s`, the run stops at the first scrape past that much
     wall time (or when `stop()` says so) and its figures are those of the node-days it measured (`stopped_early`). `churn_rate`: times the
-    churn's default rates (above 1: a stress run, as many churn events as `churn_rate` times its node-days)."""
+    churn's default rates (above 1: a stress run, as many churn events as `churn_rate` times its node-days).
+    `store_threads`: DuckDB's workers in the fleet's store (1: a fleet per core, as the shards run; the answers
+    are the same at any count). Every `progress_every_s` of wall: `partial.json` in the workspace (and a line on
+    stderr with `progress`) with the CPU-s per node-day since the last one."""
     import time_machine
 
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -91,7 +96,12 @@ def run_quiet(
     receivers = Receivers(pagerduty, dict)
     receivers.start()
     document = {
-        "store": {"path": str(work / "fleet.duckdb"), "flush_interval_s": scrape_s, "retention_days": 1.0},
+        "store": {
+            "path": str(work / "fleet.duckdb"),
+            "flush_interval_s": scrape_s,
+            "retention_days": 1.0,
+            "threads": store_threads,
+        },
         "http": {"listen": ""},
         "detection": {"window_s": max(10.0, scrape_s)},
         "notify": {
@@ -120,7 +130,7 @@ def run_quiet(
         service.outbox.stop(timeout_s=5.0)
         announced: set[tuple[float, str]] = set()
         _announce(service, world, announced)
-        last_report = time.perf_counter()
+        last_report, last = time.perf_counter(), (0.0, time.process_time() - cpu_started)
         seen, stopped = 0, False
         for second in range(1, round(duration_s) + 1):
             if second % 86_400 == 1 and world.churn is not None:
@@ -138,20 +148,26 @@ def run_quiet(
             if stop() or (wall_budget_s is not None and time.perf_counter() - started > wall_budget_s):
                 stopped = True
                 break
-            if time.perf_counter() - last_report > 60:
+            if time.perf_counter() - last_report > progress_every_s:
                 last_report = time.perf_counter()
                 done = nodes * world.elapsed_s / 86_400.0
+                cpu_s = time.process_time() - cpu_started
                 partial = {
                     "node_days": round(done, 2),
                     "pages": len(pagerduty.alerts),
+                    "incidents": service.live.tracker.next_number - 1,
                     "wall_s": round(time.perf_counter() - started),
-                    "cpu_s": round(time.process_time() - cpu_started),
+                    "cpu_s": round(cpu_s),
+                    # since the last line: flat over the run when nothing grows with the history
+                    "cpu_s_per_node_day_recent": round((cpu_s - last[1]) / max(done - last[0], 1e-9), 2),
                 }
+                last = (done, cpu_s)
                 (work / "partial.json").write_text(json.dumps(partial))  # what a run stopped early measured
                 if progress:
                     print(
-                        f"quiet: {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
-                        f"{partial['cpu_s']} CPU-s, "
+                        f"quiet (seed {seed}): {done:.1f} of {node_days:g} node-days, {partial['wall_s']} s, "
+                        f"{partial['cpu_s']} CPU-s ({partial['cpu_s_per_node_day_recent']} per node-day "
+                        f"since the last line), incidents {partial['incidents']}, "
                         f"pages {len(pagerduty.alerts)}",
                         file=sys.stderr,
                         flush=True,
@@ -265,6 +281,9 @@ def main() -> int:
     parser.add_argument("--churn-rate", type=float, default=1.0, help="times the churn's default event rates")
     parser.add_argument("--wall-budget-s", type=float, default=None)
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--progress-every-s", type=float, default=60.0, help="wall seconds between progress lines"
+    )
     parser.add_argument("--out", default="", help="also write the JSON here")
     args = parser.parse_args()
     result = run_quiet(
@@ -275,6 +294,7 @@ def main() -> int:
         racks=args.racks,
         wall_budget_s=args.wall_budget_s,
         churn_rate=args.churn_rate,
+        progress_every_s=args.progress_every_s,
     )
     emit(result, args.out)
     return 0

@@ -5,7 +5,10 @@ for d days are N x 128 x d node-days of the same product deciding on the same ki
 cores: the run is bound by one core per fleet (the fleet's per-scrape work), so a machine with 16 free cores
 measures 1,000 node-days ~16 times sooner than one process does.
 
-    .venv/bin/python -m bench.oncall_quiet_shards --shards 2 --node-days 1000 --wall-budget-s 2700 --progress
+    .venv/bin/python -m bench.oncall_quiet_shards --shards 2 --racks 16 --node-days 1000 --wall-budget-s 4200 --progress
+
+Each shard's progress line (stderr, a minute apart) names its seed and says the CPU-s per node-day since its
+last line: flat over a run when nothing the fleet does each flush grows with its history.
 """
 
 from __future__ import annotations
@@ -87,14 +90,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2027, help="shard k runs seed + k")
     parser.add_argument("--churn-rate", type=float, default=1.0)
     parser.add_argument("--wall-budget-s", type=float, default=None, help="each shard stops past this")
-    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--progress", action="store_true", help="each shard: a line a minute on stderr")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     if args.shards < 1:
         parser.error(f"--shards: {args.shards}; at least 1")
     each = args.node_days / args.shards
     work = [
-        (each, args.seed + k, args.racks, args.wall_budget_s, args.churn_rate, args.progress and k == 0)
+        (each, args.seed + k, args.racks, args.wall_budget_s, args.churn_rate, args.progress)
         for k in range(args.shards)
     ]
     # fork: each shard runs the code this process imported (the same commit), and nothing is pickled but figures

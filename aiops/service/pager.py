@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiops.models import Hypothesis, Incident
+from aiops.models import Diagnosis, Hypothesis, Incident
 from aiops.pipeline import stored_diagnoses
 from aiops.service.paging import DEFAULT_PAGE_FROM, Decision, Subject, decide
 from aiops.store import Store
@@ -93,17 +93,20 @@ class Pager:
         """Decide again for every open incident (a hold that ran out, a window that ended, a covering incident
         that resolved), page those that now page and never did, and keep the decisions; returns the states."""
         now = self.clock()
-        diagnoses = {d.incident.incident_id: d for d in stored_diagnoses(store, open_only=True)}
+        diagnoses: dict[str, Diagnosis] | None = None  # read (and their evidence parsed) only to page one
         subjects = [*self._own(store, now), *self._node_incidents(store, now, newest_ts_s)]
         decisions = self._decide(store, subjects, now)
         states: list[PageState] = []
+        rows = self._rows(store, [s.key for s in subjects])
         for subject in subjects:
             decision = decisions.get(subject.key)
             if decision is None:
                 continue
-            row = self._row(store, *subject.key)
+            row = rows.get(subject.key)
             paged_ts_s = row["paged_ts_s"] if row is not None else None
             if subject.own and decision.pages and paged_ts_s is None:
+                if diagnoses is None:
+                    diagnoses = {d.incident.incident_id: d for d in stored_diagnoses(store, open_only=True)}
                 found = diagnoses.get(subject.incident_id)
                 if found is not None:
                     top = found.hypotheses[0] if found.hypotheses else None
@@ -145,6 +148,17 @@ class Pager:
         )
         return rows[0] if rows else None
 
+    def _rows(self, store: Store, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """`_row` of each (node, incident id) in one query: a review reads the open incidents' rows at once."""
+        if not keys:
+            return {}
+        found = store.query(
+            "SELECT * FROM incident_pages WHERE incident_id IN (SELECT unnest(?))",
+            [sorted({incident_id for _node, incident_id in keys})],
+        )
+        wanted = set(keys)
+        return {key: r for r in found if (key := (str(r["node"]), str(r["incident_id"]))) in wanted}
+
     def _save(
         self, store: Store, node: str, incident_id: str, decision: Decision, now: float, *, paged: bool
     ) -> None:
@@ -180,6 +194,18 @@ class Pager:
             return now
         return float(row["first_seen_ts_s"])
 
+    def _first_seen_all(
+        self, store: Store, keys: list[tuple[str, str]], now: float
+    ) -> dict[tuple[str, str], float]:
+        """`_first_seen` of each (node, incident id), their rows read in one query (those never seen recorded
+        now, in order, as `_first_seen` records one)."""
+        rows = self._rows(store, keys)
+        first = {key: float(row["first_seen_ts_s"]) for key, row in rows.items()}
+        for key in keys:
+            if key not in first:
+                first[key] = self._first_seen(store, *key, now)
+        return first
+
     def _own(
         self, store: Store, now: float, extra: tuple[Incident, Hypothesis | None] | None = None
     ) -> list[Subject]:
@@ -190,6 +216,7 @@ class Pager:
             "WHERE i.resolved_ts_s IS NULL ORDER BY i.opened_ts_s, i.incident_id"
         )
         found: dict[str, Subject] = {}
+        first = self._first_seen_all(store, [(self.name, str(r["incident_id"])) for r in rows], now)
         for r in rows:
             components = tuple(str(c) for c in r["components"] or ())
             found[str(r["incident_id"])] = Subject(
@@ -199,7 +226,7 @@ class Pager:
                 str(r["root_cause"] or ""),
                 str(r["component"] or (components[0] if components else "")),
                 str(r["severity"]),
-                self._first_seen(store, self.name, str(r["incident_id"]), now),
+                first[(self.name, str(r["incident_id"]))],
                 stated=symptoms_condition(str(r["symptoms"])) is not None,
             )
         if extra is not None:
@@ -229,6 +256,7 @@ class Pager:
                GROUP BY node, incident_id ORDER BY node, incident_id""",
             [newest_ts_s - self.open_s, self.name],
         )
+        first = self._first_seen_all(store, [(str(r["node"]), str(r["incident_id"])) for r in rows], now)
         return [
             Subject(
                 str(r["node"]),
@@ -237,7 +265,7 @@ class Pager:
                 str(r["root_cause"]),
                 str(r["component"]),
                 str(r["severity"]),
-                self._first_seen(store, str(r["node"]), str(r["incident_id"]), now),
+                first[(str(r["node"]), str(r["incident_id"]))],
                 own=False,
             )
             for r in rows

@@ -11,6 +11,7 @@ rank that stops answering (GPU off the bus) hangs the job until PyTorch's NCCL w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -86,16 +87,37 @@ class NicLanes:
 
 @dataclass
 class FabricOut:
-    """What this step's fabric produced, for the sim adapter (aiops/sim/telemetry.py)."""
+    """What this step's fabric produced, for the sim adapter (aiops/sim/telemetry.py). The NIC and flow rows are
+    built when first read (a node agent's adapter reads them; the fleet's view and the HCAs read the arrays:
+    `lanes`, `class_bytes`), from this step's values: the same rows whenever they are read."""
 
-    nics: list[NicRow] = field(default_factory=list)
-    flows: list[FlowRow] = field(default_factory=list)
     collectives: list[CollectiveRow] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
     pauses: list[int] = field(
         default_factory=list
     )  # per NIC: PFC pauses its full queue sent (lossless fabric)
     lanes: NicLanes | None = None  # `nics` as arrays
+    class_bytes: F64 | None = (
+        None  # [nic, class] bytes sent this second (network.TRAFFIC_CLASSES): `flows`' tx
+    )
+    classes: Classes | None = None  # the rule and lane of each (nic, class), in force this second
+    enforced: npt.NDArray[np.bool_] | None = None  # per NIC: lanes enforced this second (else one `fifo` row)
+    nic_rows: Callable[[], list[NicRow]] | None = None
+    flow_rows: Callable[[], list[FlowRow]] | None = None
+    _nics: list[NicRow] | None = None
+    _flows: list[FlowRow] | None = None
+
+    @property
+    def nics(self) -> list[NicRow]:
+        if self._nics is None:
+            self._nics = self.nic_rows() if self.nic_rows is not None else []
+        return self._nics
+
+    @property
+    def flows(self) -> list[FlowRow]:
+        if self._flows is None:
+            self._flows = self.flow_rows() if self.flow_rows is not None else []
+        return self._flows
 
 
 @dataclass
@@ -239,8 +261,11 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     w.rank_starved = starved
     w.vip_demand_fraction = coll_bps / network.LINK_BPS
     class_bytes = _class_bytes(w, coll_bps, bulk_fraction)
-    out.nics, out.pauses, out.lanes = _nic_rows(w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction)
-    out.flows = _flow_rows(w, classes, class_bytes)
+    out.nic_rows, out.pauses, out.lanes = _nic_rows(
+        w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction
+    )
+    out.class_bytes, out.classes, out.enforced = class_bytes, classes, w.lanes_enforced.copy()
+    out.flow_rows = lambda: _flow_rows(out.enforced, classes, class_bytes)
     cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
     cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
     w.host_cpu_pct = cpu_pct.clip(0, 100)
@@ -337,7 +362,7 @@ def _nic_rows(
     class_bytes: F64,
     coll_bps: F64,
     bulk_fraction: F64,
-) -> tuple[list[NicRow], list[int], NicLanes]:
+) -> tuple[Callable[[], list[NicRow]], list[int], NicLanes]:
     """Per NIC: one row per lane when lanes are enforced, else one `fifo` row. Drops, CE marks and
     retransmits of a NIC are shared among its lanes by bytes (`_split`, a NIC at a time, vectorised)."""
     rng, n = w.rng, w.layout.nic_count
@@ -385,29 +410,34 @@ def _nic_rows(
         np.where(enforced, 0.0, fifo_q),
     )
     out.link_up = w.link_up.copy()
-    rows: list[NicRow] = []
-    ups = w.link_up.tolist()
-    per_lane, q_, rate_ = lane_bytes.tolist(), lane_q.tolist(), lane_rate_bps.tolist()
-    ld, lc, lr = lanes_d.tolist(), lanes_c.tolist(), lanes_r.tolist()
-    d_, c_, r_, t_, f_ = drops.tolist(), ce.tolist(), retrans.tolist(), totals.tolist(), fifo_q.tolist()
-    for i, on in enumerate(enforced.tolist()):
-        if not on:
-            rows.append((i, "fifo", t_[i], d_[i], c_[i], r_[i], f_[i], None, ups[i]))
-            continue
-        for lane, name in enumerate(network.LANES):
-            rows.append(
-                (
-                    i,
-                    name,
-                    per_lane[i][lane],
-                    ld[i][lane],
-                    lc[i][lane],
-                    lr[i][lane],
-                    q_[i][lane],
-                    rate_[i][lane],
-                    ups[i],
+    on_ = enforced.copy()
+
+    def rows() -> list[NicRow]:  # this step's arrays (none is written after the step): built when read
+        found: list[NicRow] = []
+        ups = out.link_up.tolist()
+        per_lane, q_, rate_ = lane_bytes.tolist(), lane_q.tolist(), lane_rate_bps.tolist()
+        ld, lc, lr = lanes_d.tolist(), lanes_c.tolist(), lanes_r.tolist()
+        d_, c_, r_, t_, f_ = drops.tolist(), ce.tolist(), retrans.tolist(), totals.tolist(), fifo_q.tolist()
+        for i, on in enumerate(on_.tolist()):
+            if not on:
+                found.append((i, "fifo", t_[i], d_[i], c_[i], r_[i], f_[i], None, ups[i]))
+                continue
+            for lane, name in enumerate(network.LANES):
+                found.append(
+                    (
+                        i,
+                        name,
+                        per_lane[i][lane],
+                        ld[i][lane],
+                        lc[i][lane],
+                        lr[i][lane],
+                        q_[i][lane],
+                        rate_[i][lane],
+                        ups[i],
+                    )
                 )
-            )
+        return found
+
     return rows, paused.tolist(), out
 
 
@@ -419,11 +449,11 @@ def _split(counts: I64, shares: F64) -> I64:
     return parts
 
 
-def _flow_rows(w: World, classes: Classes, class_bytes: F64) -> list[FlowRow]:
+def _flow_rows(enforced: npt.NDArray[np.bool_], classes: Classes, class_bytes: F64) -> list[FlowRow]:
     per_class = class_bytes.tolist()
     lanes = classes.lanes.tolist()
     out: list[FlowRow] = []
-    for i, on in enumerate(w.lanes_enforced.tolist()):
+    for i, on in enumerate(enforced.tolist()):
         for c, traffic_class in enumerate(network.TRAFFIC_CLASSES):
             if on:
                 out.append(

@@ -25,7 +25,8 @@ import pyarrow as pa
 from aiops import nvml_bits
 from aiops.sim import gpu as G
 from aiops.sim import rdma
-from aiops.sim.network import LANES
+from aiops.sim.fabric import Classes
+from aiops.sim.network import LANES, TRAFFIC_CLASSES
 from aiops.sim.nvml import gpu_uuid
 from aiops.sim.telemetry import HOST_MEM_USED_PCT, WATER_HEAT_CAPACITY_KJ_PER_L_K, inventory
 from aiops.sim.world import World
@@ -62,6 +63,9 @@ class FleetView:
         self.nic_queue_ms = np.zeros((k, 4))
         self.nic_up = np.ones(k, dtype=bool)
         self.flows: dict[tuple[int, str, str | None, str], float] = {}
+        self._flow_bytes = np.zeros((k, len(TRAFFIC_CLASSES)), dtype=np.int64)  # since the last fold
+        self._flow_mapping: tuple[int, bytes] | None = None  # the classes and lanes they were sent under
+        self._flow_keys: tuple[Classes, np.ndarray] | None = None
         self.coll: dict[tuple[str, str, str], list[float]] = {}  # count, bytes, timeouts
         self.coll_latency: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
         self.step_totals: dict[str, int] = defaultdict(int)
@@ -105,9 +109,19 @@ class FleetView:
             self.nic_seen |= present
             self.nic_queue_ms = np.where(present, lanes.queue_ms, self.nic_queue_ms)
             self.nic_up = lanes.link_up.copy()
-        for i, traffic_class, rule_id, lane, tx in w.out.flows:
-            key = (i, traffic_class, rule_id, lane)
-            self.flows[key] = self.flows.get(key, 0.0) + int(tx)
+        out = w.out
+        if out.class_bytes is not None and out.classes is not None and out.enforced is not None:
+            # the flow rows as arrays: whole bytes summed per (nic, class) while the rules and lanes stay, then
+            # folded under their rows' keys (rule, lane): the sums the rows would make, row for row
+            mapping = (id(out.classes), out.enforced.tobytes())
+            if mapping != self._flow_mapping:
+                self._fold_flows()
+                self._flow_mapping, self._flow_keys = mapping, (out.classes, out.enforced)
+            self._flow_bytes += out.class_bytes.astype(np.int64)
+        else:
+            for i, traffic_class, rule_id, lane, tx in out.flows:
+                key = (i, traffic_class, rule_id, lane)
+                self.flows[key] = self.flows.get(key, 0.0) + int(tx)
         for job, op, scope, count, nbytes, p50, p99, timeouts in w.out.collectives:
             state = self.coll.setdefault((job, op, scope), [0.0] * 3)
             state[0] += count
@@ -124,8 +138,25 @@ class FleetView:
             if rank is not None:
                 self.slowest[job][(int(rank), str(gpu))] += 1
 
+    def _fold_flows(self) -> None:
+        """The bytes summed since the last fold, added under each flow row's key (nic, class, rule, lane)."""
+        if self._flow_keys is None:
+            return
+        classes, enforced = self._flow_keys
+        sums, lanes = self._flow_bytes.tolist(), classes.lanes.tolist()
+        for i, on in enumerate(enforced.tolist()):
+            for c, traffic_class in enumerate(TRAFFIC_CLASSES):
+                key: tuple[int, str, str | None, str]
+                if on:
+                    key = (i, traffic_class, classes.rule_ids[i][c], LANES[lanes[i][c]])
+                else:
+                    key = (i, traffic_class, None, "fifo")
+                self.flows[key] = self.flows.get(key, 0.0) + sums[i][c]
+        self._flow_bytes[:] = 0
+
     # -- every scrape ---------------------------------------------------------------------------------------------
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
+        self._fold_flows()
         out: dict[str, pa.Table] = {}
         if not self._sent_inventory:
             self._sent_inventory = True

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aiops.sim.network import TRAFFIC_CLASSES
 from aiops.sim.topology import F64, I64, Bools, Layout
 
 if TYPE_CHECKING:
@@ -173,20 +174,30 @@ def _per_nic(w: World) -> tuple[I64, I64, I64, F64, F64, F64]:
             drops[i] += row[3]
             ce[i] += row[4]
             queue_ms[i] = max(queue_ms[i], row[6])
-    collective, other = np.zeros(n), np.zeros(n)
-    for flow in w.out.flows:
-        if flow[1] == "collective":
-            collective[flow[0]] += flow[4]
-        elif flow[1] == "other":
-            other[flow[0]] += flow[4]
+    if (
+        w.out.class_bytes is not None
+    ):  # the flow rows as an array: one row per NIC and class, so the same sums
+        collective = w.out.class_bytes[:, TRAFFIC_CLASSES.index("collective")].copy()
+        other = w.out.class_bytes[:, TRAFFIC_CLASSES.index("other")].copy()
+    else:
+        collective, other = np.zeros(n), np.zeros(n)
+        for flow in w.out.flows:
+            if flow[1] == "collective":
+                collective[flow[0]] += flow[4]
+            elif flow[1] == "other":
+                other[flow[0]] += flow[4]
     return tx.astype(np.int64), ce, drops, queue_ms, collective, other
 
 
 def _links(w: World, send_from: I64, n: int) -> None:
     """Link transitions and the transport's retries over an outage."""
     h, t, c = w.hca, w.elapsed_s, w.hca.counters
+    # a link up now and a second ago has nothing to book: only the others are walked, in NIC order (the draws too)
+    changing = np.flatnonzero(~(w.link_up[:n] & h.was_up[:n])).tolist()
+    if not changing:
+        return
     running = running_nics(w)
-    for i in range(n):
+    for i in changing:
         up, was_up = bool(w.link_up[i]), bool(h.was_up[i])
         if was_up and not up:  # the PHY tried to recover, then the port went down
             c[i, C["link_error_recovery"]] += 1 + int(h.rng.poisson(1.0))
