@@ -107,6 +107,14 @@ class FabricOut:
     _nics: list[NicRow] | None = None
     _flows: list[FlowRow] | None = None
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled (the agent twin ships its World to the node agents) with its rows built: the builders are
+        closures over this step's arrays."""
+        state = dict(self.__dict__)
+        state["_nics"], state["_flows"] = self.nics, self.flows
+        state["nic_rows"] = state["flow_rows"] = None
+        return state
+
     @property
     def nics(self) -> list[NicRow]:
         if self._nics is None:
