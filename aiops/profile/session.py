@@ -112,7 +112,13 @@ def run_profile(
         drainer = Drainer(attached.bpf)
         slice_index = 0
         while True:
-            cycler.set_open(next(windows))
+            try:
+                cycler.set_open(next(windows))
+            except OSError:  # a window's attach fails when the target exited since the last slice's check
+                if _alive(pid):
+                    raise
+                result.target_exited = True
+                break
             remaining_s = duration_s - (time.monotonic() - started)
             finished = stop.wait(max(0.0, min(slice_s, remaining_s))) or remaining_s <= slice_s
             alive = _alive(pid)

@@ -150,3 +150,55 @@ def test_cli_refuses_a_bad_duty(duty: str, tmp_path: Path, capsys: pytest.Captur
 def test_cli_refuses_a_bad_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "--pid", "1", "--probe-period-s", "0", "--out", str(tmp_path)]) == 2
     assert "--probe-period-s" in capsys.readouterr().err
+
+
+class ExitingTarget(FakeAttached):
+    """Its second window's attach fails, as bcc's does when the target's /proc/<pid>/root went with it;
+    `exits`: whether the target is gone by then (else a refusal of the kernel's, on a live target)."""
+
+    def __init__(self, exits: bool) -> None:
+        super().__init__(links())
+        self.opens, self.exits, self.gone = 0, exits, threading.Event()
+
+    def attach_links(self) -> None:
+        self.opens += 1
+        if self.opens > 1:
+            if self.exits:
+                self.gone.set()
+            raise OSError("attaching cudaLaunchKernel in /proc/4242/root/lib/libcudart.so failed")
+        super().attach_links()
+
+
+@pytest.mark.parametrize("exits", [True, False])
+def test_a_target_gone_before_a_window_attaches_ends_the_run_as_exited(
+    exits: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fresh19's suite: the target exited between a slice's liveness check and the next window's attach, and
+    `aiops profile` ended on the OSError instead of reporting the target gone. A failed attach on a live target
+    is still an error."""
+    from aiops.profile import session
+
+    target = ExitingTarget(exits)
+
+    class NoCounts:
+        def __init__(self, bpf: object) -> None:
+            pass
+
+        def drain(self) -> list[object]:
+            return []
+
+    monkeypatch.setattr(session, "require_target", lambda pid: {"libcudart": "/lib/libcudart.so"})
+    monkeypatch.setattr(session, "attach", lambda pid, libraries, **kw: target)
+    monkeypatch.setattr(session, "Symbolizer", lambda bpf, pid: None)
+    monkeypatch.setattr(session, "Drainer", NoCounts)
+    monkeypatch.setattr(session, "_alive", lambda pid: not target.gone.is_set())
+
+    def run() -> session.ProfileResult:
+        return session.run_profile(4242, 30.0, slice_s=0.01, duty=0.5, period_s=0.02, rng=random.Random(1))
+
+    if not exits:
+        with pytest.raises(OSError, match="attaching"):
+            run()
+        return
+    result = run()
+    assert result.target_exited and target.opens == 2 and result.duration_s < 5.0
