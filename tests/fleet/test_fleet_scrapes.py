@@ -149,7 +149,9 @@ def test_one_timeout_is_no_verdict_a_refused_scrape_is_lost_at_once_two_timeouts
             until(lambda: watch.targets[late].failed == 1, "the late scrape seen")
             assert watch.lost() == {}, watch.lost()
             error = watch.targets[late].error
-            assert "deadline" in error or "timeout" in error, error
+            # the scraper's words for a scrape cut at its timeout: Prometheus says the deadline, VictoriaMetrics
+            # a timeout or, when it closes the connection mid-answer under load, an unexpected EOF
+            assert any(w in error for w in ("deadline", "timeout", "EOF")) and "refused" not in error, error
             until(lambda: watch.targets[late].failed == 0, "the next scrape through")
             assert watch.lost() == {}
 
