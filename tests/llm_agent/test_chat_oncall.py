@@ -172,7 +172,8 @@ def test_is_a_rack_ok_names_every_open_incident_on_its_nodes(session: AgentSessi
     assert verdict.startswith(f"{rack}: {'NOT OK' if serious else 'OK apart'}"), reply.answer
     assert named(reply.answer) == expected, reply.answer
     others = set(data.parts) - expected
-    assert others, "an open incident elsewhere shows the answer is about the rack only"
+    # (failed once in a loaded suite, fresh20, not reproduced alone: the open incidents and their parts are shown)
+    assert others, f"an open incident elsewhere shows the answer is about the rack only: {data.parts}"
 
 
 def test_a_node_a_gpu_and_a_job_are_asked_about_the_same_way(session: AgentSession, data: Data) -> None:
