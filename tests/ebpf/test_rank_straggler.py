@@ -194,8 +194,9 @@ def test_the_slow_rank_is_named_by_its_own_timing_and_filed_by_the_service(
     }
     assert set(windows) == {0, 1}, ranks
     fast, slow = windows[0], windows[1]
-    # rank 0 waits inside the real ncclAllReduce for rank 1; rank 1 spends that time in its own host code
-    assert fast.share("wait") > 0.5 and slow.share("wait") < 0.1, (fast.shares(), slow.shares())
+    # rank 0 waits inside the real ncclAllReduce for rank 1; rank 1 spends that time in its own host code (its
+    # own wait is the collective's handshake plus scheduling delay: 0.02-0.06 alone, 0.108 once in a loaded suite)
+    assert fast.share("wait") > 0.5 and slow.share("wait") < 0.2, (fast.shares(), slow.shares())
     assert slow.share("host") > 0.8 and fast.share("host") < 0.4, (fast.shares(), slow.shares())
     late = late_ranks(list(windows.values()))
     assert late is not None and late.ranks == (1,) and late.cause == "input", late
