@@ -16,7 +16,8 @@ from aiops.profile.duty import DEFAULT_DUTY
 from aiops.profile.session import run_profile
 from tests.profile.profile_helpers import build_cuda_mix, require_profile, started
 
-ROUNDS = 5000  # cuda_mix rounds: 3 launches, 2 copies, 1 sync each, ~0.6 ms a round (500 us of sleep)
+ROUNDS = 10000  # cuda_mix rounds: 3 launches, 2 copies, 1 sync each, ~0.6 ms a round (500 us of sleep): ~6 s, three
+# or more 2 s periods (with 5,000 rounds, two windows: one estimate came 37 % low in a loaded suite, fresh22)
 
 
 @pytest.fixture(scope="module")
