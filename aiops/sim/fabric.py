@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -273,7 +273,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction
     )
     out.class_bytes, out.classes, out.enforced = class_bytes, classes, w.lanes_enforced.copy()
-    out.flow_rows = lambda: _flow_rows(out.enforced, classes, class_bytes)
+    out.flow_rows = lambda: flow_rows(out.enforced, classes, class_bytes)
     cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
     cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
     w.host_cpu_pct = cpu_pct.clip(0, 100)
@@ -457,7 +457,12 @@ def _split(counts: I64, shares: F64) -> I64:
     return parts
 
 
-def _flow_rows(enforced: npt.NDArray[np.bool_], classes: Classes, class_bytes: F64) -> list[FlowRow]:
+def flow_rows(
+    enforced: npt.NDArray[np.bool_],
+    classes: Classes,
+    class_bytes: npt.NDArray[np.floating[Any] | np.integer[Any]],
+) -> list[FlowRow]:
+    """Per NIC and traffic class: its bytes under its rule and lane (lanes enforced), else under `fifo`."""
     per_class = class_bytes.tolist()
     lanes = classes.lanes.tolist()
     out: list[FlowRow] = []

@@ -25,7 +25,7 @@ import pyarrow as pa
 from aiops import nvml_bits
 from aiops.sim import gpu as G
 from aiops.sim import rdma
-from aiops.sim.fabric import Classes
+from aiops.sim.fabric import Classes, FlowRow, flow_rows
 from aiops.sim.network import LANES, TRAFFIC_CLASSES
 from aiops.sim.nvml import gpu_uuid
 from aiops.sim.telemetry import HOST_MEM_USED_PCT, WATER_HEAT_CAPACITY_KJ_PER_L_K, inventory
@@ -119,9 +119,7 @@ class FleetView:
                 self._flow_mapping, self._flow_keys = mapping, (out.classes, out.enforced)
             self._flow_bytes += out.class_bytes.astype(np.int64)
         else:
-            for i, traffic_class, rule_id, lane, tx in out.flows:
-                key = (i, traffic_class, rule_id, lane)
-                self.flows[key] = self.flows.get(key, 0.0) + int(tx)
+            self._add_flows(out.flows)
         for job, op, scope, count, nbytes, p50, p99, timeouts in w.out.collectives:
             state = self.coll.setdefault((job, op, scope), [0.0] * 3)
             state[0] += count
@@ -143,16 +141,13 @@ class FleetView:
         if self._flow_keys is None:
             return
         classes, enforced = self._flow_keys
-        sums, lanes = self._flow_bytes.tolist(), classes.lanes.tolist()
-        for i, on in enumerate(enforced.tolist()):
-            for c, traffic_class in enumerate(TRAFFIC_CLASSES):
-                key: tuple[int, str, str | None, str]
-                if on:
-                    key = (i, traffic_class, classes.rule_ids[i][c], LANES[lanes[i][c]])
-                else:
-                    key = (i, traffic_class, None, "fifo")
-                self.flows[key] = self.flows.get(key, 0.0) + sums[i][c]
+        self._add_flows(flow_rows(enforced, classes, self._flow_bytes))
         self._flow_bytes[:] = 0
+
+    def _add_flows(self, rows: list[FlowRow]) -> None:
+        for i, traffic_class, rule_id, lane, tx in rows:
+            key = (i, traffic_class, rule_id, lane)
+            self.flows[key] = self.flows.get(key, 0.0) + int(tx)
 
     # -- every scrape ---------------------------------------------------------------------------------------------
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
