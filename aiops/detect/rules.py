@@ -58,8 +58,8 @@ class Detector(RuleState):
         if history is None:  # asked every window: what the product executed may have changed
             history = self.intended_cache.get(self.store)
         self.intended = history.at(t1) if history else {}
-        if not w.for_the_pass(self.store, "product restarts", lambda: self._refresh_restarts()):
-            self._refresh_restarts()
+        if w.for_the_pass(self.store, "product restarts", self._refresh_restarts) is None:
+            self._refresh_restarts()  # outside detect()'s pass: every window
         if not self.rack_of:
             self.rack_of = w.racks_of_nodes(self.store)
         self.caps_kw = caps_in_force(self.store, t0, t1)
