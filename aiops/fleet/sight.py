@@ -9,9 +9,16 @@
   brings data again.
 - `NodePresence`: which node agents report. Each cycle asks the store, on the cycle's grid, for every node's
   `aiops_node_info` with the `instance` Prometheus scraped it from, and for every target's `up`. A step holding
-  any sample at all is one the store was scraping; a node with no sample in two such steps after its last one is
-  lost (its agent killed, wedged, unscrapable: `up` says which), and reports again when a step holds its series.
-  The steps of a blind store (no sample from anyone: Prometheus itself was down) count for no one. A fleet
+  any sample at all is one the store was scraping. A node misses such a step when the store scraped its target
+  in it and its series are absent (`up` 0: its agent killed, wedged, unscrapable; `up` 1: its series gone while
+  its target answers); two missed steps after its last sample make it lost, and it reports again when a step
+  holds its series. A step in which the store holds no scrape of its target at all (no `up` for its instance)
+  is one the store did not have for that agent, not one the agent missed: the store restarting (its first
+  scrapes of the targets spread over a step or more, later still under load), a scrape landing late, a read
+  answered before the scrape was written. Such steps count only once they last as long as the store's own blind
+  grace (`GONE_AFTER_S`, at least two steps): its target then is no longer scraped (removed from the scraper, or
+  a node the workspace knows whose target never came back). The steps of a blind store (no sample from anyone:
+  Prometheus itself was down) count for no one. A fleet
   scraped by the same Prometheus (the chart's ServiceMonitor) exports no node inventory; whatever the instance
   that exports `aiops_fleet_source_blind` (a gauge only a fleet exports) says about nodes never makes one present.
 """
@@ -36,6 +43,9 @@ BLIND_AFTER_STEPS = 2  # step reads in a row without data before the source coun
 MIN_GRACE_S = 10.0
 STARTUP_S = 300.0  # the look-back and the catch-up after it may take this long before slowness is blindness
 LOST_AFTER_STEPS = 2  # scraping steps without a node's series before its agent counts as lost
+# how long the store may scrape others but hold no scrape of an agent's target (no `up` for it) before that
+# target counts as no longer scraped: the source's own grace (`SourceSight.grace_s`), at least LOST_AFTER_STEPS
+GONE_AFTER_S = MIN_GRACE_S
 FLEET_MARKER = "aiops_fleet_source_blind"  # a gauge only `aiops fleet` exports (aiops/service/service.py)
 
 
@@ -137,9 +147,15 @@ class SourceSight:
 @dataclass
 class _Node:
     last_seen_ts_s: float | None = None
-    missed: int = 0  # scraping steps since it was last seen
-    lost_ts_s: float | None = None  # the scraping step that made it lost (the LOST_AFTER_STEPS-th missed)
+    missed: int = 0  # scraping steps since it was last seen with a scrape of its target (its `up` there)
+    unscraped: int = 0  # and those with no scrape of its target (no `up` of its instance): `lost_at`
+    lost_ts_s: float | None = None  # the scraping step that made it lost (`lost_at`)
     instance: str = ""
+
+    def lost_at(self, gone_steps: int) -> bool:
+        """Lost by presence: LOST_AFTER_STEPS steps missed, or `gone_steps` without its series in which the
+        store scraped others, however many of them it held no scrape of this agent's target."""
+        return self.missed >= LOST_AFTER_STEPS or self.missed + self.unscraped >= gone_steps
 
 
 @dataclass
@@ -147,6 +163,11 @@ class NodePresence:
     step_s: float
     nodes: dict[str, _Node] = field(default_factory=dict)
     up: dict[str, float] = field(default_factory=dict)  # instance -> its newest `up`
+
+    @property
+    def gone_steps(self) -> int:
+        """Scraping steps without a scrape of an agent's target before it counts as no longer scraped."""
+        return max(LOST_AFTER_STEPS, math.ceil(GONE_AFTER_S / self.step_s - 1e-9))
 
     def seed(self, last_seen: Mapping[str, float]) -> None:
         """The nodes the workspace knows, each with its newest stored sample (a restart keeps counting)."""
@@ -163,6 +184,7 @@ class NodePresence:
         per_node = f"max by (node, instance) ({info} unless on (instance) {mine})"
         targets = f'max by (instance) (last_over_time({{__name__="up"{extra}}}[{w}]))'
         seen: dict[str, set[float]] = {}
+        scraped: dict[str, set[float]] = {}  # instance -> the steps holding its `up` (the store scraped it)
         alive: set[float] = set()
         for answer in client.query_range(per_node, first_s, last_s, self.step_s):
             for series in answer:
@@ -176,6 +198,7 @@ class NodePresence:
             for series in answer:
                 labels, stamps = _series(series)
                 alive.update(stamps)
+                scraped.setdefault(labels.get("instance", ""), set()).update(stamps)
                 latest = _latest(series)
                 if latest is not None:
                     self.up[labels.get("instance", "")] = latest
@@ -185,22 +208,28 @@ class NodePresence:
             if newest is not None:
                 state.last_seen_ts_s = max(state.last_seen_ts_s or newest, newest)
             after = state.last_seen_ts_s if state.last_seen_ts_s is not None else -math.inf
-            missed = sorted(t for t in alive if t > after)
             if newest is not None:
-                state.missed, state.lost_ts_s = 0, None
-            if state.missed < LOST_AFTER_STEPS <= state.missed + len(missed):
-                state.lost_ts_s = missed[LOST_AFTER_STEPS - state.missed - 1]
-            state.missed += len(missed)
+                state.missed, state.unscraped, state.lost_ts_s = 0, 0, None
+            target = scraped.get(state.instance, set()) if state.instance else set()
+            for t in sorted(t for t in alive if t > after):
+                was = state.lost_at(self.gone_steps)
+                if t in target:
+                    state.missed += 1
+                else:
+                    state.unscraped += 1
+                if not was and state.lost_at(self.gone_steps):
+                    state.lost_ts_s = t
         return len(alive)
 
     def lost(self, by_scrapes: Mapping[str, Verdict] | None = None) -> frozenset[str]:
-        """The nodes whose agents are lost: two scraping steps without their series, or their target lost by
-        its scrapes (`by_scrapes`: instance -> verdict, aiops/fleet/scrapes.py)."""
+        """The nodes whose agents are lost: two steps without their series in which the store scraped their
+        target, or its scrapes gone for the grace (`_Node.lost_at`), or their target lost by its scrapes
+        (`by_scrapes`: instance -> verdict, aiops/fleet/scrapes.py)."""
         scrapes = by_scrapes or {}
         return frozenset(
             n
             for n, s in self.nodes.items()
-            if s.missed >= LOST_AFTER_STEPS or (s.instance and s.instance in scrapes)
+            if s.lost_at(self.gone_steps) or (s.instance and s.instance in scrapes)
         )
 
     def report(
@@ -212,9 +241,9 @@ class NodePresence:
         out = ConditionReport()
         for node, state in sorted(self.nodes.items()):
             verdict = scrapes.get(state.instance) if state.instance else None
-            if verdict is not None or state.missed >= LOST_AFTER_STEPS:
+            if verdict is not None or state.lost_at(self.gone_steps):
                 out.raised.append(self._lost(node, state, inventory.get(node, {}), verdict))
-            elif state.missed == 0 and state.last_seen_ts_s is not None:
+            elif state.missed == state.unscraped == 0 and state.last_seen_ts_s is not None:
                 out.cleared.add((NODE_AGENT_LOST, node))
         return out
 
@@ -224,6 +253,9 @@ class NodePresence:
         up = self.up.get(state.instance) if state.instance else None
         if verdict is not None:
             why = verdict.reason
+        elif state.missed < LOST_AFTER_STEPS:  # lost by steps with no scrape of its target at all
+            at = f" {state.instance}" if state.instance else ""
+            why = f"its target{at} is no longer scraped (no up sample in {state.missed + state.unscraped} steps)"
         elif up == 0.0:
             why = f"Prometheus cannot scrape it (up == 0 at {state.instance})"
         elif up is not None:
