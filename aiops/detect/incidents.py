@@ -3,16 +3,17 @@ path of the dependency graph (the throttling GPU, the slow steps of its job, the
 peers), so a new symptom joins an open incident when it is on a component causally related to one of that
 incident's (`aiops.causal`: same GPU/node/NIC, a rack over its nodes for heat and power, a job over its ranks)
 and the two share a cause (`IncidentTracker._linked`: one onset, or one label that explains both while that
-cause still spreads), or when its onset comes within `join_s` of the incident's opening (one event seen on
-several components at once). A symptom on an unrelated component, or an independent one on a related component
-(a PCIe fault next to a hot GPU, a DCIM cap minutes into a thermal fault, a fault during benign ambient drift),
-opens an incident of its own; so does a new onset of an already-explained cause on another component once the
-first one's symptoms settled (`_spreading`: a second GPU of a node overheating minutes after the first, a
-second power limit lowered, a limit lowered below what a DCIM cap asked), uniformly across labels, as two link
-flaps on one node always were. A symptom that moves in steps (a power limit lowered, then lowered again) is
-placed step by step (`_key`). A
-job-level symptom (slow steps, collective latency or timeouts) reaches every rank, so it is put with the open
-incident of a fault whose onset came last before it (the most recent change explains it; a benign condition's
+cause still spreads), or when its onset comes within `join_s` of the incident's opening and one cause could
+produce both (`_one_event`: one event seen on several components at once, a lane policy over two NICs; not two
+faults that happen to start together, whatever the windows' alignment). A symptom on an unrelated component,
+or an independent one on a related component (a PCIe fault next to a hot GPU, a DCIM cap minutes into a thermal
+fault, a fault during benign ambient drift), opens an incident of its own; so does a new onset of an
+already-explained cause on another component once the first one's symptoms settled (`_spreading`: a second GPU
+of a node overheating minutes after the first, a second power limit lowered, a limit lowered below what a DCIM
+cap asked), uniformly across labels, as two link flaps on one node always were. A symptom that moves in
+steps (a power limit lowered, then lowered again) is placed step by step (`_key`). A job-level symptom
+(slow steps, collective latency or timeouts) reaches every rank, so it is put with the open incident of a fault
+whose onset came last before it (the most recent change explains it; a benign condition's
 incident only when no other is open). Each (kind, component) stays with the incident it first joined; an
 incident closes after `quiet_s` without one of its own.
 
@@ -217,7 +218,7 @@ class IncidentTracker:
         for s, home in homes:
             if home is None:
                 continue
-            if any(o.component == s.component and abs(o.ts_s - s.ts_s) <= self.join_s for o in orphans):
+            if any(abs(o.ts_s - s.ts_s) <= self.join_s and self._with_new(s, o) for o in orphans):
                 orphans.append(s)  # one onset on one component: with the new cause, not an older one
             else:
                 placed.setdefault(home.number, []).append(s)
@@ -231,6 +232,20 @@ class IncidentTracker:
                 opened.append(latest)
             placed.setdefault(latest.number, []).append(s)
         return placed, opened
+
+    def _with_new(self, s: Symptom, orphan: Symptom) -> bool:
+        """Does `s`, which found an open incident, go with `orphan` instead, a symptom of a new cause with
+        about the same onset: on the same component, or `s` a rank's (idling or late: `NO_ANCHOR`) that the
+        orphan's cause produces on its own node (a data loader stalling with its ranks idling in the same
+        window goes with the loader, not with an older fault that holds only their job's slow steps)."""
+        if orphan.component == s.component:
+            return True
+        if s.kind not in NO_ANCHOR or node_of(s.component, self.rack_of) != node_of(
+            orphan.component, self.rack_of
+        ):
+            return False
+        new, old = symptom_labels(orphan.kind, orphan.detail), symptom_labels(s.kind, s.detail)
+        return one_cause(orphan.kind, orphan.component, s.kind, s.component, self.rack_of, new, old)
 
     def _home(self, s: Symptom, placed: dict[int, list[Symptom]]) -> _Open | None:
         """The open incident a new hardware symptom belongs to: one with a symptom it is linked to (`_linked`:
@@ -261,7 +276,11 @@ class IncidentTracker:
                 same_job.append(group)
             elif not hardware:
                 job_only.append(group)
-            elif abs(s.ts_s - group.opened_ts_s) <= self.join_s and any(m.kind not in INFO for m in anchors):
+            elif (
+                abs(s.ts_s - group.opened_ts_s) <= self.join_s
+                and any(m.kind not in INFO for m in anchors)
+                and self._one_event(s, anchors)
+            ):
                 simultaneous.append(group)
         for found in (related, same_job, job_only, simultaneous):
             if found:
@@ -295,6 +314,26 @@ class IncidentTracker:
             return True
         late = s.kind in PERSISTENT and 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s
         return late and one_cause(s.kind, s.component, kind, component, rack_of, new, old)
+
+    def _one_event(self, s: Symptom, anchors: list[Symptom]) -> bool:
+        """May `s`, on a component no anchor of an incident is causally related to but with its onset within
+        `join_s` of the incident's opening, be that incident's cause seen once more? Only where one cause could
+        produce both, on a component of its target kinds over both (`one_cause`, either way, narrowed by what
+        each symptom allows: a lane policy over two NICs, a DCIM cap over two racks); a symptom that is no
+        cause's sign says nothing either way and joins as before. Otherwise the coincidence is two faults that
+        happen to start together (a PCIe link degrading on one node 15 s after a data loader stalled on
+        another; an input-bound rank next to a GPU's heat), and the symptom is grouped by its own cause, not
+        by where the detection windows happened to fall."""
+        if s.kind not in SIGNED:
+            return True
+        rack_of, new = self.rack_of, symptom_labels(s.kind, s.detail)
+        for m in anchors:
+            old = symptom_labels(m.kind, m.detail)
+            if one_cause(m.kind, m.component, s.kind, s.component, rack_of, old, new) or one_cause(
+                s.kind, s.component, m.kind, m.component, rack_of, new, old
+            ):
+                return True
+        return False
 
     def _spreading(self, s: Symptom, member: Symptom, via: frozenset[str], anchors: list[Symptom]) -> bool:
         """Is `s`, which one of the causes `via` could produce from `member`, part of that cause's spread? A
