@@ -7,7 +7,7 @@ import io
 import signal
 import subprocess
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,27 +60,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def clusters_history(runs: Mapping[str, Path], *, openmetrics: bool) -> str:
-    """Each run's history (its workspace by name) with a `cluster` label naming it: one server holding several
-    clusters' series, as a shared Prometheus does, each read back with `--selector 'cluster="NAME"'`.
-    OpenMetrics (seconds, one `# EOF`) or Prometheus text (milliseconds)."""
-    texts: list[str] = []
-    for cluster, db in runs.items():
-        text = io.StringIO()
-        with Store(db, read_only=True) as store:
-            write_history(store, text, openmetrics=openmetrics)
-        body = text.getvalue().removesuffix("# EOF\n")
-        assert "{cluster=" not in body and body.count("\n") == body.count("{"), "one label set a line"
-        texts.append(body.replace("{", f'{{cluster="{cluster}",'))
-    return "".join(texts) + ("# EOF\n" if openmetrics else "")
-
-
 @contextmanager
-def prometheus_with(tmp_path: Path, runs: Mapping[str, Path]) -> Iterator[str]:
-    """A real Prometheus whose TSDB holds the runs' dcgm-exporter/node_exporter series (promtool backfill), each
-    run's under its `cluster` label."""
+def prometheus_with(tmp_path: Path, db: Path) -> Iterator[str]:
+    """A real Prometheus whose TSDB holds the run's dcgm-exporter/node_exporter series (promtool backfill)."""
     history = tmp_path / "history.om"
-    history.write_text(clusters_history(runs, openmetrics=True))
+    with Store(db, read_only=True) as store, history.open("w") as out:
+        write_history(store, out, openmetrics=True)
     with prometheus_holding(tmp_path, history, scrape_interval="1s", drop_history=True) as url:
         yield url
 
@@ -107,9 +92,8 @@ def prometheus_holding(
 
 
 @contextmanager
-def victoria_metrics_with(tmp_path: Path, runs: Mapping[str, Path]) -> Iterator[str]:
-    """A real VictoriaMetrics holding the runs' series, each run's under its `cluster` label (Prometheus text with
-    timestamps, its import API)."""
+def victoria_metrics_with(tmp_path: Path, db: Path) -> Iterator[str]:
+    """A real VictoriaMetrics holding the run's series (Prometheus text with timestamps, its import API)."""
     binary = require_binary("victoria-metrics")
     port = free_port()
     log = (tmp_path / "victoria-metrics.log").open("ab")
@@ -127,8 +111,12 @@ def victoria_metrics_with(tmp_path: Path, runs: Mapping[str, Path]) -> Iterator[
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/health", 2.0)[0] == 200, 60, "victoria-metrics to be ready")
-        body = clusters_history(runs, openmetrics=False).encode()
-        request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=body, method="POST")
+        text = io.StringIO()
+        with Store(db, read_only=True) as store:
+            write_history(store, text, openmetrics=False)
+        request = urllib.request.Request(
+            f"{url}/api/v1/import/prometheus", data=text.getvalue().encode(), method="POST"
+        )
         with urllib.request.urlopen(request, timeout=120) as reply:
             assert reply.status == 204, reply.status
         assert get(f"{url}/internal/force_flush", 30.0)[0] == 200

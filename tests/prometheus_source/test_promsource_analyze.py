@@ -2,17 +2,11 @@
 holding a faulted public scenario's dcgm-exporter and node_exporter series gives the same top hypothesis as
 the store-based analysis of that run. The series reach the engine through its own bulk paths (promtool's TSDB
 backfill from the twin's OpenMetrics exposition; VictoriaMetrics' Prometheus import), so the run is read at
-the sim clock without waiting for real-time scrapes; docs/PROMETHEUS.md says so.
-
-One Prometheus and one VictoriaMetrics hold every case's run, each under its own `cluster` label, as a server
-shared by several clusters does, and each case is read back with `--selector 'cluster="NAME"'` (one backfill
-and one server start for the module, not one a case: most of the module's CPU was those start-ups)."""
+the sim clock without waiting for real-time scrapes; docs/PROMETHEUS.md says so."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,52 +34,11 @@ VICTORIA_SCENARIOS = ("thermal-node-small", "from-start-nic-link-flap", "ecc-sma
 AFTER_FAULT_S = 90.0
 
 
-@dataclass(frozen=True)
-class Run:
-    """A scenario simulated into its workspace: first and last sample time, the store-based analysis' top."""
-
-    db: Path
-    start_s: float
-    end_s: float
-    expected: tuple[str, str] | None
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    """Every case's run, simulated and analysed from its store once for the module."""
-    out: dict[str, Run] = {}
-    for scenario in PROMETHEUS_SCENARIOS:
-        out[scenario] = Run(*simulated(tmp_path_factory.mktemp(scenario), scenario, AFTER_FAULT_S))
-    return out
-
-
-@pytest.fixture(scope="module")
-def prometheus_url(runs: dict[str, Run], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with prometheus_with(tmp_path_factory.mktemp("prometheus"), {n: r.db for n, r in runs.items()}) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def victoria_url(runs: dict[str, Run], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    held = {n: runs[n].db for n in VICTORIA_SCENARIOS}
-    with victoria_metrics_with(tmp_path_factory.mktemp("victoria-metrics"), held) as url:
-        yield url
-
-
-def analyze_json(capsys: pytest.CaptureFixture[str], url: str, run: Run, cluster: str) -> dict[str, object]:
+def analyze_json(
+    capsys: pytest.CaptureFixture[str], url: str, start_s: float, end_s: float
+) -> dict[str, object]:
     code = main(
-        [
-            "analyze",
-            "--prometheus",
-            url,
-            "--selector",
-            f'cluster="{cluster}"',
-            "--start",
-            f"{run.start_s:.0f}",
-            "--end",
-            f"{run.end_s:.0f}",
-            "--json",
-        ]
+        ["analyze", "--prometheus", url, "--start", f"{start_s:.0f}", "--end", f"{end_s:.0f}", "--json"]
     )
     out = capsys.readouterr().out
     assert code == 0, out
@@ -99,34 +52,25 @@ def top_of_json(answer: dict[str, object]) -> tuple[str, str] | None:
     return (hypotheses[0]["root_cause"], hypotheses[0]["component"]) if hypotheses else None
 
 
-@pytest.fixture
-def no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIOPS_CONFIG", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
-
-
-@pytest.mark.usefixtures("no_config")
 @pytest.mark.parametrize("scenario", PROMETHEUS_SCENARIOS)
 def test_prometheus_source_matches_store_analysis(
-    runs: dict[str, Run], prometheus_url: str, capsys: pytest.CaptureFixture[str], scenario: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, scenario: str
 ) -> None:
-    """Each scenario through the real Prometheus, read back by its `cluster` label among the other cases'."""
-    run = runs[scenario]
-    assert run.expected is not None and run.expected[0] != "healthy"
-    answer = analyze_json(capsys, prometheus_url, run, scenario)
-    assert top_of_json(answer) == run.expected
+    """Each scenario through a real Prometheus; the VICTORIA_SCENARIOS also through a real VictoriaMetrics, from
+    the same simulated run (one test: the run is simulated and analysed once for both servers)."""
+    monkeypatch.setenv("AIOPS_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    db, start_s, end_s, expected = simulated(tmp_path, scenario, AFTER_FAULT_S)
+    assert expected is not None and expected[0] != "healthy"
+    with prometheus_with(tmp_path, db) as url:
+        answer = analyze_json(capsys, url, start_s, end_s)
+    assert top_of_json(answer) == expected
     source = answer["source"]
     assert isinstance(source, dict) and source["step_s"] == 1.0 and source["bytes_fetched"] > 0
-
-
-@pytest.mark.usefixtures("no_config")
-@pytest.mark.parametrize("scenario", VICTORIA_SCENARIOS)
-def test_victoria_metrics_source_matches_store_analysis(
-    runs: dict[str, Run], victoria_url: str, capsys: pytest.CaptureFixture[str], scenario: str
-) -> None:
-    """The VICTORIA_SCENARIOS also through a real VictoriaMetrics, from the same simulated runs."""
-    run = runs[scenario]
-    assert top_of_json(analyze_json(capsys, victoria_url, run, scenario)) == run.expected, "victoria-metrics"
+    if scenario in VICTORIA_SCENARIOS:
+        with victoria_metrics_with(tmp_path, db) as url:
+            answer = analyze_json(capsys, url, start_s, end_s)
+        assert top_of_json(answer) == expected, "victoria-metrics"
 
 
 def test_the_victoria_metrics_scenarios_are_prometheus_scenarios() -> None:
