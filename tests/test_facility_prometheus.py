@@ -12,7 +12,7 @@ import json
 import subprocess
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,10 +43,21 @@ from tests.service_helpers import free_port, get, require_binary, wait_for
 STEP_S = 15.0
 
 
-def _twin(tmp_path: Path, scenario: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The scenario's rack_samples rows and the DCIM document in force at its end."""
-    with Store(tmp_path / "twin.duckdb") as store:
-        simulate_into(store, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each scenario simulated once for the module (the twin is deterministic: a second run of the same scenario
+    stores the same rows), read by the tests that need it."""
+    out: dict[str, Path] = {}
+    for scenario in ("rack-cooling-rack1", "facility-cap-rack"):
+        out[scenario] = tmp_path_factory.mktemp(scenario) / "twin.duckdb"
+        with Store(out[scenario]) as store:
+            simulate_into(store, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+    return out
+
+
+def _twin(db: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The twin's rack_samples rows and the DCIM document in force at its end."""
+    with Store(db, read_only=True) as store:
         rows = facility_rows(store)
         document = dcim_document(store, float(rows[-1]["ts_s"]))
     return rows, document
@@ -59,14 +70,14 @@ def _render(tmp_path: Path, rows: list[dict[str, Any]], config: FacilityConfig) 
     return history
 
 
-def _expected(seen: list[dict[str, Any]], rack: str, ts_s: float) -> dict[str, Any]:
+def _expected(seen: Sequence[Mapping[str, Any]], rack: str, ts_s: float) -> Mapping[str, Any]:
     """The newest scrape of `rack` at or before `ts_s` (what Prometheus answers at an evaluation time)."""
     before = [r for r in seen if r["rack"] == rack and float(r["ts_s"]) <= ts_s + 1e-6]
     assert before, (rack, ts_s)
     return before[-1]
 
 
-def _assert_matches(fetched: list[dict[str, Any]], seen: list[dict[str, Any]]) -> None:
+def _assert_matches(fetched: list[dict[str, Any]], seen: Sequence[Mapping[str, Any]]) -> None:
     assert fetched
     for row in fetched:
         want = _expected(seen, str(row["rack"]), float(row["ts_s"]))
@@ -76,8 +87,8 @@ def _assert_matches(fetched: list[dict[str, Any]], seen: list[dict[str, Any]]) -
         assert row["power_cap_kw"] is None  # no rack sensor knows the facility's cap: the DCIM input does
 
 
-def test_rack_cooling_round_trips_through_prometheus(tmp_path: Path) -> None:
-    rows, _ = _twin(tmp_path, "rack-cooling-rack1")
+def test_rack_cooling_round_trips_through_prometheus(twins: dict[str, Path], tmp_path: Path) -> None:
+    rows, _ = _twin(twins["rack-cooling-rack1"])
     config = FacilityConfig()
     seen, (start_s, end_s) = scrapes(rows, STEP_S), (float(rows[0]["ts_s"]), float(rows[-1]["ts_s"]))
     with (
@@ -131,8 +142,10 @@ def serving(body: bytes) -> Iterator[str]:
         server.server_close()
 
 
-def test_facility_cap_round_trips_with_instance_mapping_and_the_dcim_document(tmp_path: Path) -> None:
-    rows, document = _twin(tmp_path, "facility-cap-rack")
+def test_facility_cap_round_trips_with_instance_mapping_and_the_dcim_document(
+    twins: dict[str, Path], tmp_path: Path
+) -> None:
+    rows, document = _twin(twins["facility-cap-rack"])
     assert document == {"rack0": {"kw": 23.1}}  # the twin's cap in force at the end, as a DCIM serves it
     config = FacilityConfig(
         rack_label="site_rack", racks={"10.0.4.17:9290": "rack0", "10.0.4.18:9290": "rack1"}
@@ -163,9 +176,11 @@ def test_facility_cap_round_trips_with_instance_mapping_and_the_dcim_document(tm
         assert dcim_caps_kw(fleet, end_s + 10, end_s + 20) == {}
 
 
-def test_the_prometheus_text_history_round_trips_through_victoria_metrics(tmp_path: Path) -> None:
+def test_the_prometheus_text_history_round_trips_through_victoria_metrics(
+    twins: dict[str, Path], tmp_path: Path
+) -> None:
     """The millisecond-timestamp format, imported by a real VictoriaMetrics, reads back the same."""
-    rows, _ = _twin(tmp_path, "rack-cooling-rack1")
+    rows, _ = _twin(twins["rack-cooling-rack1"])
     text = io.StringIO()
     assert render_facility_history(rows, text, step_s=STEP_S, openmetrics=False) > 0
     seen, (start_s, end_s) = scrapes(rows, STEP_S), (float(rows[0]["ts_s"]), float(rows[-1]["ts_s"]))
@@ -212,13 +227,12 @@ def _every_step(lines: list[str], first_s: float) -> Iterator[str]:
     ],
 )
 def test_the_analyst_names_them_as_such_from_prometheus_at_a_15_s_step(
-    tmp_path: Path, scenario: str, expected: tuple[str, str]
+    twins: dict[str, Path], tmp_path: Path, scenario: str, expected: tuple[str, str]
 ) -> None:
     """The node exporters' series and the facility's through one Prometheus at a 15 s step, the DCIM caps read
     over HTTP when the DCIM lists them: the analyst names the rack cooling failure and the facility cap (with
     the node series alone it says thermal_throttle on one node, and power_cap_misconfig on one GPU)."""
-    with Store(tmp_path / "twin.duckdb") as twin:
-        simulate_into(twin, load_scenario(str(SCENARIOS / f"{scenario}.yaml")))
+    with Store(twins[scenario], read_only=True) as twin:
         start_s = float(twin.scalar("SELECT min(ts_s) FROM gpu_samples"))
         end_s = float(twin.scalar("SELECT max(ts_s) FROM gpu_samples"))
         racks = twin.query("SELECT component, rack FROM topology WHERE kind = 'node'")

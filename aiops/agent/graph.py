@@ -12,8 +12,6 @@ the one status machine every actor shares.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import time
 from collections.abc import Callable
@@ -37,6 +35,7 @@ from aiops.agent.grounding import (
     verified_citation_rate,
     verify_claims,
 )
+from aiops.agent.ids import proposal_id
 from aiops.agent.ports import Chat, ExecutionRefused, Guard, Journal, World
 from aiops.agent.sqltool import ReadOnlySQL
 from aiops.agent.tools import ToolBox
@@ -103,11 +102,6 @@ class Deps:
 
 
 _FILED = re.compile(r"^P-[0-9a-f]{8}$")
-
-
-def proposal_id(thread_id: str, action: dict[str, Any]) -> str:
-    digest = hashlib.sha256((thread_id + json.dumps(action, sort_keys=True)).encode()).hexdigest()
-    return "P-" + digest[:8]
 
 
 def _proposal_problem(item: Any) -> str | None:

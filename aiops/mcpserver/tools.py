@@ -25,8 +25,8 @@ from typing import Any
 
 from aiops.agent import component as about_component
 from aiops.agent.analyst import Analyst
-from aiops.agent.graph import proposal_id
 from aiops.agent.guarded import WorkspaceGuard
+from aiops.agent.ids import proposal_id
 from aiops.agent.journal import bounded
 from aiops.agent.scope import TimeScope
 from aiops.agent.sqlworker import jsonable

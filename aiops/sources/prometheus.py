@@ -105,9 +105,11 @@ class PrometheusClient:
             points = _points(series)
             chunk_start_s = chunk_end_s + step_s
 
-    def scrape_interval_s(self, at_s: float, window_s: float = 300.0) -> float | None:
-        """The spacing of the raw samples of one GPU temperature series before `at_s` (the scrape interval)."""
-        data = self.get("/api/v1/query", {"query": f"{PROBE_METRIC}[{int(window_s)}s]", "time": _ts(at_s)})
+    def scrape_interval_s(self, at_s: float, window_s: float = 300.0, selector: str = "") -> float | None:
+        """The spacing of the raw samples of one GPU temperature series before `at_s` (the scrape interval), of
+        the series `selector` (label matchers) picks: not another cluster's in a shared server."""
+        series = PROBE_METRIC + (f"{{{selector}}}" if selector else "")
+        data = self.get("/api/v1/query", {"query": f"{series}[{int(window_s)}s]", "time": _ts(at_s)})
         for series in (data or {}).get("result") or []:
             stamps = [float(v[0]) for v in series.get("values") or []]
             gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
@@ -156,7 +158,7 @@ def fetch_into(
     label matchers (`job="dcgm"`) to every query. The step is the scrape interval unless given."""
     if end_s <= start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is not before end {end_s:g}")
-    step = step_s or client.scrape_interval_s(end_s) or 15.0
+    step = step_s or client.scrape_interval_s(end_s, selector=selector) or 15.0
     step = max(step, (end_s - start_s) / (MAX_POINTS * 1000))  # at most 1,000 full chunks a series
     start = math.floor(start_s / step) * step
     report = FetchReport(client.url, start, end_s, step)

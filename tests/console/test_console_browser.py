@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from aiops.store import Workspace
 from guardrails.audit import read_rows
 from tests.agent_fakes import final, scripted_llm
+from tests.clirun import run_cli
 from tests.console_helpers import (
     PASSWORD,
     add_users,
@@ -33,7 +33,7 @@ from tests.console_helpers import (
     write_config,
 )
 from tests.report_browser import MIN_VARIANCE, chromium, one_browser, variance  # noqa: F401
-from tests.service_helpers import aiops_cmd, free_port, service_env
+from tests.service_helpers import free_port, service_env
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE_JOB = "<script>window.pwned = 1</script><img src=x onerror='window.pwned = 2'>"
@@ -160,13 +160,9 @@ def test_sign_in_see_the_evidence_approve_and_find_the_audit_row(
     bob.inert()
     alice.close()
     bob.close()
-    verify = subprocess.run(
-        aiops_cmd("audit", "verify", "--db", str(served["db"]), "--witness"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=served["env"],
-    )
+    # `aiops audit verify` in this process (tests/clirun.py: the same command line and environment, without a
+    # second interpreter's start-up)
+    verify = run_cli("audit", "verify", "--db", str(served["db"]), "--witness", env=served["env"])
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 

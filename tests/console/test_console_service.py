@@ -7,15 +7,14 @@ exists); the chat answers (the agent's workspace opens through the service's lea
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import httpx
 
+from tests.clirun import run_cli
 from tests.console_helpers import PASSWORD
 from tests.service_helpers import (
     TINY_SCENARIO,
-    aiops_cmd,
     get,
     get_json,
     running_service,
@@ -39,21 +38,11 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
         assert status == 200 and b"aiops console adduser NAME --role admin" in body  # first run: no account
         secret = tmp_path / "pw"
         secret.write_text(PASSWORD)
-        added = subprocess.run(
-            aiops_cmd(
-                "console",
-                "adduser",
-                "alice",
-                "--role",
-                "approver",
-                "--db",
-                str(db),
-                "--password-file",
-                str(secret),
-            ),
-            capture_output=True,
-            text=True,
-            timeout=60,
+        # the CLI in this process (tests/clirun.py), still a process apart from the service that holds the
+        # workspace: the same command line and environment without a second interpreter's start-up
+        added = run_cli(
+            *("console", "adduser", "alice", "--role", "approver", "--db", str(db)),
+            *("--password-file", str(secret)),
             env=env,
         )
         assert added.returncode == 0, added.stderr
@@ -92,9 +81,7 @@ def test_aiops_run_serves_the_console_and_executes_what_its_approver_approved(tm
             return bool(found) and found[0]["status"] == "executed"
 
         wait_for(executed, 60, "the service to execute the approval made in the console")
-        verify = subprocess.run(
-            aiops_cmd("audit", "verify", "--db", str(db)), capture_output=True, text=True, timeout=60, env=env
-        )
+        verify = run_cli("audit", "verify", "--db", str(db), env=env)
         assert verify.returncode == 0, verify.stdout + verify.stderr
     assert proc.returncode == 0
     assert not _listening(port)  # the console stopped with the service

@@ -18,12 +18,13 @@ from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "evals" / "real"
-# 48 MiB: read whole (bytes, text and the list of lines) the file adds ~130 MB to the process; streamed, ~1 MB
-# (measured). The growth over the process's own peak before the file (the interpreter and the code: 70-105 MB,
-# more where no bytecode is cached) is judged, so a regression to whole-file reading fails on any machine; the
-# product's figure (300 MB peak) is judged too. bench/ covers 1 GiB.
-LARGE_BYTES = 48 * 1024 * 1024
-GROWTH_LIMIT_MB = 32
+# 24 MiB: read whole the file adds at least its own 24 MiB (its bytes alone) and ~65 MB as bytes, text and the
+# list of lines; streamed, ~1 MB (measured). The growth over the process's own peak before the file (the
+# interpreter and the code: 70-105 MB, more where no bytecode is cached) is judged against 16 MB, so a regression
+# to whole-file reading, even of the bytes only, fails on any machine; the product's figure (300 MB peak) is
+# judged too. bench/ covers 1 GiB. (48 MiB until 2026-12-06: the same proof at twice the parsing CPU.)
+LARGE_BYTES = 24 * 1024 * 1024
+GROWTH_LIMIT_MB = 16
 PEAK_RSS_LIMIT_MB = 300
 
 # In a child process: run the investigation, then report its own peak RSS. VmHWM (/proc/self/status) is
@@ -82,7 +83,7 @@ def test_a_large_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     report = measured_investigation(big, timeout_s=170)
     result = report["result"]
     source = result["sources"][0]
-    assert source["format"] == "kernel-log" and source["lines"] > 450_000
+    assert source["format"] == "kernel-log" and source["lines"] > 225_000
     assert source["parsed"] + source["unknown"] == source["lines"]
     assert result["verdict"] == "diagnosed" and result["hypotheses"][0]["root_cause"] == "gpu_fell_off_bus"
     assert report["growth_mb"] <= GROWTH_LIMIT_MB, report
@@ -132,8 +133,8 @@ _REDOS_PIECES = (
 @pytest.mark.parametrize("piece", _REDOS_PIECES)
 def test_hostile_long_lines_are_parsed_in_linear_time(piece: str) -> None:
     line = (piece * (65536 // len(piece) + 1))[:65536]
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU of this thread: a loaded machine stretches wall time, not this
     for parse in PARSERS.values():
         list(parse("hostile.log", [(1, line)]))
     detect_format([line])
-    assert time.perf_counter() - start < 2.0  # about 0.1 s here; the quadratic version took 11 s
+    assert time.thread_time() - start < 2.0  # about 0.1 CPU-s here; the quadratic version took 11 s

@@ -93,6 +93,17 @@ def test_chunks_shrink_as_series_multiply(stub: str) -> None:
     ]
 
 
+def test_the_scrape_interval_is_probed_within_the_selector(stub: str) -> None:
+    """A server shared by several clusters: the step is the selected cluster's scrape interval, probed on its own
+    temperatures (`--selector`), not on the first series of whichever cluster the server lists first."""
+    raw = [{"metric": {"cluster": "a"}, "values": [[0, "40"], [15, "41"], [30, "41"]]}]
+    Stub.answers = [
+        (200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": raw}}).encode())
+    ]
+    assert PrometheusClient(stub).scrape_interval_s(30.0, selector='cluster="a"') == 15.0
+    assert Stub.seen[-1]["query"] == 'DCGM_FI_DEV_GPU_TEMP{cluster="a"}[300s]'
+
+
 def test_http_error_names_url_status_and_escaped_body(stub: str) -> None:
     Stub.answers = [(503, b"\x1b[31mdown\nfor maintenance")]
     with pytest.raises(SourceError) as caught:

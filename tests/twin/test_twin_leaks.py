@@ -183,12 +183,11 @@ def value_set_change(inside: Any, outside: Any) -> float:
     return max(float(only_in.mean()), float(only_out.mean()))
 
 
-def _features(column: Any, numeric: bool) -> Iterator[tuple[str, Any, Any]]:
-    """(how, values, mask of the samples they belong to) for one entity's column in time order."""
-    null = np.array([v is None for v in column], dtype=bool)
-    yield "is null more or less often", null.astype(float), np.ones(len(column), dtype=bool)
+def _features(null: Any, values: Any, numeric: bool) -> Iterator[tuple[str, Any, Any]]:
+    """(how, values, mask of the samples they belong to) for one entity's column in time order: `null` marks its
+    missing samples, `values` holds its numbers (NaN where missing) or its values as text."""
+    yield "is null more or less often", null.astype(float), np.ones(len(null), dtype=bool)
     if numeric:
-        values = np.array([np.nan if v is None else float(v) for v in column])
         known_values = values[~null]
         if len(known_values) < 2 or np.any(np.diff(known_values) < 0):  # a counter's level is its history
             yield "shifts its level", known_values, ~null
@@ -196,7 +195,7 @@ def _features(column: Any, numeric: bool) -> Iterator[tuple[str, Any, Any]]:
         known = ~np.isnan(change)
         yield "changes differently", change[known], known
     else:
-        yield "changes its value set", np.array([str(v) for v in column[~null]]), ~null
+        yield "changes its value set", values[~null], ~null
 
 
 def series_leaks(
@@ -215,18 +214,23 @@ def series_leaks(
     rows = result.fetchall()
     if not rows:
         return []
-    data = {name: np.array([r[i] for r in rows], dtype=object) for i, name in enumerate(names)}
+    by_column = list(zip(*rows, strict=True))  # one pass over the rows, not one per column
+    data = {name: np.array(by_column[i], dtype=object) for i, name in enumerate(names)}
     ts = data["ts_s"].astype(float)
     found = _row_rate(table, ts, states)
-    entity_of = [tuple(r[names.index(k)] for k in keys) for r in rows]
+    entity_of = (
+        list(zip(*(by_column[names.index(k)] for k in keys), strict=True)) if keys else [()] * len(rows)
+    )
     bounds = [0, *[i for i in range(1, len(rows)) if entity_of[i] != entity_of[i - 1]], len(rows)]
     for name, data_type in cols:
         if name == "ts_s" or name in keys:
             continue
         best: dict[tuple[str, str], Leak] = {}
+        numeric = _numeric(data_type)
+        null, as_arrays = _as_arrays(data[name], numeric)  # the whole column once, each entity a slice of it
         for a, b in itertools.pairwise(bounds):
             before = ts[a:b] < SIM_EPOCH_TS_S + START_S
-            features = list(_features(data[name][a:b], _numeric(data_type)))  # once for every state and ref
+            features = list(_features(null[a:b], as_arrays[a:b], numeric))  # once for every state and ref
             for state_name, state in states.items():
                 on = state(ts[a:b])
                 refs = (
@@ -250,12 +254,34 @@ def series_leaks(
         measured = data_type.startswith(("DOUBLE", "FLOAT", "REAL", "DECIMAL"))  # varies by nature
         if healthy is not None and not measured:
             ever = _values_in(healthy, table, name)
-            found += _rare_values(table, name, data[name], ts, bounds, entity_of, states, ever)
+            column = _Column(data[name], null, as_arrays if numeric else None)
+            found += _rare_values(table, name, column, ts, bounds, entity_of, states, ever)
     if healthy is None or not keys:
         return found
     listed = ", ".join(f'"{k}"' for k in keys)  # names from the catalogue
     known = {tuple(r) for r in healthy.conn.execute(f'SELECT DISTINCT {listed} FROM "{table}"').fetchall()}
     return found + _entities_only_within(table, ts, bounds, entity_of, states, known)
+
+
+def _as_arrays(column: Any, numeric: bool) -> tuple[Any, Any]:
+    """A column's null mask and its values: numbers as floats (NaN where null), anything else as text."""
+    null = np.fromiter((v is None for v in column), dtype=bool, count=len(column))
+    if numeric:
+        return null, np.array([np.nan if v is None else float(v) for v in column], dtype=float)
+    return null, np.array([str(v) for v in column])
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One column of a table in entity and time order: its values, null mask, reprs and (numbers) floats."""
+
+    values: Any
+    null: Any
+    numbers: Any  # floats with NaN where null, or None for a column that is not numeric
+
+    @property
+    def reprs(self) -> Any:
+        return np.array([repr(v) for v in self.values], dtype=object)
 
 
 _VALUES_IN: dict[tuple[int, str, str], set[str]] = {}
@@ -274,7 +300,7 @@ def _values_in(store: Store, table: str, column: str) -> set[str]:
 def _rare_values(
     table: str,
     name: str,
-    column: Any,
+    column: _Column,
     ts: Any,
     bounds: list[int],
     entity_of: list[tuple[Any, ...]],
@@ -285,17 +311,23 @@ def _rare_values(
     the fault, a value it never takes outside nor anywhere in the fault-free run (`ever`): caught however few
     samples carry it (the distances above need a share of them)."""
     found = []
+    reprs = column.reprs
     for a, b in itertools.pairwise(bounds):
-        values = column[a:b]
-        known = np.array([v is not None for v in values], dtype=bool)
-        if _counter(values[known]):  # its level is its history: its changes are judged above
-            continue
+        values, texts, known = column.values[a:b], reprs[a:b], ~column.null[a:b]
+        if column.numbers is not None and _counter(column.numbers[a:b][known]):
+            continue  # its level is its history: its changes are judged above
         for state_name, state in states.items():
             on = state(ts[a:b])
-            outside = {repr(v) for v in values[~on & known]}
-            if len(values[~on & known]) < MIN_OFF or len(outside) > DISCRETE_MAX:
+            off = ~on & known
+            outside = set(texts[off])
+            if int(off.sum()) < MIN_OFF or len(outside) > DISCRETE_MAX:
                 continue
-            new = [v for v in values[on & known] if repr(v) not in outside and repr(v) not in ever]
+            inside = on & known
+            new = [
+                v
+                for v, r in zip(values[inside], texts[inside], strict=True)
+                if r not in outside and r not in ever
+            ]
             if new:
                 found.append(
                     Leak(
@@ -310,11 +342,8 @@ def _rare_values(
     return found
 
 
-def _counter(values: Any) -> bool:
+def _counter(numbers: Any) -> bool:
     """Numbers that never decrease and change at least once (a counter's level grows with time alone)."""
-    if not len(values) or isinstance(values[0], str):
-        return False
-    numbers = np.array([float(v) for v in values])
     return bool(len(numbers) > 1 and np.all(np.diff(numbers) >= 0) and numbers[-1] > numbers[0])
 
 
@@ -366,32 +395,39 @@ def content(store: Store, table: str, cols: list[tuple[str, str]]) -> list[tuple
 
 
 def naming(store: Store, table: str, cols: list[tuple[str, str]]) -> dict[str, str]:
-    """Columns of `table` holding a string that names a fault kind or says fault/inject, with one such value: one
-    scan of the table for all its columns. A number's or a boolean's text (digits, sign, point, exponent, inf,
-    nan, true, false) can name nothing: those columns are not cast."""
-    texts = [c for c, data_type in cols if not _numeric(data_type)]
+    """Columns of `table` holding a string that names a fault kind or says fault/inject, with one such value."""
+    return naming_in(store, {table: cols}).get(table, {})
+
+
+def naming_in(store: Store, schema: dict[str, list[tuple[str, str]]]) -> dict[str, dict[str, str]]:
+    """Per table of `schema`, `naming`'s columns and values: one scan of every table in one query (a query per
+    table cost more than the scans). A number's or a boolean's text (digits, sign, point, exponent, inf, nan,
+    true, false) can name nothing: those columns are not cast."""
+    texts = [(t, c) for t, cols in schema.items() for c, data_type in cols if not _numeric(data_type)]
     if not texts:
         return {}
     pattern = "(?i)" + NAMES_A_FAULT.pattern
-    picks = ", ".join(
-        f'any_value(CAST("{c}" AS VARCHAR)) FILTER (WHERE regexp_matches(CAST("{c}" AS VARCHAR), $1))'
-        for c in texts
+    each = " UNION ALL ".join(
+        f'SELECT {i} AS i, CAST("{c}" AS VARCHAR) AS v FROM "{t}"' for i, (t, c) in enumerate(texts)
     )  # names from the catalogue
-    row = store.conn.execute(f'SELECT {picks} FROM "{table}"', [pattern]).fetchone()
-    assert row is not None
-    return {c: str(hit) for c, hit in zip(texts, row, strict=True) if hit is not None}
+    hits = store.conn.execute(
+        f"SELECT i, any_value(v) FROM ({each}) WHERE regexp_matches(v, $1) GROUP BY i", [pattern]
+    ).fetchall()
+    found: dict[str, dict[str, str]] = {}
+    for i, hit in hits:
+        table, column = texts[int(i)]
+        found.setdefault(table, {})[column] = str(hit)
+    return found
 
 
 def leaks(store: Store, healthy: Store | None, states: dict[str, Any]) -> list[Leak]:
     """Everything in `store` outside the twin's tables that carries information about the fault; a table
     without ts_s is compared with the fault-free run's (`healthy`)."""
     found: list[Leak] = []
-    for table, cols in tables(store).items():
-        if table in TWIN_TABLES:
-            continue
-        found += [
-            Leak(table, c, f"names a fault ({v[:60]!r})") for c, v in naming(store, table, cols).items()
-        ]
+    schema = {table: cols for table, cols in tables(store).items() if table not in TWIN_TABLES}
+    named = naming_in(store, schema)
+    for table, cols in schema.items():
+        found += [Leak(table, c, f"names a fault ({v[:60]!r})") for c, v in named.get(table, {}).items()]
         if any(c == "ts_s" for c, _ in cols):
             found += series_leaks(store, table, cols, states, healthy)
         elif healthy is not None and content(store, table, cols) != content(healthy, table, cols):

@@ -3,6 +3,7 @@ scenario's faults (`aiops.sim.calibrate.world_from_store`, `TwinWorld.preview`).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,31 @@ def _run(faults: list[dict[str, Any]]) -> tuple[Workspace, Twin]:
     with workspace.write() as store:
         twin = simulate_into(store, scenario)
     return workspace, twin
+
+
+_HEALTHY: list[
+    tuple[Workspace, Twin]
+] = []  # the fault-free run, simulated once for the module; never handed out
+
+
+def _healthy_copy() -> tuple[Workspace, Twin]:
+    """What `_run([])` returns, for a test that writes into its workspace or steps its twin: the fault-free run's
+    rows copied into a new in-memory workspace and its twin deep-copied (a copy's CPU, not a run's)."""
+    if not _HEALTHY:
+        _HEALTHY.append(_run([]))
+    source, twin = _HEALTHY[0]
+    fresh = Workspace(":memory:")
+    with source.read() as src, fresh.write() as dst:
+        names = src.conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations' ORDER BY 1"
+        ).fetchall()
+        for (name,) in names:
+            rows = src.arrow(f'SELECT * FROM "{name}"')  # names from the catalogue
+            dst.conn.register("copied_rows", rows)
+            dst.conn.execute(f'INSERT INTO "{name}" SELECT * FROM copied_rows')
+            dst.conn.unregister("copied_rows")
+    return fresh, copy.deepcopy(twin)
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +195,7 @@ def test_a_preview_on_a_healthy_store_changes_little(healthy: tuple[Workspace, T
 
 
 def test_hostile_stored_values_are_clamped_and_a_missing_topology_is_refused() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         store.conn.execute(
@@ -264,7 +290,7 @@ def test_a_gpu_off_the_bus_is_lost_and_a_node_wide_nvml_timeout_removes_nothing(
 
 
 def test_an_xid_79_alone_marks_a_gpu_lost_until_it_reads_again() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         store.conn.execute(  # the kernel log's Xid 79 for node3/gpu0, newer than its last reading
@@ -292,7 +318,7 @@ def test_an_xid_79_alone_marks_a_gpu_lost_until_it_reads_again() -> None:
 def test_only_the_history_window_is_read() -> None:
     """A preview reads the `HISTORY_S` before it: a state older than that is not the newest (and a year-long
     store costs what a day does)."""
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     old_s = ts_s - HISTORY_S - 60.0
     with workspace.write() as store:
@@ -341,7 +367,7 @@ def test_the_dcim_cap_in_force_holds_its_racks_limits_down(hardware: tuple[Works
 
 
 def test_a_fleet_cap_applies_to_every_gpu_and_a_clear_ends_it() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         store.conn.execute(  # 4 nodes × 2 kW hosts + 16 GPUs × 400 W
@@ -372,7 +398,7 @@ def test_a_flapping_link_keeps_flapping_in_the_preview() -> None:
 
 
 def test_a_link_down_in_its_newest_row_stays_down() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         store.conn.execute(  # down since long before the flap window, and down now
@@ -409,7 +435,7 @@ def test_counters_and_lane_ceilings_start_from_their_stored_values(hardware: tup
 
 
 def test_the_lane_controllers_ceilings_start_from_the_stored_lane_rates() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         store.conn.execute(  # the controller squeezed node0/nic0's bulk lane to 10 % of the link
@@ -425,7 +451,7 @@ def test_the_lane_controllers_ceilings_start_from_the_stored_lane_rates() -> Non
 
 
 def test_hostile_hardware_rows_are_clamped() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         store.conn.execute(
@@ -472,7 +498,7 @@ def test_a_failing_coolant_loop_delivers_its_share_of_a_raised_setpoint() -> Non
 
 
 def test_the_pump_setpoint_in_force_comes_from_the_executions() -> None:
-    workspace, twin = _run([])
+    workspace, twin = _healthy_copy()
     ts_s = twin.world.now_ts_s
     with workspace.write() as store:
         rows = [  # rack1: 150 then 250 L/min executed; a failed one never counts, and a newer unreadable
