@@ -1,10 +1,10 @@
-"""Issue 35 "never blind in silence", must-show, with real processes: three node agents of one twin (`aiops run
+"""Issue 35 "never blind in silence", must-show, with real processes: two node agents of one twin (`aiops run
 --sim S --node nodeK`), a real Prometheus scraping them every second, `aiops fleet` reading it at a 1 s step with
 its console and a loopback webhook receiver; Prometheus scrapes the fleet as well (the chart's ServiceMonitor).
 
-1. A killed node agent (kill -9 of node2's `aiops run`): the fleet opens "node agent lost on node2" at the first
+1. A killed node agent (kill -9 of node1's `aiops run`): the fleet opens "node agent lost on node1" at the first
    scrape Prometheus's targets API says was refused (nothing listens), one scrape interval after its last sample
-   (data time), with its last-seen time and why, notifies it, and raises nothing else about node2's GPUs; an
+   (data time), with its last-seen time and why, notifies it, and raises nothing else about node1's GPUs; an
    agent started again in its place at once (it starts while the page's last-sample check runs) resolves it.
 2. Prometheus unreachable for 60 s (its process stopped, then started again on the same port and data
    directory): /readyz 503 naming the blindness, one warning log line, one notification through the webhook
@@ -34,8 +34,10 @@ from tests.notify_helpers import Request, receiver
 from tests.service_helpers import get, get_json, service_env, wait_for
 from tests.test_fleet_live import fleet
 
-NODES = ("node0", "node1", "node2")
-LOST = "node2"  # not the job's home (node0 hosts rank 0 and exports the job's steps)
+# Two agents: one killed, one that goes on (what "nothing else raised" and the outage's "no node agent lost" are
+# judged against); a third added nothing the test asserts and cost its start-up and ~1 CPU-s a wall minute
+NODES = ("node0", "node1")
+LOST = "node1"
 OUTAGE_S = float(os.environ.get("AIOPS_BLIND_E2E_OUTAGE_S", "60"))
 SCRAPE_S = 1.0  # Prometheus's scrape interval and the fleet's step (wall seconds)
 PASSWORD = "correct horse battery staple"
@@ -43,7 +45,7 @@ SCENARIO = """\
 name: fleet-blind
 seed: 5
 duration_s: 3600
-cluster: {racks: 1, nodes_per_rack: 3, gpus_per_node: 2, nics_per_node: 1}
+cluster: {racks: 1, nodes_per_rack: 2, gpus_per_node: 2, nics_per_node: 1}
 """
 
 
@@ -99,9 +101,12 @@ def test_a_lost_agent_and_a_blind_source_are_said_notified_and_resolved(tmp_path
             scrape(prom.port, prom.targets, {**ports, "fleet": port})
             wait_for(lambda: ready(port)[0] == 200, 90, "the fleet ready")
             wait_for(
-                lambda: get_json(f"http://127.0.0.1:{port}/api/coverage")["totals"]["nodes_reporting"] == 3,
+                lambda: (
+                    get_json(f"http://127.0.0.1:{port}/api/coverage")["totals"]["nodes_reporting"]
+                    == len(NODES)
+                ),
                 60,
-                "three nodes reporting",
+                "every node reporting",
             )
             exported = get(f"http://127.0.0.1:{port}/metrics")[1].decode()
             assert "aiops_fleet_source_blind 0.0" in exported and "\naiops_node_info{" not in exported
