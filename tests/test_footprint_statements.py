@@ -2,7 +2,9 @@
 statement, docs/BENCHMARKS.md "Footprint"). The service runs in-process on a held clock over the 8-GPU node of
 bench/agent_overhead.py; every statement on its workspace is counted per flush. A flush writes each table at most
 once (one INSERT of the collectors' rows per table, not one per row or per collector), a judged window reads each
-window query once, and a node agent never reads the fleet's rank rows between windows."""
+window query once, and a node agent never reads the fleet's rank rows between windows. The rows are written twice
+a window: when a detection window closes (judged within `[store] window_flush_s` of its close, as soon as when
+rows were written every 2 s) and once between (no row waits more than `flush_interval_s`: what a kill -9 loses)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +80,7 @@ def test_a_flush_writes_each_table_once_and_reads_a_window_once(
 
         service.flush = counted_flush  # type: ignore[method-assign]
         held.run_until(45.0)
-    assert len(flushes) >= 15, f"{len(flushes)} flushes in 45 s of service time (every 2 s expected)"
+    assert len(flushes) >= 8, f"{len(flushes)} flushes in 45 s of service time (two a window expected)"
     judged = [f for f in flushes if f[1]]
     assert judged, "no window judged in 45 s of service time"
     written = Counter[str]()
@@ -100,3 +103,42 @@ def test_a_flush_writes_each_table_once_and_reads_a_window_once(
         )
         twice = [sql.split("FROM")[0][:80] for (sql, _), n in reads.items() if n > 1]
         assert not twice, f"a judged window read these window queries more than once: {twice}"
+
+
+def test_rows_are_written_twice_a_window_and_a_window_is_judged_as_it_closes(tmp_path: Path) -> None:
+    held = HeldClock(time.time())
+    seen: list[
+        tuple[float, float | None, float | None]
+    ] = []  # each flush: data time, judged until before, after
+    # 8 s windows: their closes fall between the 5 s writes (at 10 s they fall on them, whatever the start)
+    with service_in_process(
+        tmp_path / "agent.duckdb", SCENARIO, {"detection": {"window_s": 8.0}}, held
+    ) as service:
+        flush = service.flush
+        store = service.config.store
+        assert (store.flush_interval_s, store.window_flush_s) == (5.0, 2.0)  # the defaults this test is about
+
+        def noted_flush() -> None:
+            assert service.sources is not None
+            now_ts_s, before = service.sources.clock(), service.live.until_ts_s
+            flush()
+            seen.append((now_ts_s, before, service.live.until_ts_s))
+
+        service.flush = noted_flush  # type: ignore[method-assign]
+        held.run_until(62.0)
+        window_s = service.live.window_s
+    tick_s = 1.0
+    gaps = [b[0] - a[0] for a, b in pairwise(seen)]
+    assert max(gaps) <= store.flush_interval_s + tick_s + 1e-6, (
+        f"rows held longer than a flush interval: {gaps}"
+    )
+    # 62 s: seven windows and the writes between them; at 2 s a flush there were 31
+    assert len(seen) <= 2 * 62 / window_s + 2, f"{len(seen)} flushes in 62 s of service time: {gaps}"
+    judged = [(now, after) for now, before, after in seen if before is not None and after != before]
+    assert len(judged) >= 4, seen
+    for now_ts_s, until_ts_s in judged:
+        assert until_ts_s is not None
+        late_s = now_ts_s - until_ts_s
+        assert late_s <= store.window_flush_s + tick_s + 1e-6, (
+            f"the window ending at {until_ts_s:.1f} was judged {late_s:.1f} s after it closed"
+        )

@@ -2,7 +2,8 @@
 
 The loop, each tick: step the twin (sim), collect from every source that is due (timed; a collector's failure
 is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s` (and at once when the
-source says so: the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`): ingest the
+source says so: the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`; and when a
+detection window has closed in the rows held, `[store] window_flush_s` after the last flush at the earliest): ingest the
 batch in one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
 workspace acts on), judge what ran once its window passed and export what it set (closed_loop.py), queue
@@ -13,7 +14,8 @@ CUDA processes in a background thread when a diagnosis asks for one ([profile], 
 at `/` when one is given: http_stack.py, web.py, server.py), notification delivery in its own thread. The flush's
 steps are named functions in flush_steps.py (its table says when each runs and whether the workspace is open:
 the fleet's POSTs to node agents run with it closed).
-SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
+SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed (the
+rows of the last `flush_interval_s`, 5 s by default).
 """
 
 from __future__ import annotations
@@ -334,7 +336,8 @@ class Service:
         self.last_tick = self.clock()
         # a dispatch waiting (one that came during the tick) is judged now, as the nap judges one
         urgent = (self.sources.urgent is not None and self.sources.urgent()) or bool(len(self.dispatches))
-        if urgent or self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
+        since_s = self.last_tick - self.last_flush
+        if urgent or since_s >= self.config.store.flush_interval_s or self._window_due(since_s):
             self.flush()
         elif not self.flushes and self.on_wall_time:
             # the first tick's rows flushed at once: ready (/readyz) a tick after start, not a flush interval
@@ -343,6 +346,19 @@ class Service:
             self.flush()
             self.last_flush = since_s
         self.sleep(self.sources.wait_s(self.clock() - begun))
+
+    def _window_due(self, since_s: float) -> bool:
+        """A detection window has closed in the rows held and the last write is `[store] window_flush_s` old:
+        written and judged now, so rows wait up to `flush_interval_s` between windows while a window is judged
+        as soon as before (one write a window and one between, instead of one every 2 s: most of a node agent's
+        CPU is a fixed cost per statement, docs/BENCHMARKS.md "Footprint")."""
+        store = self.config.store
+        if not 0 < store.window_flush_s < store.flush_interval_s or since_s < store.window_flush_s:
+            return False
+        until_ts_s = self.live.until_ts_s
+        if until_ts_s is None or self.newest_ts_s is None:
+            return False
+        return self.newest_ts_s >= until_ts_s + self.live.window_s - 1e-9
 
     def _nap(self, wait_s: float) -> None:
         """The real loop's sleep between ticks: a fleet's dispatch arriving meanwhile (`POST /api/dispatch`,
