@@ -159,6 +159,13 @@ class StoreConfig(_Section):
         le=300,
         description="a closed detection window is written and judged within N seconds",
     )
+    # between two windows, the rows not yet written go to `<db>.held` every `flush_interval_s` instead of into
+    # the workspace, which is then written once a window, at the latest every 2 x flush_interval_s
+    # (aiops/service/held.py); only where `window_flush_s` is on
+    hold_rows: bool = Field(
+        default=True,
+        description="rows between two windows held in <db>.held, the workspace written once a window",
+    )
 
 
 class CollectorConfig(_Section):
