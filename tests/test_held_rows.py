@@ -95,3 +95,17 @@ def test_a_damaged_held_file_is_data(tmp_path: Path) -> None:
     assert rows == [{"ts_s": 10.0, "gpu": "node0/gpu0", "util_pct": 50.0}]
     assert tables == 1
     assert not keeper.path.exists()
+
+
+def test_held_rows_the_table_refuses_are_kept_aside_and_the_agent_starts(tmp_path: Path) -> None:
+    db = tmp_path / "agent.duckdb"
+    keeper = HeldRows(str(db))
+    assert keeper.keep(
+        [("gpu_samples", RowBatch(("ts_s", "gpu", "node", "util_pct"), [(10.0, "g0", "n0", "hot")]))]
+    )
+    assert keeper.path is not None
+    with Store(db) as store:
+        assert keeper.restore(store) == 0
+        assert store.scalar("SELECT count(*) FROM gpu_samples") == 0
+    assert not keeper.path.exists()
+    assert "hot" in Path(f"{keeper.path}.refused").read_text()

@@ -6,7 +6,9 @@ written whole to `<db>.held` (JSON lines, replaced atomically), so a kill -9 los
 key, as a replayed window is) and removes it.
 
 The file is data, never code: JSON only, each line's table must be one of the workspace's, and its columns are
-checked by the store as any batch's are; a line that is not that is skipped and said in the log.
+checked by the store as any batch's are; a line that is not that is skipped and said in the log, and a file
+whose rows the store refuses (a value of the wrong type) is kept aside as `<db>.held.refused`, said in the log,
+and the agent starts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aiops.errors import IngestError
+import duckdb
+
+from aiops.errors import AiopsError, IngestError
 from aiops.store import Store
 from collectors.base import RowBatch
 
@@ -78,7 +82,13 @@ class HeldRows:
                 log.warning("a held line skipped", extra={"path": str(self.path), "line": number})
             else:
                 batches.append(batch)
-        store.ingest_all(batches)
+        try:
+            store.ingest_all(batches)  # one transaction: all of the file's rows or none
+        except (AiopsError, duckdb.Error) as exc:  # a value the table refuses: kept aside, the agent starts
+            refused = self.path.with_name(self.path.name + ".refused")
+            os.replace(self.path, refused)
+            log.error("held rows refused", extra={"path": str(refused), "error": str(exc)[:500]})
+            return 0
         self.path.unlink(missing_ok=True)
         rows = sum(len(batch.rows) for _, batch in batches)
         log.info("held rows restored", extra={"path": str(self.path), "rows": rows, "skipped_lines": skipped})
