@@ -130,7 +130,12 @@ def node_of(config: Config, hostname: str) -> NodeConfig:
 class StoreConfig(_Section):
     path: str = Field(default_factory=default_store_path, description="the workspace's DuckDB file")
     retention_days: float = Field(default=14.0, gt=0, le=3650, description="time series older than this go")
-    flush_interval_s: float = Field(default=2.0, gt=0, le=300, description="batched ingest every N seconds")
+    flush_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="the collectors' rows are written at least every N seconds (a kill -9 loses at most these)",
+    )
     memory_limit_mb: int = Field(
         default=256, ge=64, le=1_048_576, description="DuckDB's memory limit in the service"
     )
@@ -144,6 +149,22 @@ class StoreConfig(_Section):
     )
     allocator_flush_mb: int = Field(
         default=16, ge=1, le=65_536, description="DuckDB gives freed memory back past this peak of a task"
+    )
+    # a detection window that closed in the rows held is written and judged at once, when the last write is at
+    # least this old: a window is judged within this of its close, and rows between windows wait up to
+    # `flush_interval_s` (docs/SERVICE.md, "The loop"); 0, or not under `flush_interval_s`: every flush_interval_s
+    window_flush_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=300,
+        description="a closed detection window is written and judged within N seconds",
+    )
+    # between two windows, the rows not yet written go to `<db>.held` every `flush_interval_s` instead of into
+    # the workspace, which is then written once a window, at the latest every 2 x flush_interval_s
+    # (aiops/service/held.py); only where `window_flush_s` is on
+    hold_rows: bool = Field(
+        default=True,
+        description="rows between two windows held in <db>.held, the workspace written once a window",
     )
 
 

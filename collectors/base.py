@@ -94,14 +94,19 @@ class RowBuffer:
         self._rows, self._tables = {}, {}
         return out
 
-    def drain_batches(self) -> list[tuple[str, RowBatch | pa.Table]]:
-        """(table, batch) pairs as they were buffered: one `RowBatch` per table and column set, and the Arrow
-        tables added as such, in order of table; for `Store.ingest_all`, which needs no pyarrow for tuples."""
+    def peek_batches(self) -> list[tuple[str, RowBatch | pa.Table]]:
+        """What `drain_batches` would return, left buffered."""
         out: list[tuple[str, RowBatch | pa.Table]] = []
         for table, batches in self._rows.items():
             out += [(table, batch) for batch in batches]
         for table, tables in self._tables.items():
             out += [(table, data) for data in tables]
+        return out
+
+    def drain_batches(self) -> list[tuple[str, RowBatch | pa.Table]]:
+        """(table, batch) pairs as they were buffered: one `RowBatch` per table and column set, and the Arrow
+        tables added as such, in order of table; for `Store.ingest_all`, which needs no pyarrow for tuples."""
+        out = self.peek_batches()
         self._rows, self._tables = {}, {}
         return out
 

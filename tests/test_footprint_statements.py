@@ -2,14 +2,19 @@
 statement, docs/BENCHMARKS.md "Footprint"). The service runs in-process on a held clock over the 8-GPU node of
 bench/agent_overhead.py; every statement on its workspace is counted per flush. A flush writes each table at most
 once (one INSERT of the collectors' rows per table, not one per row or per collector), a judged window reads each
-window query once, and a node agent never reads the fleet's rank rows between windows."""
+window query once, and a node agent never reads the fleet's rank rows between windows. The workspace is written
+once a window, when it closes (judged within `[store] window_flush_s` of its close, as soon as when rows were
+written every 2 s); between, every `flush_interval_s`, the rows not yet written are held in `<db>.held` (what a
+kill -9 loses is the rows of the last `flush_interval_s`)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +82,7 @@ def test_a_flush_writes_each_table_once_and_reads_a_window_once(
 
         service.flush = counted_flush  # type: ignore[method-assign]
         held.run_until(45.0)
-    assert len(flushes) >= 15, f"{len(flushes)} flushes in 45 s of service time (every 2 s expected)"
+    assert len(flushes) >= 4, f"{len(flushes)} flushes in 45 s of service time (one a window expected)"
     judged = [f for f in flushes if f[1]]
     assert judged, "no window judged in 45 s of service time"
     written = Counter[str]()
@@ -100,3 +105,56 @@ def test_a_flush_writes_each_table_once_and_reads_a_window_once(
         )
         twice = [sql.split("FROM")[0][:80] for (sql, _), n in reads.items() if n > 1]
         assert not twice, f"a judged window read these window queries more than once: {twice}"
+
+
+def test_the_workspace_is_written_once_a_window_and_rows_are_held_between(tmp_path: Path) -> None:
+    held = HeldClock(time.time())
+    seen: list[
+        tuple[float, float | None, float | None]
+    ] = []  # each flush: data time, judged until before/after
+    kept: list[
+        tuple[float, set[float]]
+    ] = []  # each hold to <db>.held: data time, the gpu_samples times in it
+    # 8 s windows: their closes fall between the 5 s holds (at 10 s they fall on them, whatever the start)
+    config = {"detection": {"window_s": 8.0}}
+    with service_in_process(tmp_path / "agent.duckdb", SCENARIO, config, held) as service:
+        flush, keep = service.flush, service.held.keep
+        store = service.config.store
+        assert (store.flush_interval_s, store.window_flush_s, store.hold_rows) == (5.0, 2.0, True)  # defaults
+
+        def noted_flush() -> None:
+            assert service.sources is not None
+            now_ts_s, before = service.sources.clock(), service.live.until_ts_s
+            flush()
+            seen.append((now_ts_s, before, service.live.until_ts_s))
+
+        def noted_keep(batches: list[tuple[str, Any]]) -> bool:
+            assert service.sources is not None and service.held.path is not None
+            done = keep(batches)
+            if done:
+                lines = [json.loads(line) for line in service.held.path.read_text().splitlines()]
+                times = {row[0] for line in lines if line["table"] == "gpu_samples" for row in line["rows"]}
+                kept.append((service.sources.clock(), times))
+            return done
+
+        service.flush = noted_flush  # type: ignore[method-assign]
+        service.held.keep = noted_keep  # type: ignore[method-assign]
+        held.run_until(62.0)
+        window_s = service.live.window_s
+    tick_s = 1.0
+    writes = sorted([now for now, _, _ in seen] + [now for now, _ in kept])
+    gaps = [b - a for a, b in pairwise(writes)]
+    assert max(gaps) <= store.flush_interval_s + tick_s + 1e-6, f"rows only in memory longer: {gaps}"
+    assert kept, "no rows held to <db>.held between two windows"
+    for now_ts_s, times in kept:  # what a kill -9 would leave: the rows of the last second are in the file
+        assert times and max(times) >= now_ts_s - tick_s - 1e-6, (now_ts_s, sorted(times)[-3:])
+    # 62 s: seven or eight windows and the last flush; at 2 s a flush there were 31
+    assert len(seen) <= 62 / window_s + 2, f"{len(seen)} flushes in 62 s of service time: {writes}"
+    judged = [(now, after) for now, before, after in seen if before is not None and after != before]
+    assert len(judged) >= 5, seen
+    for now_ts_s, until_ts_s in judged:
+        assert until_ts_s is not None
+        late_s = now_ts_s - until_ts_s
+        assert late_s <= store.window_flush_s + tick_s + 1e-6, (
+            f"the window ending at {until_ts_s:.1f} was judged {late_s:.1f} s after it closed"
+        )

@@ -1,8 +1,10 @@
 """`aiops run`: one long-running service per node (and per workspace).
 
 The loop, each tick: step the twin (sim), collect from every source that is due (timed; a collector's failure
-is a `collector_errors` row, never the loop's), buffer the rows; every `flush_interval_s` (and at once when the
-source says so: the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`): ingest the
+is a `collector_errors` row, never the loop's), buffer the rows; when a detection window has closed in them
+(`[store] window_flush_s` after the last flush at the earliest; between windows the rows are held in `<db>.held`
+every `flush_interval_s`: held.py), at the latest every 2 x `flush_interval_s`, and at once when the source says
+so (the fleet when its sight changes or a node agent is lost or back, `Sources.urgent`): ingest the
 batch in one transaction on the file the service holds open, record the twin's steps, run live detection over the new
 complete windows, diagnose and file what changed, execute proposals people approved (on the world the
 workspace acts on), judge what ran once its window passed and export what it set (closed_loop.py), queue
@@ -13,7 +15,8 @@ CUDA processes in a background thread when a diagnosis asks for one ([profile], 
 at `/` when one is given: http_stack.py, web.py, server.py), notification delivery in its own thread. The flush's
 steps are named functions in flush_steps.py (its table says when each runs and whether the workspace is open:
 the fleet's POSTs to node agents run with it closed).
-SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the batch not yet flushed.
+SIGTERM/SIGINT end the loop after a last flush (exit 0); kill -9 loses at most the rows not yet flushed nor held (the
+rows of the last `flush_interval_s`, 5 s by default).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from aiops.service.alerts_in import AlertInbox
 from aiops.service.breaker_metrics import BreakerMetrics
 from aiops.service.conditions import CollectorWatch, ConditionBook
 from aiops.service.dispatch_in import DispatchInbox
+from aiops.service.held import HeldRows
 from aiops.service.http_stack import Companion as Companion  # re-exported: `aiops run` sets one
 from aiops.service.live import LiveDetection
 from aiops.service.metrics import MetricsCache
@@ -194,6 +198,13 @@ class Service:
             config.node.name,
         )
         self.buffer = RowBuffer()
+        store_config = config.store
+        self.window_flushes = 0 < store_config.window_flush_s < store_config.flush_interval_s  # _window_due
+        # between windows the rows go to <db>.held, the workspace is written once a window (held.py)
+        self.holding = self.window_flushes and store_config.hold_rows
+        self.held = HeldRows(store_config.path)
+        self.write_every_s = store_config.flush_interval_s * (2.0 if self.holding else 1.0)
+        self.last_hold = 0.0
         self.token = token
         self.alert_token = alert_token  # [alertmanager_in]: empty, the route is off
         self.alert_inbox = AlertInbox()
@@ -244,6 +255,7 @@ class Service:
         self.owner.start()
         with self.owner.store() as store:
             witness.store_path(store)  # one witness per store: another config's is refused at start
+            self.held.restore(store)  # what a killed run held between its writes (held.py)
             if self.make_sources is not None:
                 self.sources = self.make_sources(store)
             elif self.sim is not None:
@@ -285,7 +297,7 @@ class Service:
             self.slack.start()
         if self.companion is not None and self.http is not None:
             self.companion.start(self.http.host, self.http.port)
-        self.last_tick = self.last_flush = self.last_retention = self.clock()
+        self.last_tick = self.last_flush = self.last_hold = self.last_retention = self.clock()
         log.info(
             "started",
             extra={
@@ -334,8 +346,16 @@ class Service:
         self.last_tick = self.clock()
         # a dispatch waiting (one that came during the tick) is judged now, as the nap judges one
         urgent = (self.sources.urgent is not None and self.sources.urgent()) or bool(len(self.dispatches))
-        if urgent or self.last_tick - self.last_flush >= self.config.store.flush_interval_s:
+        since_s = self.last_tick - self.last_flush
+        # rows are held only while detection judges windows: a closing window writes them
+        holding = self.holding and self.live.until_ts_s is not None
+        every_s = self.write_every_s if holding else self.config.store.flush_interval_s
+        if urgent or since_s >= every_s or self._window_due(since_s):
             self.flush()
+        elif holding and self.last_tick - self.last_hold >= self.config.store.flush_interval_s:
+            self.last_hold = self.last_tick  # the rows not yet written, to <db>.held (held.py), or written
+            if not self.held.keep(self.buffer.peek_batches()):
+                self.flush()
         elif not self.flushes and self.on_wall_time:
             # the first tick's rows flushed at once: ready (/readyz) a tick after start, not a flush interval
             # after; the flushes keep their cadence from the start
@@ -343,6 +363,18 @@ class Service:
             self.flush()
             self.last_flush = since_s
         self.sleep(self.sources.wait_s(self.clock() - begun))
+
+    def _window_due(self, since_s: float) -> bool:
+        """A detection window has closed in the rows held and the last write is `[store] window_flush_s` old:
+        written and judged now, so a window is judged as soon as before while the rows between windows are held
+        (`<db>.held`, held.py) or written every `flush_interval_s` (one write a window instead of one every 2 s:
+        most of a node agent's CPU is a fixed cost per statement, docs/BENCHMARKS.md "Footprint")."""
+        if not self.window_flushes or since_s < self.config.store.window_flush_s:
+            return False
+        until_ts_s = self.live.until_ts_s
+        if until_ts_s is None or self.newest_ts_s is None:
+            return False
+        return self.newest_ts_s >= until_ts_s + self.live.window_s - 1e-9
 
     def _nap(self, wait_s: float) -> None:
         """The real loop's sleep between ticks: a fleet's dispatch arriving meanwhile (`POST /api/dispatch`,
@@ -371,6 +403,7 @@ class Service:
                 )
             if batches:
                 store.ingest_all(batches)
+            self.held.clear()  # the workspace has them now
             if self.workloads_ts_s is not None:
                 self._guarded("jobs", lambda: steps.refresh_jobs(self, store))
             twin = self.sources.twin
@@ -427,7 +460,7 @@ class Service:
         )
         self.metrics.count("flushes_total", "flushes done")
         self.oldest_unflushed_ts_s = None
-        self.last_flush = self.clock()
+        self.last_flush = self.last_hold = self.clock()
         self.flushes += 1
         self.ready = True
 

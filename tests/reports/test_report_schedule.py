@@ -25,7 +25,7 @@ jobs:
 faults:
   - {kind: thermal_throttle, target: node0/gpu1, start_s: 20, duration_s: 60, severity: 0.9}
 """
-FLUSH_S = 2.0  # [store] flush_interval_s (the default): the schedule is judged at each flush
+FLUSH_S = 2.0  # [store] flush_interval_s: the schedule is judged at each flush
 TICK_S = 0.2  # --speed 5 (a flush may come a tick late: the loop adds up its ticks in floating point)
 
 
