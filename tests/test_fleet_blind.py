@@ -158,8 +158,9 @@ def test_a_lost_agent_and_a_blind_source_are_said_notified_and_resolved(tmp_path
             scraped = symptom["detail"]["scrape"]
             assert scraped["refused"] and "connection refused" in scraped["error"], symptom
             opened_ts_s = lost["opened_ts_s"]
-            # lost at the first failed scrape the fleet saw (later ones, seen by the time this reads, count on)
-            assert scraped["first_failed_ts_s"] == scraped["lost_at_ts_s"] == opened_ts_s, scraped
+            # lost at the first failed scrape the fleet saw (later ones, seen by the time this reads, count on), or
+            # sooner: a loop stalled by load reads two missed steps of presence before its watch polls the targets
+            assert scraped["first_failed_ts_s"] == scraped["lost_at_ts_s"] >= opened_ts_s, scraped
             # one interval after the last sample; two where a late tick's poll saw only the second refused scrape
             # (the fleet polls once a tick, and a 1 s scrape can land twice between two late ticks)
             assert 0 <= opened_ts_s - last_seen_ts_s <= 2 * SCRAPE_S + 0.1, (lost, last_seen_ts_s)
