@@ -275,15 +275,11 @@ def _as_arrays(column: Any, numeric: bool) -> tuple[Any, Any]:
 
 @dataclass(frozen=True)
 class _Column:
-    """One column of a table in entity and time order: its values, null mask, reprs and (numbers) floats."""
+    """One column of a table in entity and time order: its values, null mask and (numbers) floats."""
 
     values: Any
     null: Any
     numbers: Any  # floats with NaN where null, or None for a column that is not numeric
-
-    @property
-    def reprs(self) -> Any:
-        return np.array([repr(v) for v in self.values], dtype=object)
 
 
 _VALUES_IN: dict[tuple[int, str, str], set[str]] = {}
@@ -313,11 +309,11 @@ def _rare_values(
     the fault, a value it never takes outside nor anywhere in the fault-free run (`ever`): caught however few
     samples carry it (the distances above need a share of them)."""
     found = []
-    reprs = column.reprs
     for a, b in itertools.pairwise(bounds):
-        values, texts, known = column.values[a:b], reprs[a:b], ~column.null[a:b]
+        values, known = column.values[a:b], ~column.null[a:b]
         if column.numbers is not None and _counter(column.numbers[a:b][known]):
             continue  # its level is its history: its changes are judged above
+        texts = np.array([repr(v) for v in values], dtype=object)  # only for the entities judged here
         for state_name, state in states.items():
             on = state(ts[a:b])
             off = ~on & known
