@@ -265,7 +265,8 @@ def series_leaks(
 
 def _as_arrays(column: Any, numeric: bool) -> tuple[Any, Any]:
     """A column's null mask and its values: numbers as floats (NaN where null), anything else as text."""
-    null = np.equal(column, None)  # elementwise, in numpy's loop (not a Python generator over the rows)
+    # elementwise in numpy's loop (not a Python generator over the rows); a boolean array
+    null = np.equal(column, np.array(None, dtype=object))
     if numeric:
         numbers = column.copy()
         numbers[null] = np.nan
