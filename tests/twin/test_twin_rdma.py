@@ -6,6 +6,8 @@ np_cnp_sent, rp_cnp_handled); a port without ECN shows none of that, but out-of-
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,22 @@ def _flap_run(severity: float, duration_s: float = 100.0) -> tuple[World, Store]
     return world, store
 
 
+@pytest.fixture(scope="module")
+def long_flap() -> tuple[World, Store]:
+    """The outage longer than the retry window, simulated once for the tests that read it (none writes)."""
+    return _flap_run(0.95, duration_s=60.0)
+
+
+@contextmanager
+def _rolled_back(store: Store) -> Iterator[None]:
+    """What a test writes into a module fixture's store, undone after it (a transaction rolled back)."""
+    store.conn.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    finally:
+        store.conn.execute("ROLLBACK")
+
+
 def _last(store: Store, nic: str) -> dict[str, Any]:
     return store.query("SELECT * FROM ib_port_samples WHERE nic = ? ORDER BY ts_s DESC LIMIT 1", [nic])[0]
 
@@ -111,11 +129,13 @@ def test_short_flaps_are_absorbed_by_transport_retries() -> None:
     assert float(world.restart_until_s.max()) < 0  # never relaunched
 
 
-def test_an_outage_longer_than_the_retry_window_errors_and_restarts_the_job() -> None:
+def test_an_outage_longer_than_the_retry_window_errors_and_restarts_the_job(
+    long_flap: tuple[World, Store],
+) -> None:
     """Severity >= 0.9: the first outage outlasts the retry window. The QPs give up
     (req_transport_retries_exceeded), the rank's NCCL logs one completion with status 12, and the job restarts
     (no step completes for the relaunch pause)."""
-    world, store = _flap_run(0.95, duration_s=60.0)
+    world, store = long_flap
     flap = _last(store, FLAP_NIC)
     assert flap["req_transport_retries_exceeded"] > 0
     assert flap["local_ack_timeout_err"] >= 7  # the retries it used before giving up
@@ -131,9 +151,9 @@ def test_an_outage_longer_than_the_retry_window_errors_and_restarts_the_job() ->
     assert steps_after and steps_after[0]["ts_s"] - line["ts_s"] >= 60  # relaunch: NCCL init, checkpoint load
 
 
-def test_the_twins_error_line_reads_as_nccls_own() -> None:
+def test_the_twins_error_line_reads_as_nccls_own(long_flap: tuple[World, Store]) -> None:
     """The line parses with the evidence parser that reads real NCCL logs, to the row the twin stored."""
-    _, store = _flap_run(0.95, duration_s=60.0)
+    _, store = long_flap
     (line,) = store.query("SELECT * FROM log_events")
     event = parse_line(str(line["source"]), int(line["line"]), str(line["raw"]))
     assert event is not None and (event.kind, event.code, event.host) == ("ib_completion_error", 12, "node1")
@@ -161,12 +181,24 @@ def _ecn_store() -> tuple[Store, list[Incident]]:
     return store, detect(store)
 
 
+@pytest.fixture(scope="module")
+def ecn() -> tuple[Store, list[Incident]]:
+    """The ECN case, simulated and detected once; the tests that write into it do so in `_rolled_back`."""
+    return _ecn_store()
+
+
+@pytest.fixture(scope="module")
+def lossless() -> tuple[Store, list[Incident]]:
+    """The ECN case on a lossless fabric, simulated and detected once (writes in `_rolled_back`)."""
+    return _lossless_store()
+
+
 def _top_hypotheses(store: Store, incidents: list[Incident]) -> list[tuple[str, str]]:
     return [(h.root_cause, h.component) for d in diagnose(store, incidents) for h in d.hypotheses[:3]]
 
 
-def test_a_port_without_ecn_sends_no_cnps_where_its_peers_do() -> None:
-    store, _ = _ecn_store()
+def test_a_port_without_ecn_sends_no_cnps_where_its_peers_do(ecn: tuple[Store, list[Incident]]) -> None:
+    store, _ = ecn
     during = {
         str(r["nic"]): r
         for r in store.query(
@@ -189,30 +221,49 @@ def test_a_port_without_ecn_sends_no_cnps_where_its_peers_do() -> None:
     )  # its ring predecessor hears nothing
 
 
-def test_the_analyst_names_ecn_misconfig_from_the_hca_counters_alone() -> None:
+def test_the_analyst_names_ecn_misconfig_from_the_hca_counters_alone(
+    ecn: tuple[Store, list[Incident]],
+) -> None:
     """With the host's CE marks gone (nic_samples.ce_marks NULL: RDMA bypasses the kernel), the HCA's CNP counters
     name the NIC; without HCA rows as well, nothing does; a host without RDMA still gets the CE-mark rule."""
-    store, incidents = _ecn_store()
+    store, incidents = ecn
     assert incidents
     assert ("ecn_misconfig", ECN_NIC) in _top_hypotheses(store, incidents)
-    store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
-    found = _top_hypotheses(store, incidents)
-    assert found[0] == ("ecn_misconfig", ECN_NIC), found
-    store.conn.execute("DELETE FROM ib_port_samples")
-    assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
+    with _rolled_back(store):
+        store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+        found = _top_hypotheses(store, incidents)
+        assert found[0] == ("ecn_misconfig", ECN_NIC), found
+        store.conn.execute("DELETE FROM ib_port_samples")
+        assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
 
 
-def test_hosts_without_rdma_keep_the_ce_mark_rule() -> None:
-    store, incidents = _ecn_store()
-    store.conn.execute("DELETE FROM ib_port_samples")
-    assert ("ecn_misconfig", ECN_NIC) in _top_hypotheses(store, incidents)
-    store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
-    assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
+def test_hosts_without_rdma_keep_the_ce_mark_rule(ecn: tuple[Store, list[Incident]]) -> None:
+    store, incidents = ecn
+    with _rolled_back(store):
+        store.conn.execute("DELETE FROM ib_port_samples")
+        assert ("ecn_misconfig", ECN_NIC) in _top_hypotheses(store, incidents)
+        store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+        assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
 
 
-def test_the_analyst_still_names_a_flap_that_crashed_the_job() -> None:
+def test_a_rolled_back_write_leaves_the_shared_run_as_simulated(ecn: tuple[Store, list[Incident]]) -> None:
+    """The module's shared runs stay as simulated after a test's writes (each test above sees the run itself)."""
+    store, _ = ecn
+    rows = store.scalar("SELECT count(*) FROM ib_port_samples")
+    marks = store.scalar("SELECT count(ce_marks) FROM nic_samples")
+    with _rolled_back(store):
+        store.conn.execute("DELETE FROM ib_port_samples")
+        store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+    assert rows > 0 and marks > 0
+    assert (
+        store.scalar("SELECT count(*) FROM ib_port_samples"),
+        store.scalar("SELECT count(ce_marks) FROM nic_samples"),
+    ) == (rows, marks)
+
+
+def test_the_analyst_still_names_a_flap_that_crashed_the_job(long_flap: tuple[World, Store]) -> None:
     """A long outage restarts the job (idle GPUs, no steps for a minute): the cause stays the flapping NIC."""
-    _, store = _flap_run(0.95, duration_s=60.0)
+    _, store = long_flap
     incidents = detect(store)
     assert incidents
     assert _top_hypotheses(store, incidents)[0] == ("nic_link_flap", FLAP_NIC)
@@ -241,8 +292,10 @@ def _lossless_store() -> tuple[Store, list[Incident]]:
     return store, detect(store)
 
 
-def test_a_lossless_fabric_pauses_the_sender_instead_of_dropping() -> None:
-    store, _ = _lossless_store()
+def test_a_lossless_fabric_pauses_the_sender_instead_of_dropping(
+    lossless: tuple[Store, list[Incident]],
+) -> None:
+    store, _ = lossless
     after = [SIM_EPOCH_TS_S + 61]
     pauses = {
         str(r["nic"]): r["rx"]
@@ -265,13 +318,18 @@ def test_a_lossless_fabric_pauses_the_sender_instead_of_dropping() -> None:
     assert store.scalar("SELECT count(*) FROM netdev_samples WHERE tx_pause_frames > 0") == 0
 
 
-def test_the_analyst_names_ecn_misconfig_on_a_lossless_fabric_from_pauses_and_silent_cnps() -> None:
-    store, incidents = _lossless_store()
+def test_the_analyst_names_ecn_misconfig_on_a_lossless_fabric_from_pauses_and_silent_cnps(
+    lossless: tuple[Store, list[Incident]],
+) -> None:
+    store, incidents = lossless
     assert incidents
-    store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
-    assert _top_hypotheses(store, incidents)[0] == ("ecn_misconfig", ECN_NIC)
-    store.conn.execute("UPDATE netdev_samples SET rx_pause_frames = NULL")  # a driver without pause counters
-    assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
+    with _rolled_back(store):
+        store.conn.execute("UPDATE nic_samples SET ce_marks = NULL")
+        assert _top_hypotheses(store, incidents)[0] == ("ecn_misconfig", ECN_NIC)
+        store.conn.execute(
+            "UPDATE netdev_samples SET rx_pause_frames = NULL"
+        )  # a driver without pause counters
+        assert ("ecn_misconfig", ECN_NIC) not in _top_hypotheses(store, incidents)
 
 
 def test_the_fabric_key_is_optional_and_checked() -> None:

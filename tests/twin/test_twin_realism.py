@@ -130,10 +130,16 @@ def test_a_what_if_preview_knows_only_the_present() -> None:
     assert world.elapsed_s == FAULT_AT_S + 30 and len(world.faults) == 2  # the twin itself is untouched
 
 
-def test_a_gpu_off_the_bus_blocks_nvml_for_its_whole_node_for_a_while() -> None:
+@pytest.fixture(scope="module")
+def off_the_bus() -> Store:
+    """node2/gpu1 off the bus for 100 s, simulated once for the two tests that read it."""
+    return run([fault("gpu_fell_off_bus", "node2/gpu1", 0.9, duration_s=100)])
+
+
+def test_a_gpu_off_the_bus_blocks_nvml_for_its_whole_node_for_a_while(off_the_bus: Store) -> None:
     """Real NVML often blocks node-wide when one GPU falls off the bus: the node's other GPUs time out too, for a
     while; only the lost GPU has Xid 79 and GPU_IS_LOST, and other nodes answer throughout."""
-    store = run([fault("gpu_fell_off_bus", "node2/gpu1", 0.9, duration_s=100)])
+    store = off_the_bus
     hang_s = gpu.NVML_NODE_HANG_S
     rows = store.query(
         "SELECT gpu, nvml_error, count(*) AS n, min(ts_s) AS t0, max(ts_s) AS t1, count(temp_c) AS temps "
@@ -173,10 +179,16 @@ def test_sim_nvml_times_out_for_the_node_while_it_hangs() -> None:
     assert nvml.nvmlDeviceGetTemperature(nvml.nvmlDeviceGetHandleByIndex(0), 0) > 0
 
 
-def test_the_analyst_pins_a_node_wide_nvml_hang_on_the_gpu_with_xid_79() -> None:
-    store = run([fault("gpu_fell_off_bus", "node2/gpu1", 0.9, duration_s=100)])
+def test_the_analyst_pins_a_node_wide_nvml_hang_on_the_gpu_with_xid_79(off_the_bus: Store) -> None:
+    store = off_the_bus
     assert store.scalar("SELECT count(*) FROM gpu_samples WHERE nvml_error = 'TIMEOUT'") > 0
-    result = analyze_store(store)
+    store.conn.execute(
+        "BEGIN TRANSACTION"
+    )  # what the analysis stores, undone after: the run stays as simulated
+    try:
+        result = analyze_store(store)
+    finally:
+        store.conn.execute("ROLLBACK")
     assert result.diagnoses
     top = result.diagnoses[0].hypotheses[0]
     assert (top.root_cause, top.component) == ("gpu_fell_off_bus", "node2/gpu1")

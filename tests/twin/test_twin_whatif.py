@@ -80,7 +80,7 @@ def thermal() -> tuple[Workspace, Twin]:
 
 @pytest.fixture(scope="module")
 def healthy() -> tuple[Workspace, Twin]:
-    return _run([])
+    return _healthy_copy()  # the module's one fault-free run (a copy: its preview steps nothing shared)
 
 
 def _preview(run: tuple[Workspace, Twin], kind: str, target: str, params: dict[str, Any]) -> dict[str, Any]:
