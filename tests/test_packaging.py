@@ -2,10 +2,10 @@
 default policies and the public eval suite as package data, and from a fresh virtual environment `aiops demo`
 files its proposals and `aiops eval` scores the packaged public suite.
 
-The wheel is built from a copy of the source tree with this environment's setuptools (no download) and
-installed with --no-deps into a fresh venv that borrows the test environment's dependencies (pip included)
-through a path file (so the test needs no network); the checkout is never on the new interpreter's path, which
-the test checks. `pip install .` with its dependencies from PyPI is the same wheel (see the closing notes).
+The wheel is built from a copy of the source tree with this environment's setuptools (its PEP 517 `build_wheel`,
+which `pip wheel --no-build-isolation` calls; no download) and installed with --no-deps into a fresh venv that
+borrows the test environment's dependencies (pip included) through a path file (so the test needs no network); the
+checkout is never on the new interpreter's path, which the test checks. `pip install .` with its dependencies from PyPI is the same wheel (see the closing notes).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,21 +63,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("packaging")
     source = work / "src"
     shutil.copytree(ROOT, source, ignore=IGNORED)
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(work / "dist"),
-            str(source),
-        ],
-        work,
-    )
+    # the PEP 517 hook pip's `wheel --no-build-isolation` calls, called once: pip would first start itself (about
+    # 0.5 CPU-s) and ask the backend for the metadata in a build of its own (egg_info) before the wheel's
+    build = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    _run([sys.executable, "-c", build, str(work / "dist")], source)
     wheel = next((work / "dist").glob("aiops_gpu-*.whl"))
     venv = work / "venv"
     # without its own pip (ensurepip: 2.5 s of CPU): the path file below lends it the test environment's, which
@@ -92,7 +82,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin"
 
 
-def test_the_wheel_carries_its_data_and_runs_from_site_packages(installed: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def found(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Where the installed package finds its modules and data, asked once of the new interpreter (one start and
+    import for both tests): the modules' and data files' paths, the playbooks and scenarios it loads, and the
+    packaged public suite's folder."""
     where = _run(
         [
             str(installed / "python"),
@@ -109,12 +103,18 @@ def test_the_wheel_carries_its_data_and_runs_from_site_packages(installed: Path,
                 "print(json.dumps({'files': [aiops.__file__, bpf.__file__, evals.__file__, playbooks.__file__,"
                 " str(source_file('lanes.bpf.c')), str(DEFAULT_POLICY_PATH), str(DEFAULT_RESPONSES_PATH),"
                 " str(STATIC / 'chat.js'), str(STATIC / 'console.css'), environment().get_template('incident.html').filename],"
-                " 'playbooks': len(load_playbooks()), 'scenarios': len(suite_files(PUBLIC_SUITE))}))"
+                " 'playbooks': len(load_playbooks()), 'scenarios': len(suite_files(PUBLIC_SUITE)),"
+                " 'suite': str(PUBLIC_SUITE)}))"
             ),
         ],
-        tmp_path,
+        tmp_path_factory.mktemp("probe"),
     )
-    found = json.loads(where)
+    return dict(json.loads(where))
+
+
+def test_the_wheel_carries_its_data_and_runs_from_site_packages(
+    installed: Path, found: dict[str, Any]
+) -> None:
     venv = str(installed.parent)
     assert all(f.startswith(venv) for f in found["files"]), found["files"]  # not the checkout
     assert all(Path(f).is_file() for f in found["files"])
@@ -127,7 +127,9 @@ def test_the_wheel_carries_its_data_and_runs_from_site_packages(installed: Path,
 PACKAGED_CASES = ("thermal-node-small.yaml", "two-powercap-node-then-pcie-small.yaml", "healthy-default.yaml")
 
 
-def test_demo_and_packaged_scenarios_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+def test_demo_and_packaged_scenarios_from_the_installed_wheel(
+    installed: Path, found: dict[str, Any], tmp_path: Path
+) -> None:
     db = tmp_path / "demo.duckdb"
     result = json.loads(_run([str(installed / "aiops"), "demo", "--db", str(db), "--json"], tmp_path))
     assert result["hypotheses"][0]["root_cause"] == "thermal_throttle"
@@ -135,12 +137,7 @@ def test_demo_and_packaged_scenarios_from_the_installed_wheel(installed: Path, t
         _run([str(installed / "aiops"), "actions", "list", "--db", str(db), "--json"], tmp_path)
     )
     assert any(p["physical"] and p["status"] == "pending" for p in listed)
-    packaged = Path(
-        _run(
-            [str(installed / "python"), "-c", "from evals.harness import PUBLIC_SUITE; print(PUBLIC_SUITE)"],
-            tmp_path,
-        ).strip()
-    )
+    packaged = Path(found["suite"])
     assert str(packaged).startswith(str(installed.parent)), packaged  # the wheel's copy, not the checkout's
     suite = tmp_path / "suite"
     suite.mkdir()

@@ -18,6 +18,7 @@ import pytest
 
 from aiops.agent.config import AgentConfig, Limits
 from aiops.agent.session import Reply, open_session
+from aiops.agent.verify import MAX_HYPOTHESES
 from aiops.sim import SIM_EPOCH_TS_S
 from tests.agent_fakes import final, scripted_llm, tiny_demo_db, tool_call
 
@@ -104,21 +105,42 @@ def test_a_verified_second_cause_is_merged_and_raises_the_score(
     assert reply.note == "1"  # stored in the agent's journal
 
 
-@pytest.mark.parametrize(
-    ("sql", "why"),
-    [
-        ("SELECT 1", "no telemetry table"),
-        ("SELECT 'node1/gpu0' AS gpu, 'node1' AS node, 79 AS xid FROM gpu_events", "constant"),
-        ("SELECT * FROM (VALUES ('node1/gpu0', 'node1', 79)) v(gpu, node, xid), gpu_events", "constant"),
-        (XID_SQL, "mention node1/gpu0"),  # real XID 79 rows, but about node0/gpu0
-        (
-            "SELECT gpu, node, max(temp_c) AS t FROM gpu_samples WHERE gpu = 'node1/gpu0' GROUP BY ALL",
-            "shows",
-        ),
-    ],
-)
+# The wrong, refused and forged cases below are each one model reply carrying all of a group's hypotheses (at most
+# MAX_HYPOTHESES, citations within the re-run budget): each hypothesis is judged on its own (aiops/agent/verify.py
+# `check_hypotheses`), and one session a group instead of one a case spares a session's start (its SQL worker
+# process, the twin rebuilt from the workspace) per case. Each case's status and reason are asserted by name.
+WRONG_CITATIONS = [
+    ("SELECT 1", "no telemetry table"),
+    ("SELECT 'node1/gpu0' AS gpu, 'node1' AS node, 79 AS xid FROM gpu_events", "constant"),
+    ("SELECT * FROM (VALUES ('node1/gpu0', 'node1', 79)) v(gpu, node, xid), gpu_events", "constant"),
+    (XID_SQL, "mention node1/gpu0"),  # real XID 79 rows, but about node0/gpu0
+    ("SELECT gpu, node, max(temp_c) AS t FROM gpu_samples WHERE gpu = 'node1/gpu0' GROUP BY ALL", "shows"),
+]
+OUTSIDE = [
+    ("cosmic_rays", "node0/gpu0", "is not a label"),
+    ("gpu_fell_off_bus", "node6/gpu2", "not in the workspace's topology"),
+    ("gpu_fell_off_bus", "node0/gpu0; DROP TABLE x", "not in the workspace's topology"),
+    ("gpu_fell_off_bus", "rack0", "targets gpu, not a rack"),
+]
+FORGED = [
+    "SELECT gpu, node, xid * 0 + 79 AS xid FROM gpu_events WHERE gpu = 'node1/gpu0' OR true",
+    "SELECT gpu, node, message AS nvml_error FROM gpu_samples, gpu_events",
+    "SELECT replace(gpu, 'node0/gpu0', 'node1/gpu0') AS gpu, 'x' || node AS node, xid FROM gpu_events",
+    "SELECT g.gpu, g.node, e.xid FROM gpu_samples g, gpu_events e WHERE g.gpu = 'node1/gpu0'",
+    "WITH f AS (SELECT gpu, node, count(xid) + 78 AS xid FROM gpu_events GROUP BY ALL) "
+    "SELECT 'node1/gpu0' || '' AS gpu, node, xid FROM f",
+    "SELECT s.gpu, s.node, (SELECT max(xid) FROM gpu_events) AS xid FROM gpu_samples s",
+]
+
+
+def _judged(reply: Reply, cases: list[Any]) -> list[dict[str, Any]]:
+    """The reply's judgement of each case's hypothesis, in the order they were given."""
+    assert len(reply.llm_hypotheses) == len(cases) <= MAX_HYPOTHESES, reply.llm_hypotheses
+    return reply.llm_hypotheses
+
+
 def test_a_wrong_cause_with_a_trivial_citation_changes_nothing(
-    tmp_path: Path, sql: str, why: str, before: list[dict[str, Any]]
+    tmp_path: Path, before: list[dict[str, Any]]
 ) -> None:
     db = _two_cause_db(tmp_path)
     reply = _ask(
@@ -127,48 +149,30 @@ def test_a_wrong_cause_with_a_trivial_citation_changes_nothing(
             _hypothesis(
                 "gpu_fell_off_bus", "node1/gpu0", {"text": "node1/gpu0 is gone", "sql": sql}, confidence=0.99
             )
+            for sql, _ in WRONG_CITATIONS
         ],
     )
-    [h] = reply.llm_hypotheses
-    assert h["status"] == "unverified" and why in h["reason"], h
+    for (sql, why), h in zip(WRONG_CITATIONS, _judged(reply, WRONG_CITATIONS), strict=True):
+        assert h["status"] == "unverified" and why in h["reason"], (sql, h)
     assert reply.hypotheses == [{**b, "source": "analyst"} for b in before]
     assert recall_at_3(reply.hypotheses) == recall_at_3(before)
 
 
-@pytest.mark.parametrize(
-    ("label", "component", "why"),
-    [
-        ("cosmic_rays", "node0/gpu0", "is not a label"),
-        ("gpu_fell_off_bus", "node6/gpu2", "not in the workspace's topology"),
-        ("gpu_fell_off_bus", "node0/gpu0; DROP TABLE x", "not in the workspace's topology"),
-        ("gpu_fell_off_bus", "rack0", "targets gpu, not a rack"),
-    ],
-)
-def test_labels_outside_the_set_and_unknown_components_are_refused(
-    tmp_path: Path, label: str, component: str, why: str
-) -> None:
+def test_labels_outside_the_set_and_unknown_components_are_refused(tmp_path: Path) -> None:
     db = _two_cause_db(tmp_path)
-    reply = _ask(db, [_hypothesis(label, component, {"text": "x", "sql": XID_SQL})])
-    [h] = reply.llm_hypotheses
-    assert h["status"] == "refused" and why in h["reason"], h
+    reply = _ask(
+        db, [_hypothesis(label, component, {"text": "x", "sql": XID_SQL}) for label, component, _ in OUTSIDE]
+    )
+    for (label, component, why), h in zip(OUTSIDE, _judged(reply, OUTSIDE), strict=True):
+        assert h["status"] == "refused" and why in h["reason"], (label, component, h)
     assert all(m["source"] == "analyst" for m in reply.hypotheses)
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "SELECT gpu, node, xid * 0 + 79 AS xid FROM gpu_events WHERE gpu = 'node1/gpu0' OR true",
-        "SELECT gpu, node, message AS nvml_error FROM gpu_samples, gpu_events",
-        "SELECT replace(gpu, 'node0/gpu0', 'node1/gpu0') AS gpu, 'x' || node AS node, xid FROM gpu_events",
-        "SELECT g.gpu, g.node, e.xid FROM gpu_samples g, gpu_events e WHERE g.gpu = 'node1/gpu0'",
-        "WITH f AS (SELECT gpu, node, count(xid) + 78 AS xid FROM gpu_events GROUP BY ALL) "
-        "SELECT 'node1/gpu0' || '' AS gpu, node, xid FROM f",
-        "SELECT s.gpu, s.node, (SELECT max(xid) FROM gpu_events) AS xid FROM gpu_samples s",
-    ],
-)
-def test_forged_columns_and_joins_verify_nothing(tmp_path: Path, sql: str) -> None:
+def test_forged_columns_and_joins_verify_nothing(tmp_path: Path) -> None:
     db = _two_cause_db(tmp_path)
-    reply = _ask(db, [_hypothesis("gpu_fell_off_bus", "node1/gpu0", {"text": "forged", "sql": sql})])
-    [h] = reply.llm_hypotheses
-    assert h["status"] == "unverified", h
+    reply = _ask(
+        db, [_hypothesis("gpu_fell_off_bus", "node1/gpu0", {"text": "forged", "sql": sql}) for sql in FORGED]
+    )
+    for sql, h in zip(FORGED, _judged(reply, FORGED), strict=True):
+        assert h["status"] == "unverified", (sql, h)
     assert all(m["source"] == "analyst" for m in reply.hypotheses)

@@ -113,6 +113,13 @@ def input_pipeline_world() -> World:
     )
 
 
+def release(target: subprocess.Popen[str]) -> None:
+    """Start the rounds of a cuda_mix target started with "wait" (it reads a line before its first round)."""
+    assert target.stdin is not None
+    target.stdin.write("go\n")
+    target.stdin.flush()
+
+
 def test_gpu_idle_join_with_the_simulators_nvml(cuda_mix: Path) -> None:
     """The twin's GPU runs near 100 % until the input-pipeline fault at 8 s, then near 60 %: with 75 % as the
     idle threshold, slices after the fault are idle, and the on-CPU stacks of those slices (prepare_batch, the
@@ -122,7 +129,8 @@ def test_gpu_idle_join_with_the_simulators_nvml(cuda_mix: Path) -> None:
     nvml.nvmlInit()
     source = NvmlUtilSource(nvml, pid=0)
     world.step(1.0)
-    with started([str(cuda_mix), "100000", "200", "800"]) as target:
+    # the target spins 80 % of its rounds: it starts them once the profiler attached (not through the compile)
+    with started([str(cuda_mix), "100000", "200", "800", "wait"]) as target:
         result = run_profile(
             target.pid,
             PROFILE_S,
@@ -130,6 +138,7 @@ def test_gpu_idle_join_with_the_simulators_nvml(cuda_mix: Path) -> None:
             util=source,
             idle_below_pct=75.0,
             on_slice=lambda _: world.step(1.0),
+            on_attached=lambda _: release(target),
         )
     assert source.source == "device"  # the twin has no per-process samples
     busy = [pct for pct in result.util_pct[:6] if pct is not None]
@@ -216,12 +225,7 @@ def test_a_thread_started_after_attaching_is_profiled() -> None:
 
 def test_a_target_that_exits_ends_the_run_early(cuda_mix: Path) -> None:
     with started([str(cuda_mix), "2000", "500", "0", "wait"]) as target:  # about 1-2 s of rounds, then exits
-
-        def go(probes: tuple[str, ...]) -> None:
-            assert target.stdin is not None
-            target.stdin.write("go\n")
-            target.stdin.flush()
-
+        go = lambda _probes: release(target)  # noqa: E731
         result = run_profile(target.pid, 30.0, on_attached=go, duty=1.0)  # every call: nothing scaled
     assert result.target_exited and result.duration_s < 15, result.duration_s
     launches = sum(r.calls for r in result.records if r.probe == "cudaLaunchKernel")
