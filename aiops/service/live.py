@@ -14,8 +14,10 @@ log (`incident_ids`, the old -> new mapping).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from aiops.config_notify import SeverityConfig
@@ -23,7 +25,7 @@ from aiops.detect import first_bound, racks_of_nodes, save_incidents
 from aiops.detect.early_watch import EarlyWatch
 from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
-from aiops.detect.windows import job_gpus, job_homes
+from aiops.detect.windows import job_gpus, job_homes, reading_ahead
 from aiops.models import Incident, Symptom
 from aiops.pipeline import incident_of
 from aiops.store import Store
@@ -48,6 +50,14 @@ def _save_progress(store: Store, until_ts_s: float) -> None:
     store.conn.execute(
         "INSERT OR REPLACE INTO service_state VALUES (?, ?, ?)", [PROGRESS_KEY, repr(until_ts_s), time.time()]
     )
+
+
+def _read_together(store: Store, bounds: list[float], window_s: float) -> AbstractContextManager[object]:
+    """Several windows (bounds[i], bounds[i + 1]] judged in one call (a replay at start; at 10x and faster,
+    the windows a flush closed): their rows read in one query a table, as `detect(store)` reads its pass
+    (aiops/detect/windows.py `reading_ahead`: the same rows and aggregates; nothing writes the store while the
+    windows are judged, the incidents are saved after). One window: asked of the store as it always was."""
+    return reading_ahead(store, bounds, window_s) if len(bounds) > 2 else nullcontext()
 
 
 def _span(store: Store) -> tuple[float, float] | None:
@@ -144,12 +154,14 @@ class LiveDetection:
             quiet_s=self.quiet_s, rack_of=self.tracker.rack_of, job_of=self.tracker.job_of
         )
         early = EarlyWatch(store, lambda: "replayed")  # its warnings were judged before too
-        while t0 < resume - 1e-9:  # warm the baselines: these windows were judged before
-            t1 = min(t0 + self.window_s, resume)
-            symptoms = self.detector.process(t0, t1)
-            scratch.feed(symptoms, t1)
-            early.process(t0, t1, symptoms)
-            t0 = t1
+        bounds = [t0]
+        while bounds[-1] < resume - 1e-9:
+            bounds.append(min(bounds[-1] + self.window_s, resume))
+        with _read_together(store, bounds, self.window_s):
+            for t0, t1 in itertools.pairwise(bounds):  # warm the baselines: these windows were judged before
+                symptoms = self.detector.process(t0, t1)
+                scratch.feed(symptoms, t1)
+                early.process(t0, t1, symptoms)
         self.early.warm_from(early)
         self.until_ts_s = resume
 
@@ -201,18 +213,21 @@ class LiveDetection:
             self.early = EarlyWatch(store, self.allocate_id)
         self.early.store = store
         warned: dict[str, Incident] = {}
-        while self.until_ts_s + self.window_s <= newest_ts_s + 1e-9:
-            t0, t1 = self.until_ts_s, self.until_ts_s + self.window_s
-            symptoms = self.detector.process(t0, t1)
-            out.extend(self.tracker.feed(symptoms, t1))
-            for warning in self.early.process(t0, t1, symptoms):
-                if warning.incident_id not in warned and warning.opened_ts_s > t0 - 1e-9:
-                    out.append(Transition("opened", warning))
-                elif warning.resolved_ts_s is not None:
-                    out.append(Transition("resolved", warning))
-                warned[warning.incident_id] = warning
-            self.until_ts_s = t1
-            self.windows += 1
+        bounds = [self.until_ts_s]
+        while bounds[-1] + self.window_s <= newest_ts_s + 1e-9:
+            bounds.append(bounds[-1] + self.window_s)
+        with _read_together(store, bounds, self.window_s):
+            for t0, t1 in itertools.pairwise(bounds):
+                symptoms = self.detector.process(t0, t1)
+                out.extend(self.tracker.feed(symptoms, t1))
+                for warning in self.early.process(t0, t1, symptoms):
+                    if warning.incident_id not in warned and warning.opened_ts_s > t0 - 1e-9:
+                        out.append(Transition("opened", warning))
+                    elif warning.resolved_ts_s is not None:
+                        out.append(Transition("resolved", warning))
+                    warned[warning.incident_id] = warning
+                self.until_ts_s = t1
+                self.windows += 1
         if self.ranks_between_windows:
             early += self.detector.ahead(newest_ts_s)
         if early:  # judged as their ranks' rows landed, before their window closes

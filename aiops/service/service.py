@@ -135,6 +135,9 @@ class Service:
             config.store.path,
             memory_limit_mb=config.store.memory_limit_mb,
             threads=store_threads(config),
+            # a node agent's statements read seconds of one node: the optimizer passes that pay off on large
+            # tables are skipped (owner.py LEAN_PLANNER_SKIPS); the fleet's pivot thousands of GPUs
+            lean_planner=config.node.name != "fleet",
             allocator_flush_mb=config.store.allocator_flush_mb,
             guardrails=config.guardrails,
             scheduler=config.scheduler,

@@ -163,14 +163,18 @@ class Store:
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
                 "applied_ts_s DOUBLE)"
             )
-        for migration in missing:
+        # a new file's migrations in one transaction (its schema whole or not at all; one commit instead of one a
+        # migration: half the ~90 ms a new workspace cost, a node agent's start and every test's store); a file
+        # that has some, each missing one in its own
+        for group in [missing] if current == 0 else [[m] for m in missing]:
             self.conn.execute("BEGIN TRANSACTION")
             try:
-                migration.apply(self.conn)
-                self.conn.execute(
-                    "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-                    [migration.version, migration.name, time.time()],
-                )
+                for migration in group:
+                    migration.apply(self.conn)
+                    self.conn.execute(
+                        "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                        [migration.version, migration.name, time.time()],
+                    )
                 self.conn.execute("COMMIT")
             except Exception:
                 self.conn.execute("ROLLBACK")
