@@ -43,7 +43,9 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def judged(db: Path, copy: Path, step_s: float, restart: bool) -> tuple[list[Any], list[Any]]:
     copy.write_bytes(db.read_bytes())
     with Store(copy) as store:
-        lo, hi = store.conn.execute("SELECT min(ts_s), max(ts_s) FROM gpu_samples").fetchone()
+        span = store.conn.execute("SELECT min(ts_s), max(ts_s) FROM gpu_samples").fetchone()
+        assert span is not None
+        lo, hi = span
         live._save_progress(store, lo - 1e-6)
         detection = live.LiveDetection(id_prefix="INC-node0-", quiet_s=40)
         detection.start(store)
