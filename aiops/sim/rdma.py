@@ -85,6 +85,8 @@ class Hca:
     rng: np.random.Generator
     netdev: I64  # [nic, 4]: kernel tx bytes, kernel rx bytes, pause frames received, pause frames sent
     log: list[NcclLine] = field(default_factory=list)
+    # `senders` for the layout's placement_version it was computed for (placement changes only with a move)
+    senders_of: tuple[int, I64] | None = None
 
     @classmethod
     def of(cls, layout: Layout, seed: int) -> Hca:
@@ -128,7 +130,10 @@ def step(w: World) -> None:
     """Book this second's fabric output (w.out) and link state on the HCAs."""
     h, n = w.hca, w.layout.nic_count
     tx, ce, drops, queue_ms, collective, other = _per_nic(w)
-    send_from = senders(w)
+    placement = w.layout.placement_version
+    if h.senders_of is None or h.senders_of[0] != placement:
+        h.senders_of = (placement, senders(w))
+    send_from = h.senders_of[1]
     up = w.link_up
     c = h.counters
     c[:, C["port_xmit_data"]] += (tx // BYTES_PER_WORD).astype(np.int64)
