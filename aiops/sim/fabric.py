@@ -69,21 +69,6 @@ class NicLanes:
     queue_ms: F64
     link_up: npt.NDArray[np.bool_]
 
-    @classmethod
-    def empty(cls, n: int) -> NicLanes:
-        def ints() -> I64:
-            return np.zeros((n, 4), dtype=np.int64)
-
-        return cls(
-            np.zeros((n, 4), dtype=bool),
-            np.zeros((n, 4)),
-            ints(),
-            ints(),
-            ints(),
-            np.zeros((n, 4)),
-            np.ones(n, dtype=bool),
-        )
-
 
 @dataclass
 class FabricOut:
@@ -397,26 +382,33 @@ def _nic_rows(
     # shares of each lane's bytes (a link down carries none: all on VIP), then each count split by them
     moving = totals > 0
     shares = np.where(moving[:, None], lane_bytes / np.where(moving, totals, 1.0)[:, None], [1.0, 0.0, 0.0])
-    lanes_d, lanes_c, lanes_r = _split(np.array([drops, ce, retrans]), shares)
+    counts = np.array([drops, ce, retrans])
+    split = _split(counts, shares)
+    lanes_d, lanes_c, lanes_r = split
     enforced = w.lanes_enforced
-    # the same as arrays, a slot per lane and one for `fifo` (what the HCAs and the fleet's view read)
-    out = NicLanes.empty(n)
+    # the same as arrays, a slot per lane and one for `fifo` (what the HCAs and the fleet's view read); the three
+    # counts filled at once ([kind, nic, slot]), as numpy's per-call cost is most of a step's
+    counted = np.empty((3, n, 4), dtype=np.int64)
+    counted[:, :, :3], counted[:, :, 3] = np.where(enforced[:, None], split, 0), np.where(enforced, 0, counts)
+    shape = (n, 4)  # every slot is written below
+    out = NicLanes(
+        np.empty(shape, dtype=bool),
+        np.empty(shape),
+        counted[0],
+        counted[1],
+        counted[2],
+        np.empty(shape),
+        w.link_up.copy(),
+    )
     out.present[:, :3], out.present[:, 3] = enforced[:, None], ~enforced
     out.tx[:, :3], out.tx[:, 3] = (
         np.where(enforced[:, None], lane_bytes, 0.0),
         np.where(enforced, 0.0, totals),
     )
-    for mine, lanes, whole in (
-        (out.drops, lanes_d, drops),
-        (out.ce, lanes_c, ce),
-        (out.retrans, lanes_r, retrans),
-    ):
-        mine[:, :3], mine[:, 3] = np.where(enforced[:, None], lanes, 0), np.where(enforced, 0, whole)
     out.queue_ms[:, :3], out.queue_ms[:, 3] = (
         np.where(enforced[:, None], lane_q, 0.0),
         np.where(enforced, 0.0, fifo_q),
     )
-    out.link_up = w.link_up.copy()
     on_ = enforced.copy()
 
     def rows() -> list[NicRow]:  # this step's arrays (none is written after the step): built when read
