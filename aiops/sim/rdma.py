@@ -265,11 +265,12 @@ def netdev_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
     lay, h = w.layout, w.hca
     kernel = h.netdev.tolist()
     discards = h.counters[:, C["port_xmit_discards"]].tolist()
+    nic_node = lay.nic_node.tolist()
     rows: list[tuple[object, ...]] = []
     for i, (nic, up, changes) in enumerate(
         zip(lay.nic_names, w.link_up.tolist(), w.carrier_changes.tolist(), strict=True)
     ):
-        node = lay.node_names[int(lay.nic_node[i])]
+        node = lay.node_names[nic_node[i]]
         tx_bytes, rx_bytes, rx_pause, tx_pause = kernel[i]
         rows.append(
             (
@@ -300,9 +301,10 @@ def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
     node's spare port (`churn.unused_ports`), down because nothing is plugged in."""
     lay, h = w.layout, w.hca
     counters = h.counters.tolist()
+    nic_node = lay.nic_node.tolist()
     rows: list[tuple[object, ...]] = []
     for i, (nic, up) in enumerate(zip(lay.nic_names, w.link_up.tolist(), strict=True)):
-        node = lay.node_names[int(lay.nic_node[i])]
+        node = lay.node_names[nic_node[i]]
         state, phys = ("ACTIVE", "LinkUp") if up else ("DOWN", "Polling")
         device = f"mlx5_{i % lay.nics_per_node}"
         rows.append((now_ts_s, node, device, 1, nic, state, phys, RATE_GBPS, *counters[i]))
