@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aiops.sim import network
-from aiops.sim.topology import F64, I64
+from aiops.sim.topology import F64, I64, clamp, filled
 
 if TYPE_CHECKING:
     from aiops.datapath.policy import Policy
@@ -68,21 +68,6 @@ class NicLanes:
     retrans: I64
     queue_ms: F64
     link_up: npt.NDArray[np.bool_]
-
-    @classmethod
-    def empty(cls, n: int) -> NicLanes:
-        def ints() -> I64:
-            return np.zeros((n, 4), dtype=np.int64)
-
-        return cls(
-            np.zeros((n, 4), dtype=bool),
-            np.zeros((n, 4)),
-            ints(),
-            ints(),
-            ints(),
-            np.zeros((n, 4)),
-            np.ones(n, dtype=bool),
-        )
 
 
 @dataclass
@@ -183,7 +168,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     bulk_fraction = (
         BACKGROUND_BULK_FRACTION + _checkpoint_fraction(w)[lay.nic_node] + mods.extra_bulk_fraction
     )
-    bulk_fraction = bulk_fraction * (1.0 + rng.normal(0, 0.05, lay.nic_count)).clip(0.5, 1.5)
+    bulk_fraction = bulk_fraction * clamp(1.0 + rng.normal(0, 0.05, lay.nic_count), 0.5, 1.5)
     classes = w.classes()
     w.lane_control.step(w.lanes_enforced, w.vip_demand_fraction, _checkpoint_due(w)[lay.nic_node])
     eg = network.egress(
@@ -196,9 +181,9 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     # drops instead of marks: retransmission time per step on NICs without ECN
     ecn_penalty_s = np.where(w.ecn_enabled, 0.0, 0.03 + 0.15 * mods.ecn_severity * (0.4 + bulk_fraction * 3))
     coll_bps = np.zeros(lay.nic_count)
-    duty = np.ones(lay.gpu_count)
+    duty = filled(lay.gpu_count, 1.0)
     starved = np.zeros(lay.gpu_count)
-    loader_ms = np.where(lay.busy_nodes, 5.0 + rng.normal(0, 1.0, lay.nodes).clip(-3, 3), 0.0)
+    loader_ms = np.where(lay.busy_nodes, 5.0 + clamp(rng.normal(0, 1.0, lay.nodes), -3, 3), 0.0)
     extra_ms = mods.loader_extra_ms + w.loader_extra_ms
     loader_ms = loader_ms + extra_ms
     w.rank_step_s[:] = 0.0  # a rank of no job, of a job down or hung, or behind a link down: no step
@@ -217,7 +202,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
             job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * mods.pcie_factor[gpus]
         )
         loader_s = loader_ms[lay.gpu_node[gpus]] / 1000.0
-        ready_s = compute_s + loader_s + rng.normal(0, 0.004, gpus.size).clip(-0.01, 0.01)
+        ready_s = compute_s + loader_s + clamp(rng.normal(0, 0.004, gpus.size), -0.01, 0.01)
         n_nodes = len(job.nodes)
         volume_bytes = job.allreduce_mb * 1e6 * 2 * (n_nodes - 1) / max(1, n_nodes)
         inter_s = 0.0
@@ -249,8 +234,8 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
             out.steps.append(
                 (done_ts_s, job.name, int(w.step_count[j]), step_time_s, rank, gpu_name, int(gpus.size))
             )
-        duty[gpus] = np.clip(compute_s / step_time_s, 0, 1)
-        starved[gpus] = np.clip(loader_s / step_time_s, 0, 1) * (loader_s > 0.05)
+        duty[gpus] = clamp(compute_s / step_time_s, 0, 1)
+        starved[gpus] = clamp(loader_s / step_time_s, 0, 1) * (loader_s > 0.05)
         steps_per_s = 0.0 if down else 1.0 / step_time_s
         coll_bps[nics] += volume_bytes * 8 * steps_per_s * n_nodes / len(nics)
         _collective_rows(
@@ -276,7 +261,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     out.flow_rows = lambda: flow_rows(out.enforced, classes, class_bytes)
     cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
     cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
-    w.host_cpu_pct = cpu_pct.clip(0, 100)
+    w.host_cpu_pct = clamp(cpu_pct, 0, 100)
     w.host_loader_ms = loader_ms
     return out
 
@@ -356,9 +341,8 @@ def _class_bytes(w: World, coll_bps: F64, bulk_fraction: F64) -> F64:
     """[nic, class] bytes sent this second."""
     up = w.link_up
     link_bytes = network.LINK_BPS / 8
-    per = np.stack(
-        [coll_bps / 8, bulk_fraction * link_bytes, np.full_like(coll_bps, OTHER_FRACTION * link_bytes)], 1
-    )
+    per = np.empty((coll_bps.size, 3))  # filled column by column: np.stack's wrapper costs more
+    per[:, 0], per[:, 1], per[:, 2] = coll_bps / 8, bulk_fraction * link_bytes, OTHER_FRACTION * link_bytes
     return np.where(up[:, None], per, 0.0)
 
 
@@ -398,26 +382,33 @@ def _nic_rows(
     # shares of each lane's bytes (a link down carries none: all on VIP), then each count split by them
     moving = totals > 0
     shares = np.where(moving[:, None], lane_bytes / np.where(moving, totals, 1.0)[:, None], [1.0, 0.0, 0.0])
-    lanes_d, lanes_c, lanes_r = (_split(count, shares) for count in (drops, ce, retrans))
+    counts = np.array([drops, ce, retrans])
+    split = _split(counts, shares)
+    lanes_d, lanes_c, lanes_r = split
     enforced = w.lanes_enforced
-    # the same as arrays, a slot per lane and one for `fifo` (what the HCAs and the fleet's view read)
-    out = NicLanes.empty(n)
+    # the same as arrays, a slot per lane and one for `fifo` (what the HCAs and the fleet's view read); the three
+    # counts filled at once ([kind, nic, slot]), as numpy's per-call cost is most of a step's
+    counted = np.empty((3, n, 4), dtype=np.int64)
+    counted[:, :, :3], counted[:, :, 3] = np.where(enforced[:, None], split, 0), np.where(enforced, 0, counts)
+    shape = (n, 4)  # every slot is written below
+    out = NicLanes(
+        np.empty(shape, dtype=bool),
+        np.empty(shape),
+        counted[0],
+        counted[1],
+        counted[2],
+        np.empty(shape),
+        w.link_up.copy(),
+    )
     out.present[:, :3], out.present[:, 3] = enforced[:, None], ~enforced
     out.tx[:, :3], out.tx[:, 3] = (
         np.where(enforced[:, None], lane_bytes, 0.0),
         np.where(enforced, 0.0, totals),
     )
-    for mine, lanes, whole in (
-        (out.drops, lanes_d, drops),
-        (out.ce, lanes_c, ce),
-        (out.retrans, lanes_r, retrans),
-    ):
-        mine[:, :3], mine[:, 3] = np.where(enforced[:, None], lanes, 0), np.where(enforced, 0, whole)
     out.queue_ms[:, :3], out.queue_ms[:, 3] = (
         np.where(enforced[:, None], lane_q, 0.0),
         np.where(enforced, 0.0, fifo_q),
     )
-    out.link_up = w.link_up.copy()
     on_ = enforced.copy()
 
     def rows() -> list[NicRow]:  # this step's arrays (none is written after the step): built when read
@@ -450,10 +441,11 @@ def _nic_rows(
 
 
 def _split(counts: I64, shares: F64) -> I64:
-    """Per NIC, `counts` events shared by `shares` (a row per NIC), whole numbers that add up to the count: each
-    lane its share rounded down, the rest to the lane with the largest share (the first of equal ones)."""
-    parts = (counts[:, None] * shares).astype(np.int64)
-    parts[np.arange(counts.size), np.argmax(shares, axis=1)] += counts - parts.sum(axis=1)
+    """Per kind of count (a row of `counts` each) and NIC, its events shared by `shares` (a row per NIC), whole
+    numbers that add up to the count: each lane its share rounded down, the rest to the lane with the largest
+    share (the first of equal ones). [kind, nic, lane]; the kinds at once, as one kind's cost is numpy's calls."""
+    parts = (counts[:, :, None] * shares).astype(np.int64)
+    parts[:, np.arange(counts.shape[1]), np.argmax(shares, axis=1)] += counts - parts.sum(axis=2)
     return parts
 
 

@@ -25,7 +25,7 @@ from aiops.sim import network, repair
 from aiops.sim.fault_models import FAULT_MODELS
 from aiops.sim.fault_models.devices import APP_XIDS
 from aiops.sim.fault_models.fabric import LONG_FLAP_EVERY, LONG_FLAP_EXTRA_S, LONG_FLAP_SEVERITY
-from aiops.sim.topology import F64, I64, Layout
+from aiops.sim.topology import F64, I64, Layout, filled
 
 if TYPE_CHECKING:
     from aiops.sim.world import World
@@ -100,15 +100,15 @@ class Modifiers:
     def neutral(cls, layout: Layout) -> Modifiers:
         g, n, k, r = layout.gpu_count, layout.nodes, layout.nic_count, layout.racks
         return cls(
-            np.ones(g),
-            np.ones(g),
-            np.ones(g),
+            filled(g, 1.0),
+            filled(g, 1.0),
+            filled(g, 1.0),
             np.zeros(n),
             np.zeros(n),
             np.zeros(k),
             np.zeros(r),
-            np.ones(r),
-            np.full(k, 0.5),
+            filled(r, 1.0),
+            filled(k, 0.5),
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aiops import nvml_bits as bits
+from aiops.sim.topology import clamp
 
 if TYPE_CHECKING:
     from aiops.sim.faults import Modifiers
@@ -94,7 +95,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     duty, starved = w.rank_duty, w.rank_starved
     active = lay.in_job & ~w.dead
     # power demand of the work: busy compute, spinning in NCCL while waiting (live ranks of a hung job spin)
-    spin = np.where(hung, 1.0, 1.0 - duty - starved).clip(0.0, 1.0)
+    spin = clamp(np.where(hung, 1.0, 1.0 - duty - starved), 0.0, 1.0)
     burst = w.load_rng.random(g) < POWER_BURST_P
     phase = np.where(burst, POWER_BURST_X, POWER_QUIET_X)
     busy_w = BUSY_POWER_W * (1.0 + BUSY_POWER_NOISE * noise[0]) * w.power_hunger * phase
@@ -107,7 +108,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     sw_hot = temp_c >= SW_SLOWDOWN_ONSET_C
     hw_hot = temp_c >= HW_SLOWDOWN_C
     f_thermal = np.where(
-        sw_hot, np.clip(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
+        sw_hot, clamp(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
     )
     f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
     brake = np.minimum(mods.brake, w.brake_factor)  # a fault's brake, or the one a calibrated world holds
@@ -130,7 +131,7 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     w.clock_factor = np.where(active, factor, 1.0)
     w.sm_clock_mhz = np.where(active, MAX_SM_CLOCK_MHZ * factor, IDLE_SM_CLOCK_MHZ)
     busy_util = np.where(hung, 99.0, 100.0 * (1.0 - starved))
-    w.util_pct = np.where(active, np.clip(busy_util + noise[1], 0.0, 100.0), 0.0)
+    w.util_pct = np.where(active, clamp(busy_util + noise[1], 0.0, 100.0), 0.0)
     # thermal: coolant temperature at the cold plate rises as flow drops; so does the effective resistance
     rack = lay.gpu_rack
     flow_penalty = (FLOW_LPM / np.maximum(w.flow_lpm, 20.0))[rack] - 1.0

@@ -96,18 +96,21 @@ class TwinRankTiming:
     def _emit(self, now_ts_s: float) -> list[Row]:
         lay = self.world.layout
         out: list[Row] = []
-        calls, blocked, nbytes = self.calls.round().astype(np.int64), self.blocked_s, self.bytes
+        # as Python lists: a row's values are read one at a time (numpy scalars cost more than the list's)
+        calls = self.calls.round().astype(np.int64).tolist()
+        blocked, nbytes = self.blocked_s.tolist(), self.bytes.tolist()
+        gpu_node = lay.gpu_node.tolist()
         for job in lay.jobs:
             world_size = int(job.gpus.size)
             for rank, g in enumerate(job.gpus.tolist()):
-                if calls[g].sum() == 0:
+                if sum(calls[g]) == 0:
                     continue
-                node = lay.node_names[lay.gpu_node[g]]
+                node = lay.node_names[gpu_node[g]]
                 for i, (op, kind) in enumerate(OPS):
-                    if calls[g, i] <= 0:
+                    if calls[g][i] <= 0:
                         continue
                     carried = (
-                        int(nbytes[g, i]) // FLOAT32_BYTES * FLOAT32_BYTES if kind == "collective" else None
+                        int(nbytes[g][i]) // FLOAT32_BYTES * FLOAT32_BYTES if kind == "collective" else None
                     )
                     out.append(
                         (
@@ -120,8 +123,8 @@ class TwinRankTiming:
                             op,
                             kind,
                             self.counted_s,
-                            int(calls[g, i]),
-                            round(float(blocked[g, i]), 6),
+                            calls[g][i],
+                            round(blocked[g][i], 6),
                             carried,
                             "nccl",
                         )

@@ -85,6 +85,8 @@ class Hca:
     rng: np.random.Generator
     netdev: I64  # [nic, 4]: kernel tx bytes, kernel rx bytes, pause frames received, pause frames sent
     log: list[NcclLine] = field(default_factory=list)
+    # `senders` for the layout's placement_version it was computed for (placement changes only with a move)
+    senders_of: tuple[int, I64] | None = None
 
     @classmethod
     def of(cls, layout: Layout, seed: int) -> Hca:
@@ -128,7 +130,10 @@ def step(w: World) -> None:
     """Book this second's fabric output (w.out) and link state on the HCAs."""
     h, n = w.hca, w.layout.nic_count
     tx, ce, drops, queue_ms, collective, other = _per_nic(w)
-    send_from = senders(w)
+    placement = w.layout.placement_version
+    if h.senders_of is None or h.senders_of[0] != placement:
+        h.senders_of = (placement, senders(w))
+    send_from = h.senders_of[1]
     up = w.link_up
     c = h.counters
     c[:, C["port_xmit_data"]] += (tx // BYTES_PER_WORD).astype(np.int64)
@@ -260,11 +265,12 @@ def netdev_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
     lay, h = w.layout, w.hca
     kernel = h.netdev.tolist()
     discards = h.counters[:, C["port_xmit_discards"]].tolist()
+    nic_node = lay.nic_node.tolist()
     rows: list[tuple[object, ...]] = []
     for i, (nic, up, changes) in enumerate(
         zip(lay.nic_names, w.link_up.tolist(), w.carrier_changes.tolist(), strict=True)
     ):
-        node = lay.node_names[int(lay.nic_node[i])]
+        node = lay.node_names[nic_node[i]]
         tx_bytes, rx_bytes, rx_pause, tx_pause = kernel[i]
         rows.append(
             (
@@ -295,9 +301,10 @@ def port_rows(w: World, now_ts_s: float) -> list[tuple[object, ...]]:
     node's spare port (`churn.unused_ports`), down because nothing is plugged in."""
     lay, h = w.layout, w.hca
     counters = h.counters.tolist()
+    nic_node = lay.nic_node.tolist()
     rows: list[tuple[object, ...]] = []
     for i, (nic, up) in enumerate(zip(lay.nic_names, w.link_up.tolist(), strict=True)):
-        node = lay.node_names[int(lay.nic_node[i])]
+        node = lay.node_names[nic_node[i]]
         state, phys = ("ACTIVE", "LinkUp") if up else ("DOWN", "Polling")
         device = f"mlx5_{i % lay.nics_per_node}"
         rows.append((now_ts_s, node, device, 1, nic, state, phys, RATE_GBPS, *counters[i]))

@@ -14,6 +14,20 @@ I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 
 
+def clamp(values: F64, lo: float, hi: float) -> F64:
+    """`np.clip(values, lo, hi)` for the twin's per-step arrays (the same numbers, NaN included): two ufunc
+    calls cost a fraction of np.clip's Python wrapper on arrays of a few dozen entries, and a step clips a lot."""
+    return np.minimum(np.maximum(values, lo), hi)
+
+
+def filled(size: int, value: float) -> F64:
+    """`np.full(size, value)` (and np.ones) for the arrays a step allocates: their Python wrappers cost several
+    times an empty array and a fill at the twin's sizes."""
+    out = np.empty(size)
+    out.fill(value)
+    return out
+
+
 @dataclass
 class JobLayout:
     name: str
