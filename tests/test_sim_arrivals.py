@@ -230,4 +230,4 @@ def test_the_analyst_is_as_blind_to_the_twin_with_churn(tmp_path: Path) -> None:
     with Store(seen) as store:  # the eval's entry point with the twin (and its churn) held in this process
         now_ts_s = float(store.scalar("SELECT max(ts_s) FROM gpu_samples") or 0.0)
         normal = _json(diagnosis(analyze(store, twin=twin, origin="eval", clock=lambda: now_ts_s)))
-    assert normal["diagnoses"] and analysed_blind(blind) == normal
+    assert normal["diagnoses"] and analysed_blind([blind])[str(blind)] == normal
