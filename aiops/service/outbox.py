@@ -52,6 +52,8 @@ class Outbox:
         """Queue the event for every webhook, in the caller's transaction (so it exists iff the change does)."""
         if not self.enabled or kind not in EVENT_KINDS:
             return
+        if kind == "diagnosed" and top is not None and held_elsewhere(store, incident, top):
+            return  # not this incident's diagnosis yet: its pages wait for a cause of its own
         link = f"{self.link_base}/api/incidents/{incident.incident_id}" if self.link_base else ""
         hypotheses = [top] if top is not None else []
         event = incident_event(cast(EventKind, kind), incident, hypotheses, node=self.node, link=link)
@@ -103,3 +105,20 @@ class Outbox:
     def _run(self, workspace: Workspace) -> None:
         while not self._stop.wait(self.pump_every_s):
             self.pump_once(workspace)
+
+
+def held_elsewhere(store: Store, incident: Incident, top: Hypothesis) -> bool:
+    """Whether the top cause is another open incident's: its component is none of this incident's and another
+    open incident lists it (the analyst ranks such a cause last but keeps it when the incident has nothing of
+    its own yet, e.g. a second hot GPU's first seconds beside the first's incident). Telling pagers "top cause:
+    that GPU" would name another incident's fault (one in a maintenance window, say) as this one's; the event
+    waits for the incident's own cause."""
+    if top.component in incident.components:
+        return False
+    return bool(
+        store.scalar(
+            "SELECT count(*) FROM incidents WHERE incident_id <> ? AND resolved_ts_s IS NULL "
+            "AND list_contains(components, ?)",
+            [incident.incident_id, top.component],
+        )
+    )

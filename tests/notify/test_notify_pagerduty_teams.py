@@ -18,6 +18,7 @@ from markdown_it import MarkdownIt  # CommonMark, as Adaptive Cards' TextBlock r
 
 from aiops.config import Config, NotifyConfig, WebhookConfig, parse_config
 from aiops.config_notify import PAGERDUTY_EVENTS_URL
+from aiops.detect import save_incidents
 from aiops.errors import ConfigError
 from aiops.integrations.event import IncidentEvent
 from aiops.integrations.notifier import Notifier
@@ -437,3 +438,35 @@ def test_a_scheduled_report_is_a_teams_card_and_nothing_for_pagerduty(tmp_path: 
     as_path = card_of(report_body("teams", written, "report:x", str(tmp_path / "r.html"), "node3"))
     assert "actions" not in as_path and as_path["body"][-1]["text"].startswith("Report: /")
     assert report_body("pagerduty", written, "report:x", "", "node3") is None
+
+
+def test_a_diagnosis_naming_another_open_incidents_cause_waits_for_one_of_its_own(tmp_path: Path) -> None:
+    """A second hot GPU's incident, diagnosed in its first seconds with the first GPU's heat on top (that cause
+    is another open incident's, in a maintenance window, say): pagers hear nothing of it; its own cause goes."""
+    key = tmp_path / "pd.key"
+    key.write_text(ROUTING_KEY)
+    config = NotifyConfig(
+        webhooks=[
+            WebhookConfig(kind="pagerduty", url="http://127.0.0.1:1/v2/enqueue", routing_key_file=str(key))
+        ]
+    )
+    outbox = Outbox(config, "fleet")
+    first = incident(incident_id="INC-fleet-0001").model_copy(update={"components": ["node1/gpu0"]})
+    second = incident(incident_id="INC-fleet-0002").model_copy(update={"components": ["node3/gpu1"]})
+    with Workspace(tmp_path / "ws.duckdb").write() as store:
+        save_incidents(store, [first, second])
+        outbox.notify(store, "diagnosed", second, hypothesis(component="node1/gpu0"))
+        assert not store.query("SELECT * FROM notifications")
+        outbox.notify(store, "diagnosed", second, hypothesis(component="node3/gpu1"))
+        outbox.notify(store, "diagnosed", first, hypothesis(component="node1/gpu0"))  # its own: goes
+        # once the first is resolved, its cause is no one else's: the second may name it
+        store.conn.execute(
+            "UPDATE incidents SET resolved_ts_s = ? WHERE incident_id = 'INC-fleet-0001'", [NOW_TS_S]
+        )
+        outbox.notify(store, "diagnosed", second, hypothesis(component="node1/gpu0"))
+        rows = store.query("SELECT incident_id, event_key FROM notifications ORDER BY id")
+    assert [(r["incident_id"], r["event_key"]) for r in rows] == [
+        ("INC-fleet-0002", 'diagnosed:["thermal_throttle", "node3/gpu1"]'),
+        ("INC-fleet-0001", 'diagnosed:["thermal_throttle", "node1/gpu0"]'),
+        ("INC-fleet-0002", 'diagnosed:["thermal_throttle", "node1/gpu0"]'),
+    ]
