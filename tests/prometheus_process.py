@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from aiops.fleet.backfill import backfill, serving
 from tests.agent_cluster import stop
 from tests.service_helpers import free_port, get, require_binary, wait_for
 
@@ -38,3 +39,16 @@ def prometheus_running(
             yield port
         finally:
             stop(proc)
+
+
+@contextmanager
+def backfilled(folder: Path, exposition: str) -> Iterator[str]:
+    """A real Prometheus serving `exposition` (OpenMetrics text, `# EOF` at the end) imported with promtool into
+    `folder`/tsdb; yields its URL, stops it by PID after (aiops/fleet/backfill.py, as `aiops eval --via
+    prometheus` runs it)."""
+    require_binary("prometheus")
+    require_binary("promtool")
+    (folder / "history.om").write_text(exposition)
+    backfill(folder / "history.om", folder / "tsdb")
+    with serving(folder / "tsdb", folder) as url:
+        yield url

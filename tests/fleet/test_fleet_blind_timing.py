@@ -27,12 +27,11 @@ import pytest
 
 from aiops.cli.fleet import FLEET_NAME
 from aiops.config import NodeConfig, parse_config
-from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.sight import SourceSight
 from aiops.fleet.source import FleetCollector, FleetSetup, fleet_sources
 from aiops.service.service import Service
 from aiops.store.conditions import NODE_AGENT_LOST, SOURCE_BLIND
-from tests.service_helpers import require_binary
+from tests.prometheus_process import backfilled
 
 T0 = 1_767_225_600.0
 STEP_S = 15.0
@@ -99,12 +98,7 @@ def _exposition() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    require_binary("prometheus")
-    require_binary("promtool")
-    work = tmp_path_factory.mktemp("blind-timing")
-    (work / "history.om").write_text(_exposition())
-    backfill(work / "history.om", work / "tsdb")
-    with serving(work / "tsdb", work) as url:
+    with backfilled(tmp_path_factory.mktemp("blind-timing"), _exposition()) as url:
         yield url
 
 

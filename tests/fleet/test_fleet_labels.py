@@ -19,13 +19,12 @@ from pathlib import Path
 import pytest
 
 from aiops.config import FleetConfig
-from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.dispatch import NodeDirectory
 from aiops.fleet.ingest import fetch_interval
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store, Workspace
 from tests.console_helpers import add_users, client, sign_in
-from tests.service_helpers import require_binary
+from tests.prometheus_process import backfilled
 
 T0 = 1_767_225_600.0
 STEP_S = 15.0
@@ -86,12 +85,7 @@ def _exposition() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    require_binary("prometheus")
-    require_binary("promtool")
-    work = tmp_path_factory.mktemp("fleet-labels")
-    (work / "history.om").write_text(_exposition())
-    backfill(work / "history.om", work / "tsdb")
-    with serving(work / "tsdb", work) as url:
+    with backfilled(tmp_path_factory.mktemp("fleet-labels"), _exposition()) as url:
         yield url
 
 

@@ -19,11 +19,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.sight import GONE_AFTER_S, NodePresence
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store.conditions import NODE_AGENT_LOST
-from tests.service_helpers import require_binary
+from tests.prometheus_process import backfilled
 
 T0 = 1_767_225_600.0
 STEP_S = 1.0
@@ -63,12 +62,7 @@ def _exposition() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    require_binary("prometheus")
-    require_binary("promtool")
-    work = tmp_path_factory.mktemp("lost-gap")
-    (work / "history.om").write_text(_exposition())
-    backfill(work / "history.om", work / "tsdb")
-    with serving(work / "tsdb", work) as url:
+    with backfilled(tmp_path_factory.mktemp("lost-gap"), _exposition()) as url:
         yield url
 
 

@@ -21,14 +21,13 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from aiops.config import FleetConfig
-from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.ingest import fetch_interval
 from aiops.fleet.sight import FLEET_MARKER
 from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.service.metrics import MetricsCache
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
-from tests.service_helpers import require_binary
+from tests.prometheus_process import backfilled
 
 T0 = 1_767_225_600.0
 STEP_S = 15.0
@@ -76,12 +75,7 @@ def _exposition() -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    require_binary("prometheus")
-    require_binary("promtool")
-    work = tmp_path_factory.mktemp("nonfinite")
-    (work / "history.om").write_text(_exposition())
-    backfill(work / "history.om", work / "tsdb")
-    with serving(work / "tsdb", work) as url:
+    with backfilled(tmp_path_factory.mktemp("nonfinite"), _exposition()) as url:
         yield url
 
 

@@ -13,13 +13,12 @@ import pytest
 
 from aiops.config import FleetConfig
 from aiops.fleet import source
-from aiops.fleet.backfill import backfill, serving
 from aiops.fleet.ingest import IngestReport, fetch_interval
 from aiops.fleet.phase import landed, rank_phases_s, scrape_phases
 from aiops.fleet.source import FleetCollector, FleetSetup
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
-from tests.service_helpers import require_binary
+from tests.prometheus_process import backfilled
 
 STEP_S = 15.0
 T0 = 1_767_225_600.0  # a multiple of the step
@@ -31,8 +30,6 @@ SCRAPES = 6
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One agent scraped OFFSET_S into each step: its node, a NIC lane whose queue builds from the 4th scrape
     on, one rank."""
-    require_binary("prometheus")
-    require_binary("promtool")
     ts = [T0 + STEP_S * k + OFFSET_S for k in range(SCRAPES)]
     nic, rank = 'nic="host-a/nic0",lane="vip",node="host-a"', 'node="host-a",job="j",rank="0"'
     families = {
@@ -54,10 +51,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     lines = [
         line for (name, kind), samples in families.items() for line in (f"# TYPE {name} {kind}", *samples)
     ]
-    work = tmp_path_factory.mktemp("ranks")
-    (work / "history.om").write_text("\n".join([*lines, "# EOF", ""]))
-    backfill(work / "history.om", work / "tsdb")
-    with serving(work / "tsdb", work) as url:
+    with backfilled(tmp_path_factory.mktemp("ranks"), "\n".join([*lines, "# EOF", ""])) as url:
         yield url
 
 
