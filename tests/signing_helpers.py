@@ -7,6 +7,8 @@ Without ssh-keygen the tests skip, and fail under AIOPS_REQUIRE_EBPF=1 (tests/se
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -119,9 +121,9 @@ def shared_keys() -> Keys:
     """One set of keys for the whole test process (alice, bob, carol, dave), made on first use: for helpers
     that approve without a test's own `signing` fixture (tests/dcim_helpers.approve)."""
     if not _SHARED:
-        _SHARED.append(
-            make_keys(Path(tempfile.mkdtemp(prefix="aiops-test-keys-")), ("alice", "bob", "carol", "dave"))
-        )
+        folder = Path(tempfile.mkdtemp(prefix="aiops-test-keys-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the process's keys go with it
+        _SHARED.append(make_keys(folder, ("alice", "bob", "carol", "dave")))
     return _SHARED[0]
 
 

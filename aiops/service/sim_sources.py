@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiops.datapath.policy import Policy
@@ -101,6 +103,16 @@ def _catch_up(world: World, epoch_ts_s: float | None, speed: float) -> float:
     return float(behind_s)
 
 
+def _sysfs_tree(store: Store, world: World) -> SimSysfs:
+    """The twin's sysfs beside its workspace (`WORKSPACE.sim-sysfs/`), not under /tmp: an agent killed with
+    SIGKILL leaves nothing behind that its next start does not remove (it renders the tree again from the twin)."""
+    if store.path == ":memory:":
+        return SimSysfs(world)
+    root = Path(store.path + ".sim-sysfs")
+    shutil.rmtree(root, ignore_errors=True)
+    return SimSysfs(world, root, owned=True)
+
+
 def sim_sources(
     store: Store,
     scenario: Scenario,
@@ -174,7 +186,7 @@ def sim_sources(
             "sim-fabric", fabric if node is None else SlicedCollector(fabric, node_slice(world, node)), 1.0
         )
     )
-    tree = SimSysfs(world)
+    tree = _sysfs_tree(store, world)
     sources += [Source(f"sysfs-node{n}", tree.collector(n), sysfs_interval_s) for n in mine]
     out = Sources(
         sources,

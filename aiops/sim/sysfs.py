@@ -29,11 +29,12 @@ CRITICAL_C = 100.0
 
 
 class SimSysfs:
-    """The tree for every node of `world`, under a temporary directory (removed by `close`)."""
+    """The tree for every node of `world`, under `root` or a temporary directory; `close` removes a temporary
+    one, and `root` too when `owned`."""
 
-    def __init__(self, world: World, root: str | Path | None = None) -> None:
+    def __init__(self, world: World, root: str | Path | None = None, *, owned: bool = False) -> None:
         self.world = world
-        self._own = root is None
+        self._own = root is None or owned
         self.root = Path(tempfile.mkdtemp(prefix="aiops-sim-sysfs-")) if root is None else Path(root)
         self.energy_uj = [0.0] * world.layout.nodes
         self.written_ts_s = [world.now_ts_s] * world.layout.nodes
