@@ -11,6 +11,7 @@ staged into the store as it arrives, so memory holds one chunk's answer at a tim
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import math
@@ -119,8 +120,18 @@ class PrometheusClient:
 
 
 def decoded(body: bytes | bytearray) -> Any:
-    """An answer's JSON (ValueError or RecursionError where it is none)."""
-    return json.loads(body)
+    """An answer's JSON (ValueError or RecursionError where it is none), parsed with the cyclic garbage collector
+    held off: a query_range answer is three or four new objects a sample, none in a cycle (all freed by their
+    counts when the answer is dropped), and every 700 allocations would start a collection that walks the
+    process's tracked objects again (measured: 0.28 -> 0.08 CPU-s to parse 11 MB of answers in the analyst's
+    process)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(body)
+    finally:
+        if paused:
+            gc.enable()
 
 
 def decoded_matrix(body: bytes | bytearray) -> list[Any]:

@@ -7,7 +7,7 @@ What they hold: integer and fractional timestamps, NaN (a stale marker's value),
 values, a counter that resets, an XID that changes, virtual and real NICs, and hostile labels: terminal escapes,
 a megabyte host, a non-digit `gpu`, a label whose value spells `"values":[[...]]`, escaped characters in keys and
 values, and samples whose values are not Prometheus' spelling (`1_000`, ` 7 `, `0x10`, `1e3`, `inf`, a number
-instead of a string, null, a missing value)."""
+instead of a string, null); two UUIDs for one GPU at the same times, a GPU with none, a series with no samples."""
 
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ def answers() -> list[tuple[str, bytes]]:
                 "metric": _gpu("gpu-a", "0", "GPU-aaaa-0"),
                 "values": _steps(["9223372036854775794", "2147483632", "140737488355328", "45"]),
             },
+            # a second UUID for a GPU at the same times (the row keeps the largest), a GPU without one
+            {"metric": _gpu("gpu-a", "1", "GPU-0000-1"), "values": _steps(["40", "41"])},
+            {"metric": {"Hostname": "gpu-b", "gpu": "1"}, "values": _steps(["42", "43"])},
         ],
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": [
             {"metric": _gpu("gpu-a", "0", "GPU-aaaa-0"), "values": _steps(["0", "64", "64", "0"])},
