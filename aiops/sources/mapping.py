@@ -1,4 +1,4 @@
-"""Series from a time-series engine onto the store: staged long (one row per sample, as fetched), then pivoted
+"""Series from a time-series engine onto the store: staged long (each series' labels once, one row per sample), then pivoted
 into the tables the analyst reads (`topology`, `gpu_samples`, `gpu_events`, `nic_samples`).
 
 Hosts become nodes by, in order: `[node.hosts]` of the config (hostname -> {name, rack}); else the host's own
@@ -39,10 +39,28 @@ STAGING_MEMORY_LIMIT_MB = 128
 MAX_THREADS = 2  # DuckDB threads under that limit: each needs its own buffers (4 measured: +42 MB RSS)
 PIVOT_ROWS = 500_000  # staged samples pivoted at once (a time slice): 2,000,000 ran out of 128 MB
 MAX_PIVOT_SLICES = 1_000
-_STAGING_TABLES = ("prom_gpu", "prom_nic", "prom_hosts", "prom_nics")
+# Each series' labels are staged once (`prom_gpu_series`, `prom_nic_series`, under a series id) and its samples as
+# (id, time, value): labels copied into every sample's row made the staging's insert four times dearer. The views
+# `prom_gpu` and `prom_nic` give one row per sample with its labels, what the pivots read.
+_STAGING_VIEWS = ("prom_gpu", "prom_nic")
+_STAGING_TABLES = (
+    "prom_gpu_series",
+    "prom_gpu_samples",
+    "prom_nic_series",
+    "prom_nic_samples",
+    "prom_hosts",
+    "prom_nics",
+    "prom_gpu_keys",  # made by finish
+)
 _STAGE_SQL = """
-CREATE TABLE prom_gpu (name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR, ts_s DOUBLE, value DOUBLE);
-CREATE TABLE prom_nic (name VARCHAR, host VARCHAR, device VARCHAR, ts_s DOUBLE, value DOUBLE);
+CREATE TABLE prom_gpu_series (sid INTEGER, name VARCHAR, host VARCHAR, gpu_idx INTEGER, uuid VARCHAR);
+CREATE TABLE prom_gpu_samples (sid INTEGER, ts_s DOUBLE, value DOUBLE);
+CREATE TABLE prom_nic_series (sid INTEGER, name VARCHAR, host VARCHAR, device VARCHAR);
+CREATE TABLE prom_nic_samples (sid INTEGER, ts_s DOUBLE, value DOUBLE);
+CREATE VIEW prom_gpu AS SELECT name, host, gpu_idx, uuid, ts_s, value
+    FROM prom_gpu_samples JOIN prom_gpu_series USING (sid);
+CREATE VIEW prom_nic AS SELECT name, host, device, ts_s, value
+    FROM prom_nic_samples JOIN prom_nic_series USING (sid);
 CREATE TABLE prom_hosts (host VARCHAR, node VARCHAR, rack VARCHAR);
 CREATE TABLE prom_nics (host VARCHAR, device VARCHAR, nic VARCHAR)
 """
@@ -98,11 +116,11 @@ class Staging:
     def __init__(self, store: Store) -> None:
         self.store = store
         bound_memory(store.conn)
-        for table in _STAGING_TABLES:
-            store.conn.execute(f"DROP TABLE IF EXISTS {table}")
+        _drop_staging(store.conn, if_exists=True)
         for statement in _STAGE_SQL.split(";\n"):
             store.conn.execute(statement)
         self.samples = 0
+        self.series = 0  # series ids given so far
 
     def add(self, name: str, result: Sequence[Mapping[str, Any]]) -> int:
         """One query_range answer's `result` (matrix) for metric `name`; returns the samples staged."""
@@ -126,15 +144,19 @@ class Staging:
                 nic_rows.extend((name, host, device), values, dcgm=False)
         for table, rows in (("prom_gpu", gpu_rows), ("prom_nic", nic_rows)):
             if rows.samples:
-                self.store.conn.register("_prom_batch", rows.table())
-                self.store.conn.execute(f"INSERT INTO {table} SELECT * FROM _prom_batch")
-                self.store.conn.unregister("_prom_batch")
+                series, samples = rows.tables(first_sid=self.series)
+                self.series += len(rows.series)
+                for suffix, batch in (("series", series), ("samples", samples)):
+                    self.store.conn.register("_prom_batch", batch)
+                    self.store.conn.execute(f"INSERT INTO {table}_{suffix} SELECT * FROM _prom_batch")
+                    self.store.conn.unregister("_prom_batch")
         staged = gpu_rows.samples + nic_rows.samples
         self.samples += staged
         return staged
 
     def hosts(self) -> list[str]:
-        rows = self.store.query("SELECT DISTINCT host FROM prom_gpu UNION SELECT DISTINCT host FROM prom_nic")
+        sql = "SELECT DISTINCT host FROM prom_gpu_series UNION SELECT DISTINCT host FROM prom_nic_series"
+        rows = self.store.query(sql)  # every staged series has a sample: its hosts are the samples'
         return sorted(str(r["host"]) for r in rows)
 
     def finish(self, configured: Mapping[str, HostIdentity]) -> dict[str, int]:
@@ -157,23 +179,31 @@ class Staging:
         conn.unregister("_hosts")
         conn.execute("""INSERT INTO prom_nics
             SELECT host, device, 'nic' || (row_number() OVER (PARTITION BY host ORDER BY device) - 1)
-            FROM (SELECT DISTINCT host, device FROM prom_nic)""")
+            FROM (SELECT DISTINCT host, device FROM prom_nic_series)""")
         conn.execute(_TOPOLOGY_SQL)
+        conn.execute(_GPU_KEYS_SQL, [_gpu_names()])
         pivot = _gpu_samples_sql()
         for lo_s, hi_s in _time_slices(conn):
             conn.execute(pivot, [lo_s, hi_s])
         conn.execute(_XID_SQL, [XID])
         conn.execute(_nic_samples_sql())
-        for table in _STAGING_TABLES:
-            conn.execute(f"DROP TABLE {table}")
+        _drop_staging(conn, if_exists=False)
         return {
             t: int(self.store.scalar(f"SELECT count(*) FROM {t}"))
             for t in ("topology", "gpu_samples", "gpu_events", "nic_samples")
         }
 
 
+def _drop_staging(conn: duckdb.DuckDBPyConnection, *, if_exists: bool) -> None:
+    exists = " IF EXISTS" if if_exists else ""
+    for view in _STAGING_VIEWS:
+        conn.execute(f"DROP VIEW{exists} {view}")
+    for table in _STAGING_TABLES:
+        conn.execute(f"DROP TABLE{exists} {table}")
+
+
 class _Rows:
-    """One answer's samples for one staging table, column by column: each series' label columns repeated, its
+    """One answer's samples for one staging table, column by column: each series' label values once, its
     times and values parsed as arrays (numpy and pyarrow are imported here, not by the node agent, which imports
     this module for `host_of` and never stages samples)."""
 
@@ -197,17 +227,21 @@ class _Rows:
         self.values.append(numbers)
         self.samples += len(times)
 
-    def table(self) -> Any:
+    def tables(self, first_sid: int) -> tuple[Any, Any]:
+        """(series, samples): each series' id (from `first_sid`) and labels, once; each sample's id, time and
+        value (NaN staged as NULL)."""
         import numpy as np
         import pyarrow as pa
 
-        row_series = pa.array(np.repeat(np.arange(len(self.series)), [len(t) for t in self.times]))
-        columns = {
-            k: pa.array([c[i] for c in self.series]).take(row_series) for i, k in enumerate(self.labels)
+        sids = np.arange(first_sid, first_sid + len(self.series), dtype=np.int32)
+        series = {"sid": pa.array(sids)}
+        series.update({k: pa.array([c[i] for c in self.series]) for i, k in enumerate(self.labels)})
+        samples = {
+            "sid": pa.array(np.repeat(sids, [len(t) for t in self.times])),
+            "ts_s": pa.array(np.concatenate(self.times)),
+            "value": pa.array(np.concatenate(self.values), from_pandas=True),  # NaN -> NULL
         }
-        columns["ts_s"] = pa.array(np.concatenate(self.times))
-        columns["value"] = pa.array(np.concatenate(self.values), from_pandas=True)  # NaN -> NULL
-        return pa.table(columns)
+        return pa.table(series), pa.table(samples)
 
 
 def _parsed(values: Sequence[Sequence[Any]], parse: Callable[[Any], float | None]) -> tuple[Any, Any]:
@@ -269,7 +303,7 @@ UNION ALL SELECT node, 'node', rack, rack, node,
              (row_number() OVER (PARTITION BY rack ORDER BY node)) - 1)
     FROM prom_hosts
 UNION ALL SELECT DISTINCT h.node || '/gpu' || g.gpu_idx, 'gpu', h.node, h.rack, h.node, g.gpu_idx
-    FROM prom_gpu g JOIN prom_hosts h USING (host)
+    FROM prom_gpu_series g JOIN prom_hosts h USING (host)
 UNION ALL SELECT h.node || '/' || n.nic, 'nic', h.node, h.rack, h.node, CAST(substr(n.nic, 4) AS INTEGER)
     FROM prom_nics n JOIN prom_hosts h USING (host)
 """
@@ -278,7 +312,7 @@ UNION ALL SELECT h.node || '/' || n.nic, 'nic', h.node, h.rack, h.node, CAST(sub
 def _time_slices(conn: duckdb.DuckDBPyConnection) -> list[tuple[float, float]]:
     """Half-open [lo, hi) ranges of `ts_s` that together cover the staged GPU samples, each holding about
     PIVOT_ROWS of them (by time, assuming an even spread): the pivot's hash table holds one slice at a time."""
-    row = conn.execute("SELECT min(ts_s), max(ts_s), count(*) FROM prom_gpu").fetchone()
+    row = conn.execute("SELECT min(ts_s), max(ts_s), count(*) FROM prom_gpu_samples").fetchone()
     if row is None or row[0] is None:
         return []
     lo_s, hi_s, rows = float(row[0]), float(row[1]), int(row[2])
@@ -287,26 +321,52 @@ def _time_slices(conn: duckdb.DuckDBPyConnection) -> list[tuple[float, float]]:
     return list(itertools.pairwise(edges))
 
 
+def _gpu_names() -> list[str]:
+    return list(dict.fromkeys(field.name for field in DCGM_FIELDS))
+
+
+# Each staged GPU series (the XID's apart) under small integer keys: its field (`nid`, its place in _gpu_names(),
+# from 1), its GPU (`gkey`, per node and index) and its UUID (`ukey`, in the UUIDs' order, so the largest key is
+# the largest UUID): the pivot groups and filters integers, not the labels of every sample.
+_GPU_KEYS_SQL = f"""
+CREATE TABLE prom_gpu_keys AS
+SELECT s.sid, list_position(?, s.name) AS nid, dense_rank() OVER (ORDER BY h.node, s.gpu_idx) AS gkey,
+       h.node, s.gpu_idx, CASE WHEN s.uuid IS NOT NULL THEN dense_rank() OVER (ORDER BY s.uuid) END AS ukey,
+       s.uuid
+FROM prom_gpu_series s JOIN prom_hosts h USING (host)
+WHERE s.name <> '{XID}'
+"""
+
+
 def _gpu_samples_sql() -> str:
+    """One gpu_samples row per (time, GPU) in a slice [?, ?) of the staged times: each column the largest value
+    of its field at that time (of the first of its fields that has one: the clocks-event reasons under their two
+    names), the largest UUID."""
+    nid = {name: i for i, name in enumerate(_gpu_names(), start=1)}
     columns: dict[str, list[str]] = {}
     for field in DCGM_FIELDS:
         columns.setdefault(field.column, []).append(field.name)
     picks = []
     for column, names in columns.items():
         ordered = [n for n in CLOCKS_EVENT_NAMES if n in names] if column == "clocks_event_reasons" else names
-        values = [f"max(value) FILTER (WHERE name = '{n}')" for n in ordered]
+        values = [f"v{nid[n]}" for n in ordered]
         expr = values[0] if len(values) == 1 else f"coalesce({', '.join(values)})"
         sql_type = SQL_TYPES[GPU_SAMPLES.column(column).arrow]  # the declared type (aiops/columns.py)
         if sql_type != "DOUBLE":
             expr = f"CAST({expr} AS {sql_type})"
         picks.append((column, expr))
     targets = ", ".join(c for c, _ in picks)
+    # CASE, not FILTER: the same maximum (NULL where no sample of the field), measured 20 % cheaper
+    per_field = ", ".join(f"max(CASE WHEN k.nid = {i} THEN x.value END) AS v{i}" for i in nid.values())
     return f"""
 INSERT INTO gpu_samples (ts_s, gpu, node, uuid, {targets})
-SELECT ts_s, h.node || '/gpu' || gpu_idx, h.node, max(uuid), {", ".join(e for _, e in picks)}
-FROM prom_gpu JOIN prom_hosts h USING (host)
-WHERE name <> '{XID}' AND ts_s >= ? AND ts_s < ?
-GROUP BY ts_s, h.node, gpu_idx
+SELECT p.ts_s, g.node || '/gpu' || g.gpu_idx, g.node, u.uuid, {", ".join(e for _, e in picks)}
+FROM (SELECT x.ts_s, k.gkey, max(k.ukey) AS ukey, {per_field}
+      FROM prom_gpu_samples x JOIN prom_gpu_keys k USING (sid)
+      WHERE x.ts_s >= ? AND x.ts_s < ?
+      GROUP BY x.ts_s, k.gkey) p
+JOIN (SELECT DISTINCT gkey, node, gpu_idx FROM prom_gpu_keys) g USING (gkey)
+LEFT JOIN (SELECT DISTINCT ukey, uuid FROM prom_gpu_keys WHERE ukey IS NOT NULL) u USING (ukey)
 """
 
 

@@ -11,6 +11,7 @@ staged into the store as it arrives, so memory holds one chunk's answer at a tim
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import math
@@ -74,7 +75,7 @@ class PrometheusClient:
             raise SourceError(self.url + path, reply.status, reply.excerpt())
         self.bytes_fetched += len(reply.body)
         try:
-            answer = json.loads(reply.body)
+            answer = decoded(reply.body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
             raise SourceError(self.url + path, reply.status, "not JSON: " + reply.excerpt()) from None
         if not isinstance(answer, dict) or answer.get("status") != "success":
@@ -116,6 +117,28 @@ class PrometheusClient:
             if gaps:
                 return float(statistics.median(gaps))
         return None
+
+
+def decoded(body: bytes | bytearray) -> Any:
+    """An answer's JSON (ValueError or RecursionError where it is none), parsed with the cyclic garbage collector
+    held off: a query_range answer is three or four new objects a sample, none in a cycle (all freed by their
+    counts when the answer is dropped), and every 700 allocations would start a collection that walks the
+    process's tracked objects again (measured: 0.28 -> 0.08 CPU-s to parse 11 MB of answers in the analyst's
+    process)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(body)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def decoded_matrix(body: bytes | bytearray) -> list[Any]:
+    """The `result` of a query_range answer's body, as `query_range` yields it (tests feed answers' bytes
+    through it to the staging)."""
+    data = decoded(body).get("data")
+    return list(data.get("result") or [])
 
 
 def _points(series: int) -> int:
