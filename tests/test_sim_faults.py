@@ -292,6 +292,18 @@ def test_healthy_run_shows_no_fault_symptom(healthy: Store) -> None:
     assert steps["hi"] < 1.15 * steps["lo"]
 
 
+def test_a_lanes_bytes_are_its_traffic_classes_bytes(healthy: Store) -> None:
+    """Each nic_samples row (a lane of a NIC, a second) sends what the flow_class_samples rows of its classes in
+    that lane send (whole bytes: one per class may go to rounding)."""
+    joined = healthy.query(
+        "SELECT count(*) AS rows, max(abs(n.tx_bytes - f.bytes)) AS worst, count(DISTINCT n.lane) AS lanes "
+        "FROM nic_samples n JOIN (SELECT ts_s, nic, lane, sum(tx_bytes) AS bytes, count(*) AS classes "
+        "FROM flow_class_samples GROUP BY ALL) f USING (ts_s, nic, lane)"
+    )[0]
+    assert joined["rows"] == healthy.scalar("SELECT count(*) FROM nic_samples WHERE tx_bytes > 0")
+    assert joined["lanes"] == 3 and joined["worst"] <= 2
+
+
 @pytest.mark.parametrize(
     ("kind", "target", "severity", "queries"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES]
 )

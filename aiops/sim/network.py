@@ -135,13 +135,14 @@ def egress(
     """`bulk_fraction`: bulk demand per NIC as a fraction of the link while collectives are sending;
     `ceil_fraction`: [nic, lane] each lane's HTB ceil as a fraction of the link (the shaping law's)."""
     bf = clamp(bulk_fraction, 0.0, 0.98)
-    fifo_queue = 0.05 + 10.0 * bf**2
+    bf_squared = bf**2  # once for the three queues below
+    fifo_queue = 0.05 + 10.0 * bf_squared
     fifo_factor = 1.0 / (1.0 - 0.7 * bf)
     lane_q = np.empty((bf.size, 3))  # column by column: np.stack's and np.full_like's wrappers cost more
-    lane_q[:, 0], lane_q[:, 1], lane_q[:, 2] = 0.05, 0.08, 0.1 + 4.0 * bf**2
+    lane_q[:, 0], lane_q[:, 1], lane_q[:, 2] = 0.05, 0.08, 0.1 + 4.0 * bf_squared
     coll_vip = collective_lane == VIP
     shared_vip = coll_vip & (bulk_lane == VIP)  # bulk admitted to the VIP lane: it contends there
-    vip_shared_q = 0.05 + 8.0 * bf**2 + 0.3
+    vip_shared_q = 0.05 + 8.0 * bf_squared + 0.3
     # collectives demoted into a low lane: capped at its ceil and queued behind bulk traffic there
     rows = np.arange(bf.size)
     # a collective in a low lane is CE-marked by that lane's ECN budget (its ceil) during every burst and

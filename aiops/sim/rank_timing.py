@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiops.sim.fabric import OP_SHARE, OPS_PER_STEP
+from aiops.sim.topology import F64
 from aiops.sim.world import World
 from collectors.base import Row
 
@@ -33,6 +34,8 @@ COPY_SHARE = 0.03  # of a rank's compute: the batch's synchronous host-to-device
 GROUP_END_S = 0.0002  # ncclGroupEnd launches the step's kernels: a fraction of a millisecond
 SIM_PID_BASE = 100_000
 FLOAT32_BYTES = 4
+_SHARES = np.array(list(OP_SHARE.values()))  # each collective's share of a step's calls and bytes
+_CALLS_PER_STEP = _SHARES * OPS_PER_STEP
 # index: all_reduce, all_gather, reduce_scatter, group_end, cudaStreamSynchronize, cudaMemcpy
 OPS: tuple[tuple[str, str], ...] = (
     *((op, "collective") for op in OP_SHARE),
@@ -53,6 +56,7 @@ class TwinRankTiming:
         self.blocked_s = np.zeros((g, len(OPS)))
         self.bytes = np.zeros((g, len(OPS)))
         self.counted_s = 0.0
+        self._volume_of: tuple[int, F64] | None = None  # `_volume` for a placement_version
 
     def rows(self, now_ts_s: float, dt_s: float = 1.0) -> list[Row]:
         """Add this second (when inside a window); at a window's close, its rows (and start the next)."""
@@ -81,17 +85,23 @@ class TwinRankTiming:
         kernels_s = compute_s - copy_s
         host_s = np.maximum(w.rank_ready_s - compute_s, 0.0)  # the loader, and the timer's jitter
         wait_s = np.maximum(step_s - kernels_s - copy_s - host_s - GROUP_END_S, 0.0)
-        shares = np.array(list(OP_SHARE.values()))
         n_coll = len(OP_SHARE)
-        self.calls[:, :n_coll] += np.outer(steps, shares * OPS_PER_STEP)
-        self.blocked_s[:, :n_coll] += np.outer(steps * wait_s, shares)
-        volume = np.zeros(w.layout.gpu_count)
-        for job in w.layout.jobs:
-            volume[job.gpus] = job.allreduce_mb * 1e6
-        self.bytes[:, :n_coll] += np.outer(steps * volume, shares)
+        self.calls[:, :n_coll] += np.outer(steps, _CALLS_PER_STEP)
+        self.blocked_s[:, :n_coll] += np.outer(steps * wait_s, _SHARES)
+        self.bytes[:, :n_coll] += np.outer(steps * self._volume(), _SHARES)
         for i, seconds in enumerate((GROUP_END_S, kernels_s, copy_s), start=n_coll):
             self.calls[:, i] += steps
             self.blocked_s[:, i] += steps * seconds
+
+    def _volume(self) -> F64:
+        """Per GPU: the bytes its job all-reduces per step (0 for a GPU of no job), for the placement in force."""
+        lay = self.world.layout
+        if self._volume_of is None or self._volume_of[0] != lay.placement_version:
+            volume = np.zeros(lay.gpu_count)
+            for job in lay.jobs:
+                volume[job.gpus] = job.allreduce_mb * 1e6
+            self._volume_of = (lay.placement_version, volume)
+        return self._volume_of[1]
 
     def _emit(self, now_ts_s: float) -> list[Row]:
         lay = self.world.layout

@@ -147,7 +147,9 @@ def step(w: World) -> None:
         up, drops, 0
     )  # the receiver sees the sequence gaps of lost packets
     c[:, C["port_xmit_discards"]] += np.where(up, 0, drops)  # a port that is down discards what it would send
-    if w.out.pauses:  # lossless: the full queue towards a NIC pauses the port that feeds it (its ring sender)
+    # lossless: the full queue towards a NIC pauses the port that feeds it (its ring sender); a list of zeros (a
+    # lossy fabric's, or no full queue) adds nothing
+    if any(w.out.pauses):
         pause_frames = np.asarray(w.out.pauses, dtype=np.int64) * PAUSES_PER_OVERFLOW
         np.add.at(h.netdev[:, 2], send_from, pause_frames)
         np.add.at(c[:, C["port_xmit_wait"]], send_from, pause_frames * XMIT_WAIT_TICKS_PER_PAUSE)

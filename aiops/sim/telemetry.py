@@ -88,6 +88,7 @@ class SimFabricCollector:
         self._nccl_lines_seen = len(world.hca.log)
         self._nccl_line_numbers = [0] * lay.nodes  # per node: lines of its NCCL log so far
         self._ranks = TwinRankTiming(world)  # what the rank-timing uprobes would record
+        self._host_kw = HOST_POWER_KW * np.bincount(lay.node_rack, minlength=lay.racks)  # per rack
 
     def collect(self, now_ts_s: float) -> dict[str, pa.Table]:
         return to_arrow(self.rows(now_ts_s))
@@ -182,8 +183,7 @@ class SimFabricCollector:
 
     def _facility(self, now_ts_s: float, out: dict[str, RowBatch]) -> None:
         w, lay = self.world, self.world.layout
-        host_kw = HOST_POWER_KW * np.bincount(lay.node_rack, minlength=lay.racks)
-        rack_kw = np.bincount(lay.gpu_rack, weights=w.power_w, minlength=lay.racks) / 1000.0 + host_kw
+        rack_kw = np.bincount(lay.gpu_rack, weights=w.power_w, minlength=lay.racks) / 1000.0 + self._host_kw
         inlet_c = w.inlet_c + w.rng.normal(0, 0.15, lay.racks)
         # coolant outlet = inlet + heat / (flow × heat capacity); flow in L/min
         outlet_c = inlet_c + rack_kw * 60.0 / np.maximum(w.flow_lpm, 10.0) / WATER_HEAT_CAPACITY_KJ_PER_L_K

@@ -230,7 +230,9 @@ def series_leaks(
         null, as_arrays = _as_arrays(data[name], numeric)  # the whole column once, each entity a slice of it
         for a, b in itertools.pairwise(bounds):
             before = ts[a:b] < SIM_EPOCH_TS_S + START_S
-            features = list(_features(null[a:b], as_arrays[a:b], numeric))  # once for every state and ref
+            # once for every state and ref; a feature of one value everywhere separates no split (KS distance
+            # and value-set change 0, below every threshold): not compared
+            features = [f for f in _features(null[a:b], as_arrays[a:b], numeric) if not _constant(f[1])]
             for state_name, state in states.items():
                 on = state(ts[a:b])
                 refs = (
@@ -261,6 +263,11 @@ def series_leaks(
     listed = ", ".join(f'"{k}"' for k in keys)  # names from the catalogue
     known = {tuple(r) for r in healthy.conn.execute(f'SELECT DISTINCT {listed} FROM "{table}"').fetchall()}
     return found + _entities_only_within(table, ts, bounds, entity_of, states, known)
+
+
+def _constant(values: Any) -> bool:
+    """Whether a feature's values (no NaN: `_features` drops them) are all one value."""
+    return not len(values) or bool(np.all(values == values[0]))
 
 
 def _as_arrays(column: Any, numeric: bool) -> tuple[Any, Any]:
