@@ -30,7 +30,7 @@ from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
 from aiops.service.metrics import MetricsCache
 from aiops.sources.exposition import render_snapshot
-from aiops.sources.mapping import _gpu_samples_sql
+from aiops.sources.mapping import _gpu_names, _gpu_samples_sql
 from aiops.sources.names import DCGM_FIELDS
 from aiops.store import Store
 from collectors.schema import FLEET_ONLY_COLUMNS, columns_typed
@@ -208,6 +208,12 @@ def test_retired_rows_as_dcgm_exporter_serves_and_the_prometheus_source_reads_it
     assert {f.column for f in DCGM_FIELDS} <= {c.name for c in GPU_SAMPLES.columns} and len(DCGM_FIELDS) == 23
     clocks = [f.name for f in DCGM_FIELDS if f.column == "clocks_event_reasons"]
     assert clocks == ["DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]
-    assert "CAST(max(value) FILTER (WHERE name = 'DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS') AS INTEGER)" in (
-        _gpu_samples_sql()
-    )
+    # the pivot reads the field under its key (its place among the staged names) into the column, as an integer
+    key = _gpu_names().index("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS") + 1
+    sql = _gpu_samples_sql()
+    assert f"max(CASE WHEN k.nid = {key} THEN x.value END) AS v{key}" in sql
+    targets = sql.split("(", 1)[1].split(")", 1)[0].split(", ")[4:]  # after ts_s, gpu, node, uuid
+    picks = re.split(
+        r", (?![^(]*\))", sql.split("u.uuid, ", 1)[1].split("\nFROM", 1)[0]
+    )  # commas outside ( )
+    assert dict(zip(targets, picks, strict=True))["retired_rows"] == f"CAST(v{key} AS INTEGER)"
