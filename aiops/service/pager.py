@@ -130,8 +130,11 @@ class Pager:
 
     # -- the pieces --------------------------------------------------------------------------------------------
     def _decide(self, store: Store, subjects: list[Subject], now: float) -> dict[tuple[str, str], Decision]:
-        windows, members = active_windows(store, now), membership(store)
-        decisions = decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
+        if not subjects:  # nothing open: no window or membership to read (a quiet node's every review)
+            decisions: dict[tuple[str, str], Decision] = {}
+        else:
+            windows, members = active_windows(store, now), membership(store)
+            decisions = decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
         return self.arbiter(store, subjects, decisions, now) if self.arbiter is not None else decisions
 
     def _page(self, store: Store, incident: Incident, top: Hypothesis | None) -> None:
