@@ -170,7 +170,7 @@ ASKED_WHEN_CHANGED = {
     "the export labels": "SELECT component, kind, rack, node, idx, uuid, device FROM topology",
     "detection's inventory": "bit_xor(hash(job, rank, gpu, node))",
     "maintenance windows": "FROM maintenance",
-    "the intended history": "FROM intended_exports WHERE",
+    "the intended history": "FROM intended_exports ORDER BY",
     "actions awaiting a verdict": "NOT IN (SELECT proposal_id FROM action_outcomes)",
     "exports to supersede": "FROM intended_exports x",
 }
