@@ -71,6 +71,9 @@ class Pager:
         self.states: list[PageState] = []  # what `review` decided last: the exports
         self.pages = 0  # incidents paged since start
         self.arbiter: Arbiter | None = None  # a shard's: one page per condition across shards
+        # the node agents' incidents come from their exports, which only a fleet reads (aiops/fleet/source.py
+        # writes `node_incident_samples`): a node agent's service sets it false and asks nothing
+        self.covers_nodes = True
 
     # -- events from the Responder ------------------------------------------------------------------------
     def on_event(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
@@ -249,8 +252,8 @@ class Pager:
 
     def _node_incidents(self, store: Store, now: float, newest_ts_s: float | None) -> list[Subject]:
         """The node agents' incidents open now (seen in the newest steps the fleet read), as their newest
-        sample says; none on a node agent (it reads no other agent's exports)."""
-        if newest_ts_s is None:
+        sample says; none on a node agent (it reads no other agent's exports: `covers_nodes`)."""
+        if newest_ts_s is None or not self.covers_nodes:
             return []
         rows = store.query(
             """SELECT node, incident_id, arg_max(component, ts_s) AS component,

@@ -188,6 +188,7 @@ class Service:
             page_from=config.notify.severity.page_from,
             open_s=3.0 * config.detection.window_s,
         )
+        self.pager.covers_nodes = config.node.name == "fleet"  # a node agent reads no other agent's exports
 
         def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
             self.pager.on_event(store, kind, incident, top)
