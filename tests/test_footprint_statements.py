@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import aiops.store.store as store_module
+from aiops.store.maintenance import add_window
 from tests.service_inprocess import HeldClock, service_in_process
 
 SCENARIO = """\
@@ -234,3 +235,52 @@ def test_a_quiet_flush_asks_nothing_twice_and_a_restart_or_another_hold_asks_aga
         rest = asked(after_hold)
         assert {"the twin's log", "job_ranks rewritten", "detection's inventory"} <= rest, (run, sorted(rest))
         wall_ts_s += 5.0
+
+
+FAULTED = SCENARIO.replace(
+    "jobs:", "faults:\n  - {kind: thermal_throttle, target: node0/gpu1, start_s: 5, severity: 0.9}\njobs:"
+)
+
+
+def test_a_review_reads_maintenance_once_until_another_hold_adds_a_window(
+    tmp_path: Path, statements: list[tuple[str, str]]
+) -> None:
+    """With an incident open every review decides it against the maintenance windows and the membership: read
+    once, then kept while no other hold came (unchanged.py); a window a person adds (another hold) holds the
+    incident at the next review."""
+    held = HeldClock(time.time())
+    reviews: list[list[tuple[str, str]]] = []  # the statements of each flush that decided an open incident
+    config = {"node": {"name": "node0"}}
+    with service_in_process(tmp_path / "agent.duckdb", FAULTED, config, held, node="node0") as service:
+        review = service.pager._decide
+
+        def counted(store: Any, subjects: Any, now: float) -> Any:
+            start = len(statements)
+            decided = review(store, subjects, now)
+            if subjects:
+                reviews.append(statements[start:])
+            return decided
+
+        service.pager._decide = counted  # type: ignore[method-assign]
+        held.run_until_true(lambda: len(reviews) >= 4, 120.0, "four reviews of an open incident")
+        read = [n for n, flushed in enumerate(reviews) if asked(flushed) & {"maintenance windows"}]
+        assert read == [0], f"maintenance read in reviews {read} of {len(reviews)} (once expected)"
+        assert not any("FROM job_ranks" in sql for flushed in reviews[1:] for sql, _ in flushed)
+        assert all(state.reason != "maintenance" for state in service.page_states), service.page_states
+        with service.owner.store() as store:
+            assert store.query("SELECT 1 FROM incident_pages WHERE window_id <> ''") == []
+        held.run_until_true(lambda: len(reviews) >= 6, 160.0, "two reviews more")  # after this other hold
+        with service.owner.store() as store:  # a person's window (the console, the API, `aiops maintenance`)
+            now = time.time()
+            window = add_window(store, kind="maintenance", scope="node", target="node0", starts_ts_s=now - 1.0,
+                       ends_ts_s=now + 3600.0, reason="cold plate swap", created_by="test", now_ts_s=now)  # fmt: skip
+        before = len(reviews)
+        held.run_until_true(
+            lambda: len(reviews) > before, held.monotonic() + 60.0, "a review after the window"
+        )
+        assert asked(reviews[before]) & {"maintenance windows"}, (
+            "the window added in another hold was not read"
+        )
+        with service.owner.store() as store:  # the decision kept (a page already sent is never taken back)
+            decided = store.query("SELECT reason, window_id FROM incident_pages WHERE node = 'node0'")
+        assert decided and all(row["window_id"] == window.window_id for row in decided), decided

@@ -23,7 +23,7 @@ from aiops.pipeline import stored_diagnoses
 from aiops.service.paging import DEFAULT_PAGE_FROM, Decision, Subject, decide
 from aiops.store import Store
 from aiops.store.conditions import condition_of, symptoms_condition
-from aiops.store.maintenance import active_windows, membership
+from aiops.store.maintenance import Membership, Window, membership, windows
 
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> told to people
 Deliver = Callable[[Store, str, Incident, Hypothesis | None], None]
@@ -74,6 +74,11 @@ class Pager:
         # the node agents' incidents come from their exports, which only a fleet reads (aiops/fleet/source.py
         # writes `node_incident_samples`): a node agent's service sets it false and asks nothing
         self.covers_nodes = True
+        # what a review read of the maintenance windows and of the membership (racks, job ranks), kept while
+        # `epochs` (the service's: unchanged.py) says nothing could have written them since; None: read each review
+        self.epochs: Callable[[], tuple[int, int]] | None = None
+        self._windows: tuple[int, list[Window]] | None = None
+        self._members: tuple[int, Membership] | None = None
 
     # -- events from the Responder ------------------------------------------------------------------------
     def on_event(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
@@ -136,9 +141,30 @@ class Pager:
         if not subjects:  # nothing open: no window or membership to read (a quiet node's every review)
             decisions: dict[tuple[str, str], Decision] = {}
         else:
-            windows, members = active_windows(store, now), membership(store)
-            decisions = decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
+            active = [w for w in self._all_windows(store) if w.active(now)]
+            decisions = decide(
+                subjects, active, self._membership(store), now, self.hold_undiagnosed_s, self.page_from
+            )
         return self.arbiter(store, subjects, decisions, now) if self.arbiter is not None else decisions
+
+    def _all_windows(self, store: Store) -> list[Window]:
+        """Every maintenance window and silence (newest first): read again once another hold may have written
+        one (only people add or end them: the console, the API, `aiops maintenance`)."""
+        outside = self.epochs()[0] if self.epochs is not None else None
+        if outside is None or self._windows is None or self._windows[0] != outside:
+            found = windows(store)
+            self._windows = None if outside is None else (outside, found)
+            return found
+        return self._windows[1]
+
+    def _membership(self, store: Store) -> Membership:
+        """Racks and job ranks: read again once the topology or the ranks may have changed."""
+        inventory = self.epochs()[1] if self.epochs is not None else None
+        if inventory is None or self._members is None or self._members[0] != inventory:
+            found = membership(store)
+            self._members = None if inventory is None else (inventory, found)
+            return found
+        return self._members[1]
 
     def _page(self, store: Store, incident: Incident, top: Hypothesis | None) -> None:
         """The first page: the diagnosis when there is one (PagerDuty triggers with it), else the opening."""

@@ -188,7 +188,11 @@ class Service:
             page_from=config.notify.severity.page_from,
             open_s=3.0 * config.detection.window_s,
         )
-        self.pager.covers_nodes = config.node.name == "fleet"  # a node agent reads no other agent's exports
+        if (
+            config.node.name != "fleet"
+        ):  # a node agent reads no other agent's exports (pager.py, unchanged.py)
+            self.pager.covers_nodes = False
+            self.pager.epochs = self.unchanged.epochs
 
         def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
             self.pager.on_event(store, kind, incident, top)
