@@ -88,18 +88,23 @@ class HeldClock:
 
 @contextmanager
 def service_in_process(
-    db: Path, scenario_text: str, config: dict[str, Any], held: HeldClock, speed: float = 1.0
+    db: Path,
+    scenario_text: str,
+    config: dict[str, Any],
+    held: HeldClock,
+    speed: float = 1.0,
+    node: str | None = None,
 ) -> Iterator[Service]:
-    """`aiops run --db DB --sim SCENARIO --speed SPEED` with `config` (a parsed TOML document; no listener
-    unless it names one) as a thread of this process on `held`'s time; stopped (a last flush, every thread
-    joined) when the block ends. The loop's own failure is raised here."""
+    """`aiops run --db DB --sim SCENARIO --speed SPEED [--node NODE]` with `config` (a parsed TOML document; no
+    listener unless it names one) as a thread of this process on `held`'s time; stopped (a last flush, every
+    thread joined) when the block ends. The loop's own failure is raised here."""
     scenario_path = db.parent / "scenario.yaml"
     scenario_path.write_text(scenario_text)
     document = {**config, "store": {**config.get("store", {}), "path": str(db)}}
     document.setdefault("http", {"listen": ""})
     service = Service(
         parse_config(document, "test config"),
-        sim=SimSetup(load_scenario(str(scenario_path)), None, speed),
+        sim=SimSetup(load_scenario(str(scenario_path)), None, speed, node=node),
         clock=held.monotonic,
         sleep=held.sleep,
     )

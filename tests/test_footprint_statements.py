@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import aiops.store.store as store_module
+from aiops.store.maintenance import add_window
 from tests.service_inprocess import HeldClock, service_in_process
 
 SCENARIO = """\
@@ -158,3 +159,128 @@ def test_the_workspace_is_written_once_a_window_and_rows_are_held_between(tmp_pa
         assert late_s <= store.window_flush_s + tick_s + 1e-6, (
             f"the window ending at {until_ts_s:.1f} was judged {late_s:.1f} s after it closed"
         )
+
+
+# What a quiet node's flush asks again although nothing changed since the flush before (aiops/service/unchanged.py,
+# closed_loop.LoopMemory, the pager with nothing open): each is asked in the first flush after a start, and again
+# after any other hold of the workspace (a lease, another thread), never in a quiet flush between.
+ASKED_WHEN_CHANGED = {
+    "the twin's log": "FROM twin_log WHERE seq >",
+    "the twin's last seq": "SELECT coalesce(max(seq), 0) FROM twin_log",
+    "job_ranks rewritten": "DELETE FROM job_ranks WHERE node = ?",
+    "the export labels": "SELECT component, kind, rack, node, idx, uuid, device FROM topology",
+    "detection's inventory": "bit_xor(hash(job, rank, gpu, node))",
+    "maintenance windows": "FROM maintenance",
+    "the intended history": "FROM intended_exports ORDER BY",
+    "actions awaiting a verdict": "NOT IN (SELECT proposal_id FROM action_outcomes)",
+    "exports to supersede": "FROM intended_exports x",
+    "other agents' incidents": "FROM node_incident_samples",  # a fleet's to read, never a node agent's
+}
+AFTER_A_START = ("the twin's log", "job_ranks rewritten", "the export labels", "detection's inventory",
+                 "the intended history", "actions awaiting a verdict")  # fmt: skip
+QUIET_FLUSH_STATEMENTS = 38  # 35 here; 50 before these were skipped (main fa06d43)
+
+
+def asked(flushed: list[tuple[str, str]]) -> set[str]:
+    return {what for what, text in ASKED_WHEN_CHANGED.items() if any(text in sql for sql, _ in flushed)}
+
+
+def agent_run(
+    db: Path, wall_ts_s: float, statements: list[tuple[str, str]]
+) -> tuple[list[list[tuple[str, str]]], list[tuple[str, str]], float]:
+    """`aiops run --sim --node node0` on `db` for 45 s of service time, then another hold of its workspace and
+    one flush more: each flush's statements before the hold, those of the flush after, and the wall time reached."""
+    held = HeldClock(wall_ts_s)
+    flushes: list[list[tuple[str, str]]] = []
+    config = {"node": {"name": "node0"}}  # the twin's node agent, as tests/agent_cluster.py starts them
+    with service_in_process(db, SCENARIO, config, held, node="node0") as service:
+        flush = service.flush
+
+        def counted_flush() -> None:
+            start = len(statements)
+            flush()
+            flushes.append(statements[start:])
+
+        service.flush = counted_flush  # type: ignore[method-assign]
+        held.run_until(held.monotonic() + 45.0)
+        quiet = list(flushes)
+        with (
+            service.owner.store()
+        ):  # another hold (a lease, the console, the API): the next flush trusts nothing
+            pass
+        held.run_until_true(
+            lambda: len(flushes) > len(quiet), held.monotonic() + 30.0, "a flush after a hold"
+        )
+        return quiet, flushes[len(quiet)], held.wall()
+
+
+def test_a_quiet_flush_asks_nothing_twice_and_a_restart_or_another_hold_asks_again(
+    tmp_path: Path, statements: list[tuple[str, str]]
+) -> None:
+    wall_ts_s = time.time()
+    for run in ("first", "restarted"):  # a restart (the same workspace) keeps nothing it skipped by
+        flushes, after_hold, wall_ts_s = agent_run(tmp_path / "agent.duckdb", wall_ts_s, statements)
+        assert len(flushes) >= 4, f"{run}: {len(flushes)} flushes in 45 s of service time"
+        started = asked(flushes[0]) | asked(
+            flushes[1]
+        )  # the workloads' first collect may come with the second
+        assert set(AFTER_A_START) <= started, (run, sorted(started))
+        for number, flushed in enumerate(flushes[2:], start=2):
+            again = asked(flushed)
+            assert not again, f"{run}: quiet flush {number} asked again: {sorted(again)}"
+            assert len(flushed) <= QUIET_FLUSH_STATEMENTS, (
+                f"{run}: quiet flush {number} made {len(flushed)} statements: "
+                + "; ".join(sql.split("\n")[0][:60] for sql, _ in flushed)
+            )
+        rest = asked(after_hold)
+        assert {"the twin's log", "job_ranks rewritten", "detection's inventory"} <= rest, (run, sorted(rest))
+        wall_ts_s += 5.0
+
+
+FAULTED = SCENARIO.replace(
+    "jobs:", "faults:\n  - {kind: thermal_throttle, target: node0/gpu1, start_s: 5, severity: 0.9}\njobs:"
+)
+
+
+def test_a_review_reads_maintenance_once_until_another_hold_adds_a_window(
+    tmp_path: Path, statements: list[tuple[str, str]]
+) -> None:
+    """With an incident open every review decides it against the maintenance windows and the membership: read
+    once, then kept while no other hold came (unchanged.py); a window a person adds (another hold) holds the
+    incident at the next review."""
+    held = HeldClock(time.time())
+    reviews: list[list[tuple[str, str]]] = []  # the statements of each flush that decided an open incident
+    config = {"node": {"name": "node0"}}
+    with service_in_process(tmp_path / "agent.duckdb", FAULTED, config, held, node="node0") as service:
+        review = service.pager._decide
+
+        def counted(store: Any, subjects: Any, now: float) -> Any:
+            start = len(statements)
+            decided = review(store, subjects, now)
+            if subjects:
+                reviews.append(statements[start:])
+            return decided
+
+        service.pager._decide = counted  # type: ignore[method-assign]
+        held.run_until_true(lambda: len(reviews) >= 4, 120.0, "four reviews of an open incident")
+        read = [n for n, flushed in enumerate(reviews) if asked(flushed) & {"maintenance windows"}]
+        assert read == [0], f"maintenance read in reviews {read} of {len(reviews)} (once expected)"
+        assert not any("FROM job_ranks" in sql for flushed in reviews[1:] for sql, _ in flushed)
+        assert all(state.reason != "maintenance" for state in service.page_states), service.page_states
+        with service.owner.store() as store:
+            assert store.query("SELECT 1 FROM incident_pages WHERE window_id <> ''") == []
+        held.run_until_true(lambda: len(reviews) >= 6, 160.0, "two reviews more")  # after this other hold
+        with service.owner.store() as store:  # a person's window (the console, the API, `aiops maintenance`)
+            now = time.time()
+            window = add_window(store, kind="maintenance", scope="node", target="node0", starts_ts_s=now - 1.0,
+                       ends_ts_s=now + 3600.0, reason="cold plate swap", created_by="test", now_ts_s=now)  # fmt: skip
+        before = len(reviews)
+        held.run_until_true(
+            lambda: len(reviews) > before, held.monotonic() + 60.0, "a review after the window"
+        )
+        assert asked(reviews[before]) & {"maintenance windows"}, (
+            "the window added in another hold was not read"
+        )
+        with service.owner.store() as store:  # the decision kept (a page already sent is never taken back)
+            decided = store.query("SELECT reason, window_id FROM incident_pages WHERE node = 'node0'")
+        assert decided and all(row["window_id"] == window.window_id for row in decided), decided

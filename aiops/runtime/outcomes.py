@@ -98,7 +98,8 @@ def spec_for(store: Store, kind: str, incident_id: str | None, step_id: str | No
     return Spec(default[0], default[1], "default") if default else None
 
 
-def _due(store: Store) -> list[dict[str, Any]]:
+def awaiting_verdict(store: Store) -> list[dict[str, Any]]:
+    """The executed actions of an incident or plan step without an outcome yet, due or not."""
     step = "p.step_id" if "step_id" in _columns(store, "proposals") else "NULL"
     return store.query(
         f"""SELECT p.proposal_id, p.action, p.incident_id, {step} AS step_id,
@@ -164,11 +165,14 @@ def record(store: Store, outcome: Outcome, checked_ts_s: float, wall_ts_s: float
     )
 
 
-def verify_due(store: Store, now_ts_s: float, *, wall_ts_s: float) -> list[Outcome]:
+def verify_due(
+    store: Store, now_ts_s: float, *, wall_ts_s: float, due: list[dict[str, Any]] | None = None
+) -> list[Outcome]:
     """Judge every executed action whose verify window ended by `now_ts_s` (telemetry clock) and that has no
-    outcome yet; record each (`action_outcomes`, an `outcome` audit event at `wall_ts_s`)."""
+    outcome yet; record each (`action_outcomes`, an `outcome` audit event at `wall_ts_s`). `due`: those
+    actions as `awaiting_verdict` read them (read here when None)."""
     done = []
-    for row in _due(store):
+    for row in awaiting_verdict(store) if due is None else due:
         action = Action.model_validate_json(str(row["action"]))
         incident_id = None if row["incident_id"] is None else str(row["incident_id"])
         step_id = None if row["step_id"] is None else str(row["step_id"])

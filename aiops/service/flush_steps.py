@@ -6,7 +6,7 @@ on). In the flush's order:
 | step (the log's word) | function | workspace | when |
 | --- | --- | --- | --- |
 | scheduler view | `read_views`: the scheduler's view of drained or cordoned nodes the breaker counts (`[scheduler]`'s for this node's desks, `[fleet.scheduler]`'s for the fleet's dispatcher; `sinfo`, the Kubernetes node list), at most every 10 s (`HeldView`) | **closed**: before the flush takes it | each flush |
-| jobs | `refresh_jobs` | open | the workload collector collected |
+| jobs | `refresh_jobs` | open | the workload collector collected (written when its rows changed: unchanged.py) |
 | detection | `detect_and_respond` (and `execute_approved`, Slack's `run_requested`): a proposal whose backend calls another system is validated and claimed here, not run (`execute_or_claim`) | open | each flush with telemetry |
 | paging | `review_pages` | open | a window was judged, or `review_every_s` passed, or the flush before judged a dispatch (what it set is exported at once) |
 | closed loop | `judge_closed_loop` | open | as paging |
@@ -47,7 +47,7 @@ from aiops.runtime.world import TICKETS_ONLY, Attached, desk
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
 from aiops.store import Store
-from aiops.store.workloads import refresh_jobs as refresh_job_ranks
+from aiops.store.workloads import current_ranks, write_ranks
 from guardrails.executor import Claimed, ExecutionOutcome
 from guardrails.proposal_desk import Guardrails
 from guardrails.routing import acts_remotely
@@ -77,10 +77,15 @@ RETENTION_EVERY_S = 3600.0
 
 def refresh_jobs(svc: Service, store: Store) -> None:
     """This node's job_ranks and jobs from the newest collect of who runs on its GPUs, and the export labels
-    that follow them (aiops/store/workloads.py)."""
+    that follow them (aiops/store/workloads.py); the same rows as this process wrote last, with nothing written
+    since, are not written again."""
     assert svc.workloads_ts_s is not None and svc.workloads_node is not None
-    refresh_job_ranks(store, svc.workloads_node, svc.workloads_ts_s)
+    rows = current_ranks(store, svc.workloads_node, svc.workloads_ts_s)
     svc.workloads_ts_s = None
+    if svc.unchanged.same_ranks(rows):
+        return  # the rows this process wrote last, nothing since: not written again (unchanged.py)
+    write_ranks(store, svc.workloads_node, rows)
+    svc.unchanged.wrote_ranks(rows)
     svc.metrics.inventory(
         store.query("SELECT component, kind, rack, node, idx, uuid, device FROM topology"),
         store.query("SELECT job, rank, gpu, node, nic FROM job_ranks"),
@@ -126,7 +131,7 @@ def review_pages(svc: Service, store: Store) -> None:
 def judge_closed_loop(svc: Service, store: Store) -> None:
     """Supersede what a node ran, judge what ran, export what this workspace set (closed_loop.py)."""
     assert svc.newest_ts_s is not None
-    done = close_loop(store, svc.newest_ts_s, svc.metrics.set_intended)
+    done = close_loop(store, svc.newest_ts_s, svc.metrics.set_intended, memory=svc.loop_memory)
     if done["superseded"] or done["outcomes"]:
         log.info("closed loop", extra=done)
 
@@ -278,6 +283,7 @@ def retention(svc: Service, store: Store) -> None:
     svc.last_retention = svc.clock()
     now = svc.sources.clock() if svc.sources else time.time()
     deleted = store.apply_retention(svc.config.store.retention_days * 86_400.0, now)
+    svc.loop_memory.forget()  # what the closed loop read may be gone
     log.info("retention", extra={"deleted": sum(deleted.values())})
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -117,6 +118,8 @@ class LiveDetection:
         self.saved_until_ts_s: float | None = None  # the progress stored last
         self.windows = 0
         self.inventory_rows: dict[str, Any] = {}  # INVENTORY_SIGNATURE when racks and ranks were last read
+        # whether they may have changed since (a node agent's service knows: unchanged.py); a fleet asks
+        self.inventory_moved: Callable[[], bool] = lambda: True
 
     def start(self, store: Store) -> None:
         """Resume where the last run stopped (or, on a workspace with history and no progress, after it)."""
@@ -177,6 +180,8 @@ class LiveDetection:
         nodes as their exports arrive; a node's own is fixed at start), a rank moved by the scheduler included
         (same count, another GPU)."""
         assert self.detector is not None
+        if not self.inventory_moved() and self.inventory_rows:
+            return
         size = store.query(INVENTORY_SIGNATURE)[0]
         if size == self.inventory_rows:
             return

@@ -79,6 +79,9 @@ class FileOwner:
         self.allocator_flush_mb = allocator_flush_mb
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
+        # every hold of the file that could have written it: each outermost `store()` (any thread), lend and
+        # lease; the loop compares it across its flushes to know nothing else wrote between (Service.flush)
+        self.holds = 0
         self._lock = threading.RLock()
         self._store: Store | None = None
         self._lock_fd: int | None = None
@@ -157,6 +160,8 @@ class FileOwner:
                     conn.execute(f"SET threads = {int(self.threads)}")
                 if self.lean_planner:
                     plan_lightly(conn)
+            if not self._depth.value:
+                self.holds += 1
             self._depth.value += 1
             try:
                 yield self._store
@@ -177,6 +182,7 @@ class FileOwner:
         with self._lock:
             self._release_file()
             self.leases += 1
+            self.holds += 1
             yield
 
     def _release_file(self) -> None:
@@ -209,6 +215,7 @@ class FileOwner:
             return
         with self._lock:
             self._release_file()
+            self.holds += 1  # before the grant: the borrower may write from then on
             try:
                 client.sendall(f"granted {os.getpid()}\n".encode("ascii"))
                 client.settimeout(self.lease_timeout_s)

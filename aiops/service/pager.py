@@ -23,7 +23,7 @@ from aiops.pipeline import stored_diagnoses
 from aiops.service.paging import DEFAULT_PAGE_FROM, Decision, Subject, decide
 from aiops.store import Store
 from aiops.store.conditions import condition_of, symptoms_condition
-from aiops.store.maintenance import active_windows, membership
+from aiops.store.maintenance import Membership, Window, membership, windows
 
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> told to people
 Deliver = Callable[[Store, str, Incident, Hypothesis | None], None]
@@ -71,6 +71,14 @@ class Pager:
         self.states: list[PageState] = []  # what `review` decided last: the exports
         self.pages = 0  # incidents paged since start
         self.arbiter: Arbiter | None = None  # a shard's: one page per condition across shards
+        # the node agents' incidents come from their exports, which only a fleet reads (aiops/fleet/source.py
+        # writes `node_incident_samples`): a node agent's service sets it false and asks nothing
+        self.covers_nodes = True
+        # what a review read of the maintenance windows and of the membership (racks, job ranks), kept while
+        # `epochs` (the service's: unchanged.py) says nothing could have written them since; None: read each review
+        self.epochs: Callable[[], tuple[int, int]] | None = None
+        self._windows: tuple[int, list[Window]] | None = None
+        self._members: tuple[int, Membership] | None = None
 
     # -- events from the Responder ------------------------------------------------------------------------
     def on_event(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
@@ -130,9 +138,33 @@ class Pager:
 
     # -- the pieces --------------------------------------------------------------------------------------------
     def _decide(self, store: Store, subjects: list[Subject], now: float) -> dict[tuple[str, str], Decision]:
-        windows, members = active_windows(store, now), membership(store)
-        decisions = decide(subjects, windows, members, now, self.hold_undiagnosed_s, self.page_from)
+        if not subjects:  # nothing open: no window or membership to read (a quiet node's every review)
+            decisions: dict[tuple[str, str], Decision] = {}
+        else:
+            active = [w for w in self._all_windows(store) if w.active(now)]
+            decisions = decide(
+                subjects, active, self._membership(store), now, self.hold_undiagnosed_s, self.page_from
+            )
         return self.arbiter(store, subjects, decisions, now) if self.arbiter is not None else decisions
+
+    def _all_windows(self, store: Store) -> list[Window]:
+        """Every maintenance window and silence (newest first): read again once another hold may have written
+        one (only people add or end them: the console, the API, `aiops maintenance`)."""
+        outside = self.epochs()[0] if self.epochs is not None else None
+        if outside is None or self._windows is None or self._windows[0] != outside:
+            found = windows(store)
+            self._windows = None if outside is None else (outside, found)
+            return found
+        return self._windows[1]
+
+    def _membership(self, store: Store) -> Membership:
+        """Racks and job ranks: read again once the topology or the ranks may have changed."""
+        inventory = self.epochs()[1] if self.epochs is not None else None
+        if inventory is None or self._members is None or self._members[0] != inventory:
+            found = membership(store)
+            self._members = None if inventory is None else (inventory, found)
+            return found
+        return self._members[1]
 
     def _page(self, store: Store, incident: Incident, top: Hypothesis | None) -> None:
         """The first page: the diagnosis when there is one (PagerDuty triggers with it), else the opening."""
@@ -246,8 +278,8 @@ class Pager:
 
     def _node_incidents(self, store: Store, now: float, newest_ts_s: float | None) -> list[Subject]:
         """The node agents' incidents open now (seen in the newest steps the fleet read), as their newest
-        sample says; none on a node agent (it reads no other agent's exports)."""
-        if newest_ts_s is None:
+        sample says; none on a node agent (it reads no other agent's exports: `covers_nodes`)."""
+        if newest_ts_s is None or not self.covers_nodes:
             return []
         rows = store.query(
             """SELECT node, incident_id, arg_max(component, ts_s) AS component,

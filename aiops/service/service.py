@@ -44,6 +44,7 @@ from aiops.service import flush_steps as steps
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.breaker_metrics import BreakerMetrics
+from aiops.service.closed_loop import LoopMemory
 from aiops.service.conditions import CollectorWatch, ConditionBook
 from aiops.service.dispatch_in import DispatchInbox
 from aiops.service.held import HeldRows
@@ -65,6 +66,7 @@ from aiops.service.sources import (
     host_sources,
     register_topology,
 )
+from aiops.service.unchanged import Unchanged
 from aiops.store import Store
 from aiops.store.maintenance import active_windows, matching, membership
 from collectors.base import RowBatch, RowBuffer
@@ -160,6 +162,10 @@ class Service:
             # only a fleet stores rank rows between windows: a node agent skips that read each flush
             ranks_between_windows=config.node.name == "fleet",
         )
+        self.unchanged = Unchanged()  # what a flush skips when nothing changed it (unchanged.py)
+        self.loop_memory = LoopMemory()  # what the closed loop read last (closed_loop.py)
+        if not self.live.ranks_between_windows:  # a node agent's inventory changes only as it writes it
+            self.live.inventory_moved = self.unchanged.take_inventory_moved
         # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
         self.ticket = TicketActuator.configured(config.notify.ticket)
         self.outbox = Outbox(config.notify, config.node.name, console_url=config.console_url)
@@ -182,6 +188,11 @@ class Service:
             page_from=config.notify.severity.page_from,
             open_s=3.0 * config.detection.window_s,
         )
+        if (
+            config.node.name != "fleet"
+        ):  # a node agent reads no other agent's exports (pager.py, unchanged.py)
+            self.pager.covers_nodes = False
+            self.pager.epochs = self.unchanged.epochs
 
         def on_event(store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
             self.pager.on_event(store, kind, incident, top)
@@ -404,51 +415,12 @@ class Service:
                 counts[name] = counts.get(name, 0) + (
                     len(batch.rows) if isinstance(batch, RowBatch) else int(batch.num_rows)
                 )
-            if batches:
-                store.ingest_all(batches)
-            self.held.clear()  # the workspace has them now
-            if self.workloads_ts_s is not None:
-                self._guarded("jobs", lambda: steps.refresh_jobs(self, store))
             twin = self.sources.twin
-            if twin is not None and self.sources.stepped_s:
-                twin.sync(store)  # what another process appended to its log first (its log is one order)
-                twin.log_steps(store, self.sources.stepped_s)
-                self.sources.stepped_s = 0.0
-            if self.newest_ts_s is not None:
-                judged = self.live.windows
-                self._guarded("detection", lambda: steps.detect_and_respond(self, store))
-                # what changes only as windows are judged or time passes: once a window, not every flush
-                review = self.live.windows > judged or self.clock() - self.last_review >= self.review_every_s
-                if review:
-                    self.last_review = self.clock()
-                    self._guarded("paging", lambda: steps.review_pages(self, store))
-                    self._guarded("closed loop", lambda: steps.judge_closed_loop(self, store))
-                self._guarded("plans", lambda: steps.advance_plans(self, store))
-                self._guarded("alerts", lambda: steps.investigate_alerts(self, store))
-            else:
-                review = self.clock() - self.last_review >= self.review_every_s
-                self.last_review = self.clock() if review else self.last_review
-            self._guarded("conditions", lambda: steps.conditions(self, store))
-            if len(self.dispatches):
-                twin = self.sources.twin
-                self._guarded(
-                    "dispatch",
-                    lambda: self.dispatches.judge(
-                        store,
-                        attach(store, twin=twin, kube_api=self.kube_api, view=self.scheduler_view),
-                        self.config.node.name,
-                        self.claimed.append,
-                    ),
-                )
-                # what a dispatch set is reviewed (the closed loop exports it: `aiops_intended_state`) at the
-                # next flush, not a detection window later
-                self.last_review = float("-inf")
-            if self.dispatcher is not None:  # made ready here, sent below with the workspace closed
-                self._guarded("dispatcher", lambda: steps.dispatch_ready(self, store))
-            self._guarded("retention", lambda: steps.retention(self, store))
-            self._guarded("report", lambda: steps.report(self, store))
-            if review or not self.flushes:
-                steps.export_store(self, store)
+            self.unchanged.begin(self.owner.holds, set(counts), twin)  # what it may skip: unchanged.py
+            try:
+                self._held_flush(store, batches)
+            finally:
+                self.unchanged.end(self.owner.holds, twin)
         if self.claimed:
             self._guarded("actions outside", lambda: steps.act_outside(self))
         if self.dispatcher is not None:
@@ -466,6 +438,55 @@ class Service:
         self.last_flush = self.last_hold = self.clock()
         self.flushes += 1
         self.ready = True
+
+    def _held_flush(self, store: Store, batches: list[tuple[str, Any]]) -> None:
+        """The flush's steps with the workspace held (flush_steps.py has them in order)."""
+        assert self.sources is not None
+        if batches:
+            store.ingest_all(batches)
+        self.held.clear()  # the workspace has them now
+        if self.workloads_ts_s is not None:
+            self._guarded("jobs", lambda: steps.refresh_jobs(self, store))
+        twin = self.sources.twin
+        if twin is not None and self.sources.stepped_s:
+            twin.sync(store)  # what another process appended to its log first (its log is one order)
+            twin.log_steps(store, self.sources.stepped_s)
+            self.sources.stepped_s = 0.0
+        if self.newest_ts_s is not None:
+            judged = self.live.windows
+            self._guarded("detection", lambda: steps.detect_and_respond(self, store))
+            # what changes only as windows are judged or time passes: once a window, not every flush
+            review = self.live.windows > judged or self.clock() - self.last_review >= self.review_every_s
+            if review:
+                self.last_review = self.clock()
+                self._guarded("paging", lambda: steps.review_pages(self, store))
+                self._guarded("closed loop", lambda: steps.judge_closed_loop(self, store))
+            self._guarded("plans", lambda: steps.advance_plans(self, store))
+            self._guarded("alerts", lambda: steps.investigate_alerts(self, store))
+        else:
+            review = self.clock() - self.last_review >= self.review_every_s
+            self.last_review = self.clock() if review else self.last_review
+        self._guarded("conditions", lambda: steps.conditions(self, store))
+        if len(self.dispatches):
+            twin = self.sources.twin
+            self._guarded(
+                "dispatch",
+                lambda: self.dispatches.judge(
+                    store,
+                    attach(store, twin=twin, kube_api=self.kube_api, view=self.scheduler_view),
+                    self.config.node.name,
+                    self.claimed.append,
+                ),
+            )
+            # what a dispatch set is reviewed (the closed loop exports it: `aiops_intended_state`) at the
+            # next flush, not a detection window later
+            self.last_review = float("-inf")
+        if self.dispatcher is not None:  # made ready here, sent below with the workspace closed
+            self._guarded("dispatcher", lambda: steps.dispatch_ready(self, store))
+        self._guarded("retention", lambda: steps.retention(self, store))
+        self._guarded("report", lambda: steps.report(self, store))
+        if review or not self.flushes:
+            steps.export_store(self, store)
 
     def attach(self, store: Store) -> Attached:
         """This service's world over `store`, in its flush: the twin it holds, its node, its ticket sink, and

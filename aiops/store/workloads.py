@@ -13,6 +13,8 @@ scheduler export) are left alone: only names that `gpu_processes` holds are touc
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiops.store.store import Store
 
 _CURRENT = """
@@ -30,9 +32,18 @@ ORDER BY r.job, rank
 """
 
 
+def current_ranks(store: Store, node: str, as_of_ts_s: float) -> list[dict[str, Any]]:
+    """`node`'s ranks as the collect at `as_of_ts_s` saw them: what `write_ranks` writes."""
+    return store.query(_CURRENT, [node, as_of_ts_s])
+
+
 def refresh_jobs(store: Store, node: str, as_of_ts_s: float) -> int:
     """Rewrite `node`'s job_ranks (and upsert jobs) from the collect at `as_of_ts_s`; returns the ranks written."""
-    rows = store.query(_CURRENT, [node, as_of_ts_s])
+    return write_ranks(store, node, current_ranks(store, node, as_of_ts_s))
+
+
+def write_ranks(store: Store, node: str, rows: list[dict[str, Any]]) -> int:
+    """Rewrite `node`'s job_ranks (and upsert jobs) with `rows` (`current_ranks`); returns the ranks written."""
     conn = store.conn
     conn.execute("BEGIN TRANSACTION")
     try:
