@@ -32,7 +32,12 @@ def test_lab_net_json_and_cleanup() -> None:
     for phase in result["phases"].values():
         assert set(phase) == {"vip_p50_ms", "vip_p99_ms", "vip_mbps", "bulk_mbps"}
     alone, no_lanes, with_lanes = (result["phases"][k] for k in ("alone", "no_lanes", "lanes"))
-    assert with_lanes["vip_p99_ms"] < no_lanes["vip_p99_ms"] / 3  # loose here; docs/BENCHMARKS.md has targets
+    # lanes protect VIP (loose here; docs/BENCHMARKS.md has targets): its median delay a third of what bulk in one
+    # FIFO gives it or less, its tail below that, its rate as when alone. Not the tail a third: on a loaded CI
+    # machine (the suite beside it) a few late wake-ups of the VIP sender made it 77 ms against 189 once
+    assert with_lanes["vip_p50_ms"] < no_lanes["vip_p50_ms"] / 3, result
+    assert with_lanes["vip_p99_ms"] < no_lanes["vip_p99_ms"], result
+    assert with_lanes["vip_mbps"] > 0.9 * alone["vip_mbps"] > no_lanes["vip_mbps"], result
     assert with_lanes["bulk_mbps"] > 0.5 * (result["bottleneck_mbps"] - with_lanes["vip_mbps"])
     assert alone["bulk_mbps"] == 0
     assert "phase lanes" in done.stderr  # progress goes to stderr
