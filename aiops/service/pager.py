@@ -21,6 +21,7 @@ from typing import Any
 from aiops.models import Diagnosis, Hypothesis, Incident
 from aiops.pipeline import stored_diagnoses
 from aiops.service.paging import DEFAULT_PAGE_FROM, Decision, Subject, decide
+from aiops.service.unchanged import Kept
 from aiops.store import Store
 from aiops.store.conditions import condition_of, symptoms_condition
 from aiops.store.maintenance import Membership, Window, membership, windows
@@ -77,8 +78,8 @@ class Pager:
         # what a review read of the maintenance windows and of the membership (racks, job ranks), kept while
         # `epochs` (the service's: unchanged.py) says nothing could have written them since; None: read each review
         self.epochs: Callable[[], tuple[int, int]] | None = None
-        self._windows: tuple[int, list[Window]] | None = None
-        self._members: tuple[int, Membership] | None = None
+        self._windows: Kept[list[Window]] = Kept()
+        self._members: Kept[Membership] = Kept()
 
     # -- events from the Responder ------------------------------------------------------------------------
     def on_event(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
@@ -151,20 +152,12 @@ class Pager:
         """Every maintenance window and silence (newest first): read again once another hold may have written
         one (only people add or end them: the console, the API, `aiops maintenance`)."""
         outside = self.epochs()[0] if self.epochs is not None else None
-        if outside is None or self._windows is None or self._windows[0] != outside:
-            found = windows(store)
-            self._windows = None if outside is None else (outside, found)
-            return found
-        return self._windows[1]
+        return self._windows.get(outside, lambda: windows(store))
 
     def _membership(self, store: Store) -> Membership:
         """Racks and job ranks: read again once the topology or the ranks may have changed."""
         inventory = self.epochs()[1] if self.epochs is not None else None
-        if inventory is None or self._members is None or self._members[0] != inventory:
-            found = membership(store)
-            self._members = None if inventory is None else (inventory, found)
-            return found
-        return self._members[1]
+        return self._members.get(inventory, lambda: membership(store))
 
     def _page(self, store: Store, incident: Incident, top: Hypothesis | None) -> None:
         """The first page: the diagnosis when there is one (PagerDuty triggers with it), else the opening."""

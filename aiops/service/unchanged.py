@@ -21,13 +21,30 @@ and writes everything (tests/test_footprint_statements.py counts an idle flush's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from aiops.sim.twin import Twin
 
 INVENTORY_TABLES = frozenset({"topology", "job_ranks"})
+_T = TypeVar("_T")
+
+
+class Kept(Generic[_T]):
+    """A value read from the store, kept while an epoch of `Unchanged.epochs()` stays where it was read."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[int, _T] | None = None
+
+    def get(self, epoch: int | None, read: Callable[[], _T]) -> _T:
+        """The kept value while `epoch` is the one it was read at, else `read()` again (None: always read)."""
+        if epoch is None or self._kept is None or self._kept[0] != epoch:
+            value = read()
+            self._kept = None if epoch is None else (epoch, value)
+            return value
+        return self._kept[1]
 
 
 @dataclass
