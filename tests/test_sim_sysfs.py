@@ -3,9 +3,14 @@ the package warmer with CPU load, energy that only grows."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from aiops.scenarios import parse_scenario_text
+from aiops.service.sim_sources import sim_sources
 from aiops.sim.sysfs import SimSysfs
 from aiops.sim.world import World
+from aiops.store import Store
 
 SCENARIO = """\
 name: sysfs
@@ -51,3 +56,24 @@ def test_the_real_collectors_read_the_twins_tree() -> None:
     finally:
         tree.close()
     assert not tree.root.exists()
+
+
+def test_a_twin_agents_tree_lives_beside_its_workspace_and_goes_with_it(tmp_path: Path) -> None:
+    """Not under /tmp: an agent killed with SIGKILL leaves its render beside the workspace, and the next start
+    removes it (a suite run used to leave ~10 folders in /tmp)."""
+    db = tmp_path / "ws.duckdb"
+    scenario = parse_scenario_text(SCENARIO, "sysfs.yaml")
+    stale = Path(str(db) + ".sim-sysfs") / "left-by-a-killed-agent"
+    stale.mkdir(parents=True)
+    store = Store(db)
+    try:
+        sources = sim_sources(store, scenario, None, 1.0)
+        assert not stale.exists()  # the killed agent's render removed at start
+        for source in sources.sources:
+            if source.name.startswith("sysfs-"):
+                source.collector.collect(time.time())
+        assert (Path(str(db) + ".sim-sysfs") / "node0" / "sys").is_dir()
+        sources.close()
+        assert not Path(str(db) + ".sim-sysfs").exists()
+    finally:
+        store.close()
