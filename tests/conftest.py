@@ -144,9 +144,10 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
     second of CPU in each worker, most of it scanning what stays alive anyway), then everything collection made
     frozen: the collector's full passes during the tests (and pytest's five at the session's end) no longer
     walk those ~350,000 long-lived objects again and again. What the tests allocate is collected as before, with
-    a young generation of 50,000 objects instead of 700 (WORKER_GC_THRESHOLDS): the twin's and the store's tests
-    allocate millions of short-lived tuples and small arrays, and pass after pass over them found little to free
-    (~12 % less CPU in those modules, ~7 MB more in a worker)."""
+    a young generation of 50,000 objects instead of 700 (WORKER_GC_THRESHOLDS), for the millions of short-lived
+    tuples and small arrays the twin's and the store's tests allocate: ~7 % less CPU on the mean of three
+    alternated pairs of three sim-heavy modules, a wider set within this VM's noise, ~7 MB more peak RSS
+    (docs/notes/weak_tests.md, "Session of 2026-12-06 10:49 UTC")."""
     gc.disable()
     try:
         yield
