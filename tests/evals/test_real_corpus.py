@@ -49,14 +49,19 @@ def placeholder_hits(text: str) -> list[str]:
 
 HOLDOUT_DIR = CORPUS_DIR / "holdout"  # issue 37: the sealed third of the new cases, scored apart
 HOLDOUT_README = HOLDOUT_DIR / "README.md"
+# Sealed sets, scored apart (`aiops eval --real <dir>`): folders of cases with their own README and no case.yaml.
+# holdout/ (issue 37) and unseen-2026-12-06/ (real incidents the analyser had never seen, sealed before scoring).
+SEALED_DIRS = (HOLDOUT_DIR, CORPUS_DIR / "unseen-2026-12-06")
 
 
 def case_dirs() -> list[Path]:
-    """Every case directory: the corpus' own and the held-out ones (the `holdout` folder is not a case)."""
+    """Every case directory: the corpus' own and those of the sealed sets (a sealed folder is not a case)."""
     found: list[Path] = []
-    for base in (CORPUS_DIR, HOLDOUT_DIR):
+    for base in (CORPUS_DIR, *SEALED_DIRS):
         found += [
-            p for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_")) and p != HOLDOUT_DIR
+            p
+            for p in base.iterdir()
+            if p.is_dir() and not p.name.startswith((".", "_")) and p not in SEALED_DIRS
         ]
     return sorted(found)
 
@@ -125,8 +130,8 @@ def test_case_ids_are_unique() -> None:
 
 def test_readme_lists_every_case_and_proposed_label() -> None:
     text = README.read_text(encoding="utf-8")
-    held = HOLDOUT_README.read_text(encoding="utf-8")
-    absent = [d.name for d in CASES if f"`{d.name}`" not in (held if d.parent == HOLDOUT_DIR else text)]
+    sealed = {d: (d / "README.md").read_text(encoding="utf-8") for d in SEALED_DIRS}
+    absent = [d.name for d in CASES if f"`{d.name}`" not in sealed.get(d.parent, text)]
     assert not absent, f"{README}: cases missing from the table: {absent}"
     used = {load_case(d)["cause"] for d in CASES} & PROPOSED_LABELS
     undocumented = [label for label in sorted(used) if f"`{label}`" not in text]
