@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from aiops.evidence import driver
 from aiops.evidence.prefixes import strip, style_of
+from aiops.evidence.training import STEP_PATTERNS
 
 SNIFF_LINES = 400
 ANCHOR_WEIGHT = 3
@@ -182,7 +183,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^(?:Name|Roles|Labels|Taints|Allocatable|Capacity|Unschedulable):|^\s+nvidia\.com/gpu:\s+\d"
         ),
     ),
-    "train-log": (re.compile(r"\btime: \d+(?:\.\d+)?, data_time: \d+(?:\.\d+)?"),),
+    "train-log": STEP_PATTERNS,
     "gpu-agent-log": (
         re.compile(
             r"XidCriticalError|device marked unhealthy|Marking it unhealthy|k8s-device-plugin|nvidia-device-plugin"

@@ -21,7 +21,8 @@ FORMATS: dict[str, str] = {
     "prometheus-text": "Prometheus text exposition (dcgm-exporter, node_exporter)",
     "ipmi-sel": "ipmitool sel list / sel elist, FreeIPMI ipmi-sel",
     "sysfs": "sysfs dump (grep -r . /sys/class/...; path:value lines: IB port states, hw_counters)",
-    "train-log": "training iteration log with step time and data time (mmcv/mmdet style)",
+    "train-log": "training iteration log with step time and data time (mmcv/mmdet, MMEngine, detectron2, YOLOX, "
+    "PyTorch's ImageNet example)",
     "gpu-agent-log": "NVIDIA k8s-device-plugin and DCGM nv-hostengine logs",
     "slurm": "Slurm: scontrol show node/job, sinfo (-R), slurmctld/slurmd/slurmstepd logs, NHC output",
     "ipmi-sensors": "FreeIPMI ipmi-sensors table",

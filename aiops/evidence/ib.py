@@ -60,9 +60,9 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             port, state = m.group("port"), None
             yield LogEvent(kind="ib_info", component=f"{ca}:{port}", **base)
             continue
-        if (m := _FIELD.match(raw)) is not None and ca is not None:
+        if (m := _FIELD.match(raw)) is not None and (ca is not None or port is not None):
             key, value = m.group("key"), m.group("value").strip()
-            comp = f"{ca}:{port}" if port else ca
+            comp = _port_name(ca, port)
             if key == "State":
                 state = value.lower()
                 yield LogEvent(kind="ib_info", component=comp, detail={"state": state}, **base)
@@ -98,6 +98,15 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             yield LogEvent(kind="ib_info", component=ca, **base)
             continue
         yield None
+
+
+def _port_name(ca: str | None, port: str | None) -> str:
+    """`mlx5_0:1` (or the CA alone before its first port); a port block pasted without its `CA '...'` line (a
+    post's excerpt) is `port 1` of a CA the excerpt does not name: its state is still the port's. One of the
+    two is known."""
+    if ca is None:
+        return f"port {port}"
+    return f"{ca}:{port}" if port else ca
 
 
 def _netdev(m: re.Match[str], base: dict[str, Any]) -> LogEvent:

@@ -90,6 +90,19 @@ _NOT_HOSTS = frozenset(
         "slurmstepd",
         "slurmctld",
         "slurmd",
+        # a training loop's progress lines (`Epoch: [1][0/25]\tTime ...`, `Train: 3 [ 100/5004]`)
+        "epoch",
+        "iter",
+        "iteration",
+        "step",
+        "train",
+        "training",
+        "test",
+        "val",
+        "validation",
+        "eval",
+        "loss",
+        "batch",
     }
 )
 MAX_TOKENS = 6  # prefixes removed from one line at most

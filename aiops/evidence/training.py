@@ -1,5 +1,5 @@
-"""Training iteration logs (mmcv/mmdet style: `time: 2.013, data_time: 1.655`) and GPU agent logs (NVIDIA
-k8s-device-plugin, DCGM nv-hostengine) as events."""
+"""Training iteration logs (a step's time and the part of it spent waiting for data, as the frameworks print
+them: `STEP_PATTERNS`) and GPU agent logs (NVIDIA k8s-device-plugin, DCGM nv-hostengine) as events."""
 
 from __future__ import annotations
 
@@ -10,7 +10,17 @@ from typing import Any
 from aiops.evidence.events import LogEvent
 from aiops.evidence.timeparse import zoned_ts_s
 
-_STEP = re.compile(r"\btime: (?P<step>\d+(?:\.\d+)?), data_time: (?P<data>\d+(?:\.\d+)?)")
+# An iteration line's step time and data-loading time, both in seconds, in each framework's own wording:
+STEP_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # mmcv/mmdet `time: 2.013, data_time: 1.655`; MMEngine and detectron2 `time: 8.9139  data_time: 7.4351`;
+    # YOLOX `iter_time: 8.711s, data_time: 8.409s`
+    re.compile(r"\b(?:iter_)?time: (?P<step>\d+(?:\.\d+)?)s?,?\s{1,4}data_time: (?P<data>\d+(?:\.\d+)?)s?\b"),
+    # PyTorch's ImageNet example and the scripts built on it (AverageMeter: the batch's value, then the running
+    # average in parentheses) `Time 0.330 (21.103)\tData 0.212 (20.811)`
+    re.compile(
+        r"\bTime (?P<step>\d+(?:\.\d+)?) \(\d+(?:\.\d+)?\)\s{1,4}Data (?P<data>\d+(?:\.\d+)?) \(\d+(?:\.\d+)?\)"
+    ),
+)
 _PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>\S{1,80}?),")
 _UNHEALTHY = re.compile(
     r"device marked unhealthy: (?P<dev>\S+)|GPU with UUID (?P<dev2>\S+) is too old to support \w+.{0,80}?Marking it unhealthy"
@@ -21,7 +31,7 @@ _THERMAL_VIOLATION = re.compile(r"thermal violation in GPU (?P<gpu>\d+)")
 
 def step_event(source: str, number: int, raw: str) -> LogEvent | None:
     """The step/data time of an iteration line, else None."""
-    m = _STEP.search(raw)
+    m = next((found for p in STEP_PATTERNS if (found := p.search(raw)) is not None), None)
     if m is None:
         return None
     step_s, data_s = float(m.group("step")), float(m.group("data"))

@@ -124,6 +124,33 @@ def test_data_time_dominating_steps(tmp_path: Path) -> None:
     assert all(h["root_cause"] != "input_pipeline_bottleneck" for h in fast["hypotheses"])
 
 
+UNSEEN = REAL / "unseen-2026-12-06"
+
+
+def test_step_and_data_time_are_read_in_each_frameworks_wording() -> None:
+    """PyTorch's ImageNet example (`Time 0.330 (21.103)\tData 0.212 (20.811)`, lines that start `Epoch:`, no
+    host), MMEngine (`time: 8.9139  data_time: 7.4351`) and YOLOX (`iter_time: 8.711s, data_time: 8.409s`): real
+    lines the reader once left unparsed (evals/real/unseen-2026-12-06/README.md)."""
+    for case in (
+        "dataloader-time-to-first-batch-imagenet-example-2018",
+        "mmengine-data-time-dominates-yolox-2023",
+    ):
+        result = investigate([UNSEEN / case / "train.log"])
+        assert result["sources"][0]["format"] == "train-log", case
+        top = result["hypotheses"][0]
+        assert (top["root_cause"], top["component"]) == ("input_pipeline_bottleneck", "this host"), case
+    # YOLOX: one iteration of four waits on data, the others do not: read, and the median says no bottleneck
+    mixed = investigate([UNSEEN / "yolox-slow-iters-mixed-data-time-unresolved-2021" / "train.log"])
+    assert mixed["sources"][0]["format"] == "train-log"
+    assert mixed["sources"][0]["parsed"] == 4 and mixed["verdict"] == "inconclusive"
+
+
+def test_an_ibstat_port_block_pasted_without_its_ca_line_is_still_read() -> None:
+    result = investigate([UNSEEN / "ibstat-fragment-down-polling-azhpc-2022" / "ibstat.txt"])
+    top = result["hypotheses"][0]
+    assert (top["root_cause"], top["component"]) == ("nic_link_flap", "this host/nic@port 1")
+
+
 def test_prometheus_and_sel_and_sysfs_are_read(tmp_path: Path) -> None:
     prom = _run(
         tmp_path,
