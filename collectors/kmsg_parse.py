@@ -158,7 +158,11 @@ _GPU_AT_BDF = re.compile(rf"NVRM: GPU at ({_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}\.\
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]+)")
 # GSP firmware: RPC timeouts and lost heartbeats, exceptions and halts (NVIDIA Xid catalogue: Xid 119, 120)
 _GSP_TIMEOUT = re.compile(
-    r"heartbeat timed out|Heartbeat timed out|GSP Timeout|Timeout after \d+s of waiting for RPC"
+    r"heartbeat timed out|Heartbeat timed out|GSP Timeout|Timeout after \d+s of waiting for RPC|"
+    # the driver's RPC wait giving up (`_issueRpcAndWait: rpcRecvPoll timedout for fn 76 sequence 4129!`), and its
+    # assertion after consecutive ones (`Back to back GSP RPC timeout detected! GPU marked for reset`): Xid 119's
+    # failure in the words other driver versions print
+    r"rpcRecvPoll timedout|GSP RPC timeout detected"
 )
 # ... and a GSP RPC that failed (`rpcRmApiAlloc_GSP: GspRmAlloc failed`) or the RPC history the driver dumps
 # after one (`GPU6 RPC event history (CPU <- GSP):`)

@@ -151,6 +151,20 @@ def test_an_ibstat_port_block_pasted_without_its_ca_line_is_still_read() -> None
     assert (top["root_cause"], top["component"]) == ("nic_link_flap", "this host/nic@port 1")
 
 
+def test_gsp_rpc_timeouts_in_the_words_of_newer_drivers() -> None:
+    """`_issueRpcAndWait: rpcRecvPoll timedout for fn 76 ...` and `Back to back GSP RPC timeout detected! GPU marked
+    for reset`, before an Xid 154, behind a Talos host prefix: the GSP failure itself, not Xid 154 alone
+    (evals/real/unseen2-2026-12-06/README.md)."""
+    case = REAL / "unseen2-2026-12-06" / "gsp-back-to-back-rpc-timeout-talos-host-prefix-2026"
+    result = investigate([case / "kern.log"])
+    top = result["hypotheses"][0]
+    assert result["verdict"] == "diagnosed"
+    assert (top["root_cause"], top["component"]) == (
+        "gpu_driver_firmware_fault",
+        "192.168.11.119/gpu@0000:0b:00.0",
+    )
+
+
 def test_prometheus_and_sel_and_sysfs_are_read(tmp_path: Path) -> None:
     prom = _run(
         tmp_path,
