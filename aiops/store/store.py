@@ -30,7 +30,7 @@ from aiops.store.keys import (
     replaced_sql,
     stored_key_filter,
 )
-from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES
+from aiops.store.migrations import MIGRATIONS, TIME_SERIES_TABLES, apply_migrations
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -159,26 +159,7 @@ class Store:
             )
         if current == 0:
             self._refuse_foreign()
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
-                "applied_ts_s DOUBLE)"
-            )
-        # a new file's migrations in one transaction (its schema whole or not at all; one commit instead of one a
-        # migration: half the ~90 ms a new workspace cost, a node agent's start and every test's store); a file
-        # that has some, each missing one in its own
-        for group in [missing] if current == 0 else [[m] for m in missing]:
-            self.conn.execute("BEGIN TRANSACTION")
-            try:
-                for migration in group:
-                    migration.apply(self.conn)
-                    self.conn.execute(
-                        "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-                        [migration.version, migration.name, time.time()],
-                    )
-                self.conn.execute("COMMIT")
-            except Exception:
-                self.conn.execute("ROLLBACK")
-                raise
+        apply_migrations(self.conn, missing, new=current == 0)
 
     def _refuse_foreign(self) -> None:
         """A DuckDB file that holds tables but no schema history is someone else's: never adopt it."""
