@@ -6,7 +6,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from aiops.errors import IngestError, SchemaError
+from aiops.errors import DatabaseDamaged, IngestError, SchemaError
 from aiops.store import MIGRATIONS, Store, latest_version
 
 
@@ -97,3 +97,18 @@ def test_ingest_after_scalar_on_the_same_table(store: Store) -> None:
     assert store.scalar("SELECT count(*) FROM gpu_samples") == 1
     store.ingest("gpu_samples", batch.set_column(0, "ts_s", pa.array([2.0])))
     assert store.scalar("SELECT count(*) FROM gpu_samples") == 2
+
+
+def test_a_file_cut_short_is_damaged_at_open(tmp_path: Path) -> None:
+    """A truncated file is refused at open, wherever the cut: DuckDB itself fails only when a query reads a block
+    past the end, which an open may never do (a file cut near its end opened, and commands read on)."""
+    path = tmp_path / "cut.duckdb"
+    with Store(path) as store:
+        store.ingest("host_samples", {"ts_s": [float(t) for t in range(10_000)], "node": ["node0"] * 10_000})
+    data = path.read_bytes()
+    path.write_bytes(data[:-4096])
+    with pytest.raises(DatabaseDamaged, match="damaged"):
+        Store(path, read_only=True)
+    path.write_bytes(data)
+    with Store(path, read_only=True) as whole:
+        assert whole.scalar("SELECT count(*) FROM host_samples") == 10_000

@@ -11,6 +11,7 @@ written once (aiops/store/keys.py): a repeated batch writes nothing.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import duckdb
 
 from aiops.config import GuardrailsConfig, SchedulerConfig
-from aiops.errors import IngestError, SchemaError, StoreLocked
+from aiops.errors import DatabaseDamaged, IngestError, SchemaError, StoreLocked
 from aiops.store.faults import file_fault
 from aiops.store.keys import (
     REPLACE_KEYS,
@@ -118,6 +119,8 @@ class Store:
         self._types: dict[str, dict[str, str]] = {}
         self._newest_ts_s: dict[str, float] = {}
         try:
+            if self.path != ":memory:":
+                self._refuse_truncated()
             self._migrate()
         except duckdb.Error as exc:  # a truncated file opens, then fails on its first read
             self.conn.close()
@@ -160,6 +163,27 @@ class Store:
         if current == 0:
             self._refuse_foreign()
         apply_migrations(self.conn, missing, new=current == 0)
+
+    def _refuse_truncated(self) -> None:
+        """A file shorter than the blocks it uses is truncated: DuckDB opens it and fails only when a query reads a
+        block past its end, which may be none of an open's (then a command reads on, or exits 0, over a damaged
+        file). Sound, never refusing a whole file: blocks in use are distinct ids below `total_blocks`, so more of
+        them than whole blocks in the file means one is missing (a free block past the end is not counted)."""
+        row = self.conn.execute(
+            "SELECT used_blocks, block_size FROM pragma_database_size() WHERE database_name = current_database()"
+        ).fetchall()
+        if not row:
+            return
+        used_blocks, block_size = int(row[0][0]), int(row[0][1])
+        size_bytes = os.stat(self.path).st_size
+        # blocks start after the main header and the two database headers, 4 KiB each (duckdb
+        # src/storage/single_file_block_manager.cpp BLOCK_START = Storage::FILE_HEADER_SIZE * 3)
+        if block_size > 0 and (size_bytes - 3 * 4096) // block_size < used_blocks:
+            self.conn.close()
+            raise DatabaseDamaged(
+                self.path,
+                f"{size_bytes} bytes hold fewer than the {used_blocks} blocks of {block_size} it uses",
+            )
 
     def _refuse_foreign(self) -> None:
         """A DuckDB file that holds tables but no schema history is someone else's: never adopt it."""
