@@ -1,9 +1,10 @@
 """A new store's schema copied from a template, not migrated again: a DuckDB file this process migrated once.
 
 A new store cost ~85 ms of CPU: DuckDB's instance (~17 ms, its catalog of built-ins) and the migrations' ~80 DDL
-statements (~55 ms; one multi-statement `execute` is no faster). The template is built on the first new store of
-a process, by the same code as any store's migrations (`apply_migrations`), one file per migration list (a test may
-patch `MIGRATIONS`), in a private folder (`tempfile.mkdtemp`: mode 0700, this user's; removed at exit): never a
+statements (~55 ms; one multi-statement `execute` is no faster). The template is built on the second new store
+of a process (the first is migrated in place: a process that makes one pays nothing), by the same code as any
+store's migrations (`apply_migrations`), one file per migration list (a test may patch `MIGRATIONS`), in a
+private folder (`tempfile.mkdtemp`: mode 0700, this user's; removed at exit): never a
 shared path, never a file another user could plant. Then a new file is a copy of it (~30 ms with its open) and a
 new `:memory:` store is copied from it with `COPY FROM DATABASE` (~50 ms); the catalogs are the same as a migrated
 store's (tests/test_store.py compares them). Where the template cannot be built or placed (no space, no hard
@@ -32,6 +33,7 @@ _folder: tuple[int, Path] | None = (
     None  # (the process that made it, the folder): a forked child makes its own
 )
 _templates: dict[tuple[Migration, ...], Path | None] = {}  # None: it could not be built, migrate in place
+_asked: set[tuple[Migration, ...]] = set()  # lists a new store was made for once already (migrated in place)
 _numbers = itertools.count()  # file names: never one a list's stale entry points at
 
 
@@ -57,13 +59,19 @@ def _build(migrations: tuple[Migration, ...]) -> Path:
 
 
 def template(migrations: Sequence[Migration]) -> Path | None:
-    """This process's template for `migrations`, built on the first call; None where it cannot be built."""
+    """This process's template for `migrations`, built on the second call: the first new store is migrated in
+    place (None), so a process that makes one (a node agent, most commands) pays nothing for a template it would
+    never copy; None too where it cannot be built."""
     global _folder
     key = tuple(migrations)
     with _lock:
         if _folder is not None and _folder[0] != os.getpid():  # a forked child: the folder is its parent's
             _folder = None
             _templates.clear()
+            _asked.clear()
+        if key not in _asked:
+            _asked.add(key)
+            return None
         if key in _templates:
             path = _templates[key]
             if path is None or path.is_file():
