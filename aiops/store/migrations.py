@@ -7,7 +7,8 @@ with the interval in `interval_s`. Component columns hold contract names (`node3
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -20,6 +21,31 @@ class Migration:
     version: int
     name: str
     apply: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+SCHEMA_HISTORY = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_ts_s DOUBLE)"
+
+
+def apply_migrations(conn: duckdb.DuckDBPyConnection, missing: Sequence[Migration], *, new: bool) -> None:
+    """Apply `missing` in order, each recorded in schema_migrations with the time it ran. A new database (`new`:
+    no schema history yet) gets the history table, then every migration in one transaction: its schema whole or not
+    at all, and one commit instead of one a migration (half the ~90 ms a new workspace cost). A file that has some
+    gets each missing one in its own."""
+    if new:
+        conn.execute(SCHEMA_HISTORY)
+    for group in [list(missing)] if new else [[m] for m in missing]:
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for migration in group:
+                migration.apply(conn)
+                conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                    [migration.version, migration.name, time.time()],
+                )
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
 
 
 def _sql(statements: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
