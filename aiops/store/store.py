@@ -7,9 +7,10 @@ table), or rows: an object with `columns` (names) and `rows` (tuples in that ord
 pyarrow (about 50 MB of a process's RSS; docs/BENCHMARKS.md, "Overhead"). A time-series table's keys are
 written once (aiops/store/keys.py): a repeated batch writes nothing.
 
-A new store (a file not there yet, or `:memory:`) is copied from this process's template, a file migrated once by the
-same code (aiops/store/template.py): a new file costs a third of the ~85 ms of CPU it cost migrated in place,
-`:memory:` about 60 %; its schema history is stamped with the time it was made.
+A process's second and later new stores (a file not there yet, or `:memory:`) are copied from its template, a file
+migrated once by the same code (aiops/store/template.py; the first is migrated in place): a new file costs a third
+of the ~85 ms of CPU it cost migrated in place, `:memory:` about 60 %; its schema history is stamped with the time it
+was made.
 """
 
 from __future__ import annotations
