@@ -355,7 +355,7 @@ def _class_bytes(w: World, coll_bps: F64, bulk_fraction: F64) -> F64:
     link_bytes = network.LINK_BPS / 8
     per = np.empty((coll_bps.size, 3))  # filled column by column: np.stack's wrapper costs more
     per[:, 0], per[:, 1], per[:, 2] = coll_bps / 8, bulk_fraction * link_bytes, OTHER_FRACTION * link_bytes
-    return np.where(up[:, None], per, 0.0)
+    return per if all_true(up) else np.where(up[:, None], per, 0.0)
 
 
 def _nic_rows(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aiops.sim.network import TRAFFIC_CLASSES
-from aiops.sim.topology import F64, I64, Bools, Layout
+from aiops.sim.topology import F64, I64, Bools, Layout, all_true
 
 if TYPE_CHECKING:
     from aiops.sim.world import World
@@ -208,7 +208,10 @@ def _links(w: World, send_from: I64, n: int) -> None:
     """Link transitions and the transport's retries over an outage."""
     h, t, c = w.hca, w.elapsed_s, w.hca.counters
     # a link up now and a second ago has nothing to book: only the others are walked, in NIC order (the draws too)
-    changing = np.flatnonzero(~(w.link_up[:n] & h.was_up[:n])).tolist()
+    steady = w.link_up[:n] & h.was_up[:n]
+    if all_true(steady):  # every link up now and a second ago (the common case)
+        return
+    changing = np.flatnonzero(~steady).tolist()
     if not changing:
         return
     running = running_nics(w)
