@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aiops.sim import network
-from aiops.sim.topology import F64, I64, clamp, filled
+from aiops.sim.topology import F64, I64, all_true, any_true, clamp, filled, largest
 
 if TYPE_CHECKING:
     from aiops.datapath.policy import Policy
@@ -121,6 +121,8 @@ class Classes:
     lanes: I64  # [nic, class] lane index
     # [class, nic, lane]: whether the class goes to the lane (`_nic_rows` adds a class's bytes to its lane with it)
     in_lane: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros((0, 0, 0), dtype=bool))
+    # [nic, class, lane]: `in_lane` as 1.0/0.0 weights (`_nic_rows` sums a NIC's class bytes into lanes with it)
+    lane_weight: F64 = field(default_factory=lambda: np.zeros((0, 0, 0)))
 
     @classmethod
     def of(cls, rules: tuple[network.Rule, ...], policy: Policy, nic_names: list[str]) -> Classes:
@@ -134,7 +136,7 @@ class Classes:
                 lanes[i, c] = network.LANES.index(lane)
             ids.append(row)
         in_lane = lanes.T[:, :, None] == np.arange(len(network.LANES))
-        return cls(ids, lanes, in_lane)
+        return cls(ids, lanes, in_lane, in_lane.transpose(1, 0, 2).astype(np.float64))
 
 
 def _checkpoint_fraction(w: World) -> F64:
@@ -182,7 +184,12 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         w.lane_control.ceil_fraction,
     )
     # drops instead of marks: retransmission time per step on NICs without ECN
-    ecn_penalty_s = np.where(w.ecn_enabled, 0.0, 0.03 + 0.15 * mods.ecn_severity * (0.4 + bulk_fraction * 3))
+    if all_true(w.ecn_enabled):
+        ecn_penalty_s = np.zeros(lay.nic_count)
+    else:
+        ecn_penalty_s = np.where(
+            w.ecn_enabled, 0.0, 0.03 + 0.15 * mods.ecn_severity * (0.4 + bulk_fraction * 3)
+        )
     coll_bps = np.zeros(lay.nic_count)
     duty = filled(lay.gpu_count, 1.0)
     starved = np.zeros(lay.gpu_count)
@@ -195,7 +202,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         if _job_down(w, out, job.index, job.name, gpus, len(job.nodes)):
             duty[gpus], starved[gpus] = 0.0, 1.0  # GPUs idle (GpuIdle, ~80 W), no steps, no collectives
             continue
-        if w.dead[gpus].any():  # hung: the live ranks spin in NCCL kernels, nothing completes
+        if any_true(w.dead[gpus]):  # hung: the live ranks spin in NCCL kernels, nothing completes
             duty[gpus] = 0.0
             continue
         if w.eval_until_s[j] > w.elapsed_s:  # evaluating (benign churn): busy ranks, no step, no all-reduce
@@ -209,16 +216,16 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         n_nodes = len(job.nodes)
         volume_bytes = job.allreduce_mb * 1e6 * 2 * (n_nodes - 1) / max(1, n_nodes)
         inter_s = 0.0
-        queue_ms = float(eg.collective_queue_ms[nics].max())
+        queue_ms = largest(eg.collective_queue_ms[nics])
         if n_nodes > 1:
             bus_bytes_per_s = lay.nics_per_node * network.LINK_BPS / 8 * BUS_EFFICIENCY
-            throughput = float(eg.throughput_factor[nics].max())
-            inter_s = volume_bytes / bus_bytes_per_s * throughput + float(ecn_penalty_s[nics].max())
+            throughput = largest(eg.throughput_factor[nics])
+            inter_s = volume_bytes / bus_bytes_per_s * throughput + largest(ecn_penalty_s[nics])
             inter_s += OPS_PER_STEP * queue_ms / 1000.0
-        nvlink = float(mods.nvlink_slow[job.nodes].max())
+        nvlink = largest(mods.nvlink_slow[job.nodes])
         intra_s = 0.02 * (job.allreduce_mb / 256.0) ** 0.5 + nvlink * job.step_compute_s
-        down = not bool(w.link_up[nics].all())
-        step_time_s = (float(ready_s.max()) + intra_s + inter_s) * (1.0 + float(rng.normal(0, 0.01)))
+        down = not all_true(w.link_up[nics])
+        step_time_s = (largest(ready_s) + intra_s + inter_s) * (1.0 + float(rng.normal(0, 0.01)))
         w.step_time_s[j] = step_time_s
         if not down:
             w.step_progress[j] += dt_s / step_time_s
@@ -275,12 +282,14 @@ def _job_down(w: World, out: FabricOut, j: int, name: str, gpus: I64, n_nodes: i
     t = w.elapsed_s
     if w.restart_until_s[j] >= t:  # relaunching: NCCL init and checkpoint load
         return True
-    if w.crashed[gpus].any():  # a worker died of a CUDA error: torchrun stops the rest and restarts them all
+    if any_true(
+        w.crashed[gpus]
+    ):  # a worker died of a CUDA error: torchrun stops the rest and restarts them all
         w.crashed[gpus] = False
         w.restart_until_s[j] = t + TEARDOWN_S + w.restart_s
         w.step_progress[j] = 0.0  # the step in flight is lost; the job restarts from its checkpoint
         return True
-    if w.dead[gpus].any():
+    if any_true(w.dead[gpus]):
         if w.hung_since[j] < 0:
             w.hung_since[j] = t
             w.step_progress[j] = 0.0
@@ -346,7 +355,7 @@ def _class_bytes(w: World, coll_bps: F64, bulk_fraction: F64) -> F64:
     link_bytes = network.LINK_BPS / 8
     per = np.empty((coll_bps.size, 3))  # filled column by column: np.stack's wrapper costs more
     per[:, 0], per[:, 1], per[:, 2] = coll_bps / 8, bulk_fraction * link_bytes, OTHER_FRACTION * link_bytes
-    return np.where(up[:, None], per, 0.0)
+    return per if all_true(up) else np.where(up[:, None], per, 0.0)
 
 
 def _nic_rows(
@@ -366,33 +375,41 @@ def _nic_rows(
     marks = rng.poisson(120 * activity)
     lossy = rng.poisson((30 + 150 * mods.ecn_severity) * activity)
     # on a lossless (PFC) fabric the queue that would drop pauses its senders instead (rdma.py books the pauses)
-    paused = np.where(w.ecn_enabled | ~w.lossless, 0, lossy)
-    lossy = np.where(w.lossless, 0, lossy)
-    drops = np.where(w.ecn_enabled, rng.poisson(0.002, n), lossy) + np.where(
-        w.link_up, 0, rng.poisson(3000, n)
-    )
-    ce = np.where(w.ecn_enabled, marks, 0)
+    # (the masks' common cases, every NIC with ECN, none lossless, every link up, skip numpy's selects)
+    ecn_everywhere, lossless_anywhere = all_true(w.ecn_enabled), any_true(w.lossless)
+    if ecn_everywhere or not lossless_anywhere:
+        paused = np.zeros(n, dtype=np.int64)
+    else:
+        paused = np.where(w.ecn_enabled | ~w.lossless, 0, lossy)
+    if lossless_anywhere:
+        lossy = np.where(w.lossless, 0, lossy)
+    quiet_drops = rng.poisson(0.002, n)
+    drops = quiet_drops if ecn_everywhere else np.where(w.ecn_enabled, quiet_drops, lossy)
+    down_drops = rng.poisson(3000, n)
+    if not all_true(w.link_up):
+        drops = drops + np.where(w.link_up, 0, down_drops)
+    ce = marks if ecn_everywhere else np.where(w.ecn_enabled, marks, 0)
     retrans = (drops * 0.9).astype(np.int64) + rng.poisson(0.05, n)
     jitter = 1 + np.abs(rng.normal(0, 0.1, n))
-    # each class's bytes added into its lane, class by class: the same sums in the same order as a fancy-indexed
-    # add (the other lanes add 0.0), for fewer of numpy's calls
-    lane_bytes = np.zeros((n, 3))
-    for c in range(len(network.TRAFFIC_CLASSES)):
-        lane_bytes += np.where(classes.in_lane[c], class_bytes[:, c, None], 0.0)
+    # each class's bytes added into its lane, class by class (a weight of 1.0 or 0.0: bytes are never negative):
+    # the same sums in the same order as a fancy-indexed add (the other lanes add 0.0), in two of numpy's calls
+    lane_bytes = (class_bytes[:, :, None] * classes.lane_weight).sum(axis=1)
     lane_q = eg.lane_queue_ms * jitter[:, None]
     lane_rate_bps = w.lane_control.ceil_fraction * network.LINK_BPS  # as the eBPF telemetry reports: ceil
     fifo_q = eg.fifo_queue_ms * jitter
     totals = class_bytes.sum(axis=1)
     # shares of each lane's bytes (a link down carries none: all on VIP), then each count split by them
     moving = totals > 0
-    shares = np.where(moving[:, None], lane_bytes / np.where(moving, totals, 1.0)[:, None], _ALL_ON_VIP)
+    if all_true(moving):
+        shares = lane_bytes / totals[:, None]
+    else:
+        shares = np.where(moving[:, None], lane_bytes / np.where(moving, totals, 1.0)[:, None], _ALL_ON_VIP)
     counts = np.array([drops, ce, retrans])
     split = _split(counts, shares)
     enforced = w.lanes_enforced
     # the same as arrays, a slot per lane and one for `fifo` (what the HCAs and the fleet's view read); the three
     # counts filled at once ([kind, nic, slot]), as numpy's per-call cost is most of a step's
     counted = np.empty((3, n, 4), dtype=np.int64)
-    counted[:, :, :3], counted[:, :, 3] = np.where(enforced[:, None], split, 0), np.where(enforced, 0, counts)
     shape = (n, 4)  # every slot is written below
     out = NicLanes(
         np.empty(shape, dtype=bool),
@@ -404,14 +421,25 @@ def _nic_rows(
         w.link_up.copy(),
     )
     out.present[:, :3], out.present[:, 3] = enforced[:, None], ~enforced
-    out.tx[:, :3], out.tx[:, 3] = (
-        np.where(enforced[:, None], lane_bytes, 0.0),
-        np.where(enforced, 0.0, totals),
-    )
-    out.queue_ms[:, :3], out.queue_ms[:, 3] = (
-        np.where(enforced[:, None], lane_q, 0.0),
-        np.where(enforced, 0.0, fifo_q),
-    )
+    if all_true(enforced):  # every NIC's lanes (the common case): the lane slots as they are, no `fifo`
+        counted[:, :, :3], counted[:, :, 3] = split, 0
+        out.tx[:, :3], out.tx[:, 3] = lane_bytes, 0.0
+        out.queue_ms[:, :3], out.queue_ms[:, 3] = lane_q, 0.0
+    elif not any_true(enforced):  # no NIC's lanes: only `fifo`
+        counted[:, :, :3], counted[:, :, 3] = 0, counts
+        out.tx[:, :3], out.tx[:, 3] = 0.0, totals
+        out.queue_ms[:, :3], out.queue_ms[:, 3] = 0.0, fifo_q
+    else:
+        counted[:, :, :3] = np.where(enforced[:, None], split, 0)
+        counted[:, :, 3] = np.where(enforced, 0, counts)
+        out.tx[:, :3], out.tx[:, 3] = (
+            np.where(enforced[:, None], lane_bytes, 0.0),
+            np.where(enforced, 0.0, totals),
+        )
+        out.queue_ms[:, :3], out.queue_ms[:, 3] = (
+            np.where(enforced[:, None], lane_q, 0.0),
+            np.where(enforced, 0.0, fifo_q),
+        )
     on_ = enforced.copy()
 
     def rows() -> list[NicRow]:  # this step's arrays (none is written after the step): built when read

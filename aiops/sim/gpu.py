@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aiops import nvml_bits as bits
-from aiops.sim.topology import clamp
+from aiops.sim.topology import all_true, any_true, clamp
 
 if TYPE_CHECKING:
     from aiops.sim.faults import Modifiers
@@ -90,48 +90,69 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
     lay = w.layout
     g = lay.gpu_count
     noise = w.rng.normal(0.0, 1.0, (2, g))
-    job_hung = (w.hung_since >= 0) & ~w.torn_down  # a torn-down job's ranks are gone: its GPUs idle
-    hung = lay.in_job & job_hung[np.maximum(lay.gpu_job, 0)] if job_hung.size else np.zeros(g, dtype=bool)
+    # a job's live ranks spin while it hangs; a torn-down job's ranks are gone: its GPUs idle
+    hung_since, torn_down = w.hung_since.tolist(), w.torn_down.tolist()
+    job_hung = [since >= 0 and not gone for since, gone in zip(hung_since, torn_down, strict=True)]
+    hung = lay.in_job & np.array(job_hung)[np.maximum(lay.gpu_job, 0)] if any(job_hung) else None
     duty, starved = w.rank_duty, w.rank_starved
     active = lay.in_job & ~w.dead
+    # every GPU at work (the common case): numpy's selects between active and idle are skipped below
+    everyone = all_true(active)
     # power demand of the work: busy compute, spinning in NCCL while waiting (live ranks of a hung job spin)
-    spin = clamp(np.where(hung, 1.0, 1.0 - duty - starved), 0.0, 1.0)
+    spin = clamp(
+        1.0 - duty - starved if hung is None else np.where(hung, 1.0, 1.0 - duty - starved), 0.0, 1.0
+    )
     burst = w.load_rng.random(g) < POWER_BURST_P
     phase = np.where(burst, POWER_BURST_X, POWER_QUIET_X)
     busy_w = BUSY_POWER_W * (1.0 + BUSY_POWER_NOISE * noise[0]) * w.power_hunger * phase
-    demand_w = np.where(active, busy_w * ((1.0 - spin - starved) + spin * SPIN_POWER_FRACTION), IDLE_POWER_W)
-    demand_w = np.maximum(demand_w, IDLE_POWER_W)
+    working_w = busy_w * ((1.0 - spin - starved) + spin * SPIN_POWER_FRACTION)
+    demand_w = np.maximum(working_w if everyone else np.where(active, working_w, IDLE_POWER_W), IDLE_POWER_W)
     limit_w = w.power_limit_w
     capped = demand_w > limit_w * 1.001
     f_power = np.where(demand_w > limit_w, (limit_w / demand_w) ** 0.4, 1.0)
     temp_c = w.temp_c
     sw_hot = temp_c >= SW_SLOWDOWN_ONSET_C
-    hw_hot = temp_c >= HW_SLOWDOWN_C
-    f_thermal = np.where(
-        sw_hot, clamp(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
-    )
-    f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
+    hot = any_true(sw_hot)  # none (the common case): no thermal factor (1.0) and no thermal bits
     brake = np.minimum(mods.brake, w.brake_factor)  # a fault's brake, or the one a calibrated world holds
     braked = brake < 1.0
     f_clock = w.clock_limit_mhz / MAX_SM_CLOCK_MHZ  # a locked clock ceiling (1.0: none)
-    factor = np.minimum(np.minimum(np.minimum(f_power, f_thermal), brake), f_clock)
-    reasons = (
-        np.where(capped, bits.SW_POWER_CAP, 0)
-        | np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)
-        | np.where(hw_hot, bits.HW_THERMAL_SLOWDOWN | bits.HW_SLOWDOWN, 0)
-        | np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN, 0)
-        | np.where(f_clock < 1.0, bits.APPLICATIONS_CLOCKS_SETTING, 0)
-    )  # HW Slowdown (0x8) comes with HW thermal and power-brake slowdown (nvml.h, DCGM clocks event reasons)
+    locked = f_clock < 1.0
+    reasons = np.where(capped, bits.SW_POWER_CAP, 0)
+    if hot:
+        hw_hot = temp_c >= HW_SLOWDOWN_C
+        f_thermal = np.where(
+            sw_hot, clamp(1.0 - (temp_c - SW_SLOWDOWN_ONSET_C) * SW_SLOWDOWN_PER_C, 0.5, 1.0), 1.0
+        )
+        f_thermal = np.where(hw_hot, np.minimum(f_thermal, 0.55), f_thermal)
+        factor = np.minimum(np.minimum(np.minimum(f_power, f_thermal), brake), f_clock)
+        reasons |= np.where(sw_hot, bits.SW_THERMAL_SLOWDOWN, 0)
+        reasons |= np.where(hw_hot, bits.HW_THERMAL_SLOWDOWN | bits.HW_SLOWDOWN, 0)
+    else:  # min(f_power, 1.0) is f_power
+        factor = np.minimum(np.minimum(f_power, brake), f_clock)
+    # HW Slowdown (0x8) comes with HW thermal and power-brake slowdown (nvml.h, DCGM clocks event reasons)
+    if any_true(braked):
+        reasons |= np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN, 0)
+    if any_true(locked):
+        reasons |= np.where(locked, bits.APPLICATIONS_CLOCKS_SETTING, 0)
     idle_now = ~active | (w.rng.random(g) < starved)
-    reasons = reasons | np.where(idle_now, bits.GPU_IDLE, 0)
+    reasons |= np.where(idle_now, bits.GPU_IDLE, 0)
     brake_bits = bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN
-    w.reasons = np.where(active, reasons, bits.GPU_IDLE | (reasons & brake_bits)).astype(np.int64)
-    power_w = np.minimum(np.where(active, demand_w * factor**2.2, demand_w), limit_w)
+    loaded_w = demand_w * factor**2.2
+    busy_util = 100.0 * (1.0 - starved) if hung is None else np.where(hung, 99.0, 100.0 * (1.0 - starved))
+    util_pct = clamp(busy_util + noise[1], 0.0, 100.0)
+    if everyone:
+        w.reasons = reasons
+        power_w = np.minimum(loaded_w, limit_w)
+        w.clock_factor = factor
+        w.sm_clock_mhz = MAX_SM_CLOCK_MHZ * factor
+        w.util_pct = util_pct
+    else:
+        w.reasons = np.where(active, reasons, bits.GPU_IDLE | (reasons & brake_bits))
+        power_w = np.minimum(np.where(active, loaded_w, demand_w), limit_w)
+        w.clock_factor = np.where(active, factor, 1.0)
+        w.sm_clock_mhz = np.where(active, MAX_SM_CLOCK_MHZ * factor, IDLE_SM_CLOCK_MHZ)
+        w.util_pct = np.where(active, util_pct, 0.0)
     w.power_w = power_w
-    w.clock_factor = np.where(active, factor, 1.0)
-    w.sm_clock_mhz = np.where(active, MAX_SM_CLOCK_MHZ * factor, IDLE_SM_CLOCK_MHZ)
-    busy_util = np.where(hung, 99.0, 100.0 * (1.0 - starved))
-    w.util_pct = np.where(active, clamp(busy_util + noise[1], 0.0, 100.0), 0.0)
     # thermal: coolant temperature at the cold plate rises as flow drops; so does the effective resistance
     rack = lay.gpu_rack
     flow_penalty = (FLOW_LPM / np.maximum(w.flow_lpm, 20.0))[rack] - 1.0

@@ -13,7 +13,7 @@ import numpy as np
 
 from aiops.control.laws import initial_rates, shape_many
 from aiops.datapath.policy import LANES, Policy
-from aiops.sim.topology import F64, Bools
+from aiops.sim.topology import F64, Bools, all_true, any_true
 
 
 class TwinLaneController:
@@ -27,9 +27,12 @@ class TwinLaneController:
     def step(self, enforced: Bools, vip_demand_fraction: F64, bulk_spike_due: Bools) -> None:
         """One control interval on every enforced NIC (others keep their last rates, as a stopped
         controller leaves them). Demand as a fraction of the link."""
-        if not self.policy.adaptive.enabled or not enforced.any():
+        if not self.policy.adaptive.enabled or not any_true(enforced):
             return
         link = self.policy.link_mbps
         out = shape_many(self.policy, self.vip_estimate_mbps, vip_demand_fraction * link, bulk_spike_due)
+        if all_true(enforced):  # every NIC's (the common case): no select
+            self.vip_estimate_mbps, self.ceil_fraction = out.vip_estimate_mbps, out.ceil_mbps / link
+            return
         self.vip_estimate_mbps = np.where(enforced, out.vip_estimate_mbps, self.vip_estimate_mbps)
         self.ceil_fraction = np.where(enforced[:, None], out.ceil_mbps / link, self.ceil_fraction)

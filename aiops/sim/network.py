@@ -26,7 +26,7 @@ import numpy as np
 
 from aiops.datapath.policy import Flow, Policy, load_default_policy, match_text
 from aiops.datapath.policy import classify as datapath_classify
-from aiops.sim.topology import F64, I64, Bools, clamp
+from aiops.sim.topology import F64, I64, Bools, all_true, any_true, clamp
 
 TRAFFIC_CLASSES = ("collective", "bulk", "other")
 LANES = ("vip", "standard", "bulk")
@@ -141,6 +141,13 @@ def egress(
     lane_q = np.empty((bf.size, 3))  # column by column: np.stack's and np.full_like's wrappers cost more
     lane_q[:, 0], lane_q[:, 1], lane_q[:, 2] = 0.05, 0.08, 0.1 + 4.0 * bf_squared
     coll_vip = collective_lane == VIP
+    if all_true(coll_vip) and not any_true(bulk_lane == VIP):  # the policy's lanes: collectives alone on VIP
+        return Egress(
+            throughput_factor=np.where(enforced, 1.01, fifo_factor),
+            collective_queue_ms=np.where(enforced, lane_q[:, VIP], fifo_queue),
+            lane_queue_ms=lane_q,
+            fifo_queue_ms=fifo_queue,
+        )
     shared_vip = coll_vip & (bulk_lane == VIP)  # bulk admitted to the VIP lane: it contends there
     vip_shared_q = 0.05 + 8.0 * bf_squared + 0.3
     # collectives demoted into a low lane: capped at its ceil and queued behind bulk traffic there

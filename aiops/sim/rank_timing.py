@@ -86,9 +86,10 @@ class TwinRankTiming:
         host_s = np.maximum(w.rank_ready_s - compute_s, 0.0)  # the loader, and the timer's jitter
         wait_s = np.maximum(step_s - kernels_s - copy_s - host_s - GROUP_END_S, 0.0)
         n_coll = len(OP_SHARE)
-        self.calls[:, :n_coll] += np.outer(steps, _CALLS_PER_STEP)
-        self.blocked_s[:, :n_coll] += np.outer(steps * wait_s, _SHARES)
-        self.bytes[:, :n_coll] += np.outer(steps * self._volume(), _SHARES)
+        # outer products by broadcasting (what np.outer computes, without its wrapper's cost)
+        self.calls[:, :n_coll] += steps[:, None] * _CALLS_PER_STEP
+        self.blocked_s[:, :n_coll] += (steps * wait_s)[:, None] * _SHARES
+        self.bytes[:, :n_coll] += (steps * self._volume())[:, None] * _SHARES
         for i, seconds in enumerate((GROUP_END_S, kernels_s, copy_s), start=n_coll):
             self.calls[:, i] += steps
             self.blocked_s[:, i] += steps * seconds

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aiops.sim.network import TRAFFIC_CLASSES
-from aiops.sim.topology import F64, I64, Bools, Layout
+from aiops.sim.topology import F64, I64, Bools, Layout, all_true
 
 if TYPE_CHECKING:
     from aiops.sim.world import World
@@ -87,6 +87,9 @@ class Hca:
     log: list[NcclLine] = field(default_factory=list)
     # `senders` for the layout's placement_version it was computed for (placement changes only with a move)
     senders_of: tuple[int, I64] | None = None
+    senders_distinct: bool = (
+        False  # no NIC sends to two (a ring's senders): `step` adds at them without np.add.at
+    )
 
     @classmethod
     def of(cls, layout: Layout, seed: int) -> Hca:
@@ -133,6 +136,7 @@ def step(w: World) -> None:
     placement = w.layout.placement_version
     if h.senders_of is None or h.senders_of[0] != placement:
         h.senders_of = (placement, senders(w))
+        h.senders_distinct = np.unique(h.senders_of[1]).size == n
     send_from = h.senders_of[1]
     up = w.link_up
     c = h.counters
@@ -142,7 +146,11 @@ def step(w: World) -> None:
     c[:, C["np_ecn_marked_roce_packets"]] += ce
     cnps = h.rng.binomial(ce, CNP_PER_MARK)
     c[:, C["np_cnp_sent"]] += cnps
-    np.add.at(c[:, C["rp_cnp_handled"]], send_from, cnps)  # the CNP goes back to the marked traffic's sender
+    # the CNP goes back to the marked traffic's sender (distinct senders: a fancy-indexed add is np.add.at)
+    if h.senders_distinct:
+        c[send_from, C["rp_cnp_handled"]] += cnps
+    else:
+        np.add.at(c[:, C["rp_cnp_handled"]], send_from, cnps)
     c[:, C["out_of_sequence"]] += np.where(
         up, drops, 0
     )  # the receiver sees the sequence gaps of lost packets
@@ -200,7 +208,10 @@ def _links(w: World, send_from: I64, n: int) -> None:
     """Link transitions and the transport's retries over an outage."""
     h, t, c = w.hca, w.elapsed_s, w.hca.counters
     # a link up now and a second ago has nothing to book: only the others are walked, in NIC order (the draws too)
-    changing = np.flatnonzero(~(w.link_up[:n] & h.was_up[:n])).tolist()
+    steady = w.link_up[:n] & h.was_up[:n]
+    if all_true(steady):  # every link up now and a second ago (the common case)
+        return
+    changing = np.flatnonzero(~steady).tolist()
     if not changing:
         return
     running = running_nics(w)

@@ -187,25 +187,28 @@ class SimFabricCollector:
         inlet_c = w.inlet_c + w.rng.normal(0, 0.15, lay.racks)
         # coolant outlet = inlet + heat / (flow × heat capacity); flow in L/min
         outlet_c = inlet_c + rack_kw * 60.0 / np.maximum(w.flow_lpm, 10.0) / WATER_HEAT_CAPACITY_KJ_PER_L_K
+        # the columns rounded to 2 decimals at once (numpy's round is elementwise: the same numbers, one call)
+        inlet, outlet, supply, power_kw = np.array([inlet_c, outlet_c, w.supply_c, rack_kw]).round(2).tolist()
         racks: list[Any] = [
             [now_ts_s] * lay.racks,
             lay.rack_names,
-            inlet_c.round(2).tolist(),
-            outlet_c.round(2).tolist(),
-            w.supply_c.round(2).tolist(),
+            inlet,
+            outlet,
+            supply,
             w.flow_lpm.round(1).tolist(),
-            rack_kw.round(2).tolist(),
+            power_kw,
             [None] * lay.racks,  # a CDU/PDU does not know the facility's cap: that comes as a DCIM signal
         ]
         out["rack_samples"] = RowBatch(columns("rack_samples"), list(zip(*racks, strict=True)))
         self._dcim(now_ts_s, out)
         n = lay.nodes
+        cpu_pct, loader_ms = np.array([w.host_cpu_pct, w.host_loader_ms]).round(1).tolist()
         hosts: list[Any] = [
             [now_ts_s] * n,
             lay.node_names,
-            w.host_cpu_pct.round(1).tolist(),
+            cpu_pct,
             (w.rng.random(n) * 2).round(2).tolist(),
-            w.host_loader_ms.round(1).tolist(),
+            loader_ms,
             [HOST_MEM_USED_PCT] * n,
         ]
         out["host_samples"] = RowBatch(columns("host_samples"), list(zip(*hosts, strict=True)))

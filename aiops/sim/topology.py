@@ -20,6 +20,21 @@ def clamp(values: F64, lo: float, hi: float) -> F64:
     return np.minimum(np.maximum(values, lo), hi)
 
 
+def any_true(mask: Bools) -> bool:
+    """`bool(mask.any())` for the twin's small masks: a list's `any` costs a fraction of numpy's reduction."""
+    return any(mask.tolist())
+
+
+def all_true(mask: Bools) -> bool:
+    """`bool(mask.all())`, as `any_true`."""
+    return all(mask.tolist())
+
+
+def largest(values: F64) -> float:
+    """`float(values.max())` for small arrays of finite numbers (no NaN: Python's `max` does not propagate it)."""
+    return float(max(values.tolist()))
+
+
 def filled(size: int, value: float) -> F64:
     """`np.full(size, value)` (and np.ones) for the arrays a step allocates: their Python wrappers cost several
     times an empty array and a fill at the twin's sizes."""
