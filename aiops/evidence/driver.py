@@ -22,7 +22,8 @@ _FM_BRACKET = re.compile(r"^\[(?P<stamp>[^\]]{8,40})\] \[(?P<level>[A-Z]{3,8})\]
 _FM_JOURNAL = re.compile(r"\b(?P<prog>nv-fabricmanager|nvidia-fabricmanager[\w.-]*)\[\d+\]: (?P<msg>.*)$")
 _FM_FAILED = re.compile(
     r"\bfail(?:ed|ure)?\b|NV_WARN_NOTHING_TO_DO|\bfatal error\b|\bnon-fatal error\b|\berror\b|\bcannot\b|"
-    r"\bunable to\b|\bnot (?:been )?(?:loaded|running|started|found)\b|\btimed? ?out\b",
+    r"\bunable to\b|\bnot (?:been )?(?:loaded|running|started|found)\b|\btimed? ?out\b|"
+    r"\bhas an invalid value\b",  # its config file refused (`... FABRIC_NODE_CONFIG_FILE has an invalid value`)
     re.IGNORECASE,
 )
 # The start script and the fabric manager name the system they found: an NVSwitch system needs the fabric

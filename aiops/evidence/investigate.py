@@ -57,7 +57,7 @@ def file_format(path: Path) -> str:
 def _looks_xml(path: Path) -> bool:
     for _n, text in itertools.islice(lines(path), 50):
         if text.strip():
-            return text.lstrip().startswith("<")
+            return nvsmi.XML_START.match(text.encode()) is not None
     return False
 
 
@@ -81,7 +81,7 @@ class _Run:
             return
         try:
             start = check_regular(path)
-            if start.lstrip().startswith(b"<"):
+            if nvsmi.XML_START.match(start):
                 nvsmi.check_xml(path)
         except EvidenceError as exc:
             self.skip(name, "unreadable", str(exc))

@@ -50,13 +50,14 @@ def placeholder_hits(text: str) -> list[str]:
 HOLDOUT_DIR = CORPUS_DIR / "holdout"  # issue 37: the sealed third of the new cases, scored apart
 HOLDOUT_README = HOLDOUT_DIR / "README.md"
 # Sealed sets, scored apart (`aiops eval --real <dir>`): folders of cases with their own README and no case.yaml.
-# holdout/ (issue 37), unseen-2026-12-06/, unseen2-2026-12-06/ and unseen3-2026-12-06/ (real incidents the analyser
+# holdout/ (issue 37), unseen-2026-12-06/ to unseen4-2026-12-06/ (real incidents the analyser
 # had never seen, sealed before scoring).
 SEALED_DIRS = (
     HOLDOUT_DIR,
     CORPUS_DIR / "unseen-2026-12-06",
     CORPUS_DIR / "unseen2-2026-12-06",
     CORPUS_DIR / "unseen3-2026-12-06",
+    CORPUS_DIR / "unseen4-2026-12-06",
 )
 
 

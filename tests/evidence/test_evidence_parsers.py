@@ -131,6 +131,36 @@ def test_nvidia_smi_xml_is_parsed_and_doctype_refused(tmp_path: Path) -> None:
         file_format(bomb)
 
 
+def test_nvidia_smis_own_doctype_is_read_and_a_paste_starting_with_a_bracket_is_no_xml(
+    tmp_path: Path,
+) -> None:
+    """`nvidia-smi -q -x` writes `<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">` after its XML
+    declaration: its output is read, not refused; a text paste whose first line starts with `<` (a redacted
+    `<node ip>:` host, as a real fabric-manager excerpt has) is read as text, not refused as broken XML."""
+    xml = tmp_path / "q.xml"
+    xml.write_text(
+        '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+        '<gpu id="00000000:3B:00.0">\n<clocks_event_reasons>\n'
+        "<clocks_event_reason_hw_thermal_slowdown>Active</clocks_event_reason_hw_thermal_slowdown>\n"
+        "</clocks_event_reasons>\n</gpu>\n</nvidia_smi_log>\n"
+    )
+    assert file_format(xml) == "nvidia-smi-q"
+    thermal = [e for e in _events(xml) if getattr(e, "kind", "") == "clocks_event" and e.code == 1]  # type: ignore[attr-defined]
+    assert len(thermal) == 1 and thermal[0].component == "0000:3b:00.0"  # type: ignore[attr-defined]
+    inline = (
+        tmp_path / "inline.xml"
+    )  # an internal subset next to nvidia-smi's own declaration is still refused
+    inline.write_text(
+        '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n'
+        "<!DOCTYPE x [<!ELEMENT x ANY>]>\n<nvidia_smi_log></nvidia_smi_log>\n"
+    )
+    with pytest.raises(EvidenceError, match="DOCTYPE"):
+        file_format(inline)
+    case = REAL / "unseen4-2026-12-06" / "fabricmanager-config-invalid-value-h200-talos-extension-2024"
+    result = investigate([case / "fabricmanager.log"])
+    assert result["sources"][0]["format"] == "fabric-manager" and not result.get("skipped")
+
+
 def test_unknown_lines_are_counted_not_fatal() -> None:
     path = REAL / "xid13-out-of-range-gpudirect-nvme-2020/dmesg.txt"
     items = list(kernel.parse(path.name, lines(path)))
