@@ -45,8 +45,10 @@ CLASSES: dict[str, re.Pattern[str]] = {
     ),
     # a program tag after a syslog stamp (`nv-fabricmanager[4177]: `, `app[42]: `): what wrote the line
     "tag": re.compile(r"^(?P<prog>[A-Za-z][\w./@-]{0,63})\[\d{1,9}\]:\s?"),
+    # a host name's labels are letters, digits and hyphens (RFC 1123; Kubernetes node names too): `node7: `, never
+    # a key with an underscore (`established_by: `, `data_time: ` of a YAML or log line)
     "host": re.compile(
-        r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z0-9][\w-]{0,62}(?:\.[A-Za-z0-9][\w-]{0,62}){0,8}):\s"
+        r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z0-9][A-Za-z0-9-]{0,62}(?:\.[A-Za-z0-9][A-Za-z0-9-]{0,62}){0,8}):\s"
     ),
     "numbered": re.compile(r"^\s{0,8}\d{1,7}(?:\t|\s?\|\s?|: )"),
 }

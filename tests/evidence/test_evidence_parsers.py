@@ -186,6 +186,21 @@ def test_nvidia_smi_xml_readings_match_the_text_ones(tmp_path: Path) -> None:
     assert result["sources"][0]["format"] == "nvidia-smi-q" and result["sources"][0]["unknown"] == 0
 
 
+def test_a_key_with_an_underscore_is_no_host(tmp_path: Path) -> None:
+    """A host name is letters, digits and hyphens (RFC 1123): `worker-4: ` prefixes a line, `data_time: ` or a YAML
+    key such as `established_by: ` does not (a folder of logs may hold a YAML file beside them)."""
+    log = tmp_path / "k.log"
+    xid = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    log.write_text(
+        f"worker-4: {xid.format(bus='07')}\nestablished_by: {xid.format(bus='08')}\nworker-4: {xid.format(bus='07')}\n"
+    )
+    found = {(h["root_cause"], h["component"]) for h in investigate([log])["hypotheses"]}
+    assert found == {
+        ("gpu_fell_off_bus", "worker-4/gpu@0000:07:00.0"),
+        ("gpu_fell_off_bus", "this host/gpu@0000:08:00.0"),
+    }
+
+
 def test_journal_short_iso_and_dmesg_x_prefixes(tmp_path: Path) -> None:
     log = tmp_path / "k.log"
     log.write_text(
