@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiops.evidence.events import LogEvent
+from aiops.evidence.training import condition_xids, xid_condition_event
 
 _EVENT = re.compile(
     r"^\s*(?:(?P<age0>\S+)\s+)?(?P<type>Normal|Warning)\s{1,8}(?P<reason>[A-Z]\w{2,60})\s{1,40}(?P<rest>\S.*)$"
@@ -75,6 +76,10 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             continue
         if (m := _CONDITION.match(raw)) is not None and section == "Conditions":
             kind, status = m.group("type"), m.group("status")
+            codes = condition_xids(raw) if kind == "XidCriticalError" and status == "True" else []
+            if codes:  # a GPU health checker's condition naming the Xids it saw (GKE): the Xids themselves
+                yield xid_condition_event(base, codes, "node condition XidCriticalError")
+                continue
             bad = status != "True" if kind in _OK_WHEN_TRUE else status == "True"
             detail = {"type": kind, "status": status}
             yield LogEvent(kind="k8s_condition", code=int(bad), detail=detail, **base)

@@ -25,6 +25,30 @@ _PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>
 _UNHEALTHY = re.compile(
     r"device marked unhealthy: (?P<dev>\S+)|GPU with UUID (?P<dev2>\S+) is too old to support \w+.{0,80}?Marking it unhealthy"
 )
+# A node condition a GPU health checker sets (GKE's `XidCriticalError`), its reason the Xids seen as a JSON object:
+# `XidCriticalError  True  <heartbeat> <transition>  {"31":true}  <uuid>` (kubectl describe node) or, as YAML,
+# `reason: '{"31":true}'` ... `status: "True"` ... `type: XidCriticalError` in one item of `status.conditions`
+_XID_CONDITION_ROW = re.compile(
+    r"^\s*XidCriticalError\s+True\s.*?(?P<xids>\{\s*\"\d{1,3}\"\s*:\s*true[^{}]{0,200}\})"
+)
+_XID_REASON = re.compile(
+    r"^\s*(?:-\s+)?reason:\s*'?(?P<xids>\{\s*\"\d{1,3}\"\s*:\s*true[^{}]{0,200}\})'?\s*$"
+)
+_YAML_KEY = re.compile(r"^\s*(?P<item>-\s+)?(?P<key>status|type):\s*\"?(?P<value>[\w-]+)\"?\s*$")
+_XID_KEY = re.compile(r"\"(\d{1,3})\"\s*:\s*true")
+
+
+def condition_xids(text: str) -> list[int]:
+    """The Xids a condition's reason names as true (`{"31":true,"79":true}` -> [31, 79])."""
+    return [int(code) for code in _XID_KEY.findall(text)]
+
+
+def xid_condition_event(base: dict[str, Any], codes: list[int], how: str) -> LogEvent:
+    """An Xid a node condition reports (the first named; every one in `detail`): no GPU is named."""
+    detail = {"via": how, "xids": ",".join(map(str, codes))}
+    return LogEvent(kind="xid", code=codes[0], detail=detail, **base)
+
+
 _DCGM_HEALTH = re.compile(r"\[\[Health\]\] Detected a (?P<sev>\w+) in health system (?P<system>\w+)")
 _THERMAL_VIOLATION = re.compile(r"thermal violation in GPU (?P<gpu>\d+)")
 
@@ -56,9 +80,30 @@ def parse_train(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[Lo
 
 
 def parse_agent(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    item: dict[str, str] = {}  # the YAML condition being read: its reason's Xids and its status
     for number, raw in numbered:
         base: dict[str, Any] = {"source": source, "line": number, "raw": raw, "ts_s": zoned_ts_s(raw)}
-        if (m := _PLUGIN_XID.search(raw)) is not None:
+        if raw.lstrip().startswith("- "):
+            item = {}
+        if (m := _XID_CONDITION_ROW.search(raw)) is not None:
+            yield xid_condition_event(
+                base, condition_xids(m.group("xids")), "node condition XidCriticalError"
+            )
+        elif (m := _XID_REASON.match(raw)) is not None:
+            item["xids"] = m.group("xids")
+            yield LogEvent(kind="k8s_info", detail={"reason": m.group("xids")}, **base)
+        elif (m := _YAML_KEY.match(raw)) is not None:
+            item[m.group("key")] = m.group("value")
+            if (
+                m.group("key") == "type"
+                and m.group("value") == "XidCriticalError"
+                and item.get("status") == "True"
+            ):
+                codes = condition_xids(item.get("xids", ""))
+                yield xid_condition_event(base, codes, "node condition XidCriticalError") if codes else None
+            else:
+                yield None
+        elif (m := _PLUGIN_XID.search(raw)) is not None:
             yield LogEvent(
                 kind="xid",
                 code=int(m.group("xid")),

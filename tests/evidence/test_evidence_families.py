@@ -195,6 +195,25 @@ def test_kubernetes_events_conditions_and_taints() -> None:
     assert len(_kinds(events, "k8s_taint")) == 2 and result["verdict"] == "inconclusive"
 
 
+def test_a_health_checkers_xid_condition_is_read_as_its_xids(tmp_path: Path) -> None:
+    """GKE's `XidCriticalError` node condition, its reason the Xids seen (`{"31":true}`): a row of `kubectl describe
+    node` alone, the condition as YAML, and the row under its `Conditions:` table, each read as Xid 31 (an
+    application's fault alone, so a lean, not a verdict), never "no abnormal line"."""
+    case = REAL / "unseen4-2026-12-06" / "gke-xid-critical-error-condition-xid31-demo-p100-2025"
+    row = (case / "kubectl-describe-node.txt").read_text(encoding="utf-8")
+    described = tmp_path / "describe-node.txt"  # the real row under the table kubectl prints it in
+    described.write_text(
+        "Name:               gke-p100-node\nConditions:\n"
+        "  Type                 Status  LastHeartbeatTime                 LastTransitionTime                "
+        "Reason                       Message\n" + row,
+        encoding="utf-8",
+    )
+    for path in (case / "kubectl-describe-node.txt", case / "node-condition.yaml", described):
+        result, events = _run(path)
+        assert [(e.code, e.detail["xids"]) for e in _kinds(events, "xid")] == [(31, "31")], path.name
+        assert result["verdict"] == "inconclusive" and _top(result) == ("application_error", 0.5), path.name
+
+
 def test_lspci_config_space_lost_joined_with_nvidia_smi() -> None:
     case = REAL / "lspci-rev-ff-nvsmi-device-handle-quadro-slurm-2023"
     result, _ = _run(case / "lspci.txt", case / "nvidia-smi.txt")
