@@ -58,6 +58,7 @@ SEALED_DIRS = (
     CORPUS_DIR / "unseen2-2026-12-06",
     CORPUS_DIR / "unseen3-2026-12-06",
     CORPUS_DIR / "unseen4-2026-12-06",
+    CORPUS_DIR / "unseen5-2026-12-06",
 )
 
 
