@@ -101,20 +101,32 @@ def input_pipeline(c: Collected, n: Namer) -> list[Hyp]:
         return []
     fractions = [float(e.detail["data_fraction"]) for e in steps]
     median = statistics.median(fractions)
+    step_s = sum(float(e.detail["step_time_s"]) for e in steps)
+    share = sum(float(e.detail["data_time_s"]) for e in steps) / step_s if step_s > 0 else 0.0
+    # steps that wait on data for most of their time: a loader that stalls now and then (its workers starved,
+    # a slow read) leaves most steps fast and the median low, while the stalls hold most of the wall time
+    stalled = [e for e in steps if float(e.detail["data_fraction"]) >= 0.5]
     if median >= 0.5:
-        conf = 0.8
+        conf, why, cited = (
+            0.8,
+            f"data loading takes {median:.0%} of each step (median of {len(steps)} steps)",
+            steps,
+        )
+    elif share >= 0.5 and len(stalled) >= 2:
+        conf, cited = 0.6, stalled
+        why = (
+            f"data loading takes {share:.0%} of the steps' time: {len(stalled)} of {len(steps)} steps wait on "
+            "it for most of theirs (the loader stalls, then the fast steps catch up)"
+        )
     elif median >= 0.3:
-        conf = 0.45
+        conf, why, cited = (
+            0.45,
+            f"data loading takes {median:.0%} of each step (median of {len(steps)} steps)",
+            steps,
+        )
     else:
         return []
-    return anchored(
-        steps,
-        n.node,
-        "input_pipeline_bottleneck",
-        conf,
-        f"data loading takes {median:.0%} of each step (median of {len(steps)} steps)",
-        "step time vs data time",
-    )
+    return anchored(cited, n.node, "input_pipeline_bottleneck", conf, why, "step time vs data time")
 
 
 def job_setup(c: Collected, n: Namer) -> list[Hyp]:

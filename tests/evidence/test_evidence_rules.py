@@ -145,6 +145,21 @@ def test_step_and_data_time_are_read_in_each_frameworks_wording() -> None:
     assert mixed["sources"][0]["parsed"] == 4 and mixed["verdict"] == "inconclusive"
 
 
+def test_a_loader_that_stalls_now_and_then_is_an_input_bottleneck_by_its_share_of_the_time() -> None:
+    """Two of eight steps wait 67.5 and 15.2 s on data, five take 0.15 s with none: the median step is not
+    data-bound, the steps' time is (85.7 of 86.9 s). YOLOX's one slow-data step of four is not enough
+    (evals/real/unseen5-2026-12-06/README.md)."""
+    stalls = (
+        REAL / "unseen5-2026-12-06" / "dataloader-data-time-67s-alexnet-imagenet-example-2017" / "train.log"
+    )
+    result = investigate([stalls])
+    top = result["hypotheses"][0]
+    assert result["verdict"] == "diagnosed"
+    assert (top["root_cause"], top["confidence"]) == ("input_pipeline_bottleneck", 0.6)
+    once = investigate([UNSEEN / "yolox-slow-iters-mixed-data-time-unresolved-2021" / "train.log"])
+    assert once["verdict"] == "inconclusive" and once["hypotheses"] == []
+
+
 def test_an_ibstat_port_block_pasted_without_its_ca_line_is_still_read() -> None:
     result = investigate([UNSEEN / "ibstat-fragment-down-polling-azhpc-2022" / "ibstat.txt"])
     top = result["hypotheses"][0]
