@@ -50,7 +50,7 @@ def placeholder_hits(text: str) -> list[str]:
 HOLDOUT_DIR = CORPUS_DIR / "holdout"  # issue 37: the sealed third of the new cases, scored apart
 HOLDOUT_README = HOLDOUT_DIR / "README.md"
 # Sealed sets, scored apart (`aiops eval --real <dir>`): folders of cases with their own README and no case.yaml.
-# holdout/ (issue 37), unseen-2026-12-06/ to unseen4-2026-12-06/ (real incidents the analyser
+# holdout/ (issue 37), unseen-2026-12-06/ to unseen6-2026-12-06/ (real incidents the analyser
 # had never seen, sealed before scoring).
 SEALED_DIRS = (
     HOLDOUT_DIR,
@@ -59,6 +59,7 @@ SEALED_DIRS = (
     CORPUS_DIR / "unseen3-2026-12-06",
     CORPUS_DIR / "unseen4-2026-12-06",
     CORPUS_DIR / "unseen5-2026-12-06",
+    CORPUS_DIR / "unseen6-2026-12-06",
 )
 
 
