@@ -279,8 +279,16 @@ def pcie(c: Collected, n: Namer) -> list[Hyp]:
         speed_down = sta.detail.get("speed_downgraded") == "True" or (
             cap is not None and (sta.value or 0) < (cap.value or 0)
         )
-        if width_down:
+        if width_down and sta.component is not None:
             conf, summary = 0.7, "the PCIe link trained narrower than its capability"
+        elif (
+            width_down
+        ):  # an excerpt without the device's header: which device, and what its slot offers, unknown
+            conf, summary = (
+                0.45,
+                "a PCIe link trained narrower than its device's capability, but the excerpt does not say which "
+                "device it is; a card in a narrower slot or riser reads the same (compare the upstream port's LnkCap)",
+            )
         elif speed_down:
             conf, summary = (
                 0.3,

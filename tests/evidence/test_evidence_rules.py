@@ -64,6 +64,19 @@ def test_narrow_link_is_diagnosed(tmp_path: Path) -> None:
     )
 
 
+def test_a_narrow_link_of_a_device_the_excerpt_does_not_name_is_only_a_lead() -> None:
+    """A Quadro on a Raspberry Pi's one Gen 2 lane: `LnkSta: Speed 5GT/s (downgraded), Width x1 (downgraded)` in an
+    excerpt without the device's header. lspci compares with the device's own capability, not the slot's, so a card
+    in a narrower slot reads the same: a lead, not a verdict (evals/real/unseen6-2026-12-06/README.md)."""
+    case = (
+        REAL / "unseen6-2026-12-06" / "lspci-lnksta-5gts-x1-downgraded-quadro-rtx8000-raspberry-pi-unresolved"
+    )
+    result = investigate([case / "lspci-vv.txt"])
+    top = result["hypotheses"][0]
+    assert result["verdict"] == "inconclusive"
+    assert (top["root_cause"], top["confidence"]) == ("pcie_degraded", 0.45)
+
+
 def test_nvidia_smi_gen_below_max_counts_only_under_load(tmp_path: Path) -> None:
     def smi(pstate: str) -> str:
         return (
