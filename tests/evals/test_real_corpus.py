@@ -60,6 +60,7 @@ SEALED_DIRS = (
     CORPUS_DIR / "unseen4-2026-12-06",
     CORPUS_DIR / "unseen5-2026-12-06",
     CORPUS_DIR / "unseen6-2026-12-06",
+    CORPUS_DIR / "unseen7-2026-12-06",
 )
 
 
