@@ -326,6 +326,41 @@ def pcie(c: Collected, n: Namer) -> list[Hyp]:
     return merge(out)
 
 
+def _power_brake(brake: list[LogEvent], c: Collected, n: Namer) -> list[Hyp]:
+    """The HW power brake per GPU; asserted on every GPU of a node (two or more), the node's: the brake is a signal
+    from outside the board (the chassis' power controller, a PSU), so what asked it is the node's power."""
+    out: list[Hyp] = []
+    braked_by_node = by(brake, n.node)
+    gpus_by_node = by([e for e in c.of("clocks_event") if e.component], n.node)
+    for node, events in braked_by_node.items():
+        braked = {n.gpu(e) for e in events}
+        seen = {n.gpu(e) for e in gpus_by_node.get(node, [])}
+        if len(braked) >= 2 and braked == seen:
+            summary = (
+                f"HW power brake slowdown active on every GPU of the node ({len(braked)} of {len(seen)}): an "
+                "external power-brake signal for the whole node (its power supply or the chassis' power controller)"
+            )
+            out.append(
+                hyp(
+                    "power_brake",
+                    node,
+                    0.85,
+                    summary,
+                    ("clocks event reasons: HW power brake active", events),
+                )
+            )
+        else:
+            out += per_component(
+                events,
+                n.gpu,
+                "power_brake",
+                0.85,
+                "HW power brake slowdown active (external power-brake signal)",
+                "clocks event reasons: HW power brake active",
+            )
+    return out
+
+
 def thermal(c: Collected, n: Namer) -> list[Hyp]:
     active = [e for e in c.of("clocks_event") if e.code == 1]
     thermal = [e for e in active if "thermal" in e.detail.get("key", "").lower()]
@@ -339,14 +374,7 @@ def thermal(c: Collected, n: Namer) -> list[Hyp]:
         "clocks slowed for temperature (thermal slowdown active)",
         "clocks event reasons: thermal slowdown active",
     )
-    out += per_component(
-        brake,
-        n.gpu,
-        "power_brake",
-        0.85,
-        "HW power brake slowdown active (external power-brake signal)",
-        "clocks event reasons: HW power brake active",
-    )
+    out += _power_brake(brake, c, n)
     if not thermal and not brake:
         out += per_component(
             hw,

@@ -77,6 +77,17 @@ def test_a_narrow_link_of_a_device_the_excerpt_does_not_name_is_only_a_lead() ->
     assert (top["root_cause"], top["confidence"]) == ("pcie_degraded", 0.45)
 
 
+def test_a_power_brake_on_every_gpu_of_a_node_is_the_nodes() -> None:
+    """Eight idle H100s, each `HW Power Brake Slowdown : Active`: the brake is a signal from outside the boards, so
+    one hypothesis on the node, not eight on its GPUs (evals/real/unseen7-2026-12-06/README.md)."""
+    case = REAL / "unseen7-2026-12-06" / "power-brake-slowdown-active-8x-h100-idle-gpud-fixture-2024"
+    result = investigate([case / "nvidia-smi-q.txt"])
+    brakes = [
+        (h["component"], h["confidence"]) for h in result["hypotheses"] if h["root_cause"] == "power_brake"
+    ]
+    assert result["verdict"] == "diagnosed" and brakes == [("this host", 0.85)]
+
+
 def test_nvidia_smi_gen_below_max_counts_only_under_load(tmp_path: Path) -> None:
     def smi(pstate: str) -> str:
         return (
