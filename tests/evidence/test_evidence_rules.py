@@ -88,6 +88,20 @@ def test_a_power_brake_on_every_gpu_of_a_node_is_the_nodes() -> None:
     assert result["verdict"] == "diagnosed" and brakes == [("this host", 0.85)]
 
 
+def test_a_power_brake_on_one_gpu_of_two_stays_that_gpus(tmp_path: Path) -> None:
+    def gpu(bus: str, brake: str) -> str:
+        return (
+            f'\t<gpu id="00000000:{bus}:00.0">\n\t\t<clocks_event_reasons>\n'
+            f"\t\t\t<clocks_event_reason_hw_power_brake_slowdown>{brake}</clocks_event_reason_hw_power_brake_slowdown>\n"
+            "\t\t</clocks_event_reasons>\n\t</gpu>\n"
+        )
+
+    xml = '<?xml version="1.0" ?>\n<nvidia_smi_log>\n' + gpu("18", "Active") + gpu("3B", "Not Active")
+    result = _run(tmp_path, "q.xml", xml + "</nvidia_smi_log>\n")
+    brakes = [h["component"] for h in result["hypotheses"] if h["root_cause"] == "power_brake"]
+    assert brakes == ["this host/gpu0"]
+
+
 def test_nvidia_smi_gen_below_max_counts_only_under_load(tmp_path: Path) -> None:
     def smi(pstate: str) -> str:
         return (
