@@ -78,7 +78,7 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             kind, status = m.group("type"), m.group("status")
             codes = condition_xids(raw) if kind == "XidCriticalError" and status == "True" else []
             if codes:  # a GPU health checker's condition naming the Xids it saw (GKE): the Xids themselves
-                yield xid_condition_event(base, codes, "node condition XidCriticalError")
+                yield xid_condition_event(base, codes)
                 continue
             bad = status != "True" if kind in _OK_WHEN_TRUE else status == "True"
             detail = {"type": kind, "status": status}

@@ -281,9 +281,8 @@ def pcie(c: Collected, n: Namer) -> list[Hyp]:
         )
         if width_down and sta.component is not None:
             conf, summary = 0.7, "the PCIe link trained narrower than its capability"
-        elif (
-            width_down
-        ):  # an excerpt without the device's header: which device, and what its slot offers, unknown
+        # an excerpt without the device's header: which device, and what its slot offers, unknown
+        elif width_down:
             conf, summary = (
                 0.45,
                 "a PCIe link trained narrower than its device's capability, but the excerpt does not say which "

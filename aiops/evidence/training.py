@@ -1,5 +1,6 @@
 """Training iteration logs (a step's time and the part of it spent waiting for data, as the frameworks print
-them: `STEP_PATTERNS`) and GPU agent logs (NVIDIA k8s-device-plugin, DCGM nv-hostengine) as events."""
+them: `STEP_PATTERNS`) and GPU agent logs (NVIDIA k8s-device-plugin, DCGM nv-hostengine, a health checker's
+`XidCriticalError` node condition) as events."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ _XID_CONDITION_ROW = re.compile(
 _XID_REASON = re.compile(
     r"^\s*(?:-\s+)?reason:\s*'?(?P<xids>\{\s*\"\d{1,3}\"\s*:\s*true[^{}]{0,200}\})'?\s*$"
 )
-_YAML_KEY = re.compile(r"^\s*(?P<item>-\s+)?(?P<key>status|type):\s*\"?(?P<value>[\w-]+)\"?\s*$")
+_YAML_KEY = re.compile(r"^\s*(?:-\s+)?(?P<key>status|type):\s*\"?(?P<value>[\w-]+)\"?\s*$")
 _XID_KEY = re.compile(r"\"(\d{1,3})\"\s*:\s*true")
 
 
@@ -43,9 +44,9 @@ def condition_xids(text: str) -> list[int]:
     return [int(code) for code in _XID_KEY.findall(text)]
 
 
-def xid_condition_event(base: dict[str, Any], codes: list[int], how: str) -> LogEvent:
+def xid_condition_event(base: dict[str, Any], codes: list[int]) -> LogEvent:
     """An Xid a node condition reports (the first named; every one in `detail`): no GPU is named."""
-    detail = {"via": how, "xids": ",".join(map(str, codes))}
+    detail = {"via": "node condition XidCriticalError", "xids": ",".join(map(str, codes))}
     return LogEvent(kind="xid", code=codes[0], detail=detail, **base)
 
 
@@ -86,9 +87,7 @@ def parse_agent(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[Lo
         if raw.lstrip().startswith("- "):
             item = {}
         if (m := _XID_CONDITION_ROW.search(raw)) is not None:
-            yield xid_condition_event(
-                base, condition_xids(m.group("xids")), "node condition XidCriticalError"
-            )
+            yield xid_condition_event(base, condition_xids(m.group("xids")))
         elif (m := _XID_REASON.match(raw)) is not None:
             item["xids"] = m.group("xids")
             yield LogEvent(kind="k8s_info", detail={"reason": m.group("xids")}, **base)
@@ -100,7 +99,7 @@ def parse_agent(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[Lo
                 and item.get("status") == "True"
             ):
                 codes = condition_xids(item.get("xids", ""))
-                yield xid_condition_event(base, codes, "node condition XidCriticalError") if codes else None
+                yield xid_condition_event(base, codes) if codes else None
             else:
                 yield None
         elif (m := _PLUGIN_XID.search(raw)) is not None:
