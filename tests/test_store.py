@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -180,6 +182,24 @@ def test_a_new_store_is_the_template_stamped_when_it_was_made(
             assert len(stamps) == 1 and made_ts_s <= stamps.pop() <= time.time()
             assert store.schema_version() == latest_version()
     assert placed == [True]
+
+
+def test_a_process_that_makes_one_new_store_builds_no_template(tmp_path: Path) -> None:
+    """The first new store of a process is migrated in place: a node agent or a command that makes one never pays for
+    a template it would not copy; the second is copied from one (a fresh interpreter, so no earlier store counts)."""
+    code = (
+        "import sys; from aiops.store import Store, template\n"
+        "Store(sys.argv[1]).close(); first = dict(template._templates)\n"
+        "Store(sys.argv[2]).close(); second = dict(template._templates)\n"
+        "print(len(first), sum(p is not None for p in second.values()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["0", "1"]
 
 
 def test_a_new_file_has_the_mode_duckdb_gives_one(tmp_path: Path) -> None:
