@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -141,11 +142,18 @@ def _migrated(path: str) -> duckdb.DuckDBPyConnection:
     return conn
 
 
+def _template_built() -> None:
+    """The template of MIGRATIONS built in this process: the first ask of a process is answered None (its first new
+    store is migrated in place), so a test run alone asks twice."""
+    assert template.template(MIGRATIONS) is not None or template.template(MIGRATIONS) is not None
+
+
 def test_a_store_made_from_the_template_has_a_migrated_stores_schema(tmp_path: Path) -> None:
     """A new store is copied from the process's template (aiops/store/template.py): a file with the template's bytes,
     `:memory:` with COPY FROM DATABASE. Either's catalog is a migrated store's, object for object; a template that
     missed a migration, or COPY dropping a key or a default, fails here."""
     copy = tmp_path / "copy.duckdb"
+    _template_built()
     assert template.placed(str(copy), MIGRATIONS)
     memory = duckdb.connect(":memory:")
     assert template.copied_into(memory, MIGRATIONS)
@@ -173,7 +181,7 @@ def test_a_new_store_is_the_template_stamped_when_it_was_made(
 
     template_placed = template.placed
     monkeypatch.setattr(template, "placed", spy)
-    template.template(MIGRATIONS)  # built before: the stamp is the store's own
+    _template_built()  # built before: the stamp is the store's own
     time.sleep(0.01)
     made_ts_s = time.time()
     with Store(tmp_path / "new.duckdb") as file_store, Store(":memory:") as memory_store:
@@ -200,6 +208,39 @@ def test_a_process_that_makes_one_new_store_builds_no_template(tmp_path: Path) -
         check=True,
     )
     assert out.stdout.split() == ["0", "1"]
+
+
+def test_a_killed_process_template_folder_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A process killed by a signal never runs its exit, so its template folder stays; the next process of this user
+    that builds a template removes it, and keeps a live process's folder and another user's."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    two_stores = "from aiops.store import Store\nStore(':memory:').close(); Store(':memory:').close()\n"
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            two_stores + "import os, signal; print(os.getpid(), flush=True); os.kill(os.getpid(), 9)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    (stale,) = [path.name for path in temporary.iterdir()]
+    assert stale.startswith(f"aiops-store-template-{int(killed.stdout)}-")
+    live = temporary / f"aiops-store-template-{os.getpid()}-livefold"
+    live.mkdir()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True
+    )
+    foreign = temporary / f"aiops-store-template-{int(dead.stdout)}-foreign1"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)  # another user's: not this user's to remove
+    subprocess.run([sys.executable, "-c", two_stores], env=env, check=True)
+    assert sorted(path.name for path in temporary.iterdir()) == sorted([live.name, foreign.name])
 
 
 def test_a_new_file_has_the_mode_duckdb_gives_one(tmp_path: Path) -> None:

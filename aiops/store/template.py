@@ -4,8 +4,9 @@ A new store cost ~85 ms of CPU: DuckDB's instance (~17 ms, its catalog of built-
 statements (~55 ms; one multi-statement `execute` is no faster). The template is built on the second new store
 of a process (the first is migrated in place: a process that makes one pays nothing), by the same code as any
 store's migrations (`apply_migrations`), one file per migration list (a test may patch `MIGRATIONS`), in a
-private folder (`tempfile.mkdtemp`: mode 0700, this user's; removed at exit): never a
-shared path, never a file another user could plant. Then a new file is a copy of it (~30 ms with its open) and a
+private folder (`tempfile.mkdtemp`: mode 0700, this user's, named with the process id; removed at exit, and a
+folder whose process died without its exit (a SIGTERM'd agent, a killed worker) is removed by the next process of
+this user that builds one): never a shared path, never a file another user could plant. Then a new file is a copy of it (~30 ms with its open) and a
 new `:memory:` store is copied from it with `COPY FROM DATABASE` (~50 ms); the catalogs are the same as a migrated
 store's (tests/test_store.py compares them). Where the template cannot be built or placed (no space, no hard
 links, the path taken meanwhile) the caller opens the path as before, a new one migrated in place.
@@ -17,7 +18,9 @@ import atexit
 import contextlib
 import itertools
 import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -35,6 +38,8 @@ _folder: tuple[int, Path] | None = (
 _templates: dict[tuple[Migration, ...], Path | None] = {}  # None: it could not be built, migrate in place
 _asked: set[tuple[Migration, ...]] = set()  # lists a new store was made for once already (migrated in place)
 _numbers = itertools.count()  # file names: never one a list's stale entry points at
+_PREFIX = "aiops-store-template-"
+_FOLDER = re.compile(re.escape(_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")  # the process id, then mkdtemp's suffix
 
 
 def _remove(folder: Path, pid: int) -> None:
@@ -42,10 +47,42 @@ def _remove(folder: Path, pid: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _sweep(parent: Path) -> None:
+    """Remove this user's template folders whose process is gone (it never ran its exit: killed by a signal).
+    Only a real folder (not a link), this user's, named as `_build` names one; a process id reused since keeps its
+    stale folder until that process is gone too."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        found = _FOLDER.fullmatch(name)
+        if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+            continue
+        folder = parent / name
+        try:
+            info = os.lstat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _build(migrations: tuple[Migration, ...]) -> Path:
     global _folder
     if _folder is None or not _folder[1].is_dir():  # the first, or a cleaner of /tmp took it
-        folder = Path(tempfile.mkdtemp(prefix="aiops-store-template-"))
+        _sweep(Path(tempfile.gettempdir()))
+        folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
         atexit.register(_remove, folder, os.getpid())
         _folder = (os.getpid(), folder)
     path = _folder[1] / f"template-{next(_numbers)}.duckdb"
