@@ -145,7 +145,7 @@ class StoreConfig(_Section):
         default=0,
         ge=0,
         le=1024,
-        description="DuckDB's worker threads in the service; 0: 1 on a node, every core on the fleet",
+        description="DuckDB's worker threads in the service and the commands' workspaces; 0: 1 on a node, every core on the fleet",
     )
     allocator_flush_mb: int = Field(
         default=16, ge=1, le=65_536, description="DuckDB gives freed memory back past this peak of a task"
@@ -735,3 +735,11 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         return load_config_file(named)
     user = USER_CONFIG_PATH.expanduser()
     return load_config_file(user) if user.exists() else Config()
+
+
+def store_threads(config: Config) -> int:
+    """DuckDB's workers in the service: `[store] threads`, else one on a node agent (its queries cover seconds of
+    one node; DuckDB's default, one per core, cost 38 MB more at 64: docs/BENCHMARKS.md) and DuckDB's default
+    (0) on the fleet, whose cycles pivot thousands of GPUs. The commands open a workspace with the same number
+    (aiops/cli/configured.py)."""
+    return config.store.threads or (0 if config.node.name == "fleet" else 1)

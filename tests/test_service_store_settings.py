@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiops.config import NodeConfig, parse_config
+import duckdb
+
+from aiops.cli.configured import configured_workspace
+from aiops.config import NodeConfig, parse_config, store_threads
 from aiops.service.owner import FileOwner
-from aiops.service.service import store_threads
+from aiops.store import Store
 
 
 def test_a_node_agent_runs_one_duckdb_worker_and_the_fleet_every_core() -> None:
@@ -35,3 +38,24 @@ def test_the_owner_opens_the_store_with_them(tmp_path: Path) -> None:
         owner.close()
     assert settings["threads"] == "1"
     assert settings["allocator_flush_threshold"] in ("16MB", "16.0 MiB", "16777216B"), settings
+
+
+def _threads(store: Store) -> int:
+    return int(store.scalar("SELECT current_setting('threads')"))
+
+
+def test_a_store_runs_one_duckdb_worker_unless_told(tmp_path: Path) -> None:
+    """A store's queries cover seconds to hours of a few nodes: one worker by default (more only cost CPU there);
+    `threads=0` is DuckDB's own default (one per core), as the fleet's service and `aiops analyze --prometheus`
+    open theirs; a command opens its workspace with the service's number (`configured_workspace`)."""
+    cores = int(duckdb.connect().execute("SELECT current_setting('threads')").fetchall()[0][0])
+    with Store(":memory:") as memory, Store(tmp_path / "file.duckdb") as file:
+        assert _threads(memory) == _threads(file) == 1
+    with Store(tmp_path / "file.duckdb", threads=0) as every_core, Store(":memory:", threads=3) as three:
+        assert (_threads(every_core), _threads(three)) == (cores, 3)
+    node = parse_config({"node": {"name": "gpu-a100-017"}}, "node.toml")
+    fleet = node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
+    with configured_workspace(str(tmp_path / "node.duckdb"), node).write() as store:
+        assert _threads(store) == 1
+    with configured_workspace(str(tmp_path / "fleet.duckdb"), fleet).write() as store:
+        assert _threads(store) == cores

@@ -109,7 +109,8 @@ def run_prometheus(args: argparse.Namespace) -> int:
         path = args.db or os.path.join(scratch, "prometheus.duckdb")
         if args.db and Path(args.db).exists():
             raise InputError(args.db, "--db", "exists: with --prometheus, --db names a new workspace to keep")
-        workspace = Workspace(path, guardrails=config.guardrails)
+        # a fleet's samples pivoted here: DuckDB's default workers (one per core), as the fleet's service
+        workspace = Workspace(path, guardrails=config.guardrails, threads=0)
         try:
             with workspace.write() as store:
                 report = fetch_into(

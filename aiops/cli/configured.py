@@ -13,7 +13,7 @@ import argparse
 import os
 
 from aiops.agent.config import AgentConfig, agent_config_of
-from aiops.config import Config, load_config
+from aiops.config import Config, load_config, store_threads
 from aiops.store import Workspace
 
 
@@ -48,8 +48,11 @@ def cli_config(args: argparse.Namespace) -> Config:
 
 
 def configured_workspace(path: str, config: Config) -> Workspace:
-    """The workspace at `path` under `config`'s guardrails."""
-    return Workspace(path, guardrails=config.guardrails, scheduler=config.scheduler)
+    """The workspace at `path` under `config`'s guardrails, its stores with the service's DuckDB workers (one on a
+    node, every core on the fleet, or `[store] threads`)."""
+    return Workspace(
+        path, guardrails=config.guardrails, scheduler=config.scheduler, threads=store_threads(config)
+    )
 
 
 def agent_config(config: Config) -> AgentConfig:

@@ -152,12 +152,12 @@ class FileOwner:
     def store(self) -> Iterator[Store]:
         with self._lock:
             if self._store is None:
-                self._store = Store(self.db_path, guardrails=self.guardrails, scheduler=self.scheduler)
+                self._store = Store(
+                    self.db_path, guardrails=self.guardrails, scheduler=self.scheduler, threads=self.threads
+                )
                 conn = self._store.conn
                 conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
                 conn.execute(f"SET allocator_flush_threshold = '{int(self.allocator_flush_mb)}MB'")
-                if self.threads:
-                    conn.execute(f"SET threads = {int(self.threads)}")
                 if self.lean_planner:
                     plan_lightly(conn)
             if not self._depth.value:

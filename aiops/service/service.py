@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from aiops.config import Config, node_of
+from aiops.config import Config, node_of, store_threads
 from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
@@ -91,13 +91,6 @@ class SimSetup:
     speed: float = 1.0
     node: str | None = None  # one node agent of the twin's cluster (sources.py); None: the whole cluster
     epoch_ts_s: float | None = None  # the wall time of the twin's simulated second 0 (default: the start)
-
-
-def store_threads(config: Config) -> int:
-    """DuckDB's workers in the service: `[store] threads`, else one on a node agent (its queries cover seconds of
-    one node; DuckDB's default, one per core, cost 38 MB more at 64: docs/BENCHMARKS.md) and DuckDB's default
-    (0) on the fleet, whose cycles pivot thousands of GPUs."""
-    return config.store.threads or (0 if config.node.name == "fleet" else 1)
 
 
 class Service:

@@ -95,6 +95,7 @@ class Store:
         read_only: bool = False,
         guardrails: GuardrailsConfig | None = None,
         scheduler: SchedulerConfig | None = None,
+        threads: int = 1,
     ) -> None:
         self.path = str(path)
         self.scheduler = (
@@ -108,7 +109,14 @@ class Store:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
                 copied = not read_only and template.placed(self.path, MIGRATIONS)
-            self.conn = duckdb.connect(self.path, read_only=read_only)
+            # DuckDB's workers: one by default (`threads`; 0: DuckDB's own default, one per core). A store's
+            # queries here cover seconds to hours of a few nodes, below a row group (122,880 rows), where more workers
+            # only cost: on 2 cores an open took 25 % and a small grouped query 16 % more CPU with two than with one
+            # (docs/BENCHMARKS.md, "DuckDB's workers"), and a command on a 64-core node started 63 threads
+            settings: dict[str, str | bool | int | float | list[str]] = (
+                {"threads": threads} if threads > 0 else {}
+            )
+            self.conn = duckdb.connect(self.path, read_only=read_only, config=settings)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreLocked(self.path, _lock_holder(str(exc))) from None

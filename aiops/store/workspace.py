@@ -68,8 +68,10 @@ class Workspace:
         clock: Callable[[], float] = time.monotonic,
         guardrails: GuardrailsConfig | None = None,
         scheduler: SchedulerConfig | None = None,
+        threads: int = 1,
     ) -> None:
         self.path = str(path)
+        self.threads = threads  # DuckDB's workers in each store it opens (Store's `threads`)
         self.scheduler = (
             scheduler if scheduler is not None else SchedulerConfig()
         )  # `[scheduler]`, as guardrails
@@ -80,7 +82,9 @@ class Workspace:
         self._sleep = sleep
         self._clock = clock
         self._memory: Store | None = (
-            Store(":memory:", guardrails=self.guardrails, scheduler=self.scheduler) if self.memory else None
+            Store(":memory:", guardrails=self.guardrails, scheduler=self.scheduler, threads=threads)
+            if self.memory
+            else None
         )
         self._hold = _Hold()  # this thread's `held()` store, if any
 
@@ -135,7 +139,11 @@ class Workspace:
         while True:
             try:
                 return Store(
-                    self.path, read_only=read_only, guardrails=self.guardrails, scheduler=self.scheduler
+                    self.path,
+                    read_only=read_only,
+                    guardrails=self.guardrails,
+                    scheduler=self.scheduler,
+                    threads=self.threads,
                 )
             except StoreLocked as exc:
                 now = self._clock()
