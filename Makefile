@@ -38,9 +38,14 @@ SOURCES := aiops collectors guardrails evals playbooks bpf tests bench
 # busy only with more workers than cores, but more workers mean more load and longer waits. Fresh clones on 2 cores,
 # nothing else running (2026-12-05): -n 5, 1,002 CPU-s of tests, 2,872 worker-s, `.ci/run` 600 s; -n 6, 1,075 CPU-s,
 # 3,569 worker-s, 627 s (its model, `python -m tests.times_report TIMES 0 --workers 5,6`, had said 547 s). Past -n 5
-# only cuts in CPU and in waiting help.
+# only cuts in CPU and in waiting help (2026-12-06, with the collection below: -n 5 10:05, -n 6 10:34).
+# One collection alone first (its output dropped: the run after it reports the same errors): it writes the test
+# modules' assertion-rewritten bytecode, which the workers then read; else all of them, started together, rewrite
+# all ~400 modules at once (a worker's collection 8.5 CPU-s cold, 3.7 warm). From a fresh clone, 2 cores
+# (2026-12-06): `.ci/run` 10:29 and 1,155 CPU-s without it, 10:05 and 1,105 CPU-s with it.
 test: $(STAMP)
 	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint > $$lint_log 2>&1 & lint=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --collect-only > /dev/null 2>&1; \
 	$(PY) -m pytest -q -p no:cacheprovider -n $$(( 2 * $$(nproc) + 1 )) --dist loadgroup --durations=25; tests=$$?; \
 	wait $$lint; linted=$$?; cat $$lint_log; rm -f $$lint_log; \
 	if [ $$linted -ne 0 ]; then echo "make test: lint failed" >&2; fi; \
