@@ -111,8 +111,9 @@ class Store:
                 copied = not read_only and template.placed(self.path, MIGRATIONS)
             # DuckDB's workers: one by default (`threads`; 0: DuckDB's own default, one per core). A store's
             # queries here cover seconds to hours of a few nodes, below a row group (122,880 rows), where more workers
-            # only cost: on 2 cores an open took 25 % and a small grouped query 16 % more CPU with two than with one
-            # (docs/BENCHMARKS.md, "DuckDB's workers"), and a command on a 64-core node started 63 threads
+            # only cost: with one against two, a new store's open took 0.74x the CPU and `aiops analyze` 0.91x
+            # (bench/store_workers.py; docs/BENCHMARKS.md, "DuckDB's workers in every other store"), and a command
+            # on a 64-core node started 63 threads
             settings: dict[str, str | bool | int | float | list[str]] = (
                 {"threads": threads} if threads > 0 else {}
             )

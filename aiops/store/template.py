@@ -6,8 +6,8 @@ of a process (the first is migrated in place: a process that makes one pays noth
 store's migrations (`apply_migrations`), one file per migration list (a test may patch `MIGRATIONS`), in a
 private folder (`tempfile.mkdtemp`: mode 0700, this user's, named with the process id; removed at exit, and a
 folder whose process died without its exit (a SIGTERM'd agent, a killed worker) is removed by the next process of
-this user that builds one): never a shared path, never a file another user could plant. Then a new file is a copy of it (~30 ms with its open) and a
-new `:memory:` store is copied from it with `COPY FROM DATABASE` (~50 ms); the catalogs are the same as a migrated
+this user that builds one): never a shared path, never a file another user could plant. Then a new file is a copy
+of it (~30 ms with its open) and a new `:memory:` store is copied from it with `COPY FROM DATABASE` (~50 ms); the catalogs are the same as a migrated
 store's (tests/test_store.py compares them). Where the template cannot be built or placed (no space, no hard
 links, the path taken meanwhile) the caller opens the path as before, a new one migrated in place.
 """
