@@ -113,10 +113,16 @@ class OpenIncident:
 def has_table(store: Store, table: str, column: str | None = None) -> bool:
     """Whether the workspace has `table` (and its `column`): one from before a migration has not."""
     if column is None:
-        return bool(store.query("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [table]))
+        return bool(
+            store.query(
+                "SELECT 1 FROM information_schema.tables WHERE table_name = ? AND table_catalog = current_database()",
+                [table],
+            )
+        )
     return bool(
         store.query(
-            "SELECT 1 FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+            "SELECT 1 FROM information_schema.columns WHERE table_name = ? AND column_name = ?"
+            " AND table_catalog = current_database()",
             [table, column],
         )
     )

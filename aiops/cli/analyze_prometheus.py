@@ -112,7 +112,7 @@ def run_prometheus(args: argparse.Namespace) -> int:
         # a fleet's samples pivoted here: DuckDB's default workers (one per core), as the fleet's service
         workspace = Workspace(path, guardrails=config.guardrails, threads=0)
         try:
-            with workspace.write() as store:
+            with workspace.write(own_instance=True) as store:  # its memory bound set (mapping.bound_memory)
                 report = fetch_into(
                     store,
                     client,
@@ -125,8 +125,8 @@ def run_prometheus(args: argparse.Namespace) -> int:
         except BaseException:
             workspace.remove()  # a half-filled --db is not left behind
             raise
-        with workspace.write() as store:
-            bound_memory(store.conn)  # the analysis too: DuckDB caches up to 80 % of RAM by default
+        with workspace.write(own_instance=True) as store:
+            bound_memory(store)  # the analysis too: DuckDB caches up to 80 % of RAM by default
             result = analyze(store)
             if args.json:
                 out = result_json(result)

@@ -47,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     threads = limits.check_threads(limits.default_threads() if args.threads is None else args.threads)
     out = prepare_folder(args.out, "the report (--out)", "give --out a folder this user can write")
     workspace = configured_workspace(args.db, cli_config(args)).require()
-    with tempfile.TemporaryDirectory(prefix="aiops-report-") as spill, workspace.read() as store:
+    with (
+        tempfile.TemporaryDirectory(prefix="aiops-report-") as spill,
+        workspace.read(own_instance=True) as store,
+    ):
         limits.apply_report_limits(store, memory_limit_mb=memory_mb, threads=threads, temp_dir=Path(spill))
         latest = store.scalar("SELECT max(ts_s) FROM gpu_samples")
         period, note = report_period(

@@ -321,7 +321,7 @@ def fetch_interval(
     ranks = _Grid(
         step_s, step_s / rank_reads, phase_s, start_s if rank_start_s is None else rank_start_s, end_s
     )
-    bound_memory(store.conn)
+    bound_memory(store)
     hint = series_hint
     if grid.last_s >= grid.first_s:
         rest = tuple(n for n in wanted if n not in fine)

@@ -163,7 +163,7 @@ class McpTools:
 
         with (
             tempfile.TemporaryDirectory(prefix="aiops-mcp-report-") as spill,
-            self.workspace.read() as store,
+            self.workspace.read(own_instance=True) as store,
         ):
             limits.apply_report_limits(
                 store, memory_limit_mb=REPORT_MEMORY_MB, threads=REPORT_THREADS, temp_dir=Path(spill)

@@ -31,7 +31,10 @@ def check_threads(value: int, field: str = "--threads") -> int:
 
 
 def apply_report_limits(store: Store, *, memory_limit_mb: int, threads: int, temp_dir: Path) -> None:
-    """Bound this connection's database instance (a report opens its own, read-only): memory, threads, spill."""
+    """Bound this connection's database instance (a report opens its own, read-only: `own_instance`): memory,
+    threads, spill. Never a store attached to the process's shared instance (aiops/store/instances.py)."""
+    if store.shared:
+        raise RuntimeError(f"{store.path}: open it with its own instance to apply a report's limits")
     check_memory_limit_mb(memory_limit_mb)
     check_threads(threads)
     conn = store.conn

@@ -237,12 +237,13 @@ class OwnedWorkspace(Workspace):
         self.owner = owner
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Store]:
+    def write(self, *, own_instance: bool = False) -> Iterator[Store]:
+        """The owner's store (its own instance already)."""
         with self.owner.store() as store:
             yield store
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Store]:
+    def read(self, *, own_instance: bool = False) -> Iterator[Store]:
         with self.owner.store() as store:
             yield store
 

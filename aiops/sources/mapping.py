@@ -102,10 +102,14 @@ def assign_nodes(hosts: Sequence[str], configured: Mapping[str, HostIdentity]) -
     return out
 
 
-def bound_memory(conn: duckdb.DuckDBPyConnection) -> None:
-    """Bound DuckDB on `conn`'s database: it caches what it reads and writes up to its memory limit (80 % of RAM
+def bound_memory(store: Store) -> None:
+    """Bound DuckDB on `store`'s instance: it caches what it reads and writes up to its memory limit (80 % of RAM
     by default) and sizes its buffers per thread; past the limit it spills to the workspace's temporary
-    directory instead of growing the process."""
+    directory instead of growing the process. Never on a store attached to the process's shared instance (its
+    settings are every attached store's: aiops/store/instances.py)."""
+    if store.shared:
+        raise RuntimeError(f"{store.path}: open it with its own instance to bound its memory")
+    conn = store.conn
     conn.execute(f"SET memory_limit = '{STAGING_MEMORY_LIMIT_MB}MB'")
     conn.execute(f"SET threads = {min(MAX_THREADS, os.cpu_count() or 1)}")
 
@@ -115,7 +119,7 @@ class Staging:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        bound_memory(store.conn)
+        bound_memory(store)
         _drop_staging(store.conn, if_exists=True)
         for statement in _STAGE_SQL.split(";\n"):
             store.conn.execute(statement)

@@ -26,7 +26,8 @@ def tables_naming_incidents(store: Store) -> list[tuple[str, str]]:
     """Every (table, column) of the workspace holding an incident id, but the tables in `NOT_RENAMED`."""
     rows = store.query(
         "SELECT DISTINCT table_name, column_name FROM information_schema.columns "
-        "WHERE column_name IN (SELECT unnest(?)) AND table_schema = 'main' ORDER BY table_name, column_name",
+        "WHERE column_name IN (SELECT unnest(?)) AND table_schema = 'main' "
+        "AND table_catalog = current_database() ORDER BY table_name, column_name",
         [list(ID_COLUMNS)],
     )
     return [

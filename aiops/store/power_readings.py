@@ -134,7 +134,8 @@ def job_priorities_from_store(store: Store) -> dict[str, int]:
     one): then its integer value, NULL counting as 0."""
     has_priority = bool(
         store.scalar(
-            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'priority'"
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'priority' "
+            "AND table_catalog = current_database()"
         )
     )
     out = {str(r["job"]): 0 for r in store.query("SELECT DISTINCT job FROM job_ranks")}

@@ -19,7 +19,8 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -27,7 +28,7 @@ import duckdb
 
 from aiops.config import GuardrailsConfig, SchedulerConfig
 from aiops.errors import DatabaseDamaged, IngestError, SchemaError, StoreLocked
-from aiops.store import template
+from aiops.store import instances, template
 from aiops.store.faults import file_fault
 from aiops.store.keys import (
     REPLACE_KEYS,
@@ -81,6 +82,10 @@ def _lock_holder(message: str) -> str:
     return f"PID {match.group(2)} ({match.group(1)})" if match else "another process"
 
 
+def _nothing() -> None:
+    pass
+
+
 def latest_version() -> int:
     return max(m.version for m in MIGRATIONS)
 
@@ -96,6 +101,7 @@ class Store:
         guardrails: GuardrailsConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         threads: int = 1,
+        shared: bool = False,
     ) -> None:
         self.path = str(path)
         self.scheduler = (
@@ -104,6 +110,8 @@ class Store:
         # the guardrails policy of the command that opened this store (its config file, passed down from the
         # CLI): who may approve, the allowed signers, the witness. Defaults: nobody approves, `<db>.witness`.
         self.guardrails = guardrails if guardrails is not None else GuardrailsConfig()
+        self.shared = False
+        self._release: Callable[[], None] = _nothing
         try:
             copied = False
             if self.path != ":memory:":
@@ -117,7 +125,20 @@ class Store:
             settings: dict[str, str | bool | int | float | list[str]] = (
                 {"threads": threads} if threads > 0 else {}
             )
-            self.conn = duckdb.connect(self.path, read_only=read_only, config=settings)
+            # `shared`: the file attached to this process's instance (aiops/store/instances.py: ~3 ms, not ~20);
+            # only for a store that changes no setting of its instance
+            opened = (
+                instances.attach(self.path, read_only=read_only, threads=threads)
+                if shared and self.path != ":memory:"
+                else None
+            )
+            if opened is None:
+                self.conn = duckdb.connect(self.path, read_only=read_only, config=settings)
+            else:
+                self.conn, release = opened
+                # closed when dropped unclosed too, as a connection of its own was: never left attached
+                self._release = weakref.finalize(self, release)
+                self.shared = True
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreLocked(self.path, _lock_holder(str(exc))) from None
@@ -129,13 +150,13 @@ class Store:
             if fault is None and isinstance(exc, OSError):
                 raise
             raise fault or SchemaError(f"{self.path}: cannot open as a DuckDB database: {exc}") from exc
-        # no progress bar: DuckDB prints it to stdout, into `--json` output, when a query runs over 2 s
-        self.conn.execute("SET enable_progress_bar = false")
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
         self._types: dict[str, dict[str, str]] = {}
         self._newest_ts_s: dict[str, float] = {}
         try:
+            # no progress bar: DuckDB prints it to stdout, into `--json` output, when a query runs over 2 s
+            self.conn.execute("SET enable_progress_bar = false")
             if self.path == ":memory:":
                 copied = template.copied_into(self.conn, MIGRATIONS)
             else:
@@ -144,11 +165,16 @@ class Store:
                 self.conn.execute("UPDATE schema_migrations SET applied_ts_s = ?", [time.time()])
             self._migrate()
         except duckdb.Error as exc:  # a truncated file opens, then fails on its first read
-            self.conn.close()
+            self.close()
             fault = file_fault(self.path, exc)
             if fault is None:
                 raise
             raise fault from exc
+        except BaseException:
+            # refused (another's file, migrations a reader cannot apply): closed, never left open (a shared
+            # store's file would stay attached, and locked, until the process ends)
+            self.close()
+            raise
 
     # -- schema -------------------------------------------------------------------------------------------
     def _versions(self) -> set[int]:
@@ -200,7 +226,7 @@ class Store:
         # blocks start after the main header and the two database headers, 4 KiB each (duckdb
         # src/storage/single_file_block_manager.cpp BLOCK_START = Storage::FILE_HEADER_SIZE * 3)
         if block_size > 0 and (size_bytes - 3 * 4096) // block_size < used_blocks:
-            self.conn.close()
+            self.close()
             raise DatabaseDamaged(
                 self.path,
                 f"{size_bytes} bytes hold fewer than the {used_blocks} blocks of {block_size} it uses",
@@ -211,7 +237,8 @@ class Store:
         names = [
             str(r[0])
             for r in self.conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+                "AND table_catalog = current_database() ORDER BY 1"
             ).fetchall()
         ]
         if names:
@@ -227,7 +254,7 @@ class Store:
         if table not in self._columns:
             rows = self.conn.execute(
                 "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
-                "ORDER BY ordinal_position",
+                "AND table_catalog IN (current_database(), 'temp') ORDER BY ordinal_position",
                 [table],
             ).fetchall()
             if not rows:
@@ -437,7 +464,11 @@ class Store:
         return deleted
 
     def close(self) -> None:
-        self.conn.close()
+        """Close the connection; a shared store's last user detaches the file (checkpointed, unlocked)."""
+        if self.shared:
+            self._release()
+        else:
+            self.conn.close()
 
     def commit_pending(self) -> None:
         """Checkpoint the WAL into the file (a writer's last step, so readers see a compact file)."""

@@ -7,8 +7,9 @@ every process opens the file for one short piece of work and closes it again (`w
 store:` / `with workspace.read() as store:`), and an open that meets another process's lock waits and
 retries with jittered exponential backoff until `lock_timeout_s` (then `WorkspaceBusy` names the holder).
 Why not one owning process with a socket API: there is no daemon on a laptop or in CI, and a process that
-dies must not leave the others without their state. The cost is an open per operation (about 20 ms); a block
-of several short local operations in one thread can share one (`held()`).
+dies must not leave the others without their state. The cost is an open per operation: about 5 ms of CPU, the
+file attached to the process's one DuckDB instance (aiops/store/instances.py; an instance per open cost ~20 ms); a
+block of several short local operations in one thread can share one (`held()`).
 
 While the node service (`aiops run`) runs on the workspace it keeps the file open (its ingest and live
 detection need the connection held) and lends it on request (aiops/store/lease.py): `read()` and `write()`
@@ -132,8 +133,10 @@ class Workspace:
                 path.unlink(missing_ok=True)
 
     # -- opening --------------------------------------------------------------------------------------------
-    def _open(self, read_only: bool) -> Store:
-        """Open the file, retrying while another process holds its lock."""
+    def _open(self, read_only: bool, own_instance: bool = False) -> Store:
+        """Open the file, retrying while another process holds its lock: attached to this process's DuckDB
+        instance (aiops/store/instances.py), or, `own_instance`, in an instance of its own (a store whose
+        instance settings change: a report's limits, a pivot's memory bound)."""
         deadline = self._clock() + self.lock_timeout_s
         backoff_s = _FIRST_BACKOFF_S
         while True:
@@ -144,6 +147,7 @@ class Workspace:
                     guardrails=self.guardrails,
                     scheduler=self.scheduler,
                     threads=self.threads,
+                    shared=not own_instance,
                 )
             except StoreLocked as exc:
                 now = self._clock()
@@ -155,8 +159,8 @@ class Workspace:
     @contextmanager
     def held(self, *, writable: bool = True) -> Iterator[None]:
         """One open of the file for a block of several short pieces of work in this thread: its `read()`s (and,
-        `writable`, its `write()`s) reuse it instead of opening the file each (an open costs a DuckDB instance:
-        ~15 ms of CPU). For blocks that do local work only (the chat's guardrail, execute and verify steps):
+        `writable`, its `write()`s) reuse it instead of opening the file each (an open attaches the file and
+        reads its catalog: ~5 ms of CPU). For blocks that do local work only (the chat's guardrail, execute and verify steps):
         no model call and no `lend()` inside one (the file stays locked for the block). Nested: the outer
         hold serves."""
         if self._memory is not None or self._hold.store is not None:
@@ -177,8 +181,9 @@ class Workspace:
         return store
 
     @contextmanager
-    def write(self) -> Iterator[Store]:
-        """The store, writable, for one short piece of work; closed (and checkpointed) when the block ends."""
+    def write(self, *, own_instance: bool = False) -> Iterator[Store]:
+        """The store, writable, for one short piece of work; closed (and checkpointed) when the block ends.
+        `own_instance`: in a DuckDB instance of its own, whose settings the block may change (`_open`)."""
         if self._memory is not None:
             yield self._memory
             return
@@ -187,7 +192,7 @@ class Workspace:
                 yield store  # checkpointed once, when the hold ends
             return
         with lease(self.path, self.lock_timeout_s):
-            store = self._open(read_only=False)
+            store = self._open(read_only=False, own_instance=own_instance)
             try:
                 with self._faults_named():
                     yield store
@@ -207,9 +212,9 @@ class Workspace:
             raise fault from exc
 
     @contextmanager
-    def read(self) -> Iterator[Store]:
+    def read(self, *, own_instance: bool = False) -> Iterator[Store]:
         """The store, read-only, for one short piece of work. A file that still needs migrations is migrated
-        first (a write open), so readers of an older database work too."""
+        first (a write open), so readers of an older database work too. `own_instance` as for `write()`."""
         if self._memory is not None:
             yield self._memory
             return
@@ -220,13 +225,13 @@ class Workspace:
         self.require()
         with lease(self.path, self.lock_timeout_s):
             try:
-                store = self._open(read_only=True)
+                store = self._open(read_only=True, own_instance=own_instance)
             except AiopsError as exc:
                 if "needs migrations" not in str(exc):
                     raise
                 store = self._open(read_only=False)  # migrates on open
                 store.close()
-                store = self._open(read_only=True)
+                store = self._open(read_only=True, own_instance=own_instance)
             try:
                 with self._faults_named():
                     yield store

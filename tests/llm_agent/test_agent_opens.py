@@ -31,9 +31,9 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     opens: Counter[str] = Counter()
     real = workspace_module.Workspace._open
 
-    def counted(self: Workspace, read_only: bool) -> Store:
+    def counted(self: Workspace, read_only: bool, own_instance: bool = False) -> Store:
         opens["read" if read_only else "write"] += 1
-        return real(self, read_only)
+        return real(self, read_only, own_instance)
 
     monkeypatch.setattr(workspace_module.Workspace, "_open", counted)
     return opens
