@@ -90,6 +90,22 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
     assert registered == COMMANDS
 
 
+def test_the_approval_commands_load_no_analyst() -> None:
+    """`aiops actions`, `aiops policy` and `aiops dcim` (which people and tests run many times: each start is
+    their imports) load neither the analyst nor the Prometheus source: ~0.3 CPU-s of a start each."""
+    code = "import importlib, json, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\nprint(json.dumps(sorted(sys.modules)))"
+    commands = ("aiops.cli.actions", "aiops.cli.policy", "aiops.cli.dcim")
+    done = subprocess.run(
+        [sys.executable, "-c", code, *commands], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules = set(json.loads(done.stdout))
+    assert (
+        _loaded(modules, ("aiops.pipeline", "aiops.cli.analyze_prometheus", "aiops.sources", "aiops.rca"))
+        == []
+    )
+
+
 def test_a_command_imports_without_the_collector_then_turns_it_back_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

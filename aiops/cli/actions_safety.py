@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from aiops.cli.analyze_prometheus import duration_s
 from aiops.cli.configured import add_config_argument, add_db_argument, cli_config, configured_workspace
+from aiops.cli.durations import duration_s
 from aiops.runtime.rollback import rollback
 from aiops.runtime.safety import breaker_state, override, state_json, waiting_on_breaker
 from aiops.text import markup, plural, terminal, when

@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
+from aiops.cli.durations import duration_s, timestamp_s
 from aiops.cli.render import render, result_json
 from aiops.config import load_config
 from aiops.errors import InputError
@@ -21,9 +20,6 @@ from aiops.sources.mapping import HostIdentity, bound_memory
 from aiops.sources.prometheus import PrometheusClient, fetch_into
 from aiops.store import Workspace
 from aiops.text import markup, terminal
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$", re.ASCII)
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def register_options(a: argparse.ArgumentParser) -> None:
@@ -50,32 +46,6 @@ def register_options(a: argparse.ArgumentParser) -> None:
         help="with --prometheus: the time one answer may take, whole (seconds)",
     )
     a.add_argument("--config", default=None, help="config whose [node.hosts] maps hostnames to nodes")
-
-
-def duration_s(text: str, option: str) -> float:
-    found = _DURATION.match(text.strip())
-    if not found or float(found.group(1)) <= 0:
-        raise InputError(option, option.lstrip("-"), f"'{text}' is not a duration", "90s, 30m, 2h, 1d")
-    return float(found.group(1)) * _UNIT_S[found.group(2)]
-
-
-def timestamp_s(text: str, option: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(
-            option,
-            option.lstrip("-"),
-            f"'{text}' is not a time",
-            "RFC 3339 (2026-01-01T00:00:00Z) or Unix seconds",
-        ) from None
-    if parsed.tzinfo is None:
-        raise InputError(option, option.lstrip("-"), f"'{text}' has no time zone", "add Z or +HH:MM")
-    return parsed.timestamp()
 
 
 def time_range(args: argparse.Namespace, now_s: float) -> tuple[float, float]:
