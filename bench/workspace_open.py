@@ -62,7 +62,8 @@ def main() -> None:
         def write(own: bool) -> None:
             with workspace.write(own_instance=own) as store:
                 store.conn.execute(
-                    "INSERT OR REPLACE INTO service_state VALUES ('bench', ?, ?)", [str(next(stamps)), time.time()]
+                    "INSERT OR REPLACE INTO service_state VALUES ('bench', ?, ?)",
+                    [str(next(stamps)), time.time()],
                 )
 
         works: dict[str, Callable[[bool], None]] = {"read": read, "write": write}
@@ -75,7 +76,11 @@ def main() -> None:
     report: dict[str, object] = {"rounds": args.rounds, "opens": args.opens}
     for name, by_side in samples.items():
         shared, own = (statistics.median(by_side[side]) for side in (False, True))
-        report[name] = {"shared_ms": round(shared, 2), "own_ms": round(own, 2), "ratio": round(shared / own, 3)}
+        report[name] = {
+            "shared_ms": round(shared, 2),
+            "own_ms": round(own, 2),
+            "ratio": round(shared / own, 3),
+        }
     print(json.dumps(report))
 
 
