@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -175,3 +176,37 @@ def test_a_store_dropped_unclosed_frees_its_file_when_collected(tmp_path: Path) 
     gc.collect()
     assert instances.attached() == {}
     assert other_process_opens(path) == "ok"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_child_forked_while_another_thread_opens_a_store_is_not_stuck(tmp_path: Path) -> None:
+    """A fork copies the lock of `attach` as it is: held, when another thread was opening a store at that moment.
+    The child has its own, so its first open works (the alarm ends a stuck child)."""
+    workspace = Workspace(tmp_path / "ws.duckdb")
+    with workspace.write():
+        pass
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with instances._lock:  # what a thread in the middle of `attach` holds
+            holding.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(10)
+                with workspace.read() as child:
+                    code = 0 if child.scalar("SELECT count(*) FROM schema_migrations") else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        done.set()
+        thread.join(30)

@@ -51,6 +51,16 @@ class _Attachment:
 _attached: dict[str, _Attachment] = {}  # the file's absolute path -> its attachment in this process
 
 
+def _forked() -> None:
+    """A forked child's own lock (another thread of the parent may have held it at the fork); the parent's
+    entries stay, never used here (each is keyed by the parent's process id)."""
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _instance(threads: int) -> duckdb.DuckDBPyConnection:
     key = (os.getpid(), threads)
     root = _instances.get(key)
