@@ -20,6 +20,7 @@ from aiops.agent.situation import has_table
 from aiops.errors import WorkspaceBusy
 from aiops.report.limits import apply_report_limits
 from aiops.store import MIGRATIONS, Store, Workspace, instances, latest_version
+from aiops.store.incident_ids import tables_naming_incidents
 from aiops.store.migrations import apply_migrations
 
 
@@ -107,11 +108,12 @@ def test_a_file_another_instance_here_holds_is_opened_the_old_way(tmp_path: Path
 
 def test_each_store_sees_its_own_files_tables_only(tmp_path: Path) -> None:
     with Workspace(tmp_path / "other.duckdb").write() as other:
-        other.conn.execute("CREATE TABLE only_in_other (x INTEGER)")
+        other.conn.execute("CREATE TABLE only_in_other (x INTEGER, incident_id VARCHAR)")
     with Workspace(tmp_path / "other.duckdb").read(), Workspace(tmp_path / "ws.duckdb").write() as store:
         assert len(instances.attached()) == 2
         assert not has_table(store, "only_in_other")
         assert not has_table(store, "only_in_other", "x")
+        assert "only_in_other" not in {table for table, _ in tables_naming_incidents(store)}
         assert store.columns("gpu_samples")  # its own tables, as ever
         with pytest.raises(Exception, match="only_in_other"):
             store.columns("only_in_other")
