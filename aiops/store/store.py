@@ -125,7 +125,7 @@ class Store:
             settings: dict[str, str | bool | int | float | list[str]] = (
                 {"threads": threads} if threads > 0 else {}
             )
-            # `shared`: the file attached to this process's instance (aiops/store/instances.py: ~3 ms, not ~20);
+            # `shared`: the file attached to this process's instance (aiops/store/instances.py: ~5 ms, not ~25);
             # only for a store that changes no setting of its instance
             opened = (
                 instances.attach(self.path, read_only=read_only, threads=threads)
