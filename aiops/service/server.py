@@ -17,6 +17,7 @@ A request whose Host header is not an IP address, `localhost`, the listen host o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -39,6 +40,7 @@ from uvicorn.server import Server  # noqa: E402
 
 log = logging.getLogger("aiops.http")
 START_TIMEOUT_S = 15.0
+TICK_S = 1.0  # the server's own housekeeping (the Date header, the exit flag) between requests
 KEEP_ALIVE_S = 5
 HEAD_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 10.0
@@ -197,6 +199,40 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class QuietServer(Server):
+    """uvicorn's server, waking once a second between requests instead of ten times: uvicorn's `main_loop` sleeps
+    0.1 s at a time to refresh its Date header (once a second) and look at `should_exit`, which cost an idle node
+    agent ~0.002 of a core, a fifth of its budget (docs/BENCHMARKS.md, "Footprint"). Here the loop waits up to
+    `TICK_S` on an event that `wake()` sets from another thread, so `WebServer.close()` still ends it at once."""
+
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()  # after the event: wake() reads the loop first
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (
+                counter + 10
+            ) % 864000  # uvicorn's on_tick refreshes the Date header at multiples of 10
+            try:
+                async with asyncio.timeout(TICK_S):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            should_exit = await self.on_tick(counter)
+
+    def wake(self) -> None:
+        """From any thread: run the loop's tick now (after `should_exit` was set)."""
+        loop, event = self._loop, self._wake
+        if loop is None or event is None:
+            return  # not in its loop yet: its first tick reads should_exit
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the server already ended
+            loop.call_soon_threadsafe(event.set)
+
+
 class WebServer:
     def __init__(
         self,
@@ -227,7 +263,7 @@ class WebServer:
             timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=5,
         )
-        self.server = Server(self.config)
+        self.server = QuietServer(self.config)
         self._socket: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
@@ -269,6 +305,7 @@ class WebServer:
 
     def close(self) -> None:
         self.server.should_exit = True
+        self.server.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._close_socket()
