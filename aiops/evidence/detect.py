@@ -84,6 +84,14 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"^\S+\s+port\s+\d+\s+==>\s+\S+\s+\((?:Up|Down)\)|^link \S+/\d+(?: \w+ \d+){2,}"),
         re.compile(r"LinkDownedCounter|SymbolErrorCounter|PortRcvErrors|PortXmitDiscards"),
     ),
+    "ibstatus": (
+        re.compile(r"^Infiniband device '[^']+' port \d+ status:\s*$"),
+        # the fields only ibstatus writes so: `phys state:` with a space, the kernel's numbered states
+        re.compile(
+            r"^\s+(?:default gid|base lid|sm lid|phys state):\s+\S|^\s+state:\s+\d: [A-Z]"
+            r"|^\s+rate:\s+\d+(?:\.\d+)? Gb/sec"
+        ),
+    ),
     "ibv-devinfo": (
         re.compile(r"^hca_id:\s*\S+"),
         re.compile(
@@ -203,6 +211,7 @@ _ANCHORS: dict[str, re.Pattern[str]] = {
     "ethtool-stats": re.compile(r"^NIC statistics:\s*$"),
     "ib": re.compile(r"^CA '[^']+'$"),
     "ibv-devinfo": re.compile(r"^hca_id:\s*\S"),
+    "ibstatus": re.compile(r"^Infiniband device '[^']+' port \d+ status:\s*$"),
     "ipmi-sel": re.compile(r"^ID\s*\|\s*Date\s*\|\s*Time\s*\|\s*Name\s*\|"),
     "ipmi-sensors": re.compile(r"^ID\s*\|\s*Name\s*\|\s*Type\s*\|\s*Reading"),
     "slurm": re.compile(

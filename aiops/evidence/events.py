@@ -12,6 +12,7 @@ FORMATS: dict[str, str] = {
     "nccl-log": "NCCL (NCCL_DEBUG), PyTorch ProcessGroupNCCL, UCX and CUDA runtime error output",
     "ib": "ibstat, ibqueryerrors, perfquery, rdma link, rdma statistic, ibdev2netdev",
     "ibv-devinfo": "ibv_devinfo (-v)",
+    "ibstatus": "ibstatus (infiniband-diags)",
     "ethtool-stats": "ethtool -S",
     "dcgmi": "dcgmi diag, dcgmi health -c and dcgmi nvlink --link-status (whole or from any section on)",
     "bmc-log": "iDRAC racadm getsel / lclog text and Redfish LogEntry records (JSON)",

@@ -45,7 +45,7 @@ _HANDLE = re.compile(
     r"Unable to determine the device handle for (?:GPU|gpu) ?(?P<bus>[0-9A-Fa-f:.]{7,20})?:? ?(?P<why>[^\n]{0,120})"
 )
 _NVML_DEVICE = re.compile(r"nvml\.Device (\d{1,3})")
-# Readings whose value is bad wherever they stand (nvidia-smi -q, ibstat, ibv_devinfo): key, bad value.
+# Readings whose value is bad wherever they stand (nvidia-smi -q, ibstat, ibstatus, ibv_devinfo): key, bad value.
 _BAD_READING = re.compile(
     r"^\s*(?P<key>Pending|Remapping Failure Occurred|Reset Required|Drain and Reset Recommended|"
     r"Retired Pages Pending)\s*:\s*(?P<value>Yes)\b"
@@ -54,7 +54,7 @@ _BAD_READING = re.compile(
     r"|^\s*(?P<key3>[^:|]{0,40}(?:Uncorrectable|Double Bit|DBE)[^:|]{0,40}?)\s*:\s*(?P<value3>[1-9]\d{0,12})\s*$"
     r"|^\s*(?P<key4>Physical state|phys_state)\s*:\s*(?P<value4>Polling|POLLING|Disabled|DISABLED"
     r"|LinkErrorRecovery|PortConfigurationTraining)\b"
-    r"|^\s*(?P<key5>State|state)\s*:\s*(?P<value5>Down|PORT_DOWN|Polling)\b"
+    r"|^\s*(?P<key5>State|state)\s*:\s*(?P<value5>Down|PORT_DOWN|Polling|1: DOWN)\b"
     r"|^\s*(?P<key6>SW Thermal Slowdown|HW Thermal Slowdown|HW Power Braking|HW Slowdown)\s*:\s*(?P<value6>[1-9]\d* us)"
     r"|\b(?P<key7>physical_state) (?P<value7>POLLING|DISABLED|LINK_ERROR_RECOVERY)\b",
 )

@@ -6,7 +6,13 @@ Disabled: turned off administratively; LinkUp).
 `ibdev2netdev` (Mellanox OFED) prints `mlx5_0 port 1 ==> ib0 (Down)`: the state is the Linux network
 interface's, not the IB port's. For an IPoIB interface (`ib*`) Down says only that IPoIB is not configured (a
 pure IB fabric runs without it); for an Ethernet/RoCE interface Down is the link being down, or a port not in
-use: a `netdev_down` finding, not a flap."""
+use: a `netdev_down` finding, not a flap.
+
+`ibstatus` (infiniband-diags/scripts/ibstatus, a shell script) prints each port's sysfs files
+(/sys/class/infiniband/<dev>/ports/<n>/) under `Infiniband device 'mlx5_0' port 1 status:`: `state:` and
+`phys state:` as the kernel names them (`4: ACTIVE`, `1: DOWN`, `2: INIT`; `5: LinkUp`, `2: Polling`,
+`3: Disabled`, `7: Phy Test`), `rate:`, `link_layer:`, and `unknown` for a file it cannot read. Its facts become
+the events ibstat's give for the same facts (`_port_field`), so the same rules judge them."""
 
 from __future__ import annotations
 
@@ -29,6 +35,20 @@ _COUNTER = re.compile(
 _IBQ_HEAD = re.compile(r"GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+):")
 _NETDEV = re.compile(r"^(?P<dev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<net>\S+)\s+\((?P<state>Up|Down)\)")
 _RDMA_STAT = re.compile(r"^link (?P<dev>\S+)/(?P<port>\d+) ")
+IBSTATUS_HEAD = re.compile(r"^Infiniband device '(?P<dev>[^']+)' port (?P<port>\d+) status:\s*$")
+_IBSTATUS_FIELD = re.compile(
+    r"^\s*(?P<key>default gid|base lid|sm lid|state|phys state|rate|link_layer):\s*(?P<value>.*?)\s*$"
+)
+# ibstatus's keys as ibstat writes them, so that one function makes the events of both
+_IBSTATUS_KEYS = {
+    "state": "State",
+    "phys state": "Physical state",
+    "rate": "Rate",
+    "link_layer": "Link layer",
+}
+# The kernel's PortState names (drivers/infiniband/core/sysfs.c, state_show) where ibstat's differ
+# (infiniband-diags ibstat.c port_state_str: Down, Initializing, Armed, Active).
+_KERNEL_STATES = {"init": "initializing"}
 
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
@@ -62,24 +82,9 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             continue
         if (m := _FIELD.match(raw)) is not None and (ca is not None or port is not None):
             key, value = m.group("key"), m.group("value").strip()
-            comp = _port_name(ca, port)
             if key == "State":
                 state = value.lower()
-                yield LogEvent(kind="ib_info", component=comp, detail={"state": state}, **base)
-            elif key == "Physical state":
-                yield LogEvent(
-                    kind="ib_port_state",
-                    component=comp,
-                    detail={"state": state or "", "physical": value.lower()},
-                    **base,
-                )
-            elif key == "Rate":
-                rate = re.match(r"\d+", value)
-                yield LogEvent(
-                    kind="ib_rate", component=comp, value=float(rate.group(0)) if rate else None, **base
-                )
-            else:
-                yield LogEvent(kind="ib_info", component=comp, detail={key: value}, **base)
+            yield _port_field(key, value, _port_name(ca, port), state, base)
             continue
         counters = list(_COUNTER.finditer(raw))
         if counters:
@@ -98,6 +103,54 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             yield LogEvent(kind="ib_info", component=ca, **base)
             continue
         yield None
+
+
+def _port_field(key: str, value: str, comp: str | None, state: str | None, base: dict[str, Any]) -> LogEvent:
+    """One field of an ibstat port block (`key` as ibstat writes it): `State` is information, `Physical state`
+    the port's `ib_port_state` (with the state read before it), `Rate` an `ib_rate` in Gb/s."""
+    if key == "State":
+        return LogEvent(kind="ib_info", component=comp, detail={"state": value.lower()}, **base)
+    if key == "Physical state":
+        detail = {"state": state or "", "physical": value.lower()}
+        return LogEvent(kind="ib_port_state", component=comp, detail=detail, **base)
+    if key == "Rate":
+        rate = re.match(r"\d+", value)
+        return LogEvent(kind="ib_rate", component=comp, value=float(rate.group(0)) if rate else None, **base)
+    return LogEvent(kind="ib_info", component=comp, detail={key: value}, **base)
+
+
+def parse_ibstatus(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    """`ibstatus` port blocks, as the events ibstat's reader makes (`_port_field`): `state:  4: ACTIVE` is
+    ibstat's `State: Active`, `phys state:  2: Polling` its `Physical state: Polling`. Fields before any header
+    (an excerpt) belong to a port the excerpt does not name (no component: the host's NIC)."""
+    comp: str | None = None
+    state: str | None = None
+    for number, raw in numbered:
+        base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if (m := IBSTATUS_HEAD.match(raw.strip())) is not None:
+            comp, state = f"{m.group('dev')}:{m.group('port')}", None
+            yield LogEvent(kind="ib_info", component=comp, **base)
+            continue
+        if (m := _IBSTATUS_FIELD.match(raw)) is None:
+            yield None
+            continue
+        key, value = m.group("key"), m.group("value")
+        if key in ("state", "phys state"):
+            value = _kernel_state_name(value)
+            if key == "state":
+                state = value
+            elif value == "unknown" and state != "down":
+                # no phys_state file (an old kernel): nothing said about the link, as ibv_devinfo without -v
+                yield LogEvent(kind="ib_info", component=comp, detail={"physical": value}, **base)
+                continue
+        yield _port_field(_IBSTATUS_KEYS.get(key, key), value, comp, state, base)
+
+
+def _kernel_state_name(value: str) -> str:
+    """`4: ACTIVE` -> `active`, `2: INIT` -> `initializing`, `7: Phy Test` -> `phytest` (ibstat's PhyTest);
+    `unknown` (the file could not be read) stays."""
+    name = re.sub(r"^\d+:\s*", "", value).replace(" ", "").lower()
+    return _KERNEL_STATES.get(name, name)
 
 
 def _port_name(ca: str | None, port: str | None) -> str:

@@ -62,6 +62,7 @@ PARSERS: dict[str, Parser] = {
     "nccl-log": application_log,
     "ib": ib.parse,
     "ibv-devinfo": nic.parse_ibv_devinfo,
+    "ibstatus": ib.parse_ibstatus,
     "ethtool-stats": nic.parse_ethtool,
     "lspci-vv": lspci.parse,
     "prometheus-text": exposition_sysfs.parse_prometheus,

@@ -30,6 +30,7 @@ STATUS_FORMATS = frozenset(
         "dcgmi",
         "ib",
         "ibv-devinfo",
+        "ibstatus",
         "ethtool-stats",
         "lspci-vv",
         "prometheus-text",
