@@ -9,14 +9,26 @@ parsed (the event's `raw` keeps the line as read; the host and time a prefix nam
   (`[  +0.000844]`, `[Jan21 10:00]`), ISO and slashed stamps with or without zone, brackets or a trailing
   colon (`2025-11-25T13:58:49Z`, `[2026-06-23 15:45:07]`, `2025/11/25 13:58:49`), a facility and level
   (`kern  :warn  : `, `kern: warning: `), and syslog/journal stamps in any locale with their host
-  (`Sep 18 03:19:01 node7 `, `11月 15 14:15:47 node7 `), and the program tag after them (`prog[pid]: `).
+  (`Sep 18 03:19:01 node7 `, `11月 15 14:15:47 node7 `), and the program tag after them (`prog[pid]: `);
+- containerd's and CRI-O's CRI log lines, as the kubelet keeps them under /var/log/pods (`<RFC3339Nano>
+  stdout|stderr F|P `: the stream, then F for a full line or P for a partial one).
 
 A prefix class is removed from a file's lines only when most of its first lines carry it (so a `Reason: ...`
 line of one output is never read as a host), and repeatedly, in any order (`10.10.10.10: kern: warning:
-[2026-04-22T21:27:51Z]: NVRM: ...` loses three)."""
+[2026-04-22T21:27:51Z]: NVRM: ...` loses three).
+
+A prefix of no known class (an unknown logging framework's `INFO - INFO - `, a wrapper's `[worker-3] `) is
+removed too, as a literal, when most of the first lines carry the same text (at most `MAX_LITERAL` characters,
+ending in a separator such as `-`, `]`, `|` or `:` and blanks) right before a time or a launcher's tag
+(`_AFTER_LITERAL`: a kernel uptime stamp, a `dmesg -T`, ISO or syslog stamp, a facility, an mpirun or CRI tag):
+`INFO - INFO - [ 6166.009184] mlxsw_spectrum ...` is read as the dmesg line it carries (a kernel line's own stamp
+is left to the kernel-log parser, which knows the line by it). What follows a literal is never a host or a line
+number, so the text that starts every line of a tool's own output (ibstat's indented `Rate: `, nvidia-smi's
+table borders `|`) stays."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -28,6 +40,11 @@ CLASSES: dict[str, re.Pattern[str]] = {
     "facility": re.compile(
         r"^(?:kern|user|daemon|syslog|auth|authpriv|local[0-7])\s{0,8}:\s{0,8}"
         r"(?:emerg|alert|crit|err|warning|warn|notice|info|debug)\s{0,8}:\s?"
+    ),
+    # containerd / CRI-O (the kubelet's CRI logging, kubernetes/community design-proposals/node/
+    # kubelet-cri-logging.md): `2023-01-02T10:00:00.123456789Z stdout F ` (CRI-O writes a zone offset instead)
+    "cri": re.compile(
+        r"^(?P<stamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})) (?:stdout|stderr) [FP] "
     ),
     "iso": re.compile(
         r"^\[?(?P<stamp>\d{4}[-/.]\d{2}[-/.]\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
@@ -107,6 +124,17 @@ _NOT_HOSTS = frozenset(
         "batch",
     }
 )
+# The classes a literal prefix may stand before: times and a launcher's tags, never a host, a program tag or a
+# line number (a table's `| ` or ibstat's indent stands before text that reads as those)
+_AFTER_LITERAL = ("mpirun", "cri", "facility", "iso", "wall", "uptime", "reltime", "syslog")
+MAX_LITERAL = 40  # characters of a literal prefix at most
+_LITERAL_QUOTE = '"'  # a literal prefix's name in a style is its text quoted: `"INFO - INFO - "`
+# A kernel line's own stamps, left after a literal: the kernel-log parser reads them and knows the line by them
+# (aiops/evidence/kernel.py), while `mlxsw_spectrum 0000:01:00.0 swp1: link down` alone reads as nothing
+_KERNEL_STAMPS = ("uptime", "wall")
+# A literal ends as a tag does, in a separator and blanks (`INFO - `, `[worker-3] `, `app | `): words that run
+# into the stamp (`Kill task failed root 2024-01-25T15:12:23 node1` of `sinfo -R`) are the line's content
+_SEPARATED = re.compile(r"[^\w\s]\s*$")
 MAX_TOKENS = 6  # prefixes removed from one line at most
 MAX_HOSTS = 16  # a host prefix names a few hosts, not one per line
 KEEP_ORIGINALS = 4096  # lines whose original text is kept to restore `raw` (parsers cite the line just read)
@@ -125,8 +153,20 @@ class Meta:
 _OFFSET = re.compile(r"^[0-9a-fA-F]{1,4}$")
 
 
+def _literal_name(text: str) -> str:
+    """The style name of a literal prefix: its text quoted."""
+    return f"{_LITERAL_QUOTE}{text}{_LITERAL_QUOTE}"
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(name: str) -> re.Pattern[str]:
+    if name in CLASSES:
+        return CLASSES[name]
+    return re.compile(re.escape(name[len(_LITERAL_QUOTE) : -len(_LITERAL_QUOTE)]))  # a literal's name
+
+
 def _match(name: str, text: str) -> re.Match[str] | None:
-    match = CLASSES[name].match(text)
+    match = _pattern(name).match(text)
     if match is None or name != "host":
         return match
     host = match.group("host")
@@ -160,6 +200,8 @@ def split(text: str, classes: Iterable[str]) -> tuple[str, Meta, list[str]]:
             break
         else:
             break
+        if found[-1].startswith(_LITERAL_QUOTE) and any(CLASSES[n].match(text) for n in _KERNEL_STAMPS):
+            break  # the kernel line behind a literal, as the kernel wrote it
     return text, Meta(host.rstrip(":") if host else None, stamp, uptime), found
 
 
@@ -170,6 +212,9 @@ def style_of(head: Sequence[str], *, numbered: bool = False) -> tuple[str, ...]:
     if not texts:
         return ()
     names = [n for n in CLASSES if numbered or n != "numbered"]
+    literal = _repeated_literal(texts, names)
+    if literal is not None:
+        names.insert(0, literal)
     counts: Counter[str] = Counter()
     hosts: set[str] = set()
     for text in texts:
@@ -181,6 +226,40 @@ def style_of(head: Sequence[str], *, numbered: bool = False) -> tuple[str, ...]:
     if "host" in chosen and len(hosts) > MAX_HOSTS:
         chosen = tuple(n for n in chosen if n != "host")
     return chosen
+
+
+def _after_literal(text: str) -> bool:
+    return any(CLASSES[name].match(text) for name in _AFTER_LITERAL)
+
+
+def _literal_before_class(text: str) -> str | None:
+    """The text in front of the first time or tag class (`_AFTER_LITERAL`) in `text`, when it is short and ends
+    in a separator (`INFO - `, `[worker-3] `); None when `text` starts with such a class (a second stamp's `[` is
+    no literal). A class starts at a word's start (`xJan 12 ...` is no syslog stamp after `x`)."""
+    if _after_literal(text):
+        return None
+    for start in range(1, min(len(text) - 1, MAX_LITERAL) + 1):
+        if text[start - 1].isalnum() and text[start].isalnum():
+            continue
+        if _after_literal(text[start:]):
+            literal = text[:start]
+            return literal if _SEPARATED.search(literal) else None
+    return None
+
+
+def _repeated_literal(texts: Sequence[str], names: Sequence[str]) -> str | None:
+    """The name of the literal that most of `texts` carry, after their known prefixes, before a time or tag
+    class; None when no literal is that common."""
+    literals: Counter[str] = Counter()
+    for text in texts:
+        rest = split(text, names)[0]
+        literal = _literal_before_class(rest)
+        if literal is not None:
+            literals[literal] += 1
+    if not literals:
+        return None
+    literal, count = literals.most_common(1)[0]
+    return _literal_name(literal) if count * 2 >= len(texts) else None
 
 
 def strip(text: str, style: Sequence[str]) -> str:
