@@ -150,6 +150,15 @@ class StoreConfig(_Section):
     allocator_flush_mb: int = Field(
         default=16, ge=1, le=65_536, description="DuckDB gives freed memory back past this peak of a task"
     )
+    # DuckDB holds every row written since its last checkpoint in memory (with its index entries), ~1.8 bytes per
+    # byte of write-ahead log: at its default of 16 MB of log a node agent's resident set saws by ~25 MB over each
+    # ~45 minutes; at 4 MB by ~6 MB every ~12 minutes, for ~0.03 s of CPU a checkpoint (docs/BENCHMARKS.md)
+    checkpoint_mb: int = Field(
+        default=0,
+        ge=0,
+        le=65_536,
+        description="the service checkpoints its workspace past this much write-ahead log; 0: 4 on a node, DuckDB's 16 on the fleet",
+    )
     # a detection window that closed in the rows held is written and judged at once, when the last write is at
     # least this old: a window is judged within this of its close, and rows between windows wait up to
     # `flush_interval_s` (docs/SERVICE.md, "The loop"); 0, or not under `flush_interval_s`: every flush_interval_s
@@ -735,6 +744,19 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         return load_config_file(named)
     user = USER_CONFIG_PATH.expanduser()
     return load_config_file(user) if user.exists() else Config()
+
+
+NODE_CHECKPOINT_MB = 4  # `[store] checkpoint_mb` of a node agent (0 in the config)
+FLEET_CHECKPOINT_MB = 16  # DuckDB's own default: the fleet writes thousands of GPUs' rows a cycle
+
+
+def store_checkpoint_mb(config: Config) -> int:
+    """The write-ahead log the service lets grow before DuckDB checkpoints: `[store] checkpoint_mb`, else 4 MB on a
+    node agent (what its rows since the last checkpoint hold in memory is its resident set's largest swing) and
+    DuckDB's 16 MB on the fleet."""
+    return config.store.checkpoint_mb or (
+        FLEET_CHECKPOINT_MB if config.node.name == "fleet" else NODE_CHECKPOINT_MB
+    )
 
 
 def store_threads(config: Config) -> int:

@@ -1,6 +1,8 @@
 """The service's DuckDB settings (docs/BENCHMARKS.md, "Footprint"): a node agent runs one DuckDB worker and gives
 freed memory back past a 16 MB peak (DuckDB's defaults: a worker per core, 128 MB kept), the fleet keeps a worker
-per core, and `[store] threads` overrides both."""
+per core, and `[store] threads` overrides both. A node agent checkpoints its workspace past 4 MB of write-ahead log
+(DuckDB's 16 MB on the fleet): the rows since the last checkpoint are held in memory, its resident set's largest
+swing."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import duckdb
 
 from aiops.cli.configured import configured_workspace
-from aiops.config import NodeConfig, parse_config, store_threads
+from aiops.config import NodeConfig, parse_config, store_checkpoint_mb, store_threads
 from aiops.service.owner import FileOwner
 from aiops.store import Store
 
@@ -23,21 +25,59 @@ def test_a_node_agent_runs_one_duckdb_worker_and_the_fleet_every_core() -> None:
     assert store_threads(chosen) == 4
 
 
+def test_a_node_agent_checkpoints_past_4_mb_of_log_and_the_fleet_past_duckdbs_16() -> None:
+    node = parse_config({"node": {"name": "gpu-a100-017"}}, "node.toml")
+    assert store_checkpoint_mb(node) == 4
+    fleet = node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
+    assert store_checkpoint_mb(fleet) == 16
+    chosen = parse_config({"node": {"name": "gpu-a100-017"}, "store": {"checkpoint_mb": 2}}, "node.toml")
+    assert store_checkpoint_mb(chosen) == 2
+
+
+def test_the_owners_workspace_is_checkpointed_past_its_log_limit(tmp_path: Path) -> None:
+    """What the setting is for: rows written in the service's transactions never leave more than about the limit
+    in the write-ahead log (with DuckDB's 16 MB the log here grows to ~7 MB and every row stays in memory)."""
+    db = tmp_path / "ws.duckdb"
+    owner = FileOwner(str(db), threads=1, checkpoint_mb=1)
+    owner.start()
+    wal_bytes: list[int] = []
+    try:
+        with owner.store() as store:
+            store.conn.execute("CREATE TABLE series (ts_s DOUBLE, gpu VARCHAR, value_c DOUBLE)")
+        for batch in range(60):
+            with owner.store() as store:
+                store.conn.execute("BEGIN")
+                store.conn.execute(
+                    "INSERT INTO series SELECT t, 'gpu' || (t::BIGINT % 8), random() * 90 FROM range(?, ?) r(t)",
+                    [batch * 5000, (batch + 1) * 5000],
+                )
+                store.conn.execute("COMMIT")
+            wal_bytes.append(Path(f"{db}.wal").stat().st_size if Path(f"{db}.wal").exists() else 0)
+        with owner.store() as store:
+            assert store.scalar("SELECT count(*) FROM series") == 300_000
+    finally:
+        owner.close()
+    assert max(wal_bytes) < 2 * 2**20, wal_bytes  # one batch past the 1 MB limit at most, then checkpointed
+    assert max(wal_bytes) > 2**19, wal_bytes  # the rows did go through the log
+
+
 def test_the_owner_opens_the_store_with_them(tmp_path: Path) -> None:
-    owner = FileOwner(str(tmp_path / "ws.duckdb"), threads=1, allocator_flush_mb=16)
+    owner = FileOwner(str(tmp_path / "ws.duckdb"), threads=1, allocator_flush_mb=16, checkpoint_mb=4)
     owner.start()
     try:
         with owner.store() as store:
             settings = {
                 str(r["name"]): str(r["value"])
                 for r in store.query(
-                    "SELECT name, value FROM duckdb_settings() WHERE name IN ('threads', 'allocator_flush_threshold')"
+                    "SELECT name, value FROM duckdb_settings() "
+                    "WHERE name IN ('threads', 'allocator_flush_threshold', 'checkpoint_threshold')"
                 )
             }
     finally:
         owner.close()
     assert settings["threads"] == "1"
     assert settings["allocator_flush_threshold"] in ("16MB", "16.0 MiB", "16777216B"), settings
+    assert settings["checkpoint_threshold"] in ("4MB", "3.8 MiB", "4.0 MiB"), settings
 
 
 def _threads(store: Store) -> int:

@@ -67,6 +67,7 @@ class FileOwner:
         threads: int = 0,
         lean_planner: bool = False,
         allocator_flush_mb: int = 128,
+        checkpoint_mb: int = 16,
         guardrails: GuardrailsConfig | None = None,
         scheduler: SchedulerConfig | None = None,
     ) -> None:
@@ -77,6 +78,7 @@ class FileOwner:
         self.threads = threads  # 0: DuckDB's default (every core)
         self.lean_planner = lean_planner  # LEAN_PLANNER_SKIPS off (a node agent's small tables)
         self.allocator_flush_mb = allocator_flush_mb
+        self.checkpoint_mb = checkpoint_mb  # DuckDB checkpoints past this much write-ahead log
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
         # every hold of the file that could have written it: each outermost `store()` (any thread), lend and
@@ -158,6 +160,7 @@ class FileOwner:
                 conn = self._store.conn
                 conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
                 conn.execute(f"SET allocator_flush_threshold = '{int(self.allocator_flush_mb)}MB'")
+                conn.execute(f"SET checkpoint_threshold = '{int(self.checkpoint_mb)}MB'")
                 if self.lean_planner:
                     plan_lightly(conn)
             if not self._depth.value:

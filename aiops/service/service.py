@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from aiops.config import Config, node_of, store_threads
+from aiops.config import Config, node_of, store_checkpoint_mb, store_threads
 from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
@@ -134,6 +134,7 @@ class Service:
             # tables are skipped (owner.py LEAN_PLANNER_SKIPS); the fleet's pivot thousands of GPUs
             lean_planner=config.node.name != "fleet",
             allocator_flush_mb=config.store.allocator_flush_mb,
+            checkpoint_mb=store_checkpoint_mb(config),
             guardrails=config.guardrails,
             scheduler=config.scheduler,
         )
