@@ -150,9 +150,10 @@ class StoreConfig(_Section):
     allocator_flush_mb: int = Field(
         default=16, ge=1, le=65_536, description="DuckDB gives freed memory back past this peak of a task"
     )
-    # DuckDB holds every row written since its last checkpoint in memory (with its index entries), ~1.8 bytes per
-    # byte of write-ahead log: at its default of 16 MB of log a node agent's resident set saws by ~25 MB over each
-    # ~45 minutes; at 4 MB by ~6 MB every ~12 minutes, for ~0.03 s of CPU a checkpoint (docs/BENCHMARKS.md)
+    # DuckDB holds every row written since its last checkpoint in memory (with its index entries), ~1.9 bytes per
+    # byte of write-ahead log: at its default of 16 MB of log an 8-GPU node agent's DuckDB memory climbs from ~11 to
+    # ~33 MB over ~47 minutes (its resident set by 24 MB); at 4 MB it stays within 10-20 MB, a checkpoint every
+    # ~12 minutes for ~0.03 s of CPU (docs/BENCHMARKS.md, "Footprint", round seven)
     checkpoint_mb: int = Field(
         default=0,
         ge=0,

@@ -12,17 +12,23 @@ After `--warmup-s` the agent's CPU time (utime + stime of the process and of the
 the largest, judged against the target; `rss_median_mb`); and at the end VmHWM (`rss_mb`: the peak, the start
 included), VmRSS, RssAnon and RssFile (/proc/PID/status), Pss (/proc/PID/smaps_rollup). `aiops run` hands its
 start-up code back to the kernel 60 s after it starts (aiops/service/malloc.py): give `--warmup-s` more than that
-to measure the steady state.
+to measure the steady state. The rows written since DuckDB's last checkpoint are held in memory until the next
+(`[store] checkpoint_mb`, 4 MB of write-ahead log on a node: ~12 minutes of an 8-GPU node at 1 Hz), so the steady
+figure is the largest only over a window that holds a checkpoint: `checkpoints` counts those seen while measured
+(the log file shrinking), `wal_mb_max` is its largest size.
 
 In sim mode the process also runs the twin (numpy, the world's physics, its sysfs tree), which a real node does
-not: a second child, started at the same time, imports what the agent imports, then builds the same world and
-steps it at 1 Hz rendering its sysfs tree every 5 s, and reports what that added (RSS after minus before, CPU of
-the measured interval): `twin` in the output, and `agent` = the service minus the twin (the twin's NVML, fabric
-adapter and step log stay counted as the agent's).
+not: a second child, run after the agents stopped, imports what the agent imports, then builds the same world and
+steps it at 1 Hz rendering its sysfs tree every 5 s (`--twin-s`: 30 s, then 60 s measured), and reports what
+that added (RSS after minus before, CPU of the measured interval): `twin` in the output, and `agent` = the service
+minus the twin (the twin's NVML, fabric adapter and step log stay counted as the agent's).
 
-The agent's start-up code is paged out only where no other process maps the same library pages: the twin's child
-never maps DuckDB's library (a stand-in module), and `--compare` agents from the same environment share it
-(their start-up code then stays resident in both; compare with another environment's interpreter to see it).
+The agent's start-up code is paged out only where no other process maps the same library pages: a child beside
+it that runs the same interpreter and extensions would keep the agent's start-up pages of them resident (~11 MB
+more file-backed memory in sim mode, measured: 49.3 against 38.0 MB), which is why the twin's child runs after
+the agents, and why it never maps DuckDB's library (a stand-in module). `--compare` agents from the same
+environment share those pages (their start-up code then stays resident in both; compare with another
+environment's interpreter to see it).
 
 `--compare DIR` runs a second agent from another source tree (PYTHONPATH=DIR, e.g. an export of main) at the
 same time, on the same load, and adds `compare` and the ratios: the machine is shared, so only figures of one
@@ -155,12 +161,16 @@ class Agent:
     cpu0: float = 0.0
     rows0: float = 0.0
     rss_mb: list[float] = field(default_factory=list)  # VmRSS once a second while measured
+    wal: Path | None = None  # the workspace's write-ahead log
+    wal_bytes: list[int] = field(default_factory=list)  # its size once a second while measured
 
     def begin(self) -> None:
         self.cpu0, self.rows0 = _cpu_s(self.proc.pid), _rows(self.port)
 
     def sample(self) -> None:
         self.rss_mb.append(_memory_mb(self.proc.pid)["rss_now_mb"])
+        if self.wal is not None:
+            self.wal_bytes.append(self.wal.stat().st_size if self.wal.exists() else 0)
 
     def end(self, wall_s: float) -> dict[str, Any]:
         cpu_s, rows = _cpu_s(self.proc.pid) - self.cpu0, _rows(self.port) - self.rows0
@@ -173,6 +183,8 @@ class Agent:
             "samples_per_s": round(rows / wall_s, 1),
             # the per-rank timing's rows so far: > 0 shows its probes ran (host mode with --rank-target)
             "rank_timing_rows": _rows_by_table(self.port).get("rank_timing_samples", 0.0),
+            "checkpoints": sum(1 for a, b in zip(self.wal_bytes, self.wal_bytes[1:], strict=False) if b < a),
+            "wal_mb_max": round(max(self.wal_bytes, default=0) / 2**20, 1),
         }
 
     def stop(self) -> None:
@@ -195,7 +207,7 @@ def _start_agent(label: str, work: Path, mode: str, source: str | None, store_th
         command += ["--sim", str(work / "overhead.yaml"), "--speed", "1"]
     env = dict(os.environ, PYTHONPATH=source) if source else None
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=home)
-    return Agent(label, proc, port)
+    return Agent(label, proc, port, wal=home / "overhead.duckdb.wal")
 
 
 def _build_rank_target(work: Path) -> Path:
@@ -225,6 +237,16 @@ def _build_rank_target(work: Path) -> Path:
     return binary
 
 
+def _twin_share(work: Path, warmup_s: float, measure_s: float) -> dict[str, float]:
+    """What the twin alone adds to a process that imported the agent (TWIN), run once the agents stopped."""
+    command = [sys.executable, "-c", TWIN, str(work / "overhead.yaml"), str(warmup_s), str(measure_s)]
+    done = subprocess.run(
+        command, stdout=subprocess.PIPE, text=True, check=True, timeout=warmup_s + measure_s + 120
+    )
+    figures: dict[str, float] = json.loads(done.stdout)
+    return figures
+
+
 def _ratios(mine: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
     return {
         key: round(mine[key] / other[key], 3)
@@ -250,6 +272,14 @@ def main() -> None:
     parser.add_argument(
         "--rank-target", action="store_true", help="host: run a process linked against libnccl beside it"
     )
+    parser.add_argument(
+        "--twin-s",
+        type=float,
+        nargs=2,
+        default=(30.0, 60.0),
+        metavar=("WARMUP", "MEASURE"),
+        help="sim: the twin's own share is measured after the agents, over these seconds (its figures are steady)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="aiops-overhead-") as tmp:
         work = Path(tmp)
@@ -262,11 +292,6 @@ def main() -> None:
         if args.compare or args.compare_store_threads:
             source = str(Path(args.compare).resolve()) if args.compare else None
             agents.append(_start_agent("compare", work, args.mode, source, args.compare_store_threads))
-        twin = None
-        if args.mode == "sim":
-            command = [sys.executable, "-c", TWIN, str(work / "overhead.yaml")]
-            command += [str(args.warmup_s), str(args.measure_s)]
-            twin = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         try:
             time.sleep(args.warmup_s)
             for agent in agents:
@@ -278,13 +303,13 @@ def main() -> None:
                 time.sleep(min(1.0, max(0.0, t0 + args.measure_s - time.monotonic())))
             wall_s = time.monotonic() - t0
             measured = {agent.label: agent.end(wall_s) for agent in agents}
-            twin_figures = json.loads(twin.communicate(timeout=120)[0]) if twin is not None else None
         finally:
             for agent in agents:
                 agent.stop()
             for extra in extras:
                 extra.kill()
                 extra.wait()
+        twin_figures = _twin_share(work, *args.twin_s) if args.mode == "sim" else None
     out: dict[str, Any] = {"mode": args.mode, "measured_s": round(wall_s, 1), **measured["agent"]}
     if twin_figures is not None:
         out["twin"] = {
