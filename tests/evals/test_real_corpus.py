@@ -50,7 +50,7 @@ def placeholder_hits(text: str) -> list[str]:
 HOLDOUT_DIR = CORPUS_DIR / "holdout"  # issue 37: the sealed third of the new cases, scored apart
 HOLDOUT_README = HOLDOUT_DIR / "README.md"
 # Sealed sets, scored apart (`aiops eval --real <dir>`): folders of cases with their own README and no case.yaml.
-# holdout/ (issue 37), unseen-2026-12-06/ to unseen6-2026-12-06/ (real incidents the analyser
+# holdout/ (issue 37), unseen-2026-12-06/ to unseen8-2026-12-06/ (real incidents the analyser
 # had never seen, sealed before scoring).
 SEALED_DIRS = (
     HOLDOUT_DIR,
@@ -61,6 +61,7 @@ SEALED_DIRS = (
     CORPUS_DIR / "unseen5-2026-12-06",
     CORPUS_DIR / "unseen6-2026-12-06",
     CORPUS_DIR / "unseen7-2026-12-06",
+    CORPUS_DIR / "unseen8-2026-12-06",
 )
 
 
@@ -130,6 +131,9 @@ def test_case_files_are_listed_nonempty_text(case_dir: Path) -> None:
         assert b"\x00" not in raw, f"{case_dir.name}/{name}: binary (NUL byte)"
         text = raw.decode("utf-8")  # raises on non-UTF-8: the corpus is text
         hits = placeholder_hits(text)
+        if "redact" in str(case.get("notes", "")).lower():
+            # the poster's own redactions (`HOST:10.xxx.xxx.xxx`), kept as published (README.md) and said in notes
+            hits = [hit for hit in hits if hit.lower() != "xxx"]
         assert not hits, f"{case_dir.name}/{name}: synthetic placeholder text {hits}"
 
 
