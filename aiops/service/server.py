@@ -214,9 +214,8 @@ class QuietServer(Server):
         counter = 0
         should_exit = await self.on_tick(counter)
         while not should_exit:
-            counter = (
-                counter + 10
-            ) % 864000  # uvicorn's on_tick refreshes the Date header at multiples of 10
+            # uvicorn's on_tick refreshes the Date header at multiples of 10: at every tick here
+            counter = (counter + 10) % 864000
             try:
                 async with asyncio.timeout(TICK_S):
                     await self._wake.wait()
