@@ -153,7 +153,7 @@ class StoreConfig(_Section):
     # DuckDB holds every row written since its last checkpoint in memory (with its index entries), ~1.9 bytes per
     # byte of write-ahead log: at its default of 16 MB of log an 8-GPU node agent's DuckDB memory climbs from ~11 to
     # ~33 MB over ~47 minutes (its resident set by 24 MB); at 4 MB it stays within 10-20 MB, a checkpoint every
-    # ~12 minutes for ~0.03 s of CPU (docs/BENCHMARKS.md, "Footprint", round seven)
+    # ~12 minutes (a checkpoint of 14 MB of rows took 0.07 s of CPU; docs/BENCHMARKS.md, "Footprint", round seven)
     checkpoint_mb: int = Field(
         default=0,
         ge=0,

@@ -11,24 +11,28 @@ from pathlib import Path
 import duckdb
 
 from aiops.cli.configured import configured_workspace
-from aiops.config import NodeConfig, parse_config, store_checkpoint_mb, store_threads
+from aiops.config import Config, NodeConfig, parse_config, store_checkpoint_mb, store_threads
 from aiops.service.owner import FileOwner
 from aiops.store import Store
 
 
-def test_a_node_agent_runs_one_duckdb_worker_and_the_fleet_every_core() -> None:
+def _node_and_fleet() -> tuple[Config, Config]:
+    """A node agent's config and the same as the fleet's service (`[node] name = "fleet"`)."""
     node = parse_config({"node": {"name": "gpu-a100-017"}}, "node.toml")
+    return node, node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
+
+
+def test_a_node_agent_runs_one_duckdb_worker_and_the_fleet_every_core() -> None:
+    node, fleet = _node_and_fleet()
     assert store_threads(node) == 1
-    fleet = node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
     assert store_threads(fleet) == 0
     chosen = parse_config({"node": {"name": "gpu-a100-017"}, "store": {"threads": 4}}, "node.toml")
     assert store_threads(chosen) == 4
 
 
 def test_a_node_agent_checkpoints_past_4_mb_of_log_and_the_fleet_past_duckdbs_16() -> None:
-    node = parse_config({"node": {"name": "gpu-a100-017"}}, "node.toml")
+    node, fleet = _node_and_fleet()
     assert store_checkpoint_mb(node) == 4
-    fleet = node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
     assert store_checkpoint_mb(fleet) == 16
     chosen = parse_config({"node": {"name": "gpu-a100-017"}, "store": {"checkpoint_mb": 2}}, "node.toml")
     assert store_checkpoint_mb(chosen) == 2
@@ -93,8 +97,7 @@ def test_a_store_runs_one_duckdb_worker_unless_told(tmp_path: Path) -> None:
         assert _threads(memory) == _threads(file) == 1
     with Store(tmp_path / "file.duckdb", threads=0) as every_core, Store(":memory:", threads=3) as three:
         assert (_threads(every_core), _threads(three)) == (cores, 3)
-    node = parse_config({"node": {"name": "gpu-a100-017"}}, "node.toml")
-    fleet = node.model_copy(update={"node": NodeConfig.model_construct(name="fleet", rack="", hosts={})})
+    node, fleet = _node_and_fleet()
     with configured_workspace(str(tmp_path / "node.duckdb"), node).write() as store:
         assert _threads(store) == 1
     with configured_workspace(str(tmp_path / "fleet.duckdb"), fleet).write() as store:
