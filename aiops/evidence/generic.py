@@ -72,13 +72,14 @@ _PAIR = re.compile(
 )
 _NAME_ONLY = re.compile(r"^=*\s*(?P<name>\.?/?[\w./-]{2,160}?)\s*=*\s*$")
 _NUMBER_ONLY = re.compile(r"^\s*(\d{1,20})\s*$")
-# (a word, not part of a name: `libgpg-error-dev`, `error_detected`, `fail.c` are no failure)
+# (a word, not part of a name: `libgpg-error-dev`, `error_detected`, `fail.c` are no failure; `terminate called
+# ...`: the C++ runtime's message before it aborts a process on an uncaught exception, libstdc++ vterminate.cc)
 _FAILURE = re.compile(
     r"(?<![\w.-])(?:fail(?:ed|ure|ures|s|ing)?|fatal|errors?|critical|panic(?:ked)?|timed[ -]out|"
     r"time[ -]?outs?|unreachable|unhealthy|not responding|unresponsive|lost|mismatch(?:ed)?|incomplete|"
     r"abort(?:ed|ing)?|refused|denied|cannot|can't|could not|couldn't|unable to|segmentation fault|core dumped|"
     r"corrupt(?:ed|ion)?|invalid argument|no such device|exception|assert(?:ion)? failed|drained?|not ready|"
-    r"notready)(?![\w/-]|\.\w)"
+    r"notready|terminate called (?:after throwing|without an active exception|recursively))(?![\w/-]|\.\w)"
     r"|ERR!",
     re.I,
 )
@@ -96,8 +97,8 @@ _AER_BIT = re.compile(
 _SIGNAL = re.compile(
     r"fail|fatal|err|critical|panic|time[d ]?-?out|unreachable|unhealthy|respond|lost|mismatch|incomplete|"
     r"abort|refused|denied|cannot|can't|could|unable|segmentation|core dump|corrupt|invalid|no such|exception|"
-    r"assert|drain|ready|xid|pending|slowdown|uncorrectable|double bit|dbe|state|drop|discard|crc|link_?down|"
-    r"symbol|retr|nak|out_of_seq|overrun|integrity|violation|replay|recover|cnp|ecn|pause|wait|congest|handle",
+    r"assert|drain|ready|terminate called|xid|pending|slowdown|uncorrectable|double bit|dbe|state|drop|"
+    r"discard|crc|link_?down|symbol|retr|nak|out_of_seq|overrun|integrity|violation|replay|recover|cnp|ecn|pause|wait|congest|handle",
     re.I,
 )
 _KEY_VALUE = re.compile(r"^\s*(?P<key>[^:=|]{1,80}?)\s*(?::|=)\s*(?P<value>.*)$")
