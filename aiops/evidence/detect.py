@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from aiops.evidence import driver
+from aiops.evidence import driver, nic
 from aiops.evidence.prefixes import strip, style_of
 from aiops.evidence.training import STEP_PATTERNS
 
@@ -98,6 +98,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^\s+(?:transport|fw_ver|node_guid|sys_image_guid|vendor_part_id|board_id|phys_port_cnt|max_mtu|"
             r"active_mtu|port_lid|port_lmc|link_layer|phys_state|state):\s+\S"
         ),
+        # a port's GID table (ibv_devinfo -v): `GID[  1]:\t\tfe80::ac0:ebff:feda:1cfb, RoCE v2`
+        nic.GID_LINE,
     ),
     "ethtool-stats": (
         re.compile(r"^NIC statistics:\s*$"),

@@ -6,7 +6,10 @@ whose name says error, drop, discard, CRC, timeout or link-down and whose value 
 `nic_error_counter`; the others are counted only.
 
 `ibv_devinfo` prints `hca_id: mlx5_0`, then per port `port:   1`, `state:  PORT_ACTIVE (4)`, and with -v
-`phys_state: LINK_UP (5)`; states follow the IBA PortState / PortPhysicalState names (as ibstat's)."""
+`phys_state: LINK_UP (5)` and the port's GID table (`GID[  3]:  ::ffff:10.0.0.6, RoCE v2`, rdma-core
+libibverbs/examples/devinfo.c); states follow the IBA PortState / PortPhysicalState names (as ibstat's). An
+excerpt that starts below the `hca_id:` (or `port:`) line, as operators quote a port's lines, is read as the same
+port of an unnamed HCA: its states and GIDs are the port's all the same."""
 
 from __future__ import annotations
 
@@ -24,6 +27,10 @@ ERROR_NAME = re.compile(r"err|drop|discard|crc|timeout|link_down|lost|fail|symbo
 _HCA = re.compile(r"^hca_id:\s*(?P<hca>\S+)")
 _PORT = re.compile(r"^\s+port:\s*(?P<port>\d+)\s*$")
 _STATE = re.compile(r"^\s+(?P<key>state|phys_state):\s+(?P<value>[A-Z_]+)(?: \(\d+\))?\s*$")
+# devinfo.c prints each GID as `GID[%3d]:\t\t<gid>` and, where the kernel names it, `, <type>` (IB/RoCE v1, RoCE v2)
+GID_LINE = re.compile(
+    r"^\s+GID\[\s*(?P<index>\d{1,4})\]:\s+(?P<gid>[0-9a-fA-F:.]{2,45})(?:,\s*(?P<type>[\w ./]{1,20}?))?\s*$"
+)
 MAX_HELD = 256
 _FIELD = re.compile(r"^\s+[a-z_]{2,40}:\s+\S")
 # ibv_devinfo's names as ibstat's (lower case), which the rules read: PORT_DOWN -> down, POLLING -> polling.
@@ -71,16 +78,19 @@ def parse_ibv_devinfo(source: str, numbered: Iterable[tuple[int, str]]) -> Itera
 
     for number, raw in numbered:
         base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
-        if (m := _HCA.match(raw)) is not None or ((m := _PORT.match(raw)) is not None and hca is not None):
+        # a port's component: `mlx5_0:1`, or what an excerpt without the headers names of it (None: nothing)
+        comp = ":".join(part for part in (hca, port) if part) or None
+        if (m := _HCA.match(raw)) is not None or (m := _PORT.match(raw)) is not None:
             yield from flush()
             if "hca" in m.groupdict():
                 hca, port, state = m.group("hca"), None, ""
                 held.append(LogEvent(kind="ib_info", component=hca, **base))
             else:
                 port, state = m.group("port"), ""
-                held.append(LogEvent(kind="ib_info", component=f"{hca}:{port}", **base))
-        elif (m := _STATE.match(raw)) is not None and hca is not None and port is not None:
-            value, comp = m.group("value"), f"{hca}:{port}"
+                comp = ":".join(part for part in (hca, port) if part)
+                held.append(LogEvent(kind="ib_info", component=comp, **base))
+        elif (m := _STATE.match(raw)) is not None:
+            value = m.group("value")
             if m.group("key") == "state":
                 state = _STATE_NAMES.get(value, value.lower())
                 if state == "down":
@@ -90,8 +100,11 @@ def parse_ibv_devinfo(source: str, numbered: Iterable[tuple[int, str]]) -> Itera
                 down_at = -1  # the physical state is known: this line carries the port's state
                 detail = {"state": state, "physical": _PHYS_NAMES.get(value, value.lower())}
                 held.append(LogEvent(kind="ib_port_state", component=comp, detail=detail, **base))
-        elif _FIELD.match(raw) and hca is not None:
-            held.append(LogEvent(kind="ib_info", component=hca, **base))
+        elif (m := GID_LINE.match(raw)) is not None:
+            detail = {"gid_index": m.group("index"), "gid": m.group("gid"), "gid_type": m.group("type") or ""}
+            held.append(LogEvent(kind="ib_info", component=comp, detail=detail, **base))
+        elif _FIELD.match(raw):
+            held.append(LogEvent(kind="ib_info", component=hca or comp, **base))
         else:
             held.append(None)
         if len(held) >= MAX_HELD:
