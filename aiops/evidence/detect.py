@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiops.evidence import driver, nic
 from aiops.evidence.prefixes import strip, style_of
-from aiops.evidence.training import STEP_PATTERNS
+from aiops.evidence.training import TRAIN_LINE_PATTERNS
 
 SNIFF_LINES = 400
 ANCHOR_WEIGHT = 3
@@ -193,7 +193,7 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"^(?:Name|Roles|Labels|Taints|Allocatable|Capacity|Unschedulable):|^\s+nvidia\.com/gpu:\s+\d"
         ),
     ),
-    "train-log": STEP_PATTERNS,
+    "train-log": TRAIN_LINE_PATTERNS,
     "gpu-agent-log": (
         re.compile(
             r"XidCriticalError|device marked unhealthy|Marking it unhealthy|k8s-device-plugin|nvidia-device-plugin"

@@ -96,7 +96,8 @@ def link_and_roce_config(c: Collected, n: Namer) -> list[Hyp]:
 
 
 def input_pipeline(c: Collected, n: Namer) -> list[Hyp]:
-    steps = c.of("train_step")
+    # steps whose line names the data-loading time too (Megatron's iteration lines carry a step time only)
+    steps = [e for e in c.of("train_step") if "data_fraction" in e.detail]
     if not steps:
         return []
     fractions = [float(e.detail["data_fraction"]) for e in steps]

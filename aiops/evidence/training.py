@@ -1,6 +1,6 @@
 """Training iteration logs (a step's time and the part of it spent waiting for data, as the frameworks print
-them: `STEP_PATTERNS`) and GPU agent logs (NVIDIA k8s-device-plugin, DCGM nv-hostengine, a health checker's
-`XidCriticalError` node condition) as events."""
+them: `STEP_PATTERNS`; Megatron's step time alone: `MEGATRON_STEP`) and GPU agent logs (NVIDIA k8s-device-plugin,
+DCGM nv-hostengine, a health checker's `XidCriticalError` node condition) as events."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ STEP_PATTERNS: tuple[re.Pattern[str], ...] = (
         r"\bTime (?P<step>\d+(?:\.\d+)?) \(\d+(?:\.\d+)?\)\s{1,4}Data (?P<data>\d+(?:\.\d+)?) \(\d+(?:\.\d+)?\)"
     ),
 )
+# Megatron-LM's iteration line (megatron/training/training.py `training_log`): `iteration      100/  500000 |
+# consumed samples: ... | elapsed time per iteration (ms): 25593.4 | learning rate: ...`; Megatron-DeepSpeed
+# (BigScience's fork) prints the time in seconds, `elapsed time per iteration (s): 111.00`. It carries no
+# data-loading time: a step time only (`data_time_s` absent), which the input-pipeline rule does not weigh.
+MEGATRON_STEP = re.compile(r"\belapsed time per iteration \((?P<unit>ms|s)\): (?P<step>\d+(?:\.\d+)?)")
+_MEGATRON_ITERATION = re.compile(r"\biteration\s{1,12}(?P<iteration>\d{1,12})/\s{0,12}\d{1,12}\s{0,4}\|")
+# Every iteration line this module reads (format detection: aiops/evidence/detect.py)
+TRAIN_LINE_PATTERNS: tuple[re.Pattern[str], ...] = (*STEP_PATTERNS, MEGATRON_STEP)
 _PLUGIN_XID = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>\S{1,80}?),")
 _UNHEALTHY = re.compile(
     r"device marked unhealthy: (?P<dev>\S+)|GPU with UUID (?P<dev2>\S+) is too old to support \w+.{0,80}?Marking it unhealthy"
@@ -58,7 +66,7 @@ def step_event(source: str, number: int, raw: str) -> LogEvent | None:
     """The step/data time of an iteration line, else None."""
     m = next((found for p in STEP_PATTERNS if (found := p.search(raw)) is not None), None)
     if m is None:
-        return None
+        return megatron_step_event(source, number, raw)
     step_s, data_s = float(m.group("step")), float(m.group("data"))
     return LogEvent(
         source=source,
@@ -72,6 +80,26 @@ def step_event(source: str, number: int, raw: str) -> LogEvent | None:
             "data_time_s": m.group("data"),
             "data_fraction": f"{data_s / step_s:.3f}" if step_s > 0 else "0",
         },
+    )
+
+
+def megatron_step_event(source: str, number: int, raw: str) -> LogEvent | None:
+    """The step time of a Megatron iteration line (in seconds, whichever unit it was printed in), else None."""
+    m = MEGATRON_STEP.search(raw)
+    if m is None:
+        return None
+    step_s = float(m.group("step")) / (1000.0 if m.group("unit") == "ms" else 1.0)
+    detail = {"step_time_s": f"{step_s:g}", "framework": "megatron"}
+    if (it := _MEGATRON_ITERATION.search(raw)) is not None:
+        detail["iteration"] = it.group("iteration")
+    return LogEvent(
+        source=source,
+        line=number,
+        raw=raw,
+        kind="train_step",
+        value=step_s,
+        ts_s=zoned_ts_s(raw),
+        detail=detail,
     )
 
 
