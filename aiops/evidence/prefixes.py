@@ -170,7 +170,13 @@ def _match(name: str, text: str) -> re.Match[str] | None:
     if match is None or name != "host":
         return match
     host = match.group("host")
-    return None if host.lower() in _NOT_HOSTS or _OFFSET.match(host) else match
+    return None if host.lower() in _NOT_HOSTS or _OFFSET.match(host) or _is_tag(host) else match
+
+
+def _is_tag(word: str) -> bool:
+    """A word in capitals alone (`PULSE: `, `NOTICE: `, `WARN: `) is a program's tag or level before its message,
+    not a host: host names are written in lower case or carry a digit, a hyphen or a dot (`node7`, `DGX-A100-01`)."""
+    return word.isalpha() and word.isupper()
 
 
 def split(text: str, classes: Iterable[str]) -> tuple[str, Meta, list[str]]:
