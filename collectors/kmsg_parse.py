@@ -23,7 +23,8 @@ evals/real), first match wins:
   `... PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)`. Both are rows: an
   event is a header line plus one PCIe Bus Error line per device found. code = severity as in
   include/linux/aer.h (AER_NONFATAL 0, AER_FATAL 1, AER_CORRECTABLE 2).
-- link: `mlx5_core 0000:5e:00.0 ens1f0np0: Link down` (mlx5e), `mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link
+- link: `mlx5_core 0000:5e:00.0 ens1f0np0: Link down` (mlx5e; a switch ASIC's port in the same netdev shape,
+  lower case: `mlxsw_spectrum 0000:01:00.0 swp1: link down`), `mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link
   DOWN` (IB core), `ixgbe 0000:05:00.0 enp5s0: NIC Link is Up 10 Gbps, ...` (Intel drivers, also
   `e1000e: eth1 NIC Link is Down`), `bond0: (slave enp83s0f0np0): link status definitely down, ...` (older
   kernels: `bond0: link status definitely down for interface eno50, disabling it`),
@@ -137,7 +138,8 @@ _AER_HEADER = re.compile(
 )
 # newer kernels print the status bits' short names: `[ 5] SDES` (Surprise Down Error Status)
 _SURPRISE_DOWN = re.compile(r"Surprise Down Error|\]\s{0,4}SDES\b")
-_MLX5E_LINK = re.compile(r"^Link (up|down)$")
+# mlx5e `Link up`; mlxsw (drivers/net/ethernet/mellanox/mlxsw/spectrum.c) `netdev_info(dev, "link up\n")`
+_MLX5E_LINK = re.compile(r"^[Ll]ink (up|down)\s*$")
 _NIC_LINK = re.compile(r"^NIC Link is (Up|Down)")
 _IB_PORT = re.compile(r"^Port: (\d+) Link (\w+)")
 _NIC_LINK_NO_PCI = re.compile(r"^\S+: (\S+) NIC Link is (Up|Down)")

@@ -34,6 +34,11 @@ _DMESG_X = re.compile(
 # The parser's kinds as LogEvent kinds (the rest keep their names: xid, fell_off_bus, gpu_id, aer_surprise_down,
 # gsp_timeout, gsp_error, mce, init_failed, nvrm_error, aer_detail, nvidia_info).
 KINDS = {"link": "nic_link", "thermal": "cpu_thermal"}
+# A switch ASIC's front-panel port (Linux switchdev: mlxsw for NVIDIA/Mellanox Spectrum, Marvell's prestera; the
+# ports named swpN as Cumulus/SONiC/dentOS and mlxsw's udev rules name them): the log is a switch's, and its ports
+# go down whenever a host behind them reboots or a port is reconfigured, so the rules weigh them apart.
+_SWITCH_DRIVER = re.compile(r"^(?:mlxsw_\w{1,30}|prestera\w{0,30}) ")
+_SWITCH_PORT = re.compile(r"^swp\d{1,4}(?:s\d{1,2})?$")
 _AER_AFTER = re.compile(r"AER: (?:(device recovery failed)|can't recover)")
 # The `aer` event's code: 0 corrected, 1 uncorrected non-fatal, 2 uncorrected fatal (from the kernel's severities).
 SEVERITY_CODE = {kmsg_parse.AER_CORRECTABLE: 0, kmsg_parse.AER_NONFATAL: 1, kmsg_parse.AER_FATAL: 2}
@@ -100,6 +105,8 @@ def parse_line(
         kind = "aer_recovery_failed" if after.group(1) else "aer_cant_recover"
     elif event.kind in ("link", "gsp_timeout", "gsp_error"):
         component = event.device  # the network or IB device; NVRM's GPU<n>
+        if event.kind == "link" and (_SWITCH_DRIVER.match(message) or _SWITCH_PORT.match(event.device or "")):
+            detail["switch_port"] = "True"
     return LogEvent(kind=kind, component=component, code=code, detail=detail, **base)
 
 

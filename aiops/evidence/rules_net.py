@@ -8,6 +8,7 @@ import re
 import statistics
 
 from aiops.evidence.collect import Collected
+from aiops.evidence.events import LogEvent
 from aiops.evidence.hypotheses import Hyp, Namer, anchored, by, hyp, merge
 
 _EUI64_LINK_LOCAL = re.compile(
@@ -46,7 +47,9 @@ def link_and_roce_config(c: Collected, n: Namer) -> list[Hyp]:
     if any(e.code == 0 for e in c.of("nic_link")):
         for dev, events in by(c.of("nic_link"), lambda e: e.component or "").items():
             transitions = sum(1 for a, b in itertools.pairwise(events) if a.code != b.code)
-            if any(e.code == 0 for e in events):
+            if any(e.detail.get("switch_port") for e in events):
+                out += _switch_port_flaps(dev, events, n)
+            elif any(e.code == 0 for e in events):
                 out.append(
                     hyp(
                         "nic_link_flap",
@@ -93,6 +96,25 @@ def link_and_roce_config(c: Collected, n: Namer) -> list[Hyp]:
                 "RDMA completion errors",
             )
     return merge(out)
+
+
+def _switch_port_flaps(port: str, events: list[LogEvent], n: Namer) -> list[Hyp]:
+    """A switch's port that went down more than once: the link to the device behind it may flap. A switch's log
+    alone never settles it (a host rebooting, a port reconfigured give the same lines): a lean, never a
+    diagnosis; one down is only a finding."""
+    downs = sum(1 for e in events if e.code == 0)
+    if downs < 2:
+        return []
+    return [
+        hyp(
+            "nic_link_flap",
+            f"{n.node(events[0])}/switch-port@{port}",
+            0.5,
+            f"switch port {port} went down {downs} times: the link to the device behind it may flap (a host "
+            "rebooting or the port being reconfigured gives the same lines; the host side's NIC says which)",
+            ("switch port link state", events),
+        )
+    ]
 
 
 def input_pipeline(c: Collected, n: Namer) -> list[Hyp]:
