@@ -127,6 +127,9 @@ def node_of(config: Config, hostname: str) -> NodeConfig:
     return NodeConfig(name=name, rack=node.rack, fqdn=node.fqdn, row=node.row)
 
 
+MIN_MEMORY_LIMIT_MB = 16  # `[store] memory_limit_mb`: below this a node's window of rows alone would spill
+
+
 class StoreConfig(_Section):
     path: str = Field(default_factory=default_store_path, description="the workspace's DuckDB file")
     retention_days: float = Field(default=14.0, gt=0, le=3650, description="time series older than this go")
@@ -136,8 +139,15 @@ class StoreConfig(_Section):
         le=300,
         description="the collectors' rows are written at least every N seconds (a kill -9 loses at most these)",
     )
+    # DuckDB sizes its work by its memory limit, not by the rows at hand: at 256 MB an 8-GPU sim agent's DuckDB
+    # allocator held ~3 MB more resident than at 32 for the same rows (~5 more at 24; at 16 it spilled before its
+    # first checkpoint), and the blocks it caches grow up to the limit; past it a query spills to `<db>.tmp`
+    # (docs/BENCHMARKS.md, "Footprint", round eight)
     memory_limit_mb: int = Field(
-        default=256, ge=64, le=1_048_576, description="DuckDB's memory limit in the service"
+        default=0,
+        ge=0,
+        le=1_048_576,
+        description="DuckDB's memory limit in the service; 0: 32 on a node, 256 on the fleet",
     )
     # DuckDB starts one worker per core and keeps what its allocator freed up to 128 MB: on a node of 100+ cores
     # that is the node agent's largest cost, for queries over seconds of one node (docs/BENCHMARKS.md)
@@ -176,6 +186,15 @@ class StoreConfig(_Section):
         default=True,
         description="rows between two windows held in <db>.held, the workspace written once a window",
     )
+
+    @field_validator("memory_limit_mb")
+    @classmethod
+    def _memory_limit(cls, value: int) -> int:
+        if 0 < value < MIN_MEMORY_LIMIT_MB:
+            raise ValueError(
+                f"{value} MB is too little for DuckDB: 0 (the default) or {MIN_MEMORY_LIMIT_MB} or more"
+            )
+        return value
 
 
 class CollectorConfig(_Section):
@@ -757,6 +776,20 @@ def store_checkpoint_mb(config: Config) -> int:
     DuckDB's 16 MB on the fleet."""
     return config.store.checkpoint_mb or (
         FLEET_CHECKPOINT_MB if config.node.name == "fleet" else NODE_CHECKPOINT_MB
+    )
+
+
+NODE_MEMORY_LIMIT_MB = 32  # `[store] memory_limit_mb` of a node agent (0 in the config)
+SERVICE_MEMORY_LIMIT_MB = 256  # the fleet's, and a console's that holds a workspace (`aiops console serve`)
+
+
+def store_memory_limit_mb(config: Config) -> int:
+    """DuckDB's memory limit in the service: `[store] memory_limit_mb`, else 32 MB on a node agent (its loop reads
+    seconds of one node; at 256 its allocator kept ~3 MB more resident and its cached blocks could grow to 256,
+    docs/BENCHMARKS.md) and 256 MB on the fleet, whose cycles pivot thousands of GPUs. Past it DuckDB evicts
+    cached blocks and spills to `<db>.tmp`."""
+    return config.store.memory_limit_mb or (
+        SERVICE_MEMORY_LIMIT_MB if config.node.name == "fleet" else NODE_MEMORY_LIMIT_MB
     )
 
 

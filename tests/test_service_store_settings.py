@@ -2,17 +2,28 @@
 freed memory back past a 16 MB peak (DuckDB's defaults: a worker per core, 128 MB kept), the fleet keeps a worker
 per core, and `[store] threads` overrides both. A node agent checkpoints its workspace past 4 MB of write-ahead log
 (DuckDB's 16 MB on the fleet): the rows since the last checkpoint are held in memory, its resident set's largest
-swing."""
+swing. A node agent's DuckDB is limited to 32 MB (the fleet's 256): DuckDB sizes its work by its limit, and what a
+query needs past it spills to `<db>.tmp`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from aiops.cli.configured import configured_workspace
-from aiops.config import Config, NodeConfig, parse_config, store_checkpoint_mb, store_threads
+from aiops.config import (
+    Config,
+    NodeConfig,
+    parse_config,
+    store_checkpoint_mb,
+    store_memory_limit_mb,
+    store_threads,
+)
+from aiops.errors import ConfigError
 from aiops.service.owner import FileOwner
+from aiops.service.service import Service
 from aiops.store import Store
 
 
@@ -36,6 +47,42 @@ def test_a_node_agent_checkpoints_past_4_mb_of_log_and_the_fleet_past_duckdbs_16
     assert store_checkpoint_mb(fleet) == 16
     chosen = parse_config({"node": {"name": "gpu-a100-017"}, "store": {"checkpoint_mb": 2}}, "node.toml")
     assert store_checkpoint_mb(chosen) == 2
+
+
+def test_a_node_agent_limits_duckdb_to_32_mb_and_the_fleet_to_256(tmp_path: Path) -> None:
+    node, fleet = _node_and_fleet()
+    assert store_memory_limit_mb(node) == 32
+    assert store_memory_limit_mb(fleet) == 256
+    chosen = parse_config({"node": {"name": "gpu-a100-017"}, "store": {"memory_limit_mb": 64}}, "node.toml")
+    assert store_memory_limit_mb(chosen) == 64
+    with pytest.raises(ConfigError, match="memory_limit_mb"):
+        parse_config({"store": {"memory_limit_mb": 8}}, "node.toml")
+    # what the service hands its owner (the store's `SET memory_limit`): nothing is opened here
+    where = {"path": str(tmp_path / "ws.duckdb")}
+    node = node.model_copy(update={"store": node.store.model_copy(update=where)})
+    fleet = fleet.model_copy(update={"store": fleet.store.model_copy(update=where)})
+    assert Service(node).owner.memory_limit_mb == 32
+    assert Service(fleet).owner.memory_limit_mb == 256
+
+
+def test_a_query_past_the_node_agents_limit_spills_and_answers(tmp_path: Path) -> None:
+    """The limit bounds what DuckDB holds, not what the service can ask: an aggregate of 3 million groups and a
+    sort of 3 million rows (far past 32 MB in memory) finish through `<db>.tmp`."""
+    db = tmp_path / "ws.duckdb"
+    owner = FileOwner(str(db), threads=1, memory_limit_mb=32, checkpoint_mb=4)
+    owner.start()
+    try:
+        with owner.store() as store:
+            store.conn.execute("CREATE TABLE series AS SELECT i AS k, i * 0.5 AS v FROM range(3000000) r(i)")
+            assert store.scalar("SELECT current_setting('memory_limit')") in ("30.5 MiB", "32MB", "32.0 MiB")
+            groups = store.conn.execute(
+                "SELECT count(*), sum(n) FROM (SELECT k, count(*) AS n FROM series GROUP BY k)"
+            ).fetchall()
+            assert groups == [(3_000_000, 3_000_000)]
+            top = store.conn.execute("SELECT v FROM series ORDER BY v DESC LIMIT 1 OFFSET 2999999").fetchall()
+            assert top == [(0.0,)]
+    finally:
+        owner.close()
 
 
 def test_the_owners_workspace_is_checkpointed_past_its_log_limit(tmp_path: Path) -> None:

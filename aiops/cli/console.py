@@ -19,7 +19,7 @@ from aiops.cli.configured import (
     cli_config,
     configured_workspace,
 )
-from aiops.config import parse_listen
+from aiops.config import SERVICE_MEMORY_LIMIT_MB, parse_listen
 from aiops.errors import InputError
 from aiops.store.writable import prepare_file
 from aiops.text import markup, terminal
@@ -167,7 +167,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # a page then costs its queries, not opening a multi-GB file
     owner = FileOwner(
         args.db,
-        memory_limit_mb=config.store.memory_limit_mb,
+        memory_limit_mb=config.store.memory_limit_mb or SERVICE_MEMORY_LIMIT_MB,
         guardrails=config.guardrails,
         scheduler=config.scheduler,
     )

@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from aiops.config import Config, node_of, store_checkpoint_mb, store_threads
+from aiops.config import Config, node_of, store_checkpoint_mb, store_memory_limit_mb, store_threads
 from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.integrations.ticket import TicketActuator
@@ -128,7 +128,7 @@ class Service:
         self.on_wall_time = sleep is None
         self.owner = FileOwner(
             config.store.path,
-            memory_limit_mb=config.store.memory_limit_mb,
+            memory_limit_mb=store_memory_limit_mb(config),
             threads=store_threads(config),
             # a node agent's statements read seconds of one node: the optimizer passes that pay off on large
             # tables are skipped (owner.py LEAN_PLANNER_SKIPS); the fleet's pivot thousands of GPUs
