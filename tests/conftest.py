@@ -127,11 +127,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that uses a fixture built once for several tests: its module's, for a module
+    fixture; the fixture's own, for a session or package fixture of this suite (tests/ebpf's `lab_nic`: a veth
+    pair and the compiled classifier, ~3.4 s of CPU to build), so that every test using it, whatever its module,
+    runs on the one worker that builds it (spread over `make test`'s five workers, it was built five times).
+    pytest's and the plugins' own session fixtures (tmp_path_factory, worker_id) are not this suite's: no group."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
-        return False
-    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+        return None
+    module = None
+    for name, defs in info.name2fixturedefs.items():
+        for d in defs:
+            if d.scope in ("session", "package") and getattr(d.func, "__module__", "").startswith("tests."):
+                return f"fixture-{name}"
+            if d.scope == "module":
+                module = item.nodeid.split("::", 1)[0]
+    return module
 
 
 # the cyclic collector's generation thresholds in a test worker after collection (Python's default: 700, 10, 10)
@@ -184,8 +196,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module in CUDA_UPROBE_MODULES:  # their module fixtures too: one worker runs the whole group
             item.add_marker(pytest.mark.xdist_group(CUDA_UPROBE_GROUP))
             sizes[module] = sizes.get(module, 0) + 1
-        elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(module))
+        elif (group := _shared_fixture_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
             sizes[module] = sizes.get(module, 0) + 1
 
     def order(item: pytest.Item) -> tuple[int, int]:
