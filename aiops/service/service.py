@@ -138,6 +138,9 @@ class Service:
             guardrails=config.guardrails,
             scheduler=config.scheduler,
         )
+        # a node agent hands what DuckDB freed back to the kernel after each flush (owner.release_memory); the
+        # fleet's cycles free and take back hundreds of MB a flush
+        self.release_memory = config.node.name != "fleet"
         self.workspace = OwnedWorkspace(self.owner)
         # [chatops.slack]: incident messages with buttons, and POST /api/slack/actions (slack_actions.py)
         self.slack = SlackChat(config, self.workspace) if config.chatops.slack.enabled else None
@@ -415,6 +418,8 @@ class Service:
                 self._held_flush(store, batches)
             finally:
                 self.unchanged.end(self.owner.holds, twin)
+        if self.release_memory:
+            self._guarded("memory", self.owner.release_memory)
         if self.claimed:
             self._guarded("actions outside", lambda: steps.act_outside(self))
         if self.dispatcher is not None:
