@@ -15,6 +15,16 @@ intervals + 30 s after the fault's first sample (judged on the wall latency). Pr
 
     .venv/bin/python bench/fleet.py --gpus 1024 10240
     .venv/bin/python bench/fleet.py --quick          # 128 GPUs, a 1 min look-back, 7 cycles (the test's run)
+
+`--shards N` splits the GPUs into N shards of whole racks and measures the shard holding the fault; with
+`--every-shard` every shard is measured, one after another, each in a child of its own against the one store
+that holds all N shards' series (issue 40: 40,960 GPUs as eight shards of 5,120). The clock is the bench's own,
+so the shards' cycles need not run at the same time to be measured: what running them at once adds is the
+store answering all of them, reported as `vm_cores_all_shards` (the sum over shards of the store's CPU per
+steady cycle / the step: the cores a store needs to answer every shard in time), and the machine they share.
+Every healthy shard must open no incident (`incidents_elsewhere`).
+
+    .venv/bin/python bench/fleet.py --gpus 40960 --shards 8 --every-shard --delay-s 5 --cycles 8
 """
 
 from __future__ import annotations
@@ -188,28 +198,25 @@ def run_one(gpus: int, args: argparse.Namespace) -> dict[str, Any]:
             plan = {
                 "url": url,
                 "vm_pid": proc.pid,
-                "db": str(work / "fleet.duckdb"),
                 "step_s": step_s,
                 "clock0_s": clock0_s,
                 "lookback_s": args.lookback_s,
                 "delay_s": args.delay_s,
                 "cycles": args.cycles,
-                "selector": f'shard="{shard}"' if shard is not None else "",
                 "profile": args.profile and f"{args.profile}.{gpus}",
             }
-            child = subprocess.run(
-                [sys.executable, __file__, "--measure", json.dumps(plan)],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=3600,
-            )
-    if child.returncode != 0 or not child.stdout.strip():
-        raise RuntimeError(f"the analyst failed: {child.stderr[-3000:]}")
-    measured = json.loads(child.stdout.strip().splitlines()[-1])
+            measured = _measure_child(plan, work, shard)
+            others = {}
+            if shard is not None and args.every_shard:
+                for k in range(args.shards):
+                    if k != shard:
+                        print(f"bench/fleet: shard {k} of {args.shards}", file=sys.stderr, flush=True)
+                        others[k] = _measure_child({**plan, "profile": None}, work, k)
     figures = _figures(
         gpus, exports, measured, fault_ts_s, scrapes, args, import_s, generate_s, vm_import_cpu_s
     )
+    if others:
+        figures["every_shard"] = _every_shard(figures, measured, others, step_s)
     if shard is not None:
         figures["shards"] = {
             "of": args.shards,
@@ -220,6 +227,76 @@ def run_one(gpus: int, args: argparse.Namespace) -> dict[str, Any]:
             "nodes_seen": measured["nodes_seen"],  # the analyst's workspace: only its shard's nodes
         }
     return figures
+
+
+def _measure_child(plan: dict[str, Any], work: Path, shard: int | None) -> dict[str, Any]:
+    """One analyst's cycles (of shard `shard`, else of every series) in a child process of its own: its CPU
+    and peak RSS are its own. Each shard gets a workspace of its own, as each shard's `aiops fleet` has."""
+    plan = {
+        **plan,
+        "db": str(work / f"fleet-{'all' if shard is None else shard}.duckdb"),
+        "selector": f'shard="{shard}"' if shard is not None else "",
+    }
+    child = subprocess.run(
+        [sys.executable, __file__, "--measure", json.dumps(plan)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+    )
+    if child.returncode != 0 or not child.stdout.strip():
+        raise RuntimeError(f"the analyst of shard {shard} failed: {child.stderr[-3000:]}")
+    measured: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    return measured
+
+
+def _every_shard(
+    fault_figures: dict[str, Any], fault: dict[str, Any], others: dict[int, dict[str, Any]], step_s: float
+) -> dict[str, Any]:
+    """Each shard's cores, peak RSS and the store's cores answering it; the worst shard against the targets, the
+    store's cores for all shards at once, and the incidents the healthy shards opened (each one false)."""
+    rows: list[dict[str, Any]] = []
+    for k, measured in sorted(others.items()):
+        steady = [c for c in measured["cycles"][1:] if c["samples"]]
+        rows.append(
+            {
+                "shard": k,
+                "cores": round(statistics.fmean(c["cpu_s"] for c in steady) / step_s, 3) if steady else None,
+                "peak_rss_mb": round(measured["peak_rss_mb"], 1),
+                "vm_cores": round(statistics.fmean(c["vm_cpu_s"] for c in steady) / step_s, 3)
+                if steady
+                else None,
+                "first_cycle_cpu_s": measured["cycles"][0]["cpu_s"],
+                "nodes": (measured["nodes_seen"] or {}).get("n"),
+                "incidents": measured["incidents"],
+            }
+        )
+    rows.append(
+        {
+            "shard": "fault",
+            "cores": fault_figures["cores"],
+            "peak_rss_mb": fault_figures["peak_rss_mb"],
+            "vm_cores": fault_figures["vm_cores"],
+            "first_cycle_cpu_s": fault_figures["first_cycle"]["cpu_s"],
+            "nodes": (fault["nodes_seen"] or {}).get("n"),
+            "incidents": fault["incidents"],
+        }
+    )
+    cores = [r["cores"] for r in rows if r["cores"] is not None]
+    vm_cores = [r["vm_cores"] for r in rows if r["vm_cores"] is not None]
+    return {
+        "shards": rows,
+        "cores_max": max(cores) if cores else None,
+        "peak_rss_mb_max": max(r["peak_rss_mb"] for r in rows),
+        "analyst_cores_all_shards": round(sum(cores), 3),
+        "vm_cores_all_shards": round(sum(vm_cores), 3),
+        "incidents_elsewhere": sum(int(r["incidents"]) for r in rows if r["shard"] != "fault"),
+        "targets": {
+            "cores_each": bool(cores) and max(cores) <= TARGET_CORES,
+            "peak_rss_each": max(r["peak_rss_mb"] for r in rows) <= TARGET_RSS_MB,
+            "no_incident_elsewhere": all(int(r["incidents"]) == 0 for r in rows if r["shard"] != "fault"),
+        },
+    }
 
 
 def _figures(
@@ -302,6 +379,11 @@ def main() -> int:
         help="split the GPUs into N shards of whole racks (a shard label on every series); measure the shard "
         "holding the fault, read with [fleet] selector",
     )
+    parser.add_argument(
+        "--every-shard",
+        action="store_true",
+        help="with --shards: measure every shard, one after another, against the one store (module doc)",
+    )
     parser.add_argument("--per-cycle", action="store_true", help="every cycle's figures in the JSON")
     parser.add_argument("--profile", default=None, metavar="PATH", help="cProfile cycle 2 into PATH.<gpus>")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
@@ -313,6 +395,9 @@ def main() -> int:
         args.gpus, args.lookback_s, args.cycles = [128], 60.0, 7
     if args.fault_cycle < 1 or args.cycles < args.fault_cycle + 4:
         print("--fault-cycle must be >= 1 and --cycles >= --fault-cycle + 4", file=sys.stderr)
+        return 2
+    if args.every_shard and args.shards < 2:
+        print("--every-shard needs --shards N with N >= 2", file=sys.stderr)
         return 2
     if not shutil.which("victoria-metrics"):
         print("victoria-metrics is needed (Debian package victoria-metrics)", file=sys.stderr)
