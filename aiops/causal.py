@@ -161,6 +161,29 @@ def one_cause_labels(
     )
 
 
+def co_signs(
+    kind_a: str,
+    a: str,
+    kind_b: str,
+    b: str,
+    rack_of: RackOf,
+    labels_a: Collection[str] | None = None,
+    labels_b: Collection[str] | None = None,
+) -> bool:
+    """Are `kind_a` on `a` and `kind_b` on `b` both signs of one cause (own or shared: neither need date it), on
+    a component of the label's target kinds over both? What first appears at one instant on two components is
+    one event when one cause could show as both (two nodes of one rack heating in the same seconds, before the
+    rack's own sensor rule has its baseline), not when each is only its own component's."""
+    return any(
+        kind_a in spec.anchors | spec.shared_anchors
+        and kind_b in spec.anchors | spec.shared_anchors
+        and (labels_a is None or spec.label in labels_a)
+        and (labels_b is None or spec.label in labels_b)
+        and any(_one_scope(t, a, b, rack_of) for t in spec.target_kinds)
+        for spec in labels.SPECS
+    )
+
+
 # Which causes can set each clocks-event reason (the labels' `clock_reasons`): heat, a power limit, a power
 # brake. HwSlowdown is asserted with HwThermalSlowdown or HwPowerBrakeSlowdown: it says something only when
 # neither is there.

@@ -32,8 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiops.causal import (
+    OWN_SIGNS,
     SIGNED,
     benign_explained,
+    co_signs,
     covers,
     node_of,
     one_cause,
@@ -44,6 +46,7 @@ from aiops.causal import (
 )
 from aiops.config_notify import SeverityConfig
 from aiops.detect.kinds import INFO, PERSISTENT, RANK_KINDS, STRONG, WEAK_KINDS_TO_OPEN
+from aiops.detect.restarts import XID_KILLED
 from aiops.detect.severity import impact, worse
 from aiops.labels import SPEC, component_kind
 from aiops.models import Incident, Symptom
@@ -222,9 +225,9 @@ class IncidentTracker:
                 orphans.append(s)  # one onset on one component: with the new cause, not an older one
             else:
                 placed.setdefault(home.number, []).append(s)
-        if orphans:
-            opened.append(self._open_with(orphans, now_ts_s))
-            placed[opened[-1].number] = orphans
+        for group in self._by_cause(orphans):
+            opened.append(self._open_with(group, now_ts_s))
+            placed[opened[-1].number] = group
         for s in fresh_job:
             latest = self._latest_fault(placed)
             if latest is None:
@@ -232,6 +235,61 @@ class IncidentTracker:
                 opened.append(latest)
             placed.setdefault(latest.number, []).append(s)
         return placed, opened
+
+    def _by_cause(self, orphans: list[Symptom]) -> list[list[Symptom]]:
+        """The new symptoms no open incident explains, split by cause: two faults whose first signs land in one
+        window open two incidents, as they do a window apart (a power limit lowered on one rack and a PCIe link
+        degrading on another 5 s later). Two of them share an incident when the one would join the other's
+        incident (`_linked`: a causal path and one onset), or both are signs of one cause on a component over
+        both (`aiops.causal.co_signs`, wider than `_one_event`'s own sign: two nodes of one rack heating in the
+        same seconds, a site-wide cap sent per rack), and so on transitively. Only groups holding some cause's
+        own sign open incidents of their own; the rest (a late or idling rank, PFC pauses: what dates no cause)
+        stay with the first of them, and with one such group every symptom goes in it, as before."""
+        parent = list(range(len(orphans)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for i, a in enumerate(orphans):
+            for j in range(i):
+                if root(i) != root(j) and self._together(a, orphans[j]):
+                    parent[max(root(i), root(j))] = min(root(i), root(j))
+        groups: dict[int, list[Symptom]] = {}
+        for i, s in enumerate(orphans):
+            groups.setdefault(root(i), []).append(s)
+        anchored = [g for g in groups.values() if any(s.kind in OWN_SIGNS for s in g)]
+        if len(anchored) < 2:
+            return [orphans] if orphans else []
+        for g in groups.values():
+            if not any(s.kind in OWN_SIGNS for s in g):
+                anchored[0].extend(g)
+        return anchored
+
+    def _together(self, a: Symptom, b: Symptom) -> bool:
+        """Would new symptom `a` join an incident opened for new symptom `b` in the same window, or `b` one
+        opened for `a` (`_home`'s rules between two onsets of one window)?"""
+        if self._linked(a, b, [b]) or self._linked(b, a, [a]):
+            return True
+        if self._one_kill(a, b):
+            return True
+        if a.kind in NO_ANCHOR or b.kind in NO_ANCHOR:  # a late or idle rank anchors nothing
+            return False
+        labels_a, labels_b = symptom_labels(a.kind, a.detail), symptom_labels(b.kind, b.detail)
+        return co_signs(a.kind, a.component, b.kind, b.component, self.rack_of, labels_a, labels_b)
+
+    def _one_kill(self, a: Symptom, b: Symptom) -> bool:
+        """Xid 45 (the driver's cleanup of a killed process) on two GPUs of one job in one window: the job's
+        ranks killed together (a requeue, a drain), one event on every node they ran on."""
+        job = self.job_of.get(a.component)
+        return (
+            a.kind == b.kind == "xid"
+            and a.detail.get("xid") == b.detail.get("xid") == XID_KILLED
+            and job is not None
+            and self.job_of.get(b.component) == job
+        )
 
     def _with_new(self, s: Symptom, orphan: Symptom) -> bool:
         """Does `s`, which found an open incident, go with `orphan` instead, a symptom of a new cause with
