@@ -103,7 +103,7 @@ GPU_SAMPLES = Table(
                 "power_watts",
                 "GPU power draw (nvmlDeviceGetPowerUsage)",
                 "watts",
-                "gpu_samples.power_w: `Facts.around_onset`",
+                "gpu_samples.power_w: `Facts.around_onset`, `Facts.gpu_changes` (heat against node peers)",
             ),
             reacts_to=ANY,
             observed_by="nvmlDeviceGetPowerUsage (follows the work the GPU does)",

@@ -11,7 +11,7 @@ Layers, lowest first; a package may import its own layer's package and anything 
 other package of its own layer (except the base modules, and the order inside the pipeline layer below):
 
   0 base        aiops (the package), aiops.beneath, aiops.causal, aiops.columns (and .column_model, .columns_gpu), aiops.errors, .labels, .nvml_bits, .models,
-                .outbound, .safeload, .scenarios, .text, .workload
+                .outbound, .peer_heat, .safeload, .scenarios, .text, .workload
   1 store       aiops.store (workspace, migrations, ingest, readings)
   2 datapath    aiops.datapath (the only code that writes the kernel's datapath; imports aiops.errors alone)
   3 collectors  collectors (read-only telemetry sources), aiops.profile (eBPF uprobes on CUDA/NCCL: AI flame graphs)
@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "aiops.nvml_bits",
         "aiops.models",
         "aiops.outbound",
+        "aiops.peer_heat",
         "aiops.safeload",
         "aiops.scenarios",
         "aiops.text",

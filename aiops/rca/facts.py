@@ -112,7 +112,8 @@ class Facts:
         )
 
     def gpu_changes(self) -> list[dict[str, Any]]:
-        """Per GPU: temperature, power limit and error counters in the incident window against the reference.
+        """Per GPU: temperature, power draw, power limit and error counters in the incident window against the
+        reference.
         The reference temperature is the GPU's loaded one (samples at two thirds of its maximum power or more,
         all of them when it never ran loaded): a GPU back at work after a stall is no hotter than it was at work
         before it (aiops/detect/heat.py)."""
@@ -129,6 +130,7 @@ class Facts:
                    FROM gpu_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY gpu),
                cur AS (
                    SELECT gpu, any_value(node) AS node, avg(temp_c) AS temp_c, max(temp_c) AS max_temp_c,
+                          avg(power_w) AS power_w,
                           min(power_limit_w) AS limit_w, max(power_limit_max_w) AS max_limit_w,
                           arg_max(power_limit_w, ts_s) AS last_limit_w,
                           min(ts_s) FILTER (WHERE power_limit_w < 0.85 * power_limit_max_w) AS lowered_from_ts_s,

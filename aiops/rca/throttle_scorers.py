@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from aiops.peer_heat import above_peers
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
 from aiops.rca.limit_steps import Lowering, cap_levels, lowerings
@@ -85,6 +86,7 @@ def throttling(facts: Facts) -> list[Candidate]:
     return out
 
 
+HOT_C = 8.0  # this much above its loaded reference, or above its node's peers at their power, is hot
 SIMULTANEOUS_CAPS_S = 60.0  # rack caps that began this close together are one fleet-wide cap sent per rack
 
 
@@ -165,7 +167,9 @@ def _thermal(
     known = bool(rack_of)
     thermal = [str(r["gpu"]) for r in onsets if r["thermal_samples"]]
     throttled = set(thermal)
-    hot = sorted((g for g, r in changes.items() if _heated(r) >= 8.0), key=lambda g: -_heated(changes[g]))
+    above = above_peers((g, str(r["node"]), r.get("temp_c"), r.get("power_w")) for g, r in changes.items())
+    heat = {g: max(_heated(r), above.get(g, 0.0)) for g, r in changes.items()}
+    hot = sorted((g for g, h in heat.items() if h >= HOT_C), key=lambda g: -heat[g])
     node_of = {g: str(changes[g]["node"]) if g in changes else g.split("/")[0] for g in {*thermal, *hot}}
     heating = Counter(rack_of.get(n, "?") for n in set(node_of.values()))
     groups: dict[str, list[str]] = {}
@@ -191,6 +195,11 @@ def _thermal(
                 if whole
                 else f"{component} {'throttles for heat' if by_heat else 'runs hot'}: "
                 f"{_fmt(row.get('max_temp_c'))} °C against a loaded reference of {_fmt(row.get('ref_temp_c'))} °C"
+                + (
+                    f", {above[component]:.0f} °C above its node's other GPUs past their spread at that power"
+                    if above.get(component, 0.0) >= HOT_C
+                    else ""
+                )
             )
             out.append(
                 Candidate(
