@@ -17,7 +17,7 @@ from aiops.detect.limits import cap_levels
 from aiops.detect.rule_state import RuleState
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
-from aiops.peer_heat import PEER_HOT_C, above_peers
+from aiops.peer_heat import above_peers
 from collectors.nvml import DRIVER_GONE
 
 # Xid 92 reports a high rate of *corrected* errors (NVIDIA Xid catalogue): the data is intact and the job runs on,
@@ -32,7 +32,7 @@ def gpu_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     rack_of_gpu = {str(r["gpu"]): d.rack_of.get(str(r["node"])) for r in rows}
     capped = cap_levels(limits_w, list(d.caps_kw), rack_of_gpu)  # what each cap asked, where one is
     warm = d.warm(t1)
-    # far above its node's other GPUs at their power: hot whatever its own history says (aiops/peer_heat.py)
+    # above its node's other GPUs at their power, judged against how far above them it usually runs (heat.py)
     peers_c = above_peers((str(r["gpu"]), str(r["node"]), r["temp_c"], r["power_w"]) for r in rows)
     d.reporting = set()
     d.ends.idle = set()
@@ -84,9 +84,8 @@ def gpu_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
                 out.append(symptom("power_limit_drop", gpu, t1, **detail))
         # hot for the load it ran at: a GPU back at work after a stall is not hot (aiops/detect/heat.py)
         level = load_level(r["power_w"], r["power_max_w"] or d.limits.first_w(gpu))
-        hot = d.heat.hot(gpu, r["temp_c"], level, judge=warm) or (
-            warm and peers_c.get(gpu, 0.0) >= PEER_HOT_C
-        )
+        above_usual = d.peers.hot(gpu, peers_c.get(gpu), judge=warm)  # learns every window: not after an `or`
+        hot = d.heat.hot(gpu, r["temp_c"], level, judge=warm) or above_usual
         if d.persist.update(f"temp:{gpu}", hot, t1) >= 2:
             baseline_c = d.heat.baseline_c(gpu, level)
             out.append(

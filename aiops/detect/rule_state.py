@@ -13,7 +13,7 @@ from aiops import labels
 from aiops.detect import windows as w
 from aiops.detect.baselines import Persistence, RollingBaseline
 from aiops.detect.ended import JobEnds
-from aiops.detect.heat import LoadedTemperature
+from aiops.detect.heat import LoadedTemperature, PeerOffsets
 from aiops.detect.limits import LimitSteps
 from aiops.detect.restarts import ProductRestarts
 from aiops.detect.stragglers import EXPECTED, StragglerRules
@@ -37,6 +37,7 @@ class RuleState:
         self.counters: dict[str, float] = {}
         self.limits = LimitSteps()  # each GPU's power-limit steps (aiops/detect/limits.py)
         self.heat = LoadedTemperature(window_s)  # temperature per load level (aiops/detect/heat.py)
+        self.peers = PeerOffsets()  # how far above its node's other GPUs each GPU usually runs (heat.py)
         self.rack_of: dict[str, str] = {}  # node -> rack (topology), read once it exists
         self.caps_kw: dict[str, float] = {}  # scope -> the DCIM cap in force in the current window
         self.last_step_ts_s: dict[str, float] = {}

@@ -113,7 +113,7 @@ class Facts:
 
     def gpu_changes(self) -> list[dict[str, Any]]:
         """Per GPU: temperature, power draw, power limit and error counters in the incident window against the
-        reference.
+        reference (its temperature and power at load: how far above its node's peers a GPU usually runs).
         The reference temperature is the GPU's loaded one (samples at two thirds of its maximum power or more,
         all of them when it never ran loaded): a GPU back at work after a stall is no hotter than it was at work
         before it (aiops/detect/heat.py)."""
@@ -123,7 +123,9 @@ class Facts:
             "Per-GPU temperature (reference: at load), power limit and error counters: incident window vs reference",
             """WITH ref AS (
                    SELECT gpu, coalesce(avg(temp_c) FILTER (WHERE power_w >= power_limit_max_w * 2 / 3),
-                                        avg(temp_c)) AS ref_temp_c, max(power_limit_w) AS ref_limit_w,
+                                        avg(temp_c)) AS ref_temp_c,
+                          coalesce(avg(power_w) FILTER (WHERE power_w >= power_limit_max_w * 2 / 3),
+                                   avg(power_w)) AS ref_power_w, max(power_limit_w) AS ref_limit_w,
                           max(ecc_dbe_total) AS ref_dbe, max(pcie_replay_total) AS ref_replay,
                           max(nvlink_crc_total) + max(nvlink_replay_total) AS ref_nvlink,
                           min(pcie_link_width) AS ref_width, max(retired_rows) AS ref_retired_rows
@@ -144,7 +146,7 @@ class Facts:
                           sum(CASE WHEN clocks_event_reasons & 1 <> 0 THEN 1 ELSE 0 END) AS idle_samples,
                           count(*) AS samples
                    FROM gpu_samples WHERE ts_s BETWEEN ? AND ? GROUP BY gpu)
-               SELECT cur.*, ref.ref_temp_c, ref.ref_limit_w, ref.ref_dbe, ref.ref_replay, ref.ref_nvlink,
+               SELECT cur.*, ref.ref_temp_c, ref.ref_power_w, ref.ref_limit_w, ref.ref_dbe, ref.ref_replay, ref.ref_nvlink,
                       ref.ref_width, ref.ref_retired_rows
                FROM cur LEFT JOIN ref USING (gpu) ORDER BY gpu""",
             [w.run_start_s, w.baseline_end_s, w.start_s, w.end_s],

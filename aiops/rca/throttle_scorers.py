@@ -86,7 +86,7 @@ def throttling(facts: Facts) -> list[Candidate]:
     return out
 
 
-HOT_C = 8.0  # this much above its loaded reference, or above its node's peers at their power, is hot
+HOT_C = 8.0  # this much above its loaded reference, or further above its node's peers than it usually runs, is hot
 SIMULTANEOUS_CAPS_S = 60.0  # rack caps that began this close together are one fleet-wide cap sent per rack
 
 
@@ -167,7 +167,7 @@ def _thermal(
     known = bool(rack_of)
     thermal = [str(r["gpu"]) for r in onsets if r["thermal_samples"]]
     throttled = set(thermal)
-    above = above_peers((g, str(r["node"]), r.get("temp_c"), r.get("power_w")) for g, r in changes.items())
+    above = _above_usual(changes)
     heat = {g: max(_heated(r), above.get(g, 0.0)) for g, r in changes.items()}
     hot = sorted((g for g, h in heat.items() if h >= HOT_C), key=lambda g: -heat[g])
     node_of = {g: str(changes[g]["node"]) if g in changes else g.split("/")[0] for g in {*thermal, *hot}}
@@ -196,7 +196,7 @@ def _thermal(
                 else f"{component} {'throttles for heat' if by_heat else 'runs hot'}: "
                 f"{_fmt(row.get('max_temp_c'))} °C against a loaded reference of {_fmt(row.get('ref_temp_c'))} °C"
                 + (
-                    f", {above[component]:.0f} °C above its node's other GPUs past their spread at that power"
+                    f", {above[component]:.0f} °C further above its node's other GPUs at their power than before"
                     if above.get(component, 0.0) >= HOT_C
                     else ""
                 )
@@ -233,3 +233,14 @@ def _fmt(value: Any) -> str:
 
 
 __all__ = ["throttling"]
+
+
+def _above_usual(changes: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Per GPU, how much further above its node's other GPUs at their power it ran in the incident window than in
+    the reference (aiops/peer_heat.py): a GPU its place in the airflow keeps 12 °C above its peers is not hot for
+    that; one that ran level with them and now runs 20 °C above them is. No reference, no judgement."""
+    now = above_peers((g, str(r["node"]), r.get("temp_c"), r.get("power_w")) for g, r in changes.items())
+    before = above_peers(
+        (g, str(r["node"]), r.get("ref_temp_c"), r.get("ref_power_w")) for g, r in changes.items()
+    )
+    return {g: now[g] - before[g] for g in now if g in before}

@@ -79,8 +79,14 @@ def test_a_gpu_back_at_its_loaded_temperature_after_a_stall_is_not_hot_and_a_hot
     assert not any(verdicts[:30]) and all(verdicts[33:])
 
 
-def _fill(store: Store, powers_w: dict[str, list[float]], r_c_per_w: dict[str, list[float]]) -> None:
-    """1 Hz GPU samples whose temperature follows power through a first-order model."""
+def _fill(
+    store: Store,
+    powers_w: dict[str, list[float]],
+    r_c_per_w: dict[str, list[float]],
+    inlet_c: dict[str, float] | None = None,
+) -> None:
+    """1 Hz GPU samples whose temperature follows power through a first-order model; `inlet_c` warms a GPU's air
+    (its place in the node's airflow) by that much for the whole run."""
     topology(store)
     cols: dict[str, list[object]] = {
         k: [] for k in ("ts_s", "gpu", "node", "temp_c", "power_w", "power_limit_w", "power_limit_max_w")
@@ -88,7 +94,7 @@ def _fill(store: Store, powers_w: dict[str, list[float]], r_c_per_w: dict[str, l
     for gpu in GPUS:
         temp = 60.0
         for t, (power, r) in enumerate(zip(powers_w[gpu], r_c_per_w[gpu], strict=True)):
-            temp += (28.0 + power * r - temp) * (1.0 - math.exp(-1.0 / TAU_S))
+            temp += (28.0 + (inlet_c or {}).get(gpu, 0.0) + power * r - temp) * (1.0 - math.exp(-1.0 / TAU_S))
             for key, value in (
                 ("ts_s", T0 + t),
                 ("gpu", gpu),

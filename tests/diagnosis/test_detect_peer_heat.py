@@ -15,12 +15,14 @@ DURATION_S = 900
 WORK = [620.0 if t < 300 else 80.0 for t in range(DURATION_S)]  # the job stands from 300 s
 
 
-def _hot(failing: str | None) -> set[str]:
+def _hot(failing: str | None, inlet_c: dict[str, float] | None = None, since_s: float = 400.0) -> set[str]:
     r_c_per_w = {g: [0.2 if (g == failing and t >= 400) else 0.05 for t in range(DURATION_S)] for g in GPUS}
     with Store(":memory:") as store:
-        _fill(store, {g: WORK for g in GPUS}, r_c_per_w)
+        _fill(store, {g: WORK for g in GPUS}, r_c_per_w, inlet_c)
         incidents = detect(store)
-    return {s.component for i in incidents for s in i.symptoms if s.kind == "gpu_hot" and s.ts_s >= T0 + 400}
+    return {
+        s.component for i in incidents for s in i.symptoms if s.kind == "gpu_hot" and s.ts_s >= T0 + since_s
+    }
 
 
 def test_a_gpu_far_above_its_node_peers_at_their_power_is_hot_while_its_job_stands() -> None:
@@ -29,3 +31,10 @@ def test_a_gpu_far_above_its_node_peers_at_their_power_is_hot_while_its_job_stan
 
 def test_the_same_gpus_without_the_failure_are_not() -> None:
     assert _hot(None) == set()
+
+
+def test_a_gpu_its_place_keeps_above_its_peers_is_not_hot_for_that() -> None:
+    """An air-cooled node's GPU downstream in the airflow runs a fixed 16 °C above its peers, at work and at
+    rest, for the whole run: its normal, learnt, never `gpu_hot`; its cooling failing on top of that still is."""
+    assert _hot(None, {"node1/gpu2": 16.0}, since_s=0.0) == set()
+    assert _hot("node1/gpu2", {"node1/gpu2": 16.0}) == {"node1/gpu2"}

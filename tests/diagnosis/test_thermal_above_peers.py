@@ -14,14 +14,19 @@ from aiops.store import Store
 BUSY_W, IDLE_W = 610.0, 80.0
 
 
-def _workspace(hot_gpu_c: float, hot_gpu_power_w: float) -> Store:
-    """node5's four GPUs: loaded at 64 °C before t=100; then mostly idle at 40 °C, its gpu3 at `hot_gpu_c`."""
+def _workspace(hot_gpu_c: float, hot_gpu_power_w: float, usual_c: float = 0.0) -> Store:
+    """node5's four GPUs: loaded at 64 °C before t=100; then mostly idle at 40 °C, its gpu3 at `hot_gpu_c`;
+    gpu3 `usual_c` warmer than that at load (its place in the airflow)."""
     store = Store(":memory:")
     for t in range(0, 200, 5):
         for g in range(4):
             loaded = t < 100
             power_w = BUSY_W if loaded else (hot_gpu_power_w if g == 3 else IDLE_W)
-            temp_c = 64.0 + g * 0.5 if loaded else (hot_gpu_c if g == 3 else 40.0 + g * 0.5)
+            temp_c = (
+                64.0 + g * 0.5 + (usual_c if g == 3 else 0.0)
+                if loaded
+                else (hot_gpu_c if g == 3 else 40.0 + g * 0.5)
+            )
             store.conn.execute(
                 "INSERT INTO gpu_samples (ts_s, gpu, node, util_pct, power_w, power_limit_w, power_limit_max_w, "
                 "temp_c, clocks_event_reasons, ecc_dbe_total, pcie_replay_total, pcie_link_width, "
@@ -51,4 +56,11 @@ def test_a_gpu_a_few_degrees_above_its_peers_is_not() -> None:
 
 def test_a_gpu_warmer_because_it_works_harder_is_not() -> None:
     with _workspace(hot_gpu_c=62.0, hot_gpu_power_w=400.0) as store:  # it draws five times its peers' power
+        assert _thermal(store) == []
+
+
+def test_a_gpu_as_far_above_its_peers_as_it_usually_runs_is_not() -> None:
+    """gpu3 ran 22 °C above its peers at load before the incident too (its place in the airflow): 22 °C above
+    them in the incident window is its normal, not a cooling failure."""
+    with _workspace(hot_gpu_c=62.0, hot_gpu_power_w=IDLE_W, usual_c=22.0) as store:
         assert _thermal(store) == []
