@@ -161,9 +161,10 @@ def test_a_lost_agent_and_a_blind_source_are_said_notified_and_resolved(tmp_path
             # lost at the first failed scrape the fleet saw (later ones, seen by the time this reads, count on), or
             # sooner: a loop stalled by load reads two missed steps of presence before its watch polls the targets
             assert scraped["first_failed_ts_s"] == scraped["lost_at_ts_s"] >= opened_ts_s, scraped
-            # one interval after the last sample; two where a late tick's poll saw only the second refused scrape
-            # (the fleet polls once a tick, and a 1 s scrape can land twice between two late ticks)
-            assert 0 <= opened_ts_s - last_seen_ts_s <= 2 * SCRAPE_S + 0.1, (lost, last_seen_ts_s)
+            # one interval after the last sample; two or three where a late tick's poll saw only a later refused
+            # scrape (the fleet polls once a tick, and 1 s scrapes land twice or three times between two ticks
+            # the suite's load delays: 3.0 s once, fresh62 of 2026-12-07)
+            assert 0 <= opened_ts_s - last_seen_ts_s <= 3 * SCRAPE_S + 0.1, (lost, last_seen_ts_s)
             assert "nothing listens" in symptom["detail"]["reason"] and symptom["detail"]["gpu"] == 2, symptom
             assert detail["hypotheses"] == [] and lost["top_hypothesis"] is None  # a condition, not a cause
             sink.wait_for(lambda got: len(events(got, lost["incident_id"], "opened")) == 1, 30)
