@@ -68,19 +68,12 @@ def step_event(source: str, number: int, raw: str) -> LogEvent | None:
     if m is None:
         return megatron_step_event(source, number, raw)
     step_s, data_s = float(m.group("step")), float(m.group("data"))
-    return LogEvent(
-        source=source,
-        line=number,
-        raw=raw,
-        kind="train_step",
-        value=step_s,
-        ts_s=zoned_ts_s(raw),
-        detail={
-            "step_time_s": m.group("step"),
-            "data_time_s": m.group("data"),
-            "data_fraction": f"{data_s / step_s:.3f}" if step_s > 0 else "0",
-        },
-    )
+    detail = {
+        "step_time_s": m.group("step"),
+        "data_time_s": m.group("data"),
+        "data_fraction": f"{data_s / step_s:.3f}" if step_s > 0 else "0",
+    }
+    return _train_step(source, number, raw, step_s, detail)
 
 
 def megatron_step_event(source: str, number: int, raw: str) -> LogEvent | None:
@@ -92,6 +85,10 @@ def megatron_step_event(source: str, number: int, raw: str) -> LogEvent | None:
     detail = {"step_time_s": f"{step_s:g}", "framework": "megatron"}
     if (it := _MEGATRON_ITERATION.search(raw)) is not None:
         detail["iteration"] = it.group("iteration")
+    return _train_step(source, number, raw, step_s, detail)
+
+
+def _train_step(source: str, number: int, raw: str, step_s: float, detail: dict[str, str]) -> LogEvent:
     return LogEvent(
         source=source,
         line=number,
