@@ -43,6 +43,12 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         # nvidia-smi -q aligns its keys: `    Key                     : value` (two or more spaces before the colon)
         re.compile(r"^ {4,}[A-Z][\w .()/-]{1,40}? {2,}: \S"),
         re.compile(r"^\s*(?:<\?xml|<nvidia_smi_log>|<!DOCTYPE nvidia_smi_log)"),
+        # an excerpt of `nvidia-smi -q -x` without its header: element names only nvidia-smi's DTD has
+        re.compile(
+            r"^\s*<(?:clocks_(?:event|throttle)_reasons?(?:_counters)?(?:_\w{1,60})?|fb_memory_usage|"
+            r"bar1_memory_usage|ecc_errors|retired_pages|remapped_rows|performance_state|gpu_temp|"
+            r"gpu_temp_slow_threshold|pci_bus_id|product_name)>"
+        ),
     ),
     "nvidia-smi": (
         re.compile(r"^\|\s{0,4}NVIDIA-SMI \d"),
@@ -59,6 +65,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|^No devices were found"
             r"|Unable to determine the device handle for (?:GPU|gpu)|^GPU \d{1,3}: .{1,80} \(UUID: (?:GPU-|\.\.\.)"
         ),
+        # `nvidia-smi nvlink -s`: one line per link under each GPU's `-L` line
+        re.compile(r"^\s+Link \d{1,2}: (?:<inactive>|[\d.]{1,10} GB/s)\s*$"),
     ),
     "nccl-log": (
         re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b"),

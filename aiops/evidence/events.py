@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 FORMATS: dict[str, str] = {
     "kernel-log": "kernel log: dmesg, dmesg -T, journalctl -k (text or -o json), syslog kern.log",
     "nvidia-smi-q": "nvidia-smi -q (text) or nvidia-smi -q -x (XML)",
-    "nvidia-smi": "nvidia-smi (the plain table), and its failures (no devices, driver not reachable)",
+    "nvidia-smi": "nvidia-smi (the plain table), nvidia-smi -L and nvidia-smi nvlink -s, and its failures (no "
+    "devices, driver not reachable)",
     "nccl-log": "NCCL (NCCL_DEBUG), PyTorch ProcessGroupNCCL, UCX and CUDA runtime error output",
     "ib": "ibstat, ibqueryerrors, perfquery, rdma link, rdma statistic, ibdev2netdev",
     "ibv-devinfo": "ibv_devinfo (-v)",

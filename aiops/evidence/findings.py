@@ -129,8 +129,8 @@ MEANS: dict[str, str] = {
     "dcgm_health": "a DCGM health watch that is not Healthy",
     "dcgm_overall": "DCGM's overall health is not Healthy",
     "dcgm_diag": "a DCGM diagnostic test that did not pass",
-    "nvlink_links": "DCGM shows NVLink links down: on a GPU without NVLink (PCIe boards, no bridge) every link "
-    "reads down; one link down among up ones is a link fault",
+    "nvlink_links": "NVLink links down (DCGM) or inactive (nvidia-smi nvlink -s): on a GPU without NVLink (PCIe "
+    "boards, no bridge) every link reads down; one link down among up ones is a link fault",
     "throttle_counter": "the GPU spent time in a thermal or hardware slowdown since the driver loaded",
     "ipmi_sel": "a BMC event log record of a fault",
     "ipmi_sensor": "a BMC sensor past a threshold or failed",

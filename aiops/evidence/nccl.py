@@ -2,7 +2,8 @@
 
 Meanings: NCCL's `NET/IB : Got completion ... error/status N` carries the ibverbs work-completion status
 (`enum ibv_wc_status`, libibverbs verbs.h: 4 LOC_PROT_ERR, 5 WR_FLUSH_ERR, 10 REM_ACCESS_ERR, 12 RETRY_EXC_ERR,
-13 RNR_RETRY_EXC_ERR); `Got async event : port error` is IBV_EVENT_PORT_ERR (the port's link went down);
+13 RNR_RETRY_EXC_ERR); `Got async event : port error` (newer releases: `Got async error event: port
+error`) is IBV_EVENT_PORT_ERR (the port's link went down), `port active` IBV_EVENT_PORT_ACTIVE (it came up);
 `local access violation work queue error` is IBV_EVENT_QP_ACCESS_ERR. PyTorch's watchdog line
 ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=...)") says a collective did not
 finish in time, which is a symptom of any slow or dead rank. UCX's "Transport retry count exceeded" is the
@@ -29,8 +30,12 @@ _COMPLETION = re.compile(
 _GIDS = re.compile(
     r"localGid (?P<local>[0-9a-fA-F:.]{1,64})\s{1,8}remoteGids?\s{0,8}(?P<remote>[0-9a-fA-F:.]{1,64})"
 )
+# NCCL's async thread (src/transport/net_ib.cc) prints `NET/IB : <dev>:<port> Got async event : <what>`
+# (older releases), `Got async error event: <what>` (newer ones, non-fatal events) or `async fatal event:
+# <what>`; <what> is ibv_event_type_str(): "port error" (IBV_EVENT_PORT_ERR), "port active" (..._PORT_ACTIVE).
 _ASYNC = re.compile(
-    r"NET/IB ?: (?:(?P<dev>\S{1,40}) )?(?:Got async event|async fatal event)[^:]{0,60}: ?(?P<what>.+)$"
+    r"NET/IB ?: (?:(?P<dev>\S{1,40}) )?(?:Got async (?:error )?event|async fatal event)[^:]{0,60}: ?"
+    r"(?P<what>.+)$"
 )
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
@@ -82,6 +87,8 @@ def parse_line(source: str, number: int, raw: str) -> LogEvent | None:
     if (m := _ASYNC.search(raw)) is not None:
         what = m.group("what").strip()
         kind = "ib_port_error" if "port error" in what else "ib_async_event"
+        if what == "port active":  # the port's link came (back) up: a state, not an error by itself
+            kind = "ib_port_active"
         return LogEvent(kind=kind, component=m.group("dev"), detail={"event": what}, **base)
     if (m := _WATCHDOG.search(raw)) is not None:
         r = _RANK.search(raw)

@@ -3,6 +3,11 @@ temperature, performance state, power and utilisation; `ERR!` where NVML could n
 answers badly), and nvidia-smi's own failures ("NVIDIA-SMI has failed because it couldn't communicate with
 the NVIDIA driver", "No devices were found", "Unable to determine the device handle for GPU ...").
 
+`nvidia-smi nvlink -s` (`--status`) prints the `-L` line of each GPU, then one line per link: `Link 0: 25.781 GB/s`
+when the link is up (its speed), `Link 3: <inactive>` when it is not. Each GPU's links become one `nvlink_links`
+event (up and down counts, code 1 when a link is inactive), as `dcgmi nvlink -s`'s letters do (aiops/evidence/
+dcgmi.py): some inactive among active ones is a link fault; all inactive is a GPU without NVLink or a fault.
+
 The table's rows (driver 510 and 580 layouts alike): `|   0  NVIDIA H200   On  |   00000000:00:06.0 Off |
 0 |` then `| N/A   40C    P0   79W /  700W |  0MiB / 143771MiB |  0%  Default |`."""
 
@@ -33,13 +38,57 @@ FAILURE = re.compile(
 )
 _LIST = re.compile(r"^GPU (?P<idx>\d{1,3}): (?P<name>.{1,80}?) \(UUID: (?P<uuid>[^)]{1,60})\)")
 _DECOR = re.compile(r"^[|+][-=+| ]*[|+]?\s*$|^\|")
+_LINK = re.compile(
+    r"^\s+Link (?P<link>\d{1,2}): (?:(?P<inactive><inactive>)|(?P<speed>[\d.]{1,10}) GB/s)\s*$"
+)
 
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
+    """The table's lines, and each `nvidia-smi nvlink -s` GPU's link lines held until its block ends."""
+    links = _Links()
+    for event in _parse(source, numbered, links):
+        if event is None or event.kind != "nvlink_link":
+            yield from links.flush()
+            yield event
+        else:
+            links.held.append(event)
+    yield from links.flush()
+
+
+class _Links:
+    """One GPU's `Link N:` lines: the first inactive one (else the first) becomes its `nvlink_links` (the
+    counts), the others stay readings; the lines keep their order."""
+
+    def __init__(self) -> None:
+        self.gpu: str | None = None
+        self.held: list[LogEvent] = []
+
+    def flush(self) -> Iterator[LogEvent]:
+        if not self.held:
+            return
+        down = sum(1 for e in self.held if e.detail.get("state") == "inactive")
+        detail = {"up": str(len(self.held) - down), "down": str(down), "disabled": "0"}
+        cited = next((e for e in self.held if e.detail.get("state") == "inactive"), self.held[0])
+        for e in self.held:
+            if e is cited:
+                yield LogEvent(
+                    **{**e.__dict__, "kind": "nvlink_links", "code": int(down > 0), "detail": detail}
+                )
+            else:
+                yield LogEvent(**{**e.__dict__, "kind": "nvsmi_field"})
+        self.held.clear()
+
+
+def _parse(source: str, numbered: Iterable[tuple[int, str]], links: _Links) -> Iterator[LogEvent | None]:
     gpus: dict[str, str] = {}  # index -> bus id, from the row above each state row
     last: str | None = None
     for number, raw in numbered:
         base: dict[str, Any] = {"source": source, "line": number, "raw": raw}
+        if (m := _LINK.match(raw)) is not None and links.gpu is not None:
+            state = "inactive" if m.group("inactive") else "active"
+            detail = {"link": m.group("link"), "state": state, "speed": m.group("speed") or ""}
+            yield LogEvent(kind="nvlink_link", component=links.gpu, detail=detail, **base)
+            continue
         if (m := _GPU_ROW.match(raw)) is not None:
             bus = pci_bus_id(m.group("bus")) or m.group("bus")
             gpus[m.group("idx")] = bus
@@ -66,7 +115,8 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             kind = "gpu_lost" if "GPU is lost" in raw else "nvsmi_error"
             yield LogEvent(kind=kind, component=bus, detail={"message": raw.strip()}, **base)
             continue
-        if (m := _LIST.match(raw)) is not None:  # `nvidia-smi -L`
+        if (m := _LIST.match(raw)) is not None:  # `nvidia-smi -L`, and each GPU of `nvidia-smi nvlink -s`
+            links.gpu = f"GPU{m.group('idx')}"
             detail = {"gpu_index": m.group("idx"), "name": m.group("name"), "uuid": m.group("uuid")}
             yield LogEvent(kind="gpu_header", code=int(m.group("idx")), detail=detail, **base)
             continue

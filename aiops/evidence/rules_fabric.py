@@ -69,7 +69,7 @@ def dcgm_nvlink(c: Collected, n: Namer) -> list[Hyp]:
                     n.gpu(e),
                     0.6,
                     f"{gone} NVLink link(s) of the GPU down while {up} are up: a link fault",
-                    ("DCGM NVLink link status", [e]),
+                    ("NVLink link status", [e]),
                 )
             )
         elif gone:

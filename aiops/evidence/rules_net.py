@@ -29,6 +29,18 @@ def link_and_roce_config(c: Collected, n: Namer) -> list[Hyp]:
         "the HCA reported a port error (link went down)",
         "IB async event: port error",
     )
+    active = by(c.of("ib_port_active"), lambda e: e.component or "")
+    for dev, errors in by(c.of("ib_port_error"), lambda e: e.component or "").items():
+        if dev and active.get(dev):
+            out.append(
+                hyp(
+                    "nic_link_flap",
+                    n.nic(errors[0]),
+                    0.8,
+                    f"port {dev} went down {len(errors)} time(s) and came back up: its link flaps",
+                    ("IB async events: port error / port active", sorted(errors + active[dev], key=_order)),
+                )
+            )
     states = by(c.of("ib_port_state"), lambda e: e.component or "")
     for _comp, events in states.items():
         polling = [e for e in events if e.detail.get("physical") == "polling"]
@@ -96,6 +108,10 @@ def link_and_roce_config(c: Collected, n: Namer) -> list[Hyp]:
                 "RDMA completion errors",
             )
     return merge(out)
+
+
+def _order(e: LogEvent) -> tuple[str, int]:
+    return e.source, e.line
 
 
 def _switch_port_flaps(port: str, events: list[LogEvent], n: Namer) -> list[Hyp]:
