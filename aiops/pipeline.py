@@ -10,17 +10,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from aiops.detect import detect
 from aiops.detect.severity import observe_only
 from aiops.labels import BENIGN_LABELS
 from aiops.memory.rma import lemon_ladder
-from aiops.models import Diagnosis, Evidence, Hypothesis, Incident, Symptom
+from aiops.models import Diagnosis, Incident
 from aiops.plans import PlanRecord, StepDraft, draft_steps, facts_of, file_plan, new_proposal_id
 from aiops.playbooks import steps_from_store
 from aiops.rca import diagnose, job_of
 from aiops.store import Store
+from aiops.store.diagnoses import incident_of as incident_of  # re-exported: read back apart
+from aiops.store.diagnoses import stored_diagnoses as stored_diagnoses
 from guardrails.actions import Action
 from guardrails.intended import intended_state, restore_intended
 from guardrails.proposal_desk import Guardrails
@@ -169,48 +170,4 @@ def save_hypotheses(store: Store, diagnoses: list[Diagnosis], *, replace_all: bo
             "summary": [r[2].summary for r in rows],
             "evidence": [json.dumps([e.model_dump() for e in r[2].evidence]) for r in rows],
         },
-    )
-
-
-def stored_diagnoses(store: Store, *, open_only: bool = False) -> list[Diagnosis]:
-    """The incidents and hypotheses an analysis or the service stored, oldest first."""
-    where = "WHERE resolved_ts_s IS NULL" if open_only else ""
-    rows = store.query(f"SELECT * FROM incidents {where} ORDER BY opened_ts_s, incident_id")
-    if not rows:
-        return []
-    by_incident: dict[str, list[Hypothesis]] = {}
-    # the open incidents' hypotheses only when only those are asked for: a long-running fleet's history of
-    # resolved incidents (and their evidence to parse) grows without end, the open ones do not
-    join = (
-        "JOIN incidents i ON i.incident_id = h.incident_id AND i.resolved_ts_s IS NULL " if open_only else ""
-    )
-    for h in store.query(f"SELECT h.* FROM hypotheses h {join}ORDER BY h.incident_id, h.rank"):
-        by_incident.setdefault(str(h["incident_id"]), []).append(
-            Hypothesis(
-                root_cause=h["root_cause"],
-                component=h["component"],
-                confidence=float(h["confidence"]),
-                summary=h["summary"],
-                evidence=[Evidence.model_validate(e) for e in json.loads(h["evidence"])],
-            )
-        )
-    return [
-        Diagnosis(incident=incident_of(r), hypotheses=by_incident.get(str(r["incident_id"]), []))
-        for r in rows
-    ]
-
-
-def incident_of(row: dict[str, Any]) -> Incident:
-    """An `incidents` row as the model."""
-    resolved = row.get("resolved_ts_s")
-    return Incident(
-        incident_id=str(row["incident_id"]),
-        opened_ts_s=float(row["opened_ts_s"]),
-        last_ts_s=float(row["last_ts_s"]),
-        title=str(row["title"]),
-        severity=str(row["severity"]),
-        components=list(row["components"]),
-        symptoms=[Symptom.model_validate(s) for s in json.loads(row["symptoms"])],
-        resolved_ts_s=None if resolved is None else float(resolved),
-        impact=str(row.get("impact") or ""),
     )

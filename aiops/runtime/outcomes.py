@@ -22,9 +22,8 @@ from typing import Any
 from aiops.detect.effects import DEFAULTS, Judged, Verdict, judge
 from aiops.errors import IngestError
 from aiops.models import Incident
-from aiops.pipeline import incident_of
-from aiops.playbooks import load_playbooks
 from aiops.store import Store
+from aiops.store.diagnoses import incident_of
 from guardrails.actions import Action
 from guardrails.audit import AuditLog
 from guardrails.context import topology_from_store
@@ -77,7 +76,11 @@ def _playbook_spec(store: Store, incident_id: str | None, kind: str) -> Spec | N
     label = store.scalar(
         "SELECT root_cause FROM hypotheses WHERE incident_id = ? AND rank = 1", [incident_id]
     )
-    book = load_playbooks().get(str(label)) if label else None
+    if not label:
+        return None
+    from aiops.playbooks import load_playbooks  # its YAML and models: loaded where an action was diagnosed
+
+    book = load_playbooks().get(str(label))
     for remedy in book.remediations if book else []:
         verify: Any = getattr(remedy, "verify", None)  # playbooks say it where the kind's default is wrong
         if remedy.action == kind and verify is not None:

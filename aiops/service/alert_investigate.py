@@ -25,7 +25,6 @@ from typing import Any
 
 from aiops.integrations.event import IncidentEvent, incident_event
 from aiops.models import Hypothesis, Incident
-from aiops.rca import analyze
 from aiops.service.alerts_in import AlertInbox, Received, WebhookAlert, component_of, related
 from aiops.store import Store
 
@@ -124,6 +123,8 @@ class AlertInvestigator:
             components=[component] if component else [],
             symptoms=[],
         )
+        from aiops.rca import analyze  # the analyst: loaded at the first alert investigated, not at the start
+
         hypotheses = focus(analyze(store, window), component)
         top = hypotheses[0] if hypotheses else None
         linked = _linked_incident(store, component or (top.component if top else None), window)

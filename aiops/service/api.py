@@ -9,11 +9,11 @@ from typing import Any
 
 from aiops.detect.recurrence import recurrence_of
 from aiops.errors import MaintenanceError
-from aiops.pipeline import stored_diagnoses
 from aiops.runtime.maintenance import close_window, open_window
 from aiops.service.alerts_in import AlertInbox
 from aiops.store import Store, Workspace
 from aiops.store.coverage import coverage
+from aiops.store.diagnoses import stored_diagnoses
 from aiops.store.maintenance import MAX_WINDOW_S, windows
 from guardrails.records import GuardrailRecords
 

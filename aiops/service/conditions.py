@@ -20,9 +20,9 @@ from typing import Any
 
 from aiops.detect import save_incidents
 from aiops.models import Hypothesis, Incident
-from aiops.pipeline import incident_of
 from aiops.store import Store
 from aiops.store.conditions import BLINDING, COLLECTOR_BLIND, condition_incident, condition_of
+from aiops.store.diagnoses import incident_of
 from aiops.text import when
 
 log = logging.getLogger("aiops.service")

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aiops.plans import advance
 from aiops.runtime.world import TICKETS_ONLY, Attached, desk
 from aiops.service.closed_loop import close_loop
 from aiops.service.conditions import ConditionReport
@@ -142,6 +141,8 @@ def advance_plans(svc: Service, store: Store) -> None:
     assert svc.sources is not None
     if not store.scalar("SELECT count(*) FROM plans WHERE status = 'open'"):
         return  # nothing to follow: the world is not attached on every flush (docs/BENCHMARKS.md, "Footprint")
+    from aiops.plans import advance  # the plans' lifecycle: loaded once a plan is open
+
     attached = svc.attach(store)
     changed = advance(desk(store, attached))
     if changed:

@@ -28,9 +28,9 @@ from aiops.detect.incidents import ANALYSIS_PREFIX, IncidentTracker, Transition
 from aiops.detect.rules import Detector
 from aiops.detect.windows import job_gpus, job_homes, reading_ahead
 from aiops.models import Incident, Symptom
-from aiops.pipeline import incident_of
 from aiops.store import Store
 from aiops.store.conditions import condition_of
+from aiops.store.diagnoses import incident_of
 from aiops.store.incident_ids import qualify_legacy_ids
 from guardrails.audit import AuditLog
 

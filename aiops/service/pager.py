@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiops.models import Diagnosis, Hypothesis, Incident
-from aiops.pipeline import stored_diagnoses
 from aiops.service.paging import DEFAULT_PAGE_FROM, Decision, Subject, decide
 from aiops.service.unchanged import Kept
 from aiops.store import Store
 from aiops.store.conditions import condition_of, symptoms_condition
+from aiops.store.diagnoses import stored_diagnoses
 from aiops.store.maintenance import Membership, Window, membership, windows
 
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> told to people

@@ -22,15 +22,17 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiops.config import ProfileConfig
 from aiops.errors import PrerequisiteError, ProfileTargetError
 from aiops.labels import node_of
 from aiops.models import Hypothesis, Incident
-from aiops.profile.probes import LIBRARY_PREFIXES, missing_privilege
-from aiops.profile.session import ProfileResult, run_profile
 from aiops.store import Store
+
+if TYPE_CHECKING:  # the profiler (its probes, sampler, symbolizer) is loaded at the first run, never on a
+    # node whose incidents ask for none
+    from aiops.profile.session import ProfileResult
 
 log = logging.getLogger("aiops.service.profile")
 MAX_PIDS_SCANNED = 32_768  # /proc entries looked at per scan
@@ -46,6 +48,8 @@ class CudaProcess:
 
 
 def _cuda_libraries(maps: str) -> tuple[str, ...]:
+    from aiops.profile.probes import LIBRARY_PREFIXES
+
     found: set[str] = set()
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
@@ -98,11 +102,19 @@ class StoreAccess(Protocol):
     def write(self) -> AbstractContextManager[Store]: ...
 
 
-Profiler = Callable[[int, float, threading.Event], ProfileResult]
+Profiler = Callable[[int, float, threading.Event], "ProfileResult"]
 
 
 def _profile(pid: int, duration_s: float, stop: threading.Event) -> ProfileResult:
+    from aiops.profile.session import run_profile
+
     return run_profile(pid, duration_s, stop=stop)  # no NVML join here: the service's collector owns NVML
+
+
+def _missing_privilege() -> str | None:
+    from aiops.profile.probes import missing_privilege
+
+    return missing_privilege()
 
 
 def _safe(text: str) -> str:
@@ -120,7 +132,7 @@ class ProfileTrigger:
         sim: bool = False,
         profiler: Profiler = _profile,
         finder: Callable[[], list[CudaProcess]] | None = None,
-        privilege: Callable[[], str | None] = missing_privilege,
+        privilege: Callable[[], str | None] = _missing_privilege,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config

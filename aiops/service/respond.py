@@ -18,16 +18,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiops.detect.incidents import Transition
 from aiops.detect.recurrence import link_recurrence
 from aiops.detect.severity import observe_only
 from aiops.models import Diagnosis, Hypothesis, Incident
-from aiops.pipeline import file_remediation, save_hypotheses
-from aiops.plans import close_for_incident
-from aiops.rca import analyze
 from aiops.store import Store
-from guardrails.proposal_desk import Guardrails
+
+if TYPE_CHECKING:
+    from guardrails.proposal_desk import Guardrails
 
 log = logging.getLogger("aiops.service")
 # (store, event kind: opened | diagnosed | resolved, the incident, its top hypothesis) -> queued for people
@@ -56,6 +56,11 @@ class Responder:
         """Diagnose, file and queue notifications for these transitions; returns the events queued."""
         events: list[str] = []
         for t in transitions:
+            # the analyst, the playbooks and the plans: loaded at a node's first incident, not at its start
+            from aiops.pipeline import file_remediation, save_hypotheses
+            from aiops.plans import close_for_incident
+            from aiops.rca import analyze
+
             incident = t.incident
             if t.kind == "resolved":
                 self.tops.pop(incident.incident_id, None)

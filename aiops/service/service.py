@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -58,7 +58,6 @@ from aiops.service.profile_trigger import ProfileTrigger
 from aiops.service.reports import ReportSchedule, check_paths
 from aiops.service.respond import Notify, Responder
 from aiops.service.server import WebServer
-from aiops.service.slack_actions import SlackChat
 from aiops.service.sources import (
     Sources,
     check_node,
@@ -72,6 +71,9 @@ from aiops.store.maintenance import active_windows, matching, membership
 from collectors.base import RowBatch, RowBuffer
 from guardrails import witness
 from guardrails.breaker_inputs import HeldView
+
+if TYPE_CHECKING:
+    from aiops.service.slack_actions import SlackChat
 
 log = logging.getLogger("aiops.service")
 
@@ -143,7 +145,11 @@ class Service:
         self.release_memory = config.node.name != "fleet"
         self.workspace = OwnedWorkspace(self.owner)
         # [chatops.slack]: incident messages with buttons, and POST /api/slack/actions (slack_actions.py)
-        self.slack = SlackChat(config, self.workspace) if config.chatops.slack.enabled else None
+        self.slack: SlackChat | None = None
+        if config.chatops.slack.enabled:  # its modules (the Slack API, button actions) loaded only then
+            from aiops.service.slack_actions import SlackChat
+
+            self.slack = SlackChat(config, self.workspace)
         self.metrics = MetricsCache(config.node.name)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from aiops.config import Config
 from aiops.errors import ConfigError
 from aiops.labels import rack_name_error
-from aiops.profile.rank_collector import DEFAULT_WINDOW_S, RankTimingCollector
 from aiops.scenarios import Scenario
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
@@ -47,6 +46,7 @@ from collectors.workloads.kubernetes import kube_api
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from aiops.profile.rank_collector import RankTimingCollector
     from aiops.sim.twin import Twin
     from collectors.nvml import NvmlCollector
 
@@ -274,6 +274,9 @@ class RankTimingSource:
 
 
 def rank_timing_source(config: Config) -> RankTimingSource:
+    # the uprobes' loader and the timing windows, loaded only where rank timing runs (a host; not the twin)
+    from aiops.profile.rank_collector import DEFAULT_WINDOW_S, RankTimingCollector
+
     wanted = config.collectors
     period_s = wanted.rank_timing.interval_s
     window_s = min(DEFAULT_WINDOW_S, period_s)
