@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from aiops.config import SchedulerConfig
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
-from aiops.integrations.ticket import TicketActuator
 from aiops.runtime.schedulers import local_name, scheduler_routes
 from aiops.store import Store
 from aiops.store.lease import service_pid
@@ -53,6 +52,7 @@ from guardrails.standing import Standing
 from guardrails.topology import Topology
 
 if TYPE_CHECKING:  # the twin (numpy, its world) is loaded only for a simulated workspace: a node agent never
+    from aiops.integrations.ticket import TicketActuator
     from aiops.sim.twin import Twin
 
 ACTUATORS: tuple[str, ...] = ("auto", "twin", "nvml", "none")

@@ -21,16 +21,18 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiops.integrations.event import IncidentEvent, incident_event
 from aiops.models import Hypothesis, Incident
 from aiops.service.alerts_in import AlertInbox, Received, WebhookAlert, component_of, related
 from aiops.store import Store
 
+if TYPE_CHECKING:
+    from aiops.integrations.event import IncidentEvent
+
 SEVERITIES = ("info", "warning", "critical")
 TITLE_CHARS = 200
-EnqueueFn = Callable[[Store, IncidentEvent], None]
+EnqueueFn = Callable[[Store, "IncidentEvent"], None]
 
 
 def alert_id_of(alert: WebhookAlert) -> str:
@@ -123,7 +125,9 @@ class AlertInvestigator:
             components=[component] if component else [],
             symptoms=[],
         )
-        from aiops.rca import analyze  # the analyst: loaded at the first alert investigated, not at the start
+        # the analyst and the notifications' event: loaded at the first alert investigated, not at the start
+        from aiops.integrations.event import incident_event
+        from aiops.rca import analyze
 
         hypotheses = focus(analyze(store, window), component)
         top = hypotheses[0] if hypotheses else None
@@ -191,6 +195,8 @@ class AlertInvestigator:
         )
         top = _stored_top(row)
         incident = _as_incident(alert, alert_id, row["component"], item.received_ts_s)
+        from aiops.integrations.event import incident_event
+
         event = incident_event(
             "resolved",
             incident,

@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from aiops.config import NotifyConfig
-from aiops.integrations.event import EVENT_KINDS, EventKind, IncidentEvent, console_page
-from aiops.integrations.notifier import Notifier, incident_event
 from aiops.models import Hypothesis, Incident
 from aiops.store import Store, Workspace
+
+if TYPE_CHECKING:
+    from aiops.integrations.event import EventKind, IncidentEvent
+    from aiops.integrations.notifier import Notifier
+    from aiops.integrations.sink_queue import Sink
 
 log = logging.getLogger("aiops.service.notify")
 
@@ -33,7 +36,12 @@ class Outbox:
         *,
         console_url: str | None = None,
     ) -> None:
-        self.notifier = Notifier(config)
+        # no webhook configured: no notifier, and none of the sinks' modules (queue, payloads, HTTP) loaded
+        self.notifier: Notifier | None = None
+        if config.webhooks:
+            from aiops.integrations.notifier import Notifier
+
+            self.notifier = Notifier(config)
         self.node = node
         self.console_url = config.console_url if console_url is None else console_url
         self.link_base = link_base.rstrip("/")  # http://host:port of the service's API; "" for none
@@ -46,29 +54,39 @@ class Outbox:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.notifier.sinks)
+        return self.notifier is not None and bool(self.notifier.sinks)
+
+    def sinks(self) -> list[Sink]:
+        """The configured webhooks (the scheduled report's too)."""
+        return list(self.notifier.sinks.values()) if self.notifier is not None else []
 
     def notify(self, store: Store, kind: str, incident: Incident, top: Hypothesis | None) -> None:
         """Queue the event for every webhook, in the caller's transaction (so it exists iff the change does)."""
-        if not self.enabled or kind not in EVENT_KINDS:
+        if self.notifier is None or not self.enabled:
+            return
+        from aiops.integrations.event import EVENT_KINDS, incident_event
+
+        if kind not in EVENT_KINDS:
             return
         if kind == "diagnosed" and top is not None and held_elsewhere(store, incident, top):
             return  # not this incident's diagnosis yet: its pages wait for a cause of its own
         link = f"{self.link_base}/api/incidents/{incident.incident_id}" if self.link_base else ""
         hypotheses = [top] if top is not None else []
-        event = incident_event(cast(EventKind, kind), incident, hypotheses, node=self.node, link=link)
+        event = incident_event(cast("EventKind", kind), incident, hypotheses, node=self.node, link=link)
         event = dataclasses.replace(event, console_link=self.console_link(incident.incident_id))
         self.queued += self.notifier.enqueue(store, event)
 
     def enqueue_event(self, store: Store, event: IncidentEvent) -> None:
         """Queue an event built elsewhere (an alert investigation's) for every webhook, in the caller's write."""
-        if self.enabled:
+        if self.notifier is not None and self.enabled:
             _, marker, linked = event.link.rpartition("/api/incidents/")
             event = dataclasses.replace(event, console_link=self.console_link(linked if marker else ""))
             self.queued += self.notifier.enqueue(store, event)
 
     def console_link(self, incident_id: str) -> str:
         """The console's page of `incident_id` (<console URL>/incidents/ID); "" without either."""
+        from aiops.integrations.event import console_page
+
         return console_page(self.console_url, incident_id)
 
     def start(self, workspace: Workspace) -> None:
@@ -83,6 +101,8 @@ class Outbox:
             self._thread.join(timeout_s)
 
     def pump_once(self, workspace: Workspace) -> None:
+        if self.notifier is None:
+            return
         try:
             stats = self.notifier.pump(workspace)
         except Exception:  # the queue stays as it was; the next pump tries again

@@ -8,14 +8,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiops.config import Config, ReportConfig
 from aiops.errors import StorageError
-from aiops.integrations.report import enqueue_report
-from aiops.integrations.sink_queue import Sink
 from aiops.report.schedule import is_due, last_run_ts_s, reports_dir, set_last_run, write_scheduled
 from aiops.store import Store
 from aiops.store.writable import prepare_file, prepare_folder
+
+if TYPE_CHECKING:
+    from aiops.integrations.sink_queue import Sink
 
 log = logging.getLogger("aiops.service.reports")
 
@@ -71,6 +73,10 @@ class ReportSchedule:
             return False
         self.written += 1
         link = str(written.paths.get("html") or next(iter(written.paths.values()), self.out_dir))
+        from aiops.integrations.report import (
+            enqueue_report,  # the sinks' payloads: loaded once a report is due
+        )
+
         self.queued += enqueue_report(
             store, self.sinks(), written, link=link, node=self.node, now_ts_s=now_ts_s
         )

@@ -35,7 +35,6 @@ from prometheus_client.registry import CollectorRegistry
 from aiops.config import Config, node_of, store_checkpoint_mb, store_memory_limit_mb, store_threads
 from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
-from aiops.integrations.ticket import TicketActuator
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.world import Attached, attach, scheduler_view
 from aiops.scenarios import Scenario
@@ -73,6 +72,7 @@ from guardrails import witness
 from guardrails.breaker_inputs import HeldView
 
 if TYPE_CHECKING:
+    from aiops.integrations.ticket import TicketActuator
     from aiops.service.slack_actions import SlackChat
 
 log = logging.getLogger("aiops.service")
@@ -170,7 +170,11 @@ class Service:
         if not self.live.ranks_between_windows:  # a node agent's inventory changes only as it writes it
             self.live.inventory_moved = self.unchanged.take_inventory_moved
         # [notify.ticket]: open_ticket files in Jira or ServiceNow (its token file read now); else a note
-        self.ticket = TicketActuator.configured(config.notify.ticket)
+        self.ticket: TicketActuator | None = None
+        if config.notify.ticket.enabled:
+            from aiops.integrations.ticket import TicketActuator
+
+            self.ticket = TicketActuator.configured(config.notify.ticket)
         self.outbox = Outbox(config.notify, config.node.name, console_url=config.console_url)
         self.profiles = ProfileTrigger(
             config.profile, config.store.path, config.node.name, self.workspace, sim=sim is not None
@@ -211,7 +215,7 @@ class Service:
         self.reports = ReportSchedule(
             config.report,
             config.store.path,
-            lambda: list(self.outbox.notifier.sinks.values()),
+            self.outbox.sinks,
             config.node.name,
         )
         self.buffer = RowBuffer()
