@@ -39,6 +39,24 @@ HEAVY = (
     "xml",
     "aiops.profile.outputs",
 )
+# what a node agent loads only at a feature's first use or where its config asks for it (docs/BENCHMARKS.md,
+# "Round nine"): the analyst, plans and playbooks (an incident), the profiler (a diagnosis asking for one), rank
+# timing's probes (a host's collector), Slack ([chatops.slack]), the notification sinks (a webhook) and the
+# ticket sink ([notify.ticket])
+AT_FIRST_USE = (
+    "aiops.rca",
+    "aiops.pipeline",
+    "aiops.plans",
+    "aiops.playbooks",
+    "aiops.memory",
+    "aiops.profile.session",
+    "aiops.profile.probes",
+    "aiops.profile.rank_collector",
+    "aiops.service.slack_actions",
+    "aiops.runtime.actions",
+    "aiops.integrations",
+)
+RANK_TIMING = ("aiops.profile.probes", "aiops.profile.rank_collector")  # a host's collector, on by default
 RUN = """
 import json, sys
 from aiops.cli.main import main
@@ -71,6 +89,7 @@ def test_a_node_agent_on_a_host_loads_none_of_the_heavy_stacks(tmp_path: Path) -
     modules = _run(tmp_path)
     assert "aiops.service.service" in modules and "duckdb" in modules
     assert _loaded(modules, HEAVY) == []
+    assert _loaded(modules, tuple(n for n in AT_FIRST_USE if n not in RANK_TIMING)) == []
 
 
 def test_a_node_agent_of_the_twin_loads_numpy_for_its_world_and_nothing_else_heavy(tmp_path: Path) -> None:
@@ -79,6 +98,24 @@ def test_a_node_agent_of_the_twin_loads_numpy_for_its_world_and_nothing_else_hea
     modules = _run(tmp_path, "--sim", str(scenario), "--speed", "4")
     assert "aiops.sim.world" in modules and "numpy" in modules
     assert _loaded(modules, tuple(n for n in HEAVY if n not in ("numpy", "aiops.sim"))) == []
+    assert (
+        _loaded(modules, AT_FIRST_USE) == []
+    )  # a healthy node's first seconds: no incident, nothing configured
+
+
+def test_the_node_agents_import_path_loads_no_feature_before_its_first_use() -> None:
+    """`aiops run`'s modules, imported in a fresh process, leave out what a healthy node never runs (each costs
+    its code and classes in the agent's resident set for as long as it runs)."""
+    code = (
+        "import json, sys\n"
+        "import aiops.cli.run, aiops.service.service, aiops.service.sources\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules = set(json.loads(done.stdout))
+    assert "aiops.service.service" in modules
+    assert _loaded(modules, AT_FIRST_USE) == []
 
 
 def test_each_command_is_registered_by_the_module_the_table_names() -> None:
