@@ -4,7 +4,14 @@ does not know (or reads only as a field), so that no failure line is lost to an 
 
 A text no parser recognises is read by the generic reader (`generic`): its failure lines and identifiers.
 The `sources` entry says which format read it, with how many lines were parsed and unknown, the prefix classes
-removed (`prefix`), and for a generic text the identifiers it names (`identifiers`)."""
+removed (`prefix`), and for a generic text the identifiers it names (`identifiers`).
+
+`understood` (every format but `generic`): the share of the text's non-blank lines that its format's own parser
+read (returned an event for, a field included), two decimals. A line only the generic classifier read (a
+failure line inside a table) is `parsed` but not understood: it says the text was not in the shape the format's
+parser knows. The verdict (aiops/evidence/verdict.py) takes a status output as a positive reading only when its
+parser understood most of it: a file classed as a tool's output from a few lines (an `nvidia-smi` subcommand
+whose other lines no parser reads, say) shows nothing about the lines that were not read."""
 
 from __future__ import annotations
 
@@ -147,10 +154,14 @@ def read(
     state = kmsg_parse.LineState()
     settled = SETTLED.get(fmt, frozenset())
     ids: dict[str, set[str]] = {}
-    total = parsed = 0
+    total = parsed = blank = own = 0
     for item in PARSERS[fmt](name, tracker):
         number, body = tracker.pending.popleft() if tracker.pending else (-1, "")
         total += 1
+        if not body.strip():
+            blank += 1
+        elif item is not None:
+            own += 1
         event = item
         if fmt != "generic" and (item is None or (item.kind in FIELD_KINDS and item.kind not in settled)):
             fallback = generic.classify(name, number, body, state, read_by=fmt)
@@ -171,11 +182,18 @@ def read(
         "parsed": parsed,
         "unknown": total - parsed,
     }
+    if fmt != "generic":
+        entry["understood"] = understood(own, total - blank)
     if choice.style:
         entry["prefix"] = "+".join(choice.style)
     if fmt == "generic":
         entry["identifiers"] = {k: sorted(v)[:MAX_IDENTIFIERS] for k, v in sorted(ids.items())}
     yield None, entry
+
+
+def understood(own: int, non_blank: int) -> float:
+    """The share of `non_blank` lines the format's own parser read (`own`); 0.0 for a text of blank lines."""
+    return round(own / non_blank, 2) if non_blank else 0.0
 
 
 def _restore(event: LogEvent, stripper: Stripper) -> LogEvent:

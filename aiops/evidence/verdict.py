@@ -9,6 +9,14 @@ Verdict discipline (issue 37):
   dcgmi, ibstat, ethtool, ...) and no abnormal line anywhere. An event log (kernel log, NCCL or job output, a
   fabric manager log, any text the generic reader read) shows what happened, not that the GPUs are healthy:
   without a status output beside it, a clean log is `inconclusive`, and `verdict_reason` says so.
+
+A positive reading needs evidence that the reader understood what it was shown: every status output read must
+have had most of its non-blank lines read by its own format's parser (`understood` > UNDERSTOOD_SHARE in its
+`sources` entry, aiops/evidence/reading.py). A file classed as a tool's output whose lines were mostly not read
+(a shape of that tool no parser knows, or a file whose kind was guessed from a few lines) says nothing about the
+lines left unread: `nvidia-smi nvlink -s` taken for `nvidia-smi -L` once read 1 line of 9 and hid two inactive
+links (evals/real/unseen10-2026-12-07). Such a file makes the verdict `inconclusive`, even beside a status output
+that was understood, and `verdict_reason` names it. A failure line in it is still a finding, as anywhere.
 """
 
 from __future__ import annotations
@@ -46,17 +54,47 @@ STATUS_FORMATS = frozenset(
 )
 
 
-def positive_reading(collected: Collected, sources: list[dict[str, Any]]) -> bool:
-    """A status output was read; a DCGM diagnostic whose tests were all skipped ran nothing and is none."""
+# A status output is understood when its own parser read more than this share of its non-blank lines ("most"
+# of it). The lowest share among the real corpus's healthy readings is 0.6 (a sysfs dump under its shell
+# prompts, evals/real/healthy-ib-sysfs-state-active-linkup-edr-2026); the misread `nvidia-smi nvlink -s` was
+# 0.11. A share is no proof: a file mostly in a shape the reader knows passes whatever its other lines say
+# (unseen9's crashed gpu_burn run, 8 `nvidia-smi -L` lines of 12, is 0.67); its failure words keep it from
+# `healthy` (aiops/evidence/generic.py), not this rule.
+UNDERSTOOD_SHARE = 0.5
+
+
+def status_outputs(collected: Collected, sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sources read as a status output; a DCGM diagnostic whose tests were all skipped ran nothing and is
+    none."""
     formats = set(STATUS_FORMATS)
     if collected.counts["dcgm_diag"] and not collected.code_counts[("dcgm_diag", 0)]:
         formats.discard("dcgmi")
-    return any(s["format"] in formats and s.get("parsed", 0) > 0 for s in sources)
+    return [s for s in sources if s["format"] in formats and s.get("parsed", 0) > 0]
+
+
+def understood(source: dict[str, Any]) -> bool:
+    """Its format's parser read most of its non-blank lines."""
+    return float(source.get("understood", 0.0)) > UNDERSTOOD_SHARE
+
+
+def not_understood_reason(unread: list[dict[str, Any]]) -> str:
+    """`verdict_reason` naming the status outputs (three at most) whose lines were mostly not read."""
+    named = ", ".join(
+        f"{s['file']}{' (' + s['section'] + ')' if s.get('section') else ''}: {s['format']}, "
+        f"{s.get('understood', 0.0):.0%} of its lines read"
+        for s in unread[:3]
+    )
+    more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+    return (
+        f"no abnormal line, but a status output was mostly not read ({named}{more}): a shape the reader does "
+        "not know is no positive reading; what its unread lines say was not checked"
+    )
 
 
 def result(collected: Collected, sources: list[dict[str, Any]]) -> dict[str, Any]:
     found = hypotheses(collected)
     strange = anomalies(collected)
+    status = status_outputs(collected, sources)
     if found and found[0].confidence >= DIAGNOSED_CONFIDENCE:
         verdict = "diagnosed"
         reason = f"{found[0].root_cause} at confidence {found[0].confidence:.2f}"
@@ -66,7 +104,10 @@ def result(collected: Collected, sources: list[dict[str, Any]]) -> dict[str, Any
             f"{len(strange)} abnormal line(s) and no hypothesis at {DIAGNOSED_CONFIDENCE} or above: the "
             "findings say what was seen and what each can mean"
         )
-    elif positive_reading(collected, sources):
+    elif unread := [s for s in status if not understood(s)]:
+        verdict = "inconclusive"
+        reason = not_understood_reason(unread)
+    elif status:  # a positive reading: status outputs read, every one understood
         verdict = "healthy"
         reason = "a status output read as healthy, and no abnormal line in any file"
     else:

@@ -254,6 +254,7 @@ def test_prometheus_and_sel_and_sysfs_are_read(tmp_path: Path) -> None:
         "lines": 1,
         "parsed": 1,
         "unknown": 0,
+        "understood": 1.0,
     }
 
 
