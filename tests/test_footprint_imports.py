@@ -57,6 +57,7 @@ AT_FIRST_USE = (
     "aiops.integrations",
 )
 RANK_TIMING = ("aiops.profile.probes", "aiops.profile.rank_collector")  # a host's collector, on by default
+TWIN_ONLY = ("aiops.scenarios", "aiops.datapath.policy")  # the scenario's and the lanes policy's models
 RUN = """
 import json, sys
 from aiops.cli.main import main
@@ -89,7 +90,7 @@ def test_a_node_agent_on_a_host_loads_none_of_the_heavy_stacks(tmp_path: Path) -
     modules = _run(tmp_path)
     assert "aiops.service.service" in modules and "duckdb" in modules
     assert _loaded(modules, HEAVY) == []
-    assert _loaded(modules, tuple(n for n in AT_FIRST_USE if n not in RANK_TIMING)) == []
+    assert _loaded(modules, tuple(n for n in AT_FIRST_USE + TWIN_ONLY if n not in RANK_TIMING)) == []
 
 
 def test_a_node_agent_of_the_twin_loads_numpy_for_its_world_and_nothing_else_heavy(tmp_path: Path) -> None:
@@ -115,7 +116,7 @@ def test_the_node_agents_import_path_loads_no_feature_before_its_first_use() -> 
     assert done.returncode == 0, done.stderr[-2000:]
     modules = set(json.loads(done.stdout))
     assert "aiops.service.service" in modules
-    assert _loaded(modules, AT_FIRST_USE) == []
+    assert _loaded(modules, AT_FIRST_USE + TWIN_ONLY) == []
 
 
 def test_each_command_is_registered_by_the_module_the_table_names() -> None:

@@ -23,10 +23,8 @@ from pydantic import ValidationError
 from aiops.cli.args import positive_float, seconds
 from aiops.cli.configured import agent_config
 from aiops.config import Config, NodeConfig, load_config, node_of, parse_listen
-from aiops.datapath.policy import load_policy
 from aiops.errors import ConfigError
 from aiops.labels import host_name_error
-from aiops.scenarios import load_scenario
 from aiops.service import logs
 from aiops.service.malloc import START_UP_S, limit_arenas, release_start_up_code
 from aiops.service.node_slice import FACILITY
@@ -196,6 +194,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--speed", "speed", f"{args.speed:g} is out of range", "0 < speed <= 1000")
     sim = None
     if args.sim:
+        from aiops.datapath.policy import load_policy  # the twin's models: not loaded on a host
+        from aiops.scenarios import load_scenario
+
         policy = load_policy(args.lanes_policy) if args.lanes_policy else None
         scenario = load_scenario(args.sim)
         if args.node is not None:

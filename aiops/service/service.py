@@ -33,11 +33,9 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.registry import CollectorRegistry
 
 from aiops.config import Config, node_of, store_checkpoint_mb, store_memory_limit_mb, store_threads
-from aiops.datapath.policy import Policy
 from aiops.detect.incidents import incident_prefix
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.world import Attached, attach, scheduler_view
-from aiops.scenarios import Scenario
 from aiops.service import collecting, http_stack
 from aiops.service import flush_steps as steps
 from aiops.service.alert_investigate import AlertInvestigator
@@ -71,8 +69,10 @@ from collectors.base import RowBatch, RowBuffer
 from guardrails import witness
 from guardrails.breaker_inputs import HeldView
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the twin's scenario and lanes policy: loaded by `aiops run --sim` alone
+    from aiops.datapath.policy import Policy
     from aiops.integrations.ticket import TicketActuator
+    from aiops.scenarios import Scenario
     from aiops.service.slack_actions import SlackChat
 
 log = logging.getLogger("aiops.service")

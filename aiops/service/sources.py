@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from aiops.config import Config
 from aiops.errors import ConfigError
 from aiops.labels import rack_name_error
-from aiops.scenarios import Scenario
 from aiops.service.conditions import ConditionReport
 from aiops.service.metrics import MetricsCache
 from aiops.service.node_slice import FACILITY
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from aiops.profile.rank_collector import RankTimingCollector
+    from aiops.scenarios import Scenario
     from aiops.sim.twin import Twin
     from collectors.nvml import NvmlCollector
 
