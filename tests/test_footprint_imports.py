@@ -55,6 +55,7 @@ AT_FIRST_USE = (
     "aiops.service.slack_actions",
     "aiops.runtime.actions",
     "aiops.integrations",
+    "aiops.sources",  # the Prometheus source's: the first /metrics/dcgm or /metrics/facility scrape, or alert
 )
 RANK_TIMING = ("aiops.profile.probes", "aiops.profile.rank_collector")  # a host's collector, on by default
 TWIN_ONLY = ("aiops.scenarios", "aiops.datapath.policy")  # the scenario's and the lanes policy's models

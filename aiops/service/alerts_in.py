@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from aiops.errors import AlertInboxFull, AlertPayloadError
 from aiops.labels import component_kind, host_component
-from aiops.sources.mapping import host_of
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: Alertmanager's groups are far smaller (it truncates at max_alerts anyway)
 MAX_ALERTS = 1000
@@ -126,6 +125,8 @@ def component_of(
     component = labels.get("component", "")
     if component_kind(component) in _ALERT_KINDS and (not known or component in known):
         return component
+    from aiops.sources.mapping import host_of  # the Prometheus source's label rules: at the first alert
+
     host = host_of(labels)
     node = None if host is None else hosts.get(host, host_component(host))
     if node is None or (known and node not in known):

@@ -31,8 +31,6 @@ from aiops.columns import (
 from aiops.columns_sensors import HWMON
 from aiops.service.metrics_analyst import AnalystExports
 from aiops.service.metrics_workloads import WorkloadExports
-from aiops.sources.exposition import NicTotals, render_snapshot
-from aiops.sources.facility import render_facility_snapshot
 from aiops.store.conditions import symptoms_agent_instance
 
 PREFIX = "aiops_"
@@ -208,6 +206,9 @@ class MetricsCache(Collector):
 
     def dcgm_text(self) -> str:
         """`/metrics/dcgm`: the same newest values in dcgm-exporter's and node_exporter's names and labels."""
+        # the exporters' names and renderer: loaded at the first scrape of this page, not at the start
+        from aiops.sources.exposition import NicTotals, render_snapshot
+
         with self._lock:
             nics: dict[str, NicTotals] = {}
             for lane in self.counted[NIC_SAMPLES.name].values():
@@ -223,7 +224,11 @@ class MetricsCache(Collector):
         facility agent; empty elsewhere)."""
         with self._lock:
             rows = [dict(r) for r in self.racks.values()]
-        return render_facility_snapshot(rows) if rows else ""
+        if not rows:
+            return ""
+        from aiops.sources.facility import render_facility_snapshot  # with the Prometheus source's modules
+
+        return render_facility_snapshot(rows)
 
     def dcim_document(self) -> dict[str, Any]:
         """`/api/dcim`: the caps in force as the DCIM document (`{"rack0": {"kw": 23.1}}`)."""
