@@ -17,7 +17,13 @@ supported; `nvlink_links` counts them (code 1 when a link is down).
 
 `dcgmi diag -j` prints the same results as JSON, one key per line (`"name" : "PCIe"`, `"gpu_id" : "0"`,
 `"status" : "Skip"`; DCGM 4.x also `"entity_id"` and a `"test_summary"`): each status is a `dcgm_diag` event
-of the test named last, on the GPU named last."""
+of the test named last, on the GPU named last.
+
+`dcgmi dmon -e <field ids>` prints a header of the fields' short names (`#Entity   POWER  XIDER`), an `ID`
+line, then one row per entity (`GPU 1      120`). XIDER is field 230, DCGM_FI_DEV_XID_ERRORS (dcgm_fields.h:
+"XID errors. The value is the specific XID error"), the same field as dcgm-exporter's
+DCGM_FI_DEV_XID_ERRORS: a value above 0 is an `xid` event of that number on the row's GPU, as the kernel's
+`NVRM: Xid` line would be; the other columns are readings (`dcgm_info`)."""
 
 from __future__ import annotations
 
@@ -47,6 +53,9 @@ _JSON_NAME = re.compile(r'^\s*"name"\s*:\s*"(?P<name>[^"]{1,80})"')
 _JSON_GPU = re.compile(r'^\s*"(?:gpu_id|entity_id|gpuId)"\s*:\s*"?(?P<gpu>\d{1,3})"?')
 _JSON_STATUS = re.compile(r'^\s*"status"\s*:\s*"(?P<result>Pass|Fail|Warn|Skip|Skipped|Warning)"', re.I)
 _JSON_ANY = re.compile(r'^\s*[{}\[\],]|^\s*"[\w ]{1,60}"\s*:')
+_DMON_HEADER = re.compile(r"^#\s?Entity\s+(?P<fields>[A-Z][A-Z0-9_]{1,15}(?:\s+[A-Z][A-Z0-9_]{1,15})*)\s*$")
+_DMON_ROW = re.compile(r"^\s*GPU\s?(?P<gpu>\d{1,3})\s+(?P<values>\S.*?)\s*$")
+_DMON_OTHER = re.compile(r"^\s*(?:ID\s*|dcgmi dmon\b.*)$")
 # 0 pass, 1 fail, 2 warn, 3 skipped (ran nothing: neither a failure nor a positive reading)
 _CODES = {"pass": 0, "skip": 3, "skipped": 3, "fail": 1, "warn": 2, "warning": 2}
 BAD_HEALTH = ("Warning", "Failure", "Failed", "Error")
@@ -58,6 +67,7 @@ class _State:
         self.gpu: str | None = None
         self.system = ""
         self.message = ""  # the row kind whose text continues on rows without a name (`Warning`, `Info`)
+        self.dmon: list[str] = []  # the fields of a `dcgmi dmon` header, in order
 
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
@@ -76,6 +86,9 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             )
             continue
         if (event := _json_line(s, raw, base)) is not None:
+            yield event
+            continue
+        if (event := _dmon_line(s, raw, base)) is not None:
             yield event
             continue
         if (m := _OVERALL.search(raw)) is not None:
@@ -155,3 +168,21 @@ def _json_line(s: _State, raw: str, base: dict[str, Any]) -> LogEvent | None:
     if _JSON_ANY.match(raw):
         return LogEvent(kind="dcgm_info", **base)
     return None
+
+
+def _dmon_line(s: _State, raw: str, base: dict[str, Any]) -> LogEvent | None:
+    """A line of `dcgmi dmon`: its command, header or `ID` line, or an entity's row (an `xid` event where the
+    XIDER column holds an Xid); None for any other line."""
+    if (m := _DMON_HEADER.match(raw.rstrip())) is not None:
+        s.dmon = m.group("fields").split()
+        return LogEvent(kind="dcgm_info", detail={"fields": ",".join(s.dmon)}, **base)
+    if _DMON_OTHER.match(raw):
+        return LogEvent(kind="dcgm_info", **base)
+    if not s.dmon or (m := _DMON_ROW.match(raw)) is None:
+        return None
+    gpu = f"GPU{m.group('gpu')}"
+    row = dict(zip(s.dmon, m.group("values").split(), strict=False))
+    xid = row.get("XIDER", "")
+    if xid.isdigit() and int(xid) > 0:
+        return LogEvent(kind="xid", component=gpu, code=int(xid), detail={"field": "XIDER"}, **base)
+    return LogEvent(kind="dcgm_info", component=gpu, detail=row, **base)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from aiops.evidence import driver, nic
+from aiops.evidence import driver, nic, nvsmi_query
 from aiops.evidence.prefixes import strip, style_of
 from aiops.evidence.training import TRAIN_LINE_PATTERNS
 
@@ -68,6 +68,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         # `nvidia-smi nvlink -s`: one line per link under each GPU's `-L` line
         re.compile(r"^\s+Link \d{1,2}: (?:<inactive>|[\d.]{1,10} GB/s)\s*$"),
     ),
+    # `nvidia-smi --query-gpu=... --format=csv`: the command line, or a header of nvidia-smi's field names
+    "nvidia-smi-query": (nvsmi_query.COMMAND, nvsmi_query.HEADER),
     "nccl-log": (
         re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b"),
         re.compile(r"ProcessGroupNCCL"),
@@ -129,6 +131,8 @@ _SIGNATURES: dict[str, tuple[re.Pattern[str], ...]] = {
         ),
         re.compile(r"^\s{0,8}gpuId \d{1,3}:\s*$|^\s{2,12}[UDX_](?: [UDX_]){3,}\s*$|^Key: Up=U, Down=D"),
         re.compile(r'"DCGM (?:GPU )?Diagnostic"\s*:|"test_categories"\s*:|"category"\s*:\s*"\w|"gpu_id"\s*:'),
+        # `dcgmi dmon`: `#Entity   POWER  XIDER`, then `GPU 0   61.2   0` per entity
+        re.compile(r"^\s*dcgmi dmon\b|^#\s?Entity\s+[A-Z]|^\s*GPU \d{1,3}\s{2,}\S"),
     ),
     "bmc-log": (
         re.compile(r'"@odata\.type":\s?"#LogEntry\.|"EntryType":\s?"(?:SEL|Event|Oem)"'),
@@ -216,8 +220,9 @@ _ANCHORS: dict[str, re.Pattern[str]] = {
     "nvidia-smi-q": re.compile(r"^=+NVSMI LOG=+$"),
     "nvidia-smi": re.compile(r"^\|\s{0,4}NVIDIA-SMI \d"),
     "dcgmi": re.compile(
-        r"Successfully ran diagnostic|Health Monitor Report|NvLink Link Status|^\| Overall Health"
+        r"Successfully ran diagnostic|Health Monitor Report|NvLink Link Status|^\| Overall Health|^#\s?Entity\s+[A-Z]"
     ),
+    "nvidia-smi-query": nvsmi_query.COMMAND,
     "ethtool-stats": re.compile(r"^NIC statistics:\s*$"),
     "ib": re.compile(r"^CA '[^']+'$"),
     "ibv-devinfo": re.compile(r"^hca_id:\s*\S"),

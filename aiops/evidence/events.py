@@ -10,12 +10,14 @@ FORMATS: dict[str, str] = {
     "nvidia-smi-q": "nvidia-smi -q (text) or nvidia-smi -q -x (XML)",
     "nvidia-smi": "nvidia-smi (the plain table), nvidia-smi -L and nvidia-smi nvlink -s, and its failures (no "
     "devices, driver not reachable)",
+    "nvidia-smi-query": "nvidia-smi --query-gpu=... --format=csv (with its header, or noheader after the command)",
     "nccl-log": "NCCL (NCCL_DEBUG), PyTorch ProcessGroupNCCL, UCX and CUDA runtime error output",
     "ib": "ibstat, ibqueryerrors, perfquery, rdma link, rdma statistic, ibdev2netdev",
     "ibv-devinfo": "ibv_devinfo (-v)",
     "ibstatus": "ibstatus (infiniband-diags)",
     "ethtool-stats": "ethtool -S",
-    "dcgmi": "dcgmi diag, dcgmi health -c and dcgmi nvlink --link-status (whole or from any section on)",
+    "dcgmi": "dcgmi diag, dcgmi health -c, dcgmi nvlink --link-status (whole or from any section on) and "
+    "dcgmi dmon",
     "bmc-log": "iDRAC racadm getsel / lclog text and Redfish LogEntry records (JSON)",
     "fabric-manager": "NVIDIA fabric manager log (fabricmanager.log, or nv-fabricmanager journal lines)",
     "driver-params": "NVIDIA driver module parameters (/proc/driver/nvidia/params)",

@@ -187,6 +187,10 @@ class _Reader:
         # nvidia-smi: "Either of these being 'Yes' indicates that an unrecoverable error has occurred."
         if where == "GPU Reset Status" and key in ("Reset Required", "Drain and Reset Recommended"):
             return event("reset_required", code=int(value.lower() == "yes"))
+        # the driver's recovery action (NVML nvmlDeviceGetGpuRecoveryAction, nvml.h): anything but None asks
+        # for a GPU reset, a node reboot or a drain
+        if key == "GPU Recovery Action":
+            return event("reset_required", code=int(value.lower() not in ("none", "n/a", "not supported")))
         if key == "Performance State":
             state = re.match(r"P(\d+)", value)
             return event("pstate", number_value=float(state.group(1)) if state else None)

@@ -35,6 +35,7 @@ STATUS_FORMATS = frozenset(
     {
         "nvidia-smi-q",
         "nvidia-smi",
+        "nvidia-smi-query",
         "dcgmi",
         "ib",
         "ibv-devinfo",
