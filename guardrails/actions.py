@@ -76,7 +76,8 @@ def sha256_hex(text: str) -> str:
 class Action(BaseModel):
     """A proposed change to the cluster. Frozen: a changed action is a new value with a new hash."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # validators built at first use: a healthy node agent uses none (docs/BENCHMARKS.md, round nine)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     proposal_id: str
     kind: str

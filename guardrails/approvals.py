@@ -103,7 +103,8 @@ def _is_person(name: str) -> bool:
 
 
 class Approval(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # validators built at first use: a healthy node agent uses none (docs/BENCHMARKS.md, round nine)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     proposal_id: str
     approver: str
@@ -116,7 +117,7 @@ class Approval(BaseModel):
 
 
 class Rejection(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     proposal_id: str
     by: str

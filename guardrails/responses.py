@@ -93,7 +93,8 @@ RESPONSES: dict[str, ResponseSpec] = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # validators built at first use: a healthy node agent uses none (docs/BENCHMARKS.md, round nine)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ResponseRule(_Strict):

@@ -60,7 +60,8 @@ MAX_RUNS_PER_H = 60
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # validators built at first use: a healthy node agent uses none (docs/BENCHMARKS.md, round nine)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class RunbookEntry(_Strict):

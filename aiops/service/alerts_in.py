@@ -50,7 +50,8 @@ def _check_labels(value: dict[str, str], max_chars: int) -> dict[str, str]:
 class WebhookAlert(BaseModel):
     """One alert of the group (Alertmanager's `template.Alert`)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # validators built at first use: a healthy node agent uses none (docs/BENCHMARKS.md, round nine)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -89,7 +90,7 @@ class WebhookPayload(BaseModel):
     """The body of Alertmanager's webhook_config (https://prometheus.io/docs/alerting/latest/configuration/
     #webhook_config): fields we do not read (receiver, groupLabels, externalURL, ...) are ignored."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     version: Literal["4"]
     status: Literal["firing", "resolved"]
     alerts: list[WebhookAlert] = Field(max_length=MAX_ALERTS)
