@@ -56,6 +56,12 @@ AT_FIRST_USE = (
     "aiops.runtime.actions",
     "aiops.integrations",
     "aiops.sources",  # the Prometheus source's: the first /metrics/dcgm or /metrics/facility scrape, or alert
+    "aiops.detect.effects",  # an executed action's verdict
+    "aiops.runtime.schedulers",  # the schedulers' actuators and view: a [scheduler] configured
+    "guardrails.actuators_slurm",
+    "guardrails.actuators_k8s",
+    "guardrails.scheduler_view",
+    "guardrails.actuators_sysfs",  # the cooling devices: the NVML actuator's
 )
 RANK_TIMING = ("aiops.profile.probes", "aiops.profile.rank_collector")  # a host's collector, on by default
 TWIN_ONLY = ("aiops.scenarios", "aiops.datapath.policy")  # the scenario's and the lanes policy's models

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiops.detect.effects import DEFAULTS, Judged, Verdict, judge
 from aiops.errors import IngestError
 from aiops.models import Incident
 from aiops.store import Store
@@ -28,6 +27,9 @@ from guardrails.actions import Action
 from guardrails.audit import AuditLog
 from guardrails.context import topology_from_store
 from guardrails.intended import intended_state
+
+if TYPE_CHECKING:  # the effects' checks: loaded once an executed action awaits its verdict
+    from aiops.detect.effects import Judged
 
 log = logging.getLogger("aiops.outcomes")
 
@@ -97,6 +99,8 @@ def spec_for(store: Store, kind: str, incident_id: str | None, step_id: str | No
     found = _playbook_spec(store, incident_id, kind)
     if found is not None:
         return found
+    from aiops.detect.effects import DEFAULTS
+
     default = DEFAULTS.get(kind)
     return Spec(default[0], default[1], "default") if default else None
 
@@ -120,6 +124,8 @@ def _incident(store: Store, incident_id: str | None) -> Incident | None:
 
 
 def _judged(store: Store, action: Action, set_ts_s: float, spec: Spec, incident: Incident | None) -> Judged:
+    from aiops.detect.effects import Judged
+
     scope = topology_from_store(store).expand(action.target)
     jobs = [action.target.removeprefix("job:")] if action.target.startswith("job:") else []
     end = set_ts_s + spec.within_s
@@ -184,7 +190,9 @@ def verify_due(
         if spec is None or set_ts_s + spec.within_s > now_ts_s:
             continue
         judged = _judged(store, action, set_ts_s, spec, _incident(store, incident_id))
-        verdict: Verdict = judge(store, spec.check, judged)
+        from aiops.detect.effects import judge
+
+        verdict = judge(store, spec.check, judged)
         outcome = Outcome(
             action.proposal_id,
             incident_id,

@@ -25,15 +25,10 @@ from typing import TYPE_CHECKING, Any
 from aiops.config import SchedulerConfig
 from aiops.control.readings import Readings, StoreReadings, validation_context
 from aiops.errors import AiopsError, PrerequisiteError
-from aiops.runtime.schedulers import local_name, scheduler_routes
 from aiops.store import Store
 from aiops.store.lease import service_pid
 from guardrails.actions import Action
 from guardrails.actuators import ActuationResult, Actuator
-from guardrails.actuators_k8s import core_api
-from guardrails.actuators_nvml import NvmlPowerActuator
-from guardrails.actuators_nvml_ops import NvmlOpsActuator
-from guardrails.actuators_sysfs import CoolingActuator
 from guardrails.breaker import SchedulerView
 from guardrails.context import topology_from_store
 from guardrails.proposal_desk import Guardrails
@@ -47,7 +42,6 @@ from guardrails.routing import (
     executors_table,
     host_backends,
 )
-from guardrails.scheduler_view import view_reader
 from guardrails.standing import Standing
 from guardrails.topology import Topology
 
@@ -124,6 +118,11 @@ def scheduler_view(
     its component name (a twin rig's node0 is Slurm's aiops-xxxx)."""
     if config.kind == "none":
         return None
+    # the schedulers' clients (Slurm's, Kubernetes'): loaded where a scheduler is configured
+    from aiops.runtime.schedulers import local_name
+    from guardrails.actuators_k8s import core_api
+    from guardrails.scheduler_view import view_reader
+
     names = {local_name(config): node} if node else {}
 
     def api() -> Any:
@@ -199,12 +198,12 @@ def _attach(
         if store.scheduler.kind != "none":
             # simulated GPUs beside a real scheduler (a node agent rig): the scheduler's kinds go to it
             routes = {kind: Route("twin", twin_actuator) for kind in DEFAULT_REGISTRY.kinds}
-            routes.update(scheduler_routes(store, node, kube_api))
+            routes.update(_scheduled(store, node, kube_api))
             describe = f"twin, with {store.scheduler.kind} for the scheduler's actions"
             twin_actuator = RoutingActuator(routes, describe=describe)
         return Attached("twin", WorldReadings(held.world), topology, twin_actuator, describe, held)
     if actuator == "auto" and store.scheduler.kind != "none":
-        routes = scheduler_routes(store, node, kube_api)
+        routes = _scheduled(store, node, kube_api)
         routes.update({kind: Route("record", RecordActuator()) for kind in ("open_ticket", "ack_alert")})
         describe = f"{store.scheduler.kind} (this host's scheduler); other kinds stand as tickets"
         routing = RoutingActuator(routes, describe=describe)
@@ -244,8 +243,17 @@ def _has_fans(nvml: Any) -> bool:
         return False
 
 
+def _scheduled(store: Store, node: str | None, kube_api: Any) -> dict[str, Route]:
+    """The routes of the workspace's `[scheduler]` (aiops.runtime.schedulers: its clients are loaded only here)."""
+    from aiops.runtime.schedulers import scheduler_routes
+
+    return scheduler_routes(store, node, kube_api)
+
+
 def _cools(node: str, sysfs_root: str, topology: Topology | None) -> bool:
     """Whether this host has cooling devices `set_cooling_state` may drive (guardrails.actuators_sysfs)."""
+    from guardrails.actuators_sysfs import CoolingActuator
+
     try:
         return bool(CoolingActuator({node: sysfs_root}, topology).devices(node))
     except (AiopsError, OSError):
@@ -255,6 +263,10 @@ def _cools(node: str, sysfs_root: str, topology: Topology | None) -> bool:
 def _attach_nvml(
     store: Store, topology: Topology, node: str | None, nvml: Any, kube_api: Any, sysfs_root: str = "/sys"
 ) -> Attached:
+    from guardrails.actuators_nvml import NvmlPowerActuator
+    from guardrails.actuators_nvml_ops import NvmlOpsActuator
+    from guardrails.actuators_sysfs import CoolingActuator
+
     scope = topology.expand(node) if node else None
     if node is None or scope is None or scope.kind != "node":
         raise AiopsError(
@@ -277,7 +289,7 @@ def _attach_nvml(
 
     power = NvmlPowerActuator(nvml_for, topology, initialise=False)
     routes = {kind: Route("nvml", power) for kind in NvmlPowerActuator.KINDS}
-    scheduled = scheduler_routes(store, node, kube_api)
+    scheduled = _scheduled(store, node, kube_api)
     drain = scheduled.get("drain_node")
     is_drained = getattr(drain.actuator, "is_drained", None) if drain is not None else None
     ops = NvmlOpsActuator(nvml_for, topology, node_drained=is_drained, initialise=False)
