@@ -23,7 +23,9 @@ of the test named last, on the GPU named last.
 line, then one row per entity (`GPU 1      120`). XIDER is field 230, DCGM_FI_DEV_XID_ERRORS (dcgm_fields.h:
 "XID errors. The value is the specific XID error"), the same field as dcgm-exporter's
 DCGM_FI_DEV_XID_ERRORS: a value above 0 is an `xid` event of that number on the row's GPU, as the kernel's
-`NVRM: Xid` line would be; the other columns are readings (`dcgm_info`)."""
+`NVRM: Xid` line would be; the other columns are readings (`dcgm_info`). A table without an XIDER column
+(`dcgmi dmon -e 150,155`: temperature, power) has no field this parser reads: its rows are left unread (None),
+so that the verdict knows their readings were not checked (aiops/evidence/records.py)."""
 
 from __future__ import annotations
 
@@ -171,15 +173,15 @@ def _json_line(s: _State, raw: str, base: dict[str, Any]) -> LogEvent | None:
 
 
 def _dmon_line(s: _State, raw: str, base: dict[str, Any]) -> LogEvent | None:
-    """A line of `dcgmi dmon`: its command, header or `ID` line, or an entity's row (an `xid` event where the
-    XIDER column holds an Xid); None for any other line."""
+    """A line of `dcgmi dmon`: its command, header or `ID` line, or an entity's row of a table with an XIDER
+    column (an `xid` event where it holds an Xid); None for any other line."""
     if (m := _DMON_HEADER.match(raw.rstrip())) is not None:
         s.dmon = m.group("fields").split()
         return LogEvent(kind="dcgm_info", detail={"fields": ",".join(s.dmon)}, **base)
     if _DMON_OTHER.match(raw):
         return LogEvent(kind="dcgm_info", **base)
-    if not s.dmon or (m := _DMON_ROW.match(raw)) is None:
-        return None
+    if "XIDER" not in s.dmon or (m := _DMON_ROW.match(raw)) is None:
+        return None  # no header yet, or none of its fields is one this parser reads
     gpu = f"GPU{m.group('gpu')}"
     row = dict(zip(s.dmon, m.group("values").split(), strict=False))
     xid = row.get("XIDER", "")

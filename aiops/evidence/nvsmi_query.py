@@ -17,7 +17,9 @@ What a field says (`nvidia-smi --help-query-gpu`):
 - `ecc.errors.uncorrected.volatile.total` above 0: `ecc_uncorrectable`.
 - `temperature.gpu`: `temperature`.
 A line gives one event: its abnormal field first (in the order above), else its temperature, else a field
-line (`nvsmi_field`, which the generic classifier still reads: a `[GPU is lost]` value is its `gpu_lost`)."""
+line (`nvsmi_field`, which the generic classifier still reads: a `[GPU is lost]` value is its `gpu_lost`).
+Rows of fields none of which is one of those (`READ_FIELDS`: `index, clocks.sm, power.draw`) are not read
+(None): their values were not checked, and the verdict knows it (aiops/evidence/records.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,18 @@ _KNOWN = (
 # nvidia-smi names so (an arbitrary lower-case CSV header is not taken for one).
 HEADER = re.compile(rf"^(?=.*?{_KNOWN})\s*{_FIELD}(?:,\s?{_FIELD})+\s*$")
 _UNIT = re.compile(r"\s*\[[^\]]*\]$")
+# The fields a row is read for (the module docstring); `index`, `pci.bus_id` only say which GPU it is.
+READ_FIELDS = frozenset(
+    {
+        "gpu_recovery_action",
+        "reset_status.reset_required",
+        "reset_status.drain_and_reset_recommended",
+        "remapped_rows.failure",
+        "remapped_rows.pending",
+        "ecc.errors.uncorrected.volatile.total",
+        "temperature.gpu",
+    }
+)
 _BLANK = frozenset({"none", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", ""})
 _YES = "yes"
 
@@ -69,8 +83,8 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             s.fields = fields_of(text)
             yield LogEvent(kind="nvsmi_field", detail={"fields": ",".join(s.fields)}, **base)
             continue
-        if s.fields is None or not text:
-            yield None
+        if s.fields is None or not text or READ_FIELDS.isdisjoint(s.fields):
+            yield None  # no fields known yet, or none this parser reads
             continue
         values = [part.strip() for part in text.split(",")]
         if len(values) < len(s.fields):

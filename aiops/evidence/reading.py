@@ -11,7 +11,11 @@ read (returned an event for, a field included), two decimals. A line only the ge
 failure line inside a table) is `parsed` but not understood: it says the text was not in the shape the format's
 parser knows. The verdict (aiops/evidence/verdict.py) takes a status output as a positive reading only when its
 parser understood most of it: a file classed as a tool's output from a few lines (an `nvidia-smi` subcommand
-whose other lines no parser reads, say) shows nothing about the lines that were not read."""
+whose other lines no parser reads, say) shows nothing about the lines that were not read.
+
+`unread_records` (any format, present only when it applies): how many of the lines its format's parser did not
+read (every line, for a generic text) are structured records, when they are most of its non-blank lines or
+hold a long run (aiops/evidence/records.py); the verdict gives no `healthy` beside such a text."""
 
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ from aiops.evidence import (
     nvsmi_query,
     nvsmi_table,
     ras,
+    records,
     slurm,
     training,
 )
@@ -157,13 +162,17 @@ def read(
     settled = SETTLED.get(fmt, frozenset())
     ids: dict[str, set[str]] = {}
     total = parsed = blank = own = 0
+    tally = records.Tally()  # the non-blank lines, and which were records its format's parser did not read
     for item in PARSERS[fmt](name, tracker):
         number, body = tracker.pending.popleft() if tracker.pending else (-1, "")
         total += 1
         if not body.strip():
             blank += 1
-        elif item is not None:
+        elif item is not None and fmt != "generic":
             own += 1
+            tally.add(False)
+        else:
+            tally.add(records.is_record(body))
         event = item
         if fmt != "generic" and (item is None or (item.kind in FIELD_KINDS and item.kind not in settled)):
             fallback = generic.classify(name, number, body, state, read_by=fmt)
@@ -186,6 +195,8 @@ def read(
     }
     if fmt != "generic":
         entry["understood"] = understood(own, total - blank)
+    if record_lines := tally.unread_records():
+        entry["unread_records"] = record_lines
     if choice.style:
         entry["prefix"] = "+".join(choice.style)
     if fmt == "generic":

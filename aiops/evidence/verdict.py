@@ -17,6 +17,15 @@ have had most of its non-blank lines read by its own format's parser (`understoo
 lines left unread: `nvidia-smi nvlink -s` taken for `nvidia-smi -L` once read 1 line of 9 and hid two inactive
 links (evals/real/unseen10-2026-12-07). Such a file makes the verdict `inconclusive`, even beside a status output
 that was understood, and `verdict_reason` names it. A failure line in it is still a finding, as anywhere.
+
+Nor may anything the case holds be left unread in a shape that carries measurements: a text whose unread lines
+are mostly structured records, or hold a long run of them (`unread_records` in its `sources` entry: columns of
+numbers, CSV rows, `key: value` pairs, JSON or XML that no format's parser read; aiops/evidence/records.py),
+makes a would-be `healthy` verdict `inconclusive`, and `verdict_reason` names the file. The generic reader only
+looks for failure words: `dcgmi dmon -e 230` showing Xid 120 and a `--query-gpu` CSV row `1, Reset` have none,
+and beside a DCGM health JSON saying Healthy they once made a `healthy` (evals/real/unseen11-2026-12-07). A log
+of free text (a program's messages, time stamps and prose) holds no records and blocks nothing. The rule only
+stands between a clean reading and `healthy`: it changes no `diagnosed` verdict and no finding.
 """
 
 from __future__ import annotations
@@ -79,16 +88,32 @@ def understood(source: dict[str, Any]) -> bool:
 
 
 def not_understood_reason(unread: list[dict[str, Any]]) -> str:
-    """`verdict_reason` naming the status outputs (three at most) whose lines were mostly not read."""
+    """`verdict_reason` naming the status outputs (three at most) whose lines were mostly not read, and the
+    records among those lines (`unread_records`)."""
     named = ", ".join(
         f"{s['file']}{' (' + s['section'] + ')' if s.get('section') else ''}: {s['format']}, "
         f"{s.get('understood', 0.0):.0%} of its lines read"
+        + (f", {s['unread_records']} lines of records no reader knows" if s.get("unread_records") else "")
         for s in unread[:3]
     )
     more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
     return (
         f"no abnormal line, but a status output was mostly not read ({named}{more}): a shape the reader does "
         "not know is no positive reading; what its unread lines say was not checked"
+    )
+
+
+def unread_records_reason(unread: list[dict[str, Any]]) -> str:
+    """`verdict_reason` naming the texts (three at most) that hold records no reader knows."""
+    named = ", ".join(
+        f"{s['file']}{' (' + s['section'] + ')' if s.get('section') else ''}: {s['unread_records']} lines of "
+        "records no reader knows"
+        for s in unread[:3]
+    )
+    more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+    return (
+        f"no abnormal line, but {named}{more}: what those records measure was not checked (only failure words "
+        "were looked for), so a clean reading elsewhere is no proof of health"
     )
 
 
@@ -108,6 +133,9 @@ def result(collected: Collected, sources: list[dict[str, Any]]) -> dict[str, Any
     elif unread := [s for s in status if not understood(s)]:
         verdict = "inconclusive"
         reason = not_understood_reason(unread)
+    elif status and (with_records := [s for s in sources if s.get("unread_records")]):
+        verdict = "inconclusive"
+        reason = unread_records_reason(with_records)
     elif status:  # a positive reading: status outputs read, every one understood
         verdict = "healthy"
         reason = "a status output read as healthy, and no abnormal line in any file"
