@@ -62,6 +62,8 @@ AT_FIRST_USE = (
     "guardrails.actuators_k8s",
     "guardrails.scheduler_view",
     "guardrails.actuators_sysfs",  # the cooling devices: the NVML actuator's
+    "guardrails.dispatched",  # a fleet's dispatch to this node
+    "guardrails.dispatch_request",
 )
 RANK_TIMING = ("aiops.profile.probes", "aiops.profile.rank_collector")  # a host's collector, on by default
 TWIN_ONLY = ("aiops.scenarios", "aiops.datapath.policy")  # the scenario's and the lanes policy's models

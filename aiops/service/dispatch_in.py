@@ -20,16 +20,19 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiops.runtime.world import Attached, desk
 from aiops.service.flush_steps import Later
 from aiops.store import Store
 from guardrails.actions import Action
-from guardrails.dispatch_request import Dispatch
-from guardrails.dispatched import DispatchAnswer, DispatchClaim, NodeDispatch, answer_of
 from guardrails.executor import ExecutionOutcome
 from guardrails.proposal_desk import Guardrails
 from guardrails.routing import acts_remotely
+
+if TYPE_CHECKING:  # what a fleet's dispatch is judged by: loaded at the first one (a node of a fleet's)
+    from guardrails.dispatch_request import Dispatch
+    from guardrails.dispatched import DispatchAnswer, DispatchClaim
 
 log = logging.getLogger("aiops.service")
 DISPATCH_ROUTE = "/api/dispatch"
@@ -84,6 +87,8 @@ class DispatchInbox:
             assert outside is not None
 
             def then(guard: Guardrails, outcome: ExecutionOutcome) -> None:
+                from guardrails.dispatched import answer_of
+
                 answer.set_result(answer_of(guard, outcome, claim.people))
 
             outside(Later(claim.claimed, attached, then, answer.set_exception))
@@ -104,6 +109,8 @@ class DispatchInbox:
         action `remote` says calls another system is claimed and handed to `later` with its answer to give."""
         with self._lock:
             taken, self._waiting = self._waiting, []
+        from guardrails.dispatched import DispatchClaim, NodeDispatch
+
         done = 0
         for item in taken:
             if not item.answer.set_running_or_notify_cancel():

@@ -59,7 +59,6 @@ from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
 from aiops.service.forwarded import is_loopback
-from guardrails.dispatch_request import parse_dispatch
 
 Probe = Callable[[], tuple[bool, str]]
 ALERTMANAGER_ROUTE = "/api/alertmanager"
@@ -264,6 +263,8 @@ class ServiceRoutes:
         body = await _bounded_body(request, dispatch_in.MAX_BODY_BYTES)
         if isinstance(body, Response):
             return body
+        from guardrails.dispatch_request import parse_dispatch  # a fleet's first dispatch loads its checks
+
         try:
             dispatch = parse_dispatch(body)
         except DispatchError as exc:
