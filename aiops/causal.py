@@ -202,12 +202,18 @@ def symptom_labels(kind: str, detail: Mapping[str, object]) -> frozenset[str] | 
     `power_limit_drop` judged against a DCIM cap in force at the drop (`detail["cap"]`, aiops/detect/limits.py):
     a drop to the level the cap asked is the cap's; one below it is a limit somebody lowered. A `rank_straggler`
     late in its input phase (`detail["cause"]`, aiops/detect/stragglers.py) is the data loader's, no sign of a
-    GPU's heat next to it."""
+    GPU's heat next to it. An `xid` by its code (`labels.XID_LABELS`): an NVLink error is no sign of an
+    uncorrectable ECC error on the same GPU."""
     if kind == "rank_straggler":
         return labels.INPUT_STRAGGLER_LABELS if detail.get("cause") == "input" else None
     if kind == "power_limit_drop":
         verdict = detail.get("cap")
         return labels.LIMIT_DROP_VERDICT_LABELS.get(verdict) if isinstance(verdict, str) else None
+    if kind == "xid":
+        code = detail.get("xid")
+        if isinstance(code, bool) or not isinstance(code, (int, float)) or not float(code).is_integer():
+            return None
+        return labels.XID_LABELS.get(int(code))
     mask = detail.get("mask")
     if kind != "gpu_throttle" or not isinstance(mask, int) or isinstance(mask, bool):
         return None

@@ -329,6 +329,20 @@ LIMIT_DROP_VERDICT_LABELS: dict[str, frozenset[str]] = {
     "below": frozenset({"power_cap_misconfig"}),
 }
 INPUT_STRAGGLER_LABELS: frozenset[str] = frozenset({"input_pipeline_bottleneck"})
+# The causes an Xid code allows (NVIDIA's Xid catalogue), for `aiops.causal.symptom_labels`: an uncorrectable or
+# contained/uncontained ECC error and the row remapper's events (48, 63, 64, 94, 95), an NVLink error (74), a GPU
+# off the bus (79), the program's errors (13 graphics engine exception, 31 MMU fault, 43 channel stopped, 68 video
+# engine exception: the catalogue also names a driver error for them) and a killed process's cleanup (45). A code
+# not listed allows any cause. Xid 74 on a GPU is no sign of the DBE that crashes it minutes later.
+_ECC_XID = frozenset({"gpu_ecc_error"})
+_PROGRAM_XID = frozenset({"application_error", "gpu_driver_firmware_fault"})
+XID_LABELS: dict[int, frozenset[str]] = {
+    **{code: _ECC_XID for code in (48, 63, 64, 94, 95)},
+    74: frozenset({"nvlink_degraded"}),
+    79: frozenset({"gpu_fell_off_bus"}),
+    **{code: _PROGRAM_XID for code in (13, 31, 43, 68)},
+    45: frozenset({"application_error"}),
+}
 
 # Kind of abnormal line in an operator's files -> the labels whose playbooks tell its readings apart, first first.
 FINDING_LABELS: dict[str, tuple[str, ...]] = {

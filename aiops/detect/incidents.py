@@ -44,7 +44,7 @@ from aiops.causal import (
     symptom_labels,
     symptoms_related,
 )
-from aiops.config_notify import SeverityConfig
+from aiops.config_notify import SEVERITIES, SeverityConfig
 from aiops.detect.kinds import INFO, PERSISTENT, RANK_KINDS, STRONG, WEAK_KINDS_TO_OPEN
 from aiops.detect.restarts import XID_KILLED
 from aiops.detect.severity import impact, worse
@@ -64,14 +64,20 @@ CAUSE_LAG_S = 60.0  # how long after its effects a cause's own sign may be repor
 SETTLE_S = 60.0
 
 STEPPED = frozenset({"power_limit_drop"})  # symptoms that move in steps, each dated (aiops/detect/limits.py)
-Key = tuple[str, str, float | None]  # (kind, component, the onset of its step: `_key`)
+CODED = frozenset({"xid"})  # symptoms whose code names the causes they may sign (causal.symptom_labels)
+Key = tuple[str, str, float | None]  # (kind, component, the onset of its step or its code: `_key`)
 
 
 def _key(s: Symptom) -> Key:
     """A symptom's identity in the tracker: its kind and component, and for a symptom that moves in steps (a
     power limit lowered, then lowered again: `detail["since_ts_s"]`, aiops/detect/limits.py) the step's onset,
     so each step is placed on its own. Only such a kind (`STEPPED`): another symptom's `since_ts_s` (a
-    straggler's, which moves every window) says nothing about a new onset."""
+    straggler's, which moves every window) says nothing about a new onset. An Xid by its code (`CODED`): an
+    uncorrectable ECC error (Xid 48) on a GPU whose NVLink errors (Xid 74) opened an incident is placed on its
+    own, not filed under the first Xid seen there."""
+    if s.kind in CODED:
+        code = s.detail.get("xid")
+        return s.kind, s.component, float(code) if isinstance(code, (int, float)) else None
     since = s.detail.get("since_ts_s") if s.kind in STEPPED else None
     return s.kind, s.component, float(since) if isinstance(since, (int, float)) else None
 
@@ -155,14 +161,18 @@ class IncidentTracker:
     def _latest_fault(self, placed: dict[int, list[Symptom]]) -> _Open | None:
         """The open incident opened last, passing over those whose hardware symptoms (held, or placed in this
         window) are all a benign condition's (ambient drift explains no job's slow steps); the one opened last
-        when every one is."""
+        when every one is. Of incidents opened at one time (one window's, `_worst_first`), the worst: the one
+        numbered first."""
+        faults = []
         for group in reversed(self.open):
             keys = {*group.firsts, *(_key(p) for p in placed.get(group.number, []))}
             hardware = [k for k, c, _ in keys if not c.startswith("job:")]
             explained = benign_explained(hardware)
             if not hardware or any(k not in INFO and k not in explained for k in hardware):
-                return group
-        return self.current
+                faults.append(group)
+        if not faults:
+            return self.current
+        return min((g for g in faults if g.opened_ts_s == faults[0].opened_ts_s), key=lambda g: g.number)
 
     def resume(self, incident: Incident) -> None:
         """Carry on an incident that was open when the last run stopped."""
@@ -225,7 +235,7 @@ class IncidentTracker:
                 orphans.append(s)  # one onset on one component: with the new cause, not an older one
             else:
                 placed.setdefault(home.number, []).append(s)
-        for group in self._by_cause(orphans):
+        for group in self._worst_first(self._by_cause(orphans)):
             opened.append(self._open_with(group, now_ts_s))
             placed[opened[-1].number] = group
         for s in fresh_job:
@@ -267,6 +277,15 @@ class IncidentTracker:
             if not any(s.kind in OWN_SIGNS for s in g):
                 anchored[0].extend(g)
         return anchored
+
+    def _worst_first(self, groups: list[list[Symptom]]) -> list[list[Symptom]]:
+        """The incidents one window opens, in the order they are numbered: the one that already hurts first
+        (`impact`'s severity), else as detected. A window dates every symptom at its end, so two faults whose
+        signs first land in it look simultaneous; the one already throttling its GPU began before the one
+        whose GPU is only warm for its power (two GPUs on two racks losing their cooling at one second, the
+        worse reaching its slowdown point first), and the first incident is the one an operator reads first."""
+        rank: dict[str, int] = {name: n for n, name in enumerate(SEVERITIES)}
+        return sorted(groups, key=lambda g: -rank.get(impact(g, self.severity).severity, 1))
 
     def _together(self, a: Symptom, b: Symptom) -> bool:
         """Would new symptom `a` join an incident opened for new symptom `b` in the same window, or `b` one

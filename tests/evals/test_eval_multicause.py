@@ -73,9 +73,11 @@ def test_public_suite_holds_two_fault_cases_on_other_components() -> None:
     same_node = 0
     for s in multi:
         assert isinstance(s.expect, list) and len(s.expect) == len(s.faults) >= 2, s.name
-        if len(s.expect) == 2:  # issue 14's pairs: each on its own component, at its own onset
-            assert len({c.component for c in s.expect}) == 2, s.name
-            assert len({f.start_s for f in s.faults}) == 2, s.name
+        if len(s.expect) == 2:  # issue 14's pairs: each on its own component, at its own onset; or (probe8)
+            # two kinds on one GPU or NIC at their own onsets, or one kind on two components at one second
+            components, onsets = len({c.component for c in s.expect}), len({f.start_s for f in s.faults})
+            assert components == 2 or len({c.root_cause for c in s.expect}) == 2, s.name
+            assert onsets == 2 or components == 2, s.name
         else:  # issue 40's merged incidents: two causes may share a node, never all of them, nor one onset
             assert len({c.component for c in s.expect}) >= 2, s.name
             assert len({f.start_s for f in s.faults}) == len(s.faults), s.name
