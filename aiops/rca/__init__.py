@@ -9,11 +9,10 @@ incident.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 
-from aiops.models import Diagnosis, Hypothesis, Incident, Symptom
+from aiops.models import Diagnosis, Hypothesis, Incident
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import LOOKBACK_S, Facts, Window
 from aiops.rca.forecast import forecast_hypotheses
@@ -22,6 +21,7 @@ from aiops.rca.ranking import rank
 from aiops.rca.scorers import SCORERS
 from aiops.rca.stragglers import cite_stragglers
 from aiops.store import Store
+from aiops.store.diagnoses import incident_of
 
 
 def incident_window(store: Store, incident: Incident) -> Window:
@@ -92,22 +92,7 @@ def _corroborate_stragglers(facts: Facts, candidates: list[Candidate]) -> None:
 
 def stored_incidents(store: Store) -> list[Incident]:
     """The incidents table as models (symptoms are JSON written by `aiops.detect.save_incidents`)."""
-    out = []
-    for r in store.query("SELECT * FROM incidents ORDER BY opened_ts_s, incident_id"):
-        resolved = r.get("resolved_ts_s")
-        out.append(
-            Incident(
-                incident_id=str(r["incident_id"]),
-                opened_ts_s=float(r["opened_ts_s"]),
-                last_ts_s=float(r["last_ts_s"]),
-                title=str(r["title"]),
-                severity=str(r["severity"]),
-                components=list(r["components"]),
-                symptoms=[Symptom.model_validate(s) for s in json.loads(r["symptoms"])],
-                resolved_ts_s=None if resolved is None else float(resolved),
-            )
-        )
-    return out
+    return [incident_of(r) for r in store.query("SELECT * FROM incidents ORDER BY opened_ts_s, incident_id")]
 
 
 def diagnose(store: Store, incidents: list[Incident]) -> list[Diagnosis]:
