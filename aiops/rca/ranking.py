@@ -5,9 +5,10 @@ jobs' loss.
   component causally related to the candidate's (`aiops.causal`); its *onset* is that of its anchoring symptom
   (`aiops.rca.onsets.anchoring`: the earliest of those its label produces on its own component, else the
   earliest of the nearest others), the symptom whose onset window it was scored from.
-  A candidate anchored only in another incident that overlaps this one in time is that incident's cause seen
-  through a long window: it is lowered here (`FOREIGN_FACTOR`), so a later independent fault does not outrank
-  the fault that opened the incident, and a rack's DCIM cap explains only what lies in that rack. So is one
+  A candidate anchored only in another incident that overlaps what this one's facts read (its window, and the
+  look-back before it over which the driver's Xids are read) is that incident's cause seen through a long
+  window: it is lowered here (`FOREIGN_FACTOR`), so a later independent fault does not outrank the fault that
+  opened the incident, and a rack's DCIM cap explains only what lies in that rack. So is one
   whose own signs (`aiops.rca.onsets.own_sign`: a DCIM signal, a PCIe replay, a coolant drop) lie in another
   overlapping incident and not in this one, even where this incident holds consequences it shares (a GPU's
   throttling, which a later fleet-wide cap also lowers): the cause belongs to the incident its own signs opened.
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from aiops.causal import is_everywhere, is_facility, node_of
 from aiops.models import Incident
 from aiops.rca.candidate import Candidate
-from aiops.rca.facts import Facts
+from aiops.rca.facts import LOOKBACK_S, Facts
 from aiops.rca.onsets import anchoring, own_sign
 
 FOREIGN_FACTOR = 0.5
@@ -56,12 +57,16 @@ def rank(
 ) -> list[Candidate]:
     """Adjust scores (foreign causes, onset, impact) and sort, best first."""
     rack_of = facts.racks_of_nodes()
+    # the incidents whose symptoms this one's facts can see: the window's, and the look-back before it that the
+    # widest fact reads (the driver's Xids, `Facts.xids`), so an Xid whose incident closed before the window
+    # began is that incident's cause here too, not a fresh one
+    seen_from_s = facts.window.start_s - LOOKBACK_S
     overlapping = [
         o
         for o in others
         if o.incident_id != incident.incident_id
         and o.opened_ts_s <= facts.window.end_s
-        and o.last_ts_s >= facts.window.start_s
+        and o.last_ts_s >= seen_from_s
     ]
     anchors: dict[int, Anchor] = {}
     explained: list[int] = []  # candidates whose cause another incident holds

@@ -12,6 +12,7 @@ from aiops.detect import detect
 from aiops.models import Diagnosis
 from aiops.rca import diagnose
 from aiops.rca.candidate import Candidate
+from aiops.rca.facts import Facts, Window
 from aiops.rca.ranking import rank
 from aiops.runtime.analysis import simulate_into
 from aiops.scenarios import parse_scenario
@@ -45,6 +46,29 @@ def test_a_cause_explained_by_its_own_incident_ranks_below_one_that_has_none() -
             "nvlink_degraded",
         ]
         assert "INC-0001" in ranked[2].summary and ranked[2].score < 0.45
+
+
+def test_an_xid_whose_incident_closed_before_the_window_is_still_that_incidents_cause() -> None:
+    """The driver's Xids are read a look-back before the incident's window (`Facts.xids`): a job's Xid 45 whose
+    incident ended 170 s before a GPU warmed (a churn run: the job stopped, then a warm spot) is that incident's
+    cause, not the warm GPU's."""
+    with Store(":memory:") as store:
+        facts = Facts(
+            store, Window(run_start_s=0.0, start_s=180.0, end_s=320.0, baseline_end_s=60.0, opened_s=300.0)
+        )
+        stopped = _incident([("xid", "node4/gpu0", 100.0)], number=1).model_copy(update={"last_ts_s": 110.0})
+        warm = _incident([("gpu_hot", "node6/gpu0", 300.0)], number=2)
+        ranked = rank(
+            facts,
+            warm,
+            [stopped, warm],
+            [
+                Candidate("application_error", "node4/gpu0", 0.9, "xid 45"),
+                Candidate("thermal_throttle", "node6/gpu0", 0.6, "warm"),
+            ],
+        )
+        assert [c.label for c in ranked] == ["thermal_throttle", "application_error"]
+        assert "INC-0001" in ranked[1].summary
 
 
 def _run(tmp: Path, name: str, faults: list[dict[str, Any]], duration_s: int = 540) -> list[Diagnosis]:
