@@ -301,16 +301,21 @@ def test_a_bundle_with_nothing_readable_exits_2(tmp_path: Path, capsys: pytest.C
     assert "nothing could be read" in err and str(path) in err and "kernel-log" in err
 
 
-# A 32 MiB kernel log inside a tgz: read whole it would cost the file's size several times over; streamed
+# A 16 MiB kernel log inside a tgz: read whole it would cost the file's size several times over; streamed
 # member by member, peak RSS stays near the interpreter's own (the plain-file bound and measuring child of
-# tests/evidence/test_investigate_inputs.py).
+# tests/evidence/test_investigate_inputs.py). Measured (2026-12-07): streamed, the growth is ~3 MB; the member read
+# whole (`io.BytesIO(inner.read())` in aiops/evidence/bundle.py `_tar`) ~33 MB, and its bytes alone would be 16
+# MiB more than streamed: both over TGZ_GROWTH_LIMIT_MB. (32 MiB, judged against 32 MB, until 2026-12-07: the same
+# proof at twice the gzip and parsing CPU.)
+TGZ_BYTES = 16 * 1024 * 1024
+TGZ_GROWTH_LIMIT_MB = 16
 
 
 @pytest.mark.timeout(180)
 def test_a_large_tgz_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     block = b"".join(p.read_bytes() for p in (XID79, XID48)) * 256
     big = tmp_path / "big.tgz"
-    size = 32 * 1024 * 1024
+    size = TGZ_BYTES
     with tarfile.open(big, "w:gz", compresslevel=1) as tar:
         info = tarfile.TarInfo("var/log/dmesg")
         info.size = (size // len(block) + 1) * len(block)
@@ -318,10 +323,10 @@ def test_a_large_tgz_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
         tar.addfile(info, reader)
     report = measured_investigation(big, timeout_s=170)
     source = report["result"]["sources"][0]
-    assert source["format"] == "kernel-log" and source["lines"] > 300_000
+    assert source["format"] == "kernel-log" and source["lines"] > 150_000
     assert report["result"]["verdict"] == "diagnosed"
-    # the growth while reading (whole, the member alone would add ~100 MB), and the product's 300 MB peak
-    assert report["growth_mb"] <= 32 and report["peak_rss_mb"] <= 300, report
+    # the growth while reading (whole, the member alone would add ~33 MB), and the product's 300 MB peak
+    assert report["growth_mb"] <= TGZ_GROWTH_LIMIT_MB and report["peak_rss_mb"] <= 300, report
 
 
 class _Repeat(io.RawIOBase):
