@@ -18,13 +18,14 @@ from tests.clirun import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "evals" / "real"
-# 24 MiB: read whole the file adds at least its own 24 MiB (its bytes alone) and ~65 MB as bytes, text and the
-# list of lines; streamed, ~1 MB (measured). The growth over the process's own peak before the file (the
-# interpreter and the code: 70-105 MB, more where no bytecode is cached) is judged against 16 MB, so a regression
-# to whole-file reading, even of the bytes only, fails on any machine; the product's figure (300 MB peak) is
-# judged too. bench/ covers 1 GiB. (48 MiB until 2026-12-06: the same proof at twice the parsing CPU.)
-LARGE_BYTES = 24 * 1024 * 1024
-GROWTH_LIMIT_MB = 16
+# 12 MiB: read whole the file adds at least its own 12 MiB (its bytes alone: 13.3 MB measured, the file read into
+# one buffer in aiops/evidence/investigate.py) and more as text and the list of lines; streamed, ~1.3 MB
+# (measured). The growth over the process's own peak before the file (the interpreter and the code: 70-105 MB,
+# more where no bytecode is cached) is judged against 8 MB, so a regression to whole-file reading, even of the
+# bytes only, fails on any machine; the product's figure (300 MB peak) is judged too. bench/ covers 1 GiB. (48 MiB
+# until 2026-12-06, 24 MiB against 16 MB until 2026-12-07: the same proof at two and four times the parsing CPU.)
+LARGE_BYTES = 12 * 1024 * 1024
+GROWTH_LIMIT_MB = 8
 PEAK_RSS_LIMIT_MB = 300
 
 # In a child process: run the investigation, then report its own peak RSS. VmHWM (/proc/self/status) is
@@ -83,7 +84,7 @@ def test_a_large_log_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
     report = measured_investigation(big, timeout_s=170)
     result = report["result"]
     source = result["sources"][0]
-    assert source["format"] == "kernel-log" and source["lines"] > 225_000
+    assert source["format"] == "kernel-log" and source["lines"] > 110_000
     assert source["parsed"] + source["unknown"] == source["lines"]
     assert result["verdict"] == "diagnosed" and result["hypotheses"][0]["root_cause"] == "gpu_fell_off_bus"
     assert report["growth_mb"] <= GROWTH_LIMIT_MB, report
