@@ -12,9 +12,10 @@ already-explained cause on another component once the first one's symptoms settl
 of a node overheating minutes after the first, a second power limit lowered, a limit lowered below what a DCIM
 cap asked), uniformly across labels, as two link flaps on one node always were. A symptom that moves in
 steps (a power limit lowered, then lowered again) is placed step by step (`_key`). A job-level symptom
-(slow steps, collective latency or timeouts) reaches every rank, so it is put with the open incident of a fault
-whose onset came last before it (the most recent change explains it; a benign condition's
-incident only when no other is open). Each (kind, component) stays with the incident it first joined; an
+(slow steps, collective latency or timeouts) reaches every rank of its job, so it is put with the open incident
+of a fault whose onset came last before it among those on the job's nodes or over them (the most recent change
+explains it; a benign condition's incident only when no other is open; `_reaches`: another job's fault explains
+none of its pauses), else it opens its own. Each (kind, component) stays with the incident it first joined; an
 incident closes after `quiet_s` without one of its own.
 
 The tracker serves both a whole-history analysis (`aiops analyze`: feed every window, then `incidents()`) and
@@ -158,20 +159,45 @@ class IncidentTracker:
         """The open incident opened last (None when none is open)."""
         return self.open[-1] if self.open else None
 
-    def _latest_fault(self, placed: dict[int, list[Symptom]]) -> _Open | None:
-        """The open incident opened last, passing over those whose hardware symptoms (held, or placed in this
-        window) are all a benign condition's (ambient drift explains no job's slow steps); the one opened last
-        when every one is. Of incidents opened at one time (one window's, `_worst_first`), the worst: the one
-        numbered first."""
+    def _reaches(self, component: str, job: str) -> bool:
+        """Can a fault on hardware `component` touch job `job`: on one of its nodes, or over them (a rack holding
+        one, the fleet, a policy)? A job whose nodes are unknown is reached by everything (merging is the safe
+        error: it loses no symptom)."""
+        nodes = self.job_nodes.get(job)
+        if not nodes or None in nodes:
+            return True
+        node = node_of(component, self.rack_of)
+        if node is not None:
+            return node in nodes
+        if component_kind(component, frozenset(self.rack_of.values())) == "rack":
+            return any(self.rack_of.get(n) in (component, None) for n in nodes if n is not None)
+        return True  # the fleet, a policy: every node
+
+    def _holds_job(self, keys: set[Key], job: str) -> bool:
+        """Does an incident with these symptoms reach job `job`: one of them is the job's, or lies on its path?"""
+        return any(
+            c == f"job:{job}" or (not c.startswith("job:") and self._reaches(c, job)) for _, c, _ in keys
+        )
+
+    def _latest_fault(self, placed: dict[int, list[Symptom]], job: str) -> _Open | None:
+        """The open incident opened last among those that reach job `job` (`_reaches`: another job's fault on
+        nodes it does not use explains none of its pauses), passing over those whose hardware symptoms (held, or
+        placed in this window) are all a benign condition's (ambient drift explains no job's slow steps); the one
+        opened last when every one is; None when none reaches it. Of incidents opened at one time (one window's,
+        `_worst_first`), the worst: the one numbered first."""
         faults = []
+        reaching = []
         for group in reversed(self.open):
             keys = {*group.firsts, *(_key(p) for p in placed.get(group.number, []))}
+            if not self._holds_job(keys, job):
+                continue
+            reaching.append(group)
             hardware = [k for k, c, _ in keys if not c.startswith("job:")]
             explained = benign_explained(hardware)
             if not hardware or any(k not in INFO and k not in explained for k in hardware):
                 faults.append(group)
         if not faults:
-            return self.current
+            return reaching[0] if reaching else None
         return min((g for g in faults if g.opened_ts_s == faults[0].opened_ts_s), key=lambda g: g.number)
 
     def resume(self, incident: Incident) -> None:
@@ -239,7 +265,7 @@ class IncidentTracker:
             opened.append(self._open_with(group, now_ts_s))
             placed[opened[-1].number] = group
         for s in fresh_job:
-            latest = self._latest_fault(placed)
+            latest = self._latest_fault(placed, s.component.removeprefix("job:"))
             if latest is None:
                 latest = self._open_with([s], now_ts_s)
                 opened.append(latest)
@@ -327,7 +353,8 @@ class IncidentTracker:
     def _home(self, s: Symptom, placed: dict[int, list[Symptom]]) -> _Open | None:
         """The open incident a new hardware symptom belongs to: one with a symptom it is linked to (`_linked`:
         a causal path and one cause, or a shared onset), else (for a rank waiting on its peers) one on a node of
-        the same job, else one with no hardware symptom yet (only job-level ones: a job reaches every rank),
+        the same job, else one with no hardware symptom yet whose job this symptom reaches (`_reaches`: only
+        job-level ones, a job reaches every rank of its own, not another job's),
         else one opened within `join_s` of this onset; None when it is independent of all. A waiting rank
         anchors nothing itself, so a later fault on its node is not taken for the cause it waited on."""
         related: list[_Open] = []
@@ -351,7 +378,11 @@ class IncidentTracker:
                 or any(node_of(m.component, self.rack_of) in self.job_nodes.get(job, set()) for m in anchors)
             ):
                 same_job.append(group)
-            elif not hardware:
+            elif not hardware and any(
+                self._reaches(s.component, c.removeprefix("job:"))
+                for _, c, _ in firsts
+                if c.startswith("job:")
+            ):
                 job_only.append(group)
             elif (
                 abs(s.ts_s - group.opened_ts_s) <= self.join_s
