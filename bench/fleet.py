@@ -25,6 +25,13 @@ steady cycle / the step: the cores a store needs to answer every shard in time),
 Every healthy shard must open no incident (`incidents_elsewhere`).
 
     .venv/bin/python bench/fleet.py --gpus 40960 --shards 8 --every-shard --delay-s 5 --cycles 8
+
+`--all-at-once` runs every shard at the same time instead: each a real `aiops fleet` process, all knowing each
+other (`[fleet] shards`), on the bench's clock paced `--pace` times slower than the wall, with a site-wide DCIM cap
+in the data besides the hot GPU; it reports each shard's cores and RSS, the store's, the incident's latency on the
+bench clock, `aiops fleet-view` across them and the pages they sent (bench/fleet_shards.py says how).
+
+    nice -n 5 .venv/bin/python bench/fleet.py --gpus 40960 --shards 8 --all-at-once --pace 4 --delay-s 5 --cycles 14
 """
 
 from __future__ import annotations
@@ -179,21 +186,7 @@ def run_one(gpus: int, args: argparse.Namespace) -> dict[str, Any]:
         work = Path(scratch)
         # the data lies in the past: `serving` sets no latency offset and no result cache for replayed ranges
         with victoria.serving(work) as (url, proc):
-            started = time.perf_counter()
-            generate_s = 0.0
-            batch: list[str] = []
-            size = 0
-            for k in range(scrapes):
-                t = time.perf_counter()
-                text = exports.scrape(k)
-                generate_s += time.perf_counter() - t
-                batch.append(text)
-                size += len(text)
-                if size >= 32 * 1024 * 1024 or k == scrapes - 1:
-                    victoria.import_text(url, "".join(batch).encode())
-                    batch, size = [], 0
-            victoria.force_flush(url)
-            import_s = time.perf_counter() - started
+            import_s, generate_s = import_exports(url, exports, scrapes)
             vm_import_cpu_s = _cpu_of(proc.pid)
             plan = {
                 "url": url,
@@ -227,6 +220,25 @@ def run_one(gpus: int, args: argparse.Namespace) -> dict[str, Any]:
             "nodes_seen": measured["nodes_seen"],  # the analyst's workspace: only its shard's nodes
         }
     return figures
+
+
+def import_exports(url: str, exports: Any, scrapes: int) -> tuple[float, float]:
+    """Scrapes 0..`scrapes`-1 of `exports` into the store, searchable at once: (wall s in all, s generating)."""
+    started = time.perf_counter()
+    generate_s = 0.0
+    batch: list[str] = []
+    size = 0
+    for k in range(scrapes):
+        t = time.perf_counter()
+        text = exports.scrape(k)
+        generate_s += time.perf_counter() - t
+        batch.append(text)
+        size += len(text)
+        if size >= 32 * 1024 * 1024 or k == scrapes - 1:
+            victoria.import_text(url, "".join(batch).encode())
+            batch, size = [], 0
+    victoria.force_flush(url)
+    return time.perf_counter() - started, generate_s
 
 
 def _measure_child(plan: dict[str, Any], work: Path, shard: int | None) -> dict[str, Any]:
@@ -384,6 +396,15 @@ def main() -> int:
         action="store_true",
         help="with --shards: measure every shard, one after another, against the one store (module doc)",
     )
+    parser.add_argument(
+        "--all-at-once",
+        action="store_true",
+        help="with --shards: every shard a real `aiops fleet`, all at once, on a paced clock "
+        "(bench/fleet_shards.py)",
+    )
+    parser.add_argument(
+        "--pace", type=float, default=4.0, help="--all-at-once: a step every PACE steps of wall (4)"
+    )
     parser.add_argument("--per-cycle", action="store_true", help="every cycle's figures in the JSON")
     parser.add_argument("--profile", default=None, metavar="PATH", help="cProfile cycle 2 into PATH.<gpus>")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
@@ -396,13 +417,18 @@ def main() -> int:
     if args.fault_cycle < 1 or args.cycles < args.fault_cycle + 4:
         print("--fault-cycle must be >= 1 and --cycles >= --fault-cycle + 4", file=sys.stderr)
         return 2
-    if args.every_shard and args.shards < 2:
-        print("--every-shard needs --shards N with N >= 2", file=sys.stderr)
+    if (args.every_shard or args.all_at_once) and args.shards < 2:
+        print("--every-shard and --all-at-once need --shards N with N >= 2", file=sys.stderr)
         return 2
     if not shutil.which("victoria-metrics"):
         print("victoria-metrics is needed (Debian package victoria-metrics)", file=sys.stderr)
         return 3
-    results = {str(n): run_one(n, args) for n in args.gpus}
+    if args.all_at_once:
+        from bench.fleet_shards import run_at_once
+
+        results = {str(n): run_at_once(n, args, START_S, CLOCK_PAST_SCRAPE_S) for n in args.gpus}
+    else:
+        results = {str(n): run_one(n, args) for n in args.gpus}
     load = os.getloadavg()
     print(
         json.dumps(

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aiops.columns import IB_PORT_SAMPLES, exported
+from bench.fleet_cap import add_site_cap
 
 GPUS_PER_NODE = 8
 NICS_PER_NODE = 2
@@ -127,9 +128,16 @@ class Exports:
 
 
 def build(
-    gpus: int, step_s: float, start_s: float, fault_ts_s: float, seed: int = 7, shards: int = 1
+    gpus: int,
+    step_s: float,
+    start_s: float,
+    fault_ts_s: float,
+    seed: int = 7,
+    shards: int = 1,
+    cap_ts_s: float | None = None,
 ) -> Exports:
-    """The exports of `gpus` GPUs; with `shards` > 1 every series also carries `shard="K"` (module doc)."""
+    """The exports of `gpus` GPUs; with `shards` > 1 every series also carries `shard="K"` (module doc); with
+    `cap_ts_s` the facility's rack series and a site-wide DCIM cap from then on (bench/fleet_cap.py)."""
     if gpus <= 0 or gpus % GPUS_PER_NODE:
         raise ValueError(f"--gpus must be a positive multiple of {GPUS_PER_NODE}, got {gpus}")
     nodes = gpus // GPUS_PER_NODE
@@ -143,6 +151,13 @@ def build(
     _gpus(out, np.random.default_rng(seed))
     _network(out)
     _hosts_and_job(out)
+    if cap_ts_s is not None:
+        per_shard = nodes // shards
+        racks = [
+            (rack(first), f',shard="{shard_of(first, per_shard)}"' if shards > 1 else "")
+            for first in range(0, nodes, NODES_PER_RACK)
+        ]
+        add_site_cap(out, cap_ts_s, racks, NODES_PER_RACK * GPUS_PER_NODE, NODES_PER_RACK)
     if shards > 1:
         _label_shards(out, nodes // shards)
     return out

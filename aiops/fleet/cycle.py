@@ -54,7 +54,14 @@ def read_cycle(
         return report
     config = facility or FacilityConfig()
     report.facility = fetch_facility(
-        store, client, start_s=nodes.start_s, end_s=nodes.end_s, step_s=step_s, config=config, phase_s=phase_s
+        store,
+        client,
+        start_s=nodes.start_s,
+        end_s=nodes.end_s,
+        step_s=step_s,
+        config=config,
+        phase_s=phase_s,
+        extra_selector=selector,  # a shard's racks only (docs/FLEET.md "Fleet size: sharding")
     )
     if config.dcim:
         racks = [

@@ -46,10 +46,11 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def selector(series: FacilitySeries) -> str:
-    """The PromQL selector of one configured series: `{__name__="m",label="value",...}`."""
+def selector(series: FacilitySeries, extra: str = "") -> str:
+    """The PromQL selector of one configured series: `{__name__="m",label="value",...}`, and `extra` (a
+    sharded fleet's `[fleet] selector`: a shard reads its own racks' series)."""
     matchers = [f'__name__="{series.metric}"', *(f'{k}="{_escape(v)}"' for k, v in series.match.items())]
-    return "{" + ",".join(matchers) + "}"
+    return "{" + ",".join([*matchers, *([extra] if extra else [])]) + "}"
 
 
 def rack_of(labels: Mapping[str, str], config: FacilityConfig) -> str | None:
@@ -210,12 +211,14 @@ def fetch_facility(
     step_s: float,
     config: FacilityConfig | None = None,
     phase_s: float = 0.0,
+    extra_selector: str = "",
 ) -> FacilityReport:
     """Read every configured facility series over [start_s, end_s] at `step_s` (the grid aligned to multiples
     of the step plus `phase_s`, as the node agents' are read: aiops/fleet/phase.py) and write one rack_samples row per rack and step: each column the
     `aggregate` of the rack's series times `scale`; a series whose rack is unknown is reported, not guessed.
     Rows whose (ts_s, rack) the store holds already are left out, so fetching interval after interval, or
-    the same interval twice, writes each row once."""
+    the same interval twice, writes each row once. `extra_selector`: label matchers added to every series (a
+    sharded fleet's `[fleet] selector`)."""
     config = config or FacilityConfig()
     if end_s < start_s:
         raise SourceError(client.url, None, f"empty range: start {start_s:g} is after end {end_s:g}")
@@ -229,7 +232,7 @@ def fetch_facility(
     unmapped: set[str] = set()
     for column, series in series_of(config).items():
         values: dict[tuple[float, str], list[float]] = defaultdict(list)
-        for result in client.query_range(selector(series), start, end_s, step):
+        for result in client.query_range(selector(series, extra_selector), start, end_s, step):
             for one in result:
                 labels = {str(k): str(v) for k, v in (one.get("metric") or {}).items()}
                 rack = rack_of(labels, config)
