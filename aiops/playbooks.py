@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aiops.errors import PlaybookError
 from aiops.labels import DIAGNOSIS_LABELS, node_of
 from aiops.models import Hypothesis
+from aiops.safeload import safe_load
 from guardrails.actions import Action
 
 if TYPE_CHECKING:  # the store and the control laws load where actions are computed, not with the YAML:
@@ -126,7 +127,7 @@ def load_playbooks(directory: Traversable | None = None) -> dict[str, Playbook]:
     where = directory if directory is not None else playbook_dir()
     for path in sorted((p for p in where.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name):
         try:
-            book = Playbook.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+            book = Playbook.model_validate(safe_load(path.read_text(encoding="utf-8")))
         except (ValidationError, yaml.YAMLError) as exc:
             raise PlaybookError(f"{path}: not a valid playbook: {exc}") from exc
         if book.label not in DIAGNOSIS_LABELS:

@@ -28,6 +28,7 @@ import yaml
 
 from aiops.datapath.policy import Policy, parse_policy
 from aiops.errors import InputError, TwinMismatch
+from aiops.safeload import safe_load
 from aiops.scenarios import Scenario, parse_scenario_text, scenario_yaml
 from aiops.sim.actuator import SimActuator
 from aiops.sim.world import SIM_EPOCH_TS_S, World
@@ -172,7 +173,7 @@ class Twin:
             raise TwinMismatch(f"{store.path}: twin format {version}; this aiops reads {FORMAT_VERSION}")
         try:
             scenario = parse_scenario_text(text, SOURCE)
-            policy = parse_policy(yaml.safe_load(policy_text), SOURCE) if policy_text else None
+            policy = parse_policy(safe_load(policy_text), SOURCE) if policy_text else None
         except (InputError, yaml.YAMLError) as exc:
             raise TwinMismatch(f"{store.path}: the stored run does not validate: {exc}") from None
         node = None if row[5] is None else str(row[5])
