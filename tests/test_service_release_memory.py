@@ -16,6 +16,8 @@ from aiops.config import NodeConfig, parse_config
 from aiops.service.owner import FileOwner
 from aiops.service.service import Service
 from aiops.service.sources import Sources
+from aiops.store import Store
+from collectors.base import RowBatch
 
 ALL_ARENAS = 4096  # jemalloc's MALLCTL_ARENAS_ALL
 
@@ -99,3 +101,47 @@ def test_a_node_agent_releases_after_each_flush_and_the_fleet_does_not(
         service.outbox.stop()
         service.owner.close()
     assert released == [False] * releases  # once a flush, after its hold of the workspace
+
+
+def test_a_node_agent_releases_the_ingests_pages_before_the_windows_queries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush's ingest (one transaction: DuckDB copies each table's rows into a transaction-local store of
+    ~16 KB a column, freed at COMMIT, ~2.7 MB an 8-GPU node's window) is handed back before the steps that
+    query the workspace: otherwise the window's hash tables are built on top of it, and the flush's resident
+    set peaks ~1.7 MB higher (docs/BENCHMARKS.md "The node service", round ten)."""
+    from aiops.service import flush_steps
+
+    service = _service(tmp_path, "node")
+    held_at_step: list[int] = []
+    conditions = flush_steps.conditions
+
+    def counted(svc: Service, store: Store) -> None:  # the first step that queries after the ingest here
+        held_at_step.append(_dirty_pages())
+        conditions(svc, store)
+
+    monkeypatch.setattr(flush_steps, "conditions", counted)
+    columns = ("ts_s", "gpu", "node", "util_pct", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
+    service.start()
+    try:
+        service.flush()
+        # 400 s of an 8-GPU node at 1 Hz: 3,200 rows of 8 columns (2.8 MB left dirty by the ingest before)
+        for second in range(400):
+            service.buffer.add(
+                {
+                    "gpu_samples": RowBatch(
+                        columns,
+                        [
+                            (1e9 + second, f"gpu{g}", "n0", 50.0, 300.0, 60.0, 1400.0, 1500.0)
+                            for g in range(8)
+                        ],
+                    )
+                }
+            )
+        held_at_step.clear()
+        service.flush()
+    finally:
+        service.profiles.close()
+        service.outbox.stop()
+        service.owner.close()
+    assert held_at_step and held_at_step[0] < 64, held_at_step  # < 256 KB left dirty by the ingest

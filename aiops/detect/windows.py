@@ -83,13 +83,20 @@ GPU_WINDOW_SQL = WindowQuery(
     group_by="gpu, node",
 )
 
+# One hash table a window query: DuckDB plans a DISTINCT aggregate or `mode()` beside the others as a second
+# aggregate joined back to the first (a CTE and a hash join), and each hash table it builds zeroes ~2 MB however few
+# the rows, resident until the flush hands DuckDB's freed pages back (docs/BENCHMARKS.md "The node service", round
+# ten). So the NIC query counts its lanes over the group's list (`len(list_distinct(list(lane)))`: the distinct
+# non-NULL lanes, as `count(DISTINCT lane)`), and the step query takes the mode of the group's list, sorted first:
+# the most frequent slowest GPU, a tie going to the first by name (`mode()`'s tie went by its hash map's order).
 XID_WINDOW_SQL = WindowQuery("ts_s, gpu, node, xid, message", "gpu_events", where="kind = 'xid'")
 
 NIC_WINDOW_SQL = WindowQuery(
     """nic, node, bool_or(lane = 'fifo') AS fifo, sum(tx_bytes) AS tx_bytes, sum(drops) AS drops,
        sum(ce_marks) AS ce_marks, sum(retransmits) AS retransmits, max(queue_delay_ms) AS max_queue_delay_ms,
        avg(queue_delay_ms) AS queue_delay_ms, sum(carrier_changes) AS carrier_changes,
-       bool_and(coalesce(link_up, true)) AS link_up_all, sum(interval_s) / count(DISTINCT lane) AS seconds""",
+       bool_and(coalesce(link_up, true)) AS link_up_all,
+       sum(interval_s) / len(list_distinct(list(lane))) AS seconds""",
     "nic_samples",
     group_by="nic, node",
 )
@@ -117,7 +124,7 @@ COLLECTIVE_WINDOW_SQL = WindowQuery(
 
 STEP_WINDOW_SQL = WindowQuery(
     """job, count(*) AS steps, median(step_time_s) AS step_time_s, max(ts_s) AS last_ts_s,
-       mode(slowest_gpu) AS slowest_gpu""",
+       list_aggregate(list_sort(list(slowest_gpu)), 'mode') AS slowest_gpu""",
     "job_steps",
     group_by="job",
 )

@@ -453,6 +453,8 @@ class Service:
         assert self.sources is not None
         if batches:
             store.ingest_all(batches)
+            if self.release_memory:  # the transaction's own copy of the rows, freed by its COMMIT, back first
+                self._guarded("memory", self.owner.release_memory)
         self.held.clear()  # the workspace has them now
         if self.workloads_ts_s is not None:
             self._guarded("jobs", lambda: steps.refresh_jobs(self, store))
