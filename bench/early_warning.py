@@ -195,14 +195,27 @@ def score(tally: Tally) -> dict[str, Any]:
         entry["warned_10min"] += int(i in warned)
     announced = sum(f.announced for f in tally.faults)
     lead_list = sorted(leads[i] for i in warned)
-    from_decoys = sum(
-        1
+    on_decoys = [
+        w
         for w in false
         if any(
             c == w.components[0] and lo - HORIZON_S <= w.opened_ts_s <= hi + 3600.0
             for c, lo, hi in tally.decoys
         )
-    )
+    ]
+    from_decoys = len(on_decoys)
+    # the false warnings no decoy explains, each as a person would read it (what warned, where, on what)
+    from_noise = [
+        {
+            "component": w.components[0],
+            "opened_ts_s": w.opened_ts_s,
+            "title": w.title,
+            "forecasts": w.symptoms[-1].detail.get("forecasts", []),
+            "evidence": {k: v for k, v in w.symptoms[-1].detail.items() if k != "forecasts"},
+        }
+        for w in false
+        if w not in on_decoys
+    ]
     per_1000 = 1000.0 / tally.node_days if tally.node_days else 0.0
     return {
         "hard_faults": len(tally.faults),
@@ -219,6 +232,7 @@ def score(tally: Tally) -> dict[str, Any]:
         "warnings_naming_the_fault_label": right_label,
         "false_warnings": len(false),
         "false_from_decoys": from_decoys,
+        "false_not_on_decoys": from_noise,
         "false_warnings_per_1000_node_days": round(len(false) * per_1000, 2),
         "decoy_episodes": len({(c, lo) for c, lo, _ in tally.decoys}),
         "by_kind": by_kind,

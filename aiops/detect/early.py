@@ -8,7 +8,8 @@ degrading, and a rate every GPU shares (a driver's reporting change) is nobody's
 
 - **counters** (`ecc_corrected`, `nvlink_errors`, `pcie_replay`, `ib_link_errors`): every one of the last
   `RECENT` buckets at `floor` errors or more (a single burst, a weak HBM cell's Xid 92 or a churned ECC storm,
-  fills one bucket, never three), and their mean `RATIO` times the larger of the own and the peers' rate;
+  fills one bucket, never three), their mean `RATIO` times the larger of the own and the peers' rate, and their
+  sum improbable (`NOISE_P`, Poisson) at that rate: a link that has always been noisy needs more to warn;
 - **thermal**: the GPU's temperature above what its rack's GPUs run at its power (a line fitted over the rack,
   again without its outliers: coolant plus power times a shared resistance; a worn fan or a drying cold plate
   raises the GPU's own resistance), said at a training load's power (`REFERENCE_W`; an idle GPU is not judged),
@@ -18,8 +19,9 @@ degrading, and a rate every GPU shares (a driver's reporting change) is nobody's
   exhaust) is a step, not a climb; a rack's or the outside air's warming, and the job's load, move the peers too.
 
 A warning forecasts one or more root-cause labels (the closed vocabulary, unchanged): a hypothesis, not a
-diagnosis. Thresholds: the twin's noise (aiops/sim/precursors.py) puts a benign link's chance of three
-elevated buckets in a row at about 1e-9 per bucket (docs/DETECTION.md).
+diagnosis. Thresholds: the twin's noise (aiops/sim/precursors.py) puts a median benign link's chance of three
+elevated buckets in a row at about 1e-17 per bucket, but one at the noisy end of the lognormal (11/h) at 4e-6:
+hence the Poisson test against each component's own rate (docs/DETECTION.md).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ HISTORY = 72  # buckets of a component's own history (6 hours)
 MIN_HISTORY = 6  # buckets of history before a component is judged (30 minutes)
 RATIO = 4.0
 MIN_PEERS = 3
+NOISE_P = 1e-6  # counters: the recent buckets' sum must be this improbable under the component's usual rate
 THERMAL_RISE_C = 2.0  # the climb from the recent buckets' first third to their last, at least
 THERMAL_THIRD_C = 0.5  # and each third over the one before: a climb all along, not a late step
 THERMAL_JUMP = 0.6  # no jump over two buckets larger than this share of the climb (a warm spot is a step)
@@ -187,6 +190,11 @@ class TrendWatch:
         reference = max(own, peer or 0.0, spec.floor / RATIO)
         if mean(recent) < RATIO * reference:
             return None
+        # and improbable for the rate it has always had (or its peers' now): a link at the noisy end of a fleet
+        # (11 errors/h, the twin's lognormal at +2.4 sigma) fills three buckets at the floor by chance about once in
+        # 270,000 tries, one at the median (1/h) once in 1e17
+        if poisson_tail(sum(recent), RECENT * max(own, peer or 0.0)) > NOISE_P:
+            return None
         per_h = 3600.0 / BUCKET_S
         return EarlyWarning(
             signal,
@@ -277,6 +285,24 @@ def _robust_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float
         if abs(r - center) <= FIT_OUTLIER_MADS * max(spread, 0.5)
     ]
     return _line([x for x, _ in kept], [y for _, y in kept]) or fit
+
+
+def poisson_tail(count: float, expected: float) -> float:
+    """P(N >= count) for N ~ Poisson(`expected`): the chance of so many errors or more from a component's usual
+    rate. Summed from `count` up (no 1 - sum of the head, which rounds to 0 in the far tail); at most 1,000 terms."""
+    k = math.ceil(count)
+    if k <= 0 or expected >= k:
+        return 1.0
+    if expected <= 0.0:
+        return 0.0
+    term = math.exp(-expected + k * math.log(expected) - math.lgamma(k + 1))
+    total = 0.0
+    for i in range(k + 1, k + 1001):
+        total += term
+        if term < total * 1e-12:
+            break
+        term *= expected / i
+    return min(1.0, total)
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
