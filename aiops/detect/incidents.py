@@ -11,7 +11,9 @@ fault, a fault during benign ambient drift), opens an incident of its own; so do
 already-explained cause on another component once the first one's symptoms settled (`_spreading`: a second GPU
 of a node overheating minutes after the first, a second power limit lowered, a limit lowered below what a DCIM
 cap asked), uniformly across labels, as two link flaps on one node always were. A symptom that moves in
-steps (a power limit lowered, then lowered again) is placed step by step (`_key`). A job-level symptom
+steps (a power limit lowered, then lowered again) is placed step by step (`_key`), an Xid by its code, a throttle
+by the cause its reasons name (a brake, heat, a cap: `throttle_class`); a cause whose own signs went quiet for
+`settle_s` draws nothing new in (`_active`: drops on a NIC a minute after its bulk transfer ended). A job-level symptom
 (slow steps, collective latency or timeouts) reaches every rank of its job, so it is put with the open incident
 of a fault whose onset came last before it among those on the job's nodes or over them (the most recent change
 explains it; a benign condition's incident only when no other is open; `_reaches`: another job's fault explains
@@ -49,8 +51,9 @@ from aiops.config_notify import SEVERITIES, SeverityConfig
 from aiops.detect.kinds import INFO, PERSISTENT, RANK_KINDS, STRONG, WEAK_KINDS_TO_OPEN
 from aiops.detect.restarts import XID_KILLED
 from aiops.detect.severity import impact, worse
-from aiops.labels import SPEC, component_kind
+from aiops.labels import CLOCK_REASON_LABELS, SPEC, component_kind
 from aiops.models import Incident, Symptom
+from aiops.nvml_bits import HW_POWER_BRAKE_SLOWDOWN, SW_POWER_CAP, THERMAL
 
 # A weak symptom opens an incident only when it persists (`WEAK_KINDS_TO_OPEN`, aiops/detect/kinds.py: its rule
 # already needed 2 windows).
@@ -66,7 +69,10 @@ SETTLE_S = 60.0
 
 STEPPED = frozenset({"power_limit_drop"})  # symptoms that move in steps, each dated (aiops/detect/limits.py)
 CODED = frozenset({"xid"})  # symptoms whose code names the causes they may sign (causal.symptom_labels)
-Key = tuple[str, str, float | None]  # (kind, component, the onset of its step or its code: `_key`)
+# A throttle by the cause its clocks-event reasons name (`throttle_class`): a brake, heat, a power cap.
+REASONED = frozenset({"gpu_throttle"})
+# (kind, component, its step's onset, its code or its reason: `_key`)
+Key = tuple[str, str, float | str | None]
 
 
 def _key(s: Symptom) -> Key:
@@ -75,12 +81,47 @@ def _key(s: Symptom) -> Key:
     so each step is placed on its own. Only such a kind (`STEPPED`): another symptom's `since_ts_s` (a
     straggler's, which moves every window) says nothing about a new onset. An Xid by its code (`CODED`): an
     uncorrectable ECC error (Xid 48) on a GPU whose NVLink errors (Xid 74) opened an incident is placed on its
-    own, not filed under the first Xid seen there."""
+    own, not filed under the first Xid seen there. A throttle by the cause its reasons name (`throttle_class`):
+    a PSU's brake asserted on GPUs that a DCIM cap already held at SwPowerCap is a new cause's sign, placed on its
+    own, not filed under the cap's throttle of the same GPUs."""
+    if s.kind in REASONED:
+        return s.kind, s.component, throttle_class(s.detail.get("mask"))
     if s.kind in CODED:
         code = s.detail.get("xid")
         return s.kind, s.component, float(code) if isinstance(code, (int, float)) else None
     since = s.detail.get("since_ts_s") if s.kind in STEPPED else None
     return s.kind, s.component, float(since) if isinstance(since, (int, float)) else None
+
+
+def throttle_class(mask: object) -> str | None:
+    """The cause a throttle's clocks-event reasons name, strongest first: a power brake (HwPowerBrakeSlowdown
+    holds the clock lowest, whatever else is set), heat (a thermal slowdown), a power cap (SwPowerCap alone);
+    None when the mask says none of them. Coarse on purpose: a hot GPU's windows that add SwPowerCap or
+    HwSlowdown now and then stay one symptom."""
+    if not isinstance(mask, int) or isinstance(mask, bool):
+        return None
+    if mask & HW_POWER_BRAKE_SLOWDOWN:
+        return "brake"
+    if mask & THERMAL:
+        return "heat"
+    if mask & SW_POWER_CAP:
+        return "cap"
+    return None
+
+
+_CLASS_REASON = {"brake": "hw_power_brake", "heat": "thermal", "cap": "power_cap"}
+
+
+def _allowed(s: Symptom) -> frozenset[str] | None:
+    """The causes `s` allows when it is linked to an incident's member (`symptom_labels`); a throttle only those
+    of the cause its key names (`throttle_class`), as it is placed by that: a brake asserted on a GPU still
+    throttling for its node's heat (the window's reasons hold both) is a sign of the brake, not of the heat it
+    was placed apart from."""
+    allowed = symptom_labels(s.kind, s.detail)
+    named = throttle_class(s.detail.get("mask")) if s.kind in REASONED else None
+    if allowed is None or named is None:
+        return allowed
+    return allowed & CLOCK_REASON_LABELS[_CLASS_REASON[named]]
 
 
 ANALYSIS_PREFIX = "INC-"  # a whole-history analysis (`aiops analyze`, the eval): ids of that analysis only
@@ -143,6 +184,7 @@ class IncidentTracker:
         self.job_nodes: dict[str, set[str | None]] = {}
         self.set_jobs(job_of or {})
         self.open: list[_Open] = []
+        self.last_seen: dict[Key, float] = {}  # each (kind, component, ...) as last seen (`_active`)
         self.closed: list[_Open] = []
         self.next_number = first_number
         self.keep_closed = keep_closed  # a service forgets closed incidents once it has stored them
@@ -205,6 +247,9 @@ class IncidentTracker:
         group = _Open(incident.number, incident.opened_ts_s, incident.last_ts_s)
         group.severity_floor = incident.severity
         group.add(list(incident.symptoms))
+        for s in incident.symptoms:  # a stored symptom carries its last sighting (`_compact`)
+            last = s.detail.get("last_ts_s")
+            self._seen(s, float(last) if isinstance(last, (int, float)) else s.ts_s)
         self.open.append(group)
         self.open.sort(key=lambda g: (g.opened_ts_s, g.number))
         self.next_number = max(self.next_number, incident.number + 1)
@@ -227,6 +272,8 @@ class IncidentTracker:
                 continue
             was = known_keys.get(group.number, set())
             group.add(batch)
+            for s in batch:
+                self._seen(s, s.ts_s)
             if any(s.kind not in INFO for s in batch) or all(s.kind in INFO for s in group.symptoms):
                 group.last_ts_s = now_ts_s
             if group in opened:
@@ -416,12 +463,24 @@ class IncidentTracker:
         node = node_of(s.component, rack_of)
         if s.kind not in SIGNED and node is not None and node == node_of(component, rack_of):
             return True
-        new, old = symptom_labels(s.kind, s.detail), symptom_labels(kind, member.detail)
+        new, old = _allowed(s), _allowed(member)
         via = one_cause_labels(kind, component, s.kind, s.component, rack_of, old, new)
-        if via and self._spreading(s, member, via, anchors):
+        if via and self._active(member, s.ts_s) and self._spreading(s, member, via, anchors):
             return True
         late = s.kind in PERSISTENT and 0.0 <= s.ts_s - member.ts_s <= self.cause_lag_s
         return late and one_cause(s.kind, s.component, kind, component, rack_of, new, old)
+
+    def _seen(self, s: Symptom, ts_s: float) -> None:
+        key = _key(s)
+        self.last_seen[key] = max(ts_s, self.last_seen.get(key, ts_s))
+
+    def _active(self, member: Symptom, ts_s: float) -> bool:
+        """Is the incident's `member` still seen at `ts_s` (within `settle_s` of its last sighting)? A cause
+        whose own signs went quiet produces nothing new: drops on a NIC a minute after the bulk transfer that
+        queued it ended (its lanes back, its queue drained) are a new cause's (ECN off on that port), not the
+        transfer's. A member not held yet (a new symptom of the same window) is."""
+        last = self.last_seen.get(_key(member))
+        return last is None or ts_s - last <= self.settle_s
 
     def _one_event(self, s: Symptom, anchors: list[Symptom]) -> bool:
         """May `s`, on a component no anchor of an incident is causally related to but with its onset within

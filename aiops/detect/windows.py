@@ -91,10 +91,16 @@ GPU_WINDOW_SQL = WindowQuery(
 # the most frequent slowest GPU, a tie going to the first by name (`mode()`'s tie went by its hash map's order).
 XID_WINDOW_SQL = WindowQuery("ts_s, gpu, node, xid, message", "gpu_events", where="kind = 'xid'")
 
+# A lane row that carried nothing in the window says nothing of the lanes (`LANE_IN_USE`): an exporter that keeps a
+# lane's series after the lane went away (a NIC back from one FIFO to enforced lanes) still reports its last queue
+# delay and a counter that no longer moves. Its loss and carrier counts are summed all the same (a link down sends
+# nothing and drops).
+LANE_IN_USE = "coalesce(tx_bytes, 0) > 0"
 NIC_WINDOW_SQL = WindowQuery(
-    """nic, node, bool_or(lane = 'fifo') AS fifo, sum(tx_bytes) AS tx_bytes, sum(drops) AS drops,
-       sum(ce_marks) AS ce_marks, sum(retransmits) AS retransmits, max(queue_delay_ms) AS max_queue_delay_ms,
-       avg(queue_delay_ms) AS queue_delay_ms, sum(carrier_changes) AS carrier_changes,
+    f"""nic, node, bool_or(lane = 'fifo' AND {LANE_IN_USE}) AS fifo, sum(tx_bytes) AS tx_bytes,
+       sum(drops) AS drops, sum(ce_marks) AS ce_marks, sum(retransmits) AS retransmits,
+       max(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS max_queue_delay_ms,
+       avg(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS queue_delay_ms, sum(carrier_changes) AS carrier_changes,
        bool_and(coalesce(link_up, true)) AS link_up_all,
        sum(interval_s) / len(list_distinct(list(lane))) AS seconds""",
     "nic_samples",

@@ -20,6 +20,10 @@ from aiops.nvml_bits import (
 )
 from aiops.store import Store
 
+# A lane row that carried nothing in the window says nothing of the lanes (as aiops/detect/windows.py reads them):
+# an exporter that keeps a lane's series after the lane went away still reports its last queue delay.
+LANE_IN_USE = "coalesce(tx_bytes, 0) > 0"
+
 LOOKBACK_S = 120.0
 MAX_ROWS = 12
 ONSET_S = 60.0  # evidence around a symptom's onset: this long before and after it
@@ -318,13 +322,14 @@ class Facts:
         return self.run(
             "nics",
             "Per-NIC carrier changes, drops, retransmits, CE marks and queue delay: incident vs reference",
-            """WITH ref AS (SELECT nic, avg(queue_delay_ms) AS ref_queue_ms,
+            f"""WITH ref AS (SELECT nic, avg(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS ref_queue_ms,
                                    sum(drops + retransmits) / greatest(sum(interval_s), 1) AS ref_loss_per_s
                             FROM nic_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY nic),
-                    cur AS (SELECT nic, any_value(node) AS node, bool_or(lane = 'fifo') AS fifo,
+                    cur AS (SELECT nic, any_value(node) AS node, bool_or(lane = 'fifo' AND {LANE_IN_USE}) AS fifo,
                                    sum(carrier_changes) AS carrier_changes, sum(drops) AS drops,
                                    sum(retransmits) AS retransmits, sum(ce_marks) AS ce_marks,
-                                   avg(queue_delay_ms) AS queue_ms, max(queue_delay_ms) AS max_queue_ms,
+                                   avg(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS queue_ms,
+                                   max(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS max_queue_ms,
                                    sum(drops + retransmits) / greatest(sum(interval_s), 1) AS loss_per_s,
                                    sum(tx_bytes) AS tx_bytes,
                                    sum(ce_marks) / greatest(sum(interval_s), 1) AS ce_per_s

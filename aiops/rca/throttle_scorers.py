@@ -78,7 +78,11 @@ def throttling(facts: Facts) -> list[Candidate]:
         gpus = sorted({g for lowering in uncovered for g in lowering.gpus})
         out.append(_misconfig(facts, gpus, changes, gpus_per_node, [], uncovered[0]))
     else:  # each lowering a cause: two on one node minutes apart are two, even of one GPU
-        out.extend(_misconfig(facts, x.gpus, changes, gpus_per_node, [], x) for x in uncovered)
+        for x in uncovered:  # and each GPU of it, unless it took most of its node (`_lowered_parts`)
+            out.extend(
+                _misconfig(facts, part, changes, gpus_per_node, [], x)
+                for part in _lowered_parts(x, gpus_per_node)
+            )
     if found and not uncovered:
         covering = sorted({c for lowering in found for c in lowering.covering})
         gpus = sorted({g for lowering in found for g in lowering.gpus})
@@ -105,6 +109,16 @@ def _cap_components(racks: dict[str, dict[str, Any]], capped_racks: set[str]) ->
     if capped_racks == set(racks) and len(racks) > 1:
         return ["fleet"]
     return [sorted(capped_racks)[0]]
+
+
+def _lowered_parts(lowering: Lowering, gpus_per_node: Counter[str]) -> list[list[str]]:
+    """What one lowering asks to be put right: its node when it took most of the node's GPUs (`_misconfig`
+    names the node), else each GPU it lowered, lowest limit first: one command that lowered three of eight GPUs
+    left three limits to restore, and naming only the lowest would hide the other two."""
+    gpus = lowering.gpus
+    if len(gpus) >= max(2, 0.75 * gpus_per_node.get(lowering.node, 8)):
+        return [gpus]
+    return [[g] for g in sorted(gpus, key=lambda g: (lowering.limits_w[g], g))]
 
 
 def _misconfig(
