@@ -88,7 +88,8 @@ def test_public_suite_holds_two_fault_cases_on_other_components() -> None:
     transients = [
         f for s in multi for f in s.faults if f.duration_s is not None and f.kind != "gpu_fell_off_bus"
     ]
-    assert len(transients) >= 5 and all(60 <= (f.duration_s or 0) <= 200 for f in transients)
+    # 60-200 s, or (probe9) a flap at severity 1.0 for 240 s: long outages past the IB retry window, the job restarting
+    assert len(transients) >= 5 and all(60 <= (f.duration_s or 0) <= 240 for f in transients)
     assert sum(s.name.startswith("decoy-") for s in multi) >= 3
 
 
