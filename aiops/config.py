@@ -779,6 +779,19 @@ def store_checkpoint_mb(config: Config) -> int:
     )
 
 
+NODE_BLOCK_SIZE = (
+    16_384  # DuckDB's block of a workspace a node agent creates (DuckDB's smallest; its default 262,144)
+)
+
+
+def store_block_size(config: Config) -> int:
+    """The block size of a workspace the service creates: 16 KB on a node agent, DuckDB's own (0) on the fleet.
+    DuckDB reads and caches a whole block; on a node's few rows each table's appends and each window's scan touch
+    the block that holds a column's last segment, which with 256 KB blocks was nearly every block of the file
+    (docs/BENCHMARKS.md "The node service", round ten). A file keeps the block size it was made with."""
+    return 0 if config.node.name == "fleet" else NODE_BLOCK_SIZE
+
+
 NODE_MEMORY_LIMIT_MB = 32  # `[store] memory_limit_mb` of a node agent (0 in the config)
 SERVICE_MEMORY_LIMIT_MB = 256  # the fleet's, and a console's that holds a workspace (`aiops console serve`)
 

@@ -17,6 +17,7 @@ from aiops.config import (
     Config,
     NodeConfig,
     parse_config,
+    store_block_size,
     store_checkpoint_mb,
     store_memory_limit_mb,
     store_threads,
@@ -149,3 +150,43 @@ def test_a_store_runs_one_duckdb_worker_unless_told(tmp_path: Path) -> None:
         assert _threads(store) == 1
     with configured_workspace(str(tmp_path / "fleet.duckdb"), fleet).write() as store:
         assert _threads(store) == cores
+
+
+def _block_size(path: Path) -> int:
+    with duckdb.connect(str(path), read_only=True) as conn:
+        row = conn.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_node_agent_makes_its_workspace_with_16_kb_blocks_and_the_fleet_with_duckdbs(
+    tmp_path: Path,
+) -> None:
+    """DuckDB reads and caches whole blocks; on a node's few rows each table's appends and each window's scan touch
+    the block of a column's last segment: with 256 KB blocks nearly every block of the file, 9.2 MB cached after
+    a 12-minute sim agent's first checkpoint for a 6.8 MB file (docs/BENCHMARKS.md "The node service", round ten).
+    A file keeps the block size it was made with; a store opened without one makes DuckDB's."""
+    node, fleet = _node_and_fleet()
+    assert store_block_size(node) == 16_384
+    assert store_block_size(fleet) == 0
+    for name, config in (("node", node), ("fleet", fleet)):
+        path = tmp_path / f"{name}.duckdb"
+        service = Service(
+            config.model_copy(update={"store": config.store.model_copy(update={"path": str(path)})})
+        )
+        with service.owner.store() as store:  # what `aiops run` opens first: the file is made here
+            store.conn.execute("CHECKPOINT")
+        service.owner.close()
+        assert _block_size(path) == (16_384 if name == "node" else 262_144), name
+    made = tmp_path / "made.duckdb"
+    Store(str(made)).close()  # a command's new workspace: DuckDB's blocks
+    owner = FileOwner(str(made), block_size=16_384)
+    with owner.store() as store:
+        store.conn.execute("CHECKPOINT")
+    owner.close()
+    assert _block_size(made) == 262_144  # an existing file keeps its own
+    with Store(str(tmp_path / "small.duckdb"), block_size=16_384) as store:
+        assert (
+            store.scalar("SELECT count(*) FROM schema_migrations") > 0
+        )  # migrated in place, not the template
+    assert _block_size(tmp_path / "small.duckdb") == 16_384

@@ -68,6 +68,7 @@ class FileOwner:
         lean_planner: bool = False,
         allocator_flush_mb: int = 128,
         checkpoint_mb: int = 16,
+        block_size: int = 0,
         guardrails: GuardrailsConfig | None = None,
         scheduler: SchedulerConfig | None = None,
     ) -> None:
@@ -79,6 +80,7 @@ class FileOwner:
         self.lean_planner = lean_planner  # LEAN_PLANNER_SKIPS off (a node agent's small tables)
         self.allocator_flush_mb = allocator_flush_mb
         self.checkpoint_mb = checkpoint_mb  # DuckDB checkpoints past this much write-ahead log
+        self.block_size = block_size  # DuckDB's block of the file when this owner creates it (0: DuckDB's)
         self.lease_timeout_s = lease_timeout_s
         self.leases = 0
         # every hold of the file that could have written it: each outermost `store()` (any thread), lend and
@@ -155,7 +157,11 @@ class FileOwner:
         with self._lock:
             if self._store is None:
                 self._store = Store(
-                    self.db_path, guardrails=self.guardrails, scheduler=self.scheduler, threads=self.threads
+                    self.db_path,
+                    guardrails=self.guardrails,
+                    scheduler=self.scheduler,
+                    threads=self.threads,
+                    block_size=self.block_size,
                 )
                 conn = self._store.conn
                 conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")

@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from aiops.config import Config, node_of, store_checkpoint_mb, store_memory_limit_mb, store_threads
+from aiops.config import (
+    Config,
+    node_of,
+    store_block_size,
+    store_checkpoint_mb,
+    store_memory_limit_mb,
+    store_threads,
+)
 from aiops.detect.incidents import incident_prefix
 from aiops.models import Hypothesis, Incident
 from aiops.runtime.world import Attached, attach, scheduler_view
@@ -137,6 +144,7 @@ class Service:
             lean_planner=config.node.name != "fleet",
             allocator_flush_mb=config.store.allocator_flush_mb,
             checkpoint_mb=store_checkpoint_mb(config),
+            block_size=store_block_size(config),  # a workspace the service creates: 16 KB blocks on a node
             guardrails=config.guardrails,
             scheduler=config.scheduler,
         )

@@ -102,6 +102,7 @@ class Store:
         scheduler: SchedulerConfig | None = None,
         threads: int = 1,
         shared: bool = False,
+        block_size: int = 0,
     ) -> None:
         self.path = str(path)
         self.scheduler = (
@@ -114,9 +115,14 @@ class Store:
         self._release: Callable[[], None] = _nothing
         try:
             copied = False
+            # `block_size`: DuckDB's block of a file made here (0: DuckDB's default, 256 KB); a file that exists
+            # keeps its own, and the template (256 KB blocks) is not copied in its place
+            new_blocks = (
+                block_size if block_size and self.path != ":memory:" and not Path(self.path).exists() else 0
+            )
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-                copied = not read_only and template.placed(self.path, MIGRATIONS)
+                copied = not read_only and not new_blocks and template.placed(self.path, MIGRATIONS)
             # DuckDB's workers: one by default (`threads`; 0: DuckDB's own default, one per core). A store's
             # queries here cover seconds to hours of a few nodes, below a row group (122,880 rows), where more workers
             # only cost: with one against two, a new store's open took 0.74x the CPU and `aiops analyze` 0.91x
@@ -125,6 +131,8 @@ class Store:
             settings: dict[str, str | bool | int | float | list[str]] = (
                 {"threads": threads} if threads > 0 else {}
             )
+            if new_blocks:
+                settings["default_block_size"] = new_blocks
             # `shared`: the file attached to this process's instance (aiops/store/instances.py: ~5 ms, not ~25);
             # only for a store that changes no setting of its instance
             opened = (
