@@ -156,7 +156,8 @@ def shard_processes(
                     "--pace",
                     str(plan["pace"]),
                 ),
-                *("--go", str(work / "go"), "--", "fleet", "--db", str(home / "fleet.duckdb")),
+                *("--go", str(work / "go"), "--", "fleet", "--config", str(config)),
+                *("--db", str(home / "fleet.duckdb")),
                 *("--listen", f"127.0.0.1:{ports[name]}", "--prometheus", url, "--selector", f'shard="{k}"'),
                 *("--step", f"{plan['step_s']:g}s", "--delay", f"{plan['delay_s']:g}s"),
                 *("--lookback", f"{plan['lookback_s']:g}s"),
@@ -168,7 +169,7 @@ def shard_processes(
                         stdout=log,
                         stderr=log,
                         cwd=REPO,
-                        env={**env, "AIOPS_CONFIG": str(config), "HOME": str(home)},
+                        env={**env, "HOME": str(home)},
                         preexec_fn=victoria._die_with_parent,
                     ),
                     ports[name],
@@ -400,13 +401,22 @@ def _view(procs: dict[str, tuple[subprocess.Popen[bytes], int, Path]]) -> dict[s
     (home / "view.toml").write_text("")
     t0 = time.monotonic()
     shown = subprocess.run(
-        [sys.executable, "-m", "aiops.cli.main", "fleet-view", "--json", *given],
+        [
+            sys.executable,
+            "-m",
+            "aiops.cli.main",
+            "fleet-view",
+            "--config",
+            str(home / "view.toml"),
+            "--json",
+            *given,
+        ],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
         cwd=REPO,
-        env={**env, "AIOPS_CONFIG": str(home / "view.toml"), "HOME": str(home)},
+        env={**env, "HOME": str(home)},
     )
     wall_s = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
