@@ -263,9 +263,10 @@ def build_slow_nccl(directory: Path, nccl: Path) -> Path:
 
 def test_blocked_time_is_the_time_a_call_blocks(tmp_path: Path) -> None:
     """Each ncclAllReduce of the stand-in library sleeps 3 ms: a window's blocked time is its calls times 3 ms
-    (plus the sleep's overshoot and the probes' own trap: at most as much again, even on a machine running the
-    suite on every core); the all-gathers that return at once block under half the sleep a call. A unit error
-    (ns read as us, ms as s) is 1000 times off and fails."""
+    (plus the sleep's overshoot and the probes' own trap: CI's loaded 2-core runner once gave 6.8 ms a call, so the
+    bound is ten times the sleep); the all-gathers that return at once block under half the sleep a call. A unit
+    error (ns read as us, ms as s) is 1000 times off and fails, and a window cannot hold more blocked time than
+    its own length."""
     nccl = require_rank_timing()
     binary = build_nccl_rank(tmp_path, nccl, build_slow_nccl(tmp_path, nccl))
     env = {"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": f"slow-nccl-{os.getpid()}"}
@@ -293,7 +294,7 @@ def test_blocked_time_is_the_time_a_call_blocks(tmp_path: Path) -> None:
         calls, blocked_s = int(r["calls"]), float(r["blocked_s"])  # type: ignore[call-overload,arg-type]
         assert calls > 0, r
         per_call_s = blocked_s / calls
-        assert SLOW_ALL_REDUCE_US * 1e-6 <= per_call_s < SLOW_ALL_REDUCE_US * 2e-6, r
+        assert SLOW_ALL_REDUCE_US * 1e-6 <= per_call_s < SLOW_ALL_REDUCE_US * 10e-6, r
         assert blocked_s <= float(r["window_s"]) * 1.05, r  # one thread cannot block longer than the window  # type: ignore[arg-type]
     for r in gathers:
         assert 0 < float(r["blocked_s"]) / int(r["calls"]) < SLOW_ALL_REDUCE_US * 0.5e-6, r  # type: ignore[arg-type,call-overload]
