@@ -2,7 +2,8 @@
 facility cap over the site, fleet-wide drift) is paged by one of them, decided where the pages start, not by
 grouping the shards' alerts afterwards.
 
-Each shard with `[fleet] shard` and `[fleet] shards` asks the other shards' `/api/incidents` in a thread of its
+Each shard with `[fleet] shard` and `[fleet] shards` asks the other shards' `/api/incidents?status=open` (their
+open incidents, each with its top hypothesis and paging decision; components cut to the first few) in a thread of its
 own (never inside a flush: the workspace is not held while it waits) every `interval_s`, and keeps what they said:
 their open, diagnosed incidents with their paging decisions. The pager then judges each of this shard's own
 incidents that would page, against that picture (`arbitrate`, a pure function):
@@ -33,11 +34,15 @@ from typing import Any
 
 from aiops import outbound
 from aiops.errors import OutboundError
+from aiops.service.incident_list import MAX_LIMIT
 from aiops.service.paging import Decision, Subject
 from aiops.store import Store
 
 log = logging.getLogger("aiops.fleet")
 MAX_ANSWER_BYTES = 64 << 20
+# the open incidents only, as many as a shard lists (each with its first components and their count): what
+# `peer_incidents` reads is status, incident_id, top_hypothesis and paging, never the components
+PEER_QUERY = f"status=open&limit={MAX_LIMIT}"
 STALE_INTERVALS = 3.0  # an answer older than this many intervals counts as none
 
 
@@ -159,7 +164,7 @@ class PeerPages:
         for name, url in self.urls.items():
             try:
                 answer = outbound.get(
-                    f"{url}/api/incidents",
+                    f"{url}/api/incidents?{PEER_QUERY}",
                     headers=headers,
                     timeout_s=self.timeout_s,
                     max_bytes=MAX_ANSWER_BYTES,

@@ -10,7 +10,9 @@ first (ties: the shard listed first), so the id people see does not change when 
 every shard's own id under `seen_by`; its page is the first shard's decision, the others' are `duplicate_pages`
 (shards that know each other page such a condition once between them: aiops/fleet/peer_pages.py).
 Incidents of one shard are never merged here: that shard's grouping stands. A shard that does not answer is
-named in `shards` with its error, and the view still shows the others.
+named in `shards` with its error, and the view still shows the others. Each shard lists at most its `limit`
+incidents (the open ones first, then the newest), each with `component_count` and its first components
+(aiops/service/incident_list.py); `shards` says how many it holds (`total`) and whether its list was `cut`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class ShardAnswer:
     incidents: list[dict[str, Any]] = field(default_factory=list)
     proposals: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    total: int = 0  # the incidents the shard holds, listed or not (its answer lists at most `limit`)
 
 
 def ask_shard(shard: str, url: str, token: str | None, timeout_s: float) -> ShardAnswer:
@@ -54,11 +57,14 @@ def ask_shard(shard: str, url: str, token: str | None, timeout_s: float) -> Shar
         return ShardAnswer(shard, base, error=str(exc))
     if not isinstance(found, dict) or not isinstance(filed, dict):
         return ShardAnswer(shard, base, error="the answer is not a JSON object")
+    listed = [i for i in found.get("incidents") or [] if isinstance(i, dict)]
+    total = found.get("total")
     return ShardAnswer(
         shard,
         base,
-        [i for i in found.get("incidents") or [] if isinstance(i, dict)],
+        listed,
         [p for p in filed.get("proposals") or [] if isinstance(p, dict)],
+        total=total if isinstance(total, int) and not isinstance(total, bool) else len(listed),
     )
 
 
@@ -142,12 +148,21 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
                 "ok": not a.error,
                 "error": a.error,
                 "incidents": len(a.incidents),
+                "total": max(a.total, len(a.incidents)),
+                "cut": a.total > len(a.incidents),
             }
             for a in answers
         ],
         "incidents": sorted(merged, key=lambda m: _ts(m.get("opened_ts_s"), 0.0), reverse=True),
         "proposals": proposals,
     }
+
+
+def _listed(shard: Mapping[str, Any]) -> str:
+    """How many incidents a shard listed, and of how many where it cut its list."""
+    if shard.get("cut"):
+        return f"{shard['incidents']} of {shard['total']} incidents listed (the open ones, then the newest)"
+    return f"{shard['incidents']} incidents"
 
 
 def render_html(view: Mapping[str, Any]) -> str:
@@ -174,6 +189,7 @@ def render_html(view: Mapping[str, Any]) -> str:
         + cell(i.get("severity"))
         + cell((i.get("top_hypothesis") or {}).get("root_cause"))
         + cell((i.get("top_hypothesis") or {}).get("component"))
+        + cell(i.get("component_count", len(i.get("components") or [])))
         + "<td>"
         + ", ".join(link(s["shard"], s["incident_id"]) for s in i["seen_by"])
         + "</td>"
@@ -182,9 +198,7 @@ def render_html(view: Mapping[str, Any]) -> str:
         for i in view["incidents"]
     ]
     shards = [
-        "<li>"
-        + html.escape(f"{s['shard']} ({s['url']}): " + (s["error"] or f"{s['incidents']} incidents"))
-        + "</li>"
+        "<li>" + html.escape(f"{s['shard']} ({s['url']}): " + (s["error"] or _listed(s))) + "</li>"
         for s in view["shards"]
     ]
     plans = [
@@ -197,7 +211,7 @@ def render_html(view: Mapping[str, Any]) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>aiops fleet: every shard</title></head><body>"
         "<h1>Every shard</h1><ul>" + "".join(shards) + "</ul>"
         "<h2>Incidents</h2><table><tr><th>id</th><th>status</th><th>severity</th><th>cause</th><th>component</th>"
-        "<th>seen by</th><th>pages</th></tr>" + "".join(rows) + "</table>"
+        "<th>components</th><th>seen by</th><th>pages</th></tr>" + "".join(rows) + "</table>"
         "<h2>Proposals</h2><table><tr><th>id</th><th>shard</th><th>incident</th><th>kind</th><th>target</th>"
         "<th>status</th></tr>" + "".join(plans) + "</table></body></html>"
     )

@@ -154,28 +154,46 @@ class FileOwner:
     # -- the store --------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def store(self) -> Iterator[Store]:
-        with self._lock:
-            if self._store is None:
-                self._store = Store(
-                    self.db_path,
-                    guardrails=self.guardrails,
-                    scheduler=self.scheduler,
-                    threads=self.threads,
-                    block_size=self.block_size,
-                )
-                conn = self._store.conn
-                conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
-                conn.execute(f"SET allocator_flush_threshold = '{int(self.allocator_flush_mb)}MB'")
-                conn.execute(f"SET checkpoint_threshold = '{int(self.checkpoint_mb)}MB'")
-                if self.lean_planner:
-                    plan_lightly(conn)
-            if not self._depth.value:
-                self.holds += 1
-            self._depth.value += 1
-            try:
-                yield self._store
-            finally:
-                self._depth.value -= 1
+        with self._lock, self._opened() as store:
+            yield store
+
+    @contextlib.contextmanager
+    def store_within(self, wait_s: float) -> Iterator[Store | None]:
+        """The store as `store()` gives it, or None when another thread (the flush) keeps it longer than
+        `wait_s`: for readers that can answer from what they read before (the /api incident list, api.py)."""
+        if not self._lock.acquire(timeout=wait_s):
+            yield None
+            return
+        try:
+            with self._opened() as store:
+                yield store
+        finally:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[Store]:
+        """The open store (opened now if it is not), counted as a hold; the owner's lock is held."""
+        if self._store is None:
+            self._store = Store(
+                self.db_path,
+                guardrails=self.guardrails,
+                scheduler=self.scheduler,
+                threads=self.threads,
+                block_size=self.block_size,
+            )
+            conn = self._store.conn
+            conn.execute(f"SET memory_limit = '{int(self.memory_limit_mb)}MB'")
+            conn.execute(f"SET allocator_flush_threshold = '{int(self.allocator_flush_mb)}MB'")
+            conn.execute(f"SET checkpoint_threshold = '{int(self.checkpoint_mb)}MB'")
+            if self.lean_planner:
+                plan_lightly(conn)
+        if not self._depth.value:
+            self.holds += 1
+        self._depth.value += 1
+        try:
+            yield self._store
+        finally:
+            self._depth.value -= 1
 
     def release_memory(self) -> None:
         """What DuckDB's queries freed, back to the kernel now: setting its memory limit again (the same one) ends
@@ -264,6 +282,12 @@ class OwnedWorkspace(Workspace):
     @contextlib.contextmanager
     def read(self, *, own_instance: bool = False) -> Iterator[Store]:
         with self.owner.store() as store:
+            yield store
+
+    @contextlib.contextmanager
+    def read_within(self, wait_s: float) -> Iterator[Store | None]:
+        """The owner's store, or None while the service's own flush keeps it longer than `wait_s`."""
+        with self.owner.store_within(wait_s) as store:
             yield store
 
     @contextlib.contextmanager

@@ -6,7 +6,11 @@
 - `GET /healthz`: 200 while the loop is alive (it ticked recently), else 503; a reason line either way;
 - `GET /readyz`: 200 once the store is open and the first flush and detection pass are done, and while the
   service sees (not while its source is blind or a watched collector reads nothing: the body says why), else 503;
-- `GET /api/incidents`, `GET /api/incidents/{id}` (with hypotheses and evidence), `GET /api/proposals`,
+- `GET /api/incidents` (bounded: `?limit=` incidents, default 200, at most 1000, the open ones first, `?status=open`;
+  each with its first 20 components and `component_count`; `total`, `cut`, `as_of_ts_s`, and `stale` when the
+  flush kept the workspace and the answer is the last one read: aiops/service/incident_list.py, api.py,
+  docs/SERVICE.md "The incident list"), `GET /api/incidents/{id}` (with hypotheses and evidence, its components
+  paged: `?components_offset=`, `?components_limit=` default 1000, at most 10000), `GET /api/proposals`,
   `GET /api/coverage` (what the workspace sees now: nodes, GPUs and NICs reporting, absent collectors, open
   conditions and blind periods, aiops/store/coverage.py): read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
   without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only;
@@ -59,6 +63,13 @@ from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
 from aiops.service.forwarded import is_loopback
+from aiops.service.incident_list import (
+    DEFAULT_LIMIT,
+    DETAIL_COMPONENTS,
+    MAX_DETAIL_COMPONENTS,
+    MAX_LIMIT,
+    bounded_int,
+)
 
 Probe = Callable[[], tuple[bool, str]]
 ALERTMANAGER_ROUTE = "/api/alertmanager"
@@ -197,13 +208,34 @@ class ServiceRoutes:
         return _json(401, {"error": "a bearer token is needed (or ask from the node itself)"})
 
     def incidents(self, request: Request) -> Response:
-        return self._refused(request) or _json(200, self.api.incidents())
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        query = request.query_params
+        limit = bounded_int(query.get("limit"), DEFAULT_LIMIT, 1, MAX_LIMIT)
+        status = query.get("status", "")
+        if limit is None:
+            return _json(400, {"error": f"limit: a whole number from 1 to {MAX_LIMIT}"})
+        if status not in ("", "open"):
+            return _json(400, {"error": "status: open, or leave it out for every incident"})
+        return _json(200, self.api.incidents(limit, open_only=status == "open"))
 
     def incident(self, request: Request) -> Response:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        found = self.api.incident(str(request.path_params["incident_id"]))
+        query = request.query_params
+        offset = bounded_int(query.get("components_offset"), 0, 0, 10**9)
+        limit = bounded_int(query.get("components_limit"), DETAIL_COMPONENTS, 1, MAX_DETAIL_COMPONENTS)
+        if offset is None or limit is None:
+            return _json(
+                400,
+                {
+                    "error": "components_offset: a whole number from 0; components_limit: from 1 to "
+                    f"{MAX_DETAIL_COMPONENTS}"
+                },
+            )
+        found = self.api.incident(str(request.path_params["incident_id"]), offset, limit)
         return _json(200 if found else 404, found or {"error": "no such incident"})
 
     def proposals(self, request: Request) -> Response:

@@ -239,6 +239,14 @@ class Workspace:
                 store.close()
 
     @contextmanager
+    def read_within(self, wait_s: float) -> Iterator[Store | None]:
+        """`read()` for readers that could answer from what they read before while the file is busy (None:
+        busy). Here always the store: an open waits for another process as `read()` does; the service's own
+        workspace (aiops/service/owner.py) gives None while its flush keeps the file longer than `wait_s`."""
+        with self.read() as store:
+            yield store
+
+    @contextmanager
     def lend(self) -> Iterator[None]:
         """The file free, for the block, for a child process of ours to open read-only (the agent's SQL worker):
         on loan from the workspace's service when one runs (aiops/store/lease.py), as `read()` would be. The

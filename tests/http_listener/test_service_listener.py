@@ -79,8 +79,17 @@ def test_aiops_run_serves_console_metrics_probes_api_and_webhook_on_one_port(tmp
 
             health = web.get("/healthz")
             assert (health.status_code, health.text) == (200, "ok\n")
-            # loopback: no token needed; the active maintenance windows come with the incidents
-            assert web.get("/api/incidents").json().keys() == {"incidents", "maintenance"}
+            # loopback: no token needed; the active maintenance windows come with the incidents, and the list
+            # says how many there are, whether it was cut and when it was read (aiops/service/incident_list.py)
+            assert web.get("/api/incidents").json().keys() == {
+                "incidents",
+                "maintenance",
+                "total",
+                "limit",
+                "cut",
+                "as_of_ts_s",
+                "stale",
+            }
 
             body = json.dumps(ALERT).encode()
             refused = web.post("/api/alertmanager", content=body)
