@@ -444,17 +444,26 @@ def _peer_cost(
 ) -> dict[str, Any]:
     """What the shards' asking each other costs: each asks every other's /api/incidents once a window. Bytes
     from the answers' sizes now; a shard's CPU to answer one from ten answers in a row, less what it spends
-    meanwhile anyway (its mean rate over the run); the asking side's from parsing the answers here."""
-    from aiops.fleet.peer_pages import peer_incidents
+    meanwhile anyway (its mean rate over the run); the asking side's from parsing the answers here. Asked as
+    the shards ask (`PEER_QUERY`: the open ones); each answer's wall time, and how many came from a shard's last
+    read while its flush kept the workspace (`stale`)."""
+    from aiops.fleet.peer_pages import PEER_QUERY, peer_incidents
 
     sizes: dict[str, int] = {}
     answer_cpu: dict[str, float] = {}
+    answer_wall: dict[str, list[float]] = {}
+    stale: dict[str, int] = {}
     parse_cpu_s = 0.0
     for name, (proc, port, _) in procs.items():
         series = steps["cpu"][name]
         per_wall_s = (series[-1] - series[1]) / max(1, len(series) - 2) / steps["step_wall_s"]
         cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
-        bodies = [_get(f"http://127.0.0.1:{port}/api/incidents")[1] for _ in range(10)]
+        bodies = []
+        for _ in range(10):
+            asked = time.monotonic()
+            bodies.append(_get(f"http://127.0.0.1:{port}/api/incidents?{PEER_QUERY}")[1])
+            answer_wall.setdefault(name, []).append(time.monotonic() - asked)
+        stale[name] = sum(1 for b in bodies if b and json.loads(b).get("stale") is True)
         spent = _cpu_s(proc.pid) - cpu0
         sizes[name] = len(bodies[-1])
         answer_cpu[name] = max(0.0, spent - per_wall_s * (time.monotonic() - t0)) / 10
@@ -467,6 +476,8 @@ def _peer_cost(
         "bytes_per_window": sum(sizes[m] * (n - 1) for m in sizes),
         "answer_bytes": sizes,
         "answer_cpu_s": {k: round(v, 4) for k, v in answer_cpu.items()},
+        "answer_wall_s_max": {k: round(max(v), 3) for k, v in answer_wall.items()},
+        "answers_stale": stale,
         "ask_parse_cpu_s_per_window": round(parse_cpu_s * (n - 1), 4),
     }
 
