@@ -267,6 +267,7 @@ SPECS: tuple[LabelSpec, ...] = (
         twin_fault=False,
         telemetry_check=False,
         findings=_f(
+            "driver_mismatch",
             "fabric_state",
             "fm_error",
             "gpu_unhealthy",

@@ -13,7 +13,8 @@ time.time() - clock_gettime(CLOCK_MONOTONIC), taken at every collect (so NTP ste
 What is stored: every line the one kernel-line parser (collectors/kmsg_parse.py, shared with `aiops
 investigate`) recognises, as its kind: xid, fell_off_bus (with the bus id of the `The NVIDIA GPU <bus id>` line
 before it when the line names none), gpu_id, aer (header and `PCIe Bus Error` lines), aer_detail,
-aer_surprise_down, gsp_timeout, gsp_error, link, thermal, mce, init_failed, nvrm_error. The parser's state
+aer_surprise_down, gsp_timeout, gsp_error, link, thermal, mce, driver_mismatch (NVRM API mismatch), init_failed,
+nvrm_error. The parser's state
 (the pending bus id of a multi-line message) lives as long as the collector. Any other line (also an NVIDIA
 driver's informational line) only when it names a PCI device this node knows (a bus id in `components_by_pci`),
 as kind `other` (e.g. `mlx5_core 0000:5e:00.0: ... insufficient power on the PCIe slot`). Everything else is

@@ -45,6 +45,10 @@ evals/real), first match wins:
 - gsp_timeout (`GSP RM heartbeat timed out`, `GSP Timeout`, `Timeout after 45s of waiting for RPC`), gsp_error
   (`_kgsp...:`, `GSP kernel exception`, `PMU has halted`, a failed GSP RPC `rpcRmApiAlloc_GSP: GspRmAlloc
   failed`, the RPC history the driver dumps after one): the GPU's firmware (Xid 119/120 context).
+- driver_mismatch: `NVRM: API mismatch: the client has the version 535.54.03, but / NVRM: this kernel module has
+  the version 530.30.02.` (the kernel module refuses a user-space client of another driver version: the driver
+  was upgraded without reloading the module, or its packages are out of step; rsyslog may join the message's
+  lines with `#012`); text = `client <version>, kernel module <version>` where the line gives them.
 - init_failed (`RmInitAdapter failed`), nvrm_error (another NVRM error or failure), nvidia_info (any other
   NVIDIA driver line: context for investigate, not stored by the collector).
 """
@@ -110,7 +114,7 @@ class KernelEvent:
     pci: str | None = None  # canonical bus id of the device the line is about, None when it names none
     device: str | None = None  # link: the network or IB device; gsp_*: NVRM's `GPU<n>` (its own numbering)
     header: bool = False  # aer: the `AER: ... error received` line (else a `PCIe Bus Error:` detail line)
-    text: str | None = None  # xid: what follows `<code>, `; gpu_id: the GPU's UUID
+    text: str | None = None  # xid: what follows `<code>, `; gpu_id: the GPU's UUID; driver_mismatch: versions
     gpu_index: str | None = None  # xid: NVRM's `GPU<n>` its description names
     caused_by_xid: str | None = None  # xid: `caused by previous Xid <n>`
 
@@ -167,11 +171,22 @@ _GSP_TIMEOUT = re.compile(
     r"rpcRecvPoll timedout|GSP RPC timeout detected"
 )
 # ... and a GSP RPC that failed (`rpcRmApiAlloc_GSP: GspRmAlloc failed`) or the RPC history the driver dumps
-# after one (`GPU6 RPC event history (CPU <- GSP):`)
+# after one (`GPU6 RPC event history (CPU <- GSP):`); the GSP firmware that could not be booted at all:
+# `RmInitAdapter: Cannot initialize GSP firmware RM`, its image not found (`RmFetchGspRmImages: No firmware
+# image found`, the kernel's `Direct firmware load for nvidia/570.144/gsp_ga10x.bin failed with error -2`)
 _GSP_ERROR = re.compile(
     r"_kgsp\w{0,60}: |GSP kernel exception|PMU has halted|GSP \w{1,40} (?:crash|error)|"
-    r"rpc\w{0,40}_GSP: |GspRm\w{0,40} failed|RPC (?:event )?history \(",
+    r"rpc\w{0,40}_GSP: |GspRm\w{0,40} failed|RPC (?:event )?history \(|"
+    r"Cannot initialize GSP firmware|RmFetchGspRmImages: No firmware image|"
+    r"firmware load for nvidia/[\w.]{1,20}/gsp_\w{1,20}\.bin failed",
     re.I,
+)
+# The kernel module refusing a client of another driver version (nv.c, `NVRM: API mismatch: the client ...`);
+# the versions, where the same line holds them (a pasted dmesg splits the message; rsyslog joins it with #012).
+_API_MISMATCH = re.compile(r"NVRM: API mismatch\b")
+_CLIENT_VERSION = re.compile(r"has the version (\d{1,4}(?:\.\d{1,4}){1,3}), but")
+_MODULE_VERSION = re.compile(
+    r"this kernel module has(?:#012|\s){1,8}(?:NVRM:\s{1,4})?the version (\d{1,4}(?:\.\d{1,4}){1,3})"
 )
 _NVRM_FAIL = re.compile(r"NVRM.{0,300}?(?:[Ee]rror|failed|Failed)")
 _NVIDIA_INFO = re.compile(
@@ -282,10 +297,18 @@ def _gsp(message: str) -> KernelEvent | None:
     return None
 
 
+def _versions(message: str) -> str | None:
+    """`client <version>, kernel module <version>` of an API mismatch line, as far as the line gives them."""
+    client, module = _CLIENT_VERSION.search(message), _MODULE_VERSION.search(message)
+    parts = [f"client {client.group(1)}"] if client else []
+    parts += [f"kernel module {module.group(1)}"] if module else []
+    return ", ".join(parts) or None
+
+
 def read_line(message: str, state: LineState | None = None) -> KernelEvent | None:
     """What a kernel line (its message, without dmesg/syslog prefixes) says, or None; the first rule that
     matches wins, in this order: Xid, GPU off the bus / UUID, AER header, Surprise Down, GSP, link, CPU thermal
-    and machine checks, RmInitAdapter, other NVRM errors, AER details, other NVIDIA driver lines."""
+    and machine checks, API mismatch, RmInitAdapter, other NVRM errors, AER details, other NVIDIA driver lines."""
     if _KEYWORDS.search(message) is None:
         return None
     if (xid := _xid(message)) is not None:
@@ -300,6 +323,8 @@ def read_line(message: str, state: LineState | None = None) -> KernelEvent | Non
         return KernelEvent("aer_surprise_down", None, pci_bus_id(device.group(1)) if device else None)
     if (found := _gsp(message) or _link(message) or _cpu(message)) is not None:
         return found
+    if _API_MISMATCH.search(message):
+        return KernelEvent("driver_mismatch", text=_versions(message))
     if "RmInitAdapter failed" in message or "rm_init_adapter failed" in message:
         gpu_bdf = _GPU_BDF.search(message)
         return KernelEvent("init_failed", None, pci_bus_id(gpu_bdf.group(1)) if gpu_bdf else None)

@@ -25,6 +25,7 @@ ANOMALY_KINDS = frozenset(
         "gsp_error",
         "init_failed",
         "nvrm_error",
+        "driver_mismatch",
         "ib_completion_error",
         "ib_port_error",
         "ib_async_event",
@@ -106,6 +107,8 @@ MEANS: dict[str, str] = {
     "pci_config_lost": "the device's PCI configuration space reads as all ones: it does not answer on the "
     "bus (lost, or powered down by runtime power management on a switchable GPU)",
     "nvsmi_error": "nvidia-smi/NVML could not read the GPU (the driver not loaded, or the GPU not answering)",
+    "driver_mismatch": "the loaded NVIDIA kernel module and the user-space driver are of different versions: "
+    "an upgrade not yet followed by a reboot or module reload, or packages out of step",
     "aer_recovery_failed": "the kernel could not recover the PCIe link after an uncorrected error: the "
     "devices behind the port stay unusable until a reset",
     "aer_cant_recover": "the device's driver has no AER recovery: after a fatal error the device stays down",

@@ -5,7 +5,9 @@ each line is asked, in order:
 1. is it a kernel line the one kernel-line parser knows (collectors/kmsg_parse.py: Xid, AER, GSP, links, ...),
    or an NCCL/CUDA/PyTorch line (nccl.py, failures.py)? Then it is that event, as in its own format;
 2. does NVML or nvidia-smi say a GPU is lost or unreachable (`GPU is lost`, NVML_ERROR_GPU_IS_LOST: "the GPU
-   has fallen off the bus or has otherwise become inaccessible"; `Unable to determine the device handle`)?
+   has fallen off the bus or has otherwise become inaccessible"; `Unable to determine the device handle`), or
+   that the driver's parts are of different versions (NVML_ERROR_LIB_RM_VERSION_MISMATCH, "Driver/library
+   version mismatch", as nvidia-smi and nvidia-container-cli print it)?
 3. does a tool name an Xid (`Found XID errors: 63`, `Xid=69`)? An `xid` event of that code;
 4. is it a reading whose value is bad wherever it stands (`Pending : Yes`, `HW Slowdown : Active`,
    `Uncorrectable ... : 4`, an IB port `Polling`): kept even when its section header was cut or the lines were
@@ -45,6 +47,10 @@ _HANDLE = re.compile(
     r"Unable to determine the device handle for (?:GPU|gpu) ?(?P<bus>[0-9A-Fa-f:.]{7,20})?:? ?(?P<why>[^\n]{0,120})"
 )
 _NVML_DEVICE = re.compile(r"nvml\.Device (\d{1,3})")
+# NVML_ERROR_LIB_RM_VERSION_MISMATCH (nvml.h: "RM detects a driver/library version mismatch"): the loaded kernel
+# module and the user-space driver are of different versions. nvidia-smi: `Failed to initialize NVML:
+# Driver/library version mismatch`; nvidia-container-cli: `nvml error: driver/library version mismatch`.
+VERSION_MISMATCH = re.compile(r"Driver/library version mismatch", re.I)
 # Readings whose value is bad wherever they stand (nvidia-smi -q, ibstat, ibstatus, ibv_devinfo): key, bad value.
 _BAD_READING = re.compile(
     r"^\s*(?P<key>Pending|Remapping Failure Occurred|Reset Required|Drain and Reset Recommended|"
@@ -200,6 +206,8 @@ def classify(
         bus = pci_bus_id(handle.group("bus")) if handle and handle.group("bus") else None
         component = bus or (f"GPU{nvml.group(1)}" if nvml else base["component"])
         return LogEvent(kind="gpu_lost", detail=detail, **{**base, "component": component})
+    if VERSION_MISMATCH.search(text):
+        return LogEvent(kind="driver_mismatch", detail={**detail, "message": text}, **base)
     if handle is not None:
         component = pci_bus_id(handle.group("bus")) if handle.group("bus") else base["component"]
         return LogEvent(

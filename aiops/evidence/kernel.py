@@ -32,7 +32,7 @@ _DMESG_X = re.compile(
 )
 
 # The parser's kinds as LogEvent kinds (the rest keep their names: xid, fell_off_bus, gpu_id, aer_surprise_down,
-# gsp_timeout, gsp_error, mce, init_failed, nvrm_error, aer_detail, nvidia_info).
+# gsp_timeout, gsp_error, mce, driver_mismatch, init_failed, nvrm_error, aer_detail, nvidia_info).
 KINDS = {"link": "nic_link", "thermal": "cpu_thermal"}
 # A switch ASIC's front-panel port (Linux switchdev: mlxsw for NVIDIA/Mellanox Spectrum, Marvell's prestera; the
 # ports named swpN as Cumulus/SONiC/dentOS and mlxsw's udev rules name them): the log is a switch's, and its ports
@@ -98,6 +98,8 @@ def parse_line(
             detail["gpu_index"] = event.gpu_index
     elif event.kind == "gpu_id" and event.text is not None:
         detail["uuid"] = event.text
+    elif event.kind == "driver_mismatch" and event.text is not None:
+        detail["versions"] = event.text
     elif event.kind == "aer":
         kind, code = ("aer", SEVERITY_CODE[code or 0]) if event.header else ("aer_detail", None)
     elif event.kind == "aer_detail" and (after := _AER_AFTER.search(message)) is not None:

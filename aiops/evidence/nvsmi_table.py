@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiops.evidence.events import LogEvent
+from aiops.evidence.generic import VERSION_MISMATCH
 from collectors.pci import pci_bus_id
 
 _GPU_ROW = re.compile(
@@ -111,8 +112,10 @@ def _parse(source: str, numbered: Iterable[tuple[int, str]], links: _Links) -> I
             continue
         if (m := FAILURE.search(raw)) is not None:
             bus = pci_bus_id(m.group("bus")) if m.group("bus") else None
-            # NVML_ERROR_GPU_IS_LOST: "the GPU has fallen off the bus or has otherwise become inaccessible"
+            # NVML_ERROR_GPU_IS_LOST: "the GPU has fallen off the bus or has otherwise become inaccessible";
+            # NVML_ERROR_LIB_RM_VERSION_MISMATCH: the kernel module and the user-space driver differ
             kind = "gpu_lost" if "GPU is lost" in raw else "nvsmi_error"
+            kind = "driver_mismatch" if VERSION_MISMATCH.search(raw) else kind
             yield LogEvent(kind=kind, component=bus, detail={"message": raw.strip()}, **base)
             continue
         if (m := _LIST.match(raw)) is not None:  # `nvidia-smi -L`, and each GPU of `nvidia-smi nvlink -s`

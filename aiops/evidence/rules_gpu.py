@@ -235,8 +235,21 @@ def application(c: Collected, n: Namer) -> list[Hyp]:
 
 def driver_state(c: Collected, n: Namer) -> list[Hyp]:
     """CUDA's "system not yet initialized" (802: a required driver daemon, on NVSwitch systems the fabric
-    manager, is not running or not ready) and the driver failing to initialise a GPU (RmInitAdapter)."""
+    manager, is not running or not ready), the driver's parts of different versions (the kernel module's `API
+    mismatch`, NVML's NVML_ERROR_LIB_RM_VERSION_MISMATCH) and the driver failing to initialise a GPU
+    (RmInitAdapter)."""
     out = anchored(
+        c.of("driver_mismatch"),
+        n.node,
+        "gpu_driver_firmware_fault",
+        0.7,
+        "the loaded NVIDIA kernel module and the user-space driver are of different versions (NVRM 'API "
+        "mismatch' / NVML 'Driver/library version mismatch'): the driver was upgraded without reloading its "
+        "module, or its packages are out of step; NVML and CUDA fail until they match (reboot, or reload the "
+        "module; pin the driver's packages against unattended upgrades)",
+        "driver version mismatch",
+    )
+    out += anchored(
         [e for e in c.of("cuda_error") if e.detail.get("code") == "802"],
         n.node,
         "gpu_driver_firmware_fault",
