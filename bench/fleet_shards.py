@@ -337,6 +337,18 @@ def _cycles(
         rss_sum.append(sum(_status_mb(p.pid, "VmRSS:") for p, _, _ in procs.values()))
         load.append(os.getloadavg()[0])
         late.append(time.time() - until)
+        progress = {  # one line a step on stderr: what a run stopped early still leaves
+            "step": j,
+            "utc": time.strftime("%H:%M:%S", time.gmtime()),
+            "bench_s": round(bench_s(), 1),
+            "cpu_s": {name: round(series[-1], 1) for name, series in cpu.items()},
+            "vm_cpu_s": round(vm[-1], 1),
+            "hwm_mb": {name: round(_status_mb(p.pid, "VmHWM:"), 1) for name, (p, _, _) in procs.items()},
+            "load": round(load[-1], 2),
+            "unready": unready,
+            "fault": seen,
+        }
+        print(json.dumps(progress), file=sys.stderr, flush=True)
     return {
         "cpu": cpu,
         "vm": vm,
