@@ -244,7 +244,9 @@ SPECS: tuple[LabelSpec, ...] = (
         ("gpu",),
         _f("xid"),
         evidence_rule=True,
-        findings=_f("cuda_error", "nccl_op_failed", "nccl_watchdog_timeout", "ras_group", "ras_problem"),
+        findings=_f(
+            "cuda_error", "cuda_oom", "nccl_op_failed", "nccl_watchdog_timeout", "ras_group", "ras_problem"
+        ),
         findings_also=_f("xid"),
         stalls_job=True,
     ),

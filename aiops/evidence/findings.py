@@ -31,6 +31,7 @@ ANOMALY_KINDS = frozenset(
         "ib_async_event",
         "nccl_watchdog_timeout",
         "cuda_error",
+        "cuda_oom",
         "cuda_ecc_uncorrectable",
         "dcgm_health",
         "gpu_unhealthy",
@@ -107,6 +108,8 @@ MEANS: dict[str, str] = {
     "pci_config_lost": "the device's PCI configuration space reads as all ones: it does not answer on the "
     "bus (lost, or powered down by runtime power management on a switchable GPU)",
     "nvsmi_error": "nvidia-smi/NVML could not read the GPU (the driver not loaded, or the GPU not answering)",
+    "cuda_oom": "CUDA out of memory (PyTorch's allocator): the request, the GPU's capacity and what the process "
+    "held say whether the job's own demand explains it",
     "driver_mismatch": "the loaded NVIDIA kernel module and the user-space driver are of different versions: "
     "an upgrade not yet followed by a reboot or module reload, or packages out of step",
     "aer_recovery_failed": "the kernel could not recover the PCIe link after an uncorrected error: the "

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiops.evidence.events import LogEvent
 from aiops.evidence.failures import failure_detail, failure_event
+from aiops.evidence.oom import oom_event
 from aiops.evidence.timeparse import zoned_ts_s
 
 # `host:pid:tid [cuda-dev] file:line NCCL WARN ...` (NCCL's own prefix)
@@ -107,6 +108,8 @@ def parse_line(source: str, number: int, raw: str) -> LogEvent | None:
         return LogEvent(kind="nccl_shm_error", detail={"no_space": str(no_space)}, **base)
     if _CUDA_ECC.search(raw):
         return LogEvent(kind="cuda_ecc_uncorrectable", **base)
+    if (oom := oom_event(raw, base)) is not None:  # PyTorch's allocator message, with its figures
+        return oom
     if (m := _CUDA_ERR.search(raw)) is None and (failed := failure_event(raw, base)):
         return failed  # failure lines of any kind (aiops/evidence/failures.py): never `healthy`
     if m is not None:

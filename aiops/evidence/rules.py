@@ -14,6 +14,9 @@ Sources (docs/INVESTIGATE.md has the table):
 - Watchdog timeouts: PyTorch ProcessGroupNCCL reports that a collective did not complete: a symptom.
 - NCCL shared-memory segment failures with "No space left on device": the container's /dev/shm is too small
   or full (NCCL user guide, Troubleshooting, Docker): the job's setup (`application_error`), not hardware.
+- PyTorch's CUDA out-of-memory message with its allocator figures (c10 CUDACachingAllocator): a request beyond
+  the GPU's whole memory, or the failing process holding half of it or more, is the job's demand
+  (`application_error`); a bare `CUDA error: out of memory` is not read so (it also follows hardware faults).
 - Machine checks, firmware-first (APEI GHES) and EDAC lines, CPU thermal throttling: abnormal, kept in
   `findings` (inconclusive); they name no GPU, so no GPU label is given from them.
 
@@ -57,6 +60,7 @@ EVIDENCE_RULES: tuple[EvidenceRule, ...] = (
     EvidenceRule(rules_net.input_pipeline, ("input_pipeline_bottleneck",)),
     EvidenceRule(rules_net.job_setup, ("application_error",)),
     EvidenceRule(rules_net.job_build, ("application_error",)),
+    EvidenceRule(rules_net.job_memory, ("application_error",)),
 )
 RULES: tuple[Rule, ...] = tuple(entry.rule for entry in EVIDENCE_RULES)
 

@@ -184,6 +184,54 @@ def job_setup(c: Collected, n: Namer) -> list[Hyp]:
     return [hyp("application_error", n.node(shm[0]), 0.75 if no_space else 0.5, summary, cited)]
 
 
+# Hardware evidence that an out-of-memory error may follow (an uncorrectable ECC error retires memory, a GPU lost
+# fails every allocation): with any of it in the files, the job's demand is not the reading.
+_HARDWARE_KINDS = ("fell_off_bus", "gpu_lost", "cuda_ecc_uncorrectable", "ecc_uncorrectable", "remap_pending")
+
+
+def job_memory(c: Collected, n: Namer) -> list[Hyp]:
+    """PyTorch's CUDA out-of-memory message with the allocator's figures (aiops/evidence/oom.py): the job's own
+    demand when one request exceeds the GPU's whole memory, or when the failing process itself already held
+    half of it or more (its batch, model or sequence size); memory held elsewhere only leans that way."""
+    ooms = c.of("cuda_oom")
+    hardware = [e for kind in _HARDWARE_KINDS for e in c.of(kind)] + [
+        e for e in c.of("xid") if e.code in (48, 63, 64, 79, 94, 95)
+    ]
+    if not ooms or hardware:
+        return []
+
+    def mib(e: LogEvent, key: str) -> float | None:
+        text = e.detail.get(key, "")
+        return float(text) if text else None
+
+    beyond = [e for e in ooms if (t := mib(e, "total_mib")) and (mib(e, "request_mib") or 0) > t]
+    own = [e for e in ooms if (t := mib(e, "total_mib")) and (mib(e, "own_mib") or 0) >= 0.5 * t]
+    if beyond:
+        conf, chosen, summary = (
+            0.75,
+            beyond,
+            "CUDA out of memory: one allocation asked for more than the GPU's whole memory: the job's demand "
+            "(model, batch or sequence size), not a fault of the GPU",
+        )
+    elif own:
+        conf, chosen, summary = (
+            0.65,
+            own,
+            "CUDA out of memory while the failing process itself held half of the GPU's memory or more: the "
+            "job's footprint (batch, model or sequence size), not a fault of the GPU",
+        )
+    else:
+        conf, chosen, summary = (
+            0.45,
+            ooms,
+            "CUDA out of memory with most of the GPU's memory held outside the failing process (or the figures "
+            "incomplete): another process on the GPU, or the job's own demand; nvidia-smi's process list decides",
+        )
+    return anchored(
+        chosen, n.node, "application_error", conf, summary, "CUDA out of memory (PyTorch allocator)"
+    )
+
+
 # CUDA's cudaErrorNoKernelImageForDevice ("no kernel image is available for execution on the device"): the
 # program was built without code for this GPU's architecture (CUDA Runtime API, error types). The meaning is
 # the error's own; a job's build, not the hardware.
