@@ -11,6 +11,7 @@ import re
 from aiops.evidence import rules_gpu
 from aiops.evidence.collect import Collected
 from aiops.evidence.events import LogEvent
+from aiops.evidence.nic import NOT_UP_STATES
 
 # Kinds abnormal whenever they are seen.
 ANOMALY_KINDS = frozenset(
@@ -175,7 +176,11 @@ def anomalies(c: Collected) -> list[LogEvent]:
         for e in c.of("clocks_event")
         if e.code == 1 and e.detail.get("key", "").lower() not in _BENIGN_CLOCKS
     ]
-    out += [e for e in c.of("ib_port_state") if e.detail.get("physical") not in ("linkup", "link_up")]
+    out += [
+        e
+        for e in c.of("ib_port_state")
+        if e.detail.get("physical") not in ("linkup", "link_up") or e.detail.get("state") in NOT_UP_STATES
+    ]
     out += [e for e in c.of("nic_link") if e.code == 0]
     out += [e for e in c.of("dcgm_diag") if e.code == 1]
     out += [

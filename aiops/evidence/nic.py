@@ -41,6 +41,9 @@ _STATE_NAMES = {
     "PORT_ARMED": "armed",
 }
 _PHYS_NAMES = {"LINK_UP": "linkup", "POLLING": "polling", "DISABLED": "disabled", "SLEEP": "sleep"}
+# Port states (IBA PortState) in which the port carries no traffic: down, or its link up but not yet made
+# active by the subnet manager (Initialize: no SM sweep reached it; Armed: configured, not yet activated).
+NOT_UP_STATES = frozenset({"down", "initializing", "armed"})
 
 
 def parse_ethtool(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
@@ -59,18 +62,19 @@ def parse_ethtool(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[
 
 
 def parse_ibv_devinfo(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
-    """A port's lines are held until the port ends (at most MAX_HELD): a `PORT_DOWN` state is an
+    """A port's lines are held until the port ends (at most MAX_HELD): a state other than `PORT_ACTIVE`
+    (`PORT_DOWN`, `PORT_INIT`, `PORT_ARMED`: the subnet manager has not brought the port up) is an
     `ib_port_state` of unknown physical state only when no `phys_state` line (ibv_devinfo -v) follows."""
     hca: str | None = None
     port: str | None = None
     state = ""
     held: list[LogEvent | None] = []
-    down_at = -1  # index in `held` of the port's PORT_DOWN state line
+    down_at = -1  # index in `held` of the port's state line when the state is not active
 
     def flush() -> Iterator[LogEvent | None]:
         nonlocal down_at
         if down_at >= 0 and (event := held[down_at]) is not None:
-            detail = {"state": "down", "physical": "unknown"}
+            detail = {"state": event.detail.get("state", "down"), "physical": "unknown"}
             held[down_at] = LogEvent(**{**event.__dict__, "kind": "ib_port_state", "detail": detail})
         yield from held
         held.clear()
@@ -93,7 +97,7 @@ def parse_ibv_devinfo(source: str, numbered: Iterable[tuple[int, str]]) -> Itera
             value = m.group("value")
             if m.group("key") == "state":
                 state = _STATE_NAMES.get(value, value.lower())
-                if state == "down":
+                if state in NOT_UP_STATES:
                     down_at = len(held)
                 held.append(LogEvent(kind="ib_info", component=comp, detail={"state": state}, **base))
             else:

@@ -109,4 +109,7 @@ def test_kernel_state_names_become_ibstat_names(tmp_path: Path) -> None:
     )
     result, events = _run(path)
     assert _states(events) == [("mlx5_0:1", "initializing", "linkup")]
-    assert result["findings"] == []
+    # a port not Active carries no traffic, its link up or not (issue 40: tests/evidence/
+    # test_evidence_ib_port_not_active.py): a finding, and no fault label
+    assert [(f["title"], f["source"]) for f in result["findings"]] == [("ib_port_state", "ibstatus.txt:3")]
+    assert result["verdict"] == "inconclusive" and result["hypotheses"] == []
