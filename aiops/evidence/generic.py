@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from aiops.evidence import kernel, nccl
+from aiops.evidence import kernel, nccl, oom
 from aiops.evidence.events import LogEvent
 from collectors import kmsg_parse
 from collectors.pci import pci_bus_id
@@ -230,7 +230,13 @@ def classify(
 
 def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
     """Every line of a file no parser recognised, by `classify`; a counter's name on one line and its value
-    alone on the next (`for f in *; do echo $f; cat $f; done`) is read as one counter."""
+    alone on the next (`for f in *; do echo $f; cat $f; done`) is read as one counter; an out-of-memory
+    message's figures wrapped onto the next lines are read with it (aiops/evidence/oom.py `rejoin`)."""
+    yield from oom.rejoin(_parse(source, numbered))
+
+
+def _parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[str, LogEvent | None]]:
+    """Each line's text and what it says."""
     state = kmsg_parse.LineState()
     pending: tuple[str, int] | None = None  # a name line whose value may follow
     for number, body in numbered:
@@ -239,11 +245,11 @@ def parse(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent
             pending = None
             count = int(value.group(1))
             if count > 0 and _COUNTER_NAME.search(name):
-                yield counter_event(name, count, {"source": source, "line": number, "raw": body})
+                yield body, counter_event(name, count, {"source": source, "line": number, "raw": body})
                 continue
-            yield None
+            yield body, None
             continue
         pending = None
         if (named := _NAME_ONLY.match(body)) is not None and not body.strip().isdigit():
             pending = (named.group("name").rsplit("/", 1)[-1], number)
-        yield classify(source, number, body, state)
+        yield body, classify(source, number, body, state)

@@ -41,6 +41,7 @@ from aiops.evidence import (
     nvsmi,
     nvsmi_query,
     nvsmi_table,
+    oom,
     ras,
     records,
     slurm,
@@ -60,12 +61,14 @@ Parser = Callable[[str, Iterable[tuple[int, str]]], Iterator[LogEvent | None]]
 
 def application_log(source: str, numbered: Iterable[tuple[int, str]]) -> Iterator[LogEvent | None]:
     """A job's own output mixes NCCL/PyTorch lines and iteration lines: both are read, whichever the file
-    was detected as."""
-    for number, raw in numbered:
-        if not raw.strip():
-            yield None
-            continue
-        yield nccl.parse_line(source, number, raw) or training.step_event(source, number, raw)
+    was detected as; an out-of-memory message's figures wrapped onto the next lines are read with it."""
+    yield from oom.rejoin((raw, _application_line(source, number, raw)) for number, raw in numbered)
+
+
+def _application_line(source: str, number: int, raw: str) -> LogEvent | None:
+    if not raw.strip():
+        return None
+    return nccl.parse_line(source, number, raw) or training.step_event(source, number, raw)
 
 
 PARSERS: dict[str, Parser] = {

@@ -1,7 +1,8 @@
 """PyTorch's CUDA out-of-memory message is read with its allocator figures (aiops/evidence/oom.py), and the job's
 own demand is named only when the figures show it (issue 40): one request beyond the GPU's whole memory, or
 the failing process itself holding half of it or more. Memory held elsewhere, a bare `CUDA error: out of
-memory`, or an out-of-memory error beside a hardware fault name no application error."""
+memory`, or an out-of-memory error beside a hardware fault name no application error. A console that
+hard-wraps the message splits its figures over the next lines: they are read with it."""
 
 from __future__ import annotations
 
@@ -95,3 +96,35 @@ def test_a_bare_cuda_oom_error_names_no_application_error(tmp_path: Path) -> Non
 def test_beside_a_hardware_fault_the_oom_names_nothing(tmp_path: Path) -> None:
     result = _run(tmp_path, {"job.log": NEW, "dmesg.txt": XID48})
     assert [h["root_cause"] for h in result["hypotheses"]] == ["gpu_ecc_error"]
+
+
+# a Windows console's hard wrap: the figures split over three lines, then its prompt
+WRAPPED = (
+    "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.55 GiB (GPU 0; 23.99 GiB total capacity; 20.44 GiB "
+    "already\nallocated; 0 bytes free; 22.59 GiB reserved in total by PyTorch) If reserved memory is >> allocated "
+    "memory try setting\nmax_split_size_mb to avoid fragmentation.\nPress any key . . .\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt"),
+    [(WRAPPED, "generic"), (WRAPPED.replace("OutOfMemoryError", "RuntimeError"), "nccl-log")],
+)
+def test_figures_wrapped_onto_the_next_lines_are_read_with_the_message(
+    tmp_path: Path, text: str, fmt: str
+) -> None:
+    name = "train.log"
+    result = _run(tmp_path, {name: text})
+    assert result["sources"][0]["format"] == fmt
+    assert any(
+        h["root_cause"] == "application_error" and h["confidence"] == 0.65 for h in result["hypotheses"]
+    )
+    top = next(h for h in result["hypotheses"] if h["root_cause"] == "application_error")
+    # one reading per line still: the message is cited at its own line
+    assert top["evidence"][0]["source"] == f"{name}:1"
+
+
+def test_a_message_whose_parenthesis_never_closes_is_read_as_far_as_it_goes(tmp_path: Path) -> None:
+    text = WRAPPED.split("\n", 1)[0] + "\nsomething else\nand more\nand the end)\n"
+    result = _run(tmp_path, {"train.log": text})
+    assert result["hypotheses"][0]["confidence"] == 0.45  # own memory not read: only leans
