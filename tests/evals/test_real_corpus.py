@@ -50,7 +50,7 @@ def placeholder_hits(text: str) -> list[str]:
 HOLDOUT_DIR = CORPUS_DIR / "holdout"  # issue 37: the sealed third of the new cases, scored apart
 HOLDOUT_README = HOLDOUT_DIR / "README.md"
 # Sealed sets, scored apart (`aiops eval --real <dir>`): folders of cases with their own README and no case.yaml.
-# holdout/ (issue 37), unseen-2026-12-06/ to unseen11-2026-12-07/ (real incidents the analyser
+# holdout/ (issue 37), unseen-2026-12-06/ to unseen12-2026-12-07/ (real incidents the analyser
 # had never seen, sealed before scoring).
 SEALED_DIRS = (
     HOLDOUT_DIR,
@@ -65,6 +65,7 @@ SEALED_DIRS = (
     CORPUS_DIR / "unseen9-2026-12-07",
     CORPUS_DIR / "unseen10-2026-12-07",
     CORPUS_DIR / "unseen11-2026-12-07",
+    CORPUS_DIR / "unseen12-2026-12-07",
 )
 
 
