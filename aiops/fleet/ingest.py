@@ -40,8 +40,7 @@ from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
 from aiops.store import Store
 
-_DELTA_SQL = """
-CREATE OR REPLACE TEMP TABLE fleet_x AS
+_DELTA = """
 SELECT sid, ts_s, value,
        CASE WHEN prev IS NOT NULL THEN (CASE WHEN value >= prev THEN value - prev ELSE value END)
             WHEN ts_s > $base THEN value  -- a series born inside the interval counted from zero
@@ -49,6 +48,7 @@ SELECT sid, ts_s, value,
 FROM (SELECT *, lag(value) OVER (PARTITION BY sid ORDER BY ts_s) AS prev FROM fleet_raw)
 WHERE ts_s >= $base
 """
+_DELTA_SQL = "CREATE OR REPLACE TEMP TABLE fleet_x AS" + _DELTA
 # A series asked in several chunks (a long piece of a big family) came back once per chunk, under an id each:
 # the ids of one label set made one, as the label set identifies the series.
 _MERGE_SQL = (
@@ -65,12 +65,10 @@ _VIEW_SQL = (
     + ", ".join(f's."{label}"' for label in families.LABELS)
     + ", x.d FROM fleet_x x JOIN fleet_series s USING (sid) JOIN fleet_ok USING (sid)"  # owned series only
 )
-_DROP_SQL = (
-    *OWNERSHIP_DROP,
-    "DROP TABLE IF EXISTS temp.main.fleet_x",
-    "DROP TABLE IF EXISTS temp.main.fleet_alias",
-    "DROP TABLE IF EXISTS temp.main.fleet_merged",
-)
+# a piece small enough for `fleet_d` to be a table: made in one statement, the increases a subquery of it (a
+# table of them made apart cost a statement more, ~4 ms of DuckDB's fixed cost a piece)
+_TABLE_SQL = _VIEW_SQL.replace("TEMP VIEW", "TEMP TABLE").replace("FROM fleet_x x", f"FROM ({_DELTA}) x")
+_MERGE_DROP = ("DROP TABLE IF EXISTS temp.main.fleet_alias", "DROP TABLE IF EXISTS temp.main.fleet_merged")
 _STAGED = ("fleet_series", "fleet_raw")  # Arrow tables registered on the connection: scanned in place
 # a piece of at most this many samples has `fleet_d` made a table, its join done once instead of in each pivot
 # (a steady read's ~20 statements); a larger one keeps the view (the labels once per series, not per sample)
@@ -260,6 +258,12 @@ class _Stager:
         return pa.table(columns)
 
 
+def _merged(sql: str) -> str:
+    """`sql` reading the samples with each series' chunks under one id (`_MERGE_SQL`)."""
+    assert sql.count("FROM fleet_raw)") == 1
+    return sql.replace("FROM fleet_raw)", "FROM fleet_merged)")
+
+
 def _number(value: Any) -> float:
     try:
         return float(value)
@@ -419,7 +423,7 @@ def _fetch_piece(
     series = owners = ranked = staged = (
         0  # owners: the ownership series a restricted read staged beside its own
     )
-    made = "VIEW"  # what fleet_d is made as (dropped as such)
+    made: list[str] = []  # the drops of the temporary tables and view this piece made, in the order made
     grouped = 0 < known <= GROUP_SERIES
     hint = known if grouped else 0  # the series an answer holds, before the first says
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
@@ -448,19 +452,22 @@ def _fetch_piece(
         stager.register(conn)
         if collecting:
             gc.enable()
-        owners_sql, ok_sql = OWNERSHIP_SQL
-        conn.execute(owners_sql)
-        counted = conn.execute(ok_sql).fetchone()  # how many series count
+        made.extend(OWNERSHIP_DROP)
+        counted = conn.execute(OWNERSHIP_SQL).fetchone()  # how many series count
         if counted is None or int(counted[0]) < stager.next_sid:  # some refused: which, and why
             record_ownership(store.query(REFUSED_SQL), report.refusals)
         if chunked:
+            made.extend(_MERGE_DROP)
             for sql in _MERGE_SQL:
                 conn.execute(sql)
-        delta = _DELTA_SQL.replace("FROM fleet_raw)", "FROM fleet_merged)") if chunked else _DELTA_SQL
-        conn.execute(delta, {"base": first_s - res_s / 2})
-        if staged <= MATERIALIZED_SAMPLES:
-            made = "TABLE"
-        conn.execute(_VIEW_SQL.replace("TEMP VIEW", f"TEMP {made}"))
+        base = {"base": first_s - res_s / 2}
+        if staged <= MATERIALIZED_SAMPLES:  # one statement: the increases a subquery of the table
+            made.append("DROP TABLE IF EXISTS temp.main.fleet_d")
+            conn.execute(_merged(_TABLE_SQL) if chunked else _TABLE_SQL, base)
+        else:  # the increases a table, the view over them
+            made.extend(("DROP TABLE IF EXISTS temp.main.fleet_x", "DROP VIEW IF EXISTS temp.main.fleet_d"))
+            conn.execute(_merged(_DELTA_SQL) if chunked else _DELTA_SQL, base)
+            conn.execute(_VIEW_SQL)
         for table, sql in statements():
             if tables is not None and table not in tables:
                 continue
@@ -472,7 +479,7 @@ def _fetch_piece(
     finally:
         if collecting:
             gc.enable()
-        for sql in (f"DROP {made} IF EXISTS temp.main.fleet_d", *_DROP_SQL):
+        for sql in reversed(made):  # what this piece made (a drop of what was never made is a statement too)
             conn.execute(sql)
         for name in _STAGED:
             conn.unregister(name)
