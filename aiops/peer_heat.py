@@ -17,17 +17,17 @@ PEER_POWER_SLACK = 1.1  # a GPU drawing more than this times its peers' median m
 MIN_PEERS = 2  # a node with fewer other GPUs reporting says nothing
 
 Reading = tuple[str, str, float | None, float | None]  # gpu, node, temperature (°C), power (W)
+PeerOffset = tuple[float, float]  # °C above the median of its node's other GPUs, and their median power (W)
 
 
-def above_peers(readings: Iterable[Reading]) -> dict[str, float]:
-    """Per GPU, how much warmer it ran than the median of its node's other GPUs, less the spread healthy GPUs
-    show at their power (`SPREAD_C_PER_W`), where it drew no more than `PEER_POWER_SLACK` times their median
-    power (a GPU working harder may run warmer)."""
+def peer_offsets(readings: Iterable[Reading]) -> dict[str, PeerOffset]:
+    """Per GPU, how much warmer it ran than the median of its node's other GPUs, and their median power, where it
+    drew no more than `PEER_POWER_SLACK` times that power (a GPU working harder may run warmer)."""
     by_node: dict[str, list[tuple[str, float, float]]] = {}
     for gpu, node, temp_c, power_w in readings:
         if temp_c is not None and power_w is not None:
             by_node.setdefault(node, []).append((gpu, float(temp_c), float(power_w)))
-    out: dict[str, float] = {}
+    out: dict[str, PeerOffset] = {}
     for members in by_node.values():
         for gpu, temp_c, power_w in members:
             peers = [(t, p) for g, t, p in members if g != gpu]
@@ -35,5 +35,14 @@ def above_peers(readings: Iterable[Reading]) -> dict[str, float]:
                 continue
             peer_power_w = statistics.median(p for _, p in peers)
             if power_w <= PEER_POWER_SLACK * peer_power_w:
-                out[gpu] = temp_c - statistics.median(t for t, _ in peers) - SPREAD_C_PER_W * peer_power_w
+                out[gpu] = (temp_c - statistics.median(t for t, _ in peers), peer_power_w)
     return out
+
+
+def further_above(now: PeerOffset, usual: PeerOffset) -> float:
+    """How much further above its node's other GPUs a GPU runs `now` than it `usual`ly does, less what their power's
+    change explains. Healthy GPUs' distances from one another scale with power (each GPU's own thermal resistance
+    and power hunger: `SPREAD_C_PER_W` either side), so a GPU that runs 3 °C below its peers at 530 W runs level
+    with them when the job stalls at 80 W: that is not 4.5 °C of heat, and nor is the spread term of a loaded
+    reference against an idle window (a stalled job's cool GPU was judged hot through the fleet's 15 s samples)."""
+    return now[0] - usual[0] - SPREAD_C_PER_W * abs(now[1] - usual[1])

@@ -17,7 +17,7 @@ from aiops.detect.limits import cap_levels
 from aiops.detect.rule_state import RuleState
 from aiops.models import Symptom
 from aiops.nvml_bits import GPU_IDLE, SW_POWER_CAP, THROTTLE, describe, routine_power_cap
-from aiops.peer_heat import above_peers
+from aiops.peer_heat import peer_offsets
 from collectors.nvml import DRIVER_GONE
 
 # Xid 92 reports a high rate of *corrected* errors (NVIDIA Xid catalogue): the data is intact and the job runs on,
@@ -32,8 +32,8 @@ def gpu_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     rack_of_gpu = {str(r["gpu"]): d.rack_of.get(str(r["node"])) for r in rows}
     capped = cap_levels(limits_w, list(d.caps_kw), rack_of_gpu)  # what each cap asked, where one is
     warm = d.warm(t1)
-    # above its node's other GPUs at their power, judged against how far above them it usually runs (heat.py)
-    peers_c = above_peers((str(r["gpu"]), str(r["node"]), r["temp_c"], r["power_w"]) for r in rows)
+    # above its node's other GPUs, judged against how far above them it usually runs at their power (heat.py)
+    peers_c = peer_offsets((str(r["gpu"]), str(r["node"]), r["temp_c"], r["power_w"]) for r in rows)
     d.reporting = set()
     d.ends.idle = set()
     for r in rows:

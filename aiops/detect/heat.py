@@ -17,7 +17,7 @@ import math
 from collections import defaultdict, deque
 
 from aiops.detect.baselines import RollingBaseline
-from aiops.peer_heat import PEER_HOT_C
+from aiops.peer_heat import PEER_HOT_C, PeerOffset, further_above
 
 LEVELS = 3  # load levels: thirds of the maximum power limit (idle, part load or spinning, full load)
 MEMORY_S = 90.0  # a GPU's temperature remembers its load this long (three of the twin's 30 s time constants)
@@ -78,24 +78,28 @@ class LoadedTemperature:
 
 
 class PeerOffsets:
-    """Per GPU, a rolling median of how far above its node's other GPUs it runs at their power
-    (`aiops.peer_heat.above_peers`), learnt from the windows not judged hot. Where a GPU sits in the airflow, or its
-    own paste and cold plate, keeps it a fixed few degrees, even 10-15 °C, above its peers for months on an
-    air-cooled node: that is its normal. Hot is running `PEER_HOT_C` further above them than it usually does (a
-    GPU whose cooling failed while its job stood or restarted every minute, so against its own loaded history it
-    never looked hot); with no history yet, nothing is judged."""
+    """Per GPU, rolling medians of how far above its node's other GPUs it runs and of their power
+    (`aiops.peer_heat.peer_offsets`), learnt from the windows not judged hot. Where a GPU sits in the airflow, or
+    its own paste and cold plate, keeps it a fixed few degrees, even 10-15 °C, above its peers for months on an
+    air-cooled node: that is its normal. Hot is running `PEER_HOT_C` further above them than it usually does, past
+    what their change of power explains (`aiops.peer_heat.further_above`: a GPU whose cooling failed while its job
+    stood or restarted every minute, so against its own loaded history it never looked hot); with no history
+    yet, nothing is judged."""
 
     def __init__(self, size: int = 30) -> None:
         self.size = size
-        self.baselines: dict[str, RollingBaseline] = {}
+        self.baselines: dict[str, tuple[RollingBaseline, RollingBaseline]] = {}
 
-    def hot(self, gpu: str, offset_c: float | None, *, judge: bool) -> bool:
-        if offset_c is None:
+    def hot(self, gpu: str, offset: PeerOffset | None, *, judge: bool) -> bool:
+        if offset is None:
             return False
-        baseline = self.baselines.get(gpu)
-        if baseline is None:
-            baseline = self.baselines[gpu] = RollingBaseline(size=self.size)
-        high = judge and baseline.ready() and offset_c - baseline.median >= PEER_HOT_C
+        found = self.baselines.get(gpu)
+        if found is None:
+            found = self.baselines[gpu] = (RollingBaseline(size=self.size), RollingBaseline(size=self.size))
+        above, power = found
+        usual = (above.median, power.median) if above.ready() else None
+        high = judge and usual is not None and further_above(offset, usual) >= PEER_HOT_C
         if not high:
-            baseline.add(float(offset_c))
+            above.add(float(offset[0]))
+            power.add(float(offset[1]))
         return high

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from aiops.peer_heat import above_peers
+from aiops.peer_heat import further_above, peer_offsets
 from aiops.rca.candidate import Candidate
 from aiops.rca.facts import Facts
 from aiops.rca.limit_steps import Lowering, cap_levels, lowerings
@@ -253,8 +253,8 @@ def _above_usual(changes: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Per GPU, how much further above its node's other GPUs at their power it ran in the incident window than in
     the reference (aiops/peer_heat.py): a GPU its place in the airflow keeps 12 °C above its peers is not hot for
     that; one that ran level with them and now runs 20 °C above them is. No reference, no judgement."""
-    now = above_peers((g, str(r["node"]), r.get("temp_c"), r.get("power_w")) for g, r in changes.items())
-    before = above_peers(
+    now = peer_offsets((g, str(r["node"]), r.get("temp_c"), r.get("power_w")) for g, r in changes.items())
+    before = peer_offsets(
         (g, str(r["node"]), r.get("ref_temp_c"), r.get("ref_power_w")) for g, r in changes.items()
     )
-    return {g: now[g] - before[g] for g in now if g in before}
+    return {g: further_above(now[g], before[g]) for g in now if g in before}

@@ -38,3 +38,16 @@ def test_a_gpu_its_place_keeps_above_its_peers_is_not_hot_for_that() -> None:
     rest, for the whole run: its normal, learnt, never `gpu_hot`; its cooling failing on top of that still is."""
     assert _hot(None, {"node1/gpu2": 16.0}, since_s=0.0) == set()
     assert _hot("node1/gpu2", {"node1/gpu2": 16.0}) == {"node1/gpu2"}
+
+
+def test_a_gpu_cooler_than_its_peers_at_work_is_not_hot_when_level_with_them_at_rest() -> None:
+    """Seed 71207 through the fleet's 15 s samples: node7/gpu2 ran 3-5 °C below its node's other GPUs at work;
+    when an ECC error on another node stopped the job it cooled with them and ran level with them at 80 W. Its
+    thermal resistance scales with power, so that move is the peers' power falling, not heat: no `gpu_hot` (it
+    had opened a second incident for the one fault). Here its cold plate is the better one (0.042 °C/W against
+    0.05) and the job stands from 300 s on."""
+    r_c_per_w = {g: [0.042 if g == "node1/gpu2" else 0.05] * DURATION_S for g in GPUS}
+    with Store(":memory:") as store:
+        _fill(store, {g: WORK for g in GPUS}, r_c_per_w)
+        hot = {s.component for i in detect(store) for s in i.symptoms if s.kind == "gpu_hot"}
+    assert hot == set()

@@ -64,3 +64,16 @@ def test_a_gpu_as_far_above_its_peers_as_it_usually_runs_is_not() -> None:
     them in the incident window is its normal, not a cooling failure."""
     with _workspace(hot_gpu_c=62.0, hot_gpu_power_w=IDLE_W, usual_c=22.0) as store:
         assert _thermal(store) == []
+
+
+def test_a_gpu_cooler_than_its_peers_at_load_is_not_named_when_level_with_them_at_rest() -> None:
+    """Seed 71207 through the fleet's 15 s samples: a GPU 6 °C below its node's other GPUs at 610 W runs level
+    with them once its job stands at 80 W (each GPU's own thermal resistance scales with power). Its distance
+    from them changed by 6 °C, all of it what their change of power explains: not heat. Judging the offset with
+    each window's spread term (0.01 °C/W at 530 W less at 80 W) read 11 °C further above them and named it."""
+    with _workspace(hot_gpu_c=41.5, hot_gpu_power_w=IDLE_W, usual_c=-6.0) as store:
+        assert _thermal(store) == []
+    with _workspace(
+        hot_gpu_c=56.0, hot_gpu_power_w=IDLE_W, usual_c=-6.0
+    ) as store:  # 15 °C above: its cooling
+        assert _thermal(store) == ["node5/gpu3"]
