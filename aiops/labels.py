@@ -201,7 +201,7 @@ SPECS: tuple[LabelSpec, ...] = (
         "lane_misclassification",
         ("nic", "policy"),
         _f("lane_mismatch"),
-        _f("network_straggler"),
+        _f("network_straggler", "queue_delay"),  # collectives queued in the lane they were misfiled to
         needs_lanes=True,
     ),
     LabelSpec(
