@@ -34,7 +34,7 @@ from aiops.fleet.names import (
     check_labels,
     record_ownership,
 )
-from aiops.fleet.pivot import statements
+from aiops.fleet.pivot import families_read, statements
 from aiops.fleet.queries import GROUP_SERIES, plan, split
 from aiops.sources.mapping import bound_memory
 from aiops.sources.prometheus import PrometheusClient
@@ -424,6 +424,7 @@ def _fetch_piece(
         0  # owners: the ownership series a restricted read staged beside its own
     )
     made: list[str] = []  # the drops of the temporary tables and view this piece made, in the order made
+    present: set[str] = set()  # the families with samples staged
     grouped = 0 < known <= GROUP_SERIES
     hint = known if grouped else 0  # the series an answer holds, before the first says
     chunked = False  # a query answered in more than one chunk: its series came back once per chunk
@@ -435,6 +436,8 @@ def _fetch_piece(
             for k, result in enumerate(chunks):
                 for name, part in zip(group, split(group, result), strict=True):
                     kept = stager.stage(name, part)
+                    if kept:
+                        present.add(name)
                     report.samples, staged = report.samples + kept, staged + kept
                     series += len(part)
                     owners += len(part) if name == OWNER_FAMILY and tables is not None else 0
@@ -471,7 +474,9 @@ def _fetch_piece(
         for table, sql in statements():
             if tables is not None and table not in tables:
                 continue
-            if fine and table in FINE_TABLES:  # its families are the finer grid's: none staged here
+            reads = families_read(sql)
+            if (fine and table in FINE_TABLES) or (reads is not None and reads.isdisjoint(present)):
+                # none of its families staged (the finer grid's are read apart): nothing it could write
                 report.rows[table] = report.rows.get(table, 0)
                 continue
             changed = conn.execute(sql, {"step": step_s} if "$step" in sql else None).fetchone()

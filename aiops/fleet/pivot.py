@@ -9,6 +9,8 @@ Times a node exports as values (a job's last step, an incident's opening, its la
 
 from __future__ import annotations
 
+import re
+
 from aiops import nvml_bits
 from aiops.columns import (
     COLLECTIVE_SAMPLES,
@@ -304,6 +306,19 @@ WHERE d.name IN {_in(f.INTENDED)} AND d.node <> '' AND d.property <> '' AND d.pr
 GROUP BY d.node, d.component, d.property, d.proposal_id
 HAVING set_ts_s IS NOT NULL AND expires_ts_s IS NOT NULL
 """
+
+
+_FAMILY_LITERAL = re.compile(r"'(aiops_[a-z0-9_]+)'")
+
+
+def families_read(sql: str) -> frozenset[str] | None:
+    """The families whose samples `sql` reads from `fleet_d` (every read of it filters by family name), or None
+    for a statement that does not read `fleet_d` (the fleet's own topology row, the jobs from their ranks): a
+    piece that staged none of a statement's families skips it, as it would write nothing
+    (tests/fleet/test_fleet_pivot_reads.py holds every statement to that)."""
+    if "fleet_d" not in sql:
+        return None
+    return frozenset(_FAMILY_LITERAL.findall(sql))
 
 
 def statements() -> list[tuple[str, str]]:
