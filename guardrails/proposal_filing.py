@@ -168,13 +168,21 @@ class ProposalFiling:
         return None
 
     def propose(
-        self, action: Action, *, origin: str = "", incident_id: str | None = None, step_id: str | None = None
+        self,
+        action: Action,
+        *,
+        origin: str = "",
+        incident_id: str | None = None,
+        step_id: str | None = None,
+        context: Context | None = None,
     ) -> Filed:
         """Validate and file a proposal: `pending` when valid (waiting for people, or for execution when
         digital), `denied` with the rule's message otherwise. An open proposal of the same action stands for
-        it instead (nothing new is filed)."""
+        it instead (nothing new is filed). `context`: the validation context of a batch filed at one instant
+        (a plan step's targets: aiops/plans/lifecycle.py); filing changes nothing a rule reads (topology,
+        samples, executions, windows, overrides), so one context judges them all; else it is built now."""
         now = self.clock()
-        validation = validate(action, self.context(now))
+        validation = validate(action, context if context is not None else self.context(now))
         duplicate = self._open_duplicate(action)
         if duplicate is not None:
             return Filed(duplicate.proposal_id, duplicate.status, validation, existing=True)

@@ -206,3 +206,36 @@ def test_a_new_diagnosis_on_other_hardware_leaves_the_other_faults_plan_open(
     third, _ = file_plan(desk, INCIDENT, here, DRAFTS, "test")
     statuses = {p.plan_id: p.status for p in plans(desk.store)}
     assert statuses == {first.plan_id: "superseded", second.plan_id: "open", third.plan_id: "open"}
+
+
+def test_a_step_over_many_gpus_is_judged_with_one_context(signing: Keys, tmp_path: Path) -> None:
+    """A site cap's step lowers every GPU of a shard (5,120 at 40,960 GPUs): built per target, the validation
+    context re-read every GPU's newest sample for each, and the shard's flush held its workspace for half an hour.
+    The step's targets are created at one instant and filing changes nothing a rule reads, so one context judges
+    them all; each is still judged on its own (a limit below the floor is denied, the others pending)."""
+    topology = Topology.grid(1, 8, 8, 1)
+    gpus = {g: gpu_state(g) for node in topology.node_gpus.values() for g in node}
+    built: list[float] = []
+
+    def context_for(now: float) -> Context:
+        built.append(now)
+        return Context(topology, gpus, (), now)
+
+    desk = Guardrails(Store(tmp_path / "ws.duckdb", guardrails=signing.guardrails), context_for=context_for)
+    targets = sorted(gpus)
+    limits = [560.0 if g != targets[5] else 50.0 for g in targets]  # one below any GPU's floor
+    drafts = [
+        _draft(
+            1,
+            "limit",
+            "physical",
+            [_action("set_power_limit", g, power_limit_w=w) for g, w in zip(targets, limits, strict=True)],
+        )
+    ]
+    built.clear()
+    _, proposals = file_plan(desk, INCIDENT, TOP, drafts, "test")
+    assert len(built) == 1, len(built)
+    assert len(proposals) == 64
+    assert [f.status for f in proposals].count("denied") == 1 and proposals[5].status == "denied", proposals[
+        5
+    ]

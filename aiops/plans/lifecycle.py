@@ -190,12 +190,17 @@ def propose_step(
             "step", f"{step_id}'s plan is {owner.status if owner else 'gone'}: nothing to propose"
         )
     now = desk.clock()
+    # one validation context for the step's targets, judged at the instant they are created: built per target,
+    # it re-read every GPU's newest sample for each (a site cap's step over 5,120 GPUs held a shard's workspace
+    # for half an hour of wall time)
+    context = desk.context(now)
     filed = [
         desk.propose(
             a.model_copy(update={"proposal_id": new_proposal_id(desk), "created_ts_s": now}),
             origin=origin,
             incident_id=owner.incident_id,
             step_id=step_id,
+            context=context,
         )
         for a in found.actions
     ]
