@@ -35,9 +35,13 @@ def test_lab_net_json_and_cleanup() -> None:
     # lanes protect VIP (loose here; docs/BENCHMARKS.md has targets): its median delay a third of what bulk in one
     # FIFO gives it or less, its rate as when alone. Not its tail: with 3-second phases a p99 is the few slowest of
     # ~100 probes, and on a loaded machine (the suite beside it) those are the VIP sender's late wake-ups, not the
-    # queue: 77 ms against one FIFO's 189 once, 88 against 79 another time (fresh60, 2026-12-07), medians 2.8 and 27
+    # queue: 77 ms against one FIFO's 189 once, 88 against 79 another time (fresh60, 2026-12-07), medians 2.8 and 27.
+    # Its rate, too, is its sender's on a loaded machine: 20.3 Mbit/s with lanes against 22.8 alone once (fresh71),
+    # one FIFO 4.0: the lanes phase keeps 80 % of the rate alone and at least twice one FIFO's
     assert with_lanes["vip_p50_ms"] < no_lanes["vip_p50_ms"] / 3, result
-    assert with_lanes["vip_mbps"] > 0.9 * alone["vip_mbps"] > no_lanes["vip_mbps"], result
+    assert with_lanes["vip_mbps"] > 0.8 * alone["vip_mbps"], result
+    assert with_lanes["vip_mbps"] > 2 * no_lanes["vip_mbps"], result
+    assert alone["vip_mbps"] > no_lanes["vip_mbps"], result
     assert with_lanes["bulk_mbps"] > 0.5 * (result["bottleneck_mbps"] - with_lanes["vip_mbps"])
     assert alone["bulk_mbps"] == 0
     assert "phase lanes" in done.stderr  # progress goes to stderr
