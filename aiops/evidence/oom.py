@@ -20,6 +20,7 @@ parenthesis closes; those lines keep their own readings.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -93,7 +94,7 @@ def _release(held: list[tuple[str, LogEvent | None]], text: str) -> Iterator[Log
     first = held[0][1]
     if first is not None:  # a cuda_oom: only such an event starts a hold
         detail = {**first.detail, **_figures(text, max(text.find("Tried to allocate"), 0))}
-        first = LogEvent(**{**first.__dict__, "detail": detail})
+        first = dataclasses.replace(first, detail=detail)
     yield first
     yield from (item for _, item in held[1:])
 
