@@ -3,6 +3,7 @@ Alertmanager route's token and inbox."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ class Api:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
         self._answers: dict[tuple[int, bool], dict[str, Any]] = {}  # the list answers read last (`incidents`)
+        self._answers_lock = threading.Lock()  # requests are answered on several threads at once
 
     def incidents(self, limit: int = DEFAULT_LIMIT, *, open_only: bool = False) -> dict[str, Any]:
         """The bounded incident list (aiops/service/incident_list.py): at most `limit` incidents, each with its
@@ -101,7 +103,8 @@ class Api:
         with self.workspace.read_within(BUSY_WAIT_S) as store:
             if store is not None:
                 return self._keep(key, self._incidents(store, limit, open_only))
-        last = self._answers.get(key)
+        with self._answers_lock:
+            last = self._answers.get(key)
         if last is not None:
             return {**last, "stale": True}
         with self.workspace.read() as store:  # nothing read before: wait for the flush
@@ -110,10 +113,11 @@ class Api:
     def _keep(self, key: tuple[int, bool], answer: dict[str, Any]) -> dict[str, Any]:
         """`answer` kept for a busy moment; the last `KEPT_ANSWERS` questions only (a client that varies
         `limit` keeps no more)."""
-        self._answers.pop(key, None)
-        self._answers[key] = answer
-        while len(self._answers) > KEPT_ANSWERS:
-            del self._answers[next(iter(self._answers))]
+        with self._answers_lock:
+            self._answers.pop(key, None)
+            self._answers[key] = answer
+            while len(self._answers) > KEPT_ANSWERS:
+                del self._answers[next(iter(self._answers))]
         return answer
 
     def _incidents(self, store: Store, limit: int, open_only: bool) -> dict[str, Any]:
