@@ -94,14 +94,14 @@ def test_the_condition_book_opens_holds_and_resolves_once_each(
 
 
 def test_a_condition_pages_at_once_covers_nothing_and_keeps_to_maintenance() -> None:
-    def subject(incident_id: str, component: str, root_cause: str = "", stated: bool = False) -> Subject:
+    def subject(incident_id: str, component: str, root_cause: str = "", condition: str = "") -> Subject:
         return Subject(
-            "fleet", incident_id, (component,), root_cause, component, "warning", 1000.0, stated=stated
+            "fleet", incident_id, (component,), root_cause, component, "warning", 1000.0, condition=condition
         )
 
-    lost_node3 = subject("INC-fleet-0001", "node3", stated=True)
+    lost_node3 = subject("INC-fleet-0001", "node3", condition="node_agent_lost")
     slow_gpu = subject("INC-fleet-0002", "node3/gpu1")  # undiagnosed, on the lost node: not explained by it
-    lost_node5 = subject("INC-fleet-0003", "node5", stated=True)
+    lost_node5 = subject("INC-fleet-0003", "node5", condition="node_agent_lost")
     window = Window("M-1", "maintenance", "node", "node5", 0, 2e9, "CHG-1", "ana", 0)
     got = decide([lost_node3, slow_gpu, lost_node5], [window], Membership(), 1001.0, 300.0)
     assert got[lost_node3.key].pages and got[lost_node3.key].reason == "pages"

@@ -5,16 +5,20 @@ grouping the shards' alerts afterwards.
 Each shard with `[fleet] shard` and `[fleet] shards` asks the other shards' `/api/incidents?status=open` (their
 open incidents, each with its top hypothesis and paging decision; components cut to the first few) in a thread of its
 own (never inside a flush: the workspace is not held while it waits) every `interval_s`, and keeps what they said:
-their open, diagnosed incidents with their paging decisions. The pager then judges each of this shard's own
-incidents that would page, against that picture (`arbitrate`, a pure function):
+their open incidents with a cause, with their paging decisions. A cause is an incident's top hypothesis (its root
+cause on its component), or the condition of sight it states (aiops/store/conditions.py: `source_blind` on
+`fleet` when the shards' reads of their one store fail or fall behind; every shard then states it at once). The
+pager then judges each of this shard's own incidents that would page and has a cause, against that picture
+(`arbitrate`, a pure function):
 
-1. another shard has an open incident with the same top cause on the same component that has **paged**: this
+1. another shard has an open incident with the same cause on the same component that has **paged**: this
    one does not (reason `elsewhere`, `covered_by` that shard's incident id; the ids name their shard);
 2. a shard **named before** this one (by name: `a` before `b`) has it open and pages it (its decision is to
    page, whether or not the page went out yet): this one does not (`elsewhere`);
 3. the component is **not this shard's own** (`fleet`, or no rack, node or GPU of its topology) and this shard
    is not the first-named: it waits up to `hold_s` after it first saw the incident (`waiting`), so that the
-   first-named shard, which pages such a condition at once, is seen doing it;
+   first-named shard, which pages such a condition at once, is seen doing it (a blind fleet too: one shard
+   alone blind pages `hold_s` later than it would alone; eight blind at once page once);
 4. otherwise it pages, as it would alone.
 
 A shard that does not answer, or whose answer is older than three intervals, counts as having nothing: the
@@ -37,6 +41,7 @@ from aiops.errors import OutboundError
 from aiops.service.incident_list import MAX_LIMIT
 from aiops.service.paging import Decision, Subject
 from aiops.store import Store
+from aiops.store.conditions import KINDS
 
 log = logging.getLogger("aiops.fleet")
 MAX_ANSWER_BYTES = 64 << 20
@@ -48,34 +53,42 @@ STALE_INTERVALS = 3.0  # an answer older than this many intervals counts as none
 
 @dataclass(frozen=True)
 class PeerIncident:
-    """Another shard's open, diagnosed incident, as its /api said."""
+    """Another shard's open incident with a cause (module doc), as its /api said."""
 
     shard: str
     incident_id: str
-    root_cause: str
+    root_cause: str  # its top hypothesis' label, or the kind of the condition it states
     component: str
     pages: bool  # its decision is to page (paged, or about to)
     paged: bool  # its page went out
 
 
+def _cause(row: dict[str, Any]) -> tuple[str, str] | None:
+    """(root cause or condition, component) of one listed incident, None when it has neither."""
+    top = row.get("top_hypothesis")
+    if isinstance(top, dict) and top.get("root_cause") and top.get("component"):
+        return str(top["root_cause"]), str(top["component"])
+    condition, components = row.get("condition"), row.get("components")
+    if condition in KINDS and isinstance(components, list) and len(components) == 1 and components[0]:
+        return str(condition), str(components[0])
+    return None
+
+
 def peer_incidents(shard: str, answer: Any) -> list[PeerIncident]:
-    """The open, diagnosed incidents of one shard's `/api/incidents` answer (hostile input: anything else in it
-    is ignored)."""
+    """The open incidents with a cause of one shard's `/api/incidents` answer (hostile input: anything else in
+    it is ignored)."""
     found: list[PeerIncident] = []
     rows = answer.get("incidents") if isinstance(answer, dict) else None
     for row in rows if isinstance(rows, list) else []:
-        if not isinstance(row, dict) or row.get("status") != "open":
+        if not isinstance(row, dict) or row.get("status") != "open" or (cause := _cause(row)) is None:
             continue
-        top, paging = row.get("top_hypothesis"), row.get("paging")
-        if not isinstance(top, dict) or not top.get("root_cause") or not top.get("component"):
-            continue
+        paging = row.get("paging")
         paging = paging if isinstance(paging, dict) else {}
         found.append(
             PeerIncident(
                 shard,
                 str(row.get("incident_id", "")),
-                str(top["root_cause"]),
-                str(top["component"]),
+                *cause,
                 pages=paging.get("pages") is True,
                 paged=paging.get("paged_ts_s") is not None,
             )
@@ -98,12 +111,11 @@ def arbitrate(
     """This shard's decision for its own `subject`, given what the other shards said (module doc's rules);
     `known_ts_s`: when this shard first knew the subject's cause (its hold counts from the diagnosis, not from the
     opening: an incident held undiagnosed must still wait for the first shard once its cause is known)."""
-    if not decision.pages or not subject.own or not subject.diagnosed or subject.stated:
+    cause = subject.root_cause or subject.condition
+    if not decision.pages or not subject.own or not cause:
         return decision
     same = [
-        p
-        for p in peers
-        if p.shard != shard and (p.root_cause, p.component) == (subject.root_cause, subject.component)
+        p for p in peers if p.shard != shard and (p.root_cause, p.component) == (cause, subject.component)
     ]
     paged = sorted((p for p in same if p.paged), key=lambda p: p.shard)
     if paged:
@@ -194,11 +206,12 @@ class PeerPages:
     ) -> dict[tuple[str, str], Decision]:
         peers = self.fresh()
         out = dict(decisions)
-        current = {(s.incident_id, s.root_cause, s.component) for s in subjects if s.own}
+        current = {(s.incident_id, s.root_cause or s.condition, s.component) for s in subjects if s.own}
         self.known = {key: ts for key, ts in self.known.items() if key in current}  # open ones only
         for subject in subjects:
             decision = decisions.get(subject.key)
-            if decision is None or not decision.pages or not subject.own or not subject.diagnosed:
+            cause = subject.root_cause or subject.condition
+            if decision is None or not decision.pages or not subject.own or not cause:
                 continue
             own_component = bool(
                 store.scalar(
@@ -215,8 +228,6 @@ class PeerPages:
                 own_component=own_component,
                 now_ts_s=now_ts_s,
                 hold_s=self.hold_s,
-                known_ts_s=self.known.setdefault(
-                    (subject.incident_id, subject.root_cause, subject.component), now_ts_s
-                ),
+                known_ts_s=self.known.setdefault((subject.incident_id, cause, subject.component), now_ts_s),
             )
         return out

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiops.models import Evidence, Symptom
 from aiops.store import Store
+from aiops.store.conditions import KINDS
 
 COMPONENTS_LISTED = 20  # an incident's components in the list (the rest: GET /api/incidents/{id})
 DEFAULT_LIMIT = 200  # incidents in one list answer unless `?limit=` says otherwise
@@ -37,7 +38,9 @@ _LIST_SQL = """
 SELECT i.incident_id, i.opened_ts_s, i.last_ts_s, i.title, i.severity,
        list_slice(i.components, 1, ?) AS components, len(i.components) AS component_count,
        i.resolved_ts_s, i.impact,
-       h.root_cause AS top_root_cause, h.component AS top_component, h.confidence AS top_confidence
+       h.root_cause AS top_root_cause, h.component AS top_component, h.confidence AS top_confidence,
+       CASE WHEN h.root_cause IS NULL AND len(i.components) = 1 AND json_array_length(i.symptoms) = 1
+            THEN json_extract_string(i.symptoms, '$[0].kind') END AS condition_kind
 FROM incidents i LEFT JOIN hypotheses h ON h.incident_id = i.incident_id AND h.rank = 1
 WHERE ? OR i.resolved_ts_s IS NULL
 ORDER BY i.resolved_ts_s IS NULL DESC, i.opened_ts_s DESC, i.incident_id DESC
@@ -81,6 +84,9 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
         "impact": str(row.get("impact") or ""),
         "status": "open" if resolved is None else "resolved",
         "top_hypothesis": _top(row),
+        # the condition of sight it states (aiops/store/conditions.py), None for an incident of the analyst's:
+        # read from the one symptom of an incident of one component with no hypothesis, never from the others
+        "condition": row["condition_kind"] if row.get("condition_kind") in KINDS else None,
     }
 
 
@@ -124,7 +130,9 @@ def incident_detail(
     page = every[components_offset : components_offset + components_limit]
     on_page = set(page)
     symptoms = [Symptom.model_validate(s).model_dump() for s in json.loads(row["symptoms"])]
-    shown = {**row, "components": page}
+    kinds = {s["kind"] for s in symptoms}
+    condition = next(iter(kinds)) if len(kinds) == 1 and row.get("top_root_cause") is None else None
+    shown = {**row, "components": page, "condition_kind": condition}
     hypotheses = store.query(
         "SELECT root_cause, component, confidence, summary, evidence FROM hypotheses "
         "WHERE incident_id = ? ORDER BY rank",

@@ -252,7 +252,7 @@ class Pager:
                 str(r["component"] or (components[0] if components else "")),
                 str(r["severity"]),
                 first[(self.name, str(r["incident_id"]))],
-                stated=symptoms_condition(str(r["symptoms"])) is not None,
+                condition=symptoms_condition(str(r["symptoms"])) or "",
             )
         if extra is not None:
             incident, top = extra
@@ -265,7 +265,7 @@ class Pager:
                 top.component if top else (components[0] if components else ""),
                 incident.severity,
                 self._first_seen(store, self.name, incident.incident_id, now),
-                stated=condition_of(incident) is not None,
+                condition=condition_of(incident) or "",
             )
         return list(found.values())
 

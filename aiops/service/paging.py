@@ -51,13 +51,18 @@ class Subject:
     severity: str
     first_seen_ts_s: float  # wall clock: when this service first saw it
     own: bool = True  # this tier's incident (False: a node agent's, read by the fleet)
-    # a condition of this service's own sight (a blind source, a lost agent: aiops/store/conditions.py): it needs
-    # no diagnosis, so it is never held, and it explains no fault, so it covers nothing; a window still stops it
-    stated: bool = False
+    # the kind of a condition of this service's own sight it states (a blind source, a lost agent:
+    # aiops/store/conditions.py), "" for an incident of the analyst's: a condition needs no diagnosis, so it is
+    # never held, and it explains no fault, so it covers nothing; a window still stops it
+    condition: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
         return self.node, self.incident_id
+
+    @property
+    def stated(self) -> bool:
+        return bool(self.condition)
 
     @property
     def diagnosed(self) -> bool:

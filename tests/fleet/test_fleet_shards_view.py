@@ -6,7 +6,8 @@ now passes them, as scrapes would be), and the DCIM document both shards read (`
 for the cap, as a DCIM does before the limits come down. Two `aiops fleet` processes read it, one per shard
 (`[fleet] selector` and `shard`); each names the site's cap in its own workspace with its own id
 (`INC-fleet-a-…`, `INC-fleet-b-…`). `aiops fleet-view` then asks both shards' /api and shows it once, with one
-id (the shard that opened it first), and nothing else twice."""
+id (the shard that opened it first), and nothing else twice. Then their store goes down: both shards go blind at
+once, and that pages once too."""
 
 from __future__ import annotations
 
@@ -169,6 +170,23 @@ def cap_pages(ports: dict[str, int]) -> list[dict[str, Any]] | None:
     return caps if len(caps) == 2 and len(settled) == 2 else None
 
 
+def blind_pages(ports: dict[str, int]) -> list[dict[str, Any]] | None:
+    """Both shards' open `source_blind` incidents once each has settled its page, else None."""
+    blind = [
+        i
+        for port in ports.values()
+        for i in get_json(f"http://127.0.0.1:{port}/api/incidents?status=open")["incidents"]
+        if i.get("condition") == "source_blind"
+    ]
+    settled = [
+        i
+        for i in blind
+        if (i.get("paging") or {}).get("paged_ts_s") is not None
+        or (i.get("paging") or {}).get("reason") == "elsewhere"
+    ]
+    return blind if len(blind) == 2 and len(settled) == 2 else None
+
+
 def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path) -> None:
     require_binary("prometheus")
     require_binary("promtool")
@@ -189,7 +207,8 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
         cap_ts_s = time.time() + LEAD_S
         write_sharded(lines, first_s, tmp_path / "history.om", cap_ts_s)
         backfill(tmp_path / "history.om", tmp_path / "tsdb")
-        stack.enter_context(serving(tmp_path / "tsdb", tmp_path, port=prometheus_port))
+        source = stack.enter_context(ExitStack())  # the store, closed before the shards: they go blind
+        source.enter_context(serving(tmp_path / "tsdb", tmp_path, port=prometheus_port))
         for port in ports.values():
             wait_for(
                 lambda port=port: get(f"http://127.0.0.1:{port}/readyz", 2.0)[0] == 200, 60, "a shard ready"
@@ -234,6 +253,15 @@ def test_two_shards_and_one_view_that_names_a_site_condition_once(tmp_path: Path
             timeout=60,
             check=True,
         )
+        # then their one store goes down: both shards state `source_blind` on `fleet` in the same minute, and
+        # that too pages once between them (aiops/fleet/peer_pages.py), the other naming the page
+        source.close()
+        blind = wait_for(lambda: blind_pages(ports), 90, "both shards to settle the blind store's page")
+        paged_blind = [i for i in blind if i["paging"]["paged_ts_s"] is not None]
+        assert len(paged_blind) == 1, f"not one shard paged the blind store: {blind}"
+        other = next(i for i in blind if i is not paged_blind[0])
+        assert other["paging"]["reason"] == "elsewhere", blind
+        assert other["paging"]["covered_by"] == paged_blind[0]["incident_id"], blind
     view = json.loads(shown.stdout)
     assert [(s["shard"], s["ok"]) for s in view["shards"]] == [("a", True), ("b", True)]
     caps = [

@@ -59,7 +59,7 @@ def test_a_component_of_the_shards_own_pages_at_once() -> None:
     assert judge("b", [], own=True, subject=rack) == PAGES
 
 
-def test_only_diagnosed_own_incidents_that_page_are_judged() -> None:
+def test_only_own_incidents_that_page_with_a_cause_are_judged() -> None:
     held = Decision(False, "held")
     assert (
         arbitrate(
@@ -75,8 +75,34 @@ def test_only_diagnosed_own_incidents_that_page_are_judged() -> None:
         )
         == held
     )
-    condition = Subject("fleet", "INC-fleet-b-0003", (), "", "fleet", "warning", 0.0, stated=True)
-    assert judge("b", [], subject=condition) == PAGES
+    undiagnosed = Subject("fleet", "INC-fleet-b-0002", ("rack2",), "", "rack2", "warning", 0.0)
+    assert judge("b", [peer("a", paged=True, cause="")], subject=undiagnosed) == PAGES
+
+
+def test_a_blind_fleet_every_shard_states_at_once_pages_once() -> None:
+    """Every shard reads one store: when it goes down (or a site cap's flush makes every shard's reads fall
+    behind), each states `source_blind` on `fleet` in the same minute. One page, not eight: the first-named
+    shard's, the others naming it; a shard alone blind still pages, after the first shard's hold."""
+    blind = Subject(
+        "fleet", "INC-fleet-b-0003", ("fleet",), "", "fleet", "critical", 0.0, condition="source_blind"
+    )
+    a_blind = peer("a", cause="source_blind")
+    assert judge("b", [a_blind], subject=blind) == Decision(False, "elsewhere", covered_by="INC-fleet-a-0001")
+    assert judge("b", [], subject=blind) == Decision(False, "waiting")  # the first shard may page it
+    assert judge("b", [], subject=blind, at_s=16.0) == PAGES  # it did not: this shard alone is blind
+    assert (
+        judge("a", [peer("b", cause="source_blind")], subject=blind) == PAGES
+    )  # the first-named pages at once
+    # another shard's page of another cause, or of a lost agent, covers nothing here
+    assert (
+        judge(
+            "b",
+            [peer("a", paged=True), peer("a", paged=True, cause="node_agent_lost")],
+            subject=blind,
+            at_s=16.0,
+        )
+        == PAGES
+    )
 
 
 def test_a_shards_answer_is_read_as_hostile_input() -> None:
@@ -101,12 +127,33 @@ def test_a_shards_answer_is_read_as_hostile_input() -> None:
                 "paging": {"pages": "yes"},
             },
             "not an incident",
+            {  # a condition of sight: its cause is its kind on its one component
+                "incident_id": "INC-fleet-a-0005",
+                "status": "open",
+                "top_hypothesis": None,
+                "condition": "source_blind",
+                "components": ["fleet"],
+                "paging": {"pages": True, "paged_ts_s": 3.0},
+            },
+            {
+                "incident_id": "INC-fleet-a-0006",
+                "status": "open",
+                "condition": "rm -rf",
+                "components": ["fleet"],
+            },
+            {
+                "incident_id": "INC-fleet-a-0007",
+                "status": "open",
+                "condition": "source_blind",
+                "components": "f",
+            },
         ]
     }
     found = peer_incidents("a", answer)
-    assert [(p.incident_id, p.pages, p.paged) for p in found] == [
-        ("INC-fleet-a-0001", True, True),
-        ("INC-fleet-a-0004", False, False),
+    assert [(p.incident_id, p.root_cause, p.component, p.pages, p.paged) for p in found] == [
+        ("INC-fleet-a-0001", "facility_power_cap", "fleet", True, True),
+        ("INC-fleet-a-0004", "x", "y", False, False),
+        ("INC-fleet-a-0005", "source_blind", "fleet", True, True),
     ]
     assert peer_incidents("a", ["a list"]) == [] and peer_incidents("a", {"incidents": "x"}) == []
 
