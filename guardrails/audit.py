@@ -10,13 +10,22 @@ the chat's, the DCIM rounds' and the service's events alike.
 The chain shows changes inside the log; removing its newest rows leaves a valid shorter chain, so every
 append also publishes the new head to the witness (`guardrails.witness`, `<db>.witness`): `verify_witness`
 finds deleted tail rows, a dropped table and re-chained rows. A missing `audit_log` table fails `verify`.
+
+An append commits its row, then publishes its head (one fsync'd write): a crash between the two leaves a row the
+witness never saw, which `verify_witness` reports ("rows not in the witness") as it would a row written around
+the guardrails; docs/SECURITY.md says how a person tells an honest crash and recovers. `AuditLog.batch()` (a plan step's
+proposals: aiops/plans/lifecycle.py) keeps that order for many appends at once: one transaction, then every
+head in one write and one fsync (see its docstring for what a crash or an exception inside one leaves).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +120,20 @@ class VerifyResult:
         return f"audit log broken at seq {self.first_broken_seq}: {self.problem}"
 
 
+@dataclass
+class _Batch:
+    """An open `AuditLog.batch()` on one store: the heads its appends made, in order (published at its end)."""
+
+    witness_path: Path | None
+    heads: list[tuple[int, str]] = field(default_factory=list)
+    # the chain's newest (seq, hash) once the first append read it: every later one in the batch goes on it
+    head: tuple[int, str] | None = None
+
+
+# the open batch of each store (keyed on the Store: every AuditLog over it appends inside it, not beside it)
+_open_batches: weakref.WeakKeyDictionary[Store, _Batch] = weakref.WeakKeyDictionary()
+
+
 class AuditLog:
     """Appends to `audit_log` in the store's DuckDB file. There is no update or delete method."""
 
@@ -118,6 +141,43 @@ class AuditLog:
         self.store = store
         self.clock = clock
         self.witness_path = witness_path if witness_path is not None else witness.store_path(store)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many appends as one: every statement run on the store's connection inside (the appends, and what the
+        caller writes beside them) is one DuckDB transaction, and once it commits, every head of its appends is
+        published in one write and one fsync (`witness.publish_many`), not one each. Rows are chained, stored
+        and visible on this connection as `append` makes them; each is witnessed under its own seq, as before,
+        so `verify_witness` checks a batch's rows as it checks any others. A batch opened inside another joins it.
+
+        An exception inside rolls the whole transaction back (the batch's rows and whatever else was written on
+        the connection) and publishes nothing: the chain and the witness stand as before the batch. So does a
+        crash before the commit (DuckDB keeps no uncommitted transaction). A crash between the commit and the
+        witness's fsync leaves the batch's rows committed and not witnessed, as a crash between one `append`'s
+        commit and its publish always has: `verify_witness` reports them as rows not in the witness (they are
+        the chain's newest, following its last witnessed head); docs/SECURITY.md ("A crash before the witness")
+        says how an operator confirms a crash and appends their heads. Code inside must not open a transaction
+        of its own on this connection (DuckDB refuses one inside another)."""
+        if _open_batches.get(self.store) is not None:
+            yield  # inside an open batch: its transaction and its one publish hold these appends too
+            return
+        if self.witness_path is not None:
+            witness.ensure(self.store, self.witness_path)  # refused before anything is written: one witness
+        conn = self.store.conn
+        batch = _Batch(self.witness_path)
+        conn.execute("BEGIN TRANSACTION")
+        _open_batches[self.store] = batch
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.TransactionException):  # a failed COMMIT ended it already
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            del _open_batches[self.store]
+        if batch.witness_path is not None and batch.heads:
+            witness.publish_many(batch.witness_path, batch.heads)
 
     def append(
         self,
@@ -132,26 +192,52 @@ class AuditLog:
             raise ValueError(f"unknown audit event '{event}' (events: {', '.join(EVENTS)})")
         text = canonical_json(payload)
         when = float(self.clock() if ts_s is None else ts_s)
+        batch = _open_batches.get(self.store)
+        if batch is not None:  # in the batch's transaction; its head is published when the batch ends
+            # the first append binds the store's witness (when it has none yet); the rest need not ask
+            bind = batch.witness_path if batch.head is None else None
+            row = self._insert(bind, batch.head, when, event, proposal_id, actor, text)
+            batch.head = (row.seq, row.hash)
+            batch.heads.append(batch.head)
+            return row
         conn = self.store.conn
         if self.witness_path is not None:
             witness.ensure(self.store, self.witness_path)  # refused before anything is written: one witness
         conn.execute("BEGIN TRANSACTION")
         try:
-            if self.witness_path is not None:
-                witness.bind(self.store, self.witness_path)
-            last = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
-            seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS_HASH)
-            digest = row_hash(prev, seq, when, event, proposal_id, actor, text)
-            conn.execute(
-                "INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [seq, when, event, proposal_id, actor, text, prev, digest],
-            )
+            row = self._insert(self.witness_path, None, when, event, proposal_id, actor, text)
             conn.execute("COMMIT")
         except Exception:
             conn.execute("ROLLBACK")
             raise
         if self.witness_path is not None:
-            witness.publish(self.witness_path, seq, digest)
+            witness.publish(self.witness_path, row.seq, row.hash)
+        return row
+
+    def _insert(
+        self,
+        witness_path: Path | None,
+        head: tuple[int, str] | None,
+        when: float,
+        event: str,
+        proposal_id: str,
+        actor: str,
+        text: str,
+    ) -> AuditRow:
+        """Chain one row onto `head` (None: read the newest row) inside the caller's transaction; `witness_path`
+        is bound as the store's witness when it has none yet (None: not asked)."""
+        conn = self.store.conn
+        if witness_path is not None:
+            witness.bind(self.store, witness_path)
+        if head is None:
+            last = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+            head = (int(last[0]), str(last[1])) if last else (0, GENESIS_HASH)
+        seq, prev = head[0] + 1, head[1]
+        digest = row_hash(prev, seq, when, event, proposal_id, actor, text)
+        conn.execute(
+            "INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [seq, when, event, proposal_id, actor, text, prev, digest],
+        )
         return AuditRow(seq, when, event, proposal_id, actor, text, prev, digest)
 
     def rows(self, proposal_id: str | None = None, event: str | None = None) -> list[AuditRow]:
