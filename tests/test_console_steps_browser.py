@@ -55,7 +55,8 @@ def restore_proposal(port: int) -> dict[str, Any] | None:
 def test_a_step_signed_with_ssh_keygen_and_pasted_in_chromium_runs_on_the_right_node(tmp_path: Path) -> None:
     chromium()  # skip (or fail under AIOPS_REQUIRE_EBPF=1) before starting anything
     posted: list[bytes] = []
-    with live_fleet(tmp_path, SCENARIO) as live:
+    # the fleet's window two scrapes long (4 s): the claim is where the signed step runs, not detection's
+    with live_fleet(tmp_path, SCENARIO, window_s=4.0) as live:
         keys, ports, port = live.keys, live.ports, live.port
         proposal = wait_for(
             lambda: restore_proposal(port), 150, "the fleet's plan step restoring node1's limit"
