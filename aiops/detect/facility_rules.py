@@ -32,7 +32,7 @@ def rack_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     rows = w.window(d.store, w.RACK_WINDOW_SQL, t0, t1)
     signals = d.caps_kw
     out: list[Symptom] = []
-    drifting = 0
+    flowing = drifting = 0  # racks whose own coolant flows, and those of them warmer than their first minute
     for r in rows:
         rack = str(r["rack"])
         # the cap a facility collector recorded with the rack's samples, else the DCIM signal in force
@@ -53,10 +53,13 @@ def rack_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
         if inlet is not None and inlet_base.ready():
             if inlet > inlet_base.median + 3.0 and d.persist.update(f"inlet:{rack}", True, t1) >= 2:
                 out.append(symptom("rack_inlet_hot", rack, t1, inlet_c=inlet, baseline_c=inlet_base.median))
-            if inlet > inlet_base.median + 1.5:
+            if inlet > inlet_base.median + 1.5 and not low_flow:
                 drifting += 1
+        flowing += not low_flow
         if inlet is not None and len(inlet_base.values) < 6:
             inlet_base.add(float(inlet))  # the first minute is the reference for slow drift
-    if rows and drifting == len(rows) and d.persist.update("fleet_drift", True, t1) >= 3:
+    # the site drifts when every rack whose own coolant flows does: a rack whose flow fell heats on its own, and
+    # on a site of one rack that rack is the whole site (its failure is not the air's)
+    if flowing and drifting == flowing and d.persist.update("fleet_drift", True, t1) >= 3:
         out.append(symptom("fleet_inlet_drift", "fleet", t1, racks=drifting))
     return out
