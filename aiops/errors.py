@@ -49,6 +49,8 @@ AiopsError                    base; exit code 1
 ├── AlertInboxFull            more alerts wait for the service's loop than its inbox holds (HTTP 503; Alertmanager
 │                             retries)
 ├── SignInBusy                every console sign-in hashing turn stayed taken (HTTP 503: retry shortly)
+├── ListBusy                  the service's flush holds the workspace and no kept read answers a /api list question
+│                             (aiops/service/kept_answers.py): HTTP 503, `since_ts_s` the hold's start, Retry-After
 ├── SignInRefused             a single sign-on (OIDC) the console refuses: provider down, state or token wrong, no role;
 │                             the page says why and nobody is signed in (aiops/console/oidc.py)
 ├── GuardrailError            the guardrails refused (unknown proposal, approval not allowed); `rule` names why
@@ -363,6 +365,17 @@ class AlertInboxFull(AiopsError):
 
 class SignInBusy(AiopsError):
     """Every console sign-in hashing turn stayed taken for the whole wait (aiops.console.signin): HTTP 503."""
+
+
+class ListBusy(AiopsError):
+    """A /api list question asked while the service's flush holds the workspace, with no kept read that answers it
+    (aiops/service/kept_answers.py): HTTP 503 with `Retry-After`; `since_ts_s` is when the hold began (None:
+    not known)."""
+
+    def __init__(self, since_ts_s: float | None, retry_after_s: int) -> None:
+        super().__init__("busy: the service's flush holds the workspace and nothing read before answers this")
+        self.since_ts_s = since_ts_s
+        self.retry_after_s = retry_after_s
 
 
 class SignInRefused(AiopsError):

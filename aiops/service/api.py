@@ -3,13 +3,13 @@ Alertmanager route's token and inbox."""
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiops.detect.recurrence import recurrence_of
-from aiops.errors import MaintenanceError
+from aiops.errors import ListBusy, MaintenanceError
 from aiops.runtime.maintenance import close_window, open_window
 from aiops.service.alerts_in import AlertInbox
 from aiops.service.incident_list import (
@@ -20,16 +20,27 @@ from aiops.service.incident_list import (
     incident_detail,
     incident_list,
 )
+from aiops.service.kept_answers import (
+    BUSY_WAIT_S,
+    KEPT_ANSWERS,
+    RETRY_AFTER_S,
+    Answer,
+    KeptAnswers,
+    Listing,
+    Question,
+)
+from aiops.service.owner import OwnedWorkspace
+from aiops.service.proposal_list import OPEN_STATUSES, proposal_list
 from aiops.store import Store, Workspace
 from aiops.store.coverage import coverage
 from aiops.store.maintenance import MAX_WINDOW_S, windows
-from guardrails.records import GuardrailRecords
+
+__all__ = ["BUSY_WAIT_S", "KEPT_ANSWERS", "WARM_EVERY_S", "AlertRoute", "Api"]
 
 MAINTENANCE_FIELDS = ("scope", "target", "duration_s", "reason", "by", "kind")
-KEPT_ANSWERS = 4  # list answers kept for a busy moment (`Api.incidents`)
-BUSY_WAIT_S = (
-    2.0  # how long the incident list waits for the service's flush before answering from its last read
-)
+# the default lists read again within the service's flush at most this often (`Api.warm`): a first question
+# in a long flush is answered from that read, and a quiet node agent's flushes do not each pay for it
+WARM_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -85,40 +96,87 @@ def _paging(store: Store, incident_ids: list[str]) -> dict[str, dict[str, Any]]:
     return {str(r["incident_id"]): {k: v for k, v in r.items() if k != "incident_id"} for r in rows}
 
 
+def _node_incidents_fitted(answer: Answer, question: Question) -> Answer:
+    """An incident list cut from a broader kept read (kept_answers.py), its node incidents fitted to the question:
+    none for the open ones (that question reads none), else the newest `limit` of those apart. A node incident
+    joined to an incident the smaller list leaves out stays out: the broader read had joined it."""
+    if question.status == "open":
+        answer = {k: v for k, v in answer.items() if k not in ("node_incidents", "node_incidents_total")}
+        answer["incidents"] = [
+            {k: v for k, v in i.items() if k not in ("node_incidents", "node_incident_count")}
+            for i in answer["incidents"]
+        ]
+        return answer
+    if "node_incidents" in answer:
+        answer["node_incidents"] = answer["node_incidents"][-question.limit :]
+    return answer
+
+
+INCIDENTS = Listing(
+    "incidents",
+    frozenset({"open"}),
+    lambda i: (float(i["opened_ts_s"]), str(i["incident_id"])),
+    _node_incidents_fitted,
+)
+PROPOSALS = Listing(
+    "proposals", frozenset(OPEN_STATUSES), lambda p: (float(p["created_ts_s"]), str(p["proposal_id"]))
+)
+
+
 class Api:
     """What the JSON API reads: the workspace (opened per request, through the service's own hold)."""
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
-        self._answers: dict[tuple[int, bool], dict[str, Any]] = {}  # the list answers read last (`incidents`)
-        self._answers_lock = threading.Lock()  # requests are answered on several threads at once
+        self._kept_incidents = KeptAnswers(INCIDENTS)  # the list answers read last (kept_answers.py)
+        self._kept_proposals = KeptAnswers(PROPOSALS)
 
     def incidents(self, limit: int = DEFAULT_LIMIT, *, open_only: bool = False) -> dict[str, Any]:
         """The bounded incident list (aiops/service/incident_list.py): at most `limit` incidents, each with its
         component count and first components, its top hypothesis and this tier's paging decision. While the
-        service's own flush keeps the workspace longer than `BUSY_WAIT_S`, the answer built last for the same
-        question, marked `stale` (what the workspace held before the flush, as an answer asked a moment
-        earlier would have been); `as_of_ts_s` is when an answer was read."""
-        key = (limit, open_only)
+        service's own flush keeps the workspace longer than `BUSY_WAIT_S`, an answer from what was read before,
+        marked `stale` (what the workspace held before the flush, as an answer asked a moment earlier would have
+        been), or `ListBusy` (kept_answers.py); `as_of_ts_s` is when an answer was read."""
+        question = Question(limit, "open" if open_only else "")
+        return self._listed(
+            self._kept_incidents, question, lambda store: self._incidents(store, limit, open_only)
+        )
+
+    def proposals(self, limit: int = DEFAULT_LIMIT, *, status: str = "") -> dict[str, Any]:
+        """The bounded proposal list (aiops/service/proposal_list.py): at most `limit` proposals, the open ones
+        first, of `status` ("" every status); while the flush keeps the workspace, as `incidents`."""
+        return self._listed(
+            self._kept_proposals, Question(limit, status), lambda store: self._proposals(store, limit, status)
+        )
+
+    def warm(self, store: Store) -> None:
+        """The default lists read again with `store` (the flush's own hold: no other hold is counted) and kept,
+        when their kept reads are older than `WARM_EVERY_S` or missing: a first question asked in the next long
+        flush is answered from them (kept_answers.py)."""
+        question = Question(DEFAULT_LIMIT)
+        now = time.time()
+        ages = [self._kept_incidents.as_of_ts_s(question), self._kept_proposals.as_of_ts_s(question)]
+        if all(age is not None and now - age < WARM_EVERY_S for age in ages):
+            return
+        self._kept_incidents.keep(question, self._incidents(store, DEFAULT_LIMIT, False))
+        self._kept_proposals.keep(question, self._proposals(store, DEFAULT_LIMIT, ""))
+
+    def _listed(self, kept: KeptAnswers, question: Question, read: Callable[[Store], Answer]) -> Answer:
         with self.workspace.read_within(BUSY_WAIT_S) as store:
             if store is not None:
-                return self._keep(key, self._incidents(store, limit, open_only))
-        with self._answers_lock:
-            last = self._answers.get(key)
-        if last is not None:
-            return {**last, "stale": True}
-        with self.workspace.read() as store:  # nothing read before: wait for the flush
-            return self._keep(key, self._incidents(store, limit, open_only))
+                return kept.keep(question, read(store))
+        found = kept.stale(question)
+        if found is not None:
+            return found
+        owned = self.workspace if isinstance(self.workspace, OwnedWorkspace) else None
+        raise ListBusy(None if owned is None else owned.owner.held_since_ts_s, RETRY_AFTER_S)
 
-    def _keep(self, key: tuple[int, bool], answer: dict[str, Any]) -> dict[str, Any]:
-        """`answer` kept for a busy moment; the last `KEPT_ANSWERS` questions only (a client that varies
-        `limit` keeps no more)."""
-        with self._answers_lock:
-            self._answers.pop(key, None)
-            self._answers[key] = answer
-            while len(self._answers) > KEPT_ANSWERS:
-                del self._answers[next(iter(self._answers))]
-        return answer
+    @staticmethod
+    def _proposals(store: Store, limit: int, status: str) -> Answer:
+        out = proposal_list(store, limit=limit, status=status)
+        out["as_of_ts_s"] = time.time()
+        out["stale"] = False
+        return out
 
     def _incidents(self, store: Store, limit: int, open_only: bool) -> dict[str, Any]:
         out = incident_list(store, limit=limit, open_only=open_only)
@@ -220,26 +278,3 @@ class Api:
     def end_maintenance(self, window_id: str, by: str) -> dict[str, Any]:
         with self.workspace.write() as store:
             return close_window(store, window_id, by=f"api:{by or 'unnamed'}").as_dict()
-
-    def proposals(self) -> dict[str, Any]:
-        with self.workspace.read() as store:
-            records = GuardrailRecords(store).proposals()
-        return {
-            "proposals": [
-                {
-                    "proposal_id": r.proposal_id,
-                    "kind": r.action.kind,
-                    "target": r.action.target,
-                    "parameters": r.action.parameters,
-                    "status": r.status,
-                    "physical": r.physical,
-                    "approvals_needed": r.approvals_needed,
-                    "origin": r.origin,
-                    "incident_id": r.incident_id,
-                    "step_id": r.step_id,  # the plan step it is a target of (aiops plans), if any
-                    "expires_ts_s": r.expires_ts_s,
-                    "message": r.message,
-                }
-                for r in records
-            ]
-        }

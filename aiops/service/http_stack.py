@@ -34,9 +34,10 @@ def serve(svc: Service) -> WebServer:
     """The listener on `[http] listen`, started; the links notifications carry point at it."""
     route = AlertRoute(svc.alert_token, svc.alert_inbox) if svc.alert_token else None
     chat = svc.slack.routes() if svc.slack is not None else []
+    svc.api = Api(svc.workspace)  # the flush reads its default lists again (Api.warm)
     routes = ServiceRoutes(
         svc.registry,
-        Api(svc.workspace),
+        svc.api,
         svc._healthy,
         svc._ready,
         svc.token,

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,9 @@ class FileOwner:
         # every hold of the file that could have written it: each outermost `store()` (any thread), lend and
         # lease; the loop compares it across its flushes to know nothing else wrote between (Service.flush)
         self.holds = 0
+        # when the hold of the file now (under `_lock`, any thread's) began; None while none: what a /api list
+        # answers a question with when the flush keeps it (aiops/service/kept_answers.py)
+        self.held_since_ts_s: float | None = None
         self._lock = threading.RLock()
         self._store: Store | None = None
         self._lock_fd: int | None = None
@@ -189,11 +193,14 @@ class FileOwner:
                 plan_lightly(conn)
         if not self._depth.value:
             self.holds += 1
+            self.held_since_ts_s = time.time()
         self._depth.value += 1
         try:
             yield self._store
         finally:
             self._depth.value -= 1
+            if not self._depth.value:
+                self.held_since_ts_s = None
 
     def release_memory(self) -> None:
         """What DuckDB's queries freed, back to the kernel now: setting its memory limit again (the same one) ends
@@ -220,7 +227,11 @@ class FileOwner:
             self._release_file()
             self.leases += 1
             self.holds += 1
-            yield
+            self.held_since_ts_s = time.time()
+            try:
+                yield
+            finally:
+                self.held_since_ts_s = None
 
     def _release_file(self) -> None:
         if self._store is not None:
@@ -253,12 +264,14 @@ class FileOwner:
         with self._lock:
             self._release_file()
             self.holds += 1  # before the grant: the borrower may write from then on
+            self.held_since_ts_s = time.time()
             try:
                 client.sendall(f"granted {os.getpid()}\n".encode("ascii"))
                 client.settimeout(self.lease_timeout_s)
                 client.recv(64)  # "done", or EOF when the borrower closed or died
             except OSError as exc:
                 log.warning("lease ended without done", extra={"reason": str(exc)})
+            self.held_since_ts_s = None
             self.leases += 1
 
 

@@ -47,6 +47,7 @@ from aiops.service import collecting, http_stack
 from aiops.service import flush_steps as steps
 from aiops.service.alert_investigate import AlertInvestigator
 from aiops.service.alerts_in import AlertInbox
+from aiops.service.api import Api
 from aiops.service.breaker_metrics import BreakerMetrics
 from aiops.service.closed_loop import LoopMemory
 from aiops.service.conditions import CollectorWatch, ConditionBook
@@ -260,6 +261,7 @@ class Service:
         self.wall_started_ts_s = time.time()
         self.source_started_ts_s = self.wall_started_ts_s
         self.http: WebServer | None = None
+        self.api: Api | None = None  # its JSON API, while it listens: its kept lists read again in flush()
         self.sources: Sources | None = None
         self.stopping = threading.Event()
         self.ready = False
@@ -434,6 +436,9 @@ class Service:
             self.unchanged.begin(self.owner.holds, set(counts), twin)  # what it may skip: unchanged.py
             try:
                 self._held_flush(store, batches)
+                api = self.api
+                if api is not None:  # within the hold (no other hold counted): kept_answers.py
+                    self._guarded("kept lists", lambda: api.warm(store))
             finally:
                 self.unchanged.end(self.owner.holds, twin)
         if self.release_memory:

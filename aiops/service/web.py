@@ -10,7 +10,10 @@
   each with its first 20 components and `component_count`; `total`, `cut`, `as_of_ts_s`, and `stale` when the
   flush kept the workspace and the answer is the last one read: aiops/service/incident_list.py, api.py,
   docs/SERVICE.md "The incident list"), `GET /api/incidents/{id}` (with hypotheses and evidence, its components
-  paged: `?components_offset=`, `?components_limit=` default 1000, at most 10000), `GET /api/proposals`,
+  paged: `?components_offset=`, `?components_limit=` default 1000, at most 10000), `GET /api/proposals` (bounded as
+  the list: `?limit=`, the open ones first, `?status=` one of guardrails/records.py's; `total`, `cut`,
+  `as_of_ts_s`, `stale`: aiops/service/proposal_list.py); either list, while the flush keeps the workspace and no
+  earlier read answers the question, 503 with `Retry-After` and `busy_since_ts_s` (kept_answers.py),
   `GET /api/coverage` (what the workspace sees now: nodes, GPUs and NICs reporting, absent collectors, open
   conditions and blind periods, aiops/store/coverage.py): read-only JSON. With `[http] token` (or `token_file`) set, /api needs `Authorization: Bearer <token>`;
   without one, /api answers loopback clients only. Telemetry text goes out JSON-encoded only;
@@ -58,7 +61,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError, MaintenanceError
+from aiops.errors import AlertInboxFull, AlertPayloadError, DispatchError, ListBusy, MaintenanceError
 from aiops.service import dispatch_in
 from aiops.service.alerts_in import MAX_BODY_BYTES, parse_webhook
 from aiops.service.api import AlertRoute, Api
@@ -70,6 +73,7 @@ from aiops.service.incident_list import (
     MAX_LIMIT,
     bounded_int,
 )
+from aiops.service.proposal_list import STATUSES
 
 Probe = Callable[[], tuple[bool, str]]
 ALERTMANAGER_ROUTE = "/api/alertmanager"
@@ -79,8 +83,10 @@ DCGM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 MAINTENANCE_BODY_BYTES = 16 * 1024
 
 
-def _send(status: int, body: bytes, content_type: str, close: bool = False) -> Response:
-    headers = {"X-Content-Type-Options": "nosniff"}
+def _send(
+    status: int, body: bytes, content_type: str, close: bool = False, more: dict[str, str] | None = None
+) -> Response:
+    headers = {"X-Content-Type-Options": "nosniff", **(more or {})}
     if close:  # a body we did not read must not be parsed as the next request
         headers["Connection"] = "close"
     return Response(
@@ -88,8 +94,24 @@ def _send(status: int, body: bytes, content_type: str, close: bool = False) -> R
     )
 
 
-def _json(status: int, payload: Any, close: bool = False) -> Response:
-    return _send(status, json.dumps(payload, default=str).encode(), "application/json", close)
+def _json(status: int, payload: Any, close: bool = False, more: dict[str, str] | None = None) -> Response:
+    return _send(status, json.dumps(payload, default=str).encode(), "application/json", close, more)
+
+
+def _listed(answer: Callable[[], dict[str, Any]]) -> Response:
+    """A list's answer; 503 with `Retry-After` while the flush holds the workspace and nothing read before
+    answers the question (aiops/service/kept_answers.py), never a wait for the flush."""
+    try:
+        return _json(200, answer())
+    except ListBusy as exc:
+        body = {
+            "error": "busy: the service's flush holds the workspace and no earlier read answers this question; "
+            f"retry in {exc.retry_after_s} s",
+            "busy": True,
+            "busy_since_ts_s": exc.since_ts_s,
+            "retry_after_s": exc.retry_after_s,
+        }
+        return _json(503, body, more={"Retry-After": str(exc.retry_after_s)})
 
 
 def _guarded_sync(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
@@ -218,7 +240,7 @@ class ServiceRoutes:
             return _json(400, {"error": f"limit: a whole number from 1 to {MAX_LIMIT}"})
         if status not in ("", "open"):
             return _json(400, {"error": "status: open, or leave it out for every incident"})
-        return _json(200, self.api.incidents(limit, open_only=status == "open"))
+        return _listed(lambda: self.api.incidents(limit, open_only=status == "open"))
 
     def incident(self, request: Request) -> Response:
         refused = self._refused(request)
@@ -239,7 +261,19 @@ class ServiceRoutes:
         return _json(200 if found else 404, found or {"error": "no such incident"})
 
     def proposals(self, request: Request) -> Response:
-        return self._refused(request) or _json(200, self.api.proposals())
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        query = request.query_params
+        limit = bounded_int(query.get("limit"), DEFAULT_LIMIT, 1, MAX_LIMIT)
+        status = query.get("status", "")
+        if limit is None:
+            return _json(400, {"error": f"limit: a whole number from 1 to {MAX_LIMIT}"})
+        if status and status not in STATUSES:
+            return _json(
+                400, {"error": f"status: one of {', '.join(STATUSES)}, or leave it out for every proposal"}
+            )
+        return _listed(lambda: self.api.proposals(limit, status=status))
 
     def coverage(self, request: Request) -> Response:
         return self._refused(request) or _json(200, self.api.coverage())
