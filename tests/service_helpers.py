@@ -58,8 +58,30 @@ def get_json(url: str) -> Any:
     return json.loads(body)
 
 
+# `AIOPS_TEST_WAITS=FILE`: every wait_for appends a JSON line to FILE (the test, what it waited for, how long, when it
+# ended, the worker's and its reaped children's CPU seconds then), to see where a live test's wall time goes: e.g. a
+# fleet's incident that comes 15 s after it listens because of its detection window (docs/notes/weak_tests.md).
+WAITS_PATH = os.environ.get("AIOPS_TEST_WAITS", "")
+
+
+def _log_wait(what: str, started_s: float, done: bool) -> None:
+    times = os.times()
+    line = {
+        "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+        "what": what,
+        "waited_s": round(time.monotonic() - started_s, 3),
+        "end_ts_s": round(time.time(), 3),
+        "done": done,
+        "cpu_s": round(times.user + times.system, 2),
+        "children_cpu_s": round(times.children_user + times.children_system, 2),
+    }
+    with open(WAITS_PATH, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
 def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
+    started_s = time.monotonic()
+    deadline = started_s + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
         try:
@@ -68,8 +90,12 @@ def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.
             last = exc
         else:
             if last:
+                if WAITS_PATH:
+                    _log_wait(what, started_s, True)
                 return last
         time.sleep(interval_s)
+    if WAITS_PATH:
+        _log_wait(what, started_s, False)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last: {last!r}"[:2000])
 
 
