@@ -1,7 +1,8 @@
 """`aiops fleet-view [--config FILE] [--shard NAME=URL ...] [--json] [--listen HOST:PORT]`: one view across the
 shards of a sharded fleet (aiops/fleet/view.py, docs/FLEET.md "One view across shards"). Every shard's
-`aiops fleet` is asked for its incidents and proposals (`[fleet] shards`, or `--shard`); a condition two shards
-both see is shown once. `--json` prints the view once; `--listen` serves it (`/` a page for people,
+`aiops fleet` is asked for its incidents and proposals (`[fleet] shards`, or `--shard`), all at once, each list
+bounded; a condition two shards both see is shown once. A shard whose flush holds its workspace is shown with its
+lists as read before (`stale`, `as_of_ts_s`), or as busy (since when) where it had nothing read to answer from. `--json` prints the view once; `--listen` serves it (`/` a page for people,
 `/api/incidents` the JSON), asking the shards at each request.
 """
 
@@ -63,13 +64,13 @@ def shards_token(config: Config) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiops.fleet.view import ask_shard, merge
+    from aiops.fleet.view import ask_shards, merge
 
     config = load_config(args.config)
     shards, token = shards_of(config, args.shard), shards_token(config)
 
     def view() -> dict[str, Any]:
-        return merge([ask_shard(name, url, token, TIMEOUT_S) for name, url in shards.items()])
+        return merge(ask_shards(shards, token, TIMEOUT_S))
 
     if args.json or args.listen is None:
         json.dump(view(), sys.stdout, indent=1, default=str)

@@ -10,16 +10,21 @@ first (ties: the shard listed first), so the id people see does not change when 
 every shard's own id under `seen_by`; its page is the first shard's decision, the others' are `duplicate_pages`
 (shards that know each other page such a condition once between them: aiops/fleet/peer_pages.py).
 Incidents of one shard are never merged here: that shard's grouping stands. A shard that does not answer is
-named in `shards` with its error, and the view still shows the others. Each shard lists at most its `limit`
-incidents (the open ones first, then the newest), each with `component_count` and its first components
-(aiops/service/incident_list.py); `shards` says how many it holds (`total`) and whether its list was `cut`.
+named in `shards` with its error, and the view still shows the others. Each shard lists at most `LIST_LIMIT`
+incidents and proposals (the open ones first, then the newest), each incident with `component_count` and its
+first components (aiops/service/incident_list.py, proposal_list.py); `shards` says how many it holds (`total`,
+`proposals_total`) and whether a list was `cut`. While a shard's flush holds its workspace it answers from its
+read before (`stale`, `as_of_ts_s`), or, with none to answer from, 503-busy: `busy` names those lists and
+`busy_since_ts_s` when the hold began, and the shard is shown as busy, not as silent.
 """
 
 from __future__ import annotations
 
 import html
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +32,9 @@ from aiops import outbound
 from aiops.errors import OutboundError
 
 MAX_ANSWER_BYTES = 64 << 20
+# what the view asks each list for: the shards' default, which each reads again within its flush (Api.warm in
+# aiops/service/api.py), so a shard whose flush holds its workspace answers it from that read
+LIST_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -39,33 +47,76 @@ class ShardAnswer:
     proposals: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     total: int = 0  # the incidents the shard holds, listed or not (its answer lists at most `limit`)
+    proposals_total: int = 0  # the same for its proposals
+    stale: bool = False  # a list answered from the shard's read before its flush took the workspace
+    as_of_ts_s: float | None = None  # when the oldest of its answers was read (the shard's clock)
+    busy: tuple[
+        str, ...
+    ] = ()  # the lists it answered 503-busy: its flush holds it, nothing read to answer from
+    busy_since_ts_s: float | None = None  # when that hold began (the shard's word)
+
+
+def _count(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _ask_list(url: str, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    """One list's answer as a JSON object; a shard's 503-busy answer (aiops/service/kept_answers.py) as it is,
+    `busy` true; an OutboundError for anything else that is not an answer."""
+    reply = outbound.get(url, headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES)
+    if reply.status == 503:
+        said = reply.json()
+        if isinstance(said, dict) and said.get("busy") is True:
+            return said
+    found = reply.raise_for_status().json()
+    if not isinstance(found, dict):
+        raise reply.error("the answer is not a JSON object")
+    return found
 
 
 def ask_shard(shard: str, url: str, token: str | None, timeout_s: float) -> ShardAnswer:
-    """One shard's incidents and proposals from its /api."""
+    """One shard's incidents and proposals from its /api, each list bounded (`LIST_LIMIT`)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = url.rstrip("/")
     try:
-        incidents = outbound.get(
-            f"{base}/api/incidents", headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES
-        ).raise_for_status()
-        proposals = outbound.get(
-            f"{base}/api/proposals", headers=headers, timeout_s=timeout_s, max_bytes=MAX_ANSWER_BYTES
-        ).raise_for_status()
-        found, filed = incidents.json(), proposals.json()
+        found = _ask_list(f"{base}/api/incidents?limit={LIST_LIMIT}", headers, timeout_s)
+        filed = _ask_list(f"{base}/api/proposals?limit={LIST_LIMIT}", headers, timeout_s)
     except OutboundError as exc:
         return ShardAnswer(shard, base, error=str(exc))
-    if not isinstance(found, dict) or not isinstance(filed, dict):
-        return ShardAnswer(shard, base, error="the answer is not a JSON object")
-    listed = [i for i in found.get("incidents") or [] if isinstance(i, dict)]
-    total = found.get("total")
+    answered = {
+        name: a for name, a in (("incidents", found), ("proposals", filed)) if a.get("busy") is not True
+    }
+    busy = tuple(name for name in ("incidents", "proposals") if name not in answered)
+    since = [_ts(a.get("busy_since_ts_s"), 0.0) for a in (found, filed) if a.get("busy") is True]
+    read_at = [_ts(a.get("as_of_ts_s"), 0.0) for a in answered.values() if a.get("as_of_ts_s") is not None]
+    listed = (
+        [i for i in found.get("incidents") or [] if isinstance(i, dict)] if "incidents" in answered else []
+    )
+    plans = (
+        [p for p in filed.get("proposals") or [] if isinstance(p, dict)] if "proposals" in answered else []
+    )
     return ShardAnswer(
         shard,
         base,
         listed,
-        [p for p in filed.get("proposals") or [] if isinstance(p, dict)],
-        total=total if isinstance(total, int) and not isinstance(total, bool) else len(listed),
+        plans,
+        total=_count(found.get("total"), len(listed)) if "incidents" in answered else 0,
+        proposals_total=_count(filed.get("total"), len(plans)) if "proposals" in answered else 0,
+        stale=any(a.get("stale") is True for a in answered.values()),
+        as_of_ts_s=min(read_at) if read_at else None,
+        busy=busy,
+        busy_since_ts_s=min((s for s in since if s > 0), default=None),
     )
+
+
+def ask_shards(shards: Mapping[str, str], token: str | None, timeout_s: float) -> list[ShardAnswer]:
+    """Every shard asked at once (a busy shard's lists each wait ~2 s before they answer from a kept read: one
+    after another, eight shards would add up), answers in the shards' order."""
+    if not shards:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(shards)), thread_name_prefix="fleet-view") as pool:
+        asked = [pool.submit(ask_shard, name, url, token, timeout_s) for name, url in shards.items()]
+        return [future.result() for future in asked]
 
 
 def _cause(incident: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -145,11 +196,18 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
             {
                 "shard": a.shard,
                 "url": a.url,
-                "ok": not a.error,
+                "ok": not a.error and not a.busy,
                 "error": a.error,
                 "incidents": len(a.incidents),
                 "total": max(a.total, len(a.incidents)),
                 "cut": a.total > len(a.incidents),
+                "proposals": len(a.proposals),
+                "proposals_total": max(a.proposals_total, len(a.proposals)),
+                "proposals_cut": a.proposals_total > len(a.proposals),
+                "stale": a.stale,
+                "as_of_ts_s": a.as_of_ts_s,
+                "busy": list(a.busy),
+                "busy_since_ts_s": a.busy_since_ts_s,
             }
             for a in answers
         ],
@@ -158,11 +216,38 @@ def merge(answers: Sequence[ShardAnswer]) -> dict[str, Any]:
     }
 
 
+def _utc(ts_s: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(ts_s)))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "a time not known"
+
+
 def _listed(shard: Mapping[str, Any]) -> str:
-    """How many incidents a shard listed, and of how many where it cut its list."""
-    if shard.get("cut"):
-        return f"{shard['incidents']} of {shard['total']} incidents listed (the open ones, then the newest)"
-    return f"{shard['incidents']} incidents"
+    """What a shard said: how many incidents and proposals it listed (of how many, where it cut a list), whether
+    a list is from its read before its flush took the workspace, and which it could not answer for that."""
+    said = []
+    if "incidents" not in shard.get("busy", []):
+        said.append(
+            f"{shard['incidents']} of {shard['total']} incidents listed (the open ones, then the newest)"
+            if shard.get("cut")
+            else f"{shard['incidents']} incidents"
+        )
+    if "proposals" not in shard.get("busy", []):
+        said.append(
+            f"{shard.get('proposals', 0)} of {shard.get('proposals_total', 0)} proposals listed (the open ones, "
+            "then the newest)"
+            if shard.get("proposals_cut")
+            else f"{shard.get('proposals', 0)} proposals"
+        )
+    if shard.get("stale"):
+        said.append(f"stale: as of {_utc(shard.get('as_of_ts_s'))}, its flush holds its workspace")
+    if shard.get("busy"):
+        said.append(
+            f"busy ({', '.join(shard['busy'])}): its flush has held its workspace since "
+            f"{_utc(shard.get('busy_since_ts_s'))} and it had no earlier read to answer from; ask again shortly"
+        )
+    return "; ".join(said)
 
 
 def render_html(view: Mapping[str, Any]) -> str:
