@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from aiops.causal import (
     OWN_SIGNS,
     SIGNED,
+    Racks,
     benign_explained,
     co_signs,
     covers,
@@ -134,22 +135,64 @@ def incident_prefix(scope: str, shard: str = "") -> str:
     return f"INC-{scope}-{shard}-" if shard else f"INC-{scope}-"
 
 
+# Kinds whose every sighting can weigh in an incident's impact (a job's stall length, its slowdown, an Xid's
+# code: aiops/detect/severity.py `impact`); of any other kind, impact reads only the kind and the component.
+_WEIGHED = frozenset({"job_stalled", "step_regression", "xid"})
+
+
+@dataclass
+class _Sighted:
+    """One (kind, component) of an incident: its earliest sighting (ties: the first added), how many sightings,
+    the latest one's time. What `_compact` stores, kept as symptoms come, so that an incident open for hours over
+    thousands of GPUs (a site's cap) costs its components each window, not every symptom it ever held."""
+
+    first: Symptom
+    seq: int  # the order `first` was added in, among all the incident's symptoms
+    windows: int
+    last_ts_s: float
+
+
 @dataclass
 class _Open:
     number: int
     opened_ts_s: float
     last_ts_s: float
-    symptoms: list[Symptom] = field(default_factory=list)
+    sighted: dict[tuple[str, str], _Sighted] = field(default_factory=dict)  # (kind, component) -> sightings
+    weighed: list[Symptom] = field(default_factory=list)  # every sighting of a `_WEIGHED` kind
+    added: int = 0
     resolved_ts_s: float | None = None
     severity_floor: str = "info"  # a resumed incident's severity: it never drops while the incident is open
     keys: dict[Key, float] = field(default_factory=dict)  # each (kind, component, step) with its first ts
     firsts: dict[Key, Symptom] = field(default_factory=dict)  # each (kind, component, step) as first seen
 
     def add(self, symptoms: list[Symptom]) -> None:
-        self.symptoms.extend(symptoms)
         for s in symptoms:
             self.keys.setdefault(_key(s), s.ts_s)
             self.firsts.setdefault(_key(s), s)
+            seen = self.sighted.get((s.kind, s.component))
+            if seen is None:
+                self.sighted[(s.kind, s.component)] = _Sighted(s, self.added, 1, s.ts_s)
+            else:
+                if s.ts_s < seen.first.ts_s:
+                    seen.first, seen.seq = s, self.added
+                seen.windows += 1
+                seen.last_ts_s = max(seen.last_ts_s, s.ts_s)
+            if s.kind in _WEIGHED:
+                self.weighed.append(s)
+            self.added += 1
+
+    def firsts_in_order(self) -> list[_Sighted]:
+        """Each (kind, component)'s sightings, by its earliest sighting's time (ties: the order added)."""
+        return sorted(self.sighted.values(), key=lambda seen: (seen.first.ts_s, seen.seq))
+
+    @property
+    def symptoms(self) -> list[Symptom]:
+        """What the incident's impact and title read: one sighting of each (kind, component), every sighting of
+        a kind whose detail weighs in its impact."""
+        return [
+            *(seen.first for seen in self.sighted.values() if seen.first.kind not in _WEIGHED),
+            *self.weighed,
+        ]
 
 
 @dataclass(frozen=True)
@@ -179,7 +222,7 @@ class IncidentTracker:
         self.join_s = join_s
         self.cause_lag_s = cause_lag_s
         self.settle_s = settle_s
-        self.rack_of: Mapping[str, str] = rack_of or {}  # node → rack; unknown racks merge (the safe error)
+        self.rack_of = rack_of or {}  # node → rack; unknown racks merge (the safe error)
         self.job_of: Mapping[str, str] = {}  # GPU → the job its rank serves
         self.job_nodes: dict[str, set[str | None]] = {}
         self.set_jobs(job_of or {})
@@ -188,6 +231,14 @@ class IncidentTracker:
         self.closed: list[_Open] = []
         self.next_number = first_number
         self.keep_closed = keep_closed  # a service forgets closed incidents once it has stored them
+
+    @property
+    def rack_of(self) -> Racks:
+        return self._rack_of
+
+    @rack_of.setter
+    def rack_of(self, rack_of: Mapping[str, str]) -> None:
+        self._rack_of = rack_of if isinstance(rack_of, Racks) else Racks(rack_of)
 
     def set_jobs(self, job_of: Mapping[str, str]) -> None:
         """GPU → job (the scheduler's rank table): a rank idling while its job waits is on the job's path."""
@@ -211,7 +262,7 @@ class IncidentTracker:
         node = node_of(component, self.rack_of)
         if node is not None:
             return node in nodes
-        if component_kind(component, frozenset(self.rack_of.values())) == "rack":
+        if component_kind(component, self.rack_of.names) == "rack":
             return any(self.rack_of.get(n) in (component, None) for n in nodes if n is not None)
         return True  # the fleet, a policy: every node
 
@@ -554,8 +605,9 @@ class IncidentTracker:
 def _to_incident(group: _Open, id_prefix: str, policy: SeverityConfig) -> Incident:
     found = impact(group.symptoms, policy)
     severity = worse(found.severity, group.severity_floor)
-    components = sorted({s.component for s in group.symptoms})
-    first = min(group.symptoms, key=lambda s: s.ts_s)
+    sighted = group.firsts_in_order()
+    components = sorted({component for _, component in group.sighted})
+    first = sighted[0].first
     title = f"{first.kind.replace('_', ' ')} on {first.component}"
     others = [c for c in components if c != first.component]
     if others:  # a count by kind, not a list: "(also 63 GPUs, 1 job)"
@@ -571,7 +623,7 @@ def _to_incident(group: _Open, id_prefix: str, policy: SeverityConfig) -> Incide
         title=title,
         severity=severity,
         components=components,
-        symptoms=_compact(group.symptoms),
+        symptoms=[_compact(seen) for seen in sighted],
         resolved_ts_s=group.resolved_ts_s,
         impact=found.summary,
     )
@@ -596,20 +648,10 @@ def _counted(n: int, kind: str) -> str:
     return f"{n} {word[:-1] if n == 1 and word.endswith('s') else word}"
 
 
-def _compact(symptoms: list[Symptom]) -> list[Symptom]:
-    """One symptom per (kind, component): the first occurrence, with how many windows it was seen."""
-    first: dict[tuple[str, str], Symptom] = {}
-    counts: dict[tuple[str, str], int] = {}
-    last: dict[tuple[str, str], float] = {}
-    for s in sorted(symptoms, key=lambda s: s.ts_s):
-        key = (s.kind, s.component)
-        first.setdefault(key, s)
-        counts[key] = counts.get(key, 0) + 1
-        last[key] = s.ts_s
-    out = []
-    for key, s in first.items():
-        detail = dict(s.detail)
-        detail["windows"] = counts[key]
-        detail["last_ts_s"] = last[key]
-        out.append(s.model_copy(update={"detail": detail}))
-    return out
+def _compact(seen: _Sighted) -> Symptom:
+    """One (kind, component) as stored: its earliest sighting, with how many windows it was seen in and when
+    last."""
+    detail = dict(seen.first.detail)
+    detail["windows"] = seen.windows
+    detail["last_ts_s"] = seen.last_ts_s
+    return seen.first.model_copy(update={"detail": detail})
