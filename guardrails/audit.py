@@ -15,7 +15,8 @@ An append commits its row, then publishes its head (one fsync'd write): a crash 
 witness never saw, which `verify_witness` reports ("rows not in the witness") as it would a row written around
 the guardrails; docs/SECURITY.md says how a person tells an honest crash and recovers. `AuditLog.batch()` (a plan step's
 proposals: aiops/plans/lifecycle.py) keeps that order for many appends at once: one transaction, then every
-head in one write and one fsync (see its docstring for what a crash or an exception inside one leaves).
+head in one write and one fsync (see its docstring for what a crash or an exception inside one leaves);
+`AuditLog.append_many` appends many entries in one batch as one statement, chained here from the head.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import contextlib
 import json
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,19 @@ class AuditRow:
     prev_hash: str
     hash: str
 
+    def values(self) -> tuple[int, float, str, str, str, str, str, str]:
+        """The row's columns in the table's order."""
+        return (
+            self.seq,
+            self.ts_s,
+            self.event,
+            self.proposal_id,
+            self.actor,
+            self.payload,
+            self.prev_hash,
+            self.hash,
+        )
+
     def data(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(self.payload)
         return loaded
@@ -118,6 +132,30 @@ class VerifyResult:
         if self.ok:
             return f"audit log ok: {self.rows} rows, head {self.head_hash[:16]}"
         return f"audit log broken at seq {self.first_broken_seq}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry for `AuditLog.append_many`: what `append` takes (`ts_s` None: the log's clock)."""
+
+    event: str
+    payload: dict[str, Any]
+    proposal_id: str = ""
+    actor: str = ""
+    ts_s: float | None = None
+
+
+def chained(head: tuple[int, str], entries: Sequence[tuple[float, str, str, str, str]]) -> list[AuditRow]:
+    """The rows of `entries` (ts_s, event, proposal_id, actor, payload text) chained in order onto `head` (the
+    newest row's seq and hash): what appending them one by one stores."""
+    seq, prev = head
+    out = []
+    for when, event, proposal_id, actor, text in entries:
+        seq += 1
+        digest = row_hash(prev, seq, when, event, proposal_id, actor, text)
+        out.append(AuditRow(seq, when, event, proposal_id, actor, text, prev, digest))
+        prev = digest
+    return out
 
 
 @dataclass
@@ -214,6 +252,51 @@ class AuditLog:
             witness.publish(self.witness_path, row.seq, row.hash)
         return row
 
+    def append_many(self, entries: Sequence[Entry]) -> list[AuditRow]:
+        """`append` of each entry in order, as one: the chain computed here from the head, the rows inserted in one
+        statement, inside the open batch (else in one of its own: one transaction, one witness write)."""
+        unknown = sorted({e.event for e in entries} - set(EVENTS))
+        if unknown:
+            raise ValueError(f"unknown audit event '{unknown[0]}' (events: {', '.join(EVENTS)})")
+        if not entries:
+            return []
+        batch = _open_batches.get(self.store)
+        if batch is None:
+            with self.batch():
+                return self.append_many(entries)
+        if batch.head is None:  # the batch's first append: bind the store's witness, read the newest row
+            if batch.witness_path is not None:
+                witness.bind(self.store, batch.witness_path)
+            batch.head = self._head()
+        rows = chained(
+            batch.head,
+            [
+                (
+                    float(self.clock() if e.ts_s is None else e.ts_s),
+                    e.event,
+                    e.proposal_id,
+                    e.actor,
+                    canonical_json(e.payload),
+                )
+                for e in entries
+            ],
+        )
+        columns = [list(column) for column in zip(*(r.values() for r in rows), strict=True)]
+        self.store.conn.execute(
+            "INSERT INTO audit_log SELECT unnest(?::BIGINT[]), unnest(?::DOUBLE[]), unnest(?::VARCHAR[]), "
+            "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+            "unnest(?::VARCHAR[])",
+            columns,
+        )
+        batch.head = (rows[-1].seq, rows[-1].hash)
+        batch.heads.extend((r.seq, r.hash) for r in rows)
+        return rows
+
+    def _head(self) -> tuple[int, str]:
+        """The chain's newest (seq, hash); (0, genesis) when it is empty."""
+        last = self.store.conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+        return (int(last[0]), str(last[1])) if last else (0, GENESIS_HASH)
+
     def _insert(
         self,
         witness_path: Path | None,
@@ -229,16 +312,9 @@ class AuditLog:
         conn = self.store.conn
         if witness_path is not None:
             witness.bind(self.store, witness_path)
-        if head is None:
-            last = conn.execute("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
-            head = (int(last[0]), str(last[1])) if last else (0, GENESIS_HASH)
-        seq, prev = head[0] + 1, head[1]
-        digest = row_hash(prev, seq, when, event, proposal_id, actor, text)
-        conn.execute(
-            "INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [seq, when, event, proposal_id, actor, text, prev, digest],
-        )
-        return AuditRow(seq, when, event, proposal_id, actor, text, prev, digest)
+        (row,) = chained(self._head() if head is None else head, [(when, event, proposal_id, actor, text)])
+        conn.execute("INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)", list(row.values()))
+        return row
 
     def rows(self, proposal_id: str | None = None, event: str | None = None) -> list[AuditRow]:
         return read_rows(self.store, proposal_id=proposal_id, event=event)

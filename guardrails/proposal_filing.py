@@ -6,6 +6,8 @@ one path to an actuator is `guardrails.proposal_desk`.
 - The same action (same hash: kind, target, parameters) proposed again while one is pending or approved refers
   to that one (`Filed.existing`), so a question asked twice, or a playbook re-run, files nothing new. Policy
   actions (`policy:<rule>`) are kept apart: their authority is the policy's, not a person's.
+- `propose_many` files many actions (a plan step's targets) as `propose` of each in turn would, in a bounded
+  number of statements: an action repeating an earlier one of the batch refers to it.
 - Proposals expire (`proposal_ttl_s`, 24 h by default): an expired proposal cannot be approved or executed.
 - A proposal is too old once `proposal_ttl_s` passed since the action was created, whatever its
   `expires_ts_s` column says (an old or edited row cannot be approved or executed).
@@ -16,25 +18,25 @@ one path to an actuator is `guardrails.proposal_desk`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from aiops.errors import GuardrailError
 from aiops.store import Store
 from aiops.store.maintenance import active_windows
-from guardrails.actions import Action, action_hash
+from guardrails.actions import Action, action_hash, canonical_json
 from guardrails.actuators import Actuator, RecordingActuator
 from guardrails.approvals import Approval
-from guardrails.audit import AuditLog, step_rows_naming
+from guardrails.audit import AuditLog, Entry, step_rows_naming
 from guardrails.breaker import SchedulerView
 from guardrails.breaker_inputs import BreakerInputs
 from guardrails.context import context_from_store
 from guardrails.decisions import signed_approvals
 from guardrails.peer import history_here
 from guardrails.policy import Context, Validation, validate
-from guardrails.records import GuardrailRecords, ProposalRecord
+from guardrails.records import OPEN_STATUSES, GuardrailRecords, NewProposal, ProposalRecord
 from guardrails.registry import DEFAULT_REGISTRY, Registry
 from guardrails.runbook_standing import RunbookStanding
 from guardrails.signing import ConfiguredVerifier, Verifier
@@ -69,6 +71,151 @@ class Filed:
 
 def _is_policy(proposed_by: str) -> bool:
     return proposed_by.startswith("policy:")
+
+
+def _stands_for(
+    action: Action, open_records: Iterable[ProposalRecord], now_ts_s: float
+) -> ProposalRecord | None:
+    """The open proposal that stands for `action` (`open_records`: the open ones of its hash, oldest first, as
+    `GuardrailRecords.open_with_hash` orders them): of its class (a policy's or not), another id, unexpired."""
+    for record in open_records:
+        same_class = _is_policy(record.action.proposed_by) == _is_policy(action.proposed_by)
+        if same_class and record.proposal_id != action.proposal_id and not record.expired(now_ts_s):
+            return record
+    return None
+
+
+def _entries(
+    action: Action,
+    dumped: dict[str, Any],
+    validation: Validation,
+    now_ts_s: float,
+    origin: str,
+    incident_id: str | None,
+    step_id: str | None,
+) -> tuple[Entry, Entry]:
+    """A filed proposal's two audit entries: the `proposal` (`dumped`: the action as JSON), then its `validation`."""
+    results = [{"rule": r.rule, "ok": r.ok, "message": r.message} for r in validation.results]
+    proposal = {
+        "action": dumped,
+        "action_hash": action_hash(action),
+        "origin": origin,
+        "incident_id": incident_id,
+        **({"step_id": step_id} if step_id else {}),
+    }
+    verdict = {
+        "ok": validation.ok,
+        "message": validation.message,
+        "rules": results,
+        "physical": validation.physical,
+        "approvals_needed": validation.approvals_needed,
+    }
+    return (
+        Entry("proposal", proposal, action.proposal_id, action.proposed_by, now_ts_s),
+        Entry("validation", verdict, action.proposal_id, "guardrails", now_ts_s),
+    )
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """What every proposal of a `propose_many` batch is filed under."""
+
+    now_ts_s: float
+    ttl_s: float
+    origin: str
+    incident_id: str | None
+    step_id: str | None
+
+
+@dataclass
+class _Filing:
+    """What filing a batch in order does, worked out before anything is written."""
+
+    filed: list[Filed] = field(default_factory=list)
+    inserts: list[NewProposal] = field(default_factory=list)  # new rows, in filing order
+    updates: list[tuple[str, str, float, str]] = field(default_factory=list)  # stored ids' new verdicts
+    entries: list[Entry] = field(default_factory=list)  # each filed action's proposal, then validation entry
+
+
+def _file_in_order(
+    actions: Sequence[Action],
+    validations: Sequence[Validation],
+    stored: Sequence[tuple[str, ProposalRecord]],
+    terms: _Terms,
+) -> _Filing:
+    """What `propose` of each action in turn would do, without the store: `stored` holds the stored proposals of
+    the actions' ids and the open ones of their hashes (with their stored hashes), and each action files against
+    them and against the batch's earlier ones (a new row, or a known id's new verdict); an open proposal of the
+    same action stands for it instead (`_stands_for`, oldest first). Pure: the store is read before, written after."""
+    by_id = {record.proposal_id: record for _, record in stored}
+    by_hash: dict[str, list[str]] = {}
+    for digest, record in stored:
+        by_hash.setdefault(digest, []).append(record.proposal_id)
+    new_at: dict[str, int] = {}  # a new row's place in `inserts`
+    out = _Filing()
+    for action, validation in zip(actions, validations, strict=True):
+        digest = action_hash(action)
+        open_ones = sorted(
+            (by_id[i] for i in by_hash.get(digest, ()) if by_id[i].status in OPEN_STATUSES),
+            key=lambda r: (r.action.created_ts_s, r.proposal_id),
+        )
+        duplicate = _stands_for(action, open_ones, terms.now_ts_s)
+        if duplicate is not None:
+            out.filed.append(Filed(duplicate.proposal_id, duplicate.status, validation, existing=True))
+            continue
+        status = "pending" if validation.ok or validation.waiting else "denied"
+        known = by_id.get(action.proposal_id)
+        if known is not None and action_hash(known.action) != digest:
+            raise GuardrailError(
+                "proposal_id", f"{action.proposal_id} exists with a different action; propose under a new id"
+            )
+        message, dumped = validation.message, action.model_dump(mode="json")
+        if known is not None:  # `save_proposal` of a known id: its verdict changes, nothing else
+            by_id[known.proposal_id] = replace(
+                known, status=status, message=message, updated_ts_s=action.created_ts_s
+            )
+            if known.proposal_id in new_at:
+                at = new_at[known.proposal_id]
+                out.inserts[at] = replace(
+                    out.inserts[at], status=status, message=message, updated_ts_s=action.created_ts_s
+                )
+            else:
+                out.updates.append((action.proposal_id, status, action.created_ts_s, validation.message))
+        else:
+            row = NewProposal(
+                action,
+                canonical_json(dumped),
+                digest,
+                status,
+                validation.message,
+                validation.physical,
+                validation.approvals_needed,
+                action.created_ts_s,
+                action.created_ts_s + terms.ttl_s,
+                terms.origin,
+                terms.incident_id,
+                terms.step_id,
+            )
+            new_at[action.proposal_id] = len(out.inserts)
+            out.inserts.append(row)
+            by_id[action.proposal_id] = ProposalRecord(
+                action,
+                status,
+                validation.message,
+                validation.physical,
+                validation.approvals_needed,
+                action.created_ts_s,
+                row.expires_ts_s,
+                terms.origin,
+                terms.incident_id,
+                terms.step_id,
+            )
+            by_hash.setdefault(digest, []).append(action.proposal_id)
+        out.entries += _entries(
+            action, dumped, validation, terms.now_ts_s, terms.origin, terms.incident_id, terms.step_id
+        )
+        out.filed.append(Filed(action.proposal_id, status, validation))
+    return out
 
 
 class ProposalFiling:
@@ -160,12 +307,7 @@ class ProposalFiling:
         return out
 
     def _open_duplicate(self, action: Action) -> ProposalRecord | None:
-        now = self.clock()
-        for record in self.records.open_with_hash(action_hash(action)):
-            same_class = _is_policy(record.action.proposed_by) == _is_policy(action.proposed_by)
-            if same_class and record.proposal_id != action.proposal_id and not record.expired(now):
-                return record
-        return None
+        return _stands_for(action, self.records.open_with_hash(action_hash(action)), self.clock())
 
     def propose(
         self,
@@ -198,34 +340,52 @@ class ProposalFiling:
             incident_id=incident_id,
             step_id=step_id,
         )
-        self.audit.append(
-            "proposal",
-            {
-                "action": action.model_dump(mode="json"),
-                "action_hash": action_hash(action),
-                "origin": origin,
-                "incident_id": incident_id,
-                **({"step_id": step_id} if step_id else {}),
-            },
-            proposal_id=action.proposal_id,
-            actor=action.proposed_by,
-            ts_s=now,
-        )
-        results = [{"rule": r.rule, "ok": r.ok, "message": r.message} for r in validation.results]
-        self.audit.append(
-            "validation",
-            {
-                "ok": validation.ok,
-                "message": validation.message,
-                "rules": results,
-                "physical": validation.physical,
-                "approvals_needed": validation.approvals_needed,
-            },
-            proposal_id=action.proposal_id,
-            actor="guardrails",
-            ts_s=now,
-        )
+        for entry in _entries(
+            action, action.model_dump(mode="json"), validation, now, origin, incident_id, step_id
+        ):
+            self.audit.append(
+                entry.event, entry.payload, proposal_id=entry.proposal_id, actor=entry.actor, ts_s=entry.ts_s
+            )
         return Filed(action.proposal_id, status, validation)
+
+    def propose_many(
+        self,
+        actions: Sequence[Action],
+        *,
+        origin: str = "",
+        incident_id: str | None = None,
+        step_id: str | None = None,
+        context: Context | None = None,
+    ) -> list[Filed]:
+        """`propose` of each action in order, filed at one instant with a bounded number of statements whatever
+        their number (a plan step's targets: 5,120 at a site cap, aiops/plans/lifecycle.py): the stored proposals
+        of their ids and the open ones of their hashes read in one query, what each would file worked out here in
+        order (`_file_in_order`: an action repeating an earlier one of the batch refers to it, as one by one), the
+        new rows inserted in one statement and the audit entries appended in one (`AuditLog.append_many`), in one
+        audit batch (joining the caller's). The same records, statuses, messages, audit entries and witness heads
+        as one `propose` an action at an unchanging clock. All or nothing: an action under a known id with another
+        action files none of them."""
+        if not actions:
+            return []
+        now = self.clock()
+        judged_in = context if context is not None else self.context(now)
+        validations = [validate(action, judged_in) for action in actions]
+        with self.audit.batch():
+            stored = self.records.filing_view(
+                list(dict.fromkeys(a.proposal_id for a in actions)),
+                list(dict.fromkeys(action_hash(a) for a in actions)),
+            )
+            filing = _file_in_order(
+                actions,
+                validations,
+                stored,
+                _Terms(now, self.proposal_ttl_s, origin, incident_id, step_id),
+            )
+            self.records.insert_proposals(filing.inserts)
+            for proposal_id, status, ts_s, message in filing.updates:
+                self.records.set_status(proposal_id, status, ts_s, message)
+            self.audit.append_many(filing.entries)
+        return filing.filed
 
     def _open(self, proposal_id: str, verb: str) -> ProposalRecord:
         """The proposal, still open (pending or approved) and unexpired; else the reason it is not."""

@@ -7,6 +7,7 @@ these same rows: one status machine per proposal, one execution ledger (and so o
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,35 @@ def _parameters(action_json: Any) -> dict[str, Any]:
 
 
 _PROPOSAL_COLUMNS = "action, status, message, physical, approvals_needed, updated_ts_s, expires_ts_s, origin, incident_id, step_id"
+
+
+_NEW_PROPOSAL_COLUMNS = (
+    "proposal_id, created_ts_s, kind, target, proposed_by, action, action_hash, physical, approvals_needed, status, "
+    "message, updated_ts_s, expires_ts_s, origin, incident_id, step_id"
+)
+_NEW_PROPOSAL_TYPES = (
+    "VARCHAR", "DOUBLE", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BOOLEAN", "INTEGER", "VARCHAR",
+    "VARCHAR", "DOUBLE", "DOUBLE", "VARCHAR", "VARCHAR", "VARCHAR",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NewProposal:
+    """A proposal row to insert (`GuardrailRecords.insert_proposals`): the action, its canonical JSON and hash as
+    `save_proposal` stores them, and the verdict."""
+
+    action: Action
+    action_json: str
+    action_hash: str
+    status: str
+    message: str
+    physical: bool
+    approvals_needed: int
+    updated_ts_s: float
+    expires_ts_s: float | None
+    origin: str
+    incident_id: str | None
+    step_id: str | None
 
 
 @dataclass(frozen=True)
@@ -125,6 +155,54 @@ class GuardrailRecords:
                 step_id,
             ],
         )
+
+    def insert_proposals(self, rows: Sequence[NewProposal]) -> None:
+        """Insert new proposals (ids not stored yet) in one statement: one list parameter a column, unnested side
+        by side (a plan step's targets: `ProposalFiling.propose_many`). `save_proposal` is the one-row path, which
+        also updates a known id's verdict."""
+        if not rows:
+            return
+        columns = [
+            [r.action.proposal_id for r in rows],
+            [r.action.created_ts_s for r in rows],
+            [r.action.kind for r in rows],
+            [r.action.target for r in rows],
+            [r.action.proposed_by for r in rows],
+            [r.action_json for r in rows],
+            [r.action_hash for r in rows],
+            [r.physical for r in rows],
+            [r.approvals_needed for r in rows],
+            [r.status for r in rows],
+            [r.message for r in rows],
+            [r.updated_ts_s for r in rows],
+            [r.expires_ts_s for r in rows],
+            [r.origin for r in rows],
+            [r.incident_id for r in rows],
+            [r.step_id for r in rows],
+        ]
+        unnested = ", ".join(f"unnest(?::{kind}[])" for kind in _NEW_PROPOSAL_TYPES)
+        self.store.conn.execute(f"INSERT INTO proposals ({_NEW_PROPOSAL_COLUMNS}) SELECT {unnested}", columns)
+
+    def filing_view(
+        self, proposal_ids: Sequence[str], digests: Sequence[str]
+    ) -> list[tuple[str, ProposalRecord]]:
+        """What filing these proposals reads, in one query: the stored proposals under these ids (whatever their
+        status), and the open ones of these action hashes; each with its stored action hash."""
+        rows = self.store.conn.execute(
+            f"SELECT {_PROPOSAL_COLUMNS}, action_hash FROM proposals WHERE proposal_id IN (SELECT unnest(?::VARCHAR[])) "
+            "OR (action_hash IN (SELECT unnest(?::VARCHAR[])) AND status IN ('pending', 'approved')) "
+            "ORDER BY created_ts_s, proposal_id",
+            [list(proposal_ids), list(digests)],
+        ).fetchall()
+        return [(str(r[10]), self._record(r)) for r in rows]
+
+    def known_ids(self, proposal_ids: Sequence[str]) -> set[str]:
+        """Which of these ids a stored proposal has (one query)."""
+        rows = self.store.conn.execute(
+            "SELECT proposal_id FROM proposals WHERE proposal_id IN (SELECT unnest(?::VARCHAR[]))",
+            [list(proposal_ids)],
+        ).fetchall()
+        return {str(r[0]) for r in rows}
 
     def set_status(self, proposal_id: str, status: str, ts_s: float, message: str | None = None) -> None:
         if status not in STATUSES:

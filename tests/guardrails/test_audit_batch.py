@@ -282,16 +282,15 @@ def test_a_step_whose_filing_fails_is_left_waiting_with_nothing_filed(
     step_id = found.steps[1].step_id
     assert found.steps[1].status == "waiting"
     rows_before, witnessed_before = len(read_rows(desk.store)), _witness(db).read_bytes()
-    real, calls = desk.propose, []
+    real = desk.audit.append_many
 
     def failing(*args: object, **kwargs: object) -> object:
-        calls.append(1)
-        if len(calls) == 10:
-            raise RuntimeError("the tenth target failed")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        real(*args, **kwargs)  # type: ignore[arg-type]  # the step's rows and entries are written, then:
+        raise RuntimeError("failed once the step's rows were in")
 
-    monkeypatch.setattr(desk, "propose", failing)
-    with pytest.raises(RuntimeError, match="tenth"):
+    # the step's targets are filed together (`propose_many`): it fails once its rows and entries are in
+    monkeypatch.setattr(desk.audit, "append_many", failing)
+    with pytest.raises(RuntimeError, match="rows were in"):
         propose_step(desk, step_id, origin="test", why="asked")
     after = plan(desk.store, found.plan_id)
     assert after is not None and after.steps[1].status == "waiting" and after.steps[1].proposal_ids == []
