@@ -325,7 +325,7 @@ class IncidentTracker:
             group.add(batch)
             for s in batch:
                 self._seen(s, s.ts_s)
-            if any(s.kind not in INFO for s in batch) or all(s.kind in INFO for s in group.symptoms):
+            if any(s.kind not in INFO for s in batch) or all(kind in INFO for kind, _ in group.sighted):
                 group.last_ts_s = now_ts_s
             if group in opened:
                 out.append(Transition("opened", self._incident(group)))

@@ -111,7 +111,7 @@ def arbitrate(
     """This shard's decision for its own `subject`, given what the other shards said (module doc's rules);
     `known_ts_s`: when this shard first knew the subject's cause (its hold counts from the diagnosis, not from the
     opening: an incident held undiagnosed must still wait for the first shard once its cause is known)."""
-    cause = subject.root_cause or subject.condition
+    cause = subject.cause
     if not decision.pages or not subject.own or not cause:
         return decision
     same = [
@@ -206,11 +206,11 @@ class PeerPages:
     ) -> dict[tuple[str, str], Decision]:
         peers = self.fresh()
         out = dict(decisions)
-        current = {(s.incident_id, s.root_cause or s.condition, s.component) for s in subjects if s.own}
+        current = {(s.incident_id, s.cause, s.component) for s in subjects if s.own}
         self.known = {key: ts for key, ts in self.known.items() if key in current}  # open ones only
         for subject in subjects:
             decision = decisions.get(subject.key)
-            cause = subject.root_cause or subject.condition
+            cause = subject.cause
             if decision is None or not decision.pages or not subject.own or not cause:
                 continue
             own_component = bool(

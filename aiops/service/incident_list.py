@@ -26,7 +26,7 @@ from typing import Any
 
 from aiops.models import Evidence, Symptom
 from aiops.store import Store
-from aiops.store.conditions import KINDS
+from aiops.store.conditions import KINDS, symptoms_condition
 
 COMPONENTS_LISTED = 20  # an incident's components in the list (the rest: GET /api/incidents/{id})
 DEFAULT_LIMIT = 200  # incidents in one list answer unless `?limit=` says otherwise
@@ -130,8 +130,7 @@ def incident_detail(
     page = every[components_offset : components_offset + components_limit]
     on_page = set(page)
     symptoms = [Symptom.model_validate(s).model_dump() for s in json.loads(row["symptoms"])]
-    kinds = {s["kind"] for s in symptoms}
-    condition = next(iter(kinds)) if len(kinds) == 1 and row.get("top_root_cause") is None else None
+    condition = symptoms_condition(str(row["symptoms"])) if row.get("top_root_cause") is None else None
     shown = {**row, "components": page, "condition_kind": condition}
     hypotheses = store.query(
         "SELECT root_cause, component, confidence, summary, evidence FROM hypotheses "

@@ -65,6 +65,11 @@ class Subject:
         return bool(self.condition)
 
     @property
+    def cause(self) -> str:
+        """What it is about: its top hypothesis' label, else the condition it states ("" for neither)."""
+        return self.root_cause or self.condition
+
+    @property
     def diagnosed(self) -> bool:
         return bool(self.root_cause)
 
