@@ -195,7 +195,9 @@ def test_two_ranks_call_rates_and_blocked_time_land_in_the_store(nccl_rank: Path
     ops = {r["op"] for r in rows}
     assert ops >= CALLED_OPS
     for r in rows:
-        assert 0.5 < r["window_s"] <= 2.5, r
+        # a window is the time since the collector last read (about 2 s); a late read on a loaded machine makes it
+        # longer (2.56 s in a fresh clone's suite), a unit error 1000 times so
+        assert 0.5 < r["window_s"] <= 5.0, r
         assert r["blocked_s"] > 0, r  # entry to return: the failing call's own time, trap included
         rate_per_s = r["calls"] / r["window_s"]
         per_step = 2 if r["op"] == "all_reduce" else 1
