@@ -18,7 +18,10 @@ PAUSE_FLOOR = 50.0  # pause frames per window a NIC may receive above its baseli
 def nic_rules(d: RuleState, t0: float, t1: float) -> list[Symptom]:
     rows = w.window(d.store, w.NIC_WINDOW_SQL, t0, t1)
     out: list[Symptom] = []
-    enforced_somewhere = any(not r["fifo"] for r in rows)
+    # lanes are enforced where a NIC sent through them; a NIC that sent nothing (its link down a whole window,
+    # idle) says nothing either way: counted as enforced, a link flap on a fleet of FIFOs told every other NIC
+    # that its lanes were missing
+    enforced_somewhere = any(r["laned"] for r in rows)
     ce_rates = sorted(float(r["ce_marks"] or 0) for r in rows)
     peer_ce = ce_rates[len(ce_rates) // 2] if ce_rates else 0.0
     for r in rows:

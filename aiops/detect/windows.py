@@ -97,7 +97,8 @@ XID_WINDOW_SQL = WindowQuery("ts_s, gpu, node, xid, message", "gpu_events", wher
 # nothing and drops).
 LANE_IN_USE = "coalesce(tx_bytes, 0) > 0"
 NIC_WINDOW_SQL = WindowQuery(
-    f"""nic, node, bool_or(lane = 'fifo' AND {LANE_IN_USE}) AS fifo, sum(tx_bytes) AS tx_bytes,
+    f"""nic, node, bool_or(lane = 'fifo' AND {LANE_IN_USE}) AS fifo,
+       bool_or(lane <> 'fifo' AND {LANE_IN_USE}) AS laned, sum(tx_bytes) AS tx_bytes,
        sum(drops) AS drops, sum(ce_marks) AS ce_marks, sum(retransmits) AS retransmits,
        max(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS max_queue_delay_ms,
        avg(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS queue_delay_ms, sum(carrier_changes) AS carrier_changes,

@@ -138,7 +138,7 @@ def nics_and_lanes(facts: Facts) -> list[Candidate]:
             )
         )
 
-    enforced = [r for r in nics if not r["fifo"]]
+    enforced = [r for r in nics if r["laned"]]  # a NIC that sent nothing (down, idle) enforces nothing
     bulk_bytes: dict[str, int] = defaultdict(int)
     for f in flows:
         if f["traffic_class"] == "bulk":

@@ -326,6 +326,7 @@ class Facts:
                                    sum(drops + retransmits) / greatest(sum(interval_s), 1) AS ref_loss_per_s
                             FROM nic_samples WHERE ts_s >= ? AND ts_s < ? GROUP BY nic),
                     cur AS (SELECT nic, any_value(node) AS node, bool_or(lane = 'fifo' AND {LANE_IN_USE}) AS fifo,
+                                   bool_or(lane <> 'fifo' AND {LANE_IN_USE}) AS laned,
                                    sum(carrier_changes) AS carrier_changes, sum(drops) AS drops,
                                    sum(retransmits) AS retransmits, sum(ce_marks) AS ce_marks,
                                    avg(CASE WHEN {LANE_IN_USE} THEN queue_delay_ms END) AS queue_ms,
