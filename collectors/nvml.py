@@ -63,6 +63,12 @@ def _direct(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _uncorrectable_rows(rows: tuple[int, int, int, int] | None) -> int | None:
+    """nvmlDeviceGetRemappedRows' (correctable, uncorrectable, pending, failed): the rows remapped for
+    uncorrectable errors."""
+    return None if rows is None else int(rows[1])
+
+
 def error_name(exc: pynvml.NVMLError) -> str:
     """`GPU_IS_LOST` for NVML_ERROR_GPU_IS_LOST, and so on (nvml.h names without the prefix)."""
     code = getattr(exc, "value", None)
@@ -172,13 +178,16 @@ class NvmlCollector:
         """`_read` with every call made directly: the per-second path of a fully supported GPU (a test checks
         that both give the same row)."""
         n = self.nvml
-        call = _direct
         util = n.nvmlDeviceGetUtilizationRates(h)
         field = n.nvmlDeviceGetFieldValues(h, MEM_TEMP_FIELD)[0]
         crc = replay = None
         if s.links:
-            crc = sum([n.nvmlDeviceGetNvLinkErrorCounter(h, k, _CRC) for k in s.links])
-            replay = sum([n.nvmlDeviceGetNvLinkErrorCounter(h, k, _REPLAY) for k in s.links])
+            # every link's CRC count, then every link's replays (plain loops: a comprehension is a call)
+            crc = replay = 0
+            for k in s.links:
+                crc += n.nvmlDeviceGetNvLinkErrorCounter(h, k, _CRC)
+            for k in s.links:
+                replay += n.nvmlDeviceGetNvLinkErrorCounter(h, k, _REPLAY)
         return (
             now_ts_s,
             self.gpu_names[i],
@@ -207,7 +216,9 @@ class NvmlCollector:
             replay,
             None,
             s.default_w,
-            self._retired(h, s, call),
+            _uncorrectable_rows(n.nvmlDeviceGetRemappedRows(h))
+            if s.retired == "rows"  # `_retired`'s common case, without its two calls
+            else self._retired(h, s, _direct),
         )
 
     def _read(self, h: Any, s: _Static, now_ts_s: float, i: int, call: Callable[..., Any]) -> Row:
@@ -273,10 +284,7 @@ class NvmlCollector:
     def _retired(self, h: Any, s: _Static, call: Callable[..., Any]) -> int | None:
         """Memory rows (pages before Ampere) retired for uncorrectable errors: `retired_rows`."""
         if s.retired == "rows":
-            rows = call(
-                self.nvml.nvmlDeviceGetRemappedRows, h
-            )  # (correctable, uncorrectable, pending, failed)
-            return None if rows is None else int(rows[1])
+            return _uncorrectable_rows(call(self.nvml.nvmlDeviceGetRemappedRows, h))
         if s.retired == "pages":
             pages = call(self.nvml.nvmlDeviceGetRetiredPages, h, _DBE_PAGES)
             return None if pages is None else len(pages)
