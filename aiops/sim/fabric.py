@@ -43,6 +43,7 @@ STRAGGLER_REPORT_EVERY = 10
 STRAGGLER_TIMER_NOISE = 0.01
 STRAGGLER_REPORT_LOSS = 0.1
 EVAL_DUTY = 0.85  # an evaluation pass: forward only, the GPUs mostly busy, no gradient all-reduce
+COLLECTIVE_NOISE = 4 * len(OP_SHARE)  # a job's latency noise per second: 4 per op (`_collective_rows`)
 
 
 # (nic index, lane, tx_bytes, drops, ce_marks, retransmits, queue_delay_ms, lane_rate_bps, link_up)
@@ -173,7 +174,10 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     bulk_fraction = (
         BACKGROUND_BULK_FRACTION + _checkpoint_fraction(w)[lay.nic_node] + mods.extra_bulk_fraction
     )
-    bulk_fraction = bulk_fraction * clamp(1.0 + rng.normal(0, 0.05, lay.nic_count), 0.5, 1.5)
+    # one call draws the NICs' demand noise and the nodes' loader noise (the same numbers as two calls: a normal
+    # draw is loc + scale * z, and loc is 0 here)
+    noise = rng.normal(0.0, 1.0, lay.nic_count + lay.nodes)
+    bulk_fraction = bulk_fraction * clamp(1.0 + 0.05 * noise[: lay.nic_count], 0.5, 1.5)
     classes = w.classes()
     w.lane_control.step(w.lanes_enforced, w.vip_demand_fraction, _checkpoint_due(w)[lay.nic_node])
     eg = network.egress(
@@ -193,7 +197,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     coll_bps = np.zeros(lay.nic_count)
     duty = filled(lay.gpu_count, 1.0)
     starved = np.zeros(lay.gpu_count)
-    loader_ms = np.where(lay.busy_nodes, 5.0 + clamp(rng.normal(0, 1.0, lay.nodes), -3, 3), 0.0)
+    loader_ms = np.where(lay.busy_nodes, 5.0 + clamp(noise[lay.nic_count :], -3, 3), 0.0)
     extra_ms = mods.loader_extra_ms + w.loader_extra_ms
     loader_ms = loader_ms + extra_ms
     w.rank_step_s[:] = 0.0  # a rank of no job, of a job down or hung, or behind a link down: no step
@@ -212,7 +216,9 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
             job.step_compute_s / np.maximum(w.clock_factor[gpus], 0.05) ** 0.9 * mods.pcie_factor[gpus]
         )
         loader_s = loader_ms[lay.gpu_node[gpus]] / 1000.0
-        ready_s = compute_s + loader_s + clamp(rng.normal(0, 0.004, gpus.size), -0.01, 0.01)
+        # the job's noise in one call: its ranks' readiness, its step time, its collectives' latencies
+        job_noise = rng.normal(0.0, 1.0, gpus.size + 1 + COLLECTIVE_NOISE)
+        ready_s = compute_s + loader_s + clamp(0.004 * job_noise[: gpus.size], -0.01, 0.01)
         n_nodes = len(job.nodes)
         volume_bytes = job.allreduce_mb * 1e6 * 2 * (n_nodes - 1) / max(1, n_nodes)
         inter_s = 0.0
@@ -225,7 +231,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
         nvlink = largest(mods.nvlink_slow[job.nodes])
         intra_s = 0.02 * (job.allreduce_mb / 256.0) ** 0.5 + nvlink * job.step_compute_s
         down = not all_true(w.link_up[nics])
-        step_time_s = (largest(ready_s) + intra_s + inter_s) * (1.0 + float(rng.normal(0, 0.01)))
+        step_time_s = (largest(ready_s) + intra_s + inter_s) * (1.0 + float(0.01 * job_noise[gpus.size]))
         w.step_time_s[j] = step_time_s
         if not down:
             w.step_progress[j] += dt_s / step_time_s
@@ -258,7 +264,7 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
             inter_s,
             intra_s,
             queue_ms,
-            rng,
+            job_noise[gpus.size + 1 :],
         )
     w.rank_duty = duty
     w.rank_starved = starved
@@ -267,10 +273,14 @@ def step(w: World, mods: Modifiers, dt_s: float) -> FabricOut:
     out.nic_rows, out.pauses, out.lanes = _nic_rows(
         w, mods, eg, classes, class_bytes, coll_bps, bulk_fraction
     )
-    out.class_bytes, out.classes, out.enforced = class_bytes, classes, w.lanes_enforced.copy()
-    out.flow_rows = lambda: flow_rows(out.enforced, classes, class_bytes)
-    cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + rng.normal(0, 2.0, lay.nodes)
-    cpu_pct = np.where(extra_ms > 0, 97.0 + rng.normal(0, 1.0, lay.nodes), cpu_pct)
+    enforced = w.lanes_enforced.copy()
+    out.class_bytes, out.classes, out.enforced = class_bytes, classes, enforced
+    # a closure over the arrays, not `out`: no reference cycle, so a step's output is freed when the next replaces
+    # it (not left to the garbage collector)
+    out.flow_rows = lambda: flow_rows(enforced, classes, class_bytes)
+    cpu_noise = rng.normal(0.0, 1.0, (2, lay.nodes))
+    cpu_pct = np.where(lay.busy_nodes, 32.0, 3.0) + 2.0 * cpu_noise[0]
+    cpu_pct = np.where(extra_ms > 0, 97.0 + cpu_noise[1], cpu_pct)
     w.host_cpu_pct = clamp(cpu_pct, 0, 100)
     w.host_loader_ms = loader_ms
     return out
@@ -328,13 +338,13 @@ def _collective_rows(
     inter_s: float,
     intra_s: float,
     queue_ms: float,
-    rng: np.random.Generator,
+    noise_z: F64,
 ) -> None:
     """What the NCCL profiler reports per op and second. A link that is down for seconds stalls the
     collectives (TCP and IB retransmit underneath: NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT allow ~30 s) but does not
-    time them out; only the watchdog does (`_job_down`)."""
+    time them out; only the watchdog does (`_job_down`). `noise_z`: COLLECTIVE_NOISE standard normal draws."""
     ops = OPS_PER_STEP * steps_per_s
-    noise = rng.normal(0, 1.0, (4, len(OP_SHARE))).tolist()
+    noise = noise_z.reshape(4, len(OP_SHARE)).tolist()
     for i, (op, share) in enumerate(OP_SHARE.items()):
         count = int(ops * share)
         if n_nodes > 1:
@@ -372,8 +382,7 @@ def _nic_rows(
     rng, n = w.rng, w.layout.nic_count
     activity = np.minimum(1.0, coll_bps / (network.LINK_BPS * 0.05)) + bulk_fraction * 3
     # incast bursts: a healthy NIC marks CE and drops (almost) nothing; without ECN it drops instead
-    marks = rng.poisson(120 * activity)
-    lossy = rng.poisson((30 + 150 * mods.ecn_severity) * activity)
+    marks, lossy, quiet_drops, down_drops, retrans_noise = _poisson_draws(rng, activity, mods.ecn_severity, n)
     # on a lossless (PFC) fabric the queue that would drop pauses its senders instead (rdma.py books the pauses)
     # (the masks' common cases, every NIC with ECN, none lossless, every link up, skip numpy's selects)
     ecn_everywhere, lossless_anywhere = all_true(w.ecn_enabled), any_true(w.lossless)
@@ -383,21 +392,20 @@ def _nic_rows(
         paused = np.where(w.ecn_enabled | ~w.lossless, 0, lossy)
     if lossless_anywhere:
         lossy = np.where(w.lossless, 0, lossy)
-    quiet_drops = rng.poisson(0.002, n)
     drops = quiet_drops if ecn_everywhere else np.where(w.ecn_enabled, quiet_drops, lossy)
-    down_drops = rng.poisson(3000, n)
     if not all_true(w.link_up):
         drops = drops + np.where(w.link_up, 0, down_drops)
     ce = marks if ecn_everywhere else np.where(w.ecn_enabled, marks, 0)
-    retrans = (drops * 0.9).astype(np.int64) + rng.poisson(0.05, n)
+    retrans = (drops * 0.9).astype(np.int64) + retrans_noise
     jitter = 1 + np.abs(rng.normal(0, 0.1, n))
     # each class's bytes added into its lane, class by class (a weight of 1.0 or 0.0: bytes are never negative):
     # the same sums in the same order as a fancy-indexed add (the other lanes add 0.0), in two of numpy's calls
-    lane_bytes = (class_bytes[:, :, None] * classes.lane_weight).sum(axis=1)
+    # (np.add.reduce: what ndarray.sum calls, without its Python wrapper)
+    lane_bytes = np.add.reduce(class_bytes[:, :, None] * classes.lane_weight, axis=1)
     lane_q = eg.lane_queue_ms * jitter[:, None]
     lane_rate_bps = w.lane_control.ceil_fraction * network.LINK_BPS  # as the eBPF telemetry reports: ceil
     fifo_q = eg.fifo_queue_ms * jitter
-    totals = class_bytes.sum(axis=1)
+    totals = np.add.reduce(class_bytes, axis=1)
     # shares of each lane's bytes (a link down carries none: all on VIP), then each count split by them
     moving = totals > 0
     if all_true(moving):
@@ -472,6 +480,17 @@ def _nic_rows(
 
 
 _ALL_ON_VIP = np.array([1.0, 0.0, 0.0])  # the shares of a NIC that sends nothing
+_LANE_SLOTS = np.arange(len(network.LANES))  # `_split`'s lane numbers
+
+
+def _poisson_draws(rng: np.random.Generator, activity: F64, ecn_severity: F64, n: int) -> I64:
+    """Per NIC: CE marks and lossy drops of incast bursts, a healthy link's rare drops, a down link's, and
+    retransmits of spurious timeouts. One call for the five counts (a row each, drawn in that order, as five
+    calls would draw them): numpy's per-call checks of an array of means cost more than the draws."""
+    means = np.empty((5, n))
+    means[0], means[1] = 120 * activity, (30 + 150 * ecn_severity) * activity
+    means[2], means[3], means[4] = 0.002, 3000.0, 0.05
+    return rng.poisson(means)
 
 
 def _split(counts: I64, shares: F64) -> I64:
@@ -479,8 +498,8 @@ def _split(counts: I64, shares: F64) -> I64:
     numbers that add up to the count: each lane its share rounded down, the rest to the lane with the largest
     share (the first of equal ones). [kind, nic, lane]; the kinds at once, as one kind's cost is numpy's calls."""
     parts = (counts[:, :, None] * shares).astype(np.int64)
-    largest = np.arange(shares.shape[1]) == np.argmax(shares, axis=1)[:, None]  # [nic, lane]: one True a row
-    parts += largest * (counts - parts.sum(axis=2))[:, :, None]
+    largest = _LANE_SLOTS[: shares.shape[1]] == shares.argmax(axis=1)[:, None]  # [nic, lane]: one True a row
+    parts += largest * (counts - np.add.reduce(parts, axis=2))[:, :, None]
     return parts
 
 

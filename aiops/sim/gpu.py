@@ -80,9 +80,10 @@ def facility(w: World, mods: Modifiers, dt_s: float) -> None:
     """Rack coolant: supply temperature (ambient drift, CDU failure) and flow (pump setpoint × failure)."""
     racks = w.layout.racks
     target_supply_c = w.supply_target_c + mods.supply_add_c + mods.ambient_c
-    w.supply_c += (target_supply_c - w.supply_c) * blend(dt_s, SUPPLY_TAU_S) + w.rng.normal(0, 0.05, racks)
+    noise = w.rng.normal(0.0, 1.0, (2, racks))  # supply, then flow: one call (loc 0: the same numbers as two)
+    w.supply_c += (target_supply_c - w.supply_c) * blend(dt_s, SUPPLY_TAU_S) + 0.05 * noise[0]
     delivered = mods.flow_mult * w.flow_health  # a failing loop's share (a fault's, or a calibrated world's)
-    w.flow_lpm = w.flow_setpoint_lpm * delivered * (1.0 + w.rng.normal(0, 0.01, racks))
+    w.flow_lpm = w.flow_setpoint_lpm * delivered * (1.0 + 0.01 * noise[1])
     w.inlet_c = w.supply_c.copy()
 
 
@@ -134,7 +135,8 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
         reasons |= np.where(braked, bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN, 0)
     if any_true(locked):
         reasons |= np.where(locked, bits.APPLICATIONS_CLOCKS_SETTING, 0)
-    idle_now = ~active | (w.rng.random(g) < starved)
+    uniform = w.rng.random((2, g))  # an idle moment of a starved rank, then a correctable ECC error: one call
+    idle_now = ~active | (uniform[0] < starved)
     reasons |= np.where(idle_now, bits.GPU_IDLE, 0)
     brake_bits = bits.HW_POWER_BRAKE_SLOWDOWN | bits.HW_SLOWDOWN
     loaded_w = demand_w * factor**2.2
@@ -163,8 +165,9 @@ def gpus(w: World, mods: Modifiers, dt_s: float) -> None:
         target_c = target_c + warm_add_c(target_c, w.warm_c)
     w.temp_c = temp_c + (target_c - temp_c) * blend(dt_s, TAU_S)
     w.mem_temp_c = w.temp_c + 6.0 + 0.004 * power_w
-    w.ecc_sbe += w.rng.random(g) < SBE_PROBABILITY_PER_S
-    weak = np.flatnonzero(w.ecc_rng.random(g) < SBE_BURST_PROBABILITY_PER_S)
+    w.ecc_sbe += uniform[1] < SBE_PROBABILITY_PER_S
+    weak_cells = w.ecc_rng.random(g) < SBE_BURST_PROBABILITY_PER_S
+    weak = weak_cells.nonzero()[0]  # np.flatnonzero's answer, without its wrapper
     if weak.size:
         w.ecc_sbe[weak] += SBE_BURST_ERRORS
         w.emit_xids(weak, XID_HIGH_SBE_RATE)

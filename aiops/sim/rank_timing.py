@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiops.sim.fabric import OP_SHARE, OPS_PER_STEP
-from aiops.sim.topology import F64
+from aiops.sim.topology import F64, any_true
 from aiops.sim.world import World
 from collectors.base import Row
 
@@ -76,7 +76,7 @@ class TwinRankTiming:
         self.counted_s += dt_s
         step_s = w.rank_step_s
         running = step_s > 0
-        if not running.any():
+        if not any_true(running):
             return
         steps = np.where(running, dt_s / np.where(running, step_s, 1.0), 0.0)
         compute_s = w.rank_compute_s

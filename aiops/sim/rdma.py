@@ -51,6 +51,7 @@ PAUSES_PER_OVERFLOW = 2  # PFC pause frames (XOFF, refreshed while the queue sta
 XMIT_WAIT_TICKS_PER_PAUSE = 500  # a paused port waits to transmit (pause quanta)
 NETDEV_BYTES_PER_PACKET = 4096
 NETDEV_SPEED_MBPS = 200_000
+SCALAR_DRAWS_MAX = 8  # NICs up to which a step's binomial draws are scalar calls (`_binomial`)
 COUNTERS = (
     "symbol_error",
     "link_downed",
@@ -140,21 +141,24 @@ def step(w: World) -> None:
     send_from = h.senders_of[1]
     up = w.link_up
     c = h.counters
-    c[:, C["port_xmit_data"]] += (tx // BYTES_PER_WORD).astype(np.int64)
-    c[:, C["port_rcv_data"]] += ((collective[send_from] + other) // BYTES_PER_WORD).astype(np.int64)
-    c[:, C["port_xmit_wait"]] += (queue_ms * XMIT_WAIT_TICKS_PER_MS).astype(np.int64)
-    c[:, C["np_ecn_marked_roce_packets"]] += ce
-    cnps = h.rng.binomial(ce, CNP_PER_MARK)
-    c[:, C["np_cnp_sent"]] += cnps
+    # this second's increments, a column per counter, added in one call (whole numbers: the same totals as
+    # column by column, where each `+=` on a column costs numpy a view, an add and a write back)
+    add = np.zeros(c.shape, dtype=np.int64)
+    add[:, C["port_xmit_data"]] = (tx // BYTES_PER_WORD).astype(np.int64)
+    add[:, C["port_rcv_data"]] = ((collective[send_from] + other) // BYTES_PER_WORD).astype(np.int64)
+    add[:, C["port_xmit_wait"]] = (queue_ms * XMIT_WAIT_TICKS_PER_MS).astype(np.int64)
+    add[:, C["np_ecn_marked_roce_packets"]] = ce
+    cnps = _binomial(h.rng, ce, CNP_PER_MARK)
+    add[:, C["np_cnp_sent"]] = cnps
+    # the receiver sees the sequence gaps of lost packets; a port that is down discards what it would send
+    add[:, C["out_of_sequence"]] = np.where(up, drops, 0)
+    add[:, C["port_xmit_discards"]] = np.where(up, 0, drops)
+    c += add
     # the CNP goes back to the marked traffic's sender (distinct senders: a fancy-indexed add is np.add.at)
     if h.senders_distinct:
         c[send_from, C["rp_cnp_handled"]] += cnps
     else:
         np.add.at(c[:, C["rp_cnp_handled"]], send_from, cnps)
-    c[:, C["out_of_sequence"]] += np.where(
-        up, drops, 0
-    )  # the receiver sees the sequence gaps of lost packets
-    c[:, C["port_xmit_discards"]] += np.where(up, 0, drops)  # a port that is down discards what it would send
     # lossless: the full queue towards a NIC pauses the port that feeds it (its ring sender); a list of zeros (a
     # lossy fabric's, or no full queue) adds nothing
     if any(w.out.pauses):
@@ -167,6 +171,15 @@ def step(w: World) -> None:
     h.was_up = up.copy()
 
 
+def _binomial(rng: np.random.Generator, counts: I64, p: float) -> I64:
+    """`rng.binomial(counts, p)`. For a few NICs one scalar draw each, in order: the same numbers (numpy draws an
+    array's elements one by one with the scalar's routine), without numpy's checks of an array argument, which
+    cost as much as a handful of draws."""
+    if counts.size > SCALAR_DRAWS_MAX:
+        return rng.binomial(counts, p)
+    return np.array([rng.binomial(count, p) for count in counts.tolist()], dtype=np.int64)
+
+
 def _per_nic(w: World) -> tuple[I64, I64, I64, F64, F64, F64]:
     n = w.layout.nic_count
     lanes = w.out.lanes
@@ -174,8 +187,9 @@ def _per_nic(w: World) -> tuple[I64, I64, I64, F64, F64, F64]:
         tx = np.zeros(n)
         for slot in range(4):
             tx += lanes.tx[:, slot]
-        drops, ce = lanes.drops.sum(axis=1), lanes.ce.sum(axis=1)
-        queue_ms = np.maximum(lanes.queue_ms.max(axis=1), 0.0)
+        # np.add.reduce and np.maximum.reduce: what ndarray.sum and .max call, without their Python wrappers
+        drops, ce = np.add.reduce(lanes.drops, axis=1), np.add.reduce(lanes.ce, axis=1)
+        queue_ms = np.maximum(np.maximum.reduce(lanes.queue_ms, axis=1), 0.0)
     else:
         tx, ce, drops, queue_ms = (
             np.zeros(n),

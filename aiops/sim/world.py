@@ -22,7 +22,7 @@ from aiops.sim.fabric import Classes, FabricOut
 from aiops.sim.gpu import MIN_LIMIT_W, TDP_W
 from aiops.sim.lane_control import TwinLaneController
 from aiops.sim.nvml import SimNvml
-from aiops.sim.topology import F64, I64, Bools, Layout
+from aiops.sim.topology import F64, I64, Bools, Layout, any_true
 
 SIM_EPOCH_TS_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated runs start here
 RESTART_S = 60.0  # checkpoint-restart pause of a migrated job: relaunch, NCCL init, checkpoint load
@@ -284,7 +284,7 @@ class World:
         draw, so a scenario's run is unchanged)."""
         np.minimum(self.power_limit_w, self.facility_limit_w, out=self.power_limit_w)
         flapping = self.flap_period_s > 0.0
-        if flapping.any():
+        if any_true(flapping):
             phase_s = np.mod(self.elapsed_s, np.where(flapping, self.flap_period_s, 1.0))
             up = np.where(flapping, phase_s >= self.flap_down_s, self.link_up)
             self.carrier_changes += (up != self.link_up).astype(np.int64)
