@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -18,11 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from aiops.lab import loopback
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return loopback.free_port()  # never the same port twice in one process (aiops/lab/loopback.py)
 
 
 def _die_with_parent() -> None:

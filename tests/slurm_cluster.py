@@ -35,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from aiops.lab import loopback
+
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "sinfo", "squeue", "scancel")
 RACK = "rack-a"
 SPINE = "spine-0"
@@ -63,9 +65,7 @@ def require_slurm() -> dict[str, str]:
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return loopback.free_port()  # never the same port twice in one process
 
 
 def _node_line(slurmd: str, node: str) -> str:
