@@ -216,9 +216,7 @@ class NvmlCollector:
             replay,
             None,
             s.default_w,
-            _uncorrectable_rows(n.nvmlDeviceGetRemappedRows(h))
-            if s.retired == "rows"  # `_retired`'s common case, without its two calls
-            else self._retired(h, s, _direct),
+            self._retired(h, s, _direct),
         )
 
     def _read(self, h: Any, s: _Static, now_ts_s: float, i: int, call: Callable[..., Any]) -> Row:

@@ -126,20 +126,14 @@ class SimNvml(Operations):
         self.host_processes: Callable[[], Mapping[int, Sequence[int]]] | None = None
 
     def _v(self, handle: SimHandle) -> GpuView:
-        """This second's view when the GPU answers, else the error NVML raises. The readings a collector makes
-        every second repeat its test inline (marked `_v`): a function call is most of such a reading's cost."""
-        view = self._world.v
-        if self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]:
-            return view
-        raise self._refusal(handle)
-
-    def _refusal(self, handle: SimHandle) -> pynvml.NVMLError:
-        """Why `_v` refuses, in NVML's order: the library uninitialised, the GPU lost, the node's driver hung."""
         if not self._initialised:
-            return _error(pynvml.NVML_ERROR_UNINITIALIZED)
-        if self._world.v.lost[handle.gpu]:
-            return _error(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return _error(pynvml.NVML_ERROR_TIMEOUT)
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        view = self._world.v
+        if view.lost[handle.gpu]:
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if view.nvml_hung[self._node]:
+            raise _error(pynvml.NVML_ERROR_TIMEOUT)
+        return view
 
     def _check(self) -> None:
         if not self._initialised:
@@ -205,16 +199,10 @@ class SimNvml(Operations):
         return int(G.TDP_W * 1000)
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.limit_mw[handle.gpu]
+        return self._v(handle).limit_mw[handle.gpu]
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.limit_mw[handle.gpu]
+        return self._v(handle).limit_mw[handle.gpu]
 
     def nvmlDeviceSetPowerManagementLimit(self, handle: SimHandle, limit: int) -> None:
         """`limit` in mW; outside the constraints NVML answers NVML_ERROR_INVALID_ARGUMENT."""
@@ -237,15 +225,10 @@ class SimNvml(Operations):
 
     # -- readings -----------------------------------------------------------------------------------------
     def nvmlDeviceGetTemperature(self, handle: SimHandle, sensor: int) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.temp_c[handle.gpu]
+        return self._v(handle).temp_c[handle.gpu]
 
     def nvmlDeviceGetFieldValues(self, handle: SimHandle, fieldIds: list[int]) -> list[FieldValue]:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
+        view = self._v(handle)
         ts_us = int(self._world.now_ts_s * 1e6)
         out = []
         for fid in fieldIds:
@@ -257,33 +240,21 @@ class SimNvml(Operations):
         return out
 
     def nvmlDeviceGetPowerUsage(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.power_mw[handle.gpu]
+        return self._v(handle).power_mw[handle.gpu]
 
     def nvmlDeviceGetClockInfo(self, handle: SimHandle, type: int) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
+        view = self._v(handle)
         return int(G.MEM_CLOCK_MHZ) if type == pynvml.NVML_CLOCK_MEM else view.sm_clock_mhz[handle.gpu]
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.reasons[handle.gpu]
+        return self._v(handle).reasons[handle.gpu]
 
     def nvmlDeviceGetUtilizationRates(self, handle: SimHandle) -> Utilization:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
+        view = self._v(handle)
         return Utilization(view.util_pct[handle.gpu], view.mem_util_pct[handle.gpu])
 
     def nvmlDeviceGetTotalEccErrors(self, handle: SimHandle, errorType: int, counterType: int) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
+        view = self._v(handle)
         if errorType == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
             return view.dbe[handle.gpu]
         return view.sbe[handle.gpu]
@@ -291,35 +262,21 @@ class SimNvml(Operations):
     def nvmlDeviceGetRemappedRows(self, device: SimHandle) -> tuple[int, int, int, int]:
         """(correctable rows, uncorrectable rows, remapping pending, remapping failed): an H100 remaps rows
         (it has no page retirement); a remap stays pending until the GPU is reset."""
-        view = self._world.v
-        if not (self._initialised and not view.lost[device.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(device)
-        rows = view.remapped_rows[device.gpu]
+        rows = self._v(device).remapped_rows[device.gpu]
         return (0, rows, int(rows > 0), 0)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.pcie_replay[handle.gpu]
+        return self._v(handle).pcie_replay[handle.gpu]
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.link_width[handle.gpu]
+        return self._v(handle).link_width[handle.gpu]
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
-        view = self._world.v
-        if not (self._initialised and not view.lost[handle.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(handle)
-        return view.link_gen[handle.gpu]
+        return self._v(handle).link_gen[handle.gpu]
 
     def _nvlink(self, device: SimHandle) -> GpuView:
         """A PCIe card has no NVLink: NVML answers NOT_SUPPORTED (a scenario's `churn.pcie_nodes`)."""
-        view = self._world.v
-        if not (self._initialised and not view.lost[device.gpu] and not view.nvml_hung[self._node]):  # `_v`
-            raise self._refusal(device)
+        view = self._v(device)
         churn = self._world.churn
         if churn is not None and self._node in churn.pcie_nodes:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
